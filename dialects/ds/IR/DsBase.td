@@ -1,0 +1,168 @@
+//===- DsBase.td - ds dialect, enums, attributes, interfaces -*- tablegen -*-===//
+//
+// The `ds` dialect: value-semantics tensor ops of real training graphs, on
+// builtin ranked tensors with static shapes. Parameters are function arguments
+// carrying `#ds.param` (their ONNX name, trainability and where their bytes
+// are); the bytes themselves never enter the IR above a small size.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSOPT_DIALECT_DS_DSBASE_TD
+#define DSOPT_DIALECT_DS_DSBASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+include "mlir/IR/CommonTypeConstraints.td"
+include "mlir/IR/CommonAttrConstraints.td"
+
+def Ds_Dialect : Dialect {
+  let name = "ds";
+  let cppNamespace = "::dsopt::ds";
+  let summary = "Training-graph tensor ops for distributed training compilation";
+  let description = [{
+    Ops of ONNX training graphs (forward compute, losses, optimizer updates)
+    in value semantics on statically shaped builtin tensors. Every op
+    implements `CostOpInterface` (FLOPs and bytes) and, where its result types
+    follow from its operands, `InferTypeOpInterface`.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  // Inherent attributes live in the attribute dictionary: the custom
+  // assembly keeps them in `attr-dict`, and inferring result types while
+  // parsing reads them from there.
+  let usePropertiesForAttributes = 0;
+  let hasConstantMaterializer = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// Argument attribute naming a graph input: `{ds.input = "input_ids"}`.
+    static constexpr ::llvm::StringLiteral kInputAttrName = "ds.input";
+    /// Argument attribute describing a parameter: `{ds.param = #ds.param<..>}`.
+    static constexpr ::llvm::StringLiteral kParamAttrName = "ds.param";
+    /// Result attribute naming a graph output: `{ds.output = "loss"}`.
+    static constexpr ::llvm::StringLiteral kOutputAttrName = "ds.output";
+    /// Module attribute: path of the model the module was imported from.
+    static constexpr ::llvm::StringLiteral kSourceAttrName = "ds.source";
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def Ds_Float : AnyTypeOf<[F32, F16, BF16], "f32, f16 or bf16">;
+def Ds_Index : AnyTypeOf<[I64, I32], "i64 or i32">;
+
+def Ds_Tensor : StaticShapeTensorOf<[F32, F16, BF16, I64, I32, I1]>;
+def Ds_FloatTensor : StaticShapeTensorOf<[F32, F16, BF16]>;
+def Ds_NumericTensor : StaticShapeTensorOf<[F32, F16, BF16, I64, I32]>;
+def Ds_IndexTensor : StaticShapeTensorOf<[I64, I32]>;
+def Ds_BoolTensor : StaticShapeTensorOf<[I1]>;
+def Ds_F32Tensor : StaticShapeTensorOf<[F32]>;
+def Ds_I64Tensor : StaticShapeTensorOf<[I64]>;
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def Ds_ComparePredicate : I32EnumAttr<"ComparePredicate",
+    "elementwise comparison", [
+  I32EnumAttrCase<"eq", 0>,
+  I32EnumAttrCase<"lt", 1>,
+  I32EnumAttrCase<"le", 2>,
+  I32EnumAttrCase<"gt", 3>,
+  I32EnumAttrCase<"ge", 4>
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::dsopt::ds";
+}
+def Ds_ComparePredicateAttr :
+    EnumAttr<Ds_Dialect, Ds_ComparePredicate, "compare_predicate"> {
+  let assemblyFormat = "$value";
+}
+
+def Ds_GeluApproximation : I32EnumAttr<"GeluApproximation",
+    "GELU formula", [
+  I32EnumAttrCase<"none", 0>,
+  I32EnumAttrCase<"tanh", 1>
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::dsopt::ds";
+}
+def Ds_GeluApproximationAttr :
+    EnumAttr<Ds_Dialect, Ds_GeluApproximation, "gelu_approximation"> {
+  let assemblyFormat = "$value";
+}
+
+def Ds_LossReduction : I32EnumAttr<"LossReduction",
+    "how a loss reduces over samples", [
+  I32EnumAttrCase<"none", 0>,
+  I32EnumAttrCase<"sum", 1>,
+  I32EnumAttrCase<"mean", 2>
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::dsopt::ds";
+}
+def Ds_LossReductionAttr :
+    EnumAttr<Ds_Dialect, Ds_LossReduction, "reduction"> {
+  let assemblyFormat = "$value";
+}
+
+def Ds_MomentumMode : I32EnumAttr<"MomentumMode",
+    "momentum update rule", [
+  I32EnumAttrCase<"standard", 0>,
+  I32EnumAttrCase<"nesterov", 1>
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::dsopt::ds";
+}
+def Ds_MomentumModeAttr :
+    EnumAttr<Ds_Dialect, Ds_MomentumMode, "momentum_mode"> {
+  let assemblyFormat = "$value";
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+class Ds_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Ds_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def Ds_ExternalDataAttr : Ds_Attr<"ExternalData", "extern"> {
+  let summary = "bytes of a tensor in a file, relative to the model's directory";
+  let description = [{
+    `#ds.extern<location = "model.onnx.data", offset = 4096, length = 1024>`:
+    the little-endian bytes of a tensor live in `location` (a path relative to
+    the directory of the imported model; the model file itself for weights
+    stored inline in the protobuf) at `offset`, `length` bytes long. The
+    importer has already checked that the range exists and that the path stays
+    inside the model's directory.
+  }];
+  let parameters = (ins
+    StringRefParameter<"file, relative to the model's directory">:$location,
+    "int64_t":$offset,
+    "int64_t":$length);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Ds_ParamAttr : Ds_Attr<"Param", "param"> {
+  let summary = "a model parameter (an ONNX initializer)";
+  let description = [{
+    Attached to a function argument as `ds.param`. `name` is the ONNX
+    initializer name (kept verbatim so trained weights can be written back
+    under the same name), `trainable` whether the optimizer updates it, and
+    `data` where its initial value is: a `#ds.extern` byte range, or, for
+    tensors of at most a few dozen bytes, the value itself as dense elements.
+  }];
+  let parameters = (ins
+    StringRefParameter<"ONNX initializer name">:$name,
+    "bool":$trainable,
+    "::mlir::Attribute":$data);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+#endif // DSOPT_DIALECT_DS_DSBASE_TD

@@ -1,0 +1,148 @@
+//===- DsCost.cpp - CostOpInterface of ds ops ------------------------------===//
+//
+// FLOPs per op. A multiply-add counts two; exp, log, tanh, erf, sqrt and
+// division count one each (the convention of roofline models and of
+// Megatron-LM's FLOP accounting). Pure data movement counts zero.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/IR/DsDialect.h"
+
+using namespace mlir;
+using namespace dsopt::ds;
+
+namespace {
+int64_t elements(Value value) {
+  return cast<ShapedType>(value.getType()).getNumElements();
+}
+
+/// Elements of the result times a per-element cost.
+int64_t perResultElement(Operation *op, int64_t flopsPerElement) {
+  return elements(op->getResult(0)) * flopsPerElement;
+}
+
+/// Window ops visit every kernel position once per output element.
+int64_t windowFlops(Value result, ArrayRef<int64_t> kernel) {
+  int64_t window = 1;
+  for (int64_t k : kernel)
+    window *= k;
+  return elements(result) * window;
+}
+} // namespace
+
+namespace dsopt::ds::detail {
+int64_t defaultBytesAccessed(Operation *op) {
+  int64_t bytes = 0;
+  for (Type type : op->getOperandTypes())
+    if (auto shaped = dyn_cast<ShapedType>(type))
+      bytes += getByteSize(shaped).value_or(0);
+  for (Type type : op->getResultTypes())
+    if (auto shaped = dyn_cast<ShapedType>(type))
+      bytes += getByteSize(shaped).value_or(0);
+  return bytes;
+}
+} // namespace dsopt::ds::detail
+
+int64_t ConstantOp::getFlops() { return 0; }
+
+int64_t SqrtOp::getFlops() { return perResultElement(*this, 1); }
+int64_t ReciprocalOp::getFlops() { return perResultElement(*this, 1); }
+int64_t ExpOp::getFlops() { return perResultElement(*this, 1); }
+int64_t LogOp::getFlops() { return perResultElement(*this, 1); }
+int64_t TanhOp::getFlops() { return perResultElement(*this, 1); }
+int64_t ErfOp::getFlops() { return perResultElement(*this, 1); }
+// exp, add, divide
+int64_t SigmoidOp::getFlops() { return perResultElement(*this, 3); }
+int64_t NegOp::getFlops() { return perResultElement(*this, 1); }
+int64_t ReluOp::getFlops() { return perResultElement(*this, 1); }
+int64_t LeakyReluOp::getFlops() { return perResultElement(*this, 2); }
+// exact: x * 0.5 * (1 + erf(x * c)): scale, erf, add, two multiplies.
+// tanh: also x^3, the inner multiply-add and the scale.
+int64_t GeluOp::getFlops() {
+  return perResultElement(
+      *this, getApproximate() == GeluApproximation::none ? 5 : 9);
+}
+int64_t NotOp::getFlops() { return perResultElement(*this, 1); }
+
+int64_t AddOp::getFlops() { return perResultElement(*this, 1); }
+int64_t SubOp::getFlops() { return perResultElement(*this, 1); }
+int64_t MulOp::getFlops() { return perResultElement(*this, 1); }
+int64_t DivOp::getFlops() { return perResultElement(*this, 1); }
+int64_t PowOp::getFlops() { return perResultElement(*this, 1); }
+int64_t CompareOp::getFlops() { return perResultElement(*this, 1); }
+int64_t WhereOp::getFlops() { return perResultElement(*this, 1); }
+int64_t CastOp::getFlops() { return 0; }
+
+int64_t MatMulOp::getFlops() {
+  auto lhs = cast<ShapedType>(getLhs().getType());
+  // Each result element is a dot product over the contraction axis.
+  int64_t k = lhs.getRank() == 1 || !getTransposeLhs()
+                  ? lhs.getShape().back()
+                  : lhs.getShape()[lhs.getRank() - 2];
+  return 2 * elements(getResult()) * k;
+}
+
+int64_t GemmOp::getFlops() {
+  auto a = cast<ShapedType>(getA().getType());
+  int64_t k = a.getDimSize(getTransposeA() ? 0 : 1);
+  int64_t mn = elements(getResult());
+  int64_t flops = 2 * mn * k;
+  if (getC())
+    flops += 2 * mn; // beta * c, added
+  if (!getAlpha().isExactlyValue(1.0))
+    flops += mn;
+  return flops;
+}
+
+// max, subtract, exp, sum, divide
+int64_t SoftmaxOp::getFlops() { return perResultElement(*this, 5); }
+// max, subtract, exp, sum, log, subtract
+int64_t LogSoftmaxOp::getFlops() { return perResultElement(*this, 5); }
+// mean, subtract, square, sum, scale by inv std, times scale, plus bias
+int64_t LayerNormOp::getFlops() { return perResultElement(*this, 7); }
+// folded into one multiply-add per element
+int64_t BatchNormOp::getFlops() { return perResultElement(*this, 2); }
+int64_t BatchNormTrainOp::getFlops() { return perResultElement(*this, 7); }
+
+int64_t ReduceSumOp::getFlops() { return elements(getInput()); }
+int64_t ReduceMeanOp::getFlops() { return elements(getInput()); }
+int64_t ReduceMaxOp::getFlops() { return elements(getInput()); }
+
+int64_t ReshapeOp::getFlops() { return 0; }
+int64_t TransposeOp::getFlops() { return 0; }
+int64_t BroadcastToOp::getFlops() { return 0; }
+int64_t ConcatOp::getFlops() { return 0; }
+int64_t SplitOp::getFlops() { return 0; }
+int64_t SliceOp::getFlops() { return 0; }
+int64_t GatherOp::getFlops() { return 0; }
+int64_t TriluOp::getFlops() { return 0; }
+// compare against the threshold and scale
+int64_t DropoutOp::getFlops() { return perResultElement(*this, 2); }
+
+int64_t SoftmaxCrossEntropyOp::getFlops() {
+  // log-softmax over the scores, then one pick-and-accumulate per label.
+  return 5 * elements(getScores()) + elements(getLabels());
+}
+int64_t NllLossOp::getFlops() { return 2 * elements(getLabels()); }
+
+int64_t ConvOp::getFlops() {
+  auto weight = cast<ShapedType>(getWeight().getType());
+  // Each output element is a dot product over C/group * kernel elements.
+  int64_t dot = weight.getNumElements() / weight.getDimSize(0);
+  int64_t flops = 2 * elements(getResult()) * dot;
+  if (getBias())
+    flops += elements(getResult());
+  return flops;
+}
+int64_t MaxPoolOp::getFlops() {
+  return windowFlops(getResult(), getKernelShape());
+}
+int64_t AveragePoolOp::getFlops() {
+  return windowFlops(getResult(), getKernelShape()) + elements(getResult());
+}
+
+// regularize, two moment updates (2 multiply-adds each, a square), sqrt,
+// epsilon, divide, step
+int64_t AdamOp::getFlops() { return 12 * elements(getParam()); }
+int64_t MomentumOp::getFlops() { return 6 * elements(getParam()); }
+int64_t AdagradOp::getFlops() { return 8 * elements(getParam()); }

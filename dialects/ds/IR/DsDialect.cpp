@@ -1,0 +1,143 @@
+//===- DsDialect.cpp - ds dialect registration and attributes -------------===//
+
+#include "ds/IR/DsDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace dsopt::ds;
+
+#include "ds/IR/DsDialect.cpp.inc"
+#include "ds/IR/DsEnums.cpp.inc"
+#include "ds/IR/DsInterfaces.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "ds/IR/DsAttrs.cpp.inc"
+
+void DsDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "ds/IR/DsOps.cpp.inc"
+      >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "ds/IR/DsAttrs.cpp.inc"
+      >();
+}
+
+Operation *DsDialect::materializeConstant(OpBuilder &builder, Attribute value,
+                                          Type type, Location loc) {
+  auto elements = dyn_cast<ElementsAttr>(value);
+  if (!elements || elements.getType() != type)
+    return nullptr;
+  return ConstantOp::create(builder, loc, elements);
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+ExternalDataAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                         StringRef location, int64_t offset, int64_t length) {
+  if (location.empty())
+    return emitError() << "external data location must not be empty";
+  if (location.starts_with("/"))
+    return emitError() << "external data location '" << location
+                       << "' must be relative to the model's directory";
+  // Path components equal to ".." could leave the model's directory.
+  for (StringRef rest = location; !rest.empty();) {
+    auto [component, tail] = rest.split('/');
+    if (component == "..")
+      return emitError() << "external data location '" << location
+                         << "' must not contain '..'";
+    rest = tail;
+  }
+  if (offset < 0 || length < 0)
+    return emitError() << "external data offset and length must be "
+                          "non-negative, got offset "
+                       << offset << " and length " << length;
+  int64_t end;
+  if (llvm::AddOverflow(offset, length, end))
+    return emitError() << "external data range overflows";
+  return success();
+}
+
+LogicalResult ParamAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                StringRef name, bool trainable,
+                                Attribute data) {
+  if (name.empty())
+    return emitError() << "parameter name must not be empty";
+  if (!isa<ExternalDataAttr, ElementsAttr>(data))
+    return emitError() << "parameter '" << name
+                       << "' data must be #ds.extern or dense elements";
+  return success();
+}
+
+/// Checks that `param` describes a value of `type`.
+static LogicalResult verifyParamMatchesType(Operation *op, unsigned argIndex,
+                                            ParamAttr param, Type type) {
+  auto tensorType = dyn_cast<RankedTensorType>(type);
+  if (!tensorType || !tensorType.hasStaticShape())
+    return op->emitOpError() << "argument " << argIndex
+                             << " with ds.param must be a static tensor";
+  if (auto elements = dyn_cast<ElementsAttr>(param.getData())) {
+    if (elements.getType() != type)
+      return op->emitOpError()
+             << "parameter '" << param.getName() << "' value has type "
+             << elements.getType() << " but argument " << argIndex << " is "
+             << type;
+    return success();
+  }
+  auto external = cast<ExternalDataAttr>(param.getData());
+  std::optional<int64_t> bytes = getByteSize(tensorType);
+  if (!bytes || *bytes != external.getLength())
+    return op->emitOpError()
+           << "parameter '" << param.getName() << "' of type " << type
+           << " needs " << (bytes ? std::to_string(*bytes) : "too many")
+           << " bytes but its external data holds " << external.getLength();
+  return success();
+}
+
+LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
+                                                  unsigned regionIndex,
+                                                  unsigned argIndex,
+                                                  NamedAttribute attribute) {
+  auto function = dyn_cast<FunctionOpInterface>(op);
+  if (!function)
+    return op->emitOpError() << "ds argument attributes are only valid on "
+                                "functions";
+  Type argType = function.getArgumentTypes()[argIndex];
+  if (attribute.getName() == kParamAttrName) {
+    auto param = dyn_cast<ParamAttr>(attribute.getValue());
+    if (!param)
+      return op->emitOpError()
+             << "'" << kParamAttrName << "' must be a #ds.param attribute";
+    return verifyParamMatchesType(op, argIndex, param, argType);
+  }
+  if (attribute.getName() == kInputAttrName) {
+    if (!isa<StringAttr>(attribute.getValue()))
+      return op->emitOpError()
+             << "'" << kInputAttrName << "' must be a string (the input name)";
+    return success();
+  }
+  return op->emitOpError() << "unknown ds argument attribute '"
+                           << attribute.getName() << "'";
+}
+
+LogicalResult DsDialect::verifyRegionResultAttribute(Operation *op,
+                                                     unsigned regionIndex,
+                                                     unsigned resultIndex,
+                                                     NamedAttribute attribute) {
+  if (attribute.getName() == kOutputAttrName) {
+    if (!isa<StringAttr>(attribute.getValue()))
+      return op->emitOpError()
+             << "'" << kOutputAttrName << "' must be a string (the output name)";
+    return success();
+  }
+  return op->emitOpError() << "unknown ds result attribute '"
+                           << attribute.getName() << "'";
+}

@@ -1,0 +1,63 @@
+//===- DsDialect.h - the ds dialect -----------------------------*- C++ -*-===//
+//
+// Public header of the ds dialect: ops, attributes, enums and interfaces,
+// plus the small type utilities every pass uses (element and tensor sizes).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSOPT_DIALECT_DS_DSDIALECT_H
+#define DSOPT_DIALECT_DS_DSDIALECT_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include <optional>
+
+namespace dsopt::ds {
+
+/// True for the element types the dialect accepts: f32, f16, bf16, i64, i32,
+/// i1.
+bool isSupportedElementType(mlir::Type type);
+
+/// Bytes of one element of a supported element type (i1 is stored as a byte,
+/// as in ONNX).
+int64_t getElementByteSize(mlir::Type elementType);
+
+/// Bytes of a statically shaped tensor, or std::nullopt if it overflows
+/// int64.
+std::optional<int64_t> getByteSize(mlir::ShapedType type);
+
+namespace detail {
+/// Default for CostOpInterface::getBytesAccessed: every operand read once,
+/// every result written once.
+int64_t defaultBytesAccessed(mlir::Operation *op);
+
+/// Result type of multidirectional (NumPy) broadcasting of `operandTypes`,
+/// with `elementType`, or the element type of the last operand when null.
+llvm::LogicalResult
+inferBroadcastResult(std::optional<mlir::Location> loc,
+                     llvm::ArrayRef<mlir::Type> operandTypes,
+                     mlir::Type elementType,
+                     llvm::SmallVectorImpl<mlir::Type> &inferredTypes);
+} // namespace detail
+} // namespace dsopt::ds
+
+#include "ds/IR/DsEnums.h.inc"
+
+#include "ds/IR/DsDialect.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "ds/IR/DsAttrs.h.inc"
+
+#include "ds/IR/DsInterfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "ds/IR/DsOps.h.inc"
+
+#endif // DSOPT_DIALECT_DS_DSDIALECT_H

@@ -1,0 +1,523 @@
+//===- DsOps.td - ds dialect operations --------------------*- tablegen -*-===//
+//
+// One op per computation of real training graphs. Import normalizes ONNX
+// spellings: Squeeze, Unsqueeze and Flatten become `ds.reshape`, Expand
+// becomes `ds.broadcast_to`, GlobalAveragePool a `ds.reduce_mean`, Identity
+// and inference-mode Dropout disappear, and Constant, ConstantOfShape, Range
+// and all shape arithmetic fold into `ds.constant`. Axes are non-negative,
+// attributes explicit; shapes are static everywhere.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSOPT_DIALECT_DS_DSOPS_TD
+#define DSOPT_DIALECT_DS_DSOPS_TD
+
+include "ds/IR/DsBase.td"
+include "ds/IR/DsInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+class Ds_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Ds_Dialect, mnemonic,
+         !listconcat([Pure, DeclareOpInterfaceMethods<Ds_CostOpInterface>],
+                     traits)>;
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+def Ds_ConstantOp : Ds_Op<"constant", [ConstantLike, InferTypeOpAdaptor]> {
+  let summary = "a constant tensor";
+  let description = [{
+    Import folds ONNX Constant, ConstantOfShape, Range and shape arithmetic
+    into this op. Large splats stay compact (`dense<0.0>`).
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Ds_UnaryOp<string mnemonic, Type type, list<Trait> traits = []>
+    : Ds_Op<mnemonic, !listconcat([SameOperandsAndResultType], traits)> {
+  let arguments = (ins type:$input);
+  let results = (outs type:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+class Ds_FloatUnaryOp<string mnemonic, string formula, list<Trait> traits = []>
+    : Ds_UnaryOp<mnemonic, Ds_FloatTensor, traits> {
+  let summary = "elementwise " # formula;
+  let hasFolder = 1;
+}
+
+def Ds_SqrtOp : Ds_FloatUnaryOp<"sqrt", "sqrt(x)">;
+def Ds_ReciprocalOp : Ds_FloatUnaryOp<"reciprocal", "1 / x">;
+def Ds_ExpOp : Ds_FloatUnaryOp<"exp", "exp(x)">;
+def Ds_LogOp : Ds_FloatUnaryOp<"log", "log(x)">;
+def Ds_TanhOp : Ds_FloatUnaryOp<"tanh", "tanh(x)">;
+def Ds_ErfOp : Ds_FloatUnaryOp<"erf", "erf(x)">;
+def Ds_SigmoidOp : Ds_FloatUnaryOp<"sigmoid", "1 / (1 + exp(-x))">;
+
+def Ds_NegOp : Ds_UnaryOp<"neg", Ds_NumericTensor> {
+  let summary = "elementwise -x";
+  let hasFolder = 1;
+}
+
+def Ds_ReluOp : Ds_UnaryOp<"relu", Ds_NumericTensor> {
+  let summary = "elementwise max(x, 0)";
+  let hasFolder = 1;
+}
+
+def Ds_LeakyReluOp : Ds_UnaryOp<"leaky_relu", Ds_FloatTensor> {
+  let summary = "elementwise x >= 0 ? x : alpha * x";
+  let arguments = (ins Ds_FloatTensor:$input,
+                   DefaultValuedAttr<F32Attr, "0.01">:$alpha);
+}
+
+def Ds_GeluOp : Ds_UnaryOp<"gelu", Ds_FloatTensor> {
+  let summary = "Gaussian error linear unit, exact (erf) or tanh-approximated";
+  let description = [{
+    `approximate = none`: x * 0.5 * (1 + erf(x / sqrt(2)));
+    `approximate = tanh`: x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
+  }];
+  let arguments = (ins Ds_FloatTensor:$input,
+                   DefaultValuedAttr<Ds_GeluApproximationAttr,
+                                     "GeluApproximation::none">:$approximate);
+}
+
+def Ds_NotOp : Ds_UnaryOp<"not", Ds_BoolTensor> {
+  let summary = "elementwise logical not";
+  let hasFolder = 1;
+}
+
+class Ds_BinaryOp<string mnemonic, Type type, list<Trait> traits = []>
+    : Ds_Op<mnemonic,
+            !listconcat([SameOperandsElementType, InferTypeOpAdaptor], traits)> {
+  let description = [{
+    Operands broadcast against each other (NumPy/ONNX multidirectional
+    broadcasting); the result has the broadcast shape.
+  }];
+  let arguments = (ins type:$lhs, type:$rhs);
+  let results = (outs type:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
+  let hasFolder = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::inferReturnTypes(
+        ::mlir::MLIRContext *, std::optional<::mlir::Location> loc,
+        Adaptor adaptor, ::llvm::SmallVectorImpl<::mlir::Type> &types) {
+      return ::dsopt::ds::detail::inferBroadcastResult(
+          loc, {adaptor.getLhs().getType(), adaptor.getRhs().getType()},
+          /*elementType=*/nullptr, types);
+    }
+  }];
+}
+
+def Ds_AddOp : Ds_BinaryOp<"add", Ds_NumericTensor, [Commutative]> {
+  let summary = "elementwise lhs + rhs";
+}
+def Ds_SubOp : Ds_BinaryOp<"sub", Ds_NumericTensor> {
+  let summary = "elementwise lhs - rhs";
+}
+def Ds_MulOp : Ds_BinaryOp<"mul", Ds_NumericTensor, [Commutative]> {
+  let summary = "elementwise lhs * rhs";
+}
+def Ds_DivOp : Ds_BinaryOp<"div", Ds_NumericTensor> {
+  let summary = "elementwise lhs / rhs (integer division truncates)";
+}
+def Ds_PowOp : Ds_BinaryOp<"pow", Ds_FloatTensor> {
+  let summary = "elementwise lhs ^ rhs";
+}
+
+def Ds_CompareOp : Ds_Op<"compare",
+    [SameOperandsElementType, InferTypeOpAdaptor]> {
+  let summary = "elementwise comparison, broadcasting, with an i1 result";
+  let arguments = (ins Ds_ComparePredicateAttr:$predicate,
+                   Ds_Tensor:$lhs, Ds_Tensor:$rhs);
+  let results = (outs Ds_BoolTensor:$result);
+  let assemblyFormat =
+      "$predicate `,` $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
+  let hasFolder = 1;
+}
+
+def Ds_WhereOp : Ds_Op<"where", [InferTypeOpAdaptor]> {
+  let summary = "elementwise condition ? lhs : rhs, broadcasting all three";
+  let arguments = (ins Ds_BoolTensor:$condition, Ds_Tensor:$lhs,
+                   Ds_Tensor:$rhs);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$condition `,` $lhs `,` $rhs attr-dict `:` "
+                       "type($condition) `,` type($lhs) `,` type($rhs)";
+  let hasFolder = 1;
+}
+
+def Ds_CastOp : Ds_Op<"cast"> {
+  let summary = "elementwise element-type conversion";
+  let description = [{
+    Float to integer truncates toward zero; to i1 is `x != 0`; float to
+    narrower float rounds to nearest even.
+  }];
+  let arguments = (ins Ds_Tensor:$input);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `to` type($result)";
+  let hasFolder = 1;
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def Ds_MatMulOp : Ds_Op<"matmul", [SameOperandsElementType, InferTypeOpAdaptor]> {
+  let summary = "NumPy matrix product with batch broadcasting";
+  let description = [{
+    ONNX MatMul semantics: the last two axes multiply, leading axes
+    broadcast, a 1-D operand is a vector. `transpose_lhs` / `transpose_rhs`
+    swap the last two axes of a (rank >= 2) operand first, so transposes
+    from Gemm and from backward passes fold into the product.
+  }];
+  let arguments = (ins Ds_NumericTensor:$lhs, Ds_NumericTensor:$rhs,
+                   UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs Ds_NumericTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
+  let hasCanonicalizer = 1;
+}
+
+def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor]> {
+  let summary = "alpha * op(a) * op(b) + beta * c for 2-D a and b";
+  let arguments = (ins Ds_FloatTensor:$a, Ds_FloatTensor:$b,
+                   Optional<Ds_FloatTensor>:$c,
+                   DefaultValuedAttr<F32Attr, "1.0">:$alpha,
+                   DefaultValuedAttr<F32Attr, "1.0">:$beta,
+                   UnitAttr:$transpose_a, UnitAttr:$transpose_b);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$a `,` $b (`,` $c^)? attr-dict `:` type($a) `,` "
+                       "type($b) (`,` type($c)^)?";
+  let hasCanonicalizer = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization and softmax
+//===----------------------------------------------------------------------===//
+
+def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType]> {
+  let summary = "softmax along one axis";
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType]> {
+  let summary = "log of softmax along one axis";
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Ds_LayerNormOp : Ds_Op<"layer_norm", [InferTypeOpAdaptor]> {
+  let summary = "layer normalization over the axes from `axis` on";
+  let description = [{
+    ONNX LayerNormalization: y = (x - mean) * inv_std_dev * scale + bias with
+    statistics over axes [axis, rank). `mean` and `inv_std_dev` (f32, with
+    the normalized axes kept as 1) are results because backward needs them.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$scale,
+                   Optional<Ds_FloatTensor>:$bias,
+                   I64Attr:$axis,
+                   DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs Ds_FloatTensor:$result, Ds_F32Tensor:$mean,
+                 Ds_F32Tensor:$inv_std_dev);
+  let assemblyFormat = "$input `,` $scale (`,` $bias^)? attr-dict `:` "
+                       "type($input) `,` type($scale) (`,` type($bias)^)?";
+}
+
+def Ds_BatchNormOp : Ds_Op<"batch_norm", [InferTypeOpAdaptor]> {
+  let summary = "batch normalization with running statistics (inference)";
+  let description = [{
+    y = (x - mean) / sqrt(var + epsilon) * scale + bias over axis 1 (channels).
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$scale,
+                   Ds_FloatTensor:$bias, Ds_FloatTensor:$mean,
+                   Ds_FloatTensor:$var,
+                   DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
+def Ds_BatchNormTrainOp : Ds_Op<"batch_norm_train", [InferTypeOpAdaptor]> {
+  let summary = "batch normalization with batch statistics (training mode)";
+  let description = [{
+    Normalizes with the statistics of this batch and returns the updated
+    running statistics, `running * momentum + batch * (1 - momentum)` (ONNX
+    semantics, biased variance as in ONNX), plus the batch mean and inverse
+    standard deviation that backward needs.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$scale,
+                   Ds_FloatTensor:$bias, Ds_FloatTensor:$running_mean,
+                   Ds_FloatTensor:$running_var,
+                   DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
+                   DefaultValuedAttr<F32Attr, "0.9">:$momentum);
+  let results = (outs Ds_FloatTensor:$result,
+                 Ds_FloatTensor:$running_mean_out,
+                 Ds_FloatTensor:$running_var_out,
+                 Ds_F32Tensor:$saved_mean, Ds_F32Tensor:$saved_inv_std);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+class Ds_ReduceOp<string mnemonic, string what>
+    : Ds_Op<mnemonic, [SameOperandsElementType, InferTypeOpAdaptor]> {
+  let summary = what # " over `axes` (sorted, non-negative)";
+  let arguments = (ins Ds_NumericTensor:$input, DenseI64ArrayAttr:$axes,
+                   DefaultValuedAttr<BoolAttr, "true">:$keepdims);
+  let results = (outs Ds_NumericTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasFolder = 1;
+}
+
+def Ds_ReduceSumOp : Ds_ReduceOp<"reduce_sum", "sum">;
+def Ds_ReduceMeanOp : Ds_ReduceOp<"reduce_mean", "mean">;
+def Ds_ReduceMaxOp : Ds_ReduceOp<"reduce_max", "maximum">;
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+def Ds_ReshapeOp : Ds_Op<"reshape"> {
+  let summary = "same elements, new static shape";
+  let arguments = (ins Ds_Tensor:$input);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+def Ds_TransposeOp : Ds_Op<"transpose", [InferTypeOpAdaptor]> {
+  let summary = "permute axes: result axis i is input axis perm[i]";
+  let arguments = (ins Ds_Tensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+def Ds_BroadcastToOp : Ds_Op<"broadcast_to"> {
+  let summary = "broadcast to the result shape (ONNX Expand)";
+  let arguments = (ins Ds_Tensor:$input);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Ds_ConcatOp : Ds_Op<"concat", [SameOperandsElementType, InferTypeOpAdaptor]> {
+  let summary = "concatenate along one axis";
+  let arguments = (ins Variadic<Ds_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs)";
+  let hasFolder = 1;
+}
+
+def Ds_SplitOp : Ds_Op<"split"> {
+  let summary = "split along one axis into the result shapes";
+  let arguments = (ins Ds_Tensor:$input, I64Attr:$axis);
+  let results = (outs Variadic<Ds_Tensor>:$results);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
+  let hasVerifier = 1;
+}
+
+def Ds_SliceOp : Ds_Op<"slice"> {
+  let summary = "strided slice; result axis i takes offsets[i] + k * strides[i]";
+  let description = [{
+    One offset and one (non-zero, possibly negative) stride per axis; the
+    result type gives the size per axis. Every index read is in bounds.
+  }];
+  let arguments = (ins Ds_Tensor:$input, DenseI64ArrayAttr:$offsets,
+                   DenseI64ArrayAttr:$strides);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Ds_GatherOp : Ds_Op<"gather", [InferTypeOpAdaptor]> {
+  let summary = "take slices of `data` along `axis` at `indices`";
+  let description = [{
+    ONNX Gather: result shape is data[:axis] + indices + data[axis+1:].
+    Negative indices count from the end; an index out of range is a runtime
+    error.
+  }];
+  let arguments = (ins Ds_Tensor:$data, Ds_IndexTensor:$indices,
+                   I64Attr:$axis);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$data `,` $indices attr-dict `:` type($data) `,` "
+                       "type($indices)";
+}
+
+def Ds_TriluOp : Ds_Op<"trilu", [SameOperandsAndResultType]> {
+  let summary = "keep the upper or lower triangle of the last two axes";
+  let description = [{
+    `upper`: keep elements with j - i >= k, else those with j - i <= k;
+    the rest become zero.
+  }];
+  let arguments = (ins Ds_Tensor:$input, BoolAttr:$upper,
+                   DefaultValuedAttr<I64Attr, "0">:$k);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Ds_DropoutOp : Ds_Op<"dropout", [InferTypeOpAdaptor]> {
+  let summary = "training-mode dropout: zero with probability `ratio`, scale "
+                "the rest by 1 / (1 - ratio)";
+  let description = [{
+    Only training-mode dropout reaches the IR (inference-mode Dropout is the
+    identity and import drops it). `seed` makes each dropout op distinct and
+    reproducible; `mask` is true where the input is kept.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, F32Attr:$ratio, I64Attr:$seed);
+  let results = (outs Ds_FloatTensor:$result, Ds_BoolTensor:$mask);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+def Ds_SoftmaxCrossEntropyOp : Ds_Op<"softmax_cross_entropy",
+    [InferTypeOpAdaptor]> {
+  let summary = "softmax cross-entropy of class scores against labels";
+  let description = [{
+    ONNX SoftmaxCrossEntropyLoss: scores [N, C, d...], labels [N, d...],
+    optional per-class weights [C]. `log_prob` (log-softmax over C) is a
+    result because backward needs it. Labels equal to `ignore_index`
+    contribute nothing and do not count towards the mean.
+  }];
+  let arguments = (ins Ds_FloatTensor:$scores, Ds_IndexTensor:$labels,
+                   Optional<Ds_FloatTensor>:$weights,
+                   DefaultValuedAttr<Ds_LossReductionAttr,
+                                     "LossReduction::mean">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Ds_FloatTensor:$loss, Ds_FloatTensor:$log_prob);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
+def Ds_NllLossOp : Ds_Op<"nll_loss", [InferTypeOpAdaptor]> {
+  let summary = "negative log-likelihood of log-probabilities against labels";
+  let arguments = (ins Ds_FloatTensor:$log_prob, Ds_IndexTensor:$labels,
+                   Optional<Ds_FloatTensor>:$weights,
+                   DefaultValuedAttr<Ds_LossReductionAttr,
+                                     "LossReduction::mean">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Ds_FloatTensor:$loss);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling
+//===----------------------------------------------------------------------===//
+
+def Ds_ConvOp : Ds_Op<"conv", [InferTypeOpAdaptor]> {
+  let summary = "N-d grouped convolution (cross-correlation), NC... layout";
+  let description = [{
+    input [N, C, D...], weight [M, C / group, K...], optional bias [M].
+    `pads` holds the begin pads of every spatial axis, then the end pads.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$weight,
+                   Optional<Ds_FloatTensor>:$bias,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations,
+                   DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
+class Ds_PoolOp<string mnemonic, string what>
+    : Ds_Op<mnemonic, [SameOperandsElementType, InferTypeOpAdaptor]> {
+  let summary = what # " pooling over the spatial axes of [N, C, D...]";
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Ds_MaxPoolOp : Ds_PoolOp<"max_pool", "maximum"> {
+  let arguments = (ins Ds_FloatTensor:$input,
+                   DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
+                   DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$dilations,
+                   UnitAttr:$ceil_mode);
+}
+
+def Ds_AveragePoolOp : Ds_PoolOp<"avg_pool", "average"> {
+  let arguments = (ins Ds_FloatTensor:$input,
+                   DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
+                   DenseI64ArrayAttr:$pads, UnitAttr:$ceil_mode,
+                   UnitAttr:$count_include_pad);
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates (ONNX ai.onnx.preview.training), one tensor per op
+//===----------------------------------------------------------------------===//
+
+class Ds_OptimizerOp<string mnemonic> : Ds_Op<mnemonic, [InferTypeOpAdaptor]> {
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+  let hasVerifier = 1;
+}
+
+def Ds_AdamOp : Ds_OptimizerOp<"adam"> {
+  let summary = "one Adam step of ONNX's preview Adam for one tensor";
+  let description = [{
+    With g' = g + norm_coefficient * x:
+    v' = alpha v + (1 - alpha) g'; h' = beta h + (1 - beta) g'^2;
+    for step > 0, r' = lr * sqrt(1 - beta^step) / (1 - alpha^step), else lr;
+    x' = (1 - norm_coefficient_post) * (x - r' v' / (sqrt(h') + epsilon)).
+  }];
+  let arguments = (ins Ds_FloatTensor:$lr, Ds_I64Tensor:$step,
+                   Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                   Ds_FloatTensor:$first_moment, Ds_FloatTensor:$second_moment,
+                   DefaultValuedAttr<F32Attr, "0.9">:$alpha,
+                   DefaultValuedAttr<F32Attr, "0.999">:$beta,
+                   DefaultValuedAttr<F32Attr, "1.0e-6">:$epsilon,
+                   DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient,
+                   DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient_post);
+  let results = (outs Ds_FloatTensor:$param_out,
+                 Ds_FloatTensor:$first_moment_out,
+                 Ds_FloatTensor:$second_moment_out);
+}
+
+def Ds_MomentumOp : Ds_OptimizerOp<"momentum"> {
+  let summary = "one SGD-with-momentum step of ONNX's preview Momentum";
+  let arguments = (ins Ds_FloatTensor:$lr, Ds_I64Tensor:$step,
+                   Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                   Ds_FloatTensor:$velocity,
+                   F32Attr:$alpha, F32Attr:$beta,
+                   DefaultValuedAttr<Ds_MomentumModeAttr,
+                                     "MomentumMode::standard">:$mode,
+                   F32Attr:$norm_coefficient);
+  let results = (outs Ds_FloatTensor:$param_out,
+                 Ds_FloatTensor:$velocity_out);
+}
+
+def Ds_AdagradOp : Ds_OptimizerOp<"adagrad"> {
+  let summary = "one step of ONNX's preview Adagrad for one tensor";
+  let arguments = (ins Ds_FloatTensor:$lr, Ds_I64Tensor:$step,
+                   Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                   Ds_FloatTensor:$accumulator,
+                   DefaultValuedAttr<F32Attr, "0.0">:$decay_factor,
+                   DefaultValuedAttr<F32Attr, "1.0e-6">:$epsilon,
+                   DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient);
+  let results = (outs Ds_FloatTensor:$param_out,
+                 Ds_FloatTensor:$accumulator_out);
+}
+
+#endif // DSOPT_DIALECT_DS_DSOPS_TD

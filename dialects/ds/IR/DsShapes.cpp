@@ -1,0 +1,651 @@
+//===- DsShapes.cpp - result type inference of ds ops ---------------------===//
+//
+// InferTypeOpInterface for every ds op whose result types follow from its
+// operands and attributes. The importer builds ops through these functions,
+// and the verifier checks the declared result types against them, so a
+// malformed op is reported here with the reason.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/IR/DsDialect.h"
+
+#include "mlir/Dialect/Traits.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace dsopt::ds;
+
+namespace {
+using Types = SmallVectorImpl<Type>;
+
+/// Emits `message` at `loc` (when inference runs on behalf of the verifier)
+/// and fails.
+LogicalResult fail(std::optional<Location> loc, const Twine &message) {
+  return emitOptionalError(loc, message);
+}
+
+/// Inference also runs while parsing, before attributes are verified, so a
+/// missing attribute must be an error here rather than a null dereference.
+LogicalResult missingAttribute(std::optional<Location> loc, StringRef what,
+                               StringRef names) {
+  return fail(loc, what + " needs attribute(s) " + names);
+}
+
+/// Defaults are not yet filled in while parsing.
+LossReduction reductionOf(LossReductionAttr attr) {
+  return attr ? attr.getValue() : LossReduction::mean;
+}
+
+RankedTensorType tensorType(Value value) {
+  return dyn_cast<RankedTensorType>(value.getType());
+}
+
+std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  llvm::raw_string_ostream os(text);
+  llvm::interleave(shape, os, ", ");
+  os << "]";
+  return text;
+}
+
+/// The spatial geometry shared by convolution and pooling.
+struct WindowAttrs {
+  ArrayRef<int64_t> kernel, strides, pads, dilations;
+};
+
+/// Output extent of one spatial axis of a convolution or pooling window:
+/// floor (or ceil) of (in + pads - dilated kernel) / stride, plus one. With
+/// ceil mode a last window that would start inside the end padding is
+/// dropped, as in PyTorch and ONNX's reference.
+int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t stride,
+                         int64_t padBegin, int64_t padEnd, int64_t dilation,
+                         bool ceilMode) {
+  int64_t span = in + padBegin + padEnd - dilation * (kernel - 1) - 1;
+  if (span < 0)
+    return 0;
+  int64_t out = (ceilMode ? (span + stride - 1) / stride : span / stride) + 1;
+  if (ceilMode && (out - 1) * stride >= in + padBegin)
+    --out;
+  return out;
+}
+
+LogicalResult inferWindowShape(std::optional<Location> loc, StringRef what,
+                               RankedTensorType input, WindowAttrs window,
+                               int64_t outChannels, bool ceilMode,
+                               SmallVectorImpl<int64_t> &shape) {
+  int64_t spatial = input.getRank() - 2;
+  if (spatial < 1)
+    return fail(loc, what + " input must have rank >= 3 ([N, C, D...]), got " +
+                         shapeString(input.getShape()));
+  auto checkSize = [&](ArrayRef<int64_t> values, int64_t expected,
+                       StringRef name) -> LogicalResult {
+    if (static_cast<int64_t>(values.size()) != expected)
+      return fail(loc, what + " '" + name + "' needs " + Twine(expected) +
+                           " values for " + Twine(spatial) +
+                           " spatial axes, got " + Twine(values.size()));
+    return success();
+  };
+  if (failed(checkSize(window.kernel, spatial, "kernel")) ||
+      failed(checkSize(window.strides, spatial, "strides")) ||
+      failed(checkSize(window.pads, 2 * spatial, "pads")) ||
+      failed(checkSize(window.dilations, spatial, "dilations")))
+    return failure();
+  shape.assign({input.getDimSize(0), outChannels});
+  for (int64_t i = 0; i < spatial; ++i) {
+    int64_t kernel = window.kernel[i], stride = window.strides[i],
+            dilation = window.dilations[i];
+    int64_t padBegin = window.pads[i], padEnd = window.pads[i + spatial];
+    if (kernel < 1 || stride < 1 || dilation < 1)
+      return fail(loc, what + " kernel, strides and dilations must be "
+                              "positive on axis " +
+                           Twine(i + 2));
+    if (padBegin < 0 || padEnd < 0)
+      return fail(loc, what + " pads must be non-negative");
+    int64_t out = windowOutputSize(input.getDimSize(i + 2), kernel, stride,
+                                   padBegin, padEnd, dilation, ceilMode);
+    if (out < 1)
+      return fail(loc, what + " window (kernel " + Twine(kernel) +
+                           ", dilation " + Twine(dilation) +
+                           ") does not fit spatial axis " + Twine(i + 2) +
+                           " of size " + Twine(input.getDimSize(i + 2)) +
+                           " with its padding");
+    shape.push_back(out);
+  }
+  return success();
+}
+
+/// Shape of a per-sample loss: the labels' shape must be the scores' shape
+/// without the class axis 1.
+LogicalResult checkLossOperands(std::optional<Location> loc, StringRef what,
+                                RankedTensorType scores,
+                                RankedTensorType labels,
+                                RankedTensorType weights) {
+  if (scores.getRank() < 2)
+    return fail(loc, what + " scores must be [N, C, d...], got " +
+                         shapeString(scores.getShape()));
+  SmallVector<int64_t> expected{scores.getDimSize(0)};
+  llvm::append_range(expected, scores.getShape().drop_front(2));
+  if (labels.getShape() != ArrayRef<int64_t>(expected))
+    return fail(loc, what + " labels must have shape " +
+                         shapeString(expected) + " for scores " +
+                         shapeString(scores.getShape()) + ", got " +
+                         shapeString(labels.getShape()));
+  if (weights && (weights.getRank() != 1 ||
+                  weights.getDimSize(0) != scores.getDimSize(1)))
+    return fail(loc, what + " weights must have shape [" +
+                         Twine(scores.getDimSize(1)) + "], got " +
+                         shapeString(weights.getShape()));
+  return success();
+}
+
+LogicalResult inferLoss(std::optional<Location> loc, StringRef what,
+                        RankedTensorType scores, RankedTensorType labels,
+                        RankedTensorType weights, LossReduction reduction,
+                        Types &types) {
+  if (failed(checkLossOperands(loc, what, scores, labels, weights)))
+    return failure();
+  Type element = scores.getElementType();
+  if (reduction == LossReduction::none)
+    types.push_back(RankedTensorType::get(labels.getShape(), element));
+  else
+    types.push_back(RankedTensorType::get({}, element));
+  return success();
+}
+
+LogicalResult checkScalar(std::optional<Location> loc, StringRef what,
+                          StringRef name, RankedTensorType type) {
+  if (!type || type.getNumElements() != 1 || type.getRank() > 1)
+    return fail(loc, what + " '" + name + "' must be a scalar");
+  return success();
+}
+
+/// Result types of an optimizer step: each updated state has the parameter's
+/// type, and every state must match the parameter.
+LogicalResult inferOptimizer(std::optional<Location> loc, StringRef what,
+                             Value lr, Value step, ValueRange states,
+                             unsigned numResults, Types &types) {
+  if (failed(checkScalar(loc, what, "lr", tensorType(lr))) ||
+      failed(checkScalar(loc, what, "step", tensorType(step))))
+    return failure();
+  Type paramType = states.front().getType();
+  for (Value state : states.drop_front())
+    if (state.getType() != paramType)
+      return fail(loc, what + " gradient and state tensors must all have the "
+                              "parameter's type");
+  types.append(numResults, paramType);
+  return success();
+}
+} // namespace
+
+namespace dsopt::ds::detail {
+LogicalResult inferBroadcastResult(std::optional<Location> loc,
+                                   ArrayRef<Type> operandTypes,
+                                   Type elementType, Types &inferredTypes) {
+  SmallVector<int64_t> shape;
+  Type lastElement;
+  for (Type type : operandTypes) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    if (!tensor)
+      return fail(loc, "operands must be ranked tensors");
+    SmallVector<int64_t> next;
+    if (!OpTrait::util::getBroadcastedShape(shape, tensor.getShape(), next))
+      return fail(loc, "operand shapes " + shapeString(shape) + " and " +
+                           shapeString(tensor.getShape()) +
+                           " do not broadcast");
+    shape = std::move(next);
+    lastElement = tensor.getElementType();
+  }
+  inferredTypes.push_back(
+      RankedTensorType::get(shape, elementType ? elementType : lastElement));
+  return success();
+}
+} // namespace dsopt::ds::detail
+
+using dsopt::ds::detail::inferBroadcastResult;
+
+LogicalResult ConstantOp::inferReturnTypes(MLIRContext *,
+                                           std::optional<Location> loc,
+                                           Adaptor adaptor, Types &types) {
+  if (!adaptor.getValue())
+    return fail(loc, "constant needs a value");
+  types.push_back(adaptor.getValue().getType());
+  return success();
+}
+
+LogicalResult CompareOp::inferReturnTypes(MLIRContext *context,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor, Types &types) {
+  return inferBroadcastResult(
+      loc, {adaptor.getLhs().getType(), adaptor.getRhs().getType()},
+      IntegerType::get(context, 1), types);
+}
+
+LogicalResult WhereOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor, Types &types) {
+  Type lhs = adaptor.getLhs().getType(), rhs = adaptor.getRhs().getType();
+  if (getElementTypeOrSelf(lhs) != getElementTypeOrSelf(rhs))
+    return fail(loc, "where branches must have the same element type");
+  return inferBroadcastResult(loc,
+                              {adaptor.getCondition().getType(), lhs, rhs},
+                              getElementTypeOrSelf(lhs), types);
+}
+
+LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor, Types &types) {
+  auto lhs = tensorType(adaptor.getLhs()), rhs = tensorType(adaptor.getRhs());
+  if (!lhs || !rhs || lhs.getRank() < 1 || rhs.getRank() < 1)
+    return fail(loc, "matmul operands must have rank >= 1");
+  SmallVector<int64_t> a(lhs.getShape()), b(rhs.getShape());
+  if (adaptor.getTransposeLhs() && a.size() >= 2)
+    std::swap(a[a.size() - 1], a[a.size() - 2]);
+  if (adaptor.getTransposeRhs() && b.size() >= 2)
+    std::swap(b[b.size() - 1], b[b.size() - 2]);
+  bool lhsVector = a.size() == 1, rhsVector = b.size() == 1;
+  if (lhsVector)
+    a.insert(a.begin(), 1);
+  if (rhsVector)
+    b.push_back(1);
+  int64_t m = a[a.size() - 2], k = a.back(), kRhs = b[b.size() - 2],
+          n = b.back();
+  if (k != kRhs)
+    return fail(loc, "matmul contraction sizes differ: " +
+                         shapeString(lhs.getShape()) + " x " +
+                         shapeString(rhs.getShape()) + " (" + Twine(k) +
+                         " vs " + Twine(kRhs) + ")");
+  SmallVector<int64_t> batch;
+  if (!OpTrait::util::getBroadcastedShape(ArrayRef(a).drop_back(2),
+                                          ArrayRef(b).drop_back(2), batch))
+    return fail(loc, "matmul batch axes of " + shapeString(lhs.getShape()) +
+                         " and " + shapeString(rhs.getShape()) +
+                         " do not broadcast");
+  if (!lhsVector)
+    batch.push_back(m);
+  if (!rhsVector)
+    batch.push_back(n);
+  types.push_back(RankedTensorType::get(batch, lhs.getElementType()));
+  return success();
+}
+
+LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc,
+                                       Adaptor adaptor, Types &types) {
+  auto a = tensorType(adaptor.getA()), b = tensorType(adaptor.getB());
+  if (!a || !b || a.getRank() != 2 || b.getRank() != 2)
+    return fail(loc, "gemm operands a and b must be 2-D");
+  if (a.getElementType() != b.getElementType())
+    return fail(loc, "gemm operands must have the same element type");
+  int64_t m = a.getDimSize(adaptor.getTransposeA() ? 1 : 0);
+  int64_t k = a.getDimSize(adaptor.getTransposeA() ? 0 : 1);
+  int64_t kB = b.getDimSize(adaptor.getTransposeB() ? 1 : 0);
+  int64_t n = b.getDimSize(adaptor.getTransposeB() ? 0 : 1);
+  if (k != kB)
+    return fail(loc, "gemm contraction sizes differ (" + Twine(k) + " vs " +
+                         Twine(kB) + ")");
+  if (Value cValue = adaptor.getC()) {
+    auto c = tensorType(cValue);
+    const int64_t target[2] = {m, n};
+    if (!c || c.getRank() > 2 ||
+        c.getElementType() != a.getElementType())
+      return fail(loc, "gemm c must be a tensor of rank <= 2 of a's type");
+    for (auto [i, dim] : llvm::enumerate(llvm::reverse(c.getShape())))
+      if (dim != 1 && dim != target[1 - i])
+        return fail(loc, "gemm c " + shapeString(c.getShape()) +
+                             " does not broadcast to [" + Twine(m) + ", " +
+                             Twine(n) + "]");
+  }
+  types.push_back(RankedTensorType::get({m, n}, a.getElementType()));
+  return success();
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *context,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  auto scale = tensorType(adaptor.getScale());
+  if (!input || !scale)
+    return fail(loc, "layer_norm operands must be ranked tensors");
+  if (!adaptor.getAxisAttr())
+    return missingAttribute(loc, "layer_norm", "axis");
+  int64_t rank = input.getRank(), axis = adaptor.getAxis();
+  if (axis < 0 || axis >= rank)
+    return fail(loc, "layer_norm axis " + Twine(axis) +
+                         " is out of range for rank " + Twine(rank));
+  ArrayRef<int64_t> normalized = input.getShape().drop_front(axis);
+  auto checkParam = [&](RankedTensorType param,
+                        StringRef name) -> LogicalResult {
+    SmallVector<int64_t> broadcast;
+    if (param.getElementType() != input.getElementType() ||
+        param.getRank() > static_cast<int64_t>(normalized.size()) ||
+        !OpTrait::util::getBroadcastedShape(normalized, param.getShape(),
+                                            broadcast) ||
+        ArrayRef<int64_t>(broadcast) != normalized)
+      return fail(loc, "layer_norm " + name + " " +
+                           shapeString(param.getShape()) +
+                           " must broadcast to the normalized shape " +
+                           shapeString(normalized) + " with the input's type");
+    return success();
+  };
+  if (failed(checkParam(scale, "scale")))
+    return failure();
+  if (Value bias = adaptor.getBias())
+    if (failed(checkParam(tensorType(bias), "bias")))
+      return failure();
+  SmallVector<int64_t> statShape(input.getShape().take_front(axis));
+  statShape.append(rank - axis, 1);
+  auto stat = RankedTensorType::get(statShape, Float32Type::get(context));
+  types.append({input, stat, stat});
+  return success();
+}
+
+/// Checks the per-channel operands of batch normalization.
+static LogicalResult checkBatchNorm(std::optional<Location> loc,
+                                    RankedTensorType input,
+                                    ValueRange channelOperands) {
+  if (!input || input.getRank() < 2)
+    return fail(loc, "batch_norm input must be [N, C, ...]");
+  for (Value operand : channelOperands) {
+    auto type = tensorType(operand);
+    if (!type || type.getRank() != 1 ||
+        type.getDimSize(0) != input.getDimSize(1))
+      return fail(loc, "batch_norm scale, bias, mean and variance must have "
+                       "shape [" +
+                           Twine(input.getDimSize(1)) + "]");
+  }
+  return success();
+}
+
+LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  if (failed(checkBatchNorm(loc, input,
+                            {adaptor.getScale(), adaptor.getBias(),
+                             adaptor.getMean(), adaptor.getVar()})))
+    return failure();
+  types.push_back(input);
+  return success();
+}
+
+LogicalResult BatchNormTrainOp::inferReturnTypes(MLIRContext *context,
+                                                 std::optional<Location> loc,
+                                                 Adaptor adaptor,
+                                                 Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  if (failed(checkBatchNorm(loc, input,
+                            {adaptor.getScale(), adaptor.getBias(),
+                             adaptor.getRunningMean(),
+                             adaptor.getRunningVar()})))
+    return failure();
+  auto saved =
+      RankedTensorType::get({input.getDimSize(1)}, Float32Type::get(context));
+  types.append({input, adaptor.getRunningMean().getType(),
+                adaptor.getRunningVar().getType(), saved, saved});
+  return success();
+}
+
+/// Shared by the reductions: axes must be sorted, unique and in range.
+template <typename Adaptor>
+static LogicalResult inferReduce(std::optional<Location> loc, StringRef what,
+                                 Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  if (!input)
+    return fail(loc, what + " input must be a ranked tensor");
+  if (!adaptor.getAxesAttr())
+    return missingAttribute(loc, what, "axes");
+  ArrayRef<int64_t> axes = adaptor.getAxes();
+  bool keepdims =
+      adaptor.getKeepdimsAttr() ? adaptor.getKeepdimsAttr().getValue() : true;
+  int64_t rank = input.getRank();
+  for (auto [i, axis] : llvm::enumerate(axes)) {
+    if (axis < 0 || axis >= rank)
+      return fail(loc, what + " axis " + Twine(axis) +
+                           " is out of range for rank " + Twine(rank));
+    if (i > 0 && axes[i - 1] >= axis)
+      return fail(loc, what + " axes must be sorted and unique");
+  }
+  SmallVector<int64_t> shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!llvm::is_contained(axes, d))
+      shape.push_back(input.getDimSize(d));
+    else if (keepdims)
+      shape.push_back(1);
+  }
+  types.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult ReduceSumOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor, Types &types) {
+  return inferReduce(loc, "reduce_sum", adaptor, types);
+}
+LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor, Types &types) {
+  return inferReduce(loc, "reduce_mean", adaptor, types);
+}
+LogicalResult ReduceMaxOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor, Types &types) {
+  return inferReduce(loc, "reduce_max", adaptor, types);
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  if (!adaptor.getPermAttr())
+    return missingAttribute(loc, "transpose", "perm");
+  ArrayRef<int64_t> perm = adaptor.getPerm();
+  if (!input || static_cast<int64_t>(perm.size()) != input.getRank())
+    return fail(loc, "transpose perm must have one entry per input axis");
+  SmallVector<bool> seen(perm.size(), false);
+  SmallVector<int64_t> shape;
+  for (int64_t axis : perm) {
+    if (axis < 0 || axis >= input.getRank() || seen[axis])
+      return fail(loc, "transpose perm must be a permutation of [0, " +
+                           Twine(input.getRank()) + ")");
+    seen[axis] = true;
+    shape.push_back(input.getDimSize(axis));
+  }
+  types.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor, Types &types) {
+  ValueRange inputs = adaptor.getInputs();
+  if (inputs.empty())
+    return fail(loc, "concat needs at least one input");
+  auto first = tensorType(inputs.front());
+  if (!adaptor.getAxisAttr())
+    return missingAttribute(loc, "concat", "axis");
+  int64_t axis = adaptor.getAxis();
+  if (!first || axis < 0 || axis >= first.getRank())
+    return fail(loc, "concat axis " + Twine(axis) + " is out of range");
+  SmallVector<int64_t> shape(first.getShape());
+  for (Value input : inputs.drop_front()) {
+    auto type = tensorType(input);
+    if (!type || type.getRank() != first.getRank())
+      return fail(loc, "concat inputs must have the same rank");
+    for (int64_t d = 0; d < first.getRank(); ++d) {
+      if (d == axis)
+        shape[d] += type.getDimSize(d);
+      else if (type.getDimSize(d) != first.getDimSize(d))
+        return fail(loc, "concat inputs " + shapeString(first.getShape()) +
+                             " and " + shapeString(type.getShape()) +
+                             " differ outside axis " + Twine(axis));
+    }
+  }
+  types.push_back(RankedTensorType::get(shape, first.getElementType()));
+  return success();
+}
+
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor, Types &types) {
+  auto data = tensorType(adaptor.getData());
+  auto indices = tensorType(adaptor.getIndices());
+  if (!adaptor.getAxisAttr())
+    return missingAttribute(loc, "gather", "axis");
+  int64_t axis = adaptor.getAxis();
+  if (!data || !indices || axis < 0 || axis >= data.getRank())
+    return fail(loc, "gather axis " + Twine(axis) +
+                         " is out of range for the data's rank");
+  SmallVector<int64_t> shape(data.getShape().take_front(axis));
+  llvm::append_range(shape, indices.getShape());
+  llvm::append_range(shape, data.getShape().drop_front(axis + 1));
+  types.push_back(RankedTensorType::get(shape, data.getElementType()));
+  return success();
+}
+
+LogicalResult DropoutOp::inferReturnTypes(MLIRContext *context,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  if (!input)
+    return fail(loc, "dropout input must be a ranked tensor");
+  types.append({input, RankedTensorType::get(input.getShape(),
+                                             IntegerType::get(context, 1))});
+  return success();
+}
+
+LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    Types &types) {
+  auto scores = tensorType(adaptor.getScores());
+  auto weights =
+      adaptor.getWeights() ? tensorType(adaptor.getWeights()) : nullptr;
+  if (failed(inferLoss(loc, "softmax_cross_entropy", scores,
+                       tensorType(adaptor.getLabels()), weights,
+                       reductionOf(adaptor.getReductionAttr()), types)))
+    return failure();
+  types.push_back(scores);
+  return success();
+}
+
+LogicalResult NllLossOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor, Types &types) {
+  auto weights =
+      adaptor.getWeights() ? tensorType(adaptor.getWeights()) : nullptr;
+  return inferLoss(loc, "nll_loss", tensorType(adaptor.getLogProb()),
+                   tensorType(adaptor.getLabels()), weights,
+                   reductionOf(adaptor.getReductionAttr()), types);
+}
+
+LogicalResult ConvOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc,
+                                       Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  auto weight = tensorType(adaptor.getWeight());
+  if (!input || !weight || input.getRank() != weight.getRank())
+    return fail(loc, "conv input and weight must have the same rank");
+  if (input.getElementType() != weight.getElementType())
+    return fail(loc, "conv input and weight must have the same element type");
+  if (!adaptor.getStridesAttr() || !adaptor.getPadsAttr() ||
+      !adaptor.getDilationsAttr())
+    return missingAttribute(loc, "conv", "strides, pads and dilations");
+  int64_t group = adaptor.getGroupAttr() ? adaptor.getGroup() : 1;
+  int64_t channels = input.getRank() >= 2 ? input.getDimSize(1) : 0;
+  int64_t outChannels = weight.getDimSize(0);
+  if (group < 1 || channels % group != 0 || outChannels % group != 0)
+    return fail(loc, "conv group " + Twine(group) +
+                         " must divide the input channels (" +
+                         Twine(channels) + ") and output channels (" +
+                         Twine(outChannels) + ")");
+  if (weight.getDimSize(1) != channels / group)
+    return fail(loc, "conv weight " + shapeString(weight.getShape()) +
+                         " needs " + Twine(channels / group) +
+                         " input channels per group, input has " +
+                         Twine(channels) + " channels in " + Twine(group) +
+                         " groups");
+  if (Value biasValue = adaptor.getBias()) {
+    auto bias = tensorType(biasValue);
+    if (!bias || bias.getRank() != 1 || bias.getDimSize(0) != outChannels)
+      return fail(loc, "conv bias must have shape [" + Twine(outChannels) +
+                           "]");
+  }
+  SmallVector<int64_t> shape;
+  WindowAttrs window{weight.getShape().drop_front(2), adaptor.getStrides(),
+                     adaptor.getPads(), adaptor.getDilations()};
+  if (failed(inferWindowShape(loc, "conv", input, window, outChannels,
+                              /*ceilMode=*/false, shape)))
+    return failure();
+  types.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  if (!input || input.getRank() < 3)
+    return fail(loc, "max_pool input must be [N, C, D...]");
+  if (!adaptor.getKernelShapeAttr() || !adaptor.getStridesAttr() ||
+      !adaptor.getPadsAttr() || !adaptor.getDilationsAttr())
+    return missingAttribute(loc, "max_pool",
+                            "kernel_shape, strides, pads and dilations");
+  SmallVector<int64_t> shape;
+  WindowAttrs window{adaptor.getKernelShape(), adaptor.getStrides(),
+                     adaptor.getPads(), adaptor.getDilations()};
+  if (failed(inferWindowShape(loc, "max_pool", input, window,
+                              input.getDimSize(1), adaptor.getCeilMode(),
+                              shape)))
+    return failure();
+  types.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult AveragePoolOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  if (!input || input.getRank() < 3)
+    return fail(loc, "avg_pool input must be [N, C, D...]");
+  if (!adaptor.getKernelShapeAttr() || !adaptor.getStridesAttr() ||
+      !adaptor.getPadsAttr())
+    return missingAttribute(loc, "avg_pool", "kernel_shape, strides and pads");
+  SmallVector<int64_t> ones(adaptor.getKernelShape().size(), 1);
+  SmallVector<int64_t> shape;
+  WindowAttrs window{adaptor.getKernelShape(), adaptor.getStrides(),
+                     adaptor.getPads(), ones};
+  if (failed(inferWindowShape(loc, "avg_pool", input, window,
+                              input.getDimSize(1), adaptor.getCeilMode(),
+                              shape)))
+    return failure();
+  types.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult AdamOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc,
+                                       Adaptor adaptor, Types &types) {
+  return inferOptimizer(loc, "adam", adaptor.getLr(), adaptor.getStep(),
+                        {adaptor.getParam(), adaptor.getGrad(),
+                         adaptor.getFirstMoment(), adaptor.getSecondMoment()},
+                        3, types);
+}
+
+LogicalResult MomentumOp::inferReturnTypes(MLIRContext *,
+                                           std::optional<Location> loc,
+                                           Adaptor adaptor, Types &types) {
+  return inferOptimizer(loc, "momentum", adaptor.getLr(), adaptor.getStep(),
+                        {adaptor.getParam(), adaptor.getGrad(),
+                         adaptor.getVelocity()},
+                        2, types);
+}
+
+LogicalResult AdagradOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor, Types &types) {
+  return inferOptimizer(loc, "adagrad", adaptor.getLr(), adaptor.getStep(),
+                        {adaptor.getParam(), adaptor.getGrad(),
+                         adaptor.getAccumulator()},
+                        2, types);
+}

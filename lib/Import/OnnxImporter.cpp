@@ -1,0 +1,1121 @@
+//===- OnnxImporter.cpp - ONNX ModelProto to a ds function ----------------===//
+//
+// Walks the graph in order. Every ONNX value is known either as an MLIR value
+// or as a constant computed at import (HostTensor), or both; constants are
+// materialized lazily, only where real compute consumes them, so shape
+// arithmetic leaves no trace in the IR. Initializers become parameters the
+// first time a node consumes them as tensors.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dsopt/Import/OnnxImporter.h"
+
+#include "ExternalData.h"
+#include "HostTensor.h"
+#include "ImporterImpl.h"
+#include "OnnxFile.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/Support/Path.h"
+
+using namespace mlir;
+using llvm::StringRef;
+using llvm::Twine;
+
+namespace dsopt::onnx_import {
+namespace {
+constexpr int64_t kMinOpset = 13, kMaxOpset = 21;
+constexpr int64_t kMinIrVersion = 3, kMaxIrVersion = 11;
+
+llvm::Error makeError(const Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  for (auto [i, d] : llvm::enumerate(shape))
+    text += (i ? ", " : "") + std::to_string(d);
+  return text + "]";
+}
+} // namespace
+
+/// What the importer knows about one ONNX value.
+struct ValueEntry {
+  Value value;
+  std::optional<HostTensor> constant;
+};
+
+class GraphImporter {
+public:
+  GraphImporter(MLIRContext &context, const onnx::ModelProto &model,
+                const llvm::StringMap<InlinePayload> &payloads,
+                StringRef displayName, StringRef modelDir,
+                const OnnxImportOptions &options)
+      : builder(&context), context(context), model(model),
+        graph(model.graph()), payloads(payloads), displayName(displayName),
+        modelDir(modelDir), options(options),
+        diagnosticHandler(&context, [this](Diagnostic &diag) {
+          diagnostics.push_back(diag.str());
+          for (const Diagnostic &note : diag.getNotes())
+            diagnostics.push_back(note.str());
+          return success();
+        }) {}
+
+  llvm::Expected<OwningOpRef<ModuleOp>> run();
+
+  //===--- used by NodeContext ---------------------------------------------===//
+  FailureOr<Value> valueOf(NodeContext &ctx, StringRef name);
+  FailureOr<RankedTensorType> typeOf(NodeContext &ctx, StringRef name);
+  const HostTensor *constantOf(StringRef name, bool readParameters);
+  FailureOr<Value> materialize(NodeContext &ctx, const HostTensor &value,
+                               StringRef cacheName = {});
+  void define(StringRef name, Value value) { values[name].value = value; }
+  void defineConstant(StringRef name, HostTensor value) {
+    values[name].constant = std::move(value);
+  }
+  LogicalResult nodeError(const onnx::NodeProto &node, int64_t opset,
+                          const Twine &message);
+  FailureOr<HostTensor> readTensor(const onnx::TensorProto &tensor,
+                                   const Twine &what);
+
+  OpBuilder builder;
+  std::vector<std::string> diagnostics;
+
+private:
+  llvm::Error checkModelHeader();
+  llvm::Error createInputs();
+  llvm::Error importNode(int index);
+  llvm::Error createOutputs();
+  FailureOr<Value> parameter(NodeContext &ctx, StringRef name);
+  llvm::Expected<Attribute> parameterData(const onnx::TensorProto &tensor,
+                                          RankedTensorType type);
+  llvm::Expected<RankedTensorType>
+  resolveValueType(StringRef name, const onnx::TypeProto &type, bool isInput);
+  llvm::Error checkDeclaredType(const onnx::NodeProto *node, int64_t opset,
+                                StringRef name, Type computed);
+  void removeDeadCode();
+  void orderParameters();
+  llvm::Error error(const Twine &message) {
+    return makeError(displayName + ": " + message);
+  }
+
+  MLIRContext &context;
+  const onnx::ModelProto &model;
+  const onnx::GraphProto &graph;
+  const llvm::StringMap<InlinePayload> &payloads;
+  std::string displayName, modelDir;
+  const OnnxImportOptions &options;
+  ScopedDiagnosticHandler diagnosticHandler;
+
+  int64_t defaultOpset = 0, trainingOpset = 0;
+  llvm::StringMap<ValueEntry> values;
+  llvm::StringMap<const onnx::TensorProto *> initializers;
+  llvm::StringMap<int> initializerIndex;
+  llvm::StringMap<const onnx::TypeProto *> declaredTypes;
+  llvm::StringSet<> usedDims;
+  bool batchUsed = false;
+  /// Pending error of the node being imported (set by nodeError).
+  std::string nodeErrorMessage;
+
+  ModuleOp module;
+  func::FuncOp function;
+  Block *body = nullptr;
+  unsigned numInputs = 0;
+  llvm::SmallVector<int> parameterInitializer; // per parameter argument
+  llvm::DenseMap<Value, ds::ParamAttr> paramAttrs;
+  std::vector<std::string> inputNames, outputNames;
+  llvm::DenseMap<Attribute, Value> constantCache;
+};
+
+//===----------------------------------------------------------------------===//
+// NodeContext
+//===----------------------------------------------------------------------===//
+
+NodeContext::NodeContext(GraphImporter &importer, const onnx::NodeProto &node,
+                         int64_t opset, Location loc)
+    : node(node), opset(opset), importer(importer), location(loc) {}
+
+OpBuilder &NodeContext::builder() { return importer.builder; }
+MLIRContext *NodeContext::context() { return importer.builder.getContext(); }
+
+unsigned NodeContext::numInputs() const {
+  unsigned n = node.input_size();
+  while (n > 0 && node.input(n - 1).empty())
+    --n;
+  return n;
+}
+
+bool NodeContext::hasInput(unsigned i) const {
+  return i < static_cast<unsigned>(node.input_size()) && !node.input(i).empty();
+}
+
+FailureOr<Value> NodeContext::input(unsigned i) {
+  if (!hasInput(i))
+    return error("input " + Twine(i) + " is required but missing");
+  return importer.valueOf(*this, node.input(i));
+}
+
+FailureOr<RankedTensorType> NodeContext::inputType(unsigned i) {
+  if (!hasInput(i))
+    return error("input " + Twine(i) + " is required but missing");
+  return importer.typeOf(*this, node.input(i));
+}
+
+const HostTensor *NodeContext::constInput(unsigned i, bool readParameters) {
+  if (!hasInput(i))
+    return nullptr;
+  return importer.constantOf(node.input(i), readParameters);
+}
+
+FailureOr<SmallVector<int64_t>> NodeContext::constInts(unsigned i,
+                                                       StringRef what) {
+  if (!hasInput(i))
+    return error("input " + Twine(i) + " ('" + what +
+                 "') is required but missing");
+  const HostTensor *value = constInput(i, /*readParameters=*/true);
+  if (!value)
+    return error("input " + Twine(i) + " ('" + what + "', value '" +
+                 node.input(i) +
+                 "') must be known at compile time; dsopt needs static "
+                 "shapes (is it computed from a graph input?)");
+  if (value->isFloat())
+    return error("input " + Twine(i) + " ('" + what +
+                 "') must hold integers, got " +
+                 dtypeName(static_cast<int32_t>(value->dtype)));
+  if (value->rank() > 1)
+    return error("input " + Twine(i) + " ('" + what +
+                 "') must be a scalar or 1-D, got shape " +
+                 shapeString(value->shape));
+  SmallVector<int64_t> result;
+  for (int64_t k = 0, n = value->numElements(); k < n; ++k)
+    result.push_back(value->intAt(k));
+  return result;
+}
+
+const onnx::AttributeProto *NodeContext::findAttr(StringRef name) const {
+  for (const auto &attr : node.attribute())
+    if (attr.name() == name)
+      return &attr;
+  return nullptr;
+}
+
+namespace {
+/// ONNX allows the type field to be unset in old files; then the populated
+/// field tells the type.
+bool attrHasType(const onnx::AttributeProto &attr,
+                 onnx::AttributeProto::AttributeType type) {
+  if (attr.type() == type)
+    return true;
+  if (attr.type() != onnx::AttributeProto::UNDEFINED)
+    return false;
+  switch (type) {
+  case onnx::AttributeProto::INT: return attr.has_i();
+  case onnx::AttributeProto::FLOAT: return attr.has_f();
+  case onnx::AttributeProto::STRING: return attr.has_s();
+  case onnx::AttributeProto::TENSOR: return attr.has_t();
+  case onnx::AttributeProto::INTS: return attr.ints_size() > 0;
+  case onnx::AttributeProto::FLOATS: return attr.floats_size() > 0;
+  default: return false;
+  }
+}
+} // namespace
+
+LogicalResult NodeContext::intAttr(StringRef name, int64_t &out,
+                                   std::optional<int64_t> fallback) {
+  const onnx::AttributeProto *attr = findAttr(name);
+  if (!attr) {
+    if (!fallback)
+      return error("required attribute '" + name + "' is missing");
+    out = *fallback;
+    return success();
+  }
+  if (!attrHasType(*attr, onnx::AttributeProto::INT))
+    return error("attribute '" + name + "' must be an INT");
+  out = attr->i();
+  return success();
+}
+
+LogicalResult NodeContext::floatAttr(StringRef name, float &out,
+                                     std::optional<float> fallback) {
+  const onnx::AttributeProto *attr = findAttr(name);
+  if (!attr) {
+    if (!fallback)
+      return error("required attribute '" + name + "' is missing");
+    out = *fallback;
+    return success();
+  }
+  if (!attrHasType(*attr, onnx::AttributeProto::FLOAT))
+    return error("attribute '" + name + "' must be a FLOAT");
+  out = attr->f();
+  return success();
+}
+
+LogicalResult NodeContext::stringAttr(StringRef name, std::string &out,
+                                      std::optional<StringRef> fallback) {
+  const onnx::AttributeProto *attr = findAttr(name);
+  if (!attr) {
+    if (!fallback)
+      return error("required attribute '" + name + "' is missing");
+    out = fallback->str();
+    return success();
+  }
+  if (!attrHasType(*attr, onnx::AttributeProto::STRING))
+    return error("attribute '" + name + "' must be a STRING");
+  out = attr->s();
+  return success();
+}
+
+LogicalResult NodeContext::intsAttr(StringRef name,
+                                    std::optional<SmallVector<int64_t>> &out) {
+  out.reset();
+  const onnx::AttributeProto *attr = findAttr(name);
+  if (!attr)
+    return success();
+  if (!attrHasType(*attr, onnx::AttributeProto::INTS) &&
+      !(attr->type() == onnx::AttributeProto::UNDEFINED &&
+        attr->ints_size() == 0))
+    return error("attribute '" + name + "' must be INTS");
+  out.emplace(attr->ints().begin(), attr->ints().end());
+  return success();
+}
+
+FailureOr<HostTensor> NodeContext::tensorAttr(const onnx::AttributeProto &attr) {
+  if (!attrHasType(attr, onnx::AttributeProto::TENSOR))
+    return error("attribute '" + attr.name() + "' must be a TENSOR");
+  return importer.readTensor(attr.t(), "attribute '" + attr.name() + "'");
+}
+
+LogicalResult NodeContext::requireIntAttr(StringRef name, int64_t expected,
+                                          StringRef why) {
+  int64_t value = expected;
+  if (failed(intAttr(name, value, expected)))
+    return failure();
+  if (value != expected)
+    return error("attribute " + name + " = " + Twine(value) +
+                 " is not supported: " + why);
+  return success();
+}
+
+bool NodeContext::hasOutput(unsigned i) const {
+  return i < static_cast<unsigned>(node.output_size()) &&
+         !node.output(i).empty();
+}
+
+void NodeContext::setOutput(unsigned i, Value value) {
+  if (hasOutput(i))
+    importer.define(node.output(i), value);
+}
+
+void NodeContext::setOutputConst(unsigned i, HostTensor value) {
+  if (hasOutput(i))
+    importer.defineConstant(node.output(i), std::move(value));
+}
+
+FailureOr<Value> NodeContext::materialize(const HostTensor &value) {
+  return importer.materialize(*this, value);
+}
+
+LogicalResult NodeContext::error(const Twine &message) {
+  return importer.nodeError(node, opset, message);
+}
+
+FailureOr<int64_t> NodeContext::normalizeAxis(int64_t axis, int64_t rank,
+                                              StringRef what) {
+  if (axis < -rank || axis >= rank)
+    return error(what + " " + Twine(axis) + " is out of range for rank " +
+                 Twine(rank) + " (valid: [" + Twine(-rank) + ", " +
+                 Twine(rank - 1) + "])");
+  return axis < 0 ? axis + rank : axis;
+}
+
+FailureOr<Operation *> NodeContext::finish(OperationState &state) {
+  Operation *op = builder().create(state);
+  if (failed(mlir::verify(op, /*verifyRecursively=*/false))) {
+    op->erase();
+    return failWithDiagnostics("the op does not verify");
+  }
+  return op;
+}
+
+LogicalResult NodeContext::failWithDiagnostics(StringRef fallback) {
+  std::string message;
+  for (const std::string &diag : importer.diagnostics)
+    message += (message.empty() ? "" : "; ") + diag;
+  importer.diagnostics.clear();
+  return error(message.empty() ? fallback.str() : message);
+}
+
+//===----------------------------------------------------------------------===//
+// GraphImporter
+//===----------------------------------------------------------------------===//
+
+LogicalResult GraphImporter::nodeError(const onnx::NodeProto &node,
+                                       int64_t opset, const Twine &message) {
+  if (!nodeErrorMessage.empty())
+    return failure(); // keep the first, most specific error
+  std::string domain = node.domain().empty() ? "" : node.domain() + ".";
+  nodeErrorMessage = "node '" + node.name() + "' (" + domain + node.op_type() +
+                     ", opset " + std::to_string(opset) +
+                     "): " + message.str();
+  return failure();
+}
+
+FailureOr<HostTensor> GraphImporter::readTensor(const onnx::TensorProto &tensor,
+                                                const Twine &what) {
+  auto fail = [&](const Twine &message) -> FailureOr<HostTensor> {
+    nodeErrorMessage.empty()
+        ? (void)(nodeErrorMessage = (what + ": " + message).str())
+        : (void)0;
+    return failure();
+  };
+  int32_t dtype = tensor.data_type();
+  if (!isHostFoldable(dtype))
+    return fail("element type " + dtypeName(dtype) + " is not supported");
+  SmallVector<int64_t> shape;
+  int64_t count = 1;
+  for (int64_t dim : tensor.dims()) {
+    if (dim < 0)
+      return fail("negative dimension " + Twine(dim));
+    if (llvm::MulOverflow(count, dim, count))
+      return fail("shape overflows 64 bits");
+    shape.push_back(dim);
+  }
+  if (count > kMaxFoldElements)
+    return fail("has " + Twine(count) + " elements, too many to use as a "
+                "compile-time constant (limit " + Twine(kMaxFoldElements) +
+                ")");
+  DType type = static_cast<DType>(dtype);
+  int64_t elementBytes = dtypeByteSize(dtype);
+  std::optional<HostTensor> result;
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
+    auto ref = resolveExternalData(modelDir, tensor, count * elementBytes);
+    if (!ref)
+      return fail(llvm::toString(ref.takeError()));
+    auto bytes = readExternalBytes(modelDir, *ref);
+    if (!bytes)
+      return fail(llvm::toString(bytes.takeError()));
+    result = HostTensor::fromBytes(type, shape, *bytes);
+  } else if (tensor.has_raw_data()) {
+    result = HostTensor::fromBytes(type, shape, tensor.raw_data());
+    if (!result)
+      return fail("raw_data holds " + Twine(tensor.raw_data().size()) +
+                  " bytes but shape " + shapeString(shape) + " of " +
+                  dtypeName(dtype) + " needs " + Twine(count * elementBytes));
+  } else {
+    auto checkCount = [&](int64_t stored) -> bool { return stored == count; };
+    switch (type) {
+    case DType::Float:
+      if (!checkCount(tensor.float_data_size()))
+        break;
+      result = HostTensor::ofFloats(
+          type, shape,
+          std::vector<double>(tensor.float_data().begin(),
+                              tensor.float_data().end()));
+      break;
+    case DType::Double:
+      if (!checkCount(tensor.double_data_size()))
+        break;
+      result = HostTensor::ofFloats(
+          type, shape,
+          std::vector<double>(tensor.double_data().begin(),
+                              tensor.double_data().end()));
+      break;
+    case DType::Int64:
+      if (!checkCount(tensor.int64_data_size()))
+        break;
+      result = HostTensor::ofInts(
+          type, shape,
+          std::vector<int64_t>(tensor.int64_data().begin(),
+                               tensor.int64_data().end()));
+      break;
+    case DType::UInt32: case DType::UInt64:
+      if (!checkCount(tensor.uint64_data_size()))
+        break;
+      result = HostTensor::ofInts(
+          type, shape,
+          std::vector<int64_t>(tensor.uint64_data().begin(),
+                               tensor.uint64_data().end()));
+      break;
+    case DType::Float16: case DType::BFloat16: {
+      if (!checkCount(tensor.int32_data_size()))
+        break;
+      std::string bytes;
+      for (int32_t bits : tensor.int32_data()) {
+        bytes.push_back(static_cast<char>(bits & 0xff));
+        bytes.push_back(static_cast<char>((bits >> 8) & 0xff));
+      }
+      result = HostTensor::fromBytes(type, shape, bytes);
+      break;
+    }
+    default:
+      if (!checkCount(tensor.int32_data_size()))
+        break;
+      result = HostTensor::ofInts(
+          type, shape,
+          std::vector<int64_t>(tensor.int32_data().begin(),
+                               tensor.int32_data().end()));
+      break;
+    }
+    if (!result)
+      return fail("holds the wrong number of values for shape " +
+                  shapeString(shape) + " (" + Twine(count) + " expected)");
+  }
+  if (!result)
+    return fail("cannot decode its data");
+  return std::move(*result);
+}
+
+const HostTensor *GraphImporter::constantOf(StringRef name,
+                                            bool readParameters) {
+  auto it = values.find(name);
+  if (it != values.end() && it->second.constant)
+    return &*it->second.constant;
+  if (it != values.end() && it->second.value) {
+    // A folded ds.constant (e.g. materialized earlier) is still a constant.
+    if (auto constant = it->second.value.getDefiningOp<ds::ConstantOp>())
+      if (auto dense = dyn_cast<DenseElementsAttr>(constant.getValue()))
+        if (dense.isSplat() || dense.getNumElements() <= kMaxFoldElements)
+          if (auto host = HostTensor::fromAttr(dense)) {
+            it->second.constant = std::move(*host);
+            return &*it->second.constant;
+          }
+  }
+  auto init = initializers.find(name);
+  if (init == initializers.end())
+    return nullptr;
+  const onnx::TensorProto &tensor = *init->second;
+  // Float initializers are parameters: their values are not compile-time
+  // facts unless a node uses them where ONNX expects an attribute.
+  bool isFloat = isFloatDType(static_cast<DType>(tensor.data_type()));
+  if (isFloat && !readParameters)
+    return nullptr;
+  int64_t count = 1;
+  for (int64_t dim : tensor.dims())
+    if (dim < 0 || llvm::MulOverflow(count, dim, count))
+      return nullptr;
+  if (count > kMaxFoldElements)
+    return nullptr;
+  std::string saved = nodeErrorMessage;
+  FailureOr<HostTensor> value =
+      readTensor(tensor, "initializer '" + tensor.name() + "'");
+  if (failed(value)) {
+    // Leave the error for the caller that needs it as a tensor.
+    nodeErrorMessage = saved;
+    return nullptr;
+  }
+  ValueEntry &entry = values[name];
+  entry.constant = std::move(*value);
+  return &*entry.constant;
+}
+
+FailureOr<Value> GraphImporter::materialize(NodeContext &ctx,
+                                            const HostTensor &value,
+                                            StringRef cacheName) {
+  DenseElementsAttr attr = value.toAttr(context);
+  if (!attr)
+    return ctx.error("a constant of type " +
+                     dtypeName(static_cast<int32_t>(value.dtype)) +
+                     " reaches computation; dsopt computes on f32, f16, bf16, "
+                     "i64, i32 and bool");
+  auto it = constantCache.find(attr);
+  if (it != constantCache.end())
+    return it->second;
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(body);
+  Value result =
+      ds::ConstantOp::create(builder, ctx.loc(), attr).getResult();
+  constantCache[attr] = result;
+  return result;
+}
+
+FailureOr<Value> GraphImporter::valueOf(NodeContext &ctx, StringRef name) {
+  auto it = values.find(name);
+  if (it != values.end()) {
+    if (it->second.value)
+      return it->second.value;
+    if (it->second.constant) {
+      FailureOr<Value> value = materialize(ctx, *it->second.constant);
+      if (succeeded(value))
+        it->second.value = *value;
+      return value;
+    }
+  }
+  if (initializers.count(name))
+    return parameter(ctx, name);
+  return ctx.error("input '" + name +
+                   "' is not defined before use (the graph must be "
+                   "topologically sorted, and every input must be a graph "
+                   "input, an initializer or an earlier node's output)");
+}
+
+FailureOr<RankedTensorType> GraphImporter::typeOf(NodeContext &ctx,
+                                                  StringRef name) {
+  auto it = values.find(name);
+  if (it != values.end()) {
+    if (it->second.value)
+      return cast<RankedTensorType>(it->second.value.getType());
+    if (it->second.constant) {
+      Type element = toMlirElementType(
+          context, static_cast<int32_t>(it->second.constant->dtype));
+      if (element)
+        return RankedTensorType::get(it->second.constant->shape, element);
+    }
+  }
+  FailureOr<Value> value = valueOf(ctx, name);
+  if (failed(value))
+    return failure();
+  return cast<RankedTensorType>(value->getType());
+}
+
+llvm::Expected<Attribute>
+GraphImporter::parameterData(const onnx::TensorProto &tensor,
+                             RankedTensorType type) {
+  int64_t bytes = *ds::getByteSize(type);
+  StringRef name = tensor.name();
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
+    auto ref = resolveExternalData(modelDir, tensor, bytes);
+    if (!ref)
+      return ref.takeError();
+    if (bytes > options.maxInlineParamBytes)
+      return ds::ExternalDataAttr::get(&context, ref->location, ref->offset,
+                                       ref->length);
+  } else {
+    auto payload = payloads.find(name);
+    bool contiguous =
+        payload != payloads.end() && payload->second.length == bytes &&
+        (tensor.has_raw_data() ||
+         static_cast<DType>(tensor.data_type()) == DType::Float);
+    if (contiguous && bytes > options.maxInlineParamBytes)
+      return ds::ExternalDataAttr::get(
+          &context, llvm::sys::path::filename(displayName),
+          payload->second.offset, payload->second.length);
+    if (!contiguous && !tensor.has_raw_data()) {
+      // Typed fields (int32_data, ...) are not raw bytes in the file; the
+      // value goes into the IR.
+    } else if (!contiguous) {
+      return makeError("initializer '" + name + "' holds " +
+                       Twine(tensor.raw_data().size()) +
+                       " bytes of raw_data but its type needs " +
+                       Twine(bytes));
+    }
+  }
+  // Small (or non-contiguous) values are stored in the IR.
+  std::string saved = nodeErrorMessage;
+  nodeErrorMessage.clear();
+  int64_t count = type.getNumElements();
+  if (count > kMaxFoldElements)
+    return makeError("initializer '" + name +
+                     "' stores its values as typed protobuf fields and is too "
+                     "large to embed; store it as raw_data or external data");
+  FailureOr<HostTensor> value =
+      readTensor(tensor, "initializer '" + name + "'");
+  if (failed(value)) {
+    std::string message = nodeErrorMessage;
+    nodeErrorMessage = saved;
+    return makeError(message);
+  }
+  nodeErrorMessage = saved;
+  return value->toAttr(context);
+}
+
+FailureOr<Value> GraphImporter::parameter(NodeContext &ctx, StringRef name) {
+  const onnx::TensorProto &tensor = *initializers[name];
+  int32_t dtype = tensor.data_type();
+  Type element = toMlirElementType(context, dtype);
+  if (!element)
+    return ctx.error("initializer '" + name + "' has element type " +
+                     dtypeName(dtype) +
+                     ", which dsopt does not support (f32, f16, bf16, i64, "
+                     "i32, bool)");
+  SmallVector<int64_t> shape;
+  int64_t count = 1;
+  for (int64_t dim : tensor.dims()) {
+    if (dim < 0 || llvm::MulOverflow(count, dim, count))
+      return ctx.error("initializer '" + name + "' has shape " +
+                       shapeString(SmallVector<int64_t>(tensor.dims().begin(),
+                                                        tensor.dims().end())) +
+                       " whose size is negative or overflows 64 bits");
+    shape.push_back(dim);
+  }
+  auto type = RankedTensorType::get(shape, element);
+  if (!ds::getByteSize(type))
+    return ctx.error("initializer '" + name + "' of type " +
+                     Twine(dtypeName(dtype)) + " and shape " +
+                     shapeString(shape) + " overflows 64-bit byte sizes");
+  llvm::Expected<Attribute> data = parameterData(tensor, type);
+  if (!data)
+    return ctx.error(llvm::toString(data.takeError()));
+  bool trainable = isFloatDType(static_cast<DType>(dtype));
+  Value arg = body->addArgument(type, ctx.loc());
+  parameterInitializer.push_back(initializerIndex[name]);
+  auto param = ds::ParamAttr::get(&context, name, trainable, *data);
+  // Argument attributes are set on the function once the signature is
+  // final; keep them on the side until then.
+  paramAttrs[arg] = param;
+  values[name].value = arg;
+  return arg;
+}
+
+llvm::Expected<RankedTensorType>
+GraphImporter::resolveValueType(StringRef name, const onnx::TypeProto &type,
+                                bool isInput) {
+  StringRef what = isInput ? "graph input" : "graph output";
+  if (!type.has_tensor_type())
+    return error(what + " '" + name +
+                 "' is not a tensor (sequences, maps and optionals are not "
+                 "supported)");
+  const auto &tensorType = type.tensor_type();
+  int32_t dtype = tensorType.elem_type();
+  Type element = toMlirElementType(context, dtype);
+  if (!element)
+    return error(what + " '" + name + "' has element type " +
+                 dtypeName(dtype) +
+                 ", which dsopt does not support (f32, f16, bf16, i64, i32, "
+                 "bool)");
+  if (!tensorType.has_shape())
+    return error(what + " '" + name +
+                 "' has no shape; dsopt needs the rank and the size of every "
+                 "axis");
+  SmallVector<int64_t> shape;
+  for (auto [axis, dim] : llvm::enumerate(tensorType.shape().dim())) {
+    int64_t size = -1;
+    if (dim.has_dim_value()) {
+      size = dim.dim_value();
+      if (size < 0)
+        return error(what + " '" + name + "' axis " + Twine(axis) +
+                     " has negative size " + Twine(size));
+      if (axis == 0 && isInput && options.batch && *options.batch != size &&
+          !dim.has_dim_param())
+        return error("--batch " + Twine(*options.batch) +
+                     " conflicts with graph input '" + name +
+                     "', whose leading axis is fixed at " + Twine(size));
+    } else if (dim.has_dim_param() &&
+               options.dims.count(dim.dim_param())) {
+      size = options.dims.lookup(dim.dim_param());
+      usedDims.insert(dim.dim_param());
+    } else if (axis == 0 && options.batch) {
+      size = *options.batch;
+      batchUsed = true;
+    } else {
+      if (!isInput)
+        return RankedTensorType(); // outputs may leave dims open
+      std::string label = dim.has_dim_param()
+                              ? "symbolic size '" + dim.dim_param() + "'"
+                              : std::string("an unknown size");
+      std::string hint =
+          dim.has_dim_param()
+              ? "give it with --dim " + dim.dim_param() + "=<size>"
+              : std::string("name it in the model or fix it");
+      if (axis == 0)
+        hint += " or --batch N";
+      return error(what + " '" + name + "' axis " + Twine(axis) + " has " +
+                   label + "; " + hint);
+    }
+    shape.push_back(size);
+  }
+  auto result = RankedTensorType::get(shape, element);
+  if (!ds::getByteSize(result))
+    return error(what + " '" + name + "' with shape " + shapeString(shape) +
+                 " overflows 64-bit byte sizes");
+  return result;
+}
+
+llvm::Error GraphImporter::checkModelHeader() {
+  int64_t ir = model.ir_version();
+  if (ir < kMinIrVersion || ir > kMaxIrVersion)
+    return error("unsupported ONNX IR version " + Twine(ir) +
+                 " (dsopt reads IR versions " + Twine(kMinIrVersion) + " to " +
+                 Twine(kMaxIrVersion) + ")");
+  for (const auto &opset : model.opset_import()) {
+    StringRef domain = opset.domain();
+    if (domain.empty() || domain == "ai.onnx") {
+      defaultOpset = opset.version();
+    } else if (domain == kTrainingDomain) {
+      trainingOpset = opset.version();
+      if (trainingOpset != 1)
+        return error("unsupported opset version " + Twine(trainingOpset) +
+                     " of domain '" + domain + "' (dsopt supports 1)");
+    } else if (options.warnings) {
+      *options.warnings << displayName << ": warning: opset_import names "
+                        << "domain '" << domain << "', which dsopt does not "
+                        << "know; nodes of that domain will be rejected\n";
+    }
+  }
+  if (defaultOpset == 0)
+    return error("the model imports no opset of the default domain ai.onnx");
+  if (defaultOpset < kMinOpset || defaultOpset > kMaxOpset)
+    return error("unsupported opset version " + Twine(defaultOpset) +
+                 " of domain ai.onnx (dsopt supports " + Twine(kMinOpset) +
+                 " to " + Twine(kMaxOpset) +
+                 "; convert older models with onnx.version_converter)");
+  if (graph.sparse_initializer_size() > 0)
+    return error("sparse initializers are not supported ('" +
+                 graph.sparse_initializer(0).values().name() + "')");
+  return llvm::Error::success();
+}
+
+llvm::Error GraphImporter::createInputs() {
+  for (const auto &tensor : graph.initializer()) {
+    if (tensor.name().empty())
+      return error("an initializer has no name");
+    if (!initializers.try_emplace(tensor.name(), &tensor).second)
+      return error("initializer '" + tensor.name() + "' is defined twice");
+    initializerIndex[tensor.name()] = initializerIndex.size();
+  }
+  for (const auto &info : graph.value_info())
+    declaredTypes[info.name()] = &info.type();
+  for (const auto &info : graph.output())
+    declaredTypes[info.name()] = &info.type();
+
+  SmallVector<Type> types;
+  for (const auto &input : graph.input()) {
+    // Before IR version 4 initializers were also listed as inputs.
+    if (initializers.count(input.name()))
+      continue;
+    if (input.name().empty())
+      return error("a graph input has no name");
+    if (values.count(input.name()))
+      return error("graph input '" + input.name() + "' is listed twice");
+    auto type = resolveValueType(input.name(), input.type(), true);
+    if (!type)
+      return type.takeError();
+    Value arg = body->addArgument(*type, builder.getUnknownLoc());
+    inputNames.push_back(input.name());
+    values[input.name()].value = arg;
+  }
+  numInputs = body->getNumArguments();
+  return llvm::Error::success();
+}
+
+llvm::Error GraphImporter::checkDeclaredType(const onnx::NodeProto *node,
+                                             int64_t opset, StringRef name,
+                                             Type computed) {
+  auto it = declaredTypes.find(name);
+  if (it == declaredTypes.end() || !it->second->has_tensor_type())
+    return llvm::Error::success();
+  const auto &declared = it->second->tensor_type();
+  auto type = cast<RankedTensorType>(computed);
+  auto mismatch = [&](const Twine &detail) -> llvm::Error {
+    std::string where =
+        node ? "node '" + node->name() + "' (" + node->op_type() +
+                   ", opset " + std::to_string(opset) + "): "
+             : std::string();
+    return error(where + "inconsistent shapes: value '" + name + "' " +
+                 detail);
+  };
+  if (declared.elem_type() != 0) {
+    Type element = toMlirElementType(context, declared.elem_type());
+    if (element && element != type.getElementType())
+      return mismatch("is declared " + dtypeName(declared.elem_type()) +
+                      " but computes to " + Twine(dtypeName(static_cast<int32_t>(
+                                                fromMlirElementType(
+                                                    type.getElementType())))));
+  }
+  if (!declared.has_shape())
+    return llvm::Error::success();
+  const auto &dims = declared.shape().dim();
+  if (dims.size() != type.getRank())
+    return mismatch("is declared with rank " + Twine(dims.size()) +
+                    " but computes to shape " +
+                    shapeString(type.getShape()));
+  for (auto [axis, dim] : llvm::enumerate(dims)) {
+    int64_t expected = -1;
+    if (dim.has_dim_value())
+      expected = dim.dim_value();
+    else if (dim.has_dim_param() && options.dims.count(dim.dim_param()))
+      expected = options.dims.lookup(dim.dim_param());
+    if (expected >= 0 && expected != type.getDimSize(axis)) {
+      SmallVector<std::string> parts;
+      for (const auto &d : dims)
+        parts.push_back(d.has_dim_value() ? std::to_string(d.dim_value())
+                                          : d.dim_param());
+      return mismatch("is declared [" + llvm::join(parts, ", ") +
+                      "] but computes to " + shapeString(type.getShape()));
+    }
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error GraphImporter::importNode(int index) {
+  const onnx::NodeProto &node = graph.node(index);
+  StringRef domain = node.domain();
+  bool isDefault = domain.empty() || domain == "ai.onnx";
+  int64_t opset = isDefault ? defaultOpset
+                  : domain == kTrainingDomain ? trainingOpset
+                                              : 0;
+  std::string nodeName = node.name().empty()
+                             ? node.op_type() + "_" + std::to_string(index)
+                             : node.name();
+  Location loc = NameLoc::get(
+      StringAttr::get(&context, nodeName),
+      FileLineColLoc::get(&context, llvm::sys::path::filename(displayName),
+                          index + 1, 0));
+  auto fail = [&](const Twine &message) {
+    (void)nodeError(node, opset, message);
+    return error(nodeErrorMessage);
+  };
+  if (!isDefault && domain != kTrainingDomain)
+    return fail("unsupported domain '" + domain +
+                "' (dsopt supports ai.onnx and ai.onnx.preview.training)");
+  if (domain == kTrainingDomain && trainingOpset == 0)
+    return fail("the model does not import domain '" + domain + "'");
+  const OpHandler *handler =
+      lookupOpHandler(isDefault ? "" : domain, node.op_type());
+  if (!handler)
+    return fail("unsupported op '" + node.op_type() +
+                "'; `dsopt --list-ops` shows the supported operators");
+  for (const std::string &output : node.output())
+    if (!output.empty() &&
+        (values.count(output) || initializers.count(output)))
+      return fail("output '" + output + "' is already defined");
+
+  NodeContext ctx(*this, node, opset, loc);
+  builder.setInsertionPoint(body->getTerminator());
+
+  bool folded = false;
+  if (handler->fold) {
+    bool allKnown = true;
+    if (!handler->foldNeedsTypesOnly)
+      for (unsigned i = 0, e = ctx.numInputs(); i < e; ++i)
+        if (ctx.hasInput(i) && !ctx.constInput(i))
+          allKnown = false;
+    if (allKnown) {
+      FailureOr<bool> result = handler->fold(ctx);
+      if (failed(result))
+        return error(nodeErrorMessage);
+      folded = *result;
+    }
+  }
+  if (!folded) {
+    if (!handler->convert)
+      return fail("'" + node.op_type() +
+                  "' is supported only on values known at compile time "
+                  "(shape arithmetic); here its inputs depend on graph "
+                  "inputs or parameters");
+    if (failed(handler->convert(ctx)))
+      return error(nodeErrorMessage.empty()
+                       ? "node '" + nodeName + "': conversion failed"
+                       : nodeErrorMessage);
+  }
+  for (auto [i, output] : llvm::enumerate(node.output())) {
+    if (output.empty())
+      continue;
+    auto it = values.find(output);
+    if (it == values.end())
+      return fail("output " + Twine(i) + " ('" + output +
+                  "') is not supported by dsopt's import of " +
+                  node.op_type());
+    Type type;
+    if (it->second.value) {
+      type = it->second.value.getType();
+    } else if (Type element = toMlirElementType(
+                   context, static_cast<int32_t>(it->second.constant->dtype))) {
+      type = RankedTensorType::get(it->second.constant->shape, element);
+    }
+    if (type)
+      if (llvm::Error err = checkDeclaredType(&node, opset, output, type))
+        return err;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error GraphImporter::createOutputs() {
+  SmallVector<Value> results;
+  NodeContext ctx(*this, onnx::NodeProto::default_instance(), defaultOpset,
+                  builder.getUnknownLoc());
+  for (const auto &output : graph.output()) {
+    StringRef name = output.name();
+    auto it = values.find(name);
+    if (it == values.end() && !initializers.count(name))
+      return error("graph output '" + name + "' is not computed by any node");
+    builder.setInsertionPoint(body->getTerminator());
+    FailureOr<Value> value = valueOf(ctx, name);
+    if (failed(value))
+      return error("graph output '" + name + "': " + nodeErrorMessage);
+    if (llvm::Error err =
+            checkDeclaredType(nullptr, defaultOpset, name, value->getType()))
+      return err;
+    results.push_back(*value);
+    outputNames.push_back(name.str());
+  }
+  if (results.empty())
+    return error("the graph has no outputs");
+  body->getTerminator()->setOperands(results);
+  return llvm::Error::success();
+}
+
+void GraphImporter::removeDeadCode() {
+  // Reverse order visits users before the values they use.
+  for (Operation &op :
+       llvm::make_early_inc_range(llvm::reverse(body->getOperations())))
+    if (isOpTriviallyDead(&op))
+      op.erase();
+  // Parameters no op consumes after dead code is gone.
+  for (int i = body->getNumArguments() - 1; i >= static_cast<int>(numInputs);
+       --i) {
+    BlockArgument arg = body->getArgument(i);
+    if (arg.use_empty()) {
+      paramAttrs.erase(arg);
+      parameterInitializer.erase(parameterInitializer.begin() +
+                                 (i - numInputs));
+      body->eraseArgument(i);
+    }
+  }
+}
+
+void GraphImporter::orderParameters() {
+  unsigned numParams = body->getNumArguments() - numInputs;
+  SmallVector<unsigned> order(numParams);
+  for (unsigned i = 0; i < numParams; ++i)
+    order[i] = i;
+  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+    return parameterInitializer[a] < parameterInitializer[b];
+  });
+  llvm::DenseMap<Value, ds::ParamAttr> reordered;
+  for (unsigned i : order) {
+    BlockArgument old = body->getArgument(numInputs + i);
+    BlockArgument fresh = body->addArgument(old.getType(), old.getLoc());
+    old.replaceAllUsesWith(fresh);
+    reordered[fresh] = paramAttrs.lookup(old);
+  }
+  body->eraseArguments(numInputs, numParams);
+  paramAttrs = std::move(reordered);
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>> GraphImporter::run() {
+  if (llvm::Error err = checkModelHeader())
+    return err;
+  Location fileLoc =
+      FileLineColLoc::get(&context, llvm::sys::path::filename(displayName), 0,
+                          0);
+  OwningOpRef<ModuleOp> owned = ModuleOp::create(fileLoc);
+  module = *owned;
+  module->setAttr(ds::DsDialect::kSourceAttrName,
+                  StringAttr::get(&context, displayName));
+  if (!model.producer_name().empty())
+    module->setAttr("ds.producer",
+                    StringAttr::get(&context, model.producer_name() + " " +
+                                                  model.producer_version()));
+  module->setAttr("ds.opset", builder.getI64IntegerAttr(defaultOpset));
+  builder.setInsertionPointToEnd(module.getBody());
+  function = func::FuncOp::create(builder, fileLoc, "main",
+                                  builder.getFunctionType({}, {}));
+  body = function.addEntryBlock();
+  builder.setInsertionPointToEnd(body);
+  func::ReturnOp::create(builder, fileLoc);
+
+  if (llvm::Error err = createInputs())
+    return err;
+  for (int i = 0; i < graph.node_size(); ++i)
+    if (llvm::Error err = importNode(i))
+      return err;
+  if (llvm::Error err = createOutputs())
+    return err;
+
+  removeDeadCode();
+  orderParameters();
+
+  function.setFunctionType(builder.getFunctionType(
+      body->getArgumentTypes(), body->getTerminator()->getOperandTypes()));
+  for (unsigned i = 0; i < numInputs; ++i)
+    function.setArgAttr(i, ds::DsDialect::kInputAttrName,
+                        builder.getStringAttr(inputNames[i]));
+  for (unsigned i = numInputs; i < body->getNumArguments(); ++i)
+    function.setArgAttr(i, ds::DsDialect::kParamAttrName,
+                        paramAttrs.lookup(body->getArgument(i)));
+  for (auto [i, name] : llvm::enumerate(outputNames))
+    function.setResultAttr(i, ds::DsDialect::kOutputAttrName,
+                           builder.getStringAttr(name));
+
+  if (options.warnings) {
+    for (const auto &entry : options.dims)
+      if (!usedDims.contains(entry.getKey()))
+        *options.warnings << displayName << ": warning: --dim "
+                          << entry.getKey()
+                          << " matches no symbolic dimension of a graph "
+                             "input\n";
+    if (options.batch && !batchUsed)
+      *options.warnings << displayName
+                        << ": warning: --batch is unused: no graph input has a "
+                           "symbolic leading axis\n";
+    if (model.training_info_size() > 0)
+      *options.warnings << displayName
+                        << ": warning: the model's TrainingInfoProto is not "
+                           "imported; dsopt derives the training step from "
+                           "the loss\n";
+  }
+
+  diagnostics.clear();
+  if (failed(mlir::verify(module))) {
+    std::string message = "internal error: the imported module does not "
+                          "verify";
+    for (const std::string &diag : diagnostics)
+      message += "; " + diag;
+    return error(message);
+  }
+  return owned;
+}
+
+} // namespace dsopt::onnx_import
+
+//===----------------------------------------------------------------------===//
+// Public API
+//===----------------------------------------------------------------------===//
+
+namespace dsopt {
+
+void registerImportDialects(MLIRContext &context) {
+  context.loadDialect<ds::DsDialect, func::FuncDialect>();
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>>
+importOnnxBytes(MLIRContext &context, StringRef bytes, StringRef displayName,
+                StringRef modelDir, const OnnxImportOptions &options) {
+  registerImportDialects(context);
+  onnx::ModelProto model;
+  if (llvm::Error err =
+          onnx_import::parseModelBytes(displayName, bytes, model))
+    return err;
+  llvm::StringMap<onnx_import::InlinePayload> payloads =
+      onnx_import::scanInlinePayloads(bytes);
+  onnx_import::GraphImporter importer(context, model, payloads, displayName,
+                                      modelDir, options);
+  return importer.run();
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>>
+importOnnxFile(MLIRContext &context, StringRef path,
+               const OnnxImportOptions &options) {
+  registerImportDialects(context);
+  auto loaded = onnx_import::loadModelFile(path);
+  if (!loaded)
+    return loaded.takeError();
+  StringRef dir = llvm::sys::path::parent_path(path);
+  onnx_import::GraphImporter importer(context, (*loaded)->model,
+                                      (*loaded)->inlinePayloads, path,
+                                      dir.empty() ? "." : dir, options);
+  return importer.run();
+}
+
+std::vector<SupportedOnnxOp> supportedOnnxOps() {
+  std::vector<SupportedOnnxOp> ops;
+  onnx_import::forEachOpHandler(
+      [&](StringRef domain, StringRef name,
+          const onnx_import::OpHandler &handler) {
+        ops.push_back({domain.str(), name.str(), handler.note});
+      });
+  llvm::sort(ops, [](const SupportedOnnxOp &a, const SupportedOnnxOp &b) {
+    return std::tie(a.domain, a.name) < std::tie(b.domain, b.name);
+  });
+  return ops;
+}
+
+} // namespace dsopt

@@ -1,0 +1,2032 @@
+//===- OnnxOps.cpp - per-operator import of ONNX nodes ---------------------===//
+//
+// One converter per ONNX operator (opsets 13-21 of ai.onnx, version 1 of
+// ai.onnx.preview.training), and one folder for every operator that shape
+// arithmetic uses. Converters read attributes with ONNX's defaults, turn
+// inputs that ONNX passes as tensors but dsopt needs as compile-time facts
+// (shapes, axes, sizes) into attributes, and normalize axes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ImporterImpl.h"
+
+#include "mlir/Dialect/Traits.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <cmath>
+#include <functional>
+#include <numeric>
+
+using namespace mlir;
+using llvm::StringRef;
+using llvm::Twine;
+
+namespace dsopt::onnx_import {
+namespace {
+
+std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  for (auto [i, d] : llvm::enumerate(shape))
+    text += (i ? ", " : "") + std::to_string(d);
+  return text + "]";
+}
+
+int64_t product(ArrayRef<int64_t> values) {
+  int64_t result = 1;
+  for (int64_t v : values)
+    result *= v;
+  return result;
+}
+
+/// Row-major strides of `shape`.
+SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+/// Calls fn(outIndex, inputIndices) for every element of a broadcast.
+void forEachBroadcast(ArrayRef<int64_t> outShape,
+                      ArrayRef<ArrayRef<int64_t>> inShapes,
+                      llvm::function_ref<void(int64_t, ArrayRef<int64_t>)> fn) {
+  size_t rank = outShape.size();
+  // Strides of each input aligned to the output's axes; 0 where broadcast.
+  SmallVector<SmallVector<int64_t>> inStrides;
+  for (ArrayRef<int64_t> shape : inShapes) {
+    SmallVector<int64_t> own = stridesOf(shape);
+    SmallVector<int64_t> aligned(rank, 0);
+    size_t offset = rank - shape.size();
+    for (size_t d = 0; d < shape.size(); ++d)
+      aligned[offset + d] = shape[d] == 1 ? 0 : own[d];
+    inStrides.push_back(aligned);
+  }
+  int64_t total = product(outShape);
+  SmallVector<int64_t> counter(rank, 0), indices(inShapes.size(), 0);
+  for (int64_t out = 0; out < total; ++out) {
+    fn(out, indices);
+    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+      ++counter[d];
+      for (size_t k = 0; k < indices.size(); ++k)
+        indices[k] += inStrides[k][d];
+      if (counter[d] < outShape[d])
+        break;
+      for (size_t k = 0; k < indices.size(); ++k)
+        indices[k] -= inStrides[k][d] * counter[d];
+      counter[d] = 0;
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Host evaluation of elementwise ops
+//===----------------------------------------------------------------------===//
+
+using FloatFn = std::function<double(ArrayRef<double>)>;
+using IntFn = std::function<std::optional<int64_t>(ArrayRef<int64_t>)>;
+
+/// Evaluates an elementwise op over broadcast inputs. `resultType` is the
+/// output dtype (Undefined: that of the last input). Declines (returns
+/// false) when the result would be a large non-splat tensor.
+FailureOr<bool> foldElementwise(NodeContext &ctx, ArrayRef<const HostTensor *> inputs,
+                                DType resultType, FloatFn floatFn, IntFn intFn) {
+  SmallVector<int64_t> shape;
+  bool allSplat = true;
+  for (const HostTensor *input : inputs) {
+    FailureOr<SmallVector<int64_t>> next = broadcastShapes(shape, input->shape);
+    if (failed(next))
+      return ctx.error("operand shapes " + shapeString(shape) + " and " +
+                       shapeString(input->shape) + " do not broadcast");
+    shape = *next;
+    allSplat &= input->splat || input->numElements() == 1;
+  }
+  DType computeType = inputs.back()->dtype;
+  for (const HostTensor *input : inputs)
+    if (input->isFloat() != isFloatDType(computeType) &&
+        resultType == DType::Undefined)
+      return ctx.error("operand element types differ");
+  if (resultType == DType::Undefined)
+    resultType = computeType;
+  // Inputs of comparisons may be float while the result is bool.
+  bool floatCompute = inputs.front()->isFloat();
+  if (floatCompute && !floatFn)
+    return ctx.error("does not apply to floating-point values");
+  if (!floatCompute && !intFn)
+    return ctx.error("does not apply to integer values");
+  int64_t count = allSplat ? 1 : product(shape);
+  if (!allSplat && count > kMaxFoldElements)
+    return false;
+
+  HostTensor result;
+  result.dtype = resultType;
+  result.shape = shape;
+  result.splat = allSplat && product(shape) != 1;
+  SmallVector<double> floatArgs(inputs.size());
+  SmallVector<int64_t> intArgs(inputs.size());
+  bool divideByZero = false;
+  auto compute = [&](int64_t out, ArrayRef<int64_t> idx) {
+    double floatValue = 0;
+    int64_t intValue = 0;
+    if (floatCompute) {
+      for (size_t k = 0; k < inputs.size(); ++k)
+        floatArgs[k] = inputs[k]->floatAt(allSplat ? 0 : idx[k]);
+      floatValue = floatFn(floatArgs);
+    } else {
+      for (size_t k = 0; k < inputs.size(); ++k)
+        intArgs[k] = inputs[k]->intAt(allSplat ? 0 : idx[k]);
+      std::optional<int64_t> value = intFn(intArgs);
+      if (!value)
+        divideByZero = true;
+      intValue = value.value_or(0);
+    }
+    if (isFloatDType(resultType))
+      result.floats.push_back(roundToFloat(
+          resultType, floatCompute ? floatValue : static_cast<double>(intValue)));
+    else
+      result.ints.push_back(wrapToInt(
+          resultType,
+          floatCompute ? static_cast<int64_t>(floatValue) : intValue));
+    (void)out;
+  };
+  if (allSplat) {
+    SmallVector<int64_t> zeros(inputs.size(), 0);
+    compute(0, zeros);
+  } else {
+    SmallVector<ArrayRef<int64_t>> shapes;
+    for (const HostTensor *input : inputs)
+      shapes.push_back(input->shape);
+    forEachBroadcast(shape, shapes, compute);
+  }
+  if (divideByZero)
+    return ctx.error("integer division by zero in a constant expression");
+  ctx.setOutputConst(0, std::move(result));
+  return true;
+}
+
+/// Collects the constant inputs of a node whose inputs are all known.
+SmallVector<const HostTensor *> constInputs(NodeContext &ctx) {
+  SmallVector<const HostTensor *> inputs;
+  for (unsigned i = 0, e = ctx.numInputs(); i < e; ++i)
+    inputs.push_back(ctx.constInput(i));
+  return inputs;
+}
+
+template <double (*Fn)(double, double), int64_t (*IntOp)(int64_t, int64_t)>
+FailureOr<bool> foldArith(NodeContext &ctx) {
+  auto inputs = constInputs(ctx);
+  if (inputs.size() != 2)
+    return ctx.error("expects 2 inputs, got " + Twine(inputs.size()));
+  if (inputs[0]->dtype != inputs[1]->dtype)
+    return ctx.error("operand element types differ (" +
+                     dtypeName(static_cast<int32_t>(inputs[0]->dtype)) +
+                     " vs " +
+                     dtypeName(static_cast<int32_t>(inputs[1]->dtype)) + ")");
+  return foldElementwise(
+      ctx, inputs, DType::Undefined,
+      [](ArrayRef<double> a) { return Fn(a[0], a[1]); },
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
+        return IntOp(a[0], a[1]);
+      });
+}
+
+double addF(double a, double b) { return a + b; }
+double subF(double a, double b) { return a - b; }
+double mulF(double a, double b) { return a * b; }
+int64_t addI(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) +
+                              static_cast<uint64_t>(b));
+}
+int64_t subI(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) -
+                              static_cast<uint64_t>(b));
+}
+int64_t mulI(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) *
+                              static_cast<uint64_t>(b));
+}
+int64_t powI(int64_t a, int64_t b) {
+  int64_t result = 1;
+  for (int64_t i = 0; i < b; ++i)
+    result = mulI(result, a);
+  return result;
+}
+
+FailureOr<bool> foldDiv(NodeContext &ctx) {
+  auto inputs = constInputs(ctx);
+  if (inputs.size() != 2 || inputs[0]->dtype != inputs[1]->dtype)
+    return ctx.error("expects 2 inputs of the same element type");
+  return foldElementwise(
+      ctx, inputs, DType::Undefined,
+      [](ArrayRef<double> a) { return a[0] / a[1]; },
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
+        if (a[1] == 0 || (a[0] == INT64_MIN && a[1] == -1))
+          return std::nullopt;
+        return a[0] / a[1];
+      });
+}
+
+FailureOr<bool> foldPow(NodeContext &ctx) {
+  auto inputs = constInputs(ctx);
+  if (inputs.size() != 2)
+    return ctx.error("expects 2 inputs");
+  // The exponent may have another type; compute in the base's type.
+  HostTensor exponent = inputs[1]->castTo(inputs[0]->dtype);
+  const HostTensor *operands[] = {inputs[0], &exponent};
+  return foldElementwise(
+      ctx, operands, DType::Undefined,
+      [](ArrayRef<double> a) { return std::pow(a[0], a[1]); },
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
+        return a[1] < 0 ? std::optional<int64_t>() : powI(a[0], a[1]);
+      });
+}
+
+template <double (*Fn)(double)>
+FailureOr<bool> foldFloatUnary(NodeContext &ctx) {
+  auto inputs = constInputs(ctx);
+  if (inputs.size() != 1)
+    return ctx.error("expects 1 input");
+  return foldElementwise(
+      ctx, inputs, DType::Undefined,
+      [](ArrayRef<double> a) { return Fn(a[0]); }, nullptr);
+}
+
+double sqrtF(double x) { return std::sqrt(x); }
+double reciprocalF(double x) { return 1.0 / x; }
+double expF(double x) { return std::exp(x); }
+double logF(double x) { return std::log(x); }
+double tanhF(double x) { return std::tanh(x); }
+double erfF(double x) { return std::erf(x); }
+double sigmoidF(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+FailureOr<bool> foldNeg(NodeContext &ctx) {
+  return foldElementwise(
+      ctx, constInputs(ctx), DType::Undefined,
+      [](ArrayRef<double> a) { return -a[0]; },
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> { return -a[0]; });
+}
+
+FailureOr<bool> foldAbs(NodeContext &ctx) {
+  return foldElementwise(
+      ctx, constInputs(ctx), DType::Undefined,
+      [](ArrayRef<double> a) { return std::fabs(a[0]); },
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
+        return a[0] < 0 ? -a[0] : a[0];
+      });
+}
+
+FailureOr<bool> foldRelu(NodeContext &ctx) {
+  return foldElementwise(
+      ctx, constInputs(ctx), DType::Undefined,
+      [](ArrayRef<double> a) { return a[0] > 0 ? a[0] : 0.0; },
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
+        return a[0] > 0 ? a[0] : 0;
+      });
+}
+
+FailureOr<bool> foldNot(NodeContext &ctx) {
+  auto inputs = constInputs(ctx);
+  if (inputs.size() != 1 || inputs[0]->dtype != DType::Bool)
+    return ctx.error("expects one BOOL input");
+  return foldElementwise(
+      ctx, inputs, DType::Bool, nullptr,
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> { return !a[0]; });
+}
+
+/// Max and Min take one or more inputs.
+template <bool IsMax>
+FailureOr<bool> foldExtremum(NodeContext &ctx) {
+  auto inputs = constInputs(ctx);
+  if (inputs.empty())
+    return ctx.error("expects at least one input");
+  for (const HostTensor *input : inputs)
+    if (input->dtype != inputs[0]->dtype)
+      return ctx.error("operand element types differ");
+  return foldElementwise(
+      ctx, inputs, DType::Undefined,
+      [](ArrayRef<double> a) {
+        double r = a[0];
+        for (double v : a)
+          r = IsMax ? std::max(r, v) : std::min(r, v);
+        return r;
+      },
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
+        int64_t r = a[0];
+        for (int64_t v : a)
+          r = IsMax ? std::max(r, v) : std::min(r, v);
+        return r;
+      });
+}
+
+template <ds::ComparePredicate Predicate>
+bool comparePredicate(double order) {
+  switch (Predicate) {
+  case ds::ComparePredicate::eq: return order == 0;
+  case ds::ComparePredicate::lt: return order < 0;
+  case ds::ComparePredicate::le: return order <= 0;
+  case ds::ComparePredicate::gt: return order > 0;
+  case ds::ComparePredicate::ge: return order >= 0;
+  }
+  return false;
+}
+
+template <ds::ComparePredicate Predicate>
+FailureOr<bool> foldCompare(NodeContext &ctx) {
+  auto inputs = constInputs(ctx);
+  if (inputs.size() != 2 || inputs[0]->dtype != inputs[1]->dtype)
+    return ctx.error("expects 2 inputs of the same element type");
+  return foldElementwise(
+      ctx, inputs, DType::Bool,
+      [](ArrayRef<double> a) -> double {
+        if (std::isnan(a[0]) || std::isnan(a[1]))
+          return 0.0;
+        return comparePredicate<Predicate>(a[0] - a[1]) ? 1.0 : 0.0;
+      },
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
+        int order = a[0] < a[1] ? -1 : a[0] > a[1] ? 1 : 0;
+        return comparePredicate<Predicate>(order) ? 1 : 0;
+      });
+}
+
+FailureOr<bool> foldWhere(NodeContext &ctx) {
+  auto inputs = constInputs(ctx);
+  if (inputs.size() != 3 || inputs[0]->dtype != DType::Bool)
+    return ctx.error("expects a BOOL condition and two values");
+  if (inputs[1]->dtype != inputs[2]->dtype)
+    return ctx.error("the two branches have different element types");
+  // Evaluate with the condition converted to the branch type so one
+  // elementwise loop serves both.
+  HostTensor condition = inputs[0]->castTo(inputs[1]->dtype);
+  const HostTensor *operands[] = {&condition, inputs[1], inputs[2]};
+  return foldElementwise(
+      ctx, operands, inputs[1]->dtype,
+      [](ArrayRef<double> a) { return a[0] != 0 ? a[1] : a[2]; },
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
+        return a[0] != 0 ? a[1] : a[2];
+      });
+}
+
+//===----------------------------------------------------------------------===//
+// Converters: elementwise
+//===----------------------------------------------------------------------===//
+
+template <typename OpTy>
+LogicalResult convertBinary(NodeContext &ctx) {
+  FailureOr<Value> lhs = ctx.input(0), rhs = ctx.input(1);
+  if (failed(lhs) || failed(rhs))
+    return failure();
+  Type a = getElementTypeOrSelf(lhs->getType()),
+       b = getElementTypeOrSelf(rhs->getType());
+  if (a != b)
+    return ctx.error("operand element types differ (" + Twine(dtypeName(
+                         static_cast<int32_t>(fromMlirElementType(a)))) +
+                     " vs " +
+                     dtypeName(static_cast<int32_t>(fromMlirElementType(b))) +
+                     ")");
+  return ctx.emit<OpTy>(0, {*lhs, *rhs});
+}
+
+template <typename OpTy>
+LogicalResult convertUnary(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input))
+    return failure();
+  return ctx.emit<OpTy>(0, {*input});
+}
+
+LogicalResult convertPow(NodeContext &ctx) {
+  FailureOr<Value> base = ctx.input(0);
+  if (failed(base))
+    return failure();
+  Type element = getElementTypeOrSelf(base->getType());
+  if (!isa<FloatType>(element))
+    return ctx.error("integer Pow is not supported; the base must be "
+                     "floating point");
+  Value exponent;
+  if (const HostTensor *known = ctx.constInput(1)) {
+    FailureOr<Value> value =
+        ctx.materialize(known->castTo(fromMlirElementType(element)));
+    if (failed(value))
+      return failure();
+    exponent = *value;
+  } else {
+    FailureOr<Value> value = ctx.input(1);
+    if (failed(value))
+      return failure();
+    exponent = *value;
+    auto type = cast<RankedTensorType>(exponent.getType());
+    if (type.getElementType() != element) {
+      FailureOr<Operation *> cast = ctx.createTyped<ds::CastOp>(
+          {RankedTensorType::get(type.getShape(), element)}, {exponent});
+      if (failed(cast))
+        return failure();
+      exponent = (*cast)->getResult(0);
+    }
+  }
+  return ctx.emit<ds::PowOp>(0, {*base, exponent});
+}
+
+LogicalResult convertLeakyRelu(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  float alpha;
+  if (failed(input) || failed(ctx.floatAttr("alpha", alpha, 0.01f)))
+    return failure();
+  return ctx.emit<ds::LeakyReluOp>(
+      0, {*input}, {ctx.named("alpha", ctx.builder().getF32FloatAttr(alpha))});
+}
+
+LogicalResult convertGelu(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  std::string approximate;
+  if (failed(input) || failed(ctx.stringAttr("approximate", approximate,
+                                             StringRef("none"))))
+    return failure();
+  std::optional<ds::GeluApproximation> kind =
+      ds::symbolizeGeluApproximation(approximate);
+  if (!kind)
+    return ctx.error("attribute approximate = '" + approximate +
+                     "' is not 'none' or 'tanh'");
+  return ctx.emit<ds::GeluOp>(
+      0, {*input},
+      {ctx.named("approximate",
+                 ds::GeluApproximationAttr::get(ctx.context(), *kind))});
+}
+
+template <ds::ComparePredicate Predicate>
+LogicalResult convertCompare(NodeContext &ctx) {
+  FailureOr<Value> lhs = ctx.input(0), rhs = ctx.input(1);
+  if (failed(lhs) || failed(rhs))
+    return failure();
+  return ctx.emit<ds::CompareOp>(
+      0, {*lhs, *rhs},
+      {ctx.named("predicate",
+                 ds::ComparePredicateAttr::get(ctx.context(), Predicate))});
+}
+
+LogicalResult convertWhere(NodeContext &ctx) {
+  FailureOr<Value> c = ctx.input(0), x = ctx.input(1), y = ctx.input(2);
+  if (failed(c) || failed(x) || failed(y))
+    return failure();
+  return ctx.emit<ds::WhereOp>(0, {*c, *x, *y});
+}
+
+LogicalResult readCastTarget(NodeContext &ctx, DType &to) {
+  int64_t target;
+  if (failed(ctx.intAttr("to", target)))
+    return failure();
+  if (!isHostFoldable(static_cast<int32_t>(target)))
+    return ctx.error("cast to " + dtypeName(static_cast<int32_t>(target)) +
+                     " is not supported");
+  to = static_cast<DType>(target);
+  return success();
+}
+
+LogicalResult convertCast(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  DType to = DType::Undefined;
+  if (failed(input) || failed(readCastTarget(ctx, to)))
+    return failure();
+  Type element = toMlirElementType(*ctx.context(), static_cast<int32_t>(to));
+  if (!element)
+    return ctx.error("cast to " + dtypeName(static_cast<int32_t>(to)) +
+                     " is not supported on computed values (dsopt computes "
+                     "on f32, f16, bf16, i64, i32 and bool)");
+  auto type = cast<RankedTensorType>(input->getType());
+  if (type.getElementType() == element) {
+    ctx.setOutput(0, *input);
+    return success();
+  }
+  FailureOr<Operation *> op = ctx.createTyped<ds::CastOp>(
+      {RankedTensorType::get(type.getShape(), element)}, {*input});
+  if (failed(op))
+    return failure();
+  ctx.setOutput(0, (*op)->getResult(0));
+  return success();
+}
+
+FailureOr<bool> foldCast(NodeContext &ctx) {
+  DType to = DType::Undefined;
+  if (failed(readCastTarget(ctx, to)))
+    return failure();
+  ctx.setOutputConst(0, ctx.constInput(0)->castTo(to));
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Converters: linear algebra, normalization, reductions
+//===----------------------------------------------------------------------===//
+
+LogicalResult convertMatMul(NodeContext &ctx) {
+  return convertBinary<ds::MatMulOp>(ctx);
+}
+
+LogicalResult convertGemm(NodeContext &ctx) {
+  FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
+  float alpha, beta;
+  int64_t transA, transB;
+  if (failed(a) || failed(b) || failed(ctx.floatAttr("alpha", alpha, 1.0f)) ||
+      failed(ctx.floatAttr("beta", beta, 1.0f)) ||
+      failed(ctx.intAttr("transA", transA, 0)) ||
+      failed(ctx.intAttr("transB", transB, 0)))
+    return failure();
+  SmallVector<Value> operands{*a, *b};
+  if (ctx.hasInput(2)) {
+    FailureOr<Value> c = ctx.input(2);
+    if (failed(c))
+      return failure();
+    operands.push_back(*c);
+  }
+  auto &b0 = ctx.builder();
+  SmallVector<NamedAttribute> attrs{
+      ctx.named("alpha", b0.getF32FloatAttr(alpha)),
+      ctx.named("beta", b0.getF32FloatAttr(beta))};
+  if (transA)
+    attrs.push_back(ctx.named("transpose_a", b0.getUnitAttr()));
+  if (transB)
+    attrs.push_back(ctx.named("transpose_b", b0.getUnitAttr()));
+  return ctx.emit<ds::GemmOp>(0, operands, attrs);
+}
+
+template <typename OpTy>
+LogicalResult convertSoftmax(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t axis;
+  if (failed(input) || failed(ctx.intAttr("axis", axis, -1)))
+    return failure();
+  FailureOr<int64_t> normalized = ctx.normalizeAxis(
+      axis, cast<RankedTensorType>(input->getType()).getRank());
+  if (failed(normalized))
+    return failure();
+  return ctx.emit<OpTy>(
+      0, {*input},
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(*normalized))});
+}
+
+LogicalResult convertLayerNorm(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0), scale = ctx.input(1);
+  int64_t axis, stash;
+  float epsilon;
+  if (failed(input) || failed(scale) || failed(ctx.intAttr("axis", axis, -1)) ||
+      failed(ctx.floatAttr("epsilon", epsilon, 1e-5f)) ||
+      failed(ctx.intAttr("stash_type", stash, 1)))
+    return failure();
+  if (stash != 1)
+    return ctx.error("stash_type " + Twine(stash) +
+                     " is not supported (statistics are computed in f32)");
+  FailureOr<int64_t> normalized = ctx.normalizeAxis(
+      axis, cast<RankedTensorType>(input->getType()).getRank());
+  if (failed(normalized))
+    return failure();
+  SmallVector<Value> operands{*input, *scale};
+  if (ctx.hasInput(2)) {
+    FailureOr<Value> bias = ctx.input(2);
+    if (failed(bias))
+      return failure();
+    operands.push_back(*bias);
+  }
+  FailureOr<Operation *> op = ctx.create<ds::LayerNormOp>(
+      operands,
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(*normalized)),
+       ctx.named("epsilon", ctx.builder().getF32FloatAttr(epsilon))});
+  if (failed(op))
+    return failure();
+  for (unsigned i = 0; i < 3; ++i)
+    ctx.setOutput(i, (*op)->getResult(i));
+  return success();
+}
+
+LogicalResult convertBatchNorm(NodeContext &ctx) {
+  SmallVector<Value> operands;
+  for (unsigned i = 0; i < 5; ++i) {
+    FailureOr<Value> value = ctx.input(i);
+    if (failed(value))
+      return failure();
+    operands.push_back(*value);
+  }
+  float epsilon, momentum;
+  int64_t training;
+  if (failed(ctx.floatAttr("epsilon", epsilon, 1e-5f)) ||
+      failed(ctx.floatAttr("momentum", momentum, 0.9f)) ||
+      failed(ctx.intAttr("training_mode", training, 0)))
+    return failure();
+  auto &b = ctx.builder();
+  if (!training) {
+    if (ctx.hasOutput(1) || ctx.hasOutput(2))
+      return ctx.error("running mean and variance outputs exist only with "
+                       "training_mode = 1");
+    return ctx.emit<ds::BatchNormOp>(
+        0, operands, {ctx.named("epsilon", b.getF32FloatAttr(epsilon))});
+  }
+  FailureOr<Operation *> op = ctx.create<ds::BatchNormTrainOp>(
+      operands, {ctx.named("epsilon", b.getF32FloatAttr(epsilon)),
+                 ctx.named("momentum", b.getF32FloatAttr(momentum))});
+  if (failed(op))
+    return failure();
+  for (unsigned i = 0; i < 3; ++i)
+    ctx.setOutput(i, (*op)->getResult(i));
+  return success();
+}
+
+/// The axes of a reduction, from the `axes` attribute (ReduceMean/Max before
+/// opset 18) or the second input (ReduceSum since 13, all since 18), sorted
+/// and normalized. Empty means "all axes" unless noop_with_empty_axes.
+FailureOr<std::optional<SmallVector<int64_t>>>
+reductionAxes(NodeContext &ctx, int64_t rank) {
+  std::optional<SmallVector<int64_t>> attrAxes;
+  if (failed(ctx.intsAttr("axes", attrAxes)))
+    return failure();
+  SmallVector<int64_t> axes;
+  if (attrAxes && ctx.hasInput(1))
+    return ctx.error("axes are given both as an attribute and as an input");
+  if (attrAxes) {
+    axes = *attrAxes;
+  } else if (ctx.hasInput(1)) {
+    FailureOr<SmallVector<int64_t>> values = ctx.constInts(1, "axes");
+    if (failed(values))
+      return failure();
+    axes = *values;
+  }
+  int64_t noop;
+  if (failed(ctx.intAttr("noop_with_empty_axes", noop, 0)))
+    return failure();
+  if (axes.empty()) {
+    if (noop)
+      return std::optional<SmallVector<int64_t>>();
+    for (int64_t d = 0; d < rank; ++d)
+      axes.push_back(d);
+  }
+  for (int64_t &axis : axes) {
+    FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, rank, "axis");
+    if (failed(normalized))
+      return failure();
+    axis = *normalized;
+  }
+  llvm::sort(axes);
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    return ctx.error("axes list an axis twice");
+  return std::optional<SmallVector<int64_t>>(axes);
+}
+
+template <typename OpTy>
+LogicalResult convertReduce(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t keepdims;
+  if (failed(input) || failed(ctx.intAttr("keepdims", keepdims, 1)))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  auto axes = reductionAxes(ctx, type.getRank());
+  if (failed(axes))
+    return failure();
+  if (!*axes) {
+    ctx.setOutput(0, *input); // noop_with_empty_axes
+    return success();
+  }
+  return ctx.emit<OpTy>(
+      0, {*input},
+      {ctx.named("axes", ctx.builder().getDenseI64ArrayAttr(**axes)),
+       ctx.named("keepdims", ctx.builder().getBoolAttr(keepdims != 0))});
+}
+
+//===----------------------------------------------------------------------===//
+// Shape ops: one shape computation serves the converter and the folder
+//===----------------------------------------------------------------------===//
+
+/// The input's shape, whether it is a constant or a value.
+FailureOr<SmallVector<int64_t>> inputShape(NodeContext &ctx, unsigned i) {
+  if (const HostTensor *known = ctx.constInput(i))
+    return SmallVector<int64_t>(known->shape);
+  FailureOr<RankedTensorType> type = ctx.inputType(i);
+  if (failed(type))
+    return failure();
+  return SmallVector<int64_t>(type->getShape());
+}
+
+using ShapeFn = FailureOr<SmallVector<int64_t>> (*)(NodeContext &,
+                                                    ArrayRef<int64_t>);
+
+FailureOr<SmallVector<int64_t>> reshapeShape(NodeContext &ctx,
+                                             ArrayRef<int64_t> input) {
+  FailureOr<SmallVector<int64_t>> requested = ctx.constInts(1, "shape");
+  int64_t allowZero;
+  if (failed(requested) || failed(ctx.intAttr("allowzero", allowZero, 0)))
+    return failure();
+  return reshapeTarget(ctx, input, *requested, allowZero != 0);
+}
+
+FailureOr<SmallVector<int64_t>> axesInputOrAttr(NodeContext &ctx,
+                                                bool &present) {
+  std::optional<SmallVector<int64_t>> attrAxes;
+  if (failed(ctx.intsAttr("axes", attrAxes)))
+    return failure();
+  if (attrAxes && ctx.hasInput(1))
+    return ctx.error("axes are given both as an attribute and as an input");
+  present = attrAxes || ctx.hasInput(1);
+  if (attrAxes)
+    return *attrAxes;
+  if (ctx.hasInput(1))
+    return ctx.constInts(1, "axes");
+  return SmallVector<int64_t>();
+}
+
+FailureOr<SmallVector<int64_t>> squeezeShape(NodeContext &ctx,
+                                             ArrayRef<int64_t> input) {
+  bool present;
+  FailureOr<SmallVector<int64_t>> axes = axesInputOrAttr(ctx, present);
+  if (failed(axes))
+    return failure();
+  int64_t rank = input.size();
+  SmallVector<bool> drop(rank, false);
+  if (!present) {
+    for (int64_t d = 0; d < rank; ++d)
+      drop[d] = input[d] == 1;
+  }
+  for (int64_t axis : *axes) {
+    FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, rank);
+    if (failed(normalized))
+      return failure();
+    if (input[*normalized] != 1)
+      return ctx.error("cannot squeeze axis " + Twine(axis) + " of shape " +
+                       shapeString(input) + ": its size is not 1");
+    drop[*normalized] = true;
+  }
+  SmallVector<int64_t> shape;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!drop[d])
+      shape.push_back(input[d]);
+  return shape;
+}
+
+FailureOr<SmallVector<int64_t>> unsqueezeShape(NodeContext &ctx,
+                                               ArrayRef<int64_t> input) {
+  bool present;
+  FailureOr<SmallVector<int64_t>> axes = axesInputOrAttr(ctx, present);
+  if (failed(axes))
+    return failure();
+  if (!present || axes->empty())
+    return ctx.error("axes are required");
+  int64_t rank = input.size() + axes->size();
+  SmallVector<bool> inserted(rank, false);
+  for (int64_t axis : *axes) {
+    FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, rank);
+    if (failed(normalized))
+      return failure();
+    if (inserted[*normalized])
+      return ctx.error("axes list axis " + Twine(*normalized) + " twice");
+    inserted[*normalized] = true;
+  }
+  SmallVector<int64_t> shape;
+  size_t next = 0;
+  for (int64_t d = 0; d < rank; ++d)
+    shape.push_back(inserted[d] ? 1 : input[next++]);
+  return shape;
+}
+
+FailureOr<SmallVector<int64_t>> flattenShape(NodeContext &ctx,
+                                             ArrayRef<int64_t> input) {
+  int64_t axis, rank = input.size();
+  if (failed(ctx.intAttr("axis", axis, 1)))
+    return failure();
+  if (axis < -rank || axis > rank)
+    return ctx.error("axis " + Twine(axis) + " is out of range for rank " +
+                     Twine(rank));
+  if (axis < 0)
+    axis += rank;
+  return SmallVector<int64_t>{product(input.take_front(axis)),
+                              product(input.drop_front(axis))};
+}
+
+FailureOr<SmallVector<int64_t>> expandShape(NodeContext &ctx,
+                                            ArrayRef<int64_t> input) {
+  FailureOr<SmallVector<int64_t>> requested = ctx.constInts(1, "shape");
+  if (failed(requested))
+    return failure();
+  for (int64_t d : *requested)
+    if (d < 0)
+      return ctx.error("shape " + shapeString(*requested) +
+                       " has a negative size");
+  FailureOr<SmallVector<int64_t>> shape = broadcastShapes(input, *requested);
+  if (failed(shape))
+    return ctx.error("cannot expand " + shapeString(input) + " to " +
+                     shapeString(*requested));
+  return shape;
+}
+
+/// Converter for reshape-like ops: no op at all if the shape is unchanged.
+template <ShapeFn Compute>
+LogicalResult convertReshapeLike(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  FailureOr<SmallVector<int64_t>> shape = Compute(ctx, type.getShape());
+  if (failed(shape))
+    return failure();
+  if (ArrayRef<int64_t>(*shape) == type.getShape()) {
+    ctx.setOutput(0, *input);
+    return success();
+  }
+  FailureOr<Operation *> op = ctx.createTyped<ds::ReshapeOp>(
+      {RankedTensorType::get(*shape, type.getElementType())}, {*input});
+  if (failed(op))
+    return failure();
+  ctx.setOutput(0, (*op)->getResult(0));
+  return success();
+}
+
+template <ShapeFn Compute>
+FailureOr<bool> foldReshapeLike(NodeContext &ctx) {
+  const HostTensor *input = ctx.constInput(0);
+  FailureOr<SmallVector<int64_t>> shape = Compute(ctx, input->shape);
+  if (failed(shape))
+    return failure();
+  ctx.setOutputConst(0, input->reshaped(*shape));
+  return true;
+}
+
+LogicalResult convertExpand(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  FailureOr<SmallVector<int64_t>> shape = expandShape(ctx, type.getShape());
+  if (failed(shape))
+    return failure();
+  if (ArrayRef<int64_t>(*shape) == type.getShape()) {
+    ctx.setOutput(0, *input);
+    return success();
+  }
+  FailureOr<Operation *> op = ctx.createTyped<ds::BroadcastToOp>(
+      {RankedTensorType::get(*shape, type.getElementType())}, {*input});
+  if (failed(op))
+    return failure();
+  ctx.setOutput(0, (*op)->getResult(0));
+  return success();
+}
+
+FailureOr<bool> foldExpand(NodeContext &ctx) {
+  const HostTensor *input = ctx.constInput(0);
+  FailureOr<SmallVector<int64_t>> shape = expandShape(ctx, input->shape);
+  if (failed(shape))
+    return failure();
+  if (input->splat || input->numElements() == 1) {
+    HostTensor result = HostTensor::splatOf(input->dtype, *shape,
+                                            input->floatAt(0));
+    if (!result.isFloat())
+      result.ints[0] = input->intAt(0);
+    ctx.setOutputConst(0, std::move(result));
+    return true;
+  }
+  // Broadcasting the input against a tensor of the target shape through
+  // the elementwise evaluator expands it.
+  HostTensor target = HostTensor::splatOf(input->dtype, *shape, 0);
+  const HostTensor *operands[] = {input, &target};
+  return foldElementwise(
+      ctx, operands, input->dtype, [](ArrayRef<double> a) { return a[0]; },
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> { return a[0]; });
+}
+
+LogicalResult convertTranspose(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  std::optional<SmallVector<int64_t>> perm;
+  if (failed(input) || failed(ctx.intsAttr("perm", perm)))
+    return failure();
+  int64_t rank = cast<RankedTensorType>(input->getType()).getRank();
+  if (!perm) {
+    perm.emplace();
+    for (int64_t d = rank - 1; d >= 0; --d)
+      perm->push_back(d);
+  }
+  return ctx.emit<ds::TransposeOp>(
+      0, {*input}, {ctx.named("perm", ctx.builder().getDenseI64ArrayAttr(*perm))});
+}
+
+FailureOr<bool> foldTranspose(NodeContext &ctx) {
+  const HostTensor *input = ctx.constInput(0);
+  std::optional<SmallVector<int64_t>> perm;
+  if (failed(ctx.intsAttr("perm", perm)))
+    return failure();
+  int64_t rank = input->rank();
+  if (!perm) {
+    perm.emplace();
+    for (int64_t d = rank - 1; d >= 0; --d)
+      perm->push_back(d);
+  }
+  SmallVector<bool> seen(rank, false);
+  if (static_cast<int64_t>(perm->size()) != rank)
+    return ctx.error("perm has " + Twine(perm->size()) +
+                     " entries for rank " + Twine(rank));
+  for (int64_t axis : *perm) {
+    if (axis < 0 || axis >= rank || seen[axis])
+      return ctx.error("perm is not a permutation of the axes");
+    seen[axis] = true;
+  }
+  SmallVector<int64_t> shape;
+  for (int64_t axis : *perm)
+    shape.push_back(input->shape[axis]);
+  if (input->splat) {
+    ctx.setOutputConst(0, input->reshaped(shape));
+    return true;
+  }
+  if (input->numElements() > kMaxFoldElements)
+    return false;
+  SmallVector<int64_t> inStrides = stridesOf(input->shape);
+  HostTensor result = *input;
+  result.shape = shape;
+  int64_t n = input->numElements();
+  SmallVector<int64_t> counter(rank, 0);
+  for (int64_t out = 0; out < n; ++out) {
+    int64_t in = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      in += counter[d] * inStrides[(*perm)[d]];
+    if (result.isFloat())
+      result.floats[out] = input->floats[in];
+    else
+      result.ints[out] = input->ints[in];
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++counter[d] < shape[d])
+        break;
+      counter[d] = 0;
+    }
+  }
+  ctx.setOutputConst(0, std::move(result));
+  return true;
+}
+
+FailureOr<int64_t> concatAxis(NodeContext &ctx, int64_t rank) {
+  int64_t axis;
+  if (failed(ctx.intAttr("axis", axis)))
+    return failure();
+  return ctx.normalizeAxis(axis, rank);
+}
+
+LogicalResult convertConcat(NodeContext &ctx) {
+  SmallVector<Value> inputs;
+  for (unsigned i = 0, e = ctx.numInputs(); i < e; ++i) {
+    FailureOr<Value> value = ctx.input(i);
+    if (failed(value))
+      return failure();
+    // Zero-size pieces contribute nothing.
+    if (cast<RankedTensorType>(value->getType()).getNumElements() == 0 &&
+        e > 1)
+      continue;
+    inputs.push_back(*value);
+  }
+  if (inputs.empty())
+    return ctx.error("needs at least one input");
+  FailureOr<int64_t> axis =
+      concatAxis(ctx, cast<RankedTensorType>(inputs[0].getType()).getRank());
+  if (failed(axis))
+    return failure();
+  if (inputs.size() == 1) {
+    ctx.setOutput(0, inputs[0]);
+    return success();
+  }
+  return ctx.emit<ds::ConcatOp>(
+      0, inputs, {ctx.named("axis", ctx.builder().getI64IntegerAttr(*axis))});
+}
+
+FailureOr<bool> foldConcat(NodeContext &ctx) {
+  auto inputs = constInputs(ctx);
+  if (inputs.empty())
+    return ctx.error("needs at least one input");
+  FailureOr<int64_t> axis = concatAxis(ctx, inputs[0]->rank());
+  if (failed(axis))
+    return failure();
+  SmallVector<int64_t> shape = inputs[0]->shape;
+  shape[*axis] = 0;
+  for (const HostTensor *input : inputs) {
+    if (input->dtype != inputs[0]->dtype || input->rank() != inputs[0]->rank())
+      return ctx.error("inputs differ in element type or rank");
+    for (int64_t d = 0; d < input->rank(); ++d)
+      if (d != *axis && input->shape[d] != inputs[0]->shape[d])
+        return ctx.error("inputs " + shapeString(inputs[0]->shape) + " and " +
+                         shapeString(input->shape) + " differ outside axis " +
+                         Twine(*axis));
+    shape[*axis] += input->shape[*axis];
+  }
+  if (product(shape) > kMaxFoldElements)
+    return false;
+  int64_t outer = product(ArrayRef<int64_t>(shape).take_front(*axis));
+  HostTensor result;
+  result.dtype = inputs[0]->dtype;
+  result.shape = shape;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (const HostTensor *input : inputs) {
+      int64_t chunk =
+          product(ArrayRef<int64_t>(input->shape).drop_front(*axis));
+      for (int64_t k = 0; k < chunk; ++k) {
+        if (result.isFloat())
+          result.floats.push_back(input->floatAt(o * chunk + k));
+        else
+          result.ints.push_back(input->intAt(o * chunk + k));
+      }
+    }
+  }
+  ctx.setOutputConst(0, std::move(result));
+  return true;
+}
+
+LogicalResult convertSplit(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t axis;
+  if (failed(input) || failed(ctx.intAttr("axis", axis, 0)))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, type.getRank());
+  if (failed(normalized))
+    return failure();
+  int64_t dim = type.getDimSize(*normalized);
+  std::optional<SmallVector<int64_t>> sizes;
+  if (failed(ctx.intsAttr("split", sizes)))
+    return failure();
+  if (sizes && ctx.hasInput(1))
+    return ctx.error("split sizes are given both as an attribute and as an "
+                     "input");
+  if (ctx.hasInput(1)) {
+    FailureOr<SmallVector<int64_t>> values = ctx.constInts(1, "split");
+    if (failed(values))
+      return failure();
+    sizes = *values;
+  }
+  int64_t outputs = ctx.numOutputs();
+  if (!sizes) {
+    int64_t numOutputs;
+    if (failed(ctx.intAttr("num_outputs", numOutputs, outputs)))
+      return failure();
+    if (numOutputs != outputs || outputs < 1)
+      return ctx.error("num_outputs = " + Twine(numOutputs) + " but the node "
+                       "has " + Twine(outputs) + " outputs");
+    // Equal parts; since opset 18 the last may be smaller.
+    bool hasNumOutputs = ctx.findAttr("num_outputs") != nullptr;
+    int64_t part = hasNumOutputs ? llvm::divideCeil(dim, outputs)
+                                 : dim / outputs;
+    if (!hasNumOutputs && dim % outputs != 0)
+      return ctx.error("axis " + Twine(*normalized) + " of size " + Twine(dim) +
+                       " does not split evenly into " + Twine(outputs) +
+                       " outputs");
+    sizes.emplace();
+    for (int64_t i = 0, left = dim; i < outputs; ++i) {
+      sizes->push_back(std::min(part, left));
+      left -= sizes->back();
+    }
+  }
+  if (static_cast<int64_t>(sizes->size()) != outputs)
+    return ctx.error(Twine(sizes->size()) + " split sizes for " +
+                     Twine(outputs) + " outputs");
+  int64_t total = 0;
+  SmallVector<Type> types;
+  for (int64_t size : *sizes) {
+    if (size < 0)
+      return ctx.error("split sizes must be non-negative");
+    total += size;
+    SmallVector<int64_t> shape(type.getShape());
+    shape[*normalized] = size;
+    types.push_back(RankedTensorType::get(shape, type.getElementType()));
+  }
+  if (total != dim)
+    return ctx.error("split sizes " + shapeString(*sizes) + " sum to " +
+                     Twine(total) + " but axis " + Twine(*normalized) +
+                     " has size " + Twine(dim));
+  FailureOr<Operation *> op = ctx.createTyped<ds::SplitOp>(
+      types, {*input},
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(*normalized))});
+  if (failed(op))
+    return failure();
+  for (int64_t i = 0; i < outputs; ++i)
+    ctx.setOutput(i, (*op)->getResult(i));
+  return success();
+}
+
+LogicalResult convertSlice(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  FailureOr<SliceSpec> spec = sliceSpec(ctx, type.getShape());
+  if (failed(spec))
+    return failure();
+  if (ArrayRef<int64_t>(spec->sizes) == type.getShape() &&
+      llvm::all_of(spec->strides, [](int64_t s) { return s == 1; })) {
+    ctx.setOutput(0, *input);
+    return success();
+  }
+  auto &b = ctx.builder();
+  FailureOr<Operation *> op = ctx.createTyped<ds::SliceOp>(
+      {RankedTensorType::get(spec->sizes, type.getElementType())}, {*input},
+      {ctx.named("offsets", b.getDenseI64ArrayAttr(spec->offsets)),
+       ctx.named("strides", b.getDenseI64ArrayAttr(spec->strides))});
+  if (failed(op))
+    return failure();
+  ctx.setOutput(0, (*op)->getResult(0));
+  return success();
+}
+
+FailureOr<bool> foldSlice(NodeContext &ctx) {
+  const HostTensor *input = ctx.constInput(0);
+  FailureOr<SliceSpec> spec = sliceSpec(ctx, input->shape);
+  if (failed(spec))
+    return failure();
+  if (input->splat) {
+    ctx.setOutputConst(0, input->reshaped(spec->sizes));
+    return true;
+  }
+  int64_t n = product(spec->sizes);
+  if (n > kMaxFoldElements)
+    return false;
+  SmallVector<int64_t> inStrides = stridesOf(input->shape);
+  HostTensor result;
+  result.dtype = input->dtype;
+  result.shape = spec->sizes;
+  int64_t rank = input->rank();
+  SmallVector<int64_t> counter(rank, 0);
+  for (int64_t out = 0; out < n; ++out) {
+    int64_t in = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      in += (spec->offsets[d] + counter[d] * spec->strides[d]) * inStrides[d];
+    if (result.isFloat())
+      result.floats.push_back(input->floats[in]);
+    else
+      result.ints.push_back(input->ints[in]);
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++counter[d] < spec->sizes[d])
+        break;
+      counter[d] = 0;
+    }
+  }
+  ctx.setOutputConst(0, std::move(result));
+  return true;
+}
+
+LogicalResult convertGather(NodeContext &ctx) {
+  FailureOr<Value> data = ctx.input(0);
+  int64_t axis;
+  if (failed(data) || failed(ctx.intAttr("axis", axis, 0)))
+    return failure();
+  auto type = cast<RankedTensorType>(data->getType());
+  FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, type.getRank());
+  if (failed(normalized))
+    return failure();
+  // Indices known at compile time are checked now rather than at run time.
+  if (const HostTensor *indices = ctx.constInput(1)) {
+    int64_t dim = type.getDimSize(*normalized);
+    for (int64_t i = 0, n = indices->splat ? 1 : indices->numElements(); i < n;
+         ++i) {
+      int64_t index = indices->intAt(i);
+      if (index < -dim || index >= dim)
+        return ctx.error("index " + Twine(index) +
+                         " is out of range for axis " + Twine(*normalized) +
+                         " of size " + Twine(dim));
+    }
+  }
+  FailureOr<Value> indices = ctx.input(1);
+  if (failed(indices))
+    return failure();
+  return ctx.emit<ds::GatherOp>(
+      0, {*data, *indices},
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(*normalized))});
+}
+
+FailureOr<bool> foldGather(NodeContext &ctx) {
+  const HostTensor *data = ctx.constInput(0);
+  const HostTensor *indices = ctx.constInput(1);
+  int64_t axis;
+  if (failed(ctx.intAttr("axis", axis, 0)))
+    return failure();
+  if (data->rank() == 0)
+    return ctx.error("data must have rank >= 1");
+  FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, data->rank());
+  if (failed(normalized))
+    return failure();
+  if (indices->isFloat())
+    return ctx.error("indices must be integers");
+  int64_t dim = data->shape[*normalized];
+  SmallVector<int64_t> shape(ArrayRef<int64_t>(data->shape).take_front(*normalized));
+  llvm::append_range(shape, indices->shape);
+  llvm::append_range(shape,
+                     ArrayRef<int64_t>(data->shape).drop_front(*normalized + 1));
+  int64_t n = product(shape);
+  if (n > kMaxFoldElements)
+    return false;
+  int64_t outer = product(ArrayRef<int64_t>(data->shape).take_front(*normalized));
+  int64_t inner =
+      product(ArrayRef<int64_t>(data->shape).drop_front(*normalized + 1));
+  int64_t count = indices->numElements();
+  HostTensor result;
+  result.dtype = data->dtype;
+  result.shape = shape;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t index = indices->intAt(i);
+      if (index < -dim || index >= dim)
+        return ctx.error("index " + Twine(index) + " is out of range for axis " +
+                         Twine(*normalized) + " of size " + Twine(dim));
+      if (index < 0)
+        index += dim;
+      for (int64_t k = 0; k < inner; ++k) {
+        int64_t at = (o * dim + index) * inner + k;
+        if (result.isFloat())
+          result.floats.push_back(data->floatAt(at));
+        else
+          result.ints.push_back(data->intAt(at));
+      }
+    }
+  }
+  ctx.setOutputConst(0, std::move(result));
+  return true;
+}
+
+LogicalResult triluParams(NodeContext &ctx, int64_t &upper, int64_t &k) {
+  if (failed(ctx.intAttr("upper", upper, 1)))
+    return failure();
+  k = 0;
+  if (ctx.hasInput(1)) {
+    FailureOr<SmallVector<int64_t>> values = ctx.constInts(1, "k");
+    if (failed(values))
+      return failure();
+    if (values->size() != 1)
+      return ctx.error("k must be a scalar");
+    k = (*values)[0];
+  }
+  return success();
+}
+
+LogicalResult convertTrilu(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t upper, k;
+  if (failed(input) || failed(triluParams(ctx, upper, k)))
+    return failure();
+  auto &b = ctx.builder();
+  return ctx.emit<ds::TriluOp>(0, {*input},
+                               {ctx.named("upper", b.getBoolAttr(upper != 0)),
+                                ctx.named("k", b.getI64IntegerAttr(k))});
+}
+
+FailureOr<bool> foldTrilu(NodeContext &ctx) {
+  const HostTensor *input = ctx.constInput(0);
+  int64_t upper, k;
+  if (failed(triluParams(ctx, upper, k)))
+    return failure();
+  if (input->rank() < 2)
+    return ctx.error("input must have rank >= 2");
+  if (input->numElements() > kMaxFoldElements)
+    return false;
+  HostTensor result = input->expanded();
+  int64_t rows = input->shape[input->rank() - 2];
+  int64_t cols = input->shape[input->rank() - 1];
+  for (int64_t i = 0, n = result.numElements(); i < n; ++i) {
+    int64_t row = (i / cols) % rows, col = i % cols;
+    bool keep = upper ? col - row >= k : col - row <= k;
+    if (keep)
+      continue;
+    if (result.isFloat())
+      result.floats[i] = 0;
+    else
+      result.ints[i] = 0;
+  }
+  ctx.setOutputConst(0, std::move(result));
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+FailureOr<bool> foldConstant(NodeContext &ctx) {
+  if (ctx.node.attribute_size() != 1)
+    return ctx.error("needs exactly one value attribute, got " +
+                     Twine(ctx.node.attribute_size()));
+  const onnx::AttributeProto &attr = ctx.node.attribute(0);
+  StringRef name = attr.name();
+  if (name == "value") {
+    FailureOr<HostTensor> value = ctx.tensorAttr(attr);
+    if (failed(value))
+      return failure();
+    ctx.setOutputConst(0, std::move(*value));
+  } else if (name == "value_float") {
+    float v;
+    if (failed(ctx.floatAttr(name, v)))
+      return failure();
+    ctx.setOutputConst(0, HostTensor::ofFloats(DType::Float, {}, {v}));
+  } else if (name == "value_floats") {
+    ctx.setOutputConst(
+        0, HostTensor::ofFloats(DType::Float,
+                                {static_cast<int64_t>(attr.floats_size())},
+                                std::vector<double>(attr.floats().begin(),
+                                                    attr.floats().end())));
+  } else if (name == "value_int") {
+    int64_t v;
+    if (failed(ctx.intAttr(name, v)))
+      return failure();
+    ctx.setOutputConst(0, HostTensor::ofInts(DType::Int64, {}, {v}));
+  } else if (name == "value_ints") {
+    ctx.setOutputConst(0, HostTensor::shapeVector(SmallVector<int64_t>(
+                              attr.ints().begin(), attr.ints().end())));
+  } else {
+    return ctx.error("attribute '" + name +
+                     "' is not supported (strings and sparse tensors cannot "
+                     "be computed on)");
+  }
+  return true;
+}
+
+FailureOr<bool> foldConstantOfShape(NodeContext &ctx) {
+  FailureOr<SmallVector<int64_t>> shape = ctx.constInts(0, "shape");
+  if (failed(shape))
+    return failure();
+  int64_t count = 1;
+  for (int64_t d : *shape)
+    if (d < 0 || llvm::MulOverflow(count, d, count))
+      return ctx.error("shape " + shapeString(*shape) +
+                       " is negative or overflows 64 bits");
+  DType dtype = DType::Float;
+  double value = 0;
+  int64_t intValue = 0;
+  if (const onnx::AttributeProto *attr = ctx.findAttr("value")) {
+    FailureOr<HostTensor> tensor = ctx.tensorAttr(*attr);
+    if (failed(tensor))
+      return failure();
+    if (tensor->numElements() != 1)
+      return ctx.error("value must hold exactly one element");
+    dtype = tensor->dtype;
+    value = tensor->floatAt(0);
+    intValue = tensor->intAt(0);
+  }
+  HostTensor result = HostTensor::splatOf(dtype, *shape, value);
+  if (!result.isFloat())
+    result.ints[0] = wrapToInt(dtype, intValue);
+  ctx.setOutputConst(0, std::move(result));
+  return true;
+}
+
+FailureOr<bool> foldRange(NodeContext &ctx) {
+  const HostTensor *start = ctx.constInput(0), *limit = ctx.constInput(1),
+                   *delta = ctx.constInput(2);
+  if (!start || !limit || !delta)
+    return ctx.error("start, limit and delta are required");
+  for (const HostTensor *t : {start, limit, delta})
+    if (t->numElements() != 1 || t->dtype != start->dtype)
+      return ctx.error("start, limit and delta must be scalars of one type");
+  int64_t n;
+  if (start->isFloat()) {
+    double d = delta->floatAt(0);
+    if (d == 0 || std::isnan(d))
+      return ctx.error("delta must be non-zero");
+    double count = std::ceil((limit->floatAt(0) - start->floatAt(0)) / d);
+    n = count > 0 ? static_cast<int64_t>(count) : 0;
+    if (count > static_cast<double>(kMaxFoldElements) * 16)
+      return ctx.error("Range of " + std::to_string(count) +
+                       " elements is too large");
+  } else {
+    int64_t d = delta->intAt(0);
+    if (d == 0)
+      return ctx.error("delta must be non-zero");
+    int64_t span = limit->intAt(0) - start->intAt(0);
+    n = std::max<int64_t>(0, span / d + ((span % d != 0) && ((span < 0) == (d < 0))));
+    if (n > kMaxFoldElements * 16)
+      return ctx.error("Range of " + Twine(n) + " elements is too large");
+  }
+  HostTensor result;
+  result.dtype = start->dtype;
+  result.shape = {n};
+  for (int64_t i = 0; i < n; ++i) {
+    if (result.isFloat())
+      result.floats.push_back(roundToFloat(
+          result.dtype, start->floatAt(0) + i * delta->floatAt(0)));
+    else
+      result.ints.push_back(
+          wrapToInt(result.dtype, start->intAt(0) + i * delta->intAt(0)));
+  }
+  ctx.setOutputConst(0, std::move(result));
+  return true;
+}
+
+FailureOr<bool> foldShape(NodeContext &ctx) {
+  FailureOr<SmallVector<int64_t>> shape = inputShape(ctx, 0);
+  int64_t start, end;
+  if (failed(shape) || failed(ctx.intAttr("start", start, 0)))
+    return failure();
+  int64_t rank = shape->size();
+  if (failed(ctx.intAttr("end", end, rank)))
+    return failure();
+  auto clampIndex = [rank](int64_t i) {
+    if (i < 0)
+      i += rank;
+    return std::clamp<int64_t>(i, 0, rank);
+  };
+  start = clampIndex(start);
+  end = clampIndex(end);
+  SmallVector<int64_t> dims;
+  for (int64_t d = start; d < end; ++d)
+    dims.push_back((*shape)[d]);
+  ctx.setOutputConst(0, HostTensor::shapeVector(dims));
+  return true;
+}
+
+FailureOr<bool> foldSize(NodeContext &ctx) {
+  FailureOr<SmallVector<int64_t>> shape = inputShape(ctx, 0);
+  if (failed(shape))
+    return failure();
+  ctx.setOutputConst(0, HostTensor::ofInts(DType::Int64, {}, {product(*shape)}));
+  return true;
+}
+
+LogicalResult convertIdentity(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input))
+    return failure();
+  ctx.setOutput(0, *input);
+  return success();
+}
+
+FailureOr<bool> foldIdentity(NodeContext &ctx) {
+  ctx.setOutputConst(0, *ctx.constInput(0));
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Dropout, losses
+//===----------------------------------------------------------------------===//
+
+LogicalResult convertDropout(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input))
+    return failure();
+  double ratio = 0.5;
+  bool training = false;
+  if (ctx.hasInput(1)) {
+    const HostTensor *value = ctx.constInput(1, /*readParameters=*/true);
+    if (!value || value->numElements() != 1)
+      return ctx.error("ratio must be a scalar known at compile time");
+    ratio = value->floatAt(0);
+  }
+  if (ctx.hasInput(2)) {
+    const HostTensor *value = ctx.constInput(2, /*readParameters=*/true);
+    if (!value || value->numElements() != 1)
+      return ctx.error("training_mode must be a scalar known at compile time");
+    training = value->intAt(0) != 0;
+  }
+  auto type = cast<RankedTensorType>(input->getType());
+  if (!training || ratio == 0) {
+    ctx.setOutput(0, *input);
+    if (ctx.hasOutput(1)) {
+      FailureOr<Value> mask = ctx.materialize(
+          HostTensor::splatOf(DType::Bool, type.getShape(), 1));
+      if (failed(mask))
+        return failure();
+      ctx.setOutput(1, *mask);
+    }
+    return success();
+  }
+  int64_t seed;
+  // Without a seed attribute, derive one from the node so every dropout
+  // draws its own mask and compilation stays deterministic.
+  if (failed(ctx.intAttr("seed", seed,
+                         static_cast<int64_t>(llvm::hash_value(
+                             ctx.node.name() + ctx.node.output(0))) &
+                             0x7fffffff)))
+    return failure();
+  auto &b = ctx.builder();
+  FailureOr<Operation *> op = ctx.create<ds::DropoutOp>(
+      {*input}, {ctx.named("ratio", b.getF32FloatAttr(ratio)),
+                 ctx.named("seed", b.getI64IntegerAttr(seed))});
+  if (failed(op))
+    return failure();
+  ctx.setOutput(0, (*op)->getResult(0));
+  ctx.setOutput(1, (*op)->getResult(1));
+  return success();
+}
+
+template <typename OpTy>
+LogicalResult convertLoss(NodeContext &ctx) {
+  SmallVector<Value> operands;
+  for (unsigned i = 0; i < 2; ++i) {
+    FailureOr<Value> value = ctx.input(i);
+    if (failed(value))
+      return failure();
+    operands.push_back(*value);
+  }
+  if (ctx.hasInput(2)) {
+    FailureOr<Value> weights = ctx.input(2);
+    if (failed(weights))
+      return failure();
+    operands.push_back(*weights);
+  }
+  std::string reduction;
+  if (failed(ctx.stringAttr("reduction", reduction, StringRef("mean"))))
+    return failure();
+  std::optional<ds::LossReduction> kind = ds::symbolizeLossReduction(reduction);
+  if (!kind)
+    return ctx.error("reduction '" + reduction +
+                     "' is not 'none', 'sum' or 'mean'");
+  SmallVector<NamedAttribute> attrs{ctx.named(
+      "reduction", ds::LossReductionAttr::get(ctx.context(), *kind))};
+  if (ctx.findAttr("ignore_index")) {
+    int64_t ignore;
+    if (failed(ctx.intAttr("ignore_index", ignore)))
+      return failure();
+    attrs.push_back(
+        ctx.named("ignore_index", ctx.builder().getI64IntegerAttr(ignore)));
+  }
+  FailureOr<Operation *> op = ctx.create<OpTy>(operands, attrs);
+  if (failed(op))
+    return failure();
+  for (unsigned i = 0; i < (*op)->getNumResults(); ++i)
+    ctx.setOutput(i, (*op)->getResult(i));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling
+//===----------------------------------------------------------------------===//
+
+/// Resolves kernel, strides, dilations and explicit pads (auto_pad included)
+/// of a window op over `spatial` axes of `inputShape`.
+struct Window {
+  SmallVector<int64_t> kernel, strides, dilations, pads;
+};
+
+FailureOr<Window> readWindow(NodeContext &ctx, ArrayRef<int64_t> inputShape,
+                             std::optional<SmallVector<int64_t>> kernel,
+                             bool allowDilations) {
+  int64_t spatial = static_cast<int64_t>(inputShape.size()) - 2;
+  if (spatial < 1)
+    return ctx.error("input must be [N, C, D...], got " +
+                     shapeString(inputShape));
+  Window window;
+  std::optional<SmallVector<int64_t>> strides, dilations, pads;
+  std::string autoPad;
+  if (failed(ctx.intsAttr("strides", strides)) ||
+      failed(ctx.intsAttr("dilations", dilations)) ||
+      failed(ctx.intsAttr("pads", pads)) ||
+      failed(ctx.stringAttr("auto_pad", autoPad, StringRef("NOTSET"))))
+    return failure();
+  if (!kernel || static_cast<int64_t>(kernel->size()) != spatial)
+    return ctx.error("kernel_shape must have " + Twine(spatial) +
+                     " entries for " + Twine(spatial) + " spatial axes");
+  window.kernel = *kernel;
+  window.strides = strides.value_or(SmallVector<int64_t>(spatial, 1));
+  window.dilations = dilations.value_or(SmallVector<int64_t>(spatial, 1));
+  if (!allowDilations &&
+      llvm::any_of(window.dilations, [](int64_t d) { return d != 1; }))
+    return ctx.error("dilations other than 1 are not supported here");
+  if (static_cast<int64_t>(window.strides.size()) != spatial ||
+      static_cast<int64_t>(window.dilations.size()) != spatial)
+    return ctx.error("strides and dilations need " + Twine(spatial) +
+                     " entries");
+  for (int64_t i = 0; i < spatial; ++i)
+    if (window.strides[i] < 1 || window.dilations[i] < 1 ||
+        window.kernel[i] < 1)
+      return ctx.error("kernel_shape, strides and dilations must be positive");
+  if (autoPad == "NOTSET") {
+    window.pads = pads.value_or(SmallVector<int64_t>(2 * spatial, 0));
+    if (static_cast<int64_t>(window.pads.size()) != 2 * spatial)
+      return ctx.error("pads needs " + Twine(2 * spatial) + " entries, got " +
+                       Twine(window.pads.size()));
+  } else if (autoPad == "VALID") {
+    window.pads.assign(2 * spatial, 0);
+  } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+    window.pads.assign(2 * spatial, 0);
+    for (int64_t i = 0; i < spatial; ++i) {
+      int64_t in = inputShape[i + 2];
+      int64_t out = llvm::divideCeil(in, window.strides[i]);
+      int64_t effective = (window.kernel[i] - 1) * window.dilations[i] + 1;
+      int64_t total = std::max<int64_t>(
+          0, (out - 1) * window.strides[i] + effective - in);
+      int64_t small = total / 2, large = total - small;
+      window.pads[i] = autoPad == "SAME_UPPER" ? small : large;
+      window.pads[i + spatial] = autoPad == "SAME_UPPER" ? large : small;
+    }
+  } else {
+    return ctx.error("auto_pad '" + autoPad + "' is not NOTSET, VALID, "
+                     "SAME_UPPER or SAME_LOWER");
+  }
+  return window;
+}
+
+LogicalResult convertConv(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0), weight = ctx.input(1);
+  int64_t group;
+  if (failed(input) || failed(weight) || failed(ctx.intAttr("group", group, 1)))
+    return failure();
+  auto weightType = cast<RankedTensorType>(weight->getType());
+  SmallVector<int64_t> weightKernel(weightType.getShape().drop_front(2));
+  std::optional<SmallVector<int64_t>> kernel;
+  if (failed(ctx.intsAttr("kernel_shape", kernel)))
+    return failure();
+  if (kernel && *kernel != weightKernel)
+    return ctx.error("kernel_shape " + shapeString(*kernel) +
+                     " does not match the weight's " +
+                     shapeString(weightKernel));
+  FailureOr<Window> window = readWindow(
+      ctx, cast<RankedTensorType>(input->getType()).getShape(), weightKernel,
+      /*allowDilations=*/true);
+  if (failed(window))
+    return failure();
+  SmallVector<Value> operands{*input, *weight};
+  if (ctx.hasInput(2)) {
+    FailureOr<Value> bias = ctx.input(2);
+    if (failed(bias))
+      return failure();
+    operands.push_back(*bias);
+  }
+  auto &b = ctx.builder();
+  return ctx.emit<ds::ConvOp>(
+      0, operands,
+      {ctx.named("strides", b.getDenseI64ArrayAttr(window->strides)),
+       ctx.named("pads", b.getDenseI64ArrayAttr(window->pads)),
+       ctx.named("dilations", b.getDenseI64ArrayAttr(window->dilations)),
+       ctx.named("group", b.getI64IntegerAttr(group))});
+}
+
+LogicalResult convertMaxPool(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  std::optional<SmallVector<int64_t>> kernel;
+  int64_t ceilMode;
+  if (failed(input) || failed(ctx.intsAttr("kernel_shape", kernel)) ||
+      failed(ctx.intAttr("ceil_mode", ceilMode, 0)) ||
+      failed(ctx.requireIntAttr("storage_order", 0,
+                                "only row-major indices are supported")))
+    return failure();
+  if (ctx.hasOutput(1))
+    return ctx.error("the Indices output is not supported");
+  FailureOr<Window> window =
+      readWindow(ctx, cast<RankedTensorType>(input->getType()).getShape(),
+                 kernel, /*allowDilations=*/true);
+  if (failed(window))
+    return failure();
+  auto &b = ctx.builder();
+  SmallVector<NamedAttribute> attrs{
+      ctx.named("kernel_shape", b.getDenseI64ArrayAttr(window->kernel)),
+      ctx.named("strides", b.getDenseI64ArrayAttr(window->strides)),
+      ctx.named("pads", b.getDenseI64ArrayAttr(window->pads)),
+      ctx.named("dilations", b.getDenseI64ArrayAttr(window->dilations))};
+  if (ceilMode)
+    attrs.push_back(ctx.named("ceil_mode", b.getUnitAttr()));
+  return ctx.emit<ds::MaxPoolOp>(0, {*input}, attrs);
+}
+
+LogicalResult convertAveragePool(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  std::optional<SmallVector<int64_t>> kernel;
+  int64_t ceilMode, countIncludePad;
+  if (failed(input) || failed(ctx.intsAttr("kernel_shape", kernel)) ||
+      failed(ctx.intAttr("ceil_mode", ceilMode, 0)) ||
+      failed(ctx.intAttr("count_include_pad", countIncludePad, 0)))
+    return failure();
+  FailureOr<Window> window =
+      readWindow(ctx, cast<RankedTensorType>(input->getType()).getShape(),
+                 kernel, /*allowDilations=*/false);
+  if (failed(window))
+    return failure();
+  auto &b = ctx.builder();
+  SmallVector<NamedAttribute> attrs{
+      ctx.named("kernel_shape", b.getDenseI64ArrayAttr(window->kernel)),
+      ctx.named("strides", b.getDenseI64ArrayAttr(window->strides)),
+      ctx.named("pads", b.getDenseI64ArrayAttr(window->pads))};
+  if (ceilMode)
+    attrs.push_back(ctx.named("ceil_mode", b.getUnitAttr()));
+  if (countIncludePad)
+    attrs.push_back(ctx.named("count_include_pad", b.getUnitAttr()));
+  return ctx.emit<ds::AveragePoolOp>(0, {*input}, attrs);
+}
+
+LogicalResult convertGlobalAveragePool(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input))
+    return failure();
+  int64_t rank = cast<RankedTensorType>(input->getType()).getRank();
+  if (rank < 3)
+    return ctx.error("input must be [N, C, D...]");
+  SmallVector<int64_t> axes;
+  for (int64_t d = 2; d < rank; ++d)
+    axes.push_back(d);
+  auto &b = ctx.builder();
+  return ctx.emit<ds::ReduceMeanOp>(
+      0, {*input}, {ctx.named("axes", b.getDenseI64ArrayAttr(axes)),
+                    ctx.named("keepdims", b.getBoolAttr(true))});
+}
+
+//===----------------------------------------------------------------------===//
+// ai.onnx.preview.training optimizers: one ds op per updated tensor
+//===----------------------------------------------------------------------===//
+
+/// Splits the inputs R, T, then `groups` runs of n tensors each, and emits
+/// one op per tensor; output k of tensor i is ONNX output k * n + i.
+template <typename OpTy>
+LogicalResult convertOptimizer(NodeContext &ctx, unsigned groups,
+                               ArrayRef<NamedAttribute> attrs) {
+  unsigned inputs = ctx.node.input_size();
+  if (inputs < 2 + groups || (inputs - 2) % groups != 0)
+    return ctx.error("expects R, T and " + Twine(groups) +
+                     " equally long runs of tensors, got " + Twine(inputs) +
+                     " inputs");
+  unsigned n = (inputs - 2) / groups;
+  unsigned outputsPerTensor = groups - 1;
+  if (ctx.numOutputs() > outputsPerTensor * n)
+    return ctx.error("has " + Twine(ctx.numOutputs()) + " outputs, expected " +
+                     Twine(outputsPerTensor * n));
+  FailureOr<Value> lr = ctx.input(0), step = ctx.input(1);
+  if (failed(lr) || failed(step))
+    return failure();
+  for (unsigned i = 0; i < n; ++i) {
+    SmallVector<Value> operands{*lr, *step};
+    for (unsigned g = 0; g < groups; ++g) {
+      FailureOr<Value> value = ctx.input(2 + g * n + i);
+      if (failed(value))
+        return failure();
+      operands.push_back(*value);
+    }
+    FailureOr<Operation *> op = ctx.create<OpTy>(operands, attrs);
+    if (failed(op))
+      return failure();
+    for (unsigned k = 0; k < outputsPerTensor; ++k)
+      ctx.setOutput(k * n + i, (*op)->getResult(k));
+  }
+  return success();
+}
+
+LogicalResult convertAdam(NodeContext &ctx) {
+  float alpha, beta, epsilon, norm, normPost;
+  if (failed(ctx.floatAttr("alpha", alpha, 0.9f)) ||
+      failed(ctx.floatAttr("beta", beta, 0.999f)) ||
+      failed(ctx.floatAttr("epsilon", epsilon, 1e-6f)) ||
+      failed(ctx.floatAttr("norm_coefficient", norm, 0.0f)) ||
+      failed(ctx.floatAttr("norm_coefficient_post", normPost, 0.0f)))
+    return failure();
+  auto &b = ctx.builder();
+  return convertOptimizer<ds::AdamOp>(
+      ctx, 4,
+      {ctx.named("alpha", b.getF32FloatAttr(alpha)),
+       ctx.named("beta", b.getF32FloatAttr(beta)),
+       ctx.named("epsilon", b.getF32FloatAttr(epsilon)),
+       ctx.named("norm_coefficient", b.getF32FloatAttr(norm)),
+       ctx.named("norm_coefficient_post", b.getF32FloatAttr(normPost))});
+}
+
+LogicalResult convertMomentum(NodeContext &ctx) {
+  float alpha, beta, norm;
+  std::string mode;
+  if (failed(ctx.floatAttr("alpha", alpha)) ||
+      failed(ctx.floatAttr("beta", beta)) ||
+      failed(ctx.floatAttr("norm_coefficient", norm)) ||
+      failed(ctx.stringAttr("mode", mode)))
+    return failure();
+  std::optional<ds::MomentumMode> kind = ds::symbolizeMomentumMode(mode);
+  if (!kind)
+    return ctx.error("mode '" + mode + "' is not 'standard' or 'nesterov'");
+  auto &b = ctx.builder();
+  return convertOptimizer<ds::MomentumOp>(
+      ctx, 3,
+      {ctx.named("alpha", b.getF32FloatAttr(alpha)),
+       ctx.named("beta", b.getF32FloatAttr(beta)),
+       ctx.named("mode", ds::MomentumModeAttr::get(ctx.context(), *kind)),
+       ctx.named("norm_coefficient", b.getF32FloatAttr(norm))});
+}
+
+LogicalResult convertAdagrad(NodeContext &ctx) {
+  float decay, epsilon, norm;
+  if (failed(ctx.floatAttr("decay_factor", decay, 0.0f)) ||
+      failed(ctx.floatAttr("epsilon", epsilon, 1e-6f)) ||
+      failed(ctx.floatAttr("norm_coefficient", norm, 0.0f)))
+    return failure();
+  auto &b = ctx.builder();
+  return convertOptimizer<ds::AdagradOp>(
+      ctx, 3,
+      {ctx.named("decay_factor", b.getF32FloatAttr(decay)),
+       ctx.named("epsilon", b.getF32FloatAttr(epsilon)),
+       ctx.named("norm_coefficient", b.getF32FloatAttr(norm))});
+}
+
+//===----------------------------------------------------------------------===//
+// Registry
+//===----------------------------------------------------------------------===//
+
+struct Registry {
+  llvm::StringMap<OpHandler> handlers; // key: domain + ":" + op type
+
+  void add(StringRef domain, StringRef name, OpHandler handler) {
+    handlers[(domain + ":" + name).str()] = handler;
+  }
+
+  Registry() {
+    using namespace ds;
+    auto op = [](ConvertFn convert, FoldFn fold, const char *note) {
+      return OpHandler{convert, fold, false, note};
+    };
+    // Elementwise
+    add("", "Add", op(convertBinary<AddOp>, foldArith<addF, addI>, "ds.add"));
+    add("", "Sub", op(convertBinary<SubOp>, foldArith<subF, subI>, "ds.sub"));
+    add("", "Mul", op(convertBinary<MulOp>, foldArith<mulF, mulI>, "ds.mul"));
+    add("", "Div", op(convertBinary<DivOp>, foldDiv, "ds.div"));
+    add("", "Pow", op(convertPow, foldPow, "ds.pow (exponent cast to the base type)"));
+    add("", "Sqrt", op(convertUnary<SqrtOp>, foldFloatUnary<sqrtF>, "ds.sqrt"));
+    add("", "Reciprocal", op(convertUnary<ReciprocalOp>, foldFloatUnary<reciprocalF>, "ds.reciprocal"));
+    add("", "Exp", op(convertUnary<ExpOp>, foldFloatUnary<expF>, "ds.exp"));
+    add("", "Log", op(convertUnary<LogOp>, foldFloatUnary<logF>, "ds.log"));
+    add("", "Tanh", op(convertUnary<TanhOp>, foldFloatUnary<tanhF>, "ds.tanh"));
+    add("", "Erf", op(convertUnary<ErfOp>, foldFloatUnary<erfF>, "ds.erf"));
+    add("", "Sigmoid", op(convertUnary<SigmoidOp>, foldFloatUnary<sigmoidF>, "ds.sigmoid"));
+    add("", "Neg", op(convertUnary<NegOp>, foldNeg, "ds.neg"));
+    add("", "Relu", op(convertUnary<ReluOp>, foldRelu, "ds.relu"));
+    add("", "LeakyRelu", op(convertLeakyRelu, nullptr, "ds.leaky_relu"));
+    add("", "Gelu", op(convertGelu, nullptr, "ds.gelu (opset 20+)"));
+    add("", "Not", op(convertUnary<NotOp>, foldNot, "ds.not"));
+    add("", "Equal", op(convertCompare<ComparePredicate::eq>, foldCompare<ComparePredicate::eq>, "ds.compare eq"));
+    add("", "Less", op(convertCompare<ComparePredicate::lt>, foldCompare<ComparePredicate::lt>, "ds.compare lt"));
+    add("", "LessOrEqual", op(convertCompare<ComparePredicate::le>, foldCompare<ComparePredicate::le>, "ds.compare le"));
+    add("", "Greater", op(convertCompare<ComparePredicate::gt>, foldCompare<ComparePredicate::gt>, "ds.compare gt"));
+    add("", "GreaterOrEqual", op(convertCompare<ComparePredicate::ge>, foldCompare<ComparePredicate::ge>, "ds.compare ge"));
+    add("", "Where", op(convertWhere, foldWhere, "ds.where"));
+    add("", "Cast", op(convertCast, foldCast, "ds.cast"));
+    add("", "Abs", op(nullptr, foldAbs, "shape arithmetic only (folded)"));
+    add("", "Max", op(nullptr, foldExtremum<true>, "shape arithmetic only (folded)"));
+    add("", "Min", op(nullptr, foldExtremum<false>, "shape arithmetic only (folded)"));
+    // Linear algebra, normalization, reductions
+    add("", "MatMul", op(convertMatMul, nullptr, "ds.matmul"));
+    add("", "Gemm", op(convertGemm, nullptr, "ds.gemm"));
+    add("", "Softmax", op(convertSoftmax<SoftmaxOp>, nullptr, "ds.softmax"));
+    add("", "LogSoftmax", op(convertSoftmax<LogSoftmaxOp>, nullptr, "ds.log_softmax"));
+    add("", "LayerNormalization", op(convertLayerNorm, nullptr, "ds.layer_norm"));
+    add("", "BatchNormalization", op(convertBatchNorm, nullptr, "ds.batch_norm / ds.batch_norm_train"));
+    add("", "ReduceSum", op(convertReduce<ReduceSumOp>, nullptr, "ds.reduce_sum (axes attribute or input)"));
+    add("", "ReduceMean", op(convertReduce<ReduceMeanOp>, nullptr, "ds.reduce_mean (axes attribute or input)"));
+    add("", "ReduceMax", op(convertReduce<ReduceMaxOp>, nullptr, "ds.reduce_max (axes attribute or input)"));
+    // Data movement
+    add("", "Reshape", op(convertReshapeLike<reshapeShape>, foldReshapeLike<reshapeShape>, "ds.reshape"));
+    add("", "Squeeze", op(convertReshapeLike<squeezeShape>, foldReshapeLike<squeezeShape>, "ds.reshape (axes attribute or input)"));
+    add("", "Unsqueeze", op(convertReshapeLike<unsqueezeShape>, foldReshapeLike<unsqueezeShape>, "ds.reshape (axes attribute or input)"));
+    add("", "Flatten", op(convertReshapeLike<flattenShape>, foldReshapeLike<flattenShape>, "ds.reshape"));
+    add("", "Expand", op(convertExpand, foldExpand, "ds.broadcast_to"));
+    add("", "Transpose", op(convertTranspose, foldTranspose, "ds.transpose"));
+    add("", "Concat", op(convertConcat, foldConcat, "ds.concat"));
+    add("", "Split", op(convertSplit, nullptr, "ds.split (sizes attribute, input or num_outputs)"));
+    add("", "Slice", op(convertSlice, foldSlice, "ds.slice"));
+    add("", "Gather", op(convertGather, foldGather, "ds.gather"));
+    add("", "Trilu", op(convertTrilu, foldTrilu, "ds.trilu"));
+    add("", "Identity", op(convertIdentity, foldIdentity, "removed"));
+    add("", "Dropout", op(convertDropout, nullptr, "removed in inference mode, ds.dropout in training mode"));
+    // Constants
+    add("", "Constant", op(nullptr, foldConstant, "ds.constant"));
+    add("", "ConstantOfShape", op(nullptr, foldConstantOfShape, "ds.constant (splat)"));
+    add("", "Range", op(nullptr, foldRange, "ds.constant"));
+    add("", "Shape", OpHandler{nullptr, foldShape, true, "folded (static shapes)"});
+    add("", "Size", OpHandler{nullptr, foldSize, true, "folded (static shapes)"});
+    // Losses, convolution, pooling
+    add("", "SoftmaxCrossEntropyLoss", op(convertLoss<SoftmaxCrossEntropyOp>, nullptr, "ds.softmax_cross_entropy"));
+    add("", "NegativeLogLikelihoodLoss", op(convertLoss<NllLossOp>, nullptr, "ds.nll_loss"));
+    add("", "Conv", op(convertConv, nullptr, "ds.conv"));
+    add("", "MaxPool", op(convertMaxPool, nullptr, "ds.max_pool"));
+    add("", "AveragePool", op(convertAveragePool, nullptr, "ds.avg_pool"));
+    add("", "GlobalAveragePool", op(convertGlobalAveragePool, nullptr, "ds.reduce_mean over the spatial axes"));
+    // Training
+    add(kTrainingDomain, "Adam", op(convertAdam, nullptr, "ds.adam per tensor"));
+    add(kTrainingDomain, "Momentum", op(convertMomentum, nullptr, "ds.momentum per tensor"));
+    add(kTrainingDomain, "Adagrad", op(convertAdagrad, nullptr, "ds.adagrad per tensor"));
+  }
+};
+
+const Registry &registry() {
+  static const Registry instance;
+  return instance;
+}
+
+} // namespace
+
+const OpHandler *lookupOpHandler(StringRef domain, StringRef opType) {
+  auto it = registry().handlers.find((domain + ":" + opType).str());
+  return it == registry().handlers.end() ? nullptr : &it->second;
+}
+
+void forEachOpHandler(
+    llvm::function_ref<void(StringRef, StringRef, const OpHandler &)> fn) {
+  for (const auto &entry : registry().handlers) {
+    auto [domain, name] = entry.getKey().split(':');
+    fn(domain, name, entry.getValue());
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Shared shape computations
+//===----------------------------------------------------------------------===//
+
+FailureOr<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> a,
+                                                ArrayRef<int64_t> b) {
+  SmallVector<int64_t> result;
+  if (!OpTrait::util::getBroadcastedShape(a, b, result))
+    return failure();
+  return result;
+}
+
+FailureOr<SmallVector<int64_t>> reshapeTarget(NodeContext &ctx,
+                                              ArrayRef<int64_t> input,
+                                              ArrayRef<int64_t> requested,
+                                              bool allowZero) {
+  SmallVector<int64_t> shape;
+  int64_t inferAxis = -1, known = 1;
+  for (auto [i, dim] : llvm::enumerate(requested)) {
+    int64_t size = dim;
+    if (dim == 0 && !allowZero) {
+      if (i >= input.size())
+        return ctx.error("shape " + shapeString(requested) + " copies axis " +
+                         Twine(i) + " (0) but the input " + shapeString(input) +
+                         " has rank " + Twine(input.size()));
+      size = input[i];
+    } else if (dim == -1) {
+      if (inferAxis >= 0)
+        return ctx.error("shape " + shapeString(requested) +
+                         " has more than one -1");
+      inferAxis = i;
+      shape.push_back(-1);
+      continue;
+    } else if (dim < 0) {
+      return ctx.error("shape " + shapeString(requested) +
+                       " has a negative size");
+    }
+    if (llvm::MulOverflow(known, size, known))
+      return ctx.error("shape " + shapeString(requested) + " overflows");
+    shape.push_back(size);
+  }
+  int64_t total = product(input);
+  if (inferAxis >= 0) {
+    if (known == 0 || total % known != 0)
+      return ctx.error("cannot reshape " + shapeString(input) + " (" +
+                       Twine(total) + " elements) to " +
+                       shapeString(requested));
+    shape[inferAxis] = total / known;
+  } else if (known != total) {
+    return ctx.error("cannot reshape " + shapeString(input) + " (" +
+                     Twine(total) + " elements) to " + shapeString(shape) +
+                     " (" + Twine(known) + " elements)");
+  }
+  return shape;
+}
+
+FailureOr<SliceSpec> sliceSpec(NodeContext &ctx, ArrayRef<int64_t> inputShape) {
+  FailureOr<SmallVector<int64_t>> starts = ctx.constInts(1, "starts");
+  FailureOr<SmallVector<int64_t>> ends = ctx.constInts(2, "ends");
+  if (failed(starts) || failed(ends))
+    return failure();
+  int64_t rank = inputShape.size();
+  SmallVector<int64_t> axes, steps;
+  if (ctx.hasInput(3)) {
+    FailureOr<SmallVector<int64_t>> values = ctx.constInts(3, "axes");
+    if (failed(values))
+      return failure();
+    axes = *values;
+  } else {
+    for (size_t i = 0; i < starts->size(); ++i)
+      axes.push_back(i);
+  }
+  if (ctx.hasInput(4)) {
+    FailureOr<SmallVector<int64_t>> values = ctx.constInts(4, "steps");
+    if (failed(values))
+      return failure();
+    steps = *values;
+  } else {
+    steps.assign(starts->size(), 1);
+  }
+  if (starts->size() != ends->size() || axes.size() != starts->size() ||
+      steps.size() != starts->size())
+    return ctx.error("starts, ends, axes and steps must have the same length");
+  SliceSpec spec;
+  spec.offsets.assign(rank, 0);
+  spec.strides.assign(rank, 1);
+  spec.sizes.assign(inputShape.begin(), inputShape.end());
+  SmallVector<bool> seen(rank, false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    FailureOr<int64_t> axis = ctx.normalizeAxis(axes[i], rank);
+    if (failed(axis))
+      return failure();
+    if (seen[*axis])
+      return ctx.error("axes list axis " + Twine(*axis) + " twice");
+    seen[*axis] = true;
+    int64_t dim = inputShape[*axis], step = steps[i];
+    if (step == 0)
+      return ctx.error("steps must be non-zero");
+    // ONNX clamps starts and ends into the axis; INT64_MIN/MAX mean "to the
+    // end".
+    auto clampIndex = [&](int64_t v, int64_t low, int64_t high) {
+      if (v < 0)
+        v = v < -dim ? low : v + dim;
+      return std::clamp(v, low, high);
+    };
+    int64_t start, end;
+    if (step > 0) {
+      start = clampIndex((*starts)[i], 0, dim);
+      end = clampIndex((*ends)[i], 0, dim);
+    } else {
+      start = clampIndex((*starts)[i], -1, dim - 1);
+      end = clampIndex((*ends)[i], -1, dim - 1);
+    }
+    int64_t size = step > 0 ? llvm::divideCeil(std::max<int64_t>(0, end - start), step)
+                            : llvm::divideCeil(std::max<int64_t>(0, start - end), -step);
+    spec.offsets[*axis] = size > 0 ? start : 0;
+    spec.strides[*axis] = step;
+    spec.sizes[*axis] = size;
+  }
+  return spec;
+}
+
+} // namespace dsopt::onnx_import

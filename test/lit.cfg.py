@@ -1,0 +1,28 @@
+# lit configuration of the dsopt test suite.
+import os
+
+import lit.formats
+
+config.name = "dsopt"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir", ".onnxtxt", ".test"]
+config.excludes = ["Inputs", "lit", "zoo"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.dsopt_obj_root, "test")
+
+# Tools first on PATH: dsopt, dsopt-opt, then FileCheck, not, split-file.
+config.environment["PATH"] = os.pathsep.join(
+    [config.dsopt_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+# Torch and onnx live in Debian's system Python; keep user site-packages out.
+config.environment["PYTHONNOUSERSITE"] = "1"
+config.environment["OMP_NUM_THREADS"] = "1"
+
+src = config.dsopt_src_root
+py = config.python
+config.substitutions.extend([
+    ("%python", py),
+    ("%onnx-import", f"{py} {src}/test/lit/onnx_import.py"),
+    ("%zoo-export", f"{py} {src}/test/zoo/export_zoo.py"),
+    ("%gen-gpt", f"{py} {src}/test/zoo/gen_gpt.py"),
+    ("%srcroot", src),
+])

@@ -1,0 +1,26 @@
+//===- dsopt-opt.cpp - mlir-opt with the ds dialect and dsopt passes ------===//
+//
+// Runs any pass or pipeline on textual IR: `--pass-pipeline`,
+// `--mlir-print-ir-after-all`, `--mlir-timing`, `-split-input-file` and
+// `-verify-diagnostics` all work as in mlir-opt.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/IR/DsDialect.h"
+#include "dsopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+
+int main(int argc, char **argv) {
+  mlir::DialectRegistry registry;
+  registry.insert<dsopt::ds::DsDialect, mlir::func::FuncDialect,
+                  mlir::shard::ShardDialect>();
+  mlir::registerTransformsPasses();
+  dsopt::registerDsPasses();
+  return mlir::asMainReturnCode(mlir::MlirOptMain(
+      argc, argv, "dsopt-opt: the ds dialect and dsopt's passes\n",
+      registry));
+}
