@@ -65,7 +65,8 @@ def Ds_I64Tensor : StaticShapeTensorOf<[I64]>;
 // Enums
 //===----------------------------------------------------------------------===//
 
-def Ds_ComparePredicate : I32EnumAttr<"ComparePredicate",
+// Printed as a bare keyword in `ds.compare lt, %a, %b`, like arith.cmpf.
+def Ds_ComparePredicateAttr : I32EnumAttr<"ComparePredicate",
     "elementwise comparison", [
   I32EnumAttrCase<"eq", 0>,
   I32EnumAttrCase<"lt", 1>,
@@ -73,12 +74,7 @@ def Ds_ComparePredicate : I32EnumAttr<"ComparePredicate",
   I32EnumAttrCase<"gt", 3>,
   I32EnumAttrCase<"ge", 4>
 ]> {
-  let genSpecializedAttr = 0;
   let cppNamespace = "::dsopt::ds";
-}
-def Ds_ComparePredicateAttr :
-    EnumAttr<Ds_Dialect, Ds_ComparePredicate, "compare_predicate"> {
-  let assemblyFormat = "$value";
 }
 
 def Ds_GeluApproximation : I32EnumAttr<"GeluApproximation",

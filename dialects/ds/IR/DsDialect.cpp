@@ -125,7 +125,7 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
     return success();
   }
   return op->emitOpError() << "unknown ds argument attribute '"
-                           << attribute.getName() << "'";
+                           << attribute.getName().getValue() << "'";
 }
 
 LogicalResult DsDialect::verifyRegionResultAttribute(Operation *op,
@@ -139,5 +139,5 @@ LogicalResult DsDialect::verifyRegionResultAttribute(Operation *op,
     return success();
   }
   return op->emitOpError() << "unknown ds result attribute '"
-                           << attribute.getName() << "'";
+                           << attribute.getName().getValue() << "'";
 }

@@ -336,8 +336,9 @@ OpFoldResult CastOp::fold(FoldAdaptor adaptor) {
         return IntegerAttr::get(to, value.isZero() ? 0 : 1);
       APSInt result(to.getIntOrFloatBitWidth(), /*isUnsigned=*/false);
       bool exact;
-      if (value.convertToInteger(result, APFloat::rmTowardZero, &exact) !=
-          APFloat::opOK && !exact)
+      // Out of range or NaN: undefined in C++, left to the runtime.
+      if (value.convertToInteger(result, APFloat::rmTowardZero, &exact) &
+          APFloat::opInvalidOp)
         return {};
       return IntegerAttr::get(to, result);
     }

@@ -33,16 +33,6 @@ LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
 }
 } // namespace
 
-LogicalResult ConstantOp::verify() {
-  auto type = dyn_cast<RankedTensorType>(getValue().getType());
-  if (!type || !type.hasStaticShape())
-    return emitOpError() << "value must be a statically shaped tensor";
-  if (!isSupportedElementType(type.getElementType()))
-    return emitOpError() << "element type " << type.getElementType()
-                         << " is not supported (f32, f16, bf16, i64, i32, i1)";
-  return success();
-}
-
 LogicalResult CastOp::verify() {
   if (tensorType(getInput()).getShape() != tensorType(getResult()).getShape())
     return emitOpError() << "changes the shape from "

@@ -36,7 +36,6 @@ def Ds_ConstantOp : Ds_Op<"constant", [ConstantLike, InferTypeOpAdaptor]> {
   let results = (outs Ds_Tensor:$result);
   let assemblyFormat = "attr-dict $value";
   let hasFolder = 1;
-  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//
