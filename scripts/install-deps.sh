@@ -8,7 +8,7 @@ PACKAGES="
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
   python3 python3-torch python3-onnx python3-numpy libonnx-testdata
-  libopenmpi-dev openmpi-bin libopenblas-dev
+  libopenmpi-dev openmpi-bin libopenblas-dev libgtest-dev
   time
 "
 

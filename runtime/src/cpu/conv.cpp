@@ -1,0 +1,367 @@
+// Convolution (N-d, grouped, strided, dilated, padded) as im2col + sgemm, and
+// max / average pooling. f16 and bf16 convert to f32 around the f32 path.
+#include "internal.h"
+
+#include <cblas.h>
+
+#include <limits>
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+// ceil(a / b) for b > 0 and any sign of a.
+inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+// Spatial geometry shared by conv and pooling.
+struct Window {
+  int spatial = 0;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, kernel[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {}, pad_begin[kMaxRank] = {}, pad_end[kMaxRank] = {},
+          dilation[kMaxRank] = {};
+  int64_t in_size = 1, out_size = 1, kernel_size = 1;
+};
+
+int64_t window_out(int64_t in, int64_t k, int64_t st, int64_t pb, int64_t pe, int64_t dil,
+                   bool ceil_mode) {
+  int64_t span = in + pb + pe - dil * (k - 1) - 1;
+  if (span < 0)
+    return 0;
+  int64_t out = (ceil_mode ? (span + st - 1) / st : span / st) + 1;
+  if (ceil_mode && (out - 1) * st >= in + pb)
+    --out;  // the last window may not start inside the end padding
+  return out;
+}
+
+Window make_window(const char *kernel_name, const Tensor &x, const Tensor &y,
+                   const int64_t *kernel, const int64_t *strides, const int64_t *pads,
+                   const int64_t *dilations, bool allow_ceil) {
+  Window w;
+  w.spatial = x.shape.rank - 2;
+  if (w.spatial < 1)
+    fail(kernel_name, "x must be [N, C, D...] with at least one spatial axis, got " +
+                          x.shape.str());
+  if (y.shape.rank != x.shape.rank)
+    fail(kernel_name, "y " + y.shape.str() + " must have the rank of x " + x.shape.str());
+  for (int a = 0; a < w.spatial; ++a) {
+    w.in[a] = x.shape.dims[a + 2];
+    w.kernel[a] = kernel[a];
+    w.stride[a] = strides[a];
+    w.pad_begin[a] = pads[a];
+    w.pad_end[a] = pads[a + w.spatial];
+    w.dilation[a] = dilations ? dilations[a] : 1;
+    if (w.kernel[a] < 1 || w.stride[a] < 1 || w.dilation[a] < 1)
+      fail(kernel_name, "kernel, strides and dilations must be positive on spatial axis " +
+                            std::to_string(a));
+    if (w.pad_begin[a] < 0 || w.pad_end[a] < 0)
+      fail(kernel_name, "pads must be non-negative on spatial axis " + std::to_string(a));
+    int64_t floor_out = window_out(w.in[a], w.kernel[a], w.stride[a], w.pad_begin[a],
+                                   w.pad_end[a], w.dilation[a], false);
+    int64_t ceil_out = window_out(w.in[a], w.kernel[a], w.stride[a], w.pad_begin[a],
+                                  w.pad_end[a], w.dilation[a], true);
+    w.out[a] = y.shape.dims[a + 2];
+    if (w.out[a] != floor_out && !(allow_ceil && w.out[a] == ceil_out))
+      fail(kernel_name, "y " + y.shape.str() + " has " + std::to_string(w.out[a]) +
+                            " positions on spatial axis " + std::to_string(a) + ", expected " +
+                            std::to_string(floor_out) +
+                            (allow_ceil && ceil_out != floor_out
+                                 ? " (or " + std::to_string(ceil_out) + " with ceil_mode)"
+                                 : std::string()));
+    w.in_size *= w.in[a];
+    w.out_size *= w.out[a];
+    w.kernel_size *= w.kernel[a];
+  }
+  return w;
+}
+
+// col[(c, k...), o...] = x[c, o * stride - pad + k * dilation] or 0 in the
+// padding; rows [row_begin, row_end) of the [C * K, O] matrix.
+void im2col(const Window &w, const float *x, float *col, int64_t row_begin, int64_t row_end) {
+  const int s = w.spatial;
+  const int last = s - 1;
+  const int64_t o_last = w.out[last];
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    int64_t c = r / w.kernel_size, kr = r % w.kernel_size;
+    int64_t koff[kMaxRank];
+    for (int a = s - 1; a >= 0; --a) {
+      koff[a] = kr % w.kernel[a];
+      kr /= w.kernel[a];
+    }
+    const float *xc = x + c * w.in_size;
+    float *dst = col + r * w.out_size;
+    // Valid output range of the last axis for this kernel offset.
+    const int64_t shift = koff[last] * w.dilation[last] - w.pad_begin[last];
+    const int64_t st = w.stride[last];
+    int64_t lo = std::min(o_last, std::max<int64_t>(0, ceil_div(-shift, st)));
+    int64_t hi = std::min(o_last, std::max<int64_t>(lo, ceil_div(w.in[last] - shift, st)));
+    int64_t idx[kMaxRank] = {};
+    for (int64_t outer = 0, count = w.out_size / o_last; outer < count; ++outer) {
+      float *seg = dst + outer * o_last;
+      int64_t base = 0;
+      bool valid = true;
+      for (int a = 0; a < last; ++a) {
+        int64_t i = idx[a] * w.stride[a] - w.pad_begin[a] + koff[a] * w.dilation[a];
+        valid = valid && i >= 0 && i < w.in[a];
+        base = base * w.in[a] + i;
+      }
+      if (!valid) {
+        std::fill(seg, seg + o_last, 0.0f);
+      } else {
+        const float *src = xc + base * w.in[last] + shift;
+        std::fill(seg, seg + lo, 0.0f);
+        if (st == 1)
+          std::memcpy(seg + lo, src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+        else
+          for (int64_t o = lo; o < hi; ++o)
+            seg[o] = src[o * st];
+        std::fill(seg + hi, seg + o_last, 0.0f);
+      }
+      for (int a = last - 1; a >= 0; --a) {
+        if (++idx[a] < w.out[a])
+          break;
+        idx[a] = 0;
+      }
+    }
+  }
+}
+
+void conv_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t m, int64_t group,
+              const float *x, const float *w, const float *bias, float *y) {
+  const int64_t cg = c / group, mg = m / group;
+  const int64_t rows = cg * win.kernel_size, cols = win.out_size;
+  bool pointwise = true;
+  for (int a = 0; a < win.spatial; ++a)
+    pointwise = pointwise && win.kernel[a] == 1 && win.stride[a] == 1 && win.pad_begin[a] == 0 &&
+                win.pad_end[a] == 0;
+  std::vector<float> col(pointwise ? 0 : static_cast<size_t>(rows * cols));
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t g = 0; g < group; ++g) {
+      const float *xg = x + (b * c + g * cg) * win.in_size;
+      const float *colp = xg;  // a 1x1 stride-1 convolution reads x as is
+      if (!pointwise) {
+        parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / cols),
+                     [&](int64_t begin, int64_t end) { im2col(win, xg, col.data(), begin, end); });
+        colp = col.data();
+      }
+      if (rows == 0) {
+        std::fill(y + (b * m + g * mg) * cols, y + (b * m + (g + 1) * mg) * cols, 0.0f);
+        continue;
+      }
+      set_blas_threads(s);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(mg),
+                  static_cast<int>(cols), static_cast<int>(rows), 1.0f, w + g * mg * rows,
+                  static_cast<int>(rows), colp, static_cast<int>(cols), 0.0f,
+                  y + (b * m + g * mg) * cols, static_cast<int>(cols));
+    }
+  }
+  if (bias) {
+    parallel_for(s, n * m, std::max<int64_t>(1, kGrainElementwise / cols),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t p = begin; p < end; ++p) {
+                     const float v = bias[p % m];
+                     float *out = y + p * cols;
+                     for (int64_t i = 0; i < cols; ++i)
+                       out[i] += v;
+                   }
+                 });
+  }
+}
+
+}  // namespace
+
+void conv(Stream &s, const Tensor &x, const Tensor &w, const Tensor *bias, const Tensor &y,
+          const int64_t *strides, const int64_t *pads, const int64_t *dilations, int64_t group) {
+  const char *kernel = "conv";
+  check_data(kernel, "x", x);
+  check_data(kernel, "w", w);
+  check_data(kernel, "y", y);
+  check_float(kernel, "x", x);
+  check_same_dtype(kernel, "x", x, "w", w);
+  check_same_dtype(kernel, "x", x, "y", y);
+  if (w.shape.rank != x.shape.rank || x.shape.rank < 3)
+    fail(kernel, "x " + x.shape.str() + " and w " + w.shape.str() +
+                     " must have the same rank >= 3");
+  const int64_t n = x.shape.dims[0], c = x.shape.dims[1], m = w.shape.dims[0];
+  if (group < 1 || c % group != 0 || m % group != 0)
+    fail(kernel, "group " + std::to_string(group) + " must divide the input channels (" +
+                     std::to_string(c) + ") and output channels (" + std::to_string(m) + ")");
+  if (w.shape.dims[1] != c / group)
+    fail(kernel, "w " + w.shape.str() + " needs " + std::to_string(c / group) +
+                     " input channels per group");
+  if (y.shape.dims[0] != n || y.shape.dims[1] != m)
+    fail(kernel, "y " + y.shape.str() + " must be [" + std::to_string(n) + ", " +
+                     std::to_string(m) + ", ...]");
+  if (bias) {
+    check_data(kernel, "bias", *bias);
+    check_same_dtype(kernel, "x", x, "bias", *bias);
+    check_shape(kernel, "bias", *bias, Shape{m});
+  }
+  Window win = make_window(kernel, x, y, w.shape.dims + 2, strides, pads, dilations, false);
+  if (y.numel() == 0)
+    return;
+  const int64_t limit = std::numeric_limits<int>::max();
+  if (win.out_size > limit || (c / group) * win.kernel_size > limit)
+    fail(kernel, "convolution too large for the BLAS integer range");
+  std::vector<float> fb = bias ? float_values(kernel, "bias", *bias) : std::vector<float>();
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      conv_f32(s, win, n, c, m, group, x.as<float>(), w.as<float>(), bias ? fb.data() : nullptr,
+               y.as<float>());
+    } else {
+      std::vector<float> fx(x.numel()), fw(w.numel()), fy(y.numel());
+      to_f32(s, x.as<T>(), fx.data(), x.numel());
+      to_f32(s, w.as<T>(), fw.data(), w.numel());
+      conv_f32(s, win, n, c, m, group, fx.data(), fw.data(), bias ? fb.data() : nullptr,
+               fy.data());
+      from_f32(s, fy.data(), y.as<T>(), y.numel());
+    }
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Pooling
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// Calls f(out_index, begin[], count[]) per output position of one plane with
+// the first in-bounds kernel offset and the number of in-bounds offsets per
+// axis (in steps of the dilation).
+template <typename F> void for_each_window(const Window &w, F &&f) {
+  int64_t idx[kMaxRank] = {};
+  int64_t kbegin[kMaxRank], kcount[kMaxRank];
+  for (int64_t o = 0; o < w.out_size; ++o) {
+    for (int a = 0; a < w.spatial; ++a) {
+      int64_t start = idx[a] * w.stride[a] - w.pad_begin[a];
+      int64_t lo = std::max<int64_t>(0, ceil_div(-start, w.dilation[a]));
+      int64_t hi = std::min(w.kernel[a], ceil_div(w.in[a] - start, w.dilation[a]));
+      kbegin[a] = lo;
+      kcount[a] = std::max<int64_t>(0, hi - lo);
+    }
+    f(o, idx, kbegin, kcount);
+    for (int a = w.spatial - 1; a >= 0; --a) {
+      if (++idx[a] < w.out[a])
+        break;
+      idx[a] = 0;
+    }
+  }
+}
+
+// Visits the in-bounds input offsets of one window.
+template <typename F>
+void for_each_tap(const Window &w, const int64_t *idx, const int64_t *kbegin,
+                  const int64_t *kcount, F &&f) {
+  for (int a = 0; a < w.spatial; ++a)
+    if (kcount[a] == 0)
+      return;
+  int64_t k[kMaxRank];
+  for (int a = 0; a < w.spatial; ++a)
+    k[a] = 0;
+  while (true) {
+    int64_t offset = 0;
+    for (int a = 0; a < w.spatial; ++a) {
+      int64_t i = idx[a] * w.stride[a] - w.pad_begin[a] + (kbegin[a] + k[a]) * w.dilation[a];
+      offset = offset * w.in[a] + i;
+    }
+    f(offset);
+    int a = w.spatial - 1;
+    for (; a >= 0; --a) {
+      if (++k[a] < kcount[a])
+        break;
+      k[a] = 0;
+    }
+    if (a < 0)
+      return;
+  }
+}
+
+void check_pool(const char *kernel, const Tensor &x, const Tensor &y) {
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_float(kernel, "x", x);
+  check_same_dtype(kernel, "x", x, "y", y);
+  if (x.shape.rank < 3 || y.shape.rank != x.shape.rank || y.shape.dims[0] != x.shape.dims[0] ||
+      y.shape.dims[1] != x.shape.dims[1])
+    fail(kernel, "x " + x.shape.str() + " and y " + y.shape.str() +
+                     " must both be [N, C, D...] with the same N and C");
+}
+
+}  // namespace
+
+void max_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel,
+              const int64_t *strides, const int64_t *pads, const int64_t *dilations) {
+  const char *name = "max_pool";
+  check_pool(name, x, y);
+  Window win = make_window(name, x, y, kernel, strides, pads, dilations, true);
+  const int64_t planes = x.shape.dims[0] * x.shape.dims[1];
+  if (y.numel() == 0)
+    return;
+  dispatch_float(name, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *px = x.as<T>();
+    T *py = y.as<T>();
+    parallel_for(s, planes, std::max<int64_t>(1, kGrainElementwise / (win.out_size * win.kernel_size)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t p = begin; p < end; ++p) {
+                     const T *in = px + p * win.in_size;
+                     T *out = py + p * win.out_size;
+                     for_each_window(win, [&](int64_t o, const int64_t *idx, const int64_t *kb,
+                                              const int64_t *kc) {
+                       // Padding never wins; a NaN does, as in PyTorch.
+                       float m = -std::numeric_limits<float>::infinity();
+                       for_each_tap(win, idx, kb, kc, [&](int64_t off) {
+                         float v = to_float(in[off]);
+                         if (m == m && (v > m || v != v))
+                           m = v;
+                       });
+                       out[o] = from_float<T>(m);
+                     });
+                   }
+                 });
+  });
+}
+
+void avg_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel,
+              const int64_t *strides, const int64_t *pads, bool count_include_pad) {
+  const char *name = "avg_pool";
+  check_pool(name, x, y);
+  Window win = make_window(name, x, y, kernel, strides, pads, nullptr, true);
+  const int64_t planes = x.shape.dims[0] * x.shape.dims[1];
+  if (y.numel() == 0)
+    return;
+  dispatch_float(name, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *px = x.as<T>();
+    T *py = y.as<T>();
+    parallel_for(s, planes, std::max<int64_t>(1, kGrainElementwise / (win.out_size * win.kernel_size)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t p = begin; p < end; ++p) {
+                     const T *in = px + p * win.in_size;
+                     T *out = py + p * win.out_size;
+                     for_each_window(win, [&](int64_t o, const int64_t *idx, const int64_t *kb,
+                                              const int64_t *kc) {
+                       float sum = 0.0f;
+                       for_each_tap(win, idx, kb, kc, [&](int64_t off) { sum += to_float(in[off]); });
+                       // PyTorch's divisor: with count_include_pad the window
+                       // clipped to the padded input, else the in-bounds taps.
+                       int64_t divisor = 1;
+                       for (int a = 0; a < win.spatial; ++a) {
+                         if (count_include_pad) {
+                           int64_t start = idx[a] * win.stride[a] - win.pad_begin[a];
+                           int64_t stop = std::min(start + win.kernel[a], win.in[a] + win.pad_end[a]);
+                           divisor *= stop - start;
+                         } else {
+                           divisor *= kc[a];
+                         }
+                       }
+                       out[o] = from_float<T>(sum / static_cast<float>(divisor));
+                     });
+                   }
+                 });
+  });
+}
+
+}  // namespace dsrt

@@ -1,0 +1,290 @@
+// Linear algebra: matmul (NumPy semantics, batch broadcasting, transpose
+// flags) and gemm. f32 goes straight to OpenBLAS sgemm with the transpose
+// flags (no copies); f16 and bf16 convert to f32 scratch around the same
+// path; integers use a plain triple loop with wrapping arithmetic.
+#include "internal.h"
+
+#include <cblas.h>
+
+#include <limits>
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+// Shapes and strides of a matmul, after transposes and vector promotion.
+struct MatmulPlan {
+  int64_t m = 0, n = 0, k = 0;
+  // Storage layout of one matrix of each operand, in BLAS terms.
+  bool trans_a = false, trans_b = false;
+  int64_t lda = 0, ldb = 0;
+  // Element strides of a(i, kk) and b(kk, j), for the integer loop.
+  int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0;
+  // Batch axes of the result and each operand's stride along them (0 where
+  // the operand broadcasts).
+  int batch_rank = 0;
+  int64_t batch_dims[kMaxRank] = {};
+  int64_t a_batch_stride[kMaxRank] = {}, b_batch_stride[kMaxRank] = {};
+  int64_t batch = 1;
+  bool b_has_batch = false;
+  bool a_vector = false;
+};
+
+MatmulPlan plan_matmul(const char *kernel, const Tensor &a, const Tensor &b, const Tensor &y,
+                       bool transpose_a, bool transpose_b) {
+  const int ra = a.shape.rank, rb = b.shape.rank;
+  if (ra < 1 || rb < 1)
+    fail(kernel, "operands must have rank >= 1, got " + a.shape.str() + " and " + b.shape.str());
+  MatmulPlan p;
+  p.a_vector = ra == 1;
+  const bool b_vector = rb == 1;
+  const bool ta = transpose_a && ra >= 2, tb = transpose_b && rb >= 2;
+  // Stored matrix shapes (rows, cols) of each operand.
+  int64_t a_rows = p.a_vector ? 1 : a.shape.dims[ra - 2], a_cols = a.shape.dims[ra - 1];
+  int64_t b_rows = b_vector ? b.shape.dims[0] : b.shape.dims[rb - 2],
+          b_cols = b_vector ? 1 : b.shape.dims[rb - 1];
+  p.m = ta ? a_cols : a_rows;
+  p.k = ta ? a_rows : a_cols;
+  int64_t kb = tb ? b_cols : b_rows;
+  p.n = tb ? b_rows : b_cols;
+  if (p.k != kb)
+    fail(kernel, "contraction sizes differ: " + a.shape.str() + (ta ? "^T" : "") + " x " +
+                     b.shape.str() + (tb ? "^T" : "") + " (" + std::to_string(p.k) + " vs " +
+                     std::to_string(kb) + ")");
+  p.trans_a = ta;
+  p.trans_b = tb;
+  p.lda = std::max<int64_t>(1, a_cols);
+  p.ldb = std::max<int64_t>(1, b_cols);
+  p.a_rs = ta ? 1 : a_cols;
+  p.a_cs = ta ? a_cols : 1;
+  p.b_rs = tb ? 1 : b_cols;
+  p.b_cs = tb ? b_cols : 1;
+  // Batch axes broadcast like NumPy's.
+  const int na = p.a_vector ? 0 : ra - 2, nb = b_vector ? 0 : rb - 2;
+  p.batch_rank = std::max(na, nb);
+  int64_t a_stride = a_rows * a_cols, b_stride = b_rows * b_cols;
+  for (int d = p.batch_rank - 1; d >= 0; --d) {
+    int da = d - (p.batch_rank - na), db = d - (p.batch_rank - nb);
+    int64_t dim_a = da >= 0 ? a.shape.dims[da] : 1, dim_b = db >= 0 ? b.shape.dims[db] : 1;
+    if (dim_a != dim_b && dim_a != 1 && dim_b != 1)
+      fail(kernel, "batch axes of " + a.shape.str() + " and " + b.shape.str() +
+                       " do not broadcast");
+    int64_t dim = std::max(dim_a, dim_b);
+    if (dim_a == 0 || dim_b == 0)
+      dim = 0;
+    p.batch_dims[d] = dim;
+    p.a_batch_stride[d] = dim_a == 1 ? 0 : a_stride;
+    p.b_batch_stride[d] = dim_b == 1 ? 0 : b_stride;
+    if (dim_b != 1)
+      p.b_has_batch = true;
+    a_stride *= dim_a;
+    b_stride *= dim_b;
+    p.batch *= dim;
+  }
+  Shape expected;
+  for (int d = 0; d < p.batch_rank; ++d)
+    expected.dims[expected.rank++] = p.batch_dims[d];
+  if (!p.a_vector)
+    expected.dims[expected.rank++] = p.m;
+  if (!b_vector)
+    expected.dims[expected.rank++] = p.n;
+  check_shape(kernel, "y", y, expected);
+  return p;
+}
+
+// Calls f(batch_index, a_offset, b_offset) for every matrix of the batch.
+template <typename F> void for_each_batch(const MatmulPlan &p, F &&f) {
+  int64_t index[kMaxRank] = {};
+  int64_t a_off = 0, b_off = 0;
+  for (int64_t i = 0; i < p.batch; ++i) {
+    f(i, a_off, b_off);
+    for (int d = p.batch_rank - 1; d >= 0; --d) {
+      ++index[d];
+      a_off += p.a_batch_stride[d];
+      b_off += p.b_batch_stride[d];
+      if (index[d] < p.batch_dims[d])
+        break;
+      a_off -= index[d] * p.a_batch_stride[d];
+      b_off -= index[d] * p.b_batch_stride[d];
+      index[d] = 0;
+    }
+  }
+}
+
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+void check_blas_size(const char *kernel, const MatmulPlan &p) {
+  const int64_t limit = std::numeric_limits<int>::max();
+  if (p.m * std::max<int64_t>(1, p.batch) > limit || p.n > limit || p.k > limit)
+    fail(kernel, "matrix dimensions exceed the BLAS integer range");
+}
+
+void matmul_f32(const Stream &s, const MatmulPlan &p, const float *a, const float *b, float *y) {
+  const int64_t mn = p.m * p.n;
+  if (p.k == 0) {
+    std::fill(y, y + p.batch * mn, 0.0f);
+    return;
+  }
+  set_blas_threads(s);
+  // [B..., M, K] x [K, N]: the batch folds into M, one call.
+  if (!p.b_has_batch && !p.trans_a && !p.a_vector) {
+    bool a_contiguous = true;
+    for (int d = 0; d < p.batch_rank; ++d)
+      a_contiguous = a_contiguous && (p.batch_dims[d] == 1 || p.a_batch_stride[d] != 0);
+    if (a_contiguous) {
+      sgemm(false, p.trans_b, p.batch * p.m, p.n, p.k, 1.0f, a, p.lda, b, p.ldb, 0.0f, y,
+            p.n);
+      return;
+    }
+  }
+  for_each_batch(p, [&](int64_t i, int64_t a_off, int64_t b_off) {
+    sgemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a + a_off, p.lda, b + b_off, p.ldb, 0.0f,
+          y + i * mn, p.n);
+  });
+}
+
+template <typename T>
+void matmul_int(const Stream &s, const MatmulPlan &p, const T *a, const T *b, T *y) {
+  using U = std::make_unsigned_t<T>;  // wrapping products and sums
+  std::vector<int64_t> a_offsets(p.batch), b_offsets(p.batch);
+  for_each_batch(p, [&](int64_t i, int64_t a_off, int64_t b_off) {
+    a_offsets[i] = a_off;
+    b_offsets[i] = b_off;
+  });
+  parallel_for(s, p.batch * p.m, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, p.n * p.k)),
+               [&](int64_t begin, int64_t end) {
+                 std::vector<U> acc(p.n);
+                 for (int64_t r = begin; r < end; ++r) {
+                   int64_t bi = r / p.m, i = r % p.m;
+                   const T *pa = a + a_offsets[bi] + i * p.a_rs;
+                   const T *pb = b + b_offsets[bi];
+                   std::fill(acc.begin(), acc.end(), U(0));
+                   for (int64_t kk = 0; kk < p.k; ++kk) {
+                     U av = static_cast<U>(pa[kk * p.a_cs]);
+                     const T *row = pb + kk * p.b_rs;
+                     for (int64_t j = 0; j < p.n; ++j)
+                       acc[j] += av * static_cast<U>(row[j * p.b_cs]);
+                   }
+                   T *out = y + r * p.n;
+                   for (int64_t j = 0; j < p.n; ++j)
+                     out[j] = static_cast<T>(acc[j]);
+                 }
+               });
+}
+
+}  // namespace
+
+void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool transpose_a,
+            bool transpose_b) {
+  const char *kernel = "matmul";
+  check_data(kernel, "a", a);
+  check_data(kernel, "b", b);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "a", a, "b", b);
+  check_same_dtype(kernel, "a", a, "y", y);
+  MatmulPlan p = plan_matmul(kernel, a, b, y, transpose_a, transpose_b);
+  if (y.numel() == 0)
+    return;
+  check_blas_size(kernel, p);
+  dispatch_numeric(kernel, a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      matmul_f32(s, p, a.as<float>(), b.as<float>(), y.as<float>());
+    } else if constexpr (std::is_integral_v<T>) {
+      matmul_int<T>(s, p, a.as<T>(), b.as<T>(), y.as<T>());
+    } else {
+      std::vector<float> fa(a.numel()), fb(b.numel()), fy(y.numel());
+      to_f32(s, a.as<T>(), fa.data(), a.numel());
+      to_f32(s, b.as<T>(), fb.data(), b.numel());
+      matmul_f32(s, p, fa.data(), fb.data(), fy.data());
+      from_f32(s, fy.data(), y.as<T>(), y.numel());
+    }
+  });
+}
+
+void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,
+          float alpha, float beta, bool transpose_a, bool transpose_b) {
+  const char *kernel = "gemm";
+  check_data(kernel, "a", a);
+  check_data(kernel, "b", b);
+  check_data(kernel, "y", y);
+  check_float(kernel, "a", a);
+  check_same_dtype(kernel, "a", a, "b", b);
+  check_same_dtype(kernel, "a", a, "y", y);
+  if (a.shape.rank != 2 || b.shape.rank != 2)
+    fail(kernel, "a and b must be 2-D, got " + a.shape.str() + " and " + b.shape.str());
+  MatmulPlan p = plan_matmul(kernel, a, b, y, transpose_a, transpose_b);
+  const bool use_c = c != nullptr && beta != 0.0f;
+  BroadcastPlan c_plan;
+  if (c != nullptr) {
+    check_data(kernel, "c", *c);
+    check_same_dtype(kernel, "a", a, "c", *c);
+    if (c->shape.rank > 2 || !plan_broadcast(y.shape, &c->shape, 1, c_plan))
+      fail(kernel, "c " + c->shape.str() + " does not broadcast to " + y.shape.str());
+  }
+  if (y.numel() == 0)
+    return;
+  check_blas_size(kernel, p);
+  // y (as f32) = beta * c, then sgemm accumulates alpha * op(a) op(b) on top.
+  auto run = [&](const float *fa, const float *fb, const float *fc, float *fy) {
+    if (p.k == 0) {
+      for (int64_t i = 0, n = y.numel(); i < n; ++i)
+        fy[i] = use_c ? beta * fc[i] : 0.0f;
+      return;
+    }
+    if (use_c && fc != fy)
+      std::memcpy(fy, fc, static_cast<size_t>(y.numel()) * sizeof(float));
+    set_blas_threads(s);
+    sgemm(p.trans_a, p.trans_b, p.m, p.n, p.k, alpha, fa, p.lda, fb, p.ldb,
+          use_c ? beta : 0.0f, fy, p.n);
+  };
+  // c broadcast to [M, N] in f32.
+  auto expand_c = [&](float *dst) {
+    std::vector<float> fc(static_cast<size_t>(c->numel()));
+    dispatch_float(kernel, c->dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      for (int64_t i = 0, n = c->numel(); i < n; ++i)
+        fc[i] = Elem<T>::load(c->as<T>()[i]);
+    });
+    const int64_t stride = c_plan.strides[0][c_plan.rank - 1];
+    for_each_row(c_plan, 0, y.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
+      if (stride == 1)
+        std::memcpy(dst + o, fc.data() + off[0], static_cast<size_t>(n) * sizeof(float));
+      else
+        std::fill(dst + o, dst + o + n, fc[off[0]]);
+    });
+  };
+  dispatch_float(kernel, a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      float *fy = y.as<float>();
+      const float *fc = fy;
+      if (use_c && !(c->data == y.data && c->shape == y.shape)) {
+        if (c->data == y.data)
+          fail(kernel, "c aliases y but does not have y's shape");
+        if (c->shape == y.shape)
+          fc = c->as<float>();
+        else
+          expand_c(fy);
+      }
+      run(a.as<float>(), b.as<float>(), fc, fy);
+    } else {
+      std::vector<float> fa(a.numel()), fb(b.numel()), fy(y.numel());
+      to_f32(s, a.as<T>(), fa.data(), a.numel());
+      to_f32(s, b.as<T>(), fb.data(), b.numel());
+      if (use_c)
+        expand_c(fy.data());
+      run(fa.data(), fb.data(), fy.data(), fy.data());
+      from_f32(s, fy.data(), y.as<T>(), y.numel());
+    }
+  });
+}
+
+}  // namespace dsrt

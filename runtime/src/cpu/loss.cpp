@@ -1,0 +1,193 @@
+// Losses: softmax cross-entropy (with its log-probabilities) and negative
+// log-likelihood, ONNX semantics. Labels are checked before anything is
+// written; per-sample losses are reduced in f64, serially, so the result
+// does not depend on the thread count.
+#include "internal.h"
+
+#include <limits>
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+struct LossShape {
+  int64_t n = 0, c = 0, d = 1;  // scores viewed as [N, C, D]
+};
+
+LossShape check_loss(const char *kernel, const Tensor &scores, const Tensor &labels,
+                     const Tensor *weights, const Tensor &loss, Reduction reduction,
+                     bool has_ignore_index, int64_t ignore_index) {
+  check_data(kernel, "scores", scores);
+  check_float(kernel, "scores", scores);
+  check_index_tensor(kernel, "labels", labels);
+  check_data(kernel, "loss", loss);
+  check_same_dtype(kernel, "scores", scores, "loss", loss);
+  if (scores.shape.rank < 2)
+    fail(kernel, "scores must be [N, C, d...], got " + scores.shape.str());
+  LossShape ls;
+  ls.n = scores.shape.dims[0];
+  ls.c = scores.shape.dims[1];
+  Shape label_shape;
+  label_shape.dims[label_shape.rank++] = ls.n;
+  for (int i = 2; i < scores.shape.rank; ++i) {
+    label_shape.dims[label_shape.rank++] = scores.shape.dims[i];
+    ls.d *= scores.shape.dims[i];
+  }
+  check_shape(kernel, "labels", labels, label_shape);
+  if (weights) {
+    check_data(kernel, "weights", *weights);
+    check_float(kernel, "weights", *weights);
+    check_shape(kernel, "weights", *weights, Shape{ls.c});
+  }
+  if (reduction == Reduction::None)
+    check_shape(kernel, "loss", loss, label_shape);
+  else if (loss.numel() != 1 || loss.shape.rank > 1)
+    fail(kernel, "loss must be a scalar for a sum or mean reduction, got " + loss.shape.str());
+  // Every label is a class index or the ignored value.
+  for (int64_t i = 0, count = labels.numel(); i < count; ++i) {
+    int64_t label = index_at(labels, i);
+    if (has_ignore_index && label == ignore_index)
+      continue;
+    if (label < 0 || label >= ls.c)
+      fail(kernel, "label " + std::to_string(label) + " (labels element " + std::to_string(i) +
+                       ") is outside [0, " + std::to_string(ls.c) + ")" +
+                       (has_ignore_index
+                            ? " and is not the ignore_index " + std::to_string(ignore_index)
+                            : std::string()));
+  }
+  return ls;
+}
+
+// Reduces per-sample losses (already weighted, 0 where ignored) into `loss`.
+void write_loss(const char *kernel, const Tensor &loss, const std::vector<double> &sample,
+                const std::vector<double> &weight, Reduction reduction) {
+  if (reduction == Reduction::None) {
+    std::vector<float> values(sample.begin(), sample.end());
+    store_floats(kernel, "loss", loss, values.data());
+    return;
+  }
+  double total = 0.0, weight_total = 0.0;
+  for (size_t i = 0; i < sample.size(); ++i) {
+    total += sample[i];
+    weight_total += weight[i];
+  }
+  // A mean over no counted sample is 0 / 0 = NaN, as in ONNX and PyTorch.
+  float value = static_cast<float>(reduction == Reduction::Mean ? total / weight_total : total);
+  store_floats(kernel, "loss", loss, &value);
+}
+
+// Weight of every sample: w[label], 1 without weights, 0 when ignored.
+std::vector<double> sample_weights(const LossShape &ls, const Tensor &labels,
+                                   const std::vector<float> &class_weights, bool has_ignore_index,
+                                   int64_t ignore_index) {
+  std::vector<double> w(static_cast<size_t>(ls.n * ls.d));
+  for (size_t i = 0; i < w.size(); ++i) {
+    int64_t label = index_at(labels, static_cast<int64_t>(i));
+    if (has_ignore_index && label == ignore_index)
+      w[i] = 0.0;
+    else
+      w[i] = class_weights.empty() ? 1.0 : class_weights[label];
+  }
+  return w;
+}
+
+}  // namespace
+
+void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels,
+                           const Tensor *weights, const Tensor &loss, const Tensor &log_prob,
+                           Reduction reduction, bool has_ignore_index, int64_t ignore_index) {
+  const char *kernel = "softmax_cross_entropy";
+  LossShape ls = check_loss(kernel, scores, labels, weights, loss, reduction, has_ignore_index,
+                            ignore_index);
+  check_data(kernel, "log_prob", log_prob);
+  check_same_dtype(kernel, "scores", scores, "log_prob", log_prob);
+  check_shape(kernel, "log_prob", log_prob, scores.shape);
+  std::vector<float> class_weights;
+  if (weights)
+    class_weights = float_values(kernel, "weights", *weights);
+  std::vector<double> w = sample_weights(ls, labels, class_weights, has_ignore_index, ignore_index);
+  std::vector<double> sample(w.size(), 0.0);
+  const int64_t rows = ls.n * ls.d, c = ls.c, d = ls.d;
+  if (c > 0) {
+    dispatch_float(kernel, scores.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *x = scores.as<T>();
+      T *lp = log_prob.as<T>();
+      parallel_for(s, rows, std::max<int64_t>(1, 8192 / c), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t n = r / d, j = r % d, base = n * c * d + j;
+          // Row r of the class axis, as contiguous f32.
+          const float *in = nullptr;
+          float *row = nullptr;
+          if constexpr (std::is_same_v<T, float>) {
+            if (d == 1)
+              in = x + base;
+          }
+          if (!std::is_same_v<T, float> || d != 1) {
+            row = scratch_floats(static_cast<size_t>(c));
+            for (int64_t k = 0; k < c; ++k)
+              row[k] = to_float(x[base + k * d]);
+            in = row;
+          }
+          float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+          for (int64_t k = 0; k < c; ++k)
+            m = std::max(m, in[k]);
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t k = 0; k < c; ++k)
+            sum += fast_exp(in[k] - m);
+          const float lse = m + std::log(sum);
+          if constexpr (std::is_same_v<T, float>) {
+            if (d == 1) {
+              float *out = lp + base;
+#pragma omp simd
+              for (int64_t k = 0; k < c; ++k)
+                out[k] = in[k] - lse;
+            } else {
+              for (int64_t k = 0; k < c; ++k)
+                lp[base + k * d] = in[k] - lse;
+            }
+          } else {
+            for (int64_t k = 0; k < c; ++k)
+              lp[base + k * d] = from_float<T>(in[k] - lse);
+          }
+          if (w[r] != 0.0) {
+            int64_t label = index_at(labels, r);
+            sample[r] = -w[r] * (static_cast<double>(in[label]) - static_cast<double>(lse));
+          }
+        }
+      });
+    });
+  }
+  write_loss(kernel, loss, sample, w, reduction);
+}
+
+void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Tensor *weights,
+              const Tensor &loss, Reduction reduction, bool has_ignore_index,
+              int64_t ignore_index) {
+  const char *kernel = "nll_loss";
+  (void)s;
+  LossShape ls = check_loss(kernel, log_prob, labels, weights, loss, reduction, has_ignore_index,
+                            ignore_index);
+  std::vector<float> class_weights;
+  if (weights)
+    class_weights = float_values(kernel, "weights", *weights);
+  std::vector<double> w = sample_weights(ls, labels, class_weights, has_ignore_index, ignore_index);
+  std::vector<double> sample(w.size(), 0.0);
+  dispatch_float(kernel, log_prob.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *lp = log_prob.as<T>();
+    for (int64_t r = 0, rows = ls.n * ls.d; r < rows; ++r) {
+      if (w[r] == 0.0)
+        continue;
+      const int64_t n = r / ls.d, j = r % ls.d, label = index_at(labels, r);
+      sample[r] = -w[r] * static_cast<double>(to_float(lp[(n * ls.c + label) * ls.d + j]));
+    }
+  });
+  write_loss(kernel, loss, sample, w, reduction);
+}
+
+}  // namespace dsrt

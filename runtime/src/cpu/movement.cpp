@@ -1,0 +1,474 @@
+// Data movement: copy, transpose, broadcast_to, concat, split, slice, gather,
+// trilu. These only move elements, so they dispatch on the element size, not
+// the element type.
+#include "internal.h"
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+// Row-major strides in elements.
+void contiguous_strides(const Shape &shape, int64_t *strides) {
+  int64_t stride = 1;
+  for (int d = shape.rank - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= shape.dims[d];
+  }
+}
+
+// memcpy split across threads when it is large enough to pay for them.
+void parallel_memcpy(const Stream &s, void *dst, const void *src, size_t bytes) {
+  if (dst == src || bytes == 0)
+    return;
+  char *d = static_cast<char *>(dst);
+  const char *p = static_cast<const char *>(src);
+  parallel_for(s, static_cast<int64_t>(bytes), 1 << 20, [&](int64_t begin, int64_t end) {
+    std::memcpy(d + begin, p + begin, static_cast<size_t>(end - begin));
+  });
+}
+
+}  // namespace
+
+void copy(Stream &s, const Tensor &x, const Tensor &y) {
+  const char *kernel = "copy";
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  if (x.nbytes() != y.nbytes())
+    fail(kernel, "x has " + std::to_string(x.nbytes()) + " bytes (" + dtype_name(x.dtype) + " " +
+                     x.shape.str() + ") but y has " + std::to_string(y.nbytes()) + " bytes (" +
+                     dtype_name(y.dtype) + " " + y.shape.str() + ")");
+  parallel_memcpy(s, y.data, x.data, x.nbytes());
+}
+
+//===----------------------------------------------------------------------===//
+// transpose
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// A permutation collapsed to its essential axes: output dims and the input
+// stride of each output axis.
+struct Permuted {
+  int rank = 0;
+  int64_t dims[kMaxRank];
+  int64_t in_strides[kMaxRank];
+};
+
+Permuted collapse_permutation(const Shape &y_shape, const int64_t *x_strides,
+                              const int64_t *perm) {
+  Permuted p;
+  for (int i = 0; i < y_shape.rank; ++i) {
+    int64_t dim = y_shape.dims[i], stride = x_strides[perm[i]];
+    if (dim == 1)
+      continue;
+    if (p.rank > 0 && p.in_strides[p.rank - 1] == stride * dim) {
+      p.dims[p.rank - 1] *= dim;
+      p.in_strides[p.rank - 1] = stride;
+    } else {
+      p.dims[p.rank] = dim;
+      p.in_strides[p.rank] = stride;
+      ++p.rank;
+    }
+  }
+  if (p.rank == 0) {
+    p.rank = 1;
+    p.dims[0] = 1;
+    p.in_strides[0] = 1;
+  }
+  return p;
+}
+
+// Input offset of output row `row` (all axes but the last), by decomposing
+// the row index once.
+int64_t row_offset(const Permuted &p, int64_t row, int64_t *index) {
+  int64_t offset = 0;
+  for (int d = p.rank - 2; d >= 0; --d) {
+    index[d] = row % p.dims[d];
+    row /= p.dims[d];
+    offset += index[d] * p.in_strides[d];
+  }
+  return offset;
+}
+
+// Steps the row index (axes [0, rank-1)) by one, updating the offset.
+void next_row(const Permuted &p, int64_t *index, int64_t &offset) {
+  for (int d = p.rank - 2; d >= 0; --d) {
+    ++index[d];
+    offset += p.in_strides[d];
+    if (index[d] < p.dims[d])
+      return;
+    offset -= index[d] * p.in_strides[d];
+    index[d] = 0;
+  }
+}
+
+template <typename T>
+void transpose_typed(const Stream &s, const Permuted &p, const T *x, T *y, int64_t numel) {
+  const int r = p.rank;
+  const int64_t inner = p.dims[r - 1], inner_stride = p.in_strides[r - 1];
+  if (r >= 2 && p.in_strides[r - 2] == 1) {
+    // Batched 2-D transpose of the last two output axes: tile so that both
+    // the reads and the writes stay in cache lines.
+    const int64_t rows = p.dims[r - 2], cols = inner, batch = numel / (rows * cols);
+    constexpr int64_t kTile = 32;
+    const int64_t row_tiles = (rows + kTile - 1) / kTile;
+    parallel_for(s, batch * row_tiles, std::max<int64_t>(1, kGrainElementwise / (kTile * cols)),
+                 [&](int64_t begin, int64_t end) {
+                   int64_t index[kMaxRank] = {};
+                   for (int64_t t = begin; t < end; ++t) {
+                     int64_t b = t / row_tiles, i0 = (t % row_tiles) * kTile;
+                     int64_t i1 = std::min(rows, i0 + kTile);
+                     // Input offset of batch b: decompose over axes [0, r-2).
+                     int64_t base = 0, rest = b;
+                     for (int d = r - 3; d >= 0; --d) {
+                       index[d] = rest % p.dims[d];
+                       rest /= p.dims[d];
+                       base += index[d] * p.in_strides[d];
+                     }
+                     T *out = y + b * rows * cols;
+                     for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+                       int64_t j1 = std::min(cols, j0 + kTile);
+                       for (int64_t i = i0; i < i1; ++i)
+                         for (int64_t j = j0; j < j1; ++j)
+                           out[i * cols + j] = x[base + i + j * inner_stride];
+                     }
+                   }
+                 });
+    return;
+  }
+  const int64_t rows = numel / inner;
+  parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / inner),
+               [&](int64_t begin, int64_t end) {
+                 int64_t index[kMaxRank] = {};
+                 int64_t offset = row_offset(p, begin, index);
+                 for (int64_t row = begin; row < end; ++row) {
+                   T *out = y + row * inner;
+                   const T *in = x + offset;
+                   if (inner_stride == 1)
+                     std::memcpy(out, in, static_cast<size_t>(inner) * sizeof(T));
+                   else
+                     for (int64_t j = 0; j < inner; ++j)
+                       out[j] = in[j * inner_stride];
+                   next_row(p, index, offset);
+                 }
+               });
+}
+
+}  // namespace
+
+void transpose(Stream &s, const Tensor &x, const Tensor &y, const int64_t *perm) {
+  const char *kernel = "transpose";
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "x", x, "y", y);
+  const int rank = x.shape.rank;
+  if (y.shape.rank != rank)
+    fail(kernel, "y has rank " + std::to_string(y.shape.rank) + ", x has rank " +
+                     std::to_string(rank));
+  bool seen[kMaxRank] = {};
+  Shape expected;
+  expected.rank = rank;
+  for (int i = 0; i < rank; ++i) {
+    if (perm[i] < 0 || perm[i] >= rank || seen[perm[i]])
+      fail(kernel, "perm is not a permutation of [0, " + std::to_string(rank) + ")");
+    seen[perm[i]] = true;
+    expected.dims[i] = x.shape.dims[perm[i]];
+  }
+  check_shape(kernel, "y", y, expected);
+  if (y.numel() == 0)
+    return;
+  int64_t x_strides[kMaxRank];
+  contiguous_strides(x.shape, x_strides);
+  Permuted p = collapse_permutation(y.shape, x_strides, perm);
+  if (p.rank == 1) {  // the identity on memory
+    parallel_memcpy(s, y.data, x.data, x.nbytes());
+    return;
+  }
+  if (x.data == y.data)
+    fail(kernel, "cannot permute in place (x and y share memory)");
+  dispatch_bytes(dtype_size(x.dtype), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    transpose_typed<T>(s, p, x.as<T>(), y.as<T>(), y.numel());
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// broadcast_to
+//===----------------------------------------------------------------------===//
+
+void broadcast_to(Stream &s, const Tensor &x, const Tensor &y) {
+  const char *kernel = "broadcast_to";
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "x", x, "y", y);
+  BroadcastPlan plan;
+  if (!plan_broadcast(y.shape, &x.shape, 1, plan))
+    fail(kernel, "cannot broadcast " + x.shape.str() + " to " + y.shape.str());
+  if (y.numel() == 0)
+    return;
+  const int64_t stride = plan.strides[0][plan.rank - 1];
+  dispatch_bytes(dtype_size(x.dtype), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *in = x.as<T>();
+    T *out = y.as<T>();
+    parallel_for(s, y.numel(), kGrainElementwise, [&](int64_t begin, int64_t end) {
+      for_each_row(plan, begin, end, [&](int64_t o, const int64_t *off, int64_t n) {
+        if (stride == 1) {
+          std::memcpy(out + o, in + off[0], static_cast<size_t>(n) * sizeof(T));
+        } else {
+          const T v = in[off[0]];
+          for (int64_t i = 0; i < n; ++i)
+            out[o + i] = v;
+        }
+      });
+    });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// concat and split
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// Checks that `parts` stack to `whole` along `axis` and returns the product
+// of the axes before it.
+int64_t check_stacking(const char *kernel, const Tensor &whole, const Tensor *parts, int count,
+                       int axis) {
+  if (count < 1)
+    fail(kernel, "needs at least one part");
+  check_data(kernel, "the whole tensor", whole);
+  check_axis(kernel, axis, whole.shape.rank);
+  int64_t total = 0;
+  for (int k = 0; k < count; ++k) {
+    const Tensor &part = parts[k];
+    std::string name = "part " + std::to_string(k);
+    check_data(kernel, name.c_str(), part);
+    check_same_dtype(kernel, name.c_str(), part, "the whole tensor", whole);
+    bool ok = part.shape.rank == whole.shape.rank;
+    for (int d = 0; ok && d < whole.shape.rank; ++d)
+      ok = d == axis || part.shape.dims[d] == whole.shape.dims[d];
+    if (!ok)
+      fail(kernel, name + " has shape " + part.shape.str() + ", which differs from " +
+                       whole.shape.str() + " outside axis " + std::to_string(axis));
+    total += part.shape.dims[axis];
+  }
+  if (total != whole.shape.dims[axis])
+    fail(kernel, "parts sum to " + std::to_string(total) + " along axis " + std::to_string(axis) +
+                     " but the whole tensor has " + std::to_string(whole.shape.dims[axis]));
+  int64_t outer = 1;
+  for (int d = 0; d < axis; ++d)
+    outer *= whole.shape.dims[d];
+  return outer;
+}
+
+// Copies between the whole tensor and its parts, block by block: for each
+// outer index, part k owns a contiguous run of the whole tensor's row.
+void stack_copy(const Stream &s, const Tensor &whole, const Tensor *parts, int count,
+                int64_t outer, bool to_whole) {
+  const int64_t whole_row = outer > 0 ? static_cast<int64_t>(whole.nbytes()) / outer : 0;
+  std::vector<int64_t> start(count);
+  int64_t pos = 0;
+  for (int k = 0; k < count; ++k) {
+    start[k] = pos;
+    pos += outer > 0 ? static_cast<int64_t>(parts[k].nbytes()) / outer : 0;
+  }
+  if (whole_row == 0)
+    return;
+  char *w = static_cast<char *>(whole.data);
+  parallel_for(s, outer, std::max<int64_t>(1, (int64_t(1) << 18) / whole_row),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t o = begin; o < end; ++o)
+                   for (int k = 0; k < count; ++k) {
+                     int64_t bytes = static_cast<int64_t>(parts[k].nbytes()) / outer;
+                     char *p = static_cast<char *>(parts[k].data) + o * bytes;
+                     char *q = w + o * whole_row + start[k];
+                     if (bytes > 0) {
+                       if (to_whole)
+                         std::memcpy(q, p, static_cast<size_t>(bytes));
+                       else
+                         std::memcpy(p, q, static_cast<size_t>(bytes));
+                     }
+                   }
+               });
+}
+
+}  // namespace
+
+void concat(Stream &s, const Tensor *inputs, int num_inputs, const Tensor &y, int axis) {
+  int64_t outer = check_stacking("concat", y, inputs, num_inputs, axis);
+  stack_copy(s, y, inputs, num_inputs, outer, /*to_whole=*/true);
+}
+
+void split(Stream &s, const Tensor &x, const Tensor *outputs, int num_outputs, int axis) {
+  int64_t outer = check_stacking("split", x, outputs, num_outputs, axis);
+  stack_copy(s, x, outputs, num_outputs, outer, /*to_whole=*/false);
+}
+
+//===----------------------------------------------------------------------===//
+// slice
+//===----------------------------------------------------------------------===//
+
+void slice(Stream &s, const Tensor &x, const Tensor &y, const int64_t *offsets,
+           const int64_t *strides) {
+  const char *kernel = "slice";
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "x", x, "y", y);
+  const int rank = x.shape.rank;
+  if (y.shape.rank != rank)
+    fail(kernel, "y has rank " + std::to_string(y.shape.rank) + ", x has rank " +
+                     std::to_string(rank));
+  if (y.numel() == 0)
+    return;
+  if (rank == 0) {
+    std::memcpy(y.data, x.data, x.nbytes());
+    return;
+  }
+  int64_t x_strides[kMaxRank];
+  contiguous_strides(x.shape, x_strides);
+  // Every index read must be inside x: check both ends of every axis.
+  int64_t base = 0, step[kMaxRank];
+  for (int d = 0; d < rank; ++d) {
+    int64_t size = y.shape.dims[d], dim = x.shape.dims[d];
+    if (strides[d] == 0)
+      fail(kernel, "stride of axis " + std::to_string(d) + " is 0");
+    int64_t last = offsets[d] + (size - 1) * strides[d];
+    if (offsets[d] < 0 || offsets[d] >= dim || last < 0 || last >= dim)
+      fail(kernel, "axis " + std::to_string(d) + " reads out of bounds: offset " +
+                       std::to_string(offsets[d]) + ", stride " + std::to_string(strides[d]) +
+                       ", size " + std::to_string(size) + ", input size " + std::to_string(dim));
+    base += offsets[d] * x_strides[d];
+    step[d] = strides[d] * x_strides[d];
+  }
+  const int64_t inner = y.shape.dims[rank - 1], inner_step = step[rank - 1];
+  const int64_t rows = y.numel() / inner;
+  dispatch_bytes(dtype_size(x.dtype), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *in = x.as<T>();
+    T *out = y.as<T>();
+    parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / inner),
+                 [&](int64_t begin, int64_t end) {
+                   int64_t index[kMaxRank] = {};
+                   int64_t offset = base, rest = begin;
+                   for (int d = rank - 2; d >= 0; --d) {
+                     index[d] = rest % y.shape.dims[d];
+                     rest /= y.shape.dims[d];
+                     offset += index[d] * step[d];
+                   }
+                   for (int64_t row = begin; row < end; ++row) {
+                     const T *src = in + offset;
+                     T *dst = out + row * inner;
+                     if (inner_step == 1)
+                       std::memcpy(dst, src, static_cast<size_t>(inner) * sizeof(T));
+                     else
+                       for (int64_t j = 0; j < inner; ++j)
+                         dst[j] = src[j * inner_step];
+                     for (int d = rank - 2; d >= 0; --d) {
+                       ++index[d];
+                       offset += step[d];
+                       if (index[d] < y.shape.dims[d])
+                         break;
+                       offset -= index[d] * step[d];
+                       index[d] = 0;
+                     }
+                   }
+                 });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// gather
+//===----------------------------------------------------------------------===//
+
+void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &y, int axis) {
+  const char *kernel = "gather";
+  check_data(kernel, "data", data);
+  check_index_tensor(kernel, "indices", indices);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "data", data, "y", y);
+  check_axis(kernel, axis, data.shape.rank);
+  if (axis + indices.shape.rank + (data.shape.rank - axis - 1) > kMaxRank)
+    fail(kernel, "result rank exceeds the maximum rank " + std::to_string(kMaxRank));
+  Shape expected;
+  for (int d = 0; d < axis; ++d)
+    expected.dims[expected.rank++] = data.shape.dims[d];
+  for (int d = 0; d < indices.shape.rank; ++d)
+    expected.dims[expected.rank++] = indices.shape.dims[d];
+  for (int d = axis + 1; d < data.shape.rank; ++d)
+    expected.dims[expected.rank++] = data.shape.dims[d];
+  check_shape(kernel, "y", y, expected);
+  const int64_t extent = data.shape.dims[axis];
+  const int64_t count = indices.numel();
+  // Validate and normalize every index before writing anything.
+  std::vector<int64_t> index(static_cast<size_t>(count));
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t v = index_at(indices, j);
+    if (v < -extent || v >= extent)
+      fail(kernel, "index " + std::to_string(v) + " (indices element " + std::to_string(j) +
+                       ") is out of range for axis " + std::to_string(axis) + " of size " +
+                       std::to_string(extent));
+    index[j] = v < 0 ? v + extent : v;
+  }
+  if (y.numel() == 0)
+    return;
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d)
+    outer *= data.shape.dims[d];
+  for (int d = axis + 1; d < data.shape.rank; ++d)
+    inner *= data.shape.dims[d];
+  const size_t row_bytes = static_cast<size_t>(inner) * dtype_size(data.dtype);
+  const char *src = static_cast<const char *>(data.data);
+  char *dst = static_cast<char *>(y.data);
+  parallel_for(s, outer * count, std::max<int64_t>(1, kGrainElementwise / inner),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r = begin; r < end; ++r) {
+                   int64_t o = r / count, j = r % count;
+                   std::memcpy(dst + r * row_bytes, src + (o * extent + index[j]) * row_bytes,
+                               row_bytes);
+                 }
+               });
+}
+
+//===----------------------------------------------------------------------===//
+// trilu
+//===----------------------------------------------------------------------===//
+
+void trilu(Stream &s, const Tensor &x, const Tensor &y, bool upper, int64_t k) {
+  const char *kernel = "trilu";
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "x", x, "y", y);
+  check_shape(kernel, "y", y, x.shape);
+  if (x.shape.rank < 2)
+    fail(kernel, "needs rank >= 2, got " + x.shape.str());
+  if (y.numel() == 0)
+    return;
+  const int64_t rows = x.shape.dims[x.shape.rank - 2], cols = x.shape.dims[x.shape.rank - 1];
+  const size_t esize = dtype_size(x.dtype);
+  const char *in = static_cast<const char *>(x.data);
+  char *out = static_cast<char *>(y.data);
+  const bool in_place = x.data == y.data;
+  // Row i keeps columns [keep_begin, keep_end); all-zero bytes are zero for
+  // every element type.
+  parallel_for(s, y.numel() / cols, std::max<int64_t>(1, kGrainElementwise / cols),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r = begin; r < end; ++r) {
+                   int64_t i = r % rows;
+                   int64_t lo = upper ? i + k : 0, hi = upper ? cols : i + k + 1;
+                   lo = std::min(std::max<int64_t>(lo, 0), cols);
+                   hi = std::min(std::max<int64_t>(hi, lo), cols);
+                   char *dst = out + r * cols * esize;
+                   const char *src = in + r * cols * esize;
+                   std::memset(dst, 0, static_cast<size_t>(lo) * esize);
+                   if (!in_place && hi > lo)
+                     std::memcpy(dst + lo * esize, src + lo * esize,
+                                 static_cast<size_t>(hi - lo) * esize);
+                   std::memset(dst + hi * esize, 0, static_cast<size_t>(cols - hi) * esize);
+                 }
+               });
+}
+
+}  // namespace dsrt

@@ -1,0 +1,386 @@
+// Softmax, log-softmax, layer norm and batch norm. Statistics are computed in
+// f32 (batch norm's per-channel sums in f64, as they run over N * spatial
+// elements); softmax subtracts the row maximum before exponentiating.
+#include "internal.h"
+
+#include <limits>
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+// Softmax (or log-softmax) of one contiguous f32 row; `in` may equal `out`.
+inline void softmax_row(const float *in, float *out, int64_t n, bool log) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i)
+    m = std::max(m, in[i]);
+  // A NaN anywhere makes the whole row NaN below, as in PyTorch.
+  float sum = 0.0f;
+  if (log) {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i)
+      sum += fast_exp(in[i] - m);
+    const float shift = m + std::log(sum);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = in[i] - shift;
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i) {
+      float e = fast_exp(in[i] - m);
+      out[i] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      out[i] *= inv;
+  }
+}
+
+// Softmax over axis 1 of x viewed as [outer, n, inner].
+template <typename T>
+void softmax_typed(const Stream &s, const T *x, T *y, int64_t outer, int64_t n, int64_t inner,
+                   bool log) {
+  if (inner == 1) {
+    parallel_for(s, outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t r = begin; r < end; ++r) {
+                     if constexpr (std::is_same_v<T, float>) {
+                       softmax_row(x + r * n, y + r * n, n, log);
+                     } else {
+                       float *row = scratch_floats(static_cast<size_t>(n));
+                       for (int64_t i = 0; i < n; ++i)
+                         row[i] = Elem<T>::load(x[r * n + i]);
+                       softmax_row(row, row, n, log);
+                       for (int64_t i = 0; i < n; ++i)
+                         y[r * n + i] = Elem<T>::store(row[i]);
+                     }
+                   }
+                 });
+    return;
+  }
+  // The axis is strided: vectorize across `inner` in chunks, keeping the
+  // running max and sum of each column of the chunk.
+  constexpr int64_t kChunk = 256;
+  const int64_t chunks = (inner + kChunk - 1) / kChunk;
+  parallel_for(s, outer * chunks, std::max<int64_t>(1, 8192 / (n * std::min(inner, kChunk))),
+               [&](int64_t begin, int64_t end) {
+                 float m[kChunk], sum[kChunk];
+                 for (int64_t t = begin; t < end; ++t) {
+                   int64_t o = t / chunks, j0 = (t % chunks) * kChunk;
+                   int64_t w = std::min(kChunk, inner - j0);
+                   const T *in = x + o * n * inner + j0;
+                   T *out = y + o * n * inner + j0;
+                   for (int64_t j = 0; j < w; ++j) {
+                     m[j] = -std::numeric_limits<float>::infinity();
+                     sum[j] = 0.0f;
+                   }
+                   for (int64_t c = 0; c < n; ++c)
+                     for (int64_t j = 0; j < w; ++j)
+                       m[j] = std::max(m[j], to_float(in[c * inner + j]));
+                   for (int64_t c = 0; c < n; ++c)
+                     for (int64_t j = 0; j < w; ++j)
+                       sum[j] += fast_exp(to_float(in[c * inner + j]) - m[j]);
+                   if (log) {
+                     for (int64_t j = 0; j < w; ++j)
+                       m[j] += std::log(sum[j]);
+                     for (int64_t c = 0; c < n; ++c)
+                       for (int64_t j = 0; j < w; ++j)
+                         out[c * inner + j] = from_float<T>(to_float(in[c * inner + j]) - m[j]);
+                   } else {
+                     for (int64_t j = 0; j < w; ++j)
+                       sum[j] = 1.0f / sum[j];
+                     for (int64_t c = 0; c < n; ++c)
+                       for (int64_t j = 0; j < w; ++j)
+                         out[c * inner + j] =
+                             from_float<T>(fast_exp(to_float(in[c * inner + j]) - m[j]) * sum[j]);
+                   }
+                 }
+               });
+}
+
+void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor &y, int axis,
+                    bool log) {
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "x", x, "y", y);
+  check_shape(kernel, "y", y, x.shape);
+  check_axis(kernel, axis, x.shape.rank);
+  int64_t outer = 1, inner = 1, n = x.shape.dims[axis];
+  for (int d = 0; d < axis; ++d)
+    outer *= x.shape.dims[d];
+  for (int d = axis + 1; d < x.shape.rank; ++d)
+    inner *= x.shape.dims[d];
+  if (x.numel() == 0)
+    return;
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax_typed<T>(s, x.as<T>(), y.as<T>(), outer, n, inner, log);
+  });
+}
+
+}  // namespace
+
+void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis) {
+  softmax_common("softmax", s, x, y, axis, /*log=*/false);
+}
+
+void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis) {
+  softmax_common("log_softmax", s, x, y, axis, /*log=*/true);
+}
+
+//===----------------------------------------------------------------------===//
+// layer_norm
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// scale or bias broadcast to the normalized shape, as f32.
+std::vector<float> expand_param(const char *kernel, const char *name, const Tensor &param,
+                                const Tensor &x, int axis) {
+  check_data(kernel, name, param);
+  check_same_dtype(kernel, "x", x, name, param);
+  Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
+  BroadcastPlan plan;
+  if (param.shape.rank > normalized.rank || !plan_broadcast(normalized, &param.shape, 1, plan))
+    fail(kernel, std::string(name) + " " + param.shape.str() +
+                     " does not broadcast to the normalized shape " + normalized.str());
+  std::vector<float> values = float_values(kernel, name, param);
+  std::vector<float> expanded(static_cast<size_t>(normalized.numel()));
+  if (expanded.empty())
+    return expanded;
+  const int64_t stride = plan.strides[0][plan.rank - 1];
+  for_each_row(plan, 0, normalized.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      expanded[o + i] = values[off[0] + i * stride];
+  });
+  return expanded;
+}
+
+}  // namespace
+
+void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
+                const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
+                float epsilon) {
+  const char *kernel = "layer_norm";
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "x", x, "y", y);
+  check_shape(kernel, "y", y, x.shape);
+  check_axis(kernel, axis, x.shape.rank);
+  check_float(kernel, "x", x);
+  Shape stat_shape = x.shape;
+  for (int d = axis; d < x.shape.rank; ++d)
+    stat_shape.dims[d] = 1;
+  check_data(kernel, "mean", mean);
+  check_data(kernel, "inv_std_dev", inv_std_dev);
+  check_dtype(kernel, "mean", mean, DType::F32);
+  check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
+  check_shape(kernel, "mean", mean, stat_shape);
+  check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
+  std::vector<float> g = expand_param(kernel, "scale", scale, x, axis);
+  std::vector<float> b = bias ? expand_param(kernel, "bias", *bias, x, axis)
+                              : std::vector<float>(g.size(), 0.0f);
+  const int64_t rows = stat_shape.numel(), n = static_cast<int64_t>(g.size());
+  if (rows == 0)
+    return;
+  float *mean_out = mean.as<float>(), *inv_out = inv_std_dev.as<float>();
+  const float *pg = g.data(), *pb = b.data();
+  const float inv_n = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *px = x.as<T>();
+    T *py = y.as<T>();
+    parallel_for(s, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t r = begin; r < end; ++r) {
+                     const float *in;
+                     float *out;
+                     if constexpr (std::is_same_v<T, float>) {
+                       in = px + r * n;
+                       out = py + r * n;
+                     } else {
+                       float *row = scratch_floats(static_cast<size_t>(n));
+                       for (int64_t i = 0; i < n; ++i)
+                         row[i] = Elem<T>::load(px[r * n + i]);
+                       in = out = row;
+                     }
+                     // Two passes: the mean, then the centred sum of squares.
+                     // The mean is summed in f64 and kept as a float pair
+                     // (mu + mu_lo), so a large common offset does not cost
+                     // the centred values their precision.
+                     double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+                     for (int64_t i = 0; i < n; ++i)
+                       sum += in[i];
+                     const double mean_d = sum / static_cast<double>(n);
+                     const float mu = static_cast<float>(mean_d);
+                     const float mu_lo = static_cast<float>(mean_d - mu);
+                     float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+                     for (int64_t i = 0; i < n; ++i) {
+                       float d = (in[i] - mu) - mu_lo;
+                       sq += d * d;
+                     }
+                     const float inv = 1.0f / std::sqrt(sq * inv_n + epsilon);
+#pragma omp simd
+                     for (int64_t i = 0; i < n; ++i)
+                       out[i] = ((in[i] - mu) - mu_lo) * inv * pg[i] + pb[i];
+                     if constexpr (!std::is_same_v<T, float>)
+                       for (int64_t i = 0; i < n; ++i)
+                         py[r * n + i] = Elem<T>::store(out[i]);
+                     mean_out[r] = mu;
+                     inv_out[r] = inv;
+                   }
+                 });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// batch_norm, batch_norm_train
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct Channels {
+  int64_t n = 0, c = 0, spatial = 1;
+};
+
+Channels check_channels(const char *kernel, const Tensor &x, const Tensor &y) {
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_float(kernel, "x", x);
+  check_same_dtype(kernel, "x", x, "y", y);
+  check_shape(kernel, "y", y, x.shape);
+  if (x.shape.rank < 2)
+    fail(kernel, "x must be [N, C, ...], got " + x.shape.str());
+  Channels ch;
+  ch.n = x.shape.dims[0];
+  ch.c = x.shape.dims[1];
+  for (int d = 2; d < x.shape.rank; ++d)
+    ch.spatial *= x.shape.dims[d];
+  return ch;
+}
+
+void check_per_channel(const char *kernel, const char *name, const Tensor &t, int64_t c) {
+  check_data(kernel, name, t);
+  check_float(kernel, name, t);
+  check_shape(kernel, name, t, Shape{c});
+}
+
+// y = (x - mean_c) * a_c + bias_c over [N, C, spatial], a_c = scale_c * inv_std_c.
+template <typename T>
+void normalize_channels(const Stream &s, const Channels &ch, const T *x, T *y, const float *mean,
+                        const float *a, const float *bias) {
+  parallel_for(s, ch.n * ch.c, std::max<int64_t>(1, kGrainElementwise / ch.spatial),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t p = begin; p < end; ++p) {
+                   int64_t c = p % ch.c;
+                   const float mu = mean[c], k = a[c], b = bias[c];
+                   const T *in = x + p * ch.spatial;
+                   T *out = y + p * ch.spatial;
+                   for (int64_t i = 0; i < ch.spatial; ++i)
+                     out[i] = from_float<T>((to_float(in[i]) - mu) * k + b);
+                 }
+               });
+}
+
+}  // namespace
+
+void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
+                const Tensor &mean, const Tensor &var, const Tensor &y, float epsilon) {
+  const char *kernel = "batch_norm";
+  Channels ch = check_channels(kernel, x, y);
+  check_per_channel(kernel, "scale", scale, ch.c);
+  check_per_channel(kernel, "bias", bias, ch.c);
+  check_per_channel(kernel, "mean", mean, ch.c);
+  check_per_channel(kernel, "var", var, ch.c);
+  std::vector<float> g = float_values(kernel, "scale", scale);
+  std::vector<float> b = float_values(kernel, "bias", bias);
+  std::vector<float> mu = float_values(kernel, "mean", mean);
+  std::vector<float> v = float_values(kernel, "var", var);
+  std::vector<float> a(static_cast<size_t>(ch.c));
+  for (int64_t c = 0; c < ch.c; ++c)
+    a[c] = g[c] / std::sqrt(v[c] + epsilon);
+  if (x.numel() == 0)
+    return;
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    normalize_channels<T>(s, ch, x.as<T>(), y.as<T>(), mu.data(), a.data(), b.data());
+  });
+}
+
+void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
+                      const Tensor &running_mean, const Tensor &running_var, const Tensor &y,
+                      const Tensor &running_mean_out, const Tensor &running_var_out,
+                      const Tensor &saved_mean, const Tensor &saved_inv_std, float epsilon,
+                      float momentum) {
+  const char *kernel = "batch_norm_train";
+  Channels ch = check_channels(kernel, x, y);
+  check_per_channel(kernel, "scale", scale, ch.c);
+  check_per_channel(kernel, "bias", bias, ch.c);
+  check_per_channel(kernel, "running_mean", running_mean, ch.c);
+  check_per_channel(kernel, "running_var", running_var, ch.c);
+  check_per_channel(kernel, "running_mean_out", running_mean_out, ch.c);
+  check_per_channel(kernel, "running_var_out", running_var_out, ch.c);
+  check_per_channel(kernel, "saved_mean", saved_mean, ch.c);
+  check_per_channel(kernel, "saved_inv_std", saved_inv_std, ch.c);
+  check_dtype(kernel, "saved_mean", saved_mean, DType::F32);
+  check_dtype(kernel, "saved_inv_std", saved_inv_std, DType::F32);
+  const int64_t count = ch.n * ch.spatial;
+  if (count == 0)
+    fail(kernel, "batch statistics of an empty batch " + x.shape.str() + " are undefined");
+  std::vector<float> mu(static_cast<size_t>(ch.c)), var(static_cast<size_t>(ch.c));
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *px = x.as<T>();
+    // Per channel: mean, then the biased variance, both in f64.
+    parallel_for(s, ch.c, std::max<int64_t>(1, kGrainElementwise / count),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t c = begin; c < end; ++c) {
+                     double sum = 0.0;
+                     for (int64_t b = 0; b < ch.n; ++b) {
+                       const T *in = px + (b * ch.c + c) * ch.spatial;
+                       for (int64_t i = 0; i < ch.spatial; ++i)
+                         sum += to_float(in[i]);
+                     }
+                     const double m = sum / static_cast<double>(count);
+                     double sq = 0.0;
+                     for (int64_t b = 0; b < ch.n; ++b) {
+                       const T *in = px + (b * ch.c + c) * ch.spatial;
+                       for (int64_t i = 0; i < ch.spatial; ++i) {
+                         double d = to_float(in[i]) - m;
+                         sq += d * d;
+                       }
+                     }
+                     mu[c] = static_cast<float>(m);
+                     var[c] = static_cast<float>(sq / static_cast<double>(count));
+                   }
+                 });
+  });
+  std::vector<float> g = float_values(kernel, "scale", scale);
+  std::vector<float> b = float_values(kernel, "bias", bias);
+  std::vector<float> rm = float_values(kernel, "running_mean", running_mean);
+  std::vector<float> rv = float_values(kernel, "running_var", running_var);
+  std::vector<float> inv(ch.c), a(ch.c), rm_out(ch.c), rv_out(ch.c);
+  for (int64_t c = 0; c < ch.c; ++c) {
+    inv[c] = 1.0f / std::sqrt(var[c] + epsilon);
+    a[c] = g[c] * inv[c];
+    rm_out[c] = rm[c] * momentum + mu[c] * (1.0f - momentum);
+    rv_out[c] = rv[c] * momentum + var[c] * (1.0f - momentum);
+  }
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    normalize_channels<T>(s, ch, x.as<T>(), y.as<T>(), mu.data(), a.data(), b.data());
+  });
+  store_floats(kernel, "running_mean_out", running_mean_out, rm_out.data());
+  store_floats(kernel, "running_var_out", running_var_out, rv_out.data());
+  std::memcpy(saved_mean.data, mu.data(), mu.size() * sizeof(float));
+  std::memcpy(saved_inv_std.data, inv.data(), inv.size() * sizeof(float));
+}
+
+}  // namespace dsrt

@@ -1,0 +1,205 @@
+// reduce: sum, mean and max over a sorted set of axes.
+//
+// Axes are collapsed into alternating kept / reduced groups, and each reduced
+// group is one [outer, reduced, inner] pass, last group first. Float sums
+// accumulate in f64 (one rounding at the end, independent of the thread
+// count); integer sums wrap; max propagates NaN like PyTorch's amax.
+#include "internal.h"
+
+#include <limits>
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+const char *reduce_name(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Sum: return "reduce(sum)";
+  case ReduceOp::Mean: return "reduce(mean)";
+  case ReduceOp::Max: return "reduce(max)";
+  }
+  return "reduce";
+}
+
+template <typename A> struct SumOp {
+  static A init() { return A(0); }
+  static A apply(A acc, A v) { return acc + v; }
+};
+template <typename A> struct MaxOp {
+  static A init() {
+    if constexpr (std::is_floating_point_v<A>)
+      return -std::numeric_limits<A>::infinity();
+    else
+      return std::numeric_limits<A>::min();
+  }
+  static A apply(A acc, A v) {
+    if constexpr (std::is_floating_point_v<A>)
+      return (v > acc || v != v) ? v : acc;
+    else
+      return v > acc ? v : acc;
+  }
+};
+
+// dst[o, i] = reduce_r src[o, r, i], converting src elements with `load`.
+template <typename Op, typename A, typename S, typename Load>
+void reduce_pass(const Stream &s, const S *src, A *dst, int64_t outer, int64_t r, int64_t inner,
+                 Load load) {
+  if (inner == 1) {
+    parallel_for(s, outer, std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(r, 1)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t o = begin; o < end; ++o) {
+                     const S *row = src + o * r;
+                     A acc = Op::init();
+                     for (int64_t k = 0; k < r; ++k)
+                       acc = Op::apply(acc, load(row[k]));
+                     dst[o] = acc;
+                   }
+                 });
+    return;
+  }
+  // Strided reduction: accumulate whole rows of `inner`, in chunks so a
+  // few threads can share a small `outer`.
+  constexpr int64_t kChunk = 1024;
+  const int64_t chunks = (inner + kChunk - 1) / kChunk;
+  parallel_for(s, outer * chunks,
+               std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(r * kChunk, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t t = begin; t < end; ++t) {
+                   int64_t o = t / chunks, i0 = (t % chunks) * kChunk;
+                   int64_t w = std::min(kChunk, inner - i0);
+                   A *out = dst + o * inner + i0;
+                   for (int64_t i = 0; i < w; ++i)
+                     out[i] = Op::init();
+                   for (int64_t k = 0; k < r; ++k) {
+                     const S *row = src + (o * r + k) * inner + i0;
+                     for (int64_t i = 0; i < w; ++i)
+                       out[i] = Op::apply(out[i], load(row[i]));
+                   }
+                 }
+               });
+}
+
+struct Group {
+  int64_t size;
+  bool reduced;
+};
+
+template <typename T, typename A, typename Op>
+void reduce_typed(const Stream &s, const std::vector<Group> &groups, const T *x, T *y,
+                  int64_t out_count, int64_t count, bool mean) {
+  // Passes from the last reduced group to the first; `dims` tracks the shape
+  // of the intermediate result.
+  std::vector<Group> dims = groups;
+  std::vector<A> current, next;
+  bool from_input = true;
+  for (int g = static_cast<int>(dims.size()) - 1; g >= 0; --g) {
+    if (!dims[g].reduced)
+      continue;
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < g; ++d)
+      outer *= dims[d].size;
+    for (size_t d = g + 1; d < dims.size(); ++d)
+      inner *= dims[d].size;
+    next.assign(static_cast<size_t>(outer * inner), A());
+    if (from_input)
+      reduce_pass<Op, A>(s, x, next.data(), outer, dims[g].size, inner,
+                         [](T v) { return static_cast<A>(Elem<T>::load(v)); });
+    else
+      reduce_pass<Op, A>(s, current.data(), next.data(), outer, dims[g].size, inner,
+                         [](A v) { return v; });
+    current.swap(next);
+    from_input = false;
+    dims.erase(dims.begin() + g);
+  }
+  if (from_input) {  // every reduced axis has size 1: the values pass through
+    current.resize(static_cast<size_t>(out_count));
+    for (int64_t i = 0; i < out_count; ++i)
+      current[i] = static_cast<A>(Elem<T>::load(x[i]));
+  }
+  for (int64_t i = 0; i < out_count; ++i) {
+    A v = current[i];
+    if constexpr (std::is_integral_v<T>) {
+      int64_t value = static_cast<int64_t>(v);
+      if (mean)
+        value /= count;  // truncates toward zero
+      y[i] = static_cast<T>(value);
+    } else {
+      double value = static_cast<double>(v);
+      if (mean)
+        value /= static_cast<double>(count);
+      y[i] = from_float<T>(static_cast<float>(value));
+    }
+  }
+}
+
+}  // namespace
+
+void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int64_t *axes,
+            int num_axes) {
+  const char *kernel = reduce_name(op);
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "x", x, "y", y);
+  const int rank = x.shape.rank;
+  bool reduced[kMaxRank] = {};
+  for (int i = 0; i < num_axes; ++i) {
+    if (axes[i] < 0 || axes[i] >= rank)
+      fail(kernel, "axis " + std::to_string(axes[i]) + " is out of range for rank " +
+                       std::to_string(rank));
+    if (i > 0 && axes[i - 1] >= axes[i])
+      fail(kernel, "axes must be sorted and unique");
+    reduced[axes[i]] = true;
+  }
+  Shape kept, dropped;
+  int64_t count = 1;
+  for (int d = 0; d < rank; ++d) {
+    kept.dims[kept.rank++] = reduced[d] ? 1 : x.shape.dims[d];
+    if (!reduced[d])
+      dropped.dims[dropped.rank++] = x.shape.dims[d];
+    else
+      count *= x.shape.dims[d];
+  }
+  kept.rank = rank;
+  if (y.shape != kept && y.shape != dropped)
+    fail(kernel, "y has shape " + y.shape.str() + ", expected " + kept.str() + " or " +
+                     dropped.str());
+  const int64_t out_count = y.numel();
+  if (out_count == 0)
+    return;
+  if (count == 0) {
+    if (op == ReduceOp::Max || (op == ReduceOp::Mean && !is_float(x.dtype)))
+      fail(kernel, "reduces over an empty axis of " + x.shape.str());
+  }
+  // Collapse: drop size-1 axes, merge neighbours of the same kind.
+  std::vector<Group> groups;
+  for (int d = 0; d < rank; ++d) {
+    int64_t dim = x.shape.dims[d];
+    if (dim == 1)
+      continue;
+    if (!groups.empty() && groups.back().reduced == reduced[d])
+      groups.back().size *= dim;
+    else
+      groups.push_back({dim, reduced[d]});
+  }
+  const bool mean = op == ReduceOp::Mean;
+  dispatch_numeric(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *px = x.as<T>();
+    T *py = y.as<T>();
+    if constexpr (std::is_integral_v<T>) {
+      if (op == ReduceOp::Max)
+        reduce_typed<T, int64_t, MaxOp<int64_t>>(s, groups, px, py, out_count, count, false);
+      else
+        reduce_typed<T, uint64_t, SumOp<uint64_t>>(s, groups, px, py, out_count, count, mean);
+    } else {
+      if (op == ReduceOp::Max)
+        reduce_typed<T, float, MaxOp<float>>(s, groups, px, py, out_count, count, false);
+      else
+        reduce_typed<T, double, SumOp<double>>(s, groups, px, py, out_count, count, mean);
+    }
+  });
+}
+
+}  // namespace dsrt

@@ -1,0 +1,157 @@
+// Kernels reject bad data and inconsistent arguments with dsrt::Error
+// naming the kernel and the offending value, before writing anything.
+#include "dsrt/kernels.h"
+
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using dsrt::DType;
+using dsrt::Shape;
+using dsrt_test::Owned;
+
+class Errors : public testing::Test {
+protected:
+  dsrt::Stream s{dsrt::Backend::Cpu, 2};
+};
+
+TEST_F(Errors, GatherIndexOutOfRangeWritesNothing) {
+  Owned data = Owned::of(DType::F32, Shape{4, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  Owned idx = Owned::of(DType::I64, Shape{3}, {1, 9, 0});
+  Owned y(DType::F32, Shape{3, 2}, 0xAB);
+  Owned before = y;
+  EXPECT_DSRT_ERROR(dsrt::gather(s, data, idx, y, 0), "dsrt::gather", "index 9",
+                    "indices element 1", "size 4");
+  EXPECT_EQ(y.bytes(), before.bytes());
+  Owned neg = Owned::of(DType::I32, Shape{1}, {-5});
+  Owned y1(DType::F32, Shape{1, 2});
+  EXPECT_DSRT_ERROR(dsrt::gather(s, data, neg, y1, 0), "index -5");
+  Owned floats = Owned::of(DType::F32, Shape{1}, {0});
+  EXPECT_DSRT_ERROR(dsrt::gather(s, data, floats, y1, 0), "indices must be i64 or i32");
+}
+
+TEST_F(Errors, LossLabelsOutsideTheClasses) {
+  Owned scores(DType::F32, Shape{3, 4});
+  Owned labels = Owned::of(DType::I64, Shape{3}, {0, 4, 1});
+  Owned loss(DType::F32, Shape{}), log_prob(DType::F32, Shape{3, 4}, 0xCD);
+  Owned before = log_prob;
+  EXPECT_DSRT_ERROR(dsrt::softmax_cross_entropy(s, scores, labels, nullptr, loss, log_prob,
+                                                dsrt::Reduction::Mean, false, 0),
+                    "dsrt::softmax_cross_entropy", "label 4", "[0, 4)");
+  EXPECT_EQ(log_prob.bytes(), before.bytes());
+  Owned ignored = Owned::of(DType::I32, Shape{3}, {0, -1, 7});
+  EXPECT_DSRT_ERROR(dsrt::nll_loss(s, scores, ignored, nullptr, loss, dsrt::Reduction::Sum, true, -1),
+                    "dsrt::nll_loss", "label 7", "ignore_index -1");
+  Owned ok = Owned::of(DType::I32, Shape{3}, {0, -1, 3});
+  dsrt::nll_loss(s, scores, ok, nullptr, loss, dsrt::Reduction::Sum, true, -1);  // -1 is ignored
+  Owned wrong_shape(DType::I64, Shape{4});
+  EXPECT_DSRT_ERROR(dsrt::nll_loss(s, scores, wrong_shape, nullptr, loss, dsrt::Reduction::Sum,
+                                   false, 0),
+                    "labels has shape [4], expected [3]");
+  Owned not_scalar(DType::F32, Shape{3});
+  EXPECT_DSRT_ERROR(dsrt::nll_loss(s, scores, ok, nullptr, not_scalar, dsrt::Reduction::Mean, true, -1),
+                    "loss must be a scalar");
+}
+
+TEST_F(Errors, IntegerDivisionByZero) {
+  Owned a = Owned::of(DType::I32, Shape{3}, {1, 2, 3});
+  Owned b = Owned::of(DType::I32, Shape{3}, {1, 1, 0});
+  Owned y(DType::I32, Shape{3});
+  EXPECT_DSRT_ERROR(dsrt::binary(s, dsrt::BinaryOp::Div, a, b, y), "dsrt::binary(div)",
+                    "division by zero", "element 2");
+}
+
+TEST_F(Errors, ShapesAndTypesThatDisagree) {
+  Owned a(DType::F32, Shape{2, 3}), b(DType::F32, Shape{4}), y(DType::F32, Shape{2, 3});
+  EXPECT_DSRT_ERROR(dsrt::binary(s, dsrt::BinaryOp::Add, a, b, y), "binary(add)", "[2, 3]", "[4]",
+                    "do not broadcast");
+  Owned wrong_y(DType::F32, Shape{3, 2});
+  EXPECT_DSRT_ERROR(dsrt::binary(s, dsrt::BinaryOp::Add, a, a, wrong_y), "[3, 2]");
+  Owned h(DType::F16, Shape{2, 3});
+  EXPECT_DSRT_ERROR(dsrt::binary(s, dsrt::BinaryOp::Add, a, h, y), "a is f32 but b is f16");
+  Owned ints(DType::I64, Shape{2, 3});
+  EXPECT_DSRT_ERROR(dsrt::binary(s, dsrt::BinaryOp::Pow, ints, ints, ints), "binary(pow)", "float");
+  EXPECT_DSRT_ERROR(dsrt::unary(s, dsrt::UnaryOp::Exp, ints, ints), "unary(exp)", "i64");
+  EXPECT_DSRT_ERROR(dsrt::unary(s, dsrt::UnaryOp::Not, a, a), "unary(not)", "bool");
+
+  Owned m(DType::F32, Shape{3, 4}), k(DType::F32, Shape{5, 2}), out(DType::F32, Shape{3, 2});
+  EXPECT_DSRT_ERROR(dsrt::matmul(s, m, k, out, false, false), "dsrt::matmul", "contraction",
+                    "4 vs 5");
+  Owned batch_a(DType::F32, Shape{2, 3, 4}), batch_b(DType::F32, Shape{3, 4, 2});
+  Owned batch_y(DType::F32, Shape{3, 3, 2});
+  EXPECT_DSRT_ERROR(dsrt::matmul(s, batch_a, batch_b, batch_y, false, false), "do not broadcast");
+  Owned c(DType::F32, Shape{4});
+  Owned gy(DType::F32, Shape{3, 2}), gk(DType::F32, Shape{4, 2});
+  EXPECT_DSRT_ERROR(dsrt::gemm(s, m, gk, &c.t(), gy, 1, 1, false, false), "dsrt::gemm", "c [4]");
+
+  const int64_t perm[] = {0, 0};
+  EXPECT_DSRT_ERROR(dsrt::transpose(s, m, m, perm), "dsrt::transpose", "permutation");
+  const int64_t offsets[] = {2, 0}, strides[] = {1, 1};
+  EXPECT_DSRT_ERROR(dsrt::slice(s, m, out, offsets, strides), "dsrt::slice", "axis 0",
+                    "out of bounds");
+  const int64_t zero[] = {0, 0};
+  EXPECT_DSRT_ERROR(dsrt::slice(s, m, out, zero, zero), "stride of axis 0 is 0");
+  Owned big(DType::F32, Shape{5, 3});
+  Owned parts[2] = {Owned(DType::F32, Shape{2, 3}), Owned(DType::F32, Shape{2, 3})};
+  dsrt::Tensor views[2] = {parts[0], parts[1]};
+  EXPECT_DSRT_ERROR(dsrt::concat(s, views, 2, big, 0), "dsrt::concat", "sum to 4", "5");
+  EXPECT_DSRT_ERROR(dsrt::cast(s, m, out), "dsrt::cast", "[3, 2]");
+  Owned bytes(DType::F32, Shape{13});
+  EXPECT_DSRT_ERROR(dsrt::copy(s, m, bytes), "dsrt::copy", "48 bytes", "52 bytes");
+  Owned x(DType::F32, Shape{2, 3, 4}), r(DType::F32, Shape{2, 4});
+  const int64_t axes[] = {2, 1};
+  EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Sum, x, r, axes, 2), "sorted");
+  const int64_t axis1[] = {1};
+  Owned r_bad(DType::F32, Shape{2, 3});
+  EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Max, x, r_bad, axis1, 1), "reduce(max)",
+                    "[2, 1, 4] or [2, 4]");
+  Owned empty(DType::I64, Shape{2, 0}), empty_y(DType::I64, Shape{2});
+  EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Max, empty, empty_y, axis1, 1), "empty axis");
+}
+
+TEST_F(Errors, NormalizationAndConvolutionArguments) {
+  Owned x(DType::F32, Shape{2, 8}), g(DType::F32, Shape{8}), y(DType::F32, Shape{2, 8});
+  Owned mean(DType::F32, Shape{2}), inv(DType::F32, Shape{2, 1});
+  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, x, g, nullptr, y, mean, inv, 1, 1e-5f), "dsrt::layer_norm",
+                    "mean has shape [2], expected [2, 1]");
+  Owned g_bad(DType::F32, Shape{3});
+  Owned mean1(DType::F32, Shape{2, 1});
+  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, x, g_bad, nullptr, y, mean1, inv, 1, 1e-5f),
+                    "scale [3] does not broadcast to the normalized shape [8]");
+  Owned img(DType::F32, Shape{1, 4, 5, 5}), w(DType::F32, Shape{6, 2, 3, 3}),
+      out(DType::F32, Shape{1, 6, 3, 3});
+  const int64_t st[] = {1, 1}, pads[] = {0, 0, 0, 0}, dil[] = {1, 1};
+  EXPECT_DSRT_ERROR(dsrt::conv(s, img, w, nullptr, out, st, pads, dil, 3), "dsrt::conv", "group 3");
+  Owned out_bad(DType::F32, Shape{1, 6, 4, 3});
+  EXPECT_DSRT_ERROR(dsrt::conv(s, img, w, nullptr, out_bad, st, pads, dil, 2),
+                    "has 4 positions on spatial axis 0, expected 3");
+  const int64_t k[] = {2, 2}, st2[] = {2, 2};
+  Owned pool(DType::F32, Shape{1, 4, 4, 4});
+  EXPECT_DSRT_ERROR(dsrt::max_pool(s, img, pool, k, st2, pads, dil), "dsrt::max_pool",
+                    "expected 2 (or 3 with ceil_mode)");
+  Owned mask(DType::Bool, Shape{2, 8});
+  EXPECT_DSRT_ERROR(dsrt::dropout(s, x, y, mask, 1.0f, 0, 0), "dsrt::dropout", "ratio");
+  Owned lr(DType::F32, Shape{2}), step(DType::I64, Shape{});
+  EXPECT_DSRT_ERROR(dsrt::adagrad(s, lr, step, x, x, x, y, y, 0, 1e-6f, 0), "dsrt::adagrad",
+                    "lr must be a scalar");
+}
+
+TEST(Stream, CpuSemantics) {
+  dsrt::Stream s(dsrt::Backend::Cpu, 3);
+  EXPECT_EQ(s.threads(), 3);
+  EXPECT_EQ(s.backend(), dsrt::Backend::Cpu);
+  dsrt::Event e;
+  EXPECT_FALSE(e.recorded());
+  e.record(s);
+  EXPECT_TRUE(e.recorded());
+  dsrt::Stream other;
+  e.wait(other);
+  e.synchronize();
+  s.synchronize();
+  EXPECT_DSRT_ERROR(dsrt::Stream(dsrt::Backend::Cuda), "not implemented", "cuda");
+  EXPECT_DSRT_ERROR(dsrt::Stream(dsrt::Backend::Cpu, -1), "thread count -1");
+}
+
+}  // namespace

@@ -1,0 +1,465 @@
+// Runs the cases written by make_cases.py: one GoogleTest test per case
+// directory, named Kernel_<kernel>.<case>. Each case runs on a 2-thread
+// stream and is compared with PyTorch's answer, then runs again on a
+// 1-thread stream, which must pass too and, for the kernels that do not call
+// BLAS, give the same bytes (their results may not depend on how the work
+// was split).
+#include "kernel_cases.h"
+
+#include "compare.h"
+#include "json.h"
+
+#include "dsrt/kernels.h"
+#include "dsrt/npy.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace dsrt_test {
+
+using namespace dsrt;
+namespace fs = std::filesystem;
+
+namespace {
+
+DType dtype_from_name(const std::string &name) {
+  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32, DType::Bool})
+    if (name == dtype_name(d))
+      return d;
+  throw std::runtime_error("unknown dtype name '" + name + "'");
+}
+
+// The state of one run of one case: loaded inputs, output buffers, attrs.
+class CaseRun {
+public:
+  CaseRun(const std::string &dir, const Json &manifest, Stream &stream)
+      : dir_(dir), manifest_(manifest), stream_(stream) {}
+
+  Stream &stream() { return stream_; }
+
+  // Inputs.
+  Tensor in(const std::string &name) {
+    const Json &entry = manifest_.at("inputs").at(name);
+    if (entry.is_null())
+      throw std::runtime_error("input '" + name + "' is required but null");
+    return load(entry.as_string());
+  }
+  // An optional input: null when absent.
+  const Tensor *opt(const std::string &name) {
+    const Json *entry = manifest_.at("inputs").find(name);
+    if (!entry || entry->is_null())
+      return nullptr;
+    views_[name] = in(name);
+    return &views_[name];
+  }
+  std::vector<Tensor> in_list(const std::string &name) {
+    std::vector<Tensor> list;
+    for (const Json &f : manifest_.at("inputs").at(name).items())
+      list.push_back(load(f.as_string()));
+    return list;
+  }
+
+  // Outputs: buffers of the expected type and shape, filled with 0xFF bytes
+  // (NaN for floats, -1 for integers, an invalid bool) so that an element
+  // the kernel forgets to write is caught.
+  Tensor out(const std::string &name) { return make_output(name, manifest_.at("outputs").at(name)); }
+  std::vector<Tensor> out_list(const std::string &name) {
+    std::vector<Tensor> list;
+    const auto &items = manifest_.at("outputs").at(name).items();
+    for (size_t i = 0; i < items.size(); ++i)
+      list.push_back(make_output(name + std::to_string(i), items[i]));
+    return list;
+  }
+
+  // Attributes.
+  const Json &attr(const std::string &name) const { return manifest_.at("attrs").at(name); }
+  int64_t attr_int(const std::string &name) const { return attr(name).as_int(); }
+  float attr_float(const std::string &name) const { return static_cast<float>(attr(name).as_double()); }
+  bool attr_bool(const std::string &name) const { return attr(name).as_bool(); }
+  const std::string &attr_str(const std::string &name) const { return attr(name).as_string(); }
+  uint64_t attr_u64(const std::string &name) const {
+    return std::strtoull(attr(name).as_string().c_str(), nullptr, 10);
+  }
+  std::vector<int64_t> attr_ints(const std::string &name) const {
+    std::vector<int64_t> v;
+    for (const Json &x : attr(name).items())
+      v.push_back(x.as_int());
+    return v;
+  }
+
+  // name -> (actual buffer, output entry) of every output made.
+  struct Output {
+    NpyArray actual;
+    const Json *entry;
+  };
+  std::map<std::string, Output> &outputs() { return outputs_; }
+  const std::string &dir() const { return dir_; }
+
+private:
+  Tensor load(const std::string &file) {
+    auto it = arrays_.find(file);
+    if (it == arrays_.end())
+      it = arrays_.emplace(file, read_npy(dir_ + "/" + file)).first;
+    return it->second.tensor();
+  }
+  Tensor make_output(const std::string &key, const Json &entry) {
+    NpyArray buffer;
+    if (const Json *file = entry.find("file")) {
+      NpyArray expected = read_npy(dir_ + "/" + file->as_string());
+      buffer.dtype = expected.dtype;
+      buffer.shape = expected.shape;
+    } else {
+      buffer.dtype = dtype_from_name(entry.at("dtype").as_string());
+      std::vector<int64_t> dims;
+      for (const Json &d : entry.at("shape").items())
+        dims.push_back(d.as_int());
+      buffer.shape = Shape::of(dims.data(), static_cast<int>(dims.size()));
+    }
+    buffer.bytes.assign(static_cast<size_t>(buffer.numel()) * dtype_size(buffer.dtype), 0xFF);
+    auto &slot = outputs_[key];
+    slot.actual = std::move(buffer);
+    slot.entry = &entry;
+    return slot.actual.tensor();
+  }
+
+  std::string dir_;
+  const Json &manifest_;
+  Stream &stream_;
+  std::map<std::string, NpyArray> arrays_;
+  std::map<std::string, Tensor> views_;
+  std::map<std::string, Output> outputs_;
+};
+
+UnaryOp unary_op(const std::string &s) {
+  static const std::map<std::string, UnaryOp> ops = {
+      {"sqrt", UnaryOp::Sqrt},      {"reciprocal", UnaryOp::Reciprocal},
+      {"exp", UnaryOp::Exp},        {"log", UnaryOp::Log},
+      {"tanh", UnaryOp::Tanh},      {"erf", UnaryOp::Erf},
+      {"sigmoid", UnaryOp::Sigmoid}, {"neg", UnaryOp::Neg},
+      {"relu", UnaryOp::Relu},      {"leaky_relu", UnaryOp::LeakyRelu},
+      {"gelu", UnaryOp::Gelu},      {"gelu_tanh", UnaryOp::GeluTanh},
+      {"not", UnaryOp::Not}};
+  return ops.at(s);
+}
+BinaryOp binary_op(const std::string &s) {
+  static const std::map<std::string, BinaryOp> ops = {{"add", BinaryOp::Add},
+                                                      {"sub", BinaryOp::Sub},
+                                                      {"mul", BinaryOp::Mul},
+                                                      {"div", BinaryOp::Div},
+                                                      {"pow", BinaryOp::Pow}};
+  return ops.at(s);
+}
+ComparePredicate compare_pred(const std::string &s) {
+  static const std::map<std::string, ComparePredicate> ops = {{"eq", ComparePredicate::Eq},
+                                                              {"lt", ComparePredicate::Lt},
+                                                              {"le", ComparePredicate::Le},
+                                                              {"gt", ComparePredicate::Gt},
+                                                              {"ge", ComparePredicate::Ge}};
+  return ops.at(s);
+}
+ReduceOp reduce_op(const std::string &s) {
+  static const std::map<std::string, ReduceOp> ops = {
+      {"sum", ReduceOp::Sum}, {"mean", ReduceOp::Mean}, {"max", ReduceOp::Max}};
+  return ops.at(s);
+}
+Reduction reduction(const std::string &s) {
+  static const std::map<std::string, Reduction> ops = {
+      {"none", Reduction::None}, {"sum", Reduction::Sum}, {"mean", Reduction::Mean}};
+  return ops.at(s);
+}
+
+// Loss attributes: ignore_index is null when absent.
+void ignore_attr(CaseRun &c, bool &has, int64_t &value) {
+  const Json &v = c.attr("ignore_index");
+  has = !v.is_null();
+  value = has ? v.as_int() : 0;
+}
+
+using KernelFn = std::function<void(CaseRun &)>;
+
+const std::map<std::string, KernelFn> &kernels() {
+  static const std::map<std::string, KernelFn> table = {
+      {"unary",
+       [](CaseRun &c) {
+         unary(c.stream(), unary_op(c.attr_str("op")), c.in("x"), c.out("y"),
+               c.attr_float("alpha"));
+       }},
+      {"binary",
+       [](CaseRun &c) {
+         binary(c.stream(), binary_op(c.attr_str("op")), c.in("a"), c.in("b"), c.out("y"));
+       }},
+      {"compare",
+       [](CaseRun &c) {
+         compare(c.stream(), compare_pred(c.attr_str("pred")), c.in("a"), c.in("b"), c.out("y"));
+       }},
+      {"where", [](CaseRun &c) { where(c.stream(), c.in("cond"), c.in("a"), c.in("b"), c.out("y")); }},
+      {"cast", [](CaseRun &c) { cast(c.stream(), c.in("x"), c.out("y")); }},
+      {"copy", [](CaseRun &c) { copy(c.stream(), c.in("x"), c.out("y")); }},
+      {"matmul",
+       [](CaseRun &c) {
+         matmul(c.stream(), c.in("a"), c.in("b"), c.out("y"), c.attr_bool("transpose_a"),
+                c.attr_bool("transpose_b"));
+       }},
+      {"gemm",
+       [](CaseRun &c) {
+         gemm(c.stream(), c.in("a"), c.in("b"), c.opt("c"), c.out("y"), c.attr_float("alpha"),
+              c.attr_float("beta"), c.attr_bool("transpose_a"), c.attr_bool("transpose_b"));
+       }},
+      {"softmax",
+       [](CaseRun &c) {
+         softmax(c.stream(), c.in("x"), c.out("y"), static_cast<int>(c.attr_int("axis")));
+       }},
+      {"log_softmax",
+       [](CaseRun &c) {
+         log_softmax(c.stream(), c.in("x"), c.out("y"), static_cast<int>(c.attr_int("axis")));
+       }},
+      {"layer_norm",
+       [](CaseRun &c) {
+         layer_norm(c.stream(), c.in("x"), c.in("scale"), c.opt("bias"), c.out("y"),
+                    c.out("mean"), c.out("inv_std_dev"), static_cast<int>(c.attr_int("axis")),
+                    c.attr_float("epsilon"));
+       }},
+      {"batch_norm",
+       [](CaseRun &c) {
+         batch_norm(c.stream(), c.in("x"), c.in("scale"), c.in("bias"), c.in("mean"),
+                    c.in("var"), c.out("y"), c.attr_float("epsilon"));
+       }},
+      {"batch_norm_train",
+       [](CaseRun &c) {
+         batch_norm_train(c.stream(), c.in("x"), c.in("scale"), c.in("bias"),
+                          c.in("running_mean"), c.in("running_var"), c.out("y"),
+                          c.out("running_mean_out"), c.out("running_var_out"),
+                          c.out("saved_mean"), c.out("saved_inv_std"), c.attr_float("epsilon"),
+                          c.attr_float("momentum"));
+       }},
+      {"reduce",
+       [](CaseRun &c) {
+         std::vector<int64_t> axes = c.attr_ints("axes");
+         reduce(c.stream(), reduce_op(c.attr_str("op")), c.in("x"), c.out("y"), axes.data(),
+                static_cast<int>(axes.size()));
+       }},
+      {"transpose",
+       [](CaseRun &c) {
+         std::vector<int64_t> perm = c.attr_ints("perm");
+         transpose(c.stream(), c.in("x"), c.out("y"), perm.data());
+       }},
+      {"broadcast_to", [](CaseRun &c) { broadcast_to(c.stream(), c.in("x"), c.out("y")); }},
+      {"concat",
+       [](CaseRun &c) {
+         std::vector<Tensor> xs = c.in_list("x");
+         concat(c.stream(), xs.data(), static_cast<int>(xs.size()), c.out("y"),
+                static_cast<int>(c.attr_int("axis")));
+       }},
+      {"split",
+       [](CaseRun &c) {
+         std::vector<Tensor> ys = c.out_list("y");
+         split(c.stream(), c.in("x"), ys.data(), static_cast<int>(ys.size()),
+               static_cast<int>(c.attr_int("axis")));
+       }},
+      {"slice",
+       [](CaseRun &c) {
+         std::vector<int64_t> offsets = c.attr_ints("offsets"), strides = c.attr_ints("strides");
+         slice(c.stream(), c.in("x"), c.out("y"), offsets.data(), strides.data());
+       }},
+      {"gather",
+       [](CaseRun &c) {
+         gather(c.stream(), c.in("data"), c.in("indices"), c.out("y"),
+                static_cast<int>(c.attr_int("axis")));
+       }},
+      {"trilu",
+       [](CaseRun &c) {
+         trilu(c.stream(), c.in("x"), c.out("y"), c.attr_bool("upper"), c.attr_int("k"));
+       }},
+      {"dropout",
+       [](CaseRun &c) {
+         dropout(c.stream(), c.in("x"), c.out("y"), c.out("mask"), c.attr_float("ratio"),
+                 c.attr_u64("seed"), c.attr_u64("counter"));
+       }},
+      {"softmax_cross_entropy",
+       [](CaseRun &c) {
+         bool has;
+         int64_t ignore;
+         ignore_attr(c, has, ignore);
+         softmax_cross_entropy(c.stream(), c.in("scores"), c.in("labels"), c.opt("weights"),
+                               c.out("loss"), c.out("log_prob"), reduction(c.attr_str("reduction")),
+                               has, ignore);
+       }},
+      {"nll_loss",
+       [](CaseRun &c) {
+         bool has;
+         int64_t ignore;
+         ignore_attr(c, has, ignore);
+         nll_loss(c.stream(), c.in("log_prob"), c.in("labels"), c.opt("weights"), c.out("loss"),
+                  reduction(c.attr_str("reduction")), has, ignore);
+       }},
+      {"conv",
+       [](CaseRun &c) {
+         std::vector<int64_t> st = c.attr_ints("strides"), pads = c.attr_ints("pads"),
+                              dil = c.attr_ints("dilations");
+         conv(c.stream(), c.in("x"), c.in("w"), c.opt("bias"), c.out("y"), st.data(),
+              pads.data(), dil.data(), c.attr_int("group"));
+       }},
+      {"max_pool",
+       [](CaseRun &c) {
+         std::vector<int64_t> k = c.attr_ints("kernel_shape"), st = c.attr_ints("strides"),
+                              pads = c.attr_ints("pads"), dil = c.attr_ints("dilations");
+         max_pool(c.stream(), c.in("x"), c.out("y"), k.data(), st.data(), pads.data(), dil.data());
+       }},
+      {"avg_pool",
+       [](CaseRun &c) {
+         std::vector<int64_t> k = c.attr_ints("kernel_shape"), st = c.attr_ints("strides"),
+                              pads = c.attr_ints("pads");
+         avg_pool(c.stream(), c.in("x"), c.out("y"), k.data(), st.data(), pads.data(),
+                  c.attr_bool("count_include_pad"));
+       }},
+      {"adam",
+       [](CaseRun &c) {
+         adam(c.stream(), c.in("lr"), c.in("step"), c.in("param"), c.in("grad"), c.in("m"),
+              c.in("v"), c.out("param_out"), c.out("m_out"), c.out("v_out"), c.attr_float("alpha"),
+              c.attr_float("beta"), c.attr_float("epsilon"), c.attr_float("norm_coefficient"),
+              c.attr_float("norm_coefficient_post"));
+       }},
+      {"momentum",
+       [](CaseRun &c) {
+         MomentumMode mode =
+             c.attr_str("mode") == "nesterov" ? MomentumMode::Nesterov : MomentumMode::Standard;
+         momentum(c.stream(), c.in("lr"), c.in("step"), c.in("param"), c.in("grad"),
+                  c.in("velocity"), c.out("param_out"), c.out("velocity_out"),
+                  c.attr_float("alpha"), c.attr_float("beta"), mode,
+                  c.attr_float("norm_coefficient"));
+       }},
+      {"adagrad",
+       [](CaseRun &c) {
+         adagrad(c.stream(), c.in("lr"), c.in("step"), c.in("param"), c.in("grad"),
+                 c.in("accumulator"), c.out("param_out"), c.out("accumulator_out"),
+                 c.attr_float("decay_factor"), c.attr_float("epsilon"),
+                 c.attr_float("norm_coefficient"));
+       }},
+  };
+  return table;
+}
+
+Json read_manifest(const std::string &dir) {
+  std::ifstream in(dir + "/manifest.json");
+  if (!in)
+    throw std::runtime_error("cannot read " + dir + "/manifest.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return Json::parse(ss.str());
+}
+
+// Runs a case on `threads` threads; returns the outputs by name.
+std::map<std::string, NpyArray> run_case(const std::string &dir, const Json &manifest,
+                                         int threads) {
+  const std::string kernel = manifest.at("kernel").as_string();
+  auto it = kernels().find(kernel);
+  if (it == kernels().end())
+    throw std::runtime_error("no runner for kernel '" + kernel + "'");
+  Stream stream(Backend::Cpu, threads);
+  CaseRun run(dir, manifest, stream);
+  const Json *error = manifest.find("error");
+  if (error) {
+    try {
+      it->second(run);
+    } catch (const Error &e) {
+      std::string message = e.what();
+      EXPECT_NE(message.find(error->as_string()), std::string::npos)
+          << "dsrt::Error message \"" << message << "\" lacks \"" << error->as_string() << "\"";
+      return {};
+    }
+    ADD_FAILURE() << kernel << " did not throw dsrt::Error (expected \"" << error->as_string()
+                  << "\")";
+    return {};
+  }
+  it->second(run);
+  std::map<std::string, NpyArray> result;
+  for (auto &[name, output] : run.outputs()) {
+    const Json &entry = *output.entry;
+    NpyArray expected = read_npy(dir + "/" + entry.at("file").as_string());
+    Comparison cmp = compare_tensors(output.actual.tensor(), expected.tensor(),
+                                     entry.at("rtol").as_double(), entry.at("atol").as_double());
+    EXPECT_TRUE(cmp.ok) << "output " << name << " of " << dir << ": " << cmp.message;
+    result.emplace(name, std::move(output.actual));
+  }
+  return result;
+}
+
+class KernelCaseTest : public testing::Test {
+public:
+  explicit KernelCaseTest(std::string dir) : dir_(std::move(dir)) {}
+  void TestBody() override {
+    Json manifest = read_manifest(dir_);
+    std::map<std::string, NpyArray> two = run_case(dir_, manifest, 2);
+    if (HasFailure() || manifest.find("error"))
+      return;
+    std::map<std::string, NpyArray> one = run_case(dir_, manifest, 1);
+    // OpenBLAS blocks differently for different thread counts, so only the
+    // kernels that do not call it must reproduce the same bytes.
+    const std::string kernel = manifest.at("kernel").as_string();
+    if (kernel == "matmul" || kernel == "gemm" || kernel == "conv")
+      return;
+    for (auto &[name, array] : two)
+      EXPECT_TRUE(array.bytes == one.at(name).bytes)
+          << "output " << name << " differs between 1 and 2 threads";
+  }
+
+private:
+  std::string dir_;
+};
+
+class CaseCountTest : public testing::Test {
+public:
+  CaseCountTest(std::string root, int64_t found) : root_(std::move(root)), found_(found) {}
+  void TestBody() override {
+    std::ifstream in(root_ + "/count.txt");
+    int64_t written = -1;
+    in >> written;
+    ASSERT_GT(written, 0) << "no count.txt in " << root_ << ": run make_cases.py --out " << root_;
+    EXPECT_EQ(found_, written) << "case directories found vs written by make_cases.py";
+    // Every kernel of kernels.h has cases.
+    for (const auto &[kernel, fn] : kernels()) {
+      bool any = false;
+      for (const auto &entry : fs::directory_iterator(root_))
+        any = any || entry.path().filename().string().rfind(kernel + ".", 0) == 0;
+      EXPECT_TRUE(any) << "no case for kernel " << kernel;
+    }
+  }
+
+private:
+  std::string root_;
+  int64_t found_;
+};
+
+}  // namespace
+
+int register_kernel_cases(const std::string &root) {
+  if (!fs::is_directory(root)) {
+    std::fprintf(stderr, "dsrt_kernel_tests: --cases %s is not a directory\n", root.c_str());
+    return -1;
+  }
+  std::vector<std::string> dirs;
+  for (const auto &entry : fs::directory_iterator(root))
+    if (entry.is_directory() && fs::exists(entry.path() / "manifest.json"))
+      dirs.push_back(entry.path().filename().string());
+  std::sort(dirs.begin(), dirs.end());
+  for (const std::string &d : dirs) {
+    std::string kernel = d.substr(0, d.find('.'));
+    std::string name = d.substr(d.find('.') + 1);
+    std::string path = root + "/" + d;
+    testing::RegisterTest(("Kernel_" + kernel).c_str(), name.c_str(), nullptr, nullptr, __FILE__,
+                          __LINE__, [path]() -> testing::Test * { return new KernelCaseTest(path); });
+  }
+  const int64_t found = static_cast<int64_t>(dirs.size());
+  testing::RegisterTest("Cases", "AllWrittenCasesFound", nullptr, nullptr, __FILE__, __LINE__,
+                        [root, found]() -> testing::Test * { return new CaseCountTest(root, found); });
+  return static_cast<int>(dirs.size());
+}
+
+}  // namespace dsrt_test

@@ -1,0 +1,1075 @@
+#!/usr/bin/python3
+"""Writes the kernel test cases of dsrt_kernel_tests.
+
+For every dsrt kernel, several cases: random inputs from fixed seeds, the
+kernel's attributes, and the expected outputs computed by PyTorch (the ONNX
+reference functions for the ai.onnx.preview.training optimizers, which
+PyTorch does not implement with ONNX's update rules). Every case is a
+directory holding manifest.json and one .npy file per tensor:
+
+    {"kernel": "binary", "name": "add_f32_row", "attrs": {"op": "add"},
+     "inputs": {"a": "a.npy", "b": "b.npy"},
+     "outputs": {"y": {"file": "y.npy", "rtol": 1e-05, "atol": 1e-06}}}
+
+An input may be null (an absent optional operand) or a list of files
+(concat). A case with "error" expects the kernel to throw dsrt::Error with
+that text in its message; its outputs give "dtype" and "shape" instead of a
+file. bf16 tensors are stored as '<u2' raw bits, as dsrt's npy code does.
+
+Expected values are computed in float64 from the (already rounded) inputs
+and rounded once to the output type, so they are the correctly rounded
+answer; tolerances allow for f32 evaluation inside the kernels.
+
+usage: make_cases.py --out DIR
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import zlib
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+
+DT = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "i64": torch.int64,
+    "i32": torch.int32,
+    "bool": torch.bool,
+}
+NAME = {v: k for k, v in DT.items()}
+FLOATS = ("f32", "f16", "bf16")
+EPS = {"f32": 2.0**-23, "f16": 2.0**-10, "bf16": 2.0**-7}
+INF = float("inf")
+NAN = float("nan")
+
+
+def default_tol(dtype, scale=1.0):
+    """(rtol, atol): f32 1e-5 / 1e-6; f16 and bf16 two units of their
+    epsilon (f32 evaluation may land one rounding step away); exact for
+    integers and bool. `scale` widens atol for sums of many terms."""
+    if dtype == "f32":
+        return 1e-5, 1e-6 * scale
+    if dtype in ("f16", "bf16"):
+        return 2 * EPS[dtype], 1e-6 * scale
+    return 0.0, 0.0
+
+
+def save_npy(path, t):
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        arr = t.view(torch.int16).numpy().view(np.uint16)
+    else:
+        arr = t.numpy()
+    np.save(path, arr, allow_pickle=False)
+
+
+class Case:
+    def __init__(self, writer, kernel, name, attrs):
+        self.writer = writer
+        self.kernel = kernel
+        self.name = name
+        self.attrs = attrs
+        self.inputs = {}
+        self.outputs = {}
+        self.tensors = {}
+        self.error = None
+
+    def inp(self, name, value):
+        if value is None:
+            self.inputs[name] = None
+        elif isinstance(value, (list, tuple)):
+            files = []
+            for i, t in enumerate(value):
+                f = "%s%d.npy" % (name, i)
+                self.tensors[f] = t
+                files.append(f)
+            self.inputs[name] = files
+        else:
+            f = name + ".npy"
+            self.tensors[f] = value
+            self.inputs[name] = f
+        return self
+
+    def out(self, name, t, rtol=None, atol=None, scale=1.0):
+        if isinstance(t, (list, tuple)):
+            files = []
+            for i, x in enumerate(t):
+                f = "%s%d.npy" % (name, i)
+                self.tensors[f] = x
+                files.append(self._out_entry(f, x, rtol, atol, scale))
+            self.outputs[name] = files
+            return self
+        f = name + ".npy"
+        self.tensors[f] = t
+        self.outputs[name] = self._out_entry(f, t, rtol, atol, scale)
+        return self
+
+    def _out_entry(self, f, t, rtol, atol, scale):
+        r, a = default_tol(NAME[t.dtype], scale)
+        return {"file": f, "rtol": r if rtol is None else rtol, "atol": a if atol is None else atol}
+
+    def fails(self, text, **outputs):
+        """Expect dsrt::Error containing `text`; outputs: name=(dtype, shape)."""
+        self.error = text
+        for name, (dtype, shape) in outputs.items():
+            self.outputs[name] = {"dtype": dtype, "shape": list(shape)}
+        return self
+
+    def save(self):
+        self.writer.save(self)
+
+
+class Writer:
+    def __init__(self, root):
+        self.root = root
+        self.names = set()
+        self.count = 0
+
+    def case(self, kernel, name, **attrs):
+        return Case(self, kernel, name, attrs)
+
+    def save(self, case):
+        dirname = "%s.%s" % (case.kernel, case.name)
+        assert dirname not in self.names, dirname
+        self.names.add(dirname)
+        path = os.path.join(self.root, dirname)
+        os.makedirs(path)
+        for f, t in case.tensors.items():
+            save_npy(os.path.join(path, f), t)
+        manifest = {"kernel": case.kernel, "name": case.name, "attrs": case.attrs,
+                    "inputs": case.inputs, "outputs": case.outputs}
+        if case.error is not None:
+            manifest["error"] = case.error
+        with open(os.path.join(path, "manifest.json"), "w") as f:
+            json.dump(manifest, f, indent=1, allow_nan=False)
+        self.count += 1
+
+
+class Rng:
+    """A torch generator seeded from a case name, so cases do not depend on
+    each other's order."""
+
+    def __init__(self, name):
+        self.g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+
+    def float(self, shape, dtype="f32", lo=-1.0, hi=1.0):
+        t = torch.rand(tuple(shape), generator=self.g, dtype=torch.float64) * (hi - lo) + lo
+        return t.to(DT[dtype])
+
+    def int(self, shape, dtype="i64", lo=-10, hi=10):
+        return torch.randint(lo, hi, tuple(shape), generator=self.g, dtype=DT[dtype])
+
+    def bool(self, shape):
+        return torch.randint(0, 2, tuple(shape), generator=self.g).to(torch.bool)
+
+    def tensor(self, shape, dtype, lo=-1.0, hi=1.0):
+        if dtype in FLOATS:
+            return self.float(shape, dtype, lo, hi)
+        if dtype == "bool":
+            return self.bool(shape)
+        return self.int(shape, dtype, int(lo), int(hi))
+
+
+def f64(t):
+    return t.to(torch.float64) if t.is_floating_point() else t
+
+
+def like(t64, dtype):
+    return t64.to(DT[dtype])
+
+
+# --------------------------------------------------------------------------
+# Elementwise
+# --------------------------------------------------------------------------
+
+UNARY = {
+    # op: (torch function on float64, input range)
+    "sqrt": (torch.sqrt, (0.0, 4.0)),
+    "reciprocal": (torch.reciprocal, (-3.0, 3.0)),
+    "exp": (torch.exp, (-10.0, 10.0)),
+    "log": (torch.log, (0.01, 10.0)),
+    "tanh": (torch.tanh, (-6.0, 6.0)),
+    "erf": (torch.erf, (-4.0, 4.0)),
+    "sigmoid": (torch.sigmoid, (-12.0, 12.0)),
+    "neg": (torch.neg, (-5.0, 5.0)),
+    "relu": (torch.relu, (-5.0, 5.0)),
+    "leaky_relu": (lambda x: F.leaky_relu(x, 0.1), (-5.0, 5.0)),
+    "gelu": (lambda x: F.gelu(x, approximate="none"), (-6.0, 6.0)),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), (-6.0, 6.0)),
+}
+
+SPECIAL = [0.0, -0.0, 1e-30, -1e-30, 1e-8, -1e-8, 0.5, -0.5, 0.625, -0.625, 1.0, -1.0, 3.0,
+           -3.0, 20.0, -20.0, 88.5, -87.5, 89.0, -100.0, -104.5, 1e30, -1e30, INF, -INF, NAN]
+
+
+def gen_unary(w):
+    for op, (fn, (lo, hi)) in UNARY.items():
+        attrs = {"op": op, "alpha": 0.1 if op == "leaky_relu" else 0.0}
+        for dtype in FLOATS:
+            name = "%s_%s" % (op, dtype)
+            x = Rng(name).float([5, 37], dtype, lo, hi)
+            w.case("unary", name, **attrs).inp("x", x).out("y", like(fn(f64(x)), dtype)).save()
+        x = torch.tensor(SPECIAL, dtype=torch.float32)
+        w.case("unary", op + "_special_f32", **attrs).inp("x", x).out(
+            "y", like(fn(f64(x)), "f32")).save()
+    # Big enough for the parallel path.
+    for op in ("exp", "gelu_tanh", "sigmoid"):
+        fn, (lo, hi) = UNARY[op]
+        name = op + "_large_f32"
+        x = Rng(name).float([4, 40000], "f32", lo, hi)
+        w.case("unary", name, op=op, alpha=0.0).inp("x", x).out("y", like(fn(f64(x)), "f32")).save()
+    for dtype, lo, hi in (("i64", -2**63, 2**63 - 1), ("i32", -2**31, 2**31 - 1)):
+        x = torch.cat([Rng("int" + dtype).int([20], dtype, -1000, 1000),
+                       torch.tensor([lo, lo + 1, hi, 0], dtype=DT[dtype])])
+        w.case("unary", "neg_" + dtype, op="neg", alpha=0.0).inp("x", x).out("y", torch.neg(x)).save()
+        w.case("unary", "relu_" + dtype, op="relu", alpha=0.0).inp("x", x).out("y", torch.relu(x)).save()
+    x = Rng("not").bool([3, 7])
+    w.case("unary", "not_bool", op="not", alpha=0.0).inp("x", x).out("y", torch.logical_not(x)).save()
+
+
+BINARY_PATTERNS = [
+    ("same", [4, 5], [4, 5]),
+    ("row", [3, 4, 5], [5]),
+    ("scalar_rhs", [3, 4, 5], []),
+    ("scalar_lhs", [], [2, 3]),
+    ("col", [4, 6], [4, 1]),
+    ("outer", [4, 1], [1, 5]),
+    ("mixed", [2, 1, 4], [3, 1]),
+    ("rank4", [2, 3, 1, 5], [3, 4, 1]),
+    ("scalars", [], []),
+]
+
+
+def binary_ref(op, a, b, dtype):
+    if dtype in FLOATS:
+        x, y = f64(a), f64(b)
+        r = {"add": x + y, "sub": x - y, "mul": x * y, "div": x / y, "pow": torch.pow(x, y)}[op]
+        return like(r, dtype)
+    x, y = a.to(torch.int64), b.to(torch.int64)
+    r = {"add": x + y, "sub": x - y, "mul": x * y,
+         "div": torch.div(x, y, rounding_mode="trunc")}[op]
+    return r.to(DT[dtype])
+
+
+def binary_inputs(rng, op, dtype, sa, sb):
+    if op == "pow":
+        return rng.float(sa, dtype, 0.5, 2.0), rng.float(sb, dtype, -2.0, 2.0)
+    if dtype in FLOATS:
+        a = rng.float(sa, dtype, -3.0, 3.0)
+        b = rng.float(sb, dtype, 0.25, 3.0) if op == "div" else rng.float(sb, dtype, -3.0, 3.0)
+        return a, b
+    a = rng.int(sa, dtype, -1000, 1000)
+    if op == "div":
+        b = rng.int(sb, dtype, 1, 12) * (rng.int(sb, dtype, 0, 2) * 2 - 1)
+    else:
+        b = rng.int(sb, dtype, -1000, 1000)
+    return a, b
+
+
+def gen_binary(w):
+    for op in ("add", "sub", "mul", "div", "pow"):
+        for dtype in ("f32", "f16", "bf16", "i64", "i32"):
+            if op == "pow" and dtype not in FLOATS:
+                continue
+            patterns = BINARY_PATTERNS if dtype == "f32" else BINARY_PATTERNS[1:3] + BINARY_PATTERNS[6:7]
+            for pname, sa, sb in patterns:
+                name = "%s_%s_%s" % (op, dtype, pname)
+                a, b = binary_inputs(Rng(name), op, dtype, sa, sb)
+                w.case("binary", name, op=op).inp("a", a).inp("b", b).out(
+                    "y", binary_ref(op, a, b, dtype)).save()
+    # Integer arithmetic wraps; division truncates toward zero.
+    a = torch.tensor([2**62, -2**63, 7, -7, 7, -7, 2**63 - 1], dtype=torch.int64)
+    b = torch.tensor([4, -1, 2, 2, -2, -2, 2], dtype=torch.int64)
+    def wrap(v):
+        return (v + 2**63) % 2**64 - 2**63
+
+    def trunc_div(p, q):
+        r = abs(p) // abs(q)
+        return r if (p < 0) == (q < 0) else -r
+
+    for op in ("mul", "div", "add"):
+        # Python integers, wrapped to 64 bits (min / -1 wraps to min).
+        fn = {"mul": lambda p, q: p * q, "add": lambda p, q: p + q, "div": trunc_div}[op]
+        expect = torch.tensor([wrap(fn(p, q)) for p, q in zip(a.tolist(), b.tolist())], dtype=torch.int64)
+        w.case("binary", op + "_i64_wrap", op=op).inp("a", a).inp("b", b).out("y", expect).save()
+    # Negative bases with integer exponents, and a fractional one (NaN).
+    a = torch.tensor([-2.0, -3.0, -0.5, -2.0, 0.0, 0.0, 4.0], dtype=torch.float32)
+    b = torch.tensor([2.0, 3.0, -2.0, 0.5, 0.0, -1.0, 0.5], dtype=torch.float32)
+    w.case("binary", "pow_special_f32", op="pow").inp("a", a).inp("b", b).out(
+        "y", binary_ref("pow", a, b, "f32")).save()
+    # Large enough for the parallel path: same shape, and a bias row.
+    for op, sb in (("add", [300]), ("mul", [512, 300])):
+        name = "%s_large_f32" % op
+        rng = Rng(name)
+        a, b = rng.float([512, 300]), rng.float(sb)
+        w.case("binary", name, op=op).inp("a", a).inp("b", b).out(
+            "y", binary_ref(op, a, b, "f32")).save()
+    # Data-dependent error: integer division by zero.
+    a = torch.tensor([1, 2, 3], dtype=torch.int64)
+    b = torch.tensor([1, 0, 3], dtype=torch.int64)
+    w.case("binary", "div_i64_by_zero", op="div").inp("a", a).inp("b", b).fails(
+        "division by zero", y=("i64", [3])).save()
+
+
+def gen_compare(w):
+    preds = {"eq": torch.eq, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
+    for pred, fn in preds.items():
+        for dtype in ("f32", "f16", "bf16", "i64", "i32", "bool"):
+            for pname, sa, sb in (("row", [4, 5], [5]), ("outer", [3, 1], [1, 4])):
+                name = "%s_%s_%s" % (pred, dtype, pname)
+                rng = Rng(name)
+                if dtype == "bool":
+                    a, b = rng.bool(sa), rng.bool(sb)
+                else:  # few distinct values so that ties occur
+                    a = rng.int(sa, "i64", -2, 3).to(DT[dtype])
+                    b = rng.int(sb, "i64", -2, 3).to(DT[dtype])
+                w.case("compare", name, pred=pred).inp("a", a).inp("b", b).out("y", fn(a, b)).save()
+        a = torch.tensor([NAN, 1.0, NAN, -INF, INF, 0.0], dtype=torch.float32)
+        b = torch.tensor([NAN, NAN, 1.0, -INF, 1.0, -0.0], dtype=torch.float32)
+        w.case("compare", pred + "_special_f32", pred=pred).inp("a", a).inp("b", b).out(
+            "y", fn(a, b)).save()
+
+
+def gen_where(w):
+    for dtype in ("f32", "f16", "bf16", "i64", "i32", "bool"):
+        name = "bcast_" + dtype
+        rng = Rng(name)
+        c, a, b = rng.bool([3, 1, 5]), rng.tensor([4, 1], dtype, -9, 9), rng.tensor([5], dtype, -9, 9)
+        w.case("where", name).inp("cond", c).inp("a", a).inp("b", b).out(
+            "y", torch.where(c, a, b)).save()
+    rng = Rng("where_large")
+    c, a, b = rng.bool([256, 300]), rng.float([256, 300]), rng.float([256, 300])
+    w.case("where", "large_f32").inp("cond", c).inp("a", a).inp("b", b).out(
+        "y", torch.where(c, a, b)).save()
+    c, a, b = rng.bool([7]), rng.float([]), rng.float([7])
+    w.case("where", "scalar_branch_f32").inp("cond", c).inp("a", a).inp("b", b).out(
+        "y", torch.where(c, a, b)).save()
+
+
+# Values that exercise rounding: halfway cases between f16 / bf16
+# neighbours (ties go to even), the f16 overflow threshold 65520, f16
+# subnormals and their halfway points.
+ROUNDING = [1.0 + 2**-11, 1.0 + 3 * 2**-11, 1.0 + 2**-8, 1.0 + 3 * 2**-8, 1.0 + 2**-8 + 2**-20,
+            65504.0, 65519.0, 65520.0, 70000.0, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 2.0**-14,
+            2.0**-14 - 2.0**-25, -2.0**-25 - 2.0**-30, 0.1, -0.1, 1e-3, 3.14159265,
+            -2.7, 2.7, -0.0, 0.0, 0.5, -1.5, 2.5, 123456.789, -99999.5, 1e20]
+
+
+def gen_cast(w):
+    names = list(DT)
+    for src in names:
+        for dst in names:
+            if src == dst:
+                continue
+            name = "%s_to_%s" % (src, dst)
+            rng = Rng(name)
+            if src in FLOATS:
+                if dst in ("i64", "i32"):  # finite values inside the range
+                    vals = [v for v in ROUNDING if abs(v) < 1e5]
+                    x = torch.cat([torch.tensor(vals, dtype=torch.float64), rng.float([20], "f32", -1000, 1000).double()])
+                else:
+                    x = torch.cat([torch.tensor(ROUNDING + [INF, -INF, NAN], dtype=torch.float64),
+                                   rng.float([20], "f32", -100, 100).double()])
+                x = x.to(DT[src])
+                if dst in ("i64", "i32"):  # inf to an integer is undefined behaviour
+                    x = x[torch.isfinite(x)]
+            elif src == "bool":
+                x = rng.bool([17])
+            else:
+                vals = [0, 1, -1, 2**24 + 1, -(2**24) - 3, 65504, 65520, 70000, 2**31 - 1, -(2**31)]
+                if src == "i64":
+                    vals += [2**40 + 5, -(2**40) - 3, 2**62]
+                x = torch.cat([torch.tensor(vals, dtype=torch.int64), rng.int([20], "i64", -1000, 1000)])
+                x = x.to(DT[src])
+            y = x.to(DT[dst])
+            w.case("cast", name).inp("x", x).out("y", y, rtol=0.0, atol=0.0).save()
+
+
+def gen_copy(w):
+    for dtype, shape, new in (("f32", [2, 3, 4], [6, 4]), ("i64", [5], [5, 1]), ("bf16", [3, 2], [6]),
+                              ("bool", [2, 2], [4])):
+        x = Rng("copy" + dtype).tensor(shape, dtype, -5, 5)
+        w.case("copy", "reshape_" + dtype).inp("x", x).out("y", x.reshape(new)).save()
+
+
+# --------------------------------------------------------------------------
+# Linear algebra
+# --------------------------------------------------------------------------
+
+def t_last(x):
+    return x.transpose(-1, -2) if x.dim() >= 2 else x
+
+
+def gen_matmul(w):
+    cases = [
+        ("2d", [5, 7], [7, 6], False, False),
+        ("fold_batch", [4, 16, 24], [24, 20], False, False),
+        ("batch_bcast", [2, 1, 3, 4], [5, 4, 6], False, False),
+        ("batch_rhs", [3, 4], [2, 4, 5], False, False),
+        ("vec_lhs", [4], [4, 5], False, False),
+        ("vec_rhs", [3, 4], [4], False, False),
+        ("vec_vec", [6], [6], False, False),
+        ("batch_vec_rhs", [2, 3, 4], [4], False, False),
+        ("vec_batch_rhs", [4], [2, 4, 5], False, False),
+        ("trans_a", [7, 5], [7, 6], True, False),
+        ("trans_b", [5, 7], [6, 7], False, True),
+        ("trans_both", [2, 7, 5], [2, 6, 7], True, True),
+        ("trans_b_fold", [3, 8, 16], [12, 16], False, True),
+        ("attention", [2, 3, 32, 16], [2, 3, 32, 16], False, True),
+        ("k_zero", [3, 0], [0, 4], False, False),
+        ("large", [256, 96], [96, 128], False, False),
+    ]
+    for name, sa, sb, ta, tb in cases:
+        dtypes = ["f32"]
+        if name in ("2d", "batch_bcast", "trans_both", "vec_rhs"):
+            dtypes += ["f16", "bf16", "i64", "i32"]
+        for dtype in dtypes:
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng(cname)
+            a, b = rng.tensor(sa, dtype, -1, 1), rng.tensor(sb, dtype, -1, 1)
+            if dtype in ("i64", "i32"):
+                a, b = rng.int(sa, dtype, -20, 20), rng.int(sb, dtype, -20, 20)
+                y = torch.matmul(t_last(a.to(torch.int64)) if ta else a.to(torch.int64),
+                                 t_last(b.to(torch.int64)) if tb else b.to(torch.int64)).to(DT[dtype])
+                scale = 1.0
+            else:
+                y = like(torch.matmul(t_last(f64(a)) if ta else f64(a), t_last(f64(b)) if tb else f64(b)), dtype)
+                k = sa[-2] if ta and len(sa) >= 2 else sa[-1]
+                scale = max(1.0, k / 4.0)
+            w.case("matmul", cname, transpose_a=ta, transpose_b=tb).inp("a", a).inp("b", b).out(
+                "y", y, scale=scale).save()
+
+
+def gen_gemm(w):
+    m, n, k = 5, 7, 6
+    c_shapes = [("none", None), ("row", [n]), ("row2d", [1, n]), ("col", [m, 1]), ("full", [m, n]),
+                ("scalar", [])]
+    for cname, cshape in c_shapes:
+        for ta, tb in ((False, False), (True, False), (False, True), (True, True)):
+            if cname not in ("full", "row") and (ta or tb):
+                continue
+            name = "c_%s_%s%s" % (cname, "t" if ta else "n", "t" if tb else "n")
+            rng = Rng(name)
+            a = rng.float([k, m] if ta else [m, k])
+            b = rng.float([n, k] if tb else [k, n])
+            c = rng.float(cshape) if cshape is not None else None
+            alpha, beta = 0.5, 2.0
+            y = alpha * (t_last(f64(a)) if ta else f64(a)) @ (t_last(f64(b)) if tb else f64(b))
+            if c is not None:
+                y = y + beta * f64(c)
+            w.case("gemm", name, alpha=alpha, beta=beta, transpose_a=ta, transpose_b=tb).inp(
+                "a", a).inp("b", b).inp("c", c).out("y", like(y, "f32"), scale=2.0).save()
+    for dtype in ("f16", "bf16"):
+        name = "c_row_" + dtype
+        rng = Rng(name)
+        a, b, c = rng.float([m, k], dtype), rng.float([k, n], dtype), rng.float([n], dtype)
+        y = 1.5 * f64(a) @ f64(b) + 0.25 * f64(c)
+        w.case("gemm", name, alpha=1.5, beta=0.25, transpose_a=False, transpose_b=False).inp(
+            "a", a).inp("b", b).inp("c", c).out("y", like(y, dtype), scale=2.0).save()
+    # beta = 0 ignores c.
+    rng = Rng("beta0")
+    a, b, c = rng.float([m, k]), rng.float([k, n]), rng.float([m, n])
+    w.case("gemm", "beta_zero", alpha=1.0, beta=0.0, transpose_a=False, transpose_b=False).inp(
+        "a", a).inp("b", b).inp("c", c).out("y", like(f64(a) @ f64(b), "f32"), scale=2.0).save()
+    rng = Rng("gemm_large")
+    a, b, c = rng.float([128, 200]), rng.float([200, 96]), rng.float([96])
+    w.case("gemm", "large_bias", alpha=1.0, beta=1.0, transpose_a=False, transpose_b=False).inp(
+        "a", a).inp("b", b).inp("c", c).out("y", like(f64(a) @ f64(b) + f64(c), "f32"), scale=8.0).save()
+
+
+# --------------------------------------------------------------------------
+# Normalization and softmax
+# --------------------------------------------------------------------------
+
+def gen_softmax(w):
+    shapes = [
+        ("last", [4, 33], 1),
+        ("middle", [2, 5, 7], 1),
+        ("first", [3, 4, 5], 0),
+        ("wide_inner", [2, 3, 300], 1),
+        ("long_row", [6, 1000], 1),
+        ("attention", [2, 4, 64, 64], 3),
+    ]
+    for kernel, fn in (("softmax", torch.softmax), ("log_softmax", torch.log_softmax)):
+        for sname, shape, axis in shapes:
+            dtypes = ["f32"] + (["f16", "bf16"] if sname in ("last", "middle") else [])
+            for dtype in dtypes:
+                name = "%s_%s" % (sname, dtype)
+                x = Rng(kernel + name).float(shape, dtype, -4, 4)
+                w.case(kernel, name, axis=axis).inp("x", x).out("y", like(fn(f64(x), axis), dtype)).save()
+        # Stability: large magnitudes, and a causal -inf mask.
+        x = Rng(kernel + "big").float([3, 50], "f32", -300, 300)
+        w.case(kernel, "large_values_f32", axis=1).inp("x", x).out(
+            "y", like(fn(f64(x), 1), "f32"), atol=1e-5).save()
+        x = Rng(kernel + "mask").float([2, 8, 8], "f32", -2, 2)
+        x = x.masked_fill(torch.triu(torch.ones(8, 8, dtype=torch.bool), 1), -INF)
+        w.case(kernel, "causal_mask_f32", axis=2).inp("x", x).out("y", like(fn(f64(x), 2), "f32")).save()
+
+
+def gen_layer_norm(w):
+    cases = [
+        # name, x shape, axis, scale shape, bias shape (None: absent)
+        ("last", [4, 16], 1, [16], [16]),
+        ("rank3_last", [2, 3, 8], 2, [8], [8]),
+        ("two_axes", [2, 3, 8], 1, [8], [3, 8]),
+        ("scale_col", [2, 3, 8], 1, [3, 1], None),
+        ("no_bias", [5, 12], 1, [12], None),
+        ("gpt2_row", [64, 768], 1, [768], [768]),
+    ]
+    eps = 1e-5
+    for name, shape, axis, sshape, bshape in cases:
+        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes") else [])
+        for dtype in dtypes:
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng(cname)
+            x = rng.float(shape, dtype, -2, 2)
+            g = rng.float(sshape, dtype, 0.5, 1.5)
+            b = rng.float(bshape, dtype, -0.5, 0.5) if bshape else None
+            dims = tuple(range(axis, len(shape)))
+            x64 = f64(x)
+            mean = x64.mean(dim=dims, keepdim=True)
+            var = x64.var(dim=dims, unbiased=False, keepdim=True)
+            inv = 1.0 / torch.sqrt(var + eps)
+            y = (x64 - mean) * inv * f64(g) + (f64(b) if b is not None else 0.0)
+            w.case("layer_norm", cname, axis=axis, epsilon=eps).inp("x", x).inp("scale", g).inp(
+                "bias", b).out("y", like(y, dtype)).out("mean", mean.float()).out(
+                "inv_std_dev", inv.float()).save()
+    # Two-pass statistics survive a large offset (E[x^2] - E[x]^2 would
+    # lose everything), and so do the centred values (the mean is carried
+    # with more than f32 precision).
+    rng = Rng("offset")
+    x = rng.float([6, 40], "f32", 999, 1001)
+    g, b = rng.float([40], "f32", 0.5, 1.5), rng.float([40], "f32")
+    x64 = f64(x)
+    mean, var = x64.mean(1, keepdim=True), x64.var(1, unbiased=False, keepdim=True)
+    inv = 1.0 / torch.sqrt(var + eps)
+    y = (x64 - mean) * inv * f64(g) + f64(b)
+    w.case("layer_norm", "offset_1000_f32", axis=1, epsilon=eps).inp("x", x).inp("scale", g).inp(
+        "bias", b).out("y", y.float(), rtol=1e-5, atol=1e-5).out("mean", mean.float()).out(
+        "inv_std_dev", inv.float()).save()
+
+
+def gen_batch_norm(w):
+    eps = 1e-5
+    for shape in ([3, 4, 5, 6], [8, 3], [2, 4, 10]):
+        for dtype in FLOATS:
+            if dtype != "f32" and len(shape) != 4:
+                continue
+            name = "%s_%s" % ("x".join(map(str, shape)), dtype)
+            rng = Rng("bn" + name)
+            c = shape[1]
+            x = rng.float(shape, dtype, -2, 2)
+            g, b = rng.float([c], dtype, 0.5, 1.5), rng.float([c], dtype)
+            m, v = rng.float([c], dtype), rng.float([c], dtype, 0.5, 2.0)
+            y = F.batch_norm(f64(x), f64(m), f64(v), f64(g), f64(b), training=False, eps=eps)
+            w.case("batch_norm", name, epsilon=eps).inp("x", x).inp("scale", g).inp("bias", b).inp(
+                "mean", m).inp("var", v).out("y", like(y, dtype)).save()
+            # Training mode: batch statistics with the biased variance, also
+            # for the running variance (ONNX, unlike PyTorch's unbiased one).
+            momentum = 0.9
+            dims = [0] + list(range(2, len(shape)))
+            x64 = f64(x)
+            bm = x64.mean(dim=dims)
+            bv = x64.var(dim=dims, unbiased=False)
+            inv = 1.0 / torch.sqrt(bv + eps)
+            y = F.batch_norm(x64, None, None, f64(g), f64(b), training=True, eps=eps)
+            w.case("batch_norm_train", name, epsilon=eps, momentum=momentum).inp("x", x).inp(
+                "scale", g).inp("bias", b).inp("running_mean", m).inp("running_var", v).out(
+                "y", like(y, dtype), atol=1e-5).out(
+                "running_mean_out", like(f64(m) * momentum + bm * (1 - momentum), dtype)).out(
+                "running_var_out", like(f64(v) * momentum + bv * (1 - momentum), dtype)).out(
+                "saved_mean", bm.float()).out("saved_inv_std", inv.float()).save()
+
+
+# --------------------------------------------------------------------------
+# Reductions
+# --------------------------------------------------------------------------
+
+def reduce_ref(op, x, axes, keepdims, dtype):
+    if not axes:
+        return x.clone()
+    if dtype in FLOATS:
+        x64 = f64(x)
+        r = {"sum": lambda: torch.sum(x64, axes, keepdim=keepdims),
+             "mean": lambda: torch.mean(x64, axes, keepdim=keepdims),
+             "max": lambda: torch.amax(x64, axes, keepdim=keepdims)}[op]()
+        return like(r, dtype)
+    x64 = x.to(torch.int64)
+    if op == "max":
+        return torch.amax(x64, axes, keepdim=keepdims).to(DT[dtype])
+    s = torch.sum(x64, axes, keepdim=keepdims)
+    if op == "mean":
+        count = 1
+        for a in axes:
+            count *= x.shape[a]
+        s = torch.div(s, count, rounding_mode="trunc")
+    return s.to(DT[dtype])
+
+
+def gen_reduce(w):
+    shape = [3, 4, 5, 6]
+    axes_sets = [[3], [0], [1, 2], [0, 3], [0, 1, 2, 3], [1], [0, 2]]
+    for op in ("sum", "mean", "max"):
+        for axes in axes_sets:
+            for keepdims in (True, False):
+                dtypes = ["f32"]
+                if axes in ([3], [0, 2]) and keepdims:
+                    dtypes += ["f16", "bf16", "i64", "i32"]
+                for dtype in dtypes:
+                    name = "%s_%s_%s_%s" % (op, "-".join(map(str, axes)), "keep" if keepdims else "drop", dtype)
+                    x = Rng(name).tensor(shape, dtype, -100 if dtype in ("i64", "i32") else -2,
+                                         100 if dtype in ("i64", "i32") else 2)
+                    y = reduce_ref(op, x, axes, keepdims, dtype)
+                    w.case("reduce", name, op=op, axes=axes).inp("x", x).out("y", y, scale=4.0).save()
+        # No axes: the identity; and a reduced axis of size 1.
+        x = Rng("noaxes" + op).float([3, 4])
+        w.case("reduce", op + "_no_axes_f32", op=op, axes=[]).inp("x", x).out("y", x.clone()).save()
+        x = Rng("unit" + op).float([3, 1, 5])
+        w.case("reduce", op + "_unit_axis_f32", op=op, axes=[1]).inp("x", x).out(
+            "y", reduce_ref(op, x, [1], False, "f32")).save()
+        for axes in ([0], [1]):
+            name = "%s_large_%d_f32" % (op, axes[0])
+            x = Rng(name).float([300, 700])
+            w.case("reduce", name, op=op, axes=axes).inp("x", x).out(
+                "y", reduce_ref(op, x, axes, True, "f32"), scale=20.0).save()
+    x = Rng("nanmax").float([4, 6])
+    x[1, 2] = NAN
+    w.case("reduce", "max_nan_f32", op="max", axes=[1]).inp("x", x).out(
+        "y", reduce_ref("max", x, [1], True, "f32")).save()
+
+
+# --------------------------------------------------------------------------
+# Data movement
+# --------------------------------------------------------------------------
+
+def gen_transpose(w):
+    cases = [
+        ([2, 3, 4], [2, 0, 1]),
+        ([2, 3, 4, 5], [0, 2, 1, 3]),
+        ([64, 96], [1, 0]),
+        ([3, 1, 4], [2, 1, 0]),
+        ([2, 3, 4], [0, 1, 2]),
+        ([4, 3, 2, 5], [3, 1, 2, 0]),
+        ([2, 3, 40, 50], [0, 1, 3, 2]),
+        ([2, 256, 4, 64], [0, 2, 1, 3]),
+    ]
+    for i, (shape, perm) in enumerate(cases):
+        for dtype in (["f32", "f16", "bf16", "i64", "i32", "bool"] if i == 0 else ["f32"]):
+            name = "%s_%s_%s" % ("x".join(map(str, shape)), "".join(map(str, perm)), dtype)
+            x = Rng(name).tensor(shape, dtype, -9, 9)
+            w.case("transpose", name, perm=perm).inp("x", x).out(
+                "y", x.permute(*perm).contiguous(), rtol=0.0, atol=0.0).save()
+
+
+def gen_broadcast_to(w):
+    cases = [([3, 1], [2, 3, 4]), ([], [5]), ([1], [3, 2]), ([2, 1, 3], [2, 4, 3]), ([4], [4])]
+    for i, (src, dst) in enumerate(cases):
+        for dtype in (["f32", "i64", "bool", "f16"] if i == 0 else ["f32"]):
+            name = "%s_to_%s_%s" % ("x".join(map(str, src)) or "scalar", "x".join(map(str, dst)), dtype)
+            x = Rng(name).tensor(src, dtype, -9, 9)
+            w.case("broadcast_to", name).inp("x", x).out("y", x.expand(*dst).contiguous()).save()
+
+
+def gen_concat_split(w):
+    cases = [
+        (0, [[2, 3], [4, 3], [1, 3]]),
+        (1, [[2, 3, 4], [2, 5, 4], [2, 1, 4]]),
+        (2, [[2, 3, 4], [2, 3, 2]]),
+        (1, [[2, 3, 4], [2, 0, 4], [2, 2, 4]]),
+        (0, [[5]]),
+    ]
+    for i, (axis, shapes) in enumerate(cases):
+        for dtype in (["f32", "f16", "i64", "bool"] if i == 1 else ["f32"]):
+            name = "axis%d_%d_%s" % (axis, i, dtype)
+            rng = Rng(name)
+            parts = [rng.tensor(s, dtype, -9, 9) for s in shapes]
+            whole = torch.cat(parts, axis)
+            w.case("concat", name, axis=axis).inp("x", parts).out("y", whole).save()
+            w.case("split", name, axis=axis).inp("x", whole).out("y", [p.clone() for p in parts]).save()
+
+
+def slice_ref(x, offsets, strides, sizes):
+    y = x
+    for d, (o, s, n) in enumerate(zip(offsets, strides, sizes)):
+        y = torch.index_select(y, d, torch.tensor([o + k * s for k in range(n)], dtype=torch.int64))
+    return y
+
+
+def gen_slice(w):
+    cases = [
+        ("step", [6, 7, 8], [1, 0, 2], [2, 1, 3], [3, 7, 2]),
+        ("reverse", [6, 7, 8], [5, 6, 7], [-1, -1, -1], [6, 7, 8]),
+        ("reverse_step", [6, 7, 8], [5, 6, 7], [-2, -3, -4], [3, 3, 2]),
+        ("mixed", [6, 7, 8], [0, 6, 1], [1, -2, 2], [6, 4, 4]),
+        ("inner_contiguous", [6, 7, 8], [2, 1, 0], [1, 2, 1], [3, 3, 8]),
+        ("rank1", [10], [9], [-3], [4]),
+        ("single", [4, 5], [3, 4], [1, 1], [1, 1]),
+    ]
+    for i, (name, shape, offsets, strides, sizes) in enumerate(cases):
+        for dtype in (["f32", "i64", "bool", "f16"] if i == 3 else ["f32"]):
+            cname = "%s_%s" % (name, dtype)
+            x = Rng(cname).tensor(shape, dtype, -9, 9)
+            w.case("slice", cname, offsets=offsets, strides=strides).inp("x", x).out(
+                "y", slice_ref(x, offsets, strides, sizes)).save()
+
+
+def gather_ref(data, idx, axis):
+    n = data.shape[axis]
+    norm = torch.where(idx < 0, idx.to(torch.int64) + n, idx.to(torch.int64))
+    g = torch.index_select(data, axis, norm.flatten())
+    return g.reshape(list(data.shape[:axis]) + list(idx.shape) + list(data.shape[axis + 1:]))
+
+
+def gen_gather(w):
+    cases = [
+        ("embedding", [10, 6], [3, 4], 0, "i64", "f32"),
+        ("negative", [10, 6], [5], 0, "i64", "f32"),
+        ("axis1_i32", [3, 5, 4], [2], 1, "i32", "f32"),
+        ("scalar_index", [3, 5, 4], [], 2, "i64", "f32"),
+        ("vector", [7], [2, 3], 0, "i32", "f32"),
+        ("f16", [6, 3], [4], 0, "i64", "f16"),
+        ("bool", [6, 3], [4], 1, "i64", "bool"),
+        ("i64_data", [6, 3], [2, 2], 0, "i64", "i64"),
+    ]
+    for name, dshape, ishape, axis, itype, dtype in cases:
+        rng = Rng("gather" + name)
+        data = rng.tensor(dshape, dtype, -9, 9)
+        n = dshape[axis]
+        idx = rng.int(ishape, itype, -n if name == "negative" else 0, n)
+        w.case("gather", name, axis=axis).inp("data", data).inp("indices", idx).out(
+            "y", gather_ref(data, idx, axis)).save()
+    data = Rng("gather_oob").float([5, 3])
+    idx = torch.tensor([0, 4, 5, 1], dtype=torch.int64)
+    w.case("gather", "out_of_range", axis=0).inp("data", data).inp("indices", idx).fails(
+        "index 5", y=("f32", [4, 3])).save()
+    idx = torch.tensor([-6], dtype=torch.int64)
+    w.case("gather", "negative_out_of_range", axis=0).inp("data", data).inp("indices", idx).fails(
+        "index -6", y=("f32", [1, 3])).save()
+
+
+def gen_trilu(w):
+    for upper in (True, False):
+        for k in (0, 1, -2, 3, 10, -10):
+            for shape in ([5, 7], [2, 3, 4, 4]):
+                name = "%s_k%d_%s" % ("upper" if upper else "lower", k, "x".join(map(str, shape)))
+                x = Rng(name).float(shape)
+                y = torch.triu(x, k) if upper else torch.tril(x, k)
+                w.case("trilu", name, upper=upper, k=k).inp("x", x).out("y", y).save()
+    for dtype in ("i64", "bool", "f16", "bf16", "i32"):
+        x = Rng("trilu" + dtype).tensor([4, 6], dtype, -9, 9)
+        y = torch.triu(x.to(torch.int64) if dtype == "bool" else x, 1)
+        if dtype == "bool":
+            y = y.to(torch.bool)
+        w.case("trilu", "upper_k1_" + dtype, upper=True, k=1).inp("x", x).out("y", y).save()
+
+
+# --------------------------------------------------------------------------
+# Dropout: Philox4x32-10, mapping documented in dsrt/philox.h
+# --------------------------------------------------------------------------
+
+MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    c = [np.asarray(v, dtype=np.uint64) for v in (c0, c1, c2, c3)]
+    k0, k1 = np.uint64(k0), np.uint64(k1)
+    for r in range(10):
+        if r:
+            k0 = (k0 + np.uint64(0x9E3779B9)) & MASK32
+            k1 = (k1 + np.uint64(0xBB67AE85)) & MASK32
+        p0 = np.uint64(0xD2511F53) * c[0]
+        p1 = np.uint64(0xCD9E8D57) * c[2]
+        c = [((p1 >> np.uint64(32)) ^ c[1] ^ k0) & MASK32, p1 & MASK32,
+             ((p0 >> np.uint64(32)) ^ c[3] ^ k1) & MASK32, p0 & MASK32]
+    return c
+
+
+def check_philox():
+    # Known-answer vectors of Random123 (kat_vectors, philox4x32 10).
+    kat = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+           ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+           ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+    for ctr, key, expect in kat:
+        got = tuple(int(v) for v in philox4x32_10(*ctr, *key))
+        assert got == expect, (ctr, key, [hex(v) for v in got])
+
+
+def philox_uniform(seed, counter, n):
+    idx = np.arange(n, dtype=np.uint64)
+    block = idx // np.uint64(4)
+    lanes = philox4x32_10(block & MASK32, block >> np.uint64(32), np.full(n, counter & 0xFFFFFFFF, np.uint64),
+                          np.full(n, counter >> 32, np.uint64), seed & 0xFFFFFFFF, seed >> 32)
+    bits = np.choose((idx % np.uint64(4)).astype(np.int64), lanes)
+    return (bits >> np.uint64(8)).astype(np.float32) * np.float32(2.0**-24)
+
+
+def gen_dropout(w):
+    check_philox()
+    cases = [([7], 0.5, 1, 0), ([3, 50], 0.1, 42, 7), ([4, 1001], 0.5, 2**40 + 123, 2**33 + 5),
+             ([9, 9], 0.0, 5, 5), ([300], 0.9, 12345, 0), ([40000, 3], 0.25, 99, 3)]
+    for shape, ratio, seed, counter in cases:
+        for dtype in (FLOATS if shape == [3, 50] else ["f32"]):
+            name = "%s_r%g_%s" % ("x".join(map(str, shape)), ratio, dtype)
+            x = Rng(name).float(shape, dtype, -3, 3)
+            n = x.numel()
+            u = philox_uniform(seed, counter, n)
+            mask = torch.from_numpy(u >= np.float32(ratio)).reshape(shape)
+            y = f64(x) * mask / (1.0 - float(np.float32(ratio)))
+            w.case("dropout", name, ratio=ratio, seed=str(seed), counter=str(counter)).inp(
+                "x", x).out("y", like(y, dtype)).out("mask", mask).save()
+
+
+# --------------------------------------------------------------------------
+# Losses
+# --------------------------------------------------------------------------
+
+def loss_cases():
+    # name, scores shape, reduction, weights, ignore_index (None: none),
+    # label dtype, score dtype
+    return [
+        ("mean", [6, 5], "mean", False, None, "i64", "f32"),
+        ("sum", [6, 5], "sum", False, None, "i64", "f32"),
+        ("none", [6, 5], "none", False, None, "i64", "f32"),
+        ("weights_mean", [6, 5], "mean", True, None, "i64", "f32"),
+        ("weights_none", [6, 5], "none", True, None, "i64", "f32"),
+        ("ignore_in_range", [8, 5], "mean", False, 2, "i64", "f32"),
+        ("ignore_negative", [8, 5], "sum", True, -100, "i32", "f32"),
+        ("spatial", [3, 4, 2, 5], "mean", True, 1, "i32", "f32"),
+        ("spatial_none", [3, 4, 2, 5], "none", False, None, "i64", "f32"),
+        ("f16", [6, 5], "mean", True, None, "i64", "f16"),
+        ("bf16", [6, 5], "none", False, 3, "i64", "bf16"),
+        ("all_ignored", [4, 3], "mean", False, 1, "i64", "f32"),
+        ("vocab", [64, 1000], "mean", False, None, "i64", "f32"),
+    ]
+
+
+def loss_inputs(name, shape, weights, ignore, ltype, dtype):
+    rng = Rng("loss" + name)
+    scores = rng.float(shape, dtype, -4, 4)
+    lshape = [shape[0]] + shape[2:]
+    labels = rng.int(lshape, ltype, 0, shape[1])
+    if ignore is not None:
+        flat = labels.view(-1)
+        flat[::3] = ignore
+        if name == "all_ignored":
+            flat[:] = ignore
+    wts = rng.float([shape[1]], dtype, 0.2, 2.0) if weights else None
+    return scores, labels, wts
+
+
+def gen_losses(w):
+    for name, shape, red, weights, ignore, ltype, dtype in loss_cases():
+        scores, labels, wts = loss_inputs(name, shape, weights, ignore, ltype, dtype)
+        kw = dict(weight=f64(wts) if wts is not None else None, reduction=red,
+                  ignore_index=ignore if ignore is not None else -100)
+        attrs = dict(reduction=red, ignore_index=ignore)
+        s64 = f64(scores)
+        loss = F.cross_entropy(s64, labels.to(torch.int64), **kw)
+        logp = torch.log_softmax(s64, 1)
+        w.case("softmax_cross_entropy", name, **attrs).inp("scores", scores).inp("labels", labels).inp(
+            "weights", wts).out("loss", like(loss, dtype), scale=4.0).out("log_prob", like(logp, dtype)).save()
+        lp = like(torch.log_softmax(s64, 1), dtype)
+        loss = F.nll_loss(f64(lp), labels.to(torch.int64), **kw)
+        w.case("nll_loss", name, **attrs).inp("log_prob", lp).inp("labels", labels).inp(
+            "weights", wts).out("loss", like(loss, dtype), scale=4.0).save()
+    # Labels outside [0, C) that are not the ignored value are errors.
+    scores = Rng("bad").float([4, 3])
+    labels = torch.tensor([0, 2, 7, 1], dtype=torch.int64)
+    w.case("softmax_cross_entropy", "label_out_of_range", reduction="mean", ignore_index=None).inp(
+        "scores", scores).inp("labels", labels).inp("weights", None).fails(
+        "label 7", loss=("f32", []), log_prob=("f32", [4, 3])).save()
+    labels = torch.tensor([0, -1, 2, 1], dtype=torch.int64)
+    w.case("nll_loss", "negative_label", reduction="sum", ignore_index=-100).inp(
+        "log_prob", scores).inp("labels", labels).inp("weights", None).fails(
+        "label -1", loss=("f32", [])).save()
+
+
+# --------------------------------------------------------------------------
+# Convolution and pooling
+# --------------------------------------------------------------------------
+
+def torch_pad(pads):
+    """ONNX pads (begins, then ends) to F.pad's order (last axis first)."""
+    n = len(pads) // 2
+    out = []
+    for a in reversed(range(n)):
+        out += [pads[a], pads[a + n]]
+    return out
+
+
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+MAXPOOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+AVGPOOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
+def gen_conv(w):
+    cases = [
+        # name, x, w, strides, pads, dilations, group, bias
+        ("basic", [2, 3, 9, 8], [4, 3, 3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 1, True),
+        ("stride_asym_pad", [2, 3, 9, 8], [4, 3, 3, 2], [2, 2], [0, 1, 2, 0], [1, 1], 1, False),
+        ("dilated", [1, 3, 10, 9], [2, 3, 3, 3], [1, 1], [2, 1, 2, 1], [2, 1], 1, True),
+        ("group2", [2, 4, 7, 7], [6, 2, 3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2, True),
+        ("depthwise", [1, 4, 6, 6], [4, 1, 3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 4, True),
+        ("pointwise", [2, 8, 5, 5], [6, 8, 1, 1], [1, 1], [0, 0, 0, 0], [1, 1], 1, True),
+        ("conv1d", [2, 3, 20], [5, 3, 4], [3], [2, 1], [2], 1, True),
+        ("conv3d", [1, 2, 5, 6, 4], [3, 2, 2, 3, 2], [1, 2, 1], [1, 0, 1, 0, 1, 1], [1, 1, 1], 1, True),
+        ("large_pad", [1, 1, 3, 3], [1, 1, 2, 2], [1, 1], [3, 3, 3, 3], [1, 1], 1, False),
+    ]
+    for name, xs, ws, st, pads, dil, group, has_bias in cases:
+        for dtype in (FLOATS if name == "basic" else ["f32"]):
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng("conv" + cname)
+            x, wt = rng.float(xs, dtype), rng.float(ws, dtype)
+            b = rng.float([ws[0]], dtype) if has_bias else None
+            spatial = len(xs) - 2
+            y = CONV[spatial](F.pad(f64(x), torch_pad(pads)), f64(wt), f64(b) if b is not None else None,
+                              stride=st, dilation=dil, groups=group)
+            k = ws[1]
+            for d in ws[2:]:
+                k *= d
+            w.case("conv", cname, strides=st, pads=pads, dilations=dil, group=group).inp("x", x).inp(
+                "w", wt).inp("bias", b).out("y", like(y, dtype), scale=max(1.0, k / 8.0)).save()
+
+
+def gen_pool(w):
+    max_cases = [
+        # name, x, kernel, strides, pads, dilations, ceil_mode
+        ("k3s2p1", [2, 3, 8, 8], [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], False),
+        ("k3s2p1_ceil", [2, 3, 8, 8], [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], True),
+        ("ceil_drop_last", [1, 2, 6, 6], [2, 2], [2, 2], [1, 1, 1, 1], [1, 1], True),
+        ("dilated", [1, 2, 9, 9], [2, 3], [1, 2], [0, 1, 0, 1], [2, 2], False),
+        ("dilated_ceil", [1, 2, 9, 9], [2, 2], [2, 2], [0, 0, 0, 0], [2, 1], True),
+        ("pool1d_ceil", [2, 3, 11], [3], [2], [1, 1], [1], True),
+        ("pool3d_ceil", [1, 2, 5, 5, 5], [2, 2, 2], [2, 2, 2], [0, 0, 0, 0, 0, 0], [1, 1, 1], True),
+    ]
+    for name, xs, k, st, pads, dil, ceil in max_cases:
+        for dtype in (FLOATS if name == "k3s2p1" else ["f32"]):
+            cname = "%s_%s" % (name, dtype)
+            x = Rng("maxpool" + cname).float(xs, dtype, -3, 3)
+            n = len(k)
+            y = MAXPOOL[n](f64(x), k, st, padding=pads[:n], dilation=dil, ceil_mode=ceil)
+            w.case("max_pool", cname, kernel_shape=k, strides=st, pads=pads, dilations=dil).inp("x", x).out(
+                "y", like(y, dtype)).save()
+    # Asymmetric pads (PyTorch pads symmetrically): pad with -inf first.
+    x = Rng("maxpool_asym").float([1, 2, 7, 6])
+    pads = [0, 2, 1, 0]
+    y = F.max_pool2d(F.pad(f64(x), torch_pad(pads), value=-INF), [3, 3], [2, 2])
+    w.case("max_pool", "asym_pads_f32", kernel_shape=[3, 3], strides=[2, 2], pads=pads, dilations=[1, 1]).inp(
+        "x", x).out("y", like(y, "f32")).save()
+    x = Rng("maxpool_nan").float([1, 1, 4, 4])
+    x[0, 0, 1, 1] = NAN
+    y = F.max_pool2d(f64(x), [2, 2], [2, 2])
+    w.case("max_pool", "nan_f32", kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0], dilations=[1, 1]).inp(
+        "x", x).out("y", like(y, "f32")).save()
+
+    avg_cases = [
+        ("k3s2p1", [2, 3, 8, 8], [3, 3], [2, 2], [1, 1, 1, 1], False),
+        ("k3s2p1_ceil", [2, 3, 8, 8], [3, 3], [2, 2], [1, 1, 1, 1], True),
+        ("k2s2_ceil", [1, 2, 7, 5], [2, 2], [2, 2], [0, 0, 0, 0], True),
+        ("pool1d_ceil", [2, 3, 10], [4], [3], [1, 1], True),
+        ("pool3d", [1, 2, 5, 4, 6], [2, 2, 3], [1, 2, 2], [1, 0, 1, 1, 0, 1], False),
+    ]
+    for name, xs, k, st, pads, ceil in avg_cases:
+        for include in (True, False):
+            for dtype in (FLOATS if name == "k3s2p1" and include else ["f32"]):
+                cname = "%s_%s_%s" % (name, "incl" if include else "excl", dtype)
+                x = Rng("avgpool" + cname).float(xs, dtype, -3, 3)
+                n = len(k)
+                y = AVGPOOL[n](f64(x), k, st, padding=pads[:n], ceil_mode=ceil, count_include_pad=include)
+                w.case("avg_pool", cname, kernel_shape=k, strides=st, pads=pads, count_include_pad=include).inp(
+                    "x", x).out("y", like(y, dtype)).save()
+    # Asymmetric pads: sums over the zero-padded input, divided by the
+    # kernel volume (include) or by the number of real elements (exclude).
+    x = Rng("avgpool_asym").float([1, 2, 7, 6])
+    pads, k, st = [0, 2, 1, 0], [3, 3], [2, 2]
+    padded = F.pad(f64(x), torch_pad(pads))
+    ones = F.pad(torch.ones_like(f64(x)), torch_pad(pads))
+    total = F.avg_pool2d(padded, k, st) * 9
+    count = F.avg_pool2d(ones, k, st) * 9
+    for include, y in ((True, total / 9), (False, total / count)):
+        w.case("avg_pool", "asym_pads_%s_f32" % ("incl" if include else "excl"), kernel_shape=k, strides=st,
+               pads=pads, count_include_pad=include).inp("x", x).out("y", like(y, "f32")).save()
+
+
+# --------------------------------------------------------------------------
+# Optimizers: the ONNX reference update functions
+# --------------------------------------------------------------------------
+
+def gen_optimizers(w):
+    from onnx.backend.test.case.node.adagrad import apply_adagrad
+    from onnx.backend.test.case.node.adam import apply_adam
+    from onnx.backend.test.case.node.momentum import apply_momentum, apply_nesterov
+
+    def np64(t):
+        return t.to(torch.float64).numpy()
+
+    for dtype in FLOATS:
+        for step in (0, 3):
+            name = "step%d_%s" % (step, dtype)
+            rng = Rng("adam" + name)
+            x, g = rng.float([4, 5], dtype), rng.float([4, 5], dtype)
+            v, h = rng.float([4, 5], dtype, -0.1, 0.1), rng.float([4, 5], dtype, 0.0, 0.01)
+            lr = torch.tensor(0.01, dtype=torch.float32)
+            t = torch.tensor(step, dtype=torch.int64)
+            attrs = dict(alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.01, norm_coefficient_post=0.001)
+            xn, vn, hn = apply_adam(np.float64(np.float32(0.01)), step, np64(x), np64(g), np64(v), np64(h),
+                                    np.float64(np.float32(0.01)), np.float64(np.float32(0.001)),
+                                    np.float64(np.float32(0.9)), np.float64(np.float32(0.999)),
+                                    np.float64(np.float32(1e-6)))
+            w.case("adam", name, **attrs).inp("lr", lr).inp("step", t).inp("param", x).inp("grad", g).inp(
+                "m", v).inp("v", h).out("param_out", like(torch.from_numpy(np.asarray(xn)), dtype)).out(
+                "m_out", like(torch.from_numpy(np.asarray(vn)), dtype)).out(
+                "v_out", like(torch.from_numpy(np.asarray(hn)), dtype)).save()
+            for mode, fn in (("standard", apply_momentum), ("nesterov", apply_nesterov)):
+                mname = "%s_%s" % (mode, name)
+                rng = Rng("momentum" + mname)
+                x, g, v = rng.float([3, 7], dtype), rng.float([3, 7], dtype), rng.float([3, 7], dtype, -0.1, 0.1)
+                f = lambda a: np.float64(np.float32(a))
+                xn, vn = fn(f(0.05), step, np64(x), np64(g), np64(v), f(0.01), f(0.9), f(0.1))
+                w.case("momentum", mname, alpha=0.9, beta=0.1, mode=mode, norm_coefficient=0.01).inp(
+                    "lr", torch.tensor(0.05, dtype=torch.float32)).inp("step", t).inp("param", x).inp(
+                    "grad", g).inp("velocity", v).out("param_out", like(torch.from_numpy(np.asarray(xn)), dtype)).out(
+                    "velocity_out", like(torch.from_numpy(np.asarray(vn)), dtype)).save()
+            rng = Rng("adagrad" + name)
+            x, g, h = rng.float([6], dtype), rng.float([6], dtype), rng.float([6], dtype, 0.0, 0.5)
+            f = lambda a: np.float64(np.float32(a))
+            xn, hn = apply_adagrad(f(0.1), step, np64(x), np64(g), np64(h), f(0.01), f(1e-6), f(0.1))
+            w.case("adagrad", name, decay_factor=0.1, epsilon=1e-6, norm_coefficient=0.01).inp(
+                "lr", torch.tensor(0.1, dtype=torch.float32)).inp("step", t).inp("param", x).inp(
+                "grad", g).inp("accumulator", h).out("param_out", like(torch.from_numpy(np.asarray(xn)), dtype)).out(
+                "accumulator_out", like(torch.from_numpy(np.asarray(hn)), dtype)).save()
+
+
+GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy, gen_matmul, gen_gemm,
+              gen_softmax, gen_layer_norm, gen_batch_norm, gen_reduce, gen_transpose, gen_broadcast_to,
+              gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
+              gen_pool, gen_optimizers]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="directory to (re)create")
+    args = parser.parse_args()
+    if os.path.exists(args.out):
+        shutil.rmtree(args.out)
+    os.makedirs(args.out)
+    w = Writer(args.out)
+    for gen in GENERATORS:
+        gen(w)
+    with open(os.path.join(args.out, "count.txt"), "w") as f:
+        f.write("%d\n" % w.count)
+    print("make_cases.py: wrote %d cases to %s" % (w.count, args.out))
+
+
+if __name__ == "__main__":
+    main()
