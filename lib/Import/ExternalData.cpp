@@ -7,6 +7,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
 
 using llvm::StringRef;
 using llvm::Twine;
@@ -48,6 +49,18 @@ resolveExternalData(StringRef modelDir, const onnx::TensorProto &tensor,
   if (!hasLocation || ref.location.empty())
     return refused(tensor, "no 'location' entry");
   StringRef location = ref.location;
+  // File APIs stop at a NUL, so "w.bin\0x" would be validated and read as
+  // "w.bin" while the IR records the full string; control characters have
+  // no business in a file name either.
+  if (llvm::any_of(location, [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      })) {
+    std::string escaped;
+    llvm::raw_string_ostream os(escaped);
+    llvm::printEscapedString(location, os);
+    return refused(tensor, "location '" + escaped +
+                               "' contains a control character");
+  }
   if (llvm::sys::path::is_absolute(location) || location.starts_with("/") ||
       location.starts_with("\\"))
     return refused(tensor, "location '" + location +
@@ -89,6 +102,7 @@ resolveExternalData(StringRef modelDir, const onnx::TensorProto &tensor,
                                " bytes but the tensor needs " +
                                Twine(expectedBytes));
   ref.length = expectedBytes;
+  ref.resolvedPath = realFile.str().str();
   uint64_t size = status.getSize();
   uint64_t end = static_cast<uint64_t>(ref.offset) +
                  static_cast<uint64_t>(ref.length);
@@ -101,8 +115,13 @@ resolveExternalData(StringRef modelDir, const onnx::TensorProto &tensor,
 
 llvm::Expected<std::string> readExternalBytes(StringRef modelDir,
                                               const ExternalRef &ref) {
-  llvm::SmallString<256> path(modelDir);
-  llvm::sys::path::append(path, ref.location);
+  // Read what was validated, not the location again: a symlink swapped in
+  // between would otherwise escape the checks.
+  llvm::SmallString<256> path(ref.resolvedPath);
+  if (path.empty()) {
+    path = modelDir;
+    llvm::sys::path::append(path, ref.location);
+  }
   auto buffer = llvm::MemoryBuffer::getFileSlice(path, ref.length, ref.offset,
                                                  /*IsVolatile=*/false);
   if (!buffer)

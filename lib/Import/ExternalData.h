@@ -22,6 +22,8 @@ struct ExternalRef {
   std::string location; // as written in the model, relative to its directory
   int64_t offset = 0;
   int64_t length = 0;
+  /// The file after resolving symlinks, as validated; reads go here.
+  std::string resolvedPath;
 };
 
 /// Validates the external data of `tensor`, which needs `expectedBytes`.

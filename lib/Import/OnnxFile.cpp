@@ -49,8 +49,16 @@ Error parseModelBytes(StringRef displayName, StringRef bytes,
 
 llvm::Expected<std::unique_ptr<LoadedModel>>
 loadModelFile(StringRef path) {
-  if (llvm::sys::fs::is_directory(path))
+  llvm::sys::fs::file_status status;
+  if (std::error_code ec = llvm::sys::fs::status(path, status))
+    return fileError(path, "cannot read the model file: " + ec.message());
+  if (llvm::sys::fs::is_directory(status))
     return fileError(path, "is a directory, not an ONNX model file");
+  // Devices and pipes have no size to check up front: /dev/zero would be
+  // read until memory runs out, and a FIFO without a writer blocks forever.
+  if (!llvm::sys::fs::is_regular_file(status))
+    return fileError(path, "is not a regular file (a device, pipe or "
+                           "socket); dsopt reads models from regular files");
   auto bufferOr = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                               /*RequiresNullTerminator=*/false);
   if (!bufferOr)

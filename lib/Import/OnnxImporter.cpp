@@ -45,6 +45,90 @@ std::string shapeString(ArrayRef<int64_t> shape) {
     text += (i ? ", " : "") + std::to_string(d);
   return text + "]";
 }
+
+/// The typed field ONNX stores values of `dtype` in, with its name.
+int typedFieldSize(const onnx::TensorProto &tensor, int32_t dtype,
+                   StringRef &field) {
+  switch (static_cast<DType>(dtype)) {
+  case DType::Float: case DType::Complex64:
+    field = "float_data";
+    return tensor.float_data_size();
+  case DType::Double: case DType::Complex128:
+    field = "double_data";
+    return tensor.double_data_size();
+  case DType::Int64:
+    field = "int64_data";
+    return tensor.int64_data_size();
+  case DType::UInt32: case DType::UInt64:
+    field = "uint64_data";
+    return tensor.uint64_data_size();
+  case DType::String:
+    field = "string_data";
+    return tensor.string_data_size();
+  default:
+    field = "int32_data";
+    return tensor.int32_data_size();
+  }
+}
+
+/// Why the inline payload of `tensor` (raw_data or its typed field) cannot
+/// hold `count` elements of its type, or nothing if it can. Checked before
+/// any decoding, so that no path reads more or fewer values than the shape
+/// promises.
+std::optional<std::string>
+inlinePayloadProblem(const onnx::TensorProto &tensor, ArrayRef<int64_t> shape,
+                     int64_t count) {
+  int32_t dtype = tensor.data_type();
+  struct Field {
+    const char *name;
+    int size;
+  } typed[] = {{"float_data", tensor.float_data_size()},
+               {"int32_data", tensor.int32_data_size()},
+               {"string_data", tensor.string_data_size()},
+               {"int64_data", tensor.int64_data_size()},
+               {"double_data", tensor.double_data_size()},
+               {"uint64_data", tensor.uint64_data_size()}};
+  StringRef own;
+  int64_t stored = typedFieldSize(tensor, dtype, own);
+  // Complex types keep two numbers per element.
+  int64_t perElement = dtype == static_cast<int32_t>(DType::Complex64) ||
+                               dtype == static_cast<int32_t>(DType::Complex128)
+                           ? 2
+                           : 1;
+  std::string layout = "shape " + shapeString(shape) + " of " +
+                       dtypeName(dtype);
+  if (tensor.has_raw_data()) {
+    for (const Field &field : typed)
+      if (field.size > 0)
+        return "has both raw_data and " + std::string(field.name) +
+               "; ONNX stores a tensor's values in exactly one of them";
+    int64_t elementBytes = dtypeByteSize(dtype);
+    int64_t bytes;
+    if (elementBytes == 0)
+      return std::nullopt; // the element type is reported by the caller
+    if (llvm::MulOverflow(count, elementBytes, bytes))
+      return layout + " overflows 64-bit byte sizes";
+    if (static_cast<int64_t>(tensor.raw_data().size()) != bytes)
+      return "raw_data holds " + std::to_string(tensor.raw_data().size()) +
+             " bytes but " + layout + " needs " + std::to_string(bytes);
+    return std::nullopt;
+  }
+  int64_t needed;
+  bool overflow = llvm::MulOverflow(count, perElement, needed);
+  if (overflow || stored != needed) {
+    std::string message = "holds " + std::to_string(stored) + " values in " +
+                          own.str() + " but " + layout + " needs " +
+                          (overflow ? std::string("more than 2^63")
+                                    : std::to_string(needed));
+    for (const Field &field : typed)
+      if (field.size > 0 && own != field.name)
+        message += "; it has " + std::to_string(field.size) +
+                   " values in " + field.name + ", which is not where ONNX "
+                   "keeps " + dtypeName(dtype);
+    return message;
+  }
+  return std::nullopt;
+}
 } // namespace
 
 /// What the importer knows about one ONNX value.
@@ -64,8 +148,11 @@ public:
         modelDir(modelDir), options(options),
         diagnosticHandler(&context, [this](Diagnostic &diag) {
           diagnostics.push_back(diag.str());
+          // The generic form of the rejected op adds nothing for users who
+          // wrote ONNX, not MLIR.
           for (const Diagnostic &note : diag.getNotes())
-            diagnostics.push_back(note.str());
+            if (!StringRef(note.str()).starts_with("see current operation"))
+              diagnostics.push_back(note.str());
           return success();
         }) {}
 
@@ -75,6 +162,16 @@ public:
   FailureOr<Value> valueOf(NodeContext &ctx, StringRef name);
   FailureOr<RankedTensorType> typeOf(NodeContext &ctx, StringRef name);
   const HostTensor *constantOf(StringRef name, bool readParameters);
+  /// True if `name` is a graph input, an initializer or an earlier output.
+  bool isDefined(StringRef name) const {
+    return values.count(name) || initializers.count(name);
+  }
+  /// Returns the pending error message and clears it.
+  std::string takeNodeError() {
+    std::string message = std::move(nodeErrorMessage);
+    nodeErrorMessage.clear();
+    return message;
+  }
   FailureOr<Value> materialize(NodeContext &ctx, const HostTensor &value,
                                StringRef cacheName = {});
   void define(StringRef name, Value value) { values[name].value = value; }
@@ -83,11 +180,15 @@ public:
   }
   LogicalResult nodeError(const onnx::NodeProto &node, int64_t opset,
                           const Twine &message);
+  std::string describeNode(const onnx::NodeProto &node, int64_t opset) const;
   FailureOr<HostTensor> readTensor(const onnx::TensorProto &tensor,
                                    const Twine &what);
 
   OpBuilder builder;
   std::vector<std::string> diagnostics;
+  /// Why an initializer could not be read as a constant, for errors that
+  /// would otherwise blame the graph for not making it constant.
+  llvm::StringMap<std::string> initializerErrors;
 
 private:
   llvm::Error checkModelHeader();
@@ -105,6 +206,23 @@ private:
   void orderParameters();
   llvm::Error error(const Twine &message) {
     return makeError(displayName + ": " + message);
+  }
+  /// Warnings take the shape of the driver's errors, so that every line a
+  /// user sees starts with `dsopt: error:` or `dsopt: warning:`.
+  void warn(const Twine &message) {
+    if (!options.warnings)
+      return;
+    // Warnings quote names from the model; keep its control characters off
+    // the terminal.
+    std::string text;
+    for (unsigned char c : message.str()) {
+      if (c < 0x20 || c == 0x7f)
+        text += "\\x" + llvm::utohexstr(c, /*LowerCase=*/true, 2);
+      else
+        text += static_cast<char>(c);
+    }
+    *options.warnings << "dsopt: warning: " << displayName << ": " << text
+                      << "\n";
   }
 
   MLIRContext &context;
@@ -124,6 +242,10 @@ private:
   bool batchUsed = false;
   /// Pending error of the node being imported (set by nodeError).
   std::string nodeErrorMessage;
+  /// Position in graph.node of the node being imported.
+  int currentNode = -1;
+  /// Versions of every domain in opset_import.
+  llvm::StringMap<int64_t> domainVersions;
 
   ModuleOp module;
   func::FuncOp function;
@@ -181,6 +303,19 @@ FailureOr<SmallVector<int64_t>> NodeContext::constInts(unsigned i,
     return error("input " + Twine(i) + " ('" + what +
                  "') is required but missing");
   const HostTensor *value = constInput(i, /*readParameters=*/true);
+  if (!value) {
+    // A malformed initializer is not "unknown at compile time"; say what is
+    // wrong with it instead.
+    auto bad = importer.initializerErrors.find(node.input(i));
+    if (bad != importer.initializerErrors.end())
+      return error("input " + Twine(i) + " ('" + what + "'): " +
+                   bad->second);
+  }
+  if (!value && !importer.isDefined(node.input(i)))
+    return error("input " + Twine(i) + " ('" + what + "', value '" +
+                 node.input(i) +
+                 "') is not defined before use (the graph must be "
+                 "topologically sorted)");
   if (!value)
     return error("input " + Twine(i) + " ('" + what + "', value '" +
                  node.input(i) +
@@ -290,7 +425,14 @@ LogicalResult NodeContext::intsAttr(StringRef name,
 FailureOr<HostTensor> NodeContext::tensorAttr(const onnx::AttributeProto &attr) {
   if (!attrHasType(attr, onnx::AttributeProto::TENSOR))
     return error("attribute '" + attr.name() + "' must be a TENSOR");
-  return importer.readTensor(attr.t(), "attribute '" + attr.name() + "'");
+  FailureOr<HostTensor> value =
+      importer.readTensor(attr.t(), "attribute '" + attr.name() + "'");
+  if (failed(value)) {
+    // readTensor describes the tensor; name the node that holds it.
+    std::string message = importer.takeNodeError();
+    return error(message);
+  }
+  return value;
 }
 
 LogicalResult NodeContext::requireIntAttr(StringRef name, int64_t expected,
@@ -329,6 +471,9 @@ LogicalResult NodeContext::error(const Twine &message) {
 
 FailureOr<int64_t> NodeContext::normalizeAxis(int64_t axis, int64_t rank,
                                               StringRef what) {
+  if (rank == 0)
+    return error(what + " " + Twine(axis) +
+                 " given for a scalar, which has no axes");
   if (axis < -rank || axis >= rank)
     return error(what + " " + Twine(axis) + " is out of range for rank " +
                  Twine(rank) + " (valid: [" + Twine(-rank) + ", " +
@@ -357,14 +502,28 @@ LogicalResult NodeContext::failWithDiagnostics(StringRef fallback) {
 // GraphImporter
 //===----------------------------------------------------------------------===//
 
+std::string GraphImporter::describeNode(const onnx::NodeProto &node,
+                                        int64_t opset) const {
+  std::string domain = node.domain().empty() ? "" : node.domain() + ".";
+  // Exporters often leave nodes unnamed; their position is then the only
+  // handle a user has on them.
+  std::string who = node.name().empty()
+                        ? "node #" + std::to_string(currentNode)
+                        : "node '" + node.name() + "'";
+  return who + " (" + domain + node.op_type() + ", opset " +
+         std::to_string(opset) + ")";
+}
+
 LogicalResult GraphImporter::nodeError(const onnx::NodeProto &node,
                                        int64_t opset, const Twine &message) {
   if (!nodeErrorMessage.empty())
     return failure(); // keep the first, most specific error
-  std::string domain = node.domain().empty() ? "" : node.domain() + ".";
-  nodeErrorMessage = "node '" + node.name() + "' (" + domain + node.op_type() +
-                     ", opset " + std::to_string(opset) +
-                     "): " + message.str();
+  // Graph outputs are resolved through a node-less context; naming an empty
+  // node there would only confuse.
+  if (&node == &onnx::NodeProto::default_instance())
+    nodeErrorMessage = message.str();
+  else
+    nodeErrorMessage = describeNode(node, opset) + ": " + message.str();
   return failure();
 }
 
@@ -403,70 +562,55 @@ FailureOr<HostTensor> GraphImporter::readTensor(const onnx::TensorProto &tensor,
     if (!bytes)
       return fail(llvm::toString(bytes.takeError()));
     result = HostTensor::fromBytes(type, shape, *bytes);
-  } else if (tensor.has_raw_data()) {
-    result = HostTensor::fromBytes(type, shape, tensor.raw_data());
-    if (!result)
-      return fail("raw_data holds " + Twine(tensor.raw_data().size()) +
-                  " bytes but shape " + shapeString(shape) + " of " +
-                  dtypeName(dtype) + " needs " + Twine(count * elementBytes));
   } else {
-    auto checkCount = [&](int64_t stored) -> bool { return stored == count; };
-    switch (type) {
-    case DType::Float:
-      if (!checkCount(tensor.float_data_size()))
+    if (std::optional<std::string> problem =
+            inlinePayloadProblem(tensor, shape, count))
+      return fail(*problem);
+    if (tensor.has_raw_data()) {
+      result = HostTensor::fromBytes(type, shape, tensor.raw_data());
+    } else {
+      switch (type) {
+      case DType::Float:
+        result = HostTensor::ofFloats(
+            type, shape,
+            std::vector<double>(tensor.float_data().begin(),
+                                tensor.float_data().end()));
         break;
-      result = HostTensor::ofFloats(
-          type, shape,
-          std::vector<double>(tensor.float_data().begin(),
-                              tensor.float_data().end()));
-      break;
-    case DType::Double:
-      if (!checkCount(tensor.double_data_size()))
+      case DType::Double:
+        result = HostTensor::ofFloats(
+            type, shape,
+            std::vector<double>(tensor.double_data().begin(),
+                                tensor.double_data().end()));
         break;
-      result = HostTensor::ofFloats(
-          type, shape,
-          std::vector<double>(tensor.double_data().begin(),
-                              tensor.double_data().end()));
-      break;
-    case DType::Int64:
-      if (!checkCount(tensor.int64_data_size()))
+      case DType::Int64:
+        result = HostTensor::ofInts(
+            type, shape,
+            std::vector<int64_t>(tensor.int64_data().begin(),
+                                 tensor.int64_data().end()));
         break;
-      result = HostTensor::ofInts(
-          type, shape,
-          std::vector<int64_t>(tensor.int64_data().begin(),
-                               tensor.int64_data().end()));
-      break;
-    case DType::UInt32: case DType::UInt64:
-      if (!checkCount(tensor.uint64_data_size()))
+      case DType::UInt32: case DType::UInt64:
+        result = HostTensor::ofInts(
+            type, shape,
+            std::vector<int64_t>(tensor.uint64_data().begin(),
+                                 tensor.uint64_data().end()));
         break;
-      result = HostTensor::ofInts(
-          type, shape,
-          std::vector<int64_t>(tensor.uint64_data().begin(),
-                               tensor.uint64_data().end()));
-      break;
-    case DType::Float16: case DType::BFloat16: {
-      if (!checkCount(tensor.int32_data_size()))
+      case DType::Float16: case DType::BFloat16: {
+        std::string bytes;
+        for (int32_t bits : tensor.int32_data()) {
+          bytes.push_back(static_cast<char>(bits & 0xff));
+          bytes.push_back(static_cast<char>((bits >> 8) & 0xff));
+        }
+        result = HostTensor::fromBytes(type, shape, bytes);
         break;
-      std::string bytes;
-      for (int32_t bits : tensor.int32_data()) {
-        bytes.push_back(static_cast<char>(bits & 0xff));
-        bytes.push_back(static_cast<char>((bits >> 8) & 0xff));
       }
-      result = HostTensor::fromBytes(type, shape, bytes);
-      break;
-    }
-    default:
-      if (!checkCount(tensor.int32_data_size()))
+      default:
+        result = HostTensor::ofInts(
+            type, shape,
+            std::vector<int64_t>(tensor.int32_data().begin(),
+                                 tensor.int32_data().end()));
         break;
-      result = HostTensor::ofInts(
-          type, shape,
-          std::vector<int64_t>(tensor.int32_data().begin(),
-                               tensor.int32_data().end()));
-      break;
+      }
     }
-    if (!result)
-      return fail("holds the wrong number of values for shape " +
-                  shapeString(shape) + " (" + Twine(count) + " expected)");
   }
   if (!result)
     return fail("cannot decode its data");
@@ -508,6 +652,7 @@ const HostTensor *GraphImporter::constantOf(StringRef name,
       readTensor(tensor, "initializer '" + tensor.name() + "'");
   if (failed(value)) {
     // Leave the error for the caller that needs it as a tensor.
+    initializerErrors[name] = nodeErrorMessage;
     nodeErrorMessage = saved;
     return nullptr;
   }
@@ -588,6 +733,10 @@ GraphImporter::parameterData(const onnx::TensorProto &tensor,
       return ds::ExternalDataAttr::get(&context, ref->location, ref->offset,
                                        ref->length);
   } else {
+    if (std::optional<std::string> problem =
+            inlinePayloadProblem(tensor, type.getShape(),
+                                 type.getNumElements()))
+      return makeError("initializer '" + name + "' " + *problem);
     auto payload = payloads.find(name);
     bool contiguous =
         payload != payloads.end() && payload->second.length == bytes &&
@@ -597,15 +746,8 @@ GraphImporter::parameterData(const onnx::TensorProto &tensor,
       return ds::ExternalDataAttr::get(
           &context, llvm::sys::path::filename(displayName),
           payload->second.offset, payload->second.length);
-    if (!contiguous && !tensor.has_raw_data()) {
-      // Typed fields (int32_data, ...) are not raw bytes in the file; the
-      // value goes into the IR.
-    } else if (!contiguous) {
-      return makeError("initializer '" + name + "' holds " +
-                       Twine(tensor.raw_data().size()) +
-                       " bytes of raw_data but its type needs " +
-                       Twine(bytes));
-    }
+    // Otherwise (small, or typed fields that are not one run of raw bytes in
+    // the file) the value goes into the IR.
   }
   // Small (or non-contiguous) values are stored in the IR.
   std::string saved = nodeErrorMessage;
@@ -707,15 +849,16 @@ GraphImporter::resolveValueType(StringRef name, const onnx::TypeProto &type,
     } else {
       if (!isInput)
         return RankedTensorType(); // outputs may leave dims open
-      std::string label = dim.has_dim_param()
-                              ? "symbolic size '" + dim.dim_param() + "'"
-                              : std::string("an unknown size");
+      // An empty dim_param names nothing --dim could set.
+      bool named = dim.has_dim_param() && !dim.dim_param().empty();
+      std::string label = named ? "symbolic size '" + dim.dim_param() + "'"
+                                : std::string("an unknown size");
       std::string hint =
-          dim.has_dim_param()
-              ? "give it with --dim " + dim.dim_param() + "=<size>"
-              : std::string("name it in the model or fix it");
+          named ? "give it with --dim " + dim.dim_param() + "=<size>"
+                : std::string("fix its size in the model, or name it and "
+                              "give --dim NAME=<size>");
       if (axis == 0)
-        hint += " or --batch N";
+        hint += named ? " or --batch N" : ", or give --batch N";
       return error(what + " '" + name + "' axis " + Twine(axis) + " has " +
                    label + "; " + hint);
     }
@@ -736,6 +879,15 @@ llvm::Error GraphImporter::checkModelHeader() {
                  Twine(kMaxIrVersion) + ")");
   for (const auto &opset : model.opset_import()) {
     StringRef domain = opset.domain();
+    StringRef key = domain == "ai.onnx" ? "" : domain;
+    auto [it, inserted] = domainVersions.try_emplace(key, opset.version());
+    // Which version would win is protobuf order, not anything the author
+    // meant; refuse rather than guess.
+    if (!inserted && it->second != opset.version())
+      return error("opset_import lists domain '" +
+                   (key.empty() ? StringRef("ai.onnx") : key) +
+                   "' twice, with versions " + Twine(it->second) + " and " +
+                   Twine(opset.version()));
     if (domain.empty() || domain == "ai.onnx") {
       defaultOpset = opset.version();
     } else if (domain == kTrainingDomain) {
@@ -743,15 +895,22 @@ llvm::Error GraphImporter::checkModelHeader() {
       if (trainingOpset != 1)
         return error("unsupported opset version " + Twine(trainingOpset) +
                      " of domain '" + domain + "' (dsopt supports 1)");
-    } else if (options.warnings) {
-      *options.warnings << displayName << ": warning: opset_import names "
-                        << "domain '" << domain << "', which dsopt does not "
-                        << "know; nodes of that domain will be rejected\n";
+    } else {
+      warn("opset_import names domain '" + domain +
+           "', which dsopt does not know; nodes of that domain will be "
+           "rejected");
     }
   }
-  if (defaultOpset == 0)
-    return error("the model imports no opset of the default domain ai.onnx");
-  if (defaultOpset < kMinOpset || defaultOpset > kMaxOpset)
+  if (defaultOpset == 0) {
+    // A graph of preview-training nodes alone needs no ai.onnx opset.
+    for (const auto &node : graph.node())
+      if (node.domain().empty() || node.domain() == "ai.onnx")
+        return error("the model imports no opset of the default domain "
+                     "ai.onnx, but node " +
+                     (node.name().empty() ? "of type " + node.op_type()
+                                          : "'" + node.name() + "'") +
+                     " uses it");
+  } else if (defaultOpset < kMinOpset || defaultOpset > kMaxOpset)
     return error("unsupported opset version " + Twine(defaultOpset) +
                  " of domain ai.onnx (dsopt supports " + Twine(kMinOpset) +
                  " to " + Twine(kMaxOpset) +
@@ -763,9 +922,9 @@ llvm::Error GraphImporter::checkModelHeader() {
 }
 
 llvm::Error GraphImporter::createInputs() {
-  for (const auto &tensor : graph.initializer()) {
+  for (auto [index, tensor] : llvm::enumerate(graph.initializer())) {
     if (tensor.name().empty())
-      return error("an initializer has no name");
+      return error("initializer #" + Twine(index) + " has no name");
     if (!initializers.try_emplace(tensor.name(), &tensor).second)
       return error("initializer '" + tensor.name() + "' is defined twice");
     initializerIndex[tensor.name()] = initializerIndex.size();
@@ -776,12 +935,12 @@ llvm::Error GraphImporter::createInputs() {
     declaredTypes[info.name()] = &info.type();
 
   SmallVector<Type> types;
-  for (const auto &input : graph.input()) {
+  for (auto [index, input] : llvm::enumerate(graph.input())) {
     // Before IR version 4 initializers were also listed as inputs.
     if (initializers.count(input.name()))
       continue;
     if (input.name().empty())
-      return error("a graph input has no name");
+      return error("graph input #" + Twine(index) + " has no name");
     if (values.count(input.name()))
       return error("graph input '" + input.name() + "' is listed twice");
     auto type = resolveValueType(input.name(), input.type(), true);
@@ -799,25 +958,30 @@ llvm::Error GraphImporter::checkDeclaredType(const onnx::NodeProto *node,
                                              int64_t opset, StringRef name,
                                              Type computed) {
   auto it = declaredTypes.find(name);
-  if (it == declaredTypes.end() || !it->second->has_tensor_type())
+  if (it == declaredTypes.end() ||
+      it->second->value_case() == onnx::TypeProto::VALUE_NOT_SET)
     return llvm::Error::success();
-  const auto &declared = it->second->tensor_type();
+  StringRef what = "shapes";
   auto type = cast<RankedTensorType>(computed);
   auto mismatch = [&](const Twine &detail) -> llvm::Error {
-    std::string where =
-        node ? "node '" + node->name() + "' (" + node->op_type() +
-                   ", opset " + std::to_string(opset) + "): "
-             : std::string();
-    return error(where + "inconsistent shapes: value '" + name + "' " +
+    std::string where = node ? describeNode(*node, opset) + ": " : "";
+    return error(where + "inconsistent " + what + ": value '" + name + "' " +
                  detail);
   };
-  if (declared.elem_type() != 0) {
-    Type element = toMlirElementType(context, declared.elem_type());
-    if (element && element != type.getElementType())
-      return mismatch("is declared " + dtypeName(declared.elem_type()) +
-                      " but computes to " + Twine(dtypeName(static_cast<int32_t>(
-                                                fromMlirElementType(
-                                                    type.getElementType())))));
+  if (!it->second->has_tensor_type()) {
+    what = "types";
+    return mismatch("is declared as a sequence, map, optional or sparse "
+                    "tensor but computes to a tensor");
+  }
+  const auto &declared = it->second->tensor_type();
+  int32_t computedType =
+      static_cast<int32_t>(fromMlirElementType(type.getElementType()));
+  // Compared as ONNX types: a declared type dsopt cannot represent (DOUBLE)
+  // still contradicts what the graph computes.
+  if (declared.elem_type() != 0 && declared.elem_type() != computedType) {
+    what = "types";
+    return mismatch("is declared " + dtypeName(declared.elem_type()) +
+                    " but computes to " + dtypeName(computedType));
   }
   if (!declared.has_shape())
     return llvm::Error::success();
@@ -827,12 +991,12 @@ llvm::Error GraphImporter::checkDeclaredType(const onnx::NodeProto *node,
                     " but computes to shape " +
                     shapeString(type.getShape()));
   for (auto [axis, dim] : llvm::enumerate(dims)) {
-    int64_t expected = -1;
+    std::optional<int64_t> expected;
     if (dim.has_dim_value())
       expected = dim.dim_value();
     else if (dim.has_dim_param() && options.dims.count(dim.dim_param()))
       expected = options.dims.lookup(dim.dim_param());
-    if (expected >= 0 && expected != type.getDimSize(axis)) {
+    if (expected && *expected != type.getDimSize(axis)) {
       SmallVector<std::string> parts;
       for (const auto &d : dims)
         parts.push_back(d.has_dim_value() ? std::to_string(d.dim_value())
@@ -846,11 +1010,10 @@ llvm::Error GraphImporter::checkDeclaredType(const onnx::NodeProto *node,
 
 llvm::Error GraphImporter::importNode(int index) {
   const onnx::NodeProto &node = graph.node(index);
+  currentNode = index;
   StringRef domain = node.domain();
   bool isDefault = domain.empty() || domain == "ai.onnx";
-  int64_t opset = isDefault ? defaultOpset
-                  : domain == kTrainingDomain ? trainingOpset
-                                              : 0;
+  int64_t opset = isDefault ? defaultOpset : domainVersions.lookup(domain);
   std::string nodeName = node.name().empty()
                              ? node.op_type() + "_" + std::to_string(index)
                              : node.name();
@@ -867,6 +1030,8 @@ llvm::Error GraphImporter::importNode(int index) {
                 "' (dsopt supports ai.onnx and ai.onnx.preview.training)");
   if (domain == kTrainingDomain && trainingOpset == 0)
     return fail("the model does not import domain '" + domain + "'");
+  if (node.op_type().empty())
+    return fail("the node has no op_type");
   const OpHandler *handler =
       lookupOpHandler(isDefault ? "" : domain, node.op_type());
   if (!handler)
@@ -879,9 +1044,17 @@ llvm::Error GraphImporter::importNode(int index) {
 
   NodeContext ctx(*this, node, opset, loc);
   builder.setInsertionPoint(body->getTerminator());
+  // An empty name marks an omitted optional input, and the first input of
+  // every operator dsopt imports is required; checked here because folders
+  // treat an omitted input as "known".
+  if (ctx.numInputs() > 0 && !ctx.hasInput(0))
+    return fail("input 0 is required but missing (its name is empty)");
 
   bool folded = false;
-  if (handler->fold) {
+  // "All inputs known" is vacuously true of a node whose inputs are all
+  // missing; only a pure source (Constant, no converter) folds from nothing.
+  // Anything else goes to its converter, which reports the missing input.
+  if (handler->fold && (ctx.numInputs() > 0 || !handler->convert)) {
     bool allKnown = true;
     if (!handler->foldNeedsTypesOnly)
       for (unsigned i = 0, e = ctx.numInputs(); i < e; ++i)
@@ -920,9 +1093,18 @@ llvm::Error GraphImporter::importNode(int index) {
                    context, static_cast<int32_t>(it->second.constant->dtype))) {
       type = RankedTensorType::get(it->second.constant->shape, element);
     }
-    if (type)
-      if (llvm::Error err = checkDeclaredType(&node, opset, output, type))
-        return err;
+    if (!type)
+      continue;
+    // Inputs and parameters are checked when they are created; a node can
+    // still build an overflowing value (Expand, ConstantOfShape), whose
+    // wrapped-around sizes would make every memory estimate wrong.
+    auto ranked = cast<RankedTensorType>(type);
+    if (!ds::getByteSize(ranked))
+      return fail("output " + Twine(i) + " ('" + output + "') of shape " +
+                  shapeString(ranked.getShape()) +
+                  " overflows 64-bit byte sizes");
+    if (llvm::Error err = checkDeclaredType(&node, opset, output, type))
+      return err;
   }
   return llvm::Error::success();
 }
@@ -931,8 +1113,15 @@ llvm::Error GraphImporter::createOutputs() {
   SmallVector<Value> results;
   NodeContext ctx(*this, onnx::NodeProto::default_instance(), defaultOpset,
                   builder.getUnknownLoc());
-  for (const auto &output : graph.output()) {
+  llvm::StringSet<> seen;
+  for (auto [index, output] : llvm::enumerate(graph.output())) {
     StringRef name = output.name();
+    if (name.empty())
+      return error("graph output #" + Twine(index) + " has no name");
+    // Outputs are addressed by name downstream; two with one name would be
+    // indistinguishable.
+    if (!seen.insert(name).second)
+      return error("graph output '" + name + "' is listed twice");
     auto it = values.find(name);
     if (it == values.end() && !initializers.count(name))
       return error("graph output '" + name + "' is not computed by any node");
@@ -1001,10 +1190,15 @@ llvm::Expected<OwningOpRef<ModuleOp>> GraphImporter::run() {
   module->setAttr(ds::DsDialect::kSourceAttrName,
                   StringAttr::get(&context, displayName));
   if (!model.producer_name().empty())
-    module->setAttr("ds.producer",
-                    StringAttr::get(&context, model.producer_name() + " " +
-                                                  model.producer_version()));
-  module->setAttr("ds.opset", builder.getI64IntegerAttr(defaultOpset));
+    module->setAttr(
+        "ds.producer",
+        StringAttr::get(&context,
+                        model.producer_version().empty()
+                            ? model.producer_name()
+                            : model.producer_name() + " " +
+                                  model.producer_version()));
+  if (defaultOpset)
+    module->setAttr("ds.opset", builder.getI64IntegerAttr(defaultOpset));
   builder.setInsertionPointToEnd(module.getBody());
   function = func::FuncOp::create(builder, fileLoc, "main",
                                   builder.getFunctionType({}, {}));
@@ -1017,6 +1211,7 @@ llvm::Expected<OwningOpRef<ModuleOp>> GraphImporter::run() {
   for (int i = 0; i < graph.node_size(); ++i)
     if (llvm::Error err = importNode(i))
       return err;
+  currentNode = -1;
   if (llvm::Error err = createOutputs())
     return err;
 
@@ -1035,23 +1230,15 @@ llvm::Expected<OwningOpRef<ModuleOp>> GraphImporter::run() {
     function.setResultAttr(i, ds::DsDialect::kOutputAttrName,
                            builder.getStringAttr(name));
 
-  if (options.warnings) {
-    for (const auto &entry : options.dims)
-      if (!usedDims.contains(entry.getKey()))
-        *options.warnings << displayName << ": warning: --dim "
-                          << entry.getKey()
-                          << " matches no symbolic dimension of a graph "
-                             "input\n";
-    if (options.batch && !batchUsed)
-      *options.warnings << displayName
-                        << ": warning: --batch is unused: no graph input has a "
-                           "symbolic leading axis\n";
-    if (model.training_info_size() > 0)
-      *options.warnings << displayName
-                        << ": warning: the model's TrainingInfoProto is not "
-                           "imported; dsopt derives the training step from "
-                           "the loss\n";
-  }
+  for (const auto &entry : options.dims)
+    if (!usedDims.contains(entry.getKey()))
+      warn("--dim " + entry.getKey() +
+           " matches no symbolic dimension of a graph input");
+  if (options.batch && !batchUsed)
+    warn("--batch is unused: no graph input has a symbolic leading axis");
+  if (model.training_info_size() > 0)
+    warn("the model's TrainingInfoProto is not imported; dsopt derives the "
+         "training step from the loss");
 
   diagnostics.clear();
   if (failed(mlir::verify(module))) {

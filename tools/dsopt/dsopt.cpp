@@ -23,9 +23,13 @@
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
+
+#include <cstdio>
+#include <unistd.h>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -44,11 +48,13 @@ cl::list<std::string>
          cl::value_desc("NAME=VALUE"), cl::CommaSeparated,
          cl::cat(inputCategory));
 
-cl::opt<int64_t> batch(
+// Parsed by the driver rather than by cl::opt<int64_t>, whose messages for a
+// bad value ("value invalid for long argument!") do not say what is wanted.
+cl::opt<std::string> batch(
     "batch",
     cl::desc("Size of the leading axis of graph inputs whose leading axis "
              "is symbolic"),
-    cl::value_desc("N"), cl::init(-1), cl::cat(inputCategory));
+    cl::value_desc("N"), cl::cat(inputCategory));
 
 enum class EmitKind { None, Mlir, Summary };
 cl::opt<EmitKind> emit(
@@ -76,6 +82,83 @@ cl::opt<bool> noCanonicalize(
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "dsopt") << message << "\n";
   return 1;
+}
+
+/// `text` with control characters other than newlines escaped: import
+/// errors quote names from the model file, which must not be able to drive
+/// the user's terminal.
+std::string printable(llvm::StringRef text) {
+  std::string result;
+  for (unsigned char c : text) {
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      result += "\\x";
+      result += llvm::hexdigit(c >> 4, /*LowerCase=*/true);
+      result += llvm::hexdigit(c & 15, /*LowerCase=*/true);
+    } else {
+      result += static_cast<char>(c);
+    }
+  }
+  return result;
+}
+
+/// Reports command-line errors from LLVM's parser in dsopt's format: the
+/// first line as the error, the rest (suggestions) as notes.
+int failCommandLine(llvm::StringRef text) {
+  llvm::SmallVector<llvm::StringRef> lines;
+  text.trim().split(lines, '\n', -1, /*KeepEmpty=*/false);
+  if (lines.empty())
+    return fail("invalid command line (see --help)");
+  for (auto [i, line] : llvm::enumerate(lines)) {
+    line = line.trim();
+    line.consume_front("dsopt: ");
+    if (i == 0)
+      fail(line);
+    else
+      llvm::WithColor::note(llvm::errs(), "dsopt") << line << "\n";
+  }
+  return 1;
+}
+
+/// Parses the command line with stderr captured: LLVM's parser prints
+/// errors about option values straight to stderr in its own format, and
+/// dsopt's errors all start with `dsopt: error:`. Returns false with the
+/// parser's messages in `errors`.
+bool parseCommandLine(int argc, char **argv, llvm::StringRef overview,
+                      std::string &errors) {
+  llvm::raw_string_ostream stream(errors);
+  llvm::errs().flush();
+  int savedStderr = ::dup(STDERR_FILENO);
+  std::FILE *capture = savedStderr < 0 ? nullptr : std::tmpfile();
+  if (!capture) {
+    if (savedStderr >= 0)
+      ::close(savedStderr);
+    return cl::ParseCommandLineOptions(argc, argv, overview, &stream);
+  }
+  ::dup2(::fileno(capture), STDERR_FILENO);
+  bool ok = cl::ParseCommandLineOptions(argc, argv, overview, &stream);
+  llvm::errs().flush();
+  ::dup2(savedStderr, STDERR_FILENO);
+  ::close(savedStderr);
+  std::string captured;
+  std::rewind(capture);
+  char chunk[4096];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof chunk, capture)) > 0;)
+    captured.append(chunk, n);
+  std::fclose(capture);
+  if (ok) {
+    llvm::errs() << captured; // warnings, if any, pass through unchanged
+    return true;
+  }
+  errors = captured + errors;
+  return false;
+}
+
+/// A dimension size given on the command line: a positive integer.
+std::optional<int64_t> parseSize(llvm::StringRef text) {
+  int64_t size;
+  if (text.trim() != text || text.getAsInteger(10, size) || size < 1)
+    return std::nullopt;
+  return size;
 }
 
 /// Moves the MLIR debugging options dsopt supports into their own help
@@ -135,11 +218,13 @@ EXAMPLES:
                                              the IR after every pass
   dsopt --list-ops                           supported ONNX operators
 )");
-  if (!cl::ParseCommandLineOptions(
+  std::string commandLineErrors;
+  if (!parseCommandLine(
           argc, argv,
           "dsopt: ahead-of-time compiler for distributed training of ONNX "
-          "training graphs\n"))
-    return 1;
+          "training graphs\n",
+          commandLineErrors))
+    return failCommandLine(commandLineErrors);
 
   if (listOps)
     return listSupportedOps();
@@ -151,22 +236,33 @@ EXAMPLES:
   options.warnings = &llvm::errs();
   for (const std::string &entry : dims) {
     auto [name, value] = llvm::StringRef(entry).split('=');
-    int64_t size;
-    if (name.empty() || value.getAsInteger(10, size) || size < 0)
-      return fail("--dim expects NAME=VALUE with a non-negative integer "
-                  "VALUE, got '" +
+    std::optional<int64_t> size = parseSize(value);
+    if (name.empty() || !llvm::StringRef(entry).contains('=') || !size)
+      return fail("--dim expects NAME=VALUE with a positive integer VALUE, "
+                  "got '" +
                   entry + "'");
-    options.dims[name] = size;
+    auto [it, inserted] = options.dims.try_emplace(name, *size);
+    // Last-one-wins would silently compile a shape the user did not mean.
+    if (!inserted && it->second != *size)
+      return fail("--dim " + name + " is given twice, as " +
+                  llvm::Twine(it->second) + " and " + llvm::Twine(*size));
   }
   if (batch.getNumOccurrences()) {
-    if (batch < 1)
-      return fail("--batch must be a positive integer, got " +
-                  llvm::Twine(batch));
-    options.batch = batch;
+    std::optional<int64_t> size = parseSize(batch);
+    if (!size)
+      return fail("--batch expects a positive integer, got '" + batch + "'");
+    options.batch = *size;
   }
   if (emit == EmitKind::None)
     return fail("code generation is not available yet; choose what to "
                 "produce with --emit=mlir or --emit=summary");
+
+  // The output is opened only after import; writing over the model would
+  // destroy the bytes that parameters reference by file offset.
+  if (outputFile != "-" && llvm::sys::fs::exists(outputFile) &&
+      llvm::sys::fs::equivalent(inputFile, outputFile))
+    return fail("the output file '" + outputFile +
+                "' is the input model; refusing to overwrite it");
 
   MLIRContext context;
   context.loadDialect<dsopt::ds::DsDialect, func::FuncDialect>();
@@ -179,7 +275,7 @@ EXAMPLES:
     TimingScope importTiming = rootTiming.nest("import");
     auto imported = dsopt::importOnnxFile(context, inputFile, options);
     if (!imported)
-      return fail(llvm::toString(imported.takeError()));
+      return fail(printable(llvm::toString(imported.takeError())));
     module = std::move(*imported);
   }
 
@@ -206,8 +302,13 @@ EXAMPLES:
   else
     dsopt::printModelSummary(*module, output->os());
   output->os().flush();
-  if (output->os().has_error())
-    return fail("cannot write " + outputFile);
+  if (output->os().has_error()) {
+    std::string reason = output->os().error().message();
+    // An unchecked stream error is reported again, fatally, when the stream
+    // is destroyed.
+    output->os().clear_error();
+    return fail("cannot write '" + outputFile + "': " + reason);
+  }
   output->keep();
   return 0;
 }
