@@ -6,6 +6,7 @@
 #include "llvm/ADT/APFloat.h"
 #include "llvm/Support/Endian.h"
 
+#include <cmath>
 #include <cstring>
 
 using namespace mlir;
@@ -31,6 +32,18 @@ std::string dtypeName(int32_t dtype) {
   case DType::Complex128: return "COMPLEX128";
   case DType::BFloat16: return "BFLOAT16";
   case DType::Undefined: return "UNDEFINED";
+  }
+  // Types newer than the onnx.proto dsopt is built against (IR version 9
+  // and 10): name them so that errors about them are clear.
+  switch (dtype) {
+  case 17: return "FLOAT8E4M3FN";
+  case 18: return "FLOAT8E4M3FNUZ";
+  case 19: return "FLOAT8E5M2";
+  case 20: return "FLOAT8E5M2FNUZ";
+  case 21: return "UINT4";
+  case 22: return "INT4";
+  case 23: return "FLOAT4E2M1";
+  default: break;
   }
   return "type " + std::to_string(dtype);
 }
@@ -123,6 +136,17 @@ int64_t wrapToInt(DType dtype, int64_t value) {
   }
 }
 
+int64_t truncateToInt(double value) {
+  if (std::isnan(value))
+    return 0;
+  // 2^63 is exactly representable; anything at or beyond it saturates.
+  if (value >= 9223372036854775808.0)
+    return INT64_MAX;
+  if (value < -9223372036854775808.0)
+    return INT64_MIN;
+  return static_cast<int64_t>(value);
+}
+
 int64_t HostTensor::numElements() const {
   int64_t count = 1;
   for (int64_t dim : shape)
@@ -157,7 +181,7 @@ HostTensor HostTensor::splatOf(DType dtype, ArrayRef<int64_t> shape,
   HostTensor tensor =
       isFloatDType(dtype)
           ? ofFloats(dtype, shape, {value})
-          : ofInts(dtype, shape, {static_cast<int64_t>(value)});
+          : ofInts(dtype, shape, {truncateToInt(value)});
   tensor.splat = true;
   return tensor;
 }
@@ -202,9 +226,8 @@ HostTensor HostTensor::castTo(DType to) const {
       if (to == DType::Bool)
         result.ints[i] = isFloat() ? floats[i] != 0.0 : ints[i] != 0;
       else
-        result.ints[i] = wrapToInt(to, isFloat() ? static_cast<int64_t>(
-                                                       floats[i])
-                                                 : ints[i]);
+        result.ints[i] =
+            wrapToInt(to, isFloat() ? truncateToInt(floats[i]) : ints[i]);
     }
   }
   return result;

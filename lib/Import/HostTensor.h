@@ -63,6 +63,10 @@ DType fromMlirElementType(mlir::Type type);
 /// Rounds `value` to what an element of `dtype` can hold.
 double roundToFloat(DType dtype, double value);
 int64_t wrapToInt(DType dtype, int64_t value);
+/// Float to integer conversion truncating toward zero. Out-of-range values
+/// saturate and NaN becomes 0 (ONNX leaves these undefined; a C++ cast
+/// would be undefined behavior).
+int64_t truncateToInt(double value);
 
 struct HostTensor {
   DType dtype = DType::Undefined;
@@ -84,7 +88,7 @@ struct HostTensor {
   }
   int64_t intAt(int64_t i) const {
     size_t k = splat ? 0 : i;
-    return isFloat() ? static_cast<int64_t>(floats[k]) : ints[k];
+    return isFloat() ? truncateToInt(floats[k]) : ints[k];
   }
 
   static HostTensor ofInts(DType dtype, llvm::ArrayRef<int64_t> shape,

@@ -15,10 +15,13 @@
 #include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/MathExtras.h"
+#include "llvm/Support/xxhash.h"
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <numeric>
+#include <type_traits>
 
 using namespace mlir;
 using llvm::StringRef;
@@ -32,6 +35,13 @@ std::string shapeString(ArrayRef<int64_t> shape) {
   for (auto [i, d] : llvm::enumerate(shape))
     text += (i ? ", " : "") + std::to_string(d);
   return text + "]";
+}
+
+/// A number as a short decimal (%g), for messages.
+std::string numberString(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", value);
+  return buffer;
 }
 
 int64_t product(ArrayRef<int64_t> values) {
@@ -148,7 +158,7 @@ FailureOr<bool> foldElementwise(NodeContext &ctx, ArrayRef<const HostTensor *> i
     else
       result.ints.push_back(wrapToInt(
           resultType,
-          floatCompute ? static_cast<int64_t>(floatValue) : intValue));
+          floatCompute ? truncateToInt(floatValue) : intValue));
     (void)out;
   };
   if (allSplat) {
@@ -166,17 +176,38 @@ FailureOr<bool> foldElementwise(NodeContext &ctx, ArrayRef<const HostTensor *> i
   return true;
 }
 
-/// Collects the constant inputs of a node whose inputs are all known.
-SmallVector<const HostTensor *> constInputs(NodeContext &ctx) {
+/// Input `i` of a node being folded. The importer folds a node when all its
+/// *present* inputs are known, so a required input may still be missing.
+FailureOr<const HostTensor *> foldInput(NodeContext &ctx, unsigned i) {
+  if (!ctx.hasInput(i))
+    return ctx.error("input " + Twine(i) + " is required but missing");
+  const HostTensor *value = ctx.constInput(i);
+  if (!value)
+    return ctx.error("input " + Twine(i) + " is not known at compile time");
+  return value;
+}
+
+/// The inputs of a node being folded: at least `min`, none missing in
+/// between.
+FailureOr<SmallVector<const HostTensor *>> constInputs(NodeContext &ctx,
+                                                       unsigned min = 1) {
   SmallVector<const HostTensor *> inputs;
-  for (unsigned i = 0, e = ctx.numInputs(); i < e; ++i)
-    inputs.push_back(ctx.constInput(i));
+  unsigned count = std::max(min, ctx.numInputs());
+  for (unsigned i = 0; i < count; ++i) {
+    FailureOr<const HostTensor *> value = foldInput(ctx, i);
+    if (failed(value))
+      return failure();
+    inputs.push_back(*value);
+  }
   return inputs;
 }
 
 template <double (*Fn)(double, double), int64_t (*IntOp)(int64_t, int64_t)>
 FailureOr<bool> foldArith(NodeContext &ctx) {
-  auto inputs = constInputs(ctx);
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx, 2);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
   if (inputs.size() != 2)
     return ctx.error("expects 2 inputs, got " + Twine(inputs.size()));
   if (inputs[0]->dtype != inputs[1]->dtype)
@@ -207,15 +238,12 @@ int64_t mulI(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) *
                               static_cast<uint64_t>(b));
 }
-int64_t powI(int64_t a, int64_t b) {
-  int64_t result = 1;
-  for (int64_t i = 0; i < b; ++i)
-    result = mulI(result, a);
-  return result;
-}
 
 FailureOr<bool> foldDiv(NodeContext &ctx) {
-  auto inputs = constInputs(ctx);
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx, 2);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
   if (inputs.size() != 2 || inputs[0]->dtype != inputs[1]->dtype)
     return ctx.error("expects 2 inputs of the same element type");
   return foldElementwise(
@@ -228,24 +256,56 @@ FailureOr<bool> foldDiv(NodeContext &ctx) {
       });
 }
 
+/// Integer power; a negative exponent gives 1 / a^-b truncated toward zero
+/// (what computing in floating point and casting back gives).
+std::optional<int64_t> powI(int64_t a, int64_t b) {
+  if (b < 0) {
+    if (a == 0)
+      return std::nullopt;
+    if (a == 1 || a == -1)
+      return (b % 2 == 0) ? 1 : a;
+    return 0;
+  }
+  int64_t result = 1;
+  // Square-and-multiply, wrapping like the runtime's integer arithmetic.
+  for (int64_t base = a; b > 0; b >>= 1, base = mulI(base, base))
+    if (b & 1)
+      result = mulI(result, base);
+  return result;
+}
+
 FailureOr<bool> foldPow(NodeContext &ctx) {
-  auto inputs = constInputs(ctx);
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx, 2);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
   if (inputs.size() != 2)
     return ctx.error("expects 2 inputs");
-  // The exponent may have another type; compute in the base's type.
+  // An integer base with a floating-point exponent computes in floating
+  // point and truncates (2 ^ 0.5 = 1); ONNX Pow's result has the base's type.
+  if (!inputs[0]->isFloat() && inputs[1]->isFloat()) {
+    HostTensor base = inputs[0]->castTo(DType::Double);
+    HostTensor exponent = inputs[1]->castTo(DType::Double);
+    const HostTensor *operands[] = {&base, &exponent};
+    return foldElementwise(
+        ctx, operands, inputs[0]->dtype,
+        [](ArrayRef<double> a) { return std::pow(a[0], a[1]); }, nullptr);
+  }
+  // Otherwise the exponent converts to the base's type, as ds.pow does.
   HostTensor exponent = inputs[1]->castTo(inputs[0]->dtype);
   const HostTensor *operands[] = {inputs[0], &exponent};
   return foldElementwise(
       ctx, operands, DType::Undefined,
       [](ArrayRef<double> a) { return std::pow(a[0], a[1]); },
-      [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
-        return a[1] < 0 ? std::optional<int64_t>() : powI(a[0], a[1]);
-      });
+      [](ArrayRef<int64_t> a) { return powI(a[0], a[1]); });
 }
 
 template <double (*Fn)(double)>
 FailureOr<bool> foldFloatUnary(NodeContext &ctx) {
-  auto inputs = constInputs(ctx);
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
   if (inputs.size() != 1)
     return ctx.error("expects 1 input");
   return foldElementwise(
@@ -262,15 +322,21 @@ double erfF(double x) { return std::erf(x); }
 double sigmoidF(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 FailureOr<bool> foldNeg(NodeContext &ctx) {
+  FailureOr<SmallVector<const HostTensor *>> inputs = constInputs(ctx);
+  if (failed(inputs))
+    return failure();
   return foldElementwise(
-      ctx, constInputs(ctx), DType::Undefined,
+      ctx, *inputs, DType::Undefined,
       [](ArrayRef<double> a) { return -a[0]; },
       [](ArrayRef<int64_t> a) -> std::optional<int64_t> { return -a[0]; });
 }
 
 FailureOr<bool> foldAbs(NodeContext &ctx) {
+  FailureOr<SmallVector<const HostTensor *>> inputs = constInputs(ctx);
+  if (failed(inputs))
+    return failure();
   return foldElementwise(
-      ctx, constInputs(ctx), DType::Undefined,
+      ctx, *inputs, DType::Undefined,
       [](ArrayRef<double> a) { return std::fabs(a[0]); },
       [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
         return a[0] < 0 ? -a[0] : a[0];
@@ -278,8 +344,11 @@ FailureOr<bool> foldAbs(NodeContext &ctx) {
 }
 
 FailureOr<bool> foldRelu(NodeContext &ctx) {
+  FailureOr<SmallVector<const HostTensor *>> inputs = constInputs(ctx);
+  if (failed(inputs))
+    return failure();
   return foldElementwise(
-      ctx, constInputs(ctx), DType::Undefined,
+      ctx, *inputs, DType::Undefined,
       [](ArrayRef<double> a) { return a[0] > 0 ? a[0] : 0.0; },
       [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
         return a[0] > 0 ? a[0] : 0;
@@ -287,7 +356,10 @@ FailureOr<bool> foldRelu(NodeContext &ctx) {
 }
 
 FailureOr<bool> foldNot(NodeContext &ctx) {
-  auto inputs = constInputs(ctx);
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
   if (inputs.size() != 1 || inputs[0]->dtype != DType::Bool)
     return ctx.error("expects one BOOL input");
   return foldElementwise(
@@ -298,7 +370,10 @@ FailureOr<bool> foldNot(NodeContext &ctx) {
 /// Max and Min take one or more inputs.
 template <bool IsMax>
 FailureOr<bool> foldExtremum(NodeContext &ctx) {
-  auto inputs = constInputs(ctx);
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
   if (inputs.empty())
     return ctx.error("expects at least one input");
   for (const HostTensor *input : inputs)
@@ -307,9 +382,12 @@ FailureOr<bool> foldExtremum(NodeContext &ctx) {
   return foldElementwise(
       ctx, inputs, DType::Undefined,
       [](ArrayRef<double> a) {
+        // NaN propagates, as in numpy.maximum and the converted form.
         double r = a[0];
         for (double v : a)
-          r = IsMax ? std::max(r, v) : std::min(r, v);
+          r = std::isnan(r) || std::isnan(v) ? NAN
+              : IsMax                        ? std::max(r, v)
+                                             : std::min(r, v);
         return r;
       },
       [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
@@ -334,7 +412,10 @@ bool comparePredicate(double order) {
 
 template <ds::ComparePredicate Predicate>
 FailureOr<bool> foldCompare(NodeContext &ctx) {
-  auto inputs = constInputs(ctx);
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx, 2);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
   if (inputs.size() != 2 || inputs[0]->dtype != inputs[1]->dtype)
     return ctx.error("expects 2 inputs of the same element type");
   return foldElementwise(
@@ -342,7 +423,9 @@ FailureOr<bool> foldCompare(NodeContext &ctx) {
       [](ArrayRef<double> a) -> double {
         if (std::isnan(a[0]) || std::isnan(a[1]))
           return 0.0;
-        return comparePredicate<Predicate>(a[0] - a[1]) ? 1.0 : 0.0;
+        // Not a[0] - a[1]: that is NaN for two equal infinities.
+        int order = a[0] < a[1] ? -1 : a[0] > a[1] ? 1 : 0;
+        return comparePredicate<Predicate>(order) ? 1.0 : 0.0;
       },
       [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
         int order = a[0] < a[1] ? -1 : a[0] > a[1] ? 1 : 0;
@@ -351,7 +434,10 @@ FailureOr<bool> foldCompare(NodeContext &ctx) {
 }
 
 FailureOr<bool> foldWhere(NodeContext &ctx) {
-  auto inputs = constInputs(ctx);
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx, 3);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
   if (inputs.size() != 3 || inputs[0]->dtype != DType::Bool)
     return ctx.error("expects a BOOL condition and two values");
   if (inputs[1]->dtype != inputs[2]->dtype)
@@ -388,10 +474,33 @@ LogicalResult convertBinary(NodeContext &ctx) {
   return ctx.emit<OpTy>(0, {*lhs, *rhs});
 }
 
-template <typename OpTy>
+/// The element types a ds op computes on.
+enum class ElementKind { Float, Numeric, Bool };
+
+/// Fails with an error naming the input and the types the op takes, so that
+/// a type ONNX or ds does not allow is reported in ONNX terms rather than by
+/// the ds op's verifier.
+LogicalResult requireElementKind(NodeContext &ctx, unsigned inputIndex,
+                                 Value value, ElementKind kind) {
+  Type element = getElementTypeOrSelf(value.getType());
+  bool ok = kind == ElementKind::Float  ? isa<FloatType>(element)
+            : kind == ElementKind::Bool ? element.isInteger(1)
+                                        : !element.isInteger(1);
+  if (ok)
+    return success();
+  const char *expected = kind == ElementKind::Float ? "f32, f16 or bf16"
+                         : kind == ElementKind::Bool
+                             ? "bool"
+                             : "f32, f16, bf16, i64 or i32";
+  return ctx.error("input " + Twine(inputIndex) + " has element type " +
+                   dtypeName(static_cast<int32_t>(fromMlirElementType(element))) +
+                   ", but " + ctx.node.op_type() + " takes " + expected);
+}
+
+template <typename OpTy, ElementKind Kind>
 LogicalResult convertUnary(NodeContext &ctx) {
   FailureOr<Value> input = ctx.input(0);
-  if (failed(input))
+  if (failed(input) || failed(requireElementKind(ctx, 0, *input, Kind)))
     return failure();
   return ctx.emit<OpTy>(0, {*input});
 }
@@ -431,7 +540,8 @@ LogicalResult convertPow(NodeContext &ctx) {
 LogicalResult convertLeakyRelu(NodeContext &ctx) {
   FailureOr<Value> input = ctx.input(0);
   float alpha;
-  if (failed(input) || failed(ctx.floatAttr("alpha", alpha, 0.01f)))
+  if (failed(input) || failed(ctx.floatAttr("alpha", alpha, 0.01f)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
     return failure();
   return ctx.emit<ds::LeakyReluOp>(
       0, {*input}, {ctx.named("alpha", ctx.builder().getF32FloatAttr(alpha))});
@@ -440,8 +550,9 @@ LogicalResult convertLeakyRelu(NodeContext &ctx) {
 LogicalResult convertGelu(NodeContext &ctx) {
   FailureOr<Value> input = ctx.input(0);
   std::string approximate;
-  if (failed(input) || failed(ctx.stringAttr("approximate", approximate,
-                                             StringRef("none"))))
+  if (failed(input) ||
+      failed(ctx.stringAttr("approximate", approximate, StringRef("none"))) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
     return failure();
   std::optional<ds::GeluApproximation> kind =
       ds::symbolizeGeluApproximation(approximate);
@@ -463,6 +574,96 @@ LogicalResult convertCompare(NodeContext &ctx) {
       0, {*lhs, *rhs},
       {ctx.named("predicate",
                  ds::ComparePredicateAttr::get(ctx.context(), Predicate))});
+}
+
+/// ds.compare `predicate` of two values.
+FailureOr<Value> emitCompare(NodeContext &ctx, ds::ComparePredicate predicate,
+                             Value lhs, Value rhs) {
+  FailureOr<Operation *> op = ctx.create<ds::CompareOp>(
+      {lhs, rhs},
+      {ctx.named("predicate",
+                 ds::ComparePredicateAttr::get(ctx.context(), predicate))});
+  if (failed(op))
+    return failure();
+  return (*op)->getResult(0);
+}
+
+FailureOr<Value> emitWhere(NodeContext &ctx, Value condition, Value lhs,
+                           Value rhs) {
+  FailureOr<Operation *> op = ctx.create<ds::WhereOp>({condition, lhs, rhs});
+  if (failed(op))
+    return failure();
+  return (*op)->getResult(0);
+}
+
+/// ds has no max or min op; max(a, b) is where(a < b, b, a) and min(a, b)
+/// where(b < a, b, a). That keeps a NaN in `a`; for floats a second where
+/// (b == b ? r : b) keeps a NaN in `b`, so NaN propagates as in
+/// numpy.maximum, ONNX's reference.
+template <bool IsMax>
+LogicalResult convertExtremum(NodeContext &ctx) {
+  if (ctx.numInputs() == 0)
+    return ctx.error("expects at least one input");
+  FailureOr<Value> result = ctx.input(0);
+  if (failed(result))
+    return failure();
+  Type element = getElementTypeOrSelf(result->getType());
+  if (element.isInteger(1))
+    return ctx.error("does not apply to BOOL values");
+  for (unsigned i = 1, e = ctx.numInputs(); i < e; ++i) {
+    FailureOr<Value> next = ctx.input(i);
+    if (failed(next))
+      return failure();
+    if (getElementTypeOrSelf(next->getType()) != element)
+      return ctx.error("operand element types differ");
+    Value a = *result, b = *next;
+    FailureOr<Value> less = IsMax
+                                ? emitCompare(ctx, ds::ComparePredicate::lt, a, b)
+                                : emitCompare(ctx, ds::ComparePredicate::lt, b, a);
+    if (failed(less))
+      return failure();
+    result = emitWhere(ctx, *less, b, a);
+    if (failed(result))
+      return failure();
+    if (isa<FloatType>(element)) {
+      FailureOr<Value> ordered =
+          emitCompare(ctx, ds::ComparePredicate::eq, b, b);
+      if (failed(ordered))
+        return failure();
+      result = emitWhere(ctx, *ordered, *result, b);
+      if (failed(result))
+        return failure();
+    }
+  }
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// |x| as where(x < 0, -x, x); ds has no abs op.
+LogicalResult convertAbs(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input))
+    return failure();
+  Type element = getElementTypeOrSelf(input->getType());
+  DType dtype = fromMlirElementType(element);
+  if (dtype == DType::Bool)
+    return ctx.error("does not apply to BOOL values");
+  FailureOr<Value> zero = ctx.materialize(
+      isFloatDType(dtype) ? HostTensor::ofFloats(dtype, {}, {0.0})
+                          : HostTensor::ofInts(dtype, {}, {0}));
+  if (failed(zero))
+    return failure();
+  FailureOr<Value> negative =
+      emitCompare(ctx, ds::ComparePredicate::lt, *input, *zero);
+  FailureOr<Operation *> negated = ctx.create<ds::NegOp>({*input});
+  if (failed(negative) || failed(negated))
+    return failure();
+  FailureOr<Value> result =
+      emitWhere(ctx, *negative, (*negated)->getResult(0), *input);
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
+  return success();
 }
 
 LogicalResult convertWhere(NodeContext &ctx) {
@@ -510,7 +711,10 @@ FailureOr<bool> foldCast(NodeContext &ctx) {
   DType to = DType::Undefined;
   if (failed(readCastTarget(ctx, to)))
     return failure();
-  ctx.setOutputConst(0, ctx.constInput(0)->castTo(to));
+  FailureOr<const HostTensor *> input = foldInput(ctx, 0);
+  if (failed(input))
+    return failure();
+  ctx.setOutputConst(0, (*input)->castTo(to));
   return true;
 }
 
@@ -553,7 +757,8 @@ template <typename OpTy>
 LogicalResult convertSoftmax(NodeContext &ctx) {
   FailureOr<Value> input = ctx.input(0);
   int64_t axis;
-  if (failed(input) || failed(ctx.intAttr("axis", axis, -1)))
+  if (failed(input) || failed(ctx.intAttr("axis", axis, -1)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
     return failure();
   FailureOr<int64_t> normalized = ctx.normalizeAxis(
       axis, cast<RankedTensorType>(input->getType()).getRank());
@@ -611,6 +816,17 @@ LogicalResult convertBatchNorm(NodeContext &ctx) {
       failed(ctx.floatAttr("momentum", momentum, 0.9f)) ||
       failed(ctx.intAttr("training_mode", training, 0)))
     return failure();
+  // BatchNormalization-9 (opsets 9-13) has no training_mode: listing the
+  // running statistics (or the saved statistics) as outputs selects
+  // training mode. PyTorch exports training-mode BatchNorm at opset 13 so.
+  bool version9 = ctx.opset < 14;
+  if (version9 && (ctx.hasOutput(1) || ctx.hasOutput(2) || ctx.hasOutput(3) ||
+                   ctx.hasOutput(4)))
+    training = 1;
+  if (!version9 && ctx.numOutputs() > 3)
+    return ctx.error("has " + Twine(ctx.numOutputs()) +
+                     " outputs; since opset 14 BatchNormalization has at most "
+                     "3 (Y, running_mean, running_var)");
   auto &b = ctx.builder();
   if (!training) {
     if (ctx.hasOutput(1) || ctx.hasOutput(2))
@@ -624,8 +840,28 @@ LogicalResult convertBatchNorm(NodeContext &ctx) {
                  ctx.named("momentum", b.getF32FloatAttr(momentum))});
   if (failed(op))
     return failure();
-  for (unsigned i = 0; i < 3; ++i)
+  for (unsigned i = 0; i < 4; ++i)
     ctx.setOutput(i, (*op)->getResult(i));
+  if (ctx.hasOutput(4)) {
+    // BatchNormalization-9's saved_var is the batch variance; the op keeps
+    // the inverse standard deviation, so var = (1 / inv_std)^2 - epsilon.
+    Value invStd = (*op)->getResult(4);
+    FailureOr<Value> eps =
+        ctx.materialize(HostTensor::ofFloats(DType::Float, {}, {epsilon}));
+    FailureOr<Operation *> std = ctx.create<ds::ReciprocalOp>({invStd});
+    if (failed(eps) || failed(std))
+      return failure();
+    Value stdValue = (*std)->getResult(0);
+    FailureOr<Operation *> square =
+        ctx.create<ds::MulOp>({stdValue, stdValue});
+    if (failed(square))
+      return failure();
+    FailureOr<Operation *> var =
+        ctx.create<ds::SubOp>({(*square)->getResult(0), *eps});
+    if (failed(var))
+      return failure();
+    ctx.setOutput(4, (*var)->getResult(0));
+  }
   return success();
 }
 
@@ -683,10 +919,38 @@ LogicalResult convertReduce(NodeContext &ctx) {
     ctx.setOutput(0, *input); // noop_with_empty_axes
     return success();
   }
-  return ctx.emit<OpTy>(
-      0, {*input},
+  // ReduceMax takes bool since opset 20 (an "any"); ds reductions are
+  // numeric, so reduce the values as i32 and convert back, which is exact.
+  bool isBool = type.getElementType().isInteger(1);
+  if (isBool && !std::is_same_v<OpTy, ds::ReduceMaxOp>)
+    return ctx.error("does not apply to BOOL values");
+  Value operand = *input;
+  Type i32 = ctx.builder().getI32Type();
+  if (isBool) {
+    FailureOr<Operation *> widened = ctx.createTyped<ds::CastOp>(
+        {RankedTensorType::get(type.getShape(), i32)}, {operand});
+    if (failed(widened))
+      return failure();
+    operand = (*widened)->getResult(0);
+  }
+  FailureOr<Operation *> op = ctx.create<OpTy>(
+      {operand},
       {ctx.named("axes", ctx.builder().getDenseI64ArrayAttr(**axes)),
        ctx.named("keepdims", ctx.builder().getBoolAttr(keepdims != 0))});
+  if (failed(op))
+    return failure();
+  Value result = (*op)->getResult(0);
+  if (isBool) {
+    auto reduced = cast<RankedTensorType>(result.getType());
+    FailureOr<Operation *> narrowed = ctx.createTyped<ds::CastOp>(
+        {RankedTensorType::get(reduced.getShape(), type.getElementType())},
+        {result});
+    if (failed(narrowed))
+      return failure();
+    result = (*narrowed)->getResult(0);
+  }
+  ctx.setOutput(0, result);
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -837,7 +1101,10 @@ LogicalResult convertReshapeLike(NodeContext &ctx) {
 
 template <ShapeFn Compute>
 FailureOr<bool> foldReshapeLike(NodeContext &ctx) {
-  const HostTensor *input = ctx.constInput(0);
+  FailureOr<const HostTensor *> known = foldInput(ctx, 0);
+  if (failed(known))
+    return failure();
+  const HostTensor *input = *known;
   FailureOr<SmallVector<int64_t>> shape = Compute(ctx, input->shape);
   if (failed(shape))
     return failure();
@@ -866,7 +1133,10 @@ LogicalResult convertExpand(NodeContext &ctx) {
 }
 
 FailureOr<bool> foldExpand(NodeContext &ctx) {
-  const HostTensor *input = ctx.constInput(0);
+  FailureOr<const HostTensor *> known = foldInput(ctx, 0);
+  if (failed(known))
+    return failure();
+  const HostTensor *input = *known;
   FailureOr<SmallVector<int64_t>> shape = expandShape(ctx, input->shape);
   if (failed(shape))
     return failure();
@@ -903,7 +1173,10 @@ LogicalResult convertTranspose(NodeContext &ctx) {
 }
 
 FailureOr<bool> foldTranspose(NodeContext &ctx) {
-  const HostTensor *input = ctx.constInput(0);
+  FailureOr<const HostTensor *> known = foldInput(ctx, 0);
+  if (failed(known))
+    return failure();
+  const HostTensor *input = *known;
   std::optional<SmallVector<int64_t>> perm;
   if (failed(ctx.intsAttr("perm", perm)))
     return failure();
@@ -967,28 +1240,46 @@ LogicalResult convertConcat(NodeContext &ctx) {
     FailureOr<Value> value = ctx.input(i);
     if (failed(value))
       return failure();
-    // Zero-size pieces contribute nothing.
-    if (cast<RankedTensorType>(value->getType()).getNumElements() == 0 &&
-        e > 1)
-      continue;
     inputs.push_back(*value);
   }
   if (inputs.empty())
     return ctx.error("needs at least one input");
-  FailureOr<int64_t> axis =
-      concatAxis(ctx, cast<RankedTensorType>(inputs[0].getType()).getRank());
+  auto first = cast<RankedTensorType>(inputs[0].getType());
+  FailureOr<int64_t> axis = concatAxis(ctx, first.getRank());
   if (failed(axis))
     return failure();
-  if (inputs.size() == 1) {
-    ctx.setOutput(0, inputs[0]);
+  // Check every piece, also those dropped below.
+  for (Value input : inputs) {
+    auto type = cast<RankedTensorType>(input.getType());
+    bool compatible = type.getRank() == first.getRank();
+    for (int64_t d = 0; compatible && d < first.getRank(); ++d)
+      compatible = d == *axis || type.getDimSize(d) == first.getDimSize(d);
+    if (!compatible)
+      return ctx.error("inputs " + shapeString(first.getShape()) + " and " +
+                       shapeString(type.getShape()) + " differ outside axis " +
+                       Twine(*axis));
+  }
+  // Zero-size pieces contribute nothing. When one piece is not empty, the
+  // others are empty along the axis, so dropping them keeps the shape.
+  SmallVector<Value> pieces;
+  for (Value input : inputs)
+    if (cast<RankedTensorType>(input.getType()).getNumElements() != 0)
+      pieces.push_back(input);
+  if (pieces.empty())
+    pieces = inputs;
+  if (pieces.size() == 1) {
+    ctx.setOutput(0, pieces[0]);
     return success();
   }
   return ctx.emit<ds::ConcatOp>(
-      0, inputs, {ctx.named("axis", ctx.builder().getI64IntegerAttr(*axis))});
+      0, pieces, {ctx.named("axis", ctx.builder().getI64IntegerAttr(*axis))});
 }
 
 FailureOr<bool> foldConcat(NodeContext &ctx) {
-  auto inputs = constInputs(ctx);
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
   if (inputs.empty())
     return ctx.error("needs at least one input");
   FailureOr<int64_t> axis = concatAxis(ctx, inputs[0]->rank());
@@ -1048,7 +1339,9 @@ LogicalResult convertSplit(NodeContext &ctx) {
     FailureOr<SmallVector<int64_t>> values = ctx.constInts(1, "split");
     if (failed(values))
       return failure();
-    sizes = *values;
+    // An empty sizes tensor stands for "not given" (as in onnxruntime).
+    if (!values->empty())
+      sizes = *values;
   }
   int64_t outputs = ctx.numOutputs();
   if (!sizes) {
@@ -1124,7 +1417,10 @@ LogicalResult convertSlice(NodeContext &ctx) {
 }
 
 FailureOr<bool> foldSlice(NodeContext &ctx) {
-  const HostTensor *input = ctx.constInput(0);
+  FailureOr<const HostTensor *> known = foldInput(ctx, 0);
+  if (failed(known))
+    return failure();
+  const HostTensor *input = *known;
   FailureOr<SliceSpec> spec = sliceSpec(ctx, input->shape);
   if (failed(spec))
     return failure();
@@ -1189,8 +1485,11 @@ LogicalResult convertGather(NodeContext &ctx) {
 }
 
 FailureOr<bool> foldGather(NodeContext &ctx) {
-  const HostTensor *data = ctx.constInput(0);
-  const HostTensor *indices = ctx.constInput(1);
+  FailureOr<const HostTensor *> knownData = foldInput(ctx, 0),
+                                knownIndices = foldInput(ctx, 1);
+  if (failed(knownData) || failed(knownIndices))
+    return failure();
+  const HostTensor *data = *knownData, *indices = *knownIndices;
   int64_t axis;
   if (failed(ctx.intAttr("axis", axis, 0)))
     return failure();
@@ -1264,7 +1563,10 @@ LogicalResult convertTrilu(NodeContext &ctx) {
 }
 
 FailureOr<bool> foldTrilu(NodeContext &ctx) {
-  const HostTensor *input = ctx.constInput(0);
+  FailureOr<const HostTensor *> known = foldInput(ctx, 0);
+  if (failed(known))
+    return failure();
+  const HostTensor *input = *known;
   int64_t upper, k;
   if (failed(triluParams(ctx, upper, k)))
     return failure();
@@ -1300,6 +1602,12 @@ FailureOr<bool> foldConstant(NodeContext &ctx) {
   const onnx::AttributeProto &attr = ctx.node.attribute(0);
   StringRef name = attr.name();
   if (name == "value") {
+    // Checked here so that the error names the node.
+    if (attr.has_t() && !isHostFoldable(attr.t().data_type()))
+      return ctx.error("a constant of element type " +
+                       dtypeName(attr.t().data_type()) +
+                       " is not supported (dsopt computes on numbers and "
+                       "bool)");
     FailureOr<HostTensor> value = ctx.tensorAttr(attr);
     if (failed(value))
       return failure();
@@ -1344,6 +1652,11 @@ FailureOr<bool> foldConstantOfShape(NodeContext &ctx) {
   double value = 0;
   int64_t intValue = 0;
   if (const onnx::AttributeProto *attr = ctx.findAttr("value")) {
+    if (attr->has_t() && !isHostFoldable(attr->t().data_type()))
+      return ctx.error("value of element type " +
+                       dtypeName(attr->t().data_type()) +
+                       " is not supported (dsopt computes on numbers and "
+                       "bool)");
     FailureOr<HostTensor> tensor = ctx.tensorAttr(*attr);
     if (failed(tensor))
       return failure();
@@ -1361,10 +1674,22 @@ FailureOr<bool> foldConstantOfShape(NodeContext &ctx) {
 }
 
 FailureOr<bool> foldRange(NodeContext &ctx) {
-  const HostTensor *start = ctx.constInput(0), *limit = ctx.constInput(1),
-                   *delta = ctx.constInput(2);
-  if (!start || !limit || !delta)
-    return ctx.error("start, limit and delta are required");
+  // Range's inputs act as attributes, so float initializers count as known.
+  const HostTensor *operands[3];
+  static const char *const names[] = {"start", "limit", "delta"};
+  for (unsigned i = 0; i < 3; ++i) {
+    if (!ctx.hasInput(i))
+      return ctx.error("input " + Twine(i) + " ('" + names[i] +
+                       "') is required but missing");
+    operands[i] = ctx.constInput(i, /*readParameters=*/true);
+    if (!operands[i])
+      return ctx.error("input " + Twine(i) + " ('" + names[i] + "', value '" +
+                       ctx.node.input(i) +
+                       "') must be known at compile time; dsopt needs static "
+                       "shapes");
+  }
+  const HostTensor *start = operands[0], *limit = operands[1],
+                   *delta = operands[2];
   for (const HostTensor *t : {start, limit, delta})
     if (t->numElements() != 1 || t->dtype != start->dtype)
       return ctx.error("start, limit and delta must be scalars of one type");
@@ -1374,18 +1699,23 @@ FailureOr<bool> foldRange(NodeContext &ctx) {
     if (d == 0 || std::isnan(d))
       return ctx.error("delta must be non-zero");
     double count = std::ceil((limit->floatAt(0) - start->floatAt(0)) / d);
-    n = count > 0 ? static_cast<int64_t>(count) : 0;
+    if (std::isnan(count))
+      return ctx.error("start and limit must be finite");
     if (count > static_cast<double>(kMaxFoldElements) * 16)
       return ctx.error("Range of " + std::to_string(count) +
                        " elements is too large");
+    n = count > 0 ? static_cast<int64_t>(count) : 0;
   } else {
     int64_t d = delta->intAt(0);
     if (d == 0)
       return ctx.error("delta must be non-zero");
-    int64_t span = limit->intAt(0) - start->intAt(0);
-    n = std::max<int64_t>(0, span / d + ((span % d != 0) && ((span < 0) == (d < 0))));
-    if (n > kMaxFoldElements * 16)
-      return ctx.error("Range of " + Twine(n) + " elements is too large");
+    // 128 bits: limit - start and the division cannot overflow.
+    __int128 span = static_cast<__int128>(limit->intAt(0)) - start->intAt(0);
+    __int128 count = span / d + ((span % d != 0) && ((span < 0) == (d < 0)));
+    if (count > kMaxFoldElements * 16)
+      return ctx.error("Range of " + std::to_string(static_cast<double>(count)) +
+                       " elements is too large");
+    n = std::max<int64_t>(0, static_cast<int64_t>(count));
   }
   HostTensor result;
   result.dtype = start->dtype;
@@ -1400,6 +1730,20 @@ FailureOr<bool> foldRange(NodeContext &ctx) {
   }
   ctx.setOutputConst(0, std::move(result));
   return true;
+}
+
+/// Converter of an op that exists only as a constant (ConstantOfShape,
+/// Range). The importer folds a node only when its inputs are known without
+/// reading float initializers; the folder reads its inputs itself (float
+/// initializers included) and names the input that is not known.
+template <FoldFn Fold>
+LogicalResult convertByFolding(NodeContext &ctx) {
+  FailureOr<bool> folded = Fold(ctx);
+  if (failed(folded))
+    return failure();
+  if (!*folded)
+    return ctx.error("the result is too large to compute at compile time");
+  return success();
 }
 
 FailureOr<bool> foldShape(NodeContext &ctx) {
@@ -1441,7 +1785,10 @@ LogicalResult convertIdentity(NodeContext &ctx) {
 }
 
 FailureOr<bool> foldIdentity(NodeContext &ctx) {
-  ctx.setOutputConst(0, *ctx.constInput(0));
+  FailureOr<const HostTensor *> input = foldInput(ctx, 0);
+  if (failed(input))
+    return failure();
+  ctx.setOutputConst(0, **input);
   return true;
 }
 
@@ -1453,20 +1800,34 @@ LogicalResult convertDropout(NodeContext &ctx) {
   FailureOr<Value> input = ctx.input(0);
   if (failed(input))
     return failure();
+  // ratio and training_mode decide which op dsopt emits, so they must be
+  // known when compiling.
+  auto scalarInput = [&](unsigned i, StringRef what) -> const HostTensor * {
+    const HostTensor *value = ctx.constInput(i, /*readParameters=*/true);
+    if (!value || value->numElements() != 1) {
+      (void)ctx.error("input " + Twine(i) + " ('" + what + "', value '" +
+                      ctx.node.input(i) +
+                      "') must be a scalar known at compile time");
+      return nullptr;
+    }
+    return value;
+  };
   double ratio = 0.5;
   bool training = false;
   if (ctx.hasInput(1)) {
-    const HostTensor *value = ctx.constInput(1, /*readParameters=*/true);
-    if (!value || value->numElements() != 1)
-      return ctx.error("ratio must be a scalar known at compile time");
+    const HostTensor *value = scalarInput(1, "ratio");
+    if (!value)
+      return failure();
     ratio = value->floatAt(0);
   }
   if (ctx.hasInput(2)) {
-    const HostTensor *value = ctx.constInput(2, /*readParameters=*/true);
-    if (!value || value->numElements() != 1)
-      return ctx.error("training_mode must be a scalar known at compile time");
+    const HostTensor *value = scalarInput(2, "training_mode");
+    if (!value)
+      return failure();
     training = value->intAt(0) != 0;
   }
+  if (!(ratio >= 0 && ratio < 1))
+    return ctx.error("ratio " + numberString(ratio) + " is not in [0, 1)");
   auto type = cast<RankedTensorType>(input->getType());
   if (!training || ratio == 0) {
     ctx.setOutput(0, *input);
@@ -1481,11 +1842,13 @@ LogicalResult convertDropout(NodeContext &ctx) {
   }
   int64_t seed;
   // Without a seed attribute, derive one from the node so every dropout
-  // draws its own mask and compilation stays deterministic.
+  // draws its own mask and compilation stays deterministic. xxh3 is stable
+  // across runs and LLVM versions; llvm::hash_value is not (it is seeded
+  // per process when LLVM has ABI-breaking checks).
   if (failed(ctx.intAttr("seed", seed,
-                         static_cast<int64_t>(llvm::hash_value(
-                             ctx.node.name() + ctx.node.output(0))) &
-                             0x7fffffff)))
+                         static_cast<int64_t>(llvm::xxh3_64bits(
+                             ctx.node.name() + "/" + ctx.node.output(0)) &
+                                              0x7fffffff))))
     return failure();
   auto &b = ctx.builder();
   FailureOr<Operation *> op = ctx.create<ds::DropoutOp>(
@@ -1570,7 +1933,8 @@ FailureOr<Window> readWindow(NodeContext &ctx, ArrayRef<int64_t> inputShape,
   window.dilations = dilations.value_or(SmallVector<int64_t>(spatial, 1));
   if (!allowDilations &&
       llvm::any_of(window.dilations, [](int64_t d) { return d != 1; }))
-    return ctx.error("dilations other than 1 are not supported here");
+    return ctx.error("dilations other than 1 are not supported for " +
+                     ctx.node.op_type() + " (ds.avg_pool has none)");
   if (static_cast<int64_t>(window.strides.size()) != spatial ||
       static_cast<int64_t>(window.dilations.size()) != spatial)
     return ctx.error("strides and dilations need " + Twine(spatial) +
@@ -1610,7 +1974,13 @@ LogicalResult convertConv(NodeContext &ctx) {
   int64_t group;
   if (failed(input) || failed(weight) || failed(ctx.intAttr("group", group, 1)))
     return failure();
+  auto inputType = cast<RankedTensorType>(input->getType());
   auto weightType = cast<RankedTensorType>(weight->getType());
+  if (inputType.getRank() < 3 || weightType.getRank() != inputType.getRank())
+    return ctx.error("input " + shapeString(inputType.getShape()) +
+                     " and weight " + shapeString(weightType.getShape()) +
+                     " must be [N, C, D...] and [M, C / group, K...] of the "
+                     "same rank");
   SmallVector<int64_t> weightKernel(weightType.getShape().drop_front(2));
   std::optional<SmallVector<int64_t>> kernel;
   if (failed(ctx.intsAttr("kernel_shape", kernel)))
@@ -1644,13 +2014,15 @@ LogicalResult convertMaxPool(NodeContext &ctx) {
   FailureOr<Value> input = ctx.input(0);
   std::optional<SmallVector<int64_t>> kernel;
   int64_t ceilMode;
+  // storage_order only changes how the Indices output counts.
+  int64_t storageOrder;
   if (failed(input) || failed(ctx.intsAttr("kernel_shape", kernel)) ||
       failed(ctx.intAttr("ceil_mode", ceilMode, 0)) ||
-      failed(ctx.requireIntAttr("storage_order", 0,
-                                "only row-major indices are supported")))
+      failed(ctx.intAttr("storage_order", storageOrder, 0)))
     return failure();
   if (ctx.hasOutput(1))
-    return ctx.error("the Indices output is not supported");
+    return ctx.error("the Indices output is not supported (ds.max_pool "
+                     "computes values only)");
   FailureOr<Window> window =
       readWindow(ctx, cast<RankedTensorType>(input->getType()).getShape(),
                  kernel, /*allowDilations=*/true);
@@ -1821,18 +2193,18 @@ struct Registry {
     add("", "Mul", op(convertBinary<MulOp>, foldArith<mulF, mulI>, "ds.mul"));
     add("", "Div", op(convertBinary<DivOp>, foldDiv, "ds.div"));
     add("", "Pow", op(convertPow, foldPow, "ds.pow (exponent cast to the base type)"));
-    add("", "Sqrt", op(convertUnary<SqrtOp>, foldFloatUnary<sqrtF>, "ds.sqrt"));
-    add("", "Reciprocal", op(convertUnary<ReciprocalOp>, foldFloatUnary<reciprocalF>, "ds.reciprocal"));
-    add("", "Exp", op(convertUnary<ExpOp>, foldFloatUnary<expF>, "ds.exp"));
-    add("", "Log", op(convertUnary<LogOp>, foldFloatUnary<logF>, "ds.log"));
-    add("", "Tanh", op(convertUnary<TanhOp>, foldFloatUnary<tanhF>, "ds.tanh"));
-    add("", "Erf", op(convertUnary<ErfOp>, foldFloatUnary<erfF>, "ds.erf"));
-    add("", "Sigmoid", op(convertUnary<SigmoidOp>, foldFloatUnary<sigmoidF>, "ds.sigmoid"));
-    add("", "Neg", op(convertUnary<NegOp>, foldNeg, "ds.neg"));
-    add("", "Relu", op(convertUnary<ReluOp>, foldRelu, "ds.relu"));
+    add("", "Sqrt", op(convertUnary<SqrtOp, ElementKind::Float>, foldFloatUnary<sqrtF>, "ds.sqrt"));
+    add("", "Reciprocal", op(convertUnary<ReciprocalOp, ElementKind::Float>, foldFloatUnary<reciprocalF>, "ds.reciprocal"));
+    add("", "Exp", op(convertUnary<ExpOp, ElementKind::Float>, foldFloatUnary<expF>, "ds.exp"));
+    add("", "Log", op(convertUnary<LogOp, ElementKind::Float>, foldFloatUnary<logF>, "ds.log"));
+    add("", "Tanh", op(convertUnary<TanhOp, ElementKind::Float>, foldFloatUnary<tanhF>, "ds.tanh"));
+    add("", "Erf", op(convertUnary<ErfOp, ElementKind::Float>, foldFloatUnary<erfF>, "ds.erf"));
+    add("", "Sigmoid", op(convertUnary<SigmoidOp, ElementKind::Float>, foldFloatUnary<sigmoidF>, "ds.sigmoid"));
+    add("", "Neg", op(convertUnary<NegOp, ElementKind::Numeric>, foldNeg, "ds.neg"));
+    add("", "Relu", op(convertUnary<ReluOp, ElementKind::Numeric>, foldRelu, "ds.relu"));
     add("", "LeakyRelu", op(convertLeakyRelu, nullptr, "ds.leaky_relu"));
     add("", "Gelu", op(convertGelu, nullptr, "ds.gelu (opset 20+)"));
-    add("", "Not", op(convertUnary<NotOp>, foldNot, "ds.not"));
+    add("", "Not", op(convertUnary<NotOp, ElementKind::Bool>, foldNot, "ds.not"));
     add("", "Equal", op(convertCompare<ComparePredicate::eq>, foldCompare<ComparePredicate::eq>, "ds.compare eq"));
     add("", "Less", op(convertCompare<ComparePredicate::lt>, foldCompare<ComparePredicate::lt>, "ds.compare lt"));
     add("", "LessOrEqual", op(convertCompare<ComparePredicate::le>, foldCompare<ComparePredicate::le>, "ds.compare le"));
@@ -1840,9 +2212,9 @@ struct Registry {
     add("", "GreaterOrEqual", op(convertCompare<ComparePredicate::ge>, foldCompare<ComparePredicate::ge>, "ds.compare ge"));
     add("", "Where", op(convertWhere, foldWhere, "ds.where"));
     add("", "Cast", op(convertCast, foldCast, "ds.cast"));
-    add("", "Abs", op(nullptr, foldAbs, "shape arithmetic only (folded)"));
-    add("", "Max", op(nullptr, foldExtremum<true>, "shape arithmetic only (folded)"));
-    add("", "Min", op(nullptr, foldExtremum<false>, "shape arithmetic only (folded)"));
+    add("", "Abs", op(convertAbs, foldAbs, "ds.where(x < 0, -x, x)"));
+    add("", "Max", op(convertExtremum<true>, foldExtremum<true>, "ds.where of ds.compare, pairwise"));
+    add("", "Min", op(convertExtremum<false>, foldExtremum<false>, "ds.where of ds.compare, pairwise"));
     // Linear algebra, normalization, reductions
     add("", "MatMul", op(convertMatMul, nullptr, "ds.matmul"));
     add("", "Gemm", op(convertGemm, nullptr, "ds.gemm"));
@@ -1869,8 +2241,8 @@ struct Registry {
     add("", "Dropout", op(convertDropout, nullptr, "removed in inference mode, ds.dropout in training mode"));
     // Constants
     add("", "Constant", op(nullptr, foldConstant, "ds.constant"));
-    add("", "ConstantOfShape", op(nullptr, foldConstantOfShape, "ds.constant (splat)"));
-    add("", "Range", op(nullptr, foldRange, "ds.constant"));
+    add("", "ConstantOfShape", op(convertByFolding<foldConstantOfShape>, foldConstantOfShape, "ds.constant (splat)"));
+    add("", "Range", op(convertByFolding<foldRange>, foldRange, "ds.constant"));
     add("", "Shape", OpHandler{nullptr, foldShape, true, "folded (static shapes)"});
     add("", "Size", OpHandler{nullptr, foldSize, true, "folded (static shapes)"});
     // Losses, convolution, pooling
@@ -2005,23 +2377,26 @@ FailureOr<SliceSpec> sliceSpec(NodeContext &ctx, ArrayRef<int64_t> inputShape) {
     int64_t dim = inputShape[*axis], step = steps[i];
     if (step == 0)
       return ctx.error("steps must be non-zero");
-    // ONNX clamps starts and ends into the axis; INT64_MIN/MAX mean "to the
-    // end".
+    // Negative starts and ends count from the end; then ONNX clamps starts
+    // into [0, dim] (positive steps) or [0, dim - 1] (negative steps), and
+    // ends into [0, dim] or [-1, dim - 1], so INT64_MIN/MAX mean "to the
+    // end" in either direction.
     auto clampIndex = [&](int64_t v, int64_t low, int64_t high) {
       if (v < 0)
-        v = v < -dim ? low : v + dim;
+        v = v < -dim ? low : v + dim; // no overflow for INT64_MIN
       return std::clamp(v, low, high);
     };
-    int64_t start, end;
+    int64_t start = 0, end = 0, size = 0;
     if (step > 0) {
       start = clampIndex((*starts)[i], 0, dim);
       end = clampIndex((*ends)[i], 0, dim);
-    } else {
-      start = clampIndex((*starts)[i], -1, dim - 1);
+      size = llvm::divideCeil(std::max<int64_t>(0, end - start), step);
+    } else if (dim > 0) {
+      start = clampIndex((*starts)[i], 0, dim - 1);
       end = clampIndex((*ends)[i], -1, dim - 1);
+      int64_t magnitude = step == INT64_MIN ? INT64_MAX : -step;
+      size = llvm::divideCeil(std::max<int64_t>(0, start - end), magnitude);
     }
-    int64_t size = step > 0 ? llvm::divideCeil(std::max<int64_t>(0, end - start), step)
-                            : llvm::divideCeil(std::max<int64_t>(0, start - end), -step);
     spec.offsets[*axis] = size > 0 ? start : 0;
     spec.strides[*axis] = step;
     spec.sizes[*axis] = size;
