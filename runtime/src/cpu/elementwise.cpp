@@ -359,20 +359,6 @@ void where(Stream &s, const Tensor &cond, const Tensor &a, const Tensor &b, cons
 
 namespace {
 
-// Float to integer truncates toward zero; NaN becomes 0 and values outside
-// the integer's range saturate (the conversion is otherwise undefined).
-template <typename I> I float_to_int(float v) {
-  constexpr float lo = static_cast<float>(std::numeric_limits<I>::min());
-  constexpr float hi = static_cast<float>(std::numeric_limits<I>::max());  // rounds up to 2^k
-  if (!(v == v))
-    return 0;
-  if (v <= lo)
-    return std::numeric_limits<I>::min();
-  if (v >= hi)
-    return std::numeric_limits<I>::max();
-  return static_cast<I>(v);
-}
-
 template <typename From, typename To> To convert(From v) {
   constexpr bool from_float = std::is_same_v<typename Elem<From>::compute, float>;
   constexpr bool to_float_type = std::is_same_v<typename Elem<To>::compute, float>;

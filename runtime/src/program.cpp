@@ -1,0 +1,358 @@
+// dsrt: the runner of generated programs.
+#include "dsrt/program.h"
+
+#include "dsrt/npy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <omp.h>
+#include <sstream>
+#include <sys/stat.h>
+
+namespace dsrt {
+namespace {
+
+double now_us() {
+  using namespace std::chrono;
+  return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string directory_of(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+}
+
+// Input and output files are named after the graph's values; characters that
+// cannot appear in a file name become '_'.
+std::string file_name_for(const std::string &name) {
+  std::string out = name;
+  for (char &c : out)
+    if (c == '/' || c == '\0') c = '_';
+  return out;
+}
+
+std::string json_escape(const std::string &text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buffer[8];
+      snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+      out += buffer;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+struct AlignedFree {
+  void operator()(uint8_t *p) const { std::free(p); }
+};
+
+}  // namespace
+
+//===--- MemoryMonitor ----------------------------------------------------===//
+
+void MemoryMonitor::acquire(int64_t offset, int64_t size) {
+  if (offset < 0 || size < 0)
+    throw Error("memory plan: invalid slot at offset " + std::to_string(offset));
+  if (size == 0) return;
+  auto next = live_.lower_bound(offset);
+  if (next != live_.end() && next->first < offset + size)
+    throw Error("memory plan violated: slot [" + std::to_string(offset) + ", " +
+                std::to_string(offset + size) + ") overlaps the live slot at " +
+                std::to_string(next->first));
+  if (next != live_.begin()) {
+    auto previous = std::prev(next);
+    if (previous->first + previous->second > offset)
+      throw Error("memory plan violated: slot at " + std::to_string(offset) +
+                  " overlaps the live slot [" + std::to_string(previous->first) + ", " +
+                  std::to_string(previous->first + previous->second) + ")");
+  }
+  live_[offset] = size;
+  live_bytes_ += size;
+  peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
+  high_water_mark_ = std::max(high_water_mark_, offset + size);
+}
+
+void MemoryMonitor::release(int64_t offset) {
+  auto it = live_.find(offset);
+  if (it == live_.end()) {
+    // A zero-size slot is never recorded; releasing it is fine.
+    return;
+  }
+  live_bytes_ -= it->second;
+  live_.erase(it);
+}
+
+//===--- Tracer ------------------------------------------------------------===//
+
+void Tracer::begin(int64_t op) {
+  (void)op;
+  open_begin_ = now_us();
+}
+
+void Tracer::end(int64_t op) { slices_.push_back({op, open_begin_, now_us()}); }
+
+void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) const {
+  std::ofstream out(path);
+  if (!out) throw Error("cannot write trace file '" + path + "'");
+  out << "{\"traceEvents\": [\n";
+  out << "  {\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " << rank
+      << ", \"args\": {\"name\": \"rank " << rank << "\"}}";
+  double origin = slices_.empty() ? 0 : slices_.front().begin_us;
+  for (const Slice &slice : slices_) {
+    const OpInfo *op = slice.op >= 0 && slice.op < static_cast<int64_t>(info.ops.size())
+                           ? &info.ops[slice.op]
+                           : nullptr;
+    out << ",\n  {\"name\": \"" << json_escape(op ? op->name : "op") << "\", \"cat\": \"compute\""
+        << ", \"ph\": \"X\", \"pid\": " << rank << ", \"tid\": 0, \"ts\": "
+        << slice.begin_us - origin << ", \"dur\": " << slice.end_us - slice.begin_us
+        << ", \"args\": {\"op\": " << slice.op;
+    if (op) {
+      out << ", \"node\": \"" << json_escape(op->location) << "\", \"flops\": " << op->flops
+          << ", \"bytes\": " << op->bytes;
+    }
+    out << "}}";
+  }
+  out << "\n]}\n";
+}
+
+//===--- generated-code helpers -------------------------------------------===//
+
+void fill(const Tensor &t, double value) {
+  int64_t n = t.numel();
+  if (is_float(t.dtype)) {
+    for (int64_t i = 0; i < n; ++i) store_float(t, i, static_cast<float>(value));
+  } else {
+    for (int64_t i = 0; i < n; ++i) store_int(t, i, static_cast<int64_t>(value));
+  }
+}
+
+void set_output(Program &p, int64_t index, const Tensor &value) {
+  if (index >= static_cast<int64_t>(p.outputs.size())) p.outputs.resize(index + 1);
+  p.outputs[index] = value;
+}
+
+void set_model(ProgramInfo &info, const char *path) { info.model_path = path; }
+
+void set_memory_plan(ProgramInfo &info, int64_t arena_bytes, int64_t persistent_bytes,
+                     int64_t peak_live_bytes, int64_t alignment) {
+  info.arena_bytes = arena_bytes;
+  info.persistent_bytes = persistent_bytes;
+  info.peak_live_bytes = peak_live_bytes;
+  info.alignment = alignment;
+}
+
+void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset) {
+  info.inputs.push_back({name, dtype, shape, offset});
+}
+
+void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shape,
+                    int64_t offset, bool trainable, const char *file, int64_t file_offset,
+                    int64_t length) {
+  ParamInfo param;
+  param.name = name;
+  param.dtype = dtype;
+  param.shape = shape;
+  param.offset = offset;
+  param.trainable = trainable;
+  param.file = file;
+  param.file_offset = file_offset;
+  param.length = length;
+  info.params.push_back(param);
+}
+
+void add_param_data(ProgramInfo &info, const char *name, const Tensor &data, int64_t offset,
+                    bool trainable) {
+  ParamInfo param;
+  param.name = name;
+  param.dtype = data.dtype;
+  param.shape = data.shape;
+  param.offset = offset;
+  param.trainable = trainable;
+  param.data = data;
+  info.params.push_back(param);
+}
+
+void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape) {
+  info.outputs.push_back({name, dtype, shape, -1});
+}
+
+void add_op(ProgramInfo &info, const char *name, const char *location, int64_t flops,
+            int64_t bytes) {
+  info.ops.push_back({name, location, flops, bytes});
+}
+
+std::string resolve_weight_file(const ProgramInfo &info, const std::string &weights_dir,
+                                const std::string &file) {
+  std::string dir = weights_dir.empty() ? directory_of(info.model_path) : weights_dir;
+  return dir + "/" + file;
+}
+
+//===--- loading -----------------------------------------------------------===//
+
+namespace {
+
+int64_t slot_size(const ProgramInfo &info, size_t bytes) {
+  int64_t a = info.alignment > 0 ? info.alignment : 1;
+  return (static_cast<int64_t>(bytes) + a - 1) / a * a;
+}
+
+void load_params(Program &p, const std::string &weights_dir) {
+  const ProgramInfo &info = *p.info;
+  for (const ParamInfo &param : info.params) {
+    Tensor slot{p.arena + param.offset, param.dtype, param.shape};
+    p.memory.acquire(param.offset, slot_size(info, slot.nbytes()));
+    if (param.data.data) {
+      std::memcpy(slot.data, param.data.data, slot.nbytes());
+      continue;
+    }
+    std::string path = resolve_weight_file(info, weights_dir, param.file);
+    if (param.length != static_cast<int64_t>(slot.nbytes()))
+      throw Error("parameter '" + param.name + "': " + std::to_string(param.length) +
+                  " bytes in '" + path + "' but its tensor needs " +
+                  std::to_string(slot.nbytes()));
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      throw Error("parameter '" + param.name + "': cannot open '" + path +
+                  "' (use --weights DIR if the model moved)");
+    in.seekg(param.file_offset);
+    in.read(static_cast<char *>(slot.data), param.length);
+    if (in.gcount() != param.length)
+      throw Error("parameter '" + param.name + "': '" + path + "' ends before byte " +
+                  std::to_string(param.file_offset + param.length));
+  }
+}
+
+void load_inputs(Program &p, const std::string &inputs_dir) {
+  const ProgramInfo &info = *p.info;
+  for (const ValueInfo &input : info.inputs) {
+    std::string path = inputs_dir + "/" + file_name_for(input.name) + ".npy";
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0)
+      throw Error("input '" + input.name + "': missing file '" + path + "' (expected " +
+                  dtype_name(input.dtype) + " " + input.shape.str() + ")");
+    NpyArray array = read_npy(path);
+    expect(array, input.dtype, input.shape, "input '" + input.name + "' (" + path + ")");
+    Tensor slot{p.arena + input.offset, input.dtype, input.shape};
+    p.memory.acquire(input.offset, slot_size(info, slot.nbytes()));
+    std::memcpy(slot.data, array.bytes.data(), slot.nbytes());
+  }
+}
+
+struct Options {
+  std::string inputs, outputs, weights, trace;
+  int threads = 0;
+  bool quiet = false;
+};
+
+void usage(const char *argv0) {
+  fprintf(stderr,
+          "usage: %s --inputs DIR --outputs DIR [--weights DIR] [--threads N]\n"
+          "          [--trace FILE] [--quiet]\n"
+          "  --inputs DIR   one <input name>.npy per graph input\n"
+          "  --outputs DIR  receives one <output name>.npy per graph output\n"
+          "  --weights DIR  where the model's weight files are (default: the\n"
+          "                 model's directory at compile time)\n"
+          "  --threads N    threads for kernels (default: all cores)\n"
+          "  --trace FILE   write a Chrome trace of the run (opens in Perfetto)\n",
+          argv0);
+}
+
+bool parse(int argc, char **argv, Options &options) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](std::string &out) {
+      if (i + 1 >= argc) throw Error("option " + arg + " needs a value");
+      out = argv[++i];
+    };
+    if (arg == "--inputs") value(options.inputs);
+    else if (arg == "--outputs") value(options.outputs);
+    else if (arg == "--weights") value(options.weights);
+    else if (arg == "--trace") value(options.trace);
+    else if (arg == "--quiet") options.quiet = true;
+    else if (arg == "--threads") {
+      std::string text;
+      value(text);
+      char *end = nullptr;
+      long n = std::strtol(text.c_str(), &end, 10);
+      if (!end || *end || n < 1) throw Error("--threads expects a positive integer, got '" + text + "'");
+      options.threads = static_cast<int>(n);
+    } else if (arg == "--help" || arg == "-h") {
+      usage(argv[0]);
+      return false;
+    } else {
+      throw Error("unknown option '" + arg + "' (see --help)");
+    }
+  }
+  if (options.inputs.empty() || options.outputs.empty())
+    throw Error("--inputs and --outputs are required (see --help)");
+  return true;
+}
+
+}  // namespace
+
+int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
+  try {
+    Options options;
+    if (!parse(argc, argv, options)) return 0;
+    ProgramInfo info;
+    describe(info);
+
+    Program program;
+    program.info = &info;
+    program.stream = Stream(Backend::Cpu, options.threads);
+    // Generated fused loops use OpenMP's default team size.
+    if (options.threads > 0) omp_set_num_threads(options.threads);
+    size_t bytes = static_cast<size_t>(std::max<int64_t>(info.arena_bytes, 64));
+    std::unique_ptr<uint8_t, AlignedFree> arena(
+        static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    if (!arena) throw Error("cannot allocate the " + std::to_string(bytes) + "-byte arena");
+    program.arena = arena.get();
+    Tracer tracer;
+    if (!options.trace.empty()) program.tracer = &tracer;
+
+    load_params(program, options.weights);
+    load_inputs(program, options.inputs);
+    double start = now_us();
+    run(program);
+    program.stream.synchronize();
+    double elapsed = now_us() - start;
+
+    struct stat st;
+    if (stat(options.outputs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw Error("--outputs '" + options.outputs + "' is not a directory");
+    for (size_t i = 0; i < info.outputs.size(); ++i) {
+      if (i >= program.outputs.size() || !program.outputs[i].data)
+        throw Error("output '" + info.outputs[i].name + "' was not produced");
+      write_npy(options.outputs + "/" + file_name_for(info.outputs[i].name) + ".npy",
+                program.outputs[i]);
+    }
+    if (program.tracer) tracer.write(options.trace, info);
+    if (!options.quiet)
+      fprintf(stderr,
+              "ran %zu ops in %.3f ms; arena: planned %lld bytes, measured high-water "
+              "mark %lld bytes, peak live %lld bytes\n",
+              info.ops.size(), elapsed / 1000.0, static_cast<long long>(info.arena_bytes),
+              static_cast<long long>(program.memory.high_water_mark()),
+              static_cast<long long>(program.memory.peak_live_bytes()));
+    return 0;
+  } catch (const Error &error) {
+    fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  } catch (const std::exception &error) {
+    fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+}
+
+}  // namespace dsrt
