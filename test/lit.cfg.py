@@ -22,7 +22,9 @@ py = config.python
 config.substitutions.extend([
     ("%python", py),
     ("%onnx-import", f"{py} {src}/test/lit/onnx_import.py"),
+    ("%onnx-assemble", f"{py} {src}/test/lit/onnx_import.py --write"),
     ("%zoo-export", f"{py} {src}/test/zoo/export_zoo.py"),
     ("%gen-gpt", f"{py} {src}/test/zoo/gen_gpt.py"),
     ("%srcroot", src),
+    ("%objroot", config.dsopt_obj_root),
 ])

@@ -457,3 +457,61 @@ func.func @unknown_arg_attr(%x: tensor<2xf32> {ds.bogus = 1 : i64}) {
 func.func @output_name(%x: tensor<2xf32>) -> (tensor<2xf32> {ds.output = 1 : i64}) {
   return %x : tensor<2xf32>
 }
+
+// -----
+
+func.func @fused_arguments(%a: tensor<4xf32>) {
+  // expected-error @+1 {{body has 2 arguments for 1 inputs}}
+  %0 = ds.fused(%a) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%x: f32, %y: f32):
+    ds.yield %x : f32
+  }
+  return
+}
+
+// -----
+
+func.func @fused_argument_type(%a: tensor<4xf16>) {
+  // expected-error @+1 {{body argument 0 must be 'f32' for an input of 'tensor<4xf16>'}}
+  %0 = ds.fused(%a) : (tensor<4xf16>) -> tensor<4xf16> {
+  ^bb0(%x: f16):
+    %e = arith.extf %x : f16 to f32
+    ds.yield %e : f32
+  }
+  return
+}
+
+// -----
+
+func.func @fused_broadcast(%a: tensor<3xf32>) {
+  // expected-error @+1 {{input 0 'tensor<3xf32>' does not broadcast to the result 'tensor<4x4xf32>'}}
+  %0 = ds.fused(%a) : (tensor<3xf32>) -> tensor<4x4xf32> {
+  ^bb0(%x: f32):
+    ds.yield %x : f32
+  }
+  return
+}
+
+// -----
+
+func.func @fused_yield_type(%a: tensor<4xf32>) {
+  // expected-error @+1 {{yields 'i64' but the result's elements need 'f32'}}
+  %0 = ds.fused(%a) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%x: f32):
+    %i = arith.fptosi %x : f32 to i64
+    ds.yield %i : i64
+  }
+  return
+}
+
+// -----
+
+func.func @fused_body_ops(%a: tensor<4xf32>) {
+  %0 = ds.fused(%a) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%x: f32):
+    // expected-error @+1 {{is not allowed in a ds.fused body (arith and math ops only)}}
+    %t = emitc.add %x, %x : (f32, f32) -> f32
+    ds.yield %t : f32
+  }
+  return
+}

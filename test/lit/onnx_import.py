@@ -50,12 +50,17 @@ def main():
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument("--expect-error", action="store_true")
     parser.add_argument("--dsopt", default="dsopt")
+    parser.add_argument("--write", metavar="FILE",
+                        help="only assemble the (single) model into FILE")
     parser.add_argument("dsopt_args", nargs="*",
                         help="extra dsopt arguments (after --)")
     args = parser.parse_args()
 
     with open(args.test_file) as f:
         models = split_models(f.read())
+    if args.write:
+        assemble(models[0], args.opset, args.write)
+        return 0
     status = 0
     with tempfile.TemporaryDirectory() as tmp:
         for index, source in enumerate(models):

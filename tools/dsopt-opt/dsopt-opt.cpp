@@ -7,8 +7,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "ds/IR/DsDialect.h"
+#include "dsopt/Conversion/Passes.h"
 #include "dsopt/Transforms/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -17,9 +21,11 @@
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<dsopt::ds::DsDialect, mlir::func::FuncDialect,
-                  mlir::shard::ShardDialect>();
+                  mlir::shard::ShardDialect, mlir::emitc::EmitCDialect,
+                  mlir::arith::ArithDialect, mlir::math::MathDialect>();
   mlir::registerTransformsPasses();
   dsopt::registerDsPasses();
+  dsopt::registerDsConversionPasses();
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "dsopt-opt: the ds dialect and dsopt's passes\n",
       registry));

@@ -1,15 +1,23 @@
 //===- dsopt.cpp - the dsopt compiler driver ------------------------------===//
 //
-//   dsopt model.onnx --emit=mlir            the imported ds IR
+//   dsopt model.onnx -o out/                compile: out/run, out/plan.json,
+//                                           out/plan.txt, out/src/
+//   dsopt model.onnx --emit=mlir            the ds IR after import and cleanup
 //   dsopt model.onnx --emit=summary         inputs, parameters, ops, cost
+//   dsopt model.onnx --emit=plan            plan.json, without building
+//   dsopt model.onnx --emit=cpp             the generated C++ source
 //
 // The driver imports the model, runs the pass pipeline (every stage can be
-// printed with --mlir-print-ir-after-all) and writes what --emit asks for.
+// printed with --mlir-print-ir-after-all) and writes what --emit asks for;
+// without --emit it compiles the model into an executable.
 //
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Analysis/ModelSummary.h"
+#include "dsopt/Analysis/Plan.h"
+#include "dsopt/Conversion/Passes.h"
 #include "dsopt/Import/OnnxImporter.h"
+#include "dsopt/Target/Program.h"
 #include "dsopt/Transforms/Passes.h"
 
 #include "ds/IR/DsDialect.h"
@@ -24,6 +32,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
@@ -56,19 +65,54 @@ cl::opt<std::string> batch(
              "is symbolic"),
     cl::value_desc("N"), cl::cat(inputCategory));
 
-enum class EmitKind { None, Mlir, Summary };
+enum class EmitKind { Build, Mlir, Summary, Plan, Cpp };
 cl::opt<EmitKind> emit(
-    "emit", cl::desc("What to produce"), cl::init(EmitKind::None),
+    "emit",
+    cl::desc("What to produce (default: compile to the -o directory)"),
+    cl::init(EmitKind::Build),
     cl::values(clEnumValN(EmitKind::Mlir, "mlir",
-                          "the ds IR after the pipeline"),
+                          "the ds IR after import and cleanup"),
                clEnumValN(EmitKind::Summary, "summary",
                           "inputs, outputs, parameters, op histogram and "
-                          "cost of the model")),
+                          "cost of the model"),
+               clEnumValN(EmitKind::Plan, "plan",
+                          "plan.json: memory plan, buffers and ops, without "
+                          "building anything"),
+               clEnumValN(EmitKind::Cpp, "cpp", "the generated C++ source")),
     cl::cat(outputCategory));
 
-cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
-                                cl::value_desc("file"), cl::init("-"),
-                                cl::cat(outputCategory));
+cl::opt<std::string> outputFile(
+    "o",
+    cl::desc("Output directory when compiling; output file with --emit "
+             "(default: stdout)"),
+    cl::value_desc("path"), cl::init("-"), cl::cat(outputCategory));
+
+cl::opt<std::string> hostCompiler(
+    "cxx", cl::desc("Host C++ compiler for the generated program (default: "
+                    "$CXX, else c++)"),
+    cl::value_desc("path"), cl::cat(outputCategory));
+
+cl::opt<std::string> symbolPrefix(
+    "symbol-prefix",
+    cl::desc("Prefix of the generated program's functions and constants "
+             "(default: dsopt_), so several programs can share an executable"),
+    cl::value_desc("prefix"), cl::init("dsopt_"), cl::cat(outputCategory));
+
+cl::opt<bool> noMain("no-main",
+                     cl::desc("With --emit=cpp, leave out main(): the program "
+                              "is linked into another executable"),
+                     cl::cat(outputCategory));
+
+cl::opt<bool> printBuildFlags(
+    "print-build-flags",
+    cl::desc("Print how generated programs are compiled and linked against "
+             "libdsrt, and exit"),
+    cl::cat(outputCategory));
+
+cl::opt<bool> noFuse(
+    "no-fuse",
+    cl::desc("Do not fuse elementwise chains into single loops"),
+    cl::cat(outputCategory));
 
 cl::opt<bool> listOps("list-ops",
                       cl::desc("List the supported ONNX operators and exit"),
@@ -228,8 +272,16 @@ EXAMPLES:
 
   if (listOps)
     return listSupportedOps();
+  if (printBuildFlags) {
+    dsopt::RuntimeLocation runtime = dsopt::findRuntime(argv[0]);
+    llvm::outs() << "cxxflags: " << llvm::join(dsopt::programCompileFlags(runtime), " ")
+                 << "\nlibs: " << llvm::join(dsopt::programLinkArguments(runtime), " ")
+                 << "\n";
+    return 0;
+  }
   if (inputFile.empty())
-    return fail("no input model; usage: dsopt <model.onnx> --emit=mlir "
+    return fail("no input model; usage: dsopt <model.onnx> -o OUTDIR, or "
+                "dsopt <model.onnx> --emit=mlir "
                 "(see --help)");
 
   dsopt::OnnxImportOptions options;
@@ -253,9 +305,9 @@ EXAMPLES:
       return fail("--batch expects a positive integer, got '" + batch + "'");
     options.batch = *size;
   }
-  if (emit == EmitKind::None)
-    return fail("code generation is not available yet; choose what to "
-                "produce with --emit=mlir or --emit=summary");
+  if (emit == EmitKind::Build && (outputFile == "-" || outputFile.empty()))
+    return fail("compiling needs an output directory: dsopt " + inputFile +
+                " -o OUTDIR (or choose --emit=mlir|summary|plan|cpp)");
 
   // The output is opened only after import; writing over the model would
   // destroy the bytes that parameters reference by file offset.
@@ -290,25 +342,115 @@ EXAMPLES:
   }
   if (failed(pm.run(*module)))
     return fail("the pass pipeline failed on " + inputFile);
+  pipelineTiming.stop();
 
-  std::string errorMessage;
-  auto output = openOutputFile(outputFile, &errorMessage);
-  if (!output)
-    return fail(errorMessage);
-  if (emit == EmitKind::Mlir) {
-    module->print(output->os());
-    output->os() << "\n";
+  auto writeTo = [&](StringRef path,
+                     llvm::function_ref<LogicalResult(llvm::raw_ostream &)>
+                         write) -> LogicalResult {
+    std::string errorMessage;
+    auto output = openOutputFile(path, &errorMessage);
+    if (!output) {
+      fail(errorMessage);
+      return failure();
+    }
+    if (failed(write(output->os())))
+      return failure();
+    output->os().flush();
+    if (output->os().has_error()) {
+      std::string reason = output->os().error().message();
+      // An unchecked stream error is reported again, fatally, when the
+      // stream is destroyed.
+      output->os().clear_error();
+      fail("cannot write '" + path + "': " + reason);
+      return failure();
+    }
+    output->keep();
+    return success();
+  };
+
+  if (emit == EmitKind::Mlir)
+    return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
+             module->print(os);
+             os << "\n";
+             return success();
+           }))
+               ? 1
+               : 0;
+  if (emit == EmitKind::Summary)
+    return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
+             dsopt::printModelSummary(*module, os);
+             return success();
+           }))
+               ? 1
+               : 0;
+
+  // Memory planning, then the plan, then code generation.
+  PassManager planPm(&context);
+  if (failed(applyPassManagerCLOptions(planPm)))
+    return fail("invalid pass manager options");
+  TimingScope planTiming = rootTiming.nest("memory planning");
+  planPm.enableTiming(planTiming);
+  if (!noFuse)
+    planPm.addNestedPass<func::FuncOp>(dsopt::createDsFuseElementwise());
+  planPm.addNestedPass<func::FuncOp>(dsopt::createDsPlanMemory());
+  if (failed(planPm.run(*module)))
+    return fail("memory planning failed on " + inputFile);
+  planTiming.stop();
+
+  if (emit == EmitKind::Plan)
+    return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
+             return dsopt::writePlanJson(*module, os);
+           }))
+               ? 1
+               : 0;
+
+  if (emit == EmitKind::Build) {
+    if (std::error_code ec = llvm::sys::fs::create_directories(outputFile))
+      return fail("cannot create output directory '" + outputFile +
+                  "': " + ec.message());
+    if (failed(writeTo(outputFile + "/plan.json",
+                       [&](llvm::raw_ostream &os) {
+                         return dsopt::writePlanJson(*module, os);
+                       })) ||
+        failed(writeTo(outputFile + "/plan.txt", [&](llvm::raw_ostream &os) {
+          return dsopt::writePlanText(*module, os);
+        })))
+      return 1;
   }
-  else
-    dsopt::printModelSummary(*module, output->os());
-  output->os().flush();
-  if (output->os().has_error()) {
-    std::string reason = output->os().error().message();
-    // An unchecked stream error is reported again, fatally, when the stream
-    // is destroyed.
-    output->os().clear_error();
-    return fail("cannot write '" + outputFile + "': " + reason);
+
+  PassManager lowerPm(&context);
+  if (failed(applyPassManagerCLOptions(lowerPm)))
+    return fail("invalid pass manager options");
+  TimingScope lowerTiming = rootTiming.nest("code generation");
+  lowerPm.enableTiming(lowerTiming);
+  dsopt::DsLowerToEmitCOptions lowerOptions;
+  lowerOptions.withMain = !noMain;
+  lowerOptions.symbolPrefix = symbolPrefix;
+  lowerPm.addPass(dsopt::createDsLowerToEmitC(lowerOptions));
+  if (failed(lowerPm.run(*module)))
+    return fail("code generation failed on " + inputFile);
+  lowerTiming.stop();
+  std::string source;
+  {
+    llvm::raw_string_ostream os(source);
+    if (failed(dsopt::emitProgramCpp(
+            *module, llvm::sys::path::filename(inputFile), os)))
+      return fail("C++ emission failed on " + inputFile);
   }
-  output->keep();
+  if (emit == EmitKind::Cpp)
+    return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
+             os << source;
+             return success();
+           }))
+               ? 1
+               : 0;
+
+  TimingScope buildTiming = rootTiming.nest("host compile");
+  dsopt::HostCompiler compiler;
+  compiler.cxx = hostCompiler;
+  compiler.runtime = dsopt::findRuntime(argv[0]);
+  std::string error;
+  if (failed(dsopt::buildProgram(outputFile, source, "run", compiler, error)))
+    return fail(error);
   return 0;
 }

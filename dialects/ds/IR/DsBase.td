@@ -27,6 +27,9 @@ def Ds_Dialect : Dialect {
     follow from its operands, `InferTypeOpInterface`.
   }];
   let useDefaultAttributePrinterParser = 1;
+  // ds.fused bodies are arith and math ops on scalars.
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
   // Inherent attributes live in the attribute dictionary: the custom
   // assembly keeps them in `attr-dict`, and inferring result types while
   // parsing reads them from there.
@@ -34,6 +37,7 @@ def Ds_Dialect : Dialect {
   let hasConstantMaterializer = 1;
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;
+  let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     /// Argument attribute naming a graph input: `{ds.input = "input_ids"}`.
     static constexpr ::llvm::StringLiteral kInputAttrName = "ds.input";
@@ -43,6 +47,17 @@ def Ds_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kOutputAttrName = "ds.output";
     /// Module attribute: path of the model the module was imported from.
     static constexpr ::llvm::StringLiteral kSourceAttrName = "ds.source";
+    /// Function attribute set by the memory planner: #ds.memory_plan<...>.
+    static constexpr ::llvm::StringLiteral kMemoryPlanAttrName = "ds.memory";
+    /// Argument attribute set by the memory planner: the byte offset of the
+    /// argument's buffer in the arena.
+    static constexpr ::llvm::StringLiteral kOffsetAttrName = "ds.offset";
+    /// Op attribute set by the memory planner: the byte offset of each
+    /// result's buffer (-1 for results in static storage: constants).
+    static constexpr ::llvm::StringLiteral kBuffersAttrName = "ds.buffers";
+    /// Op attribute set by the memory planner: offsets of the buffers whose
+    /// lifetime ends with this op.
+    static constexpr ::llvm::StringLiteral kFreesAttrName = "ds.frees";
   }];
 }
 
@@ -142,6 +157,20 @@ def Ds_ExternalDataAttr : Ds_Attr<"ExternalData", "extern"> {
     "int64_t":$length);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
+}
+
+def Ds_MemoryPlanAttr : Ds_Attr<"MemoryPlan", "memory_plan"> {
+  let summary = "the static memory plan of a function";
+  let description = [{
+    Set on a function by `ds-plan-memory`: the bytes of its arena (the peak
+    the program needs), the bytes of persistent state at the bottom of the
+    arena (parameters), and the largest sum of simultaneously live buffers
+    (the arena size minus fragmentation). Every buffer's slot is its byte
+    size rounded up to `alignment`.
+  }];
+  let parameters = (ins "int64_t":$arena_bytes, "int64_t":$persistent_bytes,
+                    "int64_t":$peak_live_bytes, "int64_t":$alignment);
+  let assemblyFormat = "`<` struct(params) `>`";
 }
 
 def Ds_ParamAttr : Ds_Attr<"Param", "param"> {

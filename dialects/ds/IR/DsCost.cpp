@@ -146,3 +146,12 @@ int64_t AveragePoolOp::getFlops() {
 int64_t AdamOp::getFlops() { return 12 * elements(getParam()); }
 int64_t MomentumOp::getFlops() { return 6 * elements(getParam()); }
 int64_t AdagradOp::getFlops() { return 8 * elements(getParam()); }
+
+// One operation per body op and element; constants are free.
+int64_t FusedOp::getFlops() {
+  int64_t perElement = 0;
+  for (Operation &op : getBody().front().without_terminator())
+    if (!isa<arith::ConstantOp>(op))
+      ++perElement;
+  return perElement * elements(getResult());
+}

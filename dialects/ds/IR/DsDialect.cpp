@@ -118,6 +118,13 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
              << "'" << kParamAttrName << "' must be a #ds.param attribute";
     return verifyParamMatchesType(op, argIndex, param, argType);
   }
+  if (attribute.getName() == kOffsetAttrName) {
+    auto offset = dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!offset || offset.getInt() < 0)
+      return op->emitOpError()
+             << "'" << kOffsetAttrName << "' must be a non-negative integer";
+    return success();
+  }
   if (attribute.getName() == kInputAttrName) {
     if (!isa<StringAttr>(attribute.getValue()))
       return op->emitOpError()
@@ -140,4 +147,38 @@ LogicalResult DsDialect::verifyRegionResultAttribute(Operation *op,
   }
   return op->emitOpError() << "unknown ds result attribute '"
                            << attribute.getName().getValue() << "'";
+}
+
+LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
+                                                  NamedAttribute attribute) {
+  StringRef name = attribute.getName().getValue();
+  if (name == kBuffersAttrName) {
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
+    if (!offsets ||
+        offsets.size() != static_cast<int64_t>(op->getNumResults()))
+      return op->emitOpError() << "'" << kBuffersAttrName
+                               << "' must hold one offset per result";
+    for (int64_t offset : offsets.asArrayRef())
+      if (offset < -1)
+        return op->emitOpError()
+               << "'" << kBuffersAttrName << "' offsets must be >= -1";
+    return success();
+  }
+  if (name == kFreesAttrName) {
+    if (!isa<DenseI64ArrayAttr>(attribute.getValue()))
+      return op->emitOpError()
+             << "'" << kFreesAttrName << "' must be an array of offsets";
+    return success();
+  }
+  if (name == kMemoryPlanAttrName) {
+    if (!isa<MemoryPlanAttr>(attribute.getValue()) ||
+        !isa<FunctionOpInterface>(op))
+      return op->emitOpError() << "'" << kMemoryPlanAttrName
+                               << "' must be a #ds.memory_plan on a function";
+    return success();
+  }
+  // Module-level facts recorded by the importer.
+  if (name == kSourceAttrName || name == "ds.producer" || name == "ds.opset")
+    return success();
+  return op->emitOpError() << "unknown ds attribute '" << name << "'";
 }

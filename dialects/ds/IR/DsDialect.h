@@ -9,12 +9,15 @@
 #define DSOPT_DIALECT_DS_DSDIALECT_H
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include <optional>
@@ -32,6 +35,39 @@ int64_t getElementByteSize(mlir::Type elementType);
 /// Bytes of a statically shaped tensor, or std::nullopt if it overflows
 /// int64.
 std::optional<int64_t> getByteSize(mlir::ShapedType type);
+
+/// Receives the description of one runtime kernel call, argument by
+/// argument, from KernelOpInterface::buildKernelCall. Code generators
+/// implement it; the dialect stays independent of any of them.
+class KernelCallBuilder {
+public:
+  virtual ~KernelCallBuilder();
+  /// The C++ function to call, e.g. "dsrt::matmul".
+  virtual void callee(llvm::StringRef name) = 0;
+  /// The stream the kernel runs on.
+  virtual void stream() = 0;
+  /// A tensor view of an operand's or result's buffer.
+  virtual void tensor(mlir::Value value) = 0;
+  /// A pointer to a tensor view, or nullptr when `value` is null (absent
+  /// optional operand).
+  virtual void optionalTensor(mlir::Value value) = 0;
+  /// A pointer to an array of tensor views, then the array's length.
+  virtual void tensors(mlir::ValueRange values) = 0;
+  virtual void integer(int64_t value) = 0;
+  virtual void real(double value) = 0;
+  virtual void boolean(bool value) = 0;
+  /// A pointer to a constant array of integers.
+  virtual void integers(llvm::ArrayRef<int64_t> values) = 0;
+  /// A C++ enumerator, e.g. "dsrt::UnaryOp::Exp".
+  virtual void enumerator(llvm::StringRef qualifiedName) = 0;
+  /// The kernel is not in the runtime: the code generator generates it from
+  /// `op` (ds.fused) and calls it.
+  virtual void generatedCallee(mlir::Operation *op) = 0;
+};
+
+/// The ONNX node an op came from: the first name in its location
+/// (`loc("node"(...))`, possibly fused), or "".
+std::string getNodeName(mlir::Location loc);
 
 namespace detail {
 /// Default for CostOpInterface::getBytesAccessed: every operand read once,

@@ -26,4 +26,51 @@ def Ds_CostOpInterface : OpInterface<"CostOpInterface"> {
   ];
 }
 
+def Ds_KernelOpInterface : OpInterface<"KernelOpInterface"> {
+  let description = [{
+    How an op executes in a generated program: the runtime kernel that
+    computes it (described through a KernelCallBuilder, so the dialect does
+    not depend on any code generator), whether its result is merely a view of
+    an operand's buffer, and whether it may write its result over an operand
+    whose last use it is. The memory planner and the code generators read it.
+  }];
+  let cppNamespace = "::dsopt::ds";
+  let methods = [
+    InterfaceMethod<
+      "Describes the call of the runtime kernel that computes this op.",
+      "void", "buildKernelCall", (ins "::dsopt::ds::KernelCallBuilder &":$call)>,
+    InterfaceMethod<
+      "The operand whose buffer result 0 is a view of (no kernel runs), if any.",
+      "std::optional<unsigned>", "getAliasedOperand", (ins), [{}], [{
+        return std::nullopt;
+      }]>,
+    InterfaceMethod<
+      "An operand whose buffer result 0 may reuse when this op is the "
+      "operand's last use: the kernel reads each element before it writes "
+      "the same element.",
+      "std::optional<unsigned>", "getInPlaceOperand", (ins), [{}], [{
+        return std::nullopt;
+      }]>,
+  ];
+}
+
+def Ds_ElementwiseOpInterface : OpInterface<"ElementwiseOpInterface"> {
+  let description = [{
+    An op that computes each result element from the operand elements at the
+    same (broadcast) position. `buildScalar` emits its computation on one
+    element as arith/math ops on scalars, so `ds-fuse-elementwise` can fuse
+    chains of such ops into one ds.fused loop. Float elements are f32 inside
+    (see ds.fused); integers and i1 keep their types.
+  }];
+  let cppNamespace = "::dsopt::ds";
+  let methods = [
+    InterfaceMethod<
+      "Emits the computation of one result element from one element of "
+      "each operand (in compute types) and returns it.",
+      "::mlir::Value", "buildScalar",
+      (ins "::mlir::OpBuilder &":$builder, "::mlir::Location":$loc,
+           "::mlir::ValueRange":$operands)>,
+  ];
+}
+
 #endif // DSOPT_DIALECT_DS_DSINTERFACES_TD

@@ -163,3 +163,50 @@ LogicalResult MomentumOp::verify() {
 LogicalResult AdagradOp::verify() {
   return verifyOptimizer(*this, getLr(), getParam());
 }
+
+//===----------------------------------------------------------------------===//
+// ds.fused
+//===----------------------------------------------------------------------===//
+
+Type FusedOp::getComputeType(Type elementType) {
+  if (isa<FloatType>(elementType))
+    return Float32Type::get(elementType.getContext());
+  return elementType;
+}
+
+LogicalResult FusedOp::verify() {
+  auto result = tensorType(getResult());
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError() << "body has " << body.getNumArguments()
+                         << " arguments for " << getInputs().size()
+                         << " inputs";
+  for (auto [i, input] : llvm::enumerate(getInputs())) {
+    auto type = tensorType(input);
+    Type expected = getComputeType(type.getElementType());
+    if (body.getArgument(i).getType() != expected)
+      return emitOpError() << "body argument " << i << " must be " << expected
+                           << " for an input of " << type;
+    ArrayRef<int64_t> in = type.getShape(), out = result.getShape();
+    bool broadcasts = in.size() <= out.size();
+    for (size_t d = 0; broadcasts && d < in.size(); ++d) {
+      int64_t dim = in[in.size() - 1 - d];
+      broadcasts = dim == 1 || dim == out[out.size() - 1 - d];
+    }
+    if (!broadcasts)
+      return emitOpError() << "input " << i << " " << type
+                           << " does not broadcast to the result " << result;
+  }
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError() << "body must end with ds.yield";
+  Type expected = getComputeType(result.getElementType());
+  if (yield.getValue().getType() != expected)
+    return emitOpError() << "yields " << yield.getValue().getType()
+                         << " but the result's elements need " << expected;
+  for (Operation &op : body.without_terminator())
+    if (!isa<arith::ArithDialect, math::MathDialect>(op.getDialect()))
+      return op.emitOpError() << "is not allowed in a ds.fused body (arith "
+                                 "and math ops only)";
+  return success();
+}

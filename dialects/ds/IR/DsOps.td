@@ -15,18 +15,27 @@
 include "ds/IR/DsBase.td"
 include "ds/IR/DsInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
-class Ds_Op<string mnemonic, list<Trait> traits = []>
+// Every op has a cost and, except constants, a runtime kernel;
+// `kernelMethods` lists the KernelOpInterface methods an op overrides.
+class Ds_Op<string mnemonic, list<Trait> traits = [],
+            list<string> kernelMethods = [], bit hasKernel = 1>
     : Op<Ds_Dialect, mnemonic,
          !listconcat([Pure, DeclareOpInterfaceMethods<Ds_CostOpInterface>],
+                     !if(hasKernel,
+                         [DeclareOpInterfaceMethods<Ds_KernelOpInterface,
+                                                    kernelMethods>],
+                         []),
                      traits)>;
 
 //===----------------------------------------------------------------------===//
 // Constants
 //===----------------------------------------------------------------------===//
 
-def Ds_ConstantOp : Ds_Op<"constant", [ConstantLike, InferTypeOpAdaptor]> {
+def Ds_ConstantOp : Ds_Op<"constant", [ConstantLike, InferTypeOpAdaptor], [],
+                          /*hasKernel=*/0> {
   let summary = "a constant tensor";
   let description = [{
     Import folds ONNX Constant, ConstantOfShape, Range and shape arithmetic
@@ -42,8 +51,12 @@ def Ds_ConstantOp : Ds_Op<"constant", [ConstantLike, InferTypeOpAdaptor]> {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
+defvar Ds_Elementwise = DeclareOpInterfaceMethods<Ds_ElementwiseOpInterface>;
+
 class Ds_UnaryOp<string mnemonic, Type type, list<Trait> traits = []>
-    : Ds_Op<mnemonic, !listconcat([SameOperandsAndResultType], traits)> {
+    : Ds_Op<mnemonic,
+            !listconcat([SameOperandsAndResultType, Ds_Elementwise], traits),
+            ["getInPlaceOperand"]> {
   let arguments = (ins type:$input);
   let results = (outs type:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
@@ -97,7 +110,9 @@ def Ds_NotOp : Ds_UnaryOp<"not", Ds_BoolTensor> {
 
 class Ds_BinaryOp<string mnemonic, Type type, list<Trait> traits = []>
     : Ds_Op<mnemonic,
-            !listconcat([SameOperandsElementType, InferTypeOpAdaptor], traits)> {
+            !listconcat([SameOperandsElementType, InferTypeOpAdaptor,
+                         Ds_Elementwise], traits),
+            ["getInPlaceOperand"]> {
   let description = [{
     Operands broadcast against each other (NumPy/ONNX multidirectional
     broadcasting); the result has the broadcast shape.
@@ -134,7 +149,7 @@ def Ds_PowOp : Ds_BinaryOp<"pow", Ds_FloatTensor> {
 }
 
 def Ds_CompareOp : Ds_Op<"compare",
-    [SameOperandsElementType, InferTypeOpAdaptor]> {
+    [SameOperandsElementType, InferTypeOpAdaptor, Ds_Elementwise]> {
   let summary = "elementwise comparison, broadcasting, with an i1 result";
   let arguments = (ins Ds_ComparePredicateAttr:$predicate,
                    Ds_Tensor:$lhs, Ds_Tensor:$rhs);
@@ -144,7 +159,8 @@ def Ds_CompareOp : Ds_Op<"compare",
   let hasFolder = 1;
 }
 
-def Ds_WhereOp : Ds_Op<"where", [InferTypeOpAdaptor]> {
+def Ds_WhereOp : Ds_Op<"where", [InferTypeOpAdaptor, Ds_Elementwise],
+                       ["getInPlaceOperand"]> {
   let summary = "elementwise condition ? lhs : rhs, broadcasting all three";
   let arguments = (ins Ds_BoolTensor:$condition, Ds_Tensor:$lhs,
                    Ds_Tensor:$rhs);
@@ -154,7 +170,7 @@ def Ds_WhereOp : Ds_Op<"where", [InferTypeOpAdaptor]> {
   let hasFolder = 1;
 }
 
-def Ds_CastOp : Ds_Op<"cast"> {
+def Ds_CastOp : Ds_Op<"cast", [Ds_Elementwise]> {
   let summary = "elementwise element-type conversion";
   let description = [{
     Float to integer truncates toward zero; to i1 is `x != 0`; float to
@@ -203,7 +219,8 @@ def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor]> {
 // Normalization and softmax
 //===----------------------------------------------------------------------===//
 
-def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType]> {
+def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType],
+                         ["getInPlaceOperand"]> {
   let summary = "softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
   let results = (outs Ds_FloatTensor:$result);
@@ -211,7 +228,8 @@ def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType]> {
+def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType],
+                            ["getInPlaceOperand"]> {
   let summary = "log of softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
   let results = (outs Ds_FloatTensor:$result);
@@ -291,7 +309,7 @@ def Ds_ReduceMaxOp : Ds_ReduceOp<"reduce_max", "maximum">;
 // Data movement
 //===----------------------------------------------------------------------===//
 
-def Ds_ReshapeOp : Ds_Op<"reshape"> {
+def Ds_ReshapeOp : Ds_Op<"reshape", [], ["getAliasedOperand"]> {
   let summary = "same elements, new static shape";
   let arguments = (ins Ds_Tensor:$input);
   let results = (outs Ds_Tensor:$result);
@@ -517,6 +535,50 @@ def Ds_AdagradOp : Ds_OptimizerOp<"adagrad"> {
                    DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient);
   let results = (outs Ds_FloatTensor:$param_out,
                  Ds_FloatTensor:$accumulator_out);
+}
+
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+def Ds_FusedOp : Ds_Op<"fused",
+    [IsolatedFromAbove, SingleBlock],
+    ["getInPlaceOperand"]> {
+  let summary = "elementwise ops fused into one loop over the result";
+  let description = [{
+    Computes every element of the result with the scalar body (arith and math
+    ops), reading each input at the element that broadcasts to it. Float
+    elements enter the body as f32 and the result is rounded to its element
+    type once; integers and i1 keep their types. Created by
+    `ds-fuse-elementwise` so that chains of elementwise ops read and write
+    memory once instead of once per op.
+
+    ```mlir
+    %r = ds.fused(%x, %bias) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32> {
+    ^bb0(%a: f32, %b: f32):
+      %s = arith.addf %a, %b : f32
+      %e = math.erf %s : f32
+      ds.yield %e : f32
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<Ds_Tensor>:$inputs);
+  let results = (outs Ds_Tensor:$result);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat =
+      "`(` $inputs `)` attr-dict `:` functional-type($inputs, $result) $body";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The scalar type an element of `type` has inside the body.
+    static ::mlir::Type getComputeType(::mlir::Type elementType);
+  }];
+}
+
+def Ds_YieldOp : Op<Ds_Dialect, "yield",
+    [Pure, Terminator, ReturnLike, HasParent<"FusedOp">]> {
+  let summary = "the value of one element of a ds.fused result";
+  let arguments = (ins AnyTypeOf<[F32, I64, I32, I1]>:$value);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
 }
 
 #endif // DSOPT_DIALECT_DS_DSOPS_TD

@@ -2,6 +2,8 @@
 
 #include "ds/IR/DsDialect.h"
 
+#include "mlir/IR/Location.h"
+#include "mlir/IR/Visitors.h"
 #include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
@@ -31,6 +33,18 @@ std::optional<int64_t> getByteSize(ShapedType type) {
       return std::nullopt;
   }
   return bytes;
+}
+
+std::string getNodeName(Location loc) {
+  std::string name;
+  loc->walk([&](Location nested) {
+    if (auto named = dyn_cast<NameLoc>(nested)) {
+      name = named.getName().str();
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return name;
 }
 
 } // namespace dsopt::ds

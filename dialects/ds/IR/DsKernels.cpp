@@ -1,0 +1,456 @@
+//===- DsKernels.cpp - KernelOpInterface of ds ops -------------------------===//
+//
+// The runtime kernel behind every op (runtime/include/dsrt/kernels.h), and
+// which ops may alias or overwrite an operand's buffer.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/IR/DsDialect.h"
+
+using namespace mlir;
+using namespace dsopt::ds;
+
+KernelCallBuilder::~KernelCallBuilder() = default;
+
+namespace {
+void unaryCall(KernelCallBuilder &call, StringRef op, Value input, Value result,
+               double alpha = 0.0) {
+  call.callee("dsrt::unary");
+  call.stream();
+  call.enumerator(("dsrt::UnaryOp::" + op).str());
+  call.tensor(input);
+  call.tensor(result);
+  call.real(alpha);
+}
+
+void binaryCall(KernelCallBuilder &call, StringRef op, Value lhs, Value rhs,
+                Value result) {
+  call.callee("dsrt::binary");
+  call.stream();
+  call.enumerator(("dsrt::BinaryOp::" + op).str());
+  call.tensor(lhs);
+  call.tensor(rhs);
+  call.tensor(result);
+}
+
+/// Result 0 may overwrite the first operand of the same type: elementwise
+/// kernels read element i before writing element i.
+std::optional<unsigned> sameTypeOperand(Operation *op) {
+  for (auto [i, operand] : llvm::enumerate(op->getOperands()))
+    if (operand.getType() == op->getResult(0).getType())
+      return i;
+  return std::nullopt;
+}
+
+StringRef reductionName(LossReduction reduction) {
+  switch (reduction) {
+  case LossReduction::none: return "dsrt::Reduction::None";
+  case LossReduction::sum: return "dsrt::Reduction::Sum";
+  case LossReduction::mean: return "dsrt::Reduction::Mean";
+  }
+  return "dsrt::Reduction::Mean";
+}
+
+void reduceCall(KernelCallBuilder &call, StringRef op, Value input,
+                Value result, ArrayRef<int64_t> axes) {
+  call.callee("dsrt::reduce");
+  call.stream();
+  call.enumerator(("dsrt::ReduceOp::" + op).str());
+  call.tensor(input);
+  call.tensor(result);
+  call.integers(axes);
+  call.integer(axes.size());
+}
+
+template <typename LossOp>
+void lossArguments(KernelCallBuilder &call, LossOp op) {
+  call.enumerator(reductionName(op.getReduction()));
+  std::optional<int64_t> ignore = op.getIgnoreIndex();
+  call.boolean(ignore.has_value());
+  call.integer(ignore.value_or(0));
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+#define DS_UNARY_KERNEL(OpClass, Name)                                         \
+  void OpClass::buildKernelCall(KernelCallBuilder &call) {                     \
+    unaryCall(call, Name, getInput(), getResult());                            \
+  }                                                                            \
+  std::optional<unsigned> OpClass::getInPlaceOperand() { return 0; }
+
+DS_UNARY_KERNEL(SqrtOp, "Sqrt")
+DS_UNARY_KERNEL(ReciprocalOp, "Reciprocal")
+DS_UNARY_KERNEL(ExpOp, "Exp")
+DS_UNARY_KERNEL(LogOp, "Log")
+DS_UNARY_KERNEL(TanhOp, "Tanh")
+DS_UNARY_KERNEL(ErfOp, "Erf")
+DS_UNARY_KERNEL(SigmoidOp, "Sigmoid")
+DS_UNARY_KERNEL(NegOp, "Neg")
+DS_UNARY_KERNEL(ReluOp, "Relu")
+DS_UNARY_KERNEL(NotOp, "Not")
+#undef DS_UNARY_KERNEL
+
+void LeakyReluOp::buildKernelCall(KernelCallBuilder &call) {
+  unaryCall(call, "LeakyRelu", getInput(), getResult(),
+            getAlpha().convertToFloat());
+}
+std::optional<unsigned> LeakyReluOp::getInPlaceOperand() { return 0; }
+
+void GeluOp::buildKernelCall(KernelCallBuilder &call) {
+  unaryCall(call,
+            getApproximate() == GeluApproximation::none ? "Gelu" : "GeluTanh",
+            getInput(), getResult());
+}
+std::optional<unsigned> GeluOp::getInPlaceOperand() { return 0; }
+
+#define DS_BINARY_KERNEL(OpClass, Name)                                        \
+  void OpClass::buildKernelCall(KernelCallBuilder &call) {                     \
+    binaryCall(call, Name, getLhs(), getRhs(), getResult());                   \
+  }                                                                            \
+  std::optional<unsigned> OpClass::getInPlaceOperand() {                       \
+    return sameTypeOperand(*this);                                             \
+  }
+
+DS_BINARY_KERNEL(AddOp, "Add")
+DS_BINARY_KERNEL(SubOp, "Sub")
+DS_BINARY_KERNEL(MulOp, "Mul")
+DS_BINARY_KERNEL(DivOp, "Div")
+DS_BINARY_KERNEL(PowOp, "Pow")
+#undef DS_BINARY_KERNEL
+
+void CompareOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::compare");
+  call.stream();
+  StringRef name;
+  switch (getPredicate()) {
+  case ComparePredicate::eq: name = "Eq"; break;
+  case ComparePredicate::lt: name = "Lt"; break;
+  case ComparePredicate::le: name = "Le"; break;
+  case ComparePredicate::gt: name = "Gt"; break;
+  case ComparePredicate::ge: name = "Ge"; break;
+  }
+  call.enumerator(("dsrt::ComparePredicate::" + name).str());
+  call.tensor(getLhs());
+  call.tensor(getRhs());
+  call.tensor(getResult());
+}
+
+void WhereOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::where");
+  call.stream();
+  call.tensor(getCondition());
+  call.tensor(getLhs());
+  call.tensor(getRhs());
+  call.tensor(getResult());
+}
+std::optional<unsigned> WhereOp::getInPlaceOperand() {
+  // Never the condition: it is bool and the result is not.
+  for (unsigned i : {1u, 2u})
+    if (getOperand(i).getType() == getType())
+      return i;
+  return std::nullopt;
+}
+
+void CastOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::cast");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra and normalization
+//===----------------------------------------------------------------------===//
+
+void MatMulOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::matmul");
+  call.stream();
+  call.tensor(getLhs());
+  call.tensor(getRhs());
+  call.tensor(getResult());
+  call.boolean(getTransposeLhs());
+  call.boolean(getTransposeRhs());
+}
+
+void GemmOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::gemm");
+  call.stream();
+  call.tensor(getA());
+  call.tensor(getB());
+  call.optionalTensor(getC());
+  call.tensor(getResult());
+  call.real(getAlpha().convertToFloat());
+  call.real(getBeta().convertToFloat());
+  call.boolean(getTransposeA());
+  call.boolean(getTransposeB());
+}
+
+void SoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::softmax");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+  call.integer(getAxis());
+}
+std::optional<unsigned> SoftmaxOp::getInPlaceOperand() { return 0; }
+
+void LogSoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::log_softmax");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+  call.integer(getAxis());
+}
+std::optional<unsigned> LogSoftmaxOp::getInPlaceOperand() { return 0; }
+
+void LayerNormOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::layer_norm");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getScale());
+  call.optionalTensor(getBias());
+  call.tensor(getResult());
+  call.tensor(getMean());
+  call.tensor(getInvStdDev());
+  call.integer(getAxis());
+  call.real(getEpsilon().convertToFloat());
+}
+
+void BatchNormOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::batch_norm");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getScale());
+  call.tensor(getBias());
+  call.tensor(getMean());
+  call.tensor(getVar());
+  call.tensor(getResult());
+  call.real(getEpsilon().convertToFloat());
+}
+
+void BatchNormTrainOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::batch_norm_train");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getScale());
+  call.tensor(getBias());
+  call.tensor(getRunningMean());
+  call.tensor(getRunningVar());
+  call.tensor(getResult());
+  call.tensor(getRunningMeanOut());
+  call.tensor(getRunningVarOut());
+  call.tensor(getSavedMean());
+  call.tensor(getSavedInvStd());
+  call.real(getEpsilon().convertToFloat());
+  call.real(getMomentum().convertToFloat());
+}
+
+void ReduceSumOp::buildKernelCall(KernelCallBuilder &call) {
+  reduceCall(call, "Sum", getInput(), getResult(), getAxes());
+}
+void ReduceMeanOp::buildKernelCall(KernelCallBuilder &call) {
+  reduceCall(call, "Mean", getInput(), getResult(), getAxes());
+}
+void ReduceMaxOp::buildKernelCall(KernelCallBuilder &call) {
+  reduceCall(call, "Max", getInput(), getResult(), getAxes());
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+// A reshape is a view: same bytes, new shape. If the buffers ever differ
+// (the planner could not alias them), the kernel copies.
+void ReshapeOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::copy");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+}
+std::optional<unsigned> ReshapeOp::getAliasedOperand() { return 0; }
+
+void TransposeOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::transpose");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+  call.integers(getPerm());
+}
+
+void BroadcastToOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::broadcast_to");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+}
+
+void ConcatOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::concat");
+  call.stream();
+  call.tensors(getInputs());
+  call.tensor(getResult());
+  call.integer(getAxis());
+}
+
+void SplitOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::split");
+  call.stream();
+  call.tensor(getInput());
+  call.tensors(getResults());
+  call.integer(getAxis());
+}
+
+void SliceOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::slice");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+  call.integers(getOffsets());
+  call.integers(getStrides());
+}
+
+void GatherOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::gather");
+  call.stream();
+  call.tensor(getData());
+  call.tensor(getIndices());
+  call.tensor(getResult());
+  call.integer(getAxis());
+}
+
+void TriluOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::trilu");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+  call.boolean(getUpper());
+  call.integer(getK());
+}
+
+void DropoutOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::dropout");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+  call.tensor(getMask());
+  call.real(getRatio().convertToFloat());
+  call.integer(getSeed());
+  // The counter advances per training step; a forward program runs once.
+  call.integer(0);
+}
+
+//===----------------------------------------------------------------------===//
+// Losses, convolution, pooling, optimizers
+//===----------------------------------------------------------------------===//
+
+void SoftmaxCrossEntropyOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::softmax_cross_entropy");
+  call.stream();
+  call.tensor(getScores());
+  call.tensor(getLabels());
+  call.optionalTensor(getWeights());
+  call.tensor(getLoss());
+  call.tensor(getLogProb());
+  lossArguments(call, *this);
+}
+
+void NllLossOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::nll_loss");
+  call.stream();
+  call.tensor(getLogProb());
+  call.tensor(getLabels());
+  call.optionalTensor(getWeights());
+  call.tensor(getLoss());
+  lossArguments(call, *this);
+}
+
+void ConvOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::conv");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getWeight());
+  call.optionalTensor(getBias());
+  call.tensor(getResult());
+  call.integers(getStrides());
+  call.integers(getPads());
+  call.integers(getDilations());
+  call.integer(getGroup());
+}
+
+void MaxPoolOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::max_pool");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+  call.integers(getKernelShape());
+  call.integers(getStrides());
+  call.integers(getPads());
+  call.integers(getDilations());
+}
+
+void AveragePoolOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::avg_pool");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+  call.integers(getKernelShape());
+  call.integers(getStrides());
+  call.integers(getPads());
+  call.boolean(getCountIncludePad());
+}
+
+void AdamOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::adam");
+  call.stream();
+  for (Value value : getOperands())
+    call.tensor(value);
+  for (Value value : getResults())
+    call.tensor(value);
+  call.real(getAlpha().convertToFloat());
+  call.real(getBeta().convertToFloat());
+  call.real(getEpsilon().convertToFloat());
+  call.real(getNormCoefficient().convertToFloat());
+  call.real(getNormCoefficientPost().convertToFloat());
+}
+
+void MomentumOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::momentum");
+  call.stream();
+  for (Value value : getOperands())
+    call.tensor(value);
+  for (Value value : getResults())
+    call.tensor(value);
+  call.real(getAlpha().convertToFloat());
+  call.real(getBeta().convertToFloat());
+  call.enumerator(getMode() == MomentumMode::standard
+                      ? "dsrt::MomentumMode::Standard"
+                      : "dsrt::MomentumMode::Nesterov");
+  call.real(getNormCoefficient().convertToFloat());
+}
+
+void AdagradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::adagrad");
+  call.stream();
+  for (Value value : getOperands())
+    call.tensor(value);
+  for (Value value : getResults())
+    call.tensor(value);
+  call.real(getDecayFactor().convertToFloat());
+  call.real(getEpsilon().convertToFloat());
+  call.real(getNormCoefficient().convertToFloat());
+}
+
+void FusedOp::buildKernelCall(KernelCallBuilder &call) {
+  call.generatedCallee(*this);
+  call.stream();
+  for (Value input : getInputs())
+    call.tensor(input);
+  call.tensor(getResult());
+}
+
+std::optional<unsigned> FusedOp::getInPlaceOperand() {
+  return sameTypeOperand(*this);
+}

@@ -1,0 +1,34 @@
+//===- Plan.h - the plan of a compiled program -------------------*- C++ -*-===//
+//
+// What a memory-planned program needs, before it runs: plan.json (machine
+// readable, documented in docs/plan-format.md) and plan.txt (for people).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSOPT_ANALYSIS_PLAN_H
+#define DSOPT_ANALYSIS_PLAN_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace dsopt {
+
+struct PlanSummary {
+  int64_t arenaBytes = 0, persistentBytes = 0, peakLiveBytes = 0;
+  int64_t paramBytes = 0, inputBytes = 0;
+  int64_t kernels = 0, flops = 0, bytesAccessed = 0;
+};
+
+/// Totals of a function after ds-plan-memory.
+mlir::FailureOr<PlanSummary> summarizePlan(mlir::func::FuncOp function);
+
+/// plan.json of the memory-planned @main of `module`.
+mlir::LogicalResult writePlanJson(mlir::ModuleOp module, llvm::raw_ostream &os);
+
+/// plan.txt: the same facts for people.
+mlir::LogicalResult writePlanText(mlir::ModuleOp module, llvm::raw_ostream &os);
+
+} // namespace dsopt
+
+#endif // DSOPT_ANALYSIS_PLAN_H

@@ -1,0 +1,31 @@
+//===- Passes.td - dsopt conversion passes -----------------*- tablegen -*-===//
+
+#ifndef DSOPT_CONVERSION_PASSES_TD
+#define DSOPT_CONVERSION_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def DsLowerToEmitC : Pass<"ds-lower-to-emitc", "mlir::ModuleOp"> {
+  let summary = "Lower the memory-planned @main to an EmitC program";
+  let description = [{
+    Replaces `@main` (after `ds-plan-memory`) by EmitC: `dsopt_run` calls one
+    libdsrt kernel per op on tensor views of the arena, acquiring and
+    releasing buffers as the plan says; `dsopt_describe` lists the program's
+    inputs, parameters (with their files and byte ranges), outputs, memory
+    plan and ops; constants become static arrays. `emitc::translateToCpp`
+    turns the result into C++.
+  }];
+  let dependentDialects = ["mlir::emitc::EmitCDialect"];
+  let options = [
+    Option<"withMain", "main", "bool", /*default=*/"true",
+           "Emit `int main` running the program">,
+    Option<"modelPath", "model-path", "std::string", /*default=*/"\"\"",
+           "Model file the program loads its weights next to (default: the "
+           "module's ds.source, made absolute)">,
+    Option<"symbolPrefix", "prefix", "std::string", /*default=*/"\"dsopt_\"",
+           "Prefix of the emitted functions and constants (<prefix>run, "
+           "<prefix>describe)">
+  ];
+}
+
+#endif // DSOPT_CONVERSION_PASSES_TD

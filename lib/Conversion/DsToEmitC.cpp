@@ -1,0 +1,920 @@
+//===- DsToEmitC.cpp - a planned ds function to an EmitC program ----------===//
+//
+// Builds the C++ program of a memory-planned `@main` as EmitC ops:
+//
+//   emitc.func @dsopt_run(dsrt::Program&)       one kernel call per op, on
+//                                               tensor views of the arena
+//   emitc.func @dsopt_describe(dsrt::ProgramInfo&)
+//                                               the program's inputs,
+//                                               parameters, outputs, memory
+//                                               plan and op list
+//   static constants                            emitc.global arrays
+//
+// Each op describes its kernel call through KernelOpInterface; this pass
+// only knows how to pass tensors, scalars and arrays. The arena's buffers
+// are acquired and released around the ops so the runtime can check that
+// live buffers never overlap and measure the high-water mark.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dsopt/Conversion/Passes.h"
+
+#include "ds/IR/DsDialect.h"
+
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MathExtras.h"
+
+namespace dsopt {
+#define GEN_PASS_DEF_DSLOWERTOEMITC
+#include "dsopt/Conversion/Passes.h.inc"
+} // namespace dsopt
+
+using namespace mlir;
+using namespace dsopt;
+
+namespace {
+
+/// Splat constants above this many elements live in zero-initialized static
+/// storage filled at run time instead of a literal array in the source.
+constexpr int64_t kSplatLiteralLimit = 256;
+
+std::string cppString(StringRef text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+    case '"': out += "\\\""; break;
+    case '\\': out += "\\\\"; break;
+    case '\n': out += "\\n"; break;
+    case '\t': out += "\\t"; break;
+    default:
+      if (c < 0x20 || c >= 0x7f) {
+        // Octal escapes cannot run into following characters past 3 digits.
+        char buffer[8];
+        snprintf(buffer, sizeof(buffer), "\\%03o", c);
+        out += buffer;
+      } else {
+        out += static_cast<char>(c);
+      }
+    }
+  }
+  return out + "\"";
+}
+
+std::string dtypeName(Type element) {
+  if (element.isF32()) return "dsrt::DType::F32";
+  if (element.isF16()) return "dsrt::DType::F16";
+  if (element.isBF16()) return "dsrt::DType::BF16";
+  if (element.isSignlessInteger(64)) return "dsrt::DType::I64";
+  if (element.isSignlessInteger(32)) return "dsrt::DType::I32";
+  return "dsrt::DType::Bool";
+}
+
+std::string shapeLiteral(ArrayRef<int64_t> shape) {
+  return "{" + llvm::join(llvm::map_range(shape, [](int64_t d) {
+           return std::to_string(d);
+         }),
+                          ", ") +
+         "}";
+}
+
+/// Emits EmitC for one planned function.
+class ProgramBuilder {
+public:
+  ProgramBuilder(ModuleOp module, func::FuncOp function)
+      : module(module), function(function), context(module.getContext()),
+        builder(context) {}
+
+  LogicalResult build();
+
+private:
+  Type opaque(StringRef type) { return emitc::OpaqueType::get(context, type); }
+  Type tensorPointer() {
+    return emitc::PointerType::get(opaque("const dsrt::Tensor"));
+  }
+  Attribute literal(StringRef text) {
+    return emitc::OpaqueAttr::get(context, text);
+  }
+  Value call(StringRef callee, Type result, ValueRange operands,
+             ArrayRef<Attribute> args);
+  void callVoid(StringRef callee, ValueRange operands,
+                ArrayRef<Attribute> args);
+  Value view(Value arena, int64_t offset, RankedTensorType type);
+  FailureOr<Value> constantView(ds::ConstantOp constant);
+  void emitDescribe();
+  LogicalResult emitRun();
+  void emitMain();
+  FailureOr<std::string> emitFusedKernel(ds::FusedOp op);
+  FailureOr<Value> emitScalar(Operation &op, ArrayRef<Value> operands);
+
+public:
+  /// Also emit `int main` running the program with dsrt::forward_main.
+  bool withMain = true;
+  /// Absolute path of the model, for the program to find its weights.
+  std::string modelPath;
+  /// Prefix of every emitted symbol, so several programs can share one
+  /// executable.
+  std::string prefix = "dsopt_";
+
+private:
+
+  ModuleOp module;
+  func::FuncOp function;
+  MLIRContext *context;
+  OpBuilder builder;
+  Location loc = UnknownLoc::get(context);
+  Value program, stream, arena;
+  llvm::DenseMap<Value, Value> views; // ds value -> dsrt::Tensor
+  unsigned globals = 0, fusedKernels = 0;
+  /// Generated kernels go before this op (the run function).
+  Operation *kernelsBefore = nullptr;
+
+  friend class CallBuilder;
+};
+
+Value ProgramBuilder::call(StringRef callee, Type result, ValueRange operands,
+                           ArrayRef<Attribute> args) {
+  return emitc::CallOpaqueOp::create(builder, loc, TypeRange{result}, callee,
+                                     operands, builder.getArrayAttr(args))
+      .getResult(0);
+}
+
+void ProgramBuilder::callVoid(StringRef callee, ValueRange operands,
+                              ArrayRef<Attribute> args) {
+  emitc::CallOpaqueOp::create(builder, loc, TypeRange{}, callee, operands,
+                              builder.getArrayAttr(args));
+}
+
+Value ProgramBuilder::view(Value base, int64_t offset, RankedTensorType type) {
+  return call("dsrt::view", opaque("dsrt::Tensor"), {base},
+              {builder.getIndexAttr(0), builder.getI64IntegerAttr(offset),
+               literal(dtypeName(type.getElementType())),
+               literal(shapeLiteral(type.getShape()))});
+}
+
+/// The storage type of a constant's elements in C++: 16-bit floats are kept
+/// as their bit patterns.
+static std::pair<Type, DenseElementsAttr> cppStorage(DenseElementsAttr value) {
+  MLIRContext *context = value.getContext();
+  auto type = cast<RankedTensorType>(value.getType());
+  Type element = type.getElementType();
+  if (element.isF16() || element.isBF16()) {
+    auto bitsType = IntegerType::get(context, 16, IntegerType::Unsigned);
+    SmallVector<APInt> bits;
+    if (value.isSplat()) {
+      bits.push_back(value.getSplatValue<APFloat>().bitcastToAPInt());
+    } else {
+      for (APFloat v : value.getValues<APFloat>())
+        bits.push_back(v.bitcastToAPInt());
+    }
+    auto bitsTensor = RankedTensorType::get(
+        value.isSplat() ? ArrayRef<int64_t>{1} : type.getShape(), bitsType);
+    return {bitsType, DenseElementsAttr::get(bitsTensor, bits)};
+  }
+  return {element, value};
+}
+
+FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
+  auto value = dyn_cast<DenseElementsAttr>(constant.getValue());
+  if (!value)
+    return constant.emitOpError() << "only dense constants can be emitted";
+  auto type = cast<RankedTensorType>(value.getType());
+  std::string name = prefix + "constant_" + std::to_string(globals++);
+  int64_t count = std::max<int64_t>(type.getNumElements(), 1);
+  auto [storageElement, storage] = cppStorage(value);
+  bool fillAtRunTime = value.isSplat() && count > kSplatLiteralLimit;
+  Attribute initial;
+  if (!fillAtRunTime) {
+    auto flat = RankedTensorType::get({count}, storageElement);
+    initial = storage.isSplat()
+                  ? DenseElementsAttr::get(flat, storage.getSplatValue<Attribute>())
+                  : storage.reshape(flat);
+  }
+  auto arrayType = emitc::ArrayType::get({count}, storageElement);
+  {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(module.getBody());
+    while (isa_and_nonnull<emitc::IncludeOp, emitc::GlobalOp>(
+        builder.getInsertionPoint() == module.getBody()->end()
+            ? nullptr
+            : &*builder.getInsertionPoint()))
+      builder.setInsertionPointAfter(&*builder.getInsertionPoint());
+    emitc::GlobalOp::create(builder, loc, name, arrayType, initial,
+                            /*externSpecifier=*/false,
+                            /*staticSpecifier=*/true,
+                            /*constSpecifier=*/!fillAtRunTime);
+  }
+  Value global = emitc::GetGlobalOp::create(builder, loc, arrayType, name);
+  Value tensor = call("dsrt::view_static", opaque("dsrt::Tensor"), {global},
+                      {builder.getIndexAttr(0),
+                       literal(dtypeName(type.getElementType())),
+                       literal(shapeLiteral(type.getShape()))});
+  if (fillAtRunTime) {
+    double splat =
+        isa<FloatType>(type.getElementType())
+            ? value.getSplatValue<APFloat>().convertToDouble()
+            : static_cast<double>(value.getSplatValue<APInt>().getSExtValue());
+    if (type.getElementType().isInteger(1))
+      splat = value.getSplatValue<bool>() ? 1.0 : 0.0;
+    callVoid("dsrt::fill", {tensor},
+             {builder.getIndexAttr(0), builder.getF64FloatAttr(splat)});
+  }
+  return tensor;
+}
+
+/// Turns one KernelOpInterface description into an emitc.call_opaque.
+class CallBuilder : public ds::KernelCallBuilder {
+public:
+  CallBuilder(ProgramBuilder &program, Operation *op)
+      : p(program), op(op) {}
+
+  void callee(StringRef name) override { calleeName = name.str(); }
+  void stream() override { operand(p.stream); }
+  void tensor(Value value) override { operand(lookup(value)); }
+  void optionalTensor(Value value) override {
+    if (!value) {
+      args.push_back(p.literal("nullptr"));
+      return;
+    }
+    operand(p.call("dsrt::optional", p.tensorPointer(),
+                   {lookup(value)}, {p.builder.getIndexAttr(0)}));
+  }
+  void tensors(ValueRange values) override {
+    SmallVector<Value> list;
+    SmallVector<Attribute> indices;
+    for (Value value : values) {
+      indices.push_back(p.builder.getIndexAttr(list.size()));
+      list.push_back(lookup(value));
+    }
+    Value array = p.call(
+        "dsrt::tensor_array",
+        p.opaque("std::array<dsrt::Tensor, " + std::to_string(values.size()) +
+                 ">"),
+        list, indices);
+    operand(p.call("dsrt::data", p.tensorPointer(), {array},
+                   {p.builder.getIndexAttr(0)}));
+    integer(values.size());
+  }
+  void integer(int64_t value) override {
+    args.push_back(p.builder.getI64IntegerAttr(value));
+  }
+  void real(double value) override {
+    args.push_back(p.builder.getF32FloatAttr(static_cast<float>(value)));
+  }
+  void boolean(bool value) override {
+    args.push_back(p.builder.getBoolAttr(value));
+  }
+  void integers(ArrayRef<int64_t> values) override {
+    if (values.empty()) {
+      args.push_back(p.literal("nullptr"));
+      return;
+    }
+    auto i64 = p.builder.getI64Type();
+    auto arrayType =
+        emitc::ArrayType::get({static_cast<int64_t>(values.size())}, i64);
+    Value array = emitc::VariableOp::create(
+        p.builder, p.loc, arrayType, p.literal(shapeLiteral(values)));
+    operand(array);
+  }
+  void enumerator(StringRef name) override { args.push_back(p.literal(name)); }
+  void generatedCallee(Operation *kernelOp) override {
+    auto fused = dyn_cast<ds::FusedOp>(kernelOp);
+    FailureOr<std::string> name =
+        fused ? p.emitFusedKernel(fused) : FailureOr<std::string>(failure());
+    if (failed(name)) {
+      if (!fused)
+        kernelOp->emitOpError() << "asks for a generated kernel dsopt cannot "
+                                   "generate";
+      status = failure();
+      return;
+    }
+    calleeName = *name;
+  }
+
+  LogicalResult finish() {
+    if (failed(status))
+      return failure();
+    if (calleeName.empty())
+      return op->emitOpError() << "describes no kernel";
+    p.callVoid(calleeName, operands, args);
+    return success();
+  }
+
+private:
+  void operand(Value value) {
+    args.push_back(p.builder.getIndexAttr(operands.size()));
+    operands.push_back(value);
+  }
+  Value lookup(Value value) {
+    Value view = p.views.lookup(value);
+    if (!view) {
+      op->emitOpError() << "uses a value without a buffer";
+      status = failure();
+      // Keep the call well-formed; the failure aborts the lowering.
+      return p.stream;
+    }
+    return view;
+  }
+
+  ProgramBuilder &p;
+  Operation *op;
+  std::string calleeName;
+  SmallVector<Value> operands;
+  SmallVector<Attribute> args;
+  LogicalResult status = success();
+};
+
+LogicalResult ProgramBuilder::emitRun() {
+  auto programType = opaque("dsrt::Program&");
+  builder.setInsertionPointToEnd(module.getBody());
+  auto run = emitc::FuncOp::create(
+      builder, loc, prefix + "run",
+      builder.getFunctionType({programType}, {}));
+  kernelsBefore = run;
+  Block *entry = run.addEntryBlock();
+  builder.setInsertionPointToEnd(entry);
+  program = entry->getArgument(0);
+  stream = call("dsrt::stream", opaque("dsrt::Stream&"), {program},
+                {builder.getIndexAttr(0)});
+  arena = call("dsrt::arena", emitc::PointerType::get(IntegerType::get(
+                                  context, 8, IntegerType::Unsigned)),
+               {program}, {builder.getIndexAttr(0)});
+
+  Block &body = function.getBody().front();
+  for (BlockArgument arg : body.getArguments()) {
+    auto offset = function.getArgAttrOfType<IntegerAttr>(
+        arg.getArgNumber(), ds::DsDialect::kOffsetAttrName);
+    views[arg] = view(arena, offset.getInt(),
+                      cast<RankedTensorType>(arg.getType()));
+  }
+
+  auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
+      ds::DsDialect::kMemoryPlanAttrName);
+  llvm::DenseMap<Value, int64_t> offsetOf; // -1: static storage
+  for (BlockArgument arg : body.getArguments())
+    offsetOf[arg] = function
+                        .getArgAttrOfType<IntegerAttr>(
+                            arg.getArgNumber(), ds::DsDialect::kOffsetAttrName)
+                        .getInt();
+
+  int64_t opIndex = 0;
+  for (Operation &op : body.without_terminator()) {
+    if (auto constant = dyn_cast<ds::ConstantOp>(op)) {
+      FailureOr<Value> tensor = constantView(constant);
+      if (failed(tensor))
+        return failure();
+      views[constant.getResult()] = *tensor;
+      offsetOf[constant.getResult()] = -1;
+      continue;
+    }
+    auto kernel = dyn_cast<ds::KernelOpInterface>(op);
+    auto offsets =
+        op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kBuffersAttrName);
+    if (!kernel || !offsets)
+      return op.emitOpError() << "must be memory-planned (ds-plan-memory) and "
+                                 "have a runtime kernel";
+
+    // A view runs nothing: same bytes under a new shape.
+    if (std::optional<unsigned> aliased = kernel.getAliasedOperand()) {
+      Value source = op.getOperand(*aliased);
+      auto type = cast<RankedTensorType>(op.getResult(0).getType());
+      views[op.getResult(0)] =
+          call("dsrt::reshape", opaque("dsrt::Tensor"), {views.lookup(source)},
+               {builder.getIndexAttr(0), literal(shapeLiteral(type.getShape()))});
+      offsetOf[op.getResult(0)] = offsetOf.lookup(source);
+      continue;
+    }
+
+    auto index = builder.getIndexAttr(0);
+    callVoid("dsrt::begin_op", {program},
+             {index, builder.getI64IntegerAttr(opIndex)});
+    llvm::SmallDenseSet<int64_t> operandOffsets;
+    for (Value operand : op.getOperands())
+      operandOffsets.insert(offsetOf.lookup(operand));
+    for (auto [result, offset] :
+         llvm::zip(op.getResults(), offsets.asArrayRef())) {
+      auto type = cast<RankedTensorType>(result.getType());
+      if (offset < 0)
+        return op.emitOpError() << "result has no buffer";
+      offsetOf[result] = offset;
+      views[result] = view(arena, offset, type);
+      // A result in a fresh slot (not written over a dying operand).
+      if (!operandOffsets.contains(offset))
+        callVoid("dsrt::acquire", {program},
+                 {index, builder.getI64IntegerAttr(offset),
+                  builder.getI64IntegerAttr(llvm::alignTo(
+                      ds::getByteSize(type).value_or(0),
+                      plan.getAlignment()))});
+    }
+    CallBuilder callBuilder(*this, &op);
+    kernel.buildKernelCall(callBuilder);
+    if (failed(callBuilder.finish()))
+      return failure();
+    if (auto frees =
+            op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kFreesAttrName))
+      for (int64_t offset : frees.asArrayRef())
+        callVoid("dsrt::release", {program},
+                 {index, builder.getI64IntegerAttr(offset)});
+    callVoid("dsrt::end_op", {program},
+             {index, builder.getI64IntegerAttr(opIndex)});
+    ++opIndex;
+  }
+
+  // Outputs are read by the runtime from their views after the run; record
+  // where each one is.
+  for (auto [i, result] :
+       llvm::enumerate(body.getTerminator()->getOperands()))
+    callVoid("dsrt::set_output", {program, views.lookup(result)},
+             {builder.getIndexAttr(0), builder.getI64IntegerAttr(i),
+              builder.getIndexAttr(1)});
+  emitc::ReturnOp::create(builder, loc, Value());
+  return success();
+}
+
+void ProgramBuilder::emitDescribe() {
+  builder.setInsertionPointToEnd(module.getBody());
+  auto describe = emitc::FuncOp::create(
+      builder, loc, prefix + "describe",
+      builder.getFunctionType({opaque("dsrt::ProgramInfo&")}, {}));
+  Block *entry = describe.addEntryBlock();
+  builder.setInsertionPointToEnd(entry);
+  Value info = entry->getArgument(0);
+  auto index0 = builder.getIndexAttr(0);
+  auto str = [&](StringRef text) { return literal(cppString(text)); };
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+
+  if (!modelPath.empty())
+    callVoid("dsrt::set_model", {info}, {index0, str(modelPath)});
+  auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
+      ds::DsDialect::kMemoryPlanAttrName);
+  callVoid("dsrt::set_memory_plan", {info},
+           {index0, i64(plan.getArenaBytes()), i64(plan.getPersistentBytes()),
+            i64(plan.getPeakLiveBytes()), i64(plan.getAlignment())});
+
+  for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+    auto type = cast<RankedTensorType>(function.getArgument(i).getType());
+    int64_t offset = function
+                         .getArgAttrOfType<IntegerAttr>(
+                             i, ds::DsDialect::kOffsetAttrName)
+                         .getInt();
+    Attribute dtype = literal(dtypeName(type.getElementType()));
+    Attribute shape = literal(shapeLiteral(type.getShape()));
+    if (auto name = function.getArgAttrOfType<StringAttr>(
+            i, ds::DsDialect::kInputAttrName)) {
+      callVoid("dsrt::add_input", {info},
+               {index0, str(name.getValue()), dtype, shape, i64(offset)});
+      continue;
+    }
+    auto param = function.getArgAttrOfType<ds::ParamAttr>(
+        i, ds::DsDialect::kParamAttrName);
+    if (auto external = dyn_cast<ds::ExternalDataAttr>(param.getData())) {
+      callVoid("dsrt::add_param_file", {info},
+               {index0, str(param.getName()), dtype, shape, i64(offset),
+                builder.getBoolAttr(param.getTrainable()),
+                str(external.getLocation()), i64(external.getOffset()),
+                i64(external.getLength())});
+      continue;
+    }
+    // Small parameters carry their value; it becomes a static array.
+    OpBuilder::InsertionGuard guard(builder);
+    auto value = cast<DenseElementsAttr>(param.getData());
+    auto constant = ds::ConstantOp::create(builder, loc, value);
+    FailureOr<Value> data = constantView(constant);
+    constant.erase();
+    callVoid("dsrt::add_param_data", {info, *data},
+             {index0, str(param.getName()), builder.getIndexAttr(1),
+              i64(offset), builder.getBoolAttr(param.getTrainable())});
+  }
+
+  for (unsigned i = 0; i < function.getNumResults(); ++i) {
+    auto name = function.getResultAttrOfType<StringAttr>(
+        i, ds::DsDialect::kOutputAttrName);
+    auto type = cast<RankedTensorType>(function.getResultTypes()[i]);
+    callVoid("dsrt::add_output", {info},
+             {index0, str(name ? name.getValue() : "output_" + std::to_string(i)),
+              literal(dtypeName(type.getElementType())),
+              literal(shapeLiteral(type.getShape()))});
+  }
+
+  for (Operation &op : function.getBody().front().without_terminator()) {
+    auto kernel = dyn_cast<ds::KernelOpInterface>(op);
+    if (!kernel || kernel.getAliasedOperand())
+      continue; // constants and views execute nothing
+    std::string where = ds::getNodeName(op.getLoc());
+    auto cost = dyn_cast<ds::CostOpInterface>(op);
+    SmallVector<Attribute> args{index0, str(op.getName().getStringRef()),
+                                str(where), i64(cost ? cost.getFlops() : 0),
+                                i64(cost ? cost.getBytesAccessed() : 0)};
+    callVoid("dsrt::add_op", {info}, args);
+  }
+  emitc::ReturnOp::create(builder, loc, Value());
+}
+
+void ProgramBuilder::emitMain() {
+  builder.setInsertionPointToEnd(module.getBody());
+  // `int main(int, char**)`, spelled as C++ requires.
+  Type i32 = opaque("int");
+  auto argvType = emitc::PointerType::get(
+      emitc::PointerType::get(opaque("char")));
+  auto main = emitc::FuncOp::create(builder, loc, "main",
+                                    builder.getFunctionType({i32, argvType},
+                                                            {i32}));
+  Block *entry = main.addEntryBlock();
+  builder.setInsertionPointToEnd(entry);
+  Value status = call("dsrt::forward_main", i32,
+                      {entry->getArgument(0), entry->getArgument(1)},
+                      {builder.getIndexAttr(0), builder.getIndexAttr(1),
+                       literal(prefix + "describe"), literal(prefix + "run")});
+  emitc::ReturnOp::create(builder, loc, status);
+}
+
+LogicalResult ProgramBuilder::build() {
+  builder.setInsertionPointToStart(module.getBody());
+  emitc::IncludeOp::create(builder, loc, "dsrt/program.h",
+                           /*isStandardInclude=*/false);
+  if (failed(emitRun()))
+    return failure();
+  emitDescribe();
+  if (withMain)
+    emitMain();
+  return success();
+}
+
+
+//===----------------------------------------------------------------------===//
+// Generated kernels of ds.fused
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// How an element type is stored in C++ and converted to and from its
+/// compute type.
+struct Storage {
+  Type type;            // the C++ element type
+  StringRef load = "";  // storage -> compute conversion, if any
+  StringRef store = ""; // compute -> storage conversion, if any
+};
+
+Storage storageOf(Type element) {
+  MLIRContext *context = element.getContext();
+  auto u16 = IntegerType::get(context, 16, IntegerType::Unsigned);
+  if (element.isF16())
+    return {u16, "dsrt::math::half_to_float", "dsrt::math::float_to_half"};
+  if (element.isBF16())
+    return {u16, "dsrt::math::bfloat_to_float", "dsrt::math::float_to_bfloat"};
+  return {element};
+}
+
+/// Fused loops smaller than this run on one thread: a parallel region costs
+/// more than it saves.
+constexpr int64_t kParallelElements = 1 << 15;
+} // namespace
+
+FailureOr<Value> ProgramBuilder::emitScalar(Operation &op,
+                                            ArrayRef<Value> operands) {
+  Location opLoc = op.getLoc();
+  Type type = op.getNumResults() ? op.getResult(0).getType() : Type();
+  auto callOne = [&](StringRef callee) -> Value {
+    SmallVector<Attribute> args;
+    for (unsigned i = 0; i < operands.size(); ++i)
+      args.push_back(builder.getIndexAttr(i));
+    return call(callee, type, operands, args);
+  };
+  auto cmpPredicate = [](StringRef name) -> std::optional<emitc::CmpPredicate> {
+    return llvm::StringSwitch<std::optional<emitc::CmpPredicate>>(name)
+        .Cases("oeq", "eq", emitc::CmpPredicate::eq)
+        .Cases("une", "ne", emitc::CmpPredicate::ne)
+        .Cases("olt", "slt", "ult", emitc::CmpPredicate::lt)
+        .Cases("ole", "sle", "ule", emitc::CmpPredicate::le)
+        .Cases("ogt", "sgt", "ugt", emitc::CmpPredicate::gt)
+        .Cases("oge", "sge", "uge", emitc::CmpPredicate::ge)
+        .Default(std::nullopt);
+  };
+  return llvm::TypeSwitch<Operation *, FailureOr<Value>>(&op)
+      .Case<arith::ConstantOp>([&](arith::ConstantOp constant) -> Value {
+        return emitc::ConstantOp::create(builder, opLoc, type,
+                                         constant.getValue());
+      })
+      .Case<arith::AddFOp, arith::AddIOp>([&](auto) -> Value {
+        return emitc::AddOp::create(builder, opLoc, type, operands[0],
+                                    operands[1]);
+      })
+      .Case<arith::SubFOp, arith::SubIOp>([&](auto) -> Value {
+        return emitc::SubOp::create(builder, opLoc, type, operands[0],
+                                    operands[1]);
+      })
+      .Case<arith::MulFOp, arith::MulIOp>([&](auto) -> Value {
+        return emitc::MulOp::create(builder, opLoc, type, operands[0],
+                                    operands[1]);
+      })
+      .Case<arith::DivFOp, arith::DivSIOp>([&](auto) -> Value {
+        return emitc::DivOp::create(builder, opLoc, type, operands[0],
+                                    operands[1]);
+      })
+      .Case<arith::NegFOp>([&](auto) -> Value {
+        return emitc::UnaryMinusOp::create(builder, opLoc, type, operands[0]);
+      })
+      .Case<arith::MaximumFOp>(
+          [&](auto) { return callOne("dsrt::math::maximum"); })
+      .Case<arith::MaxSIOp>([&](auto) { return callOne("std::max"); })
+      .Case<arith::XOrIOp>([&](auto) -> Value {
+        return emitc::BitwiseXorOp::create(builder, opLoc, type, operands[0],
+                                           operands[1]);
+      })
+      .Case<arith::CmpFOp>([&](arith::CmpFOp cmp) -> FailureOr<Value> {
+        auto predicate =
+            cmpPredicate(arith::stringifyCmpFPredicate(cmp.getPredicate()));
+        if (!predicate)
+          return cmp.emitOpError() << "has no C++ form in a fused loop";
+        return emitc::CmpOp::create(builder, opLoc, type, *predicate,
+                                    operands[0], operands[1])
+            .getResult();
+      })
+      .Case<arith::CmpIOp>([&](arith::CmpIOp cmp) -> FailureOr<Value> {
+        auto predicate =
+            cmpPredicate(arith::stringifyCmpIPredicate(cmp.getPredicate()));
+        if (!predicate)
+          return cmp.emitOpError() << "has no C++ form in a fused loop";
+        return emitc::CmpOp::create(builder, opLoc, type, *predicate,
+                                    operands[0], operands[1])
+            .getResult();
+      })
+      .Case<arith::SelectOp>([&](auto) -> Value {
+        return emitc::ConditionalOp::create(builder, opLoc, type, operands[0],
+                                            operands[1], operands[2]);
+      })
+      .Case<arith::FPToSIOp>([&](auto) -> Value {
+        // Saturating, like the cast kernel.
+        return call("dsrt::math::float_to_int", type, operands,
+                    {builder.getIndexAttr(0)});
+      })
+      .Case<arith::SIToFPOp, arith::UIToFPOp, arith::ExtSIOp, arith::ExtUIOp,
+            arith::TruncIOp>([&](auto) -> Value {
+        return emitc::CastOp::create(builder, opLoc, type, operands[0]);
+      })
+      .Case<math::SqrtOp>([&](auto) { return callOne("std::sqrt"); })
+      .Case<math::LogOp>([&](auto) { return callOne("std::log"); })
+      .Case<math::PowFOp>([&](auto) { return callOne("std::pow"); })
+      .Case<math::ExpOp>([&](auto) { return callOne("dsrt::math::fast_exp"); })
+      .Case<math::TanhOp>(
+          [&](auto) { return callOne("dsrt::math::fast_tanh"); })
+      .Case<math::ErfOp>([&](auto) { return callOne("dsrt::math::fast_erf"); })
+      .Default([&](Operation *other) -> FailureOr<Value> {
+        return other->emitOpError() << "has no C++ form in a fused loop";
+      });
+}
+
+FailureOr<std::string> ProgramBuilder::emitFusedKernel(ds::FusedOp op) {
+  std::string name = prefix + "fused_" + std::to_string(fusedKernels++);
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPoint(kernelsBefore);
+  Location opLoc = op.getLoc();
+  SmallVector<Type> argTypes{opaque("dsrt::Stream&")};
+  argTypes.append(op.getInputs().size() + 1, opaque("const dsrt::Tensor&"));
+  auto kernel = emitc::FuncOp::create(builder, opLoc, name,
+                                      builder.getFunctionType(argTypes, {}));
+  kernel.setSpecifiersAttr(builder.getStrArrayAttr({"static"}));
+  Block *entry = kernel.addEntryBlock();
+  builder.setInsertionPointToEnd(entry);
+
+  auto result = cast<RankedTensorType>(op.getResult().getType());
+  ArrayRef<int64_t> outShape = result.getShape();
+  int64_t count = result.getNumElements();
+  auto i64 = builder.getI64Type();
+  auto typedPointer = [&](Value tensor, Type element) {
+    Storage storage = storageOf(element);
+    return emitc::CallOpaqueOp::create(
+               builder, opLoc, TypeRange{emitc::PointerType::get(storage.type)},
+               "dsrt::elements", ValueRange{tensor},
+               builder.getArrayAttr({builder.getIndexAttr(0)}),
+               builder.getArrayAttr({TypeAttr::get(storage.type)}))
+        .getResult(0);
+  };
+  SmallVector<Value> inputPointers;
+  for (auto [i, input] : llvm::enumerate(op.getInputs()))
+    inputPointers.push_back(typedPointer(
+        entry->getArgument(i + 1),
+        cast<ShapedType>(input.getType()).getElementType()));
+  Value outPointer =
+      typedPointer(entry->getArgument(op.getInputs().size() + 1),
+                   result.getElementType());
+
+  // Literals, printed in place: variables would be shared into the OpenMP
+  // region and hide loop bounds and steps from the vectorizer.
+  auto constant = [&](int64_t value) -> Value {
+    return emitc::LiteralOp::create(builder, opLoc, i64,
+                                    std::to_string(value));
+  };
+  Block &body = op.getBody().front();
+  if (count == 0) {
+    emitc::ReturnOp::create(builder, opLoc, Value());
+    return name;
+  }
+  // Two loops: rows, then the result's last axis, so that inputs broadcast
+  // along leading axes (biases, masks, scalars) are read with unit stride in
+  // the inner loop, which the compiler vectorizes.
+  int64_t inner = outShape.empty() ? 1 : outShape.back();
+  int64_t outer = count / inner;
+  Value zero = constant(0), one = constant(1), rowCount = constant(outer);
+  // The pragma must come right before the loop it parallelizes.
+  if (count >= kParallelElements && outer > 1)
+    emitc::VerbatimOp::create(builder, opLoc,
+                              "#pragma omp parallel for schedule(static)");
+  auto rows = emitc::ForOp::create(builder, opLoc, zero, rowCount, one);
+  builder.setInsertionPointToStart(rows.getBody());
+  Value row = rows.getInductionVar();
+  Value rowStart = emitc::MulOp::create(builder, opLoc, i64, row,
+                                        constant(inner));
+
+  // Output strides, to map an output index to each input's index.
+  SmallVector<int64_t> outStrides(outShape.size(), 1);
+  for (int64_t d = static_cast<int64_t>(outShape.size()) - 2; d >= 0; --d)
+    outStrides[d] = outStrides[d + 1] * outShape[d + 1];
+
+  auto load = [&](unsigned input, Value index) -> Value {
+    auto type = cast<RankedTensorType>(op.getInputs()[input].getType());
+    Storage storage = storageOf(type.getElementType());
+    Value element = emitc::LoadOp::create(
+        builder, opLoc, storage.type,
+        emitc::SubscriptOp::create(
+            builder, opLoc,
+            cast<TypedValue<emitc::PointerType>>(inputPointers[input]),
+            index));
+    if (!storage.load.empty())
+      element = call(storage.load, builder.getF32Type(), {element},
+                     {builder.getIndexAttr(0)});
+    return element;
+  };
+
+  // How each input is indexed: per row (hoisted), or per element.
+  enum class Access { Same, RowConstant, RowBase, Modulo, General };
+  SmallVector<Access> access;
+  SmallVector<Value> rowValues; // RowConstant: the element; RowBase: base
+  llvm::DenseMap<Value, Value> scalars;
+  for (auto [i, input] : llvm::enumerate(op.getInputs())) {
+    auto type = cast<RankedTensorType>(input.getType());
+    ArrayRef<int64_t> inShape = type.getShape();
+    int64_t inCount = type.getNumElements();
+    size_t lead = outShape.size() - inShape.size();
+    // Suffix: the input is the trailing output axes (leading ones dropped).
+    bool suffix = true;
+    for (size_t d = 0; d < inShape.size(); ++d) {
+      bool leadingOnes = llvm::all_of(inShape.take_front(d + 1),
+                                      [](int64_t v) { return v == 1; });
+      if (inShape[d] != outShape[lead + d] && !leadingOnes)
+        suffix = false;
+    }
+    // Prefix: the input is the leading output axes followed by ones.
+    size_t firstOne = inShape.size();
+    while (firstOne > 0 && inShape[firstOne - 1] == 1)
+      --firstOne;
+    bool prefix = lead == 0;
+    for (size_t d = 0; d < firstOne; ++d)
+      if (inShape[d] != outShape[d])
+        prefix = false;
+
+    Value hoisted;
+    Access kind;
+    if (inShape == outShape) {
+      kind = Access::Same;
+    } else if (inCount == 1) {
+      kind = Access::RowConstant;
+      hoisted = load(i, zero);
+    } else if (suffix && inCount % inner == 0) {
+      kind = Access::RowBase;
+      hoisted = inCount == inner
+                    ? zero
+                    : Value(emitc::MulOp::create(
+                          builder, opLoc, i64,
+                          emitc::RemOp::create(builder, opLoc, i64, row,
+                                               constant(inCount / inner)),
+                          constant(inner)));
+    } else if (suffix && inner % inCount == 0) {
+      kind = Access::Modulo;
+    } else if (prefix && (count / inCount) % inner == 0) {
+      kind = Access::RowConstant;
+      hoisted = load(i, emitc::DivOp::create(builder, opLoc, i64, row,
+                                             constant(count / inCount / inner)));
+    } else {
+      kind = Access::General;
+    }
+    access.push_back(kind);
+    rowValues.push_back(hoisted);
+    if (kind == Access::RowConstant)
+      scalars[body.getArgument(i)] = hoisted;
+  }
+
+  auto columns = emitc::ForOp::create(builder, opLoc, zero, constant(inner),
+                                      one);
+  builder.setInsertionPointToStart(columns.getBody());
+  Value column = columns.getInductionVar();
+  Value index = emitc::AddOp::create(builder, opLoc, i64, rowStart, column);
+  for (auto [i, input] : llvm::enumerate(op.getInputs())) {
+    auto type = cast<RankedTensorType>(input.getType());
+    ArrayRef<int64_t> inShape = type.getShape();
+    size_t lead = outShape.size() - inShape.size();
+    Value inputIndex;
+    switch (access[i]) {
+    case Access::RowConstant:
+      continue;
+    case Access::Same:
+      inputIndex = index;
+      break;
+    case Access::RowBase:
+      inputIndex =
+          emitc::AddOp::create(builder, opLoc, i64, rowValues[i], column);
+      break;
+    case Access::Modulo:
+      inputIndex = emitc::RemOp::create(builder, opLoc, i64, column,
+                                        constant(type.getNumElements()));
+      break;
+    case Access::General: {
+      // sum over axes of ((index / outStride) % outDim) * inStride
+      SmallVector<int64_t> inStrides(inShape.size(), 1);
+      for (int64_t d = static_cast<int64_t>(inShape.size()) - 2; d >= 0; --d)
+        inStrides[d] = inStrides[d + 1] * inShape[d + 1];
+      Value sum = zero;
+      for (size_t d = 0; d < inShape.size(); ++d) {
+        if (inShape[d] == 1)
+          continue;
+        size_t outAxis = lead + d;
+        Value coordinate = emitc::RemOp::create(
+            builder, opLoc, i64,
+            emitc::DivOp::create(builder, opLoc, i64, index,
+                                 constant(outStrides[outAxis])),
+            constant(outShape[outAxis]));
+        sum = emitc::AddOp::create(
+            builder, opLoc, i64, sum,
+            emitc::MulOp::create(builder, opLoc, i64, coordinate,
+                                 constant(inStrides[d])));
+      }
+      inputIndex = sum;
+      break;
+    }
+    }
+    scalars[body.getArgument(i)] = load(i, inputIndex);
+  }
+
+  for (Operation &scalarOp : body.without_terminator()) {
+    SmallVector<Value> operands;
+    for (Value operand : scalarOp.getOperands())
+      operands.push_back(scalars.lookup(operand));
+    FailureOr<Value> value = emitScalar(scalarOp, operands);
+    if (failed(value))
+      return failure();
+    scalars[scalarOp.getResult(0)] = *value;
+  }
+  Value yielded =
+      scalars.lookup(cast<ds::YieldOp>(body.getTerminator()).getValue());
+  Storage storage = storageOf(result.getElementType());
+  if (!storage.store.empty())
+    yielded = call(storage.store, storage.type, {yielded},
+                   {builder.getIndexAttr(0)});
+  Value target = emitc::SubscriptOp::create(
+      builder, opLoc, cast<TypedValue<emitc::PointerType>>(outPointer), index);
+  emitc::AssignOp::create(builder, opLoc, target, yielded);
+  auto loop = rows;
+  builder.setInsertionPointAfter(loop);
+  emitc::ReturnOp::create(builder, opLoc, Value());
+  return name;
+}
+
+struct LowerToEmitCPass
+    : dsopt::impl::DsLowerToEmitCBase<LowerToEmitCPass> {
+  using DsLowerToEmitCBase::DsLowerToEmitCBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto main = module.lookupSymbol<func::FuncOp>("main");
+    if (!main) {
+      module.emitError() << "no function @main to lower";
+      return signalPassFailure();
+    }
+    if (!main->hasAttr(ds::DsDialect::kMemoryPlanAttrName)) {
+      main.emitOpError() << "is not memory-planned; run ds-plan-memory first";
+      return signalPassFailure();
+    }
+    ProgramBuilder program(module, main);
+    program.withMain = withMain;
+    program.modelPath = modelPath;
+    program.prefix = symbolPrefix;
+    if (program.modelPath.empty())
+      if (auto source = module->getAttrOfType<StringAttr>(
+              ds::DsDialect::kSourceAttrName)) {
+        llvm::SmallString<256> path(source.getValue());
+        llvm::sys::fs::make_absolute(path);
+        program.modelPath = path.str().str();
+      }
+    if (failed(program.build()))
+      return signalPassFailure();
+    main.erase();
+  }
+};
+
+} // namespace

@@ -1,0 +1,48 @@
+// ds-lower-to-emitc: one libdsrt call per kernel on views of the planned
+// arena, a generated loop per ds.fused, constants as static arrays, and the
+// program description.
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise,ds-plan-memory),ds-lower-to-emitc{model-path=/models/m.onnx})' | FileCheck %s --check-prefix=EMITC
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise,ds-plan-memory),ds-lower-to-emitc{model-path=/models/m.onnx})' | mlir-translate --mlir-to-cpp | FileCheck %s --check-prefix=CPP
+// RUN: not dsopt-opt %s --pass-pipeline='builtin.module(ds-lower-to-emitc)' 2>&1 | FileCheck %s --check-prefix=UNPLANNED
+
+// EMITC: emitc.include "dsrt/program.h"
+// EMITC: emitc.global static const @dsopt_constant_0 : !emitc.array<2xf32> = dense<[1.000000e+00, 2.000000e+00]>
+// EMITC: emitc.func @dsopt_fused_0
+// EMITC-SAME: specifiers = ["static"]
+// EMITC: emitc.func @dsopt_run(%{{.*}}: !emitc.opaque<"dsrt::Program&">)
+// EMITC: call_opaque "dsrt::matmul"
+// EMITC: call_opaque "dsopt_fused_0"
+// EMITC: emitc.func @dsopt_describe
+// EMITC: call_opaque "dsrt::add_param_file"
+// EMITC: emitc.func @main
+
+// CPP: static const float dsopt_constant_0[2] = {1.000000000e+00f, 2.000000000e+00f};
+// CPP: static void dsopt_fused_0(dsrt::Stream& [[S:v[0-9]+]],
+// CPP: #pragma omp parallel for
+// CPP-NEXT: for (int64_t [[ROW:[a-z0-9]+]] = 0; [[ROW]] < 4096; [[ROW]] += 1) {
+// CPP: for (int64_t [[COL:[a-z0-9]+]] = 0; [[COL]] < 16; [[COL]] += 1) {
+// CPP: dsrt::math::fast_tanh(
+// CPP: void dsopt_run(dsrt::Program& [[P:v[0-9]+]]) {
+// CPP: dsrt::Stream& [[STREAM:v[0-9]+]] = dsrt::stream([[P]]);
+// CPP: dsrt::acquire([[P]], {{[0-9]+}}, 262144);
+// CPP: dsrt::matmul([[STREAM]], {{.*}}, false, true);
+// CPP: void dsopt_describe(dsrt::ProgramInfo& [[I:v[0-9]+]]) {
+// CPP: dsrt::set_model([[I]], "/models/m.onnx");
+// CPP: dsrt::add_input([[I]], "x", dsrt::DType::F32, {4096, 8}, {{[0-9]+}});
+// CPP: dsrt::add_param_file([[I]], "w", dsrt::DType::F32, {16, 8}, 0, true, "m.onnx", 128, 512);
+// CPP: dsrt::add_output([[I]], "y", dsrt::DType::F32, {4096, 16});
+// CPP: int main(int
+
+// UNPLANNED: error: 'func.func' op is not memory-planned; run ds-plan-memory first
+
+module attributes {ds.source = "m.onnx"} {
+  func.func @main(%x: tensor<4096x8xf32> {ds.input = "x"},
+                  %w: tensor<16x8xf32> {ds.param = #ds.param<name = "w", trainable = true, data = #ds.extern<location = "m.onnx", offset = 128, length = 512>>})
+      -> (tensor<4096x16xf32> {ds.output = "y"}, tensor<2xf32> {ds.output = "c"}) {
+    %c = ds.constant dense<[1.0, 2.0]> : tensor<2xf32>
+    %h = ds.matmul %x, %w {transpose_rhs} : tensor<4096x8xf32>, tensor<16x8xf32>
+    %t = ds.tanh %h : tensor<4096x16xf32>
+    %y = ds.add %t, %h : tensor<4096x16xf32>, tensor<4096x16xf32>
+    return %y, %c : tensor<4096x16xf32>, tensor<2xf32>
+  }
+}

@@ -1,0 +1,97 @@
+// ds-fuse-elementwise: chains of full-shape elementwise ops become one
+// ds.fused loop; broadcast inputs and scalar constants are read inside it;
+// values used outside a group are never recomputed.
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise))' -split-input-file | FileCheck %s
+
+// The exact GELU of a bias add (as PyTorch exports it): five ops, one loop.
+// CHECK-LABEL: func.func @bias_gelu
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<8xf32>)
+// CHECK-NEXT: %[[R:.*]] = ds.fused(%[[B]], %[[X]]) : (tensor<8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+// CHECK-NEXT: ^bb0(%[[BS:.*]]: f32, %[[XS:.*]]: f32):
+// CHECK-NEXT:   %[[S:.*]] = arith.addf %[[BS]], %[[XS]] : f32
+// CHECK-NEXT:   %[[SQRT2:.*]] = arith.constant 1.41421354 : f32
+// CHECK-NEXT:   %[[D:.*]] = arith.divf %[[S]], %[[SQRT2]] : f32
+// CHECK-NEXT:   %[[E:.*]] = math.erf %[[D]] : f32
+// CHECK:        ds.yield %{{.*}} : f32
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[R]]
+func.func @bias_gelu(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  %sqrt2 = ds.constant dense<1.41421354> : tensor<f32>
+  %one = ds.constant dense<1.0> : tensor<f32>
+  %half = ds.constant dense<0.5> : tensor<f32>
+  %s = ds.add %b, %x : tensor<8xf32>, tensor<4x8xf32>
+  %d = ds.div %s, %sqrt2 : tensor<4x8xf32>, tensor<f32>
+  %e = ds.erf %d : tensor<4x8xf32>
+  %p = ds.add %e, %one : tensor<4x8xf32>, tensor<f32>
+  %m = ds.mul %s, %p : tensor<4x8xf32>, tensor<4x8xf32>
+  %y = ds.mul %m, %half : tensor<4x8xf32>, tensor<f32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+// %s is also returned: it stays its own op and feeds the fused rest.
+// CHECK-LABEL: func.func @shared_value_not_recomputed
+// CHECK: %[[S:.*]] = ds.add
+// CHECK-NEXT: %[[F:.*]] = ds.fused(%[[S]])
+// CHECK: return %[[S]], %[[F]]
+func.func @shared_value_not_recomputed(%x: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) {
+  %s = ds.add %x, %x : tensor<16xf32>, tensor<16xf32>
+  %e = ds.exp %s : tensor<16xf32>
+  %t = ds.tanh %e : tensor<16xf32>
+  return %s, %t : tensor<16xf32>, tensor<16xf32>
+}
+
+// -----
+
+// A producer of a smaller (broadcast) shape is computed once, not per
+// element of the consumer: it is an input of the fused loop.
+// CHECK-LABEL: func.func @broadcast_producer_stays
+// CHECK: %[[E:.*]] = ds.exp %{{.*}} : tensor<8xf32>
+// CHECK: ds.fused(%{{.*}}, %[[E]])
+func.func @broadcast_producer_stays(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  %e = ds.exp %b : tensor<8xf32>
+  %a = ds.add %x, %e : tensor<4x8xf32>, tensor<8xf32>
+  %r = ds.relu %a : tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}
+
+// -----
+
+// Masking as exported from PyTorch (scale, then where with a constant mask)
+// and mixed element types: the compare yields i1, the where a float.
+// CHECK-LABEL: func.func @mask
+// CHECK: ds.fused(%{{.*}}, %{{.*}}) : (tensor<2x4x4xf32>, tensor<1x4x4xi1>) -> tensor<2x4x4xf32>
+// CHECK: ^bb0(%{{.*}}: f32, %{{.*}}: i1):
+// CHECK: arith.mulf
+// CHECK: arith.select
+func.func @mask(%x: tensor<2x4x4xf32>, %m: tensor<1x4x4xi1>) -> tensor<2x4x4xf32> {
+  %scale = ds.constant dense<0.25> : tensor<f32>
+  %neg = ds.constant dense<-1.0e9> : tensor<f32>
+  %s = ds.mul %x, %scale : tensor<2x4x4xf32>, tensor<f32>
+  %w = ds.where %m, %neg, %s : tensor<1x4x4xi1>, tensor<f32>, tensor<2x4x4xf32>
+  return %w : tensor<2x4x4xf32>
+}
+
+// -----
+
+// A single elementwise op is left to its kernel.
+// CHECK-LABEL: func.func @single
+// CHECK-NOT: ds.fused
+func.func @single(%x: tensor<16xf32>) -> tensor<16xf32> {
+  %e = ds.exp %x : tensor<16xf32>
+  return %e : tensor<16xf32>
+}
+
+// -----
+
+// Casts fuse: float to integer is fptosi, integers compare signed.
+// CHECK-LABEL: func.func @casts
+// CHECK: ds.fused
+// CHECK: arith.fptosi %{{.*}} : f32 to i64
+// CHECK: arith.cmpi sgt
+func.func @casts(%x: tensor<16xf32>, %y: tensor<16xi64>) -> tensor<16xi1> {
+  %c = ds.cast %x : tensor<16xf32> to tensor<16xi64>
+  %g = ds.compare gt, %c, %y : tensor<16xi64>, tensor<16xi64>
+  return %g : tensor<16xi1>
+}
