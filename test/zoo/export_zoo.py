@@ -55,7 +55,11 @@ def _save_npz(path: Path, arrays: Dict[str, np.ndarray]) -> None:
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         for name, array in arrays.items():
             buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(array), allow_pickle=False)
+            # np.ascontiguousarray would turn a 0-d loss into shape (1,).
+            array = np.asarray(array)
+            if not array.flags.c_contiguous:
+                array = array.copy(order="C")
+            np.lib.format.write_array(buf, array, allow_pickle=False)
             zf.writestr(zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), buf.getvalue())
 
 

@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""Compiles every zoo model with dsopt, runs it, and compares with PyTorch.
+
+For each model of an exported zoo (export_zoo.py), and each of its exports
+(constant-folded and not), this compiles `dsopt MODEL -o OUT`, writes the
+example inputs as .npy files, runs `OUT/run`, and compares every output with
+PyTorch's eval-mode forward saved at export time (MODEL.outputs.npz):
+|dsopt - torch| <= atol + rtol * max(|torch|, scale) elementwise, where scale
+is the largest magnitude of that output: a dot product's rounding error is
+relative to the terms it sums, not to a result that happens to cancel near
+zero (the float32 discrepancy of a logit near 0 is that of its neighbours).
+It also checks the
+program's measured arena high-water mark equals the plan's arena size.
+
+Prints one line per program and exits non-zero on any mismatch.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+
+def compile_and_run(args, model_path, inputs, workdir):
+    out = os.path.join(workdir, "program")
+    compiled = subprocess.run([args.dsopt, model_path, "-o", out], capture_output=True,
+                              text=True, timeout=600)
+    if compiled.returncode != 0:
+        return None, f"dsopt failed: {compiled.stderr.strip()}"
+    in_dir = os.path.join(workdir, "inputs")
+    out_dir = os.path.join(workdir, "outputs")
+    os.makedirs(in_dir, exist_ok=True)
+    os.makedirs(out_dir, exist_ok=True)
+    for name, value in inputs.items():
+        np.save(os.path.join(in_dir, name + ".npy"), value)
+    run = subprocess.run([os.path.join(out, "run"), "--inputs", in_dir, "--outputs", out_dir,
+                          "--threads", str(args.threads)],
+                         capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        return None, f"run failed: {run.stderr.strip()}"
+    with open(os.path.join(out, "plan.json")) as f:
+        plan = json.load(f)
+    match = re.search(r"measured high-water mark (\d+) bytes", run.stderr)
+    planned = plan["ranks"][0]["arena_bytes"]
+    if not match or int(match.group(1)) != planned:
+        return None, (f"arena high-water mark {match.group(1) if match else '?'} "
+                      f"differs from the plan's {planned}")
+    outputs = {name[:-4]: np.load(os.path.join(out_dir, name))
+               for name in os.listdir(out_dir) if name.endswith(".npy")}
+    return outputs, None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--zoo", required=True)
+    parser.add_argument("--work", required=True, help="scratch directory")
+    parser.add_argument("--dsopt", default="dsopt")
+    parser.add_argument("--rtol", type=float, default=1e-5)
+    parser.add_argument("--atol", type=float, default=1e-7)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", default="", help="comma-separated model names")
+    args = parser.parse_args()
+
+    with open(os.path.join(args.zoo, "zoo.json")) as f:
+        zoo = json.load(f)
+    only = set(filter(None, args.only.split(",")))
+    failures = 0
+    for model in zoo:
+        if only and model["name"] not in only:
+            continue
+        inputs = dict(np.load(os.path.join(args.zoo, model["inputs_npz"])))
+        expected = dict(np.load(os.path.join(args.zoo, model["outputs_npz"])))
+        for key in ("file", "nofold_file"):
+            path = os.path.join(args.zoo, model[key])
+            workdir = os.path.join(args.work, os.path.basename(path)[:-5])
+            outputs, error = compile_and_run(args, path, inputs, workdir)
+            label = os.path.basename(path)
+            if error:
+                print(f"FAIL {label}: {error}")
+                failures += 1
+                continue
+            worst = []
+            for name, want in expected.items():
+                got = outputs.get(name)
+                if got is None or got.shape != want.shape:
+                    print(f"FAIL {label}: output {name} has shape "
+                          f"{None if got is None else got.shape}, torch {want.shape}")
+                    failures += 1
+                    continue
+                diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+                scale = float(np.abs(want).max()) if want.size else 0.0
+                bound = args.atol + args.rtol * np.maximum(
+                    np.abs(want.astype(np.float64)), scale)
+                if not np.all(diff <= bound):
+                    i = np.unravel_index(np.argmax(diff - bound), diff.shape)
+                    print(f"FAIL {label}: output {name} differs at {i}: "
+                          f"dsopt {got[i]!r}, torch {want[i]!r}")
+                    failures += 1
+                worst.append(f"{name} max|d| {diff.max():.2e}")
+            print(f"{label}: matches PyTorch ({', '.join(worst)})")
+    print(f"zoo forward: {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
