@@ -28,6 +28,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FileSystem.h"
@@ -89,10 +90,12 @@ std::string shapeLiteral(ArrayRef<int64_t> shape) {
 /// Emits EmitC for one planned function.
 class ProgramBuilder {
 public:
-  ProgramBuilder(ModuleOp module, func::FuncOp function)
-      : module(module), function(function), context(module.getContext()),
+  ProgramBuilder(ModuleOp module, ArrayRef<func::FuncOp> functions)
+      : module(module), functions(functions), context(module.getContext()),
         builder(context) {}
 
+  /// A forward program (one function, @main), or a training program
+  /// (@micro_step and @optimizer_step, in that order).
   LogicalResult build();
 
 private:
@@ -110,8 +113,12 @@ private:
   Value view(Value arena, int64_t offset, RankedTensorType type);
   FailureOr<Value> constantView(ds::ConstantOp constant);
   void emitDescribe();
-  LogicalResult emitRun();
+  void emitParams(Value info, llvm::StringSet<> &seen);
+  void emitFunctionInterface(Value info, func::FuncOp function);
+  void emitTraining(Value info);
+  LogicalResult emitRun(func::FuncOp function, StringRef name);
   void emitMain();
+  bool isTraining() const { return functions.size() > 1; }
   FailureOr<std::string> emitFusedKernel(ds::FusedOp op);
   FailureOr<Value> emitScalar(Operation &op, ArrayRef<Value> operands);
 
@@ -127,7 +134,8 @@ public:
 private:
 
   ModuleOp module;
-  func::FuncOp function;
+  SmallVector<func::FuncOp> functions;
+  func::FuncOp function; // the one being emitted
   MLIRContext *context;
   OpBuilder builder;
   Location loc = UnknownLoc::get(context);
@@ -332,11 +340,13 @@ private:
   LogicalResult status = success();
 };
 
-LogicalResult ProgramBuilder::emitRun() {
+LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
+  function = emitted;
+  views.clear();
   auto programType = opaque("dsrt::Program&");
   builder.setInsertionPointToEnd(module.getBody());
   auto run = emitc::FuncOp::create(
-      builder, loc, prefix + "run",
+      builder, loc, (prefix + name).str(),
       builder.getFunctionType({programType}, {}));
   kernelsBefore = run;
   Block *entry = run.addEntryBlock();
@@ -428,37 +438,46 @@ LogicalResult ProgramBuilder::emitRun() {
     ++opIndex;
   }
 
+  // Results that update a parameter or state and could not be computed in
+  // its buffer are copied there now.
+  Operation *terminator = body.getTerminator();
+  for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
+    auto updates = function.getResultAttrOfType<IntegerAttr>(
+        i, ds::DsDialect::kUpdatesAttrName);
+    if (!updates)
+      continue;
+    BlockArgument target = body.getArgument(updates.getInt());
+    int64_t targetOffset = offsetOf.lookup(target);
+    auto source = offsetOf.find(result);
+    if (source != offsetOf.end() && source->second == targetOffset)
+      continue;
+    if (isa<BlockArgument>(result))
+      return function.emitOpError()
+             << "result " << i << " updates argument " << updates.getInt()
+             << " with another argument";
+    callVoid("dsrt::copy", {stream, views.lookup(result), views.lookup(target)},
+             {builder.getIndexAttr(0), builder.getIndexAttr(1),
+              builder.getIndexAttr(2)});
+  }
+
   // Outputs are read by the runtime from their views after the run; record
   // where each one is.
-  for (auto [i, result] :
-       llvm::enumerate(body.getTerminator()->getOperands()))
+  int64_t output = 0;
+  for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
+    if (function.getResultAttr(i, ds::DsDialect::kUpdatesAttrName))
+      continue;
     callVoid("dsrt::set_output", {program, views.lookup(result)},
-             {builder.getIndexAttr(0), builder.getI64IntegerAttr(i),
+             {builder.getIndexAttr(0), builder.getI64IntegerAttr(output++),
               builder.getIndexAttr(1)});
+  }
   emitc::ReturnOp::create(builder, loc, Value());
   return success();
 }
 
-void ProgramBuilder::emitDescribe() {
-  builder.setInsertionPointToEnd(module.getBody());
-  auto describe = emitc::FuncOp::create(
-      builder, loc, prefix + "describe",
-      builder.getFunctionType({opaque("dsrt::ProgramInfo&")}, {}));
-  Block *entry = describe.addEntryBlock();
-  builder.setInsertionPointToEnd(entry);
-  Value info = entry->getArgument(0);
+void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
   auto index0 = builder.getIndexAttr(0);
   auto str = [&](StringRef text) { return literal(cppString(text)); };
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
-
-  if (!modelPath.empty())
-    callVoid("dsrt::set_model", {info}, {index0, str(modelPath)});
-  auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
-      ds::DsDialect::kMemoryPlanAttrName);
-  callVoid("dsrt::set_memory_plan", {info},
-           {index0, i64(plan.getArenaBytes()), i64(plan.getPersistentBytes()),
-            i64(plan.getPeakLiveBytes()), i64(plan.getAlignment())});
-
   for (unsigned i = 0; i < function.getNumArguments(); ++i) {
     auto type = cast<RankedTensorType>(function.getArgument(i).getType());
     int64_t offset = function
@@ -467,14 +486,18 @@ void ProgramBuilder::emitDescribe() {
                          .getInt();
     Attribute dtype = literal(dtypeName(type.getElementType()));
     Attribute shape = literal(shapeLiteral(type.getShape()));
-    if (auto name = function.getArgAttrOfType<StringAttr>(
-            i, ds::DsDialect::kInputAttrName)) {
-      callVoid("dsrt::add_input", {info},
-               {index0, str(name.getValue()), dtype, shape, i64(offset)});
+    if (auto state = function.getArgAttrOfType<StringAttr>(
+            i, ds::DsDialect::kStateAttrName)) {
+      if (seen.insert(("state:" + state.getValue()).str()).second)
+        callVoid("dsrt::add_state", {info},
+                 {index0, str(state.getValue()), dtype, shape, i64(offset)});
       continue;
     }
     auto param = function.getArgAttrOfType<ds::ParamAttr>(
         i, ds::DsDialect::kParamAttrName);
+    if (!param ||
+        !seen.insert(("param:" + param.getName()).str()).second)
+      continue;
     if (auto external = dyn_cast<ds::ExternalDataAttr>(param.getData())) {
       callVoid("dsrt::add_param_file", {info},
                {index0, str(param.getName()), dtype, shape, i64(offset),
@@ -493,8 +516,32 @@ void ProgramBuilder::emitDescribe() {
              {index0, str(param.getName()), builder.getIndexAttr(1),
               i64(offset), builder.getBoolAttr(param.getTrainable())});
   }
+}
+
+void ProgramBuilder::emitFunctionInterface(Value info, func::FuncOp emitted) {
+  function = emitted;
+  auto index0 = builder.getIndexAttr(0);
+  auto str = [&](StringRef text) { return literal(cppString(text)); };
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+  for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+    auto name = function.getArgAttrOfType<StringAttr>(
+        i, ds::DsDialect::kInputAttrName);
+    if (!name)
+      continue;
+    auto type = cast<RankedTensorType>(function.getArgument(i).getType());
+    int64_t offset = function
+                         .getArgAttrOfType<IntegerAttr>(
+                             i, ds::DsDialect::kOffsetAttrName)
+                         .getInt();
+    callVoid("dsrt::add_input", {info},
+             {index0, str(name.getValue()),
+              literal(dtypeName(type.getElementType())),
+              literal(shapeLiteral(type.getShape())), i64(offset)});
+  }
 
   for (unsigned i = 0; i < function.getNumResults(); ++i) {
+    if (function.getResultAttr(i, ds::DsDialect::kUpdatesAttrName))
+      continue;
     auto name = function.getResultAttrOfType<StringAttr>(
         i, ds::DsDialect::kOutputAttrName);
     auto type = cast<RankedTensorType>(function.getResultTypes()[i]);
@@ -515,6 +562,96 @@ void ProgramBuilder::emitDescribe() {
                                 i64(cost ? cost.getBytesAccessed() : 0)};
     callVoid("dsrt::add_op", {info}, args);
   }
+}
+
+/// The training recipe (module attribute ds.train): optimizer, gradient
+/// accumulation, micro-batch and learning-rate schedule.
+void ProgramBuilder::emitTraining(Value info) {
+  auto train = module->getAttrOfType<DictionaryAttr>(
+      ds::DsDialect::kTrainAttrName);
+  auto index0 = builder.getIndexAttr(0);
+  auto str = [&](StringRef text) { return literal(cppString(text)); };
+  auto real = [&](StringRef key, double fallback) -> Attribute {
+    auto value = train ? train.getAs<FloatAttr>(key) : FloatAttr();
+    return builder.getF64FloatAttr(value ? value.getValueAsDouble()
+                                         : fallback);
+  };
+  auto integer = [&](StringRef key, int64_t fallback) -> Attribute {
+    auto value = train ? train.getAs<IntegerAttr>(key) : IntegerAttr();
+    return builder.getI64IntegerAttr(value ? value.getInt() : fallback);
+  };
+  auto text = [&](StringRef key, StringRef fallback) -> Attribute {
+    auto value = train ? train.getAs<StringAttr>(key) : StringAttr();
+    return str(value ? value.getValue() : fallback);
+  };
+  // The micro-batch is the leading axis of the micro step's inputs.
+  int64_t microBatch = 1;
+  for (BlockArgument arg : functions.front().getArguments())
+    if (functions.front().getArgAttr(arg.getArgNumber(),
+                                     ds::DsDialect::kInputAttrName)) {
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (type.getRank() > 0) {
+        microBatch = type.getDimSize(0);
+        break;
+      }
+    }
+  callVoid("dsrt::set_training", {info},
+           {index0, text("optimizer", "AdamW"), real("lr", 1e-3),
+            real("gradient_clipping", 0.0), integer("accumulation", 1),
+            builder.getI64IntegerAttr(microBatch),
+            integer("steps_per_print", 1)});
+  auto linear = train ? train.getAs<BoolAttr>("warmup_linear") : BoolAttr();
+  callVoid("dsrt::set_schedule", {info},
+           {index0, text("schedule", "Constant"), real("warmup_min_lr", 0.0),
+            real("warmup_max_lr", 1e-3), integer("warmup_num_steps", 1000),
+            integer("total_num_steps", 0),
+            builder.getBoolAttr(linear && linear.getValue()),
+            real("warmup_min_ratio", 0.0), real("cos_min_ratio", 1e-4)});
+}
+
+void ProgramBuilder::emitDescribe() {
+  builder.setInsertionPointToEnd(module.getBody());
+  auto describe = emitc::FuncOp::create(
+      builder, loc, prefix + "describe",
+      builder.getFunctionType({opaque("dsrt::ProgramInfo&")}, {}));
+  Block *entry = describe.addEntryBlock();
+  builder.setInsertionPointToEnd(entry);
+  Value info = entry->getArgument(0);
+  auto index0 = builder.getIndexAttr(0);
+  auto str = [&](StringRef text) { return literal(cppString(text)); };
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+
+  if (!modelPath.empty())
+    callVoid("dsrt::set_model", {info}, {index0, str(modelPath)});
+  // A training program's functions share the module's arena.
+  auto plan = module->getAttrOfType<ds::MemoryPlanAttr>(
+      ds::DsDialect::kMemoryPlanAttrName);
+  if (!plan)
+    plan = functions.front()->getAttrOfType<ds::MemoryPlanAttr>(
+        ds::DsDialect::kMemoryPlanAttrName);
+  callVoid("dsrt::set_memory_plan", {info},
+           {index0, i64(plan.getArenaBytes()), i64(plan.getPersistentBytes()),
+            i64(plan.getPeakLiveBytes()), i64(plan.getAlignment())});
+
+  llvm::StringSet<> seen;
+  for (func::FuncOp each : functions) {
+    function = each;
+    emitParams(info, seen);
+  }
+  if (isTraining()) {
+    emitTraining(info);
+    for (func::FuncOp each : functions) {
+      auto functionPlan = each->getAttrOfType<ds::MemoryPlanAttr>(
+          ds::DsDialect::kMemoryPlanAttrName);
+      callVoid("dsrt::begin_function", {info},
+               {index0, str(each.getSymName()),
+                i64(functionPlan.getArenaBytes()),
+                i64(functionPlan.getPeakLiveBytes())});
+      emitFunctionInterface(info, each);
+    }
+  } else {
+    emitFunctionInterface(info, functions.front());
+  }
   emitc::ReturnOp::create(builder, loc, Value());
 }
 
@@ -529,10 +666,18 @@ void ProgramBuilder::emitMain() {
                                                             {i32}));
   Block *entry = main.addEntryBlock();
   builder.setInsertionPointToEnd(entry);
-  Value status = call("dsrt::forward_main", i32,
-                      {entry->getArgument(0), entry->getArgument(1)},
-                      {builder.getIndexAttr(0), builder.getIndexAttr(1),
-                       literal(prefix + "describe"), literal(prefix + "run")});
+  Value status =
+      isTraining()
+          ? call("dsrt::train_main", i32,
+                 {entry->getArgument(0), entry->getArgument(1)},
+                 {builder.getIndexAttr(0), builder.getIndexAttr(1),
+                  literal(prefix + "describe"),
+                  literal(prefix + functions[0].getSymName().str()),
+                  literal(prefix + functions[1].getSymName().str())})
+          : call("dsrt::forward_main", i32,
+                 {entry->getArgument(0), entry->getArgument(1)},
+                 {builder.getIndexAttr(0), builder.getIndexAttr(1),
+                  literal(prefix + "describe"), literal(prefix + "run")});
   emitc::ReturnOp::create(builder, loc, status);
 }
 
@@ -540,8 +685,9 @@ LogicalResult ProgramBuilder::build() {
   builder.setInsertionPointToStart(module.getBody());
   emitc::IncludeOp::create(builder, loc, "dsrt/program.h",
                            /*isStandardInclude=*/false);
-  if (failed(emitRun()))
-    return failure();
+  for (func::FuncOp each : functions)
+    if (failed(emitRun(each, isTraining() ? each.getSymName() : "run")))
+      return failure();
   emitDescribe();
   if (withMain)
     emitMain();
@@ -891,16 +1037,25 @@ struct LowerToEmitCPass
   using DsLowerToEmitCBase::DsLowerToEmitCBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto main = module.lookupSymbol<func::FuncOp>("main");
-    if (!main) {
-      module.emitError() << "no function @main to lower";
+    SmallVector<func::FuncOp> functions;
+    auto micro = module.lookupSymbol<func::FuncOp>("micro_step");
+    auto optimizer = module.lookupSymbol<func::FuncOp>("optimizer_step");
+    if (micro && optimizer) {
+      functions = {micro, optimizer};
+    } else if (auto main = module.lookupSymbol<func::FuncOp>("main")) {
+      functions = {main};
+    } else {
+      module.emitError() << "no function @main (or @micro_step and "
+                            "@optimizer_step) to lower";
       return signalPassFailure();
     }
-    if (!main->hasAttr(ds::DsDialect::kMemoryPlanAttrName)) {
-      main.emitOpError() << "is not memory-planned; run ds-plan-memory first";
-      return signalPassFailure();
-    }
-    ProgramBuilder program(module, main);
+    for (func::FuncOp function : functions)
+      if (!function->hasAttr(ds::DsDialect::kMemoryPlanAttrName)) {
+        function.emitOpError()
+            << "is not memory-planned; run ds-plan-memory first";
+        return signalPassFailure();
+      }
+    ProgramBuilder program(module, functions);
     program.withMain = withMain;
     program.modelPath = modelPath;
     program.prefix = symbolPrefix;
@@ -913,7 +1068,11 @@ struct LowerToEmitCPass
       }
     if (failed(program.build()))
       return signalPassFailure();
-    main.erase();
+    for (func::FuncOp function : functions)
+      function.erase();
+    // Consumed: the program describes its plan and recipe itself.
+    module->removeAttr(ds::DsDialect::kMemoryPlanAttrName);
+    module->removeAttr(ds::DsDialect::kTrainAttrName);
   }
 };
 

@@ -15,6 +15,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/MathExtras.h"
 
 namespace dsopt {
@@ -34,27 +36,53 @@ struct Buffer {
   int64_t offset = -1;
 };
 
+/// The persistent state of a module: one slot per parameter or state name,
+/// shared by every function that takes it.
+struct PersistentLayout {
+  llvm::StringMap<std::pair<int64_t, int64_t>> slots; // key -> offset, size
+  int64_t bytes = 0;
+};
+
+/// The key of a persistent argument, or "" for a transient one (an input).
+std::string persistentKey(func::FuncOp function, unsigned arg) {
+  if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
+          arg, ds::DsDialect::kParamAttrName))
+    return "param:" + param.getName().str();
+  if (auto state = function.getArgAttrOfType<StringAttr>(
+          arg, ds::DsDialect::kStateAttrName))
+    return "state:" + state.getValue().str();
+  return "";
+}
+
 /// Owns the buffers of one function and the value -> buffer mapping.
 class Planner {
 public:
-  Planner(func::FuncOp function, int64_t alignment, bool inPlace)
-      : function(function), alignment(alignment), allowInPlace(inPlace) {}
+  Planner(func::FuncOp function, int64_t alignment, bool inPlace,
+          const PersistentLayout &layout)
+      : function(function), alignment(alignment), allowInPlace(inPlace),
+        layout(layout) {}
 
   LogicalResult run();
 
 private:
   int newBuffer(Value value, int64_t start, bool persistent);
   int64_t lastUse(Value value) const;
+  /// The last use of `value` or of any view of it.
+  int64_t lastUseThroughViews(Value value) const;
+  bool tryTie(Operation *op, unsigned resultIndex, int64_t at);
   void assignOffsets();
 
   func::FuncOp function;
   int64_t alignment;
   bool allowInPlace;
+  const PersistentLayout &layout;
   Block *body = nullptr;
   int64_t endIndex = 0; // the terminator's index
   llvm::DenseMap<Operation *, int64_t> index;
   llvm::DenseMap<Value, int> bufferOf; // absent: static storage (constants)
   SmallVector<Buffer> buffers;
+  /// Results that are the new value of a persistent argument (ds.updates).
+  llvm::DenseMap<Value, unsigned> tiedArg;
 };
 
 int Planner::newBuffer(Value value, int64_t start, bool persistent) {
@@ -76,6 +104,50 @@ int64_t Planner::lastUse(Value value) const {
   return last;
 }
 
+int64_t Planner::lastUseThroughViews(Value value) const {
+  int64_t last = -1;
+  for (Operation *user : value.getUsers()) {
+    last = std::max(last, index.lookup(user));
+    auto kernel = dyn_cast<ds::KernelOpInterface>(user);
+    if (!kernel || user == body->getTerminator())
+      continue;
+    if (std::optional<unsigned> aliased = kernel.getAliasedOperand();
+        aliased && user->getOperand(*aliased) == value)
+      last = std::max(last, lastUseThroughViews(user->getResult(0)));
+  }
+  return last;
+}
+
+/// Places result `resultIndex` of `op` straight into the buffer of the
+/// persistent argument it updates, when that argument's old value is no
+/// longer read after `op` (or is read by `op` itself, in place).
+bool Planner::tryTie(Operation *op, unsigned resultIndex, int64_t at) {
+  Value result = op->getResult(resultIndex);
+  auto it = tiedArg.find(result);
+  if (it == tiedArg.end())
+    return false;
+  BlockArgument arg = body->getArgument(it->second);
+  int argBuffer = bufferOf.lookup(arg);
+  if (!buffers[argBuffer].persistent)
+    return false;
+  int64_t last = lastUseThroughViews(arg);
+  if (last > at)
+    return false;
+  if (last == at) {
+    auto kernel = cast<ds::KernelOpInterface>(op);
+    std::optional<unsigned> inPlace = kernel.getInPlaceOperand(resultIndex);
+    if (!inPlace || op->getOperand(*inPlace) != arg)
+      return false;
+    // The op may read the argument only through that operand.
+    for (auto [i, operand] : llvm::enumerate(op->getOperands()))
+      if (operand == arg && i != *inPlace)
+        return false;
+  }
+  bufferOf[result] = argBuffer;
+  tiedArg.erase(it);
+  return true;
+}
+
 LogicalResult Planner::run() {
   if (!function.getBody().hasOneBlock())
     return function.emitOpError()
@@ -92,10 +164,23 @@ LogicalResult Planner::run() {
       return function.emitOpError()
              << "argument " << arg.getArgNumber()
              << " is not a statically shaped tensor";
-    bool persistent = static_cast<bool>(function.getArgAttr(
-        arg.getArgNumber(), ds::DsDialect::kParamAttrName));
-    newBuffer(arg, /*start=*/0, persistent);
+    std::string key = persistentKey(function, arg.getArgNumber());
+    int b = newBuffer(arg, /*start=*/0, /*persistent=*/!key.empty());
+    if (!key.empty())
+      buffers[b].offset = layout.slots.lookup(key).first;
   }
+
+  // Each argument is updated by the first result that names it.
+  llvm::DenseSet<unsigned> tiedArgs;
+  Operation *terminator = body->getTerminator();
+  for (auto [r, result] : llvm::enumerate(terminator->getOperands()))
+    if (auto updates = function.getResultAttrOfType<IntegerAttr>(
+            r, ds::DsDialect::kUpdatesAttrName)) {
+      unsigned arg = updates.getInt();
+      if (tiedArgs.insert(arg).second && !tiedArg.count(result) &&
+          !isa<BlockArgument>(result))
+        tiedArg[result] = arg;
+    }
 
   for (Operation &op : body->without_terminator()) {
     int64_t at = index[&op];
@@ -116,34 +201,40 @@ LogicalResult Planner::run() {
       if (it == bufferOf.end())
         continue; // a view of a constant is static storage too
       Buffer &buffer = buffers[it->second];
-      buffer.end = std::max(buffer.end, lastUse(op.getResult(0)));
-      if (op.getResult(0).use_empty())
-        buffer.end = std::max(buffer.end, at);
+      if (!buffer.persistent) {
+        buffer.end = std::max(buffer.end, lastUse(op.getResult(0)));
+        if (op.getResult(0).use_empty())
+          buffer.end = std::max(buffer.end, at);
+      }
       bufferOf[op.getResult(0)] = it->second;
       continue;
     }
 
-    unsigned firstResult = 0;
-    if (std::optional<unsigned> inPlace = kernel.getInPlaceOperand();
-        inPlace && allowInPlace) {
-      Value operand = op.getOperand(*inPlace);
-      auto it = bufferOf.find(operand);
-      // Only a dying arena buffer that no other value reads later.
-      if (it != bufferOf.end() && !buffers[it->second].persistent &&
-          buffers[it->second].end == at &&
-          operand.getType() == op.getResult(0).getType()) {
-        Buffer &buffer = buffers[it->second];
-        buffer.end = std::max(at, lastUse(op.getResult(0)));
-        bufferOf[op.getResult(0)] = it->second;
-        firstResult = 1;
+    llvm::SmallDenseSet<int> reused;
+    for (auto [r, result] : llvm::enumerate(op.getResults())) {
+      if (tryTie(&op, r, at))
+        continue;
+      std::optional<unsigned> inPlace = kernel.getInPlaceOperand(r);
+      if (inPlace && allowInPlace) {
+        Value operand = op.getOperand(*inPlace);
+        auto it = bufferOf.find(operand);
+        // Only a dying arena buffer that no other value reads later.
+        if (it != bufferOf.end() && !buffers[it->second].persistent &&
+            buffers[it->second].end == at &&
+            operand.getType() == result.getType() &&
+            reused.insert(it->second).second) {
+          Buffer &buffer = buffers[it->second];
+          buffer.end = std::max(at, lastUse(result));
+          bufferOf[result] = it->second;
+          continue;
+        }
       }
-    }
-    for (Value result : op.getResults().drop_front(firstResult))
       newBuffer(result, at, /*persistent=*/false);
+    }
   }
 
   // Function results must survive to the end.
-  for (Value result : body->getTerminator()->getOperands()) {
+  for (Value result : terminator->getOperands()) {
     auto it = bufferOf.find(result);
     if (it != bufferOf.end())
       buffers[it->second].end = endIndex;
@@ -181,15 +272,16 @@ LogicalResult Planner::run() {
     op.setAttr(ds::DsDialect::kBuffersAttrName,
                builder.getDenseI64ArrayAttr(offsets));
   }
-  int64_t arena = 0, persistent = 0;
-  for (const Buffer &buffer : buffers) {
+  int64_t arena = layout.bytes;
+  for (const Buffer &buffer : buffers)
     arena = std::max(arena, buffer.offset + buffer.size);
-    if (buffer.persistent)
-      persistent = std::max(persistent, buffer.offset + buffer.size);
-  }
-  // The largest sum of simultaneously live buffers, for fragmentation.
+  // The largest sum of simultaneously live buffers (the persistent state
+  // of the whole module, plus this function's transient buffers), for
+  // fragmentation.
   SmallVector<int64_t> live(endIndex + 2, 0);
   for (const Buffer &buffer : buffers) {
+    if (buffer.persistent)
+      continue;
     live[buffer.start] += buffer.size;
     live[buffer.end + 1] -= buffer.size;
   }
@@ -200,19 +292,16 @@ LogicalResult Planner::run() {
   }
   function->setAttr(ds::DsDialect::kMemoryPlanAttrName,
                     ds::MemoryPlanAttr::get(function.getContext(), arena,
-                                            persistent, peakLive, alignment));
+                                            layout.bytes,
+                                            layout.bytes + peakLive,
+                                            alignment));
   return success();
 }
 
 void Planner::assignOffsets() {
-  // Persistent state first, packed in argument order at the bottom.
-  int64_t base = 0;
-  for (Buffer &buffer : buffers)
-    if (buffer.persistent) {
-      buffer.offset = base;
-      base += buffer.size;
-    }
-
+  // Persistent state has its module-wide slot already; everything else
+  // goes above it.
+  int64_t base = layout.bytes;
   SmallVector<int> order;
   for (int b = 0, e = buffers.size(); b < e; ++b)
     if (!buffers[b].persistent)
@@ -247,10 +336,51 @@ void Planner::assignOffsets() {
 struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
   using DsPlanMemoryBase::DsPlanMemoryBase;
   void runOnOperation() override {
-    if (getOperation().isDeclaration())
-      return;
-    if (failed(Planner(getOperation(), alignment, inPlace).run()))
-      signalPassFailure();
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> functions;
+    for (auto function : module.getOps<func::FuncOp>())
+      if (!function.isDeclaration())
+        functions.push_back(function);
+
+    // One slot per persistent name, in order of first appearance.
+    PersistentLayout layout;
+    for (func::FuncOp function : functions)
+      for (unsigned a = 0; a < function.getNumArguments(); ++a) {
+        std::string key = persistentKey(function, a);
+        if (key.empty())
+          continue;
+        auto type = dyn_cast<ShapedType>(function.getArgumentTypes()[a]);
+        if (!type || !type.hasStaticShape()) {
+          function.emitOpError() << "argument " << a
+                                 << " is not a statically shaped tensor";
+          return signalPassFailure();
+        }
+        int64_t size =
+            llvm::alignTo(ds::getByteSize(type).value_or(0), alignment);
+        auto [it, inserted] =
+            layout.slots.try_emplace(key, layout.bytes, size);
+        if (inserted) {
+          layout.bytes += size;
+        } else if (it->second.second != size) {
+          function.emitOpError()
+              << "argument " << a << " ('" << key
+              << "') has a different size than in another function";
+          return signalPassFailure();
+        }
+      }
+
+    int64_t arena = layout.bytes, peakLive = layout.bytes;
+    for (func::FuncOp function : functions) {
+      if (failed(Planner(function, alignment, inPlace, layout).run()))
+        return signalPassFailure();
+      auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
+          ds::DsDialect::kMemoryPlanAttrName);
+      arena = std::max(arena, plan.getArenaBytes());
+      peakLive = std::max(peakLive, plan.getPeakLiveBytes());
+    }
+    module->setAttr(ds::DsDialect::kMemoryPlanAttrName,
+                    ds::MemoryPlanAttr::get(&getContext(), arena, layout.bytes,
+                                            peakLive, alignment));
   }
 };
 } // namespace

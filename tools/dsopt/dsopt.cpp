@@ -392,7 +392,7 @@ EXAMPLES:
   planPm.enableTiming(planTiming);
   if (!noFuse)
     planPm.addNestedPass<func::FuncOp>(dsopt::createDsFuseElementwise());
-  planPm.addNestedPass<func::FuncOp>(dsopt::createDsPlanMemory());
+  planPm.addPass(dsopt::createDsPlanMemory());
   if (failed(planPm.run(*module)))
     return fail("memory planning failed on " + inputFile);
   planTiming.stop();

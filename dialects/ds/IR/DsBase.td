@@ -58,6 +58,21 @@ def Ds_Dialect : Dialect {
     /// Op attribute set by the memory planner: offsets of the buffers whose
     /// lifetime ends with this op.
     static constexpr ::llvm::StringLiteral kFreesAttrName = "ds.frees";
+    /// Result attribute set by ds-autodiff: the gradient of the loss with
+    /// respect to the named parameter, `{ds.grad = "fc.weight"}`.
+    static constexpr ::llvm::StringLiteral kGradAttrName = "ds.grad";
+    /// Argument attribute of persistent training state that is not a model
+    /// parameter (optimizer moments, gradient accumulators), zero at the
+    /// start: `{ds.state = "exp_avg:fc.weight"}`. Functions of one module
+    /// share a state by its name.
+    static constexpr ::llvm::StringLiteral kStateAttrName = "ds.state";
+    /// Result attribute: this result is the new value of argument N (a
+    /// parameter or a state), written back into its buffer by the end of
+    /// the function: `{ds.updates = 3 : i64}`.
+    static constexpr ::llvm::StringLiteral kUpdatesAttrName = "ds.updates";
+    /// Module attribute of a training program: its optimizer, gradient
+    /// accumulation, clipping and learning-rate schedule (a dictionary).
+    static constexpr ::llvm::StringLiteral kTrainAttrName = "ds.train";
   }];
 }
 

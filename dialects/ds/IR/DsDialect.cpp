@@ -131,6 +131,12 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
              << "'" << kInputAttrName << "' must be a string (the input name)";
     return success();
   }
+  if (attribute.getName() == kStateAttrName) {
+    if (!isa<StringAttr>(attribute.getValue()))
+      return op->emitOpError()
+             << "'" << kStateAttrName << "' must be a string (the state name)";
+    return success();
+  }
   return op->emitOpError() << "unknown ds argument attribute '"
                            << attribute.getName().getValue() << "'";
 }
@@ -143,6 +149,26 @@ LogicalResult DsDialect::verifyRegionResultAttribute(Operation *op,
     if (!isa<StringAttr>(attribute.getValue()))
       return op->emitOpError()
              << "'" << kOutputAttrName << "' must be a string (the output name)";
+    return success();
+  }
+  if (attribute.getName() == kGradAttrName) {
+    if (!isa<StringAttr>(attribute.getValue()))
+      return op->emitOpError()
+             << "'" << kGradAttrName << "' must be a string (a parameter name)";
+    return success();
+  }
+  if (attribute.getName() == kUpdatesAttrName) {
+    auto function = dyn_cast<FunctionOpInterface>(op);
+    auto index = dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!function || !index || index.getInt() < 0 ||
+        index.getInt() >= static_cast<int64_t>(function.getNumArguments()))
+      return op->emitOpError() << "'" << kUpdatesAttrName
+                               << "' must be the index of an argument";
+    if (function.getArgumentTypes()[index.getInt()] !=
+        function.getResultTypes()[resultIndex])
+      return op->emitOpError()
+             << "result " << resultIndex << " updates argument "
+             << index.getInt() << " of a different type";
     return success();
   }
   return op->emitOpError() << "unknown ds result attribute '"
@@ -172,13 +198,20 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kMemoryPlanAttrName) {
     if (!isa<MemoryPlanAttr>(attribute.getValue()) ||
-        !isa<FunctionOpInterface>(op))
+        !isa<FunctionOpInterface, ModuleOp>(op))
       return op->emitOpError() << "'" << kMemoryPlanAttrName
-                               << "' must be a #ds.memory_plan on a function";
+                               << "' must be a #ds.memory_plan on a function "
+                                  "or module";
     return success();
   }
   // Module-level facts recorded by the importer.
   if (name == kSourceAttrName || name == "ds.producer" || name == "ds.opset")
     return success();
+  if (name == kTrainAttrName) {
+    if (!isa<DictionaryAttr>(attribute.getValue()))
+      return op->emitOpError() << "'" << kTrainAttrName
+                               << "' must be a dictionary";
+    return success();
+  }
   return op->emitOpError() << "unknown ds attribute '" << name << "'";
 }

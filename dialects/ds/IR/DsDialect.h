@@ -81,6 +81,20 @@ inferBroadcastResult(std::optional<mlir::Location> loc,
                      llvm::ArrayRef<mlir::Type> operandTypes,
                      mlir::Type elementType,
                      llvm::SmallVectorImpl<mlir::Type> &inferredTypes);
+
+/// The spatial geometry shared by convolution and pooling.
+struct WindowAttrs {
+  llvm::ArrayRef<int64_t> kernel, strides, pads, dilations;
+};
+
+/// Output shape [N, outChannels, D'...] of a window op (convolution,
+/// pooling) over `input` [N, C, D...], or a diagnostic at `loc`.
+llvm::LogicalResult inferWindowShape(std::optional<mlir::Location> loc,
+                                     llvm::StringRef what,
+                                     mlir::RankedTensorType input,
+                                     WindowAttrs window, int64_t outChannels,
+                                     bool ceilMode,
+                                     llvm::SmallVectorImpl<int64_t> &shape);
 } // namespace detail
 } // namespace dsopt::ds
 

@@ -45,12 +45,43 @@ def Ds_KernelOpInterface : OpInterface<"KernelOpInterface"> {
         return std::nullopt;
       }]>,
     InterfaceMethod<
-      "An operand whose buffer result 0 may reuse when this op is the "
-      "operand's last use: the kernel reads each element before it writes "
-      "the same element.",
-      "std::optional<unsigned>", "getInPlaceOperand", (ins), [{}], [{
+      "An operand whose buffer result `result` may reuse when this op is "
+      "the operand's last use: the kernel reads each element of it before "
+      "it writes the same element of the result.",
+      "std::optional<unsigned>", "getInPlaceOperand", (ins "unsigned":$result),
+      [{}], [{
         return std::nullopt;
       }]>,
+  ];
+}
+
+def Ds_VJPOpInterface : OpInterface<"VJPOpInterface"> {
+  let description = [{
+    The derivative of an op, as a vector-Jacobian product: given the
+    gradients of the loss with respect to the op's results, build ds ops
+    that compute the gradients with respect to its operands. `ds-autodiff`
+    walks the forward function backwards and asks every op on the path from
+    the trained parameters to the loss for its VJP; ops whose derivative
+    needs its own kernel build gradient ops (ds.softmax_grad, ...).
+
+    `resultGrads` has one entry per result: the gradient flowing into it,
+    or a null Value when no gradient reaches that result. `needed` has one
+    entry per operand: whether its gradient is wanted (the operand depends
+    on a trained parameter). The method appends one Value per operand to
+    `operandGrads`: the gradient, with the operand's type, or null where it
+    is not needed or is identically zero. It fails (with a diagnostic) only
+    when a needed derivative does not exist, e.g. with respect to a
+    parameter the op cannot differentiate through.
+  }];
+  let cppNamespace = "::dsopt::ds";
+  let methods = [
+    InterfaceMethod<
+      "Builds the gradients of the operands from those of the results.",
+      "::llvm::LogicalResult", "buildVJP",
+      (ins "::mlir::OpBuilder &":$builder,
+           "::llvm::ArrayRef<::mlir::Value>":$resultGrads,
+           "::llvm::ArrayRef<bool>":$needed,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
   ];
 }
 

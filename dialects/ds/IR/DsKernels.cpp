@@ -79,7 +79,9 @@ void lossArguments(KernelCallBuilder &call, LossOp op) {
   void OpClass::buildKernelCall(KernelCallBuilder &call) {                     \
     unaryCall(call, Name, getInput(), getResult());                            \
   }                                                                            \
-  std::optional<unsigned> OpClass::getInPlaceOperand() { return 0; }
+  std::optional<unsigned> OpClass::getInPlaceOperand(unsigned result) {     \
+    return result == 0 ? std::optional<unsigned>(0) : std::nullopt;            \
+  }
 
 DS_UNARY_KERNEL(SqrtOp, "Sqrt")
 DS_UNARY_KERNEL(ReciprocalOp, "Reciprocal")
@@ -97,21 +99,25 @@ void LeakyReluOp::buildKernelCall(KernelCallBuilder &call) {
   unaryCall(call, "LeakyRelu", getInput(), getResult(),
             getAlpha().convertToFloat());
 }
-std::optional<unsigned> LeakyReluOp::getInPlaceOperand() { return 0; }
+std::optional<unsigned> LeakyReluOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
+}
 
 void GeluOp::buildKernelCall(KernelCallBuilder &call) {
   unaryCall(call,
             getApproximate() == GeluApproximation::none ? "Gelu" : "GeluTanh",
             getInput(), getResult());
 }
-std::optional<unsigned> GeluOp::getInPlaceOperand() { return 0; }
+std::optional<unsigned> GeluOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
+}
 
 #define DS_BINARY_KERNEL(OpClass, Name)                                        \
   void OpClass::buildKernelCall(KernelCallBuilder &call) {                     \
     binaryCall(call, Name, getLhs(), getRhs(), getResult());                   \
   }                                                                            \
-  std::optional<unsigned> OpClass::getInPlaceOperand() {                       \
-    return sameTypeOperand(*this);                                             \
+  std::optional<unsigned> OpClass::getInPlaceOperand(unsigned result) {        \
+    return result == 0 ? sameTypeOperand(*this) : std::nullopt;                \
   }
 
 DS_BINARY_KERNEL(AddOp, "Add")
@@ -146,7 +152,9 @@ void WhereOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getRhs());
   call.tensor(getResult());
 }
-std::optional<unsigned> WhereOp::getInPlaceOperand() {
+std::optional<unsigned> WhereOp::getInPlaceOperand(unsigned result) {
+  if (result != 0)
+    return std::nullopt;
   // Never the condition: it is bool and the result is not.
   for (unsigned i : {1u, 2u})
     if (getOperand(i).getType() == getType())
@@ -195,7 +203,9 @@ void SoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResult());
   call.integer(getAxis());
 }
-std::optional<unsigned> SoftmaxOp::getInPlaceOperand() { return 0; }
+std::optional<unsigned> SoftmaxOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
+}
 
 void LogSoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::log_softmax");
@@ -204,7 +214,9 @@ void LogSoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResult());
   call.integer(getAxis());
 }
-std::optional<unsigned> LogSoftmaxOp::getInPlaceOperand() { return 0; }
+std::optional<unsigned> LogSoftmaxOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
+}
 
 void LayerNormOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::layer_norm");
@@ -451,6 +463,6 @@ void FusedOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResult());
 }
 
-std::optional<unsigned> FusedOp::getInPlaceOperand() {
-  return sameTypeOperand(*this);
+std::optional<unsigned> FusedOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? sameTypeOperand(*this) : std::nullopt;
 }

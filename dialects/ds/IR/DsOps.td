@@ -30,6 +30,9 @@ class Ds_Op<string mnemonic, list<Trait> traits = [],
                          []),
                      traits)>;
 
+// Ops with a derivative implement VJPOpInterface (DsVJP.cpp).
+defvar Ds_VJP = DeclareOpInterfaceMethods<Ds_VJPOpInterface>;
+
 //===----------------------------------------------------------------------===//
 // Constants
 //===----------------------------------------------------------------------===//
@@ -63,7 +66,7 @@ class Ds_UnaryOp<string mnemonic, Type type, list<Trait> traits = []>
 }
 
 class Ds_FloatUnaryOp<string mnemonic, string formula, list<Trait> traits = []>
-    : Ds_UnaryOp<mnemonic, Ds_FloatTensor, traits> {
+    : Ds_UnaryOp<mnemonic, Ds_FloatTensor, !listconcat([Ds_VJP], traits)> {
   let summary = "elementwise " # formula;
   let hasFolder = 1;
 }
@@ -76,23 +79,23 @@ def Ds_TanhOp : Ds_FloatUnaryOp<"tanh", "tanh(x)">;
 def Ds_ErfOp : Ds_FloatUnaryOp<"erf", "erf(x)">;
 def Ds_SigmoidOp : Ds_FloatUnaryOp<"sigmoid", "1 / (1 + exp(-x))">;
 
-def Ds_NegOp : Ds_UnaryOp<"neg", Ds_NumericTensor> {
+def Ds_NegOp : Ds_UnaryOp<"neg", Ds_NumericTensor, [Ds_VJP]> {
   let summary = "elementwise -x";
   let hasFolder = 1;
 }
 
-def Ds_ReluOp : Ds_UnaryOp<"relu", Ds_NumericTensor> {
+def Ds_ReluOp : Ds_UnaryOp<"relu", Ds_NumericTensor, [Ds_VJP]> {
   let summary = "elementwise max(x, 0)";
   let hasFolder = 1;
 }
 
-def Ds_LeakyReluOp : Ds_UnaryOp<"leaky_relu", Ds_FloatTensor> {
+def Ds_LeakyReluOp : Ds_UnaryOp<"leaky_relu", Ds_FloatTensor, [Ds_VJP]> {
   let summary = "elementwise x >= 0 ? x : alpha * x";
   let arguments = (ins Ds_FloatTensor:$input,
                    DefaultValuedAttr<F32Attr, "0.01">:$alpha);
 }
 
-def Ds_GeluOp : Ds_UnaryOp<"gelu", Ds_FloatTensor> {
+def Ds_GeluOp : Ds_UnaryOp<"gelu", Ds_FloatTensor, [Ds_VJP]> {
   let summary = "Gaussian error linear unit, exact (erf) or tanh-approximated";
   let description = [{
     `approximate = none`: x * 0.5 * (1 + erf(x / sqrt(2)));
@@ -111,7 +114,7 @@ def Ds_NotOp : Ds_UnaryOp<"not", Ds_BoolTensor> {
 class Ds_BinaryOp<string mnemonic, Type type, list<Trait> traits = []>
     : Ds_Op<mnemonic,
             !listconcat([SameOperandsElementType, InferTypeOpAdaptor,
-                         Ds_Elementwise], traits),
+                         Ds_Elementwise, Ds_VJP], traits),
             ["getInPlaceOperand"]> {
   let description = [{
     Operands broadcast against each other (NumPy/ONNX multidirectional
@@ -159,7 +162,7 @@ def Ds_CompareOp : Ds_Op<"compare",
   let hasFolder = 1;
 }
 
-def Ds_WhereOp : Ds_Op<"where", [InferTypeOpAdaptor, Ds_Elementwise],
+def Ds_WhereOp : Ds_Op<"where", [InferTypeOpAdaptor, Ds_Elementwise, Ds_VJP],
                        ["getInPlaceOperand"]> {
   let summary = "elementwise condition ? lhs : rhs, broadcasting all three";
   let arguments = (ins Ds_BoolTensor:$condition, Ds_Tensor:$lhs,
@@ -170,7 +173,7 @@ def Ds_WhereOp : Ds_Op<"where", [InferTypeOpAdaptor, Ds_Elementwise],
   let hasFolder = 1;
 }
 
-def Ds_CastOp : Ds_Op<"cast", [Ds_Elementwise]> {
+def Ds_CastOp : Ds_Op<"cast", [Ds_Elementwise, Ds_VJP]> {
   let summary = "elementwise element-type conversion";
   let description = [{
     Float to integer truncates toward zero; to i1 is `x != 0`; float to
@@ -187,7 +190,8 @@ def Ds_CastOp : Ds_Op<"cast", [Ds_Elementwise]> {
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def Ds_MatMulOp : Ds_Op<"matmul", [SameOperandsElementType, InferTypeOpAdaptor]> {
+def Ds_MatMulOp : Ds_Op<"matmul",
+    [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "NumPy matrix product with batch broadcasting";
   let description = [{
     ONNX MatMul semantics: the last two axes multiply, leading axes
@@ -202,7 +206,7 @@ def Ds_MatMulOp : Ds_Op<"matmul", [SameOperandsElementType, InferTypeOpAdaptor]>
   let hasCanonicalizer = 1;
 }
 
-def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor]> {
+def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "alpha * op(a) * op(b) + beta * c for 2-D a and b";
   let arguments = (ins Ds_FloatTensor:$a, Ds_FloatTensor:$b,
                    Optional<Ds_FloatTensor>:$c,
@@ -219,7 +223,7 @@ def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor]> {
 // Normalization and softmax
 //===----------------------------------------------------------------------===//
 
-def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType],
+def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType, Ds_VJP],
                          ["getInPlaceOperand"]> {
   let summary = "softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
@@ -228,7 +232,7 @@ def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType],
   let hasVerifier = 1;
 }
 
-def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType],
+def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType, Ds_VJP],
                             ["getInPlaceOperand"]> {
   let summary = "log of softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
@@ -237,7 +241,7 @@ def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType],
   let hasVerifier = 1;
 }
 
-def Ds_LayerNormOp : Ds_Op<"layer_norm", [InferTypeOpAdaptor]> {
+def Ds_LayerNormOp : Ds_Op<"layer_norm", [InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "layer normalization over the axes from `axis` on";
   let description = [{
     ONNX LayerNormalization: y = (x - mean) * inv_std_dev * scale + bias with
@@ -254,7 +258,7 @@ def Ds_LayerNormOp : Ds_Op<"layer_norm", [InferTypeOpAdaptor]> {
                        "type($input) `,` type($scale) (`,` type($bias)^)?";
 }
 
-def Ds_BatchNormOp : Ds_Op<"batch_norm", [InferTypeOpAdaptor]> {
+def Ds_BatchNormOp : Ds_Op<"batch_norm", [InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "batch normalization with running statistics (inference)";
   let description = [{
     y = (x - mean) / sqrt(var + epsilon) * scale + bias over axis 1 (channels).
@@ -267,7 +271,7 @@ def Ds_BatchNormOp : Ds_Op<"batch_norm", [InferTypeOpAdaptor]> {
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-def Ds_BatchNormTrainOp : Ds_Op<"batch_norm_train", [InferTypeOpAdaptor]> {
+def Ds_BatchNormTrainOp : Ds_Op<"batch_norm_train", [InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "batch normalization with batch statistics (training mode)";
   let description = [{
     Normalizes with the statistics of this batch and returns the updated
@@ -292,7 +296,7 @@ def Ds_BatchNormTrainOp : Ds_Op<"batch_norm_train", [InferTypeOpAdaptor]> {
 //===----------------------------------------------------------------------===//
 
 class Ds_ReduceOp<string mnemonic, string what>
-    : Ds_Op<mnemonic, [SameOperandsElementType, InferTypeOpAdaptor]> {
+    : Ds_Op<mnemonic, [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = what # " over `axes` (sorted, non-negative)";
   let arguments = (ins Ds_NumericTensor:$input, DenseI64ArrayAttr:$axes,
                    DefaultValuedAttr<BoolAttr, "true">:$keepdims);
@@ -309,7 +313,7 @@ def Ds_ReduceMaxOp : Ds_ReduceOp<"reduce_max", "maximum">;
 // Data movement
 //===----------------------------------------------------------------------===//
 
-def Ds_ReshapeOp : Ds_Op<"reshape", [], ["getAliasedOperand"]> {
+def Ds_ReshapeOp : Ds_Op<"reshape", [Ds_VJP], ["getAliasedOperand"]> {
   let summary = "same elements, new static shape";
   let arguments = (ins Ds_Tensor:$input);
   let results = (outs Ds_Tensor:$result);
@@ -319,7 +323,7 @@ def Ds_ReshapeOp : Ds_Op<"reshape", [], ["getAliasedOperand"]> {
   let hasCanonicalizer = 1;
 }
 
-def Ds_TransposeOp : Ds_Op<"transpose", [InferTypeOpAdaptor]> {
+def Ds_TransposeOp : Ds_Op<"transpose", [InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "permute axes: result axis i is input axis perm[i]";
   let arguments = (ins Ds_Tensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs Ds_Tensor:$result);
@@ -328,7 +332,7 @@ def Ds_TransposeOp : Ds_Op<"transpose", [InferTypeOpAdaptor]> {
   let hasCanonicalizer = 1;
 }
 
-def Ds_BroadcastToOp : Ds_Op<"broadcast_to"> {
+def Ds_BroadcastToOp : Ds_Op<"broadcast_to", [Ds_VJP]> {
   let summary = "broadcast to the result shape (ONNX Expand)";
   let arguments = (ins Ds_Tensor:$input);
   let results = (outs Ds_Tensor:$result);
@@ -337,7 +341,8 @@ def Ds_BroadcastToOp : Ds_Op<"broadcast_to"> {
   let hasFolder = 1;
 }
 
-def Ds_ConcatOp : Ds_Op<"concat", [SameOperandsElementType, InferTypeOpAdaptor]> {
+def Ds_ConcatOp : Ds_Op<"concat",
+    [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "concatenate along one axis";
   let arguments = (ins Variadic<Ds_Tensor>:$inputs, I64Attr:$axis);
   let results = (outs Ds_Tensor:$result);
@@ -345,7 +350,7 @@ def Ds_ConcatOp : Ds_Op<"concat", [SameOperandsElementType, InferTypeOpAdaptor]>
   let hasFolder = 1;
 }
 
-def Ds_SplitOp : Ds_Op<"split"> {
+def Ds_SplitOp : Ds_Op<"split", [Ds_VJP]> {
   let summary = "split along one axis into the result shapes";
   let arguments = (ins Ds_Tensor:$input, I64Attr:$axis);
   let results = (outs Variadic<Ds_Tensor>:$results);
@@ -353,7 +358,7 @@ def Ds_SplitOp : Ds_Op<"split"> {
   let hasVerifier = 1;
 }
 
-def Ds_SliceOp : Ds_Op<"slice"> {
+def Ds_SliceOp : Ds_Op<"slice", [Ds_VJP]> {
   let summary = "strided slice; result axis i takes offsets[i] + k * strides[i]";
   let description = [{
     One offset and one (non-zero, possibly negative) stride per axis; the
@@ -367,7 +372,7 @@ def Ds_SliceOp : Ds_Op<"slice"> {
   let hasFolder = 1;
 }
 
-def Ds_GatherOp : Ds_Op<"gather", [InferTypeOpAdaptor]> {
+def Ds_GatherOp : Ds_Op<"gather", [InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "take slices of `data` along `axis` at `indices`";
   let description = [{
     ONNX Gather: result shape is data[:axis] + indices + data[axis+1:].
@@ -381,7 +386,7 @@ def Ds_GatherOp : Ds_Op<"gather", [InferTypeOpAdaptor]> {
                        "type($indices)";
 }
 
-def Ds_TriluOp : Ds_Op<"trilu", [SameOperandsAndResultType]> {
+def Ds_TriluOp : Ds_Op<"trilu", [SameOperandsAndResultType, Ds_VJP]> {
   let summary = "keep the upper or lower triangle of the last two axes";
   let description = [{
     `upper`: keep elements with j - i >= k, else those with j - i <= k;
@@ -394,7 +399,7 @@ def Ds_TriluOp : Ds_Op<"trilu", [SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def Ds_DropoutOp : Ds_Op<"dropout", [InferTypeOpAdaptor]> {
+def Ds_DropoutOp : Ds_Op<"dropout", [InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "training-mode dropout: zero with probability `ratio`, scale "
                 "the rest by 1 / (1 - ratio)";
   let description = [{
@@ -414,7 +419,7 @@ def Ds_DropoutOp : Ds_Op<"dropout", [InferTypeOpAdaptor]> {
 //===----------------------------------------------------------------------===//
 
 def Ds_SoftmaxCrossEntropyOp : Ds_Op<"softmax_cross_entropy",
-    [InferTypeOpAdaptor]> {
+    [InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "softmax cross-entropy of class scores against labels";
   let description = [{
     ONNX SoftmaxCrossEntropyLoss: scores [N, C, d...], labels [N, d...],
@@ -431,7 +436,7 @@ def Ds_SoftmaxCrossEntropyOp : Ds_Op<"softmax_cross_entropy",
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-def Ds_NllLossOp : Ds_Op<"nll_loss", [InferTypeOpAdaptor]> {
+def Ds_NllLossOp : Ds_Op<"nll_loss", [InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "negative log-likelihood of log-probabilities against labels";
   let arguments = (ins Ds_FloatTensor:$log_prob, Ds_IndexTensor:$labels,
                    Optional<Ds_FloatTensor>:$weights,
@@ -446,7 +451,7 @@ def Ds_NllLossOp : Ds_Op<"nll_loss", [InferTypeOpAdaptor]> {
 // Convolution and pooling
 //===----------------------------------------------------------------------===//
 
-def Ds_ConvOp : Ds_Op<"conv", [InferTypeOpAdaptor]> {
+def Ds_ConvOp : Ds_Op<"conv", [InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "N-d grouped convolution (cross-correlation), NC... layout";
   let description = [{
     input [N, C, D...], weight [M, C / group, K...], optional bias [M].
@@ -462,7 +467,7 @@ def Ds_ConvOp : Ds_Op<"conv", [InferTypeOpAdaptor]> {
 }
 
 class Ds_PoolOp<string mnemonic, string what>
-    : Ds_Op<mnemonic, [SameOperandsElementType, InferTypeOpAdaptor]> {
+    : Ds_Op<mnemonic, [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = what # " pooling over the spatial axes of [N, C, D...]";
   let results = (outs Ds_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
@@ -486,7 +491,8 @@ def Ds_AveragePoolOp : Ds_PoolOp<"avg_pool", "average"> {
 // Optimizer updates (ONNX ai.onnx.preview.training), one tensor per op
 //===----------------------------------------------------------------------===//
 
-class Ds_OptimizerOp<string mnemonic> : Ds_Op<mnemonic, [InferTypeOpAdaptor]> {
+class Ds_OptimizerOp<string mnemonic>
+    : Ds_Op<mnemonic, [InferTypeOpAdaptor], ["getInPlaceOperand"]> {
   let assemblyFormat = "operands attr-dict `:` type(operands)";
   let hasVerifier = 1;
 }
@@ -535,6 +541,249 @@ def Ds_AdagradOp : Ds_OptimizerOp<"adagrad"> {
                    DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient);
   let results = (outs Ds_FloatTensor:$param_out,
                  Ds_FloatTensor:$accumulator_out);
+}
+
+//===----------------------------------------------------------------------===//
+// Gradients: the vector-Jacobian products that need their own kernel
+//===----------------------------------------------------------------------===//
+
+def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [SameOperandsAndResultType]> {
+  let summary = "gradient of softmax: y * (dy - sum(dy * y)) along `axis`";
+  let arguments = (ins Ds_FloatTensor:$output, Ds_FloatTensor:$result_grad,
+                   I64Attr:$axis);
+  let results = (outs Ds_FloatTensor:$input_grad);
+  let assemblyFormat = "$output `,` $result_grad attr-dict `:` type($output)";
+  let hasVerifier = 1;
+}
+
+def Ds_LogSoftmaxGradOp : Ds_Op<"log_softmax_grad",
+                                [SameOperandsAndResultType]> {
+  let summary = "gradient of log-softmax: dy - exp(y) * sum(dy) along `axis`";
+  let arguments = (ins Ds_FloatTensor:$output, Ds_FloatTensor:$result_grad,
+                   I64Attr:$axis);
+  let results = (outs Ds_FloatTensor:$input_grad);
+  let assemblyFormat = "$output `,` $result_grad attr-dict `:` type($output)";
+  let hasVerifier = 1;
+}
+
+def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [InferTypeOpAdaptor]> {
+  let summary = "gradients of layer normalization";
+  let description = [{
+    From the forward's input, scale and saved f32 statistics (`mean`,
+    `inv_std_dev`, normalized axes kept as 1) and the gradient of the
+    output: the gradients of the input, of the scale and of the bias (the
+    output gradient summed over everything but the scale's axes).
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$scale,
+                   Ds_F32Tensor:$mean, Ds_F32Tensor:$inv_std_dev,
+                   Ds_FloatTensor:$result_grad, I64Attr:$axis);
+  let results = (outs Ds_FloatTensor:$input_grad, Ds_FloatTensor:$scale_grad,
+                 Ds_FloatTensor:$bias_grad);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
+def Ds_BatchNormGradOp : Ds_Op<"batch_norm_grad", [InferTypeOpAdaptor]> {
+  let summary = "gradients of training-mode batch normalization";
+  let description = [{
+    From the forward's input, scale and saved batch statistics (f32, [C])
+    and the gradient of the output: the gradients of the input (through the
+    batch statistics), of the scale and of the bias.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$scale,
+                   Ds_F32Tensor:$saved_mean, Ds_F32Tensor:$saved_inv_std,
+                   Ds_FloatTensor:$result_grad);
+  let results = (outs Ds_FloatTensor:$input_grad, Ds_FloatTensor:$scale_grad,
+                 Ds_FloatTensor:$bias_grad);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
+def Ds_SoftmaxCrossEntropyGradOp : Ds_Op<"softmax_cross_entropy_grad",
+    [InferTypeOpAdaptor]> {
+  let summary = "gradient of softmax cross-entropy with respect to the scores";
+  let description = [{
+    `loss_grad` * (softmax - onehot(label)), weighted, zero for ignored
+    labels, divided by the (weighted) count for `mean` as in the forward.
+    The softmax comes from the forward's `log_prob`.
+  }];
+  let arguments = (ins Ds_FloatTensor:$loss_grad, Ds_FloatTensor:$log_prob,
+                   Ds_IndexTensor:$labels, Optional<Ds_FloatTensor>:$weights,
+                   DefaultValuedAttr<Ds_LossReductionAttr,
+                                     "LossReduction::mean">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Ds_FloatTensor:$scores_grad);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
+def Ds_NllLossGradOp : Ds_Op<"nll_loss_grad"> {
+  let summary = "gradient of NLL with respect to the log-probabilities";
+  let description = [{
+    -`loss_grad` * weight at each label position (divided by the weighted
+    count for `mean`), zero elsewhere; the result type is the forward's
+    log-probability type.
+  }];
+  let arguments = (ins Ds_FloatTensor:$loss_grad, Ds_IndexTensor:$labels,
+                   Optional<Ds_FloatTensor>:$weights,
+                   DefaultValuedAttr<Ds_LossReductionAttr,
+                                     "LossReduction::mean">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Ds_FloatTensor:$log_prob_grad);
+  let assemblyFormat =
+      "operands attr-dict `:` type(operands) `->` type($log_prob_grad)";
+  let hasVerifier = 1;
+}
+
+def Ds_GatherGradOp : Ds_Op<"gather_grad"> {
+  let summary = "gradient of gather: scatter-add of the result gradient";
+  let description = [{
+    Zero, then data_grad[.., indices[j], ..] += result_grad[.., j, ..] along
+    `axis`; repeated indices (a token used twice in a batch) accumulate.
+  }];
+  let arguments = (ins Ds_FloatTensor:$result_grad, Ds_IndexTensor:$indices,
+                   I64Attr:$axis);
+  let results = (outs Ds_FloatTensor:$data_grad);
+  let assemblyFormat = "$result_grad `,` $indices attr-dict `:` "
+                       "type($result_grad) `,` type($indices) `->` "
+                       "type($data_grad)";
+  let hasVerifier = 1;
+}
+
+def Ds_SliceGradOp : Ds_Op<"slice_grad"> {
+  let summary = "gradient of slice: the result gradient scattered into zeros";
+  let arguments = (ins Ds_FloatTensor:$result_grad,
+                   DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$strides);
+  let results = (outs Ds_FloatTensor:$input_grad);
+  let assemblyFormat = "$result_grad attr-dict `:` type($result_grad) `->` "
+                       "type($input_grad)";
+  let hasVerifier = 1;
+}
+
+def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input"> {
+  let summary = "gradient of convolution with respect to its input";
+  let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$weight,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations,
+                   DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs Ds_FloatTensor:$input_grad);
+  let assemblyFormat = "operands attr-dict `:` type(operands) `->` "
+                       "type($input_grad)";
+  let hasVerifier = 1;
+}
+
+def Ds_ConvGradWeightOp : Ds_Op<"conv_grad_weight"> {
+  let summary = "gradient of convolution with respect to its weight";
+  let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$input,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations,
+                   DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs Ds_FloatTensor:$weight_grad);
+  let assemblyFormat = "operands attr-dict `:` type(operands) `->` "
+                       "type($weight_grad)";
+  let hasVerifier = 1;
+}
+
+def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [InferTypeOpAdaptor]> {
+  let summary = "gradient of max pooling: each window's gradient goes to its "
+                "first maximum";
+  let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$input,
+                   DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
+                   DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$dilations);
+  let results = (outs Ds_FloatTensor:$input_grad);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
+def Ds_AvgPoolGradOp : Ds_Op<"avg_pool_grad"> {
+  let summary = "gradient of average pooling";
+  let arguments = (ins Ds_FloatTensor:$result_grad,
+                   DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
+                   DenseI64ArrayAttr:$pads, UnitAttr:$count_include_pad);
+  let results = (outs Ds_FloatTensor:$input_grad);
+  let assemblyFormat = "$result_grad attr-dict `:` type($result_grad) `->` "
+                       "type($input_grad)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// The training step: optimizers, gradient norm, state initialization
+//===----------------------------------------------------------------------===//
+
+def Ds_AdamWOp : Ds_OptimizerOp<"adamw"> {
+  let summary = "one Adam / AdamW step for one tensor (torch.optim semantics)";
+  let description = [{
+    m' = beta1 m + (1 - beta1) g; v' = beta2 v + (1 - beta2) g^2;
+    p' = p - lr (m' / (1 - beta1^step)) / (sqrt(v' / (1 - beta2^step)) + eps).
+    `decoupled` (AdamW): p is first scaled by 1 - lr * weight_decay;
+    otherwise (Adam) weight_decay * p is added to g. `lr` is an f32 scalar
+    tensor, `step` an i64 scalar (1 for the first update).
+  }];
+  let arguments = (ins Ds_F32Tensor:$lr, Ds_I64Tensor:$step,
+                   Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                   Ds_FloatTensor:$first_moment,
+                   Ds_FloatTensor:$second_moment,
+                   DefaultValuedAttr<F32Attr, "0.9">:$beta1,
+                   DefaultValuedAttr<F32Attr, "0.999">:$beta2,
+                   DefaultValuedAttr<F32Attr, "1.0e-8">:$epsilon,
+                   DefaultValuedAttr<F32Attr, "0.0">:$weight_decay,
+                   DefaultValuedAttr<BoolAttr, "true">:$decoupled);
+  let results = (outs Ds_FloatTensor:$param_out,
+                 Ds_FloatTensor:$first_moment_out,
+                 Ds_FloatTensor:$second_moment_out);
+}
+
+def Ds_SgdOp : Ds_OptimizerOp<"sgd"> {
+  let summary = "one torch.optim.SGD step for one tensor";
+  let description = [{
+    g += weight_decay * p; with momentum: buf = g at step 1, else
+    momentum * buf + (1 - dampening) * g, and g = nesterov ? g + momentum *
+    buf : buf; p' = p - lr * g.
+  }];
+  let arguments = (ins Ds_F32Tensor:$lr, Ds_I64Tensor:$step,
+                   Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                   Ds_FloatTensor:$velocity,
+                   DefaultValuedAttr<F32Attr, "0.0">:$momentum,
+                   DefaultValuedAttr<F32Attr, "0.0">:$dampening,
+                   DefaultValuedAttr<F32Attr, "0.0">:$weight_decay,
+                   UnitAttr:$nesterov);
+  let results = (outs Ds_FloatTensor:$param_out,
+                 Ds_FloatTensor:$velocity_out);
+}
+
+def Ds_LionOp : Ds_OptimizerOp<"lion"> {
+  let summary = "one Lion step for one tensor";
+  let description = [{
+    c = beta1 m + (1 - beta1) g; p' = p (1 - lr weight_decay) - lr sign(c);
+    m' = beta2 m + (1 - beta2) g.
+  }];
+  let arguments = (ins Ds_F32Tensor:$lr, Ds_FloatTensor:$param,
+                   Ds_FloatTensor:$grad, Ds_FloatTensor:$momentum,
+                   DefaultValuedAttr<F32Attr, "0.9">:$beta1,
+                   DefaultValuedAttr<F32Attr, "0.99">:$beta2,
+                   DefaultValuedAttr<F32Attr, "0.0">:$weight_decay);
+  let results = (outs Ds_FloatTensor:$param_out,
+                 Ds_FloatTensor:$momentum_out);
+}
+
+def Ds_SumOfSquaresOp : Ds_Op<"sum_of_squares", [InferTypeOpAdaptor]> {
+  let summary = "sum of the squares of every element of every input";
+  let description = [{
+    Accumulated in double, returned as an f32 scalar: the square of the
+    global gradient norm.
+  }];
+  let arguments = (ins Variadic<Ds_FloatTensor>:$inputs);
+  let results = (outs Ds_F32Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs)";
+}
+
+def Ds_FillOp : Ds_Op<"fill"> {
+  let summary = "a tensor with every element equal to `value`, written at run "
+                "time";
+  let description = [{
+    Unlike ds.constant, the value is written into the result's buffer when
+    the op runs: the training step uses it to reset persistent state (the
+    gradient accumulators) in place.
+  }];
+  let arguments = (ins F64Attr:$value);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
 }
 
 //===----------------------------------------------------------------------===//

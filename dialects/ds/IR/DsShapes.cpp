@@ -50,16 +50,11 @@ std::string shapeString(ArrayRef<int64_t> shape) {
   return text;
 }
 
-/// The spatial geometry shared by convolution and pooling.
-struct WindowAttrs {
-  ArrayRef<int64_t> kernel, strides, pads, dilations;
-};
-
 /// Output extent of one spatial axis of a convolution or pooling window:
 /// floor (or ceil) of (in + pads - dilated kernel) / stride, plus one. With
 /// ceil mode a last window that would start inside the end padding is
 /// dropped, as in PyTorch and ONNX's reference.
-int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t stride,
+static int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t stride,
                          int64_t padBegin, int64_t padEnd, int64_t dilation,
                          bool ceilMode) {
   int64_t span = in + padBegin + padEnd - dilation * (kernel - 1) - 1;
@@ -71,6 +66,9 @@ int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t stride,
   return out;
 }
 
+} // namespace
+
+namespace dsopt::ds::detail {
 LogicalResult inferWindowShape(std::optional<Location> loc, StringRef what,
                                RankedTensorType input, WindowAttrs window,
                                int64_t outChannels, bool ceilMode,
@@ -115,6 +113,12 @@ LogicalResult inferWindowShape(std::optional<Location> loc, StringRef what,
   }
   return success();
 }
+
+} // namespace dsopt::ds::detail
+
+namespace {
+using dsopt::ds::detail::inferWindowShape;
+using dsopt::ds::detail::WindowAttrs;
 
 /// Shape of a per-sample loss: the labels' shape must be the scores' shape
 /// without the class axis 1.

@@ -33,7 +33,84 @@ def DsFuseElementwise : Pass<"ds-fuse-elementwise", "mlir::func::FuncOp"> {
                            "mlir::math::MathDialect"];
 }
 
-def DsPlanMemory : Pass<"ds-plan-memory", "mlir::func::FuncOp"> {
+def DsAutodiff : Pass<"ds-autodiff", "mlir::ModuleOp"> {
+  let summary = "Reverse-mode differentiation of the loss with respect to the "
+                "trainable parameters";
+  let description = [{
+    Clones the forward function `@F` into `@F_grad`, which returns the loss
+    and, for every trainable parameter, the gradient of the loss with
+    respect to it (result attribute `ds.grad = "<initializer name>"`).
+
+    The loss is the result named by `loss` (its `ds.output`), or the only
+    scalar floating-point result. A parameter trains when it is floating
+    point, reaches the loss and matches none of the `frozen` names or glob
+    patterns; a frozen pattern that matches no parameter is an error. The
+    `trainable` flag of every `#ds.param` of `@F_grad` records the decision.
+
+    Gradients come from each op's VJPOpInterface, walking the function
+    backwards over the ops between the trainable parameters and the loss;
+    gradients of values used several times are summed. An op on that path
+    without a derivative is an error naming it and its ONNX node.
+  }];
+  let options = [
+    Option<"function", "function", "std::string", /*default=*/"\"main\"",
+           "The forward function to differentiate">,
+    Option<"loss", "loss", "std::string", /*default=*/"\"\"",
+           "Name of the loss output (default: the only scalar float output)">,
+    ListOption<"frozen", "frozen", "std::string",
+               "Parameters that do not train: names or glob patterns">,
+  ];
+}
+
+def DsOptimizer : Pass<"ds-optimizer", "mlir::ModuleOp"> {
+  let summary = "Build the training step: gradient accumulation, clipping and "
+                "the optimizer update";
+  let description = [{
+    Replaces the forward function `@F` and its gradient function `@F_grad`
+    (from ds-autodiff) by the two functions of a training step:
+
+    `@micro_step` runs forward and backward on one micro-batch and adds the
+    gradients into persistent accumulators (`ds.state = "grad:<name>"`);
+    with one micro-batch per step the gradients are written into them
+    directly. Its only output is the loss.
+
+    `@optimizer_step(lr, step)` takes the global gradient norm of the
+    averaged gradients (output `grad_norm`), scales them by
+    1 / accumulation and, when `clip` > 0, by
+    min(1, clip / (norm + 1e-6)) as torch.nn.utils.clip_grad_norm_ does,
+    updates every trainable parameter with the optimizer (torch.optim
+    semantics: AdamW, Adam with L2 weight decay, SGD with momentum and
+    Nesterov, Lion) and its states (`ds.state = "exp_avg:<name>"`, ...),
+    and resets the accumulators.
+
+    Updated parameters and states are results tied to their arguments
+    (`ds.updates`), so the memory planner writes them in place. The module
+    gets `ds.train`, the training recipe the runtime reports.
+  }];
+  let options = [
+    Option<"function", "function", "std::string", /*default=*/"\"main\"",
+           "The forward function (its gradient function is @<function>_grad)">,
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
+           "adamw, adam (L2 weight decay), sgd or lion">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "Adam/Lion beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "Adam/Lion beta2">,
+    Option<"epsilon", "epsilon", "double", /*default=*/"1e-8", "Adam epsilon">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.01",
+           "Weight decay">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.0",
+           "SGD momentum">,
+    Option<"dampening", "dampening", "double", /*default=*/"0.0",
+           "SGD dampening">,
+    Option<"nesterov", "nesterov", "bool", /*default=*/"false",
+           "SGD Nesterov momentum">,
+    Option<"clip", "clip", "double", /*default=*/"0.0",
+           "Global gradient-norm clipping threshold (0: off)">,
+    Option<"accumulation", "accumulation", "int64_t", /*default=*/"1",
+           "Micro-batches per optimizer step">,
+  ];
+}
+
+def DsPlanMemory : Pass<"ds-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assign every tensor a fixed offset in one arena by liveness";
   let description = [{
     The static memory plan: parameters are persistent and packed at the
@@ -48,6 +125,14 @@ def DsPlanMemory : Pass<"ds-plan-memory", "mlir::func::FuncOp"> {
     on ops) and `ds.memory = #ds.memory_plan<arena_bytes, persistent_bytes,
     peak_live_bytes>` on the function. The arena size is the program's peak
     memory, a compile-time fact the runtime checks by measuring.
+
+    The functions of a module share one arena: persistent state
+    (`ds.param` and `ds.state` arguments, keyed by name) has one slot at
+    the bottom for all of them, and each function's other buffers are
+    planned above it; the module's `ds.memory` is the largest plan. A
+    result tied to an argument (`ds.updates`) is computed straight into the
+    argument's buffer when the argument is no longer read by then;
+    otherwise it is copied there at the end.
   }];
   let options = [
     Option<"alignment", "alignment", "int64_t", /*default=*/"64",

@@ -1,0 +1,313 @@
+//===- Autodiff.cpp - reverse-mode differentiation of the loss -------------===//
+//
+// @F (inputs, parameters) -> (loss, ...) becomes, in a clone @F_grad,
+// @F_grad (inputs, parameters) -> (loss, dloss/dp for every trainable p).
+//
+// Activity analysis keeps the backward pass to what matters: a value is
+// active when it depends on a trainable parameter (forward) and the loss
+// depends on it (backward); only floating-point values carry gradients.
+// Active ops are visited in reverse order and asked for their vector-
+// Jacobian product (VJPOpInterface); gradients of values with several uses
+// are summed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dsopt/Transforms/Passes.h"
+
+#include "ds/IR/DsDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/GlobPattern.h"
+
+namespace dsopt {
+#define GEN_PASS_DEF_DSAUTODIFF
+#include "dsopt/Transforms/Passes.h.inc"
+} // namespace dsopt
+
+using namespace mlir;
+using namespace dsopt;
+
+namespace {
+
+bool isFloatTensor(Value value) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  return type && isa<FloatType>(type.getElementType());
+}
+
+std::string describeOp(Operation *op) {
+  std::string node = ds::getNodeName(op->getLoc());
+  std::string text = "'" + op->getName().getStringRef().str() + "'";
+  if (!node.empty())
+    text += " (ONNX node '" + node + "')";
+  return text;
+}
+
+struct AutodiffPass : dsopt::impl::DsAutodiffBase<AutodiffPass> {
+  using DsAutodiffBase::DsAutodiffBase;
+
+  void runOnOperation() override;
+
+private:
+  /// The index of the loss among the results of `function`.
+  FailureOr<unsigned> findLoss(func::FuncOp function);
+  /// Decides which parameters train and records it on their #ds.param.
+  LogicalResult markTrainable(func::FuncOp function, Value loss,
+                              SmallVectorImpl<BlockArgument> &trainable);
+};
+
+FailureOr<unsigned> AutodiffPass::findLoss(func::FuncOp function) {
+  auto name = [&](unsigned i) -> std::string {
+    auto attr = function.getResultAttrOfType<StringAttr>(
+        i, ds::DsDialect::kOutputAttrName);
+    return attr ? attr.getValue().str() : "result " + std::to_string(i);
+  };
+  unsigned count = function.getNumResults();
+  if (!loss.empty()) {
+    SmallVector<std::string> names;
+    for (unsigned i = 0; i < count; ++i) {
+      if (name(i) == loss) {
+        auto type = cast<RankedTensorType>(function.getResultTypes()[i]);
+        if (!isa<FloatType>(type.getElementType()) ||
+            type.getNumElements() != 1)
+          return function.emitError()
+                 << "the loss '" << loss << "' must be a floating-point "
+                 << "scalar, but it is " << type;
+        return i;
+      }
+      names.push_back("'" + name(i) + "'");
+    }
+    return function.emitError() << "the model has no output named '" << loss
+                                << "'; its outputs are "
+                                << llvm::join(names, ", ");
+  }
+  SmallVector<unsigned> candidates;
+  SmallVector<std::string> names;
+  for (unsigned i = 0; i < count; ++i) {
+    auto type = cast<RankedTensorType>(function.getResultTypes()[i]);
+    if (isa<FloatType>(type.getElementType()) && type.getNumElements() == 1 &&
+        type.getRank() <= 1) {
+      candidates.push_back(i);
+      names.push_back("'" + name(i) + "'");
+    }
+  }
+  if (candidates.size() == 1)
+    return candidates.front();
+  if (candidates.empty())
+    return function.emitError()
+           << "the model has no scalar floating-point output to use as the "
+              "loss; a training graph must compute its loss";
+  return function.emitError()
+         << "the model has several scalar floating-point outputs ("
+         << llvm::join(names, ", ") << "); choose the loss with --loss NAME";
+}
+
+LogicalResult
+AutodiffPass::markTrainable(func::FuncOp function, Value loss,
+                            SmallVectorImpl<BlockArgument> &trainable) {
+  SmallVector<llvm::GlobPattern> patterns;
+  SmallVector<bool> used;
+  for (const std::string &text : frozen) {
+    auto pattern = llvm::GlobPattern::create(text);
+    if (!pattern) {
+      llvm::consumeError(pattern.takeError());
+      return function.emitError() << "--frozen: '" << text
+                                  << "' is not a valid glob pattern";
+    }
+    patterns.push_back(std::move(*pattern));
+    used.push_back(false);
+  }
+
+  // Values the loss depends on.
+  llvm::DenseSet<Value> reachesLoss{loss};
+  Block &body = function.getBody().front();
+  for (Operation &op : llvm::reverse(body.without_terminator()))
+    if (llvm::any_of(op.getResults(),
+                     [&](Value r) { return reachesLoss.contains(r); }))
+      for (Value operand : op.getOperands())
+        reachesLoss.insert(operand);
+
+  MLIRContext *context = function.getContext();
+  for (BlockArgument arg : body.getArguments()) {
+    auto param = function.getArgAttrOfType<ds::ParamAttr>(
+        arg.getArgNumber(), ds::DsDialect::kParamAttrName);
+    if (!param)
+      continue;
+    bool isFrozen = false;
+    for (auto [pattern, hit] : llvm::zip(patterns, used))
+      if (pattern.match(param.getName())) {
+        hit = true;
+        isFrozen = true;
+      }
+    bool trains =
+        !isFrozen && isFloatTensor(arg) && reachesLoss.contains(arg);
+    if (trains)
+      trainable.push_back(arg);
+    function.setArgAttr(arg.getArgNumber(), ds::DsDialect::kParamAttrName,
+                        ds::ParamAttr::get(context, param.getName(), trains,
+                                           param.getData()));
+  }
+  for (auto [text, hit] : llvm::zip(frozen, used))
+    if (!hit)
+      return function.emitError()
+             << "--frozen: '" << text << "' matches no initializer";
+  return success();
+}
+
+void AutodiffPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto forward = module.lookupSymbol<func::FuncOp>(function);
+  if (!forward || forward.isDeclaration()) {
+    module.emitError() << "no function @" << function << " to differentiate";
+    return signalPassFailure();
+  }
+  if (!forward.getBody().hasOneBlock()) {
+    forward.emitError() << "differentiation needs a single-block function";
+    return signalPassFailure();
+  }
+  FailureOr<unsigned> lossIndex = findLoss(forward);
+  if (failed(lossIndex))
+    return signalPassFailure();
+
+  // Work on a clone: the forward function stays as it is.
+  OpBuilder moduleBuilder(module.getBodyRegion());
+  moduleBuilder.setInsertionPointAfter(forward);
+  auto grad = cast<func::FuncOp>(moduleBuilder.clone(*forward));
+  std::string gradName = function + "_grad";
+  if (module.lookupSymbol(gradName)) {
+    module.emitError() << "@" << gradName << " already exists";
+    return signalPassFailure();
+  }
+  grad.setSymName(gradName);
+
+  Block &body = grad.getBody().front();
+  Operation *terminator = body.getTerminator();
+  Value loss = terminator->getOperand(*lossIndex);
+
+  SmallVector<BlockArgument> trainable;
+  if (failed(markTrainable(grad, loss, trainable)))
+    return signalPassFailure();
+  if (trainable.empty()) {
+    grad.emitError() << "no parameter trains: none is a floating-point "
+                        "initializer that reaches the loss and is not frozen";
+    return signalPassFailure();
+  }
+
+  // Activity: depends on a trainable parameter and reaches the loss.
+  llvm::DenseSet<Value> varied(trainable.begin(), trainable.end());
+  for (Operation &op : body.without_terminator())
+    if (llvm::any_of(op.getOperands(),
+                     [&](Value v) { return varied.contains(v); }))
+      for (Value result : op.getResults())
+        if (isFloatTensor(result))
+          varied.insert(result);
+  llvm::DenseSet<Value> useful{loss};
+  for (Operation &op : llvm::reverse(body.without_terminator()))
+    if (llvm::any_of(op.getResults(),
+                     [&](Value r) { return useful.contains(r); }))
+      for (Value operand : op.getOperands())
+        useful.insert(operand);
+  auto active = [&](Value v) {
+    return varied.contains(v) && useful.contains(v);
+  };
+
+  OpBuilder builder(terminator);
+  llvm::DenseMap<Value, Value> grads;
+  auto accumulate = [&](Value value, Value g, Location loc) {
+    auto [it, inserted] = grads.try_emplace(value, g);
+    if (!inserted)
+      it->second = ds::AddOp::create(builder, loc, ValueRange{it->second, g})
+                       .getResult();
+  };
+
+  // dloss/dloss = 1
+  {
+    auto type = cast<RankedTensorType>(loss.getType());
+    Attribute one = builder.getFloatAttr(type.getElementType(), 1.0);
+    Value seed = ds::ConstantOp::create(
+        builder, loss.getLoc(),
+        cast<ElementsAttr>(DenseElementsAttr::get(type, one)));
+    grads[loss] = seed;
+  }
+
+  // The ops of the forward pass, then walked backwards.
+  SmallVector<Operation *> forwardOps;
+  for (Operation &op : body.without_terminator())
+    forwardOps.push_back(&op);
+  for (Operation *op : llvm::reverse(forwardOps)) {
+    SmallVector<Value> resultGrads;
+    bool any = false;
+    for (Value result : op->getResults()) {
+      Value g = active(result) ? grads.lookup(result) : Value();
+      resultGrads.push_back(g);
+      any |= static_cast<bool>(g);
+    }
+    if (!any)
+      continue;
+    SmallVector<bool> needed;
+    bool anyNeeded = false;
+    for (Value operand : op->getOperands()) {
+      needed.push_back(active(operand));
+      anyNeeded |= needed.back();
+    }
+    if (!anyNeeded)
+      continue;
+    auto vjp = dyn_cast<ds::VJPOpInterface>(op);
+    if (!vjp) {
+      op->emitError() << "op " << describeOp(op)
+                      << " is on the path from the trained parameters to "
+                         "the loss but has no derivative";
+      return signalPassFailure();
+    }
+    SmallVector<Value> operandGrads;
+    if (failed(vjp.buildVJP(builder, resultGrads, needed, operandGrads))) {
+      op->emitError() << "cannot differentiate " << describeOp(op);
+      return signalPassFailure();
+    }
+    for (auto [operand, g, need] :
+         llvm::zip(op->getOperands(), operandGrads, needed))
+      if (g && need) {
+        if (g.getType() != operand.getType()) {
+          op->emitError() << "the derivative of " << describeOp(op)
+                          << " has type " << g.getType()
+                          << " for an operand of type " << operand.getType();
+          return signalPassFailure();
+        }
+        accumulate(operand, g, op->getLoc());
+      }
+  }
+
+  // Return the loss and one gradient per trainable parameter.
+  SmallVector<Value> results{loss};
+  SmallVector<DictionaryAttr> resultAttrs{
+      grad.getResultAttrDict(*lossIndex)};
+  for (BlockArgument arg : trainable) {
+    Value g = grads.lookup(arg);
+    auto param = grad.getArgAttrOfType<ds::ParamAttr>(
+        arg.getArgNumber(), ds::DsDialect::kParamAttrName);
+    if (!g) {
+      // Reaches the loss only through ops whose derivative is zero.
+      auto type = cast<RankedTensorType>(arg.getType());
+      g = ds::ConstantOp::create(
+          builder, grad.getLoc(),
+          cast<ElementsAttr>(DenseElementsAttr::get(
+              type, builder.getFloatAttr(type.getElementType(), 0.0))));
+    }
+    results.push_back(g);
+    resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
+        ds::DsDialect::kGradAttrName, builder.getStringAttr(param.getName()))));
+  }
+  func::ReturnOp::create(builder, terminator->getLoc(), results);
+  terminator->erase();
+  SmallVector<Type> resultTypes;
+  for (Value v : results)
+    resultTypes.push_back(v.getType());
+  grad.setFunctionType(
+      builder.getFunctionType(grad.getArgumentTypes(), resultTypes));
+  grad.setAllResultAttrs(resultAttrs);
+}
+
+} // namespace

@@ -1,0 +1,384 @@
+//===- TrainStep.cpp - the training step: accumulation and the optimizer ---===//
+//
+// From @F_grad (inputs, params) -> (loss, grads...) build
+//
+//   @micro_step(inputs, params, acc...) -> (loss, acc'...)
+//       acc' = acc + grad (or acc' = grad with one micro-batch per step);
+//       acc' is tied to acc (ds.updates), so it lands in acc's buffer.
+//   @optimizer_step(params, acc, states, lr, step) -> (grad_norm, params',
+//                                                     states', acc'...)
+//       norm = sqrt(sum of squares of acc) / k; g = acc * scale with
+//       scale = min(1, clip / (norm + 1e-6)) / k; one optimizer op per
+//       parameter; acc' = 0 when accumulating.
+//
+// The math matches torch: loss.backward() per micro-batch of loss / k,
+// torch.nn.utils.clip_grad_norm_, then torch.optim.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dsopt/Transforms/Passes.h"
+
+#include "ds/IR/DsDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringSwitch.h"
+
+namespace dsopt {
+#define GEN_PASS_DEF_DSOPTIMIZER
+#include "dsopt/Transforms/Passes.h.inc"
+} // namespace dsopt
+
+using namespace mlir;
+using namespace dsopt;
+
+namespace {
+
+enum class Kind { AdamW, Adam, SGD, Lion };
+
+/// The state tensors each optimizer keeps per parameter (torch's names).
+ArrayRef<StringRef> stateNames(Kind kind) {
+  static constexpr StringRef adam[] = {"exp_avg", "exp_avg_sq"};
+  static constexpr StringRef sgd[] = {"momentum_buffer"};
+  static constexpr StringRef lion[] = {"exp_avg"};
+  switch (kind) {
+  case Kind::AdamW:
+  case Kind::Adam: return adam;
+  case Kind::SGD: return sgd;
+  case Kind::Lion: return lion;
+  }
+  return {};
+}
+
+struct Param {
+  std::string name;
+  ds::ParamAttr attr;
+  RankedTensorType type;
+};
+
+struct OptimizerPass : dsopt::impl::DsOptimizerBase<OptimizerPass> {
+  using DsOptimizerBase::DsOptimizerBase;
+  void runOnOperation() override;
+
+private:
+  func::FuncOp buildMicroStep(func::FuncOp grad, ArrayRef<Param> params);
+  FailureOr<func::FuncOp> buildOptimizerStep(ModuleOp module,
+                                             ArrayRef<Param> params,
+                                             Kind kind, Location loc);
+};
+
+DictionaryAttr stateAttr(Builder &b, StringRef name) {
+  return b.getDictionaryAttr(b.getNamedAttr(ds::DsDialect::kStateAttrName,
+                                            b.getStringAttr(name)));
+}
+
+DictionaryAttr updatesAttr(Builder &b, unsigned arg) {
+  return b.getDictionaryAttr(b.getNamedAttr(ds::DsDialect::kUpdatesAttrName,
+                                            b.getI64IntegerAttr(arg)));
+}
+
+Value scalarConstant(OpBuilder &b, Location loc, Type element, double v) {
+  auto type = RankedTensorType::get({}, element);
+  return ds::ConstantOp::create(
+      b, loc,
+      cast<ElementsAttr>(
+          DenseElementsAttr::get(type, b.getFloatAttr(element, v))));
+}
+
+func::FuncOp OptimizerPass::buildMicroStep(func::FuncOp grad,
+                                           ArrayRef<Param> params) {
+  OpBuilder b(grad);
+  auto micro = cast<func::FuncOp>(b.clone(*grad));
+  micro.setSymName("micro_step");
+  Block &body = micro.getBody().front();
+  Operation *terminator = body.getTerminator();
+  unsigned firstAcc = body.getNumArguments();
+
+  // One accumulator argument per trainable parameter.
+  SmallVector<DictionaryAttr> argAttrs;
+  micro.getAllArgAttrs(argAttrs);
+  for (const Param &param : params) {
+    body.addArgument(param.type, micro.getLoc());
+    argAttrs.push_back(stateAttr(b, "grad:" + param.name));
+  }
+
+  b.setInsertionPoint(terminator);
+  SmallVector<Value> results{terminator->getOperand(0)};
+  SmallVector<DictionaryAttr> resultAttrs{micro.getResultAttrDict(0)};
+  for (auto [i, param] : llvm::enumerate(params)) {
+    Value g = terminator->getOperand(i + 1);
+    Value acc = body.getArgument(firstAcc + i);
+    Value updated = g;
+    if (accumulation > 1) {
+      // Right after the gradient is computed, so its buffer dies early.
+      OpBuilder::InsertionGuard guard(b);
+      if (Operation *def = g.getDefiningOp())
+        b.setInsertionPointAfter(def);
+      else
+        b.setInsertionPointToStart(&body);
+      updated = ds::AddOp::create(b, g.getLoc(), ValueRange{acc, g});
+    }
+    results.push_back(updated);
+    resultAttrs.push_back(updatesAttr(b, firstAcc + i));
+  }
+  func::ReturnOp::create(b, terminator->getLoc(), results);
+  terminator->erase();
+  SmallVector<Type> argTypes(body.getArgumentTypes()), resultTypes;
+  for (Value v : results)
+    resultTypes.push_back(v.getType());
+  micro.setFunctionType(b.getFunctionType(argTypes, resultTypes));
+  micro.setAllArgAttrs(argAttrs);
+  micro.setAllResultAttrs(resultAttrs);
+  return micro;
+}
+
+FailureOr<func::FuncOp>
+OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
+                                  Kind kind, Location loc) {
+  MLIRContext *context = module.getContext();
+  OpBuilder b(context);
+  b.setInsertionPointToEnd(module.getBody());
+  Type f32 = b.getF32Type();
+  auto scalarF32 = RankedTensorType::get({}, f32);
+  auto scalarI64 = RankedTensorType::get({}, b.getI64Type());
+
+  // Arguments: params, accumulators, states, lr, step.
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  for (const Param &param : params) {
+    argTypes.push_back(param.type);
+    argAttrs.push_back(b.getDictionaryAttr(
+        b.getNamedAttr(ds::DsDialect::kParamAttrName, param.attr)));
+  }
+  for (const Param &param : params) {
+    argTypes.push_back(param.type);
+    argAttrs.push_back(stateAttr(b, "grad:" + param.name));
+  }
+  ArrayRef<StringRef> states = stateNames(kind);
+  for (StringRef state : states)
+    for (const Param &param : params) {
+      argTypes.push_back(param.type);
+      argAttrs.push_back(stateAttr(b, (state + ":" + param.name).str()));
+    }
+  unsigned lrArg = argTypes.size();
+  argTypes.push_back(scalarF32);
+  argAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
+      ds::DsDialect::kInputAttrName, b.getStringAttr("lr"))));
+  argTypes.push_back(scalarI64);
+  argAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
+      ds::DsDialect::kInputAttrName, b.getStringAttr("step"))));
+
+  auto step = func::FuncOp::create(b, loc, "optimizer_step",
+                                   b.getFunctionType(argTypes, {}));
+  Block *body = step.addEntryBlock();
+  b.setInsertionPointToEnd(body);
+  size_t n = params.size();
+  auto paramArg = [&](size_t i) { return body->getArgument(i); };
+  auto accArg = [&](size_t i) { return body->getArgument(n + i); };
+  auto stateArg = [&](size_t s, size_t i) {
+    return body->getArgument(2 * n + s * n + i);
+  };
+  Value lr = body->getArgument(lrArg), stepCount = body->getArgument(lrArg + 1);
+
+  // The global norm of the averaged gradient, and the scale of every
+  // gradient: 1/k, times the clipping coefficient.
+  SmallVector<Value> accs;
+  for (size_t i = 0; i < n; ++i)
+    accs.push_back(accArg(i));
+  Value sumSq = ds::SumOfSquaresOp::create(b, loc, ValueRange(accs)).getResult();
+  Value norm = ds::SqrtOp::create(b, loc, scalarF32, sumSq).getResult();
+  if (accumulation > 1)
+    norm = ds::DivOp::create(
+               b, loc,
+               ValueRange{norm, scalarConstant(b, loc, f32,
+                                               static_cast<double>(
+                                                   accumulation))})
+               .getResult();
+  Value scale;
+  if (clip > 0.0) {
+    Value denominator = ds::AddOp::create(
+        b, loc, ValueRange{norm, scalarConstant(b, loc, f32, 1e-6)});
+    Value coef = ds::DivOp::create(
+        b, loc, ValueRange{scalarConstant(b, loc, f32, clip), denominator});
+    Value one = scalarConstant(b, loc, f32, 1.0);
+    Value below = ds::CompareOp::create(
+        b, loc,
+        ValueRange{coef, one},
+        {b.getNamedAttr("predicate",
+                        ds::ComparePredicateAttr::get(
+                            context, ds::ComparePredicate::lt))});
+    scale = ds::WhereOp::create(b, loc, ValueRange{below, coef, one});
+  }
+  if (accumulation > 1) {
+    Value inverse = scalarConstant(b, loc, f32, 1.0 / accumulation);
+    scale = scale ? ds::MulOp::create(b, loc, ValueRange{scale, inverse})
+                        .getResult()
+                  : inverse;
+  }
+
+  SmallVector<Value> results{norm};
+  SmallVector<DictionaryAttr> resultAttrs{b.getDictionaryAttr(b.getNamedAttr(
+      ds::DsDialect::kOutputAttrName, b.getStringAttr("grad_norm")))};
+  NamedAttrList attrs;
+  auto f = [&](double v) { return b.getF32FloatAttr(static_cast<float>(v)); };
+  for (size_t i = 0; i < n; ++i) {
+    const Param &param = params[i];
+    Location paramLoc = NameLoc::get(b.getStringAttr(param.name + ".update"),
+                                     loc);
+    Value g = accArg(i);
+    if (scale) {
+      Type element = param.type.getElementType();
+      Value typedScale =
+          element == f32 ? scale
+                         : ds::CastOp::create(b, paramLoc,
+                                              RankedTensorType::get({}, element),
+                                              scale)
+                               .getResult();
+      g = ds::MulOp::create(b, paramLoc, ValueRange{g, typedScale});
+    }
+    Operation *update = nullptr;
+    switch (kind) {
+    case Kind::AdamW:
+    case Kind::Adam:
+      update = ds::AdamWOp::create(
+          b, paramLoc,
+          ValueRange{lr, stepCount, paramArg(i), g, stateArg(0, i),
+                     stateArg(1, i)},
+          {b.getNamedAttr("beta1", f(beta1)), b.getNamedAttr("beta2", f(beta2)),
+           b.getNamedAttr("epsilon", f(epsilon)),
+           b.getNamedAttr("weight_decay", f(weightDecay)),
+           b.getNamedAttr("decoupled", b.getBoolAttr(kind == Kind::AdamW))});
+      break;
+    case Kind::SGD: {
+      SmallVector<NamedAttribute> sgdAttrs{
+          b.getNamedAttr("momentum", f(momentum)),
+          b.getNamedAttr("dampening", f(dampening)),
+          b.getNamedAttr("weight_decay", f(weightDecay))};
+      if (nesterov)
+        sgdAttrs.push_back(b.getNamedAttr("nesterov", b.getUnitAttr()));
+      update = ds::SgdOp::create(
+          b, paramLoc,
+          ValueRange{lr, stepCount, paramArg(i), g, stateArg(0, i)}, sgdAttrs);
+      break;
+    }
+    case Kind::Lion:
+      update = ds::LionOp::create(
+          b, paramLoc, ValueRange{lr, paramArg(i), g, stateArg(0, i)},
+          {b.getNamedAttr("beta1", f(beta1)), b.getNamedAttr("beta2", f(beta2)),
+           b.getNamedAttr("weight_decay", f(weightDecay))});
+      break;
+    }
+    if (failed(mlir::verify(update)))
+      return failure();
+    // The updated parameter, then the updated states.
+    results.push_back(update->getResult(0));
+    resultAttrs.push_back(updatesAttr(b, i));
+    for (size_t s = 0; s < states.size(); ++s) {
+      results.push_back(update->getResult(1 + s));
+      resultAttrs.push_back(updatesAttr(b, 2 * n + s * n + i));
+    }
+  }
+  // Reset the accumulators for the next step.
+  if (accumulation > 1)
+    for (size_t i = 0; i < n; ++i) {
+      results.push_back(ds::FillOp::create(b, loc, params[i].type,
+                                           b.getF64FloatAttr(0.0)));
+      resultAttrs.push_back(updatesAttr(b, n + i));
+    }
+  func::ReturnOp::create(b, loc, results);
+  SmallVector<Type> resultTypes;
+  for (Value v : results)
+    resultTypes.push_back(v.getType());
+  step.setFunctionType(b.getFunctionType(argTypes, resultTypes));
+  step.setAllArgAttrs(argAttrs);
+  step.setAllResultAttrs(resultAttrs);
+  return step;
+}
+
+void OptimizerPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  std::optional<Kind> kind = llvm::StringSwitch<std::optional<Kind>>(optimizer)
+                                 .CaseLower("adamw", Kind::AdamW)
+                                 .CaseLower("adam", Kind::Adam)
+                                 .CaseLower("sgd", Kind::SGD)
+                                 .CaseLower("lion", Kind::Lion)
+                                 .Default(std::nullopt);
+  if (!kind) {
+    module.emitError() << "unknown optimizer '" << optimizer
+                       << "' (adamw, adam, sgd or lion)";
+    return signalPassFailure();
+  }
+  if (accumulation < 1) {
+    module.emitError() << "gradient accumulation must be at least 1";
+    return signalPassFailure();
+  }
+  auto grad = module.lookupSymbol<func::FuncOp>(function + "_grad");
+  if (!grad) {
+    module.emitError() << "no gradient function @" << function
+                       << "_grad; run ds-autodiff first";
+    return signalPassFailure();
+  }
+  for (StringRef name : {"micro_step", "optimizer_step"})
+    if (module.lookupSymbol(name)) {
+      module.emitError() << "@" << name << " already exists";
+      return signalPassFailure();
+    }
+
+  // The trainable parameters, in the order of their gradients.
+  SmallVector<Param> params;
+  for (unsigned i = 1; i < grad.getNumResults(); ++i) {
+    auto name = grad.getResultAttrOfType<StringAttr>(
+        i, ds::DsDialect::kGradAttrName);
+    if (!name) {
+      grad.emitError() << "result " << i << " is not a gradient (ds.grad)";
+      return signalPassFailure();
+    }
+    ds::ParamAttr attr;
+    for (unsigned a = 0; a < grad.getNumArguments(); ++a)
+      if (auto p = grad.getArgAttrOfType<ds::ParamAttr>(
+              a, ds::DsDialect::kParamAttrName);
+          p && p.getName() == name.getValue())
+        attr = p;
+    if (!attr) {
+      grad.emitError() << "no parameter '" << name.getValue() << "'";
+      return signalPassFailure();
+    }
+    params.push_back({name.getValue().str(), attr,
+                      cast<RankedTensorType>(grad.getResultTypes()[i])});
+  }
+
+  buildMicroStep(grad, params);
+  if (failed(buildOptimizerStep(module, params, *kind, grad.getLoc())))
+    return signalPassFailure();
+  grad.erase();
+  if (auto forward = module.lookupSymbol<func::FuncOp>(function))
+    forward.erase();
+
+  // The recipe, for the program's log and the plan.
+  Builder b(module.getContext());
+  static constexpr StringRef names[] = {"AdamW", "Adam", "SGD", "Lion"};
+  NamedAttrList train;
+  if (auto existing = module->getAttrOfType<DictionaryAttr>(
+          ds::DsDialect::kTrainAttrName))
+    train.append(existing.getValue());
+  train.set("optimizer", b.getStringAttr(names[static_cast<int>(*kind)]));
+  train.set("accumulation", b.getI64IntegerAttr(accumulation));
+  train.set("gradient_clipping", b.getF64FloatAttr(clip));
+  train.set("weight_decay", b.getF64FloatAttr(weightDecay));
+  if (*kind == Kind::SGD) {
+    train.set("momentum", b.getF64FloatAttr(momentum));
+    train.set("dampening", b.getF64FloatAttr(dampening));
+    train.set("nesterov", b.getBoolAttr(nesterov));
+  } else {
+    train.set("beta1", b.getF64FloatAttr(beta1));
+    train.set("beta2", b.getF64FloatAttr(beta2));
+    if (*kind != Kind::Lion)
+      train.set("epsilon", b.getF64FloatAttr(epsilon));
+  }
+  module->setAttr(ds::DsDialect::kTrainAttrName,
+                  train.getDictionary(module.getContext()));
+}
+
+} // namespace
