@@ -1,8 +1,8 @@
 // ds-lower-to-emitc: one libdsrt call per kernel on views of the planned
 // arena, a generated loop per ds.fused, constants as static arrays, and the
 // program description.
-// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise,ds-plan-memory),ds-lower-to-emitc{model-path=/models/m.onnx})' | FileCheck %s --check-prefix=EMITC
-// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise,ds-plan-memory),ds-lower-to-emitc{model-path=/models/m.onnx})' | mlir-translate --mlir-to-cpp | FileCheck %s --check-prefix=CPP
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise),ds-plan-memory,ds-lower-to-emitc{model-path=/models/m.onnx})' | FileCheck %s --check-prefix=EMITC
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise),ds-plan-memory,ds-lower-to-emitc{model-path=/models/m.onnx})' | mlir-translate --mlir-to-cpp | FileCheck %s --check-prefix=CPP
 // RUN: not dsopt-opt %s --pass-pipeline='builtin.module(ds-lower-to-emitc)' 2>&1 | FileCheck %s --check-prefix=UNPLANNED
 
 // EMITC: emitc.include "dsrt/program.h"
@@ -28,8 +28,8 @@
 // CPP: dsrt::matmul([[STREAM]], {{.*}}, false, true);
 // CPP: void dsopt_describe(dsrt::ProgramInfo& [[I:v[0-9]+]]) {
 // CPP: dsrt::set_model([[I]], "/models/m.onnx");
-// CPP: dsrt::add_input([[I]], "x", dsrt::DType::F32, {4096, 8}, {{[0-9]+}});
 // CPP: dsrt::add_param_file([[I]], "w", dsrt::DType::F32, {16, 8}, 0, true, "m.onnx", 128, 512);
+// CPP: dsrt::add_input([[I]], "x", dsrt::DType::F32, {4096, 8}, {{[0-9]+}});
 // CPP: dsrt::add_output([[I]], "y", dsrt::DType::F32, {4096, 16});
 // CPP: int main(int
 

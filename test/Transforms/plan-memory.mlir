@@ -1,7 +1,7 @@
 // The memory planner: parameters persistent at the bottom, liveness-based
 // sharing above them, views and in-place results sharing their operand's
 // slot, and the frees that let the runtime check the plan.
-// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-plan-memory))' -split-input-file | FileCheck %s
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-plan-memory)' -split-input-file | FileCheck %s
 
 // Parameters (256 B and 64 B slots) sit at the bottom (320 B). The graph
 // input x (512 B) dies at the add, which writes its result over it; exp
@@ -45,7 +45,7 @@ func.func @no_in_place_while_read(%x: tensor<16xf32> {ds.input = "x"}) -> (tenso
 // -----
 
 // Without in-place, the same chain needs two slots: y reuses x's.
-// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-plan-memory{in-place=false}))' -split-input-file | FileCheck %s --check-prefix=NOINPLACE
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-plan-memory{in-place=false})' -split-input-file | FileCheck %s --check-prefix=NOINPLACE
 // NOINPLACE-LABEL: func.func @exp_exp
 // NOINPLACE-SAME: arena_bytes = 128
 // CHECK-LABEL: func.func @exp_exp

@@ -160,7 +160,9 @@ public:
     for (int64_t d = 0; d < from.getRank(); ++d)
       if (d < lead || (to.getDimSize(d - lead) == 1 && from.getDimSize(d) != 1))
         axes.push_back(d);
-    Value sum = reduceSum(grad, axes, /*keepdims=*/true);
+    // Summing the leading axes away gives the target shape directly.
+    bool leadingOnly = llvm::all_of(axes, [&](int64_t d) { return d < lead; });
+    Value sum = reduceSum(grad, axes, /*keepdims=*/!leadingOnly);
     return convert(reshape(sum, to.getShape()), to.getElementType());
   }
 
@@ -452,14 +454,17 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &builder,
   }
   if (grads[1]) {
     Value grad;
-    if (!tr && !tl && r.getRank() == 2 && l.getRank() > 2) {
+    if (!tl && r.getRank() == 2 && l.getRank() > 2) {
       // Weights of a batched activation: one GEMM over all rows,
-      // [rows, K]^T x [rows, N], instead of a batch of products summed.
+      // [rows, K]^T x [rows, N] (or its transpose for x W^T), instead of a
+      // batch of products summed afterwards.
       int64_t k = l.getShape().back();
       int64_t n = tensorType(dy).getShape().back();
       int64_t rows = l.getNumElements() / std::max<int64_t>(k, 1);
-      grad = g.matmul(g.reshape(lhs, {rows, k}), g.reshape(dy, {rows, n}),
-                      true, false);
+      Value rowsLhs = g.reshape(lhs, {rows, k});
+      Value rowsDy = g.reshape(dy, {rows, n});
+      grad = tr ? g.matmul(rowsDy, rowsLhs, true, false)
+                : g.matmul(rowsLhs, rowsDy, true, false);
     } else if (!tr) {
       grad = g.matmul(lhs, dy, !tl, false); // [batch..., K, N]
     } else {
