@@ -25,6 +25,9 @@ config.substitutions.extend([
     ("%onnx-assemble", f"{py} {src}/test/lit/onnx_import.py --write"),
     ("%zoo-export", f"{py} {src}/test/zoo/export_zoo.py"),
     ("%gen-gpt", f"{py} {src}/test/zoo/gen_gpt.py"),
+    # Training parity with PyTorch (docs/training.md).
+    ("%zoo-train", f"{py} {src}/test/zoo/check_zoo_train.py"),
+    ("%torch-dsopt", f"{py} {src}/test/zoo/torch_dsopt.py"),
     ("%srcroot", src),
     ("%objroot", config.dsopt_obj_root),
 ])

@@ -1,0 +1,361 @@
+#!/usr/bin/python3
+"""Trains every zoo model with dsopt and with PyTorch, and compares step by step.
+
+For each model of an exported zoo (export_zoo.py), each of its exports
+(constant-folded and not) and each training configuration (CONFIGS x
+ACCUMULATION below), this:
+  * writes the DeepSpeed config and N_BATCHES global batches of training data
+    (make_train_data.py) into a fresh work directory;
+  * maps the export's initializers to the PyTorch parameters
+    (initializer_map.py); float initializers that hold no parameter (BatchNorm
+    running statistics, ...) are passed as --frozen;
+  * compiles `dsopt MODEL --config CFG [--frozen NAMES] -o OUT` and runs
+    `OUT/train --data DIR --steps STEPS --log-json LOG --save-onnx TRAINED`;
+  * trains the same module from the same weights in PyTorch
+    (train_reference.py) and compares: every step's loss (relative LOSS_RTOL),
+    lr (LR_RTOL) and pre-clipping gradient norm (GRAD_NORM_RTOL); every final
+    parameter, read from TRAINED and transposed back where the export
+    pre-transposed it (absolute WEIGHT_ATOL, widened by float32 noise, below);
+    frozen initializers must come back bit-identical.
+Prints one line per case and a final count; exits 1 on any failure (FAIL: a
+tool failed or wrote something unreadable; MISMATCH: the numbers differ).
+
+Float32 noise. Some parameters have a gradient that is exactly zero in exact
+arithmetic but rounding noise in float32: the key bias of attention (softmax
+ignores a constant added to a row of scores), GPT-2's and BERT's k bias.
+Adam divides the gradient by its own running magnitude, so it turns noise of
+1e-9 into steps of a sizeable fraction of lr, in a direction no two
+implementations agree on: PyTorch float32 itself ends up 4e-4 away from
+PyTorch float64 there after 20 AdamW steps. So each parameter's weight
+tolerance is WEIGHT_ATOL + WEIGHT_NOISE_FACTOR * (largest |float32 - float64|
+of the PyTorch runs over that parameter); for almost every parameter that
+term is below 1e-6.
+
+Lion steps by lr * sign(c): where c is near zero, the least rounding
+difference flips a step from +lr to -lr, and the flip perturbs later
+gradients enough to flip a few more. With Lion, up to SIGN_FLIP_FRACTION of a
+parameter's elements (at least SIGN_FLIP_MIN) may therefore exceed the
+tolerance, by at most 2 * (the sum of the lrs of all steps). (PyTorch itself,
+started from weights one ulp away, shows up to 0.2% such elements.)
+"""
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+STEPS = 20
+N_BATCHES = 4
+LOSS_RTOL = 1e-4
+GRAD_NORM_RTOL = 1e-3
+LR_RTOL = 1e-6
+WEIGHT_ATOL = 1e-4
+WEIGHT_NOISE_FACTOR = 4
+SIGN_FLIP_FRACTION = 0.01
+SIGN_FLIP_MIN = 2
+JOBS = 2
+TIMEOUT_S = 600
+
+# Optimizer, schedule and clipping of each configuration; the batch sizes
+# are added per case (the micro batch is the model's, times ACCUMULATION).
+CONFIGS = {
+    "adamw": {
+        "optimizer": {"type": "AdamW",
+                      "params": {"lr": 2e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}},
+        "gradient_clipping": 1.0,
+    },
+    "sgd": {
+        "optimizer": {"type": "SGD",
+                      "params": {"lr": 0.05, "momentum": 0.9, "dampening": 0.0, "nesterov": False,
+                                 "weight_decay": 0.0}},
+        "gradient_clipping": 1.0,
+    },
+}
+ACCUMULATION = (1, 3)
+
+# Not run by default (--configs NAME-gasK selects them): the other optimizers
+# and the lr schedules, whose per-step lr the log must reproduce.
+EXTRA_CONFIGS = {
+    "adam-warmupdecay": {
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "betas": [0.8, 0.99], "eps": 1e-6,
+                                                 "weight_decay": 0.01}},
+        "scheduler": {"type": "WarmupDecayLR",
+                      "params": {"total_num_steps": STEPS, "warmup_min_lr": 1e-4, "warmup_max_lr": 3e-3,
+                                 "warmup_num_steps": 5, "warmup_type": "linear"}},
+        "gradient_clipping": 0.5,
+    },
+    "lion-cosine": {
+        # Weight decay large enough that a wrong one shows in the weights.
+        "optimizer": {"type": "Lion", "params": {"lr": 3e-4, "betas": [0.9, 0.99], "weight_decay": 1.0}},
+        "scheduler": {"type": "WarmupCosineLR",
+                      "params": {"total_num_steps": STEPS, "warmup_min_ratio": 0.1, "warmup_num_steps": 4,
+                                 "cos_min_ratio": 0.01, "warmup_type": "log"}},
+    },
+    "sgd-nesterov-warmup": {
+        "optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "dampening": 0.0, "nesterov": True,
+                                                "weight_decay": 1e-3}},
+        "scheduler": {"type": "WarmupLR",
+                      "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.05, "warmup_num_steps": 8}},
+        "gradient_clipping": 1.0,
+    },
+}
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+LOG_KEYS = ("step", "loss", "lr", "grad_norm", "step_time_s", "arena_peak_bytes")
+
+
+def case_names(selected: str) -> List[Tuple[str, int]]:
+    """[(config name, accumulation)] for --configs (default: CONFIGS x ACCUMULATION)."""
+    if not selected:
+        return [(c, g) for c in CONFIGS for g in ACCUMULATION]
+    cases = []
+    for name in selected.split(","):
+        config, _, gas = name.rpartition("-gas")
+        if config not in CONFIGS and config not in EXTRA_CONFIGS or not gas.isdigit() or int(gas) < 1:
+            known = ", ".join(f"{c}-gasK" for c in (*CONFIGS, *EXTRA_CONFIGS))
+            raise SystemExit(f"check_zoo_train.py: unknown configuration {name!r}; known: {known}")
+        cases.append((config, int(gas)))
+    return cases
+
+
+def ds_config(config_name: str, micro: int, gas: int) -> Dict:
+    config = json.loads(json.dumps({**CONFIGS, **EXTRA_CONFIGS}[config_name]))
+    config.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=gas,
+                  train_batch_size=micro * gas)
+    return config
+
+
+def one_line(text: str, limit: int = 600) -> str:
+    """A tool's stderr on the case's one output line."""
+    text = " | ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def rel_err(got: float, want: float) -> float:
+    if not (isinstance(got, (int, float)) and math.isfinite(got)):
+        return math.inf
+    return abs(got - want) / max(abs(want), 1e-30)
+
+
+def read_log(path: Path, steps: int) -> Tuple[Optional[List[Dict]], Optional[str]]:
+    if not path.exists():
+        return None, f"no log {path}"
+    entries = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as e:
+            return None, f"log line {number} is not JSON: {e}"
+        missing = [k for k in LOG_KEYS if k not in entry]
+        if missing:
+            return None, f"log line {number} lacks {', '.join(missing)}"
+        for key in LOG_KEYS:
+            value = entry[key]
+            integral = key in ("step", "arena_peak_bytes")
+            if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)) or (
+                    key in ("step_time_s", "arena_peak_bytes") and value < 0):
+                return None, f"log line {number}: {key} {value!r} is not a {'count' if integral else 'number'}"
+        entries.append(entry)
+    if [e["step"] for e in entries] != list(range(1, steps + 1)):
+        return None, f"log has steps {[e['step'] for e in entries][:5]}..., expected 1..{steps}"
+    return entries, None
+
+
+def compare_log(log: List[Dict], reference: List[Dict]) -> Tuple[Dict[str, float], Optional[str]]:
+    worst = {"loss": 0.0, "grad_norm": 0.0, "lr": 0.0}
+    tolerance = {"loss": LOSS_RTOL, "grad_norm": GRAD_NORM_RTOL, "lr": LR_RTOL}
+    first = None
+    for got, want in zip(log, reference):
+        for key in ("loss", "lr", "grad_norm"):
+            err = rel_err(got[key], want[key])
+            worst[key] = max(worst[key], err)
+            if first is None and not err <= tolerance[key]:
+                first = (f"step {want['step']} {key} {got[key]!r}, PyTorch {want[key]!r} "
+                         f"(rel err {err:.2e} > {tolerance[key]:g})")
+    return worst, first
+
+
+def weight_bounds(run32, run64) -> Dict[str, float]:
+    """Per parameter: WEIGHT_ATOL plus the float32 noise PyTorch's own run shows."""
+    return {n: WEIGHT_ATOL + WEIGHT_NOISE_FACTOR * float(np.abs(v.astype(np.float64) - run64.params[n]).max(initial=0))
+            for n, v in run32.params.items()}
+
+
+def sign_flip_allowance(config: Dict, log: List[Dict]) -> Optional[float]:
+    """How far a flipped element may be off (None: the optimizer has no sign steps)."""
+    if config["optimizer"]["type"] != "Lion":
+        return None
+    return 2.0 * sum(entry["lr"] for entry in log)
+
+
+def compare_weights(trained_path: Path, initial, imap, params: Dict[str, np.ndarray],
+                    bounds: Dict[str, float], flip: Optional[float] = None) -> Tuple[float, Optional[str]]:
+    import onnx
+    from initializer_map import initializer_arrays
+
+    if not trained_path.exists():
+        return math.inf, f"no trained model {trained_path}"
+    try:
+        trained = initializer_arrays(onnx.load(str(trained_path)))
+    except Exception as e:  # a broken file is a finding, not a crash of the check
+        return math.inf, f"trained model {trained_path} does not load: {e}"
+    missing = [n for n in initial if n not in trained]
+    if missing:
+        return math.inf, f"trained model lacks initializer(s) {', '.join(missing[:5])}"
+    worst, first = 0.0, None
+    for m in imap.mapped:
+        got, want = imap.to_torch(trained[m.initializer], m), params[m.parameter]
+        where = f"parameter {m.parameter}" + (f" (initializer {m.initializer}, {m.how})" if m.how != "name" else "")
+        if got.shape != want.shape:
+            return math.inf, f"{where} has shape {list(got.shape)}, PyTorch {list(want.shape)}"
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        diff[np.isnan(diff)] = np.inf
+        err = float(diff.max()) if diff.size else 0.0
+        worst = max(worst, err)
+        if flip is not None and not err <= bounds[m.parameter]:
+            outliers = diff > bounds[m.parameter]
+            allowed = max(SIGN_FLIP_MIN, int(SIGN_FLIP_FRACTION * diff.size))
+            if outliers.sum() <= allowed and err <= bounds[m.parameter] + flip:
+                continue
+        if first is None and not err <= bounds[m.parameter]:
+            i = np.unravel_index(np.argmax(diff), diff.shape)
+            first = (f"{where} at {list(map(int, i))}: dsopt {got[i]!r}, PyTorch {want[i]!r} "
+                     f"(abs err {err:.2e} > {bounds[m.parameter]:.2g})")
+    for name in imap.frozen:
+        if first is None and not np.array_equal(trained[name], initial[name]):
+            first = f"frozen initializer {name} changed"
+    return worst, first
+
+
+def run_tool(command: List[str]) -> Tuple[Optional[subprocess.CompletedProcess], float, Optional[str]]:
+    """(result, seconds, why it did not run to completion)."""
+    start = time.perf_counter()
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, time.perf_counter() - start, f"timed out after {TIMEOUT_S}s"
+    except OSError as e:
+        return None, time.perf_counter() - start, f"does not start: {e}"
+    return result, time.perf_counter() - start, None
+
+
+def run_case(job) -> Tuple[str, bool, Dict[str, float]]:
+    """One (export, configuration): returns (line, failed, seconds per phase)."""
+    args, entry, file_key, config_name, gas = job
+    try:
+        return check_case(args, entry, file_key, config_name, gas)
+    except Exception as e:  # one broken case must not hide the others' results
+        return f"{entry['name']} {entry[file_key]} {config_name}-gas{gas}: FAIL {type(e).__name__}: {e}", True, {}
+
+
+def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict[str, float]]:
+    import onnx
+    import torch
+
+    from initializer_map import MappingError, initializer_arrays, map_initializers
+    from make_train_data import make_train_data, write_train_data
+    from models import ZOO
+    from train_reference import train
+
+    torch.set_num_threads(1)
+    model = ZOO[entry["name"]]
+    model_path = Path(args.zoo) / entry[file_key]
+    case = f"{config_name}-gas{gas}"
+    label = f"{model.name} {entry[file_key]} {case}"
+    work = Path(args.work) / f"{model_path.stem}-{case}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    seconds = {}
+
+    def fail(kind, message):
+        return f"{label}: {kind} {message}", True, seconds
+
+    config = ds_config(config_name, model.config.batch, gas)
+    (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    data = make_train_data(model, N_BATCHES, model.config.batch * gas)
+    write_train_data(data, work / "data")
+    onnx_model = onnx.load(str(model_path))
+    initial = initializer_arrays(onnx_model)
+    try:
+        imap = map_initializers(onnx_model, model.build())
+    except MappingError as e:
+        return fail("FAIL", f"initializers: {e}")
+
+    command = [*shlex.split(args.dsopt), str(model_path), "--config", str(work / "ds_config.json"),
+               "-o", str(work / "program")]
+    if imap.frozen:
+        command += ["--frozen", ",".join(imap.frozen)]
+    compiled, seconds["dsopt"], why = run_tool(command)
+    if why or compiled.returncode != 0:
+        return fail("FAIL", f"dsopt failed: {why or one_line(compiled.stderr)}")
+    log_path, trained_path = work / "log.jsonl", work / "trained.onnx"
+    ran, seconds["train"], why = run_tool(
+        [str(work / "program" / "train"), "--data", str(work / "data"), "--steps", str(args.steps),
+         "--log-json", str(log_path), "--save-onnx", str(trained_path)])
+    if why or ran.returncode != 0:
+        return fail("FAIL", f"train failed: {why or f'exit {ran.returncode}: ' + one_line(ran.stderr)}")
+
+    reference = train(model, config, data, args.steps)
+    seconds["torch"] = reference.seconds
+    bounds = weight_bounds(reference, train(model, config, data, args.steps, dtype=torch.float64))
+    log, error = read_log(log_path, args.steps)
+    if error:
+        return fail("FAIL", error)
+    worst, log_error = compare_log(log, reference.log)
+    weight_err, weight_error = compare_weights(trained_path, initial, imap, reference.params, bounds,
+                                               sign_flip_allowance(config, reference.log))
+    stats = (f"max loss rel err {worst['loss']:.1e}, max grad_norm rel err {worst['grad_norm']:.1e}, "
+             f"max weight abs err {weight_err:.1e}, widest weight tolerance {max(bounds.values()):.0e}")
+    timing = " ".join(f"{k} {v:.2f}s" for k, v in seconds.items())
+    if log_error or weight_error:
+        return fail("MISMATCH", f"{log_error or weight_error} ({stats}) [{timing}]")
+    return f"{label}: matches PyTorch ({stats}) [{timing}]", False, seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--zoo", required=True, help="directory of an export_zoo.py export")
+    parser.add_argument("--work", required=True, help="scratch directory (its case directories are replaced)")
+    parser.add_argument("--dsopt", default="dsopt", help="dsopt command (split like a shell would)")
+    parser.add_argument("--only", default="", help="comma-separated model names or export file names")
+    parser.add_argument("--configs", default="",
+                        help="comma-separated NAME-gasK (default: "
+                        f"{','.join(f'{c}-gas{g}' for c, g in case_names(''))})")
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--jobs", type=int, default=JOBS, help="cases run at once")
+    args = parser.parse_args()
+
+    with open(os.path.join(args.zoo, "zoo.json")) as f:
+        zoo = json.load(f)
+    only = set(filter(None, args.only.split(",")))
+    exports = [(entry, key) for entry in zoo for key in ("file", "nofold_file") if entry.get(key)]
+    unknown = only - {e["name"] for e, _ in exports} - {e[k] for e, k in exports}
+    if unknown:
+        parser.error(f"--only: {', '.join(sorted(unknown))} not in {args.zoo}/zoo.json")
+    jobs = [(args, entry, key, config, gas)
+            for entry, key in exports if not only or only & {entry["name"], entry[key]}
+            for config, gas in case_names(args.configs)]
+
+    failures = 0
+    # spawn: each worker imports torch afresh instead of inheriting a forked copy.
+    with multiprocessing.get_context("spawn").Pool(max(1, min(args.jobs, len(jobs)))) as pool:
+        for line, failed, _ in pool.imap(run_case, jobs):
+            print(line, flush=True)
+            failures += failed
+    print(f"zoo train: {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""PyTorch reference training of a zoo model under a DeepSpeed config.
+
+The module is built exactly as export_zoo.py builds it (models.py, same seed),
+so its initial weights are the exported initializers. It trains with eval-mode
+semantics, as the exported graph computes: BatchNorm normalizes with its
+running statistics, which are buffers and never change. float32, one thread.
+
+One optimizer step s (1-based) on one rank, with DeepSpeed's semantics:
+  the global batch (s - 1) mod n_batches of the data is split along its first
+  axis into gradient_accumulation_steps micro-batches; for each, backward of
+  loss / gas; then clip_grad_norm_ over the trainable parameters (when
+  gradient_clipping > 0), optimizer.step(), lr scheduler step, zero_grad.
+  The log records the mean micro-batch loss, the lr of the update, and the
+  global gradient L2 norm before clipping.
+
+As a script it takes the train program's arguments:
+
+  train_reference.py --model gpt2 --config ds.json --data DIR --steps 20 \\
+      --log-json log.jsonl [--save-params params.npz] [--frozen NAME,...]
+"""
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ds_reference  # noqa: E402
+from models import ZOO, ZooModel  # noqa: E402
+
+
+@dataclass
+class TrainRun:
+    log: List[Dict[str, float]]  # per step: step, loss, lr, grad_norm
+    params: Dict[str, np.ndarray]  # final named_parameters (tied ones once)
+    seconds: float
+
+
+def check_data(model: ZooModel, data: Dict[str, np.ndarray], global_batch: int) -> int:
+    """Validate the [n_batches, global_batch, *sample] layout; returns n_batches."""
+    example = model.inputs()
+    missing = [n for n in example if n not in data]
+    if missing:
+        raise ValueError(f"{model.name}: no data for input(s) {', '.join(missing)}")
+    n_batches = None
+    for name, value in example.items():
+        array = data[name]
+        want = (global_batch, *value.shape[1:])
+        if array.dtype != value.numpy().dtype or array.ndim < 2 or tuple(array.shape[1:]) != want:
+            raise ValueError(f"{model.name} input {name}: data is {array.dtype}{list(array.shape)}, expected "
+                             f"{value.numpy().dtype}[n_batches, {', '.join(map(str, want))}]")
+        if n_batches not in (None, array.shape[0]):
+            raise ValueError(f"{model.name}: inputs disagree on the number of batches")
+        n_batches = array.shape[0]
+    if not n_batches:
+        raise ValueError(f"{model.name}: the data holds no batch")
+    return n_batches
+
+
+def global_grad_norm(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
+    """clip_grad_norm_'s total norm, without clipping."""
+    grads = [p.grad.detach() for p in params if p.grad is not None]
+    return torch.norm(torch.stack([torch.norm(g, 2.0) for g in grads]), 2.0)
+
+
+def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int,
+          frozen: Sequence[str] = (), dtype: torch.dtype = torch.float32,
+          module: torch.nn.Module = None) -> TrainRun:
+    """Train `model` from its exported weights; `frozen`: parameter names kept fixed.
+
+    dtype float64 runs the same computation in double precision (parameters,
+    buffers and float inputs): how far float32 training drifts from it is the
+    rounding noise float32 training itself carries. `module`: the module to
+    train instead of model.build() (e.g. with altered weights).
+    """
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    start = time.perf_counter()
+    module = (module if module is not None else model.build()).to(dtype)  # eval mode
+    named = dict(module.named_parameters())
+    unknown = sorted(set(frozen) - set(named))
+    if unknown:
+        raise ValueError(f"{model.name}: frozen name(s) {', '.join(unknown)} are no parameters")
+    for name in frozen:
+        named[name].requires_grad_(False)
+    trainable = [p for n, p in named.items() if n not in frozen]
+
+    micro, gas, global_batch = ds_reference.batch_sizes(config, model.config.batch)
+    n_batches = check_data(model, data, global_batch)
+    clip = float(config.get("gradient_clipping", 0.0) or 0.0)
+    optimizer = ds_reference.make_optimizer(config, trainable)
+    schedule = ds_reference.Schedule(config, optimizer)
+    names = list(model.inputs())
+
+    log = []
+    for step in range(1, steps + 1):
+        batch = (step - 1) % n_batches
+        losses = []
+        for k in range(gas):
+            inputs = [torch.from_numpy(np.ascontiguousarray(data[n][batch, k * micro:(k + 1) * micro]))
+                      for n in names]
+            inputs = [x.to(dtype) if x.is_floating_point() else x for x in inputs]
+            loss = module(*inputs)[0]
+            (loss / gas).backward()
+            losses.append(loss.item())
+        if clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_norm=clip)
+        else:
+            grad_norm = global_grad_norm(trainable)
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        log.append({"step": step, "loss": sum(losses) / gas, "lr": lr, "grad_norm": float(grad_norm)})
+
+    params = {n: p.detach().numpy().copy() for n, p in module.named_parameters()}
+    return TrainRun(log, params, time.perf_counter() - start)
+
+
+def load_data(directory: Path, model: ZooModel) -> Dict[str, np.ndarray]:
+    return {n: np.load(directory / (n.replace("/", "_") + ".npy")) for n in model.inputs()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, choices=sorted(ZOO))
+    parser.add_argument("--config", required=True, type=Path, help="DeepSpeed config JSON")
+    parser.add_argument("--data", required=True, type=Path, help="<input name>.npy per graph input")
+    parser.add_argument("--steps", required=True, type=int)
+    parser.add_argument("--log-json", type=Path, help="write one JSON object per step")
+    parser.add_argument("--save-params", type=Path, help="write the final parameters as .npz")
+    parser.add_argument("--frozen", default="", help="comma-separated parameter names kept fixed")
+    args = parser.parse_args()
+
+    model = ZOO[args.model]
+    config = json.loads(args.config.read_text())
+    run = train(model, config, load_data(args.data, model), args.steps, list(filter(None, args.frozen.split(","))))
+    for entry in run.log:
+        print(f"step {entry['step']:4d}  loss {entry['loss']:.6f}  lr {entry['lr']:.6g}  "
+              f"grad_norm {entry['grad_norm']:.6f}")
+    print(f"{args.model}: {args.steps} steps in {run.seconds:.2f}s")
+    if args.log_json:
+        args.log_json.write_text("".join(json.dumps(e) + "\n" for e in run.log))
+    if args.save_params:
+        np.savez(args.save_params, **run.params)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
