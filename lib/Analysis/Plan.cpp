@@ -6,6 +6,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/Format.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/JSON.h"
 
 using namespace mlir;
@@ -53,7 +54,7 @@ FailureOr<PlanSummary> summarizePlan(func::FuncOp function) {
     int64_t bytes = ds::getByteSize(type).value_or(0);
     if (function.getArgAttr(i, ds::DsDialect::kParamAttrName))
       summary.paramBytes += bytes;
-    else
+    else if (function.getArgAttr(i, ds::DsDialect::kInputAttrName))
       summary.inputBytes += bytes;
   }
   function.walk([&](ds::CostOpInterface op) {
@@ -67,17 +68,14 @@ FailureOr<PlanSummary> summarizePlan(func::FuncOp function) {
   return summary;
 }
 
-LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os) {
-  auto function = module.lookupSymbol<func::FuncOp>("main");
-  if (!function)
-    return module.emitError() << "no function @main";
-  FailureOr<PlanSummary> summary = summarizePlan(function);
-  if (failed(summary))
-    return failure();
-  auto memory = function->getAttrOfType<ds::MemoryPlanAttr>(
-      ds::DsDialect::kMemoryPlanAttrName);
+namespace {
+/// The arguments, results and ops of one planned function.
+struct FunctionPlan {
+  llvm::json::Array inputs, params, states, outputs, updates, ops;
+};
 
-  llvm::json::Array inputs, params, outputs, ops;
+FunctionPlan planOf(func::FuncOp function) {
+  FunctionPlan plan;
   for (unsigned i = 0; i < function.getNumArguments(); ++i) {
     Type type = function.getArgument(i).getType();
     int64_t offset = function
@@ -86,11 +84,18 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os) {
                          .getInt();
     if (auto name = function.getArgAttrOfType<StringAttr>(
             i, ds::DsDialect::kInputAttrName)) {
-      inputs.push_back(tensorInfo(name.getValue(), type, offset));
+      plan.inputs.push_back(tensorInfo(name.getValue(), type, offset));
+      continue;
+    }
+    if (auto state = function.getArgAttrOfType<StringAttr>(
+            i, ds::DsDialect::kStateAttrName)) {
+      plan.states.push_back(tensorInfo(state.getValue(), type, offset));
       continue;
     }
     auto param = function.getArgAttrOfType<ds::ParamAttr>(
         i, ds::DsDialect::kParamAttrName);
+    if (!param)
+      continue;
     llvm::json::Object entry = tensorInfo(param.getName(), type, offset);
     entry["trainable"] = param.getTrainable();
     if (auto external = dyn_cast<ds::ExternalDataAttr>(param.getData())) {
@@ -99,7 +104,7 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os) {
     } else {
       entry["file"] = nullptr; // stored in the program
     }
-    params.push_back(std::move(entry));
+    plan.params.push_back(std::move(entry));
   }
 
   llvm::DenseMap<Value, int64_t> offsetOf;
@@ -125,7 +130,7 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os) {
       for (int64_t offset : freed.asArrayRef())
         frees.push_back(offset);
     auto cost = cast<ds::CostOpInterface>(op);
-    ops.push_back(llvm::json::Object{
+    plan.ops.push_back(llvm::json::Object{
         {"index", index++},
         {"op", op.getName().getStringRef()},
         {"node", ds::getNodeName(op.getLoc())},
@@ -134,13 +139,101 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os) {
         {"results", std::move(results)},
         {"frees", std::move(frees)}});
   }
-  for (auto [i, result] :
-       llvm::enumerate(function.getBody().front().getTerminator()->getOperands())) {
+  Operation *terminator = function.getBody().front().getTerminator();
+  for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
+    if (auto updates = function.getResultAttrOfType<IntegerAttr>(
+            i, ds::DsDialect::kUpdatesAttrName)) {
+      // Which persistent tensor the result overwrites, and whether it is
+      // computed in place or copied there at the end.
+      int64_t target = offsetOf.lookup(function.getArgument(updates.getInt()));
+      plan.updates.push_back(llvm::json::Object{
+          {"argument", updates.getInt()},
+          {"offset", target},
+          {"in_place", offsetOf.lookup(result) == target}});
+      continue;
+    }
     auto name = function.getResultAttrOfType<StringAttr>(
         i, ds::DsDialect::kOutputAttrName);
-    outputs.push_back(tensorInfo(name ? name.getValue() : "", result.getType(),
-                                 offsetOf.lookup(result)));
+    plan.outputs.push_back(tensorInfo(name ? name.getValue() : "",
+                                      result.getType(),
+                                      offsetOf.lookup(result)));
   }
+  return plan;
+}
+
+/// The two functions of a training program, or failure.
+FailureOr<std::pair<func::FuncOp, func::FuncOp>> trainingFunctions(ModuleOp m) {
+  auto micro = m.lookupSymbol<func::FuncOp>("micro_step");
+  auto step = m.lookupSymbol<func::FuncOp>("optimizer_step");
+  if (!micro || !step)
+    return m.emitError() << "no training program (@micro_step and "
+                            "@optimizer_step)";
+  return std::make_pair(micro, step);
+}
+
+llvm::json::Object trainingRank(ModuleOp train) {
+  auto [micro, step] = *trainingFunctions(train);
+  auto memory = train->getAttrOfType<ds::MemoryPlanAttr>(
+      ds::DsDialect::kMemoryPlanAttrName);
+  llvm::json::Array functions, params, states;
+  int64_t paramBytes = 0, stateBytes = 0;
+  llvm::StringSet<> seen;
+  for (func::FuncOp function : {micro, step}) {
+    FunctionPlan plan = planOf(function);
+    for (llvm::json::Value &param : plan.params) {
+      const llvm::json::Object *object = param.getAsObject();
+      if (seen.insert(("param:" + *object->getString("name")).str()).second) {
+        paramBytes += *object->getInteger("bytes");
+        params.push_back(std::move(param));
+      }
+    }
+    for (llvm::json::Value &state : plan.states) {
+      const llvm::json::Object *object = state.getAsObject();
+      if (seen.insert(("state:" + *object->getString("name")).str()).second) {
+        stateBytes += *object->getInteger("bytes");
+        states.push_back(std::move(state));
+      }
+    }
+    FailureOr<PlanSummary> summary = summarizePlan(function);
+    functions.push_back(llvm::json::Object{
+        {"name", function.getSymName()},
+        {"arena_bytes", summary->arenaBytes},
+        {"peak_live_bytes", summary->peakLiveBytes},
+        {"flops", summary->flops},
+        {"inputs", std::move(plan.inputs)},
+        {"outputs", std::move(plan.outputs)},
+        {"updates", std::move(plan.updates)},
+        {"ops", std::move(plan.ops)}});
+  }
+  return llvm::json::Object{
+      {"rank", 0},
+      {"arena_bytes", memory.getArenaBytes()},
+      {"arena_peak_bytes", memory.getArenaBytes()},
+      {"persistent_bytes", memory.getPersistentBytes()},
+      {"peak_live_bytes", memory.getPeakLiveBytes()},
+      {"param_bytes", paramBytes},
+      {"state_bytes", stateBytes},
+      {"alignment", memory.getAlignment()},
+      {"params", std::move(params)},
+      {"states", std::move(states)},
+      {"functions", std::move(functions)}};
+}
+} // namespace
+
+LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
+                            ModuleOp train,
+                            const llvm::json::Value *trainConfig) {
+  auto function = module.lookupSymbol<func::FuncOp>("main");
+  if (!function)
+    return module.emitError() << "no function @main";
+  FailureOr<PlanSummary> summary = summarizePlan(function);
+  if (failed(summary))
+    return failure();
+  if (train && failed(trainingFunctions(train)))
+    return failure();
+  auto memory = function->getAttrOfType<ds::MemoryPlanAttr>(
+      ds::DsDialect::kMemoryPlanAttrName);
+  FunctionPlan plan = planOf(function);
 
   llvm::json::Object rank{
       {"rank", 0},
@@ -152,13 +245,13 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os) {
       {"input_bytes", summary->inputBytes},
       {"alignment", memory.getAlignment()},
       {"flops", summary->flops},
-      {"inputs", std::move(inputs)},
-      {"params", std::move(params)},
-      {"outputs", std::move(outputs)},
-      {"ops", std::move(ops)}};
+      {"inputs", std::move(plan.inputs)},
+      {"params", std::move(plan.params)},
+      {"outputs", std::move(plan.outputs)},
+      {"ops", std::move(plan.ops)}};
   llvm::json::Array ranks;
   ranks.push_back(std::move(rank));
-  llvm::json::Object plan{{"format", "dsopt-plan"},
+  llvm::json::Object json{{"format", "dsopt-plan"},
                           {"version", 1},
                           {"world", 1},
                           {"grid", llvm::json::Object{{"dp", 1}, {"pp", 1},
@@ -166,12 +259,21 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os) {
                           {"ranks", std::move(ranks)}};
   if (auto source = module->getAttrOfType<StringAttr>(
           ds::DsDialect::kSourceAttrName))
-    plan["model"] = source.getValue();
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(plan))) << "\n";
+    json["model"] = source.getValue();
+  if (train) {
+    llvm::json::Array trainRanks;
+    trainRanks.push_back(trainingRank(train));
+    llvm::json::Object training{{"ranks", std::move(trainRanks)}};
+    if (trainConfig)
+      training["config"] = *trainConfig;
+    json["train"] = std::move(training);
+  }
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(json))) << "\n";
   return success();
 }
 
-LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os) {
+LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
+                            ModuleOp train) {
   auto function = module.lookupSymbol<func::FuncOp>("main");
   if (!function)
     return module.emitError() << "no function @main";
@@ -200,6 +302,32 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os) {
   os << llvm::format("  kernels         %14lld\n", (long long)summary->kernels);
   os << llvm::format("  flops           %14lld  per run (cost model)\n",
                      (long long)summary->flops);
+  if (!train)
+    return success();
+
+  FailureOr<std::pair<func::FuncOp, func::FuncOp>> functions =
+      trainingFunctions(train);
+  if (failed(functions))
+    return failure();
+  llvm::json::Object rank = trainingRank(train);
+  auto bytes = [&](StringRef key) { return *rank.getInteger(key); };
+  os << "\ntraining program (train), rank 0\n";
+  os << llvm::format("  arena           %14lld bytes  (%.2f MiB): the training "
+                     "step's peak memory\n",
+                     (long long)bytes("arena_bytes"), mib(bytes("arena_bytes")));
+  os << llvm::format("    parameters    %14lld bytes  (%.2f MiB)\n",
+                     (long long)bytes("param_bytes"), mib(bytes("param_bytes")));
+  os << llvm::format("    states        %14lld bytes  (%.2f MiB): gradients "
+                     "and optimizer moments\n",
+                     (long long)bytes("state_bytes"), mib(bytes("state_bytes")));
+  for (func::FuncOp function : {functions->first, functions->second}) {
+    FailureOr<PlanSummary> part = summarizePlan(function);
+    os << llvm::format("  %-15s %14lld bytes  arena, %lld kernels, %lld "
+                       "flops\n",
+                       function.getSymName().str().c_str(),
+                       (long long)part->arenaBytes, (long long)part->kernels,
+                       (long long)part->flops);
+  }
   return success();
 }
 

@@ -239,6 +239,9 @@ private:
   llvm::StringMap<int> initializerIndex;
   llvm::StringMap<const onnx::TypeProto *> declaredTypes;
   llvm::StringSet<> usedDims;
+  /// The initializers ONNX's TrainingInfoProto updates (its update
+  /// bindings), when the model has one: only these train.
+  std::optional<llvm::StringSet<>> trainedInitializers;
   bool batchUsed = false;
   /// Pending error of the node being imported (set by nodeError).
   std::string nodeErrorMessage;
@@ -795,7 +798,8 @@ FailureOr<Value> GraphImporter::parameter(NodeContext &ctx, StringRef name) {
   llvm::Expected<Attribute> data = parameterData(tensor, type);
   if (!data)
     return ctx.error(llvm::toString(data.takeError()));
-  bool trainable = isFloatDType(static_cast<DType>(dtype));
+  bool trainable = isFloatDType(static_cast<DType>(dtype)) &&
+                   (!trainedInitializers || trainedInitializers->contains(name));
   Value arg = body->addArgument(type, ctx.loc());
   parameterInitializer.push_back(initializerIndex[name]);
   auto param = ds::ParamAttr::get(&context, name, trainable, *data);
@@ -1206,6 +1210,12 @@ llvm::Expected<OwningOpRef<ModuleOp>> GraphImporter::run() {
   builder.setInsertionPointToEnd(body);
   func::ReturnOp::create(builder, fileLoc);
 
+  if (model.training_info_size() > 0) {
+    trainedInitializers.emplace();
+    for (const onnx::TrainingInfoProto &info : model.training_info())
+      for (const onnx::StringStringEntryProto &binding : info.update_binding())
+        trainedInitializers->insert(binding.key());
+  }
   if (llvm::Error err = createInputs())
     return err;
   for (int i = 0; i < graph.node_size(); ++i)
@@ -1236,9 +1246,21 @@ llvm::Expected<OwningOpRef<ModuleOp>> GraphImporter::run() {
            " matches no symbolic dimension of a graph input");
   if (options.batch && !batchUsed)
     warn("--batch is unused: no graph input has a symbolic leading axis");
-  if (model.training_info_size() > 0)
-    warn("the model's TrainingInfoProto is not imported; dsopt derives the "
-         "training step from the loss");
+  if (trainedInitializers) {
+    SmallVector<StringRef> unknown;
+    for (const auto &entry : *trainedInitializers)
+      if (!initializerIndex.count(entry.getKey()))
+        unknown.push_back(entry.getKey());
+    llvm::sort(unknown);
+    if (!unknown.empty())
+      warn("the TrainingInfoProto updates '" + llvm::join(unknown, "', '") +
+           "', which " + (unknown.size() == 1 ? "is" : "are") +
+           " not an initializer of the graph");
+    warn("the model's TrainingInfoProto decides which initializers train (" +
+         Twine(trainedInitializers->size()) +
+         " update bindings); its algorithm graph is not imported: dsopt "
+         "builds the training step from the loss");
+  }
 
   diagnostics.clear();
   if (failed(mlir::verify(module))) {

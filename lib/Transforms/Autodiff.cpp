@@ -142,8 +142,10 @@ AutodiffPass::markTrainable(func::FuncOp function, Value loss,
         hit = true;
         isFrozen = true;
       }
-    bool trains =
-        !isFrozen && isFloatTensor(arg) && reachesLoss.contains(arg);
+    // The importer marks every float initializer trainable, or those that
+    // ONNX's TrainingInfoProto updates when the model has one.
+    bool trains = param.getTrainable() && !isFrozen && isFloatTensor(arg) &&
+                  reachesLoss.contains(arg);
     if (trains)
       trainable.push_back(arg);
     function.setArgAttr(arg.getArgNumber(), ds::DsDialect::kParamAttrName,

@@ -10,6 +10,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace dsopt {
@@ -23,11 +24,18 @@ struct PlanSummary {
 /// Totals of a function after ds-plan-memory.
 mlir::FailureOr<PlanSummary> summarizePlan(mlir::func::FuncOp function);
 
-/// plan.json of the memory-planned @main of `module`.
-mlir::LogicalResult writePlanJson(mlir::ModuleOp module, llvm::raw_ostream &os);
+/// plan.json of the memory-planned @main of `module` (the forward program)
+/// and, when `train` is given, of the training program (@micro_step and
+/// @optimizer_step sharing one arena) with its configuration `trainConfig`
+/// (a JSON object, or null).
+mlir::LogicalResult writePlanJson(mlir::ModuleOp module, llvm::raw_ostream &os,
+                                  mlir::ModuleOp train = nullptr,
+                                  const llvm::json::Value *trainConfig =
+                                      nullptr);
 
 /// plan.txt: the same facts for people.
-mlir::LogicalResult writePlanText(mlir::ModuleOp module, llvm::raw_ostream &os);
+mlir::LogicalResult writePlanText(mlir::ModuleOp module, llvm::raw_ostream &os,
+                                  mlir::ModuleOp train = nullptr);
 
 } // namespace dsopt
 

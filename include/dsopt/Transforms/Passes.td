@@ -42,10 +42,12 @@ def DsAutodiff : Pass<"ds-autodiff", "mlir::ModuleOp"> {
     respect to it (result attribute `ds.grad = "<initializer name>"`).
 
     The loss is the result named by `loss` (its `ds.output`), or the only
-    scalar floating-point result. A parameter trains when it is floating
-    point, reaches the loss and matches none of the `frozen` names or glob
-    patterns; a frozen pattern that matches no parameter is an error. The
-    `trainable` flag of every `#ds.param` of `@F_grad` records the decision.
+    scalar floating-point result. A parameter trains when it is marked
+    trainable on import (every floating-point initializer, or those ONNX's
+    TrainingInfoProto updates), reaches the loss and matches none of the
+    `frozen` names or glob patterns; a frozen pattern that matches no
+    parameter is an error. The `trainable` flag of every `#ds.param` of
+    `@F_grad` records the decision.
 
     Gradients come from each op's VJPOpInterface, walking the function
     backwards over the ops between the trainable parameters and the loss;
