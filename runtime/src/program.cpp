@@ -2,6 +2,7 @@
 #include "dsrt/program.h"
 
 #include "dsrt/npy.h"
+#include "runner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,7 +16,7 @@
 #include <sys/stat.h>
 
 namespace dsrt {
-namespace {
+namespace runner {
 
 double now_us() {
   using namespace std::chrono;
@@ -53,11 +54,16 @@ std::string json_escape(const std::string &text) {
   return out;
 }
 
-struct AlignedFree {
-  void operator()(uint8_t *p) const { std::free(p); }
-};
+Arena allocate_arena(int64_t arena_bytes) {
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(arena_bytes, 64));
+  Arena arena(static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  if (!arena) throw Error("cannot allocate the " + std::to_string(bytes) + "-byte arena");
+  return arena;
+}
 
-}  // namespace
+}  // namespace runner
+
+using namespace runner;
 
 //===--- MemoryMonitor ----------------------------------------------------===//
 
@@ -93,6 +99,11 @@ void MemoryMonitor::release(int64_t offset) {
   live_.erase(it);
 }
 
+void MemoryMonitor::release_from(int64_t offset) {
+  for (auto it = live_.lower_bound(offset); it != live_.end(); it = live_.erase(it))
+    live_bytes_ -= it->second;
+}
+
 //===--- Tracer ------------------------------------------------------------===//
 
 void Tracer::begin(int64_t op) {
@@ -100,7 +111,7 @@ void Tracer::begin(int64_t op) {
   open_begin_ = now_us();
 }
 
-void Tracer::end(int64_t op) { slices_.push_back({op, open_begin_, now_us()}); }
+void Tracer::end(int64_t op) { slices_.push_back({op, function_, open_begin_, now_us()}); }
 
 void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) const {
   std::ofstream out(path);
@@ -110,13 +121,21 @@ void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) c
       << ", \"args\": {\"name\": \"rank " << rank << "\"}}";
   double origin = slices_.empty() ? 0 : slices_.front().begin_us;
   for (const Slice &slice : slices_) {
-    const OpInfo *op = slice.op >= 0 && slice.op < static_cast<int64_t>(info.ops.size())
-                           ? &info.ops[slice.op]
+    const FunctionInfo *function =
+        slice.function >= 0 && slice.function < static_cast<int>(info.functions.size())
+            ? &info.functions[slice.function]
+            : nullptr;
+    const std::vector<OpInfo> &ops = function ? function->ops : info.ops;
+    const OpInfo *op = slice.op >= 0 && slice.op < static_cast<int64_t>(ops.size())
+                           ? &ops[slice.op]
                            : nullptr;
+    // One track per function of a training program.
+    int track = function ? slice.function : 0;
     out << ",\n  {\"name\": \"" << json_escape(op ? op->name : "op") << "\", \"cat\": \"compute\""
-        << ", \"ph\": \"X\", \"pid\": " << rank << ", \"tid\": 0, \"ts\": "
+        << ", \"ph\": \"X\", \"pid\": " << rank << ", \"tid\": " << track << ", \"ts\": "
         << slice.begin_us - origin << ", \"dur\": " << slice.end_us - slice.begin_us
         << ", \"args\": {\"op\": " << slice.op;
+    if (function) out << ", \"function\": \"" << json_escape(function->name) << "\"";
     if (op) {
       out << ", \"node\": \"" << json_escape(op->location) << "\", \"flops\": " << op->flops
           << ", \"bytes\": " << op->bytes;
@@ -153,7 +172,8 @@ void set_memory_plan(ProgramInfo &info, int64_t arena_bytes, int64_t persistent_
 }
 
 void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset) {
-  info.inputs.push_back({name, dtype, shape, offset});
+  auto &inputs = info.functions.empty() ? info.inputs : info.functions.back().inputs;
+  inputs.push_back({name, dtype, shape, offset});
 }
 
 void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shape,
@@ -184,12 +204,52 @@ void add_param_data(ProgramInfo &info, const char *name, const Tensor &data, int
 }
 
 void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape) {
-  info.outputs.push_back({name, dtype, shape, -1});
+  auto &outputs = info.functions.empty() ? info.outputs : info.functions.back().outputs;
+  outputs.push_back({name, dtype, shape, -1});
 }
 
 void add_op(ProgramInfo &info, const char *name, const char *location, int64_t flops,
             int64_t bytes) {
-  info.ops.push_back({name, location, flops, bytes});
+  auto &ops = info.functions.empty() ? info.ops : info.functions.back().ops;
+  ops.push_back({name, location, flops, bytes});
+}
+
+void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset) {
+  info.states.push_back({name, dtype, shape, offset});
+}
+
+void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,
+                    int64_t peak_live_bytes) {
+  FunctionInfo function;
+  function.name = name;
+  function.arena_bytes = arena_bytes;
+  function.peak_live_bytes = peak_live_bytes;
+  info.functions.push_back(std::move(function));
+}
+
+void set_training(ProgramInfo &info, const char *optimizer, double lr, double gradient_clipping,
+                  int64_t accumulation_steps, int64_t micro_batch, int64_t steps_per_print) {
+  TrainInfo &train = info.train;
+  train.optimizer = optimizer;
+  train.lr = lr;
+  train.gradient_clipping = gradient_clipping;
+  train.accumulation_steps = accumulation_steps;
+  train.micro_batch = micro_batch;
+  train.steps_per_print = steps_per_print;
+}
+
+void set_schedule(ProgramInfo &info, const char *kind, double warmup_min_lr, double warmup_max_lr,
+                  int64_t warmup_num_steps, int64_t total_num_steps, bool warmup_linear,
+                  double warmup_min_ratio, double cos_min_ratio) {
+  TrainInfo &train = info.train;
+  train.schedule = kind;
+  train.warmup_min_lr = warmup_min_lr;
+  train.warmup_max_lr = warmup_max_lr;
+  train.warmup_num_steps = warmup_num_steps;
+  train.total_num_steps = total_num_steps;
+  train.warmup_linear = warmup_linear;
+  train.warmup_min_ratio = warmup_min_ratio;
+  train.cos_min_ratio = cos_min_ratio;
 }
 
 std::string resolve_weight_file(const ProgramInfo &info, const std::string &weights_dir,
@@ -200,7 +260,7 @@ std::string resolve_weight_file(const ProgramInfo &info, const std::string &weig
 
 //===--- loading -----------------------------------------------------------===//
 
-namespace {
+namespace runner {
 
 int64_t slot_size(const ProgramInfo &info, size_t bytes) {
   int64_t a = info.alignment > 0 ? info.alignment : 1;
@@ -232,6 +292,10 @@ void load_params(Program &p, const std::string &weights_dir) {
                   std::to_string(param.file_offset + param.length));
   }
 }
+
+}  // namespace runner
+
+namespace {
 
 void load_inputs(Program &p, const std::string &inputs_dir) {
   const ProgramInfo &info = *p.info;
@@ -313,10 +377,7 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     program.stream = Stream(Backend::Cpu, options.threads);
     // Generated fused loops use OpenMP's default team size.
     if (options.threads > 0) omp_set_num_threads(options.threads);
-    size_t bytes = static_cast<size_t>(std::max<int64_t>(info.arena_bytes, 64));
-    std::unique_ptr<uint8_t, AlignedFree> arena(
-        static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-    if (!arena) throw Error("cannot allocate the " + std::to_string(bytes) + "-byte arena");
+    Arena arena = allocate_arena(info.arena_bytes);
     program.arena = arena.get();
     Tracer tracer;
     if (!options.trace.empty()) program.tracer = &tracer;

@@ -8,6 +8,12 @@
 //                                            of the arena;
 // and a main() that hands both to dsrt::forward_main, which loads weights and
 // inputs into the arena, runs, writes the outputs and checks the memory plan.
+//
+// A training program has two run functions sharing one arena, micro_step
+// (forward and backward of one micro-batch, adding its gradients into
+// accumulators) and optimizer_step (clip and update in place), described as
+// FunctionInfo entries after begin_function; its main hands them to
+// dsrt::train_main (docs/runtime.md, "Training programs").
 #ifndef DSRT_PROGRAM_H
 #define DSRT_PROGRAM_H
 
@@ -45,6 +51,31 @@ struct OpInfo {
   int64_t flops = 0, bytes = 0;
 };
 
+// One generated function of a training program ("micro_step",
+// "optimizer_step"). Its plan uses the program's arena: persistent values at
+// the bottom, its own transient buffers between persistent_bytes and
+// arena_bytes (<= the program's arena_bytes).
+struct FunctionInfo {
+  std::string name;
+  int64_t arena_bytes = 0, peak_live_bytes = 0;
+  std::vector<ValueInfo> inputs, outputs;  // inputs have offsets
+  std::vector<OpInfo> ops;
+};
+
+// How train_main drives the two functions and logs (set_training,
+// set_schedule).
+struct TrainInfo {
+  std::string optimizer = "AdamW";  // for the log only
+  double lr = 1e-3;                 // Constant's lr, WarmupCosineLR's base lr
+  double gradient_clipping = 0;     // for the log only (the generated code clips)
+  int64_t accumulation_steps = 1, micro_batch = 1, steps_per_print = 1;
+  std::string schedule = "Constant";  // Constant | WarmupLR | WarmupDecayLR | WarmupCosineLR
+  double warmup_min_lr = 0, warmup_max_lr = 1e-3;
+  int64_t warmup_num_steps = 1000, total_num_steps = 0;
+  bool warmup_linear = false;  // else DeepSpeed's default log warmup
+  double warmup_min_ratio = 0, cos_min_ratio = 1e-4;
+};
+
 struct ProgramInfo {
   std::string model_path;
   int64_t arena_bytes = 0, persistent_bytes = 0, peak_live_bytes = 0;
@@ -52,6 +83,13 @@ struct ProgramInfo {
   std::vector<ValueInfo> inputs, outputs;
   std::vector<ParamInfo> params;
   std::vector<OpInfo> ops;
+  // Training programs only: zero-initialized persistent values (optimizer
+  // moments, gradient accumulators), the functions and how to run them.
+  std::vector<ValueInfo> states;
+  std::vector<FunctionInfo> functions;
+  TrainInfo train;
+
+  bool is_training() const { return !functions.empty(); }
 };
 
 // Tracks the arena's live buffers: acquiring a slot that overlaps a live one,
@@ -61,6 +99,10 @@ class MemoryMonitor {
 public:
   void acquire(int64_t offset, int64_t size);
   void release(int64_t offset);
+  // Releases every live slot that starts at or above `offset` (a function's
+  // results stay live until its run ends; the training runner drops all
+  // transient slots with release_from(persistent_bytes) after each run).
+  void release_from(int64_t offset);
   int64_t high_water_mark() const { return high_water_mark_; }
   int64_t live_bytes() const { return live_bytes_; }
   int64_t peak_live_bytes() const { return peak_live_bytes_; }
@@ -71,19 +113,24 @@ private:
 };
 
 // Chrome trace events (chrome://tracing, ui.perfetto.dev).
+// In a training program op indices are per function: the runner says which
+// function runs with set_function (-1: the top-level op list).
 class Tracer {
 public:
   void begin(int64_t op);
   void end(int64_t op);
+  void set_function(int function) { function_ = function; }
   void write(const std::string &path, const ProgramInfo &info, int rank = 0) const;
 
 private:
   struct Slice {
     int64_t op;
+    int function;
     double begin_us, end_us;
   };
   std::vector<Slice> slices_;
   double open_begin_ = 0;
+  int function_ = -1;
 };
 
 struct Program {
@@ -146,6 +193,29 @@ void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape);
 void add_op(ProgramInfo &info, const char *name, const char *location, int64_t flops,
             int64_t bytes);
 
+// Training programs. After begin_function, add_input / add_output / add_op
+// append to that function (functions.back()) instead of the top-level lists.
+void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset);
+void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,
+                    int64_t peak_live_bytes);
+void set_training(ProgramInfo &info, const char *optimizer, double lr, double gradient_clipping,
+                  int64_t accumulation_steps, int64_t micro_batch, int64_t steps_per_print);
+void set_schedule(ProgramInfo &info, const char *kind, double warmup_min_lr, double warmup_max_lr,
+                  int64_t warmup_num_steps, int64_t total_num_steps, bool warmup_linear,
+                  double warmup_min_ratio, double cos_min_ratio);
+
+//===--- training ----------------------------------------------------------===//
+
+// The learning rate of optimizer step `step` (1-based) under DeepSpeed's
+// schedules (deepspeed/runtime/lr_schedules.py): the scheduler's constructor
+// sets the first step's lr and scheduler.step() follows every optimizer
+// step, so step s sees last_batch_iteration s - 2.
+double scheduled_lr(const TrainInfo &train, int64_t step);
+
+// The dropout counter of the running micro step: (seed << 32) + the number
+// of micro steps run before it. Generated dropout calls read it.
+uint64_t rng_counter();
+
 //===--- the program's main ------------------------------------------------===//
 
 using DescribeFn = void (*)(ProgramInfo &);
@@ -155,6 +225,25 @@ using RunFn = void (*)(Program &);
 // reads <input name>.npy for every input, writes <output name>.npy for every
 // output. Returns the process exit status; errors are reported, never thrown.
 int forward_main(int argc, char **argv, DescribeFn describe, RunFn run);
+
+// `train --data DIR --steps N [--log-json FILE] [--save-onnx FILE]
+//  [--external-data] [--seed S] [--weights DIR] [--threads N] [--trace FILE]
+//  [--quiet]`: loads the parameters, zeroes the states, runs N optimizer
+// steps of accumulation_steps micro steps each on batches from DIR, logs
+// every step and optionally writes the trained model. Returns the exit
+// status; errors are reported, never thrown.
+int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
+               RunFn optimizer_step);
+
+// Writes a copy of the source model (info.model_path) whose initializers
+// that are program parameters hold their current values in `arena`. Every
+// other byte of the model is kept; initializers that are not parameters and
+// point to external data are read (from `weights_dir`, else the model's
+// directory) and stored again, so the copy needs none of the source's
+// files. With `external_data`, or when the initializers exceed 1 GiB,
+// tensors of 1024 bytes or more go to `<path>.data` beside `path`.
+void save_onnx(const ProgramInfo &info, const uint8_t *arena, const std::string &path,
+               const std::string &weights_dir, bool external_data);
 
 // Where a parameter's bytes come from when loading: the model's directory,
 // unless overridden (--weights).

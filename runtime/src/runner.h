@@ -1,0 +1,51 @@
+// What forward_main and train_main share: arena allocation, parameter
+// loading, file names and small helpers. Not installed.
+#ifndef DSRT_SRC_RUNNER_H
+#define DSRT_SRC_RUNNER_H
+
+#include "dsrt/program.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+namespace dsrt {
+namespace runner {
+
+double now_us();
+std::string directory_of(const std::string &path);
+// The file an input or output value is read from or written to, without
+// directory and extension.
+std::string file_name_for(const std::string &name);
+std::string json_escape(const std::string &text);
+
+struct AlignedFree {
+  void operator()(uint8_t *p) const { std::free(p); }
+};
+using Arena = std::unique_ptr<uint8_t, AlignedFree>;
+// 64-byte aligned, at least 64 bytes.
+Arena allocate_arena(int64_t arena_bytes);
+
+// The bytes a slot of `bytes` takes in the plan (rounded up to the
+// alignment).
+int64_t slot_size(const ProgramInfo &info, size_t bytes);
+// Acquires every parameter's slot and fills it from the program or its file.
+void load_params(Program &p, const std::string &weights_dir);
+
+// save_onnx in two halves: the source model is read and checked against the
+// program before training (a model that cannot be written back fails
+// early), and written with the trained values after.
+struct OnnxSaveSource;
+std::shared_ptr<const OnnxSaveSource> prepare_save_onnx(const ProgramInfo &info,
+                                                        const std::string &weights_dir);
+void write_save_onnx(const OnnxSaveSource &source, const ProgramInfo &info, const uint8_t *arena,
+                     const std::string &path, bool external_data);
+
+// Sets what rng_counter() returns.
+void set_rng_counter(uint64_t counter);
+
+}  // namespace runner
+}  // namespace dsrt
+
+#endif  // DSRT_SRC_RUNNER_H
