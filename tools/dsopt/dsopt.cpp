@@ -6,6 +6,8 @@
 //   dsopt model.onnx --emit=summary         inputs, parameters, ops, cost
 //   dsopt model.onnx --emit=plan            plan.json, without building
 //   dsopt model.onnx --emit=cpp             the generated C++ source
+//   dsopt model.onnx --config ds_config.json --print-config
+//                                           the resolved training config
 //
 // The driver imports the model, runs the pass pipeline (every stage can be
 // printed with --mlir-print-ir-after-all) and writes what --emit asks for;
@@ -15,6 +17,7 @@
 
 #include "dsopt/Analysis/ModelSummary.h"
 #include "dsopt/Analysis/Plan.h"
+#include "dsopt/Config/TrainConfig.h"
 #include "dsopt/Conversion/Passes.h"
 #include "dsopt/Import/OnnxImporter.h"
 #include "dsopt/Target/Program.h"
@@ -37,6 +40,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
+#include <cmath>
 #include <cstdio>
 #include <unistd.h>
 
@@ -123,6 +127,81 @@ cl::opt<bool> noCanonicalize(
     cl::desc("Print the IR exactly as imported, without canonicalization"),
     cl::cat(outputCategory));
 
+//===----------------------------------------------------------------------===//
+// Training options: a DeepSpeed config and flags that override its values.
+// Numbers are parsed by the driver (see parseTrainNumber) so a bad value gets
+// a message saying what is wanted.
+//===----------------------------------------------------------------------===//
+
+cl::OptionCategory trainingCategory("Training options");
+
+cl::opt<std::string> configFile(
+    "config",
+    cl::desc("DeepSpeed config (ds_config.json): optimizer, scheduler, "
+             "gradient clipping, batch sizes (see docs/cli.md)"),
+    cl::value_desc("file"), cl::cat(trainingCategory));
+
+cl::opt<std::string> optimizerFlag(
+    "optimizer",
+    cl::desc("Optimizer, with PyTorch's defaults: adamw, adam (L2 weight "
+             "decay), sgd (needs --lr) or lion"),
+    cl::value_desc("adamw|adam|sgd|lion"), cl::cat(trainingCategory));
+
+cl::opt<std::string> lrFlag("lr", cl::desc("Learning rate"),
+                            cl::value_desc("F"), cl::cat(trainingCategory));
+
+cl::opt<std::string> weightDecayFlag("weight-decay",
+                                     cl::desc("Weight decay"),
+                                     cl::value_desc("F"),
+                                     cl::cat(trainingCategory));
+
+cl::opt<std::string> betasFlag("betas",
+                               cl::desc("Adam and Lion betas, each in [0, 1)"),
+                               cl::value_desc("B1,B2"),
+                               cl::cat(trainingCategory));
+
+cl::opt<std::string> epsFlag("eps", cl::desc("Adam epsilon"),
+                             cl::value_desc("F"), cl::cat(trainingCategory));
+
+cl::opt<std::string> momentumFlag("momentum", cl::desc("SGD momentum"),
+                                  cl::value_desc("F"),
+                                  cl::cat(trainingCategory));
+
+cl::opt<bool> nesterovFlag("nesterov",
+                           cl::desc("SGD with Nesterov momentum"),
+                           cl::cat(trainingCategory));
+
+cl::opt<std::string> clipFlag(
+    "clip",
+    cl::desc("Clip the global gradient norm to F (gradient_clipping; 0: off)"),
+    cl::value_desc("F"), cl::cat(trainingCategory));
+
+cl::opt<std::string> gradAccumFlag(
+    "grad-accum", cl::desc("Gradient accumulation steps"),
+    cl::value_desc("N"), cl::cat(trainingCategory));
+
+cl::opt<std::string> trainBatchFlag(
+    "train-batch",
+    cl::desc("Samples per optimizer step over all data-parallel ranks "
+             "(train_batch_size)"),
+    cl::value_desc("N"), cl::cat(trainingCategory));
+
+cl::opt<std::string> microBatchFlag(
+    "micro-batch",
+    cl::desc("Samples per forward/backward pass on one rank "
+             "(train_micro_batch_size_per_gpu)"),
+    cl::value_desc("N"), cl::cat(trainingCategory));
+
+cl::opt<std::string> stepsPerPrintFlag(
+    "steps-per-print", cl::desc("Print the loss every N steps (default 1)"),
+    cl::value_desc("N"), cl::cat(trainingCategory));
+
+cl::opt<bool> printConfig(
+    "print-config",
+    cl::desc("Print the resolved training config as JSON (to -o or stdout) "
+             "and exit"),
+    cl::cat(trainingCategory));
+
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "dsopt") << message << "\n";
   return 1;
@@ -205,6 +284,156 @@ std::optional<int64_t> parseSize(llvm::StringRef text) {
   return size;
 }
 
+/// A number given to a training flag: finite and not negative. Errors name
+/// the flag.
+llvm::Expected<double> parseTrainNumber(llvm::StringRef flag,
+                                        llvm::StringRef text) {
+  double value;
+  if (text.trim() != text || text.empty() || text.getAsDouble(value) ||
+      !std::isfinite(value) || value < 0)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--" + flag + " expects a non-negative number, got '" + text + "'");
+  return value;
+}
+
+/// The command-line overrides of the training config.
+llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
+  dsopt::TrainConfigOverrides overrides;
+  auto error = [](const llvm::Twine &message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+  };
+  if (optimizerFlag.getNumOccurrences()) {
+    std::string name = llvm::StringRef(optimizerFlag).lower();
+    if (name == "adamw")
+      overrides.optimizer = dsopt::OptimizerKind::AdamW;
+    else if (name == "adam")
+      overrides.optimizer = dsopt::OptimizerKind::Adam;
+    else if (name == "sgd")
+      overrides.optimizer = dsopt::OptimizerKind::SGD;
+    else if (name == "lion")
+      overrides.optimizer = dsopt::OptimizerKind::Lion;
+    else
+      return error("--optimizer expects adamw, adam, sgd or lion, got '" +
+                   optimizerFlag + "'");
+  }
+  struct NumberFlag {
+    cl::opt<std::string> &option;
+    std::optional<double> &value;
+  };
+  NumberFlag numbers[] = {{lrFlag, overrides.lr},
+                          {weightDecayFlag, overrides.weightDecay},
+                          {epsFlag, overrides.eps},
+                          {momentumFlag, overrides.momentum},
+                          {clipFlag, overrides.gradientClipping}};
+  for (NumberFlag &flag : numbers) {
+    if (!flag.option.getNumOccurrences())
+      continue;
+    llvm::Expected<double> value =
+        parseTrainNumber(flag.option.ArgStr, flag.option);
+    if (!value)
+      return value.takeError();
+    flag.value = *value;
+  }
+  if (betasFlag.getNumOccurrences()) {
+    auto [first, second] = llvm::StringRef(betasFlag).split(',');
+    double b1, b2;
+    if (!llvm::StringRef(betasFlag).contains(',') || first.trim() != first ||
+        second.trim() != second || first.getAsDouble(b1) ||
+        second.getAsDouble(b2) || !(b1 >= 0 && b1 < 1) ||
+        !(b2 >= 0 && b2 < 1))
+      return error("--betas expects two numbers in [0, 1) as B1,B2, got '" +
+                   betasFlag + "'");
+    overrides.betas = {b1, b2};
+  }
+  overrides.nesterov = nesterovFlag;
+  struct SizeFlag {
+    cl::opt<std::string> &option;
+    std::optional<int64_t> &value;
+  };
+  SizeFlag sizes[] = {{gradAccumFlag, overrides.gradientAccumulationSteps},
+                      {trainBatchFlag, overrides.trainBatchSize},
+                      {microBatchFlag, overrides.microBatchSize},
+                      {stepsPerPrintFlag, overrides.stepsPerPrint}};
+  for (SizeFlag &flag : sizes) {
+    if (!flag.option.getNumOccurrences())
+      continue;
+    std::optional<int64_t> size = parseSize(flag.option);
+    // Batch products are checked for overflow; keep each one sane.
+    if (!size || *size > (int64_t(1) << 40))
+      return error("--" + flag.option.ArgStr +
+                   " expects a positive integer, got '" + flag.option + "'");
+    flag.value = *size;
+  }
+  return overrides;
+}
+
+/// Whether the command line asks for a training config at all.
+bool trainingRequested() {
+  for (cl::Option *option : cl::getRegisteredOptions().values())
+    if (llvm::is_contained(option->Categories, &trainingCategory) &&
+        option->getNumOccurrences())
+      return true;
+  return false;
+}
+
+/// The config file (or dsopt's defaults) with the flags applied; batch sizes
+/// are left unresolved and warnings unprinted.
+llvm::Expected<dsopt::TrainConfig> readTrainConfig() {
+  llvm::Expected<dsopt::TrainConfigOverrides> overrides = trainOverrides();
+  if (!overrides)
+    return overrides.takeError();
+  if (configFile.getNumOccurrences()) {
+    if (configFile.empty())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--config expects a file name");
+    return dsopt::loadTrainConfig(configFile, *overrides);
+  }
+  return dsopt::parseTrainConfig("{}", "", *overrides);
+}
+
+/// The model's batch: the leading axis of its graph inputs (arguments of
+/// @main with `ds.input`) when they all agree; nullopt without inputs.
+std::optional<int64_t> modelBatchOf(ModuleOp module) {
+  auto main = module.lookupSymbol<func::FuncOp>("main");
+  if (!main)
+    return std::nullopt;
+  std::optional<int64_t> batch;
+  for (unsigned i = 0, e = main.getNumArguments(); i < e; ++i) {
+    if (!main.getArgAttr(i, dsopt::ds::DsDialect::kInputAttrName))
+      continue;
+    auto type = dyn_cast<RankedTensorType>(main.getArgument(i).getType());
+    if (!type || type.getRank() == 0)
+      continue; // a scalar input has no batch axis
+    int64_t size = type.getDimSize(0);
+    if (ShapedType::isDynamic(size) || (batch && *batch != size))
+      return std::nullopt;
+    batch = size;
+  }
+  return batch;
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// buildTrainConfig: the training configuration the training pipeline uses.
+// The --config file (or dsopt's defaults: AdamW with PyTorch's defaults),
+// then the flags, then the batch sizes resolved against the model's batch.
+// Warnings go to stderr as `dsopt: warning: ...`; errors are returned.
+//===----------------------------------------------------------------------===//
+llvm::Expected<dsopt::TrainConfig>
+buildTrainConfig(std::optional<int64_t> modelBatch) {
+  llvm::Expected<dsopt::TrainConfig> config = readTrainConfig();
+  if (!config)
+    return config.takeError();
+  if (llvm::Error error = dsopt::resolveBatch(*config, modelBatch))
+    return error;
+  for (const std::string &warning : config->warnings)
+    llvm::WithColor::warning(llvm::errs(), "dsopt") << printable(warning)
+                                                    << "\n";
+  return config;
+}
+
+namespace {
 /// Moves the MLIR debugging options dsopt supports into their own help
 /// category; everything else LLVM registers stays hidden.
 void exposeMlirOptions(cl::OptionCategory &category) {
@@ -248,7 +477,8 @@ int main(int argc, char **argv) {
   registerDefaultTimingManagerCLOptions();
   cl::OptionCategory mlirCategory("IR inspection options");
   exposeMlirOptions(mlirCategory);
-  cl::HideUnrelatedOptions({&inputCategory, &outputCategory, &mlirCategory});
+  cl::HideUnrelatedOptions(
+      {&inputCategory, &outputCategory, &trainingCategory, &mlirCategory});
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
     os << "dsopt 0.1 (MLIR " << LLVM_VERSION_STRING << ")\n";
   });
@@ -260,6 +490,9 @@ EXAMPLES:
                                              fix symbolic dimensions
   dsopt model.onnx --emit=mlir --mlir-print-ir-after-all
                                              the IR after every pass
+  dsopt model.onnx --config ds_config.json --print-config
+                                             the training config, resolved
+  dsopt model.onnx --optimizer=sgd --lr 0.1 --momentum 0.9 --print-config
   dsopt --list-ops                           supported ONNX operators
 )");
   std::string commandLineErrors;
@@ -279,6 +512,41 @@ EXAMPLES:
                  << "\n";
     return 0;
   }
+  // The training config is checked before the model is read, so mistakes
+  // in it or in the flags show at once; the batch sizes are resolved after
+  // import, against the model's batch.
+  bool training = trainingRequested();
+  if (printConfig && emit.getNumOccurrences())
+    return fail("--print-config prints the training config; it cannot be "
+                "combined with --emit");
+  if (training) {
+    llvm::Expected<dsopt::TrainConfig> config = readTrainConfig();
+    if (!config)
+      return fail(printable(llvm::toString(config.takeError())));
+  }
+  auto printTrainConfig =
+      [&](std::optional<int64_t> modelBatch) -> int {
+    llvm::Expected<dsopt::TrainConfig> config = buildTrainConfig(modelBatch);
+    if (!config)
+      return fail(printable(llvm::toString(config.takeError())));
+    std::string errorMessage;
+    auto output = openOutputFile(outputFile, &errorMessage);
+    if (!output)
+      return fail(errorMessage);
+    output->os() << dsopt::toJson(*config) << "\n";
+    output->os().flush();
+    if (output->os().has_error()) {
+      std::string reason = output->os().error().message();
+      output->os().clear_error();
+      return fail("cannot write '" + outputFile + "': " + reason);
+    }
+    output->keep();
+    return 0;
+  };
+  // Without a model, the config alone must give the batch size.
+  if (printConfig && inputFile.empty())
+    return printTrainConfig(std::nullopt);
+
   if (inputFile.empty())
     return fail("no input model; usage: dsopt <model.onnx> -o OUTDIR, or "
                 "dsopt <model.onnx> --emit=mlir "
@@ -305,7 +573,8 @@ EXAMPLES:
       return fail("--batch expects a positive integer, got '" + batch + "'");
     options.batch = *size;
   }
-  if (emit == EmitKind::Build && (outputFile == "-" || outputFile.empty()))
+  if (emit == EmitKind::Build && !printConfig &&
+      (outputFile == "-" || outputFile.empty()))
     return fail("compiling needs an output directory: dsopt " + inputFile +
                 " -o OUTDIR (or choose --emit=mlir|summary|plan|cpp)");
 
@@ -329,6 +598,17 @@ EXAMPLES:
     if (!imported)
       return fail(printable(llvm::toString(imported.takeError())));
     module = std::move(*imported);
+  }
+  if (printConfig)
+    return printTrainConfig(modelBatchOf(*module));
+  // The compiled program is the forward pass so far: the config is resolved
+  // against the model, its warnings printed and its errors reported, but
+  // nothing below reads it yet.
+  if (training) {
+    llvm::Expected<dsopt::TrainConfig> config =
+        buildTrainConfig(modelBatchOf(*module));
+    if (!config)
+      return fail(printable(llvm::toString(config.takeError())));
   }
 
   PassManager pm(&context);

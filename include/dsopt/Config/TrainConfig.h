@@ -1,0 +1,123 @@
+//===- TrainConfig.h - the training configuration ----------------*- C++ -*-===//
+//
+// How a model is trained: the optimizer, the learning-rate schedule, gradient
+// clipping and the batch sizes. dsopt reads them from a DeepSpeed config file
+// (ds_config.json) with DeepSpeed's key names and defaults, and the driver's
+// flags override single values. docs/cli.md lists every key read, its default
+// and where dsopt deviates from DeepSpeed.
+//
+//   auto config = loadTrainConfig("ds_config.json");   // parse + validate
+//   resolveBatch(*config, modelBatch);                  // train/micro/accum
+//   toJson(*config);                                    // the resolved config
+//
+// Errors name the file and the key path (`ds_config.json:
+// optimizer.params.betas: expected ...`); keys dsopt does not implement are
+// collected as warnings, never silently dropped.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSOPT_CONFIG_TRAINCONFIG_H
+#define DSOPT_CONFIG_TRAINCONFIG_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsopt {
+
+enum class OptimizerKind {
+  AdamW, // decoupled weight decay (torch.optim.AdamW, FusedAdam adam_w_mode)
+  Adam,  // L2 weight decay added to the gradient (torch.optim.Adam)
+  SGD,
+  Lion
+};
+enum class ScheduleKind { Constant, WarmupLR, WarmupDecayLR, WarmupCosineLR };
+
+struct TrainConfig {
+  // optimizer
+  OptimizerKind optimizer = OptimizerKind::AdamW;
+  std::string optimizerName = "AdamW"; // as the user wrote it, for logs
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weightDecay = 0.01;
+  double momentum = 0.0, dampening = 0.0;
+  bool nesterov = false; // SGD
+  // schedule (DeepSpeed's parameter names in the JSON)
+  ScheduleKind schedule = ScheduleKind::Constant;
+  double warmupMinLr = 0.0, warmupMaxLr = 1e-3;
+  int64_t warmupNumSteps = 1000;
+  int64_t totalNumSteps = 0;
+  bool warmupLinear = false; // warmup_type "linear" vs "log"
+  double warmupMinRatio = 0.0, cosMinRatio = 1e-4;
+  // clipping, batch, misc
+  double gradientClipping = 0.0; // 0: off
+  int64_t trainBatchSize = 0, microBatchSize = 0,
+          gradientAccumulationSteps = 0; // 0 = unset until resolved
+  int64_t dataParallelSize = 1;
+  int64_t zeroStage = 0;
+  bool fp16 = false, bf16 = false;
+  int64_t stepsPerPrint = 1;
+  std::vector<std::string> warnings; // collected, printed by the driver
+};
+
+/// Values from the command line that win over the file's. They are applied
+/// to the file's JSON before it is read, so derived defaults follow them
+/// (WarmupLR's warmup_max_lr follows --lr, --micro-batch with the file's
+/// train_batch_size gives the accumulation). Values are expected to be
+/// validated by the caller (non-negative numbers, betas in [0, 1), positive
+/// integers); the checks that need the file (a flag that does not apply to
+/// the file's optimizer) report errors naming the flag.
+struct TrainConfigOverrides {
+  /// --optimizer: names that differ from the file's optimizer replace it
+  /// with that optimizer's PyTorch defaults (DeepSpeed's for Lion), keeping
+  /// only the file's lr.
+  std::optional<OptimizerKind> optimizer;
+  std::optional<double> lr, weightDecay, eps, momentum, gradientClipping;
+  std::optional<std::pair<double, double>> betas;
+  bool nesterov = false;
+  std::optional<int64_t> trainBatchSize, microBatchSize,
+      gradientAccumulationSteps, stepsPerPrint;
+
+  bool empty() const;
+};
+
+/// Reads, parses and validates the config file at `path`.
+llvm::Expected<TrainConfig> loadTrainConfig(llvm::StringRef path);
+llvm::Expected<TrainConfig>
+loadTrainConfig(llvm::StringRef path, const TrainConfigOverrides &overrides);
+
+/// Parses and validates a config held in memory; `fileNameForMessages`
+/// starts every error and warning (nothing when empty).
+llvm::Expected<TrainConfig>
+parseTrainConfig(llvm::StringRef json, llvm::StringRef fileNameForMessages);
+llvm::Expected<TrainConfig>
+parseTrainConfig(llvm::StringRef json, llvm::StringRef fileNameForMessages,
+                 const TrainConfigOverrides &overrides);
+
+/// The model's batch: the static size of the leading axis of its inputs, or
+/// nullopt when symbolic or unknown. Resolves train/micro/accumulation like
+/// DeepSpeed (_set_batch_related_parameters: any two give the third; only
+/// train_batch -> accumulation 1; only micro -> accumulation 1; none -> micro
+/// = model batch, accumulation 1) and checks DeepSpeed's identity train =
+/// micro * accumulation * dataParallelSize and that micro equals the model's
+/// batch when that is static. On success every batch field is > 0.
+llvm::Error resolveBatch(TrainConfig &config,
+                         std::optional<int64_t> modelBatch);
+
+/// The config as a DeepSpeed config: a JSON object with a stable key order
+/// and every value dsopt uses written out, which dsopt reads back to the
+/// same config. For plan.json and --print-config.
+std::string toJson(const TrainConfig &config);
+
+/// DeepSpeed's spelling of an optimizer or schedule ("AdamW", "WarmupLR";
+/// "Constant" for no scheduler).
+llvm::StringRef optimizerKindName(OptimizerKind kind);
+llvm::StringRef scheduleKindName(ScheduleKind kind);
+
+} // namespace dsopt
+
+#endif // DSOPT_CONFIG_TRAINCONFIG_H

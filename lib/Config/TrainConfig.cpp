@@ -1,0 +1,1339 @@
+//===- TrainConfig.cpp - reading DeepSpeed configs ------------------------===//
+//
+// A DeepSpeed config is read in three steps: the text is parsed as strict
+// JSON (nesting depth and duplicate keys are checked around llvm::json, which
+// neither limits its recursion nor rejects duplicates, while DeepSpeed
+// rejects duplicate keys), the command-line overrides are written into the
+// JSON, and the JSON is interpreted key by key into a TrainConfig with
+// DeepSpeed's defaults. Every error names the file and the key path; every
+// key dsopt does not use becomes a warning.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dsopt/Config/TrainConfig.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+using llvm::StringRef;
+using llvm::Twine;
+namespace json = llvm::json;
+
+namespace dsopt {
+
+StringRef optimizerKindName(OptimizerKind kind) {
+  switch (kind) {
+  case OptimizerKind::AdamW:
+    return "AdamW";
+  case OptimizerKind::Adam:
+    return "Adam";
+  case OptimizerKind::SGD:
+    return "SGD";
+  case OptimizerKind::Lion:
+    return "Lion";
+  }
+  return "AdamW";
+}
+
+StringRef scheduleKindName(ScheduleKind kind) {
+  switch (kind) {
+  case ScheduleKind::Constant:
+    return "Constant";
+  case ScheduleKind::WarmupLR:
+    return "WarmupLR";
+  case ScheduleKind::WarmupDecayLR:
+    return "WarmupDecayLR";
+  case ScheduleKind::WarmupCosineLR:
+    return "WarmupCosineLR";
+  }
+  return "Constant";
+}
+
+bool TrainConfigOverrides::empty() const {
+  return !optimizer && !lr && !weightDecay && !eps && !momentum &&
+         !gradientClipping && !betas && !nesterov && !trainBatchSize &&
+         !microBatchSize && !gradientAccumulationSteps && !stepsPerPrint;
+}
+
+namespace {
+
+/// Deeper nesting is refused before llvm::json (which recurses) sees it.
+constexpr int kMaxNesting = 64;
+/// Configs are a few kilobytes; this bounds what a wrong path can make dsopt
+/// read.
+constexpr uint64_t kMaxConfigBytes = 16 << 20;
+/// Integers beyond this are refused, so products of batch sizes can be
+/// checked for overflow and doubles convert exactly.
+constexpr double kMaxInteger = 9007199254740992.0; // 2^53
+
+llvm::Error makeError(const Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// Text from the file, fit for a one-line message: control characters
+/// escaped (they must not drive the user's terminal), long text cut.
+std::string display(StringRef text, size_t limit = 64) {
+  std::string result;
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = text[i];
+    // Cut at a character boundary, not inside a UTF-8 sequence.
+    if (result.size() >= limit && (c & 0xc0) != 0x80) {
+      result += "...";
+      break;
+    }
+    if (c < 0x20 || c == 0x7f) {
+      result += "\\x";
+      result += llvm::hexdigit(c >> 4, /*LowerCase=*/true);
+      result += llvm::hexdigit(c & 15, /*LowerCase=*/true);
+    } else {
+      result += static_cast<char>(c);
+    }
+  }
+  return result;
+}
+
+/// The shortest decimal form of `value` that reads back as the same double
+/// (0.9, not 0.90000000000000002).
+std::string formatNumber(double value) {
+  char text[64];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value)
+      break;
+  }
+  return text;
+}
+
+/// A JSON value as a message shows it.
+std::string describe(const json::Value &value) {
+  switch (value.kind()) {
+  case json::Value::Null:
+    return "null";
+  case json::Value::Boolean:
+    return *value.getAsBoolean() ? "true" : "false";
+  case json::Value::Number: {
+    // getAsInteger converts doubles near 2^63 without a check.
+    double number = *value.getAsNumber();
+    if (std::fabs(number) <= kMaxInteger)
+      if (std::optional<int64_t> i = value.getAsInteger())
+        return std::to_string(*i);
+    return formatNumber(number);
+  }
+  case json::Value::String: {
+    std::string text = "\"" + display(*value.getAsString()) + "\"";
+    // Configs written for Hugging Face's Trainer hold "auto", which the
+    // Trainer replaces with its own arguments.
+    if (*value.getAsString() == "auto")
+      text += " (\"auto\" is filled in by Hugging Face's Trainer; dsopt "
+              "needs the value written out)";
+    return text;
+  }
+  case json::Value::Array:
+    return "a list";
+  case json::Value::Object:
+    return "an object";
+  }
+  return "a value";
+}
+
+std::vector<std::string> sortedKeys(const json::Object &object) {
+  std::vector<std::string> keys;
+  for (const auto &entry : object)
+    keys.push_back(StringRef(entry.first).str());
+  llvm::sort(keys);
+  return keys;
+}
+
+//===----------------------------------------------------------------------===//
+// JSON text: depth, syntax, duplicate keys
+//===----------------------------------------------------------------------===//
+
+/// The nesting depth of the JSON text, not counting brackets in strings.
+int nestingDepth(StringRef text) {
+  int depth = 0, deepest = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > kMaxNesting)
+        return deepest;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+/// Finds the first key that appears twice in one object of valid JSON
+/// `text`; returns its path and 1-based line and column.
+struct DuplicateKey {
+  std::string path;
+  unsigned line = 0, column = 0;
+};
+std::optional<DuplicateKey> findDuplicateKey(StringRef text) {
+  struct Frame {
+    bool isObject;
+    bool expectKey;
+    llvm::StringSet<> keys;
+    std::string current; // the key (object) or index (list) being read
+    int64_t index = 0;
+  };
+  std::vector<Frame> stack;
+  unsigned line = 1, column = 1;
+  auto pathOf = [&]() {
+    std::string path;
+    for (const Frame &frame : stack) {
+      if (frame.isObject) {
+        if (!path.empty())
+          path += ".";
+        path += frame.current;
+      } else {
+        path += "[" + std::to_string(frame.index) + "]";
+      }
+    }
+    return path;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '"') {
+      unsigned keyLine = line, keyColumn = column;
+      size_t end = i + 1;
+      while (end < text.size() && text[end] != '"')
+        end += text[end] == '\\' ? 2 : 1;
+      StringRef token = text.slice(i, end + 1);
+      column += token.size();
+      i = end;
+      if (stack.empty() || !stack.back().isObject || !stack.back().expectKey)
+        continue;
+      Frame &frame = stack.back();
+      frame.expectKey = false;
+      // The token is valid JSON (the whole text parsed); decoding it makes
+      // "a" and "\u0061" the same key.
+      std::string key;
+      if (llvm::Expected<json::Value> decoded = json::parse(token)) {
+        if (std::optional<StringRef> s = decoded->getAsString())
+          key = s->str();
+      } else {
+        llvm::consumeError(decoded.takeError());
+      }
+      frame.current = display(key);
+      if (!frame.keys.insert(key).second)
+        return DuplicateKey{pathOf(), keyLine, keyColumn};
+      continue;
+    }
+    if (c == '\n') {
+      ++line;
+      column = 1;
+      continue;
+    }
+    ++column;
+    if (c == '{' || c == '[') {
+      stack.push_back(Frame{c == '{', c == '{', {}, {}, 0});
+    } else if (c == '}' || c == ']') {
+      if (!stack.empty())
+        stack.pop_back();
+    } else if (c == ',' && !stack.empty()) {
+      if (stack.back().isObject)
+        stack.back().expectKey = true;
+      else
+        ++stack.back().index;
+    }
+  }
+  return std::nullopt;
+}
+
+/// "FILE:LINE:COLUMN: " from the "FILE: " that starts messages.
+std::string locate(StringRef prefix, unsigned line, unsigned column) {
+  prefix.consume_back(": ");
+  std::string location = prefix.empty() ? "" : prefix.str() + ":";
+  return location + std::to_string(line) + ":" + std::to_string(column) +
+         ": ";
+}
+
+/// Parses `text` as a JSON object; errors start with `prefix`.
+llvm::Expected<json::Object> parseJsonObject(StringRef text,
+                                             const std::string &prefix) {
+  text.consume_front("\xEF\xBB\xBF"); // a UTF-8 byte order mark
+  if (text.trim().empty())
+    return makeError(prefix + "the config is empty; a DeepSpeed config is a "
+                              "JSON object, e.g. {\"train_batch_size\": 8}");
+  if (nestingDepth(text) > kMaxNesting)
+    return makeError(prefix + "the config nests more than " +
+                     Twine(kMaxNesting) +
+                     " levels deep; a DeepSpeed config is a few levels deep");
+  llvm::Expected<json::Value> parsed = json::parse(text);
+  if (!parsed) {
+    // ParseError logs "[LINE:COLUMN, byte=OFFSET]: MESSAGE", OFFSET just
+    // past the offending character. The position is recomputed from the
+    // offset: at the end of a file that ends with a newline, llvm::json
+    // says column 0.
+    std::string logged = llvm::toString(parsed.takeError());
+    StringRef rest(logged);
+    size_t offset = 0;
+    size_t byte = rest.find(", byte=");
+    if (byte == StringRef::npos ||
+        rest.drop_front(byte + 7).consumeInteger(10, offset) ||
+        offset > text.size())
+      return makeError(prefix + "invalid JSON: " + logged);
+    StringRef message = rest.split("]: ").second;
+    bool atEnd = offset == text.size();
+    StringRef before = text.take_front(atEnd || offset == 0 ? offset
+                                                            : offset - 1);
+    unsigned line = 1 + before.count('\n');
+    size_t lineStart = before.rfind('\n');
+    unsigned column =
+        before.size() - (lineStart == StringRef::npos ? 0 : lineStart + 1) +
+        1;
+    return makeError(locate(prefix, line, column) + "invalid JSON: " +
+                     message +
+                     (atEnd ? " (the file ends too early)" : ""));
+  }
+  json::Object *object = parsed->getAsObject();
+  if (!object)
+    return makeError(prefix + "expected a JSON object at the top level, got " +
+                     describe(*parsed));
+  if (std::optional<DuplicateKey> duplicate = findDuplicateKey(text)) {
+    return makeError(locate(prefix, duplicate->line, duplicate->column) +
+                     duplicate->path +
+                     ": the key appears twice (DeepSpeed rejects duplicate "
+                     "keys too)");
+  }
+  return std::move(*object);
+}
+
+//===----------------------------------------------------------------------===//
+// Command-line overrides, written into the JSON
+//===----------------------------------------------------------------------===//
+
+std::string flagName(OptimizerKind kind) {
+  return StringRef(optimizerKindName(kind)).lower();
+}
+
+/// The optimizer an `optimizer` section selects, or nullopt when it does not
+/// name a supported one (interpreting the section reports why).
+std::optional<OptimizerKind> sectionKind(const json::Value *section) {
+  const json::Object *object = section ? section->getAsObject() : nullptr;
+  if (!object)
+    return std::nullopt;
+  std::optional<StringRef> type = object->getString("type");
+  if (!type)
+    return std::nullopt;
+  std::string lower = type->lower();
+  if (lower == "adamw")
+    return OptimizerKind::AdamW;
+  if (lower == "adam") {
+    const json::Object *params = object->getObject("params");
+    std::optional<bool> mode =
+        params ? params->getBoolean("adam_w_mode") : std::nullopt;
+    return mode && !*mode ? OptimizerKind::Adam : OptimizerKind::AdamW;
+  }
+  if (lower == "sgd")
+    return OptimizerKind::SGD;
+  if (lower == "lion")
+    return OptimizerKind::Lion;
+  return std::nullopt;
+}
+
+/// An optimizer section for `kind` chosen on the command line: PyTorch's
+/// defaults where they differ from DeepSpeed's (AdamW's weight decay 0.01).
+json::Object flagOptimizerSection(OptimizerKind kind) {
+  json::Object params;
+  if (kind == OptimizerKind::AdamW)
+    params["weight_decay"] = 0.01;
+  if (kind == OptimizerKind::Adam)
+    params["adam_w_mode"] = false;
+  return json::Object{{"type", optimizerKindName(kind)},
+                      {"params", std::move(params)}};
+}
+
+llvm::Error applyOverrides(json::Object &root,
+                           const TrainConfigOverrides &overrides,
+                           const std::string &prefix,
+                           std::vector<std::string> &warnings) {
+  bool optimizerFlags = overrides.lr || overrides.weightDecay ||
+                        overrides.eps || overrides.momentum ||
+                        overrides.betas || overrides.nesterov;
+  json::Value *section = root.get("optimizer");
+  if (overrides.optimizer) {
+    OptimizerKind kind = *overrides.optimizer;
+    if (!section || sectionKind(section) != kind) {
+      json::Object replacement = flagOptimizerSection(kind);
+      std::optional<json::Value> fileLr;
+      if (const json::Object *object = section ? section->getAsObject()
+                                               : nullptr)
+        if (const json::Object *params = object->getObject("params"))
+          if (const json::Value *lr = params->get("lr"))
+            fileLr = *lr;
+      if (section) {
+        std::string was = "its optimizer";
+        if (const json::Object *object = section->getAsObject())
+          if (std::optional<StringRef> type = object->getString("type"))
+            was = "its optimizer " + display(*type);
+        warnings.push_back(
+            prefix + "--optimizer=" + flagName(kind) + " replaces " + was +
+            (fileLr ? "; of its parameters only lr is kept"
+                    : " and its parameters"));
+      }
+      if (fileLr)
+        (*replacement.getObject("params"))["lr"] = std::move(*fileLr);
+      else if (kind == OptimizerKind::SGD && !overrides.lr)
+        return makeError("--optimizer=sgd needs a learning rate: give --lr "
+                         "(torch.optim.SGD has no default)");
+      root["optimizer"] = std::move(replacement);
+    }
+  } else if (optimizerFlags && !section) {
+    // dsopt's default optimizer, written out so the flags can amend it.
+    root["optimizer"] = flagOptimizerSection(OptimizerKind::AdamW);
+  }
+  if (optimizerFlags) {
+    section = root.get("optimizer");
+    json::Object *object = section->getAsObject();
+    if (!object)
+      return llvm::Error::success(); // reported when the section is read
+    if (!object->get("params"))
+      (*object)["params"] = json::Object();
+    json::Object *params = object->getObject("params");
+    if (!params)
+      return llvm::Error::success();
+    if (std::optional<OptimizerKind> kind = sectionKind(section)) {
+      std::string name = optimizerKindName(*kind).str();
+      auto notFor = [&](StringRef flag, StringRef which) {
+        return makeError(flag + " applies to " + which +
+                         "; the optimizer is " + name +
+                         " (choose another with --optimizer)");
+      };
+      if (overrides.betas && *kind == OptimizerKind::SGD)
+        return notFor("--betas", "AdamW, Adam and Lion");
+      if (overrides.eps &&
+          (*kind == OptimizerKind::SGD || *kind == OptimizerKind::Lion))
+        return notFor("--eps", "AdamW and Adam");
+      if (overrides.momentum && *kind != OptimizerKind::SGD)
+        return notFor("--momentum", "SGD");
+      if (overrides.nesterov && *kind != OptimizerKind::SGD)
+        return notFor("--nesterov", "SGD");
+      if (overrides.nesterov) {
+        std::optional<double> momentum = overrides.momentum;
+        if (!momentum)
+          momentum = params->getNumber("momentum");
+        std::optional<double> dampening = params->getNumber("dampening");
+        if (!momentum || *momentum <= 0 || (dampening && *dampening != 0))
+          return makeError("--nesterov needs momentum > 0 (--momentum) and "
+                           "dampening 0, as torch.optim.SGD does");
+      }
+    }
+    if (overrides.lr)
+      (*params)["lr"] = *overrides.lr;
+    if (overrides.weightDecay)
+      (*params)["weight_decay"] = *overrides.weightDecay;
+    if (overrides.eps)
+      (*params)["eps"] = *overrides.eps;
+    if (overrides.betas)
+      (*params)["betas"] =
+          json::Array{overrides.betas->first, overrides.betas->second};
+    if (overrides.momentum)
+      (*params)["momentum"] = *overrides.momentum;
+    if (overrides.nesterov)
+      (*params)["nesterov"] = true;
+  }
+  if (overrides.gradientClipping)
+    root["gradient_clipping"] = *overrides.gradientClipping;
+  if (overrides.trainBatchSize)
+    root["train_batch_size"] = *overrides.trainBatchSize;
+  if (overrides.microBatchSize)
+    root["train_micro_batch_size_per_gpu"] = *overrides.microBatchSize;
+  if (overrides.gradientAccumulationSteps)
+    root["gradient_accumulation_steps"] =
+        *overrides.gradientAccumulationSteps;
+  if (overrides.stepsPerPrint)
+    root["steps_per_print"] = *overrides.stepsPerPrint;
+  return llvm::Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Interpreting the JSON
+//===----------------------------------------------------------------------===//
+
+/// Reads the keys of a config into `config`. The first error stops reading
+/// (every reader returns false once one is recorded).
+class ConfigReader {
+public:
+  ConfigReader(std::string prefix, TrainConfig &config)
+      : prefix(std::move(prefix)), config(config) {}
+
+  llvm::Error read(const json::Object &root);
+
+private:
+  std::string prefix; // "FILE: " or empty
+  TrainConfig &config;
+  std::optional<std::string> error;
+
+  bool fail(StringRef path, const Twine &message) {
+    if (!error)
+      error = prefix + path.str() + ": " + message.str();
+    return false;
+  }
+  void warn(const Twine &message) {
+    config.warnings.push_back(prefix + message.str());
+  }
+
+  enum class Range { Any, NonNegative, UnitInterval /*[0, 1)*/ };
+  bool readNumber(const json::Value &value, StringRef path, Range range,
+                  double &out);
+  bool readInteger(const json::Value &value, StringRef path, int64_t min,
+                   int64_t max, StringRef expected, int64_t &out);
+  bool readPositive(const json::Value &value, StringRef path, int64_t &out) {
+    return readInteger(value, path, 1, static_cast<int64_t>(kMaxInteger),
+                       "a positive integer", out);
+  }
+  bool readBool(const json::Value &value, StringRef path, bool &out);
+  bool readString(const json::Value &value, StringRef path, std::string &out);
+  const json::Object *readObject(const json::Value &value, StringRef path,
+                                 StringRef expected = "an object");
+  bool readBetas(const json::Value &value, StringRef path);
+
+  /// A section `{"type": ..., "params": {...}}`; warns about other keys.
+  bool readTypedSection(const json::Value &value, StringRef name,
+                        StringRef supported, std::string &type,
+                        const json::Object *&params);
+  bool readOptimizer(const json::Value *section);
+  bool readAdam(const json::Object &params, bool typeIsAdamW);
+  bool readSgd(const json::Object &params, bool hasParams);
+  bool readLion(const json::Object &params);
+  bool readScheduler(const json::Value *section);
+  bool readZero(const json::Value &value);
+  bool readPrecision(const json::Object &root);
+  std::optional<bool> readEnabled(const json::Value &value, StringRef key);
+
+  /// Warns about each key of `params` not in `known`.
+  void warnUnknownParams(const json::Object &params, StringRef path,
+                         llvm::ArrayRef<StringRef> known, StringRef owner) {
+    for (const std::string &key : sortedKeys(params))
+      if (!llvm::is_contained(known, key))
+        warn(path + "." + display(key) + " is not a parameter of " + owner +
+             " and is ignored");
+  }
+  /// Keys accepted for compatibility that change nothing in dsopt.
+  bool readNoEffect(const json::Object &params, StringRef path,
+                    llvm::ArrayRef<StringRef> keys, StringRef why) {
+    for (StringRef key : keys)
+      if (const json::Value *value = params.get(key)) {
+        bool flag;
+        if (!readBool(*value, (path + "." + key).str(), flag))
+          return false;
+        warn(path + "." + key + " has no effect in dsopt (" + why +
+             ") and is ignored");
+      }
+    return true;
+  }
+};
+
+bool ConfigReader::readNumber(const json::Value &value, StringRef path,
+                              Range range, double &out) {
+  const char *expected = range == Range::Any ? "a number"
+                         : range == Range::NonNegative
+                             ? "a non-negative number"
+                             : "a number in [0, 1)";
+  std::optional<double> number = value.getAsNumber();
+  if (!number || !std::isfinite(*number) ||
+      (range != Range::Any && *number < 0) ||
+      (range == Range::UnitInterval && *number >= 1))
+    return fail(path, Twine("expected ") + expected + ", got " +
+                          describe(value));
+  out = *number;
+  return true;
+}
+
+bool ConfigReader::readInteger(const json::Value &value, StringRef path,
+                               int64_t min, int64_t max, StringRef expected,
+                               int64_t &out) {
+  std::optional<double> number = value.getAsNumber();
+  // Bounded first: llvm::json's getAsInteger converts doubles near 2^63
+  // without a check.
+  if (!number || !std::isfinite(*number) || std::fabs(*number) > kMaxInteger ||
+      std::floor(*number) != *number)
+    return fail(path, "expected " + expected + ", got " + describe(value));
+  std::optional<int64_t> integer = value.getAsInteger();
+  if (!integer || *integer < min || *integer > max)
+    return fail(path, "expected " + expected + ", got " + describe(value));
+  out = *integer;
+  return true;
+}
+
+bool ConfigReader::readBool(const json::Value &value, StringRef path,
+                            bool &out) {
+  std::optional<bool> flag = value.getAsBoolean();
+  if (!flag)
+    return fail(path, "expected true or false, got " + describe(value));
+  out = *flag;
+  return true;
+}
+
+bool ConfigReader::readString(const json::Value &value, StringRef path,
+                              std::string &out) {
+  std::optional<StringRef> text = value.getAsString();
+  if (!text)
+    return fail(path, "expected a string, got " + describe(value));
+  out = text->str();
+  return true;
+}
+
+const json::Object *ConfigReader::readObject(const json::Value &value,
+                                             StringRef path,
+                                             StringRef expected) {
+  const json::Object *object = value.getAsObject();
+  if (!object)
+    fail(path, "expected " + expected + ", got " + describe(value));
+  return object;
+}
+
+bool ConfigReader::readBetas(const json::Value &value, StringRef path) {
+  const json::Array *list = value.getAsArray();
+  std::optional<double> b1, b2;
+  if (list && list->size() == 2) {
+    b1 = (*list)[0].getAsNumber();
+    b2 = (*list)[1].getAsNumber();
+  }
+  auto inRange = [](std::optional<double> b) {
+    return b && std::isfinite(*b) && *b >= 0 && *b < 1;
+  };
+  if (!inRange(b1) || !inRange(b2)) {
+    std::string got = describe(value);
+    if (list) {
+      got = "[";
+      for (auto [i, element] : llvm::enumerate(*list)) {
+        if (i == 4) {
+          got += ", ...";
+          break;
+        }
+        got += (i ? ", " : "") + describe(element);
+      }
+      got += "]";
+    }
+    return fail(path, "expected a list of two numbers in [0, 1), got " + got);
+  }
+  config.beta1 = *b1;
+  config.beta2 = *b2;
+  return true;
+}
+
+bool ConfigReader::readTypedSection(const json::Value &value, StringRef name,
+                                    StringRef supported, std::string &type,
+                                    const json::Object *&params) {
+  const json::Object *section =
+      readObject(value, name, "an object with \"type\" and \"params\"");
+  if (!section)
+    return false;
+  for (const std::string &key : sortedKeys(*section))
+    if (key != "type" && key != "params")
+      warn(name + "." + display(key) +
+           " is not implemented by dsopt and is ignored");
+  const json::Value *typeValue = section->get("type");
+  if (!typeValue)
+    return fail((name + ".type").str(),
+                "missing; dsopt supports " + supported);
+  if (!readString(*typeValue, (name + ".type").str(), type))
+    return false;
+  static const json::Object noParams;
+  params = &noParams;
+  if (const json::Value *paramsValue = section->get("params")) {
+    params = readObject(*paramsValue, (name + ".params").str());
+    if (!params)
+      return false;
+  }
+  return true;
+}
+
+bool ConfigReader::readOptimizer(const json::Value *section) {
+  // No optimizer section: PyTorch's AdamW, the TrainConfig defaults.
+  if (!section)
+    return true;
+  std::string type;
+  const json::Object *params;
+  if (!readTypedSection(*section, "optimizer", "AdamW, Adam, SGD and Lion",
+                        type, params))
+    return false;
+  config.optimizerName = type;
+  std::string lower = StringRef(type).lower();
+  if (lower == "adamw" || lower == "adam")
+    return readAdam(*params, lower == "adamw");
+  if (lower == "sgd")
+    return readSgd(*params, section->getAsObject()->get("params"));
+  if (lower == "lion")
+    return readLion(*params);
+  return fail("optimizer.type",
+              "\"" + display(type) +
+                  "\" is not implemented by dsopt; supported: AdamW, Adam, "
+                  "SGD, Lion");
+}
+
+bool ConfigReader::readAdam(const json::Object &params, bool typeIsAdamW) {
+  // DeepSpeed's FusedAdam: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight
+  // decay 0, adam_w_mode true (so type "Adam" is AdamW unless it is false).
+  static const StringRef known[] = {
+      "lr",           "betas",         "eps",     "weight_decay",
+      "adam_w_mode",  "torch_adam",    "bias_correction", "amsgrad",
+      "maximize",     "set_grad_none", "foreach", "fused",
+      "capturable",   "differentiable"};
+  const StringRef owner = typeIsAdamW ? "AdamW" : "Adam";
+  config.lr = 1e-3;
+  config.beta1 = 0.9;
+  config.beta2 = 0.999;
+  config.eps = 1e-8;
+  config.weightDecay = 0.0;
+  bool adamWMode = true;
+  if (const json::Value *value = params.get("adam_w_mode")) {
+    if (!readBool(*value, "optimizer.params.adam_w_mode", adamWMode))
+      return false;
+    if (typeIsAdamW && !adamWMode) {
+      warn("optimizer.params.adam_w_mode false has no effect with type "
+           "AdamW (DeepSpeed always decouples AdamW's weight decay) and is "
+           "ignored");
+      adamWMode = true;
+    }
+  }
+  config.optimizer = typeIsAdamW || adamWMode ? OptimizerKind::AdamW
+                                              : OptimizerKind::Adam;
+  if (const json::Value *value = params.get("torch_adam")) {
+    bool torchAdam;
+    if (!readBool(*value, "optimizer.params.torch_adam", torchAdam))
+      return false;
+    // DeepSpeed then builds torch.optim.AdamW, whose default weight decay
+    // is 0.01 rather than FusedAdam's 0.
+    bool torchDefaults = torchAdam && config.optimizer == OptimizerKind::AdamW;
+    if (torchDefaults)
+      config.weightDecay = 0.01;
+    warn(Twine("optimizer.params.torch_adam selects an implementation, not "
+               "the update, and is ignored") +
+         (torchDefaults && !params.get("weight_decay")
+              ? "; weight_decay defaults to torch.optim.AdamW's 0.01"
+              : ""));
+  }
+  struct Unsupported {
+    StringRef key;
+    bool implementedValue;
+    StringRef what, note;
+  };
+  static const Unsupported unsupported[] = {
+      {"bias_correction", true, "Adam without bias correction", ""},
+      {"amsgrad", false, "AMSGrad", "; DeepSpeed's FusedAdam rejects it too"},
+      {"maximize", false, "maximizing the objective", ""}};
+  for (const Unsupported &entry : unsupported)
+    if (const json::Value *value = params.get(entry.key)) {
+      std::string path = ("optimizer.params." + entry.key).str();
+      bool flag;
+      if (!readBool(*value, path, flag))
+        return false;
+      if (flag != entry.implementedValue)
+        return fail(path, Twine(flag ? "true" : "false") + " (" + entry.what +
+                              ") is not implemented by dsopt" + entry.note);
+    }
+  if (!readNoEffect(params, "optimizer.params",
+                    {"set_grad_none", "foreach", "fused", "capturable",
+                     "differentiable"},
+                    "it selects an implementation, not the update"))
+    return false;
+  if (const json::Value *value = params.get("lr"))
+    if (!readNumber(*value, "optimizer.params.lr", Range::NonNegative,
+                    config.lr))
+      return false;
+  if (const json::Value *value = params.get("betas"))
+    if (!readBetas(*value, "optimizer.params.betas"))
+      return false;
+  if (const json::Value *value = params.get("eps"))
+    if (!readNumber(*value, "optimizer.params.eps", Range::NonNegative,
+                    config.eps))
+      return false;
+  if (const json::Value *value = params.get("weight_decay"))
+    if (!readNumber(*value, "optimizer.params.weight_decay",
+                    Range::NonNegative, config.weightDecay))
+      return false;
+  warnUnknownParams(params, "optimizer.params", known, owner);
+  return true;
+}
+
+bool ConfigReader::readSgd(const json::Object &params, bool hasParams) {
+  // torch.optim.SGD: lr required, momentum 0, dampening 0, weight decay 0
+  // (added to the gradient), nesterov false.
+  static const StringRef known[] = {"lr",       "momentum",     "dampening",
+                                    "nesterov", "weight_decay", "maximize",
+                                    "foreach",  "differentiable"};
+  config.optimizer = OptimizerKind::SGD;
+  config.momentum = 0.0;
+  config.dampening = 0.0;
+  config.nesterov = false;
+  config.weightDecay = 0.0;
+  const json::Value *lr = params.get("lr");
+  if (!lr)
+    return fail(hasParams ? "optimizer.params.lr" : "optimizer.params",
+                "SGD needs a learning rate \"lr\" (torch.optim.SGD has no "
+                "default)");
+  if (!readNumber(*lr, "optimizer.params.lr", Range::NonNegative, config.lr))
+    return false;
+  if (const json::Value *value = params.get("momentum"))
+    if (!readNumber(*value, "optimizer.params.momentum", Range::NonNegative,
+                    config.momentum))
+      return false;
+  if (const json::Value *value = params.get("dampening"))
+    if (!readNumber(*value, "optimizer.params.dampening", Range::Any,
+                    config.dampening))
+      return false;
+  if (const json::Value *value = params.get("weight_decay"))
+    if (!readNumber(*value, "optimizer.params.weight_decay",
+                    Range::NonNegative, config.weightDecay))
+      return false;
+  if (const json::Value *value = params.get("nesterov"))
+    if (!readBool(*value, "optimizer.params.nesterov", config.nesterov))
+      return false;
+  if (const json::Value *value = params.get("maximize")) {
+    bool flag;
+    if (!readBool(*value, "optimizer.params.maximize", flag))
+      return false;
+    if (flag)
+      return fail("optimizer.params.maximize",
+                  "true (maximizing the objective) is not implemented by "
+                  "dsopt");
+  }
+  if (!readNoEffect(params, "optimizer.params", {"foreach", "differentiable"},
+                    "it selects an implementation, not the update"))
+    return false;
+  if (config.nesterov && (config.momentum <= 0 || config.dampening != 0))
+    return fail("optimizer.params.nesterov",
+                "Nesterov momentum needs momentum > 0 and dampening 0, as "
+                "torch.optim.SGD does (momentum " +
+                    formatNumber(config.momentum) + ", dampening " +
+                    formatNumber(config.dampening) + ")");
+  warnUnknownParams(params, "optimizer.params", known, "SGD");
+  return true;
+}
+
+bool ConfigReader::readLion(const json::Object &params) {
+  // DeepSpeed's FusedLion and DeepSpeedCPULion: lr 1e-3, betas
+  // (0.9, 0.999), weight decay 0 (decoupled).
+  static const StringRef known[] = {"lr", "betas", "weight_decay",
+                                    "set_grad_none", "fp32_optimizer_states"};
+  config.optimizer = OptimizerKind::Lion;
+  config.lr = 1e-3;
+  config.beta1 = 0.9;
+  config.beta2 = 0.999;
+  config.weightDecay = 0.0;
+  if (!readNoEffect(params, "optimizer.params",
+                    {"set_grad_none", "fp32_optimizer_states"},
+                    "optimizer state is always fp32"))
+    return false;
+  if (const json::Value *value = params.get("lr"))
+    if (!readNumber(*value, "optimizer.params.lr", Range::NonNegative,
+                    config.lr))
+      return false;
+  if (const json::Value *value = params.get("betas"))
+    if (!readBetas(*value, "optimizer.params.betas"))
+      return false;
+  if (const json::Value *value = params.get("weight_decay"))
+    if (!readNumber(*value, "optimizer.params.weight_decay",
+                    Range::NonNegative, config.weightDecay))
+      return false;
+  warnUnknownParams(params, "optimizer.params", known, "Lion");
+  return true;
+}
+
+bool ConfigReader::readScheduler(const json::Value *section) {
+  config.schedule = ScheduleKind::Constant;
+  if (!section)
+    return true;
+  static const StringRef supported = "WarmupLR, WarmupDecayLR, WarmupCosineLR";
+  std::string type;
+  const json::Object *params;
+  if (!readTypedSection(*section, "scheduler",
+                        "WarmupLR, WarmupDecayLR and WarmupCosineLR", type,
+                        params))
+    return false;
+  std::string lower = StringRef(type).lower();
+  if (lower == "warmuplr")
+    config.schedule = ScheduleKind::WarmupLR;
+  else if (lower == "warmupdecaylr")
+    config.schedule = ScheduleKind::WarmupDecayLR;
+  else if (lower == "warmupcosinelr")
+    config.schedule = ScheduleKind::WarmupCosineLR;
+  else
+    return fail("scheduler.type", "\"" + display(type) +
+                                      "\" is not implemented by dsopt; "
+                                      "supported: " +
+                                      supported);
+  StringRef owner = scheduleKindName(config.schedule);
+  bool cosine = config.schedule == ScheduleKind::WarmupCosineLR;
+  bool decays = config.schedule != ScheduleKind::WarmupLR;
+
+  // DeepSpeed's lr_schedules.py: warmup from warmup_min_lr to warmup_max_lr
+  // (WarmupLR: the optimizer's lr; WarmupDecayLR: 0.001) over
+  // warmup_num_steps (1000) steps, "log" warmup by default.
+  config.warmupMinLr = 0.0;
+  config.warmupMaxLr =
+      config.schedule == ScheduleKind::WarmupLR ? config.lr : 1e-3;
+  config.warmupMinRatio = 0.0;
+  config.cosMinRatio = 1e-4;
+  config.warmupLinear = false;
+  config.totalNumSteps = 0;
+  int64_t warmupSteps = 1000;
+  std::vector<StringRef> known = {"warmup_num_steps", "warmup_type",
+                                  "last_batch_iteration"};
+  if (decays)
+    known.push_back("total_num_steps");
+  if (cosine) {
+    known.push_back("warmup_min_ratio");
+    known.push_back("cos_min_ratio");
+    if (const json::Value *value = params->get("warmup_min_ratio"))
+      if (!readNumber(*value, "scheduler.params.warmup_min_ratio",
+                      Range::NonNegative, config.warmupMinRatio))
+        return false;
+    if (const json::Value *value = params->get("cos_min_ratio"))
+      if (!readNumber(*value, "scheduler.params.cos_min_ratio",
+                      Range::NonNegative, config.cosMinRatio))
+        return false;
+  } else {
+    known.push_back("warmup_min_lr");
+    known.push_back("warmup_max_lr");
+    if (const json::Value *value = params->get("warmup_min_lr"))
+      if (!readNumber(*value, "scheduler.params.warmup_min_lr",
+                      Range::NonNegative, config.warmupMinLr))
+        return false;
+    if (const json::Value *value = params->get("warmup_max_lr"))
+      if (!readNumber(*value, "scheduler.params.warmup_max_lr",
+                      Range::NonNegative, config.warmupMaxLr))
+        return false;
+  }
+  if (const json::Value *value = params->get("warmup_num_steps"))
+    if (!readPositive(*value, "scheduler.params.warmup_num_steps",
+                      warmupSteps))
+      return false;
+  // DeepSpeed warms up over at least 2 steps (its log warmup divides by
+  // log(warmup_num_steps)).
+  config.warmupNumSteps = std::max<int64_t>(2, warmupSteps);
+  if (const json::Value *value = params->get("warmup_type")) {
+    std::string warmupType;
+    if (!readString(*value, "scheduler.params.warmup_type", warmupType))
+      return false;
+    // DeepSpeed falls back to "log" with a warning; a misspelt "linear"
+    // would then silently train with another schedule.
+    if (warmupType != "log" && warmupType != "linear")
+      return fail("scheduler.params.warmup_type",
+                  "expected \"log\" or \"linear\", got " + describe(*value));
+    config.warmupLinear = warmupType == "linear";
+  }
+  if (const json::Value *value = params->get("last_batch_iteration")) {
+    int64_t last;
+    if (!readInteger(*value, "scheduler.params.last_batch_iteration", -1,
+                     static_cast<int64_t>(kMaxInteger),
+                     "an integer >= -1", last))
+      return false;
+    if (last != -1)
+      warn("scheduler.params.last_batch_iteration is ignored: dsopt's "
+           "schedule starts at step 0");
+  }
+  if (decays) {
+    const json::Value *value = params->get("total_num_steps");
+    if (!value)
+      return fail("scheduler.params.total_num_steps",
+                  "required by " + owner +
+                      " (the step at which the learning rate reaches its "
+                      "end)");
+    if (!readPositive(*value, "scheduler.params.total_num_steps",
+                      config.totalNumSteps))
+      return false;
+    if (config.totalNumSteps < config.warmupNumSteps)
+      warn("scheduler.params.total_num_steps " +
+           Twine(config.totalNumSteps) + " is less than warmup_num_steps " +
+           Twine(config.warmupNumSteps) + ": the learning rate " +
+           (cosine ? "drops to its minimum" : "decays to 0") +
+           " right after the warmup");
+  }
+  warnUnknownParams(*params, "scheduler.params", known, owner);
+  return true;
+}
+
+bool ConfigReader::readZero(const json::Value &value) {
+  // DeepSpeed's deprecated form `"zero_optimization": true` is stage 1.
+  if (std::optional<bool> flag = value.getAsBoolean()) {
+    config.zeroStage = *flag ? 1 : 0;
+  } else {
+    const json::Object *zero =
+        readObject(value, "zero_optimization", "an object or true/false");
+    if (!zero)
+      return false;
+    if (const json::Value *stage = zero->get("stage"))
+      if (!readInteger(*stage, "zero_optimization.stage", 0, 3,
+                       "0, 1, 2 or 3", config.zeroStage))
+        return false;
+    for (const std::string &key : sortedKeys(*zero))
+      if (key != "stage")
+        warn("zero_optimization." + display(key) +
+             " is not implemented by dsopt and is ignored");
+  }
+  if (config.zeroStage > 0 && config.dataParallelSize == 1)
+    warn("zero_optimization.stage " + Twine(config.zeroStage) +
+         ": a single data-parallel rank has nothing to shard over; the "
+         "model trains unsharded");
+  return true;
+}
+
+std::optional<bool> ConfigReader::readEnabled(const json::Value &value,
+                                              StringRef key) {
+  // Only "enabled" matters: the section's other keys (loss scaling, ...)
+  // configure what dsopt refuses when enabled.
+  const json::Object *section =
+      readObject(value, key, "an object with \"enabled\"");
+  if (!section)
+    return std::nullopt;
+  bool enabled = false;
+  if (const json::Value *flag = section->get("enabled"))
+    if (!readBool(*flag, (key + ".enabled").str(), enabled))
+      return std::nullopt;
+  return enabled;
+}
+
+bool ConfigReader::readPrecision(const json::Object &root) {
+  bool fp16 = false, bf16 = false;
+  StringRef bf16Key = "bf16";
+  if (const json::Value *value = root.get("fp16")) {
+    std::optional<bool> enabled = readEnabled(*value, "fp16");
+    if (!enabled)
+      return false;
+    fp16 = *enabled;
+  }
+  const json::Value *bf16Value = root.get("bf16");
+  if (!bf16Value) {
+    bf16Key = "bfloat16"; // DeepSpeed's older name
+    bf16Value = root.get("bfloat16");
+  } else if (root.get("bfloat16")) {
+    warn("bfloat16 is ignored: bf16 is given, and DeepSpeed reads bf16 "
+         "first too");
+  }
+  if (bf16Value) {
+    std::optional<bool> enabled = readEnabled(*bf16Value, bf16Key);
+    if (!enabled)
+      return false;
+    bf16 = *enabled;
+  }
+  if (fp16 && bf16)
+    return fail("fp16.enabled", ("fp16 and " + bf16Key +
+                                 " cannot both be enabled (DeepSpeed forbids "
+                                 "it too)")
+                                    .str());
+  const StringRef notYet =
+      "mixed-precision training is not implemented yet; training in fp32 "
+      "instead would silently give other numbers than the config asks for. "
+      "Set \"enabled\": false to train in fp32";
+  if (fp16)
+    return fail("fp16.enabled", notYet);
+  if (bf16)
+    return fail((bf16Key + ".enabled").str(), notYet);
+  config.fp16 = fp16;
+  config.bf16 = bf16;
+  return true;
+}
+
+llvm::Error ConfigReader::read(const json::Object &root) {
+  static const StringRef known[] = {"optimizer",
+                                    "scheduler",
+                                    "gradient_clipping",
+                                    "train_batch_size",
+                                    "train_micro_batch_size_per_gpu",
+                                    "gradient_accumulation_steps",
+                                    "zero_optimization",
+                                    "fp16",
+                                    "bf16",
+                                    "bfloat16",
+                                    "steps_per_print"};
+  for (const std::string &key : sortedKeys(root))
+    if (!llvm::is_contained(known, key))
+      warn(display(key) + " is not implemented by dsopt and is ignored");
+
+  auto positive = [&](StringRef key, int64_t &out) {
+    const json::Value *value = root.get(key);
+    return !value || readPositive(*value, key, out);
+  };
+  const json::Value *clipping = root.get("gradient_clipping");
+  bool ok = readOptimizer(root.get("optimizer")) &&
+            readScheduler(root.get("scheduler")) &&
+            (!clipping || readNumber(*clipping, "gradient_clipping",
+                                     Range::NonNegative,
+                                     config.gradientClipping)) &&
+            positive("train_batch_size", config.trainBatchSize) &&
+            positive("train_micro_batch_size_per_gpu",
+                     config.microBatchSize) &&
+            positive("gradient_accumulation_steps",
+                     config.gradientAccumulationSteps) &&
+            (!root.get("zero_optimization") ||
+             readZero(*root.get("zero_optimization"))) &&
+            readPrecision(root) &&
+            positive("steps_per_print", config.stepsPerPrint);
+  if (!ok)
+    return makeError(error ? *error : prefix + "invalid config");
+  return llvm::Error::success();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<TrainConfig>
+parseTrainConfig(StringRef text, StringRef fileNameForMessages,
+                 const TrainConfigOverrides &overrides) {
+  std::string prefix =
+      fileNameForMessages.empty() ? "" : fileNameForMessages.str() + ": ";
+  llvm::Expected<json::Object> root = parseJsonObject(text, prefix);
+  if (!root)
+    return root.takeError();
+  TrainConfig config;
+  if (llvm::Error error =
+          applyOverrides(*root, overrides, prefix, config.warnings))
+    return error;
+  ConfigReader reader(prefix, config);
+  if (llvm::Error error = reader.read(*root))
+    return error;
+  return config;
+}
+
+llvm::Expected<TrainConfig> parseTrainConfig(StringRef text,
+                                             StringRef fileNameForMessages) {
+  return parseTrainConfig(text, fileNameForMessages, TrainConfigOverrides());
+}
+
+llvm::Expected<TrainConfig>
+loadTrainConfig(StringRef path, const TrainConfigOverrides &overrides) {
+  auto fileError = [&](const Twine &message) {
+    return makeError(path + ": " + message);
+  };
+  llvm::sys::fs::file_status status;
+  if (std::error_code ec = llvm::sys::fs::status(path, status))
+    return fileError("cannot read the config file: " + ec.message());
+  if (llvm::sys::fs::is_directory(status))
+    return fileError("is a directory, not a DeepSpeed config file");
+  // Devices and pipes have no size to check up front: /dev/zero would be
+  // read until memory runs out, and a FIFO without a writer blocks forever.
+  if (!llvm::sys::fs::is_regular_file(status))
+    return fileError("is not a regular file (a device, pipe or socket); "
+                     "dsopt reads configs from regular files");
+  if (status.getSize() > kMaxConfigBytes)
+    return fileError("is " + Twine(status.getSize()) +
+                     " bytes; a DeepSpeed config is a small JSON file (at "
+                     "most 16 MiB)");
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer)
+    return fileError("cannot read the config file: " +
+                     buffer.getError().message());
+  return parseTrainConfig((*buffer)->getBuffer(), path, overrides);
+}
+
+llvm::Expected<TrainConfig> loadTrainConfig(StringRef path) {
+  return loadTrainConfig(path, TrainConfigOverrides());
+}
+
+llvm::Error resolveBatch(TrainConfig &config,
+                         std::optional<int64_t> modelBatch) {
+  // 0: unknown (an empty batch fixes nothing either).
+  int64_t model = modelBatch && *modelBatch > 0 ? *modelBatch : 0;
+  int64_t dp = config.dataParallelSize;
+  if (dp < 1)
+    return makeError("the data-parallel size must be a positive integer, "
+                     "got " +
+                     Twine(dp));
+  int64_t &train = config.trainBatchSize;
+  int64_t &micro = config.microBatchSize;
+  int64_t &accum = config.gradientAccumulationSteps;
+  if (train < 0 || micro < 0 || accum < 0)
+    return makeError("batch sizes must be positive integers");
+  bool haveTrain = train > 0, haveMicro = micro > 0, haveAccum = accum > 0;
+  bool derivedTrain = false, derivedMicro = false, derivedAccum = false;
+  auto product = [](int64_t a, int64_t b, int64_t c,
+                    int64_t &out) -> bool { // false on overflow
+    int64_t ab;
+    return !llvm::MulOverflow(a, b, ab) && !llvm::MulOverflow(ab, c, out);
+  };
+  auto overflow = [&]() {
+    return makeError("train_micro_batch_size_per_gpu " + Twine(micro) +
+                     " * gradient_accumulation_steps " + Twine(accum) +
+                     " * data-parallel size " + Twine(dp) +
+                     " does not fit in 64 bits");
+  };
+
+  // DeepSpeed's _set_batch_related_parameters, in its order.
+  if (haveTrain && haveMicro && haveAccum) {
+  } else if (haveTrain && haveMicro) {
+    accum = train / micro / dp;
+    derivedAccum = true;
+  } else if (haveTrain && haveAccum) {
+    micro = train / dp / accum;
+    derivedMicro = true;
+  } else if (haveMicro && haveAccum) {
+    if (!product(micro, accum, dp, train))
+      return overflow();
+    derivedTrain = true;
+  } else if (haveTrain) {
+    accum = 1;
+    micro = train / dp;
+    derivedAccum = derivedMicro = true;
+  } else if (haveMicro) {
+    accum = 1;
+    if (!product(micro, accum, dp, train))
+      return overflow();
+    derivedTrain = derivedAccum = true;
+  } else {
+    // DeepSpeed needs train_batch_size or train_micro_batch_size_per_gpu;
+    // dsopt knows the model's batch, which is the micro batch.
+    if (model == 0)
+      return makeError(
+          "the batch size is unknown: the model's inputs do not fix a batch "
+          "(no inputs, or leading axes that differ); give "
+          "train_micro_batch_size_per_gpu or train_batch_size (--micro-batch, "
+          "--train-batch)");
+    micro = model;
+    derivedMicro = true;
+    if (!haveAccum) {
+      accum = 1;
+      derivedAccum = true;
+    }
+    if (!product(micro, accum, dp, train))
+      return overflow();
+    derivedTrain = true;
+  }
+
+  auto show = [](StringRef name, int64_t value, bool derived) {
+    return (name + " " + Twine(value) + (derived ? " (derived)" : "")).str();
+  };
+  if (micro < 1)
+    return makeError("train_batch_size " + Twine(train) +
+                     " is smaller than " +
+                     (haveAccum ? "gradient_accumulation_steps " +
+                                      std::to_string(accum) + " * "
+                                : std::string()) +
+                     "data-parallel size " + Twine(dp) +
+                     ": train_micro_batch_size_per_gpu would be 0");
+  if (accum < 1)
+    return makeError("train_batch_size " + Twine(train) +
+                     " is smaller than train_micro_batch_size_per_gpu " +
+                     Twine(micro) + " * data-parallel size " + Twine(dp) +
+                     ": gradient_accumulation_steps would be 0");
+  int64_t expected;
+  if (!product(micro, accum, dp, expected))
+    return overflow();
+  if (expected != train)
+    return makeError(
+        "the batch sizes contradict each other: DeepSpeed requires "
+        "train_batch_size = train_micro_batch_size_per_gpu * "
+        "gradient_accumulation_steps * data-parallel size, but " +
+        show("train_batch_size", train, derivedTrain) + " != " +
+        show("train_micro_batch_size_per_gpu", micro, derivedMicro) + " * " +
+        show("gradient_accumulation_steps", accum, derivedAccum) +
+        " * data-parallel size " + Twine(dp) + " = " + Twine(expected));
+  if (model > 0 && micro != model) {
+    std::string hint;
+    int64_t perStep;
+    if (haveTrain && !haveMicro && !haveAccum &&
+        !llvm::MulOverflow(model, dp, perStep) && train % perStep == 0)
+      hint = "; gradient_accumulation_steps " + std::to_string(train / perStep) +
+             " would fit train_batch_size " + std::to_string(train);
+    return makeError(
+        show("train_micro_batch_size_per_gpu", micro, derivedMicro) +
+        " differs from the model's batch " + Twine(model) +
+        " (the leading axis of its inputs): one step of the compiled model "
+        "runs one micro-batch, so they must agree (export the model with "
+        "batch " +
+        Twine(micro) + ", or give --batch " + Twine(micro) +
+        " when its batch axis is symbolic)" + hint);
+  }
+  return llvm::Error::success();
+}
+
+std::string toJson(const TrainConfig &config) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  json::OStream out(os, /*IndentSize=*/2);
+  auto number = [&](StringRef key, double value) {
+    out.attributeBegin(key);
+    out.rawValue(formatNumber(value));
+    out.attributeEnd();
+  };
+  auto integer = [&](StringRef key, int64_t value) {
+    if (value > 0) // unresolved batch sizes are left out
+      out.attribute(key, value);
+  };
+  auto betas = [&]() {
+    out.attributeArray("betas", [&] {
+      out.rawValue(formatNumber(config.beta1));
+      out.rawValue(formatNumber(config.beta2));
+    });
+  };
+  bool adam = config.optimizer == OptimizerKind::AdamW ||
+              config.optimizer == OptimizerKind::Adam;
+  out.object([&] {
+    out.attributeObject("optimizer", [&] {
+      out.attribute("type", optimizerKindName(config.optimizer));
+      out.attributeObject("params", [&] {
+        number("lr", config.lr);
+        if (config.optimizer != OptimizerKind::SGD)
+          betas();
+        if (adam)
+          number("eps", config.eps);
+        if (config.optimizer == OptimizerKind::SGD) {
+          number("momentum", config.momentum);
+          number("dampening", config.dampening);
+          out.attribute("nesterov", config.nesterov);
+        }
+        number("weight_decay", config.weightDecay);
+        if (config.optimizer == OptimizerKind::Adam)
+          out.attribute("adam_w_mode", false);
+      });
+    });
+    if (config.schedule != ScheduleKind::Constant) {
+      out.attributeObject("scheduler", [&] {
+        out.attribute("type", scheduleKindName(config.schedule));
+        out.attributeObject("params", [&] {
+          if (config.schedule == ScheduleKind::WarmupCosineLR) {
+            number("warmup_min_ratio", config.warmupMinRatio);
+            number("cos_min_ratio", config.cosMinRatio);
+          } else {
+            number("warmup_min_lr", config.warmupMinLr);
+            number("warmup_max_lr", config.warmupMaxLr);
+          }
+          out.attribute("warmup_num_steps", config.warmupNumSteps);
+          out.attribute("warmup_type", config.warmupLinear ? "linear" : "log");
+          if (config.schedule != ScheduleKind::WarmupLR)
+            out.attribute("total_num_steps", config.totalNumSteps);
+        });
+      });
+    }
+    number("gradient_clipping", config.gradientClipping);
+    integer("train_batch_size", config.trainBatchSize);
+    integer("train_micro_batch_size_per_gpu", config.microBatchSize);
+    integer("gradient_accumulation_steps", config.gradientAccumulationSteps);
+    out.attributeObject("zero_optimization",
+                        [&] { out.attribute("stage", config.zeroStage); });
+    out.attributeObject("fp16", [&] { out.attribute("enabled", config.fp16); });
+    out.attributeObject("bf16", [&] { out.attribute("enabled", config.bf16); });
+    out.attribute("steps_per_print", config.stepsPerPrint);
+  });
+  return text;
+}
+
+} // namespace dsopt
