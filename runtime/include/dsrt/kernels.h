@@ -162,9 +162,10 @@ void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx
 void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis);
 
 // Layer norm over axes [axis, rank) with the forward's f32 mean and
-// inv_std_dev. dx has x's shape; dscale / dbias have scale's shape (the
-// gradient reduced over the leading axes, and over any axes scale
-// broadcasts along); dbias may be null when the forward had no bias.
+// inv_std_dev. dx has x's shape; dscale has scale's shape and dbias the
+// forward bias's shape, which may differ (each the gradient reduced over the
+// leading axes and over the axes that parameter broadcasts along); dbias may
+// be null when the forward had no bias.
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis);
@@ -191,11 +192,13 @@ void nll_loss_grad(Stream &s, const Tensor &dloss, const Tensor &labels, const T
 
 // Gather's gradient: ddata = 0, then ddata[.., indices[j], ..] += dy[.., j, ..]
 // along `axis` (scatter-add; repeated indices accumulate, in index order so
-// the result is deterministic). Negative indices count from the end.
+// the result is deterministic). Negative indices count from the end. Float
+// (f16/bf16 summed in f32, rounded once) and integer (wrapping) types.
 void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tensor &ddata,
                  int axis);
 
-// Slice's gradient: dx = 0 except dx[offsets + i * strides] = dy[i].
+// Slice's gradient: dx = 0 except dx[offsets + i * strides] = dy[i]. Any
+// element type (bool: false).
 void slice_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *offsets,
                 const int64_t *strides);
 
@@ -210,7 +213,9 @@ void conv_grad_weight(Stream &s, const Tensor &dy, const Tensor &x, const Tensor
                       int64_t group);
 
 // Pooling gradients. Max pooling routes each window's gradient to the first
-// position holding the window's maximum (PyTorch's choice on ties).
+// position holding the window's maximum (PyTorch's choice on ties); as in
+// PyTorch's cpu kernel, a window with NaNs routes to its last NaN and a
+// window of -inf to its first in-bounds position.
 void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dx,
                    const int64_t *kernel, const int64_t *strides, const int64_t *pads,
                    const int64_t *dilations);
@@ -221,7 +226,8 @@ void avg_pool_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t 
 // Optimizer steps of the training step, one parameter tensor each, in place
 // allowed (param_out may be param, and so on). lr is an f32 scalar tensor
 // (the schedule's value for this step), step an i64 scalar (1 for the first
-// update). Semantics are PyTorch's (torch.optim), which DeepSpeed follows.
+// update; adamw and sgd throw for a step below 1). Semantics are PyTorch's
+// (torch.optim), which DeepSpeed follows.
 //===----------------------------------------------------------------------===//
 
 // Adam / AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
@@ -234,21 +240,25 @@ void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
            float weight_decay, bool decoupled);
 
 // SGD as torch.optim.SGD: g += weight_decay * p; with momentum:
-// buf = g at step 1, else momentum * buf + (1 - dampening) * g;
-// g = nesterov ? g + momentum * buf : buf; p -= lr * g.
+// buf = g at step 1 (the velocity input is not read), else
+// momentum * buf + (1 - dampening) * g; g = nesterov ? g + momentum * buf : buf;
+// p -= lr * g. Without momentum (0) velocity_out is velocity, unchanged.
+// nesterov needs momentum > 0 and dampening 0, as in torch.optim.SGD.
 void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
          const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
          const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
          bool nesterov);
 
-// Lion: c = b1 m + (1 - b1) g; p = p * (1 - lr * weight_decay) - lr * sign(c);
-// m = b2 m + (1 - b2) g.
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
+// c = b1 m + (1 - b1) g; p = p * (1 - lr * weight_decay) - lr * sign(c);
+// m = b2 m + (1 - b2) g; sign(0) = 0.
 void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
           const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
           float weight_decay);
 
-// sum over all tensors of sum(g^2), accumulated in double and written as an
-// f32 scalar: the global gradient norm is its square root.
+// sum over all tensors (any float types) of sum(g^2), accumulated in double
+// and written as an f32 scalar: the global gradient norm is its square root.
+// The summation order does not depend on the thread count.
 void sum_of_squares(Stream &s, const Tensor *tensors, int num_tensors, const Tensor &out);
 
 }  // namespace dsrt
