@@ -143,5 +143,73 @@ int main(int argc, char **argv) {
   };
   double ms = median_ms(repeats, block);
   std::printf("gpt2 block forward (B=4, T=256)  %8.3f ms  (x12 layers: %.1f ms)\n", ms, 12 * ms);
+
+  // Backward kernels and optimizer steps on the same shapes.
+  Buffer dy_ln({BT, D}, 1.0f), dx_ln({BT, D}), dg({D}), db({D});
+  layer_norm(s, x, g, &bias.t, ln, mean, inv, 1, 1e-5f);
+  std::printf("layer_norm_grad [1024,768]       %8.3f ms\n", median_ms(repeats, [&] {
+                layer_norm_grad(s, dy_ln, x, g, mean, inv, dx_ln, dg, &db.t, 1);
+              }));
+  Buffer dprobs({B, H, T, T}, 1.0f), dscores({B, H, T, T});
+  softmax(s, att, probs, 3);
+  std::printf("softmax_grad [4,12,256,256]      %8.3f ms\n",
+              median_ms(repeats, [&] { softmax_grad(s, probs, dprobs, dscores, 3); }));
+  {
+    const int64_t V = 50257;
+    Buffer logits({BT, V}, 1.0f), log_prob({BT, V}), loss({}), dlogits({BT, V});
+    Buffer dloss({}, 0.0f);
+    dloss.data[0] = 1.0f;
+    std::vector<int64_t> labels(BT);
+    for (int64_t i = 0; i < BT; ++i)
+      labels[i] = (i * 7919) % V;
+    Tensor tl{labels.data(), DType::I64, Shape{BT}};
+    softmax_cross_entropy(s, logits, tl, nullptr, loss, log_prob, Reduction::Mean, false, 0);
+    std::printf("cross_entropy_grad [1024,50257]  %8.3f ms\n",
+                median_ms(std::max(3, repeats / 4), [&] {
+                  softmax_cross_entropy_grad(s, dloss, log_prob, tl, nullptr, dlogits,
+                                             Reduction::Mean, false, 0);
+                }));
+    // Token embedding backward: 1024 tokens into the [50257, 768] table.
+    Buffer demb({V, D}), dtok({BT, D}, 1.0f);
+    std::printf("gather_grad [1024] -> [50257,768]%8.3f ms\n",
+                median_ms(std::max(3, repeats / 4), [&] { gather_grad(s, dtok, tl, demb, 0); }));
+  }
+  // GPT-2's c_attn as a 1x1 convolution: x [4, 768, 256], w [2304, 768, 1].
+  {
+    Buffer cx({B, D, T}, 1.0f), cw({3 * D, D, 1}), cdy({B, 3 * D, T}, 1.0f);
+    Buffer cdw({3 * D, D, 1}), cdx({B, D, T});
+    const int64_t st[] = {1}, pads[] = {0, 0}, dil[] = {1};
+    std::printf("conv_grad_weight 1x1 c_attn      %8.3f ms\n", median_ms(repeats, [&] {
+                  conv_grad_weight(s, cdy, cx, cdw, st, pads, dil, 1);
+                }));
+    std::printf("conv_grad_input 1x1 c_attn       %8.3f ms\n", median_ms(repeats, [&] {
+                  conv_grad_input(s, cdy, cw, cdx, st, pads, dil, 1);
+                }));
+  }
+  // A 3x3 convolution: x [8, 64, 56, 56], w [64, 64, 3, 3], pad 1.
+  {
+    Buffer cx({8, 64, 56, 56}, 1.0f), cw({64, 64, 3, 3}), cdy({8, 64, 56, 56}, 1.0f);
+    Buffer cdw({64, 64, 3, 3}), cdx({8, 64, 56, 56});
+    const int64_t st[] = {1, 1}, pads[] = {1, 1, 1, 1}, dil[] = {1, 1};
+    std::printf("conv_grad_weight 3x3 [8,64,56,56]%8.3f ms\n",
+                median_ms(std::max(3, repeats / 4),
+                          [&] { conv_grad_weight(s, cdy, cx, cdw, st, pads, dil, 1); }));
+    std::printf("conv_grad_input 3x3 [8,64,56,56] %8.3f ms\n",
+                median_ms(std::max(3, repeats / 4),
+                          [&] { conv_grad_input(s, cdy, cw, cdx, st, pads, dil, 1); }));
+  }
+  {
+    Buffer p({D, F}), gr({D, F}), m1({D, F}), v1({D, F}), lr({}, 0.0f), total({});
+    lr.data[0] = 1e-4f;
+    for (float &e : v1.data)
+      e = e * e;
+    int64_t t = 10;
+    Tensor step{&t, DType::I64, Shape{}};
+    std::printf("adamw [768,3072] in place        %8.3f ms\n", median_ms(repeats, [&] {
+                  adamw(s, lr, step, p, gr, m1, v1, p, m1, v1, 0.9f, 0.999f, 1e-8f, 0.01f, true);
+                }));
+    std::printf("sum_of_squares [768,3072]        %8.3f ms\n",
+                median_ms(repeats, [&] { sum_of_squares(s, &gr.t, 1, total); }));
+  }
   return 0;
 }

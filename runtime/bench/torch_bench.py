@@ -86,6 +86,53 @@ def main():
         ms = median_ms(repeats, block)
         print("gpt2 block forward (B=4, T=256)  %8.3f ms  (x12 layers: %.1f ms)" % (ms, 12 * ms))
 
+        # Backward kernels (the ATen kernels autograd calls) and optimizer
+        # steps on the same shapes.
+        aten = torch.ops.aten
+        _, ln_mean, ln_rstd = aten.native_layer_norm(x, [D], g, b, 1e-5)
+        dy_ln = torch.randn(BT, D)
+        print("layer_norm_grad [1024,768]       %8.3f ms" % median_ms(repeats, lambda: aten.native_layer_norm_backward(
+            dy_ln, x, [D], ln_mean, ln_rstd, g, b, [True, True, True])))
+        probs, dprobs = torch.softmax(att, 3), torch.randn(B, H, T, T)
+        print("softmax_grad [4,12,256,256]      %8.3f ms" % median_ms(
+            repeats, lambda: torch._softmax_backward_data(dprobs, probs, 3, torch.float32)))
+        logits = torch.randn(BT, V)
+        logp = torch.log_softmax(logits, 1)
+        del logits
+        one, total_weight = torch.tensor(1.0), torch.tensor(float(BT))
+
+        def ce_grad():  # what cross_entropy's backward runs: nll, then log-softmax
+            dlogp = aten.nll_loss_backward(one, logp, labels, None, 1, -100, total_weight)
+            return torch._log_softmax_backward_data(dlogp, logp, 1, torch.float32)
+
+        print("cross_entropy_grad [1024,50257]  %8.3f ms" % median_ms(max(3, repeats // 4), ce_grad))
+        del logp
+        dtok = torch.randn(BT, D)
+        print("gather_grad [1024] -> [50257,768]%8.3f ms" % median_ms(
+            max(3, repeats // 4), lambda: aten.embedding_dense_backward(dtok, labels, V, -1, False)))
+        cx, cw, cdy = torch.randn(B, D, T), p(3 * D, D, 1), torch.randn(B, 3 * D, T)
+        conv_bwd = lambda dy_, x_, w_, st, pad, mask: aten.convolution_backward(
+            dy_, x_, w_, None, st, pad, [1] * len(st), False, [0] * len(st), 1, mask)
+        print("conv_grad_weight 1x1 c_attn      %8.3f ms" % median_ms(
+            repeats, lambda: conv_bwd(cdy, cx, cw, [1], [0], [False, True, False])))
+        print("conv_grad_input 1x1 c_attn       %8.3f ms" % median_ms(
+            repeats, lambda: conv_bwd(cdy, cx, cw, [1], [0], [True, False, False])))
+        cx, cw, cdy = torch.randn(8, 64, 56, 56), p(64, 64, 3, 3), torch.randn(8, 64, 56, 56)
+        print("conv_grad_weight 3x3 [8,64,56,56]%8.3f ms" % median_ms(
+            max(3, repeats // 4), lambda: conv_bwd(cdy, cx, cw, [1, 1], [1, 1], [False, True, False])))
+        print("conv_grad_input 3x3 [8,64,56,56] %8.3f ms" % median_ms(
+            max(3, repeats // 4), lambda: conv_bwd(cdy, cx, cw, [1, 1], [1, 1], [True, False, False])))
+        del cx, cw, cdy
+
+    param = torch.nn.Parameter(p(D, Fd))
+    param.grad = p(D, Fd)
+    opt = torch.optim.AdamW([param], lr=1e-4, weight_decay=0.01, foreach=False)
+    opt.step()
+    print("adamw [768,3072] in place        %8.3f ms" % median_ms(repeats, opt.step))
+    grad = param.grad
+    print("sum_of_squares [768,3072]        %8.3f ms" % median_ms(
+        repeats, lambda: torch.linalg.vector_norm(grad)))
+
 
 if __name__ == "__main__":
     main()

@@ -138,6 +138,97 @@ TEST_F(Errors, NormalizationAndConvolutionArguments) {
                     "lr must be a scalar");
 }
 
+TEST_F(Errors, BackwardDataErrorsWriteNothing) {
+  Owned dy(DType::F32, Shape{3, 2}, 0);
+  Owned idx = Owned::of(DType::I64, Shape{3}, {1, -5, 0});
+  Owned ddata(DType::F32, Shape{4, 2}, 0xAB);
+  Owned before = ddata;
+  EXPECT_DSRT_ERROR(dsrt::gather_grad(s, dy, idx, ddata, 0), "dsrt::gather_grad", "index -5",
+                    "indices element 1", "size 4");
+  EXPECT_EQ(ddata.bytes(), before.bytes());
+  Owned flags(DType::Bool, Shape{4, 2}), flag_dy(DType::Bool, Shape{3, 2});
+  Owned ok_idx = Owned::of(DType::I64, Shape{3}, {1, 2, 0});
+  EXPECT_DSRT_ERROR(dsrt::gather_grad(s, flag_dy, ok_idx, flags, 0), "gather_grad", "got bool");
+
+  Owned log_prob(DType::F32, Shape{3, 4});
+  Owned labels = Owned::of(DType::I32, Shape{3}, {0, 4, -1});
+  Owned dloss = Owned::of(DType::F32, Shape{}, {1});
+  Owned dscores(DType::F32, Shape{3, 4}, 0xCD);
+  Owned dscores_before = dscores;
+  EXPECT_DSRT_ERROR(dsrt::softmax_cross_entropy_grad(s, dloss, log_prob, labels, nullptr, dscores,
+                                                     dsrt::Reduction::Mean, true, -1),
+                    "dsrt::softmax_cross_entropy_grad", "label 4", "labels element 1", "[0, 4)");
+  EXPECT_EQ(dscores.bytes(), dscores_before.bytes());
+  EXPECT_DSRT_ERROR(dsrt::nll_loss_grad(s, dloss, labels, nullptr, dscores, dsrt::Reduction::Sum,
+                                        false, 0),
+                    "dsrt::nll_loss_grad", "label 4");
+  EXPECT_EQ(dscores.bytes(), dscores_before.bytes());
+  Owned per_sample(DType::F32, Shape{2});
+  EXPECT_DSRT_ERROR(dsrt::nll_loss_grad(s, per_sample, labels, nullptr, dscores,
+                                        dsrt::Reduction::None, true, 4),
+                    "dloss has shape [2], expected [3]");
+}
+
+TEST_F(Errors, BackwardArguments) {
+  Owned x(DType::F32, Shape{2, 8}), g(DType::F32, Shape{8}), mean(DType::F32, Shape{2, 1}),
+      inv(DType::F32, Shape{2, 1}), dx(DType::F32, Shape{2, 8});
+  Owned dg_bad(DType::F32, Shape{1, 8}), dg(DType::F32, Shape{8}), db_bad(DType::F32, Shape{3});
+  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, x, x, g, mean, inv, dx, dg_bad, nullptr, 1),
+                    "dsrt::layer_norm_grad", "dscale has shape [1, 8], expected [8]");
+  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, x, x, g, mean, inv, dx, dg, &db_bad.t(), 1),
+                    "dbias [3] does not broadcast to the normalized shape [8]");
+  Owned x16(DType::F16, Shape{2, 8});
+  EXPECT_DSRT_ERROR(dsrt::softmax_grad(s, x, x16, dx, 1), "dsrt::softmax_grad",
+                    "y is f32 but dy is f16");
+
+  Owned img(DType::F32, Shape{1, 4, 5, 5}), w(DType::F32, Shape{6, 2, 3, 3});
+  Owned dy(DType::F32, Shape{1, 6, 3, 3}), dy_bad(DType::F32, Shape{1, 6, 4, 3});
+  const int64_t st[] = {1, 1}, pads[] = {0, 0, 0, 0}, dil[] = {1, 1};
+  EXPECT_DSRT_ERROR(dsrt::conv_grad_input(s, dy_bad, w, img, st, pads, dil, 2),
+                    "dsrt::conv_grad_input",
+                    "dy [1, 6, 4, 3] has 4 positions on spatial axis 0, expected 3");
+  Owned dw_bad(DType::F32, Shape{6, 4, 3, 3});
+  EXPECT_DSRT_ERROR(dsrt::conv_grad_weight(s, dy, img, dw_bad, st, pads, dil, 2),
+                    "dsrt::conv_grad_weight", "dw [6, 4, 3, 3] needs 2 input channels per group");
+  const int64_t k[] = {2, 2}, st2[] = {2, 2};
+  Owned pooled(DType::F32, Shape{1, 4, 2, 2}), dimg_bad(DType::F32, Shape{1, 4, 5, 4});
+  EXPECT_DSRT_ERROR(dsrt::max_pool_grad(s, pooled, img, dimg_bad, k, st2, pads, dil),
+                    "dsrt::max_pool_grad", "dx has shape [1, 4, 5, 4], expected [1, 4, 5, 5]");
+  Owned pooled_bad(DType::F32, Shape{1, 4, 4, 2});
+  EXPECT_DSRT_ERROR(dsrt::avg_pool_grad(s, pooled_bad, img, k, st2, pads, false),
+                    "dsrt::avg_pool_grad", "dy [1, 4, 4, 2] has 4 positions");
+  const int64_t offsets[] = {3, 0}, strides[] = {1, 1};
+  Owned part(DType::F32, Shape{2, 8});
+  EXPECT_DSRT_ERROR(dsrt::slice_grad(s, part, x, offsets, strides), "dsrt::slice_grad",
+                    "axis 0 writes out of bounds");
+}
+
+TEST_F(Errors, OptimizerArguments) {
+  Owned lr = Owned::of(DType::F32, Shape{}, {0.1});
+  Owned step0 = Owned::of(DType::I64, Shape{}, {0}), step1 = Owned::of(DType::I64, Shape{}, {1});
+  Owned p = Owned::of(DType::F32, Shape{2}, {1, 2}), g = Owned::of(DType::F32, Shape{2}, {1, 1});
+  Owned m(DType::F32, Shape{2}), v(DType::F32, Shape{2});
+  Owned out(DType::F32, Shape{2}, 0xEE);
+  Owned out_before = out;
+  EXPECT_DSRT_ERROR(
+      dsrt::adamw(s, lr, step0, p, g, m, v, out, out, out, 0.9f, 0.999f, 1e-8f, 0, true),
+      "dsrt::adamw", "step 0");
+  EXPECT_EQ(out.bytes(), out_before.bytes());
+  EXPECT_DSRT_ERROR(dsrt::sgd(s, lr, step1, p, g, m, out, out, 0.9f, 0.1f, 0, true), "dsrt::sgd",
+                    "nesterov needs a positive momentum and zero dampening");
+  Owned half(DType::F16, Shape{2});
+  EXPECT_DSRT_ERROR(dsrt::lion(s, lr, p, g, half, out, out, 0.9f, 0.99f, 0), "dsrt::lion",
+                    "param is f32 but m is f16");
+  Owned lr_vec(DType::F32, Shape{2});
+  EXPECT_DSRT_ERROR(dsrt::lion(s, lr_vec, p, g, m, out, out, 0.9f, 0.99f, 0),
+                    "lr must be a scalar");
+  Owned ints(DType::I64, Shape{3}), total(DType::F32, Shape{}), total16(DType::F16, Shape{});
+  dsrt::Tensor list[] = {p, ints};
+  EXPECT_DSRT_ERROR(dsrt::sum_of_squares(s, list, 2, total), "dsrt::sum_of_squares",
+                    "tensor 1 must be f32, f16 or bf16, got i64");
+  EXPECT_DSRT_ERROR(dsrt::sum_of_squares(s, list, 1, total16), "out must be f32, got f16");
+}
+
 TEST(Stream, CpuSemantics) {
   dsrt::Stream s(dsrt::Backend::Cpu, 3);
   EXPECT_EQ(s.threads(), 3);

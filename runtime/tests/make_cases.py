@@ -4,8 +4,10 @@
 For every dsrt kernel, several cases: random inputs from fixed seeds, the
 kernel's attributes, and the expected outputs computed by PyTorch (the ONNX
 reference functions for the ai.onnx.preview.training optimizers, which
-PyTorch does not implement with ONNX's update rules). Every case is a
-directory holding manifest.json and one .npy file per tensor:
+PyTorch does not implement with ONNX's update rules). Backward kernels are
+checked against torch autograd of the forward op, adamw and sgd against
+consecutive torch.optim steps, lion against its paper's update rule in NumPy.
+Every case is a directory holding manifest.json and one .npy file per tensor:
 
     {"kernel": "binary", "name": "add_f32_row", "attrs": {"op": "add"},
      "inputs": {"a": "a.npy", "b": "b.npy"},
@@ -1050,10 +1052,505 @@ def gen_optimizers(w):
                 "accumulator_out", like(torch.from_numpy(np.asarray(hn)), dtype)).save()
 
 
+# --------------------------------------------------------------------------
+# Backward kernels: torch autograd in float64 of the forward op
+# --------------------------------------------------------------------------
+
+def vjp(fn, inputs, dy):
+    """Gradients of fn at the float64 `inputs` against the output gradient
+    `dy` (the vector-Jacobian product), by torch autograd."""
+    xs = [f64(t).detach().clone().requires_grad_(True) for t in inputs]
+    return torch.autograd.grad(fn(*xs), xs, f64(dy))
+
+
+def row_tol(dtype, expected, scale=1.0):
+    """(rtol, atol) for softmax's gradients, whose input y is the rounded
+    forward output: in f16 / bf16 that rounding moves every element of a row
+    by up to a unit of the type times the row's largest gradient (y enters
+    through sum(dy * y)). f32 keeps the default tolerance."""
+    r, a = default_tol(dtype, scale)
+    if dtype in ("f16", "bf16"):
+        a = max(a, 2 * EPS[dtype] * float(f64(expected).abs().max()))
+    return r, a
+
+
+def gen_softmax_grad(w):
+    shapes = [
+        ("last", [4, 33], 1),
+        ("middle", [2, 5, 7], 1),
+        ("first", [3, 4, 5], 0),
+        ("wide_inner", [2, 3, 300], 1),
+        ("wide_inner_large", [4, 16, 600], 1),
+        ("long_row", [6, 1000], 1),
+        ("attention", [2, 4, 64, 64], 3),
+    ]
+    for kernel, fn in (("softmax_grad", torch.softmax), ("log_softmax_grad", torch.log_softmax)):
+        for sname, shape, axis in shapes:
+            dtypes = ["f32"] + (["f16", "bf16"] if sname in ("last", "middle") else [])
+            for dtype in dtypes:
+                name = "%s_%s" % (sname, dtype)
+                rng = Rng(kernel + name)
+                x, dy = rng.float(shape, dtype, -4, 4), rng.float(shape, dtype)
+                y = like(fn(f64(x), axis), dtype)
+                (dx,) = vjp(lambda t: fn(t, axis), [x], dy)
+                r, a = row_tol(dtype, dx)
+                w.case(kernel, name, axis=axis).inp("y", y).inp("dy", dy).out(
+                    "dx", like(dx, dtype), rtol=r, atol=a).save()
+        # A causal -inf mask: softmax's zeros and log-softmax's -inf.
+        rng = Rng(kernel + "mask")
+        x, dy = rng.float([2, 8, 8], "f32", -2, 2), rng.float([2, 8, 8])
+        x = x.masked_fill(torch.triu(torch.ones(8, 8, dtype=torch.bool), 1), -INF)
+        (dx,) = vjp(lambda t: fn(t, 2), [x], dy)
+        w.case(kernel, "causal_mask_f32", axis=2).inp("y", like(fn(f64(x), 2), "f32")).inp(
+            "dy", dy).out("dx", like(dx, "f32")).save()
+
+
+def layer_norm_ref(x, g, b, axis, eps):
+    dims = tuple(range(axis, x.dim()))
+    mean = x.mean(dim=dims, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=dims, keepdim=True)
+    y = (x - mean) / torch.sqrt(var + eps) * g
+    return y + b if b is not None else y
+
+
+def gen_layer_norm_grad(w):
+    cases = [
+        # name, x shape, axis, scale shape, bias shape (None: absent), x range
+        ("last", [4, 16], 1, [16], [16], 2),
+        ("rank3_last", [2, 3, 8], 2, [8], [8], 2),
+        ("two_axes", [2, 3, 8], 1, [8], [3, 8], 2),
+        ("scale_col", [2, 3, 8], 1, [3, 1], None, 2),
+        ("scale_one", [4, 6], 1, [1], [6], 2),
+        ("no_bias", [5, 12], 1, [12], None, 2),
+        ("gpt2_rows", [256, 768], 1, [768], [768], 2),
+        ("many_rows", [3000, 8], 1, [8], [8], 2),
+        ("offset_1000", [6, 40], 1, [40], [40], None),
+    ]
+    eps = 1e-5
+    for name, shape, axis, sshape, bshape, span in cases:
+        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes") else [])
+        for dtype in dtypes:
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng("lngrad" + cname)
+            # offset_1000: a large mean against the spread, where the saved
+            # f32 mean alone would shift every normalized value.
+            x = rng.float(shape, dtype, -span, span) if span else rng.float(shape, dtype, 999, 1001)
+            g = rng.float(sshape, dtype, 0.5, 1.5)
+            b = rng.float(bshape, dtype, -0.5, 0.5) if bshape else None
+            dy = rng.float(shape, dtype)
+            dims = tuple(range(axis, len(shape)))
+            x64 = f64(x)
+            mean = x64.mean(dim=dims, keepdim=True)
+            inv = 1.0 / torch.sqrt(x64.var(dim=dims, unbiased=False, keepdim=True) + eps)
+            if b is not None:
+                dx, dg, db = vjp(lambda t, u, v: layer_norm_ref(t, u, v, axis, eps), [x, g, b], dy)
+            else:
+                dx, dg = vjp(lambda t, u: layer_norm_ref(t, u, None, axis, eps), [x, g], dy)
+            rows = x.numel() // g.numel()
+            c = w.case("layer_norm_grad", cname, axis=axis, has_bias=b is not None).inp(
+                "dy", dy).inp("x", x).inp("scale", g).inp("mean", mean.float()).inp(
+                "inv_std_dev", inv.float())
+            c.out("dx", like(dx, dtype), scale=4.0)
+            c.out("dscale", like(dg, dtype), scale=max(1.0, rows / 8.0))
+            if b is not None:
+                c.out("dbias", like(db, dtype), scale=max(1.0, rows / 8.0))
+            c.save()
+
+
+def gen_batch_norm_grad(w):
+    eps = 1e-5
+    for shape in ([3, 4, 5, 6], [8, 3], [2, 4, 10], [4, 16, 32, 32]):
+        for dtype in (FLOATS if shape == [3, 4, 5, 6] else ["f32"]):
+            name = "%s_%s" % ("x".join(map(str, shape)), dtype)
+            rng = Rng("bngrad" + name)
+            c = shape[1]
+            x, dy = rng.float(shape, dtype, -2, 2), rng.float(shape, dtype)
+            g, b = rng.float([c], dtype, 0.5, 1.5), rng.float([c], dtype)
+            dims = [0] + list(range(2, len(shape)))
+            x64 = f64(x)
+            mean = x64.mean(dim=dims)
+            inv = 1.0 / torch.sqrt(x64.var(dim=dims, unbiased=False) + eps)
+            dx, dg, db = vjp(lambda t, u, v: F.batch_norm(t, None, None, u, v, training=True, eps=eps),
+                             [x, g, b], dy)
+            count = x.numel() // c
+            w.case("batch_norm_grad", name).inp("dy", dy).inp("x", x).inp("scale", g).inp(
+                "saved_mean", mean.float()).inp("saved_inv_std", inv.float()).out(
+                "dx", like(dx, dtype), scale=4.0).out(
+                "dscale", like(dg, dtype), scale=max(1.0, count / 8.0)).out(
+                "dbias", like(db, dtype), scale=max(1.0, count / 8.0)).save()
+
+
+def gen_loss_grads(w):
+    extra = [
+        ("spatial_sum_weights_ignore", [2, 3, 4, 3], "sum", True, 0, "i64", "f32"),
+        ("spatial_none_weights_ignore", [2, 3, 4, 3], "none", True, 2, "i32", "f32"),
+        ("weights_ignore_mean", [8, 5], "mean", True, 4, "i64", "f32"),
+        ("large_rows", [600, 70], "mean", True, -100, "i64", "f32"),
+    ]
+    for name, shape, red, weights, ignore, ltype, dtype in loss_cases() + extra:
+        scores, labels, wts = loss_inputs(name, shape, weights, ignore, ltype, dtype)
+        rng = Rng("lossgrad" + name)
+        lshape = [shape[0]] + shape[2:]
+        dloss = rng.float(lshape if red == "none" else [], dtype, 0.5, 1.5)
+        kw = dict(weight=f64(wts) if wts is not None else None, reduction=red,
+                  ignore_index=ignore if ignore is not None else -100)
+        attrs = dict(reduction=red, ignore_index=ignore)
+        lab = labels.to(torch.int64)
+        # The kernel gets the rounded log-probabilities; softmax is shift
+        # invariant, so cross-entropy of them is the loss they came from.
+        lp = like(torch.log_softmax(f64(scores), 1), dtype)
+        (ds,) = vjp(lambda t: F.cross_entropy(t, lab, **kw), [lp], dloss)
+        w.case("softmax_cross_entropy_grad", name, **attrs).inp("dloss", dloss).inp(
+            "log_prob", lp).inp("labels", labels).inp("weights", wts).out("dscores", like(ds, dtype)).save()
+        (dlp,) = vjp(lambda t: F.nll_loss(t, lab, **kw), [lp], dloss)
+        w.case("nll_loss_grad", name, **attrs).inp("dloss", dloss).inp("labels", labels).inp(
+            "weights", wts).out("dlog_prob", like(dlp, dtype)).save()
+    lp = torch.log_softmax(Rng("badgrad").float([4, 3]), 1)
+    labels = torch.tensor([0, 2, 7, 1], dtype=torch.int64)
+    w.case("softmax_cross_entropy_grad", "label_out_of_range", reduction="mean", ignore_index=None).inp(
+        "dloss", torch.tensor(1.0)).inp("log_prob", lp).inp("labels", labels).inp("weights", None).fails(
+        "label 7", dscores=("f32", [4, 3])).save()
+    labels = torch.tensor([0, -1, 2, 1], dtype=torch.int64)
+    w.case("nll_loss_grad", "negative_label", reduction="none", ignore_index=-100).inp(
+        "dloss", torch.ones(4)).inp("labels", labels).inp("weights", None).fails(
+        "label -1", dlog_prob=("f32", [4, 3])).save()
+
+
+def gen_gather_grad(w):
+    cases = [
+        # name, data shape, indices shape, axis, index dtype, dtype, index range
+        ("embedding", [10, 6], [3, 4], 0, "i64", "f32", (0, 4)),
+        ("negative", [10, 6], [5, 3], 0, "i64", "f32", (-10, 10)),
+        ("axis1_i32", [3, 5, 4], [7], 1, "i32", "f32", (-5, 5)),
+        ("axis1_matrix", [3, 5, 4], [2, 6], 1, "i64", "f32", (0, 3)),
+        ("last_axis", [4, 6], [9], 1, "i64", "f32", (-6, 6)),
+        ("scalar_index", [3, 5, 4], [], 2, "i64", "f32", (-4, 4)),
+        ("vector", [7], [2, 3], 0, "i32", "f32", (-7, 7)),
+        ("unused_rows", [12, 5], [3], 0, "i64", "f32", (2, 4)),
+        ("f16", [6, 3], [8], 0, "i64", "f16", (0, 3)),
+        ("bf16_axis1", [6, 3], [8], 1, "i64", "bf16", (-3, 3)),
+        ("i64_data", [6, 3], [2, 4], 0, "i64", "i64", (0, 3)),
+        ("i32_data_axis1", [4, 5], [7], 1, "i32", "i32", (-5, 5)),
+        ("many_repeats", [50, 64], [4, 300], 0, "i64", "f32", (-50, 50)),
+    ]
+    for name, dshape, ishape, axis, itype, dtype, (lo, hi) in cases:
+        rng = Rng("gathergrad" + name)
+        idx = rng.int(ishape, itype, lo, hi)
+        yshape = dshape[:axis] + ishape + dshape[axis + 1:]
+        n = dshape[axis]
+        norm = torch.where(idx < 0, idx.to(torch.int64) + n, idx.to(torch.int64)).flatten()
+        if dtype in FLOATS:
+            dy = rng.float(yshape, dtype)
+            (dd,) = vjp(lambda t: gather_ref(t, idx, axis), [torch.zeros(dshape)], dy)
+            dd = like(dd, dtype)
+        else:
+            dy = rng.int(yshape, dtype, -1000, 1000)
+            flat = dy.to(torch.int64).reshape(dshape[:axis] + [norm.numel()] + dshape[axis + 1:])
+            dd = torch.zeros(dshape, dtype=torch.int64).index_add_(axis, norm, flat).to(DT[dtype])
+        w.case("gather_grad", name, axis=axis).inp("dy", dy).inp("indices", idx).out(
+            "ddata", dd, scale=4.0).save()
+    idx = torch.tensor([0, 4, 5, 1], dtype=torch.int64)
+    w.case("gather_grad", "out_of_range", axis=0).inp("dy", torch.ones(4, 3)).inp("indices", idx).fails(
+        "index 5", ddata=("f32", [5, 3])).save()
+    idx = torch.tensor([[1], [-6]], dtype=torch.int32)
+    w.case("gather_grad", "negative_out_of_range", axis=0).inp("dy", torch.ones(2, 1, 3)).inp(
+        "indices", idx).fails("index -6", ddata=("f32", [5, 3])).save()
+
+
+def gen_slice_grad(w):
+    cases = [
+        # name, dx shape, offsets, strides, dy shape
+        ("step", [6, 7, 8], [1, 0, 2], [2, 1, 3], [3, 7, 2]),
+        ("reverse", [6, 7, 8], [5, 6, 7], [-1, -1, -1], [6, 7, 8]),
+        ("reverse_step", [6, 7, 8], [5, 6, 7], [-2, -3, -4], [3, 3, 2]),
+        ("mixed", [6, 7, 8], [0, 6, 1], [1, -2, 2], [6, 4, 4]),
+        ("inner_contiguous", [6, 7, 8], [2, 1, 0], [1, 2, 1], [3, 3, 8]),
+        ("rank1", [10], [9], [-3], [4]),
+        ("single", [4, 5], [3, 4], [1, 1], [1, 1]),
+        ("large", [64, 300, 4], [63, 10, 0], [-1, 2, 1], [64, 140, 4]),
+    ]
+    for name, shape, offsets, strides, sizes in cases:
+        for dtype in (["f32", "f16", "bf16", "i64", "i32", "bool"] if name == "mixed" else ["f32"]):
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng("slicegrad" + cname)
+            dy = rng.tensor(sizes, dtype, -9, 9)
+            if dtype in FLOATS:
+                (dx,) = vjp(lambda t: slice_ref(t, offsets, strides, sizes), [torch.zeros(shape)], dy)
+                dx = like(dx, dtype)
+            else:  # no autograd for integers and bool: place dy into zeros
+                dx = torch.zeros(shape, dtype=DT[dtype])
+                lists = [torch.tensor([o + k * st for k in range(n)]) for o, st, n in zip(offsets, strides, sizes)]
+                dx[torch.meshgrid(*lists, indexing="ij")] = dy
+            w.case("slice_grad", cname, offsets=offsets, strides=strides).inp("dy", dy).out(
+                "dx", dx, rtol=0.0, atol=0.0).save()
+    w.case("slice_grad", "out_of_bounds", offsets=[2, 0], strides=[1, 1]).inp(
+        "dy", torch.ones(3, 2)).fails("axis 0 writes out of bounds", dx=("f32", [4, 2])).save()
+
+
+def gen_conv_grad(w):
+    cases = [
+        # name, x, w, strides, pads, dilations, group
+        ("basic", [2, 3, 9, 8], [4, 3, 3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        ("stride_asym_pad", [2, 3, 9, 8], [4, 3, 3, 2], [2, 2], [0, 1, 2, 0], [1, 1], 1),
+        ("dilated", [1, 3, 10, 9], [2, 3, 3, 3], [1, 1], [2, 1, 2, 1], [2, 1], 1),
+        ("group2", [2, 4, 7, 7], [6, 2, 3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2),
+        ("depthwise", [2, 4, 6, 6], [4, 1, 3, 3], [2, 1], [1, 1, 1, 1], [1, 1], 4),
+        ("pointwise", [2, 8, 5, 5], [6, 8, 1, 1], [1, 1], [0, 0, 0, 0], [1, 1], 1),
+        ("pointwise_group", [2, 6, 4, 3], [4, 3, 1, 1], [1, 1], [0, 0, 0, 0], [1, 1], 2),
+        ("strided_1x1", [1, 4, 7, 7], [3, 4, 1, 1], [2, 2], [0, 0, 0, 0], [1, 1], 1),
+        ("conv1d", [2, 3, 20], [5, 3, 4], [3], [2, 1], [2], 1),
+        ("conv1d_group_dilated", [2, 6, 17], [9, 2, 3], [2], [3, 0], [3], 3),
+        ("conv3d", [1, 2, 5, 6, 4], [3, 2, 2, 3, 2], [1, 2, 1], [1, 0, 1, 0, 1, 1], [1, 1, 1], 1),
+        ("conv3d_strided_dilated", [2, 2, 6, 5, 7], [4, 1, 2, 2, 3], [2, 1, 2], [0, 1, 1, 1, 0, 2], [2, 2, 1], 2),
+        ("large_pad", [1, 1, 3, 3], [1, 1, 2, 2], [1, 1], [3, 3, 3, 3], [1, 1], 1),
+        ("parallel", [2, 16, 20, 20], [8, 16, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1),
+    ]
+    for name, xs, ws, st, pads, dil, group in cases:
+        for dtype in (FLOATS if name == "basic" else ["f32"]):
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng("convgrad" + cname)
+            x, wt = rng.float(xs, dtype), rng.float(ws, dtype)
+            conv = CONV[len(xs) - 2]
+
+            def fwd(t, u):
+                return conv(F.pad(t, torch_pad(pads)), u, None, stride=st, dilation=dil, groups=group)
+
+            y = fwd(f64(x), f64(wt))
+            dy = rng.float(list(y.shape), dtype)
+            dx, dw = vjp(fwd, [x, wt], dy)
+            attrs = dict(strides=st, pads=pads, dilations=dil, group=group)
+            k = 1
+            for d in ws[2:]:
+                k *= d
+            terms_x = ws[0] // group * k
+            terms_w = y.shape[0] * y[0, 0].numel()
+            w.case("conv_grad_input", cname, **attrs).inp("dy", dy).inp("w", wt).out(
+                "dx", like(dx, dtype), scale=max(1.0, terms_x / 8.0)).save()
+            w.case("conv_grad_weight", cname, **attrs).inp("dy", dy).inp("x", x).out(
+                "dw", like(dw, dtype), scale=max(1.0, terms_w / 8.0)).save()
+
+
+def gen_pool_grad(w):
+    max_cases = [
+        # name, x, kernel, strides, pads, dilations, ceil_mode, integer values (ties)
+        ("k3s2p1", [2, 3, 8, 8], [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], False, False),
+        ("k3s2p1_ceil", [2, 3, 8, 8], [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], True, False),
+        ("ceil_drop_last", [1, 2, 6, 6], [2, 2], [2, 2], [1, 1, 1, 1], [1, 1], True, False),
+        ("dilated", [1, 2, 9, 9], [2, 3], [1, 2], [0, 1, 0, 1], [2, 2], False, False),
+        ("pool1d_ceil", [2, 3, 11], [3], [2], [1, 1], [1], True, False),
+        ("pool3d_ceil", [1, 2, 5, 5, 5], [2, 2, 2], [2, 2, 2], [0, 0, 0, 0, 0, 0], [1, 1, 1], True, False),
+        ("ties_overlap", [2, 3, 8, 8], [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], False, True),
+        ("ties_dilated", [1, 2, 9, 9], [2, 3], [1, 2], [0, 1, 0, 1], [2, 2], True, True),
+        ("ties_pool3d", [1, 2, 5, 4, 5], [2, 2, 3], [1, 2, 1], [1, 0, 1, 1, 0, 1], [1, 1, 1], False, True),
+        ("ties_pool1d", [2, 2, 13], [4], [1], [2, 2], [1], False, True),
+        ("parallel", [4, 8, 32, 32], [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], False, False),
+    ]
+    for name, xs, k, st, pads, dil, ceil, ties in max_cases:
+        for dtype in (FLOATS if name in ("k3s2p1", "ties_overlap") else ["f32"]):
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng("maxpoolgrad" + cname)
+            x = rng.int(xs, "i64", -2, 3).to(DT[dtype]) if ties else rng.float(xs, dtype, -3, 3)
+            n = len(k)
+            fwd = lambda t: MAXPOOL[n](t, k, st, padding=pads[:n], dilation=dil, ceil_mode=ceil)
+            dy = rng.float(list(fwd(f64(x)).shape), dtype)
+            (dx,) = vjp(fwd, [x], dy)
+            w.case("max_pool_grad", cname, kernel_shape=k, strides=st, pads=pads, dilations=dil).inp(
+                "dy", dy).inp("x", x).out("dx", like(dx, dtype), scale=4.0).save()
+    # Asymmetric pads (PyTorch pads symmetrically): pad with -inf first.
+    rng = Rng("maxpoolgrad_asym")
+    x = rng.float([1, 2, 7, 6])
+    pads = [0, 2, 1, 0]
+    fwd = lambda t: F.max_pool2d(F.pad(t, torch_pad(pads), value=-INF), [3, 3], [2, 2])
+    dy = rng.float(list(fwd(f64(x)).shape))
+    (dx,) = vjp(fwd, [x], dy)
+    w.case("max_pool_grad", "asym_pads_f32", kernel_shape=[3, 3], strides=[2, 2], pads=pads,
+           dilations=[1, 1]).inp("dy", dy).inp("x", x).out("dx", like(dx, "f32")).save()
+    # NaN wins its window, and of two NaNs PyTorch takes the last; a window
+    # of -inf routes to its first element.
+    x = Rng("maxpoolgrad_nan").float([1, 1, 4, 6])
+    x[0, 0, 1, 1] = NAN
+    x[0, 0, 0, 2] = NAN
+    x[0, 0, 1, 3] = NAN
+    x[0, 0, 2:4, 4:6] = -INF
+    fwd = lambda t: F.max_pool2d(t, [2, 2], [2, 2])
+    dy = Rng("maxpoolgrad_nan_dy").float([1, 1, 2, 3])
+    (dx,) = vjp(fwd, [x], dy)
+    w.case("max_pool_grad", "nan_inf_f32", kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0],
+           dilations=[1, 1]).inp("dy", dy).inp("x", x).out("dx", like(dx, "f32")).save()
+
+    avg_cases = [
+        ("k3s2p1", [2, 3, 8, 8], [3, 3], [2, 2], [1, 1, 1, 1], False),
+        ("k3s2p1_ceil", [2, 3, 8, 8], [3, 3], [2, 2], [1, 1, 1, 1], True),
+        ("k2s2_ceil", [1, 2, 7, 5], [2, 2], [2, 2], [0, 0, 0, 0], True),
+        ("overlap", [1, 2, 6, 7], [3, 2], [1, 1], [1, 1, 1, 1], False),
+        ("pool1d_ceil", [2, 3, 10], [4], [3], [1, 1], True),
+        ("pool3d", [1, 2, 5, 4, 6], [2, 2, 3], [1, 2, 2], [1, 0, 1, 1, 0, 1], False),
+        ("parallel", [4, 8, 32, 32], [3, 3], [2, 2], [1, 1, 1, 1], False),
+    ]
+    for name, xs, k, st, pads, ceil in avg_cases:
+        for include in (True, False):
+            for dtype in (FLOATS if name == "k3s2p1" and include else ["f32"]):
+                cname = "%s_%s_%s" % (name, "incl" if include else "excl", dtype)
+                rng = Rng("avgpoolgrad" + cname)
+                n = len(k)
+                fwd = lambda t: AVGPOOL[n](t, k, st, padding=pads[:n], ceil_mode=ceil, count_include_pad=include)
+                dy = rng.float(list(fwd(torch.zeros(xs, dtype=torch.float64)).shape), dtype, -3, 3)
+                (dx,) = vjp(fwd, [torch.zeros(xs)], dy)
+                w.case("avg_pool_grad", cname, kernel_shape=k, strides=st, pads=pads,
+                       count_include_pad=include).inp("dy", dy).out("dx", like(dx, dtype), scale=4.0).save()
+    # Asymmetric pads: the divisor is the kernel volume (include) or the
+    # number of real elements (exclude), on the zero-padded input.
+    pads, k, st = [0, 2, 1, 0], [3, 3], [2, 2]
+    ones = F.pad(torch.ones(1, 2, 7, 6, dtype=torch.float64), torch_pad(pads))
+    count = F.avg_pool2d(ones, k, st) * 9
+    for include in (True, False):
+        fwd = lambda t: F.avg_pool2d(F.pad(t, torch_pad(pads)), k, st) * 9 / (9 if include else count)
+        dy = Rng("avgpoolgrad_asym%d" % include).float(list(count.shape))
+        (dx,) = vjp(fwd, [torch.zeros(1, 2, 7, 6)], dy)
+        w.case("avg_pool_grad", "asym_pads_%s_f32" % ("incl" if include else "excl"), kernel_shape=k,
+               strides=st, pads=pads, count_include_pad=include).inp("dy", dy).out(
+               "dx", like(dx, "f32")).save()
+
+
+# --------------------------------------------------------------------------
+# torch.optim steps, state carried from step to step
+# --------------------------------------------------------------------------
+
+def f32r(v):
+    """A hyperparameter as the kernel sees it: rounded to f32."""
+    return float(np.float32(v))
+
+
+def torch_optim_step(make, param, grad, state):
+    """One step of the optimizer `make([p])` in float64 from `param`, `grad`
+    and `state` (None: the optimizer's own fresh state). Returns the new
+    parameter and state."""
+    p = torch.nn.Parameter(f64(param).clone())
+    opt = make([p])
+    if state is not None:
+        opt.state[p] = {k: (f64(v).clone() if torch.is_tensor(v) and v.dim() > 0 else v)
+                        for k, v in state.items()}
+    p.grad = f64(grad).clone()
+    opt.step()
+    return p.detach(), opt.state[p]
+
+
+def gen_torch_optim(w):
+    # Adam and AdamW: inputs of step t are the outputs of step t - 1, rounded
+    # to the element type as the kernel would store them.
+    configs = [
+        # name, class, decoupled, lr, weight decay, dtypes, shape
+        ("adamw", torch.optim.AdamW, True, 1e-3, 0.01, FLOATS, [4, 5]),
+        ("adam_l2", torch.optim.Adam, False, 1e-3, 0.01, ["f32", "bf16"], [4, 5]),
+        ("adam", torch.optim.Adam, False, 1e-3, 0.0, ["f32"], [3, 7]),
+        # Decay and update large enough that their order shows.
+        ("adamw_strong_decay", torch.optim.AdamW, True, 0.1, 0.5, ["f32"], [3, 7]),
+        ("adamw_large", torch.optim.AdamW, True, 1e-3, 0.1, ["f32"], [256, 300]),
+    ]
+    b1, b2, eps = f32r(0.9), f32r(0.999), f32r(1e-8)
+    for name, cls, decoupled, lr, wd, dtypes, shape in configs:
+        lr, wd = f32r(lr), f32r(wd)
+        make = lambda ps: cls(ps, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+        for dtype in dtypes:
+            rng = Rng("optim" + name + dtype)
+            p = rng.float(shape, dtype)
+            m, v = torch.zeros(shape, dtype=DT[dtype]), torch.zeros(shape, dtype=DT[dtype])
+            state = None
+            for t in (1, 2, 3):
+                g = rng.float(shape, dtype)
+                p1, st = torch_optim_step(make, p, g, state)
+                p1, m1, v1 = like(p1, dtype), like(st["exp_avg"], dtype), like(st["exp_avg_sq"], dtype)
+                w.case("adamw", "%s_step%d_%s" % (name, t, dtype), beta1=b1, beta2=b2, epsilon=eps,
+                       weight_decay=wd, decoupled=decoupled).inp("lr", torch.tensor(lr)).inp(
+                       "step", torch.tensor(t)).inp("param", p).inp("grad", g).inp("m", m).inp(
+                       "v", v).out("param_out", p1).out("m_out", m1).out("v_out", v1).save()
+                p, m, v = p1, m1, v1
+                state = {"step": torch.tensor(float(t)), "exp_avg": m, "exp_avg_sq": v}
+    lr = f32r(1e-3)
+    w.case("adamw", "step_zero", beta1=b1, beta2=b2, epsilon=eps, weight_decay=0.0, decoupled=True).inp(
+        "lr", torch.tensor(lr)).inp("step", torch.tensor(0)).inp("param", torch.ones(3)).inp(
+        "grad", torch.ones(3)).inp("m", torch.zeros(3)).inp("v", torch.zeros(3)).fails(
+        "step 0", param_out=("f32", [3]), m_out=("f32", [3]), v_out=("f32", [3])).save()
+
+    # SGD. At step 1 torch.optim.SGD starts its buffer from the gradient, so
+    # the velocity input there is random (it must be ignored); without
+    # momentum the velocity passes through.
+    configs = [
+        # name, momentum, dampening, weight decay, nesterov, dtypes
+        ("momentum", 0.9, 0.1, 0.01, False, FLOATS),
+        ("nesterov", 0.9, 0.0, 0.01, True, ["f32", "f16"]),
+        ("plain", 0.0, 0.0, 0.01, False, ["f32"]),
+    ]
+    lr = f32r(0.05)
+    for name, mom, damp, wd, nesterov, dtypes in configs:
+        mom, damp, wd = f32r(mom), f32r(damp), f32r(wd)
+        make = lambda ps: torch.optim.SGD(ps, lr=lr, momentum=mom, dampening=damp, weight_decay=wd,
+                                          nesterov=nesterov)
+        for dtype in dtypes:
+            rng = Rng("sgd" + name + dtype)
+            p, vel = rng.float([3, 7], dtype), rng.float([3, 7], dtype, -0.1, 0.1)
+            state = None
+            for t in (1, 2, 3):
+                g = rng.float([3, 7], dtype)
+                p1, st = torch_optim_step(make, p, g, state)
+                p1 = like(p1, dtype)
+                vel1 = like(st["momentum_buffer"], dtype) if mom != 0 else vel
+                w.case("sgd", "%s_step%d_%s" % (name, t, dtype), momentum=mom, dampening=damp,
+                       weight_decay=wd, nesterov=nesterov).inp("lr", torch.tensor(lr)).inp(
+                       "step", torch.tensor(t)).inp("param", p).inp("grad", g).inp("velocity", vel).out(
+                       "param_out", p1).out("velocity_out", vel1).save()
+                p, vel = p1, vel1
+                state = {"momentum_buffer": vel} if mom != 0 else None
+
+    # Lion: PyTorch 1.13 has none, so the reference is the update rule of
+    # Chen et al., "Symbolic Discovery of Optimization Algorithms" (2023,
+    # arXiv:2302.06675), Algorithm 2, in float64 NumPy:
+    #   c = b1 m + (1 - b1) g;  p = p - lr (sign(c) + wd p);  m = b2 m + (1 - b2) g.
+    def lion_ref(p, g, m, lr, b1, b2, wd):
+        c = b1 * m + (1 - b1) * g
+        return p - lr * (np.sign(c) + wd * p), b2 * m + (1 - b2) * g
+
+    lr, b1, b2, wd = f32r(3e-4), f32r(0.9), f32r(0.99), f32r(0.1)
+    for dtype in FLOATS:
+        rng = Rng("lion" + dtype)
+        p, m = rng.float([5, 6], dtype), torch.zeros(5, 6, dtype=DT[dtype])
+        for t in (1, 2, 3):
+            g = rng.float([5, 6], dtype)
+            if t == 1:
+                g[0, :3] = 0.0  # c = 0 with m = 0: sign 0, only the decay applies
+            pn, mn = lion_ref(f64(p).numpy(), f64(g).numpy(), f64(m).numpy(), lr, b1, b2, wd)
+            p1, m1 = like(torch.from_numpy(pn), dtype), like(torch.from_numpy(mn), dtype)
+            w.case("lion", "step%d_%s" % (t, dtype), beta1=b1, beta2=b2, weight_decay=wd).inp(
+                "lr", torch.tensor(lr)).inp("param", p).inp("grad", g).inp("m", m).out(
+                "param_out", p1).out("m_out", m1).save()
+            p, m = p1, m1
+
+
+def gen_sum_of_squares(w):
+    cases = [
+        ("mixed", [("f32", [3, 4]), ("f16", [7]), ("bf16", [5, 5]), ("f32", [2, 0]), ("f32", [])]),
+        ("large", [("f32", [300, 700]), ("bf16", [70001]), ("f32", [65536])]),
+        ("single_f16", [("f16", [40, 3])]),
+        ("empty_list", []),
+    ]
+    for name, specs in cases:
+        rng = Rng("sumsq" + name)
+        ts = [rng.float(shape, dtype, -3, 3) for dtype, shape in specs]
+        total = sum(float(np.sum(f64(t).numpy() ** 2)) for t in ts)
+        w.case("sum_of_squares", name).inp("tensors", ts).out(
+            "out", torch.tensor(total, dtype=torch.float32), rtol=2.0**-23, atol=0.0).save()
+    ts = [torch.tensor([1.0, INF, 2.0]), torch.tensor([3.0])]
+    w.case("sum_of_squares", "inf").inp("tensors", ts).out("out", torch.tensor(INF), rtol=0.0, atol=0.0).save()
+    ts = [torch.tensor([1.0, 2.0]), torch.tensor([NAN], dtype=torch.float16)]
+    w.case("sum_of_squares", "nan").inp("tensors", ts).out("out", torch.tensor(NAN), rtol=0.0, atol=0.0).save()
+
+
 GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy, gen_matmul, gen_gemm,
               gen_softmax, gen_layer_norm, gen_batch_norm, gen_reduce, gen_transpose, gen_broadcast_to,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
-              gen_pool, gen_optimizers]
+              gen_pool, gen_optimizers, gen_softmax_grad, gen_layer_norm_grad, gen_batch_norm_grad,
+              gen_loss_grads, gen_gather_grad, gen_slice_grad, gen_conv_grad, gen_pool_grad,
+              gen_torch_optim, gen_sum_of_squares]
 
 
 def main():

@@ -148,6 +148,119 @@ void adagrad(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &para
              const Tensor &accumulator_out, float decay_factor, float epsilon,
              float norm_coefficient);
 
+//===----------------------------------------------------------------------===//
+// Backward kernels: the vector-Jacobian products that need their own kernel.
+// Each takes the gradient of the op's result(s) (dy) and what the forward
+// saved, and writes the gradient of the operand(s). Gradients have the
+// forward operand's shape and element type (f16/bf16 computed in f32).
+//===----------------------------------------------------------------------===//
+
+// dx = y * (dy - sum(dy * y)) along `axis`, y the softmax's output.
+void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis);
+
+// dx = dy - exp(y) * sum(dy) along `axis`, y the log-softmax's output.
+void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis);
+
+// Layer norm over axes [axis, rank) with the forward's f32 mean and
+// inv_std_dev. dx has x's shape; dscale has scale's shape and dbias the
+// forward bias's shape, which may differ (each the gradient reduced over the
+// leading axes and over the axes that parameter broadcasts along); dbias may
+// be null when the forward had no bias.
+void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                     const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
+                     const Tensor &dscale, const Tensor *dbias, int axis);
+
+// Training batch norm over axis 1 with the forward's saved batch mean and
+// inverse standard deviation (f32, [C]); dscale and dbias are [C].
+void batch_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                     const Tensor &saved_mean, const Tensor &saved_inv_std, const Tensor &dx,
+                     const Tensor &dscale, const Tensor &dbias);
+
+// Gradient of softmax cross-entropy w.r.t. the scores: dloss (the loss's
+// gradient: a scalar for sum/mean, [N, d...] for none) times
+// (softmax - onehot(label)), weighted, zero for ignored labels; for mean the
+// divisor is the (weighted) count of counted labels, as in the forward.
+void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &log_prob,
+                                const Tensor &labels, const Tensor *weights,
+                                const Tensor &dscores, Reduction reduction,
+                                bool has_ignore_index, int64_t ignore_index);
+
+// Gradient of NLL w.r.t. log_prob: -dloss * weight at the label, 0 elsewhere.
+void nll_loss_grad(Stream &s, const Tensor &dloss, const Tensor &labels, const Tensor *weights,
+                   const Tensor &dlog_prob, Reduction reduction, bool has_ignore_index,
+                   int64_t ignore_index);
+
+// Gather's gradient: ddata = 0, then ddata[.., indices[j], ..] += dy[.., j, ..]
+// along `axis` (scatter-add; repeated indices accumulate, in index order so
+// the result is deterministic). Negative indices count from the end. Float
+// (f16/bf16 summed in f32, rounded once) and integer (wrapping) types.
+void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tensor &ddata,
+                 int axis);
+
+// Slice's gradient: dx = 0 except dx[offsets + i * strides] = dy[i]. Any
+// element type (bool: false).
+void slice_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *offsets,
+                const int64_t *strides);
+
+// Convolution gradients (same attributes as conv): w.r.t. the input (dx has
+// x's shape) and w.r.t. the weight (dw has w's shape). The bias gradient is a
+// reduction the compiler emits itself.
+void conv_grad_input(Stream &s, const Tensor &dy, const Tensor &w, const Tensor &dx,
+                     const int64_t *strides, const int64_t *pads, const int64_t *dilations,
+                     int64_t group);
+void conv_grad_weight(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dw,
+                      const int64_t *strides, const int64_t *pads, const int64_t *dilations,
+                      int64_t group);
+
+// Pooling gradients. Max pooling routes each window's gradient to the first
+// position holding the window's maximum (PyTorch's choice on ties); as in
+// PyTorch's cpu kernel, a window with NaNs routes to its last NaN and a
+// window of -inf to its first in-bounds position.
+void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dx,
+                   const int64_t *kernel, const int64_t *strides, const int64_t *pads,
+                   const int64_t *dilations);
+void avg_pool_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *kernel,
+                   const int64_t *strides, const int64_t *pads, bool count_include_pad);
+
+//===----------------------------------------------------------------------===//
+// Optimizer steps of the training step, one parameter tensor each, in place
+// allowed (param_out may be param, and so on). lr is an f32 scalar tensor
+// (the schedule's value for this step), step an i64 scalar (1 for the first
+// update; adamw and sgd throw for a step below 1). Semantics are PyTorch's
+// (torch.optim), which DeepSpeed follows.
+//===----------------------------------------------------------------------===//
+
+// Adam / AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+// m^ = m / (1 - b1^t); v^ = v / (1 - b2^t); p -= lr * m^ / (sqrt(v^) + eps).
+// decoupled (AdamW): p *= 1 - lr * weight_decay first; otherwise (Adam)
+// g += weight_decay * p first.
+void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
+           const Tensor &grad, const Tensor &m, const Tensor &v, const Tensor &param_out,
+           const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
+           float weight_decay, bool decoupled);
+
+// SGD as torch.optim.SGD: g += weight_decay * p; with momentum:
+// buf = g at step 1 (the velocity input is not read), else
+// momentum * buf + (1 - dampening) * g; g = nesterov ? g + momentum * buf : buf;
+// p -= lr * g. Without momentum (0) velocity_out is velocity, unchanged.
+// nesterov needs momentum > 0 and dampening 0, as in torch.optim.SGD.
+void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
+         const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
+         const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
+         bool nesterov);
+
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
+// c = b1 m + (1 - b1) g; p = p * (1 - lr * weight_decay) - lr * sign(c);
+// m = b2 m + (1 - b2) g; sign(0) = 0.
+void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
+          const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
+          float weight_decay);
+
+// sum over all tensors (any float types) of sum(g^2), accumulated in double
+// and written as an f32 scalar: the global gradient norm is its square root.
+// The summation order does not depend on the thread count.
+void sum_of_squares(Stream &s, const Tensor *tensors, int num_tensors, const Tensor &out);
+
 }  // namespace dsrt
 
 #endif  // DSRT_KERNELS_H

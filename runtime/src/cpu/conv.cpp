@@ -1,5 +1,6 @@
 // Convolution (N-d, grouped, strided, dilated, padded) as im2col + sgemm, and
-// max / average pooling. f16 and bf16 convert to f32 around the f32 path.
+// max / average pooling, with their gradients (col2im for the input's). f16
+// and bf16 convert to f32 around the f32 path.
 #include "internal.h"
 
 #include <cblas.h>
@@ -35,16 +36,21 @@ int64_t window_out(int64_t in, int64_t k, int64_t st, int64_t pb, int64_t pe, in
   return out;
 }
 
+// The window geometry of x (the input side, named x_name) and y (the output
+// side, named y_name), checking y's spatial sizes.
 Window make_window(const char *kernel_name, const Tensor &x, const Tensor &y,
                    const int64_t *kernel, const int64_t *strides, const int64_t *pads,
-                   const int64_t *dilations, bool allow_ceil) {
+                   const int64_t *dilations, bool allow_ceil, const char *x_name = "x",
+                   const char *y_name = "y") {
+  const std::string xn = x_name, yn = y_name;
   Window w;
   w.spatial = x.shape.rank - 2;
   if (w.spatial < 1)
-    fail(kernel_name, "x must be [N, C, D...] with at least one spatial axis, got " +
+    fail(kernel_name, xn + " must be [N, C, D...] with at least one spatial axis, got " +
                           x.shape.str());
   if (y.shape.rank != x.shape.rank)
-    fail(kernel_name, "y " + y.shape.str() + " must have the rank of x " + x.shape.str());
+    fail(kernel_name, yn + " " + y.shape.str() + " must have the rank of " + xn + " " +
+                          x.shape.str());
   for (int a = 0; a < w.spatial; ++a) {
     w.in[a] = x.shape.dims[a + 2];
     w.kernel[a] = kernel[a];
@@ -63,7 +69,7 @@ Window make_window(const char *kernel_name, const Tensor &x, const Tensor &y,
                                   w.pad_end[a], w.dilation[a], true);
     w.out[a] = y.shape.dims[a + 2];
     if (w.out[a] != floor_out && !(allow_ceil && w.out[a] == ceil_out))
-      fail(kernel_name, "y " + y.shape.str() + " has " + std::to_string(w.out[a]) +
+      fail(kernel_name, yn + " " + y.shape.str() + " has " + std::to_string(w.out[a]) +
                             " positions on spatial axis " + std::to_string(a) + ", expected " +
                             std::to_string(floor_out) +
                             (allow_ceil && ceil_out != floor_out
@@ -127,14 +133,20 @@ void im2col(const Window &w, const float *x, float *col, int64_t row_begin, int6
   }
 }
 
-void conv_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t m, int64_t group,
-              const float *x, const float *w, const float *bias, float *y) {
-  const int64_t cg = c / group, mg = m / group;
-  const int64_t rows = cg * win.kernel_size, cols = win.out_size;
+// A 1x1, stride-1, unpadded window: the im2col matrix is the input itself.
+bool is_pointwise(const Window &win) {
   bool pointwise = true;
   for (int a = 0; a < win.spatial; ++a)
     pointwise = pointwise && win.kernel[a] == 1 && win.stride[a] == 1 && win.pad_begin[a] == 0 &&
                 win.pad_end[a] == 0;
+  return pointwise;
+}
+
+void conv_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t m, int64_t group,
+              const float *x, const float *w, const float *bias, float *y) {
+  const int64_t cg = c / group, mg = m / group;
+  const int64_t rows = cg * win.kernel_size, cols = win.out_size;
+  const bool pointwise = is_pointwise(win);
   std::vector<float> col(pointwise ? 0 : static_cast<size_t>(rows * cols));
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t g = 0; g < group; ++g) {
@@ -222,6 +234,219 @@ void conv(Stream &s, const Tensor &x, const Tensor &w, const Tensor *bias, const
 }
 
 //===----------------------------------------------------------------------===//
+// conv_grad_input, conv_grad_weight
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// col2im of one channel: the transpose of im2col's rows [c K, (c + 1) K),
+// which sums every column entry back into the input position it was read
+// from (padding taps are dropped). dx_c, one input plane, is overwritten.
+// The kernel offsets are visited in order, so the sums do not depend on how
+// channels are split between threads.
+void col2im_channel(const Window &w, const float *col_c, float *dx_c) {
+  const int s = w.spatial;
+  const int last = s - 1;
+  const int64_t o_last = w.out[last];
+  std::fill(dx_c, dx_c + w.in_size, 0.0f);
+  for (int64_t kr = 0; kr < w.kernel_size; ++kr) {
+    int64_t koff[kMaxRank];
+    int64_t rest = kr;
+    for (int a = s - 1; a >= 0; --a) {
+      koff[a] = rest % w.kernel[a];
+      rest /= w.kernel[a];
+    }
+    const float *row = col_c + kr * w.out_size;
+    const int64_t shift = koff[last] * w.dilation[last] - w.pad_begin[last];
+    const int64_t st = w.stride[last];
+    const int64_t lo = std::min(o_last, std::max<int64_t>(0, ceil_div(-shift, st)));
+    const int64_t hi = std::min(o_last, std::max<int64_t>(lo, ceil_div(w.in[last] - shift, st)));
+    int64_t idx[kMaxRank] = {};
+    for (int64_t outer = 0, count = w.out_size / o_last; outer < count; ++outer) {
+      int64_t base = 0;
+      bool valid = true;
+      for (int a = 0; a < last; ++a) {
+        int64_t i = idx[a] * w.stride[a] - w.pad_begin[a] + koff[a] * w.dilation[a];
+        valid = valid && i >= 0 && i < w.in[a];
+        base = base * w.in[a] + i;
+      }
+      if (valid && hi > lo) {
+        const float *seg = row + outer * o_last;
+        // Input position of output o on the last axis: start + o * st.
+        float *dst = dx_c + (base * w.in[last] + shift + lo * st);
+        const float *src = seg + lo;
+        const int64_t len = hi - lo;
+        if (st == 1) {
+#pragma omp simd
+          for (int64_t o = 0; o < len; ++o)
+            dst[o] += src[o];
+        } else {
+          for (int64_t o = 0; o < len; ++o)
+            dst[o * st] += src[o];
+        }
+      }
+      for (int a = last - 1; a >= 0; --a) {
+        if (++idx[a] < w.out[a])
+          break;
+        idx[a] = 0;
+      }
+    }
+  }
+}
+
+// dx = conv^T(dy): per image, col = W_g^T dy_g for every group (sgemm), then
+// col2im in parallel over the channels.
+void conv_grad_input_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t m,
+                         int64_t group, const float *dy, const float *w, float *dx) {
+  const int64_t cg = c / group, mg = m / group;
+  const int64_t rows = cg * win.kernel_size, cols = win.out_size;
+  if (mg == 0 || cols == 0) {  // no output channel or position reads x
+    std::fill(dx, dx + n * c * win.in_size, 0.0f);
+    return;
+  }
+  if (is_pointwise(win)) {  // dx_g = W_g^T dy_g directly
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t g = 0; g < group; ++g) {
+        set_blas_threads(s);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cg),
+                    static_cast<int>(cols), static_cast<int>(mg), 1.0f, w + g * mg * cg,
+                    static_cast<int>(cg), dy + (b * m + g * mg) * cols, static_cast<int>(cols),
+                    0.0f, dx + (b * c + g * cg) * cols, static_cast<int>(cols));
+      }
+    return;
+  }
+  // Channel cc of the image owns rows [cc K, (cc + 1) K) of col, whatever its
+  // group.
+  std::vector<float> col(static_cast<size_t>(group * rows * cols));
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t g = 0; g < group; ++g) {
+      set_blas_threads(s);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(rows),
+                  static_cast<int>(cols), static_cast<int>(mg), 1.0f, w + g * mg * rows,
+                  static_cast<int>(rows), dy + (b * m + g * mg) * cols, static_cast<int>(cols),
+                  0.0f, col.data() + g * rows * cols, static_cast<int>(cols));
+    }
+    const int64_t per_channel = win.kernel_size * cols;
+    parallel_for(s, c, std::max<int64_t>(1, kGrainElementwise / per_channel),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t cc = begin; cc < end; ++cc)
+                     col2im_channel(win, col.data() + cc * per_channel,
+                                    dx + (b * c + cc) * win.in_size);
+                 });
+  }
+}
+
+// dw_g = sum over images of dy_g im2col(x_g)^T, accumulated by sgemm.
+void conv_grad_weight_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t m,
+                          int64_t group, const float *dy, const float *x, float *dw) {
+  const int64_t cg = c / group, mg = m / group;
+  const int64_t rows = cg * win.kernel_size, cols = win.out_size;
+  if (n == 0 || cols == 0 || rows == 0) {
+    std::fill(dw, dw + m * rows, 0.0f);
+    return;
+  }
+  const bool pointwise = is_pointwise(win);
+  std::vector<float> col(pointwise ? 0 : static_cast<size_t>(rows * cols));
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t g = 0; g < group; ++g) {
+      const float *xg = x + (b * c + g * cg) * win.in_size;
+      const float *colp = xg;
+      if (!pointwise) {
+        parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / cols),
+                     [&](int64_t begin, int64_t end) { im2col(win, xg, col.data(), begin, end); });
+        colp = col.data();
+      }
+      set_blas_threads(s);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(mg),
+                  static_cast<int>(rows), static_cast<int>(cols), 1.0f,
+                  dy + (b * m + g * mg) * cols, static_cast<int>(cols), colp,
+                  static_cast<int>(cols), b == 0 ? 0.0f : 1.0f, dw + g * mg * rows,
+                  static_cast<int>(rows));
+    }
+  }
+}
+
+// The operands of conv's gradients: x (or dx) [N, C, D...], w (or dw)
+// [M, C / group, K...], dy [N, M, O...]; returns the window.
+Window check_conv_grad(const char *kernel, const Tensor &x, const char *x_name, const Tensor &w,
+                       const char *w_name, const Tensor &dy, const int64_t *strides,
+                       const int64_t *pads, const int64_t *dilations, int64_t group) {
+  check_data(kernel, x_name, x);
+  check_data(kernel, w_name, w);
+  check_data(kernel, "dy", dy);
+  check_float(kernel, "dy", dy);
+  check_same_dtype(kernel, "dy", dy, x_name, x);
+  check_same_dtype(kernel, "dy", dy, w_name, w);
+  const std::string xn = x_name, wn = w_name;
+  if (w.shape.rank != x.shape.rank || x.shape.rank < 3)
+    fail(kernel, xn + " " + x.shape.str() + " and " + wn + " " + w.shape.str() +
+                     " must have the same rank >= 3");
+  const int64_t n = x.shape.dims[0], c = x.shape.dims[1], m = w.shape.dims[0];
+  if (group < 1 || c % group != 0 || m % group != 0)
+    fail(kernel, "group " + std::to_string(group) + " must divide the input channels (" +
+                     std::to_string(c) + ") and output channels (" + std::to_string(m) + ")");
+  if (w.shape.dims[1] != c / group)
+    fail(kernel, wn + " " + w.shape.str() + " needs " + std::to_string(c / group) +
+                     " input channels per group");
+  if (dy.shape.rank != x.shape.rank || dy.shape.dims[0] != n || dy.shape.dims[1] != m)
+    fail(kernel, "dy " + dy.shape.str() + " must be [" + std::to_string(n) + ", " +
+                     std::to_string(m) + ", ...]");
+  Window win = make_window(kernel, x, dy, w.shape.dims + 2, strides, pads, dilations, false,
+                           x_name, "dy");
+  const int64_t limit = std::numeric_limits<int>::max();
+  if (win.out_size > limit || win.in_size > limit || (c / group) * win.kernel_size > limit ||
+      m > limit)
+    fail(kernel, "convolution too large for the BLAS integer range");
+  return win;
+}
+
+}  // namespace
+
+void conv_grad_input(Stream &s, const Tensor &dy, const Tensor &w, const Tensor &dx,
+                     const int64_t *strides, const int64_t *pads, const int64_t *dilations,
+                     int64_t group) {
+  const char *kernel = "conv_grad_input";
+  Window win = check_conv_grad(kernel, dx, "dx", w, "w", dy, strides, pads, dilations, group);
+  if (dx.numel() == 0)
+    return;
+  const int64_t n = dx.shape.dims[0], c = dx.shape.dims[1], m = w.shape.dims[0];
+  dispatch_float(kernel, dx.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      conv_grad_input_f32(s, win, n, c, m, group, dy.as<float>(), w.as<float>(), dx.as<float>());
+    } else {
+      std::vector<float> fdy(dy.numel()), fw(w.numel()), fdx(dx.numel());
+      to_f32(s, dy.as<T>(), fdy.data(), dy.numel());
+      to_f32(s, w.as<T>(), fw.data(), w.numel());
+      conv_grad_input_f32(s, win, n, c, m, group, fdy.data(), fw.data(), fdx.data());
+      from_f32(s, fdx.data(), dx.as<T>(), dx.numel());
+    }
+  });
+}
+
+void conv_grad_weight(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dw,
+                      const int64_t *strides, const int64_t *pads, const int64_t *dilations,
+                      int64_t group) {
+  const char *kernel = "conv_grad_weight";
+  Window win = check_conv_grad(kernel, x, "x", dw, "dw", dy, strides, pads, dilations, group);
+  if (dw.numel() == 0)
+    return;
+  const int64_t n = x.shape.dims[0], c = x.shape.dims[1], m = dw.shape.dims[0];
+  dispatch_float(kernel, dw.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      conv_grad_weight_f32(s, win, n, c, m, group, dy.as<float>(), x.as<float>(), dw.as<float>());
+    } else {
+      std::vector<float> fdy(dy.numel()), fx(x.numel()), fdw(dw.numel());
+      to_f32(s, dy.as<T>(), fdy.data(), dy.numel());
+      to_f32(s, x.as<T>(), fx.data(), x.numel());
+      conv_grad_weight_f32(s, win, n, c, m, group, fdy.data(), fx.data(), fdw.data());
+      from_f32(s, fdw.data(), dw.as<T>(), dw.numel());
+    }
+  });
+}
+
+//===----------------------------------------------------------------------===//
 // Pooling
 //===----------------------------------------------------------------------===//
 
@@ -278,15 +503,33 @@ void for_each_tap(const Window &w, const int64_t *idx, const int64_t *kbegin,
   }
 }
 
-void check_pool(const char *kernel, const Tensor &x, const Tensor &y) {
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  check_float(kernel, "x", x);
-  check_same_dtype(kernel, "x", x, "y", y);
+void check_pool(const char *kernel, const Tensor &x, const Tensor &y, const char *x_name = "x",
+                const char *y_name = "y") {
+  check_data(kernel, x_name, x);
+  check_data(kernel, y_name, y);
+  check_float(kernel, x_name, x);
+  check_same_dtype(kernel, x_name, x, y_name, y);
   if (x.shape.rank < 3 || y.shape.rank != x.shape.rank || y.shape.dims[0] != x.shape.dims[0] ||
       y.shape.dims[1] != x.shape.dims[1])
-    fail(kernel, "x " + x.shape.str() + " and y " + y.shape.str() +
-                     " must both be [N, C, D...] with the same N and C");
+    fail(kernel, std::string(x_name) + " " + x.shape.str() + " and " + y_name + " " +
+                     y.shape.str() + " must both be [N, C, D...] with the same N and C");
+}
+
+// PyTorch's average-pooling divisor: with count_include_pad the window
+// clipped to the padded input, else the in-bounds taps.
+int64_t avg_divisor(const Window &win, const int64_t *idx, const int64_t *kc,
+                    bool count_include_pad) {
+  int64_t divisor = 1;
+  for (int a = 0; a < win.spatial; ++a) {
+    if (count_include_pad) {
+      int64_t start = idx[a] * win.stride[a] - win.pad_begin[a];
+      int64_t stop = std::min(start + win.kernel[a], win.in[a] + win.pad_end[a]);
+      divisor *= stop - start;
+    } else {
+      divisor *= kc[a];
+    }
+  }
+  return divisor;
 }
 
 }  // namespace
@@ -345,22 +588,105 @@ void avg_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel
                                               const int64_t *kc) {
                        float sum = 0.0f;
                        for_each_tap(win, idx, kb, kc, [&](int64_t off) { sum += to_float(in[off]); });
-                       // PyTorch's divisor: with count_include_pad the window
-                       // clipped to the padded input, else the in-bounds taps.
-                       int64_t divisor = 1;
-                       for (int a = 0; a < win.spatial; ++a) {
-                         if (count_include_pad) {
-                           int64_t start = idx[a] * win.stride[a] - win.pad_begin[a];
-                           int64_t stop = std::min(start + win.kernel[a], win.in[a] + win.pad_end[a]);
-                           divisor *= stop - start;
-                         } else {
-                           divisor *= kc[a];
-                         }
-                       }
+                       const int64_t divisor = avg_divisor(win, idx, kc, count_include_pad);
                        out[o] = from_float<T>(sum / static_cast<float>(divisor));
                      });
                    }
                  });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// max_pool_grad, avg_pool_grad
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// Runs plane(p, acc) for every [N, C] plane in parallel, with acc the plane
+// of dx as f32 (dx itself for f32, else scratch rounded into dx afterwards),
+// zeroed. Each plane's windows only touch that plane, so the sums are the
+// same for every thread count.
+template <typename T, typename F>
+void for_each_grad_plane(const Stream &s, const Window &win, int64_t planes, T *dx, F &&plane) {
+  const int64_t work = std::max<int64_t>(1, win.out_size * win.kernel_size + win.in_size);
+  parallel_for(s, planes, std::max<int64_t>(1, kGrainElementwise / work),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t p = begin; p < end; ++p) {
+                   float *acc;
+                   if constexpr (std::is_same_v<T, float>)
+                     acc = dx + p * win.in_size;
+                   else
+                     acc = scratch_floats(static_cast<size_t>(win.in_size));
+                   std::fill(acc, acc + win.in_size, 0.0f);
+                   plane(p, acc);
+                   if constexpr (!std::is_same_v<T, float>)
+                     for (int64_t i = 0; i < win.in_size; ++i)
+                       dx[p * win.in_size + i] = Elem<T>::store(acc[i]);
+                 }
+               });
+}
+
+}  // namespace
+
+void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dx,
+                   const int64_t *kernel, const int64_t *strides, const int64_t *pads,
+                   const int64_t *dilations) {
+  const char *name = "max_pool_grad";
+  check_pool(name, x, dy, "x", "dy");
+  check_data(name, "dx", dx);
+  check_same_dtype(name, "x", x, "dx", dx);
+  check_shape(name, "dx", dx, x.shape);
+  Window win = make_window(name, x, dy, kernel, strides, pads, dilations, true, "x", "dy");
+  const int64_t planes = x.shape.dims[0] * x.shape.dims[1];
+  if (dx.numel() == 0)
+    return;
+  dispatch_float(name, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *px = x.as<T>(), *pdy = dy.as<T>();
+    for_each_grad_plane<T>(s, win, planes, dx.as<T>(), [&](int64_t p, float *acc) {
+      const T *in = px + p * win.in_size;
+      const T *grad = pdy + p * win.out_size;
+      for_each_window(win, [&](int64_t o, const int64_t *idx, const int64_t *kb,
+                               const int64_t *kc) {
+        // PyTorch's choice (its CPU kernel's test, val > max || isnan(val)):
+        // the first in-bounds tap holding the maximum in scan order, the
+        // last NaN if there is one, the first tap of a window of -inf.
+        int64_t arg = -1;
+        float m = 0.0f;
+        for_each_tap(win, idx, kb, kc, [&](int64_t off) {
+          float v = to_float(in[off]);
+          if (arg < 0 || v > m || v != v) {
+            m = v;
+            arg = off;
+          }
+        });
+        if (arg >= 0)
+          acc[arg] += to_float(grad[o]);
+      });
+    });
+  });
+}
+
+void avg_pool_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *kernel,
+                   const int64_t *strides, const int64_t *pads, bool count_include_pad) {
+  const char *name = "avg_pool_grad";
+  check_pool(name, dx, dy, "dx", "dy");
+  Window win = make_window(name, dx, dy, kernel, strides, pads, nullptr, true, "dx", "dy");
+  const int64_t planes = dx.shape.dims[0] * dx.shape.dims[1];
+  if (dx.numel() == 0)
+    return;
+  dispatch_float(name, dx.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *pdy = dy.as<T>();
+    for_each_grad_plane<T>(s, win, planes, dx.as<T>(), [&](int64_t p, float *acc) {
+      const T *grad = pdy + p * win.out_size;
+      for_each_window(win, [&](int64_t o, const int64_t *idx, const int64_t *kb,
+                               const int64_t *kc) {
+        const float v =
+            to_float(grad[o]) / static_cast<float>(avg_divisor(win, idx, kc, count_include_pad));
+        for_each_tap(win, idx, kb, kc, [&](int64_t off) { acc[off] += v; });
+      });
+    });
   });
 }
 

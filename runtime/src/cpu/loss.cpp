@@ -1,7 +1,7 @@
 // Losses: softmax cross-entropy (with its log-probabilities) and negative
-// log-likelihood, ONNX semantics. Labels are checked before anything is
-// written; per-sample losses are reduced in f64, serially, so the result
-// does not depend on the thread count.
+// log-likelihood, ONNX semantics, and their gradients. Labels are checked
+// before anything is written; per-sample losses are reduced in f64,
+// serially, so the result does not depend on the thread count.
 #include "internal.h"
 
 #include <limits>
@@ -16,16 +16,21 @@ struct LossShape {
   int64_t n = 0, c = 0, d = 1;  // scores viewed as [N, C, D]
 };
 
+// Checks the operands of a loss or of its gradient: `scores` (named
+// scores_name) is [N, C, d...], `loss` (named loss_name; the loss or its
+// gradient) a scalar or [N, d...] by reduction, and every label a class or
+// the ignored value.
 LossShape check_loss(const char *kernel, const Tensor &scores, const Tensor &labels,
                      const Tensor *weights, const Tensor &loss, Reduction reduction,
-                     bool has_ignore_index, int64_t ignore_index) {
-  check_data(kernel, "scores", scores);
-  check_float(kernel, "scores", scores);
+                     bool has_ignore_index, int64_t ignore_index,
+                     const char *scores_name = "scores", const char *loss_name = "loss") {
+  check_data(kernel, scores_name, scores);
+  check_float(kernel, scores_name, scores);
   check_index_tensor(kernel, "labels", labels);
-  check_data(kernel, "loss", loss);
-  check_same_dtype(kernel, "scores", scores, "loss", loss);
+  check_data(kernel, loss_name, loss);
+  check_same_dtype(kernel, scores_name, scores, loss_name, loss);
   if (scores.shape.rank < 2)
-    fail(kernel, "scores must be [N, C, d...], got " + scores.shape.str());
+    fail(kernel, std::string(scores_name) + " must be [N, C, d...], got " + scores.shape.str());
   LossShape ls;
   ls.n = scores.shape.dims[0];
   ls.c = scores.shape.dims[1];
@@ -42,9 +47,10 @@ LossShape check_loss(const char *kernel, const Tensor &scores, const Tensor &lab
     check_shape(kernel, "weights", *weights, Shape{ls.c});
   }
   if (reduction == Reduction::None)
-    check_shape(kernel, "loss", loss, label_shape);
+    check_shape(kernel, loss_name, loss, label_shape);
   else if (loss.numel() != 1 || loss.shape.rank > 1)
-    fail(kernel, "loss must be a scalar for a sum or mean reduction, got " + loss.shape.str());
+    fail(kernel, std::string(loss_name) + " must be a scalar for a sum or mean reduction, got " +
+                     loss.shape.str());
   // Every label is a class index or the ignored value.
   for (int64_t i = 0, count = labels.numel(); i < count; ++i) {
     int64_t label = index_at(labels, i);
@@ -188,6 +194,128 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
     }
   });
   write_loss(kernel, loss, sample, w, reduction);
+}
+
+//===----------------------------------------------------------------------===//
+// Gradients
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// Gradient coefficient of every sample: dloss (per sample, or the scalar)
+// times its class weight, over the summed weights for a mean; 0 for an
+// ignored label. A mean over no counted sample stays 0 / 0 = NaN for counted
+// samples of weight 0, as in PyTorch, but ignored samples get exactly 0.
+std::vector<float> sample_coefficients(const char *kernel, const LossShape &ls,
+                                       const Tensor &labels, const Tensor *weights,
+                                       const Tensor &dloss, Reduction reduction,
+                                       bool has_ignore_index, int64_t ignore_index) {
+  std::vector<float> class_weights;
+  if (weights)
+    class_weights = float_values(kernel, "weights", *weights);
+  std::vector<double> w = sample_weights(ls, labels, class_weights, has_ignore_index, ignore_index);
+  std::vector<float> dl = float_values(kernel, "dloss", dloss);
+  double divisor = 1.0;
+  if (reduction == Reduction::Mean) {
+    divisor = 0.0;
+    for (double v : w)
+      divisor += v;
+  }
+  std::vector<float> coef(w.size(), 0.0f);
+  for (size_t r = 0; r < w.size(); ++r) {
+    if (has_ignore_index && index_at(labels, static_cast<int64_t>(r)) == ignore_index)
+      continue;
+    const double d = reduction == Reduction::None ? dl[r] : dl[0];
+    coef[r] = static_cast<float>(d * w[r] / divisor);
+  }
+  return coef;
+}
+
+}  // namespace
+
+void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &log_prob,
+                                const Tensor &labels, const Tensor *weights,
+                                const Tensor &dscores, Reduction reduction,
+                                bool has_ignore_index, int64_t ignore_index) {
+  const char *kernel = "softmax_cross_entropy_grad";
+  LossShape ls = check_loss(kernel, log_prob, labels, weights, dloss, reduction, has_ignore_index,
+                            ignore_index, "log_prob", "dloss");
+  check_data(kernel, "dscores", dscores);
+  check_same_dtype(kernel, "log_prob", log_prob, "dscores", dscores);
+  check_shape(kernel, "dscores", dscores, log_prob.shape);
+  std::vector<float> coef = sample_coefficients(kernel, ls, labels, weights, dloss, reduction,
+                                                has_ignore_index, ignore_index);
+  const int64_t c = ls.c, d = ls.d;
+  if (dscores.numel() == 0)
+    return;
+  // dscores = coef * (softmax - onehot(label)), softmax = exp(log_prob).
+  dispatch_float(kernel, log_prob.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *lp = log_prob.as<T>();
+    T *out = dscores.as<T>();
+    if (d == 1) {
+      parallel_for(s, ls.n, std::max<int64_t>(1, kGrainElementwise / c),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t r = begin; r < end; ++r) {
+                       const float k = coef[r];
+                       const T *in = lp + r * c;
+                       T *o = out + r * c;
+#pragma omp simd
+                       for (int64_t j = 0; j < c; ++j)
+                         o[j] = from_float<T>(k * fast_exp(to_float(in[j])));
+                       // An ignored label may be outside [0, C); its row's
+                       // coefficient is 0, so the row is 0 already.
+                       const int64_t label = index_at(labels, r);
+                       if (label >= 0 && label < c)
+                         o[label] = from_float<T>(k * (fast_exp(to_float(in[label])) - 1.0f));
+                     }
+                   });
+    } else {
+      // [N, C, D]: each (n, class) plane is a contiguous run over D.
+      parallel_for(s, ls.n * c, std::max<int64_t>(1, kGrainElementwise / d),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t p = begin; p < end; ++p) {
+                       const int64_t n = p / c, k = p % c;
+                       const T *in = lp + p * d;
+                       T *o = out + p * d;
+                       for (int64_t j = 0; j < d; ++j) {
+                         const float hot = index_at(labels, n * d + j) == k ? 1.0f : 0.0f;
+                         o[j] = from_float<T>(coef[n * d + j] * (fast_exp(to_float(in[j])) - hot));
+                       }
+                     }
+                   });
+    }
+  });
+}
+
+void nll_loss_grad(Stream &s, const Tensor &dloss, const Tensor &labels, const Tensor *weights,
+                   const Tensor &dlog_prob, Reduction reduction, bool has_ignore_index,
+                   int64_t ignore_index) {
+  const char *kernel = "nll_loss_grad";
+  LossShape ls = check_loss(kernel, dlog_prob, labels, weights, dloss, reduction,
+                            has_ignore_index, ignore_index, "dlog_prob", "dloss");
+  std::vector<float> coef = sample_coefficients(kernel, ls, labels, weights, dloss, reduction,
+                                                has_ignore_index, ignore_index);
+  if (dlog_prob.numel() == 0)
+    return;
+  // -coef at each counted label, 0 elsewhere (zero bytes are 0.0 in every
+  // float type).
+  char *base = static_cast<char *>(dlog_prob.data);
+  parallel_for(s, static_cast<int64_t>(dlog_prob.nbytes()), int64_t(1) << 20,
+               [&](int64_t begin, int64_t end) {
+                 std::memset(base + begin, 0, static_cast<size_t>(end - begin));
+               });
+  dispatch_float(kernel, dlog_prob.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T *out = dlog_prob.as<T>();
+    for (int64_t r = 0, rows = ls.n * ls.d; r < rows; ++r) {
+      const int64_t label = index_at(labels, r);
+      if (has_ignore_index && label == ignore_index)
+        continue;
+      const int64_t n = r / ls.d, j = r % ls.d;
+      out[(n * ls.c + label) * ls.d + j] = from_float<T>(-coef[r]);
+    }
+  });
 }
 
 }  // namespace dsrt

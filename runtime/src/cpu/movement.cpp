@@ -1,5 +1,6 @@
 // Data movement: copy, transpose, broadcast_to, concat, split, slice, gather,
-// trilu. These only move elements, so they dispatch on the element size, not
+// trilu, and the gradients of slice and gather. Moving elements only needs
+// their size, so most dispatch on it; gather_grad adds, so it dispatches on
 // the element type.
 #include "internal.h"
 
@@ -308,8 +309,67 @@ void split(Stream &s, const Tensor &x, const Tensor *outputs, int num_outputs, i
 }
 
 //===----------------------------------------------------------------------===//
-// slice
+// slice and slice_grad
 //===----------------------------------------------------------------------===//
+
+namespace {
+
+// Where a slice takes its elements from: the offset in the sliced tensor of
+// its first element, and the offset step per index along every axis.
+struct SliceWalk {
+  int64_t base = 0;
+  int64_t step[kMaxRank] = {};
+};
+
+// Checks that every index of the slice `part` of `whole` is inside `whole`
+// (both ends of every axis) and returns the walk.
+SliceWalk plan_slice(const char *kernel, const Tensor &whole, const Tensor &part,
+                     const int64_t *offsets, const int64_t *strides, const char *verb) {
+  const int rank = whole.shape.rank;
+  int64_t whole_strides[kMaxRank];
+  contiguous_strides(whole.shape, whole_strides);
+  SliceWalk w;
+  for (int d = 0; d < rank; ++d) {
+    int64_t size = part.shape.dims[d], dim = whole.shape.dims[d];
+    if (strides[d] == 0)
+      fail(kernel, "stride of axis " + std::to_string(d) + " is 0");
+    int64_t last = offsets[d] + (size - 1) * strides[d];
+    if (offsets[d] < 0 || offsets[d] >= dim || last < 0 || last >= dim)
+      fail(kernel, "axis " + std::to_string(d) + " " + verb + " out of bounds: offset " +
+                       std::to_string(offsets[d]) + ", stride " + std::to_string(strides[d]) +
+                       ", size " + std::to_string(size) + ", input size " + std::to_string(dim));
+    w.base += offsets[d] * whole_strides[d];
+    w.step[d] = strides[d] * whole_strides[d];
+  }
+  return w;
+}
+
+// Calls f(row, offset) for the rows [begin, end) of `part` (every axis but
+// the last), with the offset in the whole tensor of the row's first element.
+template <typename F>
+void for_each_slice_row(const SliceWalk &w, const Shape &part, int64_t begin, int64_t end, F &&f) {
+  const int rank = part.rank;
+  int64_t index[kMaxRank] = {};
+  int64_t offset = w.base, rest = begin;
+  for (int d = rank - 2; d >= 0; --d) {
+    index[d] = rest % part.dims[d];
+    rest /= part.dims[d];
+    offset += index[d] * w.step[d];
+  }
+  for (int64_t row = begin; row < end; ++row) {
+    f(row, offset);
+    for (int d = rank - 2; d >= 0; --d) {
+      ++index[d];
+      offset += w.step[d];
+      if (index[d] < part.dims[d])
+        break;
+      offset -= index[d] * w.step[d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
 
 void slice(Stream &s, const Tensor &x, const Tensor &y, const int64_t *offsets,
            const int64_t *strides) {
@@ -327,23 +387,8 @@ void slice(Stream &s, const Tensor &x, const Tensor &y, const int64_t *offsets,
     std::memcpy(y.data, x.data, x.nbytes());
     return;
   }
-  int64_t x_strides[kMaxRank];
-  contiguous_strides(x.shape, x_strides);
-  // Every index read must be inside x: check both ends of every axis.
-  int64_t base = 0, step[kMaxRank];
-  for (int d = 0; d < rank; ++d) {
-    int64_t size = y.shape.dims[d], dim = x.shape.dims[d];
-    if (strides[d] == 0)
-      fail(kernel, "stride of axis " + std::to_string(d) + " is 0");
-    int64_t last = offsets[d] + (size - 1) * strides[d];
-    if (offsets[d] < 0 || offsets[d] >= dim || last < 0 || last >= dim)
-      fail(kernel, "axis " + std::to_string(d) + " reads out of bounds: offset " +
-                       std::to_string(offsets[d]) + ", stride " + std::to_string(strides[d]) +
-                       ", size " + std::to_string(size) + ", input size " + std::to_string(dim));
-    base += offsets[d] * x_strides[d];
-    step[d] = strides[d] * x_strides[d];
-  }
-  const int64_t inner = y.shape.dims[rank - 1], inner_step = step[rank - 1];
+  const SliceWalk walk = plan_slice(kernel, x, y, offsets, strides, "reads");
+  const int64_t inner = y.shape.dims[rank - 1], inner_step = walk.step[rank - 1];
   const int64_t rows = y.numel() / inner;
   dispatch_bytes(dtype_size(x.dtype), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -351,14 +396,7 @@ void slice(Stream &s, const Tensor &x, const Tensor &y, const int64_t *offsets,
     T *out = y.as<T>();
     parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / inner),
                  [&](int64_t begin, int64_t end) {
-                   int64_t index[kMaxRank] = {};
-                   int64_t offset = base, rest = begin;
-                   for (int d = rank - 2; d >= 0; --d) {
-                     index[d] = rest % y.shape.dims[d];
-                     rest /= y.shape.dims[d];
-                     offset += index[d] * step[d];
-                   }
-                   for (int64_t row = begin; row < end; ++row) {
+                   for_each_slice_row(walk, y.shape, begin, end, [&](int64_t row, int64_t offset) {
                      const T *src = in + offset;
                      T *dst = out + row * inner;
                      if (inner_step == 1)
@@ -366,43 +404,84 @@ void slice(Stream &s, const Tensor &x, const Tensor &y, const int64_t *offsets,
                      else
                        for (int64_t j = 0; j < inner; ++j)
                          dst[j] = src[j * inner_step];
-                     for (int d = rank - 2; d >= 0; --d) {
-                       ++index[d];
-                       offset += step[d];
-                       if (index[d] < y.shape.dims[d])
-                         break;
-                       offset -= index[d] * step[d];
-                       index[d] = 0;
-                     }
-                   }
+                   });
+                 });
+  });
+}
+
+void slice_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *offsets,
+                const int64_t *strides) {
+  const char *kernel = "slice_grad";
+  check_data(kernel, "dy", dy);
+  check_data(kernel, "dx", dx);
+  check_same_dtype(kernel, "dy", dy, "dx", dx);
+  const int rank = dx.shape.rank;
+  if (dy.shape.rank != rank)
+    fail(kernel, "dy has rank " + std::to_string(dy.shape.rank) + ", dx has rank " +
+                     std::to_string(rank));
+  SliceWalk walk;
+  if (dy.numel() > 0 && rank > 0)
+    walk = plan_slice(kernel, dx, dy, offsets, strides, "writes");
+  // Zero bytes are zero in every element type (and false for bool).
+  char *zero = static_cast<char *>(dx.data);
+  parallel_for(s, static_cast<int64_t>(dx.nbytes()), int64_t(1) << 20,
+               [&](int64_t begin, int64_t end) {
+                 std::memset(zero + begin, 0, static_cast<size_t>(end - begin));
+               });
+  if (dy.numel() == 0)
+    return;
+  if (rank == 0) {
+    std::memcpy(dx.data, dy.data, dy.nbytes());
+    return;
+  }
+  // Nonzero strides make the slice one-to-one, so rows never collide.
+  const int64_t inner = dy.shape.dims[rank - 1], inner_step = walk.step[rank - 1];
+  const int64_t rows = dy.numel() / inner;
+  dispatch_bytes(dtype_size(dy.dtype), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *in = dy.as<T>();
+    T *out = dx.as<T>();
+    parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / inner),
+                 [&](int64_t begin, int64_t end) {
+                   for_each_slice_row(walk, dy.shape, begin, end, [&](int64_t row, int64_t offset) {
+                     const T *src = in + row * inner;
+                     T *dst = out + offset;
+                     if (inner_step == 1)
+                       std::memcpy(dst, src, static_cast<size_t>(inner) * sizeof(T));
+                     else
+                       for (int64_t j = 0; j < inner; ++j)
+                         dst[j * inner_step] = src[j];
+                   });
                  });
   });
 }
 
 //===----------------------------------------------------------------------===//
-// gather
+// gather and gather_grad
 //===----------------------------------------------------------------------===//
 
-void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &y, int axis) {
-  const char *kernel = "gather";
-  check_data(kernel, "data", data);
-  check_index_tensor(kernel, "indices", indices);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "data", data, "y", y);
+namespace {
+
+// data.shape[:axis] + indices.shape + data.shape[axis + 1:], after the checks
+// gather and its gradient share.
+Shape gather_shape(const char *kernel, const Tensor &data, const Tensor &indices, int axis) {
   check_axis(kernel, axis, data.shape.rank);
   if (axis + indices.shape.rank + (data.shape.rank - axis - 1) > kMaxRank)
     fail(kernel, "result rank exceeds the maximum rank " + std::to_string(kMaxRank));
-  Shape expected;
+  Shape shape;
   for (int d = 0; d < axis; ++d)
-    expected.dims[expected.rank++] = data.shape.dims[d];
+    shape.dims[shape.rank++] = data.shape.dims[d];
   for (int d = 0; d < indices.shape.rank; ++d)
-    expected.dims[expected.rank++] = indices.shape.dims[d];
+    shape.dims[shape.rank++] = indices.shape.dims[d];
   for (int d = axis + 1; d < data.shape.rank; ++d)
-    expected.dims[expected.rank++] = data.shape.dims[d];
-  check_shape(kernel, "y", y, expected);
-  const int64_t extent = data.shape.dims[axis];
+    shape.dims[shape.rank++] = data.shape.dims[d];
+  return shape;
+}
+
+// Every index, checked against [-extent, extent) and made non-negative.
+std::vector<int64_t> normalized_indices(const char *kernel, const Tensor &indices, int axis,
+                                        int64_t extent) {
   const int64_t count = indices.numel();
-  // Validate and normalize every index before writing anything.
   std::vector<int64_t> index(static_cast<size_t>(count));
   for (int64_t j = 0; j < count; ++j) {
     int64_t v = index_at(indices, j);
@@ -412,6 +491,22 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
                        std::to_string(extent));
     index[j] = v < 0 ? v + extent : v;
   }
+  return index;
+}
+
+}  // namespace
+
+void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &y, int axis) {
+  const char *kernel = "gather";
+  check_data(kernel, "data", data);
+  check_index_tensor(kernel, "indices", indices);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "data", data, "y", y);
+  check_shape(kernel, "y", y, gather_shape(kernel, data, indices, axis));
+  const int64_t extent = data.shape.dims[axis];
+  const int64_t count = indices.numel();
+  // Validate and normalize every index before writing anything.
+  std::vector<int64_t> index = normalized_indices(kernel, indices, axis, extent);
   if (y.numel() == 0)
     return;
   int64_t outer = 1, inner = 1;
@@ -430,6 +525,92 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
                                row_bytes);
                  }
                });
+}
+
+void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tensor &ddata,
+                 int axis) {
+  const char *kernel = "gather_grad";
+  check_data(kernel, "dy", dy);
+  check_index_tensor(kernel, "indices", indices);
+  check_data(kernel, "ddata", ddata);
+  check_same_dtype(kernel, "ddata", ddata, "dy", dy);
+  check_shape(kernel, "dy", dy, gather_shape(kernel, ddata, indices, axis));
+  if (ddata.dtype == DType::Bool)
+    fail(kernel, "needs a numeric tensor (f32, f16, bf16, i64, i32), got bool");
+  const int64_t extent = ddata.shape.dims[axis];
+  const int64_t count = indices.numel();
+  std::vector<int64_t> index = normalized_indices(kernel, indices, axis, extent);
+  if (ddata.numel() == 0)
+    return;
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d)
+    outer *= ddata.shape.dims[d];
+  for (int d = axis + 1; d < ddata.shape.rank; ++d)
+    inner *= ddata.shape.dims[d];
+  // The positions j of every target v, in index order (a stable counting
+  // sort): each output row is then summed by one thread, in index order,
+  // whatever the thread count, instead of threads racing on repeated rows.
+  std::vector<int64_t> first(static_cast<size_t>(extent) + 1, 0), order(static_cast<size_t>(count));
+  for (int64_t j = 0; j < count; ++j)
+    ++first[index[j] + 1];
+  for (int64_t v = 0; v < extent; ++v)
+    first[v + 1] += first[v];
+  {
+    std::vector<int64_t> next(first.begin(), first.end() - 1);
+    for (int64_t j = 0; j < count; ++j)
+      order[next[index[j]]++] = j;
+  }
+  const int64_t rows = outer * extent;
+  const int64_t work_per_row = inner * (1 + count / std::max<int64_t>(extent, 1));
+  dispatch_numeric(kernel, ddata.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *in = dy.as<T>();
+    T *out = ddata.as<T>();
+    parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / work_per_row),
+                 [&](int64_t begin, int64_t end) {
+                   int64_t o = begin / extent, v = begin % extent;
+                   float *acc = nullptr;
+                   if constexpr (!std::is_same_v<T, float> && !std::is_integral_v<T>)
+                     acc = scratch_floats(static_cast<size_t>(inner));
+                   for (int64_t row = begin; row < end; ++row) {
+                     T *dst = out + row * inner;
+                     const T *src = in + o * count * inner;
+                     const int64_t *js = order.data() + first[v];
+                     const int64_t *js_end = order.data() + first[v + 1];
+                     if constexpr (std::is_same_v<T, float>) {
+                       std::fill(dst, dst + inner, 0.0f);
+                       for (const int64_t *j = js; j < js_end; ++j) {
+                         const float *g = src + *j * inner;
+#pragma omp simd
+                         for (int64_t i = 0; i < inner; ++i)
+                           dst[i] += g[i];
+                       }
+                     } else if constexpr (std::is_integral_v<T>) {
+                       using U = std::make_unsigned_t<T>;  // sums wrap
+                       std::fill(dst, dst + inner, T(0));
+                       for (const int64_t *j = js; j < js_end; ++j) {
+                         const T *g = src + *j * inner;
+                         for (int64_t i = 0; i < inner; ++i)
+                           dst[i] = static_cast<T>(static_cast<U>(dst[i]) + static_cast<U>(g[i]));
+                       }
+                     } else {
+                       // f16 / bf16: sum in f32, round once.
+                       std::fill(acc, acc + inner, 0.0f);
+                       for (const int64_t *j = js; j < js_end; ++j) {
+                         const T *g = src + *j * inner;
+                         for (int64_t i = 0; i < inner; ++i)
+                           acc[i] += Elem<T>::load(g[i]);
+                       }
+                       for (int64_t i = 0; i < inner; ++i)
+                         dst[i] = Elem<T>::store(acc[i]);
+                     }
+                     if (++v == extent) {
+                       v = 0;
+                       ++o;
+                     }
+                   }
+                 });
+  });
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,6 +1,7 @@
-// Softmax, log-softmax, layer norm and batch norm. Statistics are computed in
-// f32 (batch norm's per-channel sums in f64, as they run over N * spatial
-// elements); softmax subtracts the row maximum before exponentiating.
+// Softmax, log-softmax, layer norm and batch norm, and their gradients.
+// Statistics are computed in f32 (batch norm's per-channel sums in f64, as
+// they run over N * spatial elements); softmax subtracts the row maximum
+// before exponentiating.
 #include "internal.h"
 
 #include <limits>
@@ -250,12 +251,14 @@ struct Channels {
   int64_t n = 0, c = 0, spatial = 1;
 };
 
-Channels check_channels(const char *kernel, const Tensor &x, const Tensor &y) {
+// x is [N, C, ...] and y (named y_name) has its type and shape.
+Channels check_channels(const char *kernel, const Tensor &x, const Tensor &y,
+                        const char *y_name = "y") {
   check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
+  check_data(kernel, y_name, y);
   check_float(kernel, "x", x);
-  check_same_dtype(kernel, "x", x, "y", y);
-  check_shape(kernel, "y", y, x.shape);
+  check_same_dtype(kernel, "x", x, y_name, y);
+  check_shape(kernel, y_name, y, x.shape);
   if (x.shape.rank < 2)
     fail(kernel, "x must be [N, C, ...], got " + x.shape.str());
   Channels ch;
@@ -381,6 +384,369 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
   store_floats(kernel, "running_var_out", running_var_out, rv_out.data());
   std::memcpy(saved_mean.data, mu.data(), mu.size() * sizeof(float));
   std::memcpy(saved_inv_std.data, inv.data(), inv.size() * sizeof(float));
+}
+
+//===----------------------------------------------------------------------===//
+// softmax_grad, log_softmax_grad
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// Gradient of one contiguous f32 row: softmax dx = y (dy - sum(dy y)),
+// log-softmax dx = dy - exp(y) sum(dy).
+inline void softmax_grad_row(const float *y, const float *dy, float *dx, int64_t n, bool log) {
+  float sum = 0.0f;
+  if (log) {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i)
+      sum += dy[i];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      dx[i] = dy[i] - fast_exp(y[i]) * sum;
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i)
+      sum += dy[i] * y[i];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      dx[i] = y[i] * (dy[i] - sum);
+  }
+}
+
+// Over axis 1 of [outer, n, inner], like softmax_typed.
+template <typename T>
+void softmax_grad_typed(const Stream &s, const T *y, const T *dy, T *dx, int64_t outer, int64_t n,
+                        int64_t inner, bool log) {
+  if (inner == 1) {
+    parallel_for(s, outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t r = begin; r < end; ++r) {
+                     if constexpr (std::is_same_v<T, float>) {
+                       softmax_grad_row(y + r * n, dy + r * n, dx + r * n, n, log);
+                     } else {
+                       float *yr = scratch_floats(static_cast<size_t>(n), 0);
+                       float *gr = scratch_floats(static_cast<size_t>(n), 1);
+                       for (int64_t i = 0; i < n; ++i) {
+                         yr[i] = Elem<T>::load(y[r * n + i]);
+                         gr[i] = Elem<T>::load(dy[r * n + i]);
+                       }
+                       softmax_grad_row(yr, gr, gr, n, log);
+                       for (int64_t i = 0; i < n; ++i)
+                         dx[r * n + i] = Elem<T>::store(gr[i]);
+                     }
+                   }
+                 });
+    return;
+  }
+  // Strided axis: per-column sums over a chunk of `inner`, as in softmax.
+  constexpr int64_t kChunk = 256;
+  const int64_t chunks = (inner + kChunk - 1) / kChunk;
+  parallel_for(s, outer * chunks, std::max<int64_t>(1, 8192 / (n * std::min(inner, kChunk))),
+               [&](int64_t begin, int64_t end) {
+                 float sum[kChunk];
+                 for (int64_t t = begin; t < end; ++t) {
+                   int64_t o = t / chunks, j0 = (t % chunks) * kChunk;
+                   int64_t w = std::min(kChunk, inner - j0);
+                   const int64_t base = o * n * inner + j0;
+                   for (int64_t j = 0; j < w; ++j)
+                     sum[j] = 0.0f;
+                   for (int64_t c = 0; c < n; ++c)
+                     for (int64_t j = 0; j < w; ++j) {
+                       const int64_t i = base + c * inner + j;
+                       sum[j] += log ? to_float(dy[i]) : to_float(dy[i]) * to_float(y[i]);
+                     }
+                   for (int64_t c = 0; c < n; ++c)
+                     for (int64_t j = 0; j < w; ++j) {
+                       const int64_t i = base + c * inner + j;
+                       const float yv = to_float(y[i]), g = to_float(dy[i]);
+                       dx[i] = from_float<T>(log ? g - fast_exp(yv) * sum[j] : yv * (g - sum[j]));
+                     }
+                 }
+               });
+}
+
+void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const Tensor &dy,
+                         const Tensor &dx, int axis, bool log) {
+  check_data(kernel, "y", y);
+  check_data(kernel, "dy", dy);
+  check_data(kernel, "dx", dx);
+  check_float(kernel, "y", y);
+  check_same_dtype(kernel, "y", y, "dy", dy);
+  check_same_dtype(kernel, "y", y, "dx", dx);
+  check_shape(kernel, "dy", dy, y.shape);
+  check_shape(kernel, "dx", dx, y.shape);
+  check_axis(kernel, axis, y.shape.rank);
+  int64_t outer = 1, inner = 1, n = y.shape.dims[axis];
+  for (int d = 0; d < axis; ++d)
+    outer *= y.shape.dims[d];
+  for (int d = axis + 1; d < y.shape.rank; ++d)
+    inner *= y.shape.dims[d];
+  if (y.numel() == 0)
+    return;
+  dispatch_float(kernel, y.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax_grad_typed<T>(s, y.as<T>(), dy.as<T>(), dx.as<T>(), outer, n, inner, log);
+  });
+}
+
+}  // namespace
+
+void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis) {
+  softmax_grad_common("softmax_grad", s, y, dy, dx, axis, /*log=*/false);
+}
+
+void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis) {
+  softmax_grad_common("log_softmax_grad", s, y, dy, dx, axis, /*log=*/true);
+}
+
+//===----------------------------------------------------------------------===//
+// layer_norm_grad
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// Sums a gradient over the normalized shape (f64, one value per normalized
+// element) into `out`, a parameter shape that broadcasts to it.
+void reduce_to_param(const char *kernel, const char *name, const Tensor &out,
+                     const Shape &normalized, const std::vector<double> &full) {
+  BroadcastPlan plan;
+  if (out.shape.rank > normalized.rank || !plan_broadcast(normalized, &out.shape, 1, plan))
+    fail(kernel, std::string(name) + " " + out.shape.str() +
+                     " does not broadcast to the normalized shape " + normalized.str());
+  std::vector<double> acc(static_cast<size_t>(out.numel()), 0.0);
+  if (!full.empty()) {
+    const int64_t stride = plan.strides[0][plan.rank - 1];
+    for_each_row(plan, 0, normalized.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
+      for (int64_t i = 0; i < n; ++i)
+        acc[off[0] + i * stride] += full[o + i];
+    });
+  }
+  std::vector<float> values(acc.begin(), acc.end());
+  store_floats(kernel, name, out, values.data());
+}
+
+// One row of layer_norm_grad in f32: writes dx and adds the row's terms of
+// dscale and dbias (per normalized element) to acc_g and acc_b.
+//
+// The saved mean mu is the f32 rounding of the row mean, and the forward
+// normalized with the mean to f64 precision (mu + mu_lo). Using mu alone
+// would shift every xhat by up to half an ulp of the mean over the standard
+// deviation, which matters when the mean is large against the spread;
+// mu_lo = mean(x - mu) is recovered in the same pass as the row sums (x - mu
+// is small, so f32 suffices). With dxhat = dy g and xhat = (x - mu - mu_lo) inv:
+//   dx = inv (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
+//   sum(dxhat xhat) = inv (sum(dxhat (x - mu)) - mu_lo sum(dxhat)).
+inline void layer_norm_grad_row(const float *x, const float *dy, const float *g, float *dx,
+                                float *acc_g, float *acc_b, int64_t n, float mu, float inv) {
+  const float inv_n = 1.0f / static_cast<float>(n);
+  float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
+#pragma omp simd reduction(+ : s0, a, b0)
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = x[i] - mu, dxh = dy[i] * g[i];
+    s0 += d;
+    a += dxh;
+    b0 += dxh * d;
+  }
+  const float mu_lo = s0 * inv_n;
+  const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float xh = ((x[i] - mu) - mu_lo) * inv, grad = dy[i];
+    acc_g[i] += grad * xh;
+    acc_b[i] += grad;
+    dx[i] = inv * (grad * g[i] - mean_a - xh * mean_b);
+  }
+}
+
+}  // namespace
+
+void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                     const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
+                     const Tensor &dscale, const Tensor *dbias, int axis) {
+  const char *kernel = "layer_norm_grad";
+  check_data(kernel, "x", x);
+  check_data(kernel, "dy", dy);
+  check_data(kernel, "dx", dx);
+  check_float(kernel, "x", x);
+  check_same_dtype(kernel, "x", x, "dy", dy);
+  check_same_dtype(kernel, "x", x, "dx", dx);
+  check_shape(kernel, "dy", dy, x.shape);
+  check_shape(kernel, "dx", dx, x.shape);
+  check_axis(kernel, axis, x.shape.rank);
+  Shape stat_shape = x.shape;
+  for (int d = axis; d < x.shape.rank; ++d)
+    stat_shape.dims[d] = 1;
+  check_data(kernel, "mean", mean);
+  check_data(kernel, "inv_std_dev", inv_std_dev);
+  check_dtype(kernel, "mean", mean, DType::F32);
+  check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
+  check_shape(kernel, "mean", mean, stat_shape);
+  check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
+  std::vector<float> g = expand_param(kernel, "scale", scale, x, axis);
+  check_data(kernel, "dscale", dscale);
+  check_same_dtype(kernel, "scale", scale, "dscale", dscale);
+  check_shape(kernel, "dscale", dscale, scale.shape);
+  const Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
+  if (dbias) {
+    check_data(kernel, "dbias", *dbias);
+    check_same_dtype(kernel, "x", x, "dbias", *dbias);
+    BroadcastPlan plan;
+    if (dbias->shape.rank > normalized.rank || !plan_broadcast(normalized, &dbias->shape, 1, plan))
+      fail(kernel, "dbias " + dbias->shape.str() + " does not broadcast to the normalized shape " +
+                       normalized.str());
+  }
+  const int64_t rows = stat_shape.numel(), n = static_cast<int64_t>(g.size());
+  // dscale and dbias sum over the rows. Each block of rows keeps its own
+  // partial sums, and the blocks are added in order afterwards: the block
+  // size depends on the shape only, so the result is the same for every
+  // thread count. At most 64 blocks, and fewer when their partial sums would
+  // pass 2^22 values per parameter.
+  int64_t blocks = 0, block_rows = 0;
+  if (rows > 0 && n > 0) {
+    blocks = std::min<int64_t>({rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
+    block_rows = (rows + blocks - 1) / blocks;
+    blocks = (rows + block_rows - 1) / block_rows;
+  }
+  // The calling thread's scratch (slot 3; the row scratch uses 0-2), reused
+  // across calls: a fresh vector this size would page-fault every call.
+  float *part_g = scratch_floats(static_cast<size_t>(2 * blocks * n), 3);
+  float *part_b = part_g + blocks * n;
+  const float *mean_in = mean.as<float>(), *inv_in = inv_std_dev.as<float>();
+  const float *pg = g.data();
+  if (blocks > 0) {
+    dispatch_float(kernel, x.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *px = x.as<T>(), *pdy = dy.as<T>();
+      T *pdx = dx.as<T>();
+      parallel_for(
+          s, blocks, std::max<int64_t>(1, 8192 / (block_rows * n)), [&](int64_t b0, int64_t b1) {
+            for (int64_t blk = b0; blk < b1; ++blk) {
+              float *acc_g = part_g + blk * n, *acc_b = part_b + blk * n;
+              std::fill(acc_g, acc_g + n, 0.0f);
+              std::fill(acc_b, acc_b + n, 0.0f);
+              for (int64_t r = blk * block_rows, r_end = std::min(rows, r + block_rows); r < r_end;
+                   ++r) {
+                const float *in, *grad;
+                float *out;
+                if constexpr (std::is_same_v<T, float>) {
+                  in = px + r * n;
+                  grad = pdy + r * n;
+                  out = pdx + r * n;
+                } else {
+                  float *xr = scratch_floats(static_cast<size_t>(n), 0);
+                  float *gr = scratch_floats(static_cast<size_t>(n), 1);
+                  for (int64_t i = 0; i < n; ++i) {
+                    xr[i] = Elem<T>::load(px[r * n + i]);
+                    gr[i] = Elem<T>::load(pdy[r * n + i]);
+                  }
+                  in = xr;
+                  grad = gr;
+                  out = scratch_floats(static_cast<size_t>(n), 2);
+                }
+                layer_norm_grad_row(in, grad, pg, out, acc_g, acc_b, n, mean_in[r], inv_in[r]);
+                if constexpr (!std::is_same_v<T, float>)
+                  for (int64_t i = 0; i < n; ++i)
+                    pdx[r * n + i] = Elem<T>::store(out[i]);
+              }
+            }
+          });
+    });
+  }
+  std::vector<double> sum_g(static_cast<size_t>(n), 0.0), sum_b(static_cast<size_t>(n), 0.0);
+  for (int64_t blk = 0; blk < blocks; ++blk)
+    for (int64_t i = 0; i < n; ++i) {
+      sum_g[i] += part_g[blk * n + i];
+      sum_b[i] += part_b[blk * n + i];
+    }
+  reduce_to_param(kernel, "dscale", dscale, normalized, sum_g);
+  if (dbias)
+    reduce_to_param(kernel, "dbias", *dbias, normalized, sum_b);
+}
+
+//===----------------------------------------------------------------------===//
+// batch_norm_grad
+//===----------------------------------------------------------------------===//
+
+void batch_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                     const Tensor &saved_mean, const Tensor &saved_inv_std, const Tensor &dx,
+                     const Tensor &dscale, const Tensor &dbias) {
+  const char *kernel = "batch_norm_grad";
+  Channels ch = check_channels(kernel, x, dx, "dx");
+  check_data(kernel, "dy", dy);
+  check_same_dtype(kernel, "x", x, "dy", dy);
+  check_shape(kernel, "dy", dy, x.shape);
+  check_per_channel(kernel, "scale", scale, ch.c);
+  check_per_channel(kernel, "saved_mean", saved_mean, ch.c);
+  check_per_channel(kernel, "saved_inv_std", saved_inv_std, ch.c);
+  check_dtype(kernel, "saved_mean", saved_mean, DType::F32);
+  check_dtype(kernel, "saved_inv_std", saved_inv_std, DType::F32);
+  check_per_channel(kernel, "dscale", dscale, ch.c);
+  check_per_channel(kernel, "dbias", dbias, ch.c);
+  const int64_t count = ch.n * ch.spatial;
+  std::vector<float> g = float_values(kernel, "scale", scale);
+  const float *mu = saved_mean.as<float>(), *inv = saved_inv_std.as<float>();
+  // Per channel, in f64 like the forward's statistics: sum(dy) (dbias) and
+  // sum(dy * xhat) (dscale).
+  std::vector<double> sum_dy(static_cast<size_t>(ch.c), 0.0), sum_dy_xhat(sum_dy.size(), 0.0);
+  if (count > 0) {
+    dispatch_float(kernel, x.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *px = x.as<T>(), *pdy = dy.as<T>();
+      parallel_for(s, ch.c, std::max<int64_t>(1, kGrainElementwise / count),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t c = begin; c < end; ++c) {
+                       const float m = mu[c], k = inv[c];
+                       double sd = 0.0, sdx = 0.0;
+                       for (int64_t b = 0; b < ch.n; ++b) {
+                         const int64_t off = (b * ch.c + c) * ch.spatial;
+                         // Vector partial sums: a fixed order, whatever the
+                         // thread count.
+#pragma omp simd reduction(+ : sd, sdx)
+                         for (int64_t i = 0; i < ch.spatial; ++i) {
+                           const double gv = to_float(pdy[off + i]);
+                           sd += gv;
+                           sdx += gv * static_cast<double>((to_float(px[off + i]) - m) * k);
+                         }
+                       }
+                       sum_dy[c] = sd;
+                       sum_dy_xhat[c] = sdx;
+                     }
+                   });
+    });
+  }
+  // dx = scale * inv * (dy - mean(dy) - xhat * mean(dy * xhat)).
+  std::vector<float> a(ch.c), mean_dy(ch.c), mean_dy_xhat(ch.c), ds(ch.c), db(ch.c);
+  for (int64_t c = 0; c < ch.c; ++c) {
+    a[c] = g[c] * inv[c];
+    mean_dy[c] = count > 0 ? static_cast<float>(sum_dy[c] / static_cast<double>(count)) : 0.0f;
+    mean_dy_xhat[c] =
+        count > 0 ? static_cast<float>(sum_dy_xhat[c] / static_cast<double>(count)) : 0.0f;
+    ds[c] = static_cast<float>(sum_dy_xhat[c]);
+    db[c] = static_cast<float>(sum_dy[c]);
+  }
+  if (count > 0) {
+    dispatch_float(kernel, x.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *px = x.as<T>(), *pdy = dy.as<T>();
+      T *pdx = dx.as<T>();
+      parallel_for(s, ch.n * ch.c, std::max<int64_t>(1, kGrainElementwise / ch.spatial),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t p = begin; p < end; ++p) {
+                       const int64_t c = p % ch.c;
+                       const float m = mu[c], k = inv[c], scale_c = a[c], m1 = mean_dy[c],
+                                   m2 = mean_dy_xhat[c];
+                       const int64_t off = p * ch.spatial;
+                       for (int64_t i = 0; i < ch.spatial; ++i) {
+                         const float xh = (to_float(px[off + i]) - m) * k;
+                         const float grad = to_float(pdy[off + i]);
+                         pdx[off + i] = from_float<T>(scale_c * (grad - m1 - xh * m2));
+                       }
+                     }
+                   });
+    });
+  }
+  store_floats(kernel, "dscale", dscale, ds.data());
+  store_floats(kernel, "dbias", dbias, db.data());
 }
 
 }  // namespace dsrt

@@ -1,7 +1,12 @@
-// Optimizer updates of one tensor, ONNX ai.onnx.preview.training semantics
-// (Adam, Momentum, Adagrad). The scalar learning-rate adjustments are
-// computed in f64, the elementwise updates in f32.
+// Optimizer updates of one tensor: ONNX ai.onnx.preview.training semantics
+// (adam, momentum, adagrad) and torch.optim's (adamw, sgd; lion after its
+// paper), and the squared gradient norm. The scalar learning-rate
+// adjustments are computed in f64, the elementwise updates in f32. Every
+// update reads all inputs of an element before writing its outputs, so the
+// outputs may be the inputs (in place).
 #include "internal.h"
+
+#include <utility>
 
 namespace dsrt {
 
@@ -14,17 +19,20 @@ struct Scalars {
   int64_t step = 0;
 };
 
-Scalars check_optimizer(const char *kernel, const Tensor &lr, const Tensor &step,
+// step may be null (an optimizer without a step count).
+Scalars check_optimizer(const char *kernel, const Tensor &lr, const Tensor *step,
                         const Tensor &param, const Tensor *const *states, const char *const *names,
                         int count) {
   check_data(kernel, "lr", lr);
-  check_data(kernel, "step", step);
   check_float(kernel, "lr", lr);
-  check_dtype(kernel, "step", step, DType::I64);
   if (lr.numel() != 1 || lr.shape.rank > 1)
     fail(kernel, "lr must be a scalar, got " + lr.shape.str());
-  if (step.numel() != 1 || step.shape.rank > 1)
-    fail(kernel, "step must be a scalar, got " + step.shape.str());
+  if (step) {
+    check_data(kernel, "step", *step);
+    check_dtype(kernel, "step", *step, DType::I64);
+    if (step->numel() != 1 || step->shape.rank > 1)
+      fail(kernel, "step must be a scalar, got " + step->shape.str());
+  }
   check_data(kernel, "param", param);
   check_float(kernel, "param", param);
   for (int i = 0; i < count; ++i) {
@@ -34,24 +42,40 @@ Scalars check_optimizer(const char *kernel, const Tensor &lr, const Tensor &step
   }
   Scalars sc;
   sc.lr = float_values(kernel, "lr", lr)[0];
-  sc.step = step.as<int64_t>()[0];
+  sc.step = step ? step->as<int64_t>()[0] : 0;
   return sc;
 }
 
-// Runs f(i, loaded inputs..., outputs...) over every element in f32.
+// Elements [begin, end) of an update: f(in_0[i], ..., out_0[i], ...), inputs
+// by value and outputs by reference. The operand pointers are indexed by
+// compile-time constants only, so the loop vectorizes with plain loads and
+// stores. `omp simd` is sound although an output may be an input (in place):
+// element i of the outputs depends only on element i of the inputs.
+template <typename T, typename F, size_t In, size_t Out, size_t... I, size_t... O>
+void update_range(F &f, const T *const (&ip)[In], T *const (&op)[Out], int64_t begin,
+                  int64_t end, std::index_sequence<I...>, std::index_sequence<O...>) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    float out[Out];
+    f(Elem<T>::load(ip[I][i])..., out[O]...);
+    ((op[O][i] = Elem<T>::store(out[O])), ...);
+  }
+}
+
+// Runs f(inputs..., outputs...) over every element in f32.
 template <typename T, int In, int Out, typename F>
 void update(const Stream &s, const Tensor *const (&inputs)[In], const Tensor *const (&outputs)[Out],
             F f) {
   const int64_t n = inputs[0]->numel();
   parallel_for(s, n, kGrainElementwise, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      float in[In], out[Out];
-      for (int k = 0; k < In; ++k)
-        in[k] = Elem<T>::load(inputs[k]->template as<T>()[i]);
-      f(in, out);
-      for (int k = 0; k < Out; ++k)
-        outputs[k]->template as<T>()[i] = Elem<T>::store(out[k]);
-    }
+    const T *ip[In];
+    T *op[Out];
+    for (int k = 0; k < In; ++k)
+      ip[k] = inputs[k]->template as<T>();
+    for (int k = 0; k < Out; ++k)
+      op[k] = outputs[k]->template as<T>();
+    update_range<T>(f, ip, op, begin, end, std::make_index_sequence<In>(),
+                    std::make_index_sequence<Out>());
   });
 }
 
@@ -65,7 +89,7 @@ void adam(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param, 
   const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
   const char *names[] = {"grad", "first_moment", "second_moment", "param_out",
                          "first_moment_out", "second_moment_out"};
-  Scalars sc = check_optimizer(kernel, lr, step, param, states, names, 6);
+  Scalars sc = check_optimizer(kernel, lr, &step, param, states, names, 6);
   // r' = lr * sqrt(1 - beta^t) / (1 - alpha^t) for t > 0 (bias correction).
   double r = sc.lr;
   if (sc.step > 0) {
@@ -78,16 +102,17 @@ void adam(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param, 
     using T = typename decltype(tag)::type;
     const Tensor *const inputs[4] = {&param, &grad, &m, &v};
     const Tensor *const outputs[3] = {&param_out, &m_out, &v_out};
-    update<T>(s, inputs, outputs, [=](const float *in, float *out) {
-      const float x = in[0];
-      const float g = in[1] + norm_coefficient * x;
-      const float v1 = alpha * in[2] + (1.0f - alpha) * g;
-      const float h1 = beta * in[3] + (1.0f - beta) * g * g;
-      const float x1 = x - rate * (v1 / (std::sqrt(h1) + epsilon));
-      out[0] = (1.0f - norm_coefficient_post) * x1;
-      out[1] = v1;
-      out[2] = h1;
-    });
+    update<T>(s, inputs, outputs,
+              [=](float x, float grad_in, float v0, float h0, float &x_new, float &v_new,
+                  float &h_new) {
+                const float g = grad_in + norm_coefficient * x;
+                const float v1 = alpha * v0 + (1.0f - alpha) * g;
+                const float h1 = beta * h0 + (1.0f - beta) * g * g;
+                const float x1 = x - rate * (v1 / (std::sqrt(h1) + epsilon));
+                x_new = (1.0f - norm_coefficient_post) * x1;
+                v_new = v1;
+                h_new = h1;
+              });
   });
 }
 
@@ -98,7 +123,7 @@ void momentum(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &par
   const char *kernel = "momentum";
   const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
   const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
-  Scalars sc = check_optimizer(kernel, lr, step, param, states, names, 4);
+  Scalars sc = check_optimizer(kernel, lr, &step, param, states, names, 4);
   const float rate = static_cast<float>(sc.lr);
   // The gradient's coefficient is 1 on the first step.
   const float beta_t = sc.step > 0 ? beta : 1.0f;
@@ -107,13 +132,13 @@ void momentum(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &par
     using T = typename decltype(tag)::type;
     const Tensor *const inputs[3] = {&param, &grad, &velocity};
     const Tensor *const outputs[2] = {&param_out, &velocity_out};
-    update<T>(s, inputs, outputs, [=](const float *in, float *out) {
-      const float x = in[0];
-      const float g = in[1] + norm_coefficient * x;
-      const float v1 = alpha * in[2] + beta_t * g;
-      out[0] = nesterov ? x - rate * (g + alpha * v1) : x - rate * v1;
-      out[1] = v1;
-    });
+    update<T>(s, inputs, outputs,
+              [=](float x, float grad_in, float v, float &x_new, float &v_new) {
+                const float g = grad_in + norm_coefficient * x;
+                const float v1 = alpha * v + beta_t * g;
+                x_new = nesterov ? x - rate * (g + alpha * v1) : x - rate * v1;
+                v_new = v1;
+              });
   });
 }
 
@@ -124,7 +149,7 @@ void adagrad(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &para
   const char *kernel = "adagrad";
   const Tensor *states[] = {&grad, &accumulator, &param_out, &accumulator_out};
   const char *names[] = {"grad", "accumulator", "param_out", "accumulator_out"};
-  Scalars sc = check_optimizer(kernel, lr, step, param, states, names, 4);
+  Scalars sc = check_optimizer(kernel, lr, &step, param, states, names, 4);
   // r = lr / (1 + t * decay_factor)
   const float rate = static_cast<float>(
       sc.lr / (1.0 + static_cast<double>(sc.step) * static_cast<double>(decay_factor)));
@@ -132,14 +157,203 @@ void adagrad(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &para
     using T = typename decltype(tag)::type;
     const Tensor *const inputs[3] = {&param, &grad, &accumulator};
     const Tensor *const outputs[2] = {&param_out, &accumulator_out};
-    update<T>(s, inputs, outputs, [=](const float *in, float *out) {
-      const float x = in[0];
-      const float g = in[1] + norm_coefficient * x;
-      const float h1 = in[2] + g * g;
-      out[0] = x - rate * g / (std::sqrt(h1) + epsilon);
-      out[1] = h1;
+    update<T>(s, inputs, outputs, [=](float x, float grad_in, float h, float &x_new, float &h_new) {
+      const float g = grad_in + norm_coefficient * x;
+      const float h1 = h + g * g;
+      x_new = x - rate * g / (std::sqrt(h1) + epsilon);
+      h_new = h1;
     });
   });
+}
+
+//===----------------------------------------------------------------------===//
+// torch.optim steps
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// torch.optim counts steps from 1; the bias corrections divide by zero at 0.
+void check_step(const char *kernel, int64_t step) {
+  if (step < 1)
+    fail(kernel, "step " + std::to_string(step) + " is not a step count (the first update is 1)");
+}
+
+struct SgdUpdate {
+  float rate, momentum, one_minus_dampening, weight_decay;
+};
+
+// One element of torch.optim.SGD. The modes are template parameters so that
+// each loop is branch-free and vectorizes.
+template <bool Momentum, bool First, bool Nesterov> struct SgdStep {
+  SgdUpdate u;
+  void operator()(float p, float grad_in, float v, float &p_new, float &v_new) const {
+    const float g = grad_in + u.weight_decay * p;
+    if constexpr (!Momentum) {
+      p_new = p - u.rate * g;
+      v_new = v;  // without momentum the velocity passes through
+    } else {
+      const float buf = First ? g : u.momentum * v + u.one_minus_dampening * g;
+      const float d = Nesterov ? g + u.momentum * buf : buf;
+      p_new = p - u.rate * d;
+      v_new = buf;
+    }
+  }
+};
+
+}  // namespace
+
+void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
+           const Tensor &grad, const Tensor &m, const Tensor &v, const Tensor &param_out,
+           const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
+           float weight_decay, bool decoupled) {
+  const char *kernel = "adamw";
+  const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
+  const char *names[] = {"grad", "m", "v", "param_out", "m_out", "v_out"};
+  Scalars sc = check_optimizer(kernel, lr, &step, param, states, names, 6);
+  check_step(kernel, sc.step);
+  // The scalars as torch.optim.Adam(W) computes them (in double), each
+  // rounded once to f32 where the tensor arithmetic uses it.
+  const double t = static_cast<double>(sc.step);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), t);
+  const float step_size = static_cast<float>(sc.lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = decoupled ? static_cast<float>(1.0 - sc.lr * weight_decay) : 1.0f;
+  const float l2 = decoupled ? 0.0f : weight_decay;
+  const float b1 = beta1, b2 = beta2;
+  const float c1 = static_cast<float>(1.0 - beta1), c2 = static_cast<float>(1.0 - beta2);
+  dispatch_float(kernel, param.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const Tensor *const inputs[4] = {&param, &grad, &m, &v};
+    const Tensor *const outputs[3] = {&param_out, &m_out, &v_out};
+    update<T>(s, inputs, outputs,
+              [=](float p, float grad_in, float m0, float v0, float &p_new, float &m_new,
+                  float &v_new) {
+                const float g = grad_in + l2 * p;
+                const float m1 = b1 * m0 + c1 * g;
+                const float v1 = b2 * v0 + c2 * g * g;
+                const float denom = std::sqrt(v1) / bc2_sqrt + epsilon;
+                p_new = p * decay - step_size * (m1 / denom);
+                m_new = m1;
+                v_new = v1;
+              });
+  });
+}
+
+void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
+         const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
+         const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
+         bool nesterov) {
+  const char *kernel = "sgd";
+  const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
+  const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
+  Scalars sc = check_optimizer(kernel, lr, &step, param, states, names, 4);
+  check_step(kernel, sc.step);
+  if (nesterov && (momentum <= 0.0f || dampening != 0.0f))
+    fail(kernel, "nesterov needs a positive momentum and zero dampening (as torch.optim.SGD), "
+                 "got momentum " + std::to_string(momentum) + ", dampening " +
+                     std::to_string(dampening));
+  const SgdUpdate u{static_cast<float>(sc.lr), momentum, static_cast<float>(1.0 - dampening),
+                    weight_decay};
+  const bool first = sc.step == 1;
+  dispatch_float(kernel, param.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const Tensor *const inputs[3] = {&param, &grad, &velocity};
+    const Tensor *const outputs[2] = {&param_out, &velocity_out};
+    if (momentum == 0.0f)
+      update<T>(s, inputs, outputs, SgdStep<false, false, false>{u});
+    else if (first)
+      nesterov ? update<T>(s, inputs, outputs, SgdStep<true, true, true>{u})
+               : update<T>(s, inputs, outputs, SgdStep<true, true, false>{u});
+    else
+      nesterov ? update<T>(s, inputs, outputs, SgdStep<true, false, true>{u})
+               : update<T>(s, inputs, outputs, SgdStep<true, false, false>{u});
+  });
+}
+
+void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
+          const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
+          float weight_decay) {
+  const char *kernel = "lion";
+  const Tensor *states[] = {&grad, &m, &param_out, &m_out};
+  const char *names[] = {"grad", "m", "param_out", "m_out"};
+  Scalars sc = check_optimizer(kernel, lr, nullptr, param, states, names, 4);
+  const float rate = static_cast<float>(sc.lr);
+  const float decay = static_cast<float>(1.0 - sc.lr * weight_decay);
+  const float b1 = beta1, b2 = beta2;
+  const float c1 = static_cast<float>(1.0 - beta1), c2 = static_cast<float>(1.0 - beta2);
+  dispatch_float(kernel, param.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const Tensor *const inputs[3] = {&param, &grad, &m};
+    const Tensor *const outputs[2] = {&param_out, &m_out};
+    update<T>(s, inputs, outputs, [=](float p, float g, float m0, float &p_new, float &m_new) {
+      const float c = b1 * m0 + c1 * g;
+      // sign(c) as torch.sign: 0 for 0, NaN for NaN.
+      const float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c);
+      p_new = p * decay - rate * sign;
+      m_new = b2 * m0 + c2 * g;
+    });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// sum_of_squares
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+template <typename T> double sum_squares(const T *p, int64_t n) {
+  double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = Elem<T>::load(p[i]);
+    acc += v * v;  // exact: a 24-bit significand squared fits in 53 bits
+  }
+  return acc;
+}
+
+}  // namespace
+
+void sum_of_squares(Stream &s, const Tensor *tensors, int num_tensors, const Tensor &out) {
+  const char *kernel = "sum_of_squares";
+  check_data(kernel, "out", out);
+  check_dtype(kernel, "out", out, DType::F32);
+  if (out.numel() != 1 || out.shape.rank > 1)
+    fail(kernel, "out must be a scalar, got " + out.shape.str());
+  if (num_tensors < 0 || (num_tensors > 0 && tensors == nullptr))
+    fail(kernel, "needs a list of tensors, got " + std::to_string(num_tensors));
+  // Fixed-size blocks over all tensors, summed in f64 each and then in
+  // order: the same bits for every thread count.
+  constexpr int64_t kBlock = 1 << 16;
+  struct Block {
+    int tensor;
+    int64_t begin, end;
+  };
+  std::vector<Block> blocks;
+  for (int k = 0; k < num_tensors; ++k) {
+    const std::string name = "tensor " + std::to_string(k);
+    check_data(kernel, name.c_str(), tensors[k]);
+    check_float(kernel, name.c_str(), tensors[k]);
+    for (int64_t b = 0, n = tensors[k].numel(); b < n; b += kBlock)
+      blocks.push_back({k, b, std::min(n, b + kBlock)});
+  }
+  std::vector<double> partial(blocks.size(), 0.0);
+  parallel_for(s, static_cast<int64_t>(blocks.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Block &b = blocks[i];
+      const Tensor &t = tensors[b.tensor];
+      const int64_t n = b.end - b.begin;
+      switch (t.dtype) {  // float types only, checked above
+      case DType::F32: partial[i] = sum_squares(t.as<float>() + b.begin, n); break;
+      case DType::F16: partial[i] = sum_squares(t.as<half_t>() + b.begin, n); break;
+      default: partial[i] = sum_squares(t.as<bfloat_t>() + b.begin, n); break;
+      }
+    }
+  });
+  double total = 0.0;
+  for (double v : partial)
+    total += v;
+  out.as<float>()[0] = static_cast<float>(total);
 }
 
 }  // namespace dsrt

@@ -1,0 +1,184 @@
+// Properties of the backward kernels and optimizer steps that the PyTorch
+// cases do not show: updates in place give the same bits as out of place,
+// and results on inputs large enough to split do not depend on the thread
+// count (the cases only compare 1 and 2 threads, on small inputs).
+#include "dsrt/kernels.h"
+
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+namespace {
+
+using dsrt::DType;
+using dsrt::Shape;
+using dsrt::Stream;
+using dsrt::Tensor;
+using dsrt_test::Owned;
+
+Owned random(DType dtype, Shape shape, unsigned seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> values(static_cast<size_t>(shape.numel()));
+  for (double &v : values)
+    v = dist(rng);
+  return Owned::of(dtype, shape, values);
+}
+
+Owned random_indices(DType dtype, Shape shape, unsigned seed, int64_t lo, int64_t hi) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(lo, hi - 1);
+  std::vector<double> values(static_cast<size_t>(shape.numel()));
+  for (double &v : values)
+    v = static_cast<double>(dist(rng));
+  return Owned::of(dtype, shape, values);
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer steps in place
+//===----------------------------------------------------------------------===//
+
+class InPlace : public testing::TestWithParam<DType> {};
+
+// Runs `step(param_out, state_out...)` once into fresh outputs and once over
+// copies of the inputs, and compares the bytes.
+TEST_P(InPlace, OptimizerStepsMatchOutOfPlace) {
+  const DType dt = GetParam();
+  const Shape shape{37, 1500}; // above the parallel grain
+  Stream s(dsrt::Backend::Cpu, 2);
+  Owned lr = Owned::of(DType::F32, Shape{}, {1e-2});
+  Owned step = Owned::of(DType::I64, Shape{}, {3});
+  Owned p = random(dt, shape, 1), g = random(dt, shape, 2), m = random(dt, shape, 3, -0.1, 0.1),
+        v = random(dt, shape, 4, 0.0, 0.01);
+  for (bool decoupled : {true, false}) {
+    Owned po(dt, shape), mo(dt, shape), vo(dt, shape);
+    dsrt::adamw(s, lr, step, p, g, m, v, po, mo, vo, 0.9f, 0.999f, 1e-8f, 0.1f, decoupled);
+    Owned pi = p, mi = m, vi = v;
+    dsrt::adamw(s, lr, step, pi, g, mi, vi, pi, mi, vi, 0.9f, 0.999f, 1e-8f, 0.1f, decoupled);
+    EXPECT_EQ(pi.bytes(), po.bytes()) << "adamw decoupled=" << decoupled;
+    EXPECT_EQ(mi.bytes(), mo.bytes());
+    EXPECT_EQ(vi.bytes(), vo.bytes());
+    EXPECT_NE(po.bytes(), p.bytes());
+  }
+  for (float momentum : {0.0f, 0.9f}) {
+    for (bool nesterov : {false, true}) {
+      if (nesterov && momentum == 0.0f)
+        continue;
+      Owned po(dt, shape), vo(dt, shape);
+      dsrt::sgd(s, lr, step, p, g, m, po, vo, momentum, 0.0f, 0.01f, nesterov);
+      Owned pi = p, vi = m;
+      dsrt::sgd(s, lr, step, pi, g, vi, pi, vi, momentum, 0.0f, 0.01f, nesterov);
+      EXPECT_EQ(pi.bytes(), po.bytes()) << "sgd momentum=" << momentum << " nesterov=" << nesterov;
+      EXPECT_EQ(vi.bytes(), vo.bytes());
+    }
+  }
+  Owned po(dt, shape), mo(dt, shape);
+  dsrt::lion(s, lr, p, g, m, po, mo, 0.9f, 0.99f, 0.1f);
+  Owned pi = p, mi = m;
+  dsrt::lion(s, lr, pi, g, mi, pi, mi, 0.9f, 0.99f, 0.1f);
+  EXPECT_EQ(pi.bytes(), po.bytes()) << "lion";
+  EXPECT_EQ(mi.bytes(), mo.bytes());
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, InPlace, testing::Values(DType::F32, DType::BF16),
+                         [](const testing::TestParamInfo<DType> &info) {
+                           return std::string(dsrt::dtype_name(info.param));
+                         });
+
+//===----------------------------------------------------------------------===//
+// Thread-count independence
+//===----------------------------------------------------------------------===//
+
+// Runs `kernel(stream, outputs)` on 1 thread and on several other counts
+// (more than the machine has is fine) and requires identical output bytes.
+void expect_same_bits(const char *what, const std::vector<Owned *> &outputs,
+                      const std::function<void(Stream &)> &kernel) {
+  Stream one(dsrt::Backend::Cpu, 1);
+  kernel(one);
+  std::vector<std::vector<unsigned char>> reference;
+  for (Owned *o : outputs)
+    reference.push_back(o->bytes());
+  for (int threads : {2, 3, 4, 7}) {
+    Stream s(dsrt::Backend::Cpu, threads);
+    for (Owned *o : outputs)
+      std::memset(const_cast<void *>(o->t().data), 0xFF, o->bytes().size());
+    kernel(s);
+    for (size_t k = 0; k < outputs.size(); ++k)
+      EXPECT_TRUE(outputs[k]->bytes() == reference[k])
+          << what << ": output " << k << " differs between 1 and " << threads << " threads";
+  }
+}
+
+TEST(SameBits, GatherGradWithManyRepeatedIndices) {
+  // An embedding backward: 6000 tokens into 500 rows, negative ids too.
+  Owned idx = random_indices(DType::I64, Shape{6000}, 5, -500, 500);
+  Owned dy = random(DType::F32, Shape{6000, 64}, 6);
+  Owned dd(DType::F32, Shape{500, 64});
+  expect_same_bits("gather_grad axis 0", {&dd},
+                   [&](Stream &s) { dsrt::gather_grad(s, dy, idx, dd, 0); });
+  Owned idx1 = random_indices(DType::I32, Shape{40}, 7, 0, 9);
+  Owned dy1 = random(DType::BF16, Shape{300, 40, 30}, 8);
+  Owned dd1(DType::BF16, Shape{300, 9, 30});
+  expect_same_bits("gather_grad axis 1", {&dd1},
+                   [&](Stream &s) { dsrt::gather_grad(s, dy1, idx1, dd1, 1); });
+}
+
+TEST(SameBits, NormalizationGradients) {
+  Owned x = random(DType::F32, Shape{2000, 96}, 9, -2, 2),
+        dy = random(DType::F32, Shape{2000, 96}, 10);
+  Owned g = random(DType::F32, Shape{96}, 11, 0.5, 1.5), b = random(DType::F32, Shape{96}, 12);
+  Owned y(DType::F32, Shape{2000, 96}), mean(DType::F32, Shape{2000, 1}),
+      inv(DType::F32, Shape{2000, 1});
+  Stream s(dsrt::Backend::Cpu, 1);
+  dsrt::layer_norm(s, x, g, &b.t(), y, mean, inv, 1, 1e-5f);
+  Owned dx(DType::F32, Shape{2000, 96}), dg(DType::F32, Shape{96}), db(DType::F32, Shape{96});
+  expect_same_bits("layer_norm_grad", {&dx, &dg, &db}, [&](Stream &st) {
+    dsrt::layer_norm_grad(st, dy, x, g, mean, inv, dx, dg, &db.t(), 1);
+  });
+
+  const Shape bn{8, 6, 40, 40};
+  Owned bx = random(DType::F32, bn, 13), bdy = random(DType::F32, bn, 14);
+  Owned bg = random(DType::F32, Shape{6}, 15, 0.5, 1.5), sm = random(DType::F32, Shape{6}, 16),
+        si = random(DType::F32, Shape{6}, 17, 0.5, 2.0);
+  Owned bdx(DType::F32, bn), bdg(DType::F32, Shape{6}), bdb(DType::F32, Shape{6});
+  expect_same_bits("batch_norm_grad", {&bdx, &bdg, &bdb}, [&](Stream &st) {
+    dsrt::batch_norm_grad(st, bdy, bx, bg, sm, si, bdx, bdg, bdb);
+  });
+
+  Owned sy = random(DType::F32, Shape{300, 500}, 18, 0, 0.01),
+        sdy = random(DType::F32, Shape{300, 500}, 19);
+  Owned sdx(DType::F32, Shape{300, 500});
+  for (int axis : {0, 1})
+    expect_same_bits("softmax_grad", {&sdx},
+                     [&](Stream &st) { dsrt::softmax_grad(st, sy, sdy, sdx, axis); });
+}
+
+TEST(SameBits, LossPoolingAndSumOfSquares) {
+  Owned lp = random(DType::F32, Shape{512, 1000}, 20, -9, -5);
+  Owned labels = random_indices(DType::I64, Shape{512}, 21, 0, 1000);
+  Owned dloss = Owned::of(DType::F32, Shape{}, {1.0});
+  Owned ds(DType::F32, Shape{512, 1000});
+  expect_same_bits("softmax_cross_entropy_grad", {&ds}, [&](Stream &s) {
+    dsrt::softmax_cross_entropy_grad(s, dloss, lp, labels, nullptr, ds, dsrt::Reduction::Mean,
+                                     false, 0);
+  });
+
+  const Shape xs{8, 16, 40, 40};
+  Owned x = random(DType::F32, xs, 22), dy = random(DType::F32, xs, 23), dx(DType::F32, xs);
+  const int64_t k[] = {3, 3}, st[] = {1, 1}, pads[] = {1, 1, 1, 1}, dil[] = {1, 1};
+  expect_same_bits("max_pool_grad", {&dx},
+                   [&](Stream &s) { dsrt::max_pool_grad(s, dy, x, dx, k, st, pads, dil); });
+  expect_same_bits("avg_pool_grad", {&dx},
+                   [&](Stream &s) { dsrt::avg_pool_grad(s, dy, dx, k, st, pads, false); });
+
+  Owned a = random(DType::F32, Shape{1 << 20}, 24), b = random(DType::BF16, Shape{300001}, 25);
+  Tensor list[] = {a, b};
+  Owned out(DType::F32, Shape{});
+  expect_same_bits("sum_of_squares", {&out},
+                   [&](Stream &s) { dsrt::sum_of_squares(s, list, 2, out); });
+}
+
+} // namespace
