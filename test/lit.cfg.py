@@ -6,7 +6,7 @@ import lit.formats
 config.name = "dsopt"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".onnxtxt", ".test"]
-config.excludes = ["Inputs", "lit", "zoo"]
+config.excludes = ["Inputs", "lit", "zoo", "autodiff"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.dsopt_obj_root, "test")
 

@@ -71,7 +71,7 @@ std::vector<std::string> programLinkArguments(const RuntimeLocation &runtime) {
   return args;
 }
 
-static std::string generatedCMake(StringRef exeName) {
+static std::string generatedCMake(ArrayRef<ProgramSource> programs) {
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "# Rebuilds the program dsopt generated, without dsopt: needs an\n"
@@ -83,16 +83,18 @@ static std::string generatedCMake(StringRef exeName) {
      << "if(NOT CMAKE_BUILD_TYPE)\n"
      << "  set(CMAKE_BUILD_TYPE Release)\n"
      << "endif()\n"
-     << "find_package(dsrt REQUIRED)\n"
-     << "add_executable(" << exeName << " model.cpp)\n"
-     << "target_link_libraries(" << exeName << " PRIVATE dsrt::dsrt)\n"
-     << "# As dsopt compiles it: no FP contraction, so fused loops compute\n"
-     << "# exactly what the kernels compute.\n"
-     << "target_compile_options(" << exeName
-     << " PRIVATE -O3 -ffp-contract=off -fno-trapping-math -fopenmp";
-  for (const char *flag : {DSOPT_RUNTIME_ARCH_FLAGS})
-    os << " " << flag;
-  os << ")\n";
+     << "find_package(dsrt REQUIRED)\n";
+  for (const ProgramSource &program : programs) {
+    os << "add_executable(" << program.exe << " " << program.file << ")\n"
+       << "target_link_libraries(" << program.exe << " PRIVATE dsrt::dsrt)\n"
+       << "# As dsopt compiles it: no FP contraction, so fused loops compute\n"
+       << "# exactly what the kernels compute.\n"
+       << "target_compile_options(" << program.exe
+       << " PRIVATE -O3 -ffp-contract=off -fno-trapping-math -fopenmp";
+    for (const char *flag : {DSOPT_RUNTIME_ARCH_FLAGS})
+      os << " " << flag;
+    os << ")\n";
+  }
   return text;
 }
 
@@ -116,16 +118,24 @@ static LogicalResult writeFile(StringRef path, StringRef contents,
 LogicalResult buildProgram(StringRef outDir, StringRef source,
                            StringRef exeName, const HostCompiler &compiler,
                            std::string &error) {
+  ProgramSource program{exeName.str(), "model.cpp", source.str()};
+  return buildPrograms(outDir, program, compiler, error);
+}
+
+LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
+                            const HostCompiler &compiler, std::string &error) {
   llvm::SmallString<256> srcDir(outDir);
   llvm::sys::path::append(srcDir, "src");
   if (std::error_code ec = llvm::sys::fs::create_directories(srcDir)) {
     error = "cannot create '" + srcDir.str().str() + "': " + ec.message();
     return failure();
   }
-  std::string cppPath = (srcDir + "/model.cpp").str();
-  if (failed(writeFile(cppPath, source, error)) ||
-      failed(writeFile((srcDir + "/CMakeLists.txt").str(),
-                       generatedCMake(exeName), error)))
+  for (const ProgramSource &program : programs)
+    if (failed(writeFile((srcDir + "/" + program.file).str(), program.source,
+                         error)))
+      return failure();
+  if (failed(writeFile((srcDir + "/CMakeLists.txt").str(),
+                       generatedCMake(programs), error)))
     return failure();
 
   const RuntimeLocation &runtime = compiler.runtime;
@@ -144,27 +154,48 @@ LogicalResult buildProgram(StringRef outDir, StringRef source,
     error = "host C++ compiler '" + cxx + "' not found (set CXX or --cxx)";
     return failure();
   }
-  llvm::SmallString<256> exePath(outDir);
-  llvm::sys::path::append(exePath, exeName);
-  std::vector<std::string> args = {*cxxPath};
-  llvm::append_range(args, programCompileFlags(runtime));
-  llvm::append_range(args, std::vector<std::string>{cppPath, "-o",
-                                                    exePath.str().str()});
-  llvm::append_range(args, programLinkArguments(runtime));
-  args.insert(args.end(), compiler.flags.begin(), compiler.flags.end());
-  std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
 
-  llvm::SmallString<256> log;
-  llvm::sys::fs::createTemporaryFile("dsopt-cxx", "log", log);
-  std::optional<llvm::StringRef> redirects[] = {std::nullopt, log.str(),
-                                                log.str()};
-  std::string message;
-  int status = llvm::sys::ExecuteAndWait(*cxxPath, argRefs, std::nullopt,
-                                         redirects, 0, 0, &message);
-  auto output = llvm::MemoryBuffer::getFile(log);
-  std::string text = output ? (*output)->getBuffer().str() : "";
-  llvm::sys::fs::remove(log);
-  if (status != 0) {
+  // Every program compiles at once; each has its own log.
+  struct Job {
+    std::string cppPath;
+    llvm::SmallString<256> log;
+    llvm::sys::ProcessInfo process;
+    std::string message;
+  };
+  std::vector<Job> jobs(programs.size());
+  for (auto [program, job] : llvm::zip(programs, jobs)) {
+    job.cppPath = (srcDir + "/" + program.file).str();
+    llvm::SmallString<256> exePath(outDir);
+    llvm::sys::path::append(exePath, program.exe);
+    std::vector<std::string> args = {*cxxPath};
+    llvm::append_range(args, programCompileFlags(runtime));
+    llvm::append_range(args, std::vector<std::string>{job.cppPath, "-o",
+                                                      exePath.str().str()});
+    llvm::append_range(args, programLinkArguments(runtime));
+    args.insert(args.end(), compiler.flags.begin(), compiler.flags.end());
+    std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
+    llvm::sys::fs::createTemporaryFile("dsopt-cxx", "log", job.log);
+    std::optional<llvm::StringRef> redirects[] = {std::nullopt, job.log.str(),
+                                                  job.log.str()};
+    bool failedToStart = false;
+    job.process = llvm::sys::ExecuteNoWait(*cxxPath, argRefs, std::nullopt,
+                                           redirects, 0, &job.message,
+                                           &failedToStart);
+    if (failedToStart) {
+      error = "cannot run the host compiler '" + *cxxPath + "': " +
+              job.message;
+      return failure();
+    }
+  }
+  std::string firstError;
+  for (Job &job : jobs) {
+    llvm::sys::ProcessInfo done =
+        llvm::sys::Wait(job.process, std::nullopt, &job.message);
+    auto output = llvm::MemoryBuffer::getFile(job.log);
+    std::string text = output ? (*output)->getBuffer().str() : "";
+    llvm::sys::fs::remove(job.log);
+    if (done.ReturnCode == 0 || !firstError.empty())
+      continue;
     // The first diagnostic line that says "error" is the useful one.
     std::string first;
     llvm::StringRef rest = text;
@@ -177,9 +208,13 @@ LogicalResult buildProgram(StringRef outDir, StringRef source,
       rest = tail;
     }
     if (first.empty())
-      first = message.empty() ? text.substr(0, 400) : message;
-    error = "the host compiler failed on " + cppPath + " (exit status " +
-            std::to_string(status) + "): " + first;
+      first = job.message.empty() ? text.substr(0, 400) : job.message;
+    firstError = "the host compiler failed on " + job.cppPath +
+                 " (exit status " + std::to_string(done.ReturnCode) +
+                 "): " + first;
+  }
+  if (!firstError.empty()) {
+    error = firstError;
     return failure();
   }
   return success();

@@ -15,6 +15,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Training.h"
+
 #include "dsopt/Analysis/ModelSummary.h"
 #include "dsopt/Analysis/Plan.h"
 #include "dsopt/Config/TrainConfig.h"
@@ -69,7 +71,7 @@ cl::opt<std::string> batch(
              "is symbolic"),
     cl::value_desc("N"), cl::cat(inputCategory));
 
-enum class EmitKind { Build, Mlir, Summary, Plan, Cpp };
+enum class EmitKind { Build, Mlir, Summary, Plan, Cpp, TrainMlir, TrainCpp };
 cl::opt<EmitKind> emit(
     "emit",
     cl::desc("What to produce (default: compile to the -o directory)"),
@@ -82,7 +84,13 @@ cl::opt<EmitKind> emit(
                clEnumValN(EmitKind::Plan, "plan",
                           "plan.json: memory plan, buffers and ops, without "
                           "building anything"),
-               clEnumValN(EmitKind::Cpp, "cpp", "the generated C++ source")),
+               clEnumValN(EmitKind::Cpp, "cpp", "the generated C++ source"),
+               clEnumValN(EmitKind::TrainMlir, "train-mlir",
+                          "the training step's ds IR (@micro_step and "
+                          "@optimizer_step), memory-planned"),
+               clEnumValN(EmitKind::TrainCpp, "train-cpp",
+                          "the generated C++ source of the training "
+                          "program")),
     cl::cat(outputCategory));
 
 cl::opt<std::string> outputFile(
@@ -200,6 +208,31 @@ cl::opt<bool> printConfig(
     "print-config",
     cl::desc("Print the resolved training config as JSON (to -o or stdout) "
              "and exit"),
+    cl::cat(trainingCategory));
+
+cl::opt<std::string> lossFlag(
+    "loss",
+    cl::desc("The graph output that is the loss (default: the only scalar "
+             "floating-point output)"),
+    cl::value_desc("NAME"), cl::cat(trainingCategory));
+
+cl::list<std::string> frozenFlag(
+    "frozen",
+    cl::desc("Initializers that do not train: names or glob patterns, "
+             "comma-separated (e.g. --frozen 'cos,sin,*.running_*')"),
+    cl::value_desc("NAMES"), cl::CommaSeparated, cl::cat(trainingCategory));
+
+cl::opt<bool> gradientsFlag(
+    "gradients",
+    cl::desc("Also build OUTDIR/gradients: one forward and backward pass "
+             "that writes the loss and every trainable parameter's gradient "
+             "(<name>.grad.npy)"),
+    cl::cat(trainingCategory));
+
+cl::opt<bool> noTrainFlag(
+    "no-train",
+    cl::desc("Build only the forward program (OUTDIR/run), even for a "
+             "training graph"),
     cl::cat(trainingCategory));
 
 int fail(const llvm::Twine &message) {
@@ -372,7 +405,7 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
 bool trainingRequested() {
   for (cl::Option *option : cl::getRegisteredOptions().values())
     if (llvm::is_contained(option->Categories, &trainingCategory) &&
-        option->getNumOccurrences())
+        option->getNumOccurrences() && option != &noTrainFlag)
       return true;
   return false;
 }
@@ -601,15 +634,6 @@ EXAMPLES:
   }
   if (printConfig)
     return printTrainConfig(modelBatchOf(*module));
-  // The compiled program is the forward pass so far: the config is resolved
-  // against the model, its warnings printed and its errors reported, but
-  // nothing below reads it yet.
-  if (training) {
-    llvm::Expected<dsopt::TrainConfig> config =
-        buildTrainConfig(modelBatchOf(*module));
-    if (!config)
-      return fail(printable(llvm::toString(config.takeError())));
-  }
 
   PassManager pm(&context);
   if (failed(applyPassManagerCLOptions(pm)))
@@ -664,6 +688,71 @@ EXAMPLES:
                ? 1
                : 0;
 
+  // Training: a training graph (one scalar float output, or --loss) gets a
+  // training program unless --no-train; asking for anything training
+  // related of a model that is not one is an error.
+  bool wantsTrainProgram =
+      emit == EmitKind::TrainMlir || emit == EmitKind::TrainCpp;
+  std::string notTraining;
+  bool isTrainingGraph =
+      dsopt::isTrainingGraph(*module, lossFlag, notTraining);
+  if ((training || wantsTrainProgram) && !isTrainingGraph)
+    return fail("cannot train " + inputFile + ": " + notTraining);
+  if (noTrainFlag && wantsTrainProgram)
+    return fail("--no-train contradicts --emit=train-mlir and "
+                "--emit=train-cpp");
+  bool buildTrain =
+      isTrainingGraph && !noTrainFlag &&
+      (emit == EmitKind::Build || emit == EmitKind::Plan || wantsTrainProgram);
+  bool buildGradients = gradientsFlag && emit == EmitKind::Build;
+
+  dsopt::TrainingPipelineOptions trainOptions;
+  trainOptions.loss = lossFlag;
+  trainOptions.frozen.assign(frozenFlag.begin(), frozenFlag.end());
+  trainOptions.fuse = !noFuse;
+  trainOptions.configure = [&](PassManager &trainPm) -> LogicalResult {
+    return applyPassManagerCLOptions(trainPm);
+  };
+  std::optional<dsopt::TrainConfig> trainConfig;
+  OwningOpRef<ModuleOp> trainModule, gradientModule;
+  if (buildTrain) {
+    llvm::Expected<dsopt::TrainConfig> config =
+        buildTrainConfig(modelBatchOf(*module));
+    if (!config)
+      return fail(printable(llvm::toString(config.takeError())));
+    trainConfig = *config;
+    TimingScope trainTiming = rootTiming.nest("training step");
+    FailureOr<OwningOpRef<ModuleOp>> built =
+        dsopt::buildTrainingModule(*module, *trainConfig, trainOptions);
+    if (failed(built))
+      return fail("building the training step failed on " + inputFile);
+    trainModule = std::move(*built);
+    llvm::errs() << "dsopt: "
+                 << dsopt::trainingSummary(*trainModule, trainOptions.frozen)
+                 << "\n";
+  }
+  if (buildGradients) {
+    TimingScope gradTiming = rootTiming.nest("gradient program");
+    FailureOr<OwningOpRef<ModuleOp>> built =
+        dsopt::buildGradientModule(*module, trainOptions);
+    if (failed(built))
+      return fail("differentiating " + inputFile + " failed");
+    gradientModule = std::move(*built);
+    if (!trainModule)
+      llvm::errs() << "dsopt: "
+                   << dsopt::trainingSummary(*gradientModule,
+                                             trainOptions.frozen)
+                   << "\n";
+  }
+  if (emit == EmitKind::TrainMlir)
+    return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
+             trainModule->print(os);
+             os << "\n";
+             return success();
+           }))
+               ? 1
+               : 0;
+
   // Memory planning, then the plan, then code generation.
   PassManager planPm(&context);
   if (failed(applyPassManagerCLOptions(planPm)))
@@ -677,60 +766,92 @@ EXAMPLES:
     return fail("memory planning failed on " + inputFile);
   planTiming.stop();
 
+  std::optional<llvm::json::Value> configJson;
+  if (trainConfig) {
+    llvm::Expected<llvm::json::Value> parsed =
+        llvm::json::parse(dsopt::toJson(*trainConfig));
+    if (!parsed)
+      return fail("internal error: the training config is not JSON: " +
+                  llvm::toString(parsed.takeError()));
+    configJson = std::move(*parsed);
+  }
+  auto writePlan = [&](llvm::raw_ostream &os) {
+    return dsopt::writePlanJson(*module, os,
+                                trainModule ? *trainModule : ModuleOp(),
+                                configJson ? &*configJson : nullptr);
+  };
   if (emit == EmitKind::Plan)
-    return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
-             return dsopt::writePlanJson(*module, os);
-           }))
-               ? 1
-               : 0;
+    return failed(writeTo(outputFile, writePlan)) ? 1 : 0;
 
   if (emit == EmitKind::Build) {
     if (std::error_code ec = llvm::sys::fs::create_directories(outputFile))
       return fail("cannot create output directory '" + outputFile +
                   "': " + ec.message());
-    if (failed(writeTo(outputFile + "/plan.json",
-                       [&](llvm::raw_ostream &os) {
-                         return dsopt::writePlanJson(*module, os);
-                       })) ||
+    if (failed(writeTo(outputFile + "/plan.json", writePlan)) ||
         failed(writeTo(outputFile + "/plan.txt", [&](llvm::raw_ostream &os) {
-          return dsopt::writePlanText(*module, os);
+          return dsopt::writePlanText(*module, os,
+                                      trainModule ? *trainModule
+                                                  : ModuleOp());
         })))
       return 1;
   }
 
-  PassManager lowerPm(&context);
-  if (failed(applyPassManagerCLOptions(lowerPm)))
-    return fail("invalid pass manager options");
+  // Each planned module becomes C++.
   TimingScope lowerTiming = rootTiming.nest("code generation");
-  lowerPm.enableTiming(lowerTiming);
-  dsopt::DsLowerToEmitCOptions lowerOptions;
-  lowerOptions.withMain = !noMain;
-  lowerOptions.symbolPrefix = symbolPrefix;
-  lowerPm.addPass(dsopt::createDsLowerToEmitC(lowerOptions));
-  if (failed(lowerPm.run(*module)))
-    return fail("code generation failed on " + inputFile);
-  lowerTiming.stop();
-  std::string source;
-  {
+  auto lower = [&](ModuleOp program, std::string &source) -> LogicalResult {
+    PassManager lowerPm(&context);
+    if (failed(applyPassManagerCLOptions(lowerPm)))
+      return failure();
+    lowerPm.enableTiming(lowerTiming);
+    dsopt::DsLowerToEmitCOptions lowerOptions;
+    lowerOptions.withMain = !noMain;
+    lowerOptions.symbolPrefix = symbolPrefix;
+    lowerPm.addPass(dsopt::createDsLowerToEmitC(lowerOptions));
+    if (failed(lowerPm.run(program)))
+      return failure();
     llvm::raw_string_ostream os(source);
-    if (failed(dsopt::emitProgramCpp(
-            *module, llvm::sys::path::filename(inputFile), os)))
-      return fail("C++ emission failed on " + inputFile);
+    return dsopt::emitProgramCpp(program, llvm::sys::path::filename(inputFile),
+                                 os);
+  };
+  std::vector<dsopt::ProgramSource> programs;
+  if (emit != EmitKind::TrainCpp) {
+    programs.push_back({"run", "model.cpp", ""});
+    if (failed(lower(*module, programs.back().source)))
+      return fail("code generation failed on " + inputFile);
   }
   if (emit == EmitKind::Cpp)
     return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
-             os << source;
+             os << programs.front().source;
              return success();
            }))
                ? 1
                : 0;
+  if (trainModule) {
+    programs.push_back({"train", "train.cpp", ""});
+    if (failed(lower(*trainModule, programs.back().source)))
+      return fail("code generation failed on the training step of " +
+                  inputFile);
+  }
+  if (emit == EmitKind::TrainCpp)
+    return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
+             os << programs.back().source;
+             return success();
+           }))
+               ? 1
+               : 0;
+  if (gradientModule) {
+    programs.push_back({"gradients", "gradients.cpp", ""});
+    if (failed(lower(*gradientModule, programs.back().source)))
+      return fail("code generation failed on the gradients of " + inputFile);
+  }
+  lowerTiming.stop();
 
   TimingScope buildTiming = rootTiming.nest("host compile");
   dsopt::HostCompiler compiler;
   compiler.cxx = hostCompiler;
   compiler.runtime = dsopt::findRuntime(argv[0]);
   std::string error;
-  if (failed(dsopt::buildProgram(outputFile, source, "run", compiler, error)))
+  if (failed(dsopt::buildPrograms(outputFile, programs, compiler, error)))
     return fail(error);
   return 0;
 }

@@ -42,10 +42,22 @@ struct HostCompiler {
   RuntimeLocation runtime;
 };
 
-/// Writes `outDir/src/model.cpp` (the given source) and
-/// `outDir/src/CMakeLists.txt`, then compiles and links `outDir/<exe>` against
-/// libdsrt. On a compiler failure, `error` holds the compiler's first error
-/// and the path of the generated file.
+/// One generated program: `outDir/<exe>` built from `outDir/src/<file>`.
+struct ProgramSource {
+  std::string exe, file, source;
+};
+
+/// Writes every program's source to `outDir/src/` with a
+/// `outDir/src/CMakeLists.txt` that rebuilds them all, then compiles and
+/// links each `outDir/<exe>` against libdsrt, the programs in parallel. On a
+/// compiler failure, `error` holds the compiler's first error and the path
+/// of the generated file.
+mlir::LogicalResult buildPrograms(llvm::StringRef outDir,
+                                  llvm::ArrayRef<ProgramSource> programs,
+                                  const HostCompiler &compiler,
+                                  std::string &error);
+
+/// buildPrograms of one program, `outDir/<exeName>` from `src/model.cpp`.
 mlir::LogicalResult buildProgram(llvm::StringRef outDir, llvm::StringRef source,
                                  llvm::StringRef exeName,
                                  const HostCompiler &compiler,
