@@ -416,8 +416,10 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
         return op.emitOpError() << "result has no buffer";
       offsetOf[result] = offset;
       views[result] = view(arena, offset, type);
-      // A result in a fresh slot (not written over a dying operand).
-      if (!operandOffsets.contains(offset))
+      // A result in a fresh slot (not written over a dying operand, nor
+      // into persistent state, whose slots live for the whole program).
+      if (!operandOffsets.contains(offset) &&
+          offset >= plan.getPersistentBytes())
         callVoid("dsrt::acquire", {program},
                  {index, builder.getI64IntegerAttr(offset),
                   builder.getI64IntegerAttr(llvm::alignTo(

@@ -86,8 +86,10 @@ ACCUMULATION = (1, 3)
 # and the lr schedules, whose per-step lr the log must reproduce.
 EXTRA_CONFIGS = {
     "adam-warmupdecay": {
+        # adam_w_mode false: torch.optim.Adam, weight decay added to the
+        # gradient (DeepSpeed's "Adam" is AdamW otherwise).
         "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "betas": [0.8, 0.99], "eps": 1e-6,
-                                                 "weight_decay": 0.01}},
+                                                 "weight_decay": 0.01, "adam_w_mode": False}},
         "scheduler": {"type": "WarmupDecayLR",
                       "params": {"total_num_steps": STEPS, "warmup_min_lr": 1e-4, "warmup_max_lr": 3e-3,
                                  "warmup_num_steps": 5, "warmup_type": "linear"}},

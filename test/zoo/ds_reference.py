@@ -32,7 +32,7 @@ import torch
 
 OPTIMIZER_PARAMS = {
     "AdamW": ("lr", "betas", "eps", "weight_decay"),
-    "Adam": ("lr", "betas", "eps", "weight_decay"),
+    "Adam": ("lr", "betas", "eps", "weight_decay", "adam_w_mode"),
     "SGD": ("lr", "momentum", "dampening", "nesterov", "weight_decay"),
     "Lion": ("lr", "betas", "weight_decay"),
 }
@@ -124,7 +124,10 @@ def make_optimizer(config: Dict, params: List[torch.nn.Parameter]) -> torch.opti
         raise ConfigError("no optimizer section")
     betas = tuple(p["betas"]) if "betas" in p else None
     if kind in ("AdamW", "Adam"):
-        cls = torch.optim.AdamW if kind == "AdamW" else torch.optim.Adam
+        # DeepSpeed's "Adam" is FusedAdam with adam_w_mode=True (decoupled
+        # weight decay, torch.optim.AdamW) unless adam_w_mode is false.
+        decoupled = kind == "AdamW" or p.get("adam_w_mode", True)
+        cls = torch.optim.AdamW if decoupled else torch.optim.Adam
         kwargs = {k: v for k, v in (("lr", p.get("lr")), ("betas", betas), ("eps", p.get("eps")),
                                     ("weight_decay", p.get("weight_decay"))) if v is not None}
         return cls(params, foreach=False, **kwargs)
@@ -134,7 +137,8 @@ def make_optimizer(config: Dict, params: List[torch.nn.Parameter]) -> torch.opti
         return torch.optim.SGD(params, lr=p["lr"], momentum=p.get("momentum", 0.0),
                                dampening=p.get("dampening", 0.0), nesterov=p.get("nesterov", False),
                                weight_decay=p.get("weight_decay", 0.0), foreach=False)
-    return Lion(params, lr=p.get("lr", 1e-4), betas=betas or (0.9, 0.99), weight_decay=p.get("weight_decay", 0.0))
+    # DeepSpeed's FusedLion defaults.
+    return Lion(params, lr=p.get("lr", 1e-3), betas=betas or (0.9, 0.999), weight_decay=p.get("weight_decay", 0.0))
 
 
 # --------------------------------------------------------------------------
