@@ -1228,6 +1228,27 @@ llvm::Expected<OwningOpRef<ModuleOp>> GraphImporter::run() {
   removeDeadCode();
   orderParameters();
 
+  // Initializers consumed at import (shapes, axes, constants folded into
+  // attributes) are not parameters; --frozen may still name them.
+  {
+    llvm::StringSet<> params;
+    for (BlockArgument arg : body->getArguments())
+      if (auto param = paramAttrs.lookup(arg))
+        params.insert(param.getName());
+    SmallVector<std::pair<int, StringRef>> folded;
+    for (const auto &entry : initializerIndex)
+      if (!params.contains(entry.getKey()))
+        folded.emplace_back(entry.getValue(), entry.getKey());
+    llvm::sort(folded);
+    if (!folded.empty()) {
+      SmallVector<Attribute> names;
+      for (auto [index, name] : folded)
+        names.push_back(builder.getStringAttr(name));
+      module->setAttr(ds::DsDialect::kFoldedInitializersAttrName,
+                      builder.getArrayAttr(names));
+    }
+  }
+
   function.setFunctionType(builder.getFunctionType(
       body->getArgumentTypes(), body->getTerminator()->getOperandTypes()));
   for (unsigned i = 0; i < numInputs; ++i)

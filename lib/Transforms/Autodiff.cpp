@@ -152,6 +152,14 @@ AutodiffPass::markTrainable(func::FuncOp function, Value loss,
                         ds::ParamAttr::get(context, param.getName(), trains,
                                            param.getData()));
   }
+  // Initializers import folded away (shapes, constants) never train, but
+  // naming them is not a mistake.
+  if (auto folded = function->getParentOfType<ModuleOp>()->getAttrOfType<ArrayAttr>(
+          ds::DsDialect::kFoldedInitializersAttrName))
+    for (auto name : folded.getAsValueRange<StringAttr>())
+      for (auto [pattern, hit] : llvm::zip(patterns, used))
+        if (pattern.match(name))
+          hit = true;
   for (auto [text, hit] : llvm::zip(frozen, used))
     if (!hit)
       return function.emitError()

@@ -146,8 +146,9 @@ def cases() -> List[Case]:
     gemm("gemm_transposed", f(4, 3), f(5, 4), f(3, 5), transA=1, transB=1, alpha=0.5, beta=2.0)
     gemm("gemm_no_c", f(3, 4), f(5, 4), transB=1)
 
+    condition = r.random((3, 6)) > 0.5
     c.append(Case("where", {"a": f(3, 6), "b": f(6)},
-                  lambda b: b.op("Where", [b.const(r.random((3, 6)) > 0.5), b.p("a"), b.p("b")])))
+                  lambda b: b.op("Where", [b.const(condition), b.p("a"), b.p("b")])))
     c.append(Case("layer_norm", {"x": f(2, 3, 6), "scale": f(6), "bias": f(6)},
                   lambda b: b.op("LayerNormalization", [b.p("x"), b.p("scale"), b.p("bias")], axis=-1,
                                  epsilon=1e-5)))
@@ -211,7 +212,7 @@ def cases() -> List[Case]:
                                  ignore_index=-100, reduction="mean")))
     c.append(Case("sce_sum_weights", {"scores": f(6, 4)},
                   lambda b: b.op("SoftmaxCrossEntropyLoss",
-                                 [b.p("scores"), b.const(np.abs(labels)),
+                                 [b.p("scores"), b.const(np.where(labels < 0, 0, labels)),
                                   b.const(np.array([0.5, 1.0, 2.0, 1.5], np.float32))],
                                  reduction="sum")))
     c.append(Case("sce_none_spatial", {"scores": f(2, 4, 3)},
@@ -219,7 +220,7 @@ def cases() -> List[Case]:
                                  [b.p("scores"), b.const(np.array([[0, 1, 3], [2, 2, 1]], np.int64))],
                                  reduction="none")))
     c.append(Case("sce_log_prob_output", {"scores": f(6, 4)},
-                  lambda b: b.op("Add", b.op("SoftmaxCrossEntropyLoss", [b.p("scores"), b.const(np.abs(labels))],
+                  lambda b: b.op("Add", b.op("SoftmaxCrossEntropyLoss", [b.p("scores"), b.const(np.where(labels < 0, 0, labels))],
                                              n_out=2, reduction="mean"))))
     c.append(Case("nll_mean_weights", {"x": f(6, 4)},
                   lambda b: b.op("NegativeLogLikelihoodLoss",
@@ -259,25 +260,25 @@ def build(case_list: List[Case], params_as_inputs: bool) -> onnx.ModelProto:
                 inputs.append(helper.make_tensor_value_info(full, TensorProto.FLOAT, value.shape))
             else:
                 inits.append(numpy_helper.from_array(value, full))
-        outs.append((case, case.nodes(Builder(case.name, nodes, inits))))
+        builder = Builder(case.name, nodes, inits)
+        outs.append((case, case.nodes(builder), builder))
 
     # The shape of each case's output, for its random weights R.
-    probe_nodes = nodes + [helper.make_node("Identity", [out], [f"probe_{case.name}"]) for case, out in outs]
+    probe_nodes = nodes + [helper.make_node("Identity", [out], [f"probe_{case.name}"]) for case, out, _ in outs]
     probe = helper.make_model(
         helper.make_graph(probe_nodes, "probe", inputs,
                           [helper.make_tensor_value_info(f"probe_{case.name}", TensorProto.FLOAT, None)
-                           for case, _ in outs], inits),
+                           for case, _, _ in outs], inits),
         opset_imports=[helper.make_opsetid("", opset)])
     probe.ir_version = 8
-    shapes = {out: case.out_shape for case, out in outs if case.out_shape is not None}
+    shapes = {out: case.out_shape for case, out, _ in outs if case.out_shape is not None}
     if opset == OPSET:
         inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=True)
         shapes.update({v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
                        for v in list(inferred.graph.value_info) + list(inferred.graph.output)})
 
     outputs, loss = [], None
-    for case, out in outs:
-        b = Builder(case.name, nodes, inits)
+    for case, out, b in outs:
         r_name = f"R_{case.name}"
         r = rng_for(r_name).standard_normal(shapes[out]).astype(np.float32)
         inits.append(numpy_helper.from_array(r, r_name))

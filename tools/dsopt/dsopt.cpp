@@ -426,7 +426,8 @@ llvm::Expected<dsopt::TrainConfig> readTrainConfig() {
 }
 
 /// The model's batch: the leading axis of its graph inputs (arguments of
-/// @main with `ds.input`) when they all agree; nullopt without inputs.
+/// @main with `ds.input`) when they all agree, 1 when no input has a batch
+/// axis, nullopt when they disagree.
 std::optional<int64_t> modelBatchOf(ModuleOp module) {
   auto main = module.lookupSymbol<func::FuncOp>("main");
   if (!main)
@@ -443,7 +444,9 @@ std::optional<int64_t> modelBatchOf(ModuleOp module) {
       return std::nullopt;
     batch = size;
   }
-  return batch;
+  // A graph without batched inputs (its data are initializers) runs one
+  // sample per step.
+  return batch ? batch : std::optional<int64_t>(1);
 }
 } // namespace
 
@@ -634,6 +637,16 @@ EXAMPLES:
   }
   if (printConfig)
     return printTrainConfig(modelBatchOf(*module));
+  // A training config given on the command line is resolved against the
+  // model (and its warnings printed) whatever is emitted.
+  std::optional<dsopt::TrainConfig> trainConfig;
+  if (training) {
+    llvm::Expected<dsopt::TrainConfig> config =
+        buildTrainConfig(modelBatchOf(*module));
+    if (!config)
+      return fail(printable(llvm::toString(config.takeError())));
+    trainConfig = *config;
+  }
 
   PassManager pm(&context);
   if (failed(applyPassManagerCLOptions(pm)))
@@ -713,14 +726,15 @@ EXAMPLES:
   trainOptions.configure = [&](PassManager &trainPm) -> LogicalResult {
     return applyPassManagerCLOptions(trainPm);
   };
-  std::optional<dsopt::TrainConfig> trainConfig;
   OwningOpRef<ModuleOp> trainModule, gradientModule;
   if (buildTrain) {
-    llvm::Expected<dsopt::TrainConfig> config =
-        buildTrainConfig(modelBatchOf(*module));
-    if (!config)
-      return fail(printable(llvm::toString(config.takeError())));
-    trainConfig = *config;
+    if (!trainConfig) {
+      llvm::Expected<dsopt::TrainConfig> config =
+          buildTrainConfig(modelBatchOf(*module));
+      if (!config)
+        return fail(printable(llvm::toString(config.takeError())));
+      trainConfig = *config;
+    }
     TimingScope trainTiming = rootTiming.nest("training step");
     FailureOr<OwningOpRef<ModuleOp>> built =
         dsopt::buildTrainingModule(*module, *trainConfig, trainOptions);

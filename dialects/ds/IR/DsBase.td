@@ -73,6 +73,10 @@ def Ds_Dialect : Dialect {
     /// Module attribute of a training program: its optimizer, gradient
     /// accumulation, clipping and learning-rate schedule (a dictionary).
     static constexpr ::llvm::StringLiteral kTrainAttrName = "ds.train";
+    /// Module attribute set by the importer: the initializers that are not
+    /// parameters because import consumed them (shapes, axes, constants).
+    static constexpr ::llvm::StringLiteral kFoldedInitializersAttrName =
+        "ds.folded_initializers";
   }];
 }
 

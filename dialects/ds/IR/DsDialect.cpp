@@ -207,6 +207,15 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
   // Module-level facts recorded by the importer.
   if (name == kSourceAttrName || name == "ds.producer" || name == "ds.opset")
     return success();
+  if (name == kFoldedInitializersAttrName) {
+    auto names = dyn_cast<ArrayAttr>(attribute.getValue());
+    if (!names || !llvm::all_of(names, [](Attribute a) {
+          return isa<StringAttr>(a);
+        }))
+      return op->emitOpError() << "'" << kFoldedInitializersAttrName
+                               << "' must be an array of strings";
+    return success();
+  }
   if (name == kTrainAttrName) {
     if (!isa<DictionaryAttr>(attribute.getValue()))
       return op->emitOpError() << "'" << kTrainAttrName
