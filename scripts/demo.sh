@@ -1,8 +1,10 @@
 #!/bin/sh
 # The bundled example: a small GPT-2-style training graph, exported from
 # PyTorch at run time (nothing binary is stored in the repository). dsopt
-# imports it, shows what it found, compiles it into an executable with a
-# static memory plan, and runs it on the exported inputs.
+# imports it, shows what it found, compiles it into a forward executable and
+# a training executable (DeepSpeed config: AdamW, warmup, clipping, gradient
+# accumulation) with static memory plans, runs the forward pass on the
+# exported inputs, and trains it for a few dozen steps.
 set -eu
 BUILD_DIR=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,8 +24,20 @@ echo "== dsopt $OUT/gpt2.onnx --emit=mlir   (first 30 lines; full IR in $OUT/gpt
 "$DSOPT" "$OUT/gpt2.onnx" --emit=mlir -o "$OUT/gpt2.mlir"
 head -n 30 "$OUT/gpt2.mlir" | cut -c1-160
 echo
-echo "== dsopt $OUT/gpt2.onnx -o $OUT/program"
-"$DSOPT" "$OUT/gpt2.onnx" -o "$OUT/program"
+cat > "$OUT/ds_config.json" <<'JSON'
+{
+  "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.98], "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupLR",
+                "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-3, "warmup_num_steps": 8, "warmup_type": "linear"}},
+  "gradient_clipping": 1.0,
+  "steps_per_print": 4
+}
+JSON
+echo "== dsopt $OUT/gpt2.onnx --config $OUT/ds_config.json -o $OUT/program"
+cat "$OUT/ds_config.json"
+"$DSOPT" "$OUT/gpt2.onnx" --config "$OUT/ds_config.json" -o "$OUT/program"
 cat "$OUT/program/plan.txt"
 echo
 echo "== $OUT/program/run --inputs $OUT/inputs --outputs $OUT/outputs"
@@ -40,4 +54,21 @@ out = sys.argv[1]
 torch_loss = float(np.load(f"{out}/gpt2.outputs.npz")["loss"])
 loss = float(np.load(f"{out}/outputs/loss.npy"))
 print(f"loss: dsopt {loss:.7f}, PyTorch {torch_loss:.7f}")
+PY
+echo
+echo "== $OUT/program/train --data $OUT/data --steps 40 --save-onnx $OUT/trained/gpt2.onnx"
+/usr/bin/python3 "$ROOT/test/zoo/make_train_data.py" --model gpt2 --gas 2 --n-batches 4 --out "$OUT/data" >/dev/null
+mkdir -p "$OUT/trained"
+"$OUT/program/train" --data "$OUT/data" --steps 40 --log-json "$OUT/train.jsonl" \
+  --save-onnx "$OUT/trained/gpt2.onnx"
+/usr/bin/python3 - "$OUT" <<'PY'
+import json, sys
+import onnx
+out = sys.argv[1]
+log = [json.loads(line) for line in open(f"{out}/train.jsonl")]
+first, last = log[0]["loss"], sum(entry["loss"] for entry in log[-4:]) / 4
+onnx.checker.check_model(onnx.load(f"{out}/trained/gpt2.onnx"))
+print(f"loss: step 1 {first:.4f}, last 4 steps {last:.4f}; trained model {out}/trained/gpt2.onnx loads")
+if not last < 0.9 * first:
+    sys.exit("the loss did not go down")
 PY
