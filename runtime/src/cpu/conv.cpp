@@ -173,6 +173,7 @@ void conv_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t 
 
 void conv(Stream &s, const Tensor &x, const Tensor &w, const Tensor *bias, const Tensor &y,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations, int64_t group) {
+  begin_kernel(s);
   const char *kernel = "conv";
   check_data(kernel, "x", x);
   check_data(kernel, "w", w);
@@ -293,6 +294,7 @@ void check_pool(const char *kernel, const Tensor &x, const Tensor &y) {
 
 void max_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel,
               const int64_t *strides, const int64_t *pads, const int64_t *dilations) {
+  begin_kernel(s);
   const char *name = "max_pool";
   check_pool(name, x, y);
   Window win = make_window(name, x, y, kernel, strides, pads, dilations, true);
@@ -326,6 +328,7 @@ void max_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel
 
 void avg_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel,
               const int64_t *strides, const int64_t *pads, bool count_include_pad) {
+  begin_kernel(s);
   const char *name = "avg_pool";
   check_pool(name, x, y);
   Window win = make_window(name, x, y, kernel, strides, pads, nullptr, true);

@@ -126,10 +126,12 @@ void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor
 }  // namespace
 
 void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis) {
+  begin_kernel(s);
   softmax_common("softmax", s, x, y, axis, /*log=*/false);
 }
 
 void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis) {
+  begin_kernel(s);
   softmax_common("log_softmax", s, x, y, axis, /*log=*/true);
 }
 
@@ -166,6 +168,7 @@ std::vector<float> expand_param(const char *kernel, const char *name, const Tens
 void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
                 const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
                 float epsilon) {
+  begin_kernel(s);
   const char *kernel = "layer_norm";
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
@@ -293,6 +296,7 @@ void normalize_channels(const Stream &s, const Channels &ch, const T *x, T *y, c
 
 void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
                 const Tensor &mean, const Tensor &var, const Tensor &y, float epsilon) {
+  begin_kernel(s);
   const char *kernel = "batch_norm";
   Channels ch = check_channels(kernel, x, y);
   check_per_channel(kernel, "scale", scale, ch.c);
@@ -319,6 +323,7 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
                       const Tensor &running_mean_out, const Tensor &running_var_out,
                       const Tensor &saved_mean, const Tensor &saved_inv_std, float epsilon,
                       float momentum) {
+  begin_kernel(s);
   const char *kernel = "batch_norm_train";
   Channels ch = check_channels(kernel, x, y);
   check_per_channel(kernel, "scale", scale, ch.c);

@@ -61,6 +61,7 @@ void adam(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param, 
           const Tensor &m, const Tensor &v, const Tensor &param_out, const Tensor &m_out,
           const Tensor &v_out, float alpha, float beta, float epsilon, float norm_coefficient,
           float norm_coefficient_post) {
+  begin_kernel(s);
   const char *kernel = "adam";
   const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
   const char *names[] = {"grad", "first_moment", "second_moment", "param_out",
@@ -95,6 +96,7 @@ void momentum(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &par
               const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
               const Tensor &velocity_out, float alpha, float beta, MomentumMode mode,
               float norm_coefficient) {
+  begin_kernel(s);
   const char *kernel = "momentum";
   const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
   const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
@@ -121,6 +123,7 @@ void adagrad(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &para
              const Tensor &grad, const Tensor &accumulator, const Tensor &param_out,
              const Tensor &accumulator_out, float decay_factor, float epsilon,
              float norm_coefficient) {
+  begin_kernel(s);
   const char *kernel = "adagrad";
   const Tensor *states[] = {&grad, &accumulator, &param_out, &accumulator_out};
   const char *names[] = {"grad", "accumulator", "param_out", "accumulator_out"};
