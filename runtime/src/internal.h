@@ -144,6 +144,11 @@ void store_floats(const char *kernel, const char *name, const Tensor &t, const f
 // Threads
 //===----------------------------------------------------------------------===//
 
+// Every kernel starts here: it runs on the calling thread, so work still
+// pending on its stream (a collective, a file read) must complete first for
+// the kernel to run after it, as on an in-order device stream.
+inline void begin_kernel(Stream &s) { s.synchronize(); }
+
 inline int num_threads(const Stream &s) {
   return s.threads() > 0 ? s.threads() : omp_get_max_threads();
 }

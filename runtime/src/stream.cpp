@@ -1,15 +1,136 @@
-// Streams and events of the cpu backend. Work runs to completion, in order,
-// when it is enqueued, so a stream is always synchronized and an event is
-// reached as soon as it is recorded.
+// Streams, events and requests of the cpu backend. Kernels run to completion
+// when they are enqueued; asynchronous operations (collectives, file I/O)
+// run on worker threads and are tracked as the stream's pending work, which
+// later work on the stream waits for.
 #include "dsrt/stream.h"
 
+#include "async.h"
 #include "dsrt/tensor.h"
 
 #include <string>
+#include <utility>
 
 namespace dsrt {
+namespace detail {
 
-Stream::Stream(Backend backend, int threads) : backend_(backend), threads_(threads) {
+void Completion::finish(std::string error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::move(error);
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+void Completion::wait() {
+  if (done())
+    return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return done(); });
+}
+
+std::vector<CompletionPtr> pending_work(Stream &stream) {
+  StreamState &state = *stream.state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  std::vector<CompletionPtr> kept;
+  for (CompletionPtr &c : state.pending)
+    if (!c->done() || (c->failed() && !c->reported.load()))
+      kept.push_back(c);
+  state.pending = kept;
+  state.has_pending.store(!kept.empty(), std::memory_order_release);
+  return kept;
+}
+
+void add_pending(Stream &stream, const CompletionPtr &work) {
+  StreamState &state = *stream.state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  // Drop what completed successfully so the list stays short on a stream
+  // that is never synchronized.
+  std::vector<CompletionPtr> kept;
+  for (CompletionPtr &c : state.pending)
+    if (!c->done() || (c->failed() && !c->reported.load()))
+      kept.push_back(std::move(c));
+  kept.push_back(work);
+  state.pending = std::move(kept);
+  state.has_pending.store(true, std::memory_order_release);
+}
+
+Worker::Worker() : thread_([this] { loop(); }) {}
+
+Worker::~Worker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Request Worker::submit(Stream *stream, Task task) {
+  auto completion = std::make_shared<Completion>();
+  Item item{stream ? pending_work(*stream) : std::vector<CompletionPtr>{}, completion,
+            std::move(task)};
+  if (stream)
+    add_pending(*stream, completion);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(item));
+  }
+  cv_.notify_one();
+  return Request(completion);
+}
+
+void Worker::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+void Worker::loop() {
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) {
+        idle_cv_.notify_all();
+        return;  // stop_ and nothing left to run
+      }
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    std::string dep_error;
+    for (const CompletionPtr &dep : item.deps) {
+      dep->wait();
+      if (dep->failed() && dep_error.empty())
+        dep_error = dep->error();
+    }
+    std::string error;
+    try {
+      item.task(dep_error);
+    } catch (const std::exception &e) {
+      error = e.what();
+      if (error.empty())
+        error = "dsrt: an asynchronous operation failed";
+    } catch (...) {
+      error = "dsrt: an asynchronous operation failed with an unknown exception";
+    }
+    item.completion->finish(std::move(error));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+      if (queue_.empty())
+        idle_cv_.notify_all();
+    }
+  }
+}
+
+}  // namespace detail
+
+using detail::CompletionPtr;
+
+Stream::Stream(Backend backend, int threads)
+    : backend_(backend), threads_(threads), state_(std::make_shared<detail::StreamState>()) {
   if (backend == Backend::Cuda)
     throw Error("dsrt::Stream: not implemented: this libdsrt has no cuda backend; "
                 "use Backend::Cpu");
@@ -18,14 +139,83 @@ Stream::Stream(Backend backend, int threads) : backend_(backend), threads_(threa
                 " must be >= 0 (0 means all available)");
 }
 
-void Stream::synchronize() {}
+void Stream::synchronize() {
+  if (!state_->has_pending.load(std::memory_order_acquire))
+    return;
+  std::vector<CompletionPtr> work;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    work.swap(state_->pending);
+    state_->has_pending.store(false, std::memory_order_release);
+  }
+  std::string error;
+  for (const CompletionPtr &c : work) {
+    c->wait();
+    if (c->failed() && !c->reported.exchange(true) && error.empty())
+      error = c->error();
+  }
+  if (!error.empty())
+    throw Error(error);
+}
 
-void Event::record(Stream &) { recorded_ = true; }
+void Event::record(Stream &stream) {
+  recorded_ = true;
+  work_ = detail::pending_work(stream);
+}
 
-// The recorded work has already completed on the cpu backend, so later work
-// on `stream` is ordered after it without waiting.
-void Event::wait(Stream &) {}
+void Event::wait(Stream &stream) {
+  for (const CompletionPtr &c : work_)
+    if (!c->done() || c->failed())
+      detail::add_pending(stream, c);
+}
 
-void Event::synchronize() {}
+void Event::synchronize() {
+  for (const CompletionPtr &c : work_)
+    c->wait();
+  for (const CompletionPtr &c : work_)
+    if (c->failed()) {
+      c->reported = true;
+      throw Error(c->error());
+    }
+}
+
+bool Event::query() const {
+  for (const CompletionPtr &c : work_)
+    if (!c->done())
+      return false;
+  return true;
+}
+
+bool Request::test() const {
+  if (!state_)
+    return true;
+  if (!state_->done())
+    return false;
+  if (state_->failed()) {
+    state_->reported = true;
+    throw Error(state_->error());
+  }
+  return true;
+}
+
+void Request::wait() const {
+  if (!state_)
+    return;
+  state_->wait();
+  test();
+}
+
+void Request::wait(Stream &stream) const {
+  if (state_ && (!state_->done() || state_->failed()))
+    detail::add_pending(stream, state_);
+}
+
+void wait_all(const std::vector<Request> &requests) {
+  for (const Request &r : requests)
+    if (r.state())
+      r.state()->wait();
+  for (const Request &r : requests)
+    r.test();
+}
 
 }  // namespace dsrt

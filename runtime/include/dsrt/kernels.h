@@ -5,6 +5,9 @@
 // passing: the memory planner decides where every output lives). Shapes are
 // the ds op's static shapes; kernels check what they cannot assume (shapes
 // that disagree, an index out of range in the data) and throw dsrt::Error.
+// A kernel runs after the work enqueued before it on its stream: on the cpu
+// backend it first waits for asynchronous work (a collective, a file read)
+// still pending there, and reports such work's failure.
 //
 // Float tensors may be f32, f16 or bf16; kernels compute in f32 and round the
 // result to the output's type. Semantics are those of the ds op of the same

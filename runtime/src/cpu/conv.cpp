@@ -185,6 +185,7 @@ void conv_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t 
 
 void conv(Stream &s, const Tensor &x, const Tensor &w, const Tensor *bias, const Tensor &y,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations, int64_t group) {
+  begin_kernel(s);
   const char *kernel = "conv";
   check_data(kernel, "x", x);
   check_data(kernel, "w", w);
@@ -405,6 +406,7 @@ Window check_conv_grad(const char *kernel, const Tensor &x, const char *x_name, 
 void conv_grad_input(Stream &s, const Tensor &dy, const Tensor &w, const Tensor &dx,
                      const int64_t *strides, const int64_t *pads, const int64_t *dilations,
                      int64_t group) {
+  begin_kernel(s);
   const char *kernel = "conv_grad_input";
   Window win = check_conv_grad(kernel, dx, "dx", w, "w", dy, strides, pads, dilations, group);
   if (dx.numel() == 0)
@@ -427,6 +429,7 @@ void conv_grad_input(Stream &s, const Tensor &dy, const Tensor &w, const Tensor 
 void conv_grad_weight(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dw,
                       const int64_t *strides, const int64_t *pads, const int64_t *dilations,
                       int64_t group) {
+  begin_kernel(s);
   const char *kernel = "conv_grad_weight";
   Window win = check_conv_grad(kernel, x, "x", dw, "dw", dy, strides, pads, dilations, group);
   if (dw.numel() == 0)
@@ -536,6 +539,7 @@ int64_t avg_divisor(const Window &win, const int64_t *idx, const int64_t *kc,
 
 void max_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel,
               const int64_t *strides, const int64_t *pads, const int64_t *dilations) {
+  begin_kernel(s);
   const char *name = "max_pool";
   check_pool(name, x, y);
   Window win = make_window(name, x, y, kernel, strides, pads, dilations, true);
@@ -569,6 +573,7 @@ void max_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel
 
 void avg_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel,
               const int64_t *strides, const int64_t *pads, bool count_include_pad) {
+  begin_kernel(s);
   const char *name = "avg_pool";
   check_pool(name, x, y);
   Window win = make_window(name, x, y, kernel, strides, pads, nullptr, true);
@@ -631,6 +636,7 @@ void for_each_grad_plane(const Stream &s, const Window &win, int64_t planes, T *
 void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dx,
                    const int64_t *kernel, const int64_t *strides, const int64_t *pads,
                    const int64_t *dilations) {
+  begin_kernel(s);
   const char *name = "max_pool_grad";
   check_pool(name, x, dy, "x", "dy");
   check_data(name, "dx", dx);
@@ -669,6 +675,7 @@ void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &d
 
 void avg_pool_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *kernel,
                    const int64_t *strides, const int64_t *pads, bool count_include_pad) {
+  begin_kernel(s);
   const char *name = "avg_pool_grad";
   check_pool(name, dx, dy, "dx", "dy");
   Window win = make_window(name, dx, dy, kernel, strides, pads, nullptr, true, "dx", "dy");

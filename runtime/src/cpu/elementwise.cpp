@@ -118,6 +118,7 @@ void unary_float(const Stream &s, UnaryOp op, const Tensor &x, const Tensor &y, 
 }  // namespace
 
 void unary(Stream &s, UnaryOp op, const Tensor &x, const Tensor &y, float alpha) {
+  begin_kernel(s);
   const char *kernel = unary_name(op);
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
@@ -255,6 +256,7 @@ void binary_typed(const Stream &s, BinaryOp op, const BroadcastPlan &plan, const
 }  // namespace
 
 void binary(Stream &s, BinaryOp op, const Tensor &a, const Tensor &b, const Tensor &y) {
+  begin_kernel(s);
   const char *kernel = binary_name(op);
   check_data(kernel, "a", a);
   check_data(kernel, "b", b);
@@ -292,6 +294,7 @@ void compare_typed(const Stream &s, const BroadcastPlan &plan, const Tensor &a, 
 }  // namespace
 
 void compare(Stream &s, ComparePredicate pred, const Tensor &a, const Tensor &b, const Tensor &y) {
+  begin_kernel(s);
   const char *kernel = compare_name(pred);
   check_data(kernel, "a", a);
   check_data(kernel, "b", b);
@@ -315,6 +318,7 @@ void compare(Stream &s, ComparePredicate pred, const Tensor &a, const Tensor &b,
 }
 
 void where(Stream &s, const Tensor &cond, const Tensor &a, const Tensor &b, const Tensor &y) {
+  begin_kernel(s);
   const char *kernel = "where";
   check_data(kernel, "cond", cond);
   check_data(kernel, "a", a);
@@ -383,6 +387,7 @@ template <typename From, typename To> To convert(From v) {
 }  // namespace
 
 void cast(Stream &s, const Tensor &x, const Tensor &y) {
+  begin_kernel(s);
   const char *kernel = "cast";
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);

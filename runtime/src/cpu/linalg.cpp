@@ -183,6 +183,7 @@ void matmul_int(const Stream &s, const MatmulPlan &p, const T *a, const T *b, T 
 
 void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool transpose_a,
             bool transpose_b) {
+  begin_kernel(s);
   const char *kernel = "matmul";
   check_data(kernel, "a", a);
   check_data(kernel, "b", b);
@@ -211,6 +212,7 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
 
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,
           float alpha, float beta, bool transpose_a, bool transpose_b) {
+  begin_kernel(s);
   const char *kernel = "gemm";
   check_data(kernel, "a", a);
   check_data(kernel, "b", b);

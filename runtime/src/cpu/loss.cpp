@@ -104,6 +104,7 @@ std::vector<double> sample_weights(const LossShape &ls, const Tensor &labels,
 void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels,
                            const Tensor *weights, const Tensor &loss, const Tensor &log_prob,
                            Reduction reduction, bool has_ignore_index, int64_t ignore_index) {
+  begin_kernel(s);
   const char *kernel = "softmax_cross_entropy";
   LossShape ls = check_loss(kernel, scores, labels, weights, loss, reduction, has_ignore_index,
                             ignore_index);
@@ -174,6 +175,7 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
 void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Tensor *weights,
               const Tensor &loss, Reduction reduction, bool has_ignore_index,
               int64_t ignore_index) {
+  begin_kernel(s);
   const char *kernel = "nll_loss";
   (void)s;
   LossShape ls = check_loss(kernel, log_prob, labels, weights, loss, reduction, has_ignore_index,
@@ -237,6 +239,7 @@ void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &lo
                                 const Tensor &labels, const Tensor *weights,
                                 const Tensor &dscores, Reduction reduction,
                                 bool has_ignore_index, int64_t ignore_index) {
+  begin_kernel(s);
   const char *kernel = "softmax_cross_entropy_grad";
   LossShape ls = check_loss(kernel, log_prob, labels, weights, dloss, reduction, has_ignore_index,
                             ignore_index, "log_prob", "dloss");
@@ -291,6 +294,7 @@ void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &lo
 void nll_loss_grad(Stream &s, const Tensor &dloss, const Tensor &labels, const Tensor *weights,
                    const Tensor &dlog_prob, Reduction reduction, bool has_ignore_index,
                    int64_t ignore_index) {
+  begin_kernel(s);
   const char *kernel = "nll_loss_grad";
   LossShape ls = check_loss(kernel, dlog_prob, labels, weights, dloss, reduction,
                             has_ignore_index, ignore_index, "dlog_prob", "dloss");

@@ -33,6 +33,7 @@ void parallel_memcpy(const Stream &s, void *dst, const void *src, size_t bytes) 
 }  // namespace
 
 void copy(Stream &s, const Tensor &x, const Tensor &y) {
+  begin_kernel(s);
   const char *kernel = "copy";
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
@@ -160,6 +161,7 @@ void transpose_typed(const Stream &s, const Permuted &p, const T *x, T *y, int64
 }  // namespace
 
 void transpose(Stream &s, const Tensor &x, const Tensor &y, const int64_t *perm) {
+  begin_kernel(s);
   const char *kernel = "transpose";
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
@@ -200,6 +202,7 @@ void transpose(Stream &s, const Tensor &x, const Tensor &y, const int64_t *perm)
 //===----------------------------------------------------------------------===//
 
 void broadcast_to(Stream &s, const Tensor &x, const Tensor &y) {
+  begin_kernel(s);
   const char *kernel = "broadcast_to";
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
@@ -299,11 +302,13 @@ void stack_copy(const Stream &s, const Tensor &whole, const Tensor *parts, int c
 }  // namespace
 
 void concat(Stream &s, const Tensor *inputs, int num_inputs, const Tensor &y, int axis) {
+  begin_kernel(s);
   int64_t outer = check_stacking("concat", y, inputs, num_inputs, axis);
   stack_copy(s, y, inputs, num_inputs, outer, /*to_whole=*/true);
 }
 
 void split(Stream &s, const Tensor &x, const Tensor *outputs, int num_outputs, int axis) {
+  begin_kernel(s);
   int64_t outer = check_stacking("split", x, outputs, num_outputs, axis);
   stack_copy(s, x, outputs, num_outputs, outer, /*to_whole=*/false);
 }
@@ -373,6 +378,7 @@ void for_each_slice_row(const SliceWalk &w, const Shape &part, int64_t begin, in
 
 void slice(Stream &s, const Tensor &x, const Tensor &y, const int64_t *offsets,
            const int64_t *strides) {
+  begin_kernel(s);
   const char *kernel = "slice";
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
@@ -411,6 +417,7 @@ void slice(Stream &s, const Tensor &x, const Tensor &y, const int64_t *offsets,
 
 void slice_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *offsets,
                 const int64_t *strides) {
+  begin_kernel(s);
   const char *kernel = "slice_grad";
   check_data(kernel, "dy", dy);
   check_data(kernel, "dx", dx);
@@ -497,6 +504,7 @@ std::vector<int64_t> normalized_indices(const char *kernel, const Tensor &indice
 }  // namespace
 
 void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &y, int axis) {
+  begin_kernel(s);
   const char *kernel = "gather";
   check_data(kernel, "data", data);
   check_index_tensor(kernel, "indices", indices);
@@ -529,6 +537,7 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
 
 void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tensor &ddata,
                  int axis) {
+  begin_kernel(s);
   const char *kernel = "gather_grad";
   check_data(kernel, "dy", dy);
   check_index_tensor(kernel, "indices", indices);
@@ -618,6 +627,7 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
 //===----------------------------------------------------------------------===//
 
 void trilu(Stream &s, const Tensor &x, const Tensor &y, bool upper, int64_t k) {
+  begin_kernel(s);
   const char *kernel = "trilu";
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);

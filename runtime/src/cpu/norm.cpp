@@ -127,10 +127,12 @@ void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor
 }  // namespace
 
 void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis) {
+  begin_kernel(s);
   softmax_common("softmax", s, x, y, axis, /*log=*/false);
 }
 
 void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis) {
+  begin_kernel(s);
   softmax_common("log_softmax", s, x, y, axis, /*log=*/true);
 }
 
@@ -167,6 +169,7 @@ std::vector<float> expand_param(const char *kernel, const char *name, const Tens
 void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
                 const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
                 float epsilon) {
+  begin_kernel(s);
   const char *kernel = "layer_norm";
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
@@ -296,6 +299,7 @@ void normalize_channels(const Stream &s, const Channels &ch, const T *x, T *y, c
 
 void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
                 const Tensor &mean, const Tensor &var, const Tensor &y, float epsilon) {
+  begin_kernel(s);
   const char *kernel = "batch_norm";
   Channels ch = check_channels(kernel, x, y);
   check_per_channel(kernel, "scale", scale, ch.c);
@@ -322,6 +326,7 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
                       const Tensor &running_mean_out, const Tensor &running_var_out,
                       const Tensor &saved_mean, const Tensor &saved_inv_std, float epsilon,
                       float momentum) {
+  begin_kernel(s);
   const char *kernel = "batch_norm_train";
   Channels ch = check_channels(kernel, x, y);
   check_per_channel(kernel, "scale", scale, ch.c);
@@ -492,10 +497,12 @@ void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const T
 }  // namespace
 
 void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis) {
+  begin_kernel(s);
   softmax_grad_common("softmax_grad", s, y, dy, dx, axis, /*log=*/false);
 }
 
 void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis) {
+  begin_kernel(s);
   softmax_grad_common("log_softmax_grad", s, y, dy, dx, axis, /*log=*/true);
 }
 
@@ -563,6 +570,7 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const float *g,
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis) {
+  begin_kernel(s);
   const char *kernel = "layer_norm_grad";
   check_data(kernel, "x", x);
   check_data(kernel, "dy", dy);
@@ -670,6 +678,7 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
 void batch_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &saved_mean, const Tensor &saved_inv_std, const Tensor &dx,
                      const Tensor &dscale, const Tensor &dbias) {
+  begin_kernel(s);
   const char *kernel = "batch_norm_grad";
   Channels ch = check_channels(kernel, x, dx, "dx");
   check_data(kernel, "dy", dy);

@@ -85,6 +85,7 @@ void adam(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param, 
           const Tensor &m, const Tensor &v, const Tensor &param_out, const Tensor &m_out,
           const Tensor &v_out, float alpha, float beta, float epsilon, float norm_coefficient,
           float norm_coefficient_post) {
+  begin_kernel(s);
   const char *kernel = "adam";
   const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
   const char *names[] = {"grad", "first_moment", "second_moment", "param_out",
@@ -120,6 +121,7 @@ void momentum(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &par
               const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
               const Tensor &velocity_out, float alpha, float beta, MomentumMode mode,
               float norm_coefficient) {
+  begin_kernel(s);
   const char *kernel = "momentum";
   const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
   const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
@@ -146,6 +148,7 @@ void adagrad(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &para
              const Tensor &grad, const Tensor &accumulator, const Tensor &param_out,
              const Tensor &accumulator_out, float decay_factor, float epsilon,
              float norm_coefficient) {
+  begin_kernel(s);
   const char *kernel = "adagrad";
   const Tensor *states[] = {&grad, &accumulator, &param_out, &accumulator_out};
   const char *names[] = {"grad", "accumulator", "param_out", "accumulator_out"};
@@ -206,6 +209,7 @@ void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
            const Tensor &grad, const Tensor &m, const Tensor &v, const Tensor &param_out,
            const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
            float weight_decay, bool decoupled) {
+  begin_kernel(s);
   const char *kernel = "adamw";
   const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
   const char *names[] = {"grad", "m", "v", "param_out", "m_out", "v_out"};
@@ -244,6 +248,7 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
          const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
          const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
          bool nesterov) {
+  begin_kernel(s);
   const char *kernel = "sgd";
   const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
   const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
@@ -274,6 +279,7 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
 void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
           const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
           float weight_decay) {
+  begin_kernel(s);
   const char *kernel = "lion";
   const Tensor *states[] = {&grad, &m, &param_out, &m_out};
   const char *names[] = {"grad", "m", "param_out", "m_out"};
@@ -315,6 +321,7 @@ template <typename T> double sum_squares(const T *p, int64_t n) {
 }  // namespace
 
 void sum_of_squares(Stream &s, const Tensor *tensors, int num_tensors, const Tensor &out) {
+  begin_kernel(s);
   const char *kernel = "sum_of_squares";
   check_data(kernel, "out", out);
   check_dtype(kernel, "out", out, DType::F32);

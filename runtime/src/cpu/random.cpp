@@ -13,6 +13,7 @@ using namespace detail;
 
 void dropout(Stream &s, const Tensor &x, const Tensor &y, const Tensor &mask, float ratio,
              uint64_t seed, uint64_t counter) {
+  begin_kernel(s);
   const char *kernel = "dropout";
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);

@@ -138,6 +138,7 @@ void reduce_typed(const Stream &s, const std::vector<Group> &groups, const T *x,
 
 void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int64_t *axes,
             int num_axes) {
+  begin_kernel(s);
   const char *kernel = reduce_name(op);
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);

@@ -1,0 +1,149 @@
+// dsrt: communicators and asynchronous collectives.
+//
+// A Communicator is a group of ranks (one process each) that run the same
+// collectives in the same order, as with NCCL. Every operation returns at
+// once with a Request; it runs on the communicator's communication thread,
+// after the work pending on the stream it was issued on, and later work on
+// that stream waits for it. Operations of one communicator run one at a
+// time, in the order they were issued. The caller must not change an input,
+// nor read an output, before the operation completes.
+//
+// The collectives are ring algorithms over MPI point-to-point messages, so
+// the order in which values are combined is fixed: results are bit-identical
+// on every rank and from run to run. Every rank sends a small header to every
+// other rank before each collective, which turns disagreeing calls (sizes,
+// element types, operations, order) into a dsrt::Error on every rank instead
+// of a hang or corrupt data. Algorithms, reduction order and byte counts are
+// in docs/runtime.md.
+//
+// Element types: f32, f16, bf16, i64, i32 for reductions (f16 and bf16
+// accumulate in f32 and round once), any type for all_gather, broadcast,
+// send and recv.
+#ifndef DSRT_COMM_H
+#define DSRT_COMM_H
+
+#include "dsrt/kernels.h"
+#include "dsrt/stream.h"
+#include "dsrt/tensor.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dsrt {
+
+namespace detail {
+class CommEngine;
+}
+
+enum class CommOp : uint8_t {
+  AllReduce = 0, AllGather, ReduceScatter, Broadcast, Send, Recv, Barrier,
+};
+constexpr int kNumCommOps = 7;
+const char *comm_op_name(CommOp op);
+
+// What one kind of operation moved on this rank since the last reset.
+struct CommCounters {
+  int64_t calls = 0;           // operations completed
+  int64_t bytes_sent = 0;      // payload: what the ring formulas count
+  int64_t bytes_received = 0;
+  int64_t header_bytes_sent = 0;  // consistency headers, kCommHeaderBytes each
+  int64_t header_bytes_received = 0;
+};
+
+constexpr int64_t kCommHeaderBytes = 128;
+
+struct CommOptions {
+  // An operation that makes no progress for this long fails, and with it
+  // the communicator (a peer died, hangs, or issued other operations). The
+  // environment variable DSRT_COMM_TIMEOUT (seconds) sets the default.
+  double timeout_s = 600;
+  // Broadcast forwards the buffer along the chain in slices of this size.
+  int64_t broadcast_slice_bytes = int64_t(1) << 20;
+};
+
+// One transfer of a send_recv group.
+struct P2POp {
+  CommOp op = CommOp::Send;  // Send or Recv
+  Tensor tensor;
+  int peer = 0;
+};
+
+// The ring partition of `total` elements among `ranks`: chunk j starts at
+// j * (total / ranks) + min(j, total % ranks) and the first total % ranks
+// chunks have one element more. all_gather and reduce_scatter exchange
+// these chunks, so their per-rank sizes may differ by one.
+struct Chunk {
+  int64_t begin = 0, size = 0;
+};
+Chunk ring_chunk(int64_t total, int ranks, int j);
+
+// Payload bytes `rank` sends and receives in one operation on `ranks` ranks
+// (the formulas of docs/runtime.md). `total` is the element count: of the
+// tensor (all_reduce, broadcast, send, recv), of the gathered output
+// (all_gather), of the scattered input (reduce_scatter).
+struct CommVolume {
+  int64_t sent = 0, received = 0;
+};
+CommVolume comm_volume(CommOp op, DType dtype, int64_t total, int ranks, int rank, int root = 0);
+
+class Communicator {
+public:
+  // All processes of the job: MPI_COMM_WORLD when launched by an MPI
+  // launcher (mpirun, srun), initializing MPI with MPI_THREAD_SERIALIZED;
+  // otherwise a world of one rank that needs no MPI. Created on first use,
+  // finalized at exit.
+  static Communicator &world();
+
+  ~Communicator();
+  Communicator(const Communicator &) = delete;
+  Communicator &operator=(const Communicator &) = delete;
+
+  int rank() const;
+  int size() const;
+  // Whether MPI carries this communicator's messages.
+  bool uses_mpi() const;
+
+  // out = op over ranks of in; in and out are the same tensor or disjoint.
+  Request all_reduce(Stream &stream, const Tensor &in, const Tensor &out,
+                     ReduceOp op = ReduceOp::Sum);
+  // out (all ranks' chunks, in rank order) from each rank's in, which holds
+  // ring_chunk(out.numel(), size, rank) elements. In place when in is that
+  // chunk of out.
+  Request all_gather(Stream &stream, const Tensor &in, const Tensor &out);
+  // out = this rank's chunk (ring_chunk(in.numel(), size, rank)) of the
+  // reduction of in over ranks. In place when out is that chunk of in.
+  Request reduce_scatter(Stream &stream, const Tensor &in, const Tensor &out,
+                         ReduceOp op = ReduceOp::Sum);
+  // root's buffer to every rank's buffer.
+  Request broadcast(Stream &stream, const Tensor &buffer, int root);
+  // Point to point: a send matches the peer's recv of the same element type
+  // and count. Two ranks that send to each other must use one send_recv (as
+  // with NCCL's group calls): a lone send may wait for its recv.
+  Request send(Stream &stream, const Tensor &tensor, int peer);
+  Request recv(Stream &stream, const Tensor &tensor, int peer);
+  // Sends and receives that progress together (pipeline stages exchanging
+  // activations and gradients).
+  Request send_recv(Stream &stream, const std::vector<P2POp> &ops);
+  // Completes once every rank has issued it.
+  Request barrier(Stream &stream);
+
+  CommCounters counters(CommOp op) const;
+  void reset_counters();
+
+  // Applies to operations issued afterwards.
+  void set_options(const CommOptions &options);
+  CommOptions options() const;
+  // Why the communicator failed (a timeout, an MPI error); empty while it
+  // works. After a failure every operation fails at once.
+  std::string failure() const;
+
+private:
+  Communicator();
+  std::unique_ptr<detail::CommEngine> engine_;
+};
+
+}  // namespace dsrt
+
+#endif  // DSRT_COMM_H

@@ -1,0 +1,97 @@
+// Asynchronous work on the cpu backend: completions, the pending work of a
+// stream, and a worker thread that runs queued operations in order. Used by
+// collectives (the communication thread) and file I/O. Not installed.
+#ifndef DSRT_SRC_ASYNC_H
+#define DSRT_SRC_ASYNC_H
+
+#include "dsrt/stream.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dsrt {
+namespace detail {
+
+// The outcome of one asynchronous operation: set once, by the thread that
+// ran it; waited for by any number of threads.
+struct Completion {
+  // Marks the operation complete; a non-empty `error` means it failed.
+  void finish(std::string error = {});
+  // Blocks until finish() (never throws).
+  void wait();
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  // Valid once done().
+  bool failed() const { return done() && !error_.empty(); }
+  const std::string &error() const { return error_; }
+  // Set when the error was thrown to someone through a stream, so that a
+  // stream reports each failure once.
+  std::atomic<bool> reported{false};
+
+private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::atomic<bool> done_{false};
+  std::string error_;
+};
+
+using CompletionPtr = std::shared_ptr<Completion>;
+
+// Asynchronous work enqueued on a stream and not yet known to be complete.
+struct StreamState {
+  std::mutex mutex;
+  std::vector<CompletionPtr> pending;
+  // Lets kernels skip the mutex when nothing asynchronous was enqueued.
+  std::atomic<bool> has_pending{false};
+};
+
+// The stream's pending work (what an operation enqueued now must wait for),
+// dropping what has completed successfully.
+std::vector<CompletionPtr> pending_work(Stream &stream);
+// Appends work that later operations on `stream` must wait for.
+void add_pending(Stream &stream, const CompletionPtr &work);
+
+// One thread running queued tasks in order. A task first waits for the
+// stream work it depends on; a dsrt::Error it throws fails its request.
+class Worker {
+public:
+  // `dep_error` is the error of a failed dependency (empty if none); the
+  // task decides what that means (a collective still has to tell its peers).
+  using Task = std::function<void(const std::string &dep_error)>;
+
+  Worker();
+  ~Worker();  // runs what is queued, then joins
+  Worker(const Worker &) = delete;
+  Worker &operator=(const Worker &) = delete;
+
+  // Queues `task` after the work pending on `stream` (if given) and makes
+  // later work on `stream` wait for it.
+  Request submit(Stream *stream, Task task);
+  // Blocks until everything queued so far has run.
+  void drain();
+
+private:
+  struct Item {
+    std::vector<CompletionPtr> deps;
+    CompletionPtr completion;
+    Task task;
+  };
+  void loop();
+
+  std::mutex mutex_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<Item> queue_;
+  bool stop_ = false, busy_ = false;
+  std::thread thread_;
+};
+
+}  // namespace detail
+}  // namespace dsrt
+
+#endif  // DSRT_SRC_ASYNC_H

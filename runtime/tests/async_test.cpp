@@ -1,0 +1,466 @@
+// Streams with asynchronous work, requests and events; memory kinds, arenas
+// and copies; FileStore. Single process.
+#include "async.h"  // detail::Worker: asynchronous work the test controls
+#include "dsrt/file_io.h"
+#include "dsrt/kernels.h"
+#include "dsrt/memory.h"
+
+#include "test_util.h"
+
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using dsrt::DType;
+using dsrt::MemoryKind;
+using dsrt::Shape;
+using dsrt::Tensor;
+using dsrt_test::Owned;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A gate that asynchronous test work waits on until the test opens it.
+class Gate {
+public:
+  void open() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return open_; });
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Opens `gate` after `ms` milliseconds on another thread.
+std::thread open_later(Gate &gate, int ms) {
+  return std::thread([&gate, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    gate.open();
+  });
+}
+
+std::string temp_path(const std::string &name) {
+  const char *dir = std::getenv("TMPDIR");
+  return std::string(dir && *dir ? dir : "/tmp") + "/dsrt_async_test_" +
+         std::to_string(::getpid()) + "_" + name;
+}
+
+//===--- streams, events, requests -----------------------------------------===//
+
+TEST(Async, KernelWaitsForPendingWorkOnItsStream) {
+  dsrt::Stream s;
+  dsrt::detail::Worker worker;
+  Owned x = Owned::of(DType::F32, Shape{4}, {0, 0, 0, 0});
+  Owned y(DType::F32, Shape{4});
+  Gate gate;
+  // Asynchronous work on s writes x once the gate opens.
+  dsrt::Request r = worker.submit(&s, [&](const std::string &) {
+    gate.wait();
+    for (int i = 0; i < 4; ++i)
+      dsrt::store_float(x.t(), i, 10.0f + i);
+  });
+  EXPECT_FALSE(r.test());
+  std::thread opener = open_later(gate, 100);
+  auto start = Clock::now();
+  dsrt::copy(s, x, y);  // must run after the pending write
+  double waited = seconds_since(start);
+  opener.join();
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(y.at(i), 10.0 + i) << "the kernel ran before earlier work on its stream";
+  EXPECT_GE(waited, 0.05);
+  EXPECT_TRUE(r.test());
+}
+
+TEST(Async, EventOrdersAnotherStreamWithoutBlockingTheHost) {
+  dsrt::Stream comm_stream, compute;
+  dsrt::detail::Worker worker;
+  Owned x = Owned::of(DType::F32, Shape{2}, {1, 1});
+  Owned y(DType::F32, Shape{2});
+  Gate gate;
+  worker.submit(&comm_stream, [&](const std::string &) {
+    gate.wait();
+    dsrt::store_float(x.t(), 0, 7.0f);
+    dsrt::store_float(x.t(), 1, 8.0f);
+  });
+  dsrt::Event e;
+  e.record(comm_stream);
+  EXPECT_FALSE(e.query());
+  auto start = Clock::now();
+  e.wait(compute);  // must not block the host
+  EXPECT_LT(seconds_since(start), 0.05);
+  std::thread opener = open_later(gate, 80);
+  dsrt::copy(compute, x, y);  // blocks until the event's work is done
+  opener.join();
+  EXPECT_EQ(y.at(0), 7.0);
+  EXPECT_EQ(y.at(1), 8.0);
+  EXPECT_TRUE(e.query());
+  e.synchronize();
+  comm_stream.synchronize();
+}
+
+TEST(Async, RequestWaitOnStreamAndStreamCopiesShareWork) {
+  dsrt::Stream s;
+  dsrt::Stream same = s;  // a copy is the same stream
+  dsrt::detail::Worker worker;
+  Gate gate;
+  std::atomic<bool> ran{false};
+  dsrt::Request r = worker.submit(nullptr, [&](const std::string &) {
+    gate.wait();
+    ran = true;
+  });
+  r.wait(s);  // later work on s waits for r
+  std::thread opener = open_later(gate, 50);
+  same.synchronize();
+  opener.join();
+  EXPECT_TRUE(ran.load());
+}
+
+TEST(Async, ErrorsReachTheWaiterAndTheStreamOnce) {
+  dsrt::Stream s;
+  dsrt::detail::Worker worker;
+  dsrt::Request r = worker.submit(&s, [](const std::string &) {
+    throw dsrt::Error("dsrt::test: the disk caught fire");
+  });
+  worker.drain();
+  // A failed operation nobody waited for makes dependent work fail...
+  dsrt::Request dependent = worker.submit(&s, [](const std::string &dep_error) {
+    if (!dep_error.empty())
+      throw dsrt::Error("dsrt::test: not run: " + dep_error);
+  });
+  EXPECT_DSRT_ERROR(dependent.wait(), "not run", "disk caught fire");
+  // ...and is reported by the stream once.
+  EXPECT_DSRT_ERROR(s.synchronize(), "disk caught fire");
+  s.synchronize();
+  // The request itself reports it every time.
+  EXPECT_DSRT_ERROR(r.wait(), "disk caught fire");
+  EXPECT_DSRT_ERROR(r.test(), "disk caught fire");
+  EXPECT_DSRT_ERROR(dsrt::wait_all({dsrt::Request(), r}), "disk caught fire");
+  // Work on the stream after the error was reported runs normally.
+  dsrt::Request later = worker.submit(&s, [](const std::string &dep_error) {
+    if (!dep_error.empty())
+      throw dsrt::Error("unexpected: " + dep_error);
+  });
+  later.wait();
+}
+
+TEST(Async, KernelReportsAFailedOperationOnItsStream) {
+  dsrt::Stream s;
+  dsrt::detail::Worker worker;
+  worker.submit(&s, [](const std::string &) { throw dsrt::Error("dsrt::test: lost data"); });
+  Owned x(DType::F32, Shape{2}), y(DType::F32, Shape{2});
+  EXPECT_DSRT_ERROR(dsrt::copy(s, x, y), "lost data");
+  dsrt::copy(s, x, y);  // reported once
+}
+
+TEST(Async, DefaultRequestIsComplete) {
+  dsrt::Request r;
+  EXPECT_TRUE(r.test());
+  r.wait();
+  dsrt::Stream s;
+  r.wait(s);
+  s.synchronize();
+}
+
+//===--- memory --------------------------------------------------------------===//
+
+TEST(Memory, ArenasOfEveryKindAreAlignedAndAccounted) {
+  for (MemoryKind kind : {MemoryKind::Device, MemoryKind::PinnedHost, MemoryKind::Host}) {
+    SCOPED_TRACE(dsrt::memory_kind_name(kind));
+    dsrt::MemoryUsage before = dsrt::memory_usage(kind);
+    {
+      dsrt::Arena a(kind, 1000);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 64, 0u);
+      EXPECT_EQ(a.size(), 1000u);
+      EXPECT_EQ(a.kind(), kind);
+      dsrt::MemoryUsage during = dsrt::memory_usage(kind);
+      EXPECT_EQ(during.bytes, before.bytes + 1000);
+      EXPECT_EQ(during.arenas, before.arenas + 1);
+      EXPECT_GE(during.peak_bytes, during.bytes);
+      EXPECT_EQ(dsrt::memory_kind_of(a.data()), kind);
+      EXPECT_EQ(dsrt::memory_kind_of(a.data() + 999), kind);
+      dsrt::Arena moved = std::move(a);
+      EXPECT_EQ(a.data(), nullptr);
+      EXPECT_EQ(dsrt::memory_kind_of(moved.data() + 500), kind);
+      EXPECT_EQ(dsrt::memory_usage(kind).bytes, before.bytes + 1000);
+      dsrt::Arena page(kind, 100, 4096);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(page.data()) % 4096, 0u);
+    }
+    EXPECT_EQ(dsrt::memory_usage(kind).bytes, before.bytes);
+    EXPECT_EQ(dsrt::memory_usage(kind).arenas, before.arenas);
+  }
+  int on_stack = 0;
+  EXPECT_EQ(dsrt::memory_kind_of(&on_stack), MemoryKind::Host);
+  dsrt::Arena empty(MemoryKind::Device, 0);
+  EXPECT_EQ(empty.data(), nullptr);
+}
+
+TEST(Memory, ViewsStayInsideTheArena) {
+  dsrt::Arena a(MemoryKind::Device, 256);
+  Tensor t = a.view(64, DType::F32, Shape{2, 8});
+  EXPECT_EQ(static_cast<uint8_t *>(t.data), a.data() + 64);
+  EXPECT_EQ(t.nbytes(), 64u);
+  a.view(192, DType::F32, Shape{16});  // ends exactly at the end
+  EXPECT_DSRT_ERROR(a.view(200, DType::F32, Shape{16}), "dsrt::Arena::view", "offset 200",
+                    "does not fit", "device arena of 256 bytes");
+  EXPECT_DSRT_ERROR(a.view(-8, DType::F32, Shape{1}), "offset -8");
+}
+
+TEST(Memory, AllocationFailureIsAClearError) {
+  EXPECT_DSRT_ERROR(dsrt::Arena(MemoryKind::Device, size_t(1) << 62), "dsrt::Arena",
+                    "cannot allocate", "of device memory");
+  EXPECT_DSRT_ERROR(dsrt::Arena(MemoryKind::Host, 64, 48), "alignment 48");
+  // A limit emulates a device's capacity.
+  dsrt::MemoryUsage before = dsrt::memory_usage(MemoryKind::Device);
+  dsrt::set_memory_limit(MemoryKind::Device, before.bytes + (1 << 20));
+  {
+    dsrt::Arena fits(MemoryKind::Device, 512 << 10);
+    EXPECT_DSRT_ERROR(dsrt::Arena(MemoryKind::Device, 600 << 10), "cannot allocate",
+                      "614400 bytes", "device memory", "limit");
+    dsrt::Arena host(MemoryKind::Host, 600 << 10);  // other kinds are not limited
+  }
+  dsrt::Arena now_fits(MemoryKind::Device, 600 << 10);
+  dsrt::set_memory_limit(MemoryKind::Device, 0);
+  EXPECT_EQ(dsrt::memory_usage(MemoryKind::Device).limit, 0);
+}
+
+TEST(Memory, CopiesBetweenKindsAreCountedAndChecked) {
+  dsrt::Stream s;
+  dsrt::Arena device(MemoryKind::Device, 1024), pinned(MemoryKind::PinnedHost, 1024);
+  std::vector<uint8_t> host(1024);
+  std::iota(host.begin(), host.end(), uint8_t(0));
+  dsrt::reset_copied_bytes();
+  dsrt::copy_async(s, pinned.data(), host.data(), 1024);
+  dsrt::copy_async(s, device.data() + 100, pinned.data() + 100, 500);
+  Tensor dv = device.view(100, DType::I32, Shape{125});
+  Tensor hv{host.data() + 512, DType::I32, Shape{125}};
+  dsrt::copy_async(s, hv, dv);
+  s.synchronize();
+  EXPECT_EQ(dsrt::copied_bytes(MemoryKind::Host, MemoryKind::PinnedHost), 1024);
+  EXPECT_EQ(dsrt::copied_bytes(MemoryKind::PinnedHost, MemoryKind::Device), 500);
+  EXPECT_EQ(dsrt::copied_bytes(MemoryKind::Device, MemoryKind::Host), 500);
+  EXPECT_EQ(dsrt::copied_bytes(MemoryKind::Device, MemoryKind::Device), 0);
+  for (int i = 0; i < 500; ++i)
+    ASSERT_EQ(host[512 + i], uint8_t(100 + i)) << i;
+
+  EXPECT_DSRT_ERROR(dsrt::copy_async(s, host.data(), device.data() + 1000, 100),
+                    "dsrt::copy_async", "100 bytes at src", "run past the end",
+                    "device arena");
+  EXPECT_DSRT_ERROR(dsrt::copy_async(s, pinned.data() + 1000, host.data(), 100),
+                    "at dst", "pinned host arena");
+  EXPECT_DSRT_ERROR(dsrt::copy_async(s, device.data() + 10, device.data(), 100), "overlap");
+  EXPECT_DSRT_ERROR(dsrt::copy_async(s, nullptr, host.data(), 4), "null destination");
+  Tensor f{device.data(), DType::F32, Shape{4}}, i{pinned.data(), DType::I32, Shape{4}};
+  EXPECT_DSRT_ERROR(dsrt::copy_async(s, f, i), "differ in element type");
+}
+
+TEST(Memory, CopyRunsAfterPendingWorkOnItsStream) {
+  dsrt::Stream s;
+  dsrt::detail::Worker worker;
+  dsrt::Arena device(MemoryKind::Device, 64), pinned(MemoryKind::PinnedHost, 64);
+  std::memset(pinned.data(), 0, 64);
+  Gate gate;
+  worker.submit(&s, [&](const std::string &) {
+    gate.wait();
+    std::memset(pinned.data(), 0x5a, 64);
+  });
+  std::thread opener = open_later(gate, 50);
+  dsrt::copy_async(s, device.data(), pinned.data(), 64);
+  opener.join();
+  EXPECT_EQ(device.data()[0], 0x5a);
+  EXPECT_EQ(device.data()[63], 0x5a);
+}
+
+//===--- FileStore -----------------------------------------------------------===//
+
+std::vector<float> pattern(size_t n, float base) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = base + static_cast<float>(i) * 0.5f;
+  return v;
+}
+
+TEST(FileStore, WritesAndReadsRangesAsynchronously) {
+  const std::string path = temp_path("rw");
+  dsrt::Stream s;
+  {
+    dsrt::FileStore store = dsrt::FileStore::create(path, 1 << 20);
+    EXPECT_EQ(store.size(), 1 << 20);
+    struct stat st;
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 1 << 20);
+    EXPECT_GE(static_cast<int64_t>(st.st_blocks) * 512, 1 << 20) << "not preallocated";
+
+    std::vector<float> a = pattern(1000, 1), b = pattern(40000, -3);
+    Tensor ta{a.data(), DType::F32, Shape{1000}}, tb{b.data(), DType::F32, Shape{200, 200}};
+    std::vector<dsrt::Request> writes = {store.write_async(s, 0, ta),
+                                         store.write_async(s, 8192, tb)};
+    // Issued after the writes, without waiting: the store runs them in order.
+    std::vector<float> a2(1000), b2(40000);
+    dsrt::Request ra = store.read_async(s, 0, a2.data(), 4000);
+    dsrt::Request rb = store.read_async(s, 8192, Tensor{b2.data(), DType::F32, Shape{40000}});
+    dsrt::wait_all({writes[0], writes[1], ra, rb});
+    EXPECT_EQ(a, a2);
+    EXPECT_EQ(b, b2);
+    dsrt::FileStoreStats st2 = store.stats();
+    EXPECT_EQ(st2.writes, 2);
+    EXPECT_EQ(st2.reads, 2);
+    EXPECT_EQ(st2.bytes_written, 4000 + 160000);
+    EXPECT_EQ(st2.bytes_read, 4000 + 160000);
+    store.flush();
+    EXPECT_EQ(store.stats().flushes, 1);
+    store.close();
+  }
+  // Reopened read-only, the data is there; writing is refused.
+  dsrt::FileStore again = dsrt::FileStore::open(path, /*writable=*/false);
+  EXPECT_EQ(again.size(), 1 << 20);
+  std::vector<float> b3(40000);
+  again.read_async(s, 8192, b3.data(), 160000).wait();
+  EXPECT_EQ(b3, pattern(40000, -3));
+  EXPECT_DSRT_ERROR(again.write_async(s, 0, b3.data(), 4), "write_async", path.c_str(),
+                    "read-only");
+  again.close();
+  ::unlink(path.c_str());
+}
+
+TEST(FileStore, RangesOutsideTheFileAreRefusedWhenIssued) {
+  const std::string path = temp_path("range");
+  dsrt::Stream s;
+  dsrt::FileStore store = dsrt::FileStore::create(path, 4096);
+  std::vector<char> buf(1024);
+  EXPECT_DSRT_ERROR(store.read_async(s, 3584, buf.data(), 1024), "dsrt::FileStore::read_async",
+                    "bytes [3584, 4608)", path.c_str(), "outside the file's 4096 bytes");
+  EXPECT_DSRT_ERROR(store.write_async(s, -1, buf.data(), 1), "bytes [-1, 0)");
+  EXPECT_DSRT_ERROR(store.write_async(s, 4096, buf.data(), 1), "preallocate");
+  store.preallocate(8192);
+  EXPECT_EQ(store.size(), 8192);
+  store.write_async(s, 4096, buf.data(), 1024).wait();
+  store.preallocate(100);  // never shrinks
+  EXPECT_EQ(store.size(), 8192);
+  EXPECT_DSRT_ERROR(store.read_async(s, 0, nullptr, 16), "no memory");
+  store.close();
+  EXPECT_DSRT_ERROR(store.flush(), "no open file");
+  ::unlink(path.c_str());
+}
+
+TEST(FileStore, MissingFilesAndDirectoriesAreClearErrors) {
+  EXPECT_DSRT_ERROR(dsrt::FileStore::open("/nonexistent/dsrt/offload.bin"),
+                    "dsrt::FileStore::open", "cannot open /nonexistent/dsrt/offload.bin",
+                    "No such file");
+  EXPECT_DSRT_ERROR(dsrt::FileStore::create("/nonexistent/dsrt/offload.bin", 16),
+                    "dsrt::FileStore::create", "/nonexistent/dsrt/offload.bin");
+  EXPECT_DSRT_ERROR(dsrt::FileStore::open("/tmp", false), "/tmp is not a regular file");
+  EXPECT_DSRT_ERROR(dsrt::FileStore::create(temp_path("neg"), -5), "size -5");
+}
+
+TEST(FileStore, ShortReadNamesTheFileAndRange) {
+  const std::string path = temp_path("short");
+  dsrt::Stream s;
+  dsrt::FileStore store = dsrt::FileStore::create(path, 65536);
+  // Another process truncates the file behind the store's back.
+  ASSERT_EQ(::truncate(path.c_str(), 1000), 0);
+  std::vector<char> buf(4096);
+  dsrt::Request r = store.read_async(s, 0, buf.data(), 4096);
+  const std::string range = "bytes [0, 4096) of " + path;
+  // The stream reports the failure once; the request every time.
+  EXPECT_DSRT_ERROR(s.synchronize(), "dsrt::FileStore::read_async", "short read", range.c_str(),
+                    "1000 of 4096 bytes", "ends at byte 1000");
+  s.synchronize();
+  EXPECT_DSRT_ERROR(r.wait(), "short read", range.c_str());
+  // An error nobody waited for is reported by close().
+  store.read_async(s, 2048, buf.data(), 2048);
+  EXPECT_DSRT_ERROR(store.close(), "short read", "bytes [2048, 4096)");
+  ::unlink(path.c_str());
+}
+
+TEST(FileStore, IOErrorsNameTheFileAndOffset) {
+  const std::string path = temp_path("efbig");
+  dsrt::Stream s;
+  dsrt::FileStore store = dsrt::FileStore::create(path, 4 << 20);
+  // A file size limit makes pwrite fail with EFBIG past 1 MiB (and return
+  // a partial count for a write that crosses it).
+  struct rlimit old;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 1 << 20;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::vector<char> buf(64 << 10, 'x');
+  dsrt::Request crossing = store.write_async(s, (1 << 20) - 4096, buf.data(), buf.size());
+  dsrt::Stream other;  // on s it would not run, after a failure
+  dsrt::Request beyond = store.write_async(other, 2 << 20, buf.data(), 100);
+  dsrt::Request after = store.write_async(s, 0, buf.data(), 100);
+  std::string crossing_error, beyond_error;
+  try {
+    crossing.wait();
+  } catch (const dsrt::Error &e) {
+    crossing_error = e.what();
+  }
+  try {
+    beyond.wait();
+  } catch (const dsrt::Error &e) {
+    beyond_error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(crossing_error.find("writing bytes [1044480, 1110016) of " + path), std::string::npos)
+      << crossing_error;
+  EXPECT_NE(crossing_error.find("failed at offset 1048576"), std::string::npos) << crossing_error;
+  EXPECT_NE(crossing_error.find("too large"), std::string::npos) << crossing_error;
+  EXPECT_NE(beyond_error.find("failed at offset 2097152"), std::string::npos) << beyond_error;
+  EXPECT_DSRT_ERROR(after.wait(), "bytes [0, 100)",
+                    "not run: an earlier operation on its stream failed", "File too large");
+  store.close();
+  ::unlink(path.c_str());
+}
+
+TEST(FileStore, WaitsForItsStreamBeforeRunning) {
+  const std::string path = temp_path("order");
+  dsrt::Stream s;
+  dsrt::detail::Worker worker;
+  dsrt::FileStore store = dsrt::FileStore::create(path, 64);
+  std::vector<char> data(64, 0);
+  Gate gate;
+  // Earlier work on s fills the buffer; the write must see its result.
+  worker.submit(&s, [&](const std::string &) {
+    gate.wait();
+    std::memset(data.data(), 'q', 64);
+  });
+  dsrt::Request w = store.write_async(s, 0, data.data(), 64);
+  EXPECT_FALSE(w.test());
+  gate.open();
+  w.wait();
+  std::vector<char> back(64);
+  store.read_async(s, 0, back.data(), 64).wait();
+  EXPECT_EQ(back, std::vector<char>(64, 'q'));
+  store.close();
+  ::unlink(path.c_str());
+}
+
+}  // namespace
