@@ -164,3 +164,27 @@ func.func @compose_transposes(%a: tensor<2x3x4xf32>) -> tensor<4x2x3xf32> {
   %1 = ds.transpose %0 {perm = array<i64: 2, 1, 0>} : tensor<3x2x4xf32>
   return %1 : tensor<4x2x3xf32>
 }
+
+// -----
+
+// A transposed product is the swapped product with both flags flipped:
+// (x W^T)^T ... here (W x^T)^T = x W^T, the LM head of a tied embedding.
+// CHECK-LABEL: func.func @swap_transposed_matmul
+// CHECK-NEXT: %[[P:.*]] = ds.matmul %arg1, %arg0 {transpose_rhs} : tensor<2x3x4xf32>, tensor<5x4xf32>
+// CHECK-NEXT: return %[[P]]
+func.func @swap_transposed_matmul(%w: tensor<5x4xf32>, %x: tensor<2x3x4xf32>) -> tensor<2x3x5xf32> {
+  %0 = ds.matmul %w, %x {transpose_rhs} : tensor<5x4xf32>, tensor<2x3x4xf32>
+  %1 = ds.transpose %0 {perm = array<i64: 0, 2, 1>} : tensor<2x5x3xf32>
+  return %1 : tensor<2x3x5xf32>
+}
+
+// -----
+
+// Not when the product is used elsewhere too.
+// CHECK-LABEL: func.func @keep_shared_matmul
+// CHECK: ds.transpose
+func.func @keep_shared_matmul(%w: tensor<5x4xf32>, %x: tensor<4x3xf32>) -> (tensor<3x5xf32>, tensor<5x3xf32>) {
+  %0 = ds.matmul %w, %x : tensor<5x4xf32>, tensor<4x3xf32>
+  %1 = ds.transpose %0 {perm = array<i64: 1, 0>} : tensor<5x3xf32>
+  return %1, %0 : tensor<3x5xf32>, tensor<5x3xf32>
+}

@@ -446,11 +446,6 @@ struct ComposeTransposes : OpRewritePattern<TransposeOp> {
 };
 } // namespace
 
-void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
-                                              MLIRContext *context) {
-  patterns.add<ComposeTransposes>(context);
-}
-
 OpFoldResult BroadcastToOp::fold(FoldAdaptor adaptor) {
   if (getInput().getType() == getType())
     return getInput();
@@ -522,6 +517,41 @@ struct FoldTransposeIntoMatMul : OpRewritePattern<MatMulOp> {
   }
 };
 
+/// transpose(matmul(a, b)) of the last two axes -> matmul(b, a) with both
+/// transpose flags flipped: (op(a) op(b))^T = op(b)^T op(a)^T. The product
+/// is written in the transposed layout directly instead of being copied
+/// (and a backward pass differentiates one product instead of a product and
+/// a transpose).
+struct SwapTransposedMatMul : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    ArrayRef<int64_t> perm = op.getPerm();
+    int64_t rank = perm.size();
+    if (rank < 2 || perm[rank - 1] != rank - 2 || perm[rank - 2] != rank - 1)
+      return failure();
+    for (int64_t i = 0; i < rank - 2; ++i)
+      if (perm[i] != i)
+        return failure();
+    auto matmul = op.getInput().getDefiningOp<MatMulOp>();
+    if (!matmul || !matmul->hasOneUse())
+      return failure();
+    auto lhs = cast<RankedTensorType>(matmul.getLhs().getType());
+    auto rhs = cast<RankedTensorType>(matmul.getRhs().getType());
+    if (lhs.getRank() < 2 || rhs.getRank() < 2)
+      return failure();
+    auto swapped = MatMulOp::create(rewriter, matmul.getLoc(), matmul.getRhs(),
+                                    matmul.getLhs(), !matmul.getTransposeRhs(),
+                                    !matmul.getTransposeLhs());
+    if (swapped.getType() != op.getType()) {
+      rewriter.eraseOp(swapped);
+      return failure();
+    }
+    rewriter.replaceOp(op, swapped.getResult());
+    return success();
+  }
+};
+
 /// gemm(a, b) with alpha = 1 and no c is a plain matrix product.
 struct GemmWithoutBiasToMatMul : OpRewritePattern<GemmOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -551,6 +581,11 @@ struct RemoveZeroDropout : OpRewritePattern<DropoutOp> {
   }
 };
 } // namespace
+
+void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                              MLIRContext *context) {
+  patterns.add<ComposeTransposes, SwapTransposedMatMul>(context);
+}
 
 void MatMulOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
                                            MLIRContext *context) {
