@@ -623,6 +623,35 @@ EXAMPLES:
 
   MLIRContext context;
   context.loadDialect<dsopt::ds::DsDialect, func::FuncDialect>();
+  // Diagnostics of the passes in dsopt's format, naming the model (the
+  // message names the op and its ONNX node); no IR dumps for users.
+  context.printOpOnDiagnostic(false);
+  bool reportedError = false;
+  std::string modelName = llvm::sys::path::filename(inputFile).str();
+  ScopedDiagnosticHandler diagnostics(&context, [&](Diagnostic &diag) {
+    auto print = [&](DiagnosticSeverity severity, const std::string &text) {
+      switch (severity) {
+      case DiagnosticSeverity::Error:
+        reportedError = true;
+        llvm::WithColor::error(llvm::errs(), "dsopt");
+        break;
+      case DiagnosticSeverity::Warning:
+        llvm::WithColor::warning(llvm::errs(), "dsopt");
+        break;
+      default:
+        llvm::WithColor::note(llvm::errs(), "dsopt");
+      }
+      llvm::errs() << printable(modelName + ": " + text) << "\n";
+    };
+    print(diag.getSeverity(), diag.str());
+    for (Diagnostic &note : diag.getNotes())
+      print(DiagnosticSeverity::Note, note.str());
+    return success();
+  });
+  // After a pass failed: its diagnostics said why, unless it printed none.
+  auto failPass = [&](const llvm::Twine &message) {
+    return reportedError ? 1 : fail(message);
+  };
   DefaultTimingManager timing;
   applyDefaultTimingManagerCLOptions(timing);
   TimingScope rootTiming = timing.getRootScope();
@@ -658,7 +687,7 @@ EXAMPLES:
     pm.addPass(createCSEPass());
   }
   if (failed(pm.run(*module)))
-    return fail("the pass pipeline failed on " + inputFile);
+    return failPass("the pass pipeline failed on " + inputFile);
   pipelineTiming.stop();
 
   auto writeTo = [&](StringRef path,
@@ -739,7 +768,7 @@ EXAMPLES:
     FailureOr<OwningOpRef<ModuleOp>> built =
         dsopt::buildTrainingModule(*module, *trainConfig, trainOptions);
     if (failed(built))
-      return fail("building the training step failed on " + inputFile);
+      return failPass("building the training step failed on " + inputFile);
     trainModule = std::move(*built);
     llvm::errs() << "dsopt: "
                  << dsopt::trainingSummary(*trainModule, trainOptions.frozen)
@@ -750,7 +779,7 @@ EXAMPLES:
     FailureOr<OwningOpRef<ModuleOp>> built =
         dsopt::buildGradientModule(*module, trainOptions);
     if (failed(built))
-      return fail("differentiating " + inputFile + " failed");
+      return failPass("differentiating " + inputFile + " failed");
     gradientModule = std::move(*built);
     if (!trainModule)
       llvm::errs() << "dsopt: "
@@ -777,7 +806,7 @@ EXAMPLES:
     planPm.addNestedPass<func::FuncOp>(dsopt::createDsFuseElementwise());
   planPm.addPass(dsopt::createDsPlanMemory());
   if (failed(planPm.run(*module)))
-    return fail("memory planning failed on " + inputFile);
+    return failPass("memory planning failed on " + inputFile);
   planTiming.stop();
 
   std::optional<llvm::json::Value> configJson;
@@ -831,7 +860,7 @@ EXAMPLES:
   if (emit != EmitKind::TrainCpp) {
     programs.push_back({"run", "model.cpp", ""});
     if (failed(lower(*module, programs.back().source)))
-      return fail("code generation failed on " + inputFile);
+      return failPass("code generation failed on " + inputFile);
   }
   if (emit == EmitKind::Cpp)
     return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
@@ -843,7 +872,7 @@ EXAMPLES:
   if (trainModule) {
     programs.push_back({"train", "train.cpp", ""});
     if (failed(lower(*trainModule, programs.back().source)))
-      return fail("code generation failed on the training step of " +
+      return failPass("code generation failed on the training step of " +
                   inputFile);
   }
   if (emit == EmitKind::TrainCpp)
@@ -856,7 +885,7 @@ EXAMPLES:
   if (gradientModule) {
     programs.push_back({"gradients", "gradients.cpp", ""});
     if (failed(lower(*gradientModule, programs.back().source)))
-      return fail("code generation failed on the gradients of " + inputFile);
+      return failPass("code generation failed on the gradients of " + inputFile);
   }
   lowerTiming.stop();
 

@@ -350,8 +350,10 @@ void DropoutOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getMask());
   call.real(getRatio().convertToFloat());
   call.integer(getSeed());
-  // The counter advances per training step; a forward program runs once.
-  call.integer(0);
+  // The runtime's counter: the micro step of a training program (and the
+  // --seed it was started with), so every step draws a fresh mask; 0 in a
+  // forward program.
+  call.enumerator("dsrt::rng_counter()");
 }
 
 //===----------------------------------------------------------------------===//
