@@ -117,6 +117,9 @@ private:
   void emitFunctionInterface(Value info, func::FuncOp function);
   void emitTraining(Value info);
   LogicalResult emitRun(func::FuncOp function, StringRef name);
+  /// The tensor view of `value` in the current part, made on first use.
+  FailureOr<Value> viewOf(Value value);
+  void startPart(StringRef name);
   void emitMain();
   bool isTraining() const { return functions.size() > 1; }
   FailureOr<std::string> emitFusedKernel(ds::FusedOp op);
@@ -140,7 +143,14 @@ private:
   OpBuilder builder;
   Location loc = UnknownLoc::get(context);
   Value program, stream, arena;
-  llvm::DenseMap<Value, Value> views; // ds value -> dsrt::Tensor
+  llvm::DenseMap<Value, Value> views; // ds value -> dsrt::Tensor (this part)
+  /// Where each value of the function being emitted lives: its arena
+  /// offset, or -1 for static storage (constants and views of them, whose
+  /// constant is in `constantRoot`).
+  llvm::DenseMap<Value, int64_t> offsetOf;
+  llvm::DenseMap<Value, ds::ConstantOp> constantRoot;
+  /// The global holding each distinct constant.
+  llvm::DenseMap<Attribute, std::string> constantGlobals;
   unsigned globals = 0, fusedKernels = 0;
   /// Generated kernels go before this op (the run function).
   Operation *kernelsBefore = nullptr;
@@ -195,10 +205,23 @@ FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
   if (!value)
     return constant.emitOpError() << "only dense constants can be emitted";
   auto type = cast<RankedTensorType>(value.getType());
-  std::string name = prefix + "constant_" + std::to_string(globals++);
   int64_t count = std::max<int64_t>(type.getNumElements(), 1);
   auto [storageElement, storage] = cppStorage(value);
   bool fillAtRunTime = value.isSplat() && count > kSplatLiteralLimit;
+  auto arrayType = emitc::ArrayType::get({count}, storageElement);
+  // One global per distinct constant, however many parts view it.
+  auto [cached, fresh] = constantGlobals.try_emplace(value, "");
+  if (!fresh) {
+    Value global =
+        emitc::GetGlobalOp::create(builder, loc, arrayType, cached->second);
+    Value tensor = call("dsrt::view_static", opaque("dsrt::Tensor"), {global},
+                        {builder.getIndexAttr(0),
+                         literal(dtypeName(type.getElementType())),
+                         literal(shapeLiteral(type.getShape()))});
+    return tensor;
+  }
+  std::string name = prefix + "constant_" + std::to_string(globals++);
+  cached->second = name;
   Attribute initial;
   if (!fillAtRunTime) {
     auto flat = RankedTensorType::get({count}, storageElement);
@@ -206,7 +229,6 @@ FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
                   ? DenseElementsAttr::get(flat, storage.getSplatValue<Attribute>())
                   : storage.reshape(flat);
   }
-  auto arrayType = emitc::ArrayType::get({count}, storageElement);
   {
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(module.getBody());
@@ -322,14 +344,14 @@ private:
     operands.push_back(value);
   }
   Value lookup(Value value) {
-    Value view = p.views.lookup(value);
-    if (!view) {
+    FailureOr<Value> view = p.viewOf(value);
+    if (failed(view)) {
       op->emitOpError() << "uses a value without a buffer";
       status = failure();
       // Keep the call well-formed; the failure aborts the lowering.
       return p.stream;
     }
-    return view;
+    return *view;
   }
 
   ProgramBuilder &p;
@@ -340,16 +362,46 @@ private:
   LogicalResult status = success();
 };
 
-LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
-  function = emitted;
-  views.clear();
-  auto programType = opaque("dsrt::Program&");
+/// Kernels per generated C++ function: the host compiler's time grows
+/// faster than linearly with a function's size, so a run function is a
+/// sequence of parts of this many kernels, each recreating the views it uses
+/// from the plan's offsets.
+constexpr int64_t kKernelsPerPart = 48;
+
+FailureOr<Value> ProgramBuilder::viewOf(Value value) {
+  if (Value cached = views.lookup(value))
+    return cached;
+  auto type = cast<RankedTensorType>(value.getType());
+  Value tensor;
+  if (ds::ConstantOp root = constantRoot.lookup(value)) {
+    FailureOr<Value> base = constantView(root);
+    if (failed(base))
+      return failure();
+    tensor = *base;
+    if (root.getType() != type)
+      tensor = call("dsrt::reshape", opaque("dsrt::Tensor"), {tensor},
+                    {builder.getIndexAttr(0),
+                     literal(shapeLiteral(type.getShape()))});
+  } else {
+    auto it = offsetOf.find(value);
+    if (it == offsetOf.end() || it->second < 0)
+      return failure();
+    tensor = view(arena, it->second, type);
+  }
+  views[value] = tensor;
+  return tensor;
+}
+
+void ProgramBuilder::startPart(StringRef name) {
   builder.setInsertionPointToEnd(module.getBody());
-  auto run = emitc::FuncOp::create(
-      builder, loc, (prefix + name).str(),
-      builder.getFunctionType({programType}, {}));
-  kernelsBefore = run;
-  Block *entry = run.addEntryBlock();
+  auto part = emitc::FuncOp::create(
+      builder, loc, name,
+      builder.getFunctionType({opaque("dsrt::Program&")}, {}));
+  // Not inlined back into one huge function by the host compiler.
+  part.setSpecifiersAttr(
+      builder.getStrArrayAttr({"static", "__attribute__((noinline))"}));
+  kernelsBefore = part;
+  Block *entry = part.addEntryBlock();
   builder.setInsertionPointToEnd(entry);
   program = entry->getArgument(0);
   stream = call("dsrt::stream", opaque("dsrt::Stream&"), {program},
@@ -357,31 +409,36 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   arena = call("dsrt::arena", emitc::PointerType::get(IntegerType::get(
                                   context, 8, IntegerType::Unsigned)),
                {program}, {builder.getIndexAttr(0)});
+  views.clear();
+}
 
+LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
+  function = emitted;
+  offsetOf.clear();
+  constantRoot.clear();
   Block &body = function.getBody().front();
-  for (BlockArgument arg : body.getArguments()) {
-    auto offset = function.getArgAttrOfType<IntegerAttr>(
-        arg.getArgNumber(), ds::DsDialect::kOffsetAttrName);
-    views[arg] = view(arena, offset.getInt(),
-                      cast<RankedTensorType>(arg.getType()));
-  }
-
-  auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
-      ds::DsDialect::kMemoryPlanAttrName);
-  llvm::DenseMap<Value, int64_t> offsetOf; // -1: static storage
   for (BlockArgument arg : body.getArguments())
     offsetOf[arg] = function
                         .getArgAttrOfType<IntegerAttr>(
                             arg.getArgNumber(), ds::DsDialect::kOffsetAttrName)
                         .getInt();
+  auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
+      ds::DsDialect::kMemoryPlanAttrName);
+
+  SmallVector<std::string> parts;
+  auto nextPart = [&] {
+    if (!parts.empty())
+      emitc::ReturnOp::create(builder, loc, Value());
+    parts.push_back(prefix + name.str() + "_part" +
+                    std::to_string(parts.size()));
+    startPart(parts.back());
+  };
+  nextPart();
 
   int64_t opIndex = 0;
   for (Operation &op : body.without_terminator()) {
     if (auto constant = dyn_cast<ds::ConstantOp>(op)) {
-      FailureOr<Value> tensor = constantView(constant);
-      if (failed(tensor))
-        return failure();
-      views[constant.getResult()] = *tensor;
+      constantRoot[constant.getResult()] = constant;
       offsetOf[constant.getResult()] = -1;
       continue;
     }
@@ -395,14 +452,14 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
     // A view runs nothing: same bytes under a new shape.
     if (std::optional<unsigned> aliased = kernel.getAliasedOperand()) {
       Value source = op.getOperand(*aliased);
-      auto type = cast<RankedTensorType>(op.getResult(0).getType());
-      views[op.getResult(0)] =
-          call("dsrt::reshape", opaque("dsrt::Tensor"), {views.lookup(source)},
-               {builder.getIndexAttr(0), literal(shapeLiteral(type.getShape()))});
       offsetOf[op.getResult(0)] = offsetOf.lookup(source);
+      if (ds::ConstantOp root = constantRoot.lookup(source))
+        constantRoot[op.getResult(0)] = root;
       continue;
     }
 
+    if (opIndex > 0 && opIndex % kKernelsPerPart == 0)
+      nextPart();
     auto index = builder.getIndexAttr(0);
     callVoid("dsrt::begin_op", {program},
              {index, builder.getI64IntegerAttr(opIndex)});
@@ -415,7 +472,6 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
       if (offset < 0)
         return op.emitOpError() << "result has no buffer";
       offsetOf[result] = offset;
-      views[result] = view(arena, offset, type);
       // A result in a fresh slot (not written over a dying operand, nor
       // into persistent state, whose slots live for the whole program).
       if (!operandOffsets.contains(offset) &&
@@ -457,7 +513,10 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
       return function.emitOpError()
              << "result " << i << " updates argument " << updates.getInt()
              << " with another argument";
-    callVoid("dsrt::copy", {stream, views.lookup(result), views.lookup(target)},
+    FailureOr<Value> from = viewOf(result), to = viewOf(target);
+    if (failed(from) || failed(to))
+      return function.emitOpError() << "result " << i << " has no buffer";
+    callVoid("dsrt::copy", {stream, *from, *to},
              {builder.getIndexAttr(0), builder.getIndexAttr(1),
               builder.getIndexAttr(2)});
   }
@@ -468,10 +527,24 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
     if (function.getResultAttr(i, ds::DsDialect::kUpdatesAttrName))
       continue;
-    callVoid("dsrt::set_output", {program, views.lookup(result)},
+    FailureOr<Value> tensor = viewOf(result);
+    if (failed(tensor))
+      return function.emitOpError() << "result " << i << " has no buffer";
+    callVoid("dsrt::set_output", {program, *tensor},
              {builder.getIndexAttr(0), builder.getI64IntegerAttr(output++),
               builder.getIndexAttr(1)});
   }
+  emitc::ReturnOp::create(builder, loc, Value());
+
+  // The run function: the parts in order.
+  builder.setInsertionPointToEnd(module.getBody());
+  auto run = emitc::FuncOp::create(
+      builder, loc, (prefix + name).str(),
+      builder.getFunctionType({opaque("dsrt::Program&")}, {}));
+  Block *entry = run.addEntryBlock();
+  builder.setInsertionPointToEnd(entry);
+  for (const std::string &part : parts)
+    callVoid(part, {entry->getArgument(0)}, {builder.getIndexAttr(0)});
   emitc::ReturnOp::create(builder, loc, Value());
   return success();
 }

@@ -9,9 +9,12 @@
 // EMITC: emitc.global static const @dsopt_constant_0 : !emitc.array<2xf32> = dense<[1.000000e+00, 2.000000e+00]>
 // EMITC: emitc.func @dsopt_fused_0
 // EMITC-SAME: specifiers = ["static"]
-// EMITC: emitc.func @dsopt_run(%{{.*}}: !emitc.opaque<"dsrt::Program&">)
+// EMITC: emitc.func @dsopt_run_part0(%{{.*}}: !emitc.opaque<"dsrt::Program&">)
+// EMITC-SAME: specifiers = ["static", "__attribute__((noinline))"]
 // EMITC: call_opaque "dsrt::matmul"
 // EMITC: call_opaque "dsopt_fused_0"
+// EMITC: emitc.func @dsopt_run(%[[RPA:.*]]: !emitc.opaque<"dsrt::Program&">)
+// EMITC-NEXT: call_opaque "dsopt_run_part0"(%[[RPA]])
 // EMITC: emitc.func @dsopt_describe
 // EMITC: call_opaque "dsrt::add_param_file"
 // EMITC: emitc.func @main
@@ -22,10 +25,12 @@
 // CPP-NEXT: for (int64_t [[ROW:[a-z0-9]+]] = 0; [[ROW]] < 4096; [[ROW]] += 1) {
 // CPP: for (int64_t [[COL:[a-z0-9]+]] = 0; [[COL]] < 16; [[COL]] += 1) {
 // CPP: dsrt::math::fast_tanh(
-// CPP: void dsopt_run(dsrt::Program& [[P:v[0-9]+]]) {
+// CPP: static __attribute__((noinline)) void dsopt_run_part0(dsrt::Program& [[P:v[0-9]+]]) {
 // CPP: dsrt::Stream& [[STREAM:v[0-9]+]] = dsrt::stream([[P]]);
 // CPP: dsrt::acquire([[P]], {{[0-9]+}}, 262144);
 // CPP: dsrt::matmul([[STREAM]], {{.*}}, false, true);
+// CPP: void dsopt_run(dsrt::Program& [[RP:v[0-9]+]]) {
+// CPP-NEXT: dsopt_run_part0([[RP]]);
 // CPP: void dsopt_describe(dsrt::ProgramInfo& [[I:v[0-9]+]]) {
 // CPP: dsrt::set_model([[I]], "/models/m.onnx");
 // CPP: dsrt::add_param_file([[I]], "w", dsrt::DType::F32, {16, 8}, 0, true, "m.onnx", 128, 512);

@@ -22,6 +22,10 @@
 using namespace mlir;
 using namespace dsopt::ds;
 
+/// The largest splat a folder materializes from an op whose operands are
+/// smaller (broadcasting): larger ones stay ops that write planned buffers.
+static constexpr int64_t kMaxFoldedSplatElements = 1024;
+
 namespace {
 /// Constants larger than this are not folded elementwise: folding them would
 /// put large tensors into the IR.
@@ -449,9 +453,13 @@ struct ComposeTransposes : OpRewritePattern<TransposeOp> {
 OpFoldResult BroadcastToOp::fold(FoldAdaptor adaptor) {
   if (getInput().getType() == getType())
     return getInput();
+  // Only small results become constants: a large splat would live in the
+  // program's static storage, outside the planned arena (a backward pass
+  // broadcasts the loss's scalar gradient over whole activations).
+  auto type = cast<ShapedType>(getType());
   if (auto dense = dyn_cast_or_null<DenseElementsAttr>(adaptor.getInput()))
-    if (dense.isSplat())
-      return dense.resizeSplat(cast<ShapedType>(getType()));
+    if (dense.isSplat() && type.getNumElements() <= kMaxFoldedSplatElements)
+      return dense.resizeSplat(type);
   return {};
 }
 
