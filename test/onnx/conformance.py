@@ -47,7 +47,9 @@ REFERENCE_BUGS = {
     "node/test_adam_multiple":
         "ONNX 1.12's generator computes the reference with epsilon = 1e-2 but "
         "does not pass epsilon to the node (adam.py, export_adam_multiple); "
-        "dsopt follows the model's default 1e-6",
+        "dsopt follows the model's default 1e-6 and matches ONNX's own "
+        "`apply_adam` with the node's attributes exactly "
+        "(test/OnnxConformance/adam-multiple.test)",
     "node/test_cast_FLOAT_to_BFLOAT16":
         "ONNX 1.12's reference truncates f32 to bf16 (keeps the upper 16 bits, "
         "cast.py); IEEE, PyTorch and dsopt round to nearest even",
