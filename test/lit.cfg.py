@@ -28,6 +28,8 @@ config.substitutions.extend([
     # Training parity with PyTorch (docs/training.md).
     ("%zoo-train", f"{py} {src}/test/zoo/check_zoo_train.py"),
     ("%torch-dsopt", f"{py} {src}/test/zoo/torch_dsopt.py"),
+    # Data parallelism and ZeRO against one rank, PyTorch and the plan.
+    ("%zoo-dp", f"{py} {src}/test/zoo/check_zoo_dp.py"),
     ("%srcroot", src),
     ("%objroot", config.dsopt_obj_root),
 ])

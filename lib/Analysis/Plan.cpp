@@ -6,6 +6,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/Format.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/JSON.h"
 
@@ -171,6 +172,140 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>> trainingFunctions(ModuleOp m) {
   return std::make_pair(micro, step);
 }
 
+/// The data-parallel size of a training module (ds.zero's dp, else 1).
+int64_t dataParallelSize(ModuleOp train) {
+  if (auto zero = train->getAttrOfType<DictionaryAttr>(
+          ds::DsDialect::kZeroAttrName))
+    if (auto dp = zero.getAs<IntegerAttr>("dp"))
+      return std::max<int64_t>(1, dp.getInt());
+  return 1;
+}
+
+int64_t accumulationOf(ModuleOp train) {
+  if (auto recipe = train->getAttrOfType<DictionaryAttr>(
+          ds::DsDialect::kTrainAttrName))
+    if (auto k = recipe.getAs<IntegerAttr>("accumulation"))
+      return std::max<int64_t>(1, k.getInt());
+  return 1;
+}
+
+/// The ring partition of libdsrt's collectives (dsrt::ring_chunk).
+int64_t ringChunk(int64_t total, int64_t ranks, int64_t j) {
+  j = ((j % ranks) + ranks) % ranks;
+  return total / ranks + (j < total % ranks ? 1 : 0);
+}
+
+struct Traffic {
+  int64_t sent = 0, received = 0, calls = 0;
+};
+
+/// Payload bytes rank `rank` of `ranks` sends and receives in one collective
+/// (dsrt::comm_volume, docs/runtime.md): `total` elements of the all-reduced
+/// tensor, the gathered result or the scattered input.
+Traffic collectiveTraffic(StringRef kind, Type element, int64_t total,
+                          int64_t ranks, int64_t rank) {
+  Traffic t;
+  t.calls = 1;
+  if (ranks == 1)
+    return t;
+  int64_t e = ds::getElementByteSize(element);
+  int64_t w = element.isF16() || element.isBF16() ? 4 : e; // reduced in f32
+  auto c = [&](int64_t j) { return ringChunk(total, ranks, j); };
+  if (kind == "all_reduce") {
+    t.sent = w * (total - c(rank)) + e * (total - c(rank + 1));
+    t.received = w * (total - c(rank - 1)) + e * (total - c(rank));
+  } else if (kind == "reduce_scatter") {
+    t.sent = w * (total - c(rank));
+    t.received = w * (total - c(rank - 1));
+  } else if (kind == "all_gather") {
+    t.sent = e * (total - c(rank + 1));
+    t.received = e * (total - c(rank));
+  }
+  return t;
+}
+
+constexpr StringLiteral kCollectiveKinds[] = {"all_reduce", "all_gather",
+                                              "reduce_scatter"};
+
+/// The collective of `op` ("" for none) and the element count its traffic
+/// is counted on.
+std::pair<StringRef, int64_t> collectiveOf(Operation &op) {
+  StringRef name = op.getName().getStringRef();
+  if (!name.consume_front("shard."))
+    return {"", 0};
+  if (name == "all_reduce" || name == "reduce_scatter")
+    return {name, cast<RankedTensorType>(op.getOperand(0).getType())
+                      .getNumElements()};
+  if (name == "all_gather")
+    return {name, cast<RankedTensorType>(op.getResult(0).getType())
+                      .getNumElements()};
+  return {"", 0};
+}
+
+/// What one rank of a training program holds and moves per optimizer step.
+llvm::json::Object rankNumbers(ModuleOp train, int64_t rank) {
+  auto [micro, step] = *trainingFunctions(train);
+  auto memory = train->getAttrOfType<ds::MemoryPlanAttr>(
+      ds::DsDialect::kMemoryPlanAttrName);
+  int64_t ranks = dataParallelSize(train), k = accumulationOf(train);
+  int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
+  llvm::StringSet<> seen;
+  for (func::FuncOp function : {micro, step})
+    for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+      int64_t bytes =
+          ds::getByteSize(cast<ShapedType>(function.getArgumentTypes()[i]))
+              .value_or(0);
+      if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
+              i, ds::DsDialect::kParamAttrName)) {
+        if (seen.insert(("param:" + param.getName()).str()).second)
+          paramBytes += bytes;
+      } else if (auto state = function.getArgAttrOfType<StringAttr>(
+                     i, ds::DsDialect::kStateAttrName)) {
+        if (seen.insert(("state:" + state.getValue()).str()).second)
+          (state.getValue().starts_with("grad:") ? gradBytes
+                                                 : optimizerBytes) += bytes;
+      }
+    }
+  llvm::StringMap<Traffic> traffic;
+  for (StringRef kind : kCollectiveKinds)
+    traffic[kind] = Traffic();
+  for (auto [function, times] : {std::pair{micro, k}, {step, int64_t(1)}})
+    for (Operation &op : function.getBody().front()) {
+      auto [kind, total] = collectiveOf(op);
+      if (kind.empty())
+        continue;
+      Traffic one = collectiveTraffic(
+          kind,
+          cast<RankedTensorType>(op.getOperand(0).getType()).getElementType(),
+          total, ranks, rank);
+      Traffic &sum = traffic[kind];
+      sum.sent += times * one.sent;
+      sum.received += times * one.received;
+      sum.calls += times * one.calls;
+    }
+  llvm::json::Object collectives;
+  for (StringRef kind : kCollectiveKinds) {
+    const Traffic &t = traffic[kind];
+    collectives[kind] = llvm::json::Object{
+        {"sent", t.sent}, {"received", t.received}, {"calls", t.calls}};
+  }
+  auto transient = [&](func::FuncOp function) {
+    auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
+        ds::DsDialect::kMemoryPlanAttrName);
+    return plan.getArenaBytes() - memory.getPersistentBytes();
+  };
+  return llvm::json::Object{
+      {"rank", rank},
+      {"param_bytes", paramBytes},
+      {"grad_bytes", gradBytes},
+      {"optimizer_bytes", optimizerBytes},
+      {"activation_bytes", transient(micro)},
+      {"workspace_bytes", transient(step)},
+      {"persistent_bytes", memory.getPersistentBytes()},
+      {"arena_peak_bytes", memory.getArenaBytes()},
+      {"collective_bytes", std::move(collectives)}};
+}
+
 llvm::json::Object trainingRank(ModuleOp train) {
   auto [micro, step] = *trainingFunctions(train);
   auto memory = train->getAttrOfType<ds::MemoryPlanAttr>(
@@ -251,19 +386,37 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
       {"ops", std::move(plan.ops)}};
   llvm::json::Array ranks;
   ranks.push_back(std::move(rank));
-  llvm::json::Object json{{"format", "dsopt-plan"},
-                          {"version", 1},
-                          {"world", 1},
-                          {"grid", llvm::json::Object{{"dp", 1}, {"pp", 1},
-                                                      {"tp", 1}}},
-                          {"ranks", std::move(ranks)}};
+  llvm::json::Object json{{"format", "dsopt-plan"}, {"version", 2}};
   if (auto source = module->getAttrOfType<StringAttr>(
           ds::DsDialect::kSourceAttrName))
     json["model"] = source.getValue();
-  if (train) {
+  if (!train) {
+    json["world"] = 1;
+    json["grid"] = llvm::json::Object{{"dp", 1}, {"pp", 1}, {"tp", 1}};
+    json["ranks"] = std::move(ranks);
+  } else {
+    // The job is the training program's: its grid, and what each rank
+    // holds and moves. The forward program runs on one process.
+    int64_t world = dataParallelSize(train);
+    json["world"] = world;
+    json["grid"] = llvm::json::Object{{"dp", world}, {"pp", 1}, {"tp", 1}};
+    llvm::json::Array perRank;
+    for (int64_t r = 0; r < world; ++r)
+      perRank.push_back(rankNumbers(train, r));
+    json["ranks"] = std::move(perRank);
+    json["forward"] = llvm::json::Object{{"world", 1},
+                                         {"ranks", std::move(ranks)}};
     llvm::json::Array trainRanks;
     trainRanks.push_back(trainingRank(train));
     llvm::json::Object training{{"ranks", std::move(trainRanks)}};
+    if (auto zero = train->getAttrOfType<DictionaryAttr>(
+            ds::DsDialect::kZeroAttrName)) {
+      llvm::json::Object zeroJson;
+      for (NamedAttribute entry : zero)
+        if (auto value = dyn_cast<IntegerAttr>(entry.getValue()))
+          zeroJson[entry.getName().getValue()] = value.getInt();
+      training["zero"] = std::move(zeroJson);
+    }
     if (trainConfig)
       training["config"] = *trainConfig;
     json["train"] = std::move(training);
@@ -320,6 +473,32 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
   os << llvm::format("    states        %14lld bytes  (%.2f MiB): gradients "
                      "and optimizer moments\n",
                      (long long)bytes("state_bytes"), mib(bytes("state_bytes")));
+  int64_t world = dataParallelSize(train);
+  int64_t stage = 0;
+  if (auto zero = train->getAttrOfType<DictionaryAttr>(
+          ds::DsDialect::kZeroAttrName))
+    if (auto value = zero.getAs<IntegerAttr>("stage"))
+      stage = value.getInt();
+  llvm::json::Object numbers = rankNumbers(train, 0);
+  auto number = [&](StringRef key) { return *numbers.getInteger(key); };
+  os << llvm::format("  data parallel   %14lld ranks, ZeRO stage %lld; per "
+                     "rank (rank 0):\n",
+                     (long long)world, (long long)stage);
+  for (StringRef key : {"param_bytes", "grad_bytes", "optimizer_bytes",
+                        "activation_bytes", "workspace_bytes"})
+    os << llvm::format("    %-16s%14lld bytes  (%.2f MiB)\n",
+                       key.drop_back(6).str().c_str(), (long long)number(key),
+                       mib(number(key)));
+  const llvm::json::Object *collectives =
+      numbers.getObject("collective_bytes");
+  for (StringRef kind : kCollectiveKinds) {
+    const llvm::json::Object *t = collectives->getObject(kind);
+    os << llvm::format("    %-16s%14lld bytes sent, %lld received, %lld calls "
+                       "per step\n",
+                       kind.str().c_str(), (long long)*t->getInteger("sent"),
+                       (long long)*t->getInteger("received"),
+                       (long long)*t->getInteger("calls"));
+  }
   for (func::FuncOp function : {functions->first, functions->second}) {
     FailureOr<PlanSummary> part = summarizePlan(function);
     os << llvm::format("  %-15s %14lld bytes  arena, %lld kernels, %lld "

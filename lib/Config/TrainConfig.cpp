@@ -63,7 +63,8 @@ StringRef scheduleKindName(ScheduleKind kind) {
 bool TrainConfigOverrides::empty() const {
   return !optimizer && !lr && !weightDecay && !eps && !momentum &&
          !gradientClipping && !betas && !nesterov && !trainBatchSize &&
-         !microBatchSize && !gradientAccumulationSteps && !stepsPerPrint;
+         !microBatchSize && !gradientAccumulationSteps && !stepsPerPrint &&
+         !zeroStage && !dataParallelSize;
 }
 
 namespace {
@@ -465,6 +466,13 @@ llvm::Error applyOverrides(json::Object &root,
         *overrides.gradientAccumulationSteps;
   if (overrides.stepsPerPrint)
     root["steps_per_print"] = *overrides.stepsPerPrint;
+  if (overrides.zeroStage) {
+    json::Value *zero = root.get("zero_optimization");
+    if (zero && zero->getAsObject())
+      (*zero->getAsObject())["stage"] = *overrides.zeroStage;
+    else
+      root["zero_optimization"] = json::Object{{"stage", *overrides.zeroStage}};
+  }
   return llvm::Error::success();
 }
 
@@ -981,8 +989,15 @@ bool ConfigReader::readZero(const json::Value &value) {
       if (!readInteger(*stage, "zero_optimization.stage", 0, 3,
                        "0, 1, 2 or 3", config.zeroStage))
         return false;
+    if (const json::Value *threshold =
+            zero->get("stage3_param_persistence_threshold"))
+      if (!readInteger(*threshold, "zero_optimization.stage3_param_"
+                                   "persistence_threshold",
+                       0, int64_t(1) << 62, "a non-negative integer",
+                       config.paramPersistenceThreshold))
+        return false;
     for (const std::string &key : sortedKeys(*zero))
-      if (key != "stage")
+      if (key != "stage" && key != "stage3_param_persistence_threshold")
         warn("zero_optimization." + display(key) +
              " is not implemented by dsopt and is ignored");
   }
@@ -1104,6 +1119,8 @@ parseTrainConfig(StringRef text, StringRef fileNameForMessages,
   if (!root)
     return root.takeError();
   TrainConfig config;
+  if (overrides.dataParallelSize)
+    config.dataParallelSize = *overrides.dataParallelSize;
   if (llvm::Error error =
           applyOverrides(*root, overrides, prefix, config.warnings))
     return error;
@@ -1327,8 +1344,11 @@ std::string toJson(const TrainConfig &config) {
     integer("train_batch_size", config.trainBatchSize);
     integer("train_micro_batch_size_per_gpu", config.microBatchSize);
     integer("gradient_accumulation_steps", config.gradientAccumulationSteps);
-    out.attributeObject("zero_optimization",
-                        [&] { out.attribute("stage", config.zeroStage); });
+    out.attributeObject("zero_optimization", [&] {
+      out.attribute("stage", config.zeroStage);
+      out.attribute("stage3_param_persistence_threshold",
+                    config.paramPersistenceThreshold);
+    });
     out.attributeObject("fp16", [&] { out.attribute("enabled", config.fp16); });
     out.attributeObject("bf16", [&] { out.attribute("enabled", config.bf16); });
     out.attribute("steps_per_print", config.stepsPerPrint);

@@ -23,6 +23,7 @@
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -114,6 +115,8 @@ private:
   FailureOr<Value> constantView(ds::ConstantOp constant);
   void emitDescribe();
   void emitParams(Value info, llvm::StringSet<> &seen);
+  void emitShard(Value info, unsigned arg);
+  void emitGrid(Value info);
   void emitFunctionInterface(Value info, func::FuncOp function);
   void emitTraining(Value info);
   LogicalResult emitRun(func::FuncOp function, StringRef name);
@@ -579,6 +582,7 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
                 builder.getBoolAttr(param.getTrainable()),
                 str(external.getLocation()), i64(external.getOffset()),
                 i64(external.getLength())});
+      emitShard(info, i);
       continue;
     }
     // Small parameters carry their value; it becomes a static array.
@@ -590,6 +594,43 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
     callVoid("dsrt::add_param_data", {info, *data},
              {index0, str(param.getName()), builder.getIndexAttr(1),
               i64(offset), builder.getBoolAttr(param.getTrainable())});
+    emitShard(info, i);
+  }
+}
+
+/// A parameter each rank holds a shard of (ds.sharded): the whole tensor's
+/// size and shape, so that each rank loads its own bytes.
+void ProgramBuilder::emitShard(Value info, unsigned arg) {
+  auto whole = function.getArgAttrOfType<TypeAttr>(
+      arg, ds::DsDialect::kShardedAttrName);
+  if (!whole)
+    return;
+  auto type = cast<RankedTensorType>(whole.getValue());
+  callVoid("dsrt::set_param_shard", {info},
+           {builder.getIndexAttr(0),
+            builder.getI64IntegerAttr(type.getNumElements()),
+            literal(shapeLiteral(type.getShape()))});
+}
+
+/// The device grid (shard.grid @grid with ds.axes), if the program is
+/// data-parallel.
+void ProgramBuilder::emitGrid(Value info) {
+  for (auto grid : module.getOps<shard::GridOp>()) {
+    auto names = grid->getAttrOfType<ArrayAttr>("ds.axes");
+    std::string axes, sizes;
+    for (auto [i, size] : llvm::enumerate(grid.getShape())) {
+      StringAttr name =
+          names && i < names.size() ? dyn_cast<StringAttr>(names[i]) : nullptr;
+      axes += (i ? "," : "") + (name ? name.getValue().str()
+                                     : "axis" + std::to_string(i));
+      sizes += (i ? ", " : "") + std::to_string(size);
+    }
+    callVoid("dsrt::set_grid", {info},
+             {builder.getIndexAttr(0), literal(cppString(axes)),
+              literal("std::array<int64_t, " +
+                      std::to_string(grid.getShape().size()) + ">{" + sizes +
+                      "}.data()"),
+              builder.getI64IntegerAttr(grid.getShape().size())});
   }
 }
 
@@ -708,6 +749,7 @@ void ProgramBuilder::emitDescribe() {
            {index0, i64(plan.getArenaBytes()), i64(plan.getPersistentBytes()),
             i64(plan.getPeakLiveBytes()), i64(plan.getAlignment())});
 
+  emitGrid(info);
   llvm::StringSet<> seen;
   for (func::FuncOp each : functions) {
     function = each;
@@ -1145,9 +1187,13 @@ struct LowerToEmitCPass
       return signalPassFailure();
     for (func::FuncOp function : functions)
       function.erase();
-    // Consumed: the program describes its plan and recipe itself.
+    // Consumed: the program describes its plan, grid and recipe itself.
+    for (auto grid :
+         llvm::make_early_inc_range(module.getOps<shard::GridOp>()))
+      grid.erase();
     module->removeAttr(ds::DsDialect::kMemoryPlanAttrName);
     module->removeAttr(ds::DsDialect::kTrainAttrName);
+    module->removeAttr(ds::DsDialect::kZeroAttrName);
   }
 };
 

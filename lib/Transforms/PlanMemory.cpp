@@ -190,6 +190,8 @@ LogicalResult Planner::run() {
     if (!kernel)
       return op.emitOpError() << "has no runtime kernel; it cannot be placed "
                                  "in memory";
+    if (failed(ds::checkShardKernel(&op)))
+      return failure();
     for (Value result : op.getResults())
       if (!cast<ShapedType>(result.getType()).hasStaticShape())
         return op.emitOpError() << "has a result without a static shape";
@@ -218,13 +220,22 @@ LogicalResult Planner::run() {
       if (inPlace && allowInPlace) {
         Value operand = op.getOperand(*inPlace);
         auto it = bufferOf.find(operand);
-        // Only a dying arena buffer that no other value reads later.
-        if (it != bufferOf.end() && !buffers[it->second].persistent &&
-            buffers[it->second].end == at &&
+        // Only a dying arena buffer that no other value reads later, or a
+        // persistent argument the op is allowed to overwrite (ds-zero's
+        // in-place averaging of a gradient accumulator).
+        bool dying = it != bufferOf.end() && !buffers[it->second].persistent &&
+                     buffers[it->second].end == at;
+        bool overwritable =
+            it != bufferOf.end() && buffers[it->second].persistent &&
+            op.hasAttr(ds::DsDialect::kOverwritesArgAttrName) &&
+            isa<BlockArgument>(operand) &&
+            lastUseThroughViews(operand) == at;
+        if ((dying || overwritable) &&
             operand.getType() == result.getType() &&
             reused.insert(it->second).second) {
           Buffer &buffer = buffers[it->second];
-          buffer.end = std::max(at, lastUse(result));
+          if (dying)
+            buffer.end = std::max(at, lastUse(result));
           bufferOf[result] = it->second;
           continue;
         }

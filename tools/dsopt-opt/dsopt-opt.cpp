@@ -23,6 +23,7 @@ int main(int argc, char **argv) {
   registry.insert<dsopt::ds::DsDialect, mlir::func::FuncDialect,
                   mlir::shard::ShardDialect, mlir::emitc::EmitCDialect,
                   mlir::arith::ArithDialect, mlir::math::MathDialect>();
+  dsopt::ds::registerShardModels(registry);
   mlir::registerTransformsPasses();
   dsopt::registerDsPasses();
   dsopt::registerDsConversionPasses();

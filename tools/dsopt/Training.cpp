@@ -140,6 +140,11 @@ buildTrainingModule(ModuleOp module, const TrainConfig &config,
         pm.addPass(createDsAutodiff(autodiffOptions(options)));
         addCleanup(pm);
         pm.addPass(createDsOptimizer(optimizer));
+        DsZeroOptions zero;
+        zero.stage = config.zeroStage;
+        zero.dp = config.dataParallelSize;
+        zero.persistenceThreshold = config.paramPersistenceThreshold;
+        pm.addPass(createDsZero(zero));
       })))
     return failure();
   recordRecipe(*train, config);

@@ -30,6 +30,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
@@ -198,6 +199,25 @@ cl::opt<std::string> microBatchFlag(
     "micro-batch",
     cl::desc("Samples per forward/backward pass on one rank "
              "(train_micro_batch_size_per_gpu)"),
+    cl::value_desc("N"), cl::cat(trainingCategory));
+
+cl::opt<std::string> zeroFlag(
+    "zero",
+    cl::desc("ZeRO stage (zero_optimization.stage): 0 averages gradients, 1 "
+             "also shards optimizer states, 2 also gradients, 3 also "
+             "parameters"),
+    cl::value_desc("0|1|2|3"), cl::cat(trainingCategory));
+
+cl::opt<std::string> dpFlag(
+    "dp",
+    cl::desc("Data-parallel ranks the program is compiled for (default: "
+             "--world, else 1)"),
+    cl::value_desc("N"), cl::cat(trainingCategory));
+
+cl::opt<std::string> worldFlag(
+    "world",
+    cl::desc("Ranks of the job (mpirun -np); must equal the grid's size "
+             "(dp; pp and tp are 1) "),
     cl::value_desc("N"), cl::cat(trainingCategory));
 
 cl::opt<std::string> stepsPerPrintFlag(
@@ -380,6 +400,31 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
     overrides.betas = {b1, b2};
   }
   overrides.nesterov = nesterovFlag;
+  if (zeroFlag.getNumOccurrences()) {
+    llvm::StringRef text(zeroFlag);
+    int64_t stage;
+    if (text.getAsInteger(10, stage) || stage < 0 || stage > 3)
+      return error("--zero expects a ZeRO stage 0, 1, 2 or 3, got '" +
+                   zeroFlag + "'");
+    overrides.zeroStage = stage;
+  }
+  std::optional<int64_t> dp, world;
+  for (auto [flag, out] : {std::pair{&dpFlag, &dp}, {&worldFlag, &world}}) {
+    if (!flag->getNumOccurrences())
+      continue;
+    std::optional<int64_t> size = parseSize(*flag);
+    if (!size || *size > (int64_t(1) << 24))
+      return error("--" + flag->ArgStr + " expects a positive integer, got '" +
+                   *flag + "'");
+    *out = *size;
+  }
+  // The grid is dp (x pp x tp, both 1 for now): it must fill the world.
+  if (dp && world && *dp != *world)
+    return error("--world " + llvm::Twine(*world) +
+                 " cannot be filled by the grid dp=" + llvm::Twine(*dp) +
+                 " (pp=1, tp=1): the world size must be dp * pp * tp");
+  if (dp || world)
+    overrides.dataParallelSize = dp ? *dp : *world;
   struct SizeFlag {
     cl::opt<std::string> &option;
     std::optional<int64_t> &value;
@@ -621,8 +666,11 @@ EXAMPLES:
     return fail("the output file '" + outputFile +
                 "' is the input model; refusing to overwrite it");
 
-  MLIRContext context;
-  context.loadDialect<dsopt::ds::DsDialect, func::FuncDialect>();
+  DialectRegistry registry;
+  dsopt::ds::registerShardModels(registry);
+  MLIRContext context(registry);
+  context.loadDialect<dsopt::ds::DsDialect, func::FuncDialect,
+                      shard::ShardDialect>();
   // Diagnostics of the passes in dsopt's format, naming the model (the
   // message names the op and its ONNX node); no IR dumps for users.
   context.printOpOnDiagnostic(false);

@@ -77,6 +77,19 @@ def Ds_Dialect : Dialect {
     /// parameters because import consumed them (shapes, axes, constants).
     static constexpr ::llvm::StringLiteral kFoldedInitializersAttrName =
         "ds.folded_initializers";
+    /// Argument attribute of a parameter that each rank holds only a shard
+    /// of (ZeRO stage 3): the type of the whole tensor. The argument is the
+    /// rank's 1-D shard of the flattened tensor, zero-padded to a multiple
+    /// of the data-parallel size; its `ds.param` data describe the whole.
+    static constexpr ::llvm::StringLiteral kShardedAttrName = "ds.sharded";
+    /// Op attribute: the op writes its in-place result over a persistent
+    /// argument (a gradient accumulator) that the function reads no more
+    /// and whose old value nobody needs (set by ds-zero).
+    static constexpr ::llvm::StringLiteral kOverwritesArgAttrName =
+        "ds.overwrites_arg";
+    /// Module attribute set by ds-zero: the data-parallel recipe
+    /// (`{stage, dp, persistence_threshold}`).
+    static constexpr ::llvm::StringLiteral kZeroAttrName = "ds.zero";
   }];
 }
 

@@ -116,7 +116,29 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
     if (!param)
       return op->emitOpError()
              << "'" << kParamAttrName << "' must be a #ds.param attribute";
+    // A sharded parameter's data describe the whole tensor.
+    if (auto whole = function.getArgAttrOfType<TypeAttr>(argIndex,
+                                                         kShardedAttrName))
+      argType = whole.getValue();
     return verifyParamMatchesType(op, argIndex, param, argType);
+  }
+  if (attribute.getName() == kShardedAttrName) {
+    auto whole = dyn_cast<TypeAttr>(attribute.getValue());
+    auto wholeType =
+        whole ? dyn_cast<RankedTensorType>(whole.getValue()) : nullptr;
+    auto shard = dyn_cast<RankedTensorType>(argType);
+    if (!wholeType || !wholeType.hasStaticShape() || !shard ||
+        shard.getRank() != 1 ||
+        shard.getElementType() != wholeType.getElementType() ||
+        shard.getNumElements() < 1)
+      return op->emitOpError()
+             << "'" << kShardedAttrName
+             << "' must be the static tensor type of the whole parameter, "
+                "whose element type the argument (a 1-D shard) shares";
+    if (!function.getArgAttr(argIndex, kParamAttrName))
+      return op->emitOpError() << "'" << kShardedAttrName
+                               << "' applies only to a ds.param argument";
+    return success();
   }
   if (attribute.getName() == kOffsetAttrName) {
     auto offset = dyn_cast<IntegerAttr>(attribute.getValue());
@@ -216,10 +238,23 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                                << "' must be an array of strings";
     return success();
   }
-  if (name == kTrainAttrName) {
+  if (name == "ds.axes") {
+    auto names = dyn_cast<ArrayAttr>(attribute.getValue());
+    if (!names || !llvm::all_of(names, [](Attribute a) {
+          return isa<StringAttr>(a);
+        }))
+      return op->emitOpError() << "'ds.axes' must be an array of axis names";
+    return success();
+  }
+  if (name == kOverwritesArgAttrName) {
+    if (!isa<UnitAttr>(attribute.getValue()))
+      return op->emitOpError() << "'" << kOverwritesArgAttrName
+                               << "' must be a unit attribute";
+    return success();
+  }
+  if (name == kTrainAttrName || name == kZeroAttrName) {
     if (!isa<DictionaryAttr>(attribute.getValue()))
-      return op->emitOpError() << "'" << kTrainAttrName
-                               << "' must be a dictionary";
+      return op->emitOpError() << "'" << name << "' must be a dictionary";
     return success();
   }
   return op->emitOpError() << "unknown ds attribute '" << name << "'";

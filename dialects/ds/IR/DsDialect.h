@@ -65,6 +65,15 @@ public:
   virtual void generatedCallee(mlir::Operation *op) = 0;
 };
 
+/// Attaches KernelOpInterface and CostOpInterface to the shard dialect's
+/// all_reduce, all_gather, reduce_scatter and all_slice (DsDistributed.cpp).
+void registerShardModels(mlir::DialectRegistry &registry);
+
+/// Fails with a diagnostic when `op` is a shard collective the runtime cannot
+/// run (not 1-D, not grid axis 0, a reduction without a kernel); succeeds
+/// for every other op.
+llvm::LogicalResult checkShardKernel(mlir::Operation *op);
+
 /// The ONNX node an op came from: the first name in its location
 /// (`loc("node"(...))`, possibly fused), or "".
 std::string getNodeName(mlir::Location loc);

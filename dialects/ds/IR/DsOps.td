@@ -787,6 +787,39 @@ def Ds_FillOp : Ds_Op<"fill"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Data parallelism (ZeRO's flat, padded partition)
+//===----------------------------------------------------------------------===//
+
+def Ds_FlatPadOp : Ds_Op<"flat_pad"> {
+  let summary = "the elements of a tensor in a 1-D tensor, zero-padded";
+  let description = [{
+    The result's first numel(input) elements are the input's (row-major);
+    the rest are zero. ZeRO partitions a tensor of n elements among N ranks
+    as the flattened tensor zero-padded to N * ceil(n / N) elements, so
+    every shard has the same size; `shard.reduce_scatter` and
+    `shard.all_slice` then split the padded tensor evenly.
+  }];
+  let arguments = (ins Ds_Tensor:$input);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ds_FlatUnpadOp : Ds_Op<"flat_unpad", [], ["getAliasedOperand"]> {
+  let summary = "the leading elements of a 1-D tensor, in a new shape";
+  let description = [{
+    The inverse of ds.flat_pad: the first numel(result) elements of the
+    1-D input, reshaped. A view of the input's buffer (no kernel runs): the
+    whole tensor gathered from its padded shards is the front of the
+    gathered buffer.
+  }];
+  let arguments = (ins Ds_Tensor:$input);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//
 

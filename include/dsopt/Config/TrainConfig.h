@@ -59,6 +59,9 @@ struct TrainConfig {
           gradientAccumulationSteps = 0; // 0 = unset until resolved
   int64_t dataParallelSize = 1;
   int64_t zeroStage = 0;
+  // zero_optimization.stage3_param_persistence_threshold (DeepSpeed's
+  // default): stage 3 keeps smaller trained parameters whole on every rank.
+  int64_t paramPersistenceThreshold = 100000;
   bool fp16 = false, bf16 = false;
   int64_t stepsPerPrint = 1;
   std::vector<std::string> warnings; // collected, printed by the driver
@@ -81,6 +84,9 @@ struct TrainConfigOverrides {
   bool nesterov = false;
   std::optional<int64_t> trainBatchSize, microBatchSize,
       gradientAccumulationSteps, stepsPerPrint;
+  /// --zero (zero_optimization.stage) and --dp (DeepSpeed takes it from
+  /// the world size; dsopt compiles for it ahead of time).
+  std::optional<int64_t> zeroStage, dataParallelSize;
 
   bool empty() const;
 };

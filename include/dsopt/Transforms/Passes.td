@@ -112,6 +112,46 @@ def DsOptimizer : Pass<"ds-optimizer", "mlir::ModuleOp"> {
   ];
 }
 
+def DsZero : Pass<"ds-zero", "mlir::ModuleOp"> {
+  let summary = "Data parallelism over the grid's dp axis with ZeRO stages "
+                "0-3";
+  let description = [{
+    Makes the training step of ds-optimizer an SPMD program over a device
+    grid `shard.grid @grid(shape = dp)` (`ds.axes = ["dp"]`): every rank
+    trains on its own micro-batches and the gradients are averaged over the
+    ranks, so N ranks of k micro-batches step exactly like one rank of N k.
+    Collectives are the shard dialect's `all_reduce`, `reduce_scatter` and
+    `all_gather` (and `all_slice`, a rank's slice without communication), on
+    ZeRO's flat partition: a tensor of n elements is flattened and
+    zero-padded (`ds.flat_pad`) to dp * ceil(n / dp) elements and rank r owns
+    the r-th of dp equal slices.
+
+    stage 0: the accumulators are all-reduced (average) in @optimizer_step.
+    stage 1: the optimizer states are shards; @optimizer_step reduce-scatters
+    the accumulators, takes the norm from the shards (one all-reduce of a
+    scalar), updates the rank's slice of every parameter and all-gathers it.
+    stage 2: the accumulators are shards too; @micro_step reduce-scatters
+    every gradient right after backward computes it.
+    stage 3: trained parameters with at least `param-persistence-threshold`
+    elements are shards at rest (`ds.sharded` holds the whole type);
+    @micro_step all-gathers each before its first forward use and again
+    before its first backward use, and each gathered copy is freed after its
+    last use. The module records `ds.zero = {stage, dp,
+    param_persistence_threshold}`; with dp = 1 nothing else changes.
+  }];
+  let options = [
+    Option<"stage", "stage", "int64_t", /*default=*/"0",
+           "ZeRO stage: 0 (data parallel), 1, 2 or 3">,
+    Option<"dp", "dp", "int64_t", /*default=*/"1",
+           "Ranks of the data-parallel axis">,
+    Option<"persistenceThreshold", "param-persistence-threshold", "int64_t",
+           /*default=*/"100000",
+           "Stage 3 keeps trained parameters with fewer elements whole on "
+           "every rank (DeepSpeed's stage3_param_persistence_threshold)">,
+  ];
+  let dependentDialects = ["mlir::shard::ShardDialect"];
+}
+
 def DsPlanMemory : Pass<"ds-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assign every tensor a fixed offset in one arena by liveness";
   let description = [{

@@ -1,0 +1,485 @@
+//===- Zero.cpp - data parallelism and ZeRO stages 0-3 ---------------------===//
+//
+// Makes the training step of ds-optimizer (@micro_step, @optimizer_step) an
+// SPMD program over the `dp` axis of a device grid of N ranks. Every rank
+// runs it on its own micro-batches; collectives are upstream shard ops.
+//
+// A tensor of n elements is partitioned ZeRO's way: flattened, zero-padded
+// to m = N * s elements with s = ceil(n / N), rank r owning elements
+// [r s, (r + 1) s). Per stage:
+//
+//   0  optimizer_step averages each gradient accumulator over the ranks
+//      (shard.all_reduce <average>, in place) before anything reads it.
+//   1  the optimizer states are [s] shards. optimizer_step reduce-scatters
+//      each accumulator (average) to its shard, takes the global norm as
+//      the all-reduced sum of the shards' sums of squares, updates the
+//      rank's shard of each parameter (shard.all_slice of the parameter)
+//      and all-gathers the updated parameter.
+//   2  also the accumulators are [s] shards: micro_step reduce-scatters each
+//      gradient as soon as backward has computed it and adds the shard.
+//   3  also every trainable parameter of at least `persistence-threshold`
+//      elements is an [s] shard at rest (`ds.sharded` = its whole type):
+//      micro_step all-gathers it before its first use in forward and again
+//      before its first use in backward (each gathered copy dies after its
+//      last use), and optimizer_step updates the shard in place.
+//
+// Averaging gradients over N ranks of k micro-batches each, then dividing
+// by k as ds-optimizer does, gives exactly the mean over N k micro-batches:
+// the step of one rank with N k micro-batches.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dsopt/Transforms/Passes.h"
+
+#include "ds/IR/DsDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace dsopt {
+#define GEN_PASS_DEF_DSZERO
+#include "dsopt/Transforms/Passes.h.inc"
+} // namespace dsopt
+
+using namespace mlir;
+using namespace dsopt;
+
+namespace {
+
+constexpr StringLiteral kGrid = "grid";
+
+struct ZeroPass : dsopt::impl::DsZeroBase<ZeroPass> {
+  using DsZeroBase::DsZeroBase;
+  void runOnOperation() override;
+
+private:
+  /// n, s and m of a tensor type.
+  struct Partition {
+    int64_t n, s, m;
+  };
+  Partition partition(RankedTensorType type) const {
+    int64_t n = type.getNumElements();
+    int64_t s = std::max<int64_t>(1, llvm::divideCeil(n, dp));
+    return {n, s, s * dp};
+  }
+  RankedTensorType flatType(RankedTensorType type, int64_t size) const {
+    return RankedTensorType::get({size}, type.getElementType());
+  }
+
+  /// The [m] flat padded form of `value` (a view when n == m).
+  Value flatten(OpBuilder &b, Location loc, Value value) const;
+  /// This rank's [s] shard of `value`'s average over the ranks.
+  Value reduceScatter(OpBuilder &b, Location loc, Value value) const;
+  /// This rank's [s] shard of `value` (no communication).
+  Value slice(OpBuilder &b, Location loc, Value value) const;
+  /// The whole tensor of type `whole` from every rank's [s] shard.
+  Value gather(OpBuilder &b, Location loc, Value shard,
+               RankedTensorType whole) const;
+
+  LogicalResult rewriteOptimizerStep(func::FuncOp step,
+                                     const llvm::StringSet<> &shardedParams);
+  LogicalResult rewriteMicroStep(func::FuncOp micro,
+                                 const llvm::StringSet<> &shardedParams);
+};
+
+Value ZeroPass::flatten(OpBuilder &b, Location loc, Value value) const {
+  auto type = cast<RankedTensorType>(value.getType());
+  Partition p = partition(type);
+  auto flat = flatType(type, p.m);
+  if (p.n == p.m)
+    return ds::ReshapeOp::create(b, loc, flat, value);
+  return ds::FlatPadOp::create(b, loc, flat, value);
+}
+
+Value ZeroPass::reduceScatter(OpBuilder &b, Location loc, Value value) const {
+  auto type = cast<RankedTensorType>(value.getType());
+  Value flat = flatten(b, loc, value);
+  return shard::ReduceScatterOp::create(
+      b, loc, flatType(type, partition(type).s), kGrid, {0}, flat,
+      shard::ReductionKind::Average, APInt(64, 0));
+}
+
+Value ZeroPass::slice(OpBuilder &b, Location loc, Value value) const {
+  auto type = cast<RankedTensorType>(value.getType());
+  Value flat = flatten(b, loc, value);
+  return shard::AllSliceOp::create(b, loc,
+                                   flatType(type, partition(type).s), flat,
+                                   kGrid, {0}, 0);
+}
+
+Value ZeroPass::gather(OpBuilder &b, Location loc, Value shardValue,
+                       RankedTensorType whole) const {
+  Partition p = partition(whole);
+  Value gathered = shard::AllGatherOp::create(
+      b, loc, flatType(whole, p.m), kGrid, {0}, shardValue, APInt(64, 0));
+  return ds::FlatUnpadOp::create(b, loc, whole, gathered);
+}
+
+/// Sets the function type from its block arguments and return operands.
+void syncFunctionType(func::FuncOp function) {
+  Block &body = function.getBody().front();
+  function.setFunctionType(FunctionType::get(
+      function.getContext(), body.getArgumentTypes(),
+      body.getTerminator()->getOperandTypes()));
+}
+
+/// The ds.param name of argument `i`, or "".
+StringRef paramName(func::FuncOp function, unsigned i) {
+  if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
+          i, ds::DsDialect::kParamAttrName))
+    return param.getName();
+  return "";
+}
+
+/// The ds.state name of argument `i`, or "".
+StringRef stateName(func::FuncOp function, unsigned i) {
+  if (auto state = function.getArgAttrOfType<StringAttr>(
+          i, ds::DsDialect::kStateAttrName))
+    return state.getValue();
+  return "";
+}
+
+/// Makes argument `arg` of `function` this rank's [s] shard.
+void shardArgument(func::FuncOp function, BlockArgument arg,
+                   RankedTensorType shardType, bool isParam) {
+  auto whole = cast<RankedTensorType>(arg.getType());
+  arg.setType(shardType);
+  if (isParam)
+    function.setArgAttr(arg.getArgNumber(), ds::DsDialect::kShardedAttrName,
+                        TypeAttr::get(whole));
+}
+
+LogicalResult
+ZeroPass::rewriteOptimizerStep(func::FuncOp step,
+                               const llvm::StringSet<> &shardedParams) {
+  Block &body = step.getBody().front();
+  Operation *terminator = body.getTerminator();
+  OpBuilder b(step.getContext());
+  Location loc = step.getLoc();
+
+  // The accumulator of each parameter.
+  llvm::StringMap<BlockArgument> accOf;
+  for (BlockArgument arg : body.getArguments()) {
+    StringRef state = stateName(step, arg.getArgNumber());
+    if (state.consume_front("grad:"))
+      accOf[state] = arg;
+  }
+
+  if (stage == 0) {
+    // Average every accumulator in place before anything reads it.
+    b.setInsertionPointToStart(&body);
+    for (BlockArgument arg : body.getArguments()) {
+      StringRef state = stateName(step, arg.getArgNumber());
+      if (!state.starts_with("grad:"))
+        continue;
+      auto reduce = shard::AllReduceOp::create(
+          b, NameLoc::get(b.getStringAttr(state.drop_front(5) + ".grad"), loc),
+          arg.getType(), kGrid, {0}, arg, shard::ReductionKind::Average);
+      reduce->setAttr(ds::DsDialect::kOverwritesArgAttrName, b.getUnitAttr());
+      arg.replaceAllUsesExcept(reduce.getResult(), reduce);
+    }
+    return success();
+  }
+
+  // This rank's averaged gradient shard of each parameter.
+  llvm::DenseMap<Value, Value> shardOfAcc;
+  b.setInsertionPointToStart(&body);
+  for (BlockArgument acc : body.getArguments()) {
+    StringRef name = stateName(step, acc.getArgNumber());
+    if (!name.consume_front("grad:"))
+      continue;
+    auto type = cast<RankedTensorType>(acc.getType());
+    Location accLoc = NameLoc::get(b.getStringAttr(name + ".grad"), loc);
+    if (stage == 1) {
+      shardOfAcc[acc] = reduceScatter(b, accLoc, acc);
+    } else {
+      shardArgument(step, acc, flatType(type, partition(type).s), false);
+      shardOfAcc[acc] = acc;
+    }
+  }
+
+  // The global norm: the sum over ranks of the shards' sums of squares.
+  SmallVector<ds::SumOfSquaresOp> norms;
+  body.walk([&](ds::SumOfSquaresOp op) { norms.push_back(op); });
+  for (ds::SumOfSquaresOp op : norms) {
+    for (OpOperand &operand : op->getOpOperands()) {
+      Value shardValue = shardOfAcc.lookup(operand.get());
+      if (!shardValue)
+        return op.emitOpError()
+               << "ds-zero: operand " << operand.getOperandNumber()
+               << " is not a gradient accumulator";
+      operand.set(shardValue);
+    }
+    b.setInsertionPointAfter(op);
+    auto sum = shard::AllReduceOp::create(b, op.getLoc(), op.getType(), kGrid,
+                                          {0}, op.getResult(),
+                                          shard::ReductionKind::Sum);
+    op.getResult().replaceAllUsesExcept(sum.getResult(), sum);
+  }
+
+  // Each update on the rank's shard.
+  SmallVector<Operation *> updates;
+  body.walk([&](Operation *op) {
+    if (isa<ds::AdamWOp, ds::SgdOp, ds::LionOp>(op))
+      updates.push_back(op);
+  });
+  for (Operation *update : updates) {
+    // Operands: [lr, [step,]] param, grad, states...
+    unsigned paramIndex = isa<ds::LionOp>(update) ? 1 : 2;
+    auto param = dyn_cast<BlockArgument>(update->getOperand(paramIndex));
+    StringRef name =
+        param ? paramName(step, param.getArgNumber()) : StringRef();
+    if (name.empty() || !accOf.count(name))
+      return update->emitOpError()
+             << "ds-zero: the updated parameter is not a trained parameter "
+                "argument of @optimizer_step";
+    auto wholeType = cast<RankedTensorType>(param.getType());
+    auto shardType = flatType(wholeType, partition(wholeType).s);
+    Location paramLoc = update->getLoc();
+    b.setInsertionPoint(update);
+
+    // The gradient: the accumulator, or the accumulator times a scalar.
+    Value grad = update->getOperand(paramIndex + 1);
+    BlockArgument acc = accOf[name];
+    Value gradShard;
+    if (grad == acc) {
+      gradShard = shardOfAcc[acc];
+    } else if (auto mul = grad.getDefiningOp<ds::MulOp>();
+               mul && (mul.getLhs() == acc || mul.getRhs() == acc)) {
+      Value scale = mul.getLhs() == acc ? mul.getRhs() : mul.getLhs();
+      if (cast<RankedTensorType>(scale.getType()).getRank() != 0)
+        return mul.emitOpError()
+               << "ds-zero: the gradient of '" << name
+               << "' is scaled by a tensor, not a scalar";
+      gradShard = ds::MulOp::create(b, mul.getLoc(),
+                                    ValueRange{shardOfAcc[acc], scale});
+    } else {
+      return update->emitOpError()
+             << "ds-zero: the gradient of '" << name
+             << "' is not its accumulator, nor the accumulator times a "
+                "scalar";
+    }
+
+    bool paramSharded = shardedParams.contains(name);
+    Value paramShard = paramSharded ? Value(param) : slice(b, paramLoc, param);
+    if (paramSharded)
+      shardArgument(step, param, shardType, true);
+
+    // The states are [s] shards.
+    SmallVector<Value> operands(update->getOperands());
+    operands[paramIndex] = paramShard;
+    operands[paramIndex + 1] = gradShard;
+    for (unsigned i = paramIndex + 2; i < operands.size(); ++i) {
+      auto state = dyn_cast<BlockArgument>(operands[i]);
+      if (!state || stateName(step, state.getArgNumber()).empty())
+        return update->emitOpError()
+               << "ds-zero: optimizer state operand " << i
+               << " is not a state argument";
+      state.setType(shardType);
+    }
+    Operation *sharded = b.clone(*update);
+    sharded->setOperands(operands);
+    for (Value result : sharded->getResults())
+      result.setType(shardType);
+
+    for (unsigned r = 1; r < update->getNumResults(); ++r)
+      update->getResult(r).replaceAllUsesWith(sharded->getResult(r));
+    if (paramSharded) {
+      update->getResult(0).replaceAllUsesWith(sharded->getResult(0));
+    } else {
+      b.setInsertionPointAfter(sharded);
+      update->getResult(0).replaceAllUsesWith(
+          gather(b, paramLoc, sharded->getResult(0), wholeType));
+    }
+    Operation *oldGrad = grad.getDefiningOp();
+    update->erase();
+    if (oldGrad && oldGrad->use_empty())
+      oldGrad->erase();
+  }
+
+  // Sharded accumulators are reset as shards.
+  if (stage >= 2)
+    for (OpOperand &operand : terminator->getOpOperands()) {
+      auto fill = operand.get().getDefiningOp<ds::FillOp>();
+      auto updatesArg = step.getResultAttrOfType<IntegerAttr>(
+          operand.getOperandNumber(), ds::DsDialect::kUpdatesAttrName);
+      if (!fill || !updatesArg)
+        continue;
+      Type argType = body.getArgument(updatesArg.getInt()).getType();
+      if (fill.getType() == argType)
+        continue;
+      b.setInsertionPoint(fill);
+      auto reset = ds::FillOp::create(b, fill.getLoc(), argType,
+                                      fill.getValueAttr());
+      operand.set(reset);
+      if (fill->use_empty())
+        fill.erase();
+    }
+  syncFunctionType(step);
+  return success();
+}
+
+LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
+                                         const llvm::StringSet<> &shardedParams) {
+  Block &body = micro.getBody().front();
+  Operation *terminator = body.getTerminator();
+  OpBuilder b(micro.getContext());
+
+  // Stage 2 and 3: reduce-scatter each gradient as soon as it exists.
+  for (OpOperand &operand : terminator->getOpOperands()) {
+    auto updatesArg = micro.getResultAttrOfType<IntegerAttr>(
+        operand.getOperandNumber(), ds::DsDialect::kUpdatesAttrName);
+    if (!updatesArg)
+      continue;
+    BlockArgument acc = body.getArgument(updatesArg.getInt());
+    StringRef state = stateName(micro, acc.getArgNumber());
+    if (!state.starts_with("grad:"))
+      continue;
+    // acc' = acc + g with accumulation, else acc' = g.
+    Value updated = operand.get(), grad = updated;
+    auto add = updated.getDefiningOp<ds::AddOp>();
+    if (add && (add.getLhs() == acc || add.getRhs() == acc))
+      grad = add.getLhs() == acc ? add.getRhs() : add.getLhs();
+    else
+      add = nullptr;
+    if (grad.getType() != acc.getType())
+      return micro.emitOpError()
+             << "ds-zero: the gradient of '" << state.drop_front(5)
+             << "' does not have its accumulator's type";
+    auto type = cast<RankedTensorType>(acc.getType());
+    if (Operation *def = grad.getDefiningOp())
+      b.setInsertionPointAfter(def);
+    else
+      b.setInsertionPointToStart(&body);
+    Location loc = NameLoc::get(b.getStringAttr(state.drop_front(5) + ".grad"),
+                                grad.getLoc());
+    Value gradShard = reduceScatter(b, loc, grad);
+    shardArgument(micro, acc, flatType(type, partition(type).s), false);
+    Value next =
+        add ? ds::AddOp::create(b, add.getLoc(), ValueRange{acc, gradShard})
+                  .getResult()
+            : gradShard;
+    operand.set(next);
+    if (add && add->use_empty())
+      add.erase();
+  }
+
+  // Stage 3: gather sharded parameters before their first use in forward
+  // and again before their first use in backward. Backward is everything
+  // after the op that computes the loss (result 0).
+  if (!shardedParams.empty()) {
+    llvm::DenseMap<Operation *, int64_t> index;
+    int64_t i = 0;
+    for (Operation &op : body)
+      index[&op] = i++;
+    Operation *lossDef = terminator->getOperand(0).getDefiningOp();
+    int64_t lossIndex = lossDef ? index[lossDef] : -1;
+    for (BlockArgument arg : body.getArguments()) {
+      StringRef name = paramName(micro, arg.getArgNumber());
+      if (name.empty() || !shardedParams.contains(name))
+        continue;
+      auto whole = cast<RankedTensorType>(arg.getType());
+      SmallVector<OpOperand *> forward, backward;
+      for (OpOperand &use : arg.getUses())
+        (index[use.getOwner()] <= lossIndex ? forward : backward)
+            .push_back(&use);
+      shardArgument(micro, arg, flatType(whole, partition(whole).s), true);
+      for (auto *uses : {&forward, &backward}) {
+        if (uses->empty())
+          continue;
+        Operation *first = (*uses)[0]->getOwner();
+        for (OpOperand *use : *uses)
+          if (index[use->getOwner()] < index[first])
+            first = use->getOwner();
+        b.setInsertionPoint(first);
+        Value full = gather(
+            b, NameLoc::get(b.getStringAttr(name), first->getLoc()), arg,
+            whole);
+        for (OpOperand *use : *uses)
+          use->set(full);
+      }
+    }
+  }
+  syncFunctionType(micro);
+  return success();
+}
+
+void ZeroPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (stage < 0 || stage > 3) {
+    module.emitError() << "ZeRO stage " << stage
+                       << " does not exist (0, 1, 2 or 3)";
+    return signalPassFailure();
+  }
+  if (dp < 1) {
+    module.emitError() << "the data-parallel size must be at least 1, got "
+                       << dp;
+    return signalPassFailure();
+  }
+  if (persistenceThreshold < 0) {
+    module.emitError() << "the parameter persistence threshold must be >= 0";
+    return signalPassFailure();
+  }
+  auto micro = module.lookupSymbol<func::FuncOp>("micro_step");
+  auto step = module.lookupSymbol<func::FuncOp>("optimizer_step");
+  if (!micro || !step) {
+    module.emitError() << "no @micro_step and @optimizer_step; run "
+                          "ds-optimizer first";
+    return signalPassFailure();
+  }
+  if (module->hasAttr(ds::DsDialect::kZeroAttrName) ||
+      module.lookupSymbol(kGrid)) {
+    module.emitError() << "the module is already data-parallel (ds.zero or "
+                          "@grid exists)";
+    return signalPassFailure();
+  }
+
+  Builder attrs(module.getContext());
+  module->setAttr(
+      ds::DsDialect::kZeroAttrName,
+      attrs.getDictionaryAttr(
+          {attrs.getNamedAttr("stage", attrs.getI64IntegerAttr(stage)),
+           attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(dp)),
+           attrs.getNamedAttr("param_persistence_threshold",
+                              attrs.getI64IntegerAttr(persistenceThreshold))}));
+  // One rank: nothing to average, nothing to shard.
+  if (dp == 1)
+    return;
+
+  OpBuilder b(module.getContext());
+  b.setInsertionPointToStart(module.getBody());
+  auto grid = shard::GridOp::create(b, module.getLoc(), kGrid,
+                                    ArrayRef<int64_t>{dp});
+  grid->setAttr("ds.axes", b.getStrArrayAttr({"dp"}));
+
+  // Stage 3 shards the trained parameters at or above the threshold.
+  llvm::StringSet<> shardedParams;
+  if (stage == 3) {
+    Block &body = step.getBody().front();
+    llvm::StringSet<> trained;
+    for (BlockArgument arg : body.getArguments()) {
+      StringRef state = stateName(step, arg.getArgNumber());
+      if (state.consume_front("grad:"))
+        trained.insert(state);
+    }
+    for (BlockArgument arg : body.getArguments()) {
+      StringRef name = paramName(step, arg.getArgNumber());
+      if (!name.empty() && trained.contains(name) &&
+          cast<RankedTensorType>(arg.getType()).getNumElements() >=
+              persistenceThreshold)
+        shardedParams.insert(name);
+    }
+  }
+
+  if (failed(rewriteOptimizerStep(step, shardedParams)))
+    return signalPassFailure();
+  if (stage >= 2 && failed(rewriteMicroStep(micro, shardedParams)))
+    return signalPassFailure();
+}
+
+} // namespace
