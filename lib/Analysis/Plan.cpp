@@ -242,69 +242,95 @@ std::pair<StringRef, int64_t> collectiveOf(Operation &op) {
   return {"", 0};
 }
 
-/// What one rank of a training program holds and moves per optimizer step.
-llvm::json::Object rankNumbers(ModuleOp train, int64_t rank) {
-  auto [micro, step] = *trainingFunctions(train);
-  auto memory = train->getAttrOfType<ds::MemoryPlanAttr>(
-      ds::DsDialect::kMemoryPlanAttrName);
-  int64_t ranks = dataParallelSize(train), k = accumulationOf(train);
-  int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
-  llvm::StringSet<> seen;
-  for (func::FuncOp function : {micro, step})
-    for (unsigned i = 0; i < function.getNumArguments(); ++i) {
-      int64_t bytes =
-          ds::getByteSize(cast<ShapedType>(function.getArgumentTypes()[i]))
-              .value_or(0);
-      if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
-              i, ds::DsDialect::kParamAttrName)) {
-        if (seen.insert(("param:" + param.getName()).str()).second)
-          paramBytes += bytes;
-      } else if (auto state = function.getArgAttrOfType<StringAttr>(
-                     i, ds::DsDialect::kStateAttrName)) {
-        if (seen.insert(("state:" + state.getValue()).str()).second)
-          (state.getValue().starts_with("grad:") ? gradBytes
-                                                 : optimizerBytes) += bytes;
-      }
-    }
-  llvm::StringMap<Traffic> traffic;
-  for (StringRef kind : kCollectiveKinds)
-    traffic[kind] = Traffic();
-  for (auto [function, times] : {std::pair{micro, k}, {step, int64_t(1)}})
-    for (Operation &op : function.getBody().front()) {
-      auto [kind, total] = collectiveOf(op);
-      if (kind.empty())
-        continue;
-      Traffic one = collectiveTraffic(
-          kind,
-          cast<RankedTensorType>(op.getOperand(0).getType()).getElementType(),
-          total, ranks, rank);
-      Traffic &sum = traffic[kind];
-      sum.sent += times * one.sent;
-      sum.received += times * one.received;
-      sum.calls += times * one.calls;
-    }
-  llvm::json::Object collectives;
-  for (StringRef kind : kCollectiveKinds) {
-    const Traffic &t = traffic[kind];
-    collectives[kind] = llvm::json::Object{
-        {"sent", t.sent}, {"received", t.received}, {"calls", t.calls}};
-  }
-  auto transient = [&](func::FuncOp function) {
-    auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
+/// What every rank of a training program holds and moves per optimizer
+/// step: the memory is the same on every rank; the ring's chunks, and so
+/// the bytes, may differ by rank.
+class RankNumbers {
+public:
+  explicit RankNumbers(ModuleOp train) {
+    auto [micro, step] = *trainingFunctions(train);
+    auto memory = train->getAttrOfType<ds::MemoryPlanAttr>(
         ds::DsDialect::kMemoryPlanAttrName);
-    return plan.getArenaBytes() - memory.getPersistentBytes();
+    ranks = dataParallelSize(train);
+    int64_t k = accumulationOf(train);
+    llvm::StringSet<> seen;
+    for (func::FuncOp function : {micro, step})
+      for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+        int64_t bytes =
+            ds::getByteSize(cast<ShapedType>(function.getArgumentTypes()[i]))
+                .value_or(0);
+        if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
+                i, ds::DsDialect::kParamAttrName)) {
+          if (seen.insert(("param:" + param.getName()).str()).second)
+            paramBytes += bytes;
+        } else if (auto state = function.getArgAttrOfType<StringAttr>(
+                       i, ds::DsDialect::kStateAttrName)) {
+          if (seen.insert(("state:" + state.getValue()).str()).second)
+            (state.getValue().starts_with("grad:") ? gradBytes
+                                                   : optimizerBytes) += bytes;
+        }
+      }
+    for (auto [function, times] : {std::pair{micro, k}, {step, int64_t(1)}})
+      for (Operation &op : function.getBody().front()) {
+        auto [kind, total] = collectiveOf(op);
+        if (kind.empty())
+          continue;
+        collectives.push_back(
+            {kind,
+             cast<RankedTensorType>(op.getOperand(0).getType())
+                 .getElementType(),
+             total, times});
+      }
+    auto transient = [&](func::FuncOp function) {
+      auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
+          ds::DsDialect::kMemoryPlanAttrName);
+      return plan.getArenaBytes() - memory.getPersistentBytes();
+    };
+    activationBytes = transient(micro);
+    workspaceBytes = transient(step);
+    persistentBytes = memory.getPersistentBytes();
+    arenaBytes = memory.getArenaBytes();
+  }
+
+  int64_t world() const { return ranks; }
+
+  llvm::json::Object of(int64_t rank) const {
+    Traffic traffic[std::size(kCollectiveKinds)];
+    for (const Collective &c : collectives) {
+      Traffic one = collectiveTraffic(c.kind, c.element, c.total, ranks, rank);
+      Traffic &sum = traffic[llvm::find(kCollectiveKinds, c.kind) -
+                             std::begin(kCollectiveKinds)];
+      sum.sent += c.times * one.sent;
+      sum.received += c.times * one.received;
+      sum.calls += c.times * one.calls;
+    }
+    llvm::json::Object bytes;
+    for (auto [kind, t] : llvm::zip(kCollectiveKinds, traffic))
+      bytes[kind] = llvm::json::Object{
+          {"sent", t.sent}, {"received", t.received}, {"calls", t.calls}};
+    return llvm::json::Object{{"rank", rank},
+                              {"param_bytes", paramBytes},
+                              {"grad_bytes", gradBytes},
+                              {"optimizer_bytes", optimizerBytes},
+                              {"activation_bytes", activationBytes},
+                              {"workspace_bytes", workspaceBytes},
+                              {"persistent_bytes", persistentBytes},
+                              {"arena_peak_bytes", arenaBytes},
+                              {"collective_bytes", std::move(bytes)}};
+  }
+
+private:
+  struct Collective {
+    StringRef kind;
+    Type element;
+    int64_t total, times;
   };
-  return llvm::json::Object{
-      {"rank", rank},
-      {"param_bytes", paramBytes},
-      {"grad_bytes", gradBytes},
-      {"optimizer_bytes", optimizerBytes},
-      {"activation_bytes", transient(micro)},
-      {"workspace_bytes", transient(step)},
-      {"persistent_bytes", memory.getPersistentBytes()},
-      {"arena_peak_bytes", memory.getArenaBytes()},
-      {"collective_bytes", std::move(collectives)}};
-}
+  int64_t ranks = 1;
+  int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
+  int64_t activationBytes = 0, workspaceBytes = 0, persistentBytes = 0,
+          arenaBytes = 0;
+  std::vector<Collective> collectives;
+};
 
 llvm::json::Object trainingRank(ModuleOp train) {
   auto [micro, step] = *trainingFunctions(train);
@@ -400,9 +426,10 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
     int64_t world = dataParallelSize(train);
     json["world"] = world;
     json["grid"] = llvm::json::Object{{"dp", world}, {"pp", 1}, {"tp", 1}};
+    RankNumbers numbers(train);
     llvm::json::Array perRank;
     for (int64_t r = 0; r < world; ++r)
-      perRank.push_back(rankNumbers(train, r));
+      perRank.push_back(numbers.of(r));
     json["ranks"] = std::move(perRank);
     json["forward"] = llvm::json::Object{{"world", 1},
                                          {"ranks", std::move(ranks)}};
@@ -479,7 +506,7 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
           ds::DsDialect::kZeroAttrName))
     if (auto value = zero.getAs<IntegerAttr>("stage"))
       stage = value.getInt();
-  llvm::json::Object numbers = rankNumbers(train, 0);
+  llvm::json::Object numbers = RankNumbers(train).of(0);
   auto number = [&](StringRef key) { return *numbers.getInteger(key); };
   os << llvm::format("  data parallel   %14lld ranks, ZeRO stage %lld; per "
                      "rank (rank 0):\n",

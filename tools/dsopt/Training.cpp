@@ -197,8 +197,12 @@ std::string trainingSummary(ModuleOp module, ArrayRef<std::string> frozen) {
         continue;
       if (param.getTrainable()) {
         ++tensors;
-        elements += cast<ShapedType>(function.getArgumentTypes()[i])
-                        .getNumElements();
+        // A ZeRO-3 shard counts as the whole parameter.
+        Type type = function.getArgumentTypes()[i];
+        if (auto whole = function.getArgAttrOfType<TypeAttr>(
+                i, ds::DsDialect::kShardedAttrName))
+          type = whole.getValue();
+        elements += cast<ShapedType>(type).getNumElements();
       } else if (llvm::any_of(patterns, [&](const llvm::GlobPattern &p) {
                    return p.match(param.getName());
                  })) {
