@@ -459,15 +459,17 @@ std::shared_ptr<const OnnxSaveSource> runner::prepare_save_onnx(const ProgramInf
         continue;
       }
       const ParamInfo &p = *param->second;
-      std::vector<int64_t> shape(p.shape.dims, p.shape.dims + p.shape.rank);
+      // A sharded parameter is checked against its whole tensor.
+      const Shape &whole = p.sharded() ? p.full_shape : p.shape;
+      std::vector<int64_t> shape(whole.dims, whole.dims + whole.rank);
       if (tensor.data_type != onnx_data_type(p.dtype) || tensor.dims != shape)
         throw Error(what + ": initializer '" + tensor.name + "' has ONNX data type " +
                     std::to_string(tensor.data_type) + " and dims " + dims_str(tensor.dims) +
                     " but the program's parameter is " + dtype_name(p.dtype) + " " +
-                    p.shape.str() + "; the model is not the one this program was compiled from");
+                    whole.str() + "; the model is not the one this program was compiled from");
       found[tensor.name] = true;
       source->initializer_bytes +=
-          static_cast<int64_t>(Tensor{nullptr, p.dtype, p.shape}.nbytes());
+          static_cast<int64_t>(Tensor{nullptr, p.dtype, whole}.nbytes());
     }
   }
   if (!has_graph) throw Error(what + ": the model has no graph");
@@ -479,9 +481,35 @@ std::shared_ptr<const OnnxSaveSource> runner::prepare_save_onnx(const ProgramInf
 }
 
 void runner::write_save_onnx(const OnnxSaveSource &source, const ProgramInfo &info,
-                             const uint8_t *arena, const std::string &path, bool external_data) {
-  (void)info;
+                             const uint8_t *arena, const std::string &path, bool external_data,
+                             const std::map<std::string, Tensor> &full_values) {
   const std::string what = "--save-onnx: model '" + source.model_path + "'";
+  // The bytes each parameter is saved with: a supplied whole value, else its
+  // arena slot (which holds only a shard of a sharded parameter).
+  auto param_bytes = [&](const ParamInfo &p) {
+    const Shape &whole = p.sharded() ? p.full_shape : p.shape;
+    auto value = full_values.find(p.name);
+    if (value == full_values.end()) {
+      if (p.sharded())
+        throw Error("--save-onnx: parameter '" + p.name + "' is sharded (the arena holds " +
+                    p.shape.str() + " of " + dtype_name(p.dtype) + " " + whole.str() +
+                    "); its whole value must be supplied");
+      return Span{arena + p.offset, Tensor{nullptr, p.dtype, p.shape}.nbytes()};
+    }
+    const Tensor &t = value->second;
+    if (t.dtype != p.dtype || t.numel() != whole.numel() || (t.numel() > 0 && !t.data))
+      throw Error("--save-onnx: the value supplied for parameter '" + p.name + "' is " +
+                  dtype_name(t.dtype) + " " + t.shape.str() + ", expected " +
+                  dtype_name(p.dtype) + " " + whole.str());
+    return Span{static_cast<const uint8_t *>(t.data), t.nbytes()};
+  };
+  for (const auto &value : full_values) {
+    auto param = std::find_if(info.params.begin(), info.params.end(),
+                               [&](const ParamInfo &p) { return p.name == value.first; });
+    if (param == info.params.end())
+      throw Error("--save-onnx: a value was supplied for '" + value.first +
+                  "', which is not a parameter of the program");
+  }
   const bool external = external_data || source.initializer_bytes > kExternalThresholdBytes;
   const std::string data_name = basename_of(path) + ".data";
   const std::string data_path = directory_of(path) + "/" + data_name;
@@ -539,8 +567,7 @@ void runner::write_save_onnx(const OnnxSaveSource &source, const ProgramInfo &in
       TensorFacts tensor = read_tensor(initializer.payload, what);
       auto param = source.params.find(tensor.name);
       if (param != source.params.end()) {
-        const ParamInfo &p = *param->second;
-        Span data{arena + p.offset, Tensor{nullptr, p.dtype, p.shape}.nbytes()};
+        Span data = param_bytes(*param->second);
         graph_out.message_field(kGraphInitializer, rewrite(initializer.payload, data));
       } else if (tensor.external) {
         std::string file = source.external_files.at(tensor.name);
@@ -593,9 +620,10 @@ void runner::write_save_onnx(const OnnxSaveSource &source, const ProgramInfo &in
 }
 
 void save_onnx(const ProgramInfo &info, const uint8_t *arena, const std::string &path,
-               const std::string &weights_dir, bool external_data) {
+               const std::string &weights_dir, bool external_data,
+               const std::map<std::string, Tensor> &full_values) {
   std::shared_ptr<const OnnxSaveSource> source = prepare_save_onnx(info, weights_dir);
-  write_save_onnx(*source, info, arena, path, external_data);
+  write_save_onnx(*source, info, arena, path, external_data, full_values);
 }
 
 }  // namespace dsrt

@@ -267,11 +267,57 @@ int64_t slot_size(const ProgramInfo &info, size_t bytes) {
   return (static_cast<int64_t>(bytes) + a - 1) / a * a;
 }
 
-void load_params(Program &p, const std::string &weights_dir) {
+namespace {
+
+// Rank `dp_rank`'s shard of a sharded parameter: elements [r*s, min((r+1)*s,
+// n)) of the whole tensor, zeros for the rest of the slot.
+void load_shard(const ProgramInfo &info, const ParamInfo &param, const Tensor &slot,
+                const std::string &weights_dir, int64_t dp_rank) {
+  const size_t elem = dtype_size(param.dtype);
+  const int64_t s = param.shape.numel(), n = param.shard_total;
+  const int64_t begin = std::min(dp_rank * s, n), end = std::min((dp_rank + 1) * s, n);
+  const int64_t count = end - begin;
+  std::memset(slot.data, 0, slot.nbytes());
+  if (param.data.data) {
+    if (param.data.numel() != n)
+      throw Error("parameter '" + param.name + "': its data holds " +
+                  std::to_string(param.data.numel()) + " elements but the sharded tensor " +
+                  param.full_shape.str() + " has " + std::to_string(n));
+    std::memcpy(slot.data, static_cast<const uint8_t *>(param.data.data) + begin * elem,
+                static_cast<size_t>(count) * elem);
+    return;
+  }
+  std::string path = resolve_weight_file(info, weights_dir, param.file);
+  if (param.length != n * static_cast<int64_t>(elem))
+    throw Error("parameter '" + param.name + "': " + std::to_string(param.length) +
+                " bytes in '" + path + "' but the whole tensor " + param.full_shape.str() +
+                " (sharded, " + std::to_string(n) + " elements) needs " +
+                std::to_string(n * static_cast<int64_t>(elem)));
+  if (count == 0) return;
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error("parameter '" + param.name + "': cannot open '" + path +
+                "' (use --weights DIR if the model moved)");
+  const int64_t offset = param.file_offset + begin * static_cast<int64_t>(elem);
+  const int64_t bytes = count * static_cast<int64_t>(elem);
+  in.seekg(offset);
+  in.read(static_cast<char *>(slot.data), bytes);
+  if (in.gcount() != bytes)
+    throw Error("parameter '" + param.name + "': '" + path + "' ends before byte " +
+                std::to_string(offset + bytes));
+}
+
+}  // namespace
+
+void load_params(Program &p, const std::string &weights_dir, int64_t dp_rank) {
   const ProgramInfo &info = *p.info;
   for (const ParamInfo &param : info.params) {
     Tensor slot{p.arena + param.offset, param.dtype, param.shape};
     p.memory.acquire(param.offset, slot_size(info, slot.nbytes()));
+    if (param.sharded()) {
+      load_shard(info, param, slot, weights_dir, dp_rank);
+      continue;
+    }
     if (param.data.data) {
       std::memcpy(slot.data, param.data.data, slot.nbytes());
       continue;
@@ -371,6 +417,9 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     if (!parse(argc, argv, options)) return 0;
     ProgramInfo info;
     describe(info);
+    if (info.world != 1)
+      throw Error("the program was compiled for " + std::to_string(info.world) +
+                  " ranks; `run` executes single-rank forward programs only");
 
     Program program;
     program.info = &info;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -31,7 +32,9 @@ Arena allocate_arena(int64_t arena_bytes);
 // alignment).
 int64_t slot_size(const ProgramInfo &info, size_t bytes);
 // Acquires every parameter's slot and fills it from the program or its file.
-void load_params(Program &p, const std::string &weights_dir);
+// A sharded parameter gets rank `dp_rank`'s shard (its elements of the whole
+// tensor, zeros past its end); only those bytes are read.
+void load_params(Program &p, const std::string &weights_dir, int64_t dp_rank = 0);
 
 // save_onnx in two halves: the source model is read and checked against the
 // program before training (a model that cannot be written back fails
@@ -39,8 +42,10 @@ void load_params(Program &p, const std::string &weights_dir);
 struct OnnxSaveSource;
 std::shared_ptr<const OnnxSaveSource> prepare_save_onnx(const ProgramInfo &info,
                                                         const std::string &weights_dir);
+// `full_values` as for save_onnx: whole values of sharded parameters.
 void write_save_onnx(const OnnxSaveSource &source, const ProgramInfo &info, const uint8_t *arena,
-                     const std::string &path, bool external_data);
+                     const std::string &path, bool external_data,
+                     const std::map<std::string, Tensor> &full_values = {});
 
 // Sets what rng_counter() returns.
 void set_rng_counter(uint64_t counter);

@@ -128,6 +128,27 @@ TEST_F(SaveOnnx, LargeParametersGoToTheDataFile) {
   EXPECT_EQ(read(out + ".data"), std::string(arena.begin(), arena.end()));
 }
 
+TEST_F(SaveOnnx, ShardedParametersAreSavedFromSuppliedValues) {
+  // The arena holds w's shard [1] of f32 [2]; the caller supplies all of it.
+  info_.params[0].shape = {1};
+  info_.params[0].shard_total = 2;
+  info_.params[0].full_shape = {2};
+  std::string head = pb::bytes(1, pb::varint(2)) + pb::number(2, 1) + pb::bytes(8, "w");
+  write(info_.model_path, pb::bytes(7, pb::bytes(5, head + pb::bytes(9, pb::floats({1, 2})))));
+  std::string out = (dir_ / "out.onnx").string();
+  EXPECT_DSRT_ERROR(dsrt::save_onnx(info_, arena_, out, "", false), "parameter 'w' is sharded",
+                    "whole value must be supplied");
+  float whole[2] = {7, 8};
+  dsrt::Tensor value{whole, DType::F32, {2}};
+  dsrt::save_onnx(info_, arena_, out, "", false, {{"w", value}});
+  EXPECT_EQ(read(out), pb::bytes(7, pb::bytes(5, head + pb::bytes(9, pb::floats({7, 8})))));
+  dsrt::Tensor shard{whole, DType::F32, {1}};
+  EXPECT_DSRT_ERROR(dsrt::save_onnx(info_, arena_, out, "", false, {{"w", shard}}),
+                    "supplied for parameter 'w' is f32 [1], expected f32 [2]");
+  EXPECT_DSRT_ERROR(dsrt::save_onnx(info_, arena_, out, "", false, {{"w", value}, {"v", value}}),
+                    "'v', which is not a parameter");
+}
+
 TEST_F(SaveOnnx, RefusesWhatItCannotWriteBack) {
   std::string out = (dir_ / "out.onnx").string();
   std::string w = pb::bytes(1, pb::varint(2)) + pb::number(2, 1) + pb::bytes(8, "w") +

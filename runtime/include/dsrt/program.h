@@ -17,6 +17,7 @@
 #ifndef DSRT_PROGRAM_H
 #define DSRT_PROGRAM_H
 
+#include "dsrt/dist.h"
 #include "dsrt/kernels.h"
 #include "dsrt/math.h"
 #include "dsrt/stream.h"
@@ -44,6 +45,14 @@ struct ParamInfo : ValueInfo {
   int64_t file_offset = 0, length = 0;
   // ...or in the program itself (small parameters).
   Tensor data;
+  // Sharded along "dp" (set_param_shard): the whole tensor has shard_total
+  // elements and full_shape, `shape` is this rank's 1-D shard [s] of it,
+  // flattened and zero-padded to dp * s elements. 0: not sharded. The file
+  // bytes (file_offset, length) and `data` are the whole tensor's.
+  int64_t shard_total = 0;
+  Shape full_shape;
+
+  bool sharded() const { return shard_total > 0; }
 };
 
 struct OpInfo {
@@ -88,8 +97,15 @@ struct ProgramInfo {
   std::vector<ValueInfo> states;
   std::vector<FunctionInfo> functions;
   TrainInfo train;
+  // The device grid (set_grid): axis names and sizes, and their product, the
+  // number of ranks the program runs on.
+  std::vector<std::string> grid_names;
+  std::vector<int64_t> grid_sizes;
+  int64_t world = 1;
 
   bool is_training() const { return !functions.empty(); }
+  // Ranks along the data-parallel axis (grid axis 0), 1 without a grid.
+  int64_t dp_size() const { return grid_sizes.empty() ? 1 : grid_sizes[0]; }
 };
 
 // Tracks the arena's live buffers: acquiring a slot that overlaps a live one,
@@ -231,7 +247,9 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run);
 //  [--quiet]`: loads the parameters, zeroes the states, runs N optimizer
 // steps of accumulation_steps micro steps each on batches from DIR, logs
 // every step and optionally writes the trained model. Returns the exit
-// status; errors are reported, never thrown.
+// status; errors are reported, never thrown. A program with a grid of W
+// ranks (set_grid) runs under mpirun -np W, every rank on its share of each
+// global batch (docs/runtime.md, "Data-parallel programs").
 int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
                RunFn optimizer_step);
 
@@ -242,8 +260,13 @@ int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
 // directory) and stored again, so the copy needs none of the source's
 // files. With `external_data`, or when the initializers exceed 1 GiB,
 // tensors of 1024 bytes or more go to `<path>.data` beside `path`.
+// `full_values` (by parameter name) supplies the whole value of parameters
+// that the arena holds only a shard of (set_param_shard); each sharded
+// parameter needs one, of its dtype and full_shape. Other entries override
+// the arena.
 void save_onnx(const ProgramInfo &info, const uint8_t *arena, const std::string &path,
-               const std::string &weights_dir, bool external_data);
+               const std::string &weights_dir, bool external_data,
+               const std::map<std::string, Tensor> &full_values = {});
 
 // Where a parameter's bytes come from when loading: the model's directory,
 // unless overridden (--weights).

@@ -1,0 +1,591 @@
+// Data-parallel programs on the world communicator (1, 2 or 3 ranks): the
+// kernels generated code calls, sharded parameter loading, and train_main
+// driving a small ZeRO-style program written the way dsopt generates one.
+//
+// Every rank computes the expected values from every rank's inputs, which
+// are generated from the rank number. Values are small integers (or sums of
+// quarters) so that every result is exact in f32 whatever the summation
+// order. Files are written by each rank into a directory of its own.
+#include "dsrt/comm.h"
+#include "dsrt/dist.h"
+#include "dsrt/npy.h"
+#include "dsrt/program.h"
+
+#include "json.h"
+#include "runner.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using dsrt::CommOp;
+using dsrt::DType;
+using dsrt::ReduceOp;
+using dsrt::Shape;
+using dsrt::Tensor;
+using dsrt_test::Owned;
+
+dsrt::Communicator &world() { return dsrt::Communicator::world(); }
+int N() { return world().size(); }
+int R() { return world().rank(); }
+
+// Rank r's element i of a test's input: a small integer.
+double value(int r, int64_t i, int seed) {
+  return static_cast<double>(((r + 1) * 7 + i * 3 + seed * 5) % 11) - 5;
+}
+
+Owned input(DType d, int64_t n, int r, int seed) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(value(r, i, seed));
+  return Owned::of(d, Shape{n}, v);
+}
+
+void expect_elements(const Tensor &t, const std::vector<double> &want, const std::string &what) {
+  ASSERT_EQ(t.numel(), static_cast<int64_t>(want.size())) << what;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double got = dsrt::is_float(t.dtype) ? dsrt::load_float(t, i)
+                                         : static_cast<double>(dsrt::load_int(t, i));
+    EXPECT_EQ(got, want[static_cast<size_t>(i)]) << what << " element " << i << " on rank " << R();
+  }
+}
+
+//===--- the kernels ----------------------------------------------------------===//
+
+TEST(DistKernels, AllReduceSumMeanMaxInPlaceAndOutOfPlace) {
+  dsrt::Stream s;
+  const int64_t n = 37;
+  for (DType d : {DType::F32, DType::I64}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max}) {
+      if (d == DType::I64 && op == ReduceOp::Mean) continue;
+      std::vector<double> want(n);
+      for (int64_t i = 0; i < n; ++i) {
+        double acc = op == ReduceOp::Max ? -1e9 : 0;
+        for (int r = 0; r < N(); ++r)
+          acc = op == ReduceOp::Max ? std::max(acc, value(r, i, 1)) : acc + value(r, i, 1);
+        // The average rounds once in f32, as the communicator does.
+        want[i] = op == ReduceOp::Mean ? static_cast<float>(acc) / static_cast<float>(N()) : acc;
+      }
+      const std::string what = std::string(dsrt::dtype_name(d)) + " op " +
+                               std::to_string(static_cast<int>(op));
+      Owned in = input(d, n, R(), 1), out(d, Shape{n});
+      dsrt::all_reduce(s, in, out, op, 0);
+      s.synchronize();
+      expect_elements(out, want, what + " out of place");
+      expect_elements(in, [&] {
+        std::vector<double> mine;
+        for (int64_t i = 0; i < n; ++i) mine.push_back(value(R(), i, 1));
+        return mine;
+      }(), what + " input kept");
+      dsrt::all_reduce(s, in, in, op, 0);
+      s.synchronize();
+      expect_elements(in, want, what + " in place");
+    }
+  }
+}
+
+TEST(DistKernels, AllGatherInPlaceAndOutOfPlace) {
+  dsrt::Stream s;
+  const int64_t m = 5;  // elements per rank
+  for (DType d : {DType::F32, DType::I64, DType::Bool}) {
+    std::vector<double> want;
+    for (int r = 0; r < N(); ++r)
+      for (int64_t i = 0; i < m; ++i)
+        want.push_back(d == DType::Bool ? value(r, i, 2) != 0 : value(r, i, 2));
+    Owned mine(d, Shape{m});
+    for (int64_t i = 0; i < m; ++i) {
+      if (dsrt::is_float(d)) dsrt::store_float(mine.t(), i, static_cast<float>(value(R(), i, 2)));
+      else dsrt::store_int(mine.t(), i, static_cast<int64_t>(value(R(), i, 2)));
+    }
+    Owned out(d, Shape{N(), m});  // any shape with size * m elements
+    dsrt::all_gather(s, mine, out, 0);
+    s.synchronize();
+    expect_elements(Tensor{out.t().data, d, Shape{N() * m}}, want,
+                    std::string("out of place ") + dsrt::dtype_name(d));
+
+    // In place: this rank's chunk of out is the input.
+    Owned whole(d, Shape{N() * m}, 0xAB);
+    size_t elem = dsrt::dtype_size(d);
+    uint8_t *chunk = static_cast<uint8_t *>(whole.t().data) + R() * m * elem;
+    std::memcpy(chunk, mine.t().data, m * elem);
+    dsrt::all_gather(s, Tensor{chunk, d, Shape{m}}, whole, 0);
+    s.synchronize();
+    expect_elements(whole, want, std::string("in place ") + dsrt::dtype_name(d));
+  }
+}
+
+TEST(DistKernels, ReduceScatterInPlaceAndOutOfPlace) {
+  dsrt::Stream s;
+  const int64_t m = 4;
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max}) {
+    std::vector<double> want;
+    for (int64_t i = R() * m; i < (R() + 1) * m; ++i) {
+      double acc = op == ReduceOp::Max ? -1e9 : 0;
+      for (int r = 0; r < N(); ++r)
+        acc = op == ReduceOp::Max ? std::max(acc, value(r, i, 3)) : acc + value(r, i, 3);
+      want.push_back(op == ReduceOp::Mean ? static_cast<float>(acc) / static_cast<float>(N())
+                                          : acc);
+    }
+    Owned in = input(DType::F32, N() * m, R(), 3), out(DType::F32, Shape{m});
+    dsrt::reduce_scatter(s, in, out, op, 0);
+    s.synchronize();
+    expect_elements(out, want, "out of place");
+    float *chunk = static_cast<float *>(in.t().data) + R() * m;
+    dsrt::reduce_scatter(s, in, Tensor{chunk, DType::F32, Shape{m}}, op, 0);
+    s.synchronize();
+    expect_elements(Tensor{chunk, DType::F32, Shape{m}}, want, "in place");
+  }
+}
+
+TEST(DistKernels, CountsTheRingVolumes) {
+  dsrt::Stream s;
+  const int64_t m = 6;
+  world().reset_counters();
+  Owned a = input(DType::F32, N() * m, R(), 4), b(DType::F32, Shape{m}), c(DType::F32, Shape{N() * m});
+  dsrt::all_reduce(s, a, a, ReduceOp::Sum, 0);
+  dsrt::reduce_scatter(s, a, b, ReduceOp::Sum, 0);
+  dsrt::all_gather(s, b, c, 0);
+  s.synchronize();
+  for (CommOp op : {CommOp::AllReduce, CommOp::ReduceScatter, CommOp::AllGather}) {
+    dsrt::CommVolume v = dsrt::comm_volume(op, DType::F32, N() * m, N(), R());
+    dsrt::CommCounters got = world().counters(op);
+    EXPECT_EQ(got.calls, 1) << dsrt::comm_op_name(op);
+    EXPECT_EQ(got.bytes_sent, v.sent) << dsrt::comm_op_name(op);
+    EXPECT_EQ(got.bytes_received, v.received) << dsrt::comm_op_name(op);
+  }
+}
+
+TEST(DistKernels, AllSliceTakesThisRanksChunkWithoutCommunicating) {
+  dsrt::Stream s;
+  const int64_t m = 3;
+  world().reset_counters();
+  Owned in = input(DType::I64, N() * m, 0, 5), out(DType::I64, Shape{m});
+  dsrt::all_slice(s, in, out, 0);
+  std::vector<double> want;
+  for (int64_t i = R() * m; i < (R() + 1) * m; ++i) want.push_back(value(0, i, 5));
+  expect_elements(out, want, "all_slice");
+  // In place: out is the chunk itself.
+  int64_t *chunk = static_cast<int64_t *>(in.t().data) + R() * m;
+  dsrt::all_slice(s, in, Tensor{chunk, DType::I64, Shape{m}}, 0);
+  expect_elements(Tensor{chunk, DType::I64, Shape{m}}, want, "all_slice in place");
+  for (int op = 0; op < dsrt::kNumCommOps; ++op)
+    EXPECT_EQ(world().counters(static_cast<CommOp>(op)).calls, 0);
+}
+
+TEST(DistKernels, FlatPadFlattensThenZeroes) {
+  dsrt::Stream s;
+  Owned in = Owned::of(DType::F32, Shape{2, 3}, {1, 2, 3, 4, 5, 6});
+  Owned out(DType::F32, Shape{8}, 0xFF);
+  dsrt::flat_pad(s, in, out);
+  expect_elements(out, {1, 2, 3, 4, 5, 6, 0, 0}, "flat_pad f32");
+  Owned same(DType::F32, Shape{6}, 0xFF);
+  dsrt::flat_pad(s, in, same);
+  expect_elements(same, {1, 2, 3, 4, 5, 6}, "flat_pad without padding");
+  Owned bf = Owned::of(DType::BF16, Shape{3}, {1.5, -2, 3});
+  Owned bf_out(DType::BF16, Shape{5}, 0x7F);
+  dsrt::flat_pad(s, bf, bf_out);
+  expect_elements(bf_out, {1.5, -2, 3, 0, 0}, "flat_pad bf16");
+}
+
+TEST(DistKernels, SizeTypeAndAxisErrors) {
+  dsrt::Stream s;
+  const int n = N();
+  Owned a(DType::F32, Shape{4}), b(DType::F32, Shape{5}), i(DType::I64, Shape{4});
+  Owned big(DType::F32, Shape{4 * n + 1}), flat(DType::F32, Shape{4 * n});
+  EXPECT_DSRT_ERROR(dsrt::all_reduce(s, a, b, ReduceOp::Sum, 0), "all_reduce", "f32 [4]",
+                    "f32 [5]", "element count");
+  EXPECT_DSRT_ERROR(dsrt::all_reduce(s, a, i, ReduceOp::Sum, 0), "all_reduce",
+                    "different element types");
+  EXPECT_DSRT_ERROR(dsrt::all_reduce(s, a, a, ReduceOp::Sum, 1), "all_reduce", "grid axis 1");
+  EXPECT_DSRT_ERROR(dsrt::all_gather(s, a, big, 0), "all_gather", "out f32 [",
+                    " ranks x in f32 [4]");
+  EXPECT_DSRT_ERROR(dsrt::reduce_scatter(s, big, a, ReduceOp::Sum, 0), "reduce_scatter",
+                    "in f32 [", " ranks x out f32 [4]");
+  EXPECT_DSRT_ERROR(dsrt::reduce_scatter(s, flat, a, ReduceOp::Sum, -1), "grid axis -1");
+  EXPECT_DSRT_ERROR(dsrt::all_slice(s, big, a, 0), "all_slice", "ranks x out f32 [4]");
+  EXPECT_DSRT_ERROR(dsrt::all_slice(s, flat, i, 0), "all_slice", "different element types");
+  Owned bools(DType::Bool, Shape{4 * n}), bool_out(DType::Bool, Shape{4});
+  EXPECT_DSRT_ERROR(dsrt::reduce_scatter(s, bools, bool_out, ReduceOp::Sum, 0),
+                    "reduce_scatter", "cannot reduce bool");
+  EXPECT_DSRT_ERROR(dsrt::flat_pad(s, b, a), "flat_pad", "out f32 [4]", "in f32 [5]");
+  Owned matrix(DType::F32, Shape{2, 4});
+  EXPECT_DSRT_ERROR(dsrt::flat_pad(s, a, matrix), "flat_pad", "1-D");
+  // Nothing was issued: the communicator still works on every rank.
+  dsrt::all_reduce(s, a, a, ReduceOp::Sum, 0);
+  s.synchronize();
+}
+
+//===--- sharded parameters ---------------------------------------------------===//
+
+class RankDir : public testing::Test {
+protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dsrt_dist_test_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string &name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+using ShardLoading = RankDir;
+
+TEST_F(ShardLoading, EachRankLoadsItsShardAndZeroPadding) {
+  // w: 7 f32 values [1, 7] behind a 16-byte header in the file; its shard
+  // is ceil(7 / N) elements. b: 5 i64 values in the program, sharded too.
+  const int64_t n = 7, s = (n + N() - 1) / N();
+  std::vector<float> whole(n);
+  for (int64_t i = 0; i < n; ++i) whole[i] = static_cast<float>(10 + i);
+  {
+    std::ofstream out(path("w.bin"), std::ios::binary);
+    out << std::string(16, 'x');
+    out.write(reinterpret_cast<const char *>(whole.data()), n * 4);
+  }
+  static int64_t b_data[5] = {-1, -2, -3, -4, -5};
+  dsrt::ProgramInfo info;
+  info.model_path = path("model.onnx");
+  const int64_t sizes[] = {N()};
+  dsrt::set_grid(info, "dp", sizes, 1);
+  EXPECT_EQ(info.world, N());
+  dsrt::add_param_file(info, "w", DType::F32, {s}, 0, true, "w.bin", 16, n * 4);
+  dsrt::set_param_shard(info, n, {1, n});
+  dsrt::add_param_data(info, "b", dsrt::view_static(b_data, DType::I64, {5}), 64, true);
+  dsrt::set_param_shard(info, 5, {5});
+  const int64_t sb = (5 + N() - 1) / N();
+  EXPECT_EQ(info.params[1].shape, Shape{sb});
+  EXPECT_EQ(info.params[0].full_shape, (Shape{1, n}));
+
+  alignas(64) uint8_t arena[128];
+  std::memset(arena, 0xEE, sizeof(arena));
+  dsrt::Program p;
+  p.info = &info;
+  p.arena = arena;
+  dsrt::runner::load_params(p, "", R());
+  std::vector<double> want_w, want_b;
+  for (int64_t i = R() * s; i < (R() + 1) * s; ++i) want_w.push_back(i < n ? whole[i] : 0.0);
+  for (int64_t i = R() * sb; i < (R() + 1) * sb; ++i) want_b.push_back(i < 5 ? b_data[i] : 0);
+  expect_elements(Tensor{arena, DType::F32, Shape{s}}, want_w, "w shard");
+  expect_elements(Tensor{arena + 64, DType::I64, Shape{sb}}, want_b, "b shard");
+
+  // The file must hold the whole tensor.
+  dsrt::ProgramInfo bad = info;
+  bad.params.resize(1);
+  bad.params[0].length = s * 4;
+  dsrt::Program q;
+  q.info = &bad;
+  q.arena = arena;
+  if (s != n)
+    EXPECT_DSRT_ERROR(dsrt::runner::load_params(q, "", R()), "parameter 'w'",
+                      "the whole tensor [1, 7]");
+}
+
+TEST(ShardDescribe, Errors) {
+  dsrt::ProgramInfo info;
+  const int64_t two[] = {2, 3};
+  EXPECT_DSRT_ERROR(dsrt::set_grid(info, "dp,tp", two, 1), "set_grid", "2 axes");
+  const int64_t zero[] = {0};
+  EXPECT_DSRT_ERROR(dsrt::set_grid(info, "dp", zero, 1), "size 0");
+  EXPECT_DSRT_ERROR(dsrt::set_param_shard(info, 4, {4}), "no parameter");
+  dsrt::set_grid(info, "dp", two, 1);
+  dsrt::add_param_file(info, "w", DType::F32, {1}, 0, true, "w.bin", 0, 16);
+  EXPECT_DSRT_ERROR(dsrt::set_param_shard(info, 4, {4}), "parameter 'w'", "[1]", "2 ranks");
+  EXPECT_DSRT_ERROR(dsrt::set_param_shard(info, 5, {4}), "total_numel 5");
+}
+
+//===--- train_main on a data-parallel program -----------------------------------===//
+// ZeRO-style: the parameter w (3 f32) is sharded, s = ceil(3 / N) per rank;
+// the gradient accumulator is whole on every rank.
+//   persistent: w shard @0, acc [3] @64; persistent_bytes 128
+//   micro_step: x [3] @128, wfull [N*s] @192, loss @256 -> 320
+//     wfull = all_gather(w); loss = wfull . x; acc += x
+//   optimizer_step: lr @128, step @192, padded [N*s] @256, g [s] @320,
+//                   sq @384, grad_norm @448 -> 512
+//     padded = flat_pad(acc); g = reduce_scatter(padded, Sum);
+//     grad_norm = sqrt(all_reduce(sum(g^2), Sum)); w -= lr * g; acc = 0
+namespace dp {
+
+float w0[3] = {1.0f, -2.0f, 0.5f};
+int64_t grid_size = 1;
+std::string model;
+std::vector<uint64_t> counters;
+
+int64_t shard() { return (3 + grid_size - 1) / grid_size; }
+
+void describe(dsrt::ProgramInfo &info) {
+  dsrt::set_model(info, model.c_str());
+  dsrt::set_grid(info, "dp", &grid_size, 1);
+  dsrt::set_memory_plan(info, 512, 128, 512, 64);
+  dsrt::add_param_data(info, "w", dsrt::view_static(w0, DType::F32, {3}), 0, true);
+  dsrt::set_param_shard(info, 3, {3});
+  dsrt::add_state(info, "acc", DType::F32, {3}, 64);
+  dsrt::set_training(info, "SGD", 0.25, 0, 2, 1, 1);
+  dsrt::begin_function(info, "micro_step", 320, 320);
+  dsrt::add_input(info, "x", DType::F32, {3}, 128);
+  dsrt::add_output(info, "loss", DType::F32, {});
+  dsrt::begin_function(info, "optimizer_step", 512, 512);
+  dsrt::add_input(info, "lr", DType::F32, {}, 128);
+  dsrt::add_input(info, "step", DType::I64, {}, 192);
+  dsrt::add_output(info, "grad_norm", DType::F32, {});
+}
+
+void micro_step(dsrt::Program &p) {
+  counters.push_back(dsrt::rng_counter());
+  uint8_t *a = dsrt::arena(p);
+  const int64_t s = shard(), n = grid_size;
+  dsrt::acquire(p, 192, 64);
+  dsrt::all_gather(dsrt::stream(p), dsrt::view(a, 0, DType::F32, {s}),
+                   dsrt::view(a, 192, DType::F32, {n * s}), 0);
+  dsrt::stream(p).synchronize();
+  const float *wfull = reinterpret_cast<const float *>(a + 192);
+  const float *x = reinterpret_cast<const float *>(a + 128);
+  float *acc = reinterpret_cast<float *>(a + 64);
+  dsrt::acquire(p, 256, 64);
+  float loss = 0;
+  for (int i = 0; i < 3; ++i) {
+    loss += wfull[i] * x[i];
+    acc[i] += x[i];
+  }
+  *reinterpret_cast<float *>(a + 256) = loss;
+  dsrt::release(p, 192);
+  dsrt::set_output(p, 0, dsrt::view(a, 256, DType::F32, {}));
+}
+
+void optimizer_step(dsrt::Program &p) {
+  uint8_t *a = dsrt::arena(p);
+  dsrt::Stream &st = dsrt::stream(p);
+  const int64_t s = shard(), n = grid_size;
+  dsrt::acquire(p, 256, 64);
+  dsrt::flat_pad(st, dsrt::view(a, 64, DType::F32, {3}), dsrt::view(a, 256, DType::F32, {n * s}));
+  dsrt::acquire(p, 320, 64);
+  dsrt::reduce_scatter(st, dsrt::view(a, 256, DType::F32, {n * s}),
+                       dsrt::view(a, 320, DType::F32, {s}), ReduceOp::Sum, 0);
+  st.synchronize();
+  const float *g = reinterpret_cast<const float *>(a + 320);
+  float *sq = reinterpret_cast<float *>(a + 384);
+  dsrt::acquire(p, 384, 64);
+  *sq = 0;
+  for (int64_t i = 0; i < s; ++i) *sq += g[i] * g[i];
+  dsrt::all_reduce(st, dsrt::view(a, 384, DType::F32, {1}), dsrt::view(a, 384, DType::F32, {1}),
+                   ReduceOp::Sum, 0);
+  st.synchronize();
+  const float lr = *reinterpret_cast<const float *>(a + 128);
+  float *w = reinterpret_cast<float *>(a);
+  for (int64_t i = 0; i < s; ++i) w[i] -= lr * g[i];
+  std::memset(a + 64, 0, 12);
+  dsrt::acquire(p, 448, 64);
+  *reinterpret_cast<float *>(a + 448) = std::sqrt(*sq);
+  dsrt::set_output(p, 0, dsrt::view(a, 448, DType::F32, {}));
+}
+
+}  // namespace dp
+
+namespace pb {
+std::string varint(uint64_t v) {
+  std::string out;
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  return out + static_cast<char>(v);
+}
+std::string bytes(uint32_t number, const std::string &payload) {
+  return varint((uint64_t(number) << 3) | 2) + varint(payload.size()) + payload;
+}
+std::string number(uint32_t field, uint64_t v) { return varint(uint64_t(field) << 3) + varint(v); }
+std::string floats(const std::vector<float> &values) {
+  return std::string(reinterpret_cast<const char *>(values.data()), values.size() * 4);
+}
+// A model whose graph has one f32 [3] initializer "w".
+std::string model_with_w(const std::vector<float> &w) {
+  std::string head = pb::number(1, 3) + pb::number(2, 1) + pb::bytes(8, "w");
+  return pb::bytes(7, pb::bytes(5, head + pb::bytes(9, floats(w))));
+}
+}  // namespace pb
+
+class DataParallelTrain : public RankDir {
+protected:
+  void SetUp() override {
+    RankDir::SetUp();
+    dp::grid_size = N();
+    dp::counters.clear();
+    dp::model = path("model.onnx");
+    std::ofstream(dp::model, std::ios::binary) << pb::model_with_w({1, -2, 0.5f});
+    fs::create_directories(dir_ / "data");
+    // 2 global batches of N ranks x 2 micro-batches of [3].
+    std::vector<double> x;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t m = 0; m < N() * 2; ++m)
+        for (int64_t i = 0; i < 3; ++i) x.push_back(((b * 7 + m * 3 + i * 5) % 9) - 4);
+    dsrt::write_npy(path("data/x.npy"), Owned::of(DType::F32, {2, N() * 2 * 3}, x));
+    x_ = x;
+  }
+
+  int train(std::vector<std::string> args) {
+    std::vector<std::string> all = {"train"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char *> argv;
+    for (std::string &arg : all) argv.push_back(&arg[0]);
+    testing::internal::CaptureStdout();
+    testing::internal::CaptureStderr();
+    int status = dsrt::train_main(static_cast<int>(argv.size()), argv.data(), dp::describe,
+                                  dp::micro_step, dp::optimizer_step);
+    out_ = testing::internal::GetCapturedStdout();
+    err_ = testing::internal::GetCapturedStderr();
+    return status;
+  }
+
+  std::vector<double> x_;
+  std::string out_, err_;
+};
+
+TEST_F(DataParallelTrain, MatchesTheSingleRankRunAndCountsTheProgramsCollectives) {
+  const int64_t steps = 3, k = 2, n = N();
+  ASSERT_EQ(train({"--data", path("data"), "--steps", std::to_string(steps), "--seed", "5",
+                   "--log-json", path("log.jsonl"), "--save-onnx", path("trained.onnx"),
+                   "--trace", path("trace.json")}),
+            0)
+      << err_;
+
+  // The single-rank run with N * k accumulation steps, by hand: exact in f32.
+  float w[3] = {1.0f, -2.0f, 0.5f};
+  std::vector<double> losses, norms;
+  for (int64_t step = 1; step <= steps; ++step) {
+    const int64_t b = (step - 1) % 2;
+    double loss_sum = 0;
+    float g[3] = {0, 0, 0};
+    for (int64_t m = 0; m < n * k; ++m) {
+      const double *x = &x_[static_cast<size_t>((b * n * k + m) * 3)];
+      float loss = 0;
+      for (int i = 0; i < 3; ++i) {
+        loss += w[i] * static_cast<float>(x[i]);
+        g[i] += static_cast<float>(x[i]);
+      }
+      loss_sum += loss;
+    }
+    losses.push_back(loss_sum / static_cast<double>(n * k));
+    norms.push_back(std::sqrt(g[0] * g[0] + g[1] * g[1] + g[2] * g[2]));
+    for (int i = 0; i < 3; ++i) w[i] -= 0.25f * g[i];
+  }
+
+  // Dropout counters: the single-rank run's for this rank's micro-batches.
+  std::vector<uint64_t> want_counters;
+  for (int64_t step = 1; step <= steps; ++step)
+    for (int64_t i = 0; i < k; ++i)
+      want_counters.push_back((uint64_t(5) << 32) + (step - 1) * n * k + R() * k + i);
+  EXPECT_EQ(dp::counters, want_counters);
+
+  if (R() != 0) {
+    EXPECT_EQ(out_, "");
+    EXPECT_FALSE(fs::exists(path("log.jsonl")));
+    EXPECT_FALSE(fs::exists(path("trained.onnx")));
+    EXPECT_TRUE(fs::exists(path("trace.json.rank" + std::to_string(R()))));
+    EXPECT_FALSE(fs::exists(path("trace.json")));
+    return;
+  }
+  EXPECT_TRUE(fs::exists(path("trace.json")));
+  EXPECT_NE(out_.find("step 3/3 | loss "), std::string::npos) << out_;
+
+  std::ifstream log(path("log.jsonl"));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(log, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(steps + 1));
+  for (int64_t step = 1; step <= steps; ++step) {
+    dsrt_test::Json entry = dsrt_test::Json::parse(lines[step - 1]);
+    EXPECT_EQ(entry.at("step").as_int(), step);
+    char loss[32];  // as the log writes it
+    snprintf(loss, sizeof(loss), "%.9g", losses[step - 1]);
+    EXPECT_EQ(entry.at("loss").as_double(), std::stod(loss)) << lines[step - 1];
+    EXPECT_FLOAT_EQ(entry.at("grad_norm").as_double(), norms[step - 1]) << lines[step - 1];
+    EXPECT_EQ(entry.at("arena_peak_bytes").as_int(), 512);
+    EXPECT_EQ(entry.at("samples_per_s").kind(), dsrt_test::Json::Kind::Number);
+  }
+
+  // The summary: every rank's own measurement of the program's collectives
+  // (one all_gather per micro step, one reduce_scatter and one all_reduce
+  // per optimizer step), none of the runner's exchanges.
+  dsrt_test::Json summary = dsrt_test::Json::parse(lines.back());
+  EXPECT_TRUE(summary.at("summary").as_bool());
+  EXPECT_EQ(summary.at("steps").as_int(), steps);
+  EXPECT_EQ(summary.at("world").as_int(), n);
+  const auto &ranks = summary.at("ranks").items();
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(n));
+  const int64_t s = dp::shard();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(ranks[r].at("rank").as_int(), r);
+    EXPECT_EQ(ranks[r].at("arena_peak_bytes").as_int(), 512);
+    const dsrt_test::Json &bytes = ranks[r].at("collective_bytes");
+    struct Want {
+      const char *name;
+      CommOp op;
+      int64_t total, calls;
+    } wants[] = {{"all_gather", CommOp::AllGather, n * s, steps * k},
+                 {"reduce_scatter", CommOp::ReduceScatter, n * s, steps},
+                 {"all_reduce", CommOp::AllReduce, 1, steps}};
+    for (const Want &want : wants) {
+      dsrt::CommVolume v = dsrt::comm_volume(want.op, DType::F32, want.total, n, r);
+      const dsrt_test::Json &got = bytes.at(want.name);
+      EXPECT_EQ(got.at("calls").as_int(), want.calls) << want.name << " rank " << r;
+      EXPECT_EQ(got.at("sent").as_int(), v.sent * want.calls) << want.name << " rank " << r;
+      EXPECT_EQ(got.at("received").as_int(), v.received * want.calls) << want.name << " rank " << r;
+    }
+  }
+
+  // The saved model holds the whole trained w, gathered from the shards.
+  std::ifstream saved(path("trained.onnx"), std::ios::binary);
+  std::string got((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, pb::model_with_w({w[0], w[1], w[2]}));
+}
+
+TEST_F(DataParallelTrain, TheJobMustHaveTheProgramsRanks) {
+  dp::grid_size = N() + 1;
+  EXPECT_EQ(train({"--data", path("data"), "--steps", "1"}), 1);
+  const std::string want = "error: the program was compiled for " + std::to_string(N() + 1) +
+                           " ranks (--dp=" + std::to_string(N() + 1) + "; world " +
+                           std::to_string(N() + 1) + ") but the job has " + std::to_string(N()) +
+                           "; run it with mpirun -np " + std::to_string(N() + 1);
+  EXPECT_NE(err_.find(want), std::string::npos) << err_;
+  EXPECT_TRUE(dp::counters.empty());
+}
+
+TEST_F(DataParallelTrain, AFailureOnOneRankStopsEveryRankBeforeTraining) {
+  // The last rank has no data file.
+  if (R() == N() - 1) fs::remove(path("data/x.npy"));
+  EXPECT_EQ(train({"--data", path("data"), "--steps", "1"}), 1);
+  if (R() == N() - 1)
+    EXPECT_NE(err_.find("error: input 'x': missing file"), std::string::npos) << err_;
+  else
+    EXPECT_NE(err_.find("rank " + std::to_string(N() - 1) + " failed before training: see its "
+                        "message"),
+              std::string::npos)
+        << err_;
+  EXPECT_TRUE(dp::counters.empty());
+}
+
+TEST_F(DataParallelTrain, DataLayoutNamesTheRanks) {
+  // One rank's share of each batch: right for one rank only.
+  dsrt::write_npy(path("data/x.npy"), Owned(DType::F32, {2, 2 * 3}));
+  if (N() == 1) {
+    EXPECT_EQ(train({"--data", path("data"), "--steps", "1"}), 0) << err_;
+    return;
+  }
+  EXPECT_EQ(train({"--data", path("data"), "--steps", "1"}), 1);
+  EXPECT_NE(err_.find("expected f32 [n, " + std::to_string(N() * 2 * 3) +
+                      "] (n >= 1 batches of " + std::to_string(N()) +
+                      " ranks x 2 micro-batches of [3])"),
+            std::string::npos)
+      << err_;
+}
+
+}  // namespace
