@@ -946,6 +946,11 @@ FailureOr<std::string> ProgramBuilder::emitFusedKernel(ds::FusedOp op) {
   kernel.setSpecifiersAttr(builder.getStrArrayAttr({"static"}));
   Block *entry = kernel.addEntryBlock();
   builder.setInsertionPointToEnd(entry);
+  // Like every libdsrt kernel, wait for asynchronous work the inputs may
+  // come from (an all-reduce of the gradient norm).
+  emitc::CallOpaqueOp::create(builder, opLoc, TypeRange{},
+                              "dsrt::begin_generated_kernel",
+                              ValueRange{entry->getArgument(0)});
 
   auto result = cast<RankedTensorType>(op.getResult().getType());
   ArrayRef<int64_t> outShape = result.getShape();

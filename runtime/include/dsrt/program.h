@@ -172,6 +172,10 @@ template <typename T> Tensor view_static(T *data, DType dtype, Shape shape) {
   return Tensor{const_cast<void *>(static_cast<const void *>(data)), dtype, shape};
 }
 inline Tensor reshape(const Tensor &t, Shape shape) { return Tensor{t.data, t.dtype, shape}; }
+// Generated kernels (fused loops) start as libdsrt's do: after the work
+// still pending on their stream (collectives, file I/O), whose results they
+// may read.
+inline void begin_generated_kernel(Stream &s) { s.synchronize(); }
 // The elements of a tensor view as a typed pointer (generated fused loops).
 template <typename T> T *elements(const Tensor &t) { return static_cast<T *>(t.data); }
 inline const Tensor *optional(const Tensor &t) { return &t; }
