@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Step time of data-parallel training on the CPU for a fixed global batch.
 
-Exports the zoo's GPT-2 (test/zoo/export_zoo.py), writes training data, and
-trains the same global batch (the model's micro-batch times RANKS_MAX) on 1,
+Writes a GPT-shaped training graph with real weights (test/zoo/gen_gpt.py
+--materialize; 4 layers, width 256, vocabulary 4096, 64 tokens, micro-batch
+2), random token data, and trains the same global batch (the model's micro-batch times RANKS_MAX) on 1,
 2 and 4 ranks (`mpirun -np N OUT/train --threads T`), with accumulation
 RANKS_MAX / N on each rank, for every ZeRO stage. Reports rank 0's median
 step time (the first step excluded) and its ratio to the single-rank run
@@ -23,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RANKS = (1, 2, 4)
 RANKS_MAX = max(RANKS)
+VOCAB, SEQ, MICRO = 4096, 64, 2
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 
 
@@ -35,12 +37,16 @@ def main() -> int:
     args = parser.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
-    subprocess.run([sys.executable, str(ROOT / "test" / "zoo" / "export_zoo.py"), "--out", str(args.work / "zoo"),
-                    "--only", "gpt2"], check=True, capture_output=True)
-    subprocess.run([sys.executable, str(ROOT / "test" / "zoo" / "make_train_data.py"), "--model", "gpt2",
-                    "--gas", str(RANKS_MAX), "--n-batches", "2", "--out", str(args.work / "data")],
-                   check=True, capture_output=True)
-    model = args.work / "zoo" / "gpt2.onnx"
+    model = args.work / "gpt.onnx"
+    subprocess.run([sys.executable, str(ROOT / "test" / "zoo" / "gen_gpt.py"), "--layers", "4", "--d-model",
+                    "256", "--heads", "4", "--vocab", str(VOCAB), "--seq", str(SEQ), "--batch", str(MICRO),
+                    "--materialize", "--out", str(model)], check=True, capture_output=True)
+    import numpy as np
+    rng = np.random.default_rng(0)
+    (args.work / "data").mkdir()
+    for name in ("input_ids", "labels"):
+        np.save(args.work / "data" / f"{name}.npy",
+                rng.integers(0, VOCAB, size=(2, MICRO * RANKS_MAX, SEQ), dtype=np.int64))
 
     def step_time(n, stage):
         out = args.work / f"dp{n}-zero{stage}"
@@ -54,7 +60,8 @@ def main() -> int:
         return statistics.median(s["step_time_s"] for s in steps if not s.get("summary") and s["step"] > 1)
 
     base = step_time(1, 0)
-    print(f"GPT-2 (zoo), global batch {RANKS_MAX} x micro-batch, {args.steps} steps, --threads {args.threads}")
+    print(f"GPT (4 x 256, vocab {VOCAB}, {SEQ} tokens), global batch {MICRO * RANKS_MAX}, "
+          f"{args.steps} steps, --threads {args.threads}")
     print("| ranks | ZeRO stage | accumulation per rank | step time | ratio to 1 rank |")
     print("|---|---|---|---|---|")
     print(f"| 1 | - | {RANKS_MAX} | {base * 1e3:.2f} ms | 1.00 |")
