@@ -44,7 +44,9 @@ def compile_and_run(args, model_path, inputs, workdir):
     with open(os.path.join(out, "plan.json")) as f:
         plan = json.load(f)
     match = re.search(r"measured high-water mark (\d+) bytes", run.stderr)
-    planned = plan["ranks"][0]["arena_bytes"]
+    # A training graph's plan describes its training job at the top level and
+    # the forward program (`run`) under "forward".
+    planned = plan.get("forward", plan)["ranks"][0]["arena_bytes"]
     if not match or int(match.group(1)) != planned:
         return None, (f"arena high-water mark {match.group(1) if match else '?'} "
                       f"differs from the plan's {planned}")
