@@ -231,6 +231,11 @@ constexpr StringLiteral kCollectiveKinds[] = {"all_reduce", "all_gather",
 /// is counted on.
 std::pair<StringRef, int64_t> collectiveOf(Operation &op) {
   StringRef name = op.getName().getStringRef();
+  // A bucket is one collective over its staging buffer (the last result).
+  if (name.consume_front("ds.") && name.consume_back("_bucket"))
+    return {name, cast<RankedTensorType>(op.getResults().back().getType())
+                      .getNumElements()};
+  name = op.getName().getStringRef();
   if (!name.consume_front("shard."))
     return {"", 0};
   if (name == "all_reduce" || name == "reduce_scatter")

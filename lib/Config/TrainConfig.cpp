@@ -989,17 +989,43 @@ bool ConfigReader::readZero(const json::Value &value) {
       if (!readInteger(*stage, "zero_optimization.stage", 0, 3,
                        "0, 1, 2 or 3", config.zeroStage))
         return false;
-    if (const json::Value *threshold =
-            zero->get("stage3_param_persistence_threshold"))
-      if (!readInteger(*threshold, "zero_optimization.stage3_param_"
-                                   "persistence_threshold",
-                       0, int64_t(1) << 62, "a non-negative integer",
-                       config.paramPersistenceThreshold))
-        return false;
-    for (const std::string &key : sortedKeys(*zero))
-      if (key != "stage" && key != "stage3_param_persistence_threshold")
-        warn("zero_optimization." + display(key) +
-             " is not implemented by dsopt and is ignored");
+    struct Size {
+      StringRef key;
+      int64_t min;
+      int64_t &out;
+    } sizes[] = {
+        {"stage3_param_persistence_threshold", 0,
+         config.paramPersistenceThreshold},
+        {"reduce_bucket_size", 1, config.reduceBucketSize},
+        {"allgather_bucket_size", 1, config.allgatherBucketSize},
+        {"stage3_prefetch_bucket_size", 0, config.prefetchBucketSize}};
+    for (Size &size : sizes)
+      if (const json::Value *value = zero->get(size.key))
+        if (!readInteger(*value, ("zero_optimization." + size.key).str(),
+                         size.min, int64_t(1) << 62,
+                         size.min ? "a positive integer"
+                                  : "a non-negative integer",
+                         size.out))
+          return false;
+    // Keys that describe what dsopt always does.
+    static constexpr llvm::StringLiteral always[] = {
+        "overlap_comm", "contiguous_gradients", "reduce_scatter",
+        "allgather_partitions"};
+    for (const std::string &key : sortedKeys(*zero)) {
+      if (key == "stage" ||
+          llvm::any_of(sizes, [&](const Size &s) { return s.key == key; }))
+        continue;
+      if (llvm::is_contained(always, key)) {
+        const json::Value *value = zero->get(key);
+        if (value->getAsBoolean() != std::optional<bool>(true))
+          warn("zero_optimization." + display(key) +
+               ": dsopt always overlaps communication and uses contiguous "
+               "buckets, reduce-scatter and all-gather; the value is ignored");
+        continue;
+      }
+      warn("zero_optimization." + display(key) +
+           " is not implemented by dsopt and is ignored");
+    }
   }
   if (config.zeroStage > 0 && config.dataParallelSize == 1)
     warn("zero_optimization.stage " + Twine(config.zeroStage) +
@@ -1348,6 +1374,9 @@ std::string toJson(const TrainConfig &config) {
       out.attribute("stage", config.zeroStage);
       out.attribute("stage3_param_persistence_threshold",
                     config.paramPersistenceThreshold);
+      out.attribute("reduce_bucket_size", config.reduceBucketSize);
+      out.attribute("allgather_bucket_size", config.allgatherBucketSize);
+      out.attribute("stage3_prefetch_bucket_size", config.prefetchBucketSize);
     });
     out.attributeObject("fp16", [&] { out.attribute("enabled", config.fp16); });
     out.attributeObject("bf16", [&] { out.attribute("enabled", config.bf16); });

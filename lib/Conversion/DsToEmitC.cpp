@@ -271,6 +271,10 @@ public:
 
   void callee(StringRef name) override { calleeName = name.str(); }
   void stream() override { operand(p.stream); }
+  void commStream() override {
+    operand(p.call("dsrt::comm_stream", p.opaque("dsrt::Stream&"),
+                   {p.program}, {p.builder.getIndexAttr(0)}));
+  }
   void tensor(Value value) override { operand(lookup(value)); }
   void optionalTensor(Value value) override {
     if (!value) {
@@ -438,6 +442,39 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   };
   nextPart();
 
+  // Collectives run on the communication stream while later kernels run;
+  // a kernel that reads what a pending collective writes, or writes what it
+  // reads or writes, first waits for it (the planner keeps a collective's
+  // buffers live until the first use of its results, so that is normally
+  // that use).
+  struct Pending {
+    int64_t index;
+    SmallVector<std::pair<int64_t, int64_t>> reads, writes; // [begin, end)
+  };
+  SmallVector<Pending> pending;
+  int64_t collectives = 0;
+  auto rangeOf = [&](Value value) -> std::optional<std::pair<int64_t, int64_t>> {
+    auto it = offsetOf.find(value);
+    if (it == offsetOf.end() || it->second < 0)
+      return std::nullopt;
+    int64_t size =
+        ds::getByteSize(cast<ShapedType>(value.getType())).value_or(0);
+    return std::make_pair(it->second, it->second + size);
+  };
+  auto overlaps = [](ArrayRef<std::pair<int64_t, int64_t>> a,
+                     ArrayRef<std::pair<int64_t, int64_t>> b) {
+    for (auto [b0, e0] : a)
+      for (auto [b1, e1] : b)
+        if (b0 < e1 && b1 < e0)
+          return true;
+    return false;
+  };
+  auto waitFor = [&](const Pending &collective) {
+    callVoid("dsrt::collective_wait", {program},
+             {builder.getIndexAttr(0),
+              builder.getI64IntegerAttr(collective.index)});
+  };
+
   int64_t opIndex = 0;
   for (Operation &op : body.without_terminator()) {
     if (auto constant = dyn_cast<ds::ConstantOp>(op)) {
@@ -464,6 +501,27 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
     if (opIndex > 0 && opIndex % kKernelsPerPart == 0)
       nextPart();
     auto index = builder.getIndexAttr(0);
+
+    SmallVector<std::pair<int64_t, int64_t>> reads, writes;
+    for (Value operand : op.getOperands())
+      if (auto range = rangeOf(operand))
+        reads.push_back(*range);
+    for (auto [result, offset] :
+         llvm::zip(op.getResults(), offsets.asArrayRef()))
+      if (offset >= 0)
+        writes.emplace_back(
+            offset,
+            offset + ds::getByteSize(cast<ShapedType>(result.getType()))
+                         .value_or(0));
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (overlaps(reads, it->writes) || overlaps(writes, it->reads) ||
+          overlaps(writes, it->writes)) {
+        waitFor(*it);
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
     callVoid("dsrt::begin_op", {program},
              {index, builder.getI64IntegerAttr(opIndex)});
     llvm::SmallDenseSet<int64_t> operandOffsets;
@@ -489,6 +547,11 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
     kernel.buildKernelCall(callBuilder);
     if (failed(callBuilder.finish()))
       return failure();
+    if (ds::isCollective(&op)) {
+      callVoid("dsrt::collective_issued", {program},
+               {index, builder.getI64IntegerAttr(collectives)});
+      pending.push_back({collectives++, reads, writes});
+    }
     if (auto frees =
             op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kFreesAttrName))
       for (int64_t offset : frees.asArrayRef())
@@ -498,6 +561,10 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
              {index, builder.getI64IntegerAttr(opIndex)});
     ++opIndex;
   }
+
+  // Every collective completes before the function's results are read.
+  if (collectives > 0)
+    callVoid("dsrt::collectives_done", {program}, {builder.getIndexAttr(0)});
 
   // Results that update a parameter or state and could not be computed in
   // its buffer are copied there now.

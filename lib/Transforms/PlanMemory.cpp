@@ -69,6 +69,8 @@ private:
   int64_t lastUse(Value value) const;
   /// The last use of `value` or of any view of it.
   int64_t lastUseThroughViews(Value value) const;
+  /// The first use of `value` or of any view of it (endIndex if none).
+  int64_t firstUseThroughViews(Value value) const;
   bool tryTie(Operation *op, unsigned resultIndex, int64_t at);
   void assignOffsets();
 
@@ -116,6 +118,21 @@ int64_t Planner::lastUseThroughViews(Value value) const {
       last = std::max(last, lastUseThroughViews(user->getResult(0)));
   }
   return last;
+}
+
+int64_t Planner::firstUseThroughViews(Value value) const {
+  int64_t first = endIndex;
+  for (Operation *user : value.getUsers()) {
+    auto kernel = dyn_cast<ds::KernelOpInterface>(user);
+    std::optional<unsigned> aliased =
+        kernel && user != body->getTerminator() ? kernel.getAliasedOperand()
+                                                : std::nullopt;
+    if (aliased && user->getOperand(*aliased) == value)
+      first = std::min(first, firstUseThroughViews(user->getResult(0)));
+    else
+      first = std::min(first, index.lookup(user));
+  }
+  return first;
 }
 
 /// Places result `resultIndex` of `op` straight into the buffer of the
@@ -241,6 +258,20 @@ LogicalResult Planner::run() {
         }
       }
       newBuffer(result, at, /*persistent=*/false);
+    }
+
+    // A collective runs asynchronously until the first op that uses one of
+    // its results waits for it: its operands and results stay live (and
+    // untouched) until then.
+    if (ds::isCollective(&op)) {
+      int64_t wait = endIndex;
+      for (Value result : op.getResults())
+        wait = std::min(wait, firstUseThroughViews(result));
+      for (Value value : llvm::concat<Value>(op.getOperands(), op.getResults())) {
+        auto it = bufferOf.find(value);
+        if (it != bufferOf.end() && !buffers[it->second].persistent)
+          buffers[it->second].end = std::max(buffers[it->second].end, wait);
+      }
     }
   }
 

@@ -80,6 +80,10 @@ private:
   /// The whole tensor of type `whole` from every rank's [s] shard.
   Value gather(OpBuilder &b, Location loc, Value shard,
                RankedTensorType whole) const;
+  /// Reduce-scatters (average) the flat padded `flats`, in buckets of
+  /// reduce-bucket-size elements; returns each one's [s] shard.
+  SmallVector<Value> reduceScatterBuckets(OpBuilder &b, Location loc,
+                                          ArrayRef<Value> flats) const;
 
   LogicalResult rewriteOptimizerStep(func::FuncOp step,
                                      const llvm::StringSet<> &shardedParams);
@@ -118,6 +122,69 @@ Value ZeroPass::gather(OpBuilder &b, Location loc, Value shardValue,
   Value gathered = shard::AllGatherOp::create(
       b, loc, flatType(whole, p.m), kGrid, {0}, shardValue, APInt(64, 0));
   return ds::FlatUnpadOp::create(b, loc, whole, gathered);
+}
+
+/// Splits `values` (in order) into buckets of at most `limit` elements
+/// (a larger tensor is a bucket of its own), each of one element type.
+SmallVector<SmallVector<unsigned>> bucketsOf(ArrayRef<Value> values,
+                                             int64_t limit) {
+  SmallVector<SmallVector<unsigned>> buckets;
+  int64_t size = 0;
+  Type element;
+  for (auto [i, value] : llvm::enumerate(values)) {
+    auto type = cast<RankedTensorType>(value.getType());
+    int64_t n = type.getNumElements();
+    if (buckets.empty() || size + n > limit ||
+        type.getElementType() != element) {
+      buckets.emplace_back();
+      size = 0;
+      element = type.getElementType();
+    }
+    buckets.back().push_back(i);
+    size += n;
+  }
+  return buckets;
+}
+
+RankedTensorType stagingType(ValueRange values) {
+  int64_t total = 0;
+  for (Value value : values)
+    total += cast<RankedTensorType>(value.getType()).getNumElements();
+  return RankedTensorType::get(
+      {total}, cast<RankedTensorType>(values[0].getType()).getElementType());
+}
+
+SmallVector<Value>
+ZeroPass::reduceScatterBuckets(OpBuilder &b, Location loc,
+                               ArrayRef<Value> flats) const {
+  SmallVector<Value> shards(flats.size());
+  for (const SmallVector<unsigned> &bucket :
+       bucketsOf(flats, reduceBucketSize)) {
+    if (bucket.size() == 1) {
+      Value flat = flats[bucket[0]];
+      auto type = cast<RankedTensorType>(flat.getType());
+      shards[bucket[0]] = shard::ReduceScatterOp::create(
+          b, flat.getLoc(),
+          flatType(type, type.getNumElements() / dp), kGrid, {0}, flat,
+          shard::ReductionKind::Average, APInt(64, 0));
+      continue;
+    }
+    SmallVector<Value> inputs;
+    SmallVector<Type> types;
+    for (unsigned i : bucket) {
+      inputs.push_back(flats[i]);
+      auto type = cast<RankedTensorType>(flats[i].getType());
+      types.push_back(flatType(type, type.getNumElements() / dp));
+    }
+    types.push_back(stagingType(inputs));
+    auto op = ds::ReduceScatterBucketOp::create(
+        b, loc, types, inputs,
+        {b.getNamedAttr("grid", FlatSymbolRefAttr::get(b.getContext(), kGrid)),
+         b.getNamedAttr("reduction", b.getStringAttr("average"))});
+    for (auto [k, i] : llvm::enumerate(bucket))
+      shards[i] = op->getResult(k);
+  }
+  return shards;
 }
 
 /// Sets the function type from its block arguments and return operands.
@@ -171,17 +238,39 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   }
 
   if (stage == 0) {
-    // Average every accumulator in place before anything reads it.
+    // Average every accumulator in place before anything reads it, in
+    // buckets of reduce-bucket-size elements.
     b.setInsertionPointToStart(&body);
-    for (BlockArgument arg : body.getArguments()) {
-      StringRef state = stateName(step, arg.getArgNumber());
-      if (!state.starts_with("grad:"))
-        continue;
-      auto reduce = shard::AllReduceOp::create(
-          b, NameLoc::get(b.getStringAttr(state.drop_front(5) + ".grad"), loc),
-          arg.getType(), kGrid, {0}, arg, shard::ReductionKind::Average);
+    SmallVector<Value> accs;
+    for (BlockArgument arg : body.getArguments())
+      if (stateName(step, arg.getArgNumber()).starts_with("grad:"))
+        accs.push_back(arg);
+    for (const SmallVector<unsigned> &bucket :
+         bucketsOf(accs, reduceBucketSize)) {
+      SmallVector<Value> inputs;
+      for (unsigned i : bucket)
+        inputs.push_back(accs[i]);
+      Operation *reduce;
+      if (inputs.size() == 1) {
+        StringRef state = stateName(
+            step, cast<BlockArgument>(inputs[0]).getArgNumber());
+        reduce = shard::AllReduceOp::create(
+            b, NameLoc::get(b.getStringAttr(state.drop_front(5) + ".grad"),
+                            loc),
+            inputs[0].getType(), kGrid, {0}, inputs[0],
+            shard::ReductionKind::Average);
+      } else {
+        SmallVector<Type> types(ValueRange(inputs).getTypes());
+        types.push_back(stagingType(inputs));
+        reduce = ds::AllReduceBucketOp::create(
+            b, loc, types, inputs,
+            {b.getNamedAttr("grid",
+                            FlatSymbolRefAttr::get(b.getContext(), kGrid)),
+             b.getNamedAttr("reduction", b.getStringAttr("average"))});
+      }
       reduce->setAttr(ds::DsDialect::kOverwritesArgAttrName, b.getUnitAttr());
-      arg.replaceAllUsesExcept(reduce.getResult(), reduce);
+      for (auto [k, input] : llvm::enumerate(inputs))
+        input.replaceAllUsesExcept(reduce->getResult(k), reduce);
     }
     return success();
   }
@@ -189,6 +278,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   // This rank's averaged gradient shard of each parameter.
   llvm::DenseMap<Value, Value> shardOfAcc;
   b.setInsertionPointToStart(&body);
+  SmallVector<Value> accs, flats;
   for (BlockArgument acc : body.getArguments()) {
     StringRef name = stateName(step, acc.getArgNumber());
     if (!name.consume_front("grad:"))
@@ -196,12 +286,16 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     auto type = cast<RankedTensorType>(acc.getType());
     Location accLoc = NameLoc::get(b.getStringAttr(name + ".grad"), loc);
     if (stage == 1) {
-      shardOfAcc[acc] = reduceScatter(b, accLoc, acc);
+      accs.push_back(acc);
+      flats.push_back(flatten(b, accLoc, acc));
     } else {
       shardArgument(step, acc, flatType(type, partition(type).s), false);
       shardOfAcc[acc] = acc;
     }
   }
+  for (auto [acc, shardValue] :
+       llvm::zip(accs, reduceScatterBuckets(b, loc, flats)))
+    shardOfAcc[acc] = shardValue;
 
   // The global norm: the sum over ranks of the shards' sums of squares.
   SmallVector<ds::SumOfSquaresOp> norms;
@@ -222,7 +316,14 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     op.getResult().replaceAllUsesExcept(sum.getResult(), sum);
   }
 
-  // Each update on the rank's shard.
+  // Each update on the rank's shard; updated parameters that are whole at
+  // rest are gathered afterwards, in buckets.
+  struct ToGather {
+    Operation *update; // the sharded update (result 0: the new shard)
+    RankedTensorType whole;
+    SmallVector<OpOperand *> uses;
+  };
+  SmallVector<ToGather> toGather;
   SmallVector<Operation *> updates;
   body.walk([&](Operation *op) {
     if (isa<ds::AdamWOp, ds::SgdOp, ds::LionOp>(op))
@@ -292,14 +393,54 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     if (paramSharded) {
       update->getResult(0).replaceAllUsesWith(sharded->getResult(0));
     } else {
-      b.setInsertionPointAfter(sharded);
-      update->getResult(0).replaceAllUsesWith(
-          gather(b, paramLoc, sharded->getResult(0), wholeType));
+      ToGather item{sharded, wholeType, {}};
+      for (OpOperand &use : update->getResult(0).getUses())
+        item.uses.push_back(&use);
+      // Until the gathers below exist (the types differ meanwhile).
+      update->getResult(0).replaceAllUsesWith(sharded->getResult(0));
+      toGather.push_back(std::move(item));
     }
     Operation *oldGrad = grad.getDefiningOp();
     update->erase();
     if (oldGrad && oldGrad->use_empty())
       oldGrad->erase();
+  }
+
+  SmallVector<Value> newShards;
+  for (const ToGather &item : toGather)
+    newShards.push_back(item.update->getResult(0));
+  // Buckets of allgather-bucket-size gathered elements (shards of 1/dp).
+  for (const SmallVector<unsigned> &bucket :
+       bucketsOf(newShards, std::max<int64_t>(1, allgatherBucketSize / dp))) {
+    b.setInsertionPointAfter(toGather[bucket.back()].update);
+    SmallVector<Value> full;
+    if (bucket.size() == 1) {
+      const ToGather &item = toGather[bucket[0]];
+      full.push_back(gather(b, item.update->getLoc(),
+                            item.update->getResult(0), item.whole));
+    } else {
+      SmallVector<Value> inputs;
+      SmallVector<Type> types;
+      for (unsigned i : bucket) {
+        Value shardValue = toGather[i].update->getResult(0);
+        inputs.push_back(shardValue);
+        types.push_back(flatType(toGather[i].whole, partition(toGather[i].whole).m));
+      }
+      types.push_back(RankedTensorType::get(
+          {stagingType(inputs).getNumElements() * dp},
+          toGather[bucket[0]].whole.getElementType()));
+      auto op = ds::AllGatherBucketOp::create(
+          b, loc, types, inputs,
+          {b.getNamedAttr("grid",
+                          FlatSymbolRefAttr::get(b.getContext(), kGrid))});
+      for (auto [k, i] : llvm::enumerate(bucket))
+        full.push_back(ds::FlatUnpadOp::create(b, toGather[i].update->getLoc(),
+                                               toGather[i].whole,
+                                               op->getResult(k)));
+    }
+    for (auto [k, i] : llvm::enumerate(bucket))
+      for (OpOperand *use : toGather[i].uses)
+        use->set(full[k]);
   }
 
   // Sharded accumulators are reset as shards.
@@ -330,7 +471,16 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
   Operation *terminator = body.getTerminator();
   OpBuilder b(micro.getContext());
 
-  // Stage 2 and 3: reduce-scatter each gradient as soon as it exists.
+  // Stage 2 and 3: reduce-scatter the gradients as soon as they exist, in
+  // buckets of reduce-bucket-size elements in the order backward produces
+  // them (a bucket goes once its last gradient is computed).
+  struct Grad {
+    OpOperand *result; // the accumulator's new value, returned
+    BlockArgument acc;
+    ds::AddOp add;     // acc + g, or null (one micro-batch per step)
+    Value flat;        // g, flat and padded
+  };
+  SmallVector<Grad> grads;
   for (OpOperand &operand : terminator->getOpOperands()) {
     auto updatesArg = micro.getResultAttrOfType<IntegerAttr>(
         operand.getOperandNumber(), ds::DsDialect::kUpdatesAttrName);
@@ -358,15 +508,34 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
       b.setInsertionPointToStart(&body);
     Location loc = NameLoc::get(b.getStringAttr(state.drop_front(5) + ".grad"),
                                 grad.getLoc());
-    Value gradShard = reduceScatter(b, loc, grad);
+    Value flat = flatten(b, loc, grad);
     shardArgument(micro, acc, flatType(type, partition(type).s), false);
-    Value next =
-        add ? ds::AddOp::create(b, add.getLoc(), ValueRange{acc, gradShard})
-                  .getResult()
-            : gradShard;
-    operand.set(next);
-    if (add && add->use_empty())
-      add.erase();
+    grads.push_back({&operand, acc, add, flat});
+  }
+  llvm::stable_sort(grads, [](const Grad &a, const Grad &c) {
+    return a.flat.getDefiningOp()->isBeforeInBlock(c.flat.getDefiningOp());
+  });
+  SmallVector<Value> flats;
+  for (const Grad &grad : grads)
+    flats.push_back(grad.flat);
+  for (const SmallVector<unsigned> &bucket :
+       bucketsOf(flats, reduceBucketSize)) {
+    SmallVector<Value> inputs;
+    for (unsigned i : bucket)
+      inputs.push_back(flats[i]);
+    b.setInsertionPointAfter(flats[bucket.back()].getDefiningOp());
+    SmallVector<Value> shards =
+        reduceScatterBuckets(b, micro.getLoc(), inputs);
+    for (auto [k, i] : llvm::enumerate(bucket)) {
+      Grad &grad = grads[i];
+      Value next = grad.add ? ds::AddOp::create(b, grad.add.getLoc(),
+                                                ValueRange{grad.acc, shards[k]})
+                                  .getResult()
+                            : shards[k];
+      grad.result->set(next);
+      if (grad.add && grad.add->use_empty())
+        grad.add.erase();
+    }
   }
 
   // Stage 3: gather sharded parameters before their first use in forward
@@ -374,34 +543,62 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
   // after the op that computes the loss (result 0).
   if (!shardedParams.empty()) {
     llvm::DenseMap<Operation *, int64_t> index;
-    int64_t i = 0;
+    int64_t position = 0;
     for (Operation &op : body)
-      index[&op] = i++;
+      index[&op] = position++;
     Operation *lossDef = terminator->getOperand(0).getDefiningOp();
     int64_t lossIndex = lossDef ? index[lossDef] : -1;
+    // Each pass (forward, backward) gathers every parameter it reads
+    // before its first use there, prefetching: a gather is issued as early
+    // as the first use of the earliest parameter (in order of first use)
+    // such that the parameters in between hold fewer than
+    // prefetch-bucket-size elements.
+    struct Use {
+      BlockArgument arg;
+      StringRef name;
+      RankedTensorType whole;
+      SmallVector<OpOperand *> uses;
+      Operation *first;
+    };
+    SmallVector<Use> passes[2];
     for (BlockArgument arg : body.getArguments()) {
       StringRef name = paramName(micro, arg.getArgNumber());
       if (name.empty() || !shardedParams.contains(name))
         continue;
       auto whole = cast<RankedTensorType>(arg.getType());
-      SmallVector<OpOperand *> forward, backward;
-      for (OpOperand &use : arg.getUses())
-        (index[use.getOwner()] <= lossIndex ? forward : backward)
-            .push_back(&use);
-      shardArgument(micro, arg, flatType(whole, partition(whole).s), true);
-      for (auto *uses : {&forward, &backward}) {
-        if (uses->empty())
+      for (int pass = 0; pass < 2; ++pass) {
+        Use use{arg, name, whole, {}, nullptr};
+        for (OpOperand &operand : arg.getUses())
+          if ((index[operand.getOwner()] > lossIndex) == (pass == 1))
+            use.uses.push_back(&operand);
+        if (use.uses.empty())
           continue;
-        Operation *first = (*uses)[0]->getOwner();
-        for (OpOperand *use : *uses)
-          if (index[use->getOwner()] < index[first])
-            first = use->getOwner();
-        b.setInsertionPoint(first);
+        use.first = use.uses[0]->getOwner();
+        for (OpOperand *operand : use.uses)
+          if (index[operand->getOwner()] < index[use.first])
+            use.first = operand->getOwner();
+        passes[pass].push_back(std::move(use));
+      }
+      shardArgument(micro, arg, flatType(whole, partition(whole).s), true);
+    }
+    for (SmallVector<Use> &uses : passes) {
+      llvm::stable_sort(uses, [&](const Use &a, const Use &c) {
+        return index[a.first] < index[c.first];
+      });
+      for (size_t i = 0; i < uses.size(); ++i) {
+        size_t j = i;
+        int64_t ahead = 0;
+        while (j > 0 &&
+               ahead + uses[j - 1].whole.getNumElements() < prefetchBucketSize) {
+          ahead += uses[j - 1].whole.getNumElements();
+          --j;
+        }
+        b.setInsertionPoint(uses[j].first);
         Value full = gather(
-            b, NameLoc::get(b.getStringAttr(name), first->getLoc()), arg,
-            whole);
-        for (OpOperand *use : *uses)
-          use->set(full);
+            b, NameLoc::get(b.getStringAttr(uses[i].name), uses[i].first->getLoc()),
+            uses[i].arg, uses[i].whole);
+        for (OpOperand *operand : uses[i].uses)
+          operand->set(full);
       }
     }
   }

@@ -144,6 +144,9 @@ buildTrainingModule(ModuleOp module, const TrainConfig &config,
         zero.stage = config.zeroStage;
         zero.dp = config.dataParallelSize;
         zero.persistenceThreshold = config.paramPersistenceThreshold;
+        zero.reduceBucketSize = config.reduceBucketSize;
+        zero.allgatherBucketSize = config.allgatherBucketSize;
+        zero.prefetchBucketSize = config.prefetchBucketSize;
         pm.addPass(createDsZero(zero));
       })))
     return failure();

@@ -46,6 +46,10 @@ public:
   virtual void callee(llvm::StringRef name) = 0;
   /// The stream the kernel runs on.
   virtual void stream() = 0;
+  /// The communication stream: collectives run on it, asynchronously with
+  /// the kernels of `stream()`; the code generator makes the first kernel
+  /// that touches a collective's buffers wait for it.
+  virtual void commStream() = 0;
   /// A tensor view of an operand's or result's buffer.
   virtual void tensor(mlir::Value value) = 0;
   /// A pointer to a tensor view, or nullptr when `value` is null (absent
@@ -68,6 +72,12 @@ public:
 /// Attaches KernelOpInterface and CostOpInterface to the shard dialect's
 /// all_reduce, all_gather, reduce_scatter and all_slice (DsDistributed.cpp).
 void registerShardModels(mlir::DialectRegistry &registry);
+
+/// Whether `op` is a collective that runs asynchronously on the
+/// communication stream (shard.all_reduce, all_gather, reduce_scatter and
+/// the ds bucket collectives): its operands and results must stay untouched
+/// until the first op that uses a result.
+bool isCollective(mlir::Operation *op);
 
 /// Fails with a diagnostic when `op` is a shard collective the runtime cannot
 /// run (not 1-D, not grid axis 0, a reduction without a kernel); succeeds

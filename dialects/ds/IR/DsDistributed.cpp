@@ -74,6 +74,156 @@ void FlatUnpadOp::buildKernelCall(KernelCallBuilder &call) {
 std::optional<unsigned> FlatUnpadOp::getAliasedOperand() { return 0; }
 
 //===----------------------------------------------------------------------===//
+// Bucket collectives
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The size of grid axis `axis` of the shard.grid `grid` names, or a
+/// diagnostic.
+FailureOr<int64_t> gridAxisSize(Operation *op, FlatSymbolRefAttr grid,
+                                int64_t axis) {
+  auto gridOp = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(op, grid);
+  if (!gridOp)
+    return op->emitOpError() << "grid " << grid << " is not a shard.grid";
+  ArrayRef<int64_t> shape = gridOp.getShape();
+  if (axis < 0 || axis >= static_cast<int64_t>(shape.size()) ||
+      ShapedType::isDynamic(shape[axis]))
+    return op->emitOpError() << "grid axis " << axis << " of " << grid
+                             << " does not exist or has no static size";
+  return shape[axis];
+}
+
+LogicalResult verifyReduction(Operation *op, StringRef reduction) {
+  if (reduction != "sum" && reduction != "average" && reduction != "max")
+    return op->emitOpError() << "reduction '" << reduction
+                             << "' is not sum, average or max";
+  return success();
+}
+
+/// Common checks: one output per input, one element type, a 1-D staging of
+/// `stagingElements`.
+LogicalResult verifyBucket(Operation *op, ValueRange inputs,
+                           ValueRange outputs, Value staging,
+                           int64_t stagingElements) {
+  if (inputs.empty() || inputs.size() != outputs.size())
+    return op->emitOpError() << "needs one output per input and at least one "
+                                "input, got "
+                             << inputs.size() << " inputs and "
+                             << outputs.size() << " outputs";
+  Type element = tensorType(inputs[0]).getElementType();
+  for (Value value : llvm::concat<const Value>(inputs, outputs))
+    if (tensorType(value).getElementType() != element)
+      return op->emitOpError() << "mixes element types";
+  auto stagingType = tensorType(staging);
+  if (stagingType.getElementType() != element || stagingType.getRank() != 1 ||
+      stagingType.getNumElements() != stagingElements)
+    return op->emitOpError() << "staging must be tensor<" << stagingElements
+                             << "x" << element << ">, got " << stagingType;
+  return success();
+}
+
+std::string bucketReduceOp(StringRef reduction) {
+  if (reduction == "average")
+    return "dsrt::ReduceOp::Mean";
+  if (reduction == "max")
+    return "dsrt::ReduceOp::Max";
+  return "dsrt::ReduceOp::Sum";
+}
+
+} // namespace
+
+LogicalResult AllReduceBucketOp::verify() {
+  if (failed(verifyReduction(*this, getReduction())))
+    return failure();
+  int64_t total = 0;
+  for (auto [input, output] : llvm::zip(getInputs(), getOutputs())) {
+    if (input.getType() != output.getType())
+      return emitOpError() << "output type " << output.getType()
+                           << " differs from its input's " << input.getType();
+    total += tensorType(input).getNumElements();
+  }
+  return verifyBucket(*this, getInputs(), getOutputs(), getStaging(), total);
+}
+int64_t AllReduceBucketOp::getFlops() {
+  return tensorType(getStaging()).getNumElements();
+}
+void AllReduceBucketOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::all_reduce_bucket");
+  call.commStream();
+  call.tensors(getInputs());
+  call.tensors(getOutputs());
+  call.tensor(getStaging());
+  call.enumerator(bucketReduceOp(getReduction()));
+  call.integer(getGridAxis());
+}
+std::optional<unsigned> AllReduceBucketOp::getInPlaceOperand(unsigned result) {
+  if (result < getInputs().size())
+    return result;
+  return std::nullopt;
+}
+
+LogicalResult ReduceScatterBucketOp::verify() {
+  if (failed(verifyReduction(*this, getReduction())))
+    return failure();
+  FailureOr<int64_t> ranks = gridAxisSize(*this, getGridAttr(), getGridAxis());
+  if (failed(ranks))
+    return failure();
+  int64_t total = 0;
+  for (auto [input, output] : llvm::zip(getInputs(), getOutputs())) {
+    auto in = tensorType(input), out = tensorType(output);
+    if (in.getRank() != 1 || out.getRank() != 1 ||
+        in.getNumElements() != *ranks * out.getNumElements())
+      return emitOpError() << "input " << in << " must be the " << *ranks
+                           << " shards of output " << out << ", both 1-D";
+    total += in.getNumElements();
+  }
+  return verifyBucket(*this, getInputs(), getOutputs(), getStaging(), total);
+}
+int64_t ReduceScatterBucketOp::getFlops() {
+  return tensorType(getStaging()).getNumElements();
+}
+void ReduceScatterBucketOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::reduce_scatter_bucket");
+  call.commStream();
+  call.tensors(getInputs());
+  call.tensors(getOutputs());
+  call.tensor(getStaging());
+  call.enumerator(bucketReduceOp(getReduction()));
+  call.integer(getGridAxis());
+}
+
+LogicalResult AllGatherBucketOp::verify() {
+  FailureOr<int64_t> ranks = gridAxisSize(*this, getGridAttr(), getGridAxis());
+  if (failed(ranks))
+    return failure();
+  int64_t total = 0;
+  for (auto [input, output] : llvm::zip(getInputs(), getOutputs())) {
+    auto in = tensorType(input), out = tensorType(output);
+    if (in.getRank() != 1 || out.getRank() != 1 ||
+        out.getNumElements() != *ranks * in.getNumElements())
+      return emitOpError() << "output " << out << " must hold the " << *ranks
+                           << " shards " << in << ", both 1-D";
+    total += out.getNumElements();
+  }
+  return verifyBucket(*this, getInputs(), getOutputs(), getStaging(), total);
+}
+int64_t AllGatherBucketOp::getFlops() { return 0; }
+void AllGatherBucketOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::all_gather_bucket");
+  call.commStream();
+  call.tensors(getInputs());
+  call.tensors(getOutputs());
+  call.tensor(getStaging());
+  call.integer(getGridAxis());
+}
+
+bool dsopt::ds::isCollective(Operation *op) {
+  return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
+             AllReduceBucketOp, ReduceScatterBucketOp, AllGatherBucketOp>(op);
+}
+
+//===----------------------------------------------------------------------===//
 // shard collectives as kernels
 //===----------------------------------------------------------------------===//
 
@@ -103,7 +253,11 @@ struct ShardKernelModel
       call.callee("dsrt::reduce_scatter");
     else
       call.callee("dsrt::all_slice");
-    call.stream();
+    // all_slice copies locally; the others communicate.
+    if constexpr (std::is_same_v<Op, shard::AllSliceOp>)
+      call.stream();
+    else
+      call.commStream();
     call.tensor(op->getOperand(0));
     call.tensor(op->getResult(0));
     if constexpr (std::is_same_v<Op, shard::AllReduceOp> ||
@@ -154,6 +308,12 @@ void dsopt::ds::registerShardModels(DialectRegistry &registry) {
 }
 
 LogicalResult dsopt::ds::checkShardKernel(Operation *op) {
+  if (isa<AllReduceBucketOp, ReduceScatterBucketOp, AllGatherBucketOp>(op)) {
+    int64_t axis = op->getAttrOfType<IntegerAttr>("grid_axis").getInt();
+    if (axis != 0)
+      return op->emitOpError() << "runs only over grid axis 0 (dp)";
+    return success();
+  }
   if (!isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
            shard::AllSliceOp>(op))
     return success();

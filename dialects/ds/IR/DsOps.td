@@ -819,6 +819,58 @@ def Ds_FlatUnpadOp : Ds_Op<"flat_unpad", [], ["getAliasedOperand"]> {
   let hasVerifier = 1;
 }
 
+class Ds_BucketOp<string mnemonic, list<string> kernelMethods = []>
+    : Ds_Op<mnemonic, [], kernelMethods> {
+  let results = (outs Variadic<Ds_Tensor>:$outputs, Ds_Tensor:$staging);
+  let assemblyFormat = "$inputs `on` $grid attr-dict `:` type($inputs) `->` "
+                       "type($outputs) `,` type($staging)";
+  let hasVerifier = 1;
+}
+
+def Ds_AllReduceBucketOp : Ds_BucketOp<"all_reduce_bucket",
+                                        ["getInPlaceOperand"]> {
+  let summary = "all-reduce of several tensors in one ring operation";
+  let description = [{
+    Output i is input i reduced over the ranks of grid axis `grid_axis`
+    (`reduction`: sum, average or max), written in place over input i when
+    that is its last use. The inputs are packed into `staging` (as many
+    elements as all inputs together, planned in the arena like any tensor)
+    and reduced there by one collective: DeepSpeed's gradient bucket
+    (`reduce_bucket_size`). Runs on the communication stream.
+  }];
+  let arguments = (ins Variadic<Ds_Tensor>:$inputs, FlatSymbolRefAttr:$grid,
+                   DefaultValuedAttr<I64Attr, "0">:$grid_axis,
+                   DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
+}
+
+def Ds_ReduceScatterBucketOp : Ds_BucketOp<"reduce_scatter_bucket"> {
+  let summary = "reduce-scatter of several flat padded tensors in one ring "
+                "operation";
+  let description = [{
+    Input i is a 1-D tensor of N * s_i elements (ZeRO's flat, padded form of
+    a tensor; N the size of grid axis `grid_axis`), output i this rank's
+    [s_i] shard of its reduction over the ranks. `staging` holds all inputs
+    rank-major (for each rank r, for each input i, its r-th slice), so one
+    reduce-scatter of `staging` gives every rank all of its shards.
+  }];
+  let arguments = (ins Variadic<Ds_Tensor>:$inputs, FlatSymbolRefAttr:$grid,
+                   DefaultValuedAttr<I64Attr, "0">:$grid_axis,
+                   DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
+}
+
+def Ds_AllGatherBucketOp : Ds_BucketOp<"all_gather_bucket"> {
+  let summary = "all-gather of several shards in one ring operation";
+  let description = [{
+    The inverse of ds.reduce_scatter_bucket's layout: input i is this rank's
+    [s_i] shard, output i the [N * s_i] concatenation of every rank's shard
+    (the flat, padded tensor), gathered by one all-gather of `staging`
+    (rank-major, as in ds.reduce_scatter_bucket): DeepSpeed's
+    `allgather_bucket_size`.
+  }];
+  let arguments = (ins Variadic<Ds_Tensor>:$inputs, FlatSymbolRefAttr:$grid,
+                   DefaultValuedAttr<I64Attr, "0">:$grid_axis);
+}
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//

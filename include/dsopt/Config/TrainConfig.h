@@ -62,6 +62,12 @@ struct TrainConfig {
   // zero_optimization.stage3_param_persistence_threshold (DeepSpeed's
   // default): stage 3 keeps smaller trained parameters whole on every rank.
   int64_t paramPersistenceThreshold = 100000;
+  // Elements per gradient bucket (reduce_bucket_size), per parameter
+  // all-gather bucket of stages 1 and 2 (allgather_bucket_size) and of
+  // parameters gathered ahead of use in stage 3
+  // (stage3_prefetch_bucket_size); DeepSpeed's defaults.
+  int64_t reduceBucketSize = 500000000, allgatherBucketSize = 500000000,
+          prefetchBucketSize = 50000000;
   bool fp16 = false, bf16 = false;
   int64_t stepsPerPrint = 1;
   std::vector<std::string> warnings; // collected, printed by the driver

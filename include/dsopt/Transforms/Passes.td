@@ -148,6 +148,19 @@ def DsZero : Pass<"ds-zero", "mlir::ModuleOp"> {
            /*default=*/"100000",
            "Stage 3 keeps trained parameters with fewer elements whole on "
            "every rank (DeepSpeed's stage3_param_persistence_threshold)">,
+    Option<"reduceBucketSize", "reduce-bucket-size", "int64_t",
+           /*default=*/"500000000",
+           "Elements of gradients averaged by one collective "
+           "(reduce_bucket_size)">,
+    Option<"allgatherBucketSize", "allgather-bucket-size", "int64_t",
+           /*default=*/"500000000",
+           "Elements of updated parameters gathered by one collective in "
+           "stages 1 and 2 (allgather_bucket_size)">,
+    Option<"prefetchBucketSize", "prefetch-bucket-size", "int64_t",
+           /*default=*/"50000000",
+           "Stage 3 gathers a parameter as early as the parameters used "
+           "before it, back to this many elements, allow "
+           "(stage3_prefetch_bucket_size)">,
   ];
   let dependentDialects = ["mlir::shard::ShardDialect"];
 }
