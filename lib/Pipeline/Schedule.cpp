@@ -28,7 +28,7 @@ llvm::Error makeError(const Twine &message) {
 }
 
 std::string number(double value) {
-  return llvm::formatv("{0}", llvm::format("%g", value)).str();
+  return llvm::formatv("{0}", llvm::format("%.10g", value)).str();
 }
 
 } // namespace
@@ -289,6 +289,16 @@ llvm::Expected<Schedule> dsopt::pipeline::buildSchedule(ScheduleKind kind,
                      Twine(chunks) + " (only interleaved takes more)");
   }
 
+  // Each (virtual stage, micro-batch) takes a handful of actions; a step is
+  // never near this large, a typo in a flag may be.
+  int64_t work = int64_t(stages) * chunks * microbatches;
+  if (work > kMaxStageMicrobatches)
+    return makeError("the schedule is too large: " + Twine(stages) +
+                     " stages x " + Twine(chunks) + " chunks x " +
+                     Twine(microbatches) + " micro-batches = " + Twine(work) +
+                     " stage micro-batches, at most " +
+                     Twine(kMaxStageMicrobatches));
+
   Schedule schedule;
   schedule.kind = kind;
   schedule.stages = stages;
@@ -435,6 +445,10 @@ llvm::Error Simulator::checkShape() {
                                    "m = {1}, v = {2}",
                                    p, m, v)
                          .str());
+  if (int64_t(p) * v * m > kMaxStageMicrobatches)
+    return makeError("the schedule is too large to simulate: p * v * m = " +
+                     Twine(int64_t(p) * v * m) + ", at most " +
+                     Twine(kMaxStageMicrobatches));
   if (schedule.ranks.size() != static_cast<size_t>(p))
     return makeError("the schedule has " + Twine(schedule.ranks.size()) +
                      " action lists for " + Twine(p) + " ranks");

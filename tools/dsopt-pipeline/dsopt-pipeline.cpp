@@ -100,7 +100,7 @@ std::optional<double> parseTime(llvm::StringRef text) {
 }
 
 std::string formatNumber(double value) {
-  return llvm::formatv("{0}", llvm::format("%g", value)).str();
+  return llvm::formatv("{0}", llvm::format("%.10g", value)).str();
 }
 
 /// The schedule made wrong on purpose, in one of a few ways the simulator

@@ -25,6 +25,7 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -89,10 +90,13 @@ struct Schedule {
   int chunkOf(int stage) const { return stage / stages; }
 };
 
+/// The largest p * v * m that buildSchedule and simulate accept.
+constexpr int64_t kMaxStageMicrobatches = int64_t(1) << 20;
+
 /// The schedule of `kind` for p stages, m micro-batches and v chunks per
 /// rank. Errors (with the rule broken): p < 1, m < 1, v < 1; v != 1 for a
 /// schedule other than interleaved; interleaved with v < 2, p < 2 or m not a
-/// multiple of p (Megatron's rule).
+/// multiple of p (Megatron's rule); p * v * m above kMaxStageMicrobatches.
 llvm::Expected<Schedule> buildSchedule(ScheduleKind kind, int stages,
                                        int microbatches, int chunks = 1);
 
