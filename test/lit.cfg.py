@@ -10,7 +10,8 @@ config.excludes = ["Inputs", "lit", "zoo", "autodiff"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.dsopt_obj_root, "test")
 
-# Tools first on PATH: dsopt, dsopt-opt, then FileCheck, not, split-file.
+# Tools first on PATH: dsopt, dsopt-opt, dsopt-pipeline, then FileCheck, not,
+# split-file.
 config.environment["PATH"] = os.pathsep.join(
     [config.dsopt_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 # Torch and onnx live in Debian's system Python; keep user site-packages out.

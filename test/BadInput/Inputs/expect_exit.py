@@ -7,20 +7,22 @@ Prints the command's stderr, then its stdout, on stdout (for FileCheck), and
 exits 0 only if COMMAND exited normally with STATUS. `not` would accept any
 non-zero status, including an abort or a crash by signal, which is exactly
 what bad input must never cause. With STATUS 1, stderr must also start with
-a `dsopt: error:` diagnostic (after any `dsopt: warning:` lines), so an error
+a `dsopt: error:` diagnostic (after any `dsopt: warning:` lines; for another
+dsopt tool such as dsopt-pipeline, with that tool's name), so an error
 printed by something other than the driver's error path (an assertion,
 LLVM's fatal handler) fails too.
 """
 import argparse
+import os
 import signal
 import subprocess
 import sys
 
 
-def starts_with_error(stderr):
+def starts_with_error(stderr, tool="dsopt"):
     for line in stderr.splitlines():
-        if not line.startswith("dsopt: warning: "):
-            return line.startswith("dsopt: error: ")
+        if not line.startswith(f"{tool}: warning: "):
+            return line.startswith(f"{tool}: error: ")
     return False
 
 
@@ -57,8 +59,11 @@ def main():
     if status != args.status:
         print(f"expect_exit: exit status {status}, expected {args.status}")
         return 1
-    if args.status == 1 and not starts_with_error(stderr):
-        print("expect_exit: stderr does not start with 'dsopt: error: '")
+    tool = os.path.basename(command[0])
+    if not tool.startswith("dsopt"):
+        tool = "dsopt"
+    if args.status == 1 and not starts_with_error(stderr, tool):
+        print(f"expect_exit: stderr does not start with '{tool}: error: '")
         return 1
     return 0
 
