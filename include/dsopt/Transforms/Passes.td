@@ -136,7 +136,14 @@ def DsZero : Pass<"ds-zero", "mlir::ModuleOp"> {
     elements are shards at rest (`ds.sharded` holds the whole type);
     @micro_step all-gathers each before its first forward use and again
     before its first backward use, and each gathered copy is freed after its
-    last use. The module records `ds.zero = {stage, dp,
+    last use. Gradients are averaged in buckets of `reduce-bucket-size`
+    elements (ds.all_reduce_bucket, ds.reduce_scatter_bucket; in stages 2
+    and 3 a bucket goes as soon as backward has computed its last
+    gradient), updated parameters gathered in buckets of
+    `allgather-bucket-size` (ds.all_gather_bucket), and stage 3 gathers
+    ahead of use within `prefetch-bucket-size` elements. Collectives run
+    asynchronously on the communication stream (see ds-plan-memory and the
+    code generator). The module records `ds.zero = {stage, dp,
     param_persistence_threshold}`; with dp = 1 nothing else changes.
   }];
   let options = [
