@@ -283,6 +283,41 @@ void all_gather_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor
   comm.all_gather(s, mine, staging, hooks);
 }
 
+//===--- overlapping collectives with compute --------------------------------===//
+
+Stream &comm_stream(Program &p) {
+  // On the cpu backend compute kernels have completed when they return, so
+  // this orders p.comm only after asynchronous work pending on p.stream (a
+  // file read, a collective issued there); on cuda it is a stream wait.
+  Event compute;
+  compute.record(p.stream);
+  compute.wait(p.comm);
+  return p.comm;
+}
+
+void collective_issued(Program &p, int64_t index) {
+  if (index < 0)
+    throw Error("dsrt::collective_issued: collective index " + std::to_string(index) +
+                " is negative");
+  if (static_cast<int64_t>(p.collectives.size()) <= index)
+    p.collectives.resize(static_cast<size_t>(index) + 1);
+  p.collectives[static_cast<size_t>(index)].record(p.comm);
+}
+
+void collective_wait(Program &p, int64_t index) {
+  if (index < 0 || index >= static_cast<int64_t>(p.collectives.size()) ||
+      !p.collectives[static_cast<size_t>(index)].recorded())
+    throw Error("dsrt::collective_wait: collective " + std::to_string(index) +
+                " was not issued in this run (no collective_issued for it)");
+  Event &event = p.collectives[static_cast<size_t>(index)];
+  if (event.query())
+    event.synchronize();  // returns at once, or throws the failure
+  else
+    event.wait(p.stream);
+}
+
+void collectives_done(Program &p) { p.comm.synchronize(); }
+
 //===--- describe -------------------------------------------------------------===//
 
 void set_grid(ProgramInfo &info, const char *axis_names, const int64_t *sizes,

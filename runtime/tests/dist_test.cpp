@@ -568,6 +568,184 @@ TEST(DistBuckets, AFailingPackFailsTheCollectiveOnEveryRank) {
   EXPECT_TRUE(after_ran);
 }
 
+//===--- overlapping collectives with compute ---------------------------------===//
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Holds back the work after it on a stream until opened (or 5 s passed, so
+// that a test that fails cannot hang).
+class Gate {
+public:
+  void open() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait_for(lock, std::chrono::seconds(5), [&] { return open_; });
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+dsrt::Program program_with_streams() {
+  dsrt::Program p;
+  p.stream = dsrt::Stream(dsrt::Backend::Cpu, 1);
+  p.comm = dsrt::Stream(dsrt::Backend::Cpu, 1);
+  return p;
+}
+
+TEST(CommStream, ComputeDoesNotWaitForCollectivesUntilCollectiveWait) {
+  dsrt::Program p = program_with_streams();
+  dsrt::detail::Worker worker;
+  Gate gate;
+  // Earlier work on the communication stream holds the collective back.
+  worker.submit(&dsrt::comm_stream(p), [&](const std::string &) { gate.wait(); });
+  Owned g = bucket_input(DType::F32, 64, R(), 40), staging(DType::F32, Shape{64});
+  Tensor views[] = {g.t()};
+  dsrt::all_reduce_bucket(dsrt::comm_stream(p), views, 1, views, 1, staging, ReduceOp::Sum, 0);
+  dsrt::collective_issued(p, 0);
+  EXPECT_FALSE(p.collectives[0].query());
+
+  // A kernel on the compute stream runs at once.
+  Owned a = Owned::of(DType::F32, Shape{3}, {1, 2, 3}), b(DType::F32, Shape{3});
+  auto start = Clock::now();
+  dsrt::copy(dsrt::stream(p), a, b);
+  EXPECT_LT(seconds_since(start), 1.0);
+  EXPECT_EQ(b.at(2), 3.0);
+  EXPECT_FALSE(p.collectives[0].query()) << "the kernel waited for the collective";
+
+  // collective_wait does not block the host; the next kernel waits.
+  start = Clock::now();
+  dsrt::collective_wait(p, 0);
+  EXPECT_LT(seconds_since(start), 1.0);
+  EXPECT_FALSE(p.collectives[0].query());
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    gate.open();
+  });
+  Owned seen(DType::F32, Shape{64});
+  dsrt::copy(dsrt::stream(p), g, seen);
+  opener.join();
+  EXPECT_TRUE(p.collectives[0].query());
+  Owned per_tensor = bucket_input(DType::F32, 64, R(), 40), reduced(DType::F32, Shape{64});
+  dsrt::all_reduce(dsrt::stream(p), per_tensor, reduced, ReduceOp::Sum, 0);
+  p.stream.synchronize();
+  if (N() <= 2) {
+    EXPECT_EQ(bits(seen, reduced), "");
+  }
+  for (int64_t i = 0; i < 64; ++i)
+    EXPECT_NEAR(seen.at(i), reduced.at(i), 1e-5 * (1 + std::fabs(reduced.at(i))));
+  dsrt::collectives_done(p);
+
+  // Waiting again, once complete, costs nothing and throws nothing.
+  dsrt::collective_wait(p, 0);
+  EXPECT_DSRT_ERROR(dsrt::collective_wait(p, 1), "collective_wait", "collective 1",
+                    "not issued");
+}
+
+TEST(CommStream, TheCommunicationStreamWaitsForTheComputeStream) {
+  // Asynchronous work pending on the compute stream (here held back by a
+  // gate) comes before collectives issued on comm_stream.
+  dsrt::Program p = program_with_streams();
+  dsrt::detail::Worker worker;
+  Gate gate;
+  Owned x = Owned::of(DType::F32, Shape{2}, {0, 0});
+  worker.submit(&dsrt::stream(p), [&](const std::string &) {
+    gate.wait();
+    dsrt::store_float(x.t(), 0, 1.0f);
+    dsrt::store_float(x.t(), 1, 2.0f);
+  });
+  dsrt::all_reduce(dsrt::comm_stream(p), x, x, ReduceOp::Sum, 0);
+  dsrt::collective_issued(p, 0);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate.open();
+  });
+  dsrt::collectives_done(p);
+  opener.join();
+  EXPECT_EQ(x.at(0), 1.0 * N());
+  EXPECT_EQ(x.at(1), 2.0 * N());
+}
+
+TEST(CommStream, ASlowPeerDelaysOnlyWhatWaitsForTheCollective) {
+  if (N() == 1) GTEST_SKIP() << "needs two ranks";
+  dsrt::Stream s;
+  world().barrier(s).wait();
+  dsrt::Program p = program_with_streams();
+  const int64_t n = 1 << 18;
+  Owned g = bucket_input(DType::F32, n, R(), 50), reduced(DType::F32, Shape{n});
+  Owned a = bucket_input(DType::F32, n, R(), 51), b(DType::F32, Shape{n});
+  // Rank 1 issues its part late.
+  if (R() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  auto start = Clock::now();
+  dsrt::all_reduce(dsrt::comm_stream(p), g, reduced, ReduceOp::Sum, 0);
+  dsrt::collective_issued(p, 0);
+  dsrt::binary(dsrt::stream(p), dsrt::BinaryOp::Add, a, a, b);  // compute meanwhile
+  const double computed = seconds_since(start);
+  const bool pending = !p.collectives[0].query();
+  dsrt::collective_wait(p, 0);
+  Owned seen(DType::F32, Shape{n});
+  dsrt::copy(dsrt::stream(p), reduced, seen);  // waits for the collective
+  const double waited = seconds_since(start);
+  dsrt::collectives_done(p);
+  EXPECT_EQ(b.at(7), 2 * a.at(7));
+  if (R() != 1) {
+    EXPECT_TRUE(pending) << "the compute kernel waited for the collective";
+    EXPECT_LT(computed, 0.3);
+    EXPECT_GT(waited, 0.3) << "the kernel after collective_wait did not wait";
+  }
+  // The copy saw the result: the sum over ranks.
+  EXPECT_EQ(bits(seen, reduced), "");
+  for (int64_t i : {int64_t(0), int64_t(12345), n - 1}) {
+    double want = 0;
+    for (int r = 0; r < N(); ++r) want += noisy(r, i, 50);
+    EXPECT_NEAR(seen.at(i), want, 1e-4 * (1 + std::fabs(want))) << "element " << i;
+  }
+}
+
+TEST(CommStream, AFailedCollectiveIsThrownByTheWaitOrTheNextKernel) {
+  dsrt::Program p = program_with_streams();
+  Owned x(DType::F32, Shape{4}), y(DType::F32, Shape{4});
+  dsrt::CommHooks fail_to_pack;
+  fail_to_pack.before = [] { throw dsrt::Error("cannot pack"); };
+
+  // Complete when waited for: collective_wait throws.
+  world().all_reduce(dsrt::comm_stream(p), x, x, ReduceOp::Sum, fail_to_pack);
+  dsrt::collective_issued(p, 0);
+  for (auto start = Clock::now(); !p.collectives[0].query() && seconds_since(start) < 5;)
+    std::this_thread::yield();
+  EXPECT_DSRT_ERROR(dsrt::collective_wait(p, 0), "cannot pack");
+  dsrt::collectives_done(p);  // reported once
+
+  // Still running when waited for: the next kernel on the compute stream throws.
+  dsrt::detail::Worker worker;
+  Gate gate;
+  worker.submit(&dsrt::comm_stream(p), [&](const std::string &) { gate.wait(); });
+  world().all_reduce(dsrt::comm_stream(p), x, x, ReduceOp::Sum, fail_to_pack);
+  dsrt::collective_issued(p, 1);
+  dsrt::collective_wait(p, 1);
+  gate.open();
+  EXPECT_DSRT_ERROR(dsrt::copy(dsrt::stream(p), x, y), "cannot pack");
+  dsrt::collectives_done(p);
+
+  // Not waited for: collectives_done throws.
+  world().all_reduce(dsrt::comm_stream(p), x, x, ReduceOp::Sum, fail_to_pack);
+  dsrt::collective_issued(p, 2);
+  EXPECT_DSRT_ERROR(dsrt::collectives_done(p), "cannot pack");
+  dsrt::copy(dsrt::stream(p), x, y);
+  dsrt::collectives_done(p);
+}
+
 //===--- sharded parameters ---------------------------------------------------===//
 
 class RankDir : public testing::Test {
@@ -660,6 +838,10 @@ namespace dp {
 
 float w0[3] = {1.0f, -2.0f, 0.5f};
 int64_t grid_size = 1;
+// The same program with its collectives on the communication stream, the
+// gather and the reduce-scatter bucketed through staging slots (as dsopt
+// generates them for overlap).
+bool overlap = false;
 std::string model;
 std::vector<uint64_t> counters;
 
@@ -687,9 +869,21 @@ void micro_step(dsrt::Program &p) {
   uint8_t *a = dsrt::arena(p);
   const int64_t s = shard(), n = grid_size;
   dsrt::acquire(p, 192, 64);
-  dsrt::all_gather(dsrt::stream(p), dsrt::view(a, 0, DType::F32, {s}),
-                   dsrt::view(a, 192, DType::F32, {n * s}), 0);
-  dsrt::stream(p).synchronize();
+  if (overlap) {
+    dsrt::acquire(p, 256, 64);  // staging, until the loss takes the slot
+    auto ins = dsrt::tensor_array(dsrt::view(a, 0, DType::F32, {s}));
+    auto outs = dsrt::tensor_array(dsrt::view(a, 192, DType::F32, {n * s}));
+    dsrt::all_gather_bucket(dsrt::comm_stream(p), dsrt::data(ins), 1, dsrt::data(outs), 1,
+                            dsrt::view(a, 256, DType::F32, {n * s}), 0);
+    dsrt::collective_issued(p, 0);
+    dsrt::collective_wait(p, 0);
+    dsrt::begin_generated_kernel(dsrt::stream(p));
+    dsrt::release(p, 256);
+  } else {
+    dsrt::all_gather(dsrt::stream(p), dsrt::view(a, 0, DType::F32, {s}),
+                     dsrt::view(a, 192, DType::F32, {n * s}), 0);
+    dsrt::stream(p).synchronize();
+  }
   const float *wfull = reinterpret_cast<const float *>(a + 192);
   const float *x = reinterpret_cast<const float *>(a + 128);
   float *acc = reinterpret_cast<float *>(a + 64);
@@ -702,6 +896,7 @@ void micro_step(dsrt::Program &p) {
   *reinterpret_cast<float *>(a + 256) = loss;
   dsrt::release(p, 192);
   dsrt::set_output(p, 0, dsrt::view(a, 256, DType::F32, {}));
+  if (overlap) dsrt::collectives_done(p);
 }
 
 void optimizer_step(dsrt::Program &p) {
@@ -711,17 +906,37 @@ void optimizer_step(dsrt::Program &p) {
   dsrt::acquire(p, 256, 64);
   dsrt::flat_pad(st, dsrt::view(a, 64, DType::F32, {3}), dsrt::view(a, 256, DType::F32, {n * s}));
   dsrt::acquire(p, 320, 64);
-  dsrt::reduce_scatter(st, dsrt::view(a, 256, DType::F32, {n * s}),
-                       dsrt::view(a, 320, DType::F32, {s}), ReduceOp::Sum, 0);
-  st.synchronize();
+  if (overlap) {
+    dsrt::acquire(p, 384, 64);  // staging, until sq takes the slot
+    auto ins = dsrt::tensor_array(dsrt::view(a, 256, DType::F32, {n * s}));
+    auto outs = dsrt::tensor_array(dsrt::view(a, 320, DType::F32, {s}));
+    dsrt::reduce_scatter_bucket(dsrt::comm_stream(p), dsrt::data(ins), 1, dsrt::data(outs), 1,
+                                dsrt::view(a, 384, DType::F32, {n * s}), ReduceOp::Sum, 0);
+    dsrt::collective_issued(p, 0);
+    dsrt::collective_wait(p, 0);
+    dsrt::begin_generated_kernel(st);
+    dsrt::release(p, 384);
+  } else {
+    dsrt::reduce_scatter(st, dsrt::view(a, 256, DType::F32, {n * s}),
+                         dsrt::view(a, 320, DType::F32, {s}), ReduceOp::Sum, 0);
+    st.synchronize();
+  }
   const float *g = reinterpret_cast<const float *>(a + 320);
   float *sq = reinterpret_cast<float *>(a + 384);
   dsrt::acquire(p, 384, 64);
   *sq = 0;
   for (int64_t i = 0; i < s; ++i) *sq += g[i] * g[i];
-  dsrt::all_reduce(st, dsrt::view(a, 384, DType::F32, {1}), dsrt::view(a, 384, DType::F32, {1}),
-                   ReduceOp::Sum, 0);
-  st.synchronize();
+  if (overlap) {
+    dsrt::all_reduce(dsrt::comm_stream(p), dsrt::view(a, 384, DType::F32, {1}),
+                     dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, 0);
+    dsrt::collective_issued(p, 1);
+    dsrt::collective_wait(p, 1);
+    dsrt::begin_generated_kernel(st);
+  } else {
+    dsrt::all_reduce(st, dsrt::view(a, 384, DType::F32, {1}),
+                     dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, 0);
+    st.synchronize();
+  }
   const float lr = *reinterpret_cast<const float *>(a + 128);
   float *w = reinterpret_cast<float *>(a);
   for (int64_t i = 0; i < s; ++i) w[i] -= lr * g[i];
@@ -729,6 +944,7 @@ void optimizer_step(dsrt::Program &p) {
   dsrt::acquire(p, 448, 64);
   *reinterpret_cast<float *>(a + 448) = std::sqrt(*sq);
   dsrt::set_output(p, 0, dsrt::view(a, 448, DType::F32, {}));
+  if (overlap) dsrt::collectives_done(p);
 }
 
 }  // namespace dp
@@ -761,6 +977,7 @@ protected:
   void SetUp() override {
     RankDir::SetUp();
     dp::grid_size = N();
+    dp::overlap = false;
     dp::counters.clear();
     dp::model = path("model.onnx");
     std::ofstream(dp::model, std::ios::binary) << pb::model_with_w({1, -2, 0.5f});
@@ -788,11 +1005,13 @@ protected:
     return status;
   }
 
+  void expect_the_single_rank_run();
+
   std::vector<double> x_;
   std::string out_, err_;
 };
 
-TEST_F(DataParallelTrain, MatchesTheSingleRankRunAndCountsTheProgramsCollectives) {
+void DataParallelTrain::expect_the_single_rank_run() {
   const int64_t steps = 3, k = 2, n = N();
   ASSERT_EQ(train({"--data", path("data"), "--steps", std::to_string(steps), "--seed", "5",
                    "--log-json", path("log.jsonl"), "--save-onnx", path("trained.onnx"),
@@ -888,6 +1107,16 @@ TEST_F(DataParallelTrain, MatchesTheSingleRankRunAndCountsTheProgramsCollectives
   std::ifstream saved(path("trained.onnx"), std::ios::binary);
   std::string got((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
   EXPECT_EQ(got, pb::model_with_w({w[0], w[1], w[2]}));
+}
+
+TEST_F(DataParallelTrain, MatchesTheSingleRankRunAndCountsTheProgramsCollectives) {
+  expect_the_single_rank_run();
+}
+
+TEST_F(DataParallelTrain, CollectivesOnTheCommunicationStreamInBucketsGiveTheSameRun) {
+  // One bucket per collective: the same calls and bytes as unbucketed.
+  dp::overlap = true;
+  expect_the_single_rank_run();
 }
 
 TEST_F(DataParallelTrain, TheJobMustHaveTheProgramsRanks) {
