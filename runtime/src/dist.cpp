@@ -100,6 +100,16 @@ void flat_pad(Stream &s, const Tensor &in, const Tensor &out) {
   if (m > n) std::memset(static_cast<uint8_t *>(out.data) + n, 0, m - n);
 }
 
+void copy_prefix(Stream &s, const Tensor &in, const Tensor &out) {
+  check_same_type("copy_prefix", in, out);
+  if (in.shape.rank != 1 || in.numel() < out.numel())
+    throw Error("dsrt::copy_prefix: in " + text(in) + " must be 1-D with at least the " +
+                std::to_string(out.numel()) + " elements of out " + text(out));
+  detail::begin_kernel(s);
+  const size_t n = out.nbytes();
+  if (n > 0 && in.data != out.data) std::memmove(out.data, in.data, n);
+}
+
 //===--- bucketed collectives --------------------------------------------------===//
 
 namespace {

@@ -203,6 +203,23 @@ TEST(DistKernels, FlatPadFlattensThenZeroes) {
   expect_elements(bf_out, {1.5, -2, 3, 0, 0}, "flat_pad bf16");
 }
 
+TEST(DistKernels, CopyPrefixUndoesFlatPad) {
+  dsrt::Stream s;
+  Owned padded = Owned::of(DType::F32, Shape{8}, {1, 2, 3, 4, 5, 6, 0, 0});
+  Owned out(DType::F32, Shape{2, 3}, 0xFF);
+  dsrt::copy_prefix(s, padded, out);
+  expect_elements(out, {1, 2, 3, 4, 5, 6}, "copy_prefix");
+  // A view of the front: nothing moves.
+  dsrt::copy_prefix(s, padded, Tensor{padded.t().data, DType::F32, Shape{3, 2}});
+  expect_elements(padded, {1, 2, 3, 4, 5, 6, 0, 0}, "copy_prefix in place");
+  Owned big(DType::F32, Shape{3, 3}), i64(DType::I64, Shape{2});
+  EXPECT_DSRT_ERROR(dsrt::copy_prefix(s, padded, big), "copy_prefix", "in f32 [8]",
+                    "at least the 9 elements", "out f32 [3, 3]");
+  EXPECT_DSRT_ERROR(dsrt::copy_prefix(s, out, i64), "copy_prefix", "different element types");
+  EXPECT_DSRT_ERROR(dsrt::copy_prefix(s, out, Tensor{padded.t().data, DType::F32, Shape{2}}),
+                    "copy_prefix", "1-D");
+}
+
 TEST(DistKernels, SizeTypeAndAxisErrors) {
   dsrt::Stream s;
   const int n = N();

@@ -54,6 +54,12 @@ void all_slice(Stream &s, const Tensor &in, const Tensor &out, int64_t axis);
 // up to m. Any element type (in and out the same).
 void flat_pad(Stream &s, const Tensor &in, const Tensor &out);
 
+// The inverse of flat_pad: out = the first out.numel() elements of the 1-D
+// in (in.numel() >= out.numel()), in out's shape. Nothing to copy when out
+// is a view of in's front (ds.flat_unpad is normally such a view). Any
+// element type (in and out the same).
+void copy_prefix(Stream &s, const Tensor &in, const Tensor &out);
+
 //===--- bucketed collectives --------------------------------------------------===//
 // Several tensors in ONE ring operation of the communicator over `staging`, a
 // 1-D buffer the caller plans (in the arena) and must not touch until the
