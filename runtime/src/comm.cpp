@@ -196,6 +196,7 @@ struct Call {
   int64_t count = 0;  // the element count headers compare
   std::vector<P2POp> transfers;
   std::string local_error;
+  CommHooks hooks;
   CommOptions options;
   uint64_t seq = 0;
 };
@@ -582,10 +583,23 @@ void CommEngine::run(Call &call, const std::string &dep_error) {
   std::string local = call.local_error;
   if (local.empty() && !dep_error.empty())
     local = title + ": not run: an earlier operation on its stream failed: " + dep_error;
+  // A failing `before` is reported like a bad argument: in the header, so
+  // that every rank fails the collective instead of waiting for this one.
+  if (local.empty() && call.hooks.before) {
+    try {
+      call.hooks.before();
+    } catch (const std::exception &e) {
+      local = e.what();
+      if (local.compare(0, 5, "dsrt:") != 0)
+        local = title + ": " + local;
+    }
+  }
   if (call.p2p)
     run_p2p(call, local);
   else
     run_collective(call, local);
+  if (call.hooks.after)
+    call.hooks.after();
 }
 
 namespace {
@@ -954,8 +968,9 @@ int Communicator::size() const { return engine_->size; }
 bool Communicator::uses_mpi() const { return engine_->mpi; }
 
 Request Communicator::all_reduce(Stream &stream, const Tensor &in, const Tensor &out,
-                                 ReduceOp op) {
+                                 ReduceOp op, const CommHooks &hooks) {
   Call c;
+  c.hooks = hooks;
   c.op = CommOp::AllReduce;
   c.reduce = op;
   c.in = in;
@@ -974,8 +989,10 @@ Request Communicator::all_reduce(Stream &stream, const Tensor &in, const Tensor 
   return engine_->issue(stream, std::move(c));
 }
 
-Request Communicator::all_gather(Stream &stream, const Tensor &in, const Tensor &out) {
+Request Communicator::all_gather(Stream &stream, const Tensor &in, const Tensor &out,
+                                 const CommHooks &hooks) {
   Call c;
+  c.hooks = hooks;
   c.op = CommOp::AllGather;
   c.in = in;
   c.out = out;
@@ -998,8 +1015,9 @@ Request Communicator::all_gather(Stream &stream, const Tensor &in, const Tensor 
 }
 
 Request Communicator::reduce_scatter(Stream &stream, const Tensor &in, const Tensor &out,
-                                     ReduceOp op) {
+                                     ReduceOp op, const CommHooks &hooks) {
   Call c;
+  c.hooks = hooks;
   c.op = CommOp::ReduceScatter;
   c.reduce = op;
   c.in = in;

@@ -5,9 +5,12 @@
 #include "dsrt/program.h"
 #include "internal.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace dsrt {
 
@@ -96,6 +99,234 @@ void flat_pad(Stream &s, const Tensor &in, const Tensor &out) {
   if (n > 0 && in.data != out.data) std::memmove(out.data, in.data, n);
   if (m > n) std::memset(static_cast<uint8_t *>(out.data) + n, 0, m - n);
 }
+
+void copy_prefix(Stream &s, const Tensor &in, const Tensor &out) {
+  check_same_type("copy_prefix", in, out);
+  if (in.shape.rank != 1 || in.numel() < out.numel())
+    throw Error("dsrt::copy_prefix: in " + text(in) + " must be 1-D with at least the " +
+                std::to_string(out.numel()) + " elements of out " + text(out));
+  detail::begin_kernel(s);
+  const size_t n = out.nbytes();
+  if (n > 0 && in.data != out.data) std::memmove(out.data, in.data, n);
+}
+
+//===--- bucketed collectives --------------------------------------------------===//
+
+namespace {
+
+enum class BucketKind { AllReduce, ReduceScatter, AllGather };
+
+// The checked arguments of a bucketed collective, shared with the hooks that
+// pack and unpack on the communication thread. sizes[i] is ins[i]'s element
+// count (all_reduce) or the shard size s_i; offsets[i] is tensor i's first
+// element in a packed chunk, `chunk` the chunk's size (the sum of sizes).
+struct Bucket {
+  std::vector<Tensor> ins, outs;
+  std::vector<int64_t> sizes, offsets;
+  int64_t chunk = 0;
+  size_t esize = 1;
+  uint8_t *staging = nullptr;
+};
+
+bool overlap(const Tensor &a, const Tensor &b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0) return false;
+  auto pa = reinterpret_cast<uintptr_t>(a.data), pb = reinterpret_cast<uintptr_t>(b.data);
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+std::string indexed(const char *name, int64_t i, const Tensor &t) {
+  return std::string(name) + "[" + std::to_string(i) + "] " + text(t);
+}
+
+std::shared_ptr<Bucket> check_bucket(const char *op, BucketKind kind, const Tensor *ins,
+                                     int64_t n_ins, const Tensor *outs, int64_t n_outs,
+                                     const Tensor &staging, bool reduces, int ranks) {
+  const std::string t = std::string("dsrt::") + op + ": ";
+  if (n_ins < 0 || n_ins != n_outs)
+    throw Error(t + std::to_string(n_ins) + " ins but " + std::to_string(n_outs) +
+                " outs; every input needs one output");
+  if (n_ins > 0 && (!ins || !outs)) throw Error(t + "ins or outs is a null array");
+  if (staging.shape.rank != 1)
+    throw Error(t + "staging " + text(staging) + " must be 1-D");
+  if (staging.numel() > 0 && !staging.data)
+    throw Error(t + "staging " + text(staging) + " has no memory");
+  if (reduces && staging.dtype == DType::Bool)
+    throw Error(t + "cannot reduce " + text(staging) + " (f32, f16, bf16, i64 and i32 can)");
+  auto b = std::make_shared<Bucket>();
+  b->esize = dtype_size(staging.dtype);
+  b->staging = static_cast<uint8_t *>(staging.data);
+  for (int64_t i = 0; i < n_ins; ++i) {
+    const Tensor &in = ins[i], &out = outs[i];
+    auto check = [&](const char *name, const Tensor &x) {
+      if (x.dtype != staging.dtype)
+        throw Error(t + indexed(name, i, x) + " and staging " + text(staging) +
+                    " have different element types");
+      if (x.numel() > 0 && !x.data) throw Error(t + indexed(name, i, x) + " has no memory");
+      if (overlap(x, staging))
+        throw Error(t + indexed(name, i, x) + " overlaps staging " + text(staging));
+    };
+    check("ins", in);
+    check("outs", out);
+    int64_t size = 0;
+    switch (kind) {
+    case BucketKind::AllReduce:
+      if (in.numel() != out.numel())
+        throw Error(t + indexed("ins", i, in) + " and " + indexed("outs", i, out) +
+                    " differ in element count");
+      size = in.numel();
+      break;
+    case BucketKind::ReduceScatter:
+      if (in.numel() != static_cast<int64_t>(ranks) * out.numel())
+        throw Error(t + indexed("ins", i, in) + " holds " + std::to_string(in.numel()) +
+                    " elements but must hold " + std::to_string(ranks) + " ranks x " +
+                    indexed("outs", i, out) + " = " +
+                    std::to_string(static_cast<int64_t>(ranks) * out.numel()));
+      size = out.numel();
+      break;
+    case BucketKind::AllGather:
+      if (out.numel() != static_cast<int64_t>(ranks) * in.numel())
+        throw Error(t + indexed("outs", i, out) + " holds " + std::to_string(out.numel()) +
+                    " elements but must hold " + std::to_string(ranks) + " ranks x " +
+                    indexed("ins", i, in) + " = " +
+                    std::to_string(static_cast<int64_t>(ranks) * in.numel()));
+      size = in.numel();
+      break;
+    }
+    b->offsets.push_back(b->chunk);
+    b->sizes.push_back(size);
+    b->chunk += size;
+    b->ins.push_back(in);
+    b->outs.push_back(out);
+  }
+  const int64_t want = kind == BucketKind::AllReduce ? b->chunk : ranks * b->chunk;
+  if (staging.numel() != want)
+    throw Error(t + "staging " + text(staging) + " holds " + std::to_string(staging.numel()) +
+                " elements but the " + std::to_string(n_ins) + " tensors need " +
+                std::to_string(want) +
+                (kind == BucketKind::AllReduce ? std::string(" (the sum of their element counts)")
+                                               : " (" + std::to_string(ranks) +
+                                                     " ranks x " + std::to_string(b->chunk) +
+                                                     ", the sum of the shard sizes)"));
+  // Unpacking writes every output: they must be disjoint.
+  std::vector<std::pair<uintptr_t, int64_t>> spans;  // (address, index)
+  for (int64_t i = 0; i < n_ins; ++i)
+    if (outs[i].nbytes() > 0) spans.push_back({reinterpret_cast<uintptr_t>(outs[i].data), i});
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); ++k) {
+    const Tensor &a = outs[spans[k - 1].second], &c = outs[spans[k].second];
+    if (overlap(a, c))
+      throw Error(t + indexed("outs", spans[k - 1].second, a) + " and " +
+                  indexed("outs", spans[k].second, c) + " overlap");
+  }
+  return b;
+}
+
+void copy_bytes(void *dst, const void *src, size_t bytes) {
+  if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
+}  // namespace
+
+void all_reduce_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
+                       int64_t n_outs, const Tensor &staging, ReduceOp op, int64_t axis) {
+  Communicator &comm = axis_comm("all_reduce_bucket", axis);
+  std::shared_ptr<Bucket> b = check_bucket("all_reduce_bucket", BucketKind::AllReduce, ins,
+                                           n_ins, outs, n_outs, staging, true, comm.size());
+  CommHooks hooks;
+  hooks.before = [b] {
+    for (size_t i = 0; i < b->ins.size(); ++i)
+      copy_bytes(b->staging + b->offsets[i] * b->esize, b->ins[i].data, b->ins[i].nbytes());
+  };
+  hooks.after = [b] {
+    for (size_t i = 0; i < b->outs.size(); ++i)
+      copy_bytes(b->outs[i].data, b->staging + b->offsets[i] * b->esize, b->outs[i].nbytes());
+  };
+  comm.all_reduce(s, staging, staging, op, hooks);
+}
+
+void reduce_scatter_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
+                           int64_t n_outs, const Tensor &staging, ReduceOp op, int64_t axis) {
+  Communicator &comm = axis_comm("reduce_scatter_bucket", axis);
+  const int ranks = comm.size(), rank = comm.rank();
+  std::shared_ptr<Bucket> b = check_bucket("reduce_scatter_bucket", BucketKind::ReduceScatter,
+                                           ins, n_ins, outs, n_outs, staging, true, ranks);
+  CommHooks hooks;
+  hooks.before = [b, ranks] {
+    const size_t e = b->esize;
+    for (int r = 0; r < ranks; ++r)
+      for (size_t i = 0; i < b->ins.size(); ++i)
+        copy_bytes(b->staging + (r * b->chunk + b->offsets[i]) * e,
+                   static_cast<const uint8_t *>(b->ins[i].data) + r * b->sizes[i] * e,
+                   b->sizes[i] * e);
+  };
+  hooks.after = [b, rank] {
+    for (size_t i = 0; i < b->outs.size(); ++i)
+      copy_bytes(b->outs[i].data, b->staging + (rank * b->chunk + b->offsets[i]) * b->esize,
+                 b->outs[i].nbytes());
+  };
+  // In place: the ring chunks of ranks * chunk elements are the equal chunks,
+  // and this rank's reduced chunk lands on its own chunk of staging.
+  Tensor mine{b->staging + rank * b->chunk * b->esize, staging.dtype, Shape{b->chunk}};
+  comm.reduce_scatter(s, staging, mine, op, hooks);
+}
+
+void all_gather_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
+                       int64_t n_outs, const Tensor &staging, int64_t axis) {
+  Communicator &comm = axis_comm("all_gather_bucket", axis);
+  const int ranks = comm.size(), rank = comm.rank();
+  std::shared_ptr<Bucket> b = check_bucket("all_gather_bucket", BucketKind::AllGather, ins,
+                                           n_ins, outs, n_outs, staging, false, ranks);
+  CommHooks hooks;
+  hooks.before = [b, rank] {
+    for (size_t i = 0; i < b->ins.size(); ++i)
+      copy_bytes(b->staging + (rank * b->chunk + b->offsets[i]) * b->esize, b->ins[i].data,
+                 b->ins[i].nbytes());
+  };
+  hooks.after = [b, ranks] {
+    const size_t e = b->esize;
+    for (int r = 0; r < ranks; ++r)
+      for (size_t i = 0; i < b->outs.size(); ++i)
+        copy_bytes(static_cast<uint8_t *>(b->outs[i].data) + r * b->sizes[i] * e,
+                   b->staging + (r * b->chunk + b->offsets[i]) * e, b->sizes[i] * e);
+  };
+  Tensor mine{b->staging + rank * b->chunk * b->esize, staging.dtype, Shape{b->chunk}};
+  comm.all_gather(s, mine, staging, hooks);
+}
+
+//===--- overlapping collectives with compute --------------------------------===//
+
+Stream &comm_stream(Program &p) {
+  // On the cpu backend compute kernels have completed when they return, so
+  // this orders p.comm only after asynchronous work pending on p.stream (a
+  // file read, a collective issued there); on cuda it is a stream wait.
+  Event compute;
+  compute.record(p.stream);
+  compute.wait(p.comm);
+  return p.comm;
+}
+
+void collective_issued(Program &p, int64_t index) {
+  if (index < 0)
+    throw Error("dsrt::collective_issued: collective index " + std::to_string(index) +
+                " is negative");
+  if (static_cast<int64_t>(p.collectives.size()) <= index)
+    p.collectives.resize(static_cast<size_t>(index) + 1);
+  p.collectives[static_cast<size_t>(index)].record(p.comm);
+}
+
+void collective_wait(Program &p, int64_t index) {
+  if (index < 0 || index >= static_cast<int64_t>(p.collectives.size()) ||
+      !p.collectives[static_cast<size_t>(index)].recorded())
+    throw Error("dsrt::collective_wait: collective " + std::to_string(index) +
+                " was not issued in this run (no collective_issued for it)");
+  Event &event = p.collectives[static_cast<size_t>(index)];
+  if (event.query())
+    event.synchronize();  // returns at once, or throws the failure
+  else
+    event.wait(p.stream);
+}
+
+void collectives_done(Program &p) { p.comm.synchronize(); }
 
 //===--- describe -------------------------------------------------------------===//
 

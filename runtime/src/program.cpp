@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <memory>
 #include <omp.h>
@@ -59,6 +60,26 @@ Arena allocate_arena(int64_t arena_bytes) {
   Arena arena(static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
   if (!arena) throw Error("cannot allocate the " + std::to_string(bytes) + "-byte arena");
   return arena;
+}
+
+void run_to_completion(Program &p, RunFn run) {
+  p.collectives.clear();
+  std::exception_ptr first;
+  try {
+    run(p);
+  } catch (...) {
+    first = std::current_exception();
+  }
+  // Both streams, whatever happened: an abandoned function may still have
+  // collectives in flight that write the arena.
+  for (Stream *s : {&p.stream, &p.comm}) {
+    try {
+      s->synchronize();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace runner
@@ -424,6 +445,7 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     Program program;
     program.info = &info;
     program.stream = Stream(Backend::Cpu, options.threads);
+    program.comm = Stream(Backend::Cpu, options.threads);
     // Generated fused loops use OpenMP's default team size.
     if (options.threads > 0) omp_set_num_threads(options.threads);
     Arena arena = allocate_arena(info.arena_bytes);
@@ -434,8 +456,7 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     load_params(program, options.weights);
     load_inputs(program, options.inputs);
     double start = now_us();
-    run(program);
-    program.stream.synchronize();
+    run_to_completion(program, run);
     double elapsed = now_us() - start;
 
     struct stat st;

@@ -47,6 +47,12 @@ void write_save_onnx(const OnnxSaveSource &source, const ProgramInfo &info, cons
                      const std::string &path, bool external_data,
                      const std::map<std::string, Tensor> &full_values = {});
 
+// Runs one generated function to completion: afterwards nothing it issued
+// is pending on p.stream or p.comm (so outputs can be read and memory
+// released), even when it throws. Throws the first error: the function's,
+// else one of its asynchronous work.
+void run_to_completion(Program &p, RunFn run);
+
 // Sets what rng_counter() returns.
 void set_rng_counter(uint64_t counter);
 

@@ -358,8 +358,7 @@ struct FileCloser {
 void run_function(Program &program, RunFn run, int index) {
   program.outputs.clear();
   if (program.tracer) program.tracer->set_function(index);
-  run(program);
-  program.stream.synchronize();
+  run_to_completion(program, run);
 }
 
 //===--- data parallelism: what the runner exchanges between ranks ----------===//
@@ -541,6 +540,7 @@ int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     Program program;
     program.info = &info;
     program.stream = Stream(Backend::Cpu, options.threads);
+    program.comm = Stream(Backend::Cpu, options.threads);
     Arena arena;
     Tracer tracer;
     std::string setup_error;

@@ -27,6 +27,7 @@
 #include "dsrt/tensor.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +89,19 @@ struct CommVolume {
 };
 CommVolume comm_volume(CommOp op, DType dtype, int64_t total, int ranks, int rank, int root = 0);
 
+// Work a collective does on the communication thread around its ring, so
+// that the issuing thread returns at once (bucketed collectives pack
+// several tensors into one buffer and unpack the result). `before` runs
+// before the header exchange, once the work pending on the stream is done
+// and only if nothing failed so far; an exception it throws is this rank's
+// local error, which fails the collective on every rank as a bad argument
+// does. `after` runs once the collective completed successfully, before its
+// Request completes; an exception it throws fails the Request on this rank
+// only. Neither may issue operations on a communicator.
+struct CommHooks {
+  std::function<void()> before, after;
+};
+
 class Communicator {
 public:
   // All processes of the job: MPI_COMM_WORLD when launched by an MPI
@@ -107,15 +121,16 @@ public:
 
   // out = op over ranks of in; in and out are the same tensor or disjoint.
   Request all_reduce(Stream &stream, const Tensor &in, const Tensor &out,
-                     ReduceOp op = ReduceOp::Sum);
+                     ReduceOp op = ReduceOp::Sum, const CommHooks &hooks = {});
   // out (all ranks' chunks, in rank order) from each rank's in, which holds
   // ring_chunk(out.numel(), size, rank) elements. In place when in is that
   // chunk of out.
-  Request all_gather(Stream &stream, const Tensor &in, const Tensor &out);
+  Request all_gather(Stream &stream, const Tensor &in, const Tensor &out,
+                     const CommHooks &hooks = {});
   // out = this rank's chunk (ring_chunk(in.numel(), size, rank)) of the
   // reduction of in over ranks. In place when out is that chunk of in.
   Request reduce_scatter(Stream &stream, const Tensor &in, const Tensor &out,
-                         ReduceOp op = ReduceOp::Sum);
+                         ReduceOp op = ReduceOp::Sum, const CommHooks &hooks = {});
   // root's buffer to every rank's buffer.
   Request broadcast(Stream &stream, const Tensor &buffer, int root);
   // Point to point: a send matches the peer's recv of the same element type

@@ -54,6 +54,47 @@ void all_slice(Stream &s, const Tensor &in, const Tensor &out, int64_t axis);
 // up to m. Any element type (in and out the same).
 void flat_pad(Stream &s, const Tensor &in, const Tensor &out);
 
+// The inverse of flat_pad: out = the first out.numel() elements of the 1-D
+// in (in.numel() >= out.numel()), in out's shape. Nothing to copy when out
+// is a view of in's front (ds.flat_unpad is normally such a view). Any
+// element type (in and out the same).
+void copy_prefix(Stream &s, const Tensor &in, const Tensor &out);
+
+//===--- bucketed collectives --------------------------------------------------===//
+// Several tensors in ONE ring operation of the communicator over `staging`, a
+// 1-D buffer the caller plans (in the arena) and must not touch until the
+// collective completes. `ins` and `outs` are arrays of n_ins and n_outs
+// tensor views (n_ins == n_outs); every tensor, and staging, has one element
+// type. Packing into staging and unpacking from it run on the communication
+// thread, around the ring: the call returns at once. The counters count one
+// call of the underlying operation over staging.numel() elements. Arguments
+// are checked when issued (a dsrt::Error naming the op and the shapes).
+// staging must not overlap any of ins or outs, nor outs each other.
+
+// staging.numel() == sum of ins[i].numel(); outs[i] has ins[i]'s element
+// count (outs[i] may be ins[i]: in place). ins are packed in order, staging
+// is all-reduced in place, and unpacked into outs. Element types as
+// all_reduce.
+void all_reduce_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
+                       int64_t n_outs, const Tensor &staging, ReduceOp op, int64_t axis);
+
+// ZeRO layout, W ranks: ins[i] holds m_i = W * s_i elements, outs[i] s_i.
+// staging.numel() == sum of m_i, packed rank-major: for r in 0..W-1, for
+// each i, elements [r*s_i, (r+1)*s_i) of ins[i]. Staging is reduce-scattered
+// in place (its equal ring chunks are sum of s_i each), and this rank's
+// chunk unpacked: outs[i] = elements [rank*s_i, (rank+1)*s_i) of the
+// reduction of ins[i], as reduce_scatter(ins[i], outs[i]) gives.
+void reduce_scatter_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
+                           int64_t n_outs, const Tensor &staging, ReduceOp op, int64_t axis);
+
+// The inverse: ins[i] are shards of s_i elements, outs[i] hold m_i = W * s_i;
+// staging (sum of m_i) is rank-major as above. This rank's shards are
+// packed into its chunk of staging, staging is all-gathered in place, and
+// every rank's chunk unpacked: outs[i] = all_gather(ins[i]). Any element
+// type.
+void all_gather_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
+                       int64_t n_outs, const Tensor &staging, int64_t axis);
+
 //===--- called by generated code: dsopt_describe ---------------------------===//
 
 // The program's device grid: `axis_count` axes named by the comma-separated

@@ -152,6 +152,13 @@ private:
 struct Program {
   const ProgramInfo *info = nullptr;
   Stream stream;
+  // Collectives issue here (comm_stream) so that compute on `stream` runs
+  // while they progress; same backend and threads as `stream`.
+  Stream comm;
+  // collectives[i]: the point of `comm` right after collective i of the
+  // running function was issued (collective_issued), waited for with
+  // collective_wait.
+  std::vector<Event> collectives;
   uint8_t *arena = nullptr;
   MemoryMonitor memory;
   Tracer *tracer = nullptr;
@@ -172,6 +179,29 @@ template <typename T> Tensor view_static(T *data, DType dtype, Shape shape) {
   return Tensor{const_cast<void *>(static_cast<const void *>(data)), dtype, shape};
 }
 inline Tensor reshape(const Tensor &t, Shape shape) { return Tensor{t.data, t.dtype, shape}; }
+// Overlapping collectives with compute. A generated function issues its
+// collectives on comm_stream(p) and numbers them 0, 1, ... in issue order
+// (per run of the function): collective_issued(p, i) right after issuing
+// collective i, collective_wait(p, i) before the first kernel that reads its
+// result, collectives_done(p) at the function's end. Kernels on p.stream do
+// not wait for work pending only on p.comm.
+//
+// The stream collectives are issued on, ordered after the work enqueued on
+// p.stream so far.
+Stream &comm_stream(Program &p);
+// Marks the point of p.comm right after collective `index` was issued.
+void collective_issued(Program &p, int64_t index);
+// Makes later work on p.stream wait for collective `index` (and what was
+// issued on p.comm before it), without blocking the host; the next kernel on
+// p.stream blocks. Costs a few atomic loads when it has completed. Throws
+// its dsrt::Error at once when it has already failed; otherwise a failure
+// is thrown by the next kernel or synchronize() of p.stream. Throws when
+// collective `index` was not issued in this run.
+void collective_wait(Program &p, int64_t index);
+// Blocks until everything issued on p.comm has completed; throws the first
+// failure not reported yet.
+void collectives_done(Program &p);
+
 // Generated kernels (fused loops) start as libdsrt's do: after the work
 // still pending on their stream (collectives, file I/O), whose results they
 // may read.
