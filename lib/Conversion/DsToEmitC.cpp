@@ -919,12 +919,12 @@ FailureOr<Value> ProgramBuilder::emitScalar(Operation &op,
   };
   auto cmpPredicate = [](StringRef name) -> std::optional<emitc::CmpPredicate> {
     return llvm::StringSwitch<std::optional<emitc::CmpPredicate>>(name)
-        .Cases("oeq", "eq", emitc::CmpPredicate::eq)
-        .Cases("une", "ne", emitc::CmpPredicate::ne)
-        .Cases("olt", "slt", "ult", emitc::CmpPredicate::lt)
-        .Cases("ole", "sle", "ule", emitc::CmpPredicate::le)
-        .Cases("ogt", "sgt", "ugt", emitc::CmpPredicate::gt)
-        .Cases("oge", "sge", "uge", emitc::CmpPredicate::ge)
+        .Cases({"oeq", "eq"}, emitc::CmpPredicate::eq)
+        .Cases({"une", "ne"}, emitc::CmpPredicate::ne)
+        .Cases({"olt", "slt", "ult"}, emitc::CmpPredicate::lt)
+        .Cases({"ole", "sle", "ule"}, emitc::CmpPredicate::le)
+        .Cases({"ogt", "sgt", "ugt"}, emitc::CmpPredicate::gt)
+        .Cases({"oge", "sge", "uge"}, emitc::CmpPredicate::ge)
         .Default(std::nullopt);
   };
   return llvm::TypeSwitch<Operation *, FailureOr<Value>>(&op)

@@ -73,8 +73,6 @@ private:
 
   /// The [m] flat padded form of `value` (a view when n == m).
   Value flatten(OpBuilder &b, Location loc, Value value) const;
-  /// This rank's [s] shard of `value`'s average over the ranks.
-  Value reduceScatter(OpBuilder &b, Location loc, Value value) const;
   /// This rank's [s] shard of `value` (no communication).
   Value slice(OpBuilder &b, Location loc, Value value) const;
   /// The whole tensor of type `whole` from every rank's [s] shard.
@@ -98,14 +96,6 @@ Value ZeroPass::flatten(OpBuilder &b, Location loc, Value value) const {
   if (p.n == p.m)
     return ds::ReshapeOp::create(b, loc, flat, value);
   return ds::FlatPadOp::create(b, loc, flat, value);
-}
-
-Value ZeroPass::reduceScatter(OpBuilder &b, Location loc, Value value) const {
-  auto type = cast<RankedTensorType>(value.getType());
-  Value flat = flatten(b, loc, value);
-  return shard::ReduceScatterOp::create(
-      b, loc, flatType(type, partition(type).s), kGrid, {0}, flat,
-      shard::ReductionKind::Average, APInt(64, 0));
 }
 
 Value ZeroPass::slice(OpBuilder &b, Location loc, Value value) const {
