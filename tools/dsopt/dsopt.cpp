@@ -585,7 +585,8 @@ std::optional<std::string> pipelineProblem(const dsopt::TrainConfig &config) {
                " and --chunks " + std::to_string(chunks) + ": " +
                llvm::toString(schedule.takeError());
   }
-  if (pp > 1 && (emit == EmitKind::Build || emit == EmitKind::TrainCpp))
+  if (pp > 1 && !printConfig &&
+      (emit == EmitKind::Build || emit == EmitKind::TrainCpp))
     return "pipeline execution is not implemented yet; --pp " +
            std::to_string(pp) +
            " works with --emit=plan, --emit=trace and --emit=train-mlir";
