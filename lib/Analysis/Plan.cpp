@@ -2,6 +2,8 @@
 
 #include "dsopt/Analysis/Plan.h"
 
+#include "dsopt/Pipeline/Schedule.h"
+
 #include "ds/IR/DsDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -337,6 +339,159 @@ private:
   std::vector<Collective> collectives;
 };
 
+/// The pipeline of a training module (ds-pipeline's record), simulated.
+struct PipelineFacts {
+  DictionaryAttr attr;
+  pipeline::Schedule schedule;
+  pipeline::Costs costs, uniform;
+  pipeline::Simulation simulation, uniformSimulation;
+  std::optional<double> textbook;
+};
+
+/// Costs in MFLOP: the simulator's and the trace's time unit.
+constexpr double kFlopsPerUnit = 1e6;
+
+int64_t getInt(DictionaryAttr dict, StringRef key) {
+  auto value = dict.getAs<IntegerAttr>(key);
+  return value ? value.getInt() : 0;
+}
+
+FailureOr<PipelineFacts> pipelineOf(ModuleOp train) {
+  auto attr =
+      train->getAttrOfType<DictionaryAttr>(ds::DsDialect::kPipelineAttrName);
+  if (!attr)
+    return failure();
+  PipelineFacts facts;
+  facts.attr = attr;
+  auto kind = pipeline::parseScheduleKind(
+      attr.getAs<StringAttr>("schedule").getValue());
+  int p = getInt(attr, "stages"), m = getInt(attr, "microbatches"),
+      v = getInt(attr, "chunks");
+  llvm::Expected<pipeline::Schedule> schedule =
+      pipeline::buildSchedule(*kind, p, m, v);
+  if (!schedule)
+    return train.emitError() << "pipeline schedule: "
+                             << llvm::toString(schedule.takeError());
+  facts.schedule = std::move(*schedule);
+  auto stages = attr.getAs<ArrayAttr>("virtual_stages");
+  double f = 0, b = 0, w = 0;
+  for (auto stage : stages.getAsRange<DictionaryAttr>()) {
+    facts.costs.forward.push_back(getInt(stage, "flops_forward") /
+                                  kFlopsPerUnit);
+    facts.costs.backward.push_back(getInt(stage, "flops_backward") /
+                                   kFlopsPerUnit);
+    facts.costs.weight.push_back(getInt(stage, "flops_weight") /
+                                 kFlopsPerUnit);
+    f += facts.costs.forward.back();
+    b += facts.costs.backward.back();
+    w += facts.costs.weight.back();
+  }
+  double count = stages.size();
+  // The same work spread evenly: what the textbook formulas assume.
+  facts.uniform = pipeline::Costs::uniform(stages.size(), f / count,
+                                           b / count, w / count);
+  for (auto [costs, out] :
+       {std::pair{&facts.costs, &facts.simulation},
+        {&facts.uniform, &facts.uniformSimulation}}) {
+    llvm::Expected<pipeline::Simulation> simulation =
+        pipeline::simulate(facts.schedule, *costs);
+    if (!simulation)
+      return train.emitError() << "pipeline simulation: "
+                               << llvm::toString(simulation.takeError());
+    *out = std::move(*simulation);
+  }
+  facts.textbook = pipeline::textbookBubbleFraction(
+      *kind, p, m, v, f / count, b / count, w / count);
+  return facts;
+}
+
+/// plan.json's `pipeline` section.
+llvm::json::Object pipelineJson(const PipelineFacts &facts) {
+  DictionaryAttr attr = facts.attr;
+  int64_t p = getInt(attr, "stages");
+  llvm::json::Array stages;
+  for (auto [s, stage] : llvm::enumerate(
+           attr.getAs<ArrayAttr>("virtual_stages")
+               .getAsRange<DictionaryAttr>())) {
+    int64_t inFlight = facts.simulation.peakInFlight[s];
+    int64_t activation = getInt(stage, "activation_bytes");
+    stages.push_back(llvm::json::Object{
+        {"stage", static_cast<int64_t>(s)},
+        {"rank", static_cast<int64_t>(s) % p},
+        {"chunk", static_cast<int64_t>(s) / p},
+        {"forward_ops", getInt(stage, "forward_ops")},
+        {"flops_forward", getInt(stage, "flops_forward")},
+        {"flops_backward", getInt(stage, "flops_backward")},
+        {"flops_weight", getInt(stage, "flops_weight")},
+        {"param_bytes", getInt(stage, "param_bytes")},
+        {"activation_bytes", activation},
+        {"send_bytes", getInt(stage, "send_bytes")},
+        {"peak_in_flight", inFlight},
+        {"in_flight_activation_bytes", inFlight * activation}});
+  }
+  llvm::json::Array transfers;
+  for (auto t : attr.getAs<ArrayAttr>("transfers").getAsRange<DictionaryAttr>())
+    transfers.push_back(llvm::json::Object{
+        {"from", getInt(t, "from")},
+        {"to", getInt(t, "to")},
+        {"kind", t.getAs<StringAttr>("kind").getValue()},
+        {"bytes", getInt(t, "bytes")},
+        {"values", getInt(t, "values")}});
+  llvm::json::Array tied;
+  for (auto t : attr.getAs<ArrayAttr>("tied").getAsRange<DictionaryAttr>()) {
+    llvm::json::Array list;
+    for (int64_t s : t.getAs<DenseI64ArrayAttr>("stages").asArrayRef())
+      list.push_back(s);
+    tied.push_back(llvm::json::Object{
+        {"name", t.getAs<StringAttr>("name").getValue()},
+        {"stages", std::move(list)}});
+  }
+  llvm::json::Array ops;
+  auto names = attr.getAs<ArrayAttr>("op_names");
+  auto nodes = attr.getAs<ArrayAttr>("op_nodes");
+  auto flops = attr.getAs<DenseI64ArrayAttr>("op_flops").asArrayRef();
+  auto bytes = attr.getAs<DenseI64ArrayAttr>("op_bytes").asArrayRef();
+  auto opStages = attr.getAs<DenseI64ArrayAttr>("op_stages").asArrayRef();
+  auto cuts = attr.getAs<DenseBoolArrayAttr>("op_cut_before").asArrayRef();
+  for (size_t i = 0; i < flops.size(); ++i)
+    ops.push_back(llvm::json::Object{
+        {"index", static_cast<int64_t>(i)},
+        {"op", cast<StringAttr>(names[i]).getValue()},
+        {"node", cast<StringAttr>(nodes[i]).getValue()},
+        {"flops", flops[i]},
+        {"bytes_accessed", bytes[i]},
+        {"stage", opStages[i]},
+        {"cut_before", cuts[i]}});
+  llvm::json::Array perRank;
+  for (int r : facts.simulation.peakInFlightPerRank)
+    perRank.push_back(r);
+  return llvm::json::Object{
+      {"schedule", attr.getAs<StringAttr>("schedule").getValue()},
+      {"stages", p},
+      {"microbatches", getInt(attr, "microbatches")},
+      {"chunks", getInt(attr, "chunks")},
+      {"virtual_stages", static_cast<int64_t>(facts.costs.forward.size())},
+      {"balance", attr.getAs<StringAttr>("balance").getValue()},
+      {"makespan_mflop", facts.simulation.makespan},
+      {"bubble_fraction", facts.simulation.bubbleFraction},
+      {"uniform_bubble_fraction", facts.uniformSimulation.bubbleFraction},
+      {"textbook_bubble_fraction",
+       facts.textbook ? llvm::json::Value(*facts.textbook)
+                      : llvm::json::Value(nullptr)},
+      {"peak_in_flight_per_rank", std::move(perRank)},
+      {"per_stage", std::move(stages)},
+      {"transfers", std::move(transfers)},
+      {"tied_parameters", std::move(tied)},
+      {"forward_ops", std::move(ops)}};
+}
+
+int64_t pipelineStagesOf(ModuleOp train) {
+  if (auto attr = train->getAttrOfType<DictionaryAttr>(
+          ds::DsDialect::kPipelineAttrName))
+    return std::max<int64_t>(1, getInt(attr, "stages"));
+  return 1;
+}
+
 llvm::json::Object trainingRank(ModuleOp train) {
   auto [micro, step] = *trainingFunctions(train);
   auto memory = train->getAttrOfType<ds::MemoryPlanAttr>(
@@ -428,12 +583,20 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
   } else {
     // The job is the training program's: its grid, and what each rank
     // holds and moves. The forward program runs on one process.
-    int64_t world = dataParallelSize(train);
-    json["world"] = world;
-    json["grid"] = llvm::json::Object{{"dp", world}, {"pp", 1}, {"tp", 1}};
+    int64_t dp = dataParallelSize(train), pp = pipelineStagesOf(train);
+    json["world"] = dp * pp;
+    json["grid"] = llvm::json::Object{{"dp", dp}, {"pp", pp}, {"tp", 1}};
+    if (train->hasAttr(ds::DsDialect::kPipelineAttrName)) {
+      FailureOr<PipelineFacts> facts = pipelineOf(train);
+      if (failed(facts))
+        return failure();
+      json["pipeline"] = pipelineJson(*facts);
+    }
+    // With pp > 1 these are the data-parallel ranks of the whole,
+    // unpartitioned step; `pipeline` has the per-stage figures.
     RankNumbers numbers(train);
     llvm::json::Array perRank;
-    for (int64_t r = 0; r < world; ++r)
+    for (int64_t r = 0; r < dp; ++r)
       perRank.push_back(numbers.of(r));
     json["ranks"] = std::move(perRank);
     json["forward"] = llvm::json::Object{{"world", 1},
@@ -454,6 +617,17 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
     json["train"] = std::move(training);
   }
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(json))) << "\n";
+  return success();
+}
+
+LogicalResult writePipelineTrace(ModuleOp train, llvm::raw_ostream &os) {
+  if (!train->hasAttr(ds::DsDialect::kPipelineAttrName))
+    return train.emitError() << "the training step is not pipelined (run "
+                                "ds-pipeline)";
+  FailureOr<PipelineFacts> facts = pipelineOf(train);
+  if (failed(facts))
+    return failure();
+  pipeline::writeChromeTrace(facts->simulation, os);
   return success();
 }
 
@@ -530,6 +704,42 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
                        kind.str().c_str(), (long long)*t->getInteger("sent"),
                        (long long)*t->getInteger("received"),
                        (long long)*t->getInteger("calls"));
+  }
+  if (train->hasAttr(ds::DsDialect::kPipelineAttrName)) {
+    FailureOr<PipelineFacts> facts = pipelineOf(train);
+    if (failed(facts))
+      return failure();
+    llvm::json::Object json = pipelineJson(*facts);
+    os << llvm::format("  pipeline        %lld stages, schedule %s, %lld "
+                       "micro-batches, %lld chunks per rank\n",
+                       (long long)*json.getInteger("stages"),
+                       json.getString("schedule")->str().c_str(),
+                       (long long)*json.getInteger("microbatches"),
+                       (long long)*json.getInteger("chunks"));
+    os << llvm::format("    bubble        %.4f simulated, %.4f with uniform "
+                       "stages, textbook %s\n",
+                       facts->simulation.bubbleFraction,
+                       facts->uniformSimulation.bubbleFraction,
+                       facts->textbook
+                           ? llvm::formatv("{0:F4}", *facts->textbook)
+                                 .str()
+                                 .c_str()
+                           : "none");
+    os << "    stage rank      fwd flops      bwd flops    param bytes  "
+          "act bytes  in flight   send bytes\n";
+    for (const llvm::json::Value &value : *json.getArray("per_stage")) {
+      const llvm::json::Object &stage = *value.getAsObject();
+      os << llvm::format("    %5lld %4lld %14lld %14lld %14lld %10lld %10lld "
+                         "%12lld\n",
+                         (long long)*stage.getInteger("stage"),
+                         (long long)*stage.getInteger("rank"),
+                         (long long)*stage.getInteger("flops_forward"),
+                         (long long)*stage.getInteger("flops_backward"),
+                         (long long)*stage.getInteger("param_bytes"),
+                         (long long)*stage.getInteger("activation_bytes"),
+                         (long long)*stage.getInteger("peak_in_flight"),
+                         (long long)*stage.getInteger("send_bytes"));
+    }
   }
   for (func::FuncOp function : {functions->first, functions->second}) {
     FailureOr<PlanSummary> part = summarizePlan(function);

@@ -64,7 +64,8 @@ bool TrainConfigOverrides::empty() const {
   return !optimizer && !lr && !weightDecay && !eps && !momentum &&
          !gradientClipping && !betas && !nesterov && !trainBatchSize &&
          !microBatchSize && !gradientAccumulationSteps && !stepsPerPrint &&
-         !zeroStage && !dataParallelSize;
+         !zeroStage && !dataParallelSize && !pipelineStages && !microbatches &&
+         !pipelineChunks && !worldSize && !pipelineSchedule;
 }
 
 namespace {
@@ -461,9 +462,44 @@ llvm::Error applyOverrides(json::Object &root,
     root["train_batch_size"] = *overrides.trainBatchSize;
   if (overrides.microBatchSize)
     root["train_micro_batch_size_per_gpu"] = *overrides.microBatchSize;
+  if (overrides.microbatches) {
+    // The micro-batches of a pipelined step are its accumulation steps:
+    // two different numbers for them cannot both hold.
+    int64_t m = *overrides.microbatches;
+    if (overrides.gradientAccumulationSteps &&
+        *overrides.gradientAccumulationSteps != m)
+      return makeError("--microbatches " + Twine(m) + " conflicts with "
+                       "--grad-accum " +
+                       Twine(*overrides.gradientAccumulationSteps) +
+                       ": the micro-batches of a step are its gradient "
+                       "accumulation steps; give one of them");
+    if (const json::Value *accum = root.get("gradient_accumulation_steps"))
+      if (accum->getAsInteger() != std::optional<int64_t>(m))
+        return makeError(prefix + "gradient_accumulation_steps " +
+                         describe(*accum) + " conflicts with --microbatches " +
+                         Twine(m) +
+                         ": the micro-batches of a step are its gradient "
+                         "accumulation steps; give one of them");
+    root["gradient_accumulation_steps"] = m;
+  }
   if (overrides.gradientAccumulationSteps)
     root["gradient_accumulation_steps"] =
         *overrides.gradientAccumulationSteps;
+  if (overrides.pipelineStages || overrides.pipelineSchedule ||
+      overrides.pipelineChunks) {
+    json::Value *section = root.get("pipeline");
+    if (!section || !section->getAsObject()) {
+      root["pipeline"] = json::Object{};
+      section = root.get("pipeline");
+    }
+    json::Object &pipeline = *section->getAsObject();
+    if (overrides.pipelineStages)
+      pipeline["stages"] = *overrides.pipelineStages;
+    if (overrides.pipelineSchedule)
+      pipeline["schedule"] = *overrides.pipelineSchedule;
+    if (overrides.pipelineChunks)
+      pipeline["chunks"] = *overrides.pipelineChunks;
+  }
   if (overrides.stepsPerPrint)
     root["steps_per_print"] = *overrides.stepsPerPrint;
   if (overrides.zeroStage) {
@@ -492,6 +528,11 @@ public:
 private:
   std::string prefix; // "FILE: " or empty
   TrainConfig &config;
+
+public:
+  bool dataParallelExplicit = false; // --dp given, not derived from --world
+
+private:
   std::optional<std::string> error;
 
   bool fail(StringRef path, const Twine &message) {
@@ -528,6 +569,8 @@ private:
   bool readLion(const json::Object &params);
   bool readScheduler(const json::Value *section);
   bool readZero(const json::Value &value);
+  bool readPipeline(const json::Value &value);
+  bool resolveGrid();
   bool readPrecision(const json::Object &root);
   std::optional<bool> readEnabled(const json::Value &value, StringRef key);
 
@@ -976,6 +1019,92 @@ bool ConfigReader::readScheduler(const json::Value *section) {
   return true;
 }
 
+bool ConfigReader::readPipeline(const json::Value &value) {
+  const json::Object *section = readObject(value, "pipeline");
+  if (!section)
+    return false;
+  for (const std::string &key : sortedKeys(*section)) {
+    const json::Value *entry = section->get(key);
+    std::string path = "pipeline." + display(key);
+    if (key == "stages") {
+      // DeepSpeed's default "auto" takes the stages from the model
+      // (PipelineModule); here --pp gives them, else 1.
+      if (entry->getAsString() == std::optional<StringRef>("auto"))
+        continue;
+      if (!readInteger(*entry, path, 1, int64_t(1) << 20,
+                       "a positive integer or \"auto\"",
+                       config.pipelineStages))
+        return false;
+    } else if (key == "partition_method" || key == "partition") {
+      // DeepSpeed's PipelineModule(partition_method=...): "parameters"
+      // balances parameter counts, "uniform" layer counts; dsopt balances
+      // FLOPs by default ("flops"; DeepSpeed's config calls its default
+      // "best").
+      std::string method;
+      if (!readString(*entry, path, method))
+        return false;
+      std::string lower = StringRef(method).lower();
+      if (lower == "parameters" || lower == "uniform" || lower == "flops")
+        config.partitionMethod = lower;
+      else if (lower == "best")
+        config.partitionMethod = "flops";
+      else if (StringRef(lower).starts_with("type:"))
+        return fail(path, "\"" + display(method) +
+                              "\" is not implemented: dsopt cuts the "
+                              "compiled graph, which has no layer classes; "
+                              "use \"parameters\", \"uniform\" or "
+                              "\"flops\"");
+      else
+        return fail(path, "expected \"parameters\", \"uniform\" or "
+                          "\"flops\", got \"" + display(method) + "\"");
+    } else if (key == "schedule") {
+      // dsopt's own key (DeepSpeed runs 1F1B only).
+      std::string name;
+      if (!readString(*entry, path, name))
+        return false;
+      if (name != "gpipe" && name != "1f1b" && name != "interleaved" &&
+          name != "zb-h1")
+        return fail(path, "expected \"gpipe\", \"1f1b\", \"interleaved\" "
+                          "or \"zb-h1\", got \"" + display(name) + "\"");
+      config.pipelineSchedule = name;
+    } else if (key == "chunks") {
+      if (!readPositive(*entry, path, config.pipelineChunks))
+        return false;
+    } else {
+      warn(path + " is not implemented by dsopt and is ignored");
+    }
+  }
+  return true;
+}
+
+/// The grid dp x pp (tp = 1) against --world.
+bool ConfigReader::resolveGrid() {
+  int64_t pp = config.pipelineStages, world = config.worldSize;
+  if (world == 0)
+    return true;
+  if (dataParallelExplicit) {
+    if (world != config.dataParallelSize * pp) {
+      error = "--world " + std::to_string(world) +
+              " cannot be filled by the grid dp=" +
+              std::to_string(config.dataParallelSize) + " (pp=" +
+              std::to_string(pp) +
+              ", tp=1): the world size must be dp * pp * tp";
+      return false;
+    }
+    return true;
+  }
+  if (world % pp != 0) {
+    error = "--world " + std::to_string(world) +
+            " cannot be filled by the grid with pp=" + std::to_string(pp) +
+            " (tp=1): the world size must be dp * pp * tp, and no "
+            "data-parallel size dp gives " +
+            std::to_string(world);
+    return false;
+  }
+  config.dataParallelSize = world / pp;
+  return true;
+}
+
 bool ConfigReader::readZero(const json::Value &value) {
   // DeepSpeed's deprecated form `"zero_optimization": true` is stage 1.
   if (std::optional<bool> flag = value.getAsBoolean()) {
@@ -1101,7 +1230,8 @@ llvm::Error ConfigReader::read(const json::Object &root) {
                                     "fp16",
                                     "bf16",
                                     "bfloat16",
-                                    "steps_per_print"};
+                                    "steps_per_print",
+                                    "pipeline"};
   for (const std::string &key : sortedKeys(root))
     if (!llvm::is_contained(known, key))
       warn(display(key) + " is not implemented by dsopt and is ignored");
@@ -1121,6 +1251,8 @@ llvm::Error ConfigReader::read(const json::Object &root) {
                      config.microBatchSize) &&
             positive("gradient_accumulation_steps",
                      config.gradientAccumulationSteps) &&
+            (!root.get("pipeline") || readPipeline(*root.get("pipeline"))) &&
+            resolveGrid() &&
             (!root.get("zero_optimization") ||
              readZero(*root.get("zero_optimization"))) &&
             readPrecision(root) &&
@@ -1147,10 +1279,13 @@ parseTrainConfig(StringRef text, StringRef fileNameForMessages,
   TrainConfig config;
   if (overrides.dataParallelSize)
     config.dataParallelSize = *overrides.dataParallelSize;
+  if (overrides.worldSize)
+    config.worldSize = *overrides.worldSize;
   if (llvm::Error error =
           applyOverrides(*root, overrides, prefix, config.warnings))
     return error;
   ConfigReader reader(prefix, config);
+  reader.dataParallelExplicit = overrides.dataParallelSize.has_value();
   if (llvm::Error error = reader.read(*root))
     return error;
   return config;
@@ -1378,6 +1513,15 @@ std::string toJson(const TrainConfig &config) {
       out.attribute("allgather_bucket_size", config.allgatherBucketSize);
       out.attribute("stage3_prefetch_bucket_size", config.prefetchBucketSize);
     });
+    if (config.pipelineStages > 1 || config.pipelineSchedule != "1f1b" ||
+        config.pipelineChunks != 0 || config.partitionMethod != "flops")
+      out.attributeObject("pipeline", [&] {
+        out.attribute("stages", config.pipelineStages);
+        out.attribute("partition_method", config.partitionMethod);
+        out.attribute("schedule", config.pipelineSchedule);
+        if (config.pipelineChunks)
+          out.attribute("chunks", config.pipelineChunks);
+      });
     out.attributeObject("fp16", [&] { out.attribute("enabled", config.fp16); });
     out.attributeObject("bf16", [&] { out.attribute("enabled", config.bf16); });
     out.attribute("steps_per_print", config.stepsPerPrint);

@@ -140,6 +140,15 @@ buildTrainingModule(ModuleOp module, const TrainConfig &config,
         pm.addPass(createDsAutodiff(autodiffOptions(options)));
         addCleanup(pm);
         pm.addPass(createDsOptimizer(optimizer));
+        if (config.pipelineStages > 1 || options.pipeline) {
+          DsPipelineOptions pipeline;
+          pipeline.stages = config.pipelineStages;
+          pipeline.microbatches = optimizer.accumulation;
+          pipeline.schedule = config.pipelineSchedule;
+          pipeline.chunks = config.pipelineChunks;
+          pipeline.balance = config.partitionMethod;
+          pm.addPass(createDsPipeline(pipeline));
+        }
         DsZeroOptions zero;
         zero.stage = config.zeroStage;
         zero.dp = config.dataParallelSize;

@@ -31,6 +31,9 @@ struct TrainingPipelineOptions {
   std::vector<std::string> frozen;
   /// Fuse elementwise chains before planning.
   bool fuse = true;
+  /// Run ds-pipeline even with one stage (for a trace of the schedule);
+  /// with more than one stage in the config it always runs.
+  bool pipeline = false;
   /// Applies the command line's pass-manager options (IR printing,
   /// timing) to each pass manager the pipeline creates; fails on bad ones.
   std::function<mlir::LogicalResult(mlir::PassManager &)> configure;

@@ -22,6 +22,7 @@
 #include "dsopt/Config/TrainConfig.h"
 #include "dsopt/Conversion/Passes.h"
 #include "dsopt/Import/OnnxImporter.h"
+#include "dsopt/Pipeline/Schedule.h"
 #include "dsopt/Target/Program.h"
 #include "dsopt/Transforms/Passes.h"
 
@@ -72,7 +73,16 @@ cl::opt<std::string> batch(
              "is symbolic"),
     cl::value_desc("N"), cl::cat(inputCategory));
 
-enum class EmitKind { Build, Mlir, Summary, Plan, Cpp, TrainMlir, TrainCpp };
+enum class EmitKind {
+  Build,
+  Mlir,
+  Summary,
+  Plan,
+  Cpp,
+  TrainMlir,
+  TrainCpp,
+  Trace
+};
 cl::opt<EmitKind> emit(
     "emit",
     cl::desc("What to produce (default: compile to the -o directory)"),
@@ -91,7 +101,10 @@ cl::opt<EmitKind> emit(
                           "@optimizer_step), memory-planned"),
                clEnumValN(EmitKind::TrainCpp, "train-cpp",
                           "the generated C++ source of the training "
-                          "program")),
+                          "program"),
+               clEnumValN(EmitKind::Trace, "trace",
+                          "Chrome trace JSON of the simulated pipeline "
+                          "schedule of one training step (--pp)")),
     cl::cat(outputCategory));
 
 cl::opt<std::string> outputFile(
@@ -217,8 +230,33 @@ cl::opt<std::string> dpFlag(
 cl::opt<std::string> worldFlag(
     "world",
     cl::desc("Ranks of the job (mpirun -np); must equal the grid's size "
-             "(dp; pp and tp are 1) "),
+             "dp * pp (tp is 1)"),
     cl::value_desc("N"), cl::cat(trainingCategory));
+
+cl::opt<std::string> ppFlag(
+    "pp",
+    cl::desc("Pipeline stages (default 1); pipelined programs cannot run "
+             "yet: --pp > 1 works with --emit=plan, trace and train-mlir"),
+    cl::value_desc("N"), cl::cat(trainingCategory));
+
+cl::opt<std::string> microbatchesFlag(
+    "microbatches",
+    cl::desc("Micro-batches per step flowing through the pipeline (the "
+             "gradient accumulation steps)"),
+    cl::value_desc("M"), cl::cat(trainingCategory));
+
+cl::opt<std::string> scheduleFlag(
+    "schedule",
+    cl::desc("Pipeline schedule: gpipe, 1f1b (default), interleaved or "
+             "zb-h1"),
+    cl::value_desc("gpipe|1f1b|interleaved|zb-h1"),
+    cl::cat(trainingCategory));
+
+cl::opt<std::string> chunksFlag(
+    "chunks",
+    cl::desc("Model chunks per pipeline rank (default 2 for interleaved, "
+             "else 1)"),
+    cl::value_desc("V"), cl::cat(trainingCategory));
 
 cl::opt<std::string> stepsPerPrintFlag(
     "steps-per-print", cl::desc("Print the loss every N steps (default 1)"),
@@ -408,8 +446,10 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
                    zeroFlag + "'");
     overrides.zeroStage = stage;
   }
-  std::optional<int64_t> dp, world;
-  for (auto [flag, out] : {std::pair{&dpFlag, &dp}, {&worldFlag, &world}}) {
+  std::optional<int64_t> dp, world, pp, microbatches, chunks;
+  for (auto [flag, out] :
+       {std::pair{&dpFlag, &dp}, {&worldFlag, &world}, {&ppFlag, &pp},
+        {&microbatchesFlag, &microbatches}, {&chunksFlag, &chunks}}) {
     if (!flag->getNumOccurrences())
       continue;
     std::optional<int64_t> size = parseSize(*flag);
@@ -418,13 +458,20 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
                    *flag + "'");
     *out = *size;
   }
-  // The grid is dp (x pp x tp, both 1 for now): it must fill the world.
-  if (dp && world && *dp != *world)
-    return error("--world " + llvm::Twine(*world) +
-                 " cannot be filled by the grid dp=" + llvm::Twine(*dp) +
-                 " (pp=1, tp=1): the world size must be dp * pp * tp");
-  if (dp || world)
-    overrides.dataParallelSize = dp ? *dp : *world;
+  // The grid dp x pp (tp = 1) must fill the world; the config reader
+  // checks it once the config's pipeline stages are known.
+  overrides.dataParallelSize = dp;
+  overrides.worldSize = world;
+  overrides.pipelineStages = pp;
+  overrides.microbatches = microbatches;
+  overrides.pipelineChunks = chunks;
+  if (scheduleFlag.getNumOccurrences()) {
+    if (!dsopt::pipeline::parseScheduleKind(scheduleFlag))
+      return error("--schedule expects gpipe, 1f1b, interleaved or zb-h1, "
+                   "got '" +
+                   scheduleFlag + "'");
+    overrides.pipelineSchedule = std::string(scheduleFlag);
+  }
   struct SizeFlag {
     cl::opt<std::string> &option;
     std::optional<int64_t> &value;
@@ -512,6 +559,38 @@ buildTrainConfig(std::optional<int64_t> modelBatch) {
     llvm::WithColor::warning(llvm::errs(), "dsopt") << printable(warning)
                                                     << "\n";
   return config;
+}
+
+/// What is wrong with the pipeline configuration, checked before the model
+/// is read: the schedule's rules (as the DsPipeline library states them)
+/// and a program that cannot be built yet.
+std::optional<std::string> pipelineProblem(const dsopt::TrainConfig &config) {
+  int64_t pp = config.pipelineStages;
+  auto kind = dsopt::pipeline::parseScheduleKind(config.pipelineSchedule);
+  int64_t chunks = config.pipelineChunks
+                       ? config.pipelineChunks
+                       : (kind == dsopt::pipeline::ScheduleKind::Interleaved
+                              ? 2
+                              : 1);
+  if (pp > 1 || emit == EmitKind::Trace) {
+    // Unresolved accumulation (0) is 1 unless the batch sizes derive
+    // another; the pass checks the resolved one again.
+    int64_t m = std::max<int64_t>(config.gradientAccumulationSteps, 1);
+    if (pp * chunks * m <= dsopt::pipeline::kMaxStageMicrobatches)
+      if (llvm::Expected<dsopt::pipeline::Schedule> schedule =
+              dsopt::pipeline::buildSchedule(*kind, pp, m, chunks);
+          !schedule)
+        return "--schedule " + config.pipelineSchedule + " with --pp " +
+               std::to_string(pp) + ", --microbatches " + std::to_string(m) +
+               " and --chunks " + std::to_string(chunks) + ": " +
+               llvm::toString(schedule.takeError());
+  }
+  if (pp > 1 && !printConfig &&
+      (emit == EmitKind::Build || emit == EmitKind::TrainCpp))
+    return "pipeline execution is not implemented yet; --pp " +
+           std::to_string(pp) +
+           " works with --emit=plan, --emit=trace and --emit=train-mlir";
+  return std::nullopt;
 }
 
 namespace {
@@ -604,6 +683,8 @@ EXAMPLES:
     llvm::Expected<dsopt::TrainConfig> config = readTrainConfig();
     if (!config)
       return fail(printable(llvm::toString(config.takeError())));
+    if (std::optional<std::string> problem = pipelineProblem(*config))
+      return fail(*problem);
   }
   auto printTrainConfig =
       [&](std::optional<int64_t> modelBatch) -> int {
@@ -722,6 +803,8 @@ EXAMPLES:
         buildTrainConfig(modelBatchOf(*module));
     if (!config)
       return fail(printable(llvm::toString(config.takeError())));
+    if (std::optional<std::string> problem = pipelineProblem(*config))
+      return fail(*problem);
     trainConfig = *config;
   }
 
@@ -781,16 +864,17 @@ EXAMPLES:
   // Training: a training graph (one scalar float output, or --loss) gets a
   // training program unless --no-train; asking for anything training
   // related of a model that is not one is an error.
-  bool wantsTrainProgram =
-      emit == EmitKind::TrainMlir || emit == EmitKind::TrainCpp;
+  bool wantsTrainProgram = emit == EmitKind::TrainMlir ||
+                           emit == EmitKind::TrainCpp ||
+                           emit == EmitKind::Trace;
   std::string notTraining;
   bool isTrainingGraph =
       dsopt::isTrainingGraph(*module, lossFlag, notTraining);
   if ((training || wantsTrainProgram) && !isTrainingGraph)
     return fail("cannot train " + inputFile + ": " + notTraining);
   if (noTrainFlag && wantsTrainProgram)
-    return fail("--no-train contradicts --emit=train-mlir and "
-                "--emit=train-cpp");
+    return fail("--no-train contradicts --emit=train-mlir, "
+                "--emit=train-cpp and --emit=trace");
   bool buildTrain =
       isTrainingGraph && !noTrainFlag &&
       (emit == EmitKind::Build || emit == EmitKind::Plan || wantsTrainProgram);
@@ -800,6 +884,7 @@ EXAMPLES:
   trainOptions.loss = lossFlag;
   trainOptions.frozen.assign(frozenFlag.begin(), frozenFlag.end());
   trainOptions.fuse = !noFuse;
+  trainOptions.pipeline = emit == EmitKind::Trace;
   trainOptions.configure = [&](PassManager &trainPm) -> LogicalResult {
     return applyPassManagerCLOptions(trainPm);
   };
@@ -835,6 +920,12 @@ EXAMPLES:
                                              trainOptions.frozen)
                    << "\n";
   }
+  if (emit == EmitKind::Trace)
+    return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
+             return dsopt::writePipelineTrace(*trainModule, os);
+           }))
+               ? 1
+               : 0;
   if (emit == EmitKind::TrainMlir)
     return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
              trainModule->print(os);

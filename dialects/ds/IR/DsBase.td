@@ -90,6 +90,12 @@ def Ds_Dialect : Dialect {
     /// Module attribute set by ds-zero: the data-parallel recipe
     /// (`{stage, dp, persistence_threshold}`).
     static constexpr ::llvm::StringLiteral kZeroAttrName = "ds.zero";
+    /// Op attribute set by ds-pipeline: the virtual pipeline stage the op
+    /// belongs to (an i64).
+    static constexpr ::llvm::StringLiteral kStageAttrName = "ds.stage";
+    /// Module attribute set by ds-pipeline: the schedule and the partition
+    /// (`{stages, microbatches, schedule, chunks, ...}`).
+    static constexpr ::llvm::StringLiteral kPipelineAttrName = "ds.pipeline";
   }];
 }
 

@@ -252,7 +252,15 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                                << "' must be a unit attribute";
     return success();
   }
-  if (name == kTrainAttrName || name == kZeroAttrName) {
+  if (name == kStageAttrName) {
+    auto stage = dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!stage || stage.getInt() < 0)
+      return op->emitOpError() << "'" << kStageAttrName
+                               << "' must be a non-negative integer";
+    return success();
+  }
+  if (name == kTrainAttrName || name == kZeroAttrName ||
+      name == kPipelineAttrName) {
     if (!isa<DictionaryAttr>(attribute.getValue()))
       return op->emitOpError() << "'" << name << "' must be a dictionary";
     return success();

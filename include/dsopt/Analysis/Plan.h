@@ -33,6 +33,12 @@ mlir::LogicalResult writePlanJson(mlir::ModuleOp module, llvm::raw_ostream &os,
                                   const llvm::json::Value *trainConfig =
                                       nullptr);
 
+/// Chrome trace JSON of one training step of the pipelined training module
+/// `train` (ds-pipeline's `ds.pipeline`): the schedule simulated with the
+/// partition's per-stage FLOPs, one millisecond per MFLOP.
+mlir::LogicalResult writePipelineTrace(mlir::ModuleOp train,
+                                       llvm::raw_ostream &os);
+
 /// plan.txt: the same facts for people.
 mlir::LogicalResult writePlanText(mlir::ModuleOp module, llvm::raw_ostream &os,
                                   mlir::ModuleOp train = nullptr);

@@ -70,6 +70,17 @@ struct TrainConfig {
           prefetchBucketSize = 50000000;
   bool fp16 = false, bf16 = false;
   int64_t stepsPerPrint = 1;
+  // Pipeline parallelism (DeepSpeed's `pipeline` section, --pp and friends):
+  // stages (the pp axis), the schedule, model chunks per rank (0: the
+  // schedule's default) and what the stages balance ("flops", "parameters"
+  // or "uniform"). The micro-batches of a pipelined step are its gradient
+  // accumulation steps.
+  int64_t pipelineStages = 1;
+  std::string pipelineSchedule = "1f1b";
+  int64_t pipelineChunks = 0;
+  std::string partitionMethod = "flops";
+  // The job's ranks (--world; 0: not given): dp * pp.
+  int64_t worldSize = 0;
   std::vector<std::string> warnings; // collected, printed by the driver
 };
 
@@ -93,6 +104,13 @@ struct TrainConfigOverrides {
   /// --zero (zero_optimization.stage) and --dp (DeepSpeed takes it from
   /// the world size; dsopt compiles for it ahead of time).
   std::optional<int64_t> zeroStage, dataParallelSize;
+  /// --pp, --microbatches (the gradient accumulation; a different
+  /// --grad-accum or gradient_accumulation_steps is an error), --schedule,
+  /// --chunks and --world (which must be dp * pp; without --dp it gives
+  /// dp = world / pp).
+  std::optional<int64_t> pipelineStages, microbatches, pipelineChunks,
+      worldSize;
+  std::optional<std::string> pipelineSchedule;
 
   bool empty() const;
 };

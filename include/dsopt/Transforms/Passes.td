@@ -172,6 +172,59 @@ def DsZero : Pass<"ds-zero", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::shard::ShardDialect"];
 }
 
+def DsPipeline : Pass<"ds-pipeline", "mlir::ModuleOp"> {
+  let summary = "Cut the training step into balanced pipeline stages";
+  let description = [{
+    The compile-time half of pipeline parallelism. Runs after ds-optimizer
+    and before ds-zero on `@micro_step` (forward then backward of one
+    micro-batch; its result 0 is the loss). The ops up to the one defining
+    the loss are the forward pass, the rest the backward pass.
+
+    The forward ops (constants aside: they belong to every stage that uses
+    them) are cut into `stages * chunks` contiguous segments of the op order,
+    the virtual stages; virtual stage s runs on rank s mod `stages`
+    (Megatron's placement). A cut never separates ops imported from one ONNX
+    node (they share a location). The cuts minimise the largest stage cost
+    (the classic linear partition, solved exactly by dynamic programming);
+    the cost of an op is its `CostOpInterface` FLOPs with `balance=flops`,
+    the bytes of the parameters it is the first to read with
+    `balance=parameters`, or 1 with `balance=uniform` (ops without the
+    interface cost 0). Among cuts with the same largest cost, the smaller
+    largest stage by bytes accessed wins. Fewer pieces than virtual stages
+    is an error.
+
+    A backward op belongs to the stage of the forward op it differentiates:
+    ds-autodiff builds every derivative at a location naming the forward
+    op's location (`<node>.grad`), and the gradient sums of values used
+    several times at the forward op's own location. Backward ops found by
+    neither rule take the stage of their operands, else of their users.
+    Every op gets `ds.stage = s`. A parameter read by forward ops of several
+    stages (a tied embedding) gets a gradient part on each, summed across
+    them; the module records which stages.
+
+    The module gets `ds.pipeline` with the schedule (`stages`,
+    `microbatches`, `schedule`, `chunks`), the partition and per virtual
+    stage what the plan reports: forward, backward and weight-gradient
+    FLOPs, parameter bytes, stashed activation bytes and bytes sent, the
+    transfers between stages and the tied parameters. `microbatches` must
+    equal the gradient accumulation of the training step; the schedule's
+    own rules (interleaved needs chunks >= 2 and microbatches a multiple of
+    stages) are checked as the DsPipeline library states them.
+  }];
+  let options = [
+    Option<"stages", "stages", "int64_t", /*default=*/"1",
+           "Pipeline stages (ranks of the pp axis)">,
+    Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
+           "Micro-batches per optimizer step (the gradient accumulation)">,
+    Option<"schedule", "schedule", "std::string", /*default=*/"\"1f1b\"",
+           "gpipe, 1f1b, interleaved or zb-h1">,
+    Option<"chunks", "chunks", "int64_t", /*default=*/"0",
+           "Model chunks per rank (0: 2 for interleaved, else 1)">,
+    Option<"balance", "balance", "std::string", /*default=*/"\"flops\"",
+           "What the stages balance: flops, parameters or uniform (ops)">,
+  ];
+}
+
 def DsPlanMemory : Pass<"ds-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assign every tensor a fixed offset in one arena by liveness";
   let description = [{
