@@ -855,6 +855,11 @@ namespace dp {
 
 float w0[3] = {1.0f, -2.0f, 0.5f};
 int64_t grid_size = 1;
+// The grid "pp,dp" with pp_size stages instead of "dp" (pp_size 1: the same
+// data-parallel program; more: a pipeline grid train refuses).
+bool pp_grid = false;
+int64_t pp_size = 1;
+int64_t dp_axis = 0;
 // The same program with its collectives on the communication stream, the
 // gather and the reduce-scatter bucketed through staging slots (as dsopt
 // generates them for overlap).
@@ -866,7 +871,12 @@ int64_t shard() { return (3 + grid_size - 1) / grid_size; }
 
 void describe(dsrt::ProgramInfo &info) {
   dsrt::set_model(info, model.c_str());
-  dsrt::set_grid(info, "dp", &grid_size, 1);
+  if (pp_grid) {
+    const int64_t sizes[2] = {pp_size, grid_size};
+    dsrt::set_grid(info, "pp,dp", sizes, 2);
+  } else {
+    dsrt::set_grid(info, "dp", &grid_size, 1);
+  }
   dsrt::set_memory_plan(info, 512, 128, 512, 64);
   dsrt::add_param_data(info, "w", dsrt::view_static(w0, DType::F32, {3}), 0, true);
   dsrt::set_param_shard(info, 3, {3});
@@ -891,14 +901,14 @@ void micro_step(dsrt::Program &p) {
     auto ins = dsrt::tensor_array(dsrt::view(a, 0, DType::F32, {s}));
     auto outs = dsrt::tensor_array(dsrt::view(a, 192, DType::F32, {n * s}));
     dsrt::all_gather_bucket(dsrt::comm_stream(p), dsrt::data(ins), 1, dsrt::data(outs), 1,
-                            dsrt::view(a, 256, DType::F32, {n * s}), 0);
+                            dsrt::view(a, 256, DType::F32, {n * s}), dp_axis);
     dsrt::collective_issued(p, 0);
     dsrt::collective_wait(p, 0);
     dsrt::begin_generated_kernel(dsrt::stream(p));
     dsrt::release(p, 256);
   } else {
     dsrt::all_gather(dsrt::stream(p), dsrt::view(a, 0, DType::F32, {s}),
-                     dsrt::view(a, 192, DType::F32, {n * s}), 0);
+                     dsrt::view(a, 192, DType::F32, {n * s}), dp_axis);
     dsrt::stream(p).synchronize();
   }
   const float *wfull = reinterpret_cast<const float *>(a + 192);
@@ -928,14 +938,14 @@ void optimizer_step(dsrt::Program &p) {
     auto ins = dsrt::tensor_array(dsrt::view(a, 256, DType::F32, {n * s}));
     auto outs = dsrt::tensor_array(dsrt::view(a, 320, DType::F32, {s}));
     dsrt::reduce_scatter_bucket(dsrt::comm_stream(p), dsrt::data(ins), 1, dsrt::data(outs), 1,
-                                dsrt::view(a, 384, DType::F32, {n * s}), ReduceOp::Sum, 0);
+                                dsrt::view(a, 384, DType::F32, {n * s}), ReduceOp::Sum, dp_axis);
     dsrt::collective_issued(p, 0);
     dsrt::collective_wait(p, 0);
     dsrt::begin_generated_kernel(st);
     dsrt::release(p, 384);
   } else {
     dsrt::reduce_scatter(st, dsrt::view(a, 256, DType::F32, {n * s}),
-                         dsrt::view(a, 320, DType::F32, {s}), ReduceOp::Sum, 0);
+                         dsrt::view(a, 320, DType::F32, {s}), ReduceOp::Sum, dp_axis);
     st.synchronize();
   }
   const float *g = reinterpret_cast<const float *>(a + 320);
@@ -945,13 +955,13 @@ void optimizer_step(dsrt::Program &p) {
   for (int64_t i = 0; i < s; ++i) *sq += g[i] * g[i];
   if (overlap) {
     dsrt::all_reduce(dsrt::comm_stream(p), dsrt::view(a, 384, DType::F32, {1}),
-                     dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, 0);
+                     dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, dp_axis);
     dsrt::collective_issued(p, 1);
     dsrt::collective_wait(p, 1);
     dsrt::begin_generated_kernel(st);
   } else {
     dsrt::all_reduce(st, dsrt::view(a, 384, DType::F32, {1}),
-                     dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, 0);
+                     dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, dp_axis);
     st.synchronize();
   }
   const float lr = *reinterpret_cast<const float *>(a + 128);
@@ -994,6 +1004,9 @@ protected:
   void SetUp() override {
     RankDir::SetUp();
     dp::grid_size = N();
+    dp::pp_grid = false;
+    dp::pp_size = 1;
+    dp::dp_axis = 0;
     dp::overlap = false;
     dp::counters.clear();
     dp::model = path("model.onnx");
@@ -1134,6 +1147,25 @@ TEST_F(DataParallelTrain, CollectivesOnTheCommunicationStreamInBucketsGiveTheSam
   // One bucket per collective: the same calls and bytes as unbucketed.
   dp::overlap = true;
   expect_the_single_rank_run();
+}
+
+TEST_F(DataParallelTrain, APpDpGridWithOneStageGivesTheSameRun) {
+  // dp is axis 1 of "pp,dp"; pp = 1 puts every rank in one stage.
+  dp::pp_grid = true;
+  dp::dp_axis = 1;
+  expect_the_single_rank_run();
+}
+
+TEST_F(DataParallelTrain, PipelineGridsAreRefusedClearly) {
+  dp::pp_grid = true;
+  dp::pp_size = 2;
+  dp::dp_axis = 1;
+  EXPECT_EQ(train({"--data", path("data"), "--steps", "1"}), 1);
+  EXPECT_NE(err_.find("error: pipeline programs are not supported by this runtime yet (the grid "
+                      "has pp=2"),
+            std::string::npos)
+      << err_;
+  EXPECT_TRUE(dp::counters.empty());
 }
 
 TEST_F(DataParallelTrain, TheJobMustHaveTheProgramsRanks) {
