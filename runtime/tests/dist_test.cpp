@@ -860,6 +860,9 @@ int64_t grid_size = 1;
 bool pp_grid = false;
 int64_t pp_size = 1;
 int64_t dp_axis = 0;
+// The optimizer step also passes a value around the dp ring with send_recv
+// (on 2 ranks or more), so that the summary reports send and recv.
+bool ring = false;
 // The same program with its collectives on the communication stream, the
 // gather and the reduce-scatter bucketed through staging slots (as dsopt
 // generates them for overlap).
@@ -964,6 +967,15 @@ void optimizer_step(dsrt::Program &p) {
                      dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, dp_axis);
     st.synchronize();
   }
+  if (ring && n > 1) {
+    const int64_t me = dsrt::current_grid()->coordinate(dp_axis);
+    float mine = static_cast<float>(me), got = -1;
+    Tensor send{&mine, DType::F32, Shape{1}}, recv{&got, DType::F32, Shape{1}};
+    const int64_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    dsrt::send_recv(st, &send, &next, 1, &recv, &prev, 1, dp_axis);
+    st.synchronize();
+    if (got != static_cast<float>(prev)) throw dsrt::Error("the ring passed the wrong value");
+  }
   const float lr = *reinterpret_cast<const float *>(a + 128);
   float *w = reinterpret_cast<float *>(a);
   for (int64_t i = 0; i < s; ++i) w[i] -= lr * g[i];
@@ -1007,6 +1019,7 @@ protected:
     dp::pp_grid = false;
     dp::pp_size = 1;
     dp::dp_axis = 0;
+    dp::ring = false;
     dp::overlap = false;
     dp::counters.clear();
     dp::model = path("model.onnx");
@@ -1124,6 +1137,18 @@ void DataParallelTrain::expect_the_single_rank_run() {
     } wants[] = {{"all_gather", CommOp::AllGather, n * s, steps * k},
                  {"reduce_scatter", CommOp::ReduceScatter, n * s, steps},
                  {"all_reduce", CommOp::AllReduce, 1, steps}};
+    // send and recv only when the program used them.
+    if (dp::ring && n > 1) {
+      for (CommOp op : {CommOp::Send, CommOp::Recv}) {
+        const dsrt_test::Json &got = bytes.at(dsrt::comm_op_name(op));
+        EXPECT_EQ(got.at("calls").as_int(), steps) << dsrt::comm_op_name(op) << " rank " << r;
+        EXPECT_EQ(got.at("sent").as_int(), op == CommOp::Send ? 4 * steps : 0);
+        EXPECT_EQ(got.at("received").as_int(), op == CommOp::Recv ? 4 * steps : 0);
+      }
+    } else {
+      EXPECT_EQ(bytes.find("send"), nullptr) << "rank " << r;
+      EXPECT_EQ(bytes.find("recv"), nullptr) << "rank " << r;
+    }
     for (const Want &want : wants) {
       dsrt::CommVolume v = dsrt::comm_volume(want.op, DType::F32, want.total, n, r);
       const dsrt_test::Json &got = bytes.at(want.name);
@@ -1153,6 +1178,11 @@ TEST_F(DataParallelTrain, APpDpGridWithOneStageGivesTheSameRun) {
   // dp is axis 1 of "pp,dp"; pp = 1 puts every rank in one stage.
   dp::pp_grid = true;
   dp::dp_axis = 1;
+  expect_the_single_rank_run();
+}
+
+TEST_F(DataParallelTrain, TheSummaryCountsSendAndRecvWhenTheProgramUsesThem) {
+  dp::ring = true;
   expect_the_single_rank_run();
 }
 
