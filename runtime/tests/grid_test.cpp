@@ -294,6 +294,7 @@ TEST(GridComm, EachAxisReducesOverTheRanksThatDifferInItsCoordinateOnly) {
 }
 
 TEST(GridComm, TheDefaultGridIsTheWorldAlongDp) {
+  dsrt::set_current_grid(nullptr);  // whatever an earlier train_main installed
   std::shared_ptr<dsrt::Grid> grid = dsrt::current_grid();
   ASSERT_EQ(grid->axis_count(), 1);
   EXPECT_EQ(grid->names()[0], "dp");
