@@ -1,10 +1,14 @@
 // Communicators of the cpu backend: ring collectives over MPI point-to-point
 // messages, run by one communication thread per communicator.
 //
-// Threading: the communication thread (a detail::Worker) is the only thread
-// that makes MPI calls, apart from MPI_Init_thread / MPI_Comm_dup when the
-// world is created and MPI_Comm_free / MPI_Finalize at exit, when that thread
-// is not running; so MPI_THREAD_SERIALIZED is enough. Operations are queued
+// Threading: communication threads (one detail::Worker per communicator)
+// make the MPI calls, apart from MPI_Init_thread / MPI_Comm_dup when the
+// world is created and MPI_Comm_free / MPI_Finalize when a communicator is
+// destroyed. Every MPI call holds one process-wide mutex (mpi_mutex), so
+// that the threads of several communicators (the world and the ones split
+// from it) never call MPI at the same time: MPI_THREAD_SERIALIZED is enough.
+// No call that blocks is made under that mutex: a split duplicates its
+// parent's MPI communicator with MPI_Comm_idup and polls it like a message. Operations are queued
 // in issue order and run one at a time; the thread polls its requests with
 // MPI_Test (MPI makes progress inside those calls), backing off to short
 // sleeps when nothing moves, and gives up after CommOptions::timeout_s
@@ -130,6 +134,16 @@ enum Tag : int {
 constexpr uint32_t kMagic = 0x44535254;                // "DSRT"
 constexpr int64_t kMaxMessage = int64_t(1) << 30;      // MPI counts are int
 constexpr uint8_t kFlagLocalError = 1;
+constexpr uint8_t kFlagShape = 2;  // point to point: `note` holds the tensor's shape
+// The header's op of Communicator::split, which is no CommOp: it is not
+// counted.
+constexpr uint8_t kOpSplit = 100;
+
+// Held by every MPI call (see the top of this file).
+std::mutex &mpi_mutex() {
+  static std::mutex m;
+  return m;
+}
 
 struct Header {
   uint32_t magic = kMagic;
@@ -187,9 +201,15 @@ int launcher_size() {
 
 // One operation as issued: validated on the issuing thread, run on the
 // communication thread.
+struct SplitResult;
+
 struct Call {
   CommOp op = CommOp::Barrier;
   bool p2p = false;
+  // Communicator::split: the header's op is kOpSplit, root the color and
+  // count the key; the new engine lands in split_result.
+  bool split = false;
+  std::shared_ptr<SplitResult> split_result;
   ReduceOp reduce = ReduceOp::Sum;
   Tensor in, out;
   int root = 0;
@@ -209,11 +229,23 @@ using MpiRequest = int;
 
 class CommEngine {
 public:
+  // The world.
   CommEngine();
+  // A communicator split from another: `members[i]` is the rank, in `comm`
+  // (a duplicate of the parent's MPI communicator), of this one's rank i.
+  CommEngine(int rank, int size, bool mpi, std::vector<int> members, const CommOptions &options
+#ifdef DSRT_HAVE_MPI
+             , MPI_Comm comm
+#endif
+  );
   ~CommEngine();
 
   int rank = 0, size = 1;
   bool mpi = false;
+  // The MPI rank of this communicator's rank `peer`.
+  int mpi_peer(int peer) const {
+    return members_.empty() ? peer : members_[static_cast<size_t>(peer)];
+  }
 
   Request issue(Stream &stream, Call call);
 
@@ -262,7 +294,9 @@ private:
   void run(Call &call, const std::string &dep_error);
   void run_collective(Call &call, const std::string &local_error);
   void run_p2p(Call &call, const std::string &local_error);
+  void run_split(Call &call, const std::string &local_error);
 
+  std::vector<int> members_;  // empty: the identity
   bool initialized_mpi_ = false;
   mutable std::mutex mutex_;  // issue order, options, counters, failure
   uint64_t next_seq_ = 0;
@@ -287,7 +321,8 @@ std::string op_title(const Call &c) {
 class Transfers {
 public:
   Transfers(CommEngine &engine, const Call &call, std::string what)
-      : engine_(engine), timeout_s_(call.options.timeout_s), what_(std::move(what)) {}
+      : engine_(engine), timeout_s_(call.options.timeout_s), what_(std::move(what)),
+        counted_(!call.split) {}
   ~Transfers() { abandon(); }
 
   void send(CommOp op, const void *p, int64_t bytes, int peer, int tag, bool header = false) {
@@ -330,6 +365,7 @@ private:
   CommEngine &engine_;
   double timeout_s_;
   std::string what_;
+  bool counted_;
   std::vector<Req> reqs_;
 };
 
@@ -342,12 +378,15 @@ void Transfers::post(CommOp op, void *p, int64_t bytes, int peer, int tag, bool 
   for (int64_t at = 0; at < bytes || (bytes == 0 && at == 0); at += kMaxMessage) {
     int n = static_cast<int>(std::min(kMaxMessage, bytes - at));
     Req r{MPI_REQUEST_NULL, op, peer, n, header, send, false};
-    int rc = send ? MPI_Isend(bytes_p + at, n, MPI_BYTE, peer, tag, engine_.comm, &r.req)
-                  : MPI_Irecv(bytes_p + at, n, MPI_BYTE, peer, tag, engine_.comm, &r.req);
+    const int to = engine_.mpi_peer(peer);
+    std::unique_lock<std::mutex> lock(mpi_mutex());
+    int rc = send ? MPI_Isend(bytes_p + at, n, MPI_BYTE, to, tag, engine_.comm, &r.req)
+                  : MPI_Irecv(bytes_p + at, n, MPI_BYTE, to, tag, engine_.comm, &r.req);
     if (rc != MPI_SUCCESS) {
       char text[MPI_MAX_ERROR_STRING];
       int len = 0;
       MPI_Error_string(rc, text, &len);
+      lock.unlock();
       fail(what_ + ": posting a " + (send ? "send to" : "receive from") + " rank " +
            std::to_string(peer) + " failed: " + std::string(text, len));
     }
@@ -372,23 +411,26 @@ void Transfers::wait(const std::function<void(size_t)> &on_complete) {
     for (size_t i = 0; i < reqs_.size(); ++i) {
       if (reqs_[i].done)
         continue;
-      int flag = 0;
+      int flag = 0, got = 0;
       MPI_Status status;
+      std::unique_lock<std::mutex> lock(mpi_mutex());
       int rc = MPI_Test(&reqs_[i].req, &flag, &status);
+      if (rc == MPI_SUCCESS && flag && !reqs_[i].send)
+        MPI_Get_count(&status, MPI_BYTE, &got);
       const Req r = reqs_[i];
       if (rc != MPI_SUCCESS) {
         char text[MPI_MAX_ERROR_STRING];
         int len = 0;
         MPI_Error_string(rc, text, &len);
+        lock.unlock();
         fail(what_ + ": MPI error on a " + (r.send ? "send to" : "receive from") + " rank " +
              std::to_string(r.peer) + ": " + std::string(text, len) +
              "; the communicator is now unusable");
       }
+      lock.unlock();
       if (!flag)
         continue;
       if (!r.send) {
-        int got = 0;
-        MPI_Get_count(&status, MPI_BYTE, &got);
         if (got != r.bytes)
           fail(what_ + ": received " + std::to_string(got) + " bytes from rank " +
                std::to_string(r.peer) + " where " + std::to_string(r.bytes) +
@@ -396,7 +438,8 @@ void Transfers::wait(const std::function<void(size_t)> &on_complete) {
       }
       reqs_[i].done = true;
       progress = true;
-      engine_.account(r.op, r.send, r.header, r.bytes);
+      if (counted_)
+        engine_.account(r.op, r.send, r.header, r.bytes);
       if (on_complete)
         on_complete(i);
     }
@@ -450,6 +493,7 @@ void Transfers::abandon() {
 #ifdef DSRT_HAVE_MPI
   // Receives are cancelled so they cannot match later messages; sends are
   // released to finish (or not) on their own.
+  std::lock_guard<std::mutex> lock(mpi_mutex());
   for (Req &r : reqs_)
     if (!r.done && r.req != MPI_REQUEST_NULL) {
       if (!r.send)
@@ -510,6 +554,7 @@ CommEngine::CommEngine() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (launched > 0 || initialized) {
+    std::lock_guard<std::mutex> lock(mpi_mutex());
     int provided = MPI_THREAD_SINGLE;
     if (!initialized) {
       if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
@@ -546,11 +591,25 @@ CommEngine::CommEngine() {
   worker_ = std::make_unique<Worker>();
 }
 
+CommEngine::CommEngine(int rank_, int size_, bool mpi_, std::vector<int> members,
+                       const CommOptions &options
+#ifdef DSRT_HAVE_MPI
+                       , MPI_Comm comm_
+#endif
+                       )
+    : rank(rank_), size(size_), mpi(mpi_), members_(std::move(members)), options_(options) {
+#ifdef DSRT_HAVE_MPI
+  comm = comm_;
+#endif
+  worker_ = std::make_unique<Worker>();
+}
+
 CommEngine::~CommEngine() {
   worker_.reset();  // runs what is queued and joins the communication thread
 #ifdef DSRT_HAVE_MPI
   if (!mpi)
     return;
+  std::lock_guard<std::mutex> lock(mpi_mutex());
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized)
@@ -594,7 +653,9 @@ void CommEngine::run(Call &call, const std::string &dep_error) {
         local = title + ": " + local;
     }
   }
-  if (call.p2p)
+  if (call.split)
+    run_split(call, local);
+  else if (call.p2p)
     run_p2p(call, local);
   else
     run_collective(call, local);
@@ -626,9 +687,21 @@ Header make_header(const Call &c, CommOp op, DType dtype, int64_t count, int ran
   return h;
 }
 
+// A point-to-point header also carries the tensor's shape, for messages.
+Header make_p2p_header(const Call &c, const P2POp &p, int rank, const std::string &local) {
+  Header h = make_header(c, p.op, p.tensor.dtype, p.tensor.numel(), rank, local);
+  if (local.empty()) {
+    h.flags = kFlagShape;
+    std::strncpy(h.note, p.tensor.shape.str().c_str(), sizeof h.note - 1);
+  }
+  return h;
+}
+
 std::string describe(const Header &h) {
   if (h.magic != kMagic)
     return "a message that is not a dsrt header";
+  if (h.op == kOpSplit)
+    return "split (collective #" + std::to_string(h.seq) + ")";
   CommOp op = static_cast<CommOp>(h.op);
   if (h.op >= kNumCommOps)
     return "an unknown operation";
@@ -651,7 +724,7 @@ bool same_call(const Header &a, const Header &b) {
   if (a.op != b.op || a.seq != b.seq)
     return false;
   CommOp op = static_cast<CommOp>(a.op);
-  if (op == CommOp::Barrier)
+  if (op == CommOp::Barrier || a.op == kOpSplit)
     return true;
   if (a.dtype != b.dtype || a.count != b.count)
     return false;
@@ -855,6 +928,87 @@ void CommEngine::run_collective(Call &c, const std::string &local) {
   counters_[static_cast<int>(c.op)].calls += 1;
 }
 
+struct SplitResult {
+  std::unique_ptr<CommEngine> engine;
+};
+
+void CommEngine::run_split(Call &c, const std::string &local) {
+  const std::string title = "dsrt::Communicator::split";
+  const std::string what = title + " (collective #" + std::to_string(c.seq) + " on rank " +
+                           std::to_string(rank) + " of " + std::to_string(size) + ")";
+  const int N = size, r = rank;
+  // Every rank's color and key travel in its header: after the exchange
+  // every rank knows every group.
+  std::vector<Header> all(N);
+  all[r] = make_header(c, CommOp::Barrier, DType::F32, c.count, r, local);
+  all[r].op = kOpSplit;
+  {
+    Transfers t(*this, c, what);
+    for (int p = 0; p < N; ++p)
+      if (p != r) {
+        t.recv(CommOp::Barrier, &all[p], kCommHeaderBytes, p, kTagCollHeader, true);
+        t.send(CommOp::Barrier, &all[r], kCommHeaderBytes, p, kTagCollHeader, true);
+      }
+    t.wait();
+  }
+  check_headers(title, all, r, local);
+  const int color = c.root;
+  std::vector<std::pair<int64_t, int>> group;  // (key, rank) of this rank's color
+  for (int p = 0; p < N; ++p)
+    if (all[p].root == color)
+      group.push_back({all[p].count, p});
+  std::sort(group.begin(), group.end());
+  std::vector<int> members;  // MPI ranks in the duplicate, which has the parent's ranks
+  int new_rank = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    members.push_back(mpi_peer(group[i].second));
+    if (group[i].second == r)
+      new_rank = static_cast<int>(i);
+  }
+  const int new_size = static_cast<int>(group.size());
+#ifdef DSRT_HAVE_MPI
+  MPI_Comm dup = MPI_COMM_NULL;
+  if (mpi) {
+    // MPI_Comm_idup, polled: a blocking MPI_Comm_split would hold the MPI
+    // mutex while it waits for the other ranks.
+    MPI_Request req = MPI_REQUEST_NULL;
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      if (MPI_Comm_idup(comm, &dup, &req) != MPI_SUCCESS)
+        fail(what + ": MPI_Comm_idup failed; the communicator is now unusable");
+    }
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    for (int idle = 0;; ++idle) {
+      int flag = 0;
+      {
+        std::lock_guard<std::mutex> lock(mpi_mutex());
+        if (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+          fail(what + ": MPI_Comm_idup failed; the communicator is now unusable");
+      }
+      if (flag)
+        break;
+      if (std::chrono::duration<double>(Clock::now() - start).count() > c.options.timeout_s) {
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%g", c.options.timeout_s);
+        fail(what + ": timed out after " + seconds + " s duplicating the MPI communicator; "
+             "the communicator is now unusable");
+      }
+      if (idle < 64)
+        continue;
+      std::this_thread::sleep_for(std::chrono::microseconds(idle < 256 ? 1 : 100));
+    }
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  }
+  c.split_result->engine = std::make_unique<CommEngine>(new_rank, new_size, mpi,
+                                                        std::move(members), c.options, dup);
+#else
+  c.split_result->engine =
+      std::make_unique<CommEngine>(new_rank, new_size, mpi, std::move(members), c.options);
+#endif
+}
+
 void CommEngine::run_p2p(Call &c, const std::string &local) {
   const std::string title = op_title(c);
   const std::string what = title + " (rank " + std::to_string(rank) + " of " +
@@ -865,7 +1019,7 @@ void CommEngine::run_p2p(Call &c, const std::string &local) {
     Transfers t(*this, c, what);
     for (size_t i = 0; i < n; ++i) {
       const P2POp &p = c.transfers[i];
-      mine[i] = make_header(c, p.op, p.tensor.dtype, p.tensor.numel(), rank, local);
+      mine[i] = make_p2p_header(c, p, rank, local);
       // Headers from the sender travel as "forward", from the receiver as
       // "back", so a pair that sends both ways in one group cannot mix them.
       const bool send = p.op == CommOp::Send;
@@ -894,7 +1048,11 @@ void CommEngine::run_p2p(Call &c, const std::string &local) {
       problem = peer + " failed: " + b.note;
     else if (b.op != static_cast<uint8_t>(expected) || b.dtype != a.dtype || b.count != a.count)
       problem = "this rank's " + describe(a) + (p.op == CommOp::Send ? " to " : " from ") + peer +
-                " does not match " + peer + "'s " + describe(b);
+                " does not match " + peer + "'s " + describe(b) +
+                ((a.flags & kFlagShape) && (b.flags & kFlagShape)
+                     ? std::string(" (shapes: this rank's ") + a.note + ", " + peer + "'s " +
+                           b.note + ")"
+                     : std::string());
     ok[i] = problem.empty();
     if (!ok[i] && errors.find(problem) == std::string::npos)
       errors += (errors.empty() ? "" : "; ") + problem;
@@ -956,7 +1114,27 @@ void check_reducible(std::string &error, const char *title, const Tensor &in, co
 }  // namespace
 
 Communicator::Communicator() : engine_(std::make_unique<detail::CommEngine>()) {}
+Communicator::Communicator(std::unique_ptr<detail::CommEngine> engine)
+    : engine_(std::move(engine)) {}
 Communicator::~Communicator() = default;
+
+std::unique_ptr<Communicator> Communicator::split(Communicator &parent, int color, int key) {
+  Call c;
+  c.op = CommOp::Barrier;  // for the issue order only: the header says kOpSplit
+  c.split = true;
+  c.root = color;
+  c.count = key;
+  c.split_result = std::make_shared<detail::SplitResult>();
+  if (color < 0)
+    c.local_error = "dsrt::Communicator::split: color " + std::to_string(color) +
+                    " is negative; every rank needs a group (color >= 0)";
+  std::shared_ptr<detail::SplitResult> result = c.split_result;
+  Stream stream;
+  parent.engine_->issue(stream, std::move(c)).wait();
+  if (!result->engine)
+    throw Error("dsrt::Communicator::split: no communicator was made");
+  return std::unique_ptr<Communicator>(new Communicator(std::move(result->engine)));
+}
 
 Communicator &Communicator::world() {
   static Communicator world;

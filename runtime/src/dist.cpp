@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,12 +19,31 @@ namespace {
 
 std::string text(const Tensor &t) { return std::string(dtype_name(t.dtype)) + " " + t.shape.str(); }
 
-// The communicator of grid axis `axis`.
-Communicator &axis_comm(const char *op, int64_t axis) {
-  if (axis != 0)
+// The axes set_grid accepts.
+bool known_axis(const std::string &name) { return name == "pp" || name == "dp" || name == "tp"; }
+
+// The stride of `axis`: the product of the sizes of the axes after it.
+int64_t stride_of(const std::vector<int64_t> &sizes, int64_t axis) {
+  int64_t stride = 1;
+  for (size_t a = static_cast<size_t>(axis) + 1; a < sizes.size(); ++a) stride *= sizes[a];
+  return stride;
+}
+
+std::string grid_text(const std::vector<std::string> &names, const std::vector<int64_t> &sizes) {
+  std::string text;
+  for (size_t a = 0; a < names.size(); ++a)
+    text += (a ? ", " : "") + names[a] + "=" + std::to_string(sizes[a]);
+  return text.empty() ? "no axes" : text;
+}
+
+// The communicator of the current grid's axis `axis`; `grid` keeps it alive.
+Communicator &axis_comm(const char *op, int64_t axis, std::shared_ptr<Grid> &grid) {
+  grid = current_grid();
+  if (axis < 0 || axis >= grid->axis_count())
     throw Error(std::string("dsrt::") + op + ": grid axis " + std::to_string(axis) +
-                " does not exist (only axis 0, \"dp\", is supported)");
-  return Communicator::world();
+                " does not exist (the grid has " + std::to_string(grid->axis_count()) +
+                (grid->axis_count() == 1 ? " axis: " : " axes: ") + grid->str() + ")");
+  return grid->comm(axis);
 }
 
 void check_same_type(const char *op, const Tensor &in, const Tensor &out) {
@@ -54,7 +74,8 @@ void check_chunks(const char *op, const char *whole_name, const Tensor &whole,
 //===--- collectives ---------------------------------------------------------===//
 
 void all_reduce(Stream &s, const Tensor &in, const Tensor &out, ReduceOp op, int64_t axis) {
-  Communicator &comm = axis_comm("all_reduce", axis);
+  std::shared_ptr<Grid> grid;
+  Communicator &comm = axis_comm("all_reduce", axis, grid);
   check_reducible("all_reduce", in, out);
   if (in.numel() != out.numel())
     throw Error("dsrt::all_reduce: in " + text(in) + " and out " + text(out) +
@@ -63,7 +84,8 @@ void all_reduce(Stream &s, const Tensor &in, const Tensor &out, ReduceOp op, int
 }
 
 void all_gather(Stream &s, const Tensor &in, const Tensor &out, int64_t axis) {
-  Communicator &comm = axis_comm("all_gather", axis);
+  std::shared_ptr<Grid> grid;
+  Communicator &comm = axis_comm("all_gather", axis, grid);
   check_same_type("all_gather", in, out);
   check_chunks("all_gather", "out", out, "in", in, comm.size());
   // With out.numel() a multiple of the size, the ring chunks are the equal
@@ -73,14 +95,16 @@ void all_gather(Stream &s, const Tensor &in, const Tensor &out, int64_t axis) {
 
 void reduce_scatter(Stream &s, const Tensor &in, const Tensor &out, ReduceOp op,
                     int64_t axis) {
-  Communicator &comm = axis_comm("reduce_scatter", axis);
+  std::shared_ptr<Grid> grid;
+  Communicator &comm = axis_comm("reduce_scatter", axis, grid);
   check_reducible("reduce_scatter", in, out);
   check_chunks("reduce_scatter", "in", in, "out", out, comm.size());
   comm.reduce_scatter(s, in, out, op);
 }
 
 void all_slice(Stream &s, const Tensor &in, const Tensor &out, int64_t axis) {
-  Communicator &comm = axis_comm("all_slice", axis);
+  std::shared_ptr<Grid> grid;
+  Communicator &comm = axis_comm("all_slice", axis, grid);
   check_same_type("all_slice", in, out);
   check_chunks("all_slice", "in", in, "out", out, comm.size());
   detail::begin_kernel(s);
@@ -229,7 +253,8 @@ void copy_bytes(void *dst, const void *src, size_t bytes) {
 
 void all_reduce_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
                        int64_t n_outs, const Tensor &staging, ReduceOp op, int64_t axis) {
-  Communicator &comm = axis_comm("all_reduce_bucket", axis);
+  std::shared_ptr<Grid> grid;
+  Communicator &comm = axis_comm("all_reduce_bucket", axis, grid);
   std::shared_ptr<Bucket> b = check_bucket("all_reduce_bucket", BucketKind::AllReduce, ins,
                                            n_ins, outs, n_outs, staging, true, comm.size());
   CommHooks hooks;
@@ -246,7 +271,8 @@ void all_reduce_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor
 
 void reduce_scatter_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
                            int64_t n_outs, const Tensor &staging, ReduceOp op, int64_t axis) {
-  Communicator &comm = axis_comm("reduce_scatter_bucket", axis);
+  std::shared_ptr<Grid> grid;
+  Communicator &comm = axis_comm("reduce_scatter_bucket", axis, grid);
   const int ranks = comm.size(), rank = comm.rank();
   std::shared_ptr<Bucket> b = check_bucket("reduce_scatter_bucket", BucketKind::ReduceScatter,
                                            ins, n_ins, outs, n_outs, staging, true, ranks);
@@ -272,7 +298,8 @@ void reduce_scatter_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Te
 
 void all_gather_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
                        int64_t n_outs, const Tensor &staging, int64_t axis) {
-  Communicator &comm = axis_comm("all_gather_bucket", axis);
+  std::shared_ptr<Grid> grid;
+  Communicator &comm = axis_comm("all_gather_bucket", axis, grid);
   const int ranks = comm.size(), rank = comm.rank();
   std::shared_ptr<Bucket> b = check_bucket("all_gather_bucket", BucketKind::AllGather, ins,
                                            n_ins, outs, n_outs, staging, false, ranks);
@@ -291,6 +318,50 @@ void all_gather_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor
   };
   Tensor mine{b->staging + rank * b->chunk * b->esize, staging.dtype, Shape{b->chunk}};
   comm.all_gather(s, mine, staging, hooks);
+}
+
+//===--- point to point ----------------------------------------------------------===//
+
+void send_recv(Stream &s, const Tensor *sends, const int64_t *send_peers, int64_t n_sends,
+               const Tensor *recvs, const int64_t *recv_peers, int64_t n_recvs, int64_t axis) {
+  std::shared_ptr<Grid> grid;
+  Communicator &comm = axis_comm("send_recv", axis, grid);
+  const std::string t = "dsrt::send_recv: ";
+  const std::string axis_name = grid->names()[static_cast<size_t>(axis)];
+  if (n_sends < 0 || n_recvs < 0)
+    throw Error(t + std::to_string(n_sends) + " sends and " + std::to_string(n_recvs) +
+                " receives: counts cannot be negative");
+  if ((n_sends > 0 && (!sends || !send_peers)) || (n_recvs > 0 && (!recvs || !recv_peers)))
+    throw Error(t + "a tensor or peer array is null");
+  std::vector<P2POp> ops;
+  auto add = [&](CommOp op, const Tensor &x, int64_t peer, int64_t i) {
+    const char *kind = op == CommOp::Send ? "send" : "recv";
+    const std::string what = std::string(kind) + "[" + std::to_string(i) + "] " + text(x) +
+                             (op == CommOp::Send ? " to " : " from ") + axis_name + " " +
+                             std::to_string(peer);
+    if (peer < 0 || peer >= comm.size() || peer == comm.rank())
+      throw Error(t + what + ": the peer must be another coordinate of axis " +
+                  std::to_string(axis) + " (" + axis_name + ", size " +
+                  std::to_string(comm.size()) + "); this rank is " + axis_name + " " +
+                  std::to_string(comm.rank()));
+    if (x.numel() > 0 && !x.data) throw Error(t + what + ": the tensor has no memory");
+    ops.push_back(P2POp{op, x, static_cast<int>(peer)});
+  };
+  for (int64_t i = 0; i < n_sends; ++i) add(CommOp::Send, sends[i], send_peers[i], i);
+  for (int64_t i = 0; i < n_recvs; ++i) add(CommOp::Recv, recvs[i], recv_peers[i], i);
+  // A receive writes its buffer while the others are read or written.
+  for (int64_t i = 0; i < n_recvs; ++i) {
+    for (int64_t j = 0; j < n_sends; ++j)
+      if (overlap(recvs[i], sends[j]))
+        throw Error(t + "recv[" + std::to_string(i) + "] " + text(recvs[i]) + " from " +
+                    axis_name + " " + std::to_string(recv_peers[i]) + " overlaps send[" +
+                    std::to_string(j) + "] " + text(sends[j]));
+    for (int64_t j = i + 1; j < n_recvs; ++j)
+      if (overlap(recvs[i], recvs[j]))
+        throw Error(t + "recv[" + std::to_string(i) + "] " + text(recvs[i]) + " and recv[" +
+                    std::to_string(j) + "] " + text(recvs[j]) + " overlap");
+  }
+  comm.send_recv(s, ops);
 }
 
 //===--- overlapping collectives with compute --------------------------------===//
@@ -328,6 +399,156 @@ void collective_wait(Program &p, int64_t index) {
 
 void collectives_done(Program &p) { p.comm.synchronize(); }
 
+//===--- the grid ---------------------------------------------------------------===//
+
+int64_t grid_coordinate(const ProgramInfo &info, int rank, int64_t axis) {
+  const int64_t axes = static_cast<int64_t>(info.grid_sizes.size());
+  if (axis < 0 || axis >= axes)
+    throw Error("dsrt::grid_coordinate: grid axis " + std::to_string(axis) +
+                " does not exist (the grid has " + grid_text(info.grid_names, info.grid_sizes) +
+                ")");
+  if (rank < 0 || rank >= info.world)
+    throw Error("dsrt::grid_coordinate: rank " + std::to_string(rank) + " is not one of the " +
+                std::to_string(info.world) + " ranks of the grid");
+  return (rank / stride_of(info.grid_sizes, axis)) % info.grid_sizes[static_cast<size_t>(axis)];
+}
+
+int grid_rank(const ProgramInfo &info, const std::vector<int64_t> &coordinates) {
+  if (coordinates.size() != info.grid_sizes.size())
+    throw Error("dsrt::grid_rank: " + std::to_string(coordinates.size()) +
+                " coordinates for a grid of " + std::to_string(info.grid_sizes.size()) +
+                " axes (" + grid_text(info.grid_names, info.grid_sizes) + ")");
+  int64_t rank = 0;
+  for (size_t a = 0; a < coordinates.size(); ++a) {
+    if (coordinates[a] < 0 || coordinates[a] >= info.grid_sizes[a])
+      throw Error("dsrt::grid_rank: coordinate " + std::to_string(coordinates[a]) + " of axis " +
+                  info.grid_names[a] + " is outside 0.." +
+                  std::to_string(info.grid_sizes[a] - 1));
+    rank = rank * info.grid_sizes[a] + coordinates[a];
+  }
+  return static_cast<int>(rank);
+}
+
+Grid::Grid(std::vector<std::string> names, std::vector<int64_t> sizes, Communicator &world)
+    : names_(std::move(names)), sizes_(std::move(sizes)), world_(world) {
+  const std::string t = "dsrt::Grid: ";
+  if (names_.size() != sizes_.size() || names_.empty())
+    throw Error(t + std::to_string(names_.size()) + " axis names for " +
+                std::to_string(sizes_.size()) + " sizes; a grid has at least one axis");
+  std::set<std::string> seen;
+  int64_t product = 1;
+  for (size_t a = 0; a < names_.size(); ++a) {
+    if (!known_axis(names_[a]) || !seen.insert(names_[a]).second)
+      throw Error(t + "axes " + grid_text(names_, sizes_) +
+                  ": the names must be distinct axes among pp, dp and tp");
+    if (sizes_[a] < 1)
+      throw Error(t + "axis " + names_[a] + " has size " + std::to_string(sizes_[a]));
+    product *= sizes_[a];
+  }
+  if (product != world.size())
+    throw Error(t + "axes " + grid_text(names_, sizes_) + " make " + std::to_string(product) +
+                " ranks but the communicator has " + std::to_string(world.size()));
+  const int rank = world.rank();
+  for (int64_t a = 0; a < axis_count(); ++a) {
+    if (sizes_[static_cast<size_t>(a)] == world.size()) {
+      comms_.push_back(&world);  // the axis is the world, in the world's order
+      continue;
+    }
+    // The axis' group: the ranks with this rank's other coordinates, which
+    // share the rank less its term along the axis.
+    const int64_t stride = stride_of(sizes_, a);
+    const int64_t coordinate = (rank / stride) % sizes_[static_cast<size_t>(a)];
+    const int color = static_cast<int>(rank - coordinate * stride);
+    owned_.push_back(Communicator::split(world, color, static_cast<int>(coordinate)));
+    comms_.push_back(owned_.back().get());
+  }
+}
+
+Grid::~Grid() = default;
+
+int64_t Grid::axis(const std::string &name) const {
+  for (size_t a = 0; a < names_.size(); ++a)
+    if (names_[a] == name) return static_cast<int64_t>(a);
+  return -1;
+}
+
+namespace {
+void check_axis(const Grid &grid, const char *what, int64_t axis) {
+  if (axis < 0 || axis >= grid.axis_count())
+    throw Error(std::string("dsrt::Grid::") + what + ": grid axis " + std::to_string(axis) +
+                " does not exist (the grid has " + grid.str() + ")");
+}
+}  // namespace
+
+int64_t Grid::size(int64_t axis) const {
+  check_axis(*this, "size", axis);
+  return sizes_[static_cast<size_t>(axis)];
+}
+
+int64_t Grid::coordinate(int64_t axis) const {
+  check_axis(*this, "coordinate", axis);
+  return comms_[static_cast<size_t>(axis)]->rank();
+}
+
+Communicator &Grid::comm(int64_t axis) const {
+  check_axis(*this, "comm", axis);
+  return *comms_[static_cast<size_t>(axis)];
+}
+
+std::vector<Communicator *> Grid::communicators() const {
+  std::vector<Communicator *> all{&world_};
+  for (const auto &owned : owned_) all.push_back(owned.get());
+  return all;
+}
+
+std::string Grid::str() const { return grid_text(names_, sizes_); }
+
+namespace {
+struct CurrentGrid {
+  std::mutex mutex;
+  std::shared_ptr<Grid> grid;
+};
+CurrentGrid &current() {
+  // The world first, so that it outlives the grids held here (its
+  // destructor finalizes MPI).
+  Communicator::world();
+  static CurrentGrid state;
+  return state;
+}
+}  // namespace
+
+std::shared_ptr<Grid> current_grid() {
+  CurrentGrid &state = current();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (!state.grid) {
+    Communicator &world = Communicator::world();
+    state.grid = std::make_shared<Grid>(std::vector<std::string>{"dp"},
+                                        std::vector<int64_t>{world.size()}, world);
+  }
+  return state.grid;
+}
+
+void set_current_grid(std::shared_ptr<Grid> grid) {
+  CurrentGrid &state = current();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.grid = std::move(grid);
+}
+
+void use_program_grid(const ProgramInfo &info) {
+  std::vector<std::string> names = info.grid_names;
+  std::vector<int64_t> sizes = info.grid_sizes;
+  if (names.empty()) {
+    names = {"dp"};
+    sizes = {1};
+  }
+  {
+    CurrentGrid &state = current();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    if (state.grid && state.grid->names() == names && state.grid->sizes() == sizes) return;
+  }
+  set_current_grid(std::make_shared<Grid>(names, sizes, Communicator::world()));
+}
+
 //===--- describe -------------------------------------------------------------===//
 
 void set_grid(ProgramInfo &info, const char *axis_names, const int64_t *sizes,
@@ -347,8 +568,9 @@ void set_grid(ProgramInfo &info, const char *axis_names, const int64_t *sizes,
   std::set<std::string> seen;
   int64_t world = 1;
   for (int64_t i = 0; i < axis_count; ++i) {
-    if (names[i].empty() || !seen.insert(names[i]).second)
-      throw Error("set_grid: axis names '" + all + "' must be distinct and non-empty");
+    if (!known_axis(names[i]) || !seen.insert(names[i]).second)
+      throw Error("set_grid: axis names '" + all + "' must be distinct axes among pp, dp and "
+                  "tp");
     if (sizes[i] < 1)
       throw Error("set_grid: axis '" + names[i] + "' has size " + std::to_string(sizes[i]) +
                   "; sizes must be at least 1");

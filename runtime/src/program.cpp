@@ -441,6 +441,8 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     if (info.world != 1)
       throw Error("the program was compiled for " + std::to_string(info.world) +
                   " ranks; `run` executes single-rank forward programs only");
+    // The kernels' axes (all of size 1) for a program that has a grid.
+    if (!info.grid_names.empty()) use_program_grid(info);
 
     Program program;
     program.info = &info;

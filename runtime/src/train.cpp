@@ -363,11 +363,17 @@ void run_function(Program &program, RunFn run, int index) {
 
 //===--- data parallelism: what the runner exchanges between ranks ----------===//
 
-// The program must run on as many ranks as its grid has.
+// The program must run on as many ranks as its grid has, and be
+// data-parallel: every axis but dp of size 1.
 void check_grid(const ProgramInfo &info, int job_ranks) {
-  if (info.grid_names.size() > 1 || (info.grid_names.size() == 1 && info.grid_names[0] != "dp"))
-    throw Error("the program's grid has axes other than 'dp'; this runtime runs data-parallel "
-                "grids (one axis, dp) only");
+  if (info.axis_size("pp") > 1)
+    throw Error("pipeline programs are not supported by this runtime yet (the grid has pp=" +
+                std::to_string(info.axis_size("pp")) +
+                "; train runs data-parallel grids, where every axis but dp has size 1)");
+  if (info.axis_size("tp") > 1)
+    throw Error("tensor-parallel programs are not supported by this runtime yet (the grid has "
+                "tp=" + std::to_string(info.axis_size("tp")) +
+                "; train runs data-parallel grids, where every axis but dp has size 1)");
   if (info.world == job_ranks) return;
   std::string grid;
   for (size_t i = 0; i < info.grid_names.size(); ++i)
@@ -394,6 +400,12 @@ struct CommTally {
     }
     return t;
   }
+  // Summed over every communicator of a grid.
+  static CommTally of(const Grid &grid) {
+    CommTally t;
+    for (const Communicator *comm : grid.communicators()) t += of(*comm);
+    return t;
+  }
   CommTally &operator+=(const CommTally &o) {
     for (int op = 0; op < kNumCommOps; ++op) {
       calls[op] += o.calls[op];
@@ -413,9 +425,13 @@ struct CommTally {
   }
 };
 
-// The kinds the log's summary reports, always all three.
-constexpr CommOp kSummaryOps[] = {CommOp::AllReduce, CommOp::AllGather, CommOp::ReduceScatter};
-constexpr int kSummaryFields = 1 + 3 * 3;  // arena peak, then sent/received/calls per kind
+// The kinds the log's summary reports: the first three always, send and
+// recv when some rank used them.
+constexpr CommOp kSummaryOps[] = {CommOp::AllReduce, CommOp::AllGather, CommOp::ReduceScatter,
+                                  CommOp::Send, CommOp::Recv};
+constexpr int kSummaryKinds = 5, kAlwaysSummarized = 3;
+// Arena peak, then sent/received/calls per kind.
+constexpr int kSummaryFields = 1 + 3 * kSummaryKinds;
 
 // Thrown once a rank's failure has been reported on every rank.
 struct ReportedFailure {};
@@ -489,11 +505,15 @@ private:
 std::string summary_json(int64_t steps, int world, const std::vector<int64_t> &all) {
   std::string out = "{\"summary\": true, \"steps\": " + std::to_string(steps) +
                     ", \"world\": " + std::to_string(world) + ", \"ranks\": [";
+  int kinds = kAlwaysSummarized;
+  for (int r = 0; r < world; ++r)
+    for (int k = kAlwaysSummarized; k < kSummaryKinds; ++k)
+      if (all[static_cast<size_t>(r) * kSummaryFields + 3 + 3 * k] > 0) kinds = kSummaryKinds;
   for (int r = 0; r < world; ++r) {
     const int64_t *v = all.data() + static_cast<size_t>(r) * kSummaryFields;
     out += std::string(r ? ", " : "") + "{\"rank\": " + std::to_string(r) +
            ", \"arena_peak_bytes\": " + std::to_string(v[0]) + ", \"collective_bytes\": {";
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < kinds; ++k) {
       const int64_t *c = v + 1 + 3 * k;
       out += std::string(k ? ", " : "") + "\"" + comm_op_name(kSummaryOps[k]) +
              "\": {\"sent\": " + std::to_string(c[0]) + ", \"received\": " +
@@ -518,9 +538,19 @@ int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     Communicator &comm = Communicator::world();
     check_grid(info, comm.size());
     check_training_program(info);
+    // The kernels' axis communicators (collective: every rank got here).
+    use_program_grid(info);
+    const std::shared_ptr<Grid> grid = current_grid();
     const TrainInfo &train = info.train;
     const int rank = comm.rank();
+    // check_grid leaves only dp > 1, so the world is the dp group: the
+    // runner's own exchanges below (errors, losses, the summary, sharded
+    // parameters) run on the world, in dp order.
     const int64_t ranks = info.world;
+    // Data and dropout masks follow the rank's place along dp.
+    const int64_t dp = info.dp_size();
+    const int64_t dp_axis = info.grid_axis("dp");
+    const int64_t dp_rank = dp_axis < 0 ? 0 : grid->coordinate(dp_axis);
     const bool rank0 = rank == 0;
     const int micro_index = find_function_index(info, "micro_step");
     const int optimizer_index = find_function_index(info, "optimizer_step");
@@ -545,7 +575,7 @@ int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     Tracer tracer;
     std::string setup_error;
     try {
-      data = load_data(micro, options.data, train.accumulation_steps, ranks);
+      data = load_data(micro, options.data, train.accumulation_steps, dp);
       batches = data.empty() ? 1 : data.front().batches;
 
       // Refuse a model that cannot be saved before training, not after.
@@ -568,7 +598,7 @@ int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
       program.arena = arena.get();
       if (!options.trace.empty()) program.tracer = &tracer;
 
-      load_params(program, options.weights, rank);
+      load_params(program, options.weights, dp_rank);
       for (const ValueInfo &state : info.states) {
         Tensor slot{program.arena + state.offset, state.dtype, state.shape};
         program.memory.acquire(state.offset, slot_size(info, slot.nbytes()));
@@ -580,11 +610,11 @@ int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     exchange.agree(setup_error, "before training");
 
     const int64_t k = train.accumulation_steps;
-    const int64_t samples_per_step = train.micro_batch * k * ranks;
+    const int64_t samples_per_step = train.micro_batch * k * dp;
     const int64_t print_every = train.steps_per_print;
     // The program's collectives are what the counters gain over the run less
     // what the runner's own exchanges add.
-    const CommTally comm_start = CommTally::of(comm);
+    const CommTally comm_start = CommTally::of(*grid);
     const CommTally runner_start = exchange.own();
     uint64_t micro_steps_run = 0;
     double total_us = 0;
@@ -598,8 +628,8 @@ int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
       std::string step_error;
       try {
         for (int64_t micro_batch = 0; micro_batch < k; ++micro_batch) {
-          // This rank's micro-batches of the global batch: rank * k ...
-          const int64_t global_micro = rank * k + micro_batch;
+          // This rank's micro-batches of the global batch: dp_rank * k ...
+          const int64_t global_micro = dp_rank * k + micro_batch;
           for (const InputData &item : data) {
             const ValueInfo &input = *item.input;
             program.memory.acquire(input.offset, slot_size(info, item.micro_bytes));
@@ -610,9 +640,9 @@ int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
                         item.micro_bytes);
           }
           // The masks of the same micro-batch in a single-rank run with
-          // ranks * k accumulation steps.
+          // dp * k accumulation steps.
           set_rng_counter((options.seed << 32) +
-                          static_cast<uint64_t>((step - 1) * ranks * k + global_micro));
+                          static_cast<uint64_t>((step - 1) * dp * k + global_micro));
           run_function(program, micro_step, micro_index);
           ++micro_steps_run;
           if (program.outputs.empty() || !program.outputs[0].data)
@@ -698,10 +728,10 @@ int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
 
     // The program's collectives over the whole run, and every rank's arena
     // peak, gathered to rank 0 for the log's summary line.
-    const CommTally used = (CommTally::of(comm) - comm_start) - (exchange.own() - runner_start);
+    const CommTally used = (CommTally::of(*grid) - comm_start) - (exchange.own() - runner_start);
     std::vector<int64_t> mine(kSummaryFields), all(static_cast<size_t>(ranks * kSummaryFields));
     mine[0] = program.memory.high_water_mark();
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < kSummaryKinds; ++i) {
       const int op = static_cast<int>(kSummaryOps[i]);
       mine[1 + 3 * i] = used.sent[op];
       mine[2 + 3 * i] = used.received[op];

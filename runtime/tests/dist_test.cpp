@@ -855,6 +855,14 @@ namespace dp {
 
 float w0[3] = {1.0f, -2.0f, 0.5f};
 int64_t grid_size = 1;
+// The grid "pp,dp" with pp_size stages instead of "dp" (pp_size 1: the same
+// data-parallel program; more: a pipeline grid train refuses).
+bool pp_grid = false;
+int64_t pp_size = 1;
+int64_t dp_axis = 0;
+// The optimizer step also passes a value around the dp ring with send_recv
+// (on 2 ranks or more), so that the summary reports send and recv.
+bool ring = false;
 // The same program with its collectives on the communication stream, the
 // gather and the reduce-scatter bucketed through staging slots (as dsopt
 // generates them for overlap).
@@ -866,7 +874,12 @@ int64_t shard() { return (3 + grid_size - 1) / grid_size; }
 
 void describe(dsrt::ProgramInfo &info) {
   dsrt::set_model(info, model.c_str());
-  dsrt::set_grid(info, "dp", &grid_size, 1);
+  if (pp_grid) {
+    const int64_t sizes[2] = {pp_size, grid_size};
+    dsrt::set_grid(info, "pp,dp", sizes, 2);
+  } else {
+    dsrt::set_grid(info, "dp", &grid_size, 1);
+  }
   dsrt::set_memory_plan(info, 512, 128, 512, 64);
   dsrt::add_param_data(info, "w", dsrt::view_static(w0, DType::F32, {3}), 0, true);
   dsrt::set_param_shard(info, 3, {3});
@@ -891,14 +904,14 @@ void micro_step(dsrt::Program &p) {
     auto ins = dsrt::tensor_array(dsrt::view(a, 0, DType::F32, {s}));
     auto outs = dsrt::tensor_array(dsrt::view(a, 192, DType::F32, {n * s}));
     dsrt::all_gather_bucket(dsrt::comm_stream(p), dsrt::data(ins), 1, dsrt::data(outs), 1,
-                            dsrt::view(a, 256, DType::F32, {n * s}), 0);
+                            dsrt::view(a, 256, DType::F32, {n * s}), dp_axis);
     dsrt::collective_issued(p, 0);
     dsrt::collective_wait(p, 0);
     dsrt::begin_generated_kernel(dsrt::stream(p));
     dsrt::release(p, 256);
   } else {
     dsrt::all_gather(dsrt::stream(p), dsrt::view(a, 0, DType::F32, {s}),
-                     dsrt::view(a, 192, DType::F32, {n * s}), 0);
+                     dsrt::view(a, 192, DType::F32, {n * s}), dp_axis);
     dsrt::stream(p).synchronize();
   }
   const float *wfull = reinterpret_cast<const float *>(a + 192);
@@ -928,14 +941,14 @@ void optimizer_step(dsrt::Program &p) {
     auto ins = dsrt::tensor_array(dsrt::view(a, 256, DType::F32, {n * s}));
     auto outs = dsrt::tensor_array(dsrt::view(a, 320, DType::F32, {s}));
     dsrt::reduce_scatter_bucket(dsrt::comm_stream(p), dsrt::data(ins), 1, dsrt::data(outs), 1,
-                                dsrt::view(a, 384, DType::F32, {n * s}), ReduceOp::Sum, 0);
+                                dsrt::view(a, 384, DType::F32, {n * s}), ReduceOp::Sum, dp_axis);
     dsrt::collective_issued(p, 0);
     dsrt::collective_wait(p, 0);
     dsrt::begin_generated_kernel(st);
     dsrt::release(p, 384);
   } else {
     dsrt::reduce_scatter(st, dsrt::view(a, 256, DType::F32, {n * s}),
-                         dsrt::view(a, 320, DType::F32, {s}), ReduceOp::Sum, 0);
+                         dsrt::view(a, 320, DType::F32, {s}), ReduceOp::Sum, dp_axis);
     st.synchronize();
   }
   const float *g = reinterpret_cast<const float *>(a + 320);
@@ -945,14 +958,23 @@ void optimizer_step(dsrt::Program &p) {
   for (int64_t i = 0; i < s; ++i) *sq += g[i] * g[i];
   if (overlap) {
     dsrt::all_reduce(dsrt::comm_stream(p), dsrt::view(a, 384, DType::F32, {1}),
-                     dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, 0);
+                     dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, dp_axis);
     dsrt::collective_issued(p, 1);
     dsrt::collective_wait(p, 1);
     dsrt::begin_generated_kernel(st);
   } else {
     dsrt::all_reduce(st, dsrt::view(a, 384, DType::F32, {1}),
-                     dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, 0);
+                     dsrt::view(a, 384, DType::F32, {1}), ReduceOp::Sum, dp_axis);
     st.synchronize();
+  }
+  if (ring && n > 1) {
+    const int64_t me = dsrt::current_grid()->coordinate(dp_axis);
+    float mine = static_cast<float>(me), got = -1;
+    Tensor send{&mine, DType::F32, Shape{1}}, recv{&got, DType::F32, Shape{1}};
+    const int64_t next = (me + 1) % n, prev = (me + n - 1) % n;
+    dsrt::send_recv(st, &send, &next, 1, &recv, &prev, 1, dp_axis);
+    st.synchronize();
+    if (got != static_cast<float>(prev)) throw dsrt::Error("the ring passed the wrong value");
   }
   const float lr = *reinterpret_cast<const float *>(a + 128);
   float *w = reinterpret_cast<float *>(a);
@@ -994,6 +1016,10 @@ protected:
   void SetUp() override {
     RankDir::SetUp();
     dp::grid_size = N();
+    dp::pp_grid = false;
+    dp::pp_size = 1;
+    dp::dp_axis = 0;
+    dp::ring = false;
     dp::overlap = false;
     dp::counters.clear();
     dp::model = path("model.onnx");
@@ -1111,6 +1137,18 @@ void DataParallelTrain::expect_the_single_rank_run() {
     } wants[] = {{"all_gather", CommOp::AllGather, n * s, steps * k},
                  {"reduce_scatter", CommOp::ReduceScatter, n * s, steps},
                  {"all_reduce", CommOp::AllReduce, 1, steps}};
+    // send and recv only when the program used them.
+    if (dp::ring && n > 1) {
+      for (CommOp op : {CommOp::Send, CommOp::Recv}) {
+        const dsrt_test::Json &got = bytes.at(dsrt::comm_op_name(op));
+        EXPECT_EQ(got.at("calls").as_int(), steps) << dsrt::comm_op_name(op) << " rank " << r;
+        EXPECT_EQ(got.at("sent").as_int(), op == CommOp::Send ? 4 * steps : 0);
+        EXPECT_EQ(got.at("received").as_int(), op == CommOp::Recv ? 4 * steps : 0);
+      }
+    } else {
+      EXPECT_EQ(bytes.find("send"), nullptr) << "rank " << r;
+      EXPECT_EQ(bytes.find("recv"), nullptr) << "rank " << r;
+    }
     for (const Want &want : wants) {
       dsrt::CommVolume v = dsrt::comm_volume(want.op, DType::F32, want.total, n, r);
       const dsrt_test::Json &got = bytes.at(want.name);
@@ -1134,6 +1172,30 @@ TEST_F(DataParallelTrain, CollectivesOnTheCommunicationStreamInBucketsGiveTheSam
   // One bucket per collective: the same calls and bytes as unbucketed.
   dp::overlap = true;
   expect_the_single_rank_run();
+}
+
+TEST_F(DataParallelTrain, APpDpGridWithOneStageGivesTheSameRun) {
+  // dp is axis 1 of "pp,dp"; pp = 1 puts every rank in one stage.
+  dp::pp_grid = true;
+  dp::dp_axis = 1;
+  expect_the_single_rank_run();
+}
+
+TEST_F(DataParallelTrain, TheSummaryCountsSendAndRecvWhenTheProgramUsesThem) {
+  dp::ring = true;
+  expect_the_single_rank_run();
+}
+
+TEST_F(DataParallelTrain, PipelineGridsAreRefusedClearly) {
+  dp::pp_grid = true;
+  dp::pp_size = 2;
+  dp::dp_axis = 1;
+  EXPECT_EQ(train({"--data", path("data"), "--steps", "1"}), 1);
+  EXPECT_NE(err_.find("error: pipeline programs are not supported by this runtime yet (the grid "
+                      "has pp=2"),
+            std::string::npos)
+      << err_;
+  EXPECT_TRUE(dp::counters.empty());
 }
 
 TEST_F(DataParallelTrain, TheJobMustHaveTheProgramsRanks) {

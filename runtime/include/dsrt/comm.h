@@ -110,6 +110,19 @@ public:
   // finalized at exit.
   static Communicator &world();
 
+  // The communicator of a group of `parent`'s ranks: those that pass the
+  // same `color` (>= 0) form one communicator, ranked by `key` and then by
+  // their rank in `parent`. Collective over `parent`: every rank of it must
+  // call split, in the same order relative to its other operations (it is
+  // one of them: checked by the same header exchange, so a rank that issues
+  // something else fails on every rank). Blocks until the new communicator
+  // exists. It has its own communication thread, issue order, counters,
+  // options (copied from `parent`'s) and failure state; with MPI it uses a
+  // duplicate of `parent`'s MPI communicator, so its messages never mix with
+  // another communicator's. Splitting a world of one without MPI gives a
+  // world of one. Destroy it only when nothing issued on it is pending.
+  static std::unique_ptr<Communicator> split(Communicator &parent, int color, int key);
+
   ~Communicator();
   Communicator(const Communicator &) = delete;
   Communicator &operator=(const Communicator &) = delete;
@@ -156,6 +169,7 @@ public:
 
 private:
   Communicator();
+  explicit Communicator(std::unique_ptr<detail::CommEngine> engine);
   std::unique_ptr<detail::CommEngine> engine_;
 };
 

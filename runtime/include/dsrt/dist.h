@@ -1,13 +1,18 @@
 // dsrt: data-parallel programs (SPMD over the ranks of a device grid).
 //
-// A program compiled for data parallelism runs as one process per rank
-// (mpirun -np W). Every rank runs the same generated code; the kernels below
-// exchange values along one axis of the program's grid, which for now has a
-// single axis "dp" as large as the job. ZeRO stages shard optimizer state,
-// gradients and parameters along that axis: a sharded tensor is flattened,
-// zero-padded to W * s elements and rank r holds elements [r*s, (r+1)*s).
+// A program compiled for W ranks runs as one process per rank (mpirun -np
+// W). Its device grid has named axes among "pp", "dp" and "tp" whose sizes
+// multiply to W; ranks are laid out row-major over the axes in the order
+// set_grid names them (grid_coordinate). Every rank runs the same generated
+// code; the kernels below exchange values along one axis of the grid, among
+// the ranks that differ only in their coordinate on that axis. ZeRO stages
+// shard optimizer state, gradients and parameters along "dp": a sharded
+// tensor is flattened, zero-padded to dp * s elements and the rank with dp
+// coordinate d holds elements [d*s, (d+1)*s).
 //
-// The collective kernels issue on Communicator::world() and return at once;
+// The collective kernels issue on the axis' communicator of the current
+// grid (current_grid: the program's, installed by train_main and
+// forward_main, or one axis "dp" as large as the job) and return at once;
 // they complete asynchronously on the stream, like the Communicator API, and
 // later kernels on the stream wait for them. Arguments are checked when the
 // kernel is issued (a dsrt::Error naming the op and the shapes); errors that
@@ -22,14 +27,90 @@
 #include "dsrt/tensor.h"
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 namespace dsrt {
 
 struct ProgramInfo;
+class Communicator;
+
+//===--- the grid ----------------------------------------------------------------===//
+// Layout: rank = sum over axes a of coordinate[a] * stride[a], where
+// stride[a] is the product of the sizes of the axes after a: the last axis
+// varies fastest. For "pp,dp" with sizes {P, D}: rank = pp * D + dp, so the
+// ranks of one pipeline stage are consecutive. A program without a grid has
+// no axes and one rank.
+
+// The coordinate of `rank` (0 <= rank < info.world) along grid axis `axis`
+// (an index into info.grid_names).
+int64_t grid_coordinate(const ProgramInfo &info, int rank, int64_t axis);
+// The inverse: the rank at `coordinates`, one per axis in info.grid_names
+// order.
+int grid_rank(const ProgramInfo &info, const std::vector<int64_t> &coordinates);
+
+// A grid over the ranks of a communicator (the job's world), with one
+// communicator per axis: the ranks that differ only in that axis'
+// coordinate, ranked by it (the axis communicator's rank is this rank's
+// coordinate). An axis as large as the world uses the world communicator
+// itself (a one-axis "dp" grid collects exactly as the world does: same
+// counters, same bytes); every other axis gets a communicator split from it.
+class Grid {
+public:
+  // Collective over `world`: every rank of it constructs the same grid at
+  // the same point of its operations (the splits are world operations).
+  // Throws when the sizes do not multiply to world.size() or the names are
+  // not distinct axes among "pp", "dp", "tp".
+  Grid(std::vector<std::string> names, std::vector<int64_t> sizes, Communicator &world);
+  ~Grid();
+  Grid(const Grid &) = delete;
+  Grid &operator=(const Grid &) = delete;
+
+  int64_t axis_count() const { return static_cast<int64_t>(names_.size()); }
+  const std::vector<std::string> &names() const { return names_; }
+  const std::vector<int64_t> &sizes() const { return sizes_; }
+  // The index of the axis called `name`, -1 when the grid has none.
+  int64_t axis(const std::string &name) const;
+  int64_t size(int64_t axis) const;
+  // This rank's coordinate along `axis`.
+  int64_t coordinate(int64_t axis) const;
+  Communicator &world() const { return world_; }
+  Communicator &comm(int64_t axis) const;
+  // Every distinct communicator of the grid, the world first (for counting
+  // what the program's collectives moved).
+  std::vector<Communicator *> communicators() const;
+  // "pp=2, dp=2"
+  std::string str() const;
+
+private:
+  std::vector<std::string> names_;
+  std::vector<int64_t> sizes_;
+  Communicator &world_;
+  std::vector<std::unique_ptr<Communicator>> owned_;
+  std::vector<Communicator *> comms_;
+};
+
+// The grid the kernels below run on. Process-wide state, since the kernels
+// only get a stream and an axis index: train_main and forward_main install
+// the program's grid before running it (use_program_grid). Until then, and
+// after set_current_grid(nullptr), it is one axis "dp" as large as the
+// job's world, made on first use (no communication).
+std::shared_ptr<Grid> current_grid();
+// Installs `grid` (nullptr: the default). Set it between runs, not while
+// kernels are being issued on other threads.
+void set_current_grid(std::shared_ptr<Grid> grid);
+// Installs the grid of info (one axis "dp" of size 1 for a program without
+// a grid), unless the current grid already has its axes and sizes.
+// Collective over Communicator::world() when it makes a grid that needs
+// split communicators.
+void use_program_grid(const ProgramInfo &info);
 
 //===--- kernels called by generated code -----------------------------------===//
-// `axis` is the grid axis the collective runs along; only axis 0 ("dp", the
-// whole world) exists for now, any other throws.
+// `axis` is the index of the current grid's axis the collective runs along
+// (among the ranks that differ only in that coordinate; "ranks" and "size"
+// below are that axis' ranks and size, rank r is the coordinate r); an axis
+// the grid does not have throws.
 
 // out = op over ranks of in (Sum, Mean: the average, Max). Same element count;
 // in and out are the same tensor (in place) or disjoint. f32, f16, bf16, i64,
@@ -95,11 +176,31 @@ void reduce_scatter_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Te
 void all_gather_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
                        int64_t n_outs, const Tensor &staging, int64_t axis);
 
+//===--- point to point ----------------------------------------------------------===//
+
+// Pipeline transfers along `axis`: sends[i] goes to the rank whose
+// coordinate on `axis` is send_peers[i] (other coordinates equal to this
+// rank's), recvs[i] is filled from recv_peers[i]. All of them form one
+// Communicator::send_recv group on the axis' communicator: issued at once,
+// they progress together (two stages may send to each other), complete
+// asynchronously on the stream, and count as send and recv calls. A peer
+// must be another coordinate of the axis, and no receive buffer may overlap
+// another transfer's (thrown when issued, naming the op, the peer and the
+// shapes). Each send must match the peer's receive of the same element
+// type and count, in the same order among the transfers between the two;
+// a mismatch fails the transfer on both ends (a dsrt::Error naming both
+// ranks' operations and shapes, from the stream's next kernel or
+// synchronize()) while the group's other transfers complete.
+void send_recv(Stream &s, const Tensor *sends, const int64_t *send_peers, int64_t n_sends,
+               const Tensor *recvs, const int64_t *recv_peers, int64_t n_recvs, int64_t axis);
+
 //===--- called by generated code: dsopt_describe ---------------------------===//
 
 // The program's device grid: `axis_count` axes named by the comma-separated
-// `axis_names` ("dp") with `sizes`; ProgramInfo::world is their product.
-// Programs that never call it run on one rank.
+// `axis_names` ("dp", "pp,dp", "pp,dp,tp": distinct axes among pp, dp and
+// tp, in any order, which fixes the rank layout: see grid_coordinate) with
+// `sizes`; ProgramInfo::world is their product. Programs that never call it
+// run on one rank.
 void set_grid(ProgramInfo &info, const char *axis_names, const int64_t *sizes,
               int64_t axis_count);
 
@@ -109,7 +210,8 @@ void set_grid(ProgramInfo &info, const char *axis_names, const int64_t *sizes,
 // A file parameter's bytes in the file (add_param_file's file_offset and
 // length) are the whole tensor's; in-program data (add_param_data) must hold
 // the whole tensor, and the shard is then ceil(total_numel / dp) elements
-// (call set_grid first).
+// (call set_grid first). dp is the size of the grid's "dp" axis (1 without
+// one).
 void set_param_shard(ProgramInfo &info, int64_t total_numel, Shape full_shape);
 
 }  // namespace dsrt

@@ -104,8 +104,20 @@ struct ProgramInfo {
   int64_t world = 1;
 
   bool is_training() const { return !functions.empty(); }
-  // Ranks along the data-parallel axis (grid axis 0), 1 without a grid.
-  int64_t dp_size() const { return grid_sizes.empty() ? 1 : grid_sizes[0]; }
+  // The index of the grid axis called `name` ("pp", "dp", "tp"), -1 when the
+  // grid has none.
+  int64_t grid_axis(const std::string &name) const {
+    for (size_t i = 0; i < grid_names.size(); ++i)
+      if (grid_names[i] == name) return static_cast<int64_t>(i);
+    return -1;
+  }
+  // The size of the grid axis called `name`, 1 when the grid has none.
+  int64_t axis_size(const std::string &name) const {
+    int64_t axis = grid_axis(name);
+    return axis < 0 ? 1 : grid_sizes[static_cast<size_t>(axis)];
+  }
+  // Ranks along the data-parallel axis "dp", 1 without one.
+  int64_t dp_size() const { return axis_size("dp"); }
 };
 
 // Tracks the arena's live buffers: acquiring a slot that overlaps a live one,
