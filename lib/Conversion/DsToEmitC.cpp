@@ -475,11 +475,22 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
               builder.getI64IntegerAttr(collective.index)});
   };
 
+  // Buffers whose lifetime ends at an op that runs no kernel (a view, a
+  // constant) are released where that op stands.
+  auto releaseFrees = [&](Operation &op) {
+    if (auto frees =
+            op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kFreesAttrName))
+      for (int64_t offset : frees.asArrayRef())
+        callVoid("dsrt::release", {program},
+                 {builder.getIndexAttr(0), builder.getI64IntegerAttr(offset)});
+  };
+
   int64_t opIndex = 0;
   for (Operation &op : body.without_terminator()) {
     if (auto constant = dyn_cast<ds::ConstantOp>(op)) {
       constantRoot[constant.getResult()] = constant;
       offsetOf[constant.getResult()] = -1;
+      releaseFrees(op);
       continue;
     }
     auto kernel = dyn_cast<ds::KernelOpInterface>(op);
@@ -495,6 +506,7 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
       offsetOf[op.getResult(0)] = offsetOf.lookup(source);
       if (ds::ConstantOp root = constantRoot.lookup(source))
         constantRoot[op.getResult(0)] = root;
+      releaseFrees(op);
       continue;
     }
 

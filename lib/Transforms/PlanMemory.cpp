@@ -296,15 +296,17 @@ LogicalResult Planner::run() {
   for (const Buffer &buffer : buffers)
     if (!buffer.persistent && buffer.end < endIndex)
       freedAt[buffer.end].push_back(buffer.offset);
+  // (A buffer may end at an op that runs nothing — a view, a constant —
+  // e.g. an argument nobody reads; the code generator releases it there.)
   for (Operation &op : body->without_terminator()) {
-    if (op.hasTrait<OpTrait::ConstantLike>())
-      continue;
     auto frees = freedAt.find(index[&op]);
     if (frees != freedAt.end()) {
       llvm::sort(frees->second);
       op.setAttr(ds::DsDialect::kFreesAttrName,
                  builder.getDenseI64ArrayAttr(frees->second));
     }
+    if (op.hasTrait<OpTrait::ConstantLike>())
+      continue;
     SmallVector<int64_t> offsets;
     for (Value result : op.getResults()) {
       auto it = bufferOf.find(result);
