@@ -57,6 +57,25 @@ dsopt::pipeline::parseScheduleKind(llvm::StringRef name) {
   return std::nullopt;
 }
 
+llvm::StringRef dsopt::pipeline::getSendSemanticsName(SendSemantics semantics) {
+  switch (semantics) {
+  case SendSemantics::Buffered:
+    return "buffered";
+  case SendSemantics::Rendezvous:
+    return "rendezvous";
+  }
+  llvm_unreachable("unknown send semantics");
+}
+
+std::optional<SendSemantics>
+dsopt::pipeline::parseSendSemantics(llvm::StringRef name) {
+  for (SendSemantics semantics :
+       {SendSemantics::Buffered, SendSemantics::Rendezvous})
+    if (name == getSendSemanticsName(semantics))
+      return semantics;
+  return std::nullopt;
+}
+
 bool dsopt::pipeline::isCompute(ActionKind kind) {
   return kind == ActionKind::Forward || kind == ActionKind::Backward ||
          kind == ActionKind::BackwardInput ||
@@ -120,7 +139,10 @@ namespace {
 /// Appends the actions of one rank: each compute with the communication it
 /// needs. A receive goes right before the compute that reads it and a send
 /// right after the compute that produces it, so that no rank waits for data
-/// longer than the dependence requires (sends are buffered).
+/// longer than the dependence requires. Under rendezvous semantics the send
+/// after one compute and the receive before the next form one group: in
+/// 1F1B's steady state Megatron's send_forward_recv_backward and
+/// send_backward_recv_forward.
 class RankBuilder {
 public:
   RankBuilder(Schedule &schedule, int rank)
@@ -196,7 +218,13 @@ void buildOneFOneB(Schedule &schedule) {
 /// of every rank is micro-batch (k / pv) p + k % p of chunk (k / p) % v: the
 /// ranks go through groups of p micro-batches chunk by chunk. Backwards run
 /// the chunks in reverse. Rank r fills the pipeline with 2(p - 1 - r) +
-/// (v - 1) p forwards, or all of them when m == p.
+/// (v - 1) p forwards, or all of them when m == p. The transfers go as
+/// Megatron issues them: one group between two steps (a forward in the
+/// warmup, a forward and a backward in the steady state, a backward in the
+/// drain) with the sends of the step before and the receives of the step
+/// after (send_forward_backward_recv_forward_backward). With the transfers
+/// right at their computes instead, the ring from the last rank's chunk c
+/// to the first rank's chunk c + 1 deadlocks under rendezvous semantics.
 void buildInterleaved(Schedule &schedule) {
   int p = schedule.stages, m = schedule.microbatches, v = schedule.chunks;
   int total = m * v;
@@ -206,18 +234,104 @@ void buildInterleaved(Schedule &schedule) {
   };
   auto microbatchOf = [&](int k) { return (k / (p * v)) * p + k % p; };
   for (int rank = 0; rank < p; ++rank) {
-    RankBuilder builder(schedule, rank);
-    int warmup = m == p ? total
-                        : std::min((p - 1 - rank) * 2 + (v - 1) * p, total);
+    int warmup =
+        m == p ? total : std::min((p - 1 - rank) * 2 + (v - 1) * p, total);
     int steady = total - warmup;
+    // Megatron's steps: a forward each in the warmup, a forward and a
+    // backward in the steady state, a backward each in the drain.
+    std::vector<std::vector<Action>> steps;
     for (int k = 0; k < warmup; ++k)
-      builder.forward(chunkOf(k, true), microbatchOf(k));
-    for (int k = 0; k < steady; ++k) {
-      builder.forward(chunkOf(warmup + k, true), microbatchOf(warmup + k));
-      builder.backward(chunkOf(k, false), microbatchOf(k));
-    }
+      steps.push_back(
+          {{ActionKind::Forward, microbatchOf(k), chunkOf(k, true)}});
+    for (int k = 0; k < steady; ++k)
+      steps.push_back(
+          {{ActionKind::Forward, microbatchOf(warmup + k),
+            chunkOf(warmup + k, true)},
+           {ActionKind::Backward, microbatchOf(k), chunkOf(k, false)}});
     for (int k = steady; k < total; ++k)
-      builder.backward(chunkOf(k, false), microbatchOf(k));
+      steps.push_back(
+          {{ActionKind::Backward, microbatchOf(k), chunkOf(k, false)}});
+    // The transfers of a compute: what it receives before and sends after.
+    int last = schedule.numVirtualStages() - 1;
+    auto transfers = [&](const Action &compute, bool receives,
+                         std::vector<Action> &out) {
+      int stage = schedule.stageOf(rank, compute.chunk);
+      bool forward = compute.kind == ActionKind::Forward;
+      // A receive reads from the stage before (forward) or after; a send
+      // goes to the stage after (forward) or before.
+      int other = forward == receives ? stage - 1 : stage + 1;
+      if (other < 0 || other > last || schedule.rankOf(other) == rank)
+        return;
+      ActionKind kind = receives ? (forward ? ActionKind::RecvActivation
+                                            : ActionKind::RecvGradient)
+                                 : (forward ? ActionKind::SendActivation
+                                            : ActionKind::SendGradient);
+      out.push_back(
+          {kind, compute.microbatch, compute.chunk, schedule.rankOf(other)});
+    };
+    // One group between two steps: the sends of the step before and the
+    // receives of the step after: sends first (buffered sends then never
+    // wait behind a receive), gradients before activations among the sends
+    // and among the receives, so that two ranks that exchange both (p = 2)
+    // list a channel's transfers in the same order.
+    std::vector<Action> &actions = schedule.ranks[rank];
+    auto group = [&](const std::vector<Action> *before,
+                     const std::vector<Action> *after) {
+      std::vector<Action> out;
+      if (before)
+        for (const Action &compute : *before)
+          transfers(compute, false, out);
+      if (after)
+        for (const Action &compute : *after)
+          transfers(compute, true, out);
+      auto rankOf = [](const Action &action) {
+        bool gradient = action.kind == ActionKind::SendGradient ||
+                        action.kind == ActionKind::RecvGradient;
+        return (isSend(action.kind) ? 0 : 2) + (gradient ? 0 : 1);
+      };
+      std::stable_sort(out.begin(), out.end(),
+                       [&](const Action &a, const Action &b) {
+                         return rankOf(a) < rankOf(b);
+                       });
+      actions.insert(actions.end(), out.begin(), out.end());
+    };
+    group(nullptr, &steps.front());
+    for (size_t s = 0; s < steps.size(); ++s) {
+      actions.insert(actions.end(), steps[s].begin(), steps[s].end());
+      group(&steps[s], s + 1 < steps.size() ? &steps[s + 1] : nullptr);
+    }
+  }
+}
+
+/// ZB-H1's steady state, Bi(i) send-grad(i) W(j) recv-act(i+1) F(i+1):
+/// the W goes before the send, so that the send joins the receive in one
+/// group (send_backward_recv_forward). Under rendezvous semantics the send
+/// alone would hold the W until the previous rank reaches its receive,
+/// which it does only with that same group. In the drain (the next
+/// transfer receives a gradient) the W's stay after the send: the
+/// gradient is on the critical path there, and the W's fill the wait.
+void groupSendsAfterWeights(Schedule &schedule) {
+  for (std::vector<Action> &actions : schedule.ranks) {
+    for (size_t i = 0; i < actions.size(); ++i) {
+      if (!isSend(actions[i].kind) ||
+          (i + 1 < actions.size() && !isCompute(actions[i + 1].kind)))
+        continue;
+      size_t j = i + 1;
+      while (j < actions.size() &&
+             actions[j].kind == ActionKind::BackwardWeight)
+        ++j;
+      if (j == i + 1 || j == actions.size() ||
+          actions[j].kind != ActionKind::RecvActivation)
+        continue;
+      // actions[i] is the last transfer of its run: move the run of
+      // transfers ending at i behind the W's.
+      size_t begin = i;
+      while (begin > 0 && !isCompute(actions[begin - 1].kind))
+        --begin;
+      std::rotate(actions.begin() + begin, actions.begin() + i + 1,
+                  actions.begin() + j);
+      i = j - 1;
+    }
   }
 }
 
@@ -251,6 +365,7 @@ void buildZeroBubbleH1(Schedule &schedule) {
     while (weights < m)
       builder.weight(0, weights++);
   }
+  groupSendsAfterWeights(schedule);
 }
 
 } // namespace
@@ -383,17 +498,35 @@ struct StageMicrobatch {
 
 class Simulator {
 public:
-  Simulator(const Schedule &schedule, const Costs &costs)
-      : schedule(schedule), costs(costs), p(schedule.stages),
-        m(schedule.microbatches), v(schedule.chunks),
+  Simulator(const Schedule &schedule, const Costs &costs,
+            SendSemantics semantics)
+      : schedule(schedule), costs(costs), semantics(semantics),
+        p(schedule.stages), m(schedule.microbatches), v(schedule.chunks),
         stages(schedule.numVirtualStages()) {}
 
   llvm::Expected<Simulation> run();
 
 private:
+  /// A transfer's counterpart on its peer under rendezvous: the n-th send
+  /// from a to b and the n-th receive on b from a.
+  struct Partner {
+    int rank = -1, index = -1;
+    int ordinal = 0; // n, from 0
+  };
+  /// A run of consecutive transfers of one rank: actions [begin, end).
+  struct Group {
+    size_t begin, end;
+    double start = -1; // when its rank reached it; -1 before
+  };
+
   llvm::Error checkShape();
+  void buildGroups();
   llvm::Error step(int rank, bool &blocked);
+  llvm::Error stepGroup(int rank, bool &blocked);
+  llvm::Error transferCompleted(int rank, int index);
   llvm::Error checkComplete();
+  llvm::Error reportRendezvousDeadlock();
+  std::string describeGroup(int rank, int group) const;
 
   /// `rank 1 action 7 F3 (stage 1, micro-batch 3)`
   std::string describe(int rank, int index) const {
@@ -428,7 +561,14 @@ private:
 
   const Schedule &schedule;
   const Costs &costs;
+  SendSemantics semantics;
   int p, m, v, stages;
+  // Rendezvous only: per rank, its groups, each action's group (-1 for
+  // compute) and each transfer's partner.
+  std::vector<std::vector<Group>> groups;
+  std::vector<std::vector<int>> groupOf;
+  std::vector<std::vector<Partner>> partners;
+  bool startedGroup = false;
   std::vector<StageMicrobatch> states;
   std::vector<size_t> next;   // per rank: the next action
   std::vector<double> clock;  // per rank: when its next action may start
@@ -519,6 +659,8 @@ llvm::Error Simulator::step(int rank, bool &blocked) {
   blocked = false;
   int index = next[rank];
   const Action &action = schedule.ranks[rank][index];
+  if (semantics == SendSemantics::Rendezvous && !isCompute(action.kind))
+    return stepGroup(rank, blocked);
   int stage = schedule.stageOf(rank, action.chunk);
   int mb = action.microbatch;
   StageMicrobatch &here = state(stage, mb);
@@ -660,6 +802,217 @@ llvm::Error Simulator::step(int rank, bool &blocked) {
   return llvm::Error::success();
 }
 
+void Simulator::buildGroups() {
+  groups.assign(p, {});
+  groupOf.assign(p, {});
+  partners.assign(p, {});
+  // (from, to) -> the indices of the sends on `from`, of the receives on `to`.
+  std::map<std::pair<int, int>, std::vector<int>> sends, recvs;
+  for (int rank = 0; rank < p; ++rank) {
+    const std::vector<Action> &actions = schedule.ranks[rank];
+    groupOf[rank].assign(actions.size(), -1);
+    partners[rank].assign(actions.size(), {});
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const Action &action = actions[i];
+      if (isCompute(action.kind))
+        continue;
+      bool continues =
+          i > 0 && !isCompute(actions[i - 1].kind) && !action.newGroup;
+      if (!continues)
+        groups[rank].push_back({i, i});
+      groups[rank].back().end = i + 1;
+      groupOf[rank][i] = groups[rank].size() - 1;
+      if (isSend(action.kind))
+        sends[{rank, action.peer}].push_back(i);
+      else
+        recvs[{action.peer, rank}].push_back(i);
+    }
+  }
+  for (auto &[channel, sent] : sends) {
+    const std::vector<int> &received = recvs[channel];
+    for (size_t n = 0; n < std::min(sent.size(), received.size()); ++n) {
+      partners[channel.first][sent[n]] = {channel.second, received[n],
+                                          static_cast<int>(n)};
+      partners[channel.second][received[n]] = {channel.first, sent[n],
+                                               static_cast<int>(n)};
+    }
+  }
+}
+
+std::string Simulator::describeGroup(int rank, int group) const {
+  const Group &g = groups[rank][group];
+  std::string text =
+      llvm::formatv("rank {0} group {1} (action{2} {3}", rank, group,
+                    g.end - g.begin > 1 ? "s" : "", g.begin)
+          .str();
+  if (g.end - g.begin > 1)
+    text += "-" + std::to_string(g.end - 1);
+  text += ":";
+  for (size_t i = g.begin; i < g.end; ++i)
+    text += " " + formatAction(schedule.ranks[rank][i], v);
+  return text + ")";
+}
+
+/// The data of a transfer whose group has completed: a send must follow its
+/// compute, a receive must pair with the send it meets.
+llvm::Error Simulator::transferCompleted(int rank, int index) {
+  const Action &action = schedule.ranks[rank][index];
+  const Partner &partner = partners[rank][index];
+  int stage = schedule.stageOf(rank, action.chunk);
+  int mb = action.microbatch;
+  StageMicrobatch &here = state(stage, mb);
+  bool send = isSend(action.kind);
+  // Checked from the receiving end, with buffered semantics' words.
+  int recvRank = send ? partner.rank : rank;
+  int recvIndex = send ? partner.index : index;
+  int sendRank = send ? rank : partner.rank;
+  int sendIndex = send ? index : partner.index;
+  const Action &recv = schedule.ranks[recvRank][recvIndex];
+  const Action &sent = schedule.ranks[sendRank][sendIndex];
+  bool activation = recv.kind == ActionKind::RecvActivation;
+  int recvStage = schedule.stageOf(recvRank, recv.chunk);
+  bool matches = sent.kind == (activation ? ActionKind::SendActivation
+                                          : ActionKind::SendGradient) &&
+                 sent.microbatch == recv.microbatch &&
+                 schedule.stageOf(sendRank, sent.chunk) ==
+                     (activation ? recvStage - 1 : recvStage + 1);
+  if (!matches)
+    return makeError(
+        llvm::formatv("wrong pairing: {0} receives message {1} from rank "
+                      "{2}, which is {3} (messages between two ranks "
+                      "arrive in the order they are sent)",
+                      describe(recvRank, recvIndex), partner.ordinal + 1,
+                      sendRank, describe(sendRank, sendIndex))
+            .str());
+  if (send) {
+    bool act = action.kind == ActionKind::SendActivation;
+    if (act ? !here.forward : !(here.backward || here.backwardInput))
+      return makeError(describe(rank, index) + " sends before " +
+                       (act ? "the forward " : "the backward ") +
+                       name(act ? ActionKind::Forward : ActionKind::Backward,
+                            mb, action.chunk) +
+                       " of micro-batch " + Twine(mb) + " on stage " +
+                       Twine(stage) + " computed it");
+  } else {
+    (activation ? here.input : here.outputGradient) = true;
+  }
+  return llvm::Error::success();
+}
+
+/// Rendezvous: starts the group at the rank's next action, and completes
+/// it when every transfer's partner group has started too.
+llvm::Error Simulator::stepGroup(int rank, bool &blocked) {
+  Group &group = groups[rank][groupOf[rank][next[rank]]];
+  if (group.start < 0) {
+    group.start = clock[rank];
+    startedGroup = true; // peers blocked on it may go on
+  }
+  double ready = group.start;
+  for (size_t i = group.begin; i < group.end; ++i) {
+    const Partner &partner = partners[rank][i];
+    if (partner.rank < 0) {
+      blocked = true;
+      return llvm::Error::success();
+    }
+    const Group &other =
+        groups[partner.rank][groupOf[partner.rank][partner.index]];
+    if (other.start < 0) {
+      blocked = true;
+      return llvm::Error::success();
+    }
+    ready = std::max(ready, other.start);
+  }
+  double end = ready + costs.latency;
+  for (size_t i = group.begin; i < group.end; ++i) {
+    if (llvm::Error error = transferCompleted(rank, i))
+      return error;
+    result.timeline[rank].push_back(
+        {schedule.ranks[rank][i], group.start, end});
+  }
+  clock[rank] = end;
+  next[rank] = group.end;
+  return llvm::Error::success();
+}
+
+/// Rendezvous: no rank moves. Either a transfer has no counterpart at all,
+/// or the waiting groups form a cycle: each waits for a peer to reach a
+/// group that comes after the one the peer is waiting in.
+llvm::Error Simulator::reportRendezvousDeadlock() {
+  auto counts = [&](int from, int to) {
+    int sent = 0, received = 0;
+    for (const Action &action : schedule.ranks[from])
+      sent += isSend(action.kind) && action.peer == to;
+    for (const Action &action : schedule.ranks[to])
+      received += isRecv(action.kind) && action.peer == from;
+    return std::make_pair(sent, received);
+  };
+  for (int rank = 0; rank < p; ++rank) {
+    if (next[rank] >= schedule.ranks[rank].size())
+      continue;
+    const Group &group = groups[rank][groupOf[rank][next[rank]]];
+    for (size_t i = group.begin; i < group.end; ++i) {
+      if (partners[rank][i].rank >= 0)
+        continue;
+      const Action &action = schedule.ranks[rank][i];
+      if (isSend(action.kind)) {
+        auto [sent, received] = counts(rank, action.peer);
+        return makeError(llvm::formatv("{0} is never received: rank {1} "
+                                       "receives {2} messages from rank {3} "
+                                       "and rank {3} sends {4}",
+                                       describe(rank, i), action.peer, received,
+                                       rank, sent)
+                             .str());
+      }
+      auto [sent, received] = counts(action.peer, rank);
+      return makeError(llvm::formatv("{0} is never sent: rank {1} sends {2} "
+                                     "messages to rank {3} and rank {3} "
+                                     "receives {4}",
+                                     describe(rank, i), action.peer, sent, rank,
+                                     received)
+                           .str());
+    }
+  }
+  // Every blocked rank waits for another blocked one: follow the first
+  // wait of each until a rank repeats.
+  auto waitOf = [&](int rank) -> std::pair<size_t, Partner> {
+    const Group &group = groups[rank][groupOf[rank][next[rank]]];
+    for (size_t i = group.begin; i < group.end; ++i) {
+      const Partner &partner = partners[rank][i];
+      if (groups[partner.rank][groupOf[partner.rank][partner.index]].start < 0)
+        return {i, partner};
+    }
+    llvm_unreachable("a blocked group waits for nothing");
+  };
+  int rank = 0;
+  while (next[rank] >= schedule.ranks[rank].size())
+    ++rank;
+  std::vector<int> seen(p, -1), order;
+  while (seen[rank] < 0) {
+    seen[rank] = order.size();
+    order.push_back(rank);
+    rank = waitOf(rank).second.rank;
+  }
+  std::string text =
+      "deadlock: transfer groups wait for each other in a cycle: ";
+  for (size_t k = seen[rank]; k < order.size(); ++k) {
+    int r = order[k];
+    auto [index, partner] = waitOf(r);
+    int group = groupOf[r][next[r]];
+    if (k > size_t(seen[rank]))
+      text += "; ";
+    text +=
+        llvm::formatv("{0} from t = {1}: its {2} waits for {4} in rank {3}'s "
+                      "group {5}, and rank {3} is still in its group {6}",
+                      describeGroup(r, group), number(groups[r][group].start),
+                      formatAction(schedule.ranks[r][index], v), partner.rank,
+                      describe(partner.rank, partner.index),
+                      groupOf[partner.rank][partner.index],
+                      groupOf[partner.rank][next[partner.rank]])
+            .str();
+  }
+  return makeError(text);
+}
+
 llvm::Error Simulator::checkComplete() {
   std::vector<std::string> problems;
   for (int stage = 0; stage < stages; ++stage) {
@@ -716,7 +1069,10 @@ llvm::Expected<Simulation> Simulator::run() {
   clock.assign(p, 0);
   inFlight.assign(stages, 0);
   inFlightPerRank.assign(p, 0);
+  if (semantics == SendSemantics::Rendezvous)
+    buildGroups();
   result.kind = schedule.kind;
+  result.semantics = semantics;
   result.stages = p;
   result.microbatches = m;
   result.chunks = v;
@@ -726,16 +1082,19 @@ llvm::Expected<Simulation> Simulator::run() {
   result.peakInFlightPerRank.assign(p, 0);
 
   // A rank's times depend only on its own program order and on when its
-  // messages were sent, so running each rank as far as it can, round after
-  // round, computes the same times as a global event queue. A round in
-  // which no rank moves is a deadlock.
+  // messages were sent (with rendezvous: when its peers reached their
+  // groups), so running each rank as far as it can, round after round,
+  // computes the same times as a global event queue. A round in which no
+  // rank moves and no group starts is a deadlock.
   for (bool moved = true; moved;) {
     moved = false;
     for (int rank = 0; rank < p; ++rank) {
       while (next[rank] < schedule.ranks[rank].size()) {
         bool blocked;
+        startedGroup = false;
         if (llvm::Error error = step(rank, blocked))
           return error;
+        moved |= startedGroup;
         if (blocked)
           break;
         moved = true;
@@ -743,6 +1102,11 @@ llvm::Expected<Simulation> Simulator::run() {
     }
   }
 
+  bool stuck = false;
+  for (int rank = 0; rank < p; ++rank)
+    stuck |= next[rank] < schedule.ranks[rank].size();
+  if (stuck && semantics == SendSemantics::Rendezvous)
+    return reportRendezvousDeadlock();
   std::vector<std::string> waiting;
   for (int rank = 0; rank < p; ++rank)
     if (next[rank] < schedule.ranks[rank].size())
@@ -774,8 +1138,9 @@ llvm::Expected<Simulation> Simulator::run() {
 } // namespace
 
 llvm::Expected<Simulation> dsopt::pipeline::simulate(const Schedule &schedule,
-                                                     const Costs &costs) {
-  return Simulator(schedule, costs).run();
+                                                     const Costs &costs,
+                                                     SendSemantics semantics) {
+  return Simulator(schedule, costs, semantics).run();
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,4 +1,5 @@
-//===- Schedule.h - pipeline-parallel schedules and their simulator -*- C++ -*-===//
+//===- Schedule.h - pipeline-parallel schedules and their simulator -*- C++
+//-*-===//
 //
 // The static schedules of pipeline parallelism: for each of p ranks, the list
 // of actions it executes for one training step of m micro-batches (forward,
@@ -64,15 +65,22 @@ bool isRecv(ActionKind kind);
 /// r + 2p, ...). A send or receive names the stage of the rank that executes
 /// it: SendActivation{mb 3, chunk 0} on rank 1 sends stage 1's output of
 /// micro-batch 3 to `peer`, the rank of stage 2.
+///
+/// Under rendezvous semantics (SendSemantics) each run of consecutive sends
+/// and receives of a rank is one group, issued together (one
+/// dsrt::send_recv). `newGroup` on a send or receive that follows another
+/// one starts a second group there instead; the builders never set it.
 struct Action {
   ActionKind kind;
   int microbatch = 0;
   int chunk = 0;
   int peer = -1; // the other rank of a send or receive; -1 for compute
+  bool newGroup = false;
 
   bool operator==(const Action &other) const {
     return kind == other.kind && microbatch == other.microbatch &&
-           chunk == other.chunk && peer == other.peer;
+           chunk == other.chunk && peer == other.peer &&
+           newGroup == other.newGroup;
   }
 };
 
@@ -115,9 +123,27 @@ struct Costs {
                        double weight, double latency = 0);
 };
 
-/// An action as it ran: on its rank from `start` to `end`. A send takes no
-/// time on its rank (buffered); a receive lasts from the moment its rank
-/// reaches it until its message has arrived (the wait).
+/// How point-to-point transfers complete (docs/pipeline.md).
+enum class SendSemantics {
+  /// A send takes no time and never blocks; a receive waits for its
+  /// message.
+  Buffered,
+  /// NCCL's and dsrt::send_recv's: each run of consecutive sends and
+  /// receives of a rank is one group, started when the rank reaches it and
+  /// complete, all of its transfers together, once every peer has started
+  /// the group holding the matching transfer (plus the latency).
+  Rendezvous
+};
+
+/// `buffered`, `rendezvous`.
+llvm::StringRef getSendSemanticsName(SendSemantics semantics);
+std::optional<SendSemantics> parseSendSemantics(llvm::StringRef name);
+
+/// An action as it ran: on its rank from `start` to `end`. Buffered: a send
+/// takes no time on its rank; a receive lasts from the moment its rank
+/// reaches it until its message has arrived (the wait). Rendezvous: every
+/// transfer of a group lasts from the moment its rank reaches the group
+/// until the group completes.
 struct TimedAction {
   Action action;
   double start = 0, end = 0;
@@ -125,6 +151,7 @@ struct TimedAction {
 
 struct Simulation {
   ScheduleKind kind = ScheduleKind::OneFOneB;
+  SendSemantics semantics = SendSemantics::Buffered;
   int stages = 1, microbatches = 1, chunks = 1;
   /// timeline[r]: rank r's actions in program order with their times.
   std::vector<std::vector<TimedAction>> timeline;
@@ -149,7 +176,8 @@ struct Simulation {
   std::vector<int> peakInFlightPerRank;
 };
 
-/// Runs every rank's actions in order, under these semantics:
+/// Runs every rank's actions in order, under these semantics (with
+/// SendSemantics::Buffered; Rendezvous replaces the third and fourth):
 ///  - a rank executes one action at a time, in its program order;
 ///  - compute takes its cost; a compute of (stage s, micro-batch i) needs
 ///    its input: for a forward of s > 0, the activation of i received
@@ -165,9 +193,12 @@ struct Simulation {
 /// blocked in receives that no rank will satisfy), a wrongly paired send
 /// and receive, a compute without its input, a backward before its forward,
 /// a forward or backward of some (stage, micro-batch) missing, run twice or
-/// on the wrong rank, and a message nobody receives.
-llvm::Expected<Simulation> simulate(const Schedule &schedule,
-                                    const Costs &costs);
+/// on the wrong rank, and a message nobody receives. Under Rendezvous a
+/// deadlock is a cycle of groups each waiting for a peer to reach the next
+/// group; the error names each rank, group and waiting transfer of it.
+llvm::Expected<Simulation>
+simulate(const Schedule &schedule, const Costs &costs,
+         SendSemantics semantics = SendSemantics::Buffered);
 
 /// The bubble fraction the literature gives for `kind` with uniform stages,
 /// converted to this file's definition (idle time over p * makespan), or
