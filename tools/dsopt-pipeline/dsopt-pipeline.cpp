@@ -2,6 +2,7 @@
 //
 //   dsopt-pipeline --schedule 1f1b --stages 4 --microbatches 8
 //       [--chunks V] [--forward F --backward B --weight W --latency L]
+//       [--semantics buffered|rendezvous]
 //       [--trace trace.json] [--print-actions] [--json]
 //
 // Builds the schedule, runs it in the simulator and prints the makespan, the
@@ -62,13 +63,21 @@ cl::opt<std::string> weightFlag(
     cl::desc("The weight-gradient part of --backward, which zb-h1 runs "
              "separately (default: half of --backward)"),
     cl::value_desc("W"), cl::cat(category));
-cl::opt<std::string> latencyFlag(
-    "latency", cl::desc("Time from a send to its data on the receiver "
-                        "(default 0)"),
-    cl::value_desc("L"), cl::init("0"), cl::cat(category));
-cl::opt<std::string> traceFlag(
-    "trace", cl::desc("Write the simulated timeline as Chrome trace JSON"),
-    cl::value_desc("FILE"), cl::cat(category));
+cl::opt<std::string>
+    latencyFlag("latency",
+                cl::desc("Time from a send to its data on the receiver "
+                         "(default 0)"),
+                cl::value_desc("L"), cl::init("0"), cl::cat(category));
+cl::opt<std::string> semanticsFlag(
+    "semantics",
+    cl::desc("How sends complete: rendezvous (default; each run of "
+             "consecutive transfers is one group that waits for its peers, as "
+             "dsrt::send_recv) or buffered (a send never blocks)"),
+    cl::value_desc("S"), cl::init("rendezvous"), cl::cat(category));
+cl::opt<std::string>
+    traceFlag("trace",
+              cl::desc("Write the simulated timeline as Chrome trace JSON"),
+              cl::value_desc("FILE"), cl::cat(category));
 cl::opt<bool> printActionsFlag("print-actions",
                                cl::desc("Print each rank's actions"),
                                cl::cat(category));
@@ -143,6 +152,35 @@ std::optional<std::string> corrupt(Schedule &schedule, llvm::StringRef how) {
     std::swap(actions[*first], actions[*second]);
     return std::nullopt;
   }
+  if (how == "split-group") {
+    // 1F1B's steady state done as separate rendezvous transfers, sends
+    // first: rank 0 sends an activation, then receives a gradient; rank 1
+    // sends that gradient, then receives the activation. Each send waits
+    // for a receive its peer issues only after its own send.
+    if (p < 2)
+      return tooSmall("2 stages");
+    std::vector<Action> &first = schedule.ranks[0];
+    std::vector<Action> &second = schedule.ranks[1];
+    for (size_t i = 0; i + 1 < first.size(); ++i) {
+      if (first[i].kind != ActionKind::SendActivation || first[i].peer != 1 ||
+          first[i + 1].kind != ActionKind::RecvGradient ||
+          first[i + 1].peer != 1)
+        continue;
+      for (size_t j = 0; j + 1 < second.size(); ++j) {
+        if (second[j].kind == ActionKind::SendGradient && second[j].peer == 0 &&
+            second[j].microbatch == first[i + 1].microbatch &&
+            second[j + 1].kind == ActionKind::RecvActivation &&
+            second[j + 1].peer == 0 &&
+            second[j + 1].microbatch == first[i].microbatch) {
+          first[i + 1].newGroup = true;
+          second[j + 1].newGroup = true;
+          return std::nullopt;
+        }
+      }
+    }
+    return tooSmall("a steady state in which rank 0 sends an activation "
+                    "and then receives a gradient (1f1b with m >= p)");
+  }
   if (how == "drop-recv") {
     // Rank 1 forgets to receive its first activation.
     if (p < 2)
@@ -193,8 +231,9 @@ std::optional<std::string> corrupt(Schedule &schedule, llvm::StringRef how) {
     actions.insert(actions.begin(), recv);
     return std::nullopt;
   }
-  return "--break expects swap-sends, swap-recvs, drop-recv, drop-backward, "
-         "duplicate-forward, backward-first or early-recv, got '" +
+  return "--break expects swap-sends, swap-recvs, split-group, drop-recv, "
+         "drop-backward, duplicate-forward, backward-first or early-recv, "
+         "got '" +
          how.str() + "'";
 }
 
@@ -261,6 +300,11 @@ int main(int argc, char **argv) {
                 " exceeds --backward " + formatNumber(*backward) +
                 ": it is the weight-gradient part of the backward");
 
+  std::optional<SendSemantics> semantics = parseSendSemantics(semanticsFlag);
+  if (!semantics)
+    return fail("--semantics expects buffered or rendezvous, got '" +
+                semanticsFlag + "'");
+
   llvm::Expected<Schedule> schedule =
       buildSchedule(*kind, *stages, *microbatches, *chunks);
   if (!schedule)
@@ -271,13 +315,15 @@ int main(int argc, char **argv) {
 
   int p = schedule->stages, m = schedule->microbatches, v = schedule->chunks;
   // The flags are per rank; each of a rank's v chunks is 1/v of its layers.
-  Costs costs = Costs::uniform(p * v, *forward / v, *backward / v,
-                               *weight / v, *latency);
-  llvm::Expected<Simulation> simulation = simulate(*schedule, costs);
+  Costs costs =
+      Costs::uniform(p * v, *forward / v, *backward / v, *weight / v, *latency);
+  llvm::Expected<Simulation> simulation =
+      simulate(*schedule, costs, *semantics);
   if (!simulation)
     return fail("the " + getScheduleKindName(*kind) +
-                " schedule cannot run: " +
-                llvm::toString(simulation.takeError()));
+                " schedule cannot run with " +
+                getSendSemanticsName(*semantics) +
+                " sends: " + llvm::toString(simulation.takeError()));
 
   if (!traceFlag.empty()) {
     std::error_code ec;
@@ -316,6 +362,7 @@ int main(int argc, char **argv) {
       json.attribute("backward", *backward);
       json.attribute("weight", *weight);
       json.attribute("latency", *latency);
+      json.attribute("semantics", getSendSemanticsName(*semantics));
       json.attribute("makespan", simulation->makespan);
       json.attribute("total_compute", simulation->totalCompute);
       json.attribute("idle", idle);
@@ -346,6 +393,12 @@ int main(int argc, char **argv) {
     os << "costs per micro-batch and rank: forward " << formatNumber(*forward)
        << ", backward " << formatNumber(*backward) << " (weight gradient "
        << formatNumber(*weight) << "), latency " << formatNumber(*latency)
+       << "\n";
+    os << "sends: " << getSendSemanticsName(*semantics)
+       << (*semantics == SendSemantics::Rendezvous
+               ? " (each run of consecutive transfers is one group that "
+                 "completes when its peers have reached theirs)"
+               : " (a send never blocks)")
        << "\n";
     os << "makespan: " << formatNumber(simulation->makespan) << "\n";
     os << "compute per rank: " << formatNumber(simulation->totalCompute / p)
