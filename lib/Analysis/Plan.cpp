@@ -393,8 +393,9 @@ FailureOr<PipelineFacts> pipelineOf(ModuleOp train) {
   for (auto [costs, out] :
        {std::pair{&facts.costs, &facts.simulation},
         {&facts.uniform, &facts.uniformSimulation}}) {
-    llvm::Expected<pipeline::Simulation> simulation =
-        pipeline::simulate(facts.schedule, *costs);
+    // Rendezvous transfers, as the runtime's send_recv (and NCCL) make them.
+    llvm::Expected<pipeline::Simulation> simulation = pipeline::simulate(
+        facts.schedule, *costs, pipeline::SendSemantics::Rendezvous);
     if (!simulation)
       return train.emitError() << "pipeline simulation: "
                                << llvm::toString(simulation.takeError());
