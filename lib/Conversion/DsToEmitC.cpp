@@ -475,8 +475,8 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
               builder.getI64IntegerAttr(collective.index)});
   };
 
-  // Buffers whose lifetime ends at an op that runs no kernel (a view, a
-  // constant) are released where that op stands.
+  // Buffers whose lifetime ends at an op are released after it; for an op
+  // that runs no kernel (a view, a constant), where that op stands.
   auto releaseFrees = [&](Operation &op) {
     if (auto frees =
             op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kFreesAttrName))
@@ -564,11 +564,7 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
                {index, builder.getI64IntegerAttr(collectives)});
       pending.push_back({collectives++, reads, writes});
     }
-    if (auto frees =
-            op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kFreesAttrName))
-      for (int64_t offset : frees.asArrayRef())
-        callVoid("dsrt::release", {program},
-                 {index, builder.getI64IntegerAttr(offset)});
+    releaseFrees(op);
     callVoid("dsrt::end_op", {program},
              {index, builder.getI64IntegerAttr(opIndex)});
     ++opIndex;

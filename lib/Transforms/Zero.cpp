@@ -53,6 +53,11 @@ namespace {
 
 constexpr StringLiteral kGrid = "grid";
 
+/// `grid = @grid`, the grid attribute of the ds bucket collectives.
+NamedAttribute gridAttr(Builder &b) {
+  return b.getNamedAttr("grid", FlatSymbolRefAttr::get(b.getContext(), kGrid));
+}
+
 struct ZeroPass : dsopt::impl::DsZeroBase<ZeroPass> {
   using DsZeroBase::DsZeroBase;
   void runOnOperation() override;
@@ -169,8 +174,7 @@ ZeroPass::reduceScatterBuckets(OpBuilder &b, Location loc,
     types.push_back(stagingType(inputs));
     auto op = ds::ReduceScatterBucketOp::create(
         b, loc, types, inputs,
-        {b.getNamedAttr("grid", FlatSymbolRefAttr::get(b.getContext(), kGrid)),
-         b.getNamedAttr("reduction", b.getStringAttr("average"))});
+        {gridAttr(b), b.getNamedAttr("reduction", b.getStringAttr("average"))});
     for (auto [k, i] : llvm::enumerate(bucket))
       shards[i] = op->getResult(k);
   }
@@ -254,8 +258,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
         types.push_back(stagingType(inputs));
         reduce = ds::AllReduceBucketOp::create(
             b, loc, types, inputs,
-            {b.getNamedAttr("grid",
-                            FlatSymbolRefAttr::get(b.getContext(), kGrid)),
+            {gridAttr(b),
              b.getNamedAttr("reduction", b.getStringAttr("average"))});
       }
       reduce->setAttr(ds::DsDialect::kOverwritesArgAttrName, b.getUnitAttr());
@@ -421,8 +424,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
           toGather[bucket[0]].whole.getElementType()));
       auto op = ds::AllGatherBucketOp::create(
           b, loc, types, inputs,
-          {b.getNamedAttr("grid",
-                          FlatSymbolRefAttr::get(b.getContext(), kGrid))});
+          {gridAttr(b)});
       for (auto [k, i] : llvm::enumerate(bucket))
         full.push_back(ds::FlatUnpadOp::create(b, toGather[i].update->getLoc(),
                                                toGather[i].whole,
