@@ -191,6 +191,33 @@ int64_t accumulationOf(ModuleOp train) {
   return 1;
 }
 
+/// The functions of a training step and how often each runs per optimizer
+/// step: @micro_step k times, or a pipeline rank's stage parts once per
+/// micro-batch; then @optimizer_step once.
+SmallVector<std::pair<func::FuncOp, int64_t>> stepFunctions(ModuleOp train) {
+  SmallVector<std::pair<func::FuncOp, int64_t>> functions;
+  int64_t k = accumulationOf(train);
+  if (train->hasAttr(ds::DsDialect::kPipelineRankAttrName)) {
+    for (auto function : train.getOps<func::FuncOp>())
+      if (function.getSymName() != "optimizer_step")
+        functions.push_back({function, k});
+  } else if (auto micro = train.lookupSymbol<func::FuncOp>("micro_step")) {
+    functions.push_back({micro, k});
+  }
+  if (auto step = train.lookupSymbol<func::FuncOp>("optimizer_step"))
+    functions.push_back({step, 1});
+  return functions;
+}
+
+/// The pipeline buffers of a pipeline rank's program (0 for others).
+int64_t pipelineBufferBytes(ModuleOp train) {
+  if (auto rank = train->getAttrOfType<DictionaryAttr>(
+          ds::DsDialect::kPipelineRankAttrName))
+    if (auto bytes = rank.getAs<IntegerAttr>("buffers_bytes"))
+      return bytes.getInt();
+  return 0;
+}
+
 /// The ring partition of libdsrt's collectives (dsrt::ring_chunk).
 int64_t ringChunk(int64_t total, int64_t ranks, int64_t j) {
   j = ((j % ranks) + ranks) % ranks;
@@ -229,6 +256,15 @@ Traffic collectiveTraffic(StringRef kind, Type element, int64_t total,
 constexpr StringLiteral kCollectiveKinds[] = {"all_reduce", "all_gather",
                                               "reduce_scatter"};
 
+/// The grid axis a collective runs along (its grid_axes / grid_axis).
+int64_t collectiveAxis(Operation &op) {
+  if (auto axes = op.getAttrOfType<DenseI16ArrayAttr>("grid_axes"))
+    return axes.empty() ? 0 : axes[0];
+  if (auto axis = op.getAttrOfType<IntegerAttr>("grid_axis"))
+    return axis.getInt();
+  return 0;
+}
+
 /// The collective of `op` ("" for none) and the element count its traffic
 /// is counted on.
 std::pair<StringRef, int64_t> collectiveOf(Operation &op) {
@@ -255,13 +291,23 @@ std::pair<StringRef, int64_t> collectiveOf(Operation &op) {
 class RankNumbers {
 public:
   explicit RankNumbers(ModuleOp train) {
-    auto [micro, step] = *trainingFunctions(train);
     auto memory = train->getAttrOfType<ds::MemoryPlanAttr>(
         ds::DsDialect::kMemoryPlanAttrName);
     ranks = dataParallelSize(train);
-    int64_t k = accumulationOf(train);
+    // The grid's axis sizes, for collectives along an axis other than dp.
+    SmallVector<int64_t> axisSizes;
+    if (auto grid = train.lookupSymbol("grid"))
+      if (auto shape = grid->getAttrOfType<DenseI64ArrayAttr>("shape"))
+        axisSizes.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+    if (auto grid = train.lookupSymbol("grid"))
+      if (auto names = grid->getAttrOfType<ArrayAttr>("ds.axes"))
+        for (auto [i, name] : llvm::enumerate(names))
+          if (cast<StringAttr>(name).getValue() == "dp")
+            dpAxis = static_cast<int64_t>(i);
+    SmallVector<std::pair<func::FuncOp, int64_t>> functions =
+        stepFunctions(train);
     llvm::StringSet<> seen;
-    for (func::FuncOp function : {micro, step})
+    for (auto [function, times] : functions)
       for (unsigned i = 0; i < function.getNumArguments(); ++i) {
         int64_t bytes =
             ds::getByteSize(cast<ShapedType>(function.getArgumentTypes()[i]))
@@ -277,34 +323,44 @@ public:
                                                    : optimizerBytes) += bytes;
         }
       }
-    for (auto [function, times] : {std::pair{micro, k}, {step, int64_t(1)}})
+    for (auto [function, times] : functions)
       for (Operation &op : function.getBody().front()) {
         auto [kind, total] = collectiveOf(op);
         if (kind.empty())
           continue;
+        int64_t axis = collectiveAxis(op);
         collectives.push_back(
             {kind,
              cast<RankedTensorType>(op.getOperand(0).getType())
                  .getElementType(),
-             total, times});
+             total, times, axis,
+             axis < static_cast<int64_t>(axisSizes.size()) ? axisSizes[axis]
+                                                           : ranks});
       }
     auto transient = [&](func::FuncOp function) {
       auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
           ds::DsDialect::kMemoryPlanAttrName);
       return plan.getArenaBytes() - memory.getPersistentBytes();
     };
-    activationBytes = transient(micro);
-    workspaceBytes = transient(step);
+    // Activations: the largest forward/backward plan, and on a pipeline
+    // rank the buffers that keep micro-batches between its actions.
+    for (auto [function, times] : ArrayRef(functions).drop_back())
+      activationBytes = std::max(activationBytes, transient(function));
+    activationBytes += pipelineBufferBytes(train);
+    workspaceBytes = transient(functions.back().first);
     persistentBytes = memory.getPersistentBytes();
     arenaBytes = memory.getArenaBytes();
   }
 
   int64_t world() const { return ranks; }
 
-  llvm::json::Object of(int64_t rank) const {
+  /// The numbers of the rank whose dp coordinate is `rank` (and, for
+  /// collectives along another axis, whose coordinate there is `other`).
+  llvm::json::Object of(int64_t rank, int64_t other = 0) const {
     Traffic traffic[std::size(kCollectiveKinds)];
     for (const Collective &c : collectives) {
-      Traffic one = collectiveTraffic(c.kind, c.element, c.total, ranks, rank);
+      Traffic one = collectiveTraffic(c.kind, c.element, c.total, c.ranks,
+                                      c.axis == dpAxis ? rank : other);
       Traffic &sum = traffic[llvm::find(kCollectiveKinds, c.kind) -
                              std::begin(kCollectiveKinds)];
       sum.sent += c.times * one.sent;
@@ -330,9 +386,9 @@ private:
   struct Collective {
     StringRef kind;
     Type element;
-    int64_t total, times;
+    int64_t total, times, axis, ranks;
   };
-  int64_t ranks = 1;
+  int64_t ranks = 1, dpAxis = 0;
   int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
   int64_t activationBytes = 0, workspaceBytes = 0, persistentBytes = 0,
           arenaBytes = 0;
@@ -493,14 +549,13 @@ int64_t pipelineStagesOf(ModuleOp train) {
   return 1;
 }
 
-llvm::json::Object trainingRank(ModuleOp train) {
-  auto [micro, step] = *trainingFunctions(train);
+llvm::json::Object trainingRank(ModuleOp train, int64_t rank = 0) {
   auto memory = train->getAttrOfType<ds::MemoryPlanAttr>(
       ds::DsDialect::kMemoryPlanAttrName);
   llvm::json::Array functions, params, states;
   int64_t paramBytes = 0, stateBytes = 0;
   llvm::StringSet<> seen;
-  for (func::FuncOp function : {micro, step}) {
+  for (auto [function, times] : stepFunctions(train)) {
     FunctionPlan plan = planOf(function);
     for (llvm::json::Value &param : plan.params) {
       const llvm::json::Object *object = param.getAsObject();
@@ -527,8 +582,8 @@ llvm::json::Object trainingRank(ModuleOp train) {
         {"updates", std::move(plan.updates)},
         {"ops", std::move(plan.ops)}});
   }
-  return llvm::json::Object{
-      {"rank", 0},
+  llvm::json::Object json{
+      {"rank", rank},
       {"arena_bytes", memory.getArenaBytes()},
       {"arena_peak_bytes", memory.getArenaBytes()},
       {"persistent_bytes", memory.getPersistentBytes()},
@@ -539,19 +594,53 @@ llvm::json::Object trainingRank(ModuleOp train) {
       {"params", std::move(params)},
       {"states", std::move(states)},
       {"functions", std::move(functions)}};
+  if (auto pipelineRank = train->getAttrOfType<DictionaryAttr>(
+          ds::DsDialect::kPipelineRankAttrName)) {
+    llvm::json::Array stages, pools;
+    for (Attribute attr : pipelineRank.getAs<ArrayAttr>("virtual_stages")) {
+      auto stage = cast<DictionaryAttr>(attr);
+      llvm::json::Object entry{{"stage", getInt(stage, "stage")}};
+      for (StringRef key :
+           {"forward", "backward", "backward_input", "backward_weight"})
+        if (auto name = stage.getAs<StringAttr>(key);
+            name && !name.getValue().empty())
+          entry[key] = name.getValue();
+      stages.push_back(std::move(entry));
+    }
+    for (Attribute attr : pipelineRank.getAs<ArrayAttr>("pools")) {
+      auto pool = cast<DictionaryAttr>(attr);
+      pools.push_back(llvm::json::Object{
+          {"kind", pool.getAs<StringAttr>("kind").getValue()},
+          {"stage", getInt(pool, "stage")},
+          {"slots", getInt(pool, "slots")},
+          {"slot_bytes", getInt(pool, "slot_bytes")},
+          {"offset", getInt(pool, "offset")}});
+    }
+    json["pipeline"] = llvm::json::Object{
+        {"pp", getInt(pipelineRank, "rank")},
+        {"stages", std::move(stages)},
+        {"actions",
+         static_cast<int64_t>(
+             pipelineRank.getAs<DenseI64ArrayAttr>("action_kinds").size())},
+        {"buffers_offset", getInt(pipelineRank, "buffers_offset")},
+        {"buffers_bytes", getInt(pipelineRank, "buffers_bytes")},
+        {"pools", std::move(pools)}};
+  }
+  return json;
 }
 } // namespace
 
 LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
                             ModuleOp train,
-                            const llvm::json::Value *trainConfig) {
+                            const llvm::json::Value *trainConfig,
+                            ArrayRef<ModuleOp> pipelineRanks) {
   auto function = module.lookupSymbol<func::FuncOp>("main");
   if (!function)
     return module.emitError() << "no function @main";
   FailureOr<PlanSummary> summary = summarizePlan(function);
   if (failed(summary))
     return failure();
-  if (train && failed(trainingFunctions(train)))
+  if (train && pipelineRanks.empty() && failed(trainingFunctions(train)))
     return failure();
   auto memory = function->getAttrOfType<ds::MemoryPlanAttr>(
       ds::DsDialect::kMemoryPlanAttrName);
@@ -584,7 +673,9 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
   } else {
     // The job is the training program's: its grid, and what each rank
     // holds and moves. The forward program runs on one process.
-    int64_t dp = dataParallelSize(train), pp = pipelineStagesOf(train);
+    int64_t dp = dataParallelSize(pipelineRanks.empty() ? train
+                                                        : pipelineRanks[0]),
+            pp = pipelineStagesOf(train);
     json["world"] = dp * pp;
     json["grid"] = llvm::json::Object{{"dp", dp}, {"pp", pp}, {"tp", 1}};
     if (train->hasAttr(ds::DsDialect::kPipelineAttrName)) {
@@ -593,19 +684,31 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
         return failure();
       json["pipeline"] = pipelineJson(*facts);
     }
-    // With pp > 1 these are the data-parallel ranks of the whole,
-    // unpartitioned step; `pipeline` has the per-stage figures.
-    RankNumbers numbers(train);
-    llvm::json::Array perRank;
-    for (int64_t r = 0; r < dp; ++r)
-      perRank.push_back(numbers.of(r));
+    // Every rank of the job (rank = pp * dp + d): the program of its pp
+    // coordinate, at its dp coordinate.
+    SmallVector<ModuleOp> programs(pipelineRanks.begin(), pipelineRanks.end());
+    if (programs.empty())
+      programs.push_back(train);
+    llvm::json::Array perRank, trainRanks;
+    for (auto [pr, program] : llvm::enumerate(programs)) {
+      RankNumbers numbers(program);
+      int64_t d = dataParallelSize(program);
+      for (int64_t r = 0; r < d; ++r) {
+        llvm::json::Object entry = numbers.of(r, static_cast<int64_t>(pr));
+        entry["rank"] = static_cast<int64_t>(pr) * d + r;
+        if (!pipelineRanks.empty()) {
+          entry["pp"] = static_cast<int64_t>(pr);
+          entry["dp"] = r;
+        }
+        perRank.push_back(std::move(entry));
+      }
+      trainRanks.push_back(trainingRank(program, static_cast<int64_t>(pr)));
+    }
     json["ranks"] = std::move(perRank);
     json["forward"] = llvm::json::Object{{"world", 1},
                                          {"ranks", std::move(ranks)}};
-    llvm::json::Array trainRanks;
-    trainRanks.push_back(trainingRank(train));
     llvm::json::Object training{{"ranks", std::move(trainRanks)}};
-    if (auto zero = train->getAttrOfType<DictionaryAttr>(
+    if (auto zero = programs.front()->getAttrOfType<DictionaryAttr>(
             ds::DsDialect::kZeroAttrName)) {
       llvm::json::Object zeroJson;
       for (NamedAttribute entry : zero)
@@ -633,7 +736,7 @@ LogicalResult writePipelineTrace(ModuleOp train, llvm::raw_ostream &os) {
 }
 
 LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
-                            ModuleOp train) {
+                            ModuleOp train, ArrayRef<ModuleOp> pipelineRanks) {
   auto function = module.lookupSymbol<func::FuncOp>("main");
   if (!function)
     return module.emitError() << "no function @main";
@@ -665,13 +768,21 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
   if (!train)
     return success();
 
-  FailureOr<std::pair<func::FuncOp, func::FuncOp>> functions =
-      trainingFunctions(train);
-  if (failed(functions))
-    return failure();
-  llvm::json::Object rank = trainingRank(train);
+  SmallVector<ModuleOp> programs(pipelineRanks.begin(), pipelineRanks.end());
+  if (programs.empty()) {
+    if (failed(trainingFunctions(train)))
+      return failure();
+    programs.push_back(train);
+  }
+  for (auto [pr, program] : llvm::enumerate(programs)) {
+  llvm::json::Object rank = trainingRank(program, static_cast<int64_t>(pr));
   auto bytes = [&](StringRef key) { return *rank.getInteger(key); };
-  os << "\ntraining program (train), rank 0\n";
+  if (pipelineRanks.empty())
+    os << "\ntraining program (train), rank 0\n";
+  else
+    os << "\ntraining program (train), pipeline rank " << pr << " (ranks "
+       << pr * dataParallelSize(program) << ".."
+       << (pr + 1) * dataParallelSize(program) - 1 << ")\n";
   os << llvm::format("  arena           %14lld bytes  (%.2f MiB): the training "
                      "step's peak memory\n",
                      (long long)bytes("arena_bytes"), mib(bytes("arena_bytes")));
@@ -680,13 +791,14 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
   os << llvm::format("    states        %14lld bytes  (%.2f MiB): gradients "
                      "and optimizer moments\n",
                      (long long)bytes("state_bytes"), mib(bytes("state_bytes")));
-  int64_t world = dataParallelSize(train);
+  int64_t world = dataParallelSize(program);
   int64_t stage = 0;
-  if (auto zero = train->getAttrOfType<DictionaryAttr>(
+  if (auto zero = program->getAttrOfType<DictionaryAttr>(
           ds::DsDialect::kZeroAttrName))
     if (auto value = zero.getAs<IntegerAttr>("stage"))
       stage = value.getInt();
-  llvm::json::Object numbers = RankNumbers(train).of(0);
+  llvm::json::Object numbers =
+      RankNumbers(program).of(0, static_cast<int64_t>(pr));
   auto number = [&](StringRef key) { return *numbers.getInteger(key); };
   os << llvm::format("  data parallel   %14lld ranks, ZeRO stage %lld; per "
                      "rank (rank 0):\n",
@@ -698,6 +810,13 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
                        mib(number(key)));
   const llvm::json::Object *collectives =
       numbers.getObject("collective_bytes");
+  if (const llvm::json::Value *pipelineJson = rank.get("pipeline")) {
+    const llvm::json::Object &p = *pipelineJson->getAsObject();
+    os << llvm::format("    pipeline bufs %14lld bytes  (%.2f MiB): micro-batches "
+                       "between actions\n",
+                       (long long)*p.getInteger("buffers_bytes"),
+                       mib(*p.getInteger("buffers_bytes")));
+  }
   for (StringRef kind : kCollectiveKinds) {
     const llvm::json::Object *t = collectives->getObject(kind);
     os << llvm::format("    %-16s%14lld bytes sent, %lld received, %lld calls "
@@ -705,6 +824,15 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
                        kind.str().c_str(), (long long)*t->getInteger("sent"),
                        (long long)*t->getInteger("received"),
                        (long long)*t->getInteger("calls"));
+  }
+  for (auto [function, times] : stepFunctions(program)) {
+    FailureOr<PlanSummary> part = summarizePlan(function);
+    os << llvm::format("  %-15s %14lld bytes  arena, %lld kernels, %lld "
+                       "flops\n",
+                       function.getSymName().str().c_str(),
+                       (long long)part->arenaBytes, (long long)part->kernels,
+                       (long long)part->flops);
+  }
   }
   if (train->hasAttr(ds::DsDialect::kPipelineAttrName)) {
     FailureOr<PipelineFacts> facts = pipelineOf(train);
@@ -741,14 +869,6 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
                          (long long)*stage.getInteger("peak_in_flight"),
                          (long long)*stage.getInteger("send_bytes"));
     }
-  }
-  for (func::FuncOp function : {functions->first, functions->second}) {
-    FailureOr<PlanSummary> part = summarizePlan(function);
-    os << llvm::format("  %-15s %14lld bytes  arena, %lld kernels, %lld "
-                       "flops\n",
-                       function.getSymName().str().c_str(),
-                       (long long)part->arenaBytes, (long long)part->kernels,
-                       (long long)part->flops);
   }
   return success();
 }

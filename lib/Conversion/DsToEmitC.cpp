@@ -88,6 +88,13 @@ std::string shapeLiteral(ArrayRef<int64_t> shape) {
          "}";
 }
 
+/// Names of the values a pipeline stage receives, sends or stashes (not
+/// data inputs).
+bool isPipelineValueName(StringRef name) {
+  return name.starts_with("recv:") || name.starts_with("send:") ||
+         name.starts_with("stash:") || name.starts_with("wstash:");
+}
+
 /// Emits EmitC for one planned function.
 class ProgramBuilder {
 public:
@@ -119,6 +126,10 @@ private:
   void emitGrid(Value info);
   void emitFunctionInterface(Value info, func::FuncOp function);
   void emitTraining(Value info);
+  void emitPipeline(Value info);
+  bool isPipelined() const {
+    return module->hasAttr(ds::DsDialect::kPipelineRankAttrName);
+  }
   LogicalResult emitRun(func::FuncOp function, StringRef name);
   /// The tensor view of `value` in the current part, made on first use.
   FailureOr<Value> viewOf(Value value);
@@ -777,9 +788,12 @@ void ProgramBuilder::emitTraining(Value info) {
   };
   // The micro-batch is the leading axis of the micro step's inputs.
   int64_t microBatch = 1;
+  // (Pipeline stages also take received and stashed values, which are not
+  // data.)
   for (BlockArgument arg : functions.front().getArguments())
-    if (functions.front().getArgAttr(arg.getArgNumber(),
-                                     ds::DsDialect::kInputAttrName)) {
+    if (auto name = functions.front().getArgAttrOfType<StringAttr>(
+            arg.getArgNumber(), ds::DsDialect::kInputAttrName);
+        name && !isPipelineValueName(name.getValue())) {
       auto type = cast<RankedTensorType>(arg.getType());
       if (type.getRank() > 0) {
         microBatch = type.getDimSize(0);
@@ -798,6 +812,68 @@ void ProgramBuilder::emitTraining(Value info) {
             integer("total_num_steps", 0),
             builder.getBoolAttr(linear && linear.getValue()),
             real("warmup_min_ratio", 0.0), real("cos_min_ratio", 1e-4)});
+}
+
+/// A pipeline rank (ds.pipeline_rank): its stages and their functions, its
+/// action list, its buffer pools and the accumulators it shares.
+void ProgramBuilder::emitPipeline(Value info) {
+  auto rank = module->getAttrOfType<DictionaryAttr>(
+      ds::DsDialect::kPipelineRankAttrName);
+  auto index0 = builder.getIndexAttr(0);
+  auto str = [&](StringRef text) { return literal(cppString(text)); };
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+  auto get = [&](DictionaryAttr dict, StringRef key) {
+    auto value = dict.getAs<IntegerAttr>(key);
+    return value ? value.getInt() : 0;
+  };
+  auto text = [&](DictionaryAttr dict, StringRef key) -> StringRef {
+    auto value = dict.getAs<StringAttr>(key);
+    return value ? value.getValue() : "";
+  };
+  callVoid("dsrt::set_pipeline", {info},
+           {index0, str(text(rank, "schedule")), i64(get(rank, "stages")),
+            i64(get(rank, "chunks")), i64(get(rank, "microbatches")),
+            i64(get(rank, "rank")), i64(get(rank, "buffers_offset")),
+            i64(get(rank, "buffers_bytes"))});
+  for (Attribute attr : rank.getAs<ArrayAttr>("virtual_stages")) {
+    auto stage = cast<DictionaryAttr>(attr);
+    callVoid("dsrt::add_pipeline_stage", {info},
+             {index0, i64(get(stage, "stage")), str(text(stage, "forward")),
+              str(text(stage, "backward")), str(text(stage, "backward_input")),
+              str(text(stage, "backward_weight"))});
+  }
+  ArrayRef<int64_t> kinds =
+      rank.getAs<DenseI64ArrayAttr>("action_kinds").asArrayRef();
+  ArrayRef<int64_t> microbatches =
+      rank.getAs<DenseI64ArrayAttr>("action_microbatches").asArrayRef();
+  ArrayRef<int64_t> chunks =
+      rank.getAs<DenseI64ArrayAttr>("action_chunks").asArrayRef();
+  ArrayRef<int64_t> peers =
+      rank.getAs<DenseI64ArrayAttr>("action_peers").asArrayRef();
+  for (size_t i = 0; i < kinds.size(); ++i)
+    callVoid("dsrt::add_pipeline_action", {info},
+             {index0, i64(kinds[i]), i64(microbatches[i]), i64(chunks[i]),
+              i64(peers[i])});
+  for (Attribute attr : rank.getAs<ArrayAttr>("pools")) {
+    auto pool = cast<DictionaryAttr>(attr);
+    callVoid("dsrt::add_pipeline_pool", {info},
+             {index0, str(text(pool, "kind")), i64(get(pool, "stage")),
+              i64(get(pool, "slots")), i64(get(pool, "slot_bytes")),
+              i64(get(pool, "offset"))});
+  }
+  for (Attribute attr : rank.getAs<ArrayAttr>("tied")) {
+    auto tied = cast<DictionaryAttr>(attr);
+    ArrayRef<int64_t> ranks =
+        tied.getAs<DenseI64ArrayAttr>("ranks").asArrayRef();
+    std::string list = llvm::join(
+        llvm::map_range(ranks, [](int64_t r) { return std::to_string(r); }),
+        ", ");
+    callVoid("dsrt::add_pipeline_tied", {info},
+             {index0, str(text(tied, "state")),
+              literal("std::array<int64_t, " + std::to_string(ranks.size()) +
+                      ">{" + list + "}.data()"),
+              i64(static_cast<int64_t>(ranks.size()))});
+  }
 }
 
 void ProgramBuilder::emitDescribe() {
@@ -841,6 +917,8 @@ void ProgramBuilder::emitDescribe() {
                 i64(functionPlan.getPeakLiveBytes())});
       emitFunctionInterface(info, each);
     }
+    if (isPipelined())
+      emitPipeline(info);
   } else {
     emitFunctionInterface(info, functions.front());
   }
@@ -881,8 +959,20 @@ LogicalResult ProgramBuilder::build() {
     if (failed(emitRun(each, isTraining() ? each.getSymName() : "run")))
       return failure();
   emitDescribe();
-  if (withMain)
+  if (isPipelined()) {
+    // One pipeline rank of an executable holding all of them: its
+    // description and run functions for dsrt::pipeline_main.
+    builder.setInsertionPointToEnd(module.getBody());
+    std::string table = "static const dsrt::RunFn " + prefix + "functions[] = {";
+    for (auto [i, each] : llvm::enumerate(functions))
+      table += (i ? ", " : "") + prefix + each.getSymName().str();
+    table += "};\nconst dsrt::PipelineRankProgram " + prefix + "program = {" +
+             prefix + "describe, " + prefix + "functions, " +
+             std::to_string(functions.size()) + "};";
+    emitc::VerbatimOp::create(builder, loc, table);
+  } else if (withMain) {
     emitMain();
+  }
   return success();
 }
 
@@ -1237,7 +1327,17 @@ struct LowerToEmitCPass
     SmallVector<func::FuncOp> functions;
     auto micro = module.lookupSymbol<func::FuncOp>("micro_step");
     auto optimizer = module.lookupSymbol<func::FuncOp>("optimizer_step");
-    if (micro && optimizer) {
+    if (module->hasAttr(ds::DsDialect::kPipelineRankAttrName)) {
+      // A pipeline rank: its stages' functions, then @optimizer_step.
+      for (auto function : module.getOps<func::FuncOp>())
+        if (function != optimizer)
+          functions.push_back(function);
+      if (!optimizer) {
+        module.emitError() << "a pipeline rank without @optimizer_step";
+        return signalPassFailure();
+      }
+      functions.push_back(optimizer);
+    } else if (micro && optimizer) {
       functions = {micro, optimizer};
     } else if (auto main = module.lookupSymbol<func::FuncOp>("main")) {
       functions = {main};
@@ -1274,6 +1374,8 @@ struct LowerToEmitCPass
     module->removeAttr(ds::DsDialect::kMemoryPlanAttrName);
     module->removeAttr(ds::DsDialect::kTrainAttrName);
     module->removeAttr(ds::DsDialect::kZeroAttrName);
+    module->removeAttr(ds::DsDialect::kPipelineAttrName);
+    module->removeAttr(ds::DsDialect::kPipelineRankAttrName);
   }
 };
 

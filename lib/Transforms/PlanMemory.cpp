@@ -422,9 +422,129 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
       arena = std::max(arena, plan.getArenaBytes());
       peakLive = std::max(peakLive, plan.getPeakLiveBytes());
     }
+    // A pipeline rank's buffers between actions (ds.pipeline_rank's
+    // pools) lie above every function's plan, at the top of the arena.
+    if (auto rank = module->getAttrOfType<DictionaryAttr>(
+            ds::DsDialect::kPipelineRankAttrName)) {
+      FailureOr<DictionaryAttr> placed =
+          planPipelineBuffers(module, rank, layout, arena);
+      if (failed(placed))
+        return signalPassFailure();
+      module->setAttr(ds::DsDialect::kPipelineRankAttrName, *placed);
+      int64_t top = placed->getAs<IntegerAttr>("buffers_offset").getInt() +
+                    placed->getAs<IntegerAttr>("buffers_bytes").getInt();
+      peakLive += top - arena;
+      arena = top;
+    }
     module->setAttr(ds::DsDialect::kMemoryPlanAttrName,
                     ds::MemoryPlanAttr::get(&getContext(), arena, layout.bytes,
                                             peakLive, alignment));
+  }
+
+  /// The size of one slot of each pool (the aligned sizes of the values
+  /// the runtime keeps in it, from the functions' signatures) and where
+  /// the pools lie: from `base` up, in the order of ds.pipeline_rank.
+  FailureOr<DictionaryAttr> planPipelineBuffers(ModuleOp module,
+                                                DictionaryAttr rank,
+                                                const PersistentLayout &layout,
+                                                int64_t base) {
+    Builder b(module.getContext());
+    auto aligned = [&](Type type) {
+      return static_cast<int64_t>(llvm::alignTo(
+          ds::getByteSize(cast<ShapedType>(type)).value_or(0), alignment));
+    };
+    // The bytes of a function's arguments or results whose name starts
+    // with `prefix`.
+    auto bytesOf = [&](StringRef functionName, bool results,
+                       StringRef prefix) -> int64_t {
+      auto function = module.lookupSymbol<func::FuncOp>(functionName);
+      if (!function)
+        return 0;
+      int64_t total = 0;
+      unsigned count =
+          results ? function.getNumResults() : function.getNumArguments();
+      for (unsigned i = 0; i < count; ++i) {
+        auto name =
+            results ? function.getResultAttrOfType<StringAttr>(
+                          i, ds::DsDialect::kOutputAttrName)
+                    : function.getArgAttrOfType<StringAttr>(
+                          i, ds::DsDialect::kInputAttrName);
+        if (name && name.getValue().starts_with(prefix))
+          total += aligned(results ? function.getResultTypes()[i]
+                                   : function.getArgumentTypes()[i]);
+      }
+      return total;
+    };
+    llvm::DenseMap<int64_t, DictionaryAttr> stages;
+    for (Attribute attr : rank.getAs<ArrayAttr>("virtual_stages"))
+      if (auto stage = dyn_cast<DictionaryAttr>(attr))
+        stages[stage.getAs<IntegerAttr>("stage").getInt()] = stage;
+    int64_t offset = llvm::alignTo(base, alignment);
+    int64_t start = offset;
+    SmallVector<Attribute> pools;
+    for (Attribute attr : rank.getAs<ArrayAttr>("pools")) {
+      auto pool = cast<DictionaryAttr>(attr);
+      StringRef kind = pool.getAs<StringAttr>("kind").getValue();
+      int64_t stage = pool.getAs<IntegerAttr>("stage").getInt();
+      int64_t slots = pool.getAs<IntegerAttr>("slots").getInt();
+      DictionaryAttr functions = stages.lookup(stage);
+      auto fn = [&](StringRef key) -> StringRef {
+        auto name = functions ? functions.getAs<StringAttr>(key) : StringAttr();
+        return name ? name.getValue() : "";
+      };
+      StringRef backward =
+          fn("backward").empty() ? fn("backward_input") : fn("backward");
+      int64_t slotBytes =
+          kind == "stash"      ? bytesOf(fn("forward"), true, "stash:")
+          : kind == "act_in"   ? bytesOf(fn("forward"), false, "recv:")
+          : kind == "act_out"  ? bytesOf(fn("forward"), true, "send:")
+          : kind == "grad_in"  ? bytesOf(backward, false, "recv:")
+          : kind == "grad_out" ? bytesOf(backward, true, "send:")
+          : kind == "wstash"   ? bytesOf(backward, true, "wstash:")
+                               : 0;
+      if (slotBytes == 0 || slots == 0)
+        continue;
+      pools.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("kind", b.getStringAttr(kind)),
+          b.getNamedAttr("stage", b.getI64IntegerAttr(stage)),
+          b.getNamedAttr("slots", b.getI64IntegerAttr(slots)),
+          b.getNamedAttr("slot_bytes", b.getI64IntegerAttr(slotBytes)),
+          b.getNamedAttr("offset", b.getI64IntegerAttr(offset)),
+      }));
+      offset += slots * slotBytes;
+    }
+    // One slot receiving every other sharer's copy of each shared
+    // accumulator.
+    int64_t tiedBytes = 0;
+    for (Attribute attr : rank.getAs<ArrayAttr>("tied")) {
+      auto tied = cast<DictionaryAttr>(attr);
+      std::string key =
+          ("state:" + tied.getAs<StringAttr>("state").getValue()).str();
+      auto it = layout.slots.find(key);
+      if (it == layout.slots.end()) {
+        module.emitError() << "shared accumulator '"
+                           << tied.getAs<StringAttr>("state").getValue()
+                           << "' is not a state of the program";
+        return failure();
+      }
+      int64_t sharers = tied.getAs<DenseI64ArrayAttr>("ranks").size();
+      tiedBytes += (sharers - 1) * it->second.second;
+    }
+    if (tiedBytes > 0) {
+      pools.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("kind", b.getStringAttr("tied")),
+          b.getNamedAttr("stage", b.getI64IntegerAttr(-1)),
+          b.getNamedAttr("slots", b.getI64IntegerAttr(1)),
+          b.getNamedAttr("slot_bytes", b.getI64IntegerAttr(tiedBytes)),
+          b.getNamedAttr("offset", b.getI64IntegerAttr(offset)),
+      }));
+      offset += tiedBytes;
+    }
+    NamedAttrList attrs(rank.getValue());
+    attrs.set("pools", b.getArrayAttr(pools));
+    attrs.set("buffers_offset", b.getI64IntegerAttr(start));
+    attrs.set("buffers_bytes", b.getI64IntegerAttr(offset - start));
+    return attrs.getDictionary(module.getContext());
   }
 };
 } // namespace

@@ -53,9 +53,11 @@ namespace {
 
 constexpr StringLiteral kGrid = "grid";
 
-/// `grid = @grid`, the grid attribute of the ds bucket collectives.
-NamedAttribute gridAttr(Builder &b) {
-  return b.getNamedAttr("grid", FlatSymbolRefAttr::get(b.getContext(), kGrid));
+/// `grid = @grid, grid_axis = axis`, the grid attributes of the ds bucket
+/// collectives.
+SmallVector<NamedAttribute> gridAttrs(Builder &b, int64_t axis) {
+  return {b.getNamedAttr("grid", FlatSymbolRefAttr::get(b.getContext(), kGrid)),
+          b.getNamedAttr("grid_axis", b.getI64IntegerAttr(axis))};
 }
 
 struct ZeroPass : dsopt::impl::DsZeroBase<ZeroPass> {
@@ -90,8 +92,19 @@ private:
 
   LogicalResult rewriteOptimizerStep(func::FuncOp step,
                                      const llvm::StringSet<> &shardedParams);
+  /// `micro` is @micro_step (forward up to the loss, then backward), or one
+  /// part of a pipeline stage, all forward or all backward.
   LogicalResult rewriteMicroStep(func::FuncOp micro,
                                  const llvm::StringSet<> &shardedParams);
+
+  /// The grid axis of dp: 0, or that of an existing pp x dp grid.
+  int16_t dpAxis = 0;
+  SmallVector<NamedAttribute> withGrid(Builder &b,
+                                       ArrayRef<NamedAttribute> attrs) const {
+    SmallVector<NamedAttribute> all = gridAttrs(b, dpAxis);
+    all.append(attrs.begin(), attrs.end());
+    return all;
+  }
 };
 
 Value ZeroPass::flatten(OpBuilder &b, Location loc, Value value) const {
@@ -108,14 +121,14 @@ Value ZeroPass::slice(OpBuilder &b, Location loc, Value value) const {
   Value flat = flatten(b, loc, value);
   return shard::AllSliceOp::create(b, loc,
                                    flatType(type, partition(type).s), flat,
-                                   kGrid, {0}, 0);
+                                   kGrid, {dpAxis}, 0);
 }
 
 Value ZeroPass::gather(OpBuilder &b, Location loc, Value shardValue,
                        RankedTensorType whole) const {
   Partition p = partition(whole);
   Value gathered = shard::AllGatherOp::create(
-      b, loc, flatType(whole, p.m), kGrid, {0}, shardValue, APInt(64, 0));
+      b, loc, flatType(whole, p.m), kGrid, {dpAxis}, shardValue, APInt(64, 0));
   return ds::FlatUnpadOp::create(b, loc, whole, gathered);
 }
 
@@ -160,7 +173,7 @@ ZeroPass::reduceScatterBuckets(OpBuilder &b, Location loc,
       auto type = cast<RankedTensorType>(flat.getType());
       shards[bucket[0]] = shard::ReduceScatterOp::create(
           b, flat.getLoc(),
-          flatType(type, type.getNumElements() / dp), kGrid, {0}, flat,
+          flatType(type, type.getNumElements() / dp), kGrid, {dpAxis}, flat,
           shard::ReductionKind::Average, APInt(64, 0));
       continue;
     }
@@ -174,7 +187,7 @@ ZeroPass::reduceScatterBuckets(OpBuilder &b, Location loc,
     types.push_back(stagingType(inputs));
     auto op = ds::ReduceScatterBucketOp::create(
         b, loc, types, inputs,
-        {gridAttr(b), b.getNamedAttr("reduction", b.getStringAttr("average"))});
+        withGrid(b, {b.getNamedAttr("reduction", b.getStringAttr("average"))}));
     for (auto [k, i] : llvm::enumerate(bucket))
       shards[i] = op->getResult(k);
   }
@@ -251,15 +264,15 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
         reduce = shard::AllReduceOp::create(
             b, NameLoc::get(b.getStringAttr(state.drop_front(5) + ".grad"),
                             loc),
-            inputs[0].getType(), kGrid, {0}, inputs[0],
+            inputs[0].getType(), kGrid, {dpAxis}, inputs[0],
             shard::ReductionKind::Average);
       } else {
         SmallVector<Type> types(ValueRange(inputs).getTypes());
         types.push_back(stagingType(inputs));
         reduce = ds::AllReduceBucketOp::create(
             b, loc, types, inputs,
-            {gridAttr(b),
-             b.getNamedAttr("reduction", b.getStringAttr("average"))});
+            withGrid(b, {b.getNamedAttr("reduction",
+                                        b.getStringAttr("average"))}));
       }
       reduce->setAttr(ds::DsDialect::kOverwritesArgAttrName, b.getUnitAttr());
       for (auto [k, input] : llvm::enumerate(inputs))
@@ -304,7 +317,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     }
     b.setInsertionPointAfter(op);
     auto sum = shard::AllReduceOp::create(b, op.getLoc(), op.getType(), kGrid,
-                                          {0}, op.getResult(),
+                                          {dpAxis}, op.getResult(),
                                           shard::ReductionKind::Sum);
     op.getResult().replaceAllUsesExcept(sum.getResult(), sum);
   }
@@ -424,7 +437,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
           toGather[bucket[0]].whole.getElementType()));
       auto op = ds::AllGatherBucketOp::create(
           b, loc, types, inputs,
-          {gridAttr(b)});
+          withGrid(b, {}));
       for (auto [k, i] : llvm::enumerate(bucket))
         full.push_back(ds::FlatUnpadOp::create(b, toGather[i].update->getLoc(),
                                                toGather[i].whole,
@@ -538,8 +551,19 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
     int64_t position = 0;
     for (Operation &op : body)
       index[&op] = position++;
-    Operation *lossDef = terminator->getOperand(0).getDefiningOp();
-    int64_t lossIndex = lossDef ? index[lossDef] : -1;
+    // A pipeline part is all forward or all backward.
+    int64_t lossIndex = -1;
+    if (auto part = micro->getAttrOfType<DictionaryAttr>(
+            ds::DsDialect::kPipelinePartAttrName)) {
+      auto name = part.getAs<StringAttr>("part");
+      if (name && name.getValue() == "forward")
+        lossIndex = position;
+    } else if (Operation *lossDef =
+                   terminator->getNumOperands()
+                       ? terminator->getOperand(0).getDefiningOp()
+                       : nullptr) {
+      lossIndex = index[lossDef];
+    }
     // Each pass (forward, backward) gathers every parameter it reads
     // before its first use there, prefetching: a gather is issued as early
     // as the first use of the earliest parameter (in order of first use)
@@ -614,18 +638,42 @@ void ZeroPass::runOnOperation() {
     module.emitError() << "the parameter persistence threshold must be >= 0";
     return signalPassFailure();
   }
-  auto micro = module.lookupSymbol<func::FuncOp>("micro_step");
+  // The functions of the step: @micro_step, or the parts of the pipeline
+  // stages of a pipeline rank (ds-pipeline-split).
   auto step = module.lookupSymbol<func::FuncOp>("optimizer_step");
-  if (!micro || !step) {
+  SmallVector<func::FuncOp> micros;
+  if (auto micro = module.lookupSymbol<func::FuncOp>("micro_step"))
+    micros.push_back(micro);
+  for (auto function : module.getOps<func::FuncOp>())
+    if (function != step &&
+        function->hasAttr(ds::DsDialect::kPipelinePartAttrName))
+      micros.push_back(function);
+  if (micros.empty() || !step) {
     module.emitError() << "no @micro_step and @optimizer_step; run "
                           "ds-optimizer first";
     return signalPassFailure();
   }
+  // A pipeline rank's grid (pp x dp) exists already; its dp axis is ours.
+  auto existing = module.lookupSymbol<shard::GridOp>(kGrid);
   if (module->hasAttr(ds::DsDialect::kZeroAttrName) ||
-      module.lookupSymbol(kGrid)) {
+      (module.lookupSymbol(kGrid) && !existing)) {
     module.emitError() << "the module is already data-parallel (ds.zero or "
                           "@grid exists)";
     return signalPassFailure();
+  }
+  if (existing) {
+    auto names = existing->getAttrOfType<ArrayAttr>("ds.axes");
+    int64_t axis = -1;
+    for (auto [i, name] : llvm::enumerate(names ? names.getValue()
+                                                : ArrayRef<Attribute>{}))
+      if (auto text = dyn_cast<StringAttr>(name); text && text == "dp")
+        axis = static_cast<int64_t>(i);
+    if (axis < 0 || existing.getShape()[axis] != dp) {
+      module.emitError() << "@grid has no dp axis of size " << dp
+                         << " (ds.axes names the axes)";
+      return signalPassFailure();
+    }
+    dpAxis = static_cast<int16_t>(axis);
   }
 
   Builder attrs(module.getContext());
@@ -641,10 +689,12 @@ void ZeroPass::runOnOperation() {
     return;
 
   OpBuilder b(module.getContext());
-  b.setInsertionPointToStart(module.getBody());
-  auto grid = shard::GridOp::create(b, module.getLoc(), kGrid,
-                                    ArrayRef<int64_t>{dp});
-  grid->setAttr("ds.axes", b.getStrArrayAttr({"dp"}));
+  if (!existing) {
+    b.setInsertionPointToStart(module.getBody());
+    auto grid = shard::GridOp::create(b, module.getLoc(), kGrid,
+                                      ArrayRef<int64_t>{dp});
+    grid->setAttr("ds.axes", b.getStrArrayAttr({"dp"}));
+  }
 
   // Stage 3 shards the trained parameters at or above the threshold.
   llvm::StringSet<> shardedParams;
@@ -667,8 +717,10 @@ void ZeroPass::runOnOperation() {
 
   if (failed(rewriteOptimizerStep(step, shardedParams)))
     return signalPassFailure();
-  if (stage >= 2 && failed(rewriteMicroStep(micro, shardedParams)))
-    return signalPassFailure();
+  if (stage >= 2)
+    for (func::FuncOp micro : micros)
+      if (failed(rewriteMicroStep(micro, shardedParams)))
+        return signalPassFailure();
 }
 
 } // namespace

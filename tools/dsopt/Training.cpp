@@ -46,6 +46,17 @@ void addPlanning(PassManager &pm, const TrainingPipelineOptions &options) {
   pm.addPass(createDsPlanMemory());
 }
 
+void addZero(PassManager &pm, const TrainConfig &config) {
+  DsZeroOptions zero;
+  zero.stage = config.zeroStage;
+  zero.dp = config.dataParallelSize;
+  zero.persistenceThreshold = config.paramPersistenceThreshold;
+  zero.reduceBucketSize = config.reduceBucketSize;
+  zero.allgatherBucketSize = config.allgatherBucketSize;
+  zero.prefetchBucketSize = config.prefetchBucketSize;
+  pm.addPass(createDsZero(zero));
+}
+
 std::string withThousands(int64_t value) {
   std::string digits = std::to_string(value), out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -149,21 +160,37 @@ buildTrainingModule(ModuleOp module, const TrainConfig &config,
           pipeline.balance = config.partitionMethod;
           pm.addPass(createDsPipeline(pipeline));
         }
-        DsZeroOptions zero;
-        zero.stage = config.zeroStage;
-        zero.dp = config.dataParallelSize;
-        zero.persistenceThreshold = config.paramPersistenceThreshold;
-        zero.reduceBucketSize = config.reduceBucketSize;
-        zero.allgatherBucketSize = config.allgatherBucketSize;
-        zero.prefetchBucketSize = config.prefetchBucketSize;
-        pm.addPass(createDsZero(zero));
+        if (config.pipelineStages <= 1)
+          addZero(pm, config);
       })))
     return failure();
   recordRecipe(*train, config);
+  if (config.pipelineStages > 1)
+    return train;
   if (failed(runPipeline(*train, options,
                          [&](PassManager &pm) { addPlanning(pm, options); })))
     return failure();
   return train;
+}
+
+FailureOr<std::vector<OwningOpRef<ModuleOp>>>
+buildPipelineRanks(ModuleOp partitioned, const TrainConfig &config,
+                   const TrainingPipelineOptions &options) {
+  std::vector<OwningOpRef<ModuleOp>> ranks;
+  for (int64_t r = 0; r < config.pipelineStages; ++r) {
+    OwningOpRef<ModuleOp> rank(partitioned.clone());
+    if (failed(runPipeline(*rank, options, [&](PassManager &pm) {
+          DsPipelineSplitOptions split;
+          split.rank = r;
+          split.dp = config.dataParallelSize;
+          pm.addPass(createDsPipelineSplit(split));
+          addZero(pm, config);
+          addPlanning(pm, options);
+        })))
+      return failure();
+    ranks.push_back(std::move(rank));
+  }
+  return ranks;
 }
 
 FailureOr<OwningOpRef<ModuleOp>>

@@ -46,10 +46,18 @@ bool isTrainingGraph(mlir::ModuleOp module, llvm::StringRef loss,
 
 /// The training program: a clone of `module` differentiated, with the
 /// optimizer step of `config`, fused and memory-planned. Errors are
-/// reported through the context's diagnostics.
+/// reported through the context's diagnostics. With more than one pipeline
+/// stage it is the step cut into stages (ds-pipeline), neither sharded nor
+/// planned: buildPipelineRanks makes the programs from it.
 mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
 buildTrainingModule(mlir::ModuleOp module, const TrainConfig &config,
                     const TrainingPipelineOptions &options);
+
+/// The program of every pipeline rank, from the cut training step of
+/// buildTrainingModule: ds-pipeline-split, ds-zero, fused and planned.
+mlir::FailureOr<std::vector<mlir::OwningOpRef<mlir::ModuleOp>>>
+buildPipelineRanks(mlir::ModuleOp partitioned, const TrainConfig &config,
+                   const TrainingPipelineOptions &options);
 
 /// The gradient program: @main computing the loss and, for every trainable
 /// parameter P, the output `P.grad`; fused and memory-planned.

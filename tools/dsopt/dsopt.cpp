@@ -235,8 +235,8 @@ cl::opt<std::string> worldFlag(
 
 cl::opt<std::string> ppFlag(
     "pp",
-    cl::desc("Pipeline stages (default 1); pipelined programs cannot run "
-             "yet: --pp > 1 works with --emit=plan, trace and train-mlir"),
+    cl::desc("Pipeline stages (default 1): ranks of the pp axis, each "
+             "running its stages' part of the training step"),
     cl::value_desc("N"), cl::cat(trainingCategory));
 
 cl::opt<std::string> microbatchesFlag(
@@ -562,8 +562,7 @@ buildTrainConfig(std::optional<int64_t> modelBatch) {
 }
 
 /// What is wrong with the pipeline configuration, checked before the model
-/// is read: the schedule's rules (as the DsPipeline library states them)
-/// and a program that cannot be built yet.
+/// is read: the schedule's rules (as the DsPipeline library states them).
 std::optional<std::string> pipelineProblem(const dsopt::TrainConfig &config) {
   int64_t pp = config.pipelineStages;
   auto kind = dsopt::pipeline::parseScheduleKind(config.pipelineSchedule);
@@ -585,11 +584,6 @@ std::optional<std::string> pipelineProblem(const dsopt::TrainConfig &config) {
                " and --chunks " + std::to_string(chunks) + ": " +
                llvm::toString(schedule.takeError());
   }
-  if (pp > 1 && !printConfig &&
-      (emit == EmitKind::Build || emit == EmitKind::TrainCpp))
-    return "pipeline execution is not implemented yet; --pp " +
-           std::to_string(pp) +
-           " works with --emit=plan, --emit=trace and --emit=train-mlir";
   return std::nullopt;
 }
 
@@ -889,6 +883,9 @@ EXAMPLES:
     return applyPassManagerCLOptions(trainPm);
   };
   OwningOpRef<ModuleOp> trainModule, gradientModule;
+  // With --pp > 1: the program of each pipeline rank.
+  std::vector<OwningOpRef<ModuleOp>> pipelineRanks;
+  SmallVector<ModuleOp> rankModules;
   if (buildTrain) {
     if (!trainConfig) {
       llvm::Expected<dsopt::TrainConfig> config =
@@ -906,6 +903,13 @@ EXAMPLES:
     llvm::errs() << "dsopt: "
                  << dsopt::trainingSummary(*trainModule, trainOptions.frozen)
                  << "\n";
+    if (trainConfig->pipelineStages > 1 && emit != EmitKind::Trace) {
+      FailureOr<std::vector<OwningOpRef<ModuleOp>>> ranks =
+          dsopt::buildPipelineRanks(*trainModule, *trainConfig, trainOptions);
+      if (failed(ranks))
+        return failPass("building the pipeline stages failed on " + inputFile);
+      pipelineRanks = std::move(*ranks);
+    }
   }
   if (buildGradients) {
     TimingScope gradTiming = rootTiming.nest("gradient program");
@@ -926,9 +930,22 @@ EXAMPLES:
            }))
                ? 1
                : 0;
+  for (OwningOpRef<ModuleOp> &rank : pipelineRanks)
+    rankModules.push_back(*rank);
   if (emit == EmitKind::TrainMlir)
     return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
+             // With --pp: the step cut into stages, then each rank's
+             // program.
+             if (!rankModules.empty())
+               os << "// the training step cut into pipeline stages "
+                     "(ds-pipeline)\n";
              trainModule->print(os);
+             os << "\n";
+             for (auto [r, rank] : llvm::enumerate(rankModules)) {
+               os << "// pipeline rank " << r << "\n";
+               rank.print(os);
+               os << "\n";
+             }
              os << "\n";
              return success();
            }))
@@ -960,7 +977,8 @@ EXAMPLES:
   auto writePlan = [&](llvm::raw_ostream &os) {
     return dsopt::writePlanJson(*module, os,
                                 trainModule ? *trainModule : ModuleOp(),
-                                configJson ? &*configJson : nullptr);
+                                configJson ? &*configJson : nullptr,
+                                rankModules);
   };
   if (emit == EmitKind::Plan)
     return failed(writeTo(outputFile, writePlan)) ? 1 : 0;
@@ -973,21 +991,23 @@ EXAMPLES:
         failed(writeTo(outputFile + "/plan.txt", [&](llvm::raw_ostream &os) {
           return dsopt::writePlanText(*module, os,
                                       trainModule ? *trainModule
-                                                  : ModuleOp());
+                                                  : ModuleOp(),
+                                      rankModules);
         })))
       return 1;
   }
 
   // Each planned module becomes C++.
   TimingScope lowerTiming = rootTiming.nest("code generation");
-  auto lower = [&](ModuleOp program, std::string &source) -> LogicalResult {
+  auto lower = [&](ModuleOp program, std::string &source,
+                   StringRef prefix = "", bool main = true) -> LogicalResult {
     PassManager lowerPm(&context);
     if (failed(applyPassManagerCLOptions(lowerPm)))
       return failure();
     lowerPm.enableTiming(lowerTiming);
     dsopt::DsLowerToEmitCOptions lowerOptions;
-    lowerOptions.withMain = !noMain;
-    lowerOptions.symbolPrefix = symbolPrefix;
+    lowerOptions.withMain = !noMain && main;
+    lowerOptions.symbolPrefix = prefix.empty() ? StringRef(symbolPrefix) : prefix;
     lowerPm.addPass(dsopt::createDsLowerToEmitC(lowerOptions));
     if (failed(lowerPm.run(program)))
       return failure();
@@ -1008,7 +1028,27 @@ EXAMPLES:
            }))
                ? 1
                : 0;
-  if (trainModule) {
+  if (!rankModules.empty()) {
+    // Every pipeline rank's program in one executable; each process runs
+    // the one of its pp coordinate.
+    programs.push_back({"train", "train.cpp", ""});
+    std::string &source = programs.back().source;
+    std::string table;
+    for (auto [r, rank] : llvm::enumerate(rankModules)) {
+      std::string prefix = symbolPrefix + "pp" + std::to_string(r) + "_";
+      std::string part;
+      if (failed(lower(rank, part, prefix, /*main=*/false)))
+        return failPass("code generation failed on pipeline rank " +
+                        std::to_string(r) + " of " + inputFile);
+      source += part;
+      table += (r ? ", " : "") + prefix + "program";
+    }
+    if (!noMain)
+      source += "\nint main(int argc, char **argv) {\n"
+                "  static const dsrt::PipelineRankProgram ranks[] = {" +
+                table + "};\n  return dsrt::pipeline_main(argc, argv, ranks, " +
+                std::to_string(rankModules.size()) + ");\n}\n";
+  } else if (trainModule) {
     programs.push_back({"train", "train.cpp", ""});
     if (failed(lower(*trainModule, programs.back().source)))
       return failPass("code generation failed on the training step of " +

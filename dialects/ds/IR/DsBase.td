@@ -96,6 +96,16 @@ def Ds_Dialect : Dialect {
     /// Module attribute set by ds-pipeline: the schedule and the partition
     /// (`{stages, microbatches, schedule, chunks, ...}`).
     static constexpr ::llvm::StringLiteral kPipelineAttrName = "ds.pipeline";
+    /// Module attribute set by ds-pipeline-split: the pipeline rank this
+    /// module is the program of, its virtual stages and their functions,
+    /// its static action list, its buffer pools and tied accumulators.
+    static constexpr ::llvm::StringLiteral kPipelineRankAttrName =
+        "ds.pipeline_rank";
+    /// Function attribute set by ds-pipeline-split: which part of which
+    /// virtual stage the function is (`{stage, part}`, part one of
+    /// "forward", "backward", "backward_input", "backward_weight").
+    static constexpr ::llvm::StringLiteral kPipelinePartAttrName =
+        "ds.pipeline_part";
   }];
 }
 

@@ -260,7 +260,8 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   if (name == kTrainAttrName || name == kZeroAttrName ||
-      name == kPipelineAttrName) {
+      name == kPipelineAttrName || name == kPipelineRankAttrName ||
+      name == kPipelinePartAttrName) {
     if (!isa<DictionaryAttr>(attribute.getValue()))
       return op->emitOpError() << "'" << name << "' must be a dictionary";
     return success();

@@ -5,8 +5,9 @@
 // CostOpInterface are attached to shard.all_reduce, shard.all_gather,
 // shard.reduce_scatter and shard.all_slice as external models, so the
 // memory planner, the plan and the code generator treat them like ds ops.
-// dsopt's programs use them on 1-D tensors over grid axis 0 (`dp`), the
-// partition ZeRO uses; anything else is refused by checkShardKernel.
+// dsopt's programs use them over one grid axis (ZeRO's over `dp`, on the
+// 1-D tensors of its flat partition; the pipeline's gradient norm over
+// `pp`); anything else is refused by checkShardKernel.
 //
 //===----------------------------------------------------------------------===//
 
@@ -310,8 +311,8 @@ void dsopt::ds::registerShardModels(DialectRegistry &registry) {
 LogicalResult dsopt::ds::checkShardKernel(Operation *op) {
   if (isa<AllReduceBucketOp, ReduceScatterBucketOp, AllGatherBucketOp>(op)) {
     int64_t axis = op->getAttrOfType<IntegerAttr>("grid_axis").getInt();
-    if (axis != 0)
-      return op->emitOpError() << "runs only over grid axis 0 (dp)";
+    if (axis < 0)
+      return op->emitOpError() << "grid_axis must be >= 0";
     return success();
   }
   if (!isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
@@ -348,7 +349,8 @@ LogicalResult dsopt::ds::checkShardKernel(Operation *op) {
                 "partition), got "
              << input << " -> " << result;
   }
-  if (axes.size() > 1 || gridAxis(axes) != 0)
-    return op->emitOpError() << "runs only over grid axis 0 (dp)";
+  if (axes.size() > 1)
+    return op->emitOpError() << "runs over one grid axis, not "
+                             << axes.size();
   return success();
 }

@@ -28,10 +28,13 @@ mlir::FailureOr<PlanSummary> summarizePlan(mlir::func::FuncOp function);
 /// and, when `train` is given, of the training program (@micro_step and
 /// @optimizer_step sharing one arena) with its configuration `trainConfig`
 /// (a JSON object, or null).
-mlir::LogicalResult writePlanJson(mlir::ModuleOp module, llvm::raw_ostream &os,
-                                  mlir::ModuleOp train = nullptr,
-                                  const llvm::json::Value *trainConfig =
-                                      nullptr);
+/// With pipeline parallelism `train` is the step cut into stages and
+/// `pipelineRanks` the program of each pipeline rank.
+mlir::LogicalResult
+writePlanJson(mlir::ModuleOp module, llvm::raw_ostream &os,
+              mlir::ModuleOp train = nullptr,
+              const llvm::json::Value *trainConfig = nullptr,
+              llvm::ArrayRef<mlir::ModuleOp> pipelineRanks = {});
 
 /// Chrome trace JSON of one training step of the pipelined training module
 /// `train` (ds-pipeline's `ds.pipeline`): the schedule simulated with the
@@ -40,8 +43,10 @@ mlir::LogicalResult writePipelineTrace(mlir::ModuleOp train,
                                        llvm::raw_ostream &os);
 
 /// plan.txt: the same facts for people.
-mlir::LogicalResult writePlanText(mlir::ModuleOp module, llvm::raw_ostream &os,
-                                  mlir::ModuleOp train = nullptr);
+mlir::LogicalResult
+writePlanText(mlir::ModuleOp module, llvm::raw_ostream &os,
+              mlir::ModuleOp train = nullptr,
+              llvm::ArrayRef<mlir::ModuleOp> pipelineRanks = {});
 
 } // namespace dsopt
 

@@ -225,6 +225,46 @@ def DsPipeline : Pass<"ds-pipeline", "mlir::ModuleOp"> {
   ];
 }
 
+def DsPipelineSplit : Pass<"ds-pipeline-split", "mlir::ModuleOp"> {
+  let summary = "Make the program of one pipeline rank from the cut training step";
+  let description = [{
+    The second half of pipeline parallelism, after ds-pipeline and before
+    ds-zero: the module becomes the SPMD program of pipeline rank `rank`
+    over `shard.grid @grid(shape = stages x dp) {ds.axes = ["pp", "dp"]}`.
+
+    For each virtual stage s the rank holds (s = c * stages + rank),
+    `@micro_step`'s ops of stage s become `@fwd_s` (its forward ops) and
+    `@bwd_s` (its backward ops); with the zb-h1 schedule `@bwd_s` is
+    `@bwdi_s` (the ops the gradient sent to stage s - 1 depends on) and
+    `@bwdw_s` (the weight gradients). Values are named by where they come
+    from: a forward value read by a later stage is sent stage by stage
+    (`send:<id>` results, `recv:<id>` arguments) through every stage in
+    between; a gradient likewise backwards; a forward value the stage's
+    backward reads is stashed (`stash:<id>`), and zb-h1's weight part gets
+    what it needs from the input part as `wstash:<id>`. Constants are
+    cloned where they are used.
+
+    A parameter read by several stages has its gradient contributions
+    summed per stage into each stage's own accumulator; the runtime sums
+    the accumulators of the ranks that share it before `@optimizer_step`
+    (`tied` in `ds.pipeline_rank`). `@optimizer_step` keeps the rank's
+    parameters; its global gradient norm sums, over pp, each rank's sum of
+    squares of the accumulators it owns (a shared one counts on its lowest
+    rank).
+
+    `ds.pipeline_rank` on the module records the rank's stages and
+    functions, its action list (from the schedule of `ds.pipeline`) and,
+    per buffer pool of the runtime, the number of slots the action list
+    needs at most.
+  }];
+  let options = [
+    Option<"rank", "rank", "int64_t", /*default=*/"0",
+           "The pipeline rank (pp coordinate) whose program to make">,
+    Option<"dp", "dp", "int64_t", /*default=*/"1",
+           "Ranks of the data-parallel axis of the grid">,
+  ];
+}
+
 def DsPlanMemory : Pass<"ds-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assign every tensor a fixed offset in one arena by liveness";
   let description = [{

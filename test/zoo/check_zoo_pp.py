@@ -1,0 +1,235 @@
+#!/usr/bin/python3
+"""Pipeline parallelism: pp x dp ranks train exactly like one, and the plan is exact.
+
+Each case is (model, pp, schedule, ZeRO stage, dp, micro-batches m). For
+it, this
+  * compiles `dsopt MODEL --config CFG --pp P --schedule S --dp D --zero Z`
+    with m micro-batches per step and dp rank (the pipeline's micro-batches
+    are the gradient accumulation), and trains it for STEPS steps with
+    `mpirun -np P*D train`, writing the trained model and a measured trace;
+  * compares every step's loss (relative LOSS_RTOL) and gradient norm and
+    every final weight with the single-rank run of the same global batch
+    (one rank, D*m micro-batches per step): absolute WEIGHT_ATOL, widened
+    for the zoo models as check_zoo_dp.py does by PyTorch's own
+    float32-vs-float64 difference on that parameter; the zoo models are
+    also checked against PyTorch (train_reference.py);
+  * checks the plan against the run: every rank's measured arena high-water
+    mark equals plan.json's arena_peak_bytes for that rank, and its
+    collective bytes per kind equal the plan's per step times STEPS;
+  * checks the measured trace: one track per rank, and every forward and
+    backward of every micro-batch of every stage of the rank in it.
+The skip model (--skip, test/Pipeline/Inputs/skip_model.py) has a value of
+its first block read by its last, so with pp = 4 it goes from stage 0 to 3.
+Prints one line per case and a final count; exits 1 on any failure.
+"""
+import argparse
+import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import check_zoo_dp as dp_check  # noqa: E402
+from check_zoo_dp import CONFIG, MPIRUN, STEPS, N_BATCHES, one_line, read_log, rel, run, weights  # noqa: E402,F401
+
+LOSS_RTOL = 1e-5
+GRAD_NORM_RTOL = 1e-4
+WEIGHT_ATOL = 1e-5
+
+# (model, pp, schedule, ZeRO stage, dp, micro-batches per dp rank): every
+# pp in {2, 3, 4}, every schedule, ZeRO 0, 1 and 3 and dp 1 and 2 on each
+# model, pairwise.
+CASES = [
+    ("gpt2", 2, "1f1b", 0, 1, 4), ("gpt2", 2, "gpipe", 3, 2, 2), ("gpt2", 3, "zb-h1", 1, 1, 3),
+    ("gpt2", 4, "interleaved", 0, 1, 4), ("gpt2", 2, "interleaved", 1, 2, 2),
+    ("gpt2", 4, "1f1b", 3, 1, 4), ("gpt2", 3, "gpipe", 0, 2, 3), ("gpt2", 2, "zb-h1", 3, 2, 2),
+    ("llama", 2, "zb-h1", 0, 1, 4), ("llama", 3, "1f1b", 3, 2, 3), ("llama", 4, "gpipe", 1, 1, 4),
+    ("llama", 2, "interleaved", 3, 1, 4), ("llama", 2, "1f1b", 1, 2, 2),
+    ("llama", 4, "zb-h1", 3, 1, 4), ("llama", 3, "interleaved", 0, 1, 3),
+    ("skip", 4, "1f1b", 0, 1, 4), ("skip", 4, "gpipe", 3, 2, 2), ("skip", 4, "zb-h1", 1, 1, 4),
+    ("skip", 2, "interleaved", 1, 2, 2), ("skip", 3, "1f1b", 3, 1, 3),
+]
+
+
+def label_of(case) -> str:
+    model, pp, schedule, stage, dp, m = case
+    return f"{model} pp{pp} {schedule} zero{stage} dp{dp} m{m}"
+
+
+def compare_trace(trace_path: Path, plan: Dict, world: int) -> Optional[str]:
+    trace = json.loads(trace_path.read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    slices = [e for e in events if e.get("ph") == "X"]
+    tracks = {e["tid"] for e in slices}
+    if tracks != set(range(world)):
+        return f"trace tracks {sorted(tracks)}, expected ranks 0..{world - 1}"
+    pipeline = plan["pipeline"]
+    p, v, m = pipeline["stages"], pipeline["chunks"], pipeline["microbatches"]
+    split = pipeline["schedule"] == "zb-h1"
+    for rank in range(world):
+        names = [e["name"] for e in slices if e["tid"] == rank]
+        pp = rank // (world // p)
+        for chunk in range(v):
+            for mb in range(m):
+                suffix = f"{mb}.{chunk}" if v > 1 else f"{mb}"
+                wanted = ["F", "Bi", "W"] if split else ["F", "B"]
+                for kind in wanted:
+                    count = names.count(kind + suffix)
+                    if count != STEPS:
+                        return (f"rank {rank} (pp {pp}): {kind}{suffix} appears {count} times "
+                                f"in the trace, expected once per step ({STEPS})")
+    return None
+
+
+def skip_reference(args, dp: int, m: int) -> Dict:
+    """The single-rank run of the skip model with dp*m micro-batches per step."""
+    work = Path(args.work) / f"skip-ref{dp * m}"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "data").mkdir(parents=True)
+    import onnx
+    model = onnx.load(args.skip)
+    x = model.graph.input[0]
+    dims = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(7)
+    data = rng.standard_normal((N_BATCHES, dp * m * dims[0], *dims[1:])).astype(np.float32)
+    np.save(work / "data" / f"{x.name}.npy", data)
+    config = dict(CONFIG, train_micro_batch_size_per_gpu=dims[0],
+                  gradient_accumulation_steps=dp * m, train_batch_size=dims[0] * dp * m)
+    (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    why = run([*shlex.split(args.dsopt), args.skip, "--config", str(work / "ds_config.json"),
+               "-o", str(work / "program")])
+    if why:
+        raise RuntimeError(f"dsopt (single rank): {why}")
+    why = run([str(work / "program" / "train"), "--data", str(work / "data"), "--steps", str(STEPS),
+               "--threads", "1", "--log-json", str(work / "log.jsonl"), "--save-onnx",
+               str(work / "trained.onnx")])
+    if why:
+        raise RuntimeError(f"train (single rank): {why}")
+    log, _ = read_log(work / "log.jsonl")
+    return {"data": work / "data", "log": log, "micro": dims[0], "frozen": [],
+            "weights": {name: value.astype(np.float64)
+                        for name, value in weights(work / "trained.onnx").items()},
+            "noise": {}, "path": args.skip}
+
+
+def check_case(args, case, reference, zoo) -> Tuple[str, bool]:
+    model, pp, schedule, stage, dp, m = case
+    label = label_of(case)
+    world = pp * dp
+    work = Path(args.work) / label.replace(" ", "-")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    micro = reference["micro"]
+
+    def fail(kind, message):
+        return f"{label}: {kind} {message}", True
+
+    model_path = reference.get("path") or str(Path(args.zoo) / zoo[model]["file"])
+    config = dict(CONFIG, train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=m,
+                  train_batch_size=micro * m * dp,
+                  zero_optimization={"stage": stage, "stage3_param_persistence_threshold": 0})
+    (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    why = run([*shlex.split(args.dsopt), model_path, "--config", str(work / "ds_config.json"),
+               "--pp", str(pp), "--schedule", schedule, "--dp", str(dp), *reference["frozen"],
+               "-o", str(work / "program")])
+    if why:
+        return fail("FAIL", f"dsopt: {why}")
+    log_path, trained, trace = work / "log.jsonl", work / "trained.onnx", work / "trace.json"
+    why = run([*MPIRUN, "-np", str(world), str(work / "program" / "train"), "--data",
+               str(reference["data"]), "--steps", str(STEPS), "--threads", "1", "--log-json",
+               str(log_path), "--save-onnx", str(trained), "--trace", str(trace), "--quiet"])
+    if why:
+        return fail("FAIL", f"train: {why}")
+    log, summary = read_log(log_path)
+    if len(log) != STEPS:
+        return fail("FAIL", f"{len(log)} step lines in the log, expected {STEPS}")
+
+    worst_loss = max(rel(a["loss"], b["loss"]) for a, b in zip(log, reference["log"]))
+    worst_norm = max(rel(a["grad_norm"], b["grad_norm"]) for a, b in zip(log, reference["log"]))
+    if worst_loss > LOSS_RTOL:
+        return fail("MISMATCH", f"loss rel err {worst_loss:.1e} > {LOSS_RTOL} against one rank")
+    if worst_norm > GRAD_NORM_RTOL:
+        return fail("MISMATCH", f"grad_norm rel err {worst_norm:.1e} > {GRAD_NORM_RTOL} against one rank")
+    if "torch_log" in reference:
+        torch_loss = max(rel(a["loss"], b["loss"]) for a, b in zip(log, reference["torch_log"]))
+        if torch_loss > 1e-4:
+            return fail("MISMATCH", f"loss rel err {torch_loss:.1e} > 1e-4 against PyTorch")
+
+    got, want = weights(trained), reference["weights"]
+    if set(got) != set(want):
+        return fail("MISMATCH", f"initializers differ: {sorted(set(got) ^ set(want))[:5]}")
+    worst_weight = 0.0
+    for name, value in want.items():
+        if got[name].shape != value.shape:
+            return fail("MISMATCH", f"{name}: shape {got[name].shape}, expected {value.shape}")
+        if value.dtype.kind != "f":
+            if not np.array_equal(got[name], value):
+                return fail("MISMATCH", f"{name}: integer initializer changed")
+            continue
+        err = float(np.max(np.abs(got[name].astype(np.float64) - value))) if value.size else 0.0
+        bound = WEIGHT_ATOL + dp_check.WEIGHT_NOISE_FACTOR * reference["noise"].get(name, 0.0)
+        if err > bound:
+            return fail("MISMATCH", f"{name}: max abs err {err:.1e} > {bound:.1e} against one rank")
+        worst_weight = max(worst_weight, err)
+    if "torch_params" in reference:
+        from check_zoo_train import compare_weights
+        _, torch_error = compare_weights(trained, reference["initial"], reference["imap"],
+                                         reference["torch_params"], reference["torch_bounds"])
+        if torch_error:
+            return fail("MISMATCH", f"against PyTorch: {torch_error}")
+
+    plan = json.loads((work / "program" / "plan.json").read_text())
+    plan_error = dp_check.compare_plan(plan, summary, world)
+    if plan_error:
+        return fail("MISMATCH", f"plan: {plan_error}")
+    trace_error = compare_trace(trace, plan, world)
+    if trace_error:
+        return fail("MISMATCH", f"trace: {trace_error}")
+    peaks = ", ".join(str(r["arena_peak_bytes"]) for r in plan["ranks"][::dp])
+    bubble = (summary or {}).get("pipeline", {}).get("bubble_measured")
+    simulated = plan["pipeline"]["bubble_fraction"]
+    return (f"{label}: matches one rank (loss rel {worst_loss:.1e}, weight abs {worst_weight:.1e}); "
+            f"plan equals measured (arena per stage {peaks}); bubble simulated {simulated:.3f}, "
+            f"measured {bubble if bubble is None else format(bubble, '.3f')}"), False
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--zoo", required=True, help="directory of an export_zoo.py export")
+    parser.add_argument("--skip", required=True, help="the skip model (skip_model.py)")
+    parser.add_argument("--work", required=True, help="scratch directory")
+    parser.add_argument("--dsopt", default="dsopt", help="dsopt command (split like a shell would)")
+    parser.add_argument("--only", default="gpt2,llama,skip", help="comma-separated model names")
+    parser.add_argument("--cases", default="", help="comma-separated case indices (default: all)")
+    args = parser.parse_args()
+
+    zoo = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
+    names = [n for n in args.only.split(",") if n]
+    selected = {int(i) for i in args.cases.split(",") if i}
+    failures = 0
+    references = {}
+    for index, case in enumerate(CASES):
+        model, pp, schedule, stage, dp, m = case
+        if model not in names or (selected and index not in selected):
+            continue
+        try:
+            key = (model, dp * m)
+            if key not in references:
+                references[key] = (skip_reference(args, dp, m) if model == "skip"
+                                   else dp_check.single_rank(args, zoo[model], dp, m))
+            line, failed = check_case(args, case, references[key], zoo)
+        except Exception as e:  # one broken case must not hide the others
+            line, failed = f"{label_of(case)}: FAIL {type(e).__name__}: {e}", True
+        print(line, flush=True)
+        failures += failed
+    print(f"zoo pp: {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
