@@ -350,6 +350,93 @@ public:
     workspaceBytes = transient(functions.back().first);
     persistentBytes = memory.getPersistentBytes();
     arenaBytes = memory.getArenaBytes();
+    countTransfers(train);
+  }
+
+  /// A pipeline rank's sends and receives per step: each transfer action
+  /// moves the tensors its stage's function sends or receives, one call
+  /// each, and each accumulator shared with n - 1 other ranks is sent to
+  /// and received from each of them.
+  void countTransfers(ModuleOp train) {
+    auto rank = train->getAttrOfType<DictionaryAttr>(
+        ds::DsDialect::kPipelineRankAttrName);
+    if (!rank)
+      return;
+    pipelined = true;
+    int64_t p = rank.getAs<IntegerAttr>("stages").getInt();
+    int64_t self = rank.getAs<IntegerAttr>("rank").getInt();
+    llvm::DenseMap<int64_t, DictionaryAttr> stages;
+    for (Attribute attr : rank.getAs<ArrayAttr>("virtual_stages")) {
+      auto stage = cast<DictionaryAttr>(attr);
+      stages[stage.getAs<IntegerAttr>("stage").getInt()] = stage;
+    }
+    // The bytes and count of a function's arguments or results named
+    // `prefix`...
+    auto tensors = [&](StringRef name, bool results, StringRef prefix) {
+      Traffic t;
+      auto function = train.lookupSymbol<func::FuncOp>(name);
+      if (!function)
+        return t;
+      unsigned count =
+          results ? function.getNumResults() : function.getNumArguments();
+      for (unsigned i = 0; i < count; ++i) {
+        auto attr = results ? function.getResultAttrOfType<StringAttr>(
+                                  i, ds::DsDialect::kOutputAttrName)
+                            : function.getArgAttrOfType<StringAttr>(
+                                  i, ds::DsDialect::kInputAttrName);
+        if (!attr || !attr.getValue().starts_with(prefix))
+          continue;
+        Type type = results ? function.getResultTypes()[i]
+                            : function.getArgumentTypes()[i];
+        t.sent += ds::getByteSize(cast<ShapedType>(type)).value_or(0);
+        t.calls += 1;
+      }
+      return t;
+    };
+    auto kinds = rank.getAs<DenseI64ArrayAttr>("action_kinds").asArrayRef();
+    auto chunks = rank.getAs<DenseI64ArrayAttr>("action_chunks").asArrayRef();
+    for (auto [kind, chunk] : llvm::zip(kinds, chunks)) {
+      DictionaryAttr stage = stages.lookup(chunk * p + self);
+      auto fn = [&](StringRef key) {
+        return stage ? stage.getAs<StringAttr>(key).getValue() : StringRef();
+      };
+      StringRef backward =
+          fn("backward").empty() ? fn("backward_input") : fn("backward");
+      // pipeline::ActionKind: 4 SendActivation, 5 RecvActivation,
+      // 6 SendGradient, 7 RecvGradient.
+      Traffic moved;
+      if (kind == 4)
+        moved = tensors(fn("forward"), true, "send:");
+      else if (kind == 5)
+        moved = tensors(fn("forward"), false, "recv:");
+      else if (kind == 6)
+        moved = tensors(backward, true, "send:");
+      else if (kind == 7)
+        moved = tensors(backward, false, "recv:");
+      else
+        continue;
+      Traffic &sum = kind == 4 || kind == 6 ? sends : receives;
+      sum.sent += moved.sent;
+      sum.calls += moved.calls;
+    }
+    auto step = train.lookupSymbol<func::FuncOp>("optimizer_step");
+    for (Attribute attr : rank.getAs<ArrayAttr>("tied")) {
+      auto tied = cast<DictionaryAttr>(attr);
+      StringRef state = tied.getAs<StringAttr>("state").getValue();
+      int64_t others = tied.getAs<DenseI64ArrayAttr>("ranks").size() - 1;
+      for (unsigned i = 0; step && i < step.getNumArguments(); ++i)
+        if (auto name = step.getArgAttrOfType<StringAttr>(
+                i, ds::DsDialect::kStateAttrName);
+            name && name.getValue() == state) {
+          int64_t bytes =
+              ds::getByteSize(cast<ShapedType>(step.getArgumentTypes()[i]))
+                  .value_or(0);
+          for (Traffic *t : {&sends, &receives}) {
+            t->sent += others * bytes;
+            t->calls += others;
+          }
+        }
+    }
   }
 
   int64_t world() const { return ranks; }
@@ -371,6 +458,15 @@ public:
     for (auto [kind, t] : llvm::zip(kCollectiveKinds, traffic))
       bytes[kind] = llvm::json::Object{
           {"sent", t.sent}, {"received", t.received}, {"calls", t.calls}};
+    // Pipeline transfers, counted per tensor as the runtime's send and
+    // recv (`sent` holds the bytes either way).
+    if (pipelined) {
+      bytes["send"] = llvm::json::Object{
+          {"sent", sends.sent}, {"received", 0}, {"calls", sends.calls}};
+      bytes["recv"] = llvm::json::Object{{"sent", 0},
+                                         {"received", receives.sent},
+                                         {"calls", receives.calls}};
+    }
     return llvm::json::Object{{"rank", rank},
                               {"param_bytes", paramBytes},
                               {"grad_bytes", gradBytes},
@@ -389,6 +485,8 @@ private:
     int64_t total, times, axis, ranks;
   };
   int64_t ranks = 1, dpAxis = 0;
+  bool pipelined = false;
+  Traffic sends, receives;
   int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
   int64_t activationBytes = 0, workspaceBytes = 0, persistentBytes = 0,
           arenaBytes = 0;

@@ -15,7 +15,8 @@ it, this
     also checked against PyTorch (train_reference.py);
   * checks the plan against the run: every rank's measured arena high-water
     mark equals plan.json's arena_peak_bytes for that rank, and its
-    collective bytes per kind equal the plan's per step times STEPS;
+    collective bytes per kind, and the bytes and tensors it sends and
+    receives between stages, equal the plan's per step times STEPS;
   * checks the measured trace: one track per rank, and every forward and
     backward of every micro-batch of every stage of the rank in it.
 The skip model (--skip, test/Pipeline/Inputs/skip_model.py) has a value of
@@ -83,6 +84,21 @@ def compare_trace(trace_path: Path, plan: Dict, world: int) -> Optional[str]:
                     if count != STEPS:
                         return (f"rank {rank} (pp {pp}): {kind}{suffix} appears {count} times "
                                 f"in the trace, expected once per step ({STEPS})")
+    return None
+
+
+def compare_transfers(plan: Dict, summary: Dict) -> Optional[str]:
+    """The pipeline's sends and receives: the plan's per step times STEPS."""
+    measured = {r["rank"]: r for r in summary["ranks"]}
+    for planned in plan["ranks"]:
+        r = planned["rank"]
+        for kind, key in (("send", "sent"), ("recv", "received")):
+            want = planned["collective_bytes"][kind]
+            have = measured[r]["collective_bytes"].get(kind, {"sent": 0, "received": 0, "calls": 0})
+            for field in (key, "calls"):
+                if have[field] != STEPS * want[field]:
+                    return (f"rank {r} {kind} {field}: measured {have[field]} over {STEPS} steps, "
+                            f"planned {want[field]} per step")
     return None
 
 
@@ -184,7 +200,7 @@ def check_case(args, case, reference, zoo) -> Tuple[str, bool]:
             return fail("MISMATCH", f"against PyTorch: {torch_error}")
 
     plan = json.loads((work / "program" / "plan.json").read_text())
-    plan_error = dp_check.compare_plan(plan, summary, world)
+    plan_error = dp_check.compare_plan(plan, summary, world) or compare_transfers(plan, summary)
     if plan_error:
         return fail("MISMATCH", f"plan: {plan_error}")
     trace_error = compare_trace(trace, plan, world)
