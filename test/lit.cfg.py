@@ -31,6 +31,9 @@ config.substitutions.extend([
     ("%torch-dsopt", f"{py} {src}/test/zoo/torch_dsopt.py"),
     # Data parallelism and ZeRO against one rank, PyTorch and the plan.
     ("%zoo-dp", f"{py} {src}/test/zoo/check_zoo_dp.py"),
+    # Pipeline parallelism against one rank, PyTorch and the plan.
+    ("%zoo-pp", f"{py} {src}/test/zoo/check_zoo_pp.py"),
+    ("%skip-model", f"{py} {src}/test/Pipeline/Inputs/skip_model.py"),
     ("%srcroot", src),
     ("%objroot", config.dsopt_obj_root),
 ])
