@@ -108,164 +108,148 @@ void check_grid(const ProgramInfo &info, int job_ranks) {
   check_job_size(info, job_ranks);
 }
 
+// The runner's body; errors propagate to the caller.
+int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
+               RunFn optimizer_step) {
+  TrainOptions options;
+  if (!parse_train(argc, argv, options, Launch::DataParallel)) return 0;
+  ProgramInfo info;
+  describe(info);
+  // Every rank reaches the same verdict on what follows up to the first
+  // exchange: the flags, the description and the job's size.
+  Communicator &comm = Communicator::world();
+  check_grid(info, comm.size());
+  check_training_program(info);
+  // The kernels' axis communicators (collective: every rank got here).
+  use_program_grid(info);
+  const std::shared_ptr<Grid> grid = current_grid();
+  const TrainInfo &train = info.train;
+  const int rank = comm.rank();
+  // check_grid leaves only dp > 1, so the world is the dp group: the
+  // runner's own exchanges below (errors, losses, the summary, sharded
+  // parameters) run on the world, in dp order.
+  const int64_t ranks = info.world;
+  // Data and dropout masks follow the rank's place along dp.
+  const int64_t dp = info.dp_size();
+  const int64_t dp_axis = info.grid_axis("dp");
+  const int64_t dp_rank = dp_axis < 0 ? 0 : grid->coordinate(dp_axis);
+  const bool rank0 = rank == 0;
+  const int micro_index = find_function_index(info, "micro_step");
+  const FunctionInfo &micro = info.functions[micro_index];
+  RunnerComm exchange(comm);
+
+  // What can differ between ranks (files, memory) is set up on every rank
+  // before they agree to start.
+  std::vector<InputData> data;
+  TrainOutputs outputs;
+  Program program;
+  init_program(program, info, options.threads);
+  Arena arena;
+  Tracer tracer;
+  std::string setup_error;
+  try {
+    std::vector<const ValueInfo *> inputs;
+    for (const ValueInfo &input : micro.inputs) inputs.push_back(&input);
+    data = load_data(inputs, options.data, train.accumulation_steps, dp);
+    open_outputs(options, info, rank0, outputs);
+    if (!options.trace.empty()) program.tracer = &tracer;
+    prepare_program(program, arena, options, dp_rank);
+  } catch (const std::exception &error) {
+    setup_error = error.what();
+  }
+  exchange.agree(setup_error, "before training");
+
+  const int64_t k = train.accumulation_steps;
+  const int64_t samples_per_step = train.micro_batch * k * dp;
+  // The program's collectives are what the counters gain over the run less
+  // what the runner's own exchanges add.
+  const TrafficStart traffic = TrafficStart::now(*grid, exchange);
+  uint64_t micro_steps_run = 0;
+  double total_us = 0;
+  // Per rank and step: a failure flag, then the k micro-batch losses.
+  std::vector<float> report(static_cast<size_t>(k + 1));
+  std::vector<float> reports(static_cast<size_t>(ranks * (k + 1)));
+  for (int64_t step = 1; step <= options.steps; ++step) {
+    double start = now_us();
+    const int64_t batch = (step - 1) % batch_count(data);
+    double lr = 0, grad_norm = 0;
+    std::string step_error;
+    try {
+      for (int64_t micro_batch = 0; micro_batch < k; ++micro_batch) {
+        // This rank's micro-batches of the global batch: dp_rank * k ...
+        const int64_t global_micro = dp_rank * k + micro_batch;
+        for (const InputData &item : data)
+          load_micro_batch(program, item, *item.input, batch, global_micro);
+        // The masks of the same micro-batch in a single-rank run with
+        // dp * k accumulation steps.
+        set_rng_counter((options.seed << 32) +
+                        static_cast<uint64_t>((step - 1) * dp * k + global_micro));
+        run_function(program, micro_step, micro_index);
+        ++micro_steps_run;
+        if (program.outputs.empty() || !program.outputs[0].data)
+          throw Error("micro_step did not produce its output 0 '" + micro.outputs[0].name +
+                      "'");
+        report[static_cast<size_t>(1 + micro_batch)] = load_float(program.outputs[0], 0);
+        program.memory.release_from(info.persistent_bytes);
+      }
+
+      lr = scheduled_lr(train, step);
+      grad_norm = run_optimizer_step(program, optimizer_step, lr, step);
+      program.memory.release_from(info.persistent_bytes);
+      check_arena_peak(program, step);
+    } catch (const std::exception &error) {
+      step_error = error.what();
+    }
+    // Every rank's verdict and losses; the step's loss is the mean over all
+    // ranks' micro-batches, summed in the order of a single-rank run.
+    exchange.gather_step_reports(step_error, report, reports, step);
+    double loss_sum = 0;
+    for (int64_t r = 0; r < ranks; ++r)
+      for (int64_t i = 0; i < k; ++i)
+        loss_sum += reports[static_cast<size_t>(r * (k + 1) + 1 + i)];
+    total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
+                         {step, loss_sum / static_cast<double>(ranks * k), lr, grad_norm});
+  }
+
+  // The program's collectives over the whole run, and every rank's arena
+  // peak, gathered to rank 0 for the log's summary line.
+  const std::vector<int64_t> all =
+      gather_summary(exchange, *grid, traffic, program.memory.high_water_mark());
+
+  // Sharded parameters are gathered whole (outside the arena) for the
+  // saved model; every rank takes part, rank 0 writes.
+  std::map<std::string, Tensor> full_values;
+  std::vector<std::vector<uint8_t>> gathered;
+  if (!options.save_onnx.empty()) {
+    for (const ParamInfo &param : info.params) {
+      if (!param.sharded()) continue;
+      Tensor shard{program.arena + param.offset, param.dtype, param.shape};
+      std::vector<uint8_t> buffer(shard.nbytes() * static_cast<size_t>(ranks));
+      exchange.all_gather(shard, Tensor{buffer.data(), param.dtype,
+                                        Shape{ranks * param.shape.numel()}});
+      if (!rank0) continue;
+      gathered.push_back(std::move(buffer));
+      full_values[param.name] = Tensor{gathered.back().data(), param.dtype, param.full_shape};
+    }
+  }
+
+  close_log(options, outputs, !info.grid_names.empty(), options.steps, comm.size(), all);
+  if (outputs.save_source)
+    write_save_onnx(*outputs.save_source, info, program.arena, options.save_onnx,
+                    options.external_data, full_values);
+  if (program.tracer)
+    tracer.write(rank0 ? options.trace : options.trace + ".rank" + std::to_string(rank), info,
+                 rank);
+  print_trained(options, rank0, program, static_cast<int64_t>(micro_steps_run), total_us);
+  return 0;
+}
+
 }  // namespace
 
 int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
                RunFn optimizer_step) {
-  try {
-    TrainOptions options;
-    if (!parse_train(argc, argv, options, Launch::DataParallel)) return 0;
-    ProgramInfo info;
-    describe(info);
-    // Every rank reaches the same verdict on what follows up to the first
-    // exchange: the flags, the description and the job's size.
-    Communicator &comm = Communicator::world();
-    check_grid(info, comm.size());
-    check_training_program(info);
-    // The kernels' axis communicators (collective: every rank got here).
-    use_program_grid(info);
-    const std::shared_ptr<Grid> grid = current_grid();
-    const TrainInfo &train = info.train;
-    const int rank = comm.rank();
-    // check_grid leaves only dp > 1, so the world is the dp group: the
-    // runner's own exchanges below (errors, losses, the summary, sharded
-    // parameters) run on the world, in dp order.
-    const int64_t ranks = info.world;
-    // Data and dropout masks follow the rank's place along dp.
-    const int64_t dp = info.dp_size();
-    const int64_t dp_axis = info.grid_axis("dp");
-    const int64_t dp_rank = dp_axis < 0 ? 0 : grid->coordinate(dp_axis);
-    const bool rank0 = rank == 0;
-    const int micro_index = find_function_index(info, "micro_step");
-    const FunctionInfo &micro = info.functions[micro_index];
-    RunnerComm exchange(comm);
-
-    // What can differ between ranks (files, memory) is set up on every rank
-    // before they agree to start.
-    std::vector<InputData> data;
-    int64_t batches = 1;
-    TrainOutputs outputs;
-    Program program;
-    program.info = &info;
-    program.stream = Stream(Backend::Cpu, options.threads);
-    program.comm = Stream(Backend::Cpu, options.threads);
-    Arena arena;
-    Tracer tracer;
-    std::string setup_error;
-    try {
-      std::vector<const ValueInfo *> inputs;
-      for (const ValueInfo &input : micro.inputs) inputs.push_back(&input);
-      data = load_data(inputs, options.data, train.accumulation_steps, dp);
-      batches = data.empty() ? 1 : data.front().batches;
-      open_outputs(options, info, rank0, outputs);
-      if (!options.trace.empty()) program.tracer = &tracer;
-      prepare_program(program, arena, options, dp_rank);
-    } catch (const std::exception &error) {
-      setup_error = error.what();
-    }
-    exchange.agree(setup_error, "before training");
-
-    const int64_t k = train.accumulation_steps;
-    const int64_t samples_per_step = train.micro_batch * k * dp;
-    // The program's collectives are what the counters gain over the run less
-    // what the runner's own exchanges add.
-    const CommTally comm_start = CommTally::of(*grid);
-    const CommTally runner_start = exchange.own();
-    uint64_t micro_steps_run = 0;
-    double total_us = 0;
-    // Per rank and step: a failure flag, then the k micro-batch losses.
-    std::vector<float> report(static_cast<size_t>(k + 1));
-    std::vector<float> reports(static_cast<size_t>(ranks * (k + 1)));
-    for (int64_t step = 1; step <= options.steps; ++step) {
-      double start = now_us();
-      const int64_t batch = (step - 1) % batches;
-      double lr = 0, grad_norm = 0;
-      std::string step_error;
-      try {
-        for (int64_t micro_batch = 0; micro_batch < k; ++micro_batch) {
-          // This rank's micro-batches of the global batch: dp_rank * k ...
-          const int64_t global_micro = dp_rank * k + micro_batch;
-          for (const InputData &item : data) load_micro_batch(program, item, batch, global_micro);
-          // The masks of the same micro-batch in a single-rank run with
-          // dp * k accumulation steps.
-          set_rng_counter((options.seed << 32) +
-                          static_cast<uint64_t>((step - 1) * dp * k + global_micro));
-          run_function(program, micro_step, micro_index);
-          ++micro_steps_run;
-          if (program.outputs.empty() || !program.outputs[0].data)
-            throw Error("micro_step did not produce its output 0 '" + micro.outputs[0].name +
-                        "'");
-          report[static_cast<size_t>(1 + micro_batch)] = load_float(program.outputs[0], 0);
-          program.memory.release_from(info.persistent_bytes);
-        }
-
-        lr = scheduled_lr(train, step);
-        grad_norm = run_optimizer_step(program, optimizer_step, lr, step);
-        program.memory.release_from(info.persistent_bytes);
-        check_arena_peak(program, step);
-      } catch (const std::exception &error) {
-        step_error = error.what();
-      }
-      // Every rank's verdict and losses; the step's loss is the mean over all
-      // ranks' micro-batches, summed in the order of a single-rank run.
-      exchange.gather_step_reports(step_error, report, reports, step);
-      double loss_sum = 0;
-      for (int64_t r = 0; r < ranks; ++r)
-        for (int64_t i = 0; i < k; ++i)
-          loss_sum += reports[static_cast<size_t>(r * (k + 1) + 1 + i)];
-      const double step_us = now_us() - start;
-      total_us += step_us;
-
-      StepLog entry;
-      entry.step = step;
-      entry.loss = loss_sum / static_cast<double>(ranks * k);
-      entry.lr = lr;
-      entry.grad_norm = grad_norm;
-      entry.step_us = step_us;
-      entry.samples = samples_per_step;
-      entry.arena_peak = program.memory.high_water_mark();
-      entry.arena_planned = info.arena_bytes;
-      log_step(options, train, rank0, outputs.log_json.get(), entry);
-    }
-
-    // The program's collectives over the whole run, and every rank's arena
-    // peak, gathered to rank 0 for the log's summary line.
-    const CommTally used = (CommTally::of(*grid) - comm_start) - (exchange.own() - runner_start);
-    const std::vector<int64_t> all =
-        gather_summary(exchange, program.memory.high_water_mark(), used);
-
-    // Sharded parameters are gathered whole (outside the arena) for the
-    // saved model; every rank takes part, rank 0 writes.
-    std::map<std::string, Tensor> full_values;
-    std::vector<std::vector<uint8_t>> gathered;
-    if (!options.save_onnx.empty()) {
-      for (const ParamInfo &param : info.params) {
-        if (!param.sharded()) continue;
-        Tensor shard{program.arena + param.offset, param.dtype, param.shape};
-        std::vector<uint8_t> buffer(shard.nbytes() * static_cast<size_t>(ranks));
-        exchange.all_gather(shard, Tensor{buffer.data(), param.dtype,
-                                          Shape{ranks * param.shape.numel()}});
-        if (!rank0) continue;
-        gathered.push_back(std::move(buffer));
-        full_values[param.name] = Tensor{gathered.back().data(), param.dtype, param.full_shape};
-      }
-    }
-
-    close_log(options, outputs, !info.grid_names.empty(), options.steps, comm.size(), all);
-    if (outputs.save_source)
-      write_save_onnx(*outputs.save_source, info, program.arena, options.save_onnx,
-                      options.external_data, full_values);
-    if (program.tracer)
-      tracer.write(rank0 ? options.trace : options.trace + ".rank" + std::to_string(rank), info,
-                   rank);
-    print_trained(options, rank0, program, static_cast<int64_t>(micro_steps_run), total_us);
-    return 0;
-  } catch (const ReportedFailure &) {
-    return 1;
-  } catch (const std::exception &error) {
-    fprintf(stderr, "error: %s\n", error.what());
-    return 1;
-  }
+  return run_reporting_errors(
+      [&] { return train(argc, argv, describe, micro_step, optimizer_step); });
 }
 
 }  // namespace dsrt

@@ -284,13 +284,12 @@ std::vector<InputData> load_data(const std::vector<const ValueInfo *> &inputs,
   return data;
 }
 
-void load_micro_batch(Program &program, const InputData &item, int64_t batch,
-                      int64_t global_micro) {
-  const ValueInfo &input = *item.input;
-  program.memory.acquire(input.offset, slot_size(*program.info, item.micro_bytes));
+void load_micro_batch(Program &program, const InputData &item, const ValueInfo &slot,
+                      int64_t batch, int64_t global_micro) {
+  program.memory.acquire(slot.offset, slot_size(*program.info, item.micro_bytes));
   size_t offset = static_cast<size_t>(batch) * item.batch_bytes;
   if (!item.per_batch_scalar) offset += static_cast<size_t>(global_micro) * item.micro_bytes;
-  std::memcpy(program.arena + input.offset, item.array.bytes.data() + offset, item.micro_bytes);
+  std::memcpy(program.arena + slot.offset, item.array.bytes.data() + offset, item.micro_bytes);
 }
 
 //===--- running -----------------------------------------------------------------===//
@@ -368,6 +367,17 @@ CommTally CommTally::operator-(const CommTally &o) const {
     t.received[op] -= o.received[op];
   }
   return t;
+}
+
+int run_reporting_errors(const std::function<int()> &body) {
+  try {
+    return body();
+  } catch (const ReportedFailure &) {
+    return 1;
+  } catch (const std::exception &error) {
+    fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
 }
 
 void RunnerComm::all_gather(Communicator &comm, const Tensor &in, const Tensor &out) {
@@ -471,6 +481,12 @@ void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, boo
   }
 }
 
+void init_program(Program &program, const ProgramInfo &info, int threads) {
+  program.info = &info;
+  program.stream = Stream(Backend::Cpu, threads);
+  program.comm = Stream(Backend::Cpu, threads);
+}
+
 void prepare_program(Program &program, Arena &arena, const TrainOptions &options,
                      int64_t dp_rank) {
   const ProgramInfo &info = *program.info;
@@ -486,18 +502,20 @@ void prepare_program(Program &program, Arena &arena, const TrainOptions &options
   }
 }
 
-void log_step(const TrainOptions &options, const TrainInfo &train, bool rank0, FILE *log_json,
-              const StepLog &entry) {
-  const double step_s = entry.step_us / 1e6;
-  const double samples_per_s = step_s > 0 ? static_cast<double>(entry.samples) / step_s : 0.0;
-  const int64_t print_every = train.steps_per_print;
+double log_step(const TrainOptions &options, const Program &program, bool rank0, FILE *log_json,
+                int64_t samples, double start_us, const StepLog &entry) {
+  const double step_us = now_us() - start_us;
+  const double step_s = step_us / 1e6;
+  const double samples_per_s = step_s > 0 ? static_cast<double>(samples) / step_s : 0.0;
+  const int64_t print_every = program.info->train.steps_per_print;
+  const int64_t arena_peak = program.memory.high_water_mark();
   if (!options.quiet && rank0 &&
       ((print_every > 0 && entry.step % print_every == 0) || entry.step == options.steps)) {
     printf("step %lld/%lld | loss %.6f | lr %.6e | grad_norm %.4f | %.2f ms | "
            "%.1f samples/s | arena peak %.1f MiB\n",
            static_cast<long long>(entry.step), static_cast<long long>(options.steps), entry.loss,
-           entry.lr, entry.grad_norm, entry.step_us / 1000.0, samples_per_s,
-           entry.arena_peak / (1024.0 * 1024.0));
+           entry.lr, entry.grad_norm, step_us / 1000.0, samples_per_s,
+           arena_peak / (1024.0 * 1024.0));
     fflush(stdout);
   }
   if (log_json) {
@@ -508,10 +526,12 @@ void log_step(const TrainOptions &options, const TrainInfo &train, bool rank0, F
             static_cast<long long>(entry.step), json_number(entry.loss).c_str(),
             json_number(entry.lr).c_str(), json_number(entry.grad_norm).c_str(),
             json_number(step_s).c_str(), json_number(samples_per_s).c_str(),
-            static_cast<long long>(entry.arena_peak), static_cast<long long>(entry.arena_planned));
+            static_cast<long long>(arena_peak),
+            static_cast<long long>(program.info->arena_bytes));
     fflush(log_json);
     if (ferror(log_json)) throw Error("--log-json: cannot write '" + options.log_json + "'");
   }
+  return step_us;
 }
 
 namespace {
@@ -524,8 +544,9 @@ constexpr int kAlwaysSummarized = 3;
 
 }  // namespace
 
-std::vector<int64_t> gather_summary(RunnerComm &exchange, int64_t arena_peak,
-                                    const CommTally &used) {
+std::vector<int64_t> gather_summary(RunnerComm &exchange, const Grid &grid,
+                                    const TrafficStart &start, int64_t arena_peak) {
+  const CommTally used = (CommTally::of(grid) - start.grid) - (exchange.own() - start.runner);
   std::vector<int64_t> mine(kSummaryFields),
       all(static_cast<size_t>(exchange.size() * kSummaryFields));
   mine[0] = arena_peak;

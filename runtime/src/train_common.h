@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,10 +76,14 @@ struct InputData {
 std::vector<InputData> load_data(const std::vector<const ValueInfo *> &inputs,
                                  const std::string &dir, int64_t accumulation_steps,
                                  int64_t ranks);
-// Acquires the input's slot and copies micro-batch `global_micro` of global
-// batch `batch` into it.
-void load_micro_batch(Program &program, const InputData &item, int64_t batch,
-                      int64_t global_micro);
+// Global batches in the data files (1 without files).
+inline int64_t batch_count(const std::vector<InputData> &data) {
+  return data.empty() ? 1 : data.front().batches;
+}
+// Acquires `slot` (a function input of item's name and type) and copies
+// micro-batch `global_micro` of global batch `batch` into it.
+void load_micro_batch(Program &program, const InputData &item, const ValueInfo &slot,
+                      int64_t batch, int64_t global_micro);
 
 //===--- running -----------------------------------------------------------------===//
 
@@ -105,6 +110,10 @@ struct CommTally {
 
 // Thrown once a rank's failure has been reported on every rank.
 struct ReportedFailure {};
+
+// A runner's exit status: `body`'s, or 1 after an error, printed as
+// "error: ..." unless it was reported already (ReportedFailure).
+int run_reporting_errors(const std::function<int()> &body);
 
 // The collectives the runner itself issues (agreeing on errors, the step's
 // losses, the summary, gathering parameters to save) go through here: on a
@@ -168,6 +177,9 @@ struct TrainOutputs {
 void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, bool rank0,
                   TrainOutputs &outputs);
 
+// A program of `info` with its streams (`threads` kernel threads; 0: all
+// cores), before its arena exists.
+void init_program(Program &program, const ProgramInfo &info, int threads);
 // Allocates the arena, loads the parameters (rank `dp_rank`'s shards) and
 // zeroes the states.
 void prepare_program(Program &program, Arena &arena, const TrainOptions &options,
@@ -175,23 +187,31 @@ void prepare_program(Program &program, Arena &arena, const TrainOptions &options
 
 struct StepLog {
   int64_t step = 0;
-  double loss = 0, lr = 0, grad_norm = 0, step_us = 0;
-  int64_t samples = 0;  // per step
-  int64_t arena_peak = 0, arena_planned = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
 };
 // The step line on stdout (rank 0, every steps_per_print steps and the
-// last) and the JSON line.
-void log_step(const TrainOptions &options, const TrainInfo &train, bool rank0, FILE *log_json,
-              const StepLog &entry);
+// last) and the JSON line; `samples` per step, the arena's from `program`.
+// Returns the step's time, from `start_us` (now_us()) to the call.
+double log_step(const TrainOptions &options, const Program &program, bool rank0, FILE *log_json,
+                int64_t samples, double start_us, const StepLog &entry);
+
+// What the program's own collectives moved: the counters of the grid's
+// communicators less the runner's own exchanges, since `start`.
+struct TrafficStart {
+  CommTally grid, runner;
+  static TrafficStart now(const Grid &grid, const RunnerComm &exchange) {
+    return {CommTally::of(grid), exchange.own()};
+  }
+};
 
 // The summary line's fields per rank: arena peak, then sent, received and
 // calls of each reported kind.
 constexpr int kSummaryKinds = 5;
 constexpr int kSummaryFields = 1 + 3 * kSummaryKinds;
-// Every rank's arena peak and what the program's collectives moved over
-// the run (`used`), gathered in world rank order.
-std::vector<int64_t> gather_summary(RunnerComm &exchange, int64_t arena_peak,
-                                    const CommTally &used);
+// Every rank's arena peak and what the program's collectives moved since
+// `start`, gathered in world rank order.
+std::vector<int64_t> gather_summary(RunnerComm &exchange, const Grid &grid,
+                                    const TrafficStart &start, int64_t arena_peak);
 // The summary line; `extra` (members, e.g. "\"pipeline\": {...}") goes
 // after the ranks.
 std::string summary_json(int64_t steps, int world, const std::vector<int64_t> &all,
