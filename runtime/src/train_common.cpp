@@ -47,9 +47,9 @@ void train_usage(const char *argv0, Launch launch) {
             "  --trace FILE      rank 0 writes the measured pipeline schedule of every\n"
             "                    rank as a Chrome trace (opens in Perfetto)\n"
             "  --quiet           print no step lines and no summary\n"
-            "(the data inputs are those of the stages' functions, and r is the rank's\n"
-            "dp coordinate.) A program compiled for --pp=P with dp D runs as\n"
-            "mpirun -np P*D %s ...\n",
+            "The data inputs are those of the stages' functions; r above is the rank's\n"
+            "dp coordinate. A program compiled for --pp=P and D data-parallel ranks runs\n"
+            "as mpirun -np P*D %s ...\n",
             argv0);
 }
 

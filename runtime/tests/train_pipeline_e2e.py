@@ -90,6 +90,26 @@ SCHEDULES = {
 }
 ONE_STAGE = "F0 F1 F2 F3 B0 B1 B2 B3"
 
+# Every rank's arena (measured high-water mark == plan) for p = 2, worked
+# out by hand from the layout train_pipeline.cpp describes (alignment 64;
+# f32 [2, 5] and [2, 4] take one 64-byte slot each, W0 [5, 4] two):
+#   pp 0: W0 @0, t @128, grad:W0 @192, grad:t @320 -> persistent 384;
+#         forward_0 x @384, send:h1 @448; backward_0 stash:h0 @384,
+#         recv:g1 @448; optimizer_step lr, step, sq, grad_norm @384..640
+#         -> pipeline buffers from 640: tied 64, stash (stash:h0) 64 per
+#         slot, act_out 64, grad_in 64
+#   pp 1: W1 @0, t @64, grad:W1 @128, grad:t @192 -> persistent 256;
+#         forward_1 recv:h1, y, stash:pred, loss @256..512; backward_1 y,
+#         stash:pred, stash:h1, g, send:g1 @256..576 -> buffers from 576:
+#         tied 64, stash (stash:pred, stash:h1) 128 per slot, act_in 64,
+#         grad_out 64
+# 1F1B stashes at most 2 micro-batches on pp 0 and 1 on pp 1, GPipe all 4;
+# every other pool holds one slot at a time.
+HAND_ARENAS = {
+    ("1f1b", 2): [640 + 64 + 2 * 64 + 64 + 64, 576 + 64 + 1 * 128 + 64 + 64],
+    ("gpipe", 2): [640 + 64 + 4 * 64 + 64 + 64, 576 + 64 + 4 * 128 + 64 + 64],
+}
+
 failures = []
 clipping = {}  # label -> steps the reference clipped
 
@@ -296,6 +316,10 @@ def check_run(runner, work, schedule, stages, chunks, dp):
         w = entry["rank"]
         pp = w // dp
         check(entry["arena_peak_bytes"] > 0, f"{label}: rank {w} arena peak")
+        if chunks == 1 and (schedule, stages) in HAND_ARENAS:
+            want = HAND_ARENAS[(schedule, stages)][pp]
+            check(entry["arena_peak_bytes"] == want,
+                  f"{label}: rank {w}'s arena peak {entry['arena_peak_bytes']}, by hand {want}")
         # Each transfer of this model is one [2, 4] f32 tensor (x is never
         # sent); the tied bias' gradient, [4] f32, goes to the other sharer.
         sends = sum(1 for a in actions[pp].split() if a.startswith("send-"))
