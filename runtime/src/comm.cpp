@@ -1015,26 +1015,20 @@ void CommEngine::run_p2p(Call &c, const std::string &local) {
                            std::to_string(size) + ")";
   const size_t n = c.transfers.size();
   std::vector<Header> mine(n), theirs(n);
-  {
-    Transfers t(*this, c, what);
-    for (size_t i = 0; i < n; ++i) {
-      const P2POp &p = c.transfers[i];
-      mine[i] = make_p2p_header(c, p, rank, local);
-      // Headers from the sender travel as "forward", from the receiver as
-      // "back", so a pair that sends both ways in one group cannot mix them.
-      const bool send = p.op == CommOp::Send;
-      const int in_tag = send ? kTagP2PHeaderBack : kTagP2PHeaderFwd;
-      const int out_tag = send ? kTagP2PHeaderFwd : kTagP2PHeaderBack;
-      t.recv(p.op, &theirs[i], kCommHeaderBytes, p.peer, in_tag, true);
-      t.send(p.op, &mine[i], kCommHeaderBytes, p.peer, out_tag, true);
-    }
-    t.wait();
-  }
-  // Both ends of a pair hold both headers, so both skip a bad pair; the
-  // good pairs of the group still move their data.
+  // Each transfer moves its data as soon as its own two headers have
+  // crossed, whatever the group's other transfers wait for: a group that
+  // sends to a stage and receives from it completes its send when the peer
+  // has issued the matching receive, even if the peer issues the send that
+  // the receive waits for only after that (rendezvous per transfer, as
+  // NCCL's grouped point-to-point calls).
+  std::vector<int> headers_left(n, 2);
+  std::vector<bool> ok(n), data_posted(n);
+  std::vector<int64_t> transfer_of;  // request index -> transfer (-1: data)
   std::string errors;
-  std::vector<bool> ok(n);
-  for (size_t i = 0; i < n; ++i) {
+  Transfers t(*this, c, what);
+  auto check_pair = [&](size_t i) {
+    // Both ends of a pair hold both headers, so both skip a bad pair; the
+    // good pairs of the group still move their data.
     const P2POp &p = c.transfers[i];
     const Header &a = mine[i], &b = theirs[i];
     CommOp expected = p.op == CommOp::Send ? CommOp::Recv : CommOp::Send;
@@ -1056,19 +1050,50 @@ void CommEngine::run_p2p(Call &c, const std::string &local) {
     ok[i] = problem.empty();
     if (!ok[i] && errors.find(problem) == std::string::npos)
       errors += (errors.empty() ? "" : "; ") + problem;
-  }
-  Transfers t(*this, c, what);
+  };
+  // Data messages between two ranks in one direction share a tag, so they
+  // are posted in the transfers' order, as the peer posts its side.
+  auto post_ready_data = [&]() {
+    for (size_t i = 0; i < n; ++i) {
+      if (data_posted[i] || headers_left[i] > 0)
+        continue;
+      const P2POp &p = c.transfers[i];
+      bool earlier_waits = false;
+      for (size_t j = 0; j < i && !earlier_waits; ++j)
+        earlier_waits = !data_posted[j] && c.transfers[j].peer == p.peer &&
+                        c.transfers[j].op == p.op;
+      if (earlier_waits)
+        continue;
+      data_posted[i] = true;
+      if (!ok[i] || p.tensor.nbytes() == 0)
+        continue;
+      int64_t bytes = static_cast<int64_t>(p.tensor.nbytes());
+      if (p.op == CommOp::Send)
+        t.send(p.op, p.tensor.data, bytes, p.peer, kTagP2PData);
+      else
+        t.recv(p.op, p.tensor.data, bytes, p.peer, kTagP2PData);
+      transfer_of.resize(t.posted(), -1);
+    }
+  };
   for (size_t i = 0; i < n; ++i) {
     const P2POp &p = c.transfers[i];
-    if (!ok[i] || p.tensor.nbytes() == 0)
-      continue;
-    int64_t bytes = static_cast<int64_t>(p.tensor.nbytes());
-    if (p.op == CommOp::Send)
-      t.send(p.op, p.tensor.data, bytes, p.peer, kTagP2PData);
-    else
-      t.recv(p.op, p.tensor.data, bytes, p.peer, kTagP2PData);
+    mine[i] = make_p2p_header(c, p, rank, local);
+    // Headers from the sender travel as "forward", from the receiver as
+    // "back", so a pair that sends both ways in one group cannot mix them.
+    const bool send = p.op == CommOp::Send;
+    const int in_tag = send ? kTagP2PHeaderBack : kTagP2PHeaderFwd;
+    const int out_tag = send ? kTagP2PHeaderFwd : kTagP2PHeaderBack;
+    t.recv(p.op, &theirs[i], kCommHeaderBytes, p.peer, in_tag, true);
+    t.send(p.op, &mine[i], kCommHeaderBytes, p.peer, out_tag, true);
+    transfer_of.resize(t.posted(), static_cast<int64_t>(i));
   }
-  t.wait();
+  t.wait([&](size_t request) {
+    const int64_t i = transfer_of[request];
+    if (i < 0 || --headers_left[static_cast<size_t>(i)] > 0)
+      return;
+    check_pair(static_cast<size_t>(i));
+    post_ready_data();
+  });
   if (!errors.empty()) {
     if (!local.empty())
       throw Error(local);

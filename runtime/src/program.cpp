@@ -125,6 +125,12 @@ void MemoryMonitor::release_from(int64_t offset) {
     live_bytes_ -= it->second;
 }
 
+void MemoryMonitor::release_range(int64_t from, int64_t to) {
+  for (auto it = live_.lower_bound(from); it != live_.end() && it->first < to;
+       it = live_.erase(it))
+    live_bytes_ -= it->second;
+}
+
 //===--- Tracer ------------------------------------------------------------===//
 
 void Tracer::begin(int64_t op) {

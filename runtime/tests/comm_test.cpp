@@ -456,6 +456,39 @@ TEST(Comm, SendRecvAlongAPipelineAndAroundARing) {
   EXPECT_EQ(world().counters(CommOp::Send).header_bytes_sent, dsrt::kCommHeaderBytes);
 }
 
+TEST(Comm, ATransferOfAGroupCompletesWhenItsPeerIssuedItsMatch) {
+  // GPipe's turn from forwards to backwards on two stages: rank 0's group
+  // sends the last activation and receives the first gradient; rank 1
+  // receives that activation alone, computes, and only then sends the
+  // gradient. The send must not wait for the gradient's headers.
+  if (N() < 2)
+    GTEST_SKIP() << "needs 2 ranks";
+  dsrt::Stream s;
+  const int64_t n = 5000;  // above the eager limits of small messages
+  Owned act = make_input(DType::F32, n, 0, 44), act_got(DType::F32, Shape{n});
+  Owned grad = make_input(DType::F32, 7, 1, 45), grad_got(DType::F32, Shape{7});
+  Owned second = make_input(DType::F32, 3, 0, 46), second_got(DType::F32, Shape{3});
+  dsrt::CommOptions saved = world().options();
+  dsrt::CommOptions quick = saved;
+  quick.timeout_s = 5;
+  world().set_options(quick);
+  if (R() == 0) {
+    // Two sends to rank 1 in one group go in order, each as soon as it can.
+    world()
+        .send_recv(s, {{CommOp::Send, act, 1}, {CommOp::Recv, grad_got, 1},
+                       {CommOp::Send, second, 1}})
+        .wait();
+    EXPECT_EQ(diff(grad_got, grad), "");
+  } else if (R() == 1) {
+    world().send_recv(s, {{CommOp::Recv, act_got, 0}}).wait();
+    EXPECT_EQ(diff(act_got, act), "");
+    world().send_recv(s, {{CommOp::Send, grad, 0}, {CommOp::Recv, second_got, 0}}).wait();
+    EXPECT_EQ(diff(second_got, second), "");
+  }
+  world().set_options(saved);
+  world().barrier(s).wait();
+}
+
 TEST(Comm, BarrierWaitsForEveryRank) {
   dsrt::Stream s;
   world().barrier(s).wait();  // start together

@@ -1191,7 +1191,7 @@ TEST_F(DataParallelTrain, PipelineGridsAreRefusedClearly) {
   dp::pp_size = 2;
   dp::dp_axis = 1;
   EXPECT_EQ(train({"--data", path("data"), "--steps", "1"}), 1);
-  EXPECT_NE(err_.find("error: pipeline programs are not supported by this runtime yet (the grid "
+  EXPECT_NE(err_.find("error: pipeline programs are not supported by train_main (the grid "
                       "has pp=2"),
             std::string::npos)
       << err_;

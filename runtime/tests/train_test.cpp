@@ -142,6 +142,23 @@ TEST(MemoryMonitor, ReleaseFrom) {
   m.acquire(0, 64);
 }
 
+TEST(MemoryMonitor, ReleaseRangeKeepsWhatLiesAbove) {
+  // A pipeline stage's transient slots go; the pools above them stay.
+  dsrt::MemoryMonitor m;
+  m.acquire(0, 64);      // persistent
+  m.acquire(64, 64);     // transient
+  m.acquire(192, 64);    // transient
+  m.acquire(256, 128);   // pipeline buffer
+  m.release_range(64, 256);
+  EXPECT_EQ(m.live_bytes(), 192);
+  EXPECT_DSRT_ERROR(m.acquire(256, 64), "overlaps");
+  m.acquire(64, 192);    // the transient part is free
+  m.release_range(300, 1000);  // starts inside the buffer at 256: it stays
+  EXPECT_EQ(m.live_bytes(), 384);
+  m.release_range(256, 257);
+  EXPECT_EQ(m.live_bytes(), 256);
+}
+
 //===--- describe: functions and states ----------------------------------------===//
 
 TEST(Describe, FunctionsCollectTheirOwnValues) {

@@ -13,7 +13,10 @@
 // (forward and backward of one micro-batch, adding its gradients into
 // accumulators) and optimizer_step (clip and update in place), described as
 // FunctionInfo entries after begin_function; its main hands them to
-// dsrt::train_main (docs/runtime.md, "Training programs").
+// dsrt::train_main (docs/runtime.md, "Training programs"). A pipeline
+// program is one such program per pipeline rank, each with a forward and a
+// backward function per virtual stage it holds and its static schedule,
+// linked into one executable whose main calls dsrt::pipeline_main.
 #ifndef DSRT_PROGRAM_H
 #define DSRT_PROGRAM_H
 
@@ -85,6 +88,60 @@ struct TrainInfo {
   double warmup_min_ratio = 0, cos_min_ratio = 1e-4;
 };
 
+// A pipeline-parallel program (set_pipeline): one program per rank of the
+// "pp" axis, all linked into one executable (pipeline_main). See
+// docs/runtime.md, "Pipeline-parallel programs".
+enum class PipelineActionKind : int64_t {
+  Forward = 0, Backward, BackwardInput, BackwardWeight,
+  SendActivation, RecvActivation, SendGradient, RecvGradient,
+};
+constexpr int64_t kPipelineActionKinds = 8;
+
+// A virtual stage the rank holds and its functions' names ("" where
+// absent): forward and backward, or (zb-h1) forward, backward_input and
+// backward_weight.
+struct PipelineStage {
+  int64_t stage = 0;
+  std::string forward, backward, backward_input, backward_weight;
+};
+
+// One action of the rank's static schedule; stage = chunk * stages + rank.
+struct PipelineAction {
+  PipelineActionKind kind = PipelineActionKind::Forward;
+  int64_t microbatch = 0, chunk = 0;
+  int64_t peer = -1;  // the other pp coordinate of a transfer; -1 for compute
+};
+
+// `slots` equal slots of `slot_bytes` bytes at arena `offset` (slot i at
+// offset + i * slot_bytes). kind: stash, act_in, act_out, grad_in,
+// grad_out, wstash (per virtual stage) or tied (stage -1).
+struct PipelinePool {
+  std::string kind;
+  int64_t stage = -1, slots = 0, slot_bytes = 0, offset = 0;
+};
+
+// A state (a gradient accumulator) that the pp ranks `ranks` (ascending)
+// each hold a part of; summed over them before optimizer_step.
+struct PipelineTied {
+  std::string state;
+  std::vector<int64_t> ranks;
+};
+
+struct PipelineInfo {
+  std::string schedule;  // for logs: gpipe, 1f1b, interleaved, zb-h1
+  int64_t stages = 0;    // pp size; 0: not a pipeline program
+  int64_t chunks = 1, microbatches = 0, rank = 0;
+  // [buffers_offset, buffers_offset + buffers_bytes): the pools, at the top
+  // of the arena; the functions' transient buffers lie below.
+  int64_t buffers_offset = 0, buffers_bytes = 0;
+  std::vector<PipelineStage> stage_functions;
+  std::vector<PipelineAction> actions;
+  std::vector<PipelinePool> pools;
+  std::vector<PipelineTied> tied;
+
+  bool present() const { return stages > 0; }
+};
+
 struct ProgramInfo {
   std::string model_path;
   int64_t arena_bytes = 0, persistent_bytes = 0, peak_live_bytes = 0;
@@ -102,6 +159,8 @@ struct ProgramInfo {
   std::vector<std::string> grid_names;
   std::vector<int64_t> grid_sizes;
   int64_t world = 1;
+  // Pipeline programs only (set_pipeline and what follows it).
+  PipelineInfo pipeline;
 
   bool is_training() const { return !functions.empty(); }
   // The index of the grid axis called `name` ("pp", "dp", "tp"), -1 when the
@@ -131,6 +190,9 @@ public:
   // results stay live until its run ends; the training runner drops all
   // transient slots with release_from(persistent_bytes) after each run).
   void release_from(int64_t offset);
+  // Releases every live slot that starts in [from, to) (a pipeline stage's
+  // transient buffers, below the pipeline buffers that stay live).
+  void release_range(int64_t from, int64_t to);
   int64_t high_water_mark() const { return high_water_mark_; }
   int64_t live_bytes() const { return live_bytes_; }
   int64_t peak_live_bytes() const { return peak_live_bytes_; }
@@ -266,6 +328,42 @@ void set_schedule(ProgramInfo &info, const char *kind, double warmup_min_lr, dou
                   int64_t warmup_num_steps, int64_t total_num_steps, bool warmup_linear,
                   double warmup_min_ratio, double cos_min_ratio);
 
+// Pipeline programs (docs/runtime.md, "Pipeline-parallel programs"). This
+// program is pp rank `rank` of a pipeline of `stages` ranks with `chunks`
+// virtual stages per rank (chunk c of rank r is stage c * stages + r) and
+// `microbatches` micro-batches per step (== accumulation_steps); `schedule`
+// names it in logs (gpipe, 1f1b, interleaved, zb-h1). The pools occupy
+// [buffers_offset, buffers_offset + buffers_bytes) at the top of the arena
+// (their end is arena_bytes); the functions' transient buffers lie in
+// [persistent_bytes, buffers_offset).
+void set_pipeline(ProgramInfo &info, const char *schedule, int64_t stages, int64_t chunks,
+                  int64_t microbatches, int64_t rank, int64_t buffers_offset,
+                  int64_t buffers_bytes);
+// A virtual stage this rank holds and its functions ("" where absent):
+// forward and backward, or (zb-h1) forward, backward_input and
+// backward_weight.
+void add_pipeline_stage(ProgramInfo &info, int64_t stage, const char *forward,
+                        const char *backward, const char *backward_input,
+                        const char *backward_weight);
+// The next action of this rank's schedule, in execution order: `kind` is a
+// PipelineActionKind (0 Forward, 1 Backward, 2 BackwardInput, 3
+// BackwardWeight, 4 SendActivation, 5 RecvActivation, 6 SendGradient, 7
+// RecvGradient), `peer` the other pp coordinate of a transfer (-1 for
+// compute).
+void add_pipeline_action(ProgramInfo &info, int64_t kind, int64_t microbatch, int64_t chunk,
+                         int64_t peer);
+// A pool of `slots` slots of `slot_bytes` bytes at arena `offset`. kind:
+// "stash", "act_in", "act_out", "grad_in", "grad_out", "wstash" (of virtual
+// stage `stage`) or "tied" (stage -1).
+void add_pipeline_pool(ProgramInfo &info, const char *kind, int64_t stage, int64_t slots,
+                       int64_t slot_bytes, int64_t offset);
+// A state (gradient accumulator "grad:<param>") that the pp ranks `ranks`
+// (ascending, this rank among them) each hold; before optimizer_step each
+// of them replaces it by the sum of all their copies, summed in ascending
+// rank order (bitwise identical on every sharer).
+void add_pipeline_tied(ProgramInfo &info, const char *state, const int64_t *ranks,
+                       int64_t count);
+
 //===--- training ----------------------------------------------------------===//
 
 // The learning rate of optimizer step `step` (1-based) under DeepSpeed's
@@ -298,6 +396,21 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run);
 // global batch (docs/runtime.md, "Data-parallel programs").
 int train_main(int argc, char **argv, DescribeFn describe, RunFn micro_step,
                RunFn optimizer_step);
+
+// One pp rank's program of a pipeline-parallel program.
+struct PipelineRankProgram {
+  DescribeFn describe;     // this pp rank's description
+  const RunFn *functions;  // in the order describe lists them (begin_function)
+  int64_t function_count;
+};
+
+// The same flags as train_main. A program compiled for --pp=P with dp D
+// runs under mpirun -np P*D; every process runs ranks[its pp coordinate]
+// (rank_count == P), executing that program's static schedule every step
+// with the micro-batches of its dp coordinate (docs/runtime.md,
+// "Pipeline-parallel programs"). Returns the exit status; errors are
+// reported, never thrown.
+int pipeline_main(int argc, char **argv, const PipelineRankProgram *ranks, int64_t rank_count);
 
 // Writes a copy of the source model (info.model_path) whose initializers
 // that are program parameters hold their current values in `arena`. Every

@@ -1,0 +1,230 @@
+// What the training runners (train_main, pipeline_main) share: their flags,
+// the checks of a description, the data files, the runner's own exchanges
+// between ranks, the log and the end-of-run summary. Not installed.
+#ifndef DSRT_SRC_TRAIN_COMMON_H
+#define DSRT_SRC_TRAIN_COMMON_H
+
+#include "dsrt/comm.h"
+#include "dsrt/npy.h"
+#include "dsrt/program.h"
+#include "runner.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dsrt {
+namespace runner {
+
+//===--- flags ------------------------------------------------------------------===//
+
+struct TrainOptions {
+  std::string data, log_json, save_onnx, weights, trace;
+  int64_t steps = 0;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool external_data = false, quiet = false;
+};
+
+// Whose flags: the usage text ends with how the program is launched.
+enum class Launch { DataParallel, Pipeline };
+
+// Parses train's flags into `options`; false after --help (printed). Throws
+// for bad flags.
+bool parse_train(int argc, char **argv, TrainOptions &options, Launch launch);
+
+//===--- the description ----------------------------------------------------------===//
+
+const FunctionInfo &find_function(const ProgramInfo &info, const std::string &name);
+// -1 when the program has no such function.
+int find_function_index(const ProgramInfo &info, const std::string &name);
+// The index of the value called `name`; throws naming `what` and the values
+// there are when it is missing.
+int64_t find_value(const std::vector<ValueInfo> &values, const std::string &name,
+                   const std::string &what);
+void check_in_arena(const ProgramInfo &info, const ValueInfo &value, const std::string &what);
+// What every training program must satisfy: accumulation and micro-batch
+// sizes, the lr schedule, parameters and states inside the arena.
+void check_training_basics(const ProgramInfo &info);
+// Function `name` exists, plans no more than the arena and has its inputs
+// inside it.
+void check_function_plan(const ProgramInfo &info, const std::string &name);
+// optimizer_step's inputs lr and step and its output grad_norm.
+void check_optimizer_step(const ProgramInfo &info);
+// Throws unless the job has the program's `world` ranks.
+void check_job_size(const ProgramInfo &info, int job_ranks);
+
+//===--- data --------------------------------------------------------------------===//
+
+// One data file: `batches` global batches of one input, each holding
+// ranks * accumulation_steps micro-batches.
+struct InputData {
+  const ValueInfo *input = nullptr;
+  NpyArray array;
+  int64_t batches = 0;
+  size_t micro_bytes = 0;  // one micro-batch (the input's slot)
+  size_t batch_bytes = 0;  // one global batch in the file
+  bool per_batch_scalar = false;  // rank-0 input: one value per global batch
+};
+
+// Reads <name>.npy from `dir` for every input and checks its layout: a
+// global batch holds `ranks` * accumulation_steps micro-batches (rank r's
+// are r*k .. r*k+k-1).
+std::vector<InputData> load_data(const std::vector<const ValueInfo *> &inputs,
+                                 const std::string &dir, int64_t accumulation_steps,
+                                 int64_t ranks);
+// Global batches in the data files (1 without files).
+inline int64_t batch_count(const std::vector<InputData> &data) {
+  return data.empty() ? 1 : data.front().batches;
+}
+// Acquires `slot` (a function input of item's name and type) and copies
+// micro-batch `global_micro` of global batch `batch` into it.
+void load_micro_batch(Program &program, const InputData &item, const ValueInfo &slot,
+                      int64_t batch, int64_t global_micro);
+
+//===--- running -----------------------------------------------------------------===//
+
+void run_function(Program &program, RunFn run, int index);
+// Writes lr and step into optimizer_step's inputs, runs it and returns its
+// grad_norm.
+double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int64_t step);
+// After step 1 the measured high-water mark must be the plan's arena.
+void check_arena_peak(const Program &program, int64_t step);
+
+//===--- the runner's exchanges between ranks ------------------------------------===//
+
+// Payload bytes and calls of every kind of collective, as the communicator
+// counts them.
+struct CommTally {
+  int64_t calls[kNumCommOps] = {}, sent[kNumCommOps] = {}, received[kNumCommOps] = {};
+
+  static CommTally of(const Communicator &comm);
+  // Summed over every communicator of a grid.
+  static CommTally of(const Grid &grid);
+  CommTally &operator+=(const CommTally &o);
+  CommTally operator-(const CommTally &o) const;
+};
+
+// Thrown once a rank's failure has been reported on every rank.
+struct ReportedFailure {};
+
+// A runner's exit status: `body`'s, or 1 after an error, printed as
+// "error: ..." unless it was reported already (ReportedFailure).
+int run_reporting_errors(const std::function<int()> &body);
+
+// The collectives the runner itself issues (agreeing on errors, the step's
+// losses, the summary, gathering parameters to save) go through here: on a
+// stream of their own, waited for at once, and their bytes kept apart so
+// that the program's own traffic can be measured. A world of one rank
+// exchanges nothing.
+class RunnerComm {
+public:
+  explicit RunnerComm(Communicator &comm) : comm_(comm) {}
+  int rank() const { return comm_.rank(); }
+  int size() const { return comm_.size(); }
+  const CommTally &own() const { return own_; }
+
+  // out = every rank's in, in rank order (out.numel() == size * in.numel()).
+  void all_gather(const Tensor &in, const Tensor &out) { all_gather(comm_, in, out); }
+  // The same among the ranks of `comm` (an axis communicator).
+  void all_gather(Communicator &comm, const Tensor &in, const Tensor &out);
+  // Point to point on `comm`, one group (Communicator::send_recv).
+  void send_recv(Communicator &comm, const std::vector<P2POp> &ops);
+  // Returns once every rank of the world has reached it.
+  void barrier();
+
+  // Whether any rank failed (`error` non-empty on the ranks that did); if
+  // one did, every rank reports and throws ReportedFailure. `when` says
+  // what failed ("before training", "at step 3").
+  void agree(const std::string &error, const std::string &when);
+  // Gathers every rank's step report (`report`, whose element 0 is this
+  // rank's failure flag, set here from `error`) into `reports` and fails
+  // as agree does when any rank failed at step `step`.
+  void gather_step_reports(const std::string &error, std::vector<float> &report,
+                           std::vector<float> &reports, int64_t step);
+  // Reports `error` (this rank's) or the ranks in `failed` that did fail.
+  void fail_if_any(const std::string &error, const std::vector<int32_t> &failed,
+                   const std::string &when);
+
+private:
+  Communicator &comm_;
+  Stream stream_{Backend::Cpu};
+  CommTally own_;
+};
+
+//===--- the log ----------------------------------------------------------------===//
+
+// Float as JSON (with full precision); NaN and infinities as Python's json
+// module reads and writes them.
+std::string json_number(double value);
+
+struct FileCloser {
+  void operator()(FILE *f) const {
+    if (f) fclose(f);
+  }
+};
+
+// What rank 0 writes: the log file and the model to save, opened and
+// checked before training so that a bad path fails before the first step.
+struct TrainOutputs {
+  std::unique_ptr<FILE, FileCloser> log_json;
+  std::shared_ptr<const OnnxSaveSource> save_source;
+};
+// `save_info` lists the parameters the saved model gets.
+void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, bool rank0,
+                  TrainOutputs &outputs);
+
+// A program of `info` with its streams (`threads` kernel threads; 0: all
+// cores), before its arena exists.
+void init_program(Program &program, const ProgramInfo &info, int threads);
+// Allocates the arena, loads the parameters (rank `dp_rank`'s shards) and
+// zeroes the states.
+void prepare_program(Program &program, Arena &arena, const TrainOptions &options,
+                     int64_t dp_rank);
+
+struct StepLog {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+};
+// The step line on stdout (rank 0, every steps_per_print steps and the
+// last) and the JSON line; `samples` per step, the arena's from `program`.
+// Returns the step's time, from `start_us` (now_us()) to the call.
+double log_step(const TrainOptions &options, const Program &program, bool rank0, FILE *log_json,
+                int64_t samples, double start_us, const StepLog &entry);
+
+// What the program's own collectives moved: the counters of the grid's
+// communicators less the runner's own exchanges, since `start`.
+struct TrafficStart {
+  CommTally grid, runner;
+  static TrafficStart now(const Grid &grid, const RunnerComm &exchange) {
+    return {CommTally::of(grid), exchange.own()};
+  }
+};
+
+// The summary line's fields per rank: arena peak, then sent, received and
+// calls of each reported kind.
+constexpr int kSummaryKinds = 5;
+constexpr int kSummaryFields = 1 + 3 * kSummaryKinds;
+// Every rank's arena peak and what the program's collectives moved since
+// `start`, gathered in world rank order.
+std::vector<int64_t> gather_summary(RunnerComm &exchange, const Grid &grid,
+                                    const TrafficStart &start, int64_t arena_peak);
+// The summary line; `extra` (members, e.g. "\"pipeline\": {...}") goes
+// after the ranks.
+std::string summary_json(int64_t steps, int world, const std::vector<int64_t> &all,
+                         const std::string &extra = "");
+// The summary line ends the log (programs with a grid), and the log is
+// closed.
+void close_log(const TrainOptions &options, TrainOutputs &outputs, bool has_grid, int64_t steps,
+               int world, const std::vector<int64_t> &all, const std::string &extra = "");
+// "trained N steps ..." on stderr.
+void print_trained(const TrainOptions &options, bool rank0, const Program &program,
+                   int64_t micro_steps, double total_us);
+
+}  // namespace runner
+}  // namespace dsrt
+
+#endif  // DSRT_SRC_TRAIN_COMMON_H
