@@ -121,6 +121,46 @@ def compare_plan(plan: Dict, summary: Optional[Dict], n: int) -> Optional[str]:
     return None
 
 
+def compare_with_reference(log: List[Dict], trained: Path, reference: Dict):
+    """(error or None, worst loss rel err, worst weight abs err) of a run
+    against the single-rank run (and PyTorch, when the reference has it)."""
+    worst_loss = max(rel(a["loss"], b["loss"]) for a, b in zip(log, reference["log"]))
+    worst_norm = max(rel(a["grad_norm"], b["grad_norm"]) for a, b in zip(log, reference["log"]))
+    if worst_loss > LOSS_RTOL:
+        return f"loss rel err {worst_loss:.1e} > {LOSS_RTOL} against one rank", worst_loss, 0.0
+    if worst_norm > GRAD_NORM_RTOL:
+        return f"grad_norm rel err {worst_norm:.1e} > {GRAD_NORM_RTOL} against one rank", worst_loss, 0.0
+    if "torch_log" in reference:
+        torch_loss = max(rel(a["loss"], b["loss"]) for a, b in zip(log, reference["torch_log"]))
+        if torch_loss > 1e-4:
+            return f"loss rel err {torch_loss:.1e} > 1e-4 against PyTorch", worst_loss, 0.0
+
+    got, want = weights(trained), reference["weights"]
+    if set(got) != set(want):
+        return f"initializers differ: {sorted(set(got) ^ set(want))[:5]}", worst_loss, 0.0
+    worst_weight = 0.0
+    for name, value in want.items():
+        if got[name].shape != value.shape:
+            return f"{name}: shape {got[name].shape}, expected {value.shape}", worst_loss, 0.0
+        if value.dtype.kind != "f":
+            if not np.array_equal(got[name], value):
+                return f"{name}: integer initializer changed", worst_loss, 0.0
+            continue
+        err = float(np.max(np.abs(got[name].astype(np.float64) - value))) if value.size else 0.0
+        bound = WEIGHT_ATOL + WEIGHT_NOISE_FACTOR * reference["noise"].get(name, 0.0)
+        if err > bound:
+            return f"{name}: max abs err {err:.1e} > {bound:.1e} against one rank", worst_loss, err
+        worst_weight = max(worst_weight, err)
+
+    if "torch_params" in reference:
+        from check_zoo_train import compare_weights
+        _, torch_error = compare_weights(trained, reference["initial"], reference["imap"],
+                                         reference["torch_params"], reference["torch_bounds"])
+        if torch_error:
+            return f"against PyTorch: {torch_error}", worst_loss, worst_weight
+    return None, worst_loss, worst_weight
+
+
 def check_case(args, entry, n: int, stage: int, k: int, threshold: int, reference) -> Tuple[str, bool]:
     model_path = Path(args.zoo) / entry["file"]
     label = f"{entry['name']} dp{n} zero{stage} gas{k}" + (f" threshold{threshold}" if stage == 3 else "")
@@ -150,38 +190,9 @@ def check_case(args, entry, n: int, stage: int, k: int, threshold: int, referenc
     if len(log) != STEPS:
         return fail("FAIL", f"{len(log)} step lines in the log, expected {STEPS}")
 
-    worst_loss = max(rel(a["loss"], b["loss"]) for a, b in zip(log, reference["log"]))
-    worst_norm = max(rel(a["grad_norm"], b["grad_norm"]) for a, b in zip(log, reference["log"]))
-    if worst_loss > LOSS_RTOL:
-        return fail("MISMATCH", f"loss rel err {worst_loss:.1e} > {LOSS_RTOL} against one rank")
-    if worst_norm > GRAD_NORM_RTOL:
-        return fail("MISMATCH", f"grad_norm rel err {worst_norm:.1e} > {GRAD_NORM_RTOL} against one rank")
-    torch_loss = max(rel(a["loss"], b["loss"]) for a, b in zip(log, reference["torch_log"]))
-    if torch_loss > 1e-4:
-        return fail("MISMATCH", f"loss rel err {torch_loss:.1e} > 1e-4 against PyTorch")
-
-    got, want = weights(trained), reference["weights"]
-    if set(got) != set(want):
-        return fail("MISMATCH", f"initializers differ: {sorted(set(got) ^ set(want))[:5]}")
-    worst_weight = 0.0
-    for name, value in want.items():
-        if got[name].shape != value.shape:
-            return fail("MISMATCH", f"{name}: shape {got[name].shape}, expected {value.shape}")
-        if value.dtype.kind != "f":
-            if not np.array_equal(got[name], value):
-                return fail("MISMATCH", f"{name}: integer initializer changed")
-            continue
-        err = float(np.max(np.abs(got[name].astype(np.float64) - value))) if value.size else 0.0
-        bound = WEIGHT_ATOL + WEIGHT_NOISE_FACTOR * reference["noise"].get(name, 0.0)
-        if err > bound:
-            return fail("MISMATCH", f"{name}: max abs err {err:.1e} > {bound:.1e} against one rank")
-        worst_weight = max(worst_weight, err)
-
-    from check_zoo_train import compare_weights
-    _, torch_error = compare_weights(trained, reference["initial"], reference["imap"],
-                                     reference["torch_params"], reference["torch_bounds"])
-    if torch_error:
-        return fail("MISMATCH", f"against PyTorch: {torch_error}")
+    error, worst_loss, worst_weight = compare_with_reference(log, trained, reference)
+    if error:
+        return fail("MISMATCH", error)
 
     plan = json.loads((work / "program" / "plan.json").read_text())
     plan_error = compare_plan(plan, summary, n)
