@@ -186,21 +186,14 @@ void PipelineSplitPass::runOnOperation() {
   llvm::DenseMap<Value, BlockArgument> chainAcc; // chain value -> its acc
   llvm::StringSet<> resetInOptimizer;            // k = 1: accs to zero
   for (OpOperand &result : terminator->getOpOperands()) {
-    auto updates = micro.getResultAttrOfType<IntegerAttr>(
-        result.getOperandNumber(), ds::DsDialect::kUpdatesAttrName);
-    if (!updates)
+    std::optional<ds::GradientAccumulation> match =
+        ds::matchGradientAccumulation(micro, result);
+    if (!match)
       continue;
-    BlockArgument acc = body.getArgument(updates.getInt());
-    StringRef state =
-        stringArg(micro, acc.getArgNumber(), ds::DsDialect::kStateAttrName);
-    if (!state.starts_with("grad:"))
-      continue;
-    Value updated = result.get(), grad = updated;
-    auto add = updated.getDefiningOp<ds::AddOp>();
-    if (add && (add.getLhs() == acc || add.getRhs() == acc))
-      grad = add.getLhs() == acc ? add.getRhs() : add.getLhs();
-    else
-      add = nullptr;
+    BlockArgument acc = match->acc;
+    StringRef param = match->param;
+    ds::AddOp add = match->add;
+    Value grad = match->grad;
     // The contributions: the leaves of the tree of single-use additions.
     SmallVector<Value> leaves, work{grad};
     SmallVector<Operation *> tree;
@@ -232,7 +225,7 @@ void PipelineSplitPass::runOnOperation() {
     // Several stages, or acc' = g with one micro-batch per step (made
     // acc + g, the optimizer zeroing the accumulators).
     if (accumulation == 1)
-      resetInOptimizer.insert(state.drop_front(5));
+      resetInOptimizer.insert(param);
     Value current = acc;
     for (auto &[s, values] : byStage) {
       Value partial = values.front();

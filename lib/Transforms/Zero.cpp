@@ -487,21 +487,15 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
   };
   SmallVector<Grad> grads;
   for (OpOperand &operand : terminator->getOpOperands()) {
-    auto updatesArg = micro.getResultAttrOfType<IntegerAttr>(
-        operand.getOperandNumber(), ds::DsDialect::kUpdatesAttrName);
-    if (!updatesArg)
-      continue;
-    BlockArgument acc = body.getArgument(updatesArg.getInt());
-    StringRef state = stateName(micro, acc.getArgNumber());
-    if (!state.starts_with("grad:"))
+    std::optional<ds::GradientAccumulation> match =
+        ds::matchGradientAccumulation(micro, operand);
+    if (!match)
       continue;
     // acc' = acc + g with accumulation, else acc' = g.
-    Value updated = operand.get(), grad = updated;
-    auto add = updated.getDefiningOp<ds::AddOp>();
-    if (add && (add.getLhs() == acc || add.getRhs() == acc))
-      grad = add.getLhs() == acc ? add.getRhs() : add.getLhs();
-    else
-      add = nullptr;
+    BlockArgument acc = match->acc;
+    StringRef state = stateName(micro, acc.getArgNumber());
+    ds::AddOp add = match->add;
+    Value grad = match->grad;
     if (grad.getType() != acc.getType())
       return micro.emitOpError()
              << "ds-zero: the gradient of '" << state.drop_front(5)

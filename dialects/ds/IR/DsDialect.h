@@ -16,6 +16,7 @@
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -80,8 +81,8 @@ void registerShardModels(mlir::DialectRegistry &registry);
 bool isCollective(mlir::Operation *op);
 
 /// Fails with a diagnostic when `op` is a shard collective the runtime cannot
-/// run (not 1-D, not grid axis 0, a reduction without a kernel); succeeds
-/// for every other op.
+/// run (over several grid axes, not 1-D where ZeRO's partition needs it, a
+/// reduction without a kernel); succeeds for every other op.
 llvm::LogicalResult checkShardKernel(mlir::Operation *op);
 
 /// The ONNX node an op came from: the first name in its location
@@ -128,5 +129,24 @@ llvm::LogicalResult inferWindowShape(std::optional<mlir::Location> loc,
 
 #define GET_OP_CLASSES
 #include "ds/IR/DsOps.h.inc"
+
+namespace dsopt::ds {
+/// A gradient accumulation of a training-step function (ds-optimizer's
+/// @micro_step, a pipeline stage's backward): the returned value `result`
+/// updates (ds.updates) the accumulator `acc` of parameter `param` (its
+/// ds.state is "grad:<param>") with `add` = acc + grad, or with `grad`
+/// alone when there is one micro-batch per step (`add` null).
+struct GradientAccumulation {
+  mlir::BlockArgument acc;
+  llvm::StringRef param;
+  AddOp add;
+  mlir::Value grad;
+};
+/// The accumulation `result` (an operand of the function's return) is, if
+/// it is one.
+std::optional<GradientAccumulation>
+matchGradientAccumulation(mlir::FunctionOpInterface function,
+                          mlir::OpOperand &result);
+} // namespace dsopt::ds
 
 #endif // DSOPT_DIALECT_DS_DSDIALECT_H

@@ -587,3 +587,25 @@ void FillOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResult());
   call.real(getValue().convertToDouble());
 }
+
+std::optional<dsopt::ds::GradientAccumulation>
+dsopt::ds::matchGradientAccumulation(FunctionOpInterface function,
+                                     OpOperand &result) {
+  auto updates = function.getResultAttrOfType<IntegerAttr>(
+      result.getOperandNumber(), DsDialect::kUpdatesAttrName);
+  if (!updates)
+    return std::nullopt;
+  auto acc = function.getArgument(updates.getInt());
+  auto state = function.getArgAttrOfType<StringAttr>(
+      acc.getArgNumber(), DsDialect::kStateAttrName);
+  if (!state || !state.getValue().starts_with("grad:"))
+    return std::nullopt;
+  GradientAccumulation match{acc, state.getValue().drop_front(5), nullptr,
+                             result.get()};
+  auto add = result.get().getDefiningOp<AddOp>();
+  if (add && (add.getLhs() == acc || add.getRhs() == acc)) {
+    match.add = add;
+    match.grad = add.getLhs() == acc ? add.getRhs() : add.getLhs();
+  }
+  return match;
+}
