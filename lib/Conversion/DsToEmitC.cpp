@@ -163,6 +163,9 @@ private:
   /// constant is in `constantRoot`).
   llvm::DenseMap<Value, int64_t> offsetOf;
   llvm::DenseMap<Value, ds::ConstantOp> constantRoot;
+  /// Values in memory the runtime binds (dsrt::bound_input): inputs without
+  /// a buffer in the plan, and views of them.
+  llvm::DenseMap<Value, int64_t> boundIndex;
   /// The global holding each distinct constant.
   llvm::DenseMap<Attribute, std::string> constantGlobals;
   unsigned globals = 0, fusedKernels = 0;
@@ -391,7 +394,12 @@ FailureOr<Value> ProgramBuilder::viewOf(Value value) {
     return cached;
   auto type = cast<RankedTensorType>(value.getType());
   Value tensor;
-  if (ds::ConstantOp root = constantRoot.lookup(value)) {
+  if (auto it = boundIndex.find(value); it != boundIndex.end()) {
+    tensor = call("dsrt::bound_input", opaque("dsrt::Tensor"), {program},
+                  {builder.getIndexAttr(0), builder.getI64IntegerAttr(it->second),
+                   literal(dtypeName(type.getElementType())),
+                   literal(shapeLiteral(type.getShape()))});
+  } else if (ds::ConstantOp root = constantRoot.lookup(value)) {
     FailureOr<Value> base = constantView(root);
     if (failed(base))
       return failure();
@@ -435,11 +443,19 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   offsetOf.clear();
   constantRoot.clear();
   Block &body = function.getBody().front();
-  for (BlockArgument arg : body.getArguments())
+  boundIndex.clear();
+  int64_t bound = 0;
+  for (BlockArgument arg : body.getArguments()) {
     offsetOf[arg] = function
                         .getArgAttrOfType<IntegerAttr>(
                             arg.getArgNumber(), ds::DsDialect::kOffsetAttrName)
                         .getInt();
+    // An input without a buffer of its own (a pipeline stage's received or
+    // stashed value): the runtime binds it, the bound-th such input.
+    if (offsetOf[arg] < 0 &&
+        function.getArgAttr(arg.getArgNumber(), ds::DsDialect::kInputAttrName))
+      boundIndex[arg] = bound++;
+  }
   auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
       ds::DsDialect::kMemoryPlanAttrName);
 
@@ -517,6 +533,8 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
       offsetOf[op.getResult(0)] = offsetOf.lookup(source);
       if (ds::ConstantOp root = constantRoot.lookup(source))
         constantRoot[op.getResult(0)] = root;
+      if (auto it = boundIndex.find(source); it != boundIndex.end())
+        boundIndex[op.getResult(0)] = it->second;
       releaseFrees(op);
       continue;
     }

@@ -54,6 +54,19 @@ std::string persistentKey(func::FuncOp function, unsigned arg) {
   return "";
 }
 
+/// An argument of a pipeline stage's function that the runtime binds to a
+/// slot of the rank's buffer pools (what the stage received or stashed):
+/// it has no buffer in the function's plan, and nothing writes over it.
+bool isBoundArgument(func::FuncOp function, unsigned arg) {
+  if (!function->hasAttr(ds::DsDialect::kPipelinePartAttrName))
+    return false;
+  auto name = function.getArgAttrOfType<StringAttr>(
+      arg, ds::DsDialect::kInputAttrName);
+  return name && (name.getValue().starts_with("recv:") ||
+                  name.getValue().starts_with("stash:") ||
+                  name.getValue().starts_with("wstash:"));
+}
+
 /// Owns the buffers of one function and the value -> buffer mapping.
 class Planner {
 public:
@@ -181,6 +194,11 @@ LogicalResult Planner::run() {
       return function.emitOpError()
              << "argument " << arg.getArgNumber()
              << " is not a statically shaped tensor";
+    // A pipeline stage reads what it received or stashed where the runtime
+    // keeps it (a slot of the rank's buffer pools), through no buffer of
+    // its own.
+    if (isBoundArgument(function, arg.getArgNumber()))
+      continue;
     std::string key = persistentKey(function, arg.getArgNumber());
     int b = newBuffer(arg, /*start=*/0, /*persistent=*/!key.empty());
     if (!key.empty())
@@ -286,10 +304,13 @@ LogicalResult Planner::run() {
 
   // Record the plan.
   Builder builder(function.getContext());
-  for (BlockArgument arg : body->getArguments())
+  for (BlockArgument arg : body->getArguments()) {
+    auto it = bufferOf.find(arg);
     function.setArgAttr(arg.getArgNumber(), ds::DsDialect::kOffsetAttrName,
                         builder.getI64IntegerAttr(
-                            buffers[bufferOf[arg]].offset));
+                            it == bufferOf.end() ? -1
+                                                 : buffers[it->second].offset));
+  }
   // Buffers whose lifetime ends at an op are freed after it; the runtime
   // uses acquire/release to check that live buffers never overlap.
   llvm::DenseMap<int64_t, SmallVector<int64_t>> freedAt;

@@ -83,15 +83,6 @@ std::string action_name(const PipelineAction &action, int64_t chunks) {
   return name;
 }
 
-bool starts_with(const std::string &text, const char *prefix) {
-  return text.compare(0, std::strlen(prefix), prefix) == 0;
-}
-
-// Data inputs have plain names; the rest name where their bytes come from.
-bool is_data(const ValueInfo &input) {
-  return !starts_with(input.name, "recv:") && !starts_with(input.name, "stash:") &&
-         !starts_with(input.name, "wstash:");
-}
 
 std::string value_text(const ValueInfo &value) {
   return "'" + value.name + "' " + dtype_name(value.dtype) + " " + value.shape.str();
@@ -221,8 +212,13 @@ void check_function_role(const ProgramInfo &info, const StagePlan &plan, int ind
   const bool forward = index == plan.forward;
   const bool weight = index == plan.backward_weight;
   for (const ValueInfo &input : f.inputs) {
-    if (input.offset < 0 ||
-        input.offset + static_cast<int64_t>(value_bytes(input)) > pipeline.buffers_offset)
+    // What the stage received or stashed is read in place, in its slot.
+    if (!is_data(input) && input.offset != -1)
+      throw Error("memory plan: " + what + " input " + value_text(input) + " has a buffer at " +
+                  std::to_string(input.offset) + "; it is read where the pipeline keeps it");
+    if (is_data(input) &&
+        (input.offset < 0 ||
+         input.offset + static_cast<int64_t>(value_bytes(input)) > pipeline.buffers_offset))
       throw Error("memory plan: " + what + " input " + value_text(input) + " at offset " +
                   std::to_string(input.offset) + " is not below the pipeline buffers at " +
                   std::to_string(pipeline.buffers_offset));
@@ -795,12 +791,6 @@ private:
     return stage_run(action.chunk * pipeline_.stages + pipeline_.rank);
   }
 
-  void copy_in(const ValueInfo &input, const Tensor &from) {
-    const size_t bytes = value_bytes(input);
-    program_.memory.acquire(input.offset, slot_size(info_, bytes));
-    std::memcpy(program_.arena + input.offset, from.data, bytes);
-  }
-
   void run_compute(const PipelineAction &action, int64_t batch, uint64_t counter,
                    int64_t global_micro, std::vector<float> &losses) {
     StageRun &stage = stage_of(action);
@@ -825,22 +815,23 @@ private:
     const int64_t received_slot = reads_received ? received->find(mb, why) : -1;
     const int64_t stash_slot = stash ? stash->find(mb, why) : -1;
     const int64_t wstash_slot = wstash ? wstash->find(mb, why) : -1;
+    // Data inputs are copied into their buffers; what the stage received or
+    // stashed is read in place (dsrt::bound_input), in input order.
     size_t next_received = 0;
+    program_.bound.clear();
     for (const ValueInfo &input : function.inputs) {
       if (is_data(input)) {
         load_micro_batch(program_, *data_.at(input.name), input, batch, global_micro);
       } else if (starts_with(input.name, "recv:")) {
-        copy_in(input, received->tensor(arena, received_slot, next_received++));
+        program_.bound.push_back(received->tensor(arena, received_slot, next_received++));
       } else if (starts_with(input.name, "stash:")) {
-        copy_in(input, stash->tensor(arena, stash_slot, stash->layout().find(input.name)));
+        program_.bound.push_back(
+            stash->tensor(arena, stash_slot, stash->layout().find(input.name)));
       } else {
-        copy_in(input, wstash->tensor(arena, wstash_slot, wstash->layout().find(input.name)));
+        program_.bound.push_back(
+            wstash->tensor(arena, wstash_slot, wstash->layout().find(input.name)));
       }
     }
-    if (reads_received) received->release(program_.memory, received_slot);
-    // The stash lives until the stage's last backward computation of mb.
-    if (stash && action.kind != Kind::BackwardInput) stash->release(program_.memory, stash_slot);
-    if (wstash) wstash->release(program_.memory, wstash_slot);
 
     set_rng_counter(counter);
     run_function(program_, functions_.functions[index], index);
@@ -881,6 +872,13 @@ private:
       }
       std::memcpy(to.data, value.data, value.nbytes());
     }
+    // The slots read in place are given back once the outputs, which may
+    // be views of them (a value passed on), are copied.
+    program_.bound.clear();
+    if (reads_received) received->release(program_.memory, received_slot);
+    // The stash lives until the stage's last backward computation of mb.
+    if (stash && action.kind != Kind::BackwardInput) stash->release(program_.memory, stash_slot);
+    if (wstash) wstash->release(program_.memory, wstash_slot);
     program_.memory.release_range(info_.persistent_bytes, pipeline_.buffers_offset);
   }
 

@@ -494,4 +494,17 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
   }
 }
 
+Tensor bound_input(Program &p, int64_t index, DType dtype, Shape shape) {
+  Tensor view{nullptr, dtype, shape};
+  if (index < 0 || index >= static_cast<int64_t>(p.bound.size()) || !p.bound[index].data)
+    throw Error("input " + std::to_string(index) + " without a buffer was not bound (" +
+                std::to_string(p.bound.size()) + " bound)");
+  if (p.bound[index].nbytes() < view.nbytes())
+    throw Error("input " + std::to_string(index) + " without a buffer is bound to " +
+                std::to_string(p.bound[index].nbytes()) + " bytes, it needs " +
+                std::to_string(view.nbytes()));
+  view.data = p.bound[index].data;
+  return view;
+}
+
 }  // namespace dsrt

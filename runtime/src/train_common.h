@@ -49,9 +49,14 @@ void check_in_arena(const ProgramInfo &info, const ValueInfo &value, const std::
 // What every training program must satisfy: accumulation and micro-batch
 // sizes, the lr schedule, parameters and states inside the arena.
 void check_training_basics(const ProgramInfo &info);
-// Function `name` exists, plans no more than the arena and has its inputs
-// inside it.
+// Function `name` exists, plans no more than the arena and has its data
+// inputs inside it.
 void check_function_plan(const ProgramInfo &info, const std::string &name);
+bool starts_with(const std::string &text, const char *prefix);
+// A data input (loaded from --data); a pipeline stage's other inputs, named
+// "recv:", "stash:" or "wstash:", are values it received or kept, which it
+// reads where the pipeline holds them (dsrt::bound_input).
+bool is_data(const ValueInfo &input);
 // optimizer_step's inputs lr and step and its output grad_norm.
 void check_optimizer_step(const ProgramInfo &info);
 // Throws unless the job has the program's `world` ranks.

@@ -141,10 +141,14 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
     return success();
   }
   if (attribute.getName() == kOffsetAttrName) {
+    // -1: an input of a pipeline stage the runtime binds (no buffer).
     auto offset = dyn_cast<IntegerAttr>(attribute.getValue());
-    if (!offset || offset.getInt() < 0)
+    bool bound = offset && offset.getInt() == -1 &&
+                 op->hasAttr(kPipelinePartAttrName);
+    if (!offset || (offset.getInt() < 0 && !bound))
       return op->emitOpError()
-             << "'" << kOffsetAttrName << "' must be a non-negative integer";
+             << "'" << kOffsetAttrName << "' must be a non-negative integer"
+             << " (or -1 on an input of a pipeline stage's function)";
     return success();
   }
   if (attribute.getName() == kInputAttrName) {

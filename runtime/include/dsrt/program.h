@@ -237,6 +237,10 @@ struct Program {
   MemoryMonitor memory;
   Tracer *tracer = nullptr;
   std::vector<Tensor> outputs;
+  // The memory of the running function's inputs that have no buffer in its
+  // plan (a pipeline stage's received and stashed values, which it reads
+  // where the runner keeps them), in input order; see bound_input.
+  std::vector<Tensor> bound;
 };
 
 //===--- called by generated code: dsopt_run ------------------------------===//
@@ -253,6 +257,10 @@ template <typename T> Tensor view_static(T *data, DType dtype, Shape shape) {
   return Tensor{const_cast<void *>(static_cast<const void *>(data)), dtype, shape};
 }
 inline Tensor reshape(const Tensor &t, Shape shape) { return Tensor{t.data, t.dtype, shape}; }
+// The memory bound to the running function's index-th input without a
+// buffer of its own (Program::bound), viewed with this dtype and shape.
+// Throws when the runner bound nothing there or fewer bytes.
+Tensor bound_input(Program &p, int64_t index, DType dtype, Shape shape);
 // Overlapping collectives with compute. A generated function issues its
 // collectives on comm_stream(p) and numbers them 0, 1, ... in issue order
 // (per run of the function): collective_issued(p, i) right after issuing
