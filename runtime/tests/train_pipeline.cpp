@@ -25,7 +25,13 @@
 // 64): parameters and states, then each function's buffers from
 // persistent_bytes, then the pools, each with as many slots as the
 // schedule ever holds at once (counted by walking the action list), so
-// that the arena's high-water mark is the plan.
+// that the arena's high-water mark is the plan. A function's buffers are
+// its data inputs (x, y; lr and step) and its temporaries only: its
+// recv:, stash: and wstash: inputs have offset -1 and no buffer, and it
+// reads them in their pool slots through dsrt::bound_input(p, k, ...),
+// k counting those inputs in input order. Values passed on are views of
+// them: forward_s's stash:h<s> (s > 0) is its recv:h<s>, and a non-last
+// backward_input_s's wstash:g is its recv:g<s+1>.
 //
 // The test chooses the configuration with the environment (a generated
 // program has it compiled in):
@@ -166,15 +172,32 @@ std::vector<std::vector<float>> initial_values;
 int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 int64_t f32_bytes(const dsrt::Shape &shape) { return 4 * shape.numel(); }
 
+// Data inputs have plain names; the others name the pool their bytes are
+// read from.
+bool is_bound(const std::string &name) {
+  return name.compare(0, 5, "recv:") == 0 || name.compare(0, 6, "stash:") == 0 ||
+         name.compare(0, 7, "wstash:") == 0;
+}
+
 // Where each function's values lie, per pp rank, filled by describe and
-// read by the run functions (generated code has the offsets inline).
+// read by the run functions (generated code has the offsets and the
+// bound-input indices inline).
 struct FunctionPlan {
-  std::map<std::string, int64_t> at;
+  std::map<std::string, int64_t> at;     // buffers: data inputs, temporaries
+  std::map<std::string, int64_t> bound;  // inputs without one: index k
   int64_t end = 0;
   int64_t place(const std::string &name, int64_t bytes) {
     at[name] = end;
     end += aligned(bytes);
     return at[name];
+  }
+  // The next input without a buffer (offset -1).
+  void bind(const std::string &name) {
+    const int64_t k = static_cast<int64_t>(bound.size());
+    bound[name] = k;
+  }
+  int64_t offset(const std::string &name) const {
+    return bound.count(name) ? -1 : at.at(name);
   }
 };
 struct RankPlan {
@@ -233,7 +256,8 @@ std::vector<FunctionSpec> stage_functions(int64_t s) {
     specs.push_back(b);
   } else {
     FunctionSpec bi{"backward_input_" + n, gradient_in, {}, {}};
-    bi.temporaries.push_back({"wstash:g", out});
+    // A non-last stage keeps the received gradient itself (a view of it).
+    if (last(s)) bi.temporaries.push_back({"wstash:g", out});
     if (s > 0) {
       bi.temporaries.push_back({"send:g" + n, in});
       bi.outputs.push_back({"send:g" + n, in});
@@ -376,7 +400,11 @@ void describe(dsrt::ProgramInfo &info, int64_t rank) {
   for (auto &entry : functions) {
     FunctionPlan &fp = plan.functions[entry.first.name];
     fp.end = persistent_bytes;
-    for (const Value &v : entry.first.inputs) fp.place(v.name, f32_bytes(v.shape));
+    for (const Value &v : entry.first.inputs)
+      if (is_bound(v.name))
+        fp.bind(v.name);
+      else
+        fp.place(v.name, f32_bytes(v.shape));
     for (const Value &v : entry.first.temporaries) fp.place(v.name, f32_bytes(v.shape));
     buffers_offset = std::max(buffers_offset, fp.end);
   }
@@ -448,7 +476,7 @@ void describe(dsrt::ProgramInfo &info, int64_t rank) {
     dsrt::begin_function(info, spec.name.c_str(), fp.end, fp.end - persistent_bytes);
     for (const Value &v : spec.inputs)
       dsrt::add_input(info, v.name.c_str(), v.name == "step" ? DType::I64 : DType::F32, v.shape,
-                      fp.at.at(v.name));
+                      fp.offset(v.name));
     for (const Value &v : spec.outputs) dsrt::add_output(info, v.name.c_str(), DType::F32, v.shape);
   }
 }
@@ -460,6 +488,16 @@ float *at(dsrt::Program &p, int64_t offset) {
 }
 
 const RankPlan &rank_plan(dsrt::Program &p) { return plans[p.info->pipeline.rank]; }
+
+// An input of the running function: a data input in its buffer, or one
+// without a buffer where the runner bound it.
+dsrt::Tensor input(dsrt::Program &p, const FunctionPlan &fp, const std::string &name,
+                   const dsrt::Shape &shape) {
+  auto k = fp.bound.find(name);
+  if (k != fp.bound.end()) return dsrt::bound_input(p, k->second, DType::F32, shape);
+  return dsrt::view(dsrt::arena(p), fp.at.at(name), DType::F32, shape);
+}
+const float *data(const dsrt::Tensor &t) { return static_cast<const float *>(t.data); }
 
 // A value of the running function: acquired when the function defines it,
 // as generated code does.
@@ -489,10 +527,11 @@ void forward(dsrt::Program &p, int64_t s) {
   const RankPlan &rp = rank_plan(p);
   const FunctionPlan &fp = rp.functions.at("forward_" + std::to_string(s));
   const int64_t n = width(s), m = width(s + 1);
-  const int64_t in = fp.at.at(s == 0 ? "x" : "recv:" + h(s));
+  // stash:h<s> is the input itself, passed on: x's buffer or recv:h<s>'s slot.
+  const dsrt::Tensor in = input(p, fp, s == 0 ? "x" : "recv:" + h(s), h_shape(s));
   const std::string out_name = last(s) ? "stash:pred" : "send:" + h(s + 1);
   float *z = define(p, fp, out_name, h_shape(s + 1));
-  matmul(at(p, in), at(p, rp.persistent.at("W" + std::to_string(s))), z, kBatch, n, m, false,
+  matmul(data(in), at(p, rp.persistent.at("W" + std::to_string(s))), z, kBatch, n, m, false,
          false);
   if (has_bias(s)) {
     const float *t = at(p, rp.persistent.at("t"));
@@ -500,26 +539,27 @@ void forward(dsrt::Program &p, int64_t s) {
   }
   if (!last(s)) {
     output(p, 0, fp.at.at(out_name), h_shape(s + 1));
-    output(p, 1, in, h_shape(s));
+    dsrt::set_output(p, 1, in);
     return;
   }
-  const float *y = at(p, fp.at.at("y"));
+  const float *y = data(input(p, fp, "y", h_shape(s + 1)));
   float *loss = define(p, fp, "loss", {});
   double sum = 0;
   for (int64_t i = 0; i < kBatch * m; ++i) sum += double(z[i] - y[i]) * (z[i] - y[i]);
   *loss = static_cast<float>(sum / (kBatch * m));
   output(p, 0, fp.at.at(out_name), h_shape(s + 1));
   output(p, 1, fp.at.at("loss"), {});
-  output(p, 2, in, h_shape(s));
+  dsrt::set_output(p, 2, in);
 }
 
 // The gradient at the layer's output (d (loss / k) / d pred on the last
 // stage), where the function has it.
 const float *output_gradient(dsrt::Program &p, const FunctionPlan &fp, int64_t s,
                              const char *scratch) {
-  if (!last(s)) return at(p, fp.at.at("recv:g" + std::to_string(s + 1)));
+  if (!last(s)) return data(input(p, fp, "recv:g" + std::to_string(s + 1), h_shape(s + 1)));
   const int64_t m = width(s + 1);
-  const float *pred = at(p, fp.at.at("stash:pred")), *y = at(p, fp.at.at("y"));
+  const float *pred = data(input(p, fp, "stash:pred", h_shape(s + 1)));
+  const float *y = data(input(p, fp, "y", h_shape(s + 1)));
   float *g = define(p, fp, scratch, h_shape(s + 1));
   const float scale = 2.0f / (kBatch * m) / static_cast<float>(config.microbatches);
   for (int64_t i = 0; i < kBatch * m; ++i) g[i] = scale * (pred[i] - y[i]);
@@ -554,34 +594,34 @@ void input_gradient(dsrt::Program &p, const FunctionPlan &fp, int64_t s, const f
 void backward(dsrt::Program &p, int64_t s) {
   const FunctionPlan &fp = rank_plan(p).functions.at("backward_" + std::to_string(s));
   const float *g = output_gradient(p, fp, s, "g");
-  accumulate_weight(p, s, at(p, fp.at.at("stash:" + h(s))), g);
+  accumulate_weight(p, s, data(input(p, fp, "stash:" + h(s), h_shape(s))), g);
   if (s > 0) input_gradient(p, fp, s, g, 0);
 }
 
 void backward_input(dsrt::Program &p, int64_t s) {
   const FunctionPlan &fp = rank_plan(p).functions.at("backward_input_" + std::to_string(s));
-  // W gets the output gradient: computed into its slot, or copied there.
+  // W gets the output gradient: computed into a temporary on the last
+  // stage, passed on as it was received (a view of recv:g<s+1>) otherwise.
   const float *kept = output_gradient(p, fp, s, "wstash:g");
-  if (!last(s)) {
-    float *copy = define(p, fp, "wstash:g", h_shape(s + 1));
-    std::memcpy(copy, kept, static_cast<size_t>(f32_bytes(h_shape(s + 1))));
-    kept = copy;
-  }
   int64_t index = 0;
   if (s > 0) input_gradient(p, fp, s, kept, index++);
-  output(p, index, fp.at.at("wstash:g"), h_shape(s + 1));
+  const dsrt::Tensor wstash =
+      last(s) ? dsrt::view(dsrt::arena(p), fp.at.at("wstash:g"), DType::F32, h_shape(s + 1))
+              : input(p, fp, "recv:g" + std::to_string(s + 1), h_shape(s + 1));
+  dsrt::set_output(p, index, wstash);
 }
 
 void backward_weight(dsrt::Program &p, int64_t s) {
   const FunctionPlan &fp = rank_plan(p).functions.at("backward_weight_" + std::to_string(s));
-  accumulate_weight(p, s, at(p, fp.at.at("stash:" + h(s))), at(p, fp.at.at("wstash:g")));
+  accumulate_weight(p, s, data(input(p, fp, "stash:" + h(s), h_shape(s))),
+                    data(input(p, fp, "wstash:g", h_shape(s + 1))));
 }
 
 void optimizer_step(dsrt::Program &p) {
   const RankPlan &rp = rank_plan(p);
   const FunctionPlan &fp = rp.functions.at("optimizer_step");
   dsrt::Stream &st = dsrt::stream(p);
-  const float lr = *at(p, fp.at.at("lr"));
+  const float lr = *data(input(p, fp, "lr", {}));
   struct Grad {
     float *param, *grad;
     int64_t n;

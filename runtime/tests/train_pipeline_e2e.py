@@ -91,23 +91,41 @@ SCHEDULES = {
 ONE_STAGE = "F0 F1 F2 F3 B0 B1 B2 B3"
 
 # Every rank's arena (measured high-water mark == plan) for p = 2, worked
-# out by hand from the layout train_pipeline.cpp describes (alignment 64;
-# f32 [2, 5] and [2, 4] take one 64-byte slot each, W0 [5, 4] two):
+# out by hand from the layout train_pipeline.cpp describes (a bump
+# allocator, alignment 64; f32 [2, 5] and [2, 4] take one 64-byte slot
+# each, a scalar one, W0 [5, 4] two). A function's buffers are its data
+# inputs and temporaries only: its recv:, stash: and wstash: inputs have
+# offset -1 and are read in their pool slots, and what it passes on (F's
+# stash:h<s> = its input, a non-last Bi's wstash:g = its recv:g<s+1>) is a
+# view of them. The buffers region ends at the largest function's end;
+# the pools follow.
 #   pp 0: W0 @0, t @128, grad:W0 @192, grad:t @320 -> persistent 384;
-#         forward_0 x @384, send:h1 @448; backward_0 stash:h0 @384,
-#         recv:g1 @448; optimizer_step lr, step, sq, grad_norm @384..640
-#         -> pipeline buffers from 640: tied 64, stash (stash:h0) 64 per
-#         slot, act_out 64, grad_in 64
+#         forward_0 x @384, send:h1 @448 -> 512; backward_0 (stash:h0,
+#         recv:g1 bound), backward_input_0 (recv:g1 bound) and
+#         backward_weight_0 (wstash:g, stash:h0 bound) have no buffers
+#         -> 384; optimizer_step lr @384, step @448, sq @512, grad_norm
+#         @576 -> 640 -> pools from 640: tied 64, stash (stash:h0) 64 per
+#         slot, act_out 64, grad_in 64, (zb-h1) wstash 64
 #   pp 1: W1 @0, t @64, grad:W1 @128, grad:t @192 -> persistent 256;
-#         forward_1 recv:h1, y, stash:pred, loss @256..512; backward_1 y,
-#         stash:pred, stash:h1, g, send:g1 @256..576 -> buffers from 576:
-#         tied 64, stash (stash:pred, stash:h1) 128 per slot, act_in 64,
-#         grad_out 64
-# 1F1B stashes at most 2 micro-batches on pp 0 and 1 on pp 1, GPipe all 4;
+#         forward_1 (recv:h1 bound) y @256, stash:pred @320, loss @384
+#         -> 448; backward_1 (stash:pred, stash:h1 bound) y @256, g @320,
+#         send:g1 @384 -> 448; backward_input_1 (stash:pred bound) y @256,
+#         wstash:g @320, send:g1 @384 -> 448; backward_weight_1 (wstash:g,
+#         stash:h1 bound) -> 256; optimizer_step lr, step, sq, grad_norm
+#         @256..512 -> 512 -> pools from 512: tied 64, stash (stash:pred,
+#         stash:h1) 128 per slot, act_in 64, grad_out 64, (zb-h1) wstash 64
+# (Had the bound inputs buffers too, backward_1 would end at 576 and pp 1's
+# 1F1B and GPipe arenas be 64 bytes larger; optimizer_step is the largest
+# function on pp 0 and, under ZB-H1, on pp 1 either way.)
+# Slots, counted on the action lists above: 1F1B stashes at most 2
+# micro-batches on pp 0 and 1 on pp 1, GPipe all 4, ZB-H1 2 on both (W
+# frees the stash) and 1 wstash on pp 0 (W right after Bi), 2 on pp 1;
 # every other pool holds one slot at a time.
 HAND_ARENAS = {
-    ("1f1b", 2): [640 + 64 + 2 * 64 + 64 + 64, 576 + 64 + 1 * 128 + 64 + 64],
-    ("gpipe", 2): [640 + 64 + 4 * 64 + 64 + 64, 576 + 64 + 4 * 128 + 64 + 64],
+    ("1f1b", 2): [640 + 64 + 2 * 64 + 64 + 64, 512 + 64 + 1 * 128 + 64 + 64],
+    ("gpipe", 2): [640 + 64 + 4 * 64 + 64 + 64, 512 + 64 + 4 * 128 + 64 + 64],
+    ("zb-h1", 2): [640 + 64 + 2 * 64 + 64 + 64 + 1 * 64,
+                   512 + 64 + 2 * 128 + 64 + 64 + 2 * 64],
 }
 
 failures = []
