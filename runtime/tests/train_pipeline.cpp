@@ -80,7 +80,6 @@ int64_t width(int64_t i) { return i == 0 ? kIn : kWidth; }  // of h_i
 bool has_bias(int64_t s) { return s == 0 || s == layers() - 1; }
 bool last(int64_t s) { return s == layers() - 1; }
 bool split_backward() { return config.schedule == "zb-h1"; }
-int64_t rank_of(int64_t s) { return s % config.stages; }
 
 //===--- the configuration ----------------------------------------------------===//
 
