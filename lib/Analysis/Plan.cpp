@@ -2,6 +2,8 @@
 
 #include "dsopt/Analysis/Plan.h"
 
+#include "dsrt/ring.h"
+
 #include "dsopt/Pipeline/Schedule.h"
 
 #include "ds/IR/DsDialect.h"
@@ -75,6 +77,8 @@ namespace {
 /// The arguments, results and ops of one planned function.
 struct FunctionPlan {
   llvm::json::Array inputs, params, states, outputs, updates, ops;
+  /// Buffers freed before the first kernel (arguments nobody reads).
+  llvm::json::Array freesAtStart;
 };
 
 FunctionPlan planOf(func::FuncOp function) {
@@ -123,13 +127,24 @@ FunctionPlan planOf(func::FuncOp function) {
     for (auto [i, result] : llvm::enumerate(op.getResults()))
       offsetOf[result] = offsets ? offsets[i] : -1;
     auto kernel = dyn_cast<ds::KernelOpInterface>(op);
-    if (!kernel || kernel.getAliasedOperand())
+    auto freed =
+        op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kFreesAttrName);
+    if (!kernel || kernel.getAliasedOperand()) {
+      // An op that runs nothing (a view, a constant) frees where it
+      // stands: after the kernel before it, as the generated code does.
+      if (freed)
+        for (int64_t offset : freed.asArrayRef()) {
+          if (plan.ops.empty())
+            plan.freesAtStart.push_back(offset);
+          else
+            plan.ops.back().getAsObject()->getArray("frees")->push_back(offset);
+        }
       continue;
+    }
     llvm::json::Array results, frees;
     for (Value result : op.getResults())
       results.push_back(tensorInfo("", result.getType(), offsetOf[result]));
-    if (auto freed =
-            op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kFreesAttrName))
+    if (freed)
       for (int64_t offset : freed.asArrayRef())
         frees.push_back(offset);
     auto cost = cast<ds::CostOpInterface>(op);
@@ -218,19 +233,14 @@ int64_t pipelineBufferBytes(ModuleOp train) {
   return 0;
 }
 
-/// The ring partition of libdsrt's collectives (dsrt::ring_chunk).
-int64_t ringChunk(int64_t total, int64_t ranks, int64_t j) {
-  j = ((j % ranks) + ranks) % ranks;
-  return total / ranks + (j < total % ranks ? 1 : 0);
-}
-
 struct Traffic {
   int64_t sent = 0, received = 0, calls = 0;
 };
 
-/// Payload bytes rank `rank` of `ranks` sends and receives in one collective
-/// (dsrt::comm_volume, docs/runtime.md): `total` elements of the all-reduced
-/// tensor, the gathered result or the scattered input.
+/// Payload bytes rank `rank` of `ranks` sends and receives in one collective,
+/// by libdsrt's own formulas (dsrt/ring.h, as dsrt::comm_volume): `total`
+/// elements of the all-reduced tensor, the gathered result or the scattered
+/// input.
 Traffic collectiveTraffic(StringRef kind, Type element, int64_t total,
                           int64_t ranks, int64_t rank) {
   Traffic t;
@@ -239,17 +249,15 @@ Traffic collectiveTraffic(StringRef kind, Type element, int64_t total,
     return t;
   int64_t e = ds::getElementByteSize(element);
   int64_t w = element.isF16() || element.isBF16() ? 4 : e; // reduced in f32
-  auto c = [&](int64_t j) { return ringChunk(total, ranks, j); };
-  if (kind == "all_reduce") {
-    t.sent = w * (total - c(rank)) + e * (total - c(rank + 1));
-    t.received = w * (total - c(rank - 1)) + e * (total - c(rank));
-  } else if (kind == "reduce_scatter") {
-    t.sent = w * (total - c(rank));
-    t.received = w * (total - c(rank - 1));
-  } else if (kind == "all_gather") {
-    t.sent = e * (total - c(rank + 1));
-    t.received = e * (total - c(rank));
-  }
+  dsrt::ring::Bytes bytes;
+  if (kind == "all_reduce")
+    bytes = dsrt::ring::all_reduce(e, w, total, ranks, rank);
+  else if (kind == "reduce_scatter")
+    bytes = dsrt::ring::reduce_scatter(w, total, ranks, rank);
+  else if (kind == "all_gather")
+    bytes = dsrt::ring::all_gather(e, total, ranks, rank);
+  t.sent = bytes.sent;
+  t.received = bytes.received;
   return t;
 }
 
@@ -678,6 +686,7 @@ llvm::json::Object trainingRank(ModuleOp train, int64_t rank = 0) {
         {"inputs", std::move(plan.inputs)},
         {"outputs", std::move(plan.outputs)},
         {"updates", std::move(plan.updates)},
+        {"frees_at_start", std::move(plan.freesAtStart)},
         {"ops", std::move(plan.ops)}});
   }
   llvm::json::Object json{
@@ -757,6 +766,7 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
       {"inputs", std::move(plan.inputs)},
       {"params", std::move(plan.params)},
       {"outputs", std::move(plan.outputs)},
+      {"frees_at_start", std::move(plan.freesAtStart)},
       {"ops", std::move(plan.ops)}};
   llvm::json::Array ranks;
   ranks.push_back(std::move(rank));

@@ -20,6 +20,7 @@
 // verdict: a disagreement or a rank's local error fails the operation on
 // every rank before any payload moves, and the communicator stays usable.
 #include "dsrt/comm.h"
+#include "dsrt/ring.h"
 
 #include "async.h"
 #include "internal.h"
@@ -63,7 +64,7 @@ Chunk ring_chunk(int64_t total, int ranks, int j) {
     throw Error("dsrt::ring_chunk: chunk " + std::to_string(j) + " of " + std::to_string(total) +
                 " elements among " + std::to_string(ranks) + " ranks does not exist");
   int64_t base = total / ranks, extra = total % ranks;
-  return Chunk{j * base + std::min<int64_t>(j, extra), base + (j < extra ? 1 : 0)};
+  return Chunk{j * base + std::min<int64_t>(j, extra), ring::chunk_size(total, ranks, j)};
 }
 
 namespace {
@@ -86,27 +87,18 @@ CommVolume comm_volume(CommOp op, DType dtype, int64_t total, int ranks, int ran
   const int64_t e = static_cast<int64_t>(dtype_size(dtype));
   const int64_t w = static_cast<int64_t>(wire_size(dtype));
   const int64_t bytes = total * e;
-  auto c = [&](int j) { return ring_chunk(total, ranks, mod(j, ranks)).size; };
   CommVolume v;
+  ring::Bytes b;
   switch (op) {
   case CommOp::AllReduce:
-    if (ranks == 1)
-      return v;
-    v.sent = w * (total - c(rank)) + e * (total - c(rank + 1));
-    v.received = w * (total - c(rank - 1)) + e * (total - c(rank));
-    return v;
+    b = ring::all_reduce(e, w, total, ranks, rank);
+    return {b.sent, b.received};
   case CommOp::ReduceScatter:
-    if (ranks == 1)
-      return v;
-    v.sent = w * (total - c(rank));
-    v.received = w * (total - c(rank - 1));
-    return v;
+    b = ring::reduce_scatter(w, total, ranks, rank);
+    return {b.sent, b.received};
   case CommOp::AllGather:
-    if (ranks == 1)
-      return v;
-    v.sent = e * (total - c(rank + 1));
-    v.received = e * (total - c(rank));
-    return v;
+    b = ring::all_gather(e, total, ranks, rank);
+    return {b.sent, b.received};
   case CommOp::Broadcast: {
     int pos = mod(rank - root, ranks);
     v.sent = pos < ranks - 1 ? bytes : 0;

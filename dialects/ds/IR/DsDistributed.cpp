@@ -149,14 +149,23 @@ LogicalResult AllReduceBucketOp::verify() {
 int64_t AllReduceBucketOp::getFlops() {
   return tensorType(getStaging()).getNumElements();
 }
-void AllReduceBucketOp::buildKernelCall(KernelCallBuilder &call) {
-  call.callee("dsrt::all_reduce_bucket");
+/// dsrt::<callee>(comm stream, inputs, outputs, staging, [reduction,]
+/// grid axis): the calls of the three bucket collectives.
+template <typename Bucket>
+static void buildBucketCall(KernelCallBuilder &call, StringRef callee,
+                            Bucket op, std::optional<StringRef> reduction) {
+  call.callee(callee);
   call.commStream();
-  call.tensors(getInputs());
-  call.tensors(getOutputs());
-  call.tensor(getStaging());
-  call.enumerator(bucketReduceOp(getReduction()));
-  call.integer(getGridAxis());
+  call.tensors(op.getInputs());
+  call.tensors(op.getOutputs());
+  call.tensor(op.getStaging());
+  if (reduction)
+    call.enumerator(bucketReduceOp(*reduction));
+  call.integer(op.getGridAxis());
+}
+
+void AllReduceBucketOp::buildKernelCall(KernelCallBuilder &call) {
+  buildBucketCall(call, "dsrt::all_reduce_bucket", *this, getReduction());
 }
 std::optional<unsigned> AllReduceBucketOp::getInPlaceOperand(unsigned result) {
   if (result < getInputs().size())
@@ -185,13 +194,7 @@ int64_t ReduceScatterBucketOp::getFlops() {
   return tensorType(getStaging()).getNumElements();
 }
 void ReduceScatterBucketOp::buildKernelCall(KernelCallBuilder &call) {
-  call.callee("dsrt::reduce_scatter_bucket");
-  call.commStream();
-  call.tensors(getInputs());
-  call.tensors(getOutputs());
-  call.tensor(getStaging());
-  call.enumerator(bucketReduceOp(getReduction()));
-  call.integer(getGridAxis());
+  buildBucketCall(call, "dsrt::reduce_scatter_bucket", *this, getReduction());
 }
 
 LogicalResult AllGatherBucketOp::verify() {
@@ -211,12 +214,7 @@ LogicalResult AllGatherBucketOp::verify() {
 }
 int64_t AllGatherBucketOp::getFlops() { return 0; }
 void AllGatherBucketOp::buildKernelCall(KernelCallBuilder &call) {
-  call.callee("dsrt::all_gather_bucket");
-  call.commStream();
-  call.tensors(getInputs());
-  call.tensors(getOutputs());
-  call.tensor(getStaging());
-  call.integer(getGridAxis());
+  buildBucketCall(call, "dsrt::all_gather_bucket", *this, std::nullopt);
 }
 
 bool dsopt::ds::isCollective(Operation *op) {
