@@ -166,6 +166,9 @@ private:
   /// Values in memory the runtime binds (dsrt::bound_input): inputs without
   /// a buffer in the plan, and views of them.
   llvm::DenseMap<Value, int64_t> boundIndex;
+  /// Results computed into memory the runtime binds (dsrt::bound_output):
+  /// a pipeline stage's sends and stashes.
+  llvm::DenseMap<Value, int64_t> boundOutput;
   /// The global holding each distinct constant.
   llvm::DenseMap<Attribute, std::string> constantGlobals;
   unsigned globals = 0, fusedKernels = 0;
@@ -394,7 +397,12 @@ FailureOr<Value> ProgramBuilder::viewOf(Value value) {
     return cached;
   auto type = cast<RankedTensorType>(value.getType());
   Value tensor;
-  if (auto it = boundIndex.find(value); it != boundIndex.end()) {
+  if (auto it = boundOutput.find(value); it != boundOutput.end()) {
+    tensor = call("dsrt::bound_output", opaque("dsrt::Tensor"), {program},
+                  {builder.getIndexAttr(0), builder.getI64IntegerAttr(it->second),
+                   literal(dtypeName(type.getElementType())),
+                   literal(shapeLiteral(type.getShape()))});
+  } else if (auto it = boundIndex.find(value); it != boundIndex.end()) {
     tensor = call("dsrt::bound_input", opaque("dsrt::Tensor"), {program},
                   {builder.getIndexAttr(0), builder.getI64IntegerAttr(it->second),
                    literal(dtypeName(type.getElementType())),
@@ -444,6 +452,34 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   constantRoot.clear();
   Block &body = function.getBody().front();
   boundIndex.clear();
+  boundOutput.clear();
+  // What a pipeline stage sends or stashes, computed straight into the slot
+  // the runtime binds (no buffer in the plan): the k-th output named
+  // send:, stash: or wstash:, for the first output naming the value.
+  {
+    Operation *terminator = function.getBody().front().getTerminator();
+    int64_t k = 0;
+    for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
+      auto name = function.getResultAttrOfType<StringAttr>(
+          i, ds::DsDialect::kOutputAttrName);
+      if (!name || !isPipelineValueName(name.getValue()))
+        continue;
+      int64_t at = k++;
+      auto opResult = dyn_cast<OpResult>(result);
+      if (!opResult)
+        continue;
+      // A kernel's result without a buffer (a view's or a constant's has
+      // none either, but lies where its source does).
+      Operation *owner = opResult.getOwner();
+      auto kernel = dyn_cast<ds::KernelOpInterface>(owner);
+      auto offsets =
+          owner->getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kBuffersAttrName);
+      if (kernel && !kernel.getAliasedOperand() &&
+          !owner->hasTrait<OpTrait::ConstantLike>() && offsets &&
+          offsets[opResult.getResultNumber()] < 0)
+        boundOutput.try_emplace(result, at);
+    }
+  }
   int64_t bound = 0;
   for (BlockArgument arg : body.getArguments()) {
     offsetOf[arg] = function
@@ -535,6 +571,8 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
         constantRoot[op.getResult(0)] = root;
       if (auto it = boundIndex.find(source); it != boundIndex.end())
         boundIndex[op.getResult(0)] = it->second;
+      if (auto it = boundOutput.find(source); it != boundOutput.end())
+        boundOutput.try_emplace(op.getResult(0), it->second);
       releaseFrees(op);
       continue;
     }
@@ -571,6 +609,10 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
     for (auto [result, offset] :
          llvm::zip(op.getResults(), offsets.asArrayRef())) {
       auto type = cast<RankedTensorType>(result.getType());
+      if (offset < 0 && boundOutput.count(result)) {
+        offsetOf[result] = -1; // in the slot the runtime bound
+        continue;
+      }
       if (offset < 0)
         return op.emitOpError() << "result has no buffer";
       offsetOf[result] = offset;

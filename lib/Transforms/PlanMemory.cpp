@@ -67,6 +67,30 @@ bool isBoundArgument(func::FuncOp function, unsigned arg) {
                   name.getValue().starts_with("wstash:"));
 }
 
+/// Whether result `r` of `function`, `value`, is computed into memory the
+/// runtime binds: what a pipeline stage sends or stashes (`send:`,
+/// `stash:`, `wstash:` outputs), computed by a kernel of its own (not a
+/// view, a constant, an argument or a collective), and named by no earlier
+/// result.
+bool isBoundOutput(func::FuncOp function, unsigned r, Value value) {
+  auto name = function.getResultAttrOfType<StringAttr>(
+      r, ds::DsDialect::kOutputAttrName);
+  if (!name || !(name.getValue().starts_with("send:") ||
+                 name.getValue().starts_with("stash:") ||
+                 name.getValue().starts_with("wstash:")))
+    return false;
+  Operation *def = value.getDefiningOp();
+  auto kernel = dyn_cast_or_null<ds::KernelOpInterface>(def);
+  if (!kernel || kernel.getAliasedOperand() ||
+      def->hasTrait<OpTrait::ConstantLike>() || ds::isCollective(def))
+    return false;
+  Operation *terminator = function.getBody().front().getTerminator();
+  for (unsigned earlier = 0; earlier < r; ++earlier)
+    if (terminator->getOperand(earlier) == value)
+      return false;
+  return true;
+}
+
 /// Owns the buffers of one function and the value -> buffer mapping.
 class Planner {
 public:
@@ -98,6 +122,8 @@ private:
   SmallVector<Buffer> buffers;
   /// Results that are the new value of a persistent argument (ds.updates).
   llvm::DenseMap<Value, unsigned> tiedArg;
+  /// Results computed into memory the runtime binds (isBoundOutput).
+  llvm::DenseSet<Value> boundResults;
 };
 
 int Planner::newBuffer(Value value, int64_t start, bool persistent) {
@@ -205,6 +231,15 @@ LogicalResult Planner::run() {
       buffers[b].offset = layout.slots.lookup(key).first;
   }
 
+  // What a pipeline stage sends or stashes is computed straight into the
+  // pool slot the runtime binds for it (no buffer here, and nothing
+  // written over it): each such output computed by a kernel, once.
+  if (function->hasAttr(ds::DsDialect::kPipelinePartAttrName))
+    for (auto [r, result] :
+         llvm::enumerate(body->getTerminator()->getOperands()))
+      if (isBoundOutput(function, r, result))
+        boundResults.insert(result);
+
   // Each argument is updated by the first result that names it.
   llvm::DenseSet<unsigned> tiedArgs;
   Operation *terminator = body->getTerminator();
@@ -249,6 +284,8 @@ LogicalResult Planner::run() {
 
     llvm::SmallDenseSet<int> reused;
     for (auto [r, result] : llvm::enumerate(op.getResults())) {
+      if (boundResults.contains(result))
+        continue;
       if (tryTie(&op, r, at))
         continue;
       std::optional<unsigned> inPlace = kernel.getInPlaceOperand(r);

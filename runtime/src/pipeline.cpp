@@ -833,12 +833,11 @@ private:
       }
     }
 
-    set_rng_counter(counter);
-    run_function(program_, functions_.functions[index], index);
-
-    // Outputs into new slots: sends, stashes, the loss.
-    // Only pools with something to hold get a slot (an empty one would never
-    // be sent or read, so never freed).
+    // The slots of what the computation sends and keeps, taken before it
+    // runs: it computes those outputs straight into them
+    // (dsrt::bound_output), in the order of its send:, stash: and wstash:
+    // outputs. Only pools with something to hold get a slot (an empty one
+    // would never be sent or read, so never freed).
     auto holding = [&](int kind, bool applies) {
       SlotPool *pool = applies ? stage.pools[kind].get() : nullptr;
       return pool && !pool->layout().empty() ? pool : nullptr;
@@ -849,7 +848,29 @@ private:
     const int64_t sent_slot = sent ? sent->allocate(program_.memory, mb) : -1;
     const int64_t kept_slot = kept ? kept->allocate(program_.memory, mb) : -1;
     const int64_t wkept_slot = wkept ? wkept->allocate(program_.memory, mb) : -1;
-    size_t next_sent = 0, next_kept = 0, next_wkept = 0;
+    std::vector<Tensor> targets(function.outputs.size());
+    program_.bound_outputs.clear();
+    {
+      size_t next_sent = 0, next_kept = 0, next_wkept = 0;
+      for (size_t o = 0; o < function.outputs.size(); ++o) {
+        const std::string &output = function.outputs[o].name;
+        if (starts_with(output, "send:"))
+          targets[o] = sent->tensor(arena, sent_slot, next_sent++);
+        else if (starts_with(output, "stash:"))
+          targets[o] = kept->tensor(arena, kept_slot, next_kept++);
+        else if (starts_with(output, "wstash:"))
+          targets[o] = wkept->tensor(arena, wkept_slot, next_wkept++);
+        else
+          continue;
+        program_.bound_outputs.push_back(targets[o]);
+      }
+    }
+
+    set_rng_counter(counter);
+    run_function(program_, functions_.functions[index], index);
+
+    // Outputs not computed in their slot (values passed on, views, a value
+    // sent and also kept) are copied there; the loss is recorded.
     for (size_t o = 0; o < function.outputs.size(); ++o) {
       const ValueInfo &output = function.outputs[o];
       if (o >= program_.outputs.size() || !program_.outputs[o].data)
@@ -859,19 +880,14 @@ private:
       if (value.dtype != output.dtype || value.numel() != output.shape.numel())
         throw Error(name + ": '" + function.name + "' produced " + dtype_name(value.dtype) + " " +
                     value.shape.str() + " for its output " + value_text(output));
-      Tensor to;
-      if (starts_with(output.name, "send:")) {
-        to = sent->tensor(arena, sent_slot, next_sent++);
-      } else if (starts_with(output.name, "stash:")) {
-        to = kept->tensor(arena, kept_slot, next_kept++);
-      } else if (starts_with(output.name, "wstash:")) {
-        to = wkept->tensor(arena, wkept_slot, next_wkept++);
-      } else {
+      if (!targets[o].data) {
         losses[static_cast<size_t>(mb)] = load_float(value, 0);
         continue;
       }
-      std::memcpy(to.data, value.data, value.nbytes());
+      if (targets[o].data != value.data)
+        std::memcpy(targets[o].data, value.data, value.nbytes());
     }
+    program_.bound_outputs.clear();
     // The slots read in place are given back once the outputs, which may
     // be views of them (a value passed on), are copied.
     program_.bound.clear();

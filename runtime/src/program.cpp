@@ -494,17 +494,28 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
   }
 }
 
-Tensor bound_input(Program &p, int64_t index, DType dtype, Shape shape) {
+namespace {
+Tensor bound_view(const std::vector<Tensor> &bound, const char *what, int64_t index, DType dtype,
+                  Shape shape) {
   Tensor view{nullptr, dtype, shape};
-  if (index < 0 || index >= static_cast<int64_t>(p.bound.size()) || !p.bound[index].data)
-    throw Error("input " + std::to_string(index) + " without a buffer was not bound (" +
-                std::to_string(p.bound.size()) + " bound)");
-  if (p.bound[index].nbytes() < view.nbytes())
-    throw Error("input " + std::to_string(index) + " without a buffer is bound to " +
-                std::to_string(p.bound[index].nbytes()) + " bytes, it needs " +
-                std::to_string(view.nbytes()));
-  view.data = p.bound[index].data;
+  if (index < 0 || index >= static_cast<int64_t>(bound.size()) || !bound[index].data)
+    throw Error(std::string(what) + " " + std::to_string(index) +
+                " without a buffer was not bound (" + std::to_string(bound.size()) + " bound)");
+  if (bound[index].nbytes() < view.nbytes())
+    throw Error(std::string(what) + " " + std::to_string(index) +
+                " without a buffer is bound to " + std::to_string(bound[index].nbytes()) +
+                " bytes, it needs " + std::to_string(view.nbytes()));
+  view.data = bound[index].data;
   return view;
+}
+}  // namespace
+
+Tensor bound_input(Program &p, int64_t index, DType dtype, Shape shape) {
+  return bound_view(p.bound, "input", index, dtype, shape);
+}
+
+Tensor bound_output(Program &p, int64_t index, DType dtype, Shape shape) {
+  return bound_view(p.bound_outputs, "output", index, dtype, shape);
 }
 
 }  // namespace dsrt
