@@ -270,23 +270,34 @@ def main() -> int:
     if unknown:
         parser.error(f"--only: {', '.join(unknown)} not in {args.zoo}/zoo.json")
     selected = set(filter(None, args.cases.split(",")))
-    failures = 0
-    for name in names:
-        references = {}
-        for n, stage, k, threshold in CASES:
-            if selected and f"dp{n}-zero{stage}" not in selected:
-                continue
-            try:
-                if (n, k) not in references:
-                    references[(n, k)] = single_rank(args, zoo[name], n, k)
-                line, failed = check_case(args, zoo[name], n, stage, k, threshold, references[(n, k)])
-            except Exception as e:  # one broken case must not hide the others
-                line, failed = f"{name} dp{n} zero{stage}: FAIL {type(e).__name__}: {e}", True
-            print(line, flush=True)
-            failures += failed
-    print(f"zoo dp: {failures} failures")
-    return 1 if failures else 0
+    cases = [(name, case) for name in names for case in CASES
+             if not selected or f"dp{case[0]}-zero{case[1]}" in selected]
+    return run_cases(
+        "zoo dp", cases,
+        label=lambda c: f"{c[0]} dp{c[1][0]} zero{c[1][1]}",
+        reference_key=lambda c: (c[0], c[1][0], c[1][2]),
+        make_reference=lambda c: single_rank(args, zoo[c[0]], c[1][0], c[1][2]),
+        check=lambda c, reference: check_case(args, zoo[c[0]], *c[1], reference))
 
+
+def run_cases(title, cases, label, reference_key, make_reference, check) -> int:
+    """Checks every case against its single-rank reference (made once per
+    reference_key), printing one line per case and `TITLE: N failures`; a
+    case that raises fails alone. Returns the exit status."""
+    failures = 0
+    references = {}
+    for case in cases:
+        try:
+            key = reference_key(case)
+            if key not in references:
+                references[key] = make_reference(case)
+            line, failed = check(case, references[key])
+        except Exception as e:  # one broken case must not hide the others
+            line, failed = f"{label(case)}: FAIL {type(e).__name__}: {e}", True
+        print(line, flush=True)
+        failures += failed
+    print(f"{title}: {failures} failures")
+    return 1 if failures else 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -195,25 +195,14 @@ def main() -> int:
         parser.error("--skip is needed for the skip model")
     zoo = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())} if args.zoo else {}
     selected = {int(i) for i in args.cases.split(",") if i}
-    failures = 0
-    references = {}
-    for index, case in enumerate(CASES):
-        model, pp, schedule, stage, dp, m = case
-        if model not in names or (selected and index not in selected):
-            continue
-        try:
-            key = (model, dp * m)
-            if key not in references:
-                references[key] = (skip_reference(args, dp, m) if model == "skip"
-                                   else dp_check.single_rank(args, zoo[model], dp, m))
-            line, failed = check_case(args, case, references[key], zoo)
-        except Exception as e:  # one broken case must not hide the others
-            line, failed = f"{label_of(case)}: FAIL {type(e).__name__}: {e}", True
-        print(line, flush=True)
-        failures += failed
-    print(f"zoo pp: {failures} failures")
-    return 1 if failures else 0
-
+    cases = [case for index, case in enumerate(CASES)
+             if case[0] in names and (not selected or index in selected)]
+    return dp_check.run_cases(
+        "zoo pp", cases, label=label_of,
+        reference_key=lambda c: (c[0], c[4] * c[5]),
+        make_reference=lambda c: (skip_reference(args, c[4], c[5]) if c[0] == "skip"
+                                  else dp_check.single_rank(args, zoo[c[0]], c[4], c[5])),
+        check=lambda c, reference: check_case(args, c, reference, zoo))
 
 if __name__ == "__main__":
     sys.exit(main())
