@@ -205,6 +205,22 @@ def check_case(args, entry, n: int, stage: int, k: int, threshold: int, referenc
             f"sent/step {traffic})"), False
 
 
+def train_single_rank(args, model_path: Path, work: Path, flags: List[str]) -> List[Dict]:
+    """Compiles MODEL with WORK/ds_config.json on one rank, trains it STEPS
+    steps on WORK/data writing WORK/log.jsonl and WORK/trained.onnx, and
+    returns the step log."""
+    why = run([*shlex.split(args.dsopt), str(model_path), "--config", str(work / "ds_config.json"),
+               *flags, "-o", str(work / "program")])
+    if why:
+        raise RuntimeError(f"dsopt (single rank): {why}")
+    why = run([str(work / "program" / "train"), "--data", str(work / "data"), "--steps", str(STEPS),
+               "--threads", "1", "--log-json", str(work / "log.jsonl"), "--save-onnx",
+               str(work / "trained.onnx")])
+    if why:
+        raise RuntimeError(f"train (single rank): {why}")
+    return read_log(work / "log.jsonl")[0]
+
+
 def single_rank(args, entry, n: int, k: int) -> Dict:
     """The single-rank run with N*k micro-batches per step, and PyTorch's."""
     import onnx
@@ -229,16 +245,7 @@ def single_rank(args, entry, n: int, k: int) -> Dict:
     write_train_data(data, work / "data")
     imap = map_initializers(onnx.load(str(Path(args.zoo) / entry["file"])), model.build())
     frozen = ["--frozen", ",".join(imap.frozen)] if imap.frozen else []
-    why = run([*shlex.split(args.dsopt), str(Path(args.zoo) / entry["file"]), "--config",
-               str(work / "ds_config.json"), *frozen, "-o", str(work / "program")])
-    if why:
-        raise RuntimeError(f"dsopt (single rank): {why}")
-    why = run([str(work / "program" / "train"), "--data", str(work / "data"), "--steps", str(STEPS),
-               "--threads", "1", "--log-json", str(work / "log.jsonl"), "--save-onnx",
-               str(work / "trained.onnx")])
-    if why:
-        raise RuntimeError(f"train (single rank): {why}")
-    log, _ = read_log(work / "log.jsonl")
+    log = train_single_rank(args, Path(args.zoo) / entry["file"], work, frozen)
     run32 = train(model, config, data, STEPS)
     run64 = train(model, config, data, STEPS, dtype=torch.float64)
     # Per initializer: PyTorch's float32-vs-float64 difference on its parameter.

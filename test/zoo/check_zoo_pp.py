@@ -29,7 +29,7 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -111,16 +111,7 @@ def skip_reference(args, dp: int, m: int) -> Dict:
     config = dict(CONFIG, train_micro_batch_size_per_gpu=dims[0],
                   gradient_accumulation_steps=dp * m, train_batch_size=dims[0] * dp * m)
     (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    why = run([*shlex.split(args.dsopt), args.skip, "--config", str(work / "ds_config.json"),
-               "-o", str(work / "program")])
-    if why:
-        raise RuntimeError(f"dsopt (single rank): {why}")
-    why = run([str(work / "program" / "train"), "--data", str(work / "data"), "--steps", str(STEPS),
-               "--threads", "1", "--log-json", str(work / "log.jsonl"), "--save-onnx",
-               str(work / "trained.onnx")])
-    if why:
-        raise RuntimeError(f"train (single rank): {why}")
-    log, _ = read_log(work / "log.jsonl")
+    log = dp_check.train_single_rank(args, Path(args.skip), work, [])
     return {"data": work / "data", "log": log, "micro": dims[0], "frozen": [],
             "weights": {name: value.astype(np.float64)
                         for name, value in weights(work / "trained.onnx").items()},
