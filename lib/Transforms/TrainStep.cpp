@@ -314,6 +314,19 @@ void OptimizerPass::runOnOperation() {
     module.emitError() << "gradient accumulation must be at least 1";
     return signalPassFailure();
   }
+  if (!llvm::is_contained({StringRef("Constant"), StringRef("WarmupLR"),
+                           StringRef("WarmupDecayLR"),
+                           StringRef("WarmupCosineLR")},
+                          StringRef(lrSchedule))) {
+    module.emitError() << "unknown learning-rate schedule '" << lrSchedule
+                       << "' (Constant, WarmupLR, WarmupDecayLR or "
+                          "WarmupCosineLR)";
+    return signalPassFailure();
+  }
+  if (stepsPerPrint < 1) {
+    module.emitError() << "steps-per-print must be at least 1";
+    return signalPassFailure();
+  }
   auto grad = module.lookupSymbol<func::FuncOp>(function + "_grad");
   if (!grad) {
     module.emitError() << "no gradient function @" << function
@@ -363,7 +376,9 @@ void OptimizerPass::runOnOperation() {
   if (auto existing = module->getAttrOfType<DictionaryAttr>(
           ds::DsDialect::kTrainAttrName))
     train.append(existing.getValue());
-  train.set("optimizer", b.getStringAttr(names[static_cast<int>(*kind)]));
+  train.set("optimizer", b.getStringAttr(optimizerName.empty()
+                                             ? names[static_cast<int>(*kind)]
+                                             : StringRef(optimizerName)));
   train.set("accumulation", b.getI64IntegerAttr(accumulation));
   train.set("gradient_clipping", b.getF64FloatAttr(clip));
   train.set("weight_decay", b.getF64FloatAttr(weightDecay));
@@ -377,6 +392,21 @@ void OptimizerPass::runOnOperation() {
     if (*kind != Kind::Lion)
       train.set("epsilon", b.getF64FloatAttr(epsilon));
   }
+  // The learning-rate schedule and the loop's settings.
+  train.set("lr", b.getF64FloatAttr(lr));
+  train.set("schedule", b.getStringAttr(lrSchedule));
+  train.set("warmup_min_lr", b.getF64FloatAttr(warmupMinLr));
+  train.set("warmup_max_lr", b.getF64FloatAttr(warmupMaxLr));
+  train.set("warmup_num_steps", b.getI64IntegerAttr(warmupNumSteps));
+  train.set("total_num_steps", b.getI64IntegerAttr(totalNumSteps));
+  train.set("warmup_linear", b.getBoolAttr(warmupLinear));
+  train.set("warmup_min_ratio", b.getF64FloatAttr(warmupMinRatio));
+  train.set("cos_min_ratio", b.getF64FloatAttr(cosMinRatio));
+  train.set("steps_per_print", b.getI64IntegerAttr(stepsPerPrint));
+  if (microBatch > 0)
+    train.set("micro_batch", b.getI64IntegerAttr(microBatch));
+  if (trainBatch > 0)
+    train.set("train_batch", b.getI64IntegerAttr(trainBatch));
   module->setAttr(ds::DsDialect::kTrainAttrName,
                   train.getDictionary(module.getContext()));
 }

@@ -9,6 +9,7 @@
 #include "ds/IR/DsDialect.h"
 #include "dsopt/Conversion/Passes.h"
 #include "dsopt/Transforms/Passes.h"
+#include "dsopt/Transforms/TrainingPipeline.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
@@ -26,6 +27,7 @@ int main(int argc, char **argv) {
   dsopt::ds::registerShardModels(registry);
   mlir::registerTransformsPasses();
   dsopt::registerDsPasses();
+  dsopt::registerTrainingPipeline();
   dsopt::registerDsConversionPasses();
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "dsopt-opt: the ds dialect and dsopt's passes\n",

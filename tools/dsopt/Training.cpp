@@ -46,17 +46,6 @@ void addPlanning(PassManager &pm, const TrainingPipelineOptions &options) {
   pm.addPass(createDsPlanMemory());
 }
 
-void addZero(PassManager &pm, const TrainConfig &config) {
-  DsZeroOptions zero;
-  zero.stage = config.zeroStage;
-  zero.dp = config.dataParallelSize;
-  zero.persistenceThreshold = config.paramPersistenceThreshold;
-  zero.reduceBucketSize = config.reduceBucketSize;
-  zero.allgatherBucketSize = config.allgatherBucketSize;
-  zero.prefetchBucketSize = config.prefetchBucketSize;
-  pm.addPass(createDsZero(zero));
-}
-
 std::string withThousands(int64_t value) {
   std::string digits = std::to_string(value), out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -65,31 +54,6 @@ std::string withThousands(int64_t value) {
     out += digits[i];
   }
   return out;
-}
-
-/// The training recipe the runtime reports and schedules the learning rate
-/// by, next to what ds-optimizer records.
-void recordRecipe(ModuleOp module, const TrainConfig &config) {
-  Builder b(module.getContext());
-  NamedAttrList train;
-  if (auto existing = module->getAttrOfType<DictionaryAttr>(
-          ds::DsDialect::kTrainAttrName))
-    train.append(existing.getValue());
-  train.set("optimizer", b.getStringAttr(config.optimizerName));
-  train.set("lr", b.getF64FloatAttr(config.lr));
-  train.set("steps_per_print", b.getI64IntegerAttr(config.stepsPerPrint));
-  train.set("micro_batch", b.getI64IntegerAttr(config.microBatchSize));
-  train.set("train_batch", b.getI64IntegerAttr(config.trainBatchSize));
-  train.set("schedule", b.getStringAttr(scheduleKindName(config.schedule)));
-  train.set("warmup_min_lr", b.getF64FloatAttr(config.warmupMinLr));
-  train.set("warmup_max_lr", b.getF64FloatAttr(config.warmupMaxLr));
-  train.set("warmup_num_steps", b.getI64IntegerAttr(config.warmupNumSteps));
-  train.set("total_num_steps", b.getI64IntegerAttr(config.totalNumSteps));
-  train.set("warmup_linear", b.getBoolAttr(config.warmupLinear));
-  train.set("warmup_min_ratio", b.getF64FloatAttr(config.warmupMinRatio));
-  train.set("cos_min_ratio", b.getF64FloatAttr(config.cosMinRatio));
-  module->setAttr(ds::DsDialect::kTrainAttrName,
-                  train.getDictionary(module.getContext()));
 }
 
 } // namespace
@@ -128,72 +92,6 @@ bool isTrainingGraph(ModuleOp module, StringRef loss, std::string &why) {
 }
 
 FailureOr<OwningOpRef<ModuleOp>>
-buildTrainingModule(ModuleOp module, const TrainConfig &config,
-                    const TrainingPipelineOptions &options) {
-  OwningOpRef<ModuleOp> train(module.clone());
-  DsOptimizerOptions optimizer;
-  switch (config.optimizer) {
-  case OptimizerKind::AdamW: optimizer.optimizer = "adamw"; break;
-  case OptimizerKind::Adam: optimizer.optimizer = "adam"; break;
-  case OptimizerKind::SGD: optimizer.optimizer = "sgd"; break;
-  case OptimizerKind::Lion: optimizer.optimizer = "lion"; break;
-  }
-  optimizer.beta1 = config.beta1;
-  optimizer.beta2 = config.beta2;
-  optimizer.epsilon = config.eps;
-  optimizer.weightDecay = config.weightDecay;
-  optimizer.momentum = config.momentum;
-  optimizer.dampening = config.dampening;
-  optimizer.nesterov = config.nesterov;
-  optimizer.clip = config.gradientClipping;
-  optimizer.accumulation = std::max<int64_t>(config.gradientAccumulationSteps, 1);
-  if (failed(runPipeline(*train, options, [&](PassManager &pm) {
-        pm.addPass(createDsAutodiff(autodiffOptions(options)));
-        addCleanup(pm);
-        pm.addPass(createDsOptimizer(optimizer));
-        if (config.pipelineStages > 1 || options.pipeline) {
-          DsPipelineOptions pipeline;
-          pipeline.stages = config.pipelineStages;
-          pipeline.microbatches = optimizer.accumulation;
-          pipeline.schedule = config.pipelineSchedule;
-          pipeline.chunks = config.pipelineChunks;
-          pipeline.balance = config.partitionMethod;
-          pm.addPass(createDsPipeline(pipeline));
-        }
-        if (config.pipelineStages <= 1)
-          addZero(pm, config);
-      })))
-    return failure();
-  recordRecipe(*train, config);
-  if (config.pipelineStages > 1)
-    return train;
-  if (failed(runPipeline(*train, options,
-                         [&](PassManager &pm) { addPlanning(pm, options); })))
-    return failure();
-  return train;
-}
-
-FailureOr<std::vector<OwningOpRef<ModuleOp>>>
-buildPipelineRanks(ModuleOp partitioned, const TrainConfig &config,
-                   const TrainingPipelineOptions &options) {
-  std::vector<OwningOpRef<ModuleOp>> ranks;
-  for (int64_t r = 0; r < config.pipelineStages; ++r) {
-    OwningOpRef<ModuleOp> rank(partitioned.clone());
-    if (failed(runPipeline(*rank, options, [&](PassManager &pm) {
-          DsPipelineSplitOptions split;
-          split.rank = r;
-          split.dp = config.dataParallelSize;
-          pm.addPass(createDsPipelineSplit(split));
-          addZero(pm, config);
-          addPlanning(pm, options);
-        })))
-      return failure();
-    ranks.push_back(std::move(rank));
-  }
-  return ranks;
-}
-
-FailureOr<OwningOpRef<ModuleOp>>
 buildGradientModule(ModuleOp module, const TrainingPipelineOptions &options) {
   OwningOpRef<ModuleOp> grad(module.clone());
   if (failed(runPipeline(*grad, options, [&](PassManager &pm) {
@@ -228,7 +126,8 @@ std::string trainingSummary(ModuleOp module, ArrayRef<std::string> frozen) {
       llvm::consumeError(pattern.takeError());
   llvm::StringSet<> seen;
   int64_t tensors = 0, elements = 0, frozenCount = 0, other = 0;
-  for (auto function : module.getOps<func::FuncOp>())
+  // Every function, also those of nested pipeline-rank programs.
+  module.walk([&](func::FuncOp function) {
     for (unsigned i = 0; i < function.getNumArguments(); ++i) {
       auto param = function.getArgAttrOfType<ds::ParamAttr>(
           i, ds::DsDialect::kParamAttrName);
@@ -250,6 +149,7 @@ std::string trainingSummary(ModuleOp module, ArrayRef<std::string> frozen) {
         ++other;
       }
     }
+  });
   std::string line = "training " + std::to_string(tensors) +
                      " parameter tensor" + (tensors == 1 ? "" : "s") + " (" +
                      withThousands(elements) + " parameters); " +

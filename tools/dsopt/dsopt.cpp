@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Training.h"
+#include "dsopt/Transforms/TrainingPipeline.h"
 
 #include "dsopt/Analysis/ModelSummary.h"
 #include "dsopt/Analysis/Plan.h"
@@ -878,13 +879,13 @@ EXAMPLES:
   trainOptions.loss = lossFlag;
   trainOptions.frozen.assign(frozenFlag.begin(), frozenFlag.end());
   trainOptions.fuse = !noFuse;
-  trainOptions.pipeline = emit == EmitKind::Trace;
   trainOptions.configure = [&](PassManager &trainPm) -> LogicalResult {
     return applyPassManagerCLOptions(trainPm);
   };
+  // The training program: the library's ds-train pipeline on a clone of
+  // the forward module. With --pp it holds each pipeline rank's program as
+  // a nested module.
   OwningOpRef<ModuleOp> trainModule, gradientModule;
-  // With --pp > 1: the program of each pipeline rank.
-  std::vector<OwningOpRef<ModuleOp>> pipelineRanks;
   SmallVector<ModuleOp> rankModules;
   if (buildTrain) {
     if (!trainConfig) {
@@ -895,21 +896,25 @@ EXAMPLES:
       trainConfig = *config;
     }
     TimingScope trainTiming = rootTiming.nest("training step");
-    FailureOr<OwningOpRef<ModuleOp>> built =
-        dsopt::buildTrainingModule(*module, *trainConfig, trainOptions);
-    if (failed(built))
+    dsopt::TrainingOptions options;
+    dsopt::setTrainingOptions(options, *trainConfig);
+    options.loss = lossFlag;
+    options.frozen = trainOptions.frozen;
+    options.fuse = !noFuse;
+    options.cutOnly = emit == EmitKind::Trace;
+    trainModule = OwningOpRef<ModuleOp>(module->clone());
+    PassManager trainPm(&context);
+    if (failed(applyPassManagerCLOptions(trainPm)))
+      return fail("invalid pass manager options");
+    trainPm.enableTiming(trainTiming);
+    dsopt::buildTrainingPipeline(trainPm, options);
+    if (failed(trainPm.run(*trainModule)))
       return failPass("building the training step failed on " + inputFile);
-    trainModule = std::move(*built);
     llvm::errs() << "dsopt: "
                  << dsopt::trainingSummary(*trainModule, trainOptions.frozen)
                  << "\n";
-    if (trainConfig->pipelineStages > 1 && emit != EmitKind::Trace) {
-      FailureOr<std::vector<OwningOpRef<ModuleOp>>> ranks =
-          dsopt::buildPipelineRanks(*trainModule, *trainConfig, trainOptions);
-      if (failed(ranks))
-        return failPass("building the pipeline stages failed on " + inputFile);
-      pipelineRanks = std::move(*ranks);
-    }
+    for (auto rank : trainModule->getOps<ModuleOp>())
+      rankModules.push_back(rank);
   }
   if (buildGradients) {
     TimingScope gradTiming = rootTiming.nest("gradient program");
@@ -930,22 +935,10 @@ EXAMPLES:
            }))
                ? 1
                : 0;
-  for (OwningOpRef<ModuleOp> &rank : pipelineRanks)
-    rankModules.push_back(*rank);
   if (emit == EmitKind::TrainMlir)
     return failed(writeTo(outputFile, [&](llvm::raw_ostream &os) {
-             // With --pp: the step cut into stages, then each rank's
-             // program.
-             if (!rankModules.empty())
-               os << "// the training step cut into pipeline stages "
-                     "(ds-pipeline)\n";
+             // As dsopt-opt prints the result of ds-train.
              trainModule->print(os);
-             os << "\n";
-             for (auto [r, rank] : llvm::enumerate(rankModules)) {
-               os << "// pipeline rank " << r << "\n";
-               rank.print(os);
-               os << "\n";
-             }
              os << "\n";
              return success();
            }))

@@ -87,7 +87,9 @@ def DsOptimizer : Pass<"ds-optimizer", "mlir::ModuleOp"> {
 
     Updated parameters and states are results tied to their arguments
     (`ds.updates`), so the memory planner writes them in place. The module
-    gets `ds.train`, the training recipe the runtime reports.
+    gets `ds.train`, the training recipe: the optimizer and its
+    hyper-parameters, the accumulation, the learning-rate schedule and the
+    batch sizes, which the code generator hands to the runtime.
   }];
   let options = [
     Option<"function", "function", "std::string", /*default=*/"\"main\"",
@@ -109,6 +111,38 @@ def DsOptimizer : Pass<"ds-optimizer", "mlir::ModuleOp"> {
            "Global gradient-norm clipping threshold (0: off)">,
     Option<"accumulation", "accumulation", "int64_t", /*default=*/"1",
            "Micro-batches per optimizer step">,
+    // The rest of the recipe: nothing here changes the step's ops; the
+    // runtime schedules the learning rate and logs by it.
+    Option<"optimizerName", "optimizer-name", "std::string",
+           /*default=*/"\"\"",
+           "The optimizer as the config spells it, for the program's log "
+           "(default: AdamW, Adam, SGD or Lion)">,
+    Option<"lr", "lr", "double", /*default=*/"1e-3",
+           "Base learning rate">,
+    Option<"lrSchedule", "lr-schedule", "std::string",
+           /*default=*/"\"Constant\"",
+           "Learning-rate schedule: Constant, WarmupLR, WarmupDecayLR or "
+           "WarmupCosineLR (DeepSpeed's)">,
+    Option<"warmupMinLr", "warmup-min-lr", "double", /*default=*/"0.0",
+           "WarmupLR/WarmupDecayLR: learning rate at step 0">,
+    Option<"warmupMaxLr", "warmup-max-lr", "double", /*default=*/"1e-3",
+           "WarmupLR/WarmupDecayLR: learning rate after the warm-up">,
+    Option<"warmupNumSteps", "warmup-num-steps", "int64_t",
+           /*default=*/"1000", "Steps of the warm-up">,
+    Option<"totalNumSteps", "total-num-steps", "int64_t", /*default=*/"0",
+           "WarmupDecayLR/WarmupCosineLR: steps of the whole schedule">,
+    Option<"warmupLinear", "warmup-linear", "bool", /*default=*/"false",
+           "Linear warm-up (DeepSpeed's warmup_type linear) instead of log">,
+    Option<"warmupMinRatio", "warmup-min-ratio", "double",
+           /*default=*/"0.0", "WarmupCosineLR: starting ratio of the lr">,
+    Option<"cosMinRatio", "cos-min-ratio", "double", /*default=*/"1e-4",
+           "WarmupCosineLR: final ratio of the lr">,
+    Option<"stepsPerPrint", "steps-per-print", "int64_t", /*default=*/"1",
+           "Optimizer steps between two lines of the program's log">,
+    Option<"microBatch", "micro-batch", "int64_t", /*default=*/"0",
+           "Samples per micro-batch and rank (recorded when > 0)">,
+    Option<"trainBatch", "train-batch", "int64_t", /*default=*/"0",
+           "Samples per optimizer step over all ranks (recorded when > 0)">,
   ];
 }
 
@@ -263,6 +297,26 @@ def DsPipelineSplit : Pass<"ds-pipeline-split", "mlir::ModuleOp"> {
     Option<"dp", "dp", "int64_t", /*default=*/"1",
            "Ranks of the data-parallel axis of the grid">,
   ];
+}
+
+def DsPipelineRanks : Pass<"ds-pipeline-ranks", "mlir::ModuleOp"> {
+  let summary = "Make the program of every pipeline rank, each a nested module";
+  let description = [{
+    Runs ds-pipeline-split once per pipeline rank of the cut training step
+    (ds-pipeline's `ds.pipeline`) and appends the rank programs to the
+    module: `builtin.module @pp<r>`, the program of pp coordinate r, in
+    rank order, each with the module's attributes. The cut step itself
+    stays in the outer module, with its `ds.stage` on every op and
+    `ds.pipeline`, which the plan and the trace read; it is not a program.
+    Passes that run per rank program nest on `builtin.module`, as ds-train
+    does: `builtin.module(ds-pipeline-ranks{dp=2}, builtin.module(
+    ds-zero{dp=2}, func.func(ds-fuse-elementwise), ds-plan-memory))`.
+  }];
+  let options = [
+    Option<"dp", "dp", "int64_t", /*default=*/"1",
+           "Ranks of the data-parallel axis of the grid">,
+  ];
+  let dependentDialects = ["mlir::shard::ShardDialect"];
 }
 
 def DsPlanMemory : Pass<"ds-plan-memory", "mlir::ModuleOp"> {

@@ -3,7 +3,8 @@
 
     split_check.py TRAIN.mlir
 
-The output holds one module per pipeline rank ("// pipeline rank r"). From
+The output holds the cut step and, nested in it, one module per pipeline
+rank ("module @pp<r>", in rank order; ds-pipeline-ranks). From
 the function signatures alone this checks that
   * rank r holds virtual stages r, r + p, ... and a function per part of each;
   * what stage s sends at forward time (fwd_s's "send:" results) is exactly
@@ -34,7 +35,7 @@ def named(pairs, prefix):
 
 
 def parse(text):
-    ranks = re.split(r"^// pipeline rank \d+$", text, flags=re.M)[1:]
+    ranks = re.split(r"^  module @pp\d+ ", text, flags=re.M)[1:]
     modules = []
     for body in ranks:
         functions = {}

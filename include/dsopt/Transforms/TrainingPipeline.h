@@ -1,0 +1,188 @@
+//===- TrainingPipeline.h - the ds-train pass pipeline -----------*- C++ -*-===//
+//
+// The compiler's training pipeline as a library: from the imported forward
+// module to the memory-planned training step of every rank.
+//
+//   ds-autodiff -> canonicalize, cse -> ds-optimizer
+//     [-> ds-pipeline [-> ds-pipeline-ranks -> builtin.module(...)]]
+//     -> ds-zero -> func.func(ds-fuse-elementwise) -> ds-plan-memory
+//
+// One options struct spells every setting that changes the IR; it is both
+// the C++ API (the driver fills it from flags and ds_config.json) and the
+// options of the registered pipeline `ds-train`, so
+//
+//   dsopt-opt m.mlir --pass-pipeline='builtin.module(ds-train{zero-stage=3 dp=2})'
+//
+// builds exactly what `dsopt --zero 3 --dp 2 --emit=train-mlir` prints.
+// With pp > 1 the result holds one nested module per pipeline rank
+// (`builtin.module @pp<r>`); see ds-pipeline-ranks.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSOPT_TRANSFORMS_TRAININGPIPELINE_H
+#define DSOPT_TRANSFORMS_TRAININGPIPELINE_H
+
+#include "dsopt/Config/TrainConfig.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+#include <string>
+
+namespace dsopt {
+
+struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
+  // What trains.
+  Option<std::string> loss{*this, "loss",
+                           llvm::cl::desc("Name of the loss output (default: "
+                                          "the only scalar float output)"),
+                           llvm::cl::init("")};
+  ListOption<std::string> frozen{
+      *this, "frozen",
+      llvm::cl::desc("Parameters that do not train: names or glob patterns")};
+
+  // The optimizer step (ds-optimizer).
+  Option<std::string> optimizer{
+      *this, "optimizer",
+      llvm::cl::desc("adamw, adam (L2 weight decay), sgd or lion"),
+      llvm::cl::init("adamw")};
+  Option<std::string> optimizerName{
+      *this, "optimizer-name",
+      llvm::cl::desc("The optimizer as the config spells it, for the log"),
+      llvm::cl::init("")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("Base learning rate"),
+                    llvm::cl::init(1e-3)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("Adam/Lion beta1"),
+                       llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("Adam/Lion beta2"),
+                       llvm::cl::init(0.999)};
+  Option<double> epsilon{*this, "epsilon", llvm::cl::desc("Adam epsilon"),
+                         llvm::cl::init(1e-8)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("Weight decay"),
+                             llvm::cl::init(0.01)};
+  Option<double> momentum{*this, "momentum", llvm::cl::desc("SGD momentum"),
+                          llvm::cl::init(0.0)};
+  Option<double> dampening{*this, "dampening",
+                           llvm::cl::desc("SGD dampening"),
+                           llvm::cl::init(0.0)};
+  Option<bool> nesterov{*this, "nesterov",
+                        llvm::cl::desc("SGD Nesterov momentum"),
+                        llvm::cl::init(false)};
+  Option<double> clip{*this, "clip",
+                      llvm::cl::desc("Global gradient-norm clipping "
+                                     "threshold (0: off)"),
+                      llvm::cl::init(0.0)};
+  Option<int64_t> accumulation{
+      *this, "accumulation",
+      llvm::cl::desc("Micro-batches per optimizer step (with pp > 1: the "
+                     "pipeline's micro-batches)"),
+      llvm::cl::init(1)};
+
+  // The learning-rate schedule and the loop's settings (recorded in
+  // ds.train for the runtime).
+  Option<std::string> lrSchedule{
+      *this, "lr-schedule",
+      llvm::cl::desc("Constant, WarmupLR, WarmupDecayLR or WarmupCosineLR"),
+      llvm::cl::init("Constant")};
+  Option<double> warmupMinLr{*this, "warmup-min-lr",
+                             llvm::cl::desc("Learning rate at step 0"),
+                             llvm::cl::init(0.0)};
+  Option<double> warmupMaxLr{*this, "warmup-max-lr",
+                             llvm::cl::desc("Learning rate after warm-up"),
+                             llvm::cl::init(1e-3)};
+  Option<int64_t> warmupNumSteps{*this, "warmup-num-steps",
+                                 llvm::cl::desc("Steps of the warm-up"),
+                                 llvm::cl::init(1000)};
+  Option<int64_t> totalNumSteps{*this, "total-num-steps",
+                                llvm::cl::desc("Steps of the whole schedule"),
+                                llvm::cl::init(0)};
+  Option<bool> warmupLinear{*this, "warmup-linear",
+                            llvm::cl::desc("Linear instead of log warm-up"),
+                            llvm::cl::init(false)};
+  Option<double> warmupMinRatio{*this, "warmup-min-ratio",
+                                llvm::cl::desc("WarmupCosineLR's start ratio"),
+                                llvm::cl::init(0.0)};
+  Option<double> cosMinRatio{*this, "cos-min-ratio",
+                             llvm::cl::desc("WarmupCosineLR's final ratio"),
+                             llvm::cl::init(1e-4)};
+  Option<int64_t> stepsPerPrint{*this, "steps-per-print",
+                                llvm::cl::desc("Steps between log lines"),
+                                llvm::cl::init(1)};
+  Option<int64_t> microBatch{*this, "micro-batch",
+                             llvm::cl::desc("Samples per micro-batch and rank "
+                                            "(recorded when > 0)"),
+                             llvm::cl::init(0)};
+  Option<int64_t> trainBatch{*this, "train-batch",
+                             llvm::cl::desc("Samples per optimizer step over "
+                                            "all ranks (recorded when > 0)"),
+                             llvm::cl::init(0)};
+
+  // Data parallelism and ZeRO (ds-zero).
+  Option<int64_t> zeroStage{*this, "zero-stage",
+                            llvm::cl::desc("ZeRO stage 0, 1, 2 or 3"),
+                            llvm::cl::init(0)};
+  Option<int64_t> dp{*this, "dp",
+                     llvm::cl::desc("Ranks of the data-parallel axis"),
+                     llvm::cl::init(1)};
+  Option<int64_t> persistenceThreshold{
+      *this, "param-persistence-threshold",
+      llvm::cl::desc("Stage 3 keeps smaller trained parameters whole"),
+      llvm::cl::init(100000)};
+  Option<int64_t> reduceBucketSize{*this, "reduce-bucket-size",
+                                   llvm::cl::desc("Elements per gradient "
+                                                  "bucket"),
+                                   llvm::cl::init(500000000)};
+  Option<int64_t> allgatherBucketSize{
+      *this, "allgather-bucket-size",
+      llvm::cl::desc("Elements per parameter all-gather bucket"),
+      llvm::cl::init(500000000)};
+  Option<int64_t> prefetchBucketSize{
+      *this, "prefetch-bucket-size",
+      llvm::cl::desc("Stage 3 prefetch window in elements"),
+      llvm::cl::init(50000000)};
+
+  // Pipeline parallelism (ds-pipeline, ds-pipeline-ranks).
+  Option<int64_t> pp{*this, "pp",
+                     llvm::cl::desc("Pipeline stages (ranks of the pp axis)"),
+                     llvm::cl::init(1)};
+  Option<std::string> schedule{
+      *this, "schedule",
+      llvm::cl::desc("gpipe, 1f1b, interleaved or zb-h1"),
+      llvm::cl::init("1f1b")};
+  Option<int64_t> chunks{*this, "chunks",
+                         llvm::cl::desc("Model chunks per rank (0: the "
+                                        "schedule's default)"),
+                         llvm::cl::init(0)};
+  Option<std::string> balance{
+      *this, "balance",
+      llvm::cl::desc("What the stages balance: flops, parameters or uniform"),
+      llvm::cl::init("flops")};
+  Option<bool> cutOnly{
+      *this, "cut-only",
+      llvm::cl::desc("Cut the step into pipeline stages (also with pp = 1) "
+                     "and stop there: what a trace of the schedule needs"),
+      llvm::cl::init(false)};
+
+  // Planning.
+  Option<bool> fuse{*this, "fuse",
+                    llvm::cl::desc("Fuse elementwise chains before planning"),
+                    llvm::cl::init(true)};
+};
+
+/// Appends the training pipeline for `options` to `pm` (anchored on
+/// builtin.module).
+void buildTrainingPipeline(mlir::OpPassManager &pm,
+                           const TrainingOptions &options);
+
+/// The options of a resolved training configuration (batch sizes resolved,
+/// see resolveBatch), with the loss and frozen parameters of the command
+/// line.
+void setTrainingOptions(TrainingOptions &options, const TrainConfig &config);
+
+/// Registers `ds-train` with the pass registry.
+void registerTrainingPipeline();
+
+} // namespace dsopt
+
+#endif // DSOPT_TRANSFORMS_TRAININGPIPELINE_H

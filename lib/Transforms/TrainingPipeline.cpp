@@ -1,0 +1,143 @@
+//===- TrainingPipeline.cpp - the ds-train pass pipeline ------------------===//
+
+#include "dsopt/Transforms/TrainingPipeline.h"
+
+#include "dsopt/Transforms/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+#include <algorithm>
+
+using namespace mlir;
+
+namespace dsopt {
+namespace {
+
+/// Fusion and the memory plan: the last passes of every program.
+void addPlanning(OpPassManager &pm, const TrainingOptions &options) {
+  if (options.fuse)
+    pm.addNestedPass<func::FuncOp>(createDsFuseElementwise());
+  pm.addPass(createDsPlanMemory());
+}
+
+void addZero(OpPassManager &pm, const TrainingOptions &options) {
+  DsZeroOptions zero;
+  zero.stage = options.zeroStage;
+  zero.dp = options.dp;
+  zero.persistenceThreshold = options.persistenceThreshold;
+  zero.reduceBucketSize = options.reduceBucketSize;
+  zero.allgatherBucketSize = options.allgatherBucketSize;
+  zero.prefetchBucketSize = options.prefetchBucketSize;
+  pm.addPass(createDsZero(zero));
+}
+
+} // namespace
+
+void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
+  DsAutodiffOptions autodiff;
+  autodiff.loss = options.loss;
+  autodiff.frozen.assign(options.frozen.begin(), options.frozen.end());
+  pm.addPass(createDsAutodiff(autodiff));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+
+  DsOptimizerOptions optimizer;
+  optimizer.optimizer = options.optimizer;
+  optimizer.optimizerName = options.optimizerName;
+  optimizer.beta1 = options.beta1;
+  optimizer.beta2 = options.beta2;
+  optimizer.epsilon = options.epsilon;
+  optimizer.weightDecay = options.weightDecay;
+  optimizer.momentum = options.momentum;
+  optimizer.dampening = options.dampening;
+  optimizer.nesterov = options.nesterov;
+  optimizer.clip = options.clip;
+  optimizer.accumulation = options.accumulation;
+  optimizer.lr = options.lr;
+  optimizer.lrSchedule = options.lrSchedule;
+  optimizer.warmupMinLr = options.warmupMinLr;
+  optimizer.warmupMaxLr = options.warmupMaxLr;
+  optimizer.warmupNumSteps = options.warmupNumSteps;
+  optimizer.totalNumSteps = options.totalNumSteps;
+  optimizer.warmupLinear = options.warmupLinear;
+  optimizer.warmupMinRatio = options.warmupMinRatio;
+  optimizer.cosMinRatio = options.cosMinRatio;
+  optimizer.stepsPerPrint = options.stepsPerPrint;
+  optimizer.microBatch = options.microBatch;
+  optimizer.trainBatch = options.trainBatch;
+  pm.addPass(createDsOptimizer(optimizer));
+
+  bool pipelined = options.pp > 1;
+  if (pipelined || options.cutOnly) {
+    DsPipelineOptions pipeline;
+    pipeline.stages = options.pp;
+    pipeline.microbatches = options.accumulation;
+    pipeline.schedule = options.schedule;
+    pipeline.chunks = options.chunks;
+    pipeline.balance = options.balance;
+    pm.addPass(createDsPipeline(pipeline));
+  }
+  if (options.cutOnly)
+    return;
+  if (!pipelined) {
+    addZero(pm, options);
+    addPlanning(pm, options);
+    return;
+  }
+  // Each rank's program is a nested module; ZeRO runs along its dp axis.
+  DsPipelineRanksOptions ranks;
+  ranks.dp = options.dp;
+  pm.addPass(createDsPipelineRanks(ranks));
+  OpPassManager &rank = pm.nest<ModuleOp>();
+  addZero(rank, options);
+  addPlanning(rank, options);
+}
+
+void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {
+  options.optimizer = optimizerKindName(config.optimizer).lower();
+  options.optimizerName = config.optimizerName;
+  options.lr = config.lr;
+  options.beta1 = config.beta1;
+  options.beta2 = config.beta2;
+  options.epsilon = config.eps;
+  options.weightDecay = config.weightDecay;
+  options.momentum = config.momentum;
+  options.dampening = config.dampening;
+  options.nesterov = config.nesterov;
+  options.clip = config.gradientClipping;
+  options.accumulation =
+      std::max<int64_t>(config.gradientAccumulationSteps, 1);
+  options.lrSchedule = scheduleKindName(config.schedule).str();
+  options.warmupMinLr = config.warmupMinLr;
+  options.warmupMaxLr = config.warmupMaxLr;
+  options.warmupNumSteps = config.warmupNumSteps;
+  options.totalNumSteps = config.totalNumSteps;
+  options.warmupLinear = config.warmupLinear;
+  options.warmupMinRatio = config.warmupMinRatio;
+  options.cosMinRatio = config.cosMinRatio;
+  options.stepsPerPrint = config.stepsPerPrint;
+  options.microBatch = config.microBatchSize;
+  options.trainBatch = config.trainBatchSize;
+  options.zeroStage = config.zeroStage;
+  options.dp = config.dataParallelSize;
+  options.persistenceThreshold = config.paramPersistenceThreshold;
+  options.reduceBucketSize = config.reduceBucketSize;
+  options.allgatherBucketSize = config.allgatherBucketSize;
+  options.prefetchBucketSize = config.prefetchBucketSize;
+  options.pp = config.pipelineStages;
+  options.schedule = config.pipelineSchedule;
+  options.chunks = config.pipelineChunks;
+  options.balance = config.partitionMethod;
+}
+
+void registerTrainingPipeline() {
+  PassPipelineRegistration<TrainingOptions>(
+      "ds-train",
+      "The training step of every rank from an imported forward module: "
+      "autodiff, the optimizer step, pipeline stages, ZeRO and the memory "
+      "plan (see docs/passes.md)",
+      buildTrainingPipeline);
+}
+
+} // namespace dsopt
