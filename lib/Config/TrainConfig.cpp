@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Config/TrainConfig.h"
+#include "dsopt/Pipeline/Schedule.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
@@ -1527,6 +1528,36 @@ std::string toJson(const TrainConfig &config) {
     out.attribute("steps_per_print", config.stepsPerPrint);
   });
   return text;
+}
+
+llvm::Error checkPipelineSchedule(const TrainConfig &config,
+                                  bool evenWithOneStage) {
+  int64_t pp = config.pipelineStages;
+  std::optional<pipeline::ScheduleKind> kind =
+      pipeline::parseScheduleKind(config.pipelineSchedule);
+  if (!kind)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "unknown pipeline schedule '" +
+                                       config.pipelineSchedule + "'");
+  int64_t chunks = config.pipelineChunks
+                       ? config.pipelineChunks
+                       : (*kind == pipeline::ScheduleKind::Interleaved ? 2 : 1);
+  if (pp <= 1 && !evenWithOneStage)
+    return llvm::Error::success();
+  int64_t m = std::max<int64_t>(config.gradientAccumulationSteps, 1);
+  // Larger products are refused by the pass with their own message.
+  if (pp * chunks * m > pipeline::kMaxStageMicrobatches)
+    return llvm::Error::success();
+  llvm::Expected<pipeline::Schedule> schedule =
+      pipeline::buildSchedule(*kind, pp, m, chunks);
+  if (schedule)
+    return llvm::Error::success();
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "--schedule " + config.pipelineSchedule + " with --pp " +
+          std::to_string(pp) + ", --microbatches " + std::to_string(m) +
+          " and --chunks " + std::to_string(chunks) + ": " +
+          llvm::toString(schedule.takeError()));
 }
 
 } // namespace dsopt

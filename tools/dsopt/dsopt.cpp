@@ -22,6 +22,7 @@
 #include "dsopt/Analysis/Plan.h"
 #include "dsopt/Config/TrainConfig.h"
 #include "dsopt/Conversion/Passes.h"
+#include "dsopt/Conversion/PipelineMain.h"
 #include "dsopt/Import/OnnxImporter.h"
 #include "dsopt/Pipeline/Schedule.h"
 #include "dsopt/Target/Program.h"
@@ -36,6 +37,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
+#include "mlir/Target/Cpp/CppEmitter.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -562,32 +564,6 @@ buildTrainConfig(std::optional<int64_t> modelBatch) {
   return config;
 }
 
-/// What is wrong with the pipeline configuration, checked before the model
-/// is read: the schedule's rules (as the DsPipeline library states them).
-std::optional<std::string> pipelineProblem(const dsopt::TrainConfig &config) {
-  int64_t pp = config.pipelineStages;
-  auto kind = dsopt::pipeline::parseScheduleKind(config.pipelineSchedule);
-  int64_t chunks = config.pipelineChunks
-                       ? config.pipelineChunks
-                       : (kind == dsopt::pipeline::ScheduleKind::Interleaved
-                              ? 2
-                              : 1);
-  if (pp > 1 || emit == EmitKind::Trace) {
-    // Unresolved accumulation (0) is 1 unless the batch sizes derive
-    // another; the pass checks the resolved one again.
-    int64_t m = std::max<int64_t>(config.gradientAccumulationSteps, 1);
-    if (pp * chunks * m <= dsopt::pipeline::kMaxStageMicrobatches)
-      if (llvm::Expected<dsopt::pipeline::Schedule> schedule =
-              dsopt::pipeline::buildSchedule(*kind, pp, m, chunks);
-          !schedule)
-        return "--schedule " + config.pipelineSchedule + " with --pp " +
-               std::to_string(pp) + ", --microbatches " + std::to_string(m) +
-               " and --chunks " + std::to_string(chunks) + ": " +
-               llvm::toString(schedule.takeError());
-  }
-  return std::nullopt;
-}
-
 namespace {
 /// Moves the MLIR debugging options dsopt supports into their own help
 /// category; everything else LLVM registers stays hidden.
@@ -678,8 +654,9 @@ EXAMPLES:
     llvm::Expected<dsopt::TrainConfig> config = readTrainConfig();
     if (!config)
       return fail(printable(llvm::toString(config.takeError())));
-    if (std::optional<std::string> problem = pipelineProblem(*config))
-      return fail(*problem);
+    if (llvm::Error problem = dsopt::checkPipelineSchedule(
+            *config, /*evenWithOneStage=*/emit == EmitKind::Trace))
+      return fail(llvm::toString(std::move(problem)));
   }
   auto printTrainConfig =
       [&](std::optional<int64_t> modelBatch) -> int {
@@ -798,8 +775,9 @@ EXAMPLES:
         buildTrainConfig(modelBatchOf(*module));
     if (!config)
       return fail(printable(llvm::toString(config.takeError())));
-    if (std::optional<std::string> problem = pipelineProblem(*config))
-      return fail(*problem);
+    if (llvm::Error problem = dsopt::checkPipelineSchedule(
+            *config, /*evenWithOneStage=*/emit == EmitKind::Trace))
+      return fail(llvm::toString(std::move(problem)));
     trainConfig = *config;
   }
 
@@ -1026,7 +1004,7 @@ EXAMPLES:
     // the one of its pp coordinate.
     programs.push_back({"train", "train.cpp", ""});
     std::string &source = programs.back().source;
-    std::string table;
+    SmallVector<std::string> table;
     for (auto [r, rank] : llvm::enumerate(rankModules)) {
       std::string prefix = symbolPrefix + "pp" + std::to_string(r) + "_";
       std::string part;
@@ -1034,13 +1012,15 @@ EXAMPLES:
         return failPass("code generation failed on pipeline rank " +
                         std::to_string(r) + " of " + inputFile);
       source += part;
-      table += (r ? ", " : "") + prefix + "program";
+      table.push_back(prefix + "program");
     }
-    if (!noMain)
-      source += "\nint main(int argc, char **argv) {\n"
-                "  static const dsrt::PipelineRankProgram ranks[] = {" +
-                table + "};\n  return dsrt::pipeline_main(argc, argv, ranks, " +
-                std::to_string(rankModules.size()) + ");\n}\n";
+    if (!noMain) {
+      OwningOpRef<ModuleOp> main = dsopt::buildPipelineMain(&context, table);
+      llvm::raw_string_ostream os(source);
+      os << "\n";
+      if (failed(emitc::translateToCpp(*main, os)))
+        return failPass("code generation failed on the pipeline's main");
+    }
   } else if (trainModule) {
     programs.push_back({"train", "train.cpp", ""});
     if (failed(lower(*trainModule, programs.back().source)))

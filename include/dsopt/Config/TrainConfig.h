@@ -138,6 +138,14 @@ parseTrainConfig(llvm::StringRef json, llvm::StringRef fileNameForMessages,
 llvm::Error resolveBatch(TrainConfig &config,
                          std::optional<int64_t> modelBatch);
 
+/// The pipeline schedule's own rules (as the DsPipeline library states
+/// them) for the config's stages, micro-batches and chunks, so that a bad
+/// combination is refused before a model is read; with one stage only when
+/// `evenWithOneStage` (a trace of the schedule). An unresolved accumulation
+/// counts as 1; ds-pipeline checks the resolved one again.
+llvm::Error checkPipelineSchedule(const TrainConfig &config,
+                                  bool evenWithOneStage = false);
+
 /// The config as a DeepSpeed config: a JSON object with a stable key order
 /// and every value dsopt uses written out, which dsopt reads back to the
 /// same config. For plan.json and --print-config.
