@@ -43,6 +43,17 @@ llvm::json::Object tensorInfo(StringRef name, Type type, int64_t offset) {
                             {"bytes", ds::getByteSize(tensor).value_or(0)},
                             {"offset", offset}};
 }
+
+/// Each memory space's arena: its peak bytes and its persistent part.
+llvm::json::Object memorySpaces(ds::MemoryPlanAttr plan) {
+  llvm::json::Object spaces;
+  for (ds::MemorySpace space : {ds::MemorySpace::device, ds::MemorySpace::host,
+                                ds::MemorySpace::file})
+    spaces[ds::stringifyMemorySpace(space)] = llvm::json::Object{
+        {"peak_bytes", plan ? plan.getSpaceBytes(space) : 0},
+        {"persistent_bytes", plan ? plan.getSpacePersistentBytes(space) : 0}};
+  return spaces;
+}
 } // namespace
 
 FailureOr<PlanSummary> summarizePlan(func::FuncOp function) {
@@ -358,6 +369,7 @@ public:
     workspaceBytes = transient(functions.back().first);
     persistentBytes = memory.getPersistentBytes();
     arenaBytes = memory.getArenaBytes();
+    plan = memory;
     countTransfers(train);
   }
 
@@ -483,6 +495,7 @@ public:
                               {"workspace_bytes", workspaceBytes},
                               {"persistent_bytes", persistentBytes},
                               {"arena_peak_bytes", arenaBytes},
+                              {"memory_spaces", memorySpaces(plan)},
                               {"collective_bytes", std::move(bytes)}};
   }
 
@@ -498,6 +511,7 @@ private:
   int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
   int64_t activationBytes = 0, workspaceBytes = 0, persistentBytes = 0,
           arenaBytes = 0;
+  ds::MemoryPlanAttr plan;
   std::vector<Collective> collectives;
 };
 
@@ -759,6 +773,7 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
       {"arena_peak_bytes", summary->arenaBytes},
       {"persistent_bytes", summary->persistentBytes},
       {"peak_live_bytes", summary->peakLiveBytes},
+      {"memory_spaces", memorySpaces(memory)},
       {"param_bytes", summary->paramBytes},
       {"input_bytes", summary->inputBytes},
       {"alignment", memory.getAlignment()},

@@ -34,14 +34,34 @@ struct Buffer {
   int64_t start = 0, end = 0; // inclusive op indices
   bool persistent = false;
   int64_t offset = -1;
+  /// Persistent buffers may lie in another space (ds.space); every other
+  /// buffer is in device memory.
+  ds::MemorySpace space = ds::MemorySpace::device;
 };
 
 /// The persistent state of a module: one slot per parameter or state name,
 /// shared by every function that takes it.
 struct PersistentLayout {
   llvm::StringMap<std::pair<int64_t, int64_t>> slots; // key -> offset, size
-  int64_t bytes = 0;
+  int64_t bytes = 0; // in device memory
+  /// The keys placed in another space (their offsets are in its arena) and
+  /// the persistent bytes of the pinned-host and file-backed arenas.
+  llvm::StringMap<ds::MemorySpace> spaces;
+  int64_t hostBytes = 0, fileBytes = 0;
+
+  ds::MemorySpace spaceOf(StringRef key) const {
+    auto it = spaces.find(key);
+    return it == spaces.end() ? ds::MemorySpace::device : it->second;
+  }
 };
+
+/// The memory space of a persistent argument's buffer (ds.space).
+ds::MemorySpace argumentSpace(func::FuncOp function, unsigned arg) {
+  if (auto space = function.getArgAttrOfType<ds::MemorySpaceAttr>(
+          arg, ds::DsDialect::kSpaceAttrName))
+    return space.getValue();
+  return ds::MemorySpace::device;
+}
 
 /// The key of a persistent argument, or "" for a transient one (an input).
 std::string persistentKey(func::FuncOp function, unsigned arg) {
@@ -184,7 +204,8 @@ bool Planner::tryTie(Operation *op, unsigned resultIndex, int64_t at) {
     return false;
   BlockArgument arg = body->getArgument(it->second);
   int argBuffer = bufferOf.lookup(arg);
-  if (!buffers[argBuffer].persistent)
+  if (!buffers[argBuffer].persistent ||
+      buffers[argBuffer].space != ds::MemorySpace::device)
     return false;
   int64_t last = lastUseThroughViews(arg);
   if (last > at)
@@ -227,8 +248,10 @@ LogicalResult Planner::run() {
       continue;
     std::string key = persistentKey(function, arg.getArgNumber());
     int b = newBuffer(arg, /*start=*/0, /*persistent=*/!key.empty());
-    if (!key.empty())
+    if (!key.empty()) {
       buffers[b].offset = layout.slots.lookup(key).first;
+      buffers[b].space = layout.spaceOf(key);
+    }
   }
 
   // What a pipeline stage sends or stashes is computed straight into the
@@ -247,6 +270,13 @@ LogicalResult Planner::run() {
     if (auto updates = function.getResultAttrOfType<IntegerAttr>(
             r, ds::DsDialect::kUpdatesAttrName)) {
       unsigned arg = updates.getInt();
+      if (arg < body->getNumArguments() &&
+          argumentSpace(function, arg) != ds::MemorySpace::device)
+        return function.emitOpError()
+               << "result " << r << " updates argument " << arg << " in "
+               << ds::stringifyMemorySpace(argumentSpace(function, arg))
+               << " memory; the device writes only device memory (copy the "
+                  "update back with a transfer)";
       if (tiedArgs.insert(arg).second && !tiedArg.count(result) &&
           !isa<BlockArgument>(result))
         tiedArg[result] = arg;
@@ -262,6 +292,18 @@ LogicalResult Planner::run() {
                                  "in memory";
     if (failed(ds::checkShardKernel(&op)))
       return failure();
+    // Kernels run on the device: what lies in another space is copied in
+    // first (the transfers of an offload pass), never read in place.
+    for (auto [i, operand] : llvm::enumerate(op.getOperands())) {
+      auto it = bufferOf.find(operand);
+      if (it != bufferOf.end() &&
+          buffers[it->second].space != ds::MemorySpace::device)
+        return op.emitOpError()
+               << "reads operand " << i << " from "
+               << ds::stringifyMemorySpace(buffers[it->second].space)
+               << " memory; a kernel reads only device memory (copy it "
+                  "to the device first)";
+    }
     for (Value result : op.getResults())
       if (!cast<ShapedType>(result.getType()).hasStaticShape())
         return op.emitOpError() << "has a result without a static shape";
@@ -376,7 +418,8 @@ LogicalResult Planner::run() {
   }
   int64_t arena = layout.bytes;
   for (const Buffer &buffer : buffers)
-    arena = std::max(arena, buffer.offset + buffer.size);
+    if (buffer.space == ds::MemorySpace::device)
+      arena = std::max(arena, buffer.offset + buffer.size);
   // The largest sum of simultaneously live buffers (the persistent state
   // of the whole module, plus this function's transient buffers), for
   // fragmentation.
@@ -393,10 +436,10 @@ LogicalResult Planner::run() {
     peakLive = std::max(peakLive, current);
   }
   function->setAttr(ds::DsDialect::kMemoryPlanAttrName,
-                    ds::MemoryPlanAttr::get(function.getContext(), arena,
-                                            layout.bytes,
-                                            layout.bytes + peakLive,
-                                            alignment));
+                    ds::MemoryPlanAttr::get(
+                        function.getContext(), arena, layout.bytes,
+                        layout.bytes + peakLive, alignment, layout.hostBytes,
+                        layout.hostBytes, layout.fileBytes, layout.fileBytes));
   return success();
 }
 
@@ -459,14 +502,25 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
         }
         int64_t size =
             llvm::alignTo(ds::getByteSize(type).value_or(0), alignment);
-        auto [it, inserted] =
-            layout.slots.try_emplace(key, layout.bytes, size);
+        ds::MemorySpace space = argumentSpace(function, a);
+        int64_t &spaceBytes = space == ds::MemorySpace::host ? layout.hostBytes
+                              : space == ds::MemorySpace::file
+                                  ? layout.fileBytes
+                                  : layout.bytes;
+        auto [it, inserted] = layout.slots.try_emplace(key, spaceBytes, size);
         if (inserted) {
-          layout.bytes += size;
+          spaceBytes += size;
+          if (space != ds::MemorySpace::device)
+            layout.spaces[key] = space;
         } else if (it->second.second != size) {
           function.emitOpError()
               << "argument " << a << " ('" << key
               << "') has a different size than in another function";
+          return signalPassFailure();
+        } else if (layout.spaceOf(key) != space) {
+          function.emitOpError()
+              << "argument " << a << " ('" << key
+              << "') is in another memory space than in another function";
           return signalPassFailure();
         }
       }
@@ -495,8 +549,10 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
       arena = top;
     }
     module->setAttr(ds::DsDialect::kMemoryPlanAttrName,
-                    ds::MemoryPlanAttr::get(&getContext(), arena, layout.bytes,
-                                            peakLive, alignment));
+                    ds::MemoryPlanAttr::get(
+                        &getContext(), arena, layout.bytes, peakLive,
+                        alignment, layout.hostBytes, layout.hostBytes,
+                        layout.fileBytes, layout.fileBytes));
   }
 
   /// The size of one slot of each pool (the aligned sizes of the values

@@ -52,6 +52,9 @@ def Ds_Dialect : Dialect {
     /// Argument attribute set by the memory planner: the byte offset of the
     /// argument's buffer in the arena.
     static constexpr ::llvm::StringLiteral kOffsetAttrName = "ds.offset";
+    /// Argument attribute: the memory space of a persistent argument's
+    /// buffer, #ds.space<host|file> (absent: device).
+    static constexpr ::llvm::StringLiteral kSpaceAttrName = "ds.space";
     /// Op attribute set by the memory planner: the byte offset of each
     /// result's buffer (-1 for results in static storage: constants).
     static constexpr ::llvm::StringLiteral kBuffersAttrName = "ds.buffers";
@@ -140,6 +143,28 @@ def Ds_ComparePredicateAttr : I32EnumAttr<"ComparePredicate",
   let cppNamespace = "::dsopt::ds";
 }
 
+// The memory kinds of a rank's plan: each has an arena of its own, and
+// every buffer is (space, offset).
+def Ds_MemorySpace : I32EnumAttr<"MemorySpace", "a kind of memory of the plan",
+    [
+  I32EnumAttrCase<"device", 0>,
+  I32EnumAttrCase<"host", 1>,
+  I32EnumAttrCase<"file", 2>
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::dsopt::ds";
+}
+def Ds_MemorySpaceAttr : EnumAttr<Ds_Dialect, Ds_MemorySpace, "space"> {
+  let summary = "the memory space of a persistent buffer";
+  let description = [{
+    `#ds.space<host>` on a parameter or state argument (`ds.space`) puts its
+    buffer in the rank's pinned-host arena, `#ds.space<file>` in its
+    file-backed (NVMe) arena; without it a buffer is in device memory. The
+    argument's `ds.offset` is then an offset in that space's arena.
+  }];
+  let assemblyFormat = "`<` $value `>`";
+}
+
 def Ds_GeluApproximation : I32EnumAttr<"GeluApproximation",
     "GELU formula", [
   I32EnumAttrCase<"none", 0>,
@@ -210,14 +235,34 @@ def Ds_ExternalDataAttr : Ds_Attr<"ExternalData", "extern"> {
 def Ds_MemoryPlanAttr : Ds_Attr<"MemoryPlan", "memory_plan"> {
   let summary = "the static memory plan of a function";
   let description = [{
-    Set on a function by `ds-plan-memory`: the bytes of its arena (the peak
-    the program needs), the bytes of persistent state at the bottom of the
-    arena (parameters), and the largest sum of simultaneously live buffers
-    (the arena size minus fragmentation). Every buffer's slot is its byte
-    size rounded up to `alignment`.
+    Set on a function by `ds-plan-memory`: the bytes of its device arena
+    (the peak the program needs), the bytes of persistent state at the
+    bottom of the arena (parameters), and the largest sum of simultaneously
+    live buffers (the arena size minus fragmentation). Every buffer's slot
+    is its byte size rounded up to `alignment`. The pinned-host and
+    file-backed arenas (`host_bytes`, `file_bytes`, with their persistent
+    parts) hold the buffers of arguments placed there by `ds.space`; they
+    are left out of the text while empty.
   }];
   let parameters = (ins "int64_t":$arena_bytes, "int64_t":$persistent_bytes,
-                    "int64_t":$peak_live_bytes, "int64_t":$alignment);
+                    "int64_t":$peak_live_bytes, "int64_t":$alignment,
+                    DefaultValuedParameter<"int64_t", "0">:$host_bytes,
+                    DefaultValuedParameter<"int64_t", "0">:$host_persistent_bytes,
+                    DefaultValuedParameter<"int64_t", "0">:$file_bytes,
+                    DefaultValuedParameter<"int64_t", "0">:$file_persistent_bytes);
+  let builders = [
+    // A plan in device memory only.
+    AttrBuilder<(ins "int64_t":$arena_bytes, "int64_t":$persistent_bytes,
+                     "int64_t":$peak_live_bytes, "int64_t":$alignment), [{
+      return $_get($_ctxt, arena_bytes, persistent_bytes, peak_live_bytes,
+                   alignment, 0, 0, 0, 0);
+    }]>
+  ];
+  let extraClassDeclaration = [{
+    /// The arena bytes of `space` (its peak) and of its persistent part.
+    int64_t getSpaceBytes(::dsopt::ds::MemorySpace space) const;
+    int64_t getSpacePersistentBytes(::dsopt::ds::MemorySpace space) const;
+  }];
   let assemblyFormat = "`<` struct(params) `>`";
 }
 

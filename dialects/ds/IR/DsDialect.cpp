@@ -40,6 +40,24 @@ Operation *DsDialect::materializeConstant(OpBuilder &builder, Attribute value,
 // Attributes
 //===----------------------------------------------------------------------===//
 
+int64_t MemoryPlanAttr::getSpaceBytes(MemorySpace space) const {
+  switch (space) {
+  case MemorySpace::device: return getArenaBytes();
+  case MemorySpace::host: return getHostBytes();
+  case MemorySpace::file: return getFileBytes();
+  }
+  return 0;
+}
+
+int64_t MemoryPlanAttr::getSpacePersistentBytes(MemorySpace space) const {
+  switch (space) {
+  case MemorySpace::device: return getPersistentBytes();
+  case MemorySpace::host: return getHostPersistentBytes();
+  case MemorySpace::file: return getFilePersistentBytes();
+  }
+  return 0;
+}
+
 LogicalResult
 ExternalDataAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                          StringRef location, int64_t offset, int64_t length) {
@@ -138,6 +156,18 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
     if (!function.getArgAttr(argIndex, kParamAttrName))
       return op->emitOpError() << "'" << kShardedAttrName
                                << "' applies only to a ds.param argument";
+    return success();
+  }
+  if (attribute.getName() == kSpaceAttrName) {
+    if (!isa<MemorySpaceAttr>(attribute.getValue()))
+      return op->emitOpError() << "'" << kSpaceAttrName
+                               << "' must be a #ds.space attribute";
+    if (!function.getArgAttr(argIndex, kParamAttrName) &&
+        !function.getArgAttr(argIndex, kStateAttrName))
+      return op->emitOpError()
+             << "'" << kSpaceAttrName
+             << "' applies only to a persistent argument (ds.param or "
+                "ds.state)";
     return success();
   }
   if (attribute.getName() == kOffsetAttrName) {
