@@ -619,13 +619,13 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
 void ZeroPass::runOnOperation() {
   ModuleOp module = getOperation();
   if (stage < 0 || stage > 3) {
-    module.emitError() << "ZeRO stage " << stage
+    module.emitError() << "ZeRO stage " << static_cast<int64_t>(stage)
                        << " does not exist (0, 1, 2 or 3)";
     return signalPassFailure();
   }
   if (dp < 1) {
     module.emitError() << "the data-parallel size must be at least 1, got "
-                       << dp;
+                       << static_cast<int64_t>(dp);
     return signalPassFailure();
   }
   if (persistenceThreshold < 0) {
@@ -663,7 +663,8 @@ void ZeroPass::runOnOperation() {
       if (auto text = dyn_cast<StringAttr>(name); text && text == "dp")
         axis = static_cast<int64_t>(i);
     if (axis < 0 || existing.getShape()[axis] != dp) {
-      module.emitError() << "@grid has no dp axis of size " << dp
+      module.emitError() << "@grid has no dp axis of size "
+                         << static_cast<int64_t>(dp)
                          << " (ds.axes names the axes)";
       return signalPassFailure();
     }

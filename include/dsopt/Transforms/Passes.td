@@ -297,6 +297,7 @@ def DsPipelineSplit : Pass<"ds-pipeline-split", "mlir::ModuleOp"> {
     Option<"dp", "dp", "int64_t", /*default=*/"1",
            "Ranks of the data-parallel axis of the grid">,
   ];
+  let dependentDialects = ["mlir::shard::ShardDialect"];
 }
 
 def DsPipelineRanks : Pass<"ds-pipeline-ranks", "mlir::ModuleOp"> {
