@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Step time of data-parallel training on the CPU for a fixed global batch.
 
-Writes a GPT-shaped training graph with real weights (test/zoo/gen_gpt.py
+Writes a GPT-shaped training graph with real weights (test/oracles/gen_gpt.py
 --materialize; 4 layers, width 256, vocabulary 4096, 64 tokens, micro-batch
 2), random token data, and trains the same global batch (the model's micro-batch times RANKS_MAX) on 1,
 2 and 4 ranks (`mpirun -np N OUT/train --threads T`), with accumulation
@@ -38,7 +38,7 @@ def main() -> int:
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     model = args.work / "gpt.onnx"
-    subprocess.run([sys.executable, str(ROOT / "test" / "zoo" / "gen_gpt.py"), "--layers", "4", "--d-model",
+    subprocess.run([sys.executable, str(ROOT / "test" / "oracles" / "gen_gpt.py"), "--layers", "4", "--d-model",
                     "256", "--heads", "4", "--vocab", str(VOCAB), "--seq", str(SEQ), "--batch", str(MICRO),
                     "--materialize", "--out", str(model)], check=True, capture_output=True)
     import numpy as np

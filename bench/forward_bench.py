@@ -30,7 +30,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "test", "zoo"))
+sys.path.insert(0, os.path.join(ROOT, "test", "oracles"))
 
 
 TORCH_TIMER = """
@@ -55,7 +55,7 @@ def time_torch(threads, repeat):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads),
                OPENBLAS_NUM_THREADS=str(threads))
     out = subprocess.run([sys.executable, "-c", TORCH_TIMER,
-                          os.path.join(ROOT, "test", "zoo"), str(threads), str(repeat)],
+                          os.path.join(ROOT, "test", "oracles"), str(threads), str(repeat)],
                          env=env, capture_output=True, text=True, check=True).stdout
     best, loss = out.split()
     return float(best), float(loss)
@@ -122,7 +122,7 @@ def main():
 
         if args.compile_1p3b:
             gen = os.path.join(tmp, "gpt_1p3b.onnx")
-            subprocess.run([sys.executable, os.path.join(ROOT, "test", "zoo", "gen_gpt.py"),
+            subprocess.run([sys.executable, os.path.join(ROOT, "test", "oracles", "gen_gpt.py"),
                             "--size", "1.3B", "--seq", "1024", "--out", gen],
                            check=True, capture_output=True)
             start = time.perf_counter()

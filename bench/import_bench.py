@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Import time and peak memory of dsopt on GPT-3-shaped training graphs.
 
-For each size it generates the graph with test/zoo/gen_gpt.py (weights as a
+For each size it generates the graph with test/oracles/gen_gpt.py (weights as a
 sparse external-data file, never written), then runs, each in a fresh process
 and --repeat times:
 
@@ -29,7 +29,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GEN_GPT = os.path.join(ROOT, "test", "zoo", "gen_gpt.py")
+GEN_GPT = os.path.join(ROOT, "test", "oracles", "gen_gpt.py")
 PYTHON = "/usr/bin/python3"
 ONNX_LOAD = ("import onnx, sys; m = onnx.load(sys.argv[1], load_external_data=False); "
              "print(len(m.graph.node))")

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The pipeline bubble on the CPU: simulated, textbook and measured, per schedule.
 
-Writes a GPT-shaped training graph with real weights (test/zoo/gen_gpt.py
+Writes a GPT-shaped training graph with real weights (test/oracles/gen_gpt.py
 --materialize; LAYERS layers, width 256, vocabulary 2048, 64 tokens,
 micro-batch 2) and random token data, compiles it with `--pp P` for each
 schedule (gpipe, 1f1b, interleaved with 2 chunks, zb-h1) and M micro-batches,
@@ -45,7 +45,7 @@ def main() -> int:
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     model = args.work / "gpt.onnx"
-    subprocess.run([sys.executable, str(ROOT / "test" / "zoo" / "gen_gpt.py"), "--layers", str(LAYERS),
+    subprocess.run([sys.executable, str(ROOT / "test" / "oracles" / "gen_gpt.py"), "--layers", str(LAYERS),
                     "--d-model", "256", "--heads", "4", "--vocab", str(VOCAB), "--seq", str(SEQ),
                     "--batch", str(MICRO), "--materialize", "--out", str(model)],
                    check=True, capture_output=True)

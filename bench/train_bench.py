@@ -39,7 +39,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "test", "zoo"))
+sys.path.insert(0, os.path.join(ROOT, "test", "oracles"))
 
 TORCH_TRAINER = """
 import json, resource, sys, time
@@ -81,7 +81,7 @@ CONFIG = {
 
 def run_torch(threads, steps):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-    out = subprocess.run([sys.executable, "-c", TORCH_TRAINER, os.path.join(ROOT, "test", "zoo"),
+    out = subprocess.run([sys.executable, "-c", TORCH_TRAINER, os.path.join(ROOT, "test", "oracles"),
                           str(threads), str(steps)],
                          env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """ZeRO plans of GPT-3-shaped graphs, made ahead of time without running anything.
 
-Writes the GPT-3 1.3B, 13B and 175B training graphs with test/zoo/gen_gpt.py
+Writes the GPT-3 1.3B, 13B and 175B training graphs with test/oracles/gen_gpt.py
 (sparse weight files: no weight is written or read) and plans each with
 `dsopt MODEL --emit=plan --dp N --zero S` for N in 8, 64 and 1024 and every
 stage, with no parameter kept whole (stage3_param_persistence_threshold 0)
@@ -67,7 +67,7 @@ def main() -> int:
     for size in args.sizes.split(","):
         model = args.work / f"gpt3-{size}.onnx"
         if not model.exists():
-            subprocess.run([sys.executable, str(ROOT / "test" / "zoo" / "gen_gpt.py"), "--size", size,
+            subprocess.run([sys.executable, str(ROOT / "test" / "oracles" / "gen_gpt.py"), "--size", size,
                             "--out", str(model)], check=True, capture_output=True)
         for n in map(int, args.ranks.split(",")):
             for stage in range(4):

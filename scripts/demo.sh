@@ -17,7 +17,7 @@ rm -rf "$OUT"
 mkdir -p "$OUT/inputs" "$OUT/outputs"
 
 echo "== exporting the example training graph (PyTorch -> ONNX)"
-/usr/bin/python3 "$ROOT/test/zoo/export_zoo.py" --out "$OUT" --only gpt2 >/dev/null
+/usr/bin/python3 "$ROOT/test/oracles/export_zoo.py" --out "$OUT" --only gpt2 >/dev/null
 echo "   $OUT/gpt2.onnx"
 echo
 echo "== dsopt $OUT/gpt2.onnx --emit=summary"
@@ -60,7 +60,7 @@ print(f"loss: dsopt {loss:.7f}, PyTorch {torch_loss:.7f}")
 PY
 echo
 echo "== $OUT/program/train --data $OUT/data --steps 40 --save-onnx $OUT/trained/gpt2.onnx"
-/usr/bin/python3 "$ROOT/test/zoo/make_train_data.py" --model gpt2 --gas 2 --n-batches 4 --out "$OUT/data" >/dev/null
+/usr/bin/python3 "$ROOT/test/oracles/make_train_data.py" --model gpt2 --gas 2 --n-batches 4 --out "$OUT/data" >/dev/null
 mkdir -p "$OUT/trained"
 "$OUT/program/train" --data "$OUT/data" --steps 40 --log-json "$OUT/train.jsonl" \
   --save-onnx "$OUT/trained/gpt2.onnx"
@@ -94,7 +94,7 @@ echo "   (4 ranks: 2 pipeline stages x 2 data-parallel ranks, ZeRO-3 along dp, 1
 sed -n '/^  pipeline /,/^$/p' "$OUT/pipeline/plan.txt"
 echo
 echo "== mpirun -np 4 $OUT/pipeline/train --data $OUT/data-pp --steps 40 --trace $OUT/pipeline/trace.json"
-/usr/bin/python3 "$ROOT/test/zoo/make_train_data.py" --model gpt2 --gas 8 --n-batches 4 --out "$OUT/data-pp" >/dev/null
+/usr/bin/python3 "$ROOT/test/oracles/make_train_data.py" --model gpt2 --gas 8 --n-batches 4 --out "$OUT/data-pp" >/dev/null
 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 "$OUT/pipeline/train" \
   --data "$OUT/data-pp" --steps 40 --threads 1 --log-json "$OUT/pipeline.jsonl" \
   --trace "$OUT/pipeline/trace.json" --save-onnx "$OUT/trained/gpt2-pp.onnx"

@@ -6,7 +6,7 @@ import lit.formats
 config.name = "dsopt"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".onnxtxt", ".test"]
-config.excludes = ["Inputs", "lit", "zoo", "autodiff"]
+config.excludes = ["Inputs", "lit", "oracles"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.dsopt_obj_root, "test")
 
@@ -24,15 +24,15 @@ config.substitutions.extend([
     ("%python", py),
     ("%onnx-import", f"{py} {src}/test/lit/onnx_import.py"),
     ("%onnx-assemble", f"{py} {src}/test/lit/onnx_import.py --write"),
-    ("%zoo-export", f"{py} {src}/test/zoo/export_zoo.py"),
-    ("%gen-gpt", f"{py} {src}/test/zoo/gen_gpt.py"),
+    ("%zoo-export", f"{py} {src}/test/oracles/export_zoo.py"),
+    ("%gen-gpt", f"{py} {src}/test/oracles/gen_gpt.py"),
     # Training parity with PyTorch (docs/training.md).
-    ("%zoo-train", f"{py} {src}/test/zoo/check_zoo_train.py"),
-    ("%torch-dsopt", f"{py} {src}/test/zoo/torch_dsopt.py"),
+    ("%zoo-train", f"{py} {src}/test/oracles/check_zoo_train.py"),
+    ("%torch-dsopt", f"{py} {src}/test/oracles/torch_dsopt.py"),
     # Data parallelism and ZeRO against one rank, PyTorch and the plan.
-    ("%zoo-dp", f"{py} {src}/test/zoo/check_zoo_dp.py"),
+    ("%zoo-dp", f"{py} {src}/test/oracles/check_zoo_dp.py"),
     # Pipeline parallelism against one rank, PyTorch and the plan.
-    ("%zoo-pp", f"{py} {src}/test/zoo/check_zoo_pp.py"),
+    ("%zoo-pp", f"{py} {src}/test/oracles/check_zoo_pp.py"),
     ("%skip-model", f"{py} {src}/test/Pipeline/Inputs/skip_model.py"),
     ("%srcroot", src),
     ("%objroot", config.dsopt_obj_root),

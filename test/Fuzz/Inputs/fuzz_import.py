@@ -3,7 +3,7 @@
 
 Builds seed models at start (onnx.helper graphs that together use every
 operator family dsopt imports, a model with external data, and the
-mlp/cnn/gpt2 zoo exported by test/zoo/export_zoo.py), then derives mutants
+mlp/cnn/gpt2 zoo exported by test/oracles/export_zoo.py), then derives mutants
 from them with a fixed --seed and runs
 
     dsopt MUTANT --emit=mlir -o OUT.mlir [flags]
@@ -56,7 +56,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC_ROOT = os.path.dirname(os.path.dirname(HERE))
+SRC_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 TRAINING = "ai.onnx.preview.training"
 
 # A value no seed contains: if it ever shows up in dsopt's output, dsopt read
@@ -356,7 +356,7 @@ def build_seeds(work, zoo, log):
         directory = os.path.join(work, "seeds", "zoo")
         start = time.time()
         subprocess.run(
-            [sys.executable, os.path.join(SRC_ROOT, "test", "zoo", "export_zoo.py"),
+            [sys.executable, os.path.join(SRC_ROOT, "test", "oracles", "export_zoo.py"),
              "--out", directory, "--only", "mlp,cnn,gpt2"],
             check=True, stdout=subprocess.DEVNULL)
         log(f"exported the zoo in {time.time() - start:.1f} s")
