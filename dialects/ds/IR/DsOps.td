@@ -492,7 +492,9 @@ def Ds_AveragePoolOp : Ds_PoolOp<"avg_pool", "average"> {
 //===----------------------------------------------------------------------===//
 
 class Ds_OptimizerOp<string mnemonic>
-    : Ds_Op<mnemonic, [InferTypeOpAdaptor], ["getInPlaceOperand"]> {
+    : Ds_Op<mnemonic, [InferTypeOpAdaptor,
+                       DeclareOpInterfaceMethods<Ds_OptimizerOpInterface>],
+            ["getInPlaceOperand"]> {
   let assemblyFormat = "operands attr-dict `:` type(operands)";
   let hasVerifier = 1;
 }
