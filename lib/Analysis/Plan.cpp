@@ -261,37 +261,9 @@ Traffic collectiveTraffic(StringRef kind, Type element, int64_t total,
   return t;
 }
 
+/// The plan's traffic keys (ds::AsyncKind's names), in the plan's order.
 constexpr StringLiteral kCollectiveKinds[] = {"all_reduce", "all_gather",
                                               "reduce_scatter"};
-
-/// The grid axis a collective runs along (its grid_axes / grid_axis).
-int64_t collectiveAxis(Operation &op) {
-  if (auto axes = op.getAttrOfType<DenseI16ArrayAttr>("grid_axes"))
-    return axes.empty() ? 0 : axes[0];
-  if (auto axis = op.getAttrOfType<IntegerAttr>("grid_axis"))
-    return axis.getInt();
-  return 0;
-}
-
-/// The collective of `op` ("" for none) and the element count its traffic
-/// is counted on.
-std::pair<StringRef, int64_t> collectiveOf(Operation &op) {
-  StringRef name = op.getName().getStringRef();
-  // A bucket is one collective over its staging buffer (the last result).
-  if (name.consume_front("ds.") && name.consume_back("_bucket"))
-    return {name, cast<RankedTensorType>(op.getResults().back().getType())
-                      .getNumElements()};
-  name = op.getName().getStringRef();
-  if (!name.consume_front("shard."))
-    return {"", 0};
-  if (name == "all_reduce" || name == "reduce_scatter")
-    return {name, cast<RankedTensorType>(op.getOperand(0).getType())
-                      .getNumElements()};
-  if (name == "all_gather")
-    return {name, cast<RankedTensorType>(op.getResult(0).getType())
-                      .getNumElements()};
-  return {"", 0};
-}
 
 /// What every rank of a training program holds and moves per optimizer
 /// step: the memory is the same on every rank; the ring's chunks, and so
@@ -333,15 +305,14 @@ public:
       }
     for (auto [function, times] : functions)
       for (Operation &op : function.getBody().front()) {
-        auto [kind, total] = collectiveOf(op);
-        if (kind.empty())
+        auto async = dyn_cast<ds::AsyncOpInterface>(&op);
+        if (!async)
           continue;
-        int64_t axis = collectiveAxis(op);
+        RankedTensorType moved = async.getMovedType();
+        int64_t axis = async.getAsyncGridAxis();
         collectives.push_back(
-            {kind,
-             cast<RankedTensorType>(op.getOperand(0).getType())
-                 .getElementType(),
-             total, times, axis,
+            {ds::stringifyAsyncKind(async.getAsyncKind()),
+             moved.getElementType(), moved.getNumElements(), times, axis,
              axis < static_cast<int64_t>(axisSizes.size()) ? axisSizes[axis]
                                                            : ranks});
       }

@@ -180,6 +180,17 @@ def Ds_MomentumModeAttr :
   let assemblyFormat = "$value";
 }
 
+// What an asynchronous op (AsyncOpInterface) does; the plan's traffic keys.
+def Ds_AsyncKind : I32EnumAttr<"AsyncKind",
+    "what an asynchronous op moves", [
+  I32EnumAttrCase<"all_reduce", 0>,
+  I32EnumAttrCase<"all_gather", 1>,
+  I32EnumAttrCase<"reduce_scatter", 2>
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::dsopt::ds";
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//

@@ -72,14 +72,9 @@ public:
 };
 
 /// Attaches KernelOpInterface and CostOpInterface to the shard dialect's
-/// all_reduce, all_gather, reduce_scatter and all_slice (DsDistributed.cpp).
+/// all_reduce, all_gather, reduce_scatter and all_slice, and
+/// AsyncOpInterface to the first three (DsDistributed.cpp).
 void registerShardModels(mlir::DialectRegistry &registry);
-
-/// Whether `op` is a collective that runs asynchronously on the
-/// communication stream (shard.all_reduce, all_gather, reduce_scatter and
-/// the ds bucket collectives): its operands and results must stay untouched
-/// until the first op that uses a result.
-bool isCollective(mlir::Operation *op);
 
 /// Fails with a diagnostic when `op` is a shard collective the runtime cannot
 /// run (over several grid axes, not 1-D where ZeRO's partition needs it, a

@@ -172,4 +172,35 @@ def Ds_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
   }];
 }
 
+def Ds_AsyncOpInterface : OpInterface<"AsyncOpInterface"> {
+  let description = [{
+    An op that runs asynchronously with the compute stream: the collectives
+    (on the communication stream), later transfers and host/NVMe copies.
+    It is issued where it stands and completes before the first op that
+    uses one of its results; until then its operands and results stay live
+    and untouched. The memory planner extends their lifetimes to that wait,
+    the code generator records the op as pending, and the plan counts the
+    bytes it moves. The upstream shard collectives implement it through
+    external models (DsDistributed.cpp).
+  }];
+  let cppNamespace = "::dsopt::ds";
+  let methods = [
+    InterfaceMethod<"What the op does.",
+      "::dsopt::ds::AsyncKind", "getAsyncKind">,
+    InterfaceMethod<"The axis of the device grid the op runs along.",
+      "int64_t", "getAsyncGridAxis">,
+    InterfaceMethod<
+      "The tensor whose elements the traffic is counted on: the input of a "
+      "reduction, the gathered result, a bucket's staging buffer.",
+      "::mlir::RankedTensorType", "getMovedType">,
+    InterfaceMethod<"Bytes of getMovedType().",
+      "int64_t", "getBytesMoved", (ins), [{}], [{
+        return ::dsopt::ds::getByteSize(
+                   ::mlir::cast<::dsopt::ds::AsyncOpInterface>(
+                       $_op.getOperation()).getMovedType())
+            .value_or(0);
+      }]>,
+  ];
+}
+
 #endif // DSOPT_DIALECT_DS_DSINTERFACES_TD

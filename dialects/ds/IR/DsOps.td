@@ -822,7 +822,8 @@ def Ds_FlatUnpadOp : Ds_Op<"flat_unpad", [], ["getAliasedOperand"]> {
 }
 
 class Ds_BucketOp<string mnemonic, list<string> kernelMethods = []>
-    : Ds_Op<mnemonic, [], kernelMethods> {
+    : Ds_Op<mnemonic, [DeclareOpInterfaceMethods<Ds_AsyncOpInterface>],
+            kernelMethods> {
   let results = (outs Variadic<Ds_Tensor>:$outputs, Ds_Tensor:$staging);
   let assemblyFormat = "$inputs `on` $grid attr-dict `:` type($inputs) `->` "
                        "type($outputs) `,` type($staging)";
