@@ -10,6 +10,11 @@
 // Jacobian product (VJPOpInterface); gradients of values with several uses
 // are summed.
 //
+// Every differentiated op gets an id (ds.forward_id) and every op built for
+// its derivative the same id (ds.grad_of), so later passes (ds-pipeline)
+// know which forward op a backward op belongs to however it was cloned or
+// relocated.
+//
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
@@ -45,6 +50,15 @@ std::string describeOp(Operation *op) {
     text += " (ONNX node '" + node + "')";
   return text;
 }
+
+/// Collects the ops a builder inserts.
+struct InsertedOps : OpBuilder::Listener {
+  SmallVector<Operation *> ops;
+  void notifyOperationInserted(Operation *op,
+                               OpBuilder::InsertPoint) override {
+    ops.push_back(op);
+  }
+};
 
 struct AutodiffPass : dsopt::impl::DsAutodiffBase<AutodiffPass> {
   using DsAutodiffBase::DsAutodiffBase;
@@ -247,6 +261,9 @@ void AutodiffPass::runOnOperation() {
   SmallVector<Operation *> forwardOps;
   for (Operation &op : body.without_terminator())
     forwardOps.push_back(&op);
+  InsertedOps inserted;
+  builder.setListener(&inserted);
+  int64_t nextId = 0;
   for (Operation *op : llvm::reverse(forwardOps)) {
     SmallVector<Value> resultGrads;
     bool any = false;
@@ -272,6 +289,7 @@ void AutodiffPass::runOnOperation() {
                          "the loss but has no derivative";
       return signalPassFailure();
     }
+    inserted.ops.clear();
     SmallVector<Value> operandGrads;
     if (failed(vjp.buildVJP(builder, resultGrads, needed, operandGrads))) {
       op->emitError() << "cannot differentiate " << describeOp(op);
@@ -288,7 +306,14 @@ void AutodiffPass::runOnOperation() {
         }
         accumulate(operand, g, op->getLoc());
       }
+    // Constants belong to no stage; left bare, they fold and unique freely.
+    IntegerAttr id = builder.getI64IntegerAttr(nextId++);
+    op->setAttr(ds::DsDialect::kForwardIdAttrName, id);
+    for (Operation *backward : inserted.ops)
+      if (!backward->hasTrait<OpTrait::ConstantLike>())
+        backward->setAttr(ds::DsDialect::kGradOfAttrName, id);
   }
+  builder.setListener(nullptr);
 
   // Return the loss and one gradient per trainable parameter.
   SmallVector<Value> results{loss};

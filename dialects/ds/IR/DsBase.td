@@ -90,6 +90,15 @@ def Ds_Dialect : Dialect {
     /// Module attribute set by ds-zero: the data-parallel recipe
     /// (`{stage, dp, persistence_threshold}`).
     static constexpr ::llvm::StringLiteral kZeroAttrName = "ds.zero";
+    /// Op attribute set by ds-autodiff on every op it differentiated: the
+    /// op's id, unique in its function (an i64).
+    static constexpr ::llvm::StringLiteral kForwardIdAttrName =
+        "ds.forward_id";
+    /// Op attribute set by ds-autodiff on every op it built for the
+    /// derivative of a forward op (the op's VJP and the sums of its
+    /// operands' gradients): that op's ds.forward_id. Which forward op a
+    /// backward op belongs to survives clones and new locations.
+    static constexpr ::llvm::StringLiteral kGradOfAttrName = "ds.grad_of";
     /// Op attribute set by ds-pipeline: the virtual pipeline stage the op
     /// belongs to (an i64).
     static constexpr ::llvm::StringLiteral kStageAttrName = "ds.stage";

@@ -256,6 +256,14 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                                << "' must be a unit attribute";
     return success();
   }
+  if (name == kForwardIdAttrName || name == kGradOfAttrName) {
+    auto id = dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!id || !id.getType().isSignlessInteger(64) || id.getInt() < 0)
+      return op->emitOpError() << "'" << name
+                               << "' must be a non-negative i64 (a forward "
+                                  "op id)";
+    return success();
+  }
   if (name == kStageAttrName) {
     auto stage = dyn_cast<IntegerAttr>(attribute.getValue());
     if (!stage || stage.getInt() < 0)
