@@ -191,10 +191,9 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>> trainingFunctions(ModuleOp m) {
 
 /// The data-parallel size of a training module (ds.zero's dp, else 1).
 int64_t dataParallelSize(ModuleOp train) {
-  if (auto zero = train->getAttrOfType<DictionaryAttr>(
-          ds::DsDialect::kZeroAttrName))
-    if (auto dp = zero.getAs<IntegerAttr>("dp"))
-      return std::max<int64_t>(1, dp.getInt());
+  if (auto zero =
+          train->getAttrOfType<ds::ZeroAttr>(ds::DsDialect::kZeroAttrName))
+    return zero.getDp();
   return 1;
 }
 
@@ -280,10 +279,8 @@ public:
       if (auto shape = grid->getAttrOfType<DenseI64ArrayAttr>("shape"))
         axisSizes.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
     if (auto grid = train.lookupSymbol("grid"))
-      if (auto names = grid->getAttrOfType<ArrayAttr>("ds.axes"))
-        for (auto [i, name] : llvm::enumerate(names))
-          if (cast<StringAttr>(name).getValue() == "dp")
-            dpAxis = static_cast<int64_t>(i);
+      if (std::optional<int64_t> dp = ds::getDeviceGridAxis(grid, "dp"))
+        dpAxis = *dp;
     SmallVector<std::pair<func::FuncOp, int64_t>> functions =
         stepFunctions(train);
     llvm::StringSet<> seen;
@@ -787,14 +784,13 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
     json["forward"] = llvm::json::Object{{"world", 1},
                                          {"ranks", std::move(ranks)}};
     llvm::json::Object training{{"ranks", std::move(trainRanks)}};
-    if (auto zero = programs.front()->getAttrOfType<DictionaryAttr>(
-            ds::DsDialect::kZeroAttrName)) {
-      llvm::json::Object zeroJson;
-      for (NamedAttribute entry : zero)
-        if (auto value = dyn_cast<IntegerAttr>(entry.getValue()))
-          zeroJson[entry.getName().getValue()] = value.getInt();
-      training["zero"] = std::move(zeroJson);
-    }
+    if (auto zero = programs.front()->getAttrOfType<ds::ZeroAttr>(
+            ds::DsDialect::kZeroAttrName))
+      training["zero"] = llvm::json::Object{
+          {"stage", zero.getStage()},
+          {"dp", zero.getDp()},
+          {"param_persistence_threshold",
+           zero.getParamPersistenceThreshold()}};
     if (trainConfig)
       training["config"] = *trainConfig;
     json["train"] = std::move(training);
@@ -872,10 +868,9 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
                      (long long)bytes("state_bytes"), mib(bytes("state_bytes")));
   int64_t world = dataParallelSize(program);
   int64_t stage = 0;
-  if (auto zero = program->getAttrOfType<DictionaryAttr>(
-          ds::DsDialect::kZeroAttrName))
-    if (auto value = zero.getAs<IntegerAttr>("stage"))
-      stage = value.getInt();
+  if (auto zero =
+          program->getAttrOfType<ds::ZeroAttr>(ds::DsDialect::kZeroAttrName))
+    stage = zero.getStage();
   llvm::json::Object numbers =
       RankNumbers(program).of(0, static_cast<int64_t>(pr));
   auto number = [&](StringRef key) { return *numbers.getInteger(key); };

@@ -654,12 +654,7 @@ void ZeroPass::runOnOperation() {
     return signalPassFailure();
   }
   if (existing) {
-    auto names = existing->getAttrOfType<ArrayAttr>("ds.axes");
-    int64_t axis = -1;
-    for (auto [i, name] : llvm::enumerate(names ? names.getValue()
-                                                : ArrayRef<Attribute>{}))
-      if (auto text = dyn_cast<StringAttr>(name); text && text == "dp")
-        axis = static_cast<int64_t>(i);
+    int64_t axis = ds::getDeviceGridAxis(existing, "dp").value_or(-1);
     if (axis < 0 || existing.getShape()[axis] != dp) {
       module.emitError() << "@grid has no dp axis of size " << dp
                          << " (ds.axes names the axes)";
@@ -668,25 +663,16 @@ void ZeroPass::runOnOperation() {
     dpAxis = static_cast<int16_t>(axis);
   }
 
-  Builder attrs(module.getContext());
-  module->setAttr(
-      ds::DsDialect::kZeroAttrName,
-      attrs.getDictionaryAttr(
-          {attrs.getNamedAttr("stage", attrs.getI64IntegerAttr(stage)),
-           attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(dp)),
-           attrs.getNamedAttr("param_persistence_threshold",
-                              attrs.getI64IntegerAttr(persistenceThreshold))}));
+  module->setAttr(ds::DsDialect::kZeroAttrName,
+                  ds::ZeroAttr::get(module.getContext(), stage, dp,
+                                    persistenceThreshold));
   // One rank: nothing to average, nothing to shard.
   if (dp == 1)
     return;
 
   OpBuilder b(module.getContext());
-  if (!existing) {
-    b.setInsertionPointToStart(module.getBody());
-    auto grid = shard::GridOp::create(b, module.getLoc(), kGrid,
-                                      ArrayRef<int64_t>{dp});
-    grid->setAttr("ds.axes", b.getStrArrayAttr({"dp"}));
-  }
+  if (!existing)
+    ds::buildDeviceGrid(b, module, {{"dp", dp}});
 
   // Stage 3 shards the trained parameters at or above the threshold.
   llvm::StringSet<> shardedParams;

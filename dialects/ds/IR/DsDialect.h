@@ -11,7 +11,9 @@
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
@@ -75,6 +77,18 @@ public:
 /// all_reduce, all_gather, reduce_scatter and all_slice, and
 /// AsyncOpInterface to the first three (DsDistributed.cpp).
 void registerShardModels(mlir::DialectRegistry &registry);
+
+/// Builds the device grid of a distributed program at the start of
+/// `module`: `shard.grid @grid` of the axes' sizes, their names (outermost
+/// first: pp, dp) in ds.axes. The one place that builds a grid; the
+/// collectives refer to it by name.
+mlir::Operation *
+buildDeviceGrid(mlir::OpBuilder &builder, mlir::ModuleOp module,
+                llvm::ArrayRef<std::pair<llvm::StringRef, int64_t>> axes);
+
+/// The index of the axis named `name` in a device grid (by its ds.axes).
+std::optional<int64_t> getDeviceGridAxis(mlir::Operation *grid,
+                                         llvm::StringRef name);
 
 /// Fails with a diagnostic when `op` is a shard collective the runtime cannot
 /// run (over several grid axes, not 1-D where ZeRO's partition needs it, a

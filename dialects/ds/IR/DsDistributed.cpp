@@ -350,6 +350,33 @@ void dsopt::ds::registerShardModels(DialectRegistry &registry) {
   });
 }
 
+Operation *dsopt::ds::buildDeviceGrid(
+    OpBuilder &builder, ModuleOp module,
+    ArrayRef<std::pair<StringRef, int64_t>> axes) {
+  SmallVector<StringRef> names;
+  SmallVector<int64_t> sizes;
+  for (auto [name, size] : axes) {
+    names.push_back(name);
+    sizes.push_back(size);
+  }
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(module.getBody());
+  auto grid = shard::GridOp::create(builder, module.getLoc(), "grid", sizes);
+  grid->setAttr(DsDialect::kGridAxesAttrName, builder.getStrArrayAttr(names));
+  return grid;
+}
+
+std::optional<int64_t> dsopt::ds::getDeviceGridAxis(Operation *grid,
+                                                    StringRef name) {
+  auto names = grid->getAttrOfType<ArrayAttr>(DsDialect::kGridAxesAttrName);
+  if (!names)
+    return std::nullopt;
+  for (auto [i, axis] : llvm::enumerate(names))
+    if (auto text = dyn_cast<StringAttr>(axis); text && text == name)
+      return static_cast<int64_t>(i);
+  return std::nullopt;
+}
+
 LogicalResult dsopt::ds::checkShardKernel(Operation *op) {
   if (isa<AllReduceBucketOp, ReduceScatterBucketOp, AllGatherBucketOp>(op)) {
     int64_t axis = op->getAttrOfType<IntegerAttr>("grid_axis").getInt();
