@@ -24,6 +24,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/GlobPattern.h"
@@ -59,6 +60,52 @@ struct InsertedOps : OpBuilder::Listener {
     ops.push_back(op);
   }
 };
+
+/// The attributes of `op` but the autodiff ids.
+DictionaryAttr attrsWithoutIds(Operation *op) {
+  NamedAttrList attrs(op->getAttrDictionary());
+  attrs.erase(ds::DsDialect::kGradOfAttrName);
+  attrs.erase(ds::DsDialect::kForwardIdAttrName);
+  return attrs.getDictionary(op->getContext());
+}
+
+/// Merges every backward op into an earlier op that differs from it only in
+/// its autodiff ids (the VJPs of the three projections of one activation
+/// each reshape it): CSE would have merged them before the ids existed, and
+/// the ids must not change what the program computes. The earlier op stays,
+/// with its ids, as CSE keeps the first op.
+void mergeDuplicatesUpToIds(Block &body) {
+  llvm::DenseMap<llvm::hash_code, SmallVector<Operation *>> seen;
+  for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
+    if (op.getNumRegions() != 0 || !isMemoryEffectFree(&op))
+      continue;
+    DictionaryAttr attrs = attrsWithoutIds(&op);
+    llvm::hash_code key = llvm::hash_combine(
+        op.getName().getAsOpaquePointer(),
+        llvm::hash_combine_range(op.getOperands().begin(),
+                                 op.getOperands().end()),
+        llvm::hash_combine_range(op.getResultTypes().begin(),
+                                 op.getResultTypes().end()),
+        attrs.getAsOpaquePointer());
+    SmallVector<Operation *> &candidates = seen[key];
+    Operation *earlier = nullptr;
+    if (op.hasAttr(ds::DsDialect::kGradOfAttrName))
+      for (Operation *candidate : candidates)
+        if (candidate->getName() == op.getName() &&
+            candidate->getOperands() == op.getOperands() &&
+            candidate->getResultTypes() == op.getResultTypes() &&
+            attrsWithoutIds(candidate) == attrs) {
+          earlier = candidate;
+          break;
+        }
+    if (!earlier) {
+      candidates.push_back(&op);
+      continue;
+    }
+    op.replaceAllUsesWith(earlier);
+    op.erase();
+  }
+}
 
 struct AutodiffPass : dsopt::impl::DsAutodiffBase<AutodiffPass> {
   using DsAutodiffBase::DsAutodiffBase;
@@ -337,6 +384,7 @@ void AutodiffPass::runOnOperation() {
   }
   func::ReturnOp::create(builder, terminator->getLoc(), results);
   terminator->erase();
+  mergeDuplicatesUpToIds(body);
   SmallVector<Type> resultTypes;
   for (Value v : results)
     resultTypes.push_back(v.getType());
