@@ -202,10 +202,9 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>> trainingFunctions(ModuleOp m) {
 
 /// The data-parallel size of a training module (ds.zero's dp, else 1).
 int64_t dataParallelSize(ModuleOp train) {
-  if (auto zero = train->getAttrOfType<DictionaryAttr>(
-          ds::DsDialect::kZeroAttrName))
-    if (auto dp = zero.getAs<IntegerAttr>("dp"))
-      return std::max<int64_t>(1, dp.getInt());
+  if (auto zero =
+          train->getAttrOfType<ds::ZeroAttr>(ds::DsDialect::kZeroAttrName))
+    return zero.getDp();
   return 1;
 }
 
@@ -272,37 +271,9 @@ Traffic collectiveTraffic(StringRef kind, Type element, int64_t total,
   return t;
 }
 
+/// The plan's traffic keys (ds::AsyncKind's names), in the plan's order.
 constexpr StringLiteral kCollectiveKinds[] = {"all_reduce", "all_gather",
                                               "reduce_scatter"};
-
-/// The grid axis a collective runs along (its grid_axes / grid_axis).
-int64_t collectiveAxis(Operation &op) {
-  if (auto axes = op.getAttrOfType<DenseI16ArrayAttr>("grid_axes"))
-    return axes.empty() ? 0 : axes[0];
-  if (auto axis = op.getAttrOfType<IntegerAttr>("grid_axis"))
-    return axis.getInt();
-  return 0;
-}
-
-/// The collective of `op` ("" for none) and the element count its traffic
-/// is counted on.
-std::pair<StringRef, int64_t> collectiveOf(Operation &op) {
-  StringRef name = op.getName().getStringRef();
-  // A bucket is one collective over its staging buffer (the last result).
-  if (name.consume_front("ds.") && name.consume_back("_bucket"))
-    return {name, cast<RankedTensorType>(op.getResults().back().getType())
-                      .getNumElements()};
-  name = op.getName().getStringRef();
-  if (!name.consume_front("shard."))
-    return {"", 0};
-  if (name == "all_reduce" || name == "reduce_scatter")
-    return {name, cast<RankedTensorType>(op.getOperand(0).getType())
-                      .getNumElements()};
-  if (name == "all_gather")
-    return {name, cast<RankedTensorType>(op.getResult(0).getType())
-                      .getNumElements()};
-  return {"", 0};
-}
 
 /// What every rank of a training program holds and moves per optimizer
 /// step: the memory is the same on every rank; the ring's chunks, and so
@@ -319,10 +290,8 @@ public:
       if (auto shape = grid->getAttrOfType<DenseI64ArrayAttr>("shape"))
         axisSizes.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
     if (auto grid = train.lookupSymbol("grid"))
-      if (auto names = grid->getAttrOfType<ArrayAttr>("ds.axes"))
-        for (auto [i, name] : llvm::enumerate(names))
-          if (cast<StringAttr>(name).getValue() == "dp")
-            dpAxis = static_cast<int64_t>(i);
+      if (std::optional<int64_t> dp = ds::getDeviceGridAxis(grid, "dp"))
+        dpAxis = *dp;
     SmallVector<std::pair<func::FuncOp, int64_t>> functions =
         stepFunctions(train);
     llvm::StringSet<> seen;
@@ -344,15 +313,14 @@ public:
       }
     for (auto [function, times] : functions)
       for (Operation &op : function.getBody().front()) {
-        auto [kind, total] = collectiveOf(op);
-        if (kind.empty())
+        auto async = dyn_cast<ds::AsyncOpInterface>(&op);
+        if (!async)
           continue;
-        int64_t axis = collectiveAxis(op);
+        RankedTensorType moved = async.getMovedType();
+        int64_t axis = async.getAsyncGridAxis();
         collectives.push_back(
-            {kind,
-             cast<RankedTensorType>(op.getOperand(0).getType())
-                 .getElementType(),
-             total, times, axis,
+            {ds::stringifyAsyncKind(async.getAsyncKind()),
+             moved.getElementType(), moved.getNumElements(), times, axis,
              axis < static_cast<int64_t>(axisSizes.size()) ? axisSizes[axis]
                                                            : ranks});
       }
@@ -831,14 +799,13 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
     json["forward"] = llvm::json::Object{{"world", 1},
                                          {"ranks", std::move(ranks)}};
     llvm::json::Object training{{"ranks", std::move(trainRanks)}};
-    if (auto zero = programs.front()->getAttrOfType<DictionaryAttr>(
-            ds::DsDialect::kZeroAttrName)) {
-      llvm::json::Object zeroJson;
-      for (NamedAttribute entry : zero)
-        if (auto value = dyn_cast<IntegerAttr>(entry.getValue()))
-          zeroJson[entry.getName().getValue()] = value.getInt();
-      training["zero"] = std::move(zeroJson);
-    }
+    if (auto zero = programs.front()->getAttrOfType<ds::ZeroAttr>(
+            ds::DsDialect::kZeroAttrName))
+      training["zero"] = llvm::json::Object{
+          {"stage", zero.getStage()},
+          {"dp", zero.getDp()},
+          {"param_persistence_threshold",
+           zero.getParamPersistenceThreshold()}};
     if (trainConfig)
       training["config"] = *trainConfig;
     json["train"] = std::move(training);
@@ -916,10 +883,9 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
                      (long long)bytes("state_bytes"), mib(bytes("state_bytes")));
   int64_t world = dataParallelSize(program);
   int64_t stage = 0;
-  if (auto zero = program->getAttrOfType<DictionaryAttr>(
-          ds::DsDialect::kZeroAttrName))
-    if (auto value = zero.getAs<IntegerAttr>("stage"))
-      stage = value.getInt();
+  if (auto zero =
+          program->getAttrOfType<ds::ZeroAttr>(ds::DsDialect::kZeroAttrName))
+    stage = zero.getStage();
   llvm::json::Object numbers =
       RankNumbers(program).of(0, static_cast<int64_t>(pr));
   auto number = [&](StringRef key) { return *numbers.getInteger(key); };

@@ -630,7 +630,7 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
     kernel.buildKernelCall(callBuilder);
     if (failed(callBuilder.finish()))
       return failure();
-    if (ds::isCollective(&op)) {
+    if (isa<ds::AsyncOpInterface>(&op)) {
       callVoid("dsrt::collective_issued", {program},
                {index, builder.getI64IntegerAttr(collectives)});
       pending.push_back({collectives++, reads, writes});

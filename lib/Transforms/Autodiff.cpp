@@ -10,6 +10,11 @@
 // Jacobian product (VJPOpInterface); gradients of values with several uses
 // are summed.
 //
+// Every differentiated op gets an id (ds.forward_id) and every op built for
+// its derivative the same id (ds.grad_of), so later passes (ds-pipeline)
+// know which forward op a backward op belongs to however it was cloned or
+// relocated.
+//
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
@@ -19,6 +24,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/GlobPattern.h"
@@ -44,6 +50,61 @@ std::string describeOp(Operation *op) {
   if (!node.empty())
     text += " (ONNX node '" + node + "')";
   return text;
+}
+
+/// Collects the ops a builder inserts.
+struct InsertedOps : OpBuilder::Listener {
+  SmallVector<Operation *> ops;
+  void notifyOperationInserted(Operation *op,
+                               OpBuilder::InsertPoint) override {
+    ops.push_back(op);
+  }
+};
+
+/// The attributes of `op` but the autodiff ids.
+DictionaryAttr attrsWithoutIds(Operation *op) {
+  NamedAttrList attrs(op->getAttrDictionary());
+  attrs.erase(ds::DsDialect::kGradOfAttrName);
+  attrs.erase(ds::DsDialect::kForwardIdAttrName);
+  return attrs.getDictionary(op->getContext());
+}
+
+/// Merges every backward op into an earlier op that differs from it only in
+/// its autodiff ids (the VJPs of the three projections of one activation
+/// each reshape it): CSE would have merged them before the ids existed, and
+/// the ids must not change what the program computes. The earlier op stays,
+/// with its ids, as CSE keeps the first op.
+void mergeDuplicatesUpToIds(Block &body) {
+  llvm::DenseMap<llvm::hash_code, SmallVector<Operation *>> seen;
+  for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
+    if (op.getNumRegions() != 0 || !isMemoryEffectFree(&op))
+      continue;
+    DictionaryAttr attrs = attrsWithoutIds(&op);
+    llvm::hash_code key = llvm::hash_combine(
+        op.getName().getAsOpaquePointer(),
+        llvm::hash_combine_range(op.getOperands().begin(),
+                                 op.getOperands().end()),
+        llvm::hash_combine_range(op.getResultTypes().begin(),
+                                 op.getResultTypes().end()),
+        attrs.getAsOpaquePointer());
+    SmallVector<Operation *> &candidates = seen[key];
+    Operation *earlier = nullptr;
+    if (op.hasAttr(ds::DsDialect::kGradOfAttrName))
+      for (Operation *candidate : candidates)
+        if (candidate->getName() == op.getName() &&
+            candidate->getOperands() == op.getOperands() &&
+            candidate->getResultTypes() == op.getResultTypes() &&
+            attrsWithoutIds(candidate) == attrs) {
+          earlier = candidate;
+          break;
+        }
+    if (!earlier) {
+      candidates.push_back(&op);
+      continue;
+    }
+    op.replaceAllUsesWith(earlier);
+    op.erase();
+  }
 }
 
 struct AutodiffPass : dsopt::impl::DsAutodiffBase<AutodiffPass> {
@@ -247,6 +308,9 @@ void AutodiffPass::runOnOperation() {
   SmallVector<Operation *> forwardOps;
   for (Operation &op : body.without_terminator())
     forwardOps.push_back(&op);
+  InsertedOps inserted;
+  builder.setListener(&inserted);
+  int64_t nextId = 0;
   for (Operation *op : llvm::reverse(forwardOps)) {
     SmallVector<Value> resultGrads;
     bool any = false;
@@ -272,6 +336,7 @@ void AutodiffPass::runOnOperation() {
                          "the loss but has no derivative";
       return signalPassFailure();
     }
+    inserted.ops.clear();
     SmallVector<Value> operandGrads;
     if (failed(vjp.buildVJP(builder, resultGrads, needed, operandGrads))) {
       op->emitError() << "cannot differentiate " << describeOp(op);
@@ -288,7 +353,14 @@ void AutodiffPass::runOnOperation() {
         }
         accumulate(operand, g, op->getLoc());
       }
+    // Constants belong to no stage; left bare, they fold and unique freely.
+    IntegerAttr id = builder.getI64IntegerAttr(nextId++);
+    op->setAttr(ds::DsDialect::kForwardIdAttrName, id);
+    for (Operation *backward : inserted.ops)
+      if (!backward->hasTrait<OpTrait::ConstantLike>())
+        backward->setAttr(ds::DsDialect::kGradOfAttrName, id);
   }
+  builder.setListener(nullptr);
 
   // Return the loss and one gradient per trainable parameter.
   SmallVector<Value> results{loss};
@@ -312,6 +384,7 @@ void AutodiffPass::runOnOperation() {
   }
   func::ReturnOp::create(builder, terminator->getLoc(), results);
   terminator->erase();
+  mergeDuplicatesUpToIds(body);
   SmallVector<Type> resultTypes;
   for (Value v : results)
     resultTypes.push_back(v.getType());

@@ -5,14 +5,12 @@
 // backward op follows the forward op it differentiates, and the module
 // records what the plan and the schedule simulator need (docs/pipeline.md).
 //
-// Which forward op a backward op differentiates comes from its location:
-// ds-autodiff builds each derivative at NameLoc("<node>.grad", forwardLoc)
-// and sums the gradients of a value used several times at the location of
-// the forward op being differentiated, so a backward op's location, with a
-// ".grad" name stripped, is the location of its forward op. The importer
-// gives every ONNX node its own location (its name and index), shared by the
-// ds ops the node becomes; cuts never separate those, so a location names
-// exactly one stage.
+// Which forward op a backward op differentiates is recorded by ds-autodiff:
+// the forward op carries an id (ds.forward_id), every op of its derivative
+// the same id (ds.grad_of), and clones keep both. A backward op without one
+// (built by a later pass) follows its operands. The importer gives every
+// ONNX node its own location (its name and index), shared by the ds ops the
+// node becomes; cuts never separate those.
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,14 +51,6 @@ std::pair<int64_t, int64_t> costOf(Operation *op) {
   if (auto cost = dyn_cast<ds::CostOpInterface>(op))
     return {cost.getFlops(), cost.getBytesAccessed()};
   return {0, 0};
-}
-
-/// The location of the forward op a backward op belongs to.
-Location forwardLocation(Location loc) {
-  if (auto name = dyn_cast<NameLoc>(loc))
-    if (name.getName().getValue().ends_with(".grad"))
-      return name.getChildLoc();
-  return loc;
 }
 
 /// A stage's cost for the partition: the balanced quantity, then bytes
@@ -287,9 +277,11 @@ void PipelinePass::runOnOperation() {
       stageOf[sequence[i]] = s;
     }
   }
-  llvm::DenseMap<Location, int64_t> stageOfLocation;
+  llvm::DenseMap<int64_t, int64_t> stageOfForwardId;
   for (auto [i, op] : llvm::enumerate(sequence))
-    stageOfLocation[op->getLoc()] = sequenceStage[i];
+    if (auto id = op->getAttrOfType<IntegerAttr>(
+            ds::DsDialect::kForwardIdAttrName))
+      stageOfForwardId[id.getInt()] = sequenceStage[i];
   auto userStage = [&](Operation *op, bool lowest) -> std::optional<int64_t> {
     std::optional<int64_t> result;
     for (Operation *user : op->getUsers())
@@ -333,18 +325,22 @@ void PipelinePass::runOnOperation() {
     }
   }
 
-  // Backward ops: the accumulation's stage, else the forward op's by
-  // location, else their operands', else (second pass) their users'.
+  // Backward ops: the accumulation's stage, else the stage of the forward
+  // op they differentiate, else their operands', else (second pass) their
+  // users'.
   SmallVector<Operation *> unresolved;
   for (Operation *op : backwardOps) {
     if (auto it = accumulationStage.find(op); it != accumulationStage.end()) {
       stageOf[op] = it->second;
       continue;
     }
-    if (auto it = stageOfLocation.find(forwardLocation(op->getLoc()));
-        it != stageOfLocation.end() && !isConstant(op)) {
-      stageOf[op] = it->second;
-      continue;
+    if (auto gradOf =
+            op->getAttrOfType<IntegerAttr>(ds::DsDialect::kGradOfAttrName)) {
+      if (auto it = stageOfForwardId.find(gradOf.getInt());
+          it != stageOfForwardId.end() && !isConstant(op)) {
+        stageOf[op] = it->second;
+        continue;
+      }
     }
     std::optional<int64_t> fromBackward, fromForward;
     for (Value operand : op->getOperands()) {

@@ -644,10 +644,7 @@ void PipelineSplitPass::runOnOperation() {
   // shared one on its lowest rank), summed over pp.
   SmallVector<ds::SumOfSquaresOp> norms;
   stepBody.walk([&](ds::SumOfSquaresOp op) { norms.push_back(op); });
-  b.setInsertionPointToStart(module.getBody());
-  auto grid = shard::GridOp::create(b, module.getLoc(), "grid",
-                                    ArrayRef<int64_t>{p, dp});
-  grid->setAttr("ds.axes", b.getStrArrayAttr({"pp", "dp"}));
+  ds::buildDeviceGrid(b, module, {{"pp", p}, {"dp", dp}});
   for (ds::SumOfSquaresOp norm : norms) {
     SmallVector<Value> owned;
     for (Value input : norm.getInputs()) {

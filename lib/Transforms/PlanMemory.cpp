@@ -90,8 +90,8 @@ bool isBoundArgument(func::FuncOp function, unsigned arg) {
 /// Whether result `r` of `function`, `value`, is computed into memory the
 /// runtime binds: what a pipeline stage sends or stashes (`send:`,
 /// `stash:`, `wstash:` outputs), computed by a kernel of its own (not a
-/// view, a constant, an argument or a collective), and named by no earlier
-/// result.
+/// view, a constant, an argument or an asynchronous op), and named by no
+/// earlier result.
 bool isBoundOutput(func::FuncOp function, unsigned r, Value value) {
   auto name = function.getResultAttrOfType<StringAttr>(
       r, ds::DsDialect::kOutputAttrName);
@@ -102,7 +102,8 @@ bool isBoundOutput(func::FuncOp function, unsigned r, Value value) {
   Operation *def = value.getDefiningOp();
   auto kernel = dyn_cast_or_null<ds::KernelOpInterface>(def);
   if (!kernel || kernel.getAliasedOperand() ||
-      def->hasTrait<OpTrait::ConstantLike>() || ds::isCollective(def))
+      def->hasTrait<OpTrait::ConstantLike>() ||
+      isa<ds::AsyncOpInterface>(def))
     return false;
   Operation *terminator = function.getBody().front().getTerminator();
   for (unsigned earlier = 0; earlier < r; ++earlier)
@@ -357,10 +358,10 @@ LogicalResult Planner::run() {
       newBuffer(result, at, /*persistent=*/false);
     }
 
-    // A collective runs asynchronously until the first op that uses one of
-    // its results waits for it: its operands and results stay live (and
-    // untouched) until then.
-    if (ds::isCollective(&op)) {
+    // An asynchronous op (a collective) runs until the first op that uses
+    // one of its results waits for it: its operands and results stay live
+    // (and untouched) until then.
+    if (isa<ds::AsyncOpInterface>(&op)) {
       int64_t wait = endIndex;
       for (Value result : op.getResults())
         wait = std::min(wait, firstUseThroughViews(result));

@@ -38,16 +38,14 @@ namespace {
 
 enum class Kind { AdamW, Adam, SGD, Lion };
 
-/// The state tensors each optimizer keeps per parameter (torch's names).
+/// The state tensors each optimizer keeps per parameter, by the roles its
+/// op gives them (torch's names).
 ArrayRef<StringRef> stateNames(Kind kind) {
-  static constexpr StringRef adam[] = {"exp_avg", "exp_avg_sq"};
-  static constexpr StringRef sgd[] = {"momentum_buffer"};
-  static constexpr StringRef lion[] = {"exp_avg"};
   switch (kind) {
   case Kind::AdamW:
-  case Kind::Adam: return adam;
-  case Kind::SGD: return sgd;
-  case Kind::Lion: return lion;
+  case Kind::Adam: return ds::AdamWOp::getStateRoles();
+  case Kind::SGD: return ds::SgdOp::getStateRoles();
+  case Kind::Lion: return ds::LionOp::getStateRoles();
   }
   return {};
 }
@@ -238,7 +236,7 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
                                .getResult();
       g = ds::MulOp::create(b, paramLoc, ValueRange{g, typedScale});
     }
-    Operation *update = nullptr;
+    ds::OptimizerOpInterface update;
     switch (kind) {
     case Kind::AdamW:
     case Kind::Adam:
@@ -273,10 +271,10 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
     if (failed(mlir::verify(update)))
       return failure();
     // The updated parameter, then the updated states.
-    results.push_back(update->getResult(0));
+    results.push_back(update.getUpdatedParam());
     resultAttrs.push_back(updatesAttr(b, i));
-    for (size_t s = 0; s < states.size(); ++s) {
-      results.push_back(update->getResult(1 + s));
+    for (auto [s, state] : llvm::enumerate(update.getUpdatedStates())) {
+      results.push_back(state);
       resultAttrs.push_back(updatesAttr(b, 2 * n + s * n + i));
     }
   }

@@ -325,20 +325,15 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   // Each update on the rank's shard; updated parameters that are whole at
   // rest are gathered afterwards, in buckets.
   struct ToGather {
-    Operation *update; // the sharded update (result 0: the new shard)
+    ds::OptimizerOpInterface update; // the sharded update
     RankedTensorType whole;
     SmallVector<OpOperand *> uses;
   };
   SmallVector<ToGather> toGather;
-  SmallVector<Operation *> updates;
-  body.walk([&](Operation *op) {
-    if (isa<ds::AdamWOp, ds::SgdOp, ds::LionOp>(op))
-      updates.push_back(op);
-  });
-  for (Operation *update : updates) {
-    // Operands: [lr, [step,]] param, grad, states...
-    unsigned paramIndex = isa<ds::LionOp>(update) ? 1 : 2;
-    auto param = dyn_cast<BlockArgument>(update->getOperand(paramIndex));
+  SmallVector<ds::OptimizerOpInterface> updates;
+  body.walk([&](ds::OptimizerOpInterface op) { updates.push_back(op); });
+  for (ds::OptimizerOpInterface update : updates) {
+    auto param = dyn_cast<BlockArgument>(update.getParamOperand().get());
     StringRef name =
         param ? paramName(step, param.getArgNumber()) : StringRef();
     if (name.empty() || !accOf.count(name))
@@ -351,7 +346,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     b.setInsertionPoint(update);
 
     // The gradient: the accumulator, or the accumulator times a scalar.
-    Value grad = update->getOperand(paramIndex + 1);
+    Value grad = update.getGradOperand().get();
     BlockArgument acc = accOf[name];
     Value gradShard;
     if (grad == acc) {
@@ -379,31 +374,34 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
 
     // The states are [s] shards.
     SmallVector<Value> operands(update->getOperands());
-    operands[paramIndex] = paramShard;
-    operands[paramIndex + 1] = gradShard;
-    for (unsigned i = paramIndex + 2; i < operands.size(); ++i) {
-      auto state = dyn_cast<BlockArgument>(operands[i]);
+    operands[update.getParamOperand().getOperandNumber()] = paramShard;
+    operands[update.getGradOperand().getOperandNumber()] = gradShard;
+    for (OpOperand &operand : update.getStateOperands()) {
+      auto state = dyn_cast<BlockArgument>(operand.get());
       if (!state || stateName(step, state.getArgNumber()).empty())
         return update->emitOpError()
-               << "ds-zero: optimizer state operand " << i
-               << " is not a state argument";
+               << "ds-zero: optimizer state operand "
+               << operand.getOperandNumber() << " is not a state argument";
       state.setType(shardType);
     }
-    Operation *sharded = b.clone(*update);
+    auto sharded =
+        cast<ds::OptimizerOpInterface>(b.clone(*update.getOperation()));
     sharded->setOperands(operands);
     for (Value result : sharded->getResults())
       result.setType(shardType);
 
-    for (unsigned r = 1; r < update->getNumResults(); ++r)
-      update->getResult(r).replaceAllUsesWith(sharded->getResult(r));
+    for (auto [state, shardedState] :
+         llvm::zip_equal(update.getUpdatedStates(), sharded.getUpdatedStates()))
+      state.replaceAllUsesWith(shardedState);
+    Value updated = update.getUpdatedParam();
     if (paramSharded) {
-      update->getResult(0).replaceAllUsesWith(sharded->getResult(0));
+      updated.replaceAllUsesWith(sharded.getUpdatedParam());
     } else {
       ToGather item{sharded, wholeType, {}};
-      for (OpOperand &use : update->getResult(0).getUses())
+      for (OpOperand &use : updated.getUses())
         item.uses.push_back(&use);
       // Until the gathers below exist (the types differ meanwhile).
-      update->getResult(0).replaceAllUsesWith(sharded->getResult(0));
+      updated.replaceAllUsesWith(sharded.getUpdatedParam());
       toGather.push_back(std::move(item));
     }
     Operation *oldGrad = grad.getDefiningOp();
@@ -413,22 +411,22 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   }
 
   SmallVector<Value> newShards;
-  for (const ToGather &item : toGather)
-    newShards.push_back(item.update->getResult(0));
+  for (ToGather &item : toGather)
+    newShards.push_back(item.update.getUpdatedParam());
   // Buckets of allgather-bucket-size gathered elements (shards of 1/dp).
   for (const SmallVector<unsigned> &bucket :
        bucketsOf(newShards, std::max<int64_t>(1, allgatherBucketSize / dp))) {
     b.setInsertionPointAfter(toGather[bucket.back()].update);
     SmallVector<Value> full;
     if (bucket.size() == 1) {
-      const ToGather &item = toGather[bucket[0]];
+      ToGather &item = toGather[bucket[0]];
       full.push_back(gather(b, item.update->getLoc(),
-                            item.update->getResult(0), item.whole));
+                            item.update.getUpdatedParam(), item.whole));
     } else {
       SmallVector<Value> inputs;
       SmallVector<Type> types;
       for (unsigned i : bucket) {
-        Value shardValue = toGather[i].update->getResult(0);
+        Value shardValue = toGather[i].update.getUpdatedParam();
         inputs.push_back(shardValue);
         types.push_back(flatType(toGather[i].whole, partition(toGather[i].whole).m));
       }
@@ -656,12 +654,7 @@ void ZeroPass::runOnOperation() {
     return signalPassFailure();
   }
   if (existing) {
-    auto names = existing->getAttrOfType<ArrayAttr>("ds.axes");
-    int64_t axis = -1;
-    for (auto [i, name] : llvm::enumerate(names ? names.getValue()
-                                                : ArrayRef<Attribute>{}))
-      if (auto text = dyn_cast<StringAttr>(name); text && text == "dp")
-        axis = static_cast<int64_t>(i);
+    int64_t axis = ds::getDeviceGridAxis(existing, "dp").value_or(-1);
     if (axis < 0 || existing.getShape()[axis] != dp) {
       module.emitError() << "@grid has no dp axis of size "
                          << static_cast<int64_t>(dp)
@@ -671,25 +664,16 @@ void ZeroPass::runOnOperation() {
     dpAxis = static_cast<int16_t>(axis);
   }
 
-  Builder attrs(module.getContext());
-  module->setAttr(
-      ds::DsDialect::kZeroAttrName,
-      attrs.getDictionaryAttr(
-          {attrs.getNamedAttr("stage", attrs.getI64IntegerAttr(stage)),
-           attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(dp)),
-           attrs.getNamedAttr("param_persistence_threshold",
-                              attrs.getI64IntegerAttr(persistenceThreshold))}));
+  module->setAttr(ds::DsDialect::kZeroAttrName,
+                  ds::ZeroAttr::get(module.getContext(), stage, dp,
+                                    persistenceThreshold));
   // One rank: nothing to average, nothing to shard.
   if (dp == 1)
     return;
 
   OpBuilder b(module.getContext());
-  if (!existing) {
-    b.setInsertionPointToStart(module.getBody());
-    auto grid = shard::GridOp::create(b, module.getLoc(), kGrid,
-                                      ArrayRef<int64_t>{dp});
-    grid->setAttr("ds.axes", b.getStrArrayAttr({"dp"}));
-  }
+  if (!existing)
+    ds::buildDeviceGrid(b, module, {{"dp", dp}});
 
   // Stage 3 shards the trained parameters at or above the threshold.
   llvm::StringSet<> shardedParams;

@@ -13,7 +13,7 @@
 // CHECK: %[[Y:.*]] = ds.tanh
 // CHECK: ds.mul %[[Y]], %[[Y]]
 // CHECK: ds.sub
-// CHECK: %[[G:.*]] = ds.matmul %arg0, %{{.*}} {transpose_lhs} : tensor<4x3xf32>, tensor<4x2xf32>
+// CHECK: %[[G:.*]] = ds.matmul %arg0, %{{.*}} {ds.grad_of = {{[0-9]+}} : i64, transpose_lhs} : tensor<4x3xf32>, tensor<4x2xf32>
 // CHECK: return %{{.*}}, %[[G]]
 func.func @main(%x: tensor<4x3xf32> {ds.input = "x"},
                 %w: tensor<3x2xf32> {ds.param = #ds.param<name = "w", trainable = true, data = dense<0.5> : tensor<3x2xf32>>},

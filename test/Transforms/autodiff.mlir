@@ -6,8 +6,8 @@
 // The head's weight gradient is one product over all rows, not a batch.
 // CHECK-LABEL: func.func @main_grad
 // CHECK: %[[ROWS:.*]] = ds.reshape %{{.*}} : tensor<2x3x4xf32> -> tensor<6x4xf32>
-// CHECK: %[[HEAD:.*]] = ds.matmul %{{.*}}, %[[ROWS]] {transpose_lhs} : tensor<6x5xf32>, tensor<6x4xf32>
-// CHECK: %[[EMB:.*]] = ds.gather_grad %{{.*}}, %arg0 {axis = 0 : i64} : tensor<2x3x4xf32>, tensor<2x3xi64> -> tensor<5x4xf32>
+// CHECK: %[[HEAD:.*]] = ds.matmul %{{.*}}, %[[ROWS]] {ds.grad_of = {{[0-9]+}} : i64, transpose_lhs} : tensor<6x5xf32>, tensor<6x4xf32>
+// CHECK: %[[EMB:.*]] = ds.gather_grad %{{.*}}, %arg0 {axis = 0 : i64, ds.grad_of = {{[0-9]+}} : i64} : tensor<2x3x4xf32>, tensor<2x3xi64> -> tensor<5x4xf32>
 // CHECK: %[[SUM:.*]] = ds.add %[[HEAD]], %[[EMB]]
 // CHECK: return %{{.*}}, %[[SUM]] : tensor<f32>, tensor<5x4xf32>
 func.func @main(%ids: tensor<2x3xi64> {ds.input = "ids"},
@@ -24,8 +24,8 @@ func.func @main(%ids: tensor<2x3xi64> {ds.input = "ids"},
 // Kernels of their own: softmax cross-entropy and layer norm.
 // CHECK-LABEL: func.func @main_grad
 // CHECK: %[[LOSS:.*]], %[[LOGP:.*]] = ds.softmax_cross_entropy
-// CHECK: ds.softmax_cross_entropy_grad %{{.*}}, %[[LOGP]], %arg1 {ignore_index = -100 : i64}
-// CHECK: %{{.*}}, %[[DS:.*]], %[[DB:.*]] = ds.layer_norm_grad %arg0, %arg2, %{{.*}}, %{{.*}}, %{{.*}} {axis = 1 : i64}
+// CHECK: ds.softmax_cross_entropy_grad %{{.*}}, %[[LOGP]], %arg1 {ds.grad_of = {{[0-9]+}} : i64, ignore_index = -100 : i64}
+// CHECK: %{{.*}}, %[[DS:.*]], %[[DB:.*]] = ds.layer_norm_grad %arg0, %arg2, %{{.*}}, %{{.*}}, %{{.*}} {axis = 1 : i64, ds.grad_of = {{[0-9]+}} : i64}
 // CHECK: return %[[LOSS]], %[[DS]], %[[DB]]
 func.func @main(%x: tensor<4x6xf32> {ds.input = "x"}, %y: tensor<4xi64> {ds.input = "y"},
                 %s: tensor<6xf32> {ds.param = #ds.param<name = "ln.weight", trainable = true, data = dense<1.0> : tensor<6xf32>>},

@@ -90,9 +90,21 @@ def Ds_Dialect : Dialect {
     /// and whose old value nobody needs (set by ds-zero).
     static constexpr ::llvm::StringLiteral kOverwritesArgAttrName =
         "ds.overwrites_arg";
-    /// Module attribute set by ds-zero: the data-parallel recipe
-    /// (`{stage, dp, persistence_threshold}`).
+    /// Module attribute set by ds-zero: the data-parallel recipe, a
+    /// #ds.zero.
     static constexpr ::llvm::StringLiteral kZeroAttrName = "ds.zero";
+    /// Op attribute set by ds-autodiff on every op it differentiated: the
+    /// op's id, unique in its function (an i64).
+    static constexpr ::llvm::StringLiteral kForwardIdAttrName =
+        "ds.forward_id";
+    /// Op attribute set by ds-autodiff on every op it built for the
+    /// derivative of a forward op (the op's VJP and the sums of its
+    /// operands' gradients): that op's ds.forward_id. Which forward op a
+    /// backward op belongs to survives clones and new locations.
+    static constexpr ::llvm::StringLiteral kGradOfAttrName = "ds.grad_of";
+    /// The names of a device grid's axes, outermost first (`["pp", "dp"]`),
+    /// on its shard.grid (see buildDeviceGrid).
+    static constexpr ::llvm::StringLiteral kGridAxesAttrName = "ds.axes";
     /// Op attribute set by ds-pipeline: the virtual pipeline stage the op
     /// belongs to (an i64).
     static constexpr ::llvm::StringLiteral kStageAttrName = "ds.stage";
@@ -205,6 +217,17 @@ def Ds_MomentumModeAttr :
   let assemblyFormat = "$value";
 }
 
+// What an asynchronous op (AsyncOpInterface) does; the plan's traffic keys.
+def Ds_AsyncKind : I32EnumAttr<"AsyncKind",
+    "what an asynchronous op moves", [
+  I32EnumAttrCase<"all_reduce", 0>,
+  I32EnumAttrCase<"all_gather", 1>,
+  I32EnumAttrCase<"reduce_scatter", 2>
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::dsopt::ds";
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//
@@ -228,6 +251,22 @@ def Ds_ExternalDataAttr : Ds_Attr<"ExternalData", "extern"> {
     StringRefParameter<"file, relative to the model's directory">:$location,
     "int64_t":$offset,
     "int64_t":$length);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Ds_ZeroAttr : Ds_Attr<"Zero", "zero"> {
+  let summary = "the data-parallel (ZeRO) recipe of a training program";
+  let description = [{
+    Set on the module by `ds-zero`:
+    `#ds.zero<stage = 2, dp = 4, param_persistence_threshold = 100000>`.
+    `stage` is the ZeRO stage (0: replicated, 1: sharded optimizer states,
+    2: and gradients, 3: and parameters at or above
+    `param_persistence_threshold` elements), `dp` the number of
+    data-parallel ranks.
+  }];
+  let parameters = (ins "int64_t":$stage, "int64_t":$dp,
+                    "int64_t":$param_persistence_threshold);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

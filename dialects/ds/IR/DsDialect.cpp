@@ -84,6 +84,20 @@ ExternalDataAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+LogicalResult ZeroAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               int64_t stage, int64_t dp,
+                               int64_t persistenceThreshold) {
+  if (stage < 0 || stage > 3)
+    return emitError() << "ZeRO stage must be 0, 1, 2 or 3, got " << stage;
+  if (dp < 1)
+    return emitError() << "dp must be at least 1, got " << dp;
+  if (persistenceThreshold < 0)
+    return emitError() << "param_persistence_threshold must be "
+                          "non-negative, got "
+                       << persistenceThreshold;
+  return success();
+}
+
 LogicalResult ParamAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                 StringRef name, bool trainable,
                                 Attribute data) {
@@ -272,7 +286,7 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                                << "' must be an array of strings";
     return success();
   }
-  if (name == "ds.axes") {
+  if (name == kGridAxesAttrName) {
     auto names = dyn_cast<ArrayAttr>(attribute.getValue());
     if (!names || !llvm::all_of(names, [](Attribute a) {
           return isa<StringAttr>(a);
@@ -286,6 +300,14 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                                << "' must be a unit attribute";
     return success();
   }
+  if (name == kForwardIdAttrName || name == kGradOfAttrName) {
+    auto id = dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!id || !id.getType().isSignlessInteger(64) || id.getInt() < 0)
+      return op->emitOpError() << "'" << name
+                               << "' must be a non-negative i64 (a forward "
+                                  "op id)";
+    return success();
+  }
   if (name == kStageAttrName) {
     auto stage = dyn_cast<IntegerAttr>(attribute.getValue());
     if (!stage || stage.getInt() < 0)
@@ -293,7 +315,13 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                                << "' must be a non-negative integer";
     return success();
   }
-  if (name == kTrainAttrName || name == kZeroAttrName ||
+  if (name == kZeroAttrName) {
+    if (!isa<ModuleOp>(op) || !isa<ZeroAttr>(attribute.getValue()))
+      return op->emitOpError() << "'" << kZeroAttrName
+                               << "' must be a #ds.zero on the module";
+    return success();
+  }
+  if (name == kTrainAttrName ||
       name == kPipelineAttrName || name == kPipelineRankAttrName ||
       name == kPipelinePartAttrName) {
     if (!isa<DictionaryAttr>(attribute.getValue()))

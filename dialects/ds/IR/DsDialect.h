@@ -11,11 +11,14 @@
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/TypeUtilities.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
@@ -71,14 +74,21 @@ public:
 };
 
 /// Attaches KernelOpInterface and CostOpInterface to the shard dialect's
-/// all_reduce, all_gather, reduce_scatter and all_slice (DsDistributed.cpp).
+/// all_reduce, all_gather, reduce_scatter and all_slice, and
+/// AsyncOpInterface to the first three (DsDistributed.cpp).
 void registerShardModels(mlir::DialectRegistry &registry);
 
-/// Whether `op` is a collective that runs asynchronously on the
-/// communication stream (shard.all_reduce, all_gather, reduce_scatter and
-/// the ds bucket collectives): its operands and results must stay untouched
-/// until the first op that uses a result.
-bool isCollective(mlir::Operation *op);
+/// Builds the device grid of a distributed program at the start of
+/// `module`: `shard.grid @grid` of the axes' sizes, their names (outermost
+/// first: pp, dp) in ds.axes. The one place that builds a grid; the
+/// collectives refer to it by name.
+mlir::Operation *
+buildDeviceGrid(mlir::OpBuilder &builder, mlir::ModuleOp module,
+                llvm::ArrayRef<std::pair<llvm::StringRef, int64_t>> axes);
+
+/// The index of the axis named `name` in a device grid (by its ds.axes).
+std::optional<int64_t> getDeviceGridAxis(mlir::Operation *grid,
+                                         llvm::StringRef name);
 
 /// Fails with a diagnostic when `op` is a shard collective the runtime cannot
 /// run (over several grid axes, not 1-D where ZeRO's partition needs it, a

@@ -217,9 +217,23 @@ void AllGatherBucketOp::buildKernelCall(KernelCallBuilder &call) {
   buildBucketCall(call, "dsrt::all_gather_bucket", *this, std::nullopt);
 }
 
-bool dsopt::ds::isCollective(Operation *op) {
-  return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-             AllReduceBucketOp, ReduceScatterBucketOp, AllGatherBucketOp>(op);
+// A bucket moves its staging buffer, the inputs packed into one collective.
+AsyncKind AllReduceBucketOp::getAsyncKind() { return AsyncKind::all_reduce; }
+int64_t AllReduceBucketOp::getAsyncGridAxis() { return getGridAxis(); }
+RankedTensorType AllReduceBucketOp::getMovedType() {
+  return tensorType(getStaging());
+}
+AsyncKind ReduceScatterBucketOp::getAsyncKind() {
+  return AsyncKind::reduce_scatter;
+}
+int64_t ReduceScatterBucketOp::getAsyncGridAxis() { return getGridAxis(); }
+RankedTensorType ReduceScatterBucketOp::getMovedType() {
+  return tensorType(getStaging());
+}
+AsyncKind AllGatherBucketOp::getAsyncKind() { return AsyncKind::all_gather; }
+int64_t AllGatherBucketOp::getAsyncGridAxis() { return getGridAxis(); }
+RankedTensorType AllGatherBucketOp::getMovedType() {
+  return tensorType(getStaging());
 }
 
 //===----------------------------------------------------------------------===//
@@ -292,6 +306,30 @@ struct ShardCostModel
   }
 };
 
+/// The communicating shard collectives run on the communication stream
+/// (shard.all_slice copies locally and is not one of them).
+template <typename Op>
+struct ShardAsyncModel
+    : AsyncOpInterface::ExternalModel<ShardAsyncModel<Op>, Op> {
+  AsyncKind getAsyncKind(Operation *) const {
+    if constexpr (std::is_same_v<Op, shard::AllReduceOp>)
+      return AsyncKind::all_reduce;
+    else if constexpr (std::is_same_v<Op, shard::AllGatherOp>)
+      return AsyncKind::all_gather;
+    else
+      return AsyncKind::reduce_scatter;
+  }
+  int64_t getAsyncGridAxis(Operation *op) const {
+    return gridAxis(cast<Op>(op).getGridAxes());
+  }
+  RankedTensorType getMovedType(Operation *op) const {
+    // A gather is counted on what it gathers, a reduction on what it reduces.
+    if constexpr (std::is_same_v<Op, shard::AllGatherOp>)
+      return tensorType(op->getResult(0));
+    return tensorType(op->getOperand(0));
+  }
+};
+
 template <typename... Ops> void attach(MLIRContext *context) {
   (Ops::template attachInterface<ShardKernelModel<Ops>>(*context), ...);
   (Ops::template attachInterface<ShardCostModel<Ops>>(*context), ...);
@@ -303,7 +341,40 @@ void dsopt::ds::registerShardModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, shard::ShardDialect *) {
     attach<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
            shard::AllSliceOp>(context);
+    shard::AllReduceOp::attachInterface<ShardAsyncModel<shard::AllReduceOp>>(
+        *context);
+    shard::AllGatherOp::attachInterface<ShardAsyncModel<shard::AllGatherOp>>(
+        *context);
+    shard::ReduceScatterOp::attachInterface<
+        ShardAsyncModel<shard::ReduceScatterOp>>(*context);
   });
+}
+
+Operation *dsopt::ds::buildDeviceGrid(
+    OpBuilder &builder, ModuleOp module,
+    ArrayRef<std::pair<StringRef, int64_t>> axes) {
+  SmallVector<StringRef> names;
+  SmallVector<int64_t> sizes;
+  for (auto [name, size] : axes) {
+    names.push_back(name);
+    sizes.push_back(size);
+  }
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(module.getBody());
+  auto grid = shard::GridOp::create(builder, module.getLoc(), "grid", sizes);
+  grid->setAttr(DsDialect::kGridAxesAttrName, builder.getStrArrayAttr(names));
+  return grid;
+}
+
+std::optional<int64_t> dsopt::ds::getDeviceGridAxis(Operation *grid,
+                                                    StringRef name) {
+  auto names = grid->getAttrOfType<ArrayAttr>(DsDialect::kGridAxesAttrName);
+  if (!names)
+    return std::nullopt;
+  for (auto [i, axis] : llvm::enumerate(names))
+    if (auto text = dyn_cast<StringAttr>(axis); text && text == name)
+      return static_cast<int64_t>(i);
+  return std::nullopt;
 }
 
 LogicalResult dsopt::ds::checkShardKernel(Operation *op) {

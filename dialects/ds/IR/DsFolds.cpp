@@ -400,6 +400,15 @@ OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
 }
 
 namespace {
+/// A rewrite keeps what ds-autodiff recorded on the op it replaces (the
+/// forward op it is or differentiates), as it keeps the op's location.
+void keepAutodiffRecord(Operation *from, Operation *to) {
+  for (StringRef name :
+       {DsDialect::kForwardIdAttrName, DsDialect::kGradOfAttrName})
+    if (Attribute id = from->getAttr(name))
+      to->setAttr(name, id);
+}
+
 /// reshape(reshape(x)) -> reshape(x).
 struct CollapseReshapeChain : OpRewritePattern<ReshapeOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -408,7 +417,10 @@ struct CollapseReshapeChain : OpRewritePattern<ReshapeOp> {
     auto inner = op.getInput().getDefiningOp<ReshapeOp>();
     if (!inner)
       return failure();
-    rewriter.replaceOpWithNewOp<ReshapeOp>(op, op.getType(), inner.getInput());
+    auto collapsed =
+        ReshapeOp::create(rewriter, op.getLoc(), op.getType(), inner.getInput());
+    keepAutodiffRecord(op, collapsed);
+    rewriter.replaceOp(op, collapsed.getResult());
     return success();
   }
 };
@@ -444,7 +456,10 @@ struct ComposeTransposes : OpRewritePattern<TransposeOp> {
     SmallVector<int64_t> composed;
     for (int64_t axis : op.getPerm())
       composed.push_back(inner.getPerm()[axis]);
-    rewriter.replaceOpWithNewOp<TransposeOp>(op, inner.getInput(), composed);
+    auto transpose =
+        TransposeOp::create(rewriter, op.getLoc(), inner.getInput(), composed);
+    keepAutodiffRecord(op, transpose);
+    rewriter.replaceOp(op, transpose.getResult());
     return success();
   }
 };
@@ -555,6 +570,7 @@ struct SwapTransposedMatMul : OpRewritePattern<TransposeOp> {
       rewriter.eraseOp(swapped);
       return failure();
     }
+    keepAutodiffRecord(matmul, swapped);
     rewriter.replaceOp(op, swapped.getResult());
     return success();
   }
@@ -569,6 +585,7 @@ struct GemmWithoutBiasToMatMul : OpRewritePattern<GemmOp> {
       return failure();
     auto matmul = MatMulOp::create(rewriter, op.getLoc(), op.getA(), op.getB(),
                                    op.getTransposeA(), op.getTransposeB());
+    keepAutodiffRecord(op, matmul);
     rewriter.replaceOp(op, matmul.getResult());
     return success();
   }

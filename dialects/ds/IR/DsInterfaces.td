@@ -104,4 +104,103 @@ def Ds_ElementwiseOpInterface : OpInterface<"ElementwiseOpInterface"> {
   ];
 }
 
+def Ds_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
+  let description = [{
+    One optimizer update of one parameter tensor: it reads the parameter,
+    its gradient and the optimizer's per-parameter states (each with the
+    parameter's shape), and yields the updated parameter and the updated
+    states, in the order of the state operands. Hyperparameter operands
+    (learning rate, step count) are neither. Passes that shard or
+    rewrite updates (ds-zero, the training step) ask this interface where
+    the parameter, the gradient and the states are, rather than knowing
+    each op's operand layout.
+
+    The default implementations fit an op with `$param` and `$grad`
+    operands followed by its states, and results (param_out, states...).
+  }];
+  let cppNamespace = "::dsopt::ds";
+  let methods = [
+    InterfaceMethod<"The parameter being updated.",
+      "::mlir::OpOperand &", "getParamOperand", (ins), [{}], [{
+        return $_op.getParamMutable();
+      }]>,
+    InterfaceMethod<"The gradient of the parameter.",
+      "::mlir::OpOperand &", "getGradOperand", (ins), [{}], [{
+        return $_op.getGradMutable();
+      }]>,
+    InterfaceMethod<
+      "The per-parameter states, in the order of getStateRoles().",
+      "::llvm::MutableArrayRef<::mlir::OpOperand>", "getStateOperands",
+      (ins), [{}], [{
+        return $_op->getOpOperands().drop_front(
+            $_op.getGradMutable().getOperandNumber() + 1);
+      }]>,
+    StaticInterfaceMethod<
+      "The role of each state (torch's state names where the op has torch "
+      "semantics: exp_avg, exp_avg_sq, momentum_buffer).",
+      "::llvm::ArrayRef<::llvm::StringRef>", "getStateRoles">,
+    InterfaceMethod<"The updated parameter.",
+      "::mlir::Value", "getUpdatedParam", (ins), [{}], [{
+        return $_op->getResult(0);
+      }]>,
+    InterfaceMethod<"The updated states, in the order of the state operands.",
+      "::mlir::ResultRange", "getUpdatedStates", (ins), [{}], [{
+        return $_op->getResults().drop_front();
+      }]>,
+    InterfaceMethod<
+      "Bytes of optimizer state the update keeps per parameter element.",
+      "int64_t", "getStateBytesPerElement", (ins), [{}], [{
+        int64_t bytes = 0;
+        for (::mlir::OpOperand &state : $_op->getOpOperands().drop_front(
+                 $_op.getGradMutable().getOperandNumber() + 1))
+          bytes += ::dsopt::ds::getElementByteSize(
+              ::mlir::getElementTypeOrSelf(state.get().getType()));
+        return bytes;
+      }]>,
+  ];
+  let verify = [{
+    auto optimizer = ::mlir::cast<ConcreteOp>($_op);
+    auto states = optimizer.getStateOperands();
+    if (states.size() != ConcreteOp::getStateRoles().size() ||
+        optimizer.getUpdatedStates().size() != states.size())
+      return $_op->emitOpError()
+             << "has " << states.size() << " state operands and "
+             << optimizer.getUpdatedStates().size()
+             << " updated states for " << ConcreteOp::getStateRoles().size()
+             << " state roles";
+    return ::mlir::success();
+  }];
+}
+
+def Ds_AsyncOpInterface : OpInterface<"AsyncOpInterface"> {
+  let description = [{
+    An op that runs asynchronously with the compute stream: the collectives
+    (on the communication stream), later transfers and host/NVMe copies.
+    It is issued where it stands and completes before the first op that
+    uses one of its results; until then its operands and results stay live
+    and untouched. The memory planner extends their lifetimes to that wait,
+    the code generator records the op as pending, and the plan counts the
+    bytes it moves. The upstream shard collectives implement it through
+    external models (DsDistributed.cpp).
+  }];
+  let cppNamespace = "::dsopt::ds";
+  let methods = [
+    InterfaceMethod<"What the op does.",
+      "::dsopt::ds::AsyncKind", "getAsyncKind">,
+    InterfaceMethod<"The axis of the device grid the op runs along.",
+      "int64_t", "getAsyncGridAxis">,
+    InterfaceMethod<
+      "The tensor whose elements the traffic is counted on: the input of a "
+      "reduction, the gathered result, a bucket's staging buffer.",
+      "::mlir::RankedTensorType", "getMovedType">,
+    InterfaceMethod<"Bytes of getMovedType().",
+      "int64_t", "getBytesMoved", (ins), [{}], [{
+        return ::dsopt::ds::getByteSize(
+                   ::mlir::cast<::dsopt::ds::AsyncOpInterface>(
+                       $_op.getOperation()).getMovedType())
+            .value_or(0);
+      }]>,
+  ];
+}
+
 #endif // DSOPT_DIALECT_DS_DSINTERFACES_TD

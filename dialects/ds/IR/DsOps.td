@@ -492,7 +492,9 @@ def Ds_AveragePoolOp : Ds_PoolOp<"avg_pool", "average"> {
 //===----------------------------------------------------------------------===//
 
 class Ds_OptimizerOp<string mnemonic>
-    : Ds_Op<mnemonic, [InferTypeOpAdaptor], ["getInPlaceOperand"]> {
+    : Ds_Op<mnemonic, [InferTypeOpAdaptor,
+                       DeclareOpInterfaceMethods<Ds_OptimizerOpInterface>],
+            ["getInPlaceOperand"]> {
   let assemblyFormat = "operands attr-dict `:` type(operands)";
   let hasVerifier = 1;
 }
@@ -820,7 +822,8 @@ def Ds_FlatUnpadOp : Ds_Op<"flat_unpad", [], ["getAliasedOperand"]> {
 }
 
 class Ds_BucketOp<string mnemonic, list<string> kernelMethods = []>
-    : Ds_Op<mnemonic, [], kernelMethods> {
+    : Ds_Op<mnemonic, [DeclareOpInterfaceMethods<Ds_AsyncOpInterface>],
+            kernelMethods> {
   let results = (outs Variadic<Ds_Tensor>:$outputs, Ds_Tensor:$staging);
   let assemblyFormat = "$inputs `on` $grid attr-dict `:` type($inputs) `->` "
                        "type($outputs) `,` type($staging)";

@@ -458,6 +458,10 @@ LogicalResult AdamWOp::verify() {
                              {"beta2", getBeta2().convertToFloat()}});
 }
 int64_t AdamWOp::getFlops() { return 14 * elements(getParam()); }
+ArrayRef<StringRef> AdamWOp::getStateRoles() {
+  static constexpr StringRef roles[] = {"exp_avg", "exp_avg_sq"};
+  return roles;
+}
 std::optional<unsigned> AdamWOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4, 5};
   return result < 3 ? std::optional<unsigned>(operands[result]) : std::nullopt;
@@ -495,6 +499,10 @@ LogicalResult SgdOp::verify() {
   return success();
 }
 int64_t SgdOp::getFlops() { return 6 * elements(getParam()); }
+ArrayRef<StringRef> SgdOp::getStateRoles() {
+  static constexpr StringRef roles[] = {"momentum_buffer"};
+  return roles;
+}
 std::optional<unsigned> SgdOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4};
   return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
@@ -527,6 +535,10 @@ LogicalResult LionOp::verify() {
                              {"beta2", getBeta2().convertToFloat()}});
 }
 int64_t LionOp::getFlops() { return 8 * elements(getParam()); }
+ArrayRef<StringRef> LionOp::getStateRoles() {
+  static constexpr StringRef roles[] = {"exp_avg"};
+  return roles;
+}
 std::optional<unsigned> LionOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {1, 3};
   return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
@@ -541,6 +553,20 @@ void LionOp::buildKernelCall(KernelCallBuilder &call) {
   call.real(getBeta1().convertToFloat());
   call.real(getBeta2().convertToFloat());
   call.real(getWeightDecay().convertToFloat());
+}
+
+// ONNX's preview optimizers name their states as ONNX does.
+ArrayRef<StringRef> AdamOp::getStateRoles() {
+  static constexpr StringRef roles[] = {"first_moment", "second_moment"};
+  return roles;
+}
+ArrayRef<StringRef> MomentumOp::getStateRoles() {
+  static constexpr StringRef roles[] = {"velocity"};
+  return roles;
+}
+ArrayRef<StringRef> AdagradOp::getStateRoles() {
+  static constexpr StringRef roles[] = {"accumulator"};
+  return roles;
 }
 
 // ONNX's preview optimizers update in place too: their kernels read every

@@ -53,6 +53,10 @@ def DsAutodiff : Pass<"ds-autodiff", "mlir::ModuleOp"> {
     backwards over the ops between the trainable parameters and the loss;
     gradients of values used several times are summed. An op on that path
     without a derivative is an error naming it and its ONNX node.
+
+    Every differentiated op gets `ds.forward_id = N` (unique in `@F_grad`)
+    and every non-constant op built for its derivative `ds.grad_of = N`, so
+    later passes tell which forward op a backward op belongs to.
   }];
   let options = [
     Option<"function", "function", "std::string", /*default=*/"\"main\"",
@@ -228,10 +232,11 @@ def DsPipeline : Pass<"ds-pipeline", "mlir::ModuleOp"> {
     is an error.
 
     A backward op belongs to the stage of the forward op it differentiates:
-    ds-autodiff builds every derivative at a location naming the forward
-    op's location (`<node>.grad`), and the gradient sums of values used
-    several times at the forward op's own location. Backward ops found by
-    neither rule take the stage of their operands, else of their users.
+    ds-autodiff gives every op it differentiates an id (`ds.forward_id`)
+    and every op of its derivative, the gradient sums of values used
+    several times included, the same id (`ds.grad_of`); clones keep it,
+    whatever their location. Backward ops without one take the stage of
+    their operands, else of their users.
     Every op gets `ds.stage = s`. A parameter read by forward ops of several
     stages (a tied embedding) gets a gradient part on each, summed across
     them; the module records which stages.
