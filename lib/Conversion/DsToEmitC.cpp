@@ -57,6 +57,12 @@ namespace {
 /// storage filled at run time instead of a literal array in the source.
 constexpr int64_t kSplatLiteralLimit = 256;
 
+/// Lists of at least this many tensors, slots or copies are emitted as a
+/// table and one call (dsrt/tables.h) rather than one statement per entry:
+/// a step's ops over every parameter otherwise make one function grow with
+/// the number of layers.
+constexpr size_t kTableEntries = 16;
+
 std::string cppString(StringRef text) {
   std::string out = "\"";
   for (unsigned char c : text) {
@@ -186,6 +192,16 @@ private:
   /// function and a call `adder(info, array, count)`, then clears them.
   void flushTable(StringRef rowType, StringRef adder,
                   SmallVectorImpl<std::string> &rows, Value info);
+  /// A static const array of `rows` placed before `before`, as a value.
+  Value emitTable(Type rowType, ArrayRef<std::string> rows, Operation *before);
+  /// Whether a list of `size` entries of the code being emitted becomes a
+  /// table: long ones, where their numbers are literals.
+  bool asTable(size_t size) const {
+    return outlineRepeats && spelling == Spelling::Literal &&
+           size >= kTableEntries;
+  }
+  /// A dsrt::ViewRow initializer for `value` when it lies in the arena.
+  std::optional<std::string> viewRow(Value value);
   void emitShard(Value info, unsigned arg);
   void emitGrid(Value info);
   void emitFunctionInterface(Value info, func::FuncOp function);
@@ -215,9 +231,10 @@ private:
   /// and `extraArgs`, with the program's stream and arena made at its top.
   emitc::FuncOp startFunction(StringRef name, ArrayRef<Type> extraArgs = {});
   void startPart(StringRef name);
-  // How emitOp spells a buffer offset, the op's index and a collective's
-  // index (see Spelling).
-  CallArg offsetArg(int64_t offset);
+  // How emitOp spells an integer that differs between repeats (a buffer
+  // offset, the index of memory the runtime binds), the op's index and a
+  // collective's index (see Spelling).
+  CallArg slotArg(int64_t offset);
   CallArg opIndexArg(const PlannedOp &planned);
   CallArg collectiveArg(const PlannedOp &planned, int64_t collective);
   void emitMain();
@@ -450,6 +467,26 @@ public:
                    {lookup(value)}, {p.builder.getIndexAttr(0)}));
   }
   void tensors(ValueRange values) override {
+    if (p.asTable(values.size())) {
+      SmallVector<std::string> rows;
+      for (Value value : values)
+        if (std::optional<std::string> row = p.viewRow(value))
+          rows.push_back(*row);
+      if (rows.size() == values.size()) {
+        Value table = p.emitTable(p.opaque("dsrt::ViewRow"), rows,
+                                  p.kernelsBefore);
+        Value list = p.call("dsrt::views",
+                            p.opaque("std::vector<dsrt::Tensor>"),
+                            {p.arena, table},
+                            {p.builder.getIndexAttr(0),
+                             p.builder.getIndexAttr(1),
+                             p.builder.getI64IntegerAttr(rows.size())});
+        operand(p.call("dsrt::data", p.tensorPointer(), {list},
+                       {p.builder.getIndexAttr(0)}));
+        integer(values.size());
+        return;
+      }
+    }
     SmallVector<Value> list;
     SmallVector<Attribute> indices;
     for (Value value : values) {
@@ -541,6 +578,16 @@ private:
 constexpr int64_t kKernelsPerPart = 48;
 constexpr int64_t kUnitsPerPart = 16;
 
+std::optional<std::string> ProgramBuilder::viewRow(Value value) {
+  auto it = offsetOf.find(value);
+  if (it == offsetOf.end() || it->second < 0 || boundIndex.count(value) ||
+      boundOutput.count(value) || constantRoot.count(value))
+    return std::nullopt;
+  auto type = cast<RankedTensorType>(value.getType());
+  return "{" + std::to_string(it->second) + ", " +
+         dtypeName(type.getElementType()) + ", " + tableShape(type) + "}";
+}
+
 /// Repeats smaller than this many EmitC ops stay inline: a block call and
 /// its offsets would cost about as much as the code.
 constexpr unsigned kMinBlockWeight = 24;
@@ -557,22 +604,32 @@ FailureOr<Value> ProgramBuilder::viewOf(Value value) {
                                        : Value();
   };
   Value tensor;
+  // Memory the runtime binds, by its index: a pipeline stage's layers each
+  // send or stash their own values.
+  auto bound = [&](StringRef callee, int kind, int64_t index) -> Value {
+    CallArg slot = slotArg(index);
+    blockKey = {kind, slot.value.getAsOpaquePointer(), 0,
+                type.getAsOpaquePointer()};
+    if (Value cached = blockCached())
+      return cached;
+    SmallVector<Value> operands{program};
+    Attribute indexAttr = slot.attr;
+    if (slot.value) {
+      indexAttr = builder.getIndexAttr(1);
+      operands.push_back(slot.value);
+    }
+    tensor = call(callee, opaque("dsrt::Tensor"), operands,
+                  {builder.getIndexAttr(0), indexAttr,
+                   literal(dtypeName(type.getElementType())),
+                   literal(shapeLiteral(type.getShape()))});
+    return Value();
+  };
   if (auto it = boundOutput.find(value); it != boundOutput.end()) {
-    blockKey = {0, nullptr, it->second, type.getAsOpaquePointer()};
-    if (Value cached = blockCached())
+    if (Value cached = bound("dsrt::bound_output", 0, it->second))
       return cached;
-    tensor = call("dsrt::bound_output", opaque("dsrt::Tensor"), {program},
-                  {builder.getIndexAttr(0), builder.getI64IntegerAttr(it->second),
-                   literal(dtypeName(type.getElementType())),
-                   literal(shapeLiteral(type.getShape()))});
   } else if (auto it = boundIndex.find(value); it != boundIndex.end()) {
-    blockKey = {1, nullptr, it->second, type.getAsOpaquePointer()};
-    if (Value cached = blockCached())
+    if (Value cached = bound("dsrt::bound_input", 1, it->second))
       return cached;
-    tensor = call("dsrt::bound_input", opaque("dsrt::Tensor"), {program},
-                  {builder.getIndexAttr(0), builder.getI64IntegerAttr(it->second),
-                   literal(dtypeName(type.getElementType())),
-                   literal(shapeLiteral(type.getShape()))});
   } else if (ds::ConstantOp root = constantRoot.lookup(value)) {
     blockKey = {2, root.getValue().getAsOpaquePointer(), 0,
                 type.getAsOpaquePointer()};
@@ -592,7 +649,7 @@ FailureOr<Value> ProgramBuilder::viewOf(Value value) {
       return failure();
     // Spelled before the cache is asked, so that every use of an offset
     // takes one slot whatever is cached.
-    CallArg offset = offsetArg(it->second);
+    CallArg offset = slotArg(it->second);
     blockKey = {3, offset.value.getAsOpaquePointer(), 0,
                 type.getAsOpaquePointer()};
     if (Value cached = blockCached())
@@ -606,13 +663,13 @@ FailureOr<Value> ProgramBuilder::viewOf(Value value) {
   return tensor;
 }
 
-CallArg ProgramBuilder::offsetArg(int64_t offset) {
+CallArg ProgramBuilder::slotArg(int64_t offset) {
   switch (spelling) {
   case Spelling::Literal:
     return builder.getI64IntegerAttr(offset);
   case Spelling::Key:
     keyOffsets->push_back(offset);
-    return literal("offset");
+    return literal("slot");
   case Spelling::Block: {
     unsigned cls = block.classOfSlot[block.nextSlot++];
     Value &loaded = block.classValue[cls];
@@ -829,8 +886,18 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
 LogicalResult ProgramBuilder::emitOp(const PlannedOp &planned) {
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
   auto releases = [&] {
+    if (asTable(planned.releases.size())) {
+      SmallVector<std::string> rows;
+      for (int64_t offset : planned.releases)
+        rows.push_back(std::to_string(offset));
+      Value table =
+          emitTable(builder.getI64Type(), rows, kernelsBefore);
+      callArgs("dsrt::release_all",
+               {program, table, i64(planned.releases.size())});
+      return;
+    }
     for (int64_t offset : planned.releases)
-      callArgs("dsrt::release", {program, offsetArg(offset)});
+      callArgs("dsrt::release", {program, slotArg(offset)});
   };
   if (!planned.runsKernel) {
     releases();
@@ -841,8 +908,18 @@ LogicalResult ProgramBuilder::emitOp(const PlannedOp &planned) {
              {program, collectiveArg(planned, collective)});
   CallArg index = opIndexArg(planned);
   callArgs("dsrt::begin_op", {program, index});
-  for (auto [offset, bytes] : planned.acquires)
-    callArgs("dsrt::acquire", {program, offsetArg(offset), i64(bytes)});
+  if (asTable(planned.acquires.size())) {
+    SmallVector<std::string> rows;
+    for (auto [offset, bytes] : planned.acquires)
+      rows.push_back("{" + std::to_string(offset) + ", " +
+                     std::to_string(bytes) + "}");
+    Value table = emitTable(opaque("dsrt::SlotRow"), rows, kernelsBefore);
+    callArgs("dsrt::acquire_all",
+             {program, table, i64(planned.acquires.size())});
+  } else {
+    for (auto [offset, bytes] : planned.acquires)
+      callArgs("dsrt::acquire", {program, slotArg(offset), i64(bytes)});
+  }
   CallBuilder callBuilder(*this, planned.op);
   cast<ds::KernelOpInterface>(planned.op).buildKernelCall(callBuilder);
   if (failed(callBuilder.finish()))
@@ -1147,6 +1224,12 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   // Results that update a parameter or state and could not be computed in
   // its buffer are copied there now.
   Operation *terminator = body.getTerminator();
+  struct Update {
+    size_t result;
+    Value from;
+    BlockArgument to;
+  };
+  SmallVector<Update> copies;
   for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
     auto updates = function.getResultAttrOfType<IntegerAttr>(
         i, ds::DsDialect::kUpdatesAttrName);
@@ -1161,12 +1244,34 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
       return function.emitOpError()
              << "result " << i << " updates argument " << updates.getInt()
              << " with another argument";
-    FailureOr<Value> from = viewOf(result), to = viewOf(target);
-    if (failed(from) || failed(to))
-      return function.emitOpError() << "result " << i << " has no buffer";
-    callVoid("dsrt::copy", {stream, *from, *to},
+    copies.push_back({i, result, target});
+  }
+  SmallVector<std::string> copyRows;
+  if (asTable(copies.size()))
+    for (auto [i, from, to] : copies) {
+      std::optional<std::string> source = viewRow(from), target = viewRow(to);
+      if (!source || !target)
+        break;
+      auto type = cast<RankedTensorType>(from.getType());
+      copyRows.push_back("{" + std::to_string(offsetOf.lookup(from)) + ", " +
+                         std::to_string(offsetOf.lookup(to)) + ", " +
+                         dtypeName(type.getElementType()) + ", " +
+                         tableShape(type) + "}");
+    }
+  if (!copies.empty() && copyRows.size() == copies.size()) {
+    Value table = emitTable(opaque("dsrt::CopyRow"), copyRows, kernelsBefore);
+    callVoid("dsrt::copy_all", {stream, arena, table},
              {builder.getIndexAttr(0), builder.getIndexAttr(1),
-              builder.getIndexAttr(2)});
+              builder.getIndexAttr(2), builder.getI64IntegerAttr(copies.size())});
+  } else {
+    for (auto [i, from, to] : copies) {
+      FailureOr<Value> source = viewOf(from), target = viewOf(to);
+      if (failed(source) || failed(target))
+        return function.emitOpError() << "result " << i << " has no buffer";
+      callVoid("dsrt::copy", {stream, *source, *target},
+               {builder.getIndexAttr(0), builder.getIndexAttr(1),
+                builder.getIndexAttr(2)});
+    }
   }
 
   // Outputs are read by the runtime from their views after the run; record
@@ -1270,24 +1375,29 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
   }
 }
 
-void ProgramBuilder::flushTable(StringRef rowType, StringRef adder,
-                                SmallVectorImpl<std::string> &rows,
-                                Value info) {
-  if (rows.empty())
-    return;
+Value ProgramBuilder::emitTable(Type rowType, ArrayRef<std::string> rows,
+                               Operation *before) {
   std::string name = prefix + "table_" + std::to_string(tables++);
-  auto arrayType = emitc::ArrayType::get({static_cast<int64_t>(rows.size())},
-                                         opaque(rowType));
+  auto arrayType =
+      emitc::ArrayType::get({static_cast<int64_t>(rows.size())}, rowType);
   {
     OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPoint(describeFunction);
+    builder.setInsertionPoint(before);
     emitc::GlobalOp::create(
         builder, loc, name, arrayType,
         literal("{\n  " + llvm::join(rows, ",\n  ") + "}"),
         /*externSpecifier=*/false, /*staticSpecifier=*/true,
         /*constSpecifier=*/true);
   }
-  Value table = emitc::GetGlobalOp::create(builder, loc, arrayType, name);
+  return emitc::GetGlobalOp::create(builder, loc, arrayType, name);
+}
+
+void ProgramBuilder::flushTable(StringRef rowType, StringRef adder,
+                                SmallVectorImpl<std::string> &rows,
+                                Value info) {
+  if (rows.empty())
+    return;
+  Value table = emitTable(opaque(rowType), rows, describeFunction);
   callVoid(adder, {info, table},
            {builder.getIndexAttr(0), builder.getIndexAttr(1),
             builder.getI64IntegerAttr(rows.size())});
