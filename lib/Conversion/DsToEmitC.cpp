@@ -19,9 +19,11 @@
 // code of every op is first emitted with its buffer offsets, op index and
 // collective indices left out (its key); a run of ops whose key sequence
 // repeats back to back becomes one block function, taking the offsets that
-// differ between the repeats as an array, and each repeat a call to it. The
-// program's size then follows the number of distinct layers, not the number
-// of layers (docs/design.md, "Code generation").
+// differ between the repeats as an array, and each repeat a call to it. Long
+// lists (the description's parameters, states and ops; a kernel's tensor
+// list over every parameter) become static tables of dsrt/tables.h rows. The
+// size of the program's code then follows the number of distinct layers, not
+// the number of layers (docs/design.md, "Code generation").
 //
 //===----------------------------------------------------------------------===//
 
@@ -576,6 +578,9 @@ private:
 /// sequence of parts of this many kernels, each recreating the views it uses
 /// from the plan's offsets.
 constexpr int64_t kKernelsPerPart = 48;
+/// With repeated layers outlined, parts hold this many kernels or block
+/// calls: the calls' offset arrays make them denser, and smaller functions
+/// compile faster still.
 constexpr int64_t kUnitsPerPart = 16;
 
 std::optional<std::string> ProgramBuilder::viewRow(Value value) {
