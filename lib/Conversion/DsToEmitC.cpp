@@ -15,6 +15,16 @@
 // are acquired and released around the ops so the runtime can check that
 // live buffers never overlap and measure the high-water mark.
 //
+// A model's identical layers are the same op sequence on other buffers. The
+// code of every op is first emitted with its buffer offsets, op index and
+// collective indices left out (its key); a run of ops whose key sequence
+// repeats back to back becomes one block function, taking the offsets that
+// differ between the repeats as an array, and each repeat a call to it. Long
+// lists (the description's parameters, states and ops; a kernel's tensor
+// list over every parameter) become static tables of dsrt/tables.h rows. The
+// size of the program's code then follows the number of distinct layers, not
+// the number of layers (docs/design.md, "Code generation").
+//
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Conversion/Passes.h"
@@ -48,6 +58,12 @@ namespace {
 /// Splat constants above this many elements live in zero-initialized static
 /// storage filled at run time instead of a literal array in the source.
 constexpr int64_t kSplatLiteralLimit = 256;
+
+/// Lists of at least this many tensors, slots or copies are emitted as a
+/// table and one call (dsrt/tables.h) rather than one statement per entry:
+/// a step's ops over every parameter otherwise make one function grow with
+/// the number of layers.
+constexpr size_t kTableEntries = 16;
 
 std::string cppString(StringRef text) {
   std::string out = "\"";
@@ -88,12 +104,63 @@ std::string shapeLiteral(ArrayRef<int64_t> shape) {
          "}";
 }
 
+/// A dsrt::TableShape initializer: `{rank, {dims...}}`.
+std::string tableShape(RankedTensorType type) {
+  return "{" + std::to_string(type.getRank()) + ", " +
+         shapeLiteral(type.getShape()) + "}";
+}
+
 /// Names of the values a pipeline stage receives, sends or stashes (not
 /// data inputs).
 bool isPipelineValueName(StringRef name) {
   return name.starts_with("recv:") || name.starts_with("send:") ||
          name.starts_with("stash:") || name.starts_with("wstash:");
 }
+
+/// An argument of an emitted call: an SSA value, or an attribute printed in
+/// place (a literal).
+struct CallArg {
+  CallArg(Value value) : value(value) {}
+  CallArg(Attribute attr) : attr(attr) {}
+  Value value;
+  Attribute attr;
+};
+
+/// What the code of one op of a planned function does, worked out before any
+/// of it is emitted.
+struct PlannedOp {
+  Operation *op = nullptr;
+  /// Not a view or a constant, which run nothing.
+  bool runsKernel = false;
+  /// A kernel's index in the function's op list (dsrt::begin_op).
+  int64_t opIndex = -1;
+  /// The collectives issued before the op; the op issues the next one.
+  int64_t collectivesBefore = 0;
+  bool issuesCollective = false;
+  /// Collectives whose buffers the op touches: it waits for them first.
+  SmallVector<int64_t> waits;
+  /// Fresh result slots (offset, aligned bytes), acquired before the kernel.
+  SmallVector<std::pair<int64_t, int64_t>> acquires;
+  /// Slots whose lifetime ends with the op, released after it.
+  SmallVector<int64_t> releases;
+
+  // Set when looking for repeats:
+  /// The op's code with its buffer offsets, op index and collective indices
+  /// left out, as a number: ops with equal keys emit equal code on the
+  /// buffers they are given.
+  unsigned key = 0;
+  /// How many EmitC ops that code has.
+  unsigned weight = 0;
+  /// The offsets left out, in the order the code uses them.
+  SmallVector<int64_t> offsets;
+};
+
+/// Ops [start, start + length * count) of a function: `count` back-to-back
+/// repeats of the same key sequence.
+struct Repeat {
+  size_t start = 0, length = 0, count = 0;
+  uint64_t saved = 0; // EmitC ops the repeats after the first one would emit
+};
 
 /// Emits EmitC for one planned function.
 class ProgramBuilder {
@@ -118,10 +185,25 @@ private:
              ArrayRef<Attribute> args);
   void callVoid(StringRef callee, ValueRange operands,
                 ArrayRef<Attribute> args);
-  Value view(Value arena, int64_t offset, RankedTensorType type);
+  void callArgs(StringRef callee, ArrayRef<CallArg> args);
+  Value view(Value arena, CallArg offset, RankedTensorType type);
   FailureOr<Value> constantView(ds::ConstantOp constant);
   void emitDescribe();
   void emitParams(Value info, llvm::StringSet<> &seen);
+  /// Emits `rows` as a static const array of `rowType` before the describe
+  /// function and a call `adder(info, array, count)`, then clears them.
+  void flushTable(StringRef rowType, StringRef adder,
+                  SmallVectorImpl<std::string> &rows, Value info);
+  /// A static const array of `rows` placed before `before`, as a value.
+  Value emitTable(Type rowType, ArrayRef<std::string> rows, Operation *before);
+  /// Whether a list of `size` entries of the code being emitted becomes a
+  /// table: long ones, where their numbers are literals.
+  bool asTable(size_t size) const {
+    return outlineRepeats && spelling == Spelling::Literal &&
+           size >= kTableEntries;
+  }
+  /// A dsrt::ViewRow initializer for `value` when it lies in the arena.
+  std::optional<std::string> viewRow(Value value);
   void emitShard(Value info, unsigned arg);
   void emitGrid(Value info);
   void emitFunctionInterface(Value info, func::FuncOp function);
@@ -131,12 +213,37 @@ private:
     return module->hasAttr(ds::DsDialect::kPipelineRankAttrName);
   }
   LogicalResult emitRun(func::FuncOp function, StringRef name);
+  /// What each op of the function's body does (PlannedOp), in order.
+  LogicalResult planOps(Block &body, ds::MemoryPlanAttr plan,
+                        std::vector<PlannedOp> &ops);
+  /// Emits the code of one planned op at the builder's insertion point, its
+  /// integers spelled as `spelling` says.
+  LogicalResult emitOp(const PlannedOp &planned);
+  /// Sets each op's key, weight and offsets.
+  LogicalResult keyOps(MutableArrayRef<PlannedOp> ops);
+  /// Emits the block function of a repeat (or finds an equal one already
+  /// emitted) and returns its name; `classOfSlot` maps each offset the
+  /// block's code uses to its parameter.
+  std::string emitBlock(ArrayRef<PlannedOp> body, ArrayRef<unsigned> classOfSlot,
+                        unsigned classes, StringRef functionName,
+                        const Repeat &repeat);
   /// The tensor view of `value` in the current part, made on first use.
   FailureOr<Value> viewOf(Value value);
+  /// Starts an emitc.func at the end of the module taking dsrt::Program&
+  /// and `extraArgs`, with the program's stream and arena made at its top.
+  emitc::FuncOp startFunction(StringRef name, ArrayRef<Type> extraArgs = {});
   void startPart(StringRef name);
+  // How emitOp spells an integer that differs between repeats (a buffer
+  // offset, the index of memory the runtime binds), the op's index and a
+  // collective's index (see Spelling).
+  CallArg slotArg(int64_t offset);
+  CallArg opIndexArg(const PlannedOp &planned);
+  CallArg collectiveArg(const PlannedOp &planned, int64_t collective);
   void emitMain();
   bool isTraining() const { return functions.size() > 1; }
+  /// The name of the generated kernel of `op`.
   FailureOr<std::string> emitFusedKernel(ds::FusedOp op);
+  FailureOr<emitc::FuncOp> buildFusedKernel(ds::FusedOp op, StringRef name);
   FailureOr<Value> emitScalar(Operation &op, ArrayRef<Value> operands);
 
 public:
@@ -147,8 +254,48 @@ public:
   /// Prefix of every emitted symbol, so several programs can share one
   /// executable.
   std::string prefix = "dsopt_";
+  /// Emit each run of repeated layers once, as a block function (else one
+  /// kernel call per op, the reference).
+  bool outlineRepeats = true;
 
 private:
+  /// How emitOp spells the integers that differ between repeats.
+  enum class Spelling {
+    /// As literals: code for one place of the function.
+    Literal,
+    /// Left out (offsets are recorded in `keyOffsets`): the op's key.
+    Key,
+    /// As the parameters of the block function being emitted (`block`).
+    Block,
+  };
+  Spelling spelling = Spelling::Literal;
+  SmallVector<int64_t> *keyOffsets = nullptr;
+  /// The block function being emitted.
+  struct BlockState {
+    ArrayRef<unsigned> classOfSlot;
+    unsigned nextSlot = 0;
+    SmallVector<Value> classValue; // its offset parameter, once loaded
+    Value offsets, firstOp, firstCollective;
+    // The first repeat's op and collective index, which firstOp and
+    // firstCollective stand for.
+    int64_t baseOp = 0, baseCollective = 0;
+    const PlannedOp *indexedOp = nullptr;
+    Value opIndex;
+    // Views already made in the block: (kind, what, index, type).
+    llvm::DenseMap<std::tuple<int, const void *, int64_t, const void *>, Value>
+        views;
+  } block;
+  /// Block functions already emitted, by their keys and offset classes.
+  llvm::StringMap<std::string> blocksByShape;
+  unsigned blocks = 0;
+  /// Generated fused kernels by their code, to emit each distinct one once
+  /// (with outlineRepeats).
+  llvm::StringMap<std::string> fusedByCode;
+  /// With outlineRepeats the description's long lists are tables (rows of
+  /// dsrt/tables.h) instead of one call per entry.
+  SmallVector<std::string> paramRows, stateRows, opRows;
+  unsigned tables = 0;
+  Operation *describeFunction = nullptr;
 
   ModuleOp module;
   SmallVector<func::FuncOp> functions;
@@ -191,9 +338,29 @@ void ProgramBuilder::callVoid(StringRef callee, ValueRange operands,
                               builder.getArrayAttr(args));
 }
 
-Value ProgramBuilder::view(Value base, int64_t offset, RankedTensorType type) {
-  return call("dsrt::view", opaque("dsrt::Tensor"), {base},
-              {builder.getIndexAttr(0), builder.getI64IntegerAttr(offset),
+void ProgramBuilder::callArgs(StringRef callee, ArrayRef<CallArg> args) {
+  SmallVector<Value> operands;
+  SmallVector<Attribute> attrs;
+  for (const CallArg &arg : args) {
+    if (arg.value) {
+      attrs.push_back(builder.getIndexAttr(operands.size()));
+      operands.push_back(arg.value);
+    } else {
+      attrs.push_back(arg.attr);
+    }
+  }
+  callVoid(callee, operands, attrs);
+}
+
+Value ProgramBuilder::view(Value base, CallArg offset, RankedTensorType type) {
+  SmallVector<Value> operands{base};
+  Attribute offsetAttr = offset.attr;
+  if (offset.value) {
+    offsetAttr = builder.getIndexAttr(1);
+    operands.push_back(offset.value);
+  }
+  return call("dsrt::view", opaque("dsrt::Tensor"), operands,
+              {builder.getIndexAttr(0), offsetAttr,
                literal(dtypeName(type.getElementType())),
                literal(shapeLiteral(type.getShape()))});
 }
@@ -302,6 +469,26 @@ public:
                    {lookup(value)}, {p.builder.getIndexAttr(0)}));
   }
   void tensors(ValueRange values) override {
+    if (p.asTable(values.size())) {
+      SmallVector<std::string> rows;
+      for (Value value : values)
+        if (std::optional<std::string> row = p.viewRow(value))
+          rows.push_back(*row);
+      if (rows.size() == values.size()) {
+        Value table = p.emitTable(p.opaque("dsrt::ViewRow"), rows,
+                                  p.kernelsBefore);
+        Value list = p.call("dsrt::views",
+                            p.opaque("std::vector<dsrt::Tensor>"),
+                            {p.arena, table},
+                            {p.builder.getIndexAttr(0),
+                             p.builder.getIndexAttr(1),
+                             p.builder.getI64IntegerAttr(rows.size())});
+        operand(p.call("dsrt::data", p.tensorPointer(), {list},
+                       {p.builder.getIndexAttr(0)}));
+        integer(values.size());
+        return;
+      }
+    }
     SmallVector<Value> list;
     SmallVector<Attribute> indices;
     for (Value value : values) {
@@ -391,23 +578,68 @@ private:
 /// sequence of parts of this many kernels, each recreating the views it uses
 /// from the plan's offsets.
 constexpr int64_t kKernelsPerPart = 48;
+/// With repeated layers outlined, parts hold this many kernels or block
+/// calls: the calls' offset arrays make them denser, and smaller functions
+/// compile faster still.
+constexpr int64_t kUnitsPerPart = 16;
+
+std::optional<std::string> ProgramBuilder::viewRow(Value value) {
+  auto it = offsetOf.find(value);
+  if (it == offsetOf.end() || it->second < 0 || boundIndex.count(value) ||
+      boundOutput.count(value) || constantRoot.count(value))
+    return std::nullopt;
+  auto type = cast<RankedTensorType>(value.getType());
+  return "{" + std::to_string(it->second) + ", " +
+         dtypeName(type.getElementType()) + ", " + tableShape(type) + "}";
+}
+
+/// Repeats smaller than this many EmitC ops stay inline: a block call and
+/// its offsets would cost about as much as the code.
+constexpr unsigned kMinBlockWeight = 24;
 
 FailureOr<Value> ProgramBuilder::viewOf(Value value) {
-  if (Value cached = views.lookup(value))
-    return cached;
+  if (spelling == Spelling::Literal)
+    if (Value cached = views.lookup(value))
+      return cached;
   auto type = cast<RankedTensorType>(value.getType());
+  // In a block, equal views of a parameter are made once.
+  std::tuple<int, const void *, int64_t, const void *> blockKey;
+  auto blockCached = [&]() -> Value {
+    return spelling == Spelling::Block ? block.views.lookup(blockKey)
+                                       : Value();
+  };
   Value tensor;
+  // Memory the runtime binds, by its index: a pipeline stage's layers each
+  // send or stash their own values.
+  auto bound = [&](StringRef callee, int kind, int64_t index) -> Value {
+    CallArg slot = slotArg(index);
+    blockKey = {kind, slot.value.getAsOpaquePointer(), 0,
+                type.getAsOpaquePointer()};
+    if (Value cached = blockCached())
+      return cached;
+    SmallVector<Value> operands{program};
+    Attribute indexAttr = slot.attr;
+    if (slot.value) {
+      indexAttr = builder.getIndexAttr(1);
+      operands.push_back(slot.value);
+    }
+    tensor = call(callee, opaque("dsrt::Tensor"), operands,
+                  {builder.getIndexAttr(0), indexAttr,
+                   literal(dtypeName(type.getElementType())),
+                   literal(shapeLiteral(type.getShape()))});
+    return Value();
+  };
   if (auto it = boundOutput.find(value); it != boundOutput.end()) {
-    tensor = call("dsrt::bound_output", opaque("dsrt::Tensor"), {program},
-                  {builder.getIndexAttr(0), builder.getI64IntegerAttr(it->second),
-                   literal(dtypeName(type.getElementType())),
-                   literal(shapeLiteral(type.getShape()))});
+    if (Value cached = bound("dsrt::bound_output", 0, it->second))
+      return cached;
   } else if (auto it = boundIndex.find(value); it != boundIndex.end()) {
-    tensor = call("dsrt::bound_input", opaque("dsrt::Tensor"), {program},
-                  {builder.getIndexAttr(0), builder.getI64IntegerAttr(it->second),
-                   literal(dtypeName(type.getElementType())),
-                   literal(shapeLiteral(type.getShape()))});
+    if (Value cached = bound("dsrt::bound_input", 1, it->second))
+      return cached;
   } else if (ds::ConstantOp root = constantRoot.lookup(value)) {
+    blockKey = {2, root.getValue().getAsOpaquePointer(), 0,
+                type.getAsOpaquePointer()};
+    if (Value cached = blockCached())
+      return cached;
     FailureOr<Value> base = constantView(root);
     if (failed(base))
       return failure();
@@ -420,22 +652,107 @@ FailureOr<Value> ProgramBuilder::viewOf(Value value) {
     auto it = offsetOf.find(value);
     if (it == offsetOf.end() || it->second < 0)
       return failure();
-    tensor = view(arena, it->second, type);
+    // Spelled before the cache is asked, so that every use of an offset
+    // takes one slot whatever is cached.
+    CallArg offset = slotArg(it->second);
+    blockKey = {3, offset.value.getAsOpaquePointer(), 0,
+                type.getAsOpaquePointer()};
+    if (Value cached = blockCached())
+      return cached;
+    tensor = view(arena, offset, type);
   }
-  views[value] = tensor;
+  if (spelling == Spelling::Literal)
+    views[value] = tensor;
+  else if (spelling == Spelling::Block)
+    block.views[blockKey] = tensor;
   return tensor;
 }
 
-void ProgramBuilder::startPart(StringRef name) {
+CallArg ProgramBuilder::slotArg(int64_t offset) {
+  switch (spelling) {
+  case Spelling::Literal:
+    return builder.getI64IntegerAttr(offset);
+  case Spelling::Key:
+    keyOffsets->push_back(offset);
+    return literal("slot");
+  case Spelling::Block: {
+    unsigned cls = block.classOfSlot[block.nextSlot++];
+    Value &loaded = block.classValue[cls];
+    if (!loaded) {
+      // Loaded where first used: the entry block is straight-line code.
+      auto i64 = builder.getI64Type();
+      Value index = emitc::LiteralOp::create(builder, loc, builder.getIndexType(),
+                                             std::to_string(cls));
+      Value element = emitc::SubscriptOp::create(
+          builder, loc, cast<TypedValue<emitc::PointerType>>(block.offsets),
+          index);
+      loaded = emitc::LoadOp::create(builder, loc, i64, element);
+    }
+    return loaded;
+  }
+  }
+  llvm_unreachable("unknown spelling");
+}
+
+CallArg ProgramBuilder::opIndexArg(const PlannedOp &planned) {
+  switch (spelling) {
+  case Spelling::Literal:
+    return builder.getI64IntegerAttr(planned.opIndex);
+  case Spelling::Key:
+    return literal("op");
+  case Spelling::Block: {
+    if (block.indexedOp == &planned)
+      return block.opIndex;
+    int64_t relative = planned.opIndex - block.baseOp;
+    block.indexedOp = &planned;
+    block.opIndex =
+        relative == 0
+            ? block.firstOp
+            : Value(emitc::AddOp::create(
+                  builder, loc, builder.getI64Type(), block.firstOp,
+                  emitc::LiteralOp::create(builder, loc, builder.getI64Type(),
+                                           std::to_string(relative))));
+    return block.opIndex;
+  }
+  }
+  llvm_unreachable("unknown spelling");
+}
+
+CallArg ProgramBuilder::collectiveArg(const PlannedOp &planned,
+                                      int64_t collective) {
+  switch (spelling) {
+  case Spelling::Literal:
+    return builder.getI64IntegerAttr(collective);
+  case Spelling::Key:
+    // How many collectives back: the same in every repeat.
+    return literal("collective-" +
+                   std::to_string(planned.collectivesBefore - collective));
+  case Spelling::Block: {
+    int64_t relative = collective - block.baseCollective;
+    if (relative == 0)
+      return block.firstCollective;
+    auto i64 = builder.getI64Type();
+    Value amount = emitc::LiteralOp::create(
+        builder, loc, i64, std::to_string(relative < 0 ? -relative : relative));
+    if (relative < 0)
+      return Value(
+          emitc::SubOp::create(builder, loc, i64, block.firstCollective, amount));
+    return Value(
+        emitc::AddOp::create(builder, loc, i64, block.firstCollective, amount));
+  }
+  }
+  llvm_unreachable("unknown spelling");
+}
+
+emitc::FuncOp ProgramBuilder::startFunction(StringRef name,
+                                            ArrayRef<Type> extraArgs) {
   builder.setInsertionPointToEnd(module.getBody());
-  auto part = emitc::FuncOp::create(
-      builder, loc, name,
-      builder.getFunctionType({opaque("dsrt::Program&")}, {}));
-  // Not inlined back into one huge function by the host compiler.
-  part.setSpecifiersAttr(
-      builder.getStrArrayAttr({"static", "__attribute__((noinline))"}));
-  kernelsBefore = part;
-  Block *entry = part.addEntryBlock();
+  SmallVector<Type> argTypes{opaque("dsrt::Program&")};
+  llvm::append_range(argTypes, extraArgs);
+  auto function = emitc::FuncOp::create(
+      builder, loc, name, builder.getFunctionType(argTypes, {}));
+  kernelsBefore = function;
+  Block *entry = function.addEntryBlock();
   builder.setInsertionPointToEnd(entry);
   program = entry->getArgument(0);
   stream = call("dsrt::stream", opaque("dsrt::Stream&"), {program},
@@ -443,7 +760,310 @@ void ProgramBuilder::startPart(StringRef name) {
   arena = call("dsrt::arena", emitc::PointerType::get(IntegerType::get(
                                   context, 8, IntegerType::Unsigned)),
                {program}, {builder.getIndexAttr(0)});
+  return function;
+}
+
+void ProgramBuilder::startPart(StringRef name) {
+  emitc::FuncOp part = startFunction(name);
+  // Not inlined back into one huge function by the host compiler.
+  part.setSpecifiersAttr(
+      builder.getStrArrayAttr({"static", "__attribute__((noinline))"}));
   views.clear();
+}
+
+LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
+                                      std::vector<PlannedOp> &ops) {
+  // Collectives run on the communication stream while later kernels run;
+  // a kernel that reads what a pending collective writes, or writes what it
+  // reads or writes, first waits for it (the planner keeps a collective's
+  // buffers live until the first use of its results, so that is normally
+  // that use).
+  struct Pending {
+    int64_t index;
+    SmallVector<std::pair<int64_t, int64_t>> reads, writes; // [begin, end)
+  };
+  SmallVector<Pending> pending;
+  int64_t collectives = 0;
+  auto rangeOf = [&](Value value) -> std::optional<std::pair<int64_t, int64_t>> {
+    auto it = offsetOf.find(value);
+    if (it == offsetOf.end() || it->second < 0)
+      return std::nullopt;
+    int64_t size =
+        ds::getByteSize(cast<ShapedType>(value.getType())).value_or(0);
+    return std::make_pair(it->second, it->second + size);
+  };
+  auto overlaps = [](ArrayRef<std::pair<int64_t, int64_t>> a,
+                     ArrayRef<std::pair<int64_t, int64_t>> b) {
+    for (auto [b0, e0] : a)
+      for (auto [b1, e1] : b)
+        if (b0 < e1 && b1 < e0)
+          return true;
+    return false;
+  };
+
+  int64_t opIndex = 0;
+  for (Operation &op : body.without_terminator()) {
+    PlannedOp &planned = ops.emplace_back();
+    planned.op = &op;
+    planned.collectivesBefore = collectives;
+    // Buffers whose lifetime ends at an op are released after it; for an op
+    // that runs no kernel (a view, a constant), where that op stands.
+    if (auto frees =
+            op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kFreesAttrName))
+      llvm::append_range(planned.releases, frees.asArrayRef());
+
+    if (auto constant = dyn_cast<ds::ConstantOp>(op)) {
+      constantRoot[constant.getResult()] = constant;
+      offsetOf[constant.getResult()] = -1;
+      continue;
+    }
+    auto kernel = dyn_cast<ds::KernelOpInterface>(op);
+    auto offsets =
+        op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kBuffersAttrName);
+    if (!kernel || !offsets)
+      return op.emitOpError() << "must be memory-planned (ds-plan-memory) and "
+                                 "have a runtime kernel";
+
+    // A view runs nothing: same bytes under a new shape.
+    if (std::optional<unsigned> aliased = kernel.getAliasedOperand()) {
+      Value source = op.getOperand(*aliased);
+      offsetOf[op.getResult(0)] = offsetOf.lookup(source);
+      if (ds::ConstantOp root = constantRoot.lookup(source))
+        constantRoot[op.getResult(0)] = root;
+      if (auto it = boundIndex.find(source); it != boundIndex.end())
+        boundIndex[op.getResult(0)] = it->second;
+      if (auto it = boundOutput.find(source); it != boundOutput.end())
+        boundOutput.try_emplace(op.getResult(0), it->second);
+      continue;
+    }
+
+    planned.runsKernel = true;
+    planned.opIndex = opIndex++;
+    SmallVector<std::pair<int64_t, int64_t>> reads, writes;
+    for (Value operand : op.getOperands())
+      if (auto range = rangeOf(operand))
+        reads.push_back(*range);
+    for (auto [result, offset] :
+         llvm::zip(op.getResults(), offsets.asArrayRef()))
+      if (offset >= 0)
+        writes.emplace_back(
+            offset,
+            offset + ds::getByteSize(cast<ShapedType>(result.getType()))
+                         .value_or(0));
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (overlaps(reads, it->writes) || overlaps(writes, it->reads) ||
+          overlaps(writes, it->writes)) {
+        planned.waits.push_back(it->index);
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    llvm::SmallDenseSet<int64_t> operandOffsets;
+    for (Value operand : op.getOperands())
+      operandOffsets.insert(offsetOf.lookup(operand));
+    for (auto [result, offset] :
+         llvm::zip(op.getResults(), offsets.asArrayRef())) {
+      auto type = cast<RankedTensorType>(result.getType());
+      if (offset < 0 && boundOutput.count(result)) {
+        offsetOf[result] = -1; // in the slot the runtime bound
+        continue;
+      }
+      if (offset < 0)
+        return op.emitOpError() << "result has no buffer";
+      offsetOf[result] = offset;
+      // A result in a fresh slot (not written over a dying operand, nor
+      // into persistent state, whose slots live for the whole program).
+      if (!operandOffsets.contains(offset) &&
+          offset >= plan.getPersistentBytes())
+        planned.acquires.emplace_back(
+            offset, llvm::alignTo(ds::getByteSize(type).value_or(0),
+                                  plan.getAlignment()));
+    }
+    if (isa<ds::AsyncOpInterface>(&op)) {
+      planned.issuesCollective = true;
+      pending.push_back({collectives++, reads, writes});
+    }
+  }
+  return success();
+}
+
+LogicalResult ProgramBuilder::emitOp(const PlannedOp &planned) {
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+  auto releases = [&] {
+    if (asTable(planned.releases.size())) {
+      SmallVector<std::string> rows;
+      for (int64_t offset : planned.releases)
+        rows.push_back(std::to_string(offset));
+      Value table =
+          emitTable(builder.getI64Type(), rows, kernelsBefore);
+      callArgs("dsrt::release_all",
+               {program, table, i64(planned.releases.size())});
+      return;
+    }
+    for (int64_t offset : planned.releases)
+      callArgs("dsrt::release", {program, slotArg(offset)});
+  };
+  if (!planned.runsKernel) {
+    releases();
+    return success();
+  }
+  for (int64_t collective : planned.waits)
+    callArgs("dsrt::collective_wait",
+             {program, collectiveArg(planned, collective)});
+  CallArg index = opIndexArg(planned);
+  callArgs("dsrt::begin_op", {program, index});
+  if (asTable(planned.acquires.size())) {
+    SmallVector<std::string> rows;
+    for (auto [offset, bytes] : planned.acquires)
+      rows.push_back("{" + std::to_string(offset) + ", " +
+                     std::to_string(bytes) + "}");
+    Value table = emitTable(opaque("dsrt::SlotRow"), rows, kernelsBefore);
+    callArgs("dsrt::acquire_all",
+             {program, table, i64(planned.acquires.size())});
+  } else {
+    for (auto [offset, bytes] : planned.acquires)
+      callArgs("dsrt::acquire", {program, slotArg(offset), i64(bytes)});
+  }
+  CallBuilder callBuilder(*this, planned.op);
+  cast<ds::KernelOpInterface>(planned.op).buildKernelCall(callBuilder);
+  if (failed(callBuilder.finish()))
+    return failure();
+  if (planned.issuesCollective)
+    callArgs("dsrt::collective_issued",
+             {program, collectiveArg(planned, planned.collectivesBefore)});
+  releases();
+  callArgs("dsrt::end_op", {program, index});
+  return success();
+}
+
+LogicalResult ProgramBuilder::keyOps(MutableArrayRef<PlannedOp> ops) {
+  llvm::StringMap<unsigned> keys;
+  std::string text;
+  OpPrintingFlags flags;
+  flags.enableDebugInfo(false).assumeVerified().useLocalScope();
+  spelling = Spelling::Key;
+  for (PlannedOp &planned : ops) {
+    // Each op's code alone in a scratch function, printed.
+    emitc::FuncOp scratch = startFunction(prefix + "key");
+    unsigned header = scratch.getBody().front().getOperations().size();
+    keyOffsets = &planned.offsets;
+    LogicalResult emitted = emitOp(planned);
+    keyOffsets = nullptr;
+    if (failed(emitted)) {
+      scratch.erase();
+      spelling = Spelling::Literal;
+      return failure();
+    }
+    planned.weight = scratch.getBody().front().getOperations().size() - header;
+    text.clear();
+    llvm::raw_string_ostream os(text);
+    scratch->print(os, flags);
+    planned.key = keys.try_emplace(text, keys.size()).first->second;
+    scratch.erase();
+  }
+  spelling = Spelling::Literal;
+  return success();
+}
+
+/// The repeats worth a block function among `ops`, in order, none
+/// overlapping: greedily the one that saves the most code, then the same
+/// in what lies before and after it.
+static SmallVector<Repeat> findRepeats(ArrayRef<PlannedOp> ops) {
+  size_t n = ops.size();
+  SmallVector<uint64_t> weightBefore(n + 1, 0), kernelsBefore(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    weightBefore[i + 1] = weightBefore[i] + ops[i].weight;
+    kernelsBefore[i + 1] = kernelsBefore[i] + (ops[i].runsKernel ? 1 : 0);
+  }
+  SmallVector<Repeat> found;
+  SmallVector<std::pair<size_t, size_t>> segments{{0, n}};
+  while (!segments.empty()) {
+    auto [lo, hi] = segments.pop_back_val();
+    Repeat best;
+    for (size_t length = 1; 2 * length <= hi - lo; ++length) {
+      // matches: how many ops from j on equal the op `length` later.
+      size_t matches = 0;
+      for (size_t j = hi - length; j-- > lo;) {
+        matches = ops[j].key == ops[j + length].key ? matches + 1 : 0;
+        if (matches < length)
+          continue;
+        uint64_t weight = weightBefore[j + length] - weightBefore[j];
+        if (weight < kMinBlockWeight ||
+            kernelsBefore[j + length] == kernelsBefore[j])
+          continue;
+        size_t count = 1 + matches / length;
+        uint64_t saved = weight * (count - 1);
+        if (saved > best.saved ||
+            (saved == best.saved && j < best.start))
+          best = {j, length, count, saved};
+      }
+    }
+    if (best.saved == 0)
+      continue;
+    found.push_back(best);
+    segments.push_back({lo, best.start});
+    segments.push_back({best.start + best.length * best.count, hi});
+  }
+  llvm::sort(found, [](const Repeat &a, const Repeat &b) {
+    return a.start < b.start;
+  });
+  return found;
+}
+
+std::string ProgramBuilder::emitBlock(ArrayRef<PlannedOp> body,
+                                      ArrayRef<unsigned> classOfSlot,
+                                      unsigned classes,
+                                      StringRef functionName,
+                                      const Repeat &repeat) {
+  // Equal code and equal offset classes: the same block.
+  std::string shape;
+  llvm::raw_string_ostream os(shape);
+  for (const PlannedOp &planned : body)
+    os << planned.key << ',';
+  os << ';';
+  for (unsigned cls : classOfSlot)
+    os << cls << ',';
+  auto [it, fresh] = blocksByShape.try_emplace(shape, "");
+  if (!fresh)
+    return it->second;
+  std::string name = prefix + functionName.str() + "_block" +
+                     std::to_string(blocks++);
+  it->second = name;
+
+  builder.setInsertionPointToEnd(module.getBody());
+  emitc::VerbatimOp::create(
+      builder, loc,
+      "// Ops " + std::to_string(repeat.start) + "-" +
+          std::to_string(repeat.start + repeat.length - 1) + " of " +
+          functionName.str() + ", repeated " + std::to_string(repeat.count) +
+          " times: the offsets of their buffers are the last argument.");
+  auto i64 = builder.getI64Type();
+  emitc::FuncOp function = startFunction(
+      name, {i64, i64, emitc::PointerType::get(i64)});
+  function.setSpecifiersAttr(
+      builder.getStrArrayAttr({"static", "__attribute__((noinline))"}));
+  Block &entry = function.getBody().front();
+  block = BlockState();
+  block.classOfSlot = classOfSlot;
+  block.classValue.assign(classes, Value());
+  block.firstOp = entry.getArgument(1);
+  block.firstCollective = entry.getArgument(2);
+  block.offsets = entry.getArgument(3);
+  for (const PlannedOp &planned : body)
+    if (planned.runsKernel) {
+      block.baseOp = planned.opIndex;
+      break;
+    }
+  block.baseCollective = body.front().collectivesBefore;
+  spelling = Spelling::Block;
+  for (const PlannedOp &planned : body)
+    // Keys were emitted from the same ops: this cannot fail.
+    (void)emitOp(planned);
+  spelling = Spelling::Literal;
+  emitc::ReturnOp::create(builder, loc, Value());
+  block = BlockState();
+  return name;
 }
 
 LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
@@ -495,6 +1115,68 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   auto plan = function->getAttrOfType<ds::MemoryPlanAttr>(
       ds::DsDialect::kMemoryPlanAttrName);
 
+  std::vector<PlannedOp> ops;
+  if (failed(planOps(body, plan, ops)))
+    return failure();
+  int64_t collectives = 0;
+  for (const PlannedOp &planned : ops)
+    collectives += planned.issuesCollective ? 1 : 0;
+
+  // Each repeat's block function, and the offsets each call passes it.
+  struct Call {
+    std::string block;
+    int64_t firstOp, firstCollective;
+    SmallVector<int64_t> offsets;
+  };
+  SmallVector<Repeat> repeats;
+  SmallVector<SmallVector<Call>> calls;
+  if (outlineRepeats) {
+    if (failed(keyOps(ops)))
+      return failure();
+    repeats = findRepeats(ops);
+    std::string functionName = name.str();
+    for (const Repeat &repeat : repeats) {
+      // Every offset the code uses takes a slot; two slots share a
+      // parameter when they hold the same offset in every repeat.
+      SmallVector<SmallVector<int64_t>> slots(repeat.count);
+      for (size_t r = 0; r < repeat.count; ++r)
+        for (size_t i = 0; i < repeat.length; ++i)
+          llvm::append_range(
+              slots[r], ops[repeat.start + r * repeat.length + i].offsets);
+      std::map<SmallVector<int64_t>, unsigned> classOf;
+      SmallVector<unsigned> classOfSlot;
+      SmallVector<size_t> firstSlot;
+      for (size_t s = 0; s < slots.front().size(); ++s) {
+        SmallVector<int64_t> across;
+        for (size_t r = 0; r < repeat.count; ++r)
+          across.push_back(slots[r][s]);
+        auto [it, fresh] = classOf.try_emplace(across, firstSlot.size());
+        if (fresh)
+          firstSlot.push_back(s);
+        classOfSlot.push_back(it->second);
+      }
+      ArrayRef<PlannedOp> first =
+          ArrayRef<PlannedOp>(ops).slice(repeat.start, repeat.length);
+      std::string blockName = emitBlock(first, classOfSlot, firstSlot.size(),
+                                        functionName, repeat);
+      SmallVector<Call> &repeatCalls = calls.emplace_back();
+      for (size_t r = 0; r < repeat.count; ++r) {
+        ArrayRef<PlannedOp> instance = ArrayRef<PlannedOp>(ops).slice(
+            repeat.start + r * repeat.length, repeat.length);
+        Call &call = repeatCalls.emplace_back();
+        call.block = blockName;
+        call.firstCollective = instance.front().collectivesBefore;
+        for (const PlannedOp &planned : instance)
+          if (planned.runsKernel) {
+            call.firstOp = planned.opIndex;
+            break;
+          }
+        for (size_t s : firstSlot)
+          call.offsets.push_back(slots[r][s]);
+      }
+    }
+  }
+
   SmallVector<std::string> parts;
   auto nextPart = [&] {
     if (!parts.empty())
@@ -504,141 +1186,40 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
     startPart(parts.back());
   };
   nextPart();
-
-  // Collectives run on the communication stream while later kernels run;
-  // a kernel that reads what a pending collective writes, or writes what it
-  // reads or writes, first waits for it (the planner keeps a collective's
-  // buffers live until the first use of its results, so that is normally
-  // that use).
-  struct Pending {
-    int64_t index;
-    SmallVector<std::pair<int64_t, int64_t>> reads, writes; // [begin, end)
-  };
-  SmallVector<Pending> pending;
-  int64_t collectives = 0;
-  auto rangeOf = [&](Value value) -> std::optional<std::pair<int64_t, int64_t>> {
-    auto it = offsetOf.find(value);
-    if (it == offsetOf.end() || it->second < 0)
-      return std::nullopt;
-    int64_t size =
-        ds::getByteSize(cast<ShapedType>(value.getType())).value_or(0);
-    return std::make_pair(it->second, it->second + size);
-  };
-  auto overlaps = [](ArrayRef<std::pair<int64_t, int64_t>> a,
-                     ArrayRef<std::pair<int64_t, int64_t>> b) {
-    for (auto [b0, e0] : a)
-      for (auto [b1, e1] : b)
-        if (b0 < e1 && b1 < e0)
-          return true;
-    return false;
-  };
-  auto waitFor = [&](const Pending &collective) {
-    callVoid("dsrt::collective_wait", {program},
-             {builder.getIndexAttr(0),
-              builder.getI64IntegerAttr(collective.index)});
-  };
-
-  // Buffers whose lifetime ends at an op are released after it; for an op
-  // that runs no kernel (a view, a constant), where that op stands.
-  auto releaseFrees = [&](Operation &op) {
-    if (auto frees =
-            op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kFreesAttrName))
-      for (int64_t offset : frees.asArrayRef())
-        callVoid("dsrt::release", {program},
-                 {builder.getIndexAttr(0), builder.getI64IntegerAttr(offset)});
-  };
-
-  int64_t opIndex = 0;
-  for (Operation &op : body.without_terminator()) {
-    if (auto constant = dyn_cast<ds::ConstantOp>(op)) {
-      constantRoot[constant.getResult()] = constant;
-      offsetOf[constant.getResult()] = -1;
-      releaseFrees(op);
-      continue;
-    }
-    auto kernel = dyn_cast<ds::KernelOpInterface>(op);
-    auto offsets =
-        op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kBuffersAttrName);
-    if (!kernel || !offsets)
-      return op.emitOpError() << "must be memory-planned (ds-plan-memory) and "
-                                 "have a runtime kernel";
-
-    // A view runs nothing: same bytes under a new shape.
-    if (std::optional<unsigned> aliased = kernel.getAliasedOperand()) {
-      Value source = op.getOperand(*aliased);
-      offsetOf[op.getResult(0)] = offsetOf.lookup(source);
-      if (ds::ConstantOp root = constantRoot.lookup(source))
-        constantRoot[op.getResult(0)] = root;
-      if (auto it = boundIndex.find(source); it != boundIndex.end())
-        boundIndex[op.getResult(0)] = it->second;
-      if (auto it = boundOutput.find(source); it != boundOutput.end())
-        boundOutput.try_emplace(op.getResult(0), it->second);
-      releaseFrees(op);
-      continue;
-    }
-
-    if (opIndex > 0 && opIndex % kKernelsPerPart == 0)
+  // Kernel calls and block calls in the current part.
+  int64_t units = 0;
+  auto countUnit = [&] {
+    if (units > 0 && units % (outlineRepeats ? kUnitsPerPart : kKernelsPerPart) == 0)
       nextPart();
-    auto index = builder.getIndexAttr(0);
-
-    SmallVector<std::pair<int64_t, int64_t>> reads, writes;
-    for (Value operand : op.getOperands())
-      if (auto range = rangeOf(operand))
-        reads.push_back(*range);
-    for (auto [result, offset] :
-         llvm::zip(op.getResults(), offsets.asArrayRef()))
-      if (offset >= 0)
-        writes.emplace_back(
-            offset,
-            offset + ds::getByteSize(cast<ShapedType>(result.getType()))
-                         .value_or(0));
-    for (auto it = pending.begin(); it != pending.end();) {
-      if (overlaps(reads, it->writes) || overlaps(writes, it->reads) ||
-          overlaps(writes, it->writes)) {
-        waitFor(*it);
-        it = pending.erase(it);
-      } else {
-        ++it;
+    ++units;
+  };
+  size_t nextRepeat = 0;
+  for (size_t i = 0; i < ops.size();) {
+    if (nextRepeat < repeats.size() && repeats[nextRepeat].start == i) {
+      const Repeat &repeat = repeats[nextRepeat];
+      for (const Call &call : calls[nextRepeat]) {
+        countUnit();
+        CallArg offsets = literal("nullptr");
+        if (!call.offsets.empty())
+          offsets = Value(emitc::VariableOp::create(
+              builder, loc,
+              emitc::ArrayType::get(
+                  {static_cast<int64_t>(call.offsets.size())},
+                  builder.getI64Type()),
+              literal(shapeLiteral(call.offsets))));
+        callArgs(call.block,
+                 {program, builder.getI64IntegerAttr(call.firstOp),
+                  builder.getI64IntegerAttr(call.firstCollective), offsets});
       }
+      i += repeat.length * repeat.count;
+      ++nextRepeat;
+      continue;
     }
-    callVoid("dsrt::begin_op", {program},
-             {index, builder.getI64IntegerAttr(opIndex)});
-    llvm::SmallDenseSet<int64_t> operandOffsets;
-    for (Value operand : op.getOperands())
-      operandOffsets.insert(offsetOf.lookup(operand));
-    for (auto [result, offset] :
-         llvm::zip(op.getResults(), offsets.asArrayRef())) {
-      auto type = cast<RankedTensorType>(result.getType());
-      if (offset < 0 && boundOutput.count(result)) {
-        offsetOf[result] = -1; // in the slot the runtime bound
-        continue;
-      }
-      if (offset < 0)
-        return op.emitOpError() << "result has no buffer";
-      offsetOf[result] = offset;
-      // A result in a fresh slot (not written over a dying operand, nor
-      // into persistent state, whose slots live for the whole program).
-      if (!operandOffsets.contains(offset) &&
-          offset >= plan.getPersistentBytes())
-        callVoid("dsrt::acquire", {program},
-                 {index, builder.getI64IntegerAttr(offset),
-                  builder.getI64IntegerAttr(llvm::alignTo(
-                      ds::getByteSize(type).value_or(0),
-                      plan.getAlignment()))});
-    }
-    CallBuilder callBuilder(*this, &op);
-    kernel.buildKernelCall(callBuilder);
-    if (failed(callBuilder.finish()))
+    if (ops[i].runsKernel)
+      countUnit();
+    if (failed(emitOp(ops[i])))
       return failure();
-    if (isa<ds::AsyncOpInterface>(&op)) {
-      callVoid("dsrt::collective_issued", {program},
-               {index, builder.getI64IntegerAttr(collectives)});
-      pending.push_back({collectives++, reads, writes});
-    }
-    releaseFrees(op);
-    callVoid("dsrt::end_op", {program},
-             {index, builder.getI64IntegerAttr(opIndex)});
-    ++opIndex;
+    ++i;
   }
 
   // Every collective completes before the function's results are read.
@@ -648,6 +1229,12 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   // Results that update a parameter or state and could not be computed in
   // its buffer are copied there now.
   Operation *terminator = body.getTerminator();
+  struct Update {
+    size_t result;
+    Value from;
+    BlockArgument to;
+  };
+  SmallVector<Update> copies;
   for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
     auto updates = function.getResultAttrOfType<IntegerAttr>(
         i, ds::DsDialect::kUpdatesAttrName);
@@ -662,12 +1249,34 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
       return function.emitOpError()
              << "result " << i << " updates argument " << updates.getInt()
              << " with another argument";
-    FailureOr<Value> from = viewOf(result), to = viewOf(target);
-    if (failed(from) || failed(to))
-      return function.emitOpError() << "result " << i << " has no buffer";
-    callVoid("dsrt::copy", {stream, *from, *to},
+    copies.push_back({i, result, target});
+  }
+  SmallVector<std::string> copyRows;
+  if (asTable(copies.size()))
+    for (auto [i, from, to] : copies) {
+      std::optional<std::string> source = viewRow(from), target = viewRow(to);
+      if (!source || !target)
+        break;
+      auto type = cast<RankedTensorType>(from.getType());
+      copyRows.push_back("{" + std::to_string(offsetOf.lookup(from)) + ", " +
+                         std::to_string(offsetOf.lookup(to)) + ", " +
+                         dtypeName(type.getElementType()) + ", " +
+                         tableShape(type) + "}");
+    }
+  if (!copies.empty() && copyRows.size() == copies.size()) {
+    Value table = emitTable(opaque("dsrt::CopyRow"), copyRows, kernelsBefore);
+    callVoid("dsrt::copy_all", {stream, arena, table},
              {builder.getIndexAttr(0), builder.getIndexAttr(1),
-              builder.getIndexAttr(2)});
+              builder.getIndexAttr(2), builder.getI64IntegerAttr(copies.size())});
+  } else {
+    for (auto [i, from, to] : copies) {
+      FailureOr<Value> source = viewOf(from), target = viewOf(to);
+      if (failed(source) || failed(target))
+        return function.emitOpError() << "result " << i << " has no buffer";
+      callVoid("dsrt::copy", {stream, *source, *target},
+               {builder.getIndexAttr(0), builder.getIndexAttr(1),
+                builder.getIndexAttr(2)});
+    }
   }
 
   // Outputs are read by the runtime from their views after the run; record
@@ -712,7 +1321,14 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
     Attribute shape = literal(shapeLiteral(type.getShape()));
     if (auto state = function.getArgAttrOfType<StringAttr>(
             i, ds::DsDialect::kStateAttrName)) {
-      if (seen.insert(("state:" + state.getValue()).str()).second)
+      if (!seen.insert(("state:" + state.getValue()).str()).second)
+        continue;
+      if (outlineRepeats)
+        stateRows.push_back("{" + cppString(state.getValue()) + ", " +
+                            dtypeName(type.getElementType()) + ", " +
+                            tableShape(type) + ", " + std::to_string(offset) +
+                            "}");
+      else
         callVoid("dsrt::add_state", {info},
                  {index0, str(state.getValue()), dtype, shape, i64(offset)});
       continue;
@@ -722,7 +1338,25 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
     if (!param ||
         !seen.insert(("param:" + param.getName()).str()).second)
       continue;
-    if (auto external = dyn_cast<ds::ExternalDataAttr>(param.getData())) {
+    auto external = dyn_cast<ds::ExternalDataAttr>(param.getData());
+    if (external && outlineRepeats) {
+      auto whole = function.getArgAttrOfType<TypeAttr>(
+          i, ds::DsDialect::kShardedAttrName);
+      auto wholeType =
+          whole ? cast<RankedTensorType>(whole.getValue()) : RankedTensorType();
+      paramRows.push_back(
+          "{" + cppString(param.getName()) + ", " +
+          dtypeName(type.getElementType()) + ", " + tableShape(type) + ", " +
+          std::to_string(offset) + ", " +
+          (param.getTrainable() ? "true" : "false") + ", " +
+          cppString(external.getLocation()) + ", " +
+          std::to_string(external.getOffset()) + ", " +
+          std::to_string(external.getLength()) + ", " +
+          std::to_string(wholeType ? wholeType.getNumElements() : 0) + ", " +
+          (wholeType ? tableShape(wholeType) : "{0, {}}") + "}");
+      continue;
+    }
+    if (external) {
       callVoid("dsrt::add_param_file", {info},
                {index0, str(param.getName()), dtype, shape, i64(offset),
                 builder.getBoolAttr(param.getTrainable()),
@@ -731,7 +1365,9 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
       emitShard(info, i);
       continue;
     }
-    // Small parameters carry their value; it becomes a static array.
+    // Small parameters carry their value; it becomes a static array. The
+    // parameters before it are described first, to keep their order.
+    flushTable("dsrt::ParamFileRow", "dsrt::add_param_files", paramRows, info);
     OpBuilder::InsertionGuard guard(builder);
     auto value = cast<DenseElementsAttr>(param.getData());
     auto constant = ds::ConstantOp::create(builder, loc, value);
@@ -742,6 +1378,35 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
               i64(offset), builder.getBoolAttr(param.getTrainable())});
     emitShard(info, i);
   }
+}
+
+Value ProgramBuilder::emitTable(Type rowType, ArrayRef<std::string> rows,
+                               Operation *before) {
+  std::string name = prefix + "table_" + std::to_string(tables++);
+  auto arrayType =
+      emitc::ArrayType::get({static_cast<int64_t>(rows.size())}, rowType);
+  {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPoint(before);
+    emitc::GlobalOp::create(
+        builder, loc, name, arrayType,
+        literal("{\n  " + llvm::join(rows, ",\n  ") + "}"),
+        /*externSpecifier=*/false, /*staticSpecifier=*/true,
+        /*constSpecifier=*/true);
+  }
+  return emitc::GetGlobalOp::create(builder, loc, arrayType, name);
+}
+
+void ProgramBuilder::flushTable(StringRef rowType, StringRef adder,
+                                SmallVectorImpl<std::string> &rows,
+                                Value info) {
+  if (rows.empty())
+    return;
+  Value table = emitTable(opaque(rowType), rows, describeFunction);
+  callVoid(adder, {info, table},
+           {builder.getIndexAttr(0), builder.getIndexAttr(1),
+            builder.getI64IntegerAttr(rows.size())});
+  rows.clear();
 }
 
 /// A parameter each rank holds a shard of (ds.sharded): the whole tensor's
@@ -819,11 +1484,20 @@ void ProgramBuilder::emitFunctionInterface(Value info, func::FuncOp emitted) {
       continue; // constants and views execute nothing
     std::string where = ds::getNodeName(op.getLoc());
     auto cost = dyn_cast<ds::CostOpInterface>(op);
+    if (outlineRepeats) {
+      opRows.push_back("{" + cppString(op.getName().getStringRef()) + ", " +
+                       cppString(where) + ", " +
+                       std::to_string(cost ? cost.getFlops() : 0) + ", " +
+                       std::to_string(cost ? cost.getBytesAccessed() : 0) +
+                       "}");
+      continue;
+    }
     SmallVector<Attribute> args{index0, str(op.getName().getStringRef()),
                                 str(where), i64(cost ? cost.getFlops() : 0),
                                 i64(cost ? cost.getBytesAccessed() : 0)};
     callVoid("dsrt::add_op", {info}, args);
   }
+  flushTable("dsrt::OpRow", "dsrt::add_ops", opRows, info);
 }
 
 /// The training recipe (module attribute ds.train): optimizer, gradient
@@ -941,6 +1615,7 @@ void ProgramBuilder::emitDescribe() {
   auto describe = emitc::FuncOp::create(
       builder, loc, prefix + "describe",
       builder.getFunctionType({opaque("dsrt::ProgramInfo&")}, {}));
+  describeFunction = describe;
   Block *entry = describe.addEntryBlock();
   builder.setInsertionPointToEnd(entry);
   Value info = entry->getArgument(0);
@@ -966,6 +1641,8 @@ void ProgramBuilder::emitDescribe() {
     function = each;
     emitParams(info, seen);
   }
+  flushTable("dsrt::ParamFileRow", "dsrt::add_param_files", paramRows, info);
+  flushTable("dsrt::StateRow", "dsrt::add_states", stateRows, info);
   if (isTraining()) {
     emitTraining(info);
     for (func::FuncOp each : functions) {
@@ -1015,6 +1692,9 @@ LogicalResult ProgramBuilder::build() {
   builder.setInsertionPointToStart(module.getBody());
   emitc::IncludeOp::create(builder, loc, "dsrt/program.h",
                            /*isStandardInclude=*/false);
+  if (outlineRepeats)
+    emitc::IncludeOp::create(builder, loc, "dsrt/tables.h",
+                             /*isStandardInclude=*/false);
   for (func::FuncOp each : functions)
     if (failed(emitRun(each, isTraining() ? each.getSymName() : "run")))
       return failure();
@@ -1160,7 +1840,34 @@ FailureOr<Value> ProgramBuilder::emitScalar(Operation &op,
 }
 
 FailureOr<std::string> ProgramBuilder::emitFusedKernel(ds::FusedOp op) {
-  std::string name = prefix + "fused_" + std::to_string(fusedKernels++);
+  if (!outlineRepeats) {
+    std::string name = prefix + "fused_" + std::to_string(fusedKernels++);
+    if (failed(buildFusedKernel(op, name)))
+      return failure();
+    return name;
+  }
+  // Layers repeat their fused loops: each distinct one is emitted once.
+  FailureOr<emitc::FuncOp> kernel = buildFusedKernel(op, prefix + "fused");
+  if (failed(kernel))
+    return failure();
+  std::string code;
+  llvm::raw_string_ostream os(code);
+  (*kernel)->print(os, OpPrintingFlags()
+                           .enableDebugInfo(false)
+                           .assumeVerified()
+                           .useLocalScope());
+  auto [it, fresh] = fusedByCode.try_emplace(code, "");
+  if (!fresh) {
+    kernel->erase();
+    return it->second;
+  }
+  it->second = prefix + "fused_" + std::to_string(fusedKernels++);
+  kernel->setSymName(it->second);
+  return it->second;
+}
+
+FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedKernel(ds::FusedOp op,
+                                                          StringRef name) {
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPoint(kernelsBefore);
   Location opLoc = op.getLoc();
@@ -1208,7 +1915,7 @@ FailureOr<std::string> ProgramBuilder::emitFusedKernel(ds::FusedOp op) {
   Block &body = op.getBody().front();
   if (count == 0) {
     emitc::ReturnOp::create(builder, opLoc, Value());
-    return name;
+    return kernel;
   }
   // Two loops: rows, then the result's last axis, so that inputs broadcast
   // along leading axes (biases, masks, scalars) are read with unit stride in
@@ -1376,7 +2083,7 @@ FailureOr<std::string> ProgramBuilder::emitFusedKernel(ds::FusedOp op) {
   auto loop = rows;
   builder.setInsertionPointAfter(loop);
   emitc::ReturnOp::create(builder, opLoc, Value());
-  return name;
+  return kernel;
 }
 
 struct LowerToEmitCPass
@@ -1414,6 +2121,7 @@ struct LowerToEmitCPass
       }
     ProgramBuilder program(module, functions);
     program.withMain = withMain;
+    program.outlineRepeats = outlineRepeats;
     program.modelPath = modelPath;
     program.prefix = symbolPrefix;
     if (program.modelPath.empty())

@@ -4,6 +4,10 @@
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise),ds-plan-memory,ds-lower-to-emitc{model-path=/models/m.onnx})' | FileCheck %s --check-prefix=EMITC
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise),ds-plan-memory,ds-lower-to-emitc{model-path=/models/m.onnx})' | mlir-translate --mlir-to-cpp | FileCheck %s --check-prefix=CPP
 // RUN: not dsopt-opt %s --pass-pipeline='builtin.module(ds-lower-to-emitc)' 2>&1 | FileCheck %s --check-prefix=UNPLANNED
+// The flat reference (outline=false) describes each parameter with a call;
+// by default the description's lists are tables of dsrt/tables.h rows.
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise),ds-plan-memory,ds-lower-to-emitc{model-path=/models/m.onnx outline=false})' | FileCheck %s --check-prefix=FLAT
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise),ds-plan-memory,ds-lower-to-emitc{model-path=/models/m.onnx outline=false})' | mlir-translate --mlir-to-cpp | FileCheck %s --check-prefix=FLATCPP
 
 // EMITC: emitc.include "dsrt/program.h"
 // EMITC: emitc.global static const @dsopt_constant_0 : !emitc.array<2xf32> = dense<[1.000000e+00, 2.000000e+00]>
@@ -15,9 +19,14 @@
 // EMITC: call_opaque "dsopt_fused_0"
 // EMITC: emitc.func @dsopt_run(%[[RPA:.*]]: !emitc.opaque<"dsrt::Program&">)
 // EMITC-NEXT: call_opaque "dsopt_run_part0"(%[[RPA]])
+// EMITC: emitc.global static const @dsopt_table_0 : !emitc.array<1x!emitc.opaque<"dsrt::ParamFileRow">>
 // EMITC: emitc.func @dsopt_describe
-// EMITC: call_opaque "dsrt::add_param_file"
+// EMITC: call_opaque "dsrt::add_param_files"
 // EMITC: emitc.func @main
+
+// FLAT: emitc.func @dsopt_describe
+// FLAT: call_opaque "dsrt::add_param_file"
+// FLAT: emitc.func @main
 
 // CPP: static const float dsopt_constant_0[2] = {1.000000000e+00f, 2.000000000e+00f};
 // CPP: static void dsopt_fused_0(dsrt::Stream& [[S:v[0-9]+]],
@@ -31,12 +40,21 @@
 // CPP: dsrt::matmul([[STREAM]], {{.*}}, false, true);
 // CPP: void dsopt_run(dsrt::Program& [[RP:v[0-9]+]]) {
 // CPP-NEXT: dsopt_run_part0([[RP]]);
+// CPP: static const dsrt::ParamFileRow dsopt_table_0[1] = {
+// CPP-NEXT: {"w", dsrt::DType::F32, {2, {16, 8}}, 0, true, "m.onnx", 128, 512, 0, {0, {}}}};
 // CPP: void dsopt_describe(dsrt::ProgramInfo& [[I:v[0-9]+]]) {
 // CPP: dsrt::set_model([[I]], "/models/m.onnx");
-// CPP: dsrt::add_param_file([[I]], "w", dsrt::DType::F32, {16, 8}, 0, true, "m.onnx", 128, 512);
+// CPP: dsrt::add_param_files([[I]], dsopt_table_0, 1);
 // CPP: dsrt::add_input([[I]], "x", dsrt::DType::F32, {4096, 8}, {{[0-9]+}});
 // CPP: dsrt::add_output([[I]], "y", dsrt::DType::F32, {4096, 16});
+// CPP: dsrt::add_ops([[I]], dsopt_table_1, 2);
 // CPP: int main(int
+
+// FLATCPP: void dsopt_describe(dsrt::ProgramInfo& [[I:v[0-9]+]]) {
+// FLATCPP: dsrt::set_model([[I]], "/models/m.onnx");
+// FLATCPP: dsrt::add_param_file([[I]], "w", dsrt::DType::F32, {16, 8}, 0, true, "m.onnx", 128, 512);
+// FLATCPP: dsrt::add_input([[I]], "x", dsrt::DType::F32, {4096, 8}, {{[0-9]+}});
+// FLATCPP: dsrt::add_op([[I]], "ds.matmul"
 
 // UNPLANNED: error: 'func.func' op is not memory-planned; run ds-plan-memory first
 

@@ -132,6 +132,13 @@ cl::opt<bool> noMain("no-main",
                               "is linked into another executable"),
                      cl::cat(outputCategory));
 
+cl::opt<bool> flatCodegen(
+    "flat-codegen",
+    cl::desc("Emit one kernel call per op instead of one function per "
+             "distinct repeated layer (the reference of "
+             "bench/compile_bench.py)"),
+    cl::cat(outputCategory));
+
 cl::opt<bool> printBuildFlags(
     "print-build-flags",
     cl::desc("Print how generated programs are compiled and linked against "
@@ -978,6 +985,7 @@ EXAMPLES:
     lowerPm.enableTiming(lowerTiming);
     dsopt::DsLowerToEmitCOptions lowerOptions;
     lowerOptions.withMain = !noMain && main;
+    lowerOptions.outlineRepeats = !flatCodegen;
     lowerOptions.symbolPrefix = prefix.empty() ? StringRef(symbolPrefix) : prefix;
     lowerPm.addPass(dsopt::createDsLowerToEmitC(lowerOptions));
     if (failed(lowerPm.run(program)))

@@ -14,6 +14,12 @@ def DsLowerToEmitC : Pass<"ds-lower-to-emitc", "mlir::ModuleOp"> {
     inputs, parameters (with their files and byte ranges), outputs, memory
     plan and ops; constants become static arrays. `emitc::translateToCpp`
     turns the result into C++.
+
+    Runs of ops that repeat back to back with the same code on other buffers
+    (a model's identical layers) are emitted once, as a block function that
+    takes the offsets of its buffers, and called once per repeat; each
+    distinct fused loop is emitted once. `outline=false` emits one kernel
+    call per op instead (the reference bench/compile_bench.py compares with).
   }];
   let dependentDialects = ["mlir::emitc::EmitCDialect"];
   let options = [
@@ -24,7 +30,9 @@ def DsLowerToEmitC : Pass<"ds-lower-to-emitc", "mlir::ModuleOp"> {
            "module's ds.source, made absolute)">,
     Option<"symbolPrefix", "prefix", "std::string", /*default=*/"\"dsopt_\"",
            "Prefix of the emitted functions and constants (<prefix>run, "
-           "<prefix>describe)">
+           "<prefix>describe)">,
+    Option<"outlineRepeats", "outline", "bool", /*default=*/"true",
+           "Emit repeated layers once, as block functions called per layer">
   ];
 }
 
