@@ -13,14 +13,15 @@
 
 // CUT: ds.pipeline = {{{.*}}microbatches = 4 : i64{{.*}}op_stages = array<i64: 0, 0, 0, 1, 1, 1, 1, 1, 1>{{.*}}schedule = "1f1b", stages = 2 : i64
 // CUT-LABEL: func.func @micro_step
-// CUT: ds.matmul %arg0, %arg1 {ds.stage = 0 : i64}
-// CUT: ds.matmul %{{.*}}, %arg2 {ds.stage = 0 : i64}
-// CUT: ds.relu %{{.*}} {ds.stage = 1 : i64}
-// CUT: ds.matmul %{{.*}}, %arg3 {ds.stage = 1 : i64}
-// A backward op belongs to the stage of the forward op it differentiates:
-// the gradient through w2 on stage 1, through w1 on stage 0.
-// CUT: ds.matmul %{{.*}}, %arg3 {ds.stage = 1 : i64, transpose_rhs}
-// CUT: ds.matmul %{{.*}}, %arg2 {ds.stage = 0 : i64, transpose_rhs}
+// CUT: ds.matmul %arg0, %arg1 {ds.forward_id = {{[0-9]+}} : i64, ds.stage = 0 : i64}
+// CUT: ds.matmul %{{.*}}, %arg2 {ds.forward_id = [[W1:[0-9]+]] : i64, ds.stage = 0 : i64}
+// CUT: ds.relu %{{.*}} {ds.forward_id = {{[0-9]+}} : i64, ds.stage = 1 : i64}
+// CUT: ds.matmul %{{.*}}, %arg3 {ds.forward_id = [[W2:[0-9]+]] : i64, ds.stage = 1 : i64}
+// A backward op belongs to the stage of the forward op it differentiates
+// (ds.grad_of names it): the gradient through w2 on stage 1, through w1 on
+// stage 0.
+// CUT: ds.matmul %{{.*}}, %arg3 {ds.grad_of = [[W2]] : i64, ds.stage = 1 : i64, transpose_rhs}
+// CUT: ds.matmul %{{.*}}, %arg2 {ds.grad_of = [[W1]] : i64, ds.stage = 0 : i64, transpose_rhs}
 
 // Uniform balance: 9 forward ops, the largest count is 5 either way; the
 // tie goes to the smaller largest stage by bytes accessed (4 + 5: 1536 and

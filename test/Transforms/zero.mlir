@@ -65,7 +65,7 @@
 
 // One rank: nothing to distribute.
 // DP1-NOT: shard.
-// DP1: ds.zero = {dp = 1 : i64
+// DP1: ds.zero = #ds.zero<stage = 1, dp = 1,
 // DP1-NOT: shard.
 
 // NOSTEP: error: no @micro_step and @optimizer_step; run ds-optimizer first
