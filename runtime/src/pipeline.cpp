@@ -3,6 +3,7 @@
 // backwards and transfers every step, with the activations and gradients in
 // flight held in the slots of pools the memory plan placed at the top of
 // the arena (docs/runtime.md, "Pipeline-parallel programs").
+#include "dsrt/backend.h"
 #include "dsrt/comm.h"
 #include "dsrt/program.h"
 #include "runner.h"
@@ -759,24 +760,8 @@ public:
       std::vector<Tensor> copies;  // in ascending rank order, this rank's at its place
       for (int64_t r : tied.ranks)
         copies.push_back(r == pipeline_.rank ? own : tied_->tensor(arena, slot, buffer++));
-      const int64_t n = own.numel();
-      if (own.dtype == DType::F32) {
-        std::vector<const float *> parts;
-        for (const Tensor &c : copies) parts.push_back(static_cast<const float *>(c.data));
-        float *out = static_cast<float *>(own.data);
-        for (int64_t i = 0; i < n; ++i) {
-          float sum = parts[0][i];
-          for (size_t j = 1; j < parts.size(); ++j) sum += parts[j][i];
-          out[i] = sum;
-        }
-      } else {
-        // 16-bit floats: summed in f32, rounded once.
-        for (int64_t i = 0; i < n; ++i) {
-          float sum = load_float(copies[0], i);
-          for (size_t j = 1; j < copies.size(); ++j) sum += load_float(copies[j], i);
-          store_float(own, i, sum);
-        }
-      }
+      // Summed in f32 in rank order (16-bit floats rounded once).
+      add_async(program_.stream, own, copies.data(), static_cast<int64_t>(copies.size()));
     }
     if (tied_) tied_->release(program_.memory, slot);
   }
@@ -881,11 +866,11 @@ private:
         throw Error(name + ": '" + function.name + "' produced " + dtype_name(value.dtype) + " " +
                     value.shape.str() + " for its output " + value_text(output));
       if (!targets[o].data) {
-        losses[static_cast<size_t>(mb)] = load_float(value, 0);
+        losses[static_cast<size_t>(mb)] =
+            static_cast<float>(read_scalar(program_.stream, value));
         continue;
       }
-      if (targets[o].data != value.data)
-        std::memcpy(targets[o].data, value.data, value.nbytes());
+      backend(program_.stream).copy(program_.stream, targets[o].data, value.data, value.nbytes());
     }
     program_.bound_outputs.clear();
     // The slots read in place are given back once the outputs, which may
@@ -1139,7 +1124,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   TrainOutputs outputs;
   Program program;
   init_program(program, info, options.threads);
-  Arena arena;
+  ProgramArena arena;
   std::string setup_error;
   try {
     data = load_data(inputs, options.data, k, dp);
@@ -1181,7 +1166,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     const int64_t batch = (step - 1) % batch_count(data);
     double lr = 0, grad_norm = 0;
     std::string step_error;
-    std::fill(losses.begin(), losses.end(), 0.0f);
+    losses.assign(losses.size(), 0.0f);
     bool optimizer_started = false;
     try {
       // Micro-batch mb of this dp rank draws the masks of micro-batch
@@ -1212,7 +1197,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       }
     }
     const double step_end_us = now_us() - start;
-    std::copy(losses.begin(), losses.end(), report.begin() + 1);
+    for (size_t i = 0; i < losses.size(); ++i) report[1 + i] = losses[i];
     report[static_cast<size_t>(k + 1)] = static_cast<float>(times.compute_us);
     report[static_cast<size_t>(k + 2)] = static_cast<float>(times.actions_end_us);
     report[static_cast<size_t>(k + 3)] = static_cast<float>(step_end_us);
@@ -1279,7 +1264,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       buffers.emplace_back(slot.nbytes() * static_cast<size_t>(dp));
       const Tensor gathered{buffers.back().data(), param.dtype, Shape{dp * param.shape.numel()}};
       if (dp_axis < 0)
-        std::memcpy(gathered.data, slot.data, slot.nbytes());
+        read_to_host(program.stream, gathered.data, slot);
       else
         exchange.all_gather(grid->comm(dp_axis), slot, gathered);
       mine[param.name] = Tensor{gathered.data, param.dtype, param.full_shape};

@@ -1,6 +1,8 @@
 // dsrt: what train_main and pipeline_main share (train_common.h).
 #include "train_common.h"
 
+#include "dsrt/backend.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -299,7 +301,9 @@ void load_micro_batch(Program &program, const InputData &item, const ValueInfo &
   program.memory.acquire(slot.offset, slot_size(*program.info, item.micro_bytes));
   size_t offset = static_cast<size_t>(batch) * item.batch_bytes;
   if (!item.per_batch_scalar) offset += static_cast<size_t>(global_micro) * item.micro_bytes;
-  std::memcpy(program.arena + slot.offset, item.array.bytes.data() + offset, item.micro_bytes);
+  backend(program.stream)
+      .copy(program.stream, program.arena + slot.offset, item.array.bytes.data() + offset,
+            item.micro_bytes);
 }
 
 //===--- running -----------------------------------------------------------------===//
@@ -319,17 +323,19 @@ double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int
   const int64_t grad_norm_index = find_value(optimizer.outputs, "grad_norm", "");
   program.memory.acquire(lr_input.offset,
                          slot_size(info, dtype_size(lr_input.dtype) * lr_input.shape.numel()));
-  store_float(Tensor{program.arena + lr_input.offset, lr_input.dtype, lr_input.shape}, 0,
-              static_cast<float>(lr));
+  write_scalar(program.stream,
+               Tensor{program.arena + lr_input.offset, lr_input.dtype, lr_input.shape},
+               static_cast<float>(lr));
   program.memory.acquire(
       step_input.offset, slot_size(info, dtype_size(step_input.dtype) * step_input.shape.numel()));
-  store_int(Tensor{program.arena + step_input.offset, step_input.dtype, step_input.shape}, 0,
-            step);
+  write_scalar(program.stream,
+               Tensor{program.arena + step_input.offset, step_input.dtype, step_input.shape},
+               static_cast<double>(step));
   run_function(program, optimizer_step, optimizer_index);
   if (static_cast<int64_t>(program.outputs.size()) <= grad_norm_index ||
       !program.outputs[grad_norm_index].data)
     throw Error("optimizer_step did not produce its output 'grad_norm'");
-  return load_float(program.outputs[grad_norm_index], 0);
+  return read_scalar(program.stream, program.outputs[grad_norm_index]);
 }
 
 void check_arena_peak(const Program &program, int64_t step) {
@@ -392,7 +398,7 @@ int run_reporting_errors(const std::function<int()> &body) {
 
 void RunnerComm::all_gather(Communicator &comm, const Tensor &in, const Tensor &out) {
   if (comm.size() == 1) {
-    if (in.nbytes() > 0) std::memcpy(out.data, in.data, in.nbytes());
+    read_to_host(stream_, out.data, in);
     return;
   }
   CommTally before = CommTally::of(comm);
@@ -436,7 +442,7 @@ void RunnerComm::gather_step_reports(const std::string &error, std::vector<float
                Tensor{reports.data(), DType::F32, Shape{size() * width}});
   } catch (const std::exception &) {
     if (error.empty()) throw;
-    std::fill(reports.begin(), reports.end(), 0.0f);
+    reports.assign(reports.size(), 0.0f);
     reports[static_cast<size_t>(rank() * width)] = 1.0f;
   }
   std::vector<int32_t> failed(static_cast<size_t>(size()));
@@ -493,11 +499,11 @@ void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, boo
 
 void init_program(Program &program, const ProgramInfo &info, int threads) {
   program.info = &info;
-  program.stream = Stream(Backend::Cpu, threads);
-  program.comm = Stream(Backend::Cpu, threads);
+  program.stream = Stream(backend().kind(), threads);
+  program.comm = Stream(backend().kind(), threads);
 }
 
-void prepare_program(Program &program, Arena &arena, const TrainOptions &options,
+void prepare_program(Program &program, ProgramArena &arena, const TrainOptions &options,
                      int64_t dp_rank) {
   const ProgramInfo &info = *program.info;
   // Generated fused loops use OpenMP's default team size.
@@ -508,7 +514,7 @@ void prepare_program(Program &program, Arena &arena, const TrainOptions &options
   for (const ValueInfo &state : info.states) {
     Tensor slot{program.arena + state.offset, state.dtype, state.shape};
     program.memory.acquire(state.offset, slot_size(info, slot.nbytes()));
-    std::memset(slot.data, 0, slot.nbytes());
+    fill_async(program.stream, slot, 0.0);
   }
 }
 
