@@ -18,7 +18,11 @@ from pathlib import Path
 HOST_MEMORY_FILES = {
     "cpu/": "the cpu backend itself",
     "internal.h": "the cpu backend's internals",
-    "comm.cpp": "the MPI ring: a transport of host buffers (NCCL is the device one)",
+    "mpi_ring.cpp": "the MPI ring: a transport of host buffers (NCCL is the device one)",
+    "mpi_ring.h": "the MPI ring's internals",
+    "mpi_ring_collectives.cpp": "the MPI ring's reductions, on host buffers",
+    "mpi_ring_groups.cpp": "the MPI ring's point-to-point transfers, on host buffers",
+    "mpi_ring_transport.cpp": "the MPI ring behind the transport interface",
     "tensor.cpp": "load_float/store_float: element access for tests and glue",
     "backend_ops.cpp": "reads the host copy that the backend made",
     "npy.cpp": "the .npy format, on host buffers",
