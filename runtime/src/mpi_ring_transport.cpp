@@ -9,7 +9,6 @@
 namespace dsrt {
 namespace detail {
 
-using detail::Call;
 
 class MpiRingTransport final : public Transport {
 public:
