@@ -1,6 +1,7 @@
-// Asynchronous work on the cpu backend: completions, the pending work of a
-// stream, and a worker thread that runs queued operations in order. Used by
-// collectives (the communication thread) and file I/O. Not installed.
+// Asynchronous host work, whatever the backend: completions, the pending
+// work of a stream, and a worker thread that runs queued operations in
+// order. Used by transports (the communication thread) and file I/O. Not
+// installed.
 #ifndef DSRT_SRC_ASYNC_H
 #define DSRT_SRC_ASYNC_H
 
@@ -49,6 +50,8 @@ struct StreamState {
   std::vector<CompletionPtr> pending;
   // Lets kernels skip the mutex when nothing asynchronous was enqueued.
   std::atomic<bool> has_pending{false};
+  // The stream's backend, which queues its kernels and copies.
+  BackendInterface *backend = nullptr;
 };
 
 // The stream's pending work (what an operation enqueued now must wait for),

@@ -1,12 +1,11 @@
 // dsrt: the kernels and describe calls of data-parallel programs.
 #include "dsrt/dist.h"
 
+#include "dsrt/backend.h"
 #include "dsrt/comm.h"
 #include "dsrt/program.h"
-#include "internal.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -107,10 +106,9 @@ void all_slice(Stream &s, const Tensor &in, const Tensor &out, int64_t axis) {
   Communicator &comm = axis_comm("all_slice", axis, grid);
   check_same_type("all_slice", in, out);
   check_chunks("all_slice", "in", in, "out", out, comm.size());
-  detail::begin_kernel(s);
   const size_t bytes = out.nbytes();
   const uint8_t *src = static_cast<const uint8_t *>(in.data) + comm.rank() * bytes;
-  if (bytes > 0 && src != out.data) std::memmove(out.data, src, bytes);
+  backend(s).copy(s, out.data, src, bytes);
 }
 
 void flat_pad(Stream &s, const Tensor &in, const Tensor &out) {
@@ -118,10 +116,11 @@ void flat_pad(Stream &s, const Tensor &in, const Tensor &out) {
   if (out.shape.rank != 1 || out.numel() < in.numel())
     throw Error("dsrt::flat_pad: out " + text(out) + " must be 1-D with at least the " +
                 std::to_string(in.numel()) + " elements of in " + text(in));
-  detail::begin_kernel(s);
-  const size_t n = in.nbytes(), m = out.nbytes();
-  if (n > 0 && in.data != out.data) std::memmove(out.data, in.data, n);
-  if (m > n) std::memset(static_cast<uint8_t *>(out.data) + n, 0, m - n);
+  const int64_t n = in.numel(), m = out.numel();
+  backend(s).copy(s, out.data, in.data, in.nbytes());
+  if (m > n)
+    fill_async(s, Tensor{static_cast<uint8_t *>(out.data) + in.nbytes(), out.dtype, Shape{m - n}},
+               0.0);
 }
 
 void copy_prefix(Stream &s, const Tensor &in, const Tensor &out) {
@@ -129,9 +128,7 @@ void copy_prefix(Stream &s, const Tensor &in, const Tensor &out) {
   if (in.shape.rank != 1 || in.numel() < out.numel())
     throw Error("dsrt::copy_prefix: in " + text(in) + " must be 1-D with at least the " +
                 std::to_string(out.numel()) + " elements of out " + text(out));
-  detail::begin_kernel(s);
-  const size_t n = out.nbytes();
-  if (n > 0 && in.data != out.data) std::memmove(out.data, in.data, n);
+  backend(s).copy(s, out.data, in.data, out.nbytes());
 }
 
 //===--- bucketed collectives --------------------------------------------------===//
@@ -150,6 +147,10 @@ struct Bucket {
   int64_t chunk = 0;
   size_t esize = 1;
   uint8_t *staging = nullptr;
+  // Packing and unpacking run on the communication thread, inside the
+  // collective that the issuing stream waits for: on a stream of their own.
+  Stream pack{backend().kind()};
+  void copy(void *dst, const void *src, size_t bytes) { backend(pack).copy(pack, dst, src, bytes); }
 };
 
 bool overlap(const Tensor &a, const Tensor &b) {
@@ -245,10 +246,6 @@ std::shared_ptr<Bucket> check_bucket(const char *op, BucketKind kind, const Tens
   return b;
 }
 
-void copy_bytes(void *dst, const void *src, size_t bytes) {
-  if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
-}
-
 }  // namespace
 
 void all_reduce_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor *outs,
@@ -260,11 +257,11 @@ void all_reduce_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor
   CommHooks hooks;
   hooks.before = [b] {
     for (size_t i = 0; i < b->ins.size(); ++i)
-      copy_bytes(b->staging + b->offsets[i] * b->esize, b->ins[i].data, b->ins[i].nbytes());
+      b->copy(b->staging + b->offsets[i] * b->esize, b->ins[i].data, b->ins[i].nbytes());
   };
   hooks.after = [b] {
     for (size_t i = 0; i < b->outs.size(); ++i)
-      copy_bytes(b->outs[i].data, b->staging + b->offsets[i] * b->esize, b->outs[i].nbytes());
+      b->copy(b->outs[i].data, b->staging + b->offsets[i] * b->esize, b->outs[i].nbytes());
   };
   comm.all_reduce(s, staging, staging, op, hooks);
 }
@@ -281,13 +278,13 @@ void reduce_scatter_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Te
     const size_t e = b->esize;
     for (int r = 0; r < ranks; ++r)
       for (size_t i = 0; i < b->ins.size(); ++i)
-        copy_bytes(b->staging + (r * b->chunk + b->offsets[i]) * e,
+        b->copy(b->staging + (r * b->chunk + b->offsets[i]) * e,
                    static_cast<const uint8_t *>(b->ins[i].data) + r * b->sizes[i] * e,
                    b->sizes[i] * e);
   };
   hooks.after = [b, rank] {
     for (size_t i = 0; i < b->outs.size(); ++i)
-      copy_bytes(b->outs[i].data, b->staging + (rank * b->chunk + b->offsets[i]) * b->esize,
+      b->copy(b->outs[i].data, b->staging + (rank * b->chunk + b->offsets[i]) * b->esize,
                  b->outs[i].nbytes());
   };
   // In place: the ring chunks of ranks * chunk elements are the equal chunks,
@@ -306,14 +303,14 @@ void all_gather_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor
   CommHooks hooks;
   hooks.before = [b, rank] {
     for (size_t i = 0; i < b->ins.size(); ++i)
-      copy_bytes(b->staging + (rank * b->chunk + b->offsets[i]) * b->esize, b->ins[i].data,
+      b->copy(b->staging + (rank * b->chunk + b->offsets[i]) * b->esize, b->ins[i].data,
                  b->ins[i].nbytes());
   };
   hooks.after = [b, ranks] {
     const size_t e = b->esize;
     for (int r = 0; r < ranks; ++r)
       for (size_t i = 0; i < b->outs.size(); ++i)
-        copy_bytes(static_cast<uint8_t *>(b->outs[i].data) + r * b->sizes[i] * e,
+        b->copy(static_cast<uint8_t *>(b->outs[i].data) + r * b->sizes[i] * e,
                    b->staging + (r * b->chunk + b->offsets[i]) * e, b->sizes[i] * e);
   };
   Tensor mine{b->staging + rank * b->chunk * b->esize, staging.dtype, Shape{b->chunk}};

@@ -1,7 +1,9 @@
-// Arenas and copies of the cpu backend. Every kind is host memory from
-// aligned_alloc; a registry of live arenas gives the kind of a pointer (for
+// Arenas and copies, backend-neutral: the memory comes from the backend
+// (backend.h); a registry of live arenas gives the kind of a pointer (for
 // copy accounting and bounds checks), and per-kind usage enforces limits.
 #include "dsrt/memory.h"
+
+#include "dsrt/backend.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -91,10 +93,8 @@ Arena::Arena(MemoryKind kind, size_t bytes, size_t alignment) : kind_(kind) {
   const std::string what = std::string("dsrt::Arena: cannot allocate ") +
                            format_bytes(static_cast<int64_t>(std::min<size_t>(bytes, INT64_MAX))) +
                            " of " + memory_kind_name(kind) + " memory";
-  // aligned_alloc wants a multiple of the alignment.
   if (bytes > static_cast<size_t>(INT64_MAX) - alignment)
     throw Error(what + ": the size is out of range");
-  size_t rounded = (bytes + alignment - 1) / alignment * alignment;
   Registry &r = registry();
   {
     std::lock_guard<std::mutex> lock(r.mutex);
@@ -107,7 +107,7 @@ Arena::Arena(MemoryKind kind, size_t bytes, size_t alignment) : kind_(kind) {
     u.arenas += 1;
   }
   errno = 0;
-  void *p = std::aligned_alloc(alignment, rounded);
+  void *p = backend().allocate(kind, bytes, alignment);
   if (!p) {
     int err = errno;
     std::lock_guard<std::mutex> lock(r.mutex);
@@ -137,7 +137,7 @@ void Arena::release() {
     u.bytes -= static_cast<int64_t>(size_);
     u.arenas -= 1;
   }
-  std::free(data_);
+  backend().deallocate(kind_, data_);
   data_ = nullptr;
   size_ = 0;
 }
@@ -210,7 +210,7 @@ void copy_async(Stream &stream, void *dst, const void *src, size_t bytes) {
   if (d < s + bytes && s < d + bytes)
     throw Error("dsrt::copy_async: source and destination of " + std::to_string(bytes) +
                 " bytes overlap");
-  std::memcpy(dst, src, bytes);
+  backend(stream).copy(stream, dst, src, bytes);
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.copied[index(from)][index(to)] += static_cast<int64_t>(bytes);

@@ -1,5 +1,6 @@
 // dsrt: the runner of generated programs.
 #include "dsrt/program.h"
+#include "dsrt/backend.h"
 
 #include "dsrt/npy.h"
 #include "runner.h"
@@ -55,9 +56,12 @@ std::string json_escape(const std::string &text) {
   return out;
 }
 
-Arena allocate_arena(int64_t arena_bytes) {
+void ArenaFree::operator()(uint8_t *p) const { backend().deallocate(MemoryKind::Device, p); }
+
+ProgramArena allocate_arena(int64_t arena_bytes) {
   size_t bytes = static_cast<size_t>(std::max<int64_t>(arena_bytes, 64));
-  Arena arena(static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  ProgramArena arena(
+      static_cast<uint8_t *>(backend().allocate(MemoryKind::Device, bytes, kArenaAlignment)));
   if (!arena) throw Error("cannot allocate the " + std::to_string(bytes) + "-byte arena");
   return arena;
 }
@@ -175,12 +179,11 @@ void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) c
 //===--- generated-code helpers -------------------------------------------===//
 
 void fill(const Tensor &t, double value) {
-  int64_t n = t.numel();
-  if (is_float(t.dtype)) {
-    for (int64_t i = 0; i < n; ++i) store_float(t, i, static_cast<float>(value));
-  } else {
-    for (int64_t i = 0; i < n; ++i) store_int(t, i, static_cast<int64_t>(value));
-  }
+  // Generated code fills constants outside any stream's order: on a stream
+  // of its own, which has nothing pending.
+  Stream s(backend().kind());
+  fill_async(s, t, value);
+  s.synchronize();
 }
 
 void set_output(Program &p, int64_t index, const Tensor &value) {
@@ -298,20 +301,20 @@ namespace {
 
 // Rank `dp_rank`'s shard of a sharded parameter: elements [r*s, min((r+1)*s,
 // n)) of the whole tensor, zeros for the rest of the slot.
-void load_shard(const ProgramInfo &info, const ParamInfo &param, const Tensor &slot,
+void load_shard(Stream &stream, const ProgramInfo &info, const ParamInfo &param, const Tensor &slot,
                 const std::string &weights_dir, int64_t dp_rank) {
   const size_t elem = dtype_size(param.dtype);
   const int64_t s = param.shape.numel(), n = param.shard_total;
   const int64_t begin = std::min(dp_rank * s, n), end = std::min((dp_rank + 1) * s, n);
   const int64_t count = end - begin;
-  std::memset(slot.data, 0, slot.nbytes());
+  fill_async(stream, slot, 0.0);
   if (param.data.data) {
     if (param.data.numel() != n)
       throw Error("parameter '" + param.name + "': its data holds " +
                   std::to_string(param.data.numel()) + " elements but the sharded tensor " +
                   param.full_shape.str() + " has " + std::to_string(n));
-    std::memcpy(slot.data, static_cast<const uint8_t *>(param.data.data) + begin * elem,
-                static_cast<size_t>(count) * elem);
+    backend(stream).copy(stream, slot.data, static_cast<const uint8_t *>(param.data.data) + begin * elem,
+                    static_cast<size_t>(count) * elem);
     return;
   }
   std::string path = resolve_weight_file(info, weights_dir, param.file);
@@ -327,11 +330,14 @@ void load_shard(const ProgramInfo &info, const ParamInfo &param, const Tensor &s
                 "' (use --weights DIR if the model moved)");
   const int64_t offset = param.file_offset + begin * static_cast<int64_t>(elem);
   const int64_t bytes = count * static_cast<int64_t>(elem);
+  std::vector<char> host(static_cast<size_t>(bytes));
   in.seekg(offset);
-  in.read(static_cast<char *>(slot.data), bytes);
+  in.read(host.data(), bytes);
   if (in.gcount() != bytes)
     throw Error("parameter '" + param.name + "': '" + path + "' ends before byte " +
                 std::to_string(offset + bytes));
+  backend(stream).copy(stream, slot.data, host.data(), host.size());
+  stream.synchronize();  // before `host` goes
 }
 
 }  // namespace
@@ -342,11 +348,11 @@ void load_params(Program &p, const std::string &weights_dir, int64_t dp_rank) {
     Tensor slot{p.arena + param.offset, param.dtype, param.shape};
     p.memory.acquire(param.offset, slot_size(info, slot.nbytes()));
     if (param.sharded()) {
-      load_shard(info, param, slot, weights_dir, dp_rank);
+      load_shard(p.stream, info, param, slot, weights_dir, dp_rank);
       continue;
     }
     if (param.data.data) {
-      std::memcpy(slot.data, param.data.data, slot.nbytes());
+      backend(p.stream).copy(p.stream, slot.data, param.data.data, slot.nbytes());
       continue;
     }
     std::string path = resolve_weight_file(info, weights_dir, param.file);
@@ -358,11 +364,14 @@ void load_params(Program &p, const std::string &weights_dir, int64_t dp_rank) {
     if (!in)
       throw Error("parameter '" + param.name + "': cannot open '" + path +
                   "' (use --weights DIR if the model moved)");
+    std::vector<char> host(static_cast<size_t>(param.length));
     in.seekg(param.file_offset);
-    in.read(static_cast<char *>(slot.data), param.length);
+    in.read(host.data(), param.length);
     if (in.gcount() != param.length)
       throw Error("parameter '" + param.name + "': '" + path + "' ends before byte " +
                   std::to_string(param.file_offset + param.length));
+    backend(p.stream).copy(p.stream, slot.data, host.data(), host.size());
+    p.stream.synchronize();  // before `host` goes
   }
 }
 
@@ -382,7 +391,8 @@ void load_inputs(Program &p, const std::string &inputs_dir) {
     expect(array, input.dtype, input.shape, "input '" + input.name + "' (" + path + ")");
     Tensor slot{p.arena + input.offset, input.dtype, input.shape};
     p.memory.acquire(input.offset, slot_size(info, slot.nbytes()));
-    std::memcpy(slot.data, array.bytes.data(), slot.nbytes());
+    backend(p.stream).copy(p.stream, slot.data, array.bytes.data(), slot.nbytes());
+    p.stream.synchronize();  // before `array` goes
   }
 }
 
@@ -452,11 +462,11 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
 
     Program program;
     program.info = &info;
-    program.stream = Stream(Backend::Cpu, options.threads);
-    program.comm = Stream(Backend::Cpu, options.threads);
+    program.stream = Stream(backend().kind(), options.threads);
+    program.comm = Stream(backend().kind(), options.threads);
     // Generated fused loops use OpenMP's default team size.
     if (options.threads > 0) omp_set_num_threads(options.threads);
-    Arena arena = allocate_arena(info.arena_bytes);
+    ProgramArena arena = allocate_arena(info.arena_bytes);
     program.arena = arena.get();
     Tracer tracer;
     if (!options.trace.empty()) program.tracer = &tracer;

@@ -21,12 +21,13 @@ std::string directory_of(const std::string &path);
 std::string file_name_for(const std::string &name);
 std::string json_escape(const std::string &text);
 
-struct AlignedFree {
-  void operator()(uint8_t *p) const { std::free(p); }
+// The program's arena is device memory of the backend.
+struct ArenaFree {
+  void operator()(uint8_t *p) const;
 };
-using Arena = std::unique_ptr<uint8_t, AlignedFree>;
+using ProgramArena = std::unique_ptr<uint8_t, ArenaFree>;
 // 64-byte aligned, at least 64 bytes.
-Arena allocate_arena(int64_t arena_bytes);
+ProgramArena allocate_arena(int64_t arena_bytes);
 
 // The bytes a slot of `bytes` takes in the plan (rounded up to the
 // alignment).

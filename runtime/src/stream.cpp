@@ -1,10 +1,11 @@
-// Streams, events and requests of the cpu backend. Kernels run to completion
-// when they are enqueued; asynchronous operations (collectives, file I/O)
-// run on worker threads and are tracked as the stream's pending work, which
-// later work on the stream waits for.
+// Streams, events and requests, backend-neutral: asynchronous host work
+// (collectives on a transport's thread, file I/O) is tracked as the
+// stream's pending work, which later work on the stream waits for; the
+// stream's backend (backend.h) adds whatever it queues itself.
 #include "dsrt/stream.h"
 
 #include "async.h"
+#include "dsrt/backend.h"
 #include "dsrt/tensor.h"
 
 #include <string>
@@ -131,15 +132,18 @@ using detail::CompletionPtr;
 
 Stream::Stream(Backend backend, int threads)
     : backend_(backend), threads_(threads), state_(std::make_shared<detail::StreamState>()) {
-  if (backend == Backend::Cuda)
-    throw Error("dsrt::Stream: not implemented: this libdsrt has no cuda backend; "
-                "use Backend::Cpu");
+  try {
+    state_->backend = &dsrt::backend(backend);
+  } catch (const Error &e) {
+    throw Error(std::string("dsrt::Stream: ") + e.what());
+  }
   if (threads < 0)
     throw Error("dsrt::Stream: thread count " + std::to_string(threads) +
                 " must be >= 0 (0 means all available)");
 }
 
 void Stream::synchronize() {
+  state_->backend->synchronize(*this);
   if (!state_->has_pending.load(std::memory_order_acquire))
     return;
   std::vector<CompletionPtr> work;
@@ -161,15 +165,21 @@ void Stream::synchronize() {
 void Event::record(Stream &stream) {
   recorded_ = true;
   work_ = detail::pending_work(stream);
+  backend_ = stream.state()->backend;
+  device_ = backend_->record(stream);
 }
 
 void Event::wait(Stream &stream) {
   for (const CompletionPtr &c : work_)
     if (!c->done() || c->failed())
       detail::add_pending(stream, c);
+  if (device_)
+    stream.state()->backend->wait(stream, device_);
 }
 
 void Event::synchronize() {
+  if (device_)
+    backend_->synchronize(device_);
   for (const CompletionPtr &c : work_)
     c->wait();
   for (const CompletionPtr &c : work_)
@@ -180,6 +190,8 @@ void Event::synchronize() {
 }
 
 bool Event::query() const {
+  if (device_ && !backend_->query(device_))
+    return false;
   for (const CompletionPtr &c : work_)
     if (!c->done())
       return false;

@@ -1,5 +1,6 @@
 // dsrt: the runner of generated training programs (train_main) and
 // DeepSpeed's learning-rate schedules.
+#include "dsrt/backend.h"
 #include "dsrt/comm.h"
 #include "dsrt/program.h"
 #include "runner.h"
@@ -144,7 +145,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   TrainOutputs outputs;
   Program program;
   init_program(program, info, options.threads);
-  Arena arena;
+  ProgramArena arena;
   Tracer tracer;
   std::string setup_error;
   try {
@@ -189,7 +190,8 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
         if (program.outputs.empty() || !program.outputs[0].data)
           throw Error("micro_step did not produce its output 0 '" + micro.outputs[0].name +
                       "'");
-        report[static_cast<size_t>(1 + micro_batch)] = load_float(program.outputs[0], 0);
+        report[static_cast<size_t>(1 + micro_batch)] =
+            static_cast<float>(read_scalar(program.stream, program.outputs[0]));
         program.memory.release_from(info.persistent_bytes);
       }
 

@@ -4,6 +4,7 @@
 #ifndef DSRT_SRC_TRAIN_COMMON_H
 #define DSRT_SRC_TRAIN_COMMON_H
 
+#include "dsrt/backend.h"
 #include "dsrt/comm.h"
 #include "dsrt/npy.h"
 #include "dsrt/program.h"
@@ -156,7 +157,7 @@ public:
 
 private:
   Communicator &comm_;
-  Stream stream_{Backend::Cpu};
+  Stream stream_{backend().kind()};
   CommTally own_;
 };
 
@@ -187,7 +188,7 @@ void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, boo
 void init_program(Program &program, const ProgramInfo &info, int threads);
 // Allocates the arena, loads the parameters (rank `dp_rank`'s shards) and
 // zeroes the states.
-void prepare_program(Program &program, Arena &arena, const TrainOptions &options,
+void prepare_program(Program &program, ProgramArena &arena, const TrainOptions &options,
                      int64_t dp_rank);
 
 struct StepLog {

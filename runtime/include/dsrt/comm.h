@@ -8,7 +8,11 @@
 // time, in the order they were issued. The caller must not change an input,
 // nor read an output, before the operation completes.
 //
-// The collectives are ring algorithms over MPI point-to-point messages, so
+// A Communicator carries its operations over a Transport (transport.h):
+// world() and split() use the MPI ring, the one written so far.
+//
+// The MPI ring's collectives are ring algorithms over MPI point-to-point
+// messages, so
 // the order in which values are combined is fixed: results are bit-identical
 // on every rank and from run to run. Every rank sends a small header to every
 // other rank before each collective, which turns disagreeing calls (sizes,
@@ -25,6 +29,7 @@
 #include "dsrt/kernels.h"
 #include "dsrt/stream.h"
 #include "dsrt/tensor.h"
+#include "dsrt/transport.h"
 
 #include <cstdint>
 #include <functional>
@@ -33,74 +38,6 @@
 #include <vector>
 
 namespace dsrt {
-
-namespace detail {
-class CommEngine;
-}
-
-enum class CommOp : uint8_t {
-  AllReduce = 0, AllGather, ReduceScatter, Broadcast, Send, Recv, Barrier,
-};
-constexpr int kNumCommOps = 7;
-const char *comm_op_name(CommOp op);
-
-// What one kind of operation moved on this rank since the last reset.
-struct CommCounters {
-  int64_t calls = 0;           // operations completed
-  int64_t bytes_sent = 0;      // payload: what the ring formulas count
-  int64_t bytes_received = 0;
-  int64_t header_bytes_sent = 0;  // consistency headers, kCommHeaderBytes each
-  int64_t header_bytes_received = 0;
-};
-
-constexpr int64_t kCommHeaderBytes = 128;
-
-struct CommOptions {
-  // An operation that makes no progress for this long fails, and with it
-  // the communicator (a peer died, hangs, or issued other operations). The
-  // environment variable DSRT_COMM_TIMEOUT (seconds) sets the default.
-  double timeout_s = 600;
-  // Broadcast forwards the buffer along the chain in slices of this size.
-  int64_t broadcast_slice_bytes = int64_t(1) << 20;
-};
-
-// One transfer of a send_recv group.
-struct P2POp {
-  CommOp op = CommOp::Send;  // Send or Recv
-  Tensor tensor;
-  int peer = 0;
-};
-
-// The ring partition of `total` elements among `ranks`: chunk j starts at
-// j * (total / ranks) + min(j, total % ranks) and the first total % ranks
-// chunks have one element more. all_gather and reduce_scatter exchange
-// these chunks, so their per-rank sizes may differ by one.
-struct Chunk {
-  int64_t begin = 0, size = 0;
-};
-Chunk ring_chunk(int64_t total, int ranks, int j);
-
-// Payload bytes `rank` sends and receives in one operation on `ranks` ranks
-// (the formulas of docs/runtime.md). `total` is the element count: of the
-// tensor (all_reduce, broadcast, send, recv), of the gathered output
-// (all_gather), of the scattered input (reduce_scatter).
-struct CommVolume {
-  int64_t sent = 0, received = 0;
-};
-CommVolume comm_volume(CommOp op, DType dtype, int64_t total, int ranks, int rank, int root = 0);
-
-// Work a collective does on the communication thread around its ring, so
-// that the issuing thread returns at once (bucketed collectives pack
-// several tensors into one buffer and unpack the result). `before` runs
-// before the header exchange, once the work pending on the stream is done
-// and only if nothing failed so far; an exception it throws is this rank's
-// local error, which fails the collective on every rank as a bad argument
-// does. `after` runs once the collective completed successfully, before its
-// Request completes; an exception it throws fails the Request on this rank
-// only. Neither may issue operations on a communicator.
-struct CommHooks {
-  std::function<void()> before, after;
-};
 
 class Communicator {
 public:
@@ -167,10 +104,13 @@ public:
   // works. After a failure every operation fails at once.
   std::string failure() const;
 
+  // A communicator over another transport (NCCL, or a test's).
+  explicit Communicator(std::unique_ptr<Transport> transport);
+  Transport &transport() { return *transport_; }
+  const Transport &transport() const { return *transport_; }
+
 private:
-  Communicator();
-  explicit Communicator(std::unique_ptr<detail::CommEngine> engine);
-  std::unique_ptr<detail::CommEngine> engine_;
+  std::unique_ptr<Transport> transport_;
 };
 
 }  // namespace dsrt

@@ -6,6 +6,8 @@
 // asynchronous operation. Generated code is written against these semantics
 // so that it is correct for the asynchronous cuda backend.
 //
+// The backend interface behind streams is in backend.h.
+//
 // On the cpu backend kernels and copies run to completion on the calling
 // thread when they are enqueued, after waiting for whatever asynchronous work
 // (collectives, file I/O) is still pending on their stream; collectives run on
@@ -18,6 +20,8 @@
 #include <vector>
 
 namespace dsrt {
+
+class BackendInterface;
 
 namespace detail {
 struct Completion;
@@ -63,6 +67,9 @@ public:
 private:
   bool recorded_ = false;
   std::vector<std::shared_ptr<detail::Completion>> work_;
+  // The backend's own mark (backend.h); null on the cpu backend.
+  BackendInterface *backend_ = nullptr;
+  std::shared_ptr<void> device_;
 };
 
 // The completion of one asynchronous operation (a collective, a file read or

@@ -1,0 +1,225 @@
+// dsrt: the description of a generated program (what dsopt_describe
+// fills): its inputs, parameters and where their bytes are, outputs, memory
+// plan, op list, training functions and schedule, grid and pipeline, and the
+// calls that fill it. Included by program.h.
+#ifndef DSRT_PROGRAM_INFO_H
+#define DSRT_PROGRAM_INFO_H
+
+#include "dsrt/tensor.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsrt {
+
+struct ValueInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  int64_t offset = -1; // in the arena; -1 for outputs (their views tell)
+};
+
+struct ParamInfo : ValueInfo {
+  bool trainable = false;
+  // Bytes in a file relative to the model's directory...
+  std::string file;
+  int64_t file_offset = 0, length = 0;
+  // ...or in the program itself (small parameters).
+  Tensor data;
+  // Sharded along "dp" (set_param_shard): the whole tensor has shard_total
+  // elements and full_shape, `shape` is this rank's 1-D shard [s] of it,
+  // flattened and zero-padded to dp * s elements. 0: not sharded. The file
+  // bytes (file_offset, length) and `data` are the whole tensor's.
+  int64_t shard_total = 0;
+  Shape full_shape;
+
+  bool sharded() const { return shard_total > 0; }
+};
+
+struct OpInfo {
+  std::string name, location;
+  int64_t flops = 0, bytes = 0;
+};
+
+// One generated function of a training program ("micro_step",
+// "optimizer_step"). Its plan uses the program's arena: persistent values at
+// the bottom, its own transient buffers between persistent_bytes and
+// arena_bytes (<= the program's arena_bytes).
+struct FunctionInfo {
+  std::string name;
+  int64_t arena_bytes = 0, peak_live_bytes = 0;
+  std::vector<ValueInfo> inputs, outputs;  // inputs have offsets
+  std::vector<OpInfo> ops;
+};
+
+// How train_main drives the two functions and logs (set_training,
+// set_schedule).
+struct TrainInfo {
+  std::string optimizer = "AdamW";  // for the log only
+  double lr = 1e-3;                 // Constant's lr, WarmupCosineLR's base lr
+  double gradient_clipping = 0;     // for the log only (the generated code clips)
+  int64_t accumulation_steps = 1, micro_batch = 1, steps_per_print = 1;
+  std::string schedule = "Constant";  // Constant | WarmupLR | WarmupDecayLR | WarmupCosineLR
+  double warmup_min_lr = 0, warmup_max_lr = 1e-3;
+  int64_t warmup_num_steps = 1000, total_num_steps = 0;
+  bool warmup_linear = false;  // else DeepSpeed's default log warmup
+  double warmup_min_ratio = 0, cos_min_ratio = 1e-4;
+};
+
+// A pipeline-parallel program (set_pipeline): one program per rank of the
+// "pp" axis, all linked into one executable (pipeline_main). See
+// docs/runtime.md, "Pipeline-parallel programs".
+enum class PipelineActionKind : int64_t {
+  Forward = 0, Backward, BackwardInput, BackwardWeight,
+  SendActivation, RecvActivation, SendGradient, RecvGradient,
+};
+constexpr int64_t kPipelineActionKinds = 8;
+
+// A virtual stage the rank holds and its functions' names ("" where
+// absent): forward and backward, or (zb-h1) forward, backward_input and
+// backward_weight.
+struct PipelineStage {
+  int64_t stage = 0;
+  std::string forward, backward, backward_input, backward_weight;
+};
+
+// One action of the rank's static schedule; stage = chunk * stages + rank.
+struct PipelineAction {
+  PipelineActionKind kind = PipelineActionKind::Forward;
+  int64_t microbatch = 0, chunk = 0;
+  int64_t peer = -1;  // the other pp coordinate of a transfer; -1 for compute
+};
+
+// `slots` equal slots of `slot_bytes` bytes at arena `offset` (slot i at
+// offset + i * slot_bytes). kind: stash, act_in, act_out, grad_in,
+// grad_out, wstash (per virtual stage) or tied (stage -1).
+struct PipelinePool {
+  std::string kind;
+  int64_t stage = -1, slots = 0, slot_bytes = 0, offset = 0;
+};
+
+// A state (a gradient accumulator) that the pp ranks `ranks` (ascending)
+// each hold a part of; summed over them before optimizer_step.
+struct PipelineTied {
+  std::string state;
+  std::vector<int64_t> ranks;
+};
+
+struct PipelineInfo {
+  std::string schedule;  // for logs: gpipe, 1f1b, interleaved, zb-h1
+  int64_t stages = 0;    // pp size; 0: not a pipeline program
+  int64_t chunks = 1, microbatches = 0, rank = 0;
+  // [buffers_offset, buffers_offset + buffers_bytes): the pools, at the top
+  // of the arena; the functions' transient buffers lie below.
+  int64_t buffers_offset = 0, buffers_bytes = 0;
+  std::vector<PipelineStage> stage_functions;
+  std::vector<PipelineAction> actions;
+  std::vector<PipelinePool> pools;
+  std::vector<PipelineTied> tied;
+
+  bool present() const { return stages > 0; }
+};
+
+struct ProgramInfo {
+  std::string model_path;
+  int64_t arena_bytes = 0, persistent_bytes = 0, peak_live_bytes = 0;
+  int64_t alignment = 64;
+  std::vector<ValueInfo> inputs, outputs;
+  std::vector<ParamInfo> params;
+  std::vector<OpInfo> ops;
+  // Training programs only: zero-initialized persistent values (optimizer
+  // moments, gradient accumulators), the functions and how to run them.
+  std::vector<ValueInfo> states;
+  std::vector<FunctionInfo> functions;
+  TrainInfo train;
+  // The device grid (set_grid): axis names and sizes, and their product, the
+  // number of ranks the program runs on.
+  std::vector<std::string> grid_names;
+  std::vector<int64_t> grid_sizes;
+  int64_t world = 1;
+  // Pipeline programs only (set_pipeline and what follows it).
+  PipelineInfo pipeline;
+
+  bool is_training() const { return !functions.empty(); }
+  // The index of the grid axis called `name` ("pp", "dp", "tp"), -1 when the
+  // grid has none.
+  int64_t grid_axis(const std::string &name) const {
+    for (size_t i = 0; i < grid_names.size(); ++i)
+      if (grid_names[i] == name) return static_cast<int64_t>(i);
+    return -1;
+  }
+  // The size of the grid axis called `name`, 1 when the grid has none.
+  int64_t axis_size(const std::string &name) const {
+    int64_t axis = grid_axis(name);
+    return axis < 0 ? 1 : grid_sizes[static_cast<size_t>(axis)];
+  }
+  // Ranks along the data-parallel axis "dp", 1 without one.
+  int64_t dp_size() const { return axis_size("dp"); }
+};
+
+//===--- called by generated code: dsopt_describe -------------------------===//
+
+void set_model(ProgramInfo &info, const char *path);
+void set_memory_plan(ProgramInfo &info, int64_t arena_bytes, int64_t persistent_bytes,
+                     int64_t peak_live_bytes, int64_t alignment);
+void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset);
+void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shape,
+                    int64_t offset, bool trainable, const char *file, int64_t file_offset,
+                    int64_t length);
+void add_param_data(ProgramInfo &info, const char *name, const Tensor &data, int64_t offset,
+                    bool trainable);
+void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape);
+void add_op(ProgramInfo &info, const char *name, const char *location, int64_t flops,
+            int64_t bytes);
+
+// Training programs. After begin_function, add_input / add_output / add_op
+// append to that function (functions.back()) instead of the top-level lists.
+void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset);
+void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,
+                    int64_t peak_live_bytes);
+void set_training(ProgramInfo &info, const char *optimizer, double lr, double gradient_clipping,
+                  int64_t accumulation_steps, int64_t micro_batch, int64_t steps_per_print);
+void set_schedule(ProgramInfo &info, const char *kind, double warmup_min_lr, double warmup_max_lr,
+                  int64_t warmup_num_steps, int64_t total_num_steps, bool warmup_linear,
+                  double warmup_min_ratio, double cos_min_ratio);
+
+// Pipeline programs (docs/runtime.md, "Pipeline-parallel programs"). This
+// program is pp rank `rank` of a pipeline of `stages` ranks with `chunks`
+// virtual stages per rank (chunk c of rank r is stage c * stages + r) and
+// `microbatches` micro-batches per step (== accumulation_steps); `schedule`
+// names it in logs (gpipe, 1f1b, interleaved, zb-h1). The pools occupy
+// [buffers_offset, buffers_offset + buffers_bytes) at the top of the arena
+// (their end is arena_bytes); the functions' transient buffers lie in
+// [persistent_bytes, buffers_offset).
+void set_pipeline(ProgramInfo &info, const char *schedule, int64_t stages, int64_t chunks,
+                  int64_t microbatches, int64_t rank, int64_t buffers_offset,
+                  int64_t buffers_bytes);
+// A virtual stage this rank holds and its functions ("" where absent):
+// forward and backward, or (zb-h1) forward, backward_input and
+// backward_weight.
+void add_pipeline_stage(ProgramInfo &info, int64_t stage, const char *forward,
+                        const char *backward, const char *backward_input,
+                        const char *backward_weight);
+// The next action of this rank's schedule, in execution order: `kind` is a
+// PipelineActionKind (0 Forward, 1 Backward, 2 BackwardInput, 3
+// BackwardWeight, 4 SendActivation, 5 RecvActivation, 6 SendGradient, 7
+// RecvGradient), `peer` the other pp coordinate of a transfer (-1 for
+// compute).
+void add_pipeline_action(ProgramInfo &info, int64_t kind, int64_t microbatch, int64_t chunk,
+                         int64_t peer);
+// A pool of `slots` slots of `slot_bytes` bytes at arena `offset`. kind:
+// "stash", "act_in", "act_out", "grad_in", "grad_out", "wstash" (of virtual
+// stage `stage`) or "tied" (stage -1).
+void add_pipeline_pool(ProgramInfo &info, const char *kind, int64_t stage, int64_t slots,
+                       int64_t slot_bytes, int64_t offset);
+// A state (gradient accumulator "grad:<param>") that the pp ranks `ranks`
+// (ascending, this rank among them) each hold; before optimizer_step each
+// of them replaces it by the sum of all their copies, summed in ascending
+// rank order (bitwise identical on every sharer).
+void add_pipeline_tied(ProgramInfo &info, const char *state, const int64_t *ranks,
+                       int64_t count);
+
+}  // namespace dsrt
+
+#endif  // DSRT_PROGRAM_INFO_H

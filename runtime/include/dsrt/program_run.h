@@ -1,0 +1,163 @@
+// dsrt: a running generated program (what dsopt_run and the training
+// functions receive): its arena, compute and communication streams, the
+// collectives' events, memory monitor and tracer, and the calls generated
+// run functions make. Included by program.h.
+#ifndef DSRT_PROGRAM_RUN_H
+#define DSRT_PROGRAM_RUN_H
+
+#include "dsrt/dist.h"
+#include "dsrt/kernels.h"
+#include "dsrt/math.h"
+#include "dsrt/program_info.h"
+#include "dsrt/stream.h"
+#include "dsrt/tensor.h"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dsrt {
+
+// Tracks the arena's live buffers: acquiring a slot that overlaps a live one,
+// or releasing one that is not live, means the memory plan is wrong and
+// throws. The high-water mark is the highest byte any live slot reached.
+class MemoryMonitor {
+public:
+  void acquire(int64_t offset, int64_t size);
+  void release(int64_t offset);
+  // Releases every live slot that starts at or above `offset` (a function's
+  // results stay live until its run ends; the training runner drops all
+  // transient slots with release_from(persistent_bytes) after each run).
+  void release_from(int64_t offset);
+  // Releases every live slot that starts in [from, to) (a pipeline stage's
+  // transient buffers, below the pipeline buffers that stay live).
+  void release_range(int64_t from, int64_t to);
+  int64_t high_water_mark() const { return high_water_mark_; }
+  int64_t live_bytes() const { return live_bytes_; }
+  int64_t peak_live_bytes() const { return peak_live_bytes_; }
+
+private:
+  std::map<int64_t, int64_t> live_; // offset -> size
+  int64_t high_water_mark_ = 0, live_bytes_ = 0, peak_live_bytes_ = 0;
+};
+
+// Chrome trace events (chrome://tracing, ui.perfetto.dev).
+// In a training program op indices are per function: the runner says which
+// function runs with set_function (-1: the top-level op list).
+class Tracer {
+public:
+  void begin(int64_t op);
+  void end(int64_t op);
+  void set_function(int function) { function_ = function; }
+  void write(const std::string &path, const ProgramInfo &info, int rank = 0) const;
+
+private:
+  struct Slice {
+    int64_t op;
+    int function;
+    double begin_us, end_us;
+  };
+  std::vector<Slice> slices_;
+  double open_begin_ = 0;
+  int function_ = -1;
+};
+
+struct Program {
+  const ProgramInfo *info = nullptr;
+  Stream stream;
+  // Collectives issue here (comm_stream) so that compute on `stream` runs
+  // while they progress; same backend and threads as `stream`.
+  Stream comm;
+  // collectives[i]: the point of `comm` right after collective i of the
+  // running function was issued (collective_issued), waited for with
+  // collective_wait.
+  std::vector<Event> collectives;
+  uint8_t *arena = nullptr;
+  MemoryMonitor memory;
+  Tracer *tracer = nullptr;
+  std::vector<Tensor> outputs;
+  // The memory of the running function's inputs that have no buffer in its
+  // plan (a pipeline stage's received and stashed values, which it reads
+  // where the runner keeps them), in input order; see bound_input.
+  std::vector<Tensor> bound;
+  // Where the running function computes its outputs named "send:", "stash:"
+  // or "wstash:" (a pipeline stage's: the pool slots that keep them), in
+  // the order of those outputs; see bound_output.
+  std::vector<Tensor> bound_outputs;
+};
+
+//===--- called by generated code: dsopt_run ------------------------------===//
+
+inline Stream &stream(Program &p) { return p.stream; }
+inline uint8_t *arena(Program &p) { return p.arena; }
+
+inline Tensor view(uint8_t *base, int64_t offset, DType dtype, Shape shape) {
+  return Tensor{base + offset, dtype, shape};
+}
+// Views of the program's static constants (16-bit floats are stored as their
+// bit patterns, bools as bytes).
+template <typename T> Tensor view_static(T *data, DType dtype, Shape shape) {
+  return Tensor{const_cast<void *>(static_cast<const void *>(data)), dtype, shape};
+}
+inline Tensor reshape(const Tensor &t, Shape shape) { return Tensor{t.data, t.dtype, shape}; }
+// The memory bound to the running function's index-th input without a
+// buffer of its own (Program::bound), viewed with this dtype and shape.
+// Throws when the runner bound nothing there or fewer bytes.
+Tensor bound_input(Program &p, int64_t index, DType dtype, Shape shape);
+// The memory bound to the running function's index-th output named "send:",
+// "stash:" or "wstash:" (Program::bound_outputs), into which it computes it.
+Tensor bound_output(Program &p, int64_t index, DType dtype, Shape shape);
+// Overlapping collectives with compute. A generated function issues its
+// collectives on comm_stream(p) and numbers them 0, 1, ... in issue order
+// (per run of the function): collective_issued(p, i) right after issuing
+// collective i, collective_wait(p, i) before the first kernel that reads its
+// result, collectives_done(p) at the function's end. Kernels on p.stream do
+// not wait for work pending only on p.comm.
+//
+// The stream collectives are issued on, ordered after the work enqueued on
+// p.stream so far.
+Stream &comm_stream(Program &p);
+// Marks the point of p.comm right after collective `index` was issued.
+void collective_issued(Program &p, int64_t index);
+// Makes later work on p.stream wait for collective `index` (and what was
+// issued on p.comm before it), without blocking the host; the next kernel on
+// p.stream blocks. Costs a few atomic loads when it has completed. Throws
+// its dsrt::Error at once when it has already failed; otherwise a failure
+// is thrown by the next kernel or synchronize() of p.stream. Throws when
+// collective `index` was not issued in this run.
+void collective_wait(Program &p, int64_t index);
+// Blocks until everything issued on p.comm has completed; throws the first
+// failure not reported yet.
+void collectives_done(Program &p);
+
+// Generated kernels (fused loops) start as libdsrt's do: after the work
+// still pending on their stream (collectives, file I/O), whose results they
+// may read.
+inline void begin_generated_kernel(Stream &s) { s.synchronize(); }
+// The elements of a tensor view as a typed pointer (generated fused loops).
+template <typename T> T *elements(const Tensor &t) { return static_cast<T *>(t.data); }
+inline const Tensor *optional(const Tensor &t) { return &t; }
+template <typename... Ts> std::array<Tensor, sizeof...(Ts)> tensor_array(const Ts &...ts) {
+  return {ts...};
+}
+template <size_t N> const Tensor *data(const std::array<Tensor, N> &tensors) {
+  return tensors.data();
+}
+// Writes `value`, converted to the tensor's type, into every element.
+void fill(const Tensor &t, double value);
+
+inline void acquire(Program &p, int64_t offset, int64_t size) { p.memory.acquire(offset, size); }
+inline void release(Program &p, int64_t offset) { p.memory.release(offset); }
+inline void begin_op(Program &p, int64_t op) {
+  if (p.tracer) p.tracer->begin(op);
+}
+inline void end_op(Program &p, int64_t op) {
+  if (p.tracer) p.tracer->end(op);
+}
+void set_output(Program &p, int64_t index, const Tensor &value);
+
+}  // namespace dsrt
+
+#endif  // DSRT_PROGRAM_RUN_H

@@ -1,0 +1,307 @@
+// The pipeline runner's schedule executor: see pipeline_executor.h.
+#include "pipeline_executor.h"
+
+#include "dsrt/backend.h"
+#include "dsrt/comm.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace dsrt {
+namespace pipeline {
+
+namespace {
+
+// The pool a transfer action's tensors are in.
+int transfer_pool(Kind kind) {
+  switch (kind) {
+  case Kind::SendActivation: return ActOut;
+  case Kind::RecvActivation: return ActIn;
+  case Kind::SendGradient: return GradOut;
+  default: return GradIn;
+  }
+}
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Program &program, const PipelineRankProgram &functions,
+                                   const std::vector<InputData> &data, int64_t pp_axis)
+    : program_(program), info_(*program.info), pipeline_(info_.pipeline),
+      functions_(functions), pp_axis_(pp_axis) {
+  for (StagePlan &plan : stage_plans(info_)) {
+    StageRun run;
+    run.plan = std::move(plan);
+    stages_.push_back(std::move(run));
+  }
+  for (const PipelinePool &pool : pipeline_.pools) {
+    const int kind = pool_kind(pool.kind);
+    if (kind == Tied) {
+      tied_ = std::make_unique<SlotPool>(pool, tied_layout(info_), "tied pool");
+      continue;
+    }
+    StageRun &stage = stage_run(pool.stage);
+    stage.pools[kind] = std::make_unique<SlotPool>(
+        pool, stage.plan.layouts[kind],
+        std::string(kPoolKinds[kind]) + " pool of stage " + std::to_string(pool.stage));
+  }
+  for (const InputData &item : data) data_[item.input->name] = &item;
+}
+
+void PipelineExecutor::run_actions(int64_t batch, uint64_t first_counter, int64_t dp_rank,
+                                   std::vector<float> &losses, StepTimes &times,
+                                   double origin_us) {
+  const std::vector<PipelineAction> &actions = pipeline_.actions;
+  times.begin.assign(actions.size(), 0);
+  times.end.assign(actions.size(), 0);
+  times.compute_us = times.actions_end_us = 0;
+  next_action_ = 0;
+  tied_issued_ = false;
+  for (size_t i = 0; i < actions.size();) {
+    size_t end = i + 1;
+    const double begin_us = now_us();
+    if (is_transfer(actions[i].kind)) {
+      while (end < actions.size() && is_transfer(actions[end].kind)) ++end;
+      run_transfers(i, end);
+    } else {
+      next_action_ = end;
+      const int64_t k = pipeline_.microbatches;
+      const int64_t mb = actions[i].microbatch;
+      run_compute(actions[i], batch, first_counter + static_cast<uint64_t>(dp_rank * k + mb),
+                  dp_rank * k + mb, losses);
+    }
+    const double end_us = now_us();
+    for (size_t j = i; j < end; ++j) {
+      times.begin[j] = begin_us - origin_us;
+      times.end[j] = end_us - origin_us;
+    }
+    if (!is_transfer(actions[i].kind)) times.compute_us += end_us - begin_us;
+    times.actions_end_us = end_us - origin_us;
+    i = end;
+  }
+  for (const StageRun &stage : stages_)
+    for (const auto &pool : stage.pools)
+      if (pool && !pool->held().empty())
+        throw Error("pipeline schedule: after the step's last action the " + pool->name() +
+                    " still holds micro-batches " + pool->held());
+}
+
+void PipelineExecutor::sum_tied() {
+  if (pipeline_.tied.empty()) return;
+  uint8_t *arena = program_.arena;
+  const int64_t slot = tied_ ? tied_->allocate(program_.memory, 0) : -1;
+  TransferGroup group;
+  size_t buffer = 0;
+  for (const PipelineTied &tied : pipeline_.tied) {
+    const ValueInfo &state = info_.states[find_value(info_.states, tied.state, "state")];
+    const Tensor own{arena + state.offset, state.dtype, state.shape};
+    for (int64_t r : tied.ranks) {
+      if (r == pipeline_.rank) continue;
+      group.add(true, own, r);
+      group.add(false, tied_->tensor(arena, slot, buffer++), r);
+    }
+  }
+  issue(group);
+  tied_issued_ = true;
+  program_.stream.synchronize();
+  buffer = 0;
+  for (const PipelineTied &tied : pipeline_.tied) {
+    const ValueInfo &state = info_.states[find_value(info_.states, tied.state, "state")];
+    const Tensor own{arena + state.offset, state.dtype, state.shape};
+    std::vector<Tensor> copies;  // in ascending rank order, this rank's at its place
+    for (int64_t r : tied.ranks)
+      copies.push_back(r == pipeline_.rank ? own : tied_->tensor(arena, slot, buffer++));
+    // Summed in f32 in rank order (16-bit floats rounded once).
+    add_async(program_.stream, own, copies.data(), static_cast<int64_t>(copies.size()));
+  }
+  if (tied_) tied_->release(program_.memory, slot);
+}
+
+StageRun &PipelineExecutor::stage_run(int64_t stage) {
+  for (StageRun &run : stages_)
+    if (run.plan.stage == stage) return run;
+  throw Error("pipeline: no stage " + std::to_string(stage));  // checked before
+}
+
+StageRun &PipelineExecutor::stage_of(const PipelineAction &action) {
+  return stage_run(action.chunk * pipeline_.stages + pipeline_.rank);
+}
+
+void PipelineExecutor::run_compute(const PipelineAction &action, int64_t batch,
+                                   uint64_t counter, int64_t global_micro,
+                                   std::vector<float> &losses) {
+  StageRun &stage = stage_of(action);
+  const StagePlan &plan = stage.plan;
+  const int64_t mb = action.microbatch;
+  const std::string name = action_name(action, pipeline_.chunks);
+  const int index = action.kind == Kind::Forward         ? plan.forward
+                    : action.kind == Kind::Backward      ? plan.backward
+                    : action.kind == Kind::BackwardInput ? plan.backward_input
+                                                         : plan.backward_weight;
+  const FunctionInfo &function = info_.functions[index];
+  uint8_t *arena = program_.arena;
+
+  // The slots this computation reads, and which of them it frees.
+  const bool forward = action.kind == Kind::Forward;
+  SlotPool *received = stage.pools[forward ? ActIn : GradIn].get();
+  SlotPool *stash = forward ? nullptr : stage.pools[Stash].get();
+  SlotPool *wstash = action.kind == Kind::BackwardWeight ? stage.pools[WStash].get() : nullptr;
+  const bool reads_received = action.kind != Kind::BackwardWeight && received &&
+                              !received->layout().empty();
+  const std::string why = name + " of stage " + std::to_string(plan.stage) + " needs it";
+  const int64_t received_slot = reads_received ? received->find(mb, why) : -1;
+  const int64_t stash_slot = stash ? stash->find(mb, why) : -1;
+  const int64_t wstash_slot = wstash ? wstash->find(mb, why) : -1;
+  // Data inputs are copied into their buffers; what the stage received or
+  // stashed is read in place (dsrt::bound_input), in input order.
+  size_t next_received = 0;
+  program_.bound.clear();
+  for (const ValueInfo &input : function.inputs) {
+    if (is_data(input)) {
+      load_micro_batch(program_, *data_.at(input.name), input, batch, global_micro);
+    } else if (starts_with(input.name, "recv:")) {
+      program_.bound.push_back(received->tensor(arena, received_slot, next_received++));
+    } else if (starts_with(input.name, "stash:")) {
+      program_.bound.push_back(
+          stash->tensor(arena, stash_slot, stash->layout().find(input.name)));
+    } else {
+      program_.bound.push_back(
+          wstash->tensor(arena, wstash_slot, wstash->layout().find(input.name)));
+    }
+  }
+
+  // The slots of what the computation sends and keeps, taken before it
+  // runs: it computes those outputs straight into them
+  // (dsrt::bound_output), in the order of its send:, stash: and wstash:
+  // outputs. Only pools with something to hold get a slot (an empty one
+  // would never be sent or read, so never freed).
+  auto holding = [&](int kind, bool applies) {
+    SlotPool *pool = applies ? stage.pools[kind].get() : nullptr;
+    return pool && !pool->layout().empty() ? pool : nullptr;
+  };
+  SlotPool *sent = holding(forward ? ActOut : GradOut, action.kind != Kind::BackwardWeight);
+  SlotPool *kept = holding(Stash, forward);
+  SlotPool *wkept = holding(WStash, action.kind == Kind::BackwardInput);
+  const int64_t sent_slot = sent ? sent->allocate(program_.memory, mb) : -1;
+  const int64_t kept_slot = kept ? kept->allocate(program_.memory, mb) : -1;
+  const int64_t wkept_slot = wkept ? wkept->allocate(program_.memory, mb) : -1;
+  std::vector<Tensor> targets(function.outputs.size());
+  program_.bound_outputs.clear();
+  {
+    size_t next_sent = 0, next_kept = 0, next_wkept = 0;
+    for (size_t o = 0; o < function.outputs.size(); ++o) {
+      const std::string &output = function.outputs[o].name;
+      if (starts_with(output, "send:"))
+        targets[o] = sent->tensor(arena, sent_slot, next_sent++);
+      else if (starts_with(output, "stash:"))
+        targets[o] = kept->tensor(arena, kept_slot, next_kept++);
+      else if (starts_with(output, "wstash:"))
+        targets[o] = wkept->tensor(arena, wkept_slot, next_wkept++);
+      else
+        continue;
+      program_.bound_outputs.push_back(targets[o]);
+    }
+  }
+
+  set_rng_counter(counter);
+  run_function(program_, functions_.functions[index], index);
+
+  // Outputs not computed in their slot (values passed on, views, a value
+  // sent and also kept) are copied there; the loss is recorded.
+  for (size_t o = 0; o < function.outputs.size(); ++o) {
+    const ValueInfo &output = function.outputs[o];
+    if (o >= program_.outputs.size() || !program_.outputs[o].data)
+      throw Error(name + ": '" + function.name + "' did not produce its output " +
+                  std::to_string(o) + " '" + output.name + "'");
+    const Tensor &value = program_.outputs[o];
+    if (value.dtype != output.dtype || value.numel() != output.shape.numel())
+      throw Error(name + ": '" + function.name + "' produced " + dtype_name(value.dtype) + " " +
+                  value.shape.str() + " for its output " + value_text(output));
+    if (!targets[o].data) {
+      losses[static_cast<size_t>(mb)] =
+          static_cast<float>(read_scalar(program_.stream, value));
+      continue;
+    }
+    backend(program_.stream).copy(program_.stream, targets[o].data, value.data, value.nbytes());
+  }
+  program_.bound_outputs.clear();
+  // The slots read in place are given back once the outputs, which may
+  // be views of them (a value passed on), are copied.
+  program_.bound.clear();
+  if (reads_received) received->release(program_.memory, received_slot);
+  // The stash lives until the stage's last backward computation of mb.
+  if (stash && action.kind != Kind::BackwardInput) stash->release(program_.memory, stash_slot);
+  if (wstash) wstash->release(program_.memory, wstash_slot);
+  program_.memory.release_range(info_.persistent_bytes, pipeline_.buffers_offset);
+}
+
+void PipelineExecutor::issue(const TransferGroup &group) {
+  send_recv(program_.stream, group.sends.data(), group.send_peers.data(),
+            static_cast<int64_t>(group.sends.size()), group.recvs.data(),
+            group.recv_peers.data(), static_cast<int64_t>(group.recvs.size()), pp_axis_);
+}
+
+void PipelineExecutor::run_transfers(size_t begin, size_t end) {
+  uint8_t *arena = program_.arena;
+  TransferGroup group;
+  std::vector<std::pair<SlotPool *, int64_t>> sent;
+  for (size_t i = begin; i < end; ++i) {
+    const PipelineAction &action = pipeline_.actions[i];
+    SlotPool &pool = *stage_of(action).pools[transfer_pool(action.kind)];
+    const bool send = is_send(action.kind);
+    const int64_t slot =
+        send ? pool.find(action.microbatch, action_name(action, pipeline_.chunks) + " sends it")
+             : pool.allocate(program_.memory, action.microbatch);
+    for (size_t t = 0; t < pool.layout().tensors.size(); ++t)
+      group.add(send, pool.tensor(arena, slot, t), action.peer);
+    if (send) sent.push_back({&pool, slot});
+  }
+  issue(group);
+  next_action_ = end;
+  program_.stream.synchronize();
+  for (const auto &slot : sent) slot.first->release(program_.memory, slot.second);
+}
+
+void PipelineExecutor::finish_transfers_after_failure() {
+  try {
+    const std::vector<PipelineAction> &actions = pipeline_.actions;
+    std::vector<std::vector<uint8_t>> scratch;
+    auto scratch_tensor = [&](const ValueInfo &value) {
+      scratch.emplace_back(value_bytes(value));
+      return Tensor{scratch.back().data(), value.dtype, value.shape};
+    };
+    for (size_t i = next_action_; i < actions.size();) {
+      if (!is_transfer(actions[i].kind)) {
+        ++i;
+        continue;
+      }
+      TransferGroup group;
+      for (; i < actions.size() && is_transfer(actions[i].kind); ++i) {
+        const PipelineAction &action = actions[i];
+        const SlotLayout &layout = stage_of(action).plan.layouts[transfer_pool(action.kind)];
+        for (const SlotTensor &t : layout.tensors)
+          group.add(is_send(action.kind), scratch_tensor(t.value), action.peer);
+      }
+      issue(group);
+      program_.stream.synchronize();
+      scratch.clear();
+    }
+    if (tied_issued_ || pipeline_.tied.empty()) return;
+    TransferGroup group;
+    for (const PipelineTied &tied : pipeline_.tied) {
+      const ValueInfo &state = info_.states[find_value(info_.states, tied.state, "state")];
+      for (int64_t r : tied.ranks) {
+        if (r == pipeline_.rank) continue;
+        group.add(true, scratch_tensor(state), r);
+        group.add(false, scratch_tensor(state), r);
+      }
+    }
+    issue(group);
+    program_.stream.synchronize();
+  } catch (const std::exception &) {
+    // The step has failed already; its error is the one reported.
+  }
+}
+
+}  // namespace pipeline
+}  // namespace dsrt

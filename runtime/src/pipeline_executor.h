@@ -1,0 +1,97 @@
+// The pipeline runner's schedule executor (not installed): runs one pp
+// rank's static action list every step (forwards, backwards, weight
+// gradients, send/recv groups along pp), keeping in-flight values in the
+// pools' slots, then sums the tied gradients (pipeline_executor.cpp).
+#ifndef DSRT_SRC_PIPELINE_EXECUTOR_H
+#define DSRT_SRC_PIPELINE_EXECUTOR_H
+
+#include "pipeline_plan.h"
+#include "pipeline_pools.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dsrt {
+namespace pipeline {
+
+struct StageRun {
+  StagePlan plan;
+  std::unique_ptr<SlotPool> pools[kPoolKindCount];
+};
+
+// One step's measurements of one rank's actions (microseconds from the
+// barrier that starts the step).
+struct StepTimes {
+  std::vector<double> begin, end;
+  double compute_us = 0, actions_end_us = 0;
+};
+
+// The transfers of one send_recv group.
+struct TransferGroup {
+  std::vector<Tensor> sends, recvs;
+  std::vector<int64_t> send_peers, recv_peers;
+
+  void add(bool send, const Tensor &tensor, int64_t peer) {
+    (send ? sends : recvs).push_back(tensor);
+    (send ? send_peers : recv_peers).push_back(peer);
+  }
+};
+
+class PipelineExecutor {
+public:
+  PipelineExecutor(Program &program, const PipelineRankProgram &functions,
+                   const std::vector<InputData> &data, int64_t pp_axis);
+
+  // Runs the action list of step `step` on global batch `batch`; losses[mb]
+  // gets the loss of micro-batch mb where this rank has the last stage.
+  void run_actions(int64_t batch, uint64_t first_counter, int64_t dp_rank,
+                   std::vector<float> &losses, StepTimes &times, double origin_us);
+
+  // Each tied state becomes the sum of its sharers' copies, in ascending
+  // rank order.
+  void sum_tied();
+
+private:
+  StageRun &stage_run(int64_t stage);
+  StageRun &stage_of(const PipelineAction &action);
+
+  void run_compute(const PipelineAction &action, int64_t batch, uint64_t counter,
+                   int64_t global_micro, std::vector<float> &losses);
+
+  void issue(const TransferGroup &group);
+
+  // Actions [begin, end): one send_recv group along pp, waited for. Every
+  // tensor of a slot is one transfer, in slot order.
+  void run_transfers(size_t begin, size_t end);
+
+public:
+  // After this rank failed during the step: issues the step's transfers it
+  // has not issued yet (the rest of the action list, then the tied sums),
+  // sending zeros from scratch memory and receiving into it, so that its
+  // peers finish the step and reach the exchange where every rank learns
+  // of the failure, instead of waiting for the communicator's timeout.
+  // Gives up at the first error.
+  void finish_transfers_after_failure();
+
+private:
+  Program &program_;
+  const ProgramInfo &info_;
+  const PipelineInfo &pipeline_;
+  const PipelineRankProgram &functions_;
+  const int64_t pp_axis_;
+  std::vector<StageRun> stages_;
+  std::unique_ptr<SlotPool> tied_;
+  std::map<std::string, const InputData *> data_;
+  // What the running step has issued: actions before next_action_, and
+  // the tied sums.
+  size_t next_action_ = 0;
+  bool tied_issued_ = false;
+};
+
+}  // namespace pipeline
+}  // namespace dsrt
+
+#endif  // DSRT_SRC_PIPELINE_EXECUTOR_H

@@ -1,0 +1,142 @@
+// dsrt: the collectives the training runners issue themselves (agreeing on
+// errors, step reports, the summary) and their traffic tally (train_common.h).
+#include "train_common.h"
+
+#include "dsrt/backend.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <omp.h>
+#include <sys/stat.h>
+
+namespace dsrt {
+namespace runner {
+
+//===--- the runner's exchanges between ranks ------------------------------------===//
+
+CommTally CommTally::of(const Communicator &comm) {
+  CommTally t;
+  for (int op = 0; op < kNumCommOps; ++op) {
+    CommCounters c = comm.counters(static_cast<CommOp>(op));
+    t.calls[op] = c.calls;
+    t.sent[op] = c.bytes_sent;
+    t.received[op] = c.bytes_received;
+  }
+  return t;
+}
+
+CommTally CommTally::of(const Grid &grid) {
+  CommTally t;
+  for (const Communicator *comm : grid.communicators()) t += of(*comm);
+  return t;
+}
+
+CommTally &CommTally::operator+=(const CommTally &o) {
+  for (int op = 0; op < kNumCommOps; ++op) {
+    calls[op] += o.calls[op];
+    sent[op] += o.sent[op];
+    received[op] += o.received[op];
+  }
+  return *this;
+}
+
+CommTally CommTally::operator-(const CommTally &o) const {
+  CommTally t = *this;
+  for (int op = 0; op < kNumCommOps; ++op) {
+    t.calls[op] -= o.calls[op];
+    t.sent[op] -= o.sent[op];
+    t.received[op] -= o.received[op];
+  }
+  return t;
+}
+
+int run_reporting_errors(const std::function<int()> &body) {
+  try {
+    return body();
+  } catch (const ReportedFailure &) {
+    return 1;
+  } catch (const std::exception &error) {
+    fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+}
+
+void RunnerComm::all_gather(Communicator &comm, const Tensor &in, const Tensor &out) {
+  if (comm.size() == 1) {
+    read_to_host(stream_, out.data, in);
+    return;
+  }
+  CommTally before = CommTally::of(comm);
+  comm.all_gather(stream_, in, out).wait();
+  own_ += CommTally::of(comm) - before;
+}
+
+void RunnerComm::send_recv(Communicator &comm, const std::vector<P2POp> &ops) {
+  if (ops.empty()) return;
+  CommTally before = CommTally::of(comm);
+  comm.send_recv(stream_, ops).wait();
+  own_ += CommTally::of(comm) - before;
+}
+
+void RunnerComm::barrier() {
+  if (size() == 1) return;
+  CommTally before = CommTally::of(comm_);
+  comm_.barrier(stream_).wait();
+  own_ += CommTally::of(comm_) - before;
+}
+
+void RunnerComm::agree(const std::string &error, const std::string &when) {
+  int32_t mine = error.empty() ? 0 : 1;
+  std::vector<int32_t> all(static_cast<size_t>(size()));
+  try {
+    all_gather(Tensor{&mine, DType::I32, Shape{1}}, Tensor{all.data(), DType::I32, Shape{size()}});
+  } catch (const std::exception &) {
+    if (error.empty()) throw;
+    all.assign(all.size(), 0);  // report this rank's own error, not the exchange's
+    all[static_cast<size_t>(rank())] = 1;
+  }
+  fail_if_any(error, all, when);
+}
+
+void RunnerComm::gather_step_reports(const std::string &error, std::vector<float> &report,
+                                     std::vector<float> &reports, int64_t step) {
+  const int64_t width = static_cast<int64_t>(report.size());
+  report[0] = error.empty() ? 0.0f : 1.0f;
+  try {
+    all_gather(Tensor{report.data(), DType::F32, Shape{width}},
+               Tensor{reports.data(), DType::F32, Shape{size() * width}});
+  } catch (const std::exception &) {
+    if (error.empty()) throw;
+    reports.assign(reports.size(), 0.0f);
+    reports[static_cast<size_t>(rank() * width)] = 1.0f;
+  }
+  std::vector<int32_t> failed(static_cast<size_t>(size()));
+  for (int64_t r = 0; r < size(); ++r)
+    failed[static_cast<size_t>(r)] = reports[static_cast<size_t>(r * width)] != 0.0f;
+  fail_if_any(error, failed, "at step " + std::to_string(step));
+}
+
+void RunnerComm::fail_if_any(const std::string &error, const std::vector<int32_t> &failed,
+                             const std::string &when) {
+  std::string ranks;
+  int count = 0;
+  for (size_t r = 0; r < failed.size(); ++r)
+    if (failed[r]) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      ++count;
+    }
+  if (count == 0) return;
+  if (!error.empty())
+    fprintf(stderr, "error: %s\n", error.c_str());
+  else
+    fprintf(stderr, "error: rank %d: %s %s failed %s: see %s message\n", rank(),
+            count == 1 ? "rank" : "ranks", ranks.c_str(), when.c_str(),
+            count == 1 ? "its" : "their");
+  throw ReportedFailure{};
+}
+
+}  // namespace runner
+}  // namespace dsrt
