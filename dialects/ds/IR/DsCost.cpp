@@ -155,3 +155,70 @@ int64_t FusedOp::getFlops() {
       ++perElement;
   return perElement * elements(getResult());
 }
+
+//===----------------------------------------------------------------------===//
+// Gradient, optimizer and state ops (the training step)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+RankedTensorType tensorType(Value value) {
+  return value ? dyn_cast<RankedTensorType>(value.getType()) : nullptr;
+}
+} // namespace
+
+// Softmax and log-softmax.
+int64_t SoftmaxGradOp::getFlops() { return 4 * elements(getOutput()); }
+int64_t LogSoftmaxGradOp::getFlops() { return 4 * elements(getOutput()); }
+
+// Normalization.
+int64_t LayerNormGradOp::getFlops() { return 12 * elements(getInput()); }
+int64_t BatchNormGradOp::getFlops() { return 12 * elements(getInput()); }
+
+// Losses.
+int64_t SoftmaxCrossEntropyGradOp::getFlops() {
+  return 3 * elements(getLogProb());
+}
+int64_t NllLossGradOp::getFlops() { return 2 * elements(getLabels()); }
+
+// Data movement.
+int64_t GatherGradOp::getFlops() { return elements(getResultGrad()); }
+int64_t SliceGradOp::getFlops() { return 0; }
+
+// Convolution and pooling.
+int64_t ConvGradInputOp::getFlops() {
+  auto weight = tensorType(getWeight());
+  return 2 * elements(getResultGrad()) * weight.getNumElements() /
+         std::max<int64_t>(weight.getDimSize(0), 1);
+}
+int64_t ConvGradWeightOp::getFlops() {
+  auto weight = tensorType(getWeightGrad());
+  return 2 * elements(getResultGrad()) * weight.getNumElements() /
+         std::max<int64_t>(weight.getDimSize(0), 1);
+}
+int64_t MaxPoolGradOp::getFlops() {
+  int64_t window = 1;
+  for (int64_t k : getKernelShape())
+    window *= k;
+  return elements(getResultGrad()) * window;
+}
+int64_t AvgPoolGradOp::getFlops() {
+  int64_t window = 1;
+  for (int64_t k : getKernelShape())
+    window *= k;
+  return elements(getResultGrad()) * window;
+}
+
+// Optimizers.
+int64_t AdamWOp::getFlops() { return 14 * elements(getParam()); }
+int64_t SgdOp::getFlops() { return 6 * elements(getParam()); }
+int64_t LionOp::getFlops() { return 8 * elements(getParam()); }
+
+// Gradient norm and state initialization.
+int64_t SumOfSquaresOp::getFlops() {
+  int64_t total = 0;
+  for (Value input : getInputs())
+    total += 2 * elements(input);
+  return total;
+}
+int64_t FillOp::getFlops() { return 0; }

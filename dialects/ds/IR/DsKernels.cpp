@@ -468,3 +468,213 @@ void FusedOp::buildKernelCall(KernelCallBuilder &call) {
 std::optional<unsigned> FusedOp::getInPlaceOperand(unsigned result) {
   return result == 0 ? sameTypeOperand(*this) : std::nullopt;
 }
+
+//===----------------------------------------------------------------------===//
+// Gradient, optimizer and state ops (the training step)
+//===----------------------------------------------------------------------===//
+
+// Softmax and log-softmax.
+void SoftmaxGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::softmax_grad");
+  call.stream();
+  call.tensor(getOutput());
+  call.tensor(getResultGrad());
+  call.tensor(getInputGrad());
+  call.integer(getAxis());
+}
+void LogSoftmaxGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::log_softmax_grad");
+  call.stream();
+  call.tensor(getOutput());
+  call.tensor(getResultGrad());
+  call.tensor(getInputGrad());
+  call.integer(getAxis());
+}
+
+// Normalization.
+void LayerNormGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::layer_norm_grad");
+  call.stream();
+  call.tensor(getResultGrad());
+  call.tensor(getInput());
+  call.tensor(getScale());
+  call.tensor(getMean());
+  call.tensor(getInvStdDev());
+  call.tensor(getInputGrad());
+  call.tensor(getScaleGrad());
+  call.optionalTensor(getBiasGrad());
+  call.integer(getAxis());
+}
+void BatchNormGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::batch_norm_grad");
+  call.stream();
+  call.tensor(getResultGrad());
+  call.tensor(getInput());
+  call.tensor(getScale());
+  call.tensor(getSavedMean());
+  call.tensor(getSavedInvStd());
+  call.tensor(getInputGrad());
+  call.tensor(getScaleGrad());
+  call.tensor(getBiasGrad());
+}
+
+// Losses.
+void SoftmaxCrossEntropyGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::softmax_cross_entropy_grad");
+  call.stream();
+  call.tensor(getLossGrad());
+  call.tensor(getLogProb());
+  call.tensor(getLabels());
+  call.optionalTensor(getWeights());
+  call.tensor(getScoresGrad());
+  lossArguments(call, *this);
+}
+void NllLossGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::nll_loss_grad");
+  call.stream();
+  call.tensor(getLossGrad());
+  call.tensor(getLabels());
+  call.optionalTensor(getWeights());
+  call.tensor(getLogProbGrad());
+  lossArguments(call, *this);
+}
+
+// Data movement.
+void GatherGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::gather_grad");
+  call.stream();
+  call.tensor(getResultGrad());
+  call.tensor(getIndices());
+  call.tensor(getDataGrad());
+  call.integer(getAxis());
+}
+void SliceGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::slice_grad");
+  call.stream();
+  call.tensor(getResultGrad());
+  call.tensor(getInputGrad());
+  call.integers(getOffsets());
+  call.integers(getStrides());
+}
+
+// Convolution and pooling.
+void ConvGradInputOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::conv_grad_input");
+  call.stream();
+  call.tensor(getResultGrad());
+  call.tensor(getWeight());
+  call.tensor(getInputGrad());
+  call.integers(getStrides());
+  call.integers(getPads());
+  call.integers(getDilations());
+  call.integer(getGroup());
+}
+void ConvGradWeightOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::conv_grad_weight");
+  call.stream();
+  call.tensor(getResultGrad());
+  call.tensor(getInput());
+  call.tensor(getWeightGrad());
+  call.integers(getStrides());
+  call.integers(getPads());
+  call.integers(getDilations());
+  call.integer(getGroup());
+}
+void MaxPoolGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::max_pool_grad");
+  call.stream();
+  call.tensor(getResultGrad());
+  call.tensor(getInput());
+  call.tensor(getInputGrad());
+  call.integers(getKernelShape());
+  call.integers(getStrides());
+  call.integers(getPads());
+  call.integers(getDilations());
+}
+void AvgPoolGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::avg_pool_grad");
+  call.stream();
+  call.tensor(getResultGrad());
+  call.tensor(getInputGrad());
+  call.integers(getKernelShape());
+  call.integers(getStrides());
+  call.integers(getPads());
+  call.boolean(getCountIncludePad());
+}
+
+// Optimizers.
+std::optional<unsigned> AdamWOp::getInPlaceOperand(unsigned result) {
+  static constexpr unsigned operands[] = {2, 4, 5};
+  return result < 3 ? std::optional<unsigned>(operands[result]) : std::nullopt;
+}
+void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::adamw");
+  call.stream();
+  for (Value value : getOperands())
+    call.tensor(value);
+  for (Value value : getResults())
+    call.tensor(value);
+  call.real(getBeta1().convertToFloat());
+  call.real(getBeta2().convertToFloat());
+  call.real(getEpsilon().convertToFloat());
+  call.real(getWeightDecay().convertToFloat());
+  call.boolean(getDecoupled());
+}
+std::optional<unsigned> SgdOp::getInPlaceOperand(unsigned result) {
+  static constexpr unsigned operands[] = {2, 4};
+  return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
+}
+void SgdOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::sgd");
+  call.stream();
+  for (Value value : getOperands())
+    call.tensor(value);
+  for (Value value : getResults())
+    call.tensor(value);
+  call.real(getMomentum().convertToFloat());
+  call.real(getDampening().convertToFloat());
+  call.real(getWeightDecay().convertToFloat());
+  call.boolean(getNesterov());
+}
+std::optional<unsigned> LionOp::getInPlaceOperand(unsigned result) {
+  static constexpr unsigned operands[] = {1, 3};
+  return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
+}
+void LionOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::lion");
+  call.stream();
+  for (Value value : getOperands())
+    call.tensor(value);
+  for (Value value : getResults())
+    call.tensor(value);
+  call.real(getBeta1().convertToFloat());
+  call.real(getBeta2().convertToFloat());
+  call.real(getWeightDecay().convertToFloat());
+}
+// ONNX's preview optimizers update in place too: their kernels read every
+// element of every input before writing the outputs' element.
+std::optional<unsigned> AdamOp::getInPlaceOperand(unsigned result) {
+  static constexpr unsigned operands[] = {2, 4, 5};
+  return result < 3 ? std::optional<unsigned>(operands[result]) : std::nullopt;
+}
+std::optional<unsigned> MomentumOp::getInPlaceOperand(unsigned result) {
+  static constexpr unsigned operands[] = {2, 4};
+  return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
+}
+std::optional<unsigned> AdagradOp::getInPlaceOperand(unsigned result) {
+  static constexpr unsigned operands[] = {2, 4};
+  return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
+}
+
+// Gradient norm and state initialization.
+void SumOfSquaresOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::sum_of_squares");
+  call.stream();
+  call.tensors(getInputs());
+  call.tensor(getResult());
+}
+void FillOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::fill");
+  call.tensor(getResult());
+  call.real(getValue().convertToDouble());
+}

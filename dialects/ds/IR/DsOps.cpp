@@ -210,3 +210,175 @@ LogicalResult FusedOp::verify() {
                                  "and math ops only)";
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Gradient, optimizer and state ops (the training step)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The gradient of a loss has the loss's shape: a scalar for sum and mean,
+/// the labels' shape for none.
+LogicalResult verifyLossGrad(Operation *op, Value lossGrad, Value labels,
+                             LossReduction reduction) {
+  auto grad = tensorType(lossGrad);
+  if (reduction == LossReduction::none) {
+    if (grad.getShape() != tensorType(labels).getShape())
+      return op->emitOpError() << "loss gradient " << grad
+                               << " must have the labels' shape for "
+                                  "reduction none";
+  } else if (grad.getNumElements() != 1) {
+    return op->emitOpError() << "loss gradient must be a scalar";
+  }
+  return success();
+}
+
+
+/// The forward op's result shape for `input`, to check a window gradient's
+/// declared input type against the gradient it receives.
+LogicalResult verifyWindowGrad(Operation *op, RankedTensorType input,
+                               RankedTensorType resultGrad,
+                               dsopt::ds::detail::WindowAttrs window,
+                               int64_t outChannels) {
+  SmallVector<int64_t> shape;
+  if (failed(dsopt::ds::detail::inferWindowShape(op->getLoc(),
+                                      op->getName().getStringRef(), input,
+                                      window, outChannels,
+                                      /*ceilMode=*/false, shape)))
+    return failure();
+  // A ceil-mode pooling has one more window on some axes; accept both.
+  SmallVector<int64_t> ceilShape;
+  bool ceilOk = succeeded(dsopt::ds::detail::inferWindowShape(
+                    std::nullopt, "", input, window, outChannels,
+                    /*ceilMode=*/true, ceilShape)) &&
+                ArrayRef<int64_t>(ceilShape) == resultGrad.getShape();
+  if (ArrayRef<int64_t>(shape) != resultGrad.getShape() && !ceilOk)
+    return op->emitOpError() << "result gradient " << resultGrad
+                             << " does not match the forward output shape "
+                             << RankedTensorType::get(
+                                    shape, resultGrad.getElementType())
+                             << " of input " << input;
+  return success();
+}
+
+
+LogicalResult verifyBetas(Operation *op, ArrayRef<std::pair<StringRef, float>>
+                                             betas) {
+  for (auto [name, value] : betas)
+    if (!(value >= 0.0f && value < 1.0f))
+      return op->emitOpError() << name << " " << value << " must be in [0, 1)";
+  return success();
+}
+} // namespace
+
+// Softmax and log-softmax.
+LogicalResult SoftmaxGradOp::verify() {
+  return verifyAxis(*this, getAxis(), tensorType(getOutput()).getRank());
+}
+LogicalResult LogSoftmaxGradOp::verify() {
+  return verifyAxis(*this, getAxis(), tensorType(getOutput()).getRank());
+}
+
+// Losses.
+LogicalResult NllLossGradOp::verify() {
+  auto result = tensorType(getLogProbGrad());
+  auto labels = tensorType(getLabels());
+  if (result.getRank() < 2 || labels.getRank() != result.getRank() - 1 ||
+      labels.getDimSize(0) != result.getDimSize(0))
+    return emitOpError() << "log-probability gradient " << result
+                         << " must be [N, C, d...] for labels " << labels;
+  return verifyLossGrad(*this, getLossGrad(), getLabels(), getReduction());
+}
+
+// Data movement.
+LogicalResult GatherGradOp::verify() {
+  auto data = tensorType(getDataGrad());
+  auto grad = tensorType(getResultGrad());
+  auto indices = tensorType(getIndices());
+  int64_t axis = getAxis();
+  if (failed(verifyAxis(*this, axis, data.getRank())))
+    return failure();
+  SmallVector<int64_t> expected(data.getShape().take_front(axis));
+  llvm::append_range(expected, indices.getShape());
+  llvm::append_range(expected, data.getShape().drop_front(axis + 1));
+  if (grad.getShape() != ArrayRef<int64_t>(expected) ||
+      grad.getElementType() != data.getElementType())
+    return emitOpError() << "result gradient " << grad
+                         << " does not match a gather of " << data << " at "
+                         << indices;
+  return success();
+}
+LogicalResult SliceGradOp::verify() {
+  auto input = tensorType(getInputGrad()), grad = tensorType(getResultGrad());
+  int64_t rank = input.getRank();
+  ArrayRef<int64_t> offsets = getOffsets(), strides = getStrides();
+  if (grad.getRank() != rank || grad.getElementType() != input.getElementType())
+    return emitOpError() << "result gradient must have the input's rank and "
+                            "element type";
+  if (static_cast<int64_t>(offsets.size()) != rank ||
+      static_cast<int64_t>(strides.size()) != rank)
+    return emitOpError() << "needs one offset and one stride per axis";
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t size = grad.getDimSize(d), dim = input.getDimSize(d);
+    if (strides[d] == 0)
+      return emitOpError() << "stride of axis " << d << " must be non-zero";
+    if (size == 0)
+      continue;
+    int64_t last = offsets[d] + (size - 1) * strides[d];
+    if (offsets[d] < 0 || offsets[d] >= dim || last < 0 || last >= dim)
+      return emitOpError() << "writes out of bounds on axis " << d;
+  }
+  return success();
+}
+
+// Convolution and pooling.
+LogicalResult ConvGradInputOp::verify() {
+  auto weight = tensorType(getWeight());
+  return verifyWindowGrad(*this, tensorType(getInputGrad()),
+                          tensorType(getResultGrad()),
+                          {weight.getShape().drop_front(2), getStrides(),
+                           getPads(), getDilations()},
+                          weight.getDimSize(0));
+}
+LogicalResult ConvGradWeightOp::verify() {
+  auto weight = tensorType(getWeightGrad());
+  return verifyWindowGrad(*this, tensorType(getInput()),
+                          tensorType(getResultGrad()),
+                          {weight.getShape().drop_front(2), getStrides(),
+                           getPads(), getDilations()},
+                          weight.getDimSize(0));
+}
+LogicalResult AvgPoolGradOp::verify() {
+  SmallVector<int64_t> ones(getKernelShape().size(), 1);
+  auto input = tensorType(getInputGrad());
+  if (input.getRank() < 3)
+    return emitOpError() << "input gradient must be [N, C, D...]";
+  return verifyWindowGrad(*this, input, tensorType(getResultGrad()),
+                          {getKernelShape(), getStrides(), getPads(), ones},
+                          input.getDimSize(1));
+}
+
+// Optimizers.
+LogicalResult AdamWOp::verify() {
+  if (!(getEpsilon().convertToFloat() >= 0.0f) ||
+      !(getWeightDecay().convertToFloat() >= 0.0f))
+    return emitOpError() << "epsilon and weight_decay must be non-negative";
+  return verifyBetas(*this, {{"beta1", getBeta1().convertToFloat()},
+                             {"beta2", getBeta2().convertToFloat()}});
+}
+LogicalResult SgdOp::verify() {
+  float momentum = getMomentum().convertToFloat();
+  if (!(momentum >= 0.0f) || !(getWeightDecay().convertToFloat() >= 0.0f))
+    return emitOpError() << "momentum and weight_decay must be non-negative";
+  if (getNesterov() &&
+      (momentum <= 0.0f || getDampening().convertToFloat() != 0.0f))
+    return emitOpError() << "Nesterov momentum needs a momentum and zero "
+                            "dampening";
+  return success();
+}
+LogicalResult LionOp::verify() {
+  if (!(getWeightDecay().convertToFloat() >= 0.0f))
+    return emitOpError() << "weight_decay must be non-negative";
+  return verifyBetas(*this, {{"beta1", getBeta1().convertToFloat()},
+                             {"beta2", getBeta2().convertToFloat()}});
+}

@@ -653,3 +653,121 @@ LogicalResult AdagradOp::inferReturnTypes(MLIRContext *,
                          adaptor.getAccumulator()},
                         2, types);
 }
+
+//===----------------------------------------------------------------------===//
+// Gradient, optimizer and state ops (the training step)
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// lr is an f32 scalar, step an i64 scalar, and every state tensor has the
+/// parameter's type; the results are the updated parameter and states.
+LogicalResult inferUpdate(std::optional<Location> loc, StringRef what,
+                          Value lr, Value step, ValueRange states,
+                          Types &types) {
+  auto scalar = [](Value value) {
+    auto type = tensorType(value);
+    return type && type.getNumElements() == 1 && type.getRank() <= 1;
+  };
+  if (!scalar(lr) || (step && !scalar(step)))
+    return emitOptionalError(loc, what + " lr and step must be scalars");
+  Type param = states.front().getType();
+  for (Value state : states.drop_front())
+    if (state.getType() != param)
+      return emitOptionalError(loc, what + " gradient and state tensors must "
+                                           "all have the parameter's type");
+  // The gradient is not a result.
+  types.push_back(param);
+  types.append(states.size() - 2, param);
+  return success();
+}
+} // namespace
+
+// Normalization.
+LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *,
+                                                std::optional<Location> loc,
+                                                Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  auto grad = tensorType(adaptor.getResultGrad());
+  auto scale = tensorType(adaptor.getScale());
+  if (!input || !grad || !scale || input != grad)
+    return emitOptionalError(loc, "layer_norm_grad result gradient must have "
+                                  "the input's type");
+  if (!adaptor.getAxisAttr())
+    return emitOptionalError(loc, "layer_norm_grad needs attribute axis");
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= input.getRank())
+    return emitOptionalError(loc, "layer_norm_grad axis out of range");
+  types.append({input, scale, scale});
+  return success();
+}
+LogicalResult BatchNormGradOp::inferReturnTypes(MLIRContext *,
+                                                std::optional<Location> loc,
+                                                Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  auto grad = tensorType(adaptor.getResultGrad());
+  auto scale = tensorType(adaptor.getScale());
+  if (!input || !grad || !scale || input != grad || input.getRank() < 2)
+    return emitOptionalError(loc, "batch_norm_grad result gradient must have "
+                                  "the input's type [N, C, ...]");
+  if (scale.getRank() != 1 || scale.getDimSize(0) != input.getDimSize(1))
+    return emitOptionalError(loc, "batch_norm_grad scale must be [C]");
+  types.append({input, scale, scale});
+  return success();
+}
+
+// Losses.
+LogicalResult SoftmaxCrossEntropyGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    Types &types) {
+  auto logProb = tensorType(adaptor.getLogProb());
+  if (!logProb || logProb.getRank() < 2)
+    return emitOptionalError(loc, "softmax_cross_entropy_grad log_prob must "
+                                  "be [N, C, d...]");
+  types.push_back(logProb);
+  return success();
+}
+
+// Convolution and pooling.
+LogicalResult MaxPoolGradOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  if (!input || input.getRank() < 3)
+    return emitOptionalError(loc, "max_pool_grad input must be [N, C, D...]");
+  types.push_back(input);
+  return success();
+}
+
+// Optimizers.
+LogicalResult AdamWOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor, Types &types) {
+  return inferUpdate(loc, "adamw", adaptor.getLr(), adaptor.getStep(),
+                     {adaptor.getParam(), adaptor.getGrad(),
+                      adaptor.getFirstMoment(), adaptor.getSecondMoment()},
+                     types);
+}
+LogicalResult SgdOp::inferReturnTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor, Types &types) {
+  return inferUpdate(loc, "sgd", adaptor.getLr(), adaptor.getStep(),
+                     {adaptor.getParam(), adaptor.getGrad(),
+                      adaptor.getVelocity()},
+                     types);
+}
+LogicalResult LionOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc,
+                                       Adaptor adaptor, Types &types) {
+  return inferUpdate(loc, "lion", adaptor.getLr(), Value(),
+                     {adaptor.getParam(), adaptor.getGrad(),
+                      adaptor.getMomentum()},
+                     types);
+}
+
+// Gradient norm and state initialization.
+LogicalResult SumOfSquaresOp::inferReturnTypes(MLIRContext *context,
+                                               std::optional<Location>,
+                                               Adaptor, Types &types) {
+  types.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
+}
