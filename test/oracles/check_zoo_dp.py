@@ -302,6 +302,10 @@ def run_cases(title, cases, label, reference_key, make_reference, check) -> int:
         except Exception as e:  # one broken case must not hide the others
             line, failed = f"{label(case)}: FAIL {type(e).__name__}: {e}", True
         print(line, flush=True)
+        if failed:
+            # Also on stderr: lit shows a failing checker's stderr whole, while
+            # FileCheck shows only part of the stdout it read.
+            print(line, file=sys.stderr, flush=True)
         failures += failed
     print(f"{title}: {failures} failures")
     return 1 if failures else 0
