@@ -14,13 +14,6 @@ using namespace mlir;
 namespace dsopt {
 namespace {
 
-/// Fusion and the memory plan: the last passes of every program.
-void addPlanning(OpPassManager &pm, const TrainingOptions &options) {
-  if (options.fuse)
-    pm.addNestedPass<func::FuncOp>(createDsFuseElementwise());
-  pm.addPass(createDsPlanMemory());
-}
-
 void addZero(OpPassManager &pm, const TrainingOptions &options) {
   DsZeroOptions zero;
   zero.stage = options.zeroStage;
@@ -33,6 +26,12 @@ void addZero(OpPassManager &pm, const TrainingOptions &options) {
 }
 
 } // namespace
+
+void buildPlanningPipeline(OpPassManager &pm, bool fuse) {
+  if (fuse)
+    pm.addNestedPass<func::FuncOp>(createDsFuseElementwise());
+  pm.addPass(createDsPlanMemory());
+}
 
 void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   DsAutodiffOptions autodiff;
@@ -82,7 +81,7 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
     return;
   if (!pipelined) {
     addZero(pm, options);
-    addPlanning(pm, options);
+    buildPlanningPipeline(pm, options.fuse);
     return;
   }
   // Each rank's program is a nested module; ZeRO runs along its dp axis.
@@ -91,7 +90,7 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   pm.addPass(createDsPipelineRanks(ranks));
   OpPassManager &rank = pm.nest<ModuleOp>();
   addZero(rank, options);
-  addPlanning(rank, options);
+  buildPlanningPipeline(rank, options.fuse);
 }
 
 void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {

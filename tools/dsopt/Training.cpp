@@ -3,6 +3,7 @@
 #include "Training.h"
 
 #include "dsopt/Transforms/Passes.h"
+#include "dsopt/Transforms/TrainingPipeline.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -38,12 +39,6 @@ DsAutodiffOptions autodiffOptions(const TrainingPipelineOptions &options) {
 void addCleanup(PassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
-}
-
-void addPlanning(PassManager &pm, const TrainingPipelineOptions &options) {
-  if (options.fuse)
-    pm.addNestedPass<func::FuncOp>(createDsFuseElementwise());
-  pm.addPass(createDsPlanMemory());
 }
 
 std::string withThousands(int64_t value) {
@@ -112,7 +107,9 @@ buildGradientModule(ModuleOp module, const TrainingPipelineOptions &options) {
                              b.getStringAttr(param.getValue() + ".grad"));
     }
   if (failed(runPipeline(*grad, options,
-                         [&](PassManager &pm) { addPlanning(pm, options); })))
+                         [&](PassManager &pm) {
+                           buildPlanningPipeline(pm, options.fuse);
+                         })))
     return failure();
   return grad;
 }

@@ -936,9 +936,7 @@ EXAMPLES:
     return fail("invalid pass manager options");
   TimingScope planTiming = rootTiming.nest("memory planning");
   planPm.enableTiming(planTiming);
-  if (!noFuse)
-    planPm.addNestedPass<func::FuncOp>(dsopt::createDsFuseElementwise());
-  planPm.addPass(dsopt::createDsPlanMemory());
+  dsopt::buildPlanningPipeline(planPm, !noFuse);
   if (failed(planPm.run(*module)))
     return failPass("memory planning failed on " + inputFile);
   planTiming.stop();

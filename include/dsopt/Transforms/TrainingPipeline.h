@@ -170,6 +170,10 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
                     llvm::cl::init(true)};
 };
 
+/// Appends fusion (when `fuse`) and the memory plan, the last passes of
+/// every program the driver builds (forward, training, gradients).
+void buildPlanningPipeline(mlir::OpPassManager &pm, bool fuse);
+
 /// Appends the training pipeline for `options` to `pm` (anchored on
 /// builtin.module).
 void buildTrainingPipeline(mlir::OpPassManager &pm,
