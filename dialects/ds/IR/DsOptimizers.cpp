@@ -12,11 +12,6 @@
 using namespace mlir;
 using namespace dsopt::ds;
 
-//===----------------------------------------------------------------------===//
-// Gradient, optimizer and state ops (the training step)
-//===----------------------------------------------------------------------===//
-
-// Optimizers.
 ArrayRef<StringRef> AdamWOp::getStateRoles() {
   static constexpr StringRef roles[] = {"exp_avg", "exp_avg_sq"};
   return roles;
