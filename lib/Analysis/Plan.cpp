@@ -37,7 +37,8 @@ llvm::json::Array shapeOf(RankedTensorType type) {
 
 llvm::json::Object tensorInfo(StringRef name, Type type, int64_t offset) {
   auto tensor = cast<RankedTensorType>(type);
-  return llvm::json::Object{{"name", name},
+  // Copied: a state's or a pipeline value's name is composed here.
+  return llvm::json::Object{{"name", name.str()},
                             {"dtype", dtypeName(tensor.getElementType())},
                             {"shape", shapeOf(tensor)},
                             {"bytes", ds::getByteSize(tensor).value_or(0)},
@@ -102,12 +103,17 @@ FunctionPlan planOf(func::FuncOp function) {
                          .getInt();
     if (auto name = function.getArgAttrOfType<StringAttr>(
             i, ds::DsDialect::kInputAttrName)) {
-      plan.inputs.push_back(tensorInfo(name.getValue(), type, offset));
+      std::optional<ds::ValueRole> role = ds::getArgumentRole(function, i);
+      plan.inputs.push_back(
+          tensorInfo(role ? ds::getDisplayName(*role, name.getValue())
+                          : name.getValue().str(),
+                     type, offset));
       continue;
     }
-    if (auto state = function.getArgAttrOfType<StringAttr>(
+    if (auto state = function.getArgAttrOfType<ds::StateAttr>(
             i, ds::DsDialect::kStateAttrName)) {
-      plan.states.push_back(tensorInfo(state.getValue(), type, offset));
+      plan.states.push_back(
+          tensorInfo(ds::getDisplayName(state), type, offset));
       continue;
     }
     auto param = function.getArgAttrOfType<ds::ParamAttr>(
@@ -183,9 +189,12 @@ FunctionPlan planOf(func::FuncOp function) {
     }
     auto name = function.getResultAttrOfType<StringAttr>(
         i, ds::DsDialect::kOutputAttrName);
-    plan.outputs.push_back(tensorInfo(name ? name.getValue() : "",
-                                      result.getType(),
-                                      offsetOf.lookup(result)));
+    std::optional<ds::ValueRole> role = ds::getResultRole(function, i);
+    plan.outputs.push_back(
+        tensorInfo(!name  ? std::string()
+                   : role ? ds::getDisplayName(*role, name.getValue())
+                          : name.getValue().str(),
+                   result.getType(), offsetOf.lookup(result)));
   }
   return plan;
 }
@@ -304,11 +313,10 @@ public:
                 i, ds::DsDialect::kParamAttrName)) {
           if (seen.insert(("param:" + param.getName()).str()).second)
             paramBytes += bytes;
-        } else if (auto state = function.getArgAttrOfType<StringAttr>(
+        } else if (auto state = function.getArgAttrOfType<ds::StateAttr>(
                        i, ds::DsDialect::kStateAttrName)) {
-          if (seen.insert(("state:" + state.getValue()).str()).second)
-            (state.getValue().starts_with("grad:") ? gradBytes
-                                                   : optimizerBytes) += bytes;
+          if (seen.insert("state:" + ds::getDisplayName(state)).second)
+            (state.isAccumulator() ? gradBytes : optimizerBytes) += bytes;
         }
       }
     for (auto [function, times] : functions)
@@ -358,9 +366,9 @@ public:
       auto stage = cast<DictionaryAttr>(attr);
       stages[stage.getAs<IntegerAttr>("stage").getInt()] = stage;
     }
-    // The bytes and count of a function's arguments or results named
-    // `prefix`...
-    auto tensors = [&](StringRef name, bool results, StringRef prefix) {
+    // The bytes and count of a function's arguments or results of role
+    // `role`...
+    auto tensors = [&](StringRef name, bool results, ds::ValueRole role) {
       Traffic t;
       auto function = train.lookupSymbol<func::FuncOp>(name);
       if (!function)
@@ -368,11 +376,8 @@ public:
       unsigned count =
           results ? function.getNumResults() : function.getNumArguments();
       for (unsigned i = 0; i < count; ++i) {
-        auto attr = results ? function.getResultAttrOfType<StringAttr>(
-                                  i, ds::DsDialect::kOutputAttrName)
-                            : function.getArgAttrOfType<StringAttr>(
-                                  i, ds::DsDialect::kInputAttrName);
-        if (!attr || !attr.getValue().starts_with(prefix))
+        if ((results ? ds::getResultRole(function, i)
+                     : ds::getArgumentRole(function, i)) != role)
           continue;
         Type type = results ? function.getResultTypes()[i]
                             : function.getArgumentTypes()[i];
@@ -394,13 +399,13 @@ public:
       // 6 SendGradient, 7 RecvGradient.
       Traffic moved;
       if (kind == 4)
-        moved = tensors(fn("forward"), true, "send:");
+        moved = tensors(fn("forward"), true, ds::ValueRole::send);
       else if (kind == 5)
-        moved = tensors(fn("forward"), false, "recv:");
+        moved = tensors(fn("forward"), false, ds::ValueRole::recv);
       else if (kind == 6)
-        moved = tensors(backward, true, "send:");
+        moved = tensors(backward, true, ds::ValueRole::send);
       else if (kind == 7)
-        moved = tensors(backward, false, "recv:");
+        moved = tensors(backward, false, ds::ValueRole::recv);
       else
         continue;
       Traffic &sum = kind == 4 || kind == 6 ? sends : receives;
@@ -410,12 +415,10 @@ public:
     auto step = train.lookupSymbol<func::FuncOp>("optimizer_step");
     for (Attribute attr : rank.getAs<ArrayAttr>("tied")) {
       auto tied = cast<DictionaryAttr>(attr);
-      StringRef state = tied.getAs<StringAttr>("state").getValue();
+      auto state = tied.getAs<ds::StateAttr>("state");
       int64_t others = tied.getAs<DenseI64ArrayAttr>("ranks").size() - 1;
       for (unsigned i = 0; step && i < step.getNumArguments(); ++i)
-        if (auto name = step.getArgAttrOfType<StringAttr>(
-                i, ds::DsDialect::kStateAttrName);
-            name && name.getValue() == state) {
+        if (step.getArgAttr(i, ds::DsDialect::kStateAttrName) == state) {
           int64_t bytes =
               ds::getByteSize(cast<ShapedType>(step.getArgumentTypes()[i]))
                   .value_or(0);
