@@ -65,6 +65,18 @@ constexpr int64_t kSplatLiteralLimit = 256;
 /// the number of layers.
 constexpr size_t kTableEntries = 16;
 
+/// The name the runtime knows a persistent argument by (its parameter's or
+/// state's), or "" for another argument.
+std::string persistentName(func::FuncOp function, unsigned arg) {
+  if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
+          arg, ds::DsDialect::kParamAttrName))
+    return param.getName().str();
+  if (auto state = function.getArgAttrOfType<StringAttr>(
+          arg, ds::DsDialect::kStateAttrName))
+    return state.getValue().str();
+  return "";
+}
+
 std::string cppString(StringRef text) {
   std::string out = "\"";
   for (unsigned char c : text) {
@@ -190,6 +202,7 @@ private:
   FailureOr<Value> constantView(ds::ConstantOp constant);
   void emitDescribe();
   void emitParams(Value info, llvm::StringSet<> &seen);
+  void emitSpaces(Value info, ds::MemoryPlanAttr plan);
   /// Emits `rows` as a static const array of `rowType` before the describe
   /// function and a call `adder(info, array, count)`, then clears them.
   void flushTable(StringRef rowType, StringRef adder,
@@ -1102,6 +1115,12 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   }
   int64_t bound = 0;
   for (BlockArgument arg : body.getArguments()) {
+    // An argument in the host or file space has no view: kernels read and
+    // write device memory only (ds-plan-memory refuses a kernel on it).
+    if (auto space = function.getArgAttrOfType<ds::MemorySpaceAttr>(
+            arg.getArgNumber(), ds::DsDialect::kSpaceAttrName);
+        space && space.getValue() != ds::MemorySpace::device)
+      continue;
     offsetOf[arg] = function
                         .getArgAttrOfType<IntegerAttr>(
                             arg.getArgNumber(), ds::DsDialect::kOffsetAttrName)
@@ -1610,6 +1629,35 @@ void ProgramBuilder::emitPipeline(Value info) {
   }
 }
 
+/// The host and file spaces' arenas, and the persistent values placed in
+/// them (#ds.space); nothing while every buffer is in device memory.
+void ProgramBuilder::emitSpaces(Value info, ds::MemoryPlanAttr plan) {
+  auto index0 = builder.getIndexAttr(0);
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+  auto spaceLiteral = [&](ds::MemorySpace space) {
+    return literal(space == ds::MemorySpace::host ? "dsrt::Space::Host"
+                                                  : "dsrt::Space::File");
+  };
+  for (ds::MemorySpace space : {ds::MemorySpace::host, ds::MemorySpace::file})
+    if (plan.getSpaceBytes(space) > 0)
+      callVoid("dsrt::set_space_plan", {info},
+               {index0, spaceLiteral(space), i64(plan.getSpaceBytes(space)),
+                i64(plan.getSpacePersistentBytes(space))});
+  llvm::StringSet<> placed;
+  for (func::FuncOp each : functions)
+    for (unsigned i = 0; i < each.getNumArguments(); ++i) {
+      auto space = each.getArgAttrOfType<ds::MemorySpaceAttr>(
+          i, ds::DsDialect::kSpaceAttrName);
+      if (!space || space.getValue() == ds::MemorySpace::device)
+        continue;
+      std::string name = persistentName(each, i);
+      if (!name.empty() && placed.insert(name).second)
+        callVoid("dsrt::place_in_space", {info},
+                 {index0, literal(cppString(name)),
+                  spaceLiteral(space.getValue())});
+    }
+}
+
 void ProgramBuilder::emitDescribe() {
   builder.setInsertionPointToEnd(module.getBody());
   auto describe = emitc::FuncOp::create(
@@ -1643,6 +1691,7 @@ void ProgramBuilder::emitDescribe() {
   }
   flushTable("dsrt::ParamFileRow", "dsrt::add_param_files", paramRows, info);
   flushTable("dsrt::StateRow", "dsrt::add_states", stateRows, info);
+  emitSpaces(info, plan);
   if (isTraining()) {
     emitTraining(info);
     for (func::FuncOp each : functions) {
