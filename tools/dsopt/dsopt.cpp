@@ -231,6 +231,13 @@ cl::opt<std::string> zeroFlag(
              "parameters"),
     cl::value_desc("0|1|2|3"), cl::cat(trainingCategory));
 
+cl::opt<std::string> precisionFlag(
+    "precision",
+    cl::desc("Training precision: fp32, or bf16 / fp16 with fp32 master "
+             "weights (overrides the config's bf16.enabled and "
+             "fp16.enabled)"),
+    cl::value_desc("fp32|bf16|fp16"), cl::cat(trainingCategory));
+
 cl::opt<std::string> dpFlag(
     "dp",
     cl::desc("Data-parallel ranks the program is compiled for (default: "
@@ -455,6 +462,14 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
       return error("--zero expects a ZeRO stage 0, 1, 2 or 3, got '" +
                    zeroFlag + "'");
     overrides.zeroStage = stage;
+  }
+  if (precisionFlag.getNumOccurrences()) {
+    std::optional<dsopt::Precision> precision =
+        dsopt::parsePrecision(precisionFlag);
+    if (!precision)
+      return error("--precision expects fp32, bf16 or fp16, got '" +
+                   precisionFlag + "'");
+    overrides.precision = precision;
   }
   std::optional<int64_t> dp, world, pp, microbatches, chunks;
   for (auto [flag, out] :
