@@ -124,19 +124,18 @@ void PipelineSplitPass::runOnOperation() {
   // #ds.pipeline's verifier has checked p, m, v >= 1.
   int64_t p = pipeline.getStages(), m = pipeline.getMicrobatches(),
           v = pipeline.getChunks();
-  std::optional<pipeline::ScheduleKind> kind =
-      pipeline::fromAttr(pipeline.getSchedule());
+  pipeline::ScheduleKind kind = pipeline::fromAttr(pipeline.getSchedule());
   if (rank < 0 || rank >= p)
     return fail(module, "pipeline rank " + Twine(rank) + " is outside [0, " +
                             Twine(p) + ")");
   if (dp < 1)
     return fail(module, "the data-parallel size must be at least 1");
   llvm::Expected<pipeline::Schedule> schedule =
-      pipeline::buildSchedule(*kind, p, m, v);
+      pipeline::buildSchedule(kind, p, m, v);
   if (!schedule)
     return fail(module, "pipeline schedule: " +
                             llvm::toString(schedule.takeError()));
-  const bool splitBackward = *kind == pipeline::ScheduleKind::ZeroBubbleH1;
+  const bool splitBackward = kind == pipeline::ScheduleKind::ZeroBubbleH1;
   const int64_t numStages = p * v;
   int64_t accumulation = 1;
   if (auto train = module->getAttrOfType<DictionaryAttr>(
