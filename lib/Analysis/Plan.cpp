@@ -4,7 +4,7 @@
 
 #include "dsrt/ring.h"
 
-#include "dsopt/Pipeline/Schedule.h"
+#include "dsopt/Pipeline/ScheduleAttrs.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -245,10 +245,9 @@ SmallVector<std::pair<func::FuncOp, int64_t>> stepFunctions(ModuleOp train) {
 
 /// The pipeline buffers of a pipeline rank's program (0 for others).
 int64_t pipelineBufferBytes(ModuleOp train) {
-  if (auto rank = train->getAttrOfType<DictionaryAttr>(
+  if (auto rank = train->getAttrOfType<ds::PipelineRankAttr>(
           ds::DsDialect::kPipelineRankAttrName))
-    if (auto bytes = rank.getAs<IntegerAttr>("buffers_bytes"))
-      return bytes.getInt();
+    return rank.getBuffersBytes().value_or(0);
   return 0;
 }
 
@@ -299,7 +298,7 @@ public:
       if (auto shape = grid->getAttrOfType<DenseI64ArrayAttr>("shape"))
         axisSizes.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
     if (auto grid = train.lookupSymbol("grid"))
-      if (std::optional<int64_t> dp = ds::getDeviceGridAxis(grid, "dp"))
+      if (std::optional<int64_t> dp = ds::getDeviceGridAxis(grid, ds::GridAxis::dp))
         dpAxis = *dp;
     SmallVector<std::pair<func::FuncOp, int64_t>> functions =
         stepFunctions(train);
@@ -354,23 +353,20 @@ public:
   /// each, and each accumulator shared with n - 1 other ranks is sent to
   /// and received from each of them.
   void countTransfers(ModuleOp train) {
-    auto rank = train->getAttrOfType<DictionaryAttr>(
+    auto rank = train->getAttrOfType<ds::PipelineRankAttr>(
         ds::DsDialect::kPipelineRankAttrName);
     if (!rank)
       return;
     pipelined = true;
-    int64_t p = rank.getAs<IntegerAttr>("stages").getInt();
-    int64_t self = rank.getAs<IntegerAttr>("rank").getInt();
-    llvm::DenseMap<int64_t, DictionaryAttr> stages;
-    for (Attribute attr : rank.getAs<ArrayAttr>("virtual_stages")) {
-      auto stage = cast<DictionaryAttr>(attr);
-      stages[stage.getAs<IntegerAttr>("stage").getInt()] = stage;
-    }
+    int64_t p = rank.getStages();
+    int64_t self = rank.getRank();
     // The bytes and count of a function's arguments or results of role
     // `role`...
-    auto tensors = [&](StringRef name, bool results, ds::ValueRole role) {
+    auto tensors = [&](FlatSymbolRefAttr name, bool results,
+                       ds::ValueRole role) {
       Traffic t;
-      auto function = train.lookupSymbol<func::FuncOp>(name);
+      auto function =
+          name ? train.lookupSymbol<func::FuncOp>(name.getAttr()) : nullptr;
       if (!function)
         return t;
       unsigned count =
@@ -386,37 +382,39 @@ public:
       }
       return t;
     };
-    auto kinds = rank.getAs<DenseI64ArrayAttr>("action_kinds").asArrayRef();
-    auto chunks = rank.getAs<DenseI64ArrayAttr>("action_chunks").asArrayRef();
-    for (auto [kind, chunk] : llvm::zip(kinds, chunks)) {
-      DictionaryAttr stage = stages.lookup(chunk * p + self);
-      auto fn = [&](StringRef key) {
-        return stage ? stage.getAs<StringAttr>(key).getValue() : StringRef();
-      };
-      StringRef backward =
-          fn("backward").empty() ? fn("backward_input") : fn("backward");
-      // pipeline::ActionKind: 4 SendActivation, 5 RecvActivation,
-      // 6 SendGradient, 7 RecvGradient.
+    for (ds::PipelineActionAttr action : rank.getActions()) {
+      ds::PipelineRankStageAttr stage =
+          rank.lookupStage(action.getChunk() * p + self);
+      FlatSymbolRefAttr forward = stage ? stage.getForward() : nullptr;
+      FlatSymbolRefAttr backward = stage ? stage.getInputBackward() : nullptr;
       Traffic moved;
-      if (kind == 4)
-        moved = tensors(fn("forward"), true, ds::ValueRole::send);
-      else if (kind == 5)
-        moved = tensors(fn("forward"), false, ds::ValueRole::recv);
-      else if (kind == 6)
+      bool send = false;
+      switch (action.getKind()) {
+      case ds::PipelineActionKind::send_activation:
+        moved = tensors(forward, true, ds::ValueRole::send);
+        send = true;
+        break;
+      case ds::PipelineActionKind::recv_activation:
+        moved = tensors(forward, false, ds::ValueRole::recv);
+        break;
+      case ds::PipelineActionKind::send_gradient:
         moved = tensors(backward, true, ds::ValueRole::send);
-      else if (kind == 7)
+        send = true;
+        break;
+      case ds::PipelineActionKind::recv_gradient:
         moved = tensors(backward, false, ds::ValueRole::recv);
-      else
+        break;
+      default:
         continue;
-      Traffic &sum = kind == 4 || kind == 6 ? sends : receives;
+      }
+      Traffic &sum = send ? sends : receives;
       sum.sent += moved.sent;
       sum.calls += moved.calls;
     }
     auto step = train.lookupSymbol<func::FuncOp>("optimizer_step");
-    for (Attribute attr : rank.getAs<ArrayAttr>("tied")) {
-      auto tied = cast<DictionaryAttr>(attr);
-      auto state = tied.getAs<ds::StateAttr>("state");
-      int64_t others = tied.getAs<DenseI64ArrayAttr>("ranks").size() - 1;
+    for (ds::PipelineRankTiedAttr tied : rank.getTied()) {
+      ds::StateAttr state = tied.getState();
+      int64_t others = tied.getRanks().size() - 1;
       for (unsigned i = 0; step && i < step.getNumArguments(); ++i)
         if (step.getArgAttr(i, ds::DsDialect::kStateAttrName) == state) {
           int64_t bytes =
@@ -488,7 +486,7 @@ private:
 
 /// The pipeline of a training module (ds-pipeline's record), simulated.
 struct PipelineFacts {
-  DictionaryAttr attr;
+  ds::PipelineAttr attr;
   pipeline::Schedule schedule;
   pipeline::Costs costs, uniform;
   pipeline::Simulation simulation, uniformSimulation;
@@ -498,37 +496,27 @@ struct PipelineFacts {
 /// Costs in MFLOP: the simulator's and the trace's time unit.
 constexpr double kFlopsPerUnit = 1e6;
 
-int64_t getInt(DictionaryAttr dict, StringRef key) {
-  auto value = dict.getAs<IntegerAttr>(key);
-  return value ? value.getInt() : 0;
-}
-
 FailureOr<PipelineFacts> pipelineOf(ModuleOp train) {
   auto attr =
-      train->getAttrOfType<DictionaryAttr>(ds::DsDialect::kPipelineAttrName);
+      train->getAttrOfType<ds::PipelineAttr>(ds::DsDialect::kPipelineAttrName);
   if (!attr)
     return failure();
   PipelineFacts facts;
   facts.attr = attr;
-  auto kind = pipeline::parseScheduleKind(
-      attr.getAs<StringAttr>("schedule").getValue());
-  int p = getInt(attr, "stages"), m = getInt(attr, "microbatches"),
-      v = getInt(attr, "chunks");
+  pipeline::ScheduleKind kind = pipeline::fromAttr(attr.getSchedule());
+  int p = attr.getStages(), m = attr.getMicrobatches(), v = attr.getChunks();
   llvm::Expected<pipeline::Schedule> schedule =
-      pipeline::buildSchedule(*kind, p, m, v);
+      pipeline::buildSchedule(kind, p, m, v);
   if (!schedule)
     return train.emitError() << "pipeline schedule: "
                              << llvm::toString(schedule.takeError());
   facts.schedule = std::move(*schedule);
-  auto stages = attr.getAs<ArrayAttr>("virtual_stages");
+  ArrayRef<ds::PipelineStageAttr> stages = attr.getVirtualStages();
   double f = 0, b = 0, w = 0;
-  for (auto stage : stages.getAsRange<DictionaryAttr>()) {
-    facts.costs.forward.push_back(getInt(stage, "flops_forward") /
-                                  kFlopsPerUnit);
-    facts.costs.backward.push_back(getInt(stage, "flops_backward") /
-                                   kFlopsPerUnit);
-    facts.costs.weight.push_back(getInt(stage, "flops_weight") /
-                                 kFlopsPerUnit);
+  for (ds::PipelineStageAttr stage : stages) {
+    facts.costs.forward.push_back(stage.getFlopsForward() / kFlopsPerUnit);
+    facts.costs.backward.push_back(stage.getFlopsBackward() / kFlopsPerUnit);
+    facts.costs.weight.push_back(stage.getFlopsWeight() / kFlopsPerUnit);
     f += facts.costs.forward.back();
     b += facts.costs.backward.back();
     w += facts.costs.weight.back();
@@ -549,58 +537,55 @@ FailureOr<PipelineFacts> pipelineOf(ModuleOp train) {
     *out = std::move(*simulation);
   }
   facts.textbook = pipeline::textbookBubbleFraction(
-      *kind, p, m, v, f / count, b / count, w / count);
+      kind, p, m, v, f / count, b / count, w / count);
   return facts;
 }
 
 /// plan.json's `pipeline` section.
 llvm::json::Object pipelineJson(const PipelineFacts &facts) {
-  DictionaryAttr attr = facts.attr;
-  int64_t p = getInt(attr, "stages");
+  ds::PipelineAttr attr = facts.attr;
+  int64_t p = attr.getStages();
   llvm::json::Array stages;
-  for (auto [s, stage] : llvm::enumerate(
-           attr.getAs<ArrayAttr>("virtual_stages")
-               .getAsRange<DictionaryAttr>())) {
+  for (auto [s, stage] : llvm::enumerate(attr.getVirtualStages())) {
     int64_t inFlight = facts.simulation.peakInFlight[s];
-    int64_t activation = getInt(stage, "activation_bytes");
+    int64_t activation = stage.getActivationBytes();
     stages.push_back(llvm::json::Object{
         {"stage", static_cast<int64_t>(s)},
         {"rank", static_cast<int64_t>(s) % p},
         {"chunk", static_cast<int64_t>(s) / p},
-        {"forward_ops", getInt(stage, "forward_ops")},
-        {"flops_forward", getInt(stage, "flops_forward")},
-        {"flops_backward", getInt(stage, "flops_backward")},
-        {"flops_weight", getInt(stage, "flops_weight")},
-        {"param_bytes", getInt(stage, "param_bytes")},
+        {"forward_ops", stage.getForwardOps()},
+        {"flops_forward", stage.getFlopsForward()},
+        {"flops_backward", stage.getFlopsBackward()},
+        {"flops_weight", stage.getFlopsWeight()},
+        {"param_bytes", stage.getParamBytes()},
         {"activation_bytes", activation},
-        {"send_bytes", getInt(stage, "send_bytes")},
+        {"send_bytes", stage.getSendBytes()},
         {"peak_in_flight", inFlight},
         {"in_flight_activation_bytes", inFlight * activation}});
   }
   llvm::json::Array transfers;
-  for (auto t : attr.getAs<ArrayAttr>("transfers").getAsRange<DictionaryAttr>())
+  for (ds::PipelineTransferAttr t : attr.getTransfers())
     transfers.push_back(llvm::json::Object{
-        {"from", getInt(t, "from")},
-        {"to", getInt(t, "to")},
-        {"kind", t.getAs<StringAttr>("kind").getValue()},
-        {"bytes", getInt(t, "bytes")},
-        {"values", getInt(t, "values")}});
+        {"from", t.getFrom()},
+        {"to", t.getTo()},
+        {"kind", ds::stringifyEnum(t.getKind())},
+        {"bytes", t.getBytes()},
+        {"values", t.getValues()}});
   llvm::json::Array tied;
-  for (auto t : attr.getAs<ArrayAttr>("tied").getAsRange<DictionaryAttr>()) {
+  for (ds::PipelineTiedAttr t : attr.getTied()) {
     llvm::json::Array list;
-    for (int64_t s : t.getAs<DenseI64ArrayAttr>("stages").asArrayRef())
+    for (int64_t s : t.getStages())
       list.push_back(s);
-    tied.push_back(llvm::json::Object{
-        {"name", t.getAs<StringAttr>("name").getValue()},
-        {"stages", std::move(list)}});
+    tied.push_back(llvm::json::Object{{"name", t.getName()},
+                                      {"stages", std::move(list)}});
   }
   llvm::json::Array ops;
-  auto names = attr.getAs<ArrayAttr>("op_names");
-  auto nodes = attr.getAs<ArrayAttr>("op_nodes");
-  auto flops = attr.getAs<DenseI64ArrayAttr>("op_flops").asArrayRef();
-  auto bytes = attr.getAs<DenseI64ArrayAttr>("op_bytes").asArrayRef();
-  auto opStages = attr.getAs<DenseI64ArrayAttr>("op_stages").asArrayRef();
-  auto cuts = attr.getAs<DenseBoolArrayAttr>("op_cut_before").asArrayRef();
+  ArrayAttr names = attr.getOpNames();
+  ArrayAttr nodes = attr.getOpNodes();
+  ArrayRef<int64_t> flops = attr.getOpFlops().asArrayRef();
+  ArrayRef<int64_t> bytes = attr.getOpBytes().asArrayRef();
+  ArrayRef<int64_t> opStages = attr.getOpStages().asArrayRef();
+  ArrayRef<bool> cuts = attr.getOpCutBefore().asArrayRef();
   for (size_t i = 0; i < flops.size(); ++i)
     ops.push_back(llvm::json::Object{
         {"index", static_cast<int64_t>(i)},
@@ -614,12 +599,12 @@ llvm::json::Object pipelineJson(const PipelineFacts &facts) {
   for (int r : facts.simulation.peakInFlightPerRank)
     perRank.push_back(r);
   return llvm::json::Object{
-      {"schedule", attr.getAs<StringAttr>("schedule").getValue()},
+      {"schedule", ds::stringifyEnum(attr.getSchedule())},
       {"stages", p},
-      {"microbatches", getInt(attr, "microbatches")},
-      {"chunks", getInt(attr, "chunks")},
+      {"microbatches", attr.getMicrobatches()},
+      {"chunks", attr.getChunks()},
       {"virtual_stages", static_cast<int64_t>(facts.costs.forward.size())},
-      {"balance", attr.getAs<StringAttr>("balance").getValue()},
+      {"balance", ds::stringifyEnum(attr.getBalance())},
       {"makespan_mflop", facts.simulation.makespan},
       {"bubble_fraction", facts.simulation.bubbleFraction},
       {"uniform_bubble_fraction", facts.uniformSimulation.bubbleFraction},
@@ -634,9 +619,9 @@ llvm::json::Object pipelineJson(const PipelineFacts &facts) {
 }
 
 int64_t pipelineStagesOf(ModuleOp train) {
-  if (auto attr = train->getAttrOfType<DictionaryAttr>(
+  if (auto attr = train->getAttrOfType<ds::PipelineAttr>(
           ds::DsDialect::kPipelineAttrName))
-    return std::max<int64_t>(1, getInt(attr, "stages"));
+    return attr.getStages();
   return 1;
 }
 
@@ -686,36 +671,35 @@ llvm::json::Object trainingRank(ModuleOp train, int64_t rank = 0) {
       {"params", std::move(params)},
       {"states", std::move(states)},
       {"functions", std::move(functions)}};
-  if (auto pipelineRank = train->getAttrOfType<DictionaryAttr>(
+  if (auto pipelineRank = train->getAttrOfType<ds::PipelineRankAttr>(
           ds::DsDialect::kPipelineRankAttrName)) {
     llvm::json::Array stages, pools;
-    for (Attribute attr : pipelineRank.getAs<ArrayAttr>("virtual_stages")) {
-      auto stage = cast<DictionaryAttr>(attr);
-      llvm::json::Object entry{{"stage", getInt(stage, "stage")}};
-      for (StringRef key :
-           {"forward", "backward", "backward_input", "backward_weight"})
-        if (auto name = stage.getAs<StringAttr>(key);
-            name && !name.getValue().empty())
-          entry[key] = name.getValue();
+    for (ds::PipelineRankStageAttr stage : pipelineRank.getVirtualStages()) {
+      llvm::json::Object entry{{"stage", stage.getStage()}};
+      for (auto [key, function] :
+           {std::pair<StringRef, FlatSymbolRefAttr>{"forward",
+                                                    stage.getForward()},
+            {"backward", stage.getBackward()},
+            {"backward_input", stage.getBackwardInput()},
+            {"backward_weight", stage.getBackwardWeight()}})
+        if (function)
+          entry[key] = function.getValue();
       stages.push_back(std::move(entry));
     }
-    for (Attribute attr : pipelineRank.getAs<ArrayAttr>("pools")) {
-      auto pool = cast<DictionaryAttr>(attr);
+    for (ds::PipelinePoolAttr pool : pipelineRank.getPools())
       pools.push_back(llvm::json::Object{
-          {"kind", pool.getAs<StringAttr>("kind").getValue()},
-          {"stage", getInt(pool, "stage")},
-          {"slots", getInt(pool, "slots")},
-          {"slot_bytes", getInt(pool, "slot_bytes")},
-          {"offset", getInt(pool, "offset")}});
-    }
+          {"kind", ds::stringifyEnum(pool.getKind())},
+          {"stage", pool.getStage()},
+          {"slots", pool.getSlots()},
+          {"slot_bytes", pool.getSlotBytes().value_or(0)},
+          {"offset", pool.getOffset().value_or(0)}});
     json["pipeline"] = llvm::json::Object{
-        {"pp", getInt(pipelineRank, "rank")},
+        {"pp", pipelineRank.getRank()},
         {"stages", std::move(stages)},
         {"actions",
-         static_cast<int64_t>(
-             pipelineRank.getAs<DenseI64ArrayAttr>("action_kinds").size())},
-        {"buffers_offset", getInt(pipelineRank, "buffers_offset")},
-        {"buffers_bytes", getInt(pipelineRank, "buffers_bytes")},
+         static_cast<int64_t>(pipelineRank.getActions().size())},
+        {"buffers_offset", pipelineRank.getBuffersOffset().value_or(0)},
+        {"buffers_bytes", pipelineRank.getBuffersBytes().value_or(0)},
         {"pools", std::move(pools)}};
   }
   return json;

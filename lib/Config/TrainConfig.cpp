@@ -18,6 +18,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -66,7 +67,23 @@ bool TrainConfigOverrides::empty() const {
          !gradientClipping && !betas && !nesterov && !trainBatchSize &&
          !microBatchSize && !gradientAccumulationSteps && !stepsPerPrint &&
          !zeroStage && !dataParallelSize && !pipelineStages && !microbatches &&
-         !pipelineChunks && !worldSize && !pipelineSchedule;
+         !pipelineChunks && !worldSize && !pipelineSchedule && !precision;
+}
+
+llvm::StringRef precisionName(Precision precision) {
+  switch (precision) {
+  case Precision::FP32: return "fp32";
+  case Precision::BF16: return "bf16";
+  case Precision::FP16: return "fp16";
+  }
+  llvm_unreachable("unknown precision");
+}
+
+std::optional<Precision> parsePrecision(llvm::StringRef name) {
+  for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16})
+    if (name == precisionName(p))
+      return p;
+  return std::nullopt;
 }
 
 namespace {
@@ -503,6 +520,20 @@ llvm::Error applyOverrides(json::Object &root,
   }
   if (overrides.stepsPerPrint)
     root["steps_per_print"] = *overrides.stepsPerPrint;
+  if (overrides.precision) {
+    // The file's bf16 section may go by DeepSpeed's older name.
+    StringRef bf16Key =
+        !root.get("bf16") && root.get("bfloat16") ? "bfloat16" : "bf16";
+    for (auto [key, enabled] :
+         {std::pair{StringRef("fp16"), *overrides.precision == Precision::FP16},
+          {bf16Key, *overrides.precision == Precision::BF16}}) {
+      json::Value *section = root.get(key);
+      if (section && section->getAsObject())
+        (*section->getAsObject())["enabled"] = enabled;
+      else
+        root[key] = json::Object{{"enabled", enabled}};
+    }
+  }
   if (overrides.zeroStage) {
     json::Value *zero = root.get("zero_optimization");
     if (zero && zero->getAsObject())
@@ -532,6 +563,7 @@ private:
 
 public:
   bool dataParallelExplicit = false; // --dp given, not derived from --world
+  bool precisionFlag = false;        // --precision given
 
 private:
   std::optional<std::string> error;
@@ -573,6 +605,7 @@ private:
   bool readPipeline(const json::Value &value);
   bool resolveGrid();
   bool readPrecision(const json::Object &root);
+  bool readLossScaler(const json::Object &fp16);
   std::optional<bool> readEnabled(const json::Value &value, StringRef key);
 
   /// Warns about each key of `params` not in `known`.
@@ -1166,8 +1199,6 @@ bool ConfigReader::readZero(const json::Value &value) {
 
 std::optional<bool> ConfigReader::readEnabled(const json::Value &value,
                                               StringRef key) {
-  // Only "enabled" matters: the section's other keys (loss scaling, ...)
-  // configure what dsopt refuses when enabled.
   const json::Object *section =
       readObject(value, key, "an object with \"enabled\"");
   if (!section)
@@ -1179,12 +1210,60 @@ std::optional<bool> ConfigReader::readEnabled(const json::Value &value,
   return enabled;
 }
 
+bool ConfigReader::readLossScaler(const json::Object &fp16) {
+  LossScalerConfig &scaler = config.lossScaler;
+  if (const json::Value *value = fp16.get("loss_scale"))
+    if (!readNumber(*value, "fp16.loss_scale", Range::NonNegative,
+                    scaler.lossScale))
+      return false;
+  // 2^126 is the largest power of two below float32's largest value.
+  if (const json::Value *value = fp16.get("initial_scale_power"))
+    if (!readInteger(*value, "fp16.initial_scale_power", 0, 126,
+                     "an integer in [0, 126]", scaler.initialScalePower))
+      return false;
+  if (const json::Value *value = fp16.get("loss_scale_window"))
+    if (!readPositive(*value, "fp16.loss_scale_window",
+                      scaler.lossScaleWindow))
+      return false;
+  if (const json::Value *value = fp16.get("hysteresis"))
+    if (!readPositive(*value, "fp16.hysteresis", scaler.hysteresis))
+      return false;
+  if (const json::Value *value = fp16.get("consecutive_hysteresis"))
+    if (!readBool(*value, "fp16.consecutive_hysteresis",
+                  scaler.consecutiveHysteresis))
+      return false;
+  if (const json::Value *value = fp16.get("min_loss_scale")) {
+    if (!readNumber(*value, "fp16.min_loss_scale", Range::NonNegative,
+                    scaler.minLossScale))
+      return false;
+    if (scaler.minLossScale <= 0)
+      return fail("fp16.min_loss_scale",
+                  "expected a positive number, got " + describe(*value));
+  }
+  if (scaler.lossScale == 0 &&
+      std::ldexp(1.0, static_cast<int>(scaler.initialScalePower)) <
+          scaler.minLossScale)
+    return fail("fp16.initial_scale_power",
+                "the initial scale 2^" + Twine(scaler.initialScalePower) +
+                    " is below min_loss_scale " +
+                    llvm::formatv("{0}", scaler.minLossScale).str());
+  static constexpr llvm::StringLiteral scalerKeys[] = {
+      "enabled",        "loss_scale",     "initial_scale_power",
+      "loss_scale_window", "hysteresis",  "consecutive_hysteresis",
+      "min_loss_scale"};
+  for (const std::string &key : sortedKeys(fp16))
+    if (!llvm::is_contained(scalerKeys, key))
+      warn("fp16." + display(key) + " is not implemented by dsopt and is "
+                                    "ignored");
+  return true;
+}
+
 bool ConfigReader::readPrecision(const json::Object &root) {
   bool fp16 = false, bf16 = false;
   StringRef bf16Key = "bf16";
   if (const json::Value *value = root.get("fp16")) {
     std::optional<bool> enabled = readEnabled(*value, "fp16");
-    if (!enabled)
+    if (!enabled || !readLossScaler(*value->getAsObject()))
       return false;
     fp16 = *enabled;
   }
@@ -1201,22 +1280,59 @@ bool ConfigReader::readPrecision(const json::Object &root) {
     if (!enabled)
       return false;
     bf16 = *enabled;
+    for (const std::string &key : sortedKeys(*bf16Value->getAsObject()))
+      if (key != "enabled")
+        warn(bf16Key + "." + display(key) +
+             " is not implemented by dsopt and is ignored");
   }
   if (fp16 && bf16)
     return fail("fp16.enabled", ("fp16 and " + bf16Key +
                                  " cannot both be enabled (DeepSpeed forbids "
                                  "it too)")
                                     .str());
+  config.precision = fp16   ? Precision::FP16
+                     : bf16 ? Precision::BF16
+                            : Precision::FP32;
+  if (const json::Value *value = root.get("data_types")) {
+    const json::Object *types = readObject(*value, "data_types");
+    if (!types)
+      return false;
+    for (const std::string &key : sortedKeys(*types))
+      if (key != "grad_accum_dtype")
+        warn("data_types." + display(key) +
+             " is not implemented by dsopt and is ignored");
+    if (const json::Value *dtype = types->get("grad_accum_dtype")) {
+      std::string name;
+      if (!readString(*dtype, "data_types.grad_accum_dtype", name))
+        return false;
+      std::optional<Precision> accum = parsePrecision(name);
+      if (!accum)
+        return fail("data_types.grad_accum_dtype",
+                    "expected \"fp32\", \"bf16\" or \"fp16\", got " +
+                        describe(*dtype));
+      // Gradients of 16-bit training accumulate in its own type or in
+      // fp32; other combinations have no meaning.
+      if (*accum != Precision::FP32 && *accum != config.precision)
+        return fail("data_types.grad_accum_dtype",
+                    ("\"" + precisionName(*accum) + "\" accumulation needs " +
+                     precisionName(*accum) + " training, but the model trains in " +
+                     precisionName(config.precision))
+                        .str());
+      config.gradAccumDtype = accum;
+    }
+  }
   const StringRef notYet =
       "mixed-precision training is not implemented yet; training in fp32 "
       "instead would silently give other numbers than the config asks for. "
-      "Set \"enabled\": false to train in fp32";
-  if (fp16)
-    return fail("fp16.enabled", notYet);
-  if (bf16)
-    return fail((bf16Key + ".enabled").str(), notYet);
-  config.fp16 = fp16;
-  config.bf16 = bf16;
+      "Set \"enabled\": false (or --precision fp32) to train in fp32";
+  if (fp16 || bf16) {
+    // Named after what chose it: the flag, or the file's key.
+    if (precisionFlag && !error)
+      error = "--precision " + precisionName(config.precision).str() + ": " +
+              notYet.str();
+    const std::string key = fp16 ? "fp16.enabled" : (bf16Key + ".enabled").str();
+    return fail(key, notYet);
+  }
   return true;
 }
 
@@ -1231,6 +1347,7 @@ llvm::Error ConfigReader::read(const json::Object &root) {
                                     "fp16",
                                     "bf16",
                                     "bfloat16",
+                                    "data_types",
                                     "steps_per_print",
                                     "pipeline"};
   for (const std::string &key : sortedKeys(root))
@@ -1287,6 +1404,7 @@ parseTrainConfig(StringRef text, StringRef fileNameForMessages,
     return error;
   ConfigReader reader(prefix, config);
   reader.dataParallelExplicit = overrides.dataParallelSize.has_value();
+  reader.precisionFlag = overrides.precision.has_value();
   if (llvm::Error error = reader.read(*root))
     return error;
   return config;
@@ -1523,8 +1641,29 @@ std::string toJson(const TrainConfig &config) {
         if (config.pipelineChunks)
           out.attribute("chunks", config.pipelineChunks);
       });
-    out.attributeObject("fp16", [&] { out.attribute("enabled", config.fp16); });
-    out.attributeObject("bf16", [&] { out.attribute("enabled", config.bf16); });
+    // The loss scaler and the accumulation type are written where they
+    // apply: with fp16, and with 16-bit training.
+    out.attributeObject("fp16", [&] {
+      out.attribute("enabled", config.precision == Precision::FP16);
+      if (config.precision != Precision::FP16)
+        return;
+      const LossScalerConfig &scaler = config.lossScaler;
+      out.attribute("loss_scale", scaler.lossScale);
+      out.attribute("initial_scale_power", scaler.initialScalePower);
+      out.attribute("loss_scale_window", scaler.lossScaleWindow);
+      out.attribute("hysteresis", scaler.hysteresis);
+      out.attribute("consecutive_hysteresis", scaler.consecutiveHysteresis);
+      out.attribute("min_loss_scale", scaler.minLossScale);
+    });
+    out.attributeObject("bf16", [&] {
+      out.attribute("enabled", config.precision == Precision::BF16);
+    });
+    if (config.precision != Precision::FP32)
+      out.attributeObject("data_types", [&] {
+        out.attribute("grad_accum_dtype",
+                      precisionName(config.gradAccumDtype.value_or(
+                          config.precision)));
+      });
     out.attribute("steps_per_print", config.stepsPerPrint);
   });
   return text;

@@ -65,6 +65,18 @@ constexpr int64_t kSplatLiteralLimit = 256;
 /// the number of layers.
 constexpr size_t kTableEntries = 16;
 
+/// The name the runtime knows a persistent argument by (its parameter's or
+/// state's), or "" for another argument.
+std::string persistentName(func::FuncOp function, unsigned arg) {
+  if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
+          arg, ds::DsDialect::kParamAttrName))
+    return param.getName().str();
+  if (auto state = function.getArgAttrOfType<StringAttr>(
+          arg, ds::DsDialect::kStateAttrName))
+    return state.getValue().str();
+  return "";
+}
+
 std::string cppString(StringRef text) {
   std::string out = "\"";
   for (unsigned char c : text) {
@@ -200,6 +212,7 @@ private:
   FailureOr<Value> constantView(ds::ConstantOp constant);
   void emitDescribe();
   void emitParams(Value info, llvm::StringSet<> &seen);
+  void emitSpaces(Value info, ds::MemoryPlanAttr plan);
   /// Emits `rows` as a static const array of `rowType` before the describe
   /// function and a call `adder(info, array, count)`, then clears them.
   void flushTable(StringRef rowType, StringRef adder,
@@ -1110,6 +1123,12 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   }
   int64_t bound = 0;
   for (BlockArgument arg : body.getArguments()) {
+    // An argument in the host or file space has no view: kernels read and
+    // write device memory only (ds-plan-memory refuses a kernel on it).
+    if (auto space = function.getArgAttrOfType<ds::MemorySpaceAttr>(
+            arg.getArgNumber(), ds::DsDialect::kSpaceAttrName);
+        space && space.getValue() != ds::MemorySpace::device)
+      continue;
     offsetOf[arg] = function
                         .getArgAttrOfType<IntegerAttr>(
                             arg.getArgNumber(), ds::DsDialect::kOffsetAttrName)
@@ -1438,13 +1457,13 @@ void ProgramBuilder::emitShard(Value info, unsigned arg) {
 /// data-parallel.
 void ProgramBuilder::emitGrid(Value info) {
   for (auto grid : module.getOps<shard::GridOp>()) {
-    auto names = grid->getAttrOfType<ArrayAttr>("ds.axes");
+    ds::GridAxesAttr names = ds::getDeviceGridAxes(grid);
     std::string axes, sizes;
     for (auto [i, size] : llvm::enumerate(grid.getShape())) {
-      StringAttr name =
-          names && i < names.size() ? dyn_cast<StringAttr>(names[i]) : nullptr;
-      axes += (i ? "," : "") + (name ? name.getValue().str()
-                                     : "axis" + std::to_string(i));
+      axes += (i ? "," : "") +
+              (names && i < names.size()
+                   ? ds::stringifyEnum(names.getAxes()[i]).str()
+                   : "axis" + std::to_string(i));
       sizes += (i ? ", " : "") + std::to_string(size);
     }
     callVoid("dsrt::set_grid", {info},
@@ -1571,63 +1590,78 @@ void ProgramBuilder::emitTraining(Value info) {
 /// A pipeline rank (ds.pipeline_rank): its stages and their functions, its
 /// action list, its buffer pools and the accumulators it shares.
 void ProgramBuilder::emitPipeline(Value info) {
-  auto rank = module->getAttrOfType<DictionaryAttr>(
+  auto rank = module->getAttrOfType<ds::PipelineRankAttr>(
       ds::DsDialect::kPipelineRankAttrName);
   auto index0 = builder.getIndexAttr(0);
   auto str = [&](StringRef text) { return literal(cppString(text)); };
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
-  auto get = [&](DictionaryAttr dict, StringRef key) {
-    auto value = dict.getAs<IntegerAttr>(key);
-    return value ? value.getInt() : 0;
-  };
-  auto text = [&](DictionaryAttr dict, StringRef key) -> StringRef {
-    auto value = dict.getAs<StringAttr>(key);
-    return value ? value.getValue() : "";
+  auto name = [&](FlatSymbolRefAttr function) {
+    return str(ds::PipelineRankStageAttr::nameOf(function));
   };
   callVoid("dsrt::set_pipeline", {info},
-           {index0, str(text(rank, "schedule")), i64(get(rank, "stages")),
-            i64(get(rank, "chunks")), i64(get(rank, "microbatches")),
-            i64(get(rank, "rank")), i64(get(rank, "buffers_offset")),
-            i64(get(rank, "buffers_bytes"))});
-  for (Attribute attr : rank.getAs<ArrayAttr>("virtual_stages")) {
-    auto stage = cast<DictionaryAttr>(attr);
+           {index0, str(ds::stringifyEnum(rank.getSchedule())),
+            i64(rank.getStages()), i64(rank.getChunks()),
+            i64(rank.getMicrobatches()), i64(rank.getRank()),
+            i64(rank.getBuffersOffset().value_or(0)),
+            i64(rank.getBuffersBytes().value_or(0))});
+  for (ds::PipelineRankStageAttr stage : rank.getVirtualStages())
     callVoid("dsrt::add_pipeline_stage", {info},
-             {index0, i64(get(stage, "stage")), str(text(stage, "forward")),
-              str(text(stage, "backward")), str(text(stage, "backward_input")),
-              str(text(stage, "backward_weight"))});
-  }
-  ArrayRef<int64_t> kinds =
-      rank.getAs<DenseI64ArrayAttr>("action_kinds").asArrayRef();
-  ArrayRef<int64_t> microbatches =
-      rank.getAs<DenseI64ArrayAttr>("action_microbatches").asArrayRef();
-  ArrayRef<int64_t> chunks =
-      rank.getAs<DenseI64ArrayAttr>("action_chunks").asArrayRef();
-  ArrayRef<int64_t> peers =
-      rank.getAs<DenseI64ArrayAttr>("action_peers").asArrayRef();
-  for (size_t i = 0; i < kinds.size(); ++i)
+             {index0, i64(stage.getStage()), name(stage.getForward()),
+              name(stage.getBackward()), name(stage.getBackwardInput()),
+              name(stage.getBackwardWeight())});
+  // The runtime's action kinds are pipeline::ActionKind's values, which
+  // ds::PipelineActionKind keeps.
+  for (ds::PipelineActionAttr action : rank.getActions())
     callVoid("dsrt::add_pipeline_action", {info},
-             {index0, i64(kinds[i]), i64(microbatches[i]), i64(chunks[i]),
-              i64(peers[i])});
-  for (Attribute attr : rank.getAs<ArrayAttr>("pools")) {
-    auto pool = cast<DictionaryAttr>(attr);
+             {index0, i64(static_cast<int64_t>(action.getKind())),
+              i64(action.getMicrobatch()), i64(action.getChunk()),
+              i64(action.getPeer())});
+  for (ds::PipelinePoolAttr pool : rank.getPools())
     callVoid("dsrt::add_pipeline_pool", {info},
-             {index0, str(text(pool, "kind")), i64(get(pool, "stage")),
-              i64(get(pool, "slots")), i64(get(pool, "slot_bytes")),
-              i64(get(pool, "offset"))});
-  }
-  for (Attribute attr : rank.getAs<ArrayAttr>("tied")) {
-    auto tied = cast<DictionaryAttr>(attr);
-    ArrayRef<int64_t> ranks =
-        tied.getAs<DenseI64ArrayAttr>("ranks").asArrayRef();
+             {index0, str(ds::stringifyEnum(pool.getKind())),
+              i64(pool.getStage()), i64(pool.getSlots()),
+              i64(pool.getSlotBytes().value_or(0)),
+              i64(pool.getOffset().value_or(0))});
+  for (ds::PipelineRankTiedAttr tied : rank.getTied()) {
+    ArrayRef<int64_t> ranks = tied.getRanks();
     std::string list = llvm::join(
         llvm::map_range(ranks, [](int64_t r) { return std::to_string(r); }),
         ", ");
     callVoid("dsrt::add_pipeline_tied", {info},
-             {index0, str(tied.getAs<ds::StateAttr>("state").getParam()),
+             {index0, str(tied.getState().getParam()),
               literal("std::array<int64_t, " + std::to_string(ranks.size()) +
                       ">{" + list + "}.data()"),
               i64(static_cast<int64_t>(ranks.size()))});
   }
+}
+
+/// The host and file spaces' arenas, and the persistent values placed in
+/// them (#ds.space); nothing while every buffer is in device memory.
+void ProgramBuilder::emitSpaces(Value info, ds::MemoryPlanAttr plan) {
+  auto index0 = builder.getIndexAttr(0);
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+  auto spaceLiteral = [&](ds::MemorySpace space) {
+    return literal(space == ds::MemorySpace::host ? "dsrt::Space::Host"
+                                                  : "dsrt::Space::File");
+  };
+  for (ds::MemorySpace space : {ds::MemorySpace::host, ds::MemorySpace::file})
+    if (plan.getSpaceBytes(space) > 0)
+      callVoid("dsrt::set_space_plan", {info},
+               {index0, spaceLiteral(space), i64(plan.getSpaceBytes(space)),
+                i64(plan.getSpacePersistentBytes(space))});
+  llvm::StringSet<> placed;
+  for (func::FuncOp each : functions)
+    for (unsigned i = 0; i < each.getNumArguments(); ++i) {
+      auto space = each.getArgAttrOfType<ds::MemorySpaceAttr>(
+          i, ds::DsDialect::kSpaceAttrName);
+      if (!space || space.getValue() == ds::MemorySpace::device)
+        continue;
+      std::string name = persistentName(each, i);
+      if (!name.empty() && placed.insert(name).second)
+        callVoid("dsrt::place_in_space", {info},
+                 {index0, literal(cppString(name)),
+                  spaceLiteral(space.getValue())});
+    }
 }
 
 void ProgramBuilder::emitDescribe() {
@@ -1663,6 +1697,7 @@ void ProgramBuilder::emitDescribe() {
   }
   flushTable("dsrt::ParamFileRow", "dsrt::add_param_files", paramRows, info);
   flushTable("dsrt::StateRow", "dsrt::add_states", stateRows, info);
+  emitSpaces(info, plan);
   if (isTraining()) {
     emitTraining(info);
     for (func::FuncOp each : functions) {

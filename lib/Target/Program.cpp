@@ -6,6 +6,7 @@
 
 #include "mlir/Target/Cpp/CppEmitter.h"
 #include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -115,6 +116,30 @@ static LogicalResult writeFile(StringRef path, StringRef contents,
   return success();
 }
 
+/// What a failed host compile says went wrong: its first lines that report
+/// an error or a failure, at most three. The compiler driver's closing
+/// summary ("collect2: error: ld returned 1 exit status") only says that
+/// the linker failed; the linker's own line says why (a missing symbol, "No
+/// space left on device"), so the summary is left out when there is more.
+static std::string diagnosticLines(StringRef text) {
+  SmallVector<StringRef> lines, summaries;
+  for (StringRef rest = text; !rest.empty();) {
+    auto [line, tail] = rest.split('\n');
+    rest = tail;
+    line = line.rtrim();
+    if (!line.contains("error") && !line.contains("failed") &&
+        !line.contains("No space left"))
+      continue;
+    if (line.contains("collect2: error:") || line.contains("ld returned"))
+      summaries.push_back(line);
+    else if (lines.size() < 3)
+      lines.push_back(line);
+  }
+  if (lines.empty())
+    lines = summaries;
+  return llvm::join(lines, "; ");
+}
+
 LogicalResult buildProgram(StringRef outDir, StringRef source,
                            StringRef exeName, const HostCompiler &compiler,
                            std::string &error) {
@@ -196,17 +221,7 @@ LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
     llvm::sys::fs::remove(job.log);
     if (done.ReturnCode == 0 || !firstError.empty())
       continue;
-    // The first diagnostic line that says "error" is the useful one.
-    std::string first;
-    llvm::StringRef rest = text;
-    while (!rest.empty()) {
-      auto [line, tail] = rest.split('\n');
-      if (line.contains("error")) {
-        first = line.str();
-        break;
-      }
-      rest = tail;
-    }
+    std::string first = diagnosticLines(text);
     if (first.empty())
       first = job.message.empty() ? text.substr(0, 400) : job.message;
     firstError = "the host compiler failed on " + job.cppPath +

@@ -16,7 +16,7 @@
 
 #include "dsopt/Transforms/Passes.h"
 
-#include "dsopt/Pipeline/Schedule.h"
+#include "dsopt/Pipeline/ScheduleAttrs.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -147,17 +147,12 @@ void PipelinePass::runOnOperation() {
       !built)
     return fail(module, "pipeline schedule " + schedule + ": " +
                             llvm::toString(built.takeError()));
-  enum class Balance { Flops, Parameters, Uniform };
-  Balance balanceBy;
-  if (balance == "flops")
-    balanceBy = Balance::Flops;
-  else if (balance == "parameters")
-    balanceBy = Balance::Parameters;
-  else if (balance == "uniform")
-    balanceBy = Balance::Uniform;
-  else
+  std::optional<ds::PipelineBalance> balanceKind =
+      ds::symbolizePipelineBalance(balance);
+  if (!balanceKind)
     return fail(module, "unknown pipeline balance '" + balance +
                             "' (flops, parameters or uniform)");
+  ds::PipelineBalance balanceBy = *balanceKind;
 
   auto micro = module.lookupSymbol<func::FuncOp>("micro_step");
   if (!micro || micro.isDeclaration())
@@ -234,9 +229,9 @@ void PipelinePass::runOnOperation() {
     opFlops[i] = flops;
     opBytes[i] = bytes;
     int64_t primary = flops;
-    if (balanceBy == Balance::Uniform) {
+    if (balanceBy == ds::PipelineBalance::uniform) {
       primary = 1;
-    } else if (balanceBy == Balance::Parameters) {
+    } else if (balanceBy == ds::PipelineBalance::parameters) {
       primary = 0;
       for (Value operand : op->getOperands())
         if (isParam(operand) && paramsSeen.insert(operand).second)
@@ -459,32 +454,23 @@ void PipelinePass::runOnOperation() {
   for (Operation &op : body.without_terminator())
     op.setAttr(ds::DsDialect::kStageAttrName, i64(stageOf[&op]));
 
-  SmallVector<Attribute> stageAttrs;
+  MLIRContext *context = module.getContext();
+  SmallVector<ds::PipelineStageAttr> stageAttrs;
   for (auto [s, f] : llvm::enumerate(facts))
-    stageAttrs.push_back(b.getDictionaryAttr({
-        b.getNamedAttr("stage", i64(s)),
-        b.getNamedAttr("forward_ops", i64(f.forwardOps)),
-        b.getNamedAttr("flops_forward", i64(f.flopsForward)),
-        b.getNamedAttr("flops_backward", i64(f.flopsBackward)),
-        b.getNamedAttr("flops_weight", i64(f.flopsWeight)),
-        b.getNamedAttr("bytes_forward", i64(f.bytesForward)),
-        b.getNamedAttr("param_bytes", i64(f.paramBytes)),
-        b.getNamedAttr("activation_bytes", i64(f.activationBytes)),
-        b.getNamedAttr("send_bytes", i64(f.sendBytes)),
-    }));
-  SmallVector<Attribute> transferAttrs;
+    stageAttrs.push_back(ds::PipelineStageAttr::get(
+        context, s, f.forwardOps, f.flopsForward, f.flopsBackward,
+        f.flopsWeight, f.bytesForward, f.paramBytes, f.activationBytes,
+        f.sendBytes));
+  SmallVector<ds::PipelineTransferAttr> transferAttrs;
   for (auto &[key, t] : transfers) {
     auto [from, to, isForward] = key;
-    transferAttrs.push_back(b.getDictionaryAttr({
-        b.getNamedAttr("from", i64(from)),
-        b.getNamedAttr("to", i64(to)),
-        b.getNamedAttr("kind",
-                       b.getStringAttr(isForward ? "activation" : "gradient")),
-        b.getNamedAttr("bytes", i64(t.bytes)),
-        b.getNamedAttr("values", i64(t.values)),
-    }));
+    transferAttrs.push_back(ds::PipelineTransferAttr::get(
+        context, from, to,
+        isForward ? ds::PipelineTransferKind::activation
+                  : ds::PipelineTransferKind::gradient,
+        t.bytes, t.values));
   }
-  SmallVector<Attribute> tiedAttrs;
+  SmallVector<ds::PipelineTiedAttr> tiedAttrs;
   for (auto &[param, used] : paramStages) {
     if (used.size() < 2)
       continue;
@@ -492,10 +478,8 @@ void PipelinePass::runOnOperation() {
         cast<BlockArgument>(param).getArgNumber(),
         ds::DsDialect::kParamAttrName);
     SmallVector<int64_t> list(used.begin(), used.end());
-    tiedAttrs.push_back(b.getDictionaryAttr({
-        b.getNamedAttr("name", b.getStringAttr(attr.getName())),
-        b.getNamedAttr("stages", b.getDenseI64ArrayAttr(list)),
-    }));
+    tiedAttrs.push_back(
+        ds::PipelineTiedAttr::get(context, attr.getName(), list));
   }
   SmallVector<Attribute> opNames, opNodes;
   SmallVector<bool> cuts(cutBefore.begin(), cutBefore.end());
@@ -505,24 +489,13 @@ void PipelinePass::runOnOperation() {
   }
   module->setAttr(
       ds::DsDialect::kPipelineAttrName,
-      b.getDictionaryAttr({
-          b.getNamedAttr("stages", i64(stages)),
-          b.getNamedAttr("microbatches", i64(microbatches)),
-          b.getNamedAttr("schedule", b.getStringAttr(
-                                         pipeline::getScheduleKindName(*kind))),
-          b.getNamedAttr("chunks", i64(v)),
-          b.getNamedAttr("balance", b.getStringAttr(balance)),
-          b.getNamedAttr("virtual_stages", b.getArrayAttr(stageAttrs)),
-          b.getNamedAttr("transfers", b.getArrayAttr(transferAttrs)),
-          b.getNamedAttr("tied", b.getArrayAttr(tiedAttrs)),
-          b.getNamedAttr("op_names", b.getArrayAttr(opNames)),
-          b.getNamedAttr("op_nodes", b.getArrayAttr(opNodes)),
-          b.getNamedAttr("op_flops", b.getDenseI64ArrayAttr(opFlops)),
-          b.getNamedAttr("op_bytes", b.getDenseI64ArrayAttr(opBytes)),
-          b.getNamedAttr("op_stages",
-                         b.getDenseI64ArrayAttr(sequenceStage)),
-          b.getNamedAttr("op_cut_before", b.getDenseBoolArrayAttr(cuts)),
-      }));
+      ds::PipelineAttr::get(
+          context, stages, microbatches, pipeline::toAttr(*kind), v, balanceBy,
+          stageAttrs, transferAttrs, tiedAttrs, b.getArrayAttr(opNames),
+          b.getArrayAttr(opNodes), b.getDenseI64ArrayAttr(opFlops),
+          b.getDenseI64ArrayAttr(opBytes),
+          b.getDenseI64ArrayAttr(sequenceStage),
+          b.getDenseBoolArrayAttr(cuts)));
 }
 
 } // namespace

@@ -31,18 +31,14 @@ struct PipelineRanksPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto pipeline = module->getAttrOfType<DictionaryAttr>(
+    auto pipeline = module->getAttrOfType<dsopt::ds::PipelineAttr>(
         dsopt::ds::DsDialect::kPipelineAttrName);
     if (!pipeline) {
       module.emitError("no ds.pipeline on the module; run ds-pipeline first");
       return signalPassFailure();
     }
-    auto stagesAttr = pipeline.getAs<IntegerAttr>("stages");
-    int64_t stages = stagesAttr ? stagesAttr.getInt() : 0;
-    if (stages < 1) {
-      module.emitError("ds.pipeline has no positive number of stages");
-      return signalPassFailure();
-    }
+    // At least one (#ds.pipeline's verifier).
+    int64_t stages = pipeline.getStages();
     if (!module.getOps<ModuleOp>().empty()) {
       module.emitError("the module already holds nested modules; "
                        "ds-pipeline-ranks runs once, on the cut step");

@@ -26,7 +26,7 @@
 
 #include "dsopt/Transforms/Passes.h"
 
-#include "dsopt/Pipeline/Schedule.h"
+#include "dsopt/Pipeline/ScheduleAttrs.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -119,7 +119,7 @@ void PipelineSplitPass::runOnOperation() {
   };
 
   auto pipeline =
-      module->getAttrOfType<DictionaryAttr>(ds::DsDialect::kPipelineAttrName);
+      module->getAttrOfType<ds::PipelineAttr>(ds::DsDialect::kPipelineAttrName);
   if (!pipeline)
     return fail(module, "no ds.pipeline on the module; run ds-pipeline first");
   auto micro = module.lookupSymbol<func::FuncOp>("micro_step");
@@ -129,30 +129,21 @@ void PipelineSplitPass::runOnOperation() {
   if (module.lookupSymbol("grid"))
     return fail(module, "the module already has a device grid (@grid); "
                         "ds-pipeline-split runs before ds-zero");
-  auto integer = [&](StringRef key) -> int64_t {
-    auto value = pipeline.getAs<IntegerAttr>(key);
-    return value ? value.getInt() : 0;
-  };
-  int64_t p = integer("stages"), m = integer("microbatches"),
-          v = integer("chunks");
-  auto scheduleName = pipeline.getAs<StringAttr>("schedule");
-  std::optional<pipeline::ScheduleKind> kind =
-      scheduleName ? pipeline::parseScheduleKind(scheduleName.getValue())
-                   : std::nullopt;
-  if (!kind || p < 1 || m < 1 || v < 1)
-    return fail(module, "ds.pipeline lacks a valid schedule, stages, "
-                        "microbatches and chunks");
+  // #ds.pipeline's verifier has checked p, m, v >= 1.
+  int64_t p = pipeline.getStages(), m = pipeline.getMicrobatches(),
+          v = pipeline.getChunks();
+  pipeline::ScheduleKind kind = pipeline::fromAttr(pipeline.getSchedule());
   if (rank < 0 || rank >= p)
     return fail(module, "pipeline rank " + Twine(rank) + " is outside [0, " +
                             Twine(p) + ")");
   if (dp < 1)
     return fail(module, "the data-parallel size must be at least 1");
   llvm::Expected<pipeline::Schedule> schedule =
-      pipeline::buildSchedule(*kind, p, m, v);
+      pipeline::buildSchedule(kind, p, m, v);
   if (!schedule)
     return fail(module, "pipeline schedule: " +
                             llvm::toString(schedule.takeError()));
-  const bool splitBackward = *kind == pipeline::ScheduleKind::ZeroBubbleH1;
+  const bool splitBackward = kind == pipeline::ScheduleKind::ZeroBubbleH1;
   const int64_t numStages = p * v;
   int64_t accumulation = 1;
   if (auto train = module->getAttrOfType<DictionaryAttr>(
@@ -570,14 +561,13 @@ void PipelineSplitPass::runOnOperation() {
         b.getFunctionType(argTypes, ValueRange(results).getTypes()));
     function.setAllArgAttrs(argAttrs);
     function.setAllResultAttrs(resultAttrs);
-    StringRef partName = plan.part == Forward    ? StringRef("forward")
-                         : !splitBackward        ? StringRef("backward")
-                         : plan.part == Backward ? StringRef("backward_input")
-                                                 : StringRef("backward_weight");
-    function->setAttr(
-        ds::DsDialect::kPipelinePartAttrName,
-        b.getDictionaryAttr({b.getNamedAttr("stage", b.getI64IntegerAttr(plan.stage)),
-                             b.getNamedAttr("part", b.getStringAttr(partName))}));
+    ds::PipelinePart part = plan.part == Forward ? ds::PipelinePart::forward
+                            : !splitBackward     ? ds::PipelinePart::backward
+                            : plan.part == Backward
+                                ? ds::PipelinePart::backward_input
+                                : ds::PipelinePart::backward_weight;
+    function->setAttr(ds::DsDialect::kPipelinePartAttrName,
+                      ds::PipelinePartAttr::get(context, part, plan.stage));
   }
 
   // 5. Which ranks hold each parameter: every rank's stages are known, so
@@ -650,7 +640,8 @@ void PipelineSplitPass::runOnOperation() {
   // shared one on its lowest rank), summed over pp.
   SmallVector<ds::SumOfSquaresOp> norms;
   stepBody.walk([&](ds::SumOfSquaresOp op) { norms.push_back(op); });
-  ds::buildDeviceGrid(b, module, {{"pp", p}, {"dp", dp}});
+  ds::buildDeviceGrid(b, module,
+                      {{ds::GridAxis::pp, p}, {ds::GridAxis::dp, dp}});
   for (ds::SumOfSquaresOp norm : norms) {
     SmallVector<Value> owned;
     for (Value input : norm.getInputs()) {
@@ -703,7 +694,8 @@ void PipelineSplitPass::runOnOperation() {
       step.setResultAttr(i, ds::DsDialect::kUpdatesAttrName,
                          b.getI64IntegerAttr(newIndex[updates.getInt()]));
   step->setAttr(ds::DsDialect::kPipelinePartAttrName,
-                b.getDictionaryAttr({b.getNamedAttr("part", b.getStringAttr("optimizer"))}));
+                ds::PipelinePartAttr::get(context, ds::PipelinePart::optimizer,
+                                          /*stage=*/-1));
 
   // 7. The rank's action list and the slots its buffer pools need: walking
   // the list in order, the most slots of each pool held at once.
@@ -716,7 +708,7 @@ void PipelineSplitPass::runOnOperation() {
     most = std::max(most, ++held);
   };
   auto give = [&](const std::string &kind, int64_t s) { --pools[{kind, s}].first; };
-  SmallVector<int64_t> kinds, microbatchList, chunkList, peers;
+  SmallVector<ds::PipelineActionAttr> actionAttrs;
   for (const pipeline::Action &action : actions) {
     int64_t s = action.chunk * p + rank;
     switch (action.kind) {
@@ -744,34 +736,28 @@ void PipelineSplitPass::runOnOperation() {
     case pipeline::ActionKind::SendGradient: give("grad_out", s); break;
     case pipeline::ActionKind::RecvGradient: take("grad_in", s); break;
     }
-    kinds.push_back(static_cast<int64_t>(action.kind));
-    microbatchList.push_back(action.microbatch);
-    chunkList.push_back(action.chunk);
-    peers.push_back(action.peer);
+    actionAttrs.push_back(ds::PipelineActionAttr::get(
+        context, pipeline::toAttr(action.kind), action.microbatch,
+        action.chunk, action.peer));
   }
 
-  SmallVector<Attribute> stageAttrs;
+  SmallVector<ds::PipelineRankStageAttr> stageAttrs;
   for (int64_t s : myStages) {
-    auto fn = [&](StringRef prefix) -> Attribute {
+    auto fn = [&](StringRef prefix) -> FlatSymbolRefAttr {
       std::string name = stageName(prefix, s);
-      return b.getStringAttr(module.lookupSymbol(name) ? name : "");
+      return module.lookupSymbol(name)
+                 ? FlatSymbolRefAttr::get(context, name)
+                 : FlatSymbolRefAttr();
     };
-    stageAttrs.push_back(b.getDictionaryAttr({
-        b.getNamedAttr("stage", b.getI64IntegerAttr(s)),
-        b.getNamedAttr("forward", fn("fwd_")),
-        b.getNamedAttr("backward", fn("bwd_")),
-        b.getNamedAttr("backward_input", fn("bwdi_")),
-        b.getNamedAttr("backward_weight", fn("bwdw_")),
-    }));
+    stageAttrs.push_back(ds::PipelineRankStageAttr::get(
+        context, s, fn("fwd_"), fn("bwd_"), fn("bwdi_"), fn("bwdw_")));
   }
-  SmallVector<Attribute> poolAttrs;
+  SmallVector<ds::PipelinePoolAttr> poolAttrs;
   for (auto &[key, counts] : pools)
-    poolAttrs.push_back(b.getDictionaryAttr({
-        b.getNamedAttr("kind", b.getStringAttr(key.first)),
-        b.getNamedAttr("stage", b.getI64IntegerAttr(key.second)),
-        b.getNamedAttr("slots", b.getI64IntegerAttr(counts.second)),
-    }));
-  SmallVector<Attribute> tiedAttrs;
+    poolAttrs.push_back(ds::PipelinePoolAttr::get(
+        context, *ds::symbolizePipelinePoolKind(key.first), key.second,
+        counts.second, /*slot_bytes=*/std::nullopt, /*offset=*/std::nullopt));
+  SmallVector<ds::PipelineRankTiedAttr> tiedAttrs;
   for (BlockArgument arg : stepBody.getArguments()) {
     ds::StateAttr state = stateOf(step, arg.getArgNumber());
     if (!state || !state.isAccumulator())
@@ -780,29 +766,14 @@ void PipelineSplitPass::runOnOperation() {
     if (ranks.size() < 2)
       continue;
     SmallVector<int64_t> list(ranks.begin(), ranks.end());
-    tiedAttrs.push_back(b.getDictionaryAttr({
-        b.getNamedAttr("state", state),
-        b.getNamedAttr("ranks", b.getDenseI64ArrayAttr(list)),
-    }));
+    tiedAttrs.push_back(ds::PipelineRankTiedAttr::get(context, state, list));
   }
-  module->setAttr(
-      ds::DsDialect::kPipelineRankAttrName,
-      b.getDictionaryAttr({
-          b.getNamedAttr("rank", b.getI64IntegerAttr(rank)),
-          b.getNamedAttr("stages", b.getI64IntegerAttr(p)),
-          b.getNamedAttr("chunks", b.getI64IntegerAttr(v)),
-          b.getNamedAttr("microbatches", b.getI64IntegerAttr(m)),
-          b.getNamedAttr("dp", b.getI64IntegerAttr(dp)),
-          b.getNamedAttr("schedule", scheduleName),
-          b.getNamedAttr("virtual_stages", b.getArrayAttr(stageAttrs)),
-          b.getNamedAttr("action_kinds", b.getDenseI64ArrayAttr(kinds)),
-          b.getNamedAttr("action_microbatches",
-                         b.getDenseI64ArrayAttr(microbatchList)),
-          b.getNamedAttr("action_chunks", b.getDenseI64ArrayAttr(chunkList)),
-          b.getNamedAttr("action_peers", b.getDenseI64ArrayAttr(peers)),
-          b.getNamedAttr("pools", b.getArrayAttr(poolAttrs)),
-          b.getNamedAttr("tied", b.getArrayAttr(tiedAttrs)),
-      }));
+  module->setAttr(ds::DsDialect::kPipelineRankAttrName,
+                  ds::PipelineRankAttr::get(
+                      context, rank, p, v, m, dp, pipeline.getSchedule(),
+                      stageAttrs, actionAttrs, poolAttrs, tiedAttrs,
+                      /*buffers_offset=*/std::nullopt,
+                      /*buffers_bytes=*/std::nullopt));
   micro.erase();
 }
 

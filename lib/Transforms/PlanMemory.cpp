@@ -530,15 +530,14 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
     }
     // A pipeline rank's buffers between actions (ds.pipeline_rank's
     // pools) lie above every function's plan, at the top of the arena.
-    if (auto rank = module->getAttrOfType<DictionaryAttr>(
+    if (auto rank = module->getAttrOfType<ds::PipelineRankAttr>(
             ds::DsDialect::kPipelineRankAttrName)) {
-      FailureOr<DictionaryAttr> placed =
+      FailureOr<ds::PipelineRankAttr> placed =
           planPipelineBuffers(module, rank, layout, arena);
       if (failed(placed))
         return signalPassFailure();
       module->setAttr(ds::DsDialect::kPipelineRankAttrName, *placed);
-      int64_t top = placed->getAs<IntegerAttr>("buffers_offset").getInt() +
-                    placed->getAs<IntegerAttr>("buffers_bytes").getInt();
+      int64_t top = *placed->getBuffersOffset() + *placed->getBuffersBytes();
       peakLive += top - arena;
       arena = top;
     }
@@ -552,11 +551,10 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
   /// The size of one slot of each pool (the aligned sizes of the values
   /// the runtime keeps in it, from the functions' signatures) and where
   /// the pools lie: from `base` up, in the order of ds.pipeline_rank.
-  FailureOr<DictionaryAttr> planPipelineBuffers(ModuleOp module,
-                                                DictionaryAttr rank,
-                                                const PersistentLayout &layout,
-                                                int64_t base) {
-    Builder b(module.getContext());
+  FailureOr<ds::PipelineRankAttr>
+  planPipelineBuffers(ModuleOp module, ds::PipelineRankAttr rank,
+                      const PersistentLayout &layout, int64_t base) {
+    MLIRContext *context = module.getContext();
     auto aligned = [&](Type type) {
       return static_cast<int64_t>(llvm::alignTo(
           ds::getByteSize(cast<ShapedType>(type)).value_or(0), alignment));
@@ -578,52 +576,54 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
       }
       return total;
     };
-    llvm::DenseMap<int64_t, DictionaryAttr> stages;
-    for (Attribute attr : rank.getAs<ArrayAttr>("virtual_stages"))
-      if (auto stage = dyn_cast<DictionaryAttr>(attr))
-        stages[stage.getAs<IntegerAttr>("stage").getInt()] = stage;
     int64_t offset = llvm::alignTo(base, alignment);
     int64_t start = offset;
-    SmallVector<Attribute> pools;
-    for (Attribute attr : rank.getAs<ArrayAttr>("pools")) {
-      auto pool = cast<DictionaryAttr>(attr);
-      StringRef kind = pool.getAs<StringAttr>("kind").getValue();
-      int64_t stage = pool.getAs<IntegerAttr>("stage").getInt();
-      int64_t slots = pool.getAs<IntegerAttr>("slots").getInt();
-      DictionaryAttr functions = stages.lookup(stage);
-      auto fn = [&](StringRef key) -> StringRef {
-        auto name = functions ? functions.getAs<StringAttr>(key) : StringAttr();
-        return name ? name.getValue() : "";
-      };
-      StringRef forward = fn("forward");
-      StringRef backward =
-          fn("backward").empty() ? fn("backward_input") : fn("backward");
-      using Role = ds::ValueRole;
-      int64_t slotBytes =
-          kind == "stash"      ? bytesOf(forward, true, Role::stash)
-          : kind == "act_in"   ? bytesOf(forward, false, Role::recv)
-          : kind == "act_out"  ? bytesOf(forward, true, Role::send)
-          : kind == "grad_in"  ? bytesOf(backward, false, Role::recv)
-          : kind == "grad_out" ? bytesOf(backward, true, Role::send)
-          : kind == "wstash"   ? bytesOf(backward, true, Role::wstash)
-                               : 0;
+    SmallVector<ds::PipelinePoolAttr> pools;
+    for (ds::PipelinePoolAttr pool : rank.getPools()) {
+      ds::PipelinePoolKind kind = pool.getKind();
+      int64_t stage = pool.getStage();
+      int64_t slots = pool.getSlots();
+      ds::PipelineRankStageAttr functions = rank.lookupStage(stage);
+      StringRef forward, backward;
+      if (functions) {
+        forward = ds::PipelineRankStageAttr::nameOf(functions.getForward());
+        backward =
+            ds::PipelineRankStageAttr::nameOf(functions.getInputBackward());
+      }
+      int64_t slotBytes = 0;
+      switch (kind) {
+      case ds::PipelinePoolKind::stash:
+        slotBytes = bytesOf(forward, true, ds::ValueRole::stash);
+        break;
+      case ds::PipelinePoolKind::act_in:
+        slotBytes = bytesOf(forward, false, ds::ValueRole::recv);
+        break;
+      case ds::PipelinePoolKind::act_out:
+        slotBytes = bytesOf(forward, true, ds::ValueRole::send);
+        break;
+      case ds::PipelinePoolKind::grad_in:
+        slotBytes = bytesOf(backward, false, ds::ValueRole::recv);
+        break;
+      case ds::PipelinePoolKind::grad_out:
+        slotBytes = bytesOf(backward, true, ds::ValueRole::send);
+        break;
+      case ds::PipelinePoolKind::wstash:
+        slotBytes = bytesOf(backward, true, ds::ValueRole::wstash);
+        break;
+      case ds::PipelinePoolKind::tied:
+        break;
+      }
       if (slotBytes == 0 || slots == 0)
         continue;
-      pools.push_back(b.getDictionaryAttr({
-          b.getNamedAttr("kind", b.getStringAttr(kind)),
-          b.getNamedAttr("stage", b.getI64IntegerAttr(stage)),
-          b.getNamedAttr("slots", b.getI64IntegerAttr(slots)),
-          b.getNamedAttr("slot_bytes", b.getI64IntegerAttr(slotBytes)),
-          b.getNamedAttr("offset", b.getI64IntegerAttr(offset)),
-      }));
+      pools.push_back(ds::PipelinePoolAttr::get(context, kind, stage, slots,
+                                                slotBytes, offset));
       offset += slots * slotBytes;
     }
     // One slot receiving every other sharer's copy of each shared
     // accumulator.
     int64_t tiedBytes = 0;
-    for (Attribute attr : rank.getAs<ArrayAttr>("tied")) {
-      auto tied = cast<DictionaryAttr>(attr);
-      auto state = tied.getAs<ds::StateAttr>("state");
+    for (ds::PipelineRankTiedAttr tied : rank.getTied()) {
+      ds::StateAttr state = tied.getState();
       std::string key = "state:" + ds::getDisplayName(state);
       auto it = layout.slots.find(key);
       if (it == layout.slots.end()) {
@@ -631,24 +631,20 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
                            << " is not a state of the program";
         return failure();
       }
-      int64_t sharers = tied.getAs<DenseI64ArrayAttr>("ranks").size();
+      int64_t sharers = tied.getRanks().size();
       tiedBytes += (sharers - 1) * it->second.second;
     }
     if (tiedBytes > 0) {
-      pools.push_back(b.getDictionaryAttr({
-          b.getNamedAttr("kind", b.getStringAttr("tied")),
-          b.getNamedAttr("stage", b.getI64IntegerAttr(-1)),
-          b.getNamedAttr("slots", b.getI64IntegerAttr(1)),
-          b.getNamedAttr("slot_bytes", b.getI64IntegerAttr(tiedBytes)),
-          b.getNamedAttr("offset", b.getI64IntegerAttr(offset)),
-      }));
+      pools.push_back(ds::PipelinePoolAttr::get(
+          context, ds::PipelinePoolKind::tied, /*stage=*/-1, /*slots=*/1,
+          tiedBytes, offset));
       offset += tiedBytes;
     }
-    NamedAttrList attrs(rank.getValue());
-    attrs.set("pools", b.getArrayAttr(pools));
-    attrs.set("buffers_offset", b.getI64IntegerAttr(start));
-    attrs.set("buffers_bytes", b.getI64IntegerAttr(offset - start));
-    return attrs.getDictionary(module.getContext());
+    return ds::PipelineRankAttr::get(
+        context, rank.getRank(), rank.getStages(), rank.getChunks(),
+        rank.getMicrobatches(), rank.getDp(), rank.getSchedule(),
+        rank.getVirtualStages(), rank.getActions(), pools, rank.getTied(),
+        start, offset - start);
   }
 };
 } // namespace

@@ -548,10 +548,9 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
       index[&op] = position++;
     // A pipeline part is all forward or all backward.
     int64_t lossIndex = -1;
-    if (auto part = micro->getAttrOfType<DictionaryAttr>(
+    if (auto part = micro->getAttrOfType<ds::PipelinePartAttr>(
             ds::DsDialect::kPipelinePartAttrName)) {
-      auto name = part.getAs<StringAttr>("part");
-      if (name && name.getValue() == "forward")
+      if (part.getPart() == ds::PipelinePart::forward)
         lossIndex = position;
     } else if (Operation *lossDef =
                    terminator->getNumOperands()
@@ -657,7 +656,7 @@ void ZeroPass::runOnOperation() {
     return signalPassFailure();
   }
   if (existing) {
-    int64_t axis = ds::getDeviceGridAxis(existing, "dp").value_or(-1);
+    int64_t axis = ds::getDeviceGridAxis(existing, ds::GridAxis::dp).value_or(-1);
     if (axis < 0 || existing.getShape()[axis] != dp) {
       module.emitError() << "@grid has no dp axis of size "
                          << static_cast<int64_t>(dp)
@@ -676,7 +675,7 @@ void ZeroPass::runOnOperation() {
 
   OpBuilder b(module.getContext());
   if (!existing)
-    ds::buildDeviceGrid(b, module, {{"dp", dp}});
+    ds::buildDeviceGrid(b, module, {{ds::GridAxis::dp, dp}});
 
   // Stage 3 shards the trained parameters at or above the threshold.
   llvm::StringSet<> shardedParams;

@@ -3,9 +3,11 @@
 #include "dsrt/npy.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <sys/stat.h>
 
 namespace dsrt {
 
@@ -190,6 +192,18 @@ struct Opened {
 void open_npy(const std::string &path, const NpyReadOptions &options, Opened &f) {
   if (!host_is_little_endian())
     npy_fail(path, ".npy support needs a little-endian host");
+  // Only regular files: opening a FIFO would wait for a writer forever,
+  // and a device or directory holds no array.
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0)
+    npy_fail(path, std::string("cannot open the file for reading: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    npy_fail(path, std::string("not a regular file (") +
+                       (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                        : S_ISDIR(st.st_mode) ? "a directory"
+                        : S_ISSOCK(st.st_mode) ? "a socket"
+                                               : "a device") +
+                       "); a .npy array must be a file");
   f.in.open(path, std::ios::binary);
   if (!f.in)
     npy_fail(path, "cannot open the file for reading");
@@ -238,6 +252,16 @@ void open_npy(const std::string &path, const NpyReadOptions &options, Opened &f)
     count *= dim;
   }
   f.data_bytes = count * item;
+  // The header's shape must fit the bytes the file holds, before anything
+  // is allocated for it.
+  const uint64_t data_start = static_cast<uint64_t>(f.in.tellg());
+  const uint64_t held = static_cast<uint64_t>(st.st_size) > data_start
+                            ? static_cast<uint64_t>(st.st_size) - data_start
+                            : 0;
+  if (f.data_bytes > held)
+    npy_fail(path, "truncated .npy file: its header's shape " + f.header.shape.str() + " needs " +
+                       std::to_string(f.data_bytes) + " bytes of data, the file holds " +
+                       std::to_string(held));
 }
 
 // Reads the data into `dst` (numel elements of f.dtype).

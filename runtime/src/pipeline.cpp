@@ -223,13 +223,13 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   TrainOutputs outputs;
   Program program;
   init_program(program, info, options.threads);
-  ProgramArena arena;
+  ProgramMemory memory;
   std::string setup_error;
   try {
     data = load_data(inputs, options.data, k, dp);
     if (rank0 && !options.save_onnx.empty()) whole = whole_model(infos);
     open_outputs(options, whole, rank0, outputs);
-    prepare_program(program, arena, options, dp_rank);
+    prepare_program(program, memory, options, dp_rank, rank);
   } catch (const std::exception &error) {
     setup_error = error.what();
   }
@@ -343,7 +343,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   }
 
   const std::vector<int64_t> all =
-      gather_summary(exchange, *grid, traffic, program.memory.high_water_mark());
+      gather_summary(exchange, *grid, traffic, program);
 
   // The whole model to rank 0: sharded parameters gathered along dp, then
   // every parameter whose lowest holder is pp rank j > 0 sent along pp by
@@ -355,7 +355,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     std::map<std::string, Tensor> mine;  // whole values of this rank's saved parameters
     for (const ParamInfo &param : info.params) {
       if (owners.at(param.name) != pp_rank) continue;
-      const Tensor slot{program.arena + param.offset, param.dtype, param.shape};
+      const Tensor slot = persistent_tensor(program, param, buffers);
       if (!param.sharded()) {
         mine[param.name] = slot;
         continue;
@@ -372,9 +372,11 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       Communicator &pp_comm = grid->comm(pp_axis);
       std::vector<P2POp> ops;
       if (pp_rank == 0) {
-        // Its unsharded parameters are read from its arena.
+        // Its unsharded parameters in the device space are read from its
+        // arena.
         for (const ParamInfo &param : info.params)
-          if (param.sharded()) full_values[param.name] = mine.at(param.name);
+          if (param.sharded() || param.space != Space::Device)
+            full_values[param.name] = mine.at(param.name);
         for (size_t j = 1; j < infos.size(); ++j)
           for (const ParamInfo &param : infos[j].params) {
             if (owners.at(param.name) != static_cast<int64_t>(j)) continue;

@@ -16,6 +16,7 @@
 #include <omp.h>
 #include <sstream>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace dsrt {
 namespace runner {
@@ -199,6 +200,45 @@ void set_memory_plan(ProgramInfo &info, int64_t arena_bytes, int64_t persistent_
   info.persistent_bytes = persistent_bytes;
   info.peak_live_bytes = peak_live_bytes;
   info.alignment = alignment;
+  info.spaces[static_cast<int>(Space::Device)] = {arena_bytes, persistent_bytes};
+}
+
+const char *space_name(Space space) {
+  switch (space) {
+  case Space::Device: return "device";
+  case Space::Host: return "host";
+  case Space::File: return "file";
+  }
+  return "unknown";
+}
+
+void set_space_plan(ProgramInfo &info, Space space, int64_t arena_bytes,
+                    int64_t persistent_bytes) {
+  const int index = static_cast<int>(space);
+  if (index <= 0 || index >= kNumSpaces)
+    throw Error("set_space_plan: space " + std::to_string(index) +
+                " is not the host or file space (set_memory_plan gives the device arena)");
+  if (arena_bytes < 0 || persistent_bytes < 0 || persistent_bytes > arena_bytes)
+    throw Error(std::string("set_space_plan: the ") + space_name(space) + " arena of " +
+                std::to_string(arena_bytes) + " bytes cannot hold " +
+                std::to_string(persistent_bytes) + " persistent bytes");
+  info.spaces[index] = {arena_bytes, persistent_bytes};
+}
+
+void place_in_space(ProgramInfo &info, const char *name, Space space) {
+  if (static_cast<int>(space) >= kNumSpaces)
+    throw Error("place_in_space: unknown space " + std::to_string(static_cast<int>(space)));
+  for (ParamInfo &param : info.params)
+    if (param.name == name) {
+      param.space = space;
+      return;
+    }
+  for (ValueInfo &state : info.states)
+    if (state.name == name) {
+      state.space = space;
+      return;
+    }
+  throw Error(std::string("place_in_space: no parameter or state called '") + name + "'");
 }
 
 const char *value_role_name(ValueRole role) {
@@ -231,7 +271,7 @@ void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, in
   check_role("add_input", name, role,
              {ValueRole::Input, ValueRole::Recv, ValueRole::Stash, ValueRole::WeightStash});
   auto &inputs = info.functions.empty() ? info.inputs : info.functions.back().inputs;
-  inputs.push_back({name, dtype, shape, offset, role});
+  inputs.push_back({name, dtype, shape, offset, Space::Device, role});
 }
 
 void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shape,
@@ -268,7 +308,7 @@ void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape,
   check_role("add_output", name, role,
              {ValueRole::Output, ValueRole::Send, ValueRole::Stash, ValueRole::WeightStash});
   auto &outputs = info.functions.empty() ? info.outputs : info.functions.back().outputs;
-  outputs.push_back({name, dtype, shape, -1, role});
+  outputs.push_back({name, dtype, shape, -1, Space::Device, role});
 }
 
 void add_op(ProgramInfo &info, const char *name, const char *location, int64_t flops,
@@ -280,7 +320,7 @@ void add_op(ProgramInfo &info, const char *name, const char *location, int64_t f
 void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset,
                ValueRole role, const char *param) {
   check_role("add_state", name, role, {ValueRole::Accumulator, ValueRole::OptimizerState});
-  info.states.push_back({name, dtype, shape, offset, role, param ? param : ""});
+  info.states.push_back({name, dtype, shape, offset, Space::Device, role, param ? param : ""});
 }
 
 int64_t find_accumulator(const ProgramInfo &info, const std::string &param,
@@ -343,21 +383,22 @@ int64_t slot_size(const ProgramInfo &info, size_t bytes) {
 namespace {
 
 // Rank `dp_rank`'s shard of a sharded parameter: elements [r*s, min((r+1)*s,
-// n)) of the whole tensor, zeros for the rest of the slot.
-void load_shard(Stream &stream, const ProgramInfo &info, const ParamInfo &param, const Tensor &slot,
+// n)) of the whole tensor, zeros for the rest of the slot, in `host`.
+void read_shard(const ProgramInfo &info, const ParamInfo &param, std::vector<char> &host,
                 const std::string &weights_dir, int64_t dp_rank) {
   const size_t elem = dtype_size(param.dtype);
   const int64_t s = param.shape.numel(), n = param.shard_total;
   const int64_t begin = std::min(dp_rank * s, n), end = std::min((dp_rank + 1) * s, n);
   const int64_t count = end - begin;
-  fill_async(stream, slot, 0.0);
+  host.assign(static_cast<size_t>(s) * elem, 0);
   if (param.data.data) {
     if (param.data.numel() != n)
       throw Error("parameter '" + param.name + "': its data holds " +
                   std::to_string(param.data.numel()) + " elements but the sharded tensor " +
                   param.full_shape.str() + " has " + std::to_string(n));
-    backend(stream).copy(stream, slot.data, static_cast<const uint8_t *>(param.data.data) + begin * elem,
-                    static_cast<size_t>(count) * elem);
+    const char *from = static_cast<const char *>(param.data.data) + begin * elem;
+    host.assign(from, from + count * static_cast<int64_t>(elem));
+    host.resize(static_cast<size_t>(s) * elem, 0);
     return;
   }
   std::string path = resolve_weight_file(info, weights_dir, param.file);
@@ -373,48 +414,149 @@ void load_shard(Stream &stream, const ProgramInfo &info, const ParamInfo &param,
                 "' (use --weights DIR if the model moved)");
   const int64_t offset = param.file_offset + begin * static_cast<int64_t>(elem);
   const int64_t bytes = count * static_cast<int64_t>(elem);
-  std::vector<char> host(static_cast<size_t>(bytes));
   in.seekg(offset);
   in.read(host.data(), bytes);
   if (in.gcount() != bytes)
     throw Error("parameter '" + param.name + "': '" + path + "' ends before byte " +
                 std::to_string(offset + bytes));
-  backend(stream).copy(stream, slot.data, host.data(), host.size());
-  stream.synchronize();  // before `host` goes
+}
+
+// The bytes of a parameter's slot, read from its file.
+void read_param(const ProgramInfo &info, const ParamInfo &param, size_t slot_bytes,
+                std::vector<char> &host, const std::string &weights_dir) {
+  std::string path = resolve_weight_file(info, weights_dir, param.file);
+  if (param.length != static_cast<int64_t>(slot_bytes))
+    throw Error("parameter '" + param.name + "': " + std::to_string(param.length) +
+                " bytes in '" + path + "' but its tensor needs " + std::to_string(slot_bytes));
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error("parameter '" + param.name + "': cannot open '" + path +
+                "' (use --weights DIR if the model moved)");
+  host.resize(static_cast<size_t>(param.length));
+  in.seekg(param.file_offset);
+  in.read(host.data(), param.length);
+  if (in.gcount() != param.length)
+    throw Error("parameter '" + param.name + "': '" + path + "' ends before byte " +
+                std::to_string(param.file_offset + param.length));
+}
+
+// The base of the arena of a value's space (not the file space).
+uint8_t *space_base(Program &p, const ValueInfo &value) {
+  uint8_t *base = value.space == Space::Host ? p.host_arena : p.arena;
+  if (!base)
+    throw Error("'" + value.name + "' is planned in the " + space_name(value.space) +
+                " space, which has no arena");
+  return base;
 }
 
 }  // namespace
 
+SpaceArenas::~SpaceArenas() {
+  if (!file) return;
+  try {
+    file->close();
+  } catch (...) {
+    // The run is over; what matters now is that the file goes.
+  }
+  file.reset();
+  std::remove(file_path.c_str());
+}
+
+void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_dir, int rank) {
+  const ProgramInfo &info = *p.info;
+  if (const int64_t host = info.space(Space::Host).arena_bytes; host > 0) {
+    spaces.host = Arena(MemoryKind::PinnedHost, static_cast<size_t>(host));
+    p.host_arena = spaces.host.data();
+  }
+  const int64_t bytes = info.space(Space::File).arena_bytes;
+  if (bytes <= 0) return;
+  std::string dir = file_dir;
+  if (dir.empty()) {
+    const char *tmp = std::getenv("TMPDIR");
+    dir = tmp && *tmp ? tmp : "/tmp";
+  }
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error("the file space's directory '" + dir + "' is not a directory (--nvme-path)");
+  const std::string path = dir + "/dsrt-file-space-" + std::to_string(getpid()) + "-" +
+                           std::to_string(rank) + ".bin";
+  spaces.file = std::make_unique<FileStore>(backend().create_file(path, bytes));
+  spaces.file_path = path;
+  p.file_arena = spaces.file.get();
+}
+
+void acquire_persistent(Program &p, const ValueInfo &value) {
+  const ProgramInfo &info = *p.info;
+  const int64_t slot = slot_size(info, dtype_size(value.dtype) * value.shape.numel());
+  const int64_t arena = info.space(value.space).arena_bytes;
+  if (value.offset < 0 || value.offset > arena - slot)
+    throw Error("memory plan: '" + value.name + "' (" + std::to_string(slot) + " bytes at " +
+                std::to_string(value.offset) + ") lies outside the " + space_name(value.space) +
+                " arena of " + std::to_string(arena) + " bytes");
+  p.memory_of(value.space).acquire(value.offset, slot);
+}
+
+void store_persistent(Program &p, const ValueInfo &value, const void *bytes, size_t size) {
+  if (size == 0) return;
+  if (value.space == Space::File) {
+    if (!p.file_arena)
+      throw Error("'" + value.name + "' is planned in the file space, which has no arena");
+    p.file_arena->write_async(p.stream, value.offset, bytes, size).wait();
+    return;
+  }
+  backend(p.stream).copy(p.stream, space_base(p, value) + value.offset, bytes, size);
+  p.stream.synchronize();  // before the caller's bytes go
+}
+
+Tensor persistent_tensor(Program &p, const ValueInfo &value,
+                         std::vector<std::vector<uint8_t>> &keep) {
+  if (value.space != Space::File)
+    return Tensor{space_base(p, value) + value.offset, value.dtype, value.shape};
+  if (!p.file_arena)
+    throw Error("'" + value.name + "' is planned in the file space, which has no arena");
+  keep.emplace_back(dtype_size(value.dtype) * static_cast<size_t>(value.shape.numel()));
+  p.file_arena->read_async(p.stream, value.offset, keep.back().data(), keep.back().size()).wait();
+  return Tensor{keep.back().data(), value.dtype, value.shape};
+}
+
+void zero_persistent(Program &p, const ValueInfo &value) {
+  const size_t size = dtype_size(value.dtype) * static_cast<size_t>(value.shape.numel());
+  if (value.space != Space::File) {
+    fill_async(p.stream, Tensor{space_base(p, value) + value.offset, value.dtype, value.shape},
+               0.0);
+    return;
+  }
+  const std::vector<char> zeros(std::min<size_t>(size, size_t(1) << 20), 0);
+  ValueInfo part = value;
+  for (size_t done = 0; done < size; done += zeros.size()) {
+    part.offset = value.offset + static_cast<int64_t>(done);
+    store_persistent(p, part, zeros.data(), std::min(zeros.size(), size - done));
+  }
+}
+
+void print_space_arenas(const Program &p) {
+  for (Space space : {Space::Host, Space::File})
+    if (p.info->space(space).arena_bytes > 0)
+      fprintf(stderr, "%s arena: planned %lld bytes, measured high-water mark %lld bytes\n",
+              space_name(space), static_cast<long long>(p.info->space(space).arena_bytes),
+              static_cast<long long>(p.memory_of(space).high_water_mark()));
+}
+
 void load_params(Program &p, const std::string &weights_dir, int64_t dp_rank) {
   const ProgramInfo &info = *p.info;
+  std::vector<char> host;
   for (const ParamInfo &param : info.params) {
-    Tensor slot{p.arena + param.offset, param.dtype, param.shape};
-    p.memory.acquire(param.offset, slot_size(info, slot.nbytes()));
+    acquire_persistent(p, param);
+    const size_t slot_bytes = dtype_size(param.dtype) * static_cast<size_t>(param.shape.numel());
     if (param.sharded()) {
-      load_shard(p.stream, info, param, slot, weights_dir, dp_rank);
-      continue;
+      read_shard(info, param, host, weights_dir, dp_rank);
+      store_persistent(p, param, host.data(), host.size());
+    } else if (param.data.data) {
+      store_persistent(p, param, param.data.data, slot_bytes);
+    } else {
+      read_param(info, param, slot_bytes, host, weights_dir);
+      store_persistent(p, param, host.data(), host.size());
     }
-    if (param.data.data) {
-      backend(p.stream).copy(p.stream, slot.data, param.data.data, slot.nbytes());
-      continue;
-    }
-    std::string path = resolve_weight_file(info, weights_dir, param.file);
-    if (param.length != static_cast<int64_t>(slot.nbytes()))
-      throw Error("parameter '" + param.name + "': " + std::to_string(param.length) +
-                  " bytes in '" + path + "' but its tensor needs " +
-                  std::to_string(slot.nbytes()));
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      throw Error("parameter '" + param.name + "': cannot open '" + path +
-                  "' (use --weights DIR if the model moved)");
-    std::vector<char> host(static_cast<size_t>(param.length));
-    in.seekg(param.file_offset);
-    in.read(host.data(), param.length);
-    if (in.gcount() != param.length)
-      throw Error("parameter '" + param.name + "': '" + path + "' ends before byte " +
-                  std::to_string(param.file_offset + param.length));
-    backend(p.stream).copy(p.stream, slot.data, host.data(), host.size());
-    p.stream.synchronize();  // before `host` goes
   }
 }
 
@@ -511,6 +653,8 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     if (options.threads > 0) omp_set_num_threads(options.threads);
     ProgramArena arena = allocate_arena(info.arena_bytes);
     program.arena = arena.get();
+    SpaceArenas spaces;
+    allocate_spaces(program, spaces, "", 0);
     Tracer tracer;
     if (!options.trace.empty()) program.tracer = &tracer;
 
@@ -537,6 +681,7 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
               info.ops.size(), elapsed / 1000.0, static_cast<long long>(info.arena_bytes),
               static_cast<long long>(program.memory.high_water_mark()),
               static_cast<long long>(program.memory.peak_live_bytes()));
+    if (!options.quiet) print_space_arenas(program);
     return 0;
   } catch (const Error &error) {
     fprintf(stderr, "error: %s\n", error.what());

@@ -3,6 +3,7 @@
 #ifndef DSRT_SRC_RUNNER_H
 #define DSRT_SRC_RUNNER_H
 
+#include "dsrt/memory.h"
 #include "dsrt/program.h"
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dsrt {
 namespace runner {
@@ -29,9 +31,43 @@ using ProgramArena = std::unique_ptr<uint8_t, ArenaFree>;
 // 64-byte aligned, at least 64 bytes.
 ProgramArena allocate_arena(int64_t arena_bytes);
 
+// The host and file spaces' arenas of a program, at the plan's sizes:
+// pinned host memory, and a file created (and allocated on disk) in a
+// directory of the run's choosing, removed again when this goes.
+struct SpaceArenas {
+  Arena host;
+  std::unique_ptr<FileStore> file;
+  std::string file_path;
+  SpaceArenas() = default;
+  SpaceArenas(const SpaceArenas &) = delete;
+  SpaceArenas &operator=(const SpaceArenas &) = delete;
+  ~SpaceArenas();
+};
+// Allocates `spaces` for p's plan and points p at them. The file space's
+// file is `file_dir`/dsrt-file-space-<pid>-<rank>.bin (file_dir empty:
+// $TMPDIR, else /tmp); a directory that does not exist or has no room for
+// the plan's bytes is an error naming it.
+void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_dir, int rank);
+
 // The bytes a slot of `bytes` takes in the plan (rounded up to the
 // alignment).
 int64_t slot_size(const ProgramInfo &info, size_t bytes);
+// Acquires the slot of a persistent value (a parameter or state) in the
+// monitor of its space.
+void acquire_persistent(Program &p, const ValueInfo &value);
+// Writes `bytes` of host memory into a persistent value's slot, whatever its
+// space; blocks until they are there.
+void store_persistent(Program &p, const ValueInfo &value, const void *bytes, size_t size);
+// A tensor holding a persistent value's current bytes: a view of its slot
+// in the device or host space, a copy read into a new buffer of `keep`
+// for the file space.
+Tensor persistent_tensor(Program &p, const ValueInfo &value,
+                         std::vector<std::vector<uint8_t>> &keep);
+// Zeroes a persistent value's slot, whatever its space.
+void zero_persistent(Program &p, const ValueInfo &value);
+// "<space> arena: planned ..., measured ..." on stderr for the host and
+// file spaces the plan uses.
+void print_space_arenas(const Program &p);
 // Acquires every parameter's slot and fills it from the program or its file.
 // A sharded parameter gets rank `dp_rank`'s shard (its elements of the whole
 // tensor, zeros past its end); only those bytes are read.

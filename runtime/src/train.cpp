@@ -145,7 +145,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   TrainOutputs outputs;
   Program program;
   init_program(program, info, options.threads);
-  ProgramArena arena;
+  ProgramMemory memory;
   Tracer tracer;
   std::string setup_error;
   try {
@@ -154,7 +154,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     data = load_data(inputs, options.data, train.accumulation_steps, dp);
     open_outputs(options, info, rank0, outputs);
     if (!options.trace.empty()) program.tracer = &tracer;
-    prepare_program(program, arena, options, dp_rank);
+    prepare_program(program, memory, options, dp_rank, rank);
   } catch (const std::exception &error) {
     setup_error = error.what();
   }
@@ -216,7 +216,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   // The program's collectives over the whole run, and every rank's arena
   // peak, gathered to rank 0 for the log's summary line.
   const std::vector<int64_t> all =
-      gather_summary(exchange, *grid, traffic, program.memory.high_water_mark());
+      gather_summary(exchange, *grid, traffic, program);
 
   // Sharded parameters are gathered whole (outside the arena) for the
   // saved model; every rank takes part, rank 0 writes.
@@ -224,8 +224,13 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   std::vector<std::vector<uint8_t>> gathered;
   if (!options.save_onnx.empty()) {
     for (const ParamInfo &param : info.params) {
-      if (!param.sharded()) continue;
-      Tensor shard{program.arena + param.offset, param.dtype, param.shape};
+      // Parameters outside the device space are read from theirs.
+      if (!param.sharded()) {
+        if (param.space != Space::Device && rank0)
+          full_values[param.name] = persistent_tensor(program, param, gathered);
+        continue;
+      }
+      const Tensor shard = persistent_tensor(program, param, gathered);
       std::vector<uint8_t> buffer(shard.nbytes() * static_cast<size_t>(ranks));
       exchange.all_gather(shard, Tensor{buffer.data(), param.dtype,
                                         Shape{ranks * param.shape.numel()}});

@@ -41,10 +41,13 @@ int64_t find_value(const std::vector<ValueInfo> &values, const std::string &name
 
 void check_in_arena(const ProgramInfo &info, const ValueInfo &value, const std::string &what) {
   int64_t bytes = static_cast<int64_t>(Tensor{nullptr, value.dtype, value.shape}.nbytes());
-  if (value.offset < 0 || value.offset + bytes > info.arena_bytes)
+  const int64_t arena = info.space(value.space).arena_bytes;
+  if (value.offset < 0 || value.offset + bytes > arena)
     throw Error("memory plan: " + what + " '" + value.name + "' at offset " +
                 std::to_string(value.offset) + " (" + std::to_string(bytes) +
-                " bytes) is outside the " + std::to_string(info.arena_bytes) + "-byte arena");
+                " bytes) is outside the " + std::to_string(arena) + "-byte " +
+                (value.space == Space::Device ? std::string("arena")
+                                              : std::string(space_name(value.space)) + " arena"));
 }
 
 void check_function_plan(const ProgramInfo &info, const std::string &name) {
@@ -76,10 +79,12 @@ void check_training_basics(const ProgramInfo &info) {
   for (const ParamInfo &param : info.params) check_in_arena(info, param, "parameter");
   for (const ValueInfo &state : info.states) {
     check_in_arena(info, state, "state");
+    const int64_t persistent = info.space(state.space).persistent_bytes;
     if (state.offset + static_cast<int64_t>(Tensor{nullptr, state.dtype, state.shape}.nbytes()) >
-        info.persistent_bytes)
-      throw Error("memory plan: state '" + state.name + "' lies above persistent_bytes (" +
-                  std::to_string(info.persistent_bytes) + ")");
+        persistent)
+      throw Error("memory plan: state '" + state.name + "' lies above the " +
+                  space_name(state.space) + " space's persistent_bytes (" +
+                  std::to_string(persistent) + ")");
   }
 }
 

@@ -50,12 +50,16 @@ double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int
 }
 
 void check_arena_peak(const Program &program, int64_t step) {
-  const int64_t peak = program.memory.high_water_mark();
-  const int64_t planned = program.info->arena_bytes;
-  if (step == 1 && peak != planned)
-    throw Error("memory plan violated: after step 1 the arena's measured high-water mark "
-                "is " + std::to_string(peak) + " bytes but the plan is " +
-                std::to_string(planned) + " bytes");
+  if (step != 1) return;
+  for (int s = 0; s < kNumSpaces; ++s) {
+    const Space space = static_cast<Space>(s);
+    const int64_t peak = program.memory_of(space).high_water_mark();
+    const int64_t planned = program.info->space(space).arena_bytes;
+    if (peak != planned)
+      throw Error(std::string("memory plan violated: after step 1 the ") + space_name(space) +
+                  " arena's measured high-water mark is " + std::to_string(peak) +
+                  " bytes but the plan is " + std::to_string(planned) + " bytes");
+  }
 }
 
 //===--- the log ----------------------------------------------------------------===//
@@ -91,18 +95,18 @@ void init_program(Program &program, const ProgramInfo &info, int threads) {
   program.comm = Stream(backend().kind(), threads);
 }
 
-void prepare_program(Program &program, ProgramArena &arena, const TrainOptions &options,
-                     int64_t dp_rank) {
+void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions &options,
+                     int64_t dp_rank, int world_rank) {
   const ProgramInfo &info = *program.info;
   // Generated fused loops use OpenMP's default team size.
   if (options.threads > 0) omp_set_num_threads(options.threads);
-  arena = allocate_arena(info.arena_bytes);
-  program.arena = arena.get();
+  memory.device = allocate_arena(info.arena_bytes);
+  program.arena = memory.device.get();
+  allocate_spaces(program, memory.spaces, options.nvme_path, world_rank);
   load_params(program, options.weights, dp_rank);
   for (const ValueInfo &state : info.states) {
-    Tensor slot{program.arena + state.offset, state.dtype, state.shape};
-    program.memory.acquire(state.offset, slot_size(info, slot.nbytes()));
-    fill_async(program.stream, slot, 0.0);
+    acquire_persistent(program, state);
+    zero_persistent(program, state);
   }
 }
 
@@ -123,15 +127,24 @@ double log_step(const TrainOptions &options, const Program &program, bool rank0,
     fflush(stdout);
   }
   if (log_json) {
+    // Each space's measured high-water mark and planned arena.
+    std::string spaces;
+    for (int s = 0; s < kNumSpaces; ++s) {
+      const Space space = static_cast<Space>(s);
+      spaces += std::string(s ? ", " : "") + "\"" + space_name(space) + "\": {\"peak_bytes\": " +
+                std::to_string(program.memory_of(space).high_water_mark()) +
+                ", \"planned_bytes\": " +
+                std::to_string(program.info->space(space).arena_bytes) + "}";
+    }
     fprintf(log_json,
             "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, "
             "\"step_time_s\": %s, \"samples_per_s\": %s, \"arena_peak_bytes\": %lld, "
-            "\"arena_planned_bytes\": %lld}\n",
+            "\"arena_planned_bytes\": %lld, \"memory_spaces\": {%s}}\n",
             static_cast<long long>(entry.step), json_number(entry.loss).c_str(),
             json_number(entry.lr).c_str(), json_number(entry.grad_norm).c_str(),
             json_number(step_s).c_str(), json_number(samples_per_s).c_str(),
             static_cast<long long>(arena_peak),
-            static_cast<long long>(program.info->arena_bytes));
+            static_cast<long long>(program.info->arena_bytes), spaces.c_str());
     fflush(log_json);
     if (ferror(log_json)) throw Error("--log-json: cannot write '" + options.log_json + "'");
   }
@@ -149,16 +162,17 @@ constexpr int kAlwaysSummarized = 3;
 }  // namespace
 
 std::vector<int64_t> gather_summary(RunnerComm &exchange, const Grid &grid,
-                                    const TrafficStart &start, int64_t arena_peak) {
+                                    const TrafficStart &start, const Program &program) {
   const CommTally used = (CommTally::of(grid) - start.grid) - (exchange.own() - start.runner);
   std::vector<int64_t> mine(kSummaryFields),
       all(static_cast<size_t>(exchange.size() * kSummaryFields));
-  mine[0] = arena_peak;
+  for (int s = 0; s < kNumSpaces; ++s)
+    mine[s] = program.memory_of(static_cast<Space>(s)).high_water_mark();
   for (int i = 0; i < kSummaryKinds; ++i) {
     const int op = static_cast<int>(kSummaryOps[i]);
-    mine[1 + 3 * i] = used.sent[op];
-    mine[2 + 3 * i] = used.received[op];
-    mine[3 + 3 * i] = used.calls[op];
+    mine[kNumSpaces + 3 * i] = used.sent[op];
+    mine[kNumSpaces + 1 + 3 * i] = used.received[op];
+    mine[kNumSpaces + 2 + 3 * i] = used.calls[op];
   }
   exchange.all_gather(Tensor{mine.data(), DType::I64, Shape{kSummaryFields}},
                       Tensor{all.data(), DType::I64, Shape{exchange.size() * kSummaryFields}});
@@ -172,13 +186,18 @@ std::string summary_json(int64_t steps, int world, const std::vector<int64_t> &a
   int kinds = kAlwaysSummarized;
   for (int r = 0; r < world; ++r)
     for (int k = kAlwaysSummarized; k < kSummaryKinds; ++k)
-      if (all[static_cast<size_t>(r) * kSummaryFields + 3 + 3 * k] > 0) kinds = kSummaryKinds;
+      if (all[static_cast<size_t>(r) * kSummaryFields + kNumSpaces + 2 + 3 * k] > 0)
+        kinds = kSummaryKinds;
   for (int r = 0; r < world; ++r) {
     const int64_t *v = all.data() + static_cast<size_t>(r) * kSummaryFields;
     out += std::string(r ? ", " : "") + "{\"rank\": " + std::to_string(r) +
-           ", \"arena_peak_bytes\": " + std::to_string(v[0]) + ", \"collective_bytes\": {";
+           ", \"arena_peak_bytes\": " + std::to_string(v[0]) + ", \"memory_spaces\": {";
+    for (int s = 0; s < kNumSpaces; ++s)
+      out += std::string(s ? ", " : "") + "\"" + space_name(static_cast<Space>(s)) +
+             "\": {\"peak_bytes\": " + std::to_string(v[s]) + "}";
+    out += "}, \"collective_bytes\": {";
     for (int k = 0; k < kinds; ++k) {
-      const int64_t *c = v + 1 + 3 * k;
+      const int64_t *c = v + kNumSpaces + 3 * k;
       out += std::string(k ? ", " : "") + "\"" + comm_op_name(kSummaryOps[k]) +
              "\": {\"sent\": " + std::to_string(c[0]) + ", \"received\": " +
              std::to_string(c[1]) + ", \"calls\": " + std::to_string(c[2]) + "}";
@@ -210,6 +229,7 @@ void print_trained(const TrainOptions &options, bool rank0, const Program &progr
           static_cast<long long>(program.info->arena_bytes),
           static_cast<long long>(program.memory.high_water_mark()),
           static_cast<long long>(program.memory.peak_live_bytes()));
+  print_space_arenas(program);
 }
 
 }  // namespace runner

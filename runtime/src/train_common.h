@@ -24,6 +24,7 @@ namespace runner {
 
 struct TrainOptions {
   std::string data, log_json, save_onnx, weights, trace;
+  std::string nvme_path;  // the file space's directory ("": $TMPDIR or /tmp)
   int64_t steps = 0;
   uint64_t seed = 0;
   int threads = 0;
@@ -96,7 +97,7 @@ void run_function(Program &program, RunFn run, int index);
 // Writes lr and step into optimizer_step's inputs, runs it and returns its
 // grad_norm.
 double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int64_t step);
-// After step 1 the measured high-water mark must be the plan's arena.
+// After step 1 each space's measured high-water mark must be its plan's arena.
 void check_arena_peak(const Program &program, int64_t step);
 
 //===--- the runner's exchanges between ranks ------------------------------------===//
@@ -185,10 +186,16 @@ void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, boo
 // A program of `info` with its streams (`threads` kernel threads; 0: all
 // cores), before its arena exists.
 void init_program(Program &program, const ProgramInfo &info, int threads);
-// Allocates the arena, loads the parameters (rank `dp_rank`'s shards) and
-// zeroes the states.
-void prepare_program(Program &program, ProgramArena &arena, const TrainOptions &options,
-                     int64_t dp_rank);
+// The arenas of every memory space a program's plan has.
+struct ProgramMemory {
+  ProgramArena device;
+  SpaceArenas spaces;
+};
+// Allocates the arenas, loads the parameters (rank `dp_rank`'s shards) and
+// zeroes the states, each in its space; `world_rank` names the file
+// space's file.
+void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions &options,
+                     int64_t dp_rank, int world_rank);
 
 struct StepLog {
   int64_t step = 0;
@@ -209,14 +216,14 @@ struct TrafficStart {
   }
 };
 
-// The summary line's fields per rank: arena peak, then sent, received and
-// calls of each reported kind.
+// The summary line's fields per rank: each space's arena peak (device,
+// host, file), then sent, received and calls of each reported kind.
 constexpr int kSummaryKinds = 5;
-constexpr int kSummaryFields = 1 + 3 * kSummaryKinds;
-// Every rank's arena peak and what the program's collectives moved since
+constexpr int kSummaryFields = kNumSpaces + 3 * kSummaryKinds;
+// Every rank's arena peaks and what the program's collectives moved since
 // `start`, gathered in world rank order.
 std::vector<int64_t> gather_summary(RunnerComm &exchange, const Grid &grid,
-                                    const TrafficStart &start, int64_t arena_peak);
+                                    const TrafficStart &start, const Program &program);
 // The summary line; `extra` (members, e.g. "\"pipeline\": {...}") goes
 // after the ranks.
 std::string summary_json(int64_t steps, int world, const std::vector<int64_t> &all,

@@ -22,7 +22,7 @@ void train_usage(const char *argv0, Launch launch) {
   fprintf(stderr,
           "usage: %s --data DIR --steps N [--log-json FILE] [--save-onnx FILE]\n"
           "          [--external-data] [--seed S] [--weights DIR] [--threads N]\n"
-          "          [--trace FILE] [--quiet]\n"
+          "          [--trace FILE] [--nvme-path DIR] [--quiet]\n"
           "  --data DIR        one <input name>.npy per input of micro_step, holding\n"
           "                    [n, ranks * accumulation_steps * S0, S1, ...] for an\n"
           "                    input of shape [S0, S1, ...]: n global batches, used in\n"
@@ -35,7 +35,9 @@ void train_usage(const char *argv0, Launch launch) {
           "  --seed S          dropout seed (default 0)\n"
           "  --weights DIR     where the model's weight files are (default: the\n"
           "                    model's directory at compile time)\n"
-          "  --threads N       threads for kernels (default: all cores)\n",
+          "  --threads N       threads for kernels (default: all cores)\n"
+          "  --nvme-path DIR   where the file-backed (NVMe) memory space's file goes,\n"
+          "                    when the plan has one (default: $TMPDIR, else /tmp)\n",
           argv0);
   if (launch == Launch::DataParallel)
     fprintf(stderr,
@@ -85,6 +87,7 @@ bool parse_train(int argc, char **argv, TrainOptions &options, Launch launch) {
     else if (arg == "--log-json") value(options.log_json);
     else if (arg == "--save-onnx") value(options.save_onnx);
     else if (arg == "--weights") value(options.weights);
+    else if (arg == "--nvme-path") value(options.nvme_path);
     else if (arg == "--trace") value(options.trace);
     else if (arg == "--external-data") options.external_data = true;
     else if (arg == "--quiet") options.quiet = true;

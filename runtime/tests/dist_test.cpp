@@ -793,6 +793,7 @@ TEST_F(ShardLoading, EachRankLoadsItsShardAndZeroPadding) {
   static int64_t b_data[5] = {-1, -2, -3, -4, -5};
   dsrt::ProgramInfo info;
   info.model_path = path("model.onnx");
+  dsrt::set_memory_plan(info, 128, 128, 128, 64);
   const int64_t sizes[] = {N()};
   dsrt::set_grid(info, "dp", sizes, 1);
   EXPECT_EQ(info.world, N());

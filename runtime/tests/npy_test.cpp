@@ -2,6 +2,8 @@
 // format versions, and every class of bad file.
 #include "dsrt/npy.h"
 
+#include <sys/stat.h>
+
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -128,7 +130,19 @@ TEST_F(Npy, RejectsBadFiles) {
   EXPECT_DSRT_ERROR(dsrt::read_npy(write_bytes("header.npy", good + std::string("\x40\x00{'descr'", 9))),
                     "header.npy", "truncated", "header");
   EXPECT_DSRT_ERROR(dsrt::read_npy(write_raw("data.npy", 1, f4, data.substr(0, 10))), "data.npy",
-                    "truncated", "expected 16 bytes", "found 10");
+                    "truncated", "needs 16 bytes", "holds 10");
+  // A header claiming far more rows than the file holds is refused before
+  // anything is allocated for them.
+  EXPECT_DSRT_ERROR(dsrt::read_npy(write_raw("huge.npy", 1,
+                                             "{'descr': '<f4', 'fortran_order': False, 'shape': (400000000000, 2), }",
+                                             data)),
+                    "huge.npy", "truncated", "[400000000000, 2]", "needs 3200000000000 bytes",
+                    "holds 16");
+  // Not a regular file: a FIFO would block the reader forever.
+  const std::string fifo = path("fifo.npy");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_DSRT_ERROR(dsrt::read_npy(fifo), "fifo.npy", "not a regular file (a FIFO)");
+  EXPECT_DSRT_ERROR(dsrt::read_npy(path("")), "not a regular file (a directory)");
   EXPECT_DSRT_ERROR(dsrt::read_npy(write_raw("big.npy", 1,
                                              "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 2), }", data)),
                     "big.npy", "big-endian");

@@ -256,7 +256,7 @@ def main():
     lines = [json.loads(line) for line in open(log)] if os.path.exists(log) else []
     check(len(lines) == STEPS, f"{len(lines)} JSON lines, expected {STEPS}")
     keys = {"step", "loss", "lr", "grad_norm", "step_time_s", "samples_per_s",
-            "arena_peak_bytes", "arena_planned_bytes"}
+            "arena_peak_bytes", "arena_planned_bytes", "memory_spaces"}
     for got, want in zip(lines, rows):
         s = want["step"]
         check(set(got) == keys, f"step {s}: JSON keys {sorted(got)}")
@@ -269,6 +269,11 @@ def main():
               f"step {s}: grad_norm {got['grad_norm']} vs PyTorch {want['grad_norm']}")
         check(got["arena_peak_bytes"] == ARENA_BYTES == got["arena_planned_bytes"],
               f"step {s}: arena {got['arena_peak_bytes']} / {got['arena_planned_bytes']}")
+        # Every space's measured high-water mark and plan: all in the device.
+        want_spaces = {"device": {"peak_bytes": ARENA_BYTES, "planned_bytes": ARENA_BYTES},
+                       "host": {"peak_bytes": 0, "planned_bytes": 0},
+                       "file": {"peak_bytes": 0, "planned_bytes": 0}}
+        check(got["memory_spaces"] == want_spaces, f"step {s}: memory spaces {got['memory_spaces']}")
         check(got["step_time_s"] > 0 and got["samples_per_s"] > 0, f"step {s}: timing")
     # steps_per_print = 3, plus the last step.
     printed = re.findall(r"^step (\d+)/10 \| loss [0-9.]+ \| lr \d\.\d{6}e[-+]\d+ \| "

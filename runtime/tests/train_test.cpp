@@ -370,7 +370,11 @@ TEST_F(TrainMain, RunsMicroStepsOnBatchesInTurn) {
       << lines[0];
   // Step 4 cycles back to batch 0 with w = -37: (-37 * 3 + 100 - 37 * 7 + 100) / 2.
   EXPECT_NE(lines[3].find("\"step\": 4, \"loss\": -85, "), std::string::npos) << lines[3];
-  EXPECT_NE(lines[3].find("\"arena_peak_bytes\": 320, \"arena_planned_bytes\": 320}"),
+  EXPECT_NE(lines[3].find("\"arena_peak_bytes\": 320, \"arena_planned_bytes\": 320, "
+                          "\"memory_spaces\": {\"device\": {\"peak_bytes\": 320, "
+                          "\"planned_bytes\": 320}, \"host\": {\"peak_bytes\": 0, "
+                          "\"planned_bytes\": 0}, \"file\": {\"peak_bytes\": 0, "
+                          "\"planned_bytes\": 0}}}"),
             std::string::npos)
       << lines[3];
   // steps_per_print = 2: steps 2 and 4.

@@ -3,8 +3,8 @@
 
 // CHECK: module attributes {ds.zero = #ds.zero<stage = 2, dp = 4, param_persistence_threshold = 100000>}
 module attributes {ds.zero = #ds.zero<stage = 2, dp = 4, param_persistence_threshold = 100000>} {
-  // CHECK: shard.grid @grid(shape = 2x4) {ds.axes = ["pp", "dp"]}
-  shard.grid @grid(shape = 2x4) {ds.axes = ["pp", "dp"]}
+  // CHECK: shard.grid @grid(shape = 2x4) {ds.axes = #ds.axes<[pp, dp]>}
+  shard.grid @grid(shape = 2x4) {ds.axes = #ds.axes<[pp, dp]>}
   // CHECK-LABEL: func.func @ids
   // CHECK: ds.exp %{{.*}} {ds.forward_id = 0 : i64}
   // CHECK: ds.mul %{{.*}}, %{{.*}} {ds.grad_of = 0 : i64}

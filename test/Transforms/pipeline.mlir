@@ -11,7 +11,7 @@
 // RUN: not dsopt-opt %s --ds-pipeline-ranks 2>&1 | FileCheck %s --check-prefix=NOCUT
 // RUN: not dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer{accumulation=4},ds-pipeline{stages=2 microbatches=4},ds-pipeline-split{rank=2})' 2>&1 | FileCheck %s --check-prefix=RANK
 
-// CUT: ds.pipeline = {{{.*}}microbatches = 4 : i64{{.*}}op_stages = array<i64: 0, 0, 0, 1, 1, 1, 1, 1, 1>{{.*}}schedule = "1f1b", stages = 2 : i64
+// CUT: ds.pipeline = #ds.pipeline<stages = 2, microbatches = 4, schedule = "1f1b", chunks = 1, balance = flops,{{.*}}op_stages = [0, 0, 0, 1, 1, 1, 1, 1, 1]
 // CUT-LABEL: func.func @micro_step
 // CUT: ds.matmul %arg0, %arg1 {ds.forward_id = {{[0-9]+}} : i64, ds.stage = 0 : i64}
 // CUT: ds.matmul %{{.*}}, %arg2 {ds.forward_id = [[W1:[0-9]+]] : i64, ds.stage = 0 : i64}
@@ -26,17 +26,17 @@
 // Uniform balance: 9 forward ops, the largest count is 5 either way; the
 // tie goes to the smaller largest stage by bytes accessed (4 + 5: 1536 and
 // 1012 bytes, against 2048 and 500 for 5 + 4).
-// UNIFORM: op_stages = array<i64: 0, 0, 0, 0, 1, 1, 1, 1, 1>
+// UNIFORM: op_stages = [0, 0, 0, 0, 1, 1, 1, 1, 1]
 
 // Next to the cut step, the program of each rank as a nested module.
 // RANKS-LABEL: func.func @micro_step
 // RANKS-LABEL: module @pp0
-// RANKS-SAME: ds.pipeline_rank = {{{.*}}rank = 0 : i64
-// RANKS: shard.grid @grid(shape = 2x1) {ds.axes = ["pp", "dp"]}
+// RANKS-SAME: ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2,
+// RANKS: shard.grid @grid(shape = 2x1) {ds.axes = #ds.axes<[pp, dp]>}
 // RANKS: func.func @fwd_0({{.*}}ds.input = "x"{{.*}} -> ({{.*}}ds.output = "[[ACT:v[0-9_]+]]", ds.role = #ds.role<send>
 // RANKS: func.func @bwd_0({{.*}}ds.state = #ds.state<accumulator, param = "w0">{{.*}}ds.role = #ds.role<stash>{{.*}}ds.input = "[[GRAD:v[0-9_]+]]", ds.role = #ds.role<recv>
 // RANKS-LABEL: module @pp1
-// RANKS-SAME: ds.pipeline_rank = {{{.*}}rank = 1 : i64
+// RANKS-SAME: ds.pipeline_rank = #ds.pipeline_rank<rank = 1, stages = 2,
 // RANKS: func.func @fwd_1({{.*}}ds.input = "[[ACT]]", ds.role = #ds.role<recv>{{.*}} -> (tensor<f32> {ds.output = "loss"}
 // RANKS: func.func @bwd_1({{.*}} -> ({{.*}}ds.output = "[[GRAD]]", ds.role = #ds.role<send>
 
@@ -44,7 +44,7 @@
 // the grid's dp axis.
 // The rank's optimizer step updates its own parameters and sums the
 // gradient norm's squares over pp (grid axis 0).
-// SPLIT1: shard.grid @grid(shape = 2x2) {ds.axes = ["pp", "dp"]}
+// SPLIT1: shard.grid @grid(shape = 2x2) {ds.axes = #ds.axes<[pp, dp]>}
 // SPLIT1-NOT: func.func @micro_step
 // SPLIT1: func.func @optimizer_step(%arg0: tensor<8x8xf32> {ds.param = #ds.param<name = "w2"
 // SPLIT1-NOT: name = "w0"

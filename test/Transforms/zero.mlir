@@ -13,7 +13,7 @@
 
 // Stage 0: whole states; the accumulators are averaged in place, in one
 // bucket, before the norm reads them.
-// Z0: shard.grid @grid(shape = 2) {ds.axes = ["dp"]}
+// Z0: shard.grid @grid(shape = 2) {ds.axes = #ds.axes<[dp]>}
 // Z0-LABEL: func.func @optimizer_step
 // Z0: %[[AVG:.*]]:2, %{{.*}} = ds.all_reduce_bucket %arg2, %arg3 on @grid {ds.overwrites_arg, reduction = "average"} : tensor<3x2xf32>, tensor<2xf32> -> tensor<3x2xf32>, tensor<2xf32>, tensor<8xf32>
 // Z0-NEXT: ds.sum_of_squares %[[AVG]]#0, %[[AVG]]#1

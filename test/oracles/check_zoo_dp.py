@@ -18,7 +18,8 @@ exports) and each case (DP ranks x ZeRO stage, CASES below), this:
     steps), and checks the DP run against PyTorch (train_reference.py with
     N*k accumulation) with check_zoo_train.py's tolerances;
   * checks the plan against the run: every rank's measured arena high-water
-    mark equals plan.json's arena_peak_bytes for that rank, and the bytes
+    mark equals plan.json's arena_peak_bytes for that rank, so does each
+    memory space's (device, host, file: memory_spaces), and the bytes
     each rank sent and received per collective kind over the run equal
     the plan's per-step collective_bytes times STEPS.
 Prints one line per case and a final count; exits 1 on any failure.
@@ -111,6 +112,10 @@ def compare_plan(plan: Dict, summary: Optional[Dict], n: int) -> Optional[str]:
             return f"rank {r} is missing from the run's summary"
         if got["arena_peak_bytes"] != planned["arena_peak_bytes"]:
             return f"rank {r}: arena peak measured {got['arena_peak_bytes']}, planned {planned['arena_peak_bytes']}"
+        from check_zoo_train import compare_spaces
+        space_error = compare_spaces(planned["memory_spaces"], got.get("memory_spaces"), f"rank {r}")
+        if space_error:
+            return space_error
         for kind in KINDS:
             want = planned["collective_bytes"][kind]
             have = got["collective_bytes"][kind]

@@ -14,7 +14,8 @@ it, this
     float32-vs-float64 difference on that parameter; the zoo models are
     also checked against PyTorch (train_reference.py);
   * checks the plan against the run: every rank's measured arena high-water
-    mark equals plan.json's arena_peak_bytes for that rank, and its
+    mark equals plan.json's arena_peak_bytes for that rank, so does each
+    memory space's (memory_spaces), and its
     collective bytes per kind, and the bytes and tensors it sends and
     receives between stages, equal the plan's per step times STEPS;
   * checks the measured trace: one track per rank, and every forward and

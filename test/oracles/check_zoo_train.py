@@ -16,7 +16,9 @@ ACCUMULATION below), this:
     lr (LR_RTOL) and pre-clipping gradient norm (GRAD_NORM_RTOL); every final
     parameter, read from TRAINED and transposed back where the export
     pre-transposed it (absolute WEIGHT_ATOL, widened by float32 noise, below);
-    frozen initializers must come back bit-identical.
+    frozen initializers must come back bit-identical; and each memory
+    space's (device, host, file) measured high-water mark equals its arena
+    in plan.json (memory_spaces).
 Prints one line per case and a final count; exits 1 on any failure (FAIL: a
 tool failed or wrote something unreadable; MISMATCH: the numbers differ).
 
@@ -146,6 +148,18 @@ def rel_err(got: float, want: float) -> float:
     if not (isinstance(got, (int, float)) and math.isfinite(got)):
         return math.inf
     return abs(got - want) / max(abs(want), 1e-30)
+
+
+def compare_spaces(planned: Dict, measured: Optional[Dict], who: str) -> Optional[str]:
+    """Each memory space's measured high-water mark against the plan's
+    arena for it (device, host, file)."""
+    if not measured or set(measured) != set(planned):
+        return f"{who}: measured memory spaces {sorted(measured or {})}, planned {sorted(planned)}"
+    for space, want in planned.items():
+        if measured[space]["peak_bytes"] != want["peak_bytes"]:
+            return (f"{who}: {space} arena peak measured {measured[space]['peak_bytes']}, "
+                    f"planned {want['peak_bytes']}")
+    return None
 
 
 def read_log(path: Path, steps: int) -> Tuple[Optional[List[Dict]], Optional[str]]:
@@ -314,6 +328,11 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
     log, error = read_log(log_path, args.steps)
     if error:
         return fail("FAIL", error)
+    plan = json.loads((work / "program" / "plan.json").read_text())
+    measured = {space: {"peak_bytes": v["peak_bytes"]} for space, v in log[-1].get("memory_spaces", {}).items()}
+    space_error = compare_spaces(plan["ranks"][0]["memory_spaces"], measured, "the run")
+    if space_error:
+        return fail("MISMATCH", f"plan: {space_error}")
     worst, log_error = compare_log(log, reference.log)
     weight_err, weight_error = compare_weights(trained_path, initial, imap, reference.params, bounds,
                                                sign_flip_allowance(config, reference.log))

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 PERTURBATIONS = ("ulp", "loss", "grad_norm", "weight", "frozen")
+EMPTY_SPACES = {space: {"peak_bytes": 0, "persistent_bytes": 0} for space in ("device", "host", "file")}
 
 
 def build(args) -> int:
@@ -48,6 +49,9 @@ def build(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     recipe = {"model": str(args.model.resolve()), "config": str(args.config.resolve()), "frozen": frozen}
     (args.out / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+    # PyTorch plans no memory: every space of the stand-in's plan is empty,
+    # as its log measures.
+    (args.out / "plan.json").write_text(json.dumps({"ranks": [{"rank": 0, "memory_spaces": EMPTY_SPACES}]}) + "\n")
     train = args.out / "train"
     train.write_text("#!/bin/sh\n"
                      f"exec {shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).resolve()))} "
@@ -95,7 +99,8 @@ def run_training(args) -> int:
     run = train(zoo_model, config, load_data(args.data, zoo_model), args.steps, module=module)
 
     for entry in run.log:
-        entry.update(step_time_s=run.seconds / len(run.log), arena_peak_bytes=0)
+        entry.update(step_time_s=run.seconds / len(run.log), arena_peak_bytes=0,
+                     memory_spaces={space: {"peak_bytes": 0, "planned_bytes": 0} for space in EMPTY_SPACES})
     if perturb == "loss" and len(run.log) >= 5:
         run.log[4]["loss"] *= 1 + 1e-3
     if perturb == "grad_norm" and len(run.log) >= 2:

@@ -43,6 +43,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
@@ -231,6 +232,13 @@ cl::opt<std::string> zeroFlag(
              "parameters"),
     cl::value_desc("0|1|2|3"), cl::cat(trainingCategory));
 
+cl::opt<std::string> precisionFlag(
+    "precision",
+    cl::desc("Training precision: fp32, or bf16 / fp16 with fp32 master "
+             "weights (overrides the config's bf16.enabled and "
+             "fp16.enabled)"),
+    cl::value_desc("fp32|bf16|fp16"), cl::cat(trainingCategory));
+
 cl::opt<std::string> dpFlag(
     "dp",
     cl::desc("Data-parallel ranks the program is compiled for (default: "
@@ -307,6 +315,73 @@ int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "dsopt") << message << "\n";
   return 1;
 }
+
+/// A build's output directory, written in a staging directory beside it
+/// and put in place only once everything in it was built: a build that
+/// fails (a compile error, a full disk) leaves no half-written output, and
+/// an earlier build's directory stays as it was.
+class StagedOutput {
+public:
+  explicit StagedOutput(std::string final) : final(std::move(final)) {
+    llvm::SmallString<256> path(llvm::StringRef(this->final).rtrim('/'));
+    path += ".partial-" + std::to_string(llvm::sys::Process::getProcessId());
+    staging = path.str().str();
+  }
+  ~StagedOutput() {
+    if (!committed)
+      llvm::sys::fs::remove_directories(staging);
+  }
+  const std::string &path() const { return staging; }
+  /// `text` with the staging directory's path spelled as the final one's.
+  std::string finalSpelling(llvm::StringRef text) const {
+    std::string out = text.str();
+    for (size_t at = out.find(staging); at != std::string::npos;
+         at = out.find(staging, at + final.size()))
+      out.replace(at, staging.size(), final);
+    return out;
+  }
+  llvm::Error create() {
+    // Found before anything is built, not after.
+    if (llvm::sys::fs::exists(final) && !llvm::sys::fs::is_directory(final))
+      return llvm::createStringError(
+          std::make_error_code(std::errc::not_a_directory),
+          "output directory '" + final + "' exists and is not a directory");
+    llvm::sys::fs::remove_directories(staging);
+    if (std::error_code ec = llvm::sys::fs::create_directories(staging))
+      return llvm::createStringError(ec, "cannot create output directory '" +
+                                             staging + "': " + ec.message());
+    return llvm::Error::success();
+  }
+  /// Replaces the final directory (if any) by the staged one.
+  llvm::Error commit() {
+    std::string old;
+    if (llvm::sys::fs::exists(final)) {
+      if (!llvm::sys::fs::is_directory(final))
+        return llvm::createStringError(
+            std::make_error_code(std::errc::not_a_directory),
+            "'" + final + "' exists and is not a directory");
+      old = staging + ".old";
+      llvm::sys::fs::remove_directories(old);
+      if (std::error_code ec = llvm::sys::fs::rename(final, old))
+        return llvm::createStringError(ec, "cannot replace '" + final +
+                                               "': " + ec.message());
+    }
+    if (std::error_code ec = llvm::sys::fs::rename(staging, final)) {
+      if (!old.empty())
+        llvm::sys::fs::rename(old, final);
+      return llvm::createStringError(ec, "cannot move the build into '" +
+                                             final + "': " + ec.message());
+    }
+    committed = true;
+    if (!old.empty())
+      llvm::sys::fs::remove_directories(old);
+    return llvm::Error::success();
+  }
+
+private:
+  std::string final, staging;
+  bool committed = false;
+};
 
 /// `text` with control characters other than newlines escaped: import
 /// errors quote names from the model file, which must not be able to drive
@@ -455,6 +530,14 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
       return error("--zero expects a ZeRO stage 0, 1, 2 or 3, got '" +
                    zeroFlag + "'");
     overrides.zeroStage = stage;
+  }
+  if (precisionFlag.getNumOccurrences()) {
+    std::optional<dsopt::Precision> precision =
+        dsopt::parsePrecision(precisionFlag);
+    if (!precision)
+      return error("--precision expects fp32, bf16 or fp16, got '" +
+                   precisionFlag + "'");
+    overrides.precision = precision;
   }
   std::optional<int64_t> dp, world, pp, microbatches, chunks;
   for (auto [flag, out] :
@@ -959,12 +1042,13 @@ EXAMPLES:
   if (emit == EmitKind::Plan)
     return failed(writeTo(outputFile, writePlan)) ? 1 : 0;
 
+  std::optional<StagedOutput> staged;
   if (emit == EmitKind::Build) {
-    if (std::error_code ec = llvm::sys::fs::create_directories(outputFile))
-      return fail("cannot create output directory '" + outputFile +
-                  "': " + ec.message());
-    if (failed(writeTo(outputFile + "/plan.json", writePlan)) ||
-        failed(writeTo(outputFile + "/plan.txt", [&](llvm::raw_ostream &os) {
+    staged.emplace(outputFile);
+    if (llvm::Error error = staged->create())
+      return fail(llvm::toString(std::move(error)));
+    if (failed(writeTo(staged->path() + "/plan.json", writePlan)) ||
+        failed(writeTo(staged->path() + "/plan.txt", [&](llvm::raw_ostream &os) {
           return dsopt::writePlanText(*module, os,
                                       trainModule ? *trainModule
                                                   : ModuleOp(),
@@ -1052,7 +1136,9 @@ EXAMPLES:
   compiler.cxx = hostCompiler;
   compiler.runtime = dsopt::findRuntime(argv[0]);
   std::string error;
-  if (failed(dsopt::buildPrograms(outputFile, programs, compiler, error)))
-    return fail(error);
+  if (failed(dsopt::buildPrograms(staged->path(), programs, compiler, error)))
+    return fail(staged->finalSpelling(error));
+  if (llvm::Error error = staged->commit())
+    return fail(llvm::toString(std::move(error)));
   return 0;
 }

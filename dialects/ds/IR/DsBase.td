@@ -107,23 +107,24 @@ def Ds_Dialect : Dialect {
     /// operands' gradients): that op's ds.forward_id. Which forward op a
     /// backward op belongs to survives clones and new locations.
     static constexpr ::llvm::StringLiteral kGradOfAttrName = "ds.grad_of";
-    /// The names of a device grid's axes, outermost first (`["pp", "dp"]`),
-    /// on its shard.grid (see buildDeviceGrid).
+    /// The axes of a device grid, outermost first, on its shard.grid: a
+    /// #ds.axes (`#ds.axes<[pp, dp]>`, see buildDeviceGrid).
     static constexpr ::llvm::StringLiteral kGridAxesAttrName = "ds.axes";
     /// Op attribute set by ds-pipeline: the virtual pipeline stage the op
     /// belongs to (an i64).
     static constexpr ::llvm::StringLiteral kStageAttrName = "ds.stage";
-    /// Module attribute set by ds-pipeline: the schedule and the partition
-    /// (`{stages, microbatches, schedule, chunks, ...}`).
+    /// Module attribute set by ds-pipeline: the schedule and the partition,
+    /// a #ds.pipeline.
     static constexpr ::llvm::StringLiteral kPipelineAttrName = "ds.pipeline";
     /// Module attribute set by ds-pipeline-split: the pipeline rank this
     /// module is the program of, its virtual stages and their functions,
-    /// its static action list, its buffer pools and tied accumulators.
+    /// its static action list, its buffer pools and tied accumulators, a
+    /// #ds.pipeline_rank.
     static constexpr ::llvm::StringLiteral kPipelineRankAttrName =
         "ds.pipeline_rank";
     /// Function attribute set by ds-pipeline-split: which part of which
-    /// virtual stage the function is (`{stage, part}`, part one of
-    /// "forward", "backward", "backward_input", "backward_weight").
+    /// virtual stage the function is, a #ds.pipeline_part
+    /// (`#ds.pipeline_part<part = forward, stage = 1>`).
     static constexpr ::llvm::StringLiteral kPipelinePartAttrName =
         "ds.pipeline_part";
   }];
@@ -398,5 +399,7 @@ def Ds_StateAttr : Ds_Attr<"State", "state"> {
       "`<` $kind `,` (`role` `=` $role^ `,`)? `param` `=` $param `>`";
   let genVerifyDecl = 1;
 }
+
+include "ds/IR/DsPipelineAttrs.td"
 
 #endif // DSOPT_DIALECT_DS_DSBASE_TD

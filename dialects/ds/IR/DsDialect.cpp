@@ -2,6 +2,7 @@
 
 #include "ds/IR/DsDialect.h"
 
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
@@ -359,11 +360,15 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   if (name == kGridAxesAttrName) {
-    auto names = dyn_cast<ArrayAttr>(attribute.getValue());
-    if (!names || !llvm::all_of(names, [](Attribute a) {
-          return isa<StringAttr>(a);
-        }))
-      return op->emitOpError() << "'ds.axes' must be an array of axis names";
+    auto axes = dyn_cast<GridAxesAttr>(attribute.getValue());
+    auto grid = dyn_cast<shard::GridOp>(op);
+    if (!axes || !grid)
+      return op->emitOpError() << "'" << kGridAxesAttrName
+                               << "' must be a #ds.axes on a shard.grid";
+    if (axes.size() != grid.getShape().size())
+      return op->emitOpError()
+             << "'" << kGridAxesAttrName << "' names " << axes.size()
+             << " axes; the grid has " << grid.getShape().size();
     return success();
   }
   if (name == kOverwritesArgAttrName) {
@@ -393,9 +398,39 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                                << "' must be a #ds.zero on the module";
     return success();
   }
-  if (name == kTrainAttrName ||
-      name == kPipelineAttrName || name == kPipelineRankAttrName ||
-      name == kPipelinePartAttrName) {
+  if (name == kPipelineAttrName) {
+    if (!isa<ModuleOp>(op) || !isa<PipelineAttr>(attribute.getValue()))
+      return op->emitOpError() << "'" << name
+                               << "' must be a #ds.pipeline on the module";
+    return success();
+  }
+  if (name == kPipelineRankAttrName) {
+    auto rank = dyn_cast<PipelineRankAttr>(attribute.getValue());
+    if (!isa<ModuleOp>(op) || !rank)
+      return op->emitOpError()
+             << "'" << name << "' must be a #ds.pipeline_rank on the module";
+    // Each stage's functions are functions of the module.
+    for (PipelineRankStageAttr stage : rank.getVirtualStages())
+      for (FlatSymbolRefAttr function :
+           {stage.getForward(), stage.getBackward(), stage.getBackwardInput(),
+            stage.getBackwardWeight()})
+        if (function &&
+            !isa_and_nonnull<FunctionOpInterface>(
+                SymbolTable::lookupSymbolIn(op, function.getAttr())))
+          return op->emitOpError()
+                 << "'" << name << "': virtual stage " << stage.getStage()
+                 << " names " << function << ", which is no function of the "
+                 << "module";
+    return success();
+  }
+  if (name == kPipelinePartAttrName) {
+    if (!isa<FunctionOpInterface>(op) ||
+        !isa<PipelinePartAttr>(attribute.getValue()))
+      return op->emitOpError() << "'" << name
+                               << "' must be a #ds.pipeline_part on a function";
+    return success();
+  }
+  if (name == kTrainAttrName) {
     if (!isa<DictionaryAttr>(attribute.getValue()))
       return op->emitOpError() << "'" << name << "' must be a dictionary";
     return success();

@@ -78,18 +78,6 @@ public:
 /// AsyncOpInterface to the first three (DsDistributed.cpp).
 void registerShardModels(mlir::DialectRegistry &registry);
 
-/// Builds the device grid of a distributed program at the start of
-/// `module`: `shard.grid @grid` of the axes' sizes, their names (outermost
-/// first: pp, dp) in ds.axes. The one place that builds a grid; the
-/// collectives refer to it by name.
-mlir::Operation *
-buildDeviceGrid(mlir::OpBuilder &builder, mlir::ModuleOp module,
-                llvm::ArrayRef<std::pair<llvm::StringRef, int64_t>> axes);
-
-/// The index of the axis named `name` in a device grid (by its ds.axes).
-std::optional<int64_t> getDeviceGridAxis(mlir::Operation *grid,
-                                         llvm::StringRef name);
-
 /// Fails with a diagnostic when `op` is a shard collective the runtime cannot
 /// run (over several grid axes, not 1-D where ZeRO's partition needs it, a
 /// reduction without a kernel); succeeds for every other op.
@@ -134,6 +122,23 @@ llvm::LogicalResult inferWindowShape(std::optional<mlir::Location> loc,
 
 #define GET_ATTRDEF_CLASSES
 #include "ds/IR/DsAttrs.h.inc"
+
+namespace dsopt::ds {
+/// Builds the device grid of a distributed program at the start of
+/// `module`: `shard.grid @grid` of the axes' sizes, their names (outermost
+/// first: pp, dp) in ds.axes (#ds.axes). The one place that builds a grid;
+/// the collectives refer to it by name.
+mlir::Operation *
+buildDeviceGrid(mlir::OpBuilder &builder, mlir::ModuleOp module,
+                llvm::ArrayRef<std::pair<GridAxis, int64_t>> axes);
+
+/// The axes of a device grid (its ds.axes), or null.
+GridAxesAttr getDeviceGridAxes(mlir::Operation *grid);
+
+/// The dimension of a device grid that is `axis` (by its ds.axes).
+std::optional<int64_t> getDeviceGridAxis(mlir::Operation *grid,
+                                         GridAxis axis);
+} // namespace dsopt::ds
 
 #include "ds/IR/DsInterfaces.h.inc"
 

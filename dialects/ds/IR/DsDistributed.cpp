@@ -352,8 +352,8 @@ void dsopt::ds::registerShardModels(DialectRegistry &registry) {
 
 Operation *dsopt::ds::buildDeviceGrid(
     OpBuilder &builder, ModuleOp module,
-    ArrayRef<std::pair<StringRef, int64_t>> axes) {
-  SmallVector<StringRef> names;
+    ArrayRef<std::pair<GridAxis, int64_t>> axes) {
+  SmallVector<GridAxis> names;
   SmallVector<int64_t> sizes;
   for (auto [name, size] : axes) {
     names.push_back(name);
@@ -362,18 +362,19 @@ Operation *dsopt::ds::buildDeviceGrid(
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPointToStart(module.getBody());
   auto grid = shard::GridOp::create(builder, module.getLoc(), "grid", sizes);
-  grid->setAttr(DsDialect::kGridAxesAttrName, builder.getStrArrayAttr(names));
+  grid->setAttr(DsDialect::kGridAxesAttrName,
+                GridAxesAttr::get(builder.getContext(), names));
   return grid;
 }
 
+GridAxesAttr dsopt::ds::getDeviceGridAxes(Operation *grid) {
+  return grid->getAttrOfType<GridAxesAttr>(DsDialect::kGridAxesAttrName);
+}
+
 std::optional<int64_t> dsopt::ds::getDeviceGridAxis(Operation *grid,
-                                                    StringRef name) {
-  auto names = grid->getAttrOfType<ArrayAttr>(DsDialect::kGridAxesAttrName);
-  if (!names)
-    return std::nullopt;
-  for (auto [i, axis] : llvm::enumerate(names))
-    if (auto text = dyn_cast<StringAttr>(axis); text && text == name)
-      return static_cast<int64_t>(i);
+                                                    GridAxis axis) {
+  if (GridAxesAttr axes = getDeviceGridAxes(grid))
+    return axes.find(axis);
   return std::nullopt;
 }
 

@@ -37,6 +37,22 @@ enum class OptimizerKind {
 };
 enum class ScheduleKind { Constant, WarmupLR, WarmupDecayLR, WarmupCosineLR };
 
+/// What a model trains in: fp32 throughout, or 16-bit parameters,
+/// gradients and activations with fp32 master weights (bf16.enabled,
+/// fp16.enabled, --precision).
+enum class Precision { FP32, BF16, FP16 };
+
+/// fp16's dynamic loss scaler, DeepSpeed's keys and defaults
+/// (deepspeed/runtime/fp16/loss_scaler.py DynamicLossScaler).
+struct LossScalerConfig {
+  double lossScale = 0;           // loss_scale; 0: dynamic, > 0: static
+  int64_t initialScalePower = 16; // the dynamic scale starts at 2^this
+  int64_t lossScaleWindow = 1000; // clean steps before the scale doubles
+  int64_t hysteresis = 2;         // overflows tolerated before it halves
+  bool consecutiveHysteresis = false; // refill hysteresis every clean step
+  double minLossScale = 1;        // the floor; an overflow there is an error
+};
+
 struct TrainConfig {
   // optimizer
   OptimizerKind optimizer = OptimizerKind::AdamW;
@@ -68,7 +84,11 @@ struct TrainConfig {
   // (stage3_prefetch_bucket_size); DeepSpeed's defaults.
   int64_t reduceBucketSize = 500000000, allgatherBucketSize = 500000000,
           prefetchBucketSize = 50000000;
-  bool fp16 = false, bf16 = false;
+  Precision precision = Precision::FP32;
+  LossScalerConfig lossScaler;
+  /// data_types.grad_accum_dtype: what gradients are reduced and
+  /// accumulated in; unset: the training precision (DeepSpeed's default).
+  std::optional<Precision> gradAccumDtype;
   int64_t stepsPerPrint = 1;
   // Pipeline parallelism (DeepSpeed's `pipeline` section, --pp and friends):
   // stages (the pp axis), the schedule, model chunks per rank (0: the
@@ -111,6 +131,9 @@ struct TrainConfigOverrides {
   std::optional<int64_t> pipelineStages, microbatches, pipelineChunks,
       worldSize;
   std::optional<std::string> pipelineSchedule;
+  /// --precision: enables fp16 or bf16 (and disables the other), or
+  /// disables both for fp32, keeping the sections' other keys.
+  std::optional<Precision> precision;
 
   bool empty() const;
 };
@@ -150,6 +173,11 @@ llvm::Error checkPipelineSchedule(const TrainConfig &config,
 /// and every value dsopt uses written out, which dsopt reads back to the
 /// same config. For plan.json and --print-config.
 std::string toJson(const TrainConfig &config);
+
+/// "fp32", "bf16" or "fp16" (the --precision and grad_accum_dtype
+/// spelling), and back.
+llvm::StringRef precisionName(Precision precision);
+std::optional<Precision> parsePrecision(llvm::StringRef name);
 
 /// DeepSpeed's spelling of an optimizer or schedule ("AdamW", "WarmupLR";
 /// "Constant" for no scheduler).

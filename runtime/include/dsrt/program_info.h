@@ -30,11 +30,26 @@ enum class ValueRole : int64_t {
 };
 const char *value_role_name(ValueRole role);
 
+// The memory spaces of a plan (dsopt's #ds.space, same numbers): each has an
+// arena of its own, and every buffer is (space, offset). Device: what
+// kernels read and write; Host: pinned host memory (offloaded state);
+// File: a file-backed arena (NVMe), read and written by transfers only.
+enum class Space : uint8_t { Device = 0, Host = 1, File = 2 };
+constexpr int kNumSpaces = 3;
+const char *space_name(Space space);  // "device", "host", "file"
+
+// One space's arena in the plan: its bytes (the peak) and its persistent
+// part at the bottom.
+struct SpacePlan {
+  int64_t arena_bytes = 0, persistent_bytes = 0;
+};
+
 struct ValueInfo {
   std::string name;
   DType dtype = DType::F32;
   Shape shape;
-  int64_t offset = -1; // in the arena; -1 for outputs (their views tell)
+  int64_t offset = -1; // in its space's arena; -1 for outputs (their views tell)
+  Space space = Space::Device;
   ValueRole role = ValueRole::Input;
   std::string param;  // a state's (Accumulator, OptimizerState) parameter
 
@@ -149,8 +164,11 @@ struct PipelineInfo {
 
 struct ProgramInfo {
   std::string model_path;
+  // The device arena (also spaces[Device]).
   int64_t arena_bytes = 0, persistent_bytes = 0, peak_live_bytes = 0;
   int64_t alignment = 64;
+  // Every space's arena (set_memory_plan, set_space_plan).
+  SpacePlan spaces[kNumSpaces];
   std::vector<ValueInfo> inputs, outputs;
   std::vector<ParamInfo> params;
   std::vector<OpInfo> ops;
@@ -169,6 +187,7 @@ struct ProgramInfo {
   PipelineInfo pipeline;
 
   bool is_training() const { return !functions.empty(); }
+  const SpacePlan &space(Space s) const { return spaces[static_cast<int>(s)]; }
   // The index of the grid axis called `name` ("pp", "dp", "tp"), -1 when the
   // grid has none.
   int64_t grid_axis(const std::string &name) const {
@@ -190,6 +209,14 @@ struct ProgramInfo {
 void set_model(ProgramInfo &info, const char *path);
 void set_memory_plan(ProgramInfo &info, int64_t arena_bytes, int64_t persistent_bytes,
                      int64_t peak_live_bytes, int64_t alignment);
+// The arena of the host or file space (absent: empty). Throws for Device
+// (set_memory_plan gives it) and for negative or inconsistent sizes.
+void set_space_plan(ProgramInfo &info, Space space, int64_t arena_bytes,
+                    int64_t persistent_bytes);
+// Moves the parameter or state called `name` (described before) into
+// `space`: its offset is then in that space's arena. Throws when no such
+// value was described.
+void place_in_space(ProgramInfo &info, const char *name, Space space);
 // An input: role Input, or a pipeline stage's Recv, Stash or WeightStash.
 void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset,
                ValueRole role = ValueRole::Input);

@@ -6,6 +6,7 @@
 #define DSRT_PROGRAM_RUN_H
 
 #include "dsrt/dist.h"
+#include "dsrt/file_io.h"
 #include "dsrt/kernels.h"
 #include "dsrt/math.h"
 #include "dsrt/program_info.h"
@@ -74,8 +75,15 @@ struct Program {
   // running function was issued (collective_issued), waited for with
   // collective_wait.
   std::vector<Event> collectives;
+  // The device space's arena and its monitor.
   uint8_t *arena = nullptr;
   MemoryMonitor memory;
+  // The host space's arena (pinned host memory) and the file space's (a
+  // file; transfers read and write it), with their monitors; null while
+  // the plan gives the space no bytes.
+  uint8_t *host_arena = nullptr;
+  FileStore *file_arena = nullptr;
+  MemoryMonitor host_memory, file_memory;
   Tracer *tracer = nullptr;
   std::vector<Tensor> outputs;
   // The memory of the running function's inputs that have no buffer in its
@@ -86,6 +94,13 @@ struct Program {
   // WeightStash (a pipeline stage's: the pool slots that keep them), in the
   // order of those outputs; see bound_output.
   std::vector<Tensor> bound_outputs;
+
+  MemoryMonitor &memory_of(Space space) {
+    return space == Space::Host ? host_memory : space == Space::File ? file_memory : memory;
+  }
+  const MemoryMonitor &memory_of(Space space) const {
+    return const_cast<Program *>(this)->memory_of(space);
+  }
 };
 
 //===--- called by generated code: dsopt_run ------------------------------===//

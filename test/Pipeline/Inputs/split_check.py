@@ -46,10 +46,8 @@ def parse(text):
         for m in re.finditer(r"func\.func @(\w+)\((.*?)\)(?: -> \((.*?)\))? attributes", body):
             name, args, results = m.group(1), m.group(2), m.group(3) or ""
             functions[name] = {"args": ARG.findall(args), "results": RESULT.findall(results)}
-        rank = int(re.search(r"ds\.pipeline_rank = \{.*?rank = (\d+) : i64", body).group(1))
-        stages = [int(s) for s in re.findall(r"\{backward = \"\w*\", backward_input = \"\w*\", "
-                                             r"backward_weight = \"\w*\", forward = \"\w*\", "
-                                             r"stage = (\d+) : i64\}", body)]
+        rank = int(re.search(r"ds\.pipeline_rank = #ds\.pipeline_rank<rank = (\d+),", body).group(1))
+        stages = [int(s) for s in re.findall(r"#ds\.rank_stage<stage = (\d+), forward = @\w+", body)]
         norm = re.search(r"shard\.all_reduce %\w+ on @grid grid_axes = \[0\]", body) is not None
         modules.append({"rank": rank, "stages": stages, "functions": functions, "norm": norm})
     return modules

@@ -1,0 +1,141 @@
+// The plan's memory spaces at run time (runner.h): a program's host and file
+// spaces get arenas of the plan's sizes, persistent values are stored into,
+// read back from and zeroed in their own space, each space's monitor sees
+// its slots, a value planned outside its arena is refused, and the file
+// space's file is gone when the arenas go. Single process; runs in
+// dsrt_async_tests.
+#include "dsrt/backend.h"
+#include "dsrt/memory.h"
+#include "dsrt/program.h"
+#include "runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+using dsrt::DType;
+using dsrt::Program;
+using dsrt::ProgramInfo;
+using dsrt::Shape;
+using dsrt::Space;
+using dsrt::Tensor;
+using dsrt::ValueInfo;
+
+std::string temporary_directory() {
+  char path[] = "/tmp/dsrt-spaces-XXXXXX";
+  const char *made = mkdtemp(path);
+  EXPECT_NE(made, nullptr);
+  return made ? made : "";
+}
+
+bool exists(const std::string &path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// A program whose plan has a 64-byte device arena, a 128-byte host arena and
+// a 192-byte file arena, with parameter "h" (host) and states "s" (file,
+// 40 floats at offset 0) and "d" (device).
+struct SpacesProgram {
+  ProgramInfo info;
+  Program program;
+  std::vector<float> h_data = std::vector<float>(24, 2.5f);
+
+  SpacesProgram() {
+    dsrt::set_memory_plan(info, 64, 64, 64, 64);
+    dsrt::set_space_plan(info, Space::Host, 128, 128);
+    dsrt::set_space_plan(info, Space::File, 192, 192);
+    dsrt::add_param_data(info, "h", Tensor{h_data.data(), DType::F32, Shape{24}}, 0, true);
+    dsrt::add_state(info, "s", DType::F32, Shape{40}, 0, dsrt::ValueRole::OptimizerState, "h");
+    dsrt::add_state(info, "d", DType::F32, Shape{4}, 0, dsrt::ValueRole::Accumulator, "h");
+    dsrt::place_in_space(info, "h", Space::Host);
+    dsrt::place_in_space(info, "s", Space::File);
+    program.info = &info;
+    program.stream = dsrt::Stream(dsrt::backend().kind());
+    program.comm = dsrt::Stream(dsrt::backend().kind());
+  }
+};
+
+TEST(MemorySpaces, ValuesLiveInTheirSpacesArenas) {
+  const std::string dir = temporary_directory();
+  SpacesProgram sp;
+  Program &p = sp.program;
+  std::string file;
+  {
+    dsrt::runner::SpaceArenas spaces;
+    std::vector<uint8_t> device(64);
+    p.arena = device.data();
+    dsrt::runner::allocate_spaces(p, spaces, dir, 3);
+    ASSERT_NE(p.host_arena, nullptr);
+    ASSERT_NE(p.file_arena, nullptr);
+    EXPECT_EQ(dsrt::memory_kind_of(p.host_arena), dsrt::MemoryKind::PinnedHost);
+    EXPECT_EQ(p.file_arena->size(), 192);
+    file = spaces.file_path;
+    EXPECT_TRUE(exists(file));
+    EXPECT_NE(file.find("-3.bin"), std::string::npos) << file;
+
+    dsrt::runner::load_params(p, "");
+    for (const ValueInfo &state : sp.info.states) {
+      dsrt::runner::acquire_persistent(p, state);
+      dsrt::runner::zero_persistent(p, state);
+    }
+    // Each space's monitor holds its own slots, rounded to the alignment.
+    EXPECT_EQ(p.host_memory.high_water_mark(), 128);
+    EXPECT_EQ(p.file_memory.high_water_mark(), 192);
+    EXPECT_EQ(p.memory.high_water_mark(), 64);
+
+    std::vector<std::vector<uint8_t>> keep;
+    const Tensor h = dsrt::runner::persistent_tensor(p, sp.info.params[0], keep);
+    EXPECT_EQ(h.data, p.host_arena);
+    for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(static_cast<float *>(h.data)[i], 2.5f);
+
+    // A value stored in the file space reads back from the file.
+    std::vector<float> values(40);
+    for (int i = 0; i < 40; ++i) values[i] = static_cast<float>(i) - 7.0f;
+    dsrt::runner::store_persistent(p, sp.info.states[0], values.data(), 160);
+    const Tensor s = dsrt::runner::persistent_tensor(p, sp.info.states[0], keep);
+    EXPECT_NE(s.data, nullptr);
+    for (int i = 0; i < 40; ++i) EXPECT_EQ(static_cast<float *>(s.data)[i], values[i]);
+    dsrt::runner::zero_persistent(p, sp.info.states[0]);
+    const Tensor zero = dsrt::runner::persistent_tensor(p, sp.info.states[0], keep);
+    for (int i = 0; i < 40; ++i) EXPECT_EQ(static_cast<float *>(zero.data)[i], 0.0f);
+  }
+  EXPECT_FALSE(exists(file)) << "the file space's file outlived its arenas";
+  rmdir(dir.c_str());
+}
+
+TEST(MemorySpaces, RefusesWhatThePlanCannotHold) {
+  SpacesProgram sp;
+  Program &p = sp.program;
+  // A value whose slot runs past its space's arena.
+  ValueInfo outside{"far", DType::F32, Shape{40}, 64, Space::File};
+  EXPECT_THROW(
+      {
+        try {
+          dsrt::runner::acquire_persistent(p, outside);
+        } catch (const dsrt::Error &e) {
+          EXPECT_NE(std::string(e.what()).find("'far'"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("file arena of 192 bytes"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      dsrt::Error);
+  // A file space in a directory that does not exist.
+  dsrt::runner::SpaceArenas spaces;
+  EXPECT_THROW(dsrt::runner::allocate_spaces(p, spaces, "/nonexistent/dsrt-spaces", 0),
+               dsrt::Error);
+  // Description errors: naming no value, or the device space's plan.
+  EXPECT_THROW(dsrt::place_in_space(sp.info, "nobody", Space::Host), dsrt::Error);
+  EXPECT_THROW(dsrt::set_space_plan(sp.info, Space::Device, 64, 0), dsrt::Error);
+  EXPECT_THROW(dsrt::set_space_plan(sp.info, Space::Host, 64, 128), dsrt::Error);
+}
+
+}  // namespace
