@@ -37,7 +37,8 @@ llvm::json::Array shapeOf(RankedTensorType type) {
 
 llvm::json::Object tensorInfo(StringRef name, Type type, int64_t offset) {
   auto tensor = cast<RankedTensorType>(type);
-  return llvm::json::Object{{"name", name},
+  // Copied: a state's or a pipeline value's name is composed here.
+  return llvm::json::Object{{"name", name.str()},
                             {"dtype", dtypeName(tensor.getElementType())},
                             {"shape", shapeOf(tensor)},
                             {"bytes", ds::getByteSize(tensor).value_or(0)},
@@ -102,12 +103,17 @@ FunctionPlan planOf(func::FuncOp function) {
                          .getInt();
     if (auto name = function.getArgAttrOfType<StringAttr>(
             i, ds::DsDialect::kInputAttrName)) {
-      plan.inputs.push_back(tensorInfo(name.getValue(), type, offset));
+      std::optional<ds::ValueRole> role = ds::getArgumentRole(function, i);
+      plan.inputs.push_back(
+          tensorInfo(role ? ds::getDisplayName(*role, name.getValue())
+                          : name.getValue().str(),
+                     type, offset));
       continue;
     }
-    if (auto state = function.getArgAttrOfType<StringAttr>(
+    if (auto state = function.getArgAttrOfType<ds::StateAttr>(
             i, ds::DsDialect::kStateAttrName)) {
-      plan.states.push_back(tensorInfo(state.getValue(), type, offset));
+      plan.states.push_back(
+          tensorInfo(ds::getDisplayName(state), type, offset));
       continue;
     }
     auto param = function.getArgAttrOfType<ds::ParamAttr>(
@@ -183,9 +189,12 @@ FunctionPlan planOf(func::FuncOp function) {
     }
     auto name = function.getResultAttrOfType<StringAttr>(
         i, ds::DsDialect::kOutputAttrName);
-    plan.outputs.push_back(tensorInfo(name ? name.getValue() : "",
-                                      result.getType(),
-                                      offsetOf.lookup(result)));
+    std::optional<ds::ValueRole> role = ds::getResultRole(function, i);
+    plan.outputs.push_back(
+        tensorInfo(!name  ? std::string()
+                   : role ? ds::getDisplayName(*role, name.getValue())
+                          : name.getValue().str(),
+                   result.getType(), offsetOf.lookup(result)));
   }
   return plan;
 }
@@ -303,11 +312,10 @@ public:
                 i, ds::DsDialect::kParamAttrName)) {
           if (seen.insert(("param:" + param.getName()).str()).second)
             paramBytes += bytes;
-        } else if (auto state = function.getArgAttrOfType<StringAttr>(
+        } else if (auto state = function.getArgAttrOfType<ds::StateAttr>(
                        i, ds::DsDialect::kStateAttrName)) {
-          if (seen.insert(("state:" + state.getValue()).str()).second)
-            (state.getValue().starts_with("grad:") ? gradBytes
-                                                   : optimizerBytes) += bytes;
+          if (seen.insert("state:" + ds::getDisplayName(state)).second)
+            (state.isAccumulator() ? gradBytes : optimizerBytes) += bytes;
         }
       }
     for (auto [function, times] : functions)
@@ -352,10 +360,10 @@ public:
     pipelined = true;
     int64_t p = rank.getStages();
     int64_t self = rank.getRank();
-    // The bytes and count of a function's arguments or results named
-    // `prefix`...
+    // The bytes and count of a function's arguments or results of role
+    // `role`...
     auto tensors = [&](FlatSymbolRefAttr name, bool results,
-                       StringRef prefix) {
+                       ds::ValueRole role) {
       Traffic t;
       auto function =
           name ? train.lookupSymbol<func::FuncOp>(name.getAttr()) : nullptr;
@@ -364,11 +372,8 @@ public:
       unsigned count =
           results ? function.getNumResults() : function.getNumArguments();
       for (unsigned i = 0; i < count; ++i) {
-        auto attr = results ? function.getResultAttrOfType<StringAttr>(
-                                  i, ds::DsDialect::kOutputAttrName)
-                            : function.getArgAttrOfType<StringAttr>(
-                                  i, ds::DsDialect::kInputAttrName);
-        if (!attr || !attr.getValue().starts_with(prefix))
+        if ((results ? ds::getResultRole(function, i)
+                     : ds::getArgumentRole(function, i)) != role)
           continue;
         Type type = results ? function.getResultTypes()[i]
                             : function.getArgumentTypes()[i];
@@ -386,18 +391,18 @@ public:
       bool send = false;
       switch (action.getKind()) {
       case ds::PipelineActionKind::send_activation:
-        moved = tensors(forward, true, "send:");
+        moved = tensors(forward, true, ds::ValueRole::send);
         send = true;
         break;
       case ds::PipelineActionKind::recv_activation:
-        moved = tensors(forward, false, "recv:");
+        moved = tensors(forward, false, ds::ValueRole::recv);
         break;
       case ds::PipelineActionKind::send_gradient:
-        moved = tensors(backward, true, "send:");
+        moved = tensors(backward, true, ds::ValueRole::send);
         send = true;
         break;
       case ds::PipelineActionKind::recv_gradient:
-        moved = tensors(backward, false, "recv:");
+        moved = tensors(backward, false, ds::ValueRole::recv);
         break;
       default:
         continue;
@@ -408,12 +413,10 @@ public:
     }
     auto step = train.lookupSymbol<func::FuncOp>("optimizer_step");
     for (ds::PipelineRankTiedAttr tied : rank.getTied()) {
-      StringRef state = tied.getState();
+      ds::StateAttr state = tied.getState();
       int64_t others = tied.getRanks().size() - 1;
       for (unsigned i = 0; step && i < step.getNumArguments(); ++i)
-        if (auto name = step.getArgAttrOfType<StringAttr>(
-                i, ds::DsDialect::kStateAttrName);
-            name && name.getValue() == state) {
+        if (step.getArgAttr(i, ds::DsDialect::kStateAttrName) == state) {
           int64_t bytes =
               ds::getByteSize(cast<ShapedType>(step.getArgumentTypes()[i]))
                   .value_or(0);

@@ -122,11 +122,21 @@ std::string tableShape(RankedTensorType type) {
          shapeLiteral(type.getShape()) + "}";
 }
 
-/// Names of the values a pipeline stage receives, sends or stashes (not
-/// data inputs).
-bool isPipelineValueName(StringRef name) {
-  return name.starts_with("recv:") || name.starts_with("send:") ||
-         name.starts_with("stash:") || name.starts_with("wstash:");
+/// The runtime's dsrt::ValueRole of a pipeline stage value's role.
+StringRef runtimeRole(ds::ValueRole role) {
+  switch (role) {
+  case ds::ValueRole::send: return "dsrt::ValueRole::Send";
+  case ds::ValueRole::recv: return "dsrt::ValueRole::Recv";
+  case ds::ValueRole::stash: return "dsrt::ValueRole::Stash";
+  case ds::ValueRole::wstash: return "dsrt::ValueRole::WeightStash";
+  }
+  llvm_unreachable("unknown value role");
+}
+
+/// The runtime's dsrt::ValueRole of a state.
+StringRef runtimeRole(ds::StateAttr state) {
+  return state.isAccumulator() ? "dsrt::ValueRole::Accumulator"
+                               : "dsrt::ValueRole::OptimizerState";
 }
 
 /// An argument of an emitted call: an SSA value, or an attribute printed in
@@ -1087,15 +1097,13 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   boundIndex.clear();
   boundOutput.clear();
   // What a pipeline stage sends or stashes, computed straight into the slot
-  // the runtime binds (no buffer in the plan): the k-th output named
-  // send:, stash: or wstash:, for the first output naming the value.
+  // the runtime binds (no buffer in the plan): the k-th output with a role
+  // (send, stash or wstash), for the first output naming the value.
   {
     Operation *terminator = function.getBody().front().getTerminator();
     int64_t k = 0;
     for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
-      auto name = function.getResultAttrOfType<StringAttr>(
-          i, ds::DsDialect::kOutputAttrName);
-      if (!name || !isPipelineValueName(name.getValue()))
+      if (!ds::getResultRole(function, i))
         continue;
       int64_t at = k++;
       auto opResult = dyn_cast<OpResult>(result);
@@ -1338,18 +1346,21 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
                          .getInt();
     Attribute dtype = literal(dtypeName(type.getElementType()));
     Attribute shape = literal(shapeLiteral(type.getShape()));
-    if (auto state = function.getArgAttrOfType<StringAttr>(
+    if (auto state = function.getArgAttrOfType<ds::StateAttr>(
             i, ds::DsDialect::kStateAttrName)) {
-      if (!seen.insert(("state:" + state.getValue()).str()).second)
+      std::string name = ds::getDisplayName(state);
+      if (!seen.insert("state:" + name).second)
         continue;
       if (outlineRepeats)
-        stateRows.push_back("{" + cppString(state.getValue()) + ", " +
+        stateRows.push_back("{" + cppString(name) + ", " +
                             dtypeName(type.getElementType()) + ", " +
                             tableShape(type) + ", " + std::to_string(offset) +
-                            "}");
+                            ", " + runtimeRole(state).str() + ", " +
+                            cppString(state.getParam()) + "}");
       else
         callVoid("dsrt::add_state", {info},
-                 {index0, str(state.getValue()), dtype, shape, i64(offset)});
+                 {index0, str(name), dtype, shape, i64(offset),
+                  literal(runtimeRole(state)), str(state.getParam())});
       continue;
     }
     auto param = function.getArgAttrOfType<ds::ParamAttr>(
@@ -1479,10 +1490,14 @@ void ProgramBuilder::emitFunctionInterface(Value info, func::FuncOp emitted) {
                          .getArgAttrOfType<IntegerAttr>(
                              i, ds::DsDialect::kOffsetAttrName)
                          .getInt();
-    callVoid("dsrt::add_input", {info},
-             {index0, str(name.getValue()),
-              literal(dtypeName(type.getElementType())),
-              literal(shapeLiteral(type.getShape())), i64(offset)});
+    SmallVector<Attribute> args{
+        index0, str(name.getValue()), literal(dtypeName(type.getElementType())),
+        literal(shapeLiteral(type.getShape())), i64(offset)};
+    if (std::optional<ds::ValueRole> role = ds::getArgumentRole(function, i)) {
+      args[1] = str(ds::getDisplayName(*role, name.getValue()));
+      args.push_back(literal(runtimeRole(*role)));
+    }
+    callVoid("dsrt::add_input", {info}, args);
   }
 
   for (unsigned i = 0; i < function.getNumResults(); ++i) {
@@ -1491,10 +1506,15 @@ void ProgramBuilder::emitFunctionInterface(Value info, func::FuncOp emitted) {
     auto name = function.getResultAttrOfType<StringAttr>(
         i, ds::DsDialect::kOutputAttrName);
     auto type = cast<RankedTensorType>(function.getResultTypes()[i]);
-    callVoid("dsrt::add_output", {info},
-             {index0, str(name ? name.getValue() : "output_" + std::to_string(i)),
-              literal(dtypeName(type.getElementType())),
-              literal(shapeLiteral(type.getShape()))});
+    SmallVector<Attribute> args{
+        index0, str(name ? name.getValue() : "output_" + std::to_string(i)),
+        literal(dtypeName(type.getElementType())),
+        literal(shapeLiteral(type.getShape()))};
+    if (std::optional<ds::ValueRole> role = ds::getResultRole(function, i)) {
+      args[1] = str(ds::getDisplayName(*role, name.getValue()));
+      args.push_back(literal(runtimeRole(*role)));
+    }
+    callVoid("dsrt::add_output", {info}, args);
   }
 
   for (Operation &op : function.getBody().front().without_terminator()) {
@@ -1544,9 +1564,9 @@ void ProgramBuilder::emitTraining(Value info) {
   // (Pipeline stages also take received and stashed values, which are not
   // data.)
   for (BlockArgument arg : functions.front().getArguments())
-    if (auto name = functions.front().getArgAttrOfType<StringAttr>(
-            arg.getArgNumber(), ds::DsDialect::kInputAttrName);
-        name && !isPipelineValueName(name.getValue())) {
+    if (functions.front().getArgAttr(arg.getArgNumber(),
+                                     ds::DsDialect::kInputAttrName) &&
+        !ds::getArgumentRole(functions.front(), arg.getArgNumber())) {
       auto type = cast<RankedTensorType>(arg.getType());
       if (type.getRank() > 0) {
         microBatch = type.getDimSize(0);
@@ -1608,7 +1628,7 @@ void ProgramBuilder::emitPipeline(Value info) {
         llvm::map_range(ranks, [](int64_t r) { return std::to_string(r); }),
         ", ");
     callVoid("dsrt::add_pipeline_tied", {info},
-             {index0, str(tied.getState()),
+             {index0, str(tied.getState().getParam()),
               literal("std::array<int64_t, " + std::to_string(ranks.size()) +
                       ">{" + list + "}.data()"),
               i64(static_cast<int64_t>(ranks.size()))});

@@ -306,11 +306,11 @@ void PipelinePass::runOnOperation() {
     Operation *def = terminator->getOperand(r).getDefiningOp();
     if (!updates || !def || stageOf.count(def))
       continue;
-    auto state = micro.getArgAttrOfType<StringAttr>(
+    auto state = micro.getArgAttrOfType<ds::StateAttr>(
         updates.getInt(), ds::DsDialect::kStateAttrName);
-    if (!state || !state.getValue().starts_with("grad:"))
+    if (!state || !state.isAccumulator())
       continue;
-    StringRef name = state.getValue().drop_front(5);
+    StringRef name = state.getParam();
     for (auto &[param, used] : paramStages) {
       auto attr = micro.getArgAttrOfType<ds::ParamAttr>(
           cast<BlockArgument>(param).getArgNumber(),

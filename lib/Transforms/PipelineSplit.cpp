@@ -60,9 +60,17 @@ enum Part { Forward = 0, Backward = 1, Weight = 2 };
 
 bool isConstant(Operation *op) { return op->hasTrait<OpTrait::ConstantLike>(); }
 
-StringRef stringArg(func::FuncOp function, unsigned i, StringRef attr) {
-  if (auto value = function.getArgAttrOfType<StringAttr>(i, attr))
-    return value.getValue();
+/// The ds.state of argument `i`, or null.
+ds::StateAttr stateOf(func::FuncOp function, unsigned i) {
+  return function.getArgAttrOfType<ds::StateAttr>(
+      i, ds::DsDialect::kStateAttrName);
+}
+
+/// The parameter whose gradient accumulator argument `i` is, or "".
+StringRef accumulatedParam(func::FuncOp function, unsigned i) {
+  if (ds::StateAttr state = stateOf(function, i);
+      state && state.isAccumulator())
+    return state.getParam();
   return "";
 }
 
@@ -453,9 +461,13 @@ void PipelineSplitPass::runOnOperation() {
 
     SmallVector<Type> argTypes;
     SmallVector<DictionaryAttr> argAttrs;
-    auto named = [&](StringRef attr, const std::string &text) {
+    // `{ds.input|ds.output = "<id>", ds.role = #ds.role<role>}`.
+    auto roleAttrs = [&](StringRef attr, ds::ValueRole role,
+                         const std::string &id) {
       return b.getDictionaryAttr(
-          b.getNamedAttr(attr, b.getStringAttr(text)));
+          {b.getNamedAttr(attr, b.getStringAttr(id)),
+           b.getNamedAttr(ds::DsDialect::kRoleAttrName,
+                          ds::ValueRoleAttr::get(b.getContext(), role))});
     };
     for (unsigned a : argOrder) {
       argTypes.push_back(body.getArgument(a).getType());
@@ -464,20 +476,19 @@ void PipelineSplitPass::runOnOperation() {
                              : b.getDictionaryAttr({}));
       if (StringRef name = paramName(micro, a); !name.empty())
         rankParams.insert(name);
-      StringRef state = stringArg(micro, a, ds::DsDialect::kStateAttrName);
-      if (state.consume_front("grad:"))
-        rankAccs.insert(state);
+      if (StringRef param = accumulatedParam(micro, a); !param.empty())
+        rankAccs.insert(param);
     }
-    auto addValues = [&](ArrayRef<Value> values, StringRef prefix) {
+    auto addValues = [&](ArrayRef<Value> values, ds::ValueRole role) {
       for (Value value : values) {
         argTypes.push_back(value.getType());
         argAttrs.push_back(
-            named(ds::DsDialect::kInputAttrName, (prefix + idOf(value)).str()));
+            roleAttrs(ds::DsDialect::kInputAttrName, role, idOf(value)));
       }
     };
-    addValues(plan.stashIn, "stash:");
-    addValues(plan.wstashIn, "wstash:");
-    addValues(plan.recvIn, "recv:");
+    addValues(plan.stashIn, ds::ValueRole::stash);
+    addValues(plan.wstashIn, ds::ValueRole::wstash);
+    addValues(plan.recvIn, ds::ValueRole::recv);
 
     auto function = func::FuncOp::create(b, micro.getLoc(), plan.name,
                                          b.getFunctionType(argTypes, {}));
@@ -519,13 +530,13 @@ void PipelineSplitPass::runOnOperation() {
     }
     SmallVector<Value> results;
     SmallVector<DictionaryAttr> resultAttrs;
-    auto addResults = [&](ArrayRef<Value> values, StringRef prefix) -> bool {
+    auto addResults = [&](ArrayRef<Value> values, ds::ValueRole role) -> bool {
       for (Value value : values) {
         if (failed(resolve(value)))
           return false;
         results.push_back(map.lookup(value));
-        resultAttrs.push_back(named(ds::DsDialect::kOutputAttrName,
-                                    (prefix + idOf(value)).str()));
+        resultAttrs.push_back(
+            roleAttrs(ds::DsDialect::kOutputAttrName, role, idOf(value)));
       }
       return true;
     };
@@ -535,9 +546,9 @@ void PipelineSplitPass::runOnOperation() {
                                 ? micro.getResultAttrDict(0)
                                 : b.getDictionaryAttr({}));
     }
-    if (!addResults(plan.sends, "send:") ||
-        !addResults(plan.stashOut, "stash:") ||
-        !addResults(plan.wstashOut, "wstash:"))
+    if (!addResults(plan.sends, ds::ValueRole::send) ||
+        !addResults(plan.stashOut, ds::ValueRole::stash) ||
+        !addResults(plan.wstashOut, ds::ValueRole::wstash))
       return signalPassFailure();
     for (auto &[a, value] : accResults) {
       results.push_back(map.lookup(value));
@@ -571,17 +582,14 @@ void PipelineSplitPass::runOnOperation() {
       if (!arg)
         continue;
       StringRef name = paramName(micro, arg.getArgNumber());
-      StringRef state =
-          stringArg(micro, arg.getArgNumber(), ds::DsDialect::kStateAttrName);
-      if (name.empty() && state.consume_front("grad:"))
-        name = state;
+      if (name.empty())
+        name = accumulatedParam(micro, arg.getArgNumber());
       if (!name.empty())
         holders[name].insert(stageOf(&op) % p);
     }
   for (auto &[value, acc] : chainAcc) {
-    StringRef state =
-        stringArg(micro, acc.getArgNumber(), ds::DsDialect::kStateAttrName);
-    holders[state.drop_front(5)].insert(stageOf(value.getDefiningOp()) % p);
+    holders[accumulatedParam(micro, acc.getArgNumber())].insert(
+        stageOf(value.getDefiningOp()) % p);
   }
 
   // 6. @optimizer_step keeps the rank's parameters.
@@ -590,9 +598,8 @@ void PipelineSplitPass::runOnOperation() {
   auto nameOfStepArg = [&](unsigned a) -> std::string {
     if (StringRef name = paramName(step, a); !name.empty())
       return name.str();
-    StringRef state = stringArg(step, a, ds::DsDialect::kStateAttrName);
-    auto colon = state.find(':');
-    return colon == StringRef::npos ? "" : state.drop_front(colon + 1).str();
+    ds::StateAttr state = stateOf(step, a);
+    return state ? state.getParam().str() : "";
   };
   llvm::BitVector dropArg(stepBody.getNumArguments());
   for (unsigned a = 0; a < stepBody.getNumArguments(); ++a) {
@@ -614,10 +621,9 @@ void PipelineSplitPass::runOnOperation() {
   // One micro-batch per step with per-stage accumulation: zero the
   // accumulators after the update.
   for (BlockArgument arg : stepBody.getArguments()) {
-    StringRef state =
-        stringArg(step, arg.getArgNumber(), ds::DsDialect::kStateAttrName);
-    if (!state.consume_front("grad:") || dropArg.test(arg.getArgNumber()) ||
-        !resetInOptimizer.contains(state))
+    StringRef param = accumulatedParam(step, arg.getArgNumber());
+    if (param.empty() || dropArg.test(arg.getArgNumber()) ||
+        !resetInOptimizer.contains(param))
       continue;
     b.setInsertionPoint(stepReturn);
     keptResults.push_back(ds::FillOp::create(b, step.getLoc(), arg.getType(),
@@ -753,11 +759,10 @@ void PipelineSplitPass::runOnOperation() {
         counts.second, /*slot_bytes=*/std::nullopt, /*offset=*/std::nullopt));
   SmallVector<ds::PipelineRankTiedAttr> tiedAttrs;
   for (BlockArgument arg : stepBody.getArguments()) {
-    StringRef state =
-        stringArg(step, arg.getArgNumber(), ds::DsDialect::kStateAttrName);
-    if (!state.starts_with("grad:"))
+    ds::StateAttr state = stateOf(step, arg.getArgNumber());
+    if (!state || !state.isAccumulator())
       continue;
-    const std::set<int64_t> &ranks = holders[state.drop_front(5)];
+    const std::set<int64_t> &ranks = holders[state.getParam()];
     if (ranks.size() < 2)
       continue;
     SmallVector<int64_t> list(ranks.begin(), ranks.end());

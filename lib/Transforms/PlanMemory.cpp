@@ -68,9 +68,9 @@ std::string persistentKey(func::FuncOp function, unsigned arg) {
   if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
           arg, ds::DsDialect::kParamAttrName))
     return "param:" + param.getName().str();
-  if (auto state = function.getArgAttrOfType<StringAttr>(
+  if (auto state = function.getArgAttrOfType<ds::StateAttr>(
           arg, ds::DsDialect::kStateAttrName))
-    return "state:" + state.getValue().str();
+    return "state:" + ds::getDisplayName(state);
   return "";
 }
 
@@ -80,24 +80,17 @@ std::string persistentKey(func::FuncOp function, unsigned arg) {
 bool isBoundArgument(func::FuncOp function, unsigned arg) {
   if (!function->hasAttr(ds::DsDialect::kPipelinePartAttrName))
     return false;
-  auto name = function.getArgAttrOfType<StringAttr>(
-      arg, ds::DsDialect::kInputAttrName);
-  return name && (name.getValue().starts_with("recv:") ||
-                  name.getValue().starts_with("stash:") ||
-                  name.getValue().starts_with("wstash:"));
+  // Every role an argument may have is bound (recv, stash, wstash).
+  return ds::getArgumentRole(function, arg).has_value();
 }
 
 /// Whether result `r` of `function`, `value`, is computed into memory the
-/// runtime binds: what a pipeline stage sends or stashes (`send:`,
-/// `stash:`, `wstash:` outputs), computed by a kernel of its own (not a
+/// runtime binds: what a pipeline stage sends or stashes (results with a
+/// ds.role: send, stash, wstash), computed by a kernel of its own (not a
 /// view, a constant, an argument or an asynchronous op), and named by no
 /// earlier result.
 bool isBoundOutput(func::FuncOp function, unsigned r, Value value) {
-  auto name = function.getResultAttrOfType<StringAttr>(
-      r, ds::DsDialect::kOutputAttrName);
-  if (!name || !(name.getValue().starts_with("send:") ||
-                 name.getValue().starts_with("stash:") ||
-                 name.getValue().starts_with("wstash:")))
+  if (!ds::getResultRole(function, r))
     return false;
   Operation *def = value.getDefiningOp();
   auto kernel = dyn_cast_or_null<ds::KernelOpInterface>(def);
@@ -566,10 +559,9 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
       return static_cast<int64_t>(llvm::alignTo(
           ds::getByteSize(cast<ShapedType>(type)).value_or(0), alignment));
     };
-    // The bytes of a function's arguments or results whose name starts
-    // with `prefix`.
+    // The bytes of a function's arguments or results of role `role`.
     auto bytesOf = [&](StringRef functionName, bool results,
-                       StringRef prefix) -> int64_t {
+                       ds::ValueRole role) -> int64_t {
       auto function = module.lookupSymbol<func::FuncOp>(functionName);
       if (!function)
         return 0;
@@ -577,12 +569,8 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
       unsigned count =
           results ? function.getNumResults() : function.getNumArguments();
       for (unsigned i = 0; i < count; ++i) {
-        auto name =
-            results ? function.getResultAttrOfType<StringAttr>(
-                          i, ds::DsDialect::kOutputAttrName)
-                    : function.getArgAttrOfType<StringAttr>(
-                          i, ds::DsDialect::kInputAttrName);
-        if (name && name.getValue().starts_with(prefix))
+        if ((results ? ds::getResultRole(function, i)
+                     : ds::getArgumentRole(function, i)) == role)
           total += aligned(results ? function.getResultTypes()[i]
                                    : function.getArgumentTypes()[i]);
       }
@@ -605,22 +593,22 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
       int64_t slotBytes = 0;
       switch (kind) {
       case ds::PipelinePoolKind::stash:
-        slotBytes = bytesOf(forward, true, "stash:");
+        slotBytes = bytesOf(forward, true, ds::ValueRole::stash);
         break;
       case ds::PipelinePoolKind::act_in:
-        slotBytes = bytesOf(forward, false, "recv:");
+        slotBytes = bytesOf(forward, false, ds::ValueRole::recv);
         break;
       case ds::PipelinePoolKind::act_out:
-        slotBytes = bytesOf(forward, true, "send:");
+        slotBytes = bytesOf(forward, true, ds::ValueRole::send);
         break;
       case ds::PipelinePoolKind::grad_in:
-        slotBytes = bytesOf(backward, false, "recv:");
+        slotBytes = bytesOf(backward, false, ds::ValueRole::recv);
         break;
       case ds::PipelinePoolKind::grad_out:
-        slotBytes = bytesOf(backward, true, "send:");
+        slotBytes = bytesOf(backward, true, ds::ValueRole::send);
         break;
       case ds::PipelinePoolKind::wstash:
-        slotBytes = bytesOf(backward, true, "wstash:");
+        slotBytes = bytesOf(backward, true, ds::ValueRole::wstash);
         break;
       case ds::PipelinePoolKind::tied:
         break;
@@ -635,11 +623,12 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
     // accumulator.
     int64_t tiedBytes = 0;
     for (ds::PipelineRankTiedAttr tied : rank.getTied()) {
-      std::string key = ("state:" + tied.getState()).str();
+      ds::StateAttr state = tied.getState();
+      std::string key = "state:" + ds::getDisplayName(state);
       auto it = layout.slots.find(key);
       if (it == layout.slots.end()) {
-        module.emitError() << "shared accumulator '" << tied.getState()
-                           << "' is not a state of the program";
+        module.emitError() << "shared accumulator " << state
+                           << " is not a state of the program";
         return failure();
       }
       int64_t sharers = tied.getRanks().size();

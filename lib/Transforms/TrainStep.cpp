@@ -67,9 +67,9 @@ private:
                                              Kind kind, Location loc);
 };
 
-DictionaryAttr stateAttr(Builder &b, StringRef name) {
-  return b.getDictionaryAttr(b.getNamedAttr(ds::DsDialect::kStateAttrName,
-                                            b.getStringAttr(name)));
+DictionaryAttr stateAttr(Builder &b, ds::StateAttr state) {
+  return b.getDictionaryAttr(
+      b.getNamedAttr(ds::DsDialect::kStateAttrName, state));
 }
 
 DictionaryAttr updatesAttr(Builder &b, unsigned arg) {
@@ -99,7 +99,8 @@ func::FuncOp OptimizerPass::buildMicroStep(func::FuncOp grad,
   micro.getAllArgAttrs(argAttrs);
   for (const Param &param : params) {
     body.addArgument(param.type, micro.getLoc());
-    argAttrs.push_back(stateAttr(b, "grad:" + param.name));
+    argAttrs.push_back(
+        stateAttr(b, ds::StateAttr::get(b.getContext(), param.name)));
   }
 
   b.setInsertionPoint(terminator);
@@ -152,13 +153,15 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
   }
   for (const Param &param : params) {
     argTypes.push_back(param.type);
-    argAttrs.push_back(stateAttr(b, "grad:" + param.name));
+    argAttrs.push_back(
+        stateAttr(b, ds::StateAttr::get(b.getContext(), param.name)));
   }
   ArrayRef<StringRef> states = stateNames(kind);
   for (StringRef state : states)
     for (const Param &param : params) {
       argTypes.push_back(param.type);
-      argAttrs.push_back(stateAttr(b, (state + ":" + param.name).str()));
+      argAttrs.push_back(
+          stateAttr(b, ds::StateAttr::get(context, state, param.name)));
     }
   unsigned lrArg = argTypes.size();
   argTypes.push_back(scalarF32);

@@ -210,11 +210,17 @@ StringRef paramName(func::FuncOp function, unsigned i) {
   return "";
 }
 
-/// The ds.state name of argument `i`, or "".
-StringRef stateName(func::FuncOp function, unsigned i) {
-  if (auto state = function.getArgAttrOfType<StringAttr>(
-          i, ds::DsDialect::kStateAttrName))
-    return state.getValue();
+/// The ds.state of argument `i`, or null.
+ds::StateAttr stateOf(func::FuncOp function, unsigned i) {
+  return function.getArgAttrOfType<ds::StateAttr>(
+      i, ds::DsDialect::kStateAttrName);
+}
+
+/// The parameter whose gradient accumulator argument `i` is, or "".
+StringRef accumulatedParam(func::FuncOp function, unsigned i) {
+  if (ds::StateAttr state = stateOf(function, i);
+      state && state.isAccumulator())
+    return state.getParam();
   return "";
 }
 
@@ -239,9 +245,9 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   // The accumulator of each parameter.
   llvm::StringMap<BlockArgument> accOf;
   for (BlockArgument arg : body.getArguments()) {
-    StringRef state = stateName(step, arg.getArgNumber());
-    if (state.consume_front("grad:"))
-      accOf[state] = arg;
+    StringRef param = accumulatedParam(step, arg.getArgNumber());
+    if (!param.empty())
+      accOf[param] = arg;
   }
 
   if (stage == 0) {
@@ -250,7 +256,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     b.setInsertionPointToStart(&body);
     SmallVector<Value> accs;
     for (BlockArgument arg : body.getArguments())
-      if (stateName(step, arg.getArgNumber()).starts_with("grad:"))
+      if (!accumulatedParam(step, arg.getArgNumber()).empty())
         accs.push_back(arg);
     for (const SmallVector<unsigned> &bucket :
          bucketsOf(accs, reduceBucketSize)) {
@@ -259,11 +265,10 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
         inputs.push_back(accs[i]);
       Operation *reduce;
       if (inputs.size() == 1) {
-        StringRef state = stateName(
+        StringRef param = accumulatedParam(
             step, cast<BlockArgument>(inputs[0]).getArgNumber());
         reduce = shard::AllReduceOp::create(
-            b, NameLoc::get(b.getStringAttr(state.drop_front(5) + ".grad"),
-                            loc),
+            b, NameLoc::get(b.getStringAttr(param + ".grad"), loc),
             inputs[0].getType(), kGrid, {dpAxis}, inputs[0],
             shard::ReductionKind::Average);
       } else {
@@ -286,8 +291,8 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   b.setInsertionPointToStart(&body);
   SmallVector<Value> accs, flats;
   for (BlockArgument acc : body.getArguments()) {
-    StringRef name = stateName(step, acc.getArgNumber());
-    if (!name.consume_front("grad:"))
+    StringRef name = accumulatedParam(step, acc.getArgNumber());
+    if (name.empty())
       continue;
     auto type = cast<RankedTensorType>(acc.getType());
     Location accLoc = NameLoc::get(b.getStringAttr(name + ".grad"), loc);
@@ -378,7 +383,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     operands[update.getGradOperand().getOperandNumber()] = gradShard;
     for (OpOperand &operand : update.getStateOperands()) {
       auto state = dyn_cast<BlockArgument>(operand.get());
-      if (!state || stateName(step, state.getArgNumber()).empty())
+      if (!state || !stateOf(step, state.getArgNumber()))
         return update->emitOpError()
                << "ds-zero: optimizer state operand "
                << operand.getOperandNumber() << " is not a state argument";
@@ -491,20 +496,18 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
       continue;
     // acc' = acc + g with accumulation, else acc' = g.
     BlockArgument acc = match->acc;
-    StringRef state = stateName(micro, acc.getArgNumber());
     ds::AddOp add = match->add;
     Value grad = match->grad;
     if (grad.getType() != acc.getType())
-      return micro.emitOpError()
-             << "ds-zero: the gradient of '" << state.drop_front(5)
-             << "' does not have its accumulator's type";
+      return micro.emitOpError() << "ds-zero: the gradient of '" << match->param
+                                 << "' does not have its accumulator's type";
     auto type = cast<RankedTensorType>(acc.getType());
     if (Operation *def = grad.getDefiningOp())
       b.setInsertionPointAfter(def);
     else
       b.setInsertionPointToStart(&body);
-    Location loc = NameLoc::get(b.getStringAttr(state.drop_front(5) + ".grad"),
-                                grad.getLoc());
+    Location loc =
+        NameLoc::get(b.getStringAttr(match->param + ".grad"), grad.getLoc());
     Value flat = flatten(b, loc, grad);
     shardArgument(micro, acc, flatType(type, partition(type).s), false);
     grads.push_back({&operand, acc, add, flat});
@@ -680,9 +683,9 @@ void ZeroPass::runOnOperation() {
     Block &body = step.getBody().front();
     llvm::StringSet<> trained;
     for (BlockArgument arg : body.getArguments()) {
-      StringRef state = stateName(step, arg.getArgNumber());
-      if (state.consume_front("grad:"))
-        trained.insert(state);
+      StringRef param = accumulatedParam(step, arg.getArgNumber());
+      if (!param.empty())
+        trained.insert(param);
     }
     for (BlockArgument arg : body.getArguments()) {
       StringRef name = paramName(step, arg.getArgNumber());

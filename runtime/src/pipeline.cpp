@@ -59,10 +59,10 @@ void add_pipeline_pool(ProgramInfo &info, const char *kind, int64_t stage, int64
   info.pipeline.pools.push_back({kind ? kind : "", stage, slots, slot_bytes, offset});
 }
 
-void add_pipeline_tied(ProgramInfo &info, const char *state, const int64_t *ranks,
+void add_pipeline_tied(ProgramInfo &info, const char *param, const int64_t *ranks,
                        int64_t count) {
   PipelineTied tied;
-  tied.state = state ? state : "";
+  tied.param = param ? param : "";
   if (ranks)
     for (int64_t i = 0; i < count; ++i) tied.ranks.push_back(ranks[i]);
   info.pipeline.tied.push_back(std::move(tied));

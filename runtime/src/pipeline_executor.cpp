@@ -93,7 +93,7 @@ void PipelineExecutor::sum_tied() {
   TransferGroup group;
   size_t buffer = 0;
   for (const PipelineTied &tied : pipeline_.tied) {
-    const ValueInfo &state = info_.states[find_value(info_.states, tied.state, "state")];
+    const ValueInfo &state = info_.states[find_accumulator(info_, tied.param, "tied")];
     const Tensor own{arena + state.offset, state.dtype, state.shape};
     for (int64_t r : tied.ranks) {
       if (r == pipeline_.rank) continue;
@@ -106,7 +106,7 @@ void PipelineExecutor::sum_tied() {
   program_.stream.synchronize();
   buffer = 0;
   for (const PipelineTied &tied : pipeline_.tied) {
-    const ValueInfo &state = info_.states[find_value(info_.states, tied.state, "state")];
+    const ValueInfo &state = info_.states[find_accumulator(info_, tied.param, "tied")];
     const Tensor own{arena + state.offset, state.dtype, state.shape};
     std::vector<Tensor> copies;  // in ascending rank order, this rank's at its place
     for (int64_t r : tied.ranks)
@@ -159,9 +159,9 @@ void PipelineExecutor::run_compute(const PipelineAction &action, int64_t batch,
   for (const ValueInfo &input : function.inputs) {
     if (is_data(input)) {
       load_micro_batch(program_, *data_.at(input.name), input, batch, global_micro);
-    } else if (starts_with(input.name, "recv:")) {
+    } else if (input.role == ValueRole::Recv) {
       program_.bound.push_back(received->tensor(arena, received_slot, next_received++));
-    } else if (starts_with(input.name, "stash:")) {
+    } else if (input.role == ValueRole::Stash) {
       program_.bound.push_back(
           stash->tensor(arena, stash_slot, stash->layout().find(input.name)));
     } else {
@@ -172,8 +172,8 @@ void PipelineExecutor::run_compute(const PipelineAction &action, int64_t batch,
 
   // The slots of what the computation sends and keeps, taken before it
   // runs: it computes those outputs straight into them
-  // (dsrt::bound_output), in the order of its send:, stash: and wstash:
-  // outputs. Only pools with something to hold get a slot (an empty one
+  // (dsrt::bound_output), in the order of its sent, stashed and
+  // weight-stashed outputs. Only pools with something to hold get a slot (an empty one
   // would never be sent or read, so never freed).
   auto holding = [&](int kind, bool applies) {
     SlotPool *pool = applies ? stage.pools[kind].get() : nullptr;
@@ -190,12 +190,12 @@ void PipelineExecutor::run_compute(const PipelineAction &action, int64_t batch,
   {
     size_t next_sent = 0, next_kept = 0, next_wkept = 0;
     for (size_t o = 0; o < function.outputs.size(); ++o) {
-      const std::string &output = function.outputs[o].name;
-      if (starts_with(output, "send:"))
+      const ValueRole role = function.outputs[o].role;
+      if (role == ValueRole::Send)
         targets[o] = sent->tensor(arena, sent_slot, next_sent++);
-      else if (starts_with(output, "stash:"))
+      else if (role == ValueRole::Stash)
         targets[o] = kept->tensor(arena, kept_slot, next_kept++);
-      else if (starts_with(output, "wstash:"))
+      else if (role == ValueRole::WeightStash)
         targets[o] = wkept->tensor(arena, wkept_slot, next_wkept++);
       else
         continue;
@@ -289,7 +289,7 @@ void PipelineExecutor::finish_transfers_after_failure() {
     if (tied_issued_ || pipeline_.tied.empty()) return;
     TransferGroup group;
     for (const PipelineTied &tied : pipeline_.tied) {
-      const ValueInfo &state = info_.states[find_value(info_.states, tied.state, "state")];
+      const ValueInfo &state = info_.states[find_accumulator(info_, tied.param, "tied")];
       for (int64_t r : tied.ranks) {
         if (r == pipeline_.rank) continue;
         group.add(true, scratch_tensor(state), r);

@@ -43,11 +43,11 @@ int pool_kind(const std::string &name) {
 SlotLayout tied_layout(const ProgramInfo &info) {
   SlotLayout layout;
   for (const PipelineTied &tied : info.pipeline.tied) {
-    const ValueInfo &state = info.states[find_value(info.states, tied.state, "state")];
+    const ValueInfo &state = info.states[find_accumulator(info, tied.param, "tied")];
     for (int64_t r : tied.ranks) {
       if (r == info.pipeline.rank) continue;
       ValueInfo buffer = state;
-      buffer.name = tied.state + " from pp " + std::to_string(r);
+      buffer.name = state.name + " from pp " + std::to_string(r);
       layout.add(info, buffer);
     }
   }
@@ -66,17 +66,17 @@ std::vector<StagePlan> stage_plans(const ProgramInfo &info) {
     if (!stage.backward_weight.empty())
       plan.backward_weight = find_function_index(info, stage.backward_weight);
     const FunctionInfo &forward = info.functions[plan.forward];
-    plan.layouts[Stash] = SlotLayout::of(info, forward.outputs, "stash:");
-    plan.layouts[ActIn] = SlotLayout::of(info, forward.inputs, "recv:");
-    plan.layouts[ActOut] = SlotLayout::of(info, forward.outputs, "send:");
+    plan.layouts[Stash] = SlotLayout::of(info, forward.outputs, ValueRole::Stash);
+    plan.layouts[ActIn] = SlotLayout::of(info, forward.inputs, ValueRole::Recv);
+    plan.layouts[ActOut] = SlotLayout::of(info, forward.outputs, ValueRole::Send);
     if (plan.input_gradient() >= 0) {
       const FunctionInfo &backward = info.functions[plan.input_gradient()];
-      plan.layouts[GradIn] = SlotLayout::of(info, backward.inputs, "recv:");
-      plan.layouts[GradOut] = SlotLayout::of(info, backward.outputs, "send:");
+      plan.layouts[GradIn] = SlotLayout::of(info, backward.inputs, ValueRole::Recv);
+      plan.layouts[GradOut] = SlotLayout::of(info, backward.outputs, ValueRole::Send);
     }
     if (plan.backward_input >= 0)
-      plan.layouts[WStash] =
-          SlotLayout::of(info, info.functions[plan.backward_input].outputs, "wstash:");
+      plan.layouts[WStash] = SlotLayout::of(info, info.functions[plan.backward_input].outputs,
+                                            ValueRole::WeightStash);
     plans.push_back(std::move(plan));
   }
   return plans;
@@ -109,15 +109,15 @@ void check_function_role(const ProgramInfo &info, const StagePlan &plan, int ind
                   std::to_string(input.offset) + " is not below the pipeline buffers at " +
                   std::to_string(pipeline.buffers_offset));
     const SlotLayout *source = nullptr;
-    if (starts_with(input.name, "stash:")) {
+    if (input.role == ValueRole::Stash) {
       if (forward) throw Error("training program: " + what + " reads a stash (" + input.name + ")");
       source = &plan.layouts[Stash];
-    } else if (starts_with(input.name, "wstash:")) {
+    } else if (input.role == ValueRole::WeightStash) {
       if (!weight)
         throw Error("training program: " + what + " reads " + input.name +
-                    "; only a backward_weight function reads wstash: values");
+                    "; only a backward_weight function reads weight-stashed values");
       source = &plan.layouts[WStash];
-    } else if (starts_with(input.name, "recv:") && weight) {
+    } else if (input.role == ValueRole::Recv && weight) {
       throw Error("training program: " + what + " receives " + input.name +
                   "; a backward_weight function receives nothing");
     }
@@ -129,28 +129,28 @@ void check_function_role(const ProgramInfo &info, const StagePlan &plan, int ind
                   " is not among the values its stage keeps for it (" + source->text() + ")");
   }
   for (const ValueInfo &output : f.outputs) {
-    const std::string &name = output.name;
+    const ValueRole role = output.role;
     bool ok = false;
     if (forward) {
-      ok = starts_with(name, "send:") || starts_with(name, "stash:");
-      if (!ok && last_stage && !has_loss && is_float(output.dtype) &&
-          output.shape.numel() == 1)
+      ok = role == ValueRole::Send || role == ValueRole::Stash;
+      if (!ok && role == ValueRole::Output && last_stage && !has_loss &&
+          is_float(output.dtype) && output.shape.numel() == 1)
         ok = has_loss = true;
     } else if (index == plan.backward) {
-      ok = starts_with(name, "send:");
+      ok = role == ValueRole::Send;
     } else if (index == plan.backward_input) {
-      ok = starts_with(name, "send:") || starts_with(name, "wstash:");
+      ok = role == ValueRole::Send || role == ValueRole::WeightStash;
     }
     if (!ok) {
       std::string allowed;
       if (forward)
-        allowed = last_stage ? "a forward's outputs are send:, stash: and one float scalar loss"
-                             : "a forward's outputs are send: and stash: (only the last stage "
+        allowed = last_stage ? "a forward's outputs are sent, stashed and one float scalar loss"
+                             : "a forward's outputs are sent and stashed (only the last stage "
                                "has a loss)";
       else
         allowed = weight ? "it outputs nothing"
-                  : index == plan.backward ? "it outputs send: values"
-                                           : "it outputs send: and wstash: values";
+                  : index == plan.backward ? "it outputs sent values"
+                                           : "it outputs sent and weight-stashed values";
       throw Error("training program: " + what + " has output " + value_text(output) + "; " +
                   allowed);
     }
@@ -326,8 +326,8 @@ void check_pipeline_program(const ProgramInfo &info, int64_t rank, const Program
   // in the same order on every sharer (checked across programs in
   // check_pipeline_programs).
   for (const PipelineTied &tied : pipeline.tied) {
-    const std::string what = "tied state '" + tied.state + "'";
-    const int64_t at = find_value(info.states, tied.state, "training program: " + what + ": state");
+    const std::string what = "tied accumulator of '" + tied.param + "'";
+    const int64_t at = find_accumulator(info, tied.param, "training program: " + what);
     if (!is_float(info.states[at].dtype))
       throw Error(t + what + " is " + dtype_name(info.states[at].dtype) + "; tied sums are of "
                   "float gradients");
@@ -383,10 +383,10 @@ void check_pipeline_program(const ProgramInfo &info, int64_t rank, const Program
                                                            : GradIn;
     if (plan.layouts[pool].empty())
       throw Error(t + name + ": stage " + std::to_string(stage) + "'s functions have no " +
-                  (pool == ActOut ? "send: outputs in its forward"
-                   : pool == ActIn ? "recv: inputs in its forward"
-                   : pool == GradOut ? "send: outputs in its backward"
-                                     : "recv: inputs in its backward"));
+                  (pool == ActOut ? "sent outputs in its forward"
+                   : pool == ActIn ? "received inputs in its forward"
+                   : pool == GradOut ? "sent outputs in its backward"
+                                     : "received inputs in its backward"));
   }
   for (const StagePlan &plan : plans)
     for (int64_t mb = 0; mb < pipeline.microbatches; ++mb) {
@@ -435,7 +435,7 @@ void check_pipeline_programs(const std::vector<ProgramInfo> &infos,
     std::vector<const ValueInfo *> states;
     for (const PipelineTied &tied : infos[a].pipeline.tied)
       if (std::count(tied.ranks.begin(), tied.ranks.end(), static_cast<int64_t>(b)))
-        states.push_back(&infos[a].states[find_value(infos[a].states, tied.state, "state")]);
+        states.push_back(&infos[a].states[find_accumulator(infos[a], tied.param, "tied")]);
     return states;
   };
   for (size_t a = 0; a < infos.size(); ++a)
@@ -443,7 +443,7 @@ void check_pipeline_programs(const std::vector<ProgramInfo> &infos,
       std::vector<const ValueInfo *> x = shared(a, b), y = shared(b, a);
       bool same = x.size() == y.size();
       for (size_t i = 0; same && i < x.size(); ++i)
-        same = x[i]->name == y[i]->name && x[i]->dtype == y[i]->dtype &&
+        same = x[i]->param == y[i]->param && x[i]->dtype == y[i]->dtype &&
                x[i]->shape == y[i]->shape;
       if (!same) {
         auto text = [](const std::vector<const ValueInfo *> &states) {

@@ -49,12 +49,12 @@ struct SlotLayout {
     bytes += slot_size(info, t.bytes);
     tensors.push_back(std::move(t));
   }
-  // The values of `values` whose name starts with `prefix`, in order.
+  // The values of `values` of role `role`, in order.
   static SlotLayout of(const ProgramInfo &info, const std::vector<ValueInfo> &values,
-                       const char *prefix) {
+                       ValueRole role) {
     SlotLayout layout;
     for (const ValueInfo &value : values)
-      if (starts_with(value.name, prefix)) layout.add(info, value);
+      if (value.role == role) layout.add(info, value);
     return layout;
   }
   bool empty() const { return tensors.empty(); }

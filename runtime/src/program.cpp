@@ -241,9 +241,37 @@ void place_in_space(ProgramInfo &info, const char *name, Space space) {
   throw Error(std::string("place_in_space: no parameter or state called '") + name + "'");
 }
 
-void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset) {
+const char *value_role_name(ValueRole role) {
+  switch (role) {
+  case ValueRole::Input: return "input";
+  case ValueRole::Output: return "output";
+  case ValueRole::Param: return "parameter";
+  case ValueRole::Accumulator: return "gradient accumulator";
+  case ValueRole::OptimizerState: return "optimizer state";
+  case ValueRole::Recv: return "received value";
+  case ValueRole::Send: return "sent value";
+  case ValueRole::Stash: return "stashed value";
+  case ValueRole::WeightStash: return "weight-stashed value";
+  }
+  return "value of an unknown role";
+}
+
+namespace {
+void check_role(const char *call, const char *name, ValueRole role,
+                std::initializer_list<ValueRole> allowed) {
+  for (ValueRole r : allowed)
+    if (r == role) return;
+  throw Error(std::string("program description: ") + call + " '" + (name ? name : "") +
+              "' has the role of a " + value_role_name(role));
+}
+}  // namespace
+
+void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset,
+               ValueRole role) {
+  check_role("add_input", name, role,
+             {ValueRole::Input, ValueRole::Recv, ValueRole::Stash, ValueRole::WeightStash});
   auto &inputs = info.functions.empty() ? info.inputs : info.functions.back().inputs;
-  inputs.push_back({name, dtype, shape, offset});
+  inputs.push_back({name, dtype, shape, offset, Space::Device, role});
 }
 
 void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shape,
@@ -258,6 +286,7 @@ void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shap
   param.file = file;
   param.file_offset = file_offset;
   param.length = length;
+  param.role = ValueRole::Param;
   info.params.push_back(param);
 }
 
@@ -270,12 +299,16 @@ void add_param_data(ProgramInfo &info, const char *name, const Tensor &data, int
   param.offset = offset;
   param.trainable = trainable;
   param.data = data;
+  param.role = ValueRole::Param;
   info.params.push_back(param);
 }
 
-void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape) {
+void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape,
+                ValueRole role) {
+  check_role("add_output", name, role,
+             {ValueRole::Output, ValueRole::Send, ValueRole::Stash, ValueRole::WeightStash});
   auto &outputs = info.functions.empty() ? info.outputs : info.functions.back().outputs;
-  outputs.push_back({name, dtype, shape, -1});
+  outputs.push_back({name, dtype, shape, -1, Space::Device, role});
 }
 
 void add_op(ProgramInfo &info, const char *name, const char *location, int64_t flops,
@@ -284,8 +317,18 @@ void add_op(ProgramInfo &info, const char *name, const char *location, int64_t f
   ops.push_back({name, location, flops, bytes});
 }
 
-void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset) {
-  info.states.push_back({name, dtype, shape, offset});
+void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset,
+               ValueRole role, const char *param) {
+  check_role("add_state", name, role, {ValueRole::Accumulator, ValueRole::OptimizerState});
+  info.states.push_back({name, dtype, shape, offset, Space::Device, role, param ? param : ""});
+}
+
+int64_t find_accumulator(const ProgramInfo &info, const std::string &param,
+                         const std::string &what) {
+  for (size_t i = 0; i < info.states.size(); ++i)
+    if (info.states[i].role == ValueRole::Accumulator && info.states[i].param == param)
+      return static_cast<int64_t>(i);
+  throw Error(what + ": the program has no gradient accumulator of parameter '" + param + "'");
 }
 
 void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,

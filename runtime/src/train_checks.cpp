@@ -61,14 +61,7 @@ void check_function_plan(const ProgramInfo &info, const std::string &name) {
       check_in_arena(info, input, std::string(name) + " input");
 }
 
-bool starts_with(const std::string &text, const char *prefix) {
-  return text.compare(0, std::strlen(prefix), prefix) == 0;
-}
-
-bool is_data(const ValueInfo &input) {
-  return !starts_with(input.name, "recv:") && !starts_with(input.name, "stash:") &&
-         !starts_with(input.name, "wstash:");
-}
+bool is_data(const ValueInfo &input) { return input.role == ValueRole::Input; }
 
 void check_training_basics(const ProgramInfo &info) {
   const TrainInfo &train = info.train;

@@ -54,10 +54,9 @@ void check_training_basics(const ProgramInfo &info);
 // Function `name` exists, plans no more than the arena and has its data
 // inputs inside it.
 void check_function_plan(const ProgramInfo &info, const std::string &name);
-bool starts_with(const std::string &text, const char *prefix);
-// A data input (loaded from --data); a pipeline stage's other inputs, named
-// "recv:", "stash:" or "wstash:", are values it received or kept, which it
-// reads where the pipeline holds them (dsrt::bound_input).
+// A data input (role Input, loaded from --data); a pipeline stage's other
+// inputs (roles Recv, Stash, WeightStash) are values it received or kept,
+// which it reads where the pipeline holds them (dsrt::bound_input).
 bool is_data(const ValueInfo &input);
 // optimizer_step's inputs lr and step and its output grad_norm.
 void check_optimizer_step(const ProgramInfo &info);

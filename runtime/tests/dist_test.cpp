@@ -884,7 +884,7 @@ void describe(dsrt::ProgramInfo &info) {
   dsrt::set_memory_plan(info, 512, 128, 512, 64);
   dsrt::add_param_data(info, "w", dsrt::view_static(w0, DType::F32, {3}), 0, true);
   dsrt::set_param_shard(info, 3, {3});
-  dsrt::add_state(info, "acc", DType::F32, {3}, 64);
+  dsrt::add_state(info, "acc", DType::F32, {3}, 64, dsrt::ValueRole::Accumulator, "w");
   dsrt::set_training(info, "SGD", 0.25, 0, 2, 1, 1);
   dsrt::begin_function(info, "micro_step", 320, 320);
   dsrt::add_input(info, "x", DType::F32, {3}, 128);

@@ -53,8 +53,8 @@ struct SpacesProgram {
     dsrt::set_space_plan(info, Space::Host, 128, 128);
     dsrt::set_space_plan(info, Space::File, 192, 192);
     dsrt::add_param_data(info, "h", Tensor{h_data.data(), DType::F32, Shape{24}}, 0, true);
-    dsrt::add_state(info, "s", DType::F32, Shape{40}, 0);
-    dsrt::add_state(info, "d", DType::F32, Shape{4}, 0);
+    dsrt::add_state(info, "s", DType::F32, Shape{40}, 0, dsrt::ValueRole::OptimizerState, "h");
+    dsrt::add_state(info, "d", DType::F32, Shape{4}, 0, dsrt::ValueRole::Accumulator, "h");
     dsrt::place_in_space(info, "h", Space::Host);
     dsrt::place_in_space(info, "s", Space::File);
     program.info = &info;

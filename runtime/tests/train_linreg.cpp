@@ -50,10 +50,12 @@ void describe(dsrt::ProgramInfo &info) {
   dsrt::add_param_data(info, "W", dsrt::view_static(initial_w, DType::F32, {kIn, kOut}), kW,
                        true);
   dsrt::add_param_data(info, "b", dsrt::view_static(initial_b, DType::F32, {kOut}), kB, true);
-  dsrt::add_state(info, "W.grad", DType::F32, {kIn, kOut}, kGW);
-  dsrt::add_state(info, "b.grad", DType::F32, {kOut}, kGB);
-  dsrt::add_state(info, "W.momentum", DType::F32, {kIn, kOut}, kVW);
-  dsrt::add_state(info, "b.momentum", DType::F32, {kOut}, kVB);
+  dsrt::add_state(info, "W.grad", DType::F32, {kIn, kOut}, kGW, dsrt::ValueRole::Accumulator, "W");
+  dsrt::add_state(info, "b.grad", DType::F32, {kOut}, kGB, dsrt::ValueRole::Accumulator, "b");
+  dsrt::add_state(info, "W.momentum", DType::F32, {kIn, kOut}, kVW,
+                  dsrt::ValueRole::OptimizerState, "W");
+  dsrt::add_state(info, "b.momentum", DType::F32, {kOut}, kVB,
+                  dsrt::ValueRole::OptimizerState, "b");
   dsrt::set_training(info, "SGD", 0.05, kClip, kAccumulation, kBatch, 3);
   dsrt::set_schedule(info, "WarmupDecayLR", 0.01, 0.05, 3, 8, true, 0, 1e-4);
 

@@ -11,7 +11,9 @@
 // gradients are averaged over dp and the norm is summed over pp (tied t
 // counted once, on pp rank 0), as generated code does.
 //
-// Per virtual stage s (functions named after it):
+// Per virtual stage s (functions named after it; a value the pipeline holds
+// is named as dsopt shows it, "recv:h<s>", and described with its role:
+// recv: Recv, send: Send, stash: Stash, wstash: WeightStash):
 //   forward_s          in: x or recv:h<s>, (last) y
 //                      out: send:h<s+1> and stash:h<s>, or (last)
 //                           stash:pred, loss, stash:h<s>
@@ -20,14 +22,14 @@
 //   backward_input_s   (zb-h1) in: (last) y, stash:pred, or recv:g<s+1>
 //                      out: send:g<s> (s > 0), wstash:g
 //   backward_weight_s  (zb-h1) in: wstash:g, stash:h<s>
-// The gradient accumulators grad:W<s> and grad:t are states updated in
-// place. The memory plan is laid out here by a bump allocator (alignment
+// The gradient accumulators grad:W<s> and grad:t are states (role
+// Accumulator, of parameters W<s> and t) updated in place. The memory plan is laid out here by a bump allocator (alignment
 // 64): parameters and states, then each function's buffers from
 // persistent_bytes, then the pools, each with as many slots as the
 // schedule ever holds at once (counted by walking the action list), so
 // that the arena's high-water mark is the plan. A function's buffers are
 // its data inputs (x, y; lr and step) and its temporaries only: its
-// recv:, stash: and wstash: inputs have offset -1 and no buffer, and it
+// received and stashed inputs have offset -1 and no buffer, and it
 // reads them in their pool slots through dsrt::bound_input(p, k, ...),
 // k counting those inputs in input order. Values passed on are views of
 // them: forward_s's stash:h<s> (s > 0) is its recv:h<s>, and a non-last
@@ -43,6 +45,7 @@
 #include "dsrt/dist.h"
 #include "dsrt/program.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -171,13 +174,6 @@ std::vector<std::vector<float>> initial_values;
 int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 int64_t f32_bytes(const dsrt::Shape &shape) { return 4 * shape.numel(); }
 
-// Data inputs have plain names; the others name the pool their bytes are
-// read from.
-bool is_bound(const std::string &name) {
-  return name.compare(0, 5, "recv:") == 0 || name.compare(0, 6, "stash:") == 0 ||
-         name.compare(0, 7, "wstash:") == 0;
-}
-
 // Where each function's values lie, per pp rank, filled by describe and
 // read by the run functions (generated code has the offsets and the
 // bound-input indices inline).
@@ -207,10 +203,17 @@ RankPlan plans[kMaxRanks];
 
 dsrt::Shape h_shape(int64_t i) { return {kBatch, width(i)}; }
 
-// What each value of a function is, in describe order.
+// What each value of a function is, in describe order. The names of the
+// values the pipeline holds are spelt as dsopt shows them ("recv:h1"), but
+// only their role says what they are.
+using dsrt::ValueRole;
 struct Value {
   std::string name;
   dsrt::Shape shape;
+  ValueRole role = ValueRole::Input;  // an input's or output's; Input: data
+
+  // Read or written where the pipeline keeps it (no buffer of its own).
+  bool bound() const { return role != ValueRole::Input; }
 };
 struct FunctionSpec {
   std::string name;
@@ -224,33 +227,36 @@ std::vector<FunctionSpec> stage_functions(int64_t s) {
   const dsrt::Shape out = h_shape(s + 1), in = h_shape(s);
   std::vector<FunctionSpec> specs;
   FunctionSpec f{"forward_" + n, {}, {}, {}};
-  f.inputs.push_back({s == 0 ? "x" : "recv:" + h(s), in});
+  f.inputs.push_back(s == 0 ? Value{"x", in} : Value{"recv:" + h(s), in, ValueRole::Recv});
   if (last(s)) f.inputs.push_back({"y", out});
   f.temporaries.push_back({last(s) ? "stash:pred" : "send:" + h(s + 1), out});
   if (last(s)) {
     f.temporaries.push_back({"loss", {}});
-    f.outputs = {{"stash:pred", out}, {"loss", {}}, {"stash:" + h(s), in}};
+    f.outputs = {{"stash:pred", out, ValueRole::Stash},
+                 {"loss", {}},
+                 {"stash:" + h(s), in, ValueRole::Stash}};
   } else {
-    f.outputs = {{"send:" + h(s + 1), out}, {"stash:" + h(s), in}};
+    f.outputs = {{"send:" + h(s + 1), out, ValueRole::Send},
+                 {"stash:" + h(s), in, ValueRole::Stash}};
   }
   specs.push_back(f);
   // The gradient arriving at the layer's output: computed from the loss on
   // the last stage, received otherwise.
   std::vector<Value> gradient_in;
   if (last(s))
-    gradient_in = {{"y", out}, {"stash:pred", out}};
+    gradient_in = {{"y", out}, {"stash:pred", out, ValueRole::Stash}};
   else
-    gradient_in = {{"recv:g" + std::to_string(s + 1), out}};
+    gradient_in = {{"recv:g" + std::to_string(s + 1), out, ValueRole::Recv}};
   if (!split_backward()) {
     FunctionSpec b{"backward_" + n, gradient_in, {}, {}};
     if (last(s))
-      b.inputs.push_back(Value{"stash:" + h(s), in});
+      b.inputs.push_back(Value{"stash:" + h(s), in, ValueRole::Stash});
     else
-      b.inputs.insert(b.inputs.begin(), Value{"stash:" + h(s), in});
+      b.inputs.insert(b.inputs.begin(), Value{"stash:" + h(s), in, ValueRole::Stash});
     if (last(s)) b.temporaries.push_back({"g", out});
     if (s > 0) {
       b.temporaries.push_back({"send:g" + n, in});
-      b.outputs.push_back({"send:g" + n, in});
+      b.outputs.push_back({"send:g" + n, in, ValueRole::Send});
     }
     specs.push_back(b);
   } else {
@@ -259,11 +265,15 @@ std::vector<FunctionSpec> stage_functions(int64_t s) {
     if (last(s)) bi.temporaries.push_back({"wstash:g", out});
     if (s > 0) {
       bi.temporaries.push_back({"send:g" + n, in});
-      bi.outputs.push_back({"send:g" + n, in});
+      bi.outputs.push_back({"send:g" + n, in, ValueRole::Send});
     }
-    bi.outputs.push_back({"wstash:g", out});
+    bi.outputs.push_back({"wstash:g", out, ValueRole::WeightStash});
     specs.push_back(bi);
-    FunctionSpec w{"backward_weight_" + n, {{"wstash:g", out}, {"stash:" + h(s), in}}, {}, {}};
+    FunctionSpec w{"backward_weight_" + n,
+                   {{"wstash:g", out, ValueRole::WeightStash},
+                    {"stash:" + h(s), in, ValueRole::Stash}},
+                   {},
+                   {}};
     specs.push_back(w);
   }
   return specs;
@@ -277,10 +287,10 @@ const FunctionSpec *find_spec(const std::vector<FunctionSpec> &specs, const char
 
 // The bytes of a slot holding `values` (those whose name starts with
 // `prefix`), one after another, each aligned.
-int64_t slot_bytes(const std::vector<Value> &values, const char *prefix) {
+int64_t slot_bytes(const std::vector<Value> &values, ValueRole role) {
   int64_t bytes = 0;
   for (const Value &v : values)
-    if (v.name.compare(0, std::strlen(prefix), prefix) == 0) bytes += aligned(f32_bytes(v.shape));
+    if (v.role == role) bytes += aligned(f32_bytes(v.shape));
   return bytes;
 }
 
@@ -381,9 +391,12 @@ void describe(dsrt::ProgramInfo &info, int64_t rank) {
   for (int64_t s : held) {
     const std::string name = "grad:W" + std::to_string(s);
     dsrt::add_state(info, name.c_str(), DType::F32, {width(s), width(s + 1)},
-                    persistent(name, 4 * width(s) * width(s + 1)));
+                    persistent(name, 4 * width(s) * width(s + 1)), ValueRole::Accumulator,
+                    ("W" + std::to_string(s)).c_str());
   }
-  if (bias) dsrt::add_state(info, "grad:t", DType::F32, {kWidth}, persistent("grad:t", 4 * kWidth));
+  if (bias)
+    dsrt::add_state(info, "grad:t", DType::F32, {kWidth}, persistent("grad:t", 4 * kWidth),
+                    ValueRole::Accumulator, "t");
   const int64_t persistent_bytes = top;
 
   // Each function's buffers above the persistent part.
@@ -400,7 +413,7 @@ void describe(dsrt::ProgramInfo &info, int64_t rank) {
     FunctionPlan &fp = plan.functions[entry.first.name];
     fp.end = persistent_bytes;
     for (const Value &v : entry.first.inputs)
-      if (is_bound(v.name))
+      if (v.bound())
         fp.bind(v.name);
       else
         fp.place(v.name, f32_bytes(v.shape));
@@ -423,12 +436,12 @@ void describe(dsrt::ProgramInfo &info, int64_t rank) {
     const FunctionSpec &f = *find_spec(specs, "forward_");
     const FunctionSpec *b = find_spec(specs, split_backward() ? "backward_input_" : "backward_");
     const std::pair<const char *, int64_t> kinds[] = {
-        {"stash", slot_bytes(f.outputs, "stash:")},
-        {"act_in", slot_bytes(f.inputs, "recv:")},
-        {"act_out", slot_bytes(f.outputs, "send:")},
-        {"grad_in", slot_bytes(b->inputs, "recv:")},
-        {"grad_out", slot_bytes(b->outputs, "send:")},
-        {"wstash", slot_bytes(b->outputs, "wstash:")}};
+        {"stash", slot_bytes(f.outputs, ValueRole::Stash)},
+        {"act_in", slot_bytes(f.inputs, ValueRole::Recv)},
+        {"act_out", slot_bytes(f.outputs, ValueRole::Send)},
+        {"grad_in", slot_bytes(b->inputs, ValueRole::Recv)},
+        {"grad_out", slot_bytes(b->outputs, ValueRole::Send)},
+        {"wstash", slot_bytes(b->outputs, ValueRole::WeightStash)}};
     for (const auto &kind : kinds) {
       if (kind.second == 0) continue;
       auto peak = peaks.find({kind.first, s});
@@ -455,7 +468,7 @@ void describe(dsrt::ProgramInfo &info, int64_t rank) {
     offset += pool.slots * pool.bytes;
   }
   if (bias && !sharers.empty())
-    dsrt::add_pipeline_tied(info, "grad:t", sharers.data(), static_cast<int64_t>(sharers.size()));
+    dsrt::add_pipeline_tied(info, "t", sharers.data(), static_cast<int64_t>(sharers.size()));
   for (int64_t s : held) {
     const std::string n = std::to_string(s);
     if (split_backward())
@@ -475,8 +488,10 @@ void describe(dsrt::ProgramInfo &info, int64_t rank) {
     dsrt::begin_function(info, spec.name.c_str(), fp.end, fp.end - persistent_bytes);
     for (const Value &v : spec.inputs)
       dsrt::add_input(info, v.name.c_str(), v.name == "step" ? DType::I64 : DType::F32, v.shape,
-                      fp.offset(v.name));
-    for (const Value &v : spec.outputs) dsrt::add_output(info, v.name.c_str(), DType::F32, v.shape);
+                      fp.offset(v.name), v.role);
+    for (const Value &v : spec.outputs)
+      dsrt::add_output(info, v.name.c_str(), DType::F32, v.shape,
+                       v.bound() ? v.role : ValueRole::Output);
   }
 }
 
@@ -627,12 +642,17 @@ void optimizer_step(dsrt::Program &p) {
     bool counted;  // in the norm (the tied bias once: on pp rank 0)
   };
   std::vector<Grad> grads;
-  for (const auto &entry : rp.persistent) {
-    if (entry.first.compare(0, 5, "grad:") != 0) continue;
-    const std::string param = entry.first.substr(5);
+  // The accumulators by their role and parameter, in name order.
+  std::vector<const dsrt::ValueInfo *> accumulators;
+  for (const dsrt::ValueInfo &state : p.info->states)
+    if (state.role == ValueRole::Accumulator) accumulators.push_back(&state);
+  std::sort(accumulators.begin(), accumulators.end(),
+            [](const dsrt::ValueInfo *a, const dsrt::ValueInfo *b) { return a->name < b->name; });
+  for (const dsrt::ValueInfo *state : accumulators) {
+    const std::string &param = state->param;
     const int64_t layer = param == "t" ? -1 : std::stoll(param.substr(1));
     const int64_t n = param == "t" ? kWidth : width(layer) * width(layer + 1);
-    grads.push_back({at(p, rp.persistent.at(param)), at(p, entry.second), n,
+    grads.push_back({at(p, rp.persistent.at(param)), at(p, state->offset), n,
                      param != "t" || p.info->pipeline.rank == 0});
   }
   // Mean over dp, then the norm over pp.

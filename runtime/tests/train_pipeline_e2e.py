@@ -94,8 +94,8 @@ ONE_STAGE = "F0 F1 F2 F3 B0 B1 B2 B3"
 # out by hand from the layout train_pipeline.cpp describes (a bump
 # allocator, alignment 64; f32 [2, 5] and [2, 4] take one 64-byte slot
 # each, a scalar one, W0 [5, 4] two). A function's buffers are its data
-# inputs and temporaries only: its recv:, stash: and wstash: inputs have
-# offset -1 and are read in their pool slots, and what it passes on (F's
+# inputs and temporaries only: its received and stashed inputs (roles
+# Recv, Stash, WeightStash) have offset -1 and are read in their pool slots, and what it passes on (F's
 # stash:h<s> = its input, a non-last Bi's wstash:g = its recv:g<s+1>) is a
 # view of them. The buffers region ends at the largest function's end;
 # the pools follow.

@@ -161,12 +161,54 @@ TEST(MemoryMonitor, ReleaseRangeKeepsWhatLiesAbove) {
 
 //===--- describe: functions and states ----------------------------------------===//
 
+// The description says what each value is; nothing is read from names.
+TEST(Describe, ValuesCarryTheirRoles) {
+  dsrt::ProgramInfo info;
+  static float w[1] = {1.0f};
+  dsrt::add_param_data(info, "w", dsrt::view_static(w, DType::F32, {1}), 0, true);
+  dsrt::add_state(info, "grad:w", DType::F32, {1}, 64, dsrt::ValueRole::Accumulator, "w");
+  dsrt::add_state(info, "exp_avg:w", DType::F32, {1}, 128, dsrt::ValueRole::OptimizerState, "w");
+  // A state named like another's accumulator is still what its role says.
+  dsrt::add_state(info, "grad:v", DType::F32, {1}, 192, dsrt::ValueRole::OptimizerState, "v");
+  dsrt::begin_function(info, "forward_0", 512, 448);
+  dsrt::add_input(info, "x", DType::F32, {2}, 256);
+  dsrt::add_input(info, "h1", DType::F32, {2}, -1, dsrt::ValueRole::Recv);
+  dsrt::add_output(info, "h2", DType::F32, {2}, dsrt::ValueRole::Send);
+  dsrt::add_output(info, "h1", DType::F32, {2}, dsrt::ValueRole::Stash);
+  dsrt::add_output(info, "loss", DType::F32, {});
+  EXPECT_EQ(info.params.at(0).role, dsrt::ValueRole::Param);
+  EXPECT_EQ(info.states.at(0).role, dsrt::ValueRole::Accumulator);
+  EXPECT_EQ(info.states.at(1).role, dsrt::ValueRole::OptimizerState);
+  EXPECT_EQ(info.states.at(1).param, "w");
+  const dsrt::FunctionInfo &f = info.functions.at(0);
+  EXPECT_EQ(f.inputs.at(0).role, dsrt::ValueRole::Input);
+  EXPECT_EQ(f.inputs.at(1).role, dsrt::ValueRole::Recv);
+  EXPECT_TRUE(f.inputs.at(1).pipeline_bound());
+  EXPECT_FALSE(f.inputs.at(0).pipeline_bound());
+  EXPECT_EQ(f.outputs.at(0).role, dsrt::ValueRole::Send);
+  EXPECT_EQ(f.outputs.at(1).role, dsrt::ValueRole::Stash);
+  EXPECT_EQ(f.outputs.at(2).role, dsrt::ValueRole::Output);
+  EXPECT_EQ(dsrt::find_accumulator(info, "w", "test"), 0);
+  EXPECT_THROW(dsrt::find_accumulator(info, "v", "test"), dsrt::Error);
+}
+
+TEST(Describe, RefusesAValueInARoleItCannotHave) {
+  dsrt::ProgramInfo info;
+  dsrt::begin_function(info, "forward_0", 512, 448);
+  EXPECT_THROW(dsrt::add_input(info, "h", DType::F32, {2}, -1, dsrt::ValueRole::Send),
+               dsrt::Error);
+  EXPECT_THROW(dsrt::add_output(info, "h", DType::F32, {2}, dsrt::ValueRole::Recv), dsrt::Error);
+  EXPECT_THROW(
+      dsrt::add_state(info, "grad:w", DType::F32, {1}, 64, dsrt::ValueRole::Param, "w"),
+      dsrt::Error);
+}
+
 TEST(Describe, FunctionsCollectTheirOwnValues) {
   dsrt::ProgramInfo info;
   dsrt::add_input(info, "top", DType::F32, {2}, 0);
   dsrt::add_output(info, "top_out", DType::F32, {2});
   EXPECT_FALSE(info.is_training());
-  dsrt::add_state(info, "m", DType::F32, {4}, 64);
+  dsrt::add_state(info, "m", DType::F32, {4}, 64, dsrt::ValueRole::OptimizerState, "w");
   dsrt::begin_function(info, "micro_step", 512, 448);
   dsrt::add_input(info, "x", DType::F32, {2}, 128);
   dsrt::add_output(info, "loss", DType::F32, {});
@@ -228,7 +270,7 @@ void reset() {
 void describe(dsrt::ProgramInfo &info) {
   dsrt::set_memory_plan(info, arena_bytes, 128, 320, 64);
   dsrt::add_param_data(info, "w", dsrt::view_static(w0, DType::F32, {1}), 0, true);
-  dsrt::add_state(info, "acc", DType::F32, {1}, 64);
+  dsrt::add_state(info, "acc", DType::F32, {1}, 64, dsrt::ValueRole::Accumulator, "w");
   dsrt::set_training(info, "SGD", 0.5, 0, 2, 2, 2);
   dsrt::set_schedule(info, schedule_kind, 0, 1e-3, 10, 20, false, 0, 1e-4);
   dsrt::begin_function(info, "micro_step", 320, 320);

@@ -323,10 +323,10 @@ module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, ch
 
 // -----
 
-// #ds.rank_tied: a named state of two or more ascending ranks.
-// expected-error @+2 {{a shared accumulator needs a state name}}
+// #ds.rank_tied: a gradient accumulator of two or more ascending ranks.
+// expected-error @+2 {{a shared state is a gradient accumulator, not #ds.state<optimizer, role = "exp_avg", param = "emb">}}
 // expected-error @+1 {{failed to parse}}
-module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, chunks = 1, microbatches = 2, dp = 1, schedule = "1f1b", virtual_stages = [#ds.rank_stage<stage = 0, forward = @fwd_0, backward = @bwd_0>], actions = [], pools = [], tied = [#ds.rank_tied<state = "", ranks = [0, 1]>]>} {
+module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, chunks = 1, microbatches = 2, dp = 1, schedule = "1f1b", virtual_stages = [#ds.rank_stage<stage = 0, forward = @fwd_0, backward = @bwd_0>], actions = [], pools = [], tied = [#ds.rank_tied<state = #ds.state<optimizer, role = "exp_avg", param = "emb">, ranks = [0, 1]>]>} {
   func.func @fwd_0() {
     return
   }
@@ -339,7 +339,7 @@ module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, ch
 
 // expected-error @+2 {{a shared accumulator is held by at least two ranks}}
 // expected-error @+1 {{failed to parse}}
-module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, chunks = 1, microbatches = 2, dp = 1, schedule = "1f1b", virtual_stages = [#ds.rank_stage<stage = 0, forward = @fwd_0, backward = @bwd_0>], actions = [], pools = [], tied = [#ds.rank_tied<state = "grad:emb", ranks = [0]>]>} {
+module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, chunks = 1, microbatches = 2, dp = 1, schedule = "1f1b", virtual_stages = [#ds.rank_stage<stage = 0, forward = @fwd_0, backward = @bwd_0>], actions = [], pools = [], tied = [#ds.rank_tied<state = #ds.state<accumulator, param = "emb">, ranks = [0]>]>} {
   func.func @fwd_0() {
     return
   }
@@ -352,7 +352,7 @@ module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, ch
 
 // expected-error @+2 {{rank must ascend without repeats}}
 // expected-error @+1 {{failed to parse}}
-module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, chunks = 1, microbatches = 2, dp = 1, schedule = "1f1b", virtual_stages = [#ds.rank_stage<stage = 0, forward = @fwd_0, backward = @bwd_0>], actions = [], pools = [], tied = [#ds.rank_tied<state = "grad:emb", ranks = [1, 0]>]>} {
+module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, chunks = 1, microbatches = 2, dp = 1, schedule = "1f1b", virtual_stages = [#ds.rank_stage<stage = 0, forward = @fwd_0, backward = @bwd_0>], actions = [], pools = [], tied = [#ds.rank_tied<state = #ds.state<accumulator, param = "emb">, ranks = [1, 0]>]>} {
   func.func @fwd_0() {
     return
   }
@@ -513,7 +513,7 @@ module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, ch
 
 // Shared accumulators: of ranks of the pipeline, this one among them.
 // expected-error @+1 {{shared accumulator 'grad:emb' names rank 2, outside [0, 2)}}
-module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, chunks = 1, microbatches = 2, dp = 1, schedule = "1f1b", virtual_stages = [#ds.rank_stage<stage = 0, forward = @fwd_0, backward = @bwd_0>], actions = [], pools = [], tied = [#ds.rank_tied<state = "grad:emb", ranks = [0, 2]>]>} {
+module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, chunks = 1, microbatches = 2, dp = 1, schedule = "1f1b", virtual_stages = [#ds.rank_stage<stage = 0, forward = @fwd_0, backward = @bwd_0>], actions = [], pools = [], tied = [#ds.rank_tied<state = #ds.state<accumulator, param = "emb">, ranks = [0, 2]>]>} {
   func.func @fwd_0() {
     return
   }
@@ -525,7 +525,7 @@ module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2, ch
 // -----
 
 // expected-error @+1 {{shared accumulator 'grad:emb' is not held by rank 0}}
-module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 3, chunks = 1, microbatches = 2, dp = 1, schedule = "1f1b", virtual_stages = [#ds.rank_stage<stage = 0, forward = @fwd_0, backward = @bwd_0>], actions = [], pools = [], tied = [#ds.rank_tied<state = "grad:emb", ranks = [1, 2]>]>} {
+module attributes {ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 3, chunks = 1, microbatches = 2, dp = 1, schedule = "1f1b", virtual_stages = [#ds.rank_stage<stage = 0, forward = @fwd_0, backward = @bwd_0>], actions = [], pools = [], tied = [#ds.rank_tied<state = #ds.state<accumulator, param = "emb">, ranks = [1, 2]>]>} {
   func.func @fwd_0() {
     return
   }

@@ -42,7 +42,7 @@ module attributes {ds.pipeline = #ds.pipeline<stages = 2, microbatches = 2, sche
 // CHECK-SAME: virtual_stages = [#ds.rank_stage<stage = 1, forward = @fwd_1, backward = @bwd_1>],
 // CHECK-SAME: actions = [#ds.pipeline_action<kind = recv_activation, microbatch = 0, chunk = 0, peer = 0>, #ds.pipeline_action<kind = forward, microbatch = 0, chunk = 0>, #ds.pipeline_action<kind = backward, microbatch = 0, chunk = 0>, #ds.pipeline_action<kind = send_gradient, microbatch = 0, chunk = 0, peer = 0>],
 // CHECK-SAME: pools = [#ds.pipeline_pool<kind = act_in, stage = 1, slots = 1>, #ds.pipeline_pool<kind = stash, stage = 1, slots = 1>],
-// CHECK-SAME: tied = [#ds.rank_tied<state = "grad:emb", ranks = [0, 1]>]>}
+// CHECK-SAME: tied = [#ds.rank_tied<state = <accumulator, param = "emb">, ranks = [0, 1]>]>}
 // CHECK: func.func @fwd_1() attributes {ds.pipeline_part = #ds.pipeline_part<part = forward, stage = 1>}
 // CHECK: func.func @bwd_1() attributes {ds.pipeline_part = #ds.pipeline_part<part = backward, stage = 1>}
 // CHECK: func.func @optimizer_step() attributes {ds.pipeline_part = #ds.pipeline_part<part = optimizer>}
@@ -58,7 +58,7 @@ module attributes {ds.pipeline_rank = #ds.pipeline_rank<
     pools = [
       #ds.pipeline_pool<kind = act_in, stage = 1, slots = 1>,
       #ds.pipeline_pool<kind = stash, stage = 1, slots = 1>],
-    tied = [#ds.rank_tied<state = "grad:emb", ranks = [0, 1]>]>} {
+    tied = [#ds.rank_tied<state = #ds.state<accumulator, param = "emb">, ranks = [0, 1]>]>} {
   func.func @fwd_1() attributes {ds.pipeline_part = #ds.pipeline_part<part = forward, stage = 1>} {
     return
   }

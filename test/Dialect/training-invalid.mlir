@@ -97,7 +97,7 @@ func.func @updates_type(%p: tensor<4xf32>) -> (tensor<5xf32> {ds.updates = 0 : i
 
 // -----
 
-// expected-error @+1 {{'ds.state' must be a string (the state name)}}
-func.func @state_not_string(%p: tensor<4xf32> {ds.state = 1 : i64}) {
+// expected-error @+1 {{'ds.state' must be a #ds.state attribute}}
+func.func @state_not_typed(%p: tensor<4xf32> {ds.state = "grad:p"}) {
   return
 }

@@ -13,7 +13,7 @@ module attributes {ds.train = {accumulation = 2 : i64}} {
   func.func @micro_step(%arg0: tensor<4x8xf32> {ds.input = "x"},
                         %arg1: tensor<8x8xf32> {ds.param = #ds.param<name = "w0", trainable = true, data = dense<5.000000e-01> : tensor<8x8xf32>>},
                         %arg2: tensor<8x8xf32> {ds.param = #ds.param<name = "w1", trainable = true, data = dense<2.500000e-01> : tensor<8x8xf32>>},
-                        %arg3: tensor<8x8xf32> {ds.state = "grad:w0"}, %arg4: tensor<8x8xf32> {ds.state = "grad:w1"})
+                        %arg3: tensor<8x8xf32> {ds.state = #ds.state<accumulator, param = "w0">}, %arg4: tensor<8x8xf32> {ds.state = #ds.state<accumulator, param = "w1">})
       -> (tensor<f32> {ds.output = "loss"}, tensor<8x8xf32> {ds.updates = 3 : i64}, tensor<8x8xf32> {ds.updates = 4 : i64}) {
     %0 = ds.constant dense<3.125000e-02> : tensor<4x8xf32>
     %1 = ds.constant dense<1.000000e+00> : tensor<f32>

@@ -11,11 +11,11 @@
 // One micro-batch per step: gradients go straight into the accumulators.
 // SGD: ds.train = {accumulation = 1 : i64, {{.*}}momentum = 9.000000e-01 : f64, nesterov = true, optimizer = "SGD"
 // SGD-LABEL: func.func @micro_step
-// SGD-SAME: %arg3: tensor<3x2xf32> {ds.state = "grad:w"}, %arg4: tensor<2xf32> {ds.state = "grad:b"}
+// SGD-SAME: %arg3: tensor<3x2xf32> {ds.state = #ds.state<accumulator, param = "w">}, %arg4: tensor<2xf32> {ds.state = #ds.state<accumulator, param = "b">}
 // SGD-SAME: -> (tensor<f32> {ds.output = "loss"}, tensor<3x2xf32> {ds.updates = 3 : i64}, tensor<2xf32> {ds.updates = 4 : i64})
 // SGD-NOT: ds.add %arg3
 // SGD-LABEL: func.func @optimizer_step
-// SGD-SAME: {ds.state = "momentum_buffer:w"}
+// SGD-SAME: {ds.state = #ds.state<optimizer, role = "momentum_buffer", param = "w">}
 // SGD-SAME: %arg6: tensor<f32> {ds.input = "lr"}, %arg7: tensor<i64> {ds.input = "step"}
 // SGD-SAME: tensor<f32> {ds.output = "grad_norm"}, tensor<3x2xf32> {ds.updates = 0 : i64}, tensor<3x2xf32> {ds.updates = 4 : i64}
 // SGD: %[[SQ:.*]] = ds.sum_of_squares %arg2, %arg3
@@ -29,8 +29,8 @@
 // ADAMW: %[[DB:.*]] = ds.reduce_sum
 // ADAMW-NEXT: ds.add %arg4, %[[DB]]
 // ADAMW-LABEL: func.func @optimizer_step
-// ADAMW-SAME: {ds.state = "exp_avg:w"}
-// ADAMW-SAME: {ds.state = "exp_avg_sq:b"}
+// ADAMW-SAME: {ds.state = #ds.state<optimizer, role = "exp_avg", param = "w">}
+// ADAMW-SAME: {ds.state = #ds.state<optimizer, role = "exp_avg_sq", param = "b">}
 // ADAMW: %[[SQ:.*]] = ds.sum_of_squares %arg2, %arg3
 // ADAMW: %[[ROOT:.*]] = ds.sqrt %[[SQ]]
 // ADAMW: %[[NORM:.*]] = ds.div %[[ROOT]], %{{.*}} : tensor<f32>, tensor<f32>

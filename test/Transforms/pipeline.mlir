@@ -33,12 +33,12 @@
 // RANKS-LABEL: module @pp0
 // RANKS-SAME: ds.pipeline_rank = #ds.pipeline_rank<rank = 0, stages = 2,
 // RANKS: shard.grid @grid(shape = 2x1) {ds.axes = #ds.axes<[pp, dp]>}
-// RANKS: func.func @fwd_0({{.*}}ds.input = "x"{{.*}} -> ({{.*}}ds.output = "send:[[ACT:v[0-9_]+]]"
-// RANKS: func.func @bwd_0({{.*}}ds.state = "grad:w0"{{.*}}ds.input = "stash:{{.*}}ds.input = "recv:[[GRAD:v[0-9_]+]]"
+// RANKS: func.func @fwd_0({{.*}}ds.input = "x"{{.*}} -> ({{.*}}ds.output = "[[ACT:v[0-9_]+]]", ds.role = #ds.role<send>
+// RANKS: func.func @bwd_0({{.*}}ds.state = #ds.state<accumulator, param = "w0">{{.*}}ds.role = #ds.role<stash>{{.*}}ds.input = "[[GRAD:v[0-9_]+]]", ds.role = #ds.role<recv>
 // RANKS-LABEL: module @pp1
 // RANKS-SAME: ds.pipeline_rank = #ds.pipeline_rank<rank = 1, stages = 2,
-// RANKS: func.func @fwd_1({{.*}}ds.input = "recv:[[ACT]]"{{.*}} -> (tensor<f32> {ds.output = "loss"}
-// RANKS: func.func @bwd_1({{.*}} -> ({{.*}}ds.output = "send:[[GRAD]]"
+// RANKS: func.func @fwd_1({{.*}}ds.input = "[[ACT]]", ds.role = #ds.role<recv>{{.*}} -> (tensor<f32> {ds.output = "loss"}
+// RANKS: func.func @bwd_1({{.*}} -> ({{.*}}ds.output = "[[GRAD]]", ds.role = #ds.role<send>
 
 // ds-pipeline-split alone makes one rank's program; ZeRO will run along
 // the grid's dp axis.

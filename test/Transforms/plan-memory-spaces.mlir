@@ -9,16 +9,16 @@
 // CHECK: module attributes {ds.memory = #ds.memory_plan<arena_bytes = 128, persistent_bytes = 64, peak_live_bytes = 128, alignment = 64, host_bytes = 64, host_persistent_bytes = 64, file_bytes = 128, file_persistent_bytes = 128>}
 // CHECK-LABEL: func.func @step
 // CHECK-SAME: %arg0: tensor<4xf32> {ds.offset = 0 : i64, ds.param
-// CHECK-SAME: %arg1: tensor<4xf32> {ds.offset = 0 : i64, ds.space = #ds.space<host>, ds.state = "exp_avg:p"}
-// CHECK-SAME: %arg2: tensor<8xf32> {ds.offset = 0 : i64, ds.space = #ds.space<file>, ds.state = "exp_avg_sq:p"}
-// CHECK-SAME: %arg3: tensor<4xf32> {ds.offset = 64 : i64, ds.space = #ds.space<file>, ds.state = "other:p"}
+// CHECK-SAME: %arg1: tensor<4xf32> {ds.offset = 0 : i64, ds.space = #ds.space<host>, ds.state = #ds.state<optimizer, role = "exp_avg", param = "p">}
+// CHECK-SAME: %arg2: tensor<8xf32> {ds.offset = 0 : i64, ds.space = #ds.space<file>, ds.state = #ds.state<optimizer, role = "exp_avg_sq", param = "p">}
+// CHECK-SAME: %arg3: tensor<4xf32> {ds.offset = 64 : i64, ds.space = #ds.space<file>, ds.state = #ds.state<optimizer, role = "other", param = "p">}
 // CHECK-SAME: attributes {ds.memory = #ds.memory_plan<arena_bytes = 128, persistent_bytes = 64, peak_live_bytes = 128, alignment = 64, host_bytes = 64, host_persistent_bytes = 64, file_bytes = 128, file_persistent_bytes = 128>}
 // CHECK: ds.neg %arg0 {ds.buffers = array<i64: 64>}
 module {
   func.func @step(%p: tensor<4xf32> {ds.param = #ds.param<name = "p", trainable = true, data = dense<1.0> : tensor<4xf32>>},
-                  %m: tensor<4xf32> {ds.state = "exp_avg:p", ds.space = #ds.space<host>},
-                  %v: tensor<8xf32> {ds.state = "exp_avg_sq:p", ds.space = #ds.space<file>},
-                  %o: tensor<4xf32> {ds.state = "other:p", ds.space = #ds.space<file>})
+                  %m: tensor<4xf32> {ds.state = #ds.state<optimizer, role = "exp_avg", param = "p">, ds.space = #ds.space<host>},
+                  %v: tensor<8xf32> {ds.state = #ds.state<optimizer, role = "exp_avg_sq", param = "p">, ds.space = #ds.space<file>},
+                  %o: tensor<4xf32> {ds.state = #ds.state<optimizer, role = "other", param = "p">, ds.space = #ds.space<file>})
       -> (tensor<4xf32> {ds.output = "y"}) {
     %y = ds.neg %p : tensor<4xf32>
     return %y : tensor<4xf32>
@@ -53,7 +53,7 @@ module {
 module {
   // expected-error @below {{result 0 updates argument 1 in file memory; the device writes only device memory (copy the update back with a transfer)}}
   func.func @step(%p: tensor<4xf32> {ds.param = #ds.param<name = "p", trainable = true, data = dense<1.0> : tensor<4xf32>>},
-                  %m: tensor<4xf32> {ds.state = "exp_avg:p", ds.space = #ds.space<file>})
+                  %m: tensor<4xf32> {ds.state = #ds.state<optimizer, role = "exp_avg", param = "p">, ds.space = #ds.space<file>})
       -> (tensor<4xf32> {ds.updates = 1 : i64}) {
     %y = ds.neg %p : tensor<4xf32>
     return %y : tensor<4xf32>

@@ -7,13 +7,13 @@
 // CHECK: module attributes {ds.memory = #ds.memory_plan<arena_bytes = [[ARENA:[0-9]+]], persistent_bytes = 192,
 // CHECK-LABEL: func.func @micro_step
 // CHECK-SAME: %arg1: tensor<4xf32> {ds.offset = 0 : i64
-// CHECK-SAME: %arg2: tensor<4xf32> {ds.offset = 64 : i64, ds.state = "grad:p"}
+// CHECK-SAME: %arg2: tensor<4xf32> {ds.offset = 64 : i64, ds.state = #ds.state<accumulator, param = "p">}
 // The accumulation writes over the accumulator in place.
 // CHECK: ds.add %arg2, %{{.*}} {ds.buffers = array<i64: 64>
 // CHECK-LABEL: func.func @optimizer_step
 // CHECK-SAME: %arg0: tensor<4xf32> {ds.offset = 0 : i64
-// CHECK-SAME: %arg1: tensor<4xf32> {ds.offset = 64 : i64, ds.state = "grad:p"}
-// CHECK-SAME: %arg2: tensor<4xf32> {ds.offset = 128 : i64, ds.state = "momentum_buffer:p"}
+// CHECK-SAME: %arg1: tensor<4xf32> {ds.offset = 64 : i64, ds.state = #ds.state<accumulator, param = "p">}
+// CHECK-SAME: %arg2: tensor<4xf32> {ds.offset = 128 : i64, ds.state = #ds.state<optimizer, role = "momentum_buffer", param = "p">}
 // The update reads the parameter and writes it in place.
 // CHECK: ds.sgd %arg3, %arg4, %arg0, %arg1, %arg2 {ds.buffers = array<i64: 0, 128>
 // The reset of the accumulator runs after its last read, in its slot.
@@ -26,7 +26,7 @@
 module {
   func.func @micro_step(%x: tensor<4xf32> {ds.input = "x"},
                         %p: tensor<4xf32> {ds.param = #ds.param<name = "p", trainable = true, data = dense<1.0> : tensor<4xf32>>},
-                        %acc: tensor<4xf32> {ds.state = "grad:p"})
+                        %acc: tensor<4xf32> {ds.state = #ds.state<accumulator, param = "p">})
       -> (tensor<f32> {ds.output = "loss"}, tensor<4xf32> {ds.updates = 2 : i64}) {
     %0 = ds.mul %x, %p : tensor<4xf32>, tensor<4xf32>
     %1 = ds.reduce_sum %0 {axes = array<i64: 0>, keepdims = false} : tensor<4xf32>
@@ -34,8 +34,8 @@ module {
     return %1, %2 : tensor<f32>, tensor<4xf32>
   }
   func.func @optimizer_step(%p: tensor<4xf32> {ds.param = #ds.param<name = "p", trainable = true, data = dense<1.0> : tensor<4xf32>>},
-                            %acc: tensor<4xf32> {ds.state = "grad:p"},
-                            %buf: tensor<4xf32> {ds.state = "momentum_buffer:p"},
+                            %acc: tensor<4xf32> {ds.state = #ds.state<accumulator, param = "p">},
+                            %buf: tensor<4xf32> {ds.state = #ds.state<optimizer, role = "momentum_buffer", param = "p">},
                             %lr: tensor<f32> {ds.input = "lr"}, %step: tensor<i64> {ds.input = "step"})
       -> (tensor<4xf32> {ds.updates = 0 : i64}, tensor<4xf32> {ds.updates = 2 : i64}, tensor<4xf32> {ds.updates = 1 : i64}) {
     %0:2 = ds.sgd %lr, %step, %p, %acc, %buf {momentum = 0.9 : f32} : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>

@@ -27,7 +27,7 @@
 // Z1-LABEL: func.func @micro_step
 // Z1-NOT: reduce_scatter
 // Z1-LABEL: func.func @optimizer_step
-// Z1-SAME: tensor<3xf32> {ds.state = "exp_avg:w"}
+// Z1-SAME: tensor<3xf32> {ds.state = #ds.state<optimizer, role = "exp_avg", param = "w">}
 // Z1: %[[G:.*]]:2, %{{.*}} = ds.reduce_scatter_bucket %{{.*}}, %{{.*}} on @grid {reduction = "average"} : tensor<6xf32>, tensor<2xf32> -> tensor<3xf32>, tensor<1xf32>, tensor<8xf32>
 // Z1: %[[SQ:.*]] = ds.sum_of_squares %[[G]]#0, %[[G]]#1
 // Z1: shard.all_reduce %[[SQ]] on @grid grid_axes = [0] : tensor<f32> -> tensor<f32>
@@ -38,7 +38,7 @@
 // Stage 2: the accumulators are shards too; each micro step reduce-scatters
 // the gradients as backward computes them and adds its shard.
 // Z2-LABEL: func.func @micro_step
-// Z2-SAME: tensor<3xf32> {ds.state = "grad:w"}, %arg4: tensor<1xf32> {ds.state = "grad:b"}
+// Z2-SAME: tensor<3xf32> {ds.state = #ds.state<accumulator, param = "w">}, %arg4: tensor<1xf32> {ds.state = #ds.state<accumulator, param = "b">}
 // Z2: %[[S:.*]]:2, %{{.*}} = ds.reduce_scatter_bucket %{{.*}}, %{{.*}} on @grid {reduction = "average"} : tensor<2xf32>, tensor<6xf32> -> tensor<1xf32>, tensor<3xf32>, tensor<8xf32>
 // Z2: ds.add %arg4, %[[S]]#0
 // Z2: ds.add %arg3, %[[S]]#1

@@ -39,12 +39,17 @@ def Ds_Dialect : Dialect {
   let hasRegionResultAttrVerify = 1;
   let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
-    /// Argument attribute naming a graph input: `{ds.input = "input_ids"}`.
+    /// Argument attribute naming a graph input: `{ds.input = "input_ids"}`;
+    /// on a pipeline stage function's argument with ds.role, the value's id.
     static constexpr ::llvm::StringLiteral kInputAttrName = "ds.input";
     /// Argument attribute describing a parameter: `{ds.param = #ds.param<..>}`.
     static constexpr ::llvm::StringLiteral kParamAttrName = "ds.param";
-    /// Result attribute naming a graph output: `{ds.output = "loss"}`.
+    /// Result attribute naming a graph output: `{ds.output = "loss"}`; on a
+    /// pipeline stage function's result with ds.role, the value's id.
     static constexpr ::llvm::StringLiteral kOutputAttrName = "ds.output";
+    /// Argument and result attribute of a pipeline stage function: how the
+    /// pipeline moves or keeps the value, `{ds.role = #ds.role<recv>}`.
+    static constexpr ::llvm::StringLiteral kRoleAttrName = "ds.role";
     /// Module attribute: path of the model the module was imported from.
     static constexpr ::llvm::StringLiteral kSourceAttrName = "ds.source";
     /// Function attribute set by the memory planner: #ds.memory_plan<...>.
@@ -66,8 +71,8 @@ def Ds_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kGradAttrName = "ds.grad";
     /// Argument attribute of persistent training state that is not a model
     /// parameter (optimizer moments, gradient accumulators), zero at the
-    /// start: `{ds.state = "exp_avg:fc.weight"}`. Functions of one module
-    /// share a state by its name.
+    /// start: `{ds.state = #ds.state<optimizer, role = "exp_avg",
+    /// param = "fc.weight">}`. Functions of one module share a state by it.
     static constexpr ::llvm::StringLiteral kStateAttrName = "ds.state";
     /// Result attribute: this result is the new value of argument N (a
     /// parameter or a state), written back into its buffer by the end of
@@ -229,6 +234,42 @@ def Ds_AsyncKind : I32EnumAttr<"AsyncKind",
   let cppNamespace = "::dsopt::ds";
 }
 
+// What a persistent training state (`ds.state`) is to its parameter.
+def Ds_StateKind : I32EnumAttr<"StateKind",
+    "what a training state is to its parameter", [
+  I32EnumAttrCase<"accumulator", 0>,
+  I32EnumAttrCase<"optimizer", 1>
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::dsopt::ds";
+}
+
+// The role of a pipeline stage function's argument or result (`ds.role`):
+// how the pipeline moves or keeps the value between its functions.
+def Ds_ValueRole : I32EnumAttr<"ValueRole",
+    "the role of a pipeline stage function's value", [
+  I32EnumAttrCase<"send", 0>,
+  I32EnumAttrCase<"recv", 1>,
+  I32EnumAttrCase<"stash", 2>,
+  I32EnumAttrCase<"wstash", 3>
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::dsopt::ds";
+}
+def Ds_ValueRoleAttr : EnumAttr<Ds_Dialect, Ds_ValueRole, "role"> {
+  let summary = "the role of a pipeline stage function's value";
+  let description = [{
+    `ds.role = #ds.role<recv>` on an argument of a pipeline stage function
+    (beside `ds.input`, the value's id) says the pipeline receives it from
+    the neighbouring stage; `#ds.role<stash>` that the stage's forward kept
+    it for its backward; `#ds.role<wstash>` that the stage's
+    backward_input kept it for its backward_weight. On a result (beside
+    `ds.output`): `send` goes to the neighbouring stage, `stash` and
+    `wstash` are kept for the stage's later function.
+  }];
+  let assemblyFormat = "`<` $value `>`";
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//
@@ -320,6 +361,42 @@ def Ds_ParamAttr : Ds_Attr<"Param", "param"> {
     "bool":$trainable,
     "::mlir::Attribute":$data);
   let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Ds_StateAttr : Ds_Attr<"State", "state"> {
+  let summary = "a persistent training state of a parameter";
+  let description = [{
+    Attached to a function argument as `ds.state`: persistent training
+    state that is not a model parameter, zero at the start, and whose
+    parameter it belongs to. `#ds.state<accumulator, param = "fc.weight">`
+    is the gradient accumulator of parameter `fc.weight`;
+    `#ds.state<optimizer, role = "exp_avg", param = "fc.weight">` is the
+    optimizer's state `exp_avg` of it (a role of the optimizer op's
+    `OptimizerOpInterface::getStateRoles`). Functions of one module share a
+    state by this attribute.
+  }];
+  let parameters = (ins
+    EnumParameter<Ds_StateKind>:$kind,
+    StringRefParameter<"the optimizer's name of the state", [{""}]>:$role,
+    StringRefParameter<"the parameter's name">:$param);
+  let builders = [
+    // The gradient accumulator of `param`.
+    AttrBuilder<(ins "::llvm::StringRef":$param), [{
+      return $_get($_ctxt, ::dsopt::ds::StateKind::accumulator, "", param);
+    }]>,
+    // The optimizer's state `role` of `param`.
+    AttrBuilder<(ins "::llvm::StringRef":$role, "::llvm::StringRef":$param), [{
+      return $_get($_ctxt, ::dsopt::ds::StateKind::optimizer, role, param);
+    }]>
+  ];
+  let extraClassDeclaration = [{
+    bool isAccumulator() const {
+      return getKind() == ::dsopt::ds::StateKind::accumulator;
+    }
+  }];
+  let assemblyFormat =
+      "`<` $kind `,` (`role` `=` $role^ `,`)? `param` `=` $param `>`";
   let genVerifyDecl = 1;
 }
 

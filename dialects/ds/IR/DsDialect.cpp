@@ -41,6 +41,46 @@ Operation *DsDialect::materializeConstant(OpBuilder &builder, Attribute value,
 // Attributes
 //===----------------------------------------------------------------------===//
 
+LogicalResult StateAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                StateKind kind, StringRef role,
+                                StringRef param) {
+  if (param.empty())
+    return emitError() << "a state needs the name of its parameter";
+  if (kind == StateKind::accumulator && !role.empty())
+    return emitError() << "a gradient accumulator has no optimizer role (got '"
+                       << role << "')";
+  if (kind == StateKind::optimizer && role.empty())
+    return emitError() << "an optimizer state needs its role (the "
+                          "optimizer's name of the state)";
+  return success();
+}
+
+std::string dsopt::ds::getDisplayName(StateAttr state) {
+  return ((state.isAccumulator() ? StringRef("grad") : state.getRole()) + ":" +
+          state.getParam())
+      .str();
+}
+
+std::string dsopt::ds::getDisplayName(ValueRole role, StringRef id) {
+  return (stringifyValueRole(role) + ":" + id).str();
+}
+
+std::optional<ValueRole>
+dsopt::ds::getArgumentRole(FunctionOpInterface function, unsigned i) {
+  if (auto role =
+          function.getArgAttrOfType<ValueRoleAttr>(i, DsDialect::kRoleAttrName))
+    return role.getValue();
+  return std::nullopt;
+}
+
+std::optional<ValueRole> dsopt::ds::getResultRole(FunctionOpInterface function,
+                                                  unsigned i) {
+  if (auto role = function.getResultAttrOfType<ValueRoleAttr>(
+          i, DsDialect::kRoleAttrName))
+    return role.getValue();
+  return std::nullopt;
+}
+
 int64_t MemoryPlanAttr::getSpaceBytes(MemorySpace space) const {
   switch (space) {
   case MemorySpace::device: return getArenaBytes();
@@ -203,9 +243,24 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
     return success();
   }
   if (attribute.getName() == kStateAttrName) {
-    if (!isa<StringAttr>(attribute.getValue()))
+    if (!isa<StateAttr>(attribute.getValue()))
       return op->emitOpError()
-             << "'" << kStateAttrName << "' must be a string (the state name)";
+             << "'" << kStateAttrName << "' must be a #ds.state attribute";
+    return success();
+  }
+  if (attribute.getName() == kRoleAttrName) {
+    auto role = dyn_cast<ValueRoleAttr>(attribute.getValue());
+    if (!role)
+      return op->emitOpError()
+             << "'" << kRoleAttrName << "' must be a #ds.role attribute";
+    if (role.getValue() == ValueRole::send)
+      return op->emitOpError()
+             << "argument " << argIndex << " cannot have role 'send' (a "
+             << "stage function receives or keeps its arguments)";
+    if (!function.getArgAttrOfType<StringAttr>(argIndex, kInputAttrName))
+      return op->emitOpError()
+             << "argument " << argIndex << " with '" << kRoleAttrName
+             << "' needs '" << kInputAttrName << "' (the value's id)";
     return success();
   }
   return op->emitOpError() << "unknown ds argument attribute '"
@@ -220,6 +275,23 @@ LogicalResult DsDialect::verifyRegionResultAttribute(Operation *op,
     if (!isa<StringAttr>(attribute.getValue()))
       return op->emitOpError()
              << "'" << kOutputAttrName << "' must be a string (the output name)";
+    return success();
+  }
+  if (attribute.getName() == kRoleAttrName) {
+    auto role = dyn_cast<ValueRoleAttr>(attribute.getValue());
+    if (!role)
+      return op->emitOpError()
+             << "'" << kRoleAttrName << "' must be a #ds.role attribute";
+    if (role.getValue() == ValueRole::recv)
+      return op->emitOpError()
+             << "result " << resultIndex << " cannot have role 'recv' (a "
+             << "stage function sends or keeps its results)";
+    auto function = dyn_cast<FunctionOpInterface>(op);
+    if (!function ||
+        !function.getResultAttrOfType<StringAttr>(resultIndex, kOutputAttrName))
+      return op->emitOpError()
+             << "result " << resultIndex << " with '" << kRoleAttrName
+             << "' needs '" << kOutputAttrName << "' (the value's id)";
     return success();
   }
   if (attribute.getName() == kGradAttrName) {

@@ -146,11 +146,27 @@ std::optional<int64_t> getDeviceGridAxis(mlir::Operation *grid,
 #include "ds/IR/DsOps.h.inc"
 
 namespace dsopt::ds {
+/// The name a state or a pipeline stage value is shown under outside the
+/// IR (plan.json, plan.txt, the program's description, messages):
+/// "grad:<param>" for a gradient accumulator, "<role>:<param>" for an
+/// optimizer state, "<role>:<id>" for a pipeline value ("recv:12"). Only
+/// for people and for matching a description's names; nothing parses it.
+std::string getDisplayName(StateAttr state);
+std::string getDisplayName(ValueRole role, llvm::StringRef id);
+
+/// The ds.role of argument or result `i` of a pipeline stage function, if
+/// it has one.
+std::optional<ValueRole> getArgumentRole(mlir::FunctionOpInterface function,
+                                         unsigned i);
+std::optional<ValueRole> getResultRole(mlir::FunctionOpInterface function,
+                                       unsigned i);
+
 /// A gradient accumulation of a training-step function (ds-optimizer's
 /// @micro_step, a pipeline stage's backward): the returned value `result`
 /// updates (ds.updates) the accumulator `acc` of parameter `param` (its
-/// ds.state is "grad:<param>") with `add` = acc + grad, or with `grad`
-/// alone when there is one micro-batch per step (`add` null).
+/// ds.state is #ds.state<accumulator, param = "<param>">) with `add` =
+/// acc + grad, or with `grad` alone when there is one micro-batch per
+/// step (`add` null).
 struct GradientAccumulation {
   mlir::BlockArgument acc;
   llvm::StringRef param;

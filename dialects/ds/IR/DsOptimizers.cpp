@@ -47,12 +47,11 @@ dsopt::ds::matchGradientAccumulation(FunctionOpInterface function,
   if (!updates)
     return std::nullopt;
   auto acc = function.getArgument(updates.getInt());
-  auto state = function.getArgAttrOfType<StringAttr>(
-      acc.getArgNumber(), DsDialect::kStateAttrName);
-  if (!state || !state.getValue().starts_with("grad:"))
+  auto state = function.getArgAttrOfType<StateAttr>(acc.getArgNumber(),
+                                                    DsDialect::kStateAttrName);
+  if (!state || !state.isAccumulator())
     return std::nullopt;
-  GradientAccumulation match{acc, state.getValue().drop_front(5), nullptr,
-                             result.get()};
+  GradientAccumulation match{acc, state.getParam(), nullptr, result.get()};
   auto add = result.get().getDefiningOp<AddOp>();
   if (add && (add.getLhs() == acc || add.getRhs() == acc)) {
     match.add = add;

@@ -217,10 +217,11 @@ LogicalResult PipelinePoolAttr::verify(EmitError emitError,
 }
 
 LogicalResult PipelineRankTiedAttr::verify(EmitError emitError,
-                                           StringRef state,
+                                           StateAttr state,
                                            ArrayRef<int64_t> ranks) {
-  if (state.empty())
-    return emitError() << "a shared accumulator needs a state name";
+  if (!state.isAccumulator())
+    return emitError() << "a shared state is a gradient accumulator, not "
+                       << state;
   if (ranks.size() < 2)
     return emitError() << "a shared accumulator is held by at least two "
                           "ranks";
@@ -291,11 +292,13 @@ LogicalResult PipelineRankAttr::verify(
                          << " is outside [0, " << numStages << ")";
   for (PipelineRankTiedAttr accumulator : tied) {
     if (accumulator.getRanks().back() >= stages)
-      return emitError() << "shared accumulator '" << accumulator.getState()
+      return emitError() << "shared accumulator '"
+                         << getDisplayName(accumulator.getState())
                          << "' names rank " << accumulator.getRanks().back()
                          << ", outside [0, " << stages << ")";
     if (!llvm::is_contained(accumulator.getRanks(), rank))
-      return emitError() << "shared accumulator '" << accumulator.getState()
+      return emitError() << "shared accumulator '"
+                         << getDisplayName(accumulator.getState())
                          << "' is not held by rank " << rank;
   }
   if (buffersOffset.has_value() != buffersBytes.has_value())

@@ -296,11 +296,12 @@ def Ds_PipelinePoolAttr : Ds_Attr<"PipelinePool", "pipeline_pool"> {
 def Ds_PipelineRankTiedAttr : Ds_Attr<"PipelineRankTied", "rank_tied"> {
   let summary = "a gradient accumulator several pipeline ranks hold";
   let description = [{
-    `#ds.rank_tied<state = "grad:wte", ranks = [0, 1]>`: each of `ranks`
-    (ascending, at least two) accumulates its own part of the gradient in
-    the state `state`; the runtime sums the copies before the update.
+    `#ds.rank_tied<state = #ds.state<accumulator, param = "wte">, ranks =
+    [0, 1]>`: each of `ranks` (ascending, at least two) accumulates its own
+    part of the gradient in the accumulator `state`; the runtime sums the
+    copies before the update.
   }];
-  let parameters = (ins StringRefParameter<"accumulator state">:$state,
+  let parameters = (ins "::dsopt::ds::StateAttr":$state,
                     Ds_ListParameter<"int64_t">:$ranks);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

@@ -76,7 +76,7 @@ def DsOptimizer : Pass<"ds-optimizer", "mlir::ModuleOp"> {
     (from ds-autodiff) by the two functions of a training step:
 
     `@micro_step` runs forward and backward on one micro-batch and adds the
-    gradients into persistent accumulators (`ds.state = "grad:<name>"`);
+    gradients into persistent accumulators (`ds.state = #ds.state<accumulator, param = "<name>">`);
     with one micro-batch per step the gradients are written into them
     directly. Its only output is the loss.
 
@@ -86,7 +86,8 @@ def DsOptimizer : Pass<"ds-optimizer", "mlir::ModuleOp"> {
     min(1, clip / (norm + 1e-6)) as torch.nn.utils.clip_grad_norm_ does,
     updates every trainable parameter with the optimizer (torch.optim
     semantics: AdamW, Adam with L2 weight decay, SGD with momentum and
-    Nesterov, Lion) and its states (`ds.state = "exp_avg:<name>"`, ...),
+    Nesterov, Lion) and its states (`ds.state = #ds.state<optimizer,
+    role = "exp_avg", param = "<name>">`, ...),
     and resets the accumulators.
 
     Updated parameters and states are results tied to their arguments
@@ -275,18 +276,20 @@ def DsPipelineSplit : Pass<"ds-pipeline-split", "mlir::ModuleOp"> {
     `@micro_step`'s ops of stage s become `@fwd_s` (its forward ops) and
     `@bwd_s` (its backward ops); with the zb-h1 schedule `@bwd_s` is
     `@bwdi_s` (the ops the gradient sent to stage s - 1 depends on) and
-    `@bwdw_s` (the weight gradients). Values are named by where they come
-    from: a forward value read by a later stage is sent stage by stage
-    (`send:<id>` results, `recv:<id>` arguments) through every stage in
-    between; a gradient likewise backwards; a forward value the stage's
-    backward reads is stashed (`stash:<id>`), and zb-h1's weight part gets
-    what it needs from the input part as `wstash:<id>`. Constants are
-    cloned where they are used.
+    `@bwdw_s` (the weight gradients). Values carry their id (`ds.input` /
+    `ds.output`) and a role (`ds.role`) saying where they come from: a
+    forward value read by a later stage is sent stage by stage
+    (`#ds.role<send>` results, `#ds.role<recv>` arguments) through every
+    stage in between; a gradient likewise backwards; a forward value the
+    stage's backward reads is stashed (`#ds.role<stash>`), and zb-h1's
+    weight part gets what it needs from the input part as
+    `#ds.role<wstash>`. Constants are cloned where they are used.
 
     A parameter read by several stages has its gradient contributions
     summed per stage into each stage's own accumulator; the runtime sums
     the accumulators of the ranks that share it before `@optimizer_step`
-    (`tied` in `ds.pipeline_rank`). `@optimizer_step` keeps the rank's
+    (`tied` in `ds.pipeline_rank`, each naming the accumulator's
+    `#ds.state`). `@optimizer_step` keeps the rank's
     parameters; its global gradient norm sums, over pp, each rank's sum of
     squares of the accumulators it owns (a shared one counts on its lowest
     rank).

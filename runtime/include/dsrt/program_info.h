@@ -13,6 +13,23 @@
 
 namespace dsrt {
 
+// What a value of a program is, as its description says (the runtime
+// never reads it from the value's name).
+enum class ValueRole : int64_t {
+  Input = 0,       // an input the caller provides: data, lr, step
+  Output,          // a result the caller reads: loss, logits, grad_norm
+  Param,           // a model parameter
+  Accumulator,     // a state: the gradient accumulator of a parameter
+  OptimizerState,  // a state: an optimizer's state of a parameter
+  // A pipeline stage function's values, which the pipeline holds in its
+  // pools and binds (dsrt::bound_input, dsrt::bound_output):
+  Recv,         // an input received from the neighbouring stage
+  Send,         // an output sent to the neighbouring stage
+  Stash,        // kept by the stage's forward for its backward
+  WeightStash,  // kept by the stage's backward_input for its backward_weight
+};
+const char *value_role_name(ValueRole role);
+
 // The memory spaces of a plan (dsopt's #ds.space, same numbers): each has an
 // arena of its own, and every buffer is (space, offset). Device: what
 // kernels read and write; Host: pinned host memory (offloaded state);
@@ -33,6 +50,14 @@ struct ValueInfo {
   Shape shape;
   int64_t offset = -1; // in its space's arena; -1 for outputs (their views tell)
   Space space = Space::Device;
+  ValueRole role = ValueRole::Input;
+  std::string param;  // a state's (Accumulator, OptimizerState) parameter
+
+  // What a pipeline stage reads or writes where the pipeline keeps it.
+  bool pipeline_bound() const {
+    return role == ValueRole::Recv || role == ValueRole::Send || role == ValueRole::Stash ||
+           role == ValueRole::WeightStash;
+  }
 };
 
 struct ParamInfo : ValueInfo {
@@ -114,10 +139,11 @@ struct PipelinePool {
   int64_t stage = -1, slots = 0, slot_bytes = 0, offset = 0;
 };
 
-// A state (a gradient accumulator) that the pp ranks `ranks` (ascending)
-// each hold a part of; summed over them before optimizer_step.
+// The gradient accumulator of parameter `param` (a state of role
+// Accumulator), of which the pp ranks `ranks` (ascending) each hold a part;
+// summed over them before optimizer_step.
 struct PipelineTied {
-  std::string state;
+  std::string param;
   std::vector<int64_t> ranks;
 };
 
@@ -147,7 +173,8 @@ struct ProgramInfo {
   std::vector<ParamInfo> params;
   std::vector<OpInfo> ops;
   // Training programs only: zero-initialized persistent values (optimizer
-  // moments, gradient accumulators), the functions and how to run them.
+  // states, gradient accumulators: their role and parameter say which),
+  // the functions and how to run them.
   std::vector<ValueInfo> states;
   std::vector<FunctionInfo> functions;
   TrainInfo train;
@@ -190,19 +217,26 @@ void set_space_plan(ProgramInfo &info, Space space, int64_t arena_bytes,
 // `space`: its offset is then in that space's arena. Throws when no such
 // value was described.
 void place_in_space(ProgramInfo &info, const char *name, Space space);
-void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset);
+// An input: role Input, or a pipeline stage's Recv, Stash or WeightStash.
+void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset,
+               ValueRole role = ValueRole::Input);
 void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shape,
                     int64_t offset, bool trainable, const char *file, int64_t file_offset,
                     int64_t length);
 void add_param_data(ProgramInfo &info, const char *name, const Tensor &data, int64_t offset,
                     bool trainable);
-void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape);
+// An output: role Output, or a pipeline stage's Send, Stash or WeightStash.
+void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape,
+                ValueRole role = ValueRole::Output);
 void add_op(ProgramInfo &info, const char *name, const char *location, int64_t flops,
             int64_t bytes);
 
 // Training programs. After begin_function, add_input / add_output / add_op
 // append to that function (functions.back()) instead of the top-level lists.
-void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset);
+// A state: role Accumulator or OptimizerState, of parameter `param`; `name`
+// is for messages and lookups only.
+void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset,
+               ValueRole role, const char *param);
 void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,
                     int64_t peak_live_bytes);
 void set_training(ProgramInfo &info, const char *optimizer, double lr, double gradient_clipping,
@@ -240,12 +274,17 @@ void add_pipeline_action(ProgramInfo &info, int64_t kind, int64_t microbatch, in
 // stage `stage`) or "tied" (stage -1).
 void add_pipeline_pool(ProgramInfo &info, const char *kind, int64_t stage, int64_t slots,
                        int64_t slot_bytes, int64_t offset);
-// A state (gradient accumulator "grad:<param>") that the pp ranks `ranks`
-// (ascending, this rank among them) each hold; before optimizer_step each
-// of them replaces it by the sum of all their copies, summed in ascending
-// rank order (bitwise identical on every sharer).
-void add_pipeline_tied(ProgramInfo &info, const char *state, const int64_t *ranks,
+// The gradient accumulator of parameter `param` (the state of role
+// Accumulator of it), which the pp ranks `ranks` (ascending, this rank among
+// them) each hold; before optimizer_step each of them replaces it by the sum
+// of all their copies, summed in ascending rank order (bitwise identical on
+// every sharer).
+void add_pipeline_tied(ProgramInfo &info, const char *param, const int64_t *ranks,
                        int64_t count);
+// The index in info.states of the gradient accumulator of parameter
+// `param`; throws naming `what` if there is none.
+int64_t find_accumulator(const ProgramInfo &info, const std::string &param,
+                         const std::string &what);
 
 }  // namespace dsrt
 

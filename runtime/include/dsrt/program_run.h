@@ -90,9 +90,9 @@ struct Program {
   // plan (a pipeline stage's received and stashed values, which it reads
   // where the runner keeps them), in input order; see bound_input.
   std::vector<Tensor> bound;
-  // Where the running function computes its outputs named "send:", "stash:"
-  // or "wstash:" (a pipeline stage's: the pool slots that keep them), in
-  // the order of those outputs; see bound_output.
+  // Where the running function computes its outputs of role Send, Stash or
+  // WeightStash (a pipeline stage's: the pool slots that keep them), in the
+  // order of those outputs; see bound_output.
   std::vector<Tensor> bound_outputs;
 
   MemoryMonitor &memory_of(Space space) {
@@ -121,8 +121,8 @@ inline Tensor reshape(const Tensor &t, Shape shape) { return Tensor{t.data, t.dt
 // buffer of its own (Program::bound), viewed with this dtype and shape.
 // Throws when the runner bound nothing there or fewer bytes.
 Tensor bound_input(Program &p, int64_t index, DType dtype, Shape shape);
-// The memory bound to the running function's index-th output named "send:",
-// "stash:" or "wstash:" (Program::bound_outputs), into which it computes it.
+// The memory bound to the running function's index-th output of role Send,
+// Stash or WeightStash (Program::bound_outputs), into which it computes it.
 Tensor bound_output(Program &p, int64_t index, DType dtype, Shape shape);
 // Overlapping collectives with compute. A generated function issues its
 // collectives on comm_stream(p) and numbers them 0, 1, ... in issue order

@@ -45,6 +45,8 @@ struct StateRow {
   DType dtype;
   TableShape shape;
   int64_t offset;
+  ValueRole role;
+  const char *param;
 };
 
 // add_op.
@@ -83,7 +85,8 @@ inline void add_param_files(ProgramInfo &info, const ParamFileRow *rows, int64_t
 
 inline void add_states(ProgramInfo &info, const StateRow *rows, int64_t count) {
   for (int64_t i = 0; i < count; ++i)
-    add_state(info, rows[i].name, rows[i].dtype, table_shape(rows[i].shape), rows[i].offset);
+    add_state(info, rows[i].name, rows[i].dtype, table_shape(rows[i].shape), rows[i].offset,
+              rows[i].role, rows[i].param);
 }
 
 inline void add_ops(ProgramInfo &info, const OpRow *rows, int64_t count) {

@@ -7,12 +7,13 @@ The output holds the cut step and, nested in it, one module per pipeline
 rank ("module @pp<r>", in rank order; ds-pipeline-ranks). From
 the function signatures alone this checks that
   * rank r holds virtual stages r, r + p, ... and a function per part of each;
-  * what stage s sends at forward time (fwd_s's "send:" results) is exactly
-    what stage s + 1 receives (fwd_{s+1}'s "recv:" arguments), in the same
-    order with the same types, and likewise backwards for gradients;
-  * every "stash:" argument of a backward part of stage s is a "stash:"
-    result of fwd_s of the same type (and "wstash:" of zb-h1's weight part
-    one of its input part);
+  * what stage s sends at forward time (fwd_s's results of role send) is
+    exactly what stage s + 1 receives (fwd_{s+1}'s arguments of role recv),
+    in the same order with the same types, and likewise backwards for
+    gradients;
+  * every stash argument of a backward part of stage s is a stash result
+    of fwd_s of the same type (and every wstash argument of zb-h1's weight
+    part a wstash result of its input part);
   * only the last stage's forward returns the loss, and every rank's
     @optimizer_step all-reduces the gradient norm over the pp axis (0).
 Prints a summary line; exits 1 with the first problem found.
@@ -23,15 +24,18 @@ import sys
 ARG = re.compile(r"%arg\d+: (tensor<[^>]*>) \{([^{}]*)\}")
 RESULT = re.compile(r"(tensor<[^>]*>) \{([^{}]*)\}")
 NAME = re.compile(r'ds\.(?:input|output) = "([^"]*)"')
+ROLE = re.compile(r"ds\.role = #ds\.role<(\w+)>")
 
 
-def named(pairs, prefix):
-    out = []
-    for type_, attrs in pairs:
-        m = NAME.search(attrs)
-        if m and m.group(1).startswith(prefix):
-            out.append((m.group(1)[len(prefix):], type_))
-    return out
+def role_of(attrs):
+    m = ROLE.search(attrs)
+    return m.group(1) if m else None
+
+
+def named(pairs, role):
+    """The (id, type) of the values of role `role`, in order."""
+    return [(NAME.search(attrs).group(1), type_) for type_, attrs in pairs
+            if role_of(attrs) == role]
 
 
 def parse(text):
@@ -77,32 +81,32 @@ def main():
         bwd = functions.get(f"{backward}{s}")
         if fwd is None or bwd is None or (split and f"bwdw_{s}" not in functions):
             sys.exit(f"stage {s}: a function of its parts is missing")
-        losses = [n for t, a in fwd["results"] for n in [NAME.search(a).group(1)]
-                  if not re.match(r"(send|stash|wstash):", n)]
+        losses = [NAME.search(a).group(1) for t, a in fwd["results"]
+                  if role_of(a) is None]
         if (s == total - 1) != (len(losses) == 1) or len(losses) > 1:
             sys.exit(f"stage {s}: forward returns {losses or 'no loss'}")
         if s + 1 < total:
-            sent = named(fwd["results"], "send:")
-            received = named(functions[f"fwd_{s + 1}"]["args"], "recv:")
+            sent = named(fwd["results"], "send")
+            received = named(functions[f"fwd_{s + 1}"]["args"], "recv")
             if sent != received or not sent:
                 sys.exit(f"stage {s} -> {s + 1}: sends {sent}, the next stage receives {received}")
-            grads = named(functions[f"{backward}{s + 1}"]["results"], "send:")
-            got = named(bwd["args"], "recv:")
+            grads = named(functions[f"{backward}{s + 1}"]["results"], "send")
+            got = named(bwd["args"], "recv")
             if grads != got:
                 sys.exit(f"stage {s + 1} -> {s}: sends gradients {grads}, stage {s} receives {got}")
             transfers += len(sent) + len(grads)
-        stash = dict(named(fwd["results"], "stash:"))
+        stash = dict(named(fwd["results"], "stash"))
         parts = [bwd] + ([functions[f"bwdw_{s}"]] if split else [])
         for part in parts:
-            for value, type_ in named(part["args"], "stash:"):
+            for value, type_ in named(part["args"], "stash"):
                 if stash.get(value) != type_:
-                    sys.exit(f"stage {s}: backward reads stash:{value} ({type_}), "
+                    sys.exit(f"stage {s}: backward reads stashed {value} ({type_}), "
                              f"forward stashes {stash.get(value)}")
         if split:
-            wstash = dict(named(bwd["results"], "wstash:"))
-            for value, type_ in named(functions[f"bwdw_{s}"]["args"], "wstash:"):
+            wstash = dict(named(bwd["results"], "wstash"))
+            for value, type_ in named(functions[f"bwdw_{s}"]["args"], "wstash"):
                 if wstash.get(value) != type_:
-                    sys.exit(f"stage {s}: W reads wstash:{value}, B gives {wstash.get(value)}")
+                    sys.exit(f"stage {s}: W reads weight-stashed {value}, B gives {wstash.get(value)}")
     print(f"split ok: {p} ranks, {total} stages, {transfers} values cross cuts"
           f"{', split backward' if split else ''}")
 
