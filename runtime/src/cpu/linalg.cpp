@@ -153,28 +153,31 @@ void matmul_f32(const Stream &s, const MatmulPlan &p, const float *a, const floa
 template <typename T>
 void matmul_int(const Stream &s, const MatmulPlan &p, const T *a, const T *b, T *y) {
   using U = std::make_unsigned_t<T>;  // wrapping products and sums
-  std::vector<int64_t> a_offsets(p.batch), b_offsets(p.batch);
-  for_each_batch(p, [&](int64_t i, int64_t a_off, int64_t b_off) {
-    a_offsets[i] = a_off;
-    b_offsets[i] = b_off;
-  });
   parallel_for(s, p.batch * p.m, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, p.n * p.k)),
                [&](int64_t begin, int64_t end) {
-                 std::vector<U> acc(p.n);
                  for (int64_t r = begin; r < end; ++r) {
                    int64_t bi = r / p.m, i = r % p.m;
-                   const T *pa = a + a_offsets[bi] + i * p.a_rs;
-                   const T *pb = b + b_offsets[bi];
-                   std::fill(acc.begin(), acc.end(), U(0));
+                   // The operands' offsets of matrix bi of the batch.
+                   int64_t a_off = 0, b_off = 0;
+                   for (int d = p.batch_rank - 1; d >= 0; --d) {
+                     int64_t at = bi % p.batch_dims[d];
+                     bi /= p.batch_dims[d];
+                     a_off += at * p.a_batch_stride[d];
+                     b_off += at * p.b_batch_stride[d];
+                   }
+                   const T *pa = a + a_off + i * p.a_rs;
+                   const T *pb = b + b_off;
+                   // Accumulated in y's row itself: wrapping sums are the
+                   // same in any order.
+                   T *out = y + r * p.n;
+                   std::fill(out, out + p.n, T(0));
                    for (int64_t kk = 0; kk < p.k; ++kk) {
                      U av = static_cast<U>(pa[kk * p.a_cs]);
                      const T *row = pb + kk * p.b_rs;
                      for (int64_t j = 0; j < p.n; ++j)
-                       acc[j] += av * static_cast<U>(row[j * p.b_cs]);
+                       out[j] = static_cast<T>(static_cast<U>(out[j]) +
+                                               av * static_cast<U>(row[j * p.b_cs]));
                    }
-                   T *out = y + r * p.n;
-                   for (int64_t j = 0; j < p.n; ++j)
-                     out[j] = static_cast<T>(acc[j]);
                  }
                });
 }

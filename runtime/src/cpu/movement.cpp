@@ -273,22 +273,17 @@ int64_t check_stacking(const char *kernel, const Tensor &whole, const Tensor *pa
 void stack_copy(const Stream &s, const Tensor &whole, const Tensor *parts, int count,
                 int64_t outer, bool to_whole) {
   const int64_t whole_row = outer > 0 ? static_cast<int64_t>(whole.nbytes()) / outer : 0;
-  std::vector<int64_t> start(count);
-  int64_t pos = 0;
-  for (int k = 0; k < count; ++k) {
-    start[k] = pos;
-    pos += outer > 0 ? static_cast<int64_t>(parts[k].nbytes()) / outer : 0;
-  }
   if (whole_row == 0)
     return;
   char *w = static_cast<char *>(whole.data);
   parallel_for(s, outer, std::max<int64_t>(1, (int64_t(1) << 18) / whole_row),
                [&](int64_t begin, int64_t end) {
                  for (int64_t o = begin; o < end; ++o)
-                   for (int k = 0; k < count; ++k) {
+                   for (int64_t k = 0, start = 0; k < count; ++k) {
                      int64_t bytes = static_cast<int64_t>(parts[k].nbytes()) / outer;
                      char *p = static_cast<char *>(parts[k].data) + o * bytes;
-                     char *q = w + o * whole_row + start[k];
+                     char *q = w + o * whole_row + start;
+                     start += bytes;
                      if (bytes > 0) {
                        if (to_whole)
                          std::memcpy(q, p, static_cast<size_t>(bytes));
@@ -501,6 +496,23 @@ std::vector<int64_t> normalized_indices(const char *kernel, const Tensor &indice
   return index;
 }
 
+// Checks every index against [-extent, extent) before anything is written.
+void check_indices(const char *kernel, const Tensor &indices, int axis, int64_t extent) {
+  for (int64_t j = 0, count = indices.numel(); j < count; ++j) {
+    int64_t v = index_at(indices, j);
+    if (v < -extent || v >= extent)
+      fail(kernel, "index " + std::to_string(v) + " (indices element " + std::to_string(j) +
+                       ") is out of range for axis " + std::to_string(axis) + " of size " +
+                       std::to_string(extent));
+  }
+}
+
+// Index j, checked already, made non-negative.
+inline int64_t normalized_index(const Tensor &indices, int64_t j, int64_t extent) {
+  int64_t v = index_at(indices, j);
+  return v < 0 ? v + extent : v;
+}
+
 }  // namespace
 
 void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &y, int axis) {
@@ -513,8 +525,7 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
   check_shape(kernel, "y", y, gather_shape(kernel, data, indices, axis));
   const int64_t extent = data.shape.dims[axis];
   const int64_t count = indices.numel();
-  // Validate and normalize every index before writing anything.
-  std::vector<int64_t> index = normalized_indices(kernel, indices, axis, extent);
+  check_indices(kernel, indices, axis, extent);
   if (y.numel() == 0)
     return;
   int64_t outer = 1, inner = 1;
@@ -529,7 +540,9 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
                [&](int64_t begin, int64_t end) {
                  for (int64_t r = begin; r < end; ++r) {
                    int64_t o = r / count, j = r % count;
-                   std::memcpy(dst + r * row_bytes, src + (o * extent + index[j]) * row_bytes,
+                   std::memcpy(dst + r * row_bytes,
+                               src + (o * extent + normalized_index(indices, j, extent)) *
+                                         row_bytes,
                                row_bytes);
                  }
                });
