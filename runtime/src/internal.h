@@ -185,6 +185,21 @@ void set_blas_threads(const Stream &s);
 // Per-thread scratch memory that grows and is reused across calls.
 float *scratch_floats(size_t count, int slot = 0);
 
+// A kernel's workspace handed out as consecutive f32 arrays. The constructor
+// throws unless `ws` holds at least `need` bytes (the kernel's size function).
+class WorkspaceFloats {
+public:
+  WorkspaceFloats(const char *kernel, const Workspace &ws, int64_t need);
+  float *take(int64_t count) {
+    float *p = next_;
+    next_ += count;
+    return p;
+  }
+
+private:
+  float *next_;
+};
+
 // Whole-buffer conversions between a float storage type and f32, in parallel
 // (the f16/bf16 paths of matmul, gemm and conv).
 template <typename T> void to_f32(const Stream &s, const T *in, float *out, int64_t n) {

@@ -94,6 +94,15 @@ public:
     return v;
   }
 
+  // A workspace of exactly `bytes` bytes (what the kernel's size function
+  // says), filled with 0xFF bytes so that a kernel reading scratch it did
+  // not write is caught.
+  Workspace workspace(int64_t bytes) {
+    workspaces_.emplace_back(static_cast<size_t>(bytes) / sizeof(float) + 1, 0);
+    std::memset(workspaces_.back().data(), 0xFF, workspaces_.back().size() * sizeof(float));
+    return Workspace{workspaces_.back().data(), bytes};
+  }
+
   // name -> (actual buffer, output entry) of every output made.
   struct Output {
     NpyArray actual;
@@ -135,6 +144,7 @@ private:
   std::map<std::string, NpyArray> arrays_;
   std::map<std::string, Tensor> views_;
   std::map<std::string, Output> outputs_;
+  std::vector<std::vector<float>> workspaces_;
 };
 
 UnaryOp unary_op(const std::string &s) {
@@ -204,13 +214,16 @@ const std::map<std::string, KernelFn> &kernels() {
       {"copy", [](CaseRun &c) { copy(c.stream(), c.in("x"), c.out("y")); }},
       {"matmul",
        [](CaseRun &c) {
-         matmul(c.stream(), c.in("a"), c.in("b"), c.out("y"), c.attr_bool("transpose_a"),
-                c.attr_bool("transpose_b"));
+         Tensor a = c.in("a"), b = c.in("b"), y = c.out("y");
+         matmul(c.stream(), a, b, y, c.attr_bool("transpose_a"), c.attr_bool("transpose_b"),
+                c.workspace(matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
        }},
       {"gemm",
        [](CaseRun &c) {
-         gemm(c.stream(), c.in("a"), c.in("b"), c.opt("c"), c.out("y"), c.attr_float("alpha"),
-              c.attr_float("beta"), c.attr_bool("transpose_a"), c.attr_bool("transpose_b"));
+         Tensor a = c.in("a"), b = c.in("b"), y = c.out("y");
+         gemm(c.stream(), a, b, c.opt("c"), y, c.attr_float("alpha"), c.attr_float("beta"),
+              c.attr_bool("transpose_a"), c.attr_bool("transpose_b"),
+              c.workspace(gemm_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
        }},
       {"softmax",
        [](CaseRun &c) {
@@ -303,8 +316,12 @@ const std::map<std::string, KernelFn> &kernels() {
        [](CaseRun &c) {
          std::vector<int64_t> st = c.attr_ints("strides"), pads = c.attr_ints("pads"),
                               dil = c.attr_ints("dilations");
-         conv(c.stream(), c.in("x"), c.in("w"), c.opt("bias"), c.out("y"), st.data(),
-              pads.data(), dil.data(), c.attr_int("group"));
+         Tensor x = c.in("x"), w = c.in("w"), y = c.out("y");
+         const Tensor *bias = c.opt("bias");
+         const int64_t group = c.attr_int("group");
+         conv(c.stream(), x, w, bias, y, st.data(), pads.data(), dil.data(), group,
+              c.workspace(conv_workspace_bytes(x.dtype, x.shape, w.shape, y.shape,
+                                               bias != nullptr, st.data(), pads.data(), group)));
        }},
       {"max_pool",
        [](CaseRun &c) {
@@ -387,8 +404,10 @@ const std::map<std::string, KernelFn> &kernels() {
        }},
       {"gather_grad",
        [](CaseRun &c) {
-         gather_grad(c.stream(), c.in("dy"), c.in("indices"), c.out("ddata"),
-                     static_cast<int>(c.attr_int("axis")));
+         Tensor ddata = c.out("ddata");
+         gather_grad(c.stream(), c.in("dy"), c.in("indices"), ddata,
+                     static_cast<int>(c.attr_int("axis")),
+                     c.workspace(gather_grad_workspace_bytes(ddata.dtype, ddata.shape)));
        }},
       {"slice_grad",
        [](CaseRun &c) {
@@ -399,15 +418,23 @@ const std::map<std::string, KernelFn> &kernels() {
        [](CaseRun &c) {
          std::vector<int64_t> st = c.attr_ints("strides"), pads = c.attr_ints("pads"),
                               dil = c.attr_ints("dilations");
-         conv_grad_input(c.stream(), c.in("dy"), c.in("w"), c.out("dx"), st.data(), pads.data(),
-                         dil.data(), c.attr_int("group"));
+         Tensor dy = c.in("dy"), w = c.in("w"), dx = c.out("dx");
+         const int64_t group = c.attr_int("group");
+         conv_grad_input(c.stream(), dy, w, dx, st.data(), pads.data(), dil.data(), group,
+                         c.workspace(conv_grad_input_workspace_bytes(
+                             dx.dtype, dy.shape, w.shape, dx.shape, st.data(), pads.data(),
+                             group)));
        }},
       {"conv_grad_weight",
        [](CaseRun &c) {
          std::vector<int64_t> st = c.attr_ints("strides"), pads = c.attr_ints("pads"),
                               dil = c.attr_ints("dilations");
-         conv_grad_weight(c.stream(), c.in("dy"), c.in("x"), c.out("dw"), st.data(), pads.data(),
-                          dil.data(), c.attr_int("group"));
+         Tensor dy = c.in("dy"), x = c.in("x"), dw = c.out("dw");
+         const int64_t group = c.attr_int("group");
+         conv_grad_weight(c.stream(), dy, x, dw, st.data(), pads.data(), dil.data(), group,
+                          c.workspace(conv_grad_weight_workspace_bytes(
+                              dw.dtype, dy.shape, x.shape, dw.shape, st.data(), pads.data(),
+                              group)));
        }},
       {"max_pool_grad",
        [](CaseRun &c) {

@@ -927,8 +927,10 @@ def gen_conv(w):
         ("conv3d", [1, 2, 5, 6, 4], [3, 2, 2, 3, 2], [1, 2, 1], [1, 0, 1, 0, 1, 1], [1, 1, 1], 1, True),
         ("large_pad", [1, 1, 3, 3], [1, 1, 2, 2], [1, 1], [3, 3, 3, 3], [1, 1], 1, False),
     ]
+    # 16-bit types convert to f32 in the workspace, with and without an
+    # im2col matrix, with and without groups.
     for name, xs, ws, st, pads, dil, group, has_bias in cases:
-        for dtype in (FLOATS if name == "basic" else ["f32"]):
+        for dtype in (FLOATS if name in ("basic", "group2", "pointwise") else ["f32"]):
             cname = "%s_%s" % (name, dtype)
             rng = Rng("conv" + cname)
             x, wt = rng.float(xs, dtype), rng.float(ws, dtype)
@@ -1306,7 +1308,7 @@ def gen_conv_grad(w):
         ("parallel", [2, 16, 20, 20], [8, 16, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1),
     ]
     for name, xs, ws, st, pads, dil, group in cases:
-        for dtype in (FLOATS if name == "basic" else ["f32"]):
+        for dtype in (FLOATS if name in ("basic", "group2", "pointwise_group") else ["f32"]):
             cname = "%s_%s" % (name, dtype)
             rng = Rng("convgrad" + cname)
             x, wt = rng.float(xs, dtype), rng.float(ws, dtype)

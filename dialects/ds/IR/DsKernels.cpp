@@ -62,6 +62,57 @@ void reduceCall(KernelCallBuilder &call, StringRef op, Value input,
   call.integer(axes.size());
 }
 
+//===----------------------------------------------------------------------===//
+// Workspaces: the same numbers as the runtime kernels' size functions
+// (dsrt::<kernel>_workspace_bytes in runtime/include/dsrt/kernels.h), which
+// the kernels check against the workspace they are given.
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t kFloatBytes = 4;
+
+/// f16 and bf16 kernels convert their operands to f32 in the workspace.
+bool convertsToF32(Value value) {
+  Type element = getElementTypeOrSelf(value.getType());
+  return element.isF16() || element.isBF16();
+}
+
+/// Elements of a statically shaped tensor (0 otherwise).
+int64_t numElements(Value value) {
+  auto type = dyn_cast<ShapedType>(value.getType());
+  return type && type.hasStaticShape() ? type.getNumElements() : 0;
+}
+
+/// Floats of the im2col matrix of `channels` channels of `x` for a window of
+/// `w`'s kernel sizes and `y`'s positions: 0 for a 1x1, stride-1, unpadded
+/// window, whose matrix is the input itself.
+int64_t im2colFloats(Value x, Value w, Value y, ArrayRef<int64_t> strides,
+                     ArrayRef<int64_t> pads, int64_t channels) {
+  auto xt = cast<ShapedType>(x.getType()), wt = cast<ShapedType>(w.getType()),
+       yt = cast<ShapedType>(y.getType());
+  int64_t spatial = xt.getRank() - 2;
+  if (spatial < 1 || wt.getRank() != xt.getRank() ||
+      yt.getRank() != xt.getRank() || !wt.hasStaticShape() ||
+      !yt.hasStaticShape() ||
+      static_cast<int64_t>(strides.size()) < spatial ||
+      static_cast<int64_t>(pads.size()) < 2 * spatial)
+    return 0;
+  int64_t kernelSize = 1, outSize = 1;
+  bool pointwise = true;
+  for (int64_t a = 0; a < spatial; ++a) {
+    kernelSize *= wt.getDimSize(a + 2);
+    outSize *= yt.getDimSize(a + 2);
+    pointwise = pointwise && wt.getDimSize(a + 2) == 1 && strides[a] == 1 &&
+                pads[a] == 0 && pads[a + spatial] == 0;
+  }
+  return pointwise ? 0 : channels * kernelSize * outSize;
+}
+
+/// Channels of an [N, C, ...] tensor (0 when unknown).
+int64_t channelsOf(Value x) {
+  auto type = cast<ShapedType>(x.getType());
+  return type.getRank() >= 2 && !type.isDynamicDim(1) ? type.getDimSize(1) : 0;
+}
+
 template <typename LossOp>
 void lossArguments(KernelCallBuilder &call, LossOp op) {
   call.enumerator(reductionName(op.getReduction()));
@@ -181,6 +232,13 @@ void MatMulOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResult());
   call.boolean(getTransposeLhs());
   call.boolean(getTransposeRhs());
+  call.workspace();
+}
+int64_t MatMulOp::getWorkspaceBytes() {
+  if (!convertsToF32(getResult()))
+    return 0;
+  return kFloatBytes * (numElements(getLhs()) + numElements(getRhs()) +
+                        numElements(getResult()));
 }
 
 void GemmOp::buildKernelCall(KernelCallBuilder &call) {
@@ -194,6 +252,13 @@ void GemmOp::buildKernelCall(KernelCallBuilder &call) {
   call.real(getBeta().convertToFloat());
   call.boolean(getTransposeA());
   call.boolean(getTransposeB());
+  call.workspace();
+}
+int64_t GemmOp::getWorkspaceBytes() {
+  if (!convertsToF32(getResult()))
+    return 0;
+  return kFloatBytes * (numElements(getA()) + numElements(getB()) +
+                        numElements(getResult()));
 }
 
 void SoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
@@ -392,6 +457,20 @@ void ConvOp::buildKernelCall(KernelCallBuilder &call) {
   call.integers(getPads());
   call.integers(getDilations());
   call.integer(getGroup());
+  call.workspace();
+}
+// One group's im2col matrix; f16/bf16 also x, w, y and bias in f32.
+int64_t ConvOp::getWorkspaceBytes() {
+  int64_t group = getGroup();
+  if (group < 1)
+    return 0;
+  int64_t floats = im2colFloats(getInput(), getWeight(), getResult(),
+                                getStrides(), getPads(),
+                                channelsOf(getInput()) / group);
+  if (convertsToF32(getResult()))
+    floats += numElements(getInput()) + numElements(getWeight()) +
+              numElements(getResult()) + (getBias() ? numElements(getBias()) : 0);
+  return kFloatBytes * floats;
 }
 
 void MaxPoolOp::buildKernelCall(KernelCallBuilder &call) {
@@ -547,6 +626,12 @@ void GatherGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getIndices());
   call.tensor(getDataGrad());
   call.integer(getAxis());
+  call.workspace();
+}
+// f16/bf16 sum in f32, rounded once.
+int64_t GatherGradOp::getWorkspaceBytes() {
+  return convertsToF32(getDataGrad()) ? kFloatBytes * numElements(getDataGrad())
+                                      : 0;
 }
 void SliceGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::slice_grad");
@@ -568,6 +653,19 @@ void ConvGradInputOp::buildKernelCall(KernelCallBuilder &call) {
   call.integers(getPads());
   call.integers(getDilations());
   call.integer(getGroup());
+  call.workspace();
+}
+// Every group's im2col matrix; f16/bf16 also dy, w and dx in f32.
+int64_t ConvGradInputOp::getWorkspaceBytes() {
+  if (getGroup() < 1)
+    return 0;
+  int64_t floats =
+      im2colFloats(getInputGrad(), getWeight(), getResultGrad(), getStrides(),
+                   getPads(), channelsOf(getInputGrad()));
+  if (convertsToF32(getInputGrad()))
+    floats += numElements(getResultGrad()) + numElements(getWeight()) +
+              numElements(getInputGrad());
+  return kFloatBytes * floats;
 }
 void ConvGradWeightOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::conv_grad_weight");
@@ -579,6 +677,20 @@ void ConvGradWeightOp::buildKernelCall(KernelCallBuilder &call) {
   call.integers(getPads());
   call.integers(getDilations());
   call.integer(getGroup());
+  call.workspace();
+}
+// One group's im2col matrix; f16/bf16 also dy, x and dw in f32.
+int64_t ConvGradWeightOp::getWorkspaceBytes() {
+  int64_t group = getGroup();
+  if (group < 1)
+    return 0;
+  int64_t floats =
+      im2colFloats(getInput(), getWeightGrad(), getResultGrad(), getStrides(),
+                   getPads(), channelsOf(getInput()) / group);
+  if (convertsToF32(getWeightGrad()))
+    floats += numElements(getResultGrad()) + numElements(getInput()) +
+              numElements(getWeightGrad());
+  return kFloatBytes * floats;
 }
 void MaxPoolGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::max_pool_grad");

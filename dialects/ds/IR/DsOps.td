@@ -191,7 +191,7 @@ def Ds_CastOp : Ds_Op<"cast", [Ds_Elementwise, Ds_VJP]> {
 //===----------------------------------------------------------------------===//
 
 def Ds_MatMulOp : Ds_Op<"matmul",
-    [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
+    [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP], ["getWorkspaceBytes"]> {
   let summary = "NumPy matrix product with batch broadcasting";
   let description = [{
     ONNX MatMul semantics: the last two axes multiply, leading axes
@@ -206,7 +206,8 @@ def Ds_MatMulOp : Ds_Op<"matmul",
   let hasCanonicalizer = 1;
 }
 
-def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor, Ds_VJP],
+                      ["getWorkspaceBytes"]> {
   let summary = "alpha * op(a) * op(b) + beta * c for 2-D a and b";
   let arguments = (ins Ds_FloatTensor:$a, Ds_FloatTensor:$b,
                    Optional<Ds_FloatTensor>:$c,
@@ -451,7 +452,8 @@ def Ds_NllLossOp : Ds_Op<"nll_loss", [InferTypeOpAdaptor, Ds_VJP]> {
 // Convolution and pooling
 //===----------------------------------------------------------------------===//
 
-def Ds_ConvOp : Ds_Op<"conv", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_ConvOp : Ds_Op<"conv", [InferTypeOpAdaptor, Ds_VJP],
+                      ["getWorkspaceBytes"]> {
   let summary = "N-d grouped convolution (cross-correlation), NC... layout";
   let description = [{
     input [N, C, D...], weight [M, C / group, K...], optional bias [M].
@@ -634,7 +636,7 @@ def Ds_NllLossGradOp : Ds_Op<"nll_loss_grad"> {
   let hasVerifier = 1;
 }
 
-def Ds_GatherGradOp : Ds_Op<"gather_grad"> {
+def Ds_GatherGradOp : Ds_Op<"gather_grad", [], ["getWorkspaceBytes"]> {
   let summary = "gradient of gather: scatter-add of the result gradient";
   let description = [{
     Zero, then data_grad[.., indices[j], ..] += result_grad[.., j, ..] along
@@ -659,7 +661,7 @@ def Ds_SliceGradOp : Ds_Op<"slice_grad"> {
   let hasVerifier = 1;
 }
 
-def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input"> {
+def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input", [], ["getWorkspaceBytes"]> {
   let summary = "gradient of convolution with respect to its input";
   let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$weight,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
@@ -671,7 +673,7 @@ def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input"> {
   let hasVerifier = 1;
 }
 
-def Ds_ConvGradWeightOp : Ds_Op<"conv_grad_weight"> {
+def Ds_ConvGradWeightOp : Ds_Op<"conv_grad_weight", [], ["getWorkspaceBytes"]> {
   let summary = "gradient of convolution with respect to its weight";
   let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$input,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,

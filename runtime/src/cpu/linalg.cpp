@@ -1,7 +1,8 @@
 // Linear algebra: matmul (NumPy semantics, batch broadcasting, transpose
 // flags) and gemm. f32 goes straight to OpenBLAS sgemm with the transpose
-// flags (no copies); f16 and bf16 convert to f32 scratch around the same
-// path; integers use a plain triple loop with wrapping arithmetic.
+// flags (no copies); f16 and bf16 convert to f32 in the op's workspace
+// around the same path; integers use a plain triple loop with wrapping
+// arithmetic.
 #include "internal.h"
 
 #include <cblas.h>
@@ -184,8 +185,18 @@ void matmul_int(const Stream &s, const MatmulPlan &p, const T *a, const T *b, T 
 
 }  // namespace
 
+int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {
+  if (dtype != DType::F16 && dtype != DType::BF16)
+    return 0;
+  return static_cast<int64_t>(sizeof(float)) * (a.numel() + b.numel() + y.numel());
+}
+
+int64_t gemm_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {
+  return matmul_workspace_bytes(dtype, a, b, y);
+}
+
 void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool transpose_a,
-            bool transpose_b) {
+            bool transpose_b, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "matmul";
   check_data(kernel, "a", a);
@@ -194,6 +205,7 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
   check_same_dtype(kernel, "a", a, "b", b);
   check_same_dtype(kernel, "a", a, "y", y);
   MatmulPlan p = plan_matmul(kernel, a, b, y, transpose_a, transpose_b);
+  WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
   if (y.numel() == 0)
     return;
   check_blas_size(kernel, p);
@@ -204,17 +216,18 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
     } else if constexpr (std::is_integral_v<T>) {
       matmul_int<T>(s, p, a.as<T>(), b.as<T>(), y.as<T>());
     } else {
-      std::vector<float> fa(a.numel()), fb(b.numel()), fy(y.numel());
-      to_f32(s, a.as<T>(), fa.data(), a.numel());
-      to_f32(s, b.as<T>(), fb.data(), b.numel());
-      matmul_f32(s, p, fa.data(), fb.data(), fy.data());
-      from_f32(s, fy.data(), y.as<T>(), y.numel());
+      float *fa = scratch.take(a.numel()), *fb = scratch.take(b.numel()),
+            *fy = scratch.take(y.numel());
+      to_f32(s, a.as<T>(), fa, a.numel());
+      to_f32(s, b.as<T>(), fb, b.numel());
+      matmul_f32(s, p, fa, fb, fy);
+      from_f32(s, fy, y.as<T>(), y.numel());
     }
   });
 }
 
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,
-          float alpha, float beta, bool transpose_a, bool transpose_b) {
+          float alpha, float beta, bool transpose_a, bool transpose_b, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "gemm";
   check_data(kernel, "a", a);
@@ -234,6 +247,7 @@ void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Te
     if (c->shape.rank > 2 || !plan_broadcast(y.shape, &c->shape, 1, c_plan))
       fail(kernel, "c " + c->shape.str() + " does not broadcast to " + y.shape.str());
   }
+  WorkspaceFloats scratch(kernel, ws, gemm_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
   if (y.numel() == 0)
     return;
   check_blas_size(kernel, p);
@@ -252,18 +266,14 @@ void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Te
   };
   // c broadcast to [M, N] in f32.
   auto expand_c = [&](float *dst) {
-    std::vector<float> fc(static_cast<size_t>(c->numel()));
     dispatch_float(kernel, c->dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      for (int64_t i = 0, n = c->numel(); i < n; ++i)
-        fc[i] = Elem<T>::load(c->as<T>()[i]);
-    });
-    const int64_t stride = c_plan.strides[0][c_plan.rank - 1];
-    for_each_row(c_plan, 0, y.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
-      if (stride == 1)
-        std::memcpy(dst + o, fc.data() + off[0], static_cast<size_t>(n) * sizeof(float));
-      else
-        std::fill(dst + o, dst + o + n, fc[off[0]]);
+      const T *fc = c->as<T>();
+      const int64_t stride = c_plan.strides[0][c_plan.rank - 1];
+      for_each_row(c_plan, 0, y.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          dst[o + i] = Elem<T>::load(fc[off[0] + i * stride]);
+      });
     });
   };
   dispatch_float(kernel, a.dtype, [&](auto tag) {
@@ -281,13 +291,14 @@ void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Te
       }
       run(a.as<float>(), b.as<float>(), fc, fy);
     } else {
-      std::vector<float> fa(a.numel()), fb(b.numel()), fy(y.numel());
-      to_f32(s, a.as<T>(), fa.data(), a.numel());
-      to_f32(s, b.as<T>(), fb.data(), b.numel());
+      float *fa = scratch.take(a.numel()), *fb = scratch.take(b.numel()),
+            *fy = scratch.take(y.numel());
+      to_f32(s, a.as<T>(), fa, a.numel());
+      to_f32(s, b.as<T>(), fb, b.numel());
       if (use_c)
-        expand_c(fy.data());
-      run(fa.data(), fb.data(), fy.data(), fy.data());
-      from_f32(s, fy.data(), y.as<T>(), y.numel());
+        expand_c(fy);
+      run(fa, fb, fy, fy);
+      from_f32(s, fy, y.as<T>(), y.numel());
     }
   });
 }
