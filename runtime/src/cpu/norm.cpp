@@ -278,15 +278,33 @@ void check_per_channel(const char *kernel, const char *name, const Tensor &t, in
   check_shape(kernel, name, t, Shape{c});
 }
 
-// y = (x - mean_c) * a_c + bias_c over [N, C, spatial], a_c = scale_c * inv_std_c.
-template <typename T>
-void normalize_channels(const Stream &s, const Channels &ch, const T *x, T *y, const float *mean,
-                        const float *a, const float *bias) {
+// Element i of a per-channel float tensor (checked float already), as f32,
+// and the inverse: the channels' parameters and statistics are read and
+// written where they are used, with no f32 copy of them.
+float channel_load(const Tensor &t, int64_t i) {
+  float v = 0.0f;
+  dispatch_float("batch_norm", t.dtype,
+                 [&](auto tag) { v = to_float(t.as<typename decltype(tag)::type>()[i]); });
+  return v;
+}
+void channel_store(const Tensor &t, int64_t i, float v) {
+  dispatch_float("batch_norm", t.dtype, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    t.as<U>()[i] = from_float<U>(v);
+  });
+}
+
+// y = (x - mean_c) * a_c + bias_c over [N, C, spatial]; `coefficients(c)`
+// gives (mean_c, a_c, bias_c).
+template <typename T, typename F>
+void normalize_channels(const Stream &s, const Channels &ch, const T *x, T *y,
+                        F &&coefficients) {
   parallel_for(s, ch.n * ch.c, std::max<int64_t>(1, kGrainElementwise / ch.spatial),
                [&](int64_t begin, int64_t end) {
                  for (int64_t p = begin; p < end; ++p) {
                    int64_t c = p % ch.c;
-                   const float mu = mean[c], k = a[c], b = bias[c];
+                   float mu, k, b;
+                   coefficients(c, mu, k, b);
                    const T *in = x + p * ch.spatial;
                    T *out = y + p * ch.spatial;
                    for (int64_t i = 0; i < ch.spatial; ++i)
@@ -306,18 +324,16 @@ void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &b
   check_per_channel(kernel, "bias", bias, ch.c);
   check_per_channel(kernel, "mean", mean, ch.c);
   check_per_channel(kernel, "var", var, ch.c);
-  std::vector<float> g = float_values(kernel, "scale", scale);
-  std::vector<float> b = float_values(kernel, "bias", bias);
-  std::vector<float> mu = float_values(kernel, "mean", mean);
-  std::vector<float> v = float_values(kernel, "var", var);
-  std::vector<float> a(static_cast<size_t>(ch.c));
-  for (int64_t c = 0; c < ch.c; ++c)
-    a[c] = g[c] / std::sqrt(v[c] + epsilon);
   if (x.numel() == 0)
     return;
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    normalize_channels<T>(s, ch, x.as<T>(), y.as<T>(), mu.data(), a.data(), b.data());
+    normalize_channels<T>(s, ch, x.as<T>(), y.as<T>(), [&](int64_t c, float &mu, float &k,
+                                                          float &b) {
+      mu = channel_load(mean, c);
+      k = channel_load(scale, c) / std::sqrt(channel_load(var, c) + epsilon);
+      b = channel_load(bias, c);
+    });
   });
 }
 
@@ -342,7 +358,9 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
   const int64_t count = ch.n * ch.spatial;
   if (count == 0)
     fail(kernel, "batch statistics of an empty batch " + x.shape.str() + " are undefined");
-  std::vector<float> mu(static_cast<size_t>(ch.c)), var(static_cast<size_t>(ch.c));
+  // The batch mean goes straight to saved_mean, the inverse standard
+  // deviation to saved_inv_std, the running statistics to their outputs.
+  float *mu = saved_mean.as<float>(), *inv = saved_inv_std.as<float>();
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *px = x.as<T>();
@@ -365,30 +383,28 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
                          sq += d * d;
                        }
                      }
-                     mu[c] = static_cast<float>(m);
-                     var[c] = static_cast<float>(sq / static_cast<double>(count));
+                     const float mean_c = static_cast<float>(m);
+                     const float var_c = static_cast<float>(sq / static_cast<double>(count));
+                     mu[c] = mean_c;
+                     inv[c] = 1.0f / std::sqrt(var_c + epsilon);
+                     // Each channel's running statistics are read before
+                     // they are written (the outputs may be the inputs).
+                     const float rm = channel_load(running_mean, c),
+                                 rv = channel_load(running_var, c);
+                     channel_store(running_mean_out, c, rm * momentum + mean_c * (1.0f - momentum));
+                     channel_store(running_var_out, c, rv * momentum + var_c * (1.0f - momentum));
                    }
                  });
   });
-  std::vector<float> g = float_values(kernel, "scale", scale);
-  std::vector<float> b = float_values(kernel, "bias", bias);
-  std::vector<float> rm = float_values(kernel, "running_mean", running_mean);
-  std::vector<float> rv = float_values(kernel, "running_var", running_var);
-  std::vector<float> inv(ch.c), a(ch.c), rm_out(ch.c), rv_out(ch.c);
-  for (int64_t c = 0; c < ch.c; ++c) {
-    inv[c] = 1.0f / std::sqrt(var[c] + epsilon);
-    a[c] = g[c] * inv[c];
-    rm_out[c] = rm[c] * momentum + mu[c] * (1.0f - momentum);
-    rv_out[c] = rv[c] * momentum + var[c] * (1.0f - momentum);
-  }
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    normalize_channels<T>(s, ch, x.as<T>(), y.as<T>(), mu.data(), a.data(), b.data());
+    normalize_channels<T>(s, ch, x.as<T>(), y.as<T>(), [&](int64_t c, float &m, float &k,
+                                                          float &b) {
+      m = mu[c];
+      k = channel_load(scale, c) * inv[c];
+      b = channel_load(bias, c);
+    });
   });
-  store_floats(kernel, "running_mean_out", running_mean_out, rm_out.data());
-  store_floats(kernel, "running_var_out", running_var_out, rv_out.data());
-  std::memcpy(saved_mean.data, mu.data(), mu.size() * sizeof(float));
-  std::memcpy(saved_inv_std.data, inv.data(), inv.size() * sizeof(float));
 }
 
 //===----------------------------------------------------------------------===//
@@ -692,70 +708,51 @@ void batch_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
   check_per_channel(kernel, "dscale", dscale, ch.c);
   check_per_channel(kernel, "dbias", dbias, ch.c);
   const int64_t count = ch.n * ch.spatial;
-  std::vector<float> g = float_values(kernel, "scale", scale);
   const float *mu = saved_mean.as<float>(), *inv = saved_inv_std.as<float>();
   // Per channel, in f64 like the forward's statistics: sum(dy) (dbias) and
-  // sum(dy * xhat) (dscale).
-  std::vector<double> sum_dy(static_cast<size_t>(ch.c), 0.0), sum_dy_xhat(sum_dy.size(), 0.0);
-  if (count > 0) {
-    dispatch_float(kernel, x.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T *px = x.as<T>(), *pdy = dy.as<T>();
-      parallel_for(s, ch.c, std::max<int64_t>(1, kGrainElementwise / count),
-                   [&](int64_t begin, int64_t end) {
-                     for (int64_t c = begin; c < end; ++c) {
-                       const float m = mu[c], k = inv[c];
-                       double sd = 0.0, sdx = 0.0;
-                       for (int64_t b = 0; b < ch.n; ++b) {
-                         const int64_t off = (b * ch.c + c) * ch.spatial;
-                         // Vector partial sums: a fixed order, whatever the
-                         // thread count.
+  // sum(dy * xhat) (dscale); then, from them, the channel's dx =
+  // scale * inv * (dy - mean(dy) - xhat * mean(dy * xhat)). A channel's
+  // sums are used by its own planes only, so nothing is kept per channel.
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *px = x.as<T>(), *pdy = dy.as<T>();
+    T *pdx = dx.as<T>();
+    parallel_for(s, ch.c, std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(1, count)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t c = begin; c < end; ++c) {
+                     const float m = mu[c], k = inv[c];
+                     double sd = 0.0, sdx = 0.0;
+                     for (int64_t b = 0; b < ch.n; ++b) {
+                       const int64_t off = (b * ch.c + c) * ch.spatial;
+                       // Vector partial sums: a fixed order, whatever the
+                       // thread count.
 #pragma omp simd reduction(+ : sd, sdx)
-                         for (int64_t i = 0; i < ch.spatial; ++i) {
-                           const double gv = to_float(pdy[off + i]);
-                           sd += gv;
-                           sdx += gv * static_cast<double>((to_float(px[off + i]) - m) * k);
-                         }
+                       for (int64_t i = 0; i < ch.spatial; ++i) {
+                         const double gv = to_float(pdy[off + i]);
+                         sd += gv;
+                         sdx += gv * static_cast<double>((to_float(px[off + i]) - m) * k);
                        }
-                       sum_dy[c] = sd;
-                       sum_dy_xhat[c] = sdx;
                      }
-                   });
-    });
-  }
-  // dx = scale * inv * (dy - mean(dy) - xhat * mean(dy * xhat)).
-  std::vector<float> a(ch.c), mean_dy(ch.c), mean_dy_xhat(ch.c), ds(ch.c), db(ch.c);
-  for (int64_t c = 0; c < ch.c; ++c) {
-    a[c] = g[c] * inv[c];
-    mean_dy[c] = count > 0 ? static_cast<float>(sum_dy[c] / static_cast<double>(count)) : 0.0f;
-    mean_dy_xhat[c] =
-        count > 0 ? static_cast<float>(sum_dy_xhat[c] / static_cast<double>(count)) : 0.0f;
-    ds[c] = static_cast<float>(sum_dy_xhat[c]);
-    db[c] = static_cast<float>(sum_dy[c]);
-  }
-  if (count > 0) {
-    dispatch_float(kernel, x.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T *px = x.as<T>(), *pdy = dy.as<T>();
-      T *pdx = dx.as<T>();
-      parallel_for(s, ch.n * ch.c, std::max<int64_t>(1, kGrainElementwise / ch.spatial),
-                   [&](int64_t begin, int64_t end) {
-                     for (int64_t p = begin; p < end; ++p) {
-                       const int64_t c = p % ch.c;
-                       const float m = mu[c], k = inv[c], scale_c = a[c], m1 = mean_dy[c],
-                                   m2 = mean_dy_xhat[c];
-                       const int64_t off = p * ch.spatial;
+                     const float scale_c = channel_load(scale, c) * k;
+                     const float m1 =
+                         count > 0 ? static_cast<float>(sd / static_cast<double>(count)) : 0.0f;
+                     const float m2 =
+                         count > 0 ? static_cast<float>(sdx / static_cast<double>(count)) : 0.0f;
+                     // dx may be dy or x: each element is read before it is
+                     // written, and the sums above are complete.
+                     for (int64_t b = 0; b < ch.n; ++b) {
+                       const int64_t off = (b * ch.c + c) * ch.spatial;
                        for (int64_t i = 0; i < ch.spatial; ++i) {
                          const float xh = (to_float(px[off + i]) - m) * k;
                          const float grad = to_float(pdy[off + i]);
                          pdx[off + i] = from_float<T>(scale_c * (grad - m1 - xh * m2));
                        }
                      }
-                   });
-    });
-  }
-  store_floats(kernel, "dscale", dscale, ds.data());
-  store_floats(kernel, "dbias", dbias, db.data());
+                     channel_store(dscale, c, static_cast<float>(sdx));
+                     channel_store(dbias, c, static_cast<float>(sd));
+                   }
+                 });
+  });
 }
 
 }  // namespace dsrt
