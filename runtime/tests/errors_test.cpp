@@ -187,6 +187,10 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
             4 * (32 + 128 + 64));
   EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::BF16, Shape{10, 4}), 160);
   EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::F32, Shape{10, 4}), 0);
+  // At most 64 planes of f32 for a 16-bit pooling gradient.
+  EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::BF16, Shape{2, 3, 4, 4}), 4 * 6 * 16);
+  EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::F16, Shape{8, 16, 2, 2}), 4 * 64 * 4);
+  EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::F32, Shape{2, 3, 4, 4}), 0);
 }
 
 TEST_F(Errors, BackwardDataErrorsWriteNothing) {
@@ -243,10 +247,10 @@ TEST_F(Errors, BackwardArguments) {
                     "dsrt::conv_grad_weight", "dw [6, 4, 3, 3] needs 2 input channels per group");
   const int64_t k[] = {2, 2}, st2[] = {2, 2};
   Owned pooled(DType::F32, Shape{1, 4, 2, 2}), dimg_bad(DType::F32, Shape{1, 4, 5, 4});
-  EXPECT_DSRT_ERROR(dsrt::max_pool_grad(s, pooled, img, dimg_bad, k, st2, pads, dil),
+  EXPECT_DSRT_ERROR(dsrt::max_pool_grad(s, pooled, img, dimg_bad, k, st2, pads, dil, {}),
                     "dsrt::max_pool_grad", "dx has shape [1, 4, 5, 4], expected [1, 4, 5, 5]");
   Owned pooled_bad(DType::F32, Shape{1, 4, 4, 2});
-  EXPECT_DSRT_ERROR(dsrt::avg_pool_grad(s, pooled_bad, img, k, st2, pads, false),
+  EXPECT_DSRT_ERROR(dsrt::avg_pool_grad(s, pooled_bad, img, k, st2, pads, false, {}),
                     "dsrt::avg_pool_grad", "dy [1, 4, 4, 2] has 4 positions");
   const int64_t offsets[] = {3, 0}, strides[] = {1, 1};
   Owned part(DType::F32, Shape{2, 8});

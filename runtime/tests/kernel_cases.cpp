@@ -440,15 +440,19 @@ const std::map<std::string, KernelFn> &kernels() {
        [](CaseRun &c) {
          std::vector<int64_t> k = c.attr_ints("kernel_shape"), st = c.attr_ints("strides"),
                               pads = c.attr_ints("pads"), dil = c.attr_ints("dilations");
-         max_pool_grad(c.stream(), c.in("dy"), c.in("x"), c.out("dx"), k.data(), st.data(),
-                       pads.data(), dil.data());
+         Tensor dx = c.out("dx");
+         max_pool_grad(c.stream(), c.in("dy"), c.in("x"), dx, k.data(), st.data(),
+                       pads.data(), dil.data(),
+                       c.workspace(pool_grad_workspace_bytes(dx.dtype, dx.shape)));
        }},
       {"avg_pool_grad",
        [](CaseRun &c) {
          std::vector<int64_t> k = c.attr_ints("kernel_shape"), st = c.attr_ints("strides"),
                               pads = c.attr_ints("pads");
-         avg_pool_grad(c.stream(), c.in("dy"), c.out("dx"), k.data(), st.data(), pads.data(),
-                       c.attr_bool("count_include_pad"));
+         Tensor dx = c.out("dx");
+         avg_pool_grad(c.stream(), c.in("dy"), dx, k.data(), st.data(), pads.data(),
+                       c.attr_bool("count_include_pad"),
+                       c.workspace(pool_grad_workspace_bytes(dx.dtype, dx.shape)));
        }},
       // torch.optim steps.
       {"adamw",

@@ -173,9 +173,18 @@ TEST(SameBits, LossPoolingAndSumOfSquares) {
   Owned x = random(DType::F32, xs, 22), dy = random(DType::F32, xs, 23), dx(DType::F32, xs);
   const int64_t k[] = {3, 3}, st[] = {1, 1}, pads[] = {1, 1, 1, 1}, dil[] = {1, 1};
   expect_same_bits("max_pool_grad", {&dx},
-                   [&](Stream &s) { dsrt::max_pool_grad(s, dy, x, dx, k, st, pads, dil); });
+                   [&](Stream &s) { dsrt::max_pool_grad(s, dy, x, dx, k, st, pads, dil, {}); });
   expect_same_bits("avg_pool_grad", {&dx},
-                   [&](Stream &s) { dsrt::avg_pool_grad(s, dy, dx, k, st, pads, false); });
+                   [&](Stream &s) { dsrt::avg_pool_grad(s, dy, dx, k, st, pads, false, {}); });
+  // bf16 sums 128 planes in 64 f32 lanes of the workspace.
+  Owned xh = random(DType::BF16, xs, 22), dyh = random(DType::BF16, xs, 23), dxh(DType::BF16, xs);
+  std::vector<float> lanes(64 * 40 * 40);
+  const dsrt::Workspace ws{lanes.data(), dsrt::pool_grad_workspace_bytes(DType::BF16, xs)};
+  ASSERT_EQ(ws.bytes, static_cast<int64_t>(lanes.size() * sizeof(float)));
+  expect_same_bits("max_pool_grad bf16", {&dxh},
+                   [&](Stream &s) { dsrt::max_pool_grad(s, dyh, xh, dxh, k, st, pads, dil, ws); });
+  expect_same_bits("avg_pool_grad bf16", {&dxh},
+                   [&](Stream &s) { dsrt::avg_pool_grad(s, dyh, dxh, k, st, pads, false, ws); });
 
   Owned a = random(DType::F32, Shape{1 << 20}, 24), b = random(DType::BF16, Shape{300001}, 25);
   Tensor list[] = {a, b};

@@ -79,3 +79,23 @@ func.func @gradients(%dy: tensor<1x6x5x5xf32> {ds.input = "dy"}, %w: tensor<6x2x
   %dt = ds.gather_grad %demb, %idx {axis = 0} : tensor<2x3x4xbf16>, tensor<2x3xi64> -> tensor<10x4xbf16>
   return %dx, %dw, %dt : tensor<1x4x5x5xf32>, tensor<6x2x3x3xf32>, tensor<10x4xbf16>
 }
+
+// -----
+
+// 16-bit pooling gradients sum in f32 planes of the workspace, at most 64
+// of them: 2 * 3 planes of 4x4 here (384 bytes); in f32 they sum in dx and
+// need none.
+// CHECK-LABEL: func.func @pool_gradients
+// CHECK: ds.max_pool_grad {{.*}}ds.workspace =
+// CHECK: ds.avg_pool_grad {{.*}}ds.workspace =
+// CHECK-NOT: ds.workspace
+// CHECK: return
+func.func @pool_gradients(%dy: tensor<2x3x2x2xbf16> {ds.input = "dy"}, %x: tensor<2x3x4x4xbf16> {ds.input = "x"},
+                          %dyf: tensor<2x3x2x2xf32> {ds.input = "dyf"}, %xf: tensor<2x3x4x4xf32> {ds.input = "xf"})
+    -> (tensor<2x3x4x4xbf16> {ds.output = "dmax"}, tensor<2x3x4x4xbf16> {ds.output = "davg"},
+        tensor<2x3x4x4xf32> {ds.output = "dmaxf"}) {
+  %dmax = ds.max_pool_grad %dy, %x {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : tensor<2x3x2x2xbf16>, tensor<2x3x4x4xbf16>
+  %davg = ds.avg_pool_grad %dy {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>} : tensor<2x3x2x2xbf16> -> tensor<2x3x4x4xbf16>
+  %dmaxf = ds.max_pool_grad %dyf, %xf {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : tensor<2x3x2x2xf32>, tensor<2x3x4x4xf32>
+  return %dmax, %davg, %dmaxf : tensor<2x3x4x4xbf16>, tensor<2x3x4x4xbf16>, tensor<2x3x4x4xf32>
+}

@@ -107,6 +107,19 @@ int64_t im2colFloats(Value x, Value w, Value y, ArrayRef<int64_t> strides,
   return pointwise ? 0 : channels * kernelSize * outSize;
 }
 
+/// f16/bf16 pooling gradients sum in f32 planes of dx's spatial size, at
+/// most kPoolGradLanes of them (runtime/src/cpu/conv.cpp).
+int64_t poolGradWorkspaceBytes(Value dx) {
+  constexpr int64_t kPoolGradLanes = 64;
+  auto type = cast<ShapedType>(dx.getType());
+  if (!convertsToF32(dx) || !type.hasStaticShape() || type.getRank() < 3 ||
+      type.getNumElements() == 0)
+    return 0;
+  int64_t planes = type.getDimSize(0) * type.getDimSize(1);
+  return kFloatBytes * std::min(planes, kPoolGradLanes) *
+         (type.getNumElements() / planes);
+}
+
 /// Channels of an [N, C, ...] tensor (0 when unknown).
 int64_t channelsOf(Value x) {
   auto type = cast<ShapedType>(x.getType());
@@ -702,6 +715,10 @@ void MaxPoolGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.integers(getStrides());
   call.integers(getPads());
   call.integers(getDilations());
+  call.workspace();
+}
+int64_t MaxPoolGradOp::getWorkspaceBytes() {
+  return poolGradWorkspaceBytes(getInputGrad());
 }
 void AvgPoolGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::avg_pool_grad");
@@ -712,6 +729,10 @@ void AvgPoolGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.integers(getStrides());
   call.integers(getPads());
   call.boolean(getCountIncludePad());
+  call.workspace();
+}
+int64_t AvgPoolGradOp::getWorkspaceBytes() {
+  return poolGradWorkspaceBytes(getInputGrad());
 }
 
 // Optimizers.

@@ -685,7 +685,8 @@ def Ds_ConvGradWeightOp : Ds_Op<"conv_grad_weight", [], ["getWorkspaceBytes"]> {
   let hasVerifier = 1;
 }
 
-def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [InferTypeOpAdaptor]> {
+def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [InferTypeOpAdaptor],
+                             ["getWorkspaceBytes"]> {
   let summary = "gradient of max pooling: each window's gradient goes to its "
                 "first maximum";
   let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$input,
@@ -695,7 +696,7 @@ def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [InferTypeOpAdaptor]> {
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-def Ds_AvgPoolGradOp : Ds_Op<"avg_pool_grad"> {
+def Ds_AvgPoolGradOp : Ds_Op<"avg_pool_grad", [], ["getWorkspaceBytes"]> {
   let summary = "gradient of average pooling";
   let arguments = (ins Ds_FloatTensor:$result_grad,
                    DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,

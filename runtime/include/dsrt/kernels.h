@@ -260,9 +260,13 @@ void conv_grad_weight(Stream &s, const Tensor &dy, const Tensor &x, const Tensor
 // window of -inf to its first in-bounds position.
 void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dx,
                    const int64_t *kernel, const int64_t *strides, const int64_t *pads,
-                   const int64_t *dilations);
+                   const int64_t *dilations, const Workspace &ws);
 void avg_pool_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *kernel,
-                   const int64_t *strides, const int64_t *pads, bool count_include_pad);
+                   const int64_t *strides, const int64_t *pads, bool count_include_pad,
+                   const Workspace &ws);
+// f16/bf16 pooling gradients sum in f32 planes of the workspace: at most 64
+// planes of dx's spatial size (0 bytes for f32).
+int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx);
 
 //===----------------------------------------------------------------------===//
 // Optimizer steps of the training step, one parameter tensor each, in place

@@ -676,35 +676,61 @@ void avg_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel
 
 namespace {
 
+// f16/bf16 pooling gradients sum each plane in f32 in one of at most this
+// many planes of the workspace ("lanes"), each lane taking a fixed range of
+// planes: the workspace is bounded, and the sums do not depend on threads.
+constexpr int64_t kPoolGradLanes = 64;
+
 // Runs plane(p, acc) for every [N, C] plane in parallel, with acc the plane
-// of dx as f32 (dx itself for f32, else scratch rounded into dx afterwards),
-// zeroed. Each plane's windows only touch that plane, so the sums are the
-// same for every thread count.
+// of dx as f32 (dx itself for f32, else a lane of the workspace, `lanes`,
+// rounded into dx afterwards), zeroed. Each plane's windows only touch that
+// plane, so the sums are the same for every thread count.
 template <typename T, typename F>
-void for_each_grad_plane(const Stream &s, const Window &win, int64_t planes, T *dx, F &&plane) {
+void for_each_grad_plane(const Stream &s, const Window &win, int64_t planes, T *dx,
+                         float *lanes, F &&plane) {
   const int64_t work = std::max<int64_t>(1, win.out_size * win.kernel_size + win.in_size);
-  parallel_for(s, planes, std::max<int64_t>(1, kGrainElementwise / work),
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t p = begin; p < end; ++p) {
-                   float *acc;
-                   if constexpr (std::is_same_v<T, float>)
-                     acc = dx + p * win.in_size;
-                   else
-                     acc = scratch_floats(static_cast<size_t>(win.in_size));
-                   std::fill(acc, acc + win.in_size, 0.0f);
-                   plane(p, acc);
-                   if constexpr (!std::is_same_v<T, float>)
-                     for (int64_t i = 0; i < win.in_size; ++i)
-                       dx[p * win.in_size + i] = Elem<T>::store(acc[i]);
-                 }
-               });
+  if constexpr (std::is_same_v<T, float>) {
+    (void)lanes;
+    parallel_for(s, planes, std::max<int64_t>(1, kGrainElementwise / work),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t p = begin; p < end; ++p) {
+                     float *acc = dx + p * win.in_size;
+                     std::fill(acc, acc + win.in_size, 0.0f);
+                     plane(p, acc);
+                   }
+                 });
+  } else {
+    const int64_t count = std::min(planes, kPoolGradLanes);
+    const int64_t per_lane = (planes + count - 1) / count;
+    parallel_for(s, count, std::max<int64_t>(1, kGrainElementwise / (work * per_lane)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t lane = begin; lane < end; ++lane) {
+                     float *acc = lanes + lane * win.in_size;
+                     for (int64_t p = lane * planes / count; p < (lane + 1) * planes / count;
+                          ++p) {
+                       std::fill(acc, acc + win.in_size, 0.0f);
+                       plane(p, acc);
+                       for (int64_t i = 0; i < win.in_size; ++i)
+                         dx[p * win.in_size + i] = Elem<T>::store(acc[i]);
+                     }
+                   }
+                 });
+  }
 }
 
 }  // namespace
 
+int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx) {
+  if (!is_16bit(dtype) || dx.rank < 3 || dx.numel() == 0)
+    return 0;
+  const int64_t planes = dx.dims[0] * dx.dims[1];
+  return static_cast<int64_t>(sizeof(float)) * std::min(planes, kPoolGradLanes) *
+         (dx.numel() / planes);
+}
+
 void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dx,
                    const int64_t *kernel, const int64_t *strides, const int64_t *pads,
-                   const int64_t *dilations) {
+                   const int64_t *dilations, const Workspace &ws) {
   begin_kernel(s);
   const char *name = "max_pool_grad";
   check_pool(name, x, dy, "x", "dy");
@@ -712,13 +738,15 @@ void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &d
   check_same_dtype(name, "x", x, "dx", dx);
   check_shape(name, "dx", dx, x.shape);
   Window win = make_window(name, x, dy, kernel, strides, pads, dilations, true, "x", "dy");
+  WorkspaceFloats scratch(name, ws, pool_grad_workspace_bytes(dx.dtype, dx.shape));
   const int64_t planes = x.shape.dims[0] * x.shape.dims[1];
   if (dx.numel() == 0)
     return;
+  float *lanes = scratch.take(pool_grad_workspace_bytes(dx.dtype, dx.shape) / 4);
   dispatch_float(name, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *px = x.as<T>(), *pdy = dy.as<T>();
-    for_each_grad_plane<T>(s, win, planes, dx.as<T>(), [&](int64_t p, float *acc) {
+    for_each_grad_plane<T>(s, win, planes, dx.as<T>(), lanes, [&](int64_t p, float *acc) {
       const T *in = px + p * win.in_size;
       const T *grad = pdy + p * win.out_size;
       for_each_window(win, [&](int64_t o, const int64_t *idx, const int64_t *kb,
@@ -743,18 +771,21 @@ void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &d
 }
 
 void avg_pool_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *kernel,
-                   const int64_t *strides, const int64_t *pads, bool count_include_pad) {
+                   const int64_t *strides, const int64_t *pads, bool count_include_pad,
+                   const Workspace &ws) {
   begin_kernel(s);
   const char *name = "avg_pool_grad";
   check_pool(name, dx, dy, "dx", "dy");
   Window win = make_window(name, dx, dy, kernel, strides, pads, nullptr, true, "dx", "dy");
+  WorkspaceFloats scratch(name, ws, pool_grad_workspace_bytes(dx.dtype, dx.shape));
   const int64_t planes = dx.shape.dims[0] * dx.shape.dims[1];
   if (dx.numel() == 0)
     return;
+  float *lanes = scratch.take(pool_grad_workspace_bytes(dx.dtype, dx.shape) / 4);
   dispatch_float(name, dx.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *pdy = dy.as<T>();
-    for_each_grad_plane<T>(s, win, planes, dx.as<T>(), [&](int64_t p, float *acc) {
+    for_each_grad_plane<T>(s, win, planes, dx.as<T>(), lanes, [&](int64_t p, float *acc) {
       const T *grad = pdy + p * win.out_size;
       for_each_window(win, [&](int64_t o, const int64_t *idx, const int64_t *kb,
                                const int64_t *kc) {
