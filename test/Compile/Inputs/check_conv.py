@@ -7,6 +7,7 @@ outputs.
   check_conv.py half-inputs DIR             writes x, w, a, b (f16, half.onnx)
   check_conv.py half-check INDIR OUTDIR     compares y.npy and z.npy with
                                             torch in f64, within f16 rounding
+  check_conv.py repeated-inputs DIR         writes x, w1..w4 (repeated-conv.onnx)
 """
 import sys
 
@@ -25,6 +26,12 @@ def main():
         rng = np.random.default_rng(12)
         for name, shape in (("x", (1, 4, 5, 5)), ("w", (6, 2, 3, 3)), ("a", (4, 8)), ("b", (8, 16))):
             np.save(f"{sys.argv[2]}/{name}.npy", rng.standard_normal(shape).astype(np.float16))
+        return 0
+    if sys.argv[1] == "repeated-inputs":
+        rng = np.random.default_rng(13)
+        np.save(f"{sys.argv[2]}/x.npy", rng.standard_normal((1, 4, 6, 6)).astype(np.float32))
+        for k in range(1, 5):
+            np.save(f"{sys.argv[2]}/w{k}.npy", (0.3 * rng.standard_normal((4, 4, 3, 3))).astype(np.float32))
         return 0
     if sys.argv[1] == "half-check":
         indir, outdir = sys.argv[2:4]
