@@ -363,7 +363,7 @@ LogicalResult Planner::run() {
     }
 
     // The kernel's scratch memory: a buffer live only while the op runs,
-    // so every op's workspace reuses the same bytes.
+    // so the workspaces of different ops can share bytes.
     if (int64_t bytes = kernel.getWorkspaceBytes(); bytes > 0) {
       Buffer buffer;
       buffer.size = llvm::alignTo(bytes, alignment);
