@@ -60,11 +60,11 @@ int main(int argc, char **argv) {
 
   Buffer att({B, H, T, T}, 1.0f), probs({B, H, T, T});
   std::printf("softmax [4,12,256,256]           %8.3f ms\n",
-              median_ms(repeats, [&] { softmax(s, att, probs, 3); }));
+              median_ms(repeats, [&] { softmax(s, att, probs, 3, {}); }));
 
   Buffer x({BT, D}, 1.0f), g({D}, 1.0f), bias({D}), ln({BT, D}), mean({BT, 1}), inv({BT, 1});
   std::printf("layer_norm [1024,768]            %8.3f ms\n",
-              median_ms(repeats, [&] { layer_norm(s, x, g, &bias.t, ln, mean, inv, 1, 1e-5f); }));
+              median_ms(repeats, [&] { layer_norm(s, x, g, &bias.t, ln, mean, inv, 1, 1e-5f, {}); }));
 
   Buffer h({BT, F}, 1.0f), hg({BT, F});
   std::printf("gelu_tanh [1024,3072]            %8.3f ms\n",
@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
   Buffer neg_inf({}, 0.0f);
   neg_inf.data[0] = -INFINITY;
   auto block = [&] {
-    layer_norm(s, resid, g1, &be1.t, h1, mean, inv, 1, 1e-5f);
+    layer_norm(s, resid, g1, &be1.t, h1, mean, inv, 1, 1e-5f, {});
     gemm(s, h1, w_attn, &b_attn.t, qkv, 1.0f, 1.0f, false, false, {});
     Tensor parts[3] = {q.t, k.t, v.t};
     split(s, qkv.view({B, T, 3 * D}), parts, 3, 2);
@@ -130,12 +130,12 @@ int main(int argc, char **argv) {
     matmul(s, qh, kh, scores, false, true, {});
     binary(s, BinaryOp::Mul, scores, scale, scores);
     where(s, mask, scores, neg_inf, masked);
-    softmax(s, masked, p, 3);
+    softmax(s, masked, p, 3, {});
     matmul(s, p, vh, ctx, false, false, {});
     transpose(s, ctx, ctx_t, perm);
     gemm(s, ctx_t.view({BT, D}), w_proj, &b_proj.t, proj, 1.0f, 1.0f, false, false, {});
     binary(s, BinaryOp::Add, resid, proj, resid2);
-    layer_norm(s, resid2, g2, &be2.t, h2, mean, inv, 1, 1e-5f);
+    layer_norm(s, resid2, g2, &be2.t, h2, mean, inv, 1, 1e-5f, {});
     gemm(s, h2, w_fc, &b_fc.t, fc, 1.0f, 1.0f, false, false, {});
     unary(s, UnaryOp::GeluTanh, fc, act);
     gemm(s, act, w_fc2, &b_fc2.t, fc2, 1.0f, 1.0f, false, false, {});
@@ -146,14 +146,14 @@ int main(int argc, char **argv) {
 
   // Backward kernels and optimizer steps on the same shapes.
   Buffer dy_ln({BT, D}, 1.0f), dx_ln({BT, D}), dg({D}), db({D});
-  layer_norm(s, x, g, &bias.t, ln, mean, inv, 1, 1e-5f);
+  layer_norm(s, x, g, &bias.t, ln, mean, inv, 1, 1e-5f, {});
   std::printf("layer_norm_grad [1024,768]       %8.3f ms\n", median_ms(repeats, [&] {
-                layer_norm_grad(s, dy_ln, x, g, mean, inv, dx_ln, dg, &db.t, 1);
+                layer_norm_grad(s, dy_ln, x, g, mean, inv, dx_ln, dg, &db.t, 1, {});
               }));
   Buffer dprobs({B, H, T, T}, 1.0f), dscores({B, H, T, T});
-  softmax(s, att, probs, 3);
+  softmax(s, att, probs, 3, {});
   std::printf("softmax_grad [4,12,256,256]      %8.3f ms\n",
-              median_ms(repeats, [&] { softmax_grad(s, probs, dprobs, dscores, 3); }));
+              median_ms(repeats, [&] { softmax_grad(s, probs, dprobs, dscores, 3, {}); }));
   {
     const int64_t V = 50257;
     Buffer logits({BT, V}, 1.0f), log_prob({BT, V}), loss({}), dlogits({BT, V});

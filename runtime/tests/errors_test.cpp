@@ -114,11 +114,11 @@ TEST_F(Errors, ShapesAndTypesThatDisagree) {
 TEST_F(Errors, NormalizationAndConvolutionArguments) {
   Owned x(DType::F32, Shape{2, 8}), g(DType::F32, Shape{8}), y(DType::F32, Shape{2, 8});
   Owned mean(DType::F32, Shape{2}), inv(DType::F32, Shape{2, 1});
-  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, x, g, nullptr, y, mean, inv, 1, 1e-5f), "dsrt::layer_norm",
+  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, x, g, nullptr, y, mean, inv, 1, 1e-5f, {}), "dsrt::layer_norm",
                     "mean has shape [2], expected [2, 1]");
   Owned g_bad(DType::F32, Shape{3});
   Owned mean1(DType::F32, Shape{2, 1});
-  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, x, g_bad, nullptr, y, mean1, inv, 1, 1e-5f),
+  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, x, g_bad, nullptr, y, mean1, inv, 1, 1e-5f, {}),
                     "scale [3] does not broadcast to the normalized shape [8]");
   Owned img(DType::F32, Shape{1, 4, 5, 5}), w(DType::F32, Shape{6, 2, 3, 3}),
       out(DType::F32, Shape{1, 6, 3, 3});
@@ -191,6 +191,14 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
   EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::BF16, Shape{2, 3, 4, 4}), 4 * 6 * 16);
   EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::F16, Shape{8, 16, 2, 2}), 4 * 64 * 4);
   EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::F32, Shape{2, 3, 4, 4}), 0);
+  // 16-bit rows in f32, at most 64 at a time; none along a strided axis.
+  EXPECT_EQ(dsrt::softmax_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 2), 4 * 6 * 8);
+  EXPECT_EQ(dsrt::softmax_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 1), 0);
+  EXPECT_EQ(dsrt::softmax_workspace_bytes(DType::F32, Shape{2, 3, 8}, 2), 0);
+  EXPECT_EQ(dsrt::softmax_grad_workspace_bytes(DType::F16, Shape{100, 8}, 1), 2 * 4 * 64 * 8);
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 2), 4 * 6 * 8);
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 2), 3 * 4 * 6 * 8);
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, 2), 0);
 }
 
 TEST_F(Errors, BackwardDataErrorsWriteNothing) {
@@ -228,12 +236,12 @@ TEST_F(Errors, BackwardArguments) {
   Owned x(DType::F32, Shape{2, 8}), g(DType::F32, Shape{8}), mean(DType::F32, Shape{2, 1}),
       inv(DType::F32, Shape{2, 1}), dx(DType::F32, Shape{2, 8});
   Owned dg_bad(DType::F32, Shape{1, 8}), dg(DType::F32, Shape{8}), db_bad(DType::F32, Shape{3});
-  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, x, x, g, mean, inv, dx, dg_bad, nullptr, 1),
+  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, x, x, g, mean, inv, dx, dg_bad, nullptr, 1, {}),
                     "dsrt::layer_norm_grad", "dscale has shape [1, 8], expected [8]");
-  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, x, x, g, mean, inv, dx, dg, &db_bad.t(), 1),
+  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, x, x, g, mean, inv, dx, dg, &db_bad.t(), 1, {}),
                     "dbias [3] does not broadcast to the normalized shape [8]");
   Owned x16(DType::F16, Shape{2, 8});
-  EXPECT_DSRT_ERROR(dsrt::softmax_grad(s, x, x16, dx, 1), "dsrt::softmax_grad",
+  EXPECT_DSRT_ERROR(dsrt::softmax_grad(s, x, x16, dx, 1, {}), "dsrt::softmax_grad",
                     "y is f32 but dy is f16");
 
   Owned img(DType::F32, Shape{1, 4, 5, 5}), w(DType::F32, Shape{6, 2, 3, 3});

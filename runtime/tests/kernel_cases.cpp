@@ -227,17 +227,25 @@ const std::map<std::string, KernelFn> &kernels() {
        }},
       {"softmax",
        [](CaseRun &c) {
-         softmax(c.stream(), c.in("x"), c.out("y"), static_cast<int>(c.attr_int("axis")));
+         Tensor x = c.in("x");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         softmax(c.stream(), x, c.out("y"), axis,
+                 c.workspace(softmax_workspace_bytes(x.dtype, x.shape, axis)));
        }},
       {"log_softmax",
        [](CaseRun &c) {
-         log_softmax(c.stream(), c.in("x"), c.out("y"), static_cast<int>(c.attr_int("axis")));
+         Tensor x = c.in("x");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         log_softmax(c.stream(), x, c.out("y"), axis,
+                     c.workspace(softmax_workspace_bytes(x.dtype, x.shape, axis)));
        }},
       {"layer_norm",
        [](CaseRun &c) {
-         layer_norm(c.stream(), c.in("x"), c.in("scale"), c.opt("bias"), c.out("y"),
-                    c.out("mean"), c.out("inv_std_dev"), static_cast<int>(c.attr_int("axis")),
-                    c.attr_float("epsilon"));
+         Tensor x = c.in("x");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         layer_norm(c.stream(), x, c.in("scale"), c.opt("bias"), c.out("y"), c.out("mean"),
+                    c.out("inv_std_dev"), axis, c.attr_float("epsilon"),
+                    c.workspace(layer_norm_workspace_bytes(x.dtype, x.shape, axis)));
        }},
       {"batch_norm",
        [](CaseRun &c) {
@@ -362,13 +370,17 @@ const std::map<std::string, KernelFn> &kernels() {
       // Backward kernels.
       {"softmax_grad",
        [](CaseRun &c) {
-         softmax_grad(c.stream(), c.in("y"), c.in("dy"), c.out("dx"),
-                      static_cast<int>(c.attr_int("axis")));
+         Tensor y = c.in("y");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         softmax_grad(c.stream(), y, c.in("dy"), c.out("dx"), axis,
+                      c.workspace(softmax_grad_workspace_bytes(y.dtype, y.shape, axis)));
        }},
       {"log_softmax_grad",
        [](CaseRun &c) {
-         log_softmax_grad(c.stream(), c.in("y"), c.in("dy"), c.out("dx"),
-                          static_cast<int>(c.attr_int("axis")));
+         Tensor y = c.in("y");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         log_softmax_grad(c.stream(), y, c.in("dy"), c.out("dx"), axis,
+                          c.workspace(softmax_grad_workspace_bytes(y.dtype, y.shape, axis)));
        }},
       {"layer_norm_grad",
        [](CaseRun &c) {
@@ -376,9 +388,12 @@ const std::map<std::string, KernelFn> &kernels() {
          Tensor dbias;
          if (has_bias)
            dbias = c.out("dbias");
-         layer_norm_grad(c.stream(), c.in("dy"), c.in("x"), c.in("scale"), c.in("mean"),
+         Tensor x = c.in("x");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         layer_norm_grad(c.stream(), c.in("dy"), x, c.in("scale"), c.in("mean"),
                          c.in("inv_std_dev"), c.out("dx"), c.out("dscale"),
-                         has_bias ? &dbias : nullptr, static_cast<int>(c.attr_int("axis")));
+                         has_bias ? &dbias : nullptr, axis,
+                         c.workspace(layer_norm_grad_workspace_bytes(x.dtype, x.shape, axis)));
        }},
       {"batch_norm_grad",
        [](CaseRun &c) {

@@ -503,7 +503,7 @@ def gen_softmax(w):
     ]
     for kernel, fn in (("softmax", torch.softmax), ("log_softmax", torch.log_softmax)):
         for sname, shape, axis in shapes:
-            dtypes = ["f32"] + (["f16", "bf16"] if sname in ("last", "middle") else [])
+            dtypes = ["f32"] + (["f16", "bf16"] if sname in ("last", "middle", "attention") else [])
             for dtype in dtypes:
                 name = "%s_%s" % (sname, dtype)
                 x = Rng(kernel + name).float(shape, dtype, -4, 4)
@@ -529,7 +529,7 @@ def gen_layer_norm(w):
     ]
     eps = 1e-5
     for name, shape, axis, sshape, bshape in cases:
-        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes") else [])
+        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes", "gpt2_row") else [])
         for dtype in dtypes:
             cname = "%s_%s" % (name, dtype)
             rng = Rng(cname)
@@ -1088,7 +1088,7 @@ def gen_softmax_grad(w):
     ]
     for kernel, fn in (("softmax_grad", torch.softmax), ("log_softmax_grad", torch.log_softmax)):
         for sname, shape, axis in shapes:
-            dtypes = ["f32"] + (["f16", "bf16"] if sname in ("last", "middle") else [])
+            dtypes = ["f32"] + (["f16", "bf16"] if sname in ("last", "middle", "attention") else [])
             for dtype in dtypes:
                 name = "%s_%s" % (sname, dtype)
                 rng = Rng(kernel + name)
@@ -1130,7 +1130,7 @@ def gen_layer_norm_grad(w):
     ]
     eps = 1e-5
     for name, shape, axis, sshape, bshape, span in cases:
-        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes") else [])
+        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes", "many_rows") else [])
         for dtype in dtypes:
             cname = "%s_%s" % (name, dtype)
             rng = Rng("lngrad" + cname)

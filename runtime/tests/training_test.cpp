@@ -136,10 +136,10 @@ TEST(SameBits, NormalizationGradients) {
   Owned y(DType::F32, Shape{2000, 96}), mean(DType::F32, Shape{2000, 1}),
       inv(DType::F32, Shape{2000, 1});
   Stream s(dsrt::Backend::Cpu, 1);
-  dsrt::layer_norm(s, x, g, &b.t(), y, mean, inv, 1, 1e-5f);
+  dsrt::layer_norm(s, x, g, &b.t(), y, mean, inv, 1, 1e-5f, {});
   Owned dx(DType::F32, Shape{2000, 96}), dg(DType::F32, Shape{96}), db(DType::F32, Shape{96});
   expect_same_bits("layer_norm_grad", {&dx, &dg, &db}, [&](Stream &st) {
-    dsrt::layer_norm_grad(st, dy, x, g, mean, inv, dx, dg, &db.t(), 1);
+    dsrt::layer_norm_grad(st, dy, x, g, mean, inv, dx, dg, &db.t(), 1, {});
   });
 
   const Shape bn{8, 6, 40, 40};
@@ -156,7 +156,7 @@ TEST(SameBits, NormalizationGradients) {
   Owned sdx(DType::F32, Shape{300, 500});
   for (int axis : {0, 1})
     expect_same_bits("softmax_grad", {&sdx},
-                     [&](Stream &st) { dsrt::softmax_grad(st, sy, sdy, sdx, axis); });
+                     [&](Stream &st) { dsrt::softmax_grad(st, sy, sdy, sdx, axis, {}); });
 }
 
 TEST(SameBits, LossPoolingAndSumOfSquares) {

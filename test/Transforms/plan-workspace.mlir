@@ -99,3 +99,32 @@ func.func @pool_gradients(%dy: tensor<2x3x2x2xbf16> {ds.input = "dy"}, %x: tenso
   %dmaxf = ds.max_pool_grad %dyf, %xf {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : tensor<2x3x2x2xf32>, tensor<2x3x4x4xf32>
   return %dmax, %davg, %dmaxf : tensor<2x3x4x4xbf16>, tensor<2x3x4x4xbf16>, tensor<2x3x4x4xf32>
 }
+
+// -----
+
+// 16-bit rows are converted to f32 in at most 64 rows of the workspace:
+// softmax over the last axis of 2x100x8 bf16 takes 64 rows of 8 (2048 bytes),
+// its gradient two such sets (4096), layer norm 64 rows (2048) and its
+// gradient x, dy and dx rows for each of its 50 blocks of 4 rows (4800).
+// Along a strided axis softmax reads the rows in place, and f32 needs none.
+// CHECK-LABEL: func.func @rows
+// CHECK: ds.softmax {{.*}}ds.workspace =
+// CHECK: ds.softmax_grad {{.*}}ds.workspace =
+// CHECK: ds.layer_norm {{.*}}ds.workspace =
+// CHECK: ds.layer_norm_grad {{.*}}ds.workspace =
+// CHECK-NOT: ds.workspace
+// CHECK: return
+func.func @rows(%x: tensor<2x100x8xbf16> {ds.input = "x"}, %dy: tensor<2x100x8xbf16> {ds.input = "dy"},
+                %g: tensor<8xbf16> {ds.input = "g"}, %xf: tensor<2x100x8xf32> {ds.input = "xf"})
+    -> (tensor<2x100x8xbf16> {ds.output = "s"}, tensor<2x100x8xbf16> {ds.output = "ds"},
+        tensor<2x100x8xbf16> {ds.output = "ln"}, tensor<2x100x8xbf16> {ds.output = "dx"},
+        tensor<8xbf16> {ds.output = "dg"}, tensor<2x100x8xbf16> {ds.output = "strided"},
+        tensor<2x100x8xf32> {ds.output = "sf"}) {
+  %s = ds.softmax %x {axis = 2 : i64} : tensor<2x100x8xbf16>
+  %sg = ds.softmax_grad %s, %dy {axis = 2 : i64} : tensor<2x100x8xbf16>
+  %ln, %mean, %inv = ds.layer_norm %x, %g {axis = 2 : i64, epsilon = 1.0e-05 : f32} : tensor<2x100x8xbf16>, tensor<8xbf16>
+  %dx, %dg, %db = ds.layer_norm_grad %x, %g, %mean, %inv, %dy {axis = 2 : i64} : tensor<2x100x8xbf16>, tensor<8xbf16>, tensor<2x100x1xf32>, tensor<2x100x1xf32>, tensor<2x100x8xbf16>
+  %strided = ds.softmax %x {axis = 1 : i64} : tensor<2x100x8xbf16>
+  %sf = ds.softmax %xf {axis = 2 : i64} : tensor<2x100x8xf32>
+  return %s, %sg, %ln, %dx, %dg, %strided, %sf : tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xf32>
+}

@@ -120,6 +120,35 @@ int64_t poolGradWorkspaceBytes(Value dx) {
          (type.getNumElements() / planes);
 }
 
+/// f16/bf16 row kernels convert rows to f32 in at most kRowLanes rows of
+/// their workspace (runtime/src/internal.h).
+constexpr int64_t kRowLanes = 64;
+
+/// Rows before `axis` and elements from it on of a static tensor, or false.
+bool splitAt(Value value, int64_t axis, int64_t &rows, int64_t &n) {
+  auto type = cast<ShapedType>(value.getType());
+  if (!type.hasStaticShape() || axis < 0 || axis >= type.getRank() ||
+      type.getNumElements() == 0)
+    return false;
+  rows = 1;
+  n = 1;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    (d < axis ? rows : n) *= type.getDimSize(d);
+  return true;
+}
+
+/// Softmax and its gradient on f16/bf16 along a unit-stride axis: `copies`
+/// f32 rows per lane.
+int64_t softmaxWorkspaceBytes(Value value, int64_t axis, int64_t copies) {
+  int64_t rows = 0, n = 0;
+  if (!convertsToF32(value) || !splitAt(value, axis, rows, n))
+    return 0;
+  auto type = cast<ShapedType>(value.getType());
+  if (n != type.getDimSize(axis)) // a strided axis: no rows to convert
+    return 0;
+  return kFloatBytes * copies * std::min(rows, kRowLanes) * n;
+}
+
 /// Channels of an [N, C, ...] tensor (0 when unknown).
 int64_t channelsOf(Value x) {
   auto type = cast<ShapedType>(x.getType());
@@ -280,6 +309,10 @@ void SoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getInput());
   call.tensor(getResult());
   call.integer(getAxis());
+  call.workspace();
+}
+int64_t SoftmaxOp::getWorkspaceBytes() {
+  return softmaxWorkspaceBytes(getInput(), getAxis(), 1);
 }
 std::optional<unsigned> SoftmaxOp::getInPlaceOperand(unsigned result) {
   return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
@@ -291,6 +324,10 @@ void LogSoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getInput());
   call.tensor(getResult());
   call.integer(getAxis());
+  call.workspace();
+}
+int64_t LogSoftmaxOp::getWorkspaceBytes() {
+  return softmaxWorkspaceBytes(getInput(), getAxis(), 1);
 }
 std::optional<unsigned> LogSoftmaxOp::getInPlaceOperand(unsigned result) {
   return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
@@ -307,6 +344,14 @@ void LayerNormOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getInvStdDev());
   call.integer(getAxis());
   call.real(getEpsilon().convertToFloat());
+  call.workspace();
+}
+// f16/bf16: at most kRowLanes rows in f32.
+int64_t LayerNormOp::getWorkspaceBytes() {
+  int64_t rows = 0, n = 0;
+  if (!convertsToF32(getInput()) || !splitAt(getInput(), getAxis(), rows, n))
+    return 0;
+  return kFloatBytes * std::min(rows, kRowLanes) * n;
 }
 
 void BatchNormOp::buildKernelCall(KernelCallBuilder &call) {
@@ -573,6 +618,10 @@ void SoftmaxGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResultGrad());
   call.tensor(getInputGrad());
   call.integer(getAxis());
+  call.workspace();
+}
+int64_t SoftmaxGradOp::getWorkspaceBytes() {
+  return softmaxWorkspaceBytes(getOutput(), getAxis(), 2);
 }
 void LogSoftmaxGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::log_softmax_grad");
@@ -581,6 +630,10 @@ void LogSoftmaxGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResultGrad());
   call.tensor(getInputGrad());
   call.integer(getAxis());
+  call.workspace();
+}
+int64_t LogSoftmaxGradOp::getWorkspaceBytes() {
+  return softmaxWorkspaceBytes(getOutput(), getAxis(), 2);
 }
 
 // Normalization.
@@ -596,6 +649,20 @@ void LayerNormGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getScaleGrad());
   call.optionalTensor(getBiasGrad());
   call.integer(getAxis());
+  call.workspace();
+}
+// f16/bf16: x, dy and dx rows in f32 for each block of rows whose partial
+// dscale/dbias sums the kernel keeps (at most 64, fewer when they would
+// pass 2^22 values per parameter; runtime/src/cpu/norm.cpp).
+int64_t LayerNormGradOp::getWorkspaceBytes() {
+  int64_t rows = 0, n = 0;
+  if (!convertsToF32(getInput()) || !splitAt(getInput(), getAxis(), rows, n))
+    return 0;
+  int64_t blocks = std::min<int64_t>(
+      {rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
+  int64_t blockRows = (rows + blocks - 1) / blocks;
+  blocks = (rows + blockRows - 1) / blockRows;
+  return kFloatBytes * 3 * blocks * n;
 }
 void BatchNormGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::batch_norm_grad");

@@ -225,7 +225,7 @@ def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor, Ds_VJP],
 //===----------------------------------------------------------------------===//
 
 def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType, Ds_VJP],
-                         ["getInPlaceOperand"]> {
+                         ["getInPlaceOperand", "getWorkspaceBytes"]> {
   let summary = "softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
   let results = (outs Ds_FloatTensor:$result);
@@ -234,7 +234,7 @@ def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType, Ds_VJP],
 }
 
 def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType, Ds_VJP],
-                            ["getInPlaceOperand"]> {
+                            ["getInPlaceOperand", "getWorkspaceBytes"]> {
   let summary = "log of softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
   let results = (outs Ds_FloatTensor:$result);
@@ -242,7 +242,8 @@ def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType, Ds_VJP],
   let hasVerifier = 1;
 }
 
-def Ds_LayerNormOp : Ds_Op<"layer_norm", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_LayerNormOp : Ds_Op<"layer_norm", [InferTypeOpAdaptor, Ds_VJP],
+                           ["getWorkspaceBytes"]> {
   let summary = "layer normalization over the axes from `axis` on";
   let description = [{
     ONNX LayerNormalization: y = (x - mean) * inv_std_dev * scale + bias with
@@ -551,7 +552,8 @@ def Ds_AdagradOp : Ds_OptimizerOp<"adagrad"> {
 // Gradients: the vector-Jacobian products that need their own kernel
 //===----------------------------------------------------------------------===//
 
-def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [SameOperandsAndResultType]> {
+def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [SameOperandsAndResultType],
+                             ["getWorkspaceBytes"]> {
   let summary = "gradient of softmax: y * (dy - sum(dy * y)) along `axis`";
   let arguments = (ins Ds_FloatTensor:$output, Ds_FloatTensor:$result_grad,
                    I64Attr:$axis);
@@ -561,7 +563,8 @@ def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [SameOperandsAndResultType]> {
 }
 
 def Ds_LogSoftmaxGradOp : Ds_Op<"log_softmax_grad",
-                                [SameOperandsAndResultType]> {
+                                [SameOperandsAndResultType],
+                                ["getWorkspaceBytes"]> {
   let summary = "gradient of log-softmax: dy - exp(y) * sum(dy) along `axis`";
   let arguments = (ins Ds_FloatTensor:$output, Ds_FloatTensor:$result_grad,
                    I64Attr:$axis);
@@ -570,7 +573,8 @@ def Ds_LogSoftmaxGradOp : Ds_Op<"log_softmax_grad",
   let hasVerifier = 1;
 }
 
-def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [InferTypeOpAdaptor]> {
+def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [InferTypeOpAdaptor],
+                               ["getWorkspaceBytes"]> {
   let summary = "gradients of layer normalization";
   let description = [{
     From the forward's input, scale and saved f32 statistics (`mean`,

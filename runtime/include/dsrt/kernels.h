@@ -81,14 +81,19 @@ void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Te
 int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y);
 int64_t gemm_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y);
 
-void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis);
-void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis);
+// f16/bf16 rows along a unit-stride axis are converted to f32 in the
+// workspace, at most 64 rows at a time (softmax_workspace_bytes).
+void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Workspace &ws);
+void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Workspace &ws);
+int64_t softmax_workspace_bytes(DType dtype, const Shape &x, int axis);
 
 // Normalizes over axes [axis, rank). mean and inv_std_dev are f32 with the
 // input's leading axes and ones for the normalized axes. bias may be null.
+// f16/bf16 rows are converted to f32 in the workspace, at most 64 at a time.
 void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
                 const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
-                float epsilon);
+                float epsilon, const Workspace &ws);
+int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, int axis);
 
 // Inference batch norm over axis 1 with running statistics.
 void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
@@ -194,10 +199,14 @@ void adagrad(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &para
 //===----------------------------------------------------------------------===//
 
 // dx = y * (dy - sum(dy * y)) along `axis`, y the softmax's output.
-void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis);
+void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis,
+                  const Workspace &ws);
 
 // dx = dy - exp(y) * sum(dy) along `axis`, y the log-softmax's output.
-void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis);
+void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis,
+                      const Workspace &ws);
+// f16/bf16: y and dy rows in f32, at most 64 of each (twice softmax's).
+int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis);
 
 // Layer norm over axes [axis, rank) with the forward's f32 mean and
 // inv_std_dev. dx has x's shape; dscale has scale's shape and dbias the
@@ -206,7 +215,9 @@ void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor
 // be null when the forward had no bias.
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
-                     const Tensor &dscale, const Tensor *dbias, int axis);
+                     const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws);
+// f16/bf16: x, dy and dx rows in f32 for each of at most 64 blocks of rows.
+int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, int axis);
 
 // Training batch norm over axis 1 with the forward's saved batch mean and
 // inverse standard deviation (f32, [C]); dscale and dbias are [C].
