@@ -81,6 +81,8 @@ FailureOr<PlanSummary> summarizePlan(func::FuncOp function) {
     ++summary.kernels;
     summary.flops += op.getFlops();
     summary.bytesAccessed += op.getBytesAccessed();
+    summary.workspaceBytes =
+        std::max(summary.workspaceBytes, kernel.getWorkspaceBytes());
   });
   return summary;
 }
@@ -165,14 +167,21 @@ FunctionPlan planOf(func::FuncOp function) {
       for (int64_t offset : freed.asArrayRef())
         frees.push_back(offset);
     auto cost = cast<ds::CostOpInterface>(op);
-    plan.ops.push_back(llvm::json::Object{
-        {"index", index++},
-        {"op", op.getName().getStringRef()},
-        {"node", ds::getNodeName(op.getLoc())},
-        {"flops", cost.getFlops()},
-        {"bytes_accessed", cost.getBytesAccessed()},
-        {"results", std::move(results)},
-        {"frees", std::move(frees)}});
+    llvm::json::Object entry{{"index", index++},
+                             {"op", op.getName().getStringRef()},
+                             {"node", ds::getNodeName(op.getLoc())},
+                             {"flops", cost.getFlops()},
+                             {"bytes_accessed", cost.getBytesAccessed()},
+                             {"results", std::move(results)},
+                             {"frees", std::move(frees)}};
+    // The kernel's scratch memory, where it has some (its offset is in
+    // `frees` too: it lives while the op runs).
+    if (auto workspace = op.getAttrOfType<IntegerAttr>(
+            ds::DsDialect::kWorkspaceAttrName))
+      entry["workspace"] =
+          llvm::json::Object{{"offset", workspace.getInt()},
+                             {"bytes", kernel.getWorkspaceBytes()}};
+    plan.ops.push_back(std::move(entry));
   }
   Operation *terminator = function.getBody().front().getTerminator();
   for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
@@ -648,7 +657,7 @@ llvm::json::Object trainingRank(ModuleOp train, int64_t rank = 0) {
       }
     }
     FailureOr<PlanSummary> summary = summarizePlan(function);
-    functions.push_back(llvm::json::Object{
+    llvm::json::Object entry{
         {"name", function.getSymName()},
         {"arena_bytes", summary->arenaBytes},
         {"peak_live_bytes", summary->peakLiveBytes},
@@ -657,7 +666,10 @@ llvm::json::Object trainingRank(ModuleOp train, int64_t rank = 0) {
         {"outputs", std::move(plan.outputs)},
         {"updates", std::move(plan.updates)},
         {"frees_at_start", std::move(plan.freesAtStart)},
-        {"ops", std::move(plan.ops)}});
+        {"ops", std::move(plan.ops)}};
+    if (summary->workspaceBytes > 0)
+      entry["kernel_workspace_bytes"] = summary->workspaceBytes;
+    functions.push_back(std::move(entry));
   }
   llvm::json::Object json{
       {"rank", rank},
@@ -738,6 +750,8 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
       {"outputs", std::move(plan.outputs)},
       {"frees_at_start", std::move(plan.freesAtStart)},
       {"ops", std::move(plan.ops)}};
+  if (summary->workspaceBytes > 0)
+    rank["kernel_workspace_bytes"] = summary->workspaceBytes;
   llvm::json::Array ranks;
   ranks.push_back(std::move(rank));
   llvm::json::Object json{{"format", "dsopt-plan"}, {"version", 2}};

@@ -165,6 +165,8 @@ struct PlannedOp {
   SmallVector<std::pair<int64_t, int64_t>> acquires;
   /// Slots whose lifetime ends with the op, released after it.
   SmallVector<int64_t> releases;
+  /// The kernel's workspace (ds.workspace offset, bytes), if it needs one.
+  std::optional<std::pair<int64_t, int64_t>> workspace;
 
   // Set when looking for repeats:
   /// The op's code with its buffer offsets, op index and collective indices
@@ -473,8 +475,8 @@ FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
 /// Turns one KernelOpInterface description into an emitc.call_opaque.
 class CallBuilder : public ds::KernelCallBuilder {
 public:
-  CallBuilder(ProgramBuilder &program, Operation *op)
-      : p(program), op(op) {}
+  CallBuilder(ProgramBuilder &program, const PlannedOp &planned)
+      : p(program), op(planned.op), plannedWorkspace(planned.workspace) {}
 
   void callee(StringRef name) override { calleeName = name.str(); }
   void stream() override { operand(p.stream); }
@@ -549,6 +551,22 @@ public:
     operand(array);
   }
   void enumerator(StringRef name) override { args.push_back(p.literal(name)); }
+  void workspace() override {
+    if (!plannedWorkspace) {
+      args.push_back(p.literal("dsrt::Workspace{}"));
+      return;
+    }
+    CallArg offset = p.slotArg(plannedWorkspace->first);
+    SmallVector<Value> operands{p.arena};
+    Attribute offsetAttr = offset.attr;
+    if (offset.value) {
+      offsetAttr = p.builder.getIndexAttr(1);
+      operands.push_back(offset.value);
+    }
+    operand(p.call("dsrt::workspace", p.opaque("dsrt::Workspace"), operands,
+                   {p.builder.getIndexAttr(0), offsetAttr,
+                    p.builder.getI64IntegerAttr(plannedWorkspace->second)}));
+  }
   void generatedCallee(Operation *kernelOp) override {
     auto fused = dyn_cast<ds::FusedOp>(kernelOp);
     FailureOr<std::string> name =
@@ -590,6 +608,7 @@ private:
 
   ProgramBuilder &p;
   Operation *op;
+  std::optional<std::pair<int64_t, int64_t>> plannedWorkspace;
   std::string calleeName;
   SmallVector<Value> operands;
   SmallVector<Attribute> args;
@@ -866,6 +885,19 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
     for (Value operand : op.getOperands())
       if (auto range = rangeOf(operand))
         reads.push_back(*range);
+    // The kernel's scratch memory, acquired before it and released after it
+    // (ds.frees lists it) like any buffer.
+    if (int64_t bytes = kernel.getWorkspaceBytes(); bytes > 0) {
+      auto at =
+          op.getAttrOfType<IntegerAttr>(ds::DsDialect::kWorkspaceAttrName);
+      if (!at)
+        return op.emitOpError() << "needs a workspace of " << bytes
+                                << " bytes but has none (ds-plan-memory)";
+      planned.workspace = {at.getInt(), bytes};
+      planned.acquires.emplace_back(at.getInt(),
+                                    llvm::alignTo(bytes, plan.getAlignment()));
+      writes.emplace_back(at.getInt(), at.getInt() + bytes);
+    }
     for (auto [result, offset] :
          llvm::zip(op.getResults(), offsets.asArrayRef()))
       if (offset >= 0)
@@ -948,7 +980,7 @@ LogicalResult ProgramBuilder::emitOp(const PlannedOp &planned) {
     for (auto [offset, bytes] : planned.acquires)
       callArgs("dsrt::acquire", {program, slotArg(offset), i64(bytes)});
   }
-  CallBuilder callBuilder(*this, planned.op);
+  CallBuilder callBuilder(*this, planned);
   cast<ds::KernelOpInterface>(planned.op).buildKernelCall(callBuilder);
   if (failed(callBuilder.finish()))
     return failure();

@@ -5,7 +5,9 @@
 // (largest first), each placed at the lowest offset that overlaps no placed
 // buffer live at the same time. Intervals are inclusive: an op's operands
 // are still live when it writes its results, so a result never lands on an
-// operand unless the op is marked in-place for it.
+// operand unless the op is marked in-place for it. An op whose kernel needs
+// scratch memory (KernelOpInterface::getWorkspaceBytes) gets a buffer live
+// at that op alone (ds.workspace), freed with the op's dying buffers.
 //
 //===----------------------------------------------------------------------===//
 
@@ -138,6 +140,8 @@ private:
   llvm::DenseMap<Value, unsigned> tiedArg;
   /// Results computed into memory the runtime binds (isBoundOutput).
   llvm::DenseSet<Value> boundResults;
+  /// The workspace buffer of each op whose kernel needs one.
+  llvm::DenseMap<Operation *, int> workspaceOf;
 };
 
 int Planner::newBuffer(Value value, int64_t start, bool persistent) {
@@ -351,6 +355,16 @@ LogicalResult Planner::run() {
       newBuffer(result, at, /*persistent=*/false);
     }
 
+    // The kernel's scratch memory: a buffer live only while the op runs,
+    // so the workspaces of different ops can share bytes.
+    if (int64_t bytes = kernel.getWorkspaceBytes(); bytes > 0) {
+      Buffer buffer;
+      buffer.size = llvm::alignTo(bytes, alignment);
+      buffer.start = buffer.end = at;
+      buffers.push_back(buffer);
+      workspaceOf[&op] = buffers.size() - 1;
+    }
+
     // An asynchronous op (a collective) runs until the first op that uses
     // one of its results waits for it: its operands and results stay live
     // (and untouched) until then.
@@ -409,6 +423,9 @@ LogicalResult Planner::run() {
     }
     op.setAttr(ds::DsDialect::kBuffersAttrName,
                builder.getDenseI64ArrayAttr(offsets));
+    if (auto it = workspaceOf.find(&op); it != workspaceOf.end())
+      op.setAttr(ds::DsDialect::kWorkspaceAttrName,
+                 builder.getI64IntegerAttr(buffers[it->second].offset));
   }
   int64_t arena = layout.bytes;
   for (const Buffer &buffer : buffers)

@@ -56,15 +56,15 @@ int main(int argc, char **argv) {
 
   Buffer a({1024, 768}, 1.0f), w({768, 3072}), y({1024, 3072});
   std::printf("matmul [1024,768]x[768,3072]     %8.3f ms\n",
-              median_ms(repeats, [&] { matmul(s, a, w, y, false, false); }));
+              median_ms(repeats, [&] { matmul(s, a, w, y, false, false, {}); }));
 
   Buffer att({B, H, T, T}, 1.0f), probs({B, H, T, T});
   std::printf("softmax [4,12,256,256]           %8.3f ms\n",
-              median_ms(repeats, [&] { softmax(s, att, probs, 3); }));
+              median_ms(repeats, [&] { softmax(s, att, probs, 3, {}); }));
 
   Buffer x({BT, D}, 1.0f), g({D}, 1.0f), bias({D}), ln({BT, D}), mean({BT, 1}), inv({BT, 1});
   std::printf("layer_norm [1024,768]            %8.3f ms\n",
-              median_ms(repeats, [&] { layer_norm(s, x, g, &bias.t, ln, mean, inv, 1, 1e-5f); }));
+              median_ms(repeats, [&] { layer_norm(s, x, g, &bias.t, ln, mean, inv, 1, 1e-5f, {}); }));
 
   Buffer h({BT, F}, 1.0f), hg({BT, F});
   std::printf("gelu_tanh [1024,3072]            %8.3f ms\n",
@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
 
   Buffer k4({B, H, T, Dh}, 1.0f);
   std::printf("matmul q k^T [4,12,256,64]       %8.3f ms\n",
-              median_ms(repeats, [&] { matmul(s, qt, k4, att, false, true); }));
+              median_ms(repeats, [&] { matmul(s, qt, k4, att, false, true, {}); }));
 
   // The loss over GPT-2's vocabulary: log-softmax over 50257 classes.
   {
@@ -119,26 +119,26 @@ int main(int argc, char **argv) {
   Buffer neg_inf({}, 0.0f);
   neg_inf.data[0] = -INFINITY;
   auto block = [&] {
-    layer_norm(s, resid, g1, &be1.t, h1, mean, inv, 1, 1e-5f);
-    gemm(s, h1, w_attn, &b_attn.t, qkv, 1.0f, 1.0f, false, false);
+    layer_norm(s, resid, g1, &be1.t, h1, mean, inv, 1, 1e-5f, {});
+    gemm(s, h1, w_attn, &b_attn.t, qkv, 1.0f, 1.0f, false, false, {});
     Tensor parts[3] = {q.t, k.t, v.t};
     split(s, qkv.view({B, T, 3 * D}), parts, 3, 2);
     const int64_t perm[] = {0, 2, 1, 3};
     transpose(s, q.view({B, T, H, Dh}), qh, perm);
     transpose(s, k.view({B, T, H, Dh}), kh, perm);
     transpose(s, v.view({B, T, H, Dh}), vh, perm);
-    matmul(s, qh, kh, scores, false, true);
+    matmul(s, qh, kh, scores, false, true, {});
     binary(s, BinaryOp::Mul, scores, scale, scores);
     where(s, mask, scores, neg_inf, masked);
-    softmax(s, masked, p, 3);
-    matmul(s, p, vh, ctx, false, false);
+    softmax(s, masked, p, 3, {});
+    matmul(s, p, vh, ctx, false, false, {});
     transpose(s, ctx, ctx_t, perm);
-    gemm(s, ctx_t.view({BT, D}), w_proj, &b_proj.t, proj, 1.0f, 1.0f, false, false);
+    gemm(s, ctx_t.view({BT, D}), w_proj, &b_proj.t, proj, 1.0f, 1.0f, false, false, {});
     binary(s, BinaryOp::Add, resid, proj, resid2);
-    layer_norm(s, resid2, g2, &be2.t, h2, mean, inv, 1, 1e-5f);
-    gemm(s, h2, w_fc, &b_fc.t, fc, 1.0f, 1.0f, false, false);
+    layer_norm(s, resid2, g2, &be2.t, h2, mean, inv, 1, 1e-5f, {});
+    gemm(s, h2, w_fc, &b_fc.t, fc, 1.0f, 1.0f, false, false, {});
     unary(s, UnaryOp::GeluTanh, fc, act);
-    gemm(s, act, w_fc2, &b_fc2.t, fc2, 1.0f, 1.0f, false, false);
+    gemm(s, act, w_fc2, &b_fc2.t, fc2, 1.0f, 1.0f, false, false, {});
     binary(s, BinaryOp::Add, resid2, fc2, out);
   };
   double ms = median_ms(repeats, block);
@@ -146,14 +146,14 @@ int main(int argc, char **argv) {
 
   // Backward kernels and optimizer steps on the same shapes.
   Buffer dy_ln({BT, D}, 1.0f), dx_ln({BT, D}), dg({D}), db({D});
-  layer_norm(s, x, g, &bias.t, ln, mean, inv, 1, 1e-5f);
+  layer_norm(s, x, g, &bias.t, ln, mean, inv, 1, 1e-5f, {});
   std::printf("layer_norm_grad [1024,768]       %8.3f ms\n", median_ms(repeats, [&] {
-                layer_norm_grad(s, dy_ln, x, g, mean, inv, dx_ln, dg, &db.t, 1);
+                layer_norm_grad(s, dy_ln, x, g, mean, inv, dx_ln, dg, &db.t, 1, {});
               }));
   Buffer dprobs({B, H, T, T}, 1.0f), dscores({B, H, T, T});
-  softmax(s, att, probs, 3);
+  softmax(s, att, probs, 3, {});
   std::printf("softmax_grad [4,12,256,256]      %8.3f ms\n",
-              median_ms(repeats, [&] { softmax_grad(s, probs, dprobs, dscores, 3); }));
+              median_ms(repeats, [&] { softmax_grad(s, probs, dprobs, dscores, 3, {}); }));
   {
     const int64_t V = 50257;
     Buffer logits({BT, V}, 1.0f), log_prob({BT, V}), loss({}), dlogits({BT, V});
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
     // Token embedding backward: 1024 tokens into the [50257, 768] table.
     Buffer demb({V, D}), dtok({BT, D}, 1.0f);
     std::printf("gather_grad [1024] -> [50257,768]%8.3f ms\n",
-                median_ms(std::max(3, repeats / 4), [&] { gather_grad(s, dtok, tl, demb, 0); }));
+                median_ms(std::max(3, repeats / 4), [&] { gather_grad(s, dtok, tl, demb, 0, {}); }));
   }
   // GPT-2's c_attn as a 1x1 convolution: x [4, 768, 256], w [2304, 768, 1].
   {
@@ -180,10 +180,10 @@ int main(int argc, char **argv) {
     Buffer cdw({3 * D, D, 1}), cdx({B, D, T});
     const int64_t st[] = {1}, pads[] = {0, 0}, dil[] = {1};
     std::printf("conv_grad_weight 1x1 c_attn      %8.3f ms\n", median_ms(repeats, [&] {
-                  conv_grad_weight(s, cdy, cx, cdw, st, pads, dil, 1);
+                  conv_grad_weight(s, cdy, cx, cdw, st, pads, dil, 1, {});
                 }));
     std::printf("conv_grad_input 1x1 c_attn       %8.3f ms\n", median_ms(repeats, [&] {
-                  conv_grad_input(s, cdy, cw, cdx, st, pads, dil, 1);
+                  conv_grad_input(s, cdy, cw, cdx, st, pads, dil, 1, {});
                 }));
   }
   // A 3x3 convolution: x [8, 64, 56, 56], w [64, 64, 3, 3], pad 1.
@@ -191,12 +191,17 @@ int main(int argc, char **argv) {
     Buffer cx({8, 64, 56, 56}, 1.0f), cw({64, 64, 3, 3}), cdy({8, 64, 56, 56}, 1.0f);
     Buffer cdw({64, 64, 3, 3}), cdx({8, 64, 56, 56});
     const int64_t st[] = {1, 1}, pads[] = {1, 1, 1, 1}, dil[] = {1, 1};
+    std::vector<float> scratch(static_cast<size_t>(
+        conv_grad_input_workspace_bytes(DType::F32, Shape{8, 64, 56, 56}, Shape{64, 64, 3, 3},
+                                        Shape{8, 64, 56, 56}, st, pads, 1) /
+        4));
+    const Workspace ws{scratch.data(), static_cast<int64_t>(scratch.size() * 4)};
     std::printf("conv_grad_weight 3x3 [8,64,56,56]%8.3f ms\n",
                 median_ms(std::max(3, repeats / 4),
-                          [&] { conv_grad_weight(s, cdy, cx, cdw, st, pads, dil, 1); }));
+                          [&] { conv_grad_weight(s, cdy, cx, cdw, st, pads, dil, 1, ws); }));
     std::printf("conv_grad_input 3x3 [8,64,56,56] %8.3f ms\n",
                 median_ms(std::max(3, repeats / 4),
-                          [&] { conv_grad_input(s, cdy, cw, cdx, st, pads, dil, 1); }));
+                          [&] { conv_grad_input(s, cdy, cw, cdx, st, pads, dil, 1, ws); }));
   }
   {
     Buffer p({D, F}), gr({D, F}), m1({D, F}), v1({D, F}), lr({}, 0.0f), total({});

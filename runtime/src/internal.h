@@ -185,6 +185,48 @@ void set_blas_threads(const Stream &s);
 // Per-thread scratch memory that grows and is reused across calls.
 float *scratch_floats(size_t count, int slot = 0);
 
+// Row kernels on f16/bf16 convert each row to f32 in a "lane" of their
+// workspace: at most kRowLanes lanes, lane l taking the fixed rows
+// [l * rows / lanes, (l + 1) * rows / lanes), so the workspace is bounded
+// and no row's result depends on the thread count.
+constexpr int64_t kRowLanes = 64;
+inline int64_t row_lanes(int64_t rows) { return std::min(rows, kRowLanes); }
+
+// Runs f(begin, end, buffer) over the rows [0, rows) in parallel: with
+// `lanes` null (f32 rows, read in place) as parallel_for, buffer null; else
+// lane by lane, buffer the lane's `lane_floats` floats of `lanes`.
+template <typename F>
+void for_each_row_range(const Stream &s, int64_t rows, int64_t grain, float *lanes,
+                        int64_t lane_floats, F &&f) {
+  if (!lanes) {
+    parallel_for(s, rows, grain, [&](int64_t begin, int64_t end) { f(begin, end, nullptr); });
+    return;
+  }
+  const int64_t count = row_lanes(rows);
+  if (count <= 0)
+    return;
+  const int64_t per_lane = (rows + count - 1) / count;
+  parallel_for(s, count, std::max<int64_t>(1, grain / per_lane), [&](int64_t begin, int64_t end) {
+    for (int64_t lane = begin; lane < end; ++lane)
+      f(lane * rows / count, (lane + 1) * rows / count, lanes + lane * lane_floats);
+  });
+}
+
+// A kernel's workspace handed out as consecutive f32 arrays. The constructor
+// throws unless `ws` holds at least `need` bytes (the kernel's size function).
+class WorkspaceFloats {
+public:
+  WorkspaceFloats(const char *kernel, const Workspace &ws, int64_t need);
+  float *take(int64_t count) {
+    float *p = next_;
+    next_ += count;
+    return p;
+  }
+
+private:
+  float *next_;
+};
+
 // Whole-buffer conversions between a float storage type and f32, in parallel
 // (the f16/bf16 paths of matmul, gemm and conv).
 template <typename T> void to_f32(const Stream &s, const T *in, float *out, int64_t n) {

@@ -526,7 +526,7 @@ TEST(Comm, IssuingDoesNotWaitForPeers) {
   Owned a = make_input(DType::F32, 128 * 128, R(), 12), c(DType::F32, Shape{128, 128});
   Tensor a2{a.t().data, DType::F32, Shape{128, 128}};
   dsrt::Stream compute(dsrt::Backend::Cpu, 1);
-  dsrt::matmul(compute, a2, a2, c, false, false);
+  dsrt::matmul(compute, a2, a2, c, false, false, {});
   r.wait();
   EXPECT_EQ(diff(out, reference(DType::F32, ReduceOp::Sum, 4096, 11, 0, 4096)), "");
 }
@@ -583,7 +583,7 @@ TEST(Comm, ManySmallCollectivesBackToBackWhileComputing) {
   Owned a = make_input(DType::F32, 96 * 96, R(), 13), c(DType::F32, Shape{96, 96});
   Tensor a2{a.t().data, DType::F32, Shape{96, 96}};
   for (int i = 0; i < 20; ++i)
-    dsrt::matmul(compute, a2, a2, c, false, false);
+    dsrt::matmul(compute, a2, a2, c, false, false, {});
   // They complete in issue order.
   for (size_t k = 0; k < requests.size(); ++k) {
     requests[k].wait();

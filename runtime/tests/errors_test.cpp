@@ -77,14 +77,14 @@ TEST_F(Errors, ShapesAndTypesThatDisagree) {
   EXPECT_DSRT_ERROR(dsrt::unary(s, dsrt::UnaryOp::Not, a, a), "unary(not)", "bool");
 
   Owned m(DType::F32, Shape{3, 4}), k(DType::F32, Shape{5, 2}), out(DType::F32, Shape{3, 2});
-  EXPECT_DSRT_ERROR(dsrt::matmul(s, m, k, out, false, false), "dsrt::matmul", "contraction",
+  EXPECT_DSRT_ERROR(dsrt::matmul(s, m, k, out, false, false, {}), "dsrt::matmul", "contraction",
                     "4 vs 5");
   Owned batch_a(DType::F32, Shape{2, 3, 4}), batch_b(DType::F32, Shape{3, 4, 2});
   Owned batch_y(DType::F32, Shape{3, 3, 2});
-  EXPECT_DSRT_ERROR(dsrt::matmul(s, batch_a, batch_b, batch_y, false, false), "do not broadcast");
+  EXPECT_DSRT_ERROR(dsrt::matmul(s, batch_a, batch_b, batch_y, false, false, {}), "do not broadcast");
   Owned c(DType::F32, Shape{4});
   Owned gy(DType::F32, Shape{3, 2}), gk(DType::F32, Shape{4, 2});
-  EXPECT_DSRT_ERROR(dsrt::gemm(s, m, gk, &c.t(), gy, 1, 1, false, false), "dsrt::gemm", "c [4]");
+  EXPECT_DSRT_ERROR(dsrt::gemm(s, m, gk, &c.t(), gy, 1, 1, false, false, {}), "dsrt::gemm", "c [4]");
 
   const int64_t perm[] = {0, 0};
   EXPECT_DSRT_ERROR(dsrt::transpose(s, m, m, perm), "dsrt::transpose", "permutation");
@@ -114,18 +114,18 @@ TEST_F(Errors, ShapesAndTypesThatDisagree) {
 TEST_F(Errors, NormalizationAndConvolutionArguments) {
   Owned x(DType::F32, Shape{2, 8}), g(DType::F32, Shape{8}), y(DType::F32, Shape{2, 8});
   Owned mean(DType::F32, Shape{2}), inv(DType::F32, Shape{2, 1});
-  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, x, g, nullptr, y, mean, inv, 1, 1e-5f), "dsrt::layer_norm",
+  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, x, g, nullptr, y, mean, inv, 1, 1e-5f, {}), "dsrt::layer_norm",
                     "mean has shape [2], expected [2, 1]");
   Owned g_bad(DType::F32, Shape{3});
   Owned mean1(DType::F32, Shape{2, 1});
-  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, x, g_bad, nullptr, y, mean1, inv, 1, 1e-5f),
+  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, x, g_bad, nullptr, y, mean1, inv, 1, 1e-5f, {}),
                     "scale [3] does not broadcast to the normalized shape [8]");
   Owned img(DType::F32, Shape{1, 4, 5, 5}), w(DType::F32, Shape{6, 2, 3, 3}),
       out(DType::F32, Shape{1, 6, 3, 3});
   const int64_t st[] = {1, 1}, pads[] = {0, 0, 0, 0}, dil[] = {1, 1};
-  EXPECT_DSRT_ERROR(dsrt::conv(s, img, w, nullptr, out, st, pads, dil, 3), "dsrt::conv", "group 3");
+  EXPECT_DSRT_ERROR(dsrt::conv(s, img, w, nullptr, out, st, pads, dil, 3, {}), "dsrt::conv", "group 3");
   Owned out_bad(DType::F32, Shape{1, 6, 4, 3});
-  EXPECT_DSRT_ERROR(dsrt::conv(s, img, w, nullptr, out_bad, st, pads, dil, 2),
+  EXPECT_DSRT_ERROR(dsrt::conv(s, img, w, nullptr, out_bad, st, pads, dil, 2, {}),
                     "has 4 positions on spatial axis 0, expected 3");
   const int64_t k[] = {2, 2}, st2[] = {2, 2};
   Owned pool(DType::F32, Shape{1, 4, 4, 4});
@@ -138,17 +138,80 @@ TEST_F(Errors, NormalizationAndConvolutionArguments) {
                     "lr must be a scalar");
 }
 
+TEST_F(Errors, WorkspaceTooSmall) {
+  // bf16 operands are converted to f32 in the workspace: 4 * (6 + 6 + 4)
+  // bytes; one byte less is refused before anything is written.
+  Owned a(DType::BF16, Shape{2, 3}), b(DType::BF16, Shape{3, 2}), y(DType::BF16, Shape{2, 2}, 0xAB);
+  Owned before = y;
+  ASSERT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, a.t().shape, b.t().shape, y.t().shape), 64);
+  std::vector<float> scratch(16);
+  EXPECT_DSRT_ERROR(dsrt::matmul(s, a, b, y, false, false, {scratch.data(), 63}), "dsrt::matmul",
+                    "workspace of 63 bytes is smaller than the 64 bytes the kernel needs");
+  EXPECT_EQ(y.bytes(), before.bytes());
+  EXPECT_DSRT_ERROR(dsrt::matmul(s, a, b, y, false, false, {nullptr, 64}), "dsrt::matmul",
+                    "workspace of 64 bytes has no data");
+  // f32 needs none.
+  Owned fa(DType::F32, Shape{2, 3}, 0), fb(DType::F32, Shape{3, 2}, 0), fy(DType::F32, Shape{2, 2});
+  dsrt::matmul(s, fa, fb, fy, false, false, {});
+  // im2col of a 3x3 window: (4 / 2) * 9 rows by 3 * 3 positions of f32.
+  Owned img(DType::F32, Shape{1, 4, 5, 5}), w(DType::F32, Shape{6, 2, 3, 3}),
+      out(DType::F32, Shape{1, 6, 3, 3});
+  const int64_t st[] = {1, 1}, pads[] = {0, 0, 0, 0}, dil[] = {1, 1};
+  EXPECT_DSRT_ERROR(dsrt::conv(s, img, w, nullptr, out, st, pads, dil, 2, {scratch.data(), 64}),
+                    "dsrt::conv", "workspace of 64 bytes is smaller than the 648 bytes");
+}
+
+TEST(WorkspaceBytes, AgreeWithTheCompiler) {
+  // The numbers ds-plan-memory records for the same ops
+  // (test/Transforms/plan-workspace.mlir): the compiler's and the kernels'
+  // size functions must agree.
+  const int64_t st[] = {1, 1}, pads[] = {0, 0, 0, 0}, pad1[] = {1, 1, 1, 1};
+  EXPECT_EQ(dsrt::conv_workspace_bytes(DType::F32, Shape{1, 4, 5, 5}, Shape{6, 2, 3, 3},
+                                       Shape{1, 6, 3, 3}, false, st, pads, 2),
+            648);
+  EXPECT_EQ(dsrt::conv_workspace_bytes(DType::F32, Shape{2, 4, 5, 5}, Shape{6, 4, 1, 1},
+                                       Shape{2, 6, 5, 5}, true, st, pads, 1),
+            0);
+  EXPECT_EQ(dsrt::conv_workspace_bytes(DType::BF16, Shape{1, 4, 5, 5}, Shape{6, 2, 3, 3},
+                                       Shape{1, 6, 3, 3}, true, st, pads, 2),
+            4 * (162 + 100 + 108 + 54 + 6));
+  EXPECT_EQ(dsrt::conv_grad_input_workspace_bytes(DType::F32, Shape{1, 6, 5, 5},
+                                                  Shape{6, 2, 3, 3}, Shape{1, 4, 5, 5}, st, pad1,
+                                                  2),
+            4 * 4 * 9 * 25);
+  EXPECT_EQ(dsrt::conv_grad_weight_workspace_bytes(DType::F32, Shape{1, 6, 5, 5},
+                                                   Shape{1, 4, 5, 5}, Shape{6, 2, 3, 3}, st,
+                                                   pad1, 2),
+            4 * 2 * 9 * 25);
+  EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::F16, Shape{4, 8}, Shape{8, 16}, Shape{4, 16}),
+            4 * (32 + 128 + 64));
+  EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::BF16, Shape{10, 4}), 160);
+  EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::F32, Shape{10, 4}), 0);
+  // At most 64 planes of f32 for a 16-bit pooling gradient.
+  EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::BF16, Shape{2, 3, 4, 4}), 4 * 6 * 16);
+  EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::F16, Shape{8, 16, 2, 2}), 4 * 64 * 4);
+  EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::F32, Shape{2, 3, 4, 4}), 0);
+  // 16-bit rows in f32, at most 64 at a time; none along a strided axis.
+  EXPECT_EQ(dsrt::softmax_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 2), 4 * 6 * 8);
+  EXPECT_EQ(dsrt::softmax_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 1), 0);
+  EXPECT_EQ(dsrt::softmax_workspace_bytes(DType::F32, Shape{2, 3, 8}, 2), 0);
+  EXPECT_EQ(dsrt::softmax_grad_workspace_bytes(DType::F16, Shape{100, 8}, 1), 2 * 4 * 64 * 8);
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 2), 4 * 6 * 8);
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 2), 3 * 4 * 6 * 8);
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, 2), 0);
+}
+
 TEST_F(Errors, BackwardDataErrorsWriteNothing) {
   Owned dy(DType::F32, Shape{3, 2}, 0);
   Owned idx = Owned::of(DType::I64, Shape{3}, {1, -5, 0});
   Owned ddata(DType::F32, Shape{4, 2}, 0xAB);
   Owned before = ddata;
-  EXPECT_DSRT_ERROR(dsrt::gather_grad(s, dy, idx, ddata, 0), "dsrt::gather_grad", "index -5",
+  EXPECT_DSRT_ERROR(dsrt::gather_grad(s, dy, idx, ddata, 0, {}), "dsrt::gather_grad", "index -5",
                     "indices element 1", "size 4");
   EXPECT_EQ(ddata.bytes(), before.bytes());
   Owned flags(DType::Bool, Shape{4, 2}), flag_dy(DType::Bool, Shape{3, 2});
   Owned ok_idx = Owned::of(DType::I64, Shape{3}, {1, 2, 0});
-  EXPECT_DSRT_ERROR(dsrt::gather_grad(s, flag_dy, ok_idx, flags, 0), "gather_grad", "got bool");
+  EXPECT_DSRT_ERROR(dsrt::gather_grad(s, flag_dy, ok_idx, flags, 0, {}), "gather_grad", "got bool");
 
   Owned log_prob(DType::F32, Shape{3, 4});
   Owned labels = Owned::of(DType::I32, Shape{3}, {0, 4, -1});
@@ -173,29 +236,29 @@ TEST_F(Errors, BackwardArguments) {
   Owned x(DType::F32, Shape{2, 8}), g(DType::F32, Shape{8}), mean(DType::F32, Shape{2, 1}),
       inv(DType::F32, Shape{2, 1}), dx(DType::F32, Shape{2, 8});
   Owned dg_bad(DType::F32, Shape{1, 8}), dg(DType::F32, Shape{8}), db_bad(DType::F32, Shape{3});
-  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, x, x, g, mean, inv, dx, dg_bad, nullptr, 1),
+  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, x, x, g, mean, inv, dx, dg_bad, nullptr, 1, {}),
                     "dsrt::layer_norm_grad", "dscale has shape [1, 8], expected [8]");
-  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, x, x, g, mean, inv, dx, dg, &db_bad.t(), 1),
+  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, x, x, g, mean, inv, dx, dg, &db_bad.t(), 1, {}),
                     "dbias [3] does not broadcast to the normalized shape [8]");
   Owned x16(DType::F16, Shape{2, 8});
-  EXPECT_DSRT_ERROR(dsrt::softmax_grad(s, x, x16, dx, 1), "dsrt::softmax_grad",
+  EXPECT_DSRT_ERROR(dsrt::softmax_grad(s, x, x16, dx, 1, {}), "dsrt::softmax_grad",
                     "y is f32 but dy is f16");
 
   Owned img(DType::F32, Shape{1, 4, 5, 5}), w(DType::F32, Shape{6, 2, 3, 3});
   Owned dy(DType::F32, Shape{1, 6, 3, 3}), dy_bad(DType::F32, Shape{1, 6, 4, 3});
   const int64_t st[] = {1, 1}, pads[] = {0, 0, 0, 0}, dil[] = {1, 1};
-  EXPECT_DSRT_ERROR(dsrt::conv_grad_input(s, dy_bad, w, img, st, pads, dil, 2),
+  EXPECT_DSRT_ERROR(dsrt::conv_grad_input(s, dy_bad, w, img, st, pads, dil, 2, {}),
                     "dsrt::conv_grad_input",
                     "dy [1, 6, 4, 3] has 4 positions on spatial axis 0, expected 3");
   Owned dw_bad(DType::F32, Shape{6, 4, 3, 3});
-  EXPECT_DSRT_ERROR(dsrt::conv_grad_weight(s, dy, img, dw_bad, st, pads, dil, 2),
+  EXPECT_DSRT_ERROR(dsrt::conv_grad_weight(s, dy, img, dw_bad, st, pads, dil, 2, {}),
                     "dsrt::conv_grad_weight", "dw [6, 4, 3, 3] needs 2 input channels per group");
   const int64_t k[] = {2, 2}, st2[] = {2, 2};
   Owned pooled(DType::F32, Shape{1, 4, 2, 2}), dimg_bad(DType::F32, Shape{1, 4, 5, 4});
-  EXPECT_DSRT_ERROR(dsrt::max_pool_grad(s, pooled, img, dimg_bad, k, st2, pads, dil),
+  EXPECT_DSRT_ERROR(dsrt::max_pool_grad(s, pooled, img, dimg_bad, k, st2, pads, dil, {}),
                     "dsrt::max_pool_grad", "dx has shape [1, 4, 5, 4], expected [1, 4, 5, 5]");
   Owned pooled_bad(DType::F32, Shape{1, 4, 4, 2});
-  EXPECT_DSRT_ERROR(dsrt::avg_pool_grad(s, pooled_bad, img, k, st2, pads, false),
+  EXPECT_DSRT_ERROR(dsrt::avg_pool_grad(s, pooled_bad, img, k, st2, pads, false, {}),
                     "dsrt::avg_pool_grad", "dy [1, 4, 4, 2] has 4 positions");
   const int64_t offsets[] = {3, 0}, strides[] = {1, 1};
   Owned part(DType::F32, Shape{2, 8});

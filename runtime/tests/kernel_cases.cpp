@@ -94,6 +94,15 @@ public:
     return v;
   }
 
+  // A workspace of exactly `bytes` bytes (what the kernel's size function
+  // says), filled with 0xFF bytes so that a kernel reading scratch it did
+  // not write is caught.
+  Workspace workspace(int64_t bytes) {
+    workspaces_.emplace_back(static_cast<size_t>(bytes) / sizeof(float) + 1, 0);
+    std::memset(workspaces_.back().data(), 0xFF, workspaces_.back().size() * sizeof(float));
+    return Workspace{workspaces_.back().data(), bytes};
+  }
+
   // name -> (actual buffer, output entry) of every output made.
   struct Output {
     NpyArray actual;
@@ -135,6 +144,7 @@ private:
   std::map<std::string, NpyArray> arrays_;
   std::map<std::string, Tensor> views_;
   std::map<std::string, Output> outputs_;
+  std::vector<std::vector<float>> workspaces_;
 };
 
 UnaryOp unary_op(const std::string &s) {
@@ -204,27 +214,38 @@ const std::map<std::string, KernelFn> &kernels() {
       {"copy", [](CaseRun &c) { copy(c.stream(), c.in("x"), c.out("y")); }},
       {"matmul",
        [](CaseRun &c) {
-         matmul(c.stream(), c.in("a"), c.in("b"), c.out("y"), c.attr_bool("transpose_a"),
-                c.attr_bool("transpose_b"));
+         Tensor a = c.in("a"), b = c.in("b"), y = c.out("y");
+         matmul(c.stream(), a, b, y, c.attr_bool("transpose_a"), c.attr_bool("transpose_b"),
+                c.workspace(matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
        }},
       {"gemm",
        [](CaseRun &c) {
-         gemm(c.stream(), c.in("a"), c.in("b"), c.opt("c"), c.out("y"), c.attr_float("alpha"),
-              c.attr_float("beta"), c.attr_bool("transpose_a"), c.attr_bool("transpose_b"));
+         Tensor a = c.in("a"), b = c.in("b"), y = c.out("y");
+         gemm(c.stream(), a, b, c.opt("c"), y, c.attr_float("alpha"), c.attr_float("beta"),
+              c.attr_bool("transpose_a"), c.attr_bool("transpose_b"),
+              c.workspace(gemm_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
        }},
       {"softmax",
        [](CaseRun &c) {
-         softmax(c.stream(), c.in("x"), c.out("y"), static_cast<int>(c.attr_int("axis")));
+         Tensor x = c.in("x");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         softmax(c.stream(), x, c.out("y"), axis,
+                 c.workspace(softmax_workspace_bytes(x.dtype, x.shape, axis)));
        }},
       {"log_softmax",
        [](CaseRun &c) {
-         log_softmax(c.stream(), c.in("x"), c.out("y"), static_cast<int>(c.attr_int("axis")));
+         Tensor x = c.in("x");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         log_softmax(c.stream(), x, c.out("y"), axis,
+                     c.workspace(softmax_workspace_bytes(x.dtype, x.shape, axis)));
        }},
       {"layer_norm",
        [](CaseRun &c) {
-         layer_norm(c.stream(), c.in("x"), c.in("scale"), c.opt("bias"), c.out("y"),
-                    c.out("mean"), c.out("inv_std_dev"), static_cast<int>(c.attr_int("axis")),
-                    c.attr_float("epsilon"));
+         Tensor x = c.in("x");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         layer_norm(c.stream(), x, c.in("scale"), c.opt("bias"), c.out("y"), c.out("mean"),
+                    c.out("inv_std_dev"), axis, c.attr_float("epsilon"),
+                    c.workspace(layer_norm_workspace_bytes(x.dtype, x.shape, axis)));
        }},
       {"batch_norm",
        [](CaseRun &c) {
@@ -303,8 +324,12 @@ const std::map<std::string, KernelFn> &kernels() {
        [](CaseRun &c) {
          std::vector<int64_t> st = c.attr_ints("strides"), pads = c.attr_ints("pads"),
                               dil = c.attr_ints("dilations");
-         conv(c.stream(), c.in("x"), c.in("w"), c.opt("bias"), c.out("y"), st.data(),
-              pads.data(), dil.data(), c.attr_int("group"));
+         Tensor x = c.in("x"), w = c.in("w"), y = c.out("y");
+         const Tensor *bias = c.opt("bias");
+         const int64_t group = c.attr_int("group");
+         conv(c.stream(), x, w, bias, y, st.data(), pads.data(), dil.data(), group,
+              c.workspace(conv_workspace_bytes(x.dtype, x.shape, w.shape, y.shape,
+                                               bias != nullptr, st.data(), pads.data(), group)));
        }},
       {"max_pool",
        [](CaseRun &c) {
@@ -345,13 +370,17 @@ const std::map<std::string, KernelFn> &kernels() {
       // Backward kernels.
       {"softmax_grad",
        [](CaseRun &c) {
-         softmax_grad(c.stream(), c.in("y"), c.in("dy"), c.out("dx"),
-                      static_cast<int>(c.attr_int("axis")));
+         Tensor y = c.in("y");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         softmax_grad(c.stream(), y, c.in("dy"), c.out("dx"), axis,
+                      c.workspace(softmax_grad_workspace_bytes(y.dtype, y.shape, axis)));
        }},
       {"log_softmax_grad",
        [](CaseRun &c) {
-         log_softmax_grad(c.stream(), c.in("y"), c.in("dy"), c.out("dx"),
-                          static_cast<int>(c.attr_int("axis")));
+         Tensor y = c.in("y");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         log_softmax_grad(c.stream(), y, c.in("dy"), c.out("dx"), axis,
+                          c.workspace(softmax_grad_workspace_bytes(y.dtype, y.shape, axis)));
        }},
       {"layer_norm_grad",
        [](CaseRun &c) {
@@ -359,9 +388,12 @@ const std::map<std::string, KernelFn> &kernels() {
          Tensor dbias;
          if (has_bias)
            dbias = c.out("dbias");
-         layer_norm_grad(c.stream(), c.in("dy"), c.in("x"), c.in("scale"), c.in("mean"),
+         Tensor x = c.in("x");
+         const int axis = static_cast<int>(c.attr_int("axis"));
+         layer_norm_grad(c.stream(), c.in("dy"), x, c.in("scale"), c.in("mean"),
                          c.in("inv_std_dev"), c.out("dx"), c.out("dscale"),
-                         has_bias ? &dbias : nullptr, static_cast<int>(c.attr_int("axis")));
+                         has_bias ? &dbias : nullptr, axis,
+                         c.workspace(layer_norm_grad_workspace_bytes(x.dtype, x.shape, axis)));
        }},
       {"batch_norm_grad",
        [](CaseRun &c) {
@@ -387,8 +419,10 @@ const std::map<std::string, KernelFn> &kernels() {
        }},
       {"gather_grad",
        [](CaseRun &c) {
-         gather_grad(c.stream(), c.in("dy"), c.in("indices"), c.out("ddata"),
-                     static_cast<int>(c.attr_int("axis")));
+         Tensor ddata = c.out("ddata");
+         gather_grad(c.stream(), c.in("dy"), c.in("indices"), ddata,
+                     static_cast<int>(c.attr_int("axis")),
+                     c.workspace(gather_grad_workspace_bytes(ddata.dtype, ddata.shape)));
        }},
       {"slice_grad",
        [](CaseRun &c) {
@@ -399,29 +433,41 @@ const std::map<std::string, KernelFn> &kernels() {
        [](CaseRun &c) {
          std::vector<int64_t> st = c.attr_ints("strides"), pads = c.attr_ints("pads"),
                               dil = c.attr_ints("dilations");
-         conv_grad_input(c.stream(), c.in("dy"), c.in("w"), c.out("dx"), st.data(), pads.data(),
-                         dil.data(), c.attr_int("group"));
+         Tensor dy = c.in("dy"), w = c.in("w"), dx = c.out("dx");
+         const int64_t group = c.attr_int("group");
+         conv_grad_input(c.stream(), dy, w, dx, st.data(), pads.data(), dil.data(), group,
+                         c.workspace(conv_grad_input_workspace_bytes(
+                             dx.dtype, dy.shape, w.shape, dx.shape, st.data(), pads.data(),
+                             group)));
        }},
       {"conv_grad_weight",
        [](CaseRun &c) {
          std::vector<int64_t> st = c.attr_ints("strides"), pads = c.attr_ints("pads"),
                               dil = c.attr_ints("dilations");
-         conv_grad_weight(c.stream(), c.in("dy"), c.in("x"), c.out("dw"), st.data(), pads.data(),
-                          dil.data(), c.attr_int("group"));
+         Tensor dy = c.in("dy"), x = c.in("x"), dw = c.out("dw");
+         const int64_t group = c.attr_int("group");
+         conv_grad_weight(c.stream(), dy, x, dw, st.data(), pads.data(), dil.data(), group,
+                          c.workspace(conv_grad_weight_workspace_bytes(
+                              dw.dtype, dy.shape, x.shape, dw.shape, st.data(), pads.data(),
+                              group)));
        }},
       {"max_pool_grad",
        [](CaseRun &c) {
          std::vector<int64_t> k = c.attr_ints("kernel_shape"), st = c.attr_ints("strides"),
                               pads = c.attr_ints("pads"), dil = c.attr_ints("dilations");
-         max_pool_grad(c.stream(), c.in("dy"), c.in("x"), c.out("dx"), k.data(), st.data(),
-                       pads.data(), dil.data());
+         Tensor dx = c.out("dx");
+         max_pool_grad(c.stream(), c.in("dy"), c.in("x"), dx, k.data(), st.data(),
+                       pads.data(), dil.data(),
+                       c.workspace(pool_grad_workspace_bytes(dx.dtype, dx.shape)));
        }},
       {"avg_pool_grad",
        [](CaseRun &c) {
          std::vector<int64_t> k = c.attr_ints("kernel_shape"), st = c.attr_ints("strides"),
                               pads = c.attr_ints("pads");
-         avg_pool_grad(c.stream(), c.in("dy"), c.out("dx"), k.data(), st.data(), pads.data(),
-                       c.attr_bool("count_include_pad"));
+         Tensor dx = c.out("dx");
+         avg_pool_grad(c.stream(), c.in("dy"), dx, k.data(), st.data(), pads.data(),
+                       c.attr_bool("count_include_pad"),
+                       c.workspace(pool_grad_workspace_bytes(dx.dtype, dx.shape)));
        }},
       // torch.optim steps.
       {"adamw",

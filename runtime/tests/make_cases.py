@@ -503,7 +503,7 @@ def gen_softmax(w):
     ]
     for kernel, fn in (("softmax", torch.softmax), ("log_softmax", torch.log_softmax)):
         for sname, shape, axis in shapes:
-            dtypes = ["f32"] + (["f16", "bf16"] if sname in ("last", "middle") else [])
+            dtypes = ["f32"] + (["f16", "bf16"] if sname in ("last", "middle", "attention") else [])
             for dtype in dtypes:
                 name = "%s_%s" % (sname, dtype)
                 x = Rng(kernel + name).float(shape, dtype, -4, 4)
@@ -529,7 +529,7 @@ def gen_layer_norm(w):
     ]
     eps = 1e-5
     for name, shape, axis, sshape, bshape in cases:
-        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes") else [])
+        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes", "gpt2_row") else [])
         for dtype in dtypes:
             cname = "%s_%s" % (name, dtype)
             rng = Rng(cname)
@@ -927,8 +927,10 @@ def gen_conv(w):
         ("conv3d", [1, 2, 5, 6, 4], [3, 2, 2, 3, 2], [1, 2, 1], [1, 0, 1, 0, 1, 1], [1, 1, 1], 1, True),
         ("large_pad", [1, 1, 3, 3], [1, 1, 2, 2], [1, 1], [3, 3, 3, 3], [1, 1], 1, False),
     ]
+    # 16-bit types convert to f32 in the workspace, with and without an
+    # im2col matrix, with and without groups.
     for name, xs, ws, st, pads, dil, group, has_bias in cases:
-        for dtype in (FLOATS if name == "basic" else ["f32"]):
+        for dtype in (FLOATS if name in ("basic", "group2", "pointwise") else ["f32"]):
             cname = "%s_%s" % (name, dtype)
             rng = Rng("conv" + cname)
             x, wt = rng.float(xs, dtype), rng.float(ws, dtype)
@@ -1086,7 +1088,7 @@ def gen_softmax_grad(w):
     ]
     for kernel, fn in (("softmax_grad", torch.softmax), ("log_softmax_grad", torch.log_softmax)):
         for sname, shape, axis in shapes:
-            dtypes = ["f32"] + (["f16", "bf16"] if sname in ("last", "middle") else [])
+            dtypes = ["f32"] + (["f16", "bf16"] if sname in ("last", "middle", "attention") else [])
             for dtype in dtypes:
                 name = "%s_%s" % (sname, dtype)
                 rng = Rng(kernel + name)
@@ -1128,7 +1130,7 @@ def gen_layer_norm_grad(w):
     ]
     eps = 1e-5
     for name, shape, axis, sshape, bshape, span in cases:
-        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes") else [])
+        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes", "many_rows") else [])
         for dtype in dtypes:
             cname = "%s_%s" % (name, dtype)
             rng = Rng("lngrad" + cname)
@@ -1306,7 +1308,7 @@ def gen_conv_grad(w):
         ("parallel", [2, 16, 20, 20], [8, 16, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1),
     ]
     for name, xs, ws, st, pads, dil, group in cases:
-        for dtype in (FLOATS if name == "basic" else ["f32"]):
+        for dtype in (FLOATS if name in ("basic", "group2", "pointwise_group") else ["f32"]):
             cname = "%s_%s" % (name, dtype)
             rng = Rng("convgrad" + cname)
             x, wt = rng.float(xs, dtype), rng.float(ws, dtype)

@@ -91,7 +91,7 @@ void micro_step(dsrt::Program &p) {
 
   dsrt::begin_op(p, 0);
   dsrt::acquire(p, kPred, 128);
-  dsrt::matmul(s, x, W, pred, false, false);
+  dsrt::matmul(s, x, W, pred, false, false, {});
   dsrt::end_op(p, 0);
   dsrt::begin_op(p, 1);
   dsrt::binary(s, dsrt::BinaryOp::Add, pred, b, pred);
@@ -112,7 +112,7 @@ void micro_step(dsrt::Program &p) {
   // d(loss / accumulation_steps) / d pred = 2 d / (batch * out) / accumulation_steps.
   dsrt::begin_op(p, 4);
   dsrt::acquire(p, kDW, 2048);
-  dsrt::matmul(s, x, pred, dW, true, false);
+  dsrt::matmul(s, x, pred, dW, true, false, {});
   dsrt::release(p, kX);
   dsrt::end_op(p, 4);
   dsrt::begin_op(p, 5);

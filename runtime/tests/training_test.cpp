@@ -118,12 +118,15 @@ TEST(SameBits, GatherGradWithManyRepeatedIndices) {
   Owned dy = random(DType::F32, Shape{6000, 64}, 6);
   Owned dd(DType::F32, Shape{500, 64});
   expect_same_bits("gather_grad axis 0", {&dd},
-                   [&](Stream &s) { dsrt::gather_grad(s, dy, idx, dd, 0); });
+                   [&](Stream &s) { dsrt::gather_grad(s, dy, idx, dd, 0, {}); });
   Owned idx1 = random_indices(DType::I32, Shape{40}, 7, 0, 9);
   Owned dy1 = random(DType::BF16, Shape{300, 40, 30}, 8);
   Owned dd1(DType::BF16, Shape{300, 9, 30});
+  std::vector<float> acc(300 * 9 * 30);
+  const dsrt::Workspace ws{acc.data(),
+                           dsrt::gather_grad_workspace_bytes(DType::BF16, dd1.t().shape)};
   expect_same_bits("gather_grad axis 1", {&dd1},
-                   [&](Stream &s) { dsrt::gather_grad(s, dy1, idx1, dd1, 1); });
+                   [&](Stream &s) { dsrt::gather_grad(s, dy1, idx1, dd1, 1, ws); });
 }
 
 TEST(SameBits, NormalizationGradients) {
@@ -133,10 +136,10 @@ TEST(SameBits, NormalizationGradients) {
   Owned y(DType::F32, Shape{2000, 96}), mean(DType::F32, Shape{2000, 1}),
       inv(DType::F32, Shape{2000, 1});
   Stream s(dsrt::Backend::Cpu, 1);
-  dsrt::layer_norm(s, x, g, &b.t(), y, mean, inv, 1, 1e-5f);
+  dsrt::layer_norm(s, x, g, &b.t(), y, mean, inv, 1, 1e-5f, {});
   Owned dx(DType::F32, Shape{2000, 96}), dg(DType::F32, Shape{96}), db(DType::F32, Shape{96});
   expect_same_bits("layer_norm_grad", {&dx, &dg, &db}, [&](Stream &st) {
-    dsrt::layer_norm_grad(st, dy, x, g, mean, inv, dx, dg, &db.t(), 1);
+    dsrt::layer_norm_grad(st, dy, x, g, mean, inv, dx, dg, &db.t(), 1, {});
   });
 
   const Shape bn{8, 6, 40, 40};
@@ -153,7 +156,7 @@ TEST(SameBits, NormalizationGradients) {
   Owned sdx(DType::F32, Shape{300, 500});
   for (int axis : {0, 1})
     expect_same_bits("softmax_grad", {&sdx},
-                     [&](Stream &st) { dsrt::softmax_grad(st, sy, sdy, sdx, axis); });
+                     [&](Stream &st) { dsrt::softmax_grad(st, sy, sdy, sdx, axis, {}); });
 }
 
 TEST(SameBits, LossPoolingAndSumOfSquares) {
@@ -170,9 +173,18 @@ TEST(SameBits, LossPoolingAndSumOfSquares) {
   Owned x = random(DType::F32, xs, 22), dy = random(DType::F32, xs, 23), dx(DType::F32, xs);
   const int64_t k[] = {3, 3}, st[] = {1, 1}, pads[] = {1, 1, 1, 1}, dil[] = {1, 1};
   expect_same_bits("max_pool_grad", {&dx},
-                   [&](Stream &s) { dsrt::max_pool_grad(s, dy, x, dx, k, st, pads, dil); });
+                   [&](Stream &s) { dsrt::max_pool_grad(s, dy, x, dx, k, st, pads, dil, {}); });
   expect_same_bits("avg_pool_grad", {&dx},
-                   [&](Stream &s) { dsrt::avg_pool_grad(s, dy, dx, k, st, pads, false); });
+                   [&](Stream &s) { dsrt::avg_pool_grad(s, dy, dx, k, st, pads, false, {}); });
+  // bf16 sums 128 planes in 64 f32 lanes of the workspace.
+  Owned xh = random(DType::BF16, xs, 22), dyh = random(DType::BF16, xs, 23), dxh(DType::BF16, xs);
+  std::vector<float> lanes(64 * 40 * 40);
+  const dsrt::Workspace ws{lanes.data(), dsrt::pool_grad_workspace_bytes(DType::BF16, xs)};
+  ASSERT_EQ(ws.bytes, static_cast<int64_t>(lanes.size() * sizeof(float)));
+  expect_same_bits("max_pool_grad bf16", {&dxh},
+                   [&](Stream &s) { dsrt::max_pool_grad(s, dyh, xh, dxh, k, st, pads, dil, ws); });
+  expect_same_bits("avg_pool_grad bf16", {&dxh},
+                   [&](Stream &s) { dsrt::avg_pool_grad(s, dyh, dxh, k, st, pads, false, ws); });
 
   Owned a = random(DType::F32, Shape{1 << 20}, 24), b = random(DType::BF16, Shape{300001}, 25);
   Tensor list[] = {a, b};

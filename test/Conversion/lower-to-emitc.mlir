@@ -37,7 +37,7 @@
 // CPP: static __attribute__((noinline)) void dsopt_run_part0(dsrt::Program& [[P:v[0-9]+]]) {
 // CPP: dsrt::Stream& [[STREAM:v[0-9]+]] = dsrt::stream([[P]]);
 // CPP: dsrt::acquire([[P]], {{[0-9]+}}, 262144);
-// CPP: dsrt::matmul([[STREAM]], {{.*}}, false, true);
+// CPP: dsrt::matmul([[STREAM]], {{.*}}, false, true, dsrt::Workspace{});
 // CPP: void dsopt_run(dsrt::Program& [[RP:v[0-9]+]]) {
 // CPP-NEXT: dsopt_run_part0([[RP]]);
 // CPP: static const dsrt::ParamFileRow dsopt_table_0[1] = {

@@ -66,6 +66,10 @@ def Ds_Dialect : Dialect {
     /// Op attribute set by the memory planner: offsets of the buffers whose
     /// lifetime ends with this op.
     static constexpr ::llvm::StringLiteral kFreesAttrName = "ds.frees";
+    /// Op attribute set by the memory planner on an op whose kernel needs
+    /// scratch memory (KernelOpInterface::getWorkspaceBytes): the arena
+    /// offset of its workspace, a buffer live only while the op runs.
+    static constexpr ::llvm::StringLiteral kWorkspaceAttrName = "ds.workspace";
     /// Result attribute set by ds-autodiff: the gradient of the loss with
     /// respect to the named parameter, `{ds.grad = "fc.weight"}`.
     static constexpr ::llvm::StringLiteral kGradAttrName = "ds.grad";

@@ -333,6 +333,17 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                << "'" << kBuffersAttrName << "' offsets must be >= -1";
     return success();
   }
+  if (name == kWorkspaceAttrName) {
+    auto offset = dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!offset || offset.getInt() < 0)
+      return op->emitOpError() << "'" << kWorkspaceAttrName
+                               << "' must be a non-negative arena offset";
+    auto kernel = dyn_cast<KernelOpInterface>(op);
+    if (!kernel || kernel.getWorkspaceBytes() <= 0)
+      return op->emitOpError() << "'" << kWorkspaceAttrName
+                               << "' on an op whose kernel needs no workspace";
+    return success();
+  }
   if (name == kFreesAttrName) {
     if (!isa<DenseI64ArrayAttr>(attribute.getValue()))
       return op->emitOpError()

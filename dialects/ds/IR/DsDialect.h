@@ -66,6 +66,10 @@ public:
   virtual void boolean(bool value) = 0;
   /// A pointer to a constant array of integers.
   virtual void integers(llvm::ArrayRef<int64_t> values) = 0;
+  /// The op's workspace (a dsrt::Workspace of getWorkspaceBytes() bytes at
+  /// the arena offset ds-plan-memory gave it), or an empty one when the op
+  /// needs none.
+  virtual void workspace() = 0;
   /// A C++ enumerator, e.g. "dsrt::UnaryOp::Exp".
   virtual void enumerator(llvm::StringRef qualifiedName) = 0;
   /// The kernel is not in the runtime: the code generator generates it from

@@ -31,8 +31,9 @@ def Ds_KernelOpInterface : OpInterface<"KernelOpInterface"> {
     How an op executes in a generated program: the runtime kernel that
     computes it (described through a KernelCallBuilder, so the dialect does
     not depend on any code generator), whether its result is merely a view of
-    an operand's buffer, and whether it may write its result over an operand
-    whose last use it is. The memory planner and the code generators read it.
+    an operand's buffer, whether it may write its result over an operand
+    whose last use it is, and how much scratch memory (workspace) its kernel
+    needs while it runs. The memory planner and the code generators read it.
   }];
   let cppNamespace = "::dsopt::ds";
   let methods = [
@@ -51,6 +52,16 @@ def Ds_KernelOpInterface : OpInterface<"KernelOpInterface"> {
       "std::optional<unsigned>", "getInPlaceOperand", (ins "unsigned":$result),
       [{}], [{
         return std::nullopt;
+      }]>,
+    InterfaceMethod<
+      "Bytes of scratch memory the kernel needs while it runs (0: none), "
+      "from the op's types and attributes; the same number as the runtime "
+      "kernel's size function (dsrt::<kernel>_workspace_bytes). "
+      "ds-plan-memory gives the op a buffer of this size, live only while "
+      "it runs (ds.workspace), and the kernel call passes it through "
+      "KernelCallBuilder::workspace().",
+      "int64_t", "getWorkspaceBytes", (ins), [{}], [{
+        return 0;
       }]>,
   ];
 }

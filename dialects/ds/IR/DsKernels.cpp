@@ -62,6 +62,99 @@ void reduceCall(KernelCallBuilder &call, StringRef op, Value input,
   call.integer(axes.size());
 }
 
+//===----------------------------------------------------------------------===//
+// Workspaces: the same numbers as the runtime kernels' size functions
+// (dsrt::<kernel>_workspace_bytes in runtime/include/dsrt/kernels.h), which
+// the kernels check against the workspace they are given.
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t kFloatBytes = 4;
+
+/// f16 and bf16 kernels convert their operands to f32 in the workspace.
+bool convertsToF32(Value value) {
+  Type element = getElementTypeOrSelf(value.getType());
+  return element.isF16() || element.isBF16();
+}
+
+/// Elements of a statically shaped tensor (0 otherwise).
+int64_t numElements(Value value) {
+  auto type = dyn_cast<ShapedType>(value.getType());
+  return type && type.hasStaticShape() ? type.getNumElements() : 0;
+}
+
+/// Floats of the im2col matrix of `channels` channels of `x` for a window of
+/// `w`'s kernel sizes and `y`'s positions: 0 for a 1x1, stride-1, unpadded
+/// window, whose matrix is the input itself.
+int64_t im2colFloats(Value x, Value w, Value y, ArrayRef<int64_t> strides,
+                     ArrayRef<int64_t> pads, int64_t channels) {
+  auto xt = cast<ShapedType>(x.getType()), wt = cast<ShapedType>(w.getType()),
+       yt = cast<ShapedType>(y.getType());
+  int64_t spatial = xt.getRank() - 2;
+  if (spatial < 1 || wt.getRank() != xt.getRank() ||
+      yt.getRank() != xt.getRank() || !wt.hasStaticShape() ||
+      !yt.hasStaticShape() ||
+      static_cast<int64_t>(strides.size()) < spatial ||
+      static_cast<int64_t>(pads.size()) < 2 * spatial)
+    return 0;
+  int64_t kernelSize = 1, outSize = 1;
+  bool pointwise = true;
+  for (int64_t a = 0; a < spatial; ++a) {
+    kernelSize *= wt.getDimSize(a + 2);
+    outSize *= yt.getDimSize(a + 2);
+    pointwise = pointwise && wt.getDimSize(a + 2) == 1 && strides[a] == 1 &&
+                pads[a] == 0 && pads[a + spatial] == 0;
+  }
+  return pointwise ? 0 : channels * kernelSize * outSize;
+}
+
+/// f16/bf16 pooling gradients sum in f32 planes of dx's spatial size, at
+/// most kPoolGradLanes of them (runtime/src/cpu/conv.cpp).
+int64_t poolGradWorkspaceBytes(Value dx) {
+  constexpr int64_t kPoolGradLanes = 64;
+  auto type = cast<ShapedType>(dx.getType());
+  if (!convertsToF32(dx) || !type.hasStaticShape() || type.getRank() < 3 ||
+      type.getNumElements() == 0)
+    return 0;
+  int64_t planes = type.getDimSize(0) * type.getDimSize(1);
+  return kFloatBytes * std::min(planes, kPoolGradLanes) *
+         (type.getNumElements() / planes);
+}
+
+/// f16/bf16 row kernels convert rows to f32 in at most kRowLanes rows of
+/// their workspace (runtime/src/internal.h).
+constexpr int64_t kRowLanes = 64;
+
+/// Rows before `axis` and elements from it on of a static tensor, or false.
+bool splitAt(Value value, int64_t axis, int64_t &rows, int64_t &n) {
+  auto type = cast<ShapedType>(value.getType());
+  if (!type.hasStaticShape() || axis < 0 || axis >= type.getRank() ||
+      type.getNumElements() == 0)
+    return false;
+  rows = 1;
+  n = 1;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    (d < axis ? rows : n) *= type.getDimSize(d);
+  return true;
+}
+
+/// Softmax and its gradient on f16/bf16 along a unit-stride axis: `copies`
+/// f32 rows per lane.
+int64_t softmaxWorkspaceBytes(Value value, int64_t axis, int64_t copies) {
+  int64_t rows = 0, n = 0;
+  if (!convertsToF32(value) || !splitAt(value, axis, rows, n))
+    return 0;
+  auto type = cast<ShapedType>(value.getType());
+  if (n != type.getDimSize(axis)) // a strided axis: no rows to convert
+    return 0;
+  return kFloatBytes * copies * std::min(rows, kRowLanes) * n;
+}
+
+/// Channels of an [N, C, ...] tensor (0 when unknown).
+int64_t channelsOf(Value x) {
+  auto type = cast<ShapedType>(x.getType());
+  return type.getRank() >= 2 && !type.isDynamicDim(1) ? type.getDimSize(1) : 0;
+}
+
 template <typename LossOp>
 void lossArguments(KernelCallBuilder &call, LossOp op) {
   call.enumerator(reductionName(op.getReduction()));
@@ -181,6 +274,13 @@ void MatMulOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResult());
   call.boolean(getTransposeLhs());
   call.boolean(getTransposeRhs());
+  call.workspace();
+}
+int64_t MatMulOp::getWorkspaceBytes() {
+  if (!convertsToF32(getResult()))
+    return 0;
+  return kFloatBytes * (numElements(getLhs()) + numElements(getRhs()) +
+                        numElements(getResult()));
 }
 
 void GemmOp::buildKernelCall(KernelCallBuilder &call) {
@@ -194,6 +294,13 @@ void GemmOp::buildKernelCall(KernelCallBuilder &call) {
   call.real(getBeta().convertToFloat());
   call.boolean(getTransposeA());
   call.boolean(getTransposeB());
+  call.workspace();
+}
+int64_t GemmOp::getWorkspaceBytes() {
+  if (!convertsToF32(getResult()))
+    return 0;
+  return kFloatBytes * (numElements(getA()) + numElements(getB()) +
+                        numElements(getResult()));
 }
 
 void SoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
@@ -202,6 +309,10 @@ void SoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getInput());
   call.tensor(getResult());
   call.integer(getAxis());
+  call.workspace();
+}
+int64_t SoftmaxOp::getWorkspaceBytes() {
+  return softmaxWorkspaceBytes(getInput(), getAxis(), 1);
 }
 std::optional<unsigned> SoftmaxOp::getInPlaceOperand(unsigned result) {
   return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
@@ -213,6 +324,10 @@ void LogSoftmaxOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getInput());
   call.tensor(getResult());
   call.integer(getAxis());
+  call.workspace();
+}
+int64_t LogSoftmaxOp::getWorkspaceBytes() {
+  return softmaxWorkspaceBytes(getInput(), getAxis(), 1);
 }
 std::optional<unsigned> LogSoftmaxOp::getInPlaceOperand(unsigned result) {
   return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
@@ -229,6 +344,14 @@ void LayerNormOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getInvStdDev());
   call.integer(getAxis());
   call.real(getEpsilon().convertToFloat());
+  call.workspace();
+}
+// f16/bf16: at most kRowLanes rows in f32.
+int64_t LayerNormOp::getWorkspaceBytes() {
+  int64_t rows = 0, n = 0;
+  if (!convertsToF32(getInput()) || !splitAt(getInput(), getAxis(), rows, n))
+    return 0;
+  return kFloatBytes * std::min(rows, kRowLanes) * n;
 }
 
 void BatchNormOp::buildKernelCall(KernelCallBuilder &call) {
@@ -392,6 +515,20 @@ void ConvOp::buildKernelCall(KernelCallBuilder &call) {
   call.integers(getPads());
   call.integers(getDilations());
   call.integer(getGroup());
+  call.workspace();
+}
+// One group's im2col matrix; f16/bf16 also x, w, y and bias in f32.
+int64_t ConvOp::getWorkspaceBytes() {
+  int64_t group = getGroup();
+  if (group < 1)
+    return 0;
+  int64_t floats = im2colFloats(getInput(), getWeight(), getResult(),
+                                getStrides(), getPads(),
+                                channelsOf(getInput()) / group);
+  if (convertsToF32(getResult()))
+    floats += numElements(getInput()) + numElements(getWeight()) +
+              numElements(getResult()) + (getBias() ? numElements(getBias()) : 0);
+  return kFloatBytes * floats;
 }
 
 void MaxPoolOp::buildKernelCall(KernelCallBuilder &call) {
@@ -481,6 +618,10 @@ void SoftmaxGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResultGrad());
   call.tensor(getInputGrad());
   call.integer(getAxis());
+  call.workspace();
+}
+int64_t SoftmaxGradOp::getWorkspaceBytes() {
+  return softmaxWorkspaceBytes(getOutput(), getAxis(), 2);
 }
 void LogSoftmaxGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::log_softmax_grad");
@@ -489,6 +630,10 @@ void LogSoftmaxGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResultGrad());
   call.tensor(getInputGrad());
   call.integer(getAxis());
+  call.workspace();
+}
+int64_t LogSoftmaxGradOp::getWorkspaceBytes() {
+  return softmaxWorkspaceBytes(getOutput(), getAxis(), 2);
 }
 
 // Normalization.
@@ -504,6 +649,20 @@ void LayerNormGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getScaleGrad());
   call.optionalTensor(getBiasGrad());
   call.integer(getAxis());
+  call.workspace();
+}
+// f16/bf16: x, dy and dx rows in f32 for each block of rows whose partial
+// dscale/dbias sums the kernel keeps (at most 64, fewer when they would
+// pass 2^22 values per parameter; runtime/src/cpu/norm.cpp).
+int64_t LayerNormGradOp::getWorkspaceBytes() {
+  int64_t rows = 0, n = 0;
+  if (!convertsToF32(getInput()) || !splitAt(getInput(), getAxis(), rows, n))
+    return 0;
+  int64_t blocks = std::min<int64_t>(
+      {rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
+  int64_t blockRows = (rows + blocks - 1) / blocks;
+  blocks = (rows + blockRows - 1) / blockRows;
+  return kFloatBytes * 3 * blocks * n;
 }
 void BatchNormGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::batch_norm_grad");
@@ -547,6 +706,12 @@ void GatherGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getIndices());
   call.tensor(getDataGrad());
   call.integer(getAxis());
+  call.workspace();
+}
+// f16/bf16 sum in f32, rounded once.
+int64_t GatherGradOp::getWorkspaceBytes() {
+  return convertsToF32(getDataGrad()) ? kFloatBytes * numElements(getDataGrad())
+                                      : 0;
 }
 void SliceGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::slice_grad");
@@ -568,6 +733,19 @@ void ConvGradInputOp::buildKernelCall(KernelCallBuilder &call) {
   call.integers(getPads());
   call.integers(getDilations());
   call.integer(getGroup());
+  call.workspace();
+}
+// Every group's im2col matrix; f16/bf16 also dy, w and dx in f32.
+int64_t ConvGradInputOp::getWorkspaceBytes() {
+  if (getGroup() < 1)
+    return 0;
+  int64_t floats =
+      im2colFloats(getInputGrad(), getWeight(), getResultGrad(), getStrides(),
+                   getPads(), channelsOf(getInputGrad()));
+  if (convertsToF32(getInputGrad()))
+    floats += numElements(getResultGrad()) + numElements(getWeight()) +
+              numElements(getInputGrad());
+  return kFloatBytes * floats;
 }
 void ConvGradWeightOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::conv_grad_weight");
@@ -579,6 +757,20 @@ void ConvGradWeightOp::buildKernelCall(KernelCallBuilder &call) {
   call.integers(getPads());
   call.integers(getDilations());
   call.integer(getGroup());
+  call.workspace();
+}
+// One group's im2col matrix; f16/bf16 also dy, x and dw in f32.
+int64_t ConvGradWeightOp::getWorkspaceBytes() {
+  int64_t group = getGroup();
+  if (group < 1)
+    return 0;
+  int64_t floats =
+      im2colFloats(getInput(), getWeightGrad(), getResultGrad(), getStrides(),
+                   getPads(), channelsOf(getInput()) / group);
+  if (convertsToF32(getWeightGrad()))
+    floats += numElements(getResultGrad()) + numElements(getInput()) +
+              numElements(getWeightGrad());
+  return kFloatBytes * floats;
 }
 void MaxPoolGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::max_pool_grad");
@@ -590,6 +782,10 @@ void MaxPoolGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.integers(getStrides());
   call.integers(getPads());
   call.integers(getDilations());
+  call.workspace();
+}
+int64_t MaxPoolGradOp::getWorkspaceBytes() {
+  return poolGradWorkspaceBytes(getInputGrad());
 }
 void AvgPoolGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::avg_pool_grad");
@@ -600,6 +796,10 @@ void AvgPoolGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.integers(getStrides());
   call.integers(getPads());
   call.boolean(getCountIncludePad());
+  call.workspace();
+}
+int64_t AvgPoolGradOp::getWorkspaceBytes() {
+  return poolGradWorkspaceBytes(getInputGrad());
 }
 
 // Optimizers.

@@ -191,7 +191,7 @@ def Ds_CastOp : Ds_Op<"cast", [Ds_Elementwise, Ds_VJP]> {
 //===----------------------------------------------------------------------===//
 
 def Ds_MatMulOp : Ds_Op<"matmul",
-    [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
+    [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP], ["getWorkspaceBytes"]> {
   let summary = "NumPy matrix product with batch broadcasting";
   let description = [{
     ONNX MatMul semantics: the last two axes multiply, leading axes
@@ -206,7 +206,8 @@ def Ds_MatMulOp : Ds_Op<"matmul",
   let hasCanonicalizer = 1;
 }
 
-def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor, Ds_VJP],
+                      ["getWorkspaceBytes"]> {
   let summary = "alpha * op(a) * op(b) + beta * c for 2-D a and b";
   let arguments = (ins Ds_FloatTensor:$a, Ds_FloatTensor:$b,
                    Optional<Ds_FloatTensor>:$c,
@@ -224,7 +225,7 @@ def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor, Ds_VJP]> {
 //===----------------------------------------------------------------------===//
 
 def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType, Ds_VJP],
-                         ["getInPlaceOperand"]> {
+                         ["getInPlaceOperand", "getWorkspaceBytes"]> {
   let summary = "softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
   let results = (outs Ds_FloatTensor:$result);
@@ -233,7 +234,7 @@ def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType, Ds_VJP],
 }
 
 def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType, Ds_VJP],
-                            ["getInPlaceOperand"]> {
+                            ["getInPlaceOperand", "getWorkspaceBytes"]> {
   let summary = "log of softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
   let results = (outs Ds_FloatTensor:$result);
@@ -241,7 +242,8 @@ def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType, Ds_VJP],
   let hasVerifier = 1;
 }
 
-def Ds_LayerNormOp : Ds_Op<"layer_norm", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_LayerNormOp : Ds_Op<"layer_norm", [InferTypeOpAdaptor, Ds_VJP],
+                           ["getWorkspaceBytes"]> {
   let summary = "layer normalization over the axes from `axis` on";
   let description = [{
     ONNX LayerNormalization: y = (x - mean) * inv_std_dev * scale + bias with
@@ -451,7 +453,8 @@ def Ds_NllLossOp : Ds_Op<"nll_loss", [InferTypeOpAdaptor, Ds_VJP]> {
 // Convolution and pooling
 //===----------------------------------------------------------------------===//
 
-def Ds_ConvOp : Ds_Op<"conv", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_ConvOp : Ds_Op<"conv", [InferTypeOpAdaptor, Ds_VJP],
+                      ["getWorkspaceBytes"]> {
   let summary = "N-d grouped convolution (cross-correlation), NC... layout";
   let description = [{
     input [N, C, D...], weight [M, C / group, K...], optional bias [M].
@@ -549,7 +552,8 @@ def Ds_AdagradOp : Ds_OptimizerOp<"adagrad"> {
 // Gradients: the vector-Jacobian products that need their own kernel
 //===----------------------------------------------------------------------===//
 
-def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [SameOperandsAndResultType]> {
+def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [SameOperandsAndResultType],
+                             ["getWorkspaceBytes"]> {
   let summary = "gradient of softmax: y * (dy - sum(dy * y)) along `axis`";
   let arguments = (ins Ds_FloatTensor:$output, Ds_FloatTensor:$result_grad,
                    I64Attr:$axis);
@@ -559,7 +563,8 @@ def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [SameOperandsAndResultType]> {
 }
 
 def Ds_LogSoftmaxGradOp : Ds_Op<"log_softmax_grad",
-                                [SameOperandsAndResultType]> {
+                                [SameOperandsAndResultType],
+                                ["getWorkspaceBytes"]> {
   let summary = "gradient of log-softmax: dy - exp(y) * sum(dy) along `axis`";
   let arguments = (ins Ds_FloatTensor:$output, Ds_FloatTensor:$result_grad,
                    I64Attr:$axis);
@@ -568,7 +573,8 @@ def Ds_LogSoftmaxGradOp : Ds_Op<"log_softmax_grad",
   let hasVerifier = 1;
 }
 
-def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [InferTypeOpAdaptor]> {
+def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [InferTypeOpAdaptor],
+                               ["getWorkspaceBytes"]> {
   let summary = "gradients of layer normalization";
   let description = [{
     From the forward's input, scale and saved f32 statistics (`mean`,
@@ -634,7 +640,7 @@ def Ds_NllLossGradOp : Ds_Op<"nll_loss_grad"> {
   let hasVerifier = 1;
 }
 
-def Ds_GatherGradOp : Ds_Op<"gather_grad"> {
+def Ds_GatherGradOp : Ds_Op<"gather_grad", [], ["getWorkspaceBytes"]> {
   let summary = "gradient of gather: scatter-add of the result gradient";
   let description = [{
     Zero, then data_grad[.., indices[j], ..] += result_grad[.., j, ..] along
@@ -659,7 +665,7 @@ def Ds_SliceGradOp : Ds_Op<"slice_grad"> {
   let hasVerifier = 1;
 }
 
-def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input"> {
+def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input", [], ["getWorkspaceBytes"]> {
   let summary = "gradient of convolution with respect to its input";
   let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$weight,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
@@ -671,7 +677,7 @@ def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input"> {
   let hasVerifier = 1;
 }
 
-def Ds_ConvGradWeightOp : Ds_Op<"conv_grad_weight"> {
+def Ds_ConvGradWeightOp : Ds_Op<"conv_grad_weight", [], ["getWorkspaceBytes"]> {
   let summary = "gradient of convolution with respect to its weight";
   let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$input,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
@@ -683,7 +689,8 @@ def Ds_ConvGradWeightOp : Ds_Op<"conv_grad_weight"> {
   let hasVerifier = 1;
 }
 
-def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [InferTypeOpAdaptor]> {
+def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [InferTypeOpAdaptor],
+                             ["getWorkspaceBytes"]> {
   let summary = "gradient of max pooling: each window's gradient goes to its "
                 "first maximum";
   let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$input,
@@ -693,7 +700,7 @@ def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [InferTypeOpAdaptor]> {
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-def Ds_AvgPoolGradOp : Ds_Op<"avg_pool_grad"> {
+def Ds_AvgPoolGradOp : Ds_Op<"avg_pool_grad", [], ["getWorkspaceBytes"]> {
   let summary = "gradient of average pooling";
   let arguments = (ins Ds_FloatTensor:$result_grad,
                    DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,

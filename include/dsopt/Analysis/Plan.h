@@ -19,6 +19,9 @@ struct PlanSummary {
   int64_t arenaBytes = 0, persistentBytes = 0, peakLiveBytes = 0;
   int64_t paramBytes = 0, inputBytes = 0;
   int64_t kernels = 0, flops = 0, bytesAccessed = 0;
+  /// The largest kernel workspace (ds.workspace) of the function: included
+  /// in arenaBytes, like every buffer; one op's workspace is live at a time.
+  int64_t workspaceBytes = 0;
 };
 
 /// Totals of a function after ds-plan-memory.

@@ -12,6 +12,14 @@
 // Float tensors may be f32, f16 or bf16; kernels compute in f32 and round the
 // result to the output's type. Semantics are those of the ds op of the same
 // name (dialects/ds/IR/DsOps.td), which are ONNX's.
+//
+// Kernels allocate no memory of their own. One that needs scratch memory (an
+// im2col matrix, 16-bit operands converted to f32 for the f32 GEMM) takes a
+// Workspace, a slice of the arena the memory plan gives the op while it
+// runs, and has a size function (`<kernel>_workspace_bytes`) saying how many
+// bytes it needs for given shapes; the compiler computes the same number
+// (KernelOpInterface::getWorkspaceBytes). A kernel given fewer bytes than it
+// needs throws dsrt::Error naming itself and both sizes.
 #ifndef DSRT_KERNELS_H
 #define DSRT_KERNELS_H
 
@@ -29,6 +37,12 @@ enum class ComparePredicate { Eq, Lt, Le, Gt, Ge };
 enum class ReduceOp { Sum, Mean, Max };
 enum class Reduction { None, Sum, Mean };
 enum class MomentumMode { Standard, Nesterov };
+
+// Scratch memory of one kernel call: `bytes` bytes at `data` (float-aligned).
+struct Workspace {
+  void *data = nullptr;
+  int64_t bytes = 0;
+};
 
 // y = op(x); `alpha` is LeakyRelu's slope. Neg and Relu also take integers;
 // Not takes bool.
@@ -53,22 +67,33 @@ void copy(Stream &s, const Tensor &x, const Tensor &y);
 
 // NumPy matmul: last two axes multiply, leading axes broadcast, 1-D operands
 // are vectors. transpose_a / transpose_b swap the last two axes of an operand
-// of rank >= 2 first.
+// of rank >= 2 first. f16/bf16 convert a, b and y to f32 in the workspace.
 void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool transpose_a,
-            bool transpose_b);
+            bool transpose_b, const Workspace &ws);
 
 // y = alpha * op(a) * op(b) + beta * c; c (may be null) broadcasts to [M, N].
+// f16/bf16 convert a, b and y to f32 in the workspace.
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,
-          float alpha, float beta, bool transpose_a, bool transpose_b);
+          float alpha, float beta, bool transpose_a, bool transpose_b, const Workspace &ws);
 
-void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis);
-void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis);
+// Workspace bytes of matmul and gemm: 4 * (|a| + |b| + |y|) elements for f16
+// and bf16, 0 otherwise.
+int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y);
+int64_t gemm_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y);
+
+// f16/bf16 rows along a unit-stride axis are converted to f32 in the
+// workspace, at most 64 rows at a time (softmax_workspace_bytes).
+void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Workspace &ws);
+void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Workspace &ws);
+int64_t softmax_workspace_bytes(DType dtype, const Shape &x, int axis);
 
 // Normalizes over axes [axis, rank). mean and inv_std_dev are f32 with the
 // input's leading axes and ones for the normalized axes. bias may be null.
+// f16/bf16 rows are converted to f32 in the workspace, at most 64 at a time.
 void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
                 const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
-                float epsilon);
+                float epsilon, const Workspace &ws);
+int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, int axis);
 
 // Inference batch norm over axis 1 with running statistics.
 void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
@@ -127,9 +152,24 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
               int64_t ignore_index);
 
 // N-d grouped convolution, NC... layout. pads: begins of every spatial axis,
-// then ends. bias may be null.
+// then ends. bias may be null. The workspace holds one group's im2col matrix
+// (none for a 1x1, stride-1, unpadded window) and, for f16/bf16, x, w, y and
+// bias as f32.
 void conv(Stream &s, const Tensor &x, const Tensor &w, const Tensor *bias, const Tensor &y,
-          const int64_t *strides, const int64_t *pads, const int64_t *dilations, int64_t group);
+          const int64_t *strides, const int64_t *pads, const int64_t *dilations, int64_t group,
+          const Workspace &ws);
+
+// Workspace bytes of conv, conv_grad_input and conv_grad_weight for these
+// shapes (x or dx, w or dw, y or dy) and attributes (rank - 2 spatial axes).
+int64_t conv_workspace_bytes(DType dtype, const Shape &x, const Shape &w, const Shape &y,
+                             bool has_bias, const int64_t *strides, const int64_t *pads,
+                             int64_t group);
+int64_t conv_grad_input_workspace_bytes(DType dtype, const Shape &dy, const Shape &w,
+                                        const Shape &dx, const int64_t *strides,
+                                        const int64_t *pads, int64_t group);
+int64_t conv_grad_weight_workspace_bytes(DType dtype, const Shape &dy, const Shape &x,
+                                         const Shape &dw, const int64_t *strides,
+                                         const int64_t *pads, int64_t group);
 
 // Padding never wins a max; ceil_mode is already reflected in y's shape.
 void max_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel,
@@ -159,10 +199,14 @@ void adagrad(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &para
 //===----------------------------------------------------------------------===//
 
 // dx = y * (dy - sum(dy * y)) along `axis`, y the softmax's output.
-void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis);
+void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis,
+                  const Workspace &ws);
 
 // dx = dy - exp(y) * sum(dy) along `axis`, y the log-softmax's output.
-void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis);
+void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis,
+                      const Workspace &ws);
+// f16/bf16: y and dy rows in f32, at most 64 of each (twice softmax's).
+int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis);
 
 // Layer norm over axes [axis, rank) with the forward's f32 mean and
 // inv_std_dev. dx has x's shape; dscale has scale's shape and dbias the
@@ -171,7 +215,9 @@ void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor
 // be null when the forward had no bias.
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
-                     const Tensor &dscale, const Tensor *dbias, int axis);
+                     const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws);
+// f16/bf16: x, dy and dx rows in f32 for each of at most 64 blocks of rows.
+int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, int axis);
 
 // Training batch norm over axis 1 with the forward's saved batch mean and
 // inverse standard deviation (f32, [C]); dscale and dbias are [C].
@@ -197,8 +243,10 @@ void nll_loss_grad(Stream &s, const Tensor &dloss, const Tensor &labels, const T
 // along `axis` (scatter-add; repeated indices accumulate, in index order so
 // the result is deterministic). Negative indices count from the end. Float
 // (f16/bf16 summed in f32, rounded once) and integer (wrapping) types.
+// f16/bf16 sum in f32 in the workspace (4 bytes per element of ddata).
 void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tensor &ddata,
-                 int axis);
+                 int axis, const Workspace &ws);
+int64_t gather_grad_workspace_bytes(DType dtype, const Shape &ddata);
 
 // Slice's gradient: dx = 0 except dx[offsets + i * strides] = dy[i]. Any
 // element type (bool: false).
@@ -207,13 +255,15 @@ void slice_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *of
 
 // Convolution gradients (same attributes as conv): w.r.t. the input (dx has
 // x's shape) and w.r.t. the weight (dw has w's shape). The bias gradient is a
-// reduction the compiler emits itself.
+// reduction the compiler emits itself. The workspace holds the im2col
+// matrix (every group's for the input's gradient, one group's for the
+// weight's) and, for f16/bf16, the operands and result as f32.
 void conv_grad_input(Stream &s, const Tensor &dy, const Tensor &w, const Tensor &dx,
                      const int64_t *strides, const int64_t *pads, const int64_t *dilations,
-                     int64_t group);
+                     int64_t group, const Workspace &ws);
 void conv_grad_weight(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dw,
                       const int64_t *strides, const int64_t *pads, const int64_t *dilations,
-                      int64_t group);
+                      int64_t group, const Workspace &ws);
 
 // Pooling gradients. Max pooling routes each window's gradient to the first
 // position holding the window's maximum (PyTorch's choice on ties); as in
@@ -221,9 +271,13 @@ void conv_grad_weight(Stream &s, const Tensor &dy, const Tensor &x, const Tensor
 // window of -inf to its first in-bounds position.
 void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dx,
                    const int64_t *kernel, const int64_t *strides, const int64_t *pads,
-                   const int64_t *dilations);
+                   const int64_t *dilations, const Workspace &ws);
 void avg_pool_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *kernel,
-                   const int64_t *strides, const int64_t *pads, bool count_include_pad);
+                   const int64_t *strides, const int64_t *pads, bool count_include_pad,
+                   const Workspace &ws);
+// f16/bf16 pooling gradients sum in f32 planes of the workspace: at most 64
+// planes of dx's spatial size (0 bytes for f32).
+int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx);
 
 //===----------------------------------------------------------------------===//
 // Optimizer steps of the training step, one parameter tensor each, in place

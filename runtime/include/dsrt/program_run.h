@@ -111,6 +111,10 @@ inline uint8_t *arena(Program &p) { return p.arena; }
 inline Tensor view(uint8_t *base, int64_t offset, DType dtype, Shape shape) {
   return Tensor{base + offset, dtype, shape};
 }
+// An op's workspace: `bytes` bytes of the arena at `offset` (ds.workspace).
+inline Workspace workspace(uint8_t *base, int64_t offset, int64_t bytes) {
+  return Workspace{base + offset, bytes};
+}
 // Views of the program's static constants (16-bit floats are stored as their
 // bit patterns, bools as bytes).
 template <typename T> Tensor view_static(T *data, DType dtype, Shape shape) {

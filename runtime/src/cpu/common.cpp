@@ -138,6 +138,15 @@ void set_blas_threads(const Stream &s) {
     openblas_set_num_threads(n);
 }
 
+WorkspaceFloats::WorkspaceFloats(const char *kernel, const Workspace &ws, int64_t need)
+    : next_(static_cast<float *>(ws.data)) {
+  if (ws.bytes < need)
+    fail(kernel, "workspace of " + std::to_string(ws.bytes) + " bytes is smaller than the " +
+                     std::to_string(need) + " bytes the kernel needs");
+  if (need > 0 && ws.data == nullptr)
+    fail(kernel, "workspace of " + std::to_string(ws.bytes) + " bytes has no data (null pointer)");
+}
+
 float *scratch_floats(size_t count, int slot) {
   thread_local std::vector<float> buffers[4];
   std::vector<float> &buffer = buffers[slot];

@@ -1,6 +1,7 @@
 // Convolution (N-d, grouped, strided, dilated, padded) as im2col + sgemm, and
 // max / average pooling, with their gradients (col2im for the input's). f16
-// and bf16 convert to f32 around the f32 path.
+// and bf16 convert to f32 around the f32 path; the im2col matrix and the f32
+// copies lie in the op's workspace.
 #include "internal.h"
 
 #include <cblas.h>
@@ -143,19 +144,18 @@ bool is_pointwise(const Window &win) {
 }
 
 void conv_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t m, int64_t group,
-              const float *x, const float *w, const float *bias, float *y) {
+              const float *x, const float *w, const float *bias, float *y, float *col) {
   const int64_t cg = c / group, mg = m / group;
   const int64_t rows = cg * win.kernel_size, cols = win.out_size;
   const bool pointwise = is_pointwise(win);
-  std::vector<float> col(pointwise ? 0 : static_cast<size_t>(rows * cols));
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t g = 0; g < group; ++g) {
       const float *xg = x + (b * c + g * cg) * win.in_size;
       const float *colp = xg;  // a 1x1 stride-1 convolution reads x as is
       if (!pointwise) {
         parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / cols),
-                     [&](int64_t begin, int64_t end) { im2col(win, xg, col.data(), begin, end); });
-        colp = col.data();
+                     [&](int64_t begin, int64_t end) { im2col(win, xg, col, begin, end); });
+        colp = col;
       }
       if (rows == 0) {
         std::fill(y + (b * m + g * mg) * cols, y + (b * m + (g + 1) * mg) * cols, 0.0f);
@@ -181,10 +181,64 @@ void conv_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t 
   }
 }
 
+// Floats of an im2col matrix of `channels` channels of x (kernel sizes from
+// w, positions from y), or 0 when the window is 1x1, stride 1, unpadded.
+int64_t im2col_floats(const Shape &x, const Shape &w, const Shape &y, const int64_t *strides,
+                      const int64_t *pads, int64_t channels) {
+  const int spatial = x.rank - 2;
+  if (spatial < 1 || w.rank != x.rank || y.rank != x.rank)
+    return 0;
+  int64_t kernel_size = 1, out_size = 1;
+  bool pointwise = true;
+  for (int a = 0; a < spatial; ++a) {
+    kernel_size *= w.dims[a + 2];
+    out_size *= y.dims[a + 2];
+    pointwise = pointwise && w.dims[a + 2] == 1 && strides[a] == 1 && pads[a] == 0 &&
+                pads[a + spatial] == 0;
+  }
+  return pointwise ? 0 : channels * kernel_size * out_size;
+}
+
+bool is_16bit(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
+
 }  // namespace
 
+int64_t conv_workspace_bytes(DType dtype, const Shape &x, const Shape &w, const Shape &y,
+                             bool has_bias, const int64_t *strides, const int64_t *pads,
+                             int64_t group) {
+  if (x.rank < 3 || group < 1)
+    return 0;
+  int64_t floats = im2col_floats(x, w, y, strides, pads, x.dims[1] / group);
+  if (is_16bit(dtype))
+    floats += x.numel() + w.numel() + y.numel() + (has_bias ? w.dims[0] : 0);
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t conv_grad_input_workspace_bytes(DType dtype, const Shape &dy, const Shape &w,
+                                        const Shape &dx, const int64_t *strides,
+                                        const int64_t *pads, int64_t group) {
+  if (dx.rank < 3 || group < 1)
+    return 0;
+  int64_t floats = im2col_floats(dx, w, dy, strides, pads, dx.dims[1]);
+  if (is_16bit(dtype))
+    floats += dy.numel() + w.numel() + dx.numel();
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t conv_grad_weight_workspace_bytes(DType dtype, const Shape &dy, const Shape &x,
+                                         const Shape &dw, const int64_t *strides,
+                                         const int64_t *pads, int64_t group) {
+  if (x.rank < 3 || group < 1)
+    return 0;
+  int64_t floats = im2col_floats(x, dw, dy, strides, pads, x.dims[1] / group);
+  if (is_16bit(dtype))
+    floats += dy.numel() + x.numel() + dw.numel();
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
 void conv(Stream &s, const Tensor &x, const Tensor &w, const Tensor *bias, const Tensor &y,
-          const int64_t *strides, const int64_t *pads, const int64_t *dilations, int64_t group) {
+          const int64_t *strides, const int64_t *pads, const int64_t *dilations, int64_t group,
+          const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "conv";
   check_data(kernel, "x", x);
@@ -212,24 +266,29 @@ void conv(Stream &s, const Tensor &x, const Tensor &w, const Tensor *bias, const
     check_shape(kernel, "bias", *bias, Shape{m});
   }
   Window win = make_window(kernel, x, y, w.shape.dims + 2, strides, pads, dilations, false);
+  WorkspaceFloats scratch(kernel, ws,
+                          conv_workspace_bytes(x.dtype, x.shape, w.shape, y.shape,
+                                               bias != nullptr, strides, pads, group));
   if (y.numel() == 0)
     return;
   const int64_t limit = std::numeric_limits<int>::max();
   if (win.out_size > limit || (c / group) * win.kernel_size > limit)
     fail(kernel, "convolution too large for the BLAS integer range");
-  std::vector<float> fb = bias ? float_values(kernel, "bias", *bias) : std::vector<float>();
+  float *col = scratch.take(im2col_floats(x.shape, w.shape, y.shape, strides, pads, c / group));
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float>) {
-      conv_f32(s, win, n, c, m, group, x.as<float>(), w.as<float>(), bias ? fb.data() : nullptr,
-               y.as<float>());
+      conv_f32(s, win, n, c, m, group, x.as<float>(), w.as<float>(),
+               bias ? bias->as<float>() : nullptr, y.as<float>(), col);
     } else {
-      std::vector<float> fx(x.numel()), fw(w.numel()), fy(y.numel());
-      to_f32(s, x.as<T>(), fx.data(), x.numel());
-      to_f32(s, w.as<T>(), fw.data(), w.numel());
-      conv_f32(s, win, n, c, m, group, fx.data(), fw.data(), bias ? fb.data() : nullptr,
-               fy.data());
-      from_f32(s, fy.data(), y.as<T>(), y.numel());
+      float *fx = scratch.take(x.numel()), *fw = scratch.take(w.numel()),
+            *fy = scratch.take(y.numel()), *fb = bias ? scratch.take(m) : nullptr;
+      to_f32(s, x.as<T>(), fx, x.numel());
+      to_f32(s, w.as<T>(), fw, w.numel());
+      if (bias)
+        to_f32(s, bias->as<T>(), fb, m);
+      conv_f32(s, win, n, c, m, group, fx, fw, fb, fy, col);
+      from_f32(s, fy, y.as<T>(), y.numel());
     }
   });
 }
@@ -298,7 +357,7 @@ void col2im_channel(const Window &w, const float *col_c, float *dx_c) {
 // dx = conv^T(dy): per image, col = W_g^T dy_g for every group (sgemm), then
 // col2im in parallel over the channels.
 void conv_grad_input_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t m,
-                         int64_t group, const float *dy, const float *w, float *dx) {
+                         int64_t group, const float *dy, const float *w, float *dx, float *col) {
   const int64_t cg = c / group, mg = m / group;
   const int64_t rows = cg * win.kernel_size, cols = win.out_size;
   if (mg == 0 || cols == 0) {  // no output channel or position reads x
@@ -318,20 +377,19 @@ void conv_grad_input_f32(const Stream &s, const Window &win, int64_t n, int64_t 
   }
   // Channel cc of the image owns rows [cc K, (cc + 1) K) of col, whatever its
   // group.
-  std::vector<float> col(static_cast<size_t>(group * rows * cols));
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t g = 0; g < group; ++g) {
       set_blas_threads(s);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(rows),
                   static_cast<int>(cols), static_cast<int>(mg), 1.0f, w + g * mg * rows,
                   static_cast<int>(rows), dy + (b * m + g * mg) * cols, static_cast<int>(cols),
-                  0.0f, col.data() + g * rows * cols, static_cast<int>(cols));
+                  0.0f, col + g * rows * cols, static_cast<int>(cols));
     }
     const int64_t per_channel = win.kernel_size * cols;
     parallel_for(s, c, std::max<int64_t>(1, kGrainElementwise / per_channel),
                  [&](int64_t begin, int64_t end) {
                    for (int64_t cc = begin; cc < end; ++cc)
-                     col2im_channel(win, col.data() + cc * per_channel,
+                     col2im_channel(win, col + cc * per_channel,
                                     dx + (b * c + cc) * win.in_size);
                  });
   }
@@ -339,7 +397,7 @@ void conv_grad_input_f32(const Stream &s, const Window &win, int64_t n, int64_t 
 
 // dw_g = sum over images of dy_g im2col(x_g)^T, accumulated by sgemm.
 void conv_grad_weight_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t m,
-                          int64_t group, const float *dy, const float *x, float *dw) {
+                          int64_t group, const float *dy, const float *x, float *dw, float *col) {
   const int64_t cg = c / group, mg = m / group;
   const int64_t rows = cg * win.kernel_size, cols = win.out_size;
   if (n == 0 || cols == 0 || rows == 0) {
@@ -347,15 +405,14 @@ void conv_grad_weight_f32(const Stream &s, const Window &win, int64_t n, int64_t
     return;
   }
   const bool pointwise = is_pointwise(win);
-  std::vector<float> col(pointwise ? 0 : static_cast<size_t>(rows * cols));
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t g = 0; g < group; ++g) {
       const float *xg = x + (b * c + g * cg) * win.in_size;
       const float *colp = xg;
       if (!pointwise) {
         parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / cols),
-                     [&](int64_t begin, int64_t end) { im2col(win, xg, col.data(), begin, end); });
-        colp = col.data();
+                     [&](int64_t begin, int64_t end) { im2col(win, xg, col, begin, end); });
+        colp = col;
       }
       set_blas_threads(s);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(mg),
@@ -405,46 +462,58 @@ Window check_conv_grad(const char *kernel, const Tensor &x, const char *x_name, 
 
 void conv_grad_input(Stream &s, const Tensor &dy, const Tensor &w, const Tensor &dx,
                      const int64_t *strides, const int64_t *pads, const int64_t *dilations,
-                     int64_t group) {
+                     int64_t group, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "conv_grad_input";
   Window win = check_conv_grad(kernel, dx, "dx", w, "w", dy, strides, pads, dilations, group);
+  WorkspaceFloats scratch(kernel, ws,
+                          conv_grad_input_workspace_bytes(dx.dtype, dy.shape, w.shape, dx.shape,
+                                                          strides, pads, group));
   if (dx.numel() == 0)
     return;
   const int64_t n = dx.shape.dims[0], c = dx.shape.dims[1], m = w.shape.dims[0];
+  float *col = scratch.take(im2col_floats(dx.shape, w.shape, dy.shape, strides, pads, c));
   dispatch_float(kernel, dx.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float>) {
-      conv_grad_input_f32(s, win, n, c, m, group, dy.as<float>(), w.as<float>(), dx.as<float>());
+      conv_grad_input_f32(s, win, n, c, m, group, dy.as<float>(), w.as<float>(), dx.as<float>(),
+                          col);
     } else {
-      std::vector<float> fdy(dy.numel()), fw(w.numel()), fdx(dx.numel());
-      to_f32(s, dy.as<T>(), fdy.data(), dy.numel());
-      to_f32(s, w.as<T>(), fw.data(), w.numel());
-      conv_grad_input_f32(s, win, n, c, m, group, fdy.data(), fw.data(), fdx.data());
-      from_f32(s, fdx.data(), dx.as<T>(), dx.numel());
+      float *fdy = scratch.take(dy.numel()), *fw = scratch.take(w.numel()),
+            *fdx = scratch.take(dx.numel());
+      to_f32(s, dy.as<T>(), fdy, dy.numel());
+      to_f32(s, w.as<T>(), fw, w.numel());
+      conv_grad_input_f32(s, win, n, c, m, group, fdy, fw, fdx, col);
+      from_f32(s, fdx, dx.as<T>(), dx.numel());
     }
   });
 }
 
 void conv_grad_weight(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dw,
                       const int64_t *strides, const int64_t *pads, const int64_t *dilations,
-                      int64_t group) {
+                      int64_t group, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "conv_grad_weight";
   Window win = check_conv_grad(kernel, x, "x", dw, "dw", dy, strides, pads, dilations, group);
+  WorkspaceFloats scratch(kernel, ws,
+                          conv_grad_weight_workspace_bytes(dw.dtype, dy.shape, x.shape, dw.shape,
+                                                           strides, pads, group));
   if (dw.numel() == 0)
     return;
   const int64_t n = x.shape.dims[0], c = x.shape.dims[1], m = dw.shape.dims[0];
+  float *col = scratch.take(im2col_floats(x.shape, dw.shape, dy.shape, strides, pads, c / group));
   dispatch_float(kernel, dw.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float>) {
-      conv_grad_weight_f32(s, win, n, c, m, group, dy.as<float>(), x.as<float>(), dw.as<float>());
+      conv_grad_weight_f32(s, win, n, c, m, group, dy.as<float>(), x.as<float>(), dw.as<float>(),
+                           col);
     } else {
-      std::vector<float> fdy(dy.numel()), fx(x.numel()), fdw(dw.numel());
-      to_f32(s, dy.as<T>(), fdy.data(), dy.numel());
-      to_f32(s, x.as<T>(), fx.data(), x.numel());
-      conv_grad_weight_f32(s, win, n, c, m, group, fdy.data(), fx.data(), fdw.data());
-      from_f32(s, fdw.data(), dw.as<T>(), dw.numel());
+      float *fdy = scratch.take(dy.numel()), *fx = scratch.take(x.numel()),
+            *fdw = scratch.take(dw.numel());
+      to_f32(s, dy.as<T>(), fdy, dy.numel());
+      to_f32(s, x.as<T>(), fx, x.numel());
+      conv_grad_weight_f32(s, win, n, c, m, group, fdy, fx, fdw, col);
+      from_f32(s, fdw, dw.as<T>(), dw.numel());
     }
   });
 }
@@ -607,35 +676,61 @@ void avg_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel
 
 namespace {
 
+// f16/bf16 pooling gradients sum each plane in f32 in one of at most this
+// many planes of the workspace ("lanes"), each lane taking a fixed range of
+// planes: the workspace is bounded, and the sums do not depend on threads.
+constexpr int64_t kPoolGradLanes = 64;
+
 // Runs plane(p, acc) for every [N, C] plane in parallel, with acc the plane
-// of dx as f32 (dx itself for f32, else scratch rounded into dx afterwards),
-// zeroed. Each plane's windows only touch that plane, so the sums are the
-// same for every thread count.
+// of dx as f32 (dx itself for f32, else a lane of the workspace, `lanes`,
+// rounded into dx afterwards), zeroed. Each plane's windows only touch that
+// plane, so the sums are the same for every thread count.
 template <typename T, typename F>
-void for_each_grad_plane(const Stream &s, const Window &win, int64_t planes, T *dx, F &&plane) {
+void for_each_grad_plane(const Stream &s, const Window &win, int64_t planes, T *dx,
+                         float *lanes, F &&plane) {
   const int64_t work = std::max<int64_t>(1, win.out_size * win.kernel_size + win.in_size);
-  parallel_for(s, planes, std::max<int64_t>(1, kGrainElementwise / work),
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t p = begin; p < end; ++p) {
-                   float *acc;
-                   if constexpr (std::is_same_v<T, float>)
-                     acc = dx + p * win.in_size;
-                   else
-                     acc = scratch_floats(static_cast<size_t>(win.in_size));
-                   std::fill(acc, acc + win.in_size, 0.0f);
-                   plane(p, acc);
-                   if constexpr (!std::is_same_v<T, float>)
-                     for (int64_t i = 0; i < win.in_size; ++i)
-                       dx[p * win.in_size + i] = Elem<T>::store(acc[i]);
-                 }
-               });
+  if constexpr (std::is_same_v<T, float>) {
+    (void)lanes;
+    parallel_for(s, planes, std::max<int64_t>(1, kGrainElementwise / work),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t p = begin; p < end; ++p) {
+                     float *acc = dx + p * win.in_size;
+                     std::fill(acc, acc + win.in_size, 0.0f);
+                     plane(p, acc);
+                   }
+                 });
+  } else {
+    const int64_t count = std::min(planes, kPoolGradLanes);
+    const int64_t per_lane = (planes + count - 1) / count;
+    parallel_for(s, count, std::max<int64_t>(1, kGrainElementwise / (work * per_lane)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t lane = begin; lane < end; ++lane) {
+                     float *acc = lanes + lane * win.in_size;
+                     for (int64_t p = lane * planes / count; p < (lane + 1) * planes / count;
+                          ++p) {
+                       std::fill(acc, acc + win.in_size, 0.0f);
+                       plane(p, acc);
+                       for (int64_t i = 0; i < win.in_size; ++i)
+                         dx[p * win.in_size + i] = Elem<T>::store(acc[i]);
+                     }
+                   }
+                 });
+  }
 }
 
 }  // namespace
 
+int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx) {
+  if (!is_16bit(dtype) || dx.rank < 3 || dx.numel() == 0)
+    return 0;
+  const int64_t planes = dx.dims[0] * dx.dims[1];
+  return static_cast<int64_t>(sizeof(float)) * std::min(planes, kPoolGradLanes) *
+         (dx.numel() / planes);
+}
+
 void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dx,
                    const int64_t *kernel, const int64_t *strides, const int64_t *pads,
-                   const int64_t *dilations) {
+                   const int64_t *dilations, const Workspace &ws) {
   begin_kernel(s);
   const char *name = "max_pool_grad";
   check_pool(name, x, dy, "x", "dy");
@@ -643,13 +738,15 @@ void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &d
   check_same_dtype(name, "x", x, "dx", dx);
   check_shape(name, "dx", dx, x.shape);
   Window win = make_window(name, x, dy, kernel, strides, pads, dilations, true, "x", "dy");
+  WorkspaceFloats scratch(name, ws, pool_grad_workspace_bytes(dx.dtype, dx.shape));
   const int64_t planes = x.shape.dims[0] * x.shape.dims[1];
   if (dx.numel() == 0)
     return;
+  float *lanes = scratch.take(pool_grad_workspace_bytes(dx.dtype, dx.shape) / 4);
   dispatch_float(name, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *px = x.as<T>(), *pdy = dy.as<T>();
-    for_each_grad_plane<T>(s, win, planes, dx.as<T>(), [&](int64_t p, float *acc) {
+    for_each_grad_plane<T>(s, win, planes, dx.as<T>(), lanes, [&](int64_t p, float *acc) {
       const T *in = px + p * win.in_size;
       const T *grad = pdy + p * win.out_size;
       for_each_window(win, [&](int64_t o, const int64_t *idx, const int64_t *kb,
@@ -674,18 +771,21 @@ void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &d
 }
 
 void avg_pool_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *kernel,
-                   const int64_t *strides, const int64_t *pads, bool count_include_pad) {
+                   const int64_t *strides, const int64_t *pads, bool count_include_pad,
+                   const Workspace &ws) {
   begin_kernel(s);
   const char *name = "avg_pool_grad";
   check_pool(name, dx, dy, "dx", "dy");
   Window win = make_window(name, dx, dy, kernel, strides, pads, nullptr, true, "dx", "dy");
+  WorkspaceFloats scratch(name, ws, pool_grad_workspace_bytes(dx.dtype, dx.shape));
   const int64_t planes = dx.shape.dims[0] * dx.shape.dims[1];
   if (dx.numel() == 0)
     return;
+  float *lanes = scratch.take(pool_grad_workspace_bytes(dx.dtype, dx.shape) / 4);
   dispatch_float(name, dx.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *pdy = dy.as<T>();
-    for_each_grad_plane<T>(s, win, planes, dx.as<T>(), [&](int64_t p, float *acc) {
+    for_each_grad_plane<T>(s, win, planes, dx.as<T>(), lanes, [&](int64_t p, float *acc) {
       const T *grad = pdy + p * win.out_size;
       for_each_window(win, [&](int64_t o, const int64_t *idx, const int64_t *kb,
                                const int64_t *kc) {

@@ -1,7 +1,8 @@
 // Linear algebra: matmul (NumPy semantics, batch broadcasting, transpose
 // flags) and gemm. f32 goes straight to OpenBLAS sgemm with the transpose
-// flags (no copies); f16 and bf16 convert to f32 scratch around the same
-// path; integers use a plain triple loop with wrapping arithmetic.
+// flags (no copies); f16 and bf16 convert to f32 in the op's workspace
+// around the same path; integers use a plain triple loop with wrapping
+// arithmetic.
 #include "internal.h"
 
 #include <cblas.h>
@@ -153,36 +154,49 @@ void matmul_f32(const Stream &s, const MatmulPlan &p, const float *a, const floa
 template <typename T>
 void matmul_int(const Stream &s, const MatmulPlan &p, const T *a, const T *b, T *y) {
   using U = std::make_unsigned_t<T>;  // wrapping products and sums
-  std::vector<int64_t> a_offsets(p.batch), b_offsets(p.batch);
-  for_each_batch(p, [&](int64_t i, int64_t a_off, int64_t b_off) {
-    a_offsets[i] = a_off;
-    b_offsets[i] = b_off;
-  });
   parallel_for(s, p.batch * p.m, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, p.n * p.k)),
                [&](int64_t begin, int64_t end) {
-                 std::vector<U> acc(p.n);
                  for (int64_t r = begin; r < end; ++r) {
                    int64_t bi = r / p.m, i = r % p.m;
-                   const T *pa = a + a_offsets[bi] + i * p.a_rs;
-                   const T *pb = b + b_offsets[bi];
-                   std::fill(acc.begin(), acc.end(), U(0));
+                   // The operands' offsets of matrix bi of the batch.
+                   int64_t a_off = 0, b_off = 0;
+                   for (int d = p.batch_rank - 1; d >= 0; --d) {
+                     int64_t at = bi % p.batch_dims[d];
+                     bi /= p.batch_dims[d];
+                     a_off += at * p.a_batch_stride[d];
+                     b_off += at * p.b_batch_stride[d];
+                   }
+                   const T *pa = a + a_off + i * p.a_rs;
+                   const T *pb = b + b_off;
+                   // Accumulated in y's row itself: wrapping sums are the
+                   // same in any order.
+                   T *out = y + r * p.n;
+                   std::fill(out, out + p.n, T(0));
                    for (int64_t kk = 0; kk < p.k; ++kk) {
                      U av = static_cast<U>(pa[kk * p.a_cs]);
                      const T *row = pb + kk * p.b_rs;
                      for (int64_t j = 0; j < p.n; ++j)
-                       acc[j] += av * static_cast<U>(row[j * p.b_cs]);
+                       out[j] = static_cast<T>(static_cast<U>(out[j]) +
+                                               av * static_cast<U>(row[j * p.b_cs]));
                    }
-                   T *out = y + r * p.n;
-                   for (int64_t j = 0; j < p.n; ++j)
-                     out[j] = static_cast<T>(acc[j]);
                  }
                });
 }
 
 }  // namespace
 
+int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {
+  if (dtype != DType::F16 && dtype != DType::BF16)
+    return 0;
+  return static_cast<int64_t>(sizeof(float)) * (a.numel() + b.numel() + y.numel());
+}
+
+int64_t gemm_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {
+  return matmul_workspace_bytes(dtype, a, b, y);
+}
+
 void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool transpose_a,
-            bool transpose_b) {
+            bool transpose_b, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "matmul";
   check_data(kernel, "a", a);
@@ -191,6 +205,7 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
   check_same_dtype(kernel, "a", a, "b", b);
   check_same_dtype(kernel, "a", a, "y", y);
   MatmulPlan p = plan_matmul(kernel, a, b, y, transpose_a, transpose_b);
+  WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
   if (y.numel() == 0)
     return;
   check_blas_size(kernel, p);
@@ -201,17 +216,18 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
     } else if constexpr (std::is_integral_v<T>) {
       matmul_int<T>(s, p, a.as<T>(), b.as<T>(), y.as<T>());
     } else {
-      std::vector<float> fa(a.numel()), fb(b.numel()), fy(y.numel());
-      to_f32(s, a.as<T>(), fa.data(), a.numel());
-      to_f32(s, b.as<T>(), fb.data(), b.numel());
-      matmul_f32(s, p, fa.data(), fb.data(), fy.data());
-      from_f32(s, fy.data(), y.as<T>(), y.numel());
+      float *fa = scratch.take(a.numel()), *fb = scratch.take(b.numel()),
+            *fy = scratch.take(y.numel());
+      to_f32(s, a.as<T>(), fa, a.numel());
+      to_f32(s, b.as<T>(), fb, b.numel());
+      matmul_f32(s, p, fa, fb, fy);
+      from_f32(s, fy, y.as<T>(), y.numel());
     }
   });
 }
 
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,
-          float alpha, float beta, bool transpose_a, bool transpose_b) {
+          float alpha, float beta, bool transpose_a, bool transpose_b, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "gemm";
   check_data(kernel, "a", a);
@@ -231,6 +247,7 @@ void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Te
     if (c->shape.rank > 2 || !plan_broadcast(y.shape, &c->shape, 1, c_plan))
       fail(kernel, "c " + c->shape.str() + " does not broadcast to " + y.shape.str());
   }
+  WorkspaceFloats scratch(kernel, ws, gemm_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
   if (y.numel() == 0)
     return;
   check_blas_size(kernel, p);
@@ -249,18 +266,14 @@ void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Te
   };
   // c broadcast to [M, N] in f32.
   auto expand_c = [&](float *dst) {
-    std::vector<float> fc(static_cast<size_t>(c->numel()));
     dispatch_float(kernel, c->dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      for (int64_t i = 0, n = c->numel(); i < n; ++i)
-        fc[i] = Elem<T>::load(c->as<T>()[i]);
-    });
-    const int64_t stride = c_plan.strides[0][c_plan.rank - 1];
-    for_each_row(c_plan, 0, y.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
-      if (stride == 1)
-        std::memcpy(dst + o, fc.data() + off[0], static_cast<size_t>(n) * sizeof(float));
-      else
-        std::fill(dst + o, dst + o + n, fc[off[0]]);
+      const T *fc = c->as<T>();
+      const int64_t stride = c_plan.strides[0][c_plan.rank - 1];
+      for_each_row(c_plan, 0, y.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          dst[o + i] = Elem<T>::load(fc[off[0] + i * stride]);
+      });
     });
   };
   dispatch_float(kernel, a.dtype, [&](auto tag) {
@@ -278,13 +291,14 @@ void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Te
       }
       run(a.as<float>(), b.as<float>(), fc, fy);
     } else {
-      std::vector<float> fa(a.numel()), fb(b.numel()), fy(y.numel());
-      to_f32(s, a.as<T>(), fa.data(), a.numel());
-      to_f32(s, b.as<T>(), fb.data(), b.numel());
+      float *fa = scratch.take(a.numel()), *fb = scratch.take(b.numel()),
+            *fy = scratch.take(y.numel());
+      to_f32(s, a.as<T>(), fa, a.numel());
+      to_f32(s, b.as<T>(), fb, b.numel());
       if (use_c)
-        expand_c(fy.data());
-      run(fa.data(), fb.data(), fy.data(), fy.data());
-      from_f32(s, fy.data(), y.as<T>(), y.numel());
+        expand_c(fy);
+      run(fa, fb, fy, fy);
+      from_f32(s, fy, y.as<T>(), y.numel());
     }
   });
 }

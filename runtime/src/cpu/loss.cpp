@@ -1,7 +1,8 @@
 // Losses: softmax cross-entropy (with its log-probabilities) and negative
 // log-likelihood, ONNX semantics, and their gradients. Labels are checked
-// before anything is written; per-sample losses are reduced in f64,
-// serially, so the result does not depend on the thread count.
+// before anything is written; per-sample losses are reduced in f64 in a
+// fixed order, so the result does not depend on the thread count. No kernel
+// here needs a workspace: per-sample weights are recomputed from the labels.
 #include "internal.h"
 
 #include <limits>
@@ -66,38 +67,34 @@ LossShape check_loss(const char *kernel, const Tensor &scores, const Tensor &lab
   return ls;
 }
 
-// Reduces per-sample losses (already weighted, 0 where ignored) into `loss`.
-void write_loss(const char *kernel, const Tensor &loss, const std::vector<double> &sample,
-                const std::vector<double> &weight, Reduction reduction) {
-  if (reduction == Reduction::None) {
-    std::vector<float> values(sample.begin(), sample.end());
-    store_floats(kernel, "loss", loss, values.data());
-    return;
-  }
-  double total = 0.0, weight_total = 0.0;
-  for (size_t i = 0; i < sample.size(); ++i) {
-    total += sample[i];
-    weight_total += weight[i];
-  }
-  // A mean over no counted sample is 0 / 0 = NaN, as in ONNX and PyTorch.
-  float value = static_cast<float>(reduction == Reduction::Mean ? total / weight_total : total);
-  store_floats(kernel, "loss", loss, &value);
-}
-
-// Weight of every sample: w[label], 1 without weights, 0 when ignored.
-std::vector<double> sample_weights(const LossShape &ls, const Tensor &labels,
-                                   const std::vector<float> &class_weights, bool has_ignore_index,
-                                   int64_t ignore_index) {
-  std::vector<double> w(static_cast<size_t>(ls.n * ls.d));
-  for (size_t i = 0; i < w.size(); ++i) {
-    int64_t label = index_at(labels, static_cast<int64_t>(i));
-    if (has_ignore_index && label == ignore_index)
-      w[i] = 0.0;
-    else
-      w[i] = class_weights.empty() ? 1.0 : class_weights[label];
-  }
+// Weight of sample r: w[label], 1 without weights, 0 when ignored;
+// recomputed from the labels wherever it is needed rather than stored.
+inline double sample_weight(const Tensor &labels, const Tensor *weights, int64_t r,
+                            bool has_ignore_index, int64_t ignore_index) {
+  int64_t label = index_at(labels, r);
+  if (has_ignore_index && label == ignore_index)
+    return 0.0;
+  if (!weights)
+    return 1.0;
+  float w = 0.0f;
+  dispatch_float("loss", weights->dtype,
+                 [&](auto tag) { w = to_float(weights->as<typename decltype(tag)::type>()[label]); });
   return w;
 }
+
+// Writes a sum or mean of per-sample losses into the scalar `loss`.
+void write_total(const Tensor &loss, double total, double weight_total, Reduction reduction) {
+  // A mean over no counted sample is 0 / 0 = NaN, as in ONNX and PyTorch.
+  float value = static_cast<float>(reduction == Reduction::Mean ? total / weight_total : total);
+  dispatch_float("loss", loss.dtype,
+                 [&](auto tag) { loss.as<typename decltype(tag)::type>()[0] = from_float<
+                                     typename decltype(tag)::type>(value); });
+}
+
+// Per-sample losses are summed in blocks fixed by the number of rows alone
+// (each block in order, then the blocks in order), so the total does not
+// depend on the thread count and needs no per-sample storage.
+constexpr int64_t kLossBlocks = 64;
 
 }  // namespace
 
@@ -111,19 +108,30 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
   check_data(kernel, "log_prob", log_prob);
   check_same_dtype(kernel, "scores", scores, "log_prob", log_prob);
   check_shape(kernel, "log_prob", log_prob, scores.shape);
-  std::vector<float> class_weights;
-  if (weights)
-    class_weights = float_values(kernel, "weights", *weights);
-  std::vector<double> w = sample_weights(ls, labels, class_weights, has_ignore_index, ignore_index);
-  std::vector<double> sample(w.size(), 0.0);
   const int64_t rows = ls.n * ls.d, c = ls.c, d = ls.d;
-  if (c > 0) {
-    dispatch_float(kernel, scores.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T *x = scores.as<T>();
-      T *lp = log_prob.as<T>();
-      parallel_for(s, rows, std::max<int64_t>(1, 8192 / c), [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
+  const int64_t blocks = std::min<int64_t>(kLossBlocks, std::max<int64_t>(rows, 1));
+  double block_total[kLossBlocks] = {}, block_weight[kLossBlocks] = {};
+  dispatch_float(kernel, scores.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *x = scores.as<T>();
+    T *lp = log_prob.as<T>();
+    T *per_sample = reduction == Reduction::None ? loss.as<T>() : nullptr;
+    const int64_t rows_per_block = (rows + blocks - 1) / blocks;
+    parallel_for(
+        s, blocks, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, c * rows_per_block)),
+        [&](int64_t block_begin, int64_t block_end) {
+      for (int64_t blk = block_begin; blk < block_end; ++blk) {
+        double total = 0.0, weight_total = 0.0;
+        for (int64_t r = blk * rows / blocks, r_end = (blk + 1) * rows / blocks; r < r_end;
+             ++r) {
+          const double w = sample_weight(labels, weights, r, has_ignore_index, ignore_index);
+          double sample = 0.0;
+          weight_total += w;
+          if (c == 0) {
+            if (per_sample)
+              per_sample[r] = from_float<T>(0.0f);
+            continue;
+          }
           const int64_t n = r / d, j = r % d, base = n * c * d + j;
           // Row r of the class axis, as contiguous f32.
           const float *in = nullptr;
@@ -161,15 +169,27 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
             for (int64_t k = 0; k < c; ++k)
               lp[base + k * d] = from_float<T>(in[k] - lse);
           }
-          if (w[r] != 0.0) {
+          if (w != 0.0) {
             int64_t label = index_at(labels, r);
-            sample[r] = -w[r] * (static_cast<double>(in[label]) - static_cast<double>(lse));
+            sample = -w * (static_cast<double>(in[label]) - static_cast<double>(lse));
           }
+          total += sample;
+          if (per_sample)
+            per_sample[r] = from_float<T>(static_cast<float>(sample));
         }
-      });
+        block_total[blk] = total;
+        block_weight[blk] = weight_total;
+      }
     });
+  });
+  if (reduction != Reduction::None) {
+    double total = 0.0, weight_total = 0.0;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      total += block_total[blk];
+      weight_total += block_weight[blk];
+    }
+    write_total(loss, total, weight_total, reduction);
   }
-  write_loss(kernel, loss, sample, w, reduction);
 }
 
 void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Tensor *weights,
@@ -180,22 +200,26 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
   (void)s;
   LossShape ls = check_loss(kernel, log_prob, labels, weights, loss, reduction, has_ignore_index,
                             ignore_index);
-  std::vector<float> class_weights;
-  if (weights)
-    class_weights = float_values(kernel, "weights", *weights);
-  std::vector<double> w = sample_weights(ls, labels, class_weights, has_ignore_index, ignore_index);
-  std::vector<double> sample(w.size(), 0.0);
+  double total = 0.0, weight_total = 0.0;
   dispatch_float(kernel, log_prob.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *lp = log_prob.as<T>();
+    T *per_sample = reduction == Reduction::None ? loss.as<T>() : nullptr;
     for (int64_t r = 0, rows = ls.n * ls.d; r < rows; ++r) {
-      if (w[r] == 0.0)
-        continue;
-      const int64_t n = r / ls.d, j = r % ls.d, label = index_at(labels, r);
-      sample[r] = -w[r] * static_cast<double>(to_float(lp[(n * ls.c + label) * ls.d + j]));
+      const double w = sample_weight(labels, weights, r, has_ignore_index, ignore_index);
+      double sample = 0.0;
+      if (w != 0.0) {
+        const int64_t n = r / ls.d, j = r % ls.d, label = index_at(labels, r);
+        sample = -w * static_cast<double>(to_float(lp[(n * ls.c + label) * ls.d + j]));
+      }
+      total += sample;
+      weight_total += w;
+      if (per_sample)
+        per_sample[r] = from_float<T>(static_cast<float>(sample));
     }
   });
-  write_loss(kernel, loss, sample, w, reduction);
+  if (reduction != Reduction::None)
+    write_total(loss, total, weight_total, reduction);
 }
 
 //===----------------------------------------------------------------------===//
@@ -204,34 +228,40 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
 
 namespace {
 
-// Gradient coefficient of every sample: dloss (per sample, or the scalar)
+// Gradient coefficient of each sample: dloss (per sample, or the scalar)
 // times its class weight, over the summed weights for a mean; 0 for an
 // ignored label. A mean over no counted sample stays 0 / 0 = NaN for counted
 // samples of weight 0, as in PyTorch, but ignored samples get exactly 0.
-std::vector<float> sample_coefficients(const char *kernel, const LossShape &ls,
-                                       const Tensor &labels, const Tensor *weights,
-                                       const Tensor &dloss, Reduction reduction,
-                                       bool has_ignore_index, int64_t ignore_index) {
-  std::vector<float> class_weights;
-  if (weights)
-    class_weights = float_values(kernel, "weights", *weights);
-  std::vector<double> w = sample_weights(ls, labels, class_weights, has_ignore_index, ignore_index);
-  std::vector<float> dl = float_values(kernel, "dloss", dloss);
+// Computed per sample from the labels, with no per-sample storage.
+struct Coefficients {
+  const Tensor &labels, *weights, &dloss;
+  Reduction reduction;
+  bool has_ignore_index;
+  int64_t ignore_index;
   double divisor = 1.0;
-  if (reduction == Reduction::Mean) {
-    divisor = 0.0;
-    for (double v : w)
-      divisor += v;
+
+  Coefficients(const LossShape &ls, const Tensor &labels, const Tensor *weights,
+               const Tensor &dloss, Reduction reduction, bool has_ignore_index,
+               int64_t ignore_index)
+      : labels(labels), weights(weights), dloss(dloss), reduction(reduction),
+        has_ignore_index(has_ignore_index), ignore_index(ignore_index) {
+    if (reduction == Reduction::Mean) {
+      divisor = 0.0;
+      for (int64_t r = 0, rows = ls.n * ls.d; r < rows; ++r)
+        divisor += sample_weight(labels, weights, r, has_ignore_index, ignore_index);
+    }
   }
-  std::vector<float> coef(w.size(), 0.0f);
-  for (size_t r = 0; r < w.size(); ++r) {
-    if (has_ignore_index && index_at(labels, static_cast<int64_t>(r)) == ignore_index)
-      continue;
-    const double d = reduction == Reduction::None ? dl[r] : dl[0];
-    coef[r] = static_cast<float>(d * w[r] / divisor);
+  float operator()(int64_t r) const {
+    if (has_ignore_index && index_at(labels, r) == ignore_index)
+      return 0.0f;
+    float dl = 0.0f;
+    const int64_t at = reduction == Reduction::None ? r : 0;
+    dispatch_float("loss", dloss.dtype,
+                   [&](auto tag) { dl = to_float(dloss.as<typename decltype(tag)::type>()[at]); });
+    const double w = sample_weight(labels, weights, r, has_ignore_index, ignore_index);
+    return static_cast<float>(static_cast<double>(dl) * w / divisor);
   }
-  return coef;
-}
+};
 
 }  // namespace
 
@@ -246,8 +276,7 @@ void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &lo
   check_data(kernel, "dscores", dscores);
   check_same_dtype(kernel, "log_prob", log_prob, "dscores", dscores);
   check_shape(kernel, "dscores", dscores, log_prob.shape);
-  std::vector<float> coef = sample_coefficients(kernel, ls, labels, weights, dloss, reduction,
-                                                has_ignore_index, ignore_index);
+  const Coefficients coef(ls, labels, weights, dloss, reduction, has_ignore_index, ignore_index);
   const int64_t c = ls.c, d = ls.d;
   if (dscores.numel() == 0)
     return;
@@ -260,7 +289,7 @@ void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &lo
       parallel_for(s, ls.n, std::max<int64_t>(1, kGrainElementwise / c),
                    [&](int64_t begin, int64_t end) {
                      for (int64_t r = begin; r < end; ++r) {
-                       const float k = coef[r];
+                       const float k = coef(r);
                        const T *in = lp + r * c;
                        T *o = out + r * c;
 #pragma omp simd
@@ -283,7 +312,7 @@ void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &lo
                        T *o = out + p * d;
                        for (int64_t j = 0; j < d; ++j) {
                          const float hot = index_at(labels, n * d + j) == k ? 1.0f : 0.0f;
-                         o[j] = from_float<T>(coef[n * d + j] * (fast_exp(to_float(in[j])) - hot));
+                         o[j] = from_float<T>(coef(n * d + j) * (fast_exp(to_float(in[j])) - hot));
                        }
                      }
                    });
@@ -298,8 +327,7 @@ void nll_loss_grad(Stream &s, const Tensor &dloss, const Tensor &labels, const T
   const char *kernel = "nll_loss_grad";
   LossShape ls = check_loss(kernel, dlog_prob, labels, weights, dloss, reduction,
                             has_ignore_index, ignore_index, "dlog_prob", "dloss");
-  std::vector<float> coef = sample_coefficients(kernel, ls, labels, weights, dloss, reduction,
-                                                has_ignore_index, ignore_index);
+  const Coefficients coef(ls, labels, weights, dloss, reduction, has_ignore_index, ignore_index);
   if (dlog_prob.numel() == 0)
     return;
   // -coef at each counted label, 0 elsewhere (zero bytes are 0.0 in every
@@ -317,7 +345,7 @@ void nll_loss_grad(Stream &s, const Tensor &dloss, const Tensor &labels, const T
       if (has_ignore_index && label == ignore_index)
         continue;
       const int64_t n = r / ls.d, j = r % ls.d;
-      out[(n * ls.c + label) * ls.d + j] = from_float<T>(-coef[r]);
+      out[(n * ls.c + label) * ls.d + j] = from_float<T>(-coef(r));
     }
   });
 }

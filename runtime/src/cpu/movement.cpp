@@ -273,22 +273,17 @@ int64_t check_stacking(const char *kernel, const Tensor &whole, const Tensor *pa
 void stack_copy(const Stream &s, const Tensor &whole, const Tensor *parts, int count,
                 int64_t outer, bool to_whole) {
   const int64_t whole_row = outer > 0 ? static_cast<int64_t>(whole.nbytes()) / outer : 0;
-  std::vector<int64_t> start(count);
-  int64_t pos = 0;
-  for (int k = 0; k < count; ++k) {
-    start[k] = pos;
-    pos += outer > 0 ? static_cast<int64_t>(parts[k].nbytes()) / outer : 0;
-  }
   if (whole_row == 0)
     return;
   char *w = static_cast<char *>(whole.data);
   parallel_for(s, outer, std::max<int64_t>(1, (int64_t(1) << 18) / whole_row),
                [&](int64_t begin, int64_t end) {
                  for (int64_t o = begin; o < end; ++o)
-                   for (int k = 0; k < count; ++k) {
+                   for (int64_t k = 0, start = 0; k < count; ++k) {
                      int64_t bytes = static_cast<int64_t>(parts[k].nbytes()) / outer;
                      char *p = static_cast<char *>(parts[k].data) + o * bytes;
-                     char *q = w + o * whole_row + start[k];
+                     char *q = w + o * whole_row + start;
+                     start += bytes;
                      if (bytes > 0) {
                        if (to_whole)
                          std::memcpy(q, p, static_cast<size_t>(bytes));
@@ -485,20 +480,21 @@ Shape gather_shape(const char *kernel, const Tensor &data, const Tensor &indices
   return shape;
 }
 
-// Every index, checked against [-extent, extent) and made non-negative.
-std::vector<int64_t> normalized_indices(const char *kernel, const Tensor &indices, int axis,
-                                        int64_t extent) {
-  const int64_t count = indices.numel();
-  std::vector<int64_t> index(static_cast<size_t>(count));
-  for (int64_t j = 0; j < count; ++j) {
+// Checks every index against [-extent, extent) before anything is written.
+void check_indices(const char *kernel, const Tensor &indices, int axis, int64_t extent) {
+  for (int64_t j = 0, count = indices.numel(); j < count; ++j) {
     int64_t v = index_at(indices, j);
     if (v < -extent || v >= extent)
       fail(kernel, "index " + std::to_string(v) + " (indices element " + std::to_string(j) +
                        ") is out of range for axis " + std::to_string(axis) + " of size " +
                        std::to_string(extent));
-    index[j] = v < 0 ? v + extent : v;
   }
-  return index;
+}
+
+// Index j, checked already, made non-negative.
+inline int64_t normalized_index(const Tensor &indices, int64_t j, int64_t extent) {
+  int64_t v = index_at(indices, j);
+  return v < 0 ? v + extent : v;
 }
 
 }  // namespace
@@ -513,8 +509,7 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
   check_shape(kernel, "y", y, gather_shape(kernel, data, indices, axis));
   const int64_t extent = data.shape.dims[axis];
   const int64_t count = indices.numel();
-  // Validate and normalize every index before writing anything.
-  std::vector<int64_t> index = normalized_indices(kernel, indices, axis, extent);
+  check_indices(kernel, indices, axis, extent);
   if (y.numel() == 0)
     return;
   int64_t outer = 1, inner = 1;
@@ -529,14 +524,22 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
                [&](int64_t begin, int64_t end) {
                  for (int64_t r = begin; r < end; ++r) {
                    int64_t o = r / count, j = r % count;
-                   std::memcpy(dst + r * row_bytes, src + (o * extent + index[j]) * row_bytes,
+                   std::memcpy(dst + r * row_bytes,
+                               src + (o * extent + normalized_index(indices, j, extent)) *
+                                         row_bytes,
                                row_bytes);
                  }
                });
 }
 
+int64_t gather_grad_workspace_bytes(DType dtype, const Shape &ddata) {
+  if (dtype != DType::F16 && dtype != DType::BF16)
+    return 0;
+  return static_cast<int64_t>(sizeof(float)) * ddata.numel();
+}
+
 void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tensor &ddata,
-                 int axis) {
+                 int axis, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "gather_grad";
   check_data(kernel, "dy", dy);
@@ -548,7 +551,8 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
     fail(kernel, "needs a numeric tensor (f32, f16, bf16, i64, i32), got bool");
   const int64_t extent = ddata.shape.dims[axis];
   const int64_t count = indices.numel();
-  std::vector<int64_t> index = normalized_indices(kernel, indices, axis, extent);
+  check_indices(kernel, indices, axis, extent);
+  WorkspaceFloats scratch(kernel, ws, gather_grad_workspace_bytes(ddata.dtype, ddata.shape));
   if (ddata.numel() == 0)
     return;
   int64_t outer = 1, inner = 1;
@@ -556,66 +560,63 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
     outer *= ddata.shape.dims[d];
   for (int d = axis + 1; d < ddata.shape.rank; ++d)
     inner *= ddata.shape.dims[d];
-  // The positions j of every target v, in index order (a stable counting
-  // sort): each output row is then summed by one thread, in index order,
-  // whatever the thread count, instead of threads racing on repeated rows.
-  std::vector<int64_t> first(static_cast<size_t>(extent) + 1, 0), order(static_cast<size_t>(count));
-  for (int64_t j = 0; j < count; ++j)
-    ++first[index[j] + 1];
-  for (int64_t v = 0; v < extent; ++v)
-    first[v + 1] += first[v];
-  {
-    std::vector<int64_t> next(first.begin(), first.end() - 1);
-    for (int64_t j = 0; j < count; ++j)
-      order[next[index[j]]++] = j;
-  }
-  const int64_t rows = outer * extent;
-  const int64_t work_per_row = inner * (1 + count / std::max<int64_t>(extent, 1));
+  // Threads split the inner axis; each walks every index in order and adds
+  // dy's row j into ddata's row indices[j]. So every element is summed in
+  // index order whatever the thread count, threads never share an element,
+  // and no sorted copy of the indices is needed. f16 / bf16 sum in f32 (the
+  // workspace) and round once.
+  // Columns go to threads in blocks of 16 (a cache line of f32), so that
+  // threads do not write the same lines.
+  float *acc = scratch.take(ddata.numel());
+  constexpr int64_t kColumns = 16;
+  const int64_t column_blocks = (inner + kColumns - 1) / kColumns;
+  const int64_t work_per_block = outer * (extent + count) * kColumns;
   dispatch_numeric(kernel, ddata.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *in = dy.as<T>();
     T *out = ddata.as<T>();
-    parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / work_per_row),
-                 [&](int64_t begin, int64_t end) {
-                   int64_t o = begin / extent, v = begin % extent;
-                   float *acc = nullptr;
-                   if constexpr (!std::is_same_v<T, float> && !std::is_integral_v<T>)
-                     acc = scratch_floats(static_cast<size_t>(inner));
-                   for (int64_t row = begin; row < end; ++row) {
-                     T *dst = out + row * inner;
-                     const T *src = in + o * count * inner;
-                     const int64_t *js = order.data() + first[v];
-                     const int64_t *js_end = order.data() + first[v + 1];
+    parallel_for(s, column_blocks, std::max<int64_t>(1, kGrainElementwise / work_per_block),
+                 [&](int64_t block_begin, int64_t block_end) {
+                   const int64_t begin = block_begin * kColumns;
+                   const int64_t width = std::min(inner, block_end * kColumns) - begin;
+                   for (int64_t o = 0; o < outer; ++o) {
+                     const T *src = in + o * count * inner + begin;
                      if constexpr (std::is_same_v<T, float>) {
-                       std::fill(dst, dst + inner, 0.0f);
-                       for (const int64_t *j = js; j < js_end; ++j) {
-                         const float *g = src + *j * inner;
+                       float *dst = out + o * extent * inner + begin;
+                       for (int64_t v = 0; v < extent; ++v)
+                         std::fill(dst + v * inner, dst + v * inner + width, 0.0f);
+                       for (int64_t j = 0; j < count; ++j) {
+                         float *d = dst + normalized_index(indices, j, extent) * inner;
+                         const float *g = src + j * inner;
 #pragma omp simd
-                         for (int64_t i = 0; i < inner; ++i)
-                           dst[i] += g[i];
+                         for (int64_t i = 0; i < width; ++i)
+                           d[i] += g[i];
                        }
                      } else if constexpr (std::is_integral_v<T>) {
                        using U = std::make_unsigned_t<T>;  // sums wrap
-                       std::fill(dst, dst + inner, T(0));
-                       for (const int64_t *j = js; j < js_end; ++j) {
-                         const T *g = src + *j * inner;
-                         for (int64_t i = 0; i < inner; ++i)
-                           dst[i] = static_cast<T>(static_cast<U>(dst[i]) + static_cast<U>(g[i]));
+                       T *dst = out + o * extent * inner + begin;
+                       for (int64_t v = 0; v < extent; ++v)
+                         std::fill(dst + v * inner, dst + v * inner + width, T(0));
+                       for (int64_t j = 0; j < count; ++j) {
+                         T *d = dst + normalized_index(indices, j, extent) * inner;
+                         const T *g = src + j * inner;
+                         for (int64_t i = 0; i < width; ++i)
+                           d[i] = static_cast<T>(static_cast<U>(d[i]) + static_cast<U>(g[i]));
                        }
                      } else {
-                       // f16 / bf16: sum in f32, round once.
-                       std::fill(acc, acc + inner, 0.0f);
-                       for (const int64_t *j = js; j < js_end; ++j) {
-                         const T *g = src + *j * inner;
-                         for (int64_t i = 0; i < inner; ++i)
-                           acc[i] += Elem<T>::load(g[i]);
+                       float *dst = acc + o * extent * inner + begin;
+                       for (int64_t v = 0; v < extent; ++v)
+                         std::fill(dst + v * inner, dst + v * inner + width, 0.0f);
+                       for (int64_t j = 0; j < count; ++j) {
+                         float *d = dst + normalized_index(indices, j, extent) * inner;
+                         const T *g = src + j * inner;
+                         for (int64_t i = 0; i < width; ++i)
+                           d[i] += Elem<T>::load(g[i]);
                        }
-                       for (int64_t i = 0; i < inner; ++i)
-                         dst[i] = Elem<T>::store(acc[i]);
-                     }
-                     if (++v == extent) {
-                       v = 0;
-                       ++o;
+                       T *rounded = out + o * extent * inner + begin;
+                       for (int64_t v = 0; v < extent; ++v)
+                         for (int64_t i = 0; i < width; ++i)
+                           rounded[v * inner + i] = Elem<T>::store(dst[v * inner + i]);
                      }
                    }
                  });

@@ -45,15 +45,14 @@ inline void softmax_row(const float *in, float *out, int64_t n, bool log) {
 // Softmax over axis 1 of x viewed as [outer, n, inner].
 template <typename T>
 void softmax_typed(const Stream &s, const T *x, T *y, int64_t outer, int64_t n, int64_t inner,
-                   bool log) {
+                   bool log, float *lanes) {
   if (inner == 1) {
-    parallel_for(s, outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)),
-                 [&](int64_t begin, int64_t end) {
+    for_each_row_range(s, outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), lanes, n,
+                 [&](int64_t begin, int64_t end, float *row) {
                    for (int64_t r = begin; r < end; ++r) {
                      if constexpr (std::is_same_v<T, float>) {
                        softmax_row(x + r * n, y + r * n, n, log);
                      } else {
-                       float *row = scratch_floats(static_cast<size_t>(n));
                        for (int64_t i = 0; i < n; ++i)
                          row[i] = Elem<T>::load(x[r * n + i]);
                        softmax_row(row, row, n, log);
@@ -105,7 +104,7 @@ void softmax_typed(const Stream &s, const T *x, T *y, int64_t outer, int64_t n, 
 }
 
 void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor &y, int axis,
-                    bool log) {
+                    bool log, const Workspace &ws) {
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
   check_same_dtype(kernel, "x", x, "y", y);
@@ -116,24 +115,51 @@ void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor
     outer *= x.shape.dims[d];
   for (int d = axis + 1; d < x.shape.rank; ++d)
     inner *= x.shape.dims[d];
+  const int64_t bytes = softmax_workspace_bytes(x.dtype, x.shape, axis);
+  WorkspaceFloats scratch(kernel, ws, bytes);
   if (x.numel() == 0)
     return;
+  float *lanes = bytes > 0 ? scratch.take(bytes / 4) : nullptr;
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    softmax_typed<T>(s, x.as<T>(), y.as<T>(), outer, n, inner, log);
+    softmax_typed<T>(s, x.as<T>(), y.as<T>(), outer, n, inner, log, lanes);
   });
 }
 
-}  // namespace
-
-void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis) {
-  begin_kernel(s);
-  softmax_common("softmax", s, x, y, axis, /*log=*/false);
+// Rows [outer] of n along `axis` with unit stride (inner 1), or 0 rows.
+int64_t unit_stride_rows(const Shape &x, int axis, int64_t &n) {
+  n = 0;
+  if (axis < 0 || axis >= x.rank || x.numel() == 0)
+    return 0;
+  int64_t outer = 1;
+  for (int d = 0; d < axis; ++d)
+    outer *= x.dims[d];
+  for (int d = axis + 1; d < x.rank; ++d)
+    if (x.dims[d] != 1)
+      return 0;
+  n = x.dims[axis];
+  return outer;
 }
 
-void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis) {
+bool is_16bit_float(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
+
+}  // namespace
+
+int64_t softmax_workspace_bytes(DType dtype, const Shape &x, int axis) {
+  int64_t n = 0, rows = unit_stride_rows(x, axis, n);
+  if (!is_16bit_float(dtype) || rows == 0)
+    return 0;
+  return static_cast<int64_t>(sizeof(float)) * row_lanes(rows) * n;
+}
+
+void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Workspace &ws) {
   begin_kernel(s);
-  softmax_common("log_softmax", s, x, y, axis, /*log=*/true);
+  softmax_common("softmax", s, x, y, axis, /*log=*/false, ws);
+}
+
+void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Workspace &ws) {
+  begin_kernel(s);
+  softmax_common("log_softmax", s, x, y, axis, /*log=*/true, ws);
 }
 
 //===----------------------------------------------------------------------===//
@@ -166,9 +192,18 @@ std::vector<float> expand_param(const char *kernel, const char *name, const Tens
 
 }  // namespace
 
+int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, int axis) {
+  if (!is_16bit_float(dtype) || axis < 0 || axis >= x.rank || x.numel() == 0)
+    return 0;
+  int64_t rows = 1, n = 1;
+  for (int d = 0; d < x.rank; ++d)
+    (d < axis ? rows : n) *= x.dims[d];
+  return static_cast<int64_t>(sizeof(float)) * row_lanes(rows) * n;
+}
+
 void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
                 const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
-                float epsilon) {
+                float epsilon, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "layer_norm";
   check_data(kernel, "x", x);
@@ -190,8 +225,11 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
   std::vector<float> b = bias ? expand_param(kernel, "bias", *bias, x, axis)
                               : std::vector<float>(g.size(), 0.0f);
   const int64_t rows = stat_shape.numel(), n = static_cast<int64_t>(g.size());
+  const int64_t bytes = layer_norm_workspace_bytes(x.dtype, x.shape, axis);
+  WorkspaceFloats scratch(kernel, ws, bytes);
   if (rows == 0)
     return;
+  float *lanes = bytes > 0 ? scratch.take(bytes / 4) : nullptr;
   float *mean_out = mean.as<float>(), *inv_out = inv_std_dev.as<float>();
   const float *pg = g.data(), *pb = b.data();
   const float inv_n = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
@@ -199,8 +237,8 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
     using T = typename decltype(tag)::type;
     const T *px = x.as<T>();
     T *py = y.as<T>();
-    parallel_for(s, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)),
-                 [&](int64_t begin, int64_t end) {
+    for_each_row_range(s, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), lanes, n,
+                 [&](int64_t begin, int64_t end, float *row) {
                    for (int64_t r = begin; r < end; ++r) {
                      const float *in;
                      float *out;
@@ -208,7 +246,6 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
                        in = px + r * n;
                        out = py + r * n;
                      } else {
-                       float *row = scratch_floats(static_cast<size_t>(n));
                        for (int64_t i = 0; i < n; ++i)
                          row[i] = Elem<T>::load(px[r * n + i]);
                        in = out = row;
@@ -278,15 +315,33 @@ void check_per_channel(const char *kernel, const char *name, const Tensor &t, in
   check_shape(kernel, name, t, Shape{c});
 }
 
-// y = (x - mean_c) * a_c + bias_c over [N, C, spatial], a_c = scale_c * inv_std_c.
-template <typename T>
-void normalize_channels(const Stream &s, const Channels &ch, const T *x, T *y, const float *mean,
-                        const float *a, const float *bias) {
+// Element i of a per-channel float tensor (checked float already), as f32,
+// and the inverse: the channels' parameters and statistics are read and
+// written where they are used, with no f32 copy of them.
+float channel_load(const Tensor &t, int64_t i) {
+  float v = 0.0f;
+  dispatch_float("batch_norm", t.dtype,
+                 [&](auto tag) { v = to_float(t.as<typename decltype(tag)::type>()[i]); });
+  return v;
+}
+void channel_store(const Tensor &t, int64_t i, float v) {
+  dispatch_float("batch_norm", t.dtype, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    t.as<U>()[i] = from_float<U>(v);
+  });
+}
+
+// y = (x - mean_c) * a_c + bias_c over [N, C, spatial]; `coefficients(c)`
+// gives (mean_c, a_c, bias_c).
+template <typename T, typename F>
+void normalize_channels(const Stream &s, const Channels &ch, const T *x, T *y,
+                        F &&coefficients) {
   parallel_for(s, ch.n * ch.c, std::max<int64_t>(1, kGrainElementwise / ch.spatial),
                [&](int64_t begin, int64_t end) {
                  for (int64_t p = begin; p < end; ++p) {
                    int64_t c = p % ch.c;
-                   const float mu = mean[c], k = a[c], b = bias[c];
+                   float mu, k, b;
+                   coefficients(c, mu, k, b);
                    const T *in = x + p * ch.spatial;
                    T *out = y + p * ch.spatial;
                    for (int64_t i = 0; i < ch.spatial; ++i)
@@ -306,18 +361,16 @@ void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &b
   check_per_channel(kernel, "bias", bias, ch.c);
   check_per_channel(kernel, "mean", mean, ch.c);
   check_per_channel(kernel, "var", var, ch.c);
-  std::vector<float> g = float_values(kernel, "scale", scale);
-  std::vector<float> b = float_values(kernel, "bias", bias);
-  std::vector<float> mu = float_values(kernel, "mean", mean);
-  std::vector<float> v = float_values(kernel, "var", var);
-  std::vector<float> a(static_cast<size_t>(ch.c));
-  for (int64_t c = 0; c < ch.c; ++c)
-    a[c] = g[c] / std::sqrt(v[c] + epsilon);
   if (x.numel() == 0)
     return;
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    normalize_channels<T>(s, ch, x.as<T>(), y.as<T>(), mu.data(), a.data(), b.data());
+    normalize_channels<T>(s, ch, x.as<T>(), y.as<T>(), [&](int64_t c, float &mu, float &k,
+                                                          float &b) {
+      mu = channel_load(mean, c);
+      k = channel_load(scale, c) / std::sqrt(channel_load(var, c) + epsilon);
+      b = channel_load(bias, c);
+    });
   });
 }
 
@@ -342,7 +395,9 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
   const int64_t count = ch.n * ch.spatial;
   if (count == 0)
     fail(kernel, "batch statistics of an empty batch " + x.shape.str() + " are undefined");
-  std::vector<float> mu(static_cast<size_t>(ch.c)), var(static_cast<size_t>(ch.c));
+  // The batch mean goes straight to saved_mean, the inverse standard
+  // deviation to saved_inv_std, the running statistics to their outputs.
+  float *mu = saved_mean.as<float>(), *inv = saved_inv_std.as<float>();
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *px = x.as<T>();
@@ -365,30 +420,28 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
                          sq += d * d;
                        }
                      }
-                     mu[c] = static_cast<float>(m);
-                     var[c] = static_cast<float>(sq / static_cast<double>(count));
+                     const float mean_c = static_cast<float>(m);
+                     const float var_c = static_cast<float>(sq / static_cast<double>(count));
+                     mu[c] = mean_c;
+                     inv[c] = 1.0f / std::sqrt(var_c + epsilon);
+                     // Each channel's running statistics are read before
+                     // they are written (the outputs may be the inputs).
+                     const float rm = channel_load(running_mean, c),
+                                 rv = channel_load(running_var, c);
+                     channel_store(running_mean_out, c, rm * momentum + mean_c * (1.0f - momentum));
+                     channel_store(running_var_out, c, rv * momentum + var_c * (1.0f - momentum));
                    }
                  });
   });
-  std::vector<float> g = float_values(kernel, "scale", scale);
-  std::vector<float> b = float_values(kernel, "bias", bias);
-  std::vector<float> rm = float_values(kernel, "running_mean", running_mean);
-  std::vector<float> rv = float_values(kernel, "running_var", running_var);
-  std::vector<float> inv(ch.c), a(ch.c), rm_out(ch.c), rv_out(ch.c);
-  for (int64_t c = 0; c < ch.c; ++c) {
-    inv[c] = 1.0f / std::sqrt(var[c] + epsilon);
-    a[c] = g[c] * inv[c];
-    rm_out[c] = rm[c] * momentum + mu[c] * (1.0f - momentum);
-    rv_out[c] = rv[c] * momentum + var[c] * (1.0f - momentum);
-  }
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    normalize_channels<T>(s, ch, x.as<T>(), y.as<T>(), mu.data(), a.data(), b.data());
+    normalize_channels<T>(s, ch, x.as<T>(), y.as<T>(), [&](int64_t c, float &m, float &k,
+                                                          float &b) {
+      m = mu[c];
+      k = channel_load(scale, c) * inv[c];
+      b = channel_load(bias, c);
+    });
   });
-  store_floats(kernel, "running_mean_out", running_mean_out, rm_out.data());
-  store_floats(kernel, "running_var_out", running_var_out, rv_out.data());
-  std::memcpy(saved_mean.data, mu.data(), mu.size() * sizeof(float));
-  std::memcpy(saved_inv_std.data, inv.data(), inv.size() * sizeof(float));
 }
 
 //===----------------------------------------------------------------------===//
@@ -421,16 +474,15 @@ inline void softmax_grad_row(const float *y, const float *dy, float *dx, int64_t
 // Over axis 1 of [outer, n, inner], like softmax_typed.
 template <typename T>
 void softmax_grad_typed(const Stream &s, const T *y, const T *dy, T *dx, int64_t outer, int64_t n,
-                        int64_t inner, bool log) {
+                        int64_t inner, bool log, float *lanes) {
   if (inner == 1) {
-    parallel_for(s, outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)),
-                 [&](int64_t begin, int64_t end) {
+    for_each_row_range(s, outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), lanes,
+                 2 * n, [&](int64_t begin, int64_t end, float *buffer) {
                    for (int64_t r = begin; r < end; ++r) {
                      if constexpr (std::is_same_v<T, float>) {
                        softmax_grad_row(y + r * n, dy + r * n, dx + r * n, n, log);
                      } else {
-                       float *yr = scratch_floats(static_cast<size_t>(n), 0);
-                       float *gr = scratch_floats(static_cast<size_t>(n), 1);
+                       float *yr = buffer, *gr = buffer + n;
                        for (int64_t i = 0; i < n; ++i) {
                          yr[i] = Elem<T>::load(y[r * n + i]);
                          gr[i] = Elem<T>::load(dy[r * n + i]);
@@ -471,7 +523,7 @@ void softmax_grad_typed(const Stream &s, const T *y, const T *dy, T *dx, int64_t
 }
 
 void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const Tensor &dy,
-                         const Tensor &dx, int axis, bool log) {
+                         const Tensor &dx, int axis, bool log, const Workspace &ws) {
   check_data(kernel, "y", y);
   check_data(kernel, "dy", dy);
   check_data(kernel, "dx", dx);
@@ -486,24 +538,33 @@ void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const T
     outer *= y.shape.dims[d];
   for (int d = axis + 1; d < y.shape.rank; ++d)
     inner *= y.shape.dims[d];
+  const int64_t bytes = softmax_grad_workspace_bytes(y.dtype, y.shape, axis);
+  WorkspaceFloats scratch(kernel, ws, bytes);
   if (y.numel() == 0)
     return;
+  float *lanes = bytes > 0 ? scratch.take(bytes / 4) : nullptr;
   dispatch_float(kernel, y.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    softmax_grad_typed<T>(s, y.as<T>(), dy.as<T>(), dx.as<T>(), outer, n, inner, log);
+    softmax_grad_typed<T>(s, y.as<T>(), dy.as<T>(), dx.as<T>(), outer, n, inner, log, lanes);
   });
 }
 
 }  // namespace
 
-void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis) {
-  begin_kernel(s);
-  softmax_grad_common("softmax_grad", s, y, dy, dx, axis, /*log=*/false);
+int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis) {
+  return 2 * softmax_workspace_bytes(dtype, y, axis);
 }
 
-void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis) {
+void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis,
+                  const Workspace &ws) {
   begin_kernel(s);
-  softmax_grad_common("log_softmax_grad", s, y, dy, dx, axis, /*log=*/true);
+  softmax_grad_common("softmax_grad", s, y, dy, dx, axis, /*log=*/false, ws);
+}
+
+void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis,
+                      const Workspace &ws) {
+  begin_kernel(s);
+  softmax_grad_common("log_softmax_grad", s, y, dy, dx, axis, /*log=*/true, ws);
 }
 
 //===----------------------------------------------------------------------===//
@@ -567,9 +628,37 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const float *g,
 
 }  // namespace
 
+namespace {
+
+// Blocks of rows whose dscale/dbias partial sums layer_norm_grad keeps, and
+// their size: at most 64 blocks, fewer when their partial sums would pass
+// 2^22 values per parameter. Depends on the shape only.
+void layer_norm_grad_blocks(int64_t rows, int64_t n, int64_t &blocks, int64_t &block_rows) {
+  blocks = 0;
+  block_rows = 0;
+  if (rows > 0 && n > 0) {
+    blocks = std::min<int64_t>({rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
+    block_rows = (rows + blocks - 1) / blocks;
+    blocks = (rows + block_rows - 1) / block_rows;
+  }
+}
+
+}  // namespace
+
+int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, int axis) {
+  if (!is_16bit_float(dtype) || axis < 0 || axis >= x.rank)
+    return 0;
+  int64_t rows = 1, n = 1, blocks = 0, block_rows = 0;
+  for (int d = 0; d < x.rank; ++d)
+    (d < axis ? rows : n) *= x.dims[d];
+  layer_norm_grad_blocks(rows, n, blocks, block_rows);
+  // x, dy and dx rows in f32, one set per block.
+  return static_cast<int64_t>(sizeof(float)) * 3 * blocks * n;
+}
+
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
-                     const Tensor &dscale, const Tensor *dbias, int axis) {
+                     const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "layer_norm_grad";
   check_data(kernel, "x", x);
@@ -607,14 +696,12 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
   // dscale and dbias sum over the rows. Each block of rows keeps its own
   // partial sums, and the blocks are added in order afterwards: the block
   // size depends on the shape only, so the result is the same for every
-  // thread count. At most 64 blocks, and fewer when their partial sums would
-  // pass 2^22 values per parameter.
+  // thread count. f16/bf16 rows are converted to f32 in the block's part of
+  // the workspace.
   int64_t blocks = 0, block_rows = 0;
-  if (rows > 0 && n > 0) {
-    blocks = std::min<int64_t>({rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
-    block_rows = (rows + blocks - 1) / blocks;
-    blocks = (rows + block_rows - 1) / block_rows;
-  }
+  layer_norm_grad_blocks(rows, n, blocks, block_rows);
+  WorkspaceFloats scratch(kernel, ws, layer_norm_grad_workspace_bytes(x.dtype, x.shape, axis));
+  float *row_sets = scratch.take(layer_norm_grad_workspace_bytes(x.dtype, x.shape, axis) / 4);
   // The calling thread's scratch (slot 3; the row scratch uses 0-2), reused
   // across calls: a fresh vector this size would page-fault every call.
   float *part_g = scratch_floats(static_cast<size_t>(2 * blocks * n), 3);
@@ -641,15 +728,14 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
                   grad = pdy + r * n;
                   out = pdx + r * n;
                 } else {
-                  float *xr = scratch_floats(static_cast<size_t>(n), 0);
-                  float *gr = scratch_floats(static_cast<size_t>(n), 1);
+                  float *xr = row_sets + blk * 3 * n, *gr = xr + n;
                   for (int64_t i = 0; i < n; ++i) {
                     xr[i] = Elem<T>::load(px[r * n + i]);
                     gr[i] = Elem<T>::load(pdy[r * n + i]);
                   }
                   in = xr;
                   grad = gr;
-                  out = scratch_floats(static_cast<size_t>(n), 2);
+                  out = xr + 2 * n;
                 }
                 layer_norm_grad_row(in, grad, pg, out, acc_g, acc_b, n, mean_in[r], inv_in[r]);
                 if constexpr (!std::is_same_v<T, float>)
@@ -692,70 +778,51 @@ void batch_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
   check_per_channel(kernel, "dscale", dscale, ch.c);
   check_per_channel(kernel, "dbias", dbias, ch.c);
   const int64_t count = ch.n * ch.spatial;
-  std::vector<float> g = float_values(kernel, "scale", scale);
   const float *mu = saved_mean.as<float>(), *inv = saved_inv_std.as<float>();
   // Per channel, in f64 like the forward's statistics: sum(dy) (dbias) and
-  // sum(dy * xhat) (dscale).
-  std::vector<double> sum_dy(static_cast<size_t>(ch.c), 0.0), sum_dy_xhat(sum_dy.size(), 0.0);
-  if (count > 0) {
-    dispatch_float(kernel, x.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T *px = x.as<T>(), *pdy = dy.as<T>();
-      parallel_for(s, ch.c, std::max<int64_t>(1, kGrainElementwise / count),
-                   [&](int64_t begin, int64_t end) {
-                     for (int64_t c = begin; c < end; ++c) {
-                       const float m = mu[c], k = inv[c];
-                       double sd = 0.0, sdx = 0.0;
-                       for (int64_t b = 0; b < ch.n; ++b) {
-                         const int64_t off = (b * ch.c + c) * ch.spatial;
-                         // Vector partial sums: a fixed order, whatever the
-                         // thread count.
+  // sum(dy * xhat) (dscale); then, from them, the channel's dx =
+  // scale * inv * (dy - mean(dy) - xhat * mean(dy * xhat)). A channel's
+  // sums are used by its own planes only, so nothing is kept per channel.
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *px = x.as<T>(), *pdy = dy.as<T>();
+    T *pdx = dx.as<T>();
+    parallel_for(s, ch.c, std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(1, count)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t c = begin; c < end; ++c) {
+                     const float m = mu[c], k = inv[c];
+                     double sd = 0.0, sdx = 0.0;
+                     for (int64_t b = 0; b < ch.n; ++b) {
+                       const int64_t off = (b * ch.c + c) * ch.spatial;
+                       // Vector partial sums: a fixed order, whatever the
+                       // thread count.
 #pragma omp simd reduction(+ : sd, sdx)
-                         for (int64_t i = 0; i < ch.spatial; ++i) {
-                           const double gv = to_float(pdy[off + i]);
-                           sd += gv;
-                           sdx += gv * static_cast<double>((to_float(px[off + i]) - m) * k);
-                         }
+                       for (int64_t i = 0; i < ch.spatial; ++i) {
+                         const double gv = to_float(pdy[off + i]);
+                         sd += gv;
+                         sdx += gv * static_cast<double>((to_float(px[off + i]) - m) * k);
                        }
-                       sum_dy[c] = sd;
-                       sum_dy_xhat[c] = sdx;
                      }
-                   });
-    });
-  }
-  // dx = scale * inv * (dy - mean(dy) - xhat * mean(dy * xhat)).
-  std::vector<float> a(ch.c), mean_dy(ch.c), mean_dy_xhat(ch.c), ds(ch.c), db(ch.c);
-  for (int64_t c = 0; c < ch.c; ++c) {
-    a[c] = g[c] * inv[c];
-    mean_dy[c] = count > 0 ? static_cast<float>(sum_dy[c] / static_cast<double>(count)) : 0.0f;
-    mean_dy_xhat[c] =
-        count > 0 ? static_cast<float>(sum_dy_xhat[c] / static_cast<double>(count)) : 0.0f;
-    ds[c] = static_cast<float>(sum_dy_xhat[c]);
-    db[c] = static_cast<float>(sum_dy[c]);
-  }
-  if (count > 0) {
-    dispatch_float(kernel, x.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T *px = x.as<T>(), *pdy = dy.as<T>();
-      T *pdx = dx.as<T>();
-      parallel_for(s, ch.n * ch.c, std::max<int64_t>(1, kGrainElementwise / ch.spatial),
-                   [&](int64_t begin, int64_t end) {
-                     for (int64_t p = begin; p < end; ++p) {
-                       const int64_t c = p % ch.c;
-                       const float m = mu[c], k = inv[c], scale_c = a[c], m1 = mean_dy[c],
-                                   m2 = mean_dy_xhat[c];
-                       const int64_t off = p * ch.spatial;
+                     const float scale_c = channel_load(scale, c) * k;
+                     const float m1 =
+                         count > 0 ? static_cast<float>(sd / static_cast<double>(count)) : 0.0f;
+                     const float m2 =
+                         count > 0 ? static_cast<float>(sdx / static_cast<double>(count)) : 0.0f;
+                     // dx may be dy or x: each element is read before it is
+                     // written, and the sums above are complete.
+                     for (int64_t b = 0; b < ch.n; ++b) {
+                       const int64_t off = (b * ch.c + c) * ch.spatial;
                        for (int64_t i = 0; i < ch.spatial; ++i) {
                          const float xh = (to_float(px[off + i]) - m) * k;
                          const float grad = to_float(pdy[off + i]);
                          pdx[off + i] = from_float<T>(scale_c * (grad - m1 - xh * m2));
                        }
                      }
-                   });
-    });
-  }
-  store_floats(kernel, "dscale", dscale, ds.data());
-  store_floats(kernel, "dbias", dbias, db.data());
+                     channel_store(dscale, c, static_cast<float>(sdx));
+                     channel_store(dbias, c, static_cast<float>(sd));
+                   }
+                 });
+  });
 }
 
 }  // namespace dsrt

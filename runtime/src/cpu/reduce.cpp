@@ -86,32 +86,40 @@ struct Group {
   bool reduced;
 };
 
+// The collapsed axes of x (at most kMaxRank, which check_data enforces).
+struct Groups {
+  Group group[kMaxRank];
+  int count = 0;
+};
+
 template <typename T, typename A, typename Op>
-void reduce_typed(const Stream &s, const std::vector<Group> &groups, const T *x, T *y,
+void reduce_typed(const Stream &s, const Groups &groups, const T *x, T *y,
                   int64_t out_count, int64_t count, bool mean) {
   // Passes from the last reduced group to the first; `dims` tracks the shape
   // of the intermediate result.
-  std::vector<Group> dims = groups;
+  Groups dims = groups;
   std::vector<A> current, next;
   bool from_input = true;
-  for (int g = static_cast<int>(dims.size()) - 1; g >= 0; --g) {
-    if (!dims[g].reduced)
+  for (int g = dims.count - 1; g >= 0; --g) {
+    if (!dims.group[g].reduced)
       continue;
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < g; ++d)
-      outer *= dims[d].size;
-    for (size_t d = g + 1; d < dims.size(); ++d)
-      inner *= dims[d].size;
+      outer *= dims.group[d].size;
+    for (int d = g + 1; d < dims.count; ++d)
+      inner *= dims.group[d].size;
     next.assign(static_cast<size_t>(outer * inner), A());
     if (from_input)
-      reduce_pass<Op, A>(s, x, next.data(), outer, dims[g].size, inner,
+      reduce_pass<Op, A>(s, x, next.data(), outer, dims.group[g].size, inner,
                          [](T v) { return static_cast<A>(Elem<T>::load(v)); });
     else
-      reduce_pass<Op, A>(s, current.data(), next.data(), outer, dims[g].size, inner,
+      reduce_pass<Op, A>(s, current.data(), next.data(), outer, dims.group[g].size, inner,
                          [](A v) { return v; });
     current.swap(next);
     from_input = false;
-    dims.erase(dims.begin() + g);
+    for (int d = g + 1; d < dims.count; ++d)
+      dims.group[d - 1] = dims.group[d];
+    --dims.count;
   }
   if (from_input) {  // every reduced axis has size 1: the values pass through
     current.resize(static_cast<size_t>(out_count));
@@ -174,15 +182,15 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
       fail(kernel, "reduces over an empty axis of " + x.shape.str());
   }
   // Collapse: drop size-1 axes, merge neighbours of the same kind.
-  std::vector<Group> groups;
+  Groups groups;
   for (int d = 0; d < rank; ++d) {
     int64_t dim = x.shape.dims[d];
     if (dim == 1)
       continue;
-    if (!groups.empty() && groups.back().reduced == reduced[d])
-      groups.back().size *= dim;
+    if (groups.count > 0 && groups.group[groups.count - 1].reduced == reduced[d])
+      groups.group[groups.count - 1].size *= dim;
     else
-      groups.push_back({dim, reduced[d]});
+      groups.group[groups.count++] = {dim, reduced[d]};
   }
   const bool mean = op == ReduceOp::Mean;
   dispatch_numeric(kernel, x.dtype, [&](auto tag) {

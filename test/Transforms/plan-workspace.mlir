@@ -1,0 +1,130 @@
+// Kernel workspaces: an op whose kernel needs scratch memory
+// (KernelOpInterface::getWorkspaceBytes) gets a buffer of that size live
+// while the op alone runs, recorded as ds.workspace and freed with the op
+// (ds.frees), so ops reuse each other's workspace bytes and the arena counts
+// them. The generated call passes it as a dsrt::Workspace.
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-plan-memory)' -split-input-file | FileCheck %s
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-plan-memory)' -split-input-file | dsopt-opt -split-input-file -verify-diagnostics > /dev/null
+
+// A 3x3 grouped convolution: im2col of one group, (4 / 2) * 9 rows by 3 * 3
+// positions of f32 = 648 bytes (704 with the 64-byte alignment), the size
+// dsrt::conv_workspace_bytes gives for these shapes
+// (runtime/tests/errors_test.cpp).
+// Above the weight (448 B): the workspace (704 B) and x (448 B), both dying
+// at the convolution, and y (256 B): 1856 bytes, 704 more than without it.
+// CHECK-LABEL: func.func @conv3x3
+// CHECK-SAME: ds.memory = #ds.memory_plan<arena_bytes = 1856, persistent_bytes = 448, peak_live_bytes = 1856, alignment = 64>
+// CHECK: ds.conv {{.*}}ds.buffers = array<i64: 1600>, ds.frees = array<i64: 448, 1152>, ds.workspace = 448 : i64
+func.func @conv3x3(%x: tensor<1x4x5x5xf32> {ds.input = "x"},
+                   %w: tensor<6x2x3x3xf32> {ds.param = #ds.param<name = "w", trainable = true, data = #ds.extern<location = "m.bin", offset = 0, length = 432>>})
+    -> (tensor<1x6x3x3xf32> {ds.output = "y"}) {
+  %y = ds.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : tensor<1x4x5x5xf32>, tensor<6x2x3x3xf32>
+  return %y : tensor<1x6x3x3xf32>
+}
+
+// -----
+
+// bf16 matmuls convert their operands to f32 in the workspace: 4 * (6 + 6 +
+// 4) = 64 bytes for the first, 4 * (4 + 4 + 4) = 48 (64 aligned) for the
+// second. Each workspace lives while its op runs and is freed with it: the
+// second one lands where the first matmul's operands were.
+// CHECK-LABEL: func.func @bf16_matmuls
+// CHECK-SAME: arena_bytes = 320
+// CHECK: ds.matmul {{.*}}ds.frees = array<i64: 0, 64, 256>, ds.workspace = 256 : i64
+// CHECK: ds.matmul {{.*}}ds.buffers = array<i64: 0>, ds.frees = array<i64: 64, 128, 192>, ds.workspace = 64 : i64
+func.func @bf16_matmuls(%a: tensor<2x3xbf16> {ds.input = "a"}, %b: tensor<3x2xbf16> {ds.input = "b"},
+                        %c: tensor<2x2xbf16> {ds.input = "c"})
+    -> (tensor<2x2xbf16> {ds.output = "y"}) {
+  %t = ds.matmul %a, %b : tensor<2x3xbf16>, tensor<3x2xbf16>
+  %y = ds.matmul %t, %c : tensor<2x2xbf16>, tensor<2x2xbf16>
+  return %y : tensor<2x2xbf16>
+}
+
+// -----
+
+// f32 products, integer products and 1x1 stride-1 unpadded convolutions
+// need no scratch memory: their plans are what they were without
+// workspaces.
+// CHECK-LABEL: func.func @no_workspace
+// CHECK-NOT: ds.workspace
+// CHECK: return
+func.func @no_workspace(%a: tensor<2x3xf32> {ds.input = "a"}, %b: tensor<3x2xf32> {ds.input = "b"},
+                        %i: tensor<2x3xi64> {ds.input = "i"}, %j: tensor<3x2xi64> {ds.input = "j"},
+                        %x: tensor<1x4x5x5xf32> {ds.input = "x"}, %w: tensor<6x4x1x1xf32> {ds.input = "w"})
+    -> (tensor<2x2xf32> {ds.output = "y"}, tensor<2x2xi64> {ds.output = "k"}, tensor<1x6x5x5xf32> {ds.output = "z"}) {
+  %y = ds.matmul %a, %b : tensor<2x3xf32>, tensor<3x2xf32>
+  %k = ds.matmul %i, %j : tensor<2x3xi64>, tensor<3x2xi64>
+  %z = ds.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : tensor<1x4x5x5xf32>, tensor<6x4x1x1xf32>
+  return %y, %k, %z : tensor<2x2xf32>, tensor<2x2xi64>, tensor<1x6x5x5xf32>
+}
+
+// -----
+
+// The gradient ops: conv_grad_input holds every group's W^T dy matrix,
+// 4 * 9 rows by 25 positions of f32 (3600 bytes); conv_grad_weight one
+// group's im2col matrix, 2 * 9 by 25 (1800); a bf16 gather_grad sums in f32,
+// 4 bytes per element of its 10x4 result (160). The three reuse the same
+// bytes at the bottom of the arena, the largest (3648 aligned) first.
+// CHECK-LABEL: func.func @gradients
+// CHECK-SAME: arena_bytes = 5760
+// CHECK: ds.conv_grad_input {{.*}}ds.frees = array<i64: 0, 4288>, ds.workspace = 0 : i64
+// CHECK: ds.conv_grad_weight {{.*}}ds.frees = array<i64: 0, 3648, 4736>, ds.workspace = 0 : i64
+// CHECK: ds.gather_grad {{.*}}ds.frees = array<i64: 0, 5632, 5696>, ds.workspace = 0 : i64
+func.func @gradients(%dy: tensor<1x6x5x5xf32> {ds.input = "dy"}, %w: tensor<6x2x3x3xf32> {ds.input = "w"},
+                     %x: tensor<1x4x5x5xf32> {ds.input = "x"},
+                     %demb: tensor<2x3x4xbf16> {ds.input = "demb"}, %idx: tensor<2x3xi64> {ds.input = "idx"})
+    -> (tensor<1x4x5x5xf32> {ds.output = "dx"}, tensor<6x2x3x3xf32> {ds.output = "dw"}, tensor<10x4xbf16> {ds.output = "dtable"}) {
+  %dx = ds.conv_grad_input %dy, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 2} : tensor<1x6x5x5xf32>, tensor<6x2x3x3xf32> -> tensor<1x4x5x5xf32>
+  %dw = ds.conv_grad_weight %dy, %x {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 2} : tensor<1x6x5x5xf32>, tensor<1x4x5x5xf32> -> tensor<6x2x3x3xf32>
+  %dt = ds.gather_grad %demb, %idx {axis = 0} : tensor<2x3x4xbf16>, tensor<2x3xi64> -> tensor<10x4xbf16>
+  return %dx, %dw, %dt : tensor<1x4x5x5xf32>, tensor<6x2x3x3xf32>, tensor<10x4xbf16>
+}
+
+// -----
+
+// 16-bit pooling gradients sum in f32 planes of the workspace, at most 64
+// of them: 2 * 3 planes of 4x4 here (384 bytes); in f32 they sum in dx and
+// need none.
+// CHECK-LABEL: func.func @pool_gradients
+// CHECK: ds.max_pool_grad {{.*}}ds.workspace =
+// CHECK: ds.avg_pool_grad {{.*}}ds.workspace =
+// CHECK-NOT: ds.workspace
+// CHECK: return
+func.func @pool_gradients(%dy: tensor<2x3x2x2xbf16> {ds.input = "dy"}, %x: tensor<2x3x4x4xbf16> {ds.input = "x"},
+                          %dyf: tensor<2x3x2x2xf32> {ds.input = "dyf"}, %xf: tensor<2x3x4x4xf32> {ds.input = "xf"})
+    -> (tensor<2x3x4x4xbf16> {ds.output = "dmax"}, tensor<2x3x4x4xbf16> {ds.output = "davg"},
+        tensor<2x3x4x4xf32> {ds.output = "dmaxf"}) {
+  %dmax = ds.max_pool_grad %dy, %x {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : tensor<2x3x2x2xbf16>, tensor<2x3x4x4xbf16>
+  %davg = ds.avg_pool_grad %dy {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>} : tensor<2x3x2x2xbf16> -> tensor<2x3x4x4xbf16>
+  %dmaxf = ds.max_pool_grad %dyf, %xf {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : tensor<2x3x2x2xf32>, tensor<2x3x4x4xf32>
+  return %dmax, %davg, %dmaxf : tensor<2x3x4x4xbf16>, tensor<2x3x4x4xbf16>, tensor<2x3x4x4xf32>
+}
+
+// -----
+
+// 16-bit rows are converted to f32 in at most 64 rows of the workspace:
+// softmax over the last axis of 2x100x8 bf16 takes 64 rows of 8 (2048 bytes),
+// its gradient two such sets (4096), layer norm 64 rows (2048) and its
+// gradient x, dy and dx rows for each of its 50 blocks of 4 rows (4800).
+// Along a strided axis softmax reads the rows in place, and f32 needs none.
+// CHECK-LABEL: func.func @rows
+// CHECK: ds.softmax {{.*}}ds.workspace =
+// CHECK: ds.softmax_grad {{.*}}ds.workspace =
+// CHECK: ds.layer_norm {{.*}}ds.workspace =
+// CHECK: ds.layer_norm_grad {{.*}}ds.workspace =
+// CHECK-NOT: ds.workspace
+// CHECK: return
+func.func @rows(%x: tensor<2x100x8xbf16> {ds.input = "x"}, %dy: tensor<2x100x8xbf16> {ds.input = "dy"},
+                %g: tensor<8xbf16> {ds.input = "g"}, %xf: tensor<2x100x8xf32> {ds.input = "xf"})
+    -> (tensor<2x100x8xbf16> {ds.output = "s"}, tensor<2x100x8xbf16> {ds.output = "ds"},
+        tensor<2x100x8xbf16> {ds.output = "ln"}, tensor<2x100x8xbf16> {ds.output = "dx"},
+        tensor<8xbf16> {ds.output = "dg"}, tensor<2x100x8xbf16> {ds.output = "strided"},
+        tensor<2x100x8xf32> {ds.output = "sf"}) {
+  %s = ds.softmax %x {axis = 2 : i64} : tensor<2x100x8xbf16>
+  %sg = ds.softmax_grad %s, %dy {axis = 2 : i64} : tensor<2x100x8xbf16>
+  %ln, %mean, %inv = ds.layer_norm %x, %g {axis = 2 : i64, epsilon = 1.0e-05 : f32} : tensor<2x100x8xbf16>, tensor<8xbf16>
+  %dx, %dg, %db = ds.layer_norm_grad %x, %g, %mean, %inv, %dy {axis = 2 : i64} : tensor<2x100x8xbf16>, tensor<8xbf16>, tensor<2x100x1xf32>, tensor<2x100x1xf32>, tensor<2x100x8xbf16>
+  %strided = ds.softmax %x {axis = 1 : i64} : tensor<2x100x8xbf16>
+  %sf = ds.softmax %xf {axis = 2 : i64} : tensor<2x100x8xf32>
+  return %s, %sg, %ln, %dx, %dg, %strided, %sf : tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xf32>
+}
