@@ -16,6 +16,7 @@
 #include "train_common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -258,15 +259,20 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   double bubble_sum = 0;
   int64_t bubble_steps = 0;
   StepTimes times;
+  // Updates applied: the lr schedule and the optimizer's step count advance
+  // with them, not with skipped steps.
+  int64_t applied = 0, skipped = 0;
   for (int64_t step = 1; step <= options.steps; ++step) {
     // The step's times count from a barrier all ranks leave together.
     exchange.barrier();
     const double start = now_us();
     const int64_t batch = (step - 1) % batch_count(data);
-    double lr = 0, grad_norm = 0;
+    const double lr = scheduled_lr(train, applied + 1);
+    double grad_norm = std::nan("");
+    bool skip = false;
     std::string step_error;
     losses.assign(losses.size(), 0.0f);
-    bool optimizer_started = false;
+    int32_t found = kStepClean;
     try {
       // Micro-batch mb of this dp rank draws the masks of micro-batch
       // dp_rank * k + mb of a single-rank run.
@@ -274,25 +280,49 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
           (options.seed << 32) + static_cast<uint64_t>((step - 1) * dp * k);
       executor.run_actions(batch, first_counter, dp_rank, losses, times, start);
       executor.sum_tied();
-      lr = scheduled_lr(train, step);
-      optimizer_started = true;
-      grad_norm =
-          run_optimizer_step(program, functions.functions[optimizer_index], lr, step);
-      program.memory.release_range(info.persistent_bytes, pipeline.buffers_offset);
-      check_arena_peak(program, step);
+      found = find_nonfinite(program, losses.data(), k);
     } catch (const std::exception &error) {
       step_error = error.what();
-      // The peers wait for this rank's transfers and for the collectives
-      // of its optimizer_step: issue them (the step's results are lost
-      // anyway), so that every rank reaches the report below.
+      found = kStepFailed;
+      // The peers wait for this rank's transfers: issue them (the step's
+      // results are lost anyway), so that every rank reaches the verdict.
       executor.finish_transfers_after_failure();
-      if (!optimizer_started) {
-        try {
-          program.memory.release_range(info.persistent_bytes, pipeline.buffers_offset);
-          run_optimizer_step(program, functions.functions[optimizer_index],
-                             scheduled_lr(train, step), step);
-        } catch (const std::exception &) {
-        }
+    }
+    // Every rank updates, or none does: a failure or a non-finite value on
+    // any rank is known everywhere before optimizer_step's collectives.
+    const StepVerdict verdict = agree_on_step(exchange, found);
+    if (verdict.failed) {
+      // The report below names the ranks that failed.
+    } else if (verdict.nonfinite() && !options.skip_nonfinite) {
+      // Only the finding rank has the parameter's name (its own stages).
+      if (rank == verdict.rank)
+        step_error = nonfinite_message(info, verdict, step) +
+                     "; the run stops before it reaches the weights (train "
+                     "--on-nonfinite skip skips such steps)";
+    } else if (verdict.nonfinite()) {
+      skip = true;
+      ++skipped;
+      if (rank == verdict.rank && !options.quiet)
+        fprintf(stderr, "%s; skipping the step: no weight, optimizer state or learning rate "
+                        "changes\n",
+                nonfinite_message(info, verdict, step).c_str());
+      try {
+        drop_gradients(program);
+        program.memory.release_range(info.persistent_bytes, pipeline.buffers_offset);
+      } catch (const std::exception &error) {
+        step_error = error.what();
+      }
+    } else {
+      try {
+        program.memory.release_range(info.persistent_bytes, pipeline.buffers_offset);
+        grad_norm = run_optimizer_step(program, functions.functions[optimizer_index], lr,
+                                       applied + 1);
+        ++applied;
+        program.memory.release_range(info.persistent_bytes, pipeline.buffers_offset);
+        // Every function has run once: the arenas reached their peaks.
+        check_arena_peak(program, applied);
+      } catch (const std::exception &error) {
+        step_error = error.what();
       }
     }
     const double step_end_us = now_us() - start;
@@ -330,7 +360,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
         t[2 * i + 1] = static_cast<int64_t>(times.end[i] * 1e3);
       }
     total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
-                         {step, loss_sum / static_cast<double>(dp * k), lr, grad_norm});
+                         {step, loss_sum / static_cast<double>(dp * k), lr, grad_norm, skip});
   }
 
   // The measured schedule of every rank, to rank 0.
@@ -404,13 +434,14 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
                   ", \"microbatches\": " + std::to_string(pipeline.microbatches) +
                   ", \"bubble_measured\": " +
                   (bubble_steps > 0 ? json_number(bubble) : std::string("null")) + "}";
-  close_log(options, outputs, true, options.steps, world, all, summary_extra);
+  close_log(options, outputs, true, options.steps, world, all,
+            skipped_json(skipped) + ", " + summary_extra);
   if (outputs.save_source)
     write_save_onnx(*outputs.save_source, whole, program.arena, options.save_onnx,
                     options.external_data, full_values);
   if (rank0 && !all_times.empty())
     write_trace(options.trace, infos, first, all_times, stride, options.steps, step_origin_us);
-  print_trained(options, rank0, program, options.steps * k, total_us);
+  print_trained(options, rank0, program, options.steps * k, total_us, skipped);
   if (!options.quiet && rank0) {
     char measured[96];
     if (bubble_steps > 0)

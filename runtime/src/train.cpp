@@ -170,11 +170,17 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   // Per rank and step: a failure flag, then the k micro-batch losses.
   std::vector<float> report(static_cast<size_t>(k + 1));
   std::vector<float> reports(static_cast<size_t>(ranks * (k + 1)));
+  // Updates applied: the lr schedule and the optimizer's step count advance
+  // with them, not with skipped steps.
+  int64_t applied = 0, skipped = 0;
   for (int64_t step = 1; step <= options.steps; ++step) {
     double start = now_us();
     const int64_t batch = (step - 1) % batch_count(data);
-    double lr = 0, grad_norm = 0;
+    const double lr = scheduled_lr(train, applied + 1);
+    double grad_norm = std::nan("");
+    bool skip = false;
     std::string step_error;
+    int32_t found = kStepClean;
     try {
       for (int64_t micro_batch = 0; micro_batch < k; ++micro_batch) {
         // This rank's micro-batches of the global batch: dp_rank * k ...
@@ -194,13 +200,43 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
             static_cast<float>(read_scalar(program.stream, program.outputs[0]));
         program.memory.release_from(info.persistent_bytes);
       }
-
-      lr = scheduled_lr(train, step);
-      grad_norm = run_optimizer_step(program, optimizer_step, lr, step);
-      program.memory.release_from(info.persistent_bytes);
-      check_arena_peak(program, step);
+      found = find_nonfinite(program, report.data() + 1, k);
     } catch (const std::exception &error) {
       step_error = error.what();
+      found = kStepFailed;
+    }
+    // Every rank updates, or none does: a failure or a non-finite value on
+    // any rank is known everywhere before the optimizer's collectives.
+    const StepVerdict verdict = agree_on_step(exchange, found);
+    if (verdict.failed) {
+      // The report below names the ranks that failed.
+    } else if (verdict.nonfinite() && !options.skip_nonfinite) {
+      if (rank == verdict.rank)
+        step_error = nonfinite_message(info, verdict, step) +
+                     "; the run stops before it reaches the weights (train "
+                     "--on-nonfinite skip skips such steps)";
+    } else if (verdict.nonfinite()) {
+      skip = true;
+      ++skipped;
+      if (rank == verdict.rank && !options.quiet)
+        fprintf(stderr, "%s; skipping the step: no weight, optimizer state or learning rate "
+                        "changes\n",
+                nonfinite_message(info, verdict, step).c_str());
+      try {
+        drop_gradients(program);
+      } catch (const std::exception &error) {
+        step_error = error.what();
+      }
+    } else {
+      try {
+        grad_norm = run_optimizer_step(program, optimizer_step, lr, applied + 1);
+        ++applied;
+        program.memory.release_from(info.persistent_bytes);
+        // Both functions have run once: the arenas reached their peaks.
+        check_arena_peak(program, applied);
+      } catch (const std::exception &error) {
+        step_error = error.what();
+      }
     }
     // Every rank's verdict and losses; the step's loss is the mean over all
     // ranks' micro-batches, summed in the order of a single-rank run.
@@ -210,7 +246,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
       for (int64_t i = 0; i < k; ++i)
         loss_sum += reports[static_cast<size_t>(r * (k + 1) + 1 + i)];
     total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
-                         {step, loss_sum / static_cast<double>(ranks * k), lr, grad_norm});
+                         {step, loss_sum / static_cast<double>(ranks * k), lr, grad_norm, skip});
   }
 
   // The program's collectives over the whole run, and every rank's arena
@@ -240,14 +276,16 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     }
   }
 
-  close_log(options, outputs, !info.grid_names.empty(), options.steps, comm.size(), all);
+  close_log(options, outputs, !info.grid_names.empty(), options.steps, comm.size(), all,
+            skipped_json(skipped));
   if (outputs.save_source)
     write_save_onnx(*outputs.save_source, info, program.arena, options.save_onnx,
                     options.external_data, full_values);
   if (program.tracer)
     tracer.write(rank0 ? options.trace : options.trace + ".rank" + std::to_string(rank), info,
                  rank);
-  print_trained(options, rank0, program, static_cast<int64_t>(micro_steps_run), total_us);
+  print_trained(options, rank0, program, static_cast<int64_t>(micro_steps_run), total_us,
+                skipped);
   return 0;
 }
 

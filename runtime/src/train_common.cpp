@@ -49,6 +49,56 @@ double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int
   return read_scalar(program.stream, program.outputs[grad_norm_index]);
 }
 
+int32_t find_nonfinite(Program &program, const float *losses, int64_t count) {
+  const ProgramInfo &info = *program.info;
+  std::vector<Tensor> grads;
+  std::vector<int32_t> index;
+  std::vector<std::vector<uint8_t>> keep;
+  for (size_t i = 0; i < info.states.size(); ++i)
+    if (info.states[i].role == ValueRole::Accumulator) {
+      grads.push_back(persistent_tensor(program, info.states[i], keep));
+      index.push_back(static_cast<int32_t>(i));
+    }
+  const int64_t first = backend(program.stream)
+                            .first_nonfinite(program.stream, grads.data(),
+                                             static_cast<int64_t>(grads.size()));
+  if (first >= 0) return index[static_cast<size_t>(first)];
+  for (int64_t i = 0; i < count; ++i)
+    if (!std::isfinite(losses[i])) return kNonfiniteLoss;
+  return kStepClean;
+}
+
+StepVerdict agree_on_step(RunnerComm &exchange, int32_t mine) {
+  std::vector<int32_t> all(static_cast<size_t>(exchange.size()));
+  exchange.all_gather(Tensor{&mine, DType::I32, Shape{1}},
+                      Tensor{all.data(), DType::I32, Shape{exchange.size()}});
+  StepVerdict verdict;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] == kStepFailed) verdict.failed = true;
+    if (all[r] >= 0 && verdict.rank < 0) {
+      verdict.rank = static_cast<int>(r);
+      verdict.found = all[r];
+    }
+  }
+  return verdict;
+}
+
+std::string nonfinite_message(const ProgramInfo &info, const StepVerdict &verdict,
+                              int64_t step) {
+  const std::string where = " (found on rank " + std::to_string(verdict.rank) + ")";
+  if (verdict.found == kNonfiniteLoss || verdict.found < 0 ||
+      verdict.found >= static_cast<int32_t>(info.states.size()))
+    return "step " + std::to_string(step) + ": the loss is a NaN or an infinity" + where;
+  return "step " + std::to_string(step) + ": the gradient of '" +
+         info.states[static_cast<size_t>(verdict.found)].param +
+         "' holds a NaN or an infinity" + where;
+}
+
+void drop_gradients(Program &program) {
+  for (const ValueInfo &state : program.info->states)
+    if (state.role == ValueRole::Accumulator) zero_persistent(program, state);
+}
+
 void check_arena_peak(const Program &program, int64_t step) {
   if (step != 1) return;
   for (int s = 0; s < kNumSpaces; ++s) {
@@ -138,11 +188,13 @@ double log_step(const TrainOptions &options, const Program &program, bool rank0,
     }
     fprintf(log_json,
             "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, "
-            "\"step_time_s\": %s, \"samples_per_s\": %s, \"arena_peak_bytes\": %lld, "
-            "\"arena_planned_bytes\": %lld, \"memory_spaces\": {%s}}\n",
+            "\"step_time_s\": %s, \"samples_per_s\": %s, \"skipped\": %s, "
+            "\"arena_peak_bytes\": %lld, \"arena_planned_bytes\": %lld, "
+            "\"memory_spaces\": {%s}}\n",
             static_cast<long long>(entry.step), json_number(entry.loss).c_str(),
             json_number(entry.lr).c_str(), json_number(entry.grad_norm).c_str(),
             json_number(step_s).c_str(), json_number(samples_per_s).c_str(),
+            entry.skipped ? "true" : "false",
             static_cast<long long>(arena_peak),
             static_cast<long long>(program.info->arena_bytes), spaces.c_str());
     fflush(log_json);
@@ -218,9 +270,17 @@ void close_log(const TrainOptions &options, TrainOutputs &outputs, bool has_grid
     throw Error("--log-json: cannot write '" + options.log_json + "'");
 }
 
+std::string skipped_json(int64_t skipped) {
+  return "\"skipped_steps\": " + std::to_string(skipped);
+}
+
 void print_trained(const TrainOptions &options, bool rank0, const Program &program,
-                   int64_t micro_steps, double total_us) {
+                   int64_t micro_steps, double total_us, int64_t skipped) {
   if (options.quiet || !rank0) return;
+  if (skipped > 0)
+    fprintf(stderr, "skipped %lld of %lld steps: their gradients or loss held a NaN or an "
+                    "infinity (--on-nonfinite skip)\n",
+            static_cast<long long>(skipped), static_cast<long long>(options.steps));
   fprintf(stderr,
           "trained %lld steps (%lld micro steps) in %.3f s, mean step %.3f ms; arena: "
           "planned %lld bytes, measured high-water mark %lld bytes, peak live %lld bytes\n",

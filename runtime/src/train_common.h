@@ -25,6 +25,9 @@ namespace runner {
 struct TrainOptions {
   std::string data, log_json, save_onnx, weights, trace;
   std::string nvme_path;  // the file space's directory ("": $TMPDIR or /tmp)
+  // What a step whose gradients or loss hold a NaN or an infinity does:
+  // stop the run (the default) or skip its update (--on-nonfinite).
+  bool skip_nonfinite = false;
   int64_t steps = 0;
   uint64_t seed = 0;
   int threads = 0;
@@ -161,6 +164,35 @@ private:
   CommTally own_;
 };
 
+//===--- non-finite steps ---------------------------------------------------------===//
+//
+// Before a step's update, every rank looks for a NaN or an infinity in its
+// gradient accumulators and its micro-batches' losses, and the ranks agree
+// on what they found: the update is applied everywhere or nowhere.
+
+// This rank's finding: the index in info.states of the first gradient
+// accumulator holding a non-finite value, else kNonfiniteLoss when one of
+// `losses` is not finite, else kStepClean. kStepFailed: the step already
+// failed on this rank.
+constexpr int32_t kStepClean = -1, kStepFailed = -2, kNonfiniteLoss = 1 << 30;
+int32_t find_nonfinite(Program &program, const float *losses, int64_t count);
+
+// Every rank's finding (a runner all_gather): the first rank (lowest) that
+// found a non-finite value and what it found, and whether any rank failed.
+struct StepVerdict {
+  bool failed = false;
+  int rank = -1;
+  int32_t found = kStepClean;
+  bool nonfinite() const { return rank >= 0; }
+};
+StepVerdict agree_on_step(RunnerComm &exchange, int32_t mine);
+// "step 4: the gradient of 'fc.weight' holds a NaN or an infinity (found
+// on rank 1)"; `info` is that rank's description (this rank's when equal).
+std::string nonfinite_message(const ProgramInfo &info, const StepVerdict &verdict,
+                              int64_t step);
+// A skipped step's gradients are dropped: every accumulator back to zero.
+void drop_gradients(Program &program);
+
 //===--- the log ----------------------------------------------------------------===//
 
 // Float as JSON (with full precision); NaN and infinities as Python's json
@@ -200,6 +232,7 @@ void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions
 struct StepLog {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0;
+  bool skipped = false;  // the update was not applied (non-finite values)
 };
 // The step line on stdout (rank 0, every steps_per_print steps and the
 // last) and the JSON line; `samples` per step, the arena's from `program`.
@@ -228,13 +261,15 @@ std::vector<int64_t> gather_summary(RunnerComm &exchange, const Grid &grid,
 // after the ranks.
 std::string summary_json(int64_t steps, int world, const std::vector<int64_t> &all,
                          const std::string &extra = "");
+// "\"skipped_steps\": N" for the summary line's `extra`.
+std::string skipped_json(int64_t skipped);
 // The summary line ends the log (programs with a grid), and the log is
 // closed.
 void close_log(const TrainOptions &options, TrainOutputs &outputs, bool has_grid, int64_t steps,
                int world, const std::vector<int64_t> &all, const std::string &extra = "");
 // "trained N steps ..." on stderr.
 void print_trained(const TrainOptions &options, bool rank0, const Program &program,
-                   int64_t micro_steps, double total_us);
+                   int64_t micro_steps, double total_us, int64_t skipped = 0);
 
 }  // namespace runner
 }  // namespace dsrt

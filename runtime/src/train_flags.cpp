@@ -22,7 +22,7 @@ void train_usage(const char *argv0, Launch launch) {
   fprintf(stderr,
           "usage: %s --data DIR --steps N [--log-json FILE] [--save-onnx FILE]\n"
           "          [--external-data] [--seed S] [--weights DIR] [--threads N]\n"
-          "          [--trace FILE] [--nvme-path DIR] [--quiet]\n"
+          "          [--trace FILE] [--nvme-path DIR] [--on-nonfinite stop|skip] [--quiet]\n"
           "  --data DIR        one <input name>.npy per input of micro_step, holding\n"
           "                    [n, ranks * accumulation_steps * S0, S1, ...] for an\n"
           "                    input of shape [S0, S1, ...]: n global batches, used in\n"
@@ -37,7 +37,12 @@ void train_usage(const char *argv0, Launch launch) {
           "                    model's directory at compile time)\n"
           "  --threads N       threads for kernels (default: all cores)\n"
           "  --nvme-path DIR   where the file-backed (NVMe) memory space's file goes,\n"
-          "                    when the plan has one (default: $TMPDIR, else /tmp)\n",
+          "                    when the plan has one (default: $TMPDIR, else /tmp)\n"
+          "  --on-nonfinite stop|skip\n"
+          "                    a step whose gradients or loss hold a NaN or an\n"
+          "                    infinity stops the run, naming the parameter (stop,\n"
+          "                    the default), or is skipped: no weight, optimizer state\n"
+          "                    or learning-rate step changes (skip)\n",
           argv0);
   if (launch == Launch::DataParallel)
     fprintf(stderr,
@@ -88,6 +93,12 @@ bool parse_train(int argc, char **argv, TrainOptions &options, Launch launch) {
     else if (arg == "--save-onnx") value(options.save_onnx);
     else if (arg == "--weights") value(options.weights);
     else if (arg == "--nvme-path") value(options.nvme_path);
+    else if (arg == "--on-nonfinite") {
+      value(text);
+      if (text != "stop" && text != "skip")
+        throw Error("--on-nonfinite expects stop or skip, got '" + text + "'");
+      options.skip_nonfinite = text == "skip";
+    }
     else if (arg == "--trace") value(options.trace);
     else if (arg == "--external-data") options.external_data = true;
     else if (arg == "--quiet") options.quiet = true;

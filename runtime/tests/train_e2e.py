@@ -256,11 +256,12 @@ def main():
     lines = [json.loads(line) for line in open(log)] if os.path.exists(log) else []
     check(len(lines) == STEPS, f"{len(lines)} JSON lines, expected {STEPS}")
     keys = {"step", "loss", "lr", "grad_norm", "step_time_s", "samples_per_s",
-            "arena_peak_bytes", "arena_planned_bytes", "memory_spaces"}
+            "skipped", "arena_peak_bytes", "arena_planned_bytes", "memory_spaces"}
     for got, want in zip(lines, rows):
         s = want["step"]
         check(set(got) == keys, f"step {s}: JSON keys {sorted(got)}")
         check(got["step"] == s, f"step {s}: 'step' is {got['step']}")
+        check(got["skipped"] is False, f"step {s}: skipped is {got['skipped']}")
         check(close(got["loss"], want["loss"], 1e-5, 1e-7),
               f"step {s}: loss {got['loss']} vs PyTorch {want['loss']}")
         check(close(got["lr"], want["lr"], 1e-8),

@@ -64,6 +64,11 @@ public:
   // f32 (f16/bf16 rounded once); float tensors of dst's type and count. dst
   // may be one of the sources.
   virtual void add(Stream &stream, const Tensor &dst, const Tensor *srcs, int64_t count) = 0;
+  // The index of the first of `tensors` that holds a NaN or an infinity, -1
+  // when every element of every one is finite (integer tensors always
+  // are). Blocks until the answer is known: how the runner finds a
+  // diverged step (and a loss scaler an overflow) before the optimizer.
+  virtual int64_t first_nonfinite(Stream &stream, const Tensor *tensors, int64_t count) = 0;
 
   //===--- streams and events ---------------------------------------------===//
   //

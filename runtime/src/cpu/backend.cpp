@@ -94,6 +94,33 @@ public:
     });
   }
 
+  int64_t first_nonfinite(Stream &s, const Tensor *tensors, int64_t count) override {
+    detail::begin_kernel(s);
+    for (int64_t j = 0; j < count; ++j) {
+      const Tensor &t = tensors[j];
+      if (!is_float(t.dtype) || t.numel() == 0)
+        continue;
+      detail::check_data("cpu::first_nonfinite", "tensor", t);
+      bool finite = true;
+      detail::dispatch_float("cpu::first_nonfinite", t.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T *x = static_cast<const T *>(t.data);
+        const int64_t n = t.numel();
+        // Every element is read (no early exit), so the loop vectorizes:
+        // NaN and infinities are the values whose x - x is not 0.
+        float any = 0.0f;
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = detail::Elem<T>::load(x[i]);
+          any += v - v;
+        }
+        finite = any == 0.0f;
+      });
+      if (!finite)
+        return j;
+    }
+    return -1;
+  }
+
   // Stream (stream.cpp) waits for the host-side work; nothing else is queued.
   void synchronize(Stream &) override {}
   DeviceEvent record(Stream &) override { return nullptr; }
