@@ -60,19 +60,6 @@ enum Part { Forward = 0, Backward = 1, Weight = 2 };
 
 bool isConstant(Operation *op) { return op->hasTrait<OpTrait::ConstantLike>(); }
 
-/// The ds.state of argument `i`, or null.
-ds::StateAttr stateOf(func::FuncOp function, unsigned i) {
-  return function.getArgAttrOfType<ds::StateAttr>(
-      i, ds::DsDialect::kStateAttrName);
-}
-
-/// The parameter whose gradient accumulator argument `i` is, or "".
-StringRef accumulatedParam(func::FuncOp function, unsigned i) {
-  if (ds::StateAttr state = stateOf(function, i);
-      state && state.isAccumulator())
-    return state.getParam();
-  return "";
-}
 
 StringRef paramName(func::FuncOp function, unsigned i) {
   if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
@@ -476,7 +463,7 @@ void PipelineSplitPass::runOnOperation() {
                              : b.getDictionaryAttr({}));
       if (StringRef name = paramName(micro, a); !name.empty())
         rankParams.insert(name);
-      if (StringRef param = accumulatedParam(micro, a); !param.empty())
+      if (StringRef param = ds::getAccumulatedParam(micro, a); !param.empty())
         rankAccs.insert(param);
     }
     auto addValues = [&](ArrayRef<Value> values, ds::ValueRole role) {
@@ -583,12 +570,12 @@ void PipelineSplitPass::runOnOperation() {
         continue;
       StringRef name = paramName(micro, arg.getArgNumber());
       if (name.empty())
-        name = accumulatedParam(micro, arg.getArgNumber());
+        name = ds::getAccumulatedParam(micro, arg.getArgNumber());
       if (!name.empty())
         holders[name].insert(stageOf(&op) % p);
     }
   for (auto &[value, acc] : chainAcc) {
-    holders[accumulatedParam(micro, acc.getArgNumber())].insert(
+    holders[ds::getAccumulatedParam(micro, acc.getArgNumber())].insert(
         stageOf(value.getDefiningOp()) % p);
   }
 
@@ -598,7 +585,7 @@ void PipelineSplitPass::runOnOperation() {
   auto nameOfStepArg = [&](unsigned a) -> std::string {
     if (StringRef name = paramName(step, a); !name.empty())
       return name.str();
-    ds::StateAttr state = stateOf(step, a);
+    ds::StateAttr state = ds::getArgumentState(step, a);
     return state ? state.getParam().str() : "";
   };
   llvm::BitVector dropArg(stepBody.getNumArguments());
@@ -621,7 +608,7 @@ void PipelineSplitPass::runOnOperation() {
   // One micro-batch per step with per-stage accumulation: zero the
   // accumulators after the update.
   for (BlockArgument arg : stepBody.getArguments()) {
-    StringRef param = accumulatedParam(step, arg.getArgNumber());
+    StringRef param = ds::getAccumulatedParam(step, arg.getArgNumber());
     if (param.empty() || dropArg.test(arg.getArgNumber()) ||
         !resetInOptimizer.contains(param))
       continue;
@@ -759,7 +746,7 @@ void PipelineSplitPass::runOnOperation() {
         counts.second, /*slot_bytes=*/std::nullopt, /*offset=*/std::nullopt));
   SmallVector<ds::PipelineRankTiedAttr> tiedAttrs;
   for (BlockArgument arg : stepBody.getArguments()) {
-    ds::StateAttr state = stateOf(step, arg.getArgNumber());
+    ds::StateAttr state = ds::getArgumentState(step, arg.getArgNumber());
     if (!state || !state.isAccumulator())
       continue;
     const std::set<int64_t> &ranks = holders[state.getParam()];

@@ -210,19 +210,6 @@ StringRef paramName(func::FuncOp function, unsigned i) {
   return "";
 }
 
-/// The ds.state of argument `i`, or null.
-ds::StateAttr stateOf(func::FuncOp function, unsigned i) {
-  return function.getArgAttrOfType<ds::StateAttr>(
-      i, ds::DsDialect::kStateAttrName);
-}
-
-/// The parameter whose gradient accumulator argument `i` is, or "".
-StringRef accumulatedParam(func::FuncOp function, unsigned i) {
-  if (ds::StateAttr state = stateOf(function, i);
-      state && state.isAccumulator())
-    return state.getParam();
-  return "";
-}
 
 /// Makes argument `arg` of `function` this rank's [s] shard.
 void shardArgument(func::FuncOp function, BlockArgument arg,
@@ -245,7 +232,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   // The accumulator of each parameter.
   llvm::StringMap<BlockArgument> accOf;
   for (BlockArgument arg : body.getArguments()) {
-    StringRef param = accumulatedParam(step, arg.getArgNumber());
+    StringRef param = ds::getAccumulatedParam(step, arg.getArgNumber());
     if (!param.empty())
       accOf[param] = arg;
   }
@@ -256,7 +243,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     b.setInsertionPointToStart(&body);
     SmallVector<Value> accs;
     for (BlockArgument arg : body.getArguments())
-      if (!accumulatedParam(step, arg.getArgNumber()).empty())
+      if (!ds::getAccumulatedParam(step, arg.getArgNumber()).empty())
         accs.push_back(arg);
     for (const SmallVector<unsigned> &bucket :
          bucketsOf(accs, reduceBucketSize)) {
@@ -265,7 +252,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
         inputs.push_back(accs[i]);
       Operation *reduce;
       if (inputs.size() == 1) {
-        StringRef param = accumulatedParam(
+        StringRef param = ds::getAccumulatedParam(
             step, cast<BlockArgument>(inputs[0]).getArgNumber());
         reduce = shard::AllReduceOp::create(
             b, NameLoc::get(b.getStringAttr(param + ".grad"), loc),
@@ -291,7 +278,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   b.setInsertionPointToStart(&body);
   SmallVector<Value> accs, flats;
   for (BlockArgument acc : body.getArguments()) {
-    StringRef name = accumulatedParam(step, acc.getArgNumber());
+    StringRef name = ds::getAccumulatedParam(step, acc.getArgNumber());
     if (name.empty())
       continue;
     auto type = cast<RankedTensorType>(acc.getType());
@@ -383,7 +370,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     operands[update.getGradOperand().getOperandNumber()] = gradShard;
     for (OpOperand &operand : update.getStateOperands()) {
       auto state = dyn_cast<BlockArgument>(operand.get());
-      if (!state || !stateOf(step, state.getArgNumber()))
+      if (!state || !ds::getArgumentState(step, state.getArgNumber()))
         return update->emitOpError()
                << "ds-zero: optimizer state operand "
                << operand.getOperandNumber() << " is not a state argument";
@@ -683,7 +670,7 @@ void ZeroPass::runOnOperation() {
     Block &body = step.getBody().front();
     llvm::StringSet<> trained;
     for (BlockArgument arg : body.getArguments()) {
-      StringRef param = accumulatedParam(step, arg.getArgNumber());
+      StringRef param = ds::getAccumulatedParam(step, arg.getArgNumber());
       if (!param.empty())
         trained.insert(param);
     }

@@ -291,30 +291,8 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     // Every rank updates, or none does: a failure or a non-finite value on
     // any rank is known everywhere before optimizer_step's collectives.
     const StepVerdict verdict = agree_on_step(exchange, found);
-    if (verdict.failed) {
-      // The report below names the ranks that failed.
-    } else if (verdict.nonfinite() && !options.skip_nonfinite) {
-      // Only the finding rank has the parameter's name (its own stages).
-      if (rank == verdict.rank)
-        step_error = nonfinite_message(info, verdict, step) +
-                     "; the run stops before it reaches the weights (train "
-                     "--on-nonfinite skip skips such steps)";
-    } else if (verdict.nonfinite()) {
-      skip = true;
-      ++skipped;
-      if (rank == verdict.rank && !options.quiet)
-        fprintf(stderr, "%s; skipping the step: no weight, optimizer state or learning rate "
-                        "changes\n",
-                nonfinite_message(info, verdict, step).c_str());
+    if (settle_step(program, verdict, options, rank, step, step_error, skip)) {
       try {
-        drop_gradients(program);
-        program.memory.release_range(info.persistent_bytes, pipeline.buffers_offset);
-      } catch (const std::exception &error) {
-        step_error = error.what();
-      }
-    } else {
-      try {
-        program.memory.release_range(info.persistent_bytes, pipeline.buffers_offset);
         grad_norm = run_optimizer_step(program, functions.functions[optimizer_index], lr,
                                        applied + 1);
         ++applied;
@@ -325,6 +303,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
         step_error = error.what();
       }
     }
+    skipped += skip ? 1 : 0;
     const double step_end_us = now_us() - start;
     for (size_t i = 0; i < losses.size(); ++i) report[1 + i] = losses[i];
     report[static_cast<size_t>(k + 1)] = static_cast<float>(times.compute_us);

@@ -208,26 +208,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     // Every rank updates, or none does: a failure or a non-finite value on
     // any rank is known everywhere before the optimizer's collectives.
     const StepVerdict verdict = agree_on_step(exchange, found);
-    if (verdict.failed) {
-      // The report below names the ranks that failed.
-    } else if (verdict.nonfinite() && !options.skip_nonfinite) {
-      if (rank == verdict.rank)
-        step_error = nonfinite_message(info, verdict, step) +
-                     "; the run stops before it reaches the weights (train "
-                     "--on-nonfinite skip skips such steps)";
-    } else if (verdict.nonfinite()) {
-      skip = true;
-      ++skipped;
-      if (rank == verdict.rank && !options.quiet)
-        fprintf(stderr, "%s; skipping the step: no weight, optimizer state or learning rate "
-                        "changes\n",
-                nonfinite_message(info, verdict, step).c_str());
-      try {
-        drop_gradients(program);
-      } catch (const std::exception &error) {
-        step_error = error.what();
-      }
-    } else {
+    if (settle_step(program, verdict, options, rank, step, step_error, skip)) {
       try {
         grad_norm = run_optimizer_step(program, optimizer_step, lr, applied + 1);
         ++applied;
@@ -238,6 +219,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
         step_error = error.what();
       }
     }
+    skipped += skip ? 1 : 0;
     // Every rank's verdict and losses; the step's loss is the mean over all
     // ranks' micro-batches, summed in the order of a single-rank run.
     exchange.gather_step_reports(step_error, report, reports, step);

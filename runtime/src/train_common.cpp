@@ -99,6 +99,33 @@ void drop_gradients(Program &program) {
     if (state.role == ValueRole::Accumulator) zero_persistent(program, state);
 }
 
+bool settle_step(Program &program, const StepVerdict &verdict, const TrainOptions &options,
+                 int rank, int64_t step, std::string &step_error, bool &skip) {
+  if (verdict.failed) return false;
+  if (!verdict.nonfinite()) return true;
+  // Only the finding rank knows the parameter's name (a pipeline rank
+  // holds its own stages' parameters).
+  const bool finder = rank == verdict.rank;
+  if (!options.skip_nonfinite) {
+    if (finder)
+      step_error = nonfinite_message(*program.info, verdict, step) +
+                   "; the run stops before it reaches the weights (train --on-nonfinite skip "
+                   "skips such steps)";
+    return false;
+  }
+  skip = true;
+  if (finder && !options.quiet)
+    fprintf(stderr, "%s; skipping the step: no weight, optimizer state or learning rate "
+                    "changes\n",
+            nonfinite_message(*program.info, verdict, step).c_str());
+  try {
+    drop_gradients(program);
+  } catch (const std::exception &error) {
+    step_error = error.what();
+  }
+  return false;
+}
+
 void check_arena_peak(const Program &program, int64_t step) {
   if (step != 1) return;
   for (int s = 0; s < kNumSpaces; ++s) {

@@ -192,6 +192,14 @@ std::string nonfinite_message(const ProgramInfo &info, const StepVerdict &verdic
                               int64_t step);
 // A skipped step's gradients are dropped: every accumulator back to zero.
 void drop_gradients(Program &program);
+// What this rank does with a step once the ranks agreed on `verdict`:
+// returns true when it runs optimizer_step. Otherwise a rank failed (the
+// step's report names it), or the step stops the run (the finding rank's
+// `step_error` names the parameter), or, with --on-nonfinite skip, it is
+// skipped: `skip` is set, the gradients are dropped and the finding rank
+// says why.
+bool settle_step(Program &program, const StepVerdict &verdict, const TrainOptions &options,
+                 int rank, int64_t step, std::string &step_error, bool &skip);
 
 //===--- the log ----------------------------------------------------------------===//
 

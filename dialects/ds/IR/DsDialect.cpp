@@ -73,6 +73,19 @@ dsopt::ds::getArgumentRole(FunctionOpInterface function, unsigned i) {
   return std::nullopt;
 }
 
+StateAttr dsopt::ds::getArgumentState(FunctionOpInterface function,
+                                      unsigned i) {
+  return function.getArgAttrOfType<StateAttr>(i, DsDialect::kStateAttrName);
+}
+
+StringRef dsopt::ds::getAccumulatedParam(FunctionOpInterface function,
+                                         unsigned i) {
+  if (StateAttr state = getArgumentState(function, i);
+      state && state.isAccumulator())
+    return state.getParam();
+  return "";
+}
+
 std::optional<ValueRole> dsopt::ds::getResultRole(FunctionOpInterface function,
                                                   unsigned i) {
   if (auto role = function.getResultAttrOfType<ValueRoleAttr>(

@@ -158,6 +158,12 @@ namespace dsopt::ds {
 std::string getDisplayName(StateAttr state);
 std::string getDisplayName(ValueRole role, llvm::StringRef id);
 
+/// The #ds.state of argument `i` of `function`, or null.
+StateAttr getArgumentState(mlir::FunctionOpInterface function, unsigned i);
+/// The parameter whose gradient accumulator argument `i` is, or "".
+llvm::StringRef getAccumulatedParam(mlir::FunctionOpInterface function,
+                                    unsigned i);
+
 /// The ds.role of argument or result `i` of a pipeline stage function, if
 /// it has one.
 std::optional<ValueRole> getArgumentRole(mlir::FunctionOpInterface function,
