@@ -1883,6 +1883,13 @@ FailureOr<Value> ProgramBuilder::emitScalar(Operation &op,
       .Case<math::TanhOp>(
           [&](auto) { return callOne("dsrt::math::fast_tanh"); })
       .Case<math::ErfOp>([&](auto) { return callOne("dsrt::math::fast_erf"); })
+      .Case<math::Log1pOp>([&](auto) { return callOne("std::log1p"); })
+      .Case<math::ExpM1Op>([&](auto) { return callOne("std::expm1"); })
+      .Case<math::SinOp>([&](auto) { return callOne("std::sin"); })
+      .Case<math::CosOp>([&](auto) { return callOne("std::cos"); })
+      .Case<math::FloorOp>([&](auto) { return callOne("std::floor"); })
+      .Case<math::CeilOp>([&](auto) { return callOne("std::ceil"); })
+      .Case<math::RoundEvenOp>([&](auto) { return callOne("std::nearbyint"); })
       .Default([&](Operation *other) -> FailureOr<Value> {
         return other->emitOpError() << "has no C++ form in a fused loop";
       });

@@ -145,7 +145,11 @@ UnaryOp unary_op(const std::string &s) {
       {"sigmoid", UnaryOp::Sigmoid}, {"neg", UnaryOp::Neg},
       {"relu", UnaryOp::Relu},      {"leaky_relu", UnaryOp::LeakyRelu},
       {"gelu", UnaryOp::Gelu},      {"gelu_tanh", UnaryOp::GeluTanh},
-      {"not", UnaryOp::Not}};
+      {"not", UnaryOp::Not},        {"softplus", UnaryOp::Softplus},
+      {"elu", UnaryOp::Elu},        {"celu", UnaryOp::Celu},
+      {"sin", UnaryOp::Sin},        {"cos", UnaryOp::Cos},
+      {"floor", UnaryOp::Floor},    {"ceil", UnaryOp::Ceil},
+      {"round", UnaryOp::Round}};
   return ops.at(s);
 }
 BinaryOp binary_op(const std::string &s) {

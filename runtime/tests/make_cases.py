@@ -207,7 +207,17 @@ UNARY = {
     "leaky_relu": (lambda x: F.leaky_relu(x, 0.1), (-5.0, 5.0)),
     "gelu": (lambda x: F.gelu(x, approximate="none"), (-6.0, 6.0)),
     "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), (-6.0, 6.0)),
+    "softplus": (F.softplus, (-30.0, 30.0)),
+    "elu": (lambda x: F.elu(x, 0.7), (-6.0, 6.0)),
+    "celu": (lambda x: F.celu(x, 1.5), (-6.0, 6.0)),
+    "sin": (torch.sin, (-10.0, 10.0)),
+    "cos": (torch.cos, (-10.0, 10.0)),
+    "floor": (torch.floor, (-10.0, 10.0)),
+    "ceil": (torch.ceil, (-10.0, 10.0)),
+    "round": (torch.round, (-10.0, 10.0)),  # halves to even
 }
+# The kernel's `alpha` argument of the ops that take one.
+UNARY_ALPHA = {"leaky_relu": 0.1, "elu": 0.7, "celu": 1.5}
 
 SPECIAL = [0.0, -0.0, 1e-30, -1e-30, 1e-8, -1e-8, 0.5, -0.5, 0.625, -0.625, 1.0, -1.0, 3.0,
            -3.0, 20.0, -20.0, 88.5, -87.5, 89.0, -100.0, -104.5, 1e30, -1e30, INF, -INF, NAN]
@@ -215,7 +225,7 @@ SPECIAL = [0.0, -0.0, 1e-30, -1e-30, 1e-8, -1e-8, 0.5, -0.5, 0.625, -0.625, 1.0,
 
 def gen_unary(w):
     for op, (fn, (lo, hi)) in UNARY.items():
-        attrs = {"op": op, "alpha": 0.1 if op == "leaky_relu" else 0.0}
+        attrs = {"op": op, "alpha": UNARY_ALPHA.get(op, 0.0)}
         for dtype in FLOATS:
             name = "%s_%s" % (op, dtype)
             x = Rng(name).float([5, 37], dtype, lo, hi)

@@ -118,6 +118,33 @@ def cases() -> List[Case]:
     unary("trilu", "Trilu", f(2, 4, 5), upper=1)
     unary("trilu_lower", "Trilu", f(4, 5), upper=0)
 
+    unary("softplus", "Softplus", 3 * f(3, 6))
+    unary("elu", "Elu", away_from(0, f(3, 6)), alpha=0.7)
+    unary("celu", "Celu", away_from(0, f(3, 6)), alpha=1.5)
+    unary("selu", "Selu", away_from(0, f(3, 6)))
+    unary("mish", "Mish", 2 * f(3, 6), opset=18)
+    unary("sin", "Sin", 3 * f(3, 6))
+    unary("cos", "Cos", 3 * f(3, 6))
+    # Piecewise constant: zero derivative away from the steps.
+    unary("floor", "Floor", np.floor(3 * f(3, 6)) + 0.5)
+    unary("round", "Round", np.floor(3 * f(3, 6)) + 0.25)
+    # Kinks at +-2.5 (HardSigmoid) and +-3 (HardSwish).
+    unary("hard_sigmoid", "HardSigmoid", away_from(2.5, away_from(-2.5, 3 * f(3, 6))), alpha=0.2, beta=0.5)
+    unary("hard_swish", "HardSwish", away_from(3, away_from(-3, 3 * f(3, 6))), opset=14)
+    c.append(Case("clip_constant_bounds", {"x": away_from(-0.5, away_from(0.8, f(3, 6)))},
+                  lambda b: b.op("Clip", [b.p("x"), b.const(np.array(-0.5, np.float32)),
+                                          b.const(np.array(0.8, np.float32))])))
+    c.append(Case("clip_max_only", {"x": away_from(0.3, f(3, 6))},
+                  lambda b: b.op("Clip", [b.p("x"), "", b.const(np.array(0.3, np.float32))])))
+    # Computed bounds receive the gradient where they are the result (bounds
+    # that are initializers are read as constants, as ReLU6's 0 and 6).
+    c.append(Case("clip_computed_bounds", {"x": away_from(-0.3, away_from(0.4, f(3, 6))),
+                                           "lo": np.array(0.3, np.float32),
+                                           "hi": np.array(-0.4, np.float32)},
+                  lambda b: b.op("Clip", [b.p("x"), b.op("Neg", [b.p("lo")]), b.op("Neg", [b.p("hi")])])))
+    c.append(Case("prelu", {"x": away_from(0, f(2, 3, 4)), "slope": f(3, 1)},
+                  lambda b: b.op("PRelu", [b.p("x"), b.p("slope")])))
+
     def binary(name, op, a, b_):
         c.append(Case(name, {"a": a, "b": b_}, lambda b: b.op(op, [b.p("a"), b.p("b")])))
 

@@ -63,6 +63,16 @@ int64_t GeluOp::getFlops() {
       *this, getApproximate() == GeluApproximation::none ? 5 : 9);
 }
 int64_t NotOp::getFlops() { return perResultElement(*this, 1); }
+// compare, exp, log1p (select is free)
+int64_t SoftplusOp::getFlops() { return perResultElement(*this, 3); }
+// compare, exp, subtract, scale; celu also divides by alpha
+int64_t EluOp::getFlops() { return perResultElement(*this, 4); }
+int64_t CeluOp::getFlops() { return perResultElement(*this, 5); }
+int64_t SinOp::getFlops() { return perResultElement(*this, 1); }
+int64_t CosOp::getFlops() { return perResultElement(*this, 1); }
+int64_t FloorOp::getFlops() { return perResultElement(*this, 1); }
+int64_t CeilOp::getFlops() { return perResultElement(*this, 1); }
+int64_t RoundOp::getFlops() { return perResultElement(*this, 1); }
 
 int64_t AddOp::getFlops() { return perResultElement(*this, 1); }
 int64_t SubOp::getFlops() { return perResultElement(*this, 1); }

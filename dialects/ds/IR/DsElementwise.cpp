@@ -124,6 +124,55 @@ Value GeluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   return arith::MulFOp::create(b, loc, half, onePlus);
 }
 
+// x where x > 20, else log1p(exp(x)), as the softplus kernel.
+Value SoftplusOp::buildScalar(OpBuilder &b, Location loc,
+                              ValueRange operands) {
+  Value x = operands[0];
+  Value large = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, x,
+                                      f32Constant(b, loc, 20.0));
+  Value soft =
+      math::Log1pOp::create(b, loc, math::ExpOp::create(b, loc, x));
+  return arith::SelectOp::create(b, loc, large, x, soft);
+}
+
+namespace {
+/// x > 0 ? x : alpha * expm1(x * scale), the elu and celu kernels' formula.
+Value eluScalar(OpBuilder &b, Location loc, Value x, float alpha,
+                float scale) {
+  Value positive = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, x,
+                                         f32Constant(b, loc, 0.0));
+  Value inner = scale == 1.0f ? x
+                              : arith::MulFOp::create(
+                                    b, loc, x, f32Constant(b, loc, scale));
+  Value negative = arith::MulFOp::create(
+      b, loc, f32Constant(b, loc, alpha), math::ExpM1Op::create(b, loc, inner));
+  return arith::SelectOp::create(b, loc, positive, x, negative);
+}
+} // namespace
+
+Value EluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return eluScalar(b, loc, operands[0], getAlpha().convertToFloat(), 1.0f);
+}
+Value CeluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  float alpha = getAlpha().convertToFloat();
+  return eluScalar(b, loc, operands[0], alpha, 1.0f / alpha);
+}
+Value SinOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return math::SinOp::create(b, loc, operands[0]);
+}
+Value CosOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return math::CosOp::create(b, loc, operands[0]);
+}
+Value FloorOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return math::FloorOp::create(b, loc, operands[0]);
+}
+Value CeilOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return math::CeilOp::create(b, loc, operands[0]);
+}
+Value RoundOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return math::RoundEvenOp::create(b, loc, operands[0]);
+}
+
 Value NotOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   Value one = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
   return arith::XOrIOp::create(b, loc, operands[0], one);

@@ -93,6 +93,12 @@ DS_UNARY_KERNEL(SigmoidOp, "Sigmoid")
 DS_UNARY_KERNEL(NegOp, "Neg")
 DS_UNARY_KERNEL(ReluOp, "Relu")
 DS_UNARY_KERNEL(NotOp, "Not")
+DS_UNARY_KERNEL(SoftplusOp, "Softplus")
+DS_UNARY_KERNEL(SinOp, "Sin")
+DS_UNARY_KERNEL(CosOp, "Cos")
+DS_UNARY_KERNEL(FloorOp, "Floor")
+DS_UNARY_KERNEL(CeilOp, "Ceil")
+DS_UNARY_KERNEL(RoundOp, "Round")
 #undef DS_UNARY_KERNEL
 
 void LeakyReluOp::buildKernelCall(KernelCallBuilder &call) {
@@ -100,6 +106,21 @@ void LeakyReluOp::buildKernelCall(KernelCallBuilder &call) {
             getAlpha().convertToFloat());
 }
 std::optional<unsigned> LeakyReluOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
+}
+
+void EluOp::buildKernelCall(KernelCallBuilder &call) {
+  unaryCall(call, "Elu", getInput(), getResult(), getAlpha().convertToFloat());
+}
+std::optional<unsigned> EluOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
+}
+
+void CeluOp::buildKernelCall(KernelCallBuilder &call) {
+  unaryCall(call, "Celu", getInput(), getResult(),
+            getAlpha().convertToFloat());
+}
+std::optional<unsigned> CeluOp::getInPlaceOperand(unsigned result) {
   return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
 }
 

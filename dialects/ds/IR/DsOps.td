@@ -106,6 +106,44 @@ def Ds_GeluOp : Ds_UnaryOp<"gelu", Ds_FloatTensor, [Ds_VJP]> {
                                      "GeluApproximation::none">:$approximate);
 }
 
+def Ds_SoftplusOp : Ds_UnaryOp<"softplus", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise log(1 + exp(x))";
+  let description = [{
+    Computed as x where x > 20 (where log(1 + exp(x)) rounds to x in f32),
+    else log1p(exp(x)): PyTorch's softplus with its default threshold.
+  }];
+}
+
+def Ds_EluOp : Ds_UnaryOp<"elu", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise x > 0 ? x : alpha * (exp(x) - 1)";
+  let arguments = (ins Ds_FloatTensor:$input,
+                   DefaultValuedAttr<F32Attr, "1.0">:$alpha);
+}
+
+def Ds_CeluOp : Ds_UnaryOp<"celu", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise x > 0 ? x : alpha * (exp(x / alpha) - 1)";
+  let arguments = (ins Ds_FloatTensor:$input,
+                   DefaultValuedAttr<F32Attr, "1.0">:$alpha);
+}
+
+def Ds_SinOp : Ds_UnaryOp<"sin", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise sin(x)";
+}
+def Ds_CosOp : Ds_UnaryOp<"cos", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise cos(x)";
+}
+
+// Piecewise constant: the derivative is zero (PyTorch's convention).
+def Ds_FloorOp : Ds_UnaryOp<"floor", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise floor(x)";
+}
+def Ds_CeilOp : Ds_UnaryOp<"ceil", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise ceil(x)";
+}
+def Ds_RoundOp : Ds_UnaryOp<"round", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise round to nearest integer, halves to even";
+}
+
 def Ds_NotOp : Ds_UnaryOp<"not", Ds_BoolTensor> {
   let summary = "elementwise logical not";
   let hasFolder = 1;

@@ -249,6 +249,36 @@ DS_UNARY_VJP(LeakyReluOp,
                                   g.mul(dy, g.scalarLike(
                                                 dy, getAlpha()
                                                         .convertToDouble())))))
+// d softplus = sigmoid(x); for x > 20 the kernel returns x and sigmoid
+// rounds to 1, as torch's softplus_backward.
+DS_UNARY_VJP(SoftplusOp,
+             grads.set(0, g.mul(dy, g.typed<SigmoidOp>(x.getType(), {x}))))
+// alpha exp(x) = y + alpha where x <= 0, as torch's elu_backward on the
+// result (no exp of a large x).
+DS_UNARY_VJP(EluOp,
+             grads.set(0, g.mul(dy, g.where(g.compare(ComparePredicate::gt, x,
+                                                      g.scalarLike(x, 0.0)),
+                                            g.scalarLike(y, 1.0),
+                                            g.add(y, g.scalarLike(
+                                                         y, getAlpha()
+                                                                .convertToDouble()))))))
+// exp(x / alpha) = (y + alpha) / alpha where x <= 0.
+DS_UNARY_VJP(CeluOp, {
+  double alpha = getAlpha().convertToDouble();
+  Value slope = g.mul(g.add(y, g.scalarLike(y, alpha)),
+                      g.scalarLike(y, 1.0 / alpha));
+  grads.set(0, g.mul(dy, g.where(g.compare(ComparePredicate::gt, x,
+                                           g.scalarLike(x, 0.0)),
+                                 g.scalarLike(y, 1.0), slope)));
+})
+DS_UNARY_VJP(SinOp,
+             grads.set(0, g.mul(dy, g.typed<CosOp>(x.getType(), {x}))))
+DS_UNARY_VJP(CosOp,
+             grads.set(0, g.neg(g.mul(dy, g.typed<SinOp>(x.getType(), {x})))))
+// Piecewise constant: zero almost everywhere, as in PyTorch.
+DS_UNARY_VJP(FloorOp, grads.set(0, g.zeros(x.getType())))
+DS_UNARY_VJP(CeilOp, grads.set(0, g.zeros(x.getType())))
+DS_UNARY_VJP(RoundOp, grads.set(0, g.zeros(x.getType())))
 #undef DS_UNARY_VJP
 
 LogicalResult GeluOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,

@@ -22,7 +22,7 @@ namespace dsrt {
 
 enum class UnaryOp {
   Sqrt, Reciprocal, Exp, Log, Tanh, Erf, Sigmoid, Neg, Relu, LeakyRelu,
-  Gelu, GeluTanh, Not,
+  Gelu, GeluTanh, Not, Softplus, Elu, Celu, Sin, Cos, Floor, Ceil, Round,
 };
 enum class BinaryOp { Add, Sub, Mul, Div, Pow };
 enum class ComparePredicate { Eq, Lt, Le, Gt, Ge };
@@ -30,7 +30,7 @@ enum class ReduceOp { Sum, Mean, Max };
 enum class Reduction { None, Sum, Mean };
 enum class MomentumMode { Standard, Nesterov };
 
-// y = op(x); `alpha` is LeakyRelu's slope. Neg and Relu also take integers;
+// y = op(x); `alpha` is LeakyRelu's slope and Elu's and Celu's alpha. Neg and Relu also take integers;
 // Not takes bool.
 void unary(Stream &s, UnaryOp op, const Tensor &x, const Tensor &y, float alpha = 0.0f);
 

@@ -29,6 +29,14 @@ const char *unary_name(UnaryOp op) {
   case UnaryOp::Gelu: return "unary(gelu)";
   case UnaryOp::GeluTanh: return "unary(gelu_tanh)";
   case UnaryOp::Not: return "unary(not)";
+  case UnaryOp::Softplus: return "unary(softplus)";
+  case UnaryOp::Elu: return "unary(elu)";
+  case UnaryOp::Celu: return "unary(celu)";
+  case UnaryOp::Sin: return "unary(sin)";
+  case UnaryOp::Cos: return "unary(cos)";
+  case UnaryOp::Floor: return "unary(floor)";
+  case UnaryOp::Ceil: return "unary(ceil)";
+  case UnaryOp::Round: return "unary(round)";
   }
   return "unary";
 }
@@ -111,6 +119,25 @@ void unary_float(const Stream &s, UnaryOp op, const Tensor &x, const Tensor &y, 
       return 0.5f * v * (1.0f + fast_tanh(inner));
     });
     return;
+  case UnaryOp::Softplus:
+    // PyTorch's threshold: beyond 20, log(1 + exp(x)) rounds to x.
+    run_unary<T>(s, x, y, [](float v) { return v > 20.0f ? v : std::log1p(fast_exp(v)); });
+    return;
+  case UnaryOp::Elu:
+    run_unary<T>(s, x, y, [alpha](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
+    return;
+  case UnaryOp::Celu: {
+    const float scale = 1.0f / alpha;
+    run_unary<T>(s, x, y,
+                 [alpha, scale](float v) { return v > 0.0f ? v : alpha * std::expm1(v * scale); });
+    return;
+  }
+  case UnaryOp::Sin: run_unary<T>(s, x, y, [](float v) { return std::sin(v); }); return;
+  case UnaryOp::Cos: run_unary<T>(s, x, y, [](float v) { return std::cos(v); }); return;
+  case UnaryOp::Floor: run_unary<T>(s, x, y, [](float v) { return std::floor(v); }); return;
+  case UnaryOp::Ceil: run_unary<T>(s, x, y, [](float v) { return std::ceil(v); }); return;
+  // Halves to even, as ONNX Round (the default rounding mode).
+  case UnaryOp::Round: run_unary<T>(s, x, y, [](float v) { return std::nearbyint(v); }); return;
   default: break;
   }
 }
