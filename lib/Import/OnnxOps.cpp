@@ -2531,6 +2531,172 @@ FailureOr<bool> foldLogic(NodeContext &ctx) {
       });
 }
 
+/// Sum and Mean of any number of inputs: a chain of ds.add (broadcasting),
+/// divided by the count for Mean.
+template <bool IsMean>
+LogicalResult convertVariadicSum(NodeContext &ctx) {
+  if (ctx.numInputs() == 0)
+    return ctx.error("expects at least one input");
+  FailureOr<Value> result = ctx.input(0);
+  if (failed(result) ||
+      failed(requireElementKind(ctx, 0, *result, ElementKind::Numeric)))
+    return failure();
+  Type element = getElementTypeOrSelf(result->getType());
+  for (unsigned i = 1, e = ctx.numInputs(); i < e; ++i) {
+    FailureOr<Value> next = ctx.input(i);
+    if (failed(next))
+      return failure();
+    if (getElementTypeOrSelf(next->getType()) != element)
+      return ctx.error("operand element types differ");
+    result = emitValue(ctx.create<ds::AddOp>({*result, *next}));
+    if (failed(result))
+      return failure();
+  }
+  if (IsMean && ctx.numInputs() > 1) {
+    FailureOr<Value> count = scalarLike(ctx, *result, ctx.numInputs());
+    if (failed(count))
+      return failure();
+    result = emitValue(ctx.create<ds::DivOp>({*result, *count}));
+    if (failed(result))
+      return failure();
+  }
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// The reductions ds writes with other ops.
+enum class ComposedReduce { Min, SumSquare, L1, L2, LogSum, LogSumExp };
+
+/// |x| as where(x < 0, -x, x).
+FailureOr<Value> emitAbsolute(NodeContext &ctx, Value x) {
+  FailureOr<Value> zero = scalarLike(ctx, x, 0.0);
+  if (failed(zero))
+    return failure();
+  FailureOr<Value> negative =
+      emitCompare(ctx, ds::ComparePredicate::lt, x, *zero);
+  FailureOr<Value> negated = emitValue(ctx.create<ds::NegOp>({x}));
+  if (failed(negative) || failed(negated))
+    return failure();
+  return emitWhere(ctx, *negative, *negated, x);
+}
+
+template <typename OpTy>
+FailureOr<Value> emitReduction(NodeContext &ctx, Value x,
+                               ArrayRef<int64_t> axes, bool keepdims) {
+  return emitValue(ctx.create<OpTy>(
+      {x}, {ctx.named("axes", ctx.builder().getDenseI64ArrayAttr(axes)),
+            ctx.named("keepdims", ctx.builder().getBoolAttr(keepdims))}));
+}
+
+/// ReduceMin: -max(-x) for floats, -1 - max(-1 - x) for integers (no
+/// overflow at the most negative value). ReduceSumSquare: sum(x * x);
+/// ReduceL1: sum(|x|); ReduceL2: sqrt(sum(x * x)); ReduceLogSum:
+/// log(sum(x)); ReduceLogSumExp: log(sum(exp(x - m))) + m, m the maximum
+/// (kept for the subtraction), so large values do not overflow.
+template <ComposedReduce Kind>
+LogicalResult convertComposedReduce(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t keepdims;
+  if (failed(input) || failed(ctx.intAttr("keepdims", keepdims, 1)))
+    return failure();
+  bool floatOnly = Kind == ComposedReduce::L2 ||
+                   Kind == ComposedReduce::LogSum ||
+                   Kind == ComposedReduce::LogSumExp;
+  if (failed(requireElementKind(ctx, 0, *input,
+                                floatOnly ? ElementKind::Float
+                                          : ElementKind::Numeric)))
+    return failure();
+  Value x = *input;
+  auto type = cast<RankedTensorType>(x.getType());
+  auto axes = reductionAxes(ctx, type.getRank());
+  if (failed(axes))
+    return failure();
+  if (!*axes) {
+    ctx.setOutput(0, x); // noop_with_empty_axes
+    return success();
+  }
+  bool keep = keepdims != 0;
+  bool isFloat = isa<FloatType>(type.getElementType());
+  FailureOr<Value> result;
+  switch (Kind) {
+  case ComposedReduce::Min: {
+    FailureOr<Value> minusOne = scalarLike(ctx, x, -1.0);
+    if (failed(minusOne))
+      return failure();
+    auto flip = [&](Value v) -> FailureOr<Value> {
+      if (isFloat)
+        return emitValue(ctx.create<ds::NegOp>({v}));
+      return emitValue(ctx.create<ds::SubOp>({*minusOne, v}));
+    };
+    FailureOr<Value> flipped = flip(x);
+    if (failed(flipped))
+      return failure();
+    FailureOr<Value> max =
+        emitReduction<ds::ReduceMaxOp>(ctx, *flipped, **axes, keep);
+    if (failed(max))
+      return failure();
+    result = flip(*max);
+    break;
+  }
+  case ComposedReduce::SumSquare:
+  case ComposedReduce::L2: {
+    FailureOr<Value> square = emitValue(ctx.create<ds::MulOp>({x, x}));
+    if (failed(square))
+      return failure();
+    result = emitReduction<ds::ReduceSumOp>(ctx, *square, **axes, keep);
+    if (Kind == ComposedReduce::L2 && succeeded(result))
+      result = emitValue(ctx.create<ds::SqrtOp>({*result}));
+    break;
+  }
+  case ComposedReduce::L1: {
+    FailureOr<Value> absolute = emitAbsolute(ctx, x);
+    if (failed(absolute))
+      return failure();
+    result = emitReduction<ds::ReduceSumOp>(ctx, *absolute, **axes, keep);
+    break;
+  }
+  case ComposedReduce::LogSum: {
+    result = emitReduction<ds::ReduceSumOp>(ctx, x, **axes, keep);
+    if (succeeded(result))
+      result = emitValue(ctx.create<ds::LogOp>({*result}));
+    break;
+  }
+  case ComposedReduce::LogSumExp: {
+    FailureOr<Value> max =
+        emitReduction<ds::ReduceMaxOp>(ctx, x, **axes, /*keepdims=*/true);
+    if (failed(max))
+      return failure();
+    FailureOr<Value> shifted = emitValue(ctx.create<ds::SubOp>({x, *max}));
+    if (failed(shifted))
+      return failure();
+    FailureOr<Value> exp = emitValue(ctx.create<ds::ExpOp>({*shifted}));
+    if (failed(exp))
+      return failure();
+    FailureOr<Value> sum = emitReduction<ds::ReduceSumOp>(ctx, *exp, **axes, keep);
+    if (failed(sum))
+      return failure();
+    FailureOr<Value> log = emitValue(ctx.create<ds::LogOp>({*sum}));
+    if (failed(log))
+      return failure();
+    Value offset = *max;
+    auto logType = cast<RankedTensorType>(log->getType());
+    if (!keep) {
+      FailureOr<Value> reshaped = emitValue(ctx.createTyped<ds::ReshapeOp>(
+          {logType.clone(logType.getShape())}, {offset}));
+      if (failed(reshaped))
+        return failure();
+      offset = *reshaped;
+    }
+    result = emitValue(ctx.create<ds::AddOp>({*log, offset}));
+    break;
+  }
+  }
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
+  return success();
+}
+
 double sinF(double x) { return std::sin(x); }
 double cosF(double x) { return std::cos(x); }
 double floorF(double x) { return std::floor(x); }
@@ -2611,6 +2777,14 @@ struct Registry {
     add("", "ReduceSum", op(convertReduce<ReduceSumOp>, nullptr, "ds.reduce_sum (axes attribute or input)"));
     add("", "ReduceMean", op(convertReduce<ReduceMeanOp>, nullptr, "ds.reduce_mean (axes attribute or input)"));
     add("", "ReduceMax", op(convertReduce<ReduceMaxOp>, nullptr, "ds.reduce_max (axes attribute or input)"));
+    add("", "ReduceMin", op(convertComposedReduce<ComposedReduce::Min>, nullptr, "-ds.reduce_max(-x) (axes attribute or input)"));
+    add("", "ReduceSumSquare", op(convertComposedReduce<ComposedReduce::SumSquare>, nullptr, "ds.reduce_sum(x * x)"));
+    add("", "ReduceL1", op(convertComposedReduce<ComposedReduce::L1>, nullptr, "ds.reduce_sum(|x|)"));
+    add("", "ReduceL2", op(convertComposedReduce<ComposedReduce::L2>, nullptr, "ds.sqrt(ds.reduce_sum(x * x))"));
+    add("", "ReduceLogSum", op(convertComposedReduce<ComposedReduce::LogSum>, nullptr, "ds.log(ds.reduce_sum(x))"));
+    add("", "ReduceLogSumExp", op(convertComposedReduce<ComposedReduce::LogSumExp>, nullptr, "log(sum(exp(x - max))) + max"));
+    add("", "Sum", op(convertVariadicSum<false>, nullptr, "a chain of ds.add"));
+    add("", "Mean", op(convertVariadicSum<true>, nullptr, "a chain of ds.add, ds.div by the count"));
     // Data movement
     add("", "Reshape", op(convertReshapeLike<reshapeShape>, foldReshapeLike<reshapeShape>, "ds.reshape"));
     add("", "Squeeze", op(convertReshapeLike<squeezeShape>, foldReshapeLike<squeezeShape>, "ds.reshape (axes attribute or input)"));

@@ -203,6 +203,17 @@ def cases() -> List[Case]:
     reduce("reduce_sum_nokeep", "ReduceSum", f(2, 3, 4), [0, 2], 0)
     reduce("reduce_mean", "ReduceMean", f(2, 3, 4), [-1], 0)
     reduce("reduce_max", "ReduceMax", distinct((2, 3, 4), 1), [2], 1)
+    reduce("reduce_min", "ReduceMin", distinct((2, 3, 4), 2), [0, 2], 0)
+    reduce("reduce_sum_square", "ReduceSumSquare", f(2, 3, 4), [1], 1)
+    reduce("reduce_l1", "ReduceL1", away_from(0, f(2, 3, 4)), [2], 0)
+    reduce("reduce_l2", "ReduceL2", f(2, 3, 4), [-1], 1)
+    reduce("reduce_log_sum", "ReduceLogSum", pos(2, 3, 4), [1], 0)
+    reduce("reduce_log_sum_exp", "ReduceLogSumExp", 3 * f(2, 3, 4), [0, 1], 1)
+    reduce("reduce_log_sum_exp_nokeep", "ReduceLogSumExp", 3 * f(2, 3, 4), [2], 0)
+    c.append(Case("sum_variadic", {"a": f(2, 3), "b": f(3), "c": f(2, 1)},
+                  lambda b: b.op("Sum", [b.p("a"), b.p("b"), b.p("c")])))
+    c.append(Case("mean_variadic", {"a": f(2, 3), "b": f(3), "c": f(2, 1)},
+                  lambda b: b.op("Mean", [b.p("a"), b.p("b"), b.p("c")])))
     c.append(Case("reshape", {"x": f(2, 3, 4)},
                   lambda b: b.op("Reshape", [b.p("x"), b.const(np.array([4, -1], np.int64))])))
     c.append(Case("expand", {"x": f(3, 1)},
