@@ -2697,6 +2697,27 @@ LogicalResult convertComposedReduce(NodeContext &ctx) {
   return success();
 }
 
+/// Mod: the remainder with the divisor's sign (fmod = 0, integers only in
+/// ONNX) or the dividend's (fmod = 1).
+LogicalResult convertMod(NodeContext &ctx) {
+  FailureOr<Value> lhs = ctx.input(0), rhs = ctx.input(1);
+  int64_t fmod;
+  if (failed(lhs) || failed(rhs) || failed(ctx.intAttr("fmod", fmod, 0)) ||
+      failed(requireElementKind(ctx, 0, *lhs, ElementKind::Numeric)))
+    return failure();
+  if (fmod != 0 && fmod != 1)
+    return ctx.error("attribute fmod = " + Twine(fmod) + " is not 0 or 1");
+  Type element = getElementTypeOrSelf(lhs->getType());
+  if (getElementTypeOrSelf(rhs->getType()) != element)
+    return ctx.error("operand element types differ");
+  if (isa<FloatType>(element) && fmod == 0)
+    return ctx.error("floating-point Mod needs fmod = 1");
+  SmallVector<NamedAttribute> attrs;
+  if (fmod)
+    attrs.push_back(ctx.named("fmod", ctx.builder().getUnitAttr()));
+  return ctx.emit<ds::ModOp>(0, {*lhs, *rhs}, attrs);
+}
+
 double sinF(double x) { return std::sin(x); }
 double cosF(double x) { return std::cos(x); }
 double floorF(double x) { return std::floor(x); }
@@ -2777,6 +2798,8 @@ struct Registry {
     add("", "ReduceSum", op(convertReduce<ReduceSumOp>, nullptr, "ds.reduce_sum (axes attribute or input)"));
     add("", "ReduceMean", op(convertReduce<ReduceMeanOp>, nullptr, "ds.reduce_mean (axes attribute or input)"));
     add("", "ReduceMax", op(convertReduce<ReduceMaxOp>, nullptr, "ds.reduce_max (axes attribute or input)"));
+    add("", "ReduceProd", op(convertReduce<ReduceProdOp>, nullptr, "ds.reduce_prod (axes attribute or input)"));
+    add("", "Mod", op(convertMod, nullptr, "ds.mod (fmod: the dividend's sign)"));
     add("", "ReduceMin", op(convertComposedReduce<ComposedReduce::Min>, nullptr, "-ds.reduce_max(-x) (axes attribute or input)"));
     add("", "ReduceSumSquare", op(convertComposedReduce<ComposedReduce::SumSquare>, nullptr, "ds.reduce_sum(x * x)"));
     add("", "ReduceL1", op(convertComposedReduce<ComposedReduce::L1>, nullptr, "ds.reduce_sum(|x|)"));

@@ -157,7 +157,9 @@ BinaryOp binary_op(const std::string &s) {
                                                       {"sub", BinaryOp::Sub},
                                                       {"mul", BinaryOp::Mul},
                                                       {"div", BinaryOp::Div},
-                                                      {"pow", BinaryOp::Pow}};
+                                                      {"pow", BinaryOp::Pow},
+                                                      {"mod", BinaryOp::Mod},
+                                                      {"fmod", BinaryOp::Fmod}};
   return ops.at(s);
 }
 ComparePredicate compare_pred(const std::string &s) {
@@ -170,7 +172,8 @@ ComparePredicate compare_pred(const std::string &s) {
 }
 ReduceOp reduce_op(const std::string &s) {
   static const std::map<std::string, ReduceOp> ops = {
-      {"sum", ReduceOp::Sum}, {"mean", ReduceOp::Mean}, {"max", ReduceOp::Max}};
+      {"sum", ReduceOp::Sum}, {"mean", ReduceOp::Mean}, {"max", ReduceOp::Max},
+      {"prod", ReduceOp::Prod}};
   return ops.at(s);
 }
 Reduction reduction(const std::string &s) {

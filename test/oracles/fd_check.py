@@ -210,6 +210,13 @@ def cases() -> List[Case]:
     reduce("reduce_log_sum", "ReduceLogSum", pos(2, 3, 4), [1], 0)
     reduce("reduce_log_sum_exp", "ReduceLogSumExp", 3 * f(2, 3, 4), [0, 1], 1)
     reduce("reduce_log_sum_exp_nokeep", "ReduceLogSumExp", 3 * f(2, 3, 4), [2], 0)
+    reduce("reduce_prod", "ReduceProd", (0.5 + r.random((2, 3, 4))).astype(np.float32) * np.sign(f(2, 3, 4)),
+           [0, 2], 1)
+    # Quotients a / b halfway between integers, away from the steps.
+    mod_b = ((1.0 + r.random((3, 4))) * np.sign(f(3, 4))).astype(np.float32)
+    mod_a = ((r.integers(-3, 3, (3, 4)) + 0.5) * mod_b).astype(np.float32)
+    c.append(Case("mod_fmod", {"a": mod_a, "b": mod_b},
+                  lambda b: b.op("Mod", [b.p("a"), b.p("b")], fmod=1)))
     c.append(Case("sum_variadic", {"a": f(2, 3), "b": f(3), "c": f(2, 1)},
                   lambda b: b.op("Sum", [b.p("a"), b.p("b"), b.p("c")])))
     c.append(Case("mean_variadic", {"a": f(2, 3), "b": f(3), "c": f(2, 1)},

@@ -79,6 +79,7 @@ int64_t SubOp::getFlops() { return perResultElement(*this, 1); }
 int64_t MulOp::getFlops() { return perResultElement(*this, 1); }
 int64_t DivOp::getFlops() { return perResultElement(*this, 1); }
 int64_t PowOp::getFlops() { return perResultElement(*this, 1); }
+int64_t ModOp::getFlops() { return perResultElement(*this, 1); }
 int64_t CompareOp::getFlops() { return perResultElement(*this, 1); }
 int64_t WhereOp::getFlops() { return perResultElement(*this, 1); }
 int64_t CastOp::getFlops() { return 0; }
@@ -117,6 +118,7 @@ int64_t BatchNormTrainOp::getFlops() { return perResultElement(*this, 7); }
 int64_t ReduceSumOp::getFlops() { return elements(getInput()); }
 int64_t ReduceMeanOp::getFlops() { return elements(getInput()); }
 int64_t ReduceMaxOp::getFlops() { return elements(getInput()); }
+int64_t ReduceProdOp::getFlops() { return elements(getInput()); }
 
 int64_t ReshapeOp::getFlops() { return 0; }
 int64_t TransposeOp::getFlops() { return 0; }

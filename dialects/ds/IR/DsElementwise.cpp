@@ -44,6 +44,36 @@ Value PowOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   return math::PowFOp::create(b, loc, operands[0], operands[1]);
 }
 
+// fmod: C's fmod / truncating remainder (sign of lhs); otherwise the
+// remainder moves to the divisor's sign, as the mod kernel.
+Value ModOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Value lhs = operands[0], rhs = operands[1];
+  bool floating = isFloat(lhs);
+  Value r = floating ? Value(arith::RemFOp::create(b, loc, lhs, rhs))
+                     : Value(arith::RemSIOp::create(b, loc, lhs, rhs));
+  if (getFmod())
+    return r;
+  Value zero = floating ? f32Constant(b, loc, 0.0)
+                        : Value(arith::ConstantOp::create(
+                              b, loc, b.getIntegerAttr(lhs.getType(), 0)));
+  auto less = [&](Value v) -> Value {
+    if (floating)
+      return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, v, zero);
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, v, zero);
+  };
+  Value nonzero =
+      floating
+          ? Value(arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ONE, r,
+                                        zero))
+          : Value(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, r,
+                                        zero));
+  Value signsDiffer =
+      arith::XOrIOp::create(b, loc, less(r), less(rhs));
+  Value adjust = arith::AndIOp::create(b, loc, nonzero, signsDiffer);
+  Value moved = arithmetic<arith::AddFOp, arith::AddIOp>(b, loc, {r, rhs});
+  return arith::SelectOp::create(b, loc, adjust, moved, r);
+}
+
 Value SqrtOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   return math::SqrtOp::create(b, loc, operands[0]);
 }

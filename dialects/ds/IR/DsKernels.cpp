@@ -148,6 +148,13 @@ DS_BINARY_KERNEL(DivOp, "Div")
 DS_BINARY_KERNEL(PowOp, "Pow")
 #undef DS_BINARY_KERNEL
 
+void ModOp::buildKernelCall(KernelCallBuilder &call) {
+  binaryCall(call, getFmod() ? "Fmod" : "Mod", getLhs(), getRhs(), getResult());
+}
+std::optional<unsigned> ModOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? sameTypeOperand(*this) : std::nullopt;
+}
+
 void CompareOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::compare");
   call.stream();
@@ -289,6 +296,9 @@ void ReduceMeanOp::buildKernelCall(KernelCallBuilder &call) {
 }
 void ReduceMaxOp::buildKernelCall(KernelCallBuilder &call) {
   reduceCall(call, "Max", getInput(), getResult(), getAxes());
+}
+void ReduceProdOp::buildKernelCall(KernelCallBuilder &call) {
+  reduceCall(call, "Prod", getInput(), getResult(), getAxes());
 }
 
 //===----------------------------------------------------------------------===//

@@ -188,6 +188,17 @@ def Ds_DivOp : Ds_BinaryOp<"div", Ds_NumericTensor> {
 def Ds_PowOp : Ds_BinaryOp<"pow", Ds_FloatTensor> {
   let summary = "elementwise lhs ^ rhs";
 }
+def Ds_ModOp : Ds_BinaryOp<"mod", Ds_NumericTensor> {
+  let summary = "elementwise remainder of lhs / rhs";
+  let description = [{
+    The remainder has the sign of the divisor (Python's `%`,
+    `torch.remainder`), or with `fmod` the sign of the dividend (C's `fmod`,
+    `torch.fmod`): ONNX Mod's `fmod` attribute. An integer divisor of 0 is
+    an error at run time.
+  }];
+  let arguments = (ins Ds_NumericTensor:$lhs, Ds_NumericTensor:$rhs,
+                   UnitAttr:$fmod);
+}
 
 def Ds_CompareOp : Ds_Op<"compare",
     [SameOperandsElementType, InferTypeOpAdaptor, Ds_Elementwise]> {
@@ -346,6 +357,7 @@ class Ds_ReduceOp<string mnemonic, string what>
 def Ds_ReduceSumOp : Ds_ReduceOp<"reduce_sum", "sum">;
 def Ds_ReduceMeanOp : Ds_ReduceOp<"reduce_mean", "mean">;
 def Ds_ReduceMaxOp : Ds_ReduceOp<"reduce_max", "maximum">;
+def Ds_ReduceProdOp : Ds_ReduceOp<"reduce_prod", "product">;
 
 //===----------------------------------------------------------------------===//
 // Data movement

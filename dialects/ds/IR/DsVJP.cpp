@@ -377,6 +377,33 @@ LogicalResult DivOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,
   return success();
 }
 
+// d/dlhs = 1; d/drhs = -q, q the quotient rounded as the remainder's
+// (toward zero for fmod, down otherwise): torch.fmod's and
+// torch.remainder's derivatives.
+LogicalResult ModOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,
+                              ArrayRef<bool> needed,
+                              SmallVectorImpl<Value> &operandGrads) {
+  Grads grads(needed, operandGrads);
+  Value dy = resultGrads[0];
+  if (!dy)
+    return success();
+  Grad g(builder, *this);
+  Value a = getLhs(), d = getRhs();
+  if (grads[0])
+    grads.set(0, g.reduceTo(dy, a.getType()));
+  if (grads[1]) {
+    Value q = g.div(a, d);
+    Value down = g.typed<FloorOp>(q.getType(), {q});
+    if (getFmod()) {
+      Value up = g.typed<CeilOp>(q.getType(), {q});
+      down = g.where(g.compare(ComparePredicate::lt, q, g.scalarLike(q, 0.0)),
+                     up, down);
+    }
+    grads.set(1, g.reduceTo(g.neg(g.mul(dy, down)), d.getType()));
+  }
+  return success();
+}
+
 LogicalResult PowOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,
                               ArrayRef<bool> needed,
                               SmallVectorImpl<Value> &operandGrads) {
@@ -735,6 +762,25 @@ LogicalResult ReduceMaxOp::buildVJP(OpBuilder &builder,
   Value count = g.reduceSum(isMax, getAxes(), /*keepdims=*/true);
   Value share = g.div(keptShape(g, dy, input, getAxes()), count);
   grads.set(0, g.mul(isMax, share));
+  return success();
+}
+
+// dy * prod / x, as torch's prod_backward where no input is 0 (where one
+// is, the quotient is not finite; PyTorch computes the product of the
+// others).
+LogicalResult ReduceProdOp::buildVJP(OpBuilder &builder,
+                                     ArrayRef<Value> resultGrads,
+                                     ArrayRef<bool> needed,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  Grads grads(needed, operandGrads);
+  Value dy = resultGrads[0];
+  if (!dy || !grads[0])
+    return success();
+  Grad g(builder, *this);
+  Value input = getInput();
+  Value scaled = g.mul(keptShape(g, dy, input, getAxes()),
+                       keptShape(g, getResult(), input, getAxes()));
+  grads.set(0, g.div(g.broadcastTo(scaled, tensorType(input)), input));
   return success();
 }
 

@@ -24,9 +24,9 @@ enum class UnaryOp {
   Sqrt, Reciprocal, Exp, Log, Tanh, Erf, Sigmoid, Neg, Relu, LeakyRelu,
   Gelu, GeluTanh, Not, Softplus, Elu, Celu, Sin, Cos, Floor, Ceil, Round,
 };
-enum class BinaryOp { Add, Sub, Mul, Div, Pow };
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Mod, Fmod };
 enum class ComparePredicate { Eq, Lt, Le, Gt, Ge };
-enum class ReduceOp { Sum, Mean, Max };
+enum class ReduceOp { Sum, Mean, Max, Prod };
 enum class Reduction { None, Sum, Mean };
 enum class MomentumMode { Standard, Nesterov };
 
@@ -34,7 +34,8 @@ enum class MomentumMode { Standard, Nesterov };
 // Not takes bool.
 void unary(Stream &s, UnaryOp op, const Tensor &x, const Tensor &y, float alpha = 0.0f);
 
-// y = a op b with multidirectional broadcasting; integer Div truncates.
+// y = a op b with multidirectional broadcasting; integer Div truncates. Mod's
+// remainder has the sign of b (Python's %), Fmod's that of a (C's fmod).
 void binary(Stream &s, BinaryOp op, const Tensor &a, const Tensor &b, const Tensor &y);
 
 // y (bool) = a pred b, broadcasting.

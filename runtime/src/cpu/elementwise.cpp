@@ -48,6 +48,8 @@ const char *binary_name(BinaryOp op) {
   case BinaryOp::Mul: return "binary(mul)";
   case BinaryOp::Div: return "binary(div)";
   case BinaryOp::Pow: return "binary(pow)";
+  case BinaryOp::Mod: return "binary(mod)";
+  case BinaryOp::Fmod: return "binary(fmod)";
   }
   return "binary";
 }
@@ -80,6 +82,16 @@ template <typename T> T wrap_neg(T a) { return wrap_sub<T>(T(0), a); }
 // Truncating division; the one overflowing case, min / -1, wraps to min.
 // Division by zero is rejected before the loop.
 template <typename T> T trunc_div(T a, T b) { return b == T(-1) ? wrap_neg(a) : a / b; }
+// Remainders; min % -1 is 0. Mod moves a nonzero remainder to b's sign.
+template <typename T> T trunc_rem(T a, T b) { return b == T(-1) ? T(0) : a % b; }
+template <typename T> T floor_rem(T a, T b) {
+  T r = trunc_rem(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+}
+inline float floor_remf(float a, float b) {
+  float r = std::fmod(a, b);
+  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
 
 //===----------------------------------------------------------------------===//
 // unary
@@ -263,6 +275,14 @@ void binary_typed(const Stream &s, BinaryOp op, const BroadcastPlan &plan, const
       broadcast2(s, plan, pa, pb, py, n, trunc_div<T>);
       return;
     case BinaryOp::Pow: fail(binary_name(op), std::string("needs float operands, got ") + dtype_name(a.dtype));
+    case BinaryOp::Mod:
+      check_no_zero<T>(binary_name(op), b);
+      broadcast2(s, plan, pa, pb, py, n, floor_rem<T>);
+      return;
+    case BinaryOp::Fmod:
+      check_no_zero<T>(binary_name(op), b);
+      broadcast2(s, plan, pa, pb, py, n, trunc_rem<T>);
+      return;
     }
   } else {
     auto lift = [](auto f) {
@@ -275,6 +295,10 @@ void binary_typed(const Stream &s, BinaryOp op, const BroadcastPlan &plan, const
     case BinaryOp::Div: broadcast2(s, plan, pa, pb, py, n, lift([](float x, float z) { return x / z; })); return;
     case BinaryOp::Pow:
       broadcast2(s, plan, pa, pb, py, n, lift([](float x, float z) { return std::pow(x, z); }));
+      return;
+    case BinaryOp::Mod: broadcast2(s, plan, pa, pb, py, n, lift(floor_remf)); return;
+    case BinaryOp::Fmod:
+      broadcast2(s, plan, pa, pb, py, n, lift([](float x, float z) { return std::fmod(x, z); }));
       return;
     }
   }
