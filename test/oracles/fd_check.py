@@ -212,6 +212,12 @@ def cases() -> List[Case]:
     reduce("reduce_log_sum_exp_nokeep", "ReduceLogSumExp", 3 * f(2, 3, 4), [2], 0)
     reduce("reduce_prod", "ReduceProd", (0.5 + r.random((2, 3, 4))).astype(np.float32) * np.sign(f(2, 3, 4)),
            [0, 2], 1)
+    # Zeros: one in a reduced group (its element gets the product of the
+    # others, the rest 0), two in another (all 0), none in the third.
+    prod_x = (0.5 + r.random((3, 4))).astype(np.float32)
+    prod_x[0, 1] = 0.0
+    prod_x[1, 0] = prod_x[1, 3] = 0.0
+    reduce("reduce_prod_zeros", "ReduceProd", prod_x, [1], 0)
     # Quotients a / b halfway between integers, away from the steps.
     mod_b = ((1.0 + r.random((3, 4))) * np.sign(f(3, 4))).astype(np.float32)
     mod_a = ((r.integers(-3, 3, (3, 4)) + 0.5) * mod_b).astype(np.float32)

@@ -765,9 +765,9 @@ LogicalResult ReduceMaxOp::buildVJP(OpBuilder &builder,
   return success();
 }
 
-// dy * prod / x, as torch's prod_backward where no input is 0 (where one
-// is, the quotient is not finite; PyTorch computes the product of the
-// others).
+// PyTorch's prod_backward, zeros included: with z zeros in a reduced
+// group and p the product of its nonzero elements, a nonzero element gets
+// dy * p / x when z = 0 (else 0) and a zero gets dy * p when z = 1 (else 0).
 LogicalResult ReduceProdOp::buildVJP(OpBuilder &builder,
                                      ArrayRef<Value> resultGrads,
                                      ArrayRef<bool> needed,
@@ -778,9 +778,21 @@ LogicalResult ReduceProdOp::buildVJP(OpBuilder &builder,
     return success();
   Grad g(builder, *this);
   Value input = getInput();
-  Value scaled = g.mul(keptShape(g, dy, input, getAxes()),
-                       keptShape(g, getResult(), input, getAxes()));
-  grads.set(0, g.div(g.broadcastTo(scaled, tensorType(input)), input));
+  Type element = tensorType(input).getElementType();
+  Value zero = g.scalar(element, 0.0), one = g.scalar(element, 1.0);
+  Value isZero = g.compare(ComparePredicate::eq, input, zero);
+  Value nonzero = g.where(isZero, one, input);
+  Value product = g.infer<ReduceProdOp>(
+      {nonzero}, {g.attr("axes", g.b.getDenseI64ArrayAttr(getAxes())),
+                  g.attr("keepdims", g.b.getBoolAttr(true))});
+  Value zeros = g.reduceSum(g.convert(isZero, element), getAxes(),
+                            /*keepdims=*/true);
+  Value scaled = g.mul(keptShape(g, dy, input, getAxes()), product);
+  Value ofNonzero = g.where(g.compare(ComparePredicate::eq, zeros, zero),
+                            g.div(scaled, nonzero), zero);
+  Value ofZero =
+      g.where(g.compare(ComparePredicate::eq, zeros, one), scaled, zero);
+  grads.set(0, g.where(isZero, ofZero, ofNonzero));
   return success();
 }
 
