@@ -2567,17 +2567,24 @@ LogicalResult convertVariadicSum(NodeContext &ctx) {
 /// The reductions ds writes with other ops.
 enum class ComposedReduce { Min, SumSquare, L1, L2, LogSum, LogSumExp };
 
-/// |x| as where(x < 0, -x, x).
+/// |x| as where(x < 0, -x, where(x > 0, x, x * 0)): the derivative is
+/// sign(x), 0 at 0 as PyTorch's, and NaN stays NaN.
 FailureOr<Value> emitAbsolute(NodeContext &ctx, Value x) {
   FailureOr<Value> zero = scalarLike(ctx, x, 0.0);
   if (failed(zero))
     return failure();
   FailureOr<Value> negative =
       emitCompare(ctx, ds::ComparePredicate::lt, x, *zero);
+  FailureOr<Value> positive =
+      emitCompare(ctx, ds::ComparePredicate::gt, x, *zero);
   FailureOr<Value> negated = emitValue(ctx.create<ds::NegOp>({x}));
-  if (failed(negative) || failed(negated))
+  FailureOr<Value> flat = emitValue(ctx.create<ds::MulOp>({x, *zero}));
+  if (failed(negative) || failed(positive) || failed(negated) || failed(flat))
     return failure();
-  return emitWhere(ctx, *negative, *negated, x);
+  FailureOr<Value> nonnegative = emitWhere(ctx, *positive, x, *flat);
+  if (failed(nonnegative))
+    return failure();
+  return emitWhere(ctx, *negative, *negated, *nonnegative);
 }
 
 template <typename OpTy>

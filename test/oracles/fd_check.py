@@ -206,6 +206,10 @@ def cases() -> List[Case]:
     reduce("reduce_min", "ReduceMin", distinct((2, 3, 4), 2), [0, 2], 0)
     reduce("reduce_sum_square", "ReduceSumSquare", f(2, 3, 4), [1], 1)
     reduce("reduce_l1", "ReduceL1", away_from(0, f(2, 3, 4)), [2], 0)
+    # At 0 the derivative is sign(0) = 0, which central differences give too.
+    l1_x = away_from(0, f(2, 3, 4))
+    l1_x[0, 1, :] = 0.0
+    reduce("reduce_l1_zeros", "ReduceL1", l1_x, [2], 0)
     reduce("reduce_l2", "ReduceL2", f(2, 3, 4), [-1], 1)
     reduce("reduce_log_sum", "ReduceLogSum", pos(2, 3, 4), [1], 0)
     reduce("reduce_log_sum_exp", "ReduceLogSumExp", 3 * f(2, 3, 4), [0, 1], 1)
