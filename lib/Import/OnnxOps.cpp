@@ -2587,6 +2587,27 @@ FailureOr<Value> emitAbsolute(NodeContext &ctx, Value x) {
   return emitWhere(ctx, *negative, *negated, *nonnegative);
 }
 
+/// sqrt(s) for s >= 0 whose derivative is 0 rather than NaN at s = 0
+/// (torch's norm): where(s > 0, sqrt(where(s > 0, s, 1)), s * 0). NaN stays
+/// NaN.
+FailureOr<Value> emitSafeSqrt(NodeContext &ctx, Value s) {
+  FailureOr<Value> zero = scalarLike(ctx, s, 0.0), one = scalarLike(ctx, s, 1.0);
+  if (failed(zero) || failed(one))
+    return failure();
+  FailureOr<Value> positive =
+      emitCompare(ctx, ds::ComparePredicate::gt, s, *zero);
+  if (failed(positive))
+    return failure();
+  FailureOr<Value> safe = emitWhere(ctx, *positive, s, *one);
+  if (failed(safe))
+    return failure();
+  FailureOr<Value> root = emitValue(ctx.create<ds::SqrtOp>({*safe}));
+  FailureOr<Value> flat = emitValue(ctx.create<ds::MulOp>({s, *zero}));
+  if (failed(root) || failed(flat))
+    return failure();
+  return emitWhere(ctx, *positive, *root, *flat);
+}
+
 template <typename OpTy>
 FailureOr<Value> emitReduction(NodeContext &ctx, Value x,
                                ArrayRef<int64_t> axes, bool keepdims) {
@@ -2652,7 +2673,7 @@ LogicalResult convertComposedReduce(NodeContext &ctx) {
       return failure();
     result = emitReduction<ds::ReduceSumOp>(ctx, *square, **axes, keep);
     if (Kind == ComposedReduce::L2 && succeeded(result))
-      result = emitValue(ctx.create<ds::SqrtOp>({*result}));
+      result = emitSafeSqrt(ctx, *result);
     break;
   }
   case ComposedReduce::L1: {

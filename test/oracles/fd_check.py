@@ -211,6 +211,9 @@ def cases() -> List[Case]:
     l1_x[0, 1, :] = 0.0
     reduce("reduce_l1_zeros", "ReduceL1", l1_x, [2], 0)
     reduce("reduce_l2", "ReduceL2", f(2, 3, 4), [-1], 1)
+    l2_x = f(2, 3, 4)
+    l2_x[1, 2, :] = 0.0  # a zero norm: derivative 0, as PyTorch's
+    reduce("reduce_l2_zero_norm", "ReduceL2", l2_x, [-1], 1)
     reduce("reduce_log_sum", "ReduceLogSum", pos(2, 3, 4), [1], 0)
     reduce("reduce_log_sum_exp", "ReduceLogSumExp", 3 * f(2, 3, 4), [0, 1], 1)
     reduce("reduce_log_sum_exp_nokeep", "ReduceLogSumExp", 3 * f(2, 3, 4), [2], 0)
