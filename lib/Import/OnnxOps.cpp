@@ -2224,14 +2224,13 @@ FailureOr<Value> emitClamp(NodeContext &ctx, Value x, Value low, Value high) {
 /// (11+): absent, known at import (an initializer or constant) or computed.
 FailureOr<Value> clipBound(NodeContext &ctx, Value x, unsigned inputIndex,
                            StringRef attrName) {
-  if (const onnx::AttributeProto *attr = ctx.findAttr(attrName)) {
+  if (ctx.findAttr(attrName)) {
     if (ctx.hasInput(inputIndex))
       return ctx.error(Twine(attrName) +
                        " is given both as an attribute and as an input");
     float value;
     if (failed(ctx.floatAttr(attrName, value)))
       return failure();
-    (void)attr;
     if (!isa<FloatType>(getElementTypeOrSelf(x.getType())))
       return ctx.error("attribute " + Twine(attrName) +
                        " applies to floating-point inputs only");

@@ -124,6 +124,7 @@ def Ds_CeluOp : Ds_UnaryOp<"celu", Ds_FloatTensor, [Ds_VJP]> {
   let summary = "elementwise x > 0 ? x : alpha * (exp(x / alpha) - 1)";
   let arguments = (ins Ds_FloatTensor:$input,
                    DefaultValuedAttr<F32Attr, "1.0">:$alpha);
+  let hasVerifier = 1;
 }
 
 def Ds_SinOp : Ds_UnaryOp<"sin", Ds_FloatTensor, [Ds_VJP]> {
