@@ -1921,6 +1921,22 @@ FailureOr<Value> ProgramBuilder::emitScalar(Operation &op,
       .Case<math::TanhOp>(
           [&](auto) { return callOne("dsrt::math::fast_tanh"); })
       .Case<math::ErfOp>([&](auto) { return callOne("dsrt::math::fast_erf"); })
+      .Case<math::Log1pOp>([&](auto) { return callOne("std::log1p"); })
+      .Case<arith::RemFOp>([&](auto) { return callOne("std::fmod"); })
+      .Case<arith::RemSIOp>([&](auto) -> Value {
+        return emitc::RemOp::create(builder, opLoc, type, operands[0],
+                                    operands[1]);
+      })
+      .Case<arith::AndIOp>([&](auto) -> Value {
+        return emitc::BitwiseAndOp::create(builder, opLoc, type, operands[0],
+                                           operands[1]);
+      })
+      .Case<math::ExpM1Op>([&](auto) { return callOne("std::expm1"); })
+      .Case<math::SinOp>([&](auto) { return callOne("std::sin"); })
+      .Case<math::CosOp>([&](auto) { return callOne("std::cos"); })
+      .Case<math::FloorOp>([&](auto) { return callOne("std::floor"); })
+      .Case<math::CeilOp>([&](auto) { return callOne("std::ceil"); })
+      .Case<math::RoundEvenOp>([&](auto) { return callOne("std::nearbyint"); })
       .Default([&](Operation *other) -> FailureOr<Value> {
         return other->emitOpError() << "has no C++ form in a fused loop";
       });

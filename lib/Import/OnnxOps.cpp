@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <type_traits>
 
@@ -2172,6 +2173,585 @@ LogicalResult convertAdagrad(NodeContext &ctx) {
 }
 
 //===----------------------------------------------------------------------===//
+// Converters: activations and elementwise ops built from other ds ops
+//===----------------------------------------------------------------------===//
+
+/// A 0-d constant of `like`'s element type.
+FailureOr<Value> scalarLike(NodeContext &ctx, Value like, double value) {
+  DType dtype = fromMlirElementType(getElementTypeOrSelf(like.getType()));
+  return ctx.materialize(
+      isFloatDType(dtype)
+          ? HostTensor::ofFloats(dtype, {}, {value})
+          : HostTensor::ofInts(dtype, {}, {static_cast<int64_t>(value)}));
+}
+
+FailureOr<Value> emitValue(FailureOr<Operation *> op) {
+  if (failed(op))
+    return failure();
+  return (*op)->getResult(0);
+}
+
+/// x clamped to [low, high] (either may be null) as
+/// where(x > high, high, where(x < low, low, x)): NaN passes, low > high
+/// gives high (numpy.clip, torch.clamp), and the derivative passes where
+/// low <= x <= high, torch.clamp's convention.
+FailureOr<Value> emitClamp(NodeContext &ctx, Value x, Value low, Value high) {
+  Value result = x;
+  if (low) {
+    FailureOr<Value> below =
+        emitCompare(ctx, ds::ComparePredicate::lt, result, low);
+    if (failed(below))
+      return failure();
+    FailureOr<Value> clamped = emitWhere(ctx, *below, low, result);
+    if (failed(clamped))
+      return failure();
+    result = *clamped;
+  }
+  if (high) {
+    FailureOr<Value> above =
+        emitCompare(ctx, ds::ComparePredicate::gt, result, high);
+    if (failed(above))
+      return failure();
+    FailureOr<Value> clamped = emitWhere(ctx, *above, high, result);
+    if (failed(clamped))
+      return failure();
+    result = *clamped;
+  }
+  return result;
+}
+
+/// A bound of Clip: the `min`/`max` attribute (opsets 6-10) or input 1/2
+/// (11+): absent, known at import (an initializer or constant) or computed.
+FailureOr<Value> clipBound(NodeContext &ctx, Value x, unsigned inputIndex,
+                           StringRef attrName) {
+  if (ctx.findAttr(attrName)) {
+    if (ctx.hasInput(inputIndex))
+      return ctx.error(Twine(attrName) +
+                       " is given both as an attribute and as an input");
+    float value;
+    if (failed(ctx.floatAttr(attrName, value)))
+      return failure();
+    if (!isa<FloatType>(getElementTypeOrSelf(x.getType())))
+      return ctx.error("attribute " + Twine(attrName) +
+                       " applies to floating-point inputs only");
+    return scalarLike(ctx, x, value);
+  }
+  if (!ctx.hasInput(inputIndex))
+    return Value();
+  Type element = getElementTypeOrSelf(x.getType());
+  if (const HostTensor *known = ctx.constInput(inputIndex, true)) {
+    if (known->numElements() != 1)
+      return ctx.error("input " + Twine(inputIndex) + " (" + attrName +
+                       ") must be a scalar, got shape " +
+                       shapeString(known->shape));
+    if (known->isFloat() != isa<FloatType>(element))
+      return ctx.error("input " + Twine(inputIndex) + " (" + attrName +
+                       ") has another element type than the input");
+    return scalarLike(ctx, x, known->isFloat()
+                                  ? known->floatAt(0)
+                                  : static_cast<double>(known->intAt(0)));
+  }
+  FailureOr<Value> bound = ctx.input(inputIndex);
+  if (failed(bound))
+    return failure();
+  auto type = cast<RankedTensorType>(bound->getType());
+  if (type.getElementType() != element)
+    return ctx.error("input " + Twine(inputIndex) + " (" + attrName +
+                     ") has another element type than the input");
+  if (type.getNumElements() != 1)
+    return ctx.error("input " + Twine(inputIndex) + " (" + attrName +
+                     ") must be a scalar, got shape " +
+                     shapeString(type.getShape()));
+  return *bound;
+}
+
+LogicalResult convertClip(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Numeric)))
+    return failure();
+  FailureOr<Value> low = clipBound(ctx, *input, 1, "min");
+  if (failed(low))
+    return failure();
+  FailureOr<Value> high = clipBound(ctx, *input, 2, "max");
+  if (failed(high))
+    return failure();
+  FailureOr<Value> result = emitClamp(ctx, *input, *low, *high);
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// max(0, min(1, alpha x + beta)), with Clip's derivative convention.
+FailureOr<Value> emitHardSigmoid(NodeContext &ctx, Value x, float alpha,
+                                 float beta) {
+  FailureOr<Value> a = scalarLike(ctx, x, alpha), b = scalarLike(ctx, x, beta);
+  FailureOr<Value> zero = scalarLike(ctx, x, 0.0),
+                   one = scalarLike(ctx, x, 1.0);
+  if (failed(a) || failed(b) || failed(zero) || failed(one))
+    return failure();
+  FailureOr<Value> scaled = emitValue(ctx.create<ds::MulOp>({x, *a}));
+  if (failed(scaled))
+    return failure();
+  FailureOr<Value> shifted = emitValue(ctx.create<ds::AddOp>({*scaled, *b}));
+  if (failed(shifted))
+    return failure();
+  return emitClamp(ctx, *shifted, *zero, *one);
+}
+
+LogicalResult convertHardSigmoid(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  float alpha, beta;
+  if (failed(input) || failed(ctx.floatAttr("alpha", alpha, 0.2f)) ||
+      failed(ctx.floatAttr("beta", beta, 0.5f)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  FailureOr<Value> result = emitHardSigmoid(ctx, *input, alpha, beta);
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// x * HardSigmoid(x) with alpha = 1/6, beta = 1/2 (ONNX's definition).
+LogicalResult convertHardSwish(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  FailureOr<Value> gate = emitHardSigmoid(ctx, *input, 1.0f / 6.0f, 0.5f);
+  if (failed(gate))
+    return failure();
+  return ctx.emit<ds::MulOp>(0, {*input, *gate});
+}
+
+template <typename OpTy>
+LogicalResult convertEluLike(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  float alpha;
+  if (failed(input) || failed(ctx.floatAttr("alpha", alpha, 1.0f)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  if (std::is_same_v<OpTy, ds::CeluOp> && alpha == 0.0f)
+    return ctx.error("attribute alpha must not be 0");
+  return ctx.emit<OpTy>(
+      0, {*input}, {ctx.named("alpha", ctx.builder().getF32FloatAttr(alpha))});
+}
+
+/// gamma * elu(x, alpha).
+LogicalResult convertSelu(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  float alpha, gamma;
+  if (failed(input) ||
+      failed(ctx.floatAttr("alpha", alpha, 1.67326319217681884765625f)) ||
+      failed(ctx.floatAttr("gamma", gamma, 1.05070102214813232421875f)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  FailureOr<Value> elu = emitValue(ctx.create<ds::EluOp>(
+      {*input}, {ctx.named("alpha", ctx.builder().getF32FloatAttr(alpha))}));
+  FailureOr<Value> scale = scalarLike(ctx, *input, gamma);
+  if (failed(elu) || failed(scale))
+    return failure();
+  return ctx.emit<ds::MulOp>(0, {*elu, *scale});
+}
+
+/// x * tanh(softplus(x)).
+LogicalResult convertMish(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  FailureOr<Value> soft = emitValue(ctx.create<ds::SoftplusOp>({*input}));
+  if (failed(soft))
+    return failure();
+  FailureOr<Value> gate = emitValue(ctx.create<ds::TanhOp>({*soft}));
+  if (failed(gate))
+    return failure();
+  return ctx.emit<ds::MulOp>(0, {*input, *gate});
+}
+
+/// where(x > 0, x, slope * x); slope broadcasts to x (unidirectionally).
+/// x > 0 as torch's prelu, whose derivative at 0 is the slope's.
+LogicalResult convertPRelu(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0), slope = ctx.input(1);
+  if (failed(input) || failed(slope) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Numeric)))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  auto slopeType = cast<RankedTensorType>(slope->getType());
+  if (slopeType.getElementType() != type.getElementType())
+    return ctx.error("slope has another element type than the input");
+  FailureOr<SmallVector<int64_t>> shape =
+      broadcastShapes(type.getShape(), slopeType.getShape());
+  if (failed(shape) || ArrayRef<int64_t>(*shape) != type.getShape())
+    return ctx.error("slope of shape " + shapeString(slopeType.getShape()) +
+                     " does not broadcast to the input's shape " +
+                     shapeString(type.getShape()));
+  FailureOr<Value> zero = scalarLike(ctx, *input, 0.0);
+  if (failed(zero))
+    return failure();
+  FailureOr<Value> positive =
+      emitCompare(ctx, ds::ComparePredicate::gt, *input, *zero);
+  FailureOr<Value> scaled = emitValue(ctx.create<ds::MulOp>({*input, *slope}));
+  if (failed(positive) || failed(scaled))
+    return failure();
+  FailureOr<Value> result = emitWhere(ctx, *positive, *input, *scaled);
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// where(x > 0, 1, where(x < 0, -1, 0)), and NaN stays NaN for floats.
+LogicalResult convertSign(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Numeric)))
+    return failure();
+  Value x = *input;
+  FailureOr<Value> zero = scalarLike(ctx, x, 0.0), one = scalarLike(ctx, x, 1.0),
+                   minusOne = scalarLike(ctx, x, -1.0);
+  if (failed(zero) || failed(one) || failed(minusOne))
+    return failure();
+  FailureOr<Value> negative =
+      emitCompare(ctx, ds::ComparePredicate::lt, x, *zero);
+  FailureOr<Value> positive =
+      emitCompare(ctx, ds::ComparePredicate::gt, x, *zero);
+  if (failed(negative) || failed(positive))
+    return failure();
+  FailureOr<Value> inner = emitWhere(ctx, *negative, *minusOne, *zero);
+  if (failed(inner))
+    return failure();
+  // The zero constant broadcast to x's shape by `inner`.
+  FailureOr<Value> result = emitWhere(ctx, *positive, *one, *inner);
+  if (failed(result))
+    return failure();
+  if (isa<FloatType>(getElementTypeOrSelf(x.getType()))) {
+    FailureOr<Value> ordered = emitCompare(ctx, ds::ComparePredicate::eq, x, x);
+    if (failed(ordered))
+      return failure();
+    result = emitWhere(ctx, *ordered, *result, x);
+    if (failed(result))
+      return failure();
+  }
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// not(x == x).
+LogicalResult convertIsNaN(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  FailureOr<Value> ordered =
+      emitCompare(ctx, ds::ComparePredicate::eq, *input, *input);
+  if (failed(ordered))
+    return failure();
+  return ctx.emit<ds::NotOp>(0, {*ordered});
+}
+
+/// x == +inf and/or x == -inf, as detect_positive / detect_negative ask.
+LogicalResult convertIsInf(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t detectNegative, detectPositive;
+  if (failed(input) ||
+      failed(ctx.intAttr("detect_negative", detectNegative, 1)) ||
+      failed(ctx.intAttr("detect_positive", detectPositive, 1)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  double inf = std::numeric_limits<double>::infinity();
+  auto equalTo = [&](double value) -> FailureOr<Value> {
+    FailureOr<Value> constant = scalarLike(ctx, *input, value);
+    if (failed(constant))
+      return failure();
+    return emitCompare(ctx, ds::ComparePredicate::eq, *input, *constant);
+  };
+  FailureOr<Value> result;
+  if (detectPositive && detectNegative) {
+    FailureOr<Value> positive = equalTo(inf), negative = equalTo(-inf);
+    FailureOr<Value> yes = ctx.materialize(HostTensor::ofInts(DType::Bool, {}, {1}));
+    if (failed(positive) || failed(negative) || failed(yes))
+      return failure();
+    result = emitWhere(ctx, *positive, *yes, *negative);
+  } else if (detectPositive || detectNegative) {
+    result = equalTo(detectPositive ? inf : -inf);
+  } else {
+    // Nothing is detected: x == NaN is false everywhere.
+    result = equalTo(std::numeric_limits<double>::quiet_NaN());
+  }
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+enum class Logic { And, Or, Xor };
+
+/// And: where(a, b, false); Or: where(a, true, b); Xor: where(a, not b, b).
+template <Logic Kind>
+LogicalResult convertLogic(NodeContext &ctx) {
+  FailureOr<Value> lhs = ctx.input(0), rhs = ctx.input(1);
+  if (failed(lhs) || failed(rhs) ||
+      failed(requireElementKind(ctx, 0, *lhs, ElementKind::Bool)) ||
+      failed(requireElementKind(ctx, 1, *rhs, ElementKind::Bool)))
+    return failure();
+  if (Kind == Logic::Xor) {
+    FailureOr<Value> notRhs = emitValue(ctx.create<ds::NotOp>({*rhs}));
+    if (failed(notRhs))
+      return failure();
+    return ctx.emit<ds::WhereOp>(0, {*lhs, *notRhs, *rhs});
+  }
+  FailureOr<Value> constant = ctx.materialize(
+      HostTensor::ofInts(DType::Bool, {}, {Kind == Logic::Or ? 1 : 0}));
+  if (failed(constant))
+    return failure();
+  if (Kind == Logic::And)
+    return ctx.emit<ds::WhereOp>(0, {*lhs, *rhs, *constant});
+  return ctx.emit<ds::WhereOp>(0, {*lhs, *constant, *rhs});
+}
+
+template <Logic Kind>
+FailureOr<bool> foldLogic(NodeContext &ctx) {
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx, 2);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
+  if (inputs.size() != 2 || inputs[0]->dtype != DType::Bool ||
+      inputs[1]->dtype != DType::Bool)
+    return ctx.error("expects 2 BOOL inputs");
+  return foldElementwise(
+      ctx, inputs, DType::Bool, nullptr,
+      [](ArrayRef<int64_t> a) -> std::optional<int64_t> {
+        bool x = a[0] != 0, y = a[1] != 0;
+        return Kind == Logic::And ? (x && y) : Kind == Logic::Or ? (x || y)
+                                                                  : (x != y);
+      });
+}
+
+/// Sum and Mean of any number of inputs: a chain of ds.add (broadcasting),
+/// divided by the count for Mean.
+template <bool IsMean>
+LogicalResult convertVariadicSum(NodeContext &ctx) {
+  if (ctx.numInputs() == 0)
+    return ctx.error("expects at least one input");
+  FailureOr<Value> result = ctx.input(0);
+  if (failed(result) ||
+      failed(requireElementKind(ctx, 0, *result, ElementKind::Numeric)))
+    return failure();
+  Type element = getElementTypeOrSelf(result->getType());
+  for (unsigned i = 1, e = ctx.numInputs(); i < e; ++i) {
+    FailureOr<Value> next = ctx.input(i);
+    if (failed(next))
+      return failure();
+    if (getElementTypeOrSelf(next->getType()) != element)
+      return ctx.error("operand element types differ");
+    result = emitValue(ctx.create<ds::AddOp>({*result, *next}));
+    if (failed(result))
+      return failure();
+  }
+  if (IsMean && ctx.numInputs() > 1) {
+    FailureOr<Value> count = scalarLike(ctx, *result, ctx.numInputs());
+    if (failed(count))
+      return failure();
+    result = emitValue(ctx.create<ds::DivOp>({*result, *count}));
+    if (failed(result))
+      return failure();
+  }
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// The reductions ds writes with other ops.
+enum class ComposedReduce { Min, SumSquare, L1, L2, LogSum, LogSumExp };
+
+/// |x| as where(x < 0, -x, where(x > 0, x, x * 0)): the derivative is
+/// sign(x), 0 at 0 as PyTorch's, and NaN stays NaN.
+FailureOr<Value> emitAbsolute(NodeContext &ctx, Value x) {
+  FailureOr<Value> zero = scalarLike(ctx, x, 0.0);
+  if (failed(zero))
+    return failure();
+  FailureOr<Value> negative =
+      emitCompare(ctx, ds::ComparePredicate::lt, x, *zero);
+  FailureOr<Value> positive =
+      emitCompare(ctx, ds::ComparePredicate::gt, x, *zero);
+  FailureOr<Value> negated = emitValue(ctx.create<ds::NegOp>({x}));
+  FailureOr<Value> flat = emitValue(ctx.create<ds::MulOp>({x, *zero}));
+  if (failed(negative) || failed(positive) || failed(negated) || failed(flat))
+    return failure();
+  FailureOr<Value> nonnegative = emitWhere(ctx, *positive, x, *flat);
+  if (failed(nonnegative))
+    return failure();
+  return emitWhere(ctx, *negative, *negated, *nonnegative);
+}
+
+/// sqrt(s) for s >= 0 whose derivative is 0 rather than NaN at s = 0
+/// (torch's norm): where(s > 0, sqrt(where(s > 0, s, 1)), s * 0). NaN stays
+/// NaN.
+FailureOr<Value> emitSafeSqrt(NodeContext &ctx, Value s) {
+  FailureOr<Value> zero = scalarLike(ctx, s, 0.0), one = scalarLike(ctx, s, 1.0);
+  if (failed(zero) || failed(one))
+    return failure();
+  FailureOr<Value> positive =
+      emitCompare(ctx, ds::ComparePredicate::gt, s, *zero);
+  if (failed(positive))
+    return failure();
+  FailureOr<Value> safe = emitWhere(ctx, *positive, s, *one);
+  if (failed(safe))
+    return failure();
+  FailureOr<Value> root = emitValue(ctx.create<ds::SqrtOp>({*safe}));
+  FailureOr<Value> flat = emitValue(ctx.create<ds::MulOp>({s, *zero}));
+  if (failed(root) || failed(flat))
+    return failure();
+  return emitWhere(ctx, *positive, *root, *flat);
+}
+
+template <typename OpTy>
+FailureOr<Value> emitReduction(NodeContext &ctx, Value x,
+                               ArrayRef<int64_t> axes, bool keepdims) {
+  return emitValue(ctx.create<OpTy>(
+      {x}, {ctx.named("axes", ctx.builder().getDenseI64ArrayAttr(axes)),
+            ctx.named("keepdims", ctx.builder().getBoolAttr(keepdims))}));
+}
+
+/// ReduceMin: -max(-x) for floats, -1 - max(-1 - x) for integers (no
+/// overflow at the most negative value). ReduceSumSquare: sum(x * x);
+/// ReduceL1: sum(|x|); ReduceL2: sqrt(sum(x * x)); ReduceLogSum:
+/// log(sum(x)); ReduceLogSumExp: log(sum(exp(x - m))) + m, m the maximum
+/// (kept for the subtraction), so large values do not overflow.
+template <ComposedReduce Kind>
+LogicalResult convertComposedReduce(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t keepdims;
+  if (failed(input) || failed(ctx.intAttr("keepdims", keepdims, 1)))
+    return failure();
+  bool floatOnly = Kind == ComposedReduce::L2 ||
+                   Kind == ComposedReduce::LogSum ||
+                   Kind == ComposedReduce::LogSumExp;
+  if (failed(requireElementKind(ctx, 0, *input,
+                                floatOnly ? ElementKind::Float
+                                          : ElementKind::Numeric)))
+    return failure();
+  Value x = *input;
+  auto type = cast<RankedTensorType>(x.getType());
+  auto axes = reductionAxes(ctx, type.getRank());
+  if (failed(axes))
+    return failure();
+  if (!*axes) {
+    ctx.setOutput(0, x); // noop_with_empty_axes
+    return success();
+  }
+  bool keep = keepdims != 0;
+  bool isFloat = isa<FloatType>(type.getElementType());
+  FailureOr<Value> result;
+  switch (Kind) {
+  case ComposedReduce::Min: {
+    FailureOr<Value> minusOne = scalarLike(ctx, x, -1.0);
+    if (failed(minusOne))
+      return failure();
+    auto flip = [&](Value v) -> FailureOr<Value> {
+      if (isFloat)
+        return emitValue(ctx.create<ds::NegOp>({v}));
+      return emitValue(ctx.create<ds::SubOp>({*minusOne, v}));
+    };
+    FailureOr<Value> flipped = flip(x);
+    if (failed(flipped))
+      return failure();
+    FailureOr<Value> max =
+        emitReduction<ds::ReduceMaxOp>(ctx, *flipped, **axes, keep);
+    if (failed(max))
+      return failure();
+    result = flip(*max);
+    break;
+  }
+  case ComposedReduce::SumSquare:
+  case ComposedReduce::L2: {
+    FailureOr<Value> square = emitValue(ctx.create<ds::MulOp>({x, x}));
+    if (failed(square))
+      return failure();
+    result = emitReduction<ds::ReduceSumOp>(ctx, *square, **axes, keep);
+    if (Kind == ComposedReduce::L2 && succeeded(result))
+      result = emitSafeSqrt(ctx, *result);
+    break;
+  }
+  case ComposedReduce::L1: {
+    FailureOr<Value> absolute = emitAbsolute(ctx, x);
+    if (failed(absolute))
+      return failure();
+    result = emitReduction<ds::ReduceSumOp>(ctx, *absolute, **axes, keep);
+    break;
+  }
+  case ComposedReduce::LogSum: {
+    result = emitReduction<ds::ReduceSumOp>(ctx, x, **axes, keep);
+    if (succeeded(result))
+      result = emitValue(ctx.create<ds::LogOp>({*result}));
+    break;
+  }
+  case ComposedReduce::LogSumExp: {
+    FailureOr<Value> max =
+        emitReduction<ds::ReduceMaxOp>(ctx, x, **axes, /*keepdims=*/true);
+    if (failed(max))
+      return failure();
+    FailureOr<Value> shifted = emitValue(ctx.create<ds::SubOp>({x, *max}));
+    if (failed(shifted))
+      return failure();
+    FailureOr<Value> exp = emitValue(ctx.create<ds::ExpOp>({*shifted}));
+    if (failed(exp))
+      return failure();
+    FailureOr<Value> sum = emitReduction<ds::ReduceSumOp>(ctx, *exp, **axes, keep);
+    if (failed(sum))
+      return failure();
+    FailureOr<Value> log = emitValue(ctx.create<ds::LogOp>({*sum}));
+    if (failed(log))
+      return failure();
+    Value offset = *max;
+    auto logType = cast<RankedTensorType>(log->getType());
+    if (!keep) {
+      FailureOr<Value> reshaped = emitValue(ctx.createTyped<ds::ReshapeOp>(
+          {logType.clone(logType.getShape())}, {offset}));
+      if (failed(reshaped))
+        return failure();
+      offset = *reshaped;
+    }
+    result = emitValue(ctx.create<ds::AddOp>({*log, offset}));
+    break;
+  }
+  }
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// Mod: the remainder with the divisor's sign (fmod = 0, integers only in
+/// ONNX) or the dividend's (fmod = 1).
+LogicalResult convertMod(NodeContext &ctx) {
+  FailureOr<Value> lhs = ctx.input(0), rhs = ctx.input(1);
+  int64_t fmod;
+  if (failed(lhs) || failed(rhs) || failed(ctx.intAttr("fmod", fmod, 0)) ||
+      failed(requireElementKind(ctx, 0, *lhs, ElementKind::Numeric)))
+    return failure();
+  if (fmod != 0 && fmod != 1)
+    return ctx.error("attribute fmod = " + Twine(fmod) + " is not 0 or 1");
+  Type element = getElementTypeOrSelf(lhs->getType());
+  if (getElementTypeOrSelf(rhs->getType()) != element)
+    return ctx.error("operand element types differ");
+  if (isa<FloatType>(element) && fmod == 0)
+    return ctx.error("floating-point Mod needs fmod = 1");
+  SmallVector<NamedAttribute> attrs;
+  if (fmod)
+    attrs.push_back(ctx.named("fmod", ctx.builder().getUnitAttr()));
+  return ctx.emit<ds::ModOp>(0, {*lhs, *rhs}, attrs);
+}
+
+double sinF(double x) { return std::sin(x); }
+double cosF(double x) { return std::cos(x); }
+double floorF(double x) { return std::floor(x); }
+double ceilF(double x) { return std::ceil(x); }
+double roundF(double x) { return std::nearbyint(x); }
+
+//===----------------------------------------------------------------------===//
 // Registry
 //===----------------------------------------------------------------------===//
 
@@ -2213,6 +2793,26 @@ struct Registry {
     add("", "Where", op(convertWhere, foldWhere, "ds.where"));
     add("", "Cast", op(convertCast, foldCast, "ds.cast"));
     add("", "Abs", op(convertAbs, foldAbs, "ds.where(x < 0, -x, x)"));
+    add("", "Clip", op(convertClip, nullptr, "ds.where of ds.compare (min/max attributes or inputs)"));
+    add("", "HardSigmoid", op(convertHardSigmoid, nullptr, "ds.mul, ds.add, then Clip's ds.where of ds.compare"));
+    add("", "HardSwish", op(convertHardSwish, nullptr, "x * HardSigmoid(x), alpha 1/6, beta 1/2"));
+    add("", "Softplus", op(convertUnary<SoftplusOp, ElementKind::Float>, nullptr, "ds.softplus"));
+    add("", "Mish", op(convertMish, nullptr, "x * ds.tanh(ds.softplus(x)) (opset 18+)"));
+    add("", "Elu", op(convertEluLike<EluOp>, nullptr, "ds.elu"));
+    add("", "Celu", op(convertEluLike<CeluOp>, nullptr, "ds.celu"));
+    add("", "Selu", op(convertSelu, nullptr, "gamma * ds.elu(x, alpha)"));
+    add("", "PRelu", op(convertPRelu, nullptr, "ds.where(x > 0, x, ds.mul(x, slope))"));
+    add("", "Sin", op(convertUnary<SinOp, ElementKind::Float>, foldFloatUnary<sinF>, "ds.sin"));
+    add("", "Cos", op(convertUnary<CosOp, ElementKind::Float>, foldFloatUnary<cosF>, "ds.cos"));
+    add("", "Floor", op(convertUnary<FloorOp, ElementKind::Float>, foldFloatUnary<floorF>, "ds.floor"));
+    add("", "Ceil", op(convertUnary<CeilOp, ElementKind::Float>, foldFloatUnary<ceilF>, "ds.ceil"));
+    add("", "Round", op(convertUnary<RoundOp, ElementKind::Float>, foldFloatUnary<roundF>, "ds.round (halves to even)"));
+    add("", "Sign", op(convertSign, nullptr, "ds.where of ds.compare"));
+    add("", "IsNaN", op(convertIsNaN, nullptr, "ds.not(x == x)"));
+    add("", "IsInf", op(convertIsInf, nullptr, "ds.compare with +-inf"));
+    add("", "And", op(convertLogic<Logic::And>, foldLogic<Logic::And>, "ds.where(a, b, false)"));
+    add("", "Or", op(convertLogic<Logic::Or>, foldLogic<Logic::Or>, "ds.where(a, true, b)"));
+    add("", "Xor", op(convertLogic<Logic::Xor>, foldLogic<Logic::Xor>, "ds.where(a, ds.not(b), b)"));
     add("", "Max", op(convertExtremum<true>, foldExtremum<true>, "ds.where of ds.compare, pairwise"));
     add("", "Min", op(convertExtremum<false>, foldExtremum<false>, "ds.where of ds.compare, pairwise"));
     // Linear algebra, normalization, reductions
@@ -2225,6 +2825,16 @@ struct Registry {
     add("", "ReduceSum", op(convertReduce<ReduceSumOp>, nullptr, "ds.reduce_sum (axes attribute or input)"));
     add("", "ReduceMean", op(convertReduce<ReduceMeanOp>, nullptr, "ds.reduce_mean (axes attribute or input)"));
     add("", "ReduceMax", op(convertReduce<ReduceMaxOp>, nullptr, "ds.reduce_max (axes attribute or input)"));
+    add("", "ReduceProd", op(convertReduce<ReduceProdOp>, nullptr, "ds.reduce_prod (axes attribute or input)"));
+    add("", "Mod", op(convertMod, nullptr, "ds.mod (fmod: the dividend's sign)"));
+    add("", "ReduceMin", op(convertComposedReduce<ComposedReduce::Min>, nullptr, "-ds.reduce_max(-x) (axes attribute or input)"));
+    add("", "ReduceSumSquare", op(convertComposedReduce<ComposedReduce::SumSquare>, nullptr, "ds.reduce_sum(x * x)"));
+    add("", "ReduceL1", op(convertComposedReduce<ComposedReduce::L1>, nullptr, "ds.reduce_sum(|x|)"));
+    add("", "ReduceL2", op(convertComposedReduce<ComposedReduce::L2>, nullptr, "ds.sqrt(ds.reduce_sum(x * x))"));
+    add("", "ReduceLogSum", op(convertComposedReduce<ComposedReduce::LogSum>, nullptr, "ds.log(ds.reduce_sum(x))"));
+    add("", "ReduceLogSumExp", op(convertComposedReduce<ComposedReduce::LogSumExp>, nullptr, "log(sum(exp(x - max))) + max"));
+    add("", "Sum", op(convertVariadicSum<false>, nullptr, "a chain of ds.add"));
+    add("", "Mean", op(convertVariadicSum<true>, nullptr, "a chain of ds.add, ds.div by the count"));
     // Data movement
     add("", "Reshape", op(convertReshapeLike<reshapeShape>, foldReshapeLike<reshapeShape>, "ds.reshape"));
     add("", "Squeeze", op(convertReshapeLike<squeezeShape>, foldReshapeLike<squeezeShape>, "ds.reshape (axes attribute or input)"));

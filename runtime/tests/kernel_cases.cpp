@@ -155,7 +155,11 @@ UnaryOp unary_op(const std::string &s) {
       {"sigmoid", UnaryOp::Sigmoid}, {"neg", UnaryOp::Neg},
       {"relu", UnaryOp::Relu},      {"leaky_relu", UnaryOp::LeakyRelu},
       {"gelu", UnaryOp::Gelu},      {"gelu_tanh", UnaryOp::GeluTanh},
-      {"not", UnaryOp::Not}};
+      {"not", UnaryOp::Not},        {"softplus", UnaryOp::Softplus},
+      {"elu", UnaryOp::Elu},        {"celu", UnaryOp::Celu},
+      {"sin", UnaryOp::Sin},        {"cos", UnaryOp::Cos},
+      {"floor", UnaryOp::Floor},    {"ceil", UnaryOp::Ceil},
+      {"round", UnaryOp::Round}};
   return ops.at(s);
 }
 BinaryOp binary_op(const std::string &s) {
@@ -163,7 +167,9 @@ BinaryOp binary_op(const std::string &s) {
                                                       {"sub", BinaryOp::Sub},
                                                       {"mul", BinaryOp::Mul},
                                                       {"div", BinaryOp::Div},
-                                                      {"pow", BinaryOp::Pow}};
+                                                      {"pow", BinaryOp::Pow},
+                                                      {"mod", BinaryOp::Mod},
+                                                      {"fmod", BinaryOp::Fmod}};
   return ops.at(s);
 }
 ComparePredicate compare_pred(const std::string &s) {
@@ -176,7 +182,8 @@ ComparePredicate compare_pred(const std::string &s) {
 }
 ReduceOp reduce_op(const std::string &s) {
   static const std::map<std::string, ReduceOp> ops = {
-      {"sum", ReduceOp::Sum}, {"mean", ReduceOp::Mean}, {"max", ReduceOp::Max}};
+      {"sum", ReduceOp::Sum}, {"mean", ReduceOp::Mean}, {"max", ReduceOp::Max},
+      {"prod", ReduceOp::Prod}};
   return ops.at(s);
 }
 Reduction reduction(const std::string &s) {

@@ -207,7 +207,17 @@ UNARY = {
     "leaky_relu": (lambda x: F.leaky_relu(x, 0.1), (-5.0, 5.0)),
     "gelu": (lambda x: F.gelu(x, approximate="none"), (-6.0, 6.0)),
     "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), (-6.0, 6.0)),
+    "softplus": (F.softplus, (-30.0, 30.0)),
+    "elu": (lambda x: F.elu(x, 0.7), (-6.0, 6.0)),
+    "celu": (lambda x: F.celu(x, 1.5), (-6.0, 6.0)),
+    "sin": (torch.sin, (-10.0, 10.0)),
+    "cos": (torch.cos, (-10.0, 10.0)),
+    "floor": (torch.floor, (-10.0, 10.0)),
+    "ceil": (torch.ceil, (-10.0, 10.0)),
+    "round": (torch.round, (-10.0, 10.0)),  # halves to even
 }
+# The kernel's `alpha` argument of the ops that take one.
+UNARY_ALPHA = {"leaky_relu": 0.1, "elu": 0.7, "celu": 1.5}
 
 SPECIAL = [0.0, -0.0, 1e-30, -1e-30, 1e-8, -1e-8, 0.5, -0.5, 0.625, -0.625, 1.0, -1.0, 3.0,
            -3.0, 20.0, -20.0, 88.5, -87.5, 89.0, -100.0, -104.5, 1e30, -1e30, INF, -INF, NAN]
@@ -215,7 +225,7 @@ SPECIAL = [0.0, -0.0, 1e-30, -1e-30, 1e-8, -1e-8, 0.5, -0.5, 0.625, -0.625, 1.0,
 
 def gen_unary(w):
     for op, (fn, (lo, hi)) in UNARY.items():
-        attrs = {"op": op, "alpha": 0.1 if op == "leaky_relu" else 0.0}
+        attrs = {"op": op, "alpha": UNARY_ALPHA.get(op, 0.0)}
         for dtype in FLOATS:
             name = "%s_%s" % (op, dtype)
             x = Rng(name).float([5, 37], dtype, lo, hi)
@@ -1547,12 +1557,86 @@ def gen_sum_of_squares(w):
     w.case("sum_of_squares", "nan").inp("tensors", ts).out("out", torch.tensor(NAN), rtol=0.0, atol=0.0).save()
 
 
+def mod_ref(op, a, b, dtype):
+    """Remainder with the sign of b (mod) or of a (fmod), from the exact
+    truncated remainder."""
+    if dtype in FLOATS:
+        x, y = f64(a), f64(b)
+    else:
+        x, y = a.to(torch.int64), b.to(torch.int64)
+    r = torch.fmod(x, y)
+    if op == "mod":
+        r = torch.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
+    return like(r, dtype) if dtype in FLOATS else r.to(DT[dtype])
+
+
+def gen_mod(w):
+    for op in ("mod", "fmod"):
+        for dtype in ("f32", "f16", "bf16", "i64", "i32"):
+            for pname, sa, sb in BINARY_PATTERNS[:2] + BINARY_PATTERNS[4:5]:
+                name = "%s_%s_%s" % (op, dtype, pname)
+                rng = Rng(name)
+                if dtype in FLOATS:
+                    a = rng.float(sa, dtype, -10.0, 10.0)
+                    b = rng.float(sb, dtype, 0.25, 3.0) * (rng.int(sb, "i64", 0, 2) * 2 - 1).to(DT[dtype])
+                else:
+                    a = rng.int(sa, dtype, -1000, 1000)
+                    b = rng.int(sb, dtype, 1, 12) * (rng.int(sb, dtype, 0, 2) * 2 - 1)
+                w.case("binary", name, op=op).inp("a", a).inp("b", b).out("y", mod_ref(op, a, b, dtype)).save()
+    # Signs, exact multiples, and the most negative integer by -1.
+    a = torch.tensor([7, -7, 7, -7, 6, -6, -2**63, 2**63 - 1], dtype=torch.int64)
+    b = torch.tensor([3, 3, -3, -3, 3, -3, -1, -2], dtype=torch.int64)
+    def trunc_rem(p, q):
+        r = abs(p) % abs(q)
+        return r if p >= 0 else -r
+
+    for op in ("mod", "fmod"):
+        fn = (lambda p, q: p % q) if op == "mod" else trunc_rem
+        expect = torch.tensor([fn(p, q) for p, q in zip(a.tolist(), b.tolist())], dtype=torch.int64)
+        w.case("binary", op + "_i64_signs", op=op).inp("a", a).inp("b", b).out("y", expect).save()
+    a = torch.tensor([5.5, -5.5, 5.5, -5.5, 3.0, -0.0, INF, 1.0], dtype=torch.float32)
+    b = torch.tensor([2.0, 2.0, -2.0, -2.0, 1.5, 2.0, 2.0, INF], dtype=torch.float32)
+    for op in ("mod", "fmod"):
+        w.case("binary", op + "_special_f32", op=op).inp("a", a).inp("b", b).out(
+            "y", mod_ref(op, a, b, "f32")).save()
+    a = torch.tensor([1, 2, 3], dtype=torch.int64)
+    b = torch.tensor([1, 0, 3], dtype=torch.int64)
+    w.case("binary", "mod_i64_by_zero", op="mod").inp("a", a).inp("b", b).fails(
+        "division by zero", y=("i64", [3])).save()
+
+
+def prod_ref(x, axes, keepdims, dtype):
+    r = f64(x) if dtype in FLOATS else x.to(torch.int64)
+    for a in sorted(axes, reverse=True):
+        r = torch.prod(r, a, keepdim=True)
+    if not keepdims:
+        for a in sorted(axes, reverse=True):
+            r = r.squeeze(a)
+    return like(r, dtype) if dtype in FLOATS else r.to(DT[dtype])
+
+
+def gen_reduce_prod(w):
+    shape = [3, 4, 5, 6]
+    for axes in ([3], [0], [1, 2], [0, 3], [0, 1, 2, 3]):
+        for keepdims in (True, False):
+            dtypes = ["f32"] + (["f16", "bf16", "i64", "i32"] if axes == [3] and keepdims else [])
+            for dtype in dtypes:
+                name = "prod_%s_%s_%s" % ("-".join(map(str, axes)), "keep" if keepdims else "drop", dtype)
+                rng = Rng(name)
+                if dtype in FLOATS:  # magnitudes near 1 so that products stay finite
+                    x = rng.float(shape, dtype, 0.8, 1.25) * (rng.int(shape, "i64", 0, 2) * 2 - 1).to(DT[dtype])
+                else:  # integer products wrap, as PyTorch's
+                    x = rng.int(shape, dtype, -100, 100)
+                w.case("reduce", name, op="prod", axes=axes).inp("x", x).out(
+                    "y", prod_ref(x, axes, keepdims, dtype), scale=4.0).save()
+
+
 GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy, gen_matmul, gen_gemm,
               gen_softmax, gen_layer_norm, gen_batch_norm, gen_reduce, gen_transpose, gen_broadcast_to,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
               gen_pool, gen_optimizers, gen_softmax_grad, gen_layer_norm_grad, gen_batch_norm_grad,
               gen_loss_grads, gen_gather_grad, gen_slice_grad, gen_conv_grad, gen_pool_grad,
-              gen_torch_optim, gen_sum_of_squares]
+              gen_torch_optim, gen_sum_of_squares, gen_mod, gen_reduce_prod]
 
 
 def main():

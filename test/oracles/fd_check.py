@@ -118,6 +118,33 @@ def cases() -> List[Case]:
     unary("trilu", "Trilu", f(2, 4, 5), upper=1)
     unary("trilu_lower", "Trilu", f(4, 5), upper=0)
 
+    unary("softplus", "Softplus", 3 * f(3, 6))
+    unary("elu", "Elu", away_from(0, f(3, 6)), alpha=0.7)
+    unary("celu", "Celu", away_from(0, f(3, 6)), alpha=1.5)
+    unary("selu", "Selu", away_from(0, f(3, 6)))
+    unary("mish", "Mish", 2 * f(3, 6), opset=18)
+    unary("sin", "Sin", 3 * f(3, 6))
+    unary("cos", "Cos", 3 * f(3, 6))
+    # Piecewise constant: zero derivative away from the steps.
+    unary("floor", "Floor", np.floor(3 * f(3, 6)) + 0.5)
+    unary("round", "Round", np.floor(3 * f(3, 6)) + 0.25)
+    # Kinks at +-2.5 (HardSigmoid) and +-3 (HardSwish).
+    unary("hard_sigmoid", "HardSigmoid", away_from(2.5, away_from(-2.5, 3 * f(3, 6))), alpha=0.2, beta=0.5)
+    unary("hard_swish", "HardSwish", away_from(3, away_from(-3, 3 * f(3, 6))), opset=14)
+    c.append(Case("clip_constant_bounds", {"x": away_from(-0.5, away_from(0.8, f(3, 6)))},
+                  lambda b: b.op("Clip", [b.p("x"), b.const(np.array(-0.5, np.float32)),
+                                          b.const(np.array(0.8, np.float32))])))
+    c.append(Case("clip_max_only", {"x": away_from(0.3, f(3, 6))},
+                  lambda b: b.op("Clip", [b.p("x"), "", b.const(np.array(0.3, np.float32))])))
+    # Computed bounds receive the gradient where they are the result (bounds
+    # that are initializers are read as constants, as ReLU6's 0 and 6).
+    c.append(Case("clip_computed_bounds", {"x": away_from(-0.3, away_from(0.4, f(3, 6))),
+                                           "lo": np.array(0.3, np.float32),
+                                           "hi": np.array(-0.4, np.float32)},
+                  lambda b: b.op("Clip", [b.p("x"), b.op("Neg", [b.p("lo")]), b.op("Neg", [b.p("hi")])])))
+    c.append(Case("prelu", {"x": away_from(0, f(2, 3, 4)), "slope": f(3, 1)},
+                  lambda b: b.op("PRelu", [b.p("x"), b.p("slope")])))
+
     def binary(name, op, a, b_):
         c.append(Case(name, {"a": a, "b": b_}, lambda b: b.op(op, [b.p("a"), b.p("b")])))
 
@@ -176,6 +203,37 @@ def cases() -> List[Case]:
     reduce("reduce_sum_nokeep", "ReduceSum", f(2, 3, 4), [0, 2], 0)
     reduce("reduce_mean", "ReduceMean", f(2, 3, 4), [-1], 0)
     reduce("reduce_max", "ReduceMax", distinct((2, 3, 4), 1), [2], 1)
+    reduce("reduce_min", "ReduceMin", distinct((2, 3, 4), 2), [0, 2], 0)
+    reduce("reduce_sum_square", "ReduceSumSquare", f(2, 3, 4), [1], 1)
+    reduce("reduce_l1", "ReduceL1", away_from(0, f(2, 3, 4)), [2], 0)
+    # At 0 the derivative is sign(0) = 0, which central differences give too.
+    l1_x = away_from(0, f(2, 3, 4))
+    l1_x[0, 1, :] = 0.0
+    reduce("reduce_l1_zeros", "ReduceL1", l1_x, [2], 0)
+    reduce("reduce_l2", "ReduceL2", f(2, 3, 4), [-1], 1)
+    l2_x = f(2, 3, 4)
+    l2_x[1, 2, :] = 0.0  # a zero norm: derivative 0, as PyTorch's
+    reduce("reduce_l2_zero_norm", "ReduceL2", l2_x, [-1], 1)
+    reduce("reduce_log_sum", "ReduceLogSum", pos(2, 3, 4), [1], 0)
+    reduce("reduce_log_sum_exp", "ReduceLogSumExp", 3 * f(2, 3, 4), [0, 1], 1)
+    reduce("reduce_log_sum_exp_nokeep", "ReduceLogSumExp", 3 * f(2, 3, 4), [2], 0)
+    reduce("reduce_prod", "ReduceProd", (0.5 + r.random((2, 3, 4))).astype(np.float32) * np.sign(f(2, 3, 4)),
+           [0, 2], 1)
+    # Zeros: one in a reduced group (its element gets the product of the
+    # others, the rest 0), two in another (all 0), none in the third.
+    prod_x = (0.5 + r.random((3, 4))).astype(np.float32)
+    prod_x[0, 1] = 0.0
+    prod_x[1, 0] = prod_x[1, 3] = 0.0
+    reduce("reduce_prod_zeros", "ReduceProd", prod_x, [1], 0)
+    # Quotients a / b halfway between integers, away from the steps.
+    mod_b = ((1.0 + r.random((3, 4))) * np.sign(f(3, 4))).astype(np.float32)
+    mod_a = ((r.integers(-3, 3, (3, 4)) + 0.5) * mod_b).astype(np.float32)
+    c.append(Case("mod_fmod", {"a": mod_a, "b": mod_b},
+                  lambda b: b.op("Mod", [b.p("a"), b.p("b")], fmod=1)))
+    c.append(Case("sum_variadic", {"a": f(2, 3), "b": f(3), "c": f(2, 1)},
+                  lambda b: b.op("Sum", [b.p("a"), b.p("b"), b.p("c")])))
+    c.append(Case("mean_variadic", {"a": f(2, 3), "b": f(3), "c": f(2, 1)},
+                  lambda b: b.op("Mean", [b.p("a"), b.p("b"), b.p("c")])))
     c.append(Case("reshape", {"x": f(2, 3, 4)},
                   lambda b: b.op("Reshape", [b.p("x"), b.const(np.array([4, -1], np.int64))])))
     c.append(Case("expand", {"x": f(3, 1)},

@@ -14,7 +14,8 @@ with the dtype and per-sample shape of the model's example inputs
                tail of 0..seq/2 positions per sample; labels: a random token
                at about 25% of the real positions (always position 0), -100
                elsewhere
-  mlp, cnn     x: standard normal features/images; y: random class labels
+  mlp, cnn,    x: standard normal features/images; y: random class labels
+  mobilenet
 
 Every sample has at least one target, so no micro-batch has a loss of 0/0.
 The same (model, n_batches, global batch, seed) gives the same bytes.
@@ -31,7 +32,7 @@ from typing import Dict
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import ZOO, BertConfig, CNNConfig, GPT2Config, LlamaConfig, MLPConfig, ZooModel  # noqa: E402
+from models import ZOO, BertConfig, CNNConfig, GPT2Config, LlamaConfig, MLPConfig, MobileNetConfig, ZooModel  # noqa: E402
 
 IGNORE_INDEX = -100
 LM_IGNORED_FRACTION = 0.15
@@ -76,7 +77,7 @@ def make_train_data(model: ZooModel, n_batches: int, global_batch: int, seed: in
         data = _bert(cfg, rng, lead)
     elif isinstance(cfg, MLPConfig):
         data = _classifier(cfg, rng, lead, (cfg.in_dim,))
-    elif isinstance(cfg, CNNConfig):
+    elif isinstance(cfg, (CNNConfig, MobileNetConfig)):
         data = _classifier(cfg, rng, lead, (cfg.in_channels, cfg.image_size, cfg.image_size))
     else:
         raise ValueError(f"no training data recipe for model {model.name}")

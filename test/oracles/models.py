@@ -413,6 +413,75 @@ class CNN(nn.Module):
         return F.cross_entropy(logits, y), logits
 
 
+@dataclass(frozen=True)
+class MobileNetConfig:
+    in_channels: int = 3
+    image_size: int = 16
+    stem: int = 8
+    # (expansion, output channels, stride) of each inverted-residual block
+    blocks: Tuple[Tuple[int, int, int], ...] = ((1, 8, 1), (4, 12, 2), (4, 12, 1))
+    last: int = 24
+    n_classes: int = 10
+    batch: int = 4
+    seed: int = 6
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expansion, 3x3 depthwise, 1x1 projection,
+    with BatchNorm and ReLU6 (exported as Clip) and a residual where shapes
+    allow."""
+
+    def __init__(self, cin: int, cout: int, stride: int, expansion: int):
+        super().__init__()
+        hidden = cin * expansion
+        layers = []
+        if expansion != 1:
+            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
+        layers += [
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(),
+            nn.Conv2d(hidden, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
+        self.conv = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return x + y if self.residual else y
+
+
+class MobileNet(nn.Module):
+    """A small MobileNetV2 (stem, inverted residuals) with MobileNetV3's
+    HardSwish on the last 1x1 convolution."""
+
+    def __init__(self, cfg: MobileNetConfig):
+        super().__init__()
+        layers = [
+            nn.Conv2d(cfg.in_channels, cfg.stem, 3, 2, 1, bias=False),
+            nn.BatchNorm2d(cfg.stem),
+            nn.ReLU6(),
+        ]
+        cin = cfg.stem
+        for expansion, cout, stride in cfg.blocks:
+            layers.append(InvertedResidual(cin, cout, stride, expansion))
+            cin = cout
+        layers += [
+            nn.Conv2d(cin, cfg.last, 1, bias=False),
+            nn.BatchNorm2d(cfg.last),
+            nn.Hardswish(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        ]
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(cfg.last, cfg.n_classes)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        logits = self.classifier(self.features(x))
+        return F.cross_entropy(logits, y), logits
+
+
 # --------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------
@@ -496,6 +565,15 @@ ZOO: Dict[str, ZooModel] = {
             MLPConfig(),
             MLP,
             lambda c: _classifier_inputs((c.batch, c.in_dim), c.n_classes, c.seed),
+        ),
+        ZooModel(
+            "mobilenet",
+            MobileNetConfig(),
+            MobileNet,
+            lambda c: _classifier_inputs(
+                (c.batch, c.in_channels, c.image_size, c.image_size), c.n_classes, c.seed
+            ),
+            exported_by_default=False,
         ),
         ZooModel(
             "cnn",

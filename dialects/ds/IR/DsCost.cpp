@@ -63,12 +63,23 @@ int64_t GeluOp::getFlops() {
       *this, getApproximate() == GeluApproximation::none ? 5 : 9);
 }
 int64_t NotOp::getFlops() { return perResultElement(*this, 1); }
+// compare, exp, log1p (select is free)
+int64_t SoftplusOp::getFlops() { return perResultElement(*this, 3); }
+// compare, exp, subtract, scale; celu also divides by alpha
+int64_t EluOp::getFlops() { return perResultElement(*this, 4); }
+int64_t CeluOp::getFlops() { return perResultElement(*this, 5); }
+int64_t SinOp::getFlops() { return perResultElement(*this, 1); }
+int64_t CosOp::getFlops() { return perResultElement(*this, 1); }
+int64_t FloorOp::getFlops() { return perResultElement(*this, 1); }
+int64_t CeilOp::getFlops() { return perResultElement(*this, 1); }
+int64_t RoundOp::getFlops() { return perResultElement(*this, 1); }
 
 int64_t AddOp::getFlops() { return perResultElement(*this, 1); }
 int64_t SubOp::getFlops() { return perResultElement(*this, 1); }
 int64_t MulOp::getFlops() { return perResultElement(*this, 1); }
 int64_t DivOp::getFlops() { return perResultElement(*this, 1); }
 int64_t PowOp::getFlops() { return perResultElement(*this, 1); }
+int64_t ModOp::getFlops() { return perResultElement(*this, 1); }
 int64_t CompareOp::getFlops() { return perResultElement(*this, 1); }
 int64_t WhereOp::getFlops() { return perResultElement(*this, 1); }
 int64_t CastOp::getFlops() { return 0; }
@@ -107,6 +118,7 @@ int64_t BatchNormTrainOp::getFlops() { return perResultElement(*this, 7); }
 int64_t ReduceSumOp::getFlops() { return elements(getInput()); }
 int64_t ReduceMeanOp::getFlops() { return elements(getInput()); }
 int64_t ReduceMaxOp::getFlops() { return elements(getInput()); }
+int64_t ReduceProdOp::getFlops() { return elements(getInput()); }
 
 int64_t ReshapeOp::getFlops() { return 0; }
 int64_t TransposeOp::getFlops() { return 0; }

@@ -44,6 +44,36 @@ Value PowOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   return math::PowFOp::create(b, loc, operands[0], operands[1]);
 }
 
+// fmod: C's fmod / truncating remainder (sign of lhs); otherwise the
+// remainder moves to the divisor's sign, as the mod kernel.
+Value ModOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Value lhs = operands[0], rhs = operands[1];
+  bool floating = isFloat(lhs);
+  Value r = floating ? Value(arith::RemFOp::create(b, loc, lhs, rhs))
+                     : Value(arith::RemSIOp::create(b, loc, lhs, rhs));
+  if (getFmod())
+    return r;
+  Value zero = floating ? f32Constant(b, loc, 0.0)
+                        : Value(arith::ConstantOp::create(
+                              b, loc, b.getIntegerAttr(lhs.getType(), 0)));
+  auto less = [&](Value v) -> Value {
+    if (floating)
+      return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, v, zero);
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, v, zero);
+  };
+  Value nonzero =
+      floating
+          ? Value(arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ONE, r,
+                                        zero))
+          : Value(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, r,
+                                        zero));
+  Value signsDiffer =
+      arith::XOrIOp::create(b, loc, less(r), less(rhs));
+  Value adjust = arith::AndIOp::create(b, loc, nonzero, signsDiffer);
+  Value moved = arithmetic<arith::AddFOp, arith::AddIOp>(b, loc, {r, rhs});
+  return arith::SelectOp::create(b, loc, adjust, moved, r);
+}
+
 Value SqrtOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   return math::SqrtOp::create(b, loc, operands[0]);
 }
@@ -122,6 +152,55 @@ Value GeluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
       arith::AddFOp::create(b, loc, f32Constant(b, loc, 1.0), inner);
   Value half = arith::MulFOp::create(b, loc, f32Constant(b, loc, 0.5), x);
   return arith::MulFOp::create(b, loc, half, onePlus);
+}
+
+// x where x > 20, else log1p(exp(x)), as the softplus kernel.
+Value SoftplusOp::buildScalar(OpBuilder &b, Location loc,
+                              ValueRange operands) {
+  Value x = operands[0];
+  Value large = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, x,
+                                      f32Constant(b, loc, 20.0));
+  Value soft =
+      math::Log1pOp::create(b, loc, math::ExpOp::create(b, loc, x));
+  return arith::SelectOp::create(b, loc, large, x, soft);
+}
+
+namespace {
+/// x > 0 ? x : alpha * expm1(x * scale), the elu and celu kernels' formula.
+Value eluScalar(OpBuilder &b, Location loc, Value x, float alpha,
+                float scale) {
+  Value positive = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, x,
+                                         f32Constant(b, loc, 0.0));
+  Value inner = scale == 1.0f ? x
+                              : arith::MulFOp::create(
+                                    b, loc, x, f32Constant(b, loc, scale));
+  Value negative = arith::MulFOp::create(
+      b, loc, f32Constant(b, loc, alpha), math::ExpM1Op::create(b, loc, inner));
+  return arith::SelectOp::create(b, loc, positive, x, negative);
+}
+} // namespace
+
+Value EluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return eluScalar(b, loc, operands[0], getAlpha().convertToFloat(), 1.0f);
+}
+Value CeluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  float alpha = getAlpha().convertToFloat();
+  return eluScalar(b, loc, operands[0], alpha, 1.0f / alpha);
+}
+Value SinOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return math::SinOp::create(b, loc, operands[0]);
+}
+Value CosOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return math::CosOp::create(b, loc, operands[0]);
+}
+Value FloorOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return math::FloorOp::create(b, loc, operands[0]);
+}
+Value CeilOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return math::CeilOp::create(b, loc, operands[0]);
+}
+Value RoundOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return math::RoundEvenOp::create(b, loc, operands[0]);
 }
 
 Value NotOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {

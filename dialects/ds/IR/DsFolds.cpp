@@ -262,6 +262,9 @@ OpFoldResult PowOp::fold(FoldAdaptor adaptor) {
                     [](float a, float b) { return std::pow(a, b); }, nullptr);
 }
 
+// The remainder is rarely computed on constants: no folding.
+OpFoldResult ModOp::fold(FoldAdaptor) { return {}; }
+
 OpFoldResult CompareOp::fold(FoldAdaptor adaptor) {
   auto lhs = dyn_cast_or_null<DenseElementsAttr>(adaptor.getLhs());
   auto rhs = dyn_cast_or_null<DenseElementsAttr>(adaptor.getRhs());
@@ -388,6 +391,9 @@ OpFoldResult ReduceMeanOp::fold(FoldAdaptor) {
   return getInput().getType() == getType() ? getInput() : Value();
 }
 OpFoldResult ReduceMaxOp::fold(FoldAdaptor) {
+  return getInput().getType() == getType() ? getInput() : Value();
+}
+OpFoldResult ReduceProdOp::fold(FoldAdaptor) {
   return getInput().getType() == getType() ? getInput() : Value();
 }
 

@@ -186,6 +186,12 @@ DS_UNARY_KERNEL(SigmoidOp, "Sigmoid")
 DS_UNARY_KERNEL(NegOp, "Neg")
 DS_UNARY_KERNEL(ReluOp, "Relu")
 DS_UNARY_KERNEL(NotOp, "Not")
+DS_UNARY_KERNEL(SoftplusOp, "Softplus")
+DS_UNARY_KERNEL(SinOp, "Sin")
+DS_UNARY_KERNEL(CosOp, "Cos")
+DS_UNARY_KERNEL(FloorOp, "Floor")
+DS_UNARY_KERNEL(CeilOp, "Ceil")
+DS_UNARY_KERNEL(RoundOp, "Round")
 #undef DS_UNARY_KERNEL
 
 void LeakyReluOp::buildKernelCall(KernelCallBuilder &call) {
@@ -193,6 +199,21 @@ void LeakyReluOp::buildKernelCall(KernelCallBuilder &call) {
             getAlpha().convertToFloat());
 }
 std::optional<unsigned> LeakyReluOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
+}
+
+void EluOp::buildKernelCall(KernelCallBuilder &call) {
+  unaryCall(call, "Elu", getInput(), getResult(), getAlpha().convertToFloat());
+}
+std::optional<unsigned> EluOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
+}
+
+void CeluOp::buildKernelCall(KernelCallBuilder &call) {
+  unaryCall(call, "Celu", getInput(), getResult(),
+            getAlpha().convertToFloat());
+}
+std::optional<unsigned> CeluOp::getInPlaceOperand(unsigned result) {
   return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
 }
 
@@ -219,6 +240,13 @@ DS_BINARY_KERNEL(MulOp, "Mul")
 DS_BINARY_KERNEL(DivOp, "Div")
 DS_BINARY_KERNEL(PowOp, "Pow")
 #undef DS_BINARY_KERNEL
+
+void ModOp::buildKernelCall(KernelCallBuilder &call) {
+  binaryCall(call, getFmod() ? "Fmod" : "Mod", getLhs(), getRhs(), getResult());
+}
+std::optional<unsigned> ModOp::getInPlaceOperand(unsigned result) {
+  return result == 0 ? sameTypeOperand(*this) : std::nullopt;
+}
 
 void CompareOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::compare");
@@ -391,6 +419,9 @@ void ReduceMeanOp::buildKernelCall(KernelCallBuilder &call) {
 }
 void ReduceMaxOp::buildKernelCall(KernelCallBuilder &call) {
   reduceCall(call, "Max", getInput(), getResult(), getAxes());
+}
+void ReduceProdOp::buildKernelCall(KernelCallBuilder &call) {
+  reduceCall(call, "Prod", getInput(), getResult(), getAxes());
 }
 
 //===----------------------------------------------------------------------===//

@@ -42,6 +42,12 @@ LogicalResult CastOp::verify() {
   return success();
 }
 
+LogicalResult CeluOp::verify() {
+  if (getAlpha().isZero())
+    return emitOpError() << "alpha must not be 0 (celu divides by it)";
+  return success();
+}
+
 LogicalResult SoftmaxOp::verify() {
   return verifyAxis(*this, getAxis(), tensorType(getInput()).getRank());
 }

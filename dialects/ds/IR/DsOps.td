@@ -106,6 +106,45 @@ def Ds_GeluOp : Ds_UnaryOp<"gelu", Ds_FloatTensor, [Ds_VJP]> {
                                      "GeluApproximation::none">:$approximate);
 }
 
+def Ds_SoftplusOp : Ds_UnaryOp<"softplus", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise log(1 + exp(x))";
+  let description = [{
+    Computed as x where x > 20 (where log(1 + exp(x)) rounds to x in f32),
+    else log1p(exp(x)): PyTorch's softplus with its default threshold.
+  }];
+}
+
+def Ds_EluOp : Ds_UnaryOp<"elu", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise x > 0 ? x : alpha * (exp(x) - 1)";
+  let arguments = (ins Ds_FloatTensor:$input,
+                   DefaultValuedAttr<F32Attr, "1.0">:$alpha);
+}
+
+def Ds_CeluOp : Ds_UnaryOp<"celu", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise x > 0 ? x : alpha * (exp(x / alpha) - 1)";
+  let arguments = (ins Ds_FloatTensor:$input,
+                   DefaultValuedAttr<F32Attr, "1.0">:$alpha);
+  let hasVerifier = 1;
+}
+
+def Ds_SinOp : Ds_UnaryOp<"sin", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise sin(x)";
+}
+def Ds_CosOp : Ds_UnaryOp<"cos", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise cos(x)";
+}
+
+// Piecewise constant: the derivative is zero (PyTorch's convention).
+def Ds_FloorOp : Ds_UnaryOp<"floor", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise floor(x)";
+}
+def Ds_CeilOp : Ds_UnaryOp<"ceil", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise ceil(x)";
+}
+def Ds_RoundOp : Ds_UnaryOp<"round", Ds_FloatTensor, [Ds_VJP]> {
+  let summary = "elementwise round to nearest integer, halves to even";
+}
+
 def Ds_NotOp : Ds_UnaryOp<"not", Ds_BoolTensor> {
   let summary = "elementwise logical not";
   let hasFolder = 1;
@@ -149,6 +188,17 @@ def Ds_DivOp : Ds_BinaryOp<"div", Ds_NumericTensor> {
 }
 def Ds_PowOp : Ds_BinaryOp<"pow", Ds_FloatTensor> {
   let summary = "elementwise lhs ^ rhs";
+}
+def Ds_ModOp : Ds_BinaryOp<"mod", Ds_NumericTensor> {
+  let summary = "elementwise remainder of lhs / rhs";
+  let description = [{
+    The remainder has the sign of the divisor (Python's `%`,
+    `torch.remainder`), or with `fmod` the sign of the dividend (C's `fmod`,
+    `torch.fmod`): ONNX Mod's `fmod` attribute. An integer divisor of 0 is
+    an error at run time.
+  }];
+  let arguments = (ins Ds_NumericTensor:$lhs, Ds_NumericTensor:$rhs,
+                   UnitAttr:$fmod);
 }
 
 def Ds_CompareOp : Ds_Op<"compare",
@@ -310,6 +360,7 @@ class Ds_ReduceOp<string mnemonic, string what>
 def Ds_ReduceSumOp : Ds_ReduceOp<"reduce_sum", "sum">;
 def Ds_ReduceMeanOp : Ds_ReduceOp<"reduce_mean", "mean">;
 def Ds_ReduceMaxOp : Ds_ReduceOp<"reduce_max", "maximum">;
+def Ds_ReduceProdOp : Ds_ReduceOp<"reduce_prod", "product">;
 
 //===----------------------------------------------------------------------===//
 // Data movement

@@ -437,6 +437,11 @@ LogicalResult ReduceMaxOp::inferReturnTypes(MLIRContext *,
                                             Adaptor adaptor, Types &types) {
   return inferReduce(loc, "reduce_max", adaptor, types);
 }
+LogicalResult ReduceProdOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor, Types &types) {
+  return inferReduce(loc, "reduce_prod", adaptor, types);
+}
 
 LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,

@@ -249,6 +249,36 @@ DS_UNARY_VJP(LeakyReluOp,
                                   g.mul(dy, g.scalarLike(
                                                 dy, getAlpha()
                                                         .convertToDouble())))))
+// d softplus = sigmoid(x); for x > 20 the kernel returns x and sigmoid
+// rounds to 1, as torch's softplus_backward.
+DS_UNARY_VJP(SoftplusOp,
+             grads.set(0, g.mul(dy, g.typed<SigmoidOp>(x.getType(), {x}))))
+// alpha exp(x) = y + alpha where x <= 0, as torch's elu_backward on the
+// result (no exp of a large x).
+DS_UNARY_VJP(EluOp,
+             grads.set(0, g.mul(dy, g.where(g.compare(ComparePredicate::gt, x,
+                                                      g.scalarLike(x, 0.0)),
+                                            g.scalarLike(y, 1.0),
+                                            g.add(y, g.scalarLike(
+                                                         y, getAlpha()
+                                                                .convertToDouble()))))))
+// exp(x / alpha) = (y + alpha) / alpha where x <= 0.
+DS_UNARY_VJP(CeluOp, {
+  double alpha = getAlpha().convertToDouble();
+  Value slope = g.mul(g.add(y, g.scalarLike(y, alpha)),
+                      g.scalarLike(y, 1.0 / alpha));
+  grads.set(0, g.mul(dy, g.where(g.compare(ComparePredicate::gt, x,
+                                           g.scalarLike(x, 0.0)),
+                                 g.scalarLike(y, 1.0), slope)));
+})
+DS_UNARY_VJP(SinOp,
+             grads.set(0, g.mul(dy, g.typed<CosOp>(x.getType(), {x}))))
+DS_UNARY_VJP(CosOp,
+             grads.set(0, g.neg(g.mul(dy, g.typed<SinOp>(x.getType(), {x})))))
+// Piecewise constant: zero almost everywhere, as in PyTorch.
+DS_UNARY_VJP(FloorOp, grads.set(0, g.zeros(x.getType())))
+DS_UNARY_VJP(CeilOp, grads.set(0, g.zeros(x.getType())))
+DS_UNARY_VJP(RoundOp, grads.set(0, g.zeros(x.getType())))
 #undef DS_UNARY_VJP
 
 LogicalResult GeluOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,
@@ -344,6 +374,33 @@ LogicalResult DivOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,
   if (grads[1])
     grads.set(1, g.reduceTo(g.neg(g.div(g.mul(dy, a), g.mul(d, d))),
                             d.getType()));
+  return success();
+}
+
+// d/dlhs = 1; d/drhs = -q, q the quotient rounded as the remainder's
+// (toward zero for fmod, down otherwise): torch.fmod's and
+// torch.remainder's derivatives.
+LogicalResult ModOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,
+                              ArrayRef<bool> needed,
+                              SmallVectorImpl<Value> &operandGrads) {
+  Grads grads(needed, operandGrads);
+  Value dy = resultGrads[0];
+  if (!dy)
+    return success();
+  Grad g(builder, *this);
+  Value a = getLhs(), d = getRhs();
+  if (grads[0])
+    grads.set(0, g.reduceTo(dy, a.getType()));
+  if (grads[1]) {
+    Value q = g.div(a, d);
+    Value down = g.typed<FloorOp>(q.getType(), {q});
+    if (getFmod()) {
+      Value up = g.typed<CeilOp>(q.getType(), {q});
+      down = g.where(g.compare(ComparePredicate::lt, q, g.scalarLike(q, 0.0)),
+                     up, down);
+    }
+    grads.set(1, g.reduceTo(g.neg(g.mul(dy, down)), d.getType()));
+  }
   return success();
 }
 
@@ -705,6 +762,37 @@ LogicalResult ReduceMaxOp::buildVJP(OpBuilder &builder,
   Value count = g.reduceSum(isMax, getAxes(), /*keepdims=*/true);
   Value share = g.div(keptShape(g, dy, input, getAxes()), count);
   grads.set(0, g.mul(isMax, share));
+  return success();
+}
+
+// PyTorch's prod_backward, zeros included: with z zeros in a reduced
+// group and p the product of its nonzero elements, a nonzero element gets
+// dy * p / x when z = 0 (else 0) and a zero gets dy * p when z = 1 (else 0).
+LogicalResult ReduceProdOp::buildVJP(OpBuilder &builder,
+                                     ArrayRef<Value> resultGrads,
+                                     ArrayRef<bool> needed,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  Grads grads(needed, operandGrads);
+  Value dy = resultGrads[0];
+  if (!dy || !grads[0])
+    return success();
+  Grad g(builder, *this);
+  Value input = getInput();
+  Type element = tensorType(input).getElementType();
+  Value zero = g.scalar(element, 0.0), one = g.scalar(element, 1.0);
+  Value isZero = g.compare(ComparePredicate::eq, input, zero);
+  Value nonzero = g.where(isZero, one, input);
+  Value product = g.infer<ReduceProdOp>(
+      {nonzero}, {g.attr("axes", g.b.getDenseI64ArrayAttr(getAxes())),
+                  g.attr("keepdims", g.b.getBoolAttr(true))});
+  Value zeros = g.reduceSum(g.convert(isZero, element), getAxes(),
+                            /*keepdims=*/true);
+  Value scaled = g.mul(keptShape(g, dy, input, getAxes()), product);
+  Value ofNonzero = g.where(g.compare(ComparePredicate::eq, zeros, zero),
+                            g.div(scaled, nonzero), zero);
+  Value ofZero =
+      g.where(g.compare(ComparePredicate::eq, zeros, one), scaled, zero);
+  grads.set(0, g.where(isZero, ofZero, ofNonzero));
   return success();
 }
 

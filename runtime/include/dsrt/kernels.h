@@ -30,11 +30,11 @@ namespace dsrt {
 
 enum class UnaryOp {
   Sqrt, Reciprocal, Exp, Log, Tanh, Erf, Sigmoid, Neg, Relu, LeakyRelu,
-  Gelu, GeluTanh, Not,
+  Gelu, GeluTanh, Not, Softplus, Elu, Celu, Sin, Cos, Floor, Ceil, Round,
 };
-enum class BinaryOp { Add, Sub, Mul, Div, Pow };
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Mod, Fmod };
 enum class ComparePredicate { Eq, Lt, Le, Gt, Ge };
-enum class ReduceOp { Sum, Mean, Max };
+enum class ReduceOp { Sum, Mean, Max, Prod };
 enum class Reduction { None, Sum, Mean };
 enum class MomentumMode { Standard, Nesterov };
 
@@ -44,11 +44,12 @@ struct Workspace {
   int64_t bytes = 0;
 };
 
-// y = op(x); `alpha` is LeakyRelu's slope. Neg and Relu also take integers;
+// y = op(x); `alpha` is LeakyRelu's slope and Elu's and Celu's alpha. Neg and Relu also take integers;
 // Not takes bool.
 void unary(Stream &s, UnaryOp op, const Tensor &x, const Tensor &y, float alpha = 0.0f);
 
-// y = a op b with multidirectional broadcasting; integer Div truncates.
+// y = a op b with multidirectional broadcasting; integer Div truncates. Mod's
+// remainder has the sign of b (Python's %), Fmod's that of a (C's fmod).
 void binary(Stream &s, BinaryOp op, const Tensor &a, const Tensor &b, const Tensor &y);
 
 // y (bool) = a pred b, broadcasting.

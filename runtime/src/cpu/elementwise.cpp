@@ -29,6 +29,14 @@ const char *unary_name(UnaryOp op) {
   case UnaryOp::Gelu: return "unary(gelu)";
   case UnaryOp::GeluTanh: return "unary(gelu_tanh)";
   case UnaryOp::Not: return "unary(not)";
+  case UnaryOp::Softplus: return "unary(softplus)";
+  case UnaryOp::Elu: return "unary(elu)";
+  case UnaryOp::Celu: return "unary(celu)";
+  case UnaryOp::Sin: return "unary(sin)";
+  case UnaryOp::Cos: return "unary(cos)";
+  case UnaryOp::Floor: return "unary(floor)";
+  case UnaryOp::Ceil: return "unary(ceil)";
+  case UnaryOp::Round: return "unary(round)";
   }
   return "unary";
 }
@@ -40,6 +48,8 @@ const char *binary_name(BinaryOp op) {
   case BinaryOp::Mul: return "binary(mul)";
   case BinaryOp::Div: return "binary(div)";
   case BinaryOp::Pow: return "binary(pow)";
+  case BinaryOp::Mod: return "binary(mod)";
+  case BinaryOp::Fmod: return "binary(fmod)";
   }
   return "binary";
 }
@@ -72,6 +82,16 @@ template <typename T> T wrap_neg(T a) { return wrap_sub<T>(T(0), a); }
 // Truncating division; the one overflowing case, min / -1, wraps to min.
 // Division by zero is rejected before the loop.
 template <typename T> T trunc_div(T a, T b) { return b == T(-1) ? wrap_neg(a) : a / b; }
+// Remainders; min % -1 is 0. Mod moves a nonzero remainder to b's sign.
+template <typename T> T trunc_rem(T a, T b) { return b == T(-1) ? T(0) : a % b; }
+template <typename T> T floor_rem(T a, T b) {
+  T r = trunc_rem(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+}
+inline float floor_remf(float a, float b) {
+  float r = std::fmod(a, b);
+  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
 
 //===----------------------------------------------------------------------===//
 // unary
@@ -111,6 +131,25 @@ void unary_float(const Stream &s, UnaryOp op, const Tensor &x, const Tensor &y, 
       return 0.5f * v * (1.0f + fast_tanh(inner));
     });
     return;
+  case UnaryOp::Softplus:
+    // PyTorch's threshold: beyond 20, log(1 + exp(x)) rounds to x.
+    run_unary<T>(s, x, y, [](float v) { return v > 20.0f ? v : std::log1p(fast_exp(v)); });
+    return;
+  case UnaryOp::Elu:
+    run_unary<T>(s, x, y, [alpha](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
+    return;
+  case UnaryOp::Celu: {
+    const float scale = 1.0f / alpha;
+    run_unary<T>(s, x, y,
+                 [alpha, scale](float v) { return v > 0.0f ? v : alpha * std::expm1(v * scale); });
+    return;
+  }
+  case UnaryOp::Sin: run_unary<T>(s, x, y, [](float v) { return std::sin(v); }); return;
+  case UnaryOp::Cos: run_unary<T>(s, x, y, [](float v) { return std::cos(v); }); return;
+  case UnaryOp::Floor: run_unary<T>(s, x, y, [](float v) { return std::floor(v); }); return;
+  case UnaryOp::Ceil: run_unary<T>(s, x, y, [](float v) { return std::ceil(v); }); return;
+  // Halves to even, as ONNX Round (the default rounding mode).
+  case UnaryOp::Round: run_unary<T>(s, x, y, [](float v) { return std::nearbyint(v); }); return;
   default: break;
   }
 }
@@ -236,6 +275,14 @@ void binary_typed(const Stream &s, BinaryOp op, const BroadcastPlan &plan, const
       broadcast2(s, plan, pa, pb, py, n, trunc_div<T>);
       return;
     case BinaryOp::Pow: fail(binary_name(op), std::string("needs float operands, got ") + dtype_name(a.dtype));
+    case BinaryOp::Mod:
+      check_no_zero<T>(binary_name(op), b);
+      broadcast2(s, plan, pa, pb, py, n, floor_rem<T>);
+      return;
+    case BinaryOp::Fmod:
+      check_no_zero<T>(binary_name(op), b);
+      broadcast2(s, plan, pa, pb, py, n, trunc_rem<T>);
+      return;
     }
   } else {
     auto lift = [](auto f) {
@@ -248,6 +295,10 @@ void binary_typed(const Stream &s, BinaryOp op, const BroadcastPlan &plan, const
     case BinaryOp::Div: broadcast2(s, plan, pa, pb, py, n, lift([](float x, float z) { return x / z; })); return;
     case BinaryOp::Pow:
       broadcast2(s, plan, pa, pb, py, n, lift([](float x, float z) { return std::pow(x, z); }));
+      return;
+    case BinaryOp::Mod: broadcast2(s, plan, pa, pb, py, n, lift(floor_remf)); return;
+    case BinaryOp::Fmod:
+      broadcast2(s, plan, pa, pb, py, n, lift([](float x, float z) { return std::fmod(x, z); }));
       return;
     }
   }

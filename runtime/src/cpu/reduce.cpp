@@ -1,8 +1,8 @@
-// reduce: sum, mean and max over a sorted set of axes.
+// reduce: sum, mean, max and product over a sorted set of axes.
 //
 // Axes are collapsed into alternating kept / reduced groups, and each reduced
 // group is one [outer, reduced, inner] pass, last group first. Float sums
-// accumulate in f64 (one rounding at the end, independent of the thread
+// (and products) accumulate in f64 (one rounding at the end, independent of the thread
 // count); integer sums wrap; max propagates NaN like PyTorch's amax.
 #include "internal.h"
 
@@ -19,6 +19,7 @@ const char *reduce_name(ReduceOp op) {
   case ReduceOp::Sum: return "reduce(sum)";
   case ReduceOp::Mean: return "reduce(mean)";
   case ReduceOp::Max: return "reduce(max)";
+  case ReduceOp::Prod: return "reduce(prod)";
   }
   return "reduce";
 }
@@ -26,6 +27,10 @@ const char *reduce_name(ReduceOp op) {
 template <typename A> struct SumOp {
   static A init() { return A(0); }
   static A apply(A acc, A v) { return acc + v; }
+};
+template <typename A> struct ProdOp {
+  static A init() { return A(1); }
+  static A apply(A acc, A v) { return acc * v; }
 };
 template <typename A> struct MaxOp {
   static A init() {
@@ -200,11 +205,15 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
     if constexpr (std::is_integral_v<T>) {
       if (op == ReduceOp::Max)
         reduce_typed<T, int64_t, MaxOp<int64_t>>(s, groups, px, py, out_count, count, false);
+      else if (op == ReduceOp::Prod)  // wraps, like integer sums
+        reduce_typed<T, uint64_t, ProdOp<uint64_t>>(s, groups, px, py, out_count, count, false);
       else
         reduce_typed<T, uint64_t, SumOp<uint64_t>>(s, groups, px, py, out_count, count, mean);
     } else {
       if (op == ReduceOp::Max)
         reduce_typed<T, float, MaxOp<float>>(s, groups, px, py, out_count, count, false);
+      else if (op == ReduceOp::Prod)
+        reduce_typed<T, double, ProdOp<double>>(s, groups, px, py, out_count, count, false);
       else
         reduce_typed<T, double, SumOp<double>>(s, groups, px, py, out_count, count, mean);
     }

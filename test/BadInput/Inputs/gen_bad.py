@@ -244,7 +244,7 @@ def control_characters(out, name):
 def unsupported_op(out, name):
     graph = unary_graph(
         [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-         helper.make_node("HardSwish", ["r"], ["y"], name="hswish_3")],
+         helper.make_node("Acosh", ["r"], ["y"], name="acosh_3")],
         [fvi("x", [2, 4])], [fvi("y", [2, 4])])
     save(model_of(graph, opset=14), out, name)
 
