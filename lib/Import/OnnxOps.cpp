@@ -597,6 +597,17 @@ FailureOr<Value> emitWhere(NodeContext &ctx, Value condition, Value lhs,
   return (*op)->getResult(0);
 }
 
+/// `result` where `x` is a number and `x` where it is NaN (floats; other
+/// types keep `result`): how a composition lets a NaN operand through.
+FailureOr<Value> keepNaN(NodeContext &ctx, Value result, Value x) {
+  if (!isa<FloatType>(getElementTypeOrSelf(x.getType())))
+    return result;
+  FailureOr<Value> ordered = emitCompare(ctx, ds::ComparePredicate::eq, x, x);
+  if (failed(ordered))
+    return failure();
+  return emitWhere(ctx, *ordered, result, x);
+}
+
 /// ds has no max or min op; max(a, b) is where(a < b, b, a) and min(a, b)
 /// where(b < a, b, a). That keeps a NaN in `a`; for floats a second where
 /// (b == b ? r : b) keeps a NaN in `b`, so NaN propagates as in
@@ -626,15 +637,9 @@ LogicalResult convertExtremum(NodeContext &ctx) {
     result = emitWhere(ctx, *less, b, a);
     if (failed(result))
       return failure();
-    if (isa<FloatType>(element)) {
-      FailureOr<Value> ordered =
-          emitCompare(ctx, ds::ComparePredicate::eq, b, b);
-      if (failed(ordered))
-        return failure();
-      result = emitWhere(ctx, *ordered, *result, b);
-      if (failed(result))
-        return failure();
-    }
+    result = keepNaN(ctx, *result, b);
+    if (failed(result))
+      return failure();
   }
   ctx.setOutput(0, *result);
   return success();
@@ -2427,14 +2432,9 @@ LogicalResult convertSign(NodeContext &ctx) {
   FailureOr<Value> result = emitWhere(ctx, *positive, *one, *inner);
   if (failed(result))
     return failure();
-  if (isa<FloatType>(getElementTypeOrSelf(x.getType()))) {
-    FailureOr<Value> ordered = emitCompare(ctx, ds::ComparePredicate::eq, x, x);
-    if (failed(ordered))
-      return failure();
-    result = emitWhere(ctx, *ordered, *result, x);
-    if (failed(result))
-      return failure();
-  }
+  result = keepNaN(ctx, *result, x);
+  if (failed(result))
+    return failure();
   ctx.setOutput(0, *result);
   return success();
 }
