@@ -159,6 +159,21 @@ TEST_F(Errors, WorkspaceTooSmall) {
   const int64_t st[] = {1, 1}, pads[] = {0, 0, 0, 0}, dil[] = {1, 1};
   EXPECT_DSRT_ERROR(dsrt::conv(s, img, w, nullptr, out, st, pads, dil, 2, {scratch.data(), 64}),
                     "dsrt::conv", "workspace of 64 bytes is smaller than the 648 bytes");
+  // An f32 layer norm reads a scale of the normalized shape in place (no
+  // workspace); one broadcast along the normalized axes is expanded to f32
+  // in the workspace (3 * 8 floats), checked before anything is written.
+  Owned lx(DType::F32, Shape{2, 3, 8}, 0), ly(DType::F32, Shape{2, 3, 8}, 0xAB);
+  Owned lmean(DType::F32, Shape{2, 1, 1}), linv(DType::F32, Shape{2, 1, 1});
+  Owned lg_full(DType::F32, Shape{3, 8}, 0), lg_row(DType::F32, Shape{8}, 0);
+  dsrt::layer_norm(s, lx, lg_full, nullptr, ly, lmean, linv, 1, 1e-5f, {});
+  Owned ly_before = ly;
+  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, lx, lg_row, nullptr, ly, lmean, linv, 1, 1e-5f,
+                                     {scratch.data(), 64}),
+                    "dsrt::layer_norm", "workspace of 64 bytes is smaller than the 96 bytes");
+  EXPECT_EQ(ly.bytes(), ly_before.bytes());
+  Owned ldx(DType::F32, Shape{2, 3, 8}), ldg(DType::F32, Shape{8});
+  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, lx, lx, lg_row, lmean, linv, ldx, ldg, nullptr, 1, {}),
+                    "dsrt::layer_norm_grad", "workspace of 0 bytes is smaller than the 96 bytes");
 }
 
 TEST(WorkspaceBytes, AgreeWithTheCompiler) {
@@ -196,9 +211,19 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
   EXPECT_EQ(dsrt::softmax_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 1), 0);
   EXPECT_EQ(dsrt::softmax_workspace_bytes(DType::F32, Shape{2, 3, 8}, 2), 0);
   EXPECT_EQ(dsrt::softmax_grad_workspace_bytes(DType::F16, Shape{100, 8}, 1), 2 * 4 * 64 * 8);
-  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 2), 4 * 6 * 8);
-  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 2), 3 * 4 * 6 * 8);
-  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, 2), 0);
+  const Shape row8{8}, rows3x8{3, 8};
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, row8, &row8, 2), 4 * 6 * 8);
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::BF16, Shape{2, 3, 8}, row8, 2),
+            3 * 4 * 6 * 8);
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, 2), 0);
+  // A scale or bias with the normalized shape is read in place; one that
+  // broadcasts to it is expanded to f32.
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::F32, Shape{2, 3, 8}, rows3x8, &rows3x8, 1), 0);
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, &rows3x8, 1), 4 * 24);
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, &row8, 1), 8 * 24);
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, row8, nullptr, 1),
+            4 * (2 * 24 + 24));
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, 1), 4 * 24);
 }
 
 TEST_F(Errors, BackwardDataErrorsWriteNothing) {

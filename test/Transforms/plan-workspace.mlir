@@ -128,3 +128,33 @@ func.func @rows(%x: tensor<2x100x8xbf16> {ds.input = "x"}, %dy: tensor<2x100x8xb
   %sf = ds.softmax %xf {axis = 2 : i64} : tensor<2x100x8xf32>
   return %s, %sg, %ln, %dx, %dg, %strided, %sf : tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xf32>
 }
+
+// -----
+
+// An f32 layer norm reads a scale or bias of the normalized shape (3x8 for
+// axis 1 of 2x3x8) in place: no workspace. One that broadcasts to it (8)
+// is expanded to the 24 f32 values of the normalized shape in the workspace
+// (96 bytes each, dsrt::layer_norm_workspace_bytes), and so is the
+// gradient's broadcast scale (errors_test.cpp).
+// CHECK-LABEL: func.func @layer_norm_params
+// CHECK: ds.layer_norm %arg0, %arg1, %arg1 {{.*}}ds.buffers
+// CHECK-NOT: ds.workspace
+// CHECK-SAME: {{$}}
+// CHECK-NEXT: ds.layer_norm %arg0, %arg2, %arg1 {{.*}}ds.workspace =
+// CHECK-NEXT: ds.layer_norm %arg0, %arg2, %arg2 {{.*}}ds.workspace =
+// CHECK-NEXT: ds.layer_norm_grad %arg0, %arg2, {{.*}}ds.workspace =
+// CHECK-NEXT: ds.layer_norm_grad %arg0, %arg1, {{.*}} {axis = 1 : i64, ds.buffers
+// CHECK-NOT: ds.workspace
+// CHECK-SAME: {{$}}
+func.func @layer_norm_params(%x: tensor<2x3x8xf32> {ds.input = "x"}, %full: tensor<3x8xf32> {ds.input = "full"},
+                             %row: tensor<8xf32> {ds.input = "row"})
+    -> (tensor<2x3x8xf32> {ds.output = "a"}, tensor<2x3x8xf32> {ds.output = "b"},
+        tensor<2x3x8xf32> {ds.output = "c"}, tensor<8xf32> {ds.output = "dg"},
+        tensor<3x8xf32> {ds.output = "dgf"}) {
+  %a, %ma, %ia = ds.layer_norm %x, %full, %full {axis = 1 : i64} : tensor<2x3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>
+  %b, %mb, %ib = ds.layer_norm %x, %row, %full {axis = 1 : i64} : tensor<2x3x8xf32>, tensor<8xf32>, tensor<3x8xf32>
+  %c, %mc, %ic = ds.layer_norm %x, %row, %row {axis = 1 : i64} : tensor<2x3x8xf32>, tensor<8xf32>, tensor<8xf32>
+  %dx, %dg, %db = ds.layer_norm_grad %x, %row, %mc, %ic, %x {axis = 1 : i64} : tensor<2x3x8xf32>, tensor<8xf32>, tensor<2x1x1xf32>, tensor<2x1x1xf32>, tensor<2x3x8xf32>
+  %dxf, %dgf, %dbf = ds.layer_norm_grad %x, %full, %ma, %ia, %x {axis = 1 : i64} : tensor<2x3x8xf32>, tensor<3x8xf32>, tensor<2x1x1xf32>, tensor<2x1x1xf32>, tensor<2x3x8xf32>
+  return %a, %b, %c, %dg, %dgf : tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<3x8xf32>
+}

@@ -374,12 +374,23 @@ void LayerNormOp::buildKernelCall(KernelCallBuilder &call) {
   call.real(getEpsilon().convertToFloat());
   call.workspace();
 }
-// f16/bf16: at most kRowLanes rows in f32.
+/// A layer norm scale or bias that broadcasts to the normalized shape (fewer
+/// than its n elements) is expanded to n f32 values in the workspace; one
+/// with the normalized shape is read in place (norm.cpp's param_floats).
+static int64_t layerNormParamFloats(Value param, int64_t n) {
+  return numElements(param) < n ? n : 0;
+}
+
+// f16/bf16: at most kRowLanes rows in f32; a broadcast scale or bias in f32.
 int64_t LayerNormOp::getWorkspaceBytes() {
   int64_t rows = 0, n = 0;
-  if (!convertsToF32(getInput()) || !splitAt(getInput(), getAxis(), rows, n))
+  if (!splitAt(getInput(), getAxis(), rows, n))
     return 0;
-  return kFloatBytes * std::min(rows, kRowLanes) * n;
+  int64_t floats = convertsToF32(getInput()) ? std::min(rows, kRowLanes) * n : 0;
+  floats += layerNormParamFloats(getScale(), n);
+  if (getBias())
+    floats += layerNormParamFloats(getBias(), n);
+  return kFloatBytes * floats;
 }
 
 void BatchNormOp::buildKernelCall(KernelCallBuilder &call) {
@@ -684,16 +695,20 @@ void LayerNormGradOp::buildKernelCall(KernelCallBuilder &call) {
 }
 // f16/bf16: x, dy and dx rows in f32 for each block of rows whose partial
 // dscale/dbias sums the kernel keeps (at most 64, fewer when they would
-// pass 2^22 values per parameter; runtime/src/cpu/norm.cpp).
+// pass 2^22 values per parameter; runtime/src/cpu/norm.cpp); a broadcast
+// scale in f32.
 int64_t LayerNormGradOp::getWorkspaceBytes() {
   int64_t rows = 0, n = 0;
-  if (!convertsToF32(getInput()) || !splitAt(getInput(), getAxis(), rows, n))
+  if (!splitAt(getInput(), getAxis(), rows, n))
     return 0;
+  int64_t floats = layerNormParamFloats(getScale(), n);
+  if (!convertsToF32(getInput()))
+    return kFloatBytes * floats;
   int64_t blocks = std::min<int64_t>(
       {rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
   int64_t blockRows = (rows + blocks - 1) / blocks;
   blocks = (rows + blockRows - 1) / blockRows;
-  return kFloatBytes * 3 * blocks * n;
+  return kFloatBytes * (floats + 3 * blocks * n);
 }
 void BatchNormGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::batch_norm_grad");

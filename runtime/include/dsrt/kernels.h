@@ -91,10 +91,14 @@ int64_t softmax_workspace_bytes(DType dtype, const Shape &x, int axis);
 // Normalizes over axes [axis, rank). mean and inv_std_dev are f32 with the
 // input's leading axes and ones for the normalized axes. bias may be null.
 // f16/bf16 rows are converted to f32 in the workspace, at most 64 at a time.
+// scale and bias are read in place when they have the normalized shape's
+// element count; one that broadcasts (fewer elements) is expanded to f32 in
+// the workspace (layer_norm_workspace_bytes counts it).
 void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
                 const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
                 float epsilon, const Workspace &ws);
-int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, int axis);
+int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
+                                   const Shape *bias, int axis);
 
 // Inference batch norm over axis 1 with running statistics.
 void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
@@ -217,8 +221,10 @@ int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis);
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws);
-// f16/bf16: x, dy and dx rows in f32 for each of at most 64 blocks of rows.
-int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, int axis);
+// f16/bf16: x, dy and dx rows in f32 for each of at most 64 blocks of rows;
+// a broadcast scale (fewer elements than the normalized shape) in f32.
+int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
+                                        int axis);
 
 // Training batch norm over axis 1 with the forward's saved batch mean and
 // inverse standard deviation (f32, [C]); dscale and dbias are [C].
