@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
     Tensor tl{labels.data(), DType::I64, Shape{BT}};
     std::printf("cross_entropy [1024,50257]       %8.3f ms\n", median_ms(std::max(3, repeats / 4), [&] {
                   softmax_cross_entropy(s, logits, tl, nullptr, loss, log_prob, Reduction::Mean,
-                                        false, 0);
+                                        false, 0, {});
                 }));
   }
 
@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < BT; ++i)
       labels[i] = (i * 7919) % V;
     Tensor tl{labels.data(), DType::I64, Shape{BT}};
-    softmax_cross_entropy(s, logits, tl, nullptr, loss, log_prob, Reduction::Mean, false, 0);
+    softmax_cross_entropy(s, logits, tl, nullptr, loss, log_prob, Reduction::Mean, false, 0, {});
     std::printf("cross_entropy_grad [1024,50257]  %8.3f ms\n",
                 median_ms(std::max(3, repeats / 4), [&] {
                   softmax_cross_entropy_grad(s, dloss, log_prob, tl, nullptr, dlogits,

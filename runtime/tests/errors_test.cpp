@@ -38,7 +38,7 @@ TEST_F(Errors, LossLabelsOutsideTheClasses) {
   Owned loss(DType::F32, Shape{}), log_prob(DType::F32, Shape{3, 4}, 0xCD);
   Owned before = log_prob;
   EXPECT_DSRT_ERROR(dsrt::softmax_cross_entropy(s, scores, labels, nullptr, loss, log_prob,
-                                                dsrt::Reduction::Mean, false, 0),
+                                                dsrt::Reduction::Mean, false, 0, {}),
                     "dsrt::softmax_cross_entropy", "label 4", "[0, 4)");
   EXPECT_EQ(log_prob.bytes(), before.bytes());
   Owned ignored = Owned::of(DType::I32, Shape{3}, {0, -1, 7});
@@ -174,6 +174,17 @@ TEST_F(Errors, WorkspaceTooSmall) {
   Owned ldx(DType::F32, Shape{2, 3, 8}), ldg(DType::F32, Shape{8});
   EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, lx, lx, lg_row, lmean, linv, ldx, ldg, nullptr, 1, {}),
                     "dsrt::layer_norm_grad", "workspace of 0 bytes is smaller than the 96 bytes");
+  // bf16 cross-entropy converts each block's row of 5 classes to f32 (6
+  // samples, 6 blocks: 120 bytes); refused before log_prob is written.
+  Owned bs(DType::BF16, Shape{6, 5}, 0), bl = Owned::of(DType::I64, Shape{6}, {0, 1, 2, 3, 4, 0});
+  Owned bloss(DType::BF16, Shape{}), blp(DType::BF16, Shape{6, 5}, 0xCD);
+  Owned blp_before = blp;
+  EXPECT_DSRT_ERROR(dsrt::softmax_cross_entropy(s, bs, bl, nullptr, bloss, blp,
+                                                dsrt::Reduction::Mean, false, 0,
+                                                {scratch.data(), 64}),
+                    "dsrt::softmax_cross_entropy",
+                    "workspace of 64 bytes is smaller than the 120 bytes");
+  EXPECT_EQ(blp.bytes(), blp_before.bytes());
 }
 
 TEST(WorkspaceBytes, AgreeWithTheCompiler) {
@@ -224,6 +235,12 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
   EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, row8, nullptr, 1),
             4 * (2 * 24 + 24));
   EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, 1), 4 * 24);
+  // Cross-entropy: f32 [N, C] rows in place; one f32 row of C per block of
+  // samples (at most 64) over spatial axes or in 16 bits.
+  EXPECT_EQ(dsrt::softmax_cross_entropy_workspace_bytes(DType::F32, Shape{6, 10}), 0);
+  EXPECT_EQ(dsrt::softmax_cross_entropy_workspace_bytes(DType::F32, Shape{2, 10, 4}), 4 * 8 * 10);
+  EXPECT_EQ(dsrt::softmax_cross_entropy_workspace_bytes(DType::BF16, Shape{6, 10}), 4 * 6 * 10);
+  EXPECT_EQ(dsrt::softmax_cross_entropy_workspace_bytes(DType::F16, Shape{100, 7}), 4 * 64 * 7);
 }
 
 TEST_F(Errors, BackwardDataErrorsWriteNothing) {

@@ -318,9 +318,11 @@ const std::map<std::string, KernelFn> &kernels() {
          bool has;
          int64_t ignore;
          ignore_attr(c, has, ignore);
-         softmax_cross_entropy(c.stream(), c.in("scores"), c.in("labels"), c.opt("weights"),
-                               c.out("loss"), c.out("log_prob"), reduction(c.attr_str("reduction")),
-                               has, ignore);
+         Tensor scores = c.in("scores");
+         softmax_cross_entropy(
+             c.stream(), scores, c.in("labels"), c.opt("weights"), c.out("loss"),
+             c.out("log_prob"), reduction(c.attr_str("reduction")), has, ignore,
+             c.workspace(softmax_cross_entropy_workspace_bytes(scores.dtype, scores.shape)));
        }},
       {"nll_loss",
        [](CaseRun &c) {

@@ -534,6 +534,20 @@ void SoftmaxCrossEntropyOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getLoss());
   call.tensor(getLogProb());
   lossArguments(call, *this);
+  call.workspace();
+}
+// A row of the class axis in f32 for each of the kernel's (at most 64)
+// blocks of samples, unless the rows are f32 and contiguous (no spatial
+// axes) and are read in place (runtime/src/cpu/loss.cpp).
+int64_t SoftmaxCrossEntropyOp::getWorkspaceBytes() {
+  auto type = cast<ShapedType>(getScores().getType());
+  if (!type.hasStaticShape() || type.getRank() < 2 || type.getNumElements() == 0)
+    return 0;
+  const int64_t c = type.getDimSize(1);
+  const int64_t rows = type.getNumElements() / c;
+  if (type.getElementType().isF32() && rows == type.getDimSize(0))
+    return 0;
+  return kFloatBytes * std::min<int64_t>(64, rows) * c;
 }
 
 void NllLossOp::buildKernelCall(KernelCallBuilder &call) {

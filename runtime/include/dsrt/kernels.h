@@ -148,9 +148,14 @@ void dropout(Stream &s, const Tensor &x, const Tensor &y, const Tensor &mask, fl
 // labels [N, d...], weights [C] or null. log_prob receives the log-softmax
 // over C. Labels equal to ignore_index (when has_ignore_index) contribute 0
 // and are not counted by the mean; other labels outside [0, C) throw.
+// Unless scores is f32 [N, C] (rows read in place), each of the at most 64
+// blocks of samples converts its row of the class axis to f32 in the
+// workspace (softmax_cross_entropy_workspace_bytes).
 void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels,
                            const Tensor *weights, const Tensor &loss, const Tensor &log_prob,
-                           Reduction reduction, bool has_ignore_index, int64_t ignore_index);
+                           Reduction reduction, bool has_ignore_index, int64_t ignore_index,
+                           const Workspace &ws);
+int64_t softmax_cross_entropy_workspace_bytes(DType dtype, const Shape &scores);
 
 void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Tensor *weights,
               const Tensor &loss, Reduction reduction, bool has_ignore_index,
