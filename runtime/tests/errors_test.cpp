@@ -173,7 +173,7 @@ TEST_F(Errors, WorkspaceTooSmall) {
   EXPECT_EQ(ly.bytes(), ly_before.bytes());
   Owned ldx(DType::F32, Shape{2, 3, 8}), ldg(DType::F32, Shape{8});
   EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, lx, lx, lg_row, lmean, linv, ldx, ldg, nullptr, 1, {}),
-                    "dsrt::layer_norm_grad", "workspace of 0 bytes is smaller than the 96 bytes");
+                    "dsrt::layer_norm_grad", "workspace of 0 bytes is smaller than the 1056 bytes");
   // bf16 cross-entropy converts each block's row of 5 classes to f32 (6
   // samples, 6 blocks: 120 bytes); refused before log_prob is written.
   Owned bs(DType::BF16, Shape{6, 5}, 0), bl = Owned::of(DType::I64, Shape{6}, {0, 1, 2, 3, 4, 0});
@@ -224,9 +224,13 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
   EXPECT_EQ(dsrt::softmax_grad_workspace_bytes(DType::F16, Shape{100, 8}, 1), 2 * 4 * 64 * 8);
   const Shape row8{8}, rows3x8{3, 8};
   EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, row8, &row8, 2), 4 * 6 * 8);
+  // layer_norm_grad: 2 * 3 * n floats for the f64 totals and accumulator,
+  // 2 * blocks * n for the blocks' partial sums, 16-bit rows 3 * blocks * n.
   EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::BF16, Shape{2, 3, 8}, row8, 2),
-            3 * 4 * 6 * 8);
-  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, 2), 0);
+            4 * (6 * 8 + 2 * 6 * 8 + 3 * 6 * 8));
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, 2),
+            4 * (6 * 8 + 2 * 6 * 8));
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{0, 8}, row8, 1), 0);
   // A scale or bias with the normalized shape is read in place; one that
   // broadcasts to it is expanded to f32.
   EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::F32, Shape{2, 3, 8}, rows3x8, &rows3x8, 1), 0);
@@ -234,7 +238,8 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
   EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, &row8, 1), 8 * 24);
   EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, row8, nullptr, 1),
             4 * (2 * 24 + 24));
-  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, 1), 4 * 24);
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, 1),
+            4 * (6 * 24 + 2 * 2 * 24 + 24));
   // Cross-entropy: f32 [N, C] rows in place; one f32 row of C per block of
   // samples (at most 64) over spatial axes or in 16 bits.
   EXPECT_EQ(dsrt::softmax_cross_entropy_workspace_bytes(DType::F32, Shape{6, 10}), 0);

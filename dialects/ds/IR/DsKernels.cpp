@@ -710,19 +710,22 @@ void LayerNormGradOp::buildKernelCall(KernelCallBuilder &call) {
 // f16/bf16: x, dy and dx rows in f32 for each block of rows whose partial
 // dscale/dbias sums the kernel keeps (at most 64, fewer when they would
 // pass 2^22 values per parameter; runtime/src/cpu/norm.cpp); a broadcast
-// scale in f32.
+// scale in f32; in every type the partial sums and their f64 totals.
 int64_t LayerNormGradOp::getWorkspaceBytes() {
   int64_t rows = 0, n = 0;
   if (!splitAt(getInput(), getAxis(), rows, n))
     return 0;
-  int64_t floats = layerNormParamFloats(getScale(), n);
-  if (!convertsToF32(getInput()))
-    return kFloatBytes * floats;
   int64_t blocks = std::min<int64_t>(
       {rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
   int64_t blockRows = (rows + blocks - 1) / blocks;
   blocks = (rows + blockRows - 1) / blockRows;
-  return kFloatBytes * (floats + 3 * blocks * n);
+  // f64 totals of dscale and dbias and a parameter accumulator (3 n
+  // doubles), each block's f32 partial sums of both (2 n per block).
+  int64_t floats = 2 * 3 * n + 2 * blocks * n;
+  if (convertsToF32(getInput()))
+    floats += 3 * blocks * n;
+  floats += layerNormParamFloats(getScale(), n);
+  return kFloatBytes * floats;
 }
 void BatchNormGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::batch_norm_grad");

@@ -226,8 +226,8 @@ int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis);
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws);
-// f16/bf16: x, dy and dx rows in f32 for each of at most 64 blocks of rows;
-// a broadcast scale (fewer elements than the normalized shape) in f32.
+// Workspace: f64 totals and per-block f32 partial sums of dscale/dbias, f16/bf16
+// x/dy/dx rows per block (at most 64 blocks), a broadcast scale in f32.
 int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
                                         int axis);
 

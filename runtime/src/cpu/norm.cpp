@@ -623,23 +623,38 @@ void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor
 namespace {
 
 // Sums a gradient over the normalized shape (f64, one value per normalized
-// element) into `out`, a parameter shape that broadcasts to it.
+// element; null when there is none) into `out`, a parameter shape that
+// broadcasts to it, accumulating in `acc` (out.numel() doubles; null when
+// `full` is).
 void reduce_to_param(const char *kernel, const char *name, const Tensor &out,
-                     const Shape &normalized, const std::vector<double> &full) {
+                     const Shape &normalized, const double *full, double *acc) {
   BroadcastPlan plan;
-  if (out.shape.rank > normalized.rank || !plan_broadcast(normalized, &out.shape, 1, plan))
-    fail(kernel, std::string(name) + " " + out.shape.str() +
-                     " does not broadcast to the normalized shape " + normalized.str());
-  std::vector<double> acc(static_cast<size_t>(out.numel()), 0.0);
-  if (!full.empty()) {
+  plan_broadcast(normalized, &out.shape, 1, plan);
+  const int64_t count = out.numel();
+  if (full) {
+    std::fill(acc, acc + count, 0.0);
     const int64_t stride = plan.strides[0][plan.rank - 1];
     for_each_row(plan, 0, normalized.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
       for (int64_t i = 0; i < n; ++i)
         acc[off[0] + i * stride] += full[o + i];
     });
   }
-  std::vector<float> values(acc.begin(), acc.end());
-  store_floats(kernel, name, out, values.data());
+  dispatch_float(kernel, out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T *p = out.as<T>();
+    for (int64_t i = 0; i < count; ++i)
+      p[i] = Elem<T>::store(full ? static_cast<float>(acc[i]) : 0.0f);
+  });
+}
+
+// Checks that a gradient of a parameter broadcasts to the normalized shape.
+void check_param_grad(const char *kernel, const char *name, const Tensor &out,
+                      const Shape &normalized) {
+  check_data(kernel, name, out);
+  BroadcastPlan plan;
+  if (out.shape.rank > normalized.rank || !plan_broadcast(normalized, &out.shape, 1, plan))
+    fail(kernel, std::string(name) + " " + out.shape.str() +
+                     " does not broadcast to the normalized shape " + normalized.str());
 }
 
 // One row of layer_norm_grad in f32: writes dx and adds the row's terms of
@@ -704,9 +719,13 @@ int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, const Shape
   for (int d = 0; d < x.rank; ++d)
     (d < axis ? rows : n) *= x.dims[d];
   layer_norm_grad_blocks(rows, n, blocks, block_rows);
+  // The f64 totals of dscale and dbias per normalized element and the
+  // accumulator of one broadcast parameter (3 n doubles, first, so they are
+  // aligned); each block's f32 partial sums of both (2 n per block);
   // f16/bf16: x, dy and dx rows in f32, one set per block; a broadcast
   // scale expanded to the normalized shape in f32.
-  int64_t floats = is_16bit_float(dtype) ? 3 * blocks * n : 0;
+  int64_t floats = 2 * 3 * n + 2 * blocks * n;
+  floats += is_16bit_float(dtype) ? 3 * blocks * n : 0;
   floats += param_floats(scale, n);
   return static_cast<int64_t>(sizeof(float)) * floats;
 }
@@ -742,10 +761,7 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
   if (dbias) {
     check_data(kernel, "dbias", *dbias);
     check_same_dtype(kernel, "x", x, "dbias", *dbias);
-    BroadcastPlan plan;
-    if (dbias->shape.rank > normalized.rank || !plan_broadcast(normalized, &dbias->shape, 1, plan))
-      fail(kernel, "dbias " + dbias->shape.str() + " does not broadcast to the normalized shape " +
-                       normalized.str());
+    check_param_grad(kernel, "dbias", *dbias, normalized);
   }
   const int64_t rows = stat_shape.numel(), n = normalized.numel();
   // dscale and dbias sum over the rows. Each block of rows keeps its own
@@ -757,17 +773,26 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
   layer_norm_grad_blocks(rows, n, blocks, block_rows);
   WorkspaceFloats scratch(kernel, ws,
                           layer_norm_grad_workspace_bytes(x.dtype, x.shape, scale.shape, axis));
-  const bool rows_in_f32 = is_16bit_float(x.dtype) && x.numel() > 0;
+  if (x.numel() == 0) {
+    // No rows (or an empty normalized shape): the parameter gradients are 0.
+    reduce_to_param(kernel, "dscale", dscale, normalized, nullptr, nullptr);
+    if (dbias)
+      reduce_to_param(kernel, "dbias", *dbias, normalized, nullptr, nullptr);
+    return;
+  }
+  double *sum_g = reinterpret_cast<double *>(scratch.take(2 * 3 * n));
+  double *sum_b = sum_g + n, *acc = sum_b + n;
+  // dscale and dbias partial sums of each block (the blocks' parts of the
+  // workspace, so the totals do not depend on the thread count).
+  float *part_g = scratch.take(2 * blocks * n);
+  float *part_b = part_g + blocks * n;
+  const bool rows_in_f32 = is_16bit_float(x.dtype);
   float *row_sets = rows_in_f32 ? scratch.take(3 * blocks * n) : nullptr;
   // A scale with the normalized shape is read in place; a broadcast one is
   // expanded to f32 in the workspace.
-  float *g_full = expand_g && x.numel() > 0 ? scratch.take(n) : nullptr;
+  float *g_full = expand_g ? scratch.take(n) : nullptr;
   if (g_full)
     expand_param(kernel, scale, normalized, g_full);
-  // The calling thread's scratch (slot 3; the row scratch uses 0-2), reused
-  // across calls: a fresh vector this size would page-fault every call.
-  float *part_g = scratch_floats(static_cast<size_t>(2 * blocks * n), 3);
-  float *part_b = part_g + blocks * n;
   const float *mean_in = mean.as<float>(), *inv_in = inv_std_dev.as<float>();
   if (blocks > 0) {
     dispatch_float(kernel, x.dtype, [&](auto tag) {
@@ -812,15 +837,15 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
           });
     });
   }
-  std::vector<double> sum_g(static_cast<size_t>(n), 0.0), sum_b(static_cast<size_t>(n), 0.0);
+  std::fill(sum_g, sum_g + 2 * n, 0.0);
   for (int64_t blk = 0; blk < blocks; ++blk)
     for (int64_t i = 0; i < n; ++i) {
       sum_g[i] += part_g[blk * n + i];
       sum_b[i] += part_b[blk * n + i];
     }
-  reduce_to_param(kernel, "dscale", dscale, normalized, sum_g);
+  reduce_to_param(kernel, "dscale", dscale, normalized, sum_g, acc);
   if (dbias)
-    reduce_to_param(kernel, "dbias", *dbias, normalized, sum_b);
+    reduce_to_param(kernel, "dbias", *dbias, normalized, sum_b, acc);
 }
 
 //===----------------------------------------------------------------------===//
