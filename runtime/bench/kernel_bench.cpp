@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
     Tensor tl{labels.data(), DType::I64, Shape{BT}};
     std::printf("cross_entropy [1024,50257]       %8.3f ms\n", median_ms(std::max(3, repeats / 4), [&] {
                   softmax_cross_entropy(s, logits, tl, nullptr, loss, log_prob, Reduction::Mean,
-                                        false, 0);
+                                        false, 0, {});
                 }));
   }
 
@@ -147,8 +147,11 @@ int main(int argc, char **argv) {
   // Backward kernels and optimizer steps on the same shapes.
   Buffer dy_ln({BT, D}, 1.0f), dx_ln({BT, D}), dg({D}), db({D});
   layer_norm(s, x, g, &bias.t, ln, mean, inv, 1, 1e-5f, {});
+  std::vector<float> ln_ws(static_cast<size_t>(
+      layer_norm_grad_workspace_bytes(DType::F32, Shape{BT, D}, Shape{D}, 1) / 4));
   std::printf("layer_norm_grad [1024,768]       %8.3f ms\n", median_ms(repeats, [&] {
-                layer_norm_grad(s, dy_ln, x, g, mean, inv, dx_ln, dg, &db.t, 1, {});
+                layer_norm_grad(s, dy_ln, x, g, mean, inv, dx_ln, dg, &db.t, 1,
+                                {ln_ws.data(), static_cast<int64_t>(ln_ws.size() * 4)});
               }));
   Buffer dprobs({B, H, T, T}, 1.0f), dscores({B, H, T, T});
   softmax(s, att, probs, 3, {});
@@ -163,7 +166,7 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < BT; ++i)
       labels[i] = (i * 7919) % V;
     Tensor tl{labels.data(), DType::I64, Shape{BT}};
-    softmax_cross_entropy(s, logits, tl, nullptr, loss, log_prob, Reduction::Mean, false, 0);
+    softmax_cross_entropy(s, logits, tl, nullptr, loss, log_prob, Reduction::Mean, false, 0, {});
     std::printf("cross_entropy_grad [1024,50257]  %8.3f ms\n",
                 median_ms(std::max(3, repeats / 4), [&] {
                   softmax_cross_entropy_grad(s, dloss, log_prob, tl, nullptr, dlogits,

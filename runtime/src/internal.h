@@ -182,9 +182,6 @@ template <typename F> void parallel_for(const Stream &s, int64_t n, int64_t grai
 // inside an OpenMP region, and sizes the pool to the stream's threads.
 void set_blas_threads(const Stream &s);
 
-// Per-thread scratch memory that grows and is reused across calls.
-float *scratch_floats(size_t count, int slot = 0);
-
 // Row kernels on f16/bf16 convert each row to f32 in a "lane" of their
 // workspace: at most kRowLanes lanes, lane l taking the fixed rows
 // [l * rows / lanes, (l + 1) * rows / lanes), so the workspace is bounded

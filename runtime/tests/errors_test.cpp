@@ -38,7 +38,7 @@ TEST_F(Errors, LossLabelsOutsideTheClasses) {
   Owned loss(DType::F32, Shape{}), log_prob(DType::F32, Shape{3, 4}, 0xCD);
   Owned before = log_prob;
   EXPECT_DSRT_ERROR(dsrt::softmax_cross_entropy(s, scores, labels, nullptr, loss, log_prob,
-                                                dsrt::Reduction::Mean, false, 0),
+                                                dsrt::Reduction::Mean, false, 0, {}),
                     "dsrt::softmax_cross_entropy", "label 4", "[0, 4)");
   EXPECT_EQ(log_prob.bytes(), before.bytes());
   Owned ignored = Owned::of(DType::I32, Shape{3}, {0, -1, 7});
@@ -159,6 +159,32 @@ TEST_F(Errors, WorkspaceTooSmall) {
   const int64_t st[] = {1, 1}, pads[] = {0, 0, 0, 0}, dil[] = {1, 1};
   EXPECT_DSRT_ERROR(dsrt::conv(s, img, w, nullptr, out, st, pads, dil, 2, {scratch.data(), 64}),
                     "dsrt::conv", "workspace of 64 bytes is smaller than the 648 bytes");
+  // An f32 layer norm reads a scale of the normalized shape in place (no
+  // workspace); one broadcast along the normalized axes is expanded to f32
+  // in the workspace (3 * 8 floats), checked before anything is written.
+  Owned lx(DType::F32, Shape{2, 3, 8}, 0), ly(DType::F32, Shape{2, 3, 8}, 0xAB);
+  Owned lmean(DType::F32, Shape{2, 1, 1}), linv(DType::F32, Shape{2, 1, 1});
+  Owned lg_full(DType::F32, Shape{3, 8}, 0), lg_row(DType::F32, Shape{8}, 0);
+  dsrt::layer_norm(s, lx, lg_full, nullptr, ly, lmean, linv, 1, 1e-5f, {});
+  Owned ly_before = ly;
+  EXPECT_DSRT_ERROR(dsrt::layer_norm(s, lx, lg_row, nullptr, ly, lmean, linv, 1, 1e-5f,
+                                     {scratch.data(), 64}),
+                    "dsrt::layer_norm", "workspace of 64 bytes is smaller than the 96 bytes");
+  EXPECT_EQ(ly.bytes(), ly_before.bytes());
+  Owned ldx(DType::F32, Shape{2, 3, 8}), ldg(DType::F32, Shape{8});
+  EXPECT_DSRT_ERROR(dsrt::layer_norm_grad(s, lx, lx, lg_row, lmean, linv, ldx, ldg, nullptr, 1, {}),
+                    "dsrt::layer_norm_grad", "workspace of 0 bytes is smaller than the 1056 bytes");
+  // bf16 cross-entropy converts each block's row of 5 classes to f32 (6
+  // samples, 6 blocks: 120 bytes); refused before log_prob is written.
+  Owned bs(DType::BF16, Shape{6, 5}, 0), bl = Owned::of(DType::I64, Shape{6}, {0, 1, 2, 3, 4, 0});
+  Owned bloss(DType::BF16, Shape{}), blp(DType::BF16, Shape{6, 5}, 0xCD);
+  Owned blp_before = blp;
+  EXPECT_DSRT_ERROR(dsrt::softmax_cross_entropy(s, bs, bl, nullptr, bloss, blp,
+                                                dsrt::Reduction::Mean, false, 0,
+                                                {scratch.data(), 64}),
+                    "dsrt::softmax_cross_entropy",
+                    "workspace of 64 bytes is smaller than the 120 bytes");
+  EXPECT_EQ(blp.bytes(), blp_before.bytes());
 }
 
 TEST(WorkspaceBytes, AgreeWithTheCompiler) {
@@ -196,9 +222,30 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
   EXPECT_EQ(dsrt::softmax_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 1), 0);
   EXPECT_EQ(dsrt::softmax_workspace_bytes(DType::F32, Shape{2, 3, 8}, 2), 0);
   EXPECT_EQ(dsrt::softmax_grad_workspace_bytes(DType::F16, Shape{100, 8}, 1), 2 * 4 * 64 * 8);
-  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 2), 4 * 6 * 8);
-  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::BF16, Shape{2, 3, 8}, 2), 3 * 4 * 6 * 8);
-  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, 2), 0);
+  const Shape row8{8}, rows3x8{3, 8};
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, row8, &row8, 2), 4 * 6 * 8);
+  // layer_norm_grad: 2 * 3 * n floats for the f64 totals and accumulator,
+  // 2 * blocks * n for the blocks' partial sums, 16-bit rows 3 * blocks * n.
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::BF16, Shape{2, 3, 8}, row8, 2),
+            4 * (6 * 8 + 2 * 6 * 8 + 3 * 6 * 8));
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, 2),
+            4 * (6 * 8 + 2 * 6 * 8));
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{0, 8}, row8, 1), 0);
+  // A scale or bias with the normalized shape is read in place; one that
+  // broadcasts to it is expanded to f32.
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::F32, Shape{2, 3, 8}, rows3x8, &rows3x8, 1), 0);
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, &rows3x8, 1), 4 * 24);
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, &row8, 1), 8 * 24);
+  EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::BF16, Shape{2, 3, 8}, row8, nullptr, 1),
+            4 * (2 * 24 + 24));
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, 1),
+            4 * (6 * 24 + 2 * 2 * 24 + 24));
+  // Cross-entropy: f32 [N, C] rows in place; one f32 row of C per block of
+  // samples (at most 64) over spatial axes or in 16 bits.
+  EXPECT_EQ(dsrt::softmax_cross_entropy_workspace_bytes(DType::F32, Shape{6, 10}), 0);
+  EXPECT_EQ(dsrt::softmax_cross_entropy_workspace_bytes(DType::F32, Shape{2, 10, 4}), 4 * 8 * 10);
+  EXPECT_EQ(dsrt::softmax_cross_entropy_workspace_bytes(DType::BF16, Shape{6, 10}), 4 * 6 * 10);
+  EXPECT_EQ(dsrt::softmax_cross_entropy_workspace_bytes(DType::F16, Shape{100, 7}), 4 * 64 * 7);
 }
 
 TEST_F(Errors, BackwardDataErrorsWriteNothing) {

@@ -250,9 +250,12 @@ const std::map<std::string, KernelFn> &kernels() {
        [](CaseRun &c) {
          Tensor x = c.in("x");
          const int axis = static_cast<int>(c.attr_int("axis"));
-         layer_norm(c.stream(), x, c.in("scale"), c.opt("bias"), c.out("y"), c.out("mean"),
+         Tensor scale = c.in("scale");
+         const Tensor *bias = c.opt("bias");
+         layer_norm(c.stream(), x, scale, bias, c.out("y"), c.out("mean"),
                     c.out("inv_std_dev"), axis, c.attr_float("epsilon"),
-                    c.workspace(layer_norm_workspace_bytes(x.dtype, x.shape, axis)));
+                    c.workspace(layer_norm_workspace_bytes(x.dtype, x.shape, scale.shape,
+                                                           bias ? &bias->shape : nullptr, axis)));
        }},
       {"batch_norm",
        [](CaseRun &c) {
@@ -315,9 +318,11 @@ const std::map<std::string, KernelFn> &kernels() {
          bool has;
          int64_t ignore;
          ignore_attr(c, has, ignore);
-         softmax_cross_entropy(c.stream(), c.in("scores"), c.in("labels"), c.opt("weights"),
-                               c.out("loss"), c.out("log_prob"), reduction(c.attr_str("reduction")),
-                               has, ignore);
+         Tensor scores = c.in("scores");
+         softmax_cross_entropy(
+             c.stream(), scores, c.in("labels"), c.opt("weights"), c.out("loss"),
+             c.out("log_prob"), reduction(c.attr_str("reduction")), has, ignore,
+             c.workspace(softmax_cross_entropy_workspace_bytes(scores.dtype, scores.shape)));
        }},
       {"nll_loss",
        [](CaseRun &c) {
@@ -397,10 +402,11 @@ const std::map<std::string, KernelFn> &kernels() {
            dbias = c.out("dbias");
          Tensor x = c.in("x");
          const int axis = static_cast<int>(c.attr_int("axis"));
-         layer_norm_grad(c.stream(), c.in("dy"), x, c.in("scale"), c.in("mean"),
-                         c.in("inv_std_dev"), c.out("dx"), c.out("dscale"),
-                         has_bias ? &dbias : nullptr, axis,
-                         c.workspace(layer_norm_grad_workspace_bytes(x.dtype, x.shape, axis)));
+         Tensor scale = c.in("scale");
+         layer_norm_grad(
+             c.stream(), c.in("dy"), x, scale, c.in("mean"), c.in("inv_std_dev"), c.out("dx"),
+             c.out("dscale"), has_bias ? &dbias : nullptr, axis,
+             c.workspace(layer_norm_grad_workspace_bytes(x.dtype, x.shape, scale.shape, axis)));
        }},
       {"batch_norm_grad",
        [](CaseRun &c) {

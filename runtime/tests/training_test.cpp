@@ -138,8 +138,11 @@ TEST(SameBits, NormalizationGradients) {
   Stream s(dsrt::Backend::Cpu, 1);
   dsrt::layer_norm(s, x, g, &b.t(), y, mean, inv, 1, 1e-5f, {});
   Owned dx(DType::F32, Shape{2000, 96}), dg(DType::F32, Shape{96}), db(DType::F32, Shape{96});
+  std::vector<float> ln_ws(static_cast<size_t>(
+      dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2000, 96}, Shape{96}, 1) / 4));
+  const dsrt::Workspace lws{ln_ws.data(), static_cast<int64_t>(ln_ws.size() * 4)};
   expect_same_bits("layer_norm_grad", {&dx, &dg, &db}, [&](Stream &st) {
-    dsrt::layer_norm_grad(st, dy, x, g, mean, inv, dx, dg, &db.t(), 1, {});
+    dsrt::layer_norm_grad(st, dy, x, g, mean, inv, dx, dg, &db.t(), 1, lws);
   });
 
   const Shape bn{8, 6, 40, 40};

@@ -105,7 +105,8 @@ func.func @pool_gradients(%dy: tensor<2x3x2x2xbf16> {ds.input = "dy"}, %x: tenso
 // 16-bit rows are converted to f32 in at most 64 rows of the workspace:
 // softmax over the last axis of 2x100x8 bf16 takes 64 rows of 8 (2048 bytes),
 // its gradient two such sets (4096), layer norm 64 rows (2048) and its
-// gradient x, dy and dx rows for each of its 50 blocks of 4 rows (4800).
+// gradient x, dy and dx rows for each of its 50 blocks of 4 rows (4800) beside
+// its partial sums (3200) and their f64 totals (192).
 // Along a strided axis softmax reads the rows in place, and f32 needs none.
 // CHECK-LABEL: func.func @rows
 // CHECK: ds.softmax {{.*}}ds.workspace =
@@ -127,4 +128,56 @@ func.func @rows(%x: tensor<2x100x8xbf16> {ds.input = "x"}, %dy: tensor<2x100x8xb
   %strided = ds.softmax %x {axis = 1 : i64} : tensor<2x100x8xbf16>
   %sf = ds.softmax %xf {axis = 2 : i64} : tensor<2x100x8xf32>
   return %s, %sg, %ln, %dx, %dg, %strided, %sf : tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xbf16>, tensor<8xbf16>, tensor<2x100x8xbf16>, tensor<2x100x8xf32>
+}
+
+// -----
+
+// An f32 layer norm reads a scale or bias of the normalized shape (3x8 for
+// axis 1 of 2x3x8) in place: no workspace. One that broadcasts to it (8)
+// is expanded to the 24 f32 values of the normalized shape in the workspace
+// (96 bytes each, dsrt::layer_norm_workspace_bytes). The gradient always
+// has one, for its partial and total dscale/dbias sums (and a broadcast
+// scale's expansion: 1056 bytes here, 960 for the 3x8 scale;
+// errors_test.cpp).
+// CHECK-LABEL: func.func @layer_norm_params
+// CHECK: ds.layer_norm %arg0, %arg1, %arg1 {{.*}}ds.buffers
+// CHECK-NOT: ds.workspace
+// CHECK-SAME: {{$}}
+// CHECK-NEXT: ds.layer_norm %arg0, %arg2, %arg1 {{.*}}ds.workspace =
+// CHECK-NEXT: ds.layer_norm %arg0, %arg2, %arg2 {{.*}}ds.workspace =
+// CHECK-NEXT: ds.layer_norm_grad %arg0, %arg2, {{.*}}ds.workspace =
+// CHECK-NEXT: ds.layer_norm_grad %arg0, %arg1, {{.*}}ds.workspace =
+func.func @layer_norm_params(%x: tensor<2x3x8xf32> {ds.input = "x"}, %full: tensor<3x8xf32> {ds.input = "full"},
+                             %row: tensor<8xf32> {ds.input = "row"})
+    -> (tensor<2x3x8xf32> {ds.output = "a"}, tensor<2x3x8xf32> {ds.output = "b"},
+        tensor<2x3x8xf32> {ds.output = "c"}, tensor<8xf32> {ds.output = "dg"},
+        tensor<3x8xf32> {ds.output = "dgf"}) {
+  %a, %ma, %ia = ds.layer_norm %x, %full, %full {axis = 1 : i64} : tensor<2x3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>
+  %b, %mb, %ib = ds.layer_norm %x, %row, %full {axis = 1 : i64} : tensor<2x3x8xf32>, tensor<8xf32>, tensor<3x8xf32>
+  %c, %mc, %ic = ds.layer_norm %x, %row, %row {axis = 1 : i64} : tensor<2x3x8xf32>, tensor<8xf32>, tensor<8xf32>
+  %dx, %dg, %db = ds.layer_norm_grad %x, %row, %mc, %ic, %x {axis = 1 : i64} : tensor<2x3x8xf32>, tensor<8xf32>, tensor<2x1x1xf32>, tensor<2x1x1xf32>, tensor<2x3x8xf32>
+  %dxf, %dgf, %dbf = ds.layer_norm_grad %x, %full, %ma, %ia, %x {axis = 1 : i64} : tensor<2x3x8xf32>, tensor<3x8xf32>, tensor<2x1x1xf32>, tensor<2x1x1xf32>, tensor<2x3x8xf32>
+  return %a, %b, %c, %dg, %dgf : tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<8xf32>, tensor<3x8xf32>
+}
+
+// -----
+
+// Softmax cross-entropy reads f32 [N, C] rows in place (no workspace); over
+// a class axis followed by spatial axes (2x10x4: 8 samples, 8 blocks) or in
+// bf16 each block of samples converts its row to f32 in the workspace
+// (8 * 10 * 4 = 320 bytes, 6 * 10 * 4 = 240; errors_test.cpp).
+// CHECK-LABEL: func.func @cross_entropy_rows
+// CHECK: ds.softmax_cross_entropy %arg0, %arg1 {ds.buffers
+// CHECK-NOT: ds.workspace
+// CHECK-SAME: {{$}}
+// CHECK-NEXT: ds.softmax_cross_entropy %arg2, %arg3 {{.*}}ds.workspace =
+// CHECK-NEXT: ds.softmax_cross_entropy %arg4, %arg1 {{.*}}ds.workspace =
+func.func @cross_entropy_rows(%s: tensor<6x10xf32> {ds.input = "s"}, %l: tensor<6xi64> {ds.input = "l"},
+                              %s3: tensor<2x10x4xf32> {ds.input = "s3"}, %l3: tensor<2x4xi64> {ds.input = "l3"},
+                              %sb: tensor<6x10xbf16> {ds.input = "sb"})
+    -> (tensor<f32> {ds.output = "a"}, tensor<f32> {ds.output = "b"}, tensor<bf16> {ds.output = "c"}) {
+  %a, %pa = ds.softmax_cross_entropy %s, %l : tensor<6x10xf32>, tensor<6xi64>
+  %b, %pb = ds.softmax_cross_entropy %s3, %l3 : tensor<2x10x4xf32>, tensor<2x4xi64>
+  %c, %pc = ds.softmax_cross_entropy %sb, %l : tensor<6x10xbf16>, tensor<6xi64>
+  return %a, %b, %c : tensor<f32>, tensor<f32>, tensor<bf16>
 }

@@ -374,12 +374,23 @@ void LayerNormOp::buildKernelCall(KernelCallBuilder &call) {
   call.real(getEpsilon().convertToFloat());
   call.workspace();
 }
-// f16/bf16: at most kRowLanes rows in f32.
+/// A layer norm scale or bias that broadcasts to the normalized shape (fewer
+/// than its n elements) is expanded to n f32 values in the workspace; one
+/// with the normalized shape is read in place (norm.cpp's param_floats).
+static int64_t layerNormParamFloats(Value param, int64_t n) {
+  return numElements(param) < n ? n : 0;
+}
+
+// f16/bf16: at most kRowLanes rows in f32; a broadcast scale or bias in f32.
 int64_t LayerNormOp::getWorkspaceBytes() {
   int64_t rows = 0, n = 0;
-  if (!convertsToF32(getInput()) || !splitAt(getInput(), getAxis(), rows, n))
+  if (!splitAt(getInput(), getAxis(), rows, n))
     return 0;
-  return kFloatBytes * std::min(rows, kRowLanes) * n;
+  int64_t floats = convertsToF32(getInput()) ? std::min(rows, kRowLanes) * n : 0;
+  floats += layerNormParamFloats(getScale(), n);
+  if (getBias())
+    floats += layerNormParamFloats(getBias(), n);
+  return kFloatBytes * floats;
 }
 
 void BatchNormOp::buildKernelCall(KernelCallBuilder &call) {
@@ -523,6 +534,20 @@ void SoftmaxCrossEntropyOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getLoss());
   call.tensor(getLogProb());
   lossArguments(call, *this);
+  call.workspace();
+}
+// A row of the class axis in f32 for each of the kernel's (at most 64)
+// blocks of samples, unless the rows are f32 and contiguous (no spatial
+// axes) and are read in place (runtime/src/cpu/loss.cpp).
+int64_t SoftmaxCrossEntropyOp::getWorkspaceBytes() {
+  auto type = cast<ShapedType>(getScores().getType());
+  if (!type.hasStaticShape() || type.getRank() < 2 || type.getNumElements() == 0)
+    return 0;
+  const int64_t c = type.getDimSize(1);
+  const int64_t rows = type.getNumElements() / c;
+  if (type.getElementType().isF32() && rows == type.getDimSize(0))
+    return 0;
+  return kFloatBytes * std::min<int64_t>(64, rows) * c;
 }
 
 void NllLossOp::buildKernelCall(KernelCallBuilder &call) {
@@ -684,16 +709,23 @@ void LayerNormGradOp::buildKernelCall(KernelCallBuilder &call) {
 }
 // f16/bf16: x, dy and dx rows in f32 for each block of rows whose partial
 // dscale/dbias sums the kernel keeps (at most 64, fewer when they would
-// pass 2^22 values per parameter; runtime/src/cpu/norm.cpp).
+// pass 2^22 values per parameter; runtime/src/cpu/norm.cpp); a broadcast
+// scale in f32; in every type the partial sums and their f64 totals.
 int64_t LayerNormGradOp::getWorkspaceBytes() {
   int64_t rows = 0, n = 0;
-  if (!convertsToF32(getInput()) || !splitAt(getInput(), getAxis(), rows, n))
+  if (!splitAt(getInput(), getAxis(), rows, n))
     return 0;
   int64_t blocks = std::min<int64_t>(
       {rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
   int64_t blockRows = (rows + blocks - 1) / blocks;
   blocks = (rows + blockRows - 1) / blockRows;
-  return kFloatBytes * 3 * blocks * n;
+  // f64 totals of dscale and dbias and a parameter accumulator (3 n
+  // doubles), each block's f32 partial sums of both (2 n per block).
+  int64_t floats = 2 * 3 * n + 2 * blocks * n;
+  if (convertsToF32(getInput()))
+    floats += 3 * blocks * n;
+  floats += layerNormParamFloats(getScale(), n);
+  return kFloatBytes * floats;
 }
 void BatchNormGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::batch_norm_grad");

@@ -472,7 +472,7 @@ def Ds_DropoutOp : Ds_Op<"dropout", [InferTypeOpAdaptor, Ds_VJP]> {
 //===----------------------------------------------------------------------===//
 
 def Ds_SoftmaxCrossEntropyOp : Ds_Op<"softmax_cross_entropy",
-    [InferTypeOpAdaptor, Ds_VJP]> {
+    [InferTypeOpAdaptor, Ds_VJP], ["getWorkspaceBytes"]> {
   let summary = "softmax cross-entropy of class scores against labels";
   let description = [{
     ONNX SoftmaxCrossEntropyLoss: scores [N, C, d...], labels [N, d...],

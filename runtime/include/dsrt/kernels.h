@@ -91,10 +91,14 @@ int64_t softmax_workspace_bytes(DType dtype, const Shape &x, int axis);
 // Normalizes over axes [axis, rank). mean and inv_std_dev are f32 with the
 // input's leading axes and ones for the normalized axes. bias may be null.
 // f16/bf16 rows are converted to f32 in the workspace, at most 64 at a time.
+// scale and bias are read in place when they have the normalized shape's
+// element count; one that broadcasts (fewer elements) is expanded to f32 in
+// the workspace (layer_norm_workspace_bytes counts it).
 void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
                 const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
                 float epsilon, const Workspace &ws);
-int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, int axis);
+int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
+                                   const Shape *bias, int axis);
 
 // Inference batch norm over axis 1 with running statistics.
 void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
@@ -144,9 +148,14 @@ void dropout(Stream &s, const Tensor &x, const Tensor &y, const Tensor &mask, fl
 // labels [N, d...], weights [C] or null. log_prob receives the log-softmax
 // over C. Labels equal to ignore_index (when has_ignore_index) contribute 0
 // and are not counted by the mean; other labels outside [0, C) throw.
+// Unless scores is f32 [N, C] (rows read in place), each of the at most 64
+// blocks of samples converts its row of the class axis to f32 in the
+// workspace (softmax_cross_entropy_workspace_bytes).
 void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels,
                            const Tensor *weights, const Tensor &loss, const Tensor &log_prob,
-                           Reduction reduction, bool has_ignore_index, int64_t ignore_index);
+                           Reduction reduction, bool has_ignore_index, int64_t ignore_index,
+                           const Workspace &ws);
+int64_t softmax_cross_entropy_workspace_bytes(DType dtype, const Shape &scores);
 
 void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Tensor *weights,
               const Tensor &loss, Reduction reduction, bool has_ignore_index,
@@ -217,8 +226,10 @@ int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis);
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws);
-// f16/bf16: x, dy and dx rows in f32 for each of at most 64 blocks of rows.
-int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, int axis);
+// Workspace: f64 totals and per-block f32 partial sums of dscale/dbias, f16/bf16
+// x/dy/dx rows per block (at most 64 blocks), a broadcast scale in f32.
+int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
+                                        int axis);
 
 // Training batch norm over axis 1 with the forward's saved batch mean and
 // inverse standard deviation (f32, [C]); dscale and dbias are [C].

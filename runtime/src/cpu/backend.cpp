@@ -79,16 +79,14 @@ public:
       return;
     detail::dispatch_float("cpu::add", dst.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      std::vector<const T *> parts;
-      for (int64_t j = 0; j < count; ++j)
-        parts.push_back(static_cast<const T *>(srcs[j].data));
       T *out = static_cast<T *>(dst.data);
       // Summed in f32 in source order, rounded once: every element reads
-      // all sources before dst is written, so dst may be one of them.
+      // all sources before dst is written, so dst may be one of them. The
+      // source pointers are read from srcs in the loop (no side array).
       for (int64_t i = 0; i < n; ++i) {
-        float sum = detail::Elem<T>::load(parts[0][i]);
-        for (size_t j = 1; j < parts.size(); ++j)
-          sum += detail::Elem<T>::load(parts[j][i]);
+        float sum = detail::Elem<T>::load(static_cast<const T *>(srcs[0].data)[i]);
+        for (int64_t j = 1; j < count; ++j)
+          sum += detail::Elem<T>::load(static_cast<const T *>(srcs[j].data)[i]);
         out[i] = detail::Elem<T>::store(sum);
       }
     });

@@ -147,13 +147,5 @@ WorkspaceFloats::WorkspaceFloats(const char *kernel, const Workspace &ws, int64_
     fail(kernel, "workspace of " + std::to_string(ws.bytes) + " bytes has no data (null pointer)");
 }
 
-float *scratch_floats(size_t count, int slot) {
-  thread_local std::vector<float> buffers[4];
-  std::vector<float> &buffer = buffers[slot];
-  if (buffer.size() < count)
-    buffer.resize(count);
-  return buffer.data();
-}
-
 }  // namespace detail
 }  // namespace dsrt

@@ -1,8 +1,9 @@
 // Losses: softmax cross-entropy (with its log-probabilities) and negative
 // log-likelihood, ONNX semantics, and their gradients. Labels are checked
 // before anything is written; per-sample losses are reduced in f64 in a
-// fixed order, so the result does not depend on the thread count. No kernel
-// here needs a workspace: per-sample weights are recomputed from the labels.
+// fixed order, so the result does not depend on the thread count. Per-sample
+// weights are recomputed from the labels; only softmax cross-entropy over
+// rows that are not contiguous f32 takes a workspace (one f32 row per block).
 #include "internal.h"
 
 #include <limits>
@@ -96,11 +97,24 @@ void write_total(const Tensor &loss, double total, double weight_total, Reductio
 // depend on the thread count and needs no per-sample storage.
 constexpr int64_t kLossBlocks = 64;
 
+// Blocks of samples a loss over `rows` samples sums separately.
+int64_t loss_blocks(int64_t rows) { return std::min<int64_t>(kLossBlocks, std::max<int64_t>(rows, 1)); }
+
 }  // namespace
+
+int64_t softmax_cross_entropy_workspace_bytes(DType dtype, const Shape &scores) {
+  if (scores.rank < 2 || scores.numel() == 0)
+    return 0;
+  const int64_t c = scores.dims[1], rows = scores.numel() / c;
+  if (dtype == DType::F32 && rows == scores.dims[0])
+    return 0;  // f32 rows with unit stride are read in place
+  return static_cast<int64_t>(sizeof(float)) * loss_blocks(rows) * c;
+}
 
 void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels,
                            const Tensor *weights, const Tensor &loss, const Tensor &log_prob,
-                           Reduction reduction, bool has_ignore_index, int64_t ignore_index) {
+                           Reduction reduction, bool has_ignore_index, int64_t ignore_index,
+                           const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "softmax_cross_entropy";
   LossShape ls = check_loss(kernel, scores, labels, weights, loss, reduction, has_ignore_index,
@@ -109,7 +123,11 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
   check_same_dtype(kernel, "scores", scores, "log_prob", log_prob);
   check_shape(kernel, "log_prob", log_prob, scores.shape);
   const int64_t rows = ls.n * ls.d, c = ls.c, d = ls.d;
-  const int64_t blocks = std::min<int64_t>(kLossBlocks, std::max<int64_t>(rows, 1));
+  const int64_t blocks = loss_blocks(rows);
+  const int64_t ws_bytes = softmax_cross_entropy_workspace_bytes(scores.dtype, scores.shape);
+  WorkspaceFloats scratch(kernel, ws, ws_bytes);
+  // Block blk converts its rows to f32 in rows_f32 + blk * c.
+  float *rows_f32 = ws_bytes > 0 ? scratch.take(blocks * c) : nullptr;
   double block_total[kLossBlocks] = {}, block_weight[kLossBlocks] = {};
   dispatch_float(kernel, scores.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -141,7 +159,7 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
               in = x + base;
           }
           if (!std::is_same_v<T, float> || d != 1) {
-            row = scratch_floats(static_cast<size_t>(c));
+            row = rows_f32 + blk * c;
             for (int64_t k = 0; k < c; ++k)
               row[k] = to_float(x[base + k * d]);
             in = row;

@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #include <limits>
+#include <type_traits>
 
 namespace dsrt {
 
@@ -168,37 +169,52 @@ void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Wo
 
 namespace {
 
-// scale or bias broadcast to the normalized shape, as f32.
-std::vector<float> expand_param(const char *kernel, const char *name, const Tensor &param,
-                                const Tensor &x, int axis) {
+// Checks a scale or bias against x and the normalized shape (axes [axis,
+// rank) of x). Returns whether it has fewer elements than the normalized
+// shape, so that the kernel expands it (in f32, into its workspace) rather
+// than reading it in place.
+bool check_param(const char *kernel, const char *name, const Tensor &param, const Tensor &x,
+                 const Shape &normalized) {
   check_data(kernel, name, param);
   check_same_dtype(kernel, "x", x, name, param);
-  Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
   BroadcastPlan plan;
   if (param.shape.rank > normalized.rank || !plan_broadcast(normalized, &param.shape, 1, plan))
     fail(kernel, std::string(name) + " " + param.shape.str() +
                      " does not broadcast to the normalized shape " + normalized.str());
-  std::vector<float> values = float_values(kernel, name, param);
-  std::vector<float> expanded(static_cast<size_t>(normalized.numel()));
-  if (expanded.empty())
-    return expanded;
-  const int64_t stride = plan.strides[0][plan.rank - 1];
-  for_each_row(plan, 0, normalized.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
-    for (int64_t i = 0; i < n; ++i)
-      expanded[o + i] = values[off[0] + i * stride];
-  });
-  return expanded;
+  return param.numel() < normalized.numel();
 }
+
+// Writes `param` broadcast to the normalized shape, as f32, to `out`.
+void expand_param(const char *kernel, const Tensor &param, const Shape &normalized, float *out) {
+  BroadcastPlan plan;
+  plan_broadcast(normalized, &param.shape, 1, plan);
+  const int64_t stride = plan.strides[0][plan.rank - 1];
+  dispatch_float(kernel, param.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *p = param.as<T>();
+    for_each_row(plan, 0, normalized.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
+      for (int64_t i = 0; i < n; ++i)
+        out[o + i] = Elem<T>::load(p[off[0] + i * stride]);
+    });
+  });
+}
+
+// The f32 elements of a layer norm scale or bias expanded to the normalized
+// shape: none when it has the normalized shape's element count already.
+int64_t param_floats(const Shape &param, int64_t n) { return param.numel() < n ? n : 0; }
 
 }  // namespace
 
-int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, int axis) {
-  if (!is_16bit_float(dtype) || axis < 0 || axis >= x.rank || x.numel() == 0)
+int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
+                                   const Shape *bias, int axis) {
+  if (axis < 0 || axis >= x.rank || x.numel() == 0)
     return 0;
   int64_t rows = 1, n = 1;
   for (int d = 0; d < x.rank; ++d)
     (d < axis ? rows : n) *= x.dims[d];
-  return static_cast<int64_t>(sizeof(float)) * row_lanes(rows) * n;
+  int64_t floats = is_16bit_float(dtype) ? row_lanes(rows) * n : 0;
+  floats += param_floats(scale, n) + (bias ? param_floats(*bias, n) : 0);
+  return static_cast<int64_t>(sizeof(float)) * floats;
 }
 
 void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
@@ -221,63 +237,96 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
   check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
   check_shape(kernel, "mean", mean, stat_shape);
   check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
-  std::vector<float> g = expand_param(kernel, "scale", scale, x, axis);
-  std::vector<float> b = bias ? expand_param(kernel, "bias", *bias, x, axis)
-                              : std::vector<float>(g.size(), 0.0f);
-  const int64_t rows = stat_shape.numel(), n = static_cast<int64_t>(g.size());
-  const int64_t bytes = layer_norm_workspace_bytes(x.dtype, x.shape, axis);
-  WorkspaceFloats scratch(kernel, ws, bytes);
+  const Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
+  const bool expand_g = check_param(kernel, "scale", scale, x, normalized);
+  const bool expand_b = bias && check_param(kernel, "bias", *bias, x, normalized);
+  const int64_t rows = stat_shape.numel(), n = normalized.numel();
+  WorkspaceFloats scratch(
+      kernel, ws,
+      layer_norm_workspace_bytes(x.dtype, x.shape, scale.shape, bias ? &bias->shape : nullptr,
+                                 axis));
   if (rows == 0)
     return;
-  float *lanes = bytes > 0 ? scratch.take(bytes / 4) : nullptr;
+  // scale and bias with the normalized shape are read in place (16-bit
+  // elements converted where they are used); a broadcast one is expanded to
+  // f32 in the workspace first.
+  float *lanes = is_16bit_float(x.dtype) ? scratch.take(row_lanes(rows) * n) : nullptr;
+  float *g_full = expand_g ? scratch.take(n) : nullptr;
+  float *b_full = expand_b ? scratch.take(n) : nullptr;
+  if (g_full)
+    expand_param(kernel, scale, normalized, g_full);
+  if (b_full)
+    expand_param(kernel, *bias, normalized, b_full);
   float *mean_out = mean.as<float>(), *inv_out = inv_std_dev.as<float>();
-  const float *pg = g.data(), *pb = b.data();
   const float inv_n = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *px = x.as<T>();
     T *py = y.as<T>();
-    for_each_row_range(s, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), lanes, n,
-                 [&](int64_t begin, int64_t end, float *row) {
-                   for (int64_t r = begin; r < end; ++r) {
-                     const float *in;
-                     float *out;
-                     if constexpr (std::is_same_v<T, float>) {
-                       in = px + r * n;
-                       out = py + r * n;
-                     } else {
-                       for (int64_t i = 0; i < n; ++i)
-                         row[i] = Elem<T>::load(px[r * n + i]);
-                       in = out = row;
-                     }
-                     // Two passes: the mean, then the centred sum of squares.
-                     // The mean is summed in f64 and kept as a float pair
-                     // (mu + mu_lo), so a large common offset does not cost
-                     // the centred values their precision.
-                     double sum = 0.0;
+    // pg and pb point to T (in place) or float (expanded); pb is null
+    // without a bias.
+    auto normalize = [&](const auto *pg, const auto *pb) {
+      using G = std::remove_cv_t<std::remove_pointer_t<decltype(pg)>>;
+      using B = std::remove_cv_t<std::remove_pointer_t<decltype(pb)>>;
+      for_each_row_range(
+          s, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), lanes, n,
+          [&](int64_t begin, int64_t end, float *row) {
+            for (int64_t r = begin; r < end; ++r) {
+              const float *in;
+              float *out;
+              if constexpr (std::is_same_v<T, float>) {
+                in = px + r * n;
+                out = py + r * n;
+              } else {
+                for (int64_t i = 0; i < n; ++i)
+                  row[i] = Elem<T>::load(px[r * n + i]);
+                in = out = row;
+              }
+              // Two passes: the mean, then the centred sum of squares.
+              // The mean is summed in f64 and kept as a float pair
+              // (mu + mu_lo), so a large common offset does not cost
+              // the centred values their precision.
+              double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-                     for (int64_t i = 0; i < n; ++i)
-                       sum += in[i];
-                     const double mean_d = sum / static_cast<double>(n);
-                     const float mu = static_cast<float>(mean_d);
-                     const float mu_lo = static_cast<float>(mean_d - mu);
-                     float sq = 0.0f;
+              for (int64_t i = 0; i < n; ++i)
+                sum += in[i];
+              const double mean_d = sum / static_cast<double>(n);
+              const float mu = static_cast<float>(mean_d);
+              const float mu_lo = static_cast<float>(mean_d - mu);
+              float sq = 0.0f;
 #pragma omp simd reduction(+ : sq)
-                     for (int64_t i = 0; i < n; ++i) {
-                       float d = (in[i] - mu) - mu_lo;
-                       sq += d * d;
-                     }
-                     const float inv = 1.0f / std::sqrt(sq * inv_n + epsilon);
+              for (int64_t i = 0; i < n; ++i) {
+                float d = (in[i] - mu) - mu_lo;
+                sq += d * d;
+              }
+              const float inv = 1.0f / std::sqrt(sq * inv_n + epsilon);
+              if (pb) {
 #pragma omp simd
-                     for (int64_t i = 0; i < n; ++i)
-                       out[i] = ((in[i] - mu) - mu_lo) * inv * pg[i] + pb[i];
-                     if constexpr (!std::is_same_v<T, float>)
-                       for (int64_t i = 0; i < n; ++i)
-                         py[r * n + i] = Elem<T>::store(out[i]);
-                     mean_out[r] = mu;
-                     inv_out[r] = inv;
-                   }
-                 });
+                for (int64_t i = 0; i < n; ++i)
+                  out[i] = ((in[i] - mu) - mu_lo) * inv * Elem<G>::load(pg[i]) +
+                           Elem<B>::load(pb[i]);
+              } else {
+#pragma omp simd
+                for (int64_t i = 0; i < n; ++i)
+                  out[i] = ((in[i] - mu) - mu_lo) * inv * Elem<G>::load(pg[i]) + 0.0f;
+              }
+              if constexpr (!std::is_same_v<T, float>)
+                for (int64_t i = 0; i < n; ++i)
+                  py[r * n + i] = Elem<T>::store(out[i]);
+              mean_out[r] = mu;
+              inv_out[r] = inv;
+            }
+          });
+    };
+    const T *sg = scale.as<T>(), *sb = bias ? bias->as<T>() : nullptr;
+    if (g_full && b_full)
+      normalize(static_cast<const float *>(g_full), static_cast<const float *>(b_full));
+    else if (g_full)
+      normalize(static_cast<const float *>(g_full), sb);
+    else if (b_full)
+      normalize(sg, static_cast<const float *>(b_full));
+    else
+      normalize(sg, sb);
   });
 }
 
@@ -574,23 +623,38 @@ void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor
 namespace {
 
 // Sums a gradient over the normalized shape (f64, one value per normalized
-// element) into `out`, a parameter shape that broadcasts to it.
+// element; null when there is none) into `out`, a parameter shape that
+// broadcasts to it, accumulating in `acc` (out.numel() doubles; null when
+// `full` is).
 void reduce_to_param(const char *kernel, const char *name, const Tensor &out,
-                     const Shape &normalized, const std::vector<double> &full) {
+                     const Shape &normalized, const double *full, double *acc) {
   BroadcastPlan plan;
-  if (out.shape.rank > normalized.rank || !plan_broadcast(normalized, &out.shape, 1, plan))
-    fail(kernel, std::string(name) + " " + out.shape.str() +
-                     " does not broadcast to the normalized shape " + normalized.str());
-  std::vector<double> acc(static_cast<size_t>(out.numel()), 0.0);
-  if (!full.empty()) {
+  plan_broadcast(normalized, &out.shape, 1, plan);
+  const int64_t count = out.numel();
+  if (full) {
+    std::fill(acc, acc + count, 0.0);
     const int64_t stride = plan.strides[0][plan.rank - 1];
     for_each_row(plan, 0, normalized.numel(), [&](int64_t o, const int64_t *off, int64_t n) {
       for (int64_t i = 0; i < n; ++i)
         acc[off[0] + i * stride] += full[o + i];
     });
   }
-  std::vector<float> values(acc.begin(), acc.end());
-  store_floats(kernel, name, out, values.data());
+  dispatch_float(kernel, out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T *p = out.as<T>();
+    for (int64_t i = 0; i < count; ++i)
+      p[i] = Elem<T>::store(full ? static_cast<float>(acc[i]) : 0.0f);
+  });
+}
+
+// Checks that a gradient of a parameter broadcasts to the normalized shape.
+void check_param_grad(const char *kernel, const char *name, const Tensor &out,
+                      const Shape &normalized) {
+  check_data(kernel, name, out);
+  BroadcastPlan plan;
+  if (out.shape.rank > normalized.rank || !plan_broadcast(normalized, &out.shape, 1, plan))
+    fail(kernel, std::string(name) + " " + out.shape.str() +
+                     " does not broadcast to the normalized shape " + normalized.str());
 }
 
 // One row of layer_norm_grad in f32: writes dx and adds the row's terms of
@@ -604,13 +668,15 @@ void reduce_to_param(const char *kernel, const char *name, const Tensor &out,
 // is small, so f32 suffices). With dxhat = dy g and xhat = (x - mu - mu_lo) inv:
 //   dx = inv (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
 //   sum(dxhat xhat) = inv (sum(dxhat (x - mu)) - mu_lo sum(dxhat)).
-inline void layer_norm_grad_row(const float *x, const float *dy, const float *g, float *dx,
+// g is the scale in place (G = the element type) or expanded to f32.
+template <typename G>
+inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, float *dx,
                                 float *acc_g, float *acc_b, int64_t n, float mu, float inv) {
   const float inv_n = 1.0f / static_cast<float>(n);
   float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
 #pragma omp simd reduction(+ : s0, a, b0)
   for (int64_t i = 0; i < n; ++i) {
-    const float d = x[i] - mu, dxh = dy[i] * g[i];
+    const float d = x[i] - mu, dxh = dy[i] * Elem<G>::load(g[i]);
     s0 += d;
     a += dxh;
     b0 += dxh * d;
@@ -622,7 +688,7 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const float *g,
     const float xh = ((x[i] - mu) - mu_lo) * inv, grad = dy[i];
     acc_g[i] += grad * xh;
     acc_b[i] += grad;
-    dx[i] = inv * (grad * g[i] - mean_a - xh * mean_b);
+    dx[i] = inv * (grad * Elem<G>::load(g[i]) - mean_a - xh * mean_b);
   }
 }
 
@@ -645,15 +711,23 @@ void layer_norm_grad_blocks(int64_t rows, int64_t n, int64_t &blocks, int64_t &b
 
 }  // namespace
 
-int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, int axis) {
-  if (!is_16bit_float(dtype) || axis < 0 || axis >= x.rank)
+int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
+                                        int axis) {
+  if (axis < 0 || axis >= x.rank || x.numel() == 0)
     return 0;
   int64_t rows = 1, n = 1, blocks = 0, block_rows = 0;
   for (int d = 0; d < x.rank; ++d)
     (d < axis ? rows : n) *= x.dims[d];
   layer_norm_grad_blocks(rows, n, blocks, block_rows);
-  // x, dy and dx rows in f32, one set per block.
-  return static_cast<int64_t>(sizeof(float)) * 3 * blocks * n;
+  // The f64 totals of dscale and dbias per normalized element and the
+  // accumulator of one broadcast parameter (3 n doubles, first, so they are
+  // aligned); each block's f32 partial sums of both (2 n per block);
+  // f16/bf16: x, dy and dx rows in f32, one set per block; a broadcast
+  // scale expanded to the normalized shape in f32.
+  int64_t floats = 2 * 3 * n + 2 * blocks * n;
+  floats += is_16bit_float(dtype) ? 3 * blocks * n : 0;
+  floats += param_floats(scale, n);
+  return static_cast<int64_t>(sizeof(float)) * floats;
 }
 
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
@@ -679,20 +753,17 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
   check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
   check_shape(kernel, "mean", mean, stat_shape);
   check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
-  std::vector<float> g = expand_param(kernel, "scale", scale, x, axis);
+  const Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
+  const bool expand_g = check_param(kernel, "scale", scale, x, normalized);
   check_data(kernel, "dscale", dscale);
   check_same_dtype(kernel, "scale", scale, "dscale", dscale);
   check_shape(kernel, "dscale", dscale, scale.shape);
-  const Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
   if (dbias) {
     check_data(kernel, "dbias", *dbias);
     check_same_dtype(kernel, "x", x, "dbias", *dbias);
-    BroadcastPlan plan;
-    if (dbias->shape.rank > normalized.rank || !plan_broadcast(normalized, &dbias->shape, 1, plan))
-      fail(kernel, "dbias " + dbias->shape.str() + " does not broadcast to the normalized shape " +
-                       normalized.str());
+    check_param_grad(kernel, "dbias", *dbias, normalized);
   }
-  const int64_t rows = stat_shape.numel(), n = static_cast<int64_t>(g.size());
+  const int64_t rows = stat_shape.numel(), n = normalized.numel();
   // dscale and dbias sum over the rows. Each block of rows keeps its own
   // partial sums, and the blocks are added in order afterwards: the block
   // size depends on the shape only, so the result is the same for every
@@ -700,17 +771,33 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
   // the workspace.
   int64_t blocks = 0, block_rows = 0;
   layer_norm_grad_blocks(rows, n, blocks, block_rows);
-  WorkspaceFloats scratch(kernel, ws, layer_norm_grad_workspace_bytes(x.dtype, x.shape, axis));
-  float *row_sets = scratch.take(layer_norm_grad_workspace_bytes(x.dtype, x.shape, axis) / 4);
-  // The calling thread's scratch (slot 3; the row scratch uses 0-2), reused
-  // across calls: a fresh vector this size would page-fault every call.
-  float *part_g = scratch_floats(static_cast<size_t>(2 * blocks * n), 3);
+  WorkspaceFloats scratch(kernel, ws,
+                          layer_norm_grad_workspace_bytes(x.dtype, x.shape, scale.shape, axis));
+  if (x.numel() == 0) {
+    // No rows (or an empty normalized shape): the parameter gradients are 0.
+    reduce_to_param(kernel, "dscale", dscale, normalized, nullptr, nullptr);
+    if (dbias)
+      reduce_to_param(kernel, "dbias", *dbias, normalized, nullptr, nullptr);
+    return;
+  }
+  double *sum_g = reinterpret_cast<double *>(scratch.take(2 * 3 * n));
+  double *sum_b = sum_g + n, *acc = sum_b + n;
+  // dscale and dbias partial sums of each block (the blocks' parts of the
+  // workspace, so the totals do not depend on the thread count).
+  float *part_g = scratch.take(2 * blocks * n);
   float *part_b = part_g + blocks * n;
+  const bool rows_in_f32 = is_16bit_float(x.dtype);
+  float *row_sets = rows_in_f32 ? scratch.take(3 * blocks * n) : nullptr;
+  // A scale with the normalized shape is read in place; a broadcast one is
+  // expanded to f32 in the workspace.
+  float *g_full = expand_g ? scratch.take(n) : nullptr;
+  if (g_full)
+    expand_param(kernel, scale, normalized, g_full);
   const float *mean_in = mean.as<float>(), *inv_in = inv_std_dev.as<float>();
-  const float *pg = g.data();
   if (blocks > 0) {
     dispatch_float(kernel, x.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
+      const T *sg = scale.as<T>();
       const T *px = x.as<T>(), *pdy = dy.as<T>();
       T *pdx = dx.as<T>();
       parallel_for(
@@ -737,7 +824,11 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
                   grad = gr;
                   out = xr + 2 * n;
                 }
-                layer_norm_grad_row(in, grad, pg, out, acc_g, acc_b, n, mean_in[r], inv_in[r]);
+                if (g_full)
+                  layer_norm_grad_row(in, grad, static_cast<const float *>(g_full), out, acc_g,
+                                      acc_b, n, mean_in[r], inv_in[r]);
+                else
+                  layer_norm_grad_row(in, grad, sg, out, acc_g, acc_b, n, mean_in[r], inv_in[r]);
                 if constexpr (!std::is_same_v<T, float>)
                   for (int64_t i = 0; i < n; ++i)
                     pdx[r * n + i] = Elem<T>::store(out[i]);
@@ -746,15 +837,15 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
           });
     });
   }
-  std::vector<double> sum_g(static_cast<size_t>(n), 0.0), sum_b(static_cast<size_t>(n), 0.0);
+  std::fill(sum_g, sum_g + 2 * n, 0.0);
   for (int64_t blk = 0; blk < blocks; ++blk)
     for (int64_t i = 0; i < n; ++i) {
       sum_g[i] += part_g[blk * n + i];
       sum_b[i] += part_b[blk * n + i];
     }
-  reduce_to_param(kernel, "dscale", dscale, normalized, sum_g);
+  reduce_to_param(kernel, "dscale", dscale, normalized, sum_g, acc);
   if (dbias)
-    reduce_to_param(kernel, "dbias", *dbias, normalized, sum_b);
+    reduce_to_param(kernel, "dbias", *dbias, normalized, sum_b, acc);
 }
 
 //===----------------------------------------------------------------------===//
