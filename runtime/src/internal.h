@@ -135,9 +135,9 @@ inline int64_t index_at(const Tensor &t, int64_t i) {
 }
 void check_index_tensor(const char *kernel, const char *name, const Tensor &t);
 
-// A small float tensor (scale, bias, statistics) as f32 values; and the
-// inverse, rounding to the tensor's type.
-std::vector<float> float_values(const char *kernel, const char *name, const Tensor &t);
+// Element 0 of a float tensor (a scalar such as lr) as f32.
+float float_value(const char *kernel, const char *name, const Tensor &t);
+// f32 values written into a float tensor, rounding to its type.
 void store_floats(const char *kernel, const char *name, const Tensor &t, const float *values);
 
 //===----------------------------------------------------------------------===//

@@ -57,16 +57,16 @@ void check_index_tensor(const char *kernel, const char *name, const Tensor &t) {
   check_data(kernel, name, t);
 }
 
-std::vector<float> float_values(const char *kernel, const char *name, const Tensor &t) {
+float float_value(const char *kernel, const char *name, const Tensor &t) {
   check_data(kernel, name, t);
-  std::vector<float> values(static_cast<size_t>(t.numel()));
+  if (t.numel() < 1)
+    fail(kernel, std::string(name) + " has no element");
+  float value = 0.0f;
   dispatch_float(kernel, t.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T *p = t.as<T>();
-    for (size_t i = 0; i < values.size(); ++i)
-      values[i] = Elem<T>::load(p[i]);
+    value = Elem<T>::load(t.as<T>()[0]);
   });
-  return values;
+  return value;
 }
 
 void store_floats(const char *kernel, const char *name, const Tensor &t, const float *values) {

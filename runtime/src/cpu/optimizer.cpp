@@ -41,7 +41,7 @@ Scalars check_optimizer(const char *kernel, const Tensor &lr, const Tensor *step
     check_shape(kernel, names[i], *states[i], param.shape);
   }
   Scalars sc;
-  sc.lr = float_values(kernel, "lr", lr)[0];
+  sc.lr = float_value(kernel, "lr", lr);
   sc.step = step ? step->as<int64_t>()[0] : 0;
   return sc;
 }
@@ -329,37 +329,48 @@ void sum_of_squares(Stream &s, const Tensor *tensors, int num_tensors, const Ten
     fail(kernel, "out must be a scalar, got " + out.shape.str());
   if (num_tensors < 0 || (num_tensors > 0 && tensors == nullptr))
     fail(kernel, "needs a list of tensors, got " + std::to_string(num_tensors));
-  // Fixed-size blocks over all tensors, summed in f64 each and then in
-  // order: the same bits for every thread count.
-  constexpr int64_t kBlock = 1 << 16;
-  struct Block {
-    int tensor;
-    int64_t begin, end;
-  };
-  std::vector<Block> blocks;
   for (int k = 0; k < num_tensors; ++k) {
     const std::string name = "tensor " + std::to_string(k);
     check_data(kernel, name.c_str(), tensors[k]);
     check_float(kernel, name.c_str(), tensors[k]);
-    for (int64_t b = 0, n = tensors[k].numel(); b < n; b += kBlock)
-      blocks.push_back({k, b, std::min(n, b + kBlock)});
   }
-  std::vector<double> partial(blocks.size(), 0.0);
-  parallel_for(s, static_cast<int64_t>(blocks.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const Block &b = blocks[i];
-      const Tensor &t = tensors[b.tensor];
-      const int64_t n = b.end - b.begin;
-      switch (t.dtype) {  // float types only, checked above
-      case DType::F32: partial[i] = sum_squares(t.as<float>() + b.begin, n); break;
-      case DType::F16: partial[i] = sum_squares(t.as<half_t>() + b.begin, n); break;
-      default: partial[i] = sum_squares(t.as<bfloat_t>() + b.begin, n); break;
-      }
-    }
-  });
+  // Fixed-size blocks over all tensors, summed in f64 each and then in
+  // order: the same bits for every thread count. The blocks are taken
+  // kBatch at a time, so the kernel needs no memory beyond its stack.
+  constexpr int64_t kBlock = 1 << 16;
+  constexpr int kBatch = 256;
+  struct Block {
+    int tensor;
+    int64_t begin, end;
+  };
+  Block blocks[kBatch];
+  double partial[kBatch];
   double total = 0.0;
-  for (double v : partial)
-    total += v;
+  int k = 0;
+  int64_t next = 0;  // the next block of tensor k starts here
+  while (k < num_tensors) {
+    int count = 0;
+    for (; k < num_tensors && count < kBatch; ++k, next = 0) {
+      const int64_t n = tensors[k].numel();
+      for (; next < n && count < kBatch; next += kBlock)
+        blocks[count++] = {k, next, std::min(n, next + kBlock)};
+      if (next < n) break;  // the batch is full; tensor k goes on in the next
+    }
+    parallel_for(s, count, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const Block &b = blocks[i];
+        const Tensor &t = tensors[b.tensor];
+        const int64_t n = b.end - b.begin;
+        switch (t.dtype) {  // float types only, checked above
+        case DType::F32: partial[i] = sum_squares(t.as<float>() + b.begin, n); break;
+        case DType::F16: partial[i] = sum_squares(t.as<half_t>() + b.begin, n); break;
+        default: partial[i] = sum_squares(t.as<bfloat_t>() + b.begin, n); break;
+        }
+      }
+    });
+    for (int i = 0; i < count; ++i)
+      total += partial[i];
+  }
   out.as<float>()[0] = static_cast<float>(total);
 }
 
