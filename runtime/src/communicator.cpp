@@ -108,8 +108,22 @@ int Communicator::rank() const { return transport_->rank(); }
 int Communicator::size() const { return transport_->size(); }
 bool Communicator::uses_mpi() const { return transport_->uses_mpi(); }
 
+namespace {
+
+// Collectives reduce by sum, average or max; a product (a kernel's
+// reduction) is refused rather than summed.
+void check_collective_reduction(const char *what, ReduceOp op) {
+  if (op != ReduceOp::Sum && op != ReduceOp::Mean && op != ReduceOp::Max)
+    throw Error(std::string("dsrt::Communicator::") + what +
+                ": collectives reduce by sum, average or max; reduction " +
+                std::to_string(static_cast<int>(op)) + " is not supported");
+}
+
+}  // namespace
+
 Request Communicator::all_reduce(Stream &stream, const Tensor &in, const Tensor &out,
                                  ReduceOp op, const CommHooks &hooks) {
+  check_collective_reduction("all_reduce", op);
   return transport_->all_reduce(stream, in, out, op, hooks);
 }
 
@@ -120,6 +134,7 @@ Request Communicator::all_gather(Stream &stream, const Tensor &in, const Tensor 
 
 Request Communicator::reduce_scatter(Stream &stream, const Tensor &in, const Tensor &out,
                                      ReduceOp op, const CommHooks &hooks) {
+  check_collective_reduction("reduce_scatter", op);
   return transport_->reduce_scatter(stream, in, out, op, hooks);
 }
 

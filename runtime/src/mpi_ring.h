@@ -96,6 +96,7 @@ inline const char *reduce_name(ReduceOp op) {
   case ReduceOp::Sum: return "sum";
   case ReduceOp::Mean: return "average";
   case ReduceOp::Max: return "max";
+  case ReduceOp::Prod: return "prod";  // refused by Communicator
   }
   return "unknown";
 }

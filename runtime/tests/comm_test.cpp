@@ -801,6 +801,11 @@ TEST(CommErrors, OneRanksBadArgumentsFailEveryRank) {
   EXPECT_DSRT_ERROR(world().recv(s, out, R()), "dsrt::Communicator::recv",
                     "is not another rank");
   EXPECT_DSRT_ERROR(world().send_recv(s, {{CommOp::Barrier, out, 0}}), "must be Send or Recv");
+  // A product is a kernel's reduction, never silently a collective's sum.
+  EXPECT_DSRT_ERROR(world().all_reduce(s, out, out, dsrt::ReduceOp::Prod),
+                    "Communicator::all_reduce", "sum, average or max");
+  EXPECT_DSRT_ERROR(world().reduce_scatter(s, out, out, dsrt::ReduceOp::Prod),
+                    "Communicator::reduce_scatter", "sum, average or max");
   expect_still_works();
 }
 
