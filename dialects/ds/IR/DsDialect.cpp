@@ -188,6 +188,29 @@ static LogicalResult verifyParamMatchesType(Operation *op, unsigned argIndex,
   return success();
 }
 
+/// A ds.role on argument or result `index` (`what`) of a pipeline stage
+/// function: a #ds.role other than `forbidden` there (the function `why`),
+/// beside the value's id (`idName`, present when `hasId`).
+static LogicalResult verifyRole(Operation *op, NamedAttribute attribute,
+                                StringRef what, unsigned index,
+                                ValueRole forbidden, StringRef why,
+                                StringRef idName, bool hasId) {
+  auto role = dyn_cast<ValueRoleAttr>(attribute.getValue());
+  if (!role)
+    return op->emitOpError() << "'" << DsDialect::kRoleAttrName
+                             << "' must be a #ds.role attribute";
+  if (role.getValue() == forbidden)
+    return op->emitOpError()
+           << what << " " << index << " cannot have role '"
+           << stringifyValueRole(forbidden) << "' (a stage function " << why
+           << ")";
+  if (!hasId)
+    return op->emitOpError()
+           << what << " " << index << " with '" << DsDialect::kRoleAttrName
+           << "' needs '" << idName << "' (the value's id)";
+  return success();
+}
+
 LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
                                                   unsigned regionIndex,
                                                   unsigned argIndex,
@@ -261,21 +284,11 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
              << "'" << kStateAttrName << "' must be a #ds.state attribute";
     return success();
   }
-  if (attribute.getName() == kRoleAttrName) {
-    auto role = dyn_cast<ValueRoleAttr>(attribute.getValue());
-    if (!role)
-      return op->emitOpError()
-             << "'" << kRoleAttrName << "' must be a #ds.role attribute";
-    if (role.getValue() == ValueRole::send)
-      return op->emitOpError()
-             << "argument " << argIndex << " cannot have role 'send' (a "
-             << "stage function receives or keeps its arguments)";
-    if (!function.getArgAttrOfType<StringAttr>(argIndex, kInputAttrName))
-      return op->emitOpError()
-             << "argument " << argIndex << " with '" << kRoleAttrName
-             << "' needs '" << kInputAttrName << "' (the value's id)";
-    return success();
-  }
+  if (attribute.getName() == kRoleAttrName)
+    return verifyRole(op, attribute, "argument", argIndex, ValueRole::send,
+                      "receives or keeps its arguments", kInputAttrName,
+                      static_cast<bool>(function.getArgAttrOfType<StringAttr>(
+                          argIndex, kInputAttrName)));
   return op->emitOpError() << "unknown ds argument attribute '"
                            << attribute.getName().getValue() << "'";
 }
@@ -291,21 +304,12 @@ LogicalResult DsDialect::verifyRegionResultAttribute(Operation *op,
     return success();
   }
   if (attribute.getName() == kRoleAttrName) {
-    auto role = dyn_cast<ValueRoleAttr>(attribute.getValue());
-    if (!role)
-      return op->emitOpError()
-             << "'" << kRoleAttrName << "' must be a #ds.role attribute";
-    if (role.getValue() == ValueRole::recv)
-      return op->emitOpError()
-             << "result " << resultIndex << " cannot have role 'recv' (a "
-             << "stage function sends or keeps its results)";
     auto function = dyn_cast<FunctionOpInterface>(op);
-    if (!function ||
-        !function.getResultAttrOfType<StringAttr>(resultIndex, kOutputAttrName))
-      return op->emitOpError()
-             << "result " << resultIndex << " with '" << kRoleAttrName
-             << "' needs '" << kOutputAttrName << "' (the value's id)";
-    return success();
+    return verifyRole(
+        op, attribute, "result", resultIndex, ValueRole::recv,
+        "sends or keeps its results", kOutputAttrName,
+        function && static_cast<bool>(function.getResultAttrOfType<StringAttr>(
+                        resultIndex, kOutputAttrName)));
   }
   if (attribute.getName() == kGradAttrName) {
     if (!isa<StringAttr>(attribute.getValue()))
