@@ -269,4 +269,25 @@ FileStoreStats FileStore::stats() const {
   return impl_->stats;
 }
 
+void make_directories(const std::string &path, const std::string &what) {
+  if (path.empty())
+    throw Error(what + ": an empty path is not a directory");
+  // Each prefix ending before a '/', then the whole path.
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string prefix = end == std::string::npos ? path : path.substr(0, end);
+    struct stat st;
+    if (!prefix.empty() && prefix.back() != '/') {
+      if (stat(prefix.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+          throw Error(what + " '" + path + "': '" + prefix + "' exists and is not a directory");
+      } else if (mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) {
+        throw Error(what + " '" + path + "': cannot create '" + prefix + "': " +
+                    std::strerror(errno));
+      }
+    }
+    if (end == std::string::npos)
+      break;
+  }
+}
+
 }  // namespace dsrt

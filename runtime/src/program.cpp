@@ -645,6 +645,9 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     // The kernels' axes (all of size 1) for a program that has a grid.
     if (!info.grid_names.empty()) use_program_grid(info);
 
+    // Found before anything runs; created when missing, as dsopt's -o.
+    make_directories(options.outputs, "--outputs");
+
     Program program;
     program.info = &info;
     program.stream = Stream(backend().kind(), options.threads);
@@ -664,9 +667,6 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     run_to_completion(program, run);
     double elapsed = now_us() - start;
 
-    struct stat st;
-    if (stat(options.outputs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      throw Error("--outputs '" + options.outputs + "' is not a directory");
     for (size_t i = 0; i < info.outputs.size(); ++i) {
       if (i >= program.outputs.size() || !program.outputs[i].data)
         throw Error("output '" + info.outputs[i].name + "' was not produced");

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace {
 
 using dsrt::DType;
@@ -102,13 +104,32 @@ TEST_F(Errors, ShapesAndTypesThatDisagree) {
   EXPECT_DSRT_ERROR(dsrt::copy(s, m, bytes), "dsrt::copy", "48 bytes", "52 bytes");
   Owned x(DType::F32, Shape{2, 3, 4}), r(DType::F32, Shape{2, 4});
   const int64_t axes[] = {2, 1};
-  EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Sum, x, r, axes, 2), "sorted");
+  EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Sum, x, r, axes, 2, {}), "sorted");
   const int64_t axis1[] = {1};
   Owned r_bad(DType::F32, Shape{2, 3});
-  EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Max, x, r_bad, axis1, 1), "reduce(max)",
+  EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Max, x, r_bad, axis1, 1, {}), "reduce(max)",
                     "[2, 1, 4] or [2, 4]");
   Owned empty(DType::I64, Shape{2, 0}), empty_y(DType::I64, Shape{2});
-  EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Max, empty, empty_y, axis1, 1), "empty axis");
+  EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Max, empty, empty_y, axis1, 1, {}),
+                    "empty axis");
+  // The accumulators live in the planned workspace: f64 for a float sum of
+  // [2, 3, 4] over axis 1 is 2 * 4 doubles; one byte less is refused.
+  Owned r1(DType::F32, Shape{2, 4});
+  EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Sum, DType::F32, Shape{2, 3, 4}, axis1, 1), 64);
+  EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Max, DType::F32, Shape{2, 3, 4}, axis1, 1), 32);
+  EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Sum, DType::F32, Shape{2, 3, 40}, axis1, 1),
+            640);
+  EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Max, DType::F32, Shape{2, 3, 40}, axis1, 1),
+            320);
+  const int64_t axes13[] = {1, 3};
+  EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Sum, DType::F32, Shape{2, 3, 4, 5},
+                                         axes13, 2), 256);
+  EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Mean, DType::I64, Shape{2, 3, 4}, axis1, 1),
+            64);
+  std::vector<double> acc(8);
+  dsrt::Workspace small{acc.data(), 63};
+  EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Sum, x, r1, axis1, 1, small), "reduce(sum)",
+                    "63 bytes", "64 bytes");
 }
 
 TEST_F(Errors, NormalizationAndConvolutionArguments) {

@@ -273,8 +273,11 @@ const std::map<std::string, KernelFn> &kernels() {
       {"reduce",
        [](CaseRun &c) {
          std::vector<int64_t> axes = c.attr_ints("axes");
-         reduce(c.stream(), reduce_op(c.attr_str("op")), c.in("x"), c.out("y"), axes.data(),
-                static_cast<int>(axes.size()));
+         Tensor x = c.in("x");
+         const ReduceOp op = reduce_op(c.attr_str("op"));
+         const int n = static_cast<int>(axes.size());
+         reduce(c.stream(), op, x, c.out("y"), axes.data(), n,
+                c.workspace(reduce_workspace_bytes(op, x.dtype, x.shape, axes.data(), n)));
        }},
       {"transpose",
        [](CaseRun &c) {

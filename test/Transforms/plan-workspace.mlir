@@ -181,3 +181,49 @@ func.func @cross_entropy_rows(%s: tensor<6x10xf32> {ds.input = "s"}, %l: tensor<
   %c, %pc = ds.softmax_cross_entropy %sb, %l : tensor<6x10xbf16>, tensor<6xi64>
   return %a, %b, %c : tensor<f32>, tensor<f32>, tensor<bf16>
 }
+
+// -----
+
+// Reductions accumulate in their workspace. A float sum of 2x3x40 over
+// axis 1 is one pass into 2 * 40 f64 accumulators (640 bytes): the arena is
+// x (960) + y (320) + the workspace (640) = 1920 bytes. A float max
+// accumulates in f32 (320): 1600 bytes. Summing 2x3x4x5 over axes 1 and 3
+// takes two passes, 2 * 3 * 4 then 2 * 4 f64 (256 bytes): x (480, 512
+// aligned) + y (32, 64 aligned) + 256 = 832. An integer mean uses 64-bit
+// accumulators: 2x3x4 i64 over axis 1, x (192) + y (64) + 2 * 4 * 8 = 320.
+// These are the sizes dsrt::reduce_workspace_bytes gives for the same shapes
+// (runtime/tests/errors_test.cpp).
+// CHECK-LABEL: func.func @reduce_sum
+// CHECK-SAME: arena_bytes = 1920
+// CHECK: ds.reduce_sum {{.*}}ds.workspace =
+func.func @reduce_sum(%x: tensor<2x3x40xf32> {ds.input = "x"}) -> (tensor<2x40xf32> {ds.output = "y"}) {
+  %y = ds.reduce_sum %x {axes = array<i64: 1>, keepdims = false} : tensor<2x3x40xf32>
+  return %y : tensor<2x40xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @reduce_max
+// CHECK-SAME: arena_bytes = 1600
+func.func @reduce_max(%x: tensor<2x3x40xf32> {ds.input = "x"}) -> (tensor<2x40xf32> {ds.output = "y"}) {
+  %y = ds.reduce_max %x {axes = array<i64: 1>, keepdims = false} : tensor<2x3x40xf32>
+  return %y : tensor<2x40xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @reduce_two_passes
+// CHECK-SAME: arena_bytes = 832
+func.func @reduce_two_passes(%x: tensor<2x3x4x5xf32> {ds.input = "x"}) -> (tensor<2x4xf32> {ds.output = "y"}) {
+  %y = ds.reduce_sum %x {axes = array<i64: 1, 3>, keepdims = false} : tensor<2x3x4x5xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @reduce_integer_mean
+// CHECK-SAME: arena_bytes = 320
+func.func @reduce_integer_mean(%x: tensor<2x3x4xi64> {ds.input = "x"}) -> (tensor<2x4xi64> {ds.output = "y"}) {
+  %y = ds.reduce_mean %x {axes = array<i64: 1>, keepdims = false} : tensor<2x3x4xi64>
+  return %y : tensor<2x4xi64>
+}

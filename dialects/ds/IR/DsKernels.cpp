@@ -60,6 +60,7 @@ void reduceCall(KernelCallBuilder &call, StringRef op, Value input,
   call.tensor(result);
   call.integers(axes);
   call.integer(axes.size());
+  call.workspace();
 }
 
 //===----------------------------------------------------------------------===//
@@ -422,6 +423,57 @@ void BatchNormTrainOp::buildKernelCall(KernelCallBuilder &call) {
   call.real(getMomentum().convertToFloat());
 }
 
+/// The accumulators of reduce's passes (runtime/src/cpu/reduce.cpp): the
+/// axes collapse into alternating kept and reduced groups (size-1 axes
+/// dropped), each reduced group is one pass, last first, and the passes
+/// alternate between two buffers sized by the first two passes' results (the
+/// values themselves when every reduced axis has size 1). Elements are f64
+/// for float sums, means and products, f32 for a float max, 64-bit integers
+/// for integers.
+static int64_t reduceWorkspaceBytes(Value input, ArrayRef<int64_t> axes,
+                                    bool isMax) {
+  auto type = dyn_cast<ShapedType>(input.getType());
+  if (!type || !type.hasStaticShape())
+    return 0;
+  SmallVector<bool> reduced(type.getRank(), false);
+  for (int64_t axis : axes)
+    if (axis >= 0 && axis < type.getRank())
+      reduced[axis] = true;
+  int64_t outCount = 1;
+  SmallVector<std::pair<int64_t, bool>> groups;
+  for (int64_t d = 0; d < type.getRank(); ++d) {
+    int64_t dim = type.getDimSize(d);
+    if (!reduced[d])
+      outCount *= dim;
+    if (dim == 1)
+      continue;
+    if (!groups.empty() && groups.back().second == reduced[d])
+      groups.back().first *= dim;
+    else
+      groups.push_back({dim, reduced[d]});
+  }
+  if (outCount == 0)
+    return 0;
+  int64_t sizes[2] = {0, 0};
+  int pass = 0;
+  for (int64_t g = static_cast<int64_t>(groups.size()) - 1; g >= 0 && pass < 2;
+       --g) {
+    if (!groups[g].second)
+      continue;
+    int64_t n = 1;
+    for (int64_t d = 0; d < static_cast<int64_t>(groups.size()); ++d)
+      if (d != g)
+        n *= groups[d].first;
+    sizes[pass++] = n;
+    groups.erase(groups.begin() + g);
+  }
+  if (pass == 0)
+    sizes[0] = outCount;
+  Type element = getElementTypeOrSelf(type);
+  int64_t accumulator = isa<FloatType>(element) && isMax ? 4 : 8;
+  return (sizes[0] + sizes[1]) * accumulator;
+}
+
 void ReduceSumOp::buildKernelCall(KernelCallBuilder &call) {
   reduceCall(call, "Sum", getInput(), getResult(), getAxes());
 }
@@ -433,6 +485,18 @@ void ReduceMaxOp::buildKernelCall(KernelCallBuilder &call) {
 }
 void ReduceProdOp::buildKernelCall(KernelCallBuilder &call) {
   reduceCall(call, "Prod", getInput(), getResult(), getAxes());
+}
+int64_t ReduceSumOp::getWorkspaceBytes() {
+  return reduceWorkspaceBytes(getInput(), getAxes(), false);
+}
+int64_t ReduceMeanOp::getWorkspaceBytes() {
+  return reduceWorkspaceBytes(getInput(), getAxes(), false);
+}
+int64_t ReduceMaxOp::getWorkspaceBytes() {
+  return reduceWorkspaceBytes(getInput(), getAxes(), true);
+}
+int64_t ReduceProdOp::getWorkspaceBytes() {
+  return reduceWorkspaceBytes(getInput(), getAxes(), false);
 }
 
 //===----------------------------------------------------------------------===//

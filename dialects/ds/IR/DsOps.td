@@ -348,7 +348,8 @@ def Ds_BatchNormTrainOp : Ds_Op<"batch_norm_train", [InferTypeOpAdaptor, Ds_VJP]
 //===----------------------------------------------------------------------===//
 
 class Ds_ReduceOp<string mnemonic, string what>
-    : Ds_Op<mnemonic, [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
+    : Ds_Op<mnemonic, [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP],
+            ["getWorkspaceBytes"]> {
   let summary = what # " over `axes` (sorted, non-negative)";
   let arguments = (ins Ds_NumericTensor:$input, DenseI64ArrayAttr:$axes,
                    DefaultValuedAttr<BoolAttr, "true">:$keepdims);

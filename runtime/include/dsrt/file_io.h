@@ -25,6 +25,12 @@
 
 namespace dsrt {
 
+// Makes `path` a directory, creating it and any missing parents (as
+// `mkdir -p`); `what` names it in the dsrt::Error thrown when a component
+// exists and is not a directory or cannot be created (with the system's
+// message).
+void make_directories(const std::string &path, const std::string &what);
+
 struct FileStoreStats {
   int64_t reads = 0, writes = 0;  // completed operations
   int64_t bytes_read = 0, bytes_written = 0;

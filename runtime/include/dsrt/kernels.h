@@ -115,8 +115,13 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
 
 // Reduces x over the sorted axes[0..num_axes) into y (y's shape keeps or drops
 // the reduced axes; both layouts are the same elements in the same order).
+// The workspace holds the accumulators of the passes (one per reduced group
+// of axes, last first): f64 for float sums, means and products, f32 for a
+// float max, 64-bit integers for integers.
 void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int64_t *axes,
-            int num_axes);
+            int num_axes, const Workspace &ws);
+int64_t reduce_workspace_bytes(ReduceOp op, DType dtype, const Shape &x, const int64_t *axes,
+                               int num_axes);
 
 // y axis i = x axis perm[i].
 void transpose(Stream &s, const Tensor &x, const Tensor &y, const int64_t *perm);
