@@ -49,12 +49,6 @@ namespace {
 constexpr char kMagic[8] = {'D', 'S', 'C', 'K', 'P', 'T', '1', '\n'};
 constexpr size_t kPrefix = 16, kTrailer = 4;
 
-std::string hex32(uint32_t value) {
-  char text[16];
-  snprintf(text, sizeof(text), "%08" PRIx32, value);
-  return text;
-}
-
 bool parse_hex32(const std::string &text, uint32_t &out) {
   if (text.size() != 8) return false;
   char *end = nullptr;
@@ -112,10 +106,6 @@ uint64_t get_le(const uint8_t *p, int bytes) {
   uint64_t value = 0;
   for (int i = 0; i < bytes; ++i) value |= static_cast<uint64_t>(p[i]) << (8 * i);
   return value;
-}
-
-std::string join(const std::string &dir, const std::string &name) {
-  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
 bool exists(const std::string &path) {
@@ -180,6 +170,16 @@ int open_shard(const std::string &path, Fd &fd) {
 
 }  // namespace
 
+std::string hex32(uint32_t value) {
+  char text[16];
+  snprintf(text, sizeof(text), "%08" PRIx32, value);
+  return text;
+}
+
+std::string join_path(const std::string &dir, const std::string &name) {
+  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
 //===--- shard files -------------------------------------------------------------===//
 
 void ShardWriter::add(const std::string &key, DType dtype, const Shape &shape, int64_t begin,
@@ -220,7 +220,7 @@ std::vector<uint8_t> ShardWriter::finish(int64_t step, int64_t rank, const std::
 ShardFile read_shard_header(const std::string &dir, const Manifest &manifest,
                             const Manifest::File &entry) {
   ShardFile file;
-  file.path = join(dir, entry.name);
+  file.path = join_path(dir, entry.name);
   const std::string &path = file.path;
   Fd fd;
   open_shard(path, fd);
@@ -301,7 +301,7 @@ ShardFile read_shard_header(const std::string &dir, const Manifest &manifest,
 }
 
 void verify_shard(const std::string &dir, const Manifest::File &entry) {
-  const std::string path = join(dir, entry.name);
+  const std::string path = join_path(dir, entry.name);
   Fd fd;
   open_shard(path, fd);
   struct stat st;
@@ -368,7 +368,7 @@ std::string manifest_text(const Manifest &m) {
 
 Manifest read_manifest(const std::string &dir) {
   Manifest m;
-  m.path = join(dir, "manifest");
+  m.path = join_path(dir, "manifest");
   const std::string text = read_text(m.path, "checkpoint manifest");
   auto bad = [&](const std::string &why) {
     return Error("checkpoint manifest '" + m.path + "' is corrupt: " + why);
@@ -438,8 +438,8 @@ Manifest read_manifest(const std::string &dir) {
 }
 
 std::string resolve(const std::string &path) {
-  if (exists(join(path, "manifest"))) return path;
-  const std::string latest = join(path, "latest");
+  if (exists(join_path(path, "manifest"))) return path;
+  const std::string latest = join_path(path, "latest");
   if (!exists(latest))
     throw Error("'" + path + "' is not a checkpoint (no 'manifest') nor a directory of "
                 "checkpoints (no 'latest')");
@@ -448,8 +448,8 @@ std::string resolve(const std::string &path) {
   if (name.empty() || name.find('/') != std::string::npos || name[0] == '.')
     throw Error("checkpoint pointer '" + latest + "' is corrupt: '" + name +
                 "' is not a checkpoint's name");
-  const std::string dir = join(path, name);
-  if (!exists(join(dir, "manifest")))
+  const std::string dir = join_path(path, name);
+  if (!exists(join_path(dir, "manifest")))
     throw Error("checkpoint pointer '" + latest + "' names '" + name +
                 "', which holds no manifest");
   return dir;
@@ -582,7 +582,7 @@ void remove_tree(const std::string &path) {
         if (name != "." && name != "..") names.push_back(name);
       }
       closedir(d);
-      for (const std::string &name : names) remove_tree(join(path, name));
+      for (const std::string &name : names) remove_tree(join_path(path, name));
     }
     if (rmdir(path.c_str()) != 0)
       throw Error("cannot remove '" + path + "': " + strerror(errno));

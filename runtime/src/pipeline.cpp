@@ -429,7 +429,8 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
                     options.external_data, full_values);
   if (rank0 && !all_times.empty())
     write_trace(options.trace, infos, first, all_times, stride, options.steps, step_origin_us);
-  print_trained(options, rank0, program, options.steps * k, total_us, skipped);
+  print_trained(options, rank0, program, options.steps - position.step,
+                (options.steps - position.step) * k, total_us, skipped);
   if (!options.quiet && rank0) {
     char measured[96];
     if (bubble_steps > 0)

@@ -273,7 +273,8 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   if (program.tracer)
     tracer.write(rank0 ? options.trace : options.trace + ".rank" + std::to_string(rank), info,
                  rank);
-  print_trained(options, rank0, program, static_cast<int64_t>(micro_steps_run), total_us,
+  print_trained(options, rank0, program, options.steps - position.step,
+                static_cast<int64_t>(micro_steps_run), total_us,
                 skipped);
   return 0;
 }

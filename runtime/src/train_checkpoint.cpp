@@ -27,10 +27,6 @@ namespace ck = dsrt::checkpoint;
 
 namespace {
 
-std::string join(const std::string &dir, const std::string &name) {
-  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
 std::string step_name(int64_t step) { return "step_" + std::to_string(step); }
 
 // The step of a directory called step_<N>, else -1.
@@ -53,7 +49,7 @@ std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::str
     const std::string name = e->d_name;
     const int64_t step = step_of(name);
     struct stat st;
-    if (step >= 0 && stat(join(join(dir, name), "manifest").c_str(), &st) == 0)
+    if (step >= 0 && stat(ck::join_path(ck::join_path(dir, name), "manifest").c_str(), &st) == 0)
       found.emplace_back(step, name);
   }
   closedir(d);
@@ -143,7 +139,7 @@ void check_save_dir(const TrainOptions &options, int world_rank) {
     throw Error(what + ": " + error.what());
   }
   // Each rank writes its shard file there: try now, not at the first save.
-  const std::string probe = join(options.save_dir, ".probe-" + std::to_string(getpid()) + "-" +
+  const std::string probe = ck::join_path(options.save_dir, ".probe-" + std::to_string(getpid()) + "-" +
                                                        std::to_string(world_rank));
   FILE *f = fopen(probe.c_str(), "w");
   if (!f || fputs("probe\n", f) < 0 || fclose(f) != 0)
@@ -162,7 +158,7 @@ void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointCon
   const bool rank0 = exchange.rank() == 0;
   const std::string name = step_name(position.step);
   const std::string when = "while saving checkpoint " + name;
-  const std::string temporary = join(options.save_dir, ".tmp-" + name);
+  const std::string temporary = ck::join_path(options.save_dir, ".tmp-" + name);
   std::string error;
   try {
     if (rank0) {
@@ -198,7 +194,7 @@ void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointCon
     uint32_t crc = 0;
     const std::vector<uint8_t> file =
         writer.finish(position.step, exchange.rank(), context.model, crc);
-    ck::write_durable(join(temporary, "rank_" + std::to_string(exchange.rank()) + ".bin"),
+    ck::write_durable(ck::join_path(temporary, "rank_" + std::to_string(exchange.rank()) + ".bin"),
                       file.data(), file.size());
     mine[0] = static_cast<int64_t>(file.size());
     mine[1] = crc;
@@ -230,13 +226,13 @@ void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointCon
                            static_cast<uint64_t>(all[static_cast<size_t>(2 * r)]),
                            static_cast<uint32_t>(all[static_cast<size_t>(2 * r + 1)])});
       const std::string text = ck::manifest_text(m);
-      ck::write_durable(join(temporary, "manifest"), text.data(), text.size());
+      ck::write_durable(ck::join_path(temporary, "manifest"), text.data(), text.size());
       ck::sync_directory(temporary);
-      const std::string final_dir = join(options.save_dir, name);
+      const std::string final_dir = ck::join_path(options.save_dir, name);
       rename_into_place(temporary, final_dir);
       ck::sync_directory(options.save_dir);
-      const std::string pointer = join(options.save_dir, "latest");
-      const std::string pointer_tmp = join(options.save_dir, ".latest.tmp");
+      const std::string pointer = ck::join_path(options.save_dir, "latest");
+      const std::string pointer_tmp = ck::join_path(options.save_dir, ".latest.tmp");
       const std::string line = name + "\n";
       ck::write_durable(pointer_tmp, line.data(), line.size());
       if (std::rename(pointer_tmp.c_str(), pointer.c_str()) != 0)
@@ -246,7 +242,7 @@ void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointCon
       if (options.keep > 0) {
         auto saved = complete_checkpoints(options.save_dir);
         for (size_t i = 0; i + static_cast<size_t>(options.keep) < saved.size(); ++i)
-          if (saved[i].second != name) ck::remove_tree(join(options.save_dir, saved[i].second));
+          if (saved[i].second != name) ck::remove_tree(ck::join_path(options.save_dir, saved[i].second));
       }
     }
   } catch (const std::exception &e) {

@@ -340,9 +340,10 @@ std::string skipped_json(int64_t skipped);
 // closed.
 void close_log(const TrainOptions &options, TrainOutputs &outputs, bool has_grid, int64_t steps,
                int world, const std::vector<int64_t> &all, const std::string &extra = "");
-// "trained N steps ..." on stderr.
+// "trained N steps ..." on stderr: `steps` run by this process (fewer
+// than --steps after a resume).
 void print_trained(const TrainOptions &options, bool rank0, const Program &program,
-                   int64_t micro_steps, double total_us, int64_t skipped = 0);
+                   int64_t steps, int64_t micro_steps, double total_us, int64_t skipped = 0);
 
 }  // namespace runner
 }  // namespace dsrt

@@ -35,12 +35,6 @@ const char kUsage[] =
 
 const std::string kParam = "param:";
 
-std::string hex32(uint32_t v) {
-  char text[16];
-  snprintf(text, sizeof(text), "%08" PRIx32, v);
-  return text;
-}
-
 // Every file checked whole, as a resume does between its ranks.
 ck::Checkpoint open_verified(const std::string &path) {
   ck::Checkpoint c = ck::open_checkpoint(path);
@@ -63,7 +57,7 @@ int list(const std::string &path) {
   else
     printf("loss scaler none\n");
   for (const ck::Manifest::File &f : m.files)
-    printf("file %s %" PRIu64 " bytes crc32c %s\n", f.name.c_str(), f.size, hex32(f.crc).c_str());
+    printf("file %s %" PRIu64 " bytes crc32c %s\n", f.name.c_str(), f.size, ck::hex32(f.crc).c_str());
   // Per tensor, the pieces each file holds.
   std::map<std::string, std::vector<std::pair<std::string, const ck::Record *>>> pieces;
   for (const ck::ShardFile &file : c.files)
@@ -77,7 +71,7 @@ int list(const std::string &path) {
     for (const auto &piece : entry.second)
       printf("    %s [%" PRId64 ", %" PRId64 ") crc32c %s\n", piece.first.c_str(),
              piece.second->begin, piece.second->begin + piece.second->count,
-             hex32(piece.second->crc).c_str());
+             ck::hex32(piece.second->crc).c_str());
   }
   return 0;
 }

@@ -132,6 +132,11 @@ std::vector<Record> tensors(const Checkpoint &checkpoint);
 // whole shapes, `entries` being one "name dtype shape" line each.
 std::string model_identity(std::vector<std::string> entries);
 
+// "dir/name" (no doubled slash).
+std::string join_path(const std::string &dir, const std::string &name);
+// A CRC32C as 8 hex digits, as the files write it.
+std::string hex32(uint32_t value);
+
 // Files: written whole to `path` and fsynced (throws naming it).
 void write_durable(const std::string &path, const void *bytes, size_t size);
 // fsync of a directory.
