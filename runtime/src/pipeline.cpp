@@ -305,7 +305,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
         ++applied;
         program.memory.release_range(info.persistent_bytes, pipeline.buffers_offset);
         // Every function has run once: the arenas reached their peaks.
-        check_arena_peak(program, applied);
+        check_arena_peak(program, applied - position.applied);
       } catch (const std::exception &error) {
         step_error = error.what();
       }

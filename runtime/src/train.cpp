@@ -219,7 +219,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
         ++applied;
         program.memory.release_from(info.persistent_bytes);
         // Both functions have run once: the arenas reached their peaks.
-        check_arena_peak(program, applied);
+        check_arena_peak(program, applied - position.applied);
       } catch (const std::exception &error) {
         step_error = error.what();
       }

@@ -107,7 +107,9 @@ void run_function(Program &program, RunFn run, int index);
 // Writes lr and step into optimizer_step's inputs, runs it and returns its
 // grad_norm.
 double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int64_t step);
-// After step 1 each space's measured high-water mark must be its plan's arena.
+// After the first update this process applies (`step` counts them from 1,
+// also after a resume) each space's measured high-water mark must be its
+// plan's arena.
 void check_arena_peak(const Program &program, int64_t step);
 
 //===--- the runner's exchanges between ranks ------------------------------------===//
