@@ -225,12 +225,19 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   Program program;
   init_program(program, info, options.threads);
   ProgramMemory memory;
+  std::vector<const ProgramInfo *> all_infos;
+  for (const ProgramInfo &program_info : infos) all_infos.push_back(&program_info);
+  CheckpointContext checkpoint{checkpoint_model_identity(all_infos), checkpoint_layout(info), dp,
+                               dp_rank, 0};
+  CheckpointPosition position;
   std::string setup_error;
   try {
     data = load_data(inputs, options.data, k, dp);
     if (rank0 && !options.save_onnx.empty()) whole = whole_model(infos);
     open_outputs(options, whole, rank0, outputs);
     prepare_program(program, memory, options, dp_rank, rank);
+    checkpoint.data_batches = batch_count(data);
+    position = start_checkpoints(program, checkpoint, options, rank, world);
   } catch (const std::exception &error) {
     setup_error = error.what();
   }
@@ -261,8 +268,8 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   StepTimes times;
   // Updates applied: the lr schedule and the optimizer's step count advance
   // with them, not with skipped steps.
-  int64_t applied = 0, skipped = 0;
-  for (int64_t step = 1; step <= options.steps; ++step) {
+  int64_t applied = position.applied, skipped = position.skipped;
+  for (int64_t step = position.step + 1; step <= options.steps; ++step) {
     // The step's times count from a barrier all ranks leave together.
     exchange.barrier();
     const double start = now_us();
@@ -298,7 +305,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
         ++applied;
         program.memory.release_range(info.persistent_bytes, pipeline.buffers_offset);
         // Every function has run once: the arenas reached their peaks.
-        check_arena_peak(program, applied);
+        check_arena_peak(program, applied - position.applied);
       } catch (const std::exception &error) {
         step_error = error.what();
       }
@@ -340,6 +347,8 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       }
     total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
                          {step, loss_sum / static_cast<double>(dp * k), lr, grad_norm, skip});
+    if (checkpoint_due(options, step))
+      save_checkpoint(program, exchange, checkpoint, options, {step, applied, skipped});
   }
 
   // The measured schedule of every rank, to rank 0.
@@ -420,7 +429,8 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
                     options.external_data, full_values);
   if (rank0 && !all_times.empty())
     write_trace(options.trace, infos, first, all_times, stride, options.steps, step_origin_us);
-  print_trained(options, rank0, program, options.steps * k, total_us, skipped);
+  print_trained(options, rank0, program, options.steps - position.step,
+                (options.steps - position.step) * k, total_us, skipped);
   if (!options.quiet && rank0) {
     char measured[96];
     if (bubble_steps > 0)

@@ -147,6 +147,9 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   init_program(program, info, options.threads);
   ProgramMemory memory;
   Tracer tracer;
+  CheckpointContext checkpoint{checkpoint_model_identity({&info}), checkpoint_layout(info), dp,
+                               dp_rank, 0};
+  CheckpointPosition position;
   std::string setup_error;
   try {
     std::vector<const ValueInfo *> inputs;
@@ -155,6 +158,8 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     open_outputs(options, info, rank0, outputs);
     if (!options.trace.empty()) program.tracer = &tracer;
     prepare_program(program, memory, options, dp_rank, rank);
+    checkpoint.data_batches = batch_count(data);
+    position = start_checkpoints(program, checkpoint, options, rank, comm.size());
   } catch (const std::exception &error) {
     setup_error = error.what();
   }
@@ -172,8 +177,8 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   std::vector<float> reports(static_cast<size_t>(ranks * (k + 1)));
   // Updates applied: the lr schedule and the optimizer's step count advance
   // with them, not with skipped steps.
-  int64_t applied = 0, skipped = 0;
-  for (int64_t step = 1; step <= options.steps; ++step) {
+  int64_t applied = position.applied, skipped = position.skipped;
+  for (int64_t step = position.step + 1; step <= options.steps; ++step) {
     double start = now_us();
     const int64_t batch = (step - 1) % batch_count(data);
     const double lr = scheduled_lr(train, applied + 1);
@@ -214,7 +219,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
         ++applied;
         program.memory.release_from(info.persistent_bytes);
         // Both functions have run once: the arenas reached their peaks.
-        check_arena_peak(program, applied);
+        check_arena_peak(program, applied - position.applied);
       } catch (const std::exception &error) {
         step_error = error.what();
       }
@@ -229,6 +234,8 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
         loss_sum += reports[static_cast<size_t>(r * (k + 1) + 1 + i)];
     total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
                          {step, loss_sum / static_cast<double>(ranks * k), lr, grad_norm, skip});
+    if (checkpoint_due(options, step))
+      save_checkpoint(program, exchange, checkpoint, options, {step, applied, skipped});
   }
 
   // The program's collectives over the whole run, and every rank's arena
@@ -266,7 +273,8 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   if (program.tracer)
     tracer.write(rank0 ? options.trace : options.trace + ".rank" + std::to_string(rank), info,
                  rank);
-  print_trained(options, rank0, program, static_cast<int64_t>(micro_steps_run), total_us,
+  print_trained(options, rank0, program, options.steps - position.step,
+                static_cast<int64_t>(micro_steps_run), total_us,
                 skipped);
   return 0;
 }

@@ -302,7 +302,7 @@ std::string skipped_json(int64_t skipped) {
 }
 
 void print_trained(const TrainOptions &options, bool rank0, const Program &program,
-                   int64_t micro_steps, double total_us, int64_t skipped) {
+                   int64_t steps, int64_t micro_steps, double total_us, int64_t skipped) {
   if (options.quiet || !rank0) return;
   if (skipped > 0)
     fprintf(stderr, "skipped %lld of %lld steps: their gradients or loss held a NaN or an "
@@ -311,8 +311,8 @@ void print_trained(const TrainOptions &options, bool rank0, const Program &progr
   fprintf(stderr,
           "trained %lld steps (%lld micro steps) in %.3f s, mean step %.3f ms; arena: "
           "planned %lld bytes, measured high-water mark %lld bytes, peak live %lld bytes\n",
-          static_cast<long long>(options.steps), static_cast<long long>(micro_steps),
-          total_us / 1e6, total_us / 1000.0 / static_cast<double>(options.steps),
+          static_cast<long long>(steps), static_cast<long long>(micro_steps),
+          total_us / 1e6, total_us / 1000.0 / static_cast<double>(std::max<int64_t>(1, steps)),
           static_cast<long long>(program.info->arena_bytes),
           static_cast<long long>(program.memory.high_water_mark()),
           static_cast<long long>(program.memory.peak_live_bytes()));

@@ -5,6 +5,7 @@
 #define DSRT_SRC_TRAIN_COMMON_H
 
 #include "dsrt/backend.h"
+#include "dsrt/checkpoint.h"
 #include "dsrt/comm.h"
 #include "dsrt/npy.h"
 #include "dsrt/program.h"
@@ -30,6 +31,12 @@ struct TrainOptions {
   bool skip_nonfinite = false;
   int64_t steps = 0;
   uint64_t seed = 0;
+  bool seed_given = false;  // --seed was given (a resume checks it)
+  // Checkpoints (docs/checkpoints.md): written to save_dir every
+  // save_interval steps (0: only after the last), keeping the newest `keep`
+  // (0: all); `resume` is a checkpoint or a directory of them.
+  std::string save_dir, resume;
+  int64_t save_interval = 0, keep = 0;
   int threads = 0;
   bool external_data = false, quiet = false;
 };
@@ -100,7 +107,9 @@ void run_function(Program &program, RunFn run, int index);
 // Writes lr and step into optimizer_step's inputs, runs it and returns its
 // grad_norm.
 double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int64_t step);
-// After step 1 each space's measured high-water mark must be its plan's arena.
+// After the first update this process applies (`step` counts them from 1,
+// also after a resume) each space's measured high-water mark must be its
+// plan's arena.
 void check_arena_peak(const Program &program, int64_t step);
 
 //===--- the runner's exchanges between ranks ------------------------------------===//
@@ -201,6 +210,64 @@ void drop_gradients(Program &program);
 bool settle_step(Program &program, const StepVerdict &verdict, const TrainOptions &options,
                  int rank, int64_t step, std::string &step_error, bool &skip);
 
+//===--- checkpoints (train_checkpoint.cpp) ----------------------------------------===//
+
+// A persistent value of this rank as a checkpoint stores it: elements
+// [begin, begin + count) of the flattened logical tensor `key` (of `dtype`
+// and whole `shape`); count may run past the tensor's end (a ZeRO shard's
+// padding, which is not stored). `sharded`: each dp coordinate holds its
+// own range; otherwise every dp coordinate holds the whole tensor.
+struct Placement {
+  const ValueInfo *value = nullptr;
+  std::string key;
+  DType dtype = DType::F32;
+  Shape shape;
+  int64_t begin = 0, count = 0;
+  bool sharded = false;
+};
+// Every parameter and optimizer state of `info` on dp coordinate `dp_rank`
+// of `dp` (gradient accumulators hold nothing between steps: a resumed
+// run starts them from zero, as a fresh one does).
+std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp, int64_t dp_rank);
+// The model's identity over the parameters of every program of a job (a
+// pipeline's pp ranks); layout-independent.
+std::string checkpoint_model_identity(const std::vector<const ProgramInfo *> &infos);
+// "dp=2 pp=1" from the grid.
+std::string checkpoint_layout(const ProgramInfo &info);
+
+// What a checkpoint restores besides the tensors: the step reached, the
+// updates applied (the lr schedule's and the optimizer's step count), the
+// steps skipped and the loss scaler of mixed-precision training (the
+// "loss_scaler" manifest line; none in fp32 training).
+struct CheckpointPosition {
+  int64_t step = 0, applied = 0, skipped = 0;
+  bool has_loss_scaler = false;
+  checkpoint::LossScalerState loss_scaler;
+};
+struct CheckpointContext {
+  std::string model, layout;
+  int64_t dp = 1, dp_rank = 0, data_batches = 0;
+};
+// Creates --save-dir and checks that this rank can write there (before
+// training starts).
+void check_save_dir(const TrainOptions &options, int world_rank);
+// Whether a checkpoint is written after `step`.
+bool checkpoint_due(const TrainOptions &options, int64_t step);
+// Collective: every rank writes its shard file into a temporary directory,
+// rank 0 writes the manifest and commits (docs/checkpoints.md); any rank's
+// failure fails every rank, the previous checkpoints intact.
+void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointContext &context,
+                     const TrainOptions &options, const CheckpointPosition &position);
+// Loads --resume's checkpoint into this rank's persistent values (any
+// layout that wrote it) and returns where training stands; sets
+// options.seed to the checkpoint's. Throws naming the file at fault.
+CheckpointPosition resume_checkpoint(Program &program, const CheckpointContext &context,
+                                     TrainOptions &options, int world_rank, int world);
+// Before training, after prepare_program: check_save_dir, then the resume
+// when --resume is given (else step 0).
+CheckpointPosition start_checkpoints(Program &program, const CheckpointContext &context,
+                                     TrainOptions &options, int world_rank, int world);
+
 //===--- the log ----------------------------------------------------------------===//
 
 // Float as JSON (with full precision); NaN and infinities as Python's json
@@ -275,9 +342,10 @@ std::string skipped_json(int64_t skipped);
 // closed.
 void close_log(const TrainOptions &options, TrainOutputs &outputs, bool has_grid, int64_t steps,
                int world, const std::vector<int64_t> &all, const std::string &extra = "");
-// "trained N steps ..." on stderr.
+// "trained N steps ..." on stderr: `steps` run by this process (fewer
+// than --steps after a resume).
 void print_trained(const TrainOptions &options, bool rank0, const Program &program,
-                   int64_t micro_steps, double total_us, int64_t skipped = 0);
+                   int64_t steps, int64_t micro_steps, double total_us, int64_t skipped = 0);
 
 }  // namespace runner
 }  // namespace dsrt

@@ -23,6 +23,7 @@ void train_usage(const char *argv0, Launch launch) {
           "usage: %s --data DIR --steps N [--log-json FILE] [--save-onnx FILE]\n"
           "          [--external-data] [--seed S] [--weights DIR] [--threads N]\n"
           "          [--trace FILE] [--nvme-path DIR] [--on-nonfinite stop|skip] [--quiet]\n"
+          "          [--save-dir DIR [--save-interval N] [--keep K]] [--resume PATH]\n"
           "  --data DIR        one <input name>.npy per input of micro_step, holding\n"
           "                    [n, ranks * accumulation_steps * S0, S1, ...] for an\n"
           "                    input of shape [S0, S1, ...]: n global batches, used in\n"
@@ -32,6 +33,13 @@ void train_usage(const char *argv0, Launch launch) {
           "  --log-json FILE   one JSON object per step\n"
           "  --save-onnx FILE  after training, write the model with the trained weights\n"
           "  --external-data   ...with tensors of 1 KiB or more in FILE.data\n"
+          "  --save-dir DIR    write checkpoints to DIR/step_<N> after the last step\n"
+          "                    (DIR/latest names the newest)\n"
+          "  --save-interval N ...and after every N steps\n"
+          "  --keep K          keep the newest K checkpoints (default: all)\n"
+          "  --resume PATH     continue from checkpoint PATH (DIR/step_<N>, or DIR for\n"
+          "                    its latest), written under any dp, ZeRO or pp layout;\n"
+          "                    --steps stays the total\n"
           "  --seed S          dropout seed (default 0)\n"
           "  --weights DIR     where the model's weight files are (default: the\n"
           "                    model's directory at compile time)\n"
@@ -93,6 +101,15 @@ bool parse_train(int argc, char **argv, TrainOptions &options, Launch launch) {
     else if (arg == "--save-onnx") value(options.save_onnx);
     else if (arg == "--weights") value(options.weights);
     else if (arg == "--nvme-path") value(options.nvme_path);
+    else if (arg == "--save-dir") value(options.save_dir);
+    else if (arg == "--resume") value(options.resume);
+    else if (arg == "--save-interval" || arg == "--keep") {
+      value(text);
+      if (!parse_unsigned(text, number) || number < 1 ||
+          number > static_cast<uint64_t>(INT64_MAX))
+        throw Error(arg + " expects a positive integer, got '" + text + "'");
+      (arg == "--keep" ? options.keep : options.save_interval) = static_cast<int64_t>(number);
+    }
     else if (arg == "--on-nonfinite") {
       value(text);
       if (text != "stop" && text != "skip")
@@ -114,6 +131,7 @@ bool parse_train(int argc, char **argv, TrainOptions &options, Launch launch) {
       if (!parse_unsigned(text, number) || number > 0xffffffffull)
         throw Error("--seed expects an integer in [0, 2^32), got '" + text + "'");
       options.seed = number;
+      options.seed_given = true;
     } else if (arg == "--threads") {
       value(text);
       if (!parse_unsigned(text, number) || number < 1 || number > 4096)
@@ -128,6 +146,8 @@ bool parse_train(int argc, char **argv, TrainOptions &options, Launch launch) {
   }
   if (options.data.empty() || !has_steps)
     throw Error("--data and --steps are required (see --help)");
+  if ((options.save_interval > 0 || options.keep > 0) && options.save_dir.empty())
+    throw Error("--save-interval and --keep need --save-dir DIR");
   if (options.external_data && options.save_onnx.empty())
     throw Error("--external-data only applies to --save-onnx FILE");
   return true;

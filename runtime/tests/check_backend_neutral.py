@@ -27,6 +27,7 @@ HOST_MEMORY_FILES = {
     "backend_ops.cpp": "reads the host copy that the backend made",
     "npy.cpp": "the .npy format, on host buffers",
     "onnx_save.cpp": "the ONNX format, on host buffers",
+    "checkpoint.cpp": "the checkpoint format, on host buffers",
     "file_io.cpp": "pread/pwrite on the I/O thread",
 }
 

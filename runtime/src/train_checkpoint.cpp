@@ -1,0 +1,301 @@
+// dsrt: the training runners' checkpoints (train_common.h,
+// docs/checkpoints.md): which logical range of which tensor each persistent
+// value of a rank holds, the collective save (temporary directory, fsync,
+// rename, `latest`, pruning) and the resume that reads whatever ranges a
+// rank needs from the files that hold them. Persistent bytes move only
+// through the backend (read_to_host, store_persistent).
+#include "dsrt/backend.h"
+#include "dsrt/checkpoint.h"
+#include "runner.h"
+#include "train_common.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <map>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace dsrt {
+namespace runner {
+
+namespace ck = dsrt::checkpoint;
+
+namespace {
+
+std::string step_name(int64_t step) { return "step_" + std::to_string(step); }
+
+// The step of a directory called step_<N>, else -1.
+int64_t step_of(const std::string &name) {
+  if (name.compare(0, 5, "step_") != 0 || name.size() == 5) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+// The complete checkpoints (step_<N> with a manifest) in `dir`, oldest first.
+std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::string &dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  DIR *d = opendir(dir.c_str());
+  if (!d) return found;
+  while (dirent *e = readdir(d)) {
+    const std::string name = e->d_name;
+    const int64_t step = step_of(name);
+    struct stat st;
+    if (step >= 0 && stat(ck::join_path(ck::join_path(dir, name), "manifest").c_str(), &st) == 0)
+      found.emplace_back(step, name);
+  }
+  closedir(d);
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// Renames `from` to `to`, replacing a `to` that exists (an older save of
+// the same step) by exchanging the two and removing the old one.
+void rename_into_place(const std::string &from, const std::string &to) {
+  if (std::rename(from.c_str(), to.c_str()) == 0) return;
+  if (errno != ENOTEMPTY && errno != EEXIST)
+    throw Error("cannot rename '" + from + "' to '" + to + "': " + strerror(errno));
+  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0)
+    throw Error("cannot replace '" + to + "' by '" + from + "': " + strerror(errno));
+  ck::remove_tree(from);
+}
+
+}  // namespace
+
+std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp,
+                                             int64_t dp_rank) {
+  std::map<std::string, const ParamInfo *> params;
+  for (const ParamInfo &param : info.params) params[param.name] = &param;
+  std::vector<Placement> out;
+  auto whole_shape = [](const ParamInfo &p) { return p.sharded() ? p.full_shape : p.shape; };
+  for (const ParamInfo &param : info.params) {
+    Placement p{&param, "param:" + param.name, param.dtype, whole_shape(param), 0, 0, false};
+    p.sharded = param.sharded();
+    p.count = param.shape.numel();
+    p.begin = p.sharded ? dp_rank * p.count : 0;
+    out.push_back(p);
+  }
+  for (const ValueInfo &state : info.states) {
+    // Between steps no gradient is pending: a run starts from zeroed
+    // accumulators, and ZeRO stages 1-3 leave scratch in theirs that the
+    // next micro_step overwrites. They are not part of the checkpoint.
+    if (state.role == ValueRole::Accumulator) continue;
+    auto it = params.find(state.param);
+    if (it == params.end())
+      throw Error("checkpoint: state '" + state.name + "' belongs to parameter '" + state.param +
+                  "', which this program does not have");
+    Placement p{&state, "state:" + state.name, state.dtype, whole_shape(*it->second), 0, 0,
+                false};
+    const int64_t n = p.shape.numel(), s = state.shape.numel();
+    // A state in the parameter's own shape is whole; a 1-D slot of
+    // ceil(n / dp) elements is this rank's shard of the flattened,
+    // zero-padded tensor (ZeRO stages 1-3).
+    if (state.shape == p.shape || s == n) {
+      p.begin = 0;
+      p.count = s;
+    } else if (state.shape.rank == 1 && dp > 1 && s == (n + dp - 1) / dp) {
+      p.sharded = true;
+      p.begin = dp_rank * s;
+      p.count = s;
+    } else {
+      throw Error("checkpoint: state '" + state.name + "' " + state.shape.str() +
+                  " is neither its parameter's shape " + p.shape.str() + " nor a shard of it");
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::string checkpoint_model_identity(const std::vector<const ProgramInfo *> &infos) {
+  std::vector<std::string> entries;
+  for (const ProgramInfo *info : infos)
+    for (const ParamInfo &param : info->params)
+      entries.push_back(param.name + " " + dtype_name(param.dtype) + " " +
+                        (param.sharded() ? param.full_shape : param.shape).str());
+  return ck::model_identity(entries);
+}
+
+std::string checkpoint_layout(const ProgramInfo &info) {
+  std::string text;
+  for (size_t i = 0; i < info.grid_names.size(); ++i)
+    text += (i ? " " : "") + info.grid_names[i] + "=" + std::to_string(info.grid_sizes[i]);
+  return text.empty() ? "single" : text;
+}
+
+void check_save_dir(const TrainOptions &options, int world_rank) {
+  if (options.save_dir.empty()) return;
+  const std::string what = "--save-dir '" + options.save_dir + "'";
+  try {
+    ck::make_directories(options.save_dir);
+  } catch (const Error &error) {
+    throw Error(what + ": " + error.what());
+  }
+  // Each rank writes its shard file there: try now, not at the first save.
+  const std::string probe = ck::join_path(options.save_dir, ".probe-" + std::to_string(getpid()) + "-" +
+                                                       std::to_string(world_rank));
+  FILE *f = fopen(probe.c_str(), "w");
+  if (!f || fputs("probe\n", f) < 0 || fclose(f) != 0)
+    throw Error(what + " is not writable (" + strerror(errno) + ")");
+  unlink(probe.c_str());
+}
+
+bool checkpoint_due(const TrainOptions &options, int64_t step) {
+  if (options.save_dir.empty()) return false;
+  return step == options.steps ||
+         (options.save_interval > 0 && step % options.save_interval == 0);
+}
+
+void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointContext &context,
+                     const TrainOptions &options, const CheckpointPosition &position) {
+  const bool rank0 = exchange.rank() == 0;
+  const std::string name = step_name(position.step);
+  const std::string when = "while saving checkpoint " + name;
+  const std::string temporary = ck::join_path(options.save_dir, ".tmp-" + name);
+  std::string error;
+  try {
+    if (rank0) {
+      ck::remove_tree(temporary);  // a save of this step that died
+      ck::make_directories(temporary);
+    }
+  } catch (const std::exception &e) {
+    error = e.what();
+  }
+  exchange.agree(error, when);
+
+  // This rank's shard file: the sharded values' shards, and the whole
+  // values on dp coordinate 0 (the other coordinates hold copies).
+  int64_t mine[2] = {0, 0};  // size, CRC32C
+  try {
+    ck::ShardWriter writer;
+    std::vector<std::vector<uint8_t>> keep;
+    std::vector<uint8_t> host;
+    for (const Placement &p : checkpoint_placements(*program.info, context.dp, context.dp_rank)) {
+      if (!p.sharded && context.dp_rank != 0) continue;
+      const Tensor slot = persistent_tensor(program, *p.value, keep);
+      const uint8_t *bytes = static_cast<const uint8_t *>(slot.data);
+      if (p.value->space != Space::File) {
+        host.resize(slot.nbytes());
+        read_to_host(program.stream, host.data(), slot);
+        bytes = host.data();
+      }
+      // The padding past the tensor's end is not stored.
+      const int64_t count = std::min(p.count, p.shape.numel() - p.begin);
+      if (count > 0) writer.add(p.key, p.dtype, p.shape, p.begin, count, bytes);
+      keep.clear();
+    }
+    uint32_t crc = 0;
+    const std::vector<uint8_t> file =
+        writer.finish(position.step, exchange.rank(), context.model, crc);
+    ck::write_durable(ck::join_path(temporary, "rank_" + std::to_string(exchange.rank()) + ".bin"),
+                      file.data(), file.size());
+    mine[0] = static_cast<int64_t>(file.size());
+    mine[1] = crc;
+  } catch (const std::exception &e) {
+    error = e.what();
+  }
+  exchange.agree(error, when);
+  std::vector<int64_t> all(static_cast<size_t>(2 * exchange.size()));
+  exchange.all_gather(Tensor{mine, DType::I64, Shape{2}},
+                      Tensor{all.data(), DType::I64, Shape{2 * exchange.size()}});
+
+  // Rank 0 commits: manifest, directory synced, renamed into place, the
+  // pointer replaced, then the oldest beyond --keep removed.
+  try {
+    if (rank0) {
+      ck::Manifest m;
+      m.step = position.step;
+      m.applied = position.applied;
+      m.skipped = position.skipped;
+      m.seed = options.seed;
+      m.data_batches = context.data_batches;
+      m.model = context.model;
+      m.layout = context.layout;
+      m.world = exchange.size();
+      m.has_loss_scaler = position.has_loss_scaler;
+      m.loss_scaler = position.loss_scaler;
+      for (int r = 0; r < exchange.size(); ++r)
+        m.files.push_back({"rank_" + std::to_string(r) + ".bin",
+                           static_cast<uint64_t>(all[static_cast<size_t>(2 * r)]),
+                           static_cast<uint32_t>(all[static_cast<size_t>(2 * r + 1)])});
+      const std::string text = ck::manifest_text(m);
+      ck::write_durable(ck::join_path(temporary, "manifest"), text.data(), text.size());
+      ck::sync_directory(temporary);
+      const std::string final_dir = ck::join_path(options.save_dir, name);
+      rename_into_place(temporary, final_dir);
+      ck::sync_directory(options.save_dir);
+      const std::string pointer = ck::join_path(options.save_dir, "latest");
+      const std::string pointer_tmp = ck::join_path(options.save_dir, ".latest.tmp");
+      const std::string line = name + "\n";
+      ck::write_durable(pointer_tmp, line.data(), line.size());
+      if (std::rename(pointer_tmp.c_str(), pointer.c_str()) != 0)
+        throw Error("cannot rename '" + pointer_tmp + "' to '" + pointer +
+                    "': " + strerror(errno));
+      ck::sync_directory(options.save_dir);
+      if (options.keep > 0) {
+        auto saved = complete_checkpoints(options.save_dir);
+        for (size_t i = 0; i + static_cast<size_t>(options.keep) < saved.size(); ++i)
+          if (saved[i].second != name) ck::remove_tree(ck::join_path(options.save_dir, saved[i].second));
+      }
+    }
+  } catch (const std::exception &e) {
+    error = e.what();
+  }
+  exchange.agree(error, when);
+}
+
+CheckpointPosition resume_checkpoint(Program &program, const CheckpointContext &context,
+                                     TrainOptions &options, int world_rank, int world) {
+  const ck::Checkpoint c = ck::open_checkpoint(options.resume);
+  const ck::Manifest &m = c.manifest;
+  if (m.model != context.model)
+    throw Error("--resume: checkpoint '" + c.dir + "' is of another model (its identity " +
+                m.model + ", this program's " + context.model +
+                "; the identity hashes the parameters' names, dtypes and shapes)");
+  if (m.data_batches != context.data_batches)
+    throw Error("--resume: checkpoint '" + c.dir + "' was written training on " +
+                std::to_string(m.data_batches) + " global batches; --data '" + options.data +
+                "' holds " + std::to_string(context.data_batches) +
+                ": the data position would not continue");
+  if (options.seed_given && options.seed != m.seed)
+    throw Error("--resume: checkpoint '" + c.dir + "' was written with --seed " +
+                std::to_string(m.seed) + ", not " + std::to_string(options.seed) +
+                " (the dropout masks continue from the checkpoint's seed)");
+  if (m.step >= options.steps)
+    throw Error("--resume: checkpoint '" + c.dir + "' is at step " + std::to_string(m.step) +
+                "; --steps " + std::to_string(options.steps) +
+                " (the total, counted from the first step) leaves nothing to run");
+  options.seed = m.seed;
+  // The ranks share out checking every file whole.
+  for (size_t i = 0; i < m.files.size(); ++i)
+    if (static_cast<int>(i % static_cast<size_t>(world)) == world_rank)
+      ck::verify_shard(c.dir, m.files[i]);
+  for (const Placement &p : checkpoint_placements(*program.info, context.dp, context.dp_rank)) {
+    const std::vector<uint8_t> bytes = ck::read_range(c, p.key, p.dtype, p.shape, p.begin, p.count);
+    store_persistent(program, *p.value, bytes.data(), bytes.size());
+  }
+  CheckpointPosition position;
+  position.step = m.step;
+  position.applied = m.applied;
+  position.skipped = m.skipped;
+  position.has_loss_scaler = m.has_loss_scaler;
+  position.loss_scaler = m.loss_scaler;
+  return position;
+}
+
+CheckpointPosition start_checkpoints(Program &program, const CheckpointContext &context,
+                                     TrainOptions &options, int world_rank, int world) {
+  check_save_dir(options, world_rank);
+  if (options.resume.empty()) return {};
+  return resume_checkpoint(program, context, options, world_rank, world);
+}
+
+}  // namespace runner
+}  // namespace dsrt
