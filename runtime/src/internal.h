@@ -6,6 +6,7 @@
 
 #include "dsrt/kernels.h"
 #include "dsrt/math.h"
+#include "workspace_shapes.h"
 
 #include <omp.h>
 
@@ -182,12 +183,8 @@ template <typename F> void parallel_for(const Stream &s, int64_t n, int64_t grai
 // inside an OpenMP region, and sizes the pool to the stream's threads.
 void set_blas_threads(const Stream &s);
 
-// Row kernels on f16/bf16 convert each row to f32 in a "lane" of their
-// workspace: at most kRowLanes lanes, lane l taking the fixed rows
-// [l * rows / lanes, (l + 1) * rows / lanes), so the workspace is bounded
-// and no row's result depends on the thread count.
-constexpr int64_t kRowLanes = 64;
-inline int64_t row_lanes(int64_t rows) { return std::min(rows, kRowLanes); }
+// Row kernels on f16/bf16 convert rows to f32 in lanes of their workspace
+// (workspace_shapes.h: kRowLanes, row_lanes).
 
 // Runs f(begin, end, buffer) over the rows [0, rows) in parallel: with
 // `lanes` null (f32 rows, read in place) as parallel_for, buffer null; else

@@ -181,60 +181,12 @@ void conv_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t 
   }
 }
 
-// Floats of an im2col matrix of `channels` channels of x (kernel sizes from
-// w, positions from y), or 0 when the window is 1x1, stride 1, unpadded.
-int64_t im2col_floats(const Shape &x, const Shape &w, const Shape &y, const int64_t *strides,
-                      const int64_t *pads, int64_t channels) {
-  const int spatial = x.rank - 2;
-  if (spatial < 1 || w.rank != x.rank || y.rank != x.rank)
-    return 0;
-  int64_t kernel_size = 1, out_size = 1;
-  bool pointwise = true;
-  for (int a = 0; a < spatial; ++a) {
-    kernel_size *= w.dims[a + 2];
-    out_size *= y.dims[a + 2];
-    pointwise = pointwise && w.dims[a + 2] == 1 && strides[a] == 1 && pads[a] == 0 &&
-                pads[a + spatial] == 0;
-  }
-  return pointwise ? 0 : channels * kernel_size * out_size;
-}
 
-bool is_16bit(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
 
 }  // namespace
 
-int64_t conv_workspace_bytes(DType dtype, const Shape &x, const Shape &w, const Shape &y,
-                             bool has_bias, const int64_t *strides, const int64_t *pads,
-                             int64_t group) {
-  if (x.rank < 3 || group < 1)
-    return 0;
-  int64_t floats = im2col_floats(x, w, y, strides, pads, x.dims[1] / group);
-  if (is_16bit(dtype))
-    floats += x.numel() + w.numel() + y.numel() + (has_bias ? w.dims[0] : 0);
-  return floats * static_cast<int64_t>(sizeof(float));
-}
 
-int64_t conv_grad_input_workspace_bytes(DType dtype, const Shape &dy, const Shape &w,
-                                        const Shape &dx, const int64_t *strides,
-                                        const int64_t *pads, int64_t group) {
-  if (dx.rank < 3 || group < 1)
-    return 0;
-  int64_t floats = im2col_floats(dx, w, dy, strides, pads, dx.dims[1]);
-  if (is_16bit(dtype))
-    floats += dy.numel() + w.numel() + dx.numel();
-  return floats * static_cast<int64_t>(sizeof(float));
-}
 
-int64_t conv_grad_weight_workspace_bytes(DType dtype, const Shape &dy, const Shape &x,
-                                         const Shape &dw, const int64_t *strides,
-                                         const int64_t *pads, int64_t group) {
-  if (x.rank < 3 || group < 1)
-    return 0;
-  int64_t floats = im2col_floats(x, dw, dy, strides, pads, x.dims[1] / group);
-  if (is_16bit(dtype))
-    floats += dy.numel() + x.numel() + dw.numel();
-  return floats * static_cast<int64_t>(sizeof(float));
-}
 
 void conv(Stream &s, const Tensor &x, const Tensor &w, const Tensor *bias, const Tensor &y,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations, int64_t group,
@@ -676,10 +628,6 @@ void avg_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel
 
 namespace {
 
-// f16/bf16 pooling gradients sum each plane in f32 in one of at most this
-// many planes of the workspace ("lanes"), each lane taking a fixed range of
-// planes: the workspace is bounded, and the sums do not depend on threads.
-constexpr int64_t kPoolGradLanes = 64;
 
 // Runs plane(p, acc) for every [N, C] plane in parallel, with acc the plane
 // of dx as f32 (dx itself for f32, else a lane of the workspace, `lanes`,
@@ -720,13 +668,6 @@ void for_each_grad_plane(const Stream &s, const Window &win, int64_t planes, T *
 
 }  // namespace
 
-int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx) {
-  if (!is_16bit(dtype) || dx.rank < 3 || dx.numel() == 0)
-    return 0;
-  const int64_t planes = dx.dims[0] * dx.dims[1];
-  return static_cast<int64_t>(sizeof(float)) * std::min(planes, kPoolGradLanes) *
-         (dx.numel() / planes);
-}
 
 void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dx,
                    const int64_t *kernel, const int64_t *strides, const int64_t *pads,

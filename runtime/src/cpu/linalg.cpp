@@ -185,15 +185,7 @@ void matmul_int(const Stream &s, const MatmulPlan &p, const T *a, const T *b, T 
 
 }  // namespace
 
-int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {
-  if (dtype != DType::F16 && dtype != DType::BF16)
-    return 0;
-  return static_cast<int64_t>(sizeof(float)) * (a.numel() + b.numel() + y.numel());
-}
 
-int64_t gemm_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {
-  return matmul_workspace_bytes(dtype, a, b, y);
-}
 
 void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool transpose_a,
             bool transpose_b, const Workspace &ws) {

@@ -92,24 +92,9 @@ void write_total(const Tensor &loss, double total, double weight_total, Reductio
                                      typename decltype(tag)::type>(value); });
 }
 
-// Per-sample losses are summed in blocks fixed by the number of rows alone
-// (each block in order, then the blocks in order), so the total does not
-// depend on the thread count and needs no per-sample storage.
-constexpr int64_t kLossBlocks = 64;
-
-// Blocks of samples a loss over `rows` samples sums separately.
-int64_t loss_blocks(int64_t rows) { return std::min<int64_t>(kLossBlocks, std::max<int64_t>(rows, 1)); }
 
 }  // namespace
 
-int64_t softmax_cross_entropy_workspace_bytes(DType dtype, const Shape &scores) {
-  if (scores.rank < 2 || scores.numel() == 0)
-    return 0;
-  const int64_t c = scores.dims[1], rows = scores.numel() / c;
-  if (dtype == DType::F32 && rows == scores.dims[0])
-    return 0;  // f32 rows with unit stride are read in place
-  return static_cast<int64_t>(sizeof(float)) * loss_blocks(rows) * c;
-}
 
 void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels,
                            const Tensor *weights, const Tensor &loss, const Tensor &log_prob,

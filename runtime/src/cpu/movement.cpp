@@ -532,11 +532,6 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
                });
 }
 
-int64_t gather_grad_workspace_bytes(DType dtype, const Shape &ddata) {
-  if (dtype != DType::F16 && dtype != DType::BF16)
-    return 0;
-  return static_cast<int64_t>(sizeof(float)) * ddata.numel();
-}
 
 void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tensor &ddata,
                  int axis, const Workspace &ws) {

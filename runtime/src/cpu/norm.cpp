@@ -127,31 +127,10 @@ void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor
   });
 }
 
-// Rows [outer] of n along `axis` with unit stride (inner 1), or 0 rows.
-int64_t unit_stride_rows(const Shape &x, int axis, int64_t &n) {
-  n = 0;
-  if (axis < 0 || axis >= x.rank || x.numel() == 0)
-    return 0;
-  int64_t outer = 1;
-  for (int d = 0; d < axis; ++d)
-    outer *= x.dims[d];
-  for (int d = axis + 1; d < x.rank; ++d)
-    if (x.dims[d] != 1)
-      return 0;
-  n = x.dims[axis];
-  return outer;
-}
 
-bool is_16bit_float(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
 
 }  // namespace
 
-int64_t softmax_workspace_bytes(DType dtype, const Shape &x, int axis) {
-  int64_t n = 0, rows = unit_stride_rows(x, axis, n);
-  if (!is_16bit_float(dtype) || rows == 0)
-    return 0;
-  return static_cast<int64_t>(sizeof(float)) * row_lanes(rows) * n;
-}
 
 void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Workspace &ws) {
   begin_kernel(s);
@@ -199,23 +178,9 @@ void expand_param(const char *kernel, const Tensor &param, const Shape &normaliz
   });
 }
 
-// The f32 elements of a layer norm scale or bias expanded to the normalized
-// shape: none when it has the normalized shape's element count already.
-int64_t param_floats(const Shape &param, int64_t n) { return param.numel() < n ? n : 0; }
 
 }  // namespace
 
-int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
-                                   const Shape *bias, int axis) {
-  if (axis < 0 || axis >= x.rank || x.numel() == 0)
-    return 0;
-  int64_t rows = 1, n = 1;
-  for (int d = 0; d < x.rank; ++d)
-    (d < axis ? rows : n) *= x.dims[d];
-  int64_t floats = is_16bit_float(dtype) ? row_lanes(rows) * n : 0;
-  floats += param_floats(scale, n) + (bias ? param_floats(*bias, n) : 0);
-  return static_cast<int64_t>(sizeof(float)) * floats;
-}
 
 void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
                 const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
@@ -250,7 +215,7 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
   // scale and bias with the normalized shape are read in place (16-bit
   // elements converted where they are used); a broadcast one is expanded to
   // f32 in the workspace first.
-  float *lanes = is_16bit_float(x.dtype) ? scratch.take(row_lanes(rows) * n) : nullptr;
+  float *lanes = is_16bit(x.dtype) ? scratch.take(row_lanes(rows) * n) : nullptr;
   float *g_full = expand_g ? scratch.take(n) : nullptr;
   float *b_full = expand_b ? scratch.take(n) : nullptr;
   if (g_full)
@@ -600,9 +565,6 @@ void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const T
 
 }  // namespace
 
-int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis) {
-  return 2 * softmax_workspace_bytes(dtype, y, axis);
-}
 
 void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis,
                   const Workspace &ws) {
@@ -696,39 +658,9 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, flo
 
 namespace {
 
-// Blocks of rows whose dscale/dbias partial sums layer_norm_grad keeps, and
-// their size: at most 64 blocks, fewer when their partial sums would pass
-// 2^22 values per parameter. Depends on the shape only.
-void layer_norm_grad_blocks(int64_t rows, int64_t n, int64_t &blocks, int64_t &block_rows) {
-  blocks = 0;
-  block_rows = 0;
-  if (rows > 0 && n > 0) {
-    blocks = std::min<int64_t>({rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
-    block_rows = (rows + blocks - 1) / blocks;
-    blocks = (rows + block_rows - 1) / block_rows;
-  }
-}
 
 }  // namespace
 
-int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
-                                        int axis) {
-  if (axis < 0 || axis >= x.rank || x.numel() == 0)
-    return 0;
-  int64_t rows = 1, n = 1, blocks = 0, block_rows = 0;
-  for (int d = 0; d < x.rank; ++d)
-    (d < axis ? rows : n) *= x.dims[d];
-  layer_norm_grad_blocks(rows, n, blocks, block_rows);
-  // The f64 totals of dscale and dbias per normalized element and the
-  // accumulator of one broadcast parameter (3 n doubles, first, so they are
-  // aligned); each block's f32 partial sums of both (2 n per block);
-  // f16/bf16: x, dy and dx rows in f32, one set per block; a broadcast
-  // scale expanded to the normalized shape in f32.
-  int64_t floats = 2 * 3 * n + 2 * blocks * n;
-  floats += is_16bit_float(dtype) ? 3 * blocks * n : 0;
-  floats += param_floats(scale, n);
-  return static_cast<int64_t>(sizeof(float)) * floats;
-}
 
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
@@ -786,7 +718,7 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
   // workspace, so the totals do not depend on the thread count).
   float *part_g = scratch.take(2 * blocks * n);
   float *part_b = part_g + blocks * n;
-  const bool rows_in_f32 = is_16bit_float(x.dtype);
+  const bool rows_in_f32 = is_16bit(x.dtype);
   float *row_sets = rows_in_f32 ? scratch.take(3 * blocks * n) : nullptr;
   // A scale with the normalized shape is read in place; a broadcast one is
   // expanded to f32 in the workspace.
