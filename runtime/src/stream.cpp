@@ -150,6 +150,8 @@ void Worker::loop() {
 
 using detail::CompletionPtr;
 
+Stream::Stream() : Stream(dsrt::backend().kind()) {}
+
 Stream::Stream(Backend backend, int threads)
     : backend_(backend), threads_(threads), state_(std::make_shared<detail::StreamState>()) {
   try {

@@ -148,20 +148,6 @@ void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Wo
 
 namespace {
 
-// Checks a scale or bias against x and the normalized shape (axes [axis,
-// rank) of x). Returns whether it has fewer elements than the normalized
-// shape, so that the kernel expands it (in f32, into its workspace) rather
-// than reading it in place.
-bool check_param(const char *kernel, const char *name, const Tensor &param, const Tensor &x,
-                 const Shape &normalized) {
-  check_data(kernel, name, param);
-  check_same_dtype(kernel, "x", x, name, param);
-  BroadcastPlan plan;
-  if (param.shape.rank > normalized.rank || !plan_broadcast(normalized, &param.shape, 1, plan))
-    fail(kernel, std::string(name) + " " + param.shape.str() +
-                     " does not broadcast to the normalized shape " + normalized.str());
-  return param.numel() < normalized.numel();
-}
 
 // Writes `param` broadcast to the normalized shape, as f32, to `out`.
 void expand_param(const char *kernel, const Tensor &param, const Shape &normalized, float *out) {
@@ -301,33 +287,8 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
 
 namespace {
 
-struct Channels {
-  int64_t n = 0, c = 0, spatial = 1;
-};
 
-// x is [N, C, ...] and y (named y_name) has its type and shape.
-Channels check_channels(const char *kernel, const Tensor &x, const Tensor &y,
-                        const char *y_name = "y") {
-  check_data(kernel, "x", x);
-  check_data(kernel, y_name, y);
-  check_float(kernel, "x", x);
-  check_same_dtype(kernel, "x", x, y_name, y);
-  check_shape(kernel, y_name, y, x.shape);
-  if (x.shape.rank < 2)
-    fail(kernel, "x must be [N, C, ...], got " + x.shape.str());
-  Channels ch;
-  ch.n = x.shape.dims[0];
-  ch.c = x.shape.dims[1];
-  for (int d = 2; d < x.shape.rank; ++d)
-    ch.spatial *= x.shape.dims[d];
-  return ch;
-}
 
-void check_per_channel(const char *kernel, const char *name, const Tensor &t, int64_t c) {
-  check_data(kernel, name, t);
-  check_float(kernel, name, t);
-  check_shape(kernel, name, t, Shape{c});
-}
 
 // Element i of a per-channel float tensor (checked float already), as f32,
 // and the inverse: the channels' parameters and statistics are read and
@@ -609,15 +570,6 @@ void reduce_to_param(const char *kernel, const char *name, const Tensor &out,
   });
 }
 
-// Checks that a gradient of a parameter broadcasts to the normalized shape.
-void check_param_grad(const char *kernel, const char *name, const Tensor &out,
-                      const Shape &normalized) {
-  check_data(kernel, name, out);
-  BroadcastPlan plan;
-  if (out.shape.rank > normalized.rank || !plan_broadcast(normalized, &out.shape, 1, plan))
-    fail(kernel, std::string(name) + " " + out.shape.str() +
-                     " does not broadcast to the normalized shape " + normalized.str());
-}
 
 // One row of layer_norm_grad in f32: writes dx and adds the row's terms of
 // dscale and dbias (per normalized element) to acc_g and acc_b.
@@ -655,12 +607,6 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, flo
 }
 
 }  // namespace
-
-namespace {
-
-
-}  // namespace
-
 
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,

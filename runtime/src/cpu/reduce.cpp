@@ -14,15 +14,6 @@ using namespace detail;
 
 namespace {
 
-const char *reduce_name(ReduceOp op) {
-  switch (op) {
-  case ReduceOp::Sum: return "reduce(sum)";
-  case ReduceOp::Mean: return "reduce(mean)";
-  case ReduceOp::Max: return "reduce(max)";
-  case ReduceOp::Prod: return "reduce(prod)";
-  }
-  return "reduce";
-}
 
 template <typename A> struct SumOp {
   static A init() { return A(0); }
@@ -156,29 +147,9 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
   check_same_dtype(kernel, "x", x, "y", y);
-  const int rank = x.shape.rank;
   bool reduced[kMaxRank] = {};
-  for (int i = 0; i < num_axes; ++i) {
-    if (axes[i] < 0 || axes[i] >= rank)
-      fail(kernel, "axis " + std::to_string(axes[i]) + " is out of range for rank " +
-                       std::to_string(rank));
-    if (i > 0 && axes[i - 1] >= axes[i])
-      fail(kernel, "axes must be sorted and unique");
-    reduced[axes[i]] = true;
-  }
-  Shape kept, dropped;
-  int64_t count = 1;
-  for (int d = 0; d < rank; ++d) {
-    kept.dims[kept.rank++] = reduced[d] ? 1 : x.shape.dims[d];
-    if (!reduced[d])
-      dropped.dims[dropped.rank++] = x.shape.dims[d];
-    else
-      count *= x.shape.dims[d];
-  }
-  kept.rank = rank;
-  if (y.shape != kept && y.shape != dropped)
-    fail(kernel, "y has shape " + y.shape.str() + ", expected " + kept.str() + " or " +
-                     dropped.str());
+  const int64_t count = check_reduce(kernel, x, y, axes, num_axes, reduced);
+  const int rank = x.shape.rank;
   const int64_t out_count = y.numel();
   if (out_count == 0)
     return;
