@@ -28,11 +28,6 @@ void check_cublas(cublasStatus_t status, const char *kernel, const char *what) {
 
 void check_launch(const char *kernel) { check_cuda(cudaGetLastError(), kernel, "kernel launch"); }
 
-[[noreturn]] void not_implemented(const char *kernel) {
-  fail(kernel, std::string("cuda kernel ") + kernel +
-                   " is not implemented (use the cpu backend, libdsrt.a)");
-}
-
 //===----------------------------------------------------------------------===//
 // The device error word
 //===----------------------------------------------------------------------===//
@@ -104,6 +99,9 @@ void throw_device_error() {
     case DeviceFault::IntegerDivByZero:
       message += "integer division by zero (rhs element " + value + " is 0)";
       break;
+    case DeviceFault::BadStep:
+      message += "step " + value + " is not a step count (the first update is 1)";
+      break;
     default: message += "unknown device fault " + std::to_string(w->fault); break;
     }
     std::memset(const_cast<DeviceErrorWord *>(st.host), 0, sizeof(DeviceErrorWord));
@@ -115,21 +113,46 @@ void throw_device_error() {
 // Streams
 //===----------------------------------------------------------------------===//
 
-cudaStream_t cuda_stream(Stream &s) {
+namespace {
+
+// The backend's state of one dsrt::Stream: its cudaStream_t and a few
+// doubles of device scratch for kernels that pass a scalar to the next
+// kernel on the stream (a loss's divisor). Allocated with the stream, once,
+// so no kernel allocates; kernels on one stream run in order, so they never
+// share the scratch with another.
+struct CudaStreamState {
+  cudaStream_t stream = nullptr;
+  double *scratch = nullptr;
+  ~CudaStreamState() {
+    // At process exit the runtime may be gone already: nothing to report.
+    if (scratch)
+      cudaFree(scratch);
+    if (stream)
+      cudaStreamDestroy(stream);
+  }
+};
+
+CudaStreamState &stream_state(Stream &s) {
   StreamState &state = *s.state();
   std::lock_guard<std::mutex> lock(state.mutex);
   if (!state.device) {
-    cudaStream_t stream = nullptr;
-    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cuda",
+    auto cs = std::make_shared<CudaStreamState>();
+    check_cuda(cudaStreamCreateWithFlags(&cs->stream, cudaStreamNonBlocking), "cuda",
                "cudaStreamCreateWithFlags");
-    // Destroyed with the last copy of the Stream; at process exit the
-    // runtime may be gone already, which is not an error worth reporting.
-    state.device = std::shared_ptr<void>(stream, [](void *p) {
-      cudaStreamDestroy(static_cast<cudaStream_t>(p));
-    });
+    void *p = nullptr;
+    check_cuda(cudaMalloc(&p, kStreamScratchDoubles * sizeof(double)), "cuda",
+               "cudaMalloc of the stream's scratch");
+    cs->scratch = static_cast<double *>(p);
+    state.device = cs;
   }
-  return static_cast<cudaStream_t>(state.device.get());
+  return *static_cast<CudaStreamState *>(state.device.get());
 }
+
+}  // namespace
+
+cudaStream_t cuda_stream(Stream &s) { return stream_state(s).stream; }
+
+double *stream_scratch(Stream &s) { return stream_state(s).scratch; }
 
 cudaStream_t begin_kernel(Stream &s) {
   wait_host_work(s);

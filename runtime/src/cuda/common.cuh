@@ -37,6 +37,7 @@ enum class DeviceFault : int32_t {
   IndexOutOfRange,     // value = the index, bound = the axis size
   LabelOutOfRange,     // value = the label, bound = the class count
   IntegerDivByZero,    // value = the element of the divisor
+  BadStep,             // value = the optimizer step (torch.optim counts from 1)
 };
 struct DeviceErrorWord {
   int32_t fault;       // a DeviceFault; 0 while nothing was reported
@@ -72,6 +73,10 @@ __device__ inline void report_fault(DeviceErrorWord *word, DeviceFault fault, in
 cudaStream_t begin_kernel(Stream &s);
 // The stream without waiting for host work (the backend's own calls).
 cudaStream_t cuda_stream(Stream &s);
+// kStreamScratchDoubles doubles of device memory owned by the stream, for a
+// scalar one kernel leaves for the next on the same stream.
+constexpr int kStreamScratchDoubles = 32;
+double *stream_scratch(Stream &s);
 
 //===----------------------------------------------------------------------===//
 // Element loads and stores: f16/bf16 compute in f32
@@ -100,6 +105,23 @@ template <typename T> __device__ inline float ld(const T &v) {
   return static_cast<float>(Dev<T>::load(v));
 }
 template <typename T> __device__ inline T st(float v) { return Dev<T>::store(v); }
+
+// Element i of a float tensor whose type is known at run time only (a
+// per-channel parameter, a scalar such as lr), and the inverse.
+__device__ inline float load_any(const void *p, DType dtype, int64_t i) {
+  switch (dtype) {
+  case DType::F16: return ld(static_cast<const half_t *>(p)[i]);
+  case DType::BF16: return ld(static_cast<const bfloat_t *>(p)[i]);
+  default: return static_cast<const float *>(p)[i];
+  }
+}
+__device__ inline void store_any(void *p, DType dtype, int64_t i, float v) {
+  switch (dtype) {
+  case DType::F16: static_cast<half_t *>(p)[i] = st<half_t>(v); break;
+  case DType::BF16: static_cast<bfloat_t *>(p)[i] = st<bfloat_t>(v); break;
+  default: static_cast<float *>(p)[i] = v; break;
+  }
+}
 
 //===----------------------------------------------------------------------===//
 // Launch shapes
@@ -163,11 +185,13 @@ __device__ inline int64_t plan_offset(const BroadcastPlan &p, int k, int64_t i) 
 
 // The process's cuBLASLt handle (created on first use).
 cublasLtHandle_t cublaslt();
+// Row-major f32 c = alpha op(a) op(b) + beta c (c is [m, n], a and b
+// contiguous), on cuBLASLt with no workspace (linalg.cu).
+void lt_gemm_f32(cudaStream_t stream, const char *kernel, bool trans_a, bool trans_b, int64_t m,
+                 int64_t n, int64_t k, float alpha, const float *a, const float *b, float beta,
+                 float *c);
 // True when DSRT_ALLOW_TF32=1: f32 GEMMs may use TF32 tensor cores.
 bool allow_tf32();
-
-// A kernel not written for the cuda backend yet: throws dsrt::Error.
-[[noreturn]] void not_implemented(const char *kernel);
 
 }  // namespace detail
 }  // namespace dsrt
