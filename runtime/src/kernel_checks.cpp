@@ -399,8 +399,8 @@ void check_per_channel(const char *kernel, const char *name, const Tensor &t, in
 }
 
 void check_optimizer_args(const char *kernel, const Tensor &lr, const Tensor *step,
-                          const Tensor &param, const Tensor *const *states, const char *const *names,
-                          int count) {
+                          const Tensor &param, const Tensor *const *states,
+                          const char *const *names, int count) {
   check_data(kernel, "lr", lr);
   check_float(kernel, "lr", lr);
   if (lr.numel() != 1 || lr.shape.rank > 1)
@@ -663,6 +663,242 @@ Window check_conv_grad(const char *kernel, const Tensor &x, const char *x_name, 
       m > limit)
     fail(kernel, "convolution too large for the BLAS integer range");
   return win;
+}
+
+namespace {
+
+// The rows and normalized shape of a layer norm over axes [axis, rank) of
+// x, after checking its f32 mean and inverse standard deviation.
+NormRows check_norm_stats(const char *kernel, const Tensor &x, const Tensor &mean,
+                          const Tensor &inv_std_dev, int axis) {
+  check_axis(kernel, axis, x.shape.rank);
+  check_float(kernel, "x", x);
+  Shape stat_shape = x.shape;
+  for (int d = axis; d < x.shape.rank; ++d)
+    stat_shape.dims[d] = 1;
+  check_data(kernel, "mean", mean);
+  check_data(kernel, "inv_std_dev", inv_std_dev);
+  check_dtype(kernel, "mean", mean, DType::F32);
+  check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
+  check_shape(kernel, "mean", mean, stat_shape);
+  check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
+  NormRows nr;
+  nr.normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
+  nr.rows = stat_shape.numel();
+  nr.n = nr.normalized.numel();
+  return nr;
+}
+
+}  // namespace
+
+NormRows check_layer_norm(const char *kernel, const Tensor &x, const Tensor &scale,
+                          const Tensor *bias, const Tensor &y, const Tensor &mean,
+                          const Tensor &inv_std_dev, int axis) {
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "x", x, "y", y);
+  check_shape(kernel, "y", y, x.shape);
+  NormRows nr = check_norm_stats(kernel, x, mean, inv_std_dev, axis);
+  nr.expand_scale = check_param(kernel, "scale", scale, x, nr.normalized);
+  nr.expand_bias = bias && check_param(kernel, "bias", *bias, x, nr.normalized);
+  return nr;
+}
+
+NormRows check_layer_norm_grad(const char *kernel, const Tensor &dy, const Tensor &x,
+                               const Tensor &scale, const Tensor &mean,
+                               const Tensor &inv_std_dev, const Tensor &dx, const Tensor &dscale,
+                               const Tensor *dbias, int axis) {
+  check_data(kernel, "x", x);
+  check_data(kernel, "dy", dy);
+  check_data(kernel, "dx", dx);
+  check_float(kernel, "x", x);
+  check_same_dtype(kernel, "x", x, "dy", dy);
+  check_same_dtype(kernel, "x", x, "dx", dx);
+  check_shape(kernel, "dy", dy, x.shape);
+  check_shape(kernel, "dx", dx, x.shape);
+  NormRows nr = check_norm_stats(kernel, x, mean, inv_std_dev, axis);
+  nr.expand_scale = check_param(kernel, "scale", scale, x, nr.normalized);
+  check_data(kernel, "dscale", dscale);
+  check_same_dtype(kernel, "scale", scale, "dscale", dscale);
+  check_shape(kernel, "dscale", dscale, scale.shape);
+  if (dbias) {
+    check_data(kernel, "dbias", *dbias);
+    check_same_dtype(kernel, "x", x, "dbias", *dbias);
+    check_param_grad(kernel, "dbias", *dbias, nr.normalized);
+  }
+  return nr;
+}
+
+Channels check_batch_norm(const char *kernel, const Tensor &x, const Tensor &scale,
+                          const Tensor &bias, const Tensor &mean, const Tensor &var,
+                          const Tensor &y) {
+  Channels ch = check_channels(kernel, x, y);
+  check_per_channel(kernel, "scale", scale, ch.c);
+  check_per_channel(kernel, "bias", bias, ch.c);
+  check_per_channel(kernel, "mean", mean, ch.c);
+  check_per_channel(kernel, "var", var, ch.c);
+  return ch;
+}
+
+Channels check_batch_norm_train(const char *kernel, const Tensor &x, const Tensor &scale,
+                                const Tensor &bias, const Tensor &running_mean,
+                                const Tensor &running_var, const Tensor &y,
+                                const Tensor &running_mean_out, const Tensor &running_var_out,
+                                const Tensor &saved_mean, const Tensor &saved_inv_std) {
+  Channels ch = check_channels(kernel, x, y);
+  check_per_channel(kernel, "scale", scale, ch.c);
+  check_per_channel(kernel, "bias", bias, ch.c);
+  check_per_channel(kernel, "running_mean", running_mean, ch.c);
+  check_per_channel(kernel, "running_var", running_var, ch.c);
+  check_per_channel(kernel, "running_mean_out", running_mean_out, ch.c);
+  check_per_channel(kernel, "running_var_out", running_var_out, ch.c);
+  check_per_channel(kernel, "saved_mean", saved_mean, ch.c);
+  check_per_channel(kernel, "saved_inv_std", saved_inv_std, ch.c);
+  check_dtype(kernel, "saved_mean", saved_mean, DType::F32);
+  check_dtype(kernel, "saved_inv_std", saved_inv_std, DType::F32);
+  if (ch.n * ch.spatial == 0)
+    fail(kernel, "batch statistics of an empty batch " + x.shape.str() + " are undefined");
+  return ch;
+}
+
+Channels check_batch_norm_grad(const char *kernel, const Tensor &dy, const Tensor &x,
+                               const Tensor &scale, const Tensor &saved_mean,
+                               const Tensor &saved_inv_std, const Tensor &dx,
+                               const Tensor &dscale, const Tensor &dbias) {
+  Channels ch = check_channels(kernel, x, dx, "dx");
+  check_data(kernel, "dy", dy);
+  check_same_dtype(kernel, "x", x, "dy", dy);
+  check_shape(kernel, "dy", dy, x.shape);
+  check_per_channel(kernel, "scale", scale, ch.c);
+  check_per_channel(kernel, "saved_mean", saved_mean, ch.c);
+  check_per_channel(kernel, "saved_inv_std", saved_inv_std, ch.c);
+  check_dtype(kernel, "saved_mean", saved_mean, DType::F32);
+  check_dtype(kernel, "saved_inv_std", saved_inv_std, DType::F32);
+  check_per_channel(kernel, "dscale", dscale, ch.c);
+  check_per_channel(kernel, "dbias", dbias, ch.c);
+  return ch;
+}
+
+void check_softmax(const char *kernel, const Tensor &x, const Tensor &y, int axis) {
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "x", x, "y", y);
+  check_shape(kernel, "y", y, x.shape);
+  check_axis(kernel, axis, x.shape.rank);
+}
+
+void check_softmax_grad(const char *kernel, const Tensor &y, const Tensor &dy, const Tensor &dx,
+                        int axis) {
+  check_data(kernel, "y", y);
+  check_data(kernel, "dy", dy);
+  check_data(kernel, "dx", dx);
+  check_float(kernel, "y", y);
+  check_same_dtype(kernel, "y", y, "dy", dy);
+  check_same_dtype(kernel, "y", y, "dx", dx);
+  check_shape(kernel, "dy", dy, y.shape);
+  check_shape(kernel, "dx", dx, y.shape);
+  check_axis(kernel, axis, y.shape.rank);
+}
+
+MatmulPlan check_matmul(const char *kernel, const Tensor &a, const Tensor &b, const Tensor &y,
+                        bool transpose_a, bool transpose_b) {
+  check_data(kernel, "a", a);
+  check_data(kernel, "b", b);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "a", a, "b", b);
+  check_same_dtype(kernel, "a", a, "y", y);
+  return plan_matmul(kernel, a, b, y, transpose_a, transpose_b);
+}
+
+MatmulPlan check_gemm(const char *kernel, const Tensor &a, const Tensor &b, const Tensor *c,
+                      const Tensor &y, bool transpose_a, bool transpose_b,
+                      BroadcastPlan &c_plan) {
+  check_data(kernel, "a", a);
+  check_data(kernel, "b", b);
+  check_data(kernel, "y", y);
+  check_float(kernel, "a", a);
+  check_same_dtype(kernel, "a", a, "b", b);
+  check_same_dtype(kernel, "a", a, "y", y);
+  if (a.shape.rank != 2 || b.shape.rank != 2)
+    fail(kernel, "a and b must be 2-D, got " + a.shape.str() + " and " + b.shape.str());
+  MatmulPlan p = plan_matmul(kernel, a, b, y, transpose_a, transpose_b);
+  if (c != nullptr) {
+    check_data(kernel, "c", *c);
+    check_same_dtype(kernel, "a", a, "c", *c);
+    if (c->shape.rank > 2 || !plan_broadcast(y.shape, &c->shape, 1, c_plan))
+      fail(kernel, "c " + c->shape.str() + " does not broadcast to " + y.shape.str());
+  }
+  return p;
+}
+
+void check_copy(const char *kernel, const Tensor &x, const Tensor &y) {
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  if (x.nbytes() != y.nbytes())
+    fail(kernel, "x has " + std::to_string(x.nbytes()) + " bytes (" + dtype_name(x.dtype) + " " +
+                     x.shape.str() + ") but y has " + std::to_string(y.nbytes()) + " bytes (" +
+                     dtype_name(y.dtype) + " " + y.shape.str() + ")");
+}
+
+void check_gather(const char *kernel, const Tensor &data, const Tensor &indices, const Tensor &y,
+                  int axis) {
+  check_data(kernel, "data", data);
+  check_index_tensor(kernel, "indices", indices);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "data", data, "y", y);
+  check_shape(kernel, "y", y, gather_shape(kernel, data, indices, axis));
+}
+
+void check_gather_grad(const char *kernel, const Tensor &dy, const Tensor &indices,
+                       const Tensor &ddata, int axis) {
+  check_data(kernel, "dy", dy);
+  check_index_tensor(kernel, "indices", indices);
+  check_data(kernel, "ddata", ddata);
+  check_same_dtype(kernel, "ddata", ddata, "dy", dy);
+  check_shape(kernel, "dy", dy, gather_shape(kernel, ddata, indices, axis));
+  if (ddata.dtype == DType::Bool)
+    fail(kernel, "needs a numeric tensor (f32, f16, bf16, i64, i32), got bool");
+}
+
+BroadcastPlan check_binary(const char *kernel, const Tensor &a, const Tensor &b, const Tensor &y) {
+  check_data(kernel, "a", a);
+  check_data(kernel, "b", b);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "a", a, "b", b);
+  check_same_dtype(kernel, "a", a, "y", y);
+  Tensor operands[2] = {a, b};
+  return plan_for(kernel, y, operands, 2);
+}
+
+BroadcastPlan check_compare(const char *kernel, const Tensor &a, const Tensor &b,
+                            const Tensor &y) {
+  check_data(kernel, "a", a);
+  check_data(kernel, "b", b);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "a", a, "b", b);
+  check_dtype(kernel, "y", y, DType::Bool);
+  Tensor operands[2] = {a, b};
+  return plan_for(kernel, y, operands, 2);
+}
+
+BroadcastPlan check_where(const char *kernel, const Tensor &cond, const Tensor &a,
+                          const Tensor &b, const Tensor &y) {
+  check_data(kernel, "cond", cond);
+  check_data(kernel, "a", a);
+  check_data(kernel, "b", b);
+  check_data(kernel, "y", y);
+  check_dtype(kernel, "cond", cond, DType::Bool);
+  check_same_dtype(kernel, "a", a, "b", b);
+  check_same_dtype(kernel, "a", a, "y", y);
+  Tensor operands[3] = {cond, a, b};
+  return plan_for(kernel, y, operands, 3);
+}
+
+void check_sgd_modes(const char *kernel, float momentum, float dampening, bool nesterov) {
+  if (nesterov && (momentum <= 0.0f || dampening != 0.0f))
+    fail(kernel, "nesterov needs a positive momentum and zero dampening (as torch.optim.SGD), "
+                 "got momentum " + std::to_string(momentum) + ", dampening " +
+                     std::to_string(dampening));
 }
 
 }  // namespace detail

@@ -126,6 +126,13 @@ struct BroadcastPlan {
 bool plan_broadcast(const Shape &out, const Shape *operands, int num_operands, BroadcastPlan &plan);
 // The plan of operands broadcast to y; throws naming the shapes otherwise.
 BroadcastPlan plan_for(const char *kernel, const Tensor &y, const Tensor *operands, int count);
+// The operands of binary (a, b and y of one type), compare (y bool) and
+// where (cond bool), and their broadcasting plan.
+BroadcastPlan check_binary(const char *kernel, const Tensor &a, const Tensor &b, const Tensor &y);
+BroadcastPlan check_compare(const char *kernel, const Tensor &a, const Tensor &b,
+                            const Tensor &y);
+BroadcastPlan check_where(const char *kernel, const Tensor &cond, const Tensor &a,
+                          const Tensor &b, const Tensor &y);
 
 // Checks reduce's sorted axes and y's shape (x's with the reduced axes kept
 // as 1 or dropped); sets reduced[d] for every reduced axis and returns the
@@ -181,6 +188,13 @@ SliceWalk plan_slice(const char *kernel, const Tensor &whole, const Tensor &part
 // data.shape[:axis] + indices.shape + data.shape[axis + 1:], after the checks
 // gather and its gradient share.
 Shape gather_shape(const char *kernel, const Tensor &data, const Tensor &indices, int axis);
+// gather's and gather_grad's operands (not the indices' values).
+void check_gather(const char *kernel, const Tensor &data, const Tensor &indices, const Tensor &y,
+                  int axis);
+void check_gather_grad(const char *kernel, const Tensor &dy, const Tensor &indices,
+                       const Tensor &ddata, int axis);
+// copy's operands: the same number of bytes.
+void check_copy(const char *kernel, const Tensor &x, const Tensor &y);
 
 //===----------------------------------------------------------------------===//
 // Normalization checks
@@ -197,6 +211,28 @@ bool check_param(const char *kernel, const char *name, const Tensor &param, cons
 void check_param_grad(const char *kernel, const char *name, const Tensor &out,
                       const Shape &normalized);
 
+// softmax's and log_softmax's operands, and those of their gradients.
+void check_softmax(const char *kernel, const Tensor &x, const Tensor &y, int axis);
+void check_softmax_grad(const char *kernel, const Tensor &y, const Tensor &dy, const Tensor &dx,
+                        int axis);
+
+// A layer norm's rows and normalized shape (axes [axis, rank) of x), and
+// whether scale and bias broadcast (fewer elements than the shape).
+struct NormRows {
+  Shape normalized;
+  int64_t rows = 0, n = 0;
+  bool expand_scale = false, expand_bias = false;
+};
+// layer_norm's operands (x, y, the f32 statistics, scale, bias or null).
+NormRows check_layer_norm(const char *kernel, const Tensor &x, const Tensor &scale,
+                          const Tensor *bias, const Tensor &y, const Tensor &mean,
+                          const Tensor &inv_std_dev, int axis);
+// layer_norm_grad's operands (dbias may be null).
+NormRows check_layer_norm_grad(const char *kernel, const Tensor &dy, const Tensor &x,
+                               const Tensor &scale, const Tensor &mean,
+                               const Tensor &inv_std_dev, const Tensor &dx, const Tensor &dscale,
+                               const Tensor *dbias, int axis);
+
 struct Channels {
   int64_t n = 0, c = 0, spatial = 1;
 };
@@ -207,6 +243,21 @@ Channels check_channels(const char *kernel, const Tensor &x, const Tensor &y,
 
 // A per-channel float tensor of shape [c].
 void check_per_channel(const char *kernel, const char *name, const Tensor &t, int64_t c);
+
+// The operands of batch_norm, batch_norm_train (which also refuses an
+// empty batch) and batch_norm_grad.
+Channels check_batch_norm(const char *kernel, const Tensor &x, const Tensor &scale,
+                          const Tensor &bias, const Tensor &mean, const Tensor &var,
+                          const Tensor &y);
+Channels check_batch_norm_train(const char *kernel, const Tensor &x, const Tensor &scale,
+                                const Tensor &bias, const Tensor &running_mean,
+                                const Tensor &running_var, const Tensor &y,
+                                const Tensor &running_mean_out, const Tensor &running_var_out,
+                                const Tensor &saved_mean, const Tensor &saved_inv_std);
+Channels check_batch_norm_grad(const char *kernel, const Tensor &dy, const Tensor &x,
+                               const Tensor &scale, const Tensor &saved_mean,
+                               const Tensor &saved_inv_std, const Tensor &dx,
+                               const Tensor &dscale, const Tensor &dbias);
 
 //===----------------------------------------------------------------------===//
 // Loss checks
@@ -234,6 +285,8 @@ LossShape check_loss_shapes(const char *kernel, const Tensor &scores, const Tens
 void check_optimizer_args(const char *kernel, const Tensor &lr, const Tensor *step,
                           const Tensor &param, const Tensor *const *states,
                           const char *const *names, int count);
+// sgd's nesterov needs a positive momentum and no dampening.
+void check_sgd_modes(const char *kernel, float momentum, float dampening, bool nesterov);
 // x float, y like x, mask bool of x's shape, ratio in [0, 1).
 void check_dropout(const char *kernel, const Tensor &x, const Tensor &y, const Tensor &mask,
                    float ratio);
@@ -269,6 +322,14 @@ MatmulPlan plan_matmul(const char *kernel, const Tensor &a, const Tensor &b, con
                        bool transpose_a, bool transpose_b);
 
 // Calls f(batch_index, a_offset, b_offset) for every matrix of the batch.
+// matmul's and gemm's operands; gemm's c (may be null) broadcast to y as
+// c_plan.
+MatmulPlan check_matmul(const char *kernel, const Tensor &a, const Tensor &b, const Tensor &y,
+                        bool transpose_a, bool transpose_b);
+MatmulPlan check_gemm(const char *kernel, const Tensor &a, const Tensor &b, const Tensor *c,
+                      const Tensor &y, bool transpose_a, bool transpose_b,
+                      BroadcastPlan &c_plan);
+
 template <typename F> void for_each_batch(const MatmulPlan &p, F &&f) {
   int64_t index[kMaxRank] = {};
   int64_t a_off = 0, b_off = 0;

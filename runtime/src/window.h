@@ -11,7 +11,9 @@ namespace dsrt {
 namespace detail {
 
 // ceil(a / b) for b > 0 and any sign of a.
-DSRT_HD inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+DSRT_HD inline int64_t ceil_div(int64_t a, int64_t b) {
+  return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
 
 // Spatial geometry shared by conv and pooling.
 struct Window {

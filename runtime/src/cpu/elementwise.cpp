@@ -218,13 +218,7 @@ void binary_typed(const Stream &s, BinaryOp op, const BroadcastPlan &plan, const
 void binary(Stream &s, BinaryOp op, const Tensor &a, const Tensor &b, const Tensor &y) {
   begin_kernel(s);
   const char *kernel = binary_name(op);
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_same_dtype(kernel, "a", a, "y", y);
-  Tensor operands[2] = {a, b};
-  BroadcastPlan plan = plan_for(kernel, y, operands, 2);
+  BroadcastPlan plan = check_binary(kernel, a, b, y);
   if (y.numel() == 0)
     return;
   dispatch_numeric(kernel, a.dtype, [&](auto tag) {
@@ -256,13 +250,7 @@ void compare_typed(const Stream &s, const BroadcastPlan &plan, const Tensor &a, 
 void compare(Stream &s, ComparePredicate pred, const Tensor &a, const Tensor &b, const Tensor &y) {
   begin_kernel(s);
   const char *kernel = compare_name(pred);
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_dtype(kernel, "y", y, DType::Bool);
-  Tensor operands[2] = {a, b};
-  BroadcastPlan plan = plan_for(kernel, y, operands, 2);
+  BroadcastPlan plan = check_compare(kernel, a, b, y);
   if (y.numel() == 0)
     return;
   dispatch_all(kernel, a.dtype, [&](auto tag) {
@@ -280,15 +268,7 @@ void compare(Stream &s, ComparePredicate pred, const Tensor &a, const Tensor &b,
 void where(Stream &s, const Tensor &cond, const Tensor &a, const Tensor &b, const Tensor &y) {
   begin_kernel(s);
   const char *kernel = "where";
-  check_data(kernel, "cond", cond);
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_dtype(kernel, "cond", cond, DType::Bool);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_same_dtype(kernel, "a", a, "y", y);
-  Tensor operands[3] = {cond, a, b};
-  BroadcastPlan plan = plan_for(kernel, y, operands, 3);
+  BroadcastPlan plan = check_where(kernel, cond, a, b, y);
   if (y.numel() == 0)
     return;
   const int last = plan.rank - 1;

@@ -27,12 +27,7 @@ void parallel_memcpy(const Stream &s, void *dst, const void *src, size_t bytes) 
 void copy(Stream &s, const Tensor &x, const Tensor &y) {
   begin_kernel(s);
   const char *kernel = "copy";
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  if (x.nbytes() != y.nbytes())
-    fail(kernel, "x has " + std::to_string(x.nbytes()) + " bytes (" + dtype_name(x.dtype) + " " +
-                     x.shape.str() + ") but y has " + std::to_string(y.nbytes()) + " bytes (" +
-                     dtype_name(y.dtype) + " " + y.shape.str() + ")");
+  check_copy(kernel, x, y);
   parallel_memcpy(s, y.data, x.data, x.nbytes());
 }
 
@@ -375,11 +370,7 @@ inline int64_t normalized_index(const Tensor &indices, int64_t j, int64_t extent
 void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &y, int axis) {
   begin_kernel(s);
   const char *kernel = "gather";
-  check_data(kernel, "data", data);
-  check_index_tensor(kernel, "indices", indices);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "data", data, "y", y);
-  check_shape(kernel, "y", y, gather_shape(kernel, data, indices, axis));
+  check_gather(kernel, data, indices, y, axis);
   const int64_t extent = data.shape.dims[axis];
   const int64_t count = indices.numel();
   check_indices(kernel, indices, axis, extent);
@@ -410,13 +401,7 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
                  int axis, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "gather_grad";
-  check_data(kernel, "dy", dy);
-  check_index_tensor(kernel, "indices", indices);
-  check_data(kernel, "ddata", ddata);
-  check_same_dtype(kernel, "ddata", ddata, "dy", dy);
-  check_shape(kernel, "dy", dy, gather_shape(kernel, ddata, indices, axis));
-  if (ddata.dtype == DType::Bool)
-    fail(kernel, "needs a numeric tensor (f32, f16, bf16, i64, i32), got bool");
+  check_gather_grad(kernel, dy, indices, ddata, axis);
   const int64_t extent = ddata.shape.dims[axis];
   const int64_t count = indices.numel();
   check_indices(kernel, indices, axis, extent);

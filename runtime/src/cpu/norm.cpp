@@ -106,11 +106,7 @@ void softmax_typed(const Stream &s, const T *x, T *y, int64_t outer, int64_t n, 
 
 void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor &y, int axis,
                     bool log, const Workspace &ws) {
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "x", x, "y", y);
-  check_shape(kernel, "y", y, x.shape);
-  check_axis(kernel, axis, x.shape.rank);
+  check_softmax(kernel, x, y, axis);
   int64_t outer = 1, inner = 1, n = x.shape.dims[axis];
   for (int d = 0; d < axis; ++d)
     outer *= x.shape.dims[d];
@@ -173,25 +169,10 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
                 float epsilon, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "layer_norm";
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "x", x, "y", y);
-  check_shape(kernel, "y", y, x.shape);
-  check_axis(kernel, axis, x.shape.rank);
-  check_float(kernel, "x", x);
-  Shape stat_shape = x.shape;
-  for (int d = axis; d < x.shape.rank; ++d)
-    stat_shape.dims[d] = 1;
-  check_data(kernel, "mean", mean);
-  check_data(kernel, "inv_std_dev", inv_std_dev);
-  check_dtype(kernel, "mean", mean, DType::F32);
-  check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
-  check_shape(kernel, "mean", mean, stat_shape);
-  check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
-  const Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
-  const bool expand_g = check_param(kernel, "scale", scale, x, normalized);
-  const bool expand_b = bias && check_param(kernel, "bias", *bias, x, normalized);
-  const int64_t rows = stat_shape.numel(), n = normalized.numel();
+  const NormRows nr = check_layer_norm(kernel, x, scale, bias, y, mean, inv_std_dev, axis);
+  const Shape &normalized = nr.normalized;
+  const bool expand_g = nr.expand_scale, expand_b = nr.expand_bias;
+  const int64_t rows = nr.rows, n = nr.n;
   WorkspaceFloats scratch(
       kernel, ws,
       layer_norm_workspace_bytes(x.dtype, x.shape, scale.shape, bias ? &bias->shape : nullptr,
@@ -331,11 +312,7 @@ void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &b
                 const Tensor &mean, const Tensor &var, const Tensor &y, float epsilon) {
   begin_kernel(s);
   const char *kernel = "batch_norm";
-  Channels ch = check_channels(kernel, x, y);
-  check_per_channel(kernel, "scale", scale, ch.c);
-  check_per_channel(kernel, "bias", bias, ch.c);
-  check_per_channel(kernel, "mean", mean, ch.c);
-  check_per_channel(kernel, "var", var, ch.c);
+  Channels ch = check_batch_norm(kernel, x, scale, bias, mean, var, y);
   if (x.numel() == 0)
     return;
   dispatch_float(kernel, x.dtype, [&](auto tag) {
@@ -356,20 +333,10 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
                       float momentum) {
   begin_kernel(s);
   const char *kernel = "batch_norm_train";
-  Channels ch = check_channels(kernel, x, y);
-  check_per_channel(kernel, "scale", scale, ch.c);
-  check_per_channel(kernel, "bias", bias, ch.c);
-  check_per_channel(kernel, "running_mean", running_mean, ch.c);
-  check_per_channel(kernel, "running_var", running_var, ch.c);
-  check_per_channel(kernel, "running_mean_out", running_mean_out, ch.c);
-  check_per_channel(kernel, "running_var_out", running_var_out, ch.c);
-  check_per_channel(kernel, "saved_mean", saved_mean, ch.c);
-  check_per_channel(kernel, "saved_inv_std", saved_inv_std, ch.c);
-  check_dtype(kernel, "saved_mean", saved_mean, DType::F32);
-  check_dtype(kernel, "saved_inv_std", saved_inv_std, DType::F32);
+  Channels ch = check_batch_norm_train(kernel, x, scale, bias, running_mean, running_var, y,
+                                       running_mean_out, running_var_out, saved_mean,
+                                       saved_inv_std);
   const int64_t count = ch.n * ch.spatial;
-  if (count == 0)
-    fail(kernel, "batch statistics of an empty batch " + x.shape.str() + " are undefined");
   // The batch mean goes straight to saved_mean, the inverse standard
   // deviation to saved_inv_std, the running statistics to their outputs.
   float *mu = saved_mean.as<float>(), *inv = saved_inv_std.as<float>();
@@ -499,15 +466,7 @@ void softmax_grad_typed(const Stream &s, const T *y, const T *dy, T *dx, int64_t
 
 void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const Tensor &dy,
                          const Tensor &dx, int axis, bool log, const Workspace &ws) {
-  check_data(kernel, "y", y);
-  check_data(kernel, "dy", dy);
-  check_data(kernel, "dx", dx);
-  check_float(kernel, "y", y);
-  check_same_dtype(kernel, "y", y, "dy", dy);
-  check_same_dtype(kernel, "y", y, "dx", dx);
-  check_shape(kernel, "dy", dy, y.shape);
-  check_shape(kernel, "dx", dx, y.shape);
-  check_axis(kernel, axis, y.shape.rank);
+  check_softmax_grad(kernel, y, dy, dx, axis);
   int64_t outer = 1, inner = 1, n = y.shape.dims[axis];
   for (int d = 0; d < axis; ++d)
     outer *= y.shape.dims[d];
@@ -613,35 +572,11 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "layer_norm_grad";
-  check_data(kernel, "x", x);
-  check_data(kernel, "dy", dy);
-  check_data(kernel, "dx", dx);
-  check_float(kernel, "x", x);
-  check_same_dtype(kernel, "x", x, "dy", dy);
-  check_same_dtype(kernel, "x", x, "dx", dx);
-  check_shape(kernel, "dy", dy, x.shape);
-  check_shape(kernel, "dx", dx, x.shape);
-  check_axis(kernel, axis, x.shape.rank);
-  Shape stat_shape = x.shape;
-  for (int d = axis; d < x.shape.rank; ++d)
-    stat_shape.dims[d] = 1;
-  check_data(kernel, "mean", mean);
-  check_data(kernel, "inv_std_dev", inv_std_dev);
-  check_dtype(kernel, "mean", mean, DType::F32);
-  check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
-  check_shape(kernel, "mean", mean, stat_shape);
-  check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
-  const Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
-  const bool expand_g = check_param(kernel, "scale", scale, x, normalized);
-  check_data(kernel, "dscale", dscale);
-  check_same_dtype(kernel, "scale", scale, "dscale", dscale);
-  check_shape(kernel, "dscale", dscale, scale.shape);
-  if (dbias) {
-    check_data(kernel, "dbias", *dbias);
-    check_same_dtype(kernel, "x", x, "dbias", *dbias);
-    check_param_grad(kernel, "dbias", *dbias, normalized);
-  }
-  const int64_t rows = stat_shape.numel(), n = normalized.numel();
+  const NormRows nr = check_layer_norm_grad(kernel, dy, x, scale, mean, inv_std_dev, dx, dscale,
+                                             dbias, axis);
+  const Shape &normalized = nr.normalized;
+  const bool expand_g = nr.expand_scale;
+  const int64_t rows = nr.rows, n = nr.n;
   // dscale and dbias sum over the rows. Each block of rows keeps its own
   // partial sums, and the blocks are added in order afterwards: the block
   // size depends on the shape only, so the result is the same for every
@@ -735,17 +670,8 @@ void batch_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
                      const Tensor &dscale, const Tensor &dbias) {
   begin_kernel(s);
   const char *kernel = "batch_norm_grad";
-  Channels ch = check_channels(kernel, x, dx, "dx");
-  check_data(kernel, "dy", dy);
-  check_same_dtype(kernel, "x", x, "dy", dy);
-  check_shape(kernel, "dy", dy, x.shape);
-  check_per_channel(kernel, "scale", scale, ch.c);
-  check_per_channel(kernel, "saved_mean", saved_mean, ch.c);
-  check_per_channel(kernel, "saved_inv_std", saved_inv_std, ch.c);
-  check_dtype(kernel, "saved_mean", saved_mean, DType::F32);
-  check_dtype(kernel, "saved_inv_std", saved_inv_std, DType::F32);
-  check_per_channel(kernel, "dscale", dscale, ch.c);
-  check_per_channel(kernel, "dbias", dbias, ch.c);
+  Channels ch = check_batch_norm_grad(kernel, dy, x, scale, saved_mean, saved_inv_std, dx, dscale,
+                                      dbias);
   const int64_t count = ch.n * ch.spatial;
   const float *mu = saved_mean.as<float>(), *inv = saved_inv_std.as<float>();
   // Per channel, in f64 like the forward's statistics: sum(dy) (dbias) and

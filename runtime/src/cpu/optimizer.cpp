@@ -238,10 +238,7 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
   const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
   Scalars sc = check_optimizer(kernel, lr, &step, param, states, names, 4);
   check_step(kernel, sc.step);
-  if (nesterov && (momentum <= 0.0f || dampening != 0.0f))
-    fail(kernel, "nesterov needs a positive momentum and zero dampening (as torch.optim.SGD), "
-                 "got momentum " + std::to_string(momentum) + ", dampening " +
-                     std::to_string(dampening));
+  check_sgd_modes(kernel, momentum, dampening, nesterov);
   const SgdUpdate u{static_cast<float>(sc.lr), momentum, static_cast<float>(1.0 - dampening),
                     weight_decay};
   const bool first = sc.step == 1;

@@ -350,7 +350,8 @@ template <typename T> struct GradPlanes {
 template <typename T, typename F>
 __device__ void grad_planes(const GradPlanes<T> &g, const Window &w, int64_t t, F &&plane) {
   for (int64_t p = g.begin(t); p < g.end(t); ++p) {
-    float *acc = g.lanes ? g.lanes + t * w.in_size : reinterpret_cast<float *>(g.dx) + p * w.in_size;
+    float *acc = g.lanes ? g.lanes + t * w.in_size
+                         : reinterpret_cast<float *>(g.dx) + p * w.in_size;
     for (int64_t i = 0; i < w.in_size; ++i)
       acc[i] = 0.0f;
     plane(p, acc);

@@ -185,13 +185,7 @@ __global__ void where_kernel(BroadcastPlan plan, const uint8_t *c, const T *a, c
 void binary(Stream &s, BinaryOp op, const Tensor &a, const Tensor &b, const Tensor &y) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = binary_name(op);
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_same_dtype(kernel, "a", a, "y", y);
-  Tensor operands[2] = {a, b};
-  BroadcastPlan plan = plan_for(kernel, y, operands, 2);
+  BroadcastPlan plan = check_binary(kernel, a, b, y);
   const int64_t n = y.numel();
   dispatch_numeric(kernel, a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -208,13 +202,7 @@ void binary(Stream &s, BinaryOp op, const Tensor &a, const Tensor &b, const Tens
 void compare(Stream &s, ComparePredicate pred, const Tensor &a, const Tensor &b, const Tensor &y) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = compare_name(pred);
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_dtype(kernel, "y", y, DType::Bool);
-  Tensor operands[2] = {a, b};
-  BroadcastPlan plan = plan_for(kernel, y, operands, 2);
+  BroadcastPlan plan = check_compare(kernel, a, b, y);
   const int64_t n = y.numel();
   if (n == 0)
     return;
@@ -229,15 +217,7 @@ void compare(Stream &s, ComparePredicate pred, const Tensor &a, const Tensor &b,
 void where(Stream &s, const Tensor &cond, const Tensor &a, const Tensor &b, const Tensor &y) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "where";
-  check_data(kernel, "cond", cond);
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_dtype(kernel, "cond", cond, DType::Bool);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_same_dtype(kernel, "a", a, "y", y);
-  Tensor operands[3] = {cond, a, b};
-  BroadcastPlan plan = plan_for(kernel, y, operands, 3);
+  BroadcastPlan plan = check_where(kernel, cond, a, b, y);
   const int64_t n = y.numel();
   if (n == 0)
     return;

@@ -220,12 +220,7 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
             bool transpose_b, const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "matmul";
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_same_dtype(kernel, "a", a, "y", y);
-  MatmulPlan p = plan_matmul(kernel, a, b, y, transpose_a, transpose_b);
+  MatmulPlan p = check_matmul(kernel, a, b, y, transpose_a, transpose_b);
   WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
   if (y.numel() == 0)
     return;
@@ -250,25 +245,11 @@ void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Te
           float alpha, float beta, bool transpose_a, bool transpose_b, const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "gemm";
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_float(kernel, "a", a);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_same_dtype(kernel, "a", a, "y", y);
-  if (a.shape.rank != 2 || b.shape.rank != 2)
-    fail(kernel, "a and b must be 2-D, got " + a.shape.str() + " and " + b.shape.str());
-  MatmulPlan p = plan_matmul(kernel, a, b, y, transpose_a, transpose_b);
-  const bool use_c = c != nullptr && beta != 0.0f;
   BroadcastPlan c_plan;
-  if (c != nullptr) {
-    check_data(kernel, "c", *c);
-    check_same_dtype(kernel, "a", a, "c", *c);
-    if (c->shape.rank > 2 || !plan_broadcast(y.shape, &c->shape, 1, c_plan))
-      fail(kernel, "c " + c->shape.str() + " does not broadcast to " + y.shape.str());
-    if (use_c && c->data == y.data && c->shape != y.shape)
-      fail(kernel, "c aliases y but does not have y's shape");
-  }
+  MatmulPlan p = check_gemm(kernel, a, b, c, y, transpose_a, transpose_b, c_plan);
+  const bool use_c = c != nullptr && beta != 0.0f;
+  if (use_c && c->data == y.data && c->shape != y.shape)
+    fail(kernel, "c aliases y but does not have y's shape");
   WorkspaceFloats scratch(kernel, ws, gemm_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
   const int64_t n = y.numel();
   if (n == 0)

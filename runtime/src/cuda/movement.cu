@@ -25,12 +25,7 @@ void copy_bytes(cudaStream_t stream, const char *kernel, void *dst, const void *
 void copy(Stream &s, const Tensor &x, const Tensor &y) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "copy";
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  if (x.nbytes() != y.nbytes())
-    fail(kernel, "x has " + std::to_string(x.nbytes()) + " bytes (" + dtype_name(x.dtype) + " " +
-                     x.shape.str() + ") but y has " + std::to_string(y.nbytes()) + " bytes (" +
-                     dtype_name(y.dtype) + " " + y.shape.str() + ")");
+  check_copy(kernel, x, y);
   copy_bytes(stream, kernel, y.data, x.data, x.nbytes());
 }
 
@@ -377,11 +372,7 @@ template <typename F> void dispatch_index(const Tensor &indices, F &&f) {
 void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &y, int axis) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "gather";
-  check_data(kernel, "data", data);
-  check_index_tensor(kernel, "indices", indices);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "data", data, "y", y);
-  check_shape(kernel, "y", y, gather_shape(kernel, data, indices, axis));
+  check_gather(kernel, data, indices, y, axis);
   const int64_t extent = data.shape.dims[axis], count = indices.numel();
   if (y.numel() == 0)
     return;
@@ -403,13 +394,7 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
                  int axis, const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "gather_grad";
-  check_data(kernel, "dy", dy);
-  check_index_tensor(kernel, "indices", indices);
-  check_data(kernel, "ddata", ddata);
-  check_same_dtype(kernel, "ddata", ddata, "dy", dy);
-  check_shape(kernel, "dy", dy, gather_shape(kernel, ddata, indices, axis));
-  if (ddata.dtype == DType::Bool)
-    fail(kernel, "needs a numeric tensor (f32, f16, bf16, i64, i32), got bool");
+  check_gather_grad(kernel, dy, indices, ddata, axis);
   const int64_t extent = ddata.shape.dims[axis], count = indices.numel();
   WorkspaceFloats scratch(kernel, ws, gather_grad_workspace_bytes(ddata.dtype, ddata.shape));
   if (ddata.numel() == 0)

@@ -85,11 +85,7 @@ __global__ void softmax_grad_kernel(const T *y, const T *dy, T *dx, int64_t rows
 void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor &y, int axis,
                     bool log, const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "x", x, "y", y);
-  check_shape(kernel, "y", y, x.shape);
-  check_axis(kernel, axis, x.shape.rank);
+  check_softmax(kernel, x, y, axis);
   WorkspaceFloats scratch(kernel, ws, softmax_workspace_bytes(x.dtype, x.shape, axis));
   if (x.numel() == 0)
     return;
@@ -106,15 +102,7 @@ void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor
 void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const Tensor &dy,
                          const Tensor &dx, int axis, bool log, const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
-  check_data(kernel, "y", y);
-  check_data(kernel, "dy", dy);
-  check_data(kernel, "dx", dx);
-  check_float(kernel, "y", y);
-  check_same_dtype(kernel, "y", y, "dy", dy);
-  check_same_dtype(kernel, "y", y, "dx", dx);
-  check_shape(kernel, "dy", dy, y.shape);
-  check_shape(kernel, "dx", dx, y.shape);
-  check_axis(kernel, axis, y.shape.rank);
+  check_softmax_grad(kernel, y, dy, dx, axis);
   WorkspaceFloats scratch(kernel, ws, softmax_grad_workspace_bytes(y.dtype, y.shape, axis));
   if (y.numel() == 0)
     return;
@@ -210,30 +198,13 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
                 float epsilon, const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "layer_norm";
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "x", x, "y", y);
-  check_shape(kernel, "y", y, x.shape);
-  check_axis(kernel, axis, x.shape.rank);
-  check_float(kernel, "x", x);
-  Shape stat_shape = x.shape;
-  for (int d = axis; d < x.shape.rank; ++d)
-    stat_shape.dims[d] = 1;
-  check_data(kernel, "mean", mean);
-  check_data(kernel, "inv_std_dev", inv_std_dev);
-  check_dtype(kernel, "mean", mean, DType::F32);
-  check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
-  check_shape(kernel, "mean", mean, stat_shape);
-  check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
-  const Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
-  check_param(kernel, "scale", scale, x, normalized);
-  if (bias)
-    check_param(kernel, "bias", *bias, x, normalized);
+  const NormRows nr = check_layer_norm(kernel, x, scale, bias, y, mean, inv_std_dev, axis);
+  const Shape &normalized = nr.normalized;
   WorkspaceFloats scratch(
       kernel, ws,
       layer_norm_workspace_bytes(x.dtype, x.shape, scale.shape, bias ? &bias->shape : nullptr,
                                  axis));
-  const int64_t rows = stat_shape.numel(), n = normalized.numel();
+  const int64_t rows = nr.rows, n = nr.n;
   if (rows == 0)
     return;
   dispatch_float(kernel, x.dtype, [&](auto tag) {
@@ -331,35 +302,10 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "layer_norm_grad";
-  check_data(kernel, "x", x);
-  check_data(kernel, "dy", dy);
-  check_data(kernel, "dx", dx);
-  check_float(kernel, "x", x);
-  check_same_dtype(kernel, "x", x, "dy", dy);
-  check_same_dtype(kernel, "x", x, "dx", dx);
-  check_shape(kernel, "dy", dy, x.shape);
-  check_shape(kernel, "dx", dx, x.shape);
-  check_axis(kernel, axis, x.shape.rank);
-  Shape stat_shape = x.shape;
-  for (int d = axis; d < x.shape.rank; ++d)
-    stat_shape.dims[d] = 1;
-  check_data(kernel, "mean", mean);
-  check_data(kernel, "inv_std_dev", inv_std_dev);
-  check_dtype(kernel, "mean", mean, DType::F32);
-  check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
-  check_shape(kernel, "mean", mean, stat_shape);
-  check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
-  const Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
-  check_param(kernel, "scale", scale, x, normalized);
-  check_data(kernel, "dscale", dscale);
-  check_same_dtype(kernel, "scale", scale, "dscale", dscale);
-  check_shape(kernel, "dscale", dscale, scale.shape);
-  if (dbias) {
-    check_data(kernel, "dbias", *dbias);
-    check_same_dtype(kernel, "x", x, "dbias", *dbias);
-    check_param_grad(kernel, "dbias", *dbias, normalized);
-  }
-  const int64_t rows = stat_shape.numel(), n = normalized.numel();
+  const NormRows nr = check_layer_norm_grad(kernel, dy, x, scale, mean, inv_std_dev, dx, dscale,
+                                             dbias, axis);
+  const Shape &normalized = nr.normalized;
+  const int64_t rows = nr.rows, n = nr.n;
   int64_t blocks = 0, block_rows = 0;
   layer_norm_grad_blocks(rows, n, blocks, block_rows);
   WorkspaceFloats scratch(kernel, ws,
@@ -491,11 +437,7 @@ void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &b
                 const Tensor &mean, const Tensor &var, const Tensor &y, float epsilon) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "batch_norm";
-  Channels ch = check_channels(kernel, x, y);
-  check_per_channel(kernel, "scale", scale, ch.c);
-  check_per_channel(kernel, "bias", bias, ch.c);
-  check_per_channel(kernel, "mean", mean, ch.c);
-  check_per_channel(kernel, "var", var, ch.c);
+  Channels ch = check_batch_norm(kernel, x, scale, bias, mean, var, y);
   const int64_t total = x.numel();
   if (total == 0)
     return;
@@ -515,19 +457,9 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
                       float momentum) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "batch_norm_train";
-  Channels ch = check_channels(kernel, x, y);
-  check_per_channel(kernel, "scale", scale, ch.c);
-  check_per_channel(kernel, "bias", bias, ch.c);
-  check_per_channel(kernel, "running_mean", running_mean, ch.c);
-  check_per_channel(kernel, "running_var", running_var, ch.c);
-  check_per_channel(kernel, "running_mean_out", running_mean_out, ch.c);
-  check_per_channel(kernel, "running_var_out", running_var_out, ch.c);
-  check_per_channel(kernel, "saved_mean", saved_mean, ch.c);
-  check_per_channel(kernel, "saved_inv_std", saved_inv_std, ch.c);
-  check_dtype(kernel, "saved_mean", saved_mean, DType::F32);
-  check_dtype(kernel, "saved_inv_std", saved_inv_std, DType::F32);
-  if (ch.n * ch.spatial == 0)
-    fail(kernel, "batch statistics of an empty batch " + x.shape.str() + " are undefined");
+  Channels ch = check_batch_norm_train(kernel, x, scale, bias, running_mean, running_var, y,
+                                       running_mean_out, running_var_out, saved_mean,
+                                       saved_inv_std);
   if (ch.c == 0)
     return;
   dispatch_float(kernel, x.dtype, [&](auto tag) {
@@ -545,17 +477,8 @@ void batch_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
                      const Tensor &dscale, const Tensor &dbias) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "batch_norm_grad";
-  Channels ch = check_channels(kernel, x, dx, "dx");
-  check_data(kernel, "dy", dy);
-  check_same_dtype(kernel, "x", x, "dy", dy);
-  check_shape(kernel, "dy", dy, x.shape);
-  check_per_channel(kernel, "scale", scale, ch.c);
-  check_per_channel(kernel, "saved_mean", saved_mean, ch.c);
-  check_per_channel(kernel, "saved_inv_std", saved_inv_std, ch.c);
-  check_dtype(kernel, "saved_mean", saved_mean, DType::F32);
-  check_dtype(kernel, "saved_inv_std", saved_inv_std, DType::F32);
-  check_per_channel(kernel, "dscale", dscale, ch.c);
-  check_per_channel(kernel, "dbias", dbias, ch.c);
+  Channels ch = check_batch_norm_grad(kernel, dy, x, scale, saved_mean, saved_inv_std, dx, dscale,
+                                      dbias);
   if (ch.c == 0)
     return;
   dispatch_float(kernel, x.dtype, [&](auto tag) {

@@ -197,10 +197,7 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
   const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
   const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
   check_optimizer_args(kernel, lr, &step, param, states, names, 4);
-  if (nesterov && (momentum <= 0.0f || dampening != 0.0f))
-    fail(kernel, "nesterov needs a positive momentum and zero dampening (as torch.optim.SGD), "
-                 "got momentum " + std::to_string(momentum) + ", dampening " +
-                     std::to_string(dampening));
+  check_sgd_modes(kernel, momentum, dampening, nesterov);
   const int64_t n = param.numel();
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
