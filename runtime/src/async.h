@@ -52,6 +52,9 @@ struct StreamState {
   std::atomic<bool> has_pending{false};
   // The stream's backend, which queues its kernels and copies.
   BackendInterface *backend = nullptr;
+  // The backend's own queue for this stream (a cudaStream_t on cuda),
+  // created by the backend on first use; null on the cpu backend.
+  std::shared_ptr<void> device;
 };
 
 // The stream's pending work (what an operation enqueued now must wait for),
@@ -59,6 +62,11 @@ struct StreamState {
 std::vector<CompletionPtr> pending_work(Stream &stream);
 // Appends work that later operations on `stream` must wait for.
 void add_pending(Stream &stream, const CompletionPtr &work);
+// Blocks until the host-side work pending on `stream` (collectives, file
+// I/O) has completed, and throws the first unreported error among it; the
+// backend's queue is not waited for. Stream::synchronize is the backend's
+// synchronize followed by this.
+void wait_host_work(Stream &stream);
 
 // One thread running queued tasks in order. A task first waits for the
 // stream work it depends on; a dsrt::Error it throws fails its request.

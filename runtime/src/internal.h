@@ -1,4 +1,4 @@
-// Internals of the cpu backend: element conversions, dtype dispatch,
+// Internals of the cpu backend (on kernel_common.h): element conversions,
 // argument checks, thread counts and parallel loops, vectorizable math and
 // broadcasting plans. Not installed.
 #ifndef DSRT_SRC_INTERNAL_H
@@ -6,6 +6,7 @@
 
 #include "dsrt/kernels.h"
 #include "dsrt/math.h"
+#include "kernel_common.h"
 
 #include <omp.h>
 
@@ -21,18 +22,6 @@ namespace dsrt {
 namespace detail {
 
 using namespace ::dsrt::math;
-
-//===----------------------------------------------------------------------===//
-// 16-bit float storage and conversions
-//===----------------------------------------------------------------------===//
-
-// Distinct storage types so that templates can tell f16 from bf16.
-struct half_t {
-  uint16_t bits;
-};
-struct bfloat_t {
-  uint16_t bits;
-};
 
 //===----------------------------------------------------------------------===//
 // Element traits: what a storage type computes in
@@ -68,72 +57,10 @@ template <typename T> inline T from_float(float v) {
     return static_cast<T>(v);
 }
 
-template <typename T> struct TypeTag {
-  using type = T;
-};
-
-//===----------------------------------------------------------------------===//
-// Errors and argument checks
-//===----------------------------------------------------------------------===//
-
-[[noreturn]] void fail(const char *kernel, const std::string &message);
-void check_dtype(const char *kernel, const char *name, const Tensor &t, DType expected);
-void check_float(const char *kernel, const char *name, const Tensor &t);
-void check_shape(const char *kernel, const char *name, const Tensor &t, const Shape &expected);
-void check_same_dtype(const char *kernel, const char *name_a, const Tensor &a, const char *name_b,
-                      const Tensor &b);
-// A tensor with elements needs memory.
-void check_data(const char *kernel, const char *name, const Tensor &t);
-void check_axis(const char *kernel, int axis, int rank);
-
-// Calls f(TypeTag<T>{}) with T the storage type of a float dtype.
-template <typename F> void dispatch_float(const char *kernel, DType dtype, F &&f) {
-  switch (dtype) {
-  case DType::F32: f(TypeTag<float>{}); return;
-  case DType::F16: f(TypeTag<half_t>{}); return;
-  case DType::BF16: f(TypeTag<bfloat_t>{}); return;
-  default: fail(kernel, std::string("needs a float tensor (f32, f16, bf16), got ") + dtype_name(dtype));
-  }
-}
-// Float and integer types (ds "numeric").
-template <typename F> void dispatch_numeric(const char *kernel, DType dtype, F &&f) {
-  switch (dtype) {
-  case DType::F32: f(TypeTag<float>{}); return;
-  case DType::F16: f(TypeTag<half_t>{}); return;
-  case DType::BF16: f(TypeTag<bfloat_t>{}); return;
-  case DType::I64: f(TypeTag<int64_t>{}); return;
-  case DType::I32: f(TypeTag<int32_t>{}); return;
-  default: fail(kernel, std::string("needs a numeric tensor (f32, f16, bf16, i64, i32), got ") +
-                            dtype_name(dtype));
-  }
-}
-// Every dtype; bool is stored as one byte, 0 or 1.
-template <typename F> void dispatch_all(const char *kernel, DType dtype, F &&f) {
-  switch (dtype) {
-  case DType::F32: f(TypeTag<float>{}); return;
-  case DType::F16: f(TypeTag<half_t>{}); return;
-  case DType::BF16: f(TypeTag<bfloat_t>{}); return;
-  case DType::I64: f(TypeTag<int64_t>{}); return;
-  case DType::I32: f(TypeTag<int32_t>{}); return;
-  case DType::Bool: f(TypeTag<uint8_t>{}); return;
-  }
-  fail(kernel, "unknown element type");
-}
-// Data movement only needs the element size.
-template <typename F> void dispatch_bytes(size_t size, F &&f) {
-  switch (size) {
-  case 1: f(TypeTag<uint8_t>{}); return;
-  case 2: f(TypeTag<uint16_t>{}); return;
-  case 4: f(TypeTag<uint32_t>{}); return;
-  default: f(TypeTag<uint64_t>{}); return;
-  }
-}
-
 // Index of a label-like integer tensor element (i64 or i32 indices).
 inline int64_t index_at(const Tensor &t, int64_t i) {
   return t.dtype == DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
 }
-void check_index_tensor(const char *kernel, const char *name, const Tensor &t);
 
 // Element 0 of a float tensor (a scalar such as lr) as f32.
 float float_value(const char *kernel, const char *name, const Tensor &t);
@@ -182,12 +109,8 @@ template <typename F> void parallel_for(const Stream &s, int64_t n, int64_t grai
 // inside an OpenMP region, and sizes the pool to the stream's threads.
 void set_blas_threads(const Stream &s);
 
-// Row kernels on f16/bf16 convert each row to f32 in a "lane" of their
-// workspace: at most kRowLanes lanes, lane l taking the fixed rows
-// [l * rows / lanes, (l + 1) * rows / lanes), so the workspace is bounded
-// and no row's result depends on the thread count.
-constexpr int64_t kRowLanes = 64;
-inline int64_t row_lanes(int64_t rows) { return std::min(rows, kRowLanes); }
+// Row kernels on f16/bf16 convert rows to f32 in lanes of their workspace
+// (workspace_shapes.h: kRowLanes, row_lanes).
 
 // Runs f(begin, end, buffer) over the rows [0, rows) in parallel: with
 // `lanes` null (f32 rows, read in place) as parallel_for, buffer null; else
@@ -209,21 +132,6 @@ void for_each_row_range(const Stream &s, int64_t rows, int64_t grain, float *lan
   });
 }
 
-// A kernel's workspace handed out as consecutive f32 arrays. The constructor
-// throws unless `ws` holds at least `need` bytes (the kernel's size function).
-class WorkspaceFloats {
-public:
-  WorkspaceFloats(const char *kernel, const Workspace &ws, int64_t need);
-  float *take(int64_t count) {
-    float *p = next_;
-    next_ += count;
-    return p;
-  }
-
-private:
-  float *next_;
-};
-
 // Whole-buffer conversions between a float storage type and f32, in parallel
 // (the f16/bf16 paths of matmul, gemm and conv).
 template <typename T> void to_f32(const Stream &s, const T *in, float *out, int64_t n) {
@@ -239,24 +147,6 @@ template <typename T> void from_f32(const Stream &s, const float *in, T *out, in
   });
 }
 
-
-//===----------------------------------------------------------------------===//
-// Broadcasting plans
-//===----------------------------------------------------------------------===//
-
-// Up to 3 operands (where) broadcast against an output shape. Size-1 axes of
-// the output are dropped and neighbouring axes that are contiguous for every
-// operand are merged, so the common cases collapse to one or two axes and the
-// inner loop sees per-operand strides of 0 or 1.
-struct BroadcastPlan {
-  int rank = 0;  // at least 1 after planning
-  int64_t dims[kMaxRank] = {};
-  int64_t strides[3][kMaxRank] = {};  // elements; 0 where an operand broadcasts
-  int num_operands = 0;
-};
-
-// Returns false if some operand does not broadcast to `out`.
-bool plan_broadcast(const Shape &out, const Shape *operands, int num_operands, BroadcastPlan &plan);
 
 // Walks the output elements [begin, end) of a plan row by row: calls
 // row(out_offset, offsets[k], length) for runs along the innermost axis, with

@@ -56,6 +56,26 @@ void add_pending(Stream &stream, const CompletionPtr &work) {
   state.has_pending.store(true, std::memory_order_release);
 }
 
+void wait_host_work(Stream &stream) {
+  StreamState &state = *stream.state();
+  if (!state.has_pending.load(std::memory_order_acquire))
+    return;
+  std::vector<CompletionPtr> work;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    work.swap(state.pending);
+    state.has_pending.store(false, std::memory_order_release);
+  }
+  std::string error;
+  for (const CompletionPtr &c : work) {
+    c->wait();
+    if (c->failed() && !c->reported.exchange(true) && error.empty())
+      error = c->error();
+  }
+  if (!error.empty())
+    throw Error(error);
+}
+
 Worker::Worker() : thread_([this] { loop(); }) {}
 
 Worker::~Worker() {
@@ -130,6 +150,8 @@ void Worker::loop() {
 
 using detail::CompletionPtr;
 
+Stream::Stream() : Stream(dsrt::backend().kind()) {}
+
 Stream::Stream(Backend backend, int threads)
     : backend_(backend), threads_(threads), state_(std::make_shared<detail::StreamState>()) {
   try {
@@ -144,22 +166,7 @@ Stream::Stream(Backend backend, int threads)
 
 void Stream::synchronize() {
   state_->backend->synchronize(*this);
-  if (!state_->has_pending.load(std::memory_order_acquire))
-    return;
-  std::vector<CompletionPtr> work;
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    work.swap(state_->pending);
-    state_->has_pending.store(false, std::memory_order_release);
-  }
-  std::string error;
-  for (const CompletionPtr &c : work) {
-    c->wait();
-    if (c->failed() && !c->reported.exchange(true) && error.empty())
-      error = c->error();
-  }
-  if (!error.empty())
-    throw Error(error);
+  detail::wait_host_work(*this);
 }
 
 void Event::record(Stream &stream) {

@@ -63,7 +63,7 @@ TEST(Backend, IsTheCpuBackendAndRefusesOthers) {
   EXPECT_STREQ(b.kernel_library(), "dsrt_cpu");
   dsrt::Stream s;
   EXPECT_EQ(&dsrt::backend(s), &b);
-  EXPECT_DSRT_ERROR(dsrt::backend(dsrt::Backend::Cuda), "not implemented", "cuda");
+  EXPECT_DSRT_ERROR(dsrt::backend(dsrt::Backend::Cuda), "libdsrt_cuda.a");
 }
 
 TEST(Backend, AllocatesEveryMemoryKindAligned) {

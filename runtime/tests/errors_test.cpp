@@ -372,7 +372,7 @@ TEST(Stream, CpuSemantics) {
   e.wait(other);
   e.synchronize();
   s.synchronize();
-  EXPECT_DSRT_ERROR(dsrt::Stream(dsrt::Backend::Cuda), "not implemented", "cuda");
+  EXPECT_DSRT_ERROR(dsrt::Stream(dsrt::Backend::Cuda), "libdsrt_cuda.a");
   EXPECT_DSRT_ERROR(dsrt::Stream(dsrt::Backend::Cpu, -1), "thread count -1");
 }
 

@@ -4,11 +4,17 @@
 // 1-thread stream, which must pass too and, for the kernels that do not call
 // BLAS, give the same bytes (their results may not depend on how the work
 // was split).
+//
+// Linked with the cuda backend (dsrt_cuda_kernel_test) the same cases run on
+// the GPU: inputs, outputs and workspaces are staged in device memory, the
+// outputs copied back after the stream is synchronized, and float outputs
+// compared with at least the cuda tolerances of cuda_tolerance below.
 #include "kernel_cases.h"
 
 #include "compare.h"
 #include "json.h"
 
+#include "dsrt/backend.h"
 #include "dsrt/kernels.h"
 #include "dsrt/npy.h"
 
@@ -40,7 +46,29 @@ DType dtype_from_name(const std::string &name) {
 class CaseRun {
 public:
   CaseRun(const std::string &dir, const Json &manifest, Stream &stream)
-      : dir_(dir), manifest_(manifest), stream_(stream) {}
+      : dir_(dir), manifest_(manifest), stream_(stream),
+        on_device_(stream.backend() != Backend::Cpu) {}
+  CaseRun(const CaseRun &) = delete;
+  CaseRun &operator=(const CaseRun &) = delete;
+  ~CaseRun() {
+    try {
+      stream_.synchronize();
+    } catch (const Error &) {
+      // Reported by finish() already, or the case expected it.
+    }
+    for (void *p : device_buffers_)
+      backend(stream_).deallocate(MemoryKind::Device, p);
+  }
+
+  // Waits for the kernel (throwing what it reported) and, on a device,
+  // copies the outputs back to their host buffers.
+  void finish() {
+    for (auto &[name, output] : outputs_)
+      if (output.device)
+        backend(stream_).copy(stream_, output.actual.bytes.data(), output.device,
+                              output.actual.bytes.size());
+    stream_.synchronize();
+  }
 
   Stream &stream() { return stream_; }
 
@@ -100,13 +128,15 @@ public:
   Workspace workspace(int64_t bytes) {
     workspaces_.emplace_back(static_cast<size_t>(bytes) / sizeof(float) + 1, 0);
     std::memset(workspaces_.back().data(), 0xFF, workspaces_.back().size() * sizeof(float));
-    return Workspace{workspaces_.back().data(), bytes};
+    return Workspace{staged(workspaces_.back().data(), workspaces_.back().size() * sizeof(float)),
+                     bytes};
   }
 
   // name -> (actual buffer, output entry) of every output made.
   struct Output {
     NpyArray actual;
     const Json *entry;
+    void *device = nullptr;  // the kernel's buffer on a device backend
   };
   std::map<std::string, Output> &outputs() { return outputs_; }
   const std::string &dir() const { return dir_; }
@@ -116,7 +146,22 @@ private:
     auto it = arrays_.find(file);
     if (it == arrays_.end())
       it = arrays_.emplace(file, read_npy(dir_ + "/" + file)).first;
-    return it->second.tensor();
+    Tensor t = it->second.tensor();
+    t.data = staged(t.data, it->second.bytes.size());
+    return t;
+  }
+  // Host bytes as the kernel sees them: themselves on the cpu backend, a
+  // device copy otherwise.
+  void *staged(void *host, size_t bytes) {
+    if (!on_device_ || bytes == 0)
+      return host;
+    void *device = backend(stream_).allocate(MemoryKind::Device, bytes, 256);
+    if (!device)
+      throw std::runtime_error("cannot allocate " + std::to_string(bytes) +
+                               " bytes of device memory for a case");
+    device_buffers_.push_back(device);
+    backend(stream_).copy(stream_, device, host, bytes);
+    return device;
   }
   Tensor make_output(const std::string &key, const Json &entry) {
     NpyArray buffer;
@@ -135,7 +180,10 @@ private:
     auto &slot = outputs_[key];
     slot.actual = std::move(buffer);
     slot.entry = &entry;
-    return slot.actual.tensor();
+    Tensor t = slot.actual.tensor();
+    if (on_device_ && t.data)
+      slot.device = t.data = staged(t.data, slot.actual.bytes.size());
+    return t;
   }
 
   std::string dir_;
@@ -145,6 +193,8 @@ private:
   std::map<std::string, Tensor> views_;
   std::map<std::string, Output> outputs_;
   std::vector<std::vector<float>> workspaces_;
+  bool on_device_;
+  std::vector<void *> device_buffers_;
 };
 
 UnaryOp unary_op(const std::string &s) {
@@ -523,6 +573,20 @@ Json read_manifest(const std::string &dir) {
   return Json::parse(ss.str());
 }
 
+// The cuda kernels sum in other orders than PyTorch's and the cpu's, and
+// use CUDA's libm: an output that a case does not require to be exact is
+// compared with at least f32 1e-5 relative (1e-5 absolute), f16 1e-2
+// (1e-3), bf16 2e-2 (4e-3). Exact outputs (moves, integers, casts) stay
+// exact.
+void cuda_tolerance(DType dtype, double &rtol, double &atol) {
+  if (rtol == 0.0 && atol == 0.0)
+    return;
+  const double r = dtype == DType::BF16 ? 2e-2 : dtype == DType::F16 ? 1e-2 : 1e-5;
+  const double a = dtype == DType::BF16 ? 4e-3 : dtype == DType::F16 ? 1e-3 : 1e-5;
+  rtol = std::max(rtol, r);
+  atol = std::max(atol, a);
+}
+
 // Runs a case on `threads` threads; returns the outputs by name.
 std::map<std::string, NpyArray> run_case(const std::string &dir, const Json &manifest,
                                          int threads) {
@@ -530,12 +594,13 @@ std::map<std::string, NpyArray> run_case(const std::string &dir, const Json &man
   auto it = kernels().find(kernel);
   if (it == kernels().end())
     throw std::runtime_error("no runner for kernel '" + kernel + "'");
-  Stream stream(Backend::Cpu, threads);
+  Stream stream(backend().kind(), threads);
   CaseRun run(dir, manifest, stream);
   const Json *error = manifest.find("error");
   if (error) {
     try {
       it->second(run);
+      run.finish();
     } catch (const Error &e) {
       std::string message = e.what();
       EXPECT_NE(message.find(error->as_string()), std::string::npos)
@@ -547,12 +612,15 @@ std::map<std::string, NpyArray> run_case(const std::string &dir, const Json &man
     return {};
   }
   it->second(run);
+  run.finish();
   std::map<std::string, NpyArray> result;
   for (auto &[name, output] : run.outputs()) {
     const Json &entry = *output.entry;
     NpyArray expected = read_npy(dir + "/" + entry.at("file").as_string());
-    Comparison cmp = compare_tensors(output.actual.tensor(), expected.tensor(),
-                                     entry.at("rtol").as_double(), entry.at("atol").as_double());
+    double rtol = entry.at("rtol").as_double(), atol = entry.at("atol").as_double();
+    if (stream.backend() != Backend::Cpu)
+      cuda_tolerance(expected.dtype, rtol, atol);
+    Comparison cmp = compare_tensors(output.actual.tensor(), expected.tensor(), rtol, atol);
     EXPECT_TRUE(cmp.ok) << "output " << name << " of " << dir << ": " << cmp.message;
     result.emplace(name, std::move(output.actual));
   }

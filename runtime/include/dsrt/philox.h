@@ -11,6 +11,14 @@
 
 #include <cstdint>
 
+// Compiled for the device too by the cuda backend, so that both backends
+// run this very code.
+#ifdef __CUDACC__
+#define DSRT_PHILOX_HD __host__ __device__
+#else
+#define DSRT_PHILOX_HD
+#endif
+
 namespace dsrt {
 
 struct Philox4x32 {
@@ -18,7 +26,7 @@ struct Philox4x32 {
 };
 
 // Philox4x32 with 10 rounds: out = philox(counter, key).
-inline Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint32_t key1) {
+DSRT_PHILOX_HD inline Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint32_t key1) {
   const uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // round multipliers
   const uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // key schedule (Weyl)
   uint32_t *c = counter.v;
@@ -48,11 +56,11 @@ inline Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint32_t key1
 //   uniform = (bits >> 8) * 2^-24            (exact in f32, in [0, 1))
 //
 // so one Philox call yields the uniforms of four consecutive elements.
-inline float philox_uniform_bits(uint32_t bits) {
+DSRT_PHILOX_HD inline float philox_uniform_bits(uint32_t bits) {
   return static_cast<float>(bits >> 8) * 5.9604644775390625e-8f;  // 2^-24
 }
 
-inline float philox_uniform(uint64_t seed, uint64_t counter, uint64_t index) {
+DSRT_PHILOX_HD inline float philox_uniform(uint64_t seed, uint64_t counter, uint64_t index) {
   uint64_t block = index / 4;
   Philox4x32 ctr = {{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
                      static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32)}};

@@ -33,7 +33,9 @@ enum class Backend { Cpu, Cuda };
 // Copies of a Stream are the same stream (they share its pending work).
 class Stream {
 public:
-  explicit Stream(Backend backend = Backend::Cpu, int threads = 0);
+  // A stream of the backend the program was linked with (backend.h).
+  Stream();
+  explicit Stream(Backend backend, int threads = 0);
   Backend backend() const { return backend_; }
   // Threads kernels may use (cpu backend); 0 means all available.
   int threads() const { return threads_; }

@@ -136,8 +136,8 @@ BackendInterface &backend() {
 
 BackendInterface &backend(Backend kind) {
   if (kind != Backend::Cpu)
-    throw Error("dsrt: not implemented: this libdsrt was built with the cpu backend only "
-                "(dsrt_cpu); the cuda backend is not written yet; use Backend::Cpu");
+    throw Error("dsrt: this program was linked with the cpu backend (libdsrt.a); "
+                "Backend::Cuda needs libdsrt_cuda.a");
   return backend();
 }
 

@@ -3,6 +3,7 @@
 // and bf16 convert to f32 around the f32 path; the im2col matrix and the f32
 // copies lie in the op's workspace.
 #include "internal.h"
+#include "window.h"
 
 #include <cblas.h>
 
@@ -13,75 +14,6 @@ namespace dsrt {
 using namespace detail;
 
 namespace {
-
-// ceil(a / b) for b > 0 and any sign of a.
-inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
-
-// Spatial geometry shared by conv and pooling.
-struct Window {
-  int spatial = 0;
-  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, kernel[kMaxRank] = {};
-  int64_t stride[kMaxRank] = {}, pad_begin[kMaxRank] = {}, pad_end[kMaxRank] = {},
-          dilation[kMaxRank] = {};
-  int64_t in_size = 1, out_size = 1, kernel_size = 1;
-};
-
-int64_t window_out(int64_t in, int64_t k, int64_t st, int64_t pb, int64_t pe, int64_t dil,
-                   bool ceil_mode) {
-  int64_t span = in + pb + pe - dil * (k - 1) - 1;
-  if (span < 0)
-    return 0;
-  int64_t out = (ceil_mode ? (span + st - 1) / st : span / st) + 1;
-  if (ceil_mode && (out - 1) * st >= in + pb)
-    --out;  // the last window may not start inside the end padding
-  return out;
-}
-
-// The window geometry of x (the input side, named x_name) and y (the output
-// side, named y_name), checking y's spatial sizes.
-Window make_window(const char *kernel_name, const Tensor &x, const Tensor &y,
-                   const int64_t *kernel, const int64_t *strides, const int64_t *pads,
-                   const int64_t *dilations, bool allow_ceil, const char *x_name = "x",
-                   const char *y_name = "y") {
-  const std::string xn = x_name, yn = y_name;
-  Window w;
-  w.spatial = x.shape.rank - 2;
-  if (w.spatial < 1)
-    fail(kernel_name, xn + " must be [N, C, D...] with at least one spatial axis, got " +
-                          x.shape.str());
-  if (y.shape.rank != x.shape.rank)
-    fail(kernel_name, yn + " " + y.shape.str() + " must have the rank of " + xn + " " +
-                          x.shape.str());
-  for (int a = 0; a < w.spatial; ++a) {
-    w.in[a] = x.shape.dims[a + 2];
-    w.kernel[a] = kernel[a];
-    w.stride[a] = strides[a];
-    w.pad_begin[a] = pads[a];
-    w.pad_end[a] = pads[a + w.spatial];
-    w.dilation[a] = dilations ? dilations[a] : 1;
-    if (w.kernel[a] < 1 || w.stride[a] < 1 || w.dilation[a] < 1)
-      fail(kernel_name, "kernel, strides and dilations must be positive on spatial axis " +
-                            std::to_string(a));
-    if (w.pad_begin[a] < 0 || w.pad_end[a] < 0)
-      fail(kernel_name, "pads must be non-negative on spatial axis " + std::to_string(a));
-    int64_t floor_out = window_out(w.in[a], w.kernel[a], w.stride[a], w.pad_begin[a],
-                                   w.pad_end[a], w.dilation[a], false);
-    int64_t ceil_out = window_out(w.in[a], w.kernel[a], w.stride[a], w.pad_begin[a],
-                                  w.pad_end[a], w.dilation[a], true);
-    w.out[a] = y.shape.dims[a + 2];
-    if (w.out[a] != floor_out && !(allow_ceil && w.out[a] == ceil_out))
-      fail(kernel_name, yn + " " + y.shape.str() + " has " + std::to_string(w.out[a]) +
-                            " positions on spatial axis " + std::to_string(a) + ", expected " +
-                            std::to_string(floor_out) +
-                            (allow_ceil && ceil_out != floor_out
-                                 ? " (or " + std::to_string(ceil_out) + " with ceil_mode)"
-                                 : std::string()));
-    w.in_size *= w.in[a];
-    w.out_size *= w.out[a];
-    w.kernel_size *= w.kernel[a];
-  }
-  return w;
-}
 
 // col[(c, k...), o...] = x[c, o * stride - pad + k * dilation] or 0 in the
 // padding; rows [row_begin, row_end) of the [C * K, O] matrix.
@@ -134,14 +66,6 @@ void im2col(const Window &w, const float *x, float *col, int64_t row_begin, int6
   }
 }
 
-// A 1x1, stride-1, unpadded window: the im2col matrix is the input itself.
-bool is_pointwise(const Window &win) {
-  bool pointwise = true;
-  for (int a = 0; a < win.spatial; ++a)
-    pointwise = pointwise && win.kernel[a] == 1 && win.stride[a] == 1 && win.pad_begin[a] == 0 &&
-                win.pad_end[a] == 0;
-  return pointwise;
-}
 
 void conv_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t m, int64_t group,
               const float *x, const float *w, const float *bias, float *y, float *col) {
@@ -181,99 +105,20 @@ void conv_f32(const Stream &s, const Window &win, int64_t n, int64_t c, int64_t 
   }
 }
 
-// Floats of an im2col matrix of `channels` channels of x (kernel sizes from
-// w, positions from y), or 0 when the window is 1x1, stride 1, unpadded.
-int64_t im2col_floats(const Shape &x, const Shape &w, const Shape &y, const int64_t *strides,
-                      const int64_t *pads, int64_t channels) {
-  const int spatial = x.rank - 2;
-  if (spatial < 1 || w.rank != x.rank || y.rank != x.rank)
-    return 0;
-  int64_t kernel_size = 1, out_size = 1;
-  bool pointwise = true;
-  for (int a = 0; a < spatial; ++a) {
-    kernel_size *= w.dims[a + 2];
-    out_size *= y.dims[a + 2];
-    pointwise = pointwise && w.dims[a + 2] == 1 && strides[a] == 1 && pads[a] == 0 &&
-                pads[a + spatial] == 0;
-  }
-  return pointwise ? 0 : channels * kernel_size * out_size;
-}
-
-bool is_16bit(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
-
 }  // namespace
-
-int64_t conv_workspace_bytes(DType dtype, const Shape &x, const Shape &w, const Shape &y,
-                             bool has_bias, const int64_t *strides, const int64_t *pads,
-                             int64_t group) {
-  if (x.rank < 3 || group < 1)
-    return 0;
-  int64_t floats = im2col_floats(x, w, y, strides, pads, x.dims[1] / group);
-  if (is_16bit(dtype))
-    floats += x.numel() + w.numel() + y.numel() + (has_bias ? w.dims[0] : 0);
-  return floats * static_cast<int64_t>(sizeof(float));
-}
-
-int64_t conv_grad_input_workspace_bytes(DType dtype, const Shape &dy, const Shape &w,
-                                        const Shape &dx, const int64_t *strides,
-                                        const int64_t *pads, int64_t group) {
-  if (dx.rank < 3 || group < 1)
-    return 0;
-  int64_t floats = im2col_floats(dx, w, dy, strides, pads, dx.dims[1]);
-  if (is_16bit(dtype))
-    floats += dy.numel() + w.numel() + dx.numel();
-  return floats * static_cast<int64_t>(sizeof(float));
-}
-
-int64_t conv_grad_weight_workspace_bytes(DType dtype, const Shape &dy, const Shape &x,
-                                         const Shape &dw, const int64_t *strides,
-                                         const int64_t *pads, int64_t group) {
-  if (x.rank < 3 || group < 1)
-    return 0;
-  int64_t floats = im2col_floats(x, dw, dy, strides, pads, x.dims[1] / group);
-  if (is_16bit(dtype))
-    floats += dy.numel() + x.numel() + dw.numel();
-  return floats * static_cast<int64_t>(sizeof(float));
-}
 
 void conv(Stream &s, const Tensor &x, const Tensor &w, const Tensor *bias, const Tensor &y,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations, int64_t group,
           const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "conv";
-  check_data(kernel, "x", x);
-  check_data(kernel, "w", w);
-  check_data(kernel, "y", y);
-  check_float(kernel, "x", x);
-  check_same_dtype(kernel, "x", x, "w", w);
-  check_same_dtype(kernel, "x", x, "y", y);
-  if (w.shape.rank != x.shape.rank || x.shape.rank < 3)
-    fail(kernel, "x " + x.shape.str() + " and w " + w.shape.str() +
-                     " must have the same rank >= 3");
+  Window win = check_conv(kernel, x, w, bias, y, strides, pads, dilations, group);
   const int64_t n = x.shape.dims[0], c = x.shape.dims[1], m = w.shape.dims[0];
-  if (group < 1 || c % group != 0 || m % group != 0)
-    fail(kernel, "group " + std::to_string(group) + " must divide the input channels (" +
-                     std::to_string(c) + ") and output channels (" + std::to_string(m) + ")");
-  if (w.shape.dims[1] != c / group)
-    fail(kernel, "w " + w.shape.str() + " needs " + std::to_string(c / group) +
-                     " input channels per group");
-  if (y.shape.dims[0] != n || y.shape.dims[1] != m)
-    fail(kernel, "y " + y.shape.str() + " must be [" + std::to_string(n) + ", " +
-                     std::to_string(m) + ", ...]");
-  if (bias) {
-    check_data(kernel, "bias", *bias);
-    check_same_dtype(kernel, "x", x, "bias", *bias);
-    check_shape(kernel, "bias", *bias, Shape{m});
-  }
-  Window win = make_window(kernel, x, y, w.shape.dims + 2, strides, pads, dilations, false);
   WorkspaceFloats scratch(kernel, ws,
                           conv_workspace_bytes(x.dtype, x.shape, w.shape, y.shape,
                                                bias != nullptr, strides, pads, group));
   if (y.numel() == 0)
     return;
-  const int64_t limit = std::numeric_limits<int>::max();
-  if (win.out_size > limit || (c / group) * win.kernel_size > limit)
-    fail(kernel, "convolution too large for the BLAS integer range");
   float *col = scratch.take(im2col_floats(x.shape, w.shape, y.shape, strides, pads, c / group));
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -424,39 +269,6 @@ void conv_grad_weight_f32(const Stream &s, const Window &win, int64_t n, int64_t
   }
 }
 
-// The operands of conv's gradients: x (or dx) [N, C, D...], w (or dw)
-// [M, C / group, K...], dy [N, M, O...]; returns the window.
-Window check_conv_grad(const char *kernel, const Tensor &x, const char *x_name, const Tensor &w,
-                       const char *w_name, const Tensor &dy, const int64_t *strides,
-                       const int64_t *pads, const int64_t *dilations, int64_t group) {
-  check_data(kernel, x_name, x);
-  check_data(kernel, w_name, w);
-  check_data(kernel, "dy", dy);
-  check_float(kernel, "dy", dy);
-  check_same_dtype(kernel, "dy", dy, x_name, x);
-  check_same_dtype(kernel, "dy", dy, w_name, w);
-  const std::string xn = x_name, wn = w_name;
-  if (w.shape.rank != x.shape.rank || x.shape.rank < 3)
-    fail(kernel, xn + " " + x.shape.str() + " and " + wn + " " + w.shape.str() +
-                     " must have the same rank >= 3");
-  const int64_t n = x.shape.dims[0], c = x.shape.dims[1], m = w.shape.dims[0];
-  if (group < 1 || c % group != 0 || m % group != 0)
-    fail(kernel, "group " + std::to_string(group) + " must divide the input channels (" +
-                     std::to_string(c) + ") and output channels (" + std::to_string(m) + ")");
-  if (w.shape.dims[1] != c / group)
-    fail(kernel, wn + " " + w.shape.str() + " needs " + std::to_string(c / group) +
-                     " input channels per group");
-  if (dy.shape.rank != x.shape.rank || dy.shape.dims[0] != n || dy.shape.dims[1] != m)
-    fail(kernel, "dy " + dy.shape.str() + " must be [" + std::to_string(n) + ", " +
-                     std::to_string(m) + ", ...]");
-  Window win = make_window(kernel, x, dy, w.shape.dims + 2, strides, pads, dilations, false,
-                           x_name, "dy");
-  const int64_t limit = std::numeric_limits<int>::max();
-  if (win.out_size > limit || win.in_size > limit || (c / group) * win.kernel_size > limit ||
-      m > limit)
-    fail(kernel, "convolution too large for the BLAS integer range");
-  return win;
-}
 
 }  // namespace
 
@@ -524,20 +336,13 @@ void conv_grad_weight(Stream &s, const Tensor &dy, const Tensor &x, const Tensor
 
 namespace {
 
-// Calls f(out_index, begin[], count[]) per output position of one plane with
-// the first in-bounds kernel offset and the number of in-bounds offsets per
-// axis (in steps of the dilation).
+// Calls f(out_index, idx[], begin[], count[]) per output position of one
+// plane (window_taps gives begin and count).
 template <typename F> void for_each_window(const Window &w, F &&f) {
   int64_t idx[kMaxRank] = {};
   int64_t kbegin[kMaxRank], kcount[kMaxRank];
   for (int64_t o = 0; o < w.out_size; ++o) {
-    for (int a = 0; a < w.spatial; ++a) {
-      int64_t start = idx[a] * w.stride[a] - w.pad_begin[a];
-      int64_t lo = std::max<int64_t>(0, ceil_div(-start, w.dilation[a]));
-      int64_t hi = std::min(w.kernel[a], ceil_div(w.in[a] - start, w.dilation[a]));
-      kbegin[a] = lo;
-      kcount[a] = std::max<int64_t>(0, hi - lo);
-    }
+    window_taps(w, idx, kbegin, kcount);
     f(o, idx, kbegin, kcount);
     for (int a = w.spatial - 1; a >= 0; --a) {
       if (++idx[a] < w.out[a])
@@ -545,63 +350,6 @@ template <typename F> void for_each_window(const Window &w, F &&f) {
       idx[a] = 0;
     }
   }
-}
-
-// Visits the in-bounds input offsets of one window.
-template <typename F>
-void for_each_tap(const Window &w, const int64_t *idx, const int64_t *kbegin,
-                  const int64_t *kcount, F &&f) {
-  for (int a = 0; a < w.spatial; ++a)
-    if (kcount[a] == 0)
-      return;
-  int64_t k[kMaxRank];
-  for (int a = 0; a < w.spatial; ++a)
-    k[a] = 0;
-  while (true) {
-    int64_t offset = 0;
-    for (int a = 0; a < w.spatial; ++a) {
-      int64_t i = idx[a] * w.stride[a] - w.pad_begin[a] + (kbegin[a] + k[a]) * w.dilation[a];
-      offset = offset * w.in[a] + i;
-    }
-    f(offset);
-    int a = w.spatial - 1;
-    for (; a >= 0; --a) {
-      if (++k[a] < kcount[a])
-        break;
-      k[a] = 0;
-    }
-    if (a < 0)
-      return;
-  }
-}
-
-void check_pool(const char *kernel, const Tensor &x, const Tensor &y, const char *x_name = "x",
-                const char *y_name = "y") {
-  check_data(kernel, x_name, x);
-  check_data(kernel, y_name, y);
-  check_float(kernel, x_name, x);
-  check_same_dtype(kernel, x_name, x, y_name, y);
-  if (x.shape.rank < 3 || y.shape.rank != x.shape.rank || y.shape.dims[0] != x.shape.dims[0] ||
-      y.shape.dims[1] != x.shape.dims[1])
-    fail(kernel, std::string(x_name) + " " + x.shape.str() + " and " + y_name + " " +
-                     y.shape.str() + " must both be [N, C, D...] with the same N and C");
-}
-
-// PyTorch's average-pooling divisor: with count_include_pad the window
-// clipped to the padded input, else the in-bounds taps.
-int64_t avg_divisor(const Window &win, const int64_t *idx, const int64_t *kc,
-                    bool count_include_pad) {
-  int64_t divisor = 1;
-  for (int a = 0; a < win.spatial; ++a) {
-    if (count_include_pad) {
-      int64_t start = idx[a] * win.stride[a] - win.pad_begin[a];
-      int64_t stop = std::min(start + win.kernel[a], win.in[a] + win.pad_end[a]);
-      divisor *= stop - start;
-    } else {
-      divisor *= kc[a];
-    }
-  }
-  return divisor;
 }
 
 }  // namespace
@@ -676,11 +424,6 @@ void avg_pool(Stream &s, const Tensor &x, const Tensor &y, const int64_t *kernel
 
 namespace {
 
-// f16/bf16 pooling gradients sum each plane in f32 in one of at most this
-// many planes of the workspace ("lanes"), each lane taking a fixed range of
-// planes: the workspace is bounded, and the sums do not depend on threads.
-constexpr int64_t kPoolGradLanes = 64;
-
 // Runs plane(p, acc) for every [N, C] plane in parallel, with acc the plane
 // of dx as f32 (dx itself for f32, else a lane of the workspace, `lanes`,
 // rounded into dx afterwards), zeroed. Each plane's windows only touch that
@@ -719,14 +462,6 @@ void for_each_grad_plane(const Stream &s, const Window &win, int64_t planes, T *
 }
 
 }  // namespace
-
-int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx) {
-  if (!is_16bit(dtype) || dx.rank < 3 || dx.numel() == 0)
-    return 0;
-  const int64_t planes = dx.dims[0] * dx.dims[1];
-  return static_cast<int64_t>(sizeof(float)) * std::min(planes, kPoolGradLanes) *
-         (dx.numel() / planes);
-}
 
 void max_pool_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &dx,
                    const int64_t *kernel, const int64_t *strides, const int64_t *pads,

@@ -4,6 +4,7 @@
 // compare and where broadcast through a BroadcastPlan, so the inner loop is a
 // contiguous run with per-operand strides of 0 or 1 (same shape, scalar
 // operand and a bias along the last axis all end up there).
+#include "elementwise_ops.h"
 #include "internal.h"
 
 #include <limits>
@@ -13,85 +14,6 @@ namespace dsrt {
 using namespace detail;
 
 namespace {
-
-const char *unary_name(UnaryOp op) {
-  switch (op) {
-  case UnaryOp::Sqrt: return "unary(sqrt)";
-  case UnaryOp::Reciprocal: return "unary(reciprocal)";
-  case UnaryOp::Exp: return "unary(exp)";
-  case UnaryOp::Log: return "unary(log)";
-  case UnaryOp::Tanh: return "unary(tanh)";
-  case UnaryOp::Erf: return "unary(erf)";
-  case UnaryOp::Sigmoid: return "unary(sigmoid)";
-  case UnaryOp::Neg: return "unary(neg)";
-  case UnaryOp::Relu: return "unary(relu)";
-  case UnaryOp::LeakyRelu: return "unary(leaky_relu)";
-  case UnaryOp::Gelu: return "unary(gelu)";
-  case UnaryOp::GeluTanh: return "unary(gelu_tanh)";
-  case UnaryOp::Not: return "unary(not)";
-  case UnaryOp::Softplus: return "unary(softplus)";
-  case UnaryOp::Elu: return "unary(elu)";
-  case UnaryOp::Celu: return "unary(celu)";
-  case UnaryOp::Sin: return "unary(sin)";
-  case UnaryOp::Cos: return "unary(cos)";
-  case UnaryOp::Floor: return "unary(floor)";
-  case UnaryOp::Ceil: return "unary(ceil)";
-  case UnaryOp::Round: return "unary(round)";
-  }
-  return "unary";
-}
-
-const char *binary_name(BinaryOp op) {
-  switch (op) {
-  case BinaryOp::Add: return "binary(add)";
-  case BinaryOp::Sub: return "binary(sub)";
-  case BinaryOp::Mul: return "binary(mul)";
-  case BinaryOp::Div: return "binary(div)";
-  case BinaryOp::Pow: return "binary(pow)";
-  case BinaryOp::Mod: return "binary(mod)";
-  case BinaryOp::Fmod: return "binary(fmod)";
-  }
-  return "binary";
-}
-
-const char *compare_name(ComparePredicate pred) {
-  switch (pred) {
-  case ComparePredicate::Eq: return "compare(eq)";
-  case ComparePredicate::Lt: return "compare(lt)";
-  case ComparePredicate::Le: return "compare(le)";
-  case ComparePredicate::Gt: return "compare(gt)";
-  case ComparePredicate::Ge: return "compare(ge)";
-  }
-  return "compare";
-}
-
-// Integer arithmetic wraps (two's complement) instead of being undefined.
-template <typename T> T wrap_add(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-}
-template <typename T> T wrap_sub(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-}
-template <typename T> T wrap_mul(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-}
-template <typename T> T wrap_neg(T a) { return wrap_sub<T>(T(0), a); }
-// Truncating division; the one overflowing case, min / -1, wraps to min.
-// Division by zero is rejected before the loop.
-template <typename T> T trunc_div(T a, T b) { return b == T(-1) ? wrap_neg(a) : a / b; }
-// Remainders; min % -1 is 0. Mod moves a nonzero remainder to b's sign.
-template <typename T> T trunc_rem(T a, T b) { return b == T(-1) ? T(0) : a % b; }
-template <typename T> T floor_rem(T a, T b) {
-  T r = trunc_rem(a, b);
-  return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
-}
-inline float floor_remf(float a, float b) {
-  float r = std::fmod(a, b);
-  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
-}
 
 //===----------------------------------------------------------------------===//
 // unary
@@ -238,19 +160,6 @@ void broadcast2(const Stream &s, const BroadcastPlan &plan, const TA *a, const T
   });
 }
 
-BroadcastPlan plan_for(const char *kernel, const Tensor &y, const Tensor *operands, int count) {
-  Shape shapes[3];
-  for (int k = 0; k < count; ++k)
-    shapes[k] = operands[k].shape;
-  BroadcastPlan plan;
-  if (!plan_broadcast(y.shape, shapes, count, plan)) {
-    std::string message = "operand shapes";
-    for (int k = 0; k < count; ++k)
-      message += " " + shapes[k].str();
-    fail(kernel, message + " do not broadcast to the output shape " + y.shape.str());
-  }
-  return plan;
-}
 
 template <typename T> void check_no_zero(const char *kernel, const Tensor &b) {
   const T *p = b.as<T>();
@@ -309,13 +218,7 @@ void binary_typed(const Stream &s, BinaryOp op, const BroadcastPlan &plan, const
 void binary(Stream &s, BinaryOp op, const Tensor &a, const Tensor &b, const Tensor &y) {
   begin_kernel(s);
   const char *kernel = binary_name(op);
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_same_dtype(kernel, "a", a, "y", y);
-  Tensor operands[2] = {a, b};
-  BroadcastPlan plan = plan_for(kernel, y, operands, 2);
+  BroadcastPlan plan = check_binary(kernel, a, b, y);
   if (y.numel() == 0)
     return;
   dispatch_numeric(kernel, a.dtype, [&](auto tag) {
@@ -347,13 +250,7 @@ void compare_typed(const Stream &s, const BroadcastPlan &plan, const Tensor &a, 
 void compare(Stream &s, ComparePredicate pred, const Tensor &a, const Tensor &b, const Tensor &y) {
   begin_kernel(s);
   const char *kernel = compare_name(pred);
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_dtype(kernel, "y", y, DType::Bool);
-  Tensor operands[2] = {a, b};
-  BroadcastPlan plan = plan_for(kernel, y, operands, 2);
+  BroadcastPlan plan = check_compare(kernel, a, b, y);
   if (y.numel() == 0)
     return;
   dispatch_all(kernel, a.dtype, [&](auto tag) {
@@ -371,15 +268,7 @@ void compare(Stream &s, ComparePredicate pred, const Tensor &a, const Tensor &b,
 void where(Stream &s, const Tensor &cond, const Tensor &a, const Tensor &b, const Tensor &y) {
   begin_kernel(s);
   const char *kernel = "where";
-  check_data(kernel, "cond", cond);
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_dtype(kernel, "cond", cond, DType::Bool);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_same_dtype(kernel, "a", a, "y", y);
-  Tensor operands[3] = {cond, a, b};
-  BroadcastPlan plan = plan_for(kernel, y, operands, 3);
+  BroadcastPlan plan = check_where(kernel, cond, a, b, y);
   if (y.numel() == 0)
     return;
   const int last = plan.rank - 1;

@@ -15,105 +15,6 @@ using namespace detail;
 
 namespace {
 
-// Shapes and strides of a matmul, after transposes and vector promotion.
-struct MatmulPlan {
-  int64_t m = 0, n = 0, k = 0;
-  // Storage layout of one matrix of each operand, in BLAS terms.
-  bool trans_a = false, trans_b = false;
-  int64_t lda = 0, ldb = 0;
-  // Element strides of a(i, kk) and b(kk, j), for the integer loop.
-  int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0;
-  // Batch axes of the result and each operand's stride along them (0 where
-  // the operand broadcasts).
-  int batch_rank = 0;
-  int64_t batch_dims[kMaxRank] = {};
-  int64_t a_batch_stride[kMaxRank] = {}, b_batch_stride[kMaxRank] = {};
-  int64_t batch = 1;
-  bool b_has_batch = false;
-  bool a_vector = false;
-};
-
-MatmulPlan plan_matmul(const char *kernel, const Tensor &a, const Tensor &b, const Tensor &y,
-                       bool transpose_a, bool transpose_b) {
-  const int ra = a.shape.rank, rb = b.shape.rank;
-  if (ra < 1 || rb < 1)
-    fail(kernel, "operands must have rank >= 1, got " + a.shape.str() + " and " + b.shape.str());
-  MatmulPlan p;
-  p.a_vector = ra == 1;
-  const bool b_vector = rb == 1;
-  const bool ta = transpose_a && ra >= 2, tb = transpose_b && rb >= 2;
-  // Stored matrix shapes (rows, cols) of each operand.
-  int64_t a_rows = p.a_vector ? 1 : a.shape.dims[ra - 2], a_cols = a.shape.dims[ra - 1];
-  int64_t b_rows = b_vector ? b.shape.dims[0] : b.shape.dims[rb - 2],
-          b_cols = b_vector ? 1 : b.shape.dims[rb - 1];
-  p.m = ta ? a_cols : a_rows;
-  p.k = ta ? a_rows : a_cols;
-  int64_t kb = tb ? b_cols : b_rows;
-  p.n = tb ? b_rows : b_cols;
-  if (p.k != kb)
-    fail(kernel, "contraction sizes differ: " + a.shape.str() + (ta ? "^T" : "") + " x " +
-                     b.shape.str() + (tb ? "^T" : "") + " (" + std::to_string(p.k) + " vs " +
-                     std::to_string(kb) + ")");
-  p.trans_a = ta;
-  p.trans_b = tb;
-  p.lda = std::max<int64_t>(1, a_cols);
-  p.ldb = std::max<int64_t>(1, b_cols);
-  p.a_rs = ta ? 1 : a_cols;
-  p.a_cs = ta ? a_cols : 1;
-  p.b_rs = tb ? 1 : b_cols;
-  p.b_cs = tb ? b_cols : 1;
-  // Batch axes broadcast like NumPy's.
-  const int na = p.a_vector ? 0 : ra - 2, nb = b_vector ? 0 : rb - 2;
-  p.batch_rank = std::max(na, nb);
-  int64_t a_stride = a_rows * a_cols, b_stride = b_rows * b_cols;
-  for (int d = p.batch_rank - 1; d >= 0; --d) {
-    int da = d - (p.batch_rank - na), db = d - (p.batch_rank - nb);
-    int64_t dim_a = da >= 0 ? a.shape.dims[da] : 1, dim_b = db >= 0 ? b.shape.dims[db] : 1;
-    if (dim_a != dim_b && dim_a != 1 && dim_b != 1)
-      fail(kernel, "batch axes of " + a.shape.str() + " and " + b.shape.str() +
-                       " do not broadcast");
-    int64_t dim = std::max(dim_a, dim_b);
-    if (dim_a == 0 || dim_b == 0)
-      dim = 0;
-    p.batch_dims[d] = dim;
-    p.a_batch_stride[d] = dim_a == 1 ? 0 : a_stride;
-    p.b_batch_stride[d] = dim_b == 1 ? 0 : b_stride;
-    if (dim_b != 1)
-      p.b_has_batch = true;
-    a_stride *= dim_a;
-    b_stride *= dim_b;
-    p.batch *= dim;
-  }
-  Shape expected;
-  for (int d = 0; d < p.batch_rank; ++d)
-    expected.dims[expected.rank++] = p.batch_dims[d];
-  if (!p.a_vector)
-    expected.dims[expected.rank++] = p.m;
-  if (!b_vector)
-    expected.dims[expected.rank++] = p.n;
-  check_shape(kernel, "y", y, expected);
-  return p;
-}
-
-// Calls f(batch_index, a_offset, b_offset) for every matrix of the batch.
-template <typename F> void for_each_batch(const MatmulPlan &p, F &&f) {
-  int64_t index[kMaxRank] = {};
-  int64_t a_off = 0, b_off = 0;
-  for (int64_t i = 0; i < p.batch; ++i) {
-    f(i, a_off, b_off);
-    for (int d = p.batch_rank - 1; d >= 0; --d) {
-      ++index[d];
-      a_off += p.a_batch_stride[d];
-      b_off += p.b_batch_stride[d];
-      if (index[d] < p.batch_dims[d])
-        break;
-      a_off -= index[d] * p.a_batch_stride[d];
-      b_off -= index[d] * p.b_batch_stride[d];
-      index[d] = 0;
-    }
-  }
-}
-
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
@@ -185,26 +86,13 @@ void matmul_int(const Stream &s, const MatmulPlan &p, const T *a, const T *b, T 
 
 }  // namespace
 
-int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {
-  if (dtype != DType::F16 && dtype != DType::BF16)
-    return 0;
-  return static_cast<int64_t>(sizeof(float)) * (a.numel() + b.numel() + y.numel());
-}
 
-int64_t gemm_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {
-  return matmul_workspace_bytes(dtype, a, b, y);
-}
 
 void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool transpose_a,
             bool transpose_b, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "matmul";
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_same_dtype(kernel, "a", a, "y", y);
-  MatmulPlan p = plan_matmul(kernel, a, b, y, transpose_a, transpose_b);
+  MatmulPlan p = check_matmul(kernel, a, b, y, transpose_a, transpose_b);
   WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
   if (y.numel() == 0)
     return;
@@ -230,23 +118,9 @@ void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Te
           float alpha, float beta, bool transpose_a, bool transpose_b, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "gemm";
-  check_data(kernel, "a", a);
-  check_data(kernel, "b", b);
-  check_data(kernel, "y", y);
-  check_float(kernel, "a", a);
-  check_same_dtype(kernel, "a", a, "b", b);
-  check_same_dtype(kernel, "a", a, "y", y);
-  if (a.shape.rank != 2 || b.shape.rank != 2)
-    fail(kernel, "a and b must be 2-D, got " + a.shape.str() + " and " + b.shape.str());
-  MatmulPlan p = plan_matmul(kernel, a, b, y, transpose_a, transpose_b);
-  const bool use_c = c != nullptr && beta != 0.0f;
   BroadcastPlan c_plan;
-  if (c != nullptr) {
-    check_data(kernel, "c", *c);
-    check_same_dtype(kernel, "a", a, "c", *c);
-    if (c->shape.rank > 2 || !plan_broadcast(y.shape, &c->shape, 1, c_plan))
-      fail(kernel, "c " + c->shape.str() + " does not broadcast to " + y.shape.str());
-  }
+  MatmulPlan p = check_gemm(kernel, a, b, c, y, transpose_a, transpose_b, c_plan);
+  const bool use_c = c != nullptr && beta != 0.0f;
   WorkspaceFloats scratch(kernel, ws, gemm_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
   if (y.numel() == 0)
     return;

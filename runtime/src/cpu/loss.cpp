@@ -14,9 +14,6 @@ using namespace detail;
 
 namespace {
 
-struct LossShape {
-  int64_t n = 0, c = 0, d = 1;  // scores viewed as [N, C, D]
-};
 
 // Checks the operands of a loss or of its gradient: `scores` (named
 // scores_name) is [N, C, d...], `loss` (named loss_name; the loss or its
@@ -26,33 +23,8 @@ LossShape check_loss(const char *kernel, const Tensor &scores, const Tensor &lab
                      const Tensor *weights, const Tensor &loss, Reduction reduction,
                      bool has_ignore_index, int64_t ignore_index,
                      const char *scores_name = "scores", const char *loss_name = "loss") {
-  check_data(kernel, scores_name, scores);
-  check_float(kernel, scores_name, scores);
-  check_index_tensor(kernel, "labels", labels);
-  check_data(kernel, loss_name, loss);
-  check_same_dtype(kernel, scores_name, scores, loss_name, loss);
-  if (scores.shape.rank < 2)
-    fail(kernel, std::string(scores_name) + " must be [N, C, d...], got " + scores.shape.str());
-  LossShape ls;
-  ls.n = scores.shape.dims[0];
-  ls.c = scores.shape.dims[1];
-  Shape label_shape;
-  label_shape.dims[label_shape.rank++] = ls.n;
-  for (int i = 2; i < scores.shape.rank; ++i) {
-    label_shape.dims[label_shape.rank++] = scores.shape.dims[i];
-    ls.d *= scores.shape.dims[i];
-  }
-  check_shape(kernel, "labels", labels, label_shape);
-  if (weights) {
-    check_data(kernel, "weights", *weights);
-    check_float(kernel, "weights", *weights);
-    check_shape(kernel, "weights", *weights, Shape{ls.c});
-  }
-  if (reduction == Reduction::None)
-    check_shape(kernel, loss_name, loss, label_shape);
-  else if (loss.numel() != 1 || loss.shape.rank > 1)
-    fail(kernel, std::string(loss_name) + " must be a scalar for a sum or mean reduction, got " +
-                     loss.shape.str());
+  LossShape ls = check_loss_shapes(kernel, scores, labels, weights, loss, reduction, scores_name,
+                                   loss_name);
   // Every label is a class index or the ignored value.
   for (int64_t i = 0, count = labels.numel(); i < count; ++i) {
     int64_t label = index_at(labels, i);
@@ -92,24 +64,9 @@ void write_total(const Tensor &loss, double total, double weight_total, Reductio
                                      typename decltype(tag)::type>(value); });
 }
 
-// Per-sample losses are summed in blocks fixed by the number of rows alone
-// (each block in order, then the blocks in order), so the total does not
-// depend on the thread count and needs no per-sample storage.
-constexpr int64_t kLossBlocks = 64;
-
-// Blocks of samples a loss over `rows` samples sums separately.
-int64_t loss_blocks(int64_t rows) { return std::min<int64_t>(kLossBlocks, std::max<int64_t>(rows, 1)); }
 
 }  // namespace
 
-int64_t softmax_cross_entropy_workspace_bytes(DType dtype, const Shape &scores) {
-  if (scores.rank < 2 || scores.numel() == 0)
-    return 0;
-  const int64_t c = scores.dims[1], rows = scores.numel() / c;
-  if (dtype == DType::F32 && rows == scores.dims[0])
-    return 0;  // f32 rows with unit stride are read in place
-  return static_cast<int64_t>(sizeof(float)) * loss_blocks(rows) * c;
-}
 
 void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels,
                            const Tensor *weights, const Tensor &loss, const Tensor &log_prob,

@@ -10,14 +10,6 @@ using namespace detail;
 
 namespace {
 
-// Row-major strides in elements.
-void contiguous_strides(const Shape &shape, int64_t *strides) {
-  int64_t stride = 1;
-  for (int d = shape.rank - 1; d >= 0; --d) {
-    strides[d] = stride;
-    stride *= shape.dims[d];
-  }
-}
 
 // memcpy split across threads when it is large enough to pay for them.
 void parallel_memcpy(const Stream &s, void *dst, const void *src, size_t bytes) {
@@ -35,12 +27,7 @@ void parallel_memcpy(const Stream &s, void *dst, const void *src, size_t bytes) 
 void copy(Stream &s, const Tensor &x, const Tensor &y) {
   begin_kernel(s);
   const char *kernel = "copy";
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  if (x.nbytes() != y.nbytes())
-    fail(kernel, "x has " + std::to_string(x.nbytes()) + " bytes (" + dtype_name(x.dtype) + " " +
-                     x.shape.str() + ") but y has " + std::to_string(y.nbytes()) + " bytes (" +
-                     dtype_name(y.dtype) + " " + y.shape.str() + ")");
+  check_copy(kernel, x, y);
   parallel_memcpy(s, y.data, x.data, x.nbytes());
 }
 
@@ -50,37 +37,7 @@ void copy(Stream &s, const Tensor &x, const Tensor &y) {
 
 namespace {
 
-// A permutation collapsed to its essential axes: output dims and the input
-// stride of each output axis.
-struct Permuted {
-  int rank = 0;
-  int64_t dims[kMaxRank];
-  int64_t in_strides[kMaxRank];
-};
 
-Permuted collapse_permutation(const Shape &y_shape, const int64_t *x_strides,
-                              const int64_t *perm) {
-  Permuted p;
-  for (int i = 0; i < y_shape.rank; ++i) {
-    int64_t dim = y_shape.dims[i], stride = x_strides[perm[i]];
-    if (dim == 1)
-      continue;
-    if (p.rank > 0 && p.in_strides[p.rank - 1] == stride * dim) {
-      p.dims[p.rank - 1] *= dim;
-      p.in_strides[p.rank - 1] = stride;
-    } else {
-      p.dims[p.rank] = dim;
-      p.in_strides[p.rank] = stride;
-      ++p.rank;
-    }
-  }
-  if (p.rank == 0) {
-    p.rank = 1;
-    p.dims[0] = 1;
-    p.in_strides[0] = 1;
-  }
-  return p;
-}
 
 // Input offset of output row `row` (all axes but the last), by decomposing
 // the row index once.
@@ -166,25 +123,9 @@ void transpose(Stream &s, const Tensor &x, const Tensor &y, const int64_t *perm)
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
   check_same_dtype(kernel, "x", x, "y", y);
-  const int rank = x.shape.rank;
-  if (y.shape.rank != rank)
-    fail(kernel, "y has rank " + std::to_string(y.shape.rank) + ", x has rank " +
-                     std::to_string(rank));
-  bool seen[kMaxRank] = {};
-  Shape expected;
-  expected.rank = rank;
-  for (int i = 0; i < rank; ++i) {
-    if (perm[i] < 0 || perm[i] >= rank || seen[perm[i]])
-      fail(kernel, "perm is not a permutation of [0, " + std::to_string(rank) + ")");
-    seen[perm[i]] = true;
-    expected.dims[i] = x.shape.dims[perm[i]];
-  }
-  check_shape(kernel, "y", y, expected);
+  const Permuted p = plan_transpose(kernel, x, y, perm);
   if (y.numel() == 0)
     return;
-  int64_t x_strides[kMaxRank];
-  contiguous_strides(x.shape, x_strides);
-  Permuted p = collapse_permutation(y.shape, x_strides, perm);
   if (p.rank == 1) {  // the identity on memory
     parallel_memcpy(s, y.data, x.data, x.nbytes());
     return;
@@ -237,36 +178,6 @@ void broadcast_to(Stream &s, const Tensor &x, const Tensor &y) {
 
 namespace {
 
-// Checks that `parts` stack to `whole` along `axis` and returns the product
-// of the axes before it.
-int64_t check_stacking(const char *kernel, const Tensor &whole, const Tensor *parts, int count,
-                       int axis) {
-  if (count < 1)
-    fail(kernel, "needs at least one part");
-  check_data(kernel, "the whole tensor", whole);
-  check_axis(kernel, axis, whole.shape.rank);
-  int64_t total = 0;
-  for (int k = 0; k < count; ++k) {
-    const Tensor &part = parts[k];
-    std::string name = "part " + std::to_string(k);
-    check_data(kernel, name.c_str(), part);
-    check_same_dtype(kernel, name.c_str(), part, "the whole tensor", whole);
-    bool ok = part.shape.rank == whole.shape.rank;
-    for (int d = 0; ok && d < whole.shape.rank; ++d)
-      ok = d == axis || part.shape.dims[d] == whole.shape.dims[d];
-    if (!ok)
-      fail(kernel, name + " has shape " + part.shape.str() + ", which differs from " +
-                       whole.shape.str() + " outside axis " + std::to_string(axis));
-    total += part.shape.dims[axis];
-  }
-  if (total != whole.shape.dims[axis])
-    fail(kernel, "parts sum to " + std::to_string(total) + " along axis " + std::to_string(axis) +
-                     " but the whole tensor has " + std::to_string(whole.shape.dims[axis]));
-  int64_t outer = 1;
-  for (int d = 0; d < axis; ++d)
-    outer *= whole.shape.dims[d];
-  return outer;
-}
 
 // Copies between the whole tensor and its parts, block by block: for each
 // outer index, part k owns a contiguous run of the whole tensor's row.
@@ -314,35 +225,7 @@ void split(Stream &s, const Tensor &x, const Tensor *outputs, int num_outputs, i
 
 namespace {
 
-// Where a slice takes its elements from: the offset in the sliced tensor of
-// its first element, and the offset step per index along every axis.
-struct SliceWalk {
-  int64_t base = 0;
-  int64_t step[kMaxRank] = {};
-};
 
-// Checks that every index of the slice `part` of `whole` is inside `whole`
-// (both ends of every axis) and returns the walk.
-SliceWalk plan_slice(const char *kernel, const Tensor &whole, const Tensor &part,
-                     const int64_t *offsets, const int64_t *strides, const char *verb) {
-  const int rank = whole.shape.rank;
-  int64_t whole_strides[kMaxRank];
-  contiguous_strides(whole.shape, whole_strides);
-  SliceWalk w;
-  for (int d = 0; d < rank; ++d) {
-    int64_t size = part.shape.dims[d], dim = whole.shape.dims[d];
-    if (strides[d] == 0)
-      fail(kernel, "stride of axis " + std::to_string(d) + " is 0");
-    int64_t last = offsets[d] + (size - 1) * strides[d];
-    if (offsets[d] < 0 || offsets[d] >= dim || last < 0 || last >= dim)
-      fail(kernel, "axis " + std::to_string(d) + " " + verb + " out of bounds: offset " +
-                       std::to_string(offsets[d]) + ", stride " + std::to_string(strides[d]) +
-                       ", size " + std::to_string(size) + ", input size " + std::to_string(dim));
-    w.base += offsets[d] * whole_strides[d];
-    w.step[d] = strides[d] * whole_strides[d];
-  }
-  return w;
-}
 
 // Calls f(row, offset) for the rows [begin, end) of `part` (every axis but
 // the last), with the offset in the whole tensor of the row's first element.
@@ -464,21 +347,6 @@ void slice_grad(Stream &s, const Tensor &dy, const Tensor &dx, const int64_t *of
 
 namespace {
 
-// data.shape[:axis] + indices.shape + data.shape[axis + 1:], after the checks
-// gather and its gradient share.
-Shape gather_shape(const char *kernel, const Tensor &data, const Tensor &indices, int axis) {
-  check_axis(kernel, axis, data.shape.rank);
-  if (axis + indices.shape.rank + (data.shape.rank - axis - 1) > kMaxRank)
-    fail(kernel, "result rank exceeds the maximum rank " + std::to_string(kMaxRank));
-  Shape shape;
-  for (int d = 0; d < axis; ++d)
-    shape.dims[shape.rank++] = data.shape.dims[d];
-  for (int d = 0; d < indices.shape.rank; ++d)
-    shape.dims[shape.rank++] = indices.shape.dims[d];
-  for (int d = axis + 1; d < data.shape.rank; ++d)
-    shape.dims[shape.rank++] = data.shape.dims[d];
-  return shape;
-}
 
 // Checks every index against [-extent, extent) before anything is written.
 void check_indices(const char *kernel, const Tensor &indices, int axis, int64_t extent) {
@@ -502,11 +370,7 @@ inline int64_t normalized_index(const Tensor &indices, int64_t j, int64_t extent
 void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &y, int axis) {
   begin_kernel(s);
   const char *kernel = "gather";
-  check_data(kernel, "data", data);
-  check_index_tensor(kernel, "indices", indices);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "data", data, "y", y);
-  check_shape(kernel, "y", y, gather_shape(kernel, data, indices, axis));
+  check_gather(kernel, data, indices, y, axis);
   const int64_t extent = data.shape.dims[axis];
   const int64_t count = indices.numel();
   check_indices(kernel, indices, axis, extent);
@@ -532,23 +396,12 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
                });
 }
 
-int64_t gather_grad_workspace_bytes(DType dtype, const Shape &ddata) {
-  if (dtype != DType::F16 && dtype != DType::BF16)
-    return 0;
-  return static_cast<int64_t>(sizeof(float)) * ddata.numel();
-}
 
 void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tensor &ddata,
                  int axis, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "gather_grad";
-  check_data(kernel, "dy", dy);
-  check_index_tensor(kernel, "indices", indices);
-  check_data(kernel, "ddata", ddata);
-  check_same_dtype(kernel, "ddata", ddata, "dy", dy);
-  check_shape(kernel, "dy", dy, gather_shape(kernel, ddata, indices, axis));
-  if (ddata.dtype == DType::Bool)
-    fail(kernel, "needs a numeric tensor (f32, f16, bf16, i64, i32), got bool");
+  check_gather_grad(kernel, dy, indices, ddata, axis);
   const int64_t extent = ddata.shape.dims[axis];
   const int64_t count = indices.numel();
   check_indices(kernel, indices, axis, extent);

@@ -106,11 +106,7 @@ void softmax_typed(const Stream &s, const T *x, T *y, int64_t outer, int64_t n, 
 
 void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor &y, int axis,
                     bool log, const Workspace &ws) {
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "x", x, "y", y);
-  check_shape(kernel, "y", y, x.shape);
-  check_axis(kernel, axis, x.shape.rank);
+  check_softmax(kernel, x, y, axis);
   int64_t outer = 1, inner = 1, n = x.shape.dims[axis];
   for (int d = 0; d < axis; ++d)
     outer *= x.shape.dims[d];
@@ -127,31 +123,10 @@ void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor
   });
 }
 
-// Rows [outer] of n along `axis` with unit stride (inner 1), or 0 rows.
-int64_t unit_stride_rows(const Shape &x, int axis, int64_t &n) {
-  n = 0;
-  if (axis < 0 || axis >= x.rank || x.numel() == 0)
-    return 0;
-  int64_t outer = 1;
-  for (int d = 0; d < axis; ++d)
-    outer *= x.dims[d];
-  for (int d = axis + 1; d < x.rank; ++d)
-    if (x.dims[d] != 1)
-      return 0;
-  n = x.dims[axis];
-  return outer;
-}
 
-bool is_16bit_float(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
 
 }  // namespace
 
-int64_t softmax_workspace_bytes(DType dtype, const Shape &x, int axis) {
-  int64_t n = 0, rows = unit_stride_rows(x, axis, n);
-  if (!is_16bit_float(dtype) || rows == 0)
-    return 0;
-  return static_cast<int64_t>(sizeof(float)) * row_lanes(rows) * n;
-}
 
 void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Workspace &ws) {
   begin_kernel(s);
@@ -169,20 +144,6 @@ void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Wo
 
 namespace {
 
-// Checks a scale or bias against x and the normalized shape (axes [axis,
-// rank) of x). Returns whether it has fewer elements than the normalized
-// shape, so that the kernel expands it (in f32, into its workspace) rather
-// than reading it in place.
-bool check_param(const char *kernel, const char *name, const Tensor &param, const Tensor &x,
-                 const Shape &normalized) {
-  check_data(kernel, name, param);
-  check_same_dtype(kernel, "x", x, name, param);
-  BroadcastPlan plan;
-  if (param.shape.rank > normalized.rank || !plan_broadcast(normalized, &param.shape, 1, plan))
-    fail(kernel, std::string(name) + " " + param.shape.str() +
-                     " does not broadcast to the normalized shape " + normalized.str());
-  return param.numel() < normalized.numel();
-}
 
 // Writes `param` broadcast to the normalized shape, as f32, to `out`.
 void expand_param(const char *kernel, const Tensor &param, const Shape &normalized, float *out) {
@@ -199,48 +160,19 @@ void expand_param(const char *kernel, const Tensor &param, const Shape &normaliz
   });
 }
 
-// The f32 elements of a layer norm scale or bias expanded to the normalized
-// shape: none when it has the normalized shape's element count already.
-int64_t param_floats(const Shape &param, int64_t n) { return param.numel() < n ? n : 0; }
 
 }  // namespace
 
-int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
-                                   const Shape *bias, int axis) {
-  if (axis < 0 || axis >= x.rank || x.numel() == 0)
-    return 0;
-  int64_t rows = 1, n = 1;
-  for (int d = 0; d < x.rank; ++d)
-    (d < axis ? rows : n) *= x.dims[d];
-  int64_t floats = is_16bit_float(dtype) ? row_lanes(rows) * n : 0;
-  floats += param_floats(scale, n) + (bias ? param_floats(*bias, n) : 0);
-  return static_cast<int64_t>(sizeof(float)) * floats;
-}
 
 void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
                 const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
                 float epsilon, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "layer_norm";
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  check_same_dtype(kernel, "x", x, "y", y);
-  check_shape(kernel, "y", y, x.shape);
-  check_axis(kernel, axis, x.shape.rank);
-  check_float(kernel, "x", x);
-  Shape stat_shape = x.shape;
-  for (int d = axis; d < x.shape.rank; ++d)
-    stat_shape.dims[d] = 1;
-  check_data(kernel, "mean", mean);
-  check_data(kernel, "inv_std_dev", inv_std_dev);
-  check_dtype(kernel, "mean", mean, DType::F32);
-  check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
-  check_shape(kernel, "mean", mean, stat_shape);
-  check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
-  const Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
-  const bool expand_g = check_param(kernel, "scale", scale, x, normalized);
-  const bool expand_b = bias && check_param(kernel, "bias", *bias, x, normalized);
-  const int64_t rows = stat_shape.numel(), n = normalized.numel();
+  const NormRows nr = check_layer_norm(kernel, x, scale, bias, y, mean, inv_std_dev, axis);
+  const Shape &normalized = nr.normalized;
+  const bool expand_g = nr.expand_scale, expand_b = nr.expand_bias;
+  const int64_t rows = nr.rows, n = nr.n;
   WorkspaceFloats scratch(
       kernel, ws,
       layer_norm_workspace_bytes(x.dtype, x.shape, scale.shape, bias ? &bias->shape : nullptr,
@@ -250,7 +182,7 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
   // scale and bias with the normalized shape are read in place (16-bit
   // elements converted where they are used); a broadcast one is expanded to
   // f32 in the workspace first.
-  float *lanes = is_16bit_float(x.dtype) ? scratch.take(row_lanes(rows) * n) : nullptr;
+  float *lanes = is_16bit(x.dtype) ? scratch.take(row_lanes(rows) * n) : nullptr;
   float *g_full = expand_g ? scratch.take(n) : nullptr;
   float *b_full = expand_b ? scratch.take(n) : nullptr;
   if (g_full)
@@ -336,33 +268,8 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
 
 namespace {
 
-struct Channels {
-  int64_t n = 0, c = 0, spatial = 1;
-};
 
-// x is [N, C, ...] and y (named y_name) has its type and shape.
-Channels check_channels(const char *kernel, const Tensor &x, const Tensor &y,
-                        const char *y_name = "y") {
-  check_data(kernel, "x", x);
-  check_data(kernel, y_name, y);
-  check_float(kernel, "x", x);
-  check_same_dtype(kernel, "x", x, y_name, y);
-  check_shape(kernel, y_name, y, x.shape);
-  if (x.shape.rank < 2)
-    fail(kernel, "x must be [N, C, ...], got " + x.shape.str());
-  Channels ch;
-  ch.n = x.shape.dims[0];
-  ch.c = x.shape.dims[1];
-  for (int d = 2; d < x.shape.rank; ++d)
-    ch.spatial *= x.shape.dims[d];
-  return ch;
-}
 
-void check_per_channel(const char *kernel, const char *name, const Tensor &t, int64_t c) {
-  check_data(kernel, name, t);
-  check_float(kernel, name, t);
-  check_shape(kernel, name, t, Shape{c});
-}
 
 // Element i of a per-channel float tensor (checked float already), as f32,
 // and the inverse: the channels' parameters and statistics are read and
@@ -405,11 +312,7 @@ void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &b
                 const Tensor &mean, const Tensor &var, const Tensor &y, float epsilon) {
   begin_kernel(s);
   const char *kernel = "batch_norm";
-  Channels ch = check_channels(kernel, x, y);
-  check_per_channel(kernel, "scale", scale, ch.c);
-  check_per_channel(kernel, "bias", bias, ch.c);
-  check_per_channel(kernel, "mean", mean, ch.c);
-  check_per_channel(kernel, "var", var, ch.c);
+  Channels ch = check_batch_norm(kernel, x, scale, bias, mean, var, y);
   if (x.numel() == 0)
     return;
   dispatch_float(kernel, x.dtype, [&](auto tag) {
@@ -430,20 +333,10 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
                       float momentum) {
   begin_kernel(s);
   const char *kernel = "batch_norm_train";
-  Channels ch = check_channels(kernel, x, y);
-  check_per_channel(kernel, "scale", scale, ch.c);
-  check_per_channel(kernel, "bias", bias, ch.c);
-  check_per_channel(kernel, "running_mean", running_mean, ch.c);
-  check_per_channel(kernel, "running_var", running_var, ch.c);
-  check_per_channel(kernel, "running_mean_out", running_mean_out, ch.c);
-  check_per_channel(kernel, "running_var_out", running_var_out, ch.c);
-  check_per_channel(kernel, "saved_mean", saved_mean, ch.c);
-  check_per_channel(kernel, "saved_inv_std", saved_inv_std, ch.c);
-  check_dtype(kernel, "saved_mean", saved_mean, DType::F32);
-  check_dtype(kernel, "saved_inv_std", saved_inv_std, DType::F32);
+  Channels ch = check_batch_norm_train(kernel, x, scale, bias, running_mean, running_var, y,
+                                       running_mean_out, running_var_out, saved_mean,
+                                       saved_inv_std);
   const int64_t count = ch.n * ch.spatial;
-  if (count == 0)
-    fail(kernel, "batch statistics of an empty batch " + x.shape.str() + " are undefined");
   // The batch mean goes straight to saved_mean, the inverse standard
   // deviation to saved_inv_std, the running statistics to their outputs.
   float *mu = saved_mean.as<float>(), *inv = saved_inv_std.as<float>();
@@ -573,15 +466,7 @@ void softmax_grad_typed(const Stream &s, const T *y, const T *dy, T *dx, int64_t
 
 void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const Tensor &dy,
                          const Tensor &dx, int axis, bool log, const Workspace &ws) {
-  check_data(kernel, "y", y);
-  check_data(kernel, "dy", dy);
-  check_data(kernel, "dx", dx);
-  check_float(kernel, "y", y);
-  check_same_dtype(kernel, "y", y, "dy", dy);
-  check_same_dtype(kernel, "y", y, "dx", dx);
-  check_shape(kernel, "dy", dy, y.shape);
-  check_shape(kernel, "dx", dx, y.shape);
-  check_axis(kernel, axis, y.shape.rank);
+  check_softmax_grad(kernel, y, dy, dx, axis);
   int64_t outer = 1, inner = 1, n = y.shape.dims[axis];
   for (int d = 0; d < axis; ++d)
     outer *= y.shape.dims[d];
@@ -600,9 +485,6 @@ void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const T
 
 }  // namespace
 
-int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis) {
-  return 2 * softmax_workspace_bytes(dtype, y, axis);
-}
 
 void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis,
                   const Workspace &ws) {
@@ -647,15 +529,6 @@ void reduce_to_param(const char *kernel, const char *name, const Tensor &out,
   });
 }
 
-// Checks that a gradient of a parameter broadcasts to the normalized shape.
-void check_param_grad(const char *kernel, const char *name, const Tensor &out,
-                      const Shape &normalized) {
-  check_data(kernel, name, out);
-  BroadcastPlan plan;
-  if (out.shape.rank > normalized.rank || !plan_broadcast(normalized, &out.shape, 1, plan))
-    fail(kernel, std::string(name) + " " + out.shape.str() +
-                     " does not broadcast to the normalized shape " + normalized.str());
-}
 
 // One row of layer_norm_grad in f32: writes dx and adds the row's terms of
 // dscale and dbias (per normalized element) to acc_g and acc_b.
@@ -694,76 +567,16 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, flo
 
 }  // namespace
 
-namespace {
-
-// Blocks of rows whose dscale/dbias partial sums layer_norm_grad keeps, and
-// their size: at most 64 blocks, fewer when their partial sums would pass
-// 2^22 values per parameter. Depends on the shape only.
-void layer_norm_grad_blocks(int64_t rows, int64_t n, int64_t &blocks, int64_t &block_rows) {
-  blocks = 0;
-  block_rows = 0;
-  if (rows > 0 && n > 0) {
-    blocks = std::min<int64_t>({rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
-    block_rows = (rows + blocks - 1) / blocks;
-    blocks = (rows + block_rows - 1) / block_rows;
-  }
-}
-
-}  // namespace
-
-int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
-                                        int axis) {
-  if (axis < 0 || axis >= x.rank || x.numel() == 0)
-    return 0;
-  int64_t rows = 1, n = 1, blocks = 0, block_rows = 0;
-  for (int d = 0; d < x.rank; ++d)
-    (d < axis ? rows : n) *= x.dims[d];
-  layer_norm_grad_blocks(rows, n, blocks, block_rows);
-  // The f64 totals of dscale and dbias per normalized element and the
-  // accumulator of one broadcast parameter (3 n doubles, first, so they are
-  // aligned); each block's f32 partial sums of both (2 n per block);
-  // f16/bf16: x, dy and dx rows in f32, one set per block; a broadcast
-  // scale expanded to the normalized shape in f32.
-  int64_t floats = 2 * 3 * n + 2 * blocks * n;
-  floats += is_16bit_float(dtype) ? 3 * blocks * n : 0;
-  floats += param_floats(scale, n);
-  return static_cast<int64_t>(sizeof(float)) * floats;
-}
-
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "layer_norm_grad";
-  check_data(kernel, "x", x);
-  check_data(kernel, "dy", dy);
-  check_data(kernel, "dx", dx);
-  check_float(kernel, "x", x);
-  check_same_dtype(kernel, "x", x, "dy", dy);
-  check_same_dtype(kernel, "x", x, "dx", dx);
-  check_shape(kernel, "dy", dy, x.shape);
-  check_shape(kernel, "dx", dx, x.shape);
-  check_axis(kernel, axis, x.shape.rank);
-  Shape stat_shape = x.shape;
-  for (int d = axis; d < x.shape.rank; ++d)
-    stat_shape.dims[d] = 1;
-  check_data(kernel, "mean", mean);
-  check_data(kernel, "inv_std_dev", inv_std_dev);
-  check_dtype(kernel, "mean", mean, DType::F32);
-  check_dtype(kernel, "inv_std_dev", inv_std_dev, DType::F32);
-  check_shape(kernel, "mean", mean, stat_shape);
-  check_shape(kernel, "inv_std_dev", inv_std_dev, stat_shape);
-  const Shape normalized = Shape::of(x.shape.dims + axis, x.shape.rank - axis);
-  const bool expand_g = check_param(kernel, "scale", scale, x, normalized);
-  check_data(kernel, "dscale", dscale);
-  check_same_dtype(kernel, "scale", scale, "dscale", dscale);
-  check_shape(kernel, "dscale", dscale, scale.shape);
-  if (dbias) {
-    check_data(kernel, "dbias", *dbias);
-    check_same_dtype(kernel, "x", x, "dbias", *dbias);
-    check_param_grad(kernel, "dbias", *dbias, normalized);
-  }
-  const int64_t rows = stat_shape.numel(), n = normalized.numel();
+  const NormRows nr = check_layer_norm_grad(kernel, dy, x, scale, mean, inv_std_dev, dx, dscale,
+                                             dbias, axis);
+  const Shape &normalized = nr.normalized;
+  const bool expand_g = nr.expand_scale;
+  const int64_t rows = nr.rows, n = nr.n;
   // dscale and dbias sum over the rows. Each block of rows keeps its own
   // partial sums, and the blocks are added in order afterwards: the block
   // size depends on the shape only, so the result is the same for every
@@ -786,7 +599,7 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
   // workspace, so the totals do not depend on the thread count).
   float *part_g = scratch.take(2 * blocks * n);
   float *part_b = part_g + blocks * n;
-  const bool rows_in_f32 = is_16bit_float(x.dtype);
+  const bool rows_in_f32 = is_16bit(x.dtype);
   float *row_sets = rows_in_f32 ? scratch.take(3 * blocks * n) : nullptr;
   // A scale with the normalized shape is read in place; a broadcast one is
   // expanded to f32 in the workspace.
@@ -857,17 +670,8 @@ void batch_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
                      const Tensor &dscale, const Tensor &dbias) {
   begin_kernel(s);
   const char *kernel = "batch_norm_grad";
-  Channels ch = check_channels(kernel, x, dx, "dx");
-  check_data(kernel, "dy", dy);
-  check_same_dtype(kernel, "x", x, "dy", dy);
-  check_shape(kernel, "dy", dy, x.shape);
-  check_per_channel(kernel, "scale", scale, ch.c);
-  check_per_channel(kernel, "saved_mean", saved_mean, ch.c);
-  check_per_channel(kernel, "saved_inv_std", saved_inv_std, ch.c);
-  check_dtype(kernel, "saved_mean", saved_mean, DType::F32);
-  check_dtype(kernel, "saved_inv_std", saved_inv_std, DType::F32);
-  check_per_channel(kernel, "dscale", dscale, ch.c);
-  check_per_channel(kernel, "dbias", dbias, ch.c);
+  Channels ch = check_batch_norm_grad(kernel, dy, x, scale, saved_mean, saved_inv_std, dx, dscale,
+                                      dbias);
   const int64_t count = ch.n * ch.spatial;
   const float *mu = saved_mean.as<float>(), *inv = saved_inv_std.as<float>();
   // Per channel, in f64 like the forward's statistics: sum(dy) (dbias) and

@@ -19,27 +19,11 @@ struct Scalars {
   int64_t step = 0;
 };
 
-// step may be null (an optimizer without a step count).
+// The checks of kernel_common.h, then lr and step read from their memory.
 Scalars check_optimizer(const char *kernel, const Tensor &lr, const Tensor *step,
                         const Tensor &param, const Tensor *const *states, const char *const *names,
                         int count) {
-  check_data(kernel, "lr", lr);
-  check_float(kernel, "lr", lr);
-  if (lr.numel() != 1 || lr.shape.rank > 1)
-    fail(kernel, "lr must be a scalar, got " + lr.shape.str());
-  if (step) {
-    check_data(kernel, "step", *step);
-    check_dtype(kernel, "step", *step, DType::I64);
-    if (step->numel() != 1 || step->shape.rank > 1)
-      fail(kernel, "step must be a scalar, got " + step->shape.str());
-  }
-  check_data(kernel, "param", param);
-  check_float(kernel, "param", param);
-  for (int i = 0; i < count; ++i) {
-    check_data(kernel, names[i], *states[i]);
-    check_same_dtype(kernel, "param", param, names[i], *states[i]);
-    check_shape(kernel, names[i], *states[i], param.shape);
-  }
+  check_optimizer_args(kernel, lr, step, param, states, names, count);
   Scalars sc;
   sc.lr = float_value(kernel, "lr", lr);
   sc.step = step ? step->as<int64_t>()[0] : 0;
@@ -254,10 +238,7 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
   const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
   Scalars sc = check_optimizer(kernel, lr, &step, param, states, names, 4);
   check_step(kernel, sc.step);
-  if (nesterov && (momentum <= 0.0f || dampening != 0.0f))
-    fail(kernel, "nesterov needs a positive momentum and zero dampening (as torch.optim.SGD), "
-                 "got momentum " + std::to_string(momentum) + ", dampening " +
-                     std::to_string(dampening));
+  check_sgd_modes(kernel, momentum, dampening, nesterov);
   const SgdUpdate u{static_cast<float>(sc.lr), momentum, static_cast<float>(1.0 - dampening),
                     weight_decay};
   const bool first = sc.step == 1;
@@ -323,17 +304,7 @@ template <typename T> double sum_squares(const T *p, int64_t n) {
 void sum_of_squares(Stream &s, const Tensor *tensors, int num_tensors, const Tensor &out) {
   begin_kernel(s);
   const char *kernel = "sum_of_squares";
-  check_data(kernel, "out", out);
-  check_dtype(kernel, "out", out, DType::F32);
-  if (out.numel() != 1 || out.shape.rank > 1)
-    fail(kernel, "out must be a scalar, got " + out.shape.str());
-  if (num_tensors < 0 || (num_tensors > 0 && tensors == nullptr))
-    fail(kernel, "needs a list of tensors, got " + std::to_string(num_tensors));
-  for (int k = 0; k < num_tensors; ++k) {
-    const std::string name = "tensor " + std::to_string(k);
-    check_data(kernel, name.c_str(), tensors[k]);
-    check_float(kernel, name.c_str(), tensors[k]);
-  }
+  check_sum_of_squares(kernel, tensors, num_tensors, out);
   // Fixed-size blocks over all tensors, summed in f64 each and then in
   // order: the same bits for every thread count. The blocks are taken
   // kBatch at a time, so the kernel needs no memory beyond its stack.

@@ -15,16 +15,7 @@ void dropout(Stream &s, const Tensor &x, const Tensor &y, const Tensor &mask, fl
              uint64_t seed, uint64_t counter) {
   begin_kernel(s);
   const char *kernel = "dropout";
-  check_data(kernel, "x", x);
-  check_data(kernel, "y", y);
-  check_data(kernel, "mask", mask);
-  check_float(kernel, "x", x);
-  check_same_dtype(kernel, "x", x, "y", y);
-  check_shape(kernel, "y", y, x.shape);
-  check_dtype(kernel, "mask", mask, DType::Bool);
-  check_shape(kernel, "mask", mask, x.shape);
-  if (!(ratio >= 0.0f && ratio < 1.0f))
-    fail(kernel, "ratio " + std::to_string(ratio) + " must be in [0, 1)");
+  check_dropout(kernel, x, y, mask, ratio);
   const int64_t n = x.numel();
   const int64_t blocks = (n + 3) / 4;
   const float scale = 1.0f / (1.0f - ratio);

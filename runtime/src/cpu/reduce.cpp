@@ -5,8 +5,8 @@
 // (and products) accumulate in f64 (one rounding at the end, independent of the thread
 // count); integer sums wrap; max propagates NaN like PyTorch's amax.
 #include "internal.h"
+#include "workspace_shapes.h"
 
-#include <algorithm>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -17,15 +17,6 @@ using namespace detail;
 
 namespace {
 
-const char *reduce_name(ReduceOp op) {
-  switch (op) {
-  case ReduceOp::Sum: return "reduce(sum)";
-  case ReduceOp::Mean: return "reduce(mean)";
-  case ReduceOp::Max: return "reduce(max)";
-  case ReduceOp::Prod: return "reduce(prod)";
-  }
-  return "reduce";
-}
 
 template <typename A> struct SumOp {
   static A init() { return A(0); }
@@ -89,75 +80,13 @@ void reduce_pass(const Stream &s, const S *src, A *dst, int64_t outer, int64_t r
                });
 }
 
-struct Group {
-  int64_t size;
-  bool reduced;
-};
-
-// The collapsed axes of x (at most kMaxRank, which check_data enforces):
-// size-1 axes dropped, neighbours of the same kind merged.
-struct Groups {
-  Group group[kMaxRank];
-  int count = 0;
-};
-
-Groups collapse(const Shape &x, const bool *reduced) {
-  Groups groups;
-  for (int d = 0; d < x.rank; ++d) {
-    int64_t dim = x.dims[d];
-    if (dim == 1)
-      continue;
-    if (groups.count > 0 && groups.group[groups.count - 1].reduced == reduced[d])
-      groups.group[groups.count - 1].size *= dim;
-    else
-      groups.group[groups.count++] = {dim, reduced[d]};
-  }
-  return groups;
-}
-
-// The accumulator's bytes: f64 for float sums, means and products, f32 for a
-// float max, 64-bit integers for integers.
-int64_t accumulator_bytes(ReduceOp op, DType dtype) {
-  return is_float(dtype) && op == ReduceOp::Max ? 4 : 8;
-}
-
-// Elements of the two intermediate buffers the passes alternate between:
-// the first holds the first pass's result (or, when every reduced axis has
-// size 1, the values passed through), the second the second pass's; later
-// passes are smaller and reuse them.
-void intermediate_sizes(const Groups &groups, int64_t out_count, int64_t &first,
-                        int64_t &second) {
-  first = second = 0;
-  Groups dims = groups;
-  int pass = 0;
-  for (int g = dims.count - 1; g >= 0; --g) {
-    if (!dims.group[g].reduced)
-      continue;
-    int64_t n = 1;
-    for (int d = 0; d < dims.count; ++d)
-      if (d != g)
-        n *= dims.group[d].size;
-    if (pass == 0)
-      first = n;
-    else if (pass == 1)
-      second = n;
-    else
-      break;  // later passes are smaller than the buffers already sized
-    ++pass;
-    for (int d = g + 1; d < dims.count; ++d)
-      dims.group[d - 1] = dims.group[d];
-    --dims.count;
-  }
-  if (pass == 0)
-    first = out_count;
-}
-
 template <typename T, typename A, typename Op>
-void reduce_typed(const Stream &s, const Groups &groups, const T *x, T *y,
+void reduce_typed(const Stream &s, const ReduceGroups &groups, const T *x, T *y,
                   int64_t out_count, int64_t count, bool mean, A *current, A *next) {
   // Passes from the last reduced group to the first; `dims` tracks the shape
-  // of the intermediate result, which alternates between the two buffers.
-  Groups dims = groups;
+  // of the intermediate result, which alternates between the workspace's two
+  // buffers (reduce_intermediate_sizes).
+  ReduceGroups dims = groups;
   bool from_input = true;
   for (int g = dims.count - 1; g >= 0; --g) {
     if (!dims.group[g].reduced)
@@ -167,18 +96,16 @@ void reduce_typed(const Stream &s, const Groups &groups, const T *x, T *y,
       outer *= dims.group[d].size;
     for (int d = g + 1; d < dims.count; ++d)
       inner *= dims.group[d].size;
-    if (from_input)
+    if (from_input) {
       reduce_pass<Op, A>(s, x, current, outer, dims.group[g].size, inner,
                          [](T v) { return static_cast<A>(Elem<T>::load(v)); });
-    else {
+    } else {
       reduce_pass<Op, A>(s, current, next, outer, dims.group[g].size, inner,
                          [](A v) { return v; });
       std::swap(current, next);
     }
     from_input = false;
-    for (int d = g + 1; d < dims.count; ++d)
-      dims.group[d - 1] = dims.group[d];
-    --dims.count;
+    dims.remove(g);
   }
   if (from_input) {  // every reduced axis has size 1: the values pass through
     for (int64_t i = 0; i < out_count; ++i)
@@ -200,37 +127,7 @@ void reduce_typed(const Stream &s, const Groups &groups, const T *x, T *y,
   }
 }
 
-// Which axes are reduced; fails on axes out of range or unsorted.
-void reduced_axes(const char *kernel, int rank, const int64_t *axes, int num_axes,
-                  bool *reduced) {
-  for (int d = 0; d < kMaxRank; ++d)
-    reduced[d] = false;
-  for (int i = 0; i < num_axes; ++i) {
-    if (axes[i] < 0 || axes[i] >= rank)
-      fail(kernel, "axis " + std::to_string(axes[i]) + " is out of range for rank " +
-                       std::to_string(rank));
-    if (i > 0 && axes[i - 1] >= axes[i])
-      fail(kernel, "axes must be sorted and unique");
-    reduced[axes[i]] = true;
-  }
-}
-
 }  // namespace
-
-int64_t reduce_workspace_bytes(ReduceOp op, DType dtype, const Shape &x, const int64_t *axes,
-                               int num_axes) {
-  bool reduced[kMaxRank];
-  reduced_axes(reduce_name(op), x.rank, axes, num_axes, reduced);
-  int64_t out_count = 1;
-  for (int d = 0; d < x.rank; ++d)
-    if (!reduced[d])
-      out_count *= x.dims[d];
-  if (out_count == 0)
-    return 0;
-  int64_t first = 0, second = 0;
-  intermediate_sizes(collapse(x, reduced), out_count, first, second);
-  return (first + second) * accumulator_bytes(op, dtype);
-}
 
 void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int64_t *axes,
             int num_axes, const Workspace &ws) {
@@ -239,22 +136,8 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
   check_same_dtype(kernel, "x", x, "y", y);
-  const int rank = x.shape.rank;
-  bool reduced[kMaxRank];
-  reduced_axes(kernel, rank, axes, num_axes, reduced);
-  Shape kept, dropped;
-  int64_t count = 1;
-  for (int d = 0; d < rank; ++d) {
-    kept.dims[kept.rank++] = reduced[d] ? 1 : x.shape.dims[d];
-    if (!reduced[d])
-      dropped.dims[dropped.rank++] = x.shape.dims[d];
-    else
-      count *= x.shape.dims[d];
-  }
-  kept.rank = rank;
-  if (y.shape != kept && y.shape != dropped)
-    fail(kernel, "y has shape " + y.shape.str() + ", expected " + kept.str() + " or " +
-                     dropped.str());
+  bool reduced[kMaxRank] = {};
+  const int64_t count = check_reduce(kernel, x, y, axes, num_axes, reduced);
   const int64_t out_count = y.numel();
   if (out_count == 0)
     return;
@@ -262,14 +145,14 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
     if (op == ReduceOp::Max || (op == ReduceOp::Mean && !is_float(x.dtype)))
       fail(kernel, "reduces over an empty axis of " + x.shape.str());
   }
-  const Groups groups = collapse(x.shape, reduced);
+  const ReduceGroups groups = collapse_reduce_groups(x.shape, reduced);
   int64_t first = 0, second = 0;
-  intermediate_sizes(groups, out_count, first, second);
-  const int64_t acc = accumulator_bytes(op, x.dtype);
+  reduce_intermediate_sizes(groups, out_count, first, second);
+  const int64_t acc = reduce_accumulator_bytes(op, x.dtype);
   if (ws.bytes < (first + second) * acc)
     fail(kernel, "workspace of " + std::to_string(ws.bytes) + " bytes is smaller than the " +
                      std::to_string((first + second) * acc) + " bytes the kernel needs");
-  if (first > 0 && ws.data == nullptr)
+  if (ws.data == nullptr)
     fail(kernel, "workspace of " + std::to_string(ws.bytes) + " bytes has no data (null pointer)");
   char *base = static_cast<char *>(ws.data);
   auto buffers = [&](auto *type_tag) {

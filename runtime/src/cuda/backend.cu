@@ -1,0 +1,312 @@
+// The cuda backend: device memory is cudaMalloc'ed (once per arena: the
+// plan's memory spaces), pinned host memory cudaHostAlloc'ed; copies, fills,
+// additions and kernels are queued on the cudaStream_t of their dsrt::Stream
+// and events are cudaEvent_t. Nothing here allocates device memory or
+// blocks the host inside a step, except first_nonfinite and the
+// synchronizations, which block by definition (backend.h).
+#include "dsrt/backend.h"
+
+#include "cuda/common.cuh"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Kernels of the backend operations
+//===----------------------------------------------------------------------===//
+
+// Bytes copied between overlapping ranges of device memory by one block, a
+// chunk at a time, in the direction that never overwrites a byte not yet read.
+__global__ void memmove_kernel(uint8_t *dst, const uint8_t *src, size_t bytes) {
+  const size_t chunk = blockDim.x;
+  const size_t chunks = (bytes + chunk - 1) / chunk;
+  const bool forward = dst < src;
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t base = (forward ? c : chunks - 1 - c) * chunk;
+    const size_t i = base + threadIdx.x;
+    uint8_t v = i < bytes ? src[i] : 0;
+    __syncthreads();
+    if (i < bytes)
+      dst[i] = v;
+    __syncthreads();
+  }
+}
+
+template <typename T> __global__ void fill_kernel(T *dst, T value, int64_t n) {
+  DSRT_GRID_STRIDE(i, n) dst[i] = value;
+}
+
+// Up to this many sources per add launch, passed by value.
+constexpr int kMaxAddSources = 512;
+struct AddSources {
+  const void *p[kMaxAddSources];
+};
+
+template <typename T>
+__global__ void add_kernel(T *dst, AddSources srcs, int count, int64_t n) {
+  DSRT_GRID_STRIDE(i, n) {
+    float sum = ld(static_cast<const T *>(srcs.p[0])[i]);
+    for (int j = 1; j < count; ++j)
+      sum += ld(static_cast<const T *>(srcs.p[j])[i]);
+    dst[i] = st<T>(sum);
+  }
+}
+
+// Lowers *first to j when tensor j holds a NaN or an infinity.
+template <typename T>
+__global__ void nonfinite_kernel(const T *x, int64_t n, int32_t j, int32_t *first) {
+  bool bad = false;
+  DSRT_GRID_STRIDE(i, n) {
+    const float v = ld(x[i]);
+    bad = bad || !isfinite(v);
+  }
+  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0)
+    atomicMin(first, j);
+}
+
+class CudaBackend final : public BackendInterface {
+public:
+  CudaBackend() {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess || count < 1) {
+      cudaGetLastError();
+      throw Error(std::string("dsrt: no CUDA device: this program uses the cuda backend "
+                              "(libdsrt_cuda) but cudaGetDeviceCount ") +
+                  (status != cudaSuccess ? std::string("failed: ") + cudaGetErrorString(status)
+                                         : std::string("found no device")));
+    }
+    device_error_word();
+    void *p = nullptr;
+    check_cuda(cudaHostAlloc(&p, sizeof(int32_t), cudaHostAllocMapped), "cuda",
+               "cudaHostAlloc of the first_nonfinite flag");
+    flag_host_ = static_cast<int32_t *>(p);
+    void *d = nullptr;
+    check_cuda(cudaHostGetDevicePointer(&d, p, 0), "cuda", "cudaHostGetDevicePointer");
+    flag_device_ = static_cast<int32_t *>(d);
+  }
+
+  Backend kind() const override { return Backend::Cuda; }
+  const char *name() const override { return "cuda"; }
+  const char *kernel_library() const override { return "dsrt_cuda"; }
+
+  void *allocate(MemoryKind kind, size_t bytes, size_t alignment) override {
+    if (bytes == 0 || bytes > SIZE_MAX - alignment)
+      return nullptr;
+    // cudaMalloc and cudaHostAlloc align to at least 256 bytes (pages for
+    // pinned memory); a larger alignment is had by over-allocating.
+    const size_t extra = alignment > 256 ? alignment : 0;
+    void *base = nullptr;
+    cudaError_t status = kind == MemoryKind::Device
+                             ? cudaMalloc(&base, bytes + extra)
+                             : cudaHostAlloc(&base, bytes + extra, cudaHostAllocPortable);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    uintptr_t aligned = (reinterpret_cast<uintptr_t>(base) + alignment - 1) & ~(alignment - 1);
+    std::lock_guard<std::mutex> lock(mutex_);
+    bases_[reinterpret_cast<void *>(aligned)] = base;
+    return reinterpret_cast<void *>(aligned);
+  }
+
+  void deallocate(MemoryKind kind, void *p) override {
+    void *base = p;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = bases_.find(p);
+      if (it != bases_.end()) {
+        base = it->second;
+        bases_.erase(it);
+      }
+    }
+    if (kind == MemoryKind::Device)
+      cudaFree(base);
+    else
+      cudaFreeHost(base);
+  }
+
+  FileStore create_file(const std::string &path, int64_t bytes) override {
+    return FileStore::create(path, bytes);
+  }
+
+  void copy(Stream &s, void *dst, const void *src, size_t bytes) override {
+    cudaStream_t stream = begin_kernel(s);
+    if (bytes == 0 || dst == src)
+      return;
+    if (!dst || !src)
+      throw Error(std::string("dsrt::cuda::copy: ") + std::to_string(bytes) + " bytes " +
+                  (!dst ? "to a null destination" : "from a null source"));
+    const uint8_t *d = static_cast<const uint8_t *>(dst), *sp = static_cast<const uint8_t *>(src);
+    const bool overlap = d < sp + bytes && sp < d + bytes;
+    if (!overlap) {
+      check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cuda::copy",
+                 "cudaMemcpyAsync");
+      return;
+    }
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, dst) == cudaSuccess &&
+        attr.type != cudaMemoryTypeUnregistered) {
+      memmove_kernel<<<1, 1024, 0, stream>>>(static_cast<uint8_t *>(dst),
+                                              static_cast<const uint8_t *>(src), bytes);
+      check_launch("cuda::copy");
+      return;
+    }
+    // Overlapping pageable host memory: the host moves it in stream order.
+    cudaGetLastError();
+    synchronize(s);
+    std::memmove(dst, src, bytes);
+  }
+
+  void fill(Stream &s, const Tensor &dst, double value) override {
+    cudaStream_t stream = begin_kernel(s);
+    const int64_t n = dst.numel();
+    if (n == 0)
+      return;
+    check_data("cuda::fill", "dst", dst);
+    // The value's bits in dst's type, as the cpu backend rounds it.
+    uint64_t bits = 0;
+    const Tensor one{&bits, dst.dtype, Shape{}};
+    if (is_float(dst.dtype))
+      store_float(one, 0, static_cast<float>(value));
+    else
+      store_int(one, 0, static_cast<int64_t>(value));
+    const unsigned blocks = blocks_for(n);
+    switch (dtype_size(dst.dtype)) {
+    case 1:
+      fill_kernel<<<blocks, kThreads, 0, stream>>>(dst.as<uint8_t>(), uint8_t(bits), n);
+      break;
+    case 2:
+      fill_kernel<<<blocks, kThreads, 0, stream>>>(dst.as<uint16_t>(), uint16_t(bits), n);
+      break;
+    case 4:
+      fill_kernel<<<blocks, kThreads, 0, stream>>>(dst.as<uint32_t>(), uint32_t(bits), n);
+      break;
+    default:
+      fill_kernel<<<blocks, kThreads, 0, stream>>>(dst.as<uint64_t>(), bits, n);
+      break;
+    }
+    check_launch("cuda::fill");
+  }
+
+  void add(Stream &s, const Tensor &dst, const Tensor *srcs, int64_t count) override {
+    cudaStream_t stream = begin_kernel(s);
+    if (count < 1)
+      throw Error("dsrt::cuda::add: needs at least one source, got " + std::to_string(count));
+    if (count > kMaxAddSources)
+      throw Error("dsrt::cuda::add: " + std::to_string(count) + " sources, at most " +
+                  std::to_string(kMaxAddSources) + " are summed in one pass");
+    check_float("cuda::add", "dst", dst);
+    AddSources table{};
+    for (int64_t j = 0; j < count; ++j) {
+      if (srcs[j].dtype != dst.dtype || srcs[j].numel() != dst.numel())
+        throw Error("dsrt::cuda::add: source " + std::to_string(j) + " " +
+                    dtype_name(srcs[j].dtype) + srcs[j].shape.str() + " differs from dst " +
+                    dtype_name(dst.dtype) + dst.shape.str() + " in element type or count");
+      table.p[j] = srcs[j].data;
+    }
+    const int64_t n = dst.numel();
+    if (n == 0)
+      return;
+    dispatch_float("cuda::add", dst.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      add_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(dst.as<T>(), table,
+                                                            static_cast<int>(count), n);
+    });
+    check_launch("cuda::add");
+  }
+
+  int64_t first_nonfinite(Stream &s, const Tensor *tensors, int64_t count) override {
+    cudaStream_t stream = begin_kernel(s);
+    std::lock_guard<std::mutex> lock(flag_mutex_);
+    *flag_host_ = INT32_MAX;
+    for (int64_t j = 0; j < count; ++j) {
+      const Tensor &t = tensors[j];
+      if (!is_float(t.dtype) || t.numel() == 0)
+        continue;
+      check_data("cuda::first_nonfinite", "tensor", t);
+      dispatch_float("cuda::first_nonfinite", t.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        nonfinite_kernel<T><<<blocks_for(t.numel()), kThreads, 0, stream>>>(
+            t.as<T>(), t.numel(), static_cast<int32_t>(j), flag_device_);
+      });
+      check_launch("cuda::first_nonfinite");
+    }
+    synchronize(s);  // the one sync: the answer is needed on the host now
+    const int32_t first = *static_cast<volatile int32_t *>(flag_host_);
+    return first == INT32_MAX ? -1 : first;
+  }
+
+  void synchronize(Stream &s) override {
+    check_cuda(cudaStreamSynchronize(cuda_stream(s)), "cuda::synchronize",
+               "cudaStreamSynchronize");
+    throw_device_error();
+  }
+
+  DeviceEvent record(Stream &s) override {
+    cudaEvent_t event = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cuda::record",
+               "cudaEventCreateWithFlags");
+    DeviceEvent handle(event, [](void *e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+    check_cuda(cudaEventRecord(event, cuda_stream(s)), "cuda::record", "cudaEventRecord");
+    return handle;
+  }
+
+  void wait(Stream &s, const DeviceEvent &event) override {
+    if (event)
+      check_cuda(cudaStreamWaitEvent(cuda_stream(s), static_cast<cudaEvent_t>(event.get()), 0),
+                 "cuda::wait", "cudaStreamWaitEvent");
+  }
+
+  void synchronize(const DeviceEvent &event) override {
+    if (!event)
+      return;
+    check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event.get())),
+               "cuda::synchronize", "cudaEventSynchronize");
+    throw_device_error();
+  }
+
+  bool query(const DeviceEvent &event) override {
+    if (!event)
+      return true;
+    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event.get()));
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    return true;  // an error shows at the next synchronize
+  }
+
+private:
+  std::mutex mutex_;
+  std::map<void *, void *> bases_;  // aligned pointer -> what cudaMalloc returned
+  std::mutex flag_mutex_;
+  int32_t *flag_host_ = nullptr;
+  int32_t *flag_device_ = nullptr;
+};
+
+}  // namespace
+
+BackendInterface &backend() {
+  // Never destroyed: streams may outlive statics. A failed creation (no
+  // device) throws here and is retried by the next call.
+  static CudaBackend *cuda = new CudaBackend;
+  return *cuda;
+}
+
+BackendInterface &backend(Backend kind) {
+  if (kind != Backend::Cuda)
+    throw Error("dsrt: this program was linked with the cuda backend (libdsrt_cuda); "
+                "Backend::Cpu needs libdsrt.a");
+  return backend();
+}
+
+}  // namespace dsrt

@@ -1,0 +1,184 @@
+// Shared pieces of the cuda backend: error checks, the streams of
+// dsrt::Streams, the device error word and cuBLASLt.
+#include "cuda/common.cuh"
+
+#include "async.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace dsrt {
+namespace detail {
+
+void check_cuda(cudaError_t status, const char *kernel, const char *what) {
+  if (status == cudaSuccess)
+    return;
+  cudaGetLastError();  // clear a non-sticky error so that later calls may proceed
+  if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver)
+    fail(kernel, std::string(what) + ": no CUDA device: " + cudaGetErrorString(status));
+  fail(kernel, std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+void check_cublas(cublasStatus_t status, const char *kernel, const char *what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail(kernel, std::string(what) + ": cuBLASLt status " + std::to_string(int(status)));
+}
+
+void check_launch(const char *kernel) { check_cuda(cudaGetLastError(), kernel, "kernel launch"); }
+
+//===----------------------------------------------------------------------===//
+// The device error word
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct ErrorWordState {
+  std::mutex mutex;
+  DeviceErrorWord *host = nullptr;    // pinned, mapped
+  DeviceErrorWord *device = nullptr;  // the same memory seen from the device
+  std::vector<const char *> names;
+};
+
+ErrorWordState &error_state() {
+  static ErrorWordState *state = new ErrorWordState;  // never destroyed
+  return *state;
+}
+
+}  // namespace
+
+DeviceErrorWord *device_error_word() {
+  ErrorWordState &st = error_state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  if (!st.device) {
+    void *p = nullptr;
+    check_cuda(cudaHostAlloc(&p, sizeof(DeviceErrorWord), cudaHostAllocMapped), "cuda",
+               "cudaHostAlloc of the device error word");
+    std::memset(p, 0, sizeof(DeviceErrorWord));
+    st.host = static_cast<DeviceErrorWord *>(p);
+    void *d = nullptr;
+    check_cuda(cudaHostGetDevicePointer(&d, p, 0), "cuda", "cudaHostGetDevicePointer");
+    st.device = static_cast<DeviceErrorWord *>(d);
+  }
+  return st.device;
+}
+
+int32_t kernel_id(const char *kernel) {
+  ErrorWordState &st = error_state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  for (size_t i = 0; i < st.names.size(); ++i)
+    if (st.names[i] == kernel || std::strcmp(st.names[i], kernel) == 0)
+      return static_cast<int32_t>(i);
+  st.names.push_back(kernel);
+  return static_cast<int32_t>(st.names.size() - 1);
+}
+
+void throw_device_error() {
+  ErrorWordState &st = error_state();
+  std::string message;
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    if (!st.host)
+      return;
+    volatile DeviceErrorWord *w = st.host;
+    if (w->fault == 0)
+      return;
+    const char *kernel = w->kernel >= 0 && size_t(w->kernel) < st.names.size()
+                             ? st.names[w->kernel]
+                             : "cuda";
+    const std::string value = std::to_string(w->value), bound = std::to_string(w->bound);
+    message = std::string("dsrt::") + kernel + ": ";
+    switch (static_cast<DeviceFault>(w->fault)) {
+    case DeviceFault::IndexOutOfRange:
+      message += "index " + value + " is out of range for an axis of size " + bound;
+      break;
+    case DeviceFault::LabelOutOfRange:
+      message += "label " + value + " is out of range [0, " + bound + ")";
+      break;
+    case DeviceFault::IntegerDivByZero:
+      message += "integer division by zero (rhs element " + value + " is 0)";
+      break;
+    case DeviceFault::BadStep:
+      message += "step " + value + " is not a step count (the first update is 1)";
+      break;
+    default: message += "unknown device fault " + std::to_string(w->fault); break;
+    }
+    std::memset(const_cast<DeviceErrorWord *>(st.host), 0, sizeof(DeviceErrorWord));
+  }
+  throw Error(message);
+}
+
+//===----------------------------------------------------------------------===//
+// Streams
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// The backend's state of one dsrt::Stream: its cudaStream_t and a few
+// doubles of device scratch for kernels that pass a scalar to the next
+// kernel on the stream (a loss's divisor). Allocated with the stream, once,
+// so no kernel allocates; kernels on one stream run in order, so they never
+// share the scratch with another.
+struct CudaStreamState {
+  cudaStream_t stream = nullptr;
+  double *scratch = nullptr;
+  ~CudaStreamState() {
+    // At process exit the runtime may be gone already: nothing to report.
+    if (scratch)
+      cudaFree(scratch);
+    if (stream)
+      cudaStreamDestroy(stream);
+  }
+};
+
+CudaStreamState &stream_state(Stream &s) {
+  StreamState &state = *s.state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (!state.device) {
+    auto cs = std::make_shared<CudaStreamState>();
+    check_cuda(cudaStreamCreateWithFlags(&cs->stream, cudaStreamNonBlocking), "cuda",
+               "cudaStreamCreateWithFlags");
+    void *p = nullptr;
+    check_cuda(cudaMalloc(&p, kStreamScratchDoubles * sizeof(double)), "cuda",
+               "cudaMalloc of the stream's scratch");
+    cs->scratch = static_cast<double *>(p);
+    state.device = cs;
+  }
+  return *static_cast<CudaStreamState *>(state.device.get());
+}
+
+}  // namespace
+
+cudaStream_t cuda_stream(Stream &s) { return stream_state(s).stream; }
+
+double *stream_scratch(Stream &s) { return stream_state(s).scratch; }
+
+cudaStream_t begin_kernel(Stream &s) {
+  wait_host_work(s);
+  return cuda_stream(s);
+}
+
+//===----------------------------------------------------------------------===//
+// cuBLASLt
+//===----------------------------------------------------------------------===//
+
+cublasLtHandle_t cublaslt() {
+  static cublasLtHandle_t handle = [] {
+    cublasLtHandle_t h = nullptr;
+    check_cublas(cublasLtCreate(&h), "cuda", "cublasLtCreate");
+    return h;
+  }();
+  return handle;
+}
+
+bool allow_tf32() {
+  static const bool allowed = [] {
+    const char *v = std::getenv("DSRT_ALLOW_TF32");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return allowed;
+}
+
+}  // namespace detail
+}  // namespace dsrt

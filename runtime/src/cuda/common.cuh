@@ -1,0 +1,199 @@
+// Internals of the cuda backend (on kernel_common.h): the cudaStream_t of a
+// dsrt::Stream, CUDA error checks, f16/bf16 loads and stores in f32, launch
+// shapes, cuBLASLt, and the device error word through which kernels report
+// bad data (an index out of range) without a host sync. Not installed.
+#ifndef DSRT_SRC_CUDA_COMMON_CUH
+#define DSRT_SRC_CUDA_COMMON_CUH
+
+#include "kernel_common.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace dsrt {
+namespace detail {
+
+//===----------------------------------------------------------------------===//
+// Errors
+//===----------------------------------------------------------------------===//
+
+// Throws dsrt::Error "dsrt::<kernel>: <what>: <CUDA's message>" unless ok.
+void check_cuda(cudaError_t status, const char *kernel, const char *what);
+void check_cublas(cublasStatus_t status, const char *kernel, const char *what);
+// After a launch: a launch error (bad configuration, no device) throws.
+void check_launch(const char *kernel);
+
+// What a kernel found wrong in the data; reported by the first kernel to
+// find an error, thrown by the next synchronize (stream, event or
+// first_nonfinite) as dsrt::Error "dsrt::<kernel>: ...".
+enum class DeviceFault : int32_t {
+  None = 0,
+  IndexOutOfRange,     // value = the index, bound = the axis size
+  LabelOutOfRange,     // value = the label, bound = the class count
+  IntegerDivByZero,    // value = the element of the divisor
+  BadStep,             // value = the optimizer step (torch.optim counts from 1)
+};
+struct DeviceErrorWord {
+  int32_t fault;       // a DeviceFault; 0 while nothing was reported
+  int32_t kernel;      // index into the kernel name table (kernel_id)
+  long long value;
+  long long bound;
+};
+// The word in pinned host memory mapped into the device: kernels write it,
+// the host reads it after a sync.
+DeviceErrorWord *device_error_word();
+// An id for a kernel name (a string literal) that kernels store in the word.
+int32_t kernel_id(const char *kernel);
+// Throws the reported error, if any, and clears the word.
+void throw_device_error();
+
+__device__ inline void report_fault(DeviceErrorWord *word, DeviceFault fault, int32_t kernel,
+                                    long long value, long long bound) {
+  if (atomicCAS(&word->fault, 0, static_cast<int32_t>(fault)) == 0) {
+    word->kernel = kernel;
+    word->value = value;
+    word->bound = bound;
+    __threadfence_system();
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Streams
+//===----------------------------------------------------------------------===//
+
+// The cudaStream_t of `s` (created on first use). Every kernel starts here:
+// host-side work pending on `s` (a collective, a file read) completes first,
+// so that the kernel is queued after it.
+cudaStream_t begin_kernel(Stream &s);
+// The stream without waiting for host work (the backend's own calls).
+cudaStream_t cuda_stream(Stream &s);
+// kStreamScratchDoubles doubles of device memory owned by the stream, for a
+// scalar one kernel leaves for the next on the same stream.
+constexpr int kStreamScratchDoubles = 32;
+double *stream_scratch(Stream &s);
+
+//===----------------------------------------------------------------------===//
+// Element loads and stores: f16/bf16 compute in f32
+//===----------------------------------------------------------------------===//
+
+template <typename T> struct Dev {
+  using compute = T;  // integers and bool compute in their own type
+  __device__ static T load(T v) { return v; }
+  __device__ static T store(T v) { return v; }
+};
+template <> struct Dev<half_t> {
+  using compute = float;
+  __device__ static float load(half_t v) { return __half2float(__ushort_as_half(v.bits)); }
+  __device__ static half_t store(float v) { return half_t{__half_as_ushort(__float2half_rn(v))}; }
+};
+template <> struct Dev<bfloat_t> {
+  using compute = float;
+  __device__ static float load(bfloat_t v) {
+    return __bfloat162float(__ushort_as_bfloat16(v.bits));
+  }
+  __device__ static bfloat_t store(float v) {
+    return bfloat_t{__bfloat16_as_ushort(__float2bfloat16_rn(v))};
+  }
+};
+template <typename T> __device__ inline float ld(const T &v) {
+  return static_cast<float>(Dev<T>::load(v));
+}
+template <typename T> __device__ inline T st(float v) { return Dev<T>::store(v); }
+
+// Element i of a float tensor whose type is known at run time only (a
+// per-channel parameter, a scalar such as lr), and the inverse.
+__device__ inline float load_any(const void *p, DType dtype, int64_t i) {
+  switch (dtype) {
+  case DType::F16: return ld(static_cast<const half_t *>(p)[i]);
+  case DType::BF16: return ld(static_cast<const bfloat_t *>(p)[i]);
+  default: return static_cast<const float *>(p)[i];
+  }
+}
+__device__ inline void store_any(void *p, DType dtype, int64_t i, float v) {
+  switch (dtype) {
+  case DType::F16: static_cast<half_t *>(p)[i] = st<half_t>(v); break;
+  case DType::BF16: static_cast<bfloat_t *>(p)[i] = st<bfloat_t>(v); break;
+  default: static_cast<float *>(p)[i] = v; break;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Launch shapes
+//===----------------------------------------------------------------------===//
+
+constexpr int kThreads = 256;
+// Blocks of kThreads for a grid-stride loop over n elements.
+inline unsigned blocks_for(int64_t n, int threads = kThreads) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 32 ? 65535 * 32 : b));
+}
+#define DSRT_GRID_STRIDE(i, n)                                                              \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);    \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Sum of one value per thread over a block of blockDim.x (a multiple of 32,
+// at most 1024) threads; every thread gets the total. `shared` holds 32.
+template <typename T> __device__ inline T block_sum(T v, T *shared) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = lane < warps ? shared[lane] : T(0);
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename T> __device__ inline T block_max(T v, T *shared) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = lane < warps ? shared[lane] : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Index of output element i of a broadcast plan in operand k.
+__device__ inline int64_t plan_offset(const BroadcastPlan &p, int k, int64_t i) {
+  int64_t off = 0;
+  for (int d = p.rank - 1; d >= 0; --d) {
+    const int64_t q = i / p.dims[d];
+    off += (i - q * p.dims[d]) * p.strides[k][d];
+    i = q;
+  }
+  return off;
+}
+
+//===----------------------------------------------------------------------===//
+// cuBLASLt
+//===----------------------------------------------------------------------===//
+
+// The process's cuBLASLt handle (created on first use).
+cublasLtHandle_t cublaslt();
+// Row-major f32 c = alpha op(a) op(b) + beta c (c is [m, n], a and b
+// contiguous), on cuBLASLt with no workspace (linalg.cu).
+void lt_gemm_f32(cudaStream_t stream, const char *kernel, bool trans_a, bool trans_b, int64_t m,
+                 int64_t n, int64_t k, float alpha, const float *a, const float *b, float beta,
+                 float *c);
+// True when DSRT_ALLOW_TF32=1: f32 GEMMs may use TF32 tensor cores.
+bool allow_tf32();
+
+}  // namespace detail
+}  // namespace dsrt
+
+#endif  // DSRT_SRC_CUDA_COMMON_CUH

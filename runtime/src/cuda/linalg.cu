@@ -1,0 +1,291 @@
+// Linear algebra on the cuda backend: matmul and gemm on cuBLASLt.
+//
+// Row-major y = op(a) op(b) is column-major y^T = op(b)^T op(a)^T, so each
+// call hands cuBLASLt b's storage as its A and a's as its B, no copies.
+// f16/bf16 operands go to the tensor cores as they are, accumulating in
+// f32 (CUBLAS_COMPUTE_32F) and rounding once into y; f32 uses
+// CUBLAS_COMPUTE_32F too, which excludes TF32, unless DSRT_ALLOW_TF32=1
+// (CUBLAS_COMPUTE_32F_FAST_TF32). The planned workspace (kernels.h: f16/bf16
+// only) is cuBLASLt's; f32 calls run with none. Batches whose operands are
+// either whole-batch contiguous or broadcast run as one strided-batched
+// call, others one call per matrix. Integers use an explicit kernel with
+// wrapping arithmetic.
+#include "cuda/common.cuh"
+
+#include <limits>
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+  case DType::F16: return CUDA_R_16F;
+  case DType::BF16: return CUDA_R_16BF;
+  default: return CUDA_R_32F;
+  }
+}
+
+// RAII holders of the cuBLASLt descriptors of one call.
+struct LtCall {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtCall() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+cublasLtMatrixLayout_t layout(const char *kernel, cudaDataType_t type, int64_t rows,
+                              int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  check_cublas(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), kernel,
+               "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    int32_t count = static_cast<int32_t>(batch);
+    check_cublas(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                  sizeof(count)),
+                 kernel, "batch count");
+    check_cublas(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                  &stride, sizeof(stride)),
+                 kernel, "batch stride");
+  }
+  return l;
+}
+
+// One (possibly strided-batched) row-major product:
+// y[i] = alpha * op(a[i]) op(b[i]) + beta * c[i] for i < batch, the
+// operands advancing by their strides (0: the same matrix every time).
+struct Gemm {
+  const char *kernel;
+  DType dtype;
+  bool trans_a, trans_b;
+  int64_t m, n, k, lda, ldb;
+  int64_t batch = 1, a_stride = 0, b_stride = 0, y_stride = 0;
+};
+
+void run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, const void *b,
+            float beta, const void *c, void *y, const Workspace &ws) {
+  const cudaDataType_t type = cuda_type(g.dtype);
+  const cublasComputeType_t compute =
+      g.dtype == DType::F32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  LtCall call;
+  check_cublas(cublasLtMatmulDescCreate(&call.op, compute, CUDA_R_32F), g.kernel,
+               "cublasLtMatmulDescCreate");
+  // cuBLASLt's A is b's storage (op: trans_b), its B is a's (op: trans_a).
+  const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check_cublas(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                              sizeof(op_a)),
+               g.kernel, "transa");
+  check_cublas(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                              sizeof(op_b)),
+               g.kernel, "transb");
+  // Stored column-major shapes: b is (ldb x rows of b), a is (lda x rows of a).
+  const int64_t b_rows = g.trans_b ? g.k : g.n, b_cols = g.trans_b ? g.n : g.k;
+  const int64_t a_rows = g.trans_a ? g.m : g.k, a_cols = g.trans_a ? g.k : g.m;
+  call.a = layout(g.kernel, type, b_rows, b_cols, g.ldb, g.batch, g.b_stride);
+  call.b = layout(g.kernel, type, a_rows, a_cols, g.lda, g.batch, g.a_stride);
+  call.c = layout(g.kernel, type, g.n, g.m, g.n, g.batch, g.y_stride);
+  call.d = layout(g.kernel, type, g.n, g.m, g.n, g.batch, g.y_stride);
+  // The workspace, aligned to 256 bytes as cuBLASLt prefers.
+  uintptr_t base = reinterpret_cast<uintptr_t>(ws.data);
+  uintptr_t aligned = (base + 255) & ~uintptr_t(255);
+  size_t ws_bytes = ws.data && ws.bytes > int64_t(aligned - base)
+                        ? static_cast<size_t>(ws.bytes - int64_t(aligned - base))
+                        : 0;
+  void *ws_data = ws_bytes ? reinterpret_cast<void *>(aligned) : nullptr;
+  check_cublas(cublasLtMatmulPreferenceCreate(&call.pref), g.kernel,
+               "cublasLtMatmulPreferenceCreate");
+  check_cublas(cublasLtMatmulPreferenceSetAttribute(call.pref,
+                                                    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &ws_bytes, sizeof(ws_bytes)),
+               g.kernel, "workspace preference");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  check_cublas(cublasLtMatmulAlgoGetHeuristic(cublaslt(), call.op, call.a, call.b, call.c,
+                                              call.d, call.pref, 1, &result, &found),
+               g.kernel, "cublasLtMatmulAlgoGetHeuristic");
+  if (found < 1)
+    fail(g.kernel, "cuBLASLt has no algorithm for this product (m " + std::to_string(g.m) +
+                       ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k) + ", " +
+                       dtype_name(g.dtype) + ")");
+  check_cublas(cublasLtMatmul(cublaslt(), call.op, &alpha, b, call.a, a, call.b, &beta,
+                              c ? c : y, call.c, y, call.d, &result.algo, ws_data, ws_bytes,
+                              stream),
+               g.kernel, "cublasLtMatmul");
+}
+
+// The uniform stride of an operand over the flattened batch, or -1: 0 when
+// it broadcasts along every batch axis, one matrix when it is contiguous
+// along all of them.
+int64_t uniform_stride(const MatmulPlan &p, const int64_t *strides, int64_t matrix) {
+  bool all_zero = true, contiguous = true;
+  int64_t expect = matrix;
+  for (int d = p.batch_rank - 1; d >= 0; --d) {
+    if (p.batch_dims[d] == 1)
+      continue;
+    all_zero = all_zero && strides[d] == 0;
+    contiguous = contiguous && strides[d] == expect;
+    expect *= p.batch_dims[d];
+  }
+  return all_zero ? 0 : contiguous ? matrix : -1;
+}
+
+void matmul_float(cudaStream_t stream, const char *kernel, const MatmulPlan &p, DType dtype,
+                  const void *a, const void *b, void *y, const Workspace &ws) {
+  const size_t esize = dtype_size(dtype);
+  Gemm g{kernel, dtype, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
+  const int64_t a_matrix = p.m * p.k, b_matrix = p.k * p.n, y_matrix = p.m * p.n;
+  const int64_t sa = uniform_stride(p, p.a_batch_stride, a_matrix);
+  const int64_t sb = uniform_stride(p, p.b_batch_stride, b_matrix);
+  // [B..., M, K] x [K, N]: the batch folds into M, one call.
+  if (!p.b_has_batch && !p.trans_a && (p.batch == 1 || sa == a_matrix)) {
+    g.m = p.m * p.batch;
+    run_lt(stream, g, 1.0f, a, b, 0.0f, nullptr, y, ws);
+    return;
+  }
+  if (p.batch == 1 || (sa >= 0 && sb >= 0 && p.batch <= std::numeric_limits<int32_t>::max())) {
+    g.batch = p.batch;
+    g.a_stride = sa;
+    g.b_stride = sb;
+    g.y_stride = y_matrix;
+    run_lt(stream, g, 1.0f, a, b, 0.0f, nullptr, y, ws);
+    return;
+  }
+  for_each_batch(p, [&](int64_t i, int64_t a_off, int64_t b_off) {
+    run_lt(stream, g, 1.0f, static_cast<const uint8_t *>(a) + a_off * esize,
+           static_cast<const uint8_t *>(b) + b_off * esize, 0.0f, nullptr,
+           static_cast<uint8_t *>(y) + i * y_matrix * esize, ws);
+  });
+}
+
+// Integer matmul: one thread per output element, wrapping products and sums.
+template <typename T>
+__global__ void matmul_int_kernel(MatmulPlan p, const T *a, const T *b, T *y, int64_t total) {
+  using U = std::make_unsigned_t<T>;
+  DSRT_GRID_STRIDE(e, total) {
+    const int64_t j = e % p.n, r = e / p.n;
+    int64_t bi = r / p.m;
+    const int64_t i = r % p.m;
+    int64_t a_off = 0, b_off = 0;
+    for (int d = p.batch_rank - 1; d >= 0; --d) {
+      const int64_t at = bi % p.batch_dims[d];
+      bi /= p.batch_dims[d];
+      a_off += at * p.a_batch_stride[d];
+      b_off += at * p.b_batch_stride[d];
+    }
+    U sum = 0;
+    for (int64_t kk = 0; kk < p.k; ++kk)
+      sum += static_cast<U>(a[a_off + i * p.a_rs + kk * p.a_cs]) *
+             static_cast<U>(b[b_off + kk * p.b_rs + j * p.b_cs]);
+    y[e] = static_cast<T>(sum);
+  }
+}
+
+void check_lt_size(const char *kernel, const MatmulPlan &p) {
+  const int64_t limit = std::numeric_limits<int32_t>::max();
+  if (p.m * std::max<int64_t>(1, p.batch) > limit || p.n > limit || p.k > limit)
+    fail(kernel, "matrix dimensions exceed cuBLASLt's 32-bit range");
+}
+
+// Broadcasts c (f32/f16/bf16, like y) into y.
+template <typename T>
+__global__ void expand_kernel(BroadcastPlan plan, const T *c, T *y, int64_t n) {
+  DSRT_GRID_STRIDE(i, n) y[i] = c[plan_offset(plan, 0, i)];
+}
+
+template <typename T>
+__global__ void scale_kernel(float beta, const T *c, T *y, int64_t n) {
+  DSRT_GRID_STRIDE(i, n) y[i] = st<T>(beta * ld(c[i]));
+}
+
+}  // namespace
+
+void detail::lt_gemm_f32(cudaStream_t stream, const char *kernel, bool trans_a, bool trans_b,
+                         int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                         const float *b, float beta, float *c) {
+  Gemm g{kernel, DType::F32, trans_a, trans_b, m, n, k, trans_a ? m : k, trans_b ? k : n};
+  run_lt(stream, g, alpha, a, b, beta, c, c, Workspace{});
+}
+
+void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool transpose_a,
+            bool transpose_b, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "matmul";
+  MatmulPlan p = check_matmul(kernel, a, b, y, transpose_a, transpose_b);
+  WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+  if (y.numel() == 0)
+    return;
+  check_lt_size(kernel, p);
+  if (p.k == 0) {
+    check_cuda(cudaMemsetAsync(y.data, 0, y.nbytes(), stream), kernel, "cudaMemsetAsync");
+    return;
+  }
+  dispatch_numeric(kernel, a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<T>) {
+      matmul_int_kernel<T><<<blocks_for(y.numel()), kThreads, 0, stream>>>(
+          p, a.as<T>(), b.as<T>(), y.as<T>(), y.numel());
+      check_launch(kernel);
+    } else {
+      matmul_float(stream, kernel, p, a.dtype, a.data, b.data, y.data, ws);
+    }
+  });
+}
+
+void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,
+          float alpha, float beta, bool transpose_a, bool transpose_b, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "gemm";
+  BroadcastPlan c_plan;
+  MatmulPlan p = check_gemm(kernel, a, b, c, y, transpose_a, transpose_b, c_plan);
+  const bool use_c = c != nullptr && beta != 0.0f;
+  if (use_c && c->data == y.data && c->shape != y.shape)
+    fail(kernel, "c aliases y but does not have y's shape");
+  WorkspaceFloats scratch(kernel, ws, gemm_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+  const int64_t n = y.numel();
+  if (n == 0)
+    return;
+  check_lt_size(kernel, p);
+  // c of y's shape is cuBLASLt's C; a broadcast c is expanded into y first.
+  const void *c_data = nullptr;
+  if (use_c) {
+    if (c->shape == y.shape) {
+      c_data = c->data;
+    } else {
+      dispatch_float(kernel, y.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        expand_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(c_plan, c->as<T>(), y.as<T>(),
+                                                                 n);
+      });
+      check_launch(kernel);
+      c_data = y.data;
+    }
+  }
+  if (p.k == 0) {
+    // alpha * (empty product) + beta * c = beta * c.
+    if (!use_c) {
+      check_cuda(cudaMemsetAsync(y.data, 0, y.nbytes(), stream), kernel, "cudaMemsetAsync");
+      return;
+    }
+    dispatch_float(kernel, y.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      scale_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(beta, static_cast<const T *>(c_data),
+                                                              y.as<T>(), n);
+    });
+    check_launch(kernel);
+    return;
+  }
+  Gemm g{kernel, a.dtype, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
+  run_lt(stream, g, alpha, a.data, b.data, use_c ? beta : 0.0f, c_data, y.data, ws);
+}
+
+}  // namespace dsrt

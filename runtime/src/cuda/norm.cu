@@ -1,0 +1,493 @@
+// Softmax, log-softmax, layer norm, batch norm and their gradients on the
+// cuda backend. A row (the softmax axis, a layer-norm row, a batch-norm
+// channel) is one thread block: its threads read the row with a block
+// stride, reduce in registers and shared memory (f32; layer- and batch-norm
+// statistics in f64, as the cpu kernels), then write. f16/bf16 elements are
+// converted where they are read, so these kernels need no workspace; the
+// cpu kernels' workspace sizes (kernels.h) are accepted and left unused.
+#include "cuda/common.cuh"
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+constexpr int kRowThreads = 256;
+
+// The [outer, n, inner] view of x around `axis`.
+void axis_view(const Shape &shape, int axis, int64_t &outer, int64_t &n, int64_t &inner) {
+  outer = 1;
+  inner = 1;
+  n = shape.dims[axis];
+  for (int d = 0; d < axis; ++d)
+    outer *= shape.dims[d];
+  for (int d = axis + 1; d < shape.rank; ++d)
+    inner *= shape.dims[d];
+}
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535 * 32));
+}
+
+//===----------------------------------------------------------------------===//
+// softmax, log_softmax and their gradients
+//===----------------------------------------------------------------------===//
+
+// Row r of [outer, n, inner] (r = o * inner + j) starts at o * n * inner + j
+// with stride inner.
+template <typename T>
+__global__ void softmax_kernel(const T *x, T *y, int64_t rows, int64_t n, int64_t inner,
+                               bool log) {
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = (r / inner) * n * inner + r % inner;
+    float m = -INFINITY;
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+      m = fmaxf(m, ld(x[base + c * inner]));
+    m = block_max(m, shared);
+    // A NaN anywhere makes the whole row NaN through the sum, as on the cpu.
+    float sum = 0.0f;
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+      sum += expf(ld(x[base + c * inner]) - m);
+    sum = block_sum(sum, shared);
+    const float shift = m + logf(sum), inv = 1.0f / sum;
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+      const float v = ld(x[base + c * inner]);
+      y[base + c * inner] = st<T>(log ? v - shift : expf(v - m) * inv);
+    }
+    __syncthreads();
+  }
+}
+
+// softmax: dx = y (dy - sum(dy y)); log-softmax: dx = dy - exp(y) sum(dy).
+template <typename T>
+__global__ void softmax_grad_kernel(const T *y, const T *dy, T *dx, int64_t rows, int64_t n,
+                                    int64_t inner, bool log) {
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = (r / inner) * n * inner + r % inner;
+    float sum = 0.0f;
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+      const int64_t i = base + c * inner;
+      sum += log ? ld(dy[i]) : ld(dy[i]) * ld(y[i]);
+    }
+    sum = block_sum(sum, shared);
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+      const int64_t i = base + c * inner;
+      const float yv = ld(y[i]), g = ld(dy[i]);
+      dx[i] = st<T>(log ? g - expf(yv) * sum : yv * (g - sum));
+    }
+    __syncthreads();
+  }
+}
+
+void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor &y, int axis,
+                    bool log, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  check_softmax(kernel, x, y, axis);
+  WorkspaceFloats scratch(kernel, ws, softmax_workspace_bytes(x.dtype, x.shape, axis));
+  if (x.numel() == 0)
+    return;
+  int64_t outer, n, inner;
+  axis_view(x.shape, axis, outer, n, inner);
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax_kernel<T><<<row_blocks(outer * inner), kRowThreads, 0, stream>>>(
+        x.as<T>(), y.as<T>(), outer * inner, n, inner, log);
+  });
+  check_launch(kernel);
+}
+
+void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const Tensor &dy,
+                         const Tensor &dx, int axis, bool log, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  check_softmax_grad(kernel, y, dy, dx, axis);
+  WorkspaceFloats scratch(kernel, ws, softmax_grad_workspace_bytes(y.dtype, y.shape, axis));
+  if (y.numel() == 0)
+    return;
+  int64_t outer, n, inner;
+  axis_view(y.shape, axis, outer, n, inner);
+  dispatch_float(kernel, y.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax_grad_kernel<T><<<row_blocks(outer * inner), kRowThreads, 0, stream>>>(
+        y.as<T>(), dy.as<T>(), dx.as<T>(), outer * inner, n, inner, log);
+  });
+  check_launch(kernel);
+}
+
+}  // namespace
+
+void softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Workspace &ws) {
+  softmax_common("softmax", s, x, y, axis, /*log=*/false, ws);
+}
+
+void log_softmax(Stream &s, const Tensor &x, const Tensor &y, int axis, const Workspace &ws) {
+  softmax_common("log_softmax", s, x, y, axis, /*log=*/true, ws);
+}
+
+void softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis,
+                  const Workspace &ws) {
+  softmax_grad_common("softmax_grad", s, y, dy, dx, axis, /*log=*/false, ws);
+}
+
+void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor &dx, int axis,
+                      const Workspace &ws) {
+  softmax_grad_common("log_softmax_grad", s, y, dy, dx, axis, /*log=*/true, ws);
+}
+
+//===----------------------------------------------------------------------===//
+// layer_norm
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// A scale or bias read at normalized index i through its broadcast plan
+// (the identity for one of the normalized shape).
+template <typename T> struct Param {
+  const T *data;
+  BroadcastPlan plan;
+  __device__ float at(int64_t i) const { return data ? ld(data[plan_offset(plan, 0, i)]) : 0.0f; }
+};
+
+template <typename T>
+Param<T> param_of(const Tensor *t, const Shape &normalized) {
+  Param<T> p{t ? t->as<T>() : nullptr, BroadcastPlan()};
+  if (t)
+    plan_broadcast(normalized, &t->shape, 1, p.plan);
+  return p;
+}
+
+template <typename T>
+__global__ void layer_norm_kernel(const T *x, Param<T> g, Param<T> b, T *y, float *mean,
+                                  float *inv_std, int64_t rows, int64_t n, float epsilon) {
+  __shared__ double dshared[32];
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *in = x + r * n;
+    // Two passes, as the cpu kernel: the mean in f64 kept as a float pair
+    // (mu + mu_lo), then the centred sum of squares.
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      sum += ld(in[i]);
+    sum = block_sum(sum, dshared);
+    const double mean_d = sum / static_cast<double>(n);
+    const float mu = static_cast<float>(mean_d), mu_lo = static_cast<float>(mean_d - mu);
+    float sq = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float d = (ld(in[i]) - mu) - mu_lo;
+      sq += d * d;
+    }
+    sq = block_sum(sq, shared);
+    const float inv_n = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
+    const float inv = 1.0f / sqrtf(sq * inv_n + epsilon);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      y[r * n + i] = st<T>(((ld(in[i]) - mu) - mu_lo) * inv * g.at(i) + b.at(i));
+    if (threadIdx.x == 0) {
+      mean[r] = mu;
+      inv_std[r] = inv;
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *bias,
+                const Tensor &y, const Tensor &mean, const Tensor &inv_std_dev, int axis,
+                float epsilon, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "layer_norm";
+  const NormRows nr = check_layer_norm(kernel, x, scale, bias, y, mean, inv_std_dev, axis);
+  const Shape &normalized = nr.normalized;
+  WorkspaceFloats scratch(
+      kernel, ws,
+      layer_norm_workspace_bytes(x.dtype, x.shape, scale.shape, bias ? &bias->shape : nullptr,
+                                 axis));
+  const int64_t rows = nr.rows, n = nr.n;
+  if (rows == 0)
+    return;
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    layer_norm_kernel<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(
+        x.as<T>(), param_of<T>(&scale, normalized), param_of<T>(bias, normalized), y.as<T>(),
+        mean.as<float>(), inv_std_dev.as<float>(), rows, n, epsilon);
+  });
+  check_launch(kernel);
+}
+
+namespace {
+
+// One thread block per block of rows (layer_norm_grad_blocks, as the cpu
+// kernel): row by row, the row's sums (block-reduced in f32), dx, and the
+// row's dscale/dbias terms added to the block's partial sums (each thread
+// owning its strided normalized elements, rows in order).
+//
+// With dxhat = dy g and xhat = (x - mu - mu_lo) inv, mu_lo = mean(x - mu):
+//   dx = inv (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
+//   sum(dxhat xhat) = inv (sum(dxhat (x - mu)) - mu_lo sum(dxhat)).
+template <typename T>
+__global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g, T *dx,
+                                            const float *mean, const float *inv_std,
+                                            float *part_g, float *part_b, int64_t rows,
+                                            int64_t n, int64_t block_rows) {
+  __shared__ float shared[32];
+  const int64_t blk = blockIdx.x;
+  float *acc_g = part_g + blk * n, *acc_b = part_b + blk * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    acc_g[i] = 0.0f;
+    acc_b[i] = 0.0f;
+  }
+  const float inv_n = 1.0f / static_cast<float>(n);
+  const int64_t r_end = (blk + 1) * block_rows < rows ? (blk + 1) * block_rows : rows;
+  for (int64_t r = blk * block_rows; r < r_end; ++r) {
+    const T *xr = x + r * n, *gr = dy + r * n;
+    const float mu = mean[r], inv = inv_std[r];
+    float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float d = ld(xr[i]) - mu, dxh = ld(gr[i]) * g.at(i);
+      s0 += d;
+      a += dxh;
+      b0 += dxh * d;
+    }
+    s0 = block_sum(s0, shared);
+    a = block_sum(a, shared);
+    b0 = block_sum(b0, shared);
+    const float mu_lo = s0 * inv_n;
+    const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float xh = ((ld(xr[i]) - mu) - mu_lo) * inv, grad = ld(gr[i]);
+      acc_g[i] += grad * xh;
+      acc_b[i] += grad;
+      dx[r * n + i] = st<T>(inv * (grad * g.at(i) - mean_a - xh * mean_b));
+    }
+  }
+}
+
+// A parameter's gradient: element p sums, over the normalized elements i
+// that read p (in order), the blocks' partial sums of i (in order) in f64.
+template <typename T>
+__global__ void layer_norm_param_grad_kernel(const float *part, int64_t blocks, int64_t n,
+                                             BroadcastPlan plan, bool identity, T *out,
+                                             int64_t count) {
+  DSRT_GRID_STRIDE(p, count) {
+    double acc = 0.0;
+    for (int64_t i = identity ? p : 0; i < (identity ? p + 1 : n); ++i) {
+      if (!identity && plan_offset(plan, 0, i) != p)
+        continue;
+      double sum = 0.0;
+      for (int64_t blk = 0; blk < blocks; ++blk)
+        sum += part[blk * n + i];
+      acc += sum;
+    }
+    out[p] = st<T>(static_cast<float>(acc));
+  }
+}
+
+template <typename T>
+void launch_param_grad(cudaStream_t stream, const float *part, int64_t blocks,
+                       const Shape &normalized, const Tensor &out) {
+  BroadcastPlan plan;
+  plan_broadcast(normalized, &out.shape, 1, plan);
+  const int64_t count = out.numel();
+  if (count > 0)
+    layer_norm_param_grad_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(
+        part, blocks, normalized.numel(), plan, count == normalized.numel(), out.as<T>(), count);
+}
+
+}  // namespace
+
+void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                     const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
+                     const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "layer_norm_grad";
+  const NormRows nr = check_layer_norm_grad(kernel, dy, x, scale, mean, inv_std_dev, dx, dscale,
+                                             dbias, axis);
+  const Shape &normalized = nr.normalized;
+  const int64_t rows = nr.rows, n = nr.n;
+  int64_t blocks = 0, block_rows = 0;
+  layer_norm_grad_blocks(rows, n, blocks, block_rows);
+  WorkspaceFloats scratch(kernel, ws,
+                          layer_norm_grad_workspace_bytes(x.dtype, x.shape, scale.shape, axis));
+  // The workspace's layout is the cpu kernel's: f64 totals first (unused
+  // here: the parameter kernel sums the blocks itself), then the blocks'
+  // partial sums.
+  scratch.take(x.numel() == 0 ? 0 : 2 * 3 * n);
+  float *part_g = scratch.take(x.numel() == 0 ? 0 : 2 * blocks * n);
+  float *part_b = part_g + blocks * n;
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (x.numel() > 0 && blocks > 0)
+      layer_norm_grad_rows_kernel<T><<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(
+          x.as<T>(), dy.as<T>(), param_of<T>(&scale, normalized), dx.as<T>(), mean.as<float>(),
+          inv_std_dev.as<float>(), part_g, part_b, rows, n, block_rows);
+    // With no rows the parameter gradients are 0 (no blocks to sum).
+    const int64_t used = x.numel() > 0 ? blocks : 0;
+    launch_param_grad<T>(stream, part_g, used, normalized, dscale);
+    if (dbias)
+      launch_param_grad<T>(stream, part_b, used, normalized, *dbias);
+  });
+  check_launch(kernel);
+}
+
+//===----------------------------------------------------------------------===//
+// batch_norm, batch_norm_train, batch_norm_grad: one block per channel
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct ChannelTensor {
+  void *p;
+  DType dtype;
+  __device__ float at(int64_t c) const { return load_any(p, dtype, c); }
+  __device__ void set(int64_t c, float v) const { store_any(p, dtype, c, v); }
+};
+ChannelTensor channel(const Tensor &t) { return ChannelTensor{t.data, t.dtype}; }
+
+// y = (x - mean_c) * scale_c / sqrt(var_c + eps) + bias_c, one thread per element.
+template <typename T>
+__global__ void batch_norm_kernel(const T *x, T *y, Channels ch, ChannelTensor scale,
+                                  ChannelTensor bias, ChannelTensor mean, ChannelTensor var,
+                                  float epsilon, int64_t total) {
+  DSRT_GRID_STRIDE(i, total) {
+    const int64_t c = (i / ch.spatial) % ch.c;
+    const float k = scale.at(c) / sqrtf(var.at(c) + epsilon);
+    y[i] = st<T>((ld(x[i]) - mean.at(c)) * k + bias.at(c));
+  }
+}
+
+// Block c: the channel's mean and biased variance in f64, the running
+// statistics (each read before it is written: outputs may be the inputs),
+// then the normalized output.
+template <typename T>
+__global__ void batch_norm_train_kernel(const T *x, T *y, Channels ch, ChannelTensor scale,
+                                        ChannelTensor bias, ChannelTensor running_mean,
+                                        ChannelTensor running_var, ChannelTensor mean_out,
+                                        ChannelTensor var_out, float *saved_mean,
+                                        float *saved_inv, float epsilon, float momentum) {
+  __shared__ double shared[32];
+  const int64_t c = blockIdx.x, count = ch.n * ch.spatial;
+  double sum = 0.0;
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x)
+    sum += ld(x[((e / ch.spatial) * ch.c + c) * ch.spatial + e % ch.spatial]);
+  sum = block_sum(sum, shared);
+  const double m = sum / static_cast<double>(count);
+  double sq = 0.0;
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+    const double d = ld(x[((e / ch.spatial) * ch.c + c) * ch.spatial + e % ch.spatial]) - m;
+    sq += d * d;
+  }
+  sq = block_sum(sq, shared);
+  const float mean_c = static_cast<float>(m);
+  const float var_c = static_cast<float>(sq / static_cast<double>(count));
+  const float inv = 1.0f / sqrtf(var_c + epsilon);
+  if (threadIdx.x == 0) {
+    saved_mean[c] = mean_c;
+    saved_inv[c] = inv;
+    const float rm = running_mean.at(c), rv = running_var.at(c);
+    mean_out.set(c, rm * momentum + mean_c * (1.0f - momentum));
+    var_out.set(c, rv * momentum + var_c * (1.0f - momentum));
+  }
+  const float k = scale.at(c) * inv, b = bias.at(c);
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+    const int64_t i = ((e / ch.spatial) * ch.c + c) * ch.spatial + e % ch.spatial;
+    y[i] = st<T>((ld(x[i]) - mean_c) * k + b);
+  }
+}
+
+// Block c: sum(dy) (dbias) and sum(dy * xhat) (dscale) in f64, then
+// dx = scale * inv * (dy - mean(dy) - xhat * mean(dy * xhat)).
+template <typename T>
+__global__ void batch_norm_grad_kernel(const T *dy, const T *x, T *dx, Channels ch,
+                                       ChannelTensor scale, const float *saved_mean,
+                                       const float *saved_inv, ChannelTensor dscale,
+                                       ChannelTensor dbias) {
+  __shared__ double shared[32];
+  const int64_t c = blockIdx.x, count = ch.n * ch.spatial;
+  const float m = saved_mean[c], k = saved_inv[c];
+  double sd = 0.0, sdx = 0.0;
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+    const int64_t i = ((e / ch.spatial) * ch.c + c) * ch.spatial + e % ch.spatial;
+    const double g = ld(dy[i]);
+    sd += g;
+    sdx += g * static_cast<double>((ld(x[i]) - m) * k);
+  }
+  sd = block_sum(sd, shared);
+  sdx = block_sum(sdx, shared);
+  const float scale_c = scale.at(c) * k;
+  const float m1 = count > 0 ? static_cast<float>(sd / static_cast<double>(count)) : 0.0f;
+  const float m2 = count > 0 ? static_cast<float>(sdx / static_cast<double>(count)) : 0.0f;
+  // Every thread has the sums before any writes dx (which may be dy or x).
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+    const int64_t i = ((e / ch.spatial) * ch.c + c) * ch.spatial + e % ch.spatial;
+    const float xh = (ld(x[i]) - m) * k;
+    dx[i] = st<T>(scale_c * (ld(dy[i]) - m1 - xh * m2));
+  }
+  if (threadIdx.x == 0) {
+    dscale.set(c, static_cast<float>(sdx));
+    dbias.set(c, static_cast<float>(sd));
+  }
+}
+
+}  // namespace
+
+void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
+                const Tensor &mean, const Tensor &var, const Tensor &y, float epsilon) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "batch_norm";
+  Channels ch = check_batch_norm(kernel, x, scale, bias, mean, var, y);
+  const int64_t total = x.numel();
+  if (total == 0)
+    return;
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    batch_norm_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
+        x.as<T>(), y.as<T>(), ch, channel(scale), channel(bias), channel(mean), channel(var),
+        epsilon, total);
+  });
+  check_launch(kernel);
+}
+
+void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
+                      const Tensor &running_mean, const Tensor &running_var, const Tensor &y,
+                      const Tensor &running_mean_out, const Tensor &running_var_out,
+                      const Tensor &saved_mean, const Tensor &saved_inv_std, float epsilon,
+                      float momentum) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "batch_norm_train";
+  Channels ch = check_batch_norm_train(kernel, x, scale, bias, running_mean, running_var, y,
+                                       running_mean_out, running_var_out, saved_mean,
+                                       saved_inv_std);
+  if (ch.c == 0)
+    return;
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    batch_norm_train_kernel<T><<<static_cast<unsigned>(ch.c), kRowThreads, 0, stream>>>(
+        x.as<T>(), y.as<T>(), ch, channel(scale), channel(bias), channel(running_mean),
+        channel(running_var), channel(running_mean_out), channel(running_var_out),
+        saved_mean.as<float>(), saved_inv_std.as<float>(), epsilon, momentum);
+  });
+  check_launch(kernel);
+}
+
+void batch_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                     const Tensor &saved_mean, const Tensor &saved_inv_std, const Tensor &dx,
+                     const Tensor &dscale, const Tensor &dbias) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "batch_norm_grad";
+  Channels ch = check_batch_norm_grad(kernel, dy, x, scale, saved_mean, saved_inv_std, dx, dscale,
+                                      dbias);
+  if (ch.c == 0)
+    return;
+  dispatch_float(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    batch_norm_grad_kernel<T><<<static_cast<unsigned>(ch.c), kRowThreads, 0, stream>>>(
+        dy.as<T>(), x.as<T>(), dx.as<T>(), ch, channel(scale), saved_mean.as<float>(),
+        saved_inv_std.as<float>(), channel(dscale), channel(dbias));
+  });
+  check_launch(kernel);
+}
+
+}  // namespace dsrt

@@ -1,0 +1,289 @@
+// Optimizer updates on the cuda backend: one fused elementwise kernel per
+// tensor update (every state read and written in one pass), with the same
+// formulas as the cpu kernels. lr and step live in device memory: each
+// thread reads them and computes the scalar adjustments (bias corrections
+// in f64, as torch.optim) itself, so nothing is read back to the host. A
+// step below 1 for adamw and sgd is reported through the device error word.
+// Every element's inputs are read before its outputs are written, so the
+// outputs may be the inputs.
+#include "cuda/common.cuh"
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+// lr (any float type) and step (i64, may be absent) as the kernels read them.
+struct StepScalars {
+  const void *lr;
+  DType lr_dtype;
+  const int64_t *step;  // null: no step count
+  __device__ double rate() const { return load_any(lr, lr_dtype, 0); }
+  __device__ int64_t t() const { return step ? *step : 0; }
+};
+
+StepScalars scalars(const Tensor &lr, const Tensor *step) {
+  return StepScalars{lr.data, lr.dtype, step ? step->as<int64_t>() : nullptr};
+}
+
+// torch.optim counts steps from 1: a thread that finds another reports it
+// and leaves its element unchanged.
+__device__ inline bool step_ok(int64_t t, DeviceErrorWord *err, int32_t kid) {
+  if (t >= 1)
+    return true;
+  report_fault(err, DeviceFault::BadStep, kid, t, 1);
+  return false;
+}
+
+template <typename T>
+__global__ void adamw_kernel(StepScalars sc, const T *param, const T *grad, const T *m,
+                             const T *v, T *param_out, T *m_out, T *v_out, int64_t n,
+                             float beta1, float beta2, float epsilon, float weight_decay,
+                             bool decoupled, DeviceErrorWord *err, int32_t kid) {
+  const int64_t t = sc.t();
+  const bool ok = step_ok(t, err, kid);
+  // The scalars as torch.optim.Adam(W) computes them (in double), each
+  // rounded once to f32 where the tensor arithmetic uses it.
+  const double lr = sc.rate();
+  const double bc1 = 1.0 - pow(static_cast<double>(beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - pow(static_cast<double>(beta2), static_cast<double>(t));
+  const float step_size = static_cast<float>(lr / bc1);
+  const float bc2_sqrt = static_cast<float>(sqrt(bc2));
+  const float decay = decoupled ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f;
+  const float l2 = decoupled ? 0.0f : weight_decay;
+  const float c1 = static_cast<float>(1.0 - beta1), c2 = static_cast<float>(1.0 - beta2);
+  DSRT_GRID_STRIDE(i, n) {
+    if (!ok)
+      break;
+    const float p = ld(param[i]), g = ld(grad[i]) + l2 * p;
+    const float m1 = beta1 * ld(m[i]) + c1 * g;
+    const float v1 = beta2 * ld(v[i]) + c2 * g * g;
+    const float denom = sqrtf(v1) / bc2_sqrt + epsilon;
+    param_out[i] = st<T>(p * decay - step_size * (m1 / denom));
+    m_out[i] = st<T>(m1);
+    v_out[i] = st<T>(v1);
+  }
+}
+
+template <typename T>
+__global__ void sgd_kernel(StepScalars sc, const T *param, const T *grad, const T *velocity,
+                           T *param_out, T *velocity_out, int64_t n, float momentum,
+                           float dampening, float weight_decay, bool nesterov,
+                           DeviceErrorWord *err, int32_t kid) {
+  const int64_t t = sc.t();
+  const bool ok = step_ok(t, err, kid);
+  const float rate = static_cast<float>(sc.rate());
+  const float one_minus_dampening = static_cast<float>(1.0 - dampening);
+  DSRT_GRID_STRIDE(i, n) {
+    if (!ok)
+      break;
+    const float p = ld(param[i]), g = ld(grad[i]) + weight_decay * p, v = ld(velocity[i]);
+    if (momentum == 0.0f) {
+      param_out[i] = st<T>(p - rate * g);
+      velocity_out[i] = st<T>(v);  // without momentum the velocity passes through
+    } else {
+      // buf = g at step 1 (the velocity input is not read).
+      const float buf = t == 1 ? g : momentum * v + one_minus_dampening * g;
+      const float d = nesterov ? g + momentum * buf : buf;
+      param_out[i] = st<T>(p - rate * d);
+      velocity_out[i] = st<T>(buf);
+    }
+  }
+}
+
+template <typename T>
+__global__ void lion_kernel(StepScalars sc, const T *param, const T *grad, const T *m,
+                            T *param_out, T *m_out, int64_t n, float beta1, float beta2,
+                            float weight_decay) {
+  const double lr = sc.rate();
+  const float rate = static_cast<float>(lr);
+  const float decay = static_cast<float>(1.0 - lr * weight_decay);
+  const float c1 = static_cast<float>(1.0 - beta1), c2 = static_cast<float>(1.0 - beta2);
+  DSRT_GRID_STRIDE(i, n) {
+    const float p = ld(param[i]), g = ld(grad[i]), m0 = ld(m[i]);
+    const float c = beta1 * m0 + c1 * g;
+    // sign(c) as torch.sign: 0 for 0, NaN for NaN.
+    const float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c);
+    param_out[i] = st<T>(p * decay - rate * sign);
+    m_out[i] = st<T>(beta2 * m0 + c2 * g);
+  }
+}
+
+template <typename T>
+__global__ void adam_kernel(StepScalars sc, const T *param, const T *grad, const T *m,
+                            const T *v, T *param_out, T *m_out, T *v_out, int64_t n, float alpha,
+                            float beta, float epsilon, float norm_coefficient,
+                            float norm_coefficient_post) {
+  // r' = lr * sqrt(1 - beta^t) / (1 - alpha^t) for t > 0 (bias correction).
+  const int64_t t = sc.t();
+  double r = sc.rate();
+  if (t > 0)
+    r = r * sqrt(1.0 - pow(static_cast<double>(beta), static_cast<double>(t))) /
+        (1.0 - pow(static_cast<double>(alpha), static_cast<double>(t)));
+  const float rate = static_cast<float>(r);
+  DSRT_GRID_STRIDE(i, n) {
+    const float x = ld(param[i]);
+    const float g = ld(grad[i]) + norm_coefficient * x;
+    const float v1 = alpha * ld(m[i]) + (1.0f - alpha) * g;
+    const float h1 = beta * ld(v[i]) + (1.0f - beta) * g * g;
+    const float x1 = x - rate * (v1 / (sqrtf(h1) + epsilon));
+    param_out[i] = st<T>((1.0f - norm_coefficient_post) * x1);
+    m_out[i] = st<T>(v1);
+    v_out[i] = st<T>(h1);
+  }
+}
+
+template <typename T>
+__global__ void momentum_kernel(StepScalars sc, const T *param, const T *grad, const T *velocity,
+                                T *param_out, T *velocity_out, int64_t n, float alpha,
+                                float beta, bool nesterov, float norm_coefficient) {
+  const float rate = static_cast<float>(sc.rate());
+  // The gradient's coefficient is 1 on the first step.
+  const float beta_t = sc.t() > 0 ? beta : 1.0f;
+  DSRT_GRID_STRIDE(i, n) {
+    const float x = ld(param[i]);
+    const float g = ld(grad[i]) + norm_coefficient * x;
+    const float v1 = alpha * ld(velocity[i]) + beta_t * g;
+    param_out[i] = st<T>(nesterov ? x - rate * (g + alpha * v1) : x - rate * v1);
+    velocity_out[i] = st<T>(v1);
+  }
+}
+
+template <typename T>
+__global__ void adagrad_kernel(StepScalars sc, const T *param, const T *grad, const T *acc,
+                               T *param_out, T *acc_out, int64_t n, float decay_factor,
+                               float epsilon, float norm_coefficient) {
+  // r = lr / (1 + t * decay_factor)
+  const float rate = static_cast<float>(
+      sc.rate() / (1.0 + static_cast<double>(sc.t()) * static_cast<double>(decay_factor)));
+  DSRT_GRID_STRIDE(i, n) {
+    const float x = ld(param[i]);
+    const float g = ld(grad[i]) + norm_coefficient * x;
+    const float h1 = ld(acc[i]) + g * g;
+    param_out[i] = st<T>(x - rate * g / (sqrtf(h1) + epsilon));
+    acc_out[i] = st<T>(h1);
+  }
+}
+
+}  // namespace
+
+void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
+           const Tensor &grad, const Tensor &m, const Tensor &v, const Tensor &param_out,
+           const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
+           float weight_decay, bool decoupled) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "adamw";
+  const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
+  const char *names[] = {"grad", "m", "v", "param_out", "m_out", "v_out"};
+  check_optimizer_args(kernel, lr, &step, param, states, names, 6);
+  const int64_t n = param.numel();
+  dispatch_float(kernel, param.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    adamw_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        scalars(lr, &step), param.as<T>(), grad.as<T>(), m.as<T>(), v.as<T>(), param_out.as<T>(),
+        m_out.as<T>(), v_out.as<T>(), n, beta1, beta2, epsilon, weight_decay, decoupled,
+        device_error_word(), kernel_id(kernel));
+  });
+  check_launch(kernel);
+}
+
+void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
+         const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
+         const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
+         bool nesterov) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "sgd";
+  const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
+  const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
+  check_optimizer_args(kernel, lr, &step, param, states, names, 4);
+  check_sgd_modes(kernel, momentum, dampening, nesterov);
+  const int64_t n = param.numel();
+  dispatch_float(kernel, param.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    sgd_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        scalars(lr, &step), param.as<T>(), grad.as<T>(), velocity.as<T>(), param_out.as<T>(),
+        velocity_out.as<T>(), n, momentum, dampening, weight_decay, nesterov,
+        device_error_word(), kernel_id(kernel));
+  });
+  check_launch(kernel);
+}
+
+void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
+          const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
+          float weight_decay) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "lion";
+  const Tensor *states[] = {&grad, &m, &param_out, &m_out};
+  const char *names[] = {"grad", "m", "param_out", "m_out"};
+  check_optimizer_args(kernel, lr, nullptr, param, states, names, 4);
+  const int64_t n = param.numel();
+  dispatch_float(kernel, param.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    lion_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        scalars(lr, nullptr), param.as<T>(), grad.as<T>(), m.as<T>(), param_out.as<T>(),
+        m_out.as<T>(), n, beta1, beta2, weight_decay);
+  });
+  check_launch(kernel);
+}
+
+void adam(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param, const Tensor &grad,
+          const Tensor &m, const Tensor &v, const Tensor &param_out, const Tensor &m_out,
+          const Tensor &v_out, float alpha, float beta, float epsilon, float norm_coefficient,
+          float norm_coefficient_post) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "adam";
+  const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
+  const char *names[] = {"grad", "first_moment", "second_moment", "param_out",
+                         "first_moment_out", "second_moment_out"};
+  check_optimizer_args(kernel, lr, &step, param, states, names, 6);
+  const int64_t n = param.numel();
+  dispatch_float(kernel, param.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    adam_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        scalars(lr, &step), param.as<T>(), grad.as<T>(), m.as<T>(), v.as<T>(), param_out.as<T>(),
+        m_out.as<T>(), v_out.as<T>(), n, alpha, beta, epsilon, norm_coefficient,
+        norm_coefficient_post);
+  });
+  check_launch(kernel);
+}
+
+void momentum(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
+              const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
+              const Tensor &velocity_out, float alpha, float beta, MomentumMode mode,
+              float norm_coefficient) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "momentum";
+  const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
+  const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
+  check_optimizer_args(kernel, lr, &step, param, states, names, 4);
+  const int64_t n = param.numel();
+  dispatch_float(kernel, param.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    momentum_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        scalars(lr, &step), param.as<T>(), grad.as<T>(), velocity.as<T>(), param_out.as<T>(),
+        velocity_out.as<T>(), n, alpha, beta, mode == MomentumMode::Nesterov, norm_coefficient);
+  });
+  check_launch(kernel);
+}
+
+void adagrad(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
+             const Tensor &grad, const Tensor &accumulator, const Tensor &param_out,
+             const Tensor &accumulator_out, float decay_factor, float epsilon,
+             float norm_coefficient) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "adagrad";
+  const Tensor *states[] = {&grad, &accumulator, &param_out, &accumulator_out};
+  const char *names[] = {"grad", "accumulator", "param_out", "accumulator_out"};
+  check_optimizer_args(kernel, lr, &step, param, states, names, 4);
+  const int64_t n = param.numel();
+  dispatch_float(kernel, param.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    adagrad_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        scalars(lr, &step), param.as<T>(), grad.as<T>(), accumulator.as<T>(), param_out.as<T>(),
+        accumulator_out.as<T>(), n, decay_factor, epsilon, norm_coefficient);
+  });
+  check_launch(kernel);
+}
+
+}  // namespace dsrt

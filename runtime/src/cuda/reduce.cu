@@ -1,0 +1,219 @@
+// reduce and sum_of_squares on the cuda backend.
+//
+// reduce: one thread block per output element; its threads stride over the
+// reduced elements and combine in a fixed tree, so results do not depend on
+// scheduling. Float sums and products accumulate in f64 (one rounding at
+// the end), max propagates NaN like PyTorch's amax, integer sums and
+// products wrap. sum_of_squares: one block over every tensor, in f64.
+#include "cuda/common.cuh"
+
+#include <limits>
+
+namespace dsrt {
+
+using namespace detail;
+
+namespace {
+
+constexpr int kReduceThreads = 256;
+
+// x's axes split into the kept ones (in order: an output index decomposes
+// over them) and the reduced ones, each with its stride in x.
+struct ReduceAxes {
+  int kept = 0, reduced = 0;
+  int64_t kept_dims[kMaxRank], kept_strides[kMaxRank];
+  int64_t red_dims[kMaxRank], red_strides[kMaxRank];
+};
+
+__device__ inline int64_t decompose(int64_t i, int rank, const int64_t *dims,
+                                    const int64_t *strides) {
+  int64_t off = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int64_t q = i / dims[d];
+    off += (i - q * dims[d]) * strides[d];
+    i = q;
+  }
+  return off;
+}
+
+enum class Combine { Sum, Prod, Max };
+
+template <typename A, Combine C> __device__ inline A combine_init() {
+  if constexpr (C == Combine::Sum)
+    return A(0);
+  else if constexpr (C == Combine::Prod)
+    return A(1);
+  else if constexpr (std::is_floating_point_v<A>)
+    return -std::numeric_limits<A>::infinity();
+  else
+    return std::numeric_limits<A>::min();
+}
+
+template <typename A, Combine C> __device__ inline A combine(A acc, A v) {
+  if constexpr (C == Combine::Sum)
+    return acc + v;
+  else if constexpr (C == Combine::Prod)
+    return acc * v;
+  else if constexpr (std::is_floating_point_v<A>)
+    return (v > acc || v != v) ? v : acc;
+  else
+    return v > acc ? v : acc;
+}
+
+template <typename T, typename A, Combine C>
+__global__ void reduce_kernel(const T *x, T *y, ReduceAxes ax, int64_t outputs, int64_t count,
+                              bool mean) {
+  __shared__ A partial[kReduceThreads];
+  for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+    const int64_t base = decompose(o, ax.kept, ax.kept_dims, ax.kept_strides);
+    A acc = combine_init<A, C>();
+    for (int64_t k = threadIdx.x; k < count; k += blockDim.x)
+      acc = combine<A, C>(acc, static_cast<A>(Dev<T>::load(
+                                   x[base + decompose(k, ax.reduced, ax.red_dims,
+                                                      ax.red_strides)])));
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half)
+        partial[threadIdx.x] = combine<A, C>(partial[threadIdx.x], partial[threadIdx.x + half]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      const A v = partial[0];
+      if constexpr (std::is_integral_v<T>) {
+        int64_t value = static_cast<int64_t>(v);
+        if (mean)
+          value /= count;  // truncates toward zero
+        y[o] = static_cast<T>(value);
+      } else {
+        double value = static_cast<double>(v);
+        if (mean)
+          value /= static_cast<double>(count);
+        y[o] = st<T>(static_cast<float>(value));
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T, typename A, Combine C>
+void launch_reduce(cudaStream_t stream, const Tensor &x, const Tensor &y, const ReduceAxes &ax,
+                   int64_t count, bool mean) {
+  const int64_t outputs = y.numel();
+  reduce_kernel<T, A, C>
+      <<<static_cast<unsigned>(std::min<int64_t>(outputs, 65535 * 32)), kReduceThreads, 0,
+         stream>>>(x.as<T>(), y.as<T>(), ax, outputs, count, mean);
+}
+
+}  // namespace
+
+// Each output is reduced by one block straight from x, so the workspace the
+// plan gives (reduce_workspace_bytes, the cpu kernel's pass buffers) is not
+// needed here.
+void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int64_t *axes,
+            int num_axes, const Workspace &) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = reduce_name(op);
+  check_data(kernel, "x", x);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "x", x, "y", y);
+  bool reduced[kMaxRank] = {};
+  const int64_t count = check_reduce(kernel, x, y, axes, num_axes, reduced);
+  if (y.numel() == 0)
+    return;
+  if (count == 0 && (op == ReduceOp::Max || (op == ReduceOp::Mean && !is_float(x.dtype))))
+    fail(kernel, "reduces over an empty axis of " + x.shape.str());
+  ReduceAxes ax;
+  int64_t strides[kMaxRank];
+  contiguous_strides(x.shape, strides);
+  for (int d = 0; d < x.shape.rank; ++d) {
+    if (reduced[d]) {
+      ax.red_dims[ax.reduced] = x.shape.dims[d];
+      ax.red_strides[ax.reduced++] = strides[d];
+    } else {
+      ax.kept_dims[ax.kept] = x.shape.dims[d];
+      ax.kept_strides[ax.kept++] = strides[d];
+    }
+  }
+  const bool mean = op == ReduceOp::Mean;
+  dispatch_numeric(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<T>) {
+      if (op == ReduceOp::Max)
+        launch_reduce<T, int64_t, Combine::Max>(stream, x, y, ax, count, false);
+      else if (op == ReduceOp::Prod)  // wraps, like integer sums
+        launch_reduce<T, uint64_t, Combine::Prod>(stream, x, y, ax, count, false);
+      else
+        launch_reduce<T, uint64_t, Combine::Sum>(stream, x, y, ax, count, mean);
+    } else {
+      if (op == ReduceOp::Max)
+        launch_reduce<T, float, Combine::Max>(stream, x, y, ax, count, false);
+      else if (op == ReduceOp::Prod)
+        launch_reduce<T, double, Combine::Prod>(stream, x, y, ax, count, false);
+      else
+        launch_reduce<T, double, Combine::Sum>(stream, x, y, ax, count, mean);
+    }
+  });
+  check_launch(kernel);
+}
+
+//===----------------------------------------------------------------------===//
+// sum_of_squares
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// The tensors of one call, by value: at most this many.
+constexpr int kMaxSquareTensors = 1024;
+struct SquareTensors {
+  const void *data[kMaxSquareTensors];
+  int64_t numel[kMaxSquareTensors];
+  DType dtype[kMaxSquareTensors];
+};
+
+constexpr int kSquareThreads = 1024;
+
+// One block: every thread sums the squares of its strided elements of every
+// tensor in f64 (exact: a 24-bit significand squared fits in 53 bits), then
+// a fixed tree adds the threads' sums.
+__global__ void sum_of_squares_kernel(SquareTensors t, int count, float *out) {
+  __shared__ double partial[kSquareThreads];
+  double acc = 0.0;
+  for (int k = 0; k < count; ++k)
+    for (int64_t i = threadIdx.x; i < t.numel[k]; i += blockDim.x) {
+      const double v = load_any(t.data[k], t.dtype[k], i);
+      acc += v * v;
+    }
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half)
+      partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    *out = static_cast<float>(partial[0]);
+}
+
+}  // namespace
+
+void sum_of_squares(Stream &s, const Tensor *tensors, int num_tensors, const Tensor &out) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "sum_of_squares";
+  check_sum_of_squares(kernel, tensors, num_tensors, out);
+  if (num_tensors > kMaxSquareTensors)
+    fail(kernel, std::to_string(num_tensors) + " tensors, at most " +
+                     std::to_string(kMaxSquareTensors) + " are summed in one call");
+  // The kernel parameter block is 32 KiB at most; the table takes 17 KiB.
+  static_assert(sizeof(SquareTensors) < 32000, "kernel parameters too large");
+  SquareTensors table{};
+  for (int k = 0; k < num_tensors; ++k) {
+    table.data[k] = tensors[k].data;
+    table.numel[k] = tensors[k].numel();
+    table.dtype[k] = tensors[k].dtype;
+  }
+  sum_of_squares_kernel<<<1, kSquareThreads, 0, stream>>>(table, num_tensors, out.as<float>());
+  check_launch(kernel);
+}
+
+}  // namespace dsrt

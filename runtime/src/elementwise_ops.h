@@ -1,0 +1,49 @@
+// Integer and remainder arithmetic of the elementwise kernels, for host
+// (cpu backend) and device (cuda backend) code alike. Not installed.
+#ifndef DSRT_SRC_ELEMENTWISE_OPS_H
+#define DSRT_SRC_ELEMENTWISE_OPS_H
+
+#include <cmath>
+#include <type_traits>
+
+#ifdef __CUDACC__
+#define DSRT_HD __host__ __device__
+#else
+#define DSRT_HD
+#endif
+
+namespace dsrt {
+namespace detail {
+
+// Integer arithmetic wraps (two's complement) instead of being undefined.
+template <typename T> DSRT_HD T wrap_add(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+}
+template <typename T> DSRT_HD T wrap_sub(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+}
+template <typename T> DSRT_HD T wrap_mul(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+}
+template <typename T> DSRT_HD T wrap_neg(T a) { return wrap_sub<T>(T(0), a); }
+// Truncating division; the one overflowing case, min / -1, wraps to min.
+// Division by zero is rejected before the loop.
+template <typename T> DSRT_HD T trunc_div(T a, T b) { return b == T(-1) ? wrap_neg(a) : a / b; }
+// Remainders; min % -1 is 0. Mod moves a nonzero remainder to b's sign.
+template <typename T> DSRT_HD T trunc_rem(T a, T b) { return b == T(-1) ? T(0) : a % b; }
+template <typename T> DSRT_HD T floor_rem(T a, T b) {
+  T r = trunc_rem(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+}
+DSRT_HD inline float floor_remf(float a, float b) {
+  float r = fmodf(a, b);
+  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
+
+}  // namespace detail
+}  // namespace dsrt
+
+#endif  // DSRT_SRC_ELEMENTWISE_OPS_H

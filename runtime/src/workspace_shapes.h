@@ -1,0 +1,89 @@
+// The shapes of kernel workspaces and of the fixed blocks kernels sum in,
+// shared by every backend: the workspace size functions of kernels.h
+// (workspace.cpp) return one number per op whatever the backend, and the
+// kernels split their work the same way. Not installed.
+#ifndef DSRT_SRC_WORKSPACE_SHAPES_H
+#define DSRT_SRC_WORKSPACE_SHAPES_H
+
+#include "dsrt/tensor.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace dsrt {
+namespace detail {
+
+inline bool is_16bit(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
+
+// Row kernels on f16/bf16 convert each row to f32 in a "lane" of their
+// workspace: at most kRowLanes lanes, lane l taking the fixed rows
+// [l * rows / lanes, (l + 1) * rows / lanes), so the workspace is bounded
+// and no row's result depends on the thread count.
+constexpr int64_t kRowLanes = 64;
+inline int64_t row_lanes(int64_t rows) { return std::min(rows, kRowLanes); }
+
+// Rows [outer] of n along `axis` with unit stride (inner 1), or 0 rows.
+int64_t unit_stride_rows(const Shape &x, int axis, int64_t &n);
+
+// The f32 elements of a layer norm scale or bias expanded to the normalized
+// shape: none when it has the normalized shape's element count already.
+inline int64_t param_floats(const Shape &param, int64_t n) { return param.numel() < n ? n : 0; }
+
+// Blocks of rows whose dscale/dbias partial sums layer_norm_grad keeps, and
+// their size: at most 64 blocks, fewer when their partial sums would pass
+// 2^22 values per parameter. Depends on the shape only.
+void layer_norm_grad_blocks(int64_t rows, int64_t n, int64_t &blocks, int64_t &block_rows);
+
+// Per-sample losses are summed in blocks fixed by the number of rows alone
+// (each block in order, then the blocks in order), so the total does not
+// depend on the thread count and needs no per-sample storage.
+constexpr int64_t kLossBlocks = 64;
+
+// Blocks of samples a loss over `rows` samples sums separately.
+inline int64_t loss_blocks(int64_t rows) { return std::min<int64_t>(kLossBlocks, std::max<int64_t>(rows, 1)); }
+
+// Floats of an im2col matrix of `channels` channels of x (kernel sizes from
+// w, positions from y), or 0 when the window is 1x1, stride 1, unpadded.
+int64_t im2col_floats(const Shape &x, const Shape &w, const Shape &y, const int64_t *strides,
+                      const int64_t *pads, int64_t channels);
+
+// f16/bf16 pooling gradients sum each plane in f32 in one of at most this
+// many planes of the workspace ("lanes"), each lane taking a fixed range of
+// planes: the workspace is bounded, and the sums do not depend on threads.
+constexpr int64_t kPoolGradLanes = 64;
+
+// reduce collapses x's axes into alternating kept / reduced groups (size-1
+// axes dropped, neighbours of the same kind merged) and reduces each reduced
+// group in one pass, last first.
+struct ReduceGroup {
+  int64_t size;
+  bool reduced;
+};
+struct ReduceGroups {
+  ReduceGroup group[kMaxRank];
+  int count = 0;
+  void remove(int g) {
+    for (int d = g + 1; d < count; ++d)
+      group[d - 1] = group[d];
+    --count;
+  }
+};
+ReduceGroups collapse_reduce_groups(const Shape &x, const bool *reduced);
+
+// Elements of the two buffers reduce's passes alternate between: the first
+// holds the first pass's result (or, when every reduced axis has size 1,
+// the values passed through: `out_count`), the second the second pass's;
+// later passes are smaller and reuse them.
+void reduce_intermediate_sizes(const ReduceGroups &groups, int64_t out_count, int64_t &first,
+                               int64_t &second);
+
+// Bytes of one accumulator: f64 for float sums, means and products, f32 for
+// a float max, 64-bit integers for integers.
+inline int64_t reduce_accumulator_bytes(ReduceOp op, DType dtype) {
+  return is_float(dtype) && op == ReduceOp::Max ? 4 : 8;
+}
+
+}  // namespace detail
+}  // namespace dsrt
+
+#endif  // DSRT_SRC_WORKSPACE_SHAPES_H
