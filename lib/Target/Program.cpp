@@ -58,6 +58,31 @@ RuntimeLocation findRuntime(const char *argv0) {
   return location;
 }
 
+LogicalResult checkRuntime(const RuntimeLocation &runtime,
+                           ProgramTarget target, std::string &error) {
+  bool cuda = target == ProgramTarget::Cuda;
+  if (cuda && runtime.cudaLibrary.empty()) {
+    error = "--target cuda needs libdsrt_cuda (the cuda backend of libdsrt), "
+            "and this dsopt was built without it (configure dsopt where the "
+            "CUDA toolkit and NCCL are installed, or set DSOPT_RUNTIME_DIR to "
+            "an installed runtime that has lib/libdsrt_cuda.a)";
+    return failure();
+  }
+  StringRef library = cuda ? StringRef(runtime.cudaLibrary)
+                           : StringRef(runtime.library);
+  if (!llvm::sys::fs::exists(runtime.includeDir + "/dsrt/program.h") ||
+      !llvm::sys::fs::exists(library)) {
+    error = (cuda ? "libdsrt_cuda (the cuda backend of libdsrt)"
+                  : "libdsrt") +
+            std::string(" not found (looked for '") + runtime.includeDir +
+            "/dsrt/program.h' and '" + library.str() +
+            "'); set DSOPT_RUNTIME_DIR to an installed runtime" +
+            (cuda ? " built with the CUDA toolkit" : "");
+    return failure();
+  }
+  return success();
+}
+
 std::optional<ProgramTarget> parseProgramTarget(StringRef name) {
   if (name == "cpu")
     return ProgramTarget::Cpu;
@@ -72,8 +97,15 @@ StringRef programTargetName(ProgramTarget target) {
 
 FailureOr<CudaToolkit> findCudaToolkit(std::string &error) {
   std::vector<std::string> candidates;
-  if (auto cudacxx = llvm::sys::Process::GetEnv("CUDACXX"))
+  // An nvcc named explicitly is the one to use, or an error.
+  if (auto cudacxx = llvm::sys::Process::GetEnv("CUDACXX")) {
+    if (!llvm::sys::fs::can_execute(*cudacxx)) {
+      error = "--target cuda needs the CUDA toolkit, and CUDACXX names '" +
+              *cudacxx + "', which is not an executable nvcc";
+      return failure();
+    }
     candidates.push_back(*cudacxx);
+  }
   if (auto home = llvm::sys::Process::GetEnv("CUDA_HOME"))
     candidates.push_back(*home + "/bin/nvcc");
   if (StringRef(DSOPT_CUDA_NVCC).size())
@@ -331,18 +363,8 @@ LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
 
   const RuntimeLocation &runtime = compiler.runtime;
   bool cuda = compiler.target == ProgramTarget::Cuda;
-  StringRef library = cuda ? StringRef(runtime.cudaLibrary)
-                           : StringRef(runtime.library);
-  if (!llvm::sys::fs::exists(runtime.includeDir + "/dsrt/program.h") ||
-      !llvm::sys::fs::exists(library)) {
-    error = (cuda ? "libdsrt_cuda (the cuda backend of libdsrt)"
-                  : "libdsrt") +
-            std::string(" not found (looked for '") + runtime.includeDir +
-            "/dsrt/program.h' and '" + library.str() +
-            "'); set DSOPT_RUNTIME_DIR to an installed runtime" +
-            (cuda ? " built with the CUDA toolkit" : "");
+  if (failed(checkRuntime(runtime, compiler.target, error)))
     return failure();
-  }
   std::string cxx = compiler.cxx;
   if (cxx.empty())
     cxx = llvm::sys::Process::GetEnv("CXX").value_or("c++");

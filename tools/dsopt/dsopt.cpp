@@ -741,6 +741,19 @@ EXAMPLES:
     return listSupportedOps();
   if (printBuildFlags) {
     dsopt::RuntimeLocation runtime = dsopt::findRuntime(argv[0]);
+    if (targetFlag == "cuda") {
+      std::string error;
+      FailureOr<dsopt::CudaToolkit> toolkit = dsopt::findCudaToolkit(error);
+      if (failed(toolkit))
+        return fail(error);
+      toolkit->arch = cudaArch;
+      llvm::outs() << "nvcc: " << toolkit->nvcc << "\nnvccflags: "
+                   << llvm::join(dsopt::cudaCompileFlags(runtime, *toolkit), " ")
+                   << "\nlibs: "
+                   << llvm::join(dsopt::cudaLinkArguments(runtime, *toolkit), " ")
+                   << "\n";
+      return 0;
+    }
     llvm::outs() << "cxxflags: " << llvm::join(dsopt::programCompileFlags(runtime), " ")
                  << "\nlibs: " << llvm::join(dsopt::programLinkArguments(runtime), " ")
                  << "\n";
@@ -827,7 +840,9 @@ EXAMPLES:
       !printConfig) {
     std::string error;
     FailureOr<dsopt::CudaToolkit> found = dsopt::findCudaToolkit(error);
-    if (failed(found))
+    if (failed(found) ||
+        failed(dsopt::checkRuntime(dsopt::findRuntime(argv[0]), *target,
+                                   error)))
       return fail(error);
     cudaToolkit = *found;
     cudaToolkit.arch = cudaArch;

@@ -36,6 +36,10 @@ struct RuntimeLocation {
 
 /// The backend generated programs are built for.
 enum class ProgramTarget { Cpu, Cuda };
+/// Whether `runtime` has what programs for `target` link (libdsrt.a, or
+/// libdsrt_cuda.a); if not, `error` says what is missing and where.
+mlir::LogicalResult checkRuntime(const RuntimeLocation &runtime,
+                                 ProgramTarget target, std::string &error);
 /// "cpu" or "cuda"; std::nullopt for anything else.
 std::optional<ProgramTarget> parseProgramTarget(llvm::StringRef name);
 llvm::StringRef programTargetName(ProgramTarget target);
@@ -47,8 +51,9 @@ struct CudaToolkit {
   /// The GPU architecture the kernels are compiled for ("sm_90").
   std::string arch = "sm_90";
 };
-/// nvcc from $CUDACXX, $CUDA_HOME/bin, the toolkit dsopt was built with,
-/// /usr/local/cuda/bin or PATH; on failure `error` says where it looked.
+/// nvcc from $CUDACXX (which must then be one), $CUDA_HOME/bin, the toolkit
+/// dsopt was built with, /usr/local/cuda/bin or PATH; on failure `error`
+/// says where it looked.
 mlir::FailureOr<CudaToolkit> findCudaToolkit(std::string &error);
 /// nvcc flags that compile a generated `.cu` (to an object file), and what
 /// the host compiler links it with.
