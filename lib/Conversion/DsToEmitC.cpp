@@ -276,6 +276,12 @@ private:
   FailureOr<emitc::FuncOp> buildFusedCudaKernel(ds::FusedOp op,
                                                 StringRef name);
   void buildFusedLaunch(ds::FusedOp op, emitc::FuncOp kernel, StringRef name);
+  /// `static void name(dsrt::Stream&, const dsrt::Tensor&...)`: a fused
+  /// op's function as the run function calls it (the op's inputs, then its
+  /// result), with the builder in its body.
+  emitc::FuncOp beginFusedHostFunction(ds::FusedOp op, StringRef name);
+  /// `dsrt::elements<T>(tensor)`: the tensor's elements as a `T*`.
+  Value elementsOf(Value tensor, Type element);
   /// The loads, scalar ops and store of one element of `op`: what is the
   /// same for every element of row `row` is emitted where the builder is,
   /// then `enterElement` moves the builder to the element's code and
@@ -2015,18 +2021,33 @@ static Type storageType(Value value) {
   return storageOf(cast<ShapedType>(value.getType()).getElementType()).type;
 }
 
+emitc::FuncOp ProgramBuilder::beginFusedHostFunction(ds::FusedOp op,
+                                                     StringRef name) {
+  builder.setInsertionPoint(kernelsBefore);
+  SmallVector<Type> argTypes{opaque("dsrt::Stream&")};
+  argTypes.append(op.getInputs().size() + 1, opaque("const dsrt::Tensor&"));
+  auto function = emitc::FuncOp::create(builder, op.getLoc(), name,
+                                        builder.getFunctionType(argTypes, {}));
+  function.setSpecifiersAttr(builder.getStrArrayAttr({"static"}));
+  builder.setInsertionPointToEnd(function.addEntryBlock());
+  return function;
+}
+
+Value ProgramBuilder::elementsOf(Value tensor, Type element) {
+  return emitc::CallOpaqueOp::create(
+             builder, tensor.getLoc(),
+             TypeRange{emitc::PointerType::get(element)}, "dsrt::elements",
+             ValueRange{tensor}, builder.getArrayAttr({builder.getIndexAttr(0)}),
+             builder.getArrayAttr({TypeAttr::get(element)}))
+      .getResult(0);
+}
+
 FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedLoop(ds::FusedOp op,
                                                         StringRef name) {
   OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPoint(kernelsBefore);
   Location opLoc = op.getLoc();
-  SmallVector<Type> argTypes{opaque("dsrt::Stream&")};
-  argTypes.append(op.getInputs().size() + 1, opaque("const dsrt::Tensor&"));
-  auto kernel = emitc::FuncOp::create(builder, opLoc, name,
-                                      builder.getFunctionType(argTypes, {}));
-  kernel.setSpecifiersAttr(builder.getStrArrayAttr({"static"}));
-  Block *entry = kernel.addEntryBlock();
-  builder.setInsertionPointToEnd(entry);
+  emitc::FuncOp kernel = beginFusedHostFunction(op, name);
+  Block *entry = &kernel.getBody().front();
   // Like every libdsrt kernel, wait for asynchronous work the inputs may
   // come from (an all-reduce of the gradient norm).
   emitc::CallOpaqueOp::create(builder, opLoc, TypeRange{},
@@ -2038,13 +2059,7 @@ FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedLoop(ds::FusedOp op,
   int64_t count = result.getNumElements();
   auto i64 = builder.getI64Type();
   auto typedPointer = [&](Value tensor, Value of) {
-    Type storage = storageType(of);
-    return emitc::CallOpaqueOp::create(
-               builder, opLoc, TypeRange{emitc::PointerType::get(storage)},
-               "dsrt::elements", ValueRange{tensor},
-               builder.getArrayAttr({builder.getIndexAttr(0)}),
-               builder.getArrayAttr({TypeAttr::get(storage)}))
-        .getResult(0);
+    return elementsOf(tensor, storageType(of));
   };
   SmallVector<Value> inputPointers;
   for (auto [i, input] : llvm::enumerate(op.getInputs()))
@@ -2162,15 +2177,8 @@ ProgramBuilder::buildFusedCudaKernel(ds::FusedOp op, StringRef name) {
 void ProgramBuilder::buildFusedLaunch(ds::FusedOp op, emitc::FuncOp kernel,
                                       StringRef name) {
   OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPoint(kernelsBefore);
   Location opLoc = op.getLoc();
-  SmallVector<Type> argTypes{opaque("dsrt::Stream&")};
-  argTypes.append(op.getInputs().size() + 1, opaque("const dsrt::Tensor&"));
-  auto launch = emitc::FuncOp::create(builder, opLoc, name,
-                                      builder.getFunctionType(argTypes, {}));
-  launch.setSpecifiersAttr(builder.getStrArrayAttr({"static"}));
-  Block *entry = launch.addEntryBlock();
-  builder.setInsertionPointToEnd(entry);
+  Block *entry = &beginFusedHostFunction(op, name).getBody().front();
   int64_t count =
       cast<RankedTensorType>(op.getResult().getType()).getNumElements();
   if (count == 0) {
@@ -2188,12 +2196,7 @@ void ProgramBuilder::buildFusedLaunch(ds::FusedOp op, emitc::FuncOp kernel,
        llvm::zip(entry->getArguments().drop_front(),
                  kernel.getFunctionType().getInputs()))
     operands.push_back(
-        emitc::CallOpaqueOp::create(
-            builder, opLoc, TypeRange{type}, "dsrt::elements",
-            ValueRange{tensor}, builder.getArrayAttr({builder.getIndexAttr(0)}),
-            builder.getArrayAttr({TypeAttr::get(
-                cast<emitc::PointerType>(type).getPointee())})) 
-            .getResult(0));
+        elementsOf(tensor, cast<emitc::PointerType>(type).getPointee()));
   int64_t blocks =
       std::min((count + kCudaThreads - 1) / kCudaThreads, kCudaMaxBlocks);
   std::string launchText = kernel.getSymName().str() + "<<<" +
