@@ -44,6 +44,7 @@ config.substitutions.extend([
     ("%zoo-pp", f"{py} {src}/test/oracles/check_zoo_pp.py"),
     # Every zoo model's programs compile (and link) for --target cuda.
     ("%cuda-zoo", f"{py} {src}/test/oracles/check_cuda_zoo.py"),
+    ("%nvcc", config.dsopt_nvcc or "nvcc"),
     ("%skip-model", f"{py} {src}/test/Pipeline/Inputs/skip_model.py"),
     ("%srcroot", src),
     ("%objroot", config.dsopt_obj_root),

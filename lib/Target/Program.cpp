@@ -255,7 +255,7 @@ static LogicalResult writeFile(StringRef path, StringRef contents,
 }
 
 /// What a failed host compile says went wrong: its first lines that report
-/// an error or a failure, at most three. The compiler driver's closing
+/// an error, a failure or a missing symbol, at most three. The compiler driver's closing
 /// summary ("collect2: error: ld returned 1 exit status") only says that
 /// the linker failed; the linker's own line says why (a missing symbol, "No
 /// space left on device"), so the summary is left out when there is more.
@@ -266,7 +266,8 @@ static std::string diagnosticLines(StringRef text) {
     rest = tail;
     line = line.rtrim();
     if (!line.contains("error") && !line.contains("failed") &&
-        !line.contains("No space left"))
+        !line.contains("No space left") &&
+        !line.contains("undefined reference"))
       continue;
     if (line.contains("collect2: error:") || line.contains("ld returned"))
       summaries.push_back(line);

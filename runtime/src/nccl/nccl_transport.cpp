@@ -91,7 +91,8 @@ public:
       : group_(std::move(group)), device_(device) {
     rank_ = group_->rank();
     size_ = group_->size();
-    options_.timeout_s = CommOptions().timeout_s;
+    // DSRT_COMM_TIMEOUT as the MPI ring reads it (which already refused a
+    // bad value when the world was created).
     if (const char *text = std::getenv("DSRT_COMM_TIMEOUT"))
       if (double v = std::atof(text); v > 0)
         options_.timeout_s = v;
