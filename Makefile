@@ -1,9 +1,11 @@
 # dsopt: two commands for a fresh Debian machine (as root):
 #   make demo   install what is missing, build, import the bundled example
 #   make test   install what is missing, build, run every test
+#   make test-gpu  on a machine with an NVIDIA GPU: build with CUDA, run the
+#                  GPU check (scripts/gpu-check.sh), report in gpu-check/
 BUILD_DIR ?= build
 
-.PHONY: all deps build demo test check clean
+.PHONY: all deps build demo test test-gpu check clean
 
 all: build
 
@@ -20,6 +22,10 @@ demo: build
 
 test: build
 	cmake --build $(BUILD_DIR) --target check
+
+GPU_CHECK_DIR ?= gpu-check
+test-gpu:
+	scripts/gpu-check.sh --build $(BUILD_DIR)-gpu $(GPU_CHECK_DIR)
 
 clean:
 	rm -rf $(BUILD_DIR)

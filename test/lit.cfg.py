@@ -18,6 +18,15 @@ config.environment["PATH"] = os.pathsep.join(
 config.environment["PYTHONNOUSERSITE"] = "1"
 config.environment["OMP_NUM_THREADS"] = "1"
 
+# `REQUIRES: cuda-toolkit`: tests that compile generated CUDA with nvcc;
+# `REQUIRES: dsrt-cuda`: tests that also link against libdsrt_cuda.
+if config.dsopt_nvcc and os.access(config.dsopt_nvcc, os.X_OK):
+    config.available_features.add("cuda-toolkit")
+else:
+    lit_config.note("no CUDA toolkit (nvcc) found: the cuda target's compile tests are unsupported")
+if config.dsopt_have_dsrt_cuda:
+    config.available_features.add("dsrt-cuda")
+
 src = config.dsopt_src_root
 py = config.python
 config.substitutions.extend([
@@ -33,6 +42,9 @@ config.substitutions.extend([
     ("%zoo-dp", f"{py} {src}/test/oracles/check_zoo_dp.py"),
     # Pipeline parallelism against one rank, PyTorch and the plan.
     ("%zoo-pp", f"{py} {src}/test/oracles/check_zoo_pp.py"),
+    # Every zoo model's programs compile (and link) for --target cuda.
+    ("%cuda-zoo", f"{py} {src}/test/oracles/check_cuda_zoo.py"),
+    ("%nvcc", config.dsopt_nvcc or "nvcc"),
     ("%skip-model", f"{py} {src}/test/Pipeline/Inputs/skip_model.py"),
     ("%srcroot", src),
     ("%objroot", config.dsopt_obj_root),

@@ -721,7 +721,8 @@ llvm::json::Object trainingRank(ModuleOp train, int64_t rank = 0) {
 LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
                             ModuleOp train,
                             const llvm::json::Value *trainConfig,
-                            ArrayRef<ModuleOp> pipelineRanks) {
+                            ArrayRef<ModuleOp> pipelineRanks,
+                            StringRef target) {
   auto function = module.lookupSymbol<func::FuncOp>("main");
   if (!function)
     return module.emitError() << "no function @main";
@@ -754,7 +755,8 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
     rank["kernel_workspace_bytes"] = summary->workspaceBytes;
   llvm::json::Array ranks;
   ranks.push_back(std::move(rank));
-  llvm::json::Object json{{"format", "dsopt-plan"}, {"version", 2}};
+  llvm::json::Object json{
+      {"format", "dsopt-plan"}, {"version", 2}, {"target", target.str()}};
   if (auto source = module->getAttrOfType<StringAttr>(
           ds::DsDialect::kSourceAttrName))
     json["model"] = source.getValue();

@@ -28,6 +28,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Conversion/Passes.h"
+#include "dsopt/Conversion/PipelineMain.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -268,7 +269,28 @@ private:
   bool isTraining() const { return functions.size() > 1; }
   /// The name of the generated kernel of `op`.
   FailureOr<std::string> emitFusedKernel(ds::FusedOp op);
+  /// The function computing `op`: the C++ loop (cpu), or the `__global__`
+  /// kernel (cuda), which `buildFusedLaunch` then launches.
   FailureOr<emitc::FuncOp> buildFusedKernel(ds::FusedOp op, StringRef name);
+  FailureOr<emitc::FuncOp> buildFusedLoop(ds::FusedOp op, StringRef name);
+  FailureOr<emitc::FuncOp> buildFusedCudaKernel(ds::FusedOp op,
+                                                StringRef name);
+  void buildFusedLaunch(ds::FusedOp op, emitc::FuncOp kernel, StringRef name);
+  /// `static void name(dsrt::Stream&, const dsrt::Tensor&...)`: a fused
+  /// op's function as the run function calls it (the op's inputs, then its
+  /// result), with the builder in its body.
+  emitc::FuncOp beginFusedHostFunction(ds::FusedOp op, StringRef name);
+  /// `dsrt::elements<T>(tensor)`: the tensor's elements as a `T*`.
+  Value elementsOf(Value tensor, Type element);
+  /// The loads, scalar ops and store of one element of `op`: what is the
+  /// same for every element of row `row` is emitted where the builder is,
+  /// then `enterElement` moves the builder to the element's code and
+  /// returns its (column, flat index).
+  LogicalResult
+  emitFusedElement(ds::FusedOp op, ArrayRef<Value> inputPointers,
+                   Value outPointer, Value row,
+                   llvm::function_ref<std::pair<Value, Value>()> enterElement);
+  bool cudaTarget() const { return target == "cuda"; }
   FailureOr<Value> emitScalar(Operation &op, ArrayRef<Value> operands);
 
 public:
@@ -282,6 +304,8 @@ public:
   /// Emit each run of repeated layers once, as a block function (else one
   /// kernel call per op, the reference).
   bool outlineRepeats = true;
+  /// "cpu": fused loops are C++ loops; "cuda": CUDA kernels and launches.
+  std::string target = "cpu";
 
 private:
   /// How emitOp spells the integers that differ between repeats.
@@ -1760,6 +1784,8 @@ void ProgramBuilder::emitMain() {
                                                             {i32}));
   Block *entry = main.addEntryBlock();
   builder.setInsertionPointToEnd(entry);
+  if (cudaTarget())
+    emitCudaDeviceCheck(builder, loc, entry->getArgument(1));
   Value status =
       isTraining()
           ? call("dsrt::train_main", i32,
@@ -1779,6 +1805,9 @@ LogicalResult ProgramBuilder::build() {
   builder.setInsertionPointToStart(module.getBody());
   emitc::IncludeOp::create(builder, loc, "dsrt/program.h",
                            /*isStandardInclude=*/false);
+  if (cudaTarget())
+    emitc::IncludeOp::create(builder, loc, "dsrt/cuda_launch.h",
+                             /*isStandardInclude=*/false);
   if (outlineRepeats)
     emitc::IncludeOp::create(builder, loc, "dsrt/tables.h",
                              /*isStandardInclude=*/false);
@@ -1943,11 +1972,23 @@ FailureOr<Value> ProgramBuilder::emitScalar(Operation &op,
 }
 
 FailureOr<std::string> ProgramBuilder::emitFusedKernel(ds::FusedOp op) {
+  // On cuda the kernel is `<name>_kernel`, launched by `<name>`.
+  auto finish = [&](emitc::FuncOp kernel,
+                    const std::string &name) -> std::string {
+    if (cudaTarget()) {
+      kernel.setSymName(name + "_kernel");
+      buildFusedLaunch(op, kernel, name);
+    } else {
+      kernel.setSymName(name);
+    }
+    return name;
+  };
   if (!outlineRepeats) {
     std::string name = prefix + "fused_" + std::to_string(fusedKernels++);
-    if (failed(buildFusedKernel(op, name)))
+    FailureOr<emitc::FuncOp> kernel = buildFusedKernel(op, name);
+    if (failed(kernel))
       return failure();
-    return name;
+    return finish(*kernel, name);
   }
   // Layers repeat their fused loops: each distinct one is emitted once.
   FailureOr<emitc::FuncOp> kernel = buildFusedKernel(op, prefix + "fused");
@@ -1964,23 +2005,49 @@ FailureOr<std::string> ProgramBuilder::emitFusedKernel(ds::FusedOp op) {
     kernel->erase();
     return it->second;
   }
-  it->second = prefix + "fused_" + std::to_string(fusedKernels++);
-  kernel->setSymName(it->second);
+  it->second = finish(*kernel, prefix + "fused_" +
+                                   std::to_string(fusedKernels++));
   return it->second;
 }
 
 FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedKernel(ds::FusedOp op,
                                                           StringRef name) {
-  OpBuilder::InsertionGuard guard(builder);
+  return cudaTarget() ? buildFusedCudaKernel(op, name)
+                      : buildFusedLoop(op, name);
+}
+
+/// The C++ element type a fused op's `value` is stored as.
+static Type storageType(Value value) {
+  return storageOf(cast<ShapedType>(value.getType()).getElementType()).type;
+}
+
+emitc::FuncOp ProgramBuilder::beginFusedHostFunction(ds::FusedOp op,
+                                                     StringRef name) {
   builder.setInsertionPoint(kernelsBefore);
-  Location opLoc = op.getLoc();
   SmallVector<Type> argTypes{opaque("dsrt::Stream&")};
   argTypes.append(op.getInputs().size() + 1, opaque("const dsrt::Tensor&"));
-  auto kernel = emitc::FuncOp::create(builder, opLoc, name,
-                                      builder.getFunctionType(argTypes, {}));
-  kernel.setSpecifiersAttr(builder.getStrArrayAttr({"static"}));
-  Block *entry = kernel.addEntryBlock();
-  builder.setInsertionPointToEnd(entry);
+  auto function = emitc::FuncOp::create(builder, op.getLoc(), name,
+                                        builder.getFunctionType(argTypes, {}));
+  function.setSpecifiersAttr(builder.getStrArrayAttr({"static"}));
+  builder.setInsertionPointToEnd(function.addEntryBlock());
+  return function;
+}
+
+Value ProgramBuilder::elementsOf(Value tensor, Type element) {
+  return emitc::CallOpaqueOp::create(
+             builder, tensor.getLoc(),
+             TypeRange{emitc::PointerType::get(element)}, "dsrt::elements",
+             ValueRange{tensor}, builder.getArrayAttr({builder.getIndexAttr(0)}),
+             builder.getArrayAttr({TypeAttr::get(element)}))
+      .getResult(0);
+}
+
+FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedLoop(ds::FusedOp op,
+                                                        StringRef name) {
+  OpBuilder::InsertionGuard guard(builder);
+  Location opLoc = op.getLoc();
+  emitc::FuncOp kernel = beginFusedHostFunction(op, name);
+  Block *entry = &kernel.getBody().front();
   // Like every libdsrt kernel, wait for asynchronous work the inputs may
   // come from (an all-reduce of the gradient norm).
   emitc::CallOpaqueOp::create(builder, opLoc, TypeRange{},
@@ -1991,23 +2058,15 @@ FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedKernel(ds::FusedOp op,
   ArrayRef<int64_t> outShape = result.getShape();
   int64_t count = result.getNumElements();
   auto i64 = builder.getI64Type();
-  auto typedPointer = [&](Value tensor, Type element) {
-    Storage storage = storageOf(element);
-    return emitc::CallOpaqueOp::create(
-               builder, opLoc, TypeRange{emitc::PointerType::get(storage.type)},
-               "dsrt::elements", ValueRange{tensor},
-               builder.getArrayAttr({builder.getIndexAttr(0)}),
-               builder.getArrayAttr({TypeAttr::get(storage.type)}))
-        .getResult(0);
+  auto typedPointer = [&](Value tensor, Value of) {
+    return elementsOf(tensor, storageType(of));
   };
   SmallVector<Value> inputPointers;
   for (auto [i, input] : llvm::enumerate(op.getInputs()))
-    inputPointers.push_back(typedPointer(
-        entry->getArgument(i + 1),
-        cast<ShapedType>(input.getType()).getElementType()));
+    inputPointers.push_back(typedPointer(entry->getArgument(i + 1), input));
   Value outPointer =
       typedPointer(entry->getArgument(op.getInputs().size() + 1),
-                   result.getElementType());
+                   op.getResult());
 
   // Literals, printed in place: variables would be shared into the OpenMP
   // region and hide loop bounds and steps from the vectorizer.
@@ -2015,7 +2074,6 @@ FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedKernel(ds::FusedOp op,
     return emitc::LiteralOp::create(builder, opLoc, i64,
                                     std::to_string(value));
   };
-  Block &body = op.getBody().front();
   if (count == 0) {
     emitc::ReturnOp::create(builder, opLoc, Value());
     return kernel;
@@ -2035,6 +2093,142 @@ FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedKernel(ds::FusedOp op,
   Value row = rows.getInductionVar();
   Value rowStart = emitc::MulOp::create(builder, opLoc, i64, row,
                                         constant(inner));
+  if (failed(emitFusedElement(
+          op, inputPointers, outPointer, row, [&]() -> std::pair<Value, Value> {
+            auto columns = emitc::ForOp::create(builder, opLoc, zero,
+                                                constant(inner), one);
+            builder.setInsertionPointToStart(columns.getBody());
+            Value column = columns.getInductionVar();
+            return {column, emitc::AddOp::create(builder, opLoc, i64,
+                                                 rowStart, column)};
+          })))
+    return failure();
+  builder.setInsertionPointAfter(rows);
+  emitc::ReturnOp::create(builder, opLoc, Value());
+  return kernel;
+}
+
+/// Threads per block of a generated CUDA kernel, and the most blocks a
+/// launch uses: a grid-stride loop covers larger results.
+constexpr int64_t kCudaThreads = 256;
+constexpr int64_t kCudaMaxBlocks = 1 << 16;
+
+FailureOr<emitc::FuncOp>
+ProgramBuilder::buildFusedCudaKernel(ds::FusedOp op, StringRef name) {
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPoint(kernelsBefore);
+  Location opLoc = op.getLoc();
+  // Raw element pointers: the inputs', then the result's.
+  SmallVector<Type> argTypes;
+  for (Value input : op.getInputs())
+    argTypes.push_back(emitc::PointerType::get(storageType(input)));
+  argTypes.push_back(emitc::PointerType::get(storageType(op.getResult())));
+  auto kernel = emitc::FuncOp::create(builder, opLoc, name,
+                                      builder.getFunctionType(argTypes, {}));
+  kernel.setSpecifiersAttr(builder.getStrArrayAttr({"static", "__global__"}));
+  Block *entry = kernel.addEntryBlock();
+  builder.setInsertionPointToEnd(entry);
+
+  auto result = cast<RankedTensorType>(op.getResult().getType());
+  ArrayRef<int64_t> outShape = result.getShape();
+  int64_t count = result.getNumElements();
+  int64_t inner = outShape.empty() ? 1 : outShape.back();
+  auto i64 = builder.getI64Type();
+  auto literal = [&](StringRef text) -> Value {
+    return emitc::LiteralOp::create(builder, opLoc, i64, text);
+  };
+  auto constant = [&](int64_t value) {
+    return literal(std::to_string(value));
+  };
+  // A grid-stride loop over the flat index, in 64 bits.
+  auto product = [&](StringRef a, StringRef b) -> Value {
+    return emitc::MulOp::create(
+        builder, opLoc, i64,
+        emitc::CastOp::create(builder, opLoc, i64, literal(a)), literal(b));
+  };
+  Value first = emitc::AddOp::create(builder, opLoc, i64,
+                                     product("blockIdx.x", "blockDim.x"),
+                                     literal("threadIdx.x"));
+  Value stride = product("gridDim.x", "blockDim.x");
+  auto elements =
+      emitc::ForOp::create(builder, opLoc, first, constant(count), stride);
+  builder.setInsertionPointToStart(elements.getBody());
+  Value index = elements.getInductionVar();
+  Value row = emitc::DivOp::create(builder, opLoc, i64, index, constant(inner));
+  SmallVector<Value> inputPointers(entry->getArguments().drop_back());
+  Value column;
+  if (failed(emitFusedElement(
+          op, inputPointers, entry->getArguments().back(), row,
+          [&]() -> std::pair<Value, Value> {
+            column = emitc::RemOp::create(builder, opLoc, i64, index,
+                                          constant(inner));
+            return {column, index};
+          })))
+    return failure();
+  // Most inputs need neither: left out, the kernel reads better.
+  for (Value unused : {column, row})
+    if (unused.use_empty())
+      unused.getDefiningOp()->erase();
+  builder.setInsertionPointAfter(elements);
+  emitc::ReturnOp::create(builder, opLoc, Value());
+  return kernel;
+}
+
+void ProgramBuilder::buildFusedLaunch(ds::FusedOp op, emitc::FuncOp kernel,
+                                      StringRef name) {
+  OpBuilder::InsertionGuard guard(builder);
+  Location opLoc = op.getLoc();
+  Block *entry = &beginFusedHostFunction(op, name).getBody().front();
+  int64_t count =
+      cast<RankedTensorType>(op.getResult().getType()).getNumElements();
+  if (count == 0) {
+    emitc::ReturnOp::create(builder, opLoc, Value());
+    return;
+  }
+  // After the work the inputs come from, on the op's stream.
+  Value stream = emitc::CallOpaqueOp::create(
+                     builder, opLoc, TypeRange{opaque("cudaStream_t")},
+                     "dsrt::cuda::launch_stream",
+                     ValueRange{entry->getArgument(0)})
+                     .getResult(0);
+  SmallVector<Value> operands{stream};
+  for (auto [tensor, type] :
+       llvm::zip(entry->getArguments().drop_front(),
+                 kernel.getFunctionType().getInputs()))
+    operands.push_back(
+        elementsOf(tensor, cast<emitc::PointerType>(type).getPointee()));
+  int64_t blocks =
+      std::min((count + kCudaThreads - 1) / kCudaThreads, kCudaMaxBlocks);
+  std::string launchText = kernel.getSymName().str() + "<<<" +
+                           std::to_string(blocks) + ", " +
+                           std::to_string(kCudaThreads) + ", 0, {}>>>(";
+  for (size_t i = 1; i < operands.size(); ++i)
+    launchText += i == 1 ? "{}" : ", {}";
+  launchText += ");";
+  emitc::VerbatimOp::create(builder, opLoc, builder.getStringAttr(launchText),
+                            operands);
+  emitc::CallOpaqueOp::create(
+      builder, opLoc, TypeRange{}, "dsrt::cuda::check_launch", ValueRange{},
+      builder.getArrayAttr(
+          {emitc::OpaqueAttr::get(context, "\"" + name.str() + "\"")}));
+  emitc::ReturnOp::create(builder, opLoc, Value());
+}
+
+LogicalResult ProgramBuilder::emitFusedElement(
+    ds::FusedOp op, ArrayRef<Value> inputPointers, Value outPointer, Value row,
+    llvm::function_ref<std::pair<Value, Value>()> enterElement) {
+  Location opLoc = op.getLoc();
+  auto result = cast<RankedTensorType>(op.getResult().getType());
+  ArrayRef<int64_t> outShape = result.getShape();
+  int64_t count = result.getNumElements();
+  int64_t inner = outShape.empty() ? 1 : outShape.back();
+  auto i64 = builder.getI64Type();
+  auto constant = [&](int64_t value) -> Value {
+    return emitc::LiteralOp::create(builder, opLoc, i64,
+                                    std::to_string(value));
+  };
+  Value zero = constant(0);
+  Block &body = op.getBody().front();
 
   // Output strides, to map an output index to each input's index.
   SmallVector<int64_t> outStrides(outShape.size(), 1);
@@ -2114,11 +2308,7 @@ FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedKernel(ds::FusedOp op,
       scalars[body.getArgument(i)] = hoisted;
   }
 
-  auto columns = emitc::ForOp::create(builder, opLoc, zero, constant(inner),
-                                      one);
-  builder.setInsertionPointToStart(columns.getBody());
-  Value column = columns.getInductionVar();
-  Value index = emitc::AddOp::create(builder, opLoc, i64, rowStart, column);
+  auto [column, index] = enterElement();
   for (auto [i, input] : llvm::enumerate(op.getInputs())) {
     auto type = cast<RankedTensorType>(input.getType());
     ArrayRef<int64_t> inShape = type.getShape();
@@ -2183,10 +2373,7 @@ FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedKernel(ds::FusedOp op,
   Value target = emitc::SubscriptOp::create(
       builder, opLoc, cast<TypedValue<emitc::PointerType>>(outPointer), index);
   emitc::AssignOp::create(builder, opLoc, target, yielded);
-  auto loop = rows;
-  builder.setInsertionPointAfter(loop);
-  emitc::ReturnOp::create(builder, opLoc, Value());
-  return kernel;
+  return success();
 }
 
 struct LowerToEmitCPass
@@ -2225,6 +2412,12 @@ struct LowerToEmitCPass
     ProgramBuilder program(module, functions);
     program.withMain = withMain;
     program.outlineRepeats = outlineRepeats;
+    if (target != "cpu" && target != "cuda") {
+      module.emitError() << "unknown target '" << target
+                         << "' (expected cpu or cuda)";
+      return signalPassFailure();
+    }
+    program.target = target;
     program.modelPath = modelPath;
     program.prefix = symbolPrefix;
     if (program.modelPath.empty())

@@ -9,8 +9,22 @@ using namespace mlir;
 
 namespace dsopt {
 
+void emitCudaDeviceCheck(OpBuilder &b, Location loc, Value argv) {
+  MLIRContext *context = b.getContext();
+  Value zero = emitc::LiteralOp::create(
+      b, loc, emitc::OpaqueType::get(context, "int"), "0");
+  auto argvValue = cast<TypedValue<emitc::PointerType>>(argv);
+  Value program = emitc::LoadOp::create(
+      b, loc, argvValue.getType().getPointee(),
+      emitc::SubscriptOp::create(b, loc, argvValue, zero));
+  emitc::CallOpaqueOp::create(b, loc, TypeRange{},
+                              "dsrt::cuda::require_device",
+                              ValueRange{program});
+}
+
 OwningOpRef<ModuleOp> buildPipelineMain(MLIRContext *context,
-                                        ArrayRef<std::string> rankPrograms) {
+                                        ArrayRef<std::string> rankPrograms,
+                                        bool cuda) {
   context->getOrLoadDialect<emitc::EmitCDialect>();
   Location loc = UnknownLoc::get(context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
@@ -25,6 +39,8 @@ OwningOpRef<ModuleOp> buildPipelineMain(MLIRContext *context,
       b, loc, "main", b.getFunctionType({i32, argvType}, {i32}));
   Block *entry = main.addEntryBlock();
   b.setInsertionPointToEnd(entry);
+  if (cuda)
+    emitCudaDeviceCheck(b, loc, entry->getArgument(1));
 
   // dsrt::PipelineRankProgram ranks[P]; ranks[r] = <prefix r>program;
   Type programType = opaque("dsrt::PipelineRankProgram");

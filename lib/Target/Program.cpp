@@ -37,6 +37,7 @@ RuntimeLocation findRuntime(const char *argv0) {
   if (auto dir = llvm::sys::Process::GetEnv("DSOPT_RUNTIME_DIR")) {
     location.includeDir = *dir + "/include";
     location.library = *dir + "/lib/libdsrt.a";
+    location.cudaLibrary = *dir + "/lib/libdsrt_cuda.a";
     return location;
   }
   // An installation: <prefix>/bin/dsopt next to <prefix>/include/dsrt.
@@ -47,12 +48,121 @@ RuntimeLocation findRuntime(const char *argv0) {
   RuntimeLocation installed = location;
   installed.includeDir = (prefix + "/include").str();
   installed.library = (prefix + "/lib/libdsrt.a").str();
+  installed.cudaLibrary = (prefix + "/lib/libdsrt_cuda.a").str();
   if (usable(installed) &&
       !llvm::sys::fs::exists(DSOPT_RUNTIME_BUILD_LIBRARY))
     return installed;
   location.includeDir = DSOPT_RUNTIME_BUILD_INCLUDE_DIR;
   location.library = DSOPT_RUNTIME_BUILD_LIBRARY;
+  location.cudaLibrary = DSOPT_RUNTIME_BUILD_CUDA_LIBRARY;
   return location;
+}
+
+LogicalResult checkRuntime(const RuntimeLocation &runtime,
+                           ProgramTarget target, std::string &error) {
+  bool cuda = target == ProgramTarget::Cuda;
+  if (cuda && runtime.cudaLibrary.empty()) {
+    error = "--target cuda needs libdsrt_cuda (the cuda backend of libdsrt), "
+            "and this dsopt was built without it (configure dsopt where the "
+            "CUDA toolkit and NCCL are installed, or set DSOPT_RUNTIME_DIR to "
+            "an installed runtime that has lib/libdsrt_cuda.a)";
+    return failure();
+  }
+  StringRef library = cuda ? StringRef(runtime.cudaLibrary)
+                           : StringRef(runtime.library);
+  if (!llvm::sys::fs::exists(runtime.includeDir + "/dsrt/program.h") ||
+      !llvm::sys::fs::exists(library)) {
+    error = (cuda ? "libdsrt_cuda (the cuda backend of libdsrt)"
+                  : "libdsrt") +
+            std::string(" not found (looked for '") + runtime.includeDir +
+            "/dsrt/program.h' and '" + library.str() +
+            "'); set DSOPT_RUNTIME_DIR to an installed runtime" +
+            (cuda ? " built with the CUDA toolkit" : "");
+    return failure();
+  }
+  return success();
+}
+
+std::optional<ProgramTarget> parseProgramTarget(StringRef name) {
+  if (name == "cpu")
+    return ProgramTarget::Cpu;
+  if (name == "cuda")
+    return ProgramTarget::Cuda;
+  return std::nullopt;
+}
+
+StringRef programTargetName(ProgramTarget target) {
+  return target == ProgramTarget::Cuda ? "cuda" : "cpu";
+}
+
+FailureOr<CudaToolkit> findCudaToolkit(std::string &error) {
+  std::vector<std::string> candidates;
+  // An nvcc named explicitly is the one to use, or an error.
+  if (auto cudacxx = llvm::sys::Process::GetEnv("CUDACXX")) {
+    if (!llvm::sys::fs::can_execute(*cudacxx)) {
+      error = "--target cuda needs the CUDA toolkit, and CUDACXX names '" +
+              *cudacxx + "', which is not an executable nvcc";
+      return failure();
+    }
+    candidates.push_back(*cudacxx);
+  }
+  if (auto home = llvm::sys::Process::GetEnv("CUDA_HOME"))
+    candidates.push_back(*home + "/bin/nvcc");
+  if (StringRef(DSOPT_CUDA_NVCC).size())
+    candidates.push_back(DSOPT_CUDA_NVCC);
+  candidates.push_back("/usr/local/cuda/bin/nvcc");
+  if (llvm::ErrorOr<std::string> onPath = llvm::sys::findProgramByName("nvcc"))
+    candidates.push_back(*onPath);
+  for (const std::string &nvcc : candidates) {
+    if (!llvm::sys::fs::can_execute(nvcc))
+      continue;
+    CudaToolkit toolkit;
+    toolkit.nvcc = nvcc;
+    // <root>/bin/nvcc; the libraries in <root>/lib64 or the target's lib.
+    llvm::SmallString<256> root(
+        llvm::sys::path::parent_path(llvm::sys::path::parent_path(nvcc)));
+    for (const char *lib : {"lib64", "targets/x86_64-linux/lib", "lib"})
+      if (llvm::sys::fs::exists(root + "/" + lib + "/libcudart.so")) {
+        toolkit.libraryDir = (root + "/" + lib).str();
+        break;
+      }
+    if (toolkit.libraryDir.empty()) {
+      error = "the CUDA toolkit at '" + root.str().str() +
+              "' has no libcudart.so (looked in lib64, targets/x86_64-linux/"
+              "lib and lib)";
+      return failure();
+    }
+    return toolkit;
+  }
+  error = "--target cuda needs the CUDA toolkit, and nvcc was not found "
+          "(looked at $CUDACXX, $CUDA_HOME/bin/nvcc, "
+          "/usr/local/cuda/bin/nvcc and PATH)";
+  return failure();
+}
+
+std::vector<std::string> cudaCompileFlags(const RuntimeLocation &runtime,
+                                          const CudaToolkit &toolkit) {
+  // As on the cpu: no FP contraction (--fmad=false on the device), so a
+  // fused kernel computes what the unfused kernels compute. The host part
+  // gets the cpu target's flags.
+  std::string host = "-Xcompiler=-fopenmp,-ffp-contract=off,-fno-trapping-math";
+  for (const char *flag : {DSOPT_RUNTIME_ARCH_FLAGS})
+    host += std::string(",") + flag;
+  return {"-std=c++17", "-O3", "-arch=" + toolkit.arch, "--fmad=false",
+          // std::max and std::numeric_limits in device code.
+          "--expt-relaxed-constexpr", host, "-I" + runtime.includeDir};
+}
+
+std::vector<std::string> cudaLinkArguments(const RuntimeLocation &runtime,
+                                           const CudaToolkit &toolkit) {
+  std::vector<std::string> args{runtime.cudaLibrary};
+  llvm::append_range(args, runtime.linkFlags);
+  llvm::append_range(args, std::vector<std::string>{
+                               "-L" + toolkit.libraryDir,
+                               "-Wl,-rpath," + toolkit.libraryDir,
+                               "-lcublasLt", "-lcublas", "-lnccl", "-lcudart",
+                               "-fopenmp"});
+  return args;
 }
 
 // No FP contraction: a fused loop must compute what the unfused kernels do.
@@ -72,29 +182,57 @@ std::vector<std::string> programLinkArguments(const RuntimeLocation &runtime) {
   return args;
 }
 
-static std::string generatedCMake(ArrayRef<ProgramSource> programs) {
+static std::string generatedCMake(ArrayRef<ProgramSource> programs,
+                                  const HostCompiler &compiler) {
+  bool cuda = compiler.target == ProgramTarget::Cuda;
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "# Rebuilds the program dsopt generated, without dsopt: needs an\n"
      << "# installed libdsrt (cmake --install <dsopt build> --prefix P, then\n"
-     << "# -DCMAKE_PREFIX_PATH=P).\n"
-     << "cmake_minimum_required(VERSION 3.16)\n"
+     << "# -DCMAKE_PREFIX_PATH=P)";
+  if (cuda)
+    os << " built with the CUDA toolkit, whose\n"
+       << "# libdsrt_cuda.a (dsrt::dsrt_cuda) it links";
+  os << ".\n"
+     << "cmake_minimum_required(VERSION " << (cuda ? "3.18" : "3.16")
+     << ")\n"
      << "project(dsopt_program LANGUAGES CXX)\n"
      << "set(CMAKE_CXX_STANDARD 17)\n"
      << "if(NOT CMAKE_BUILD_TYPE)\n"
      << "  set(CMAKE_BUILD_TYPE Release)\n"
-     << "endif()\n"
-     << "find_package(dsrt REQUIRED)\n";
+     << "endif()\n";
+  StringRef library = "dsrt::dsrt";
+  std::string options = "-O3 -ffp-contract=off -fno-trapping-math -fopenmp";
+  for (const char *flag : {DSOPT_RUNTIME_ARCH_FLAGS})
+    options += std::string(" ") + flag;
+  if (cuda) {
+    StringRef arch = StringRef(compiler.cuda.arch);
+    arch.consume_front("sm_");
+    os << "# The GPU dsopt compiled for; override with "
+          "-DCMAKE_CUDA_ARCHITECTURES.\n"
+       << "if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)\n"
+       << "  set(CMAKE_CUDA_ARCHITECTURES " << arch << ")\n"
+       << "endif()\n"
+       << "enable_language(CUDA)\n"
+       << "set(CMAKE_CUDA_STANDARD 17)\n"
+       << "find_package(CUDAToolkit REQUIRED)\n";
+    library = "dsrt::dsrt_cuda";
+    // The fused kernels' flags on the device, the cpu ones on the host.
+    std::string host = "-Xcompiler=-fopenmp,-ffp-contract=off,"
+                       "-fno-trapping-math";
+    for (const char *flag : {DSOPT_RUNTIME_ARCH_FLAGS})
+      host += std::string(",") + flag;
+    options = "-O3 --fmad=false --expt-relaxed-constexpr " + host;
+  }
+  os << "find_package(dsrt REQUIRED)\n";
   for (const ProgramSource &program : programs) {
     os << "add_executable(" << program.exe << " " << program.file << ")\n"
-       << "target_link_libraries(" << program.exe << " PRIVATE dsrt::dsrt)\n"
+       << "target_link_libraries(" << program.exe << " PRIVATE " << library
+       << ")\n"
        << "# As dsopt compiles it: no FP contraction, so fused loops compute\n"
        << "# exactly what the kernels compute.\n"
-       << "target_compile_options(" << program.exe
-       << " PRIVATE -O3 -ffp-contract=off -fno-trapping-math -fopenmp";
-    for (const char *flag : {DSOPT_RUNTIME_ARCH_FLAGS})
-      os << " " << flag;
-    os << ")\n";
+       << "target_compile_options(" << program.exe << " PRIVATE " << options
+       << ")\n";
   }
   return text;
 }
@@ -117,7 +255,7 @@ static LogicalResult writeFile(StringRef path, StringRef contents,
 }
 
 /// What a failed host compile says went wrong: its first lines that report
-/// an error or a failure, at most three. The compiler driver's closing
+/// an error, a failure or a missing symbol, at most three. The compiler driver's closing
 /// summary ("collect2: error: ld returned 1 exit status") only says that
 /// the linker failed; the linker's own line says why (a missing symbol, "No
 /// space left on device"), so the summary is left out when there is more.
@@ -128,7 +266,8 @@ static std::string diagnosticLines(StringRef text) {
     rest = tail;
     line = line.rtrim();
     if (!line.contains("error") && !line.contains("failed") &&
-        !line.contains("No space left"))
+        !line.contains("No space left") &&
+        !line.contains("undefined reference"))
       continue;
     if (line.contains("collect2: error:") || line.contains("ld returned"))
       summaries.push_back(line);
@@ -143,8 +282,68 @@ static std::string diagnosticLines(StringRef text) {
 LogicalResult buildProgram(StringRef outDir, StringRef source,
                            StringRef exeName, const HostCompiler &compiler,
                            std::string &error) {
-  ProgramSource program{exeName.str(), "model.cpp", source.str()};
+  ProgramSource program{exeName.str(),
+                        compiler.target == ProgramTarget::Cuda ? "model.cu"
+                                                               : "model.cpp",
+                        source.str()};
   return buildPrograms(outDir, program, compiler, error);
+}
+
+namespace {
+/// One compiler run: `tool args...`, about `file`.
+struct ToolRun {
+  std::string tool, file;
+  std::vector<std::string> args;
+};
+} // namespace
+
+/// Runs every command at once, each with its own log; on failure `error`
+/// says which file the first failing one was about and its first errors.
+static LogicalResult runAll(ArrayRef<ToolRun> runs, StringRef what,
+                            std::string &error) {
+  struct Job {
+    llvm::SmallString<256> log;
+    llvm::sys::ProcessInfo process;
+    std::string message;
+  };
+  std::vector<Job> jobs(runs.size());
+  for (auto [run, job] : llvm::zip(runs, jobs)) {
+    std::vector<llvm::StringRef> argRefs{run.tool};
+    argRefs.insert(argRefs.end(), run.args.begin(), run.args.end());
+    llvm::sys::fs::createTemporaryFile("dsopt-cxx", "log", job.log);
+    std::optional<llvm::StringRef> redirects[] = {std::nullopt, job.log.str(),
+                                                  job.log.str()};
+    bool failedToStart = false;
+    job.process = llvm::sys::ExecuteNoWait(run.tool, argRefs, std::nullopt,
+                                           redirects, 0, &job.message,
+                                           &failedToStart);
+    if (failedToStart) {
+      error = "cannot run the " + what.str() + " '" + run.tool + "': " +
+              job.message;
+      return failure();
+    }
+  }
+  std::string firstError;
+  for (auto [run, job] : llvm::zip(runs, jobs)) {
+    llvm::sys::ProcessInfo done =
+        llvm::sys::Wait(job.process, std::nullopt, &job.message);
+    auto output = llvm::MemoryBuffer::getFile(job.log);
+    std::string text = output ? (*output)->getBuffer().str() : "";
+    llvm::sys::fs::remove(job.log);
+    if (done.ReturnCode == 0 || !firstError.empty())
+      continue;
+    std::string first = diagnosticLines(text);
+    if (first.empty())
+      first = job.message.empty() ? text.substr(0, 400) : job.message;
+    firstError = "the " + what.str() + " failed on " + run.file +
+                 " (exit status " + std::to_string(done.ReturnCode) +
+                 "): " + first;
+  }
+  if (!firstError.empty()) {
+    error = firstError;
+    return failure();
+  }
+  return success();
 }
 
 LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
@@ -160,17 +359,13 @@ LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
                          error)))
       return failure();
   if (failed(writeFile((srcDir + "/CMakeLists.txt").str(),
-                       generatedCMake(programs), error)))
+                       generatedCMake(programs, compiler), error)))
     return failure();
 
   const RuntimeLocation &runtime = compiler.runtime;
-  if (!llvm::sys::fs::exists(runtime.includeDir + "/dsrt/program.h") ||
-      !llvm::sys::fs::exists(runtime.library)) {
-    error = "libdsrt not found (looked for '" + runtime.includeDir +
-            "/dsrt/program.h' and '" + runtime.library +
-            "'); set DSOPT_RUNTIME_DIR to an installed runtime";
+  bool cuda = compiler.target == ProgramTarget::Cuda;
+  if (failed(checkRuntime(runtime, compiler.target, error)))
     return failure();
-  }
   std::string cxx = compiler.cxx;
   if (cxx.empty())
     cxx = llvm::sys::Process::GetEnv("CXX").value_or("c++");
@@ -180,59 +375,35 @@ LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
     return failure();
   }
 
-  // Every program compiles at once; each has its own log.
-  struct Job {
-    std::string cppPath;
-    llvm::SmallString<256> log;
-    llvm::sys::ProcessInfo process;
-    std::string message;
-  };
-  std::vector<Job> jobs(programs.size());
-  for (auto [program, job] : llvm::zip(programs, jobs)) {
-    job.cppPath = (srcDir + "/" + program.file).str();
+  // Every program compiles at once. On cuda nvcc compiles each source to an
+  // object, then the host compiler links them all at once.
+  std::vector<ToolRun> compiles, links;
+  for (const ProgramSource &program : programs) {
+    std::string source = (srcDir + "/" + program.file).str();
     llvm::SmallString<256> exePath(outDir);
     llvm::sys::path::append(exePath, program.exe);
-    std::vector<std::string> args = {*cxxPath};
-    llvm::append_range(args, programCompileFlags(runtime));
-    llvm::append_range(args, std::vector<std::string>{job.cppPath, "-o",
-                                                      exePath.str().str()});
-    llvm::append_range(args, programLinkArguments(runtime));
-    args.insert(args.end(), compiler.flags.begin(), compiler.flags.end());
-    std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
-    llvm::sys::fs::createTemporaryFile("dsopt-cxx", "log", job.log);
-    std::optional<llvm::StringRef> redirects[] = {std::nullopt, job.log.str(),
-                                                  job.log.str()};
-    bool failedToStart = false;
-    job.process = llvm::sys::ExecuteNoWait(*cxxPath, argRefs, std::nullopt,
-                                           redirects, 0, &job.message,
-                                           &failedToStart);
-    if (failedToStart) {
-      error = "cannot run the host compiler '" + *cxxPath + "': " +
-              job.message;
-      return failure();
+    ToolRun link{*cxxPath, source, {}};
+    if (cuda) {
+      std::string object = (srcDir + "/" + program.exe + ".o").str();
+      ToolRun compile{compiler.cuda.nvcc, source,
+                      cudaCompileFlags(runtime, compiler.cuda)};
+      llvm::append_range(compile.args,
+                         std::vector<std::string>{"-c", source, "-o", object});
+      compiles.push_back(std::move(compile));
+      link.args = {object, "-o", exePath.str().str()};
+      llvm::append_range(link.args, cudaLinkArguments(runtime, compiler.cuda));
+    } else {
+      link.args = programCompileFlags(runtime);
+      llvm::append_range(link.args, std::vector<std::string>{
+                                        source, "-o", exePath.str().str()});
+      llvm::append_range(link.args, programLinkArguments(runtime));
     }
+    llvm::append_range(link.args, compiler.flags);
+    links.push_back(std::move(link));
   }
-  std::string firstError;
-  for (Job &job : jobs) {
-    llvm::sys::ProcessInfo done =
-        llvm::sys::Wait(job.process, std::nullopt, &job.message);
-    auto output = llvm::MemoryBuffer::getFile(job.log);
-    std::string text = output ? (*output)->getBuffer().str() : "";
-    llvm::sys::fs::remove(job.log);
-    if (done.ReturnCode == 0 || !firstError.empty())
-      continue;
-    std::string first = diagnosticLines(text);
-    if (first.empty())
-      first = job.message.empty() ? text.substr(0, 400) : job.message;
-    firstError = "the host compiler failed on " + job.cppPath +
-                 " (exit status " + std::to_string(done.ReturnCode) +
-                 "): " + first;
-  }
-  if (!firstError.empty()) {
-    error = firstError;
+  if (failed(runAll(compiles, "CUDA compiler", error)))
     return failure();
-  }
-  return success();
+  return runAll(links, "host compiler", error);
 }
 
 } // namespace dsopt

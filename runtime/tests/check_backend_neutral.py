@@ -29,6 +29,7 @@ HOST_MEMORY_FILES = {
     "onnx_save.cpp": "the ONNX format, on host buffers",
     "checkpoint.cpp": "the checkpoint format, on host buffers",
     "file_io.cpp": "pread/pwrite on the I/O thread",
+    "nccl/nccl_transport.cpp": "the NCCL transport (cuda backend): copies only its unique id, host bytes",
 }
 
 # Byte and element access that bypasses the backend; begin_kernel would mean

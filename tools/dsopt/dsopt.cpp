@@ -117,6 +117,19 @@ cl::opt<std::string> outputFile(
              "(default: stdout)"),
     cl::value_desc("path"), cl::init("-"), cl::cat(outputCategory));
 
+cl::opt<std::string> targetFlag(
+    "target",
+    cl::desc("Backend the program is built for: cpu (C++ loops, OpenMP, "
+             "MPI; default) or cuda (fused loops as CUDA kernels, compiled "
+             "with nvcc against libdsrt_cuda)"),
+    cl::value_desc("cpu|cuda"), cl::init("cpu"), cl::cat(outputCategory));
+
+cl::opt<std::string> cudaArch(
+    "cuda-arch",
+    cl::desc("GPU architecture of --target cuda's kernels (default: sm_90, "
+             "H100/H200)"),
+    cl::value_desc("sm_NN"), cl::init("sm_90"), cl::cat(outputCategory));
+
 cl::opt<std::string> hostCompiler(
     "cxx", cl::desc("Host C++ compiler for the generated program (default: "
                     "$CXX, else c++)"),
@@ -728,6 +741,19 @@ EXAMPLES:
     return listSupportedOps();
   if (printBuildFlags) {
     dsopt::RuntimeLocation runtime = dsopt::findRuntime(argv[0]);
+    if (targetFlag == "cuda") {
+      std::string error;
+      FailureOr<dsopt::CudaToolkit> toolkit = dsopt::findCudaToolkit(error);
+      if (failed(toolkit))
+        return fail(error);
+      toolkit->arch = cudaArch;
+      llvm::outs() << "nvcc: " << toolkit->nvcc << "\nnvccflags: "
+                   << llvm::join(dsopt::cudaCompileFlags(runtime, *toolkit), " ")
+                   << "\nlibs: "
+                   << llvm::join(dsopt::cudaLinkArguments(runtime, *toolkit), " ")
+                   << "\n";
+      return 0;
+    }
     llvm::outs() << "cxxflags: " << llvm::join(dsopt::programCompileFlags(runtime), " ")
                  << "\nlibs: " << llvm::join(dsopt::programLinkArguments(runtime), " ")
                  << "\n";
@@ -796,6 +822,30 @@ EXAMPLES:
     if (!size)
       return fail("--batch expects a positive integer, got '" + batch + "'");
     options.batch = *size;
+  }
+  std::optional<dsopt::ProgramTarget> target =
+      dsopt::parseProgramTarget(targetFlag);
+  if (!target)
+    return fail("--target expects cpu or cuda, got '" + targetFlag + "'");
+  bool cudaArchValid = StringRef(cudaArch).starts_with("sm_") &&
+                       cudaArch.size() > 3 &&
+                       llvm::all_of(StringRef(cudaArch).drop_front(3),
+                                    [](char c) { return llvm::isDigit(c); });
+  if (!cudaArchValid)
+    return fail("--cuda-arch expects sm_NN (e.g. sm_90), got '" + cudaArch +
+                "'");
+  // Building for cuda needs the toolkit: said before any work is done.
+  dsopt::CudaToolkit cudaToolkit;
+  if (*target == dsopt::ProgramTarget::Cuda && emit == EmitKind::Build &&
+      !printConfig) {
+    std::string error;
+    FailureOr<dsopt::CudaToolkit> found = dsopt::findCudaToolkit(error);
+    if (failed(found) ||
+        failed(dsopt::checkRuntime(dsopt::findRuntime(argv[0]), *target,
+                                   error)))
+      return fail(error);
+    cudaToolkit = *found;
+    cudaToolkit.arch = cudaArch;
   }
   if (emit == EmitKind::Build && !printConfig &&
       (outputFile == "-" || outputFile.empty()))
@@ -1037,7 +1087,8 @@ EXAMPLES:
     return dsopt::writePlanJson(*module, os,
                                 trainModule ? *trainModule : ModuleOp(),
                                 configJson ? &*configJson : nullptr,
-                                rankModules);
+                                rankModules,
+                                dsopt::programTargetName(*target));
   };
   if (emit == EmitKind::Plan)
     return failed(writeTo(outputFile, writePlan)) ? 1 : 0;
@@ -1069,6 +1120,7 @@ EXAMPLES:
     lowerOptions.withMain = !noMain && main;
     lowerOptions.outlineRepeats = !flatCodegen;
     lowerOptions.symbolPrefix = prefix.empty() ? StringRef(symbolPrefix) : prefix;
+    lowerOptions.target = dsopt::programTargetName(*target).str();
     lowerPm.addPass(dsopt::createDsLowerToEmitC(lowerOptions));
     if (failed(lowerPm.run(program)))
       return failure();
@@ -1077,8 +1129,14 @@ EXAMPLES:
                                  os);
   };
   std::vector<dsopt::ProgramSource> programs;
+  // CUDA sources are .cu files, which nvcc compiles as CUDA.
+  StringRef sourceExtension =
+      *target == dsopt::ProgramTarget::Cuda ? ".cu" : ".cpp";
+  auto sourceFile = [&](StringRef stem) {
+    return (stem + sourceExtension).str();
+  };
   if (emit != EmitKind::TrainCpp) {
-    programs.push_back({"run", "model.cpp", ""});
+    programs.push_back({"run", sourceFile("model"), ""});
     if (failed(lower(*module, programs.back().source)))
       return failPass("code generation failed on " + inputFile);
   }
@@ -1092,7 +1150,7 @@ EXAMPLES:
   if (!rankModules.empty()) {
     // Every pipeline rank's program in one executable; each process runs
     // the one of its pp coordinate.
-    programs.push_back({"train", "train.cpp", ""});
+    programs.push_back({"train", sourceFile("train"), ""});
     std::string &source = programs.back().source;
     SmallVector<std::string> table;
     for (auto [r, rank] : llvm::enumerate(rankModules)) {
@@ -1105,14 +1163,15 @@ EXAMPLES:
       table.push_back(prefix + "program");
     }
     if (!noMain) {
-      OwningOpRef<ModuleOp> main = dsopt::buildPipelineMain(&context, table);
+      OwningOpRef<ModuleOp> main = dsopt::buildPipelineMain(
+          &context, table, *target == dsopt::ProgramTarget::Cuda);
       llvm::raw_string_ostream os(source);
       os << "\n";
       if (failed(emitc::translateToCpp(*main, os)))
         return failPass("code generation failed on the pipeline's main");
     }
   } else if (trainModule) {
-    programs.push_back({"train", "train.cpp", ""});
+    programs.push_back({"train", sourceFile("train"), ""});
     if (failed(lower(*trainModule, programs.back().source)))
       return failPass("code generation failed on the training step of " +
                   inputFile);
@@ -1125,7 +1184,7 @@ EXAMPLES:
                ? 1
                : 0;
   if (gradientModule) {
-    programs.push_back({"gradients", "gradients.cpp", ""});
+    programs.push_back({"gradients", sourceFile("gradients"), ""});
     if (failed(lower(*gradientModule, programs.back().source)))
       return failPass("code generation failed on the gradients of " + inputFile);
   }
@@ -1135,6 +1194,8 @@ EXAMPLES:
   dsopt::HostCompiler compiler;
   compiler.cxx = hostCompiler;
   compiler.runtime = dsopt::findRuntime(argv[0]);
+  compiler.target = *target;
+  compiler.cuda = cudaToolkit;
   std::string error;
   if (failed(dsopt::buildPrograms(staged->path(), programs, compiler, error)))
     return fail(staged->finalSpelling(error));

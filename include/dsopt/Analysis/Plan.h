@@ -32,12 +32,14 @@ mlir::FailureOr<PlanSummary> summarizePlan(mlir::func::FuncOp function);
 /// @optimizer_step sharing one arena) with its configuration `trainConfig`
 /// (a JSON object, or null).
 /// With pipeline parallelism `train` is the step cut into stages and
-/// `pipelineRanks` the program of each pipeline rank.
+/// `pipelineRanks` the program of each pipeline rank. `target` is the
+/// backend the programs are generated for ("cpu" or "cuda").
 mlir::LogicalResult
 writePlanJson(mlir::ModuleOp module, llvm::raw_ostream &os,
               mlir::ModuleOp train = nullptr,
               const llvm::json::Value *trainConfig = nullptr,
-              llvm::ArrayRef<mlir::ModuleOp> pipelineRanks = {});
+              llvm::ArrayRef<mlir::ModuleOp> pipelineRanks = {},
+              llvm::StringRef target = "cpu");
 
 /// Chrome trace JSON of one training step of the pipelined training module
 /// `train` (ds-pipeline's `ds.pipeline`): the schedule simulated with the

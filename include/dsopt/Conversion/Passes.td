@@ -20,6 +20,11 @@ def DsLowerToEmitC : Pass<"ds-lower-to-emitc", "mlir::ModuleOp"> {
     takes the offsets of its buffers, and called once per repeat; each
     distinct fused loop is emitted once. `outline=false` emits one kernel
     call per op instead (the reference bench/compile_bench.py compares with).
+
+    `target=cuda` emits the same program for the cuda backend: each fused
+    loop becomes a CUDA `__global__` kernel (one thread per element, a
+    grid-stride loop) and a host function that launches it on the op's
+    stream; the source is then compiled by nvcc as a `.cu` file.
   }];
   let dependentDialects = ["mlir::emitc::EmitCDialect"];
   let options = [
@@ -32,7 +37,10 @@ def DsLowerToEmitC : Pass<"ds-lower-to-emitc", "mlir::ModuleOp"> {
            "Prefix of the emitted functions and constants (<prefix>run, "
            "<prefix>describe)">,
     Option<"outlineRepeats", "outline", "bool", /*default=*/"true",
-           "Emit repeated layers once, as block functions called per layer">
+           "Emit repeated layers once, as block functions called per layer">,
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "Backend the program is generated for: cpu (C++ loops) or cuda "
+           "(fused loops as CUDA kernels)">
   ];
 }
 

@@ -12,7 +12,9 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace dsopt {
 
@@ -27,7 +29,38 @@ mlir::LogicalResult emitProgramCpp(mlir::ModuleOp emitcModule,
 struct RuntimeLocation {
   std::string includeDir, library;
   std::vector<std::string> linkFlags;
+  /// The cuda backend's libdsrt_cuda.a (backend-neutral core + cuda
+  /// backend) next to libdsrt.a; empty where none was built.
+  std::string cudaLibrary;
 };
+
+/// The backend generated programs are built for.
+enum class ProgramTarget { Cpu, Cuda };
+/// Whether `runtime` has what programs for `target` link (libdsrt.a, or
+/// libdsrt_cuda.a); if not, `error` says what is missing and where.
+mlir::LogicalResult checkRuntime(const RuntimeLocation &runtime,
+                                 ProgramTarget target, std::string &error);
+/// "cpu" or "cuda"; std::nullopt for anything else.
+std::optional<ProgramTarget> parseProgramTarget(llvm::StringRef name);
+llvm::StringRef programTargetName(ProgramTarget target);
+
+/// The CUDA toolkit a cuda program is compiled with: nvcc and the directory
+/// of its libraries (cudart, cuBLASLt, NCCL).
+struct CudaToolkit {
+  std::string nvcc, libraryDir;
+  /// The GPU architecture the kernels are compiled for ("sm_90").
+  std::string arch = "sm_90";
+};
+/// nvcc from $CUDACXX (which must then be one), $CUDA_HOME/bin, the toolkit
+/// dsopt was built with, /usr/local/cuda/bin or PATH; on failure `error`
+/// says where it looked.
+mlir::FailureOr<CudaToolkit> findCudaToolkit(std::string &error);
+/// nvcc flags that compile a generated `.cu` (to an object file), and what
+/// the host compiler links it with.
+std::vector<std::string> cudaCompileFlags(const RuntimeLocation &runtime,
+                                          const CudaToolkit &toolkit);
+std::vector<std::string> cudaLinkArguments(const RuntimeLocation &runtime,
+                                           const CudaToolkit &toolkit);
 RuntimeLocation findRuntime(const char *argv0);
 
 /// Flags that compile a generated program's source, and what links it.
@@ -35,14 +68,18 @@ std::vector<std::string> programCompileFlags(const RuntimeLocation &runtime);
 std::vector<std::string> programLinkArguments(const RuntimeLocation &runtime);
 
 struct HostCompiler {
-  /// The C++ compiler (default: $CXX, else c++).
+  /// The C++ compiler (default: $CXX, else c++); it links cuda programs too.
   std::string cxx;
+  ProgramTarget target = ProgramTarget::Cpu;
+  /// With ProgramTarget::Cuda: nvcc compiles each source first.
+  CudaToolkit cuda;
   /// Extra flags, appended.
   std::vector<std::string> flags;
   RuntimeLocation runtime;
 };
 
-/// One generated program: `outDir/<exe>` built from `outDir/src/<file>`.
+/// One generated program: `outDir/<exe>` built from `outDir/src/<file>`
+/// (a `.cu` file for the cuda target).
 struct ProgramSource {
   std::string exe, file, source;
 };
@@ -57,7 +94,8 @@ mlir::LogicalResult buildPrograms(llvm::StringRef outDir,
                                   const HostCompiler &compiler,
                                   std::string &error);
 
-/// buildPrograms of one program, `outDir/<exeName>` from `src/model.cpp`.
+/// buildPrograms of one program, `outDir/<exeName>` from `src/model.cpp`
+/// (`src/model.cu` for the cuda target).
 mlir::LogicalResult buildProgram(llvm::StringRef outDir, llvm::StringRef source,
                                  llvm::StringRef exeName,
                                  const HostCompiler &compiler,

@@ -13,21 +13,29 @@
 #include <cstring>
 #include <limits>
 
+// Generated fused loops call these from CUDA kernels too (dsopt --target
+// cuda): nvcc compiles them for host and device.
+#ifdef __CUDACC__
+#define DSRT_HOST_DEVICE __host__ __device__
+#else
+#define DSRT_HOST_DEVICE
+#endif
+
 namespace dsrt {
 namespace math {
 
-inline uint32_t float_bits(float f) {
+DSRT_HOST_DEVICE inline uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
-inline float bits_float(uint32_t u) {
+DSRT_HOST_DEVICE inline float bits_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
 
-inline float half_to_float(uint16_t h) {
+DSRT_HOST_DEVICE inline float half_to_float(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exponent = (h >> 10) & 0x1Fu;
   uint32_t mantissa = h & 0x3FFu;
@@ -41,7 +49,7 @@ inline float half_to_float(uint16_t h) {
 }
 
 // Round to nearest, ties to even, as IEEE conversions and PyTorch do.
-inline uint16_t float_to_half(float f) {
+DSRT_HOST_DEVICE inline uint16_t float_to_half(float f) {
   uint32_t x = float_bits(f);
   uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   uint32_t ax = x & 0x7FFFFFFFu;
@@ -67,9 +75,9 @@ inline uint16_t float_to_half(float f) {
   return sign | static_cast<uint16_t>(rebased);
 }
 
-inline float bfloat_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+DSRT_HOST_DEVICE inline float bfloat_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
-inline uint16_t float_to_bfloat(float f) {
+DSRT_HOST_DEVICE inline uint16_t float_to_bfloat(float f) {
   uint32_t x = float_bits(f);
   if ((x & 0x7FFFFFFFu) > 0x7F800000u)  // NaN: quiet, keep the sign
     return static_cast<uint16_t>((x >> 16) | 0x40u);
@@ -84,7 +92,7 @@ inline uint16_t float_to_bfloat(float f) {
 // exp(x) with Cody-Waite range reduction and Cephes' polynomial, about 1 ulp.
 // Handles overflow to inf, underflow through the subnormals to 0 (so
 // exp(-inf) == 0, which masked softmax relies on) and NaN.
-inline float fast_exp(float x) {
+DSRT_HOST_DEVICE inline float fast_exp(float x) {
   float xc = std::min(std::max(x, -104.0f), 88.8f);  // NaN passes through
   // Round to nearest with the 1.5 * 2^23 trick (no SSE4.1 needed).
   float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -110,7 +118,7 @@ inline float fast_exp(float x) {
 
 // tanh(x): Cephes' odd polynomial below |x| = 0.625, else
 // 1 - 2 / (exp(2|x|) + 1) with the sign restored; about 2 ulp.
-inline float fast_tanh(float x) {
+DSRT_HOST_DEVICE inline float fast_tanh(float x) {
   float ax = std::fabs(x);
   float z = x * x;
   float small = -5.70498872745e-3f;
@@ -125,10 +133,10 @@ inline float fast_tanh(float x) {
   return ax < 0.625f ? small : large;
 }
 
-inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+DSRT_HOST_DEVICE inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
 
 // erf(x) = x * P(x^2) for |x| < 1; least-squares fit of the relative error.
-inline float erf_small(float x) {
+DSRT_HOST_DEVICE inline float erf_small(float x) {
   float t = x * x;
   float p = -5.667928474e-04f;
   p = p * t + 4.927403846e-03f;
@@ -141,7 +149,7 @@ inline float erf_small(float x) {
 
 // H(a) = erfc(a) exp(a^2) for a in [0.5, 4], a polynomial in a - 2.25 that
 // fits the relative error (within about 2.5 ulp).
-inline float erfc_scaled(float a) {
+DSRT_HOST_DEVICE inline float erfc_scaled(float a) {
   float t = a - 2.25f;
   float h = 2.523741091e-07f;
   h = h * t - 1.119390183e-06f;
@@ -159,10 +167,10 @@ inline float erfc_scaled(float a) {
   return h;
 }
 
-inline float erfc_mid(float a) { return fast_exp(-a * a) * erfc_scaled(a); }
+DSRT_HOST_DEVICE inline float erfc_mid(float a) { return fast_exp(-a * a) * erfc_scaled(a); }
 
 // The rounding error of the product a * b = hi: a * b == hi + lo exactly.
-inline float product_error(float a, float b, float hi) {
+DSRT_HOST_DEVICE inline float product_error(float a, float b, float hi) {
 #if defined(__FMA__)
   return std::fma(a, b, -hi);
 #else
@@ -175,7 +183,7 @@ inline float product_error(float a, float b, float hi) {
 
 // erf(x) within a few ulp of std::erf, but vectorizable: exact GELU calls it
 // for every activation. erf rounds to +-1 in f32 beyond |x| = 3.92.
-inline float fast_erf(float x) {
+DSRT_HOST_DEVICE inline float fast_erf(float x) {
   float a = std::fabs(x);
   float large = a >= 4.0f ? 1.0f : 1.0f - erfc_mid(std::min(a, 4.0f));
   large = std::copysign(large, x);
@@ -190,7 +198,7 @@ inline float fast_erf(float x) {
 // so the result keeps its relative precision in the negative tail. Beyond
 // |z| = 4, erfc(|z|) < 1.6e-8 is taken as 0 (so -inf gives 0 * -inf = NaN, as
 // the formula does).
-inline float fast_gelu(float x) {
+DSRT_HOST_DEVICE inline float fast_gelu(float x) {
   float z = x * 0.70710678118654752f;
   float a = std::fabs(z);
   float xx = x * x;
@@ -204,7 +212,7 @@ inline float fast_gelu(float x) {
 }
 
 // max(a, b) that returns NaN if either is NaN, like PyTorch's maximum.
-inline float maximum(float a, float b) {
+DSRT_HOST_DEVICE inline float maximum(float a, float b) {
   if (a != a) return a;
   if (b != b) return b;
   return a < b ? b : a;
@@ -212,7 +220,7 @@ inline float maximum(float a, float b) {
 
 // Float to integer truncates toward zero; NaN becomes 0 and values outside
 // the integer's range saturate (the conversion is otherwise undefined).
-template <typename I> I float_to_int(float v) {
+template <typename I> DSRT_HOST_DEVICE I float_to_int(float v) {
   constexpr float lo = static_cast<float>(std::numeric_limits<I>::min());
   constexpr float hi = static_cast<float>(std::numeric_limits<I>::max());  // rounds up to 2^k
   if (!(v == v))

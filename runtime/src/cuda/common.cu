@@ -3,6 +3,7 @@
 #include "cuda/common.cuh"
 
 #include "async.h"
+#include "dsrt/cuda_launch.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -181,4 +182,16 @@ bool allow_tf32() {
 }
 
 }  // namespace detail
+
+namespace cuda {
+
+// dsrt/cuda_launch.h: the stream generated kernels launch on.
+cudaStream_t launch_stream(Stream &stream) {
+  if (stream.backend() != Backend::Cuda)
+    throw Error("dsrt::cuda::launch_stream: a generated cuda kernel was given a stream of the " +
+                std::string(stream.backend() == Backend::Cpu ? "cpu" : "other") + " backend");
+  return detail::begin_kernel(stream);
+}
+
+}  // namespace cuda
 }  // namespace dsrt

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Compares what a cuda run wrote with what the cpu run of the same
+programs wrote (scripts/gpu-check.sh).
+
+  gpu_compare.py forward CPU_WORK CUDA_WORK --rtol R
+      every .npy output under CUDA_WORK against the file of the same
+      relative path under CPU_WORK: |cuda - cpu| <= rtol * max(|cpu|)
+      per output (a dot product's rounding is relative to its terms).
+  gpu_compare.py train CPU_WORK CUDA_WORK --rtol R
+      every log.jsonl under CUDA_WORK against CPU_WORK's: each step's loss
+      within rel R.
+
+Prints one line per file and a summary; exits 1 on any mismatch, a file
+missing on either side, or nothing to compare.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def losses(path: Path):
+    steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [s["loss"] for s in steps if "loss" in s]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["forward", "train"])
+    parser.add_argument("cpu", type=Path)
+    parser.add_argument("cuda", type=Path)
+    parser.add_argument("--rtol", type=float, required=True)
+    args = parser.parse_args()
+
+    pattern = "*.npy" if args.kind == "forward" else "log.jsonl"
+    cuda_files = sorted(p for p in args.cuda.rglob(pattern)
+                        if args.kind == "train" or p.parent.name == "outputs")
+    failures = 0
+    for cuda_file in cuda_files:
+        rel = cuda_file.relative_to(args.cuda)
+        cpu_file = args.cpu / rel
+        if not cpu_file.exists():
+            print(f"{rel}: MISSING in the cpu run")
+            failures += 1
+            continue
+        if args.kind == "forward":
+            a, b = np.load(cpu_file), np.load(cuda_file)
+            if a.shape != b.shape:
+                print(f"{rel}: MISMATCH shapes {a.shape} (cpu) and {b.shape} (cuda)")
+                failures += 1
+                continue
+            if a.dtype.kind not in "fc":
+                ok = np.array_equal(a, b)
+                print(f"{rel}: {'equal' if ok else 'MISMATCH (integers differ)'}")
+                failures += not ok
+                continue
+            scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1e-30)
+            err = float(np.max(np.abs(a.astype(np.float64) - b))) / scale if a.size else 0.0
+            ok = err <= args.rtol and np.isfinite(b).all() == np.isfinite(a).all()
+        else:
+            a, b = losses(cpu_file), losses(cuda_file)
+            if len(a) != len(b) or not a:
+                print(f"{rel}: MISMATCH {len(a)} cpu steps, {len(b)} cuda steps")
+                failures += 1
+                continue
+            err = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b))
+            ok = err <= args.rtol
+        print(f"{rel}: {'matches' if ok else 'MISMATCH'} (max rel err {err:.1e}, tolerance {args.rtol:.0e})")
+        failures += not ok
+    if not cuda_files:
+        print(f"nothing to compare: no {pattern} under {args.cuda}")
+        failures += 1
+    print(f"cuda vs cpu {args.kind}: {len(cuda_files)} files, {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
