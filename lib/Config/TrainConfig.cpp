@@ -1679,9 +1679,7 @@ llvm::Error checkPrecisionComposition(const TrainConfig &config) {
   if (config.precision == Precision::FP32)
     return llvm::Error::success();
   std::string what;
-  if (config.zeroStage >= 1)
-    what = "ZeRO stage " + std::to_string(config.zeroStage);
-  else if (config.pipelineStages > 1)
+  if (config.pipelineStages > 1)
     what = "pipeline stages (--pp " + std::to_string(config.pipelineStages) +
            ")";
   if (what.empty())
@@ -1689,8 +1687,7 @@ llvm::Error checkPrecisionComposition(const TrainConfig &config) {
   return llvm::createStringError(
       llvm::inconvertibleErrorCode(),
       precisionName(config.precision) + " training with " + what +
-          " is not implemented yet; use ZeRO stage 0 without pipeline "
-          "stages, or fp32");
+          " is not implemented yet; use one pipeline stage, or fp32");
 }
 
 llvm::Error checkPipelineSchedule(const TrainConfig &config,
