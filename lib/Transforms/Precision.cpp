@@ -246,14 +246,17 @@ PrecisionPass::convertOptimizerStep(func::FuncOp step,
       firstAfterStates = i + 1;
   }
 
-  // Accumulators are read in f32: the norm, clipping and the update.
+  // Accumulators are read in f32 by the update, each cast right before it
+  // reads it, so one f32 copy lives at a time; the norm's sum of squares
+  // reads them as they are (it accumulates in double).
   for (auto &[name, i] : accArg) {
     BlockArgument acc = body.getArgument(i);
     acc.setType(withElement(acc.getType(), accum));
-    if (accum != f32) {
-      Value wide = castAfterDef(b, acc, f32);
-      acc.replaceAllUsesExcept(wide, wide.getDefiningOp());
-    }
+    if (accum == f32)
+      continue;
+    for (OpOperand &use : llvm::make_early_inc_range(acc.getUses()))
+      if (!isa<ds::SumOfSquaresOp>(use.getOwner()))
+        use.set(castBefore(b, use.getOwner(), acc, f32));
   }
 
   // The master copies, in the order of the parameters' arguments.

@@ -59,10 +59,11 @@
 // BF16-SAME: tensor<6x6xbf16> {ds.updates = 0 : i64}
 // BF16-SAME: tensor<6x6xbf16> {ds.updates = 3 : i64}
 // BF16-SAME: tensor<6x6xf32> {ds.updates = 12 : i64}
-// Gradients are read in f32: norm, clipping and the update.
+// The norm sums the bf16 accumulators' squares as they are (in double);
+// the update reads each in f32, cast right before it.
+// BF16: ds.sum_of_squares %arg3, %arg4, %arg5 : tensor<6x6xbf16>, tensor<6xbf16>, tensor<6xbf16>
 // BF16: %[[G:.*]] = ds.cast %arg3 : tensor<6x6xbf16> to tensor<6x6xf32>
-// BF16: ds.sum_of_squares %[[G]],
-// BF16: %[[SG:.*]] = ds.mul %[[G]], %{{.*}} : tensor<6x6xf32>, tensor<f32>
+// BF16-NEXT: %[[SG:.*]] = ds.mul %[[G]], %{{.*}} : tensor<6x6xf32>, tensor<f32>
 // The optimizer updates the master, then the working copy is refreshed.
 // BF16: %param_out, %first_moment_out, %second_moment_out = ds.adamw %arg15, %arg16, %arg12, %[[SG]], %arg6, %arg9
 // BF16: %[[RESET:.*]] = ds.fill {value = 0.000000e+00 : f64} : tensor<6x6xbf16>

@@ -823,7 +823,7 @@ def Ds_LionOp : Ds_OptimizerOp<"lion"> {
                  Ds_FloatTensor:$momentum_out);
 }
 
-def Ds_SumOfSquaresOp : Ds_Op<"sum_of_squares", [Ds_ComputeF32, InferTypeOpAdaptor]> {
+def Ds_SumOfSquaresOp : Ds_Op<"sum_of_squares", [Ds_Accumulate32, InferTypeOpAdaptor]> {
   let summary = "sum of the squares of every element of every input";
   let description = [{
     Accumulated in double, returned as an f32 scalar: the square of the
