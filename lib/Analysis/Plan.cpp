@@ -809,6 +809,15 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
           {"dp", zero.getDp()},
           {"param_persistence_threshold",
            zero.getParamPersistenceThreshold()}};
+    // Mixed precision (ds-precision): the 16-bit type and the gradients'.
+    if (auto recipe = programs.front()->getAttrOfType<DictionaryAttr>(
+            ds::DsDialect::kTrainAttrName))
+      if (auto dtype = recipe.getAs<StringAttr>("precision")) {
+        auto accum = recipe.getAs<StringAttr>("grad_accum_dtype");
+        training["precision"] = llvm::json::Object{
+            {"dtype", dtype.getValue()},
+            {"grad_accum_dtype", accum ? accum.getValue() : dtype.getValue()}};
+      }
     if (trainConfig)
       training["config"] = *trainConfig;
     json["train"] = std::move(training);

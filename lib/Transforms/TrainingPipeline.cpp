@@ -67,6 +67,15 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   optimizer.trainBatch = options.trainBatch;
   pm.addPass(createDsOptimizer(optimizer));
 
+  if (options.precision != "fp32") {
+    DsPrecisionOptions precision;
+    precision.dtype = options.precision;
+    precision.gradAccumDtype = options.gradAccumDtype;
+    pm.addPass(createDsPrecision(precision));
+    // Cast pairs that cancel, casts of constants.
+    pm.addPass(createCanonicalizerPass());
+  }
+
   bool pipelined = options.pp > 1;
   if (pipelined || options.cutOnly) {
     DsPipelineOptions pipeline;
@@ -118,6 +127,9 @@ void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {
   options.stepsPerPrint = config.stepsPerPrint;
   options.microBatch = config.microBatchSize;
   options.trainBatch = config.trainBatchSize;
+  options.precision = precisionName(config.precision).str();
+  if (config.gradAccumDtype)
+    options.gradAccumDtype = precisionName(*config.gradAccumDtype).str();
   options.zeroStage = config.zeroStage;
   options.dp = config.dataParallelSize;
   options.persistenceThreshold = config.paramPersistenceThreshold;

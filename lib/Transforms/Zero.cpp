@@ -294,13 +294,37 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   for (auto [acc, shardValue] :
        llvm::zip(accs, reduceScatterBuckets(b, loc, flats)))
     shardOfAcc[acc] = shardValue;
+  // The shard of an accumulator, or of its cast to f32 (16-bit
+  // accumulation, ds-precision): the cast of the shard, made once.
+  auto gradShardOf = [&](Value value) -> Value {
+    if (Value shardValue = shardOfAcc.lookup(value))
+      return shardValue;
+    auto widen = value.getDefiningOp<ds::CastOp>();
+    if (!widen)
+      return {};
+    Value shardValue = shardOfAcc.lookup(widen.getInput());
+    if (!shardValue)
+      return {};
+    OpBuilder::InsertionGuard guard(b);
+    if (Operation *def = shardValue.getDefiningOp())
+      b.setInsertionPointAfter(def);
+    else
+      b.setInsertionPointToStart(&body);
+    Value wide = ds::CastOp::create(
+        b, widen.getLoc(),
+        cast<RankedTensorType>(shardValue.getType())
+            .clone(getElementTypeOrSelf(widen.getType())),
+        shardValue);
+    shardOfAcc[value] = wide;
+    return wide;
+  };
 
   // The global norm: the sum over ranks of the shards' sums of squares.
   SmallVector<ds::SumOfSquaresOp> norms;
   body.walk([&](ds::SumOfSquaresOp op) { norms.push_back(op); });
   for (ds::SumOfSquaresOp op : norms) {
     for (OpOperand &operand : op->getOpOperands()) {
-      Value shardValue = shardOfAcc.lookup(operand.get());
+      Value shardValue = gradShardOf(operand.get());
       if (!shardValue)
         return op.emitOpError()
                << "ds-zero: operand " << operand.getOperandNumber()
@@ -317,7 +341,8 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   // Each update on the rank's shard; updated parameters that are whole at
   // rest are gathered afterwards, in buckets.
   struct ToGather {
-    ds::OptimizerOpInterface update; // the sharded update
+    Value shard;         // the updated shard (or its 16-bit working copy)
+    Operation *after;    // what computes it
     RankedTensorType whole;
     SmallVector<OpOperand *> uses;
   };
@@ -328,6 +353,17 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     auto param = dyn_cast<BlockArgument>(update.getParamOperand().get());
     StringRef name =
         param ? paramName(step, param.getArgNumber()) : StringRef();
+    // With ds-precision the update is of the fp32 master weights, a state;
+    // the parameter is their 16-bit working copy, refreshed by a cast.
+    BlockArgument working;
+    if (param && name.empty())
+      if (ds::StateAttr state = ds::getArgumentState(step, param.getArgNumber());
+          state && state.getRole() == "master") {
+        name = state.getParam();
+        for (BlockArgument arg : body.getArguments())
+          if (paramName(step, arg.getArgNumber()) == name)
+            working = arg;
+      }
     if (name.empty() || !accOf.count(name))
       return update->emitOpError()
              << "ds-zero: the updated parameter is not a trained parameter "
@@ -341,17 +377,24 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     Value grad = update.getGradOperand().get();
     BlockArgument acc = accOf[name];
     Value gradShard;
-    if (grad == acc) {
-      gradShard = shardOfAcc[acc];
+    auto isAcc = [&](Value v) {
+      if (v == acc)
+        return true;
+      auto widen = v.getDefiningOp<ds::CastOp>();
+      return widen && widen.getInput() == acc;
+    };
+    if (isAcc(grad)) {
+      gradShard = gradShardOf(grad);
     } else if (auto mul = grad.getDefiningOp<ds::MulOp>();
-               mul && (mul.getLhs() == acc || mul.getRhs() == acc)) {
-      Value scale = mul.getLhs() == acc ? mul.getRhs() : mul.getLhs();
+               mul && (isAcc(mul.getLhs()) || isAcc(mul.getRhs()))) {
+      Value accValue = isAcc(mul.getLhs()) ? mul.getLhs() : mul.getRhs();
+      Value scale = isAcc(mul.getLhs()) ? mul.getRhs() : mul.getLhs();
       if (cast<RankedTensorType>(scale.getType()).getRank() != 0)
         return mul.emitOpError()
                << "ds-zero: the gradient of '" << name
                << "' is scaled by a tensor, not a scalar";
       gradShard = ds::MulOp::create(b, mul.getLoc(),
-                                    ValueRange{shardOfAcc[acc], scale});
+                                    ValueRange{gradShardOf(accValue), scale});
     } else {
       return update->emitOpError()
              << "ds-zero: the gradient of '" << name
@@ -360,8 +403,11 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     }
 
     bool paramSharded = shardedParams.contains(name);
-    Value paramShard = paramSharded ? Value(param) : slice(b, paramLoc, param);
-    if (paramSharded)
+    Value paramShard = paramSharded || working ? Value(param)
+                                               : slice(b, paramLoc, param);
+    if (working)
+      param.setType(shardType); // the master: a state, a shard at rest
+    else if (paramSharded)
       shardArgument(step, param, shardType, true);
 
     // The states are [s] shards.
@@ -386,10 +432,33 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
          llvm::zip_equal(update.getUpdatedStates(), sharded.getUpdatedStates()))
       state.replaceAllUsesWith(shardedState);
     Value updated = update.getUpdatedParam();
-    if (paramSharded) {
+    if (working) {
+      // The working copy: the cast of the updated master shard, gathered
+      // in 16 bits unless it is itself a shard at rest (stage 3).
+      ds::CastOp refresh;
+      for (Operation *user : updated.getUsers())
+        if (auto c = dyn_cast<ds::CastOp>(user))
+          refresh = c;
+      if (!refresh)
+        return update->emitOpError()
+               << "ds-zero: the working copy of '" << name
+               << "' is not refreshed from its master weights";
+      auto workingWhole = cast<RankedTensorType>(working.getType());
+      auto workingShard = flatType(workingWhole, partition(workingWhole).s);
+      updated.replaceAllUsesWith(sharded.getUpdatedParam());
+      refresh.getResult().setType(workingShard);
+      if (paramSharded) {
+        shardArgument(step, working, workingShard, true);
+      } else {
+        ToGather item{refresh.getResult(), refresh, workingWhole, {}};
+        for (OpOperand &use : refresh.getResult().getUses())
+          item.uses.push_back(&use);
+        toGather.push_back(std::move(item));
+      }
+    } else if (paramSharded) {
       updated.replaceAllUsesWith(sharded.getUpdatedParam());
     } else {
-      ToGather item{sharded, wholeType, {}};
+      ToGather item{sharded.getUpdatedParam(), sharded, wholeType, {}};
       for (OpOperand &use : updated.getUses())
         item.uses.push_back(&use);
       // Until the gathers below exist (the types differ meanwhile).
@@ -404,21 +473,20 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
 
   SmallVector<Value> newShards;
   for (ToGather &item : toGather)
-    newShards.push_back(item.update.getUpdatedParam());
+    newShards.push_back(item.shard);
   // Buckets of allgather-bucket-size gathered elements (shards of 1/dp).
   for (const SmallVector<unsigned> &bucket :
        bucketsOf(newShards, std::max<int64_t>(1, allgatherBucketSize / dp))) {
-    b.setInsertionPointAfter(toGather[bucket.back()].update);
+    b.setInsertionPointAfter(toGather[bucket.back()].after);
     SmallVector<Value> full;
     if (bucket.size() == 1) {
       ToGather &item = toGather[bucket[0]];
-      full.push_back(gather(b, item.update->getLoc(),
-                            item.update.getUpdatedParam(), item.whole));
+      full.push_back(gather(b, item.after->getLoc(), item.shard, item.whole));
     } else {
       SmallVector<Value> inputs;
       SmallVector<Type> types;
       for (unsigned i : bucket) {
-        Value shardValue = toGather[i].update.getUpdatedParam();
+        Value shardValue = toGather[i].shard;
         inputs.push_back(shardValue);
         types.push_back(flatType(toGather[i].whole, partition(toGather[i].whole).m));
       }
@@ -429,7 +497,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
           b, loc, types, inputs,
           withGrid(b, {}));
       for (auto [k, i] : llvm::enumerate(bucket))
-        full.push_back(ds::FlatUnpadOp::create(b, toGather[i].update->getLoc(),
+        full.push_back(ds::FlatUnpadOp::create(b, toGather[i].after->getLoc(),
                                                toGather[i].whole,
                                                op->getResult(k)));
     }
@@ -456,6 +524,11 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
       if (fill->use_empty())
         fill.erase();
     }
+  // Casts of whole accumulators whose readers now read the shard's cast.
+  SmallVector<ds::CastOp> casts(body.getOps<ds::CastOp>());
+  for (ds::CastOp c : llvm::reverse(casts))
+    if (c->use_empty())
+      c.erase();
   syncFunctionType(step);
   return success();
 }

@@ -188,3 +188,27 @@ func.func @keep_shared_matmul(%w: tensor<5x4xf32>, %x: tensor<4x3xf32>) -> (tens
   %1 = ds.transpose %0 {perm = array<i64: 1, 0>} : tensor<5x3xf32>
   return %1, %0 : tensor<3x5xf32>, tensor<5x3xf32>
 }
+
+// -----
+
+// A cast to a wider float and back is the value itself; the other order
+// rounds, and f16 -> bf16 -> f16 loses range, so those stay.
+// CHECK-LABEL: func.func @cast_pairs
+// CHECK-SAME: (%[[H:.*]]: tensor<3xbf16>, %[[F:.*]]: tensor<3xf32>, %[[S:.*]]: tensor<3xf16>)
+// CHECK: %[[ROUND:.*]] = ds.cast %[[F]] : tensor<3xf32> to tensor<3xbf16>
+// CHECK: %[[BACK:.*]] = ds.cast %[[ROUND]] : tensor<3xbf16> to tensor<3xf32>
+// CHECK: %[[VIA:.*]] = ds.cast %[[S]] : tensor<3xf16> to tensor<3xbf16>
+// CHECK: %[[S2:.*]] = ds.cast %[[VIA]] : tensor<3xbf16> to tensor<3xf16>
+// CHECK: return %[[H]], %[[BACK]], %[[S]], %[[S2]]
+func.func @cast_pairs(%h: tensor<3xbf16>, %f: tensor<3xf32>, %s: tensor<3xf16>)
+    -> (tensor<3xbf16>, tensor<3xf32>, tensor<3xf16>, tensor<3xf16>) {
+  %0 = ds.cast %h : tensor<3xbf16> to tensor<3xf32>
+  %1 = ds.cast %0 : tensor<3xf32> to tensor<3xbf16>
+  %2 = ds.cast %f : tensor<3xf32> to tensor<3xbf16>
+  %3 = ds.cast %2 : tensor<3xbf16> to tensor<3xf32>
+  %4 = ds.cast %s : tensor<3xf16> to tensor<3xf32>
+  %5 = ds.cast %4 : tensor<3xf32> to tensor<3xf16>
+  %6 = ds.cast %s : tensor<3xf16> to tensor<3xbf16>
+  %7 = ds.cast %6 : tensor<3xbf16> to tensor<3xf16>
+  return %1, %3, %5, %7 : tensor<3xbf16>, tensor<3xf32>, tensor<3xf16>, tensor<3xf16>
+}

@@ -401,6 +401,22 @@ func.func @param_dense(%w: tensor<3xf32> {ds.param = #ds.param<name = "w", train
 
 // -----
 
+// A 16-bit working copy holds an f32 value, but only of its own shape.
+// expected-error @+1 {{parameter 'w' value has type 'tensor<2xf32>' but argument 0 is 'tensor<3xbf16>'}}
+func.func @param_working_copy(%w: tensor<3xbf16> {ds.param = #ds.param<name = "w", trainable = true, data = dense<1.0> : tensor<2xf32>>}) {
+  return
+}
+
+// -----
+
+// ... and an f32 value: not an integer one.
+// expected-error @+1 {{parameter 'w' value has type 'tensor<3xi32>' but argument 0 is 'tensor<3xbf16>'}}
+func.func @param_working_copy_int(%w: tensor<3xbf16> {ds.param = #ds.param<name = "w", trainable = true, data = dense<1> : tensor<3xi32>>}) {
+  return
+}
+
+// -----
+
 // expected-error @+2 {{failed to parse Ds_ParamAttr parameter 'data'}}
 // expected-error @+1 {{external data location '/etc/passwd' must be relative to the model's directory}}
 func.func @param_absolute(%w: tensor<2xf32> {ds.param = #ds.param<name = "w", trainable = true, data = #ds.extern<location = "/etc/passwd", offset = 0, length = 8>>}) {

@@ -614,6 +614,7 @@ llvm::Expected<dsopt::TrainConfig> readTrainConfig() {
   llvm::Expected<dsopt::TrainConfigOverrides> overrides = trainOverrides();
   if (!overrides)
     return overrides.takeError();
+  overrides->irOnly = emit == EmitKind::TrainMlir || emit == EmitKind::Plan;
   if (configFile.getNumOccurrences()) {
     if (configFile.empty())
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -772,6 +773,8 @@ EXAMPLES:
       return fail(printable(llvm::toString(config.takeError())));
     if (llvm::Error problem = dsopt::checkPipelineSchedule(
             *config, /*evenWithOneStage=*/emit == EmitKind::Trace))
+      return fail(llvm::toString(std::move(problem)));
+    if (llvm::Error problem = dsopt::checkPrecisionComposition(*config))
       return fail(llvm::toString(std::move(problem)));
   }
   auto printTrainConfig =

@@ -359,6 +359,9 @@ def Ds_ParamAttr : Ds_Attr<"Param", "param"> {
     under the same name), `trainable` whether the optimizer updates it, and
     `data` where its initial value is: a `#ds.extern` byte range, or, for
     tensors of at most a few dozen bytes, the value itself as dense elements.
+    The value has the argument's type, except on a bf16 or f16 argument
+    (ds-precision's working copy of a trained parameter), whose value is
+    the model's f32 one, converted to the argument's type when loaded.
   }];
   let parameters = (ins
     StringRefParameter<"ONNX initializer name">:$name,

@@ -61,6 +61,29 @@ std::string dsopt::ds::getDisplayName(StateAttr state) {
       .str();
 }
 
+StringRef dsopt::ds::getComputePrecisionName(ComputePrecision precision) {
+  switch (precision) {
+  case ComputePrecision::Compute16: return "16-bit";
+  case ComputePrecision::Accumulate32: return "16-bit, f32 accumulation";
+  case ComputePrecision::ComputeF32: return "f32";
+  case ComputePrecision::KeepTypes: return "types kept";
+  }
+  llvm_unreachable("unknown compute precision");
+}
+
+std::optional<ComputePrecision>
+dsopt::ds::getComputePrecision(OperationName name) {
+  if (name.hasTrait<PrecisionTrait::Compute16>())
+    return ComputePrecision::Compute16;
+  if (name.hasTrait<PrecisionTrait::Accumulate32>())
+    return ComputePrecision::Accumulate32;
+  if (name.hasTrait<PrecisionTrait::ComputeF32>())
+    return ComputePrecision::ComputeF32;
+  if (name.hasTrait<PrecisionTrait::KeepTypes>())
+    return ComputePrecision::KeepTypes;
+  return std::nullopt;
+}
+
 std::string dsopt::ds::getDisplayName(ValueRole role, StringRef id) {
   return (stringifyValueRole(role) + ":" + id).str();
 }
@@ -170,8 +193,18 @@ static LogicalResult verifyParamMatchesType(Operation *op, unsigned argIndex,
   if (!tensorType || !tensorType.hasStaticShape())
     return op->emitOpError() << "argument " << argIndex
                              << " with ds.param must be a static tensor";
+  // A 16-bit working copy of an f32 parameter (ds-precision) holds the
+  // value converted to its type.
+  auto isWorkingCopyOf = [&](Type stored) {
+    Type element = tensorType.getElementType();
+    return (element.isBF16() || element.isF16()) &&
+           getElementTypeOrSelf(stored).isF32();
+  };
   if (auto elements = dyn_cast<ElementsAttr>(param.getData())) {
-    if (elements.getType() != type)
+    if (elements.getType() != type &&
+        !(cast<ShapedType>(elements.getType()).getShape() ==
+              tensorType.getShape() &&
+          isWorkingCopyOf(elements.getType())))
       return op->emitOpError()
              << "parameter '" << param.getName() << "' value has type "
              << elements.getType() << " but argument " << argIndex << " is "
@@ -180,6 +213,8 @@ static LogicalResult verifyParamMatchesType(Operation *op, unsigned argIndex,
   }
   auto external = cast<ExternalDataAttr>(param.getData());
   std::optional<int64_t> bytes = getByteSize(tensorType);
+  if (bytes && isWorkingCopyOf(Float32Type::get(op->getContext())))
+    bytes = getByteSize(tensorType.clone(Float32Type::get(op->getContext())));
   if (!bytes || *bytes != external.getLength())
     return op->emitOpError()
            << "parameter '" << param.getName() << "' of type " << type

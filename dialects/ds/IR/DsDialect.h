@@ -144,6 +144,38 @@ std::optional<int64_t> getDeviceGridAxis(mlir::Operation *grid,
                                          GridAxis axis);
 } // namespace dsopt::ds
 
+
+namespace dsopt::ds {
+/// Where an op computes in mixed-precision training (the traits
+/// Ds_Compute16, Ds_Accumulate32, Ds_ComputeF32, Ds_KeepTypes of
+/// DsInterfaces.td).
+enum class ComputePrecision { Compute16, Accumulate32, ComputeF32, KeepTypes };
+
+/// The name of a compute precision as docs/passes.md's table shows it.
+llvm::StringRef getComputePrecisionName(ComputePrecision precision);
+
+/// The compute precision an op declares, or std::nullopt for an op that
+/// declares none (ops of other dialects, ds.yield).
+std::optional<ComputePrecision> getComputePrecision(mlir::OperationName name);
+inline std::optional<ComputePrecision>
+getComputePrecision(mlir::Operation *op) {
+  return getComputePrecision(op->getName());
+}
+
+namespace PrecisionTrait {
+template <typename ConcreteType>
+class Compute16 : public mlir::OpTrait::TraitBase<ConcreteType, Compute16> {};
+template <typename ConcreteType>
+class Accumulate32
+    : public mlir::OpTrait::TraitBase<ConcreteType, Accumulate32> {};
+template <typename ConcreteType>
+class ComputeF32 : public mlir::OpTrait::TraitBase<ConcreteType, ComputeF32> {
+};
+template <typename ConcreteType>
+class KeepTypes : public mlir::OpTrait::TraitBase<ConcreteType, KeepTypes> {};
+} // namespace PrecisionTrait
+} // namespace dsopt::ds
+
 #include "ds/IR/DsInterfaces.h.inc"
 
 #define GET_OP_CLASSES

@@ -323,6 +323,18 @@ OpFoldResult WhereOp::fold(FoldAdaptor adaptor) {
 OpFoldResult CastOp::fold(FoldAdaptor adaptor) {
   if (getInput().getType() == getType())
     return getInput();
+  // x -> wider float -> x's type again is x: widening is exact (bf16 or
+  // f16 to f32), so the pair cancels. The other order rounds and stays.
+  if (auto widen = getInput().getDefiningOp<CastOp>()) {
+    Type from = getElementTypeOrSelf(widen.getInput().getType());
+    Type via = getElementTypeOrSelf(widen.getType());
+    if (widen.getInput().getType() == getType() && isa<FloatType>(from) &&
+        isa<FloatType>(via) &&
+        APFloat::isRepresentableBy(
+            cast<FloatType>(from).getFloatSemantics(),
+            cast<FloatType>(via).getFloatSemantics()))
+      return widen.getInput();
+  }
   auto input = dyn_cast_or_null<DenseElementsAttr>(adaptor.getInput());
   if (!input ||
       (!input.isSplat() && input.getNumElements() > kMaxFoldElements))

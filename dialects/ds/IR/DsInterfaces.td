@@ -214,4 +214,25 @@ def Ds_AsyncOpInterface : OpInterface<"AsyncOpInterface"> {
   ];
 }
 
+// Compute precision: where an op computes when the model trains in a 16-bit
+// type (bf16 or fp16). Every ds op declares exactly one of these traits next
+// to its definition; ds-precision reads them (ds::getComputePrecision) and
+// docs/passes.md tabulates them (`dsopt-opt --ds-print-precision`).
+class Ds_PrecisionTrait<string name> : NativeOpTrait<name> {
+  let cppNamespace = "::dsopt::ds::PrecisionTrait";
+}
+// Float operands and results in the 16-bit type: elementwise arithmetic and
+// data movement (the kernels compute each element in f32 and round it).
+def Ds_Compute16 : Ds_PrecisionTrait<"Compute16">;
+// 16-bit inputs and result, f32 accumulation inside the kernel: matmul,
+// convolution and the other products and sums over many 16-bit terms.
+def Ds_Accumulate32 : Ds_PrecisionTrait<"Accumulate32">;
+// f32 throughout: softmax, normalisations, losses, reductions and the
+// optimizer. 16-bit operands are cast to f32 before the op; a result that
+// a 16-bit op reads is cast to the 16-bit type after it.
+def Ds_ComputeF32 : Ds_PrecisionTrait<"ComputeF32">;
+// Types as built: constants (a cast of one folds into a constant of the
+// new type) and the ops later passes insert on already typed values.
+def Ds_KeepTypes : Ds_PrecisionTrait<"KeepTypes">;
+
 #endif // DSOPT_DIALECT_DS_DSINTERFACES_TD

@@ -37,7 +37,7 @@ defvar Ds_VJP = DeclareOpInterfaceMethods<Ds_VJPOpInterface>;
 // Constants
 //===----------------------------------------------------------------------===//
 
-def Ds_ConstantOp : Ds_Op<"constant", [ConstantLike, InferTypeOpAdaptor], [],
+def Ds_ConstantOp : Ds_Op<"constant", [Ds_KeepTypes, ConstantLike, InferTypeOpAdaptor], [],
                           /*hasKernel=*/0> {
   let summary = "a constant tensor";
   let description = [{
@@ -58,7 +58,8 @@ defvar Ds_Elementwise = DeclareOpInterfaceMethods<Ds_ElementwiseOpInterface>;
 
 class Ds_UnaryOp<string mnemonic, Type type, list<Trait> traits = []>
     : Ds_Op<mnemonic,
-            !listconcat([SameOperandsAndResultType, Ds_Elementwise], traits),
+            !listconcat([Ds_Compute16, SameOperandsAndResultType, Ds_Elementwise],
+                        traits),
             ["getInPlaceOperand"]> {
   let arguments = (ins type:$input);
   let results = (outs type:$result);
@@ -152,7 +153,7 @@ def Ds_NotOp : Ds_UnaryOp<"not", Ds_BoolTensor> {
 
 class Ds_BinaryOp<string mnemonic, Type type, list<Trait> traits = []>
     : Ds_Op<mnemonic,
-            !listconcat([SameOperandsElementType, InferTypeOpAdaptor,
+            !listconcat([Ds_Compute16, SameOperandsElementType, InferTypeOpAdaptor,
                          Ds_Elementwise, Ds_VJP], traits),
             ["getInPlaceOperand"]> {
   let description = [{
@@ -202,7 +203,7 @@ def Ds_ModOp : Ds_BinaryOp<"mod", Ds_NumericTensor> {
 }
 
 def Ds_CompareOp : Ds_Op<"compare",
-    [SameOperandsElementType, InferTypeOpAdaptor, Ds_Elementwise]> {
+    [Ds_Compute16, SameOperandsElementType, InferTypeOpAdaptor, Ds_Elementwise]> {
   let summary = "elementwise comparison, broadcasting, with an i1 result";
   let arguments = (ins Ds_ComparePredicateAttr:$predicate,
                    Ds_Tensor:$lhs, Ds_Tensor:$rhs);
@@ -212,7 +213,7 @@ def Ds_CompareOp : Ds_Op<"compare",
   let hasFolder = 1;
 }
 
-def Ds_WhereOp : Ds_Op<"where", [InferTypeOpAdaptor, Ds_Elementwise, Ds_VJP],
+def Ds_WhereOp : Ds_Op<"where", [Ds_Compute16, InferTypeOpAdaptor, Ds_Elementwise, Ds_VJP],
                        ["getInPlaceOperand"]> {
   let summary = "elementwise condition ? lhs : rhs, broadcasting all three";
   let arguments = (ins Ds_BoolTensor:$condition, Ds_Tensor:$lhs,
@@ -223,7 +224,7 @@ def Ds_WhereOp : Ds_Op<"where", [InferTypeOpAdaptor, Ds_Elementwise, Ds_VJP],
   let hasFolder = 1;
 }
 
-def Ds_CastOp : Ds_Op<"cast", [Ds_Elementwise, Ds_VJP]> {
+def Ds_CastOp : Ds_Op<"cast", [Ds_Compute16, Ds_Elementwise, Ds_VJP]> {
   let summary = "elementwise element-type conversion";
   let description = [{
     Float to integer truncates toward zero; to i1 is `x != 0`; float to
@@ -241,7 +242,7 @@ def Ds_CastOp : Ds_Op<"cast", [Ds_Elementwise, Ds_VJP]> {
 //===----------------------------------------------------------------------===//
 
 def Ds_MatMulOp : Ds_Op<"matmul",
-    [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP], ["getWorkspaceBytes"]> {
+    [Ds_Accumulate32, SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP], ["getWorkspaceBytes"]> {
   let summary = "NumPy matrix product with batch broadcasting";
   let description = [{
     ONNX MatMul semantics: the last two axes multiply, leading axes
@@ -256,7 +257,7 @@ def Ds_MatMulOp : Ds_Op<"matmul",
   let hasCanonicalizer = 1;
 }
 
-def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor, Ds_VJP],
+def Ds_GemmOp : Ds_Op<"gemm", [Ds_Accumulate32, InferTypeOpAdaptor, Ds_VJP],
                       ["getWorkspaceBytes"]> {
   let summary = "alpha * op(a) * op(b) + beta * c for 2-D a and b";
   let arguments = (ins Ds_FloatTensor:$a, Ds_FloatTensor:$b,
@@ -274,7 +275,7 @@ def Ds_GemmOp : Ds_Op<"gemm", [InferTypeOpAdaptor, Ds_VJP],
 // Normalization and softmax
 //===----------------------------------------------------------------------===//
 
-def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType, Ds_VJP],
+def Ds_SoftmaxOp : Ds_Op<"softmax", [Ds_ComputeF32, SameOperandsAndResultType, Ds_VJP],
                          ["getInPlaceOperand", "getWorkspaceBytes"]> {
   let summary = "softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
@@ -283,7 +284,7 @@ def Ds_SoftmaxOp : Ds_Op<"softmax", [SameOperandsAndResultType, Ds_VJP],
   let hasVerifier = 1;
 }
 
-def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType, Ds_VJP],
+def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [Ds_ComputeF32, SameOperandsAndResultType, Ds_VJP],
                             ["getInPlaceOperand", "getWorkspaceBytes"]> {
   let summary = "log of softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
@@ -292,7 +293,7 @@ def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [SameOperandsAndResultType, Ds_VJP],
   let hasVerifier = 1;
 }
 
-def Ds_LayerNormOp : Ds_Op<"layer_norm", [InferTypeOpAdaptor, Ds_VJP],
+def Ds_LayerNormOp : Ds_Op<"layer_norm", [Ds_ComputeF32, InferTypeOpAdaptor, Ds_VJP],
                            ["getWorkspaceBytes"]> {
   let summary = "layer normalization over the axes from `axis` on";
   let description = [{
@@ -310,7 +311,7 @@ def Ds_LayerNormOp : Ds_Op<"layer_norm", [InferTypeOpAdaptor, Ds_VJP],
                        "type($input) `,` type($scale) (`,` type($bias)^)?";
 }
 
-def Ds_BatchNormOp : Ds_Op<"batch_norm", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_BatchNormOp : Ds_Op<"batch_norm", [Ds_ComputeF32, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "batch normalization with running statistics (inference)";
   let description = [{
     y = (x - mean) / sqrt(var + epsilon) * scale + bias over axis 1 (channels).
@@ -323,7 +324,7 @@ def Ds_BatchNormOp : Ds_Op<"batch_norm", [InferTypeOpAdaptor, Ds_VJP]> {
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-def Ds_BatchNormTrainOp : Ds_Op<"batch_norm_train", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_BatchNormTrainOp : Ds_Op<"batch_norm_train", [Ds_ComputeF32, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "batch normalization with batch statistics (training mode)";
   let description = [{
     Normalizes with the statistics of this batch and returns the updated
@@ -348,7 +349,7 @@ def Ds_BatchNormTrainOp : Ds_Op<"batch_norm_train", [InferTypeOpAdaptor, Ds_VJP]
 //===----------------------------------------------------------------------===//
 
 class Ds_ReduceOp<string mnemonic, string what>
-    : Ds_Op<mnemonic, [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP],
+    : Ds_Op<mnemonic, [Ds_ComputeF32, SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP],
             ["getWorkspaceBytes"]> {
   let summary = what # " over `axes` (sorted, non-negative)";
   let arguments = (ins Ds_NumericTensor:$input, DenseI64ArrayAttr:$axes,
@@ -367,7 +368,7 @@ def Ds_ReduceProdOp : Ds_ReduceOp<"reduce_prod", "product">;
 // Data movement
 //===----------------------------------------------------------------------===//
 
-def Ds_ReshapeOp : Ds_Op<"reshape", [Ds_VJP], ["getAliasedOperand"]> {
+def Ds_ReshapeOp : Ds_Op<"reshape", [Ds_Compute16, Ds_VJP], ["getAliasedOperand"]> {
   let summary = "same elements, new static shape";
   let arguments = (ins Ds_Tensor:$input);
   let results = (outs Ds_Tensor:$result);
@@ -377,7 +378,7 @@ def Ds_ReshapeOp : Ds_Op<"reshape", [Ds_VJP], ["getAliasedOperand"]> {
   let hasCanonicalizer = 1;
 }
 
-def Ds_TransposeOp : Ds_Op<"transpose", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_TransposeOp : Ds_Op<"transpose", [Ds_Compute16, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "permute axes: result axis i is input axis perm[i]";
   let arguments = (ins Ds_Tensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs Ds_Tensor:$result);
@@ -386,7 +387,7 @@ def Ds_TransposeOp : Ds_Op<"transpose", [InferTypeOpAdaptor, Ds_VJP]> {
   let hasCanonicalizer = 1;
 }
 
-def Ds_BroadcastToOp : Ds_Op<"broadcast_to", [Ds_VJP]> {
+def Ds_BroadcastToOp : Ds_Op<"broadcast_to", [Ds_Compute16, Ds_VJP]> {
   let summary = "broadcast to the result shape (ONNX Expand)";
   let arguments = (ins Ds_Tensor:$input);
   let results = (outs Ds_Tensor:$result);
@@ -396,7 +397,7 @@ def Ds_BroadcastToOp : Ds_Op<"broadcast_to", [Ds_VJP]> {
 }
 
 def Ds_ConcatOp : Ds_Op<"concat",
-    [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
+    [Ds_Compute16, SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "concatenate along one axis";
   let arguments = (ins Variadic<Ds_Tensor>:$inputs, I64Attr:$axis);
   let results = (outs Ds_Tensor:$result);
@@ -404,7 +405,7 @@ def Ds_ConcatOp : Ds_Op<"concat",
   let hasFolder = 1;
 }
 
-def Ds_SplitOp : Ds_Op<"split", [Ds_VJP]> {
+def Ds_SplitOp : Ds_Op<"split", [Ds_Compute16, Ds_VJP]> {
   let summary = "split along one axis into the result shapes";
   let arguments = (ins Ds_Tensor:$input, I64Attr:$axis);
   let results = (outs Variadic<Ds_Tensor>:$results);
@@ -412,7 +413,7 @@ def Ds_SplitOp : Ds_Op<"split", [Ds_VJP]> {
   let hasVerifier = 1;
 }
 
-def Ds_SliceOp : Ds_Op<"slice", [Ds_VJP]> {
+def Ds_SliceOp : Ds_Op<"slice", [Ds_Compute16, Ds_VJP]> {
   let summary = "strided slice; result axis i takes offsets[i] + k * strides[i]";
   let description = [{
     One offset and one (non-zero, possibly negative) stride per axis; the
@@ -426,7 +427,7 @@ def Ds_SliceOp : Ds_Op<"slice", [Ds_VJP]> {
   let hasFolder = 1;
 }
 
-def Ds_GatherOp : Ds_Op<"gather", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_GatherOp : Ds_Op<"gather", [Ds_Compute16, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "take slices of `data` along `axis` at `indices`";
   let description = [{
     ONNX Gather: result shape is data[:axis] + indices + data[axis+1:].
@@ -440,7 +441,7 @@ def Ds_GatherOp : Ds_Op<"gather", [InferTypeOpAdaptor, Ds_VJP]> {
                        "type($indices)";
 }
 
-def Ds_TriluOp : Ds_Op<"trilu", [SameOperandsAndResultType, Ds_VJP]> {
+def Ds_TriluOp : Ds_Op<"trilu", [Ds_Compute16, SameOperandsAndResultType, Ds_VJP]> {
   let summary = "keep the upper or lower triangle of the last two axes";
   let description = [{
     `upper`: keep elements with j - i >= k, else those with j - i <= k;
@@ -453,7 +454,7 @@ def Ds_TriluOp : Ds_Op<"trilu", [SameOperandsAndResultType, Ds_VJP]> {
   let hasVerifier = 1;
 }
 
-def Ds_DropoutOp : Ds_Op<"dropout", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_DropoutOp : Ds_Op<"dropout", [Ds_Compute16, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "training-mode dropout: zero with probability `ratio`, scale "
                 "the rest by 1 / (1 - ratio)";
   let description = [{
@@ -473,7 +474,7 @@ def Ds_DropoutOp : Ds_Op<"dropout", [InferTypeOpAdaptor, Ds_VJP]> {
 //===----------------------------------------------------------------------===//
 
 def Ds_SoftmaxCrossEntropyOp : Ds_Op<"softmax_cross_entropy",
-    [InferTypeOpAdaptor, Ds_VJP], ["getWorkspaceBytes"]> {
+    [Ds_ComputeF32, InferTypeOpAdaptor, Ds_VJP], ["getWorkspaceBytes"]> {
   let summary = "softmax cross-entropy of class scores against labels";
   let description = [{
     ONNX SoftmaxCrossEntropyLoss: scores [N, C, d...], labels [N, d...],
@@ -490,7 +491,7 @@ def Ds_SoftmaxCrossEntropyOp : Ds_Op<"softmax_cross_entropy",
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-def Ds_NllLossOp : Ds_Op<"nll_loss", [InferTypeOpAdaptor, Ds_VJP]> {
+def Ds_NllLossOp : Ds_Op<"nll_loss", [Ds_ComputeF32, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "negative log-likelihood of log-probabilities against labels";
   let arguments = (ins Ds_FloatTensor:$log_prob, Ds_IndexTensor:$labels,
                    Optional<Ds_FloatTensor>:$weights,
@@ -505,7 +506,7 @@ def Ds_NllLossOp : Ds_Op<"nll_loss", [InferTypeOpAdaptor, Ds_VJP]> {
 // Convolution and pooling
 //===----------------------------------------------------------------------===//
 
-def Ds_ConvOp : Ds_Op<"conv", [InferTypeOpAdaptor, Ds_VJP],
+def Ds_ConvOp : Ds_Op<"conv", [Ds_Accumulate32, InferTypeOpAdaptor, Ds_VJP],
                       ["getWorkspaceBytes"]> {
   let summary = "N-d grouped convolution (cross-correlation), NC... layout";
   let description = [{
@@ -521,21 +522,21 @@ def Ds_ConvOp : Ds_Op<"conv", [InferTypeOpAdaptor, Ds_VJP],
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-class Ds_PoolOp<string mnemonic, string what>
-    : Ds_Op<mnemonic, [SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
+class Ds_PoolOp<string mnemonic, string what, Trait precision>
+    : Ds_Op<mnemonic, [precision, SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = what # " pooling over the spatial axes of [N, C, D...]";
   let results = (outs Ds_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Ds_MaxPoolOp : Ds_PoolOp<"max_pool", "maximum"> {
+def Ds_MaxPoolOp : Ds_PoolOp<"max_pool", "maximum", Ds_Compute16> {
   let arguments = (ins Ds_FloatTensor:$input,
                    DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
                    DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$dilations,
                    UnitAttr:$ceil_mode);
 }
 
-def Ds_AveragePoolOp : Ds_PoolOp<"avg_pool", "average"> {
+def Ds_AveragePoolOp : Ds_PoolOp<"avg_pool", "average", Ds_Accumulate32> {
   let arguments = (ins Ds_FloatTensor:$input,
                    DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
                    DenseI64ArrayAttr:$pads, UnitAttr:$ceil_mode,
@@ -547,7 +548,7 @@ def Ds_AveragePoolOp : Ds_PoolOp<"avg_pool", "average"> {
 //===----------------------------------------------------------------------===//
 
 class Ds_OptimizerOp<string mnemonic>
-    : Ds_Op<mnemonic, [InferTypeOpAdaptor,
+    : Ds_Op<mnemonic, [Ds_ComputeF32, InferTypeOpAdaptor,
                        DeclareOpInterfaceMethods<Ds_OptimizerOpInterface>],
             ["getInPlaceOperand"]> {
   let assemblyFormat = "operands attr-dict `:` type(operands)";
@@ -604,7 +605,7 @@ def Ds_AdagradOp : Ds_OptimizerOp<"adagrad"> {
 // Gradients: the vector-Jacobian products that need their own kernel
 //===----------------------------------------------------------------------===//
 
-def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [SameOperandsAndResultType],
+def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [Ds_ComputeF32, SameOperandsAndResultType],
                              ["getWorkspaceBytes"]> {
   let summary = "gradient of softmax: y * (dy - sum(dy * y)) along `axis`";
   let arguments = (ins Ds_FloatTensor:$output, Ds_FloatTensor:$result_grad,
@@ -615,7 +616,7 @@ def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [SameOperandsAndResultType],
 }
 
 def Ds_LogSoftmaxGradOp : Ds_Op<"log_softmax_grad",
-                                [SameOperandsAndResultType],
+                                [Ds_ComputeF32, SameOperandsAndResultType],
                                 ["getWorkspaceBytes"]> {
   let summary = "gradient of log-softmax: dy - exp(y) * sum(dy) along `axis`";
   let arguments = (ins Ds_FloatTensor:$output, Ds_FloatTensor:$result_grad,
@@ -625,7 +626,7 @@ def Ds_LogSoftmaxGradOp : Ds_Op<"log_softmax_grad",
   let hasVerifier = 1;
 }
 
-def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [InferTypeOpAdaptor],
+def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [Ds_ComputeF32, InferTypeOpAdaptor],
                                ["getWorkspaceBytes"]> {
   let summary = "gradients of layer normalization";
   let description = [{
@@ -642,7 +643,7 @@ def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [InferTypeOpAdaptor],
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-def Ds_BatchNormGradOp : Ds_Op<"batch_norm_grad", [InferTypeOpAdaptor]> {
+def Ds_BatchNormGradOp : Ds_Op<"batch_norm_grad", [Ds_ComputeF32, InferTypeOpAdaptor]> {
   let summary = "gradients of training-mode batch normalization";
   let description = [{
     From the forward's input, scale and saved batch statistics (f32, [C])
@@ -658,7 +659,7 @@ def Ds_BatchNormGradOp : Ds_Op<"batch_norm_grad", [InferTypeOpAdaptor]> {
 }
 
 def Ds_SoftmaxCrossEntropyGradOp : Ds_Op<"softmax_cross_entropy_grad",
-    [InferTypeOpAdaptor]> {
+    [Ds_ComputeF32, InferTypeOpAdaptor]> {
   let summary = "gradient of softmax cross-entropy with respect to the scores";
   let description = [{
     `loss_grad` * (softmax - onehot(label)), weighted, zero for ignored
@@ -674,7 +675,7 @@ def Ds_SoftmaxCrossEntropyGradOp : Ds_Op<"softmax_cross_entropy_grad",
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-def Ds_NllLossGradOp : Ds_Op<"nll_loss_grad"> {
+def Ds_NllLossGradOp : Ds_Op<"nll_loss_grad", [Ds_ComputeF32]> {
   let summary = "gradient of NLL with respect to the log-probabilities";
   let description = [{
     -`loss_grad` * weight at each label position (divided by the weighted
@@ -692,7 +693,7 @@ def Ds_NllLossGradOp : Ds_Op<"nll_loss_grad"> {
   let hasVerifier = 1;
 }
 
-def Ds_GatherGradOp : Ds_Op<"gather_grad", [], ["getWorkspaceBytes"]> {
+def Ds_GatherGradOp : Ds_Op<"gather_grad", [Ds_Accumulate32], ["getWorkspaceBytes"]> {
   let summary = "gradient of gather: scatter-add of the result gradient";
   let description = [{
     Zero, then data_grad[.., indices[j], ..] += result_grad[.., j, ..] along
@@ -707,7 +708,7 @@ def Ds_GatherGradOp : Ds_Op<"gather_grad", [], ["getWorkspaceBytes"]> {
   let hasVerifier = 1;
 }
 
-def Ds_SliceGradOp : Ds_Op<"slice_grad"> {
+def Ds_SliceGradOp : Ds_Op<"slice_grad", [Ds_Compute16]> {
   let summary = "gradient of slice: the result gradient scattered into zeros";
   let arguments = (ins Ds_FloatTensor:$result_grad,
                    DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$strides);
@@ -717,7 +718,7 @@ def Ds_SliceGradOp : Ds_Op<"slice_grad"> {
   let hasVerifier = 1;
 }
 
-def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input", [], ["getWorkspaceBytes"]> {
+def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input", [Ds_Accumulate32], ["getWorkspaceBytes"]> {
   let summary = "gradient of convolution with respect to its input";
   let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$weight,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
@@ -729,7 +730,7 @@ def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input", [], ["getWorkspaceBytes"]> {
   let hasVerifier = 1;
 }
 
-def Ds_ConvGradWeightOp : Ds_Op<"conv_grad_weight", [], ["getWorkspaceBytes"]> {
+def Ds_ConvGradWeightOp : Ds_Op<"conv_grad_weight", [Ds_Accumulate32], ["getWorkspaceBytes"]> {
   let summary = "gradient of convolution with respect to its weight";
   let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$input,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
@@ -741,7 +742,7 @@ def Ds_ConvGradWeightOp : Ds_Op<"conv_grad_weight", [], ["getWorkspaceBytes"]> {
   let hasVerifier = 1;
 }
 
-def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [InferTypeOpAdaptor],
+def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [Ds_Compute16, InferTypeOpAdaptor],
                              ["getWorkspaceBytes"]> {
   let summary = "gradient of max pooling: each window's gradient goes to its "
                 "first maximum";
@@ -752,7 +753,7 @@ def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [InferTypeOpAdaptor],
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-def Ds_AvgPoolGradOp : Ds_Op<"avg_pool_grad", [], ["getWorkspaceBytes"]> {
+def Ds_AvgPoolGradOp : Ds_Op<"avg_pool_grad", [Ds_Accumulate32], ["getWorkspaceBytes"]> {
   let summary = "gradient of average pooling";
   let arguments = (ins Ds_FloatTensor:$result_grad,
                    DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
@@ -823,7 +824,7 @@ def Ds_LionOp : Ds_OptimizerOp<"lion"> {
                  Ds_FloatTensor:$momentum_out);
 }
 
-def Ds_SumOfSquaresOp : Ds_Op<"sum_of_squares", [InferTypeOpAdaptor]> {
+def Ds_SumOfSquaresOp : Ds_Op<"sum_of_squares", [Ds_Accumulate32, InferTypeOpAdaptor]> {
   let summary = "sum of the squares of every element of every input";
   let description = [{
     Accumulated in double, returned as an f32 scalar: the square of the
@@ -834,7 +835,7 @@ def Ds_SumOfSquaresOp : Ds_Op<"sum_of_squares", [InferTypeOpAdaptor]> {
   let assemblyFormat = "$inputs attr-dict `:` type($inputs)";
 }
 
-def Ds_FillOp : Ds_Op<"fill"> {
+def Ds_FillOp : Ds_Op<"fill", [Ds_Compute16]> {
   let summary = "a tensor with every element equal to `value`, written at run "
                 "time";
   let description = [{
@@ -851,7 +852,7 @@ def Ds_FillOp : Ds_Op<"fill"> {
 // Data parallelism (ZeRO's flat, padded partition)
 //===----------------------------------------------------------------------===//
 
-def Ds_FlatPadOp : Ds_Op<"flat_pad"> {
+def Ds_FlatPadOp : Ds_Op<"flat_pad", [Ds_KeepTypes]> {
   let summary = "the elements of a tensor in a 1-D tensor, zero-padded";
   let description = [{
     The result's first numel(input) elements are the input's (row-major);
@@ -866,7 +867,7 @@ def Ds_FlatPadOp : Ds_Op<"flat_pad"> {
   let hasVerifier = 1;
 }
 
-def Ds_FlatUnpadOp : Ds_Op<"flat_unpad", [], ["getAliasedOperand"]> {
+def Ds_FlatUnpadOp : Ds_Op<"flat_unpad", [Ds_KeepTypes], ["getAliasedOperand"]> {
   let summary = "the leading elements of a 1-D tensor, in a new shape";
   let description = [{
     The inverse of ds.flat_pad: the first numel(result) elements of the
@@ -881,7 +882,8 @@ def Ds_FlatUnpadOp : Ds_Op<"flat_unpad", [], ["getAliasedOperand"]> {
 }
 
 class Ds_BucketOp<string mnemonic, list<string> kernelMethods = []>
-    : Ds_Op<mnemonic, [DeclareOpInterfaceMethods<Ds_AsyncOpInterface>],
+    : Ds_Op<mnemonic, [Ds_KeepTypes,
+                      DeclareOpInterfaceMethods<Ds_AsyncOpInterface>],
             kernelMethods> {
   let results = (outs Variadic<Ds_Tensor>:$outputs, Ds_Tensor:$staging);
   let assemblyFormat = "$inputs `on` $grid attr-dict `:` type($inputs) `->` "
@@ -938,7 +940,7 @@ def Ds_AllGatherBucketOp : Ds_BucketOp<"all_gather_bucket"> {
 //===----------------------------------------------------------------------===//
 
 def Ds_FusedOp : Ds_Op<"fused",
-    [IsolatedFromAbove, SingleBlock],
+    [Ds_KeepTypes, IsolatedFromAbove, SingleBlock],
     ["getInPlaceOperand"]> {
   let summary = "elementwise ops fused into one loop over the result";
   let description = [{

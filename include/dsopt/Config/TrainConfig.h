@@ -134,6 +134,10 @@ struct TrainConfigOverrides {
   /// --precision: enables fp16 or bf16 (and disables the other), or
   /// disables both for fp32, keeping the sections' other keys.
   std::optional<Precision> precision;
+  /// Not a flag: what is built stops at the training IR or its plan
+  /// (--emit=train-mlir, plan). bf16 training, whose ds-precision pass
+  /// exists while its program does not yet, is accepted then.
+  bool irOnly = false;
 
   bool empty() const;
 };
@@ -166,6 +170,10 @@ llvm::Error resolveBatch(TrainConfig &config,
 /// combination is refused before a model is read; with one stage only when
 /// `evenWithOneStage` (a trace of the schedule). An unresolved accumulation
 /// counts as 1; ds-pipeline checks the resolved one again.
+/// 16-bit training's compositions that are not implemented yet (pipeline
+/// stages): an error naming them, else success.
+llvm::Error checkPrecisionComposition(const TrainConfig &config);
+
 llvm::Error checkPipelineSchedule(const TrainConfig &config,
                                   bool evenWithOneStage = false);
 

@@ -19,6 +19,53 @@ def DsPrintCost : Pass<"ds-print-cost", "mlir::ModuleOp"> {
   ];
 }
 
+def DsPrintPrecision : Pass<"ds-print-precision", "mlir::ModuleOp"> {
+  let summary = "Print the compute precision of every ds op as a table";
+  let description = [{
+    Prints to stdout one Markdown table row per registered ds op, sorted by
+    name: the op and where it computes when the model trains in a 16-bit
+    type (its trait Ds_Compute16, Ds_Accumulate32, Ds_ComputeF32 or
+    Ds_KeepTypes; see ds-precision). docs/passes.md holds this table and a
+    test compares the two. An op that declares no precision is an error.
+    The module is left alone.
+  }];
+}
+
+def DsPrecision : Pass<"ds-precision", "mlir::ModuleOp"> {
+  let summary = "Mixed precision: 16-bit parameters and activations, fp32 "
+                "master weights and optimizer states";
+  let description = [{
+    Runs after ds-optimizer, on `@micro_step` and `@optimizer_step`:
+
+    - every trainable parameter (one with a gradient accumulator) becomes a
+      `dtype` tensor: the working copy forward and backward read;
+    - its fp32 master copy is a new optimizer state
+      (`#ds.state<optimizer, role = "master", param = "<name>">`) that the
+      optimizer updates in place of the parameter, with its fp32 states;
+      after the update the working copy is refreshed from it (a ds.cast);
+    - gradient accumulators hold `grad-accum-dtype` (default: `dtype`);
+      optimizer_step casts them to f32 before the norm, clipping and the
+      update;
+    - in @micro_step each op computes where its compute-precision trait
+      says (docs/passes.md's table): Ds_Compute16 and Ds_Accumulate32 ops
+      read and write `dtype`, Ds_ComputeF32 ops read f32 (16-bit operands
+      are cast before the op) and their results are cast to `dtype` where
+      another op than an f32 one reads them; constants, frozen parameters
+      and float inputs keep their types and are cast where read. Integer
+      and boolean values keep their types. The loss stays f32.
+
+    Casts that go to a wider float and back fold away (canonicalize).
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", /*default=*/"\"bf16\"",
+           "The 16-bit type: bf16 or fp16">,
+    Option<"gradAccumDtype", "grad-accum-dtype", "std::string",
+           /*default=*/"\"\"",
+           "The gradient accumulators' type: fp32, or the 16-bit type "
+           "(default)">,
+  ];
+}
+
 def DsFuseElementwise : Pass<"ds-fuse-elementwise", "mlir::func::FuncOp"> {
   let summary = "Fuse chains of elementwise ops into ds.fused loops";
   let description = [{

@@ -118,6 +118,18 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
                                             "all ranks (recorded when > 0)"),
                              llvm::cl::init(0)};
 
+  // Mixed precision (ds-precision).
+  Option<std::string> precision{
+      *this, "precision",
+      llvm::cl::desc("fp32, or bf16 / fp16: 16-bit parameters and "
+                     "activations with fp32 master weights"),
+      llvm::cl::init("fp32")};
+  Option<std::string> gradAccumDtype{
+      *this, "grad-accum-dtype",
+      llvm::cl::desc("The gradient accumulators' type with 16-bit training: "
+                     "fp32, or the 16-bit type (default)"),
+      llvm::cl::init("")};
+
   // Data parallelism and ZeRO (ds-zero).
   Option<int64_t> zeroStage{*this, "zero-stage",
                             llvm::cl::desc("ZeRO stage 0, 1, 2 or 3"),
