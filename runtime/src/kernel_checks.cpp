@@ -113,6 +113,10 @@ bool plan_broadcast(const Shape &out, const Shape *operands, int num_operands,
 
 WorkspaceFloats::WorkspaceFloats(const char *kernel, const Workspace &ws, int64_t need)
     : next_(static_cast<float *>(ws.data)) {
+  check_workspace(kernel, ws, need);
+}
+
+void check_workspace(const char *kernel, const Workspace &ws, int64_t need) {
   if (ws.bytes < need)
     fail(kernel, "workspace of " + std::to_string(ws.bytes) + " bytes is smaller than the " +
                      std::to_string(need) + " bytes the kernel needs");

@@ -91,6 +91,10 @@ template <typename F> void dispatch_bytes(size_t size, F &&f) {
 
 void check_index_tensor(const char *kernel, const char *name, const Tensor &t);
 
+// Throws unless `ws` holds at least `need` bytes (the kernel's size
+// function) and, when it must hold any, points somewhere.
+void check_workspace(const char *kernel, const Workspace &ws, int64_t need);
+
 // A kernel's workspace handed out as consecutive f32 arrays. The constructor
 // throws unless `ws` holds at least `need` bytes (the kernel's size function).
 class WorkspaceFloats {

@@ -149,11 +149,7 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
   int64_t first = 0, second = 0;
   reduce_intermediate_sizes(groups, out_count, first, second);
   const int64_t acc = reduce_accumulator_bytes(op, x.dtype);
-  if (ws.bytes < (first + second) * acc)
-    fail(kernel, "workspace of " + std::to_string(ws.bytes) + " bytes is smaller than the " +
-                     std::to_string((first + second) * acc) + " bytes the kernel needs");
-  if (ws.data == nullptr)
-    fail(kernel, "workspace of " + std::to_string(ws.bytes) + " bytes has no data (null pointer)");
+  check_workspace(kernel, ws, (first + second) * acc);
   char *base = static_cast<char *>(ws.data);
   auto buffers = [&](auto *type_tag) {
     using A = std::remove_pointer_t<decltype(type_tag)>;
