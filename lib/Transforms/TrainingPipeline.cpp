@@ -23,6 +23,11 @@ void addZero(OpPassManager &pm, const TrainingOptions &options) {
   zero.allgatherBucketSize = options.allgatherBucketSize;
   zero.prefetchBucketSize = options.prefetchBucketSize;
   pm.addPass(createDsZero(zero));
+  if (options.offloadOptimizer != "none") {
+    DsOffloadOptions offload;
+    offload.device = options.offloadOptimizer;
+    pm.addPass(createDsOffload(offload));
+  }
 }
 
 } // namespace
