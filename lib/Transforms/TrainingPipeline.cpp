@@ -141,6 +141,8 @@ void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {
   options.reduceBucketSize = config.reduceBucketSize;
   options.allgatherBucketSize = config.allgatherBucketSize;
   options.prefetchBucketSize = config.prefetchBucketSize;
+  options.offloadOptimizer =
+      offloadDeviceName(config.offloadOptimizer.device).str();
   options.pp = config.pipelineStages;
   options.schedule = config.pipelineSchedule;
   options.chunks = config.pipelineChunks;
