@@ -333,6 +333,15 @@ public:
         if (!async)
           continue;
         RankedTensorType moved = async.getMovedType();
+        if (async.getAsyncKind() == ds::AsyncKind::transfer) {
+          // A copy between this rank's memory spaces (ds-offload).
+          std::string direction =
+              (ds::stringifyMemorySpace(ds::getOperandSpace(&op)) + "_to_" +
+               ds::stringifyMemorySpace(ds::getResultSpace(&op)))
+                  .str();
+          spaceTransfers[direction] += times * async.getBytesMoved();
+          continue;
+        }
         int64_t axis = async.getAsyncGridAxis();
         collectives.push_back(
             {ds::stringifyAsyncKind(async.getAsyncKind()),
@@ -465,7 +474,7 @@ public:
                                          {"received", receives.sent},
                                          {"calls", receives.calls}};
     }
-    return llvm::json::Object{{"rank", rank},
+    llvm::json::Object numbers{{"rank", rank},
                               {"param_bytes", paramBytes},
                               {"grad_bytes", gradBytes},
                               {"optimizer_bytes", optimizerBytes},
@@ -475,6 +484,29 @@ public:
                               {"arena_peak_bytes", arenaBytes},
                               {"memory_spaces", memorySpaces(plan)},
                               {"collective_bytes", std::move(bytes)}};
+    if (!spaceTransfers.empty())
+      numbers["offload"] = offloadNumbers();
+    return numbers;
+  }
+
+  /// Bytes moved per step between this rank's memory spaces, and the time
+  /// they take at the stated bandwidths, one copy after the other (the
+  /// offload pass overlaps them with compute; this is their sum).
+  llvm::json::Object offloadNumbers() const {
+    llvm::json::Object bytes;
+    double seconds = 0;
+    for (const auto &entry : spaceTransfers) {
+      bytes[entry.getKey().str()] = entry.getValue();
+      bool file = entry.getKey().contains("file");
+      seconds += static_cast<double>(entry.getValue()) /
+                 (file ? kFileBandwidth : kHostDeviceBandwidth);
+    }
+    return llvm::json::Object{
+        {"bytes_per_step", std::move(bytes)},
+        {"bandwidth_bytes_per_s",
+         llvm::json::Object{{"host_device", kHostDeviceBandwidth},
+                            {"file_host", kFileBandwidth}}},
+        {"transfer_seconds_per_step", seconds}};
   }
 
 private:
@@ -491,6 +523,11 @@ private:
           arenaBytes = 0;
   ds::MemoryPlanAttr plan;
   std::vector<Collective> collectives;
+  /// ds.transfer bytes per step by direction ("device_to_host", ...).
+  llvm::StringMap<int64_t> spaceTransfers;
+  /// The stated bandwidths of the plan's transfer times: PCIe 4.0 x16
+  /// (about 25 GB/s each way) and one NVMe SSD (about 3 GB/s).
+  static constexpr double kHostDeviceBandwidth = 25e9, kFileBandwidth = 3e9;
 };
 
 /// The pipeline of a training module (ds-pipeline's record), simulated.

@@ -67,7 +67,25 @@ bool TrainConfigOverrides::empty() const {
          !gradientClipping && !betas && !nesterov && !trainBatchSize &&
          !microBatchSize && !gradientAccumulationSteps && !stepsPerPrint &&
          !zeroStage && !dataParallelSize && !pipelineStages && !microbatches &&
-         !pipelineChunks && !worldSize && !pipelineSchedule && !precision;
+         !pipelineChunks && !worldSize && !pipelineSchedule && !precision &&
+         !offloadOptimizer && !nvmePath;
+}
+
+llvm::StringRef offloadDeviceName(OffloadDevice device) {
+  switch (device) {
+  case OffloadDevice::None: return "none";
+  case OffloadDevice::CPU: return "cpu";
+  case OffloadDevice::NVMe: return "nvme";
+  }
+  llvm_unreachable("unknown offload device");
+}
+
+std::optional<OffloadDevice> parseOffloadDevice(llvm::StringRef name) {
+  for (OffloadDevice d :
+       {OffloadDevice::None, OffloadDevice::CPU, OffloadDevice::NVMe})
+    if (name == offloadDeviceName(d))
+      return d;
+  return std::nullopt;
 }
 
 llvm::StringRef precisionName(Precision precision) {
@@ -541,6 +559,28 @@ llvm::Error applyOverrides(json::Object &root,
     else
       root["zero_optimization"] = json::Object{{"stage", *overrides.zeroStage}};
   }
+  if (overrides.offloadOptimizer || overrides.nvmePath) {
+    // DeepSpeed's deprecated `"zero_optimization": true` is stage 1.
+    json::Value *zero = root.get("zero_optimization");
+    if (!zero || !zero->getAsObject()) {
+      int64_t stage = zero && zero->getAsBoolean() == std::optional(true);
+      if (zero && !zero->getAsBoolean())
+        return llvm::Error::success(); // the reader names the bad value
+      root["zero_optimization"] = json::Object{{"stage", stage}};
+      zero = root.get("zero_optimization");
+    }
+    json::Object &object = *zero->getAsObject();
+    json::Value *section = object.get("offload_optimizer");
+    if (!section || !section->getAsObject()) {
+      object["offload_optimizer"] = json::Object{};
+      section = object.get("offload_optimizer");
+    }
+    json::Object &offload = *section->getAsObject();
+    if (overrides.offloadOptimizer)
+      offload["device"] = offloadDeviceName(*overrides.offloadOptimizer);
+    if (overrides.nvmePath)
+      offload["nvme_path"] = *overrides.nvmePath;
+  }
   return llvm::Error::success();
 }
 
@@ -603,6 +643,11 @@ private:
   bool readLion(const json::Object &params);
   bool readScheduler(const json::Value *section);
   bool readZero(const json::Value &value);
+  bool readOffloadDevice(const json::Object &section, StringRef path,
+                         OffloadDevice &device, std::string &nvmePath);
+  bool readOffloadOptimizer(const json::Value &value);
+  bool readOffloadParam(const json::Value &value);
+  bool readAio(const json::Value &value);
   bool readPipeline(const json::Value &value);
   bool resolveGrid();
   bool readPrecision(const json::Object &root);
@@ -1175,8 +1220,15 @@ bool ConfigReader::readZero(const json::Value &value) {
     static constexpr llvm::StringLiteral always[] = {
         "overlap_comm", "contiguous_gradients", "reduce_scatter",
         "allgather_partitions"};
+    if (const json::Value *offload = zero->get("offload_optimizer"))
+      if (!readOffloadOptimizer(*offload))
+        return false;
+    if (const json::Value *offload = zero->get("offload_param"))
+      if (!readOffloadParam(*offload))
+        return false;
     for (const std::string &key : sortedKeys(*zero)) {
-      if (key == "stage" ||
+      if (key == "stage" || key == "offload_optimizer" ||
+          key == "offload_param" ||
           llvm::any_of(sizes, [&](const Size &s) { return s.key == key; }))
         continue;
       if (llvm::is_contained(always, key)) {
@@ -1191,10 +1243,184 @@ bool ConfigReader::readZero(const json::Value &value) {
            " is not implemented by dsopt and is ignored");
     }
   }
+  // DeepSpeed offloads parameters with stage 3 only: elsewhere every rank
+  // keeps its whole parameters on the device for the forward pass.
+  if (config.offloadParam.device != OffloadDevice::None &&
+      config.zeroStage != 3)
+    return fail("zero_optimization.offload_param.device",
+                "\"" + offloadDeviceName(config.offloadParam.device) +
+                    "\" needs ZeRO stage 3 (parameters are offloaded only "
+                    "when they are partitioned), but the stage is " +
+                    Twine(config.zeroStage));
   if (config.zeroStage > 0 && config.dataParallelSize == 1)
     warn("zero_optimization.stage " + Twine(config.zeroStage) +
          ": a single data-parallel rank has nothing to shard over; the "
          "model trains unsharded");
+  return true;
+}
+
+bool ConfigReader::readOffloadDevice(const json::Object &section,
+                                     StringRef path, OffloadDevice &device,
+                                     std::string &nvmePath) {
+  if (const json::Value *value = section.get("device")) {
+    std::string name;
+    std::string key = (path + ".device").str();
+    if (!readString(*value, key, name))
+      return false;
+    std::optional<OffloadDevice> parsed = parseOffloadDevice(name);
+    if (!parsed)
+      return fail(key, "expected \"none\", \"cpu\" or \"nvme\", got \"" +
+                           display(name) + "\"");
+    device = *parsed;
+  }
+  if (const json::Value *value = section.get("nvme_path")) {
+    std::string key = (path + ".nvme_path").str();
+    // DeepSpeed's null is no path.
+    if (value->kind() != json::Value::Null) {
+      if (!readString(*value, key, nvmePath))
+        return false;
+      if (nvmePath.empty())
+        return fail(key, "expected the directory of the NVMe files, got \"\"");
+      if (nvmePath.find('\0') != std::string::npos)
+        return fail(key, "the path contains a NUL character");
+    }
+  }
+  if (device == OffloadDevice::NVMe && nvmePath.empty())
+    return fail((path + ".nvme_path").str(),
+                "missing; device \"nvme\" keeps the state in files under "
+                "this directory (or give --nvme-path)");
+  return true;
+}
+
+bool ConfigReader::readOffloadOptimizer(const json::Value &value) {
+  static constexpr llvm::StringLiteral path = "zero_optimization.offload_optimizer";
+  // DeepSpeed's null is the default: no offload.
+  if (value.kind() == json::Value::Null)
+    return true;
+  const json::Object *section = readObject(value, path);
+  if (!section)
+    return false;
+  OffloadOptimizerConfig &offload = config.offloadOptimizer;
+  if (!readOffloadDevice(*section, path, offload.device, offload.nvmePath))
+    return false;
+  if (const json::Value *v = section->get("pin_memory"))
+    if (!readBool(*v, (path + ".pin_memory").str(), offload.pinMemory))
+      return false;
+  if (const json::Value *v = section->get("buffer_count"))
+    if (!readInteger(*v, (path + ".buffer_count").str(), 0, int64_t(1) << 30,
+                     "a non-negative integer", offload.bufferCount))
+      return false;
+  if (const json::Value *v = section->get("ratio")) {
+    std::string key = (path + ".ratio").str();
+    if (!readNumber(*v, key, Range::NonNegative, offload.ratio))
+      return false;
+    if (offload.ratio > 1)
+      return fail(key, "expected a fraction in [0, 1], got " + describe(*v));
+    if (offload.ratio != 1)
+      return fail(key, "partial offload (a ratio below 1) is not "
+                       "implemented yet; dsopt offloads every optimizer "
+                       "state (ratio 1)");
+  }
+  if (!readNoEffect(*section, path,
+                    {"pipeline_read", "pipeline_write", "fast_init"},
+                    "the offload pass schedules the transfers itself"))
+    return false;
+  static constexpr llvm::StringLiteral known[] = {
+      "device",        "nvme_path",      "pin_memory", "buffer_count",
+      "ratio",         "pipeline_read",  "pipeline_write", "fast_init"};
+  for (const std::string &key : sortedKeys(*section))
+    if (!llvm::is_contained(known, key))
+      warn(path + "." + display(key) +
+           " is not implemented by dsopt and is ignored");
+  return true;
+}
+
+bool ConfigReader::readOffloadParam(const json::Value &value) {
+  static constexpr llvm::StringLiteral path = "zero_optimization.offload_param";
+  if (value.kind() == json::Value::Null)
+    return true;
+  const json::Object *section = readObject(value, path);
+  if (!section)
+    return false;
+  OffloadParamConfig &offload = config.offloadParam;
+  if (!readOffloadDevice(*section, path, offload.device, offload.nvmePath))
+    return false;
+  if (const json::Value *v = section->get("pin_memory"))
+    if (!readBool(*v, (path + ".pin_memory").str(), offload.pinMemory))
+      return false;
+  struct Count {
+    StringRef key;
+    int64_t &out;
+  } counts[] = {{"buffer_count", offload.bufferCount},
+                {"buffer_size", offload.bufferSize},
+                {"max_in_cpu", offload.maxInCpu}};
+  for (Count &count : counts)
+    if (const json::Value *v = section->get(count.key))
+      if (!readInteger(*v, (path + "." + count.key).str(), 0,
+                       int64_t(1) << 62, "a non-negative integer", count.out))
+        return false;
+  for (const std::string &key : sortedKeys(*section))
+    if (key != "device" && key != "nvme_path" && key != "pin_memory" &&
+        !llvm::any_of(counts, [&](const Count &c) { return c.key == key; }))
+      warn(path + "." + display(key) +
+           " is not implemented by dsopt and is ignored");
+  return true;
+}
+
+bool ConfigReader::readAio(const json::Value &value) {
+  const json::Object *section = readObject(value, "aio");
+  if (!section)
+    return false;
+  AioConfig &aio = config.aio;
+  struct Count {
+    StringRef key;
+    int64_t &out;
+  } counts[] = {{"block_size", aio.blockSize},
+                {"queue_depth", aio.queueDepth},
+                {"intra_op_parallelism", aio.intraOpParallelism}};
+  for (Count &count : counts)
+    if (const json::Value *v = section->get(count.key))
+      if (!readInteger(*v, ("aio." + count.key).str(), 1, int64_t(1) << 30,
+                       "a positive integer", count.out))
+        return false;
+  // O_DIRECT transfers whole, aligned blocks.
+  if (aio.blockSize % 4096 != 0)
+    return fail("aio.block_size",
+                "expected a multiple of 4096 bytes (direct I/O moves whole "
+                "aligned blocks), got " + Twine(aio.blockSize));
+  // DeepSpeed's older name of intra_op_parallelism.
+  if (const json::Value *v = section->get("thread_count")) {
+    if (section->get("intra_op_parallelism"))
+      return fail("aio.thread_count",
+                  "give intra_op_parallelism or its older name thread_count, "
+                  "not both");
+    if (!readInteger(*v, "aio.thread_count", 1, int64_t(1) << 30,
+                     "a positive integer", aio.intraOpParallelism))
+      return false;
+  }
+  struct Flag {
+    StringRef key;
+    bool &out;
+  } flags[] = {{"single_submit", aio.singleSubmit},
+               {"overlap_events", aio.overlapEvents}};
+  for (Flag &flag : flags)
+    if (const json::Value *v = section->get(flag.key))
+      if (!readBool(*v, ("aio." + flag.key).str(), flag.out))
+        return false;
+  if (const json::Value *v = section->get("use_gds")) {
+    bool gds = false;
+    if (!readBool(*v, "aio.use_gds", gds))
+      return false;
+    if (gds)
+      return fail("aio.use_gds", "GPUDirect Storage is not implemented; "
+                                 "dsopt reads NVMe into pinned host memory");
+  }
+  for (const std::string &key : sortedKeys(*section))
+    if (key != "thread_count" && key != "use_gds" &&
+        !llvm::any_of(counts, [&](const Count &c) { return c.key == key; }) &&
+        !llvm::any_of(flags, [&](const Flag &f) { return f.key == key; }))
+      warn("aio." + display(key) + " is not implemented by dsopt and is "
+                                   "ignored");
   return true;
 }
 
@@ -1354,7 +1580,8 @@ llvm::Error ConfigReader::read(const json::Object &root) {
                                     "bfloat16",
                                     "data_types",
                                     "steps_per_print",
-                                    "pipeline"};
+                                    "pipeline",
+                                    "aio"};
   for (const std::string &key : sortedKeys(root))
     if (!llvm::is_contained(known, key))
       warn(display(key) + " is not implemented by dsopt and is ignored");
@@ -1378,6 +1605,7 @@ llvm::Error ConfigReader::read(const json::Object &root) {
             resolveGrid() &&
             (!root.get("zero_optimization") ||
              readZero(*root.get("zero_optimization"))) &&
+            (!root.get("aio") || readAio(*root.get("aio"))) &&
             readPrecision(root) &&
             positive("steps_per_print", config.stepsPerPrint);
   if (!ok)
@@ -1637,7 +1865,37 @@ std::string toJson(const TrainConfig &config) {
       out.attribute("reduce_bucket_size", config.reduceBucketSize);
       out.attribute("allgather_bucket_size", config.allgatherBucketSize);
       out.attribute("stage3_prefetch_bucket_size", config.prefetchBucketSize);
+      const OffloadOptimizerConfig &optimizer = config.offloadOptimizer;
+      if (optimizer.device != OffloadDevice::None)
+        out.attributeObject("offload_optimizer", [&] {
+          out.attribute("device", offloadDeviceName(optimizer.device));
+          if (!optimizer.nvmePath.empty())
+            out.attribute("nvme_path", optimizer.nvmePath);
+          out.attribute("pin_memory", optimizer.pinMemory);
+          out.attribute("buffer_count", optimizer.bufferCount);
+          number("ratio", optimizer.ratio);
+        });
+      const OffloadParamConfig &param = config.offloadParam;
+      if (param.device != OffloadDevice::None)
+        out.attributeObject("offload_param", [&] {
+          out.attribute("device", offloadDeviceName(param.device));
+          if (!param.nvmePath.empty())
+            out.attribute("nvme_path", param.nvmePath);
+          out.attribute("buffer_count", param.bufferCount);
+          out.attribute("buffer_size", param.bufferSize);
+          out.attribute("max_in_cpu", param.maxInCpu);
+          out.attribute("pin_memory", param.pinMemory);
+        });
     });
+    if (config.offloadOptimizer.device == OffloadDevice::NVMe ||
+        config.offloadParam.device == OffloadDevice::NVMe)
+      out.attributeObject("aio", [&] {
+        out.attribute("block_size", config.aio.blockSize);
+        out.attribute("queue_depth", config.aio.queueDepth);
+        out.attribute("intra_op_parallelism", config.aio.intraOpParallelism);
+        out.attribute("single_submit", config.aio.singleSubmit);
+        out.attribute("overlap_events", config.aio.overlapEvents);
+      });
     if (config.pipelineStages > 1 || config.pipelineSchedule != "1f1b" ||
         config.pipelineChunks != 0 || config.partitionMethod != "flops")
       out.attributeObject("pipeline", [&] {
@@ -1688,6 +1946,32 @@ llvm::Error checkPrecisionComposition(const TrainConfig &config) {
       llvm::inconvertibleErrorCode(),
       precisionName(config.precision) + " training with " + what +
           " is not implemented yet; use one pipeline stage, or fp32");
+}
+
+llvm::Error checkOffloadComposition(const TrainConfig &config, bool irOnly) {
+  auto notYet = [](const Twine &message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   message.str());
+  };
+  if (config.offloadParam.device != OffloadDevice::None)
+    return notYet("zero_optimization.offload_param is not implemented yet; "
+                  "dsopt offloads optimizer states (offload_optimizer), "
+                  "parameters stay on the device");
+  OffloadDevice device = config.offloadOptimizer.device;
+  if (device == OffloadDevice::None)
+    return llvm::Error::success();
+  std::string what = ("zero_optimization.offload_optimizer.device \"" +
+                      offloadDeviceName(device) + "\"")
+                         .str();
+  if (config.pipelineStages > 1)
+    return notYet(what + " with pipeline stages (--pp " +
+                  Twine(config.pipelineStages) +
+                  ") is not implemented yet; use one pipeline stage");
+  if (!irOnly)
+    return notYet(what + ": the offloaded program is not implemented yet; "
+                  "--emit=train-mlir and --emit=plan show the offloaded "
+                  "training step and its plan per memory space");
+  return llvm::Error::success();
 }
 
 llvm::Error checkPipelineSchedule(const TrainConfig &config,

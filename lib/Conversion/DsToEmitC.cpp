@@ -903,6 +903,14 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
       continue;
     }
 
+    // ds-offload's host updates and transfers have IR and a plan; their
+    // program does not exist yet.
+    if (ds::getOperandSpace(&op) != ds::MemorySpace::device ||
+        ds::getResultSpace(&op) != ds::MemorySpace::device)
+      return op.emitOpError()
+             << "runs on the host or copies between memory spaces: code "
+                "generation for offloaded training (ds-offload) is not "
+                "implemented yet";
     planned.runsKernel = true;
     planned.opIndex = opIndex++;
     SmallVector<std::pair<int64_t, int64_t>> reads, writes;

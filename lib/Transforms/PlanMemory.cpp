@@ -36,8 +36,8 @@ struct Buffer {
   int64_t start = 0, end = 0; // inclusive op indices
   bool persistent = false;
   int64_t offset = -1;
-  /// Persistent buffers may lie in another space (ds.space); every other
-  /// buffer is in device memory.
+  /// Persistent buffers lie in their argument's space (ds.space); every
+  /// other buffer in the space its op writes (ds::getResultSpace).
   ds::MemorySpace space = ds::MemorySpace::device;
 };
 
@@ -203,7 +203,7 @@ bool Planner::tryTie(Operation *op, unsigned resultIndex, int64_t at) {
   BlockArgument arg = body->getArgument(it->second);
   int argBuffer = bufferOf.lookup(arg);
   if (!buffers[argBuffer].persistent ||
-      buffers[argBuffer].space != ds::MemorySpace::device)
+      buffers[argBuffer].space != ds::getResultSpace(op))
     return false;
   int64_t last = lastUseThroughViews(arg);
   if (last > at)
@@ -269,12 +269,13 @@ LogicalResult Planner::run() {
             r, ds::DsDialect::kUpdatesAttrName)) {
       unsigned arg = updates.getInt();
       if (arg < body->getNumArguments() &&
-          argumentSpace(function, arg) != ds::MemorySpace::device)
+          argumentSpace(function, arg) != ds::getValueSpace(result))
         return function.emitOpError()
                << "result " << r << " updates argument " << arg << " in "
                << ds::stringifyMemorySpace(argumentSpace(function, arg))
-               << " memory; the device writes only device memory (copy the "
-                  "update back with a transfer)";
+               << " memory, but it is computed in "
+               << ds::stringifyMemorySpace(ds::getValueSpace(result))
+               << " memory (copy the update there with a ds.transfer)";
       if (tiedArgs.insert(arg).second && !tiedArg.count(result) &&
           !isa<BlockArgument>(result))
         tiedArg[result] = arg;
@@ -290,17 +291,26 @@ LogicalResult Planner::run() {
                                  "in memory";
     if (failed(ds::checkShardKernel(&op)))
       return failure();
-    // Kernels run on the device: what lies in another space is copied in
-    // first (the transfers of an offload pass), never read in place.
+    // Kernels run on the device, optimizer updates marked by ds-offload on
+    // the host, and each reads only the memory where it runs: what lies in
+    // another space is copied there first (ds.transfer), never read in
+    // place.
+    if (failed(ds::verifyExecutionSpace(&op)))
+      return failure();
+    ds::MemorySpace runsIn = ds::getOperandSpace(&op);
     for (auto [i, operand] : llvm::enumerate(op.getOperands())) {
       auto it = bufferOf.find(operand);
-      if (it != bufferOf.end() &&
-          buffers[it->second].space != ds::MemorySpace::device)
+      if (it != bufferOf.end() && buffers[it->second].space != runsIn)
         return op.emitOpError()
                << "reads operand " << i << " from "
                << ds::stringifyMemorySpace(buffers[it->second].space)
-               << " memory; a kernel reads only device memory (copy it "
-                  "to the device first)";
+               << " memory; "
+               << (runsIn == ds::MemorySpace::device
+                       ? "a kernel reads only device memory (copy it to the "
+                         "device first)"
+                       : "it reads only " +
+                             ds::stringifyMemorySpace(runsIn).str() +
+                             " memory (copy it there first)");
     }
     for (Value result : op.getResults())
       if (!cast<ShapedType>(result.getType()).hasStaticShape())
@@ -344,6 +354,7 @@ LogicalResult Planner::run() {
             lastUseThroughViews(operand) == at;
         if ((dying || overwritable) &&
             operand.getType() == result.getType() &&
+            buffers[it->second].space == ds::getResultSpace(&op) &&
             reused.insert(it->second).second) {
           Buffer &buffer = buffers[it->second];
           if (dying)
@@ -352,7 +363,8 @@ LogicalResult Planner::run() {
           continue;
         }
       }
-      newBuffer(result, at, /*persistent=*/false);
+      int b = newBuffer(result, at, /*persistent=*/false);
+      buffers[b].space = ds::getResultSpace(&op);
     }
 
     // The kernel's scratch memory: a buffer live only while the op runs,
@@ -401,8 +413,11 @@ LogicalResult Planner::run() {
   // Buffers whose lifetime ends at an op are freed after it; the runtime
   // uses acquire/release to check that live buffers never overlap.
   llvm::DenseMap<int64_t, SmallVector<int64_t>> freedAt;
+  // ds.frees names slots of the device arena only (the host arena's
+  // transient buffers are placed by the same lifetimes).
   for (const Buffer &buffer : buffers)
-    if (!buffer.persistent && buffer.end < endIndex)
+    if (!buffer.persistent && buffer.end < endIndex &&
+        buffer.space == ds::MemorySpace::device)
       freedAt[buffer.end].push_back(buffer.offset);
   // (A buffer may end at an op that runs nothing — a view, a constant —
   // e.g. an argument nobody reads; the code generator releases it there.)
@@ -427,16 +442,20 @@ LogicalResult Planner::run() {
       op.setAttr(ds::DsDialect::kWorkspaceAttrName,
                  builder.getI64IntegerAttr(buffers[it->second].offset));
   }
-  int64_t arena = layout.bytes;
-  for (const Buffer &buffer : buffers)
-    if (buffer.space == ds::MemorySpace::device)
-      arena = std::max(arena, buffer.offset + buffer.size);
+  int64_t arena = layout.bytes, hostArena = layout.hostBytes,
+          fileArena = layout.fileBytes;
+  for (const Buffer &buffer : buffers) {
+    int64_t &top = buffer.space == ds::MemorySpace::host   ? hostArena
+                   : buffer.space == ds::MemorySpace::file ? fileArena
+                                                           : arena;
+    top = std::max(top, buffer.offset + buffer.size);
+  }
   // The largest sum of simultaneously live buffers (the persistent state
   // of the whole module, plus this function's transient buffers), for
   // fragmentation.
   SmallVector<int64_t> live(endIndex + 2, 0);
   for (const Buffer &buffer : buffers) {
-    if (buffer.persistent)
+    if (buffer.persistent || buffer.space != ds::MemorySpace::device)
       continue;
     live[buffer.start] += buffer.size;
     live[buffer.end + 1] -= buffer.size;
@@ -449,15 +468,19 @@ LogicalResult Planner::run() {
   function->setAttr(ds::DsDialect::kMemoryPlanAttrName,
                     ds::MemoryPlanAttr::get(
                         function.getContext(), arena, layout.bytes,
-                        layout.bytes + peakLive, alignment, layout.hostBytes,
-                        layout.hostBytes, layout.fileBytes, layout.fileBytes));
+                        layout.bytes + peakLive, alignment, hostArena,
+                        layout.hostBytes, fileArena, layout.fileBytes));
   return success();
 }
 
 void Planner::assignOffsets() {
   // Persistent state has its module-wide slot already; everything else
-  // goes above it.
-  int64_t base = layout.bytes;
+  // goes above it, in the arena of its own space.
+  auto baseOf = [&](ds::MemorySpace space) {
+    return space == ds::MemorySpace::host   ? layout.hostBytes
+           : space == ds::MemorySpace::file ? layout.fileBytes
+                                            : layout.bytes;
+  };
   SmallVector<int> order;
   for (int b = 0, e = buffers.size(); b < e; ++b)
     if (!buffers[b].persistent)
@@ -474,11 +497,12 @@ void Planner::assignOffsets() {
     SmallVector<std::pair<int64_t, int64_t>> busy; // [offset, offset + size)
     for (int other : placed) {
       const Buffer &o = buffers[other];
-      if (o.start <= buffer.end && buffer.start <= o.end && o.size > 0)
+      if (o.start <= buffer.end && buffer.start <= o.end && o.size > 0 &&
+          o.space == buffer.space)
         busy.emplace_back(o.offset, o.offset + o.size);
     }
     llvm::sort(busy);
-    int64_t offset = base;
+    int64_t offset = baseOf(buffer.space);
     for (auto [begin, end] : busy) {
       if (begin >= offset + buffer.size)
         break;
@@ -536,7 +560,8 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
         }
       }
 
-    int64_t arena = layout.bytes, peakLive = layout.bytes;
+    int64_t arena = layout.bytes, peakLive = layout.bytes,
+            hostArena = layout.hostBytes, fileArena = layout.fileBytes;
     for (func::FuncOp function : functions) {
       if (failed(Planner(function, alignment, inPlace, layout).run()))
         return signalPassFailure();
@@ -544,6 +569,10 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
           ds::DsDialect::kMemoryPlanAttrName);
       arena = std::max(arena, plan.getArenaBytes());
       peakLive = std::max(peakLive, plan.getPeakLiveBytes());
+      hostArena =
+          std::max(hostArena, plan.getSpaceBytes(ds::MemorySpace::host));
+      fileArena =
+          std::max(fileArena, plan.getSpaceBytes(ds::MemorySpace::file));
     }
     // A pipeline rank's buffers between actions (ds.pipeline_rank's
     // pools) lie above every function's plan, at the top of the arena.
@@ -561,8 +590,8 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
     module->setAttr(ds::DsDialect::kMemoryPlanAttrName,
                     ds::MemoryPlanAttr::get(
                         &getContext(), arena, layout.bytes, peakLive,
-                        alignment, layout.hostBytes, layout.hostBytes,
-                        layout.fileBytes, layout.fileBytes));
+                        alignment, hostArena, layout.hostBytes, fileArena,
+                        layout.fileBytes));
   }
 
   /// The size of one slot of each pool (the aligned sizes of the values

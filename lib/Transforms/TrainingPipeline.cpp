@@ -23,6 +23,11 @@ void addZero(OpPassManager &pm, const TrainingOptions &options) {
   zero.allgatherBucketSize = options.allgatherBucketSize;
   zero.prefetchBucketSize = options.prefetchBucketSize;
   pm.addPass(createDsZero(zero));
+  if (options.offloadOptimizer != "none") {
+    DsOffloadOptions offload;
+    offload.device = options.offloadOptimizer;
+    pm.addPass(createDsOffload(offload));
+  }
 }
 
 } // namespace
@@ -136,6 +141,8 @@ void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {
   options.reduceBucketSize = config.reduceBucketSize;
   options.allgatherBucketSize = config.allgatherBucketSize;
   options.prefetchBucketSize = config.prefetchBucketSize;
+  options.offloadOptimizer =
+      offloadDeviceName(config.offloadOptimizer.device).str();
   options.pp = config.pipelineStages;
   options.schedule = config.pipelineSchedule;
   options.chunks = config.pipelineChunks;

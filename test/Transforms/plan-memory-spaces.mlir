@@ -51,7 +51,7 @@ module {
 // -----
 
 module {
-  // expected-error @below {{result 0 updates argument 1 in file memory; the device writes only device memory (copy the update back with a transfer)}}
+  // expected-error @below {{result 0 updates argument 1 in file memory, but it is computed in device memory (copy the update there with a ds.transfer)}}
   func.func @step(%p: tensor<4xf32> {ds.param = #ds.param<name = "p", trainable = true, data = dense<1.0> : tensor<4xf32>>},
                   %m: tensor<4xf32> {ds.state = #ds.state<optimizer, role = "exp_avg", param = "p">, ds.space = #ds.space<file>})
       -> (tensor<4xf32> {ds.updates = 1 : i64}) {

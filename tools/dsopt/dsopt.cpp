@@ -251,6 +251,18 @@ cl::opt<std::string> precisionFlag(
              "weights (overrides the config's bf16.enabled and "
              "fp16.enabled)"),
     cl::value_desc("fp32|bf16|fp16"), cl::cat(trainingCategory));
+cl::opt<std::string> offloadOptimizerFlag(
+    "offload-optimizer",
+    cl::desc("Where the optimizer states and their step live: on the "
+             "device (none), in pinned host memory (cpu) or in files under "
+             "--nvme-path (nvme) (overrides the config's "
+             "zero_optimization.offload_optimizer.device)"),
+    cl::value_desc("none|cpu|nvme"), cl::cat(trainingCategory));
+cl::opt<std::string> nvmePathFlag(
+    "nvme-path",
+    cl::desc("The directory of the NVMe files of offloaded optimizer states "
+             "(zero_optimization.offload_optimizer.nvme_path)"),
+    cl::value_desc("dir"), cl::cat(trainingCategory));
 
 cl::opt<std::string> dpFlag(
     "dp",
@@ -552,6 +564,19 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
                    precisionFlag + "'");
     overrides.precision = precision;
   }
+  if (offloadOptimizerFlag.getNumOccurrences()) {
+    std::optional<dsopt::OffloadDevice> device =
+        dsopt::parseOffloadDevice(offloadOptimizerFlag);
+    if (!device)
+      return error("--offload-optimizer expects none, cpu or nvme, got '" +
+                   offloadOptimizerFlag + "'");
+    overrides.offloadOptimizer = device;
+  }
+  if (nvmePathFlag.getNumOccurrences()) {
+    if (nvmePathFlag.empty())
+      return error("--nvme-path expects a directory");
+    overrides.nvmePath = nvmePathFlag;
+  }
   std::optional<int64_t> dp, world, pp, microbatches, chunks;
   for (auto [flag, out] :
        {std::pair{&dpFlag, &dp}, {&worldFlag, &world}, {&ppFlag, &pp},
@@ -776,6 +801,13 @@ EXAMPLES:
       return fail(llvm::toString(std::move(problem)));
     if (llvm::Error problem = dsopt::checkPrecisionComposition(*config))
       return fail(llvm::toString(std::move(problem)));
+    // --print-config shows what was read, whatever can be built of it;
+    // only a training program needs the offloaded step's code.
+    bool trainProgram = emit == EmitKind::Build || emit == EmitKind::TrainCpp;
+    if (!printConfig)
+      if (llvm::Error problem =
+              dsopt::checkOffloadComposition(*config, !trainProgram))
+        return fail(llvm::toString(std::move(problem)));
   }
   auto printTrainConfig =
       [&](std::optional<int64_t> modelBatch) -> int {

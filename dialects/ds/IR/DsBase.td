@@ -183,6 +183,9 @@ def Ds_MemorySpaceAttr : EnumAttr<Ds_Dialect, Ds_MemorySpace, "space"> {
     buffer in the rank's pinned-host arena, `#ds.space<file>` in its
     file-backed (NVMe) arena; without it a buffer is in device memory. The
     argument's `ds.offset` is then an offset in that space's arena.
+    `ds.space = #ds.space<host>` on an optimizer op (OptimizerOpInterface)
+    runs its update on the host, over operands and results in host memory
+    (ds-offload); a `ds.transfer` copies a tensor between two spaces.
   }];
   let assemblyFormat = "`<` $value `>`";
 }
@@ -232,7 +235,8 @@ def Ds_AsyncKind : I32EnumAttr<"AsyncKind",
     "what an asynchronous op moves", [
   I32EnumAttrCase<"all_reduce", 0>,
   I32EnumAttrCase<"all_gather", 1>,
-  I32EnumAttrCase<"reduce_scatter", 2>
+  I32EnumAttrCase<"reduce_scatter", 2>,
+  I32EnumAttrCase<"transfer", 3>
 ]> {
   let genSpecializedAttr = 0;
   let cppNamespace = "::dsopt::ds";

@@ -396,6 +396,8 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                                << "' on an op whose kernel needs no workspace";
     return success();
   }
+  if (name == kSpaceAttrName)
+    return verifyExecutionSpace(op);
   if (name == kFreesAttrName) {
     if (!isa<DenseI64ArrayAttr>(attribute.getValue()))
       return op->emitOpError()

@@ -182,6 +182,21 @@ class KeepTypes : public mlir::OpTrait::TraitBase<ConcreteType, KeepTypes> {};
 #include "ds/IR/DsOps.h.inc"
 
 namespace dsopt::ds {
+
+/// Where an op runs and so which memory it reads (getOperandSpace) and
+/// writes (getResultSpace): a ds.transfer reads its `from` space and writes
+/// its `to` space; an optimizer update with `ds.space = #ds.space<host>`
+/// runs on the host (ds-offload); every other op on the device.
+MemorySpace getOperandSpace(mlir::Operation *op);
+MemorySpace getResultSpace(mlir::Operation *op);
+/// Where a value lies: a function argument in its `ds.space` (device
+/// without one), an op's result where the op writes (getResultSpace).
+MemorySpace getValueSpace(mlir::Value value);
+/// Fails with a diagnostic when `op` carries a `ds.space` it cannot run in:
+/// only an optimizer update (OptimizerOpInterface) runs on the host, and
+/// nothing runs in the file space.
+llvm::LogicalResult verifyExecutionSpace(mlir::Operation *op);
+
 /// The name a state or a pipeline stage value is shown under outside the
 /// IR (plan.json, plan.txt, the program's description, messages):
 /// "grad:<param>" for a gradient accumulator, "<role>:<param>" for an

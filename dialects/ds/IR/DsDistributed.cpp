@@ -237,6 +237,97 @@ RankedTensorType AllGatherBucketOp::getMovedType() {
 }
 
 //===----------------------------------------------------------------------===//
+// ds.transfer
+//===----------------------------------------------------------------------===//
+
+LogicalResult TransferOp::verify() {
+  MemorySpace from = getFrom(), to = getTo();
+  if (from == to)
+    return emitOpError() << "copies from " << stringifyMemorySpace(from)
+                         << " memory to the same space";
+  if ((from == MemorySpace::file && to != MemorySpace::host) ||
+      (to == MemorySpace::file && from != MemorySpace::host))
+    return emitOpError() << "copies between " << stringifyMemorySpace(from)
+                         << " and " << stringifyMemorySpace(to)
+                         << " memory; the file space is read and written "
+                            "only through host memory";
+  return success();
+}
+int64_t TransferOp::getFlops() { return 0; }
+void TransferOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::transfer");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+  auto runtimeSpace = [](MemorySpace space) {
+    return space == MemorySpace::host   ? "dsrt::Space::Host"
+           : space == MemorySpace::file ? "dsrt::Space::File"
+                                        : "dsrt::Space::Device";
+  };
+  call.enumerator(runtimeSpace(getFrom()));
+  call.enumerator(runtimeSpace(getTo()));
+}
+namespace {
+/// The space an op runs in by `ds.space`, if it has one.
+std::optional<MemorySpace> executionSpace(Operation *op) {
+  if (auto space = op->getAttrOfType<MemorySpaceAttr>(
+          DsDialect::kSpaceAttrName))
+    return space.getValue();
+  return std::nullopt;
+}
+} // namespace
+
+MemorySpace dsopt::ds::getOperandSpace(Operation *op) {
+  if (auto transfer = dyn_cast<TransferOp>(op))
+    return transfer.getFrom();
+  return executionSpace(op).value_or(MemorySpace::device);
+}
+MemorySpace dsopt::ds::getResultSpace(Operation *op) {
+  if (auto transfer = dyn_cast<TransferOp>(op))
+    return transfer.getTo();
+  return executionSpace(op).value_or(MemorySpace::device);
+}
+MemorySpace dsopt::ds::getValueSpace(Value value) {
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    auto function =
+        dyn_cast_or_null<FunctionOpInterface>(arg.getOwner()->getParentOp());
+    if (function && arg.getOwner()->isEntryBlock())
+      if (auto space = function.getArgAttrOfType<MemorySpaceAttr>(
+              arg.getArgNumber(), DsDialect::kSpaceAttrName))
+        return space.getValue();
+    return MemorySpace::device;
+  }
+  return getResultSpace(value.getDefiningOp());
+}
+LogicalResult dsopt::ds::verifyExecutionSpace(Operation *op) {
+  Attribute attr = op->getAttr(DsDialect::kSpaceAttrName);
+  if (!attr)
+    return success();
+  auto space = dyn_cast<MemorySpaceAttr>(attr);
+  if (!space)
+    return op->emitOpError() << "'" << DsDialect::kSpaceAttrName
+                             << "' must be a #ds.space";
+  if (isa<TransferOp>(op))
+    return op->emitOpError() << "'" << DsDialect::kSpaceAttrName
+                             << "' on a transfer; it copies from `from` to "
+                                "`to`";
+  if (space.getValue() == MemorySpace::device)
+    return success();
+  if (space.getValue() != MemorySpace::host ||
+      !isa<OptimizerOpInterface>(op))
+    return op->emitOpError()
+           << "cannot run in " << stringifyMemorySpace(space.getValue())
+           << " memory: only an optimizer update (the host optimizer) runs "
+              "on the host, and nothing runs in the file space";
+  return success();
+}
+
+AsyncKind TransferOp::getAsyncKind() { return AsyncKind::transfer; }
+// A copy between memory spaces of one rank runs along no grid axis.
+int64_t TransferOp::getAsyncGridAxis() { return -1; }
+RankedTensorType TransferOp::getMovedType() { return tensorType(getInput()); }
+
+//===----------------------------------------------------------------------===//
 // shard collectives as kernels
 //===----------------------------------------------------------------------===//
 

@@ -852,6 +852,25 @@ def Ds_FillOp : Ds_Op<"fill", [Ds_Compute16]> {
 // Data parallelism (ZeRO's flat, padded partition)
 //===----------------------------------------------------------------------===//
 
+def Ds_TransferOp : Ds_Op<"transfer", [Ds_KeepTypes, SameOperandsAndResultType,
+                                       DeclareOpInterfaceMethods<Ds_AsyncOpInterface>]> {
+  let summary = "an asynchronous copy of a tensor between memory spaces";
+  let description = [{
+    The result is the input, copied from memory space `from` into memory
+    space `to` (#ds.space: device, host, file). It runs on the copy stream
+    (or the I/O thread for file space) and completes before the first op
+    that uses its result (AsyncOpInterface); the offload pass issues it as
+    early as its input is ready, so it overlaps the ops in between. The file
+    space is reached only from the host (its buffers are the bounce buffers
+    of direct I/O): device <-> host and host <-> file.
+  }];
+  let arguments = (ins Ds_Tensor:$input, Ds_MemorySpaceAttr:$from,
+                   Ds_MemorySpaceAttr:$to);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def Ds_FlatPadOp : Ds_Op<"flat_pad", [Ds_KeepTypes]> {
   let summary = "the elements of a tensor in a 1-D tensor, zero-padded";
   let description = [{

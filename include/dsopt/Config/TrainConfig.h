@@ -53,6 +53,39 @@ struct LossScalerConfig {
   double minLossScale = 1;        // the floor; an overflow there is an error
 };
 
+/// Where ZeRO-Offload keeps a state: on the device (none), in pinned host
+/// memory (cpu) or in files under a directory (nvme).
+enum class OffloadDevice { None, CPU, NVMe };
+
+/// zero_optimization.offload_optimizer, DeepSpeed's keys and defaults
+/// (deepspeed/runtime/zero/offload_config.py).
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::None;
+  std::string nvmePath;  // required with device nvme
+  bool pinMemory = false;
+  int64_t bufferCount = 4; // NVMe swap buffers
+  double ratio = 1.0;      // the offloaded fraction (only 1 is implemented)
+};
+
+/// zero_optimization.offload_param (stage 3 only, as in DeepSpeed).
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::None;
+  std::string nvmePath;
+  int64_t bufferCount = 5;
+  int64_t bufferSize = 100000000;
+  int64_t maxInCpu = 1000000000;
+  bool pinMemory = false;
+};
+
+/// The `aio` block: how the NVMe files are read and written.
+struct AioConfig {
+  int64_t blockSize = 1048576;
+  int64_t queueDepth = 8;
+  int64_t intraOpParallelism = 1;
+  bool singleSubmit = false;
+  bool overlapEvents = true;
+};
+
 struct TrainConfig {
   // optimizer
   OptimizerKind optimizer = OptimizerKind::AdamW;
@@ -84,6 +117,9 @@ struct TrainConfig {
   // (stage3_prefetch_bucket_size); DeepSpeed's defaults.
   int64_t reduceBucketSize = 500000000, allgatherBucketSize = 500000000,
           prefetchBucketSize = 50000000;
+  OffloadOptimizerConfig offloadOptimizer;
+  OffloadParamConfig offloadParam;
+  AioConfig aio;
   Precision precision = Precision::FP32;
   LossScalerConfig lossScaler;
   /// data_types.grad_accum_dtype: what gradients are reduced and
@@ -134,6 +170,10 @@ struct TrainConfigOverrides {
   /// --precision: enables fp16 or bf16 (and disables the other), or
   /// disables both for fp32, keeping the sections' other keys.
   std::optional<Precision> precision;
+  /// --offload-optimizer (zero_optimization.offload_optimizer.device) and
+  /// --nvme-path (its nvme_path).
+  std::optional<OffloadDevice> offloadOptimizer;
+  std::optional<std::string> nvmePath;
   /// Not a flag: what is built stops at the training IR or its plan
   /// (--emit=train-mlir, plan). bf16 training, whose ds-precision pass
   /// exists while its program does not yet, is accepted then.
@@ -181,6 +221,15 @@ llvm::Error checkPipelineSchedule(const TrainConfig &config,
 /// and every value dsopt uses written out, which dsopt reads back to the
 /// same config. For plan.json and --print-config.
 std::string toJson(const TrainConfig &config);
+
+/// Offloading's compositions that are not implemented yet (a program
+/// rather than its IR or plan, offload_param, NVMe): an error naming them,
+/// else success.
+llvm::Error checkOffloadComposition(const TrainConfig &config, bool irOnly);
+
+/// "none", "cpu" or "nvme" (DeepSpeed's spelling), and back.
+llvm::StringRef offloadDeviceName(OffloadDevice device);
+std::optional<OffloadDevice> parseOffloadDevice(llvm::StringRef name);
 
 /// "fp32", "bf16" or "fp16" (the --precision and grad_accum_dtype
 /// spelling), and back.

@@ -375,6 +375,32 @@ def DsPipelineRanks : Pass<"ds-pipeline-ranks", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::shard::ShardDialect"];
 }
 
+def DsOffload : Pass<"ds-offload", "mlir::ModuleOp"> {
+  let summary = "ZeRO-Offload: optimizer states and their update on the host "
+                "(or in files)";
+  let description = [{
+    Places every optimizer state (each `ds.state` that is not a gradient
+    accumulator: the optimizer's moments, and 16-bit training's master
+    weights) in pinned host memory (`device=cpu`) or in the file-backed
+    NVMe space (`device=nvme`): its argument gets `ds.space`. After ds-zero
+    these are each rank's shards. Every optimizer update
+    (OptimizerOpInterface) that reads an offloaded state runs on the host
+    (`ds.space = #ds.space<host>` on the op): the operands it needs from the
+    device (the gradient, the parameter shard, the learning rate and step)
+    are copied to the host by `ds.transfer` ops issued right after each
+    value is computed, so they overlap the rest of the step, and the
+    updated parameter is copied back to the device right after the update,
+    before its next use. With `device=nvme` each state is read from its
+    file into a host buffer one update ahead (read-ahead) and written back
+    right after its update (write-behind).
+  }];
+  let options = [
+    Option<"device", "device", "std::string", /*default=*/"\"cpu\"",
+           "Where the optimizer states live: cpu (pinned host memory) or "
+           "nvme (files)">,
+  ];
+}
+
 def DsPlanMemory : Pass<"ds-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assign every tensor a fixed offset in one arena by liveness";
   let description = [{

@@ -153,6 +153,12 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
       *this, "prefetch-bucket-size",
       llvm::cl::desc("Stage 3 prefetch window in elements"),
       llvm::cl::init(50000000)};
+  // ZeRO-Offload (ds-offload): where the optimizer states live.
+  Option<std::string> offloadOptimizer{
+      *this, "offload-optimizer",
+      llvm::cl::desc("Optimizer states and their update on the device "
+                     "(none), in pinned host memory (cpu) or in files (nvme)"),
+      llvm::cl::init("none")};
 
   // Pipeline parallelism (ds-pipeline, ds-pipeline-ranks).
   Option<int64_t> pp{*this, "pp",
