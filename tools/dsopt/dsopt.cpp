@@ -774,8 +774,6 @@ EXAMPLES:
     if (llvm::Error problem = dsopt::checkPipelineSchedule(
             *config, /*evenWithOneStage=*/emit == EmitKind::Trace))
       return fail(llvm::toString(std::move(problem)));
-    if (llvm::Error problem = dsopt::checkPrecisionComposition(*config))
-      return fail(llvm::toString(std::move(problem)));
   }
   auto printTrainConfig =
       [&](std::optional<int64_t> modelBatch) -> int {
