@@ -4,7 +4,8 @@
 # imports it, shows what it found, compiles it into a forward executable and
 # a training executable (DeepSpeed config: AdamW, warmup, clipping, gradient
 # accumulation) with static memory plans, runs the forward pass on the
-# exported inputs, and trains it for a few dozen steps. Then it compiles the
+# exported inputs, and trains it for a few dozen steps, in fp32 and in bf16
+# (16-bit working copies, fp32 master weights). Then it compiles the
 # same model for 4 ranks, `--zero=3 --pp=2 --dp=2` (two pipeline stages, each
 # ZeRO-3 sharded over two data-parallel ranks), trains it under mpirun and
 # writes the measured schedule as a Chrome trace.
@@ -74,6 +75,32 @@ onnx.checker.check_model(onnx.load(f"{out}/trained/gpt2.onnx"))
 print(f"loss: step 1 {first:.4f}, last 4 steps {last:.4f}; trained model {out}/trained/gpt2.onnx loads")
 if not last < 0.9 * first:
     sys.exit("the loss did not go down")
+PY
+echo
+echo "== dsopt $OUT/gpt2.onnx --config $OUT/ds_config.json --precision bf16 -o $OUT/program-bf16"
+echo "   (bf16 working copies and activations, fp32 master weights and optimizer states)"
+"$DSOPT" "$OUT/gpt2.onnx" --config "$OUT/ds_config.json" --precision bf16 -o "$OUT/program-bf16"
+sed -n '/^training program/,/^    activation /p' "$OUT/program-bf16/plan.txt"
+echo
+echo "== $OUT/program-bf16/train --data $OUT/data --steps 40 --save-onnx $OUT/trained/gpt2-bf16.onnx"
+"$OUT/program-bf16/train" --data "$OUT/data" --steps 40 --log-json "$OUT/train-bf16.jsonl" \
+  --save-onnx "$OUT/trained/gpt2-bf16.onnx"
+/usr/bin/python3 - "$OUT" <<'PY'
+import json, sys
+import onnx
+out = sys.argv[1]
+fp32 = [json.loads(line) for line in open(f"{out}/train.jsonl")]
+bf16 = [json.loads(line) for line in open(f"{out}/train-bf16.jsonl")]
+# The losses fall ~100x here; differences are measured against step 1's.
+worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(bf16, fp32)) / fp32[0]["loss"]
+saved = onnx.load(f"{out}/trained/gpt2-bf16.onnx")
+onnx.checker.check_model(saved)
+types = {t.data_type for t in saved.graph.initializer}
+print(f"loss: bf16 step 1 {bf16[0]['loss']:.4f}, step 40 {bf16[-1]['loss']:.4f}; fp32 step 40 "
+      f"{fp32[-1]['loss']:.4f}; largest difference {worst:.1e} of the step-1 loss; the saved model holds "
+      f"the fp32 master weights (ONNX data types {sorted(types)})")
+if worst > 5e-2:
+    sys.exit("the bf16 run does not follow the fp32 one")
 PY
 echo
 cat > "$OUT/ds_config_pp.json" <<'JSON'

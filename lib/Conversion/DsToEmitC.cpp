@@ -136,8 +136,11 @@ StringRef runtimeRole(ds::ValueRole role) {
 
 /// The runtime's dsrt::ValueRole of a state.
 StringRef runtimeRole(ds::StateAttr state) {
-  return state.isAccumulator() ? "dsrt::ValueRole::Accumulator"
-                               : "dsrt::ValueRole::OptimizerState";
+  if (state.isAccumulator())
+    return "dsrt::ValueRole::Accumulator";
+  // ds-precision's fp32 master weights of a 16-bit working copy.
+  return state.getRole() == "master" ? "dsrt::ValueRole::MasterWeights"
+                                     : "dsrt::ValueRole::OptimizerState";
 }
 
 /// An argument of an emitted call: an SSA value, or an attribute printed in
@@ -1433,29 +1436,43 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
         !seen.insert(("param:" + param.getName()).str()).second)
       continue;
     auto external = dyn_cast<ds::ExternalDataAttr>(param.getData());
+    // The model's value is f32 where the argument is ds-precision's 16-bit
+    // working copy (ds.param's rule); the runtime converts it when loading.
+    Type element = type.getElementType();
+    Type stored = element;
+    if (auto elements = dyn_cast<ElementsAttr>(param.getData()))
+      stored = elements.getElementType();
+    else if (element.isBF16() || element.isF16())
+      stored = builder.getF32Type();
+    Attribute storedDtype = literal(dtypeName(stored));
     if (external && outlineRepeats) {
       auto whole = function.getArgAttrOfType<TypeAttr>(
           i, ds::DsDialect::kShardedAttrName);
       auto wholeType =
           whole ? cast<RankedTensorType>(whole.getValue()) : RankedTensorType();
       paramRows.push_back(
-          "{" + cppString(param.getName()) + ", " +
-          dtypeName(type.getElementType()) + ", " + tableShape(type) + ", " +
-          std::to_string(offset) + ", " +
+          "{" + cppString(param.getName()) + ", " + dtypeName(stored) + ", " +
+          tableShape(type) + ", " + std::to_string(offset) + ", " +
           (param.getTrainable() ? "true" : "false") + ", " +
           cppString(external.getLocation()) + ", " +
           std::to_string(external.getOffset()) + ", " +
           std::to_string(external.getLength()) + ", " +
           std::to_string(wholeType ? wholeType.getNumElements() : 0) + ", " +
-          (wholeType ? tableShape(wholeType) : "{0, {}}") + "}");
+          (wholeType ? tableShape(wholeType) : "{0, {}}") + ", " +
+          dtypeName(element) + "}");
       continue;
     }
+    auto workingCopy = [&] {
+      if (stored != element)
+        callVoid("dsrt::set_param_working_copy", {info}, {index0, dtype});
+    };
     if (external) {
       callVoid("dsrt::add_param_file", {info},
-               {index0, str(param.getName()), dtype, shape, i64(offset),
+               {index0, str(param.getName()), storedDtype, shape, i64(offset),
                 builder.getBoolAttr(param.getTrainable()),
                 str(external.getLocation()), i64(external.getOffset()),
                 i64(external.getLength())});
+      workingCopy();
       emitShard(info, i);
       continue;
     }
@@ -1470,6 +1487,7 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
     callVoid("dsrt::add_param_data", {info, *data},
              {index0, str(param.getName()), builder.getIndexAttr(1),
               i64(offset), builder.getBoolAttr(param.getTrainable())});
+    workingCopy();
     emitShard(info, i);
   }
 }

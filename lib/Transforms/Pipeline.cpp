@@ -322,9 +322,22 @@ void PipelinePass::runOnOperation() {
 
   // Backward ops: the accumulation's stage, else the stage of the forward
   // op they differentiate, else their operands', else (second pass) their
-  // users'.
+  // users'. A cast that widens a 16-bit value goes with its users, so that
+  // a gradient crosses stages in 16 bits.
+  auto widens = [](Operation *op) {
+    auto cast = dyn_cast<ds::CastOp>(op);
+    if (!cast)
+      return false;
+    auto from = dyn_cast<FloatType>(getElementTypeOrSelf(cast.getInput()));
+    auto to = dyn_cast<FloatType>(getElementTypeOrSelf(cast.getType()));
+    return from && to && from.getWidth() < to.getWidth();
+  };
   SmallVector<Operation *> unresolved;
   for (Operation *op : backwardOps) {
+    if (widens(op) && !accumulationStage.count(op)) {
+      unresolved.push_back(op);
+      continue;
+    }
     if (auto it = accumulationStage.find(op); it != accumulationStage.end()) {
       stageOf[op] = it->second;
       continue;

@@ -180,6 +180,14 @@ void PipelineSplitPass::runOnOperation() {
     StringRef param = match->param;
     ds::AddOp add = match->add;
     Value grad = match->grad;
+    // Accumulating in a wider type than the gradient's (ds-precision's
+    // grad_accum_dtype fp32), the sum is widened first: each stage's
+    // partial sum is widened instead, so that it stays on its stage.
+    auto widen = grad.getDefiningOp<ds::CastOp>();
+    if (widen && widen->hasOneUse() && !forwardSet.contains(widen))
+      grad = widen.getInput();
+    else
+      widen = nullptr;
     // The contributions: the leaves of the tree of single-use additions.
     SmallVector<Value> leaves, work{grad};
     SmallVector<Operation *> tree;
@@ -205,6 +213,8 @@ void PipelineSplitPass::runOnOperation() {
     }
     if (byStage.size() == 1 && add) {
       setStage(add, byStage.begin()->first);
+      if (widen)
+        setStage(widen, byStage.begin()->first);
       chainAcc[add] = acc;
       continue;
     }
@@ -225,6 +235,17 @@ void PipelineSplitPass::runOnOperation() {
         setStage(sum, s);
         partial = sum;
       }
+      if (widen) {
+        Operation *after = latestDefinition({partial});
+        if (after)
+          b.setInsertionPointAfter(after);
+        else
+          b.setInsertionPointToStart(&body);
+        auto cast = ds::CastOp::create(b, partial.getLoc(), widen.getType(),
+                                       partial);
+        setStage(cast, s);
+        partial = cast;
+      }
       Operation *after = latestDefinition({current, partial});
       if (after)
         b.setInsertionPointAfter(after);
@@ -239,6 +260,8 @@ void PipelineSplitPass::runOnOperation() {
     result.set(current);
     if (add && add->use_empty())
       add->erase();
+    if (widen && widen->use_empty())
+      widen->erase();
     for (Operation *op : tree)
       if (op->use_empty())
         op->erase();

@@ -52,11 +52,14 @@ Type withElement(Type type, Type element) {
   return cast<RankedTensorType>(type).clone(element);
 }
 
-/// Casts `value` to `element` right before `user`.
+/// Casts `value` to `element` right before `user`. The cast is part of how
+/// `user` computes, so it carries the user's location (ONNX node): a
+/// pipeline cut then falls before it, and the transfer carries the value
+/// in its own type, not the widened one.
 Value castBefore(OpBuilder &b, Operation *user, Value value, Type element) {
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(user);
-  return ds::CastOp::create(b, value.getLoc(),
+  return ds::CastOp::create(b, user->getLoc(),
                             withElement(value.getType(), element), value);
 }
 

@@ -462,14 +462,14 @@ std::shared_ptr<const OnnxSaveSource> runner::prepare_save_onnx(const ProgramInf
       // A sharded parameter is checked against its whole tensor.
       const Shape &whole = p.sharded() ? p.full_shape : p.shape;
       std::vector<int64_t> shape(whole.dims, whole.dims + whole.rank);
-      if (tensor.data_type != onnx_data_type(p.dtype) || tensor.dims != shape)
+      if (tensor.data_type != onnx_data_type(p.stored) || tensor.dims != shape)
         throw Error(what + ": initializer '" + tensor.name + "' has ONNX data type " +
                     std::to_string(tensor.data_type) + " and dims " + dims_str(tensor.dims) +
-                    " but the program's parameter is " + dtype_name(p.dtype) + " " +
+                    " but the program's parameter is " + dtype_name(p.stored) + " " +
                     whole.str() + "; the model is not the one this program was compiled from");
       found[tensor.name] = true;
       source->initializer_bytes +=
-          static_cast<int64_t>(Tensor{nullptr, p.dtype, whole}.nbytes());
+          static_cast<int64_t>(Tensor{nullptr, p.stored, whole}.nbytes());
     }
   }
   if (!has_graph) throw Error(what + ": the model has no graph");
@@ -485,22 +485,27 @@ void runner::write_save_onnx(const OnnxSaveSource &source, const ProgramInfo &in
                              const std::map<std::string, Tensor> &full_values) {
   const std::string what = "--save-onnx: model '" + source.model_path + "'";
   // The bytes each parameter is saved with: a supplied whole value, else its
-  // arena slot (which holds only a shard of a sharded parameter).
+  // arena slot (which holds only a shard of a sharded parameter, and only
+  // the 16-bit working copy of a parameter with master weights).
   auto param_bytes = [&](const ParamInfo &p) {
     const Shape &whole = p.sharded() ? p.full_shape : p.shape;
     auto value = full_values.find(p.name);
     if (value == full_values.end()) {
-      if (p.sharded())
-        throw Error("--save-onnx: parameter '" + p.name + "' is sharded (the arena holds " +
-                    p.shape.str() + " of " + dtype_name(p.dtype) + " " + whole.str() +
-                    "); its whole value must be supplied");
+      if (p.sharded() || p.dtype != p.stored)
+        throw Error("--save-onnx: parameter '" + p.name + "' is " +
+                    (p.sharded() ? "sharded (the arena holds " + p.shape.str() + " of " +
+                                       dtype_name(p.dtype) + " " + whole.str() + ")"
+                                 : std::string("a ") + dtype_name(p.dtype) +
+                                       " working copy of " + dtype_name(p.stored) +
+                                       " master weights") +
+                    "; its whole value must be supplied");
       return Span{arena + p.offset, Tensor{nullptr, p.dtype, p.shape}.nbytes()};
     }
     const Tensor &t = value->second;
-    if (t.dtype != p.dtype || t.numel() != whole.numel() || (t.numel() > 0 && !t.data))
+    if (t.dtype != p.stored || t.numel() != whole.numel() || (t.numel() > 0 && !t.data))
       throw Error("--save-onnx: the value supplied for parameter '" + p.name + "' is " +
                   dtype_name(t.dtype) + " " + t.shape.str() + ", expected " +
-                  dtype_name(p.dtype) + " " + whole.str());
+                  dtype_name(p.stored) + " " + whole.str());
     return Span{static_cast<const uint8_t *>(t.data), t.nbytes()};
   };
   for (const auto &value : full_values) {

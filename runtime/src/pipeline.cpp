@@ -371,36 +371,27 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   if (!options.save_onnx.empty()) {
     const std::map<std::string, int64_t> owners = parameter_owners(infos);
     std::map<std::string, Tensor> mine;  // whole values of this rank's saved parameters
-    for (const ParamInfo &param : info.params) {
-      if (owners.at(param.name) != pp_rank) continue;
-      const Tensor slot = persistent_tensor(program, param, buffers);
-      if (!param.sharded()) {
-        mine[param.name] = slot;
-        continue;
-      }
-      buffers.emplace_back(slot.nbytes() * static_cast<size_t>(dp));
-      const Tensor gathered{buffers.back().data(), param.dtype, Shape{dp * param.shape.numel()}};
+    auto all_gather = [&](const Tensor &shard, const Tensor &into) {
       if (dp_axis < 0)
-        read_to_host(program.stream, gathered.data, slot);
+        read_to_host(program.stream, into.data, shard);
       else
-        exchange.all_gather(grid->comm(dp_axis), slot, gathered);
-      mine[param.name] = Tensor{gathered.data, param.dtype, param.full_shape};
-    }
+        exchange.all_gather(grid->comm(dp_axis), shard, into);
+    };
+    for (const ParamInfo &param : info.params)
+      if (owners.at(param.name) == pp_rank)
+        mine[param.name] = whole_saved_value(program, param, dp, all_gather, buffers);
     if (dp_rank == 0) {
       Communicator &pp_comm = grid->comm(pp_axis);
       std::vector<P2POp> ops;
       if (pp_rank == 0) {
-        // Its unsharded parameters in the device space are read from its
-        // arena.
         for (const ParamInfo &param : info.params)
-          if (param.sharded() || param.space != Space::Device)
-            full_values[param.name] = mine.at(param.name);
+          full_values[param.name] = mine.at(param.name);
         for (size_t j = 1; j < infos.size(); ++j)
           for (const ParamInfo &param : infos[j].params) {
             if (owners.at(param.name) != static_cast<int64_t>(j)) continue;
             const Shape shape = whole_shape(param);
-            buffers.emplace_back(Tensor{nullptr, param.dtype, shape}.nbytes());
-            const Tensor value{buffers.back().data(), param.dtype, shape};
+            buffers.emplace_back(Tensor{nullptr, param.stored, shape}.nbytes());
+            const Tensor value{buffers.back().data(), param.stored, shape};
             ops.push_back(P2POp{CommOp::Recv, value, static_cast<int>(j)});
             full_values[param.name] = value;
           }

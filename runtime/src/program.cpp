@@ -252,6 +252,7 @@ const char *value_role_name(ValueRole role) {
   case ValueRole::Send: return "sent value";
   case ValueRole::Stash: return "stashed value";
   case ValueRole::WeightStash: return "weight-stashed value";
+  case ValueRole::MasterWeights: return "master weights";
   }
   return "value of an unknown role";
 }
@@ -286,6 +287,7 @@ void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shap
   param.file = file;
   param.file_offset = file_offset;
   param.length = length;
+  param.stored = dtype;
   param.role = ValueRole::Param;
   info.params.push_back(param);
 }
@@ -299,8 +301,28 @@ void add_param_data(ProgramInfo &info, const char *name, const Tensor &data, int
   param.offset = offset;
   param.trainable = trainable;
   param.data = data;
+  param.stored = data.dtype;
   param.role = ValueRole::Param;
   info.params.push_back(param);
+}
+
+void set_param_working_copy(ProgramInfo &info, DType dtype) {
+  if (info.params.empty())
+    throw Error("set_param_working_copy: no parameter was added before it");
+  ParamInfo &param = info.params.back();
+  if (param.dtype != DType::F32 || (dtype != DType::F16 && dtype != DType::BF16))
+    throw Error("set_param_working_copy: parameter '" + param.name + "' is " +
+                dtype_name(param.dtype) + "; only an f32 parameter has a 16-bit (f16 or bf16) "
+                "working copy, not " + dtype_name(dtype));
+  param.dtype = dtype;
+}
+
+const ParamInfo *master_param(const ProgramInfo &info, const ValueInfo &state) {
+  if (state.role != ValueRole::MasterWeights) return nullptr;
+  for (const ParamInfo &param : info.params)
+    if (param.name == state.param) return &param;
+  throw Error("master weights '" + state.name + "': the program has no parameter '" +
+              state.param + "'");
 }
 
 void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape,
@@ -319,7 +341,8 @@ void add_op(ProgramInfo &info, const char *name, const char *location, int64_t f
 
 void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset,
                ValueRole role, const char *param) {
-  check_role("add_state", name, role, {ValueRole::Accumulator, ValueRole::OptimizerState});
+  check_role("add_state", name, role,
+             {ValueRole::Accumulator, ValueRole::OptimizerState, ValueRole::MasterWeights});
   info.states.push_back({name, dtype, shape, offset, Space::Device, role, param ? param : ""});
 }
 
@@ -382,62 +405,61 @@ int64_t slot_size(const ProgramInfo &info, size_t bytes) {
 
 namespace {
 
-// Rank `dp_rank`'s shard of a sharded parameter: elements [r*s, min((r+1)*s,
-// n)) of the whole tensor, zeros for the rest of the slot, in `host`.
-void read_shard(const ProgramInfo &info, const ParamInfo &param, std::vector<char> &host,
-                const std::string &weights_dir, int64_t dp_rank) {
-  const size_t elem = dtype_size(param.dtype);
-  const int64_t s = param.shape.numel(), n = param.shard_total;
-  const int64_t begin = std::min(dp_rank * s, n), end = std::min((dp_rank + 1) * s, n);
+// The model's bytes (of param.stored) of a parameter: the whole tensor
+// (`s` == 0), or rank `dp_rank`'s [s] shard of its flat form, elements
+// [r*s, min((r+1)*s, n)) and zeros for the rest. Only those bytes are read.
+void read_stored(const ProgramInfo &info, const ParamInfo &param, int64_t s, int64_t dp_rank,
+                 std::vector<char> &host, const std::string &weights_dir) {
+  const int64_t elem = static_cast<int64_t>(dtype_size(param.stored));
+  const Shape &whole = param.sharded() ? param.full_shape : param.shape;
+  const int64_t n = whole.numel();
+  const int64_t begin = s > 0 ? std::min(dp_rank * s, n) : 0;
+  const int64_t end = s > 0 ? std::min((dp_rank + 1) * s, n) : n;
   const int64_t count = end - begin;
-  host.assign(static_cast<size_t>(s) * elem, 0);
+  host.assign(static_cast<size_t>((s > 0 ? s : n) * elem), 0);
   if (param.data.data) {
     if (param.data.numel() != n)
       throw Error("parameter '" + param.name + "': its data holds " +
-                  std::to_string(param.data.numel()) + " elements but the sharded tensor " +
-                  param.full_shape.str() + " has " + std::to_string(n));
+                  std::to_string(param.data.numel()) + " elements but the tensor " +
+                  whole.str() + " has " + std::to_string(n));
     const char *from = static_cast<const char *>(param.data.data) + begin * elem;
-    host.assign(from, from + count * static_cast<int64_t>(elem));
-    host.resize(static_cast<size_t>(s) * elem, 0);
+    host.assign(from, from + count * elem);
+    host.resize(static_cast<size_t>((s > 0 ? s : n) * elem), 0);
     return;
   }
   std::string path = resolve_weight_file(info, weights_dir, param.file);
-  if (param.length != n * static_cast<int64_t>(elem))
+  if (param.length != n * elem)
     throw Error("parameter '" + param.name + "': " + std::to_string(param.length) +
-                " bytes in '" + path + "' but the whole tensor " + param.full_shape.str() +
-                " (sharded, " + std::to_string(n) + " elements) needs " +
-                std::to_string(n * static_cast<int64_t>(elem)));
+                " bytes in '" + path + "' but " +
+                (param.sharded() ? "the whole tensor " + whole.str() + " (sharded, " +
+                                       std::to_string(n) + " elements)"
+                                 : std::string("its tensor")) +
+                " of " + dtype_name(param.stored) + " needs " + std::to_string(n * elem));
   if (count == 0) return;
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error("parameter '" + param.name + "': cannot open '" + path +
                 "' (use --weights DIR if the model moved)");
-  const int64_t offset = param.file_offset + begin * static_cast<int64_t>(elem);
-  const int64_t bytes = count * static_cast<int64_t>(elem);
+  const int64_t offset = param.file_offset + begin * elem;
   in.seekg(offset);
-  in.read(host.data(), bytes);
-  if (in.gcount() != bytes)
+  in.read(host.data(), count * elem);
+  if (in.gcount() != count * elem)
     throw Error("parameter '" + param.name + "': '" + path + "' ends before byte " +
-                std::to_string(offset + bytes));
+                std::to_string(offset + count * elem));
 }
 
-// The bytes of a parameter's slot, read from its file.
-void read_param(const ProgramInfo &info, const ParamInfo &param, size_t slot_bytes,
-                std::vector<char> &host, const std::string &weights_dir) {
-  std::string path = resolve_weight_file(info, weights_dir, param.file);
-  if (param.length != static_cast<int64_t>(slot_bytes))
-    throw Error("parameter '" + param.name + "': " + std::to_string(param.length) +
-                " bytes in '" + path + "' but its tensor needs " + std::to_string(slot_bytes));
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error("parameter '" + param.name + "': cannot open '" + path +
-                "' (use --weights DIR if the model moved)");
-  host.resize(static_cast<size_t>(param.length));
-  in.seekg(param.file_offset);
-  in.read(host.data(), param.length);
-  if (in.gcount() != param.length)
-    throw Error("parameter '" + param.name + "': '" + path + "' ends before byte " +
-                std::to_string(param.file_offset + param.length));
+// Converts `host` (elements of `from`) to `to` in place: f32 to a 16-bit
+// float type rounds to nearest even, as the kernels' casts do.
+void convert_host(std::vector<char> &host, DType from, DType to) {
+  if (from == to) return;
+  if (from != DType::F32 || (to != DType::F16 && to != DType::BF16))
+    throw Error(std::string("cannot convert a parameter's ") + dtype_name(from) + " value to " +
+                dtype_name(to));
+  const int64_t n = static_cast<int64_t>(host.size() / dtype_size(from));
+  std::vector<char> out(static_cast<size_t>(n) * dtype_size(to));
+  const Tensor source{host.data(), from, Shape{n}}, converted{out.data(), to, Shape{n}};
+  convert_host_floats(source, converted);
+  host.swap(out);
 }
 
 // The base of the arena of a value's space (not the file space).
@@ -547,16 +569,29 @@ void load_params(Program &p, const std::string &weights_dir, int64_t dp_rank) {
   std::vector<char> host;
   for (const ParamInfo &param : info.params) {
     acquire_persistent(p, param);
-    const size_t slot_bytes = dtype_size(param.dtype) * static_cast<size_t>(param.shape.numel());
-    if (param.sharded()) {
-      read_shard(info, param, host, weights_dir, dp_rank);
-      store_persistent(p, param, host.data(), host.size());
-    } else if (param.data.data) {
-      store_persistent(p, param, param.data.data, slot_bytes);
-    } else {
-      read_param(info, param, slot_bytes, host, weights_dir);
-      store_persistent(p, param, host.data(), host.size());
-    }
+    read_stored(info, param, param.sharded() ? param.shape.numel() : 0, dp_rank, host,
+                weights_dir);
+    convert_host(host, param.stored, param.dtype);
+    store_persistent(p, param, host.data(), host.size());
+  }
+}
+
+void load_masters(Program &p, const std::string &weights_dir, int64_t dp_rank) {
+  const ProgramInfo &info = *p.info;
+  std::vector<char> host;
+  for (const ValueInfo &state : info.states) {
+    const ParamInfo *param = master_param(info, state);
+    if (!param) continue;
+    const Shape &whole = param->sharded() ? param->full_shape : param->shape;
+    if (state.dtype != param->stored)
+      throw Error("master weights '" + state.name + "' are " + dtype_name(state.dtype) +
+                  " but parameter '" + param->name + "' is " + dtype_name(param->stored) +
+                  " in the model");
+    // A master shaped otherwise than its parameter is this rank's ZeRO
+    // shard of its flat form.
+    const bool shard = !(state.shape == whole);
+    read_stored(info, *param, shard ? state.shape.numel() : 0, dp_rank, host, weights_dir);
+    store_persistent(p, state, host.data(), host.size());
   }
 }
 

@@ -71,7 +71,12 @@ void print_space_arenas(const Program &p);
 // Acquires every parameter's slot and fills it from the program or its file.
 // A sharded parameter gets rank `dp_rank`'s shard (its elements of the whole
 // tensor, zeros past its end); only those bytes are read.
+// A 16-bit working copy is the model's f32 value rounded to nearest even.
 void load_params(Program &p, const std::string &weights_dir, int64_t dp_rank = 0);
+// Fills each fp32 master weights state (master_param) from its parameter's
+// model value, or rank `dp_rank`'s ZeRO shard of it. After the states'
+// slots are acquired.
+void load_masters(Program &p, const std::string &weights_dir, int64_t dp_rank = 0);
 
 // save_onnx in two halves: the source model is read and checked against the
 // program before training (a model that cannot be written back fails

@@ -120,6 +120,14 @@ void store_float(const Tensor &t, int64_t i, float value) {
   }
 }
 
+void convert_host_floats(const Tensor &from, const Tensor &to) {
+  if (!is_float(from.dtype) || !is_float(to.dtype) || from.numel() != to.numel())
+    throw Error(std::string("dsrt::convert_host_floats: cannot convert ") +
+                dtype_name(from.dtype) + " " + from.shape.str() + " to " + dtype_name(to.dtype) +
+                " " + to.shape.str());
+  for (int64_t i = 0; i < from.numel(); ++i) store_float(to, i, load_float(from, i));
+}
+
 int64_t load_int(const Tensor &t, int64_t i) {
   check_element("load_int", t, i);
   switch (t.dtype) {

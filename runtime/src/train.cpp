@@ -243,25 +243,17 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   const std::vector<int64_t> all =
       gather_summary(exchange, *grid, traffic, program);
 
-  // Sharded parameters are gathered whole (outside the arena) for the
-  // saved model; every rank takes part, rank 0 writes.
+  // The saved values (masters of 16-bit copies, sharded ones gathered
+  // whole outside the arena); every rank takes part, rank 0 writes.
   std::map<std::string, Tensor> full_values;
   std::vector<std::vector<uint8_t>> gathered;
   if (!options.save_onnx.empty()) {
+    auto all_gather = [&](const Tensor &shard, const Tensor &into) {
+      exchange.all_gather(shard, into);
+    };
     for (const ParamInfo &param : info.params) {
-      // Parameters outside the device space are read from theirs.
-      if (!param.sharded()) {
-        if (param.space != Space::Device && rank0)
-          full_values[param.name] = persistent_tensor(program, param, gathered);
-        continue;
-      }
-      const Tensor shard = persistent_tensor(program, param, gathered);
-      std::vector<uint8_t> buffer(shard.nbytes() * static_cast<size_t>(ranks));
-      exchange.all_gather(shard, Tensor{buffer.data(), param.dtype,
-                                        Shape{ranks * param.shape.numel()}});
-      if (!rank0) continue;
-      gathered.push_back(std::move(buffer));
-      full_values[param.name] = Tensor{gathered.back().data(), param.dtype, param.full_shape};
+      const Tensor value = whole_saved_value(program, param, ranks, all_gather, gathered);
+      if (rank0) full_values[param.name] = value;
     }
   }
 

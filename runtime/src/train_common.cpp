@@ -166,6 +166,22 @@ void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, boo
   }
 }
 
+Tensor whole_saved_value(Program &program, const ParamInfo &param, int64_t dp,
+                         const std::function<void(const Tensor &, const Tensor &)> &all_gather,
+                         std::vector<std::vector<uint8_t>> &buffers) {
+  const ProgramInfo &info = *program.info;
+  const ValueInfo *value = &param;
+  for (const ValueInfo &state : info.states)
+    if (master_param(info, state) == &param) value = &state;
+  const Shape &whole = param.sharded() ? param.full_shape : param.shape;
+  const Tensor slot = persistent_tensor(program, *value, buffers);
+  if (slot.shape == whole) return slot;
+  buffers.emplace_back(slot.nbytes() * static_cast<size_t>(dp));
+  const Tensor gathered{buffers.back().data(), slot.dtype, Shape{dp * slot.numel()}};
+  all_gather(slot, gathered);
+  return Tensor{gathered.data, slot.dtype, whole};
+}
+
 void init_program(Program &program, const ProgramInfo &info, int threads) {
   program.info = &info;
   program.stream = Stream(backend().kind(), threads);
@@ -185,6 +201,7 @@ void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions
     acquire_persistent(program, state);
     zero_persistent(program, state);
   }
+  load_masters(program, options.weights, dp_rank);
 }
 
 double log_step(const TrainOptions &options, const Program &program, bool rank0, FILE *log_json,

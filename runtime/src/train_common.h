@@ -289,6 +289,14 @@ struct TrainOutputs {
 // `save_info` lists the parameters the saved model gets.
 void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, bool rank0,
                   TrainOutputs &outputs);
+// The whole value of `param` that --save-onnx writes: its fp32 master
+// weights where the program trains a 16-bit working copy (master_param),
+// else the parameter. A ZeRO shard (this rank's [s] of the flat value) is
+// put together by `all_gather(shard, into)` over the `dp` ranks, which every
+// dp rank must call alike; `buffers` own what is not a view of the arena.
+Tensor whole_saved_value(Program &program, const ParamInfo &param, int64_t dp,
+                         const std::function<void(const Tensor &, const Tensor &)> &all_gather,
+                         std::vector<std::vector<uint8_t>> &buffers);
 
 // A program of `info` with its streams (`threads` kernel threads; 0: all
 // cores), before its arena exists.
@@ -298,8 +306,9 @@ struct ProgramMemory {
   ProgramArena device;
   SpaceArenas spaces;
 };
-// Allocates the arenas, loads the parameters (rank `dp_rank`'s shards) and
-// zeroes the states, each in its space; `world_rank` names the file
+// Allocates the arenas, loads the parameters (rank `dp_rank`'s shards),
+// zeroes the states but the fp32 master weights, which get the model's
+// values (load_masters), each in its space; `world_rank` names the file
 // space's file.
 void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions &options,
                      int64_t dp_rank, int world_rank);

@@ -41,7 +41,7 @@
 // CPP: void dsopt_run(dsrt::Program& [[RP:v[0-9]+]]) {
 // CPP-NEXT: dsopt_run_part0([[RP]]);
 // CPP: static const dsrt::ParamFileRow dsopt_table_0[1] = {
-// CPP-NEXT: {"w", dsrt::DType::F32, {2, {16, 8}}, 0, true, "m.onnx", 128, 512, 0, {0, {}}}};
+// CPP-NEXT: {"w", dsrt::DType::F32, {2, {16, 8}}, 0, true, "m.onnx", 128, 512, 0, {0, {}}, dsrt::DType::F32}};
 // CPP: void dsopt_describe(dsrt::ProgramInfo& [[I:v[0-9]+]]) {
 // CPP: dsrt::set_model([[I]], "/models/m.onnx");
 // CPP: dsrt::add_param_files([[I]], dsopt_table_0, 1);

@@ -99,7 +99,7 @@ def weights(path: Path) -> Dict[str, np.ndarray]:
     return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
 
 
-def compare_plan(plan: Dict, summary: Optional[Dict], n: int) -> Optional[str]:
+def compare_plan(plan: Dict, summary: Optional[Dict], n: int, steps: int = STEPS) -> Optional[str]:
     if summary is None:
         return "the log has no summary line"
     if plan["world"] != n or len(plan["ranks"]) != n or summary.get("world") != n:
@@ -120,8 +120,8 @@ def compare_plan(plan: Dict, summary: Optional[Dict], n: int) -> Optional[str]:
             want = planned["collective_bytes"][kind]
             have = got["collective_bytes"][kind]
             for key in ("sent", "received", "calls"):
-                if have[key] != STEPS * want[key]:
-                    return (f"rank {r} {kind} {key}: measured {have[key]} over {STEPS} steps, "
+                if have[key] != steps * want[key]:
+                    return (f"rank {r} {kind} {key}: measured {have[key]} over {steps} steps, "
                             f"planned {want[key]} per step")
     return None
 

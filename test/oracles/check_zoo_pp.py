@@ -82,8 +82,8 @@ def compare_trace(trace_path: Path, plan: Dict, world: int) -> Optional[str]:
     return None
 
 
-def compare_transfers(plan: Dict, summary: Dict) -> Optional[str]:
-    """The pipeline's sends and receives: the plan's per step times STEPS."""
+def compare_transfers(plan: Dict, summary: Dict, steps: int = STEPS) -> Optional[str]:
+    """The pipeline's sends and receives: the plan's per step times `steps`."""
     measured = {r["rank"]: r for r in summary["ranks"]}
     for planned in plan["ranks"]:
         r = planned["rank"]
@@ -91,8 +91,8 @@ def compare_transfers(plan: Dict, summary: Dict) -> Optional[str]:
             want = planned["collective_bytes"][kind]
             have = measured[r]["collective_bytes"].get(kind, {"sent": 0, "received": 0, "calls": 0})
             for field in (key, "calls"):
-                if have[field] != STEPS * want[field]:
-                    return (f"rank {r} {kind} {field}: measured {have[field]} over {STEPS} steps, "
+                if have[field] != steps * want[field]:
+                    return (f"rank {r} {kind} {field}: measured {have[field]} over {steps} steps, "
                             f"planned {want[field]} per step")
     return None
 

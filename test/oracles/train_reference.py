@@ -69,15 +69,32 @@ def global_grad_norm(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
     return torch.norm(torch.stack([torch.norm(g, 2.0) for g in grads]), 2.0)
 
 
+def _cast_float_inputs(dtype: torch.dtype):
+    """A forward pre-hook giving a submodule its float inputs in `dtype`."""
+    def hook(_, args):
+        return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a
+                     for a in args)
+    return hook
+
+
 def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int,
           frozen: Sequence[str] = (), dtype: torch.dtype = torch.float32,
-          module: torch.nn.Module = None) -> TrainRun:
+          module: torch.nn.Module = None, bf16: bool = False) -> TrainRun:
     """Train `model` from its exported weights; `frozen`: parameter names kept fixed.
 
     dtype float64 runs the same computation in double precision (parameters,
     buffers and float inputs): how far float32 training drifts from it is the
     rounding noise float32 training itself carries. `module`: the module to
     train instead of model.build() (e.g. with altered weights).
+
+    bf16 runs DeepSpeed's bf16 regime (BF16_Optimizer): the module, its
+    buffers and float inputs in bfloat16 (tensors a module makes in forward
+    too: each submodule gets its float inputs in bfloat16), gradients
+    accumulated in bfloat16 across micro-batches; the optimizer updates fp32
+    master copies of the trainable parameters from the gradients converted
+    to fp32 (clipping and the norm on those), and the module's weights are
+    the masters rounded to bfloat16 (to nearest even) after each step. The
+    returned params are the masters.
     """
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -90,11 +107,18 @@ def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int
     for name in frozen:
         named[name].requires_grad_(False)
     trainable = [p for n, p in named.items() if n not in frozen]
+    masters = trainable
+    if bf16:
+        masters = [p.detach().clone().requires_grad_(True) for p in trainable]
+        module.to(torch.bfloat16)
+        for sub in module.modules():
+            sub.register_forward_pre_hook(_cast_float_inputs(torch.bfloat16))
+        dtype = torch.bfloat16
 
     micro, gas, global_batch = ds_reference.batch_sizes(config, model.config.batch)
     n_batches = check_data(model, data, global_batch)
     clip = float(config.get("gradient_clipping", 0.0) or 0.0)
-    optimizer = ds_reference.make_optimizer(config, trainable)
+    optimizer = ds_reference.make_optimizer(config, masters)
     schedule = ds_reference.Schedule(config, optimizer)
     names = list(model.inputs())
 
@@ -109,17 +133,27 @@ def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int
             loss = module(*inputs)[0]
             (loss / gas).backward()
             losses.append(loss.item())
+        if bf16:
+            for master, p in zip(masters, trainable):
+                master.grad = None if p.grad is None else p.grad.float()
         if clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_norm=clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(masters, max_norm=clip)
         else:
-            grad_norm = global_grad_norm(trainable)
+            grad_norm = global_grad_norm(masters)
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        if bf16:
+            with torch.no_grad():
+                for master, p in zip(masters, trainable):
+                    p.copy_(master)
+                    p.grad = None
         log.append({"step": step, "loss": sum(losses) / gas, "lr": lr, "grad_norm": float(grad_norm)})
 
-    params = {n: p.detach().numpy().copy() for n, p in module.named_parameters()}
+    master_of = {id(p): m for p, m in zip(trainable, masters)}
+    params = {n: master_of.get(id(p), p).detach() for n, p in module.named_parameters()}
+    params = {n: (p.float() if bf16 else p).numpy().copy() for n, p in params.items()}
     return TrainRun(log, params, time.perf_counter() - start)
 
 

@@ -799,8 +799,6 @@ EXAMPLES:
     if (llvm::Error problem = dsopt::checkPipelineSchedule(
             *config, /*evenWithOneStage=*/emit == EmitKind::Trace))
       return fail(llvm::toString(std::move(problem)));
-    if (llvm::Error problem = dsopt::checkPrecisionComposition(*config))
-      return fail(llvm::toString(std::move(problem)));
     // --print-config shows what was read, whatever can be built of it;
     // only a training program needs the offloaded step's code.
     bool trainProgram = emit == EmitKind::Build || emit == EmitKind::TrainCpp;

@@ -210,10 +210,6 @@ llvm::Error resolveBatch(TrainConfig &config,
 /// combination is refused before a model is read; with one stage only when
 /// `evenWithOneStage` (a trace of the schedule). An unresolved accumulation
 /// counts as 1; ds-pipeline checks the resolved one again.
-/// 16-bit training's compositions that are not implemented yet (pipeline
-/// stages): an error naming them, else success.
-llvm::Error checkPrecisionComposition(const TrainConfig &config);
-
 llvm::Error checkPipelineSchedule(const TrainConfig &config,
                                   bool evenWithOneStage = false);
 

@@ -27,6 +27,10 @@ enum class ValueRole : int64_t {
   Send,         // an output sent to the neighbouring stage
   Stash,        // kept by the stage's forward for its backward
   WeightStash,  // kept by the stage's backward_input for its backward_weight
+  // A state: the fp32 master weights of a parameter the program holds as a
+  // 16-bit working copy (mixed precision); an optimizer state that starts
+  // at the model's value, not at zero.
+  MasterWeights,
 };
 const char *value_role_name(ValueRole role);
 
@@ -67,6 +71,11 @@ struct ParamInfo : ValueInfo {
   int64_t file_offset = 0, length = 0;
   // ...or in the program itself (small parameters).
   Tensor data;
+  // The dtype of those bytes (the model's). It differs from `dtype` only for
+  // a 16-bit working copy of an f32 parameter (set_param_working_copy):
+  // loading rounds the f32 value to nearest even, and the saved model holds
+  // the f32 master weights.
+  DType stored = DType::F32;
   // Sharded along "dp" (set_param_shard): the whole tensor has shard_total
   // elements and full_shape, `shape` is this rank's 1-D shard [s] of it,
   // flattened and zero-padded to dp * s elements. 0: not sharded. The file
@@ -225,6 +234,13 @@ void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shap
                     int64_t length);
 void add_param_data(ProgramInfo &info, const char *name, const Tensor &data, int64_t offset,
                     bool trainable);
+// The parameter added last (its dtype there the model's, f32) is held by the
+// program as a 16-bit working copy of `dtype` (F16 or BF16); its fp32 master
+// is a state of role MasterWeights. Throws for other dtypes.
+void set_param_working_copy(ProgramInfo &info, DType dtype);
+// The parameter whose fp32 master weights `state` is (role MasterWeights),
+// or null.
+const ParamInfo *master_param(const ProgramInfo &info, const ValueInfo &state);
 // An output: role Output, or a pipeline stage's Send, Stash or WeightStash.
 void add_output(ProgramInfo &info, const char *name, DType dtype, Shape shape,
                 ValueRole role = ValueRole::Output);
@@ -233,7 +249,8 @@ void add_op(ProgramInfo &info, const char *name, const char *location, int64_t f
 
 // Training programs. After begin_function, add_input / add_output / add_op
 // append to that function (functions.back()) instead of the top-level lists.
-// A state: role Accumulator or OptimizerState, of parameter `param`; `name`
+// A state: role Accumulator, OptimizerState or MasterWeights, of parameter
+// `param`; `name`
 // is for messages and lookups only.
 void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset,
                ValueRole role, const char *param);

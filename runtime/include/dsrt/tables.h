@@ -26,7 +26,8 @@ struct TableShape {
 
 inline Shape table_shape(const TableShape &shape) { return Shape::of(shape.dims, shape.rank); }
 
-// add_param_file, then set_param_shard when shard_total > 0.
+// add_param_file, then set_param_working_copy when working != dtype and
+// set_param_shard when shard_total > 0.
 struct ParamFileRow {
   const char *name;
   DType dtype;
@@ -37,6 +38,7 @@ struct ParamFileRow {
   int64_t file_offset, length;
   int64_t shard_total;
   TableShape full_shape;
+  DType working;  // == dtype, or the 16-bit working copy's (set_param_working_copy)
 };
 
 // add_state.
@@ -79,6 +81,7 @@ inline void add_param_files(ProgramInfo &info, const ParamFileRow *rows, int64_t
     const ParamFileRow &row = rows[i];
     add_param_file(info, row.name, row.dtype, table_shape(row.shape), row.offset,
                    row.trainable, row.file, row.file_offset, row.length);
+    if (row.working != row.dtype) set_param_working_copy(info, row.working);
     if (row.shard_total > 0) set_param_shard(info, row.shard_total, table_shape(row.full_shape));
   }
 }

@@ -64,6 +64,10 @@ uint16_t f32_to_bf16(float value);
 // Element i of a float tensor of any float type, as f32; and the inverse.
 float load_float(const Tensor &t, int64_t i);
 void store_float(const Tensor &t, int64_t i, float value);
+// Converts every element of the host tensor `from` into the host tensor
+// `to` of as many elements (float types; 16-bit results rounded to nearest
+// even). Throws for other types or counts.
+void convert_host_floats(const Tensor &from, const Tensor &to);
 // Element i of an integer or bool tensor, as int64.
 int64_t load_int(const Tensor &t, int64_t i);
 void store_int(const Tensor &t, int64_t i, int64_t value);
