@@ -3310,16 +3310,20 @@ LogicalResult convertResize(NodeContext &ctx) {
     if (in == 0 || out == 0)
       return ctx.error("cannot resize axis " + Twine(axis) + " from " +
                        Twine(in) + " to " + Twine(out) + " elements");
+    // The resized length in the coordinate formulas is in * scale, not
+    // rounded to the output size (ONNX's reference; they agree whenever
+    // in * scale is whole, as for the factors exporters emit).
+    double resized = scalesInput ? in * scale : static_cast<double>(out);
     auto source = [&](int64_t i) -> double {
       double o = static_cast<double>(i);
       if (transform == "align_corners")
-        return out == 1 ? 0.0
-                        : o * static_cast<double>(in - 1) /
-                              static_cast<double>(out - 1);
+        return resized == 1.0 ? 0.0
+                              : o * static_cast<double>(in - 1) /
+                                    (resized - 1.0);
       if (transform == "asymmetric")
         return o / scale;
       if (transform == "pytorch_half_pixel")
-        return out > 1 ? (o + 0.5) / scale - 0.5 : 0.0;
+        return resized > 1.0 ? (o + 0.5) / scale - 0.5 : 0.0;
       if (transform == "half_pixel_symmetric") {
         double adjustment = static_cast<double>(out) / (scale * in);
         double center = static_cast<double>(in) / 2;
