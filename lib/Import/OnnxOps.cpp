@@ -4154,6 +4154,80 @@ LogicalResult convertGatherND(NodeContext &ctx) {
       {ctx.named("axis", ctx.builder().getI64IntegerAttr(0))});
 }
 
+/// CumSum along `axis` (known at compile time): y[i] = sum over j of
+/// x[j] * M[i, j] with a 0/1 triangle M (strict for exclusive, mirrored for
+/// reverse), as a broadcast product and ds.reduce_sum over the last axis,
+/// the summed axis moved last. Exact for integers, f64 accumulation for
+/// floats; it costs n^2 per line of n elements.
+LogicalResult convertCumSum(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t exclusive, reverse;
+  if (failed(input) || failed(ctx.intAttr("exclusive", exclusive, 0)) ||
+      failed(ctx.intAttr("reverse", reverse, 0)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Numeric)))
+    return failure();
+  FailureOr<SmallVector<int64_t>> axisValue = ctx.constInts(1, "axis");
+  if (failed(axisValue))
+    return failure();
+  if (axisValue->size() != 1)
+    return ctx.error("axis must hold one value, got " +
+                     Twine(axisValue->size()));
+  auto type = cast<RankedTensorType>(input->getType());
+  int64_t rank = type.getRank();
+  FailureOr<int64_t> axis = ctx.normalizeAxis((*axisValue)[0], rank);
+  if (failed(axis))
+    return failure();
+  int64_t n = type.getDimSize(*axis);
+  if (n > 4096)
+    return ctx.error("axis " + Twine(*axis) + " has " + Twine(n) +
+                     " elements; CumSum is composed with an n x n triangle "
+                     "and supports at most 4096");
+  SmallVector<int64_t> perm;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != *axis)
+      perm.push_back(d);
+  perm.push_back(*axis);
+  SmallVector<int64_t> inverse(rank);
+  for (int64_t d = 0; d < rank; ++d)
+    inverse[perm[d]] = d;
+  FailureOr<Value> moved = emitTranspose(ctx, *input, perm);
+  if (failed(moved))
+    return failure();
+  auto movedType = cast<RankedTensorType>(moved->getType());
+  SmallVector<int64_t> row(movedType.getShape());
+  row.insert(row.end() - 1, 1); // [..., 1, n]
+  FailureOr<Value> lines = emitReshape(ctx, *moved, row);
+  if (failed(lines))
+    return failure();
+  // The triangle, built at run time from two index vectors: column j
+  // counts for row i where j <= i (< exclusive; >=, > reverse).
+  FailureOr<Value> rows = emitIota(ctx, n, 0, 2), cols = emitIota(ctx, n, 0, 1);
+  if (failed(rows) || failed(cols))
+    return failure();
+  ds::ComparePredicate predicate =
+      reverse ? (exclusive ? ds::ComparePredicate::gt : ds::ComparePredicate::ge)
+              : (exclusive ? ds::ComparePredicate::lt : ds::ComparePredicate::le);
+  FailureOr<Value> counts = emitCompare(ctx, predicate, *cols, *rows);
+  FailureOr<Value> one = scalarLike(ctx, *input, 1.0),
+                   zero = scalarLike(ctx, *input, 0.0);
+  if (failed(counts) || failed(one) || failed(zero))
+    return failure();
+  FailureOr<Value> weights = emitWhere(ctx, *counts, *one, *zero);
+  if (failed(weights))
+    return failure();
+  FailureOr<Value> terms = emitValue(ctx.create<ds::MulOp>({*lines, *weights}));
+  if (failed(terms))
+    return failure();
+  FailureOr<Value> sums =
+      emitReduction<ds::ReduceSumOp>(ctx, *terms, {rank}, false);
+  if (succeeded(sums))
+    sums = emitTranspose(ctx, *sums, inverse);
+  if (failed(sums))
+    return failure();
+  ctx.setOutput(0, *sums);
+  return success();
+}
+
 double sinF(double x) { return std::sin(x); }
 double cosF(double x) { return std::cos(x); }
 double floorF(double x) { return std::floor(x); }
@@ -4289,6 +4363,7 @@ struct Registry {
     add("", "Einsum", op(convertEinsum, nullptr, "ds.reduce_sum, ds.transpose, ds.reshape, batched ds.matmul (no diagonals)"));
     add("", "GatherElements", op(convertGatherElements, nullptr, "ds.gather of the flattened data at computed positions"));
     add("", "GatherND", op(convertGatherND, nullptr, "ds.gather of the reshaped data at computed positions"));
+    add("", "CumSum", op(convertCumSum, nullptr, "ds.reduce_sum of x times a 0/1 triangle (n <= 4096)"));
     // Training
     add(kTrainingDomain, "Adam", op(convertAdam, nullptr, "ds.adam per tensor"));
     add(kTrainingDomain, "Momentum", op(convertMomentum, nullptr, "ds.momentum per tensor"));

@@ -366,6 +366,10 @@ def cases() -> List[Case]:
     c.append(Case("gather_nd_batch", {"x": f(2, 3, 4)},
                   lambda b: b.op("GatherND", [b.p("x"), b.const(np.array([[[2], [0], [2]], [[1], [-1], [0]]], np.int64))],
                                  batch_dims=1)))
+    c.append(Case("cumsum_exclusive_reverse", {"x": f(3, 4)},
+                  lambda b: b.op("CumSum", [b.p("x"), b.const(np.array(1, np.int64))], exclusive=1, reverse=1)))
+    c.append(Case("cumsum_axis0", {"x": f(3, 4)},
+                  lambda b: b.op("CumSum", [b.p("x"), b.const(np.array(0, np.int64))])))
     # A value used twice: gradients from both uses add up.
     c.append(Case("reuse", {"x": f(3, 4)},
                   lambda b: b.op("Mul", [b.op("Tanh", [b.p("x")]), b.p("x")])))
