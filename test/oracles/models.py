@@ -42,7 +42,7 @@ def _init_params(module: nn.Module) -> None:
         for m in module.modules():
             if isinstance(m, nn.Embedding):
                 m.weight.normal_(std=EMBED_STD)
-            elif isinstance(m, (nn.LayerNorm, RMSNorm, nn.BatchNorm2d)):
+            elif isinstance(m, (nn.LayerNorm, RMSNorm, nn.BatchNorm2d, nn.GroupNorm)):
                 m.weight.copy_(1.0 + 0.1 * torch.randn_like(m.weight))
                 if getattr(m, "bias", None) is not None:
                     m.bias.copy_(0.1 * torch.randn_like(m.bias))
@@ -487,6 +487,61 @@ class MobileNet(nn.Module):
 # --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class UNetConfig:
+    in_channels: int = 3
+    image_size: int = 8
+    channels: Tuple[int, int] = (8, 16)
+    groups: int = 2
+    n_classes: int = 3
+    batch: int = 2
+    seed: int = 7
+
+
+class UNetBlock(nn.Module):
+    """3x3 convolution, GroupNorm (exported below opset 18 as Reshape,
+    InstanceNormalization, Reshape, Mul, Add), SiLU."""
+
+    def __init__(self, cin: int, cout: int, groups: int):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+        self.norm = nn.GroupNorm(groups, cout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.silu(self.norm(self.conv(x)))
+
+
+class UNet(nn.Module):
+    """A two-level U-Net as medical image segmentation uses it: max-pool
+    down, ConvTranspose and bilinear Resize up, skip concatenation,
+    per-pixel cross-entropy."""
+
+    def __init__(self, cfg: UNetConfig):
+        super().__init__()
+        c1, c2 = cfg.channels
+        self.down1 = UNetBlock(cfg.in_channels, c1, cfg.groups)
+        self.down2 = UNetBlock(c1, c2, cfg.groups)
+        self.up = nn.ConvTranspose2d(c2, c1, 2, stride=2)
+        self.mix = nn.Conv2d(c2, c1, 1)
+        self.up1 = UNetBlock(2 * c1, c1, cfg.groups)
+        self.head = nn.Conv2d(c1, cfg.n_classes, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        a = self.down1(x)
+        b = self.down2(F.max_pool2d(a, 2))
+        upsampled = F.interpolate(self.mix(b), scale_factor=2, mode="bilinear", align_corners=False)
+        u = self.up1(torch.cat([a, self.up(b) + upsampled], 1))
+        logits = self.head(u)
+        return F.cross_entropy(logits, y), logits
+
+
+def _segmentation_inputs(cfg: UNetConfig) -> Dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(cfg.seed)
+    x = torch.randn(cfg.batch, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g)
+    y = torch.randint(0, cfg.n_classes, (cfg.batch, cfg.image_size, cfg.image_size), generator=g)
+    return {"x": x, "y": y}
+
+
 def _lm_inputs(vocab: int, batch: int, seq: int, seed: int) -> Dict[str, torch.Tensor]:
     """Random token stream; labels are the inputs shifted by one position."""
     g = torch.Generator().manual_seed(seed)
@@ -575,6 +630,7 @@ ZOO: Dict[str, ZooModel] = {
             ),
             exported_by_default=False,
         ),
+        ZooModel("unet", UNetConfig(), UNet, _segmentation_inputs, exported_by_default=False),
         ZooModel(
             "cnn",
             CNNConfig(),
