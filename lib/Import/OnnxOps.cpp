@@ -2615,6 +2615,18 @@ FailureOr<Value> emitReduction(NodeContext &ctx, Value x,
             ctx.named("keepdims", ctx.builder().getBoolAttr(keepdims))}));
 }
 
+/// An order-reversing map: -v for floats, -1 - v for integers (no overflow
+/// at the most negative value). max of the flipped values flipped back is
+/// the min.
+FailureOr<Value> emitOrderFlip(NodeContext &ctx, Value v) {
+  if (isa<FloatType>(getElementTypeOrSelf(v.getType())))
+    return emitValue(ctx.create<ds::NegOp>({v}));
+  FailureOr<Value> minusOne = scalarLike(ctx, v, -1.0);
+  if (failed(minusOne))
+    return failure();
+  return emitValue(ctx.create<ds::SubOp>({*minusOne, v}));
+}
+
 /// ReduceMin: -max(-x) for floats, -1 - max(-1 - x) for integers (no
 /// overflow at the most negative value). ReduceSumSquare: sum(x * x);
 /// ReduceL1: sum(|x|); ReduceL2: sqrt(sum(x * x)); ReduceLogSum:
@@ -2643,18 +2655,10 @@ LogicalResult convertComposedReduce(NodeContext &ctx) {
     return success();
   }
   bool keep = keepdims != 0;
-  bool isFloat = isa<FloatType>(type.getElementType());
   FailureOr<Value> result;
   switch (Kind) {
   case ComposedReduce::Min: {
-    FailureOr<Value> minusOne = scalarLike(ctx, x, -1.0);
-    if (failed(minusOne))
-      return failure();
-    auto flip = [&](Value v) -> FailureOr<Value> {
-      if (isFloat)
-        return emitValue(ctx.create<ds::NegOp>({v}));
-      return emitValue(ctx.create<ds::SubOp>({*minusOne, v}));
-    };
+    auto flip = [&](Value v) { return emitOrderFlip(ctx, v); };
     FailureOr<Value> flipped = flip(x);
     if (failed(flipped))
       return failure();
@@ -3523,6 +3527,21 @@ LogicalResult convertConvTranspose(NodeContext &ctx) {
 // Converters: indices, one-hot, norms and contractions built from ds ops
 //===----------------------------------------------------------------------===//
 
+/// Indices with the negative ones counted from the end: where(i < 0,
+/// i + size, i), `size` a scalar or a tensor that broadcasts against i.
+FailureOr<Value> emitWrapNegative(NodeContext &ctx, Value indices,
+                                  Value size) {
+  FailureOr<Value> zero = scalarLike(ctx, indices, 0.0);
+  if (failed(zero))
+    return failure();
+  FailureOr<Value> negative =
+      emitCompare(ctx, ds::ComparePredicate::lt, indices, *zero);
+  FailureOr<Value> wrapped = emitValue(ctx.create<ds::AddOp>({indices, size}));
+  if (failed(negative) || failed(wrapped))
+    return failure();
+  return emitWhere(ctx, *negative, *wrapped, indices);
+}
+
 /// The constant 0, 1, ..., n - 1 (i64) shaped to broadcast along `axis` of
 /// a tensor of rank `rank`.
 FailureOr<Value> emitIota(NodeContext &ctx, int64_t n, int64_t axis,
@@ -3560,12 +3579,7 @@ LogicalResult convertArgExtremum(NodeContext &ctx) {
   bool isFloat = isa<FloatType>(type.getElementType());
   Value x = *input;
   if (!IsMax) { // the minimum of x is the maximum of -x (-1 - x for ints)
-    FailureOr<Value> minusOne = scalarLike(ctx, x, -1.0);
-    if (failed(minusOne))
-      return failure();
-    FailureOr<Value> flipped =
-        isFloat ? emitValue(ctx.create<ds::NegOp>({x}))
-                : emitValue(ctx.create<ds::SubOp>({*minusOne, x}));
+    FailureOr<Value> flipped = emitOrderFlip(ctx, x);
     if (failed(flipped))
       return failure();
     x = *flipped;
@@ -3664,18 +3678,10 @@ LogicalResult convertOneHot(NodeContext &ctx) {
       return failure();
     index = *cast;
   }
-  // index + depth where negative.
-  FailureOr<Value> zero = scalarLike(ctx, index, 0.0),
-                   depthValue = scalarLike(ctx, index, depth);
-  if (failed(zero) || failed(depthValue))
+  FailureOr<Value> depthValue = scalarLike(ctx, index, depth);
+  if (failed(depthValue))
     return failure();
-  FailureOr<Value> negative =
-      emitCompare(ctx, ds::ComparePredicate::lt, index, *zero);
-  FailureOr<Value> wrapped =
-      emitValue(ctx.create<ds::AddOp>({index, *depthValue}));
-  if (failed(negative) || failed(wrapped))
-    return failure();
-  FailureOr<Value> fixed = emitWhere(ctx, *negative, *wrapped, index);
+  FailureOr<Value> fixed = emitWrapNegative(ctx, index, *depthValue);
   if (failed(fixed))
     return failure();
   SmallVector<int64_t> expanded(indexType.getShape());
@@ -3978,16 +3984,10 @@ FailureOr<Value> elementPositions(NodeContext &ctx, Value indices,
   for (int64_t d = rank - 2; d >= 0; --d)
     strides[d] = strides[d + 1] * dataType.getDimSize(d + 1);
   int64_t dim = dataType.getDimSize(axis);
-  FailureOr<Value> zero = scalarLike(ctx, indices, 0.0),
-                   size = scalarLike(ctx, indices, dim);
-  if (failed(zero) || failed(size))
+  FailureOr<Value> size = scalarLike(ctx, indices, dim);
+  if (failed(size))
     return failure();
-  FailureOr<Value> negative =
-      emitCompare(ctx, ds::ComparePredicate::lt, indices, *zero);
-  FailureOr<Value> wrapped = emitValue(ctx.create<ds::AddOp>({indices, *size}));
-  if (failed(negative) || failed(wrapped))
-    return failure();
-  FailureOr<Value> position = emitWhere(ctx, *negative, *wrapped, indices);
+  FailureOr<Value> position = emitWrapNegative(ctx, indices, *size);
   if (failed(position))
     return failure();
   FailureOr<Value> stride = scalarLike(ctx, indices, strides[axis]);
@@ -4098,19 +4098,13 @@ LogicalResult convertGatherND(NodeContext &ctx) {
   std::vector<int64_t> sizes;
   for (int64_t j = 0; j < k; ++j)
     sizes.push_back(dataType.getDimSize(batchDims + j));
-  FailureOr<Value> zero = scalarLike(ctx, idx, 0.0);
   FailureOr<Value> dims =
       ctx.materialize(HostTensor::ofInts(DType::Int64, {k}, sizes));
   FailureOr<Value> strideValue =
       ctx.materialize(HostTensor::ofInts(DType::Int64, {k}, strides));
-  if (failed(zero) || failed(dims) || failed(strideValue))
+  if (failed(dims) || failed(strideValue))
     return failure();
-  FailureOr<Value> negative =
-      emitCompare(ctx, ds::ComparePredicate::lt, idx, *zero);
-  FailureOr<Value> wrapped = emitValue(ctx.create<ds::AddOp>({idx, *dims}));
-  if (failed(negative) || failed(wrapped))
-    return failure();
-  FailureOr<Value> fixed = emitWhere(ctx, *negative, *wrapped, idx);
+  FailureOr<Value> fixed = emitWrapNegative(ctx, idx, *dims);
   if (failed(fixed))
     return failure();
   FailureOr<Value> scaled =
@@ -4126,9 +4120,6 @@ LogicalResult convertGatherND(NodeContext &ctx) {
     batch *= dataType.getDimSize(d);
   if (batchDims > 0) { // offset every batch element by its block
     SmallVector<int64_t> shape(indexType.getShape().drop_back());
-    int64_t inner = 1;
-    for (int64_t d = batchDims; d < q - 1; ++d)
-      inner *= shape[d];
     std::vector<int64_t> offsets;
     for (int64_t bIndex = 0; bIndex < batch; ++bIndex)
       offsets.push_back(bIndex * addressed);
@@ -4141,7 +4132,6 @@ LogicalResult convertGatherND(NodeContext &ctx) {
     position = emitValue(ctx.create<ds::AddOp>({*position, *offset}));
     if (failed(position))
       return failure();
-    (void)inner;
   }
   SmallVector<int64_t> table{batch * addressed};
   for (int64_t d = batchDims + k; d < r; ++d)
