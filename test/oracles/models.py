@@ -535,6 +535,39 @@ class UNet(nn.Module):
         return F.cross_entropy(logits, y), logits
 
 
+@dataclass(frozen=True)
+class EinsumConfig:
+    seq: int = 6
+    d_model: int = 8
+    n_heads: int = 2
+    n_classes: int = 5
+    batch: int = 3
+    seed: int = 8
+
+
+class EinsumAttention(nn.Module):
+    """Self-attention written with torch.einsum (exported as Einsum): the
+    projections, the scores, the weighted values; then mean pooling and a
+    classifier."""
+
+    def __init__(self, cfg: EinsumConfig):
+        super().__init__()
+        d, h = cfg.d_model, cfg.n_heads
+        self.qkv = nn.Parameter(torch.randn(3, h, d, d // h) / d**0.5)
+        self.proj = nn.Parameter(torch.randn(h, d // h, d) / d**0.5)
+        self.norm = nn.LayerNorm(d)
+        self.classifier = nn.Linear(d, cfg.n_classes)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        q, k, v = torch.einsum("btd,nhde->nbhte", x, self.qkv)
+        scores = torch.einsum("bhqe,bhke->bhqk", q, k) / q.shape[-1] ** 0.5
+        attended = torch.einsum("bhqk,bhke->bhqe", scores.softmax(-1), v)
+        h = self.norm(x + torch.einsum("bhte,hed->btd", attended, self.proj))
+        # The loss alone: PyTorch 1.13 infers Einsum's batch axis only
+        # symbolically, so a logits output would have no static shape.
+        return (F.cross_entropy(self.classifier(h.mean(1)), y),)
+
+
 def _segmentation_inputs(cfg: UNetConfig) -> Dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(cfg.seed)
     x = torch.randn(cfg.batch, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g)
@@ -631,6 +664,14 @@ ZOO: Dict[str, ZooModel] = {
             exported_by_default=False,
         ),
         ZooModel("unet", UNetConfig(), UNet, _segmentation_inputs, exported_by_default=False),
+        ZooModel(
+            "einsum",
+            EinsumConfig(),
+            EinsumAttention,
+            lambda c: _classifier_inputs((c.batch, c.seq, c.d_model), c.n_classes, c.seed),
+            output_names=("loss",),
+            exported_by_default=False,
+        ),
         ZooModel(
             "cnn",
             CNNConfig(),
