@@ -448,6 +448,21 @@ FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
   auto [storageElement, storage] = cppStorage(value);
   bool fillAtRunTime = value.isSplat() && count > kSplatLiteralLimit;
   auto arrayType = emitc::ArrayType::get({count}, storageElement);
+  // A large splat is filled where it is viewed: every view fills it, since
+  // the first view may be emitted into a scratch function (keyOps) that is
+  // thrown away.
+  auto fillSplat = [&](Value tensor) {
+    if (!fillAtRunTime)
+      return;
+    double splat =
+        isa<FloatType>(type.getElementType())
+            ? value.getSplatValue<APFloat>().convertToDouble()
+            : static_cast<double>(value.getSplatValue<APInt>().getSExtValue());
+    if (type.getElementType().isInteger(1))
+      splat = value.getSplatValue<bool>() ? 1.0 : 0.0;
+    callVoid("dsrt::fill", {tensor},
+             {builder.getIndexAttr(0), builder.getF64FloatAttr(splat)});
+  };
   // One global per distinct constant, however many parts view it.
   auto [cached, fresh] = constantGlobals.try_emplace(value, "");
   if (!fresh) {
@@ -457,6 +472,7 @@ FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
                         {builder.getIndexAttr(0),
                          literal(dtypeName(type.getElementType())),
                          literal(shapeLiteral(type.getShape()))});
+    fillSplat(tensor);
     return tensor;
   }
   std::string name = prefix + "constant_" + std::to_string(globals++);
@@ -486,16 +502,7 @@ FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
                       {builder.getIndexAttr(0),
                        literal(dtypeName(type.getElementType())),
                        literal(shapeLiteral(type.getShape()))});
-  if (fillAtRunTime) {
-    double splat =
-        isa<FloatType>(type.getElementType())
-            ? value.getSplatValue<APFloat>().convertToDouble()
-            : static_cast<double>(value.getSplatValue<APInt>().getSExtValue());
-    if (type.getElementType().isInteger(1))
-      splat = value.getSplatValue<bool>() ? 1.0 : 0.0;
-    callVoid("dsrt::fill", {tensor},
-             {builder.getIndexAttr(0), builder.getF64FloatAttr(splat)});
-  }
+  fillSplat(tensor);
   return tensor;
 }
 

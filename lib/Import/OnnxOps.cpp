@@ -2615,6 +2615,18 @@ FailureOr<Value> emitReduction(NodeContext &ctx, Value x,
             ctx.named("keepdims", ctx.builder().getBoolAttr(keepdims))}));
 }
 
+/// An order-reversing map: -v for floats, -1 - v for integers (no overflow
+/// at the most negative value). max of the flipped values flipped back is
+/// the min.
+FailureOr<Value> emitOrderFlip(NodeContext &ctx, Value v) {
+  if (isa<FloatType>(getElementTypeOrSelf(v.getType())))
+    return emitValue(ctx.create<ds::NegOp>({v}));
+  FailureOr<Value> minusOne = scalarLike(ctx, v, -1.0);
+  if (failed(minusOne))
+    return failure();
+  return emitValue(ctx.create<ds::SubOp>({*minusOne, v}));
+}
+
 /// ReduceMin: -max(-x) for floats, -1 - max(-1 - x) for integers (no
 /// overflow at the most negative value). ReduceSumSquare: sum(x * x);
 /// ReduceL1: sum(|x|); ReduceL2: sqrt(sum(x * x)); ReduceLogSum:
@@ -2643,18 +2655,10 @@ LogicalResult convertComposedReduce(NodeContext &ctx) {
     return success();
   }
   bool keep = keepdims != 0;
-  bool isFloat = isa<FloatType>(type.getElementType());
   FailureOr<Value> result;
   switch (Kind) {
   case ComposedReduce::Min: {
-    FailureOr<Value> minusOne = scalarLike(ctx, x, -1.0);
-    if (failed(minusOne))
-      return failure();
-    auto flip = [&](Value v) -> FailureOr<Value> {
-      if (isFloat)
-        return emitValue(ctx.create<ds::NegOp>({v}));
-      return emitValue(ctx.create<ds::SubOp>({*minusOne, v}));
-    };
+    auto flip = [&](Value v) { return emitOrderFlip(ctx, v); };
     FailureOr<Value> flipped = flip(x);
     if (failed(flipped))
       return failure();
@@ -2743,6 +2747,1475 @@ LogicalResult convertMod(NodeContext &ctx) {
   if (fmod)
     attrs.push_back(ctx.named("fmod", ctx.builder().getUnitAttr()));
   return ctx.emit<ds::ModOp>(0, {*lhs, *rhs}, attrs);
+}
+
+//===----------------------------------------------------------------------===//
+// Converters: padding, resizing, normalization and layout ops built from
+// other ds ops (exact compositions, so they need no kernels of their own)
+//===----------------------------------------------------------------------===//
+
+FailureOr<Value> emitReshape(NodeContext &ctx, Value x,
+                             ArrayRef<int64_t> shape) {
+  auto type = cast<RankedTensorType>(x.getType());
+  if (type.getShape() == shape)
+    return x;
+  return emitValue(ctx.createTyped<ds::ReshapeOp>({type.clone(shape)}, {x}));
+}
+
+FailureOr<Value> emitTranspose(NodeContext &ctx, Value x,
+                               ArrayRef<int64_t> perm) {
+  if (llvm::equal(perm, llvm::seq<int64_t>(0, perm.size())))
+    return x;
+  return emitValue(ctx.create<ds::TransposeOp>(
+      {x}, {ctx.named("perm", ctx.builder().getDenseI64ArrayAttr(perm))}));
+}
+
+FailureOr<Value> emitBroadcast(NodeContext &ctx, Value x,
+                               ArrayRef<int64_t> shape) {
+  auto type = cast<RankedTensorType>(x.getType());
+  if (type.getShape() == shape)
+    return x;
+  return emitValue(
+      ctx.createTyped<ds::BroadcastToOp>({type.clone(shape)}, {x}));
+}
+
+/// x gathered along `axis` at constant indices (a vector): how Pad's edge
+/// and reflect modes and Resize pick their source elements. The derivative
+/// is gather's scatter-add.
+FailureOr<Value> emitGatherAt(NodeContext &ctx, Value x, int64_t axis,
+                              ArrayRef<int64_t> indices) {
+  FailureOr<Value> index = ctx.materialize(HostTensor::ofInts(
+      DType::Int64, {static_cast<int64_t>(indices.size())},
+      std::vector<int64_t>(indices.begin(), indices.end())));
+  if (failed(index))
+    return failure();
+  return emitValue(ctx.create<ds::GatherOp>(
+      {x, *index},
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(axis))}));
+}
+
+/// A constant vector of `like`'s element type, shaped to broadcast along
+/// `axis` of a tensor of rank `rank` ([n, 1, ..., 1]).
+FailureOr<Value> axisVector(NodeContext &ctx, Value like, int64_t axis,
+                            int64_t rank, ArrayRef<double> values) {
+  SmallVector<int64_t> shape(rank - axis, 1);
+  shape[0] = static_cast<int64_t>(values.size());
+  DType dtype = fromMlirElementType(getElementTypeOrSelf(like.getType()));
+  return ctx.materialize(HostTensor::ofFloats(
+      dtype, shape, std::vector<double>(values.begin(), values.end())));
+}
+
+/// Pad (opsets 13-21): the pads input (and opset 18's axes) known at
+/// compile time; negative pads crop (ds.slice). Constant mode concatenates
+/// blocks of the value; edge, reflect and wrap gather the source index of
+/// every output element along each padded axis.
+LogicalResult convertPad(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  std::string mode;
+  if (failed(input) ||
+      failed(ctx.stringAttr("mode", mode, StringRef("constant"))))
+    return failure();
+  if (mode != "constant" && mode != "reflect" && mode != "edge" &&
+      mode != "wrap")
+    return ctx.error("mode '" + mode +
+                     "' is not 'constant', 'reflect', 'edge' or 'wrap'");
+  auto type = cast<RankedTensorType>(input->getType());
+  int64_t rank = type.getRank();
+  FailureOr<SmallVector<int64_t>> pads = ctx.constInts(1, "pads");
+  if (failed(pads))
+    return failure();
+  SmallVector<int64_t> axes;
+  if (ctx.hasInput(3)) {
+    FailureOr<SmallVector<int64_t>> given = ctx.constInts(3, "axes");
+    if (failed(given))
+      return failure();
+    for (int64_t axis : *given) {
+      FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, rank, "axis");
+      if (failed(normalized))
+        return failure();
+      if (llvm::is_contained(axes, *normalized))
+        return ctx.error("axis " + Twine(axis) + " is listed twice");
+      axes.push_back(*normalized);
+    }
+  } else {
+    axes = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+  }
+  int64_t count = static_cast<int64_t>(axes.size());
+  if (static_cast<int64_t>(pads->size()) != 2 * count)
+    return ctx.error("pads has " + Twine(pads->size()) + " entries; " +
+                     Twine(2 * count) + " expected (begin and end of " +
+                     Twine(count) + " axes)");
+  Value x = *input;
+  // Crop first: negative pads remove elements.
+  SmallVector<int64_t> offsets(rank, 0), sizes(type.getShape());
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t axis = axes[i], begin = (*pads)[i], end = (*pads)[i + count];
+    int64_t cut = std::max<int64_t>(0, -begin) + std::max<int64_t>(0, -end);
+    if (cut > sizes[axis])
+      return ctx.error("pads " + Twine(begin) + ", " + Twine(end) +
+                       " remove more than the " + Twine(sizes[axis]) +
+                       " elements of axis " + Twine(axis));
+    offsets[axis] = std::max<int64_t>(0, -begin);
+    sizes[axis] -= cut;
+  }
+  if (ArrayRef<int64_t>(sizes) != type.getShape()) {
+    auto &b = ctx.builder();
+    FailureOr<Value> cropped = emitValue(ctx.createTyped<ds::SliceOp>(
+        {type.clone(sizes)}, {x},
+        {ctx.named("offsets", b.getDenseI64ArrayAttr(offsets)),
+         ctx.named("strides",
+                   b.getDenseI64ArrayAttr(SmallVector<int64_t>(rank, 1)))}));
+    if (failed(cropped))
+      return failure();
+    x = *cropped;
+  }
+  // The constant: 0 unless given; a computed value is broadcast.
+  Value fill;
+  if (mode == "constant") {
+    if (ctx.hasInput(2)) {
+      if (const HostTensor *known = ctx.constInput(2, true)) {
+        if (known->numElements() != 1)
+          return ctx.error("constant_value must be a scalar, got shape " +
+                           shapeString(known->shape));
+        FailureOr<Value> value = scalarLike(
+            ctx, x, known->isFloat() ? known->floatAt(0)
+                                     : static_cast<double>(known->intAt(0)));
+        if (failed(value))
+          return failure();
+        fill = *value;
+      } else {
+        FailureOr<Value> value = ctx.input(2);
+        if (failed(value))
+          return failure();
+        auto valueType = cast<RankedTensorType>(value->getType());
+        if (valueType.getNumElements() != 1 ||
+            valueType.getElementType() != type.getElementType())
+          return ctx.error("constant_value must be a scalar of the input's "
+                           "element type");
+        FailureOr<Value> scalar = emitReshape(ctx, *value, {});
+        if (failed(scalar))
+          return failure();
+        fill = *scalar;
+      }
+    } else {
+      FailureOr<Value> zero = scalarLike(ctx, x, 0.0);
+      if (failed(zero))
+        return failure();
+      fill = *zero;
+    }
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t axis = axes[i];
+    int64_t begin = std::max<int64_t>(0, (*pads)[i]);
+    int64_t end = std::max<int64_t>(0, (*pads)[i + count]);
+    if (begin == 0 && end == 0)
+      continue;
+    auto current = cast<RankedTensorType>(x.getType());
+    int64_t n = current.getDimSize(axis);
+    if (mode == "constant") {
+      SmallVector<Value> pieces;
+      for (int64_t width : {begin, int64_t(-1), end}) {
+        if (width == -1) {
+          pieces.push_back(x);
+          continue;
+        }
+        if (width == 0)
+          continue;
+        SmallVector<int64_t> shape(current.getShape());
+        shape[axis] = width;
+        FailureOr<Value> block = emitBroadcast(ctx, fill, shape);
+        if (failed(block))
+          return failure();
+        pieces.push_back(*block);
+      }
+      FailureOr<Value> joined = emitValue(ctx.create<ds::ConcatOp>(
+          pieces, {ctx.named("axis", ctx.builder().getI64IntegerAttr(axis))}));
+      if (failed(joined))
+        return failure();
+      x = *joined;
+      continue;
+    }
+    if (n == 0)
+      return ctx.error("cannot pad axis " + Twine(axis) + " of size 0 in " +
+                       mode + " mode");
+    if (mode == "reflect" && (begin >= n || end >= n))
+      return ctx.error("reflect pads " + Twine(begin) + ", " + Twine(end) +
+                       " of axis " + Twine(axis) + " must be less than its "
+                       "size " + Twine(n));
+    SmallVector<int64_t> indices;
+    for (int64_t j = -begin; j < n + end; ++j) {
+      int64_t k = j;
+      if (mode == "edge")
+        k = std::clamp<int64_t>(j, 0, n - 1);
+      else if (mode == "reflect")
+        k = j < 0 ? -j : (j >= n ? 2 * (n - 1) - j : j);
+      else // wrap
+        k = ((j % n) + n) % n;
+      indices.push_back(k);
+    }
+    FailureOr<Value> gathered = emitGatherAt(ctx, x, axis, indices);
+    if (failed(gathered))
+      return failure();
+    x = *gathered;
+  }
+  ctx.setOutput(0, x);
+  return success();
+}
+
+/// Tile: reshape to [1, d0, 1, d1, ...], broadcast the ones to the repeats,
+/// reshape to [r0 d0, r1 d1, ...]; the derivative sums the copies.
+LogicalResult convertTile(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  FailureOr<SmallVector<int64_t>> repeats = ctx.constInts(1, "repeats");
+  if (failed(input) || failed(repeats))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  if (static_cast<int64_t>(repeats->size()) != type.getRank())
+    return ctx.error("repeats has " + Twine(repeats->size()) +
+                     " entries for an input of rank " + Twine(type.getRank()));
+  SmallVector<int64_t> split, expanded, result;
+  for (auto [dim, repeat] : llvm::zip(type.getShape(), *repeats)) {
+    if (repeat < 0)
+      return ctx.error("repeats must not be negative, got " + Twine(repeat));
+    split.append({1, dim});
+    expanded.append({repeat, dim});
+    result.push_back(repeat * dim);
+  }
+  if (ArrayRef<int64_t>(result) == type.getShape()) {
+    ctx.setOutput(0, *input);
+    return success();
+  }
+  FailureOr<Value> x = emitReshape(ctx, *input, split);
+  if (succeeded(x))
+    x = emitBroadcast(ctx, *x, expanded);
+  if (succeeded(x))
+    x = emitReshape(ctx, *x, result);
+  if (failed(x))
+    return failure();
+  ctx.setOutput(0, *x);
+  return success();
+}
+
+/// DepthToSpace (DCR or CRD) and SpaceToDepth: a reshape, a transpose and a
+/// reshape.
+template <bool ToSpace>
+LogicalResult convertDepthSpace(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t block;
+  std::string mode;
+  if (failed(input) || failed(ctx.intAttr("blocksize", block)) ||
+      failed(ctx.stringAttr("mode", mode, StringRef("DCR"))))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  if (type.getRank() != 4)
+    return ctx.error("input must be [N, C, H, W], got " +
+                     shapeString(type.getShape()));
+  if (block < 1)
+    return ctx.error("blocksize must be positive, got " + Twine(block));
+  int64_t n = type.getDimSize(0), c = type.getDimSize(1),
+          h = type.getDimSize(2), w = type.getDimSize(3);
+  SmallVector<int64_t> split, perm, result;
+  if (ToSpace) {
+    if (mode != "DCR" && mode != "CRD")
+      return ctx.error("mode '" + mode + "' is not 'DCR' or 'CRD'");
+    if (c % (block * block) != 0)
+      return ctx.error("channels " + Twine(c) + " are not a multiple of " +
+                       "blocksize^2 = " + Twine(block * block));
+    int64_t depth = c / (block * block);
+    if (mode == "DCR") {
+      split = {n, block, block, depth, h, w};
+      perm = {0, 3, 4, 1, 5, 2};
+    } else {
+      split = {n, depth, block, block, h, w};
+      perm = {0, 1, 4, 2, 5, 3};
+    }
+    result = {n, depth, h * block, w * block};
+  } else {
+    if (h % block != 0 || w % block != 0)
+      return ctx.error("height " + Twine(h) + " and width " + Twine(w) +
+                       " must be multiples of blocksize " + Twine(block));
+    split = {n, c, h / block, block, w / block, block};
+    perm = {0, 3, 5, 1, 2, 4};
+    result = {n, c * block * block, h / block, w / block};
+  }
+  FailureOr<Value> x = emitReshape(ctx, *input, split);
+  if (succeeded(x))
+    x = emitTranspose(ctx, *x, perm);
+  if (succeeded(x))
+    x = emitReshape(ctx, *x, result);
+  if (failed(x))
+    return failure();
+  ctx.setOutput(0, *x);
+  return success();
+}
+
+/// GlobalMaxPool: ds.reduce_max over the spatial axes, kept.
+LogicalResult convertGlobalMaxPool(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  if (failed(input) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  int64_t rank = cast<RankedTensorType>(input->getType()).getRank();
+  if (rank < 3)
+    return ctx.error("input must be [N, C, D...]");
+  FailureOr<Value> result = emitReduction<ds::ReduceMaxOp>(
+      ctx, *input, llvm::to_vector(llvm::seq<int64_t>(2, rank)),
+      /*keepdims=*/true);
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// x [N, C, D...] normalized over groups of channels and the spatial axes:
+/// reshaped to [N, groups, rest] and normalized by ds.layer_norm over the
+/// last axis with a unit scale (the statistics and their derivative are
+/// layer norm's), reshaped back.
+FailureOr<Value> emitGroupStatsNorm(NodeContext &ctx, Value x, int64_t groups,
+                                    float epsilon) {
+  auto type = cast<RankedTensorType>(x.getType());
+  int64_t n = type.getDimSize(0);
+  int64_t rest = type.getNumElements() / std::max<int64_t>(1, n * groups);
+  FailureOr<Value> grouped = emitReshape(ctx, x, {n, groups, rest});
+  FailureOr<Value> ones = ctx.materialize(HostTensor::splatOf(
+      fromMlirElementType(type.getElementType()), {rest}, 1.0));
+  if (failed(grouped) || failed(ones))
+    return failure();
+  FailureOr<Value> normalized = emitValue(ctx.create<ds::LayerNormOp>(
+      {*grouped, *ones},
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(2)),
+       ctx.named("epsilon", ctx.builder().getF32FloatAttr(epsilon))}));
+  if (failed(normalized))
+    return failure();
+  return emitReshape(ctx, *normalized, type.getShape());
+}
+
+/// y * scale + bias with scale, bias [C] (or `perChannel` false: [groups],
+/// each group's value repeated over its channels) on the channel axis.
+FailureOr<Value> emitChannelAffine(NodeContext &ctx, Value y, int64_t groups,
+                                   bool perChannel) {
+  auto type = cast<RankedTensorType>(y.getType());
+  int64_t channels = type.getDimSize(1), rank = type.getRank();
+  Value result = y;
+  for (unsigned i : {1u, 2u}) {
+    FailureOr<Value> param = ctx.input(i);
+    if (failed(param))
+      return failure();
+    auto paramType = cast<RankedTensorType>(param->getType());
+    int64_t expected = perChannel ? channels : groups;
+    if (paramType.getRank() != 1 || paramType.getDimSize(0) != expected ||
+        paramType.getElementType() != type.getElementType())
+      return ctx.error(Twine(i == 1 ? "scale" : "bias") + " must be [" +
+                       Twine(expected) + "] of the input's element type, got " +
+                       shapeString(paramType.getShape()));
+    Value v = *param;
+    if (!perChannel) {
+      FailureOr<Value> expandedParam = emitReshape(ctx, v, {groups, 1});
+      if (succeeded(expandedParam))
+        expandedParam =
+            emitBroadcast(ctx, *expandedParam, {groups, channels / groups});
+      if (succeeded(expandedParam))
+        expandedParam = emitReshape(ctx, *expandedParam, {channels});
+      if (failed(expandedParam))
+        return failure();
+      v = *expandedParam;
+    }
+    SmallVector<int64_t> shape(rank - 1, 1);
+    shape[0] = channels;
+    FailureOr<Value> shaped = emitReshape(ctx, v, shape);
+    if (failed(shaped))
+      return failure();
+    FailureOr<Value> next =
+        i == 1 ? emitValue(ctx.create<ds::MulOp>({result, *shaped}))
+               : emitValue(ctx.create<ds::AddOp>({result, *shaped}));
+    if (failed(next))
+      return failure();
+    result = *next;
+  }
+  return result;
+}
+
+/// InstanceNormalization: every (sample, channel) normalized over the
+/// spatial axes, then scale and bias per channel. PyTorch exports
+/// GroupNorm below opset 18 as Reshape, InstanceNormalization, Reshape,
+/// Mul, Add, which this covers.
+LogicalResult convertInstanceNorm(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  float epsilon;
+  if (failed(input) || failed(ctx.floatAttr("epsilon", epsilon, 1e-5f)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  if (type.getRank() < 3)
+    return ctx.error("input must be [N, C, D...], got " +
+                     shapeString(type.getShape()));
+  int64_t channels = type.getDimSize(1);
+  FailureOr<Value> y = emitGroupStatsNorm(ctx, *input, channels, epsilon);
+  if (succeeded(y))
+    y = emitChannelAffine(ctx, *y, channels, /*perChannel=*/true);
+  if (failed(y))
+    return failure();
+  ctx.setOutput(0, *y);
+  return success();
+}
+
+/// GroupNormalization (opset 18: scale and bias per group; 21: per
+/// channel).
+LogicalResult convertGroupNorm(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  float epsilon;
+  int64_t groups, stash;
+  if (failed(input) || failed(ctx.floatAttr("epsilon", epsilon, 1e-5f)) ||
+      failed(ctx.intAttr("num_groups", groups)) ||
+      failed(ctx.intAttr("stash_type", stash, 1)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  if (stash != 1)
+    return ctx.error("stash_type " + Twine(stash) +
+                     " is not supported (the statistics are computed in "
+                     "float, stash_type 1)");
+  auto type = cast<RankedTensorType>(input->getType());
+  if (type.getRank() < 3)
+    return ctx.error("input must be [N, C, D...], got " +
+                     shapeString(type.getShape()));
+  int64_t channels = type.getDimSize(1);
+  if (groups < 1 || channels % groups != 0)
+    return ctx.error("num_groups " + Twine(groups) +
+                     " does not divide the " + Twine(channels) + " channels");
+  FailureOr<Value> y = emitGroupStatsNorm(ctx, *input, groups, epsilon);
+  if (succeeded(y))
+    y = emitChannelAffine(ctx, *y, groups, /*perChannel=*/ctx.opset >= 21);
+  if (failed(y))
+    return failure();
+  ctx.setOutput(0, *y);
+  return success();
+}
+
+/// Resize, modes nearest and linear (separable: one axis at a time), with
+/// the coordinate transformations half_pixel, pytorch_half_pixel,
+/// half_pixel_symmetric, align_corners and asymmetric. Output sizes and
+/// scales must be known at compile time. Nearest gathers one source per
+/// output element; linear gathers the two neighbours (clamped to the edge,
+/// as ONNX's reference and PyTorch) and blends them with constant weights.
+LogicalResult convertResize(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  std::string mode, transform, nearestMode, aspect;
+  int64_t antialias, excludeOutside;
+  if (failed(input) ||
+      failed(ctx.stringAttr("mode", mode, StringRef("nearest"))) ||
+      failed(ctx.stringAttr("coordinate_transformation_mode", transform,
+                            StringRef("half_pixel"))) ||
+      failed(ctx.stringAttr("nearest_mode", nearestMode,
+                            StringRef("round_prefer_floor"))) ||
+      failed(ctx.stringAttr("keep_aspect_ratio_policy", aspect,
+                            StringRef("stretch"))) ||
+      failed(ctx.intAttr("antialias", antialias, 0)) ||
+      failed(ctx.intAttr("exclude_outside", excludeOutside, 0)))
+    return failure();
+  if (mode != "nearest" && mode != "linear")
+    return ctx.error("mode '" + mode + "' is not supported (only 'nearest' "
+                     "and 'linear')");
+  if (transform != "half_pixel" && transform != "pytorch_half_pixel" &&
+      transform != "half_pixel_symmetric" && transform != "align_corners" &&
+      transform != "asymmetric")
+    return ctx.error("coordinate_transformation_mode '" + transform +
+                     "' is not supported (half_pixel, pytorch_half_pixel, "
+                     "half_pixel_symmetric, align_corners, asymmetric)");
+  if (nearestMode != "round_prefer_floor" &&
+      nearestMode != "round_prefer_ceil" && nearestMode != "floor" &&
+      nearestMode != "ceil")
+    return ctx.error("nearest_mode '" + nearestMode + "' is not "
+                     "round_prefer_floor, round_prefer_ceil, floor or ceil");
+  if (antialias)
+    return ctx.error("antialias = 1 is not supported");
+  if (aspect != "stretch" && aspect != "not_larger" && aspect != "not_smaller")
+    return ctx.error("keep_aspect_ratio_policy '" + aspect +
+                     "' is not stretch, not_larger or not_smaller");
+  auto type = cast<RankedTensorType>(input->getType());
+  int64_t rank = type.getRank();
+  if (mode == "linear" && !isa<FloatType>(type.getElementType()))
+    return ctx.error("linear mode needs a floating-point input");
+  std::optional<SmallVector<int64_t>> axesAttr;
+  if (failed(ctx.intsAttr("axes", axesAttr)))
+    return failure();
+  SmallVector<int64_t> axes;
+  if (axesAttr) {
+    for (int64_t axis : *axesAttr) {
+      FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, rank, "axis");
+      if (failed(normalized))
+        return failure();
+      axes.push_back(*normalized);
+    }
+  } else {
+    axes = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+  }
+  size_t count = axes.size();
+  // Scales (input 2) or sizes (input 3); an empty tensor counts as absent.
+  const HostTensor *scalesInput = nullptr, *sizesInput = nullptr;
+  for (unsigned i : {2u, 3u}) {
+    if (!ctx.hasInput(i))
+      continue;
+    const HostTensor *known = ctx.constInput(i, /*readParameters=*/true);
+    if (!known)
+      return ctx.error(Twine(i == 2 ? "scales" : "sizes") +
+                       " must be known at compile time");
+    if (known->numElements() == 0)
+      continue;
+    if (static_cast<size_t>(known->numElements()) != count)
+      return ctx.error(Twine(i == 2 ? "scales" : "sizes") + " has " +
+                       Twine(known->numElements()) + " entries for " +
+                       Twine(count) + " axes");
+    (i == 2 ? scalesInput : sizesInput) = known;
+  }
+  if (!!scalesInput == !!sizesInput)
+    return ctx.error("exactly one of scales and sizes must be given");
+  SmallVector<double> scales(rank, 1.0);
+  SmallVector<int64_t> outSizes(type.getShape());
+  if (scalesInput) {
+    for (size_t i = 0; i < count; ++i) {
+      double scale = scalesInput->floatAt(i);
+      if (!(scale > 0))
+        return ctx.error("scale " + numberString(scale) +
+                         " is not positive");
+      scales[axes[i]] = scale;
+      outSizes[axes[i]] = static_cast<int64_t>(
+          std::floor(type.getDimSize(axes[i]) * scale));
+    }
+  } else {
+    double policyScale = aspect == "not_larger"
+                             ? std::numeric_limits<double>::infinity()
+                             : 0.0;
+    for (size_t i = 0; i < count; ++i) {
+      double ratio = static_cast<double>(sizesInput->intAt(i)) /
+                     static_cast<double>(type.getDimSize(axes[i]));
+      policyScale = aspect == "not_larger" ? std::min(policyScale, ratio)
+                                           : std::max(policyScale, ratio);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      int64_t in = type.getDimSize(axes[i]);
+      int64_t out = sizesInput->intAt(i);
+      if (aspect != "stretch")
+        out = static_cast<int64_t>(std::round(in * policyScale));
+      if (out < 1)
+        return ctx.error("output size " + Twine(out) + " of axis " +
+                         Twine(axes[i]) + " is not positive");
+      outSizes[axes[i]] = out;
+      scales[axes[i]] = aspect == "stretch"
+                            ? static_cast<double>(out) / static_cast<double>(in)
+                            : policyScale;
+    }
+  }
+  Value x = *input;
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    int64_t in = type.getDimSize(axis), out = outSizes[axis];
+    double scale = scales[axis];
+    if (out == in && scale == 1.0)
+      continue;
+    if (in == 0 || out == 0)
+      return ctx.error("cannot resize axis " + Twine(axis) + " from " +
+                       Twine(in) + " to " + Twine(out) + " elements");
+    // The resized length in the coordinate formulas is in * scale, not
+    // rounded to the output size (ONNX's reference; they agree whenever
+    // in * scale is whole, as for the factors exporters emit).
+    double resized = scalesInput ? in * scale : static_cast<double>(out);
+    auto source = [&](int64_t i) -> double {
+      double o = static_cast<double>(i);
+      if (transform == "align_corners")
+        return resized == 1.0 ? 0.0
+                              : o * static_cast<double>(in - 1) /
+                                    (resized - 1.0);
+      if (transform == "asymmetric")
+        return o / scale;
+      if (transform == "pytorch_half_pixel")
+        return resized > 1.0 ? (o + 0.5) / scale - 0.5 : 0.0;
+      if (transform == "half_pixel_symmetric") {
+        double adjustment = static_cast<double>(out) / (scale * in);
+        double center = static_cast<double>(in) / 2;
+        return center * (1 - adjustment) + (o + 0.5) / scale - 0.5;
+      }
+      return (o + 0.5) / scale - 0.5;
+    };
+    auto clampIndex = [&](int64_t i) {
+      return std::clamp<int64_t>(i, 0, in - 1);
+    };
+    if (mode == "nearest") {
+      SmallVector<int64_t> indices;
+      for (int64_t i = 0; i < out; ++i) {
+        double s = source(i);
+        double f = std::floor(s);
+        int64_t k;
+        if (nearestMode == "floor")
+          k = static_cast<int64_t>(f);
+        else if (nearestMode == "ceil")
+          k = static_cast<int64_t>(std::ceil(s));
+        else if (s - f == 0.5)
+          k = static_cast<int64_t>(nearestMode == "round_prefer_ceil" ? f + 1
+                                                                      : f);
+        else
+          k = static_cast<int64_t>(std::round(s));
+        indices.push_back(clampIndex(k));
+      }
+      FailureOr<Value> gathered = emitGatherAt(ctx, x, axis, indices);
+      if (failed(gathered))
+        return failure();
+      x = *gathered;
+      continue;
+    }
+    SmallVector<int64_t> low, high;
+    SmallVector<double> lowWeight, highWeight;
+    for (int64_t i = 0; i < out; ++i) {
+      double s = source(i);
+      double f = std::floor(s);
+      low.push_back(clampIndex(static_cast<int64_t>(f)));
+      high.push_back(clampIndex(static_cast<int64_t>(f) + 1));
+      highWeight.push_back(s - f);
+      lowWeight.push_back(1.0 - (s - f));
+    }
+    FailureOr<Value> a = emitGatherAt(ctx, x, axis, low);
+    FailureOr<Value> b = emitGatherAt(ctx, x, axis, high);
+    FailureOr<Value> wa = axisVector(ctx, x, axis, rank, lowWeight);
+    FailureOr<Value> wb = axisVector(ctx, x, axis, rank, highWeight);
+    if (failed(a) || failed(b) || failed(wa) || failed(wb))
+      return failure();
+    FailureOr<Value> pa = emitValue(ctx.create<ds::MulOp>({*a, *wa}));
+    FailureOr<Value> pb = emitValue(ctx.create<ds::MulOp>({*b, *wb}));
+    if (failed(pa) || failed(pb))
+      return failure();
+    FailureOr<Value> sum = emitValue(ctx.create<ds::AddOp>({*pa, *pb}));
+    if (failed(sum))
+      return failure();
+    x = *sum;
+  }
+  ctx.setOutput(0, x);
+  return success();
+}
+
+/// ConvTranspose: the gradient of a convolution with respect to its input
+/// (ds.conv_grad_input), the input in the role of the result gradient and
+/// the weight [C_in, C_out / group, K...] in its own. pads, auto_pad,
+/// output_padding and output_shape fix the output size; output_padding
+/// adds positions at the end that no input reaches (their value is the
+/// bias).
+LogicalResult convertConvTranspose(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0), weight = ctx.input(1);
+  int64_t group;
+  std::string autoPad;
+  std::optional<SmallVector<int64_t>> kernelAttr, strides, dilations, pads,
+      outputPadding, outputShape;
+  if (failed(input) || failed(weight) || failed(ctx.intAttr("group", group, 1)) ||
+      failed(ctx.stringAttr("auto_pad", autoPad, StringRef("NOTSET"))) ||
+      failed(ctx.intsAttr("kernel_shape", kernelAttr)) ||
+      failed(ctx.intsAttr("strides", strides)) ||
+      failed(ctx.intsAttr("dilations", dilations)) ||
+      failed(ctx.intsAttr("pads", pads)) ||
+      failed(ctx.intsAttr("output_padding", outputPadding)) ||
+      failed(ctx.intsAttr("output_shape", outputShape)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  auto inputType = cast<RankedTensorType>(input->getType());
+  auto weightType = cast<RankedTensorType>(weight->getType());
+  int64_t rank = inputType.getRank(), spatial = rank - 2;
+  if (rank < 3 || weightType.getRank() != rank)
+    return ctx.error("input " + shapeString(inputType.getShape()) +
+                     " and weight " + shapeString(weightType.getShape()) +
+                     " must be [N, C, D...] and [C, M / group, K...] of the "
+                     "same rank");
+  int64_t inChannels = inputType.getDimSize(1);
+  if (group < 1 || inChannels % group != 0 ||
+      weightType.getDimSize(0) != inChannels)
+    return ctx.error("weight " + shapeString(weightType.getShape()) +
+                     " does not fit " + Twine(inChannels) +
+                     " input channels in " + Twine(group) + " groups");
+  SmallVector<int64_t> kernel(weightType.getShape().drop_front(2));
+  if (kernelAttr && *kernelAttr != kernel)
+    return ctx.error("kernel_shape " + shapeString(*kernelAttr) +
+                     " does not match the weight's " + shapeString(kernel));
+  auto fill = [&](std::optional<SmallVector<int64_t>> &v, int64_t size,
+                  int64_t value) { if (!v) v.emplace(size, value); };
+  fill(strides, spatial, 1);
+  fill(dilations, spatial, 1);
+  fill(outputPadding, spatial, 0);
+  if (static_cast<int64_t>(strides->size()) != spatial ||
+      static_cast<int64_t>(dilations->size()) != spatial ||
+      static_cast<int64_t>(outputPadding->size()) != spatial)
+    return ctx.error("strides, dilations and output_padding need " +
+                     Twine(spatial) + " entries");
+  SmallVector<int64_t> begin(spatial, 0), end(spatial, 0), out(spatial);
+  SmallVector<int64_t> extra(*outputPadding);
+  bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
+  if (autoPad != "NOTSET" && autoPad != "VALID" && !same)
+    return ctx.error("auto_pad '" + autoPad + "' is not NOTSET, VALID, "
+                     "SAME_UPPER or SAME_LOWER");
+  if (outputShape) {
+    SmallVector<int64_t> shape = *outputShape;
+    if (static_cast<int64_t>(shape.size()) == rank)
+      shape.erase(shape.begin(), shape.begin() + 2);
+    if (static_cast<int64_t>(shape.size()) != spatial)
+      return ctx.error("output_shape needs " + Twine(spatial) + " entries");
+    outputShape = shape;
+  }
+  for (int64_t i = 0; i < spatial; ++i) {
+    int64_t s = (*strides)[i], d = (*dilations)[i], k = kernel[i];
+    if (s < 1 || d < 1 || k < 1)
+      return ctx.error("kernel_shape, strides and dilations must be positive");
+    int64_t natural = s * (inputType.getDimSize(i + 2) - 1) + (k - 1) * d + 1;
+    if (outputShape || same) {
+      int64_t target = outputShape ? (*outputShape)[i]
+                                   : inputType.getDimSize(i + 2) * s;
+      int64_t total = natural + extra[i] - target;
+      if (total >= 0) {
+        int64_t small = total / 2, large = total - small;
+        bool upper = autoPad == "SAME_UPPER";
+        begin[i] = upper ? small : large;
+        end[i] = upper ? large : small;
+      } else {
+        extra[i] -= total; // a larger output: positions at the end
+      }
+    } else if (pads && autoPad == "NOTSET") {
+      if (static_cast<int64_t>(pads->size()) != 2 * spatial)
+        return ctx.error("pads needs " + Twine(2 * spatial) +
+                         " entries, got " + Twine(pads->size()));
+      begin[i] = (*pads)[i];
+      end[i] = (*pads)[i + spatial];
+    }
+    if (begin[i] < 0 || end[i] < 0)
+      return ctx.error("pads must not be negative");
+    if (extra[i] < 0 || extra[i] >= s)
+      return ctx.error("output padding " + Twine(extra[i]) + " of axis " +
+                       Twine(i + 2) + " must be in [0, stride " + Twine(s) +
+                       ")");
+    out[i] = natural + extra[i] - begin[i] - end[i];
+    if (out[i] < 1)
+      return ctx.error("pads " + Twine(begin[i]) + ", " + Twine(end[i]) +
+                       " leave no output on axis " + Twine(i + 2));
+  }
+  int64_t outChannels = weightType.getDimSize(1) * group;
+  SmallVector<int64_t> resultShape{inputType.getDimSize(0), outChannels};
+  resultShape.append(out);
+  SmallVector<int64_t> allPads(begin);
+  allPads.append(end);
+  auto &b = ctx.builder();
+  FailureOr<Value> y = emitValue(ctx.createTyped<ds::ConvGradInputOp>(
+      {inputType.clone(resultShape)}, {*input, *weight},
+      {ctx.named("strides", b.getDenseI64ArrayAttr(*strides)),
+       ctx.named("pads", b.getDenseI64ArrayAttr(allPads)),
+       ctx.named("dilations", b.getDenseI64ArrayAttr(*dilations)),
+       ctx.named("group", b.getI64IntegerAttr(group))}));
+  if (failed(y))
+    return failure();
+  if (ctx.hasInput(2)) {
+    FailureOr<Value> bias = ctx.input(2);
+    if (failed(bias))
+      return failure();
+    auto biasType = cast<RankedTensorType>(bias->getType());
+    if (biasType.getRank() != 1 || biasType.getDimSize(0) != outChannels)
+      return ctx.error("bias must be [" + Twine(outChannels) + "], got " +
+                       shapeString(biasType.getShape()));
+    SmallVector<int64_t> shape(rank - 1, 1);
+    shape[0] = outChannels;
+    FailureOr<Value> shaped = emitReshape(ctx, *bias, shape);
+    if (succeeded(shaped))
+      y = emitValue(ctx.create<ds::AddOp>({*y, *shaped}));
+    if (failed(shaped) || failed(y))
+      return failure();
+  }
+  ctx.setOutput(0, *y);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Converters: indices, one-hot, norms and contractions built from ds ops
+//===----------------------------------------------------------------------===//
+
+/// Indices with the negative ones counted from the end: where(i < 0,
+/// i + size, i), `size` a scalar or a tensor that broadcasts against i.
+FailureOr<Value> emitWrapNegative(NodeContext &ctx, Value indices,
+                                  Value size) {
+  FailureOr<Value> zero = scalarLike(ctx, indices, 0.0);
+  if (failed(zero))
+    return failure();
+  FailureOr<Value> negative =
+      emitCompare(ctx, ds::ComparePredicate::lt, indices, *zero);
+  FailureOr<Value> wrapped = emitValue(ctx.create<ds::AddOp>({indices, size}));
+  if (failed(negative) || failed(wrapped))
+    return failure();
+  return emitWhere(ctx, *negative, *wrapped, indices);
+}
+
+/// The constant 0, 1, ..., n - 1 (i64) shaped to broadcast along `axis` of
+/// a tensor of rank `rank`.
+FailureOr<Value> emitIota(NodeContext &ctx, int64_t n, int64_t axis,
+                          int64_t rank) {
+  SmallVector<int64_t> shape(rank - axis, 1);
+  shape[0] = n;
+  std::vector<int64_t> values(n);
+  for (int64_t i = 0; i < n; ++i)
+    values[i] = i;
+  return ctx.materialize(
+      HostTensor::ofInts(DType::Int64, shape, std::move(values)));
+}
+
+/// ArgMax and ArgMin: the index (i64) of the first (or, with
+/// select_last_index, the last) extreme element along `axis`, a NaN
+/// counting as the extreme (numpy, PyTorch). Composed of reduce_max,
+/// compare and where; an index carries no derivative.
+template <bool IsMax>
+LogicalResult convertArgExtremum(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t axis, keepdims, last;
+  if (failed(input) || failed(ctx.intAttr("axis", axis, 0)) ||
+      failed(ctx.intAttr("keepdims", keepdims, 1)) ||
+      failed(ctx.intAttr("select_last_index", last, 0)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Numeric)))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  int64_t rank = type.getRank();
+  FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, rank);
+  if (failed(normalized))
+    return failure();
+  int64_t n = type.getDimSize(*normalized);
+  if (n == 0)
+    return ctx.error("axis " + Twine(axis) + " is empty: no index to return");
+  bool isFloat = isa<FloatType>(type.getElementType());
+  Value x = *input;
+  if (!IsMax) { // the minimum of x is the maximum of -x (-1 - x for ints)
+    FailureOr<Value> flipped = emitOrderFlip(ctx, x);
+    if (failed(flipped))
+      return failure();
+    x = *flipped;
+  }
+  FailureOr<Value> max =
+      emitReduction<ds::ReduceMaxOp>(ctx, x, {*normalized}, true);
+  if (failed(max))
+    return failure();
+  FailureOr<Value> hit = emitCompare(ctx, ds::ComparePredicate::eq, x, *max);
+  if (failed(hit))
+    return failure();
+  if (isFloat) { // the max is NaN where the row holds one: pick the NaNs
+    FailureOr<Value> ordered =
+        emitCompare(ctx, ds::ComparePredicate::eq, x, x);
+    FailureOr<Value> yes =
+        ctx.materialize(HostTensor::ofInts(DType::Bool, {}, {1}));
+    if (failed(ordered) || failed(yes))
+      return failure();
+    hit = emitWhere(ctx, *ordered, *hit, *yes);
+    if (failed(hit))
+      return failure();
+  }
+  FailureOr<Value> iota = emitIota(ctx, n, *normalized, rank);
+  if (failed(iota))
+    return failure();
+  // First: the largest of n - 1 - index; last: the largest index.
+  Value position = *iota;
+  if (!last) {
+    FailureOr<Value> top = ctx.materialize(
+        HostTensor::ofInts(DType::Int64, {}, {n - 1}));
+    if (failed(top))
+      return failure();
+    FailureOr<Value> reversed =
+        emitValue(ctx.create<ds::SubOp>({*top, position}));
+    if (failed(reversed))
+      return failure();
+    position = *reversed;
+  }
+  FailureOr<Value> none =
+      ctx.materialize(HostTensor::ofInts(DType::Int64, {}, {-1}));
+  if (failed(none))
+    return failure();
+  FailureOr<Value> candidates = emitWhere(ctx, *hit, position, *none);
+  if (failed(candidates))
+    return failure();
+  FailureOr<Value> best = emitReduction<ds::ReduceMaxOp>(
+      ctx, *candidates, {*normalized}, keepdims != 0);
+  if (failed(best))
+    return failure();
+  if (!last) {
+    FailureOr<Value> top = ctx.materialize(
+        HostTensor::ofInts(DType::Int64, {}, {n - 1}));
+    if (failed(top))
+      return failure();
+    best = emitValue(ctx.create<ds::SubOp>({*top, *best}));
+    if (failed(best))
+      return failure();
+  }
+  ctx.setOutput(0, *best);
+  return success();
+}
+
+/// OneHot: where(indices == iota, on, off), the iota along `axis`; negative
+/// indices count from depth, others outside [-depth, depth) give a row of
+/// off values. depth must be known at compile time.
+LogicalResult convertOneHot(NodeContext &ctx) {
+  FailureOr<Value> indices = ctx.input(0), values = ctx.input(2);
+  int64_t axis;
+  if (failed(indices) || failed(values) ||
+      failed(ctx.intAttr("axis", axis, -1)) ||
+      failed(requireElementKind(ctx, 0, *indices, ElementKind::Numeric)))
+    return failure();
+  const HostTensor *depthInput = ctx.constInput(1, /*readParameters=*/true);
+  if (!depthInput || depthInput->numElements() != 1)
+    return ctx.error("depth must be a scalar known at compile time");
+  int64_t depth = depthInput->isFloat()
+                      ? static_cast<int64_t>(depthInput->floatAt(0))
+                      : depthInput->intAt(0);
+  if (depth < 1)
+    return ctx.error("depth " + Twine(depth) + " is not positive");
+  auto indexType = cast<RankedTensorType>(indices->getType());
+  auto valueType = cast<RankedTensorType>(values->getType());
+  if (valueType.getNumElements() != 2)
+    return ctx.error("values must hold 2 elements [off, on], got shape " +
+                     shapeString(valueType.getShape()));
+  int64_t rank = indexType.getRank() + 1;
+  FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, rank);
+  if (failed(normalized))
+    return failure();
+  Value index = *indices;
+  auto i64 = IntegerType::get(ctx.context(), 64);
+  if (indexType.getElementType() != i64) {
+    FailureOr<Value> cast = emitValue(
+        ctx.createTyped<ds::CastOp>({indexType.clone(i64)}, {index}));
+    if (failed(cast))
+      return failure();
+    index = *cast;
+  }
+  FailureOr<Value> depthValue = scalarLike(ctx, index, depth);
+  if (failed(depthValue))
+    return failure();
+  FailureOr<Value> fixed = emitWrapNegative(ctx, index, *depthValue);
+  if (failed(fixed))
+    return failure();
+  SmallVector<int64_t> expanded(indexType.getShape());
+  expanded.insert(expanded.begin() + *normalized, 1);
+  FailureOr<Value> column = emitReshape(ctx, *fixed, expanded);
+  FailureOr<Value> iota = emitIota(ctx, depth, *normalized, rank);
+  if (failed(column) || failed(iota))
+    return failure();
+  FailureOr<Value> hit =
+      emitCompare(ctx, ds::ComparePredicate::eq, *column, *iota);
+  if (failed(hit))
+    return failure();
+  // off and on as scalars.
+  FailureOr<Value> flat = emitReshape(ctx, *values, {2});
+  if (failed(flat))
+    return failure();
+  auto &b = ctx.builder();
+  Value pick[2];
+  for (int64_t i = 0; i < 2; ++i) {
+    FailureOr<Value> one = emitValue(ctx.createTyped<ds::SliceOp>(
+        {valueType.clone({1})}, {*flat},
+        {ctx.named("offsets", b.getDenseI64ArrayAttr({i})),
+         ctx.named("strides", b.getDenseI64ArrayAttr({1}))}));
+    if (succeeded(one))
+      one = emitReshape(ctx, *one, {});
+    if (failed(one))
+      return failure();
+    pick[i] = *one;
+  }
+  FailureOr<Value> result = emitWhere(ctx, *hit, pick[1], pick[0]);
+  if (failed(result))
+    return failure();
+  SmallVector<int64_t> outShape(expanded);
+  outShape[*normalized] = depth;
+  FailureOr<Value> full = emitBroadcast(ctx, *result, outShape);
+  if (failed(full))
+    return failure();
+  ctx.setOutput(0, *full);
+  return success();
+}
+
+/// LpNormalization: x / ||x||_p along `axis` (p = 1 or 2), norms as
+/// ReduceL1 and ReduceL2 compose them.
+LogicalResult convertLpNorm(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t axis, p;
+  if (failed(input) || failed(ctx.intAttr("axis", axis, -1)) ||
+      failed(ctx.intAttr("p", p, 2)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Float)))
+    return failure();
+  if (p != 1 && p != 2)
+    return ctx.error("p = " + Twine(p) + " is not 1 or 2");
+  Value x = *input;
+  FailureOr<int64_t> normalized =
+      ctx.normalizeAxis(axis, cast<RankedTensorType>(x.getType()).getRank());
+  if (failed(normalized))
+    return failure();
+  FailureOr<Value> norm;
+  if (p == 1) {
+    FailureOr<Value> absolute = emitAbsolute(ctx, x);
+    if (failed(absolute))
+      return failure();
+    norm = emitReduction<ds::ReduceSumOp>(ctx, *absolute, {*normalized}, true);
+  } else {
+    FailureOr<Value> square = emitValue(ctx.create<ds::MulOp>({x, x}));
+    if (failed(square))
+      return failure();
+    norm = emitReduction<ds::ReduceSumOp>(ctx, *square, {*normalized}, true);
+    if (succeeded(norm))
+      norm = emitSafeSqrt(ctx, *norm);
+  }
+  if (failed(norm))
+    return failure();
+  return ctx.emit<ds::DivOp>(0, {x, *norm});
+}
+
+/// One operand of an Einsum: its value and one letter per axis.
+struct EinsumTerm {
+  Value value;
+  std::string letters;
+};
+
+/// `term` with the axes whose letters `keep` lacks summed away.
+FailureOr<EinsumTerm> einsumSumOut(NodeContext &ctx, EinsumTerm term,
+                                   StringRef keep) {
+  SmallVector<int64_t> axes;
+  std::string rest;
+  for (auto [i, letter] : llvm::enumerate(term.letters)) {
+    if (keep.contains(letter))
+      rest.push_back(letter);
+    else
+      axes.push_back(static_cast<int64_t>(i));
+  }
+  if (axes.empty())
+    return term;
+  FailureOr<Value> summed =
+      emitReduction<ds::ReduceSumOp>(ctx, term.value, axes, false);
+  if (failed(summed))
+    return failure();
+  return EinsumTerm{*summed, rest};
+}
+
+/// `term` transposed to the letter order `order` (a permutation of its
+/// letters).
+FailureOr<Value> einsumArrange(NodeContext &ctx, const EinsumTerm &term,
+                               StringRef order) {
+  SmallVector<int64_t> perm;
+  for (char letter : order)
+    perm.push_back(static_cast<int64_t>(term.letters.find(letter)));
+  return emitTranspose(ctx, term.value, perm);
+}
+
+/// The product of two terms summed over the letters `keep` lacks: a batched
+/// ds.matmul of [batch, a-only, shared] by [batch, shared, b-only].
+FailureOr<EinsumTerm> einsumPair(NodeContext &ctx, EinsumTerm a, EinsumTerm b,
+                                 StringRef keep) {
+  // Letters only one side has and nobody keeps are summed first.
+  std::string aKeep = (keep + b.letters).str(), bKeep = (keep + a.letters).str();
+  FailureOr<EinsumTerm> sa = einsumSumOut(ctx, a, aKeep);
+  FailureOr<EinsumTerm> sb = einsumSumOut(ctx, b, bKeep);
+  if (failed(sa) || failed(sb))
+    return failure();
+  a = *sa;
+  b = *sb;
+  std::string batch, contracted, aOnly, bOnly;
+  for (char letter : a.letters) {
+    bool inB = b.letters.find(letter) != std::string::npos;
+    if (inB)
+      (keep.contains(letter) ? batch : contracted).push_back(letter);
+    else
+      aOnly.push_back(letter);
+  }
+  for (char letter : b.letters)
+    if (a.letters.find(letter) == std::string::npos)
+      bOnly.push_back(letter);
+  auto typeA = cast<RankedTensorType>(a.value.getType());
+  auto typeB = cast<RankedTensorType>(b.value.getType());
+  auto size = [&](const EinsumTerm &t, RankedTensorType type, char letter) {
+    return type.getDimSize(t.letters.find(letter));
+  };
+  auto product = [&](const EinsumTerm &t, RankedTensorType type,
+                     StringRef letters) {
+    int64_t p = 1;
+    for (char letter : letters)
+      p *= size(t, type, letter);
+    return p;
+  };
+  for (char letter : batch + contracted)
+    if (size(a, typeA, letter) != size(b, typeB, letter))
+      return ctx.error(Twine("index '") + Twine(letter) + "' has sizes " +
+                       Twine(size(a, typeA, letter)) + " and " +
+                       Twine(size(b, typeB, letter)) + " in two operands");
+  FailureOr<Value> la = einsumArrange(ctx, a, batch + aOnly + contracted);
+  FailureOr<Value> lb = einsumArrange(ctx, b, batch + contracted + bOnly);
+  if (failed(la) || failed(lb))
+    return failure();
+  int64_t nb = product(a, typeA, batch), na = product(a, typeA, aOnly),
+          nc = product(a, typeA, contracted), nbo = product(b, typeB, bOnly);
+  FailureOr<Value> ma = emitReshape(ctx, *la, {nb, na, nc});
+  FailureOr<Value> mb = emitReshape(ctx, *lb, {nb, nc, nbo});
+  if (failed(ma) || failed(mb))
+    return failure();
+  FailureOr<Value> mm = emitValue(ctx.create<ds::MatMulOp>({*ma, *mb}));
+  if (failed(mm))
+    return failure();
+  SmallVector<int64_t> shape;
+  for (char letter : batch + aOnly)
+    shape.push_back(size(a, typeA, letter));
+  for (char letter : bOnly)
+    shape.push_back(size(b, typeB, letter));
+  FailureOr<Value> result = emitReshape(ctx, *mm, shape);
+  if (failed(result))
+    return failure();
+  return EinsumTerm{*result, batch + aOnly + bOnly};
+}
+
+/// Einsum of explicit or implicit form, ellipses included: pairwise
+/// contractions (left to right) by ds.matmul, the indices no later operand
+/// or the output uses summed as early as possible. A letter repeated
+/// within one operand (a diagonal) is not supported.
+LogicalResult convertEinsum(NodeContext &ctx) {
+  std::string equation;
+  if (failed(ctx.stringAttr("equation", equation)))
+    return failure();
+  equation.erase(llvm::remove_if(equation, ::isspace), equation.end());
+  StringRef eq(equation);
+  auto [lhs, rhs] = eq.split("->");
+  bool explicitOutput = eq.contains("->");
+  SmallVector<StringRef> specs;
+  lhs.split(specs, ',');
+  if (specs.size() != ctx.numInputs())
+    return ctx.error("equation '" + equation + "' names " +
+                     Twine(specs.size()) + " operands, the node has " +
+                     Twine(ctx.numInputs()));
+  // Ellipsis letters: characters that cannot occur in an equation.
+  const std::string ellipsisLetters = "0123456789!#$%&";
+  int64_t ellipsisRank = 0;
+  SmallVector<EinsumTerm> terms;
+  for (auto [i, spec] : llvm::enumerate(specs)) {
+    FailureOr<Value> value = ctx.input(i);
+    if (failed(value) ||
+        failed(requireElementKind(ctx, i, *value, ElementKind::Float)))
+      return failure();
+    auto type = cast<RankedTensorType>(value->getType());
+    std::string letters;
+    size_t dots = spec.find("...");
+    int64_t named = static_cast<int64_t>(spec.size()) -
+                    (dots == StringRef::npos ? 0 : 3);
+    if (dots != StringRef::npos) {
+      int64_t covered = type.getRank() - named;
+      if (covered < 0)
+        return ctx.error("operand " + Twine(i) + " of rank " +
+                         Twine(type.getRank()) + " has too few axes for '" +
+                         spec + "'");
+      if (covered > static_cast<int64_t>(ellipsisLetters.size()))
+        return ctx.error("an ellipsis covers too many axes");
+      ellipsisRank = std::max(ellipsisRank, covered);
+      // Right-aligned, as broadcasting: the last covered axis is letter 0.
+      std::string middle;
+      for (int64_t k = covered - 1; k >= 0; --k)
+        middle.push_back(ellipsisLetters[k]);
+      letters = (spec.take_front(dots) + middle + spec.drop_front(dots + 3)).str();
+    } else {
+      letters = spec.str();
+      if (named != type.getRank())
+        return ctx.error("operand " + Twine(i) + " has rank " +
+                         Twine(type.getRank()) + " but '" + spec + "' names " +
+                         Twine(named) + " axes");
+    }
+    for (char letter : letters) {
+      if (!isalpha(letter) && ellipsisLetters.find(letter) == std::string::npos)
+        return ctx.error("equation '" + equation + "' has a character '" +
+                         Twine(letter) + "' that is not a letter");
+      if (llvm::count(letters, letter) > 1)
+        return ctx.error("index '" + Twine(letter) + "' repeats within "
+                         "operand " + Twine(i) + " (a diagonal): not "
+                         "supported");
+    }
+    terms.push_back({*value, letters});
+  }
+  std::string ellipsis;
+  for (int64_t k = ellipsisRank - 1; k >= 0; --k)
+    ellipsis.push_back(ellipsisLetters[k]);
+  std::string output;
+  if (explicitOutput) {
+    size_t dots = rhs.find("...");
+    output = dots == StringRef::npos
+                 ? rhs.str()
+                 : (rhs.take_front(dots) + ellipsis + rhs.drop_front(dots + 3))
+                       .str();
+  } else { // implicit: the ellipsis, then letters used once, sorted
+    std::string all;
+    for (const EinsumTerm &t : terms)
+      all += t.letters;
+    std::string once;
+    for (char letter : all)
+      if (isalpha(letter) && llvm::count(all, letter) == 1)
+        once.push_back(letter);
+    llvm::sort(once);
+    output = ellipsis + once;
+  }
+  for (char letter : output) {
+    if (llvm::count(output, letter) > 1)
+      return ctx.error("output index '" + Twine(letter) + "' repeats");
+    if (llvm::none_of(terms, [&](const EinsumTerm &t) {
+          return t.letters.find(letter) != std::string::npos;
+        }))
+      return ctx.error("output index '" + Twine(letter) +
+                       "' appears in no operand");
+  }
+  // Broadcast ellipsis axes of size 1 are not supported: sizes must agree.
+  EinsumTerm acc = terms[0];
+  for (size_t i = 1; i < terms.size(); ++i) {
+    std::string keep = output;
+    for (size_t j = i + 1; j < terms.size(); ++j)
+      keep += terms[j].letters;
+    FailureOr<EinsumTerm> next = einsumPair(ctx, acc, terms[i], keep);
+    if (failed(next))
+      return failure();
+    acc = *next;
+  }
+  FailureOr<EinsumTerm> reduced = einsumSumOut(ctx, acc, output);
+  if (failed(reduced))
+    return failure();
+  FailureOr<Value> result = einsumArrange(ctx, *reduced, output);
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// The flat position in `data` of every element of `indices` (normalized:
+/// negative ones count from the end) along `axis`, the other coordinates
+/// those of the element itself: GatherElements' addressing.
+FailureOr<Value> elementPositions(NodeContext &ctx, Value indices,
+                                  RankedTensorType dataType, int64_t axis) {
+  auto indexType = cast<RankedTensorType>(indices.getType());
+  int64_t rank = indexType.getRank();
+  SmallVector<int64_t> strides(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * dataType.getDimSize(d + 1);
+  int64_t dim = dataType.getDimSize(axis);
+  FailureOr<Value> size = scalarLike(ctx, indices, dim);
+  if (failed(size))
+    return failure();
+  FailureOr<Value> position = emitWrapNegative(ctx, indices, *size);
+  if (failed(position))
+    return failure();
+  FailureOr<Value> stride = scalarLike(ctx, indices, strides[axis]);
+  if (failed(stride))
+    return failure();
+  position = emitValue(ctx.create<ds::MulOp>({*position, *stride}));
+  if (failed(position))
+    return failure();
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == axis || indexType.getDimSize(d) == 1)
+      continue;
+    SmallVector<int64_t> shape(rank - d, 1);
+    shape[0] = indexType.getDimSize(d);
+    std::vector<int64_t> offsets;
+    for (int64_t k = 0; k < indexType.getDimSize(d); ++k)
+      offsets.push_back(k * strides[d]);
+    FailureOr<Value> offset = ctx.materialize(
+        HostTensor::ofInts(DType::Int64, shape, std::move(offsets)));
+    if (failed(offset))
+      return failure();
+    position = emitValue(ctx.create<ds::AddOp>({*position, *offset}));
+    if (failed(position))
+      return failure();
+  }
+  return position;
+}
+
+/// GatherElements: ds.gather of the flattened data at the flat positions
+/// of the indices; the derivative is gather's scatter-add.
+LogicalResult convertGatherElements(NodeContext &ctx) {
+  FailureOr<Value> data = ctx.input(0), indices = ctx.input(1);
+  int64_t axis;
+  if (failed(data) || failed(indices) || failed(ctx.intAttr("axis", axis, 0)))
+    return failure();
+  auto dataType = cast<RankedTensorType>(data->getType());
+  auto indexType = cast<RankedTensorType>(indices->getType());
+  if (indexType.getElementType() != IntegerType::get(ctx.context(), 64))
+    return ctx.error("indices must be int64");
+  if (indexType.getRank() != dataType.getRank())
+    return ctx.error("indices " + shapeString(indexType.getShape()) +
+                     " and data " + shapeString(dataType.getShape()) +
+                     " must have the same rank");
+  FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, dataType.getRank());
+  if (failed(normalized))
+    return failure();
+  for (int64_t d = 0; d < dataType.getRank(); ++d)
+    if (d != *normalized && indexType.getDimSize(d) > dataType.getDimSize(d))
+      return ctx.error("indices " + shapeString(indexType.getShape()) +
+                       " exceed data " + shapeString(dataType.getShape()) +
+                       " on axis " + Twine(d));
+  if (const HostTensor *known = ctx.constInput(1)) {
+    int64_t dim = dataType.getDimSize(*normalized);
+    for (int64_t i = 0, n = known->splat ? 1 : known->numElements(); i < n;
+         ++i)
+      if (known->intAt(i) < -dim || known->intAt(i) >= dim)
+        return ctx.error("index " + Twine(known->intAt(i)) +
+                         " is out of range for axis " + Twine(*normalized) +
+                         " of size " + Twine(dim));
+  }
+  FailureOr<Value> positions =
+      elementPositions(ctx, *indices, dataType, *normalized);
+  FailureOr<Value> flat =
+      emitReshape(ctx, *data, {dataType.getNumElements()});
+  if (failed(positions) || failed(flat))
+    return failure();
+  return ctx.emit<ds::GatherOp>(
+      0, {*flat, *positions},
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(0))});
+}
+
+/// GatherND: the last axis of the indices addresses the leading axes of
+/// the data (after batch_dims); their flat position is the dot product
+/// with the strides, and ds.gather picks the slices of the data reshaped
+/// to [positions, slice...].
+LogicalResult convertGatherND(NodeContext &ctx) {
+  FailureOr<Value> data = ctx.input(0), indices = ctx.input(1);
+  int64_t batchDims;
+  if (failed(data) || failed(indices) ||
+      failed(ctx.intAttr("batch_dims", batchDims, 0)))
+    return failure();
+  auto dataType = cast<RankedTensorType>(data->getType());
+  auto indexType = cast<RankedTensorType>(indices->getType());
+  if (indexType.getElementType() != IntegerType::get(ctx.context(), 64))
+    return ctx.error("indices must be int64");
+  int64_t r = dataType.getRank(), q = indexType.getRank();
+  if (q < 1 || batchDims < 0 || batchDims >= std::min(r, q))
+    return ctx.error("batch_dims " + Twine(batchDims) +
+                     " must be less than the ranks of data and indices");
+  int64_t k = indexType.getDimSize(q - 1);
+  if (k < 1 || batchDims + k > r)
+    return ctx.error("indices address " + Twine(k) + " axes; data of rank " +
+                     Twine(r) + " with batch_dims " + Twine(batchDims) +
+                     " has " + Twine(r - batchDims));
+  for (int64_t d = 0; d < batchDims; ++d)
+    if (indexType.getDimSize(d) != dataType.getDimSize(d))
+      return ctx.error("batch axis " + Twine(d) + " differs between data " +
+                       shapeString(dataType.getShape()) + " and indices " +
+                       shapeString(indexType.getShape()));
+  // Positions in data reshaped to [B * prod(addressed), slice...].
+  std::vector<int64_t> strides(k, 1);
+  for (int64_t j = k - 2; j >= 0; --j)
+    strides[j] = strides[j + 1] * dataType.getDimSize(batchDims + j + 1);
+  int64_t addressed = 1;
+  for (int64_t j = 0; j < k; ++j)
+    addressed *= dataType.getDimSize(batchDims + j);
+  Value idx = *indices;
+  // Negative indices count from the end of their axis.
+  std::vector<int64_t> sizes;
+  for (int64_t j = 0; j < k; ++j)
+    sizes.push_back(dataType.getDimSize(batchDims + j));
+  FailureOr<Value> dims =
+      ctx.materialize(HostTensor::ofInts(DType::Int64, {k}, sizes));
+  FailureOr<Value> strideValue =
+      ctx.materialize(HostTensor::ofInts(DType::Int64, {k}, strides));
+  if (failed(dims) || failed(strideValue))
+    return failure();
+  FailureOr<Value> fixed = emitWrapNegative(ctx, idx, *dims);
+  if (failed(fixed))
+    return failure();
+  FailureOr<Value> scaled =
+      emitValue(ctx.create<ds::MulOp>({*fixed, *strideValue}));
+  if (failed(scaled))
+    return failure();
+  FailureOr<Value> position =
+      emitReduction<ds::ReduceSumOp>(ctx, *scaled, {q - 1}, false);
+  if (failed(position))
+    return failure();
+  int64_t batch = 1;
+  for (int64_t d = 0; d < batchDims; ++d)
+    batch *= dataType.getDimSize(d);
+  if (batchDims > 0) { // offset every batch element by its block
+    SmallVector<int64_t> shape(indexType.getShape().drop_back());
+    std::vector<int64_t> offsets;
+    for (int64_t bIndex = 0; bIndex < batch; ++bIndex)
+      offsets.push_back(bIndex * addressed);
+    SmallVector<int64_t> offsetShape(shape.begin(), shape.begin() + batchDims);
+    offsetShape.append(q - 1 - batchDims, 1);
+    FailureOr<Value> offset = ctx.materialize(
+        HostTensor::ofInts(DType::Int64, offsetShape, std::move(offsets)));
+    if (failed(offset))
+      return failure();
+    position = emitValue(ctx.create<ds::AddOp>({*position, *offset}));
+    if (failed(position))
+      return failure();
+  }
+  SmallVector<int64_t> table{batch * addressed};
+  for (int64_t d = batchDims + k; d < r; ++d)
+    table.push_back(dataType.getDimSize(d));
+  FailureOr<Value> flat = emitReshape(ctx, *data, table);
+  if (failed(flat))
+    return failure();
+  return ctx.emit<ds::GatherOp>(
+      0, {*flat, *position},
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(0))});
+}
+
+/// CumSum along `axis` (known at compile time): y[i] = sum over j of
+/// x[j] * M[i, j] with a 0/1 triangle M (strict for exclusive, mirrored for
+/// reverse), as a broadcast product and ds.reduce_sum over the last axis,
+/// the summed axis moved last. Exact for integers, f64 accumulation for
+/// floats; it costs n^2 per line of n elements.
+LogicalResult convertCumSum(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t exclusive, reverse;
+  if (failed(input) || failed(ctx.intAttr("exclusive", exclusive, 0)) ||
+      failed(ctx.intAttr("reverse", reverse, 0)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Numeric)))
+    return failure();
+  FailureOr<SmallVector<int64_t>> axisValue = ctx.constInts(1, "axis");
+  if (failed(axisValue))
+    return failure();
+  if (axisValue->size() != 1)
+    return ctx.error("axis must hold one value, got " +
+                     Twine(axisValue->size()));
+  auto type = cast<RankedTensorType>(input->getType());
+  int64_t rank = type.getRank();
+  FailureOr<int64_t> axis = ctx.normalizeAxis((*axisValue)[0], rank);
+  if (failed(axis))
+    return failure();
+  int64_t n = type.getDimSize(*axis);
+  if (n > 4096)
+    return ctx.error("axis " + Twine(*axis) + " has " + Twine(n) +
+                     " elements; CumSum is composed with an n x n triangle "
+                     "and supports at most 4096");
+  SmallVector<int64_t> perm;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != *axis)
+      perm.push_back(d);
+  perm.push_back(*axis);
+  SmallVector<int64_t> inverse(rank);
+  for (int64_t d = 0; d < rank; ++d)
+    inverse[perm[d]] = d;
+  FailureOr<Value> moved = emitTranspose(ctx, *input, perm);
+  if (failed(moved))
+    return failure();
+  auto movedType = cast<RankedTensorType>(moved->getType());
+  SmallVector<int64_t> row(movedType.getShape());
+  row.insert(row.end() - 1, 1); // [..., 1, n]
+  FailureOr<Value> lines = emitReshape(ctx, *moved, row);
+  if (failed(lines))
+    return failure();
+  // The triangle, built at run time from two index vectors: column j
+  // counts for row i where j <= i (< exclusive; >=, > reverse).
+  FailureOr<Value> rows = emitIota(ctx, n, 0, 2), cols = emitIota(ctx, n, 0, 1);
+  if (failed(rows) || failed(cols))
+    return failure();
+  ds::ComparePredicate predicate =
+      reverse ? (exclusive ? ds::ComparePredicate::gt : ds::ComparePredicate::ge)
+              : (exclusive ? ds::ComparePredicate::lt : ds::ComparePredicate::le);
+  FailureOr<Value> counts = emitCompare(ctx, predicate, *cols, *rows);
+  FailureOr<Value> one = scalarLike(ctx, *input, 1.0),
+                   zero = scalarLike(ctx, *input, 0.0);
+  if (failed(counts) || failed(one) || failed(zero))
+    return failure();
+  FailureOr<Value> weights = emitWhere(ctx, *counts, *one, *zero);
+  if (failed(weights))
+    return failure();
+  FailureOr<Value> terms = emitValue(ctx.create<ds::MulOp>({*lines, *weights}));
+  if (failed(terms))
+    return failure();
+  FailureOr<Value> sums =
+      emitReduction<ds::ReduceSumOp>(ctx, *terms, {rank}, false);
+  if (succeeded(sums))
+    sums = emitTranspose(ctx, *sums, inverse);
+  if (failed(sums))
+    return failure();
+  ctx.setOutput(0, *sums);
+  return success();
 }
 
 double sinF(double x) { return std::sin(x); }
@@ -2862,6 +4335,25 @@ struct Registry {
     add("", "MaxPool", op(convertMaxPool, nullptr, "ds.max_pool"));
     add("", "AveragePool", op(convertAveragePool, nullptr, "ds.avg_pool"));
     add("", "GlobalAveragePool", op(convertGlobalAveragePool, nullptr, "ds.reduce_mean over the spatial axes"));
+    // Padding, resizing, normalization and layout, composed of ds ops
+    add("", "Pad", op(convertPad, nullptr, "ds.concat of the value (constant), ds.gather (edge, reflect, wrap), ds.slice (negative pads)"));
+    add("", "Tile", op(convertTile, nullptr, "ds.broadcast_to between ds.reshape"));
+    add("", "DepthToSpace", op(convertDepthSpace<true>, nullptr, "ds.reshape, ds.transpose, ds.reshape (DCR, CRD)"));
+    add("", "SpaceToDepth", op(convertDepthSpace<false>, nullptr, "ds.reshape, ds.transpose, ds.reshape"));
+    add("", "GlobalMaxPool", op(convertGlobalMaxPool, nullptr, "ds.reduce_max over the spatial axes"));
+    add("", "InstanceNormalization", op(convertInstanceNorm, nullptr, "ds.layer_norm per (sample, channel), ds.mul, ds.add"));
+    add("", "GroupNormalization", op(convertGroupNorm, nullptr, "ds.layer_norm per (sample, group), ds.mul, ds.add (opset 18: per-group, 21: per-channel scale)"));
+    add("", "Resize", op(convertResize, nullptr, "ds.gather per axis (nearest), two ds.gather blended (linear)"));
+    add("", "ConvTranspose", op(convertConvTranspose, nullptr, "ds.conv_grad_input (+ bias)"));
+    // Indices, one-hot, norms and contractions, composed of ds ops
+    add("", "ArgMax", op(convertArgExtremum<true>, nullptr, "ds.reduce_max, ds.compare, ds.where, ds.reduce_max of indices"));
+    add("", "ArgMin", op(convertArgExtremum<false>, nullptr, "ArgMax of -x"));
+    add("", "OneHot", op(convertOneHot, nullptr, "ds.where(ds.compare(indices, iota), on, off)"));
+    add("", "LpNormalization", op(convertLpNorm, nullptr, "x / ReduceL1 or ReduceL2 (kept)"));
+    add("", "Einsum", op(convertEinsum, nullptr, "ds.reduce_sum, ds.transpose, ds.reshape, batched ds.matmul (no diagonals)"));
+    add("", "GatherElements", op(convertGatherElements, nullptr, "ds.gather of the flattened data at computed positions"));
+    add("", "GatherND", op(convertGatherND, nullptr, "ds.gather of the reshaped data at computed positions"));
+    add("", "CumSum", op(convertCumSum, nullptr, "ds.reduce_sum of x times a 0/1 triangle (n <= 4096)"));
     // Training
     add(kTrainingDomain, "Adam", op(convertAdam, nullptr, "ds.adam per tensor"));
     add(kTrainingDomain, "Momentum", op(convertMomentum, nullptr, "ds.momentum per tensor"));

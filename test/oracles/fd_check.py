@@ -301,6 +301,75 @@ def cases() -> List[Case]:
                                  pads=[0, 1, 1, 1], count_include_pad=1)))
     c.append(Case("global_avg_pool", {"x": f(2, 3, 4, 4)},
                   lambda b: b.op("GlobalAveragePool", [b.p("x")])))
+    # Padding, resizing, normalization and layout ops (compositions).
+    c.append(Case("pad_constant", {"x": f(2, 3, 4)},
+                  lambda b: b.op("Pad", [b.p("x"), b.const(np.array([0, 1, -1, 1, 2, 1], np.int64)),
+                                         b.const(np.array(0.5, np.float32))])))
+    c.append(Case("pad_reflect", {"x": f(2, 3, 5)},
+                  lambda b: b.op("Pad", [b.p("x"), b.const(np.array([0, 1, 2, 0, 2, 3], np.int64))],
+                                 mode="reflect")))
+    c.append(Case("pad_edge", {"x": f(2, 3, 4)},
+                  lambda b: b.op("Pad", [b.p("x"), b.const(np.array([0, 2, 0, 0, 1, 3], np.int64))],
+                                 mode="edge")))
+    c.append(Case("pad_edge_axes", {"x": f(2, 3, 4)},
+                  lambda b: b.op("Pad", [b.p("x"), b.const(np.array([1, 2], np.int64)), "",
+                                         b.const(np.array([-2], np.int64))], mode="edge"),
+                  opset=18, out_shape=[2, 6, 4]))
+    c.append(Case("tile", {"x": f(2, 3)},
+                  lambda b: b.op("Tile", [b.p("x"), b.const(np.array([2, 3], np.int64))])))
+    c.append(Case("depth_to_space_dcr", {"x": f(1, 8, 2, 3)},
+                  lambda b: b.op("DepthToSpace", [b.p("x")], blocksize=2)))
+    c.append(Case("depth_to_space_crd", {"x": f(1, 8, 2, 3)},
+                  lambda b: b.op("DepthToSpace", [b.p("x")], blocksize=2, mode="CRD")))
+    c.append(Case("space_to_depth", {"x": f(1, 2, 4, 6)},
+                  lambda b: b.op("SpaceToDepth", [b.p("x")], blocksize=2)))
+    c.append(Case("global_max_pool", {"x": distinct((2, 3, 3, 3), 4)},
+                  lambda b: b.op("GlobalMaxPool", [b.p("x")])))
+    c.append(Case("instance_norm", {"x": f(2, 3, 4, 4), "scale": f(3), "bias": f(3)},
+                  lambda b: b.op("InstanceNormalization", [b.p("x"), b.p("scale"), b.p("bias")],
+                                 epsilon=1e-5)))
+    c.append(Case("group_norm", {"x": f(2, 4, 3, 3), "scale": f(2), "bias": f(2)},
+                  lambda b: b.op("GroupNormalization", [b.p("x"), b.p("scale"), b.p("bias")],
+                                 num_groups=2, epsilon=1e-5),
+                  opset=18, out_shape=[2, 4, 3, 3]))
+    c.append(Case("resize_nearest", {"x": f(1, 2, 3, 4)},
+                  lambda b: b.op("Resize", [b.p("x"), "", b.const(np.array([1, 1, 2, 1.5], np.float32))],
+                                 mode="nearest", coordinate_transformation_mode="asymmetric",
+                                 nearest_mode="floor")))
+    c.append(Case("resize_linear_half_pixel", {"x": f(1, 2, 3, 4)},
+                  lambda b: b.op("Resize", [b.p("x"), "", b.const(np.array([1, 1, 2, 2], np.float32))],
+                                 mode="linear")))
+    c.append(Case("resize_linear_align_corners", {"x": f(1, 2, 3, 4)},
+                  lambda b: b.op("Resize", [b.p("x"), "", "", b.const(np.array([1, 2, 5, 3], np.int64))],
+                                 mode="linear", coordinate_transformation_mode="align_corners")))
+    c.append(Case("conv_transpose", {"x": f(2, 4, 3, 3), "w": f(4, 2, 3, 2), "b": f(4)},
+                  lambda b: b.op("ConvTranspose", [b.p("x"), b.p("w"), b.p("b")], strides=[2, 1],
+                                 pads=[1, 0, 0, 1], output_padding=[1, 0], dilations=[1, 2], group=2)))
+    c.append(Case("conv_transpose_1d", {"x": f(2, 3, 4), "w": f(3, 2, 3)},
+                  lambda b: b.op("ConvTranspose", [b.p("x"), b.p("w")], strides=[2])))
+    # Norms, contractions and element gathers (compositions).
+    c.append(Case("lp_norm_l2", {"x": f(3, 4)}, lambda b: b.op("LpNormalization", [b.p("x")], axis=1, p=2)))
+    c.append(Case("lp_norm_l1", {"x": away_from(0, f(3, 4))},
+                  lambda b: b.op("LpNormalization", [b.p("x")], axis=0, p=1)))
+    c.append(Case("einsum_attention", {"q": f(2, 3, 4, 5), "k": f(2, 3, 6, 5)},
+                  lambda b: b.op("Einsum", [b.p("q"), b.p("k")], equation="bhqd,bhkd->bhqk"),
+                  out_shape=[2, 3, 4, 6]))
+    c.append(Case("einsum_implicit_sum", {"a": f(3, 4), "b": f(4, 5), "c": f(5, 2)},
+                  lambda b: b.op("Einsum", [b.p("a"), b.p("b"), b.p("c")], equation="ij,jk,kl"),
+                  out_shape=[3, 2]))
+    c.append(Case("einsum_ellipsis_reduce", {"a": f(2, 3, 4), "b": f(4)},
+                  lambda b: b.op("Einsum", [b.p("a"), b.p("b")], equation="...ij,j->..."),
+                  out_shape=[2]))
+    c.append(Case("gather_elements", {"x": f(3, 4)},
+                  lambda b: b.op("GatherElements", [b.p("x"), b.const(np.array([[0, 2], [3, -1], [1, 1]], np.int64))],
+                                 axis=1)))
+    c.append(Case("gather_nd_batch", {"x": f(2, 3, 4)},
+                  lambda b: b.op("GatherND", [b.p("x"), b.const(np.array([[[2], [0], [2]], [[1], [-1], [0]]], np.int64))],
+                                 batch_dims=1)))
+    c.append(Case("cumsum_exclusive_reverse", {"x": f(3, 4)},
+                  lambda b: b.op("CumSum", [b.p("x"), b.const(np.array(1, np.int64))], exclusive=1, reverse=1)))
+    c.append(Case("cumsum_axis0", {"x": f(3, 4)},
+                  lambda b: b.op("CumSum", [b.p("x"), b.const(np.array(0, np.int64))])))
     # A value used twice: gradients from both uses add up.
     c.append(Case("reuse", {"x": f(3, 4)},
                   lambda b: b.op("Mul", [b.op("Tanh", [b.p("x")]), b.p("x")])))
@@ -329,11 +398,13 @@ def build(case_list: List[Case], params_as_inputs: bool) -> onnx.ModelProto:
                            for case, _, _ in outs], inits),
         opset_imports=[helper.make_opsetid("", opset)])
     probe.ir_version = 8
-    shapes = {out: case.out_shape for case, out, _ in outs if case.out_shape is not None}
+    given = {out: case.out_shape for case, out, _ in outs if case.out_shape is not None}
+    shapes = {}
     if opset == OPSET:
         inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=True)
         shapes.update({v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
                        for v in list(inferred.graph.value_info) + list(inferred.graph.output)})
+    shapes.update(given)  # where onnx infers only the rank (Einsum)
 
     outputs, loss = [], None
     for case, out, b in outs:

@@ -42,7 +42,7 @@ def _init_params(module: nn.Module) -> None:
         for m in module.modules():
             if isinstance(m, nn.Embedding):
                 m.weight.normal_(std=EMBED_STD)
-            elif isinstance(m, (nn.LayerNorm, RMSNorm, nn.BatchNorm2d)):
+            elif isinstance(m, (nn.LayerNorm, RMSNorm, nn.BatchNorm2d, nn.GroupNorm)):
                 m.weight.copy_(1.0 + 0.1 * torch.randn_like(m.weight))
                 if getattr(m, "bias", None) is not None:
                     m.bias.copy_(0.1 * torch.randn_like(m.bias))
@@ -487,6 +487,94 @@ class MobileNet(nn.Module):
 # --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class UNetConfig:
+    in_channels: int = 3
+    image_size: int = 8
+    channels: Tuple[int, int] = (8, 16)
+    groups: int = 2
+    n_classes: int = 3
+    batch: int = 2
+    seed: int = 7
+
+
+class UNetBlock(nn.Module):
+    """3x3 convolution, GroupNorm (exported below opset 18 as Reshape,
+    InstanceNormalization, Reshape, Mul, Add), SiLU."""
+
+    def __init__(self, cin: int, cout: int, groups: int):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+        self.norm = nn.GroupNorm(groups, cout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.silu(self.norm(self.conv(x)))
+
+
+class UNet(nn.Module):
+    """A two-level U-Net as medical image segmentation uses it: max-pool
+    down, ConvTranspose and bilinear Resize up, skip concatenation,
+    per-pixel cross-entropy."""
+
+    def __init__(self, cfg: UNetConfig):
+        super().__init__()
+        c1, c2 = cfg.channels
+        self.down1 = UNetBlock(cfg.in_channels, c1, cfg.groups)
+        self.down2 = UNetBlock(c1, c2, cfg.groups)
+        self.up = nn.ConvTranspose2d(c2, c1, 2, stride=2)
+        self.mix = nn.Conv2d(c2, c1, 1)
+        self.up1 = UNetBlock(2 * c1, c1, cfg.groups)
+        self.head = nn.Conv2d(c1, cfg.n_classes, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        a = self.down1(x)
+        b = self.down2(F.max_pool2d(a, 2))
+        upsampled = F.interpolate(self.mix(b), scale_factor=2, mode="bilinear", align_corners=False)
+        u = self.up1(torch.cat([a, self.up(b) + upsampled], 1))
+        logits = self.head(u)
+        return F.cross_entropy(logits, y), logits
+
+
+@dataclass(frozen=True)
+class EinsumConfig:
+    seq: int = 6
+    d_model: int = 8
+    n_heads: int = 2
+    n_classes: int = 5
+    batch: int = 3
+    seed: int = 8
+
+
+class EinsumAttention(nn.Module):
+    """Self-attention written with torch.einsum (exported as Einsum): the
+    projections, the scores, the weighted values; then mean pooling and a
+    classifier."""
+
+    def __init__(self, cfg: EinsumConfig):
+        super().__init__()
+        d, h = cfg.d_model, cfg.n_heads
+        self.qkv = nn.Parameter(torch.randn(3, h, d, d // h) / d**0.5)
+        self.proj = nn.Parameter(torch.randn(h, d // h, d) / d**0.5)
+        self.norm = nn.LayerNorm(d)
+        self.classifier = nn.Linear(d, cfg.n_classes)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        q, k, v = torch.einsum("btd,nhde->nbhte", x, self.qkv)
+        scores = torch.einsum("bhqe,bhke->bhqk", q, k) / q.shape[-1] ** 0.5
+        attended = torch.einsum("bhqk,bhke->bhqe", scores.softmax(-1), v)
+        h = self.norm(x + torch.einsum("bhte,hed->btd", attended, self.proj))
+        # The loss alone: PyTorch 1.13 infers Einsum's batch axis only
+        # symbolically, so a logits output would have no static shape.
+        return (F.cross_entropy(self.classifier(h.mean(1)), y),)
+
+
+def _segmentation_inputs(cfg: UNetConfig) -> Dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(cfg.seed)
+    x = torch.randn(cfg.batch, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g)
+    y = torch.randint(0, cfg.n_classes, (cfg.batch, cfg.image_size, cfg.image_size), generator=g)
+    return {"x": x, "y": y}
+
+
 def _lm_inputs(vocab: int, batch: int, seq: int, seed: int) -> Dict[str, torch.Tensor]:
     """Random token stream; labels are the inputs shifted by one position."""
     g = torch.Generator().manual_seed(seed)
@@ -573,6 +661,15 @@ ZOO: Dict[str, ZooModel] = {
             lambda c: _classifier_inputs(
                 (c.batch, c.in_channels, c.image_size, c.image_size), c.n_classes, c.seed
             ),
+            exported_by_default=False,
+        ),
+        ZooModel("unet", UNetConfig(), UNet, _segmentation_inputs, exported_by_default=False),
+        ZooModel(
+            "einsum",
+            EinsumConfig(),
+            EinsumAttention,
+            lambda c: _classifier_inputs((c.batch, c.seq, c.d_model), c.n_classes, c.seed),
+            output_names=("loss",),
             exported_by_default=False,
         ),
         ZooModel(

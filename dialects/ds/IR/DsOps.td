@@ -718,8 +718,13 @@ def Ds_SliceGradOp : Ds_Op<"slice_grad", [Ds_Compute16]> {
   let hasVerifier = 1;
 }
 
-def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input", [Ds_Accumulate32], ["getWorkspaceBytes"]> {
+def Ds_ConvGradInputOp : Ds_Op<"conv_grad_input", [Ds_Accumulate32, Ds_VJP], ["getWorkspaceBytes"]> {
   let summary = "gradient of convolution with respect to its input";
+  let description = [{
+    Also ONNX ConvTranspose: the input in the role of the result gradient.
+    Its own derivative is a convolution (for the result gradient) and a
+    convolution's weight gradient (for the weight).
+  }];
   let arguments = (ins Ds_FloatTensor:$result_grad, Ds_FloatTensor:$weight,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                    DenseI64ArrayAttr:$dilations,

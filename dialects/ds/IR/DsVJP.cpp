@@ -1036,6 +1036,31 @@ LogicalResult ConvOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,
   return success();
 }
 
+// conv_grad_input is linear in both operands: with y = conv_grad_input(g,
+// w), dg = conv(dy, w) and dw = conv_grad_weight(g, dy), the same window
+// (ConvTranspose's derivative, as PyTorch's conv_transpose backward).
+LogicalResult ConvGradInputOp::buildVJP(OpBuilder &builder,
+                                        ArrayRef<Value> resultGrads,
+                                        ArrayRef<bool> needed,
+                                        SmallVectorImpl<Value> &operandGrads) {
+  Grads grads(needed, operandGrads);
+  Value dy = resultGrads[0];
+  if (!dy)
+    return success();
+  Grad g(builder, *this);
+  SmallVector<NamedAttribute> attrs{g.attr("strides", getStridesAttr()),
+                                    g.attr("pads", getPadsAttr()),
+                                    g.attr("dilations", getDilationsAttr()),
+                                    g.attr("group", getGroupAttr())};
+  if (grads[0])
+    grads.set(0, g.typed<ConvOp>(getResultGrad().getType(),
+                                 {dy, getWeight()}, attrs));
+  if (grads[1])
+    grads.set(1, g.typed<ConvGradWeightOp>(getWeight().getType(),
+                                           {getResultGrad(), dy}, attrs));
+  return success();
+}
+
 LogicalResult MaxPoolOp::buildVJP(OpBuilder &builder,
                                   ArrayRef<Value> resultGrads,
                                   ArrayRef<bool> needed,
