@@ -54,6 +54,8 @@ struct Param {
   std::string name;
   ds::ParamAttr attr;
   RankedTensorType type;
+  /// The parameter argument's other attributes (ds.tp_split).
+  SmallVector<NamedAttribute> extra;
 };
 
 struct OptimizerPass : dsopt::impl::DsOptimizerBase<OptimizerPass> {
@@ -148,8 +150,9 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
   SmallVector<DictionaryAttr> argAttrs;
   for (const Param &param : params) {
     argTypes.push_back(param.type);
-    argAttrs.push_back(b.getDictionaryAttr(
-        b.getNamedAttr(ds::DsDialect::kParamAttrName, param.attr)));
+    SmallVector<NamedAttribute> attrs(param.extra);
+    attrs.push_back(b.getNamedAttr(ds::DsDialect::kParamAttrName, param.attr));
+    argAttrs.push_back(b.getDictionaryAttr(attrs));
   }
   for (const Param &param : params) {
     argTypes.push_back(param.type);
@@ -350,17 +353,26 @@ void OptimizerPass::runOnOperation() {
       return signalPassFailure();
     }
     ds::ParamAttr attr;
+    SmallVector<NamedAttribute> extra;
     for (unsigned a = 0; a < grad.getNumArguments(); ++a)
       if (auto p = grad.getArgAttrOfType<ds::ParamAttr>(
               a, ds::DsDialect::kParamAttrName);
-          p && p.getName() == name.getValue())
+          p && p.getName() == name.getValue()) {
         attr = p;
+        if (Attribute split =
+                grad.getArgAttr(a, ds::DsDialect::kTpSplitAttrName))
+          extra.push_back(NamedAttribute(
+              StringAttr::get(module.getContext(),
+                              ds::DsDialect::kTpSplitAttrName),
+              split));
+      }
     if (!attr) {
       grad.emitError() << "no parameter '" << name.getValue() << "'";
       return signalPassFailure();
     }
     params.push_back({name.getValue().str(), attr,
-                      cast<RankedTensorType>(grad.getResultTypes()[i])});
+                      cast<RankedTensorType>(grad.getResultTypes()[i]),
+                      extra});
   }
 
   buildMicroStep(grad, params);
