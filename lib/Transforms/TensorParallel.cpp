@@ -43,6 +43,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/Support/FormatVariadic.h"
 
 namespace dsopt {
 #define GEN_PASS_DEF_DSTENSORPARALLEL
@@ -139,6 +140,34 @@ bool TensorParallel::apply(Region &region, Operation *op,
   bool splitsSomething = llvm::any_of(rule.results, [](ds::TensorSplit s) {
     return !s.isReplicated();
   });
+  // Every piece is the same size: widths the ranks do not divide are the
+  // user's to fix (or to leave replicated).
+  auto uneven = [&](Value value, ds::TensorSplit split) {
+    if (!split.isSplit())
+      return false;
+    int64_t extent = tensorType(value).getDimSize(split.dim);
+    if (extent % (split.blocks * size) == 0)
+      return false;
+    fail(region, op,
+         llvm::formatv("axis {0} of size {1} of {2} does not split into {3} "
+                       "x {4} equal pieces",
+                       split.dim, extent,
+                       isParam(value) ? "parameter '" +
+                                            paramName(cast<BlockArgument>(
+                                                value)) +
+                                            "'"
+                                      : std::string("its result"),
+                       split.blocks, static_cast<int64_t>(size))
+             .str(),
+         /*uneven=*/true);
+    return true;
+  };
+  for (auto [operand, want] : llvm::zip(op->getOperands(), rule.operands))
+    if (uneven(operand, want))
+      return false;
+  for (auto [result, split] : llvm::zip(op->getResults(), rule.results))
+    if (uneven(result, split))
+      return false;
   for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
     ds::TensorSplit want = rule.operands[i];
     if (given[i] == want) {
@@ -191,10 +220,15 @@ TensorParallel::seedOf(Region &region, Operation *op, BlockArgument weight,
       }
       continue;
     }
-    if (ArrayRef<ds::TensorSplit>(seed.rule.operands) ==
-            ArrayRef<ds::TensorSplit>(seed.given) &&
-        llvm::all_of(seed.rule.results,
-                     [](ds::TensorSplit s) { return s.isSplit(); }))
+    // Only parameters (a bias) may be asked to split alike: the activation
+    // the product reads stays whole.
+    bool local = true;
+    for (auto [operand, given, want] :
+         llvm::zip(op->getOperands(), seed.given, seed.rule.operands))
+      local &= given == want || (given.isReplicated() && isParam(operand) &&
+                                 !decided.contains(operand));
+    if (local && llvm::all_of(seed.rule.results,
+                              [](ds::TensorSplit s) { return s.isSplit(); }))
       return seed;
   }
   return std::nullopt;
@@ -273,8 +307,8 @@ void TensorParallel::runOnOperation() {
   if (size == 1)
     return;
   main = module.lookupSymbol<func::FuncOp>("main");
-  if (!main || module.lookupSymbol("micro_step") ||
-      module.lookupSymbol(kGrid)) {
+  if (!main || module.lookupSymbol("main_grad") ||
+      module.lookupSymbol("micro_step") || module.lookupSymbol(kGrid)) {
     module.emitError() << "ds-tensor-parallel runs on the imported forward "
                           "@main, before ds-autodiff and without a grid";
     return signalPassFailure();
@@ -295,7 +329,8 @@ void TensorParallel::runOnOperation() {
     // parameter.
     Value input;
     for (Value operand : op.getOperands())
-      if (operand != weight && !operand.getDefiningOp<ds::ConstantOp>())
+      if (!input && !isParam(operand) &&
+          !operand.getDefiningOp<ds::ConstantOp>())
         input = operand;
     SmallVector<std::pair<Operation *, BlockArgument>> group;
     if (input && !committed.count(input)) {
