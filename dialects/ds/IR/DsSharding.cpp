@@ -31,6 +31,15 @@ RankedTensorType tensorType(Value value) {
   return cast<RankedTensorType>(value.getType());
 }
 
+/// Rules see operands that are whole or split: ds-tensor-parallel completes
+/// a partial sum (all-reduce) before anything reads it.
+bool reachedByPartial(ArrayRef<TensorSplit> operands, ShardingRule &rule) {
+  if (llvm::none_of(operands, [](TensorSplit s) { return s.partial; }))
+    return false;
+  rule.reason = "a partial sum reaches it";
+  return true;
+}
+
 /// The one split among `operands`, mapped to result axes by `toResult`
 /// (-1: not an axis of the result), or failure when two disagree or a
 /// partial sum reaches the op.
@@ -38,12 +47,10 @@ FailureOr<TensorSplit>
 commonSplit(ArrayRef<TensorSplit> operands,
             function_ref<int64_t(unsigned, int64_t)> toResult,
             ShardingRule &rule) {
+  if (reachedByPartial(operands, rule))
+    return failure();
   TensorSplit common;
   for (auto [i, split] : llvm::enumerate(operands)) {
-    if (split.partial) {
-      rule.reason = "a partial sum reaches it";
-      return failure();
-    }
     if (!split.isSplit())
       continue;
     int64_t dim = toResult(i, split.dim);
@@ -110,10 +117,8 @@ LogicalResult independentRule(Operation *op, ArrayRef<TensorSplit> operands,
       return failure();
     }
   TensorSplit split = operands[0];
-  if (split.partial) {
-    rule.reason = "a partial sum reaches it";
+  if (reachedByPartial(operands, rule))
     return failure();
-  }
   if (split.isSplit() && coupled(split.dim)) {
     rule.reason = llvm::formatv("it {0} along its split axis {1}", what,
                                 split.dim)
@@ -130,21 +135,13 @@ LogicalResult independentRule(Operation *op, ArrayRef<TensorSplit> operands,
   return success();
 }
 
+/// Softmax and log-softmax normalize along their axis only.
+template <typename Op>
 struct SoftmaxRule
-    : ShardingRuleOpInterface::ExternalModel<SoftmaxRule, SoftmaxOp> {
+    : ShardingRuleOpInterface::ExternalModel<SoftmaxRule<Op>, Op> {
   LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
                                 int64_t, ShardingRule &rule) const {
-    int64_t axis = cast<SoftmaxOp>(op).getAxis();
-    return independentRule(
-        op, operands, [&](int64_t dim) { return dim == axis; }, "normalizes",
-        rule);
-  }
-};
-struct LogSoftmaxRule
-    : ShardingRuleOpInterface::ExternalModel<LogSoftmaxRule, LogSoftmaxOp> {
-  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
-                                int64_t, ShardingRule &rule) const {
-    int64_t axis = cast<LogSoftmaxOp>(op).getAxis();
+    int64_t axis = cast<Op>(op).getAxis();
     return independentRule(
         op, operands, [&](int64_t dim) { return dim == axis; }, "normalizes",
         rule);
@@ -192,10 +189,8 @@ struct ReshapeRule
                                 int64_t ranks, ShardingRule &rule) const {
     TensorSplit split = operands[0];
     rule.operands.assign(operands.begin(), operands.end());
-    if (split.partial) {
-      rule.reason = "a partial sum reaches it";
+    if (reachedByPartial(operands, rule))
       return failure();
-    }
     if (!split.isSplit()) {
       rule.results = {split};
       return success();
@@ -265,10 +260,8 @@ struct SplitRule : ShardingRuleOpInterface::ExternalModel<SplitRule, SplitOp> {
     auto splitOp = cast<SplitOp>(op);
     TensorSplit split = operands[0];
     rule.operands.assign(operands.begin(), operands.end());
-    if (split.partial) {
-      rule.reason = "a partial sum reaches it";
+    if (reachedByPartial(operands, rule))
       return failure();
-    }
     int64_t parts = op->getNumResults();
     if (split.dim != static_cast<int64_t>(splitOp.getAxis())) {
       rule.results.assign(parts, split);
@@ -345,10 +338,8 @@ struct MatMulRule
       return failure();
     }
     TensorSplit lhs = operands[0], rhs = operands[1];
-    if (lhs.partial || rhs.partial) {
-      rule.reason = "a partial sum reaches it";
+    if (reachedByPartial(operands, rule))
       return failure();
-    }
     // The contracted axes (after the transpose flags).
     int64_t lhsK = matmul.getTransposeLhs() ? lr - 2 : lr - 1;
     int64_t rhsK = matmul.getTransposeRhs() ? rr - 1 : rr - 2;
@@ -416,10 +407,8 @@ struct GemmRule : ShardingRuleOpInterface::ExternalModel<GemmRule, GemmOp> {
                                 int64_t, ShardingRule &rule) const {
     auto gemm = cast<GemmOp>(op);
     TensorSplit a = operands[0], b = operands[1];
-    if (llvm::any_of(operands, [](TensorSplit s) { return s.partial; })) {
-      rule.reason = "a partial sum reaches it";
+    if (reachedByPartial(operands, rule))
       return failure();
-    }
     if (gemm.getC() && operands[2].isSplit()) {
       rule.reason = "its bias is split";
       return failure();
@@ -506,10 +495,8 @@ struct ReduceRule : ShardingRuleOpInterface::ExternalModel<ReduceRule<Op>, Op> {
     ArrayRef<int64_t> axes = reduce.getAxes();
     TensorSplit split = operands[0];
     rule.operands.assign(operands.begin(), operands.end());
-    if (split.partial) {
-      rule.reason = "a partial sum reaches it";
+    if (reachedByPartial(operands, rule))
       return failure();
-    }
     if (!split.isSplit()) {
       rule.results = {split};
       return success();
@@ -542,8 +529,8 @@ void dsopt::ds::attachShardingRules(MLIRContext &context) {
                     EluOp, CeluOp, SinOp, CosOp, FloorOp, CeilOp, RoundOp,
                     NotOp, AddOp, SubOp, MulOp, DivOp, PowOp, ModOp,
                     CompareOp, WhereOp, CastOp, TpCopyOp>(context);
-  SoftmaxOp::attachInterface<SoftmaxRule>(context);
-  LogSoftmaxOp::attachInterface<LogSoftmaxRule>(context);
+  SoftmaxOp::attachInterface<SoftmaxRule<SoftmaxOp>>(context);
+  LogSoftmaxOp::attachInterface<SoftmaxRule<LogSoftmaxOp>>(context);
   LayerNormOp::attachInterface<LayerNormRule>(context);
   TransposeOp::attachInterface<TransposeRule>(context);
   ReshapeOp::attachInterface<ReshapeRule>(context);
