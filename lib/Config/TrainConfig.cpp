@@ -1159,10 +1159,6 @@ bool ConfigReader::checkTensorParallel() {
     return refuse("tensor parallelism with pipeline stages (--pp " +
                   std::to_string(config.pipelineStages) +
                   ") is not implemented yet");
-  if (config.gradientClipping > 0)
-    return refuse("gradient clipping with tensor parallelism is not "
-                  "implemented yet (the norm must sum split parameters over "
-                  "tp and count replicated ones once)");
   if (config.precision != Precision::FP32)
     return refuse("mixed precision with tensor parallelism is not "
                   "implemented yet");

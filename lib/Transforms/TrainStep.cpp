@@ -21,6 +21,7 @@
 #include "ds/IR/DsDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Verifier.h"
@@ -188,10 +189,36 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
 
   // The global norm of the averaged gradient, and the scale of every
   // gradient: 1/k, times the clipping coefficient.
-  SmallVector<Value> accs;
+  // A tensor-parallel piece's squares are summed over tp; a whole
+  // parameter's, the same on every tp rank, count once.
+  SmallVector<Value> accs, pieces;
   for (size_t i = 0; i < n; ++i)
-    accs.push_back(accArg(i));
-  Value sumSq = ds::SumOfSquaresOp::create(b, loc, ValueRange(accs)).getResult();
+    (llvm::any_of(params[i].extra,
+                  [](NamedAttribute a) {
+                    return a.getName() == ds::DsDialect::kTpSplitAttrName;
+                  })
+         ? pieces
+         : accs)
+        .push_back(accArg(i));
+  Value sumSq;
+  if (!accs.empty() || pieces.empty())
+    sumSq = ds::SumOfSquaresOp::create(b, loc, ValueRange(accs)).getResult();
+  if (!pieces.empty()) {
+    Operation *grid = module.lookupSymbol("grid");
+    std::optional<int64_t> tp =
+        grid ? ds::getDeviceGridAxis(grid, ds::GridAxis::tp) : std::nullopt;
+    if (!tp)
+      return module.emitError()
+             << "tensor-parallel parameters without a grid with a tp axis";
+    Value local =
+        ds::SumOfSquaresOp::create(b, loc, ValueRange(pieces)).getResult();
+    Value total = shard::AllReduceOp::create(
+        b, loc, local.getType(), "grid", {static_cast<int16_t>(*tp)}, local,
+        shard::ReductionKind::Sum);
+    sumSq = sumSq ? ds::AddOp::create(b, loc, ValueRange{sumSq, total})
+                        .getResult()
+                  : total;
+  }
   Value norm = ds::SqrtOp::create(b, loc, scalarF32, sumSq).getResult();
   if (accumulation > 1)
     norm = ds::DivOp::create(

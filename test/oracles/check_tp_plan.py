@@ -7,7 +7,8 @@ attention's input projections and the MLP's up (and gate) projections with
 their biases by output column, the attention and MLP output projections by
 input row; everything else (norms, the output projections' biases, the
 embeddings) is whole on every rank. Per step and rank the forward does two all-reduces of
-b*s*h elements per layer and the backward two more.
+b*s*h elements per layer and the backward two more; the gradient norm sums
+the split parameters' squares over tp with one more (of one f32).
 
 Usage: check_tp_plan.py MODEL.onnx PLAN.json --tp N [--dp D]
            --layers L --hidden H [--layout gen-gpt|gpt2|llama]
@@ -66,8 +67,17 @@ def megatron_split(name):
 
 
 def ring_all_reduce_sent(nbytes: int, ranks: int) -> int:
-    """Bytes one rank sends in a ring all-reduce of nbytes split evenly."""
+    """Bytes one rank sends in a ring all-reduce of nbytes split evenly:
+    (N - 1) / N of them in the reduce-scatter, as many in the all-gather."""
     return 2 * (ranks - 1) * nbytes // ranks
+
+
+def ring_scalar_sent(ranks: int, rank: int) -> int:
+    """Bytes rank `rank` sends in a ring all-reduce of one f32: the element
+    sits in chunk 0; a rank sends a chunk in the reduce-scatter unless it
+    is its own (rank 0's), and in the all-gather unless it is the next
+    rank's (rank N-1's)."""
+    return 4 * (rank != 0) + 4 * (rank != ranks - 1)
 
 
 def main() -> int:
@@ -114,10 +124,13 @@ def main() -> int:
         tag = f"rank {r['rank']}"
         check(f"{tag} param_bytes", r["param_bytes"], expected_params)
         tp = r["tp_collective_bytes"]
+        # Megatron's f and g, and, as in Megatron's clip_grad_norm, the
+        # split parameters' share of the gradient norm (one f32).
         check(f"{tag} tp all_reduce calls", tp["all_reduce"]["calls"],
-              4 * layers)
+              4 * layers + 1)
         check(f"{tag} tp all_reduce bytes sent", tp["all_reduce"]["sent"],
-              4 * layers * ring_all_reduce_sent(activation, args.tp))
+              4 * layers * ring_all_reduce_sent(activation, args.tp) +
+              ring_scalar_sent(args.tp, r.get("tp", 0)))
         for kind in ("all_gather", "reduce_scatter"):
             check(f"{tag} tp {kind} calls", tp[kind]["calls"], 0)
     # Every parameter of the training program: its piece's shape and split.
