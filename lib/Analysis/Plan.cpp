@@ -130,6 +130,12 @@ FunctionPlan planOf(func::FuncOp function) {
     } else {
       entry["file"] = nullptr; // stored in the program
     }
+    // A tensor-parallel piece: which of the whole tensor's (file's) pieces.
+    if (auto split = function.getArgAttrOfType<ds::TensorSplitAttr>(
+            i, ds::DsDialect::kTpSplitAttrName))
+      entry["tp_split"] = llvm::json::Object{{"dim", split.getDim()},
+                                             {"blocks", split.getBlocks()},
+                                             {"ranks", split.getRanks()}};
     plan.params.push_back(std::move(entry));
   }
 
@@ -226,6 +232,19 @@ int64_t dataParallelSize(ModuleOp train) {
   return 1;
 }
 
+/// The tensor-parallel size of a training module (its grid's tp axis, else
+/// 1).
+int64_t tensorParallelSize(ModuleOp train) {
+  auto grid = train.lookupSymbol("grid");
+  if (!grid)
+    return 1;
+  std::optional<int64_t> axis = ds::getDeviceGridAxis(grid, ds::GridAxis::tp);
+  auto shape = grid->getAttrOfType<DenseI64ArrayAttr>("shape");
+  if (!axis || !shape || *axis >= static_cast<int64_t>(shape.size()))
+    return 1;
+  return shape[*axis];
+}
+
 int64_t accumulationOf(ModuleOp train) {
   if (auto recipe = train->getAttrOfType<DictionaryAttr>(
           ds::DsDialect::kTrainAttrName))
@@ -306,9 +325,12 @@ public:
     if (auto grid = train.lookupSymbol("grid"))
       if (auto shape = grid->getAttrOfType<DenseI64ArrayAttr>("shape"))
         axisSizes.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
-    if (auto grid = train.lookupSymbol("grid"))
+    if (auto grid = train.lookupSymbol("grid")) {
       if (std::optional<int64_t> dp = ds::getDeviceGridAxis(grid, ds::GridAxis::dp))
         dpAxis = *dp;
+      if (std::optional<int64_t> tp = ds::getDeviceGridAxis(grid, ds::GridAxis::tp))
+        tpAxis = *tp;
+    }
     SmallVector<std::pair<func::FuncOp, int64_t>> functions =
         stepFunctions(train);
     llvm::StringSet<> seen;
@@ -448,23 +470,36 @@ public:
 
   int64_t world() const { return ranks; }
 
-  /// The numbers of the rank whose dp coordinate is `rank` (and, for
-  /// collectives along another axis, whose coordinate there is `other`).
-  llvm::json::Object of(int64_t rank, int64_t other = 0) const {
+  /// The numbers of the rank whose dp coordinate is `rank`, whose tp
+  /// coordinate is `tpRank` (and, for collectives along another axis, whose
+  /// coordinate there is `other`).
+  llvm::json::Object of(int64_t rank, int64_t other = 0,
+                        int64_t tpRank = 0) const {
     Traffic traffic[std::size(kCollectiveKinds)];
+    Traffic tpTraffic[std::size(kCollectiveKinds)];
     for (const Collective &c : collectives) {
+      int64_t coordinate =
+          c.axis == dpAxis ? rank : (c.axis == tpAxis ? tpRank : other);
       Traffic one = collectiveTraffic(c.kind, c.element, c.total, c.ranks,
-                                      c.axis == dpAxis ? rank : other);
-      Traffic &sum = traffic[llvm::find(kCollectiveKinds, c.kind) -
-                             std::begin(kCollectiveKinds)];
-      sum.sent += c.times * one.sent;
-      sum.received += c.times * one.received;
-      sum.calls += c.times * one.calls;
+                                      coordinate);
+      size_t kind = llvm::find(kCollectiveKinds, c.kind) -
+                    std::begin(kCollectiveKinds);
+      for (Traffic *sum : {&traffic[kind], &tpTraffic[kind]}) {
+        if (sum == &tpTraffic[kind] && c.axis != tpAxis)
+          continue;
+        sum->sent += c.times * one.sent;
+        sum->received += c.times * one.received;
+        sum->calls += c.times * one.calls;
+      }
     }
-    llvm::json::Object bytes;
-    for (auto [kind, t] : llvm::zip(kCollectiveKinds, traffic))
-      bytes[kind] = llvm::json::Object{
-          {"sent", t.sent}, {"received", t.received}, {"calls", t.calls}};
+    auto kinds = [](ArrayRef<Traffic> traffic) {
+      llvm::json::Object bytes;
+      for (auto [kind, t] : llvm::zip(kCollectiveKinds, traffic))
+        bytes[kind] = llvm::json::Object{
+            {"sent", t.sent}, {"received", t.received}, {"calls", t.calls}};
+      return bytes;
+    };
+    llvm::json::Object bytes = kinds(traffic);
     // Pipeline transfers, counted per tensor as the runtime's send and
     // recv (`sent` holds the bytes either way).
     if (pipelined) {
@@ -486,6 +521,9 @@ public:
                               {"collective_bytes", std::move(bytes)}};
     if (!spaceTransfers.empty())
       numbers["offload"] = offloadNumbers();
+    // The part of the traffic that runs along tp (included above).
+    if (tpAxis >= 0)
+      numbers["tp_collective_bytes"] = kinds(tpTraffic);
     return numbers;
   }
 
@@ -515,7 +553,7 @@ private:
     Type element;
     int64_t total, times, axis, ranks;
   };
-  int64_t ranks = 1, dpAxis = 0;
+  int64_t ranks = 1, dpAxis = 0, tpAxis = -1;
   bool pipelined = false;
   Traffic sends, receives;
   int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
@@ -806,17 +844,17 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
     // holds and moves. The forward program runs on one process.
     int64_t dp = dataParallelSize(pipelineRanks.empty() ? train
                                                         : pipelineRanks[0]),
-            pp = pipelineStagesOf(train);
-    json["world"] = dp * pp;
-    json["grid"] = llvm::json::Object{{"dp", dp}, {"pp", pp}, {"tp", 1}};
+            pp = pipelineStagesOf(train), tp = tensorParallelSize(train);
+    json["world"] = dp * pp * tp;
+    json["grid"] = llvm::json::Object{{"dp", dp}, {"pp", pp}, {"tp", tp}};
     if (train->hasAttr(ds::DsDialect::kPipelineAttrName)) {
       FailureOr<PipelineFacts> facts = pipelineOf(train);
       if (failed(facts))
         return failure();
       json["pipeline"] = pipelineJson(*facts);
     }
-    // Every rank of the job (rank = pp * dp + d): the program of its pp
-    // coordinate, at its dp coordinate.
+    // Every rank of the job (rank = (p * dp + d) * tp + t, tp fastest): the
+    // program of its pp coordinate, at its dp and tp coordinates.
     SmallVector<ModuleOp> programs(pipelineRanks.begin(), pipelineRanks.end());
     if (programs.empty())
       programs.push_back(train);
@@ -824,15 +862,21 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
     for (auto [pr, program] : llvm::enumerate(programs)) {
       RankNumbers numbers(program);
       int64_t d = dataParallelSize(program);
-      for (int64_t r = 0; r < d; ++r) {
-        llvm::json::Object entry = numbers.of(r, static_cast<int64_t>(pr));
-        entry["rank"] = static_cast<int64_t>(pr) * d + r;
-        if (!pipelineRanks.empty()) {
-          entry["pp"] = static_cast<int64_t>(pr);
-          entry["dp"] = r;
+      for (int64_t r = 0; r < d; ++r)
+        for (int64_t t = 0; t < tp; ++t) {
+          llvm::json::Object entry =
+              numbers.of(r, static_cast<int64_t>(pr), t);
+          entry["rank"] = (static_cast<int64_t>(pr) * d + r) * tp + t;
+          if (!pipelineRanks.empty()) {
+            entry["pp"] = static_cast<int64_t>(pr);
+            entry["dp"] = r;
+          }
+          if (tp > 1) {
+            entry["dp"] = r;
+            entry["tp"] = t;
+          }
+          perRank.push_back(std::move(entry));
         }
-        perRank.push_back(std::move(entry));
-      }
       trainRanks.push_back(trainingRank(program, static_cast<int64_t>(pr)));
     }
     json["ranks"] = std::move(perRank);
@@ -961,6 +1005,15 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
                        "per step\n",
                        kind.str().c_str(), (long long)*t->getInteger("sent"),
                        (long long)*t->getInteger("received"),
+                       (long long)*t->getInteger("calls"));
+  }
+  if (const llvm::json::Object *tpBytes =
+          numbers.getObject("tp_collective_bytes")) {
+    const llvm::json::Object *t = tpBytes->getObject("all_reduce");
+    os << llvm::format("  tensor parallel %14lld ranks; of the above along "
+                       "tp: all_reduce %lld bytes sent, %lld calls per step\n",
+                       (long long)tensorParallelSize(program),
+                       (long long)*t->getInteger("sent"),
                        (long long)*t->getInteger("calls"));
   }
   for (auto [function, times] : stepFunctions(program)) {

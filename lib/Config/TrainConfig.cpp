@@ -68,7 +68,7 @@ bool TrainConfigOverrides::empty() const {
          !microBatchSize && !gradientAccumulationSteps && !stepsPerPrint &&
          !zeroStage && !dataParallelSize && !pipelineStages && !microbatches &&
          !pipelineChunks && !worldSize && !pipelineSchedule && !precision &&
-         !offloadOptimizer && !nvmePath;
+         !offloadOptimizer && !nvmePath && !tensorParallelSize;
 }
 
 llvm::StringRef offloadDeviceName(OffloadDevice device) {
@@ -536,6 +536,14 @@ llvm::Error applyOverrides(json::Object &root,
     if (overrides.pipelineChunks)
       pipeline["chunks"] = *overrides.pipelineChunks;
   }
+  if (overrides.tensorParallelSize) {
+    json::Value *section = root.get("tensor_parallel");
+    if (!section || !section->getAsObject()) {
+      root["tensor_parallel"] = json::Object{};
+      section = root.get("tensor_parallel");
+    }
+    (*section->getAsObject())["autotp_size"] = *overrides.tensorParallelSize;
+  }
   if (overrides.stepsPerPrint)
     root["steps_per_print"] = *overrides.stepsPerPrint;
   if (overrides.precision) {
@@ -649,6 +657,8 @@ private:
   bool readOffloadParam(const json::Value &value);
   bool readAio(const json::Value &value);
   bool readPipeline(const json::Value &value);
+  bool readTensorParallel(const json::Value &value);
+  bool checkTensorParallel();
   bool resolveGrid();
   bool readPrecision(const json::Object &root);
   bool readLossScaler(const json::Object &fp16);
@@ -1157,31 +1167,80 @@ bool ConfigReader::readPipeline(const json::Value &value) {
   return true;
 }
 
-/// The grid dp x pp (tp = 1) against --world.
+/// DeepSpeed's `tensor_parallel` section: `autotp_size`, the ranks of the
+/// tp axis (DeepSpeed's AutoTP; dsopt finds the layout from the graph).
+bool ConfigReader::readTensorParallel(const json::Value &value) {
+  const json::Object *section = readObject(value, "tensor_parallel");
+  if (!section)
+    return false;
+  for (const std::string &key : sortedKeys(*section)) {
+    const json::Value *entry = section->get(key);
+    std::string path = "tensor_parallel." + display(key);
+    if (key == "autotp_size" || key == "tp_size") {
+      if (!readInteger(*entry, path, 1, int64_t(1) << 20,
+                       "a positive integer", config.tensorParallelSize))
+        return false;
+    } else {
+      warn(path + " is not implemented by dsopt and is ignored");
+    }
+  }
+  return true;
+}
+
+/// What tensor parallelism composes with so far: refused combinations are
+/// errors rather than programs that train differently.
+bool ConfigReader::checkTensorParallel() {
+  int64_t tp = config.tensorParallelSize;
+  if (tp == 1)
+    return true;
+  std::string what = "--tp " + std::to_string(tp) +
+                     " (tensor_parallel.autotp_size): ";
+  auto refuse = [&](StringRef why) {
+    error = prefix + what + why.str();
+    return false;
+  };
+  if (config.pipelineStages > 1)
+    return refuse("tensor parallelism with pipeline stages (--pp " +
+                  std::to_string(config.pipelineStages) +
+                  ") is not implemented yet");
+  if (config.precision != Precision::FP32)
+    return refuse("mixed precision with tensor parallelism is not "
+                  "implemented yet");
+  if (!irOnly)
+    return refuse("running a tensor-parallel program is not implemented "
+                  "yet; --emit=plan and --emit=train-mlir show its layout, "
+                  "collectives and memory");
+  return true;
+}
+
+/// The grid pp x dp x tp against --world.
 bool ConfigReader::resolveGrid() {
-  int64_t pp = config.pipelineStages, world = config.worldSize;
+  int64_t pp = config.pipelineStages, tp = config.tensorParallelSize;
+  int64_t world = config.worldSize;
   if (world == 0)
     return true;
+  std::string others =
+      "pp=" + std::to_string(pp) + ", tp=" + std::to_string(tp);
   if (dataParallelExplicit) {
-    if (world != config.dataParallelSize * pp) {
+    if (world != config.dataParallelSize * pp * tp) {
       error = "--world " + std::to_string(world) +
               " cannot be filled by the grid dp=" +
-              std::to_string(config.dataParallelSize) + " (pp=" +
-              std::to_string(pp) +
-              ", tp=1): the world size must be dp * pp * tp";
+              std::to_string(config.dataParallelSize) + " (" + others +
+              "): the world size must be dp * pp * tp";
       return false;
     }
     return true;
   }
-  if (world % pp != 0) {
+  if (world % (pp * tp) != 0) {
     error = "--world " + std::to_string(world) +
             " cannot be filled by the grid with pp=" + std::to_string(pp) +
-            " (tp=1): the world size must be dp * pp * tp, and no "
+            " (tp=" + std::to_string(tp) + ")" +
+            ": the world size must be dp * pp * tp, and no "
             "data-parallel size dp gives " +
             std::to_string(world);
     return false;
   }
-  config.dataParallelSize = world / pp;
+  config.dataParallelSize = world / (pp * tp);
   return true;
 }
 
@@ -1577,7 +1636,8 @@ llvm::Error ConfigReader::read(const json::Object &root) {
                                     "data_types",
                                     "steps_per_print",
                                     "pipeline",
-                                    "aio"};
+                                    "aio",
+                                    "tensor_parallel"};
   for (const std::string &key : sortedKeys(root))
     if (!llvm::is_contained(known, key))
       warn(display(key) + " is not implemented by dsopt and is ignored");
@@ -1598,11 +1658,13 @@ llvm::Error ConfigReader::read(const json::Object &root) {
             positive("gradient_accumulation_steps",
                      config.gradientAccumulationSteps) &&
             (!root.get("pipeline") || readPipeline(*root.get("pipeline"))) &&
+            (!root.get("tensor_parallel") ||
+             readTensorParallel(*root.get("tensor_parallel"))) &&
             resolveGrid() &&
             (!root.get("zero_optimization") ||
              readZero(*root.get("zero_optimization"))) &&
             (!root.get("aio") || readAio(*root.get("aio"))) &&
-            readPrecision(root) &&
+            readPrecision(root) && checkTensorParallel() &&
             positive("steps_per_print", config.stepsPerPrint);
   if (!ok)
     return makeError(error ? *error : prefix + "invalid config");
@@ -1900,6 +1962,10 @@ std::string toJson(const TrainConfig &config) {
         out.attribute("schedule", config.pipelineSchedule);
         if (config.pipelineChunks)
           out.attribute("chunks", config.pipelineChunks);
+      });
+    if (config.tensorParallelSize > 1)
+      out.attributeObject("tensor_parallel", [&] {
+        out.attribute("autotp_size", config.tensorParallelSize);
       });
     // The loss scaler and the accumulation type are written where they
     // apply: with fp16, and with 16-bit training.

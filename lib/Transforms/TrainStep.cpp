@@ -21,6 +21,7 @@
 #include "ds/IR/DsDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Verifier.h"
@@ -54,6 +55,8 @@ struct Param {
   std::string name;
   ds::ParamAttr attr;
   RankedTensorType type;
+  /// The parameter argument's other attributes (ds.tp_split).
+  SmallVector<NamedAttribute> extra;
 };
 
 struct OptimizerPass : dsopt::impl::DsOptimizerBase<OptimizerPass> {
@@ -148,8 +151,9 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
   SmallVector<DictionaryAttr> argAttrs;
   for (const Param &param : params) {
     argTypes.push_back(param.type);
-    argAttrs.push_back(b.getDictionaryAttr(
-        b.getNamedAttr(ds::DsDialect::kParamAttrName, param.attr)));
+    SmallVector<NamedAttribute> attrs(param.extra);
+    attrs.push_back(b.getNamedAttr(ds::DsDialect::kParamAttrName, param.attr));
+    argAttrs.push_back(b.getDictionaryAttr(attrs));
   }
   for (const Param &param : params) {
     argTypes.push_back(param.type);
@@ -185,10 +189,36 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
 
   // The global norm of the averaged gradient, and the scale of every
   // gradient: 1/k, times the clipping coefficient.
-  SmallVector<Value> accs;
+  // A tensor-parallel piece's squares are summed over tp; a whole
+  // parameter's, the same on every tp rank, count once.
+  SmallVector<Value> accs, pieces;
   for (size_t i = 0; i < n; ++i)
-    accs.push_back(accArg(i));
-  Value sumSq = ds::SumOfSquaresOp::create(b, loc, ValueRange(accs)).getResult();
+    (llvm::any_of(params[i].extra,
+                  [](NamedAttribute a) {
+                    return a.getName() == ds::DsDialect::kTpSplitAttrName;
+                  })
+         ? pieces
+         : accs)
+        .push_back(accArg(i));
+  Value sumSq;
+  if (!accs.empty() || pieces.empty())
+    sumSq = ds::SumOfSquaresOp::create(b, loc, ValueRange(accs)).getResult();
+  if (!pieces.empty()) {
+    Operation *grid = module.lookupSymbol("grid");
+    std::optional<int64_t> tp =
+        grid ? ds::getDeviceGridAxis(grid, ds::GridAxis::tp) : std::nullopt;
+    if (!tp)
+      return module.emitError()
+             << "tensor-parallel parameters without a grid with a tp axis";
+    Value local =
+        ds::SumOfSquaresOp::create(b, loc, ValueRange(pieces)).getResult();
+    Value total = shard::AllReduceOp::create(
+        b, loc, local.getType(), "grid", {static_cast<int16_t>(*tp)}, local,
+        shard::ReductionKind::Sum);
+    sumSq = sumSq ? ds::AddOp::create(b, loc, ValueRange{sumSq, total})
+                        .getResult()
+                  : total;
+  }
   Value norm = ds::SqrtOp::create(b, loc, scalarF32, sumSq).getResult();
   if (accumulation > 1)
     norm = ds::DivOp::create(
@@ -350,17 +380,26 @@ void OptimizerPass::runOnOperation() {
       return signalPassFailure();
     }
     ds::ParamAttr attr;
+    SmallVector<NamedAttribute> extra;
     for (unsigned a = 0; a < grad.getNumArguments(); ++a)
       if (auto p = grad.getArgAttrOfType<ds::ParamAttr>(
               a, ds::DsDialect::kParamAttrName);
-          p && p.getName() == name.getValue())
+          p && p.getName() == name.getValue()) {
         attr = p;
+        if (Attribute split =
+                grad.getArgAttr(a, ds::DsDialect::kTpSplitAttrName))
+          extra.push_back(NamedAttribute(
+              StringAttr::get(module.getContext(),
+                              ds::DsDialect::kTpSplitAttrName),
+              split));
+      }
     if (!attr) {
       grad.emitError() << "no parameter '" << name.getValue() << "'";
       return signalPassFailure();
     }
     params.push_back({name.getValue().str(), attr,
-                      cast<RankedTensorType>(grad.getResultTypes()[i])});
+                      cast<RankedTensorType>(grad.getResultTypes()[i]),
+                      extra});
   }
 
   buildMicroStep(grad, params);

@@ -39,6 +39,14 @@ void buildPlanningPipeline(OpPassManager &pm, bool fuse) {
 }
 
 void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
+  // Tensor parallelism shards the forward; autodiff then derives the
+  // backward's collectives (docs/tensor-parallel.md).
+  if (options.tp > 1) {
+    DsTensorParallelOptions tensorParallel;
+    tensorParallel.size = options.tp;
+    tensorParallel.dp = options.dp;
+    pm.addPass(createDsTensorParallel(tensorParallel));
+  }
   DsAutodiffOptions autodiff;
   autodiff.loss = options.loss;
   autodiff.frozen.assign(options.frozen.begin(), options.frozen.end());
@@ -143,6 +151,7 @@ void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {
   options.prefetchBucketSize = config.prefetchBucketSize;
   options.offloadOptimizer =
       offloadDeviceName(config.offloadOptimizer.device).str();
+  options.tp = config.tensorParallelSize;
   options.pp = config.pipelineStages;
   options.schedule = config.pipelineSchedule;
   options.chunks = config.pipelineChunks;

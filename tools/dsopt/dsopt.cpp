@@ -273,7 +273,13 @@ cl::opt<std::string> dpFlag(
 cl::opt<std::string> worldFlag(
     "world",
     cl::desc("Ranks of the job (mpirun -np); must equal the grid's size "
-             "dp * pp (tp is 1)"),
+             "dp * pp * tp"),
+    cl::value_desc("N"), cl::cat(trainingCategory));
+
+cl::opt<std::string> tpFlag(
+    "tp",
+    cl::desc("Tensor-parallel ranks (tensor_parallel.autotp_size, default "
+             "1): Megatron's layout, found from the graph"),
     cl::value_desc("N"), cl::cat(trainingCategory));
 
 cl::opt<std::string> ppFlag(
@@ -577,9 +583,10 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
       return error("--nvme-path expects a directory");
     overrides.nvmePath = nvmePathFlag;
   }
-  std::optional<int64_t> dp, world, pp, microbatches, chunks;
+  std::optional<int64_t> dp, world, pp, tp, microbatches, chunks;
   for (auto [flag, out] :
        {std::pair{&dpFlag, &dp}, {&worldFlag, &world}, {&ppFlag, &pp},
+        {&tpFlag, &tp},
         {&microbatchesFlag, &microbatches}, {&chunksFlag, &chunks}}) {
     if (!flag->getNumOccurrences())
       continue;
@@ -589,11 +596,12 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
                    *flag + "'");
     *out = *size;
   }
-  // The grid dp x pp (tp = 1) must fill the world; the config reader
-  // checks it once the config's pipeline stages are known.
+  // The grid pp x dp x tp must fill the world; the config reader checks
+  // it once the config's pipeline stages are known.
   overrides.dataParallelSize = dp;
   overrides.worldSize = world;
   overrides.pipelineStages = pp;
+  overrides.tensorParallelSize = tp;
   overrides.microbatches = microbatches;
   overrides.pipelineChunks = chunks;
   if (scheduleFlag.getNumOccurrences()) {

@@ -114,6 +114,8 @@ def Ds_Dialect : Dialect {
     /// The axes of a device grid, outermost first, on its shard.grid: a
     /// #ds.axes (`#ds.axes<[pp, dp]>`, see buildDeviceGrid).
     static constexpr ::llvm::StringLiteral kGridAxesAttrName = "ds.axes";
+    /// #ds.tp_split on a parameter argument sharded by ds-tensor-parallel.
+    static constexpr ::llvm::StringLiteral kTpSplitAttrName = "ds.tp_split";
     /// Op attribute set by ds-pipeline: the virtual pipeline stage the op
     /// belongs to (an i64).
     static constexpr ::llvm::StringLiteral kStageAttrName = "ds.stage";
@@ -317,6 +319,20 @@ def Ds_ZeroAttr : Ds_Attr<"Zero", "zero"> {
   }];
   let parameters = (ins "int64_t":$stage, "int64_t":$dp,
                     "int64_t":$param_persistence_threshold);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Ds_TensorSplitAttr : Ds_Attr<"TensorSplit", "tp_split"> {
+  let summary = "how a parameter is split over the tensor-parallel ranks";
+  let description = [{
+    Set by `ds-tensor-parallel` on a parameter argument whose type is one
+    rank's shard: `#ds.tp_split<dim = 1, blocks = 3, ranks = 2>`. The full
+    tensor's axis `dim` is `blocks` equal blocks (a fused Q/K/V projection's
+    three), each cut into `ranks` equal pieces; tp rank r holds piece r of
+    every block, in block order. `blocks = 1` is a plain even split.
+  }];
+  let parameters = (ins "int64_t":$dim, "int64_t":$blocks, "int64_t":$ranks);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

@@ -27,6 +27,7 @@ void DsDialect::initialize() {
 #define GET_ATTRDEF_LIST
 #include "ds/IR/DsAttrs.cpp.inc"
       >();
+  attachShardingRules(*getContext());
 }
 
 Operation *DsDialect::materializeConstant(OpBuilder &builder, Attribute value,
@@ -161,6 +162,18 @@ ExternalDataAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+LogicalResult
+TensorSplitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                        int64_t dim, int64_t blocks, int64_t ranks) {
+  if (dim < 0)
+    return emitError() << "tp_split dim must be non-negative, got " << dim;
+  if (blocks < 1)
+    return emitError() << "tp_split blocks must be at least 1, got " << blocks;
+  if (ranks < 2)
+    return emitError() << "tp_split ranks must be at least 2, got " << ranks;
+  return success();
+}
+
 LogicalResult ZeroAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t stage, int64_t dp,
                                int64_t persistenceThreshold) {
@@ -264,7 +277,38 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
     if (auto whole = function.getArgAttrOfType<TypeAttr>(argIndex,
                                                          kShardedAttrName))
       argType = whole.getValue();
+    // So does a tensor-parallel shard's (ds.tp_split).
+    auto split =
+        function.getArgAttrOfType<TensorSplitAttr>(argIndex, kTpSplitAttrName);
+    auto local = dyn_cast<RankedTensorType>(argType);
+    if (split && local && split.getDim() < local.getRank()) {
+      SmallVector<int64_t> shape(local.getShape());
+      shape[split.getDim()] *= split.getRanks();
+      argType = local.clone(shape);
+    }
     return verifyParamMatchesType(op, argIndex, param, argType);
+  }
+  if (attribute.getName() == kTpSplitAttrName) {
+    auto split = dyn_cast<TensorSplitAttr>(attribute.getValue());
+    if (!split)
+      return op->emitOpError()
+             << "'" << kTpSplitAttrName << "' must be a #ds.tp_split attribute";
+    if (!function.getArgAttr(argIndex, kParamAttrName))
+      return op->emitOpError() << "'" << kTpSplitAttrName
+                               << "' applies only to a ds.param argument";
+    Type local = argType;
+    if (auto whole = function.getArgAttrOfType<TypeAttr>(argIndex,
+                                                         kShardedAttrName))
+      local = whole.getValue();
+    auto localType = dyn_cast<RankedTensorType>(local);
+    if (!localType || split.getDim() >= localType.getRank() ||
+        localType.getDimSize(split.getDim()) % split.getBlocks() != 0)
+      return op->emitOpError()
+             << "'" << kTpSplitAttrName << "' of argument " << argIndex
+             << " splits axis " << split.getDim() << " in "
+             << split.getBlocks() << " blocks, which " << local
+             << " does not have";
+    return success();
   }
   if (attribute.getName() == kShardedAttrName) {
     auto whole = dyn_cast<TypeAttr>(attribute.getValue());

@@ -174,6 +174,44 @@ class ComputeF32 : public mlir::OpTrait::TraitBase<ConcreteType, ComputeF32> {
 template <typename ConcreteType>
 class KeepTypes : public mlir::OpTrait::TraitBase<ConcreteType, KeepTypes> {};
 } // namespace PrecisionTrait
+
+/// How one tensor is laid out over the tensor-parallel ranks: whole on
+/// every rank (replicated), cut along `dim` (into `blocks` equal blocks,
+/// each cut into one piece per rank; see #ds.tp_split), or a partial sum
+/// that an all-reduce over the ranks completes.
+struct TensorSplit {
+  int64_t dim = -1;
+  int64_t blocks = 1;
+  bool partial = false;
+
+  static TensorSplit replicated() { return {}; }
+  static TensorSplit along(int64_t dim, int64_t blocks = 1) {
+    return {dim, blocks, false};
+  }
+  static TensorSplit partialSum() { return {-1, 1, true}; }
+  bool isReplicated() const { return dim < 0 && !partial; }
+  bool isSplit() const { return dim >= 0; }
+  bool operator==(const TensorSplit &other) const {
+    return dim == other.dim && partial == other.partial &&
+           (dim < 0 || blocks == other.blocks);
+  }
+  bool operator!=(const TensorSplit &other) const { return !(*this == other); }
+};
+
+/// What ShardingRuleOpInterface answers: the layout every operand must have
+/// for the op to run rank-locally, the layout of each result, and, when the
+/// op cannot, why (`reason`), with `uneven` set when the only obstacle is a
+/// size the ranks do not divide.
+struct ShardingRule {
+  llvm::SmallVector<TensorSplit> operands;
+  llvm::SmallVector<TensorSplit> results;
+  std::string reason;
+  bool uneven = false;
+};
+
+/// Attaches ShardingRuleOpInterface to the ds ops that have a rule
+/// (DsSharding.cpp); every other op is replicated.
+void attachShardingRules(mlir::MLIRContext &context);
 } // namespace dsopt::ds
 
 #include "ds/IR/DsInterfaces.h.inc"

@@ -217,6 +217,33 @@ void AllGatherBucketOp::buildKernelCall(KernelCallBuilder &call) {
   buildBucketCall(call, "dsrt::all_gather_bucket", *this, std::nullopt);
 }
 
+int64_t TpCopyOp::getFlops() { return 0; }
+void TpCopyOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::copy");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+}
+std::optional<unsigned> TpCopyOp::getAliasedOperand() { return 0; }
+LogicalResult TpCopyOp::buildVJP(OpBuilder &builder,
+                                 ArrayRef<Value> resultGrads,
+                                 ArrayRef<bool> needed,
+                                 SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  if (!dy || !needed[0]) {
+    operandGrads.push_back(Value());
+    return success();
+  }
+  std::string node = getNodeName(getLoc());
+  Location loc = NameLoc::get(
+      builder.getStringAttr((node.empty() ? "tp_copy" : node) + ".grad"),
+      getLoc());
+  operandGrads.push_back(shard::AllReduceOp::create(
+      builder, loc, dy.getType(), getGrid(),
+      {static_cast<int16_t>(getGridAxis())}, dy, shard::ReductionKind::Sum));
+  return success();
+}
+
 // A bucket moves its staging buffer, the inputs packed into one collective.
 AsyncKind AllReduceBucketOp::getAsyncKind() { return AsyncKind::all_reduce; }
 int64_t AllReduceBucketOp::getAsyncGridAxis() { return getGridAxis(); }
@@ -421,6 +448,24 @@ struct ShardAsyncModel
   }
 };
 
+/// The derivative of the all-reduce ds-tensor-parallel places at the end of
+/// a tensor-parallel region (Megatron's `g`): the reduced value is the same
+/// on every rank, so is its gradient, and each rank's partial sum receives
+/// it whole. ZeRO's and the pipeline's all-reduces come after autodiff and
+/// are never differentiated.
+struct AllReduceVJPModel
+    : VJPOpInterface::ExternalModel<AllReduceVJPModel, shard::AllReduceOp> {
+  LogicalResult buildVJP(Operation *op, OpBuilder &, ArrayRef<Value> resultGrads,
+                         ArrayRef<bool> needed,
+                         SmallVectorImpl<Value> &operandGrads) const {
+    if (cast<shard::AllReduceOp>(op).getReduction() != shard::ReductionKind::Sum)
+      return op->emitOpError() << "has no derivative: only a sum all-reduce "
+                                  "(a tensor-parallel region's end) has one";
+    operandGrads.push_back(needed[0] ? resultGrads[0] : Value());
+    return success();
+  }
+};
+
 template <typename... Ops> void attach(MLIRContext *context) {
   (Ops::template attachInterface<ShardKernelModel<Ops>>(*context), ...);
   (Ops::template attachInterface<ShardCostModel<Ops>>(*context), ...);
@@ -434,6 +479,7 @@ void dsopt::ds::registerShardModels(DialectRegistry &registry) {
            shard::AllSliceOp>(context);
     shard::AllReduceOp::attachInterface<ShardAsyncModel<shard::AllReduceOp>>(
         *context);
+    shard::AllReduceOp::attachInterface<AllReduceVJPModel>(*context);
     shard::AllGatherOp::attachInterface<ShardAsyncModel<shard::AllGatherOp>>(
         *context);
     shard::ReduceScatterOp::attachInterface<

@@ -214,6 +214,31 @@ def Ds_AsyncOpInterface : OpInterface<"AsyncOpInterface"> {
   ];
 }
 
+def Ds_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
+  let description = [{
+    The tensor-parallel sharding rule of an op: given how its operands are
+    laid out over the tp ranks (replicated, split along an axis, see
+    ds::TensorSplit), whether the op can run on each rank's pieces alone,
+    which layout each operand must then have (a parameter or a broadcast
+    operand the pass may shard to match; a replicated activation the rule
+    asks to be split means the op cannot run there), and the layout of its
+    results. A result that is a partial sum (a matmul contracting a split
+    axis) is completed by an all-reduce over tp, which ds-tensor-parallel
+    inserts. An op without this interface runs replicated only.
+    `ranks` is the number of tp ranks, for the divisibility checks.
+    Attached as external models next to each other (DsSharding.cpp).
+  }];
+  let cppNamespace = "::dsopt::ds";
+  let methods = [
+    InterfaceMethod<
+      "Fills `rule` for operands laid out as `operands`; fails (with "
+      "rule.reason) when the op cannot run rank-locally on them.",
+      "::llvm::LogicalResult", "getShardingRule",
+      (ins "::llvm::ArrayRef<::dsopt::ds::TensorSplit>":$operands,
+           "int64_t":$ranks, "::dsopt::ds::ShardingRule &":$rule)>,
+  ];
+}
+
 // Compute precision: where an op computes when the model trains in a 16-bit
 // type (bf16 or fp16). Every ds op declares exactly one of these traits next
 // to its definition; ds-precision reads them (ds::getComputePrecision) and

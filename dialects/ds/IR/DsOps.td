@@ -959,6 +959,23 @@ def Ds_AllGatherBucketOp : Ds_BucketOp<"all_gather_bucket"> {
                    DefaultValuedAttr<I64Attr, "0">:$grid_axis);
 }
 
+def Ds_TpCopyOp : Ds_Op<"tp_copy", [Ds_Compute16, SameOperandsAndResultType, Ds_VJP],
+                        ["getAliasedOperand"]> {
+  let summary = "identity in forward, all-reduce of the gradient in backward";
+  let description = [{
+    Megatron's `f`: marks a replicated activation entering a tensor-parallel
+    region. Forward it is the input itself (a view, no kernel runs); its
+    derivative sums the gradient, which each rank computes for its own
+    shards only, over grid axis `grid_axis` of `grid` with a
+    `shard.all_reduce`. The region's exit, Megatron's `g`, is a
+    `shard.all_reduce` whose derivative is the identity.
+  }];
+  let arguments = (ins Ds_Tensor:$input, FlatSymbolRefAttr:$grid,
+                   I64Attr:$grid_axis);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input `on` $grid attr-dict `:` type($input)";
+}
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//

@@ -135,7 +135,10 @@ struct TrainConfig {
   std::string pipelineSchedule = "1f1b";
   int64_t pipelineChunks = 0;
   std::string partitionMethod = "flops";
-  // The job's ranks (--world; 0: not given): dp * pp.
+  // Tensor parallelism (--tp, DeepSpeed's tensor_parallel.autotp_size):
+  // ranks of the tp axis, the grid's fastest.
+  int64_t tensorParallelSize = 1;
+  // The job's ranks (--world; 0: not given): dp * pp * tp.
   int64_t worldSize = 0;
   std::vector<std::string> warnings; // collected, printed by the driver
 };
@@ -167,6 +170,8 @@ struct TrainConfigOverrides {
   std::optional<int64_t> pipelineStages, microbatches, pipelineChunks,
       worldSize;
   std::optional<std::string> pipelineSchedule;
+  /// --tp (tensor_parallel.autotp_size).
+  std::optional<int64_t> tensorParallelSize;
   /// --precision: enables fp16 or bf16 (and disables the other), or
   /// disables both for fp32, keeping the sections' other keys.
   std::optional<Precision> precision;

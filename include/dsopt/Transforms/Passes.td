@@ -198,6 +198,40 @@ def DsOptimizer : Pass<"ds-optimizer", "mlir::ModuleOp"> {
   ];
 }
 
+def DsTensorParallel : Pass<"ds-tensor-parallel", "mlir::ModuleOp"> {
+  let summary = "Megatron's tensor parallelism over the grid's tp axis, "
+                "found from the ops' sharding rules";
+  let description = [{
+    Runs on the forward @main before ds-autodiff and makes it the program of
+    one of `size` tensor-parallel ranks. Every group of matmuls that read
+    the same replicated activation with a parameter as the other operand is
+    tried as a column-parallel layer: the parameters are split along their
+    output axis (in blocks when the result is split into equal parts, as a
+    fused Q/K/V projection is), the split is carried forward through each
+    op's ShardingRuleOpInterface (heads through reshape and transpose,
+    attention's batched products, softmax along the unsplit axis, the
+    elementwise ops with their bias parameters split alike) until a matmul
+    contracts it with a parameter split along its input axis (row
+    parallel), whose partial sum a `shard.all_reduce` over tp completes
+    (Megatron's g). The replicated activation entering the region goes
+    through `ds.tp_copy` (Megatron's f), whose derivative is the one
+    all-reduce of the backward. A region that reaches an op without a rule
+    for its split, or the function's results, stays replicated (a warning
+    names the parameter and the op); one whose only obstacle is a size the
+    ranks do not divide (heads, widths) is an error naming the op and the
+    sizes. Sharded parameters become arguments of their shard's type with
+    `ds.tp_split`; the module gets the grid `shard.grid @grid` with axes
+    (dp, tp), tp fastest. See docs/tensor-parallel.md.
+  }];
+  let options = [
+    Option<"size", "size", "int64_t", /*default=*/"1",
+           "Ranks of the tensor-parallel axis">,
+    Option<"dp", "dp", "int64_t", /*default=*/"1",
+           "Ranks of the data-parallel axis (the grid's other axis)">,
+  ];
+  let dependentDialects = ["mlir::shard::ShardDialect"];
+}
+
 def DsZero : Pass<"ds-zero", "mlir::ModuleOp"> {
   let summary = "Data parallelism over the grid's dp axis with ZeRO stages "
                 "0-3";

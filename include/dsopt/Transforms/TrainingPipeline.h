@@ -161,6 +161,10 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
       llvm::cl::init("none")};
 
   // Pipeline parallelism (ds-pipeline, ds-pipeline-ranks).
+  Option<int64_t> tp{
+      *this, "tp",
+      llvm::cl::desc("Ranks of the tensor-parallel axis (ds-tensor-parallel)"),
+      llvm::cl::init(1)};
   Option<int64_t> pp{*this, "pp",
                      llvm::cl::desc("Pipeline stages (ranks of the pp axis)"),
                      llvm::cl::init(1)};

@@ -1,0 +1,548 @@
+//===- DsSharding.cpp - ShardingRuleOpInterface: tensor-parallel rules ----===//
+//
+// How each op runs on tensor-parallel shards, next to the other per-op
+// rules. A rule looks at how its operands are split over the tp ranks and
+// says whether the op can compute its results from each rank's pieces
+// alone, what layout every operand must then have and what layout the
+// results get. A matmul contracting a split axis yields a partial sum (the
+// all-reduce that completes it is ds-tensor-parallel's to place). Ops
+// without a rule here are replicated: a split operand stops at them.
+//
+// The rules are dsopt's own interface rather than upstream MLIR's
+// ShardingInterface (mlir/Dialect/Shard/Interfaces): that interface speaks
+// in loop iterators and indexing maps and partitions through
+// `shard-partition`, which cannot state a reshape that moves a split from
+// one axis to another (heads), blocked splits (a fused Q/K/V projection)
+// or the divisibility diagnostics the pass owes the user, and which the
+// design keeps out of the correctness path (docs/tensor-parallel.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/IR/DsDialect.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace dsopt::ds;
+
+namespace {
+
+RankedTensorType tensorType(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+/// Rules see operands that are whole or split: ds-tensor-parallel completes
+/// a partial sum (all-reduce) before anything reads it.
+bool reachedByPartial(ArrayRef<TensorSplit> operands, ShardingRule &rule) {
+  if (llvm::none_of(operands, [](TensorSplit s) { return s.partial; }))
+    return false;
+  rule.reason = "a partial sum reaches it";
+  return true;
+}
+
+/// The one split among `operands`, mapped to result axes by `toResult`
+/// (-1: not an axis of the result), or failure when two disagree or a
+/// partial sum reaches the op.
+FailureOr<TensorSplit>
+commonSplit(ArrayRef<TensorSplit> operands,
+            function_ref<int64_t(unsigned, int64_t)> toResult,
+            ShardingRule &rule) {
+  if (reachedByPartial(operands, rule))
+    return failure();
+  TensorSplit common;
+  for (auto [i, split] : llvm::enumerate(operands)) {
+    if (!split.isSplit())
+      continue;
+    int64_t dim = toResult(i, split.dim);
+    if (dim < 0) {
+      rule.reason = "its split axis does not reach the result";
+      return failure();
+    }
+    TensorSplit mapped = TensorSplit::along(dim, split.blocks);
+    if (common.isSplit() && common != mapped) {
+      rule.reason = "its operands are split along different axes";
+      return failure();
+    }
+    common = mapped;
+  }
+  return common;
+}
+
+/// Operands broadcast against each other (NumPy rules): operand axis d of
+/// rank r is result axis d + (R - r). An operand that is broadcast along
+/// the split axis (size 1 or absent) stays replicated; every other operand
+/// must be split like the result.
+LogicalResult broadcastRule(Operation *op, ArrayRef<TensorSplit> operands,
+                            ShardingRule &rule) {
+  int64_t rank = tensorType(op->getResult(0)).getRank();
+  auto alignment = [&](unsigned i) {
+    return rank - tensorType(op->getOperand(i)).getRank();
+  };
+  FailureOr<TensorSplit> split = commonSplit(
+      operands, [&](unsigned i, int64_t dim) { return dim + alignment(i); },
+      rule);
+  if (failed(split))
+    return failure();
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    int64_t dim = split->dim - alignment(i);
+    if (!split->isSplit() || dim < 0 ||
+        tensorType(op->getOperand(i)).getDimSize(dim) == 1)
+      rule.operands.push_back(TensorSplit::replicated());
+    else
+      rule.operands.push_back(TensorSplit::along(dim, split->blocks));
+  }
+  rule.results.assign(op->getNumResults(), *split);
+  return success();
+}
+
+/// Elementwise ops, with NumPy broadcasting.
+template <typename Op>
+struct ElementwiseRule
+    : ShardingRuleOpInterface::ExternalModel<ElementwiseRule<Op>, Op> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    return broadcastRule(op, operands, rule);
+  }
+};
+
+/// An op that runs independently along every axis but `axes` (softmax over
+/// its axis, layer norm over the trailing axes): a split elsewhere passes
+/// through to every result; the other operands (scale, bias) stay whole.
+LogicalResult independentRule(Operation *op, ArrayRef<TensorSplit> operands,
+                              function_ref<bool(int64_t)> coupled,
+                              StringRef what, ShardingRule &rule) {
+  for (const TensorSplit &split : operands.drop_front())
+    if (!split.isReplicated()) {
+      rule.reason = (what + " parameters are split").str();
+      return failure();
+    }
+  TensorSplit split = operands[0];
+  if (reachedByPartial(operands, rule))
+    return failure();
+  if (split.isSplit() && coupled(split.dim)) {
+    rule.reason = llvm::formatv("it {0} along its split axis {1}", what,
+                                split.dim)
+                      .str();
+    return failure();
+  }
+  rule.operands.assign(operands.size(), TensorSplit::replicated());
+  rule.operands[0] = split;
+  rule.results.clear();
+  for (Value result : op->getResults())
+    rule.results.push_back(tensorType(result).getRank() > split.dim
+                               ? split
+                               : TensorSplit::replicated());
+  return success();
+}
+
+/// Softmax and log-softmax normalize along their axis only.
+template <typename Op>
+struct SoftmaxRule
+    : ShardingRuleOpInterface::ExternalModel<SoftmaxRule<Op>, Op> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    int64_t axis = cast<Op>(op).getAxis();
+    return independentRule(
+        op, operands, [&](int64_t dim) { return dim == axis; }, "normalizes",
+        rule);
+  }
+};
+struct LayerNormRule
+    : ShardingRuleOpInterface::ExternalModel<LayerNormRule, LayerNormOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    int64_t axis = cast<LayerNormOp>(op).getAxis();
+    return independentRule(
+        op, operands, [&](int64_t dim) { return dim >= axis; }, "normalizes",
+        rule);
+  }
+};
+
+struct TransposeRule
+    : ShardingRuleOpInterface::ExternalModel<TransposeRule, TransposeOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    ArrayRef<int64_t> perm = cast<TransposeOp>(op).getPerm();
+    FailureOr<TensorSplit> split = commonSplit(
+        operands,
+        [&](unsigned, int64_t dim) {
+          return static_cast<int64_t>(llvm::find(perm, dim) - perm.begin());
+        },
+        rule);
+    if (failed(split))
+      return failure();
+    rule.operands.assign(operands.begin(), operands.end());
+    rule.results = {*split};
+    return success();
+  }
+};
+
+/// A reshape moves a split along axis d of the input to the first non-unit
+/// axis of the output that covers the same leading elements: d must be the
+/// first non-unit axis of its group of input axes (the axes whose product
+/// equals that of a group of output axes), and that output axis must divide
+/// into blocks x ranks pieces (heads: [b, s, H*d] -> [b, s, H, d] needs H
+/// divisible by the ranks).
+struct ReshapeRule
+    : ShardingRuleOpInterface::ExternalModel<ReshapeRule, ReshapeOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t ranks, ShardingRule &rule) const {
+    TensorSplit split = operands[0];
+    rule.operands.assign(operands.begin(), operands.end());
+    if (reachedByPartial(operands, rule))
+      return failure();
+    if (!split.isSplit()) {
+      rule.results = {split};
+      return success();
+    }
+    ArrayRef<int64_t> in = tensorType(op->getOperand(0)).getShape();
+    ArrayRef<int64_t> out = tensorType(op->getResult(0)).getShape();
+    // Walk both shapes in groups of equal products.
+    size_t i = 0, o = 0;
+    while (i < in.size() || o < out.size()) {
+      size_t i0 = i, o0 = o;
+      int64_t pin = 1, pout = 1;
+      if (i < in.size())
+        pin *= in[i++];
+      if (o < out.size())
+        pout *= out[o++];
+      while (pin != pout) {
+        if (pin < pout && i < in.size())
+          pin *= in[i++];
+        else if (o < out.size())
+          pout *= out[o++];
+        else
+          break;
+      }
+      // Trailing unit axes join the group.
+      while (i < in.size() && in[i] == 1 && (o == out.size() || out[o] != 1))
+        ++i;
+      while (o < out.size() && out[o] == 1 && (i == in.size() || in[i] != 1))
+        ++o;
+      if (static_cast<size_t>(split.dim) < i0 ||
+          static_cast<size_t>(split.dim) >= i)
+        continue;
+      for (size_t k = i0; k < static_cast<size_t>(split.dim); ++k)
+        if (in[k] != 1) {
+          rule.reason = llvm::formatv("its split axis {0} is not the leading "
+                                      "axis of the axes it merges",
+                                      split.dim)
+                            .str();
+          return failure();
+        }
+      size_t target = o0;
+      while (target + 1 < o && out[target] == 1)
+        ++target;
+      if (target >= out.size() || out[target] % (ranks * split.blocks) != 0) {
+        rule.uneven = true;
+        rule.reason =
+            llvm::formatv("output axis {0} of size {1} does not split into "
+                          "{2} x {3} equal pieces",
+                          target, target < out.size() ? out[target] : 0,
+                          split.blocks, ranks)
+                .str();
+        return failure();
+      }
+      rule.results = {TensorSplit::along(target, split.blocks)};
+      return success();
+    }
+    rule.reason = "its shapes do not group";
+    return failure();
+  }
+};
+
+/// Splitting along the split axis into k equal parts hands each part one
+/// block of a k-block split (the fused Q/K/V projection); along any other
+/// axis every part keeps the split.
+struct SplitRule : ShardingRuleOpInterface::ExternalModel<SplitRule, SplitOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    auto splitOp = cast<SplitOp>(op);
+    TensorSplit split = operands[0];
+    rule.operands.assign(operands.begin(), operands.end());
+    if (reachedByPartial(operands, rule))
+      return failure();
+    int64_t parts = op->getNumResults();
+    if (split.dim != static_cast<int64_t>(splitOp.getAxis())) {
+      rule.results.assign(parts, split);
+      return success();
+    }
+    int64_t first = tensorType(op->getResult(0)).getDimSize(split.dim);
+    for (Value result : op->getResults())
+      if (tensorType(result).getDimSize(split.dim) != first ||
+          split.blocks != parts) {
+        rule.reason = llvm::formatv("it cuts its split axis into parts other "
+                                    "than the split's {0} blocks",
+                                    split.blocks)
+                          .str();
+        return failure();
+      }
+    rule.results.assign(parts, TensorSplit::along(split.dim));
+    return success();
+  }
+};
+
+/// Concatenation and slicing along axes other than the split one.
+struct ConcatRule
+    : ShardingRuleOpInterface::ExternalModel<ConcatRule, ConcatOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    int64_t axis = cast<ConcatOp>(op).getAxis();
+    FailureOr<TensorSplit> split = commonSplit(
+        operands, [&](unsigned, int64_t dim) { return dim == axis ? -1 : dim; },
+        rule);
+    if (failed(split))
+      return failure();
+    rule.operands.assign(operands.size(), *split);
+    rule.results = {*split};
+    return success();
+  }
+};
+struct SliceRule : ShardingRuleOpInterface::ExternalModel<SliceRule, SliceOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    ArrayRef<int64_t> in = tensorType(op->getOperand(0)).getShape();
+    ArrayRef<int64_t> out = tensorType(op->getResult(0)).getShape();
+    auto slice = cast<SliceOp>(op);
+    FailureOr<TensorSplit> split = commonSplit(
+        operands,
+        [&](unsigned, int64_t dim) {
+          bool whole = in[dim] == out[dim] && slice.getOffsets()[dim] == 0 &&
+                       slice.getStrides()[dim] == 1;
+          return whole ? dim : -1;
+        },
+        rule);
+    if (failed(split))
+      return failure();
+    rule.operands.assign(operands.begin(), operands.end());
+    rule.results = {*split};
+    return success();
+  }
+};
+
+/// The matrix product [..., M, K] x [..., K, N] (after the transpose flags):
+/// a split batch axis or M (lhs) or N (rhs) passes to the result; K split on
+/// both sides leaves each rank a partial sum. A replicated operand facing a
+/// split of the other is asked to be split alike where that makes the
+/// product local (the pass shards a parameter weight for it).
+struct MatMulRule
+    : ShardingRuleOpInterface::ExternalModel<MatMulRule, MatMulOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    auto matmul = cast<MatMulOp>(op);
+    int64_t lr = tensorType(matmul.getLhs()).getRank();
+    int64_t rr = tensorType(matmul.getRhs()).getRank();
+    int64_t res = tensorType(matmul.getResult()).getRank();
+    if (lr < 2 || rr < 2) {
+      rule.reason = "it has a vector operand";
+      return failure();
+    }
+    TensorSplit lhs = operands[0], rhs = operands[1];
+    if (reachedByPartial(operands, rule))
+      return failure();
+    // The contracted axes (after the transpose flags).
+    int64_t lhsK = matmul.getTransposeLhs() ? lr - 2 : lr - 1;
+    int64_t rhsK = matmul.getTransposeRhs() ? rr - 1 : rr - 2;
+    rule.operands = {lhs, rhs};
+    auto batchOf = [&](int64_t rank, int64_t dim) {
+      return dim < rank - 2 ? dim + (res - rank) : -1;
+    };
+    // The contraction: both sides along K.
+    if ((lhs.isSplit() && lhs.dim == lhsK) ||
+        (rhs.isSplit() && rhs.dim == rhsK)) {
+      TensorSplit k = lhs.isSplit() ? lhs : rhs;
+      if (k.blocks != 1) {
+        rule.reason = "it contracts a blocked split";
+        return failure();
+      }
+      rule.operands = {TensorSplit::along(lhsK), TensorSplit::along(rhsK)};
+      if ((lhs.isSplit() && lhs != rule.operands[0]) ||
+          (rhs.isSplit() && rhs != rule.operands[1])) {
+        rule.reason = "its operands are split along different axes";
+        return failure();
+      }
+      rule.results = {TensorSplit::partialSum()};
+      return success();
+    }
+    // A batch axis on either side.
+    int64_t lb = lhs.isSplit() ? batchOf(lr, lhs.dim) : -1;
+    int64_t rb = rhs.isSplit() ? batchOf(rr, rhs.dim) : -1;
+    if (lb >= 0 || rb >= 0) {
+      int64_t dim = lb >= 0 ? lb : rb;
+      int64_t blocks = lb >= 0 ? lhs.blocks : rhs.blocks;
+      int64_t ranks[2] = {lr, rr};
+      for (auto [i, rank] : llvm::enumerate(ranks)) {
+        int64_t own = dim - (res - rank);
+        Value operand = op->getOperand(i);
+        rule.operands[i] =
+            own < 0 || tensorType(operand).getDimSize(own) == 1
+                ? TensorSplit::replicated()
+                : TensorSplit::along(own, blocks);
+        if (operands[i].isSplit() && operands[i] != rule.operands[i]) {
+          rule.reason = "its operands are split along different axes";
+          return failure();
+        }
+      }
+      rule.results = {TensorSplit::along(dim, blocks)};
+      return success();
+    }
+    if (lhs.isSplit() && rhs.isSplit()) {
+      rule.reason = "both operands are split along non-contracted axes";
+      return failure();
+    }
+    if (lhs.isSplit()) // M
+      rule.results = {TensorSplit::along(res - 2, lhs.blocks)};
+    else if (rhs.isSplit()) // N
+      rule.results = {TensorSplit::along(res - 1, rhs.blocks)};
+    else
+      rule.results = {TensorSplit::replicated()};
+    return success();
+  }
+};
+
+/// Gemm (2-D, optional bias c): as matmul without batch axes; a bias
+/// cannot be added to a partial sum (it would be added on every rank).
+struct GemmRule : ShardingRuleOpInterface::ExternalModel<GemmRule, GemmOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    auto gemm = cast<GemmOp>(op);
+    TensorSplit a = operands[0], b = operands[1];
+    if (reachedByPartial(operands, rule))
+      return failure();
+    if (gemm.getC() && operands[2].isSplit()) {
+      rule.reason = "its bias is split";
+      return failure();
+    }
+    int64_t aK = gemm.getTransposeA() ? 0 : 1;
+    int64_t bK = gemm.getTransposeB() ? 1 : 0;
+    rule.operands.assign(operands.begin(), operands.end());
+    if ((a.isSplit() && a.dim == aK) || (b.isSplit() && b.dim == bK)) {
+      TensorSplit k = a.isSplit() ? a : b;
+      rule.operands[0] = TensorSplit::along(aK);
+      rule.operands[1] = TensorSplit::along(bK);
+      if (k.blocks != 1 || (a.isSplit() && a != rule.operands[0]) ||
+          (b.isSplit() && b != rule.operands[1])) {
+        rule.reason = "its operands are split along different axes";
+        return failure();
+      }
+      if (gemm.getC()) {
+        rule.reason = "it adds its bias to a partial sum";
+        return failure();
+      }
+      rule.results = {TensorSplit::partialSum()};
+      return success();
+    }
+    if (a.isSplit() && b.isSplit()) {
+      rule.reason = "both operands are split along non-contracted axes";
+      return failure();
+    }
+    TensorSplit result = a.isSplit() ? TensorSplit::along(0, a.blocks)
+                         : b.isSplit() ? TensorSplit::along(1, b.blocks)
+                                       : TensorSplit::replicated();
+    rule.results = {result};
+    // The bias broadcasts against the result: split alike where it is not
+    // broadcast along the split axis.
+    if (Value c = gemm.getC(); c && result.isSplit()) {
+      auto type = tensorType(c);
+      int64_t dim = result.dim - (2 - type.getRank());
+      if (dim >= 0 && type.getDimSize(dim) != 1)
+        rule.operands[2] = TensorSplit::along(dim, result.blocks);
+    }
+    return success();
+  }
+};
+
+/// Dropout draws a mask per element: it runs on pieces as on the whole
+/// (which masks each rank draws is the runtime's business).
+struct DropoutRule
+    : ShardingRuleOpInterface::ExternalModel<DropoutRule, DropoutOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    return independentRule(
+        op, operands, [](int64_t) { return false; }, "drops", rule);
+  }
+};
+
+/// Broadcasting to more leading axes keeps a split of a non-unit axis.
+struct BroadcastToRule
+    : ShardingRuleOpInterface::ExternalModel<BroadcastToRule, BroadcastToOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    auto in = tensorType(op->getOperand(0));
+    auto out = tensorType(op->getResult(0));
+    FailureOr<TensorSplit> split = commonSplit(
+        operands,
+        [&](unsigned, int64_t dim) {
+          int64_t to = dim + out.getRank() - in.getRank();
+          return in.getDimSize(dim) == out.getDimSize(to) ? to : -1;
+        },
+        rule);
+    if (failed(split))
+      return failure();
+    rule.operands.assign(operands.begin(), operands.end());
+    rule.results = {*split};
+    return success();
+  }
+};
+
+/// Reductions over other axes keep the split (shifted when the reduced
+/// axes are dropped); a sum over the split axis is a partial sum.
+template <typename Op>
+struct ReduceRule : ShardingRuleOpInterface::ExternalModel<ReduceRule<Op>, Op> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    auto reduce = cast<Op>(op);
+    ArrayRef<int64_t> axes = reduce.getAxes();
+    TensorSplit split = operands[0];
+    rule.operands.assign(operands.begin(), operands.end());
+    if (reachedByPartial(operands, rule))
+      return failure();
+    if (!split.isSplit()) {
+      rule.results = {split};
+      return success();
+    }
+    if (llvm::is_contained(axes, split.dim)) {
+      if constexpr (std::is_same_v<Op, ReduceSumOp>) {
+        rule.results = {TensorSplit::partialSum()};
+        return success();
+      }
+      rule.reason = "it reduces along its split axis";
+      return failure();
+    }
+    int64_t dim = split.dim;
+    if (!reduce.getKeepdims())
+      dim -= llvm::count_if(axes, [&](int64_t a) { return a < split.dim; });
+    rule.results = {TensorSplit::along(dim, split.blocks)};
+    return success();
+  }
+};
+
+template <typename... Ops> void attachElementwise(MLIRContext &context) {
+  (Ops::template attachInterface<ElementwiseRule<Ops>>(context), ...);
+}
+
+} // namespace
+
+void dsopt::ds::attachShardingRules(MLIRContext &context) {
+  attachElementwise<SqrtOp, ReciprocalOp, ExpOp, LogOp, TanhOp, ErfOp,
+                    SigmoidOp, NegOp, ReluOp, LeakyReluOp, GeluOp, SoftplusOp,
+                    EluOp, CeluOp, SinOp, CosOp, FloorOp, CeilOp, RoundOp,
+                    NotOp, AddOp, SubOp, MulOp, DivOp, PowOp, ModOp,
+                    CompareOp, WhereOp, CastOp, TpCopyOp>(context);
+  SoftmaxOp::attachInterface<SoftmaxRule<SoftmaxOp>>(context);
+  LogSoftmaxOp::attachInterface<SoftmaxRule<LogSoftmaxOp>>(context);
+  LayerNormOp::attachInterface<LayerNormRule>(context);
+  TransposeOp::attachInterface<TransposeRule>(context);
+  ReshapeOp::attachInterface<ReshapeRule>(context);
+  SplitOp::attachInterface<SplitRule>(context);
+  ConcatOp::attachInterface<ConcatRule>(context);
+  SliceOp::attachInterface<SliceRule>(context);
+  MatMulOp::attachInterface<MatMulRule>(context);
+  GemmOp::attachInterface<GemmRule>(context);
+  DropoutOp::attachInterface<DropoutRule>(context);
+  BroadcastToOp::attachInterface<BroadcastToRule>(context);
+  ReduceSumOp::attachInterface<ReduceRule<ReduceSumOp>>(context);
+  ReduceMeanOp::attachInterface<ReduceRule<ReduceMeanOp>>(context);
+  ReduceMaxOp::attachInterface<ReduceRule<ReduceMaxOp>>(context);
+  ReduceProdOp::attachInterface<ReduceRule<ReduceProdOp>>(context);
+}

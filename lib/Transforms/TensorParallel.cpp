@@ -1,0 +1,438 @@
+//===- TensorParallel.cpp - Megatron's layout from the ops' sharding rules ===//
+//
+// Makes the forward @main the program of one of N tensor-parallel ranks,
+// before ds-autodiff differentiates it. The layout is found, not named:
+//
+//  1. A group of matmuls reading the same replicated activation x, each
+//     with a 2-D parameter as its other operand, is a column-parallel
+//     candidate: each parameter is split along the axis that splits the
+//     product's output (the first its rule accepts without splitting x).
+//  2. The split is carried forward op by op through the ops' sharding rules
+//     (ShardingRuleOpInterface). A rule may ask for a replicated operand to
+//     be split alike: allowed for a parameter (a bias, the row-parallel
+//     weight), refused for an activation or a constant. A matmul that
+//     contracts the split gives a partial sum: the region's exit, completed
+//     by one shard.all_reduce over tp (Megatron's g).
+//  3. The region holds when every split value ends in such a partial sum,
+//     no split value is returned, and every use of a split parameter lies in
+//     it. Then x enters through ds.tp_copy (Megatron's f: identity; its
+//     derivative is the backward's all-reduce), sharded parameters take
+//     their shard's type and #ds.tp_split, and every split value its
+//     rank-local type.
+//
+// A fused projection whose output is cut into k equal parts (Q, K, V) is
+// split in k blocks, so that each part is split evenly. A failed region is
+// replicated with a warning; one that fails only because the ranks do not
+// divide a size (heads, widths) is an error naming the op and the sizes.
+//
+// Running before autodiff keeps the backward Megatron's by construction:
+// the derivative of g is the identity and that of f the all-reduce, so
+// exactly one all-reduce per column/row pair runs each way, and gradients,
+// optimizer states and ZeRO's partitions of split parameters are shards
+// without any later pass knowing about tensor parallelism.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dsopt/Transforms/Passes.h"
+
+#include "ds/IR/DsDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace dsopt {
+#define GEN_PASS_DEF_DSTENSORPARALLEL
+#include "dsopt/Transforms/Passes.h.inc"
+} // namespace dsopt
+
+using namespace mlir;
+using namespace dsopt;
+
+namespace {
+
+constexpr StringLiteral kGrid = "grid";
+
+RankedTensorType tensorType(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+/// The op as messages name it: its name and ONNX node, if it has one.
+std::string describe(Operation *op) {
+  std::string node = ds::getNodeName(op->getLoc());
+  std::string name = op->getName().getStringRef().str();
+  return node.empty() ? name : name + " (node '" + node + "')";
+}
+
+/// A tentative tensor-parallel region: the layout of every value it splits.
+struct Region {
+  llvm::DenseMap<Value, ds::TensorSplit> splits;
+  llvm::SetVector<Operation *> ops;
+  llvm::SetVector<BlockArgument> params;
+  llvm::SetVector<Value> entries;  // replicated activations entering (f)
+  llvm::SetVector<Value> partials; // partial sums leaving (g)
+  // Why it failed.
+  Operation *failedAt = nullptr;
+  std::string reason;
+  bool uneven = false;
+};
+
+class TensorParallel
+    : public dsopt::impl::DsTensorParallelBase<TensorParallel> {
+public:
+  using DsTensorParallelBase::DsTensorParallelBase;
+  void runOnOperation() override;
+
+private:
+  ds::TensorSplit splitOf(const Region &region, Value value) const {
+    auto it = region.splits.find(value);
+    if (it != region.splits.end())
+      return it->second;
+    auto done = committed.find(value);
+    return done == committed.end() ? ds::TensorSplit::replicated()
+                                   : done->second;
+  }
+  bool isParam(Value value) const {
+    auto arg = dyn_cast<BlockArgument>(value);
+    return arg && main.getArgAttr(arg.getArgNumber(),
+                                  ds::DsDialect::kParamAttrName);
+  }
+  bool fail(Region &region, Operation *op, StringRef why, bool uneven = false) {
+    region.failedAt = op;
+    region.reason = why.str();
+    region.uneven = uneven;
+    return false;
+  }
+  struct Seed {
+    SmallVector<ds::TensorSplit> given;
+    ds::ShardingRule rule;
+  };
+  std::optional<Seed> seedOf(Region &region, Operation *op,
+                             BlockArgument weight, int64_t blocks);
+  bool grow(Region &region, ArrayRef<std::pair<Operation *, BlockArgument>> group,
+            int64_t blocks);
+  bool apply(Region &region, Operation *op, ArrayRef<ds::TensorSplit> given,
+             const ds::ShardingRule &rule);
+  void commit(Region &region);
+  std::string paramName(BlockArgument arg) const {
+    auto param = main.getArgAttrOfType<ds::ParamAttr>(
+        arg.getArgNumber(), ds::DsDialect::kParamAttrName);
+    return param ? param.getName().str() : "";
+  }
+
+  mutable func::FuncOp main;
+  llvm::DenseMap<Value, ds::TensorSplit> committed;
+  llvm::DenseSet<Operation *> committedOps;
+  llvm::DenseSet<Value> decided;
+  SmallVector<Region> regions;
+};
+
+/// Records the rule's layouts for `op`: parameters it asks to split are
+/// split, replicated activations it reads next to split ones enter the
+/// region, partial results leave it.
+bool TensorParallel::apply(Region &region, Operation *op,
+                           ArrayRef<ds::TensorSplit> given,
+                           const ds::ShardingRule &rule) {
+  bool splitsSomething = llvm::any_of(rule.results, [](ds::TensorSplit s) {
+    return !s.isReplicated();
+  });
+  // Every piece is the same size: widths the ranks do not divide are the
+  // user's to fix (or to leave replicated).
+  auto uneven = [&](Value value, ds::TensorSplit split) {
+    if (!split.isSplit())
+      return false;
+    int64_t extent = tensorType(value).getDimSize(split.dim);
+    if (extent % (split.blocks * size) == 0)
+      return false;
+    fail(region, op,
+         llvm::formatv("axis {0} of size {1} of {2} does not split into {3} "
+                       "x {4} equal pieces",
+                       split.dim, extent,
+                       isParam(value) ? "parameter '" +
+                                            paramName(cast<BlockArgument>(
+                                                value)) +
+                                            "'"
+                                      : std::string("its result"),
+                       split.blocks, static_cast<int64_t>(size))
+             .str(),
+         /*uneven=*/true);
+    return true;
+  };
+  for (auto [operand, want] : llvm::zip(op->getOperands(), rule.operands))
+    if (uneven(operand, want))
+      return false;
+  for (auto [result, split] : llvm::zip(op->getResults(), rule.results))
+    if (uneven(result, split))
+      return false;
+  for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+    ds::TensorSplit want = rule.operands[i];
+    if (given[i] == want) {
+      // A whole value read beside split ones gets a gradient summed over
+      // this rank's piece only: f completes it (an activation; also a
+      // parameter broadcast along the split axis).
+      if (want.isReplicated() && splitsSomething &&
+          !operand.getDefiningOp<ds::ConstantOp>())
+        region.entries.insert(operand);
+      continue;
+    }
+    if (!given[i].isReplicated())
+      return fail(region, op, "its operands' splits do not match");
+    if (!isParam(operand) || decided.contains(operand))
+      return fail(region, op,
+                  operand.getDefiningOp<ds::ConstantOp>()
+                      ? "a constant operand would have to be split"
+                      : "a replicated activation would have to be split");
+    region.splits[operand] = want;
+    region.params.insert(cast<BlockArgument>(operand));
+  }
+  for (auto [result, split] : llvm::zip(op->getResults(), rule.results)) {
+    if (split.partial)
+      region.partials.insert(result);
+    else if (split.isSplit())
+      region.splits[result] = split;
+  }
+  region.ops.insert(op);
+  return true;
+}
+
+/// The split of `weight` that makes `op` a column-parallel product: its
+/// result split, its other operands as they are.
+std::optional<TensorParallel::Seed>
+TensorParallel::seedOf(Region &region, Operation *op, BlockArgument weight,
+                       int64_t blocks) {
+  auto rule = dyn_cast<ds::ShardingRuleOpInterface>(op);
+  if (!rule)
+    return std::nullopt;
+  for (int64_t dim = 0; dim < tensorType(weight).getRank(); ++dim) {
+    Seed seed;
+    for (Value operand : op->getOperands())
+      seed.given.push_back(operand == weight
+                               ? ds::TensorSplit::along(dim, blocks)
+                               : splitOf(region, operand));
+    if (failed(rule.getShardingRule(seed.given, size, seed.rule))) {
+      if (seed.rule.uneven) {
+        fail(region, op, seed.rule.reason, true);
+        return std::nullopt;
+      }
+      continue;
+    }
+    // Only parameters (a bias) may be asked to split alike: the activation
+    // the product reads stays whole.
+    bool local = true;
+    for (auto [operand, given, want] :
+         llvm::zip(op->getOperands(), seed.given, seed.rule.operands))
+      local &= given == want || (given.isReplicated() && isParam(operand) &&
+                                 !decided.contains(operand));
+    if (local && llvm::all_of(seed.rule.results,
+                              [](ds::TensorSplit s) { return s.isSplit(); }))
+      return seed;
+  }
+  return std::nullopt;
+}
+
+bool TensorParallel::grow(
+    Region &region, ArrayRef<std::pair<Operation *, BlockArgument>> group,
+    int64_t blocks) {
+  // The column-parallel seeds.
+  for (auto [op, weight] : group) {
+    if (!isa<ds::ShardingRuleOpInterface>(op))
+      return fail(region, op, "it has no sharding rule");
+    std::optional<Seed> seed = seedOf(region, op, weight, blocks);
+    if (!seed)
+      return region.failedAt ? false
+                             : fail(region, op,
+                                    "no split of its weight leaves the "
+                                    "product rank-local");
+    region.splits[weight] = seed->given[llvm::find(op->getOperands(), weight) -
+                                        op->operand_begin()];
+    region.params.insert(weight);
+    if (!apply(region, op, seed->given, seed->rule))
+      return false;
+  }
+  // Carry the splits forward.
+  Block &body = main.getBody().front();
+  for (Operation &op : llvm::make_range(
+           std::next(Block::iterator(group.front().first)), body.end())) {
+    if (region.ops.contains(&op) || committedOps.contains(&op))
+      continue;
+    SmallVector<ds::TensorSplit> given;
+    bool touched = false;
+    for (Value operand : op.getOperands()) {
+      given.push_back(splitOf(region, operand));
+      touched |= region.splits.count(operand) != 0;
+    }
+    if (!touched)
+      continue;
+    if (isa<func::ReturnOp>(op))
+      return fail(region, &op, "a split value is a result of the function");
+    auto rule = dyn_cast<ds::ShardingRuleOpInterface>(op);
+    if (!rule)
+      return fail(region, &op, "it has no sharding rule");
+    ds::ShardingRule answer;
+    if (failed(rule.getShardingRule(given, size, answer)))
+      return fail(region, &op, answer.reason, answer.uneven);
+    if (!apply(region, &op, given, answer))
+      return false;
+  }
+  if (region.partials.empty())
+    return fail(region, group.front().first,
+                "its split never meets a row-parallel product");
+  for (BlockArgument param : region.params)
+    for (Operation *user : param.getUsers())
+      if (!region.ops.contains(user))
+        return fail(region, user,
+                    "it uses split parameter '" + paramName(param) +
+                        "' outside the region");
+  return true;
+}
+
+void TensorParallel::commit(Region &region) {
+  for (auto &[value, split] : region.splits)
+    committed[value] = split;
+  for (Operation *op : region.ops)
+    committedOps.insert(op);
+  regions.push_back(std::move(region));
+}
+
+void TensorParallel::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (size < 1 || dp < 1) {
+    module.emitError() << "ds-tensor-parallel: size and dp must be at least 1";
+    return signalPassFailure();
+  }
+  if (size == 1)
+    return;
+  main = module.lookupSymbol<func::FuncOp>("main");
+  if (!main || module.lookupSymbol("main_grad") ||
+      module.lookupSymbol("micro_step") || module.lookupSymbol(kGrid)) {
+    module.emitError() << "ds-tensor-parallel runs on the imported forward "
+                          "@main, before ds-autodiff and without a grid";
+    return signalPassFailure();
+  }
+  Block &body = main.getBody().front();
+  auto weightOperand = [&](Operation &op) -> BlockArgument {
+    for (Value operand : op.getOperands())
+      if (isParam(operand) && tensorType(operand).getRank() == 2 &&
+          !decided.contains(operand))
+        return cast<BlockArgument>(operand);
+    return nullptr;
+  };
+  for (Operation &op : body) {
+    BlockArgument weight = weightOperand(op);
+    if (!weight || committedOps.contains(&op))
+      continue;
+    // The activation the product reads, and every product of it with a
+    // parameter.
+    Value input;
+    for (Value operand : op.getOperands())
+      if (!input && !isParam(operand) &&
+          !operand.getDefiningOp<ds::ConstantOp>())
+        input = operand;
+    SmallVector<std::pair<Operation *, BlockArgument>> group;
+    if (input && !committed.count(input)) {
+      for (Operation *user : input.getUsers())
+        if (BlockArgument w = weightOperand(*user))
+          if (w != input && !committedOps.contains(user) &&
+              llvm::none_of(group, [&](auto &g) { return g.first == user; }))
+            group.push_back({user, w});
+    } else {
+      group.push_back({&op, weight});
+    }
+    // Only products a split weight makes column-parallel are candidates
+    // (a parameter added to an activation is not); an op without a rule
+    // stays, for the warning.
+    llvm::erase_if(group, [&](auto &g) {
+      Region probe;
+      return isa<ds::ShardingRuleOpInterface>(g.first) &&
+             !seedOf(probe, g.first, g.second, 1) && !probe.uneven;
+    });
+    if (group.empty())
+      continue;
+    llvm::sort(group, [](auto &a, auto &b) {
+      return a.first->isBeforeInBlock(b.first);
+    });
+    Region region;
+    bool ok = grow(region, group, 1);
+    // A split into k equal parts asks for a k-block split.
+    if (!ok && !region.uneven && isa_and_nonnull<ds::SplitOp>(region.failedAt)) {
+      int64_t blocks = region.failedAt->getNumResults();
+      region = Region();
+      ok = grow(region, group, blocks);
+    }
+    for (auto &[user, w] : group)
+      decided.insert(w);
+    if (ok) {
+      for (BlockArgument param : region.params)
+        decided.insert(param);
+      commit(region);
+      continue;
+    }
+    std::string names;
+    for (auto &[user, w] : group)
+      names += (names.empty() ? "'" : ", '") + paramName(w) + "'";
+    if (region.uneven) {
+      region.failedAt->emitError()
+          << "ds-tensor-parallel: cannot split " << describe(region.failedAt)
+          << " over " << static_cast<int64_t>(size)
+          << " tp ranks: " << region.reason << " (the layer of parameter"
+          << (group.size() > 1 ? "s " : " ") << names << ")";
+      return signalPassFailure();
+    }
+    region.failedAt->emitWarning()
+        << "ds-tensor-parallel: parameter" << (group.size() > 1 ? "s " : " ")
+        << names << " stay" << (group.size() > 1 ? "" : "s")
+        << " replicated: " << describe(region.failedAt) << ": "
+        << region.reason;
+  }
+
+  // Rewrite: the grid, shard types, f and g.
+  OpBuilder b(module.getContext());
+  Operation *grid =
+      ds::buildDeviceGrid(b, module, {{ds::GridAxis::dp, dp},
+                                      {ds::GridAxis::tp, size}});
+  int16_t tpAxis = static_cast<int16_t>(
+      *ds::getDeviceGridAxis(grid, ds::GridAxis::tp));
+  auto localType = [&](Value value, ds::TensorSplit split) {
+    RankedTensorType type = tensorType(value);
+    SmallVector<int64_t> shape(type.getShape());
+    shape[split.dim] /= size;
+    return type.clone(shape);
+  };
+  for (Region &region : regions) {
+    for (BlockArgument param : region.params) {
+      ds::TensorSplit split = region.splits[param];
+      main.setArgAttr(param.getArgNumber(), ds::DsDialect::kTpSplitAttrName,
+                      ds::TensorSplitAttr::get(module.getContext(), split.dim,
+                                               split.blocks, size));
+    }
+    for (auto &[value, split] : region.splits)
+      value.setType(localType(value, split));
+    for (Value entry : region.entries) {
+      if (auto arg = dyn_cast<BlockArgument>(entry))
+        b.setInsertionPointToStart(&body);
+      else
+        b.setInsertionPointAfter(entry.getDefiningOp());
+      Value copy = ds::TpCopyOp::create(b, entry.getLoc(), entry.getType(),
+                                        entry, kGrid, tpAxis);
+      entry.replaceUsesWithIf(copy, [&](OpOperand &use) {
+        return region.ops.contains(use.getOwner());
+      });
+    }
+    for (Value partial : region.partials) {
+      b.setInsertionPointAfterValue(partial);
+      auto reduce = shard::AllReduceOp::create(
+          b, partial.getLoc(), partial.getType(), kGrid, {tpAxis}, partial,
+          shard::ReductionKind::Sum);
+      partial.replaceAllUsesExcept(reduce, reduce);
+    }
+  }
+  main.setFunctionType(FunctionType::get(module.getContext(),
+                                         body.getArgumentTypes(),
+                                         main.getResultTypes()));
+}
+
+} // namespace
