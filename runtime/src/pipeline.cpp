@@ -12,6 +12,7 @@
 #include "dsrt/program.h"
 #include "pipeline_executor.h"
 #include "pipeline_plan.h"
+#include "health.h"
 #include "runner.h"
 #include "train_common.h"
 
@@ -270,6 +271,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   // with them, not with skipped steps.
   int64_t applied = position.applied, skipped = position.skipped;
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
+    health::set_step(step);
     // The step's times count from a barrier all ranks leave together.
     exchange.barrier();
     const double start = now_us();

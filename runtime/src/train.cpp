@@ -3,6 +3,7 @@
 #include "dsrt/backend.h"
 #include "dsrt/comm.h"
 #include "dsrt/program.h"
+#include "health.h"
 #include "runner.h"
 #include "train_common.h"
 
@@ -179,6 +180,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   // with them, not with skipped steps.
   int64_t applied = position.applied, skipped = position.skipped;
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
+    health::set_step(step);
     double start = now_us();
     const int64_t batch = (step - 1) % batch_count(data);
     const double lr = scheduled_lr(train, applied + 1);

@@ -4,6 +4,8 @@
 // train_data.cpp and train_exchange.cpp.
 #include "train_common.h"
 
+#include "health.h"
+
 #include "dsrt/backend.h"
 
 #include <algorithm>
@@ -20,6 +22,7 @@ namespace runner {
 //===--- running -----------------------------------------------------------------===//
 
 void run_function(Program &program, RunFn run, int index) {
+  health::set_phase(program.info->functions[static_cast<size_t>(index)].name);
   program.outputs.clear();
   if (program.tracer) program.tracer->set_function(index);
   run_to_completion(program, run);

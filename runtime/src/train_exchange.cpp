@@ -2,6 +2,8 @@
 // errors, step reports, the summary) and their traffic tally (train_common.h).
 #include "train_common.h"
 
+#include "health.h"
+
 #include "dsrt/backend.h"
 
 #include <algorithm>
@@ -54,6 +56,7 @@ CommTally CommTally::operator-(const CommTally &o) const {
 }
 
 int run_reporting_errors(const std::function<int()> &body) {
+  health::install_stop_handlers();
   try {
     return body();
   } catch (const ReportedFailure &) {
