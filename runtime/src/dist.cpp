@@ -460,12 +460,8 @@ Grid::Grid(std::vector<std::string> names, std::vector<int64_t> sizes, Communica
     owned_.push_back(Communicator::split(world, color, static_cast<int>(coordinate)));
     comms_.push_back(owned_.back().get());
   }
-  // What this rank's heartbeat and failure messages call it.
-  std::string coordinates;
-  for (int64_t a = 0; a < axis_count(); ++a)
-    coordinates += (a ? ", " : "") + names_[static_cast<size_t>(a)] + "=" +
-                   std::to_string(comms_[static_cast<size_t>(a)]->rank());
-  health::set_identity("world rank " + std::to_string(rank) + " (" + coordinates + ")");
+  // What the heartbeat and the failure messages call this rank and others.
+  health::set_layout(names_, sizes_, rank);
 }
 
 Grid::~Grid() = default;

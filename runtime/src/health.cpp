@@ -65,6 +65,11 @@ Text &operation_text() {
   static Text t;
   return t;
 }
+Text &failure_text() {
+  static Text t;
+  return t;
+}
+std::atomic<bool> has_failed{false};
 
 std::atomic<AbortFn> job_abort{nullptr};
 // Set once abort_job runs: the launcher's SIGTERM that follows is no news.
@@ -98,7 +103,9 @@ void remove_stop_files() {
 
 extern "C" void on_stop_signal(int signal) {
   // Async-signal-safe only: fixed buffers, write(2), unlink(2), _exit(2).
-  if (aborting.load()) {
+  // After an abort, or after this rank failed and said so, the launcher's
+  // SIGTERM is no news.
+  if (aborting.load() || has_failed.load()) {
     remove_stop_files();
     _exit(1);
   }
@@ -124,6 +131,46 @@ extern "C" void on_stop_signal(int signal) {
 
 void set_identity(const std::string &text) { identity_text().set(text); }
 std::string identity() { return identity_text().get(); }
+namespace {
+struct Layout {
+  std::mutex mutex;
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+};
+Layout &layout() {
+  static Layout l;
+  return l;
+}
+}  // namespace
+
+void set_layout(const std::vector<std::string> &names, const std::vector<int64_t> &sizes,
+                int world_rank) {
+  {
+    Layout &l = layout();
+    std::lock_guard<std::mutex> lock(l.mutex);
+    l.names = names;
+    l.sizes = sizes;
+  }
+  set_identity(identity_of(world_rank));
+}
+
+std::string identity_of(int world_rank) {
+  std::string s = "world rank " + std::to_string(world_rank);
+  Layout &l = layout();
+  std::lock_guard<std::mutex> lock(l.mutex);
+  if (l.names.empty()) return s;
+  std::string coordinates;
+  int64_t stride = 1;
+  std::vector<int64_t> coordinate(l.sizes.size());
+  for (size_t a = l.sizes.size(); a-- > 0;) {
+    coordinate[a] = (world_rank / stride) % std::max<int64_t>(1, l.sizes[a]);
+    stride *= std::max<int64_t>(1, l.sizes[a]);
+  }
+  for (size_t a = 0; a < l.names.size(); ++a)
+    coordinates += (a ? ", " : "") + l.names[a] + "=" + std::to_string(coordinate[a]);
+  return s + " (" + coordinates + ")";
+}
+
 void set_step(int64_t step) { current_step.store(step); }
 void set_phase(const std::string &text) {
   const int64_t step = current_step.load();
@@ -143,6 +190,17 @@ void snapshot(char *identity_out, char *phase_out, char *operation_out) {
   identity_text().read(identity_out);
   phase_text().read(phase_out);
   operation_text().read(operation_out);
+}
+
+void set_failed(const std::string &why) {
+  failure_text().set(why.empty() ? "failed" : why);
+  has_failed.store(true);
+}
+
+bool failure(char *out) {
+  if (!has_failed.load()) return false;
+  failure_text().read(out);
+  return true;
 }
 
 void set_job_abort(AbortFn abort) { job_abort.store(abort); }

@@ -11,17 +11,24 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dsrt {
 namespace health {
 
 // Longest text a rank reports about itself (identity, phase, operation);
 // longer ones are cut.
-constexpr size_t kTextBytes = 120;
+constexpr size_t kTextBytes = 256;
 
 // "world rank 3 (pp=1, dp=1)": set when the world, then a grid, is made.
 void set_identity(const std::string &text);
 std::string identity();
+// The grid's axes (names and sizes, the last axis fastest): sets this
+// rank's identity, and lets identity_of name any rank of the job.
+void set_layout(const std::vector<std::string> &names, const std::vector<int64_t> &sizes,
+                int world_rank);
+// "world rank 3 (pp=1, dp=1)" for any rank ("world rank 3" before a grid).
+std::string identity_of(int world_rank);
 // What the rank's main thread does: "step 4: micro_step", "step 6: saving
 // checkpoint step_6". The runners set the step (0: before the first) and
 // the phase within it, which is prefixed with "step N: ".
@@ -38,6 +45,12 @@ std::string activity();
 // Copies the three texts into `out` (kTextBytes each, NUL-terminated),
 // without allocating: for the heartbeat's payload.
 void snapshot(char *identity_out, char *phase_out, char *operation_out);
+
+// This rank failed (the runner caught `why`): its heartbeat's goodbye
+// says so, and the other ranks stop the job unless they are leaving too.
+void set_failed(const std::string &why);
+// Copies the failure into `out` (kTextBytes); false when there is none.
+bool failure(char *out);
 
 // How the job is stopped after a failure that leaves it unable to go on (a
 // peer that died or hangs, a transport error): the transport that can stop

@@ -4,7 +4,7 @@
 // header every operation starts with, and the polled MPI requests.
 //
 // Threading: communication threads (one detail::Worker per communicator)
-// make the MPI calls, apart from MPI_Init_thread / MPI_Comm_dup when the
+// and the world's heartbeat thread make the MPI calls, apart from MPI_Init_thread / MPI_Comm_dup when the
 // world is created and MPI_Comm_free / MPI_Finalize when a communicator is
 // destroyed. Every MPI call holds one process-wide mutex (mpi_mutex), so
 // that the threads of several communicators (the world and the ones split
@@ -192,23 +192,22 @@ private:
   using Clock = std::chrono::steady_clock;
   struct Message {
     uint32_t magic = 0;
-    uint8_t bye = 0;
+    uint8_t bye = 0, failed = 0;  // failed: a goodbye after an error
     uint64_t seq = 0;
-    char identity[health::kTextBytes] = {}, phase[health::kTextBytes] = {},
-         operation[health::kTextBytes] = {};
+    char phase[health::kTextBytes] = {}, operation[health::kTextBytes] = {};
   };
   struct Peer {
     MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
     Message in, out, last;
-    Clock::time_point last_heard;
-    bool bye = false, bye_sent = false;
+    Clock::time_point last_heard, failed_at;
+    bool bye = false, bye_sent = false, failed = false;
   };
   void loop();
   void fill(Message &m, bool bye);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_, size_;
-  double timeout_s_, interval_s_;
+  double timeout_s_, interval_s_, failed_grace_s_;
   std::vector<Peer> peers_;
   uint64_t sent_ = 0;
   mutable std::mutex reports_mutex_;  // peers_[*].last

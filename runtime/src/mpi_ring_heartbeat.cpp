@@ -46,14 +46,15 @@ std::string describe_world_rank(int world_rank) {
 #ifdef DSRT_HAVE_MPI
   if (Heartbeat *h = world_heartbeat().load()) return h->describe(world_rank);
 #endif
-  return "world rank " + std::to_string(world_rank);
+  return health::identity_of(world_rank);
 }
 
 #ifdef DSRT_HAVE_MPI
 
 Heartbeat::Heartbeat(MPI_Comm world, int rank, int size, double timeout_s)
     : rank_(rank), size_(size), timeout_s_(timeout_s),
-      interval_s_(std::min(1.0, std::max(0.02, timeout_s / 10))), peers_(size) {
+      interval_s_(std::min(1.0, std::max(0.02, timeout_s / 10))),
+      failed_grace_s_(std::min(5.0, timeout_s / 2)), peers_(size) {
   MPI_Comm_dup(world, &comm_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   const auto now = Clock::now();
@@ -89,13 +90,12 @@ std::string Heartbeat::describe(int world_rank) const {
 }
 
 void Heartbeat::report(int world_rank, std::string &who, std::string &what) const {
-  who = "world rank " + std::to_string(world_rank);
+  who = health::identity_of(world_rank);
   what.clear();
   if (world_rank < 0 || world_rank >= size_) return;
   std::lock_guard<std::mutex> lock(reports_mutex_);
   const Message &m = peers_[static_cast<size_t>(world_rank)].last;
   if (m.magic != kHeartbeatMagic) return;
-  if (m.identity[0]) who = m.identity;
   what = m.phase;
   if (m.operation[0]) what += std::string(what.empty() ? "in " : "; in ") + m.operation;
 }
@@ -104,7 +104,10 @@ void Heartbeat::fill(Message &m, bool bye) {
   m.magic = kHeartbeatMagic;
   m.bye = bye ? 1 : 0;
   m.seq = ++sent_;
-  health::snapshot(m.identity, m.phase, m.operation);
+  char identity[health::kTextBytes];  // peers know it from the layout
+  health::snapshot(identity, m.phase, m.operation);
+  // A failed rank's goodbye carries its error in place of the operation.
+  m.failed = bye && health::failure(m.operation) ? 1 : 0;
 }
 
 void Heartbeat::loop() {
@@ -138,6 +141,10 @@ void Heartbeat::loop() {
             }
             peer.last_heard = now;
             peer.bye = peer.in.bye != 0;
+            if (peer.bye && peer.in.failed) {
+              peer.failed = true;
+              peer.failed_at = now;
+            }
             if (!peer.bye)
               MPI_Irecv(&peer.in, sizeof(Message), MPI_BYTE, p, kTagHeartbeat, comm_, &peer.recv);
           }
@@ -177,6 +184,16 @@ void Heartbeat::loop() {
                           (what.empty() ? std::string() : "; it last reported " + what) +
                           " (noticed by " + health::identity() + "); stopping the job");
       }
+    }
+    // A rank that left after an error while this one goes on: the job
+    // cannot finish (its collectives would wait for that rank). A grace
+    // period lets a rank that failed the same operation leave by itself.
+    for (int p = 0; p < size_ && !stopping; ++p) {
+      const Peer &peer = peers_[p];
+      if (p == rank_ || !peer.failed) continue;
+      if (std::chrono::duration<double>(now - peer.failed_at).count() < failed_grace_s_) continue;
+      health::abort_job("dsrt: " + health::identity_of(p) + " failed: " + peer.last.operation +
+                        " (noticed by " + health::identity() + ", still running); stopping the job");
     }
     // Leaving: after every peer left too (a peer still working keeps
     // beating, and one that dies is caught above), so that MPI_Finalize

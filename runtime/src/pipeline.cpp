@@ -291,7 +291,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       executor.sum_tied();
       found = find_nonfinite(program, losses.data(), k);
     } catch (const std::exception &error) {
-      step_error = error.what();
+      step_error = step_context(options, step, batch, -1) + error.what();
       found = kStepFailed;
       // The peers wait for this rank's transfers: issue them (the step's
       // results are lost anyway), so that every rank reaches the verdict.
@@ -299,7 +299,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     }
     // Every rank updates, or none does: a failure or a non-finite value on
     // any rank is known everywhere before optimizer_step's collectives.
-    const StepVerdict verdict = agree_on_step(exchange, found);
+    const StepVerdict verdict = agree_on_step(exchange, found, step_error);
     if (settle_step(program, verdict, options, rank, step, step_error, skip)) {
       try {
         grad_norm = run_optimizer_step(program, functions.functions[optimizer_index], lr,

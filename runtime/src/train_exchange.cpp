@@ -60,9 +60,11 @@ int run_reporting_errors(const std::function<int()> &body) {
   try {
     return body();
   } catch (const ReportedFailure &) {
+    health::set_failed("failed (see its message)");
     return 1;
   } catch (const std::exception &error) {
     fprintf(stderr, "error: %s\n", error.what());
+    health::set_failed(error.what());
     return 1;
   }
 }
