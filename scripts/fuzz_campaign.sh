@@ -1,7 +1,7 @@
 #!/bin/sh
 # The long in-process fuzzing campaigns (docs/bad-input.md, "In-process
 # fuzzing"): each libFuzzer target (the .npy and checkpoint readers, the
-# DeepSpeed config parser) runs RUNS
+# DeepSpeed config parser, the ONNX importer) runs RUNS
 # executions (default 1,000,000) from a seed corpus made here, under ASan
 # and UBSan, with leak detection; a crash, sanitizer report, leak, timeout
 # or out-of-memory stops it with a reproducer (crash-*, leak-*, ...) in
@@ -18,7 +18,7 @@ runs=${3:-1000000}
 src=$(cd "$(dirname "$0")/.." && pwd)
 python=${DSOPT_PYTHON:-/usr/bin/python3}
 status=0
-for exe_name in dsrt_npy_fuzz dsrt_checkpoint_fuzz dsopt_config_fuzz; do
+for exe_name in dsrt_npy_fuzz dsrt_checkpoint_fuzz dsopt_config_fuzz dsopt_import_fuzz; do
   target=${exe_name%_fuzz}
   target=${target#*_}
   exe="$build/bin/$exe_name"
@@ -34,6 +34,8 @@ for exe_name in dsrt_npy_fuzz dsrt_checkpoint_fuzz dsopt_config_fuzz; do
            --out "$dir/corpus" > /dev/null ;;
     checkpoint) DSRT_FUZZ_WRITE_SEED="$dir/corpus/seed" "$exe" ;;
     config) cp "$src"/test/Train/Inputs/*.json "$dir/corpus/" ;;
+    import) "$python" "$src/test/oracles/export_zoo.py" --out "$dir/zoo" > /dev/null
+            cp "$dir"/zoo/*.onnx "$dir/corpus/" ;;
   esac
   start=$(date +%s)
   if (cd "$dir" && "$exe" -runs="$runs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \

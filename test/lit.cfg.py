@@ -30,7 +30,8 @@ if config.dsopt_have_dsrt_cuda:
 # tools/fuzz), built
 # when clang with libFuzzer was found (scripts/install-deps.sh installs it).
 if all(os.access(os.path.join(config.dsopt_tools_dir, f), os.X_OK)
-       for f in ("dsrt_npy_fuzz", "dsrt_checkpoint_fuzz", "dsopt_config_fuzz")):
+       for f in ("dsrt_npy_fuzz", "dsrt_checkpoint_fuzz", "dsopt_config_fuzz",
+                 "dsopt_import_fuzz")):
     config.available_features.add("libfuzzer")
 else:
     lit_config.note("no fuzz targets built (clang-22 with libFuzzer not found): "
