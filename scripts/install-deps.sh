@@ -9,7 +9,7 @@ PACKAGES="
   libonnx-dev libprotobuf-dev protobuf-compiler
   python3 python3-torch python3-onnx python3-numpy libonnx-testdata
   libopenmpi-dev openmpi-bin libopenblas-dev libgtest-dev
-  time
+  time clang-22 libclang-rt-22-dev
 "
 
 missing=""

@@ -26,6 +26,16 @@ else:
     lit_config.note("no CUDA toolkit (nvcc) found: the cuda target's compile tests are unsupported")
 if config.dsopt_have_dsrt_cuda:
     config.available_features.add("dsrt-cuda")
+# `REQUIRES: libfuzzer`: the in-process fuzz targets (runtime/fuzz,
+# tools/fuzz), built
+# when clang with libFuzzer was found (scripts/install-deps.sh installs it).
+if all(os.access(os.path.join(config.dsopt_tools_dir, f), os.X_OK)
+       for f in ("dsrt_npy_fuzz", "dsrt_checkpoint_fuzz", "dsopt_config_fuzz",
+                 "dsopt_import_fuzz")):
+    config.available_features.add("libfuzzer")
+else:
+    lit_config.note("no fuzz targets built (clang-22 with libFuzzer not found): "
+                    "the in-process fuzzing tests are unsupported")
 
 src = config.dsopt_src_root
 py = config.python

@@ -4,6 +4,7 @@
 #include "dsrt/backend.h"
 #include "dsrt/comm.h"
 #include "dsrt/program.h"
+#include "health.h"
 
 #include <algorithm>
 #include <memory>
@@ -459,6 +460,8 @@ Grid::Grid(std::vector<std::string> names, std::vector<int64_t> sizes, Communica
     owned_.push_back(Communicator::split(world, color, static_cast<int>(coordinate)));
     comms_.push_back(owned_.back().get());
   }
+  // What the heartbeat and the failure messages call this rank and others.
+  health::set_layout(names_, sizes_, rank);
 }
 
 Grid::~Grid() = default;

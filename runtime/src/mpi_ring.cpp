@@ -9,6 +9,7 @@
 #include <map>
 #include <cstring>
 #include <thread>
+#include <unistd.h>
 
 namespace dsrt {
 namespace detail {
@@ -111,7 +112,7 @@ void Transfers::wait(const std::function<void(size_t)> &on_complete) {
       std::string list;
       for (auto &[peer, w] : waiting)
         list += (list.empty() ? "" : "; ") + std::string("rank ") + std::to_string(peer) + " (" +
-                w + ")";
+                w + "; it is " + engine_.peer_text(peer) + ")";
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%g", timeout_s_);
       fail(what_ + ": timed out: no progress for " + seconds + " s waiting for " + list +
@@ -153,6 +154,34 @@ void Transfers::abandon() {
 
 //===--- the engine --------------------------------------------------------===//
 
+namespace {
+#ifdef DSRT_HAVE_MPI
+// The job abort of an MPI job: the launcher ends every rank.
+void mpi_abort(int status) {
+  // Another thread may hold the MPI mutex for a moment (no call blocks
+  // under it); a failure reported while holding it must not wait forever.
+  std::unique_lock<std::mutex> lock(mpi_mutex(), std::defer_lock);
+  for (int i = 0; i < 2000 && !lock.try_lock(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  MPI_Abort(MPI_COMM_WORLD, status);
+  _exit(status);
+}
+#endif
+}  // namespace
+
+std::string CommEngine::peer_text(int peer) const { return describe_world_rank(mpi_peer(peer)); }
+
+void CommEngine::fail(const std::string &message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_.empty())
+      failure_ = message;
+  }
+  if (mpi && health::abort_on_comm_failure())
+    health::abort_job(message + "; stopping the job");
+  throw Error(message);
+}
+
 CommEngine::CommEngine() {
   options_.timeout_s = env_timeout();
   int launched = launcher_size();
@@ -187,6 +216,11 @@ CommEngine::CommEngine() {
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     mpi = true;
+    health::set_identity("world rank " + std::to_string(rank));
+    health::set_job_abort(mpi_abort);
+    const double heartbeat = env_heartbeat_timeout();
+    if (size > 1 && heartbeat > 0)
+      heartbeat_ = std::make_unique<Heartbeat>(comm, rank, size, heartbeat);
   }
 #else
   if (launched > 1)
@@ -215,6 +249,9 @@ CommEngine::~CommEngine() {
 #ifdef DSRT_HAVE_MPI
   if (!mpi)
     return;
+  // Returns once every rank is leaving too: MPI_Finalize then waits for
+  // no one who will not come.
+  heartbeat_.reset();
   std::lock_guard<std::mutex> lock(mpi_mutex());
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -259,6 +296,13 @@ void CommEngine::run(Call &call, const std::string &dep_error) {
         local = title + ": " + local;
     }
   }
+  health::set_operation(title.substr(title.rfind(':') + 1) +
+                        (call.p2p ? std::string() : " (collective #" + std::to_string(call.seq) +
+                                                        " of " + std::to_string(size) +
+                                                        " ranks)"));
+  struct ClearOperation {
+    ~ClearOperation() { health::set_operation(""); }
+  } clear;
   if (call.split)
     run_split(call, local);
   else if (call.p2p)

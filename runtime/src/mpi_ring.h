@@ -4,7 +4,7 @@
 // header every operation starts with, and the polled MPI requests.
 //
 // Threading: communication threads (one detail::Worker per communicator)
-// make the MPI calls, apart from MPI_Init_thread / MPI_Comm_dup when the
+// and the world's heartbeat thread make the MPI calls, apart from MPI_Init_thread / MPI_Comm_dup when the
 // world is created and MPI_Comm_free / MPI_Finalize when a communicator is
 // destroyed. Every MPI call holds one process-wide mutex (mpi_mutex), so
 // that the threads of several communicators (the world and the ones split
@@ -29,6 +29,7 @@
 #include "dsrt/transport.h"
 
 #include "async.h"
+#include "health.h"
 #include "internal.h"
 
 #ifdef DSRT_HAVE_MPI
@@ -39,12 +40,15 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dsrt {
@@ -65,6 +69,7 @@ enum Tag : int {
   kTagP2PHeaderFwd = 103,   // sender to receiver
   kTagP2PHeaderBack = 104,  // receiver to sender
   kTagP2PData = 105,
+  kTagHeartbeat = 106,  // on the heartbeat's own communicator
 };
 constexpr uint32_t kMagic = 0x44535254;                // "DSRT"
 constexpr int64_t kMaxMessage = int64_t(1) << 30;      // MPI counts are int
@@ -163,6 +168,54 @@ using MpiRequest = MPI_Request;
 using MpiRequest = int;
 #endif
 
+// DSRT_HEARTBEAT_TIMEOUT, seconds (default 20; 0: no heartbeat).
+double env_heartbeat_timeout();
+// "world rank 3 (pp=1, dp=1), last reported: step 4: micro_step; in
+// all_gather ..." from the heartbeat, or "world rank 3" without one.
+std::string describe_world_rank(int world_rank);
+
+#ifdef DSRT_HAVE_MPI
+// The world's heartbeat (mpi_ring_heartbeat.cpp): a thread that beats to
+// every other rank and stops the job when one goes silent. Its destructor
+// says goodbye and returns once every rank has (or stops the job when one
+// dies meanwhile), so that MPI_Finalize does not wait on a lost rank.
+class Heartbeat {
+public:
+  Heartbeat(MPI_Comm world, int rank, int size, double timeout_s);
+  ~Heartbeat();
+  std::string describe(int world_rank) const;
+
+private:
+  // `who`: its identity ("world rank 3 (pp=1, dp=1)"); `what`: what it
+  // last reported doing, "" before its first beat.
+  void report(int world_rank, std::string &who, std::string &what) const;
+  using Clock = std::chrono::steady_clock;
+  struct Message {
+    uint32_t magic = 0;
+    uint8_t bye = 0, failed = 0;  // failed: a goodbye after an error
+    uint64_t seq = 0;
+    char phase[health::kTextBytes] = {}, operation[health::kTextBytes] = {};
+  };
+  struct Peer {
+    MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
+    Message in, out, last;
+    Clock::time_point last_heard, failed_at;
+    bool bye = false, bye_sent = false, failed = false;
+  };
+  void loop();
+  void fill(Message &m, bool bye);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_, size_;
+  double timeout_s_, interval_s_, failed_grace_s_;
+  std::vector<Peer> peers_;
+  uint64_t sent_ = 0;
+  mutable std::mutex reports_mutex_;  // peers_[*].last
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+#endif
+
 class CommEngine {
 public:
   // The world.
@@ -207,20 +260,21 @@ public:
     return failure_;
   }
 
+  // "world rank 3 (pp=1, dp=1), last reported: ...": a peer of this
+  // communicator as the messages name it.
+  std::string peer_text(int peer) const;
+
   void account(CommOp op, bool send, bool header, int64_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     CommCounters &c = counters_[static_cast<int>(op)];
     (header ? (send ? c.header_bytes_sent : c.header_bytes_received)
             : (send ? c.bytes_sent : c.bytes_received)) += bytes;
   }
-  [[noreturn]] void fail(const std::string &message) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (failure_.empty())
-        failure_ = message;
-    }
-    throw Error(message);
-  }
+  // The communicator is unusable: records why and throws it, or, unless
+  // DSRT_COMM_ABORT=0, stops the whole job with it (a job whose
+  // communicator failed cannot go on, and MPI_Finalize would wait for the
+  // rank that failed).
+  [[noreturn]] void fail(const std::string &message);
 
 #ifdef DSRT_HAVE_MPI
   MPI_Comm comm = MPI_COMM_NULL;
@@ -241,6 +295,9 @@ private:
   std::string failure_;
   std::vector<unsigned char> stage_[2];  // reduction partials; communication thread only
   std::unique_ptr<Worker> worker_;
+#ifdef DSRT_HAVE_MPI
+  std::unique_ptr<Heartbeat> heartbeat_;  // the world's, on several ranks
+#endif
 };
 
 

@@ -12,6 +12,7 @@
 #include "dsrt/program.h"
 #include "pipeline_executor.h"
 #include "pipeline_plan.h"
+#include "health.h"
 #include "runner.h"
 #include "train_common.h"
 
@@ -270,6 +271,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   // with them, not with skipped steps.
   int64_t applied = position.applied, skipped = position.skipped;
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
+    health::set_step(step);
     // The step's times count from a barrier all ranks leave together.
     exchange.barrier();
     const double start = now_us();
@@ -289,7 +291,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       executor.sum_tied();
       found = find_nonfinite(program, losses.data(), k);
     } catch (const std::exception &error) {
-      step_error = error.what();
+      step_error = step_context(options, step, batch, -1) + error.what();
       found = kStepFailed;
       // The peers wait for this rank's transfers: issue them (the step's
       // results are lost anyway), so that every rank reaches the verdict.
@@ -297,7 +299,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     }
     // Every rank updates, or none does: a failure or a non-finite value on
     // any rank is known everywhere before optimizer_step's collectives.
-    const StepVerdict verdict = agree_on_step(exchange, found);
+    const StepVerdict verdict = agree_on_step(exchange, found, step_error);
     if (settle_step(program, verdict, options, rank, step, step_error, skip)) {
       try {
         grad_norm = run_optimizer_step(program, functions.functions[optimizer_index], lr,

@@ -3,6 +3,7 @@
 #include "dsrt/backend.h"
 
 #include "dsrt/npy.h"
+#include "health.h"
 #include "runner.h"
 
 #include <algorithm>
@@ -482,6 +483,7 @@ SpaceArenas::~SpaceArenas() {
   }
   file.reset();
   std::remove(file_path.c_str());
+  health::keep_on_stop(file_path);
 }
 
 void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_dir, int rank) {
@@ -504,6 +506,7 @@ void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_di
                            std::to_string(rank) + ".bin";
   spaces.file = std::make_unique<FileStore>(backend().create_file(path, bytes));
   spaces.file_path = path;
+  health::remove_on_stop(path);  // also when SIGTERM ends the run
   p.file_arena = spaces.file.get();
 }
 

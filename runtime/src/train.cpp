@@ -3,6 +3,7 @@
 #include "dsrt/backend.h"
 #include "dsrt/comm.h"
 #include "dsrt/program.h"
+#include "health.h"
 #include "runner.h"
 #include "train_common.h"
 
@@ -179,6 +180,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   // with them, not with skipped steps.
   int64_t applied = position.applied, skipped = position.skipped;
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
+    health::set_step(step);
     double start = now_us();
     const int64_t batch = (step - 1) % batch_count(data);
     const double lr = scheduled_lr(train, applied + 1);
@@ -186,10 +188,12 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     bool skip = false;
     std::string step_error;
     int32_t found = kStepClean;
+    int64_t at_micro = -1;  // the micro-batch a failure happened in
     try {
       for (int64_t micro_batch = 0; micro_batch < k; ++micro_batch) {
         // This rank's micro-batches of the global batch: dp_rank * k ...
         const int64_t global_micro = dp_rank * k + micro_batch;
+        at_micro = global_micro;
         for (const InputData &item : data)
           load_micro_batch(program, item, *item.input, batch, global_micro);
         // The masks of the same micro-batch in a single-rank run with
@@ -207,12 +211,12 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
       }
       found = find_nonfinite(program, report.data() + 1, k);
     } catch (const std::exception &error) {
-      step_error = error.what();
+      step_error = step_context(options, step, batch, at_micro) + error.what();
       found = kStepFailed;
     }
     // Every rank updates, or none does: a failure or a non-finite value on
     // any rank is known everywhere before the optimizer's collectives.
-    const StepVerdict verdict = agree_on_step(exchange, found);
+    const StepVerdict verdict = agree_on_step(exchange, found, step_error);
     if (settle_step(program, verdict, options, rank, step, step_error, skip)) {
       try {
         grad_norm = run_optimizer_step(program, optimizer_step, lr, applied + 1);

@@ -6,6 +6,7 @@
 // through the backend (read_to_host, store_persistent).
 #include "dsrt/backend.h"
 #include "dsrt/checkpoint.h"
+#include "health.h"
 #include "runner.h"
 #include "train_common.h"
 
@@ -158,6 +159,7 @@ void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointCon
   const bool rank0 = exchange.rank() == 0;
   const std::string name = step_name(position.step);
   const std::string when = "while saving checkpoint " + name;
+  health::set_phase("saving checkpoint " + name);
   const std::string temporary = ck::join_path(options.save_dir, ".tmp-" + name);
   std::string error;
   try {

@@ -4,6 +4,8 @@
 // train_data.cpp and train_exchange.cpp.
 #include "train_common.h"
 
+#include "health.h"
+
 #include "dsrt/backend.h"
 
 #include <algorithm>
@@ -13,13 +15,23 @@
 #include <cstring>
 #include <omp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace dsrt {
 namespace runner {
 
 //===--- running -----------------------------------------------------------------===//
 
+std::string step_context(const TrainOptions &options, int64_t step, int64_t batch,
+                         int64_t micro_batch) {
+  std::string s = "step " + std::to_string(step) + " (global batch " + std::to_string(batch);
+  if (micro_batch >= 0) s += ", micro-batch " + std::to_string(micro_batch);
+  if (!options.data.empty()) s += " of the files in '" + options.data + "'";
+  return s + "): ";
+}
+
 void run_function(Program &program, RunFn run, int index) {
+  health::set_phase(program.info->functions[static_cast<size_t>(index)].name);
   program.outputs.clear();
   if (program.tracer) program.tracer->set_function(index);
   run_to_completion(program, run);
@@ -68,10 +80,17 @@ int32_t find_nonfinite(Program &program, const float *losses, int64_t count) {
   return kStepClean;
 }
 
-StepVerdict agree_on_step(RunnerComm &exchange, int32_t mine) {
+StepVerdict agree_on_step(RunnerComm &exchange, int32_t mine, const std::string &own_error) {
   std::vector<int32_t> all(static_cast<size_t>(exchange.size()));
-  exchange.all_gather(Tensor{&mine, DType::I32, Shape{1}},
-                      Tensor{all.data(), DType::I32, Shape{exchange.size()}});
+  try {
+    exchange.all_gather(Tensor{&mine, DType::I32, Shape{1}},
+                        Tensor{all.data(), DType::I32, Shape{exchange.size()}});
+  } catch (const std::exception &) {
+    // A rank whose step failed midway issued fewer collectives than the
+    // others: the exchange fails, and this rank's own error is the news.
+    if (own_error.empty()) throw;
+    throw Error(own_error);
+  }
   StepVerdict verdict;
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r] == kStepFailed) verdict.failed = true;
@@ -149,18 +168,40 @@ std::string json_number(double value) {
   return buffer;
 }
 
+namespace {
+// An output file the run writes (at its end, or as it goes): its directory
+// must exist and be writable, and the path, if it exists, must be a file
+// this process may replace (a FIFO would block the run, a directory fail
+// it only at the end).
+void check_output_path(const char *flag, const std::string &path) {
+  const std::string what = std::string(flag) + " '" + path + "'";
+  struct stat st;
+  const std::string dir = directory_of(path);
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error(what + ": directory '" + dir + "' does not exist");
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    throw Error(what + ": directory '" + dir + "' is not writable (" + strerror(errno) + ")");
+  if (stat(path.c_str(), &st) != 0) return;
+  if (S_ISDIR(st.st_mode)) throw Error(what + " is a directory; it must name a file");
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))
+    throw Error(what + " is a " + (S_ISFIFO(st.st_mode) ? "FIFO" : "socket") +
+                "; it must name a regular file");
+  if (access(path.c_str(), W_OK) != 0)
+    throw Error(what + " is not writable (" + strerror(errno) + ")");
+}
+}  // namespace
+
 void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, bool rank0,
                   TrainOutputs &outputs) {
+  if (!rank0) return;
+  for (auto [flag, path] : {std::pair<const char *, const std::string &>{"--save-onnx", options.save_onnx},
+                            {"--log-json", options.log_json},
+                            {"--trace", options.trace}})
+    if (!path.empty()) check_output_path(flag, path);
   // Refuse a model that cannot be saved before training, not after.
-  if (!options.save_onnx.empty() && rank0) {
-    struct stat st;
-    std::string out_dir = directory_of(options.save_onnx);
-    if (stat(out_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      throw Error("--save-onnx '" + options.save_onnx + "': directory '" + out_dir +
-                  "' does not exist");
+  if (!options.save_onnx.empty())
     outputs.save_source = prepare_save_onnx(save_info, options.weights);
-  }
-  if (!options.log_json.empty() && rank0) {
+  if (!options.log_json.empty()) {
     outputs.log_json.reset(fopen(options.log_json.c_str(), "w"));
     if (!outputs.log_json) throw Error("--log-json: cannot write '" + options.log_json + "'");
   }

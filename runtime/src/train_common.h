@@ -103,6 +103,12 @@ void load_micro_batch(Program &program, const InputData &item, const ValueInfo &
 
 //===--- running -----------------------------------------------------------------===//
 
+// "step 3 (global batch 2, micro-batch 1 of the files in 'data'): ", put
+// before an error of a step's functions so that a bad value in the data
+// can be found (micro_batch -1: not known).
+std::string step_context(const TrainOptions &options, int64_t step, int64_t batch,
+                         int64_t micro_batch);
+
 void run_function(Program &program, RunFn run, int index);
 // Writes lr and step into optimizer_step's inputs, runs it and returns its
 // grad_norm.
@@ -194,7 +200,9 @@ struct StepVerdict {
   int32_t found = kStepClean;
   bool nonfinite() const { return rank >= 0; }
 };
-StepVerdict agree_on_step(RunnerComm &exchange, int32_t mine);
+// `own_error`: this rank's failure of the step, thrown in place of the
+// exchange's when the exchange fails.
+StepVerdict agree_on_step(RunnerComm &exchange, int32_t mine, const std::string &own_error);
 // "step 4: the gradient of 'fc.weight' holds a NaN or an infinity (found
 // on rank 1)"; `info` is that rank's description (this rank's when equal).
 std::string nonfinite_message(const ProgramInfo &info, const StepVerdict &verdict,

@@ -2,6 +2,8 @@
 // errors, step reports, the summary) and their traffic tally (train_common.h).
 #include "train_common.h"
 
+#include "health.h"
+
 #include "dsrt/backend.h"
 
 #include <algorithm>
@@ -54,12 +56,15 @@ CommTally CommTally::operator-(const CommTally &o) const {
 }
 
 int run_reporting_errors(const std::function<int()> &body) {
+  health::install_stop_handlers();
   try {
     return body();
   } catch (const ReportedFailure &) {
+    health::set_failed("failed (see its message)");
     return 1;
   } catch (const std::exception &error) {
     fprintf(stderr, "error: %s\n", error.what());
+    health::set_failed(error.what());
     return 1;
   }
 }

@@ -895,6 +895,9 @@ TEST(CommFailure, ASilentPeerTimesOutOnEveryLiveRank) {
                          std::to_string(last) + " (receive of the header"),
             std::string::npos)
       << message;
+  // The peer is named as the job knows it, from its heartbeat.
+  EXPECT_NE(message.find("it is world rank " + std::to_string(last)), std::string::npos)
+      << message;
   EXPECT_GE(waited, 0.9);
   EXPECT_LT(waited, 10.0);
   EXPECT_NE(world().failure().find("timed out"), std::string::npos);

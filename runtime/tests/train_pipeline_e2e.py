@@ -441,7 +441,8 @@ def main():
                    setup=lambda data: os.remove(os.path.join(data, "y.npy")), count=1)
     # Rank 0's stage 0 holds two micro-batches' stashes under 1F1B.
     expect_failure(runner, work, "slots", 2, {**onef1b, "DSRT_PP_BREAK": "slots"},
-                   ["error: memory plan violated: the stash pool of stage 0 has 1 slots, all "
+                   ["error: step 1 (global batch 0 of the files in '",
+                    "'): memory plan violated: the stash pool of stage 0 has 1 slots, all "
                     "in use (micro-batches 0), when micro-batch 1 needs one",
                     "error: rank 1: rank 0 failed at step 1: see its message"], count=1)
 

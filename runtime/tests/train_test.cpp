@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -454,7 +455,23 @@ TEST_F(TrainMain, BadFlags) {
   EXPECT_EQ(train({"--data", path("data"), "--steps", "1", "--log-json",
                    path("no/such/dir/log.jsonl")}),
             1);
-  EXPECT_NE(err_.find("--log-json: cannot write"), std::string::npos);
+  EXPECT_NE(err_.find("--log-json '" + path("no/such/dir/log.jsonl") + "': directory '" +
+                      path("no/such/dir") + "' does not exist"),
+            std::string::npos)
+      << err_;
+  // Outputs are refused before the first step: a directory, and a FIFO
+  // (which would block the run when opened).
+  EXPECT_EQ(train({"--data", path("data"), "--steps", "1", "--save-onnx", path("data")}), 1);
+  EXPECT_NE(err_.find("--save-onnx '" + path("data") + "' is a directory; it must name a file"),
+            std::string::npos)
+      << err_;
+  const std::string fifo = path("log.fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(train({"--data", path("data"), "--steps", "1", "--log-json", fifo}), 1);
+  EXPECT_NE(err_.find("--log-json '" + fifo + "' is a FIFO; it must name a regular file"),
+            std::string::npos)
+      << err_;
+  unlink(fifo.c_str());
   EXPECT_EQ(train({"--help"}), 0);
   EXPECT_NE(err_.find("usage:"), std::string::npos);
   EXPECT_TRUE(tiny::counters.empty());

@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""Kills ranks of a training job at random moments and checks what follows.
+
+  fault_campaign.py --program DIR/train --np N --data DATA --work WORK
+                    [--steps S] [--kills K] [--signal KILL|STOP|TERM]
+                    [--bound SECONDS] [--seed SEED] [--mpirun MPIRUN]
+
+For each of K faults: a run of S steps that writes a checkpoint after every
+step is started under mpirun; once its first checkpoint is committed, after
+a random delay (so that the fault lands in compute, in a collective or in a
+save), a random rank gets the signal (TERM goes to mpirun, as a user's
+Ctrl-C or a scheduler's stop would). Checked:
+
+  * every rank and mpirun are gone within --bound seconds of the signal, and
+    mpirun's status is non-zero;
+  * the survivors' messages name what they were doing (and, for STOP, the
+    silent rank's world rank and grid coordinates);
+  * the checkpoint directory's `latest` names a complete checkpoint, and a
+    run resumed from it (same program, same ranks) logs exactly the losses
+    of an uninterrupted run of S steps, bit for bit.
+
+The uninterrupted run is made once. A fault that lands after the last
+checkpoint (or after the run ended) is retried with a shorter delay. The summary line gives the faults, where
+they landed (from the survivors' messages) and the slowest stop.
+docs/runtime.md, "A failed rank stops the job", describes the guarantees.
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+# The logs' losses by step, as the checkpoint tests read them.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test",
+                                "Train", "Inputs"))
+from checkpoint_util import losses  # noqa: E402
+
+
+def fail(message):
+    sys.exit(f"fault_campaign: {message}")
+
+
+def launcher(args, np):
+    return [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+            "-np", str(np)]
+
+
+def environment(args):
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               DSRT_HEARTBEAT_TIMEOUT=str(args.heartbeat))
+    return env
+
+
+def run_to_end(args, extra, log):
+    cmd = launcher(args, args.np) + [args.program, "--data", args.data, "--steps",
+                                     str(args.steps), "--seed", "7", "--quiet",
+                                     "--log-json", log] + extra
+    done = subprocess.run(cmd, env=environment(args), capture_output=True, text=True,
+                          timeout=600)
+    if done.returncode != 0:
+        fail(f"{' '.join(cmd)} exited with {done.returncode}:\n{done.stderr}")
+
+
+def children(pid):
+    """The rank processes: mpirun's children (Open MPI starts them directly
+    on the local node)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(entry))
+    return sorted(out)
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except OSError:
+        return False
+
+
+# Where a survivor's message says it was: its phase, and the operation of
+# its communication thread.
+MOMENT = re.compile(r"stopped by SIG\w+ at step \d+: ([^,;]+)(?:, in (\w+))?")
+
+
+def one_fault(args, rng, index, reference, delay_max):
+    work = os.path.join(args.work, f"fault{index}")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    ckpt = os.path.join(work, "ckpt")
+    cmd = launcher(args, args.np) + [args.program, "--data", args.data, "--steps",
+                                     str(args.steps), "--seed", "7", "--quiet",
+                                     "--save-dir", ckpt, "--save-interval", "1"]
+    err_path = os.path.join(work, "stderr.txt")
+    with open(err_path, "w") as err:
+        job = subprocess.Popen(cmd, env=environment(args), stdout=subprocess.DEVNULL,
+                               stderr=err, start_new_session=True)
+    try:
+        start = time.time()
+        while not os.path.exists(os.path.join(ckpt, "latest")):
+            if job.poll() is not None:
+                fail(f"fault {index}: the job ended (status {job.returncode}) before its "
+                     f"first checkpoint; see {err_path}")
+            if time.time() - start > 120:
+                fail(f"fault {index}: no checkpoint after 120 s; see {err_path}")
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, delay_max))
+        ranks = children(job.pid)
+        if job.poll() is not None or len(ranks) != args.np:
+            return None  # the run ended first: retried
+        victim = rng.randrange(args.np)
+        sent = time.time()
+        if args.signal == "TERM":
+            os.kill(job.pid, signal.SIGTERM)
+        else:
+            os.kill(ranks[victim], getattr(signal, "SIG" + args.signal))
+        try:
+            status = job.wait(timeout=args.bound)
+        except subprocess.TimeoutExpired:
+            fail(f"fault {index}: SIG{args.signal} to rank {victim}: the job still runs "
+                 f"{args.bound} s later; see {err_path}")
+        took = time.time() - sent
+        # mpirun has returned; its ranks must be gone too.
+        deadline = time.time() + 2
+        while any(alive(p) for p in ranks) and time.time() < deadline:
+            time.sleep(0.05)
+        left = [p for p in ranks if alive(p)]
+        if left:
+            fail(f"fault {index}: ranks {left} outlived mpirun")
+        with open(os.path.join(ckpt, "latest")) as f:
+            if f.read().strip() == f"step_{args.steps}":
+                return None  # it landed after the last step: retried
+        if status == 0:
+            fail(f"fault {index}: SIG{args.signal} to rank {victim}, yet mpirun exited 0")
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    text = open(err_path, errors="replace").read()
+    moments = MOMENT.findall(text)
+    if args.signal == "STOP":
+        # The silent rank is named by world rank and grid coordinates.
+        named = re.search(r"error: dsrt: world rank (\d+) \(([^)]*)\) has sent no heartbeat",
+                          text)
+        if not named or int(named.group(1)) != victim:
+            fail(f"fault {index}: no message names the stopped world rank {victim}:\n{text}")
+        where = "stopped rank named: " + named.group(0)[len("error: dsrt: "):]
+    else:
+        if not moments:
+            fail(f"fault {index}: no survivor says what it was doing:\n{text}")
+        phase, op = moments[0]
+        where = "save" if "checkpoint" in phase else (f"collective ({op})" if op else
+                                                      f"compute ({phase.strip()})")
+    # The latest complete checkpoint resumes to the uninterrupted losses.
+    with open(os.path.join(ckpt, "latest")) as f:
+        latest = f.read().strip()
+    resumed_log = os.path.join(work, "resumed.jsonl")
+    run_to_end(args, ["--resume", ckpt], resumed_log)
+    ref, got = losses(reference), losses(resumed_log)
+    if not got:
+        fail(f"fault {index}: the resumed run logs no step")
+    for step, loss in got.items():
+        if ref.get(step) != loss:
+            fail(f"fault {index}: resumed from {latest}: step {step} loss {loss!r}, the "
+                 f"uninterrupted run's {ref.get(step)!r}")
+    print(f"fault {index}: SIG{args.signal} to rank {victim}: all ranks gone in {took:.1f} s "
+          f"(status {status}); landed in {where}; resumed from {latest}: steps "
+          f"{min(got)}..{max(got)} bit-identical", flush=True)
+    return took, where
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--program", required=True)
+    p.add_argument("--np", type=int, required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--kills", type=int, default=1)
+    p.add_argument("--signal", choices=["KILL", "STOP", "TERM"], default="KILL")
+    p.add_argument("--bound", type=float, default=30)
+    p.add_argument("--heartbeat", type=float, default=20,
+                   help="DSRT_HEARTBEAT_TIMEOUT of the runs (seconds)")
+    p.add_argument("--delay", type=float, default=0.5,
+                   help="largest random delay after the first checkpoint (seconds)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
+    args = p.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    rng = random.Random(args.seed)
+    reference = os.path.join(args.work, "uninterrupted.jsonl")
+    if not os.path.exists(reference):
+        run_to_end(args, [], reference)
+    slowest, landed, index, delay = 0.0, {}, 0, args.delay
+    while index < args.kills:
+        result = one_fault(args, rng, index, reference, delay)
+        if result is None:
+            delay /= 2
+            if delay < 1e-3:
+                fail("the run ends before any fault can land; use more --steps")
+            continue
+        took, where = result
+        slowest = max(slowest, took)
+        kind = where.split(" ")[0]
+        landed[kind] = landed.get(kind, 0) + 1
+        index += 1
+    print(f"fault_campaign: {args.kills} x SIG{args.signal} on {args.np} ranks: every job "
+          f"stopped within {slowest:.1f} s (bound {args.bound:g} s); landed: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(landed.items())))
+
+
+if __name__ == "__main__":
+    main()
