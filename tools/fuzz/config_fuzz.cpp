@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (std::optional<int64_t> modelBatch : {std::optional<int64_t>(), std::optional<int64_t>(4)}) {
     dsopt::TrainConfig copy = *config;
     llvm::consumeError(dsopt::resolveBatch(copy, modelBatch));
-    llvm::consumeError(dsopt::checkPrecisionComposition(copy));
+    llvm::consumeError(dsopt::checkOffloadComposition(copy, /*irOnly=*/true));
+    llvm::consumeError(dsopt::checkOffloadComposition(copy, /*irOnly=*/false));
     llvm::consumeError(dsopt::checkPipelineSchedule(copy, true));
     (void)dsopt::toJson(copy);
   }
