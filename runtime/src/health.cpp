@@ -223,8 +223,7 @@ void abort_job(const std::string &message) {
 }
 
 void install_stop_handlers() {
-  struct sigaction action;
-  std::memset(&action, 0, sizeof action);
+  struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   sigaddset(&action.sa_mask, SIGINT);
@@ -238,7 +237,7 @@ void remove_on_stop(const std::string &path) {
   std::lock_guard<std::mutex> lock(stop_files_mutex);
   for (StopFile &f : stop_files)
     if (!f.used.load(std::memory_order_acquire)) {
-      std::memcpy(f.path, path.c_str(), path.size() + 1);
+      f.path[path.copy(f.path, path.size())] = '\0';
       f.used.store(true, std::memory_order_release);
       return;
     }

@@ -68,6 +68,19 @@ commonSplit(ArrayRef<TensorSplit> operands,
   return common;
 }
 
+/// An op whose operands keep their splits and whose one result takes the
+/// common split (commonSplit's mapping).
+LogicalResult passSplit(ArrayRef<TensorSplit> operands,
+                        function_ref<int64_t(unsigned, int64_t)> toResult,
+                        ShardingRule &rule) {
+  FailureOr<TensorSplit> split = commonSplit(operands, toResult, rule);
+  if (failed(split))
+    return failure();
+  rule.operands.assign(operands.begin(), operands.end());
+  rule.results = {*split};
+  return success();
+}
+
 /// Operands broadcast against each other (NumPy rules): operand axis d of
 /// rank r is result axis d + (R - r). An operand that is broadcast along
 /// the split axis (size 1 or absent) stays replicated; every other operand
@@ -163,17 +176,12 @@ struct TransposeRule
   LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
                                 int64_t, ShardingRule &rule) const {
     ArrayRef<int64_t> perm = cast<TransposeOp>(op).getPerm();
-    FailureOr<TensorSplit> split = commonSplit(
+    return passSplit(
         operands,
         [&](unsigned, int64_t dim) {
           return static_cast<int64_t>(llvm::find(perm, dim) - perm.begin());
         },
         rule);
-    if (failed(split))
-      return failure();
-    rule.operands.assign(operands.begin(), operands.end());
-    rule.results = {*split};
-    return success();
   }
 };
 
@@ -304,7 +312,7 @@ struct SliceRule : ShardingRuleOpInterface::ExternalModel<SliceRule, SliceOp> {
     ArrayRef<int64_t> in = tensorType(op->getOperand(0)).getShape();
     ArrayRef<int64_t> out = tensorType(op->getResult(0)).getShape();
     auto slice = cast<SliceOp>(op);
-    FailureOr<TensorSplit> split = commonSplit(
+    return passSplit(
         operands,
         [&](unsigned, int64_t dim) {
           bool whole = in[dim] == out[dim] && slice.getOffsets()[dim] == 0 &&
@@ -312,11 +320,6 @@ struct SliceRule : ShardingRuleOpInterface::ExternalModel<SliceRule, SliceOp> {
           return whole ? dim : -1;
         },
         rule);
-    if (failed(split))
-      return failure();
-    rule.operands.assign(operands.begin(), operands.end());
-    rule.results = {*split};
-    return success();
   }
 };
 
@@ -470,18 +473,13 @@ struct BroadcastToRule
                                 int64_t, ShardingRule &rule) const {
     auto in = tensorType(op->getOperand(0));
     auto out = tensorType(op->getResult(0));
-    FailureOr<TensorSplit> split = commonSplit(
+    return passSplit(
         operands,
         [&](unsigned, int64_t dim) {
           int64_t to = dim + out.getRank() - in.getRank();
           return in.getDimSize(dim) == out.getDimSize(to) ? to : -1;
         },
         rule);
-    if (failed(split))
-      return failure();
-    rule.operands.assign(operands.begin(), operands.end());
-    rule.results = {*split};
-    return success();
   }
 };
 

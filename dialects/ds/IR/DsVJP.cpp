@@ -1008,6 +1008,16 @@ LogicalResult NllLossOp::buildVJP(OpBuilder &builder,
 // Convolution and pooling
 //===----------------------------------------------------------------------===//
 
+/// The window of a convolution-like op (strides, pads, dilations, group),
+/// which the ops of its derivative share.
+template <typename ConvLike>
+SmallVector<NamedAttribute> convWindow(Grad &g, ConvLike op) {
+  return {g.attr("strides", op.getStridesAttr()),
+          g.attr("pads", op.getPadsAttr()),
+          g.attr("dilations", op.getDilationsAttr()),
+          g.attr("group", op.getGroupAttr())};
+}
+
 LogicalResult ConvOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,
                                ArrayRef<bool> needed,
                                SmallVectorImpl<Value> &operandGrads) {
@@ -1016,10 +1026,7 @@ LogicalResult ConvOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,
   if (!dy)
     return success();
   Grad g(builder, *this);
-  SmallVector<NamedAttribute> attrs{g.attr("strides", getStridesAttr()),
-                                    g.attr("pads", getPadsAttr()),
-                                    g.attr("dilations", getDilationsAttr()),
-                                    g.attr("group", getGroupAttr())};
+  SmallVector<NamedAttribute> attrs = convWindow(g, *this);
   if (grads[0])
     grads.set(0, g.typed<ConvGradInputOp>(getInput().getType(),
                                           {dy, getWeight()}, attrs));
@@ -1048,10 +1055,7 @@ LogicalResult ConvGradInputOp::buildVJP(OpBuilder &builder,
   if (!dy)
     return success();
   Grad g(builder, *this);
-  SmallVector<NamedAttribute> attrs{g.attr("strides", getStridesAttr()),
-                                    g.attr("pads", getPadsAttr()),
-                                    g.attr("dilations", getDilationsAttr()),
-                                    g.attr("group", getGroupAttr())};
+  SmallVector<NamedAttribute> attrs = convWindow(g, *this);
   if (grads[0])
     grads.set(0, g.typed<ConvOp>(getResultGrad().getType(),
                                  {dy, getWeight()}, attrs));
