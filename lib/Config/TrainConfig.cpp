@@ -1322,15 +1322,15 @@ bool ConfigReader::readPrecision(const json::Object &root) {
       config.gradAccumDtype = accum;
     }
   }
-  // fp16's training step exists (ds-precision); its loss scaler does not
-  // yet, and fp16 without one underflows its gradients.
-  if (!fp16 || irOnly)
+  // fp16 pipelines: the loss scale is not yet bound in the last stage's
+  // backward, and without it the gradients underflow.
+  if (!fp16 || irOnly || config.pipelineStages <= 1)
     return true;
   const StringRef notYet =
-      "fp16 training (dynamic loss scaling) is not implemented yet; training "
-      "in fp32 instead would silently give other numbers than the config asks "
-      "for. Use bf16, or set \"enabled\": false (or --precision fp32) to "
-      "train in fp32";
+      "fp16 training of a pipeline (pipeline.stages > 1) is not implemented "
+      "yet: its loss scaler runs on data-parallel programs only. Use bf16, "
+      "one stage, or set \"enabled\": false (or --precision fp32) to train "
+      "in fp32";
   // Named after what chose it: the flag, or the file's key.
   if (precisionFlag && !error)
     error = "--precision fp16: " + notYet.str();

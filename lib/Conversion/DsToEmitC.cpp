@@ -1659,6 +1659,24 @@ void ProgramBuilder::emitTraining(Value info) {
             integer("total_num_steps", 0),
             builder.getBoolAttr(linear && linear.getValue()),
             real("warmup_min_ratio", 0.0), real("cos_min_ratio", 1e-4)});
+  // fp16: the loss scaler's settings (ds-optimizer loss-scale-input).
+  if (auto scaler = train ? train.getAs<DictionaryAttr>("loss_scaler")
+                          : DictionaryAttr()) {
+    auto realOf = [&](StringRef key) -> Attribute {
+      auto value = scaler.getAs<FloatAttr>(key);
+      return builder.getF64FloatAttr(value ? value.getValueAsDouble() : 0.0);
+    };
+    auto integerOf = [&](StringRef key) -> Attribute {
+      auto value = scaler.getAs<IntegerAttr>(key);
+      return builder.getI64IntegerAttr(value ? value.getInt() : 0);
+    };
+    auto consecutive = scaler.getAs<BoolAttr>("consecutive_hysteresis");
+    callVoid("dsrt::set_loss_scaler", {info},
+             {index0, realOf("loss_scale"), integerOf("initial_scale_power"),
+              integerOf("loss_scale_window"), integerOf("hysteresis"),
+              builder.getBoolAttr(consecutive && consecutive.getValue()),
+              realOf("min_loss_scale")});
+  }
 }
 
 /// A pipeline rank (ds.pipeline_rank): its stages and their functions, its

@@ -178,6 +178,9 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     ranks[i].describe(infos[static_cast<size_t>(i)]);
   }
   Communicator &comm = Communicator::world();
+  if (infos.front().train.loss_scaled)
+    throw Error("pipeline_main: fp16 training (a scaled loss) of a pipeline is not implemented "
+                "yet; train it in bf16 or on one stage");
   check_pipeline_programs(infos, ranks, comm.size());
   const int rank = comm.rank();
   const bool rank0 = rank == 0;

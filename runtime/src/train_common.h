@@ -7,6 +7,7 @@
 #include "dsrt/backend.h"
 #include "dsrt/checkpoint.h"
 #include "dsrt/comm.h"
+#include "dsrt/loss_scaler.h"
 #include "dsrt/npy.h"
 #include "dsrt/program.h"
 #include "runner.h"
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,9 +106,16 @@ void load_micro_batch(Program &program, const InputData &item, const ValueInfo &
 //===--- running -----------------------------------------------------------------===//
 
 void run_function(Program &program, RunFn run, int index);
-// Writes lr and step into optimizer_step's inputs, runs it and returns its
-// grad_norm.
-double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int64_t step);
+// fp16: the input of micro_step and optimizer_step that carries the loss
+// scale (TrainInfo::loss_scaled); it is not data.
+constexpr const char *kLossScaleInput = "loss_scale";
+// Writes the f32 or i64 scalar input `name` of `function` into its slot.
+void write_scalar_input(Program &program, const FunctionInfo &function, const std::string &name,
+                        double value);
+// Runs optimizer_step at learning rate `lr` and step count `step`, with
+// `loss_scale` when the program's loss is scaled; returns grad_norm.
+double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int64_t step,
+                          double loss_scale = 1);
 // After the first update this process applies (`step` counts them from 1,
 // also after a resume) each space's measured high-water mark must be its
 // plan's arena.
@@ -317,12 +326,26 @@ struct StepLog {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0;
   bool skipped = false;  // the update was not applied (non-finite values)
+  double loss_scale = 0;  // fp16: the scale the step used (0: none)
+  std::string scaler_note;  // fp16: the scaler's change, DeepSpeed's wording
 };
 // The step line on stdout (rank 0, every steps_per_print steps and the
 // last) and the JSON line; `samples` per step, the arena's from `program`.
 // Returns the step's time, from `start_us` (now_us()) to the call.
 double log_step(const TrainOptions &options, const Program &program, bool rank0, FILE *log_json,
                 int64_t samples, double start_us, const StepLog &entry);
+
+// fp16 (TrainInfo::loss_scaled): the run's loss scaler, continued from
+// `position` when it carries one (a resumed run); none otherwise.
+std::optional<LossScaler> start_loss_scaler(const ProgramInfo &info,
+                                            const CheckpointPosition &position);
+// The scaler's state into `position`, for the checkpoint's manifest.
+void record_loss_scaler(const std::optional<LossScaler> &scaler, CheckpointPosition &position);
+// After the step verdict: the scaler's update (every step; an overflow is a
+// non-finite verdict), its note for the log and the scale the step used.
+// Throws, naming the step, on an overflow at the minimum scale.
+void update_loss_scaler(std::optional<LossScaler> &scaler, bool overflow, int64_t step,
+                        StepLog &entry);
 
 // What the program's own collectives moved: the counters of the grid's
 // communicators less the runner's own exchanges, since `start`.
