@@ -20,6 +20,11 @@ dynamic loss scaler.
       - train's summary counts the skipped steps; a skipped step has no
         gradient norm and the text log says "overflow, skipping step;
         loss scale A \u2192 B" at the first halving.
+  * resumed: the scaler program run to step RESUME_AT with a checkpoint,
+    then resumed to STEPS, logs the whole run's scales from there on.
+  * dp 2 zero 2: the same scaler on two data-parallel ranks under ZeRO
+    stage 2 with twice the batch: the logged scales follow DeepSpeed's rule
+    fed the run's overflow flags, and the losses PyTorch's fp32 run.
   * minimum run: a program whose min_loss_scale is its initial scale
     (2^32) overflows at step 2 (step 1 uses up the hysteresis) and stops
     with DeepSpeed's error, naming the step, before the weights change.
@@ -33,17 +38,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from check_zoo_dp import read_log, rel, run  # noqa: E402
+from check_zoo_dp import MPIRUN, read_log, rel, run  # noqa: E402
 from deepspeed_loss_scaler import scale_sequence  # noqa: E402
 
 MODEL = "mlp"
 STEPS = 36
 WINDOW = 4
 FP32_RTOL = 5e-2
+RESUME_AT = 20  # the resumed run's checkpoint
 MIN_APPLIED = 12  # applied steps the loss check needs after the scale settled
 
 CONFIG = {
@@ -56,14 +62,27 @@ SCALER = {"enabled": True, "loss_scale": 0, "initial_scale_power": 32,
 AT_MINIMUM = dict(SCALER, min_loss_scale=2.0 ** 32)
 
 
-def compile_program(args, work: Path, name: str, config: Dict, model_path: Path) -> Path:
+def compile_program(args, work: Path, name: str, config: Dict, model_path: Path,
+                    flags: List[str] = ()) -> Path:
     (work / f"{name}.json").write_text(json.dumps(config, indent=2) + "\n")
     out = work / name
     why = run([*shlex.split(args.dsopt), str(model_path), "--config", str(work / f"{name}.json"),
-               *args.frozen, "-o", str(out)])
+               *flags, *args.frozen, "-o", str(out)])
     if why:
         raise RuntimeError(f"dsopt ({name}): {why}")
     return out
+
+
+def loss_error(log: List[Dict], fp32) -> Tuple[float, int]:
+    """(worst relative loss error, applied steps): each applied step's loss
+    against the fp32 run's after as many updates."""
+    worst, applied = 0.0, 0
+    for entry in log:
+        if entry["skipped"]:
+            continue
+        worst = max(worst, rel(entry["loss"], fp32.log[applied]["loss"]))
+        applied += 1
+    return worst, applied
 
 
 def main() -> int:
@@ -125,20 +144,12 @@ def main() -> int:
     check(settled > 0 and doubled > 0 and halved_later > 0, "overflow, halve, double",
           f"{settled} skipped steps from 2^32 down to {logged[min(settled, len(logged) - 1)]:g}, "
           f"then {doubled} doublings and {halved_later} halvings; {sum(flags)} skipped in all")
-    worst, applied, where = 0.0, 0, ""
-    for entry in log:
-        norm = entry["grad_norm"]
-        if entry["skipped"]:
-            if norm is not None and not math.isnan(norm):
-                worst, where = math.inf, f"step {entry['step']} was skipped but logs grad_norm {norm}"
-            continue
-        e = rel(entry["loss"], fp32.log[applied]["loss"])
-        if e > worst:
-            worst, where = e, (f"step {entry['step']} (after {applied} updates): loss "
-                               f"{entry['loss']:.6f}, PyTorch fp32 {fp32.log[applied]['loss']:.6f}")
-        applied += 1
-    check(worst <= FP32_RTOL and applied >= MIN_APPLIED, "losses",
-          f"worst rel {worst:.1e} over {applied} applied steps (<= {FP32_RTOL}); {where}")
+    worst, applied = loss_error(log, fp32)
+    norms = [e["grad_norm"] for e in log if e["skipped"]
+             and e["grad_norm"] is not None and not math.isnan(e["grad_norm"])]
+    check(worst <= FP32_RTOL and applied >= MIN_APPLIED and not norms, "losses",
+          f"worst rel {worst:.1e} over {applied} applied steps (<= {FP32_RTOL}); "
+          f"skipped steps' grad_norm: {norms or 'NaN'}")
     counted = f"skipped {sum(flags)} of {STEPS} steps"
     check(counted in done.stderr, "summary", f"'{counted}' in: {done.stderr.strip()[:300]}")
     first_halving = next((i for i, (a, b) in enumerate(zip(logged, logged[1:])) if b < a), None)
@@ -146,6 +157,44 @@ def main() -> int:
             f"{logged[first_halving]:.0f} \u2192 {logged[first_halving + 1]:.0f}"
             if first_halving is not None else "(no halving)")
     check(text in done.stdout, "log wording", text)
+
+    # Resumed: a checkpoint at step RESUME_AT keeps the scaler's state, so
+    # the run resumed from it logs the same scales as the whole run.
+    resumed_log = work / "resumed.jsonl"
+    why = run([str(program / "train"), "--data", str(work / "data"), "--steps", str(RESUME_AT),
+               "--threads", "1", "--save-dir", str(work / "ckpt"), "--quiet"])
+    why = why or run([str(program / "train"), "--data", str(work / "data"), "--steps", str(STEPS),
+                      "--threads", "1", "--resume", str(work / "ckpt"), "--log-json",
+                      str(resumed_log), "--quiet"])
+    resumed = [e.get("loss_scale") for e in read_log(resumed_log)[0]] if not why else []
+    check(not why and resumed == logged[RESUME_AT:], "resumed",
+          why or f"scales after step {RESUME_AT}: {resumed}, the whole run's {logged[RESUME_AT:]}")
+
+    # Two data-parallel ranks under ZeRO 2 on twice the batch: an overflow
+    # on either rank skips the step on both; the scales follow DeepSpeed's
+    # rule and the losses PyTorch's fp32 run on the global batch.
+    data2 = make_train_data(model, 1, 2 * micro)
+    write_train_data(data2, work / "data2")
+    config2 = dict(base, train_batch_size=2 * micro, fp16=SCALER,
+                   zero_optimization={"stage": 2})
+    fp32_2 = train(model, dict(config2, gradient_accumulation_steps=2), data2, STEPS)
+    program2 = compile_program(args, work, "dp2", config2, model_path, ["--dp", "2"])
+    log2_path = work / "dp2.jsonl"
+    why = run([*MPIRUN, "-np", "2", str(program2 / "train"), "--data", str(work / "data2"),
+               "--steps", str(STEPS), "--threads", "1", "--log-json", str(log2_path), "--quiet"])
+    if why:
+        check(False, "dp 2 zero 2", why)
+    else:
+        log2, _ = read_log(log2_path)
+        logged2 = [e.get("loss_scale") for e in log2]
+        want2, stopped2 = scale_sequence([bool(e["skipped"]) for e in log2],
+                                         **{k: v for k, v in SCALER.items() if k != "enabled"})
+        worst2, applied2 = loss_error(log2, fp32_2)
+        check(len(log2) == STEPS and stopped2 is None and logged2 == want2 and
+              any(e["skipped"] for e in log2) and worst2 <= FP32_RTOL and
+              applied2 >= MIN_APPLIED, "dp 2 zero 2",
+              f"scales {logged2}, DeepSpeed's rule {want2}; loss worst rel {worst2:.1e} over "
+              f"{applied2} applied steps")
 
     # The minimum run: stops at step 2 with the error.
     program = compile_program(args, work, "minimum", dict(base, fp16=AT_MINIMUM), model_path)
