@@ -563,8 +563,6 @@ private:
 
 public:
   bool dataParallelExplicit = false; // --dp given, not derived from --world
-  bool precisionFlag = false;        // --precision given
-  bool irOnly = false;               // TrainConfigOverrides::irOnly
 
 private:
   std::optional<std::string> error;
@@ -1322,19 +1320,7 @@ bool ConfigReader::readPrecision(const json::Object &root) {
       config.gradAccumDtype = accum;
     }
   }
-  // fp16 pipelines: the loss scale is not yet bound in the last stage's
-  // backward, and without it the gradients underflow.
-  if (!fp16 || irOnly || config.pipelineStages <= 1)
-    return true;
-  const StringRef notYet =
-      "fp16 training of a pipeline (pipeline.stages > 1) is not implemented "
-      "yet: its loss scaler runs on data-parallel programs only. Use bf16, "
-      "one stage, or set \"enabled\": false (or --precision fp32) to train "
-      "in fp32";
-  // Named after what chose it: the flag, or the file's key.
-  if (precisionFlag && !error)
-    error = "--precision fp16: " + notYet.str();
-  return fail("fp16.enabled", notYet);
+  return true;
 }
 
 llvm::Error ConfigReader::read(const json::Object &root) {
@@ -1405,8 +1391,6 @@ parseTrainConfig(StringRef text, StringRef fileNameForMessages,
     return error;
   ConfigReader reader(prefix, config);
   reader.dataParallelExplicit = overrides.dataParallelSize.has_value();
-  reader.precisionFlag = overrides.precision.has_value();
-  reader.irOnly = overrides.irOnly;
   if (llvm::Error error = reader.read(*root))
     return error;
   return config;

@@ -155,7 +155,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   try {
     std::vector<const ValueInfo *> inputs;
     for (const ValueInfo &input : micro.inputs)
-      if (!train.loss_scaled || input.name != kLossScaleInput) inputs.push_back(&input);
+      if (!is_loss_scale(info, input)) inputs.push_back(&input);
     data = load_data(inputs, options.data, train.accumulation_steps, dp);
     open_outputs(options, info, rank0, outputs);
     if (!options.trace.empty()) program.tracer = &tracer;
@@ -183,8 +183,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   int64_t applied = position.applied, skipped = position.skipped;
   // fp16: a non-finite gradient is an overflow, whose step is always
   // skipped; the scaler's note reports it.
-  TrainOptions verdict_options = options;
-  if (scaler) verdict_options.skip_nonfinite = verdict_options.quiet = true;
+  const TrainOptions judged = verdict_options(options, scaler);
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
     double start = now_us();
     const int64_t batch = (step - 1) % batch_count(data);
@@ -221,7 +220,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     // Every rank updates, or none does: a failure or a non-finite value on
     // any rank is known everywhere before the optimizer's collectives.
     const StepVerdict verdict = agree_on_step(exchange, found);
-    if (settle_step(program, verdict, verdict_options, rank, step, step_error, skip)) {
+    if (settle_step(program, verdict, judged, rank, step, step_error, skip)) {
       try {
         grad_norm = run_optimizer_step(program, optimizer_step, lr, applied + 1,
                                        scaler ? scaler->scale() : 1.0);
@@ -235,13 +234,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     }
     skipped += skip ? 1 : 0;
     StepLog entry{step, 0, lr, grad_norm, skip};
-    if (!verdict.failed && step_error.empty()) {
-      try {
-        update_loss_scaler(scaler, verdict.nonfinite(), step, entry);
-      } catch (const std::exception &error) {
-        step_error = error.what();
-      }
-    }
+    update_loss_scaler(scaler, verdict, step, entry, step_error);
     // Every rank's verdict and losses; the step's loss is the mean over all
     // ranks' micro-batches, summed in the order of a single-rank run.
     exchange.gather_step_reports(step_error, report, reports, step);
@@ -252,11 +245,9 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     entry.loss = loss_sum / static_cast<double>(ranks * k);
     total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
                          entry);
-    if (checkpoint_due(options, step)) {
-      CheckpointPosition now{step, applied, skipped};
-      record_loss_scaler(scaler, now);
-      save_checkpoint(program, exchange, checkpoint, options, now);
-    }
+    if (checkpoint_due(options, step))
+      save_checkpoint(program, exchange, checkpoint, options,
+                      checkpoint_position(step, applied, skipped, scaler));
   }
 
   // The program's collectives over the whole run, and every rank's arena

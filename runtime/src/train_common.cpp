@@ -225,20 +225,37 @@ std::optional<LossScaler> start_loss_scaler(const ProgramInfo &info,
   return scaler;
 }
 
-void record_loss_scaler(const std::optional<LossScaler> &scaler, CheckpointPosition &position) {
+CheckpointPosition checkpoint_position(int64_t step, int64_t applied, int64_t skipped,
+                                       const std::optional<LossScaler> &scaler) {
+  CheckpointPosition position{step, applied, skipped};
   position.has_loss_scaler = scaler.has_value();
-  if (!scaler) return;
+  if (!scaler) return position;
   const LossScaler::State state = scaler->state();
   position.loss_scaler = {state.scale, state.hysteresis, state.iter, state.last_overflow_iter};
+  return position;
 }
 
-void update_loss_scaler(std::optional<LossScaler> &scaler, bool overflow, int64_t step,
-                        StepLog &entry) {
-  if (!scaler) return;
-  const LossScaler::Update update = scaler->update(overflow, step);
-  entry.loss_scale = update.before;
-  if (update.skipped || update.before != update.after)
-    entry.scaler_note = LossScaler::describe(update);
+TrainOptions verdict_options(const TrainOptions &options, const std::optional<LossScaler> &scaler) {
+  TrainOptions judged = options;
+  if (scaler) judged.skip_nonfinite = judged.quiet = true;
+  return judged;
+}
+
+void update_loss_scaler(std::optional<LossScaler> &scaler, const StepVerdict &verdict,
+                        int64_t step, StepLog &entry, std::string &step_error) {
+  if (!scaler || verdict.failed || !step_error.empty()) return;
+  try {
+    const LossScaler::Update update = scaler->update(verdict.nonfinite(), step);
+    entry.loss_scale = update.before;
+    if (update.skipped || update.before != update.after)
+      entry.scaler_note = LossScaler::describe(update);
+  } catch (const std::exception &error) {
+    step_error = error.what();
+  }
+}
+
+bool is_loss_scale(const ProgramInfo &info, const ValueInfo &input) {
+  return info.train.loss_scaled && input.name == kLossScaleInput;
 }
 
 namespace {

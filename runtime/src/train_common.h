@@ -339,13 +339,21 @@ double log_step(const TrainOptions &options, const Program &program, bool rank0,
 // `position` when it carries one (a resumed run); none otherwise.
 std::optional<LossScaler> start_loss_scaler(const ProgramInfo &info,
                                             const CheckpointPosition &position);
-// The scaler's state into `position`, for the checkpoint's manifest.
-void record_loss_scaler(const std::optional<LossScaler> &scaler, CheckpointPosition &position);
-// After the step verdict: the scaler's update (every step; an overflow is a
-// non-finite verdict), its note for the log and the scale the step used.
-// Throws, naming the step, on an overflow at the minimum scale.
-void update_loss_scaler(std::optional<LossScaler> &scaler, bool overflow, int64_t step,
-                        StepLog &entry);
+// The position of a checkpoint after `step`, with the scaler's state.
+CheckpointPosition checkpoint_position(int64_t step, int64_t applied, int64_t skipped,
+                                       const std::optional<LossScaler> &scaler);
+// The options settle_step judges a step by: with a loss scaler a
+// non-finite step is an overflow, always skipped, which the scaler's note
+// reports.
+TrainOptions verdict_options(const TrainOptions &options, const std::optional<LossScaler> &scaler);
+// After the step verdict (unless it failed or `step_error` is set): the
+// scaler's update (every step; an overflow is a non-finite verdict), its
+// note for the log and the scale the step used. An overflow at the minimum
+// scale sets `step_error`, naming the step.
+void update_loss_scaler(std::optional<LossScaler> &scaler, const StepVerdict &verdict,
+                        int64_t step, StepLog &entry, std::string &step_error);
+// fp16: `input` is the loss scale the runner writes, not data.
+bool is_loss_scale(const ProgramInfo &info, const ValueInfo &input);
 
 // What the program's own collectives moved: the counters of the grid's
 // communicators less the runner's own exchanges, since `start`.

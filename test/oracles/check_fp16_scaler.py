@@ -22,9 +22,10 @@ dynamic loss scaler.
         loss scale A \u2192 B" at the first halving.
   * resumed: the scaler program run to step RESUME_AT with a checkpoint,
     then resumed to STEPS, logs the whole run's scales from there on.
-  * dp 2 zero 2: the same scaler on two data-parallel ranks under ZeRO
-    stage 2 with twice the batch: the logged scales follow DeepSpeed's rule
-    fed the run's overflow flags, and the losses PyTorch's fp32 run.
+  * dp 2 zero 2, pp 2 1f1b: the same scaler on two data-parallel ranks
+    under ZeRO stage 2 and on a two-stage pipeline, with twice the batch:
+    the logged scales follow DeepSpeed's rule fed the run's overflow flags,
+    and the losses PyTorch's fp32 run.
   * minimum run: a program whose min_loss_scale is its initial scale
     (2^32) overflows at step 2 (step 1 uses up the hysteresis) and stops
     with DeepSpeed's error, naming the step, before the weights change.
@@ -170,21 +171,27 @@ def main() -> int:
     check(not why and resumed == logged[RESUME_AT:], "resumed",
           why or f"scales after step {RESUME_AT}: {resumed}, the whole run's {logged[RESUME_AT:]}")
 
-    # Two data-parallel ranks under ZeRO 2 on twice the batch: an overflow
-    # on either rank skips the step on both; the scales follow DeepSpeed's
-    # rule and the losses PyTorch's fp32 run on the global batch.
+    # Two ranks on twice the batch: data-parallel under ZeRO 2 (an overflow
+    # on either rank skips the step on both), and a two-stage 1F1B pipeline
+    # of two micro-batches (the last stage's backward binds the scale). The
+    # scales follow DeepSpeed's rule fed the run's overflow flags, and the
+    # losses PyTorch's fp32 run on the global batch.
     data2 = make_train_data(model, 1, 2 * micro)
     write_train_data(data2, work / "data2")
-    config2 = dict(base, train_batch_size=2 * micro, fp16=SCALER,
-                   zero_optimization={"stage": 2})
-    fp32_2 = train(model, dict(config2, gradient_accumulation_steps=2), data2, STEPS)
-    program2 = compile_program(args, work, "dp2", config2, model_path, ["--dp", "2"])
-    log2_path = work / "dp2.jsonl"
-    why = run([*MPIRUN, "-np", "2", str(program2 / "train"), "--data", str(work / "data2"),
-               "--steps", str(STEPS), "--threads", "1", "--log-json", str(log2_path), "--quiet"])
-    if why:
-        check(False, "dp 2 zero 2", why)
-    else:
+    fp32_2 = train(model, dict(base, train_batch_size=2 * micro, gradient_accumulation_steps=2),
+                   data2, STEPS)
+    layouts = [("dp 2 zero 2", ["--dp", "2"], {"zero_optimization": {"stage": 2}}),
+               ("pp 2 1f1b", ["--pp", "2"], {"gradient_accumulation_steps": 2})]
+    for label, flags, extra in layouts:
+        config2 = dict(base, train_batch_size=2 * micro, fp16=SCALER, **extra)
+        program2 = compile_program(args, work, label.replace(" ", "-"), config2, model_path, flags)
+        log2_path = work / f"{label.replace(' ', '-')}.jsonl"
+        why = run([*MPIRUN, "-np", "2", str(program2 / "train"), "--data", str(work / "data2"),
+                   "--steps", str(STEPS), "--threads", "1", "--log-json", str(log2_path),
+                   "--quiet"])
+        if why:
+            check(False, label, why)
+            continue
         log2, _ = read_log(log2_path)
         logged2 = [e.get("loss_scale") for e in log2]
         want2, stopped2 = scale_sequence([bool(e["skipped"]) for e in log2],
@@ -192,7 +199,7 @@ def main() -> int:
         worst2, applied2 = loss_error(log2, fp32_2)
         check(len(log2) == STEPS and stopped2 is None and logged2 == want2 and
               any(e["skipped"] for e in log2) and worst2 <= FP32_RTOL and
-              applied2 >= MIN_APPLIED, "dp 2 zero 2",
+              applied2 >= MIN_APPLIED, label,
               f"scales {logged2}, DeepSpeed's rule {want2}; loss worst rel {worst2:.1e} over "
               f"{applied2} applied steps")
 

@@ -614,7 +614,6 @@ llvm::Expected<dsopt::TrainConfig> readTrainConfig() {
   llvm::Expected<dsopt::TrainConfigOverrides> overrides = trainOverrides();
   if (!overrides)
     return overrides.takeError();
-  overrides->irOnly = emit == EmitKind::TrainMlir || emit == EmitKind::Plan;
   if (configFile.getNumOccurrences()) {
     if (configFile.empty())
       return llvm::createStringError(llvm::inconvertibleErrorCode(),

@@ -134,10 +134,6 @@ struct TrainConfigOverrides {
   /// --precision: enables fp16 or bf16 (and disables the other), or
   /// disables both for fp32, keeping the sections' other keys.
   std::optional<Precision> precision;
-  /// Not a flag: what is built stops at the training IR or its plan
-  /// (--emit=train-mlir, plan). bf16 training, whose ds-precision pass
-  /// exists while its program does not yet, is accepted then.
-  bool irOnly = false;
 
   bool empty() const;
 };
