@@ -50,7 +50,8 @@ void train_usage(const char *argv0, Launch launch) {
           "                    a step whose gradients or loss hold a NaN or an\n"
           "                    infinity stops the run, naming the parameter (stop,\n"
           "                    the default), or is skipped: no weight, optimizer state\n"
-          "                    or learning-rate step changes (skip)\n",
+          "                    or learning-rate step changes (skip); in fp16 it is\n"
+          "                    an overflow of the loss scale, always skipped\n",
           argv0);
   if (launch == Launch::DataParallel)
     fprintf(stderr,
