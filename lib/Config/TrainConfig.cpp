@@ -611,7 +611,6 @@ private:
 
 public:
   bool dataParallelExplicit = false; // --dp given, not derived from --world
-  bool precisionFlag = false;        // --precision given
   bool irOnly = false;               // TrainConfigOverrides::irOnly
 
 private:
@@ -1607,19 +1606,7 @@ bool ConfigReader::readPrecision(const json::Object &root) {
       config.gradAccumDtype = accum;
     }
   }
-  // fp16's training step exists (ds-precision); its loss scaler does not
-  // yet, and fp16 without one underflows its gradients.
-  if (!fp16 || irOnly)
-    return true;
-  const StringRef notYet =
-      "fp16 training (dynamic loss scaling) is not implemented yet; training "
-      "in fp32 instead would silently give other numbers than the config asks "
-      "for. Use bf16, or set \"enabled\": false (or --precision fp32) to "
-      "train in fp32";
-  // Named after what chose it: the flag, or the file's key.
-  if (precisionFlag && !error)
-    error = "--precision fp16: " + notYet.str();
-  return fail("fp16.enabled", notYet);
+  return true;
 }
 
 llvm::Error ConfigReader::read(const json::Object &root) {
@@ -1695,7 +1682,6 @@ parseTrainConfig(StringRef text, StringRef fileNameForMessages,
     return error;
   ConfigReader reader(prefix, config);
   reader.dataParallelExplicit = overrides.dataParallelSize.has_value();
-  reader.precisionFlag = overrides.precision.has_value();
   reader.irOnly = overrides.irOnly;
   if (llvm::Error error = reader.read(*root))
     return error;

@@ -1635,14 +1635,23 @@ void ProgramBuilder::emitTraining(Value info) {
       ds::DsDialect::kTrainAttrName);
   auto index0 = builder.getIndexAttr(0);
   auto str = [&](StringRef text) { return literal(cppString(text)); };
-  auto real = [&](StringRef key, double fallback) -> Attribute {
-    auto value = train ? train.getAs<FloatAttr>(key) : FloatAttr();
+  // A value of the recipe `dict` (ds.train or a dictionary in it).
+  auto realIn = [&](DictionaryAttr dict, StringRef key,
+                    double fallback) -> Attribute {
+    auto value = dict ? dict.getAs<FloatAttr>(key) : FloatAttr();
     return builder.getF64FloatAttr(value ? value.getValueAsDouble()
                                          : fallback);
   };
-  auto integer = [&](StringRef key, int64_t fallback) -> Attribute {
-    auto value = train ? train.getAs<IntegerAttr>(key) : IntegerAttr();
+  auto integerIn = [&](DictionaryAttr dict, StringRef key,
+                       int64_t fallback) -> Attribute {
+    auto value = dict ? dict.getAs<IntegerAttr>(key) : IntegerAttr();
     return builder.getI64IntegerAttr(value ? value.getInt() : fallback);
+  };
+  auto real = [&](StringRef key, double fallback) {
+    return realIn(train, key, fallback);
+  };
+  auto integer = [&](StringRef key, int64_t fallback) {
+    return integerIn(train, key, fallback);
   };
   auto text = [&](StringRef key, StringRef fallback) -> Attribute {
     auto value = train ? train.getAs<StringAttr>(key) : StringAttr();
@@ -1674,6 +1683,19 @@ void ProgramBuilder::emitTraining(Value info) {
             integer("total_num_steps", 0),
             builder.getBoolAttr(linear && linear.getValue()),
             real("warmup_min_ratio", 0.0), real("cos_min_ratio", 1e-4)});
+  // fp16: the loss scaler's settings (ds-optimizer loss-scale-input).
+  // (DeepSpeed's defaults where a key is missing.)
+  if (auto scaler = train ? train.getAs<DictionaryAttr>("loss_scaler")
+                          : DictionaryAttr()) {
+    auto consecutive = scaler.getAs<BoolAttr>("consecutive_hysteresis");
+    callVoid("dsrt::set_loss_scaler", {info},
+             {index0, realIn(scaler, "loss_scale", 0.0),
+              integerIn(scaler, "initial_scale_power", 16),
+              integerIn(scaler, "loss_scale_window", 1000),
+              integerIn(scaler, "hysteresis", 2),
+              builder.getBoolAttr(consecutive && consecutive.getValue()),
+              realIn(scaler, "min_loss_scale", 1.0)});
+  }
 }
 
 /// A pipeline rank (ds.pipeline_rank): its stages and their functions, its

@@ -294,13 +294,31 @@ void AutodiffPass::runOnOperation() {
                        .getResult();
   };
 
-  // dloss/dloss = 1
+  // dloss/dloss = 1, or the loss scale: a new last argument, an f32 scalar
+  // input the runtime writes before each micro step (fp16 training).
   {
     auto type = cast<RankedTensorType>(loss.getType());
-    Attribute one = builder.getFloatAttr(type.getElementType(), 1.0);
-    Value seed = ds::ConstantOp::create(
-        builder, loss.getLoc(),
-        cast<ElementsAttr>(DenseElementsAttr::get(type, one)));
+    Value seed;
+    if (lossScaleInput) {
+      // The loss's shape (a scalar, or one element), in f32.
+      auto scalarF32 = type.clone(builder.getF32Type());
+      unsigned index = grad.getNumArguments();
+      if (failed(grad.insertArgument(
+              index, scalarF32,
+              builder.getDictionaryAttr(builder.getNamedAttr(
+                  ds::DsDialect::kInputAttrName,
+                  builder.getStringAttr("loss_scale"))),
+              loss.getLoc())))
+        return signalPassFailure();
+      seed = body.getArgument(index);
+      if (type != scalarF32)
+        seed = ds::CastOp::create(builder, loss.getLoc(), type, seed);
+    } else {
+      Attribute one = builder.getFloatAttr(type.getElementType(), 1.0);
+      seed = ds::ConstantOp::create(
+          builder, loss.getLoc(),
+          cast<ElementsAttr>(DenseElementsAttr::get(type, one)));
+    }
     grads[loss] = seed;
   }
 

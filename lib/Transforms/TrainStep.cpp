@@ -5,10 +5,11 @@
 //   @micro_step(inputs, params, acc...) -> (loss, acc'...)
 //       acc' = acc + grad (or acc' = grad with one micro-batch per step);
 //       acc' is tied to acc (ds.updates), so it lands in acc's buffer.
-//   @optimizer_step(params, acc, states, lr, step) -> (grad_norm, params',
-//                                                     states', acc'...)
-//       norm = sqrt(sum of squares of acc) / k; g = acc * scale with
-//       scale = min(1, clip / (norm + 1e-6)) / k; one optimizer op per
+//   @optimizer_step(params, acc, states, lr, step[, loss_scale])
+//                                   -> (grad_norm, params', states', acc'...)
+//       norm = sqrt(sum of squares of acc) / k / s; g = acc * scale with
+//       scale = min(1, clip / (norm + 1e-6)) / k / s, s the loss scale
+//       (fp16; the gradients were seeded with it); one optimizer op per
 //       parameter; acc' = 0 when accumulating.
 //
 // The math matches torch: loss.backward() per micro-batch of loss / k,
@@ -174,6 +175,11 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
   argTypes.push_back(scalarI64);
   argAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
       ds::DsDialect::kInputAttrName, b.getStringAttr("step"))));
+  if (lossScaleInput) {
+    argTypes.push_back(scalarF32);
+    argAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
+        ds::DsDialect::kInputAttrName, b.getStringAttr("loss_scale"))));
+  }
 
   auto step = func::FuncOp::create(b, loc, "optimizer_step",
                                    b.getFunctionType(argTypes, {}));
@@ -220,6 +226,11 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
                   : total;
   }
   Value norm = ds::SqrtOp::create(b, loc, scalarF32, sumSq).getResult();
+  // The accumulated gradients are scaled by the loss scale and k: the norm,
+  // the clipping and the update see them unscaled.
+  Value lossScale = lossScaleInput ? body->getArgument(lrArg + 2) : Value();
+  if (lossScale)
+    norm = ds::DivOp::create(b, loc, ValueRange{norm, lossScale}).getResult();
   if (accumulation > 1)
     norm = ds::DivOp::create(
                b, loc,
@@ -248,6 +259,13 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
                         .getResult()
                   : inverse;
   }
+  if (lossScale)
+    scale = scale ? ds::DivOp::create(b, loc, ValueRange{scale, lossScale})
+                        .getResult()
+                  : ds::DivOp::create(
+                        b, loc,
+                        ValueRange{scalarConstant(b, loc, f32, 1.0), lossScale})
+                        .getResult();
 
   SmallVector<Value> results{norm};
   SmallVector<DictionaryAttr> resultAttrs{b.getDictionaryAttr(b.getNamedAttr(
@@ -439,6 +457,21 @@ void OptimizerPass::runOnOperation() {
   train.set("warmup_max_lr", b.getF64FloatAttr(warmupMaxLr));
   train.set("warmup_num_steps", b.getI64IntegerAttr(warmupNumSteps));
   train.set("total_num_steps", b.getI64IntegerAttr(totalNumSteps));
+  if (lossScaleInput)
+    train.set("loss_scaler",
+              b.getDictionaryAttr(
+                  {b.getNamedAttr("loss_scale",
+                                  b.getF64FloatAttr(staticLossScale)),
+                   b.getNamedAttr("initial_scale_power",
+                                  b.getI64IntegerAttr(initialScalePower)),
+                   b.getNamedAttr("loss_scale_window",
+                                  b.getI64IntegerAttr(lossScaleWindow)),
+                   b.getNamedAttr("hysteresis",
+                                  b.getI64IntegerAttr(hysteresis)),
+                   b.getNamedAttr("consecutive_hysteresis",
+                                  b.getBoolAttr(consecutiveHysteresis)),
+                   b.getNamedAttr("min_loss_scale",
+                                  b.getF64FloatAttr(minLossScale))}));
   train.set("warmup_linear", b.getBoolAttr(warmupLinear));
   train.set("warmup_min_ratio", b.getF64FloatAttr(warmupMinRatio));
   train.set("cos_min_ratio", b.getF64FloatAttr(cosMinRatio));

@@ -50,6 +50,10 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   DsAutodiffOptions autodiff;
   autodiff.loss = options.loss;
   autodiff.frozen.assign(options.frozen.begin(), options.frozen.end());
+  // fp16 scales the loss: its gradient seed becomes an input, before the
+  // canonicalizer folds a constant seed into the backward.
+  bool scaled = options.precision == "fp16";
+  autodiff.lossScaleInput = scaled;
   pm.addPass(createDsAutodiff(autodiff));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
@@ -78,6 +82,13 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   optimizer.stepsPerPrint = options.stepsPerPrint;
   optimizer.microBatch = options.microBatch;
   optimizer.trainBatch = options.trainBatch;
+  optimizer.lossScaleInput = scaled;
+  optimizer.staticLossScale = options.staticLossScale;
+  optimizer.initialScalePower = options.initialScalePower;
+  optimizer.lossScaleWindow = options.lossScaleWindow;
+  optimizer.hysteresis = options.hysteresis;
+  optimizer.consecutiveHysteresis = options.consecutiveHysteresis;
+  optimizer.minLossScale = options.minLossScale;
   pm.addPass(createDsOptimizer(optimizer));
 
   if (options.precision != "fp32") {
@@ -143,6 +154,12 @@ void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {
   options.precision = precisionName(config.precision).str();
   if (config.gradAccumDtype)
     options.gradAccumDtype = precisionName(*config.gradAccumDtype).str();
+  options.staticLossScale = config.lossScaler.lossScale;
+  options.initialScalePower = config.lossScaler.initialScalePower;
+  options.lossScaleWindow = config.lossScaler.lossScaleWindow;
+  options.hysteresis = config.lossScaler.hysteresis;
+  options.consecutiveHysteresis = config.lossScaler.consecutiveHysteresis;
+  options.minLossScale = config.lossScaler.minLossScale;
   options.zeroStage = config.zeroStage;
   options.dp = config.dataParallelSize;
   options.persistenceThreshold = config.paramPersistenceThreshold;

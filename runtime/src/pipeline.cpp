@@ -212,7 +212,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   for (const FunctionInfo &function : info.functions) {
     if (function.name == "optimizer_step") continue;
     for (const ValueInfo &input : function.inputs)
-      if (is_data(input) &&
+      if (is_data(input) && !is_loss_scale(info, input) &&
           std::none_of(inputs.begin(), inputs.end(),
                        [&](const ValueInfo *seen) { return seen->name == input.name; }))
         inputs.push_back(&input);
@@ -231,6 +231,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   CheckpointContext checkpoint{checkpoint_model_identity(all_infos), checkpoint_layout(info), dp,
                                dp_rank, 0};
   CheckpointPosition position;
+  std::optional<LossScaler> scaler;
   std::string setup_error;
   try {
     data = load_data(inputs, options.data, k, dp);
@@ -239,6 +240,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     prepare_program(program, memory, options, dp_rank, rank);
     checkpoint.data_batches = batch_count(data);
     position = start_checkpoints(program, checkpoint, options, rank, world);
+    scaler = start_loss_scaler(info, position);
   } catch (const std::exception &error) {
     setup_error = error.what();
   }
@@ -270,6 +272,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   // Updates applied: the lr schedule and the optimizer's step count advance
   // with them, not with skipped steps.
   int64_t applied = position.applied, skipped = position.skipped;
+  const TrainOptions judged = verdict_options(options, scaler, info);
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
     health::set_step(step);
     // The step's times count from a barrier all ranks leave together.
@@ -287,6 +290,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       // dp_rank * k + mb of a single-rank run.
       const uint64_t first_counter =
           (options.seed << 32) + static_cast<uint64_t>((step - 1) * dp * k);
+      if (scaler) executor.set_loss_scale(scaler->scale());
       executor.run_actions(batch, first_counter, dp_rank, losses, times, start);
       executor.sum_tied();
       found = find_nonfinite(program, losses.data(), k);
@@ -300,10 +304,10 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     // Every rank updates, or none does: a failure or a non-finite value on
     // any rank is known everywhere before optimizer_step's collectives.
     const StepVerdict verdict = agree_on_step(exchange, found, step_error);
-    if (settle_step(program, verdict, options, rank, step, step_error, skip)) {
+    if (settle_step(program, verdict, judged, rank, step, step_error, skip)) {
       try {
         grad_norm = run_optimizer_step(program, functions.functions[optimizer_index], lr,
-                                       applied + 1);
+                                       applied + 1, scaler ? scaler->scale() : 1.0);
         ++applied;
         program.memory.release_range(info.persistent_bytes, pipeline.buffers_offset);
         // Every function has run once: the arenas reached their peaks.
@@ -313,6 +317,8 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       }
     }
     skipped += skip ? 1 : 0;
+    StepLog entry{step, 0, lr, grad_norm, skip};
+    update_loss_scaler(scaler, verdict, step, entry, step_error);
     const double step_end_us = now_us() - start;
     for (size_t i = 0; i < losses.size(); ++i) report[1 + i] = losses[i];
     report[static_cast<size_t>(k + 1)] = static_cast<float>(times.compute_us);
@@ -347,10 +353,12 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
         t[2 * i] = static_cast<int64_t>(times.begin[i] * 1e3);
         t[2 * i + 1] = static_cast<int64_t>(times.end[i] * 1e3);
       }
+    entry.loss = loss_sum / static_cast<double>(dp * k);
     total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
-                         {step, loss_sum / static_cast<double>(dp * k), lr, grad_norm, skip});
+                         entry);
     if (checkpoint_due(options, step))
-      save_checkpoint(program, exchange, checkpoint, options, {step, applied, skipped});
+      save_checkpoint(program, exchange, checkpoint, options,
+                      checkpoint_position(step, applied, skipped, scaler));
   }
 
   // The measured schedule of every rank, to rank 0.

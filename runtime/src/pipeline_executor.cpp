@@ -157,7 +157,9 @@ void PipelineExecutor::run_compute(const PipelineAction &action, int64_t batch,
   size_t next_received = 0;
   program_.bound.clear();
   for (const ValueInfo &input : function.inputs) {
-    if (is_data(input)) {
+    if (is_loss_scale(info_, input)) {
+      write_scalar_input(program_, function, input.name, loss_scale_);
+    } else if (is_data(input)) {
       load_micro_batch(program_, *data_.at(input.name), input, batch, global_micro);
     } else if (input.role == ValueRole::Recv) {
       program_.bound.push_back(received->tensor(arena, received_slot, next_received++));

@@ -54,6 +54,10 @@ public:
   // rank order.
   void sum_tied();
 
+  // fp16: the loss scale the next steps' backward functions bind (their
+  // input "loss_scale", the last stage's).
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
+
 private:
   StageRun &stage_run(int64_t stage);
   StageRun &stage_of(const PipelineAction &action);
@@ -89,6 +93,7 @@ private:
   // the tied sums.
   size_t next_action_ = 0;
   bool tied_issued_ = false;
+  double loss_scale_ = 1;
 };
 
 }  // namespace pipeline

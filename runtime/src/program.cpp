@@ -389,6 +389,19 @@ void set_schedule(ProgramInfo &info, const char *kind, double warmup_min_lr, dou
   train.cos_min_ratio = cos_min_ratio;
 }
 
+void set_loss_scaler(ProgramInfo &info, double static_scale, int64_t initial_scale_power,
+                     int64_t window, int64_t hysteresis, bool consecutive_hysteresis,
+                     double min_scale) {
+  TrainInfo &train = info.train;
+  train.loss_scaled = true;
+  train.loss_scaler.static_scale = static_scale;
+  train.loss_scaler.initial_scale_power = static_cast<int>(initial_scale_power);
+  train.loss_scaler.window = window;
+  train.loss_scaler.hysteresis = static_cast<int>(hysteresis);
+  train.loss_scaler.consecutive_hysteresis = consecutive_hysteresis;
+  train.loss_scaler.min_scale = min_scale;
+}
+
 std::string resolve_weight_file(const ProgramInfo &info, const std::string &weights_dir,
                                 const std::string &file) {
   std::string dir = weights_dir.empty() ? directory_of(info.model_path) : weights_dir;

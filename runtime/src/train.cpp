@@ -151,16 +151,19 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   CheckpointContext checkpoint{checkpoint_model_identity({&info}), checkpoint_layout(info), dp,
                                dp_rank, 0};
   CheckpointPosition position;
+  std::optional<LossScaler> scaler;
   std::string setup_error;
   try {
     std::vector<const ValueInfo *> inputs;
-    for (const ValueInfo &input : micro.inputs) inputs.push_back(&input);
+    for (const ValueInfo &input : micro.inputs)
+      if (!is_loss_scale(info, input)) inputs.push_back(&input);
     data = load_data(inputs, options.data, train.accumulation_steps, dp);
     open_outputs(options, info, rank0, outputs);
     if (!options.trace.empty()) program.tracer = &tracer;
     prepare_program(program, memory, options, dp_rank, rank);
     checkpoint.data_batches = batch_count(data);
     position = start_checkpoints(program, checkpoint, options, rank, comm.size());
+    scaler = start_loss_scaler(info, position);
   } catch (const std::exception &error) {
     setup_error = error.what();
   }
@@ -179,6 +182,9 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   // Updates applied: the lr schedule and the optimizer's step count advance
   // with them, not with skipped steps.
   int64_t applied = position.applied, skipped = position.skipped;
+  // fp16: a non-finite gradient is an overflow, whose step is always
+  // skipped; the scaler's note reports it.
+  const TrainOptions judged = verdict_options(options, scaler, info);
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
     health::set_step(step);
     double start = now_us();
@@ -200,6 +206,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
         // dp * k accumulation steps.
         set_rng_counter((options.seed << 32) +
                         static_cast<uint64_t>((step - 1) * dp * k + global_micro));
+        if (scaler) write_scalar_input(program, micro, kLossScaleInput, scaler->scale());
         run_function(program, micro_step, micro_index);
         ++micro_steps_run;
         if (program.outputs.empty() || !program.outputs[0].data)
@@ -217,9 +224,10 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     // Every rank updates, or none does: a failure or a non-finite value on
     // any rank is known everywhere before the optimizer's collectives.
     const StepVerdict verdict = agree_on_step(exchange, found, step_error);
-    if (settle_step(program, verdict, options, rank, step, step_error, skip)) {
+    if (settle_step(program, verdict, judged, rank, step, step_error, skip)) {
       try {
-        grad_norm = run_optimizer_step(program, optimizer_step, lr, applied + 1);
+        grad_norm = run_optimizer_step(program, optimizer_step, lr, applied + 1,
+                                       scaler ? scaler->scale() : 1.0);
         ++applied;
         program.memory.release_from(info.persistent_bytes);
         // Both functions have run once: the arenas reached their peaks.
@@ -229,6 +237,8 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
       }
     }
     skipped += skip ? 1 : 0;
+    StepLog entry{step, 0, lr, grad_norm, skip};
+    update_loss_scaler(scaler, verdict, step, entry, step_error);
     // Every rank's verdict and losses; the step's loss is the mean over all
     // ranks' micro-batches, summed in the order of a single-rank run.
     exchange.gather_step_reports(step_error, report, reports, step);
@@ -236,10 +246,12 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     for (int64_t r = 0; r < ranks; ++r)
       for (int64_t i = 0; i < k; ++i)
         loss_sum += reports[static_cast<size_t>(r * (k + 1) + 1 + i)];
+    entry.loss = loss_sum / static_cast<double>(ranks * k);
     total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
-                         {step, loss_sum / static_cast<double>(ranks * k), lr, grad_norm, skip});
+                         entry);
     if (checkpoint_due(options, step))
-      save_checkpoint(program, exchange, checkpoint, options, {step, applied, skipped});
+      save_checkpoint(program, exchange, checkpoint, options,
+                      checkpoint_position(step, applied, skipped, scaler));
   }
 
   // The program's collectives over the whole run, and every rank's arena

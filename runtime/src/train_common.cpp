@@ -37,23 +37,25 @@ void run_function(Program &program, RunFn run, int index) {
   run_to_completion(program, run);
 }
 
-double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int64_t step) {
+void write_scalar_input(Program &program, const FunctionInfo &function, const std::string &name,
+                        double value) {
+  const ProgramInfo &info = *program.info;
+  const ValueInfo &input = function.inputs[find_value(function.inputs, name, "")];
+  program.memory.acquire(input.offset,
+                         slot_size(info, dtype_size(input.dtype) * input.shape.numel()));
+  write_scalar(program.stream, Tensor{program.arena + input.offset, input.dtype, input.shape},
+               value);
+}
+
+double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int64_t step,
+                          double loss_scale) {
   const ProgramInfo &info = *program.info;
   const int optimizer_index = find_function_index(info, "optimizer_step");
   const FunctionInfo &optimizer = info.functions[optimizer_index];
-  const ValueInfo &lr_input = optimizer.inputs[find_value(optimizer.inputs, "lr", "")];
-  const ValueInfo &step_input = optimizer.inputs[find_value(optimizer.inputs, "step", "")];
   const int64_t grad_norm_index = find_value(optimizer.outputs, "grad_norm", "");
-  program.memory.acquire(lr_input.offset,
-                         slot_size(info, dtype_size(lr_input.dtype) * lr_input.shape.numel()));
-  write_scalar(program.stream,
-               Tensor{program.arena + lr_input.offset, lr_input.dtype, lr_input.shape},
-               static_cast<float>(lr));
-  program.memory.acquire(
-      step_input.offset, slot_size(info, dtype_size(step_input.dtype) * step_input.shape.numel()));
-  write_scalar(program.stream,
-               Tensor{program.arena + step_input.offset, step_input.dtype, step_input.shape},
-               static_cast<double>(step));
+  write_scalar_input(program, optimizer, "lr", static_cast<float>(lr));
+  write_scalar_input(program, optimizer, "step", static_cast<double>(step));
+  if (info.train.loss_scaled) write_scalar_input(program, optimizer, kLossScaleInput, loss_scale);
   run_function(program, optimizer_step, optimizer_index);
   if (static_cast<int64_t>(program.outputs.size()) <= grad_norm_index ||
       !program.outputs[grad_norm_index].data)
@@ -245,6 +247,77 @@ void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions
   load_masters(program, options.weights, dp_rank);
 }
 
+std::optional<LossScaler> start_loss_scaler(const ProgramInfo &info,
+                                            const CheckpointPosition &position) {
+  std::optional<LossScaler> scaler;
+  if (!info.train.loss_scaled) {
+    if (position.has_loss_scaler)
+      throw Error("--resume: the checkpoint holds a loss scaler (fp16 training) but the program "
+                  "does not scale its loss");
+    return scaler;
+  }
+  scaler.emplace(info.train.loss_scaler);
+  if (position.has_loss_scaler)
+    scaler->restore({position.loss_scaler.scale, position.loss_scaler.hysteresis,
+                     position.loss_scaler.iter, position.loss_scaler.last_overflow_iter});
+  else if (position.step > 0)
+    throw Error("--resume: the checkpoint holds no loss scaler, but the program trains in fp16 "
+                "and scales its loss");
+  return scaler;
+}
+
+CheckpointPosition checkpoint_position(int64_t step, int64_t applied, int64_t skipped,
+                                       const std::optional<LossScaler> &scaler) {
+  CheckpointPosition position{step, applied, skipped};
+  position.has_loss_scaler = scaler.has_value();
+  if (!scaler) return position;
+  const LossScaler::State state = scaler->state();
+  position.loss_scaler = {state.scale, state.hysteresis, state.iter, state.last_overflow_iter};
+  return position;
+}
+
+TrainOptions verdict_options(const TrainOptions &options, const std::optional<LossScaler> &scaler,
+                             const ProgramInfo &info) {
+  TrainOptions judged = options;
+  if (scaler) {
+    // fp16: an overflow is the scaler's business; its note reports it.
+    judged.skip_nonfinite = judged.quiet = true;
+  } else if (!options.nonfinite_given) {
+    // bf16 (16-bit working copies, no scaler): a non-finite step is skipped
+    // and reported, as DeepSpeed's bf16 optimizer skips it, never applied.
+    for (const ParamInfo &param : info.params)
+      if (param.dtype != param.stored) judged.skip_nonfinite = true;
+  }
+  return judged;
+}
+
+void update_loss_scaler(std::optional<LossScaler> &scaler, const StepVerdict &verdict,
+                        int64_t step, StepLog &entry, std::string &step_error) {
+  if (!scaler || verdict.failed || !step_error.empty()) return;
+  try {
+    const LossScaler::Update update = scaler->update(verdict.nonfinite(), step);
+    entry.loss_scale = update.before;
+    if (update.skipped || update.before != update.after)
+      entry.scaler_note = LossScaler::describe(update);
+  } catch (const std::exception &error) {
+    step_error = error.what();
+  }
+}
+
+bool is_loss_scale(const ProgramInfo &info, const ValueInfo &input) {
+  return info.train.loss_scaled && input.name == kLossScaleInput;
+}
+
+namespace {
+// A finite value with every digit (the loss scale: powers of two beyond
+// what %.9g writes exactly).
+std::string exact_number(double value) {
+  char text[40];
+  snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+}  // namespace
+
 double log_step(const TrainOptions &options, const Program &program, bool rank0, FILE *log_json,
                 int64_t samples, double start_us, const StepLog &entry) {
   const double step_us = now_us() - start_us;
@@ -254,11 +327,18 @@ double log_step(const TrainOptions &options, const Program &program, bool rank0,
   const int64_t arena_peak = program.memory.high_water_mark();
   if (!options.quiet && rank0 &&
       ((print_every > 0 && entry.step % print_every == 0) || entry.step == options.steps)) {
-    printf("step %lld/%lld | loss %.6f | lr %.6e | grad_norm %.4f | %.2f ms | "
+    char scale[64] = "";
+    if (entry.loss_scale > 0) snprintf(scale, sizeof(scale), " | loss_scale %g", entry.loss_scale);
+    printf("step %lld/%lld | loss %.6f | lr %.6e | grad_norm %.4f%s%s | %.2f ms | "
            "%.1f samples/s | arena peak %.1f MiB\n",
            static_cast<long long>(entry.step), static_cast<long long>(options.steps), entry.loss,
-           entry.lr, entry.grad_norm, step_us / 1000.0, samples_per_s,
-           arena_peak / (1024.0 * 1024.0));
+           entry.lr, entry.grad_norm, scale, entry.skipped ? " | skipped" : "",
+           step_us / 1000.0, samples_per_s, arena_peak / (1024.0 * 1024.0));
+    fflush(stdout);
+  }
+  // The scaler's changes are printed whatever steps_per_print says.
+  if (!options.quiet && rank0 && !entry.scaler_note.empty()) {
+    printf("step %lld: %s\n", static_cast<long long>(entry.step), entry.scaler_note.c_str());
     fflush(stdout);
   }
   if (log_json) {
@@ -273,13 +353,16 @@ double log_step(const TrainOptions &options, const Program &program, bool rank0,
     }
     fprintf(log_json,
             "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, "
-            "\"step_time_s\": %s, \"samples_per_s\": %s, \"skipped\": %s, "
+            "\"step_time_s\": %s, \"samples_per_s\": %s, \"skipped\": %s, %s"
             "\"arena_peak_bytes\": %lld, \"arena_planned_bytes\": %lld, "
             "\"memory_spaces\": {%s}}\n",
             static_cast<long long>(entry.step), json_number(entry.loss).c_str(),
             json_number(entry.lr).c_str(), json_number(entry.grad_norm).c_str(),
             json_number(step_s).c_str(), json_number(samples_per_s).c_str(),
             entry.skipped ? "true" : "false",
+            entry.loss_scale > 0
+                ? ("\"loss_scale\": " + exact_number(entry.loss_scale) + ", ").c_str()
+                : "",
             static_cast<long long>(arena_peak),
             static_cast<long long>(program.info->arena_bytes), spaces.c_str());
     fflush(log_json);
@@ -364,8 +447,10 @@ void print_trained(const TrainOptions &options, bool rank0, const Program &progr
   if (options.quiet || !rank0) return;
   if (skipped > 0)
     fprintf(stderr, "skipped %lld of %lld steps: their gradients or loss held a NaN or an "
-                    "infinity (--on-nonfinite skip)\n",
-            static_cast<long long>(skipped), static_cast<long long>(options.steps));
+                    "infinity (%s)\n",
+            static_cast<long long>(skipped), static_cast<long long>(options.steps),
+            program.info->train.loss_scaled ? "fp16 overflows, each lowering the loss scale or its hysteresis"
+                                            : "--on-nonfinite skip");
   fprintf(stderr,
           "trained %lld steps (%lld micro steps) in %.3f s, mean step %.3f ms; arena: "
           "planned %lld bytes, measured high-water mark %lld bytes, peak live %lld bytes\n",

@@ -7,6 +7,7 @@
 #include "dsrt/backend.h"
 #include "dsrt/checkpoint.h"
 #include "dsrt/comm.h"
+#include "dsrt/loss_scaler.h"
 #include "dsrt/npy.h"
 #include "dsrt/program.h"
 #include "runner.h"
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +29,10 @@ struct TrainOptions {
   std::string data, log_json, save_onnx, weights, trace;
   std::string nvme_path;  // the file space's directory ("": $TMPDIR or /tmp)
   // What a step whose gradients or loss hold a NaN or an infinity does:
-  // stop the run (the default) or skip its update (--on-nonfinite).
+  // stop the run or skip its update (--on-nonfinite; without it, a 16-bit
+  // program skips and a fp32 one stops, see verdict_options).
   bool skip_nonfinite = false;
+  bool nonfinite_given = false;  // --on-nonfinite was given
   int64_t steps = 0;
   uint64_t seed = 0;
   bool seed_given = false;  // --seed was given (a resume checks it)
@@ -110,9 +114,16 @@ std::string step_context(const TrainOptions &options, int64_t step, int64_t batc
                          int64_t micro_batch);
 
 void run_function(Program &program, RunFn run, int index);
-// Writes lr and step into optimizer_step's inputs, runs it and returns its
-// grad_norm.
-double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int64_t step);
+// fp16: the input of micro_step and optimizer_step that carries the loss
+// scale (TrainInfo::loss_scaled); it is not data.
+constexpr const char *kLossScaleInput = "loss_scale";
+// Writes the f32 or i64 scalar input `name` of `function` into its slot.
+void write_scalar_input(Program &program, const FunctionInfo &function, const std::string &name,
+                        double value);
+// Runs optimizer_step at learning rate `lr` and step count `step`, with
+// `loss_scale` when the program's loss is scaled; returns grad_norm.
+double run_optimizer_step(Program &program, RunFn optimizer_step, double lr, int64_t step,
+                          double loss_scale = 1);
 // After the first update this process applies (`step` counts them from 1,
 // also after a resume) each space's measured high-water mark must be its
 // plan's arena.
@@ -325,12 +336,35 @@ struct StepLog {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0;
   bool skipped = false;  // the update was not applied (non-finite values)
+  double loss_scale = 0;  // fp16: the scale the step used (0: none)
+  std::string scaler_note;  // fp16: the scaler's change, DeepSpeed's wording
 };
 // The step line on stdout (rank 0, every steps_per_print steps and the
 // last) and the JSON line; `samples` per step, the arena's from `program`.
 // Returns the step's time, from `start_us` (now_us()) to the call.
 double log_step(const TrainOptions &options, const Program &program, bool rank0, FILE *log_json,
                 int64_t samples, double start_us, const StepLog &entry);
+
+// fp16 (TrainInfo::loss_scaled): the run's loss scaler, continued from
+// `position` when it carries one (a resumed run); none otherwise.
+std::optional<LossScaler> start_loss_scaler(const ProgramInfo &info,
+                                            const CheckpointPosition &position);
+// The position of a checkpoint after `step`, with the scaler's state.
+CheckpointPosition checkpoint_position(int64_t step, int64_t applied, int64_t skipped,
+                                       const std::optional<LossScaler> &scaler);
+// The options settle_step judges a step by: with a loss scaler a
+// non-finite step is an overflow, always skipped, which the scaler's note
+// reports.
+TrainOptions verdict_options(const TrainOptions &options, const std::optional<LossScaler> &scaler,
+                             const ProgramInfo &info);
+// After the step verdict (unless it failed or `step_error` is set): the
+// scaler's update (every step; an overflow is a non-finite verdict), its
+// note for the log and the scale the step used. An overflow at the minimum
+// scale sets `step_error`, naming the step.
+void update_loss_scaler(std::optional<LossScaler> &scaler, const StepVerdict &verdict,
+                        int64_t step, StepLog &entry, std::string &step_error);
+// fp16: `input` is the loss scale the runner writes, not data.
+bool is_loss_scale(const ProgramInfo &info, const ValueInfo &input);
 
 // What the program's own collectives moved: the counters of the grid's
 // communicators less the runner's own exchanges, since `start`.

@@ -49,8 +49,10 @@ void train_usage(const char *argv0, Launch launch) {
           "  --on-nonfinite stop|skip\n"
           "                    a step whose gradients or loss hold a NaN or an\n"
           "                    infinity stops the run, naming the parameter (stop,\n"
-          "                    the default), or is skipped: no weight, optimizer state\n"
-          "                    or learning-rate step changes (skip)\n",
+          "                    the default in fp32), or is skipped and reported: no\n"
+          "                    weight, optimizer state or learning-rate step changes\n"
+          "                    (skip, the default in bf16); in fp16 it is an overflow\n"
+          "                    of the loss scale, always skipped\n",
           argv0);
   if (launch == Launch::DataParallel)
     fprintf(stderr,
@@ -115,6 +117,7 @@ bool parse_train(int argc, char **argv, TrainOptions &options, Launch launch) {
       if (text != "stop" && text != "skip")
         throw Error("--on-nonfinite expects stop or skip, got '" + text + "'");
       options.skip_nonfinite = text == "skip";
+      options.nonfinite_given = true;
     }
     else if (arg == "--trace") value(options.trace);
     else if (arg == "--external-data") options.external_data = true;

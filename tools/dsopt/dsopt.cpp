@@ -647,7 +647,8 @@ llvm::Expected<dsopt::TrainConfig> readTrainConfig() {
   llvm::Expected<dsopt::TrainConfigOverrides> overrides = trainOverrides();
   if (!overrides)
     return overrides.takeError();
-  overrides->irOnly = emit == EmitKind::TrainMlir || emit == EmitKind::Plan;
+  overrides->irOnly =
+      emit == EmitKind::TrainMlir || emit == EmitKind::Plan || printConfig;
   if (configFile.getNumOccurrences()) {
     if (configFile.empty())
       return llvm::createStringError(llvm::inconvertibleErrorCode(),

@@ -179,9 +179,9 @@ struct TrainConfigOverrides {
   /// --nvme-path (its nvme_path).
   std::optional<OffloadDevice> offloadOptimizer;
   std::optional<std::string> nvmePath;
-  /// Not a flag: what is built stops at the training IR or its plan
-  /// (--emit=train-mlir, plan). bf16 training, whose ds-precision pass
-  /// exists while its program does not yet, is accepted then.
+  /// Not a flag: what is built stops at the training IR, its plan or the
+  /// config (--emit=train-mlir, plan, --print-config). A tensor-parallel
+  /// step, whose program the runtime cannot run yet, is accepted then.
   bool irOnly = false;
 
   bool empty() const;

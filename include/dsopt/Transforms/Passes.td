@@ -112,6 +112,9 @@ def DsAutodiff : Pass<"ds-autodiff", "mlir::ModuleOp"> {
            "Name of the loss output (default: the only scalar float output)">,
     ListOption<"frozen", "frozen", "std::string",
                "Parameters that do not train: names or glob patterns">,
+    Option<"lossScaleInput", "loss-scale-input", "bool", /*default=*/"false",
+           "Seed the loss gradient with a new last argument of @F_grad, an "
+           "f32 scalar input `loss_scale` (fp16's loss scale), instead of 1">,
   ];
 }
 
@@ -163,6 +166,24 @@ def DsOptimizer : Pass<"ds-optimizer", "mlir::ModuleOp"> {
            "Global gradient-norm clipping threshold (0: off)">,
     Option<"accumulation", "accumulation", "int64_t", /*default=*/"1",
            "Micro-batches per optimizer step">,
+    Option<"lossScaleInput", "loss-scale-input", "bool", /*default=*/"false",
+           "The gradients are scaled by the loss scale: @optimizer_step "
+           "takes it as a last input `loss_scale` and divides the norm and "
+           "the gradients by it">,
+    // fp16's loss scaler (DeepSpeed's fp16 keys), recorded in ds.train
+    // with loss-scale-input for the runtime.
+    Option<"staticLossScale", "static-loss-scale", "double",
+           /*default=*/"0.0", "fp16.loss_scale: 0 dynamic, > 0 static">,
+    Option<"initialScalePower", "initial-scale-power", "int64_t",
+           /*default=*/"16", "fp16.initial_scale_power">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t",
+           /*default=*/"1000", "fp16.loss_scale_window">,
+    Option<"hysteresis", "hysteresis", "int64_t", /*default=*/"2",
+           "fp16.hysteresis">,
+    Option<"consecutiveHysteresis", "consecutive-hysteresis", "bool",
+           /*default=*/"false", "fp16.consecutive_hysteresis">,
+    Option<"minLossScale", "min-loss-scale", "double", /*default=*/"1.0",
+           "fp16.min_loss_scale">,
     // The rest of the recipe: nothing here changes the step's ops; the
     // runtime schedules the learning rate and logs by it.
     Option<"optimizerName", "optimizer-name", "std::string",

@@ -130,6 +130,27 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
                      "fp32, or the 16-bit type (default)"),
       llvm::cl::init("")};
 
+  // fp16's loss scaler (ds-autodiff / ds-optimizer loss-scale-input).
+  Option<double> staticLossScale{
+      *this, "static-loss-scale",
+      llvm::cl::desc("fp16.loss_scale: 0 dynamic, > 0 static"),
+      llvm::cl::init(0.0)};
+  Option<int64_t> initialScalePower{
+      *this, "initial-scale-power",
+      llvm::cl::desc("fp16.initial_scale_power"), llvm::cl::init(16)};
+  Option<int64_t> lossScaleWindow{*this, "loss-scale-window",
+                                  llvm::cl::desc("fp16.loss_scale_window"),
+                                  llvm::cl::init(1000)};
+  Option<int64_t> hysteresis{*this, "hysteresis",
+                             llvm::cl::desc("fp16.hysteresis"),
+                             llvm::cl::init(2)};
+  Option<bool> consecutiveHysteresis{
+      *this, "consecutive-hysteresis",
+      llvm::cl::desc("fp16.consecutive_hysteresis"), llvm::cl::init(false)};
+  Option<double> minLossScale{*this, "min-loss-scale",
+                              llvm::cl::desc("fp16.min_loss_scale"),
+                              llvm::cl::init(1.0)};
+
   // Data parallelism and ZeRO (ds-zero).
   Option<int64_t> zeroStage{*this, "zero-stage",
                             llvm::cl::desc("ZeRO stage 0, 1, 2 or 3"),

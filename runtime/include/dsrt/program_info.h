@@ -5,6 +5,7 @@
 #ifndef DSRT_PROGRAM_INFO_H
 #define DSRT_PROGRAM_INFO_H
 
+#include "dsrt/loss_scaler.h"
 #include "dsrt/tensor.h"
 
 #include <cstdint>
@@ -114,6 +115,10 @@ struct TrainInfo {
   int64_t warmup_num_steps = 1000, total_num_steps = 0;
   bool warmup_linear = false;  // else DeepSpeed's default log warmup
   double warmup_min_ratio = 0, cos_min_ratio = 1e-4;
+  // fp16 (set_loss_scaler): the loss is scaled; micro_step and
+  // optimizer_step take the scale as their input "loss_scale".
+  bool loss_scaled = false;
+  LossScalerOptions loss_scaler;
 };
 
 // A pipeline-parallel program (set_pipeline): one program per rank of the
@@ -261,6 +266,9 @@ void set_training(ProgramInfo &info, const char *optimizer, double lr, double gr
 void set_schedule(ProgramInfo &info, const char *kind, double warmup_min_lr, double warmup_max_lr,
                   int64_t warmup_num_steps, int64_t total_num_steps, bool warmup_linear,
                   double warmup_min_ratio, double cos_min_ratio);
+void set_loss_scaler(ProgramInfo &info, double static_scale, int64_t initial_scale_power,
+                     int64_t window, int64_t hysteresis, bool consecutive_hysteresis,
+                     double min_scale);
 
 // Pipeline programs (docs/runtime.md, "Pipeline-parallel programs"). This
 // program is pp rank `rank` of a pipeline of `stages` ranks with `chunks`

@@ -120,7 +120,6 @@ def must_fail_cases():
         ("top-null", "null"),
         ("duplicate", text.replace('"steps_per_print": 10',
                                    '"steps_per_print": 10, "steps_per_print": 1')),
-        ("fp16-on", with_value(("fp16", "enabled"), "true")),
         ("sgd-no-lr", with_value(("optimizer",), '{"type": "SGD"}')),
         ("decay-no-total", with_value(("scheduler", "params"), "{}")),
         ("batch-contradiction", with_value(("gradient_accumulation_steps",), "7")),
