@@ -120,8 +120,15 @@ def one_fault(args, rng, index, reference, delay_max):
             time.sleep(0.01)
         time.sleep(rng.uniform(0, delay_max))
         ranks = children(job.pid)
-        if job.poll() is not None or len(ranks) != args.np:
+        if job.poll() is not None:
+            if job.returncode != 0:
+                fail(f"fault {index}: the job failed on its own (status {job.returncode}) "
+                     f"before the fault; see {err_path}")
             return None  # the run ended first: retried
+        if len(ranks) != args.np:
+            print(f"fault {index}: mpirun has {len(ranks)} child processes, not {args.np}; "
+                  "retried", file=sys.stderr, flush=True)
+            return None
         victim = rng.randrange(args.np)
         sent = time.time()
         if args.signal == "TERM":
@@ -143,7 +150,9 @@ def one_fault(args, rng, index, reference, delay_max):
             fail(f"fault {index}: ranks {left} outlived mpirun")
         with open(os.path.join(ckpt, "latest")) as f:
             if f.read().strip() == f"step_{args.steps}":
-                return None  # it landed after the last step: retried
+                print(f"fault {index}: SIG{args.signal} landed after the last step; retried",
+                      file=sys.stderr, flush=True)
+                return None
         if status == 0:
             fail(f"fault {index}: SIG{args.signal} to rank {victim}, yet mpirun exited 0")
     finally:
