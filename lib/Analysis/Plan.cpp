@@ -14,6 +14,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/JSON.h"
 
+#include <cmath>
+
 using namespace mlir;
 
 namespace dsopt {
@@ -890,15 +892,43 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
           {"dp", zero.getDp()},
           {"param_persistence_threshold",
            zero.getParamPersistenceThreshold()}};
-    // Mixed precision (ds-precision): the 16-bit type and the gradients'.
+    // The precision regime: fp32, or mixed precision (ds-precision) with
+    // its 16-bit type, the gradients' type, fp32 master weights and, for
+    // fp16, the loss scaler's settings.
     if (auto recipe = programs.front()->getAttrOfType<DictionaryAttr>(
-            ds::DsDialect::kTrainAttrName))
-      if (auto dtype = recipe.getAs<StringAttr>("precision")) {
-        auto accum = recipe.getAs<StringAttr>("grad_accum_dtype");
-        training["precision"] = llvm::json::Object{
-            {"dtype", dtype.getValue()},
-            {"grad_accum_dtype", accum ? accum.getValue() : dtype.getValue()}};
+            ds::DsDialect::kTrainAttrName)) {
+      auto dtype = recipe.getAs<StringAttr>("precision");
+      auto accum = recipe.getAs<StringAttr>("grad_accum_dtype");
+      StringRef type = dtype ? dtype.getValue() : StringRef("fp32");
+      llvm::json::Object precision{
+          {"dtype", type},
+          {"grad_accum_dtype", accum ? accum.getValue() : type},
+          {"master_weights", dtype != nullptr}};
+      if (auto scaler = recipe.getAs<DictionaryAttr>("loss_scaler")) {
+        auto real = [&](StringRef key) {
+          auto v = scaler.getAs<FloatAttr>(key);
+          return v ? v.getValueAsDouble() : 0.0;
+        };
+        auto integer = [&](StringRef key) {
+          auto v = scaler.getAs<IntegerAttr>(key);
+          return v ? v.getInt() : int64_t(0);
+        };
+        auto flag = scaler.getAs<BoolAttr>("consecutive_hysteresis");
+        const double staticScale = real("loss_scale");
+        const int64_t power = integer("initial_scale_power");
+        precision["loss_scaler"] = llvm::json::Object{
+            {"dynamic", staticScale == 0.0},
+            {"static_scale", staticScale},
+            {"initial_scale_power", power},
+            {"initial_scale",
+             staticScale > 0.0 ? staticScale : std::ldexp(1.0, power)},
+            {"loss_scale_window", integer("loss_scale_window")},
+            {"hysteresis", integer("hysteresis")},
+            {"consecutive_hysteresis", flag && flag.getValue()},
+            {"min_loss_scale", real("min_loss_scale")}};
       }
+      training["precision"] = std::move(precision);
+    }
     if (trainConfig)
       training["config"] = *trainConfig;
     json["train"] = std::move(training);

@@ -13,7 +13,13 @@
 //       parameter; acc' = 0 when accumulating.
 //
 // The math matches torch: loss.backward() per micro-batch of loss / k,
-// torch.nn.utils.clip_grad_norm_, then torch.optim.
+// torch.nn.utils.clip_grad_norm_, then torch.optim. With a loss scale the
+// order is DeepSpeed's too: the runtime writes s / k into the micro step's
+// loss_scale input, the seed of its backward pass (DeepSpeed's engine
+// divides the loss by the accumulation steps before the loss scaler
+// multiplies it), so the accumulated 16-bit gradients are s times the
+// average and overflow is judged on them; the optimizer step divides by s
+// alone.
 //
 //===----------------------------------------------------------------------===//
 
@@ -226,12 +232,15 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
                   : total;
   }
   Value norm = ds::SqrtOp::create(b, loc, scalarF32, sumSq).getResult();
-  // The accumulated gradients are scaled by the loss scale and k: the norm,
-  // the clipping and the update see them unscaled.
+  // The accumulated gradients are scaled by the loss scale and k (when
+  // loss-scaled, seeded with s / k per micro step, DeepSpeed's order, they
+  // hold s times the average): the norm, the clipping and the update see
+  // them unscaled.
   Value lossScale = lossScaleInput ? body->getArgument(lrArg + 2) : Value();
   if (lossScale)
     norm = ds::DivOp::create(b, loc, ValueRange{norm, lossScale}).getResult();
-  if (accumulation > 1)
+  const bool averageHere = accumulation > 1 && !lossScale;
+  if (averageHere)
     norm = ds::DivOp::create(
                b, loc,
                ValueRange{norm, scalarConstant(b, loc, f32,
@@ -253,7 +262,7 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
                             context, ds::ComparePredicate::lt))});
     scale = ds::WhereOp::create(b, loc, ValueRange{below, coef, one});
   }
-  if (accumulation > 1) {
+  if (averageHere) {
     Value inverse = scalarConstant(b, loc, f32, 1.0 / accumulation);
     scale = scale ? ds::MulOp::create(b, loc, ValueRange{scale, inverse})
                         .getResult()

@@ -424,6 +424,30 @@ void check_optimizer_args(const char *kernel, const Tensor &lr, const Tensor *st
   }
 }
 
+void check_adamw_multi_args(const char *kernel, const Tensor &lr, const Tensor &step, int count,
+                            const Tensor *params, const Tensor *grads, const Tensor *ms,
+                            const Tensor *vs, const Tensor *params_out, const Tensor *ms_out,
+                            const Tensor *vs_out) {
+  if (count < 0)
+    fail(kernel, "needs a list of tensors, got a count of " + std::to_string(count));
+  const Tensor *const lists[] = {params, grads, ms, vs, params_out, ms_out, vs_out};
+  if (count > 0)
+    for (const Tensor *list : lists)
+      if (list == nullptr)
+        fail(kernel, "a list of " + std::to_string(count) + " tensors is null");
+  for (int i = 0; i < count; ++i) {
+    const std::string at = "[" + std::to_string(i) + "]";
+    const std::string names[] = {"grads" + at, "ms" + at,      "vs" + at,
+                                 "params_out" + at, "ms_out" + at, "vs_out" + at};
+    const char *name_ptrs[] = {names[0].c_str(), names[1].c_str(), names[2].c_str(),
+                               names[3].c_str(), names[4].c_str(), names[5].c_str()};
+    const Tensor *states[] = {&grads[i], &ms[i], &vs[i], &params_out[i], &ms_out[i], &vs_out[i]};
+    check_optimizer_args(kernel, lr, &step, params[i], states, name_ptrs, 6);
+    if (i > 0)
+      check_same_dtype(kernel, "params[0]", params[0], ("params" + at).c_str(), params[i]);
+  }
+}
+
 void check_sum_of_squares(const char *kernel, const Tensor *tensors, int num_tensors,
                           const Tensor &out) {
   check_data(kernel, "out", out);

@@ -291,6 +291,13 @@ void check_optimizer_args(const char *kernel, const Tensor &lr, const Tensor *st
                           const char *const *names, int count);
 // sgd's nesterov needs a positive momentum and no dampening.
 void check_sgd_modes(const char *kernel, float momentum, float dampening, bool nesterov);
+// adamw_multi's list: a count >= 0, the arrays present, every tensor i as
+// check_optimizer_args checks adamw's (named "grads[i]" and so on), all of
+// params[0]'s type.
+void check_adamw_multi_args(const char *kernel, const Tensor &lr, const Tensor &step, int count,
+                            const Tensor *params, const Tensor *grads, const Tensor *ms,
+                            const Tensor *vs, const Tensor *params_out, const Tensor *ms_out,
+                            const Tensor *vs_out);
 // x float, y like x, mask bool of x's shape, ratio in [0, 1).
 void check_dropout(const char *kernel, const Tensor &x, const Tensor &y, const Tensor &mask,
                    float ratio);

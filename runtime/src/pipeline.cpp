@@ -290,7 +290,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       // dp_rank * k + mb of a single-rank run.
       const uint64_t first_counter =
           (options.seed << 32) + static_cast<uint64_t>((step - 1) * dp * k);
-      if (scaler) executor.set_loss_scale(scaler->scale());
+      if (scaler) executor.set_loss_scale(micro_step_loss_scale(scaler->scale(), k));
       executor.run_actions(batch, first_counter, dp_rank, losses, times, start);
       executor.sum_tied();
       found = find_nonfinite(program, losses.data(), k);

@@ -206,7 +206,9 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
         // dp * k accumulation steps.
         set_rng_counter((options.seed << 32) +
                         static_cast<uint64_t>((step - 1) * dp * k + global_micro));
-        if (scaler) write_scalar_input(program, micro, kLossScaleInput, scaler->scale());
+        if (scaler)
+          write_scalar_input(program, micro, kLossScaleInput,
+                             micro_step_loss_scale(scaler->scale(), k));
         run_function(program, micro_step, micro_index);
         ++micro_steps_run;
         if (program.outputs.empty() || !program.outputs[0].data)

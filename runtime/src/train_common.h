@@ -117,6 +117,13 @@ void run_function(Program &program, RunFn run, int index);
 // fp16: the input of micro_step and optimizer_step that carries the loss
 // scale (TrainInfo::loss_scaled); it is not data.
 constexpr const char *kLossScaleInput = "loss_scale";
+// What a micro step's loss_scale input gets: the seed of its backward pass,
+// the scale over the accumulation steps k, as DeepSpeed divides the loss by
+// k before scaling it (overflow is judged on s times the average gradient,
+// not k times that); optimizer_step gets the scale itself.
+inline double micro_step_loss_scale(double scale, int64_t accumulation_steps) {
+  return scale / static_cast<double>(accumulation_steps > 0 ? accumulation_steps : 1);
+}
 // Writes the f32 or i64 scalar input `name` of `function` into its slot.
 void write_scalar_input(Program &program, const FunctionInfo &function, const std::string &name,
                         double value);

@@ -54,9 +54,19 @@ int64_t im2col_floats(const Shape &x, const Shape &w, const Shape &y, const int6
 using namespace detail;
 
 int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {
-  if (dtype != DType::F16 && dtype != DType::BF16)
+  if (!is_16bit(dtype) || a.rank < 1 || b.rank < 1)
     return 0;
-  return static_cast<int64_t>(sizeof(float)) * (a.numel() + b.numel() + y.numel());
+  // m and n from y's matrix (a vector operand contributes no axis), k from
+  // a's matrix of m x k elements: the transpose flags are not needed.
+  const bool a_vector = a.rank == 1, b_vector = b.rank == 1;
+  int64_t m = 1, n = 1;
+  if (!b_vector)
+    n = y.rank >= 1 ? y.dims[y.rank - 1] : 1;
+  if (!a_vector)
+    m = y.rank >= (b_vector ? 1 : 2) ? y.dims[y.rank - (b_vector ? 1 : 2)] : 1;
+  const int64_t a_matrix = a_vector ? a.dims[0] : a.dims[a.rank - 2] * a.dims[a.rank - 1];
+  const int64_t k = m > 0 ? a_matrix / m : 0;
+  return static_cast<int64_t>(sizeof(float)) * matmul_tile_floats(m, n, k);
 }
 
 int64_t gemm_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {

@@ -47,6 +47,20 @@ inline int64_t loss_blocks(int64_t rows) { return std::min<int64_t>(kLossBlocks,
 int64_t im2col_floats(const Shape &x, const Shape &w, const Shape &y, const int64_t *strides,
                       const int64_t *pads, int64_t channels);
 
+// f16/bf16 matmul and gemm convert tile by tile: each tile of the output,
+// at most kMatmulTileM x kMatmulTileN, accumulates in f32 over blocks of at
+// most kMatmulTileK of the contraction, each block's operand panels
+// converted to f32 (op(a): tile_m x tile_k, op(b): tile_k x tile_n); the
+// output is rounded once. The workspace holds one set of the three panels.
+constexpr int64_t kMatmulTileM = 512, kMatmulTileN = 512, kMatmulTileK = 512;
+inline int64_t matmul_tile_floats(int64_t m, int64_t n, int64_t k) {
+  if (m <= 0 || n <= 0)
+    return 0;
+  const int64_t tm = std::min(m, kMatmulTileM), tn = std::min(n, kMatmulTileN),
+                tk = std::min(std::max<int64_t>(k, 0), kMatmulTileK);
+  return tm * tk + tk * tn + tm * tn;
+}
+
 // f16/bf16 pooling gradients sum each plane in f32 in one of at most this
 // many planes of the workspace ("lanes"), each lane taking a fixed range of
 // planes: the workspace is bounded, and the sums do not depend on threads.

@@ -543,6 +543,18 @@ const std::map<std::string, KernelFn> &kernels() {
                c.attr_float("beta2"), c.attr_float("epsilon"), c.attr_float("weight_decay"),
                c.attr_bool("decoupled"));
        }},
+      {"adamw_multi",
+       [](CaseRun &c) {
+         std::vector<Tensor> ps = c.in_list("params"), gs = c.in_list("grads"),
+                             ms = c.in_list("ms"), vs = c.in_list("vs"),
+                             ps_out = c.out_list("params_out"), ms_out = c.out_list("ms_out"),
+                             vs_out = c.out_list("vs_out");
+         adamw_multi(c.stream(), c.in("lr"), c.in("step"), static_cast<int>(ps.size()), ps.data(),
+                     gs.data(), ms.data(), vs.data(), ps_out.data(), ms_out.data(),
+                     vs_out.data(), c.attr_float("beta1"), c.attr_float("beta2"),
+                     c.attr_float("epsilon"), c.attr_float("weight_decay"),
+                     c.attr_bool("decoupled"));
+       }},
       {"sgd",
        [](CaseRun &c) {
          sgd(c.stream(), c.in("lr"), c.in("step"), c.in("param"), c.in("grad"), c.in("velocity"),

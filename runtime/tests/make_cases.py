@@ -1478,6 +1478,33 @@ def gen_torch_optim(w):
                        "v", v).out("param_out", p1).out("m_out", m1).out("v_out", v1).save()
                 p, m, v = p1, m1, v1
                 state = {"step": torch.tensor(float(t)), "exp_avg": m, "exp_avg_sq": v}
+    # adamw_multi: a list of tensors updated in one call, each exactly as
+    # torch.optim.AdamW updates it; 50 tensors pass one launch's 48 on the
+    # cuda backend.
+    lr, wd = f32r(1e-3), f32r(0.01)
+    make = lambda ps: torch.optim.AdamW(ps, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    for name, shapes, dtypes in (("mixed", [[4, 5], [2, 700], [1], [300]], ["f32", "bf16"]),
+                                 ("fifty", [[k] for k in range(1, 51)], ["f32"])):
+        for dtype in dtypes:
+            rng = Rng("adamw_multi" + name + dtype)
+            ps = [rng.float(shape, dtype) for shape in shapes]
+            ms = [torch.zeros(shape, dtype=DT[dtype]) for shape in shapes]
+            vs = [torch.zeros(shape, dtype=DT[dtype]) for shape in shapes]
+            states = [None] * len(shapes)
+            for t in (1, 2):
+                gs = [rng.float(shape, dtype) for shape in shapes]
+                outs = [torch_optim_step(make, p, g, st) for p, g, st in zip(ps, gs, states)]
+                p1 = [like(p, dtype) for p, _ in outs]
+                m1 = [like(st["exp_avg"], dtype) for _, st in outs]
+                v1 = [like(st["exp_avg_sq"], dtype) for _, st in outs]
+                w.case("adamw_multi", "%s_step%d_%s" % (name, t, dtype), beta1=b1, beta2=b2,
+                       epsilon=eps, weight_decay=wd, decoupled=True).inp("lr", torch.tensor(lr)).inp(
+                       "step", torch.tensor(t)).inp("params", ps).inp("grads", gs).inp("ms", ms).inp(
+                       "vs", vs).out("params_out", p1).out("ms_out", m1).out("vs_out", v1).save()
+                ps, ms, vs = p1, m1, v1
+                states = [{"step": torch.tensor(float(t)), "exp_avg": m, "exp_avg_sq": v}
+                          for m, v in zip(m1, v1)]
+
     lr = f32r(1e-3)
     w.case("adamw", "step_zero", beta1=b1, beta2=b2, epsilon=eps, weight_decay=0.0, decoupled=True).inp(
         "lr", torch.tensor(lr)).inp("step", torch.tensor(0)).inp("param", torch.ones(3)).inp(

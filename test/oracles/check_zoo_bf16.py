@@ -12,7 +12,10 @@ parallelism with ZeRO 0-3 or a pipeline schedule, CASES below) this
     fp32 master weights updated by AdamW from the gradients converted to
     fp32, clipping on those) and in float32, with the same global batch;
   * checks every step's loss: within relative LOSS_RTOL of the bf16
-    reference and within FP32_RTOL of the float32 run;
+    reference and within FP32_RTOL of the float32 run; for the models of
+    DSOPT_FP32 on one rank, also within FP32_RTOL of dsopt's own fp32
+    program (the same config without bf16), so the bf16 regime is checked
+    against dsopt's fp32 path as well as PyTorch's;
   * checks the saved model: every initializer keeps its name and data type
     (the fp32 master weights are saved, not the bf16 working copies, so
     some trained weight holds bits a bfloat16 cannot), and the weights
@@ -46,6 +49,9 @@ N_BATCHES = 4
 LOSS_RTOL = 2e-2
 FP32_RTOL = 5e-2
 WEIGHT_AGREEMENT = 0.1
+# One-rank cases whose bf16 losses are also compared with dsopt's own fp32
+# program (one more compile each, so one model).
+DSOPT_FP32 = ("gpt2",)
 
 CONFIG = {
     "optimizer": {"type": "AdamW",
@@ -166,6 +172,22 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
     log, summary = read_log(log_path)
     if len(log) != STEPS:
         return fail("FAIL", f"{len(log)} step lines in the log, expected {STEPS}")
+    own32 = None
+    if ranks == 1 and model in DSOPT_FP32:
+        fp32_config = {k: v for k, v in config.items() if k != "bf16"}
+        (work / "fp32_config.json").write_text(json.dumps(fp32_config, indent=2) + "\n")
+        why = run([*shlex.split(args.dsopt), str(ref["path"]), "--config",
+                   str(work / "fp32_config.json"), *flags, *ref["frozen"], "-o",
+                   str(work / "fp32_program")])
+        fp32_log = work / "fp32_log.jsonl"
+        why = why or run([str(work / "fp32_program" / "train"), "--data", str(ref["data"]),
+                          "--steps", str(STEPS), "--threads", "1", "--log-json", str(fp32_log),
+                          "--quiet"])
+        if why:
+            return fail("FAIL", f"dsopt fp32: {why}")
+        own32 = read_log(fp32_log)[0]
+        if len(own32) != STEPS:
+            return fail("FAIL", f"{len(own32)} step lines in dsopt's fp32 log, expected {STEPS}")
 
     worst16 = worst32 = 0.0
     for entry, want16, want32 in zip(log, ref["bf16"].log, ref["fp32"].log):
@@ -179,6 +201,13 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
                                     f"{want32['loss']:.6f} (rel {e32:.1e} > {FP32_RTOL})")
         if entry.get("skipped"):
             return fail("MISMATCH", f"step {entry['step']} was skipped")
+    worst_own = None
+    for entry, want in zip(log, own32 or []):
+        e = rel(entry["loss"], want["loss"])
+        worst_own = max(worst_own or 0.0, e)
+        if e > FP32_RTOL:
+            return fail("MISMATCH", f"step {entry['step']}: loss {entry['loss']:.6f}, dsopt fp32 "
+                                    f"{want['loss']:.6f} (rel {e:.1e} > {FP32_RTOL})")
     error, agreement = check_weights(trained, ref)
     if error:
         return fail("MISMATCH", f"saved model: {error}")
@@ -196,7 +225,8 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
                       f"arena peak measured {last['arena_peak_bytes']}, planned {last['arena_planned_bytes']}")
     if plan_error:
         return fail("MISMATCH", f"plan: {plan_error}")
-    return (f"{label}: matches PyTorch bf16 (loss rel {worst16:.1e}; fp32 rel {worst32:.1e}; "
+    own = f"; dsopt fp32 rel {worst_own:.1e}" if worst_own is not None else ""
+    return (f"{label}: matches PyTorch bf16 (loss rel {worst16:.1e}; fp32 rel {worst32:.1e}{own}; "
             f"weights {agreement:.2f} of distance moved)"), False
 
 

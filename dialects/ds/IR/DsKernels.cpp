@@ -121,6 +121,36 @@ int64_t poolGradWorkspaceBytes(Value dx) {
          (type.getNumElements() / planes);
 }
 
+/// f16/bf16 matmul and gemm convert tile by tile (runtime/src/cpu/linalg.cpp,
+/// workspace_shapes.h): one f32 panel each of op(a) (tile_m x tile_k), op(b)
+/// (tile_k x tile_n) and the output tile (tile_m x tile_n), each side at most
+/// 512. m and n come from the result's matrix (a vector operand has no
+/// axis there), k from the lhs matrix of m x k elements.
+int64_t matmulWorkspaceBytes(Value lhs, Value rhs, Value result) {
+  constexpr int64_t kTileM = 512, kTileN = 512, kTileK = 512;
+  auto a = cast<ShapedType>(lhs.getType()), b = cast<ShapedType>(rhs.getType()),
+       y = cast<ShapedType>(result.getType());
+  if (!convertsToF32(result) || !a.hasStaticShape() || !y.hasStaticShape() ||
+      a.getRank() < 1 || b.getRank() < 1)
+    return 0;
+  const bool aVector = a.getRank() == 1, bVector = b.getRank() == 1;
+  const int64_t yRank = y.getRank();
+  int64_t m = 1, n = 1;
+  if (!bVector)
+    n = yRank >= 1 ? y.getDimSize(yRank - 1) : 1;
+  if (!aVector)
+    m = yRank >= (bVector ? 1 : 2) ? y.getDimSize(yRank - (bVector ? 1 : 2)) : 1;
+  const int64_t aMatrix =
+      aVector ? a.getDimSize(0)
+              : a.getDimSize(a.getRank() - 2) * a.getDimSize(a.getRank() - 1);
+  const int64_t k = m > 0 ? aMatrix / m : 0;
+  if (m <= 0 || n <= 0)
+    return 0;
+  const int64_t tm = std::min(m, kTileM), tn = std::min(n, kTileN),
+                tk = std::min(std::max<int64_t>(k, 0), kTileK);
+  return kFloatBytes * (tm * tk + tk * tn + tm * tn);
+}
+
 /// f16/bf16 row kernels convert rows to f32 in at most kRowLanes rows of
 /// their workspace (runtime/src/internal.h).
 constexpr int64_t kRowLanes = 64;
@@ -306,10 +336,7 @@ void MatMulOp::buildKernelCall(KernelCallBuilder &call) {
   call.workspace();
 }
 int64_t MatMulOp::getWorkspaceBytes() {
-  if (!convertsToF32(getResult()))
-    return 0;
-  return kFloatBytes * (numElements(getLhs()) + numElements(getRhs()) +
-                        numElements(getResult()));
+  return matmulWorkspaceBytes(getLhs(), getRhs(), getResult());
 }
 
 void GemmOp::buildKernelCall(KernelCallBuilder &call) {
@@ -326,10 +353,7 @@ void GemmOp::buildKernelCall(KernelCallBuilder &call) {
   call.workspace();
 }
 int64_t GemmOp::getWorkspaceBytes() {
-  if (!convertsToF32(getResult()))
-    return 0;
-  return kFloatBytes * (numElements(getA()) + numElements(getB()) +
-                        numElements(getResult()));
+  return matmulWorkspaceBytes(getA(), getB(), getResult());
 }
 
 void SoftmaxOp::buildKernelCall(KernelCallBuilder &call) {

@@ -313,6 +313,19 @@ void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
            const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
            float weight_decay, bool decoupled);
 
+// adamw over a list of tensors in one call: tensor i (params[i], grads[i],
+// ms[i], vs[i] -> params_out[i], ms_out[i], vs_out[i]) is updated exactly
+// as adamw would update it, every tensor with the same lr, step and
+// settings, all of one float type. The cuda backend updates the whole list
+// with one kernel launch per 48 tensors (a multi-tensor update: each block
+// row takes one tensor), instead of one launch per tensor; the cpu backend
+// runs adamw on each, the reference. Every tensor is checked before any is
+// written.
+void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensors,
+                 const Tensor *params, const Tensor *grads, const Tensor *ms, const Tensor *vs,
+                 const Tensor *params_out, const Tensor *ms_out, const Tensor *vs_out,
+                 float beta1, float beta2, float epsilon, float weight_decay, bool decoupled);
+
 // SGD as torch.optim.SGD: g += weight_decay * p; with momentum:
 // buf = g at step 1 (the velocity input is not read), else
 // momentum * buf + (1 - dampening) * g; g = nesterov ? g + momentum * buf : buf;

@@ -1,8 +1,9 @@
 // Linear algebra: matmul (NumPy semantics, batch broadcasting, transpose
 // flags) and gemm. f32 goes straight to OpenBLAS sgemm with the transpose
-// flags (no copies); f16 and bf16 convert to f32 in the op's workspace
-// around the same path; integers use a plain triple loop with wrapping
-// arithmetic.
+// flags (no copies); f16 and bf16 convert tile by tile to f32 panels in the
+// op's workspace (workspace_shapes.h: kMatmulTile*), sgemm accumulating each
+// output tile in f32 and rounding it once; integers use a plain triple loop
+// with wrapping arithmetic.
 #include "internal.h"
 
 #include <cblas.h>
@@ -49,6 +50,69 @@ void matmul_f32(const Stream &s, const MatmulPlan &p, const float *a, const floa
   for_each_batch(p, [&](int64_t i, int64_t a_off, int64_t b_off) {
     sgemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a + a_off, p.lda, b + b_off, p.ldb, 0.0f,
           y + i * mn, p.n);
+  });
+}
+
+// dst[r * cols + c] = src[r * ld + c] in f32, for a rows x cols block. On
+// the calling thread: a panel is small next to its sgemm, and an OpenMP
+// region between two OpenBLAS calls leaves OpenMP's threads spinning
+// against OpenBLAS's, which costs more than the conversion.
+template <typename T>
+void convert_panel(const T *src, int64_t ld, int64_t rows, int64_t cols, float *dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *in = src + r * ld;
+    float *out = dst + r * cols;
+    for (int64_t c = 0; c < cols; ++c)
+      out[c] = Elem<T>::load(in[c]);
+  }
+}
+
+// y = alpha op(a) op(b) (+ the tile's initial values) for 16-bit a, b and y:
+// each output tile of at most kMatmulTileM x kMatmulTileN accumulates in f32
+// over contraction blocks of at most kMatmulTileK, converting just that
+// block's panels of a and b, and is rounded to y once. `init(i0, j0, rows,
+// cols, tile)` fills a tile (leading dimension cols) with the values sgemm
+// adds to and returns true, or returns false for a zero start. The
+// workspace holds the three panels: matmul_tile_floats(m, n, k) floats.
+template <typename T, typename Init>
+void matmul_tiled(const Stream &s, const MatmulPlan &p, const T *a, const T *b, T *y,
+                  WorkspaceFloats &scratch, float alpha, Init &&init) {
+  const int64_t tm = std::min(p.m, kMatmulTileM), tn = std::min(p.n, kMatmulTileN),
+                tk = std::min(p.k, kMatmulTileK);
+  float *pa = scratch.take(tm * tk), *pb = scratch.take(tk * tn), *pc = scratch.take(tm * tn);
+  const int64_t mn = p.m * p.n;
+  for_each_batch(p, [&](int64_t batch, int64_t a_off, int64_t b_off) {
+    for (int64_t i0 = 0; i0 < p.m; i0 += tm) {
+      const int64_t rows = std::min(tm, p.m - i0);
+      for (int64_t j0 = 0; j0 < p.n; j0 += tn) {
+        const int64_t cols = std::min(tn, p.n - j0);
+        float beta = init(i0, j0, rows, cols, pc) ? 1.0f : 0.0f;
+        if (p.k == 0 && beta == 0.0f)
+          std::fill(pc, pc + rows * cols, 0.0f);
+        for (int64_t k0 = 0; k0 < p.k; k0 += tk) {
+          const int64_t depth = std::min(tk, p.k - k0);
+          // Each panel keeps its operand's storage order, so sgemm applies
+          // the transpose flags: op(a) rows [i0, +rows) x [k0, +depth),
+          // op(b) [k0, +depth) x columns [j0, +cols).
+          if (p.trans_a)
+            convert_panel(a + a_off + k0 * p.lda + i0, p.lda, depth, rows, pa);
+          else
+            convert_panel(a + a_off + i0 * p.lda + k0, p.lda, rows, depth, pa);
+          if (p.trans_b)
+            convert_panel(b + b_off + j0 * p.ldb + k0, p.ldb, cols, depth, pb);
+          else
+            convert_panel(b + b_off + k0 * p.ldb + j0, p.ldb, depth, cols, pb);
+          set_blas_threads(s);
+          sgemm(p.trans_a, p.trans_b, rows, cols, depth, alpha, pa, p.trans_a ? rows : depth, pb,
+                p.trans_b ? depth : cols, beta, pc, cols);
+          beta = 1.0f;
+        }
+        T *out = y + batch * mn + i0 * p.n + j0;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            out[r * p.n + c] = Elem<T>::store(pc[r * cols + c]);
+      }
+    }
   });
 }
 
@@ -104,12 +168,8 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
     } else if constexpr (std::is_integral_v<T>) {
       matmul_int<T>(s, p, a.as<T>(), b.as<T>(), y.as<T>());
     } else {
-      float *fa = scratch.take(a.numel()), *fb = scratch.take(b.numel()),
-            *fy = scratch.take(y.numel());
-      to_f32(s, a.as<T>(), fa, a.numel());
-      to_f32(s, b.as<T>(), fb, b.numel());
-      matmul_f32(s, p, fa, fb, fy);
-      from_f32(s, fy, y.as<T>(), y.numel());
+      matmul_tiled(s, p, a.as<T>(), b.as<T>(), y.as<T>(), scratch, 1.0f,
+                   [](int64_t, int64_t, int64_t, int64_t, float *) { return false; });
     }
   });
 }
@@ -165,14 +225,26 @@ void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Te
       }
       run(a.as<float>(), b.as<float>(), fc, fy);
     } else {
-      float *fa = scratch.take(a.numel()), *fb = scratch.take(b.numel()),
-            *fy = scratch.take(y.numel());
-      to_f32(s, a.as<T>(), fa, a.numel());
-      to_f32(s, b.as<T>(), fb, b.numel());
-      if (use_c)
-        expand_c(fy);
-      run(fa, fb, fy, fy);
-      from_f32(s, fy, y.as<T>(), y.numel());
+      // c(i, j) of c broadcast to [M, N] (c has rank <= 2, aligned right).
+      int64_t c_row = 0, c_col = 0;
+      if (use_c && c->shape.rank >= 1) {
+        c_col = c->shape.dims[c->shape.rank - 1] != 1 ? 1 : 0;
+        c_row = c->shape.rank == 2 && c->shape.dims[0] != 1 ? c->shape.dims[1] : 0;
+      }
+      matmul_tiled(s, p, a.as<T>(), b.as<T>(), y.as<T>(), scratch, alpha,
+                   [&](int64_t i0, int64_t j0, int64_t rows, int64_t cols, float *tile) {
+                     if (!use_c)
+                       return false;
+                     dispatch_float(kernel, c->dtype, [&](auto ctag) {
+                       using C = typename decltype(ctag)::type;
+                       const C *fc = c->as<C>();
+                       for (int64_t r = 0; r < rows; ++r)
+                         for (int64_t j = 0; j < cols; ++j)
+                           tile[r * cols + j] = beta * Elem<C>::load(
+                                                           fc[(i0 + r) * c_row + (j0 + j) * c_col]);
+                     });
+                     return true;
+                   });
     }
   });
 }

@@ -257,6 +257,17 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
   });
 }
 
+void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensors,
+                 const Tensor *params, const Tensor *grads, const Tensor *ms, const Tensor *vs,
+                 const Tensor *params_out, const Tensor *ms_out, const Tensor *vs_out,
+                 float beta1, float beta2, float epsilon, float weight_decay, bool decoupled) {
+  check_adamw_multi_args("adamw_multi", lr, step, num_tensors, params, grads, ms, vs, params_out,
+                         ms_out, vs_out);
+  for (int i = 0; i < num_tensors; ++i)
+    adamw(s, lr, step, params[i], grads[i], ms[i], vs[i], params_out[i], ms_out[i], vs_out[i],
+          beta1, beta2, epsilon, weight_decay, decoupled);
+}
+
 void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
           const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
           float weight_decay) {

@@ -36,34 +36,79 @@ __device__ inline bool step_ok(int64_t t, DeviceErrorWord *err, int32_t kid) {
   return false;
 }
 
-template <typename T>
-__global__ void adamw_kernel(StepScalars sc, const T *param, const T *grad, const T *m,
-                             const T *v, T *param_out, T *m_out, T *v_out, int64_t n,
-                             float beta1, float beta2, float epsilon, float weight_decay,
-                             bool decoupled, DeviceErrorWord *err, int32_t kid) {
-  const int64_t t = sc.t();
-  const bool ok = step_ok(t, err, kid);
-  // The scalars as torch.optim.Adam(W) computes them (in double), each
-  // rounded once to f32 where the tensor arithmetic uses it.
-  const double lr = sc.rate();
-  const double bc1 = 1.0 - pow(static_cast<double>(beta1), static_cast<double>(t));
-  const double bc2 = 1.0 - pow(static_cast<double>(beta2), static_cast<double>(t));
-  const float step_size = static_cast<float>(lr / bc1);
-  const float bc2_sqrt = static_cast<float>(sqrt(bc2));
-  const float decay = decoupled ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f;
-  const float l2 = decoupled ? 0.0f : weight_decay;
-  const float c1 = static_cast<float>(1.0 - beta1), c2 = static_cast<float>(1.0 - beta2);
-  DSRT_GRID_STRIDE(i, n) {
-    if (!ok)
-      break;
+// Adam(W)'s settings and the step's scalars as torch.optim.Adam(W) computes
+// them (in double), each rounded once to f32 where the tensor arithmetic
+// uses it.
+struct AdamSettings {
+  float beta1, beta2, epsilon, weight_decay;
+  bool decoupled;
+};
+struct AdamScalars {
+  float step_size, bc2_sqrt, decay, l2, b1, b2, c1, c2, epsilon;
+  bool ok;
+  __device__ AdamScalars(const StepScalars &sc, const AdamSettings &a, DeviceErrorWord *err,
+                         int32_t kid) {
+    const int64_t t = sc.t();
+    ok = step_ok(t, err, kid);
+    const double lr = sc.rate();
+    const double bc1 = 1.0 - pow(static_cast<double>(a.beta1), static_cast<double>(t));
+    const double bc2 = 1.0 - pow(static_cast<double>(a.beta2), static_cast<double>(t));
+    step_size = static_cast<float>(lr / bc1);
+    bc2_sqrt = static_cast<float>(sqrt(bc2));
+    decay = a.decoupled ? static_cast<float>(1.0 - lr * a.weight_decay) : 1.0f;
+    l2 = a.decoupled ? 0.0f : a.weight_decay;
+    b1 = a.beta1;
+    b2 = a.beta2;
+    c1 = static_cast<float>(1.0 - a.beta1);
+    c2 = static_cast<float>(1.0 - a.beta2);
+    epsilon = a.epsilon;
+  }
+  // Element i of one tensor.
+  template <typename T>
+  __device__ void update(const T *param, const T *grad, const T *m, const T *v, T *param_out,
+                         T *m_out, T *v_out, int64_t i) const {
     const float p = ld(param[i]), g = ld(grad[i]) + l2 * p;
-    const float m1 = beta1 * ld(m[i]) + c1 * g;
-    const float v1 = beta2 * ld(v[i]) + c2 * g * g;
+    const float m1 = b1 * ld(m[i]) + c1 * g;
+    const float v1 = b2 * ld(v[i]) + c2 * g * g;
     const float denom = sqrtf(v1) / bc2_sqrt + epsilon;
     param_out[i] = st<T>(p * decay - step_size * (m1 / denom));
     m_out[i] = st<T>(m1);
     v_out[i] = st<T>(v1);
   }
+};
+
+template <typename T>
+__global__ void adamw_kernel(StepScalars sc, const T *param, const T *grad, const T *m,
+                             const T *v, T *param_out, T *m_out, T *v_out, int64_t n,
+                             AdamSettings settings, DeviceErrorWord *err, int32_t kid) {
+  const AdamScalars a(sc, settings, err, kid);
+  DSRT_GRID_STRIDE(i, n) {
+    if (!a.ok)
+      break;
+    a.update(param, grad, m, v, param_out, m_out, v_out, i);
+  }
+}
+
+// One launch updates up to kMultiTensors tensors, passed by value in the
+// kernel's parameters (about 3 KiB): block row y takes tensor y, its blocks
+// striding over that tensor's elements.
+constexpr int kMultiTensors = 48;
+template <typename T> struct MultiTensorList {
+  const T *param[kMultiTensors], *grad[kMultiTensors], *m[kMultiTensors], *v[kMultiTensors];
+  T *param_out[kMultiTensors], *m_out[kMultiTensors], *v_out[kMultiTensors];
+  int64_t n[kMultiTensors];
+};
+
+template <typename T>
+__global__ void adamw_multi_kernel(StepScalars sc, MultiTensorList<T> list, AdamSettings settings,
+                                   DeviceErrorWord *err, int32_t kid) {
+  const AdamScalars a(sc, settings, err, kid);
+  const int k = blockIdx.y;
+  const int64_t n = list.n[k];
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; a.ok && i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    a.update(list.param[k], list.grad[k], list.m[k], list.v[k], list.param_out[k], list.m_out[k],
+             list.v_out[k], i);
 }
 
 template <typename T>
@@ -182,10 +227,49 @@ void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
     using T = typename decltype(tag)::type;
     adamw_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
         scalars(lr, &step), param.as<T>(), grad.as<T>(), m.as<T>(), v.as<T>(), param_out.as<T>(),
-        m_out.as<T>(), v_out.as<T>(), n, beta1, beta2, epsilon, weight_decay, decoupled,
+        m_out.as<T>(), v_out.as<T>(), n, AdamSettings{beta1, beta2, epsilon, weight_decay, decoupled},
         device_error_word(), kernel_id(kernel));
   });
   check_launch(kernel);
+}
+
+void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensors,
+                 const Tensor *params, const Tensor *grads, const Tensor *ms, const Tensor *vs,
+                 const Tensor *params_out, const Tensor *ms_out, const Tensor *vs_out,
+                 float beta1, float beta2, float epsilon, float weight_decay, bool decoupled) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "adamw_multi";
+  check_adamw_multi_args(kernel, lr, step, num_tensors, params, grads, ms, vs, params_out, ms_out,
+                         vs_out);
+  if (num_tensors == 0)
+    return;
+  const AdamSettings settings{beta1, beta2, epsilon, weight_decay, decoupled};
+  dispatch_float(kernel, params[0].dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (int first = 0; first < num_tensors; first += kMultiTensors) {
+      const int count = std::min(kMultiTensors, num_tensors - first);
+      MultiTensorList<T> list{};
+      int64_t largest = 0;
+      for (int k = 0; k < count; ++k) {
+        const int i = first + k;
+        list.param[k] = params[i].as<T>();
+        list.grad[k] = grads[i].as<T>();
+        list.m[k] = ms[i].as<T>();
+        list.v[k] = vs[i].as<T>();
+        list.param_out[k] = params_out[i].as<T>();
+        list.m_out[k] = ms_out[i].as<T>();
+        list.v_out[k] = vs_out[i].as<T>();
+        list.n[k] = params[i].numel();
+        largest = std::max(largest, list.n[k]);
+      }
+      const dim3 grid(static_cast<unsigned>(blocks_for(std::max<int64_t>(largest, 1))),
+                      static_cast<unsigned>(count));
+      adamw_multi_kernel<T><<<grid, kThreads, 0, stream>>>(scalars(lr, &step), list, settings,
+                                                           device_error_word(),
+                                                           kernel_id(kernel));
+      check_launch(kernel);
+    }
+  });
 }
 
 void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,

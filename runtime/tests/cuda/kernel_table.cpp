@@ -72,6 +72,7 @@ const Entry kTable[] = {
     DSRT_KERNEL(avg_pool_grad),
     DSRT_KERNEL(pool_grad_workspace_bytes),
     DSRT_KERNEL(adamw),
+    DSRT_KERNEL(adamw_multi),
     DSRT_KERNEL(sgd),
     DSRT_KERNEL(lion),
     DSRT_KERNEL(sum_of_squares)};
