@@ -1989,10 +1989,13 @@ FailureOr<Value> ProgramBuilder::emitScalar(Operation &op,
         return emitc::ConditionalOp::create(builder, opLoc, type, operands[0],
                                             operands[1], operands[2]);
       })
-      .Case<arith::FPToSIOp>([&](auto) -> Value {
-        // Saturating, like the cast kernel.
-        return call("dsrt::math::float_to_int", type, operands,
-                    {builder.getIndexAttr(0)});
+      .Case<arith::FPToSIOp>([&](arith::FPToSIOp cast) -> Value {
+        // Saturating, like the cast kernel; the template argument names the
+        // integer type (it cannot be deduced from the float operand).
+        std::string callee =
+            "dsrt::math::float_to_int<int" +
+            std::to_string(cast.getType().getIntOrFloatBitWidth()) + "_t>";
+        return call(callee, type, operands, {builder.getIndexAttr(0)});
       })
       .Case<arith::SIToFPOp, arith::UIToFPOp, arith::ExtSIOp, arith::ExtUIOp,
             arith::TruncIOp>([&](auto) -> Value {

@@ -4015,17 +4015,24 @@ FailureOr<Value> elementPositions(NodeContext &ctx, Value indices,
   return position;
 }
 
-/// GatherElements: ds.gather of the flattened data at the flat positions
-/// of the indices; the derivative is gather's scatter-add.
-LogicalResult convertGatherElements(NodeContext &ctx) {
-  FailureOr<Value> data = ctx.input(0), indices = ctx.input(1);
-  int64_t axis;
-  if (failed(data) || failed(indices) || failed(ctx.intAttr("axis", axis, 0)))
-    return failure();
-  auto dataType = cast<RankedTensorType>(data->getType());
-  auto indexType = cast<RankedTensorType>(indices->getType());
-  if (indexType.getElementType() != IntegerType::get(ctx.context(), 64))
-    return ctx.error("indices must be int64");
+/// Integer indices as int64 (ONNX allows int32 too), or an error.
+FailureOr<Value> int64Indices(NodeContext &ctx, Value indices) {
+  auto type = cast<RankedTensorType>(indices.getType());
+  Type i64 = IntegerType::get(ctx.context(), 64);
+  if (type.getElementType() == i64)
+    return indices;
+  if (type.getElementType() != IntegerType::get(ctx.context(), 32))
+    return ctx.error("indices must be int64 or int32");
+  return emitValue(ctx.createTyped<ds::CastOp>({type.clone(i64)}, {indices}));
+}
+
+/// The operands GatherElements and ScatterElements share: indices of the
+/// data's rank, no larger than the data off `axis`, constant ones in range.
+/// Returns the normalized axis.
+FailureOr<int64_t> checkElementIndices(NodeContext &ctx,
+                                       RankedTensorType dataType,
+                                       RankedTensorType indexType,
+                                       unsigned indicesInput, int64_t axis) {
   if (indexType.getRank() != dataType.getRank())
     return ctx.error("indices " + shapeString(indexType.getShape()) +
                      " and data " + shapeString(dataType.getShape()) +
@@ -4038,7 +4045,7 @@ LogicalResult convertGatherElements(NodeContext &ctx) {
       return ctx.error("indices " + shapeString(indexType.getShape()) +
                        " exceed data " + shapeString(dataType.getShape()) +
                        " on axis " + Twine(d));
-  if (const HostTensor *known = ctx.constInput(1)) {
+  if (const HostTensor *known = ctx.constInput(indicesInput)) {
     int64_t dim = dataType.getDimSize(*normalized);
     for (int64_t i = 0, n = known->splat ? 1 : known->numElements(); i < n;
          ++i)
@@ -4047,29 +4054,56 @@ LogicalResult convertGatherElements(NodeContext &ctx) {
                          " is out of range for axis " + Twine(*normalized) +
                          " of size " + Twine(dim));
   }
-  FailureOr<Value> positions =
-      elementPositions(ctx, *indices, dataType, *normalized);
-  FailureOr<Value> flat =
-      emitReshape(ctx, *data, {dataType.getNumElements()});
-  if (failed(positions) || failed(flat))
-    return failure();
-  return ctx.emit<ds::GatherOp>(
-      0, {*flat, *positions},
-      {ctx.named("axis", ctx.builder().getI64IntegerAttr(0))});
+  return *normalized;
 }
 
-/// GatherND: the last axis of the indices addresses the leading axes of
-/// the data (after batch_dims); their flat position is the dot product
-/// with the strides, and ds.gather picks the slices of the data reshaped
-/// to [positions, slice...].
-LogicalResult convertGatherND(NodeContext &ctx) {
+/// `data` at the elements GatherElements' `indices` (int64) address along
+/// `axis`: ds.gather of the flattened data at their flat positions, so the
+/// derivative is gather's scatter-add.
+FailureOr<Value> emitGatherElements(NodeContext &ctx, Value data,
+                                    Value indices, int64_t axis) {
+  auto dataType = cast<RankedTensorType>(data.getType());
+  FailureOr<Value> positions = elementPositions(ctx, indices, dataType, axis);
+  FailureOr<Value> flat = emitReshape(ctx, data, {dataType.getNumElements()});
+  if (failed(positions) || failed(flat))
+    return failure();
+  return emitValue(ctx.create<ds::GatherOp>(
+      {*flat, *positions},
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(0))}));
+}
+
+/// GatherElements: the data gathered at the flat positions of the indices.
+LogicalResult convertGatherElements(NodeContext &ctx) {
   FailureOr<Value> data = ctx.input(0), indices = ctx.input(1);
-  int64_t batchDims;
-  if (failed(data) || failed(indices) ||
-      failed(ctx.intAttr("batch_dims", batchDims, 0)))
+  int64_t axis;
+  if (failed(data) || failed(indices) || failed(ctx.intAttr("axis", axis, 0)))
     return failure();
   auto dataType = cast<RankedTensorType>(data->getType());
-  auto indexType = cast<RankedTensorType>(indices->getType());
+  FailureOr<int64_t> normalized = checkElementIndices(
+      ctx, dataType, cast<RankedTensorType>(indices->getType()), 1, axis);
+  if (failed(normalized))
+    return failure();
+  indices = int64Indices(ctx, *indices);
+  if (failed(indices))
+    return failure();
+  FailureOr<Value> result =
+      emitGatherElements(ctx, *data, *indices, *normalized);
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
+  return success();
+}
+
+/// The index tuples of GatherND / ScatterND (the last axis of `indices`
+/// addresses the leading axes of the data after `batchDims`), checked, as
+/// positions in the data reshaped to [B * prod(addressed), slice...]: the
+/// dot product of each tuple (negative entries counted from the end) with
+/// the strides, plus its batch's block. Sets `tupleSize` to the tuple's
+/// length.
+FailureOr<Value> emitTuplePositions(NodeContext &ctx, Value indices,
+                                    RankedTensorType dataType,
+                                    int64_t batchDims, int64_t &tupleSize) {
+  auto indexType = cast<RankedTensorType>(indices.getType());
   if (indexType.getElementType() != IntegerType::get(ctx.context(), 64))
     return ctx.error("indices must be int64");
   int64_t r = dataType.getRank(), q = indexType.getRank();
@@ -4086,14 +4120,13 @@ LogicalResult convertGatherND(NodeContext &ctx) {
       return ctx.error("batch axis " + Twine(d) + " differs between data " +
                        shapeString(dataType.getShape()) + " and indices " +
                        shapeString(indexType.getShape()));
-  // Positions in data reshaped to [B * prod(addressed), slice...].
+  tupleSize = k;
   std::vector<int64_t> strides(k, 1);
   for (int64_t j = k - 2; j >= 0; --j)
     strides[j] = strides[j + 1] * dataType.getDimSize(batchDims + j + 1);
   int64_t addressed = 1;
   for (int64_t j = 0; j < k; ++j)
     addressed *= dataType.getDimSize(batchDims + j);
-  Value idx = *indices;
   // Negative indices count from the end of their axis.
   std::vector<int64_t> sizes;
   for (int64_t j = 0; j < k; ++j)
@@ -4104,7 +4137,7 @@ LogicalResult convertGatherND(NodeContext &ctx) {
       ctx.materialize(HostTensor::ofInts(DType::Int64, {k}, strides));
   if (failed(dims) || failed(strideValue))
     return failure();
-  FailureOr<Value> fixed = emitWrapNegative(ctx, idx, *dims);
+  FailureOr<Value> fixed = emitWrapNegative(ctx, indices, *dims);
   if (failed(fixed))
     return failure();
   FailureOr<Value> scaled =
@@ -4130,11 +4163,28 @@ LogicalResult convertGatherND(NodeContext &ctx) {
     if (failed(offset))
       return failure();
     position = emitValue(ctx.create<ds::AddOp>({*position, *offset}));
-    if (failed(position))
-      return failure();
   }
-  SmallVector<int64_t> table{batch * addressed};
-  for (int64_t d = batchDims + k; d < r; ++d)
+  return position;
+}
+
+/// GatherND: ds.gather picks the slices of the data reshaped to
+/// [positions, slice...] at the index tuples' positions.
+LogicalResult convertGatherND(NodeContext &ctx) {
+  FailureOr<Value> data = ctx.input(0), indices = ctx.input(1);
+  int64_t batchDims, k;
+  if (failed(data) || failed(indices) ||
+      failed(ctx.intAttr("batch_dims", batchDims, 0)))
+    return failure();
+  auto dataType = cast<RankedTensorType>(data->getType());
+  FailureOr<Value> position =
+      emitTuplePositions(ctx, *indices, dataType, batchDims, k);
+  if (failed(position))
+    return failure();
+  int64_t rows = 1;
+  for (int64_t d = 0; d < batchDims + k; ++d)
+    rows *= dataType.getDimSize(d);
+  SmallVector<int64_t> table{rows};
+  for (int64_t d = batchDims + k; d < dataType.getRank(); ++d)
     table.push_back(dataType.getDimSize(d));
   FailureOr<Value> flat = emitReshape(ctx, *data, table);
   if (failed(flat))
@@ -4142,6 +4192,170 @@ LogicalResult convertGatherND(NodeContext &ctx) {
   return ctx.emit<ds::GatherOp>(
       0, {*flat, *position},
       {ctx.named("axis", ctx.builder().getI64IntegerAttr(0))});
+}
+
+/// The `reduction` attribute of ScatterElements / ScatterND: none, add and
+/// mul from opset 16, max and min from 18.
+FailureOr<ds::ScatterReduction> scatterReduction(NodeContext &ctx) {
+  std::string name;
+  if (failed(ctx.stringAttr("reduction", name, StringRef("none"))))
+    return failure();
+  std::optional<ds::ScatterReduction> reduction =
+      ds::symbolizeScatterReduction(name);
+  if (!reduction)
+    return ctx.error("attribute 'reduction': '" + name +
+                     "' is not none, add, mul, max or min");
+  int64_t since = *reduction == ds::ScatterReduction::none ? 0
+                  : *reduction == ds::ScatterReduction::add ||
+                          *reduction == ds::ScatterReduction::mul
+                      ? 16
+                      : 18;
+  if (ctx.opset < since)
+    return ctx.error("attribute 'reduction': '" + name +
+                     "' needs opset " + Twine(since) + " (the model has " +
+                     Twine(ctx.opset) + ")");
+  return *reduction;
+}
+
+/// ds.scatter of `updates` into `data` at flat `positions` (the updates'
+/// shape), lines along `axis` addressing distinct elements.
+LogicalResult emitScatter(NodeContext &ctx, Value data, Value positions,
+                          Value updates, int64_t axis,
+                          ds::ScatterReduction reduction) {
+  auto dataType = cast<RankedTensorType>(data.getType());
+  auto updateType = cast<RankedTensorType>(updates.getType());
+  if (updateType.getElementType() != dataType.getElementType())
+    return ctx.error("updates and data must have the same element type");
+  return ctx.emit<ds::ScatterOp>(
+      0, {data, positions, updates},
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(axis)),
+       ctx.named("reduction", ds::ScatterReductionAttr::get(ctx.context(),
+                                                            reduction))});
+}
+
+/// ScatterElements: ds.scatter at the flat positions of the indices (as
+/// GatherElements addresses them); updates differing off `axis` land on
+/// distinct elements.
+LogicalResult convertScatterElements(NodeContext &ctx) {
+  FailureOr<Value> data = ctx.input(0), indices = ctx.input(1),
+                   updates = ctx.input(2);
+  int64_t axis;
+  if (failed(data) || failed(indices) || failed(updates) ||
+      failed(ctx.intAttr("axis", axis, 0)))
+    return failure();
+  FailureOr<ds::ScatterReduction> reduction = scatterReduction(ctx);
+  if (failed(reduction))
+    return failure();
+  auto dataType = cast<RankedTensorType>(data->getType());
+  auto indexType = cast<RankedTensorType>(indices->getType());
+  auto updateType = cast<RankedTensorType>(updates->getType());
+  if (updateType.getShape() != indexType.getShape())
+    return ctx.error("updates " + shapeString(updateType.getShape()) +
+                     " and indices " + shapeString(indexType.getShape()) +
+                     " must have the same shape");
+  FailureOr<int64_t> normalized =
+      checkElementIndices(ctx, dataType, indexType, 1, axis);
+  if (failed(normalized))
+    return failure();
+  indices = int64Indices(ctx, *indices);
+  if (failed(indices))
+    return failure();
+  FailureOr<Value> positions =
+      elementPositions(ctx, *indices, dataType, *normalized);
+  if (failed(positions))
+    return failure();
+  return emitScatter(ctx, *data, *positions, *updates, *normalized,
+                     *reduction);
+}
+
+/// ScatterND: each index tuple addresses a slice of the data; the slice's
+/// elements get the positions tuple * slice size + 0..slice-1, one line
+/// (axis 0 of [tuples, slice]) per slice element.
+LogicalResult convertScatterND(NodeContext &ctx) {
+  FailureOr<Value> data = ctx.input(0), indices = ctx.input(1),
+                   updates = ctx.input(2);
+  if (failed(data) || failed(indices) || failed(updates))
+    return failure();
+  FailureOr<ds::ScatterReduction> reduction = scatterReduction(ctx);
+  if (failed(reduction))
+    return failure();
+  auto dataType = cast<RankedTensorType>(data->getType());
+  auto indexType = cast<RankedTensorType>(indices->getType());
+  auto updateType = cast<RankedTensorType>(updates->getType());
+  int64_t k;
+  FailureOr<Value> tuples = emitTuplePositions(ctx, *indices, dataType, 0, k);
+  if (failed(tuples))
+    return failure();
+  SmallVector<int64_t> expected(indexType.getShape().drop_back());
+  llvm::append_range(expected, dataType.getShape().drop_front(k));
+  if (updateType.getShape() != ArrayRef<int64_t>(expected))
+    return ctx.error("updates " + shapeString(updateType.getShape()) +
+                     " must be indices.shape[:-1] + data.shape[" + Twine(k) +
+                     ":] = " + shapeString(expected));
+  int64_t slice = 1, count = 1;
+  for (int64_t d = k; d < dataType.getRank(); ++d)
+    slice *= dataType.getDimSize(d);
+  for (int64_t d = 0; d + 1 < indexType.getRank(); ++d)
+    count *= indexType.getDimSize(d);
+  FailureOr<Value> rows = emitReshape(ctx, *tuples, {count, 1});
+  FailureOr<Value> sliceSize =
+      ctx.materialize(HostTensor::ofInts(DType::Int64, {}, {slice}));
+  FailureOr<Value> iota = emitIota(ctx, slice, 1, 2);
+  if (failed(rows) || failed(sliceSize) || failed(iota))
+    return failure();
+  FailureOr<Value> starts =
+      emitValue(ctx.create<ds::MulOp>({*rows, *sliceSize}));
+  if (failed(starts))
+    return failure();
+  FailureOr<Value> positions =
+      emitValue(ctx.create<ds::AddOp>({*starts, *iota}));
+  FailureOr<Value> lines = emitReshape(ctx, *updates, {count, slice});
+  if (failed(positions) || failed(lines))
+    return failure();
+  return emitScatter(ctx, *data, *positions, *lines, 0, *reduction);
+}
+
+/// TopK: ds.top_k finds the indices (k known at import); the values are
+/// GatherElements of the input at them, so their derivative scatters the
+/// gradient to the chosen elements. `sorted` = 0 allows any order; the
+/// sorted one is returned.
+LogicalResult convertTopK(NodeContext &ctx) {
+  FailureOr<Value> input = ctx.input(0);
+  int64_t axis, largest, sorted;
+  if (failed(input) || failed(ctx.intAttr("axis", axis, -1)) ||
+      failed(ctx.intAttr("largest", largest, 1)) ||
+      failed(ctx.intAttr("sorted", sorted, 1)) ||
+      failed(requireElementKind(ctx, 0, *input, ElementKind::Numeric)))
+    return failure();
+  FailureOr<SmallVector<int64_t>> k = ctx.constInts(1, "K");
+  if (failed(k))
+    return failure();
+  auto type = cast<RankedTensorType>(input->getType());
+  FailureOr<int64_t> normalized = ctx.normalizeAxis(axis, type.getRank());
+  if (failed(normalized))
+    return failure();
+  if (k->size() != 1)
+    return ctx.error("K must hold one value, got " + Twine(k->size()));
+  int64_t extent = type.getDimSize(*normalized);
+  if ((*k)[0] < 0 || (*k)[0] > extent)
+    return ctx.error("K = " + Twine((*k)[0]) + " is not in [0, " +
+                     Twine(extent) + "], the size of axis " +
+                     Twine(*normalized));
+  FailureOr<Operation *> topK = ctx.create<ds::TopKOp>(
+      {*input},
+      {ctx.named("axis", ctx.builder().getI64IntegerAttr(*normalized)),
+       ctx.named("k", ctx.builder().getI64IntegerAttr((*k)[0])),
+       ctx.named("largest", ctx.builder().getBoolAttr(largest != 0))});
+  if (failed(topK))
+    return failure();
+  Value indices = (*topK)->getResult(0);
+  FailureOr<Value> values =
+      emitGatherElements(ctx, *input, indices, *normalized);
+  if (failed(values))
+    return failure();
+  ctx.setOutput(0, *values);
+  ctx.setOutput(1, indices);
+  return success();
 }
 
 /// CumSum along `axis` (known at compile time): y[i] = sum over j of
@@ -4353,6 +4567,9 @@ struct Registry {
     add("", "Einsum", op(convertEinsum, nullptr, "ds.reduce_sum, ds.transpose, ds.reshape, batched ds.matmul (no diagonals)"));
     add("", "GatherElements", op(convertGatherElements, nullptr, "ds.gather of the flattened data at computed positions"));
     add("", "GatherND", op(convertGatherND, nullptr, "ds.gather of the reshaped data at computed positions"));
+    add("", "ScatterElements", op(convertScatterElements, nullptr, "ds.scatter at computed flat positions (reduction none, add, mul, max, min)"));
+    add("", "ScatterND", op(convertScatterND, nullptr, "ds.scatter of slices at computed flat positions (reduction none, add, mul, max, min)"));
+    add("", "TopK", op(convertTopK, nullptr, "ds.top_k indices, values gathered at them"));
     add("", "CumSum", op(convertCumSum, nullptr, "ds.reduce_sum of x times a 0/1 triangle (n <= 4096)"));
     // Training
     add(kTrainingDomain, "Adam", op(convertAdam, nullptr, "ds.adam per tensor"));

@@ -285,6 +285,42 @@ void AutodiffPass::runOnOperation() {
     return varied.contains(v) && useful.contains(v);
   };
 
+  // Discrete values computed from trained parameters (ArgMax's and TopK's
+  // indices, comparisons, casts to integers) carry no derivative. Used as
+  // indices or conditions that is right (PyTorch agrees); but turned back
+  // into a float on the way to the loss, the parameters behind them would
+  // silently get no gradient from that path: an error naming the op that
+  // made the value discrete.
+  llvm::DenseMap<Value, Operation *> discreteOrigin;
+  for (Operation &op : body.without_terminator()) {
+    Operation *origin = nullptr;
+    for (Value operand : op.getOperands()) {
+      if (varied.contains(operand))
+        origin = &op;
+      else if (Operation *from = discreteOrigin.lookup(operand))
+        origin = origin ? origin : from;
+    }
+    if (!origin)
+      continue;
+    for (Value result : op.getResults()) {
+      if (!isFloatTensor(result)) {
+        discreteOrigin[result] = origin;
+        continue;
+      }
+      if (!isa<ds::CastOp>(op) || !useful.contains(result) ||
+          !discreteOrigin.count(op.getOperand(0)))
+        continue;
+      origin->emitError()
+          << "op " << describeOp(origin)
+          << " has no derivative, yet its result reaches the loss through "
+          << describeOp(&op)
+          << ", a conversion to float: the parameters before it would get "
+             "no gradient from that path. Keep the loss on differentiable "
+             "ops, or freeze those parameters (--frozen)";
+      return signalPassFailure();
+    }
+  }
+
   OpBuilder builder(terminator);
   llvm::DenseMap<Value, Value> grads;
   auto accumulate = [&](Value value, Value g, Location loc) {

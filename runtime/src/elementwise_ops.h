@@ -43,6 +43,40 @@ DSRT_HD inline float floor_remf(float a, float b) {
   return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
 }
 
+// ds.scatter's combine of the element `old` with an update `u` (reduction
+// 0 none, 1 add, 2 mul, 3 max, 4 min); max and min propagate NaN.
+template <typename C> DSRT_HD C scatter_combine(int reduction, C old, C u) {
+  switch (reduction) {
+  case 1:
+    if constexpr (std::is_integral_v<C>)
+      return wrap_add(old, u);
+    else
+      return old + u;
+  case 2:
+    if constexpr (std::is_integral_v<C>)
+      return wrap_mul(old, u);
+    else
+      return old * u;
+  case 3: return (u > old || u != u) ? u : old;
+  case 4: return (u < old || u != u) ? u : old;
+  default: return u;
+  }
+}
+
+// top_k's order: a (at index ia) comes before b (at ib) when it is larger
+// (smaller with !largest), NaN counting as the largest, ties by index.
+template <typename C> DSRT_HD bool top_k_before(C a, int64_t ia, C b, int64_t ib, bool largest) {
+  const bool a_nan = a != a, b_nan = b != b;
+  if (a_nan || b_nan) {
+    if (a_nan && b_nan)
+      return ia < ib;
+    return largest ? a_nan : b_nan;
+  }
+  if (a != b)
+    return largest ? a > b : a < b;
+  return ia < ib;
+}
+
 }  // namespace detail
 }  // namespace dsrt
 

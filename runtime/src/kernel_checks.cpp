@@ -888,6 +888,50 @@ void check_gather_grad(const char *kernel, const Tensor &dy, const Tensor &indic
     fail(kernel, "needs a numeric tensor (f32, f16, bf16, i64, i32), got bool");
 }
 
+AxisLines axis_lines(const Shape &shape, int axis) {
+  AxisLines lines;
+  for (int d = 0; d < shape.rank; ++d)
+    (d < axis ? lines.outer : d == axis ? lines.extent : lines.inner) *= shape.dims[d];
+  return lines;
+}
+
+void check_scatter(const char *kernel, const Tensor &data, const Tensor &positions,
+                   const Tensor &updates, const Tensor &y, int axis, int reduction) {
+  check_data(kernel, "data", data);
+  check_index_tensor(kernel, "positions", positions);
+  check_data(kernel, "positions", positions);
+  check_data(kernel, "updates", updates);
+  check_data(kernel, "y", y);
+  check_same_dtype(kernel, "data", data, "updates", updates);
+  check_same_dtype(kernel, "data", data, "y", y);
+  check_shape(kernel, "y", y, data.shape);
+  check_shape(kernel, "updates", updates, positions.shape);
+  if (positions.shape.rank > 0)
+    check_axis(kernel, axis, positions.shape.rank);
+  else if (axis != 0)
+    fail(kernel, "axis " + std::to_string(axis) + " of 0-d positions must be 0");
+  if (reduction < 0 || reduction > 4)
+    fail(kernel, "reduction " + std::to_string(reduction) +
+                     " is not 0 (none), 1 (add), 2 (mul), 3 (max) or 4 (min)");
+  if (reduction != 0 && data.dtype == DType::Bool)
+    fail(kernel, "a reduction needs a numeric tensor (f32, f16, bf16, i64, i32), got bool");
+}
+
+void check_top_k(const char *kernel, const Tensor &x, const Tensor &indices, int axis) {
+  check_data(kernel, "x", x);
+  check_data(kernel, "indices", indices);
+  check_dtype(kernel, "indices", indices, DType::I64);
+  if (x.dtype == DType::Bool)
+    fail(kernel, "needs a numeric tensor (f32, f16, bf16, i64, i32), got bool");
+  check_axis(kernel, axis, x.shape.rank);
+  Shape expected = x.shape;
+  expected.dims[axis] = indices.shape.rank == x.shape.rank ? indices.shape.dims[axis] : 0;
+  check_shape(kernel, "indices", indices, expected);
+  if (expected.dims[axis] > x.shape.dims[axis])
+    fail(kernel, "k " + std::to_string(expected.dims[axis]) + " exceeds the extent " +
+                     std::to_string(x.shape.dims[axis]) + " of axis " + std::to_string(axis));
+}
+
 BroadcastPlan check_binary(const char *kernel, const Tensor &a, const Tensor &b, const Tensor &y) {
   check_data(kernel, "a", a);
   check_data(kernel, "b", b);

@@ -197,6 +197,15 @@ void check_gather(const char *kernel, const Tensor &data, const Tensor &indices,
                   int axis);
 void check_gather_grad(const char *kernel, const Tensor &dy, const Tensor &indices,
                        const Tensor &ddata, int axis);
+// A shape seen as [outer, extent, inner] around `axis` (0-d: all 1).
+struct AxisLines {
+  int64_t outer = 1, extent = 1, inner = 1;
+};
+AxisLines axis_lines(const Shape &shape, int axis);
+// scatter's and top_k's operands (not the positions' values).
+void check_scatter(const char *kernel, const Tensor &data, const Tensor &positions,
+                   const Tensor &updates, const Tensor &y, int axis, int reduction);
+void check_top_k(const char *kernel, const Tensor &x, const Tensor &indices, int axis);
 // copy's operands: the same number of bytes.
 void check_copy(const char *kernel, const Tensor &x, const Tensor &y);
 

@@ -357,6 +357,16 @@ const std::map<std::string, KernelFn> &kernels() {
          gather(c.stream(), c.in("data"), c.in("indices"), c.out("y"),
                 static_cast<int>(c.attr_int("axis")));
        }},
+      {"scatter",
+       [](CaseRun &c) {
+         scatter(c.stream(), c.in("data"), c.in("positions"), c.in("updates"), c.out("y"),
+                 static_cast<int>(c.attr_int("axis")), static_cast<int>(c.attr_int("reduction")));
+       }},
+      {"top_k",
+       [](CaseRun &c) {
+         top_k(c.stream(), c.in("x"), c.out("indices"), static_cast<int>(c.attr_int("axis")),
+               c.attr_bool("largest"));
+       }},
       {"trilu",
        [](CaseRun &c) {
          trilu(c.stream(), c.in("x"), c.out("y"), c.attr_bool("upper"), c.attr_int("k"));

@@ -31,6 +31,7 @@ import math
 import os
 import shutil
 import sys
+import warnings
 import zlib
 
 import numpy as np
@@ -38,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 torch.set_num_threads(1)
+warnings.filterwarnings("ignore", message="scatter_reduce")
 
 DT = {
     "f32": torch.float32,
@@ -766,6 +768,119 @@ def gen_gather(w):
     idx = torch.tensor([-6], dtype=torch.int64)
     w.case("gather", "negative_out_of_range", axis=0).inp("data", data).inp("indices", idx).fails(
         "index -6", y=("f32", [1, 3])).save()
+
+
+SCATTER_REDUCTIONS = ["none", "add", "mul", "max", "min"]
+TORCH_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+def scatter_positions(rng, dshape, ishape, axis, itype):
+    """Flat positions of ScatterElements' addressing: indices (random along
+    `axis`, repeats included) with the element's other coordinates."""
+    idx = rng.int(ishape, "i64", 0, dshape[axis])
+    coords = list(torch.meshgrid(*[torch.arange(n) for n in ishape], indexing="ij"))
+    coords[axis] = idx
+    strides = [int(np.prod(dshape[d + 1:])) for d in range(len(dshape))]
+    pos = sum(c * st for c, st in zip(coords, strides))
+    return pos.to(DT[itype])
+
+
+def gen_scatter(w):
+    """ds.scatter against torch's scatter_reduce (include_self) on the
+    flattened data; `none` against numpy's assignment, the last of repeated
+    positions winning."""
+    cases = [
+        # name, data shape, positions shape, axis, position dtype, dtype
+        ("rows", [6, 5], [4, 5], 0, "i64", "f32"),
+        ("columns", [3, 7], [3, 9], 1, "i64", "f32"),
+        ("middle_i32", [4, 6, 3], [2, 8, 3], 1, "i32", "f32"),
+        ("f16", [5, 4], [7, 4], 0, "i64", "f16"),
+        ("bf16", [5, 4], [5, 3], 1, "i64", "bf16"),
+        ("i64_data", [6, 3], [9, 2], 0, "i64", "i64"),
+        ("i32_data", [6, 3], [4, 3], 0, "i64", "i32"),
+    ]
+    for name, dshape, pshape, axis, itype, dtype in cases:
+        for reduction in SCATTER_REDUCTIONS:
+            case = name + "_" + reduction
+            rng = Rng("scatter" + case)
+            lo, hi = (0.5, 1.5) if reduction == "mul" else (-4.0, 4.0)
+            data = rng.tensor(dshape, dtype, lo, hi)
+            updates = rng.tensor(pshape, dtype, lo, hi)
+            pos = scatter_positions(rng, dshape, pshape, axis, itype)
+            flat_pos = pos.to(torch.int64).flatten()
+            if reduction == "none":
+                y = data.flatten().numpy().copy() if dtype != "bf16" else None
+                if y is None:  # numpy has no bf16: move the bits
+                    y = data.flatten().view(torch.int16).numpy().copy()
+                    y[flat_pos.numpy()] = updates.flatten().view(torch.int16).numpy()
+                    y = torch.from_numpy(y).view(torch.bfloat16).reshape(dshape)
+                else:
+                    y[flat_pos.numpy()] = updates.flatten().numpy()
+                    y = torch.from_numpy(y).reshape(dshape)
+            else:
+                y = f64(data).flatten().scatter_reduce(0, flat_pos, f64(updates).flatten(),
+                                                       TORCH_REDUCE[reduction], include_self=True)
+                y = y.reshape(dshape).to(DT[dtype])
+            w.case("scatter", case, axis=axis, reduction=SCATTER_REDUCTIONS.index(reduction)).inp(
+                "data", data).inp("positions", pos).inp("updates", updates).out(
+                "y", y, scale=4.0).save()
+    data = Rng("scatter_nan").float([2, 3])
+    updates = torch.tensor([[NAN, 1.0, -1.0]])
+    pos = torch.tensor([[3, 4, 5]])
+    for reduction in ("max", "min"):
+        y = data.flatten().scatter_reduce(0, pos.flatten(), updates.flatten(), TORCH_REDUCE[reduction],
+                                          include_self=True).reshape(2, 3)
+        w.case("scatter", "nan_" + reduction, axis=0,
+               reduction=SCATTER_REDUCTIONS.index(reduction)).inp("data", data).inp(
+            "positions", pos).inp("updates", updates).out("y", y).save()
+    bools = Rng("scatter_bool").bool([2, 3])
+    y = bools.clone().flatten()
+    y[torch.tensor([1, 5])] = torch.tensor([True, False])
+    w.case("scatter", "bool_none", axis=1, reduction=0).inp("data", bools).inp(
+        "positions", torch.tensor([[1, 5]])).inp("updates", torch.tensor([[True, False]])).out(
+        "y", y.reshape(2, 3)).save()
+    w.case("scatter", "bool_add", axis=1, reduction=1).inp("data", bools).inp(
+        "positions", torch.tensor([[1, 5]])).inp("updates", torch.tensor([[True, False]])).fails(
+        "got bool", y=("bool", [2, 3])).save()
+    for bad in (6, -1):
+        w.case("scatter", "out_of_range_%d" % bad, axis=0, reduction=0).inp("data", data).inp(
+            "positions", torch.tensor([0, bad])).inp("updates", torch.ones(2)).fails(
+            "position %d" % bad, y=("f32", [2, 3])).save()
+    w.case("scatter", "bad_reduction", axis=0, reduction=7).inp("data", data).inp(
+        "positions", torch.tensor([0])).inp("updates", torch.ones(1)).fails(
+        "reduction 7", y=("f32", [2, 3])).save()
+
+
+def gen_top_k(w):
+    """top_k's indices against torch's stable sort (ties keep the lower
+    index first; NaN sorts as the largest)."""
+    cases = [
+        # name, shape, axis, k, dtype, values
+        ("last", [4, 9], 1, 3, "f32", "random"),
+        ("first", [7, 3, 2], 0, 7, "f32", "random"),
+        ("middle", [2, 8, 3], 1, 5, "f32", "ties"),
+        ("nan", [3, 6], 1, 4, "f32", "nan"),
+        ("f16", [5, 6], 1, 2, "f16", "ties"),
+        ("bf16", [6, 5], 0, 3, "bf16", "random"),
+        ("i64", [3, 10], 1, 4, "i64", "ties"),
+        ("i32", [10, 2], 0, 10, "i32", "ties"),
+        ("zero_k", [3, 4], 1, 0, "f32", "random"),
+    ]
+    for name, shape, axis, k, dtype, values in cases:
+        for largest in (True, False):
+            case = name + ("_largest" if largest else "_smallest")
+            rng = Rng("topk" + case)
+            if values == "random":
+                x = rng.tensor(shape, dtype, -9, 9)
+            else:  # few distinct values: many ties
+                x = rng.int(shape, "i64", -3, 3).to(DT[dtype])
+                if values == "nan":
+                    x = x.masked_fill(rng.bool(shape), NAN)
+            order = torch.sort(f64(x), dim=axis, descending=largest, stable=True).indices
+            w.case("top_k", case, axis=axis, largest=largest).inp("x", x).out(
+                "indices", order.narrow(axis, 0, k).contiguous()).save()
+    w.case("top_k", "k_too_large", axis=0, largest=True).inp("x", torch.ones(3)).fails(
+        "k 4 exceeds", indices=("i64", [4])).save()
 
 
 def gen_trilu(w):
@@ -1663,7 +1778,7 @@ GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
               gen_pool, gen_optimizers, gen_softmax_grad, gen_layer_norm_grad, gen_batch_norm_grad,
               gen_loss_grads, gen_gather_grad, gen_slice_grad, gen_conv_grad, gen_pool_grad,
-              gen_torch_optim, gen_sum_of_squares, gen_mod, gen_reduce_prod]
+              gen_torch_optim, gen_sum_of_squares, gen_mod, gen_reduce_prod, gen_scatter, gen_top_k]
 
 
 def main():

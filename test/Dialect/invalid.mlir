@@ -275,6 +275,31 @@ func.func @gather_float_indices(%a: tensor<8x2xf32>, %i: tensor<3xf32>) {
 
 // -----
 
+func.func @scatter_shapes(%a: tensor<8x2xf32>, %p: tensor<3xi64>, %u: tensor<4xf32>) {
+  // expected-error @+1 {{positions 'tensor<3xi64>' and updates 'tensor<4xf32>' must have the same shape}}
+  %0 = ds.scatter add, %a, %p, %u {axis = 0 : i64} : tensor<8x2xf32>, tensor<3xi64>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @scatter_axis(%a: tensor<8x2xf32>, %p: tensor<3xi64>, %u: tensor<3xf32>) {
+  // expected-error @+1 {{axis 1 is out of range for rank 1}}
+  %0 = ds.scatter none, %a, %p, %u {axis = 1 : i64} : tensor<8x2xf32>, tensor<3xi64>, tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @top_k_too_many(%a: tensor<8x2xf32>) {
+  // expected-error @+2 {{top_k k 3 is not in [0, 2], the extent of axis 1}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = ds.top_k %a {axis = 1 : i64, k = 3 : i64, largest = true} : tensor<8x2xf32> -> tensor<8x3xi64>
+  return
+}
+
+// -----
+
 func.func @trilu_rank(%a: tensor<8xf32>) {
   // expected-error @+1 {{input must have rank >= 2}}
   %0 = ds.trilu %a {upper = true} : tensor<8xf32>

@@ -113,6 +113,11 @@ func.func @reductions_and_movement(%x: tensor<2x3x8xf32>, %i: tensor<5xi64>, %e:
   %10 = ds.trilu %e {upper = false, k = 1 : i64} : tensor<64x16xf32>
   // CHECK: ds.dropout %{{.*}} {ratio = 1.000000e-01 : f32, seed = 7 : i64}
   %11:2 = ds.dropout %x {ratio = 0.1 : f32, seed = 7 : i64} : tensor<2x3x8xf32>
+  // CHECK: %[[POS:.*]] = ds.top_k %{{.*}} {axis = 1 : i64, k = 2 : i64, largest = true} : tensor<64x16xf32> -> tensor<64x2xi64>
+  %12 = ds.top_k %e {axis = 1 : i64, k = 2 : i64, largest = true} : tensor<64x16xf32> -> tensor<64x2xi64>
+  %u = ds.constant dense<1.0> : tensor<64x2xf32>
+  // CHECK: ds.scatter max, %{{.*}}, %[[POS]], %{{.*}} {axis = 1 : i64} : tensor<64x16xf32>, tensor<64x2xi64>, tensor<64x2xf32>
+  %13 = ds.scatter max, %e, %12, %u {axis = 1 : i64} : tensor<64x16xf32>, tensor<64x2xi64>, tensor<64x2xf32>
   return
 }
 

@@ -90,27 +90,33 @@ def prepare(test: Test, work: Path) -> None:
     model_path = test.path / "model.onnx"
     stem = work / f"t{test.index}"
     if variant == "frozen":
-        model = onnx.load(str(model_path), load_external_data=False)
-        result = sweep.Result(name=name, suite=name.split("/")[0], path=model_path)
-        sweep.walk_graph(model.graph, result.ops, result.dtypes)
-        names = frozen_input_names(model)
-        out = str(stem) + ".onnx"
-        if not sweep.freeze_inputs(model_path, names, out):
-            raise RuntimeError("cannot freeze the compile-time inputs")
-        inputs = graph_inputs(model)
-        for index, value in enumerate(inputs):
-            if value.name in names:
-                test.frozen[value.name] = load_tensor(
-                    test.path / "test_data_set_0" / f"input_{index}.pb")
-        test.model = Path(out)
+        test.model = freeze(test, model_path, str(stem) + ".onnx")
     elif variant == "opset13":
-        out = str(stem) + ".onnx"
+        out = str(stem) + ".opset13.onnx"
         error = sweep.convert_opset(model_path, out)
         if error:
             raise RuntimeError(error)
         test.model = Path(out)
+        # Compile-time operands still passed as inputs are frozen, as the
+        # sweep's opset13 variant freezes them.
+        if frozen_input_names(onnx.load(out, load_external_data=False)):
+            test.model = freeze(test, Path(out), str(stem) + ".onnx")
     else:
         test.model = model_path
+
+
+def freeze(test: Test, model_path: Path, out: str) -> Path:
+    """The model with its compile-time inputs frozen to the values of the
+    test's first data set, which test.frozen records."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    names = frozen_input_names(model)
+    data = test.path / "test_data_set_0"
+    if not sweep.freeze_inputs(model_path, names, out, data):
+        raise RuntimeError("cannot freeze the compile-time inputs")
+    for index, value in enumerate(graph_inputs(model)):
+        if value.name in names:
+            test.frozen[value.name] = load_tensor(data / f"input_{index}.pb")
+    return Path(out)
 
 
 def graph_inputs(model) -> list:

@@ -366,6 +366,32 @@ def cases() -> List[Case]:
     c.append(Case("gather_nd_batch", {"x": f(2, 3, 4)},
                   lambda b: b.op("GatherND", [b.p("x"), b.const(np.array([[[2], [0], [2]], [[1], [-1], [0]]], np.int64))],
                                  batch_dims=1)))
+    # Scatter: data keeps its gradient where no update replaced it; updates
+    # get the result's gradient at their positions.
+    scatter_idx = np.array([[1, 0, 3], [0, 2, 1]], np.int64)
+    for reduction, opset in (("none", OPSET), ("add", OPSET), ("max", 18), ("min", 18)):
+        c.append(Case("scatter_elements_" + reduction, {"x": distinct((3, 4), 11), "u": distinct((2, 3), 12)},
+                      lambda b, reduction=reduction: b.op(
+                          "ScatterElements",
+                          [b.p("x"), b.const(scatter_idx if reduction == "none" else
+                                             np.array([[1, 1, 3], [1, -4, 3]], np.int64)), b.p("u")],
+                          axis=1, reduction=reduction),
+                      opset=opset, out_shape=[3, 4] if opset != OPSET else None))
+    factors = pos(2, 2)  # drawn once: the case is built twice (gradient and forward models)
+    c.append(Case("scatter_elements_mul", {"x": f(3, 4)},
+                  lambda b: b.op("ScatterElements", [b.p("x"), b.const(np.array([[2, 2], [0, 1]], np.int64)),
+                                                     b.const(factors)], reduction="mul")))
+    c.append(Case("scatter_nd", {"x": f(3, 4, 2), "u": f(2, 2)},
+                  lambda b: b.op("ScatterND", [b.p("x"), b.const(np.array([[0, 1], [2, -1]], np.int64)),
+                                               b.p("u")])))
+    c.append(Case("scatter_nd_add", {"x": f(3, 4), "u": f(3, 4)},
+                  lambda b: b.op("ScatterND", [b.p("x"), b.const(np.array([[2], [0], [2]], np.int64)),
+                                               b.p("u")], reduction="add")))
+    c.append(Case("top_k_values", {"x": distinct((3, 5), 13)},
+                  lambda b: b.op("TopK", [b.p("x"), b.const(np.array([2], np.int64))], n_out=2, axis=1)[0]))
+    c.append(Case("top_k_smallest", {"x": distinct((4, 3), 14)},
+                  lambda b: b.op("TopK", [b.p("x"), b.const(np.array([3], np.int64))], n_out=2, axis=0,
+                                 largest=0)[0]))
     c.append(Case("cumsum_exclusive_reverse", {"x": f(3, 4)},
                   lambda b: b.op("CumSum", [b.p("x"), b.const(np.array(1, np.int64))], exclusive=1, reverse=1)))
     c.append(Case("cumsum_axis0", {"x": f(3, 4)},

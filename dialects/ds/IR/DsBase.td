@@ -167,6 +167,19 @@ def Ds_ComparePredicateAttr : I32EnumAttr<"ComparePredicate",
   let cppNamespace = "::dsopt::ds";
 }
 
+// How ds.scatter combines an update with the element it lands on (ONNX
+// ScatterElements / ScatterND `reduction`).
+def Ds_ScatterReductionAttr : I32EnumAttr<"ScatterReduction",
+    "how a scattered update combines with its target", [
+  I32EnumAttrCase<"none", 0>,
+  I32EnumAttrCase<"add", 1>,
+  I32EnumAttrCase<"mul", 2>,
+  I32EnumAttrCase<"max", 3>,
+  I32EnumAttrCase<"min", 4>
+]> {
+  let cppNamespace = "::dsopt::ds";
+}
+
 // The memory kinds of a rank's plan: each has an arena of its own, and
 // every buffer is (space, offset).
 def Ds_MemorySpace : I32EnumAttr<"MemorySpace", "a kind of memory of the plan",

@@ -8,6 +8,8 @@
 
 #include "ds/IR/DsDialect.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace dsopt::ds;
 
@@ -128,6 +130,15 @@ int64_t SplitOp::getFlops() { return 0; }
 int64_t SliceOp::getFlops() { return 0; }
 int64_t GatherOp::getFlops() { return 0; }
 int64_t TriluOp::getFlops() { return 0; }
+// one combine per update (a plain store with `none`)
+int64_t ScatterOp::getFlops() {
+  return getReduction() == ScatterReduction::none ? 0 : elements(getUpdates());
+}
+// a selection of k per line: about log2(k) + 1 comparisons per element
+int64_t TopKOp::getFlops() {
+  return elements(getInput()) *
+         (static_cast<int64_t>(std::log2(static_cast<double>(getK()) + 1)) + 1);
+}
 // compare against the threshold and scale
 int64_t DropoutOp::getFlops() { return perResultElement(*this, 2); }
 

@@ -595,6 +595,26 @@ void TriluOp::buildKernelCall(KernelCallBuilder &call) {
   call.integer(getK());
 }
 
+void ScatterOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::scatter");
+  call.stream();
+  call.tensor(getData());
+  call.tensor(getPositions());
+  call.tensor(getUpdates());
+  call.tensor(getResult());
+  call.integer(getAxis());
+  call.integer(static_cast<int64_t>(getReduction()));
+}
+
+void TopKOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::top_k");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getIndices());
+  call.integer(getAxis());
+  call.boolean(getLargest());
+}
+
 void DropoutOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::dropout");
   call.stream();

@@ -314,6 +314,23 @@ LogicalResult GatherGradOp::verify() {
                          << indices;
   return success();
 }
+LogicalResult ScatterOp::verify() {
+  auto positions = tensorType(getPositions());
+  auto updates = tensorType(getUpdates());
+  auto data = tensorType(getData());
+  if (positions.getShape() != updates.getShape())
+    return emitOpError() << "positions " << positions
+                         << " and updates " << updates
+                         << " must have the same shape";
+  if (updates.getElementType() != data.getElementType())
+    return emitOpError() << "updates " << updates << " and data " << data
+                         << " must have the same element type";
+  if (positions.getRank() == 0)
+    return getAxis() == 0 ? success()
+                          : emitOpError() << "axis " << getAxis()
+                                          << " of 0-d positions must be 0";
+  return verifyAxis(*this, getAxis(), positions.getRank());
+}
 LogicalResult SliceGradOp::verify() {
   auto input = tensorType(getInputGrad()), grad = tensorType(getResultGrad());
   int64_t rank = input.getRank();

@@ -454,6 +454,51 @@ def Ds_TriluOp : Ds_Op<"trilu", [Ds_Compute16, SameOperandsAndResultType, Ds_VJP
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Scatter and top-k
+//===----------------------------------------------------------------------===//
+
+def Ds_ScatterOp : Ds_Op<"scatter", [Ds_Compute16, InferTypeOpAdaptor, Ds_VJP]> {
+  let summary = "a copy of `data` with `updates` combined into it at flat "
+                "`positions`";
+  let description = [{
+    ONNX ScatterElements and ScatterND, addressed by flat position: the
+    result is `data`, then, for every element u of `updates` in order,
+    result.flat[positions[u]] = combine(result.flat[positions[u]], u) with
+    `reduction` none (replace), add, mul, max or min. `positions` has the
+    shape of `updates`; a position outside [0, numel(data)) is a runtime
+    error. Elements of `positions` that differ other than along `axis` must
+    address distinct elements of `data` (so kernels may run those lines in
+    parallel and walk each line in order): ScatterElements' addressing
+    keeps the other coordinates, ScatterND's puts each index tuple on its
+    own line. With `none`, the last of repeated positions wins.
+  }];
+  let arguments = (ins Ds_Tensor:$data, Ds_I64Tensor:$positions,
+                   Ds_Tensor:$updates, I64Attr:$axis,
+                   Ds_ScatterReductionAttr:$reduction);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$reduction `,` $data `,` $positions `,` $updates "
+                       "attr-dict `:` type($data) `,` type($positions) `,` "
+                       "type($updates)";
+  let hasVerifier = 1;
+}
+
+def Ds_TopKOp : Ds_Op<"top_k", [Ds_Compute16, InferTypeOpAdaptor]> {
+  let summary = "indices of the `k` largest (or smallest) elements along "
+                "`axis`, in order";
+  let description = [{
+    ONNX TopK's indices output (the values are a gather at these indices,
+    which carries the derivative). Sorted by value, largest first when
+    `largest` (else smallest first); equal values keep the lower index
+    first; NaN counts as larger than every number, as in PyTorch. The
+    result has the input's shape with `k` on `axis`, element type i64.
+  }];
+  let arguments = (ins Ds_NumericTensor:$input, I64Attr:$axis, I64Attr:$k,
+                   BoolAttr:$largest);
+  let results = (outs Ds_I64Tensor:$indices);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($indices)";
+}
+
 def Ds_DropoutOp : Ds_Op<"dropout", [Ds_Compute16, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "training-mode dropout: zero with probability `ratio`, scale "
                 "the rest by 1 / (1 - ratio)";

@@ -513,6 +513,36 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult ScatterOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor, Types &types) {
+  auto data = tensorType(adaptor.getData());
+  if (!data)
+    return fail(loc, "scatter needs a ranked data tensor");
+  types.push_back(data);
+  return success();
+}
+
+LogicalResult TopKOp::inferReturnTypes(MLIRContext *context,
+                                       std::optional<Location> loc,
+                                       Adaptor adaptor, Types &types) {
+  auto input = tensorType(adaptor.getInput());
+  if (!adaptor.getAxisAttr() || !adaptor.getKAttr())
+    return missingAttribute(loc, "top_k", "axis, k");
+  int64_t axis = adaptor.getAxis(), k = adaptor.getK();
+  if (!input || axis < 0 || axis >= input.getRank())
+    return fail(loc, "top_k axis " + Twine(axis) +
+                         " is out of range for the input's rank");
+  if (k < 0 || k > input.getDimSize(axis))
+    return fail(loc, "top_k k " + Twine(k) + " is not in [0, " +
+                         Twine(input.getDimSize(axis)) + "], the extent of axis " +
+                         Twine(axis));
+  SmallVector<int64_t> shape(input.getShape());
+  shape[axis] = k;
+  types.push_back(RankedTensorType::get(shape, IntegerType::get(context, 64)));
+  return success();
+}
+
 LogicalResult DropoutOp::inferReturnTypes(MLIRContext *context,
                                           std::optional<Location> loc,
                                           Adaptor adaptor, Types &types) {

@@ -915,6 +915,67 @@ LogicalResult GatherOp::buildVJP(OpBuilder &builder,
   return success();
 }
 
+// Scatter: an update's gradient is the result gradient gathered at its
+// position; data's is the result gradient where no update replaced it
+// (none), all of it (add), times the updates' product (mul). max and min
+// route each element's gradient evenly among the tied winners, data and
+// updates alike, as torch's scatter_reduce amax / amin.
+LogicalResult ScatterOp::buildVJP(OpBuilder &builder,
+                                  ArrayRef<Value> resultGrads,
+                                  ArrayRef<bool> needed,
+                                  SmallVectorImpl<Value> &operandGrads) {
+  Grads grads(needed, operandGrads);
+  Value dy = resultGrads[0];
+  if (!dy || !(grads[0] || grads[2]))
+    return success();
+  Grad g(builder, *this);
+  Value positions = getPositions(), updates = getUpdates();
+  int64_t count = tensorType(dy).getNumElements();
+  auto gatherAt = [&](Value v) {
+    return g.infer<GatherOp>({g.reshape(v, {count}), positions},
+                             {g.attr("axis", builder.getI64IntegerAttr(0))});
+  };
+  auto scatter = [&](Value data, Value with, ScatterReduction reduction) {
+    return g.infer<ScatterOp>(
+        {data, positions, with},
+        {g.attr("axis", getAxisAttr()),
+         g.attr("reduction",
+                ScatterReductionAttr::get(builder.getContext(), reduction))});
+  };
+  switch (getReduction()) {
+  case ScatterReduction::none:
+    grads.set(0, scatter(dy, g.zeros(updates.getType()), ScatterReduction::none));
+    grads.set(2, gatherAt(dy));
+    return success();
+  case ScatterReduction::add:
+    grads.set(0, dy);
+    grads.set(2, gatherAt(dy));
+    return success();
+  case ScatterReduction::mul:
+    if (grads[2])
+      return noDerivative(*this, 2,
+                          "the updates of a product scatter: a product of the "
+                          "other updates, not implemented");
+    grads.set(0, scatter(dy, updates, ScatterReduction::mul));
+    return success();
+  case ScatterReduction::max:
+  case ScatterReduction::min: {
+    Type element = tensorType(dy).getElementType();
+    Value result = getResult();
+    Value dataWins = g.convert(
+        g.compare(ComparePredicate::eq, getData(), result), element);
+    Value updateWins = g.convert(
+        g.compare(ComparePredicate::eq, updates, gatherAt(result)), element);
+    Value share =
+        g.div(dy, scatter(dataWins, updateWins, ScatterReduction::add));
+    grads.set(0, g.mul(share, dataWins));
+    grads.set(2, g.mul(gatherAt(share), updateWins));
+    return success();
+  }
+  }
+  return failure();
+}
+
 LogicalResult TriluOp::buildVJP(OpBuilder &builder, ArrayRef<Value> resultGrads,
                                 ArrayRef<bool> needed,
                                 SmallVectorImpl<Value> &operandGrads) {

@@ -143,6 +143,21 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
 // axes, zeroes the rest.
 void trilu(Stream &s, const Tensor &x, const Tensor &y, bool upper, int64_t k);
 
+// ONNX ScatterElements / ScatterND by flat position: y = data, then for every
+// element u of `updates` in order, y.flat[positions[u]] = combine(that, u),
+// with `reduction` 0 none (replace), 1 add, 2 mul, 3 max, 4 min (f16/bf16
+// combine in f32 and round each time; integers wrap). `positions` (i64 or
+// i32) has the shape of `updates`; positions outside [0, numel(data)) throw.
+// Positions that differ other than along `axis` must address distinct
+// elements: lines along `axis` run in parallel, each in order.
+void scatter(Stream &s, const Tensor &data, const Tensor &positions, const Tensor &updates,
+             const Tensor &y, int axis, int reduction);
+
+// ONNX TopK's indices (i64): along `axis`, the k = indices.shape[axis] largest
+// (or smallest) elements of x, best first; equal values lower index first,
+// NaN larger than every number (as PyTorch).
+void top_k(Stream &s, const Tensor &x, const Tensor &indices, int axis, bool largest);
+
 // Training dropout: mask = uniform(seed, counter) >= ratio; y = x * mask /
 // (1 - ratio). The random stream is counter-based (Philox 4x32-10), so a
 // (seed, counter) pair always draws the same mask on every backend.

@@ -1,8 +1,11 @@
 // Data movement: copy, transpose, broadcast_to, concat, split, slice, gather,
-// trilu, and the gradients of slice and gather. Moving elements only needs
+// scatter, top_k, trilu, and the gradients of slice and gather. Moving elements only needs
 // their size, so most dispatch on it; gather_grad adds, so it dispatches on
 // the element type.
+#include "elementwise_ops.h"
 #include "internal.h"
+
+#include <vector>
 
 namespace dsrt {
 
@@ -471,6 +474,88 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
                          for (int64_t i = 0; i < width; ++i)
                            rounded[v * inner + i] = Elem<T>::store(dst[v * inner + i]);
                      }
+                   }
+                 });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// scatter and top_k
+//===----------------------------------------------------------------------===//
+
+void scatter(Stream &s, const Tensor &data, const Tensor &positions, const Tensor &updates,
+             const Tensor &y, int axis, int reduction) {
+  begin_kernel(s);
+  const char *kernel = "scatter";
+  check_scatter(kernel, data, positions, updates, y, axis, reduction);
+  const int64_t total = data.numel();
+  for (int64_t j = 0, count = positions.numel(); j < count; ++j) {
+    int64_t p = index_at(positions, j);
+    if (p < 0 || p >= total)
+      fail(kernel, "position " + std::to_string(p) + " (positions element " + std::to_string(j) +
+                       ") is out of range for data of " + std::to_string(total) + " elements");
+  }
+  if (y.data != data.data && total > 0)
+    std::memcpy(y.data, data.data, static_cast<size_t>(total) * dtype_size(data.dtype));
+  const AxisLines lines = axis_lines(positions.shape, axis);
+  // One line (all positions along `axis` at one outer and inner coordinate)
+  // per unit: lines address distinct elements, and each walks its own in
+  // order, so repeated positions combine in update order.
+  auto run = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = typename Elem<T>::compute;
+    const T *u = updates.as<T>();
+    T *out = y.as<T>();
+    parallel_for(s, lines.outer * lines.inner,
+                 std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(1, lines.extent)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t line = begin; line < end; ++line) {
+                     const int64_t o = line / lines.inner, i = line % lines.inner;
+                     for (int64_t j = 0; j < lines.extent; ++j) {
+                       const int64_t e = (o * lines.extent + j) * lines.inner + i;
+                       T &target = out[index_at(positions, e)];
+                       target = Elem<T>::store(scatter_combine<C>(
+                           reduction, Elem<T>::load(target), Elem<T>::load(u[e])));
+                     }
+                   }
+                 });
+  };
+  if (reduction == 0)
+    dispatch_bytes(dtype_size(data.dtype), run);
+  else
+    dispatch_numeric(kernel, data.dtype, run);
+}
+
+void top_k(Stream &s, const Tensor &x, const Tensor &indices, int axis, bool largest) {
+  begin_kernel(s);
+  const char *kernel = "top_k";
+  check_top_k(kernel, x, indices, axis);
+  const AxisLines lines = axis_lines(x.shape, axis);
+  const int64_t k = indices.shape.dims[axis];
+  if (indices.numel() == 0)
+    return;
+  dispatch_numeric(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = typename Elem<T>::compute;
+    const T *in = x.as<T>();
+    int64_t *out = indices.as<int64_t>();
+    parallel_for(s, lines.outer * lines.inner,
+                 std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(1, lines.extent)),
+                 [&](int64_t begin, int64_t end) {
+                   std::vector<int64_t> order(lines.extent);
+                   std::vector<C> values(lines.extent);
+                   for (int64_t line = begin; line < end; ++line) {
+                     const int64_t o = line / lines.inner, i = line % lines.inner;
+                     for (int64_t j = 0; j < lines.extent; ++j) {
+                       order[j] = j;
+                       values[j] = Elem<T>::load(in[(o * lines.extent + j) * lines.inner + i]);
+                     }
+                     std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                                       [&](int64_t a, int64_t b) {
+                                         return top_k_before(values[a], a, values[b], b, largest);
+                                       });
+                     for (int64_t j = 0; j < k; ++j)
+                       out[(o * k + j) * lines.inner + i] = order[j];
                    }
                  });
   });

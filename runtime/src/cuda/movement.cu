@@ -1,10 +1,11 @@
 // Data movement on the cuda backend: copy, transpose, broadcast_to, concat,
-// split, slice, gather, trilu, and the gradients of slice and gather. The
+// split, slice, gather, scatter, top_k, trilu, and the gradients of slice and gather. The
 // shape checks and plans are the cpu kernels' (kernel_common.h); moving
 // elements only needs their size, so most kernels dispatch on it. Indices
 // are checked on the device: one out of range is reported through the
 // device error word and thrown by the next synchronize.
 #include "cuda/common.cuh"
+#include "elementwise_ops.h"
 
 namespace dsrt {
 
@@ -410,6 +411,106 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
           dy.as<T>(), indices.as<I>(), ddata.as<T>(), acc, outer, count, inner, extent,
           device_error_word(), kernel_id(kernel));
     });
+  });
+  check_launch(kernel);
+}
+
+//===----------------------------------------------------------------------===//
+// scatter and top_k
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// One thread per line of positions along `axis` (lines address distinct
+// elements of y): it combines its updates in order, so repeated positions
+// combine in update order and no two threads share an element.
+template <typename T, typename I>
+__global__ void scatter_kernel(const I *positions, const T *updates, T *y, AxisLines lines,
+                               int64_t total, int reduction, DeviceErrorWord *err, int32_t kid) {
+  using C = typename Dev<T>::compute;
+  DSRT_GRID_STRIDE(line, lines.outer * lines.inner) {
+    const int64_t o = line / lines.inner, i = line % lines.inner;
+    for (int64_t j = 0; j < lines.extent; ++j) {
+      const int64_t e = (o * lines.extent + j) * lines.inner + i;
+      const int64_t p = static_cast<int64_t>(positions[e]);
+      if (p < 0 || p >= total) {
+        report_fault(err, DeviceFault::IndexOutOfRange, kid, p, total);
+        continue;
+      }
+      y[p] = Dev<T>::store(scatter_combine<C>(reduction, Dev<T>::load(y[p]),
+                                              Dev<T>::load(updates[e])));
+    }
+  }
+}
+
+// One thread per line along `axis`: pick r is the first element, in top_k's
+// order, that comes after pick r - 1 (the order is total, ties by index).
+template <typename T>
+__global__ void top_k_kernel(const T *x, int64_t *indices, AxisLines lines, int64_t k,
+                             bool largest) {
+  using C = typename Dev<T>::compute;
+  DSRT_GRID_STRIDE(line, lines.outer * lines.inner) {
+    const int64_t o = line / lines.inner, i = line % lines.inner;
+    const T *in = x + o * lines.extent * lines.inner + i;
+    int64_t prev = -1;
+    C prev_value{};
+    for (int64_t r = 0; r < k; ++r) {
+      int64_t best = -1;
+      C best_value{};
+      for (int64_t j = 0; j < lines.extent; ++j) {
+        const C v = Dev<T>::load(in[j * lines.inner]);
+        if (prev >= 0 && !top_k_before(prev_value, prev, v, j, largest))
+          continue;
+        if (best < 0 || top_k_before(v, j, best_value, best, largest)) {
+          best = j;
+          best_value = v;
+        }
+      }
+      indices[(o * k + r) * lines.inner + i] = best;
+      prev = best;
+      prev_value = best_value;
+    }
+  }
+}
+
+}  // namespace
+
+void scatter(Stream &s, const Tensor &data, const Tensor &positions, const Tensor &updates,
+             const Tensor &y, int axis, int reduction) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "scatter";
+  check_scatter(kernel, data, positions, updates, y, axis, reduction);
+  copy_bytes(stream, kernel, y.data, data.data, data.nbytes());
+  const AxisLines lines = axis_lines(positions.shape, axis);
+  if (positions.numel() == 0)
+    return;
+  auto run = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dispatch_index(positions, [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      scatter_kernel<T, I><<<blocks_for(lines.outer * lines.inner), kThreads, 0, stream>>>(
+          positions.as<I>(), updates.as<T>(), y.as<T>(), lines, data.numel(), reduction,
+          device_error_word(), kernel_id(kernel));
+    });
+  };
+  if (reduction == 0)
+    dispatch_bytes(dtype_size(data.dtype), run);
+  else
+    dispatch_numeric(kernel, data.dtype, run);
+  check_launch(kernel);
+}
+
+void top_k(Stream &s, const Tensor &x, const Tensor &indices, int axis, bool largest) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "top_k";
+  check_top_k(kernel, x, indices, axis);
+  const AxisLines lines = axis_lines(x.shape, axis);
+  if (indices.numel() == 0)
+    return;
+  dispatch_numeric(kernel, x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    top_k_kernel<T><<<blocks_for(lines.outer * lines.inner), kThreads, 0, stream>>>(
+        x.as<T>(), indices.as<int64_t>(), lines, indices.shape.dims[axis], largest);
   });
   check_launch(kernel);
 }

@@ -41,6 +41,8 @@ const Entry kTable[] = {
     DSRT_KERNEL(split),
     DSRT_KERNEL(slice),
     DSRT_KERNEL(gather),
+    DSRT_KERNEL(scatter),
+    DSRT_KERNEL(top_k),
     DSRT_KERNEL(trilu),
     DSRT_KERNEL(dropout),
     DSRT_KERNEL(softmax_cross_entropy),
