@@ -417,6 +417,84 @@ Value ProgramBuilder::view(Value base, CallArg offset, RankedTensorType type) {
                literal(shapeLiteral(type.getShape()))});
 }
 
+/// The values an integer input may hold, from the ops that read it (through
+/// views): a class of a cross-entropy or NLL loss, [0, C), or its
+/// ignore_index; an index of a Gather, [-n, n) for n rows along its axis.
+/// Several readers: the values every one of them takes. None when no reader
+/// bounds it.
+namespace {
+struct IndexRange {
+  int64_t lo = std::numeric_limits<int64_t>::min();
+  int64_t hi = std::numeric_limits<int64_t>::max();
+  std::optional<int64_t> ignore;
+  bool bounded = false;
+};
+} // namespace
+
+static IndexRange indexRange(Value input) {
+  IndexRange range;
+  SmallVector<IndexRange> readers;
+  SmallVector<Value> work{input};
+  while (!work.empty()) {
+    Value value = work.pop_back_val();
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      auto dimOf = [](Value v, int64_t axis) -> std::optional<int64_t> {
+        auto type = dyn_cast<RankedTensorType>(v.getType());
+        if (!type || axis < 0 || axis >= type.getRank() || type.isDynamicDim(axis))
+          return std::nullopt;
+        return type.getDimSize(axis);
+      };
+      IndexRange reader;
+      std::optional<int64_t> n;
+      if (auto kernel = dyn_cast<ds::KernelOpInterface>(user)) {
+        std::optional<unsigned> aliased = kernel.getAliasedOperand();
+        if (aliased && *aliased == use.getOperandNumber()) {
+          llvm::append_range(work, user->getResults());
+          continue;
+        }
+      }
+      if (auto loss = dyn_cast<ds::SoftmaxCrossEntropyOp>(user)) {
+        if (use.get() != loss.getLabels()) continue;
+        n = dimOf(loss.getScores(), 1);
+        reader.lo = 0;
+        reader.ignore = loss.getIgnoreIndex();
+      } else if (auto loss = dyn_cast<ds::NllLossOp>(user)) {
+        if (use.get() != loss.getLabels()) continue;
+        n = dimOf(loss.getLogProb(), 1);
+        reader.lo = 0;
+        reader.ignore = loss.getIgnoreIndex();
+      } else if (auto gather = dyn_cast<ds::GatherOp>(user)) {
+        if (use.get() != gather.getIndices()) continue;
+        auto type = cast<RankedTensorType>(gather.getData().getType());
+        int64_t axis = gather.getAxis();
+        n = dimOf(gather.getData(), axis < 0 ? axis + type.getRank() : axis);
+        if (n) reader.lo = -*n;
+      } else {
+        continue;
+      }
+      if (!n) continue;
+      reader.hi = *n;
+      readers.push_back(reader);
+    }
+  }
+  for (const IndexRange &reader : readers) {
+    range.lo = std::max(range.lo, reader.lo);
+    range.hi = std::min(range.hi, reader.hi);
+    range.bounded = true;
+  }
+  // An ignored value stays valid only where every reader takes it.
+  for (const IndexRange &reader : readers) {
+    if (!reader.ignore || (range.ignore && *range.ignore != *reader.ignore)) continue;
+    int64_t v = *reader.ignore;
+    bool everywhere = llvm::all_of(readers, [&](const IndexRange &other) {
+      return (v >= other.lo && v < other.hi) || other.ignore == v;
+    });
+    if (everywhere && !(v >= range.lo && v < range.hi)) range.ignore = v;
+  }
+  return range;
+}
+
 /// The storage type of a constant's elements in C++: 16-bit floats are kept
 /// as their bit patterns.
 static std::pair<Type, DenseElementsAttr> cppStorage(DenseElementsAttr value) {
@@ -1587,6 +1665,15 @@ void ProgramBuilder::emitFunctionInterface(Value info, func::FuncOp emitted) {
       args.push_back(literal(runtimeRole(*role)));
     }
     callVoid("dsrt::add_input", {info}, args);
+    // An index input's valid values, which the runners check in the data
+    // files before training.
+    if (isa<IntegerType>(type.getElementType())) {
+      IndexRange range = indexRange(function.getArgument(i));
+      if (range.bounded && range.lo < range.hi)
+        callVoid("dsrt::set_input_range", {info},
+                 {index0, i64(range.lo), i64(range.hi),
+                  builder.getBoolAttr(range.ignore.has_value()), i64(range.ignore.value_or(0))});
+    }
   }
 
   for (unsigned i = 0; i < function.getNumResults(); ++i) {
