@@ -3,7 +3,7 @@
 
   fault_campaign.py --program DIR/train --np N --data DATA --work WORK
                     [--steps S] [--kills K] [--signal KILL|STOP|TERM]
-                    [--bound SECONDS] [--seed SEED] [--mpirun MPIRUN]
+                    [--bound SECONDS] [--seed SEED] [--mpirun MPIRUN] [--in-save]
 
 For each of K faults: a run of S steps that writes a checkpoint after every
 step is started under mpirun; once its first checkpoint is committed, after
@@ -18,6 +18,12 @@ Ctrl-C or a scheduler's stop would). Checked:
   * the checkpoint directory's `latest` names a complete checkpoint, and a
     run resumed from it (same program, same ranks) logs exactly the losses
     of an uninterrupted run of S steps, bit for bit.
+
+With --in-save every fault lands inside a save: rank 0 of the faulted run
+pauses in the save of a random step once that checkpoint's files are
+written and synced, before their rename (DSRT_SAVE_PAUSE_STEP), and the
+fault follows its message; the checks add that `latest` still names the
+step before and the cut checkpoint was left uncommitted.
 
 The uninterrupted run is made once. A fault that lands after the last
 checkpoint (or after the run ended) is retried with a shorter delay. The
@@ -163,19 +169,35 @@ def one_fault(args, rng, index, reference, delay_max):
                                      str(args.steps), "--seed", "7", "--quiet",
                                      "--save-dir", ckpt, "--save-interval", "1"]
     err_path = os.path.join(work, "stderr.txt")
+    env = environment(args, True)
+    # --in-save: rank 0 pauses inside the save of step `paused`, its files
+    # written and not yet renamed into place, and says so: the fault lands
+    # there.
+    paused = rng.randint(2, args.steps - 1) if args.in_save else None
+    if paused:
+        env["DSRT_SAVE_PAUSE_STEP"] = str(paused)
+    marker = f"pausing in the save of checkpoint step_{paused} "
     with open(err_path, "w") as err:
-        job = subprocess.Popen(cmd, env=environment(args, True), stdout=subprocess.DEVNULL,
+        job = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                stderr=err, start_new_session=True)
     try:
         start = time.time()
-        while not os.path.exists(os.path.join(ckpt, "latest")):
+
+        def ready():
+            if paused:
+                with open(err_path, errors="replace") as f:
+                    return marker in f.read()
+            return os.path.exists(os.path.join(ckpt, "latest"))
+        while not ready():
             if job.poll() is not None:
-                fail(f"fault {index}: the job ended (status {job.returncode}) before its "
-                     f"first checkpoint; see {err_path}")
+                fail(f"fault {index}: the job ended (status {job.returncode}) before "
+                     + (f"pausing in the save of step_{paused}" if paused else
+                        "its first checkpoint") + f"; see {err_path}")
             if time.time() - start > 120:
-                fail(f"fault {index}: no checkpoint after 120 s; see {err_path}")
+                fail(f"fault {index}: not ready after 120 s; see {err_path}")
             time.sleep(0.01)
-        time.sleep(rng.uniform(0, delay_max))
+        if not paused:
+            time.sleep(rng.uniform(0, delay_max))
         ranks = children(job.pid)
         if job.poll() is not None:
             if job.returncode != 0:
@@ -231,6 +253,17 @@ def one_fault(args, rng, index, reference, delay_max):
         phase, op = moments[0]
         where = "save" if "checkpoint" in phase else (f"collective ({op})" if op else
                                                       f"compute ({phase.strip()})")
+    if paused:
+        # The cut save is absent: `latest` names the step before, and the
+        # whole checkpoint of step `paused` waits in its temporary directory.
+        with open(os.path.join(ckpt, "latest")) as f:
+            latest = f.read().strip()
+        if latest != f"step_{paused - 1}":
+            fail(f"fault {index}: killed inside the save of step_{paused}, yet latest is "
+                 f"{latest}")
+        if not os.path.exists(os.path.join(ckpt, f".tmp-step_{paused}", "manifest")):
+            fail(f"fault {index}: no written manifest of step_{paused} was left uncommitted")
+        where = f"save (step_{paused} written, not renamed)"
     # The latest complete checkpoint resumes to the uninterrupted losses.
     with open(os.path.join(ckpt, "latest")) as f:
         latest = f.read().strip()
@@ -264,9 +297,14 @@ def main():
                    help="DSRT_HEARTBEAT_TIMEOUT of the faulted runs (seconds)")
     p.add_argument("--delay", type=float, default=0.5,
                    help="largest random delay after the first checkpoint (seconds)")
+    p.add_argument("--in-save", action="store_true",
+                   help="land every fault inside a save: rank 0 pauses in the save of a "
+                        "random step (DSRT_SAVE_PAUSE_STEP), its files written and not renamed")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
     args = p.parse_args()
+    if args.in_save and args.steps < 3:
+        p.error("--in-save needs --steps >= 3 (a save to keep, one to cut, one after)")
     os.makedirs(args.work, exist_ok=True)
     global LOG
     LOG = os.path.join(args.work, "campaign.log")

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -110,6 +111,27 @@ std::vector<uint8_t> read_placement(const ck::Checkpoint &c, const ProgramInfo &
   convert_host_floats(Tensor{f32.data(), DType::F32, Shape{p.count}},
                       Tensor{out.data(), p.dtype, Shape{p.count}});
   return out;
+}
+
+// DSRT_SAVE_PAUSE_STEP=N, for fault tests: rank 0 stops inside the save of
+// step N once every file of the checkpoint is written and synced and
+// before it is renamed into place, says so on stderr and waits (60 s at
+// most) for the kill the test sends, which then lands in the save
+// deterministically.
+void pause_in_save_for_tests(int64_t step) {
+  const char *text = std::getenv("DSRT_SAVE_PAUSE_STEP");
+  if (!text || !*text) return;
+  char *end = nullptr;
+  const long long at = std::strtoll(text, &end, 10);
+  if (*end != '\0' || at < 1)
+    throw Error(std::string("DSRT_SAVE_PAUSE_STEP=") + text + " is not a step >= 1");
+  if (at != step) return;
+  std::fprintf(stderr,
+               "dsrt: pausing in the save of checkpoint step_%lld before its rename "
+               "(DSRT_SAVE_PAUSE_STEP)\n",
+               at);
+  std::fflush(stderr);
+  for (int i = 0; i < 600; ++i) usleep(100000);
 }
 
 }  // namespace
@@ -275,6 +297,7 @@ void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointCon
       const std::string text = ck::manifest_text(m);
       ck::write_durable(ck::join_path(temporary, "manifest"), text.data(), text.size());
       ck::sync_directory(temporary);
+      pause_in_save_for_tests(position.step);
       const std::string final_dir = ck::join_path(options.save_dir, name);
       rename_into_place(temporary, final_dir);
       ck::sync_directory(options.save_dir);
