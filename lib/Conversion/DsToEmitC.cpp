@@ -418,8 +418,9 @@ Value ProgramBuilder::view(Value base, CallArg offset, RankedTensorType type) {
 }
 
 /// The values an integer input may hold, from the ops that read it (through
-/// views): a class of a cross-entropy or NLL loss, [0, C), or its
-/// ignore_index; an index of a Gather, [-n, n) for n rows along its axis.
+/// views): a class of a cross-entropy or NLL loss or of its gradient,
+/// [0, C), or its ignore_index; an index of a Gather or of its gradient,
+/// [-n, n) for n rows along its axis.
 /// Several readers: the values every one of them takes. None when no reader
 /// bounds it.
 namespace {
@@ -445,8 +446,6 @@ static IndexRange indexRange(Value input) {
           return std::nullopt;
         return type.getDimSize(axis);
       };
-      IndexRange reader;
-      std::optional<int64_t> n;
       if (auto kernel = dyn_cast<ds::KernelOpInterface>(user)) {
         std::optional<unsigned> aliased = kernel.getAliasedOperand();
         if (aliased && *aliased == use.getOperandNumber()) {
@@ -454,27 +453,37 @@ static IndexRange indexRange(Value input) {
           continue;
         }
       }
-      if (auto loss = dyn_cast<ds::SoftmaxCrossEntropyOp>(user)) {
-        if (use.get() != loss.getLabels()) continue;
-        n = dimOf(loss.getScores(), 1);
-        reader.lo = 0;
-        reader.ignore = loss.getIgnoreIndex();
-      } else if (auto loss = dyn_cast<ds::NllLossOp>(user)) {
-        if (use.get() != loss.getLabels()) continue;
-        n = dimOf(loss.getLogProb(), 1);
-        reader.lo = 0;
-        reader.ignore = loss.getIgnoreIndex();
-      } else if (auto gather = dyn_cast<ds::GatherOp>(user)) {
-        if (use.get() != gather.getIndices()) continue;
-        auto type = cast<RankedTensorType>(gather.getData().getType());
-        int64_t axis = gather.getAxis();
-        n = dimOf(gather.getData(), axis < 0 ? axis + type.getRank() : axis);
-        if (n) reader.lo = -*n;
-      } else {
-        continue;
+      // The operand that holds indices, the tensor whose `axis` they
+      // index, and what else the reader takes.
+      Value indices, indexed;
+      int64_t axis = 1;
+      bool fromEnd = false; // Gather: -n .. -1 count from the end
+      std::optional<int64_t> ignore;
+      if (auto op = dyn_cast<ds::SoftmaxCrossEntropyOp>(user)) {
+        indices = op.getLabels(), indexed = op.getScores(), ignore = op.getIgnoreIndex();
+      } else if (auto op = dyn_cast<ds::SoftmaxCrossEntropyGradOp>(user)) {
+        indices = op.getLabels(), indexed = op.getLogProb(), ignore = op.getIgnoreIndex();
+      } else if (auto op = dyn_cast<ds::NllLossOp>(user)) {
+        indices = op.getLabels(), indexed = op.getLogProb(), ignore = op.getIgnoreIndex();
+      } else if (auto op = dyn_cast<ds::NllLossGradOp>(user)) {
+        indices = op.getLabels(), indexed = op->getResult(0), ignore = op.getIgnoreIndex();
+      } else if (auto op = dyn_cast<ds::GatherOp>(user)) {
+        indices = op.getIndices(), indexed = op.getData(), axis = op.getAxis(), fromEnd = true;
+      } else if (auto op = dyn_cast<ds::GatherGradOp>(user)) {
+        indices = op.getIndices(), indexed = op.getDataGrad(), axis = op.getAxis(),
+        fromEnd = true;
       }
-      if (!n) continue;
+      if (!indices || use.get() != indices)
+        continue;
+      if (auto type = dyn_cast<RankedTensorType>(indexed.getType()); type && axis < 0)
+        axis += type.getRank();
+      std::optional<int64_t> n = dimOf(indexed, axis);
+      if (!n)
+        continue;
+      IndexRange reader;
+      reader.lo = fromEnd ? -*n : 0;
       reader.hi = *n;
+      reader.ignore = ignore;
       readers.push_back(reader);
     }
   }
@@ -1660,14 +1669,16 @@ void ProgramBuilder::emitFunctionInterface(Value info, func::FuncOp emitted) {
     SmallVector<Attribute> args{
         index0, str(name.getValue()), literal(dtypeName(type.getElementType())),
         literal(shapeLiteral(type.getShape())), i64(offset)};
-    if (std::optional<ds::ValueRole> role = ds::getArgumentRole(function, i)) {
+    std::optional<ds::ValueRole> role = ds::getArgumentRole(function, i);
+    if (role) {
       args[1] = str(ds::getDisplayName(*role, name.getValue()));
       args.push_back(literal(runtimeRole(*role)));
     }
     callVoid("dsrt::add_input", {info}, args);
     // An index input's valid values, which the runners check in the data
-    // files before training.
-    if (isa<IntegerType>(type.getElementType())) {
+    // files before training (a pipeline's received or stashed values are
+    // not data).
+    if (!role && isa<IntegerType>(type.getElementType())) {
       IndexRange range = indexRange(function.getArgument(i));
       if (range.bounded && range.lo < range.hi)
         callVoid("dsrt::set_input_range", {info},
