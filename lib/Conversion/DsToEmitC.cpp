@@ -417,6 +417,93 @@ Value ProgramBuilder::view(Value base, CallArg offset, RankedTensorType type) {
                literal(shapeLiteral(type.getShape()))});
 }
 
+/// The values an integer input may hold, from the ops that read it (through
+/// views): a class of a cross-entropy or NLL loss or of its gradient,
+/// [0, C), or its ignore_index; an index of a Gather or of its gradient,
+/// [-n, n) for n rows along its axis.
+/// Several readers: the values every one of them takes. None when no reader
+/// bounds it.
+namespace {
+struct IndexRange {
+  int64_t lo = std::numeric_limits<int64_t>::min();
+  int64_t hi = std::numeric_limits<int64_t>::max();
+  std::optional<int64_t> ignore;
+  bool bounded = false;
+};
+} // namespace
+
+static IndexRange indexRange(Value input) {
+  IndexRange range;
+  SmallVector<IndexRange> readers;
+  SmallVector<Value> work{input};
+  while (!work.empty()) {
+    Value value = work.pop_back_val();
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      auto dimOf = [](Value v, int64_t axis) -> std::optional<int64_t> {
+        auto type = dyn_cast<RankedTensorType>(v.getType());
+        if (!type || axis < 0 || axis >= type.getRank() || type.isDynamicDim(axis))
+          return std::nullopt;
+        return type.getDimSize(axis);
+      };
+      if (auto kernel = dyn_cast<ds::KernelOpInterface>(user)) {
+        std::optional<unsigned> aliased = kernel.getAliasedOperand();
+        if (aliased && *aliased == use.getOperandNumber()) {
+          llvm::append_range(work, user->getResults());
+          continue;
+        }
+      }
+      // The operand that holds indices, the tensor whose `axis` they
+      // index, and what else the reader takes.
+      Value indices, indexed;
+      int64_t axis = 1;
+      bool fromEnd = false; // Gather: -n .. -1 count from the end
+      std::optional<int64_t> ignore;
+      if (auto op = dyn_cast<ds::SoftmaxCrossEntropyOp>(user)) {
+        indices = op.getLabels(), indexed = op.getScores(), ignore = op.getIgnoreIndex();
+      } else if (auto op = dyn_cast<ds::SoftmaxCrossEntropyGradOp>(user)) {
+        indices = op.getLabels(), indexed = op.getLogProb(), ignore = op.getIgnoreIndex();
+      } else if (auto op = dyn_cast<ds::NllLossOp>(user)) {
+        indices = op.getLabels(), indexed = op.getLogProb(), ignore = op.getIgnoreIndex();
+      } else if (auto op = dyn_cast<ds::NllLossGradOp>(user)) {
+        indices = op.getLabels(), indexed = op->getResult(0), ignore = op.getIgnoreIndex();
+      } else if (auto op = dyn_cast<ds::GatherOp>(user)) {
+        indices = op.getIndices(), indexed = op.getData(), axis = op.getAxis(), fromEnd = true;
+      } else if (auto op = dyn_cast<ds::GatherGradOp>(user)) {
+        indices = op.getIndices(), indexed = op.getDataGrad(), axis = op.getAxis(),
+        fromEnd = true;
+      }
+      if (!indices || use.get() != indices)
+        continue;
+      if (auto type = dyn_cast<RankedTensorType>(indexed.getType()); type && axis < 0)
+        axis += type.getRank();
+      std::optional<int64_t> n = dimOf(indexed, axis);
+      if (!n)
+        continue;
+      IndexRange reader;
+      reader.lo = fromEnd ? -*n : 0;
+      reader.hi = *n;
+      reader.ignore = ignore;
+      readers.push_back(reader);
+    }
+  }
+  for (const IndexRange &reader : readers) {
+    range.lo = std::max(range.lo, reader.lo);
+    range.hi = std::min(range.hi, reader.hi);
+    range.bounded = true;
+  }
+  // An ignored value stays valid only where every reader takes it.
+  for (const IndexRange &reader : readers) {
+    if (!reader.ignore || (range.ignore && *range.ignore != *reader.ignore)) continue;
+    int64_t v = *reader.ignore;
+    bool everywhere = llvm::all_of(readers, [&](const IndexRange &other) {
+      return (v >= other.lo && v < other.hi) || other.ignore == v;
+    });
+    if (everywhere && !(v >= range.lo && v < range.hi)) range.ignore = v;
+  }
+  return range;
+}
+
 /// The storage type of a constant's elements in C++: 16-bit floats are kept
 /// as their bit patterns.
 static std::pair<Type, DenseElementsAttr> cppStorage(DenseElementsAttr value) {
@@ -1582,11 +1669,22 @@ void ProgramBuilder::emitFunctionInterface(Value info, func::FuncOp emitted) {
     SmallVector<Attribute> args{
         index0, str(name.getValue()), literal(dtypeName(type.getElementType())),
         literal(shapeLiteral(type.getShape())), i64(offset)};
-    if (std::optional<ds::ValueRole> role = ds::getArgumentRole(function, i)) {
+    std::optional<ds::ValueRole> role = ds::getArgumentRole(function, i);
+    if (role) {
       args[1] = str(ds::getDisplayName(*role, name.getValue()));
       args.push_back(literal(runtimeRole(*role)));
     }
     callVoid("dsrt::add_input", {info}, args);
+    // An index input's valid values, which the runners check in the data
+    // files before training (a pipeline's received or stashed values are
+    // not data).
+    if (!role && isa<IntegerType>(type.getElementType())) {
+      IndexRange range = indexRange(function.getArgument(i));
+      if (range.bounded && range.lo < range.hi)
+        callVoid("dsrt::set_input_range", {info},
+                 {index0, i64(range.lo), i64(range.hi),
+                  builder.getBoolAttr(range.ignore.has_value()), i64(range.ignore.value_or(0))});
+    }
   }
 
   for (unsigned i = 0; i < function.getNumResults(); ++i) {

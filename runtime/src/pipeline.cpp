@@ -234,7 +234,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   std::optional<LossScaler> scaler;
   std::string setup_error;
   try {
-    data = load_data(inputs, options.data, k, dp);
+    data = load_data(inputs, options.data, k, dp, dp_rank);
     if (rank0 && !options.save_onnx.empty()) whole = whole_model(infos);
     open_outputs(options, whole, rank0, outputs);
     prepare_program(program, memory, options, dp_rank, rank);

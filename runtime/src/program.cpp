@@ -276,6 +276,25 @@ void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, in
   inputs.push_back({name, dtype, shape, offset, Space::Device, role});
 }
 
+void set_input_range(ProgramInfo &info, int64_t lo, int64_t hi, bool has_ignore,
+                     int64_t ignore) {
+  auto &inputs = info.functions.empty() ? info.inputs : info.functions.back().inputs;
+  if (inputs.empty())
+    throw Error("program description: set_input_range before any add_input");
+  ValueInfo &input = inputs.back();
+  if (input.role != ValueRole::Input || (input.dtype != DType::I64 && input.dtype != DType::I32))
+    throw Error("program description: set_input_range on '" + input.name +
+                "', which is not an integer input");
+  if (!(lo < hi))
+    throw Error("program description: set_input_range on '" + input.name + "': [" +
+                std::to_string(lo) + ", " + std::to_string(hi) + ") is empty");
+  input.has_range = true;
+  input.range_lo = lo;
+  input.range_hi = hi;
+  input.has_ignore = has_ignore;
+  input.ignore = ignore;
+}
+
 void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shape,
                     int64_t offset, bool trainable, const char *file, int64_t file_offset,
                     int64_t length) {

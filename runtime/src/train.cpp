@@ -157,7 +157,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     std::vector<const ValueInfo *> inputs;
     for (const ValueInfo &input : micro.inputs)
       if (!is_loss_scale(info, input)) inputs.push_back(&input);
-    data = load_data(inputs, options.data, train.accumulation_steps, dp);
+    data = load_data(inputs, options.data, train.accumulation_steps, dp, dp_rank);
     open_outputs(options, info, rank0, outputs);
     if (!options.trace.empty()) program.tracer = &tracer;
     prepare_program(program, memory, options, dp_rank, rank);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -69,6 +70,70 @@ void rename_into_place(const std::string &from, const std::string &to) {
   ck::remove_tree(from);
 }
 
+const ck::Record *find_record(const ck::Checkpoint &c, const std::string &key) {
+  for (const ck::ShardFile &file : c.files)
+    for (const ck::Record &record : file.records)
+      if (record.key == key) return &record;
+  return nullptr;
+}
+
+// Placement p's elements from checkpoint `c`, in p's dtype, also when the
+// checkpoint was written at another precision: the fp32 master weights
+// carry over exactly. A 16-bit run's parameter is a rounded copy, so an
+// fp32 parameter reads that run's master weights ("master:<name>"); a
+// 16-bit program's master weights read an fp32 run's parameter, and its
+// working copy is rounded from it to nearest even, as loading a model does.
+// Anything else keeps read_range's error naming the checkpoint and both
+// dtypes.
+std::vector<uint8_t> read_placement(const ck::Checkpoint &c, const ProgramInfo &info,
+                                    const Placement &p) {
+  const ck::Record *own = find_record(c, p.key);
+  std::string source;
+  auto f32_record = [&](const std::string &key) {
+    const ck::Record *r = find_record(c, key);
+    return r && r->dtype == DType::F32;
+  };
+  if (!own || own->dtype != p.dtype) {
+    if (p.value->role == ValueRole::Param) {
+      const std::string master = "state:master:" + p.value->name;
+      if (f32_record(master))
+        source = master;
+      else if (f32_record(p.key) && p.dtype != DType::F32)
+        source = p.key;
+    } else if (const ParamInfo *param = master_param(info, *p.value)) {
+      if (!own && f32_record("param:" + param->name)) source = "param:" + param->name;
+    }
+  }
+  if (source.empty()) return ck::read_range(c, p.key, p.dtype, p.shape, p.begin, p.count);
+  std::vector<uint8_t> f32 = ck::read_range(c, source, DType::F32, p.shape, p.begin, p.count);
+  if (p.dtype == DType::F32) return f32;
+  std::vector<uint8_t> out(static_cast<size_t>(p.count) * dtype_size(p.dtype));
+  convert_host_floats(Tensor{f32.data(), DType::F32, Shape{p.count}},
+                      Tensor{out.data(), p.dtype, Shape{p.count}});
+  return out;
+}
+
+// DSRT_SAVE_PAUSE_STEP=N, for fault tests: rank 0 stops inside the save of
+// step N once every file of the checkpoint is written and synced and
+// before it is renamed into place, says so on stderr and waits (60 s at
+// most) for the kill the test sends, which then lands in the save
+// deterministically.
+void pause_in_save_for_tests(int64_t step) {
+  const char *text = std::getenv("DSRT_SAVE_PAUSE_STEP");
+  if (!text || !*text) return;
+  char *end = nullptr;
+  const long long at = std::strtoll(text, &end, 10);
+  if (*end != '\0' || at < 1)
+    throw Error(std::string("DSRT_SAVE_PAUSE_STEP=") + text + " is not a step >= 1");
+  if (at != step) return;
+  std::fprintf(stderr,
+               "dsrt: pausing in the save of checkpoint step_%lld before its rename "
+               "(DSRT_SAVE_PAUSE_STEP)\n",
+               at);
+  std::fflush(stderr);
+  for (int i = 0; i < 600; ++i) usleep(100000);
+}
+
 }  // namespace
 
 std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp,
@@ -119,7 +184,9 @@ std::string checkpoint_model_identity(const std::vector<const ProgramInfo *> &in
   std::vector<std::string> entries;
   for (const ProgramInfo *info : infos)
     for (const ParamInfo &param : info->params)
-      entries.push_back(param.name + " " + dtype_name(param.dtype) + " " +
+      // The model's dtype (a 16-bit working copy's is f32): precision is
+      // layout, which a resume may change.
+      entries.push_back(param.name + " " + dtype_name(param.stored) + " " +
                         (param.sharded() ? param.full_shape : param.shape).str());
   return ck::model_identity(entries);
 }
@@ -230,6 +297,7 @@ void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointCon
       const std::string text = ck::manifest_text(m);
       ck::write_durable(ck::join_path(temporary, "manifest"), text.data(), text.size());
       ck::sync_directory(temporary);
+      pause_in_save_for_tests(position.step);
       const std::string final_dir = ck::join_path(options.save_dir, name);
       rename_into_place(temporary, final_dir);
       ck::sync_directory(options.save_dir);
@@ -280,7 +348,7 @@ CheckpointPosition resume_checkpoint(Program &program, const CheckpointContext &
     if (static_cast<int>(i % static_cast<size_t>(world)) == world_rank)
       ck::verify_shard(c.dir, m.files[i]);
   for (const Placement &p : checkpoint_placements(*program.info, context.dp, context.dp_rank)) {
-    const std::vector<uint8_t> bytes = ck::read_range(c, p.key, p.dtype, p.shape, p.begin, p.count);
+    const std::vector<uint8_t> bytes = read_placement(c, *program.info, p);
     store_persistent(program, *p.value, bytes.data(), bytes.size());
   }
   CheckpointPosition position;

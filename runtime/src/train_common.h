@@ -92,10 +92,12 @@ struct InputData {
 
 // Reads <name>.npy from `dir` for every input and checks its layout: a
 // global batch holds `ranks` * accumulation_steps micro-batches (rank r's
-// are r*k .. r*k+k-1).
+// are r*k .. r*k+k-1). An input with a range (ValueInfo::has_range) has
+// the values of rank `rank`'s micro-batches (every rank's when rank < 0)
+// checked against it.
 std::vector<InputData> load_data(const std::vector<const ValueInfo *> &inputs,
                                  const std::string &dir, int64_t accumulation_steps,
-                                 int64_t ranks);
+                                 int64_t ranks, int64_t rank = -1);
 // Global batches in the data files (1 without files).
 inline int64_t batch_count(const std::vector<InputData> &data) {
   return data.empty() ? 1 : data.front().batches;

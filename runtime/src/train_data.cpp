@@ -37,11 +37,52 @@ std::string expected_layout(const ValueInfo &input, int64_t accumulation_steps, 
   return text;
 }
 
+// The first value of `item` outside its input's range (set_input_range) in
+// the micro-batches rank `rank` reads (every one when rank < 0), as an
+// error naming the file, the element and where it falls; "" when all fit.
+std::string check_range(const InputData &item, int64_t accumulation_steps, int64_t ranks,
+                        int64_t rank) {
+  const ValueInfo &input = *item.input;
+  if (!input.has_range) return "";
+  const int64_t micro = input.shape.numel();
+  const int64_t per_batch = item.per_batch_scalar ? 1 : micro * ranks * accumulation_steps;
+  const int64_t count = item.array.numel();
+  const void *bytes = item.array.bytes.data();
+  auto value_at = [&](int64_t i) -> int64_t {
+    return input.dtype == DType::I64 ? static_cast<const int64_t *>(bytes)[i]
+                                     : static_cast<const int32_t *>(bytes)[i];
+  };
+  auto fits = [&](int64_t v) {
+    return (v >= input.range_lo && v < input.range_hi) || (input.has_ignore && v == input.ignore);
+  };
+  // This rank's micro-batches are one run of rank * k .. rank * k + k - 1
+  // per global batch.
+  const bool all = rank < 0 || item.per_batch_scalar;
+  const int64_t run_begin = all ? 0 : rank * accumulation_steps * micro;
+  const int64_t run_end = all ? per_batch : run_begin + accumulation_steps * micro;
+  for (int64_t batch = 0; batch * per_batch < count; ++batch)
+    for (int64_t i = batch * per_batch + run_begin; i < batch * per_batch + run_end; ++i) {
+      const int64_t v = value_at(i);
+      if (fits(v)) continue;
+      std::string where = "global batch " + std::to_string(batch);
+      if (!item.per_batch_scalar)
+        where += ", micro-batch " + std::to_string((i % per_batch) / micro) + ", element " +
+                 std::to_string(i % micro) + " of it";
+      return "input '" + input.name + "': '" + item.array.path + "' element " +
+             std::to_string(i) + " (" + where + ") is " + std::to_string(v) + ", outside [" +
+             std::to_string(input.range_lo) + ", " + std::to_string(input.range_hi) + ")" +
+             (input.has_ignore ? " and not the ignored value " + std::to_string(input.ignore)
+                               : std::string()) +
+             ", the values the model takes there";
+    }
+  return "";
+}
+
 }  // namespace
 
 std::vector<InputData> load_data(const std::vector<const ValueInfo *> &inputs,
                                  const std::string &dir, int64_t accumulation_steps,
-                                 int64_t ranks) {
+                                 int64_t ranks, int64_t rank) {
   struct stat st;
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw Error("--data '" + dir + "' is not a directory");
@@ -82,6 +123,8 @@ std::vector<InputData> load_data(const std::vector<const ValueInfo *> &inputs,
                   data.front().input->name + "' ('" + data.front().array.path + "') holds " +
                   std::to_string(data.front().batches) +
                   "; every data file needs the same number of batches");
+    std::string out_of_range = check_range(item, accumulation_steps, ranks, rank);
+    if (!out_of_range.empty()) throw Error(out_of_range);
     data.push_back(std::move(item));
   }
   return data;

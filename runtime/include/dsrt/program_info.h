@@ -57,6 +57,11 @@ struct ValueInfo {
   Space space = Space::Device;
   ValueRole role = ValueRole::Input;
   std::string param;  // a state's (Accumulator, OptimizerState) parameter
+  // An integer input's valid values (set_input_range): [range_lo, range_hi),
+  // and `ignore` when has_ignore (a loss's ignore_index). The runners check
+  // every data file against it before training.
+  bool has_range = false, has_ignore = false;
+  int64_t range_lo = 0, range_hi = 0, ignore = 0;
 
   // What a pipeline stage reads or writes where the pipeline keeps it.
   bool pipeline_bound() const {
@@ -234,6 +239,12 @@ void place_in_space(ProgramInfo &info, const char *name, Space space);
 // An input: role Input, or a pipeline stage's Recv, Stash or WeightStash.
 void add_input(ProgramInfo &info, const char *name, DType dtype, Shape shape, int64_t offset,
                ValueRole role = ValueRole::Input);
+// The input added last holds indices: its values must lie in [lo, hi)
+// (the class count of a cross-entropy, the rows of a Gather's table) or
+// equal `ignore` when has_ignore. Throws unless that input is an integer
+// Input and lo < hi.
+void set_input_range(ProgramInfo &info, int64_t lo, int64_t hi, bool has_ignore,
+                     int64_t ignore);
 void add_param_file(ProgramInfo &info, const char *name, DType dtype, Shape shape,
                     int64_t offset, bool trainable, const char *file, int64_t file_offset,
                     int64_t length);
