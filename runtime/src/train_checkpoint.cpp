@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -76,9 +77,17 @@ std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp
   std::map<std::string, const ParamInfo *> params;
   for (const ParamInfo &param : info.params) params[param.name] = &param;
   std::vector<Placement> out;
-  auto whole_shape = [](const ParamInfo &p) { return p.sharded() ? p.full_shape : p.shape; };
+  auto whole_shape = [](const ParamInfo &p) { return p.rank_shape(); };
+  // A tp piece is saved under its own key; resuming needs the same tp size.
+  const std::string piece = "@tp" + std::to_string(own_coordinate(info, "tp")) + "/" +
+                            std::to_string(info.axis_size("tp"));
+  auto key = [&](const ParamInfo &p, const std::string &name) {
+    return p.tp_split() ? name + piece : name;
+  };
   for (const ParamInfo &param : info.params) {
-    Placement p{&param, "param:" + param.name, param.dtype, whole_shape(param), 0, 0, false};
+    Placement p{&param, key(param, "param:" + param.name), param.dtype, whole_shape(param), 0, 0,
+                false};
+    p.tp_piece = param.tp_split();
     p.sharded = param.sharded();
     p.count = param.shape.numel();
     p.begin = p.sharded ? dp_rank * p.count : 0;
@@ -93,8 +102,9 @@ std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp
     if (it == params.end())
       throw Error("checkpoint: state '" + state.name + "' belongs to parameter '" + state.param +
                   "', which this program does not have");
-    Placement p{&state, "state:" + state.name, state.dtype, whole_shape(*it->second), 0, 0,
-                false};
+    Placement p{&state, key(*it->second, "state:" + state.name), state.dtype,
+                whole_shape(*it->second), 0, 0, false};
+    p.tp_piece = it->second->tp_split();
     const int64_t n = p.shape.numel(), s = state.shape.numel();
     // A state in the parameter's own shape is whole; a 1-D slot of
     // ceil(n / dp) elements is this rank's shard of the flattened,
@@ -120,9 +130,18 @@ std::string checkpoint_model_identity(const std::vector<const ProgramInfo *> &in
   for (const ProgramInfo *info : infos)
     for (const ParamInfo &param : info->params)
       entries.push_back(param.name + " " + dtype_name(param.dtype) + " " +
-                        (param.sharded() ? param.full_shape : param.shape).str());
+                        param.model_shape().str());
   return ck::model_identity(entries);
 }
+
+namespace {
+// The tp size of a checkpoint_layout ("dp=2 tp=2"); 1 without one.
+int64_t layout_tp(const std::string &layout) {
+  const std::string::size_type at = layout.find("tp=");
+  if (at == std::string::npos || (at > 0 && layout[at - 1] != ' ')) return 1;
+  return std::strtoll(layout.c_str() + at + 3, nullptr, 10);
+}
+}  // namespace
 
 std::string checkpoint_layout(const ProgramInfo &info) {
   std::string text;
@@ -179,8 +198,10 @@ void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointCon
     ck::ShardWriter writer;
     std::vector<std::vector<uint8_t>> keep;
     std::vector<uint8_t> host;
+    const int64_t tp_rank = own_coordinate(*program.info, "tp");
     for (const Placement &p : checkpoint_placements(*program.info, context.dp, context.dp_rank)) {
       if (!p.sharded && context.dp_rank != 0) continue;
+      if (!p.tp_piece && tp_rank != 0) continue;  // the other tp ranks hold copies
       const Tensor slot = persistent_tensor(program, *p.value, keep);
       const uint8_t *bytes = static_cast<const uint8_t *>(slot.data);
       if (p.value->space != Space::File) {
@@ -274,6 +295,12 @@ CheckpointPosition resume_checkpoint(Program &program, const CheckpointContext &
     throw Error("--resume: checkpoint '" + c.dir + "' is at step " + std::to_string(m.step) +
                 "; --steps " + std::to_string(options.steps) +
                 " (the total, counted from the first step) leaves nothing to run");
+  const int64_t tp = program.info->axis_size("tp"), saved_tp = layout_tp(m.layout);
+  if (saved_tp != tp)
+    throw Error("--resume: checkpoint '" + c.dir + "' was written with tp=" +
+                std::to_string(saved_tp) + " (layout " + m.layout + ") and this program has tp=" +
+                std::to_string(tp) + "; its tensor-parallel pieces cannot be resharded: resume "
+                "with a program compiled for --tp " + std::to_string(saved_tp));
   options.seed = m.seed;
   // The ranks share out checking every file whole.
   for (size_t i = 0; i < m.files.size(); ++i)
