@@ -77,6 +77,12 @@ uint64_t rng_counter() { return current_rng_counter; }
 
 void runner::set_rng_counter(uint64_t counter) { current_rng_counter = counter; }
 
+uint64_t tp_rank_seed(uint64_t seed) {
+  const std::shared_ptr<Grid> grid = current_grid();
+  const int64_t axis = grid->axis("tp");
+  return seed + 2718 + static_cast<uint64_t>(axis < 0 ? 0 : grid->coordinate(axis));
+}
+
 //===--- train_main -----------------------------------------------------------===//
 
 namespace {
