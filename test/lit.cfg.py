@@ -50,6 +50,8 @@ config.substitutions.extend([
     ("%torch-dsopt", f"{py} {src}/test/oracles/torch_dsopt.py"),
     # Data parallelism and ZeRO against one rank, PyTorch and the plan.
     ("%zoo-dp", f"{py} {src}/test/oracles/check_zoo_dp.py"),
+    # Tensor parallelism against one rank, PyTorch and the plan.
+    ("%zoo-tp", f"{py} {src}/test/oracles/check_zoo_tp.py"),
     # Pipeline parallelism against one rank, PyTorch and the plan.
     ("%zoo-pp", f"{py} {src}/test/oracles/check_zoo_pp.py"),
     # Every zoo model's programs compile (and link) for --target cuda.

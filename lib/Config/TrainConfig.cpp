@@ -1205,10 +1205,6 @@ bool ConfigReader::checkTensorParallel() {
   if (config.precision != Precision::FP32)
     return refuse("mixed precision with tensor parallelism is not "
                   "implemented yet");
-  if (!irOnly)
-    return refuse("running a tensor-parallel program is not implemented "
-                  "yet; --emit=plan and --emit=train-mlir show its layout, "
-                  "collectives and memory");
   return true;
 }
 

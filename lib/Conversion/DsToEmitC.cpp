@@ -1539,7 +1539,9 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
     else if (element.isBF16() || element.isF16())
       stored = builder.getF32Type();
     Attribute storedDtype = literal(dtypeName(stored));
-    if (external && outlineRepeats) {
+    auto tpSplit = function.getArgAttrOfType<ds::TensorSplitAttr>(
+        i, ds::DsDialect::kTpSplitAttrName);
+    if (external && outlineRepeats && !tpSplit) {
       auto whole = function.getArgAttrOfType<TypeAttr>(
           i, ds::DsDialect::kShardedAttrName);
       auto wholeType =
@@ -1561,6 +1563,7 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
         callVoid("dsrt::set_param_working_copy", {info}, {index0, dtype});
     };
     if (external) {
+      flushTable("dsrt::ParamFileRow", "dsrt::add_param_files", paramRows, info);
       callVoid("dsrt::add_param_file", {info},
                {index0, str(param.getName()), storedDtype, shape, i64(offset),
                 builder.getBoolAttr(param.getTrainable()),
@@ -1615,9 +1618,24 @@ void ProgramBuilder::flushTable(StringRef rowType, StringRef adder,
   rows.clear();
 }
 
-/// A parameter each rank holds a shard of (ds.sharded): the whole tensor's
-/// size and shape, so that each rank loads its own bytes.
+/// A parameter each rank holds a piece of (ds.tp_split: the model's tensor,
+/// split over tp) and a shard of (ds.sharded: the piece's size and shape,
+/// sharded along dp), so that each rank loads its own bytes.
 void ProgramBuilder::emitShard(Value info, unsigned arg) {
+  if (auto split = function.getArgAttrOfType<ds::TensorSplitAttr>(
+          arg, ds::DsDialect::kTpSplitAttrName)) {
+    // The piece (the whole of a dp-sharded one), times the ranks along dim.
+    auto piece = cast<RankedTensorType>(function.getArgument(arg).getType());
+    if (auto whole = function.getArgAttrOfType<TypeAttr>(
+            arg, ds::DsDialect::kShardedAttrName))
+      piece = cast<RankedTensorType>(whole.getValue());
+    SmallVector<int64_t> model(piece.getShape());
+    model[split.getDim()] *= split.getRanks();
+    callVoid("dsrt::set_param_tp_split", {info},
+             {builder.getIndexAttr(0), builder.getI64IntegerAttr(split.getDim()),
+              builder.getI64IntegerAttr(split.getBlocks()),
+              literal(shapeLiteral(model))});
+  }
   auto whole = function.getArgAttrOfType<TypeAttr>(
       arg, ds::DsDialect::kShardedAttrName);
   if (!whole)

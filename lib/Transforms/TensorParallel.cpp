@@ -411,6 +411,14 @@ void TensorParallel::runOnOperation() {
     }
     for (auto &[value, split] : region.splits)
       value.setType(localType(value, split));
+    // A dropout of a split activation draws each rank's own mask
+    // (Megatron's model-parallel RNG); one of a replicated activation, the
+    // same mask on every rank, as it draws its seed's.
+    for (Operation *op : region.ops)
+      if (auto dropout = dyn_cast<ds::DropoutOp>(op))
+        if (region.splits.count(dropout.getResult()))
+          dropout->setAttr(ds::DsDialect::kTpRankSeedAttrName,
+                           b.getUnitAttr());
     for (Value entry : region.entries) {
       if (auto arg = dyn_cast<BlockArgument>(entry))
         b.setInsertionPointToStart(&body);

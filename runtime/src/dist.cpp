@@ -7,6 +7,7 @@
 #include "health.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -411,6 +412,11 @@ int64_t grid_coordinate(const ProgramInfo &info, int rank, int64_t axis) {
   return (rank / stride_of(info.grid_sizes, axis)) % info.grid_sizes[static_cast<size_t>(axis)];
 }
 
+int64_t own_coordinate(const ProgramInfo &info, const std::string &name) {
+  const int64_t axis = info.grid_axis(name);
+  return axis < 0 ? 0 : grid_coordinate(info, Communicator::world().rank(), axis);
+}
+
 int grid_rank(const ProgramInfo &info, const std::vector<int64_t> &coordinates) {
   if (coordinates.size() != info.grid_sizes.size())
     throw Error("dsrt::grid_rank: " + std::to_string(coordinates.size()) +
@@ -588,9 +594,19 @@ void set_param_shard(ProgramInfo &info, int64_t total_numel, Shape full_shape) {
   if (total_numel < 1 || full_shape.numel() != total_numel)
     throw Error(what + ": total_numel " + std::to_string(total_numel) + " does not match " +
                 full_shape.str());
+  if (param.tp_split()) {
+    Shape piece = param.tp_whole;
+    piece.dims[param.tp_dim] /= info.axis_size("tp");
+    if (!(piece == full_shape))
+      throw Error(what + ": full_shape " + full_shape.str() + " is not its tp piece " +
+                  piece.str() + " of " + param.tp_whole.str());
+  }
   const int64_t dp = info.dp_size();
   if (param.data.data) {
-    if (param.data.numel() != total_numel)
+    // The data hold the model's tensor, of which a tp piece is sharded.
+    const int64_t model_numel = param.tp_split() ? param.tp_whole.numel() : total_numel;
+    if (param.data.numel() != model_numel ||
+        (param.tp_split() && !(param.shape == full_shape)))
       throw Error(what + ": its data holds " + std::to_string(param.data.numel()) +
                   " elements, not the whole tensor " + full_shape.str());
     param.shape = Shape{(total_numel + dp - 1) / dp};
@@ -600,6 +616,37 @@ void set_param_shard(ProgramInfo &info, int64_t total_numel, Shape full_shape) {
                 std::to_string(dp) + " ranks can cover " + full_shape.str() + " with");
   param.shard_total = total_numel;
   param.full_shape = full_shape;
+}
+
+void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape whole) {
+  if (info.params.empty()) throw Error("set_param_tp_split: no parameter was added before it");
+  ParamInfo &param = info.params.back();
+  const std::string what = "set_param_tp_split: parameter '" + param.name + "'";
+  const int64_t ranks = info.axis_size("tp");
+  if (param.sharded())
+    throw Error(what + ": call it before set_param_shard");
+  if (ranks < 2)
+    throw Error(what + ": the grid has no tp axis of 2 or more ranks (call set_grid first)");
+  if (dim < 0 || dim >= whole.rank || blocks < 1 || whole[dim] % (blocks * ranks) != 0)
+    throw Error(what + ": axis " + std::to_string(dim) + " of " + whole.str() +
+                " does not split into " + std::to_string(blocks) + " x " +
+                std::to_string(ranks) + " equal pieces");
+  Shape piece = whole;
+  piece.dims[dim] /= ranks;
+  if (param.data.data) {
+    if (param.data.numel() != whole.numel())
+      throw Error(what + ": its data holds " + std::to_string(param.data.numel()) +
+                  " elements, not the whole tensor " + whole.str());
+    param.shape = piece;
+  }
+  // A 1-D slot may be the dp shard of the piece (set_param_shard checks).
+  if (!(param.shape == piece) && param.shape.rank != 1)
+    throw Error(what + ": its slot " + param.shape.str() + " is not the piece " + piece.str() +
+                " of " + whole.str() + " split along axis " + std::to_string(dim) + " over " +
+                std::to_string(ranks) + " ranks");
+  param.tp_dim = dim;
+  param.tp_blocks = blocks;
+  param.tp_whole = whole;
 }
 
 }  // namespace dsrt

@@ -459,8 +459,8 @@ std::shared_ptr<const OnnxSaveSource> runner::prepare_save_onnx(const ProgramInf
         continue;
       }
       const ParamInfo &p = *param->second;
-      // A sharded parameter is checked against its whole tensor.
-      const Shape &whole = p.sharded() ? p.full_shape : p.shape;
+      // A sharded or tp-split parameter is checked against its whole tensor.
+      const Shape &whole = p.model_shape();
       std::vector<int64_t> shape(whole.dims, whole.dims + whole.rank);
       if (tensor.data_type != onnx_data_type(p.stored) || tensor.dims != shape)
         throw Error(what + ": initializer '" + tensor.name + "' has ONNX data type " +
@@ -488,12 +488,13 @@ void runner::write_save_onnx(const OnnxSaveSource &source, const ProgramInfo &in
   // arena slot (which holds only a shard of a sharded parameter, and only
   // the 16-bit working copy of a parameter with master weights).
   auto param_bytes = [&](const ParamInfo &p) {
-    const Shape &whole = p.sharded() ? p.full_shape : p.shape;
+    const Shape &whole = p.model_shape();
     auto value = full_values.find(p.name);
     if (value == full_values.end()) {
-      if (p.sharded() || p.dtype != p.stored)
+      if (p.sharded() || p.tp_split() || p.dtype != p.stored)
         throw Error("--save-onnx: parameter '" + p.name + "' is " +
-                    (p.sharded() ? "sharded (the arena holds " + p.shape.str() + " of " +
+                    (p.sharded() || p.tp_split()
+                                 ? "sharded (the arena holds " + p.shape.str() + " of " +
                                        dtype_name(p.dtype) + " " + whole.str() + ")"
                                  : std::string("a ") + dtype_name(p.dtype) +
                                        " working copy of " + dtype_name(p.stored) +

@@ -381,15 +381,10 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   if (!options.save_onnx.empty()) {
     const std::map<std::string, int64_t> owners = parameter_owners(infos);
     std::map<std::string, Tensor> mine;  // whole values of this rank's saved parameters
-    auto all_gather = [&](const Tensor &shard, const Tensor &into) {
-      if (dp_axis < 0)
-        read_to_host(program.stream, into.data, shard);
-      else
-        exchange.all_gather(grid->comm(dp_axis), shard, into);
-    };
+    const AxisGather gather = runner_axis_gather(exchange, info, *grid, program.stream);
     for (const ParamInfo &param : info.params)
       if (owners.at(param.name) == pp_rank)
-        mine[param.name] = whole_saved_value(program, param, dp, all_gather, buffers);
+        mine[param.name] = whole_saved_value(program, param, gather, buffers);
     if (dp_rank == 0) {
       Communicator &pp_comm = grid->comm(pp_axis);
       std::vector<P2POp> ops;

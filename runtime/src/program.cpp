@@ -438,36 +438,32 @@ int64_t slot_size(const ProgramInfo &info, size_t bytes) {
 
 namespace {
 
-// The model's bytes (of param.stored) of a parameter: the whole tensor
-// (`s` == 0), or rank `dp_rank`'s [s] shard of its flat form, elements
-// [r*s, min((r+1)*s, n)) and zeros for the rest. Only those bytes are read.
-void read_stored(const ProgramInfo &info, const ParamInfo &param, int64_t s, int64_t dp_rank,
-                 std::vector<char> &host, const std::string &weights_dir) {
+// Elements [begin, begin + count) of the model's tensor of a parameter (of
+// param.stored, `n` elements in all) into `out` (resized to them). Only
+// those bytes are read.
+void read_model_range(const ProgramInfo &info, const ParamInfo &param, int64_t n, int64_t begin,
+                      int64_t count, std::vector<char> &out, const std::string &weights_dir) {
   const int64_t elem = static_cast<int64_t>(dtype_size(param.stored));
-  const Shape &whole = param.sharded() ? param.full_shape : param.shape;
-  const int64_t n = whole.numel();
-  const int64_t begin = s > 0 ? std::min(dp_rank * s, n) : 0;
-  const int64_t end = s > 0 ? std::min((dp_rank + 1) * s, n) : n;
-  const int64_t count = end - begin;
-  host.assign(static_cast<size_t>((s > 0 ? s : n) * elem), 0);
+  const Shape &whole = param.model_shape();
   if (param.data.data) {
     if (param.data.numel() != n)
       throw Error("parameter '" + param.name + "': its data holds " +
                   std::to_string(param.data.numel()) + " elements but the tensor " +
                   whole.str() + " has " + std::to_string(n));
     const char *from = static_cast<const char *>(param.data.data) + begin * elem;
-    host.assign(from, from + count * elem);
-    host.resize(static_cast<size_t>((s > 0 ? s : n) * elem), 0);
+    out.assign(from, from + count * elem);
     return;
   }
   std::string path = resolve_weight_file(info, weights_dir, param.file);
   if (param.length != n * elem)
     throw Error("parameter '" + param.name + "': " + std::to_string(param.length) +
                 " bytes in '" + path + "' but " +
-                (param.sharded() ? "the whole tensor " + whole.str() + " (sharded, " +
-                                       std::to_string(n) + " elements)"
-                                 : std::string("its tensor")) +
+                (param.sharded() || param.tp_split()
+                     ? "the whole tensor " + whole.str() + " (sharded, " + std::to_string(n) +
+                           " elements)"
+                     : std::string("its tensor")) +
                 " of " + dtype_name(param.stored) + " needs " + std::to_string(n * elem));
+  out.assign(static_cast<size_t>(count * elem), 0);
   if (count == 0) return;
   std::ifstream in(path, std::ios::binary);
   if (!in)
@@ -475,10 +471,38 @@ void read_stored(const ProgramInfo &info, const ParamInfo &param, int64_t s, int
                 "' (use --weights DIR if the model moved)");
   const int64_t offset = param.file_offset + begin * elem;
   in.seekg(offset);
-  in.read(host.data(), count * elem);
+  in.read(out.data(), count * elem);
   if (in.gcount() != count * elem)
     throw Error("parameter '" + param.name + "': '" + path + "' ends before byte " +
                 std::to_string(offset + count * elem));
+}
+
+// The model's bytes (of param.stored) of a parameter's rank tensor (its tp
+// piece, or the whole tensor): all of it (`s` == 0), or rank `dp_rank`'s [s]
+// shard of its flat form, elements [r*s, min((r+1)*s, n)) and zeros for the
+// rest. A tp piece is cut out of the whole tensor, read whole.
+void read_stored(const ProgramInfo &info, const ParamInfo &param, int64_t s, int64_t dp_rank,
+                 std::vector<char> &host, const std::string &weights_dir) {
+  const int64_t elem = static_cast<int64_t>(dtype_size(param.stored));
+  const int64_t n = param.rank_shape().numel();
+  const int64_t begin = s > 0 ? std::min(dp_rank * s, n) : 0;
+  const int64_t end = s > 0 ? std::min((dp_rank + 1) * s, n) : n;
+  const int64_t count = end - begin;
+  const size_t size = static_cast<size_t>((s > 0 ? s : n) * elem);
+  if (!param.tp_split()) {
+    read_model_range(info, param, n, begin, count, host, weights_dir);
+    host.resize(size, 0);
+    return;
+  }
+  const Shape &whole = param.tp_whole;
+  std::vector<char> model;
+  read_model_range(info, param, whole.numel(), 0, whole.numel(), model, weights_dir);
+  std::vector<char> piece(static_cast<size_t>(n * elem));
+  tp_piece_copy(model.data(), piece.data(), whole, param.tp_dim, param.tp_blocks,
+                info.axis_size("tp"), own_coordinate(info, "tp"), static_cast<size_t>(elem),
+                /*to_piece=*/true);
+  host.assign(piece.begin() + begin * elem, piece.begin() + end * elem);
+  host.resize(size, 0);
 }
 
 // Converts `host` (elements of `from`) to `to` in place: f32 to a 16-bit
@@ -617,7 +641,7 @@ void load_masters(Program &p, const std::string &weights_dir, int64_t dp_rank) {
   for (const ValueInfo &state : info.states) {
     const ParamInfo *param = master_param(info, state);
     if (!param) continue;
-    const Shape &whole = param->sharded() ? param->full_shape : param->shape;
+    const Shape &whole = param->rank_shape();
     if (state.dtype != param->stored)
       throw Error("master weights '" + state.name + "' are " + dtype_name(state.dtype) +
                   " but parameter '" + param->name + "' is " + dtype_name(param->stored) +

@@ -77,6 +77,12 @@ uint64_t rng_counter() { return current_rng_counter; }
 
 void runner::set_rng_counter(uint64_t counter) { current_rng_counter = counter; }
 
+uint64_t tp_rank_seed(uint64_t seed) {
+  const std::shared_ptr<Grid> grid = current_grid();
+  const int64_t axis = grid->axis("tp");
+  return seed + 2718 + static_cast<uint64_t>(axis < 0 ? 0 : grid->coordinate(axis));
+}
+
 //===--- train_main -----------------------------------------------------------===//
 
 namespace {
@@ -95,18 +101,14 @@ void check_training_program(const ProgramInfo &info) {
   check_optimizer_step(info);
 }
 
-// The program must run on as many ranks as its grid has, and be
-// data-parallel: every axis but dp of size 1.
+// The program must run on as many ranks as its grid has (dp x tp), without
+// pipeline stages.
 void check_grid(const ProgramInfo &info, int job_ranks) {
   if (info.axis_size("pp") > 1)
     throw Error("pipeline programs are not supported by train_main (the grid has pp=" +
                 std::to_string(info.axis_size("pp")) +
-                "; train_main runs data-parallel grids, where every axis but dp has size 1; "
+                "; train_main runs grids of dp and tp, where pp has size 1; "
                 "a pipeline program's main calls dsrt::pipeline_main)");
-  if (info.axis_size("tp") > 1)
-    throw Error("tensor-parallel programs are not supported by this runtime yet (the grid has "
-                "tp=" + std::to_string(info.axis_size("tp")) +
-                "; train runs data-parallel grids, where every axis but dp has size 1)");
   check_job_size(info, job_ranks);
 }
 
@@ -127,14 +129,24 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   const std::shared_ptr<Grid> grid = current_grid();
   const TrainInfo &train = info.train;
   const int rank = comm.rank();
-  // check_grid leaves only dp > 1, so the world is the dp group: the
-  // runner's own exchanges below (errors, losses, the summary, sharded
-  // parameters) run on the world, in dp order.
+  // The runner's own exchanges below (errors, losses, the summary) run on
+  // the world, sharded parameters along their axes. The world is dp x tp
+  // with tp fastest; the tp ranks of a dp group read the same micro-batches
+  // and compute the same losses.
   const int64_t ranks = info.world;
   // Data and dropout masks follow the rank's place along dp.
   const int64_t dp = info.dp_size();
   const int64_t dp_axis = info.grid_axis("dp");
   const int64_t dp_rank = dp_axis < 0 ? 0 : grid->coordinate(dp_axis);
+  // The world rank whose losses stand for dp coordinate d: its tp
+  // coordinate 0.
+  std::vector<int64_t> loss_ranks(static_cast<size_t>(dp), 0);
+  if (dp_axis >= 0)
+    for (int64_t d = 0; d < dp; ++d) {
+      std::vector<int64_t> at(info.grid_sizes.size(), 0);
+      at[static_cast<size_t>(dp_axis)] = d;
+      loss_ranks[static_cast<size_t>(d)] = grid_rank(info, at);
+    }
   const bool rank0 = rank == 0;
   const int micro_index = find_function_index(info, "micro_step");
   const FunctionInfo &micro = info.functions[micro_index];
@@ -241,14 +253,16 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     skipped += skip ? 1 : 0;
     StepLog entry{step, 0, lr, grad_norm, skip};
     update_loss_scaler(scaler, verdict, step, entry, step_error);
-    // Every rank's verdict and losses; the step's loss is the mean over all
-    // ranks' micro-batches, summed in the order of a single-rank run.
+    // Every rank's verdict and losses; the step's loss is the mean over the
+    // dp ranks' micro-batches (those of tp coordinate 0), summed in the order
+    // of a single-rank run.
     exchange.gather_step_reports(step_error, report, reports, step);
     double loss_sum = 0;
-    for (int64_t r = 0; r < ranks; ++r)
+    for (int64_t d = 0; d < dp; ++d)
       for (int64_t i = 0; i < k; ++i)
-        loss_sum += reports[static_cast<size_t>(r * (k + 1) + 1 + i)];
-    entry.loss = loss_sum / static_cast<double>(ranks * k);
+        loss_sum += reports[static_cast<size_t>(loss_ranks[static_cast<size_t>(d)] * (k + 1) +
+                                                1 + i)];
+    entry.loss = loss_sum / static_cast<double>(dp * k);
     total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
                          entry);
     if (checkpoint_due(options, step))
@@ -266,11 +280,9 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   std::map<std::string, Tensor> full_values;
   std::vector<std::vector<uint8_t>> gathered;
   if (!options.save_onnx.empty()) {
-    auto all_gather = [&](const Tensor &shard, const Tensor &into) {
-      exchange.all_gather(shard, into);
-    };
+    const AxisGather gather = runner_axis_gather(exchange, info, *grid, program.stream);
     for (const ParamInfo &param : info.params) {
-      const Tensor value = whole_saved_value(program, param, ranks, all_gather, gathered);
+      const Tensor value = whole_saved_value(program, param, gather, gathered);
       if (rank0) full_values[param.name] = value;
     }
   }

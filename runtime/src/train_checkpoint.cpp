@@ -141,9 +141,17 @@ std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp
   std::map<std::string, const ParamInfo *> params;
   for (const ParamInfo &param : info.params) params[param.name] = &param;
   std::vector<Placement> out;
-  auto whole_shape = [](const ParamInfo &p) { return p.sharded() ? p.full_shape : p.shape; };
+  auto whole_shape = [](const ParamInfo &p) { return p.rank_shape(); };
+  // A tp piece is saved under its own key; resuming needs the same tp size.
+  const std::string piece = "@tp" + std::to_string(own_coordinate(info, "tp")) + "/" +
+                            std::to_string(info.axis_size("tp"));
+  auto key = [&](const ParamInfo &p, const std::string &name) {
+    return p.tp_split() ? name + piece : name;
+  };
   for (const ParamInfo &param : info.params) {
-    Placement p{&param, "param:" + param.name, param.dtype, whole_shape(param), 0, 0, false};
+    Placement p{&param, key(param, "param:" + param.name), param.dtype, whole_shape(param), 0, 0,
+                false};
+    p.tp_piece = param.tp_split();
     p.sharded = param.sharded();
     p.count = param.shape.numel();
     p.begin = p.sharded ? dp_rank * p.count : 0;
@@ -158,8 +166,9 @@ std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp
     if (it == params.end())
       throw Error("checkpoint: state '" + state.name + "' belongs to parameter '" + state.param +
                   "', which this program does not have");
-    Placement p{&state, "state:" + state.name, state.dtype, whole_shape(*it->second), 0, 0,
-                false};
+    Placement p{&state, key(*it->second, "state:" + state.name), state.dtype,
+                whole_shape(*it->second), 0, 0, false};
+    p.tp_piece = it->second->tp_split();
     const int64_t n = p.shape.numel(), s = state.shape.numel();
     // A state in the parameter's own shape is whole; a 1-D slot of
     // ceil(n / dp) elements is this rank's shard of the flattened,
@@ -184,12 +193,22 @@ std::string checkpoint_model_identity(const std::vector<const ProgramInfo *> &in
   std::vector<std::string> entries;
   for (const ProgramInfo *info : infos)
     for (const ParamInfo &param : info->params)
-      // The model's dtype (a 16-bit working copy's is f32): precision is
-      // layout, which a resume may change.
+      // The model's dtype (a 16-bit working copy's is f32) and shape (a
+      // tp piece's is the whole tensor's): precision and layout may change
+      // on resume.
       entries.push_back(param.name + " " + dtype_name(param.stored) + " " +
-                        (param.sharded() ? param.full_shape : param.shape).str());
+                        param.model_shape().str());
   return ck::model_identity(entries);
 }
+
+namespace {
+// The tp size of a checkpoint_layout ("dp=2 tp=2"); 1 without one.
+int64_t layout_tp(const std::string &layout) {
+  const std::string::size_type at = layout.find("tp=");
+  if (at == std::string::npos || (at > 0 && layout[at - 1] != ' ')) return 1;
+  return std::strtoll(layout.c_str() + at + 3, nullptr, 10);
+}
+}  // namespace
 
 std::string checkpoint_layout(const ProgramInfo &info) {
   std::string text;
@@ -246,8 +265,10 @@ void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointCon
     ck::ShardWriter writer;
     std::vector<std::vector<uint8_t>> keep;
     std::vector<uint8_t> host;
+    const int64_t tp_rank = own_coordinate(*program.info, "tp");
     for (const Placement &p : checkpoint_placements(*program.info, context.dp, context.dp_rank)) {
       if (!p.sharded && context.dp_rank != 0) continue;
+      if (!p.tp_piece && tp_rank != 0) continue;  // the other tp ranks hold copies
       const Tensor slot = persistent_tensor(program, *p.value, keep);
       const uint8_t *bytes = static_cast<const uint8_t *>(slot.data);
       if (p.value->space != Space::File) {
@@ -342,6 +363,12 @@ CheckpointPosition resume_checkpoint(Program &program, const CheckpointContext &
     throw Error("--resume: checkpoint '" + c.dir + "' is at step " + std::to_string(m.step) +
                 "; --steps " + std::to_string(options.steps) +
                 " (the total, counted from the first step) leaves nothing to run");
+  const int64_t tp = program.info->axis_size("tp"), saved_tp = layout_tp(m.layout);
+  if (saved_tp != tp)
+    throw Error("--resume: checkpoint '" + c.dir + "' was written with tp=" +
+                std::to_string(saved_tp) + " (layout " + m.layout + ") and this program has tp=" +
+                std::to_string(tp) + "; its tensor-parallel pieces cannot be resharded: resume "
+                "with a program compiled for --tp " + std::to_string(saved_tp));
   options.seed = m.seed;
   // The ranks share out checking every file whole.
   for (size_t i = 0; i < m.files.size(); ++i)

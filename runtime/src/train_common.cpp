@@ -209,20 +209,49 @@ void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, boo
   }
 }
 
-Tensor whole_saved_value(Program &program, const ParamInfo &param, int64_t dp,
-                         const std::function<void(const Tensor &, const Tensor &)> &all_gather,
+AxisGather runner_axis_gather(RunnerComm &exchange, const ProgramInfo &info, Grid &grid,
+                              Stream &stream) {
+  return [&exchange, &info, &grid, &stream](const std::string &axis, const Tensor &in,
+                                            const Tensor &out) {
+    const int64_t index = info.grid_axis(axis);
+    if (index < 0)
+      read_to_host(stream, out.data, in);
+    else
+      exchange.all_gather(grid.comm(index), in, out);
+  };
+}
+
+Tensor whole_saved_value(Program &program, const ParamInfo &param, const AxisGather &gather,
                          std::vector<std::vector<uint8_t>> &buffers) {
   const ProgramInfo &info = *program.info;
   const ValueInfo *value = &param;
   for (const ValueInfo &state : info.states)
     if (master_param(info, state) == &param) value = &state;
-  const Shape &whole = param.sharded() ? param.full_shape : param.shape;
+  const Shape &whole = param.rank_shape();
   const Tensor slot = persistent_tensor(program, *value, buffers);
-  if (slot.shape == whole) return slot;
-  buffers.emplace_back(slot.nbytes() * static_cast<size_t>(dp));
-  const Tensor gathered{buffers.back().data(), slot.dtype, Shape{dp * slot.numel()}};
-  all_gather(slot, gathered);
-  return Tensor{gathered.data, slot.dtype, whole};
+  Tensor piece = slot;
+  if (!(slot.shape == whole)) {
+    const int64_t dp = info.dp_size();
+    buffers.emplace_back(slot.nbytes() * static_cast<size_t>(dp));
+    const Tensor gathered{buffers.back().data(), slot.dtype, Shape{dp * slot.numel()}};
+    gather("dp", slot, gathered);
+    piece = Tensor{gathered.data, slot.dtype, whole};
+  }
+  if (!param.tp_split()) return piece;
+  // Every tp rank's piece, each put in its place in the model's tensor.
+  const int64_t ranks = info.axis_size("tp");
+  buffers.emplace_back(piece.nbytes() * static_cast<size_t>(ranks));
+  uint8_t *pieces = buffers.back().data();
+  gather("tp", Tensor{piece.data, piece.dtype, Shape{piece.numel()}},
+         Tensor{pieces, piece.dtype, Shape{ranks * piece.numel()}});
+  const Tensor model{nullptr, piece.dtype, param.tp_whole};
+  buffers.emplace_back(model.nbytes());
+  uint8_t *bytes = buffers.back().data();
+  for (int64_t r = 0; r < ranks; ++r)
+    tp_piece_copy(bytes, pieces + static_cast<size_t>(r) * piece.nbytes(), param.tp_whole,
+                  param.tp_dim, param.tp_blocks, ranks, r, dtype_size(piece.dtype),
+                  /*to_piece=*/false);
+  return Tensor{bytes, piece.dtype, param.tp_whole};
 }
 
 void init_program(Program &program, const ProgramInfo &info, int threads) {

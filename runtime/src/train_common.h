@@ -252,10 +252,14 @@ struct Placement {
   Shape shape;
   int64_t begin = 0, count = 0;
   bool sharded = false;
+  // A tp piece: its key and shape are this rank's piece's (`key@tpR/N`),
+  // which every tp rank saves; other values are saved by tp coordinate 0.
+  bool tp_piece = false;
 };
 // Every parameter and optimizer state of `info` on dp coordinate `dp_rank`
 // of `dp` (gradient accumulators hold nothing between steps: a resumed
-// run starts them from zero, as a fresh one does).
+// run starts them from zero, as a fresh one does), on this rank's tp
+// coordinate.
 std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp, int64_t dp_rank);
 // The model's identity over the parameters of every program of a job (a
 // pipeline's pp ranks); layout-independent.
@@ -317,13 +321,21 @@ struct TrainOutputs {
 // `save_info` lists the parameters the saved model gets.
 void open_outputs(const TrainOptions &options, const ProgramInfo &save_info, bool rank0,
                   TrainOutputs &outputs);
+// `gather(axis, in, out)`: out (host memory) = every rank's `in` along the
+// grid axis named `axis`, in coordinate order; a copy where the grid has no
+// such axis.
+using AxisGather =
+    std::function<void(const std::string &axis, const Tensor &in, const Tensor &out)>;
+// The runner's gather along the axes of `grid` (counted as its own traffic).
+AxisGather runner_axis_gather(RunnerComm &exchange, const ProgramInfo &info, Grid &grid,
+                              Stream &stream);
 // The whole value of `param` that --save-onnx writes: its fp32 master
 // weights where the program trains a 16-bit working copy (master_param),
 // else the parameter. A ZeRO shard (this rank's [s] of the flat value) is
-// put together by `all_gather(shard, into)` over the `dp` ranks, which every
-// dp rank must call alike; `buffers` own what is not a view of the arena.
-Tensor whole_saved_value(Program &program, const ParamInfo &param, int64_t dp,
-                         const std::function<void(const Tensor &, const Tensor &)> &all_gather,
+// put together by gathering along "dp", a tp piece then by gathering along
+// "tp" and putting each rank's piece in its place: every rank of those axes
+// must call it alike. `buffers` own what is not a view of the arena.
+Tensor whole_saved_value(Program &program, const ParamInfo &param, const AxisGather &gather,
                          std::vector<std::vector<uint8_t>> &buffers);
 
 // A program of `info` with its streams (`threads` kernel threads; 0: all

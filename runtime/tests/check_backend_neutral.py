@@ -28,6 +28,7 @@ HOST_MEMORY_FILES = {
     "npy.cpp": "the .npy format, on host buffers",
     "onnx_save.cpp": "the ONNX format, on host buffers",
     "checkpoint.cpp": "the checkpoint format, on host buffers",
+    "tp_pieces.cpp": "tensor-parallel pieces cut from and put into host buffers",
     "file_io.cpp": "pread/pwrite on the I/O thread",
     "nccl/nccl_transport.cpp": "the NCCL transport (cuda backend): copies only its unique id, host bytes",
 }

@@ -842,6 +842,48 @@ TEST(ShardDescribe, Errors) {
   EXPECT_DSRT_ERROR(dsrt::set_param_shard(info, 5, {4}), "total_numel 5");
 }
 
+// Megatron's pieces of a [4, 6] tensor split along axis 1 in 3 blocks (a
+// fused Q/K/V) over 2 ranks: rank r holds columns {2b + r}, b = 0..2 of
+// every row; putting both pieces back gives the tensor.
+TEST(TpPiece, BlocksAndInverse) {
+  std::vector<float> whole(24), back(24, -1.0f);
+  for (int i = 0; i < 24; ++i) whole[static_cast<size_t>(i)] = static_cast<float>(i);
+  for (int64_t r = 0; r < 2; ++r) {
+    std::vector<float> piece(12);
+    dsrt::tp_piece_copy(whole.data(), piece.data(), {4, 6}, 1, 3, 2, r, sizeof(float), true);
+    for (int64_t row = 0; row < 4; ++row)
+      for (int64_t b = 0; b < 3; ++b)
+        EXPECT_EQ(piece[static_cast<size_t>(row * 3 + b)],
+                  whole[static_cast<size_t>(row * 6 + 2 * b + r)])
+            << "rank " << r << " row " << row << " block " << b;
+    dsrt::tp_piece_copy(back.data(), piece.data(), {4, 6}, 1, 3, 2, r, sizeof(float), false);
+  }
+  EXPECT_EQ(back, whole);
+  // Along axis 0 in one block: rows [2r, 2r + 2).
+  std::vector<float> rows(12);
+  dsrt::tp_piece_copy(whole.data(), rows.data(), {4, 6}, 0, 1, 2, 1, sizeof(float), true);
+  EXPECT_EQ(rows, std::vector<float>(whole.begin() + 12, whole.end()));
+  EXPECT_DSRT_ERROR(dsrt::tp_piece_copy(whole.data(), rows.data(), {4, 6}, 1, 2, 2, 0,
+                                        sizeof(float), true),
+                    "tp_piece_copy", "[4, 6]", "2 blocks");
+}
+
+TEST(TpPiece, DescribeErrors) {
+  dsrt::ProgramInfo info;
+  const int64_t sizes[] = {1, 2};
+  dsrt::add_param_file(info, "w", DType::F32, {4, 3}, 0, true, "w.bin", 0, 96);
+  EXPECT_DSRT_ERROR(dsrt::set_param_tp_split(info, 1, 1, {4, 6}), "parameter 'w'", "no tp axis");
+  dsrt::set_grid(info, "dp,tp", sizes, 2);
+  EXPECT_DSRT_ERROR(dsrt::set_param_tp_split(info, 1, 2, {4, 6}), "axis 1 of [4, 6]",
+                    "2 x 2 equal pieces");
+  EXPECT_DSRT_ERROR(dsrt::set_param_tp_split(info, 0, 1, {8, 6}), "its slot [4, 3]",
+                    "is not the piece [4, 6] of [8, 6]");
+  dsrt::set_param_tp_split(info, 1, 1, {4, 6});
+  EXPECT_TRUE(info.params[0].tp_split());
+  EXPECT_EQ(info.params[0].model_shape(), (dsrt::Shape{4, 6}));
+  EXPECT_EQ(info.params[0].rank_shape(), (dsrt::Shape{4, 3}));
+}
+
 //===--- train_main on a data-parallel program -----------------------------------===//
 // ZeRO-style: the parameter w (3 f32) is sharded, s = ceil(3 / N) per rank;
 // the gradient accumulator is whole on every rank.

@@ -77,6 +77,9 @@ class GPTConfig:
     seq: int
     batch: int
     dynamic: bool
+    # Training-mode Dropout on the attention probabilities and the attention
+    # block's output (Megatron's attention and hidden dropout); 0: none.
+    dropout: float = 0.0
 
 
 class ExternalWeights:
@@ -206,6 +209,17 @@ class GraphBuilder:
         erf = self.op("Erf", [self.op("Div", [x, self.f32(math.sqrt(2.0))])])
         return self.op("Mul", [self.op("Mul", [x, self.op("Add", [erf, self.f32(1.0)])]), self.f32(0.5)])
 
+    def dropout(self, x: str) -> str:
+        """Training-mode Dropout of ratio cfg.dropout (x itself without)."""
+        if not self.cfg.dropout:
+            return x
+        if not hasattr(self, "_dropout_args"):
+            ratio, training = "dropout_ratio", "dropout_training"
+            self.initializers.append(helper.make_tensor(ratio, TensorProto.FLOAT, [], [self.cfg.dropout]))
+            self.initializers.append(helper.make_tensor(training, TensorProto.BOOL, [], [True]))
+            self._dropout_args = [ratio, training]
+        return self.op("Dropout", [x, *self._dropout_args])
+
     def attention(self, x: str, mask: str, name: str) -> str:
         cfg = self.cfg
         d, h = cfg.d_model, cfg.heads
@@ -217,9 +231,9 @@ class GraphBuilder:
         k = self.op("Transpose", [self.reshape(k, ["B", "T", h, hd])], perm=[0, 2, 3, 1])
         v = self.op("Transpose", [self.reshape(v, ["B", "T", h, hd])], perm=[0, 2, 1, 3])
         scores = self.op("Mul", [self.op("MatMul", [q, k]), self.f32(1.0 / math.sqrt(hd))])
-        probs = self.op("Softmax", [self.op("Add", [scores, mask])], axis=-1)
+        probs = self.dropout(self.op("Softmax", [self.op("Add", [scores, mask])], axis=-1))
         ctx = self.op("Transpose", [self.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
-        return self.linear(self.reshape(ctx, ["B", "T", d]), f"{name}.proj", d, d)
+        return self.dropout(self.linear(self.reshape(ctx, ["B", "T", d]), f"{name}.proj", d, d))
 
     def block(self, x: str, mask: str, i: int) -> str:
         d = self.cfg.d_model
@@ -291,6 +305,9 @@ def parse_args() -> argparse.Namespace:
         "--seq", type=int, default=2048, help="context length T (default 2048); with --dynamic, the largest T"
     )
     parser.add_argument("--batch", type=int, default=1, help="batch size B (default 1); ignored with --dynamic")
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="training-mode Dropout of this ratio on the attention probabilities "
+                             "and the attention output (default 0: none)")
     parser.add_argument("--dynamic", action="store_true", help='symbolic B and T ("batch", "seq")')
     parser.add_argument("--materialize", action="store_true", help="write random weights instead of a sparse file")
     parser.add_argument("--seed", type=int, default=0, help="seed for --materialize (default 0)")
@@ -310,7 +327,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     start = time.perf_counter()
-    cfg = GPTConfig(args.layers, args.d_model, args.heads, args.vocab, args.seq, args.batch, args.dynamic)
+    cfg = GPTConfig(args.layers, args.d_model, args.heads, args.vocab, args.seq, args.batch, args.dynamic,
+                    args.dropout)
     data_path = args.out.with_name(args.out.name + ".data")
     weights = ExternalWeights(data_path.name)
     graph = GraphBuilder(cfg, weights).build()

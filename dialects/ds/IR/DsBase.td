@@ -116,6 +116,11 @@ def Ds_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kGridAxesAttrName = "ds.axes";
     /// #ds.tp_split on a parameter argument sharded by ds-tensor-parallel.
     static constexpr ::llvm::StringLiteral kTpSplitAttrName = "ds.tp_split";
+    /// Unit attribute set by ds-tensor-parallel on a ds.dropout of a split
+    /// activation: each tp rank draws its own mask (Megatron's
+    /// model-parallel RNG; the kernel's seed is dsrt::tp_rank_seed(seed)).
+    static constexpr ::llvm::StringLiteral kTpRankSeedAttrName =
+        "ds.tp_rank_seed";
     /// Op attribute set by ds-pipeline: the virtual pipeline stage the op
     /// belongs to (an i64).
     static constexpr ::llvm::StringLiteral kStageAttrName = "ds.stage";

@@ -480,6 +480,12 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
              << " axes; the grid has " << grid.getShape().size();
     return success();
   }
+  if (name == kTpRankSeedAttrName) {
+    if (!isa<UnitAttr>(attribute.getValue()) || !isa<DropoutOp>(op))
+      return op->emitOpError() << "'" << kTpRankSeedAttrName
+                               << "' must be a unit attribute on a ds.dropout";
+    return success();
+  }
   if (name == kOverwritesArgAttrName) {
     if (!isa<UnitAttr>(attribute.getValue()))
       return op->emitOpError() << "'" << kOverwritesArgAttrName

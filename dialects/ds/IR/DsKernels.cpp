@@ -622,7 +622,11 @@ void DropoutOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResult());
   call.tensor(getMask());
   call.real(getRatio().convertToFloat());
-  call.integer(getSeed());
+  // A split activation's piece gets its tp rank's own mask.
+  if ((*this)->hasAttr(DsDialect::kTpRankSeedAttrName))
+    call.enumerator("dsrt::tp_rank_seed(" + std::to_string(getSeed()) + ")");
+  else
+    call.integer(getSeed());
   // The runtime's counter: the micro step of a training program (and the
   // --seed it was started with), so every step draws a fresh mask; 0 in a
   // forward program.

@@ -49,6 +49,9 @@ int64_t grid_coordinate(const ProgramInfo &info, int rank, int64_t axis);
 // The inverse: the rank at `coordinates`, one per axis in info.grid_names
 // order.
 int grid_rank(const ProgramInfo &info, const std::vector<int64_t> &coordinates);
+// This process's coordinate (its rank in the world communicator) along the
+// grid's axis named `name`; 0 when the grid has no such axis.
+int64_t own_coordinate(const ProgramInfo &info, const std::string &name);
 
 // A grid over the ranks of a communicator (the job's world), with one
 // communicator per axis: the ranks that differ only in that axis'
@@ -213,6 +216,24 @@ void set_grid(ProgramInfo &info, const char *axis_names, const int64_t *sizes,
 // (call set_grid first). dp is the size of the grid's "dp" axis (1 without
 // one).
 void set_param_shard(ProgramInfo &info, int64_t total_numel, Shape full_shape);
+
+// Marks the last added parameter as split over the grid's "tp" axis (of
+// size N; call set_grid first): the model's tensor is `whole`, and the
+// rank's piece cuts axis `dim` into `blocks` equal blocks, each into N
+// pieces, the rank holding piece r (its tp coordinate) of every block
+// (#ds.tp_split). The parameter's shape (add_param_file) is the piece's;
+// the file bytes and in-program data (add_param_data) are the whole
+// tensor's. Call it before set_param_shard, whose full_shape is then the
+// piece's.
+void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape whole);
+
+// Piece `rank` of `ranks` of a tensor split as set_param_tp_split says
+// (axis `dim` of `whole` in `blocks` blocks), between the whole tensor's
+// bytes and the piece's (both dense, row-major, `elem_size` bytes per
+// element): to_piece copies the piece out of `whole_bytes`, otherwise it
+// writes the piece into its place there.
+void tp_piece_copy(void *whole_bytes, void *piece_bytes, const Shape &whole, int64_t dim,
+                   int64_t blocks, int64_t ranks, int64_t rank, size_t elem_size, bool to_piece);
 
 }  // namespace dsrt
 

@@ -50,6 +50,12 @@ double scheduled_lr(const TrainInfo &train, int64_t step);
 // The dropout counter of the running micro step: (seed << 32) + the number
 // of micro steps run before it. Generated dropout calls read it.
 uint64_t rng_counter();
+// The seed of a dropout whose activation is split over the grid's "tp" axis
+// (Megatron's model-parallel RNG): `seed` + 2718 + this rank's tp
+// coordinate, so each tp rank draws its own mask for its own piece; a
+// dropout of a replicated activation keeps `seed` and draws the same mask on
+// every tp rank.
+uint64_t tp_rank_seed(uint64_t seed);
 
 //===--- the program's main ------------------------------------------------===//
 

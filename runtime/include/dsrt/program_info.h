@@ -88,8 +88,22 @@ struct ParamInfo : ValueInfo {
   // bytes (file_offset, length) and `data` are the whole tensor's.
   int64_t shard_total = 0;
   Shape full_shape;
+  // Split over the grid's "tp" axis (set_param_tp_split): the model's tensor
+  // has shape `tp_whole`; this rank's piece (full_shape when sharded along
+  // dp too, else `shape`) is, along axis `tp_dim` cut into `tp_blocks`
+  // equal blocks, piece r (the rank's tp coordinate) of tp ranks of every
+  // block. The file bytes and `data` are the model's whole tensor.
+  // tp_blocks 0: not split.
+  int64_t tp_dim = 0, tp_blocks = 0;
+  Shape tp_whole;
 
   bool sharded() const { return shard_total > 0; }
+  bool tp_split() const { return tp_blocks > 0; }
+  // The rank's whole tensor (its tp piece), of which a dp shard is a part.
+  const Shape &rank_shape() const { return sharded() ? full_shape : shape; }
+  // The model's tensor: what the ONNX initializer, the file bytes and the
+  // saved model hold.
+  const Shape &model_shape() const { return tp_split() ? tp_whole : rank_shape(); }
 };
 
 struct OpInfo {

@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""Tensor parallelism: tp ranks train exactly like one, and the plan is exact.
+
+For each selected zoo model (default: gpt2 and llama) and each layout (CASES:
+tp, dp, ZeRO stage, accumulation per rank), this compiles
+`dsopt MODEL --config CFG --tp T --dp D --zero S` and trains it with
+`mpirun -np D*T train` for check_zoo_dp.STEPS steps on the data of one
+single-rank run with D*k micro-batches per step (every tp rank of a dp group
+reads the same micro-batches), then, like check_zoo_dp.py:
+  * every step's loss (relative 1e-5) and gradient norm equal the
+    single-rank run's, and so does every weight of the saved model (the tp
+    pieces gathered back under their original names), and the run matches
+    PyTorch;
+  * every rank's measured arena and memory-space peaks and collective bytes
+    (the tp all-reduces included) equal plan.json's.
+Prints one line per case and a final count; exits 1 on any failure.
+"""
+import argparse
+import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import check_zoo_dp as dp  # noqa: E402
+
+# check_zoo_dp.py's configuration with Adam's eps at 1e-6: a parameter
+# whose gradient is zero but for rounding (attention's key bias) or tiny in
+# an element would otherwise turn the last bits of the tp all-reduces' sums,
+# which add in another order than one rank's matmul does, into Adam steps
+# of up to lr (g / (|g| + eps) with |g| near eps). The single-rank run and
+# PyTorch train with the same configuration.
+dp.CONFIG = json.loads(json.dumps(dp.CONFIG))
+dp.CONFIG["optimizer"]["params"]["eps"] = 1e-6
+
+# (tp, dp, ZeRO stage, accumulation per rank): every layout sees 2
+# micro-batches per step, so one single-rank run is the reference of all.
+CASES = [(2, 1, 0, 2), (2, 2, 1, 1), (2, 2, 3, 1)]
+MICRO_BATCHES = 2
+
+
+def check_case(args, entry, case, reference):
+    tp, n, stage, k = case
+    label = f"{entry['name']} tp{tp} dp{n} zero{stage} gas{k}"
+    work = Path(args.work) / f"{entry['name']}-tp{tp}-dp{n}-zero{stage}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    micro = reference["micro"]
+    config = dict(dp.CONFIG, train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=k,
+                  train_batch_size=micro * k * n,
+                  zero_optimization={"stage": stage, "stage3_param_persistence_threshold": 0})
+    (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    why = dp.run([*shlex.split(args.dsopt), str(Path(args.zoo) / entry["file"]), "--config",
+                  str(work / "ds_config.json"), "--tp", str(tp), "--dp", str(n),
+                  *reference["frozen"], "-o", str(work / "program")])
+    if why:
+        return f"{label}: FAIL dsopt: {why}", True
+    log_path, trained = work / "log.jsonl", work / "trained.onnx"
+    why = dp.run([*dp.MPIRUN, "-np", str(n * tp), str(work / "program" / "train"), "--data",
+                  str(reference["data"]), "--steps", str(dp.STEPS), "--threads", "1",
+                  "--log-json", str(log_path), "--save-onnx", str(trained)])
+    if why:
+        return f"{label}: FAIL train: {why}", True
+    log, summary = dp.read_log(log_path)
+    if len(log) != dp.STEPS:
+        return f"{label}: FAIL {len(log)} step lines in the log, expected {dp.STEPS}", True
+    error, worst_loss, worst_weight = dp.compare_with_reference(log, trained, reference)
+    if error:
+        return f"{label}: MISMATCH {error}", True
+    plan = json.loads((work / "program" / "plan.json").read_text())
+    plan_error = dp.compare_plan(plan, summary, n * tp)
+    if plan_error:
+        return f"{label}: MISMATCH plan: {plan_error}", True
+    sent = plan["ranks"][0]["collective_bytes"]
+    traffic = ", ".join(f"{kind} {sent[kind]['sent']}" for kind in dp.KINDS if sent[kind]["calls"])
+    return (f"{label}: matches one rank and PyTorch (loss rel {worst_loss:.1e}, weight abs "
+            f"{worst_weight:.1e}); plan equals measured (arena "
+            f"{plan['ranks'][0]['arena_peak_bytes']}, sent/step {traffic})"), False
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--zoo", required=True, help="directory of an export_zoo.py export")
+    parser.add_argument("--work", required=True, help="scratch directory")
+    parser.add_argument("--dsopt", default="dsopt", help="dsopt command (split like a shell would)")
+    parser.add_argument("--only", default="gpt2,llama", help="comma-separated model names")
+    args = parser.parse_args()
+    zoo = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
+    names = [n for n in args.only.split(",") if n]
+    unknown = [n for n in names if n not in zoo]
+    if unknown:
+        parser.error(f"--only: {', '.join(unknown)} not in {args.zoo}/zoo.json")
+    cases = [(name, case) for name in names for case in CASES]
+    return dp.run_cases(
+        "zoo tp", cases,
+        label=lambda c: f"{c[0]} tp{c[1][0]} dp{c[1][1]} zero{c[1][2]}",
+        reference_key=lambda c: c[0],
+        make_reference=lambda c: dp.single_rank(args, zoo[c[0]], MICRO_BATCHES, 1),
+        check=lambda c, reference: check_case(args, zoo[c[0]], c[1], reference))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
