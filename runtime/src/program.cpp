@@ -7,6 +7,7 @@
 #include "runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -362,6 +363,16 @@ void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,
   function.arena_bytes = arena_bytes;
   function.peak_live_bytes = peak_live_bytes;
   info.functions.push_back(std::move(function));
+}
+
+void set_transfer_bytes(ProgramInfo &info, Space from, Space to, int64_t bytes) {
+  if (info.functions.empty())
+    throw Error("dsrt::set_transfer_bytes: no function begun (begin_function)");
+  if (bytes < 0 || from == to)
+    throw Error(std::string("dsrt::set_transfer_bytes: ") + std::to_string(bytes) +
+                " bytes from " + space_name(from) + " to " + space_name(to) +
+                " memory is not a transfer");
+  info.functions.back().transfer_bytes[static_cast<int>(from)][static_cast<int>(to)] = bytes;
 }
 
 void set_training(ProgramInfo &info, const char *optimizer, double lr, double gradient_clipping,
@@ -765,6 +776,59 @@ Tensor bound_input(Program &p, int64_t index, DType dtype, Shape shape) {
 
 Tensor bound_output(Program &p, int64_t index, DType dtype, Shape shape) {
   return bound_view(p.bound_outputs, "output", index, dtype, shape);
+}
+
+//===--- offload ----------------------------------------------------------------===//
+
+uint8_t *host_arena(Program &p) {
+  if (!p.host_arena)
+    throw Error("dsrt::host_arena: the program's plan gives the host space no bytes");
+  return p.host_arena;
+}
+
+FileSlot file_slot(Program &p, int64_t offset) {
+  if (!p.file_arena)
+    throw Error("dsrt::file_slot: the program's plan gives the file space no bytes");
+  return FileSlot{p.file_arena, offset};
+}
+
+namespace {
+std::atomic<int64_t> transferred[kNumSpaces][kNumSpaces];
+
+void count_transfer(Space from, Space to, size_t bytes) {
+  transferred[static_cast<int>(from)][static_cast<int>(to)] += static_cast<int64_t>(bytes);
+}
+
+void check_transfer(Space from, Space to, Space want_from, Space want_to) {
+  if (from != want_from || to != want_to)
+    throw Error(std::string("dsrt::transfer: a copy from ") + space_name(from) + " to " +
+                space_name(to) + " memory was given buffers of " + space_name(want_from) +
+                " and " + space_name(want_to) + " memory");
+}
+}  // namespace
+
+void transfer(Stream &s, const Tensor &src, const Tensor &dst, Space from, Space to) {
+  if (from == to || from == Space::File || to == Space::File)
+    throw Error(std::string("dsrt::transfer: cannot copy from ") + space_name(from) + " to " +
+                space_name(to) + " memory between two views");
+  copy_async(s, dst, src);
+  count_transfer(from, to, src.nbytes());
+}
+
+void transfer(Stream &s, const FileSlot &src, const Tensor &dst, Space from, Space to) {
+  check_transfer(from, to, Space::File, Space::Host);
+  src.file->read_async(s, src.offset, dst);
+  count_transfer(from, to, dst.nbytes());
+}
+
+void transfer(Stream &s, const Tensor &src, const FileSlot &dst, Space from, Space to) {
+  check_transfer(from, to, Space::Host, Space::File);
+  dst.file->write_async(s, dst.offset, src);
+  count_transfer(from, to, src.nbytes());
+}
+
+int64_t transferred_bytes(Space from, Space to) {
+  return transferred[static_cast<int>(from)][static_cast<int>(to)].load();
 }
 
 }  // namespace dsrt

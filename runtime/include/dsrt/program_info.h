@@ -101,6 +101,9 @@ struct FunctionInfo {
   int64_t arena_bytes = 0, peak_live_bytes = 0;
   std::vector<ValueInfo> inputs, outputs;  // inputs have offsets
   std::vector<OpInfo> ops;
+  // Bytes its transfers move per run, [from][to] by Space (ds-offload's
+  // copies between memory spaces); the runner checks each run against it.
+  int64_t transfer_bytes[kNumSpaces][kNumSpaces] = {};
 };
 
 // How train_main drives the two functions and logs (set_training,
@@ -261,6 +264,9 @@ void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, in
                ValueRole role, const char *param);
 void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,
                     int64_t peak_live_bytes);
+// The function begun last moves `bytes` from space `from` to space `to`
+// each run (the sum of its transfers between those spaces).
+void set_transfer_bytes(ProgramInfo &info, Space from, Space to, int64_t bytes);
 void set_training(ProgramInfo &info, const char *optimizer, double lr, double gradient_clipping,
                   int64_t accumulation_steps, int64_t micro_batch, int64_t steps_per_print);
 void set_schedule(ProgramInfo &info, const char *kind, double warmup_min_lr, double warmup_max_lr,

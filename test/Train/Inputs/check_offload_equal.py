@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""Offloaded training equals the same training without offload, bit for bit.
+
+For each case of CASES (precision x data-parallel ranks x ZeRO stage) this
+compiles the zoo's MLP twice, without offload and with
+`--offload-optimizer cpu` (optimizer states and the optimizer step on the
+host), trains both for STEPS steps on the same data (under mpirun for dp 2)
+and requires:
+  * every step's loss and gradient norm in the log to be the same float;
+  * the saved models (--save-onnx) to be the same bytes;
+  * the offloaded run's measured high-water mark of every memory space to
+    equal its plan (the log's memory_spaces against plan.json), with the
+    optimizer states out of the device arena (host persistent bytes > 0);
+and, for the case marked `checkpoint`, that both runs' checkpoints are the
+same bytes and that the offloaded program resumed from its step-2
+checkpoint ends where the uninterrupted run does.
+
+The runtime itself stops a run whose transfers move other bytes than the
+plan says (checked every run of every function), so a passing run also
+proves that.
+
+Compiles run two at a time. Prints one line per case and a final count;
+exits 1 on any failure.
+"""
+import argparse
+import concurrent.futures
+import filecmp
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+STEPS = 3
+TIMEOUT_S = 300
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+
+# (precision, dp ranks, ZeRO stage, checkpoint). At one rank ZeRO has
+# nothing to shard over (every stage trains unsharded), so one stage stands
+# for all three there.
+CASES = [(precision, dp, stage, precision == "fp32" and dp == 2 and stage == 2)
+         for precision in ("fp32", "bf16")
+         for dp, stage in ((1, 1), (2, 1), (2, 2), (2, 3))]
+
+# Stage 3 shards every parameter of the tiny model (none stays whole).
+CONFIG = {"zero_optimization": {"stage3_param_persistence_threshold": 1}}
+
+
+def run(command: List[str], cwd: Optional[Path] = None) -> Optional[str]:
+    """None on success, else why it failed."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
+                              cwd=cwd)
+    except subprocess.TimeoutExpired:
+        return f"{command[0]} timed out after {TIMEOUT_S} s"
+    if done.returncode != 0:
+        text = " | ".join(l for l in (done.stderr + done.stdout).splitlines() if l.strip())
+        return f"{' '.join(command[:3])}... exit {done.returncode}: {text[:600]}"
+    return None
+
+
+def case_name(precision: str, dp: int, stage: int) -> str:
+    return f"mlp {precision} dp{dp} zero{stage}"
+
+
+def compile_command(args, precision: str, dp: int, stage: int, offload: bool,
+                    out: Path) -> List[str]:
+    # Four micro-batches per global batch: dp 1 accumulates 4, dp 2 two each.
+    command = [args.dsopt, str(args.model), "--config", str(args.config), "--dp", str(dp),
+               "--zero", str(stage), "--grad-accum", str(4 // dp), "--precision", precision,
+               "-o", str(out)]
+    if offload:
+        command += ["--offload-optimizer", "cpu"]
+    return command
+
+
+def train_command(dp: int, out: Path, data: Path, steps: int, log: Path, onnx: Path,
+                  extra: List[str]) -> List[str]:
+    command = [str(out / "train"), "--data", str(data), "--steps", str(steps), "--log-json",
+               str(log), "--save-onnx", str(onnx), "--quiet"] + extra
+    return (MPIRUN + ["-np", str(dp)] + command) if dp > 1 else command
+
+
+def read_log(path: Path) -> List[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def same_files(a: Path, b: Path) -> Optional[str]:
+    names = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    other = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    if names != other:
+        return f"checkpoints hold different files: {names} vs {other}"
+    for name in names:
+        if not filecmp.cmp(a / name, b / name, shallow=False):
+            return f"checkpoint file {name} differs"
+    return None
+
+
+def check_case(args, precision: str, dp: int, stage: int, checkpoint: bool) -> Optional[str]:
+    work = args.work / f"{precision}-dp{dp}-z{stage}"
+    base, off = work / "base", work / "offload"
+    for label, out in (("base", base), ("offload", off)):
+        extra = ["--save-dir", str(work / f"ckpt-{label}"), "--save-interval", "2"] \
+            if checkpoint else []
+        why = run(train_command(dp, out, args.data, STEPS, work / f"{label}.jsonl",
+                                work / f"{label}.onnx", extra))
+        if why:
+            return f"{label} run: {why}"
+    base_log, off_log = read_log(work / "base.jsonl"), read_log(work / "offload.jsonl")
+    for b, o in zip(base_log, off_log):
+        for key in ("loss", "grad_norm"):
+            if b[key] != o[key]:
+                return f"step {b['step']}: {key} {o[key]!r} offloaded, {b[key]!r} without"
+    if len(base_log) != STEPS or len(off_log) != STEPS:
+        return f"logs hold {len(base_log)} and {len(off_log)} steps, not {STEPS}"
+    if not filecmp.cmp(work / "base.onnx", work / "offload.onnx", shallow=False):
+        return "the saved models differ"
+    plan = json.loads((off / "plan.json").read_text())
+    measured = off_log[-1]["memory_spaces"]
+    rank0 = plan["ranks"][0]["memory_spaces"]
+    for space, numbers in measured.items():
+        if numbers["peak_bytes"] != numbers["planned_bytes"] or \
+                numbers["planned_bytes"] != rank0[space]["peak_bytes"]:
+            return f"{space} space: measured {numbers}, plan.json {rank0[space]}"
+    if rank0["host"]["persistent_bytes"] <= 0:
+        return "the host space holds no states"
+    if checkpoint:
+        why = same_files(work / "ckpt-base", work / "ckpt-offload")
+        if why:
+            return why
+        why = run(train_command(dp, off, args.data, STEPS, work / "resumed.jsonl",
+                                work / "resumed.onnx",
+                                ["--resume", str(work / "ckpt-offload" / "step_2")]))
+        if why:
+            return f"resumed run: {why}"
+        if not filecmp.cmp(work / "base.onnx", work / "resumed.onnx", shallow=False):
+            return "the offloaded run resumed at step 2 ends with other weights"
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="the zoo's mlp.onnx")
+    parser.add_argument("--data", type=Path, required=True,
+                        help="batches of 4 micro-batches (make_train_data.py --gas 4)")
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--dsopt", default="dsopt")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.config = args.work / "ds_config.json"
+    args.config.write_text(json.dumps(CONFIG))
+
+    compiles = []
+    for precision, dp, stage, _ in CASES:
+        work = args.work / f"{precision}-dp{dp}-z{stage}"
+        for offload, out in ((False, work / "base"), (True, work / "offload")):
+            compiles.append(((precision, dp, stage),
+                             compile_command(args, precision, dp, stage, offload, out)))
+    failed_compile = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        for key, why in zip([key for key, _ in compiles],
+                            pool.map(lambda c: run(c[1]), compiles)):
+            if why and key not in failed_compile:
+                failed_compile[key] = f"compile: {why}"
+
+    failures = 0
+    for precision, dp, stage, checkpoint in CASES:
+        why = failed_compile.get((precision, dp, stage)) or \
+            check_case(args, precision, dp, stage, checkpoint)
+        name = case_name(precision, dp, stage)
+        if why:
+            failures += 1
+            print(f"{name}: FAILED: {why}")
+        else:
+            print(f"{name}: offloaded = not offloaded, bit for bit"
+                  + (" (and its checkpoints, and resumed)" if checkpoint else ""))
+    print(f"offload equivalence: {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
