@@ -28,6 +28,7 @@ import filecmp
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -82,7 +83,9 @@ def train_command(dp: int, out: Path, data: Path, steps: int, log: Path, onnx: P
 
 
 def read_log(path: Path) -> List[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The log's step records (its last line is the run's summary)."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if "loss" in r]
 
 
 def same_files(a: Path, b: Path) -> Optional[str]:
@@ -116,14 +119,20 @@ def check_case(args, precision: str, dp: int, stage: int, checkpoint: bool) -> O
     if not filecmp.cmp(work / "base.onnx", work / "offload.onnx", shallow=False):
         return "the saved models differ"
     plan = json.loads((off / "plan.json").read_text())
-    measured = off_log[-1]["memory_spaces"]
-    rank0 = plan["ranks"][0]["memory_spaces"]
-    for space, numbers in measured.items():
-        if numbers["peak_bytes"] != numbers["planned_bytes"] or \
-                numbers["planned_bytes"] != rank0[space]["peak_bytes"]:
-            return f"{space} space: measured {numbers}, plan.json {rank0[space]}"
-    if rank0["host"]["persistent_bytes"] <= 0:
-        return "the host space holds no states"
+    summary = [r for r in map(json.loads, (work / "offload.jsonl").read_text().splitlines())
+               if r.get("summary")]
+    # Several ranks: the summary's line per rank; one: its last step's.
+    ranks = summary[-1]["ranks"] if summary else [dict(off_log[-1], rank=0)]
+    if len(ranks) != dp:
+        return "the offloaded run's log does not give every rank's memory"
+    for measured in ranks:
+        planned = plan["ranks"][measured["rank"]]["memory_spaces"]
+        for space, numbers in measured["memory_spaces"].items():
+            if numbers["peak_bytes"] != planned[space]["peak_bytes"]:
+                return (f"rank {measured['rank']}: {space} space measured "
+                        f"{numbers['peak_bytes']} bytes, plan.json {planned[space]['peak_bytes']}")
+        if planned["host"]["persistent_bytes"] <= 0:
+            return f"rank {measured['rank']}: the host space holds no states"
     if checkpoint:
         why = same_files(work / "ckpt-base", work / "ckpt-offload")
         if why:
@@ -157,11 +166,13 @@ def main() -> int:
             compiles.append(((precision, dp, stage),
                              compile_command(args, precision, dp, stage, offload, out)))
     failed_compile = {}
+    started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         for key, why in zip([key for key, _ in compiles],
                             pool.map(lambda c: run(c[1]), compiles)):
             if why and key not in failed_compile:
                 failed_compile[key] = f"compile: {why}"
+    print(f"compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     failures = 0
     for precision, dp, stage, checkpoint in CASES:
