@@ -318,6 +318,8 @@ public:
   bool outlineRepeats = true;
   /// "cpu": fused loops are C++ loops; "cuda": CUDA kernels and launches.
   std::string target = "cpu";
+  /// Where the file space's file goes by default (offload to NVMe).
+  std::string nvmePath;
 
 private:
   /// How emitOp spells the integers that differ between repeats.
@@ -1934,6 +1936,9 @@ void ProgramBuilder::emitSpaces(Value info, ds::MemoryPlanAttr plan) {
       callVoid("dsrt::set_space_plan", {info},
                {index0, spaceLiteral(space), i64(plan.getSpaceBytes(space)),
                 i64(plan.getSpacePersistentBytes(space))});
+  if (plan.getSpaceBytes(ds::MemorySpace::file) > 0 && !nvmePath.empty())
+    callVoid("dsrt::set_file_space_dir", {info},
+             {index0, literal(cppString(nvmePath))});
   llvm::StringSet<> placed;
   for (func::FuncOp each : functions)
     for (unsigned i = 0; i < each.getNumArguments(); ++i) {
@@ -2648,6 +2653,7 @@ struct LowerToEmitCPass
     }
     program.target = target;
     program.modelPath = modelPath;
+    program.nvmePath = nvmePath;
     program.prefix = symbolPrefix;
     if (program.modelPath.empty())
       if (auto source = module->getAttrOfType<StringAttr>(

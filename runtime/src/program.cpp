@@ -365,6 +365,8 @@ void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,
   info.functions.push_back(std::move(function));
 }
 
+void set_file_space_dir(ProgramInfo &info, const char *dir) { info.file_space_dir = dir; }
+
 void set_transfer_bytes(ProgramInfo &info, Space from, Space to, int64_t bytes) {
   if (info.functions.empty())
     throw Error("dsrt::set_transfer_bytes: no function begun (begin_function)");
@@ -525,7 +527,7 @@ void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_di
   }
   struct stat st;
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw Error("the file space's directory '" + dir + "' is not a directory (--nvme-path)");
+    throw Error("the file space's directory '" + dir + "' is not a directory (train --nvme-path, else offload_optimizer.nvme_path)");
   const std::string path = dir + "/dsrt-file-space-" + std::to_string(getpid()) + "-" +
                            std::to_string(rank) + ".bin";
   spaces.file = std::make_unique<FileStore>(backend().create_file(path, bytes));

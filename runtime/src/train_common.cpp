@@ -261,7 +261,9 @@ void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions
   if (options.threads > 0) omp_set_num_threads(options.threads);
   memory.device = allocate_arena(info.arena_bytes);
   program.arena = memory.device.get();
-  allocate_spaces(program, memory.spaces, options.nvme_path, world_rank);
+  allocate_spaces(program, memory.spaces,
+                  options.nvme_path.empty() ? info.file_space_dir : options.nvme_path,
+                  world_rank);
   load_params(program, options.weights, dp_rank);
   for (const ValueInfo &state : info.states) {
     acquire_persistent(program, state);

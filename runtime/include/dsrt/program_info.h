@@ -186,6 +186,9 @@ struct ProgramInfo {
   int64_t alignment = 64;
   // Every space's arena (set_memory_plan, set_space_plan).
   SpacePlan spaces[kNumSpaces];
+  // The directory of the file space's file (set_file_space_dir: the
+  // config's nvme_path); `train --nvme-path` overrides it.
+  std::string file_space_dir;
   std::vector<ValueInfo> inputs, outputs;
   std::vector<ParamInfo> params;
   std::vector<OpInfo> ops;
@@ -230,6 +233,9 @@ void set_memory_plan(ProgramInfo &info, int64_t arena_bytes, int64_t persistent_
 // (set_memory_plan gives it) and for negative or inconsistent sizes.
 void set_space_plan(ProgramInfo &info, Space space, int64_t arena_bytes,
                     int64_t persistent_bytes);
+// The directory where the runner creates the file space's file unless
+// `train --nvme-path` names another.
+void set_file_space_dir(ProgramInfo &info, const char *dir);
 // Moves the parameter or state called `name` (described before) into
 // `space`: its offset is then in that space's arena. Throws when no such
 // value was described.

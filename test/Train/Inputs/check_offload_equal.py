@@ -2,9 +2,10 @@
 """Offloaded training equals the same training without offload, bit for bit.
 
 For each case of CASES (precision x data-parallel ranks x ZeRO stage) this
-compiles the zoo's MLP twice, without offload and with
-`--offload-optimizer cpu` (optimizer states and the optimizer step on the
-host), trains both for STEPS steps on the same data (under mpirun for dp 2)
+compiles the zoo's MLP without offload and with `--offload-optimizer cpu`
+(optimizer states and the optimizer step on the host) and, for some cases,
+`--offload-optimizer nvme` (the states in a file under --nvme-path, read
+and written around each update), trains each for STEPS steps on the same data (under mpirun for dp 2)
 and requires:
   * every step's loss and gradient norm in the log to be the same float;
   * the saved models (--save-onnx) to be the same bytes;
@@ -36,10 +37,12 @@ STEPS = 3
 TIMEOUT_S = 300
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 
-# (precision, dp ranks, ZeRO stage, checkpoint). At one rank ZeRO has
-# nothing to shard over (every stage trains unsharded), so one stage stands
-# for all three there.
-CASES = [(precision, dp, stage, precision == "fp32" and dp == 2 and stage == 2)
+# (precision, dp ranks, ZeRO stage, offload devices, checkpoint). At one
+# rank ZeRO has nothing to shard over (every stage trains unsharded), so
+# one stage stands for all three there.
+CASES = [(precision, dp, stage,
+          ("cpu", "nvme") if precision == "fp32" and stage != 2 else ("cpu",),
+          precision == "fp32" and dp == 2 and stage == 2)
          for precision in ("fp32", "bf16")
          for dp, stage in ((1, 1), (2, 1), (2, 2), (2, 3))]
 
@@ -64,14 +67,16 @@ def case_name(precision: str, dp: int, stage: int) -> str:
     return f"mlp {precision} dp{dp} zero{stage}"
 
 
-def compile_command(args, precision: str, dp: int, stage: int, offload: bool,
+def compile_command(args, precision: str, dp: int, stage: int, offload: str,
                     out: Path) -> List[str]:
     # Four micro-batches per global batch: dp 1 accumulates 4, dp 2 two each.
     command = [args.dsopt, str(args.model), "--config", str(args.config), "--dp", str(dp),
                "--zero", str(stage), "--grad-accum", str(4 // dp), "--precision", precision,
                "-o", str(out)]
     if offload:
-        command += ["--offload-optimizer", "cpu"]
+        command += ["--offload-optimizer", offload]
+    if offload == "nvme":
+        command += ["--nvme-path", str(out.parent / "nvme-files")]
     return command
 
 
@@ -99,10 +104,24 @@ def same_files(a: Path, b: Path) -> Optional[str]:
     return None
 
 
-def check_case(args, precision: str, dp: int, stage: int, checkpoint: bool) -> Optional[str]:
+def check_case(args, precision: str, dp: int, stage: int, device: str,
+               checkpoint: bool) -> Optional[str]:
     work = args.work / f"{precision}-dp{dp}-z{stage}"
-    base, off = work / "base", work / "offload"
+    base, off = work / "base", work / device
+    (work / "nvme-files").mkdir(exist_ok=True)
+    if not (base / "done").exists():
+        why = run(train_command(dp, base, args.data, STEPS, work / "base.jsonl",
+                                work / "base.onnx", []))
+        if why:
+            return f"base run: {why}"
+        (base / "done").touch()
+    work = work / f"{device}-run"
+    work.mkdir(exist_ok=True)
     for label, out in (("base", base), ("offload", off)):
+        if label == "base" and not checkpoint:
+            for name in ("base.jsonl", "base.onnx"):
+                (work / name).write_bytes((work.parent / name).read_bytes())
+            continue
         extra = ["--save-dir", str(work / f"ckpt-{label}"), "--save-interval", "2"] \
             if checkpoint else []
         why = run(train_command(dp, out, args.data, STEPS, work / f"{label}.jsonl",
@@ -131,8 +150,11 @@ def check_case(args, precision: str, dp: int, stage: int, checkpoint: bool) -> O
             if numbers["peak_bytes"] != planned[space]["peak_bytes"]:
                 return (f"rank {measured['rank']}: {space} space measured "
                         f"{numbers['peak_bytes']} bytes, plan.json {planned[space]['peak_bytes']}")
-        if planned["host"]["persistent_bytes"] <= 0:
-            return f"rank {measured['rank']}: the host space holds no states"
+        space = "file" if device == "nvme" else "host"
+        if planned[space]["persistent_bytes"] <= 0:
+            return f"rank {measured['rank']}: the {space} space holds no states"
+    if device == "nvme" and any((work.parent / "nvme-files").iterdir()):
+        return "the file space's file was not removed at exit"
     if checkpoint:
         why = same_files(work / "ckpt-base", work / "ckpt-offload")
         if why:
@@ -160,11 +182,12 @@ def main() -> int:
     args.config.write_text(json.dumps(CONFIG))
 
     compiles = []
-    for precision, dp, stage, _ in CASES:
+    for precision, dp, stage, devices, _ in CASES:
         work = args.work / f"{precision}-dp{dp}-z{stage}"
-        for offload, out in ((False, work / "base"), (True, work / "offload")):
+        for offload in ("",) + devices:
             compiles.append(((precision, dp, stage),
-                             compile_command(args, precision, dp, stage, offload, out)))
+                             compile_command(args, precision, dp, stage, offload,
+                                             work / (offload or "base"))))
     failed_compile = {}
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
@@ -175,16 +198,17 @@ def main() -> int:
     print(f"compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     failures = 0
-    for precision, dp, stage, checkpoint in CASES:
-        why = failed_compile.get((precision, dp, stage)) or \
-            check_case(args, precision, dp, stage, checkpoint)
-        name = case_name(precision, dp, stage)
-        if why:
-            failures += 1
-            print(f"{name}: FAILED: {why}")
-        else:
-            print(f"{name}: offloaded = not offloaded, bit for bit"
-                  + (" (and its checkpoints, and resumed)" if checkpoint else ""))
+    for precision, dp, stage, devices, checkpoint in CASES:
+        for device in devices:
+            why = failed_compile.get((precision, dp, stage)) or \
+                check_case(args, precision, dp, stage, device, checkpoint)
+            name = f"{case_name(precision, dp, stage)} {device}"
+            if why:
+                failures += 1
+                print(f"{name}: FAILED: {why}")
+            else:
+                print(f"{name}: offloaded = not offloaded, bit for bit"
+                      + (" (and its checkpoints, and resumed)" if checkpoint else ""))
     print(f"offload equivalence: {failures} failures")
     return 1 if failures else 0
 
