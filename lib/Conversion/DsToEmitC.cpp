@@ -29,6 +29,7 @@
 
 #include "dsopt/Conversion/Passes.h"
 #include "dsopt/Conversion/PipelineMain.h"
+#include "dsopt/Transforms/WriteBehind.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -146,6 +147,16 @@ StringRef runtimeRole(ds::StateAttr state) {
   // ds-precision's fp32 master weights of a 16-bit working copy.
   return state.getRole() == "master" ? "dsrt::ValueRole::MasterWeights"
                                      : "dsrt::ValueRole::OptimizerState";
+}
+
+/// The runtime's name of a memory space (dsrt::Space).
+StringRef runtimeSpace(ds::MemorySpace space) {
+  switch (space) {
+  case ds::MemorySpace::host: return "dsrt::Space::Host";
+  case ds::MemorySpace::file: return "dsrt::Space::File";
+  case ds::MemorySpace::device: break;
+  }
+  return "dsrt::Space::Device";
 }
 
 /// An argument of an emitted call: an SSA value, or an attribute printed in
@@ -907,6 +918,8 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
   struct Pending {
     int64_t index;
     SmallVector<std::pair<int64_t, int64_t>> reads, writes; // [begin, end)
+    // A write-behind's deadline (WriteBehind.h): waited for there.
+    Operation *deadline = nullptr;
   };
   SmallVector<Pending> pending;
   int64_t collectives = 0;
@@ -954,6 +967,9 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
         int64_t wait = kToTheEnd;
         for (Value result : user->getResults())
           wait = std::min(wait, firstUse(result));
+        if (isWriteBehind(user))
+          if (Operation *deadline = writeBehindDeadline(user))
+            wait = std::min(wait, position.lookup(deadline));
         end = std::max(end, wait);
       }
     }
@@ -1055,8 +1071,8 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
                                .value_or(0));
       }
     for (auto it = pending.begin(); it != pending.end();) {
-      if (overlaps(reads, it->writes) || overlaps(writes, it->reads) ||
-          overlaps(writes, it->writes)) {
+      if (it->deadline == &op || overlaps(reads, it->writes) ||
+          overlaps(writes, it->reads) || overlaps(writes, it->writes)) {
         planned.waits.push_back(it->index);
         it = pending.erase(it);
       } else {
@@ -1113,7 +1129,9 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
     }
     if (isa<ds::AsyncOpInterface>(&op)) {
       planned.issuesCollective = true;
-      pending.push_back({collectives++, reads, writes});
+      pending.push_back({collectives++, reads, writes,
+                         isWriteBehind(&op) ? writeBehindDeadline(&op)
+                                            : nullptr});
     }
   }
   while (!hostSlotEnd.empty())
@@ -1794,9 +1812,7 @@ void ProgramBuilder::emitFunctionInterface(Value info, func::FuncOp emitted) {
             .value_or(0);
   });
   auto spaceLiteral = [&](ds::MemorySpace space) {
-    return literal(space == ds::MemorySpace::host   ? "dsrt::Space::Host"
-                   : space == ds::MemorySpace::file ? "dsrt::Space::File"
-                                                    : "dsrt::Space::Device");
+    return literal(runtimeSpace(space));
   };
   for (auto [direction, bytes] : moved)
     callVoid("dsrt::set_transfer_bytes", {info},
@@ -1928,8 +1944,7 @@ void ProgramBuilder::emitSpaces(Value info, ds::MemoryPlanAttr plan) {
   auto index0 = builder.getIndexAttr(0);
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
   auto spaceLiteral = [&](ds::MemorySpace space) {
-    return literal(space == ds::MemorySpace::host ? "dsrt::Space::Host"
-                                                  : "dsrt::Space::File");
+    return literal(runtimeSpace(space));
   };
   for (ds::MemorySpace space : {ds::MemorySpace::host, ds::MemorySpace::file})
     if (plan.getSpaceBytes(space) > 0)
