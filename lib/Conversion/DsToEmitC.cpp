@@ -29,6 +29,7 @@
 
 #include "dsopt/Conversion/Passes.h"
 #include "dsopt/Conversion/PipelineMain.h"
+#include "dsopt/Transforms/WriteBehind.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -45,6 +46,8 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MathExtras.h"
+#include <limits>
+#include <map>
 
 namespace dsopt {
 #define GEN_PASS_DEF_DSLOWERTOEMITC
@@ -72,6 +75,9 @@ std::string persistentName(func::FuncOp function, unsigned arg) {
   if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
           arg, ds::DsDialect::kParamAttrName))
     return param.getName().str();
+  if (auto state = function.getArgAttrOfType<ds::StateAttr>(
+          arg, ds::DsDialect::kStateAttrName))
+    return ds::getDisplayName(state);
   if (auto state = function.getArgAttrOfType<StringAttr>(
           arg, ds::DsDialect::kStateAttrName))
     return state.getValue().str();
@@ -143,6 +149,16 @@ StringRef runtimeRole(ds::StateAttr state) {
                                      : "dsrt::ValueRole::OptimizerState";
 }
 
+/// The runtime's name of a memory space (dsrt::Space).
+StringRef runtimeSpace(ds::MemorySpace space) {
+  switch (space) {
+  case ds::MemorySpace::host: return "dsrt::Space::Host";
+  case ds::MemorySpace::file: return "dsrt::Space::File";
+  case ds::MemorySpace::device: break;
+  }
+  return "dsrt::Space::Device";
+}
+
 /// An argument of an emitted call: an SSA value, or an attribute printed in
 /// place (a literal).
 struct CallArg {
@@ -169,6 +185,10 @@ struct PlannedOp {
   SmallVector<std::pair<int64_t, int64_t>> acquires;
   /// Slots whose lifetime ends with the op, released after it.
   SmallVector<int64_t> releases;
+  /// The same in the host space's arena (an offloaded step's host copies
+  /// and host optimizer results; ds.frees names device slots only).
+  SmallVector<std::pair<int64_t, int64_t>> hostAcquires;
+  SmallVector<int64_t> hostReleases;
   /// The kernel's workspace (ds.workspace offset, bytes), if it needs one.
   std::optional<std::pair<int64_t, int64_t>> workspace;
 
@@ -309,6 +329,8 @@ public:
   bool outlineRepeats = true;
   /// "cpu": fused loops are C++ loops; "cuda": CUDA kernels and launches.
   std::string target = "cpu";
+  /// Where the file space's file goes by default (offload to NVMe).
+  std::string nvmePath;
 
 private:
   /// How emitOp spells the integers that differ between repeats.
@@ -361,6 +383,16 @@ private:
   /// offset, or -1 for static storage (constants and views of them, whose
   /// constant is in `constantRoot`).
   llvm::DenseMap<Value, int64_t> offsetOf;
+  /// The memory space of each value not in the device arena (#ds.space):
+  /// its offset is in that space's arena.
+  llvm::DenseMap<Value, ds::MemorySpace> spaceOf;
+  ds::MemorySpace spaceOfValue(Value value) const {
+    auto it = spaceOf.find(value);
+    return it == spaceOf.end() ? ds::MemorySpace::device : it->second;
+  }
+  /// dsrt::host_arena(p) in the function being emitted, made on first use.
+  Value hostArenaValue;
+  Value hostArena();
   llvm::DenseMap<Value, ds::ConstantOp> constantRoot;
   /// Values in memory the runtime binds (dsrt::bound_input): inputs without
   /// a buffer in the plan, and views of them.
@@ -749,7 +781,8 @@ constexpr int64_t kUnitsPerPart = 16;
 std::optional<std::string> ProgramBuilder::viewRow(Value value) {
   auto it = offsetOf.find(value);
   if (it == offsetOf.end() || it->second < 0 || boundIndex.count(value) ||
-      boundOutput.count(value) || constantRoot.count(value))
+      boundOutput.count(value) || constantRoot.count(value) ||
+      spaceOfValue(value) != ds::MemorySpace::device)
     return std::nullopt;
   auto type = cast<RankedTensorType>(value.getType());
   return "{" + std::to_string(it->second) + ", " +
@@ -818,11 +851,26 @@ FailureOr<Value> ProgramBuilder::viewOf(Value value) {
     // Spelled before the cache is asked, so that every use of an offset
     // takes one slot whatever is cached.
     CallArg offset = slotArg(it->second);
-    blockKey = {3, offset.value.getAsOpaquePointer(), 0,
-                type.getAsOpaquePointer()};
+    ds::MemorySpace space = spaceOfValue(value);
+    blockKey = {3 + static_cast<int>(space), offset.value.getAsOpaquePointer(),
+                0, type.getAsOpaquePointer()};
     if (Value cached = blockCached())
       return cached;
-    tensor = view(arena, offset, type);
+    if (space == ds::MemorySpace::file) {
+      // Kernels never see the file space: only a transfer reads or writes
+      // it, through its slot (dsrt::FileSlot).
+      SmallVector<Value> operands{program};
+      Attribute offsetAttr = offset.attr;
+      if (offset.value) {
+        offsetAttr = builder.getIndexAttr(1);
+        operands.push_back(offset.value);
+      }
+      tensor = call("dsrt::file_slot", opaque("dsrt::FileSlot"), operands,
+                    {builder.getIndexAttr(0), offsetAttr});
+    } else {
+      tensor = view(space == ds::MemorySpace::host ? hostArena() : arena,
+                    offset, type);
+    }
   }
   if (spelling == Spelling::Literal)
     views[value] = tensor;
@@ -923,7 +971,20 @@ emitc::FuncOp ProgramBuilder::startFunction(StringRef name,
   arena = call("dsrt::arena", emitc::PointerType::get(IntegerType::get(
                                   context, 8, IntegerType::Unsigned)),
                {program}, {builder.getIndexAttr(0)});
+  hostArenaValue = Value();
   return function;
+}
+
+Value ProgramBuilder::hostArena() {
+  if (!hostArenaValue) {
+    // At the top of the function, beside the device arena.
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointAfter(arena.getDefiningOp());
+    hostArenaValue =
+        call("dsrt::host_arena", arena.getType(), {program},
+             {builder.getIndexAttr(0)});
+  }
+  return hostArenaValue;
 }
 
 void ProgramBuilder::startPart(StringRef name) {
@@ -944,16 +1005,73 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
   struct Pending {
     int64_t index;
     SmallVector<std::pair<int64_t, int64_t>> reads, writes; // [begin, end)
+    // A write-behind's deadline (WriteBehind.h): waited for there.
+    Operation *deadline = nullptr;
   };
   SmallVector<Pending> pending;
   int64_t collectives = 0;
+  // Byte ranges of different spaces never overlap: each space's offsets
+  // are placed in a range of their own.
+  auto spaced = [](ds::MemorySpace space, int64_t offset) {
+    return (static_cast<int64_t>(space) << 48) + offset;
+  };
   auto rangeOf = [&](Value value) -> std::optional<std::pair<int64_t, int64_t>> {
     auto it = offsetOf.find(value);
     if (it == offsetOf.end() || it->second < 0)
       return std::nullopt;
     int64_t size =
         ds::getByteSize(cast<ShapedType>(value.getType())).value_or(0);
-    return std::make_pair(it->second, it->second + size);
+    int64_t begin = spaced(spaceOfValue(value), it->second);
+    return std::make_pair(begin, begin + size);
+  };
+
+  // The host arena's transient slots: ds-plan-memory places them by the
+  // same lifetimes as device buffers but lists only device slots in
+  // ds.frees, so their releases are worked out here. A value dies after
+  // its last use, or, read by an asynchronous op (a transfer), once the
+  // first use of that op's results has waited for it; a function result
+  // lives to the end (the runner releases it).
+  llvm::DenseMap<Operation *, int64_t> position;
+  for (auto [i, op] : llvm::enumerate(body.without_terminator()))
+    position[&op] = i;
+  constexpr int64_t kToTheEnd = std::numeric_limits<int64_t>::max();
+  auto firstUse = [&](Value value) {
+    int64_t first = kToTheEnd;
+    for (Operation *user : value.getUsers()) {
+      auto it = position.find(user);
+      first = std::min(first, it == position.end() ? kToTheEnd : it->second);
+    }
+    return first;
+  };
+  auto lifetimeEnd = [&](Value value, int64_t defined) {
+    int64_t end = defined;
+    for (Operation *user : value.getUsers()) {
+      auto it = position.find(user);
+      if (it == position.end())
+        return kToTheEnd;
+      end = std::max(end, it->second);
+      if (isa<ds::AsyncOpInterface>(user)) {
+        int64_t wait = kToTheEnd;
+        for (Value result : user->getResults())
+          wait = std::min(wait, firstUse(result));
+        if (isWriteBehind(user))
+          if (Operation *deadline = writeBehindDeadline(user))
+            wait = std::min(wait, position.lookup(deadline));
+        end = std::max(end, wait);
+      }
+    }
+    return end;
+  };
+  // Host slot -> the end of the last value in it so far.
+  llvm::DenseMap<int64_t, int64_t> hostSlotEnd;
+  SmallVector<std::pair<int64_t, int64_t>> hostFrees; // (op, offset)
+  auto endHostSlot = [&](int64_t offset) {
+    auto it = hostSlotEnd.find(offset);
+    if (it == hostSlotEnd.end())
+      return;
+    if (it->second != kToTheEnd)
+      hostFrees.emplace_back(it->second, offset);
+    hostSlotEnd.erase(it);
   };
   auto overlaps = [](ArrayRef<std::pair<int64_t, int64_t>> a,
                      ArrayRef<std::pair<int64_t, int64_t>> b) {
@@ -966,6 +1084,7 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
 
   int64_t opIndex = 0;
   for (Operation &op : body.without_terminator()) {
+    int64_t opIndexInBody = static_cast<int64_t>(ops.size());
     PlannedOp &planned = ops.emplace_back();
     planned.op = &op;
     planned.collectivesBefore = collectives;
@@ -991,6 +1110,8 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
     if (std::optional<unsigned> aliased = kernel.getAliasedOperand()) {
       Value source = op.getOperand(*aliased);
       offsetOf[op.getResult(0)] = offsetOf.lookup(source);
+      if (spaceOfValue(source) != ds::MemorySpace::device)
+        spaceOf[op.getResult(0)] = spaceOfValue(source);
       if (ds::ConstantOp root = constantRoot.lookup(source))
         constantRoot[op.getResult(0)] = root;
       if (auto it = boundIndex.find(source); it != boundIndex.end())
@@ -1000,14 +1121,15 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
       continue;
     }
 
-    // ds-offload's host updates and transfers have IR and a plan; their
-    // program does not exist yet.
-    if (ds::getOperandSpace(&op) != ds::MemorySpace::device ||
-        ds::getResultSpace(&op) != ds::MemorySpace::device)
+    // ds-offload's host updates and transfers: the cpu program runs them
+    // (host arena views, copies on the communication stream, file I/O).
+    ds::MemorySpace resultSpace = ds::getResultSpace(&op);
+    if (cudaTarget() && (ds::getOperandSpace(&op) != ds::MemorySpace::device ||
+                         resultSpace != ds::MemorySpace::device))
       return op.emitOpError()
-             << "runs on the host or copies between memory spaces: code "
-                "generation for offloaded training (ds-offload) is not "
-                "implemented yet";
+             << "runs on the host or copies between memory spaces: offloaded "
+                "training (ds-offload) is not implemented yet for the cuda "
+                "target; the cpu target runs it";
     planned.runsKernel = true;
     planned.opIndex = opIndex++;
     SmallVector<std::pair<int64_t, int64_t>> reads, writes;
@@ -1029,14 +1151,15 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
     }
     for (auto [result, offset] :
          llvm::zip(op.getResults(), offsets.asArrayRef()))
-      if (offset >= 0)
+      if (offset >= 0) {
+        int64_t begin = spaced(resultSpace, offset);
         writes.emplace_back(
-            offset,
-            offset + ds::getByteSize(cast<ShapedType>(result.getType()))
-                         .value_or(0));
+            begin, begin + ds::getByteSize(cast<ShapedType>(result.getType()))
+                               .value_or(0));
+      }
     for (auto it = pending.begin(); it != pending.end();) {
-      if (overlaps(reads, it->writes) || overlaps(writes, it->reads) ||
-          overlaps(writes, it->writes)) {
+      if (it->deadline == &op || overlaps(reads, it->writes) ||
+          overlaps(writes, it->reads) || overlaps(writes, it->writes)) {
         planned.waits.push_back(it->index);
         it = pending.erase(it);
       } else {
@@ -1045,9 +1168,10 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
     }
     llvm::SmallDenseSet<int64_t> operandOffsets;
     for (Value operand : op.getOperands())
-      operandOffsets.insert(offsetOf.lookup(operand));
-    for (auto [result, offset] :
-         llvm::zip(op.getResults(), offsets.asArrayRef())) {
+      operandOffsets.insert(
+          spaced(spaceOfValue(operand), offsetOf.lookup(operand)));
+    for (auto [r, result, offset] :
+         llvm::enumerate(op.getResults(), offsets.asArrayRef())) {
       auto type = cast<RankedTensorType>(result.getType());
       if (offset < 0 && boundOutput.count(result)) {
         offsetOf[result] = -1; // in the slot the runtime bound
@@ -1056,19 +1180,53 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
       if (offset < 0)
         return op.emitOpError() << "result has no buffer";
       offsetOf[result] = offset;
+      if (resultSpace != ds::MemorySpace::device)
+        spaceOf[result] = resultSpace;
       // A result in a fresh slot (not written over a dying operand, nor
       // into persistent state, whose slots live for the whole program).
-      if (!operandOffsets.contains(offset) &&
-          offset >= plan.getPersistentBytes())
-        planned.acquires.emplace_back(
-            offset, llvm::alignTo(ds::getByteSize(type).value_or(0),
-                                  plan.getAlignment()));
+      bool inPlace = operandOffsets.contains(spaced(resultSpace, offset));
+      bool persistent = offset < plan.getSpacePersistentBytes(resultSpace);
+      int64_t slot =
+          llvm::alignTo(ds::getByteSize(type).value_or(0), plan.getAlignment());
+      switch (resultSpace) {
+      case ds::MemorySpace::device:
+        if (!inPlace && !persistent)
+          planned.acquires.emplace_back(offset, slot);
+        break;
+      case ds::MemorySpace::host:
+        if (persistent)
+          break;
+        if (!inPlace) {
+          endHostSlot(offset);
+          planned.hostAcquires.emplace_back(offset, slot);
+        }
+        hostSlotEnd[offset] = std::max(hostSlotEnd.lookup(offset),
+                                       lifetimeEnd(result, opIndexInBody));
+        break;
+      case ds::MemorySpace::file:
+        // The file arena holds the states only; a transfer writes them back
+        // in place.
+        if (!persistent)
+          return op.emitOpError()
+                 << "result " << r
+                 << " is a transient buffer in the file space; only "
+                    "persistent states live there";
+        break;
+      }
     }
     if (isa<ds::AsyncOpInterface>(&op)) {
       planned.issuesCollective = true;
-      pending.push_back({collectives++, reads, writes});
+      pending.push_back({collectives++, reads, writes,
+                         isWriteBehind(&op) ? writeBehindDeadline(&op)
+                                            : nullptr});
     }
   }
+  while (!hostSlotEnd.empty())
+    endHostSlot(hostSlotEnd.begin()->first);
+  for (auto [at, offset] : hostFrees)
+    ops[at].hostReleases.push_back(offset);
+  for (PlannedOp &planned : ops)
+    llvm::sort(planned.hostReleases);
   return success();
 }
 
@@ -1088,8 +1246,13 @@ LogicalResult ProgramBuilder::emitOp(const PlannedOp &planned) {
     for (int64_t offset : planned.releases)
       callArgs("dsrt::release", {program, slotArg(offset)});
   };
+  auto hostReleases = [&] {
+    for (int64_t offset : planned.hostReleases)
+      callArgs("dsrt::release_host", {program, slotArg(offset)});
+  };
   if (!planned.runsKernel) {
     releases();
+    hostReleases();
     return success();
   }
   for (int64_t collective : planned.waits)
@@ -1109,6 +1272,8 @@ LogicalResult ProgramBuilder::emitOp(const PlannedOp &planned) {
     for (auto [offset, bytes] : planned.acquires)
       callArgs("dsrt::acquire", {program, slotArg(offset), i64(bytes)});
   }
+  for (auto [offset, bytes] : planned.hostAcquires)
+    callArgs("dsrt::acquire_host", {program, slotArg(offset), i64(bytes)});
   CallBuilder callBuilder(*this, planned);
   cast<ds::KernelOpInterface>(planned.op).buildKernelCall(callBuilder);
   if (failed(callBuilder.finish()))
@@ -1117,6 +1282,7 @@ LogicalResult ProgramBuilder::emitOp(const PlannedOp &planned) {
     callArgs("dsrt::collective_issued",
              {program, collectiveArg(planned, planned.collectivesBefore)});
   releases();
+  hostReleases();
   callArgs("dsrt::end_op", {program, index});
   return success();
 }
@@ -1283,20 +1449,22 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
     }
   }
   int64_t bound = 0;
+  spaceOf.clear();
   for (BlockArgument arg : body.getArguments()) {
-    // An argument in the host or file space has no view: kernels read and
-    // write device memory only (ds-plan-memory refuses a kernel on it).
+    // An argument in the host or file space lies in that space's arena:
+    // only the host optimizer and transfers touch it (ds-plan-memory
+    // refuses a kernel on it).
     if (auto space = function.getArgAttrOfType<ds::MemorySpaceAttr>(
             arg.getArgNumber(), ds::DsDialect::kSpaceAttrName);
         space && space.getValue() != ds::MemorySpace::device)
-      continue;
+      spaceOf[arg] = space.getValue();
     offsetOf[arg] = function
                         .getArgAttrOfType<IntegerAttr>(
                             arg.getArgNumber(), ds::DsDialect::kOffsetAttrName)
                         .getInt();
     // An input without a buffer of its own (a pipeline stage's received or
     // stashed value): the runtime binds it, the bound-th such input.
-    if (offsetOf[arg] < 0 &&
+    if (offsetOf[arg] < 0 && !spaceOf.count(arg) &&
         function.getArgAttr(arg.getArgNumber(), ds::DsDialect::kInputAttrName))
       boundIndex[arg] = bound++;
   }
@@ -1431,8 +1599,16 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
     BlockArgument target = body.getArgument(updates.getInt());
     int64_t targetOffset = offsetOf.lookup(target);
     auto source = offsetOf.find(result);
-    if (source != offsetOf.end() && source->second == targetOffset)
+    if (source != offsetOf.end() && source->second == targetOffset &&
+        spaceOfValue(result) == spaceOfValue(target))
       continue;
+    if (spaceOfValue(result) != ds::MemorySpace::device ||
+        spaceOfValue(target) != ds::MemorySpace::device)
+      return function.emitOpError()
+             << "result " << i << " updates argument " << updates.getInt()
+             << " of the " << ds::stringifyMemorySpace(spaceOfValue(target))
+             << " space from another buffer; the offload pass updates "
+                "states of the host and file spaces in place";
     if (isa<BlockArgument>(result))
       return function.emitOpError()
              << "result " << i << " updates argument " << updates.getInt()
@@ -1742,6 +1918,22 @@ void ProgramBuilder::emitFunctionInterface(Value info, func::FuncOp emitted) {
     callVoid("dsrt::add_op", {info}, args);
   }
   flushTable("dsrt::OpRow", "dsrt::add_ops", opRows, info);
+
+  // The bytes the function's transfers move between spaces per run, which
+  // the runner checks against what they measure.
+  std::map<std::pair<ds::MemorySpace, ds::MemorySpace>, int64_t> moved;
+  function.walk([&](ds::TransferOp transfer) {
+    moved[{transfer.getFrom(), transfer.getTo()}] +=
+        ds::getByteSize(cast<ShapedType>(transfer.getInput().getType()))
+            .value_or(0);
+  });
+  auto spaceLiteral = [&](ds::MemorySpace space) {
+    return literal(runtimeSpace(space));
+  };
+  for (auto [direction, bytes] : moved)
+    callVoid("dsrt::set_transfer_bytes", {info},
+             {index0, spaceLiteral(direction.first),
+              spaceLiteral(direction.second), i64(bytes)});
 }
 
 /// The training recipe (module attribute ds.train): optimizer, gradient
@@ -1868,14 +2060,16 @@ void ProgramBuilder::emitSpaces(Value info, ds::MemoryPlanAttr plan) {
   auto index0 = builder.getIndexAttr(0);
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
   auto spaceLiteral = [&](ds::MemorySpace space) {
-    return literal(space == ds::MemorySpace::host ? "dsrt::Space::Host"
-                                                  : "dsrt::Space::File");
+    return literal(runtimeSpace(space));
   };
   for (ds::MemorySpace space : {ds::MemorySpace::host, ds::MemorySpace::file})
     if (plan.getSpaceBytes(space) > 0)
       callVoid("dsrt::set_space_plan", {info},
                {index0, spaceLiteral(space), i64(plan.getSpaceBytes(space)),
                 i64(plan.getSpacePersistentBytes(space))});
+  if (plan.getSpaceBytes(ds::MemorySpace::file) > 0 && !nvmePath.empty())
+    callVoid("dsrt::set_file_space_dir", {info},
+             {index0, literal(cppString(nvmePath))});
   llvm::StringSet<> placed;
   for (func::FuncOp each : functions)
     for (unsigned i = 0; i < each.getNumArguments(); ++i) {
@@ -2593,6 +2787,7 @@ struct LowerToEmitCPass
     }
     program.target = target;
     program.modelPath = modelPath;
+    program.nvmePath = nvmePath;
     program.prefix = symbolPrefix;
     if (program.modelPath.empty())
       if (auto source = module->getAttrOfType<StringAttr>(

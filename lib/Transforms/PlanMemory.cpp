@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
+#include "dsopt/Transforms/WriteBehind.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -379,11 +380,16 @@ LogicalResult Planner::run() {
 
     // An asynchronous op (a collective) runs until the first op that uses
     // one of its results waits for it: its operands and results stay live
-    // (and untouched) until then.
+    // (and untouched) until then. A write-behind to the file space, whose
+    // result nothing reads, is waited for before the second host update
+    // after it (WriteBehind.h).
     if (isa<ds::AsyncOpInterface>(&op)) {
       int64_t wait = endIndex;
       for (Value result : op.getResults())
         wait = std::min(wait, firstUseThroughViews(result));
+      if (isWriteBehind(&op))
+        if (Operation *deadline = writeBehindDeadline(&op))
+          wait = std::min(wait, index[deadline]);
       for (Value value : llvm::concat<Value>(op.getOperands(), op.getResults())) {
         auto it = bufferOf.find(value);
         if (it != bufferOf.end() && !buffers[it->second].persistent)

@@ -7,6 +7,7 @@
 #include "runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -383,6 +384,18 @@ void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,
   info.functions.push_back(std::move(function));
 }
 
+void set_file_space_dir(ProgramInfo &info, const char *dir) { info.file_space_dir = dir; }
+
+void set_transfer_bytes(ProgramInfo &info, Space from, Space to, int64_t bytes) {
+  if (info.functions.empty())
+    throw Error("dsrt::set_transfer_bytes: no function begun (begin_function)");
+  if (bytes < 0 || from == to)
+    throw Error(std::string("dsrt::set_transfer_bytes: ") + std::to_string(bytes) +
+                " bytes from " + space_name(from) + " to " + space_name(to) +
+                " memory is not a transfer");
+  info.functions.back().transfer_bytes[static_cast<int>(from)][static_cast<int>(to)] = bytes;
+}
+
 void set_training(ProgramInfo &info, const char *optimizer, double lr, double gradient_clipping,
                   int64_t accumulation_steps, int64_t micro_batch, int64_t steps_per_print) {
   TrainInfo &train = info.train;
@@ -557,7 +570,7 @@ void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_di
   }
   struct stat st;
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw Error("the file space's directory '" + dir + "' is not a directory (--nvme-path)");
+    throw Error("the file space's directory '" + dir + "' is not a directory (train --nvme-path, else offload_optimizer.nvme_path)");
   const std::string path = dir + "/dsrt-file-space-" + std::to_string(getpid()) + "-" +
                            std::to_string(rank) + ".bin";
   spaces.file = std::make_unique<FileStore>(backend().create_file(path, bytes));
@@ -808,6 +821,59 @@ Tensor bound_input(Program &p, int64_t index, DType dtype, Shape shape) {
 
 Tensor bound_output(Program &p, int64_t index, DType dtype, Shape shape) {
   return bound_view(p.bound_outputs, "output", index, dtype, shape);
+}
+
+//===--- offload ----------------------------------------------------------------===//
+
+uint8_t *host_arena(Program &p) {
+  if (!p.host_arena)
+    throw Error("dsrt::host_arena: the program's plan gives the host space no bytes");
+  return p.host_arena;
+}
+
+FileSlot file_slot(Program &p, int64_t offset) {
+  if (!p.file_arena)
+    throw Error("dsrt::file_slot: the program's plan gives the file space no bytes");
+  return FileSlot{p.file_arena, offset};
+}
+
+namespace {
+std::atomic<int64_t> transferred[kNumSpaces][kNumSpaces];
+
+void count_transfer(Space from, Space to, size_t bytes) {
+  transferred[static_cast<int>(from)][static_cast<int>(to)] += static_cast<int64_t>(bytes);
+}
+
+void check_transfer(Space from, Space to, Space want_from, Space want_to) {
+  if (from != want_from || to != want_to)
+    throw Error(std::string("dsrt::transfer: a copy from ") + space_name(from) + " to " +
+                space_name(to) + " memory was given buffers of " + space_name(want_from) +
+                " and " + space_name(want_to) + " memory");
+}
+}  // namespace
+
+void transfer(Stream &s, const Tensor &src, const Tensor &dst, Space from, Space to) {
+  if (from == to || from == Space::File || to == Space::File)
+    throw Error(std::string("dsrt::transfer: cannot copy from ") + space_name(from) + " to " +
+                space_name(to) + " memory between two views");
+  copy_async(s, dst, src);
+  count_transfer(from, to, src.nbytes());
+}
+
+void transfer(Stream &s, const FileSlot &src, const Tensor &dst, Space from, Space to) {
+  check_transfer(from, to, Space::File, Space::Host);
+  src.file->read_async(s, src.offset, dst);
+  count_transfer(from, to, dst.nbytes());
+}
+
+void transfer(Stream &s, const Tensor &src, const FileSlot &dst, Space from, Space to) {
+  check_transfer(from, to, Space::Host, Space::File);
+  dst.file->write_async(s, dst.offset, src);
+  count_transfer(from, to, src.nbytes());
+}
+
+int64_t transferred_bytes(Space from, Space to) {
+  return transferred[static_cast<int>(from)][static_cast<int>(to)].load();
 }
 
 }  // namespace dsrt

@@ -31,10 +31,19 @@ std::string step_context(const TrainOptions &options, int64_t step, int64_t batc
 }
 
 void run_function(Program &program, RunFn run, int index) {
-  health::set_phase(program.info->functions[static_cast<size_t>(index)].name);
+  const FunctionInfo &function = program.info->functions[static_cast<size_t>(index)];
+  health::set_phase(function.name);
   program.outputs.clear();
   if (program.tracer) program.tracer->set_function(index);
+  int64_t before[kNumSpaces][kNumSpaces];
+  for (int from = 0; from < kNumSpaces; ++from)
+    for (int to = 0; to < kNumSpaces; ++to)
+      before[from][to] = transferred_bytes(static_cast<Space>(from), static_cast<Space>(to));
   run_to_completion(program, run);
+  // The host space's transient slots (an offloaded step's copies) end with
+  // the run; its results are device values.
+  program.host_memory.release_from(program.info->space(Space::Host).persistent_bytes);
+  check_transfers(function, before);
 }
 
 void write_scalar_input(Program &program, const FunctionInfo &function, const std::string &name,
@@ -145,6 +154,20 @@ bool settle_step(Program &program, const StepVerdict &verdict, const TrainOption
     step_error = error.what();
   }
   return false;
+}
+
+void check_transfers(const FunctionInfo &function,
+                     const int64_t (&before)[kNumSpaces][kNumSpaces]) {
+  for (int from = 0; from < kNumSpaces; ++from)
+    for (int to = 0; to < kNumSpaces; ++to) {
+      const int64_t moved =
+          transferred_bytes(static_cast<Space>(from), static_cast<Space>(to)) - before[from][to];
+      if (moved != function.transfer_bytes[from][to])
+        throw Error("memory plan violated: " + function.name + " moved " + std::to_string(moved) +
+                    " bytes from " + space_name(static_cast<Space>(from)) + " to " +
+                    space_name(static_cast<Space>(to)) + " memory but the plan is " +
+                    std::to_string(function.transfer_bytes[from][to]) + " bytes");
+    }
 }
 
 void check_arena_peak(const Program &program, int64_t step) {
@@ -267,7 +290,9 @@ void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions
   if (options.threads > 0) omp_set_num_threads(options.threads);
   memory.device = allocate_arena(info.arena_bytes);
   program.arena = memory.device.get();
-  allocate_spaces(program, memory.spaces, options.nvme_path, world_rank);
+  allocate_spaces(program, memory.spaces,
+                  options.nvme_path.empty() ? info.file_space_dir : options.nvme_path,
+                  world_rank);
   load_params(program, options.weights, dp_rank);
   for (const ValueInfo &state : info.states) {
     acquire_persistent(program, state);

@@ -115,7 +115,14 @@ void load_micro_batch(Program &program, const InputData &item, const ValueInfo &
 std::string step_context(const TrainOptions &options, int64_t step, int64_t batch,
                          int64_t micro_batch);
 
+// Runs the program's function `index`; then releases the host space's
+// transient slots and checks the bytes its transfers moved against the plan
+// (check_transfers).
 void run_function(Program &program, RunFn run, int index);
+// Throws unless the bytes transferred between each pair of spaces since
+// `before` (transferred_bytes) are the function's planned transfer_bytes.
+void check_transfers(const FunctionInfo &function,
+                     const int64_t (&before)[kNumSpaces][kNumSpaces]);
 // fp16: the input of micro_step and optimizer_step that carries the loss
 // scale (TrainInfo::loss_scaled); it is not data.
 constexpr const char *kLossScaleInput = "loss_scale";

@@ -2,12 +2,15 @@
 // spaces get arenas of the plan's sizes, persistent values are stored into,
 // read back from and zeroed in their own space, each space's monitor sees
 // its slots, a value planned outside its arena is refused, and the file
-// space's file is gone when the arenas go. Single process; runs in
+// space's file is gone when the arenas go; transfers copy between the
+// spaces, are counted, and a run that moves other bytes than its plan is
+// stopped. Single process; runs in
 // dsrt_async_tests.
 #include "dsrt/backend.h"
 #include "dsrt/memory.h"
 #include "dsrt/program.h"
 #include "runner.h"
+#include "train_common.h"
 
 #include <gtest/gtest.h>
 
@@ -139,3 +142,55 @@ TEST(MemorySpaces, RefusesWhatThePlanCannotHold) {
 }
 
 }  // namespace
+
+TEST(MemorySpaces, TransfersCopyBetweenSpacesAndAreChecked) {
+  const std::string dir = temporary_directory();
+  SpacesProgram sp;
+  Program &p = sp.program;
+  {
+    dsrt::runner::SpaceArenas spaces;
+    std::vector<uint8_t> device(64);
+    p.arena = device.data();
+    dsrt::runner::allocate_spaces(p, spaces, dir, 0);
+    dsrt::begin_function(sp.info, "optimizer_step", 64, 64);
+    dsrt::set_transfer_bytes(sp.info, Space::Device, Space::Host, 16);
+    dsrt::set_transfer_bytes(sp.info, Space::Host, Space::File, 16);
+    dsrt::set_transfer_bytes(sp.info, Space::File, Space::Host, 16);
+    const dsrt::FunctionInfo &function = sp.info.functions.back();
+
+    int64_t before[dsrt::kNumSpaces][dsrt::kNumSpaces];
+    for (int from = 0; from < dsrt::kNumSpaces; ++from)
+      for (int to = 0; to < dsrt::kNumSpaces; ++to)
+        before[from][to] =
+            dsrt::transferred_bytes(static_cast<Space>(from), static_cast<Space>(to));
+    float *d = reinterpret_cast<float *>(device.data());
+    for (int i = 0; i < 4; ++i) d[i] = 1.5f + static_cast<float>(i);
+    const Tensor on_device = dsrt::view(p.arena, 0, DType::F32, Shape{4});
+    const Tensor on_host = dsrt::view(dsrt::host_arena(p), 64, DType::F32, Shape{4});
+    const Tensor back = dsrt::view(dsrt::host_arena(p), 96, DType::F32, Shape{4});
+    dsrt::Stream &comm = dsrt::comm_stream(p);
+    dsrt::transfer(comm, on_device, on_host, Space::Device, Space::Host);
+    dsrt::transfer(comm, on_host, dsrt::file_slot(p, 128), Space::Host, Space::File);
+    dsrt::transfer(comm, dsrt::file_slot(p, 128), back, Space::File, Space::Host);
+    dsrt::collectives_done(p);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(static_cast<float *>(back.data)[i], d[i]);
+    EXPECT_NO_THROW(dsrt::runner::check_transfers(function, before));
+
+    // One copy more than planned stops the run, naming what moved.
+    dsrt::transfer(comm, on_device, on_host, Space::Device, Space::Host);
+    try {
+      dsrt::runner::check_transfers(function, before);
+      ADD_FAILURE() << "an unplanned transfer was not noticed";
+    } catch (const dsrt::Error &e) {
+      EXPECT_NE(std::string(e.what()).find("optimizer_step moved 32 bytes from device to host "
+                                           "memory but the plan is 16 bytes"),
+                std::string::npos)
+          << e.what();
+    }
+    // A file slot is only ever on the file side.
+    EXPECT_THROW(dsrt::transfer(comm, dsrt::file_slot(p, 0), back, Space::Host, Space::Device),
+                 dsrt::Error);
+    EXPECT_THROW(dsrt::transfer(comm, on_host, back, Space::Host, Space::Host), dsrt::Error);
+  }
+  rmdir(dir.c_str());
+}

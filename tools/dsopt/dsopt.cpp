@@ -1163,6 +1163,8 @@ EXAMPLES:
     lowerOptions.outlineRepeats = !flatCodegen;
     lowerOptions.symbolPrefix = prefix.empty() ? StringRef(symbolPrefix) : prefix;
     lowerOptions.target = dsopt::programTargetName(*target).str();
+    if (trainConfig)
+      lowerOptions.nvmePath = trainConfig->offloadOptimizer.nvmePath;
     lowerPm.addPass(dsopt::createDsLowerToEmitC(lowerOptions));
     if (failed(lowerPm.run(program)))
       return failure();

@@ -283,7 +283,9 @@ LogicalResult TransferOp::verify() {
 int64_t TransferOp::getFlops() { return 0; }
 void TransferOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::transfer");
-  call.stream();
+  // On the communication stream, beside the collectives: the code generator
+  // makes the first op that touches its buffers wait for it.
+  call.commStream();
   call.tensor(getInput());
   call.tensor(getResult());
   auto runtimeSpace = [](MemorySpace space) {

@@ -223,9 +223,10 @@ llvm::Error checkPipelineSchedule(const TrainConfig &config,
 /// same config. For plan.json and --print-config.
 std::string toJson(const TrainConfig &config);
 
-/// Offloading's compositions that are not implemented yet (a program
-/// rather than its IR or plan, offload_param, NVMe): an error naming them,
-/// else success.
+/// Offloading's compositions that are not implemented yet (offload_param,
+/// offload with pipeline stages): an error naming them, else success.
+/// `irOnly` says whether only the IR or plan is asked for; every
+/// composition that has an IR also compiles to a program today.
 llvm::Error checkOffloadComposition(const TrainConfig &config, bool irOnly);
 
 /// "none", "cpu" or "nvme" (DeepSpeed's spelling), and back.

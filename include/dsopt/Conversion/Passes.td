@@ -40,7 +40,10 @@ def DsLowerToEmitC : Pass<"ds-lower-to-emitc", "mlir::ModuleOp"> {
            "Emit repeated layers once, as block functions called per layer">,
     Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
            "Backend the program is generated for: cpu (C++ loops) or cuda "
-           "(fused loops as CUDA kernels)">
+           "(fused loops as CUDA kernels)">,
+    Option<"nvmePath", "nvme-path", "std::string", /*default=*/"\"\"",
+           "Directory of the file (NVMe) space's file when the plan has one "
+           "(offload_optimizer.nvme_path); `train --nvme-path` overrides it">
   ];
 }
 

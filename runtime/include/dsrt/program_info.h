@@ -120,6 +120,9 @@ struct FunctionInfo {
   int64_t arena_bytes = 0, peak_live_bytes = 0;
   std::vector<ValueInfo> inputs, outputs;  // inputs have offsets
   std::vector<OpInfo> ops;
+  // Bytes its transfers move per run, [from][to] by Space (ds-offload's
+  // copies between memory spaces); the runner checks each run against it.
+  int64_t transfer_bytes[kNumSpaces][kNumSpaces] = {};
 };
 
 // How train_main drives the two functions and logs (set_training,
@@ -202,6 +205,9 @@ struct ProgramInfo {
   int64_t alignment = 64;
   // Every space's arena (set_memory_plan, set_space_plan).
   SpacePlan spaces[kNumSpaces];
+  // The directory of the file space's file (set_file_space_dir: the
+  // config's nvme_path); `train --nvme-path` overrides it.
+  std::string file_space_dir;
   std::vector<ValueInfo> inputs, outputs;
   std::vector<ParamInfo> params;
   std::vector<OpInfo> ops;
@@ -246,6 +252,9 @@ void set_memory_plan(ProgramInfo &info, int64_t arena_bytes, int64_t persistent_
 // (set_memory_plan gives it) and for negative or inconsistent sizes.
 void set_space_plan(ProgramInfo &info, Space space, int64_t arena_bytes,
                     int64_t persistent_bytes);
+// The directory where the runner creates the file space's file unless
+// `train --nvme-path` names another.
+void set_file_space_dir(ProgramInfo &info, const char *dir);
 // Moves the parameter or state called `name` (described before) into
 // `space`: its offset is then in that space's arena. Throws when no such
 // value was described.
@@ -286,6 +295,9 @@ void add_state(ProgramInfo &info, const char *name, DType dtype, Shape shape, in
                ValueRole role, const char *param);
 void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,
                     int64_t peak_live_bytes);
+// The function begun last moves `bytes` from space `from` to space `to`
+// each run (the sum of its transfers between those spaces).
+void set_transfer_bytes(ProgramInfo &info, Space from, Space to, int64_t bytes);
 void set_training(ProgramInfo &info, const char *optimizer, double lr, double gradient_clipping,
                   int64_t accumulation_steps, int64_t micro_batch, int64_t steps_per_print);
 void set_schedule(ProgramInfo &info, const char *kind, double warmup_min_lr, double warmup_max_lr,

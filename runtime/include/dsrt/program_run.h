@@ -169,6 +169,37 @@ void fill(const Tensor &t, double value);
 
 inline void acquire(Program &p, int64_t offset, int64_t size) { p.memory.acquire(offset, size); }
 inline void release(Program &p, int64_t offset) { p.memory.release(offset); }
+// The same for a slot of the host space's arena (an offloaded step's host
+// copies and host optimizer results).
+inline void acquire_host(Program &p, int64_t offset, int64_t size) {
+  p.host_memory.acquire(offset, size);
+}
+inline void release_host(Program &p, int64_t offset) { p.host_memory.release(offset); }
+
+//===--- offload: the host and file spaces (ds-offload) ------------------===//
+
+// The host space's arena, where an offloaded step's host optimizer reads
+// and writes; throws when the plan gives it no bytes.
+uint8_t *host_arena(Program &p);
+// A buffer of the file space: bytes at `offset` of the program's file arena.
+// Only transfers read or write it.
+struct FileSlot {
+  FileStore *file = nullptr;
+  int64_t offset = 0;
+};
+// Throws when the plan gives the file space no bytes.
+FileSlot file_slot(Program &p, int64_t offset);
+// ds.transfer: copies `src` (in space `from`) to `dst` (in space `to`),
+// ordered on `s` (the communication stream: generated code waits for it
+// with collective_wait before the first use of `dst`). Device <-> host is a
+// backend copy (counted by copied_bytes), host <-> file a read or write of
+// the file arena on its I/O thread (counted by the store's stats).
+void transfer(Stream &s, const Tensor &src, const Tensor &dst, Space from, Space to);
+void transfer(Stream &s, const FileSlot &src, const Tensor &dst, Space from, Space to);
+void transfer(Stream &s, const Tensor &src, const FileSlot &dst, Space from, Space to);
+// The bytes transfer() has moved from space `from` to space `to` so far in
+// this process.
+int64_t transferred_bytes(Space from, Space to);
 inline void begin_op(Program &p, int64_t op) {
   if (p.tracer) p.tracer->begin(op);
 }

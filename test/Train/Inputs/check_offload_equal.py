@@ -1,0 +1,217 @@
+#!/usr/bin/python3
+"""Offloaded training equals the same training without offload, bit for bit.
+
+For each case of CASES (precision x data-parallel ranks x ZeRO stage) this
+compiles the zoo's MLP without offload and with `--offload-optimizer cpu`
+(optimizer states and the optimizer step on the host) and, for some cases,
+`--offload-optimizer nvme` (the states in a file under --nvme-path, read
+and written around each update), trains each for STEPS steps on the same data (under mpirun for dp 2)
+and requires:
+  * every step's loss and gradient norm in the log to be the same float;
+  * the saved models (--save-onnx) to be the same bytes;
+  * the offloaded run's measured high-water mark of every memory space to
+    equal its plan (the log's memory_spaces against plan.json), with the
+    optimizer states out of the device arena (host persistent bytes > 0);
+and, for the case marked `checkpoint`, that both runs' checkpoints are the
+same bytes and that the offloaded program resumed from its step-2
+checkpoint ends where the uninterrupted run does.
+
+The runtime itself stops a run whose transfers move other bytes than the
+plan says (checked every run of every function), so a passing run also
+proves that.
+
+Compiles run two at a time. Prints one line per case and a final count;
+exits 1 on any failure.
+"""
+import argparse
+import concurrent.futures
+import filecmp
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+STEPS = 3
+TIMEOUT_S = 300
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+
+# (precision, dp ranks, ZeRO stage, offload devices, checkpoint). At one
+# rank ZeRO has nothing to shard over (every stage trains unsharded), so
+# one stage stands for all three there.
+CASES = [(precision, dp, stage,
+          ("cpu", "nvme") if precision == "fp32" and stage != 2 else ("cpu",),
+          precision == "fp32" and dp == 2 and stage == 2)
+         for precision in ("fp32", "bf16")
+         for dp, stage in ((1, 1), (2, 1), (2, 2), (2, 3))]
+
+# Stage 3 shards every parameter of the tiny model (none stays whole).
+CONFIG = {"zero_optimization": {"stage3_param_persistence_threshold": 1}}
+
+
+def run(command: List[str], cwd: Optional[Path] = None) -> Optional[str]:
+    """None on success, else why it failed."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
+                              cwd=cwd)
+    except subprocess.TimeoutExpired:
+        return f"{command[0]} timed out after {TIMEOUT_S} s"
+    if done.returncode != 0:
+        text = " | ".join(l for l in (done.stderr + done.stdout).splitlines() if l.strip())
+        return f"{' '.join(command[:3])}... exit {done.returncode}: {text[:600]}"
+    return None
+
+
+def case_name(precision: str, dp: int, stage: int) -> str:
+    return f"mlp {precision} dp{dp} zero{stage}"
+
+
+def compile_command(args, precision: str, dp: int, stage: int, offload: str,
+                    out: Path) -> List[str]:
+    # Four micro-batches per global batch: dp 1 accumulates 4, dp 2 two each.
+    command = [args.dsopt, str(args.model), "--config", str(args.config), "--dp", str(dp),
+               "--zero", str(stage), "--grad-accum", str(4 // dp), "--precision", precision,
+               "-o", str(out)]
+    if offload:
+        command += ["--offload-optimizer", offload]
+    if offload == "nvme":
+        command += ["--nvme-path", str(out.parent / "nvme-files")]
+    return command
+
+
+def train_command(dp: int, out: Path, data: Path, steps: int, log: Path, onnx: Path,
+                  extra: List[str]) -> List[str]:
+    command = [str(out / "train"), "--data", str(data), "--steps", str(steps), "--log-json",
+               str(log), "--save-onnx", str(onnx), "--quiet"] + extra
+    return (MPIRUN + ["-np", str(dp)] + command) if dp > 1 else command
+
+
+def read_log(path: Path) -> List[dict]:
+    """The log's step records (its last line is the run's summary)."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if "loss" in r]
+
+
+def same_files(a: Path, b: Path) -> Optional[str]:
+    names = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    other = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    if names != other:
+        return f"checkpoints hold different files: {names} vs {other}"
+    for name in names:
+        if not filecmp.cmp(a / name, b / name, shallow=False):
+            return f"checkpoint file {name} differs"
+    return None
+
+
+def check_case(args, precision: str, dp: int, stage: int, device: str,
+               checkpoint: bool) -> Optional[str]:
+    work = args.work / f"{precision}-dp{dp}-z{stage}"
+    base, off = work / "base", work / device
+    (work / "nvme-files").mkdir(exist_ok=True)
+    if not (base / "done").exists():
+        why = run(train_command(dp, base, args.data, STEPS, work / "base.jsonl",
+                                work / "base.onnx", []))
+        if why:
+            return f"base run: {why}"
+        (base / "done").touch()
+    work = work / f"{device}-run"
+    work.mkdir(exist_ok=True)
+    for label, out in (("base", base), ("offload", off)):
+        if label == "base" and not checkpoint:
+            for name in ("base.jsonl", "base.onnx"):
+                (work / name).write_bytes((work.parent / name).read_bytes())
+            continue
+        extra = ["--save-dir", str(work / f"ckpt-{label}"), "--save-interval", "2"] \
+            if checkpoint else []
+        why = run(train_command(dp, out, args.data, STEPS, work / f"{label}.jsonl",
+                                work / f"{label}.onnx", extra))
+        if why:
+            return f"{label} run: {why}"
+    base_log, off_log = read_log(work / "base.jsonl"), read_log(work / "offload.jsonl")
+    for b, o in zip(base_log, off_log):
+        for key in ("loss", "grad_norm"):
+            if b[key] != o[key]:
+                return f"step {b['step']}: {key} {o[key]!r} offloaded, {b[key]!r} without"
+    if len(base_log) != STEPS or len(off_log) != STEPS:
+        return f"logs hold {len(base_log)} and {len(off_log)} steps, not {STEPS}"
+    if not filecmp.cmp(work / "base.onnx", work / "offload.onnx", shallow=False):
+        return "the saved models differ"
+    plan = json.loads((off / "plan.json").read_text())
+    summary = [r for r in map(json.loads, (work / "offload.jsonl").read_text().splitlines())
+               if r.get("summary")]
+    # Several ranks: the summary's line per rank; one: its last step's.
+    ranks = summary[-1]["ranks"] if summary else [dict(off_log[-1], rank=0)]
+    if len(ranks) != dp:
+        return "the offloaded run's log does not give every rank's memory"
+    for measured in ranks:
+        planned = plan["ranks"][measured["rank"]]["memory_spaces"]
+        for space, numbers in measured["memory_spaces"].items():
+            if numbers["peak_bytes"] != planned[space]["peak_bytes"]:
+                return (f"rank {measured['rank']}: {space} space measured "
+                        f"{numbers['peak_bytes']} bytes, plan.json {planned[space]['peak_bytes']}")
+        space = "file" if device == "nvme" else "host"
+        if planned[space]["persistent_bytes"] <= 0:
+            return f"rank {measured['rank']}: the {space} space holds no states"
+    if device == "nvme" and any((work.parent / "nvme-files").iterdir()):
+        return "the file space's file was not removed at exit"
+    if checkpoint:
+        why = same_files(work / "ckpt-base", work / "ckpt-offload")
+        if why:
+            return why
+        why = run(train_command(dp, off, args.data, STEPS, work / "resumed.jsonl",
+                                work / "resumed.onnx",
+                                ["--resume", str(work / "ckpt-offload" / "step_2")]))
+        if why:
+            return f"resumed run: {why}"
+        if not filecmp.cmp(work / "base.onnx", work / "resumed.onnx", shallow=False):
+            return "the offloaded run resumed at step 2 ends with other weights"
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="the zoo's mlp.onnx")
+    parser.add_argument("--data", type=Path, required=True,
+                        help="batches of 4 micro-batches (make_train_data.py --gas 4)")
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--dsopt", default="dsopt")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.config = args.work / "ds_config.json"
+    args.config.write_text(json.dumps(CONFIG))
+
+    compiles = []
+    for precision, dp, stage, devices, _ in CASES:
+        work = args.work / f"{precision}-dp{dp}-z{stage}"
+        for offload in ("",) + devices:
+            compiles.append(((precision, dp, stage),
+                             compile_command(args, precision, dp, stage, offload,
+                                             work / (offload or "base"))))
+    failed_compile = {}
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        for key, why in zip([key for key, _ in compiles],
+                            pool.map(lambda c: run(c[1]), compiles)):
+            if why and key not in failed_compile:
+                failed_compile[key] = f"compile: {why}"
+    print(f"compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+    failures = 0
+    for precision, dp, stage, devices, checkpoint in CASES:
+        for device in devices:
+            why = failed_compile.get((precision, dp, stage)) or \
+                check_case(args, precision, dp, stage, device, checkpoint)
+            name = f"{case_name(precision, dp, stage)} {device}"
+            if why:
+                failures += 1
+                print(f"{name}: FAILED: {why}")
+            else:
+                print(f"{name}: offloaded = not offloaded, bit for bit"
+                      + (" (and its checkpoints, and resumed)" if checkpoint else ""))
+    print(f"offload equivalence: {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
