@@ -1202,9 +1202,6 @@ bool ConfigReader::checkTensorParallel() {
     return refuse("tensor parallelism with pipeline stages (--pp " +
                   std::to_string(config.pipelineStages) +
                   ") is not implemented yet");
-  if (config.precision != Precision::FP32)
-    return refuse("mixed precision with tensor parallelism is not "
-                  "implemented yet");
   return true;
 }
 

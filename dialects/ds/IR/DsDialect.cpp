@@ -82,6 +82,11 @@ dsopt::ds::getComputePrecision(OperationName name) {
     return ComputePrecision::ComputeF32;
   if (name.hasTrait<PrecisionTrait::KeepTypes>())
     return ComputePrecision::KeepTypes;
+  // Upstream's shard.all_reduce, as ds-tensor-parallel inserts it (the sum
+  // of a row-parallel product's partial results, Megatron's g), reduces in
+  // the working type, as Megatron's does.
+  if (name.getStringRef() == "shard.all_reduce")
+    return ComputePrecision::Compute16;
   return std::nullopt;
 }
 
