@@ -483,6 +483,19 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
 // scatter and top_k
 //===----------------------------------------------------------------------===//
 
+namespace {
+// Runs body(begin, end) over ranges of the lines of LINES (the elements
+// along the axis at one outer and inner coordinate; line l is at
+// o = l / inner, i = l % inner), in parallel, about kGrainElementwise
+// elements to a unit.
+template <typename F>
+void parallel_lines(Stream &s, const AxisLines &lines, F &&body) {
+  parallel_for(s, lines.outer * lines.inner,
+               std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(1, lines.extent)),
+               body);
+}
+}  // namespace
+
 void scatter(Stream &s, const Tensor &data, const Tensor &positions, const Tensor &updates,
              const Tensor &y, int axis, int reduction) {
   begin_kernel(s);
@@ -506,19 +519,17 @@ void scatter(Stream &s, const Tensor &data, const Tensor &positions, const Tenso
     using C = typename Elem<T>::compute;
     const T *u = updates.as<T>();
     T *out = y.as<T>();
-    parallel_for(s, lines.outer * lines.inner,
-                 std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(1, lines.extent)),
-                 [&](int64_t begin, int64_t end) {
-                   for (int64_t line = begin; line < end; ++line) {
-                     const int64_t o = line / lines.inner, i = line % lines.inner;
-                     for (int64_t j = 0; j < lines.extent; ++j) {
-                       const int64_t e = (o * lines.extent + j) * lines.inner + i;
-                       T &target = out[index_at(positions, e)];
-                       target = Elem<T>::store(scatter_combine<C>(
-                           reduction, Elem<T>::load(target), Elem<T>::load(u[e])));
-                     }
-                   }
-                 });
+    parallel_lines(s, lines, [&](int64_t begin, int64_t end) {
+      for (int64_t line = begin; line < end; ++line) {
+        const int64_t o = line / lines.inner, i = line % lines.inner;
+        for (int64_t j = 0; j < lines.extent; ++j) {
+          const int64_t e = (o * lines.extent + j) * lines.inner + i;
+          T &target = out[index_at(positions, e)];
+          target = Elem<T>::store(scatter_combine<C>(
+              reduction, Elem<T>::load(target), Elem<T>::load(u[e])));
+        }
+      }
+    });
   };
   if (reduction == 0)
     dispatch_bytes(dtype_size(data.dtype), run);
@@ -539,25 +550,23 @@ void top_k(Stream &s, const Tensor &x, const Tensor &indices, int axis, bool lar
     using C = typename Elem<T>::compute;
     const T *in = x.as<T>();
     int64_t *out = indices.as<int64_t>();
-    parallel_for(s, lines.outer * lines.inner,
-                 std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(1, lines.extent)),
-                 [&](int64_t begin, int64_t end) {
-                   std::vector<int64_t> order(lines.extent);
-                   std::vector<C> values(lines.extent);
-                   for (int64_t line = begin; line < end; ++line) {
-                     const int64_t o = line / lines.inner, i = line % lines.inner;
-                     for (int64_t j = 0; j < lines.extent; ++j) {
-                       order[j] = j;
-                       values[j] = Elem<T>::load(in[(o * lines.extent + j) * lines.inner + i]);
-                     }
-                     std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                                       [&](int64_t a, int64_t b) {
-                                         return top_k_before(values[a], a, values[b], b, largest);
-                                       });
-                     for (int64_t j = 0; j < k; ++j)
-                       out[(o * k + j) * lines.inner + i] = order[j];
-                   }
-                 });
+    parallel_lines(s, lines, [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> order(lines.extent);
+      std::vector<C> values(lines.extent);
+      for (int64_t line = begin; line < end; ++line) {
+        const int64_t o = line / lines.inner, i = line % lines.inner;
+        for (int64_t j = 0; j < lines.extent; ++j) {
+          order[j] = j;
+          values[j] = Elem<T>::load(in[(o * lines.extent + j) * lines.inner + i]);
+        }
+        std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                          [&](int64_t a, int64_t b) {
+                            return top_k_before(values[a], a, values[b], b, largest);
+                          });
+        for (int64_t j = 0; j < k; ++j)
+          out[(o * k + j) * lines.inner + i] = order[j];
+      }
+    });
   });
 }
 
