@@ -521,7 +521,10 @@ LossShape check_loss_shapes(const char *kernel, const Tensor &scores, const Tens
   check_float(kernel, scores_name, scores);
   check_index_tensor(kernel, "labels", labels);
   check_data(kernel, loss_name, loss);
-  check_same_dtype(kernel, scores_name, scores, loss_name, loss);
+  // The loss (or its gradient) has the scores' type, or f32 with 16-bit
+  // scores (the loss of bf16/fp16 scores is computed and kept in f32).
+  if (loss.dtype != scores.dtype && loss.dtype != DType::F32)
+    check_same_dtype(kernel, scores_name, scores, loss_name, loss);
   if (scores.shape.rank < 2)
     fail(kernel, std::string(scores_name) + " must be [N, C, d...], got " + scores.shape.str());
   LossShape ls;

@@ -147,10 +147,13 @@ LogicalResult checkLossOperands(std::optional<Location> loc, StringRef what,
 LogicalResult inferLoss(std::optional<Location> loc, StringRef what,
                         RankedTensorType scores, RankedTensorType labels,
                         RankedTensorType weights, LossReduction reduction,
-                        Types &types) {
+                        Types &types, bool f32LossOf16Bit = false) {
   if (failed(checkLossOperands(loc, what, scores, labels, weights)))
     return failure();
+  // A loss computed in f32 from 16-bit scores is f32 (Ds_Loss16).
   Type element = scores.getElementType();
+  if (f32LossOf16Bit && element.getIntOrFloatBitWidth() == 16)
+    element = Float32Type::get(element.getContext());
   if (reduction == LossReduction::none)
     types.push_back(RankedTensorType::get(labels.getShape(), element));
   else
@@ -562,7 +565,8 @@ LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
       adaptor.getWeights() ? tensorType(adaptor.getWeights()) : nullptr;
   if (failed(inferLoss(loc, "softmax_cross_entropy", scores,
                        tensorType(adaptor.getLabels()), weights,
-                       reductionOf(adaptor.getReductionAttr()), types)))
+                       reductionOf(adaptor.getReductionAttr()), types,
+                       /*f32LossOf16Bit=*/true)))
     return failure();
   types.push_back(scores);
   return success();
