@@ -284,17 +284,23 @@ PrecisionPass::convertOptimizerStep(func::FuncOp step,
       firstAfterStates = i + 1;
   }
 
-  // Accumulators are read in f32 by the update, each cast right before it
-  // reads it, so one f32 copy lives at a time; the norm's sum of squares
-  // reads them as they are (it accumulates in double).
+  // Accumulators are read in f32 by what scales them (clipping, the loss
+  // scale), each cast right before it reads it, so one f32 copy lives at a
+  // time; the norm's sum of squares reads them as they are (it accumulates
+  // in double), and so does an update that reads one directly (its kernel
+  // converts each element to f32: no f32 copy at all).
   for (auto &[name, i] : accArg) {
     BlockArgument acc = body.getArgument(i);
     acc.setType(withElement(acc.getType(), accum));
     if (accum == f32)
       continue;
-    for (OpOperand &use : llvm::make_early_inc_range(acc.getUses()))
-      if (!isa<ds::SumOfSquaresOp>(use.getOwner()))
-        use.set(castBefore(b, use.getOwner(), acc, f32));
+    for (OpOperand &use : llvm::make_early_inc_range(acc.getUses())) {
+      auto update = dyn_cast<ds::OptimizerOpInterface>(use.getOwner());
+      if (isa<ds::SumOfSquaresOp>(use.getOwner()) ||
+          (update && &update.getGradOperand() == &use))
+        continue;
+      use.set(castBefore(b, use.getOwner(), acc, f32));
+    }
   }
 
   // The master copies, in the order of the parameters' arguments.

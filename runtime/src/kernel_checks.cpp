@@ -419,7 +419,12 @@ void check_optimizer_args(const char *kernel, const Tensor &lr, const Tensor *st
   check_float(kernel, "param", param);
   for (int i = 0; i < count; ++i) {
     check_data(kernel, names[i], *states[i]);
-    check_same_dtype(kernel, "param", param, names[i], *states[i]);
+    // states[0], the gradient, may be the bf16/f16 gradient of an f32
+    // parameter (mixed precision: converted an element at a time).
+    const bool mixed_grad = i == 0 && param.dtype == DType::F32 &&
+                            (states[i]->dtype == DType::BF16 || states[i]->dtype == DType::F16);
+    if (!mixed_grad)
+      check_same_dtype(kernel, "param", param, names[i], *states[i]);
     check_shape(kernel, names[i], *states[i], param.shape);
   }
 }

@@ -1612,21 +1612,27 @@ def gen_torch_optim(w):
         # Decay and update large enough that their order shows.
         ("adamw_strong_decay", torch.optim.AdamW, True, 0.1, 0.5, ["f32"], [3, 7]),
         ("adamw_large", torch.optim.AdamW, True, 1e-3, 0.1, ["f32"], [256, 300]),
+        # Mixed precision: f32 parameter and states, a bf16/f16 gradient
+        # (PARAM/GRAD), converted an element at a time.
+        ("adamw_mixed_grad", torch.optim.AdamW, True, 1e-3, 0.01, ["f32/bf16", "f32/f16"],
+         [4, 5]),
+        ("adam_l2_mixed_grad", torch.optim.Adam, False, 1e-3, 0.01, ["f32/bf16"], [4, 5]),
     ]
     b1, b2, eps = f32r(0.9), f32r(0.999), f32r(1e-8)
     for name, cls, decoupled, lr, wd, dtypes, shape in configs:
         lr, wd = f32r(lr), f32r(wd)
         make = lambda ps: cls(ps, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
-        for dtype in dtypes:
-            rng = Rng("optim" + name + dtype)
+        for dtypes_of in dtypes:
+            dtype, gtype = (dtypes_of.split("/") + [dtypes_of])[:2]
+            rng = Rng("optim" + name + dtypes_of)
             p = rng.float(shape, dtype)
             m, v = torch.zeros(shape, dtype=DT[dtype]), torch.zeros(shape, dtype=DT[dtype])
             state = None
             for t in (1, 2, 3):
-                g = rng.float(shape, dtype)
+                g = rng.float(shape, gtype)
                 p1, st = torch_optim_step(make, p, g, state)
                 p1, m1, v1 = like(p1, dtype), like(st["exp_avg"], dtype), like(st["exp_avg_sq"], dtype)
-                w.case("adamw", "%s_step%d_%s" % (name, t, dtype), beta1=b1, beta2=b2, epsilon=eps,
+                w.case("adamw", "%s_step%d_%s" % (name, t, dtypes_of.replace("/", "_")), beta1=b1, beta2=b2, epsilon=eps,
                        weight_decay=wd, decoupled=decoupled).inp("lr", torch.tensor(lr)).inp(
                        "step", torch.tensor(t)).inp("param", p).inp("grad", g).inp("m", m).inp(
                        "v", v).out("param_out", p1).out("m_out", m1).out("v_out", v1).save()

@@ -168,20 +168,38 @@ LogicalResult checkScalar(std::optional<Location> loc, StringRef what,
   return success();
 }
 
+/// The operands of an optimizer update, {param, grad, states...}: every
+/// state has the parameter's type; so does the gradient, or it is the
+/// 16-bit gradient of an f32 parameter (mixed precision: the kernel converts
+/// each element, so no f32 copy of the gradient exists).
+LogicalResult checkUpdateOperands(std::optional<Location> loc, StringRef what,
+                                  ValueRange states) {
+  RankedTensorType param = tensorType(states.front());
+  for (auto [i, state] : llvm::enumerate(states.drop_front())) {
+    RankedTensorType type = tensorType(state);
+    if (type == param)
+      continue;
+    if (i == 0 && param && type && param.getElementType().isF32() &&
+        type.getShape() == param.getShape() &&
+        (type.getElementType().isBF16() || type.getElementType().isF16()))
+      continue;
+    return fail(loc, what + " gradient and state tensors must all have the "
+                            "parameter's type (or, for an f32 parameter, a "
+                            "bf16/f16 gradient of its shape)");
+  }
+  return success();
+}
+
 /// Result types of an optimizer step: each updated state has the parameter's
 /// type, and every state must match the parameter.
 LogicalResult inferOptimizer(std::optional<Location> loc, StringRef what,
                              Value lr, Value step, ValueRange states,
                              unsigned numResults, Types &types) {
   if (failed(checkScalar(loc, what, "lr", tensorType(lr))) ||
-      failed(checkScalar(loc, what, "step", tensorType(step))))
+      failed(checkScalar(loc, what, "step", tensorType(step))) ||
+      failed(checkUpdateOperands(loc, what, states)))
     return failure();
-  Type paramType = states.front().getType();
-  for (Value state : states.drop_front())
-    if (state.getType() != paramType)
-      return fail(loc, what + " gradient and state tensors must all have the "
-                              "parameter's type");
-  types.append(numResults, paramType);
+  types.append(numResults, states.front().getType());
   return success();
 }
 } // namespace
@@ -709,11 +727,9 @@ LogicalResult inferUpdate(std::optional<Location> loc, StringRef what,
   };
   if (!scalar(lr) || (step && !scalar(step)))
     return emitOptionalError(loc, what + " lr and step must be scalars");
+  if (failed(checkUpdateOperands(loc, what, states)))
+    return failure();
   Type param = states.front().getType();
-  for (Value state : states.drop_front())
-    if (state.getType() != param)
-      return emitOptionalError(loc, what + " gradient and state tensors must "
-                                           "all have the parameter's type");
   // The gradient is not a result.
   types.push_back(param);
   types.append(states.size() - 2, param);
