@@ -96,6 +96,22 @@ std::optional<unsigned> updatedArgument(func::FuncOp function, unsigned r) {
   return std::nullopt;
 }
 
+/// Whether `value`, an operand or result of a Ds_Loss16 op, is one of the
+/// op's 16-bit values: a float tensor of the op's highest rank (the class
+/// scores [N, C, d...], their log-probabilities or gradient), not the loss,
+/// its gradient or the class weights.
+bool isLoss16Value(Operation *op, Value value) {
+  auto tensor = dyn_cast<RankedTensorType>(value.getType());
+  if (!tensor || !isa<FloatType>(tensor.getElementType()))
+    return false;
+  int64_t rank = 0;
+  for (Value operand : op->getOperands())
+    if (auto t = dyn_cast<RankedTensorType>(operand.getType());
+        t && isa<FloatType>(t.getElementType()))
+      rank = std::max(rank, t.getRank());
+  return tensor.getRank() == rank;
+}
+
 void refreshFunctionType(func::FuncOp function) {
   Block &body = function.getBody().front();
   function.setFunctionType(FunctionType::get(
@@ -145,14 +161,16 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
       accumulations.insert(def);
   }
 
-  // Ops that read an f32 value as it is: f32 ops, the return (it casts),
-  // fp32 accumulation.
-  auto isF32Consumer = [&](Operation *user) {
+  // Uses that read an f32 value as it is: f32 ops, a loss's f32 operands,
+  // the return (it casts), fp32 accumulation.
+  auto isF32Use = [&](OpOperand &use) {
+    Operation *user = use.getOwner();
     if (isa<func::ReturnOp>(user) ||
         (accum == f32 && accumulations.contains(user)))
       return true;
     std::optional<ds::ComputePrecision> p = ds::getComputePrecision(user);
-    return p == ds::ComputePrecision::ComputeF32;
+    return p == ds::ComputePrecision::ComputeF32 ||
+           (p == ds::ComputePrecision::Loss16 && !isLoss16Value(user, use.get()));
   };
 
   // f32 values read in 16 bits, by the value: one cast each.
@@ -162,6 +180,17 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
     if (inserted)
       it->second = castAfterDef(b, v, low);
     return it->second;
+  };
+
+  // An f32 result that a 16-bit op reads is cast to 16 bits (an
+  // activation); one only f32 uses read stays f32 (statistics, the loss).
+  auto keepF32Results = [&](Operation *op) {
+    for (OpResult result : op->getResults())
+      if (hasElement(result.getType(), f32) &&
+          !llvm::all_of(result.getUses(), isF32Use)) {
+        Value cast = toLow(result);
+        result.replaceAllUsesExcept(cast, cast.getDefiningOp());
+      }
   };
 
   SmallVector<Operation *> ops;
@@ -181,7 +210,7 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
     if (!precision)
       return op->emitOpError()
              << "declares no compute precision (Ds_Compute16, "
-                "Ds_Accumulate32, Ds_ComputeF32 or Ds_KeepTypes); "
+                "Ds_Accumulate32, Ds_ComputeF32, Ds_Loss16 or Ds_KeepTypes); "
                 "ds-precision cannot place it";
     switch (*precision) {
     case ds::ComputePrecision::KeepTypes:
@@ -199,15 +228,21 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
       for (OpOperand &operand : op->getOpOperands())
         if (hasElement(operand.get().getType(), low))
           operand.set(castBefore(b, op, operand.get(), f32));
-      // A result that a 16-bit op reads is kept in 16 bits (an
-      // activation); one only f32 ops read stays f32 (statistics, the
-      // loss).
+      keepF32Results(op);
+      break;
+    case ds::ComputePrecision::Loss16:
+      // The scores and log-probabilities in 16 bits, the rest in f32.
+      for (OpOperand &operand : op->getOpOperands()) {
+        bool low16 = isLoss16Value(op, operand.get());
+        if (low16 && hasElement(operand.get().getType(), f32))
+          operand.set(toLow(operand.get()));
+        else if (!low16 && hasElement(operand.get().getType(), low))
+          operand.set(castBefore(b, op, operand.get(), f32));
+      }
       for (OpResult result : op->getResults())
-        if (hasElement(result.getType(), f32) &&
-            !llvm::all_of(result.getUsers(), isF32Consumer)) {
-          Value cast = toLow(result);
-          result.replaceAllUsesExcept(cast, cast.getDefiningOp());
-        }
+        if (isLoss16Value(op, result) && hasElement(result.getType(), f32))
+          result.setType(withElement(result.getType(), low));
+      keepF32Results(op);
       break;
     }
   }
@@ -249,17 +284,23 @@ PrecisionPass::convertOptimizerStep(func::FuncOp step,
       firstAfterStates = i + 1;
   }
 
-  // Accumulators are read in f32 by the update, each cast right before it
-  // reads it, so one f32 copy lives at a time; the norm's sum of squares
-  // reads them as they are (it accumulates in double).
+  // Accumulators are read in f32 by what scales them (clipping, the loss
+  // scale), each cast right before it reads it, so one f32 copy lives at a
+  // time; the norm's sum of squares reads them as they are (it accumulates
+  // in double), and so does an update that reads one directly (its kernel
+  // converts each element to f32: no f32 copy at all).
   for (auto &[name, i] : accArg) {
     BlockArgument acc = body.getArgument(i);
     acc.setType(withElement(acc.getType(), accum));
     if (accum == f32)
       continue;
-    for (OpOperand &use : llvm::make_early_inc_range(acc.getUses()))
-      if (!isa<ds::SumOfSquaresOp>(use.getOwner()))
-        use.set(castBefore(b, use.getOwner(), acc, f32));
+    for (OpOperand &use : llvm::make_early_inc_range(acc.getUses())) {
+      auto update = dyn_cast<ds::OptimizerOpInterface>(use.getOwner());
+      if (isa<ds::SumOfSquaresOp>(use.getOwner()) ||
+          (update && &update.getGradOperand() == &use))
+        continue;
+      use.set(castBefore(b, use.getOwner(), acc, f32));
+    }
   }
 
   // The master copies, in the order of the parameters' arguments.

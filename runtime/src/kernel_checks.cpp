@@ -419,7 +419,12 @@ void check_optimizer_args(const char *kernel, const Tensor &lr, const Tensor *st
   check_float(kernel, "param", param);
   for (int i = 0; i < count; ++i) {
     check_data(kernel, names[i], *states[i]);
-    check_same_dtype(kernel, "param", param, names[i], *states[i]);
+    // states[0], the gradient, may be the bf16/f16 gradient of an f32
+    // parameter (mixed precision: converted an element at a time).
+    const bool mixed_grad = i == 0 && param.dtype == DType::F32 &&
+                            (states[i]->dtype == DType::BF16 || states[i]->dtype == DType::F16);
+    if (!mixed_grad)
+      check_same_dtype(kernel, "param", param, names[i], *states[i]);
     check_shape(kernel, names[i], *states[i], param.shape);
   }
 }
@@ -521,7 +526,10 @@ LossShape check_loss_shapes(const char *kernel, const Tensor &scores, const Tens
   check_float(kernel, scores_name, scores);
   check_index_tensor(kernel, "labels", labels);
   check_data(kernel, loss_name, loss);
-  check_same_dtype(kernel, scores_name, scores, loss_name, loss);
+  // The loss (or its gradient) has the scores' type, or f32 with 16-bit
+  // scores (the loss of bf16/fp16 scores is computed and kept in f32).
+  if (loss.dtype != scores.dtype && loss.dtype != DType::F32)
+    check_same_dtype(kernel, scores_name, scores, loss_name, loss);
   if (scores.shape.rank < 2)
     fail(kernel, std::string(scores_name) + " must be [N, C, d...], got " + scores.shape.str());
   LossShape ls;

@@ -294,7 +294,8 @@ LossShape check_loss_shapes(const char *kernel, const Tensor &scores, const Tens
 
 // lr an f32/f16/bf16 scalar, step (may be null: an optimizer without a step
 // count) an i64 scalar, param float, and every state tensor of param's type
-// and shape.
+// and shape; states[0], the gradient, may instead be bf16/f16 when param is
+// f32.
 void check_optimizer_args(const char *kernel, const Tensor &lr, const Tensor *step,
                           const Tensor &param, const Tensor *const *states,
                           const char *const *names, int count);

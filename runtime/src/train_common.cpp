@@ -303,20 +303,19 @@ void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions
 
 std::optional<LossScaler> start_loss_scaler(const ProgramInfo &info,
                                             const CheckpointPosition &position) {
+  // A checkpoint resumes at another precision (docs/checkpoints.md): the
+  // scale belongs to fp16's arithmetic, not to the model. A program that
+  // does not scale its loss (fp32, bf16) drops an fp16 checkpoint's scaler;
+  // an fp16 program resuming a checkpoint without one (fp32, bf16) starts
+  // its scaler as a fresh run does, at 2^initial_scale_power (or the static
+  // scale), and the dynamic scaler finds its level from there.
   std::optional<LossScaler> scaler;
-  if (!info.train.loss_scaled) {
-    if (position.has_loss_scaler)
-      throw Error("--resume: the checkpoint holds a loss scaler (fp16 training) but the program "
-                  "does not scale its loss");
+  if (!info.train.loss_scaled)
     return scaler;
-  }
   scaler.emplace(info.train.loss_scaler);
   if (position.has_loss_scaler)
     scaler->restore({position.loss_scaler.scale, position.loss_scaler.hysteresis,
                      position.loss_scaler.iter, position.loss_scaler.last_overflow_iter});
-  else if (position.step > 0)
-    throw Error("--resume: the checkpoint holds no loss scaler, but the program trains in fp16 "
-                "and scales its loss");
   return scaler;
 }
 

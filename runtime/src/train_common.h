@@ -374,7 +374,9 @@ double log_step(const TrainOptions &options, const Program &program, bool rank0,
                 int64_t samples, double start_us, const StepLog &entry);
 
 // fp16 (TrainInfo::loss_scaled): the run's loss scaler, continued from
-// `position` when it carries one (a resumed run); none otherwise.
+// `position` when it carries one (a resumed fp16 run), at its initial scale
+// otherwise (a fresh run, or an fp32/bf16 checkpoint); none without fp16
+// (an fp16 checkpoint's scaler is dropped).
 std::optional<LossScaler> start_loss_scaler(const ProgramInfo &info,
                                             const CheckpointPosition &position);
 // The position of a checkpoint after `step`, with the scaler's state.

@@ -980,6 +980,23 @@ def loss_cases():
     ]
 
 
+def mixed_loss_cases():
+    # As loss_cases, with bf16/fp16 scores and an f32 loss (and loss
+    # gradient): the loss op of a mixed-precision program.
+    return [
+        ("bf16_f32_loss", [16, 1000], "mean", False, None, "i64", "bf16"),
+        ("f16_f32_loss", [16, 1000], "mean", False, None, "i64", "f16"),
+        ("bf16_f32_loss_none_ignore", [6, 5], "none", False, 3, "i64", "bf16"),
+        ("f16_f32_loss_weights_sum", [3, 7, 4], "sum", True, -100, "i32", "f16"),
+    ]
+
+
+def loss_kwargs(wts, red, ignore):
+    """torch's cross_entropy / nll_loss keyword arguments of a case."""
+    return dict(weight=f64(wts) if wts is not None else None, reduction=red,
+                ignore_index=ignore if ignore is not None else -100)
+
+
 def loss_inputs(name, shape, weights, ignore, ltype, dtype):
     rng = Rng("loss" + name)
     scores = rng.float(shape, dtype, -4, 4)
@@ -997,8 +1014,7 @@ def loss_inputs(name, shape, weights, ignore, ltype, dtype):
 def gen_losses(w):
     for name, shape, red, weights, ignore, ltype, dtype in loss_cases():
         scores, labels, wts = loss_inputs(name, shape, weights, ignore, ltype, dtype)
-        kw = dict(weight=f64(wts) if wts is not None else None, reduction=red,
-                  ignore_index=ignore if ignore is not None else -100)
+        kw = loss_kwargs(wts, red, ignore)
         attrs = dict(reduction=red, ignore_index=ignore)
         s64 = f64(scores)
         loss = F.cross_entropy(s64, labels.to(torch.int64), **kw)
@@ -1009,6 +1025,17 @@ def gen_losses(w):
         loss = F.nll_loss(f64(lp), labels.to(torch.int64), **kw)
         w.case("nll_loss", name, **attrs).inp("log_prob", lp).inp("labels", labels).inp(
             "weights", wts).out("loss", like(loss, dtype), scale=4.0).save()
+    # Mixed precision: 16-bit scores, an f32 loss computed row by row in f32
+    # (ds-precision keeps a loss f32); the 16-bit log_prob is PyTorch's
+    # log_softmax of the scores rounded once.
+    for name, shape, red, weights, ignore, ltype, dtype in mixed_loss_cases():
+        scores, labels, wts = loss_inputs(name, shape, weights, ignore, ltype, dtype)
+        kw = loss_kwargs(wts, red, ignore)
+        loss = F.cross_entropy(f64(scores), labels.to(torch.int64), **kw)
+        w.case("softmax_cross_entropy", name, reduction=red, ignore_index=ignore).inp(
+            "scores", scores).inp("labels", labels).inp("weights", wts).out(
+            "loss", like(loss, "f32"), scale=4.0).out(
+            "log_prob", like(torch.log_softmax(f64(scores), 1), dtype)).save()
     # Labels outside [0, C) that are not the ignored value are errors.
     scores = Rng("bad").float([4, 3])
     labels = torch.tensor([0, 2, 7, 1], dtype=torch.int64)
@@ -1319,8 +1346,7 @@ def gen_loss_grads(w):
         rng = Rng("lossgrad" + name)
         lshape = [shape[0]] + shape[2:]
         dloss = rng.float(lshape if red == "none" else [], dtype, 0.5, 1.5)
-        kw = dict(weight=f64(wts) if wts is not None else None, reduction=red,
-                  ignore_index=ignore if ignore is not None else -100)
+        kw = loss_kwargs(wts, red, ignore)
         attrs = dict(reduction=red, ignore_index=ignore)
         lab = labels.to(torch.int64)
         # The kernel gets the rounded log-probabilities; softmax is shift
@@ -1332,6 +1358,19 @@ def gen_loss_grads(w):
         (dlp,) = vjp(lambda t: F.nll_loss(t, lab, **kw), [lp], dloss)
         w.case("nll_loss_grad", name, **attrs).inp("dloss", dloss).inp("labels", labels).inp(
             "weights", wts).out("dlog_prob", like(dlp, dtype)).save()
+    # Mixed precision: the 16-bit log_prob, an f32 loss gradient and a
+    # 16-bit scores gradient.
+    for name, shape, red, weights, ignore, ltype, dtype in mixed_loss_cases():
+        scores, labels, wts = loss_inputs(name, shape, weights, ignore, ltype, dtype)
+        lshape = [shape[0]] + shape[2:]
+        dloss = Rng("lossgrad" + name).float(lshape if red == "none" else [], "f32", 0.5, 1.5)
+        kw = loss_kwargs(wts, red, ignore)
+        lab = labels.to(torch.int64)
+        lp = like(torch.log_softmax(f64(scores), 1), dtype)
+        (ds,) = vjp(lambda t: F.cross_entropy(t, lab, **kw), [lp], dloss)
+        w.case("softmax_cross_entropy_grad", name, reduction=red, ignore_index=ignore).inp(
+            "dloss", dloss).inp("log_prob", lp).inp("labels", labels).inp("weights", wts).out(
+            "dscores", like(ds, dtype)).save()
     lp = torch.log_softmax(Rng("badgrad").float([4, 3]), 1)
     labels = torch.tensor([0, 2, 7, 1], dtype=torch.int64)
     w.case("softmax_cross_entropy_grad", "label_out_of_range", reduction="mean", ignore_index=None).inp(
@@ -1573,21 +1612,27 @@ def gen_torch_optim(w):
         # Decay and update large enough that their order shows.
         ("adamw_strong_decay", torch.optim.AdamW, True, 0.1, 0.5, ["f32"], [3, 7]),
         ("adamw_large", torch.optim.AdamW, True, 1e-3, 0.1, ["f32"], [256, 300]),
+        # Mixed precision: f32 parameter and states, a bf16/f16 gradient
+        # (PARAM/GRAD), converted an element at a time.
+        ("adamw_mixed_grad", torch.optim.AdamW, True, 1e-3, 0.01, ["f32/bf16", "f32/f16"],
+         [4, 5]),
+        ("adam_l2_mixed_grad", torch.optim.Adam, False, 1e-3, 0.01, ["f32/bf16"], [4, 5]),
     ]
     b1, b2, eps = f32r(0.9), f32r(0.999), f32r(1e-8)
     for name, cls, decoupled, lr, wd, dtypes, shape in configs:
         lr, wd = f32r(lr), f32r(wd)
         make = lambda ps: cls(ps, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
-        for dtype in dtypes:
-            rng = Rng("optim" + name + dtype)
+        for dtypes_of in dtypes:
+            dtype, gtype = (dtypes_of.split("/") + [dtypes_of])[:2]
+            rng = Rng("optim" + name + dtypes_of)
             p = rng.float(shape, dtype)
             m, v = torch.zeros(shape, dtype=DT[dtype]), torch.zeros(shape, dtype=DT[dtype])
             state = None
             for t in (1, 2, 3):
-                g = rng.float(shape, dtype)
+                g = rng.float(shape, gtype)
                 p1, st = torch_optim_step(make, p, g, state)
                 p1, m1, v1 = like(p1, dtype), like(st["exp_avg"], dtype), like(st["exp_avg_sq"], dtype)
-                w.case("adamw", "%s_step%d_%s" % (name, t, dtype), beta1=b1, beta2=b2, epsilon=eps,
+                w.case("adamw", "%s_step%d_%s" % (name, t, dtypes_of.replace("/", "_")), beta1=b1, beta2=b2, epsilon=eps,
                        weight_decay=wd, decoupled=decoupled).inp("lr", torch.tensor(lr)).inp(
                        "step", torch.tensor(t)).inp("param", p).inp("grad", g).inp("m", m).inp(
                        "v", v).out("param_out", p1).out("m_out", m1).out("v_out", v1).save()

@@ -165,7 +165,8 @@ func.func @layer_norm_params(%x: tensor<2x3x8xf32> {ds.input = "x"}, %full: tens
 // Softmax cross-entropy reads f32 [N, C] rows in place (no workspace); over
 // a class axis followed by spatial axes (2x10x4: 8 samples, 8 blocks) or in
 // bf16 each block of samples converts its row to f32 in the workspace
-// (8 * 10 * 4 = 320 bytes, 6 * 10 * 4 = 240; errors_test.cpp).
+// (8 * 10 * 4 = 320 bytes, 6 * 10 * 4 = 240; errors_test.cpp); the loss of
+// bf16 scores is f32.
 // CHECK-LABEL: func.func @cross_entropy_rows
 // CHECK: ds.softmax_cross_entropy %arg0, %arg1 {ds.buffers
 // CHECK-NOT: ds.workspace
@@ -175,11 +176,11 @@ func.func @layer_norm_params(%x: tensor<2x3x8xf32> {ds.input = "x"}, %full: tens
 func.func @cross_entropy_rows(%s: tensor<6x10xf32> {ds.input = "s"}, %l: tensor<6xi64> {ds.input = "l"},
                               %s3: tensor<2x10x4xf32> {ds.input = "s3"}, %l3: tensor<2x4xi64> {ds.input = "l3"},
                               %sb: tensor<6x10xbf16> {ds.input = "sb"})
-    -> (tensor<f32> {ds.output = "a"}, tensor<f32> {ds.output = "b"}, tensor<bf16> {ds.output = "c"}) {
+    -> (tensor<f32> {ds.output = "a"}, tensor<f32> {ds.output = "b"}, tensor<f32> {ds.output = "c"}) {
   %a, %pa = ds.softmax_cross_entropy %s, %l : tensor<6x10xf32>, tensor<6xi64>
   %b, %pb = ds.softmax_cross_entropy %s3, %l3 : tensor<2x10x4xf32>, tensor<2x4xi64>
   %c, %pc = ds.softmax_cross_entropy %sb, %l : tensor<6x10xbf16>, tensor<6xi64>
-  return %a, %b, %c : tensor<f32>, tensor<f32>, tensor<bf16>
+  return %a, %b, %c : tensor<f32>, tensor<f32>, tensor<f32>
 }
 
 // -----

@@ -10,7 +10,8 @@
 // Z1-SAME: %arg0: tensor<6x6xbf16> {{{.*}}ds.param = #ds.param<name = "w"
 // Z1-SAME: tensor<18xf32> {{{.*}}ds.state = #ds.state<optimizer, role = "master", param = "w">}
 // Z1: ds.reduce_scatter_bucket {{.*}} : tensor<36xbf16>, tensor<6xbf16> -> tensor<18xbf16>, tensor<3xbf16>,
-// Z1: %[[MASTER:.*]], %{{.*}}, %{{.*}} = ds.adamw {{.*}} : tensor<f32>, tensor<i64>, tensor<18xf32>, tensor<18xf32>, tensor<18xf32>, tensor<18xf32>
+// The update reads the bf16 gradient shard as it is (no f32 copy).
+// Z1: %[[MASTER:.*]], %{{.*}}, %{{.*}} = ds.adamw {{.*}} : tensor<f32>, tensor<i64>, tensor<18xf32>, tensor<18xbf16>, tensor<18xf32>, tensor<18xf32>
 // Z1: %[[WORK:.*]] = ds.cast %[[MASTER]] {{.*}}: tensor<18xf32> to tensor<18xbf16>
 // Z1: ds.all_gather_bucket %[[WORK]], %{{.*}} : tensor<18xbf16>, tensor<3xbf16> -> tensor<36xbf16>, tensor<6xbf16>,
 

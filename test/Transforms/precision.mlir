@@ -36,12 +36,18 @@
 // BF16: %[[LNW:.*]] = ds.cast %arg4 : tensor<6xbf16> to tensor<6xf32>
 // BF16: %[[LNB:.*]] = ds.cast %arg5 : tensor<6xbf16> to tensor<6xf32>
 // BF16: %result, %mean, %inv_std_dev = ds.layer_norm %[[LNX]], %[[LNW]], %[[LNB]] {{.*}}: tensor<4x6xf32>, tensor<6xf32>, tensor<6xf32>
-// The loss reads f32 from the layer norm directly (no round trip).
-// BF16: %loss, %log_prob = ds.softmax_cross_entropy %result, %arg1
+// The loss reads the 16-bit scores (Ds_Loss16): the layer norm's result is
+// rounded once; the loss is f32, the saved log-probabilities bf16.
+// BF16: %[[SCORES:.*]] = ds.cast %result : tensor<4x6xf32> to tensor<4x6xbf16>
+// BF16: %loss, %log_prob = ds.softmax_cross_entropy %[[SCORES]], %arg1 {{.*}}: tensor<4x6xbf16>, tensor<4xi64>
+// Its gradient reads the bf16 log-probabilities and the f32 loss gradient
+// and writes a bf16 scores gradient.
+// BF16: %[[DSC:.*]] = ds.softmax_cross_entropy_grad %{{.*}}, %log_prob, %arg1 {{.*}}: tensor<f32>, tensor<4x6xbf16>, tensor<4xi64>
 // The backward casts the bf16 activation again where it reads it, so no
 // f32 copy lives from forward to backward.
 // BF16: %[[LNX2:.*]] = ds.cast %[[GELU]] : tensor<4x6xbf16> to tensor<4x6xf32>
-// BF16: %input_grad, %scale_grad, %bias_grad = ds.layer_norm_grad %[[LNX2]], {{.*}}, %mean, %inv_std_dev
+// BF16: %[[DSC32:.*]] = ds.cast %[[DSC]] : tensor<4x6xbf16> to tensor<4x6xf32>
+// BF16: %input_grad, %scale_grad, %bias_grad = ds.layer_norm_grad %[[LNX2]], {{.*}}, %mean, %inv_std_dev, %[[DSC32]]
 // BF16: %[[DX:.*]] = ds.cast %input_grad : tensor<4x6xf32> to tensor<4x6xbf16>
 // BF16: ds.add %arg{{[78]}}, %{{.*}} : tensor<6xbf16>, tensor<6xbf16>
 // BF16: %[[DW:.*]] = ds.matmul %[[X]], %{{.*}} {{{.*}}transpose_lhs} : tensor<4x6xbf16>, tensor<4x6xbf16>

@@ -67,6 +67,7 @@ StringRef dsopt::ds::getComputePrecisionName(ComputePrecision precision) {
   case ComputePrecision::Compute16: return "16-bit";
   case ComputePrecision::Accumulate32: return "16-bit, f32 accumulation";
   case ComputePrecision::ComputeF32: return "f32";
+  case ComputePrecision::Loss16: return "16-bit scores, f32 rows and loss";
   case ComputePrecision::KeepTypes: return "types kept";
   }
   llvm_unreachable("unknown compute precision");
@@ -80,6 +81,8 @@ dsopt::ds::getComputePrecision(OperationName name) {
     return ComputePrecision::Accumulate32;
   if (name.hasTrait<PrecisionTrait::ComputeF32>())
     return ComputePrecision::ComputeF32;
+  if (name.hasTrait<PrecisionTrait::Loss16>())
+    return ComputePrecision::Loss16;
   if (name.hasTrait<PrecisionTrait::KeepTypes>())
     return ComputePrecision::KeepTypes;
   // Upstream's shard.all_reduce, as ds-tensor-parallel inserts it (the sum

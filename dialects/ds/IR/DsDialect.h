@@ -147,9 +147,15 @@ std::optional<int64_t> getDeviceGridAxis(mlir::Operation *grid,
 
 namespace dsopt::ds {
 /// Where an op computes in mixed-precision training (the traits
-/// Ds_Compute16, Ds_Accumulate32, Ds_ComputeF32, Ds_KeepTypes of
+/// Ds_Compute16, Ds_Accumulate32, Ds_ComputeF32, Ds_Loss16, Ds_KeepTypes of
 /// DsInterfaces.td).
-enum class ComputePrecision { Compute16, Accumulate32, ComputeF32, KeepTypes };
+enum class ComputePrecision {
+  Compute16,
+  Accumulate32,
+  ComputeF32,
+  Loss16,
+  KeepTypes
+};
 
 /// The name of a compute precision as docs/passes.md's table shows it.
 llvm::StringRef getComputePrecisionName(ComputePrecision precision);
@@ -171,6 +177,8 @@ class Accumulate32
 template <typename ConcreteType>
 class ComputeF32 : public mlir::OpTrait::TraitBase<ConcreteType, ComputeF32> {
 };
+template <typename ConcreteType>
+class Loss16 : public mlir::OpTrait::TraitBase<ConcreteType, Loss16> {};
 template <typename ConcreteType>
 class KeepTypes : public mlir::OpTrait::TraitBase<ConcreteType, KeepTypes> {};
 } // namespace PrecisionTrait

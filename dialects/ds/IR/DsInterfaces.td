@@ -256,6 +256,14 @@ def Ds_Accumulate32 : Ds_PrecisionTrait<"Accumulate32">;
 // optimizer. 16-bit operands are cast to f32 before the op; a result that
 // a 16-bit op reads is cast to the 16-bit type after it.
 def Ds_ComputeF32 : Ds_PrecisionTrait<"ComputeF32">;
+// A loss over class scores: the float operands of the op's highest rank (the
+// scores [N, C, d...] and their log-probabilities) are read in the 16-bit
+// type, the others (the loss or its gradient, class weights) in f32; results
+// of that rank (log-probabilities, the scores' gradient) are 16-bit, the
+// loss is f32. The kernel computes each row in f32, so no f32 copy of the
+// scores exists, and backward reads the 16-bit log-probabilities, as
+// PyTorch's cross-entropy on 16-bit logits saves them.
+def Ds_Loss16 : Ds_PrecisionTrait<"Loss16">;
 // Types as built: constants (a cast of one folds into a constant of the
 // new type) and the ops later passes insert on already typed values.
 def Ds_KeepTypes : Ds_PrecisionTrait<"KeepTypes">;

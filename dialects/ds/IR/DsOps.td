@@ -519,13 +519,15 @@ def Ds_DropoutOp : Ds_Op<"dropout", [Ds_Compute16, InferTypeOpAdaptor, Ds_VJP]> 
 //===----------------------------------------------------------------------===//
 
 def Ds_SoftmaxCrossEntropyOp : Ds_Op<"softmax_cross_entropy",
-    [Ds_ComputeF32, InferTypeOpAdaptor, Ds_VJP], ["getWorkspaceBytes"]> {
+    [Ds_Loss16, InferTypeOpAdaptor, Ds_VJP], ["getWorkspaceBytes"]> {
   let summary = "softmax cross-entropy of class scores against labels";
   let description = [{
     ONNX SoftmaxCrossEntropyLoss: scores [N, C, d...], labels [N, d...],
     optional per-class weights [C]. `log_prob` (log-softmax over C) is a
     result because backward needs it. Labels equal to `ignore_index`
-    contribute nothing and do not count towards the mean.
+    contribute nothing and do not count towards the mean. With bf16/fp16
+    scores, `log_prob` has their type and the loss is f32 (each row is
+    computed in f32).
   }];
   let arguments = (ins Ds_FloatTensor:$scores, Ds_IndexTensor:$labels,
                    Optional<Ds_FloatTensor>:$weights,
@@ -704,7 +706,7 @@ def Ds_BatchNormGradOp : Ds_Op<"batch_norm_grad", [Ds_ComputeF32, InferTypeOpAda
 }
 
 def Ds_SoftmaxCrossEntropyGradOp : Ds_Op<"softmax_cross_entropy_grad",
-    [Ds_ComputeF32, InferTypeOpAdaptor]> {
+    [Ds_Loss16, InferTypeOpAdaptor]> {
   let summary = "gradient of softmax cross-entropy with respect to the scores";
   let description = [{
     `loss_grad` * (softmax - onehot(label)), weighted, zero for ignored

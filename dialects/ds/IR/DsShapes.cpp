@@ -147,10 +147,13 @@ LogicalResult checkLossOperands(std::optional<Location> loc, StringRef what,
 LogicalResult inferLoss(std::optional<Location> loc, StringRef what,
                         RankedTensorType scores, RankedTensorType labels,
                         RankedTensorType weights, LossReduction reduction,
-                        Types &types) {
+                        Types &types, bool f32LossOf16Bit = false) {
   if (failed(checkLossOperands(loc, what, scores, labels, weights)))
     return failure();
+  // A loss computed in f32 from 16-bit scores is f32 (Ds_Loss16).
   Type element = scores.getElementType();
+  if (f32LossOf16Bit && element.getIntOrFloatBitWidth() == 16)
+    element = Float32Type::get(element.getContext());
   if (reduction == LossReduction::none)
     types.push_back(RankedTensorType::get(labels.getShape(), element));
   else
@@ -165,20 +168,38 @@ LogicalResult checkScalar(std::optional<Location> loc, StringRef what,
   return success();
 }
 
+/// The operands of an optimizer update, {param, grad, states...}: every
+/// state has the parameter's type; so does the gradient, or it is the
+/// 16-bit gradient of an f32 parameter (mixed precision: the kernel converts
+/// each element, so no f32 copy of the gradient exists).
+LogicalResult checkUpdateOperands(std::optional<Location> loc, StringRef what,
+                                  ValueRange states) {
+  RankedTensorType param = tensorType(states.front());
+  for (auto [i, state] : llvm::enumerate(states.drop_front())) {
+    RankedTensorType type = tensorType(state);
+    if (type == param)
+      continue;
+    if (i == 0 && param && type && param.getElementType().isF32() &&
+        type.getShape() == param.getShape() &&
+        (type.getElementType().isBF16() || type.getElementType().isF16()))
+      continue;
+    return fail(loc, what + " gradient and state tensors must all have the "
+                            "parameter's type (or, for an f32 parameter, a "
+                            "bf16/f16 gradient of its shape)");
+  }
+  return success();
+}
+
 /// Result types of an optimizer step: each updated state has the parameter's
 /// type, and every state must match the parameter.
 LogicalResult inferOptimizer(std::optional<Location> loc, StringRef what,
                              Value lr, Value step, ValueRange states,
                              unsigned numResults, Types &types) {
   if (failed(checkScalar(loc, what, "lr", tensorType(lr))) ||
-      failed(checkScalar(loc, what, "step", tensorType(step))))
+      failed(checkScalar(loc, what, "step", tensorType(step))) ||
+      failed(checkUpdateOperands(loc, what, states)))
     return failure();
-  Type paramType = states.front().getType();
-  for (Value state : states.drop_front())
-    if (state.getType() != paramType)
-      return fail(loc, what + " gradient and state tensors must all have the "
-                              "parameter's type");
-  types.append(numResults, paramType);
+  types.append(numResults, states.front().getType());
   return success();
 }
 } // namespace
@@ -562,7 +583,8 @@ LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
       adaptor.getWeights() ? tensorType(adaptor.getWeights()) : nullptr;
   if (failed(inferLoss(loc, "softmax_cross_entropy", scores,
                        tensorType(adaptor.getLabels()), weights,
-                       reductionOf(adaptor.getReductionAttr()), types)))
+                       reductionOf(adaptor.getReductionAttr()), types,
+                       /*f32LossOf16Bit=*/true)))
     return failure();
   types.push_back(scores);
   return success();
@@ -705,11 +727,9 @@ LogicalResult inferUpdate(std::optional<Location> loc, StringRef what,
   };
   if (!scalar(lr) || (step && !scalar(step)))
     return emitOptionalError(loc, what + " lr and step must be scalars");
+  if (failed(checkUpdateOperands(loc, what, states)))
+    return failure();
   Type param = states.front().getType();
-  for (Value state : states.drop_front())
-    if (state.getType() != param)
-      return emitOptionalError(loc, what + " gradient and state tensors must "
-                                           "all have the parameter's type");
   // The gradient is not a result.
   types.push_back(param);
   types.append(states.size() - 2, param);

@@ -316,7 +316,9 @@ int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx);
 // allowed (param_out may be param, and so on). lr is an f32 scalar tensor
 // (the schedule's value for this step), step an i64 scalar (1 for the first
 // update; adamw and sgd throw for a step below 1). Semantics are PyTorch's
-// (torch.optim), which DeepSpeed follows.
+// (torch.optim), which DeepSpeed follows. The gradient has the parameter's
+// type, or is the bf16/f16 gradient of an f32 parameter (mixed precision's
+// f32 master weights), converted to f32 an element at a time.
 //===----------------------------------------------------------------------===//
 
 // Adam / AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;

@@ -1,5 +1,7 @@
 // Losses: softmax cross-entropy (with its log-probabilities) and negative
-// log-likelihood, ONNX semantics, and their gradients. Labels are checked
+// log-likelihood, ONNX semantics, and their gradients. bf16/fp16 scores are
+// read a row at a time into f32; their loss may be f32 (ds-precision keeps
+// it so) and the gradient reads an f32 or 16-bit loss gradient. Labels are checked
 // before anything is written; per-sample losses are reduced in f64 in a
 // fixed order, so the result does not depend on the thread count. Per-sample
 // weights are recomputed from the labels; only softmax cross-entropy over
@@ -55,13 +57,19 @@ inline double sample_weight(const Tensor &labels, const Tensor *weights, int64_t
   return w;
 }
 
+// Writes `value` into element i of `loss`, in its type (the scores' type,
+// or f32 for 16-bit scores).
+inline void store_loss(const Tensor &loss, int64_t i, double value) {
+  dispatch_float("loss", loss.dtype, [&](auto tag) {
+    using L = typename decltype(tag)::type;
+    loss.as<L>()[i] = from_float<L>(static_cast<float>(value));
+  });
+}
+
 // Writes a sum or mean of per-sample losses into the scalar `loss`.
 void write_total(const Tensor &loss, double total, double weight_total, Reduction reduction) {
   // A mean over no counted sample is 0 / 0 = NaN, as in ONNX and PyTorch.
-  float value = static_cast<float>(reduction == Reduction::Mean ? total / weight_total : total);
-  dispatch_float("loss", loss.dtype,
-                 [&](auto tag) { loss.as<typename decltype(tag)::type>()[0] = from_float<
-                                     typename decltype(tag)::type>(value); });
+  store_loss(loss, 0, reduction == Reduction::Mean ? total / weight_total : total);
 }
 
 
@@ -90,7 +98,7 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
     using T = typename decltype(tag)::type;
     const T *x = scores.as<T>();
     T *lp = log_prob.as<T>();
-    T *per_sample = reduction == Reduction::None ? loss.as<T>() : nullptr;
+    const Tensor *per_sample = reduction == Reduction::None ? &loss : nullptr;
     const int64_t rows_per_block = (rows + blocks - 1) / blocks;
     parallel_for(
         s, blocks, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, c * rows_per_block)),
@@ -104,7 +112,7 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
           weight_total += w;
           if (c == 0) {
             if (per_sample)
-              per_sample[r] = from_float<T>(0.0f);
+              store_loss(*per_sample, r, 0.0);
             continue;
           }
           const int64_t n = r / d, j = r % d, base = n * c * d + j;
@@ -150,7 +158,7 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
           }
           total += sample;
           if (per_sample)
-            per_sample[r] = from_float<T>(static_cast<float>(sample));
+            store_loss(*per_sample, r, sample);
         }
         block_total[blk] = total;
         block_weight[blk] = weight_total;
@@ -179,7 +187,7 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
   dispatch_float(kernel, log_prob.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *lp = log_prob.as<T>();
-    T *per_sample = reduction == Reduction::None ? loss.as<T>() : nullptr;
+    const bool per_sample = reduction == Reduction::None;
     for (int64_t r = 0, rows = ls.n * ls.d; r < rows; ++r) {
       const double w = sample_weight(labels, weights, r, has_ignore_index, ignore_index);
       double sample = 0.0;
@@ -190,7 +198,7 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
       total += sample;
       weight_total += w;
       if (per_sample)
-        per_sample[r] = from_float<T>(static_cast<float>(sample));
+        store_loss(loss, r, sample);
     }
   });
   if (reduction != Reduction::None)

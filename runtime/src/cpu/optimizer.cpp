@@ -30,37 +30,55 @@ Scalars check_optimizer(const char *kernel, const Tensor &lr, const Tensor *step
   return sc;
 }
 
+// Input I of an update at element i in f32: input 1, the gradient, has
+// type G (the parameter's, or bf16/f16 for an f32 parameter), the others T.
+template <typename T, typename G, size_t I> inline float load_input(const void *p, int64_t i) {
+  using E = std::conditional_t<I == 1, G, T>;
+  return Elem<E>::load(static_cast<const E *>(p)[i]);
+}
+
 // Elements [begin, end) of an update: f(in_0[i], ..., out_0[i], ...), inputs
 // by value and outputs by reference. The operand pointers are indexed by
 // compile-time constants only, so the loop vectorizes with plain loads and
 // stores. `omp simd` is sound although an output may be an input (in place):
 // element i of the outputs depends only on element i of the inputs.
-template <typename T, typename F, size_t In, size_t Out, size_t... I, size_t... O>
-void update_range(F &f, const T *const (&ip)[In], T *const (&op)[Out], int64_t begin,
+template <typename T, typename G, typename F, size_t In, size_t Out, size_t... I, size_t... O>
+void update_range(F &f, const void *const (&ip)[In], T *const (&op)[Out], int64_t begin,
                   int64_t end, std::index_sequence<I...>, std::index_sequence<O...>) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
     float out[Out];
-    f(Elem<T>::load(ip[I][i])..., out[O]...);
+    f(load_input<T, G, I>(ip[I], i)..., out[O]...);
     ((op[O][i] = Elem<T>::store(out[O])), ...);
   }
 }
 
-// Runs f(inputs..., outputs...) over every element in f32.
+// Runs f(inputs..., outputs...) over every element in f32; inputs[1] is the
+// gradient (of type T, or bf16/f16 with T = float, checked).
 template <typename T, int In, int Out, typename F>
 void update(const Stream &s, const Tensor *const (&inputs)[In], const Tensor *const (&outputs)[Out],
             F f) {
   const int64_t n = inputs[0]->numel();
-  parallel_for(s, n, kGrainElementwise, [&](int64_t begin, int64_t end) {
-    const T *ip[In];
-    T *op[Out];
-    for (int k = 0; k < In; ++k)
-      ip[k] = inputs[k]->template as<T>();
-    for (int k = 0; k < Out; ++k)
-      op[k] = outputs[k]->template as<T>();
-    update_range<T>(f, ip, op, begin, end, std::make_index_sequence<In>(),
-                    std::make_index_sequence<Out>());
-  });
+  auto run = [&](auto grad_tag) {
+    using G = typename decltype(grad_tag)::type;
+    parallel_for(s, n, kGrainElementwise, [&](int64_t begin, int64_t end) {
+      const void *ip[In];
+      T *op[Out];
+      for (int k = 0; k < In; ++k)
+        ip[k] = inputs[k]->data;
+      for (int k = 0; k < Out; ++k)
+        op[k] = outputs[k]->template as<T>();
+      update_range<T, G>(f, ip, op, begin, end, std::make_index_sequence<In>(),
+                         std::make_index_sequence<Out>());
+    });
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    if (inputs[1]->dtype == DType::BF16)
+      return run(TypeTag<bfloat_t>{});
+    if (inputs[1]->dtype == DType::F16)
+      return run(TypeTag<half_t>{});
+  }
+  run(TypeTag<T>{});
 }
 
 }  // namespace

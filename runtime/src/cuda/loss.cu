@@ -9,7 +9,10 @@
 // weights (one block) into the stream's scratch, which the per-element
 // kernel then reads. Labels outside [0, C) that are not the ignored value
 // are reported through the device error word (thrown by the next
-// synchronize) and count as ignored. No workspace is used.
+// synchronize) and count as ignored. No workspace is used. bf16/fp16
+// scores are read and reduced in f32 a row at a time; their loss (and its
+// gradient) may be f32, and the NLL reads the 16-bit log_prob, as PyTorch's
+// cross-entropy on 16-bit scores does.
 #include "cuda/common.cuh"
 
 namespace dsrt {
@@ -100,18 +103,18 @@ __device__ inline double sample_loss(const T *lp, const Labels<I> &lb, int64_t r
 }
 
 template <typename T, typename I>
-__global__ void nll_per_sample_kernel(const T *lp, Labels<I> lb, T *loss, int64_t rows,
-                                      int64_t d) {
+__global__ void nll_per_sample_kernel(const T *lp, Labels<I> lb, void *loss, DType loss_dtype,
+                                      int64_t rows, int64_t d) {
   DSRT_GRID_STRIDE(r, rows) {
     double w;
-    loss[r] = st<T>(static_cast<float>(sample_loss(lp, lb, r, d, w)));
+    store_any(loss, loss_dtype, r, static_cast<float>(sample_loss(lp, lb, r, d, w)));
   }
 }
 
 // One block: the sum (or weighted mean) of every sample's loss, in f64.
 template <typename T, typename I>
-__global__ void nll_total_kernel(const T *lp, Labels<I> lb, T *loss, int64_t rows, int64_t d,
-                                 bool mean) {
+__global__ void nll_total_kernel(const T *lp, Labels<I> lb, void *loss, DType loss_dtype,
+                                 int64_t rows, int64_t d, bool mean) {
   __shared__ double shared[32];
   double total = 0.0, weight_total = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -123,7 +126,7 @@ __global__ void nll_total_kernel(const T *lp, Labels<I> lb, T *loss, int64_t row
   weight_total = block_sum(weight_total, shared);
   // A mean over no counted sample is 0 / 0 = NaN, as in ONNX and PyTorch.
   if (threadIdx.x == 0)
-    loss[0] = st<T>(static_cast<float>(mean ? total / weight_total : total));
+    store_any(loss, loss_dtype, 0, static_cast<float>(mean ? total / weight_total : total));
 }
 
 template <typename T, typename I>
@@ -133,10 +136,10 @@ void nll_forward(cudaStream_t stream, const Tensor &log_prob, const Labels<I> &l
   if (reduction == Reduction::None) {
     if (rows > 0)
       nll_per_sample_kernel<T, I><<<blocks_for(rows), kThreads, 0, stream>>>(
-          log_prob.as<T>(), lb, loss.as<T>(), rows, ls.d);
+          log_prob.as<T>(), lb, loss.data, loss.dtype, rows, ls.d);
   } else {
-    nll_total_kernel<T, I><<<1, 1024, 0, stream>>>(log_prob.as<T>(), lb, loss.as<T>(), rows,
-                                                    ls.d, reduction == Reduction::Mean);
+    nll_total_kernel<T, I><<<1, 1024, 0, stream>>>(log_prob.as<T>(), lb, loss.data, loss.dtype,
+                                                    rows, ls.d, reduction == Reduction::Mean);
   }
 }
 
@@ -211,35 +214,40 @@ __global__ void weight_total_kernel(Labels<I> lb, int64_t rows, double *divisor)
 
 // The gradient coefficient of sample r: dloss (per sample, or the scalar)
 // times its weight over the divisor (1 unless a mean); 0 when ignored.
-template <typename T, typename I>
-__device__ inline float coefficient(const Labels<I> &lb, const T *dloss, bool per_sample,
-                                    const double *divisor, int64_t r) {
+template <typename I>
+__device__ inline float coefficient(const Labels<I> &lb, const void *dloss, DType dloss_dtype,
+                                    bool per_sample, const double *divisor, int64_t r) {
   const int64_t l = lb.label(r);
   if (lb.has_ignore && l == lb.ignore)
     return 0.0f;
-  const double dl = ld(dloss[per_sample ? r : 0]);
+  const double dl = load_any(dloss, dloss_dtype, per_sample ? r : 0);
   return static_cast<float>(dl * lb.weight(r) / (divisor ? *divisor : 1.0));
 }
 
 // dscores = coef * (exp(log_prob) - onehot(label)), one thread per element.
 template <typename T, typename I>
-__global__ void softmax_cross_entropy_grad_kernel(const T *dloss, const T *lp, Labels<I> lb,
-                                                  T *dscores, int64_t total, int64_t d,
-                                                  bool per_sample, const double *divisor) {
+__global__ void softmax_cross_entropy_grad_kernel(const void *dloss, DType dloss_dtype,
+                                                  const T *lp, Labels<I> lb, T *dscores,
+                                                  int64_t total, int64_t d, bool per_sample,
+                                                  const double *divisor) {
   DSRT_GRID_STRIDE(e, total) {
     const int64_t j = e % d, k = (e / d) % lb.c, n = e / (d * lb.c), r = n * d + j;
     const float hot = lb.label(r) == k ? 1.0f : 0.0f;
-    dscores[e] = st<T>(coefficient(lb, dloss, per_sample, divisor, r) * (expf(ld(lp[e])) - hot));
+    dscores[e] = st<T>(coefficient(lb, dloss, dloss_dtype, per_sample, divisor, r) *
+                       (expf(ld(lp[e])) - hot));
   }
 }
 
 // dlog_prob = -coef at each counted label, 0 elsewhere.
 template <typename T, typename I>
-__global__ void nll_loss_grad_kernel(const T *dloss, Labels<I> lb, T *dlp, int64_t total,
-                                     int64_t d, bool per_sample, const double *divisor) {
+__global__ void nll_loss_grad_kernel(const void *dloss, DType dloss_dtype, Labels<I> lb, T *dlp,
+                                     int64_t total, int64_t d, bool per_sample,
+                                     const double *divisor) {
   DSRT_GRID_STRIDE(e, total) {
     const int64_t j = e % d, k = (e / d) % lb.c, n = e / (d * lb.c), r = n * d + j;
-    dlp[e] = st<T>(lb.label(r) == k ? -coefficient(lb, dloss, per_sample, divisor, r) : 0.0f);
+    dlp[e] = st<T>(lb.label(r) == k
+                       ? -coefficient(lb, dloss, dloss_dtype, per_sample, divisor, r)
+                       : 0.0f);
   }
 }
 
@@ -279,7 +287,7 @@ void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &lo
           labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c);
       with_divisor(s, stream, lb, ls.n * ls.d, reduction, [&](const double *divisor) {
         softmax_cross_entropy_grad_kernel<T, I><<<blocks_for(total), kThreads, 0, stream>>>(
-            dloss.as<T>(), log_prob.as<T>(), lb, dscores.as<T>(), total, ls.d,
+            dloss.data, dloss.dtype, log_prob.as<T>(), lb, dscores.as<T>(), total, ls.d,
             reduction == Reduction::None, divisor);
       });
     });
@@ -305,7 +313,8 @@ void nll_loss_grad(Stream &s, const Tensor &dloss, const Tensor &labels, const T
           labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c);
       with_divisor(s, stream, lb, ls.n * ls.d, reduction, [&](const double *divisor) {
         nll_loss_grad_kernel<T, I><<<blocks_for(total), kThreads, 0, stream>>>(
-            dloss.as<T>(), lb, dlog_prob.as<T>(), total, ls.d, reduction == Reduction::None,
+            dloss.data, dloss.dtype, lb, dlog_prob.as<T>(), total, ls.d,
+            reduction == Reduction::None,
             divisor);
       });
     });

@@ -5,7 +5,9 @@
 // in f64, as torch.optim) itself, so nothing is read back to the host. A
 // step below 1 for adamw and sgd is reported through the device error word.
 // Every element's inputs are read before its outputs are written, so the
-// outputs may be the inputs.
+// outputs may be the inputs. The gradient has the parameter's type, or is
+// the bf16/f16 gradient of an f32 parameter (mixed precision), converted an
+// element at a time.
 #include "cuda/common.cuh"
 
 namespace dsrt {
@@ -13,6 +15,13 @@ namespace dsrt {
 using namespace detail;
 
 namespace {
+
+// The gradient as the kernels read it: element i in f32, whatever its type.
+struct GradIn {
+  const void *data;
+  DType dtype;
+  __device__ float operator[](int64_t i) const { return load_any(data, dtype, i); }
+};
 
 // lr (any float type) and step (i64, may be absent) as the kernels read them.
 struct StepScalars {
@@ -65,9 +74,9 @@ struct AdamScalars {
   }
   // Element i of one tensor.
   template <typename T>
-  __device__ void update(const T *param, const T *grad, const T *m, const T *v, T *param_out,
+  __device__ void update(const T *param, GradIn grad, const T *m, const T *v, T *param_out,
                          T *m_out, T *v_out, int64_t i) const {
-    const float p = ld(param[i]), g = ld(grad[i]) + l2 * p;
+    const float p = ld(param[i]), g = grad[i] + l2 * p;
     const float m1 = b1 * ld(m[i]) + c1 * g;
     const float v1 = b2 * ld(v[i]) + c2 * g * g;
     const float denom = sqrtf(v1) / bc2_sqrt + epsilon;
@@ -78,7 +87,7 @@ struct AdamScalars {
 };
 
 template <typename T>
-__global__ void adamw_kernel(StepScalars sc, const T *param, const T *grad, const T *m,
+__global__ void adamw_kernel(StepScalars sc, const T *param, GradIn grad, const T *m,
                              const T *v, T *param_out, T *m_out, T *v_out, int64_t n,
                              AdamSettings settings, DeviceErrorWord *err, int32_t kid) {
   const AdamScalars a(sc, settings, err, kid);
@@ -94,7 +103,8 @@ __global__ void adamw_kernel(StepScalars sc, const T *param, const T *grad, cons
 // striding over that tensor's elements.
 constexpr int kMultiTensors = 48;
 template <typename T> struct MultiTensorList {
-  const T *param[kMultiTensors], *grad[kMultiTensors], *m[kMultiTensors], *v[kMultiTensors];
+  const T *param[kMultiTensors], *m[kMultiTensors], *v[kMultiTensors];
+  GradIn grad[kMultiTensors];
   T *param_out[kMultiTensors], *m_out[kMultiTensors], *v_out[kMultiTensors];
   int64_t n[kMultiTensors];
 };
@@ -112,7 +122,7 @@ __global__ void adamw_multi_kernel(StepScalars sc, MultiTensorList<T> list, Adam
 }
 
 template <typename T>
-__global__ void sgd_kernel(StepScalars sc, const T *param, const T *grad, const T *velocity,
+__global__ void sgd_kernel(StepScalars sc, const T *param, GradIn grad, const T *velocity,
                            T *param_out, T *velocity_out, int64_t n, float momentum,
                            float dampening, float weight_decay, bool nesterov,
                            DeviceErrorWord *err, int32_t kid) {
@@ -123,7 +133,7 @@ __global__ void sgd_kernel(StepScalars sc, const T *param, const T *grad, const 
   DSRT_GRID_STRIDE(i, n) {
     if (!ok)
       break;
-    const float p = ld(param[i]), g = ld(grad[i]) + weight_decay * p, v = ld(velocity[i]);
+    const float p = ld(param[i]), g = grad[i] + weight_decay * p, v = ld(velocity[i]);
     if (momentum == 0.0f) {
       param_out[i] = st<T>(p - rate * g);
       velocity_out[i] = st<T>(v);  // without momentum the velocity passes through
@@ -138,7 +148,7 @@ __global__ void sgd_kernel(StepScalars sc, const T *param, const T *grad, const 
 }
 
 template <typename T>
-__global__ void lion_kernel(StepScalars sc, const T *param, const T *grad, const T *m,
+__global__ void lion_kernel(StepScalars sc, const T *param, GradIn grad, const T *m,
                             T *param_out, T *m_out, int64_t n, float beta1, float beta2,
                             float weight_decay) {
   const double lr = sc.rate();
@@ -146,7 +156,7 @@ __global__ void lion_kernel(StepScalars sc, const T *param, const T *grad, const
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
   const float c1 = static_cast<float>(1.0 - beta1), c2 = static_cast<float>(1.0 - beta2);
   DSRT_GRID_STRIDE(i, n) {
-    const float p = ld(param[i]), g = ld(grad[i]), m0 = ld(m[i]);
+    const float p = ld(param[i]), g = grad[i], m0 = ld(m[i]);
     const float c = beta1 * m0 + c1 * g;
     // sign(c) as torch.sign: 0 for 0, NaN for NaN.
     const float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c);
@@ -156,7 +166,7 @@ __global__ void lion_kernel(StepScalars sc, const T *param, const T *grad, const
 }
 
 template <typename T>
-__global__ void adam_kernel(StepScalars sc, const T *param, const T *grad, const T *m,
+__global__ void adam_kernel(StepScalars sc, const T *param, GradIn grad, const T *m,
                             const T *v, T *param_out, T *m_out, T *v_out, int64_t n, float alpha,
                             float beta, float epsilon, float norm_coefficient,
                             float norm_coefficient_post) {
@@ -169,7 +179,7 @@ __global__ void adam_kernel(StepScalars sc, const T *param, const T *grad, const
   const float rate = static_cast<float>(r);
   DSRT_GRID_STRIDE(i, n) {
     const float x = ld(param[i]);
-    const float g = ld(grad[i]) + norm_coefficient * x;
+    const float g = grad[i] + norm_coefficient * x;
     const float v1 = alpha * ld(m[i]) + (1.0f - alpha) * g;
     const float h1 = beta * ld(v[i]) + (1.0f - beta) * g * g;
     const float x1 = x - rate * (v1 / (sqrtf(h1) + epsilon));
@@ -180,7 +190,7 @@ __global__ void adam_kernel(StepScalars sc, const T *param, const T *grad, const
 }
 
 template <typename T>
-__global__ void momentum_kernel(StepScalars sc, const T *param, const T *grad, const T *velocity,
+__global__ void momentum_kernel(StepScalars sc, const T *param, GradIn grad, const T *velocity,
                                 T *param_out, T *velocity_out, int64_t n, float alpha,
                                 float beta, bool nesterov, float norm_coefficient) {
   const float rate = static_cast<float>(sc.rate());
@@ -188,7 +198,7 @@ __global__ void momentum_kernel(StepScalars sc, const T *param, const T *grad, c
   const float beta_t = sc.t() > 0 ? beta : 1.0f;
   DSRT_GRID_STRIDE(i, n) {
     const float x = ld(param[i]);
-    const float g = ld(grad[i]) + norm_coefficient * x;
+    const float g = grad[i] + norm_coefficient * x;
     const float v1 = alpha * ld(velocity[i]) + beta_t * g;
     param_out[i] = st<T>(nesterov ? x - rate * (g + alpha * v1) : x - rate * v1);
     velocity_out[i] = st<T>(v1);
@@ -196,7 +206,7 @@ __global__ void momentum_kernel(StepScalars sc, const T *param, const T *grad, c
 }
 
 template <typename T>
-__global__ void adagrad_kernel(StepScalars sc, const T *param, const T *grad, const T *acc,
+__global__ void adagrad_kernel(StepScalars sc, const T *param, GradIn grad, const T *acc,
                                T *param_out, T *acc_out, int64_t n, float decay_factor,
                                float epsilon, float norm_coefficient) {
   // r = lr / (1 + t * decay_factor)
@@ -204,7 +214,7 @@ __global__ void adagrad_kernel(StepScalars sc, const T *param, const T *grad, co
       sc.rate() / (1.0 + static_cast<double>(sc.t()) * static_cast<double>(decay_factor)));
   DSRT_GRID_STRIDE(i, n) {
     const float x = ld(param[i]);
-    const float g = ld(grad[i]) + norm_coefficient * x;
+    const float g = grad[i] + norm_coefficient * x;
     const float h1 = ld(acc[i]) + g * g;
     param_out[i] = st<T>(x - rate * g / (sqrtf(h1) + epsilon));
     acc_out[i] = st<T>(h1);
@@ -226,7 +236,7 @@ void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     adamw_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        scalars(lr, &step), param.as<T>(), grad.as<T>(), m.as<T>(), v.as<T>(), param_out.as<T>(),
+        scalars(lr, &step), param.as<T>(), GradIn{grad.data, grad.dtype}, m.as<T>(), v.as<T>(), param_out.as<T>(),
         m_out.as<T>(), v_out.as<T>(), n, AdamSettings{beta1, beta2, epsilon, weight_decay, decoupled},
         device_error_word(), kernel_id(kernel));
   });
@@ -253,7 +263,7 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
       for (int k = 0; k < count; ++k) {
         const int i = first + k;
         list.param[k] = params[i].as<T>();
-        list.grad[k] = grads[i].as<T>();
+        list.grad[k] = GradIn{grads[i].data, grads[i].dtype};
         list.m[k] = ms[i].as<T>();
         list.v[k] = vs[i].as<T>();
         list.param_out[k] = params_out[i].as<T>();
@@ -286,7 +296,7 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     sgd_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        scalars(lr, &step), param.as<T>(), grad.as<T>(), velocity.as<T>(), param_out.as<T>(),
+        scalars(lr, &step), param.as<T>(), GradIn{grad.data, grad.dtype}, velocity.as<T>(), param_out.as<T>(),
         velocity_out.as<T>(), n, momentum, dampening, weight_decay, nesterov,
         device_error_word(), kernel_id(kernel));
   });
@@ -305,7 +315,7 @@ void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, 
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     lion_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        scalars(lr, nullptr), param.as<T>(), grad.as<T>(), m.as<T>(), param_out.as<T>(),
+        scalars(lr, nullptr), param.as<T>(), GradIn{grad.data, grad.dtype}, m.as<T>(), param_out.as<T>(),
         m_out.as<T>(), n, beta1, beta2, weight_decay);
   });
   check_launch(kernel);
@@ -325,7 +335,7 @@ void adam(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param, 
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     adam_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        scalars(lr, &step), param.as<T>(), grad.as<T>(), m.as<T>(), v.as<T>(), param_out.as<T>(),
+        scalars(lr, &step), param.as<T>(), GradIn{grad.data, grad.dtype}, m.as<T>(), v.as<T>(), param_out.as<T>(),
         m_out.as<T>(), v_out.as<T>(), n, alpha, beta, epsilon, norm_coefficient,
         norm_coefficient_post);
   });
@@ -345,7 +355,7 @@ void momentum(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &par
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     momentum_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        scalars(lr, &step), param.as<T>(), grad.as<T>(), velocity.as<T>(), param_out.as<T>(),
+        scalars(lr, &step), param.as<T>(), GradIn{grad.data, grad.dtype}, velocity.as<T>(), param_out.as<T>(),
         velocity_out.as<T>(), n, alpha, beta, mode == MomentumMode::Nesterov, norm_coefficient);
   });
   check_launch(kernel);
@@ -364,7 +374,7 @@ void adagrad(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &para
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     adagrad_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        scalars(lr, &step), param.as<T>(), grad.as<T>(), accumulator.as<T>(), param_out.as<T>(),
+        scalars(lr, &step), param.as<T>(), GradIn{grad.data, grad.dtype}, accumulator.as<T>(), param_out.as<T>(),
         accumulator_out.as<T>(), n, decay_factor, epsilon, norm_coefficient);
   });
   check_launch(kernel);

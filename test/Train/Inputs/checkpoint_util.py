@@ -12,6 +12,8 @@
   safetensors FILE ONNX      FILE (read here, by the format's definition)
                              holds exactly ONNX's initializers of the same names
   same-initializers A B      two ONNX models' initializers are bit-identical
+  loss-scales LOG            each logged step's loss_scale ("none" for a
+                             step without one: a run that does not scale)
 """
 import json
 import struct
@@ -131,6 +133,14 @@ def main():
             if a[name].tobytes() != b[name].tobytes():
                 sys.exit(f"{name} differs")
         print(f"{len(a)} initializers equal")
+    elif cmd == "loss-scales":
+        with open(args[0]) as f:
+            steps = [json.loads(line) for line in f]
+        steps = [e for e in steps if "step" in e]
+        if not steps:
+            sys.exit(f"{args[0]} logs no step")
+        for e in steps:
+            print(f"step {e['step']}: loss_scale {e.get('loss_scale', 'none')}")
     else:
         sys.exit(__doc__)
 
