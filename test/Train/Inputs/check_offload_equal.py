@@ -45,7 +45,8 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none
 # pread/pwrite, as where O_DIRECT and io_uring are refused).
 CASES = [(precision, dp, stage,
           ("cpu", "nvme") + (("nvme-fallback",) if dp == 1 else ())
-          if precision == "fp32" and stage != 2 else ("cpu",),
+          if precision == "fp32" and stage != 2 else
+          ("cpu", "nvme") if dp == 1 else ("cpu",),
           precision == "fp32" and dp == 2 and stage == 2)
          for precision in ("fp32", "bf16")
          for dp, stage in ((1, 1), (2, 1), (2, 2), (2, 3))]
