@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <fstream>
 #include <memory>
 #include <omp.h>
@@ -388,15 +389,15 @@ void set_file_space_dir(ProgramInfo &info, const char *dir) { info.file_space_di
 
 void set_file_space_io(ProgramInfo &info, int64_t block_size, int64_t queue_depth,
                        int64_t intra_op_parallelism, bool single_submit, bool overlap_events) {
-  if (queue_depth < 1 || queue_depth > 4096 || intra_op_parallelism < 1 ||
-      intra_op_parallelism > 64)
-    throw Error("dsrt::set_file_space_io: aio.queue_depth " + std::to_string(queue_depth) +
-                " must be in [1, 4096] and aio.intra_op_parallelism " +
-                std::to_string(intra_op_parallelism) + " in [1, 64]");
+  // Clamped to int; check_file_io_options names what is out of range.
+  auto count = [](int64_t v) {
+    return static_cast<int>(std::clamp<int64_t>(v, std::numeric_limits<int>::min(),
+                                                std::numeric_limits<int>::max()));
+  };
   FileIOOptions io;
   io.block_size = block_size;
-  io.queue_depth = static_cast<int>(queue_depth);
-  io.intra_op_parallelism = static_cast<int>(intra_op_parallelism);
+  io.queue_depth = count(queue_depth);
+  io.intra_op_parallelism = count(intra_op_parallelism);
   io.single_submit = single_submit;
   io.overlap_events = overlap_events;
   check_file_io_options(io, "dsrt::set_file_space_io");
