@@ -1423,16 +1423,23 @@ bool ConfigReader::readAio(const json::Value &value) {
   if (!section)
     return false;
   AioConfig &aio = config.aio;
+  // The runtime's I/O engine's bounds (dsrt::check_file_io_options): an
+  // io_uring holds at most 4096 requests; one ring per thread.
   struct Count {
     StringRef key;
     int64_t &out;
-  } counts[] = {{"block_size", aio.blockSize},
-                {"queue_depth", aio.queueDepth},
-                {"intra_op_parallelism", aio.intraOpParallelism}};
+    int64_t max;
+    const char *expected;
+  } counts[] = {
+      {"block_size", aio.blockSize, int64_t(1) << 30,
+       "a positive integer of at most 2^30"},
+      {"queue_depth", aio.queueDepth, 4096, "an integer in [1, 4096]"},
+      {"intra_op_parallelism", aio.intraOpParallelism, 64,
+       "an integer in [1, 64]"}};
   for (Count &count : counts)
     if (const json::Value *v = section->get(count.key))
-      if (!readInteger(*v, ("aio." + count.key).str(), 1, int64_t(1) << 30,
-                       "a positive integer", count.out))
+      if (!readInteger(*v, ("aio." + count.key).str(), 1, count.max,
+                       count.expected, count.out))
         return false;
   // O_DIRECT transfers whole, aligned blocks.
   if (aio.blockSize % 4096 != 0)
@@ -1445,8 +1452,8 @@ bool ConfigReader::readAio(const json::Value &value) {
       return fail("aio.thread_count",
                   "give intra_op_parallelism or its older name thread_count, "
                   "not both");
-    if (!readInteger(*v, "aio.thread_count", 1, int64_t(1) << 30,
-                     "a positive integer", aio.intraOpParallelism))
+    if (!readInteger(*v, "aio.thread_count", 1, 64, "an integer in [1, 64]",
+                     aio.intraOpParallelism))
       return false;
   }
   struct Flag {

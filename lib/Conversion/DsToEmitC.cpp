@@ -331,6 +331,9 @@ public:
   std::string target = "cpu";
   /// Where the file space's file goes by default (offload to NVMe).
   std::string nvmePath;
+  /// The file space's I/O engine (the `aio` block).
+  int64_t aioBlockSize = 1048576, aioQueueDepth = 8, aioIntraOpParallelism = 1;
+  bool aioSingleSubmit = false, aioOverlapEvents = true;
 
 private:
   /// How emitOp spells the integers that differ between repeats.
@@ -2070,6 +2073,12 @@ void ProgramBuilder::emitSpaces(Value info, ds::MemoryPlanAttr plan) {
   if (plan.getSpaceBytes(ds::MemorySpace::file) > 0 && !nvmePath.empty())
     callVoid("dsrt::set_file_space_dir", {info},
              {index0, literal(cppString(nvmePath))});
+  if (plan.getSpaceBytes(ds::MemorySpace::file) > 0)
+    callVoid("dsrt::set_file_space_io", {info},
+             {index0, i64(aioBlockSize), i64(aioQueueDepth),
+              i64(aioIntraOpParallelism),
+              literal(aioSingleSubmit ? "true" : "false"),
+              literal(aioOverlapEvents ? "true" : "false")});
   llvm::StringSet<> placed;
   for (func::FuncOp each : functions)
     for (unsigned i = 0; i < each.getNumArguments(); ++i) {
@@ -2788,6 +2797,11 @@ struct LowerToEmitCPass
     program.target = target;
     program.modelPath = modelPath;
     program.nvmePath = nvmePath;
+    program.aioBlockSize = aioBlockSize;
+    program.aioQueueDepth = aioQueueDepth;
+    program.aioIntraOpParallelism = aioIntraOpParallelism;
+    program.aioSingleSubmit = aioSingleSubmit;
+    program.aioOverlapEvents = aioOverlapEvents;
     program.prefix = symbolPrefix;
     if (program.modelPath.empty())
       if (auto source = module->getAttrOfType<StringAttr>(

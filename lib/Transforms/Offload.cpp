@@ -134,10 +134,18 @@ private:
       ds::MemorySpace home = resultHome[result.getResultNumber()];
       if (result.use_empty())
         continue;
-      if (home != ds::MemorySpace::host) {
+      if (home == ds::MemorySpace::device) {
         Value copied = transfer(result, ds::MemorySpace::host, home);
         result.replaceAllUsesExcept(copied, copied.getDefiningOp());
         continue;
+      }
+      if (home == ds::MemorySpace::file) {
+        // Written behind: only the function's return takes the file copy
+        // (isWriteBehind); other readers use the host value below.
+        Value copied = transfer(result, ds::MemorySpace::host, home);
+        for (OpOperand &use : llvm::make_early_inc_range(result.getUses()))
+          if (use.getOwner() == terminator)
+            use.set(copied);
       }
       // A state updated in host memory that a device op reads (16-bit
       // training's master weights, cast to the working copy): that op gets

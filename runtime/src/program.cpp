@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <fstream>
 #include <memory>
 #include <omp.h>
@@ -386,6 +387,23 @@ void begin_function(ProgramInfo &info, const char *name, int64_t arena_bytes,
 
 void set_file_space_dir(ProgramInfo &info, const char *dir) { info.file_space_dir = dir; }
 
+void set_file_space_io(ProgramInfo &info, int64_t block_size, int64_t queue_depth,
+                       int64_t intra_op_parallelism, bool single_submit, bool overlap_events) {
+  // Clamped to int; check_file_io_options names what is out of range.
+  auto count = [](int64_t v) {
+    return static_cast<int>(std::clamp<int64_t>(v, std::numeric_limits<int>::min(),
+                                                std::numeric_limits<int>::max()));
+  };
+  FileIOOptions io;
+  io.block_size = block_size;
+  io.queue_depth = count(queue_depth);
+  io.intra_op_parallelism = count(intra_op_parallelism);
+  io.single_submit = single_submit;
+  io.overlap_events = overlap_events;
+  check_file_io_options(io, "dsrt::set_file_space_io");
+  info.file_io = io;
+}
+
 void set_transfer_bytes(ProgramInfo &info, Space from, Space to, int64_t bytes) {
   if (info.functions.empty())
     throw Error("dsrt::set_transfer_bytes: no function begun (begin_function)");
@@ -571,9 +589,21 @@ void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_di
   struct stat st;
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw Error("the file space's directory '" + dir + "' is not a directory (train --nvme-path, else offload_optimizer.nvme_path)");
+  // Every state's write-behind goes to the copy that is not current and
+  // becomes current once complete: a failed write never leaves a state half
+  // old, half new (FileIOOptions::versioned; the file is twice the plan's
+  // file bytes).
+  FileIOOptions io = info.file_io;
+  io.versioned = true;
+  // Before the first step, while nothing is written: the file system must
+  // have room for the whole file space (posix_fallocate would fail too, but
+  // only after allocating what room there is, and naming no sizes).
+  check_room(dir, file_bytes_on_disk(bytes, io),
+             "the file space of rank " + std::to_string(rank) +
+                 " (train --nvme-path, else offload_optimizer.nvme_path)");
   const std::string path = dir + "/dsrt-file-space-" + std::to_string(getpid()) + "-" +
                            std::to_string(rank) + ".bin";
-  spaces.file = std::make_unique<FileStore>(backend().create_file(path, bytes));
+  spaces.file = std::make_unique<FileStore>(backend().create_file(path, bytes, io));
   spaces.file_path = path;
   health::remove_on_stop(path);  // also when SIGTERM ends the run
   p.file_arena = spaces.file.get();

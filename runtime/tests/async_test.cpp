@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -461,6 +462,260 @@ TEST(FileStore, WaitsForItsStreamBeforeRunning) {
   EXPECT_EQ(back, std::vector<char>(64, 'q'));
   store.close();
   ::unlink(path.c_str());
+}
+
+//===--- the I/O engine ------------------------------------------------------===//
+
+// Bytes that differ from offset to offset and from seed to seed.
+std::vector<uint8_t> bytes_of(size_t n, unsigned seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<uint8_t>((i * 131 + seed * 17 + (i >> 9)) & 0xff);
+  return v;
+}
+
+// An aligned buffer of n bytes, and a view of it starting `skew` bytes in.
+struct Aligned {
+  explicit Aligned(size_t n) {
+    void *p = nullptr;
+    EXPECT_EQ(posix_memalign(&p, dsrt::kDirectAlignment, n + dsrt::kDirectAlignment), 0);
+    base = static_cast<uint8_t *>(p);
+  }
+  ~Aligned() { std::free(base); }
+  uint8_t *base = nullptr;
+};
+
+// What this machine allows (a seccomp profile may refuse io_uring, the
+// file system of TMPDIR O_DIRECT): what a store asking for both gets.
+struct Allowed {
+  bool uring = false, direct = false;
+  Allowed() {
+    const std::string path = temp_path("probe");
+    testing::internal::CaptureStderr();  // the fallback notices
+    dsrt::FileStore probe = dsrt::FileStore::create(path, 4096, dsrt::FileIOOptions());
+    testing::internal::GetCapturedStderr();
+    const std::string engine = probe.engine();
+    uring = engine.find("io_uring") != std::string::npos;
+    direct = engine.find("O_DIRECT") != std::string::npos;
+    probe.close();
+    ::unlink(path.c_str());
+  }
+};
+
+// Every engine (io_uring or pread/pwrite, O_DIRECT or the page cache) and
+// every aio setting moves the same bytes: aligned and unaligned buffers,
+// offsets and lengths, neighbours of a partial block left as they were,
+// requests cut at block_size with at most queue_depth in flight.
+TEST(FileIOEngine, RoundTripsForEveryEngineAndSetting) {
+  struct Case {
+    bool uring, direct;
+    int64_t block;
+    int depth, parallel;
+    bool single, overlap;
+  } cases[] = {{true, true, 8192, 4, 1, false, true},   {true, true, 4096, 2, 3, true, true},
+               {true, true, 16384, 3, 1, false, false}, {true, false, 8192, 4, 2, false, true},
+               {false, true, 8192, 2, 1, false, true},  {false, false, 4096, 1, 1, true, false}};
+  const size_t file_bytes = 200000;  // not a multiple of the block: rounded up on disk
+  const Allowed allowed;
+  for (Case c : cases) {
+    dsrt::FileIOOptions io;
+    io.uring = c.uring;
+    io.direct = c.direct;
+    io.block_size = c.block;
+    io.queue_depth = c.depth;
+    io.intra_op_parallelism = c.parallel;
+    io.single_submit = c.single;
+    io.overlap_events = c.overlap;
+    const std::string what = std::to_string(c.uring) + std::to_string(c.direct) + " block " +
+                             std::to_string(c.block) + " depth " + std::to_string(c.depth);
+    SCOPED_TRACE(what);
+    c.uring = c.uring && allowed.uring;  // else the store falls back, as asked
+    c.direct = c.direct && allowed.direct;
+    const std::string path = temp_path("engine");
+    dsrt::Stream s;
+    dsrt::FileStore store = dsrt::FileStore::create(path, file_bytes, io);
+    EXPECT_EQ(store.engine(), std::string(c.uring ? "io_uring" : "pread/pwrite") +
+                                  (c.direct ? ", O_DIRECT" : ", page cache"));
+    struct stat st;
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 200704);  // 49 blocks of 4096
+    EXPECT_EQ(store.size(), 200000);
+
+    // Aligned: the whole file from an aligned buffer.
+    std::vector<uint8_t> want = bytes_of(file_bytes, 1);
+    Aligned a(file_bytes), b(file_bytes);
+    std::memcpy(a.base, want.data(), file_bytes);
+    store.write_async(s, 0, a.base, 196608).wait();  // 48 blocks
+    dsrt::FileStoreStats st1 = store.stats();
+    EXPECT_EQ(st1.requests, (196608 + c.block - 1) / c.block);
+    EXPECT_LE(st1.max_in_flight, c.depth);
+    EXPECT_EQ(st1.bounced, 0);
+    // The rest, unaligned in length.
+    store.write_async(s, 196608, a.base + 196608, file_bytes - 196608).wait();
+    // Unaligned offsets, lengths and buffers, inside blocks and across them.
+    struct Piece {
+      int64_t offset, bytes, skew;
+    } pieces[] = {{5, 100, 3}, {4000, 300, 1}, {12345, 54321, 7}, {199990, 10, 0}};
+    unsigned seed = 2;
+    for (const Piece &p : pieces) {
+      std::vector<uint8_t> patch = bytes_of(static_cast<size_t>(p.bytes), seed++);
+      std::memcpy(b.base + p.skew, patch.data(), patch.size());
+      store.write_async(s, p.offset, b.base + p.skew, static_cast<size_t>(p.bytes)).wait();
+      std::memcpy(want.data() + p.offset, patch.data(), patch.size());
+    }
+    EXPECT_EQ(store.stats().bounced, c.direct ? 5 : 0);
+    // Read back whole (aligned), and in the same unaligned pieces.
+    std::vector<uint8_t> got(file_bytes);
+    store.read_async(s, 0, b.base, file_bytes).wait();
+    std::memcpy(got.data(), b.base, file_bytes);
+    EXPECT_TRUE(got == want) << "the file's bytes differ";
+    for (const Piece &p : pieces) {
+      std::vector<uint8_t> part(static_cast<size_t>(p.bytes) + 2, 0xee);
+      store.read_async(s, p.offset, part.data() + 1, static_cast<size_t>(p.bytes)).wait();
+      EXPECT_EQ(part.front(), 0xee);
+      EXPECT_EQ(part.back(), 0xee);
+      EXPECT_TRUE(std::equal(part.begin() + 1, part.end() - 1, want.begin() + p.offset))
+          << "bytes [" << p.offset << ", " << p.offset + p.bytes << ")";
+    }
+    dsrt::FileStoreStats end = store.stats();
+    EXPECT_EQ(end.writes, 6);
+    EXPECT_EQ(end.reads, 5);
+    EXPECT_EQ(end.bytes_written, static_cast<int64_t>(file_bytes) + 100 + 300 + 54321 + 10);
+    if (c.overlap && c.depth > 1)
+      EXPECT_EQ(end.max_in_flight, c.depth) << "the queue was never full";
+    store.close();
+    // What the page cache sees is what the engine wrote.
+    dsrt::FileStore again = dsrt::FileStore::open(path, false, dsrt::FileIOOptions());
+    EXPECT_EQ(again.size(), 200704);
+    std::vector<uint8_t> check(file_bytes);
+    again.read_async(s, 0, check.data(), file_bytes).wait();
+    EXPECT_TRUE(check == want);
+    again.close();
+    ::unlink(path.c_str());
+  }
+}
+
+// Where the file system refuses O_DIRECT, or the kernel io_uring, the store
+// says so in one line and moves the same bytes through the page cache or
+// pread/pwrite (DSRT_FILE_IO_REFUSE plays the refusal).
+TEST(FileIOEngine, FallsBackWithANoticeWhenRefused) {
+  const Allowed allowed;
+  for (const char *refuse : {"direct", "uring", "direct,uring"}) {
+    SCOPED_TRACE(refuse);
+    ::setenv("DSRT_FILE_IO_REFUSE", refuse, 1);
+    const std::string path = temp_path("refused");
+    testing::internal::CaptureStderr();
+    dsrt::FileStore store = dsrt::FileStore::create(path, 10000, dsrt::FileIOOptions());
+    const std::string said = testing::internal::GetCapturedStderr();
+    ::unsetenv("DSRT_FILE_IO_REFUSE");
+    const bool no_direct = std::strstr(refuse, "direct") || !allowed.direct,
+               no_uring = std::strstr(refuse, "uring") || !allowed.uring;
+    EXPECT_EQ(store.engine(), std::string(no_uring ? "pread/pwrite" : "io_uring") +
+                                  (no_direct ? ", page cache" : ", O_DIRECT"));
+    EXPECT_EQ(said.find("dsrt: note: " + path + ": the file system refused O_DIRECT") !=
+                  std::string::npos,
+              no_direct)
+        << said;
+    EXPECT_EQ(said.find("dsrt: note: io_uring is unavailable") != std::string::npos, no_uring)
+        << said;
+    EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), int(no_direct) + int(no_uring));
+    dsrt::Stream s;
+    std::vector<uint8_t> data = bytes_of(9999, 5), back(9999);
+    store.write_async(s, 1, data.data(), data.size()).wait();
+    store.read_async(s, 1, back.data(), back.size()).wait();
+    EXPECT_TRUE(back == data);
+    store.close();
+    ::unlink(path.c_str());
+  }
+}
+
+TEST(FileIOEngine, RefusesSettingsOutOfRange) {
+  dsrt::FileIOOptions io;
+  io.block_size = 1000;
+  EXPECT_DSRT_ERROR(dsrt::FileStore::create(temp_path("bad"), 16, io), "aio.block_size 1000",
+                    "multiple of 4096");
+  io = dsrt::FileIOOptions();
+  io.queue_depth = 0;
+  EXPECT_DSRT_ERROR(dsrt::FileStore::create(temp_path("bad"), 16, io), "aio.queue_depth 0");
+  io = dsrt::FileIOOptions();
+  io.intra_op_parallelism = 65;
+  EXPECT_DSRT_ERROR(dsrt::FileStore::create(temp_path("bad"), 16, io),
+                    "aio.intra_op_parallelism 65");
+}
+
+// A write that fails halfway (DSRT_TEST_FAIL_WRITE: the second write writes
+// its first half, then fails with EIO) leaves a versioned store's range
+// entirely as it was, for every engine; an unversioned store shows the
+// half-written range (which is what the injection does, and why versions
+// exist).
+TEST(FileIOEngine, AFailedWriteNeverLeavesAVersionedRangeHalfWritten) {
+  for (bool versioned : {false, true})
+    for (bool direct : {false, true}) {
+      SCOPED_TRACE(std::string(versioned ? "versioned" : "in place") +
+                   (direct ? ", O_DIRECT" : ", page cache"));
+      dsrt::FileIOOptions io;
+      io.block_size = 8192;
+      io.direct = direct;
+      io.versioned = versioned;
+      const std::string path = temp_path("versions");
+      ::setenv("DSRT_TEST_FAIL_WRITE", "2", 1);
+      dsrt::FileStore store = dsrt::FileStore::create(path, 65636, io);
+      ::unsetenv("DSRT_TEST_FAIL_WRITE");
+      struct stat st;
+      ASSERT_EQ(::stat(path.c_str(), &st), 0);
+      EXPECT_EQ(st.st_size, versioned ? 2 * 69632 : 69632);
+      dsrt::Stream s;
+      const std::vector<uint8_t> a = bytes_of(40000, 1), b = bytes_of(40000, 2),
+                                 c = bytes_of(40000, 3);
+      store.write_async(s, 8190, a.data(), a.size()).wait();
+      EXPECT_DSRT_ERROR(store.write_async(s, 8190, b.data(), b.size()).wait(),
+                        "dsrt::FileStore::write_async", path.c_str(), "Input/output error");
+      std::vector<uint8_t> got(40000);
+      store.read_async(s, 8190, got.data(), got.size()).wait();
+      if (versioned) {
+        EXPECT_TRUE(got == a) << "the failed write changed the range";
+      } else {
+        EXPECT_TRUE(std::equal(got.begin(), got.begin() + 8000, b.begin()));
+        EXPECT_TRUE(std::equal(got.end() - 8000, got.end(), a.end() - 8000));
+      }
+      if (versioned) {
+        // The next write completes and is current; reads inside a range
+        // see it; a write overlapping part of a range is refused.
+        store.write_async(s, 8190, c.data(), c.size()).wait();
+        store.read_async(s, 8190, got.data(), got.size()).wait();
+        EXPECT_TRUE(got == c);
+        std::vector<uint8_t> part(100);
+        store.read_async(s, 8190 + 300, part.data(), part.size()).wait();
+        EXPECT_TRUE(std::equal(part.begin(), part.end(), c.begin() + 300));
+        EXPECT_DSRT_ERROR(store.write_async(s, 8000, c.data(), 1000).wait(),
+                          "a versioned store must be a whole range written before",
+                          "bytes [8190, 48190)");
+        EXPECT_DSRT_ERROR(store.preallocate(1 << 20), "versioned and does not grow");
+      }
+      store.close();
+      ::unlink(path.c_str());
+    }
+}
+
+// The room check reads the file system's real free space (statvfs): no file
+// system has 2^62 bytes free here, and every one has a byte; the test hook
+// only lowers the figure.
+TEST(FileIOEngine, NoRoomNamesTheDirectoryAndBothSizes) {
+  const char *tmp = std::getenv("TMPDIR");
+  const std::string dir = tmp && *tmp ? tmp : "/tmp";
+  const int64_t huge = int64_t(1) << 62;
+  const std::string where = "'" + dir + "', whose file system has ";
+  EXPECT_DSRT_ERROR(dsrt::check_room(dir, huge, "the file space of rank 0"),
+                    "the file space of rank 0 needs 4611686018427387904 bytes in '",
+                    where.c_str(), "bytes free");
+  dsrt::check_room(dir, 1, "one byte");
+  ::setenv("DSRT_TEST_FREE_BYTES", "1000", 1);
+  EXPECT_DSRT_ERROR(dsrt::check_room(dir, 4096, "the file space"),
+                    "needs 4096 bytes in", "has 1000 bytes free");
+  dsrt::check_room(dir, 1000, "the file space");
+  ::unsetenv("DSRT_TEST_FREE_BYTES");
+  EXPECT_DSRT_ERROR(dsrt::check_room("/nonexistent/dsrt", 1, "the file space"),
+                    "cannot query the free space of '/nonexistent/dsrt'", "No such file");
 }
 
 }  // namespace

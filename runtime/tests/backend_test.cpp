@@ -83,7 +83,7 @@ TEST(Backend, AllocatesEveryMemoryKindAligned) {
 TEST(Backend, CreatesFileBackedStorage) {
   const std::string path = "/tmp/dsrt_backend_test_" + std::to_string(::getpid()) + ".bin";
   {
-    dsrt::FileStore file = dsrt::backend().create_file(path, 8192);
+    dsrt::FileStore file = dsrt::backend().create_file(path, 8192, dsrt::FileIOOptions());
     EXPECT_EQ(file.size(), 8192);
     dsrt::Stream s;
     Owned x = Owned::of(DType::F32, Shape{3}, {1, 2, 3});

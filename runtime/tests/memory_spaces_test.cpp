@@ -141,6 +141,37 @@ TEST(MemorySpaces, RefusesWhatThePlanCannotHold) {
   EXPECT_THROW(dsrt::set_space_plan(sp.info, Space::Host, 64, 128), dsrt::Error);
 }
 
+// The config's aio block reaches the file space's I/O engine, and the file
+// is versioned (two copies on disk) and removed with the spaces.
+TEST(MemorySpaces, TheFileSpaceUsesTheAioSettings) {
+  SpacesProgram sp;
+  dsrt::set_file_space_io(sp.info, 65536, 4, 2, true, false);
+  const dsrt::FileIOOptions &io = sp.info.file_io;
+  EXPECT_EQ(io.block_size, 65536);
+  EXPECT_EQ(io.queue_depth, 4);
+  EXPECT_EQ(io.intra_op_parallelism, 2);
+  EXPECT_TRUE(io.single_submit);
+  EXPECT_FALSE(io.overlap_events);
+  EXPECT_THROW(dsrt::set_file_space_io(sp.info, 1000, 4, 2, true, false), dsrt::Error);
+  EXPECT_THROW(dsrt::set_file_space_io(sp.info, 65536, int64_t(1) << 40, 2, true, false),
+               dsrt::Error);
+  EXPECT_THROW(dsrt::set_file_space_io(sp.info, 65536, 4, 0, true, false), dsrt::Error);
+  const char *tmp = std::getenv("TMPDIR");
+  const std::string dir = tmp && *tmp ? tmp : "/tmp";
+  std::string path;
+  {
+    dsrt::runner::SpaceArenas spaces;
+    dsrt::runner::allocate_spaces(sp.program, spaces, dir, 7);
+    ASSERT_NE(sp.program.file_arena, nullptr);
+    path = sp.program.file_arena->path();
+    struct stat st;
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 2 * 4096);  // 192 bytes, one block, two copies
+  }
+  struct stat st;
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << path << " outlived its spaces";
+}
+
 }  // namespace
 
 TEST(MemorySpaces, TransfersCopyBetweenSpacesAndAreChecked) {

@@ -1163,8 +1163,15 @@ EXAMPLES:
     lowerOptions.outlineRepeats = !flatCodegen;
     lowerOptions.symbolPrefix = prefix.empty() ? StringRef(symbolPrefix) : prefix;
     lowerOptions.target = dsopt::programTargetName(*target).str();
-    if (trainConfig)
+    if (trainConfig) {
       lowerOptions.nvmePath = trainConfig->offloadOptimizer.nvmePath;
+      const dsopt::AioConfig &aio = trainConfig->aio;
+      lowerOptions.aioBlockSize = aio.blockSize;
+      lowerOptions.aioQueueDepth = aio.queueDepth;
+      lowerOptions.aioIntraOpParallelism = aio.intraOpParallelism;
+      lowerOptions.aioSingleSubmit = aio.singleSubmit;
+      lowerOptions.aioOverlapEvents = aio.overlapEvents;
+    }
     lowerPm.addPass(dsopt::createDsLowerToEmitC(lowerOptions));
     if (failed(lowerPm.run(program)))
       return failure();

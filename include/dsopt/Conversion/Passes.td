@@ -43,7 +43,19 @@ def DsLowerToEmitC : Pass<"ds-lower-to-emitc", "mlir::ModuleOp"> {
            "(fused loops as CUDA kernels)">,
     Option<"nvmePath", "nvme-path", "std::string", /*default=*/"\"\"",
            "Directory of the file (NVMe) space's file when the plan has one "
-           "(offload_optimizer.nvme_path); `train --nvme-path` overrides it">
+           "(offload_optimizer.nvme_path); `train --nvme-path` overrides it">,
+    Option<"aioBlockSize", "aio-block-size", "int64_t", /*default=*/"1048576",
+           "Bytes per file space I/O request (aio.block_size)">,
+    Option<"aioQueueDepth", "aio-queue-depth", "int64_t", /*default=*/"8",
+           "File space I/O requests in flight per ring (aio.queue_depth)">,
+    Option<"aioIntraOpParallelism", "aio-intra-op-parallelism", "int64_t",
+           /*default=*/"1",
+           "Rings one file space transfer is split across "
+           "(aio.intra_op_parallelism)">,
+    Option<"aioSingleSubmit", "aio-single-submit", "bool", /*default=*/"false",
+           "Submit each file space I/O request alone (aio.single_submit)">,
+    Option<"aioOverlapEvents", "aio-overlap-events", "bool", /*default=*/"true",
+           "Submit file space I/O as requests complete (aio.overlap_events)">
   ];
 }
 

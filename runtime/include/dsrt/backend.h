@@ -45,8 +45,10 @@ public:
   // nullptr when the memory cannot be had (the caller names what failed).
   virtual void *allocate(MemoryKind kind, size_t bytes, size_t alignment) = 0;
   virtual void deallocate(MemoryKind kind, void *p) = 0;
-  // A file of `bytes` allocated on disk for offloaded tensors (NVMe).
-  virtual FileStore create_file(const std::string &path, int64_t bytes) = 0;
+  // A file of `bytes` allocated on disk for offloaded tensors (NVMe), read
+  // and written by the I/O engine `io` describes.
+  virtual FileStore create_file(const std::string &path, int64_t bytes,
+                                const FileIOOptions &io) = 0;
 
   //===--- asynchronous operations, ordered on a stream ------------------===//
   //

@@ -5,6 +5,7 @@
 #ifndef DSRT_PROGRAM_INFO_H
 #define DSRT_PROGRAM_INFO_H
 
+#include "dsrt/file_io.h"
 #include "dsrt/loss_scaler.h"
 #include "dsrt/tensor.h"
 
@@ -208,6 +209,8 @@ struct ProgramInfo {
   // The directory of the file space's file (set_file_space_dir: the
   // config's nvme_path); `train --nvme-path` overrides it.
   std::string file_space_dir;
+  // The file space's I/O engine (set_file_space_io: the config's `aio`).
+  FileIOOptions file_io;
   std::vector<ValueInfo> inputs, outputs;
   std::vector<ParamInfo> params;
   std::vector<OpInfo> ops;
@@ -255,6 +258,11 @@ void set_space_plan(ProgramInfo &info, Space space, int64_t arena_bytes,
 // The directory where the runner creates the file space's file unless
 // `train --nvme-path` names another.
 void set_file_space_dir(ProgramInfo &info, const char *dir);
+// The file space's I/O engine: the `aio` block's block_size, queue_depth,
+// intra_op_parallelism, single_submit and overlap_events (FileIOOptions).
+// Throws for values out of range.
+void set_file_space_io(ProgramInfo &info, int64_t block_size, int64_t queue_depth,
+                       int64_t intra_op_parallelism, bool single_submit, bool overlap_events);
 // Moves the parameter or state called `name` (described before) into
 // `space`: its offset is then in that space's arena. Throws when no such
 // value was described.

@@ -29,8 +29,9 @@ public:
   }
   void deallocate(MemoryKind, void *p) override { std::free(p); }
 
-  FileStore create_file(const std::string &path, int64_t bytes) override {
-    return FileStore::create(path, bytes);
+  FileStore create_file(const std::string &path, int64_t bytes,
+                        const FileIOOptions &io) override {
+    return FileStore::create(path, bytes, io);
   }
 
   void copy(Stream &s, void *dst, const void *src, size_t bytes) override {

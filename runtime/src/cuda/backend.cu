@@ -134,8 +134,9 @@ public:
       cudaFreeHost(base);
   }
 
-  FileStore create_file(const std::string &path, int64_t bytes) override {
-    return FileStore::create(path, bytes);
+  FileStore create_file(const std::string &path, int64_t bytes,
+                        const FileIOOptions &io) override {
+    return FileStore::create(path, bytes, io);
   }
 
   void copy(Stream &s, void *dst, const void *src, size_t bytes) override {
