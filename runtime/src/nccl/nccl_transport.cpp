@@ -125,6 +125,7 @@ public:
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool uses_mpi() const override { return false; }
+  bool device_memory() const override { return true; }
 
   Request all_reduce(Stream &stream, const Tensor &in, const Tensor &out, ReduceOp op,
                      const CommHooks &hooks) override {
