@@ -17,6 +17,10 @@
 #             one-rank NCCL world (as every cuda program's; under mpirun -np 1
 #             where mpirun is installed), whose losses equal the plain
 #             program's
+#   offload   GPT-2 with its optimizer offloaded (--offload-optimizer cpu:
+#             states in pinned host memory, copies on the communication
+#             stream, the update's kernels over the pinned arena), whose
+#             losses equal the plain program's
 #   ranks2    mlp's dp-2 ZeRO-3 program under mpirun -np 2 on the one GPU:
 #             NCCL cannot put two ranks of a communicator on one device, so
 #             the check is that rank 1 is refused at once with dsrt's message
@@ -74,7 +78,7 @@ done
 [ -n "$OUT" ] || { echo "usage: scripts/gpu-check.sh [--dry-run] [--build DIR] [--skip-build] [--only STAGE,...] OUT" >&2; exit 2; }
 for name in ${ONLY//,/ }; do
   case "$name" in
-    build|kernels|nccl|forward|train|bf16|zero3|ranks2|trace|bench) ;;
+    build|kernels|nccl|forward|train|bf16|zero3|offload|ranks2|trace|bench) ;;
     *) echo "gpu-check: --only: no stage '$name'" >&2; exit 2 ;;
   esac
 done
@@ -274,6 +278,18 @@ zero3() {
   return "$status"
 }
 
+offload() {
+  local case_dir="$WORK/train-cuda/gpt2-adamw-gas1"
+  [ -f "$case_dir/log.jsonl" ] || { echo "error: the train stage left no gpt2 run to compare with"; return 1; }
+  "$DSOPT" "$WORK/zoo/gpt2.onnx" --config "$case_dir/ds_config.json" --offload-optimizer=cpu \
+    --target cuda -o "$WORK/offload/gpt2/program" || return 1
+  "$WORK/offload/gpt2/program/train" --data "$case_dir/data" --steps 20 \
+    --log-json "$WORK/offload/gpt2/log.jsonl" || return 1
+  mkdir -p "$WORK/offload-ref/gpt2"
+  cp "$case_dir/log.jsonl" "$WORK/offload-ref/gpt2/log.jsonl"
+  "$PY" "$ROOT/scripts/gpu_compare.py" train "$WORK/offload-ref" "$WORK/offload" --rtol 1e-4
+}
+
 ranks2() {
   command -v mpirun > /dev/null || { echo "SKIP ranks2: mpirun is not installed"; return 0; }
   local case_dir="$WORK/train-cuda/mlp-adamw-gas1" status
@@ -312,7 +328,7 @@ bench() {
 }
 
 export ROOT BUILD SKIP_BUILD PY DSOPT DSOPT_CUDA WORK OUT JOBS
-export -f launch preflight build kernels nccl zoo forward train bf16 zero3 ranks2 trace bench
+export -f launch preflight build kernels nccl zoo forward train bf16 zero3 offload ranks2 trace bench
 stage build 330
 stage kernels 90
 stage nccl 60
@@ -320,6 +336,7 @@ stage forward 150
 stage train 240
 stage bf16 90
 stage zero3 90
+stage offload 60
 stage ranks2 60
 stage trace 60
 stage bench 180

@@ -6,7 +6,9 @@ forward program (--emit=cpp) and the training program (--emit=train-cpp)
 for the cuda target, and one multi-rank variant of each kind that the cuda
 runners start differently (mlp's training program for dp 2 with ZeRO-3, on
 the NCCL transport's all-gathers and reduce-scatters, and for 2 pipeline
-stages, on its sends and receives); nvcc then compiles all of them to
+stages, on its sends and receives) and the offloaded one (mlp with its
+optimizer states in files, through pinned host memory, the nvme case
+covering the cpu one's transfers and host update); nvcc then compiles all of them to
 object files, two at a time, with exactly the flags dsopt uses (dsopt --print-build-flags
 --target cuda). With --link (when libdsrt_cuda was built) each object is
 also linked as dsopt links it, and one program is run: without a GPU it
@@ -26,7 +28,9 @@ MODELS = ["gpt2", "llama", "bert", "mlp", "cnn"]
 PROGRAMS = {"forward": "--emit=cpp", "train": "--emit=train-cpp"}
 # (model, name, dsopt flags): the multi-rank programs, one per runner.
 MULTI_RANK = [("mlp", "train-dp2-zero3", ["--emit=train-cpp", "--dp=2", "--zero=3"]),
-              ("mlp", "train-pp2", ["--emit=train-cpp", "--pp=2"])]
+              ("mlp", "train-pp2", ["--emit=train-cpp", "--pp=2"]),
+              ("mlp", "train-offload-nvme",
+               ["--emit=train-cpp", "--offload-optimizer=nvme", "--nvme-path=/tmp"])]
 
 
 def build_flags(dsopt: str) -> dict:

@@ -127,7 +127,8 @@ public:
     void *base = nullptr;
     cudaError_t status = kind == MemoryKind::Device
                              ? cudaMalloc(&base, bytes + extra)
-                             : cudaHostAlloc(&base, bytes + extra, cudaHostAllocPortable);
+                             : cudaHostAlloc(&base, bytes + extra,
+                                             cudaHostAllocPortable | cudaHostAllocMapped);
     if (status != cudaSuccess) {
       cudaGetLastError();
       return nullptr;

@@ -292,7 +292,7 @@ private:
         c.bytes_sent += volumes[i].sent;
         c.bytes_received += volumes[i].received;
       }
-    });
+    }, /*after_device=*/false);  // it waits for `finished` itself, with the timeout
   }
 
   // Polls `event`; an NCCL asynchronous error or no completion within the
