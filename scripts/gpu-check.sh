@@ -13,11 +13,29 @@
 #             against cpu (loss rel 1e-4)
 #   bf16      the same in bf16 (loss rel 2e-2), or a SKIP line while dsopt
 #             refuses --precision bf16
-#   zero3     a ZeRO-3 training program on one GPU under mpirun -np 1 (NCCL),
-#             whose losses equal the plain program's
+#   zero3     a ZeRO-3 training program on one GPU, its collectives on a
+#             one-rank NCCL world (as every cuda program's; under mpirun -np 1
+#             where mpirun is installed), whose losses equal the plain
+#             program's
+#   offload   GPT-2 with its optimizer offloaded (--offload-optimizer cpu:
+#             states in pinned host memory, copies on the communication
+#             stream, the update's kernels over the pinned arena), whose
+#             losses equal the plain program's
+#   ranks2    mlp's dp-2 ZeRO-3 program under mpirun -np 2 on the one GPU:
+#             NCCL cannot put two ranks of a communicator on one device, so
+#             the check is that rank 1 is refused at once with dsrt's message
+#             (its local rank has no GPU of its own) and the job exits 1
+#             instead of hanging; a SKIP line without mpirun
 #   trace     one step's timeline (nsys when installed, else the runtime's
 #             cudaEvent-timed Chrome trace)
 #   bench     bench/gpu_bench.py: GPT-2 124M bf16 tokens/s and MFU
+#
+# Needs: the CUDA toolkit with NCCL (nccl.h and libnccl where CMake's
+# CUDAToolkit or the NCCL_ROOT/CPATH paths find them), LLVM/MLIR 22 (dsopt
+# links libMLIR and libLLVM), CMake, ninja, and a python3 with torch, onnx and
+# numpy (the first of python3 on PATH and /usr/bin/python3 that has them).
+# The build stage checks these first and names what is missing. mpirun is
+# optional (a program started without it is a world of one rank).
 #
 # Usage: scripts/gpu-check.sh [--dry-run] [--build DIR] [--skip-build]
 #                              [--only STAGE,...] OUT
@@ -49,7 +67,7 @@ while [ $# -gt 0 ]; do
     --only)
       [ $# -ge 2 ] || { echo "gpu-check: --only needs stage names" >&2; exit 2; }
       ONLY=",$2,"; shift ;;
-    -h|--help) sed -n '4,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '4,48p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *)
       [ -z "$OUT" ] || { echo "gpu-check: one OUT directory, got '$OUT' and '$1'" >&2; exit 2; }
@@ -60,7 +78,7 @@ done
 [ -n "$OUT" ] || { echo "usage: scripts/gpu-check.sh [--dry-run] [--build DIR] [--skip-build] [--only STAGE,...] OUT" >&2; exit 2; }
 for name in ${ONLY//,/ }; do
   case "$name" in
-    build|kernels|nccl|forward|train|bf16|zero3|trace|bench) ;;
+    build|kernels|nccl|forward|train|bf16|zero3|offload|ranks2|trace|bench) ;;
     *) echo "gpu-check: --only: no stage '$name'" >&2; exit 2 ;;
   esac
 done
@@ -68,8 +86,16 @@ mkdir -p "$OUT" || { echo "gpu-check: cannot create '$OUT'" >&2; exit 2; }
 OUT="$(cd "$OUT" && pwd)"
 case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
 
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
+# The first python3 that has what the oracles import.
+PY=""
+for candidate in python3 /usr/bin/python3; do
+  if command -v "$candidate" > /dev/null &&
+     "$candidate" -c 'import torch, onnx, numpy' > /dev/null 2>&1; then
+    PY="$(command -v "$candidate")"
+    break
+  fi
+done
+[ -n "$PY" ] || PY=python3  # the build stage reports it
 DSOPT="$BUILD/bin/dsopt"
 WORK="$OUT/work"
 JOBS="$(nproc 2>/dev/null || echo 4)"
@@ -118,12 +144,50 @@ stage() {
   SUMMARY+=("| $name | $verdict | $((end - start)) s | [$name.log]($name.log) |")
 }
 
+# Runs `$1` processes of the rest under mpirun where it is installed, else
+# one process without it (a world of one rank).
+launch() {
+  local ranks="$1"
+  shift
+  if command -v mpirun > /dev/null; then
+    mpirun --allow-run-as-root --oversubscribe -np "$ranks" "$@"
+  elif [ "$ranks" = 1 ]; then
+    "$@"
+  else
+    echo "error: mpirun is not installed: cannot start $ranks ranks"
+    return 1
+  fi
+}
+
+# What the build needs, each missing piece named.
+preflight() {
+  local missing=0
+  command -v cmake > /dev/null || { echo "error: cmake is not installed"; missing=1; }
+  command -v ninja > /dev/null || { echo "error: ninja is not installed"; missing=1; }
+  command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
+    { echo "error: nvcc is not on PATH nor in /usr/local/cuda/bin"; missing=1; }
+  [ -d /usr/lib/llvm-22/lib/cmake/mlir ] || [ -n "${MLIR_DIR:-}" ] ||
+    { echo "error: LLVM/MLIR 22 is not installed (no /usr/lib/llvm-22/lib/cmake/mlir, MLIR_DIR unset): dsopt cannot be built"; missing=1; }
+  find /usr/local/cuda/include /usr/include "${NCCL_ROOT:-/nonexistent}" -maxdepth 2 \
+    -name nccl.h 2> /dev/null | grep -q . ||
+    echo "warning: no nccl.h under /usr/local/cuda/include, /usr/include or NCCL_ROOT: no NCCL transport (the nccl, zero3 and ranks2 stages fail)"
+  "$PY" -c 'import torch, onnx, numpy' > /dev/null 2>&1 ||
+    { echo "error: no python3 with torch, onnx and numpy (tried python3 and /usr/bin/python3)"; missing=1; }
+  return "$missing"
+}
+
 # The stages, each a function so that a stage's commands stay together.
 build() {
   if [ "$SKIP_BUILD" = 0 ]; then
+    preflight || return 1
+    export PATH="$PATH:/usr/local/cuda/bin"
     cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_ARCHITECTURES=90 || return 1
-    ninja -C "$BUILD" -j "$JOBS" || return 1
+    # What the stages run, not the whole tree (no fuzzers, no cpu-only tests).
+    local targets=(dsopt dsrt dsrt_cuda dsrt_cuda_kernel_test)
+    ninja -C "$BUILD" -t targets all 2> /dev/null | grep -q '^dsrt_nccl_device_test:' &&
+      targets+=(dsrt_nccl_device_test)
+    ninja -C "$BUILD" -j "$JOBS" "${targets[@]}" || return 1
   fi
   [ -x "$DSOPT" ] || { echo "error: no dsopt at $DSOPT"; return 1; }
   find "$BUILD" -name libdsrt_cuda.a | grep -q . ||
@@ -142,7 +206,7 @@ nccl() {
   local exe
   exe="$(find "$BUILD" -name dsrt_nccl_device_test -type f -perm -u+x | head -1)"
   [ -n "$exe" ] || { echo "error: dsrt_nccl_device_test was not built under $BUILD (NCCL not found?)"; return 1; }
-  mpirun --allow-run-as-root -np 1 "$exe"
+  launch 1 "$exe"
 }
 
 zoo() {
@@ -201,12 +265,48 @@ zero3() {
     -o "$WORK/zero3/gpt2/program" || return 1
   grep -q '"stage": *3' "$WORK/zero3/gpt2/program/plan.json" ||
     echo "note: plan.json does not spell the ZeRO stage as \"stage\": 3"
-  mpirun --allow-run-as-root -np 1 -x DSRT_TRANSPORT=nccl "$WORK/zero3/gpt2/program/train" \
-    --data "$case_dir/data" --steps 20 --log-json "$WORK/zero3/gpt2/log.jsonl" || return 1
+  # NCCL_DEBUG=VERSION: NCCL prints its version when the program's world
+  # transport initializes it, which shows the run went through NCCL.
+  NCCL_DEBUG=VERSION launch 1 "$WORK/zero3/gpt2/program/train" \
+    --data "$case_dir/data" --steps 20 --log-json "$WORK/zero3/gpt2/log.jsonl" \
+    2>&1 | tee "$WORK/zero3/run.log" || return 1
+  grep -q "NCCL version" "$WORK/zero3/run.log" ||
+    { echo "error: the ZeRO-3 run did not initialize NCCL"; return 1; }
   mkdir -p "$WORK/zero3-ref/gpt2"
   cp "$case_dir/log.jsonl" "$WORK/zero3-ref/gpt2/log.jsonl"
   "$PY" "$ROOT/scripts/gpu_compare.py" train "$WORK/zero3-ref" "$WORK/zero3" --rtol 1e-4 || status=1
   return "$status"
+}
+
+offload() {
+  local case_dir="$WORK/train-cuda/gpt2-adamw-gas1"
+  [ -f "$case_dir/log.jsonl" ] || { echo "error: the train stage left no gpt2 run to compare with"; return 1; }
+  "$DSOPT" "$WORK/zoo/gpt2.onnx" --config "$case_dir/ds_config.json" --offload-optimizer=cpu \
+    --target cuda -o "$WORK/offload/gpt2/program" || return 1
+  "$WORK/offload/gpt2/program/train" --data "$case_dir/data" --steps 20 \
+    --log-json "$WORK/offload/gpt2/log.jsonl" || return 1
+  mkdir -p "$WORK/offload-ref/gpt2"
+  cp "$case_dir/log.jsonl" "$WORK/offload-ref/gpt2/log.jsonl"
+  "$PY" "$ROOT/scripts/gpu_compare.py" train "$WORK/offload-ref" "$WORK/offload" --rtol 1e-4
+}
+
+ranks2() {
+  command -v mpirun > /dev/null || { echo "SKIP ranks2: mpirun is not installed"; return 0; }
+  local case_dir="$WORK/train-cuda/mlp-adamw-gas1" status
+  [ -d "$case_dir/data" ] || { echo "error: the train stage left no mlp case to take data from"; return 1; }
+  "$DSOPT" "$WORK/zoo/mlp.onnx" --config "$case_dir/ds_config.json" --dp=2 --zero=3 \
+    --target cuda -o "$WORK/ranks2/mlp/program" || return 1
+  # The launcher's local ranks are 0 and 1; with one GPU visible rank 1 has
+  # none of its own, and must say so rather than wait for NCCL.
+  timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$WORK/ranks2/mlp/program/train" \
+    --data "$case_dir/data" --steps 2 > "$WORK/ranks2/run.log" 2>&1
+  status=$?
+  cat "$WORK/ranks2/run.log"
+  [ "$status" != 124 ] || { echo "error: the 2-rank job on one GPU hung"; return 1; }
+  [ "$status" != 0 ] || { echo "note: 2 ranks ran on one GPU (NCCL allowed it)"; return 0; }
+  grep -q "has no CUDA device of its own" "$WORK/ranks2/run.log" ||
+    { echo "error: the 2-rank job failed without dsrt's message for a rank without a GPU"; return 1; }
+  echo "2 ranks on one GPU: refused as expected (exit $status)"
 }
 
 trace() {
@@ -228,7 +328,7 @@ bench() {
 }
 
 export ROOT BUILD SKIP_BUILD PY DSOPT DSOPT_CUDA WORK OUT JOBS
-export -f build kernels nccl zoo forward train bf16 zero3 trace bench
+export -f launch preflight build kernels nccl zoo forward train bf16 zero3 offload ranks2 trace bench
 stage build 330
 stage kernels 90
 stage nccl 60
@@ -236,6 +336,8 @@ stage forward 150
 stage train 240
 stage bf16 90
 stage zero3 90
+stage offload 60
+stage ranks2 60
 stage trace 60
 stage bench 180
 

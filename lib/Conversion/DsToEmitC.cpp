@@ -1124,15 +1124,11 @@ LogicalResult ProgramBuilder::planOps(Block &body, ds::MemoryPlanAttr plan,
       continue;
     }
 
-    // ds-offload's host updates and transfers: the cpu program runs them
-    // (host arena views, copies on the communication stream, file I/O).
+    // ds-offload's host updates and transfers run as on the cpu target:
+    // kernels on host arena views, copies on the communication stream, file
+    // I/O. On cuda the host arena is pinned memory mapped into the device's
+    // address space, so the update's kernels run on the GPU over it.
     ds::MemorySpace resultSpace = ds::getResultSpace(&op);
-    if (cudaTarget() && (ds::getOperandSpace(&op) != ds::MemorySpace::device ||
-                         resultSpace != ds::MemorySpace::device))
-      return op.emitOpError()
-             << "runs on the host or copies between memory spaces: offloaded "
-                "training (ds-offload) is not implemented yet for the cuda "
-                "target; the cpu target runs it";
     planned.runsKernel = true;
     planned.opIndex = opIndex++;
     SmallVector<std::pair<int64_t, int64_t>> reads, writes;

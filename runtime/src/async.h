@@ -82,8 +82,14 @@ public:
   Worker &operator=(const Worker &) = delete;
 
   // Queues `task` after the work pending on `stream` (if given) and makes
-  // later work on `stream` wait for it.
-  Request submit(Stream *stream, Task task);
+  // later work on `stream` wait for it. On a backend with a queue of its
+  // own (cuda) the task also waits for the work queued there before it (an
+  // event recorded here), so that host work (a file write, a message from
+  // pinned memory) reads what earlier device copies and kernels wrote; a
+  // device error found there is the task's dependency error. A task that
+  // waits for the device itself (the NCCL transport's, with its timeout)
+  // passes `after_device` false.
+  Request submit(Stream *stream, Task task, bool after_device = true);
   // Blocks until everything queued so far has run.
   void drain();
 
@@ -92,6 +98,8 @@ private:
     std::vector<CompletionPtr> deps;
     CompletionPtr completion;
     Task task;
+    BackendInterface *backend = nullptr;
+    std::shared_ptr<void> device;  // the stream's device work before the task
   };
   void loop();
 

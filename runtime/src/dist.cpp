@@ -515,19 +515,31 @@ struct CurrentGrid {
   std::shared_ptr<Grid> grid;
 };
 CurrentGrid &current() {
-  // The world first, so that it outlives the grids held here (its
-  // destructor finalizes MPI).
-  Communicator::world();
+  // The worlds first, so that they outlive the grids held here (the MPI
+  // world's destructor finalizes MPI).
+  program_world();
   static CurrentGrid state;
   return state;
 }
 }  // namespace
 
+Communicator &program_world() {
+  // Never destroyed: an NCCL communicator is best left to the process' end
+  // (its streams and the CUDA runtime go with it), and it must not outlive
+  // the MPI world it was bootstrapped over.
+  static Communicator *world = [] {
+    Communicator &bootstrap = Communicator::world();
+    std::unique_ptr<Transport> transport = backend().world_transport(bootstrap);
+    return transport ? new Communicator(std::move(transport)) : &bootstrap;
+  }();
+  return *world;
+}
+
 std::shared_ptr<Grid> current_grid() {
   CurrentGrid &state = current();
   std::lock_guard<std::mutex> lock(state.mutex);
   if (!state.grid) {
-    Communicator &world = Communicator::world();
+    Communicator &world = program_world();
     state.grid = std::make_shared<Grid>(std::vector<std::string>{"dp"},
                                         std::vector<int64_t>{world.size()}, world);
   }
@@ -552,7 +564,7 @@ void use_program_grid(const ProgramInfo &info) {
     std::lock_guard<std::mutex> lock(state.mutex);
     if (state.grid && state.grid->names() == names && state.grid->sizes() == sizes) return;
   }
-  set_current_grid(std::make_shared<Grid>(names, sizes, Communicator::world()));
+  set_current_grid(std::make_shared<Grid>(names, sizes, program_world()));
 }
 
 //===--- describe -------------------------------------------------------------===//

@@ -628,7 +628,7 @@ void store_persistent(Program &p, const ValueInfo &value, const void *bytes, siz
     p.file_arena->write_async(p.stream, value.offset, bytes, size).wait();
     return;
   }
-  backend(p.stream).copy(p.stream, space_base(p, value) + value.offset, bytes, size);
+  write_from_host(p.stream, space_base(p, value) + value.offset, bytes, size);
   p.stream.synchronize();  // before the caller's bytes go
 }
 
@@ -713,7 +713,7 @@ void load_inputs(Program &p, const std::string &inputs_dir) {
     expect(array, input.dtype, input.shape, "input '" + input.name + "' (" + path + ")");
     Tensor slot{p.arena + input.offset, input.dtype, input.shape};
     p.memory.acquire(input.offset, slot_size(info, slot.nbytes()));
-    backend(p.stream).copy(p.stream, slot.data, array.bytes.data(), slot.nbytes());
+    write_from_host(p.stream, slot.data, array.bytes.data(), slot.nbytes());
     p.stream.synchronize();  // before `array` goes
   }
 }
@@ -807,8 +807,12 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     for (size_t i = 0; i < info.outputs.size(); ++i) {
       if (i >= program.outputs.size() || !program.outputs[i].data)
         throw Error("output '" + info.outputs[i].name + "' was not produced");
+      // The host writes a copy (the output may be device memory).
+      const Tensor &output = program.outputs[i];
+      std::vector<uint8_t> bytes(output.nbytes());
+      read_to_host(program.stream, bytes.data(), output);
       write_npy(options.outputs + "/" + file_name_for(info.outputs[i].name) + ".npy",
-                program.outputs[i]);
+                Tensor{bytes.data(), output.dtype, output.shape});
     }
     if (program.tracer) tracer.write(options.trace, info);
     if (!options.quiet)

@@ -87,10 +87,14 @@ Worker::~Worker() {
   thread_.join();
 }
 
-Request Worker::submit(Stream *stream, Task task) {
+Request Worker::submit(Stream *stream, Task task, bool after_device) {
   auto completion = std::make_shared<Completion>();
   Item item{stream ? pending_work(*stream) : std::vector<CompletionPtr>{}, completion,
             std::move(task)};
+  if (stream && after_device) {
+    item.backend = &backend(*stream);
+    item.device = item.backend->record(*stream);  // null on the cpu backend
+  }
   if (stream)
     add_pending(*stream, completion);
   {
@@ -125,6 +129,13 @@ void Worker::loop() {
       dep->wait();
       if (dep->failed() && dep_error.empty())
         dep_error = dep->error();
+    }
+    if (item.device) {
+      try {
+        item.backend->synchronize(item.device);
+      } catch (const std::exception &e) {
+        if (dep_error.empty()) dep_error = e.what();
+      }
     }
     std::string error;
     try {

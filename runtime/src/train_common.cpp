@@ -5,6 +5,7 @@
 #include "train_common.h"
 
 #include "health.h"
+#include "staging.h"
 
 #include "dsrt/backend.h"
 
@@ -251,7 +252,13 @@ Tensor whole_saved_value(Program &program, const ParamInfo &param, const AxisGat
   for (const ValueInfo &state : info.states)
     if (master_param(info, state) == &param) value = &state;
   const Shape &whole = param.rank_shape();
-  const Tensor slot = persistent_tensor(program, *value, buffers);
+  Tensor slot = persistent_tensor(program, *value, buffers);
+  // The host reads what it saves: device memory is copied out first.
+  if (value->space == Space::Device && detail::stages_host_copies(backend(program.stream))) {
+    buffers.emplace_back(slot.nbytes());
+    read_to_host(program.stream, buffers.back().data(), slot);
+    slot.data = buffers.back().data();
+  }
   Tensor piece = slot;
   if (!(slot.shape == whole)) {
     const int64_t dp = info.dp_size();
@@ -436,7 +443,8 @@ constexpr int kAlwaysSummarized = 3;
 
 std::vector<int64_t> gather_summary(RunnerComm &exchange, const Grid &grid,
                                     const TrafficStart &start, const Program &program) {
-  const CommTally used = (CommTally::of(grid) - start.grid) - (exchange.own() - start.runner);
+  const CommTally used =
+      (CommTally::of(grid) - start.grid) - (exchange.own(grid) - start.runner);
   std::vector<int64_t> mine(kSummaryFields),
       all(static_cast<size_t>(exchange.size() * kSummaryFields));
   for (int s = 0; s < kNumSpaces; ++s)

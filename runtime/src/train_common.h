@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -170,13 +171,19 @@ int run_reporting_errors(const std::function<int()> &body);
 // losses, the summary, gathering parameters to save) go through here: on a
 // stream of their own, waited for at once, and their bytes kept apart so
 // that the program's own traffic can be measured. A world of one rank
-// exchanges nothing.
+// exchanges nothing. Every tensor given here is host memory; on a
+// communicator whose transport works on device memory (NCCL) it is staged
+// through device buffers allocated for the call (pinned host memory between
+// them, write_from_host and read_to_host).
 class RunnerComm {
 public:
   explicit RunnerComm(Communicator &comm) : comm_(comm) {}
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
-  const CommTally &own() const { return own_; }
+  // What the runner's exchanges moved on the communicators of `grid` (the
+  // host-side world, Communicator::world(), is the grid's world only on
+  // the cpu backend).
+  CommTally own(const Grid &grid) const;
 
   // out = every rank's in, in rank order (out.numel() == size * in.numel()).
   void all_gather(const Tensor &in, const Tensor &out) { all_gather(comm_, in, out); }
@@ -201,9 +208,12 @@ public:
                    const std::string &when);
 
 private:
+  // Runs `exchange` (one collective on `comm`, waited for) and tallies it.
+  void tally(Communicator &comm, const std::function<void()> &exchange);
+
   Communicator &comm_;
   Stream stream_{backend().kind()};
-  CommTally own_;
+  std::map<const Communicator *, CommTally> own_;
 };
 
 //===--- non-finite steps ---------------------------------------------------------===//
@@ -401,7 +411,7 @@ bool is_loss_scale(const ProgramInfo &info, const ValueInfo &input);
 struct TrafficStart {
   CommTally grid, runner;
   static TrafficStart now(const Grid &grid, const RunnerComm &exchange) {
-    return {CommTally::of(grid), exchange.own()};
+    return {CommTally::of(grid), exchange.own(grid)};
   }
 };
 

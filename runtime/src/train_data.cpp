@@ -135,9 +135,8 @@ void load_micro_batch(Program &program, const InputData &item, const ValueInfo &
   program.memory.acquire(slot.offset, slot_size(*program.info, item.micro_bytes));
   size_t offset = static_cast<size_t>(batch) * item.batch_bytes;
   if (!item.per_batch_scalar) offset += static_cast<size_t>(global_micro) * item.micro_bytes;
-  backend(program.stream)
-      .copy(program.stream, program.arena + slot.offset, item.array.bytes.data() + offset,
-            item.micro_bytes);
+  write_from_host(program.stream, program.arena + slot.offset, item.array.bytes.data() + offset,
+                  item.micro_bytes);
 }
 
 }  // namespace runner

@@ -5,6 +5,7 @@
 #include "health.h"
 
 #include "dsrt/backend.h"
+#include "dsrt/memory.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -69,28 +70,79 @@ int run_reporting_errors(const std::function<int()> &body) {
   }
 }
 
+namespace {
+
+// Device copies of host tensors for a transport that works on device
+// memory, freed with it.
+class DeviceStaging {
+public:
+  explicit DeviceStaging(Stream &stream) : stream_(stream) {}
+  // A device buffer of `host`'s size, holding its bytes when `upload`.
+  Tensor of(const Tensor &host, bool upload) {
+    buffers_.emplace_back(MemoryKind::Device, std::max<size_t>(host.nbytes(), 1));
+    const Tensor device{buffers_.back().data(), host.dtype, host.shape};
+    if (upload) write_from_host(stream_, device.data, host.data, host.nbytes());
+    return device;
+  }
+
+private:
+  Stream &stream_;
+  std::vector<Arena> buffers_;
+};
+
+}  // namespace
+
+CommTally RunnerComm::own(const Grid &grid) const {
+  CommTally sum;
+  for (const Communicator *comm : grid.communicators()) {
+    auto it = own_.find(comm);
+    if (it != own_.end()) sum += it->second;
+  }
+  return sum;
+}
+
+void RunnerComm::tally(Communicator &comm, const std::function<void()> &exchange) {
+  const CommTally before = CommTally::of(comm);
+  exchange();
+  own_[&comm] += CommTally::of(comm) - before;
+}
+
 void RunnerComm::all_gather(Communicator &comm, const Tensor &in, const Tensor &out) {
   if (comm.size() == 1) {
     read_to_host(stream_, out.data, in);
     return;
   }
-  CommTally before = CommTally::of(comm);
-  comm.all_gather(stream_, in, out).wait();
-  own_ += CommTally::of(comm) - before;
+  tally(comm, [&] {
+    if (!comm.transport().device_memory()) {
+      comm.all_gather(stream_, in, out).wait();
+      return;
+    }
+    DeviceStaging staging(stream_);
+    const Tensor device_out = staging.of(out, false);
+    comm.all_gather(stream_, staging.of(in, true), device_out).wait();
+    read_to_host(stream_, out.data, device_out);
+  });
 }
 
 void RunnerComm::send_recv(Communicator &comm, const std::vector<P2POp> &ops) {
   if (ops.empty()) return;
-  CommTally before = CommTally::of(comm);
-  comm.send_recv(stream_, ops).wait();
-  own_ += CommTally::of(comm) - before;
+  tally(comm, [&] {
+    if (!comm.transport().device_memory()) {
+      comm.send_recv(stream_, ops).wait();
+      return;
+    }
+    DeviceStaging staging(stream_);
+    std::vector<P2POp> staged = ops;
+    for (P2POp &op : staged) op.tensor = staging.of(op.tensor, op.op == CommOp::Send);
+    comm.send_recv(stream_, staged).wait();
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].op == CommOp::Recv) read_to_host(stream_, ops[i].tensor.data, staged[i].tensor);
+  });
 }
 
 void RunnerComm::barrier() {
   if (size() == 1) return;
-  CommTally before = CommTally::of(comm_);
-  comm_.barrier(stream_).wait();
-  own_ += CommTally::of(comm_) - before;
+  tally(comm_, [&] { comm_.barrier(stream_).wait(); });
 }
 
 void RunnerComm::agree(const std::string &error, const std::string &when) {

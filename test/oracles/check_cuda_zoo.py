@@ -3,8 +3,13 @@
 
 For each model of the zoo (test/oracles/export_zoo.py) dsopt generates the
 forward program (--emit=cpp) and the training program (--emit=train-cpp)
-for the cuda target; nvcc then compiles all of them to object files, two at
-a time, with exactly the flags dsopt uses (dsopt --print-build-flags
+for the cuda target, and one multi-rank variant of each kind that the cuda
+runners start differently (mlp's training program for dp 2 with ZeRO-3, on
+the NCCL transport's all-gathers and reduce-scatters, and for 2 pipeline
+stages, on its sends and receives) and the offloaded one (mlp with its
+optimizer states in files, through pinned host memory, the nvme case
+covering the cpu one's transfers and host update); nvcc then compiles all of them to
+object files, two at a time, with exactly the flags dsopt uses (dsopt --print-build-flags
 --target cuda). With --link (when libdsrt_cuda was built) each object is
 also linked as dsopt links it, and one program is run: without a GPU it
 must exit 1 saying "no CUDA device".
@@ -21,6 +26,11 @@ from pathlib import Path
 
 MODELS = ["gpt2", "llama", "bert", "mlp", "cnn"]
 PROGRAMS = {"forward": "--emit=cpp", "train": "--emit=train-cpp"}
+# (model, name, dsopt flags): the multi-rank programs, one per runner.
+MULTI_RANK = [("mlp", "train-dp2-zero3", ["--emit=train-cpp", "--dp=2", "--zero=3"]),
+              ("mlp", "train-pp2", ["--emit=train-cpp", "--pp=2"]),
+              ("mlp", "train-offload-nvme",
+               ["--emit=train-cpp", "--offload-optimizer=nvme", "--nvme-path=/tmp"])]
 
 
 def build_flags(dsopt: str) -> dict:
@@ -58,16 +68,17 @@ def main() -> int:
 
     failures = 0
     sources = []
-    for model in MODELS:
-        for kind, emit in PROGRAMS.items():
-            source = args.work / f"{model}_{kind}.cu"
-            error = run([args.dsopt, str(args.zoo / f"{model}.onnx"), "--target", "cuda", emit,
-                         "-o", str(source)], args.work / f"{model}_{kind}.dsopt.log")
-            if error:
-                print(f"{model} {kind}: FAILED to generate: {error}")
-                failures += 1
-            else:
-                sources.append((model, kind, source))
+    programs = [(model, kind, [emit]) for model in MODELS for kind, emit in PROGRAMS.items()]
+    for model, kind, dsopt_flags in programs + MULTI_RANK:
+        source = args.work / f"{model}_{kind}.cu"
+        error = run([args.dsopt, str(args.zoo / f"{model}.onnx"), "--target", "cuda",
+                     *dsopt_flags, "-o", str(source)],
+                    args.work / f"{model}_{kind}.dsopt.log")
+        if error:
+            print(f"{model} {kind}: FAILED to generate: {error}")
+            failures += 1
+        else:
+            sources.append((model, kind, source))
 
     def compile_one(item):
         model, kind, source = item
@@ -89,12 +100,13 @@ def main() -> int:
             failures += result.startswith("FAILED")
 
     if args.link and not failures:
-        exe = args.work / "mlp_forward"
-        done = subprocess.run([str(exe)], capture_output=True, text=True)
-        said = done.stderr.strip().splitlines()[:1]
-        print(f"mlp forward without a GPU: exit {done.returncode}: {said[0] if said else ''}")
+        for name in ["mlp_forward", "mlp_train-dp2-zero3"]:
+            done = subprocess.run([str(args.work / name)], capture_output=True, text=True)
+            said = done.stderr.strip().splitlines()[:1]
+            print(f"{name.replace('_', ' ')} without a GPU: exit {done.returncode}: "
+                  f"{said[0] if said else ''}")
 
-    print(f"cuda zoo: {len(MODELS) * len(PROGRAMS)} programs, {failures} failures")
+    print(f"cuda zoo: {len(programs) + len(MULTI_RANK)} programs, {failures} failures")
     return 1 if failures else 0
 
 

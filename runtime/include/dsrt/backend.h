@@ -19,6 +19,7 @@
 #include "dsrt/memory.h"
 #include "dsrt/stream.h"
 #include "dsrt/tensor.h"
+#include "dsrt/transport.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +27,8 @@
 #include <string>
 
 namespace dsrt {
+
+class Communicator;
 
 // A backend's mark of a point in a stream's queue (a cudaEvent_t on cuda).
 // Null where the backend has nothing queued that the host does not already
@@ -94,6 +97,18 @@ public:
   // defines for its own streams. This says which library that is, for
   // messages and logs ("dsrt_cpu").
   virtual const char *kernel_library() const = 0;
+
+  //===--- the transport ---------------------------------------------------===//
+
+  // The transport the program's collectives run over (the grid's
+  // communicators: program_world() in dist.h), bootstrapped over
+  // `bootstrap` (the MPI world): NCCL on cuda. nullptr: `bootstrap`
+  // itself serves (the cpu backend's MPI ring, which works on host memory).
+  // Collective over `bootstrap`.
+  virtual std::unique_ptr<Transport> world_transport(Communicator &bootstrap) {
+    (void)bootstrap;
+    return nullptr;
+  }
 };
 
 // The backend this program was linked with; `kind` other than its own
@@ -113,7 +128,15 @@ inline void add_async(Stream &stream, const Tensor &dst, const Tensor *srcs, int
 }
 // Copies a tensor's bytes to host memory and waits for them: how neutral
 // code reads a value the program computed (a loss, a norm, a weight to save).
+// On a backend whose memory the host cannot read (cuda) the bytes pass
+// through pinned host buffers, chunk by chunk.
 void read_to_host(Stream &stream, void *host, const Tensor &src);
+// Copies `bytes` of host memory to `dst` (any memory of the stream's
+// backend) in the stream's order: how neutral code uploads data, weights
+// and checkpoints. As with BackendInterface::copy, `host` must not change
+// before the stream reaches the copy (on cuda it is copied into pinned
+// staging buffers at once, and the device copy from there is asynchronous).
+void write_from_host(Stream &stream, void *dst, const void *host, size_t bytes);
 double read_scalar(Stream &stream, const Tensor &src);
 // Writes a scalar (0-d or one element) of the tensor's type from the host.
 void write_scalar(Stream &stream, const Tensor &dst, double value);

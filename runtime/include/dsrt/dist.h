@@ -94,11 +94,20 @@ private:
   std::vector<Communicator *> comms_;
 };
 
+// The communicator of every rank of the job that the program's collectives
+// run over: the backend's world transport (BackendInterface::world_transport,
+// NCCL on cuda) bootstrapped over Communicator::world(), or
+// Communicator::world() itself where the backend has none (cpu). Made on
+// first use (collective over Communicator::world() when it bootstraps a
+// transport) and never destroyed. Communicator::world() stays the runners'
+// host-side channel (agreeing on errors, step reports, the summary).
+Communicator &program_world();
+
 // The grid the kernels below run on. Process-wide state, since the kernels
 // only get a stream and an axis index: train_main and forward_main install
 // the program's grid before running it (use_program_grid). Until then, and
 // after set_current_grid(nullptr), it is one axis "dp" as large as the
-// job's world, made on first use (no communication).
+// job's world (program_world()), made on first use.
 std::shared_ptr<Grid> current_grid();
 // Installs `grid` (nullptr: the default). Set it between runs, not while
 // kernels are being issued on other threads.
@@ -106,7 +115,8 @@ void set_current_grid(std::shared_ptr<Grid> grid);
 // Installs the grid of info (one axis "dp" of size 1 for a program without
 // a grid), unless the current grid already has its axes and sizes.
 // Collective over Communicator::world() when it makes a grid that needs
-// split communicators.
+// split communicators (or program_world() a transport). The grid spans
+// program_world().
 void use_program_grid(const ProgramInfo &info);
 
 //===--- kernels called by generated code -----------------------------------===//

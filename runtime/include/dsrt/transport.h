@@ -96,6 +96,9 @@ public:
   virtual int size() const = 0;
   // Whether MPI carries the messages.
   virtual bool uses_mpi() const = 0;
+  // Whether the operations read and write device memory only (NCCL): a
+  // caller with host buffers stages them through device memory.
+  virtual bool device_memory() const { return false; }
 
   // The operations of Communicator (comm.h), with its semantics; arguments
   // are as given (the Communicator checked only what it documents).

@@ -4,13 +4,26 @@
 // and events are cudaEvent_t. Nothing here allocates device memory or
 // blocks the host inside a step, except first_nonfinite and the
 // synchronizations, which block by definition (backend.h).
+//
+// The device: each process uses the GPU of its local rank, as the launcher
+// gives it (nccl/bootstrap.h: OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID,
+// ...; device 0 when none is set), chosen before the first allocation; the
+// NCCL world transport (world_transport) must agree.
 #include "dsrt/backend.h"
+#include "dsrt/comm.h"
+#if DSRT_HAVE_NCCL
+#include "dsrt/nccl.h"
+#endif
 
 #include "cuda/common.cuh"
+#include "nccl/bootstrap.h"
+
+#include <cstdlib>
 
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace dsrt {
@@ -84,6 +97,13 @@ public:
                   (status != cudaSuccess ? std::string("failed: ") + cudaGetErrorString(status)
                                          : std::string("found no device")));
     }
+    const std::optional<nccl::LocalRank> local =
+        nccl::local_rank_from_env([](const char *name) { return std::getenv(name); });
+    if (local) {
+      device_ = nccl::choose_device(local->rank, count, local->source);
+      device_source_ = "local rank " + std::to_string(local->rank) + " from " + local->source;
+    }
+    check_cuda(cudaSetDevice(device_), "cuda", "cudaSetDevice");
     device_error_word();
     void *p = nullptr;
     check_cuda(cudaHostAlloc(&p, sizeof(int32_t), cudaHostAllocMapped), "cuda",
@@ -107,7 +127,8 @@ public:
     void *base = nullptr;
     cudaError_t status = kind == MemoryKind::Device
                              ? cudaMalloc(&base, bytes + extra)
-                             : cudaHostAlloc(&base, bytes + extra, cudaHostAllocPortable);
+                             : cudaHostAlloc(&base, bytes + extra,
+                                             cudaHostAllocPortable | cudaHostAllocMapped);
     if (status != cudaSuccess) {
       cudaGetLastError();
       return nullptr;
@@ -275,6 +296,24 @@ public:
     throw_device_error();
   }
 
+  std::unique_ptr<Transport> world_transport(Communicator &bootstrap) override {
+#if DSRT_HAVE_NCCL
+    std::unique_ptr<Transport> transport = make_nccl_world(bootstrap);
+    if (nccl_device() != device_)
+      throw Error("dsrt: the NCCL transport chose CUDA device " + std::to_string(nccl_device()) +
+                  " (by host names) but the cuda backend uses device " +
+                  std::to_string(device_) + " (" + device_source_ +
+                  "); start the job with mpirun or srun, which give each process its local rank");
+    return transport;
+#else
+    if (bootstrap.size() > 1)
+      throw Error("dsrt: this libdsrt_cuda was built without NCCL, so a cuda program runs on "
+                  "one process only, not " + std::to_string(bootstrap.size()) +
+                  "; rebuild dsrt where CMake finds nccl.h and libnccl");
+    return nullptr;
+#endif
+  }
+
   bool query(const DeviceEvent &event) override {
     if (!event)
       return true;
@@ -287,6 +326,8 @@ public:
   }
 
 private:
+  int device_ = 0;
+  std::string device_source_ = "no launcher's local rank: device 0";
   std::mutex mutex_;
   std::map<void *, void *> bases_;  // aligned pointer -> what cudaMalloc returned
   std::mutex flag_mutex_;

@@ -125,6 +125,7 @@ public:
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool uses_mpi() const override { return false; }
+  bool device_memory() const override { return true; }
 
   Request all_reduce(Stream &stream, const Tensor &in, const Tensor &out, ReduceOp op,
                      const CommHooks &hooks) override {
@@ -291,7 +292,7 @@ private:
         c.bytes_sent += volumes[i].sent;
         c.bytes_received += volumes[i].received;
       }
-    });
+    }, /*after_device=*/false);  // it waits for `finished` itself, with the timeout
   }
 
   // Polls `event`; an NCCL asynchronous error or no completion within the

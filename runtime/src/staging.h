@@ -1,0 +1,61 @@
+// Host copies through pinned host memory (backend.h's read_to_host and
+// write_from_host), with the backend and the staging buffers as parameters
+// so that the chunking is unit-tested with a fake backend
+// (runtime/tests/staging_test.cpp). Not installed.
+//
+// On a backend whose memory the host cannot read (cuda), a copy between
+// pageable host memory and the backend's memory is split into chunks that
+// pass through two pinned host buffers: the device copies to and from
+// pinned memory run at full bandwidth and asynchronously, and pageable
+// memory is only ever touched by the host (memcpy). On the cpu backend
+// every byte is host memory: the copy is the backend's own.
+#ifndef DSRT_SRC_STAGING_H
+#define DSRT_SRC_STAGING_H
+
+#include "dsrt/backend.h"
+
+#include <array>
+#include <cstddef>
+#include <mutex>
+
+namespace dsrt {
+namespace detail {
+
+// Whether host reads and writes of `b`'s memory go through pinned staging.
+bool stages_host_copies(const BackendInterface &b);
+
+// Two pinned host buffers of `chunk` bytes, allocated from `b` on first use,
+// each with the event of the last device copy that used it. One per
+// process for the linked backend (staging_buffers()); tests make their own.
+class PinnedStaging {
+public:
+  PinnedStaging(BackendInterface &b, size_t chunk) : backend_(b), chunk_(chunk) {}
+  ~PinnedStaging();
+  PinnedStaging(const PinnedStaging &) = delete;
+  PinnedStaging &operator=(const PinnedStaging &) = delete;
+
+  // `bytes` of `src` (any memory of the backend) to pageable `host`; blocks
+  // until they are there.
+  void read(Stream &stream, void *host, const void *src, size_t bytes);
+  // `bytes` of pageable `host` to `dst` (any memory of the backend), in
+  // `stream`'s order. `host` may change as soon as this returns; `dst` is
+  // written when the stream reaches the copy.
+  void write(Stream &stream, void *dst, const void *host, size_t bytes);
+
+private:
+  void *buffer(size_t i);
+
+  BackendInterface &backend_;
+  const size_t chunk_;
+  std::mutex mutex_;
+  std::array<void *, 2> buffers_{};
+  std::array<DeviceEvent, 2> used_{};
+};
+
+// The process's staging buffers for the linked backend (4 MiB chunks).
+PinnedStaging &staging_buffers();
+
+}  // namespace detail
+}  // namespace dsrt
+
+#endif  // DSRT_SRC_STAGING_H
