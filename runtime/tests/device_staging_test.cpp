@@ -64,7 +64,8 @@ public:
     for (auto &block : blocks_)
       if (block.base == p) block.freed = true;
   }
-  dsrt::FileStore create_file(const std::string &, int64_t) override {
+  dsrt::FileStore create_file(const std::string &, int64_t,
+                              const dsrt::FileIOOptions &) override {
     throw dsrt::Error("fake backend: no files");
   }
   void copy(dsrt::Stream &, void *dst, const void *src, size_t bytes) override {
