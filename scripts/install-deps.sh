@@ -10,6 +10,8 @@ PACKAGES="
   python3 python3-torch python3-onnx python3-numpy libonnx-testdata
   libopenmpi-dev openmpi-bin libopenblas-dev libgtest-dev
   time clang-22 libclang-rt-22-dev
+  python3-torchvision
+  ccache
 "
 
 missing=""
