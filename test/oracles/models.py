@@ -603,6 +603,47 @@ def _classifier_inputs(x_shape: Tuple[int, ...], n_classes: int, seed: int) -> D
     return {"x": x, "y": y}
 
 
+# torchvision's model families (torchvision_models.py), small: NAME is
+# "tv_" + the family. torchvision is imported only when one is built.
+CLASSIFICATION_FAMILIES = ("resnet", "resnext", "wide_resnet", "mobilenet_v2", "mobilenet_v3", "efficientnet",
+                           "regnet", "convnext", "shufflenet_v2", "squeezenet", "densenet", "mnasnet", "swin", "vit")
+SEGMENTATION_FAMILIES = ("fcn", "deeplabv3", "lraspp")
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """Sizes of one torchvision family's small model."""
+
+    family: str
+    image_size: int = 32
+    in_channels: int = 3
+    n_classes: int = 5
+    batch: int = 2
+    seed: int = 21
+    # A class per pixel (FCN, DeepLabV3, LRASPP) instead of per image.
+    segmentation: bool = False
+
+
+def _vision_config(family: str) -> VisionConfig:
+    if family in SEGMENTATION_FAMILIES:
+        return VisionConfig(family, segmentation=True)
+    # ViT's patches and Swin's windows on a 16-pixel image.
+    return VisionConfig(family, image_size=16 if family in ("vit", "swin") else 32)
+
+
+def _torchvision_build(cfg: VisionConfig) -> nn.Module:
+    import torchvision_models
+
+    return torchvision_models.build(cfg)
+
+
+def _torchvision_inputs(cfg: VisionConfig) -> Dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(cfg.seed)
+    x = torch.randn(cfg.batch, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g)
+    label_shape = (cfg.batch, cfg.image_size, cfg.image_size) if cfg.segmentation else (cfg.batch,)
+    return {"x": x, "y": torch.randint(0, cfg.n_classes, label_shape, generator=g)}
+
+
 @dataclass(frozen=True)
 class ZooModel:
     """A model of the zoo: how to build it and what to feed it.
@@ -672,6 +713,9 @@ ZOO: Dict[str, ZooModel] = {
             output_names=("loss",),
             exported_by_default=False,
         ),
+        *(ZooModel("tv_" + family, _vision_config(family), _torchvision_build, _torchvision_inputs,
+                   exported_by_default=False)
+          for family in CLASSIFICATION_FAMILIES + SEGMENTATION_FAMILIES),
         ZooModel(
             "cnn",
             CNNConfig(),
