@@ -32,6 +32,9 @@ from models import CLASSIFICATION_FAMILIES, SEGMENTATION_FAMILIES  # noqa: E402
 PYTHON = "/usr/bin/python3"
 STEPS = 10
 LINE = re.compile(r"^(tv_\w+) (\S+) (\S+): (.*)$")
+STATS = re.compile(r"forward loss max\|d\| (?P<loss>\S+), logits max\|d\| (?P<logits>\S+); "
+                   r"max loss rel err (?P<rel>\S+), max grad_norm rel err (?P<norm>\S+), "
+                   r"max weight abs err (?P<weight>\S+), widest weight tolerance (?P<tol>[^)\s]+)")
 
 
 def main() -> int:
@@ -64,13 +67,19 @@ def main() -> int:
         match = LINE.match(line)
         if match:
             rows[match.group(1)] = match.group(4)
-    print(f"| family | kind | dsopt vs PyTorch ({STEPS} AdamW steps, clipping 1.0; forward rel 1e-5) |")
-    print("|---|---|---|")
+    print(f"| family | kind | dsopt vs PyTorch | forward: loss, logits max abs diff | {STEPS} steps: loss, "
+          "grad norm max rel err | final weights max abs err (widest tolerance) |")
+    print("|---|---|---|---|---|---|")
     for family, name in zip(families, names):
         kind = "segmentation" if family in SEGMENTATION_FAMILIES else "classification"
-        verdict = rows.get(name, "no result: " + (result.stderr.strip().splitlines() or ["?"])[-1])
-        verdict = re.sub(r" \[dsopt .*\]$", "", verdict).replace("|", "/")
-        print(f"| {family} | {kind} | {verdict} |")
+        verdict = rows.get(name, "FAIL no result: " + (result.stderr.strip().splitlines() or ["?"])[-1])
+        numbers = STATS.search(verdict)
+        if verdict.startswith("matches PyTorch") and numbers:
+            n = numbers.groupdict()
+            print(f"| {family} | {kind} | matches | {n['loss']}, {n['logits']} | {n['rel']}, {n['norm']} | "
+                  f"{n['weight']} ({n['tol']}) |")
+        else:
+            print(f"| {family} | {kind} | {verdict.replace('|', '/')} | | | |")
     failures = sum(not v.startswith("matches PyTorch") for v in rows.values()) + len(names) - len(rows)
     print(f"\n{len(names) - failures} of {len(names)} families match PyTorch "
           f"(export {exported:.0f}s, train and compare {time.perf_counter() - start - exported:.0f}s)")
