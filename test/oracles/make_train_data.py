@@ -7,8 +7,8 @@ with the dtype and per-sample shape of the model's example inputs
 (ZooModel.inputs()) -- the layout `train --data DIR` reads, one
 <input name>.npy per input:
 
-  gpt2, llama  input_ids: random tokens; labels: the next token, with about
-               15% of the positions set to -100 (ignored by the loss); the
+  gpt2, llama, input_ids: random tokens; labels: the next token, with about
+  llama_rope   15% of the positions set to -100 (ignored by the loss); the
                first position of every sample always has a target
   bert         input_ids: random tokens; attention_mask: 1, with a padded
                tail of 0..seq/2 positions per sample; labels: a random token

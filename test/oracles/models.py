@@ -175,6 +175,10 @@ class LlamaConfig:
     batch: int = 2
     seq: int = 16
     seed: int = 1
+    # The rotary angles computed in the graph from the positions (Pow, Mul,
+    # Cos, Sin), as Hugging Face's LLaMA exports them, instead of cos/sin
+    # tables held as buffers.
+    rope_in_graph: bool = False
 
 
 class RMSNorm(nn.Module):
@@ -208,14 +212,24 @@ class LlamaAttention(nn.Module):
         self.k = nn.Linear(d, d, bias=False)
         self.v = nn.Linear(d, d, bias=False)
         self.o = nn.Linear(d, d, bias=False)
-        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
-        angles = torch.outer(torch.arange(cfg.max_positions).float(), inv_freq)
-        angles = torch.cat((angles, angles), dim=-1)  # [P, head_dim]
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.head_dim, self.rope_theta, self.rope_in_graph = head_dim, cfg.rope_theta, cfg.rope_in_graph
+        if not cfg.rope_in_graph:
+            angles = self._angles(torch.arange(cfg.max_positions))
+            self.register_buffer("cos", angles.cos(), persistent=False)
+            self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def _angles(self, positions: torch.Tensor) -> torch.Tensor:
+        """[T, head_dim]: position * theta^(-2i / head_dim), both halves."""
+        inv_freq = 1.0 / (self.rope_theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
+        angles = positions.float()[:, None] * inv_freq[None, :]
+        return torch.cat((angles, angles), dim=-1)
 
     def _rope(self, x: torch.Tensor, t: int) -> torch.Tensor:
-        cos, sin = self.cos[:t], self.sin[:t]
+        if self.rope_in_graph:
+            angles = self._angles(torch.arange(t, device=x.device))
+            cos, sin = angles.cos(), angles.sin()
+        else:
+            cos, sin = self.cos[:t], self.sin[:t]
         return x * cos + _rotate_half(x) * sin
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -688,6 +702,7 @@ ZOO: Dict[str, ZooModel] = {
             tied=("wte.weight",),
         ),
         _lm_entry("llama", LlamaConfig(), Llama),
+        _lm_entry("llama_rope", LlamaConfig(rope_in_graph=True), Llama, exported_by_default=False),
         ZooModel("bert", BertConfig(), Bert, _bert_inputs),
         ZooModel(
             "mlp",
