@@ -86,11 +86,10 @@ def make_train_data(model: ZooModel, n_batches: int, global_batch: int, seed: in
         data = _classifier(cfg, rng, lead, (cfg.in_channels, cfg.image_size, cfg.image_size))
     elif isinstance(cfg, EinsumConfig):
         data = _classifier(cfg, rng, lead, (cfg.seq, cfg.d_model))
-    elif isinstance(cfg, UNetConfig) or isinstance(cfg, VisionConfig) and cfg.segmentation:  # a class per pixel
+    elif isinstance(cfg, (UNetConfig, VisionConfig)):
         data = _classifier(cfg, rng, lead, (cfg.in_channels, cfg.image_size, cfg.image_size))
-        data["y"] = rng.integers(0, cfg.n_classes, size=(*lead, cfg.image_size, cfg.image_size), dtype=np.int64)
-    elif isinstance(cfg, VisionConfig):
-        data = _classifier(cfg, rng, lead, (cfg.in_channels, cfg.image_size, cfg.image_size))
+        if isinstance(cfg, UNetConfig) or cfg.segmentation:  # a class per pixel
+            data["y"] = rng.integers(0, cfg.n_classes, size=(*lead, cfg.image_size, cfg.image_size), dtype=np.int64)
     else:
         raise ValueError(f"no training data recipe for model {model.name}")
 

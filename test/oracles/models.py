@@ -582,7 +582,8 @@ class EinsumAttention(nn.Module):
         return (F.cross_entropy(self.classifier(h.mean(1)), y),)
 
 
-def _segmentation_inputs(cfg: UNetConfig) -> Dict[str, torch.Tensor]:
+def _segmentation_inputs(cfg) -> Dict[str, torch.Tensor]:
+    """Images and a class per pixel (UNetConfig, VisionConfig)."""
     g = torch.Generator().manual_seed(cfg.seed)
     x = torch.randn(cfg.batch, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g)
     y = torch.randint(0, cfg.n_classes, (cfg.batch, cfg.image_size, cfg.image_size), generator=g)
@@ -652,10 +653,9 @@ def _torchvision_build(cfg: VisionConfig) -> nn.Module:
 
 
 def _torchvision_inputs(cfg: VisionConfig) -> Dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(cfg.seed)
-    x = torch.randn(cfg.batch, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g)
-    label_shape = (cfg.batch, cfg.image_size, cfg.image_size) if cfg.segmentation else (cfg.batch,)
-    return {"x": x, "y": torch.randint(0, cfg.n_classes, label_shape, generator=g)}
+    if cfg.segmentation:
+        return _segmentation_inputs(cfg)
+    return _classifier_inputs((cfg.batch, cfg.in_channels, cfg.image_size, cfg.image_size), cfg.n_classes, cfg.seed)
 
 
 @dataclass(frozen=True)
