@@ -23,8 +23,8 @@ config.environment["OMP_NUM_THREADS"] = "1"
 # PATH, or whatever DSOPT_HOST_LAUNCHER names; empty: none): their sources
 # are deterministic, so a rerun of the suite, or a test compiling a program
 # another test compiled, takes the cached object instead of a -O3 compile.
-# Paths under CCACHE_BASEDIR (default: the source and build trees' common
-# parent) are hashed relative, so another checkout hits as well.
+# (They record the model file's absolute path, so another checkout does not
+# hit.)
 launcher = os.environ.get("DSOPT_HOST_LAUNCHER")
 if launcher is None:
     launcher = shutil.which("ccache") or ""
@@ -32,9 +32,6 @@ config.environment["DSOPT_HOST_LAUNCHER"] = launcher
 for name, value in os.environ.items():
     if name.startswith("CCACHE_"):
         config.environment[name] = value
-if launcher and "CCACHE_BASEDIR" not in os.environ:
-    config.environment["CCACHE_BASEDIR"] = os.path.commonpath(
-        [config.dsopt_src_root, config.dsopt_obj_root])
 
 # `REQUIRES: cuda-toolkit`: tests that compile generated CUDA with nvcc;
 # `REQUIRES: dsrt-cuda`: tests that also link against libdsrt_cuda.
