@@ -11,6 +11,8 @@ PACKAGES="
   libopenmpi-dev openmpi-bin libopenblas-dev libgtest-dev
   time clang-22 libclang-rt-22-dev
   liburing-dev
+  python3-torchvision
+  ccache
 "
 
 missing=""

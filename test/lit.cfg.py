@@ -1,5 +1,6 @@
 # lit configuration of the dsopt test suite.
 import os
+import shutil
 
 import lit.formats
 
@@ -17,6 +18,20 @@ config.environment["PATH"] = os.pathsep.join(
 # Torch and onnx live in Debian's system Python; keep user site-packages out.
 config.environment["PYTHONNOUSERSITE"] = "1"
 config.environment["OMP_NUM_THREADS"] = "1"
+
+# Generated programs compile through a compiler cache (ccache when it is on
+# PATH, or whatever DSOPT_HOST_LAUNCHER names; empty: none): their sources
+# are deterministic, so a rerun of the suite, or a test compiling a program
+# another test compiled, takes the cached object instead of a -O3 compile.
+# (They record the model file's absolute path, so another checkout does not
+# hit.)
+launcher = os.environ.get("DSOPT_HOST_LAUNCHER")
+if launcher is None:
+    launcher = shutil.which("ccache") or ""
+config.environment["DSOPT_HOST_LAUNCHER"] = launcher
+for name, value in os.environ.items():
+    if name.startswith("CCACHE_"):
+        config.environment[name] = value
 
 # `REQUIRES: cuda-toolkit`: tests that compile generated CUDA with nvcc;
 # `REQUIRES: dsrt-cuda`: tests that also link against libdsrt_cuda.

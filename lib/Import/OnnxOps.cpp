@@ -257,6 +257,38 @@ FailureOr<bool> foldDiv(NodeContext &ctx) {
       });
 }
 
+/// Mod of known operands (shape arithmetic: Swin's window padding is
+/// (w - W % w) % w). fmod = 0 takes the divisor's sign, as Python's %;
+/// fmod = 1 the dividend's, as C's fmod. A zero divisor is an error.
+FailureOr<bool> foldMod(NodeContext &ctx) {
+  FailureOr<SmallVector<const HostTensor *>> known = constInputs(ctx, 2);
+  if (failed(known))
+    return failure();
+  SmallVector<const HostTensor *> &inputs = *known;
+  int64_t fmod;
+  if (failed(ctx.intAttr("fmod", fmod, 0)))
+    return failure();
+  if (inputs.size() != 2 || inputs[0]->dtype != inputs[1]->dtype)
+    return ctx.error("expects 2 inputs of the same element type");
+  if (fmod != 0 && fmod != 1)
+    return ctx.error("attribute fmod = " + Twine(fmod) + " is not 0 or 1");
+  if (inputs[0]->isFloat() && fmod == 0)
+    return ctx.error("floating-point Mod needs fmod = 1");
+  return foldElementwise(
+      ctx, inputs, DType::Undefined,
+      [](ArrayRef<double> a) { return std::fmod(a[0], a[1]); },
+      [fmod](ArrayRef<int64_t> a) -> std::optional<int64_t> {
+        if (a[1] == 0)
+          return std::nullopt;
+        if (a[1] == -1)
+          return 0;
+        int64_t r = a[0] % a[1];
+        if (!fmod && r != 0 && ((r < 0) != (a[1] < 0)))
+          r += a[1];
+        return r;
+      });
+}
+
 /// Integer power; a negative exponent gives 1 / a^-b truncated toward zero
 /// (what computing in floating point and casting back gives).
 std::optional<int64_t> powI(int64_t a, int64_t b) {
@@ -4513,7 +4545,7 @@ struct Registry {
     add("", "ReduceMean", op(convertReduce<ReduceMeanOp>, nullptr, "ds.reduce_mean (axes attribute or input)"));
     add("", "ReduceMax", op(convertReduce<ReduceMaxOp>, nullptr, "ds.reduce_max (axes attribute or input)"));
     add("", "ReduceProd", op(convertReduce<ReduceProdOp>, nullptr, "ds.reduce_prod (axes attribute or input)"));
-    add("", "Mod", op(convertMod, nullptr, "ds.mod (fmod: the dividend's sign)"));
+    add("", "Mod", op(convertMod, foldMod, "ds.mod (fmod: the dividend's sign)"));
     add("", "ReduceMin", op(convertComposedReduce<ComposedReduce::Min>, nullptr, "-ds.reduce_max(-x) (axes attribute or input)"));
     add("", "ReduceSumSquare", op(convertComposedReduce<ComposedReduce::SumSquare>, nullptr, "ds.reduce_sum(x * x)"));
     add("", "ReduceL1", op(convertComposedReduce<ComposedReduce::L1>, nullptr, "ds.reduce_sum(|x|)"));

@@ -346,6 +346,50 @@ static LogicalResult runAll(ArrayRef<ToolRun> runs, StringRef what,
   return success();
 }
 
+/// The compiler launcher `$DSOPT_HOST_LAUNCHER` names (a compiler cache such
+/// as ccache), found on PATH; none when it is unset or empty.
+static LogicalResult findLauncher(std::optional<std::string> &launcher,
+                                  std::string &error) {
+  std::optional<std::string> name =
+      llvm::sys::Process::GetEnv("DSOPT_HOST_LAUNCHER");
+  if (!name || name->empty())
+    return success();
+  llvm::ErrorOr<std::string> path = llvm::sys::findProgramByName(*name);
+  if (!path) {
+    error = "compiler launcher '" + *name +
+            "' (DSOPT_HOST_LAUNCHER) not found; unset it to compile without one";
+    return failure();
+  }
+  launcher = *path;
+  return success();
+}
+
+/// `compiler flags... -c file -o object`, in `srcDir`. Through a launcher
+/// it runs in `srcDir` itself with the file named relative to it: a
+/// compiler cache keys on the source's path, and the build is staged in a
+/// directory named after dsopt's process id, so an absolute path would make
+/// every build of the same program a miss.
+static ToolRun compileRun(StringRef compiler, std::vector<std::string> flags,
+                          StringRef srcDir, StringRef file, StringRef object,
+                          const std::optional<std::string> &launcher) {
+  std::string source = (srcDir + "/" + file).str();
+  ToolRun run{compiler.str(), source, {}};
+  if (launcher) {
+    run.tool = "/bin/sh";
+    run.args = {"-c", "cd \"$1\" && shift && exec \"$@\"", "sh",
+                srcDir.str(), *launcher, compiler.str()};
+    llvm::append_range(run.args, flags);
+    llvm::append_range(run.args, std::vector<std::string>{
+                                     "-c", file.str(), "-o", object.str()});
+    return run;
+  }
+  run.args = std::move(flags);
+  llvm::append_range(run.args,
+                     std::vector<std::string>{"-c", source, "-o",
+                                              (srcDir + "/" + object).str()});
+  return run;
+}
+
 LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
                             const HostCompiler &compiler, std::string &error) {
   llvm::SmallString<256> srcDir(outDir);
@@ -375,35 +419,42 @@ LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
     return failure();
   }
 
-  // Every program compiles at once. On cuda nvcc compiles each source to an
-  // object, then the host compiler links them all at once.
+  std::optional<std::string> launcher;
+  if (failed(findLauncher(launcher, error)))
+    return failure();
+
+  // Every program compiles to an object at once (nvcc on cuda, the host
+  // compiler on the cpu), then the host compiler links them all at once.
   std::vector<ToolRun> compiles, links;
   for (const ProgramSource &program : programs) {
     std::string source = (srcDir + "/" + program.file).str();
+    std::string object = program.exe + ".o";
     llvm::SmallString<256> exePath(outDir);
     llvm::sys::path::append(exePath, program.exe);
-    ToolRun link{*cxxPath, source, {}};
-    if (cuda) {
-      std::string object = (srcDir + "/" + program.exe + ".o").str();
-      ToolRun compile{compiler.cuda.nvcc, source,
-                      cudaCompileFlags(runtime, compiler.cuda)};
-      llvm::append_range(compile.args,
-                         std::vector<std::string>{"-c", source, "-o", object});
-      compiles.push_back(std::move(compile));
-      link.args = {object, "-o", exePath.str().str()};
-      llvm::append_range(link.args, cudaLinkArguments(runtime, compiler.cuda));
-    } else {
-      link.args = programCompileFlags(runtime);
-      llvm::append_range(link.args, std::vector<std::string>{
-                                        source, "-o", exePath.str().str()});
-      llvm::append_range(link.args, programLinkArguments(runtime));
-    }
+    std::vector<std::string> flags =
+        cuda ? cudaCompileFlags(runtime, compiler.cuda)
+             : programCompileFlags(runtime);
+    if (!cuda)
+      llvm::append_range(flags, compiler.flags);
+    compiles.push_back(compileRun(cuda ? compiler.cuda.nvcc : *cxxPath,
+                                  std::move(flags), srcDir, program.file,
+                                  object, launcher));
+    ToolRun link{*cxxPath, source, {(srcDir + "/" + object).str(), "-o",
+                                    exePath.str().str()}};
+    llvm::append_range(link.args,
+                       cuda ? cudaLinkArguments(runtime, compiler.cuda)
+                            : programLinkArguments(runtime));
     llvm::append_range(link.args, compiler.flags);
     links.push_back(std::move(link));
   }
-  if (failed(runAll(compiles, "CUDA compiler", error)))
+  if (failed(runAll(compiles, cuda ? "CUDA compiler" : "host compiler",
+                    error)) ||
+      failed(runAll(links, "host compiler", error)))
     return failure();
-  return runAll(links, "host compiler", error);
+  // The objects were only a step on the way to the executables.
+  for (const ProgramSource &program : programs)
+    llvm::sys::fs::remove(srcDir + "/" + program.exe + ".o");
+  return success();
 }
 
 } // namespace dsopt

@@ -436,11 +436,13 @@ void AutodiffPass::runOnOperation() {
     resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
         ds::DsDialect::kGradAttrName, builder.getStringAttr(param.getName()))));
   }
-  func::ReturnOp::create(builder, terminator->getLoc(), results);
+  auto ret = func::ReturnOp::create(builder, terminator->getLoc(), results);
   terminator->erase();
   mergeDuplicatesUpToIds(body);
+  // Merging may have replaced (and erased) values in `results`: the types
+  // are those of what the return holds now.
   SmallVector<Type> resultTypes;
-  for (Value v : results)
+  for (Value v : ret.getOperands())
     resultTypes.push_back(v.getType());
   grad.setFunctionType(
       builder.getFunctionType(grad.getArgumentTypes(), resultTypes));

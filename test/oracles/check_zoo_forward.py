@@ -30,6 +30,13 @@ def compile_and_run(args, model_path, inputs, workdir):
                               text=True, timeout=600)
     if compiled.returncode != 0:
         return None, f"dsopt failed: {compiled.stderr.strip()}"
+    return run_forward(out, inputs, workdir, args.threads)
+
+
+def run_forward(out, inputs, workdir, threads=1):
+    """Runs the compiled OUT/run on `inputs` ({name: array}); returns
+    ({output name: array}, None) or (None, what went wrong). The measured
+    arena high-water mark must equal the plan's."""
     in_dir = os.path.join(workdir, "inputs")
     out_dir = os.path.join(workdir, "outputs")
     os.makedirs(in_dir, exist_ok=True)
@@ -37,7 +44,7 @@ def compile_and_run(args, model_path, inputs, workdir):
     for name, value in inputs.items():
         np.save(os.path.join(in_dir, name + ".npy"), value)
     run = subprocess.run([os.path.join(out, "run"), "--inputs", in_dir, "--outputs", out_dir,
-                          "--threads", str(args.threads)],
+                          "--threads", str(threads)],
                          capture_output=True, text=True, timeout=600)
     if run.returncode != 0:
         return None, f"run failed: {run.stderr.strip()}"
@@ -53,6 +60,26 @@ def compile_and_run(args, model_path, inputs, workdir):
     outputs = {name[:-4]: np.load(os.path.join(out_dir, name))
                for name in os.listdir(out_dir) if name.endswith(".npy")}
     return outputs, None
+
+
+def compare_outputs(outputs, expected, rtol=1e-5, atol=1e-7):
+    """Every expected output against dsopt's, within atol + rtol * max(|torch|,
+    the output's largest magnitude) elementwise. Returns (summary of the
+    largest differences, [mismatches])."""
+    worst, errors = [], []
+    for name, want in expected.items():
+        got = outputs.get(name)
+        if got is None or got.shape != want.shape:
+            errors.append(f"output {name} has shape {None if got is None else got.shape}, torch {want.shape}")
+            continue
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        scale = float(np.abs(want).max()) if want.size else 0.0
+        bound = atol + rtol * np.maximum(np.abs(want.astype(np.float64)), scale)
+        if not np.all(diff <= bound):
+            i = np.unravel_index(np.argmax(diff - bound), diff.shape)
+            errors.append(f"output {name} differs at {i}: dsopt {got[i]!r}, torch {want[i]!r}")
+        worst.append(f"{name} max|d| {diff.max():.2e}")
+    return ", ".join(worst), errors
 
 
 def main():
@@ -84,25 +111,12 @@ def main():
                 print(f"FAIL {label}: {error}")
                 failures += 1
                 continue
-            worst = []
-            for name, want in expected.items():
-                got = outputs.get(name)
-                if got is None or got.shape != want.shape:
-                    print(f"FAIL {label}: output {name} has shape "
-                          f"{None if got is None else got.shape}, torch {want.shape}")
-                    failures += 1
-                    continue
-                diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-                scale = float(np.abs(want).max()) if want.size else 0.0
-                bound = args.atol + args.rtol * np.maximum(
-                    np.abs(want.astype(np.float64)), scale)
-                if not np.all(diff <= bound):
-                    i = np.unravel_index(np.argmax(diff - bound), diff.shape)
-                    print(f"FAIL {label}: output {name} differs at {i}: "
-                          f"dsopt {got[i]!r}, torch {want[i]!r}")
-                    failures += 1
-                worst.append(f"{name} max|d| {diff.max():.2e}")
-            print(f"{label}: matches PyTorch ({', '.join(worst)})")
+            worst, errors = compare_outputs(outputs, expected, args.rtol, args.atol)
+            for error in errors:
+                print(f"FAIL {label}: {error}")
+            failures += len(errors)
+            if not errors:
+                print(f"{label}: matches PyTorch ({worst})")
     print(f"zoo forward: {failures} failures")
     return 1 if failures else 0
 

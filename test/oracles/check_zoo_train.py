@@ -9,7 +9,10 @@ ACCUMULATION below), this:
   * maps the export's initializers to the PyTorch parameters
     (initializer_map.py); float initializers that hold no parameter (BatchNorm
     running statistics, ...) are passed as --frozen;
-  * compiles `dsopt MODEL --config CFG [--frozen NAMES] -o OUT` and runs
+  * compiles `dsopt MODEL --config CFG [--frozen NAMES] -o OUT`; with
+    --forward, runs the build's forward program OUT/run on the export's
+    example inputs and compares loss and logits with PyTorch's eval-mode
+    forward (check_zoo_forward.py's rule, rtol FORWARD_RTOL); then runs
     `OUT/train --data DIR --steps STEPS --log-json LOG --save-onnx TRAINED`;
   * trains the same module from the same weights in PyTorch
     (train_reference.py) and compares: every step's loss (relative LOSS_RTOL),
@@ -58,6 +61,8 @@ import numpy as np
 STEPS = 20
 N_BATCHES = 4
 LOSS_RTOL = 1e-4
+# --forward: the forward program's outputs (docs/training.md).
+FORWARD_RTOL = 1e-5
 GRAD_NORM_RTOL = 1e-3
 LR_RTOL = 1e-6
 WEIGHT_ATOL = 1e-4
@@ -315,6 +320,19 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
     compiled, seconds["dsopt"], why = run_tool(command)
     if why or compiled.returncode != 0:
         return fail("FAIL", f"dsopt failed: {why or one_line(compiled.stderr)}")
+    if args.forward:
+        # The same build's forward program on the export's example inputs:
+        # loss and logits as PyTorch's eval-mode forward computed them.
+        from check_zoo_forward import compare_outputs, run_forward
+
+        zoo = Path(args.zoo)
+        outputs, why = run_forward(str(work / "program"), dict(np.load(zoo / entry["inputs_npz"])),
+                                   str(work / "forward"))
+        if why:
+            return fail("FAIL", f"forward: {why}")
+        forward, errors = compare_outputs(outputs, dict(np.load(zoo / entry["outputs_npz"])), FORWARD_RTOL)
+        if errors:
+            return fail("MISMATCH", f"forward: {errors[0]} ({forward})")
     log_path, trained_path = work / "log.jsonl", work / "trained.onnx"
     ran, seconds["train"], why = run_tool(
         [str(work / "program" / "train"), "--data", str(work / "data"), "--steps", str(args.steps),
@@ -338,6 +356,8 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
                                                sign_flip_allowance(config, reference.log))
     stats = (f"max loss rel err {worst['loss']:.1e}, max grad_norm rel err {worst['grad_norm']:.1e}, "
              f"max weight abs err {weight_err:.1e}, widest weight tolerance {max(bounds.values()):.0e}")
+    if args.forward:
+        stats = f"forward {forward}; {stats}"
     timing = " ".join(f"{k} {v:.2f}s" for k, v in seconds.items())
     if log_error or weight_error:
         return fail("MISMATCH", f"{log_error or weight_error} ({stats}) [{timing}]")
@@ -355,6 +375,9 @@ def main() -> int:
                         f"{','.join(f'{c}-gas{g}' for c, g in case_names(''))})")
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--jobs", type=int, default=JOBS, help="cases run at once")
+    parser.add_argument("--forward", action="store_true",
+                        help="also run the build's forward program on the export's example inputs: loss and "
+                        f"logits within rel {FORWARD_RTOL:g} of PyTorch's (check_zoo_forward.py's rule)")
     args = parser.parse_args()
 
     with open(os.path.join(args.zoo, "zoo.json")) as f:

@@ -7,16 +7,19 @@ with the dtype and per-sample shape of the model's example inputs
 (ZooModel.inputs()) -- the layout `train --data DIR` reads, one
 <input name>.npy per input:
 
-  gpt2, llama  input_ids: random tokens; labels: the next token, with about
-               15% of the positions set to -100 (ignored by the loss); the
+  gpt2, llama, input_ids: random tokens; labels: the next token, with about
+  llama_rope   15% of the positions set to -100 (ignored by the loss); the
                first position of every sample always has a target
   bert         input_ids: random tokens; attention_mask: 1, with a padded
                tail of 0..seq/2 positions per sample; labels: a random token
                at about 25% of the real positions (always position 0), -100
                elsewhere
   mlp, cnn,    x: standard normal features/images; y: random class labels
-  mobilenet
-  unet         x: standard normal images; y: a random class per pixel
+  mobilenet,
+  tv_* (classification)
+  unet, tv_fcn, x: standard normal images; y: a random class per pixel
+  tv_deeplabv3,
+  tv_lraspp
   einsum       x: standard normal [seq, d_model] features; y: class labels
 
 Every sample has at least one target, so no micro-batch has a loss of 0/0.
@@ -34,7 +37,7 @@ from typing import Dict
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import ZOO, BertConfig, CNNConfig, EinsumConfig, GPT2Config, LlamaConfig, MLPConfig, MobileNetConfig, UNetConfig, ZooModel  # noqa: E402
+from models import ZOO, BertConfig, CNNConfig, EinsumConfig, GPT2Config, LlamaConfig, MLPConfig, MobileNetConfig, UNetConfig, VisionConfig, ZooModel  # noqa: E402
 
 IGNORE_INDEX = -100
 LM_IGNORED_FRACTION = 0.15
@@ -83,9 +86,10 @@ def make_train_data(model: ZooModel, n_batches: int, global_batch: int, seed: in
         data = _classifier(cfg, rng, lead, (cfg.in_channels, cfg.image_size, cfg.image_size))
     elif isinstance(cfg, EinsumConfig):
         data = _classifier(cfg, rng, lead, (cfg.seq, cfg.d_model))
-    elif isinstance(cfg, UNetConfig):  # a class label per pixel
+    elif isinstance(cfg, (UNetConfig, VisionConfig)):
         data = _classifier(cfg, rng, lead, (cfg.in_channels, cfg.image_size, cfg.image_size))
-        data["y"] = rng.integers(0, cfg.n_classes, size=(*lead, cfg.image_size, cfg.image_size), dtype=np.int64)
+        if isinstance(cfg, UNetConfig) or cfg.segmentation:  # a class per pixel
+            data["y"] = rng.integers(0, cfg.n_classes, size=(*lead, cfg.image_size, cfg.image_size), dtype=np.int64)
     else:
         raise ValueError(f"no training data recipe for model {model.name}")
 

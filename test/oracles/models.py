@@ -175,6 +175,10 @@ class LlamaConfig:
     batch: int = 2
     seq: int = 16
     seed: int = 1
+    # The rotary angles computed in the graph from the positions (Pow, Mul,
+    # Cos, Sin), as Hugging Face's LLaMA exports them, instead of cos/sin
+    # tables held as buffers.
+    rope_in_graph: bool = False
 
 
 class RMSNorm(nn.Module):
@@ -208,14 +212,24 @@ class LlamaAttention(nn.Module):
         self.k = nn.Linear(d, d, bias=False)
         self.v = nn.Linear(d, d, bias=False)
         self.o = nn.Linear(d, d, bias=False)
-        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
-        angles = torch.outer(torch.arange(cfg.max_positions).float(), inv_freq)
-        angles = torch.cat((angles, angles), dim=-1)  # [P, head_dim]
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.head_dim, self.rope_theta, self.rope_in_graph = head_dim, cfg.rope_theta, cfg.rope_in_graph
+        if not cfg.rope_in_graph:
+            angles = self._angles(torch.arange(cfg.max_positions))
+            self.register_buffer("cos", angles.cos(), persistent=False)
+            self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def _angles(self, positions: torch.Tensor) -> torch.Tensor:
+        """[T, head_dim]: position * theta^(-2i / head_dim), both halves."""
+        inv_freq = 1.0 / (self.rope_theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
+        angles = positions.float()[:, None] * inv_freq[None, :]
+        return torch.cat((angles, angles), dim=-1)
 
     def _rope(self, x: torch.Tensor, t: int) -> torch.Tensor:
-        cos, sin = self.cos[:t], self.sin[:t]
+        if self.rope_in_graph:
+            angles = self._angles(torch.arange(t, device=x.device))
+            cos, sin = angles.cos(), angles.sin()
+        else:
+            cos, sin = self.cos[:t], self.sin[:t]
         return x * cos + _rotate_half(x) * sin
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -568,7 +582,8 @@ class EinsumAttention(nn.Module):
         return (F.cross_entropy(self.classifier(h.mean(1)), y),)
 
 
-def _segmentation_inputs(cfg: UNetConfig) -> Dict[str, torch.Tensor]:
+def _segmentation_inputs(cfg) -> Dict[str, torch.Tensor]:
+    """Images and a class per pixel (UNetConfig, VisionConfig)."""
     g = torch.Generator().manual_seed(cfg.seed)
     x = torch.randn(cfg.batch, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g)
     y = torch.randint(0, cfg.n_classes, (cfg.batch, cfg.image_size, cfg.image_size), generator=g)
@@ -601,6 +616,46 @@ def _classifier_inputs(x_shape: Tuple[int, ...], n_classes: int, seed: int) -> D
     x = torch.randn(*x_shape, generator=g)
     y = torch.randint(0, n_classes, (x_shape[0],), generator=g)
     return {"x": x, "y": y}
+
+
+# torchvision's model families (torchvision_models.py), small: NAME is
+# "tv_" + the family. torchvision is imported only when one is built.
+CLASSIFICATION_FAMILIES = ("resnet", "resnext", "wide_resnet", "mobilenet_v2", "mobilenet_v3", "efficientnet",
+                           "regnet", "convnext", "shufflenet_v2", "squeezenet", "densenet", "mnasnet", "swin", "vit")
+SEGMENTATION_FAMILIES = ("fcn", "deeplabv3", "lraspp")
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """Sizes of one torchvision family's small model."""
+
+    family: str
+    image_size: int = 32
+    in_channels: int = 3
+    n_classes: int = 5
+    batch: int = 2
+    seed: int = 21
+    # A class per pixel (FCN, DeepLabV3, LRASPP) instead of per image.
+    segmentation: bool = False
+
+
+def _vision_config(family: str) -> VisionConfig:
+    if family in SEGMENTATION_FAMILIES:
+        return VisionConfig(family, segmentation=True)
+    # ViT's patches and Swin's windows on a 16-pixel image.
+    return VisionConfig(family, image_size=16 if family in ("vit", "swin") else 32)
+
+
+def _torchvision_build(cfg: VisionConfig) -> nn.Module:
+    import torchvision_models
+
+    return torchvision_models.build(cfg)
+
+
+def _torchvision_inputs(cfg: VisionConfig) -> Dict[str, torch.Tensor]:
+    if cfg.segmentation:
+        return _segmentation_inputs(cfg)
+    return _classifier_inputs((cfg.batch, cfg.in_channels, cfg.image_size, cfg.image_size), cfg.n_classes, cfg.seed)
 
 
 @dataclass(frozen=True)
@@ -647,6 +702,7 @@ ZOO: Dict[str, ZooModel] = {
             tied=("wte.weight",),
         ),
         _lm_entry("llama", LlamaConfig(), Llama),
+        _lm_entry("llama_rope", LlamaConfig(rope_in_graph=True), Llama, exported_by_default=False),
         ZooModel("bert", BertConfig(), Bert, _bert_inputs),
         ZooModel(
             "mlp",
@@ -672,6 +728,9 @@ ZOO: Dict[str, ZooModel] = {
             output_names=("loss",),
             exported_by_default=False,
         ),
+        *(ZooModel("tv_" + family, _vision_config(family), _torchvision_build, _torchvision_inputs,
+                   exported_by_default=False)
+          for family in CLASSIFICATION_FAMILIES + SEGMENTATION_FAMILIES),
         ZooModel(
             "cnn",
             CNNConfig(),

@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""torchvision's model families trained by dsopt against PyTorch: the table of docs/models.md.
+
+Exports every torchvision family of the zoo (tv_* in test/oracles/models.py,
+built by test/oracles/torchvision_models.py: small, random weights, every
+parameter its own initializer), then for each one's unfolded export runs
+test/oracles/check_zoo_train.py --forward: one dsopt build, whose forward
+program must reproduce PyTorch's loss and logits (rel 1e-5), and whose
+training program must follow PyTorch's trajectory over STEPS AdamW steps
+with clipping under docs/training.md's tolerance rule. Prints a Markdown
+table, one row per family, with the verdict and the worst errors.
+
+  bench/torchvision_families.py --work /tmp/tv [--only resnet,swin] [--jobs 2]
+
+It takes a few minutes on two cores (each family is one -O3 compile of its
+generated programs); `test/Zoo/train-torchvision.test` runs a representative
+subset of it in `make test`.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ORACLES = ROOT / "test" / "oracles"
+sys.path.insert(0, str(ORACLES))
+from models import CLASSIFICATION_FAMILIES, SEGMENTATION_FAMILIES  # noqa: E402
+
+PYTHON = "/usr/bin/python3"
+STEPS = 10
+LINE = re.compile(r"^(tv_\w+) (\S+) (\S+): (.*)$")
+STATS = re.compile(r"forward loss max\|d\| (?P<loss>\S+), logits max\|d\| (?P<logits>\S+); "
+                   r"max loss rel err (?P<rel>\S+), max grad_norm rel err (?P<norm>\S+), "
+                   r"max weight abs err (?P<weight>\S+), widest weight tolerance (?P<tol>[^)\s]+)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", required=True, type=Path, help="scratch directory")
+    parser.add_argument("--dsopt", default=str(ROOT / "build" / "bin" / "dsopt"))
+    parser.add_argument("--only", default="", help="comma-separated families (default: all)")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+
+    families = list(CLASSIFICATION_FAMILIES + SEGMENTATION_FAMILIES)
+    if args.only:
+        unknown = set(args.only.split(",")) - set(families)
+        if unknown:
+            parser.error(f"unknown families {sorted(unknown)}; known: {', '.join(families)}")
+        families = args.only.split(",")
+    names = [f"tv_{f}" for f in families]
+    env = dict(os.environ, PYTHONNOUSERSITE="1", OMP_NUM_THREADS="1")
+    start = time.perf_counter()
+    subprocess.run([PYTHON, str(ORACLES / "export_zoo.py"), "--out", str(args.work / "zoo"), "--only", ",".join(names)],
+                   check=True, env=env, stdout=subprocess.DEVNULL)
+    exported = time.perf_counter() - start
+    result = subprocess.run(
+        [PYTHON, str(ORACLES / "check_zoo_train.py"), "--zoo", str(args.work / "zoo"), "--work", str(args.work / "train"),
+         "--dsopt", args.dsopt, "--only", ",".join(f"{n}_nofold.onnx" for n in names), "--configs", "adamw-gas1",
+         "--steps", str(STEPS), "--forward", "--jobs", str(args.jobs)],
+        env=env, capture_output=True, text=True)
+    rows = {}
+    for line in result.stdout.splitlines():
+        match = LINE.match(line)
+        if match:
+            rows[match.group(1)] = match.group(4)
+    print(f"| family | kind | dsopt vs PyTorch | forward: loss, logits max abs diff | {STEPS} steps: loss, "
+          "grad norm max rel err | final weights max abs err (widest tolerance) |")
+    print("|---|---|---|---|---|---|")
+    for family, name in zip(families, names):
+        kind = "segmentation" if family in SEGMENTATION_FAMILIES else "classification"
+        verdict = rows.get(name, "FAIL no result: " + (result.stderr.strip().splitlines() or ["?"])[-1])
+        numbers = STATS.search(verdict)
+        if verdict.startswith("matches PyTorch") and numbers:
+            n = numbers.groupdict()
+            print(f"| {family} | {kind} | matches | {n['loss']}, {n['logits']} | {n['rel']}, {n['norm']} | "
+                  f"{n['weight']} ({n['tol']}) |")
+        else:
+            print(f"| {family} | {kind} | {verdict.replace('|', '/')} | | | |")
+    failures = sum(not v.startswith("matches PyTorch") for v in rows.values()) + len(names) - len(rows)
+    print(f"\n{len(names) - failures} of {len(names)} families match PyTorch "
+          f"(export {exported:.0f}s, train and compare {time.perf_counter() - start - exported:.0f}s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
