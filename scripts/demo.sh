@@ -8,7 +8,8 @@
 # (16-bit working copies, fp32 master weights). Then it compiles the
 # same model for 4 ranks, `--zero=3 --pp=2 --dp=2` (two pipeline stages, each
 # ZeRO-3 sharded over two data-parallel ranks), trains it under mpirun and
-# writes the measured schedule as a Chrome trace.
+# writes the measured schedule as a Chrome trace; and for 4 ranks as
+# `--tp=2 --pp=2` (two pipeline stages, each tensor-parallel over two ranks).
 set -eu
 BUILD_DIR=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -125,23 +126,50 @@ echo "== mpirun -np 4 $OUT/pipeline/train --data $OUT/data-pp --steps 40 --trace
 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 "$OUT/pipeline/train" \
   --data "$OUT/data-pp" --steps 40 --threads 1 --log-json "$OUT/pipeline.jsonl" \
   --trace "$OUT/pipeline/trace.json" --save-onnx "$OUT/trained/gpt2-pp.onnx"
-/usr/bin/python3 - "$OUT" <<'PY'
+# Checks a multi-rank pipelined run: the loss fell, every rank's arena and
+# collective bytes (tp all-reduces, ZeRO's collectives, stage transfers)
+# equal the plan, and the saved model loads.
+cat > "$OUT/check_pipeline_run.py" <<'PY'
 import json, sys
 import onnx
-out = sys.argv[1]
-records = [json.loads(line) for line in open(f"{out}/pipeline.jsonl")]
+log_path, program, trained = sys.argv[1:4]
+records = [json.loads(line) for line in open(log_path)]
 log = [r for r in records if not r.get("summary")]
 summary = next(r for r in records if r.get("summary"))
-plan = json.load(open(f"{out}/pipeline/plan.json"))
+plan = json.load(open(f"{program}/plan.json"))
 first, last = log[0]["loss"], sum(entry["loss"] for entry in log[-4:]) / 4
-onnx.checker.check_model(onnx.load(f"{out}/trained/gpt2-pp.onnx"))
-peaks = {r["rank"]: r["arena_peak_bytes"] for r in summary["ranks"]}
-exact = all(peaks[r["rank"]] == r["arena_peak_bytes"] for r in plan["ranks"])
-print(f"loss: step 1 {first:.4f}, last 4 steps {last:.4f}; arena per rank {sorted(peaks.items())}, "
-      f"{'equal to' if exact else 'DIFFERENT FROM'} the plan")
+onnx.checker.check_model(onnx.load(trained))
+measured = {r["rank"]: r for r in summary["ranks"]}
+peaks = {r: m["arena_peak_bytes"] for r, m in measured.items()}
+steps = len(log)
+exact = all(measured[r["rank"]]["arena_peak_bytes"] == r["arena_peak_bytes"] and
+            all(measured[r["rank"]]["collective_bytes"].get(kind, {}).get("sent", 0) ==
+                steps * planned["sent"]
+                for kind, planned in r["collective_bytes"].items())
+            for r in plan["ranks"])
+print(f"loss: step 1 {first:.4f}, last 4 steps {last:.4f}; arena per rank {sorted(peaks.items())}; "
+      f"memory and bytes sent {'equal to' if exact else 'DIFFERENT FROM'} the plan")
 print(f"bubble: simulated {plan['pipeline']['bubble_fraction']:.3f}, "
-      f"measured {summary['pipeline']['bubble_measured']:.3f} (Chrome trace: {out}/pipeline/trace.json, "
+      f"measured {summary['pipeline']['bubble_measured']:.3f} (Chrome trace: {program}/trace.json, "
       f"open in ui.perfetto.dev)")
 if not last < 0.9 * first or not exact:
-    sys.exit("the pipelined run did not train, or its memory differs from the plan")
+    sys.exit("the pipelined run did not train, or its memory or traffic differs from the plan")
 PY
+/usr/bin/python3 "$OUT/check_pipeline_run.py" "$OUT/pipeline.jsonl" "$OUT/pipeline" \
+  "$OUT/trained/gpt2-pp.onnx"
+echo
+echo "== dsopt $OUT/gpt2.onnx --config $OUT/ds_config_pp.json --zero=1 --tp=2 --pp=2 -o $OUT/tp-pipeline"
+echo "   (4 ranks: 2 pipeline stages x 2 tensor-parallel ranks, Megatron's column/row layout"
+echo "    found in the graph, 1F1B over 4 micro-batches; grid (pp, dp, tp), tp fastest)"
+"$DSOPT" "$OUT/gpt2.onnx" --config "$OUT/ds_config_pp.json" --zero=1 --tp=2 --pp=2 \
+  -o "$OUT/tp-pipeline" 2>"$OUT/tp-pipeline.log" || { cat "$OUT/tp-pipeline.log"; exit 1; }
+grep -v "stays replicated" "$OUT/tp-pipeline.log" || true
+sed -n '/^  pipeline /,/^$/p' "$OUT/tp-pipeline/plan.txt"
+echo
+echo "== mpirun -np 4 $OUT/tp-pipeline/train --data $OUT/data-tp --steps 40 --trace $OUT/tp-pipeline/trace.json"
+/usr/bin/python3 "$ROOT/test/oracles/make_train_data.py" --model gpt2 --gas 4 --n-batches 4 --out "$OUT/data-tp" >/dev/null
+mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 "$OUT/tp-pipeline/train" \
+  --data "$OUT/data-tp" --steps 40 --threads 1 --log-json "$OUT/tp-pipeline.jsonl" \
+  --trace "$OUT/tp-pipeline/trace.json" --save-onnx "$OUT/trained/gpt2-tp-pp.onnx"
+/usr/bin/python3 "$OUT/check_pipeline_run.py" "$OUT/tp-pipeline.jsonl" "$OUT/tp-pipeline" \
+  "$OUT/trained/gpt2-tp-pp.onnx"

@@ -657,7 +657,6 @@ private:
   bool readAio(const json::Value &value);
   bool readPipeline(const json::Value &value);
   bool readTensorParallel(const json::Value &value);
-  bool checkTensorParallel();
   bool resolveGrid();
   bool readPrecision(const json::Object &root);
   bool readLossScaler(const json::Object &fp16);
@@ -1186,25 +1185,6 @@ bool ConfigReader::readTensorParallel(const json::Value &value) {
   return true;
 }
 
-/// What tensor parallelism composes with so far: refused combinations are
-/// errors rather than programs that train differently.
-bool ConfigReader::checkTensorParallel() {
-  int64_t tp = config.tensorParallelSize;
-  if (tp == 1)
-    return true;
-  std::string what = "--tp " + std::to_string(tp) +
-                     " (tensor_parallel.autotp_size): ";
-  auto refuse = [&](StringRef why) {
-    error = prefix + what + why.str();
-    return false;
-  };
-  if (config.pipelineStages > 1)
-    return refuse("tensor parallelism with pipeline stages (--pp " +
-                  std::to_string(config.pipelineStages) +
-                  ") is not implemented yet");
-  return true;
-}
-
 /// The grid pp x dp x tp against --world.
 bool ConfigReader::resolveGrid() {
   int64_t pp = config.pipelineStages, tp = config.tensorParallelSize;
@@ -1651,7 +1631,7 @@ llvm::Error ConfigReader::read(const json::Object &root) {
             (!root.get("zero_optimization") ||
              readZero(*root.get("zero_optimization"))) &&
             (!root.get("aio") || readAio(*root.get("aio"))) &&
-            readPrecision(root) && checkTensorParallel() &&
+            readPrecision(root) &&
             positive("steps_per_print", config.stepsPerPrint);
   if (!ok)
     return makeError(error ? *error : prefix + "invalid config");

@@ -128,12 +128,6 @@ void PipelinePass::runOnOperation() {
     signalPassFailure();
   };
 
-  // Each rank's program gets a (pp, dp) grid; a tp axis would be lost.
-  if (Operation *grid = module.lookupSymbol("grid"))
-    if (ds::getDeviceGridAxis(grid, ds::GridAxis::tp))
-      return fail(module, "pipeline stages of a tensor-parallel step are not "
-                          "implemented yet");
-
   // The schedule, checked by the rules of the library that builds it.
   std::optional<pipeline::ScheduleKind> kind =
       pipeline::parseScheduleKind(schedule);

@@ -113,9 +113,28 @@ void PipelineSplitPass::runOnOperation() {
   auto step = module.lookupSymbol<func::FuncOp>("optimizer_step");
   if (!micro || !step)
     return fail(module, "no @micro_step and @optimizer_step to split");
-  if (module.lookupSymbol("grid"))
-    return fail(module, "the module already has a device grid (@grid); "
-                        "ds-pipeline-split runs before ds-zero");
+  // ds-tensor-parallel's (dp, tp) grid is the only one before us: the
+  // rank's grid becomes (pp, dp, tp), tp fastest (docs/tensor-parallel.md).
+  int64_t tp = 1;
+  if (Operation *grid = module.lookupSymbol("grid")) {
+    std::optional<int64_t> dpAxis =
+        ds::getDeviceGridAxis(grid, ds::GridAxis::dp);
+    std::optional<int64_t> tpAxis =
+        ds::getDeviceGridAxis(grid, ds::GridAxis::tp);
+    auto shape = isa<shard::GridOp>(grid)
+                     ? cast<shard::GridOp>(grid).getShape()
+                     : ArrayRef<int64_t>();
+    if (!dpAxis || !tpAxis || shape.size() != 2 ||
+        ds::getDeviceGridAxis(grid, ds::GridAxis::pp))
+      return fail(module, "the module already has a device grid (@grid) "
+                          "other than ds-tensor-parallel's (dp, tp); "
+                          "ds-pipeline-split runs before ds-zero");
+    if (shape[*dpAxis] != dp)
+      return fail(module, "the tensor-parallel grid's dp axis has size " +
+                              Twine(shape[*dpAxis]) + ", not dp=" +
+                              Twine(dp));
+    tp = shape[*tpAxis];
+  }
   // #ds.pipeline's verifier has checked p, m, v >= 1.
   int64_t p = pipeline.getStages(), m = pipeline.getMicrobatches(),
           v = pipeline.getChunks();
@@ -650,8 +669,16 @@ void PipelineSplitPass::runOnOperation() {
   // shared one on its lowest rank), summed over pp.
   SmallVector<ds::SumOfSquaresOp> norms;
   stepBody.walk([&](ds::SumOfSquaresOp op) { norms.push_back(op); });
-  ds::buildDeviceGrid(b, module,
-                      {{ds::GridAxis::pp, p}, {ds::GridAxis::dp, dp}});
+  if (tp > 1) {
+    if (failed(ds::replaceDeviceGrid(b, module,
+                                     {{ds::GridAxis::pp, p},
+                                      {ds::GridAxis::dp, dp},
+                                      {ds::GridAxis::tp, tp}})))
+      return signalPassFailure();
+  } else {
+    ds::buildDeviceGrid(b, module,
+                        {{ds::GridAxis::pp, p}, {ds::GridAxis::dp, dp}});
+  }
   for (ds::SumOfSquaresOp norm : norms) {
     SmallVector<Value> owned;
     for (Value input : norm.getInputs()) {

@@ -1,6 +1,7 @@
 // dsrt: the checkpoint format (dsrt/checkpoint.h, docs/checkpoints.md), on
 // host buffers: CRC32C, shard files, the manifest, durable writes.
 #include "dsrt/checkpoint.h"
+#include "dsrt/dist.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -510,6 +512,130 @@ std::vector<Record> tensors(const Checkpoint &c) {
     }
   std::vector<Record> out;
   for (auto &entry : all) out.push_back(entry.second);
+  return out;
+}
+
+std::string tp_piece_key(const TpPiece &piece) {
+  return piece.base + "@tp" + std::to_string(piece.rank) + "/" + std::to_string(piece.ranks) +
+         ",dim=" + std::to_string(piece.dim) + ",blocks=" + std::to_string(piece.blocks);
+}
+
+std::optional<TpPiece> parse_tp_piece_key(const std::string &key) {
+  const std::string::size_type at = key.rfind("@tp");
+  if (at == std::string::npos || at == 0) return std::nullopt;
+  TpPiece piece;
+  piece.base = key.substr(0, at);
+  // Exactly what tp_piece_key writes: four non-negative integers.
+  size_t i = at + 3;
+  auto number = [&](const char *before, int64_t &out) {
+    const size_t n = strlen(before);
+    if (key.compare(i, n, before) != 0) return false;
+    i += n;
+    const size_t first = i;
+    out = 0;
+    while (i < key.size() && key[i] >= '0' && key[i] <= '9' && i - first < 12)
+      out = out * 10 + (key[i++] - '0');
+    return i > first;
+  };
+  if (!number("", piece.rank) || !number("/", piece.ranks) || !number(",dim=", piece.dim) ||
+      !number(",blocks=", piece.blocks) || i != key.size() || piece.ranks < 1 ||
+      piece.rank >= piece.ranks || piece.blocks < 1)
+    return std::nullopt;
+  return piece;
+}
+
+namespace {
+// The whole shape of `piece`'s tensor, from the shape of one piece.
+Shape whole_of_piece(const TpPiece &piece, Shape shape) {
+  if (piece.dim < shape.rank) shape.dims[piece.dim] *= piece.ranks;
+  return shape;
+}
+}  // namespace
+
+std::vector<Record> whole_tensors(const Checkpoint &c) {
+  std::map<std::string, Record> all;
+  for (const Record &r : tensors(c)) {
+    Record whole = r;
+    if (std::optional<TpPiece> piece = parse_tp_piece_key(r.key)) {
+      whole.key = piece->base;
+      whole.shape = whole_of_piece(*piece, r.shape);
+      whole.count = whole.shape.numel();
+    }
+    all.emplace(whole.key, whole);
+  }
+  std::vector<Record> out;
+  for (auto &entry : all) out.push_back(entry.second);
+  return out;
+}
+
+WholeTensor read_whole(const Checkpoint &c, const std::string &base) {
+  WholeTensor out;
+  std::map<int64_t, Record> pieces;  // by tp rank
+  std::optional<TpPiece> layout;
+  for (const Record &r : tensors(c)) {
+    if (r.key == base) {
+      out.dtype = r.dtype;
+      out.shape = r.shape;
+      out.bytes = read_range(c, r.key, r.dtype, r.shape, 0, r.shape.numel());
+      return out;
+    }
+    std::optional<TpPiece> piece = parse_tp_piece_key(r.key);
+    if (!piece || piece->base != base) continue;
+    const std::string what = "checkpoint '" + c.dir + "': the tensor-parallel pieces of '" + base + "'";
+    if (layout && (piece->ranks != layout->ranks || piece->dim != layout->dim ||
+                   piece->blocks != layout->blocks || r.dtype != pieces.begin()->second.dtype ||
+                   r.shape != pieces.begin()->second.shape))
+      throw Error(what + " disagree: '" + r.key + "' against '" +
+                  tp_piece_key(*layout) + "' (" + pieces.begin()->second.shape.str() + ")");
+    layout = piece;
+    pieces[piece->rank] = r;
+  }
+  if (!layout)
+    throw Error("checkpoint '" + c.dir + "' holds no tensor '" + base +
+                "' (written by another optimizer or model?)");
+  for (int64_t r = 0; r < layout->ranks; ++r)
+    if (!pieces.count(r))
+      throw Error("checkpoint '" + c.dir + "' lacks tensor-parallel piece " + std::to_string(r) +
+                  " of " + std::to_string(layout->ranks) + " of '" + base +
+                  "': a shard file is missing from it");
+  const Record &first = pieces.begin()->second;
+  out.dtype = first.dtype;
+  out.shape = whole_of_piece(*layout, first.shape);
+  const size_t element = dtype_size(first.dtype);
+  if (layout->dim >= first.shape.rank ||
+      out.shape[layout->dim] % (layout->blocks * layout->ranks) != 0)
+    throw Error("checkpoint '" + c.dir + "': '" + tp_piece_key(*layout) + "' of shape " +
+                first.shape.str() + " is not a piece along axis " + std::to_string(layout->dim));
+  out.bytes.assign(static_cast<size_t>(out.shape.numel()) * element, 0);
+  for (auto &[rank, record] : pieces) {
+    std::vector<uint8_t> bytes =
+        read_range(c, record.key, record.dtype, record.shape, 0, record.shape.numel());
+    tp_piece_copy(out.bytes.data(), bytes.data(), out.shape, layout->dim, layout->blocks,
+                  layout->ranks, rank, element, /*to_piece=*/false);
+  }
+  return out;
+}
+
+std::vector<uint8_t> piece_range(const WholeTensor &tensor, const TpPiece *piece, int64_t begin,
+                                 int64_t count) {
+  const size_t element = dtype_size(tensor.dtype);
+  const std::vector<uint8_t> *values = &tensor.bytes;
+  std::vector<uint8_t> cut;
+  int64_t n = tensor.shape.numel();
+  if (piece) {
+    n /= piece->ranks;
+    cut.resize(static_cast<size_t>(n) * element);
+    // Only read: tp_piece_copy takes both buffers mutable, for either way.
+    std::vector<uint8_t> &whole = const_cast<std::vector<uint8_t> &>(tensor.bytes);
+    tp_piece_copy(whole.data(), cut.data(), tensor.shape, piece->dim, piece->blocks, piece->ranks,
+                  piece->rank, element, /*to_piece=*/true);
+    values = &cut;
+  }
+  std::vector<uint8_t> out(static_cast<size_t>(count) * element, 0);
+  const int64_t end = std::min(begin + count, n);
+  if (end > begin)
+    std::memcpy(out.data(), values->data() + static_cast<size_t>(begin) * element,
+                static_cast<size_t>(end - begin) * element);
   return out;
 }
 

@@ -99,10 +99,6 @@ ProgramInfo whole_model(const std::vector<ProgramInfo> &infos) {
   return whole;
 }
 
-Shape whole_shape(const ParamInfo &param) {
-  return param.sharded() ? param.full_shape : param.shape;
-}
-
 //===--- the measured schedule ---------------------------------------------------===//
 
 std::string json_text(double value) {
@@ -373,9 +369,9 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   const std::vector<int64_t> all =
       gather_summary(exchange, *grid, traffic, program);
 
-  // The whole model to rank 0: sharded parameters gathered along dp, then
-  // every parameter whose lowest holder is pp rank j > 0 sent along pp by
-  // its dp-coordinate-0 rank.
+  // The whole model to rank 0: sharded parameters gathered along dp and
+  // their tp pieces along tp, then every parameter whose lowest holder is
+  // pp rank j > 0 sent along pp by its rank of dp and tp coordinate 0.
   std::map<std::string, Tensor> full_values;
   std::vector<std::vector<uint8_t>> buffers;
   if (!options.save_onnx.empty()) {
@@ -385,7 +381,9 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     for (const ParamInfo &param : info.params)
       if (owners.at(param.name) == pp_rank)
         mine[param.name] = whole_saved_value(program, param, gather, buffers);
-    if (dp_rank == 0) {
+    // Whole values (ZeRO's shards and the tp pieces gathered) are the same
+    // on every rank of a pp coordinate: those of dp and tp coordinate 0 send.
+    if (dp_rank == 0 && own_coordinate(info, "tp") == 0) {
       Communicator &pp_comm = grid->comm(pp_axis);
       std::vector<P2POp> ops;
       if (pp_rank == 0) {
@@ -394,7 +392,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
         for (size_t j = 1; j < infos.size(); ++j)
           for (const ParamInfo &param : infos[j].params) {
             if (owners.at(param.name) != static_cast<int64_t>(j)) continue;
-            const Shape shape = whole_shape(param);
+            const Shape shape = param.model_shape();
             buffers.emplace_back(Tensor{nullptr, param.stored, shape}.nbytes());
             const Tensor value{buffers.back().data(), param.stored, shape};
             ops.push_back(P2POp{CommOp::Recv, value, static_cast<int>(j)});

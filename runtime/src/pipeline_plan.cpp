@@ -418,9 +418,6 @@ void check_pipeline_programs(const std::vector<ProgramInfo> &infos,
                 (first.grid_axis("pp") < 0 ? std::string("no pp axis")
                                            : "pp=" + std::to_string(pp)) +
                 "; it needs one program per pp rank");
-  if (first.axis_size("tp") > 1)
-    throw Error("tensor-parallel programs are not supported by this runtime yet (the grid has "
-                "tp=" + std::to_string(first.axis_size("tp")) + ")");
   check_job_size(first, job_ranks);
   for (size_t i = 0; i < infos.size(); ++i) {
     try {

@@ -6,6 +6,7 @@
 // through the backend (read_to_host, store_persistent).
 #include "dsrt/backend.h"
 #include "dsrt/checkpoint.h"
+#include "dsrt/dist.h"
 #include "health.h"
 #include "runner.h"
 #include "train_common.h"
@@ -18,6 +19,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <map>
+#include <optional>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,40 +79,61 @@ const ck::Record *find_record(const ck::Checkpoint &c, const std::string &key) {
   return nullptr;
 }
 
-// Placement p's elements from checkpoint `c`, in p's dtype, also when the
-// checkpoint was written at another precision: the fp32 master weights
-// carry over exactly. A 16-bit run's parameter is a rounded copy, so an
-// fp32 parameter reads that run's master weights ("master:<name>"); a
-// 16-bit program's master weights read an fp32 run's parameter, and its
-// working copy is rounded from it to nearest even, as loading a model does.
-// Anything else keeps read_range's error naming the checkpoint and both
-// dtypes.
+// The dtype of logical tensor `base` in `c` (its record's or its tp
+// pieces'), if it holds it.
+std::optional<DType> whole_dtype(const std::vector<ck::Record> &wholes, const std::string &base) {
+  for (const ck::Record &r : wholes)
+    if (r.key == base) return r.dtype;
+  return std::nullopt;
+}
+
+// Placement p's elements from checkpoint `c`. A record of p's own key and
+// dtype (the same tp layout and precision) is read as it is. Otherwise the
+// whole tensor is read (tp pieces of any tp size put back together),
+// converted, cut into this rank's tp piece and its range taken, so a
+// checkpoint resumes at another tp size and at another precision: the
+// fp32 master weights carry over exactly. A 16-bit run's parameter is a
+// rounded copy, so an fp32 parameter reads that run's master weights
+// ("master:<name>"); a 16-bit program's master weights read an fp32 run's
+// parameter, and its working copy is rounded from it to nearest even, as
+// loading a model does. Anything else is an error naming the checkpoint
+// and both dtypes.
 std::vector<uint8_t> read_placement(const ck::Checkpoint &c, const ProgramInfo &info,
                                     const Placement &p) {
-  const ck::Record *own = find_record(c, p.key);
-  std::string source;
-  auto f32_record = [&](const std::string &key) {
-    const ck::Record *r = find_record(c, key);
-    return r && r->dtype == DType::F32;
-  };
-  if (!own || own->dtype != p.dtype) {
+  if (const ck::Record *own = find_record(c, p.key); own && own->dtype == p.dtype)
+    return ck::read_range(c, p.key, p.dtype, p.shape, p.begin, p.count);
+  const std::vector<ck::Record> wholes = ck::whole_tensors(c);
+  const std::optional<DType> own = whole_dtype(wholes, p.base);
+  auto f32_tensor = [&](const std::string &key) { return whole_dtype(wholes, key) == DType::F32; };
+  std::string source = p.base;
+  if (!own || *own != p.dtype) {
     if (p.value->role == ValueRole::Param) {
       const std::string master = "state:master:" + p.value->name;
-      if (f32_record(master))
-        source = master;
-      else if (f32_record(p.key) && p.dtype != DType::F32)
-        source = p.key;
+      if (f32_tensor(master)) source = master;
     } else if (const ParamInfo *param = master_param(info, *p.value)) {
-      if (!own && f32_record("param:" + param->name)) source = "param:" + param->name;
+      if (!own && f32_tensor("param:" + param->name)) source = "param:" + param->name;
     }
   }
-  if (source.empty()) return ck::read_range(c, p.key, p.dtype, p.shape, p.begin, p.count);
-  std::vector<uint8_t> f32 = ck::read_range(c, source, DType::F32, p.shape, p.begin, p.count);
-  if (p.dtype == DType::F32) return f32;
-  std::vector<uint8_t> out(static_cast<size_t>(p.count) * dtype_size(p.dtype));
-  convert_host_floats(Tensor{f32.data(), DType::F32, Shape{p.count}},
-                      Tensor{out.data(), p.dtype, Shape{p.count}});
-  return out;
+  ck::WholeTensor whole = ck::read_whole(c, source);
+  const Shape model = p.tp_param ? p.tp_param->tp_whole : p.shape;
+  if (whole.shape != model)
+    throw Error("checkpoint '" + c.dir + "': tensor '" + source + "' is " + whole.shape.str() +
+                "; this program's is " + model.str());
+  if (whole.dtype != p.dtype) {
+    if (whole.dtype != DType::F32)
+      throw Error("checkpoint '" + c.dir + "': tensor '" + source + "' is " +
+                  dtype_name(whole.dtype) + " " + whole.shape.str() + "; this program's is " +
+                  dtype_name(p.dtype) + " " + model.str());
+    std::vector<uint8_t> converted(static_cast<size_t>(model.numel()) * dtype_size(p.dtype));
+    convert_host_floats(Tensor{whole.bytes.data(), DType::F32, model},
+                        Tensor{converted.data(), p.dtype, model});
+    whole.bytes = std::move(converted);
+  }
+  whole.dtype = p.dtype;
+  if (!p.tp_param) return ck::piece_range(whole, nullptr, p.begin, p.count);
+  const ck::TpPiece piece{p.base, own_coordinate(info, "tp"), info.axis_size("tp"),
+                          p.tp_param->tp_dim, p.tp_param->tp_blocks};
+  return ck::piece_range(whole, &piece, p.begin, p.count);
 }
 
 // DSRT_SAVE_PAUSE_STEP=N, for fault tests: rank 0 stops inside the save of
@@ -142,16 +165,21 @@ std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp
   for (const ParamInfo &param : info.params) params[param.name] = &param;
   std::vector<Placement> out;
   auto whole_shape = [](const ParamInfo &p) { return p.rank_shape(); };
-  // A tp piece is saved under its own key; resuming needs the same tp size.
-  const std::string piece = "@tp" + std::to_string(own_coordinate(info, "tp")) + "/" +
-                            std::to_string(info.axis_size("tp"));
-  auto key = [&](const ParamInfo &p, const std::string &name) {
-    return p.tp_split() ? name + piece : name;
+  // A tp piece is saved under its own key, which says how to put the
+  // pieces back together (a resume at another tp size does).
+  auto placement = [&](const ValueInfo &value, const ParamInfo &param, const std::string &base) {
+    Placement p{&value, base, value.dtype, whole_shape(param), 0, 0, false};
+    p.base = base;
+    if (param.tp_split()) {
+      p.tp_piece = true;
+      p.tp_param = &param;
+      p.key = ck::tp_piece_key({base, own_coordinate(info, "tp"), info.axis_size("tp"),
+                                param.tp_dim, param.tp_blocks});
+    }
+    return p;
   };
   for (const ParamInfo &param : info.params) {
-    Placement p{&param, key(param, "param:" + param.name), param.dtype, whole_shape(param), 0, 0,
-                false};
-    p.tp_piece = param.tp_split();
+    Placement p = placement(param, param, "param:" + param.name);
     p.sharded = param.sharded();
     p.count = param.shape.numel();
     p.begin = p.sharded ? dp_rank * p.count : 0;
@@ -166,9 +194,7 @@ std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp
     if (it == params.end())
       throw Error("checkpoint: state '" + state.name + "' belongs to parameter '" + state.param +
                   "', which this program does not have");
-    Placement p{&state, key(*it->second, "state:" + state.name), state.dtype,
-                whole_shape(*it->second), 0, 0, false};
-    p.tp_piece = it->second->tp_split();
+    Placement p = placement(state, *it->second, "state:" + state.name);
     const int64_t n = p.shape.numel(), s = state.shape.numel();
     // A state in the parameter's own shape is whole; a 1-D slot of
     // ceil(n / dp) elements is this rank's shard of the flattened,
@@ -200,15 +226,6 @@ std::string checkpoint_model_identity(const std::vector<const ProgramInfo *> &in
                         param.model_shape().str());
   return ck::model_identity(entries);
 }
-
-namespace {
-// The tp size of a checkpoint_layout ("dp=2 tp=2"); 1 without one.
-int64_t layout_tp(const std::string &layout) {
-  const std::string::size_type at = layout.find("tp=");
-  if (at == std::string::npos || (at > 0 && layout[at - 1] != ' ')) return 1;
-  return std::strtoll(layout.c_str() + at + 3, nullptr, 10);
-}
-}  // namespace
 
 std::string checkpoint_layout(const ProgramInfo &info) {
   std::string text;
@@ -363,12 +380,6 @@ CheckpointPosition resume_checkpoint(Program &program, const CheckpointContext &
     throw Error("--resume: checkpoint '" + c.dir + "' is at step " + std::to_string(m.step) +
                 "; --steps " + std::to_string(options.steps) +
                 " (the total, counted from the first step) leaves nothing to run");
-  const int64_t tp = program.info->axis_size("tp"), saved_tp = layout_tp(m.layout);
-  if (saved_tp != tp)
-    throw Error("--resume: checkpoint '" + c.dir + "' was written with tp=" +
-                std::to_string(saved_tp) + " (layout " + m.layout + ") and this program has tp=" +
-                std::to_string(tp) + "; its tensor-parallel pieces cannot be resharded: resume "
-                "with a program compiled for --tp " + std::to_string(saved_tp));
   options.seed = m.seed;
   // The ranks share out checking every file whole.
   for (size_t i = 0; i < m.files.size(); ++i)

@@ -269,9 +269,15 @@ struct Placement {
   Shape shape;
   int64_t begin = 0, count = 0;
   bool sharded = false;
-  // A tp piece: its key and shape are this rank's piece's (`key@tpR/N`),
-  // which every tp rank saves; other values are saved by tp coordinate 0.
+  // A tp piece: its key and shape are this rank's piece's
+  // (checkpoint::tp_piece_key), which every tp rank saves; other values
+  // are saved by tp coordinate 0. `tp_param` is the split parameter whose
+  // layout it has.
   bool tp_piece = false;
+  const ParamInfo *tp_param = nullptr;
+  // The logical tensor's key ("param:NAME", "state:NAME"), without a tp
+  // piece's suffix.
+  std::string base;
 };
 // Every parameter and optimizer state of `info` on dp coordinate `dp_rank`
 // of `dp` (gradient accumulators hold nothing between steps: a resumed

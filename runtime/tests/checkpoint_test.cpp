@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <unistd.h>
 
 namespace {
@@ -35,14 +36,20 @@ protected:
     first.add("param:w", DType::F32, Shape{2, 3}, 0, 4, w);
     first.add("param:b", DType::F32, Shape{3}, 0, 3, b);
     second.add("param:w", DType::F32, Shape{2, 3}, 4, hole ? 1 : 2, w + 4);
+    commit({&first, &second});
+  }
+
+  // The shard files of `writers` (rank_0.bin, ...), their manifest and
+  // `latest`.
+  void commit(std::initializer_list<ck::ShardWriter *> writers) {
     ck::Manifest m;
     m.step = 2;
     m.applied = 2;
     m.model = "0123456789abcdef";
     m.layout = "dp=2";
-    m.world = 2;
+    m.world = static_cast<int64_t>(writers.size());
     int rank = 0;
-    for (ck::ShardWriter *writer : {&first, &second}) {
+    for (ck::ShardWriter *writer : writers) {
       uint32_t crc = 0;
       const std::vector<uint8_t> bytes = writer->finish(2, rank, m.model, crc);
       const std::string name = "rank_" + std::to_string(rank++) + ".bin";
@@ -141,6 +148,51 @@ TEST_F(Checkpoint, Refusals) {
             std::string::npos);
   ck::write_durable(step_dir() + "/manifest", text.data(), text.size() / 2);
   EXPECT_NE(error_of([&] { ck::read_manifest(step_dir()); }).find("is corrupt"),
+            std::string::npos);
+}
+
+// Tensor-parallel pieces: "w" [2, 4] = 0..7 cut along axis 1 in 2 blocks
+// over 2 ranks (rank r holds columns r and 2 + r), one piece per file.
+TEST_F(Checkpoint, TensorParallelPiecesReadWhole) {
+  const ck::TpPiece piece0{"param:w", 0, 2, 1, 2}, piece1{"param:w", 1, 2, 1, 2};
+  EXPECT_EQ(ck::tp_piece_key(piece1), "param:w@tp1/2,dim=1,blocks=2");
+  const std::optional<ck::TpPiece> parsed = ck::parse_tp_piece_key(ck::tp_piece_key(piece1));
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->base, "param:w");
+  EXPECT_EQ(parsed->rank, 1);
+  EXPECT_EQ(parsed->ranks, 2);
+  EXPECT_EQ(parsed->dim, 1);
+  EXPECT_EQ(parsed->blocks, 2);
+  for (const char *key : {"param:w", "param:w@tp2/2,dim=1,blocks=2", "param:w@tp0/2",
+                          "param:w@tp0/2,dim=1,blocks=0", "param:w@tp0/2,dim=1,blocks=2x"})
+    EXPECT_FALSE(ck::parse_tp_piece_key(key)) << key;
+
+  const float p0[4] = {0, 2, 4, 6}, p1[4] = {1, 3, 5, 7};
+  ck::ShardWriter first, second;
+  first.add(ck::tp_piece_key(piece0), DType::F32, Shape{2, 2}, 0, 4, p0);
+  second.add(ck::tp_piece_key(piece1), DType::F32, Shape{2, 2}, 0, 4, p1);
+  commit({&first, &second});
+  const ck::Checkpoint c = ck::open_checkpoint(step_dir());
+  const std::vector<ck::Record> wholes = ck::whole_tensors(c);
+  ASSERT_EQ(wholes.size(), 1u);
+  EXPECT_EQ(wholes[0].key, "param:w");
+  EXPECT_EQ(wholes[0].shape, (Shape{2, 4}));
+  const ck::WholeTensor whole = ck::read_whole(c, "param:w");
+  ASSERT_EQ(whole.shape, (Shape{2, 4}));
+  const auto *values = reinterpret_cast<const float *>(whole.bytes.data());
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(values[i], static_cast<float>(i)) << i;
+  EXPECT_NE(error_of([&] { ck::read_whole(c, "param:v"); }).find("holds no tensor 'param:v'"),
+            std::string::npos);
+}
+
+TEST_F(Checkpoint, TensorParallelPieceMissing) {
+  const float p0[4] = {0, 2, 4, 6};
+  ck::ShardWriter first;
+  first.add(ck::tp_piece_key({"param:w", 0, 2, 1, 2}), DType::F32, Shape{2, 2}, 0, 4, p0);
+  commit({&first});
+  const ck::Checkpoint c = ck::open_checkpoint(step_dir());
+  EXPECT_NE(error_of([&] { ck::read_whole(c, "param:w"); })
+                .find("lacks tensor-parallel piece 1 of 2 of 'param:w'"),
             std::string::npos);
 }
 

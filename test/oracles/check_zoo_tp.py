@@ -2,9 +2,9 @@
 """Tensor parallelism: tp ranks train exactly like one, and the plan is exact.
 
 For each selected zoo model (default: gpt2 and llama) and each layout (CASES:
-tp, dp, ZeRO stage, accumulation per rank), this compiles
-`dsopt MODEL --config CFG --tp T --dp D --zero S` and trains it with
-`mpirun -np D*T train` for check_zoo_dp.STEPS steps on the data of one
+tp, dp, ZeRO stage, accumulation per rank, pp and schedule), this compiles
+`dsopt MODEL --config CFG --tp T --dp D --zero S [--pp P --schedule X]` and
+trains it with `mpirun -np P*D*T train` for check_zoo_dp.STEPS steps on the data of one
 single-rank run with D*k micro-batches per step (every tp rank of a dp group
 reads the same micro-batches), then, like check_zoo_dp.py:
   * every step's loss (relative 1e-5) and gradient norm equal the
@@ -12,7 +12,9 @@ reads the same micro-batches), then, like check_zoo_dp.py:
     pieces gathered back under their original names), and the run matches
     PyTorch;
   * every rank's measured arena and memory-space peaks and collective bytes
-    (the tp all-reduces included) equal plan.json's.
+    (the tp all-reduces included) equal plan.json's, and with pipeline
+    stages so do the bytes and calls each rank sends to and receives from
+    its neighbouring stages' ranks of the same tp coordinate.
 Prints one line per case and a final count; exits 1 on any failure.
 """
 import argparse
@@ -25,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import check_zoo_dp as dp  # noqa: E402
+from check_zoo_pp import compare_transfers  # noqa: E402
 
 # check_zoo_dp.py's configuration with Adam's eps at 1e-6: a parameter
 # whose gradient is zero but for rounding (attention's key bias) or tiny in
@@ -35,16 +38,28 @@ import check_zoo_dp as dp  # noqa: E402
 dp.CONFIG = json.loads(json.dumps(dp.CONFIG))
 dp.CONFIG["optimizer"]["params"]["eps"] = 1e-6
 
-# (tp, dp, ZeRO stage, accumulation per rank): every layout sees 2
-# micro-batches per step, so one single-rank run is the reference of all.
-CASES = [(2, 1, 0, 2), (2, 2, 1, 1), (2, 2, 3, 1)]
+# (tp, dp, ZeRO stage, accumulation per rank, pp, schedule): every layout
+# sees 2 micro-batches per step, so one single-rank run is the reference of
+# all. With pp > 1 the accumulation is the pipeline's micro-batches.
+CASES = {
+    "tp": [(2, 1, 0, 2, 1, None), (2, 2, 1, 1, 1, None), (2, 2, 3, 1, 1, None)],
+    # 3D: the grid (pp, dp, tp) with tp fastest.
+    "pp": [(2, 1, 0, 2, 2, "1f1b"), (2, 1, 0, 2, 2, "zb-h1"), (2, 2, 1, 1, 2, "1f1b")],
+}
 MICRO_BATCHES = 2
 
 
+def label_of(name, case) -> str:
+    tp, n, stage, k, pp, schedule = case
+    grid = f" pp{pp} {schedule}" if pp > 1 else ""
+    return f"{name} tp{tp}{grid} dp{n} zero{stage} gas{k}"
+
+
 def check_case(args, entry, case, reference):
-    tp, n, stage, k = case
-    label = f"{entry['name']} tp{tp} dp{n} zero{stage} gas{k}"
-    work = Path(args.work) / f"{entry['name']}-tp{tp}-dp{n}-zero{stage}"
+    tp, n, stage, k, pp, schedule = case
+    label = label_of(entry["name"], case)
+    world = n * tp * pp
+    work = Path(args.work) / label.replace(" ", "-")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     micro = reference["micro"]
@@ -54,13 +69,14 @@ def check_case(args, entry, case, reference):
     (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
     why = dp.run([*shlex.split(args.dsopt), str(Path(args.zoo) / entry["file"]), "--config",
                   str(work / "ds_config.json"), "--tp", str(tp), "--dp", str(n),
+                  *(["--pp", str(pp), "--schedule", schedule] if pp > 1 else []),
                   *reference["frozen"], "-o", str(work / "program")])
     if why:
         return f"{label}: FAIL dsopt: {why}", True
     log_path, trained = work / "log.jsonl", work / "trained.onnx"
-    why = dp.run([*dp.MPIRUN, "-np", str(n * tp), str(work / "program" / "train"), "--data",
+    why = dp.run([*dp.MPIRUN, "-np", str(world), str(work / "program" / "train"), "--data",
                   str(reference["data"]), "--steps", str(dp.STEPS), "--threads", "1",
-                  "--log-json", str(log_path), "--save-onnx", str(trained)])
+                  "--log-json", str(log_path), "--save-onnx", str(trained), "--quiet"])
     if why:
         return f"{label}: FAIL train: {why}", True
     log, summary = dp.read_log(log_path)
@@ -70,7 +86,9 @@ def check_case(args, entry, case, reference):
     if error:
         return f"{label}: MISMATCH {error}", True
     plan = json.loads((work / "program" / "plan.json").read_text())
-    plan_error = dp.compare_plan(plan, summary, n * tp)
+    plan_error = dp.compare_plan(plan, summary, world)
+    if not plan_error and pp > 1:
+        plan_error = compare_transfers(plan, summary)
     if plan_error:
         return f"{label}: MISMATCH plan: {plan_error}", True
     sent = plan["ranks"][0]["collective_bytes"]
@@ -87,16 +105,18 @@ def main() -> int:
     parser.add_argument("--work", required=True, help="scratch directory")
     parser.add_argument("--dsopt", default="dsopt", help="dsopt command (split like a shell would)")
     parser.add_argument("--only", default="gpt2,llama", help="comma-separated model names")
+    parser.add_argument("--layouts", choices=sorted(CASES), default="tp",
+                        help="tp: tp with dp and ZeRO; pp: tp with pipeline stages")
     args = parser.parse_args()
     zoo = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in zoo]
     if unknown:
         parser.error(f"--only: {', '.join(unknown)} not in {args.zoo}/zoo.json")
-    cases = [(name, case) for name in names for case in CASES]
+    cases = [(name, case) for name in names for case in CASES[args.layouts]]
     return dp.run_cases(
         "zoo tp", cases,
-        label=lambda c: f"{c[0]} tp{c[1][0]} dp{c[1][1]} zero{c[1][2]}",
+        label=lambda c: label_of(*c),
         reference_key=lambda c: c[0],
         make_reference=lambda c: dp.single_rank(args, zoo[c[0]], MICRO_BATCHES, 1),
         check=lambda c, reference: check_case(args, zoo[c[0]], c[1], reference))

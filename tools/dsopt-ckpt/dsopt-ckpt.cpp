@@ -5,6 +5,8 @@
 //   dsopt-ckpt list DIR
 //   dsopt-ckpt export-onnx DIR --model MODEL.onnx -o OUT.onnx [--external-data]
 //   dsopt-ckpt export-safetensors DIR -o OUT.safetensors [--states]
+//
+// Tensor-parallel pieces are listed and exported as the whole tensors.
 #include "dsrt/checkpoint.h"
 #include "dsrt/program.h"
 
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,20 +61,30 @@ int list(const std::string &path) {
     printf("loss scaler none\n");
   for (const ck::Manifest::File &f : m.files)
     printf("file %s %" PRIu64 " bytes crc32c %s\n", f.name.c_str(), f.size, ck::hex32(f.crc).c_str());
-  // Per tensor, the pieces each file holds.
+  // Per logical tensor (tp pieces listed under the whole tensor), the
+  // pieces each file holds.
   std::map<std::string, std::vector<std::pair<std::string, const ck::Record *>>> pieces;
   for (const ck::ShardFile &file : c.files)
-    for (const ck::Record &r : file.records)
-      pieces[r.key].emplace_back(file.path.substr(file.path.find_last_of('/') + 1), &r);
-  printf("tensors %zu\n", pieces.size());
-  for (const auto &entry : pieces) {
-    const ck::Record &first = *entry.second.front().second;
-    printf("  %s %s %s\n", entry.first.c_str(), dsrt::dtype_name(first.dtype),
-           first.shape.str().c_str());
-    for (const auto &piece : entry.second)
-      printf("    %s [%" PRId64 ", %" PRId64 ") crc32c %s\n", piece.first.c_str(),
+    for (const ck::Record &r : file.records) {
+      const std::optional<ck::TpPiece> tp = ck::parse_tp_piece_key(r.key);
+      pieces[tp ? tp->base : r.key].emplace_back(file.path.substr(file.path.find_last_of('/') + 1),
+                                                 &r);
+    }
+  const std::vector<ck::Record> wholes = ck::whole_tensors(c);
+  printf("tensors %zu\n", wholes.size());
+  for (const ck::Record &whole : wholes) {
+    printf("  %s %s %s\n", whole.key.c_str(), dsrt::dtype_name(whole.dtype),
+           whole.shape.str().c_str());
+    for (const auto &piece : pieces[whole.key]) {
+      std::string tp;
+      if (const std::optional<ck::TpPiece> p = ck::parse_tp_piece_key(piece.second->key))
+        tp = "tp piece " + std::to_string(p->rank) + "/" + std::to_string(p->ranks) + " (axis " +
+             std::to_string(p->dim) + ", " + std::to_string(p->blocks) + " block" +
+             (p->blocks > 1 ? "s" : "") + ") " + piece.second->shape.str() + " ";
+      printf("    %s %s[%" PRId64 ", %" PRId64 ") crc32c %s\n", piece.first.c_str(), tp.c_str(),
              piece.second->begin, piece.second->begin + piece.second->count,
              ck::hex32(piece.second->crc).c_str());
+    }
   }
   return 0;
 }
@@ -83,7 +96,7 @@ int export_onnx(const std::string &path, const std::string &model, const std::st
   info.model_path = model;
   std::vector<std::vector<uint8_t>> buffers;
   std::map<std::string, dsrt::Tensor> values;
-  for (const ck::Record &r : ck::tensors(c)) {
+  for (const ck::Record &r : ck::whole_tensors(c)) {
     if (r.key.compare(0, kParam.size(), kParam) != 0) continue;
     dsrt::ParamInfo param;
     param.name = r.key.substr(kParam.size());
@@ -92,7 +105,7 @@ int export_onnx(const std::string &path, const std::string &model, const std::st
     // Every parameter must be an initializer of the model.
     param.trainable = true;
     info.params.push_back(param);
-    buffers.push_back(ck::read_range(c, r.key, r.dtype, r.shape, 0, r.shape.numel()));
+    buffers.push_back(ck::read_whole(c, r.key).bytes);
     values[param.name] = dsrt::Tensor{buffers.back().data(), r.dtype, r.shape};
   }
   if (info.params.empty()) throw Error("checkpoint '" + c.dir + "' holds no parameters");
@@ -142,11 +155,11 @@ int export_safetensors(const std::string &path, const std::string &out, bool sta
                        c.manifest.model + "\"}";
   std::vector<uint8_t> data;
   size_t count = 0;
-  for (const ck::Record &r : ck::tensors(c)) {
+  for (const ck::Record &r : ck::whole_tensors(c)) {
     const bool param = r.key.compare(0, kParam.size(), kParam) == 0;
     if (!param && !states) continue;
     const std::string name = param ? r.key.substr(kParam.size()) : r.key;
-    const std::vector<uint8_t> bytes = ck::read_range(c, r.key, r.dtype, r.shape, 0, r.shape.numel());
+    const std::vector<uint8_t> bytes = ck::read_whole(c, r.key).bytes;
     std::string shape;
     for (int i = 0; i < r.shape.rank; ++i) shape += (i ? "," : "") + std::to_string(r.shape[i]);
     header += "," + json_string(name) + ":{\"dtype\":\"" + safetensors_dtype(r.dtype) +

@@ -136,6 +136,16 @@ mlir::Operation *
 buildDeviceGrid(mlir::OpBuilder &builder, mlir::ModuleOp module,
                 llvm::ArrayRef<std::pair<GridAxis, int64_t>> axes);
 
+/// Replaces the device grid of `module` by one of `axes` (built as
+/// buildDeviceGrid does) and renumbers the grid axes of every op that
+/// refers to it (the shard collectives' grid_axes, ds ops' grid_axis) by
+/// their names, e.g. a tensor-parallel step's (dp, tp) grid as a pipeline
+/// rank's (pp, dp, tp). Fails, naming it, on an op whose axis the new grid
+/// lacks.
+mlir::FailureOr<mlir::Operation *>
+replaceDeviceGrid(mlir::OpBuilder &builder, mlir::ModuleOp module,
+                  llvm::ArrayRef<std::pair<GridAxis, int64_t>> axes);
+
 /// The axes of a device grid (its ds.axes), or null.
 GridAxesAttr getDeviceGridAxes(mlir::Operation *grid);
 

@@ -489,6 +489,11 @@ void dsopt::ds::registerShardModels(DialectRegistry &registry) {
   });
 }
 
+namespace {
+// The grid's symbol, as buildDeviceGrid names it.
+constexpr llvm::StringLiteral kGridName = "grid";
+} // namespace
+
 Operation *dsopt::ds::buildDeviceGrid(
     OpBuilder &builder, ModuleOp module,
     ArrayRef<std::pair<GridAxis, int64_t>> axes) {
@@ -500,9 +505,62 @@ Operation *dsopt::ds::buildDeviceGrid(
   }
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPointToStart(module.getBody());
-  auto grid = shard::GridOp::create(builder, module.getLoc(), "grid", sizes);
+  auto grid = shard::GridOp::create(builder, module.getLoc(), kGridName, sizes);
   grid->setAttr(DsDialect::kGridAxesAttrName,
                 GridAxesAttr::get(builder.getContext(), names));
+  return grid;
+}
+
+FailureOr<Operation *> dsopt::ds::replaceDeviceGrid(
+    OpBuilder &builder, ModuleOp module,
+    ArrayRef<std::pair<GridAxis, int64_t>> axes) {
+  Operation *old = module.lookupSymbol(kGridName);
+  GridAxesAttr oldAxes = old ? getDeviceGridAxes(old) : GridAxesAttr();
+  if (!oldAxes)
+    return module.emitError() << "no device grid @" << kGridName
+                              << " with ds.axes to replace";
+  SmallVector<GridAxis> oldNames(oldAxes.getAxes());
+  old->erase();
+  Operation *grid = buildDeviceGrid(builder, module, axes);
+  auto renumber = [&](Operation *op, int64_t axis) -> FailureOr<int64_t> {
+    if (axis < 0 || axis >= static_cast<int64_t>(oldNames.size()))
+      return op->emitOpError() << "grid axis " << axis
+                               << " is not an axis of @" << kGridName;
+    std::optional<int64_t> moved =
+        getDeviceGridAxis(grid, oldNames[static_cast<size_t>(axis)]);
+    if (!moved)
+      return op->emitOpError()
+             << "reads grid axis " << stringifyGridAxis(oldNames[axis])
+             << ", which the new grid lacks";
+    return *moved;
+  };
+  auto onGrid = [](Operation *op) {
+    auto ref = op->getAttrOfType<FlatSymbolRefAttr>("grid");
+    return ref && ref.getValue() == kGridName;
+  };
+  WalkResult walked = module.walk([&](Operation *op) {
+    if (!onGrid(op))
+      return WalkResult::advance();
+    if (auto attr = op->getAttrOfType<IntegerAttr>("grid_axis")) {
+      FailureOr<int64_t> axis = renumber(op, attr.getInt());
+      if (failed(axis))
+        return WalkResult::interrupt();
+      op->setAttr("grid_axis", builder.getI64IntegerAttr(*axis));
+    }
+    if (auto attr = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes")) {
+      SmallVector<int16_t> moved;
+      for (int16_t a : attr.asArrayRef()) {
+        FailureOr<int64_t> axis = renumber(op, a);
+        if (failed(axis))
+          return WalkResult::interrupt();
+        moved.push_back(static_cast<int16_t>(*axis));
+      }
+      op->setAttr("grid_axes", builder.getDenseI16ArrayAttr(moved));
+    }
+    return WalkResult::advance();
+  });
+  if (walked.wasInterrupted())
+    return failure();
   return grid;
 }
 

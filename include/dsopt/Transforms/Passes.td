@@ -372,7 +372,9 @@ def DsPipelineSplit : Pass<"ds-pipeline-split", "mlir::ModuleOp"> {
   let description = [{
     The second half of pipeline parallelism, after ds-pipeline and before
     ds-zero: the module becomes the SPMD program of pipeline rank `rank`
-    over `shard.grid @grid(shape = stages x dp) {ds.axes = ["pp", "dp"]}`.
+    over `shard.grid @grid(shape = stages x dp) {ds.axes = ["pp", "dp"]}`,
+    or, for a step ds-tensor-parallel sharded (its `@grid` is (dp, tp)),
+    over (pp, dp, tp) with the tp collectives' grid axes renumbered.
 
     For each virtual stage s the rank holds (s = c * stages + rank),
     `@micro_step`'s ops of stage s become `@fwd_s` (its forward ops) and

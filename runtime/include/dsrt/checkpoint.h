@@ -11,6 +11,7 @@
 #include "dsrt/tensor.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,34 @@ std::vector<uint8_t> read_range(const Checkpoint &checkpoint, const std::string 
 // One record per tensor the checkpoint holds (the first piece of each;
 // begin and count cover the whole tensor), sorted by key.
 std::vector<Record> tensors(const Checkpoint &checkpoint);
+
+// A tensor-parallel piece's key: `base@tpR/T,dim=D,blocks=B`, piece R of
+// T of tensor `base` split along axis D in B blocks (dsrt::tp_piece_copy's
+// layout), so a reader of any tp size can put the pieces back together.
+struct TpPiece {
+  std::string base;
+  int64_t rank = 0, ranks = 1, dim = 0, blocks = 1;
+};
+std::string tp_piece_key(const TpPiece &piece);
+// The piece a key names; nullopt for a key of a whole tensor.
+std::optional<TpPiece> parse_tp_piece_key(const std::string &key);
+// One record per logical tensor, its tp pieces shown as the whole tensor
+// (key `base`, the whole shape), sorted by key.
+std::vector<Record> whole_tensors(const Checkpoint &checkpoint);
+// Tensor `base` whole: its own record, or its tp pieces put back in place.
+// Throws naming the checkpoint and the tensor when it is absent, a piece
+// is missing or the pieces disagree.
+struct WholeTensor {
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<uint8_t> bytes;
+};
+WholeTensor read_whole(const Checkpoint &checkpoint, const std::string &base);
+// Elements [begin, begin + count) of tp piece `piece` of `tensor` (the
+// whole tensor when `piece` is null), flattened; zeros past its end (a
+// ZeRO shard's padding).
+std::vector<uint8_t> piece_range(const WholeTensor &tensor, const TpPiece *piece, int64_t begin,
+                                 int64_t count);
 
 // The identity of a model: a hash of its parameters' names, dtypes and
 // whole shapes, `entries` being one "name dtype shape" line each.
