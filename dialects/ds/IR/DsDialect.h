@@ -207,6 +207,9 @@ struct ShardingRule {
   llvm::SmallVector<TensorSplit> results;
   std::string reason;
   bool uneven = false;
+  /// The op does not run on the pieces as it is: its buildOnPieces builds
+  /// the form that does (with its own collectives over tp).
+  bool rewrite = false;
 };
 
 /// Attaches ShardingRuleOpInterface to the ds ops that have a rule
