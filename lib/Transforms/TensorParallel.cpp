@@ -403,6 +403,24 @@ void TensorParallel::runOnOperation() {
     std::string names;
     for (auto &[user, w] : group)
       names += (names.empty() ? "'" : ", '") + paramName(w) + "'";
+    // A table whose rows the ranks do not divide would need its vocabulary
+    // padded, which is not done: it stays whole, as a lookup with no rule.
+    auto lookup = [&](std::pair<Operation *, BlockArgument> seed) {
+      Region probe;
+      std::optional<Seed> found = seedOf(probe, seed.first, seed.second, 1);
+      return found && llvm::any_of(found->rule.results,
+                                   [](ds::TensorSplit s) { return s.partial; });
+    };
+    if (region.uneven && lookup(group.front())) {
+      region.failedAt->emitWarning()
+          << "ds-tensor-parallel: parameter" << (group.size() > 1 ? "s " : " ")
+          << names << " stay" << (group.size() > 1 ? "" : "s")
+          << " replicated: " << describe(region.failedAt) << ": "
+          << region.reason
+          << " (padding a vocabulary to a multiple of the tp ranks is not "
+             "implemented)";
+      continue;
+    }
     if (region.uneven) {
       region.failedAt->emitError()
           << "ds-tensor-parallel: cannot split " << describe(region.failedAt)

@@ -37,7 +37,7 @@ dp.CONFIG["optimizer"]["params"]["eps"] = 1e-6
 
 # (tp, dp, ZeRO stage, accumulation per rank): every layout sees 2
 # micro-batches per step, so one single-rank run is the reference of all.
-CASES = [(2, 1, 0, 2), (2, 2, 1, 1), (2, 2, 3, 1)]
+CASES = [(2, 1, 0, 2), (2, 2, 1, 1), (2, 2, 3, 1), (4, 1, 0, 2)]
 MICRO_BATCHES = 2
 
 
