@@ -250,14 +250,15 @@ func.func @whole_bytes(%arg0: tensor<4x4xf32> {ds.param = #ds.param<name = "w", 
 // CHECK-NEXT: shard.all_reduce %[[MASKED]] on @grid grid_axes = [1] : tensor<4x4xf32>
 // CHECK: ds.tp_copy
 // CHECK: %[[Z:.*]] = ds.matmul %{{.*}}, %arg3 : tensor<4x4xf32>, tensor<4x4xf32>
-// CHECK: ds.reduce_max %[[Z]] {axes = array<i64: 1>} : tensor<4x4xf32>
-// CHECK-NEXT: shard.all_reduce {{.*}} reduction = {{ *}}max : tensor<4x1xf32>
+// The loss's float ops compute in f32 under a 16-bit precision.
+// CHECK: ds.reduce_max %[[Z]] {axes = array<i64: 1>, ds.compute_f32} : tensor<4x4xf32>
+// CHECK-NEXT: shard.all_reduce {{.*}} reduction = {{ *}}max {ds.compute_f32} : tensor<4x1xf32>
 // CHECK-NEXT: ds.stop_gradient
 // CHECK: shard.all_reduce {{.*}} : tensor<4x1xf32>
 // CHECK: shard.all_reduce {{.*}} : tensor<4x1xf32>
 // CHECK-NOT: shard.all_reduce
 // CHECK-NOT: ds.softmax_cross_entropy
-// CHECK: ds.reduce_sum {{.*}} {axes = array<i64: 0, 1>, keepdims = false} : tensor<4x1xf32>
+// CHECK: ds.reduce_sum {{.*}} {axes = array<i64: 0, 1>, ds.compute_f32, keepdims = false} : tensor<4x1xf32>
 // CHECK-NEXT: return
 func.func @main(%arg0: tensor<4xi64> {ds.input = "ids"}, %arg1: tensor<4xi64> {ds.input = "labels"},
     %arg2: tensor<8x4xf32> {ds.param = #ds.param<name = "embed.weight", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 128>>},

@@ -649,6 +649,7 @@ struct SoftmaxCrossEntropyRule
                                               int16_t gridAxis) const {
     auto loss = cast<SoftmaxCrossEntropyOp>(op);
     b.setInsertionPoint(op);
+    Operation *start = op->getPrevNode();
     Location loc = op->getLoc();
     OpChain c(b, loc);
     auto allReduce = [&](Value v, shard::ReductionKind kind) -> Value {
@@ -720,6 +721,15 @@ struct SoftmaxCrossEntropyRule
     Value logProb;
     if (!loss.getLogProb().use_empty())
       logProb = c.sub(shifted, lse);
+    // Under a 16-bit precision each row computes in f32, as the whole op's
+    // kernel does: every float op built here (before `op`) is marked so.
+    for (Operation *built = start ? start->getNextNode() : &op->getBlock()->front();
+         built != op; built = built->getNextNode())
+      if (!isa<ConstantOp>(built) &&
+          llvm::any_of(built->getResultTypes(), [](Type type) {
+            return isa<FloatType>(getElementTypeOrSelf(type));
+          }))
+        built->setAttr(DsDialect::kComputeF32AttrName, b.getUnitAttr());
     return SmallVector<Value>{result, logProb};
   }
 };
