@@ -42,6 +42,7 @@
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -75,6 +76,10 @@ struct Region {
   llvm::SetVector<BlockArgument> params;
   llvm::SetVector<Value> entries;  // replicated activations entering (f)
   llvm::SetVector<Value> partials; // partial sums leaving (g)
+  llvm::SetVector<Value> returned; // split results of the function
+  // Ops that run on the pieces in another form (rule.rewrite), with the
+  // layouts of their operands.
+  llvm::MapVector<Operation *, SmallVector<ds::TensorSplit>> rewrites;
   // Why it failed.
   Operation *failedAt = nullptr;
   std::string reason;
@@ -128,7 +133,7 @@ private:
   llvm::DenseMap<Value, ds::TensorSplit> committed;
   llvm::DenseSet<Operation *> committedOps;
   llvm::DenseSet<Value> decided;
-  SmallVector<Region> regions;
+  SmallVector<Region, 0> regions;
 };
 
 /// Records the rule's layouts for `op`: parameters it asks to split are
@@ -175,6 +180,7 @@ bool TensorParallel::apply(Region &region, Operation *op,
       // this rank's piece only: f completes it (an activation; also a
       // parameter broadcast along the split axis).
       if (want.isReplicated() && splitsSomething &&
+          isa<FloatType>(getElementTypeOrSelf(operand)) &&
           !operand.getDefiningOp<ds::ConstantOp>())
         region.entries.insert(operand);
       continue;
@@ -189,6 +195,8 @@ bool TensorParallel::apply(Region &region, Operation *op,
     region.splits[operand] = want;
     region.params.insert(cast<BlockArgument>(operand));
   }
+  if (rule.rewrite)
+    region.rewrites[op] = rule.operands;
   for (auto [result, split] : llvm::zip(op->getResults(), rule.results)) {
     if (split.partial)
       region.partials.insert(result);
@@ -227,8 +235,9 @@ TensorParallel::seedOf(Region &region, Operation *op, BlockArgument weight,
          llvm::zip(op->getOperands(), seed.given, seed.rule.operands))
       local &= given == want || (given.isReplicated() && isParam(operand) &&
                                  !decided.contains(operand));
-    if (local && llvm::all_of(seed.rule.results,
-                              [](ds::TensorSplit s) { return s.isSplit(); }))
+    if (local && llvm::all_of(seed.rule.results, [](ds::TensorSplit s) {
+          return s.isSplit() || s.partial;
+        }))
       return seed;
   }
   return std::nullopt;
@@ -267,8 +276,20 @@ bool TensorParallel::grow(
     }
     if (!touched)
       continue;
-    if (isa<func::ReturnOp>(op))
-      return fail(region, &op, "a split value is a result of the function");
+    // A split value the function returns beside the loss (the logits) is
+    // gathered whole for the caller; a training step drops it.
+    if (isa<func::ReturnOp>(op)) {
+      for (Value operand : op.getOperands()) {
+        auto it = region.splits.find(operand);
+        if (it == region.splits.end())
+          continue;
+        if (it->second.blocks != 1)
+          return fail(region, &op,
+                      "a value split in blocks is a result of the function");
+        region.returned.insert(operand);
+      }
+      continue;
+    }
     auto rule = dyn_cast<ds::ShardingRuleOpInterface>(op);
     if (!rule)
       return fail(region, &op, "it has no sharding rule");
@@ -278,7 +299,9 @@ bool TensorParallel::grow(
     if (!apply(region, &op, given, answer))
       return false;
   }
-  if (region.partials.empty())
+  // A region ends in partial sums (g) or in an op that completes the split
+  // itself (the vocabulary-parallel loss).
+  if (region.partials.empty() && region.rewrites.empty())
     return fail(region, group.front().first,
                 "its split never meets a row-parallel product");
   for (BlockArgument param : region.params)
@@ -332,6 +355,12 @@ void TensorParallel::runOnOperation() {
       if (!input && !isParam(operand) &&
           !operand.getDefiningOp<ds::ConstantOp>())
         input = operand;
+    // A parameter read at constant positions (a position embedding's
+    // table) is no candidate: it stays whole.
+    if (!input && llvm::any_of(op.getOperands(), [&](Value operand) {
+          return operand.getDefiningOp<ds::ConstantOp>();
+        }))
+      continue;
     SmallVector<std::pair<Operation *, BlockArgument>> group;
     if (input && !committed.count(input)) {
       for (Operation *user : input.getUsers())
@@ -374,6 +403,24 @@ void TensorParallel::runOnOperation() {
     std::string names;
     for (auto &[user, w] : group)
       names += (names.empty() ? "'" : ", '") + paramName(w) + "'";
+    // A table whose rows the ranks do not divide would need its vocabulary
+    // padded, which is not done: it stays whole, as a lookup with no rule.
+    auto lookup = [&](std::pair<Operation *, BlockArgument> seed) {
+      Region probe;
+      std::optional<Seed> found = seedOf(probe, seed.first, seed.second, 1);
+      return found && llvm::any_of(found->rule.results,
+                                   [](ds::TensorSplit s) { return s.partial; });
+    };
+    if (region.uneven && lookup(group.front())) {
+      region.failedAt->emitWarning()
+          << "ds-tensor-parallel: parameter" << (group.size() > 1 ? "s " : " ")
+          << names << " stay" << (group.size() > 1 ? "" : "s")
+          << " replicated: " << describe(region.failedAt) << ": "
+          << region.reason
+          << " (padding a vocabulary to a multiple of the tp ranks is not "
+             "implemented)";
+      continue;
+    }
     if (region.uneven) {
       region.failedAt->emitError()
           << "ds-tensor-parallel: cannot split " << describe(region.failedAt)
@@ -438,6 +485,38 @@ void TensorParallel::runOnOperation() {
       partial.replaceAllUsesExcept(reduce, reduce);
     }
   }
+  for (Region &region : regions)
+    for (Value value : region.returned) {
+      b.setInsertionPointAfterValue(value);
+      RankedTensorType local = tensorType(value);
+      SmallVector<int64_t> shape(local.getShape());
+      int64_t dim = region.splits[value].dim;
+      shape[dim] *= size;
+      auto whole = shard::AllGatherOp::create(
+          b, value.getLoc(), local.clone(shape), kGrid, {tpAxis}, value,
+          APInt(64, dim));
+      value.replaceUsesWithIf(whole, [](OpOperand &use) {
+        return isa<func::ReturnOp>(use.getOwner());
+      });
+    }
+  // Ops that run on the pieces in another form: the masked lookup, the
+  // vocabulary-parallel loss. Last, so that no region holds an erased op.
+  for (Region &region : regions)
+    for (auto &[op, layouts] : region.rewrites) {
+      auto rule = cast<ds::ShardingRuleOpInterface>(op);
+      FailureOr<SmallVector<Value>> replacements =
+          rule.buildOnPieces(b, layouts, size, kGrid, tpAxis);
+      if (failed(replacements)) {
+        op->emitError() << "ds-tensor-parallel: " << describe(op)
+                        << " has no rank-local form";
+        return signalPassFailure();
+      }
+      for (auto [result, replacement] :
+           llvm::zip(op->getResults(), *replacements))
+        if (!result.use_empty())
+          result.replaceAllUsesWith(replacement);
+      op->erase();
+    }
   main.setFunctionType(FunctionType::get(module.getContext(),
                                          body.getArgumentTypes(),
                                          main.getResultTypes()));

@@ -77,6 +77,14 @@ uint64_t rng_counter() { return current_rng_counter; }
 
 void runner::set_rng_counter(uint64_t counter) { current_rng_counter = counter; }
 
+void tp_offset(Stream &s, const Tensor &out, int64_t axis, int64_t stride) {
+  const std::shared_ptr<Grid> grid = current_grid();
+  if (axis < 0 || axis >= grid->axis_count())
+    throw Error("dsrt::tp_offset: the program's grid (" + grid->str() + ") has no axis " +
+                std::to_string(axis));
+  fill_async(s, out, static_cast<double>(grid->coordinate(axis) * stride));
+}
+
 uint64_t tp_rank_seed(uint64_t seed) {
   const std::shared_ptr<Grid> grid = current_grid();
   const int64_t axis = grid->axis("tp");

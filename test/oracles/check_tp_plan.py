@@ -5,10 +5,14 @@ The models are gen_gpt.py's GPT and the zoo's GPT-2 (fused qkv, GELU MLP,
 tied head) and LLaMA (q, k, v, SwiGLU). Megatron splits, per layer, the
 attention's input projections and the MLP's up (and gate) projections with
 their biases by output column, the attention and MLP output projections by
-input row; everything else (norms, the output projections' biases, the
-embeddings) is whole on every rank. Per step and rank the forward does two all-reduces of
-b*s*h elements per layer and the backward two more; the gradient norm sums
-the split parameters' squares over tp with one more (of one f32).
+input row, and the token embedding and the LM head (tied or not) by
+vocabulary row (VocabParallelEmbedding, the vocabulary-parallel head and
+cross-entropy); everything else (norms, the output projections' biases, the
+position embedding) is whole on every rank. Per step and rank the forward
+does two all-reduces of b*s*h elements per layer and the backward two more;
+the embedding adds one of b*s*h forward, the head one backward, the
+cross-entropy three of b*s forward; the gradient norm sums the split
+parameters' squares over tp with one more (of one f32).
 
 Usage: check_tp_plan.py MODEL.onnx PLAN.json --tp N [--dp D]
            --layers L --hidden H [--layout gen-gpt|gpt2|llama]
@@ -32,6 +36,7 @@ from onnx import numpy_helper
 LAYOUTS = {
     # gen_gpt.py: MatMul weights [in, out].
     "gen-gpt": [
+        (r"^wte$", 0, 1),
         (r"h\.\d+\.attn\.qkv\.weight$", 1, 3),
         (r"h\.\d+\.attn\.qkv\.bias$", 0, 3),
         (r"h\.\d+\.attn\.proj\.weight$", 0, 1),
@@ -42,6 +47,7 @@ LAYOUTS = {
     # The zoo's GPT-2 (models.py, exported without constant folding):
     # nn.Linear weights [out, in].
     "gpt2": [
+        (r"^wte\.weight$", 0, 1),
         (r"blocks\.\d+\.attn\.qkv\.weight$", 0, 3),
         (r"blocks\.\d+\.attn\.qkv\.bias$", 0, 3),
         (r"blocks\.\d+\.attn\.proj\.weight$", 1, 1),
@@ -51,6 +57,8 @@ LAYOUTS = {
     ],
     # The zoo's LLaMA: separate q, k, v; SwiGLU gate and up; no biases.
     "llama": [
+        (r"^embed\.weight$", 0, 1),
+        (r"^lm_head\.weight$", 0, 1),
         (r"blocks\.\d+\.attn\.[qkv]\.weight$", 0, 1),
         (r"blocks\.\d+\.attn\.o\.weight$", 1, 1),
         (r"blocks\.\d+\.(gate|up)\.weight$", 0, 1),
@@ -120,16 +128,22 @@ def main() -> int:
           [(d * args.tp + t, d, t) for d in range(args.dp)
            for t in range(args.tp)])
     activation = batch * seq * d_model * 4
+    rows = batch * seq * 4
     for r in ranks:
         tag = f"rank {r['rank']}"
         check(f"{tag} param_bytes", r["param_bytes"], expected_params)
         tp = r["tp_collective_bytes"]
-        # Megatron's f and g, and, as in Megatron's clip_grad_norm, the
-        # split parameters' share of the gradient norm (one f32).
+        # Megatron's f and g: per layer two all-reduces of b*s*h forward
+        # and two backward; the vocabulary-parallel embedding's g forward
+        # and the LM head's f backward, two more of b*s*h; the
+        # vocabulary-parallel cross-entropy's max, sum of exponentials and
+        # target logit, three of b*s; and, as in Megatron's clip_grad_norm,
+        # the split parameters' share of the gradient norm (one f32).
         check(f"{tag} tp all_reduce calls", tp["all_reduce"]["calls"],
-              4 * layers + 1)
+              4 * layers + 2 + 3 + 1)
         check(f"{tag} tp all_reduce bytes sent", tp["all_reduce"]["sent"],
-              4 * layers * ring_all_reduce_sent(activation, args.tp) +
+              (4 * layers + 2) * ring_all_reduce_sent(activation, args.tp) +
+              3 * ring_all_reduce_sent(rows, args.tp) +
               ring_scalar_sent(args.tp, r.get("tp", 0)))
         for kind in ("all_gather", "reduce_scatter"):
             check(f"{tag} tp {kind} calls", tp[kind]["calls"], 0)

@@ -42,7 +42,8 @@ dp.CONFIG["optimizer"]["params"]["eps"] = 1e-6
 # sees 2 micro-batches per step, so one single-rank run is the reference of
 # all. With pp > 1 the accumulation is the pipeline's micro-batches.
 CASES = {
-    "tp": [(2, 1, 0, 2, 1, None), (2, 2, 1, 1, 1, None), (2, 2, 3, 1, 1, None)],
+    "tp": [(2, 1, 0, 2, 1, None), (2, 2, 1, 1, 1, None), (2, 2, 3, 1, 1, None),
+           (4, 1, 0, 2, 1, None)],
     # 3D: the grid (pp, dp, tp) with tp fastest.
     "pp": [(2, 1, 0, 2, 2, "1f1b"), (2, 1, 0, 2, 2, "zb-h1"), (2, 2, 1, 1, 2, "1f1b")],
 }

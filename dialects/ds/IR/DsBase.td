@@ -121,6 +121,12 @@ def Ds_Dialect : Dialect {
     /// model-parallel RNG; the kernel's seed is dsrt::tp_rank_seed(seed)).
     static constexpr ::llvm::StringLiteral kTpRankSeedAttrName =
         "ds.tp_rank_seed";
+    /// Op attribute: the op computes in f32 under a 16-bit precision,
+    /// whatever its own compute precision (the vocabulary-parallel
+    /// cross-entropy's elementwise ops, which a whole loss computes per row
+    /// in f32).
+    static constexpr ::llvm::StringLiteral kComputeF32AttrName =
+        "ds.compute_f32";
     /// Op attribute set by ds-pipeline: the virtual pipeline stage the op
     /// belongs to (an i64).
     static constexpr ::llvm::StringLiteral kStageAttrName = "ds.stage";

@@ -62,6 +62,13 @@ std::string dsopt::ds::getDisplayName(StateAttr state) {
       .str();
 }
 
+std::optional<ComputePrecision>
+dsopt::ds::getComputePrecision(Operation *op) {
+  if (op->hasAttr(DsDialect::kComputeF32AttrName))
+    return ComputePrecision::ComputeF32;
+  return getComputePrecision(op->getName());
+}
+
 StringRef dsopt::ds::getComputePrecisionName(ComputePrecision precision) {
   switch (precision) {
   case ComputePrecision::Compute16: return "16-bit";
@@ -492,6 +499,12 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
     if (!isa<UnitAttr>(attribute.getValue()) || !isa<DropoutOp>(op))
       return op->emitOpError() << "'" << kTpRankSeedAttrName
                                << "' must be a unit attribute on a ds.dropout";
+    return success();
+  }
+  if (name == kComputeF32AttrName) {
+    if (!isa<UnitAttr>(attribute.getValue()))
+      return op->emitOpError() << "'" << kComputeF32AttrName
+                               << "' must be a unit attribute";
     return success();
   }
   if (name == kOverwritesArgAttrName) {

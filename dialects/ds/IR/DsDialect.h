@@ -173,10 +173,8 @@ llvm::StringRef getComputePrecisionName(ComputePrecision precision);
 /// The compute precision an op declares, or std::nullopt for an op that
 /// declares none (ops of other dialects, ds.yield).
 std::optional<ComputePrecision> getComputePrecision(mlir::OperationName name);
-inline std::optional<ComputePrecision>
-getComputePrecision(mlir::Operation *op) {
-  return getComputePrecision(op->getName());
-}
+/// The op's: f32 where it carries ds.compute_f32, else its declared one.
+std::optional<ComputePrecision> getComputePrecision(mlir::Operation *op);
 
 namespace PrecisionTrait {
 template <typename ConcreteType>
@@ -225,6 +223,9 @@ struct ShardingRule {
   llvm::SmallVector<TensorSplit> results;
   std::string reason;
   bool uneven = false;
+  /// The op does not run on the pieces as it is: its buildOnPieces builds
+  /// the form that does (with its own collectives over tp).
+  bool rewrite = false;
 };
 
 /// Attaches ShardingRuleOpInterface to the ds ops that have a rule

@@ -244,6 +244,39 @@ LogicalResult TpCopyOp::buildVJP(OpBuilder &builder,
   return success();
 }
 
+LogicalResult TpOffsetOp::verify() {
+  if (failed(gridAxisSize(*this, getGridAttr(), getGridAxis())))
+    return failure();
+  if (getStride() < 1)
+    return emitOpError() << "stride " << getStride() << " is not positive";
+  if (tensorType(getResult()).getRank() != 0)
+    return emitOpError() << "result must be a scalar";
+  return success();
+}
+int64_t TpOffsetOp::getFlops() { return 0; }
+void TpOffsetOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::tp_offset");
+  call.stream();
+  call.tensor(getResult());
+  call.integer(getGridAxis());
+  call.integer(getStride());
+}
+
+int64_t StopGradientOp::getFlops() { return 0; }
+void StopGradientOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::copy");
+  call.stream();
+  call.tensor(getInput());
+  call.tensor(getResult());
+}
+std::optional<unsigned> StopGradientOp::getAliasedOperand() { return 0; }
+LogicalResult StopGradientOp::buildVJP(OpBuilder &, ArrayRef<Value>,
+                                       ArrayRef<bool>,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(Value());
+  return success();
+}
+
 // A bucket moves its staging buffer, the inputs packed into one collective.
 AsyncKind AllReduceBucketOp::getAsyncKind() { return AsyncKind::all_reduce; }
 int64_t AllReduceBucketOp::getAsyncGridAxis() { return getGridAxis(); }

@@ -225,7 +225,11 @@ def Ds_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
     results. A result that is a partial sum (a matmul contracting a split
     axis) is completed by an all-reduce over tp, which ds-tensor-parallel
     inserts. An op without this interface runs replicated only.
-    `ranks` is the number of tp ranks, for the divisibility checks.
+    `ranks` is the number of tp ranks, for the divisibility checks. A rule
+    may also say that the op runs on the pieces only in another form (a
+    lookup of a split table masks the rows other ranks hold; the loss of
+    split logits reduces its max, sum and target over tp): it sets
+    `rule.rewrite` and builds that form in buildOnPieces.
     Attached as external models next to each other (DsSharding.cpp).
   }];
   let cppNamespace = "::dsopt::ds";
@@ -236,6 +240,18 @@ def Ds_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
       "::llvm::LogicalResult", "getShardingRule",
       (ins "::llvm::ArrayRef<::dsopt::ds::TensorSplit>":$operands,
            "int64_t":$ranks, "::dsopt::ds::ShardingRule &":$rule)>,
+    InterfaceMethod<
+      "For a rule that set `rule.rewrite`: builds at the op, whose operands "
+      "already have their rank-local types and the layouts `operands`, the "
+      "ops that compute its results' layouts from each rank's pieces, with "
+      "collectives along axis `gridAxis` of grid `grid` over `ranks` ranks, "
+      "and returns the values that replace its results (a null value for a "
+      "result nothing reads).",
+      "::llvm::FailureOr<::llvm::SmallVector<::mlir::Value>>", "buildOnPieces",
+      (ins "::mlir::OpBuilder &":$builder,
+           "::llvm::ArrayRef<::dsopt::ds::TensorSplit>":$operands,
+           "int64_t":$ranks, "::llvm::StringRef":$grid, "int16_t":$gridAxis),
+      [{}], [{ return ::mlir::failure(); }]>,
   ];
 }
 

@@ -1023,6 +1023,38 @@ def Ds_TpCopyOp : Ds_Op<"tp_copy", [Ds_Compute16, SameOperandsAndResultType, Ds_
   let assemblyFormat = "$input `on` $grid attr-dict `:` type($input)";
 }
 
+def Ds_TpOffsetOp : Ds_Op<"tp_offset", [Ds_KeepTypes]> {
+  let summary = "this rank's coordinate on a grid axis times `stride`, written "
+                "at run time";
+  let description = [{
+    A scalar: the rank's coordinate along axis `grid_axis` of `grid` times
+    `stride`, i.e. the first index of the rank's piece of an axis cut into
+    pieces of `stride` elements over that axis. The vocabulary-parallel
+    embedding and cross-entropy shift token ids by it to address the rows
+    of the vocabulary their rank holds.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$grid, I64Attr:$grid_axis,
+                   I64Attr:$stride);
+  let results = (outs Ds_IndexTensor:$result);
+  let assemblyFormat = "`on` $grid attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ds_StopGradientOp : Ds_Op<"stop_gradient",
+    [Ds_Compute16, SameOperandsAndResultType, Ds_VJP], ["getAliasedOperand"]> {
+  let summary = "identity in forward, no derivative";
+  let description = [{
+    PyTorch's `detach`: the result is the input (a view, no kernel runs) and
+    no gradient flows back through it. The vocabulary-parallel
+    cross-entropy shifts its logits by their maximum, on which the loss does
+    not depend; the maximum's all-reduce over tp (a max) is therefore never
+    differentiated.
+  }];
+  let arguments = (ins Ds_Tensor:$input);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//

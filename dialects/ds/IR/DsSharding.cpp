@@ -19,6 +19,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "ds/IR/DsDialect.h"
+#include "ds/IR/DsOpChain.h"
+
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -515,6 +518,222 @@ struct ReduceRule : ShardingRuleOpInterface::ExternalModel<ReduceRule<Op>, Op> {
   }
 };
 
+/// A lookup in a table. Split along the looked-up axis (the
+/// vocabulary-parallel embedding, Megatron's VocabParallelEmbedding), each
+/// rank looks up the indices that fall in its rows and zeros the others: a
+/// partial sum, which the all-reduce over tp completes (Megatron's g), and
+/// whose derivative gives each rank its own rows' gradient. Split along
+/// another axis, each rank looks up its piece of every row.
+struct GatherRule : ShardingRuleOpInterface::ExternalModel<GatherRule, GatherOp> {
+  static int64_t lookupAxis(GatherOp gather) {
+    int64_t axis = gather.getAxis();
+    return axis < 0 ? axis + tensorType(gather.getData()).getRank() : axis;
+  }
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    auto gather = cast<GatherOp>(op);
+    if (reachedByPartial(operands, rule))
+      return failure();
+    TensorSplit data = operands[0];
+    if (!operands[1].isReplicated()) {
+      rule.reason = "its indices are split";
+      return failure();
+    }
+    rule.operands.assign(operands.begin(), operands.end());
+    int64_t axis = lookupAxis(gather);
+    if (!data.isSplit()) {
+      rule.results = {TensorSplit::replicated()};
+      return success();
+    }
+    if (data.dim == axis) {
+      if (data.blocks != 1) {
+        rule.reason = "it looks up rows of a blocked split";
+        return failure();
+      }
+      rule.results = {TensorSplit::partialSum()};
+      rule.rewrite = true;
+      return success();
+    }
+    int64_t indexRank = tensorType(gather.getIndices()).getRank();
+    rule.results = {TensorSplit::along(
+        data.dim < axis ? data.dim : data.dim + indexRank - 1, data.blocks)};
+    return success();
+  }
+
+  FailureOr<SmallVector<Value>> buildOnPieces(Operation *op, OpBuilder &b,
+                                              ArrayRef<TensorSplit>, int64_t ranks,
+                                              StringRef grid,
+                                              int16_t gridAxis) const {
+    auto gather = cast<GatherOp>(op);
+    b.setInsertionPoint(op);
+    OpChain c(b, op->getLoc());
+    int64_t axis = lookupAxis(gather);
+    auto dataType = tensorType(gather.getData());
+    Value ids = gather.getIndices();
+    auto idType = tensorType(ids);
+    Type idElement = idType.getElementType();
+    int64_t rows = dataType.getDimSize(axis);
+    // ONNX counts a negative index from the end of the whole table.
+    Value zero = c.scalar(idElement, 0);
+    ids = c.where(c.compare(ComparePredicate::lt, ids, zero),
+                  c.add(ids, c.scalar(idElement, rows * ranks)), ids);
+    Value first = TpOffsetOp::create(b, op->getLoc(),
+                                     RankedTensorType::get({}, idElement),
+                                     grid, gridAxis, rows);
+    Value local = c.sub(ids, first);
+    // Rows below this rank's move past its end: one comparison finds both.
+    Value end = c.scalar(idElement, rows);
+    local = c.where(c.compare(ComparePredicate::lt, local, zero), end, local);
+    Value outside = c.compare(ComparePredicate::ge, local, end);
+    Value looked = c.infer<GatherOp>(
+        {gather.getData(), c.where(outside, zero, local)},
+        {c.attr("axis", b.getI64IntegerAttr(axis))});
+    // The mask broadcast against the result: data[:axis] + indices + ...
+    SmallVector<int64_t> maskShape(axis, 1);
+    llvm::append_range(maskShape, idType.getShape());
+    maskShape.append(dataType.getRank() - axis - 1, 1);
+    Value mask = c.reshape(outside, maskShape);
+    return SmallVector<Value>{c.where(mask, c.scalarLike(looked, 0.0), looked)};
+  }
+};
+
+/// Softmax cross-entropy of logits split along the class axis (the
+/// vocabulary-parallel cross-entropy, Megatron's
+/// vocab_parallel_cross_entropy): the logits are never gathered; each rank
+/// reduces its piece of every row to its maximum, its sum of exponentials
+/// and its target logit (zero where the label is another rank's), and three
+/// all-reduces over tp of one value per row complete them. The maximum only
+/// shifts the exponentials (the loss does not depend on it), so no
+/// gradient flows through it; the sum's and the target's all-reduces are
+/// sums whose derivative is the identity, so each rank's gradient of its
+/// logits, softmax minus one-hot, is local.
+struct SoftmaxCrossEntropyRule
+    : ShardingRuleOpInterface::ExternalModel<SoftmaxCrossEntropyRule,
+                                             SoftmaxCrossEntropyOp> {
+  LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
+                                int64_t, ShardingRule &rule) const {
+    auto loss = cast<SoftmaxCrossEntropyOp>(op);
+    if (reachedByPartial(operands, rule))
+      return failure();
+    if (llvm::any_of(operands.drop_front(),
+                     [](TensorSplit s) { return !s.isReplicated(); })) {
+      rule.reason = "its labels or class weights are split";
+      return failure();
+    }
+    TensorSplit scores = operands[0];
+    rule.operands.assign(operands.begin(), operands.end());
+    if (!scores.isSplit()) {
+      rule.results.assign(2, TensorSplit::replicated());
+      return success();
+    }
+    if (scores.dim != 1 || scores.blocks != 1) {
+      rule.reason = "its scores are split along another axis than the classes";
+      return failure();
+    }
+    if (loss.getWeights()) {
+      rule.reason = "the vocabulary-parallel loss takes no class weights";
+      return failure();
+    }
+    if (tensorType(loss.getScores()).getRank() != 2) {
+      rule.reason = "the vocabulary-parallel loss takes [N, C] scores";
+      return failure();
+    }
+    rule.results = {TensorSplit::replicated(), TensorSplit::along(1)};
+    rule.rewrite = true;
+    return success();
+  }
+
+  FailureOr<SmallVector<Value>> buildOnPieces(Operation *op, OpBuilder &b,
+                                              ArrayRef<TensorSplit>, int64_t,
+                                              StringRef grid,
+                                              int16_t gridAxis) const {
+    auto loss = cast<SoftmaxCrossEntropyOp>(op);
+    b.setInsertionPoint(op);
+    Operation *start = op->getPrevNode();
+    Location loc = op->getLoc();
+    OpChain c(b, loc);
+    auto allReduce = [&](Value v, shard::ReductionKind kind) -> Value {
+      return shard::AllReduceOp::create(b, loc, v.getType(), grid, {gridAxis},
+                                        v, kind);
+    };
+    auto reduce = [&](auto tag, Value v, ArrayRef<int64_t> axes,
+                      bool keepdims) {
+      using Op = typename decltype(tag)::type;
+      return c.infer<Op>({v}, {c.attr("axes", b.getDenseI64ArrayAttr(axes)),
+                               c.attr("keepdims", b.getBoolAttr(keepdims))});
+    };
+    Value z = loss.getScores();
+    auto zType = tensorType(z);
+    int64_t n = zType.getDimSize(0), piece = zType.getDimSize(1);
+    // Each row's maximum over the whole vocabulary, a constant shift.
+    Value max = reduce(llvm::type_identity<ReduceMaxOp>(), z, {1}, true);
+    max = StopGradientOp::create(b, loc,
+                                 allReduce(max, shard::ReductionKind::Max));
+    Value shifted = c.sub(z, max);
+    Value sum = reduce(llvm::type_identity<ReduceSumOp>(), c.exp(shifted), {1},
+                       true);
+    Value lse = c.log(allReduce(sum, shard::ReductionKind::Sum)); // [N, 1]
+    // The target's shifted logit: on the rank whose rows hold the label.
+    Value labels = c.reshape(loss.getLabels(), {n, 1});
+    Type idElement = tensorType(labels).getElementType();
+    auto idsType = RankedTensorType::get({piece}, idElement);
+    SmallVector<APInt> iota;
+    for (int64_t k = 0; k < piece; ++k)
+      iota.push_back(APInt(idElement.getIntOrFloatBitWidth(), k));
+    Value first = TpOffsetOp::create(b, loc, RankedTensorType::get({}, idElement),
+                                     grid, gridAxis, piece);
+    Value ids = c.add(ConstantOp::create(b, loc,
+                                         cast<ElementsAttr>(DenseElementsAttr::get(
+                                             idsType, iota))),
+                      first);
+    Value hit = c.compare(ComparePredicate::eq, ids, labels); // [N, piece]
+    Value target = reduce(llvm::type_identity<ReduceSumOp>(),
+                          c.where(hit, shifted, c.scalarLike(shifted, 0.0)),
+                          {1}, true);
+    Value perRow = c.sub(lse, allReduce(target, shard::ReductionKind::Sum));
+    // ignore_index rows count for nothing, as in the whole op.
+    Value counted;
+    if (std::optional<int64_t> ignore = loss.getIgnoreIndex()) {
+      Value ignored = c.compare(ComparePredicate::eq, labels,
+                                c.scalar(idElement, static_cast<double>(*ignore)));
+      perRow = c.where(ignored, c.scalarLike(perRow, 0.0), perRow);
+      counted = c.where(ignored, c.scalarLike(perRow, 0.0),
+                        c.scalarLike(perRow, 1.0));
+    }
+    Value result;
+    switch (loss.getReduction()) {
+    case LossReduction::none:
+      result = c.reshape(perRow, {n});
+      break;
+    case LossReduction::sum:
+      result = reduce(llvm::type_identity<ReduceSumOp>(), perRow, {0, 1}, false);
+      break;
+    case LossReduction::mean: {
+      Value total =
+          reduce(llvm::type_identity<ReduceSumOp>(), perRow, {0, 1}, false);
+      Value count = counted ? reduce(llvm::type_identity<ReduceSumOp>(), counted,
+                                     {0, 1}, false)
+                            : c.scalarLike(perRow, static_cast<double>(n));
+      result = c.div(total, count);
+      break;
+    }
+    }
+    Value logProb;
+    if (!loss.getLogProb().use_empty())
+      logProb = c.sub(shifted, lse);
+    // Under a 16-bit precision each row computes in f32, as the whole op's
+    // kernel does: every float op built here (before `op`) is marked so.
+    for (Operation *built = start ? start->getNextNode() : &op->getBlock()->front();
+         built != op; built = built->getNextNode())
+      if (!isa<ConstantOp>(built) &&
+          llvm::any_of(built->getResultTypes(), [](Type type) {
+            return isa<FloatType>(getElementTypeOrSelf(type));
+          }))
+        built->setAttr(DsDialect::kComputeF32AttrName, b.getUnitAttr());
+    return SmallVector<Value>{result, logProb};
+  }
+};
+
 template <typename... Ops> void attachElementwise(MLIRContext &context) {
   (Ops::template attachInterface<ElementwiseRule<Ops>>(context), ...);
 }
@@ -543,4 +762,6 @@ void dsopt::ds::attachShardingRules(MLIRContext &context) {
   ReduceMeanOp::attachInterface<ReduceRule<ReduceMeanOp>>(context);
   ReduceMaxOp::attachInterface<ReduceRule<ReduceMaxOp>>(context);
   ReduceProdOp::attachInterface<ReduceRule<ReduceProdOp>>(context);
+  GatherOp::attachInterface<GatherRule>(context);
+  SoftmaxCrossEntropyOp::attachInterface<SoftmaxCrossEntropyRule>(context);
 }

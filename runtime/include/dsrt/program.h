@@ -56,6 +56,11 @@ uint64_t rng_counter();
 // dropout of a replicated activation keeps `seed` and draws the same mask on
 // every tp rank.
 uint64_t tp_rank_seed(uint64_t seed);
+// ds.tp_offset: writes into the scalar `out`, in stream order, this rank's
+// coordinate along axis `axis` of the program's grid times `stride` (the
+// first vocabulary row a tensor-parallel rank holds: its tp coordinate
+// times its rows).
+void tp_offset(Stream &s, const Tensor &out, int64_t axis, int64_t stride);
 
 //===--- the program's main ------------------------------------------------===//
 
