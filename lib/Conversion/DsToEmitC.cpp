@@ -456,6 +456,8 @@ Value ProgramBuilder::view(Value base, CallArg offset, RankedTensorType type) {
 /// views): a class of a cross-entropy or NLL loss or of its gradient,
 /// [0, C), or its ignore_index; an index of a Gather or of its gradient,
 /// [-n, n) for n rows along its axis.
+/// An argument's ds.index_range (what a vocabulary-parallel lookup or loss
+/// takes, which its rank-local form no longer shows) is one more reader.
 /// Several readers: the values every one of them takes. None when no reader
 /// bounds it.
 namespace {
@@ -470,6 +472,18 @@ struct IndexRange {
 static IndexRange indexRange(Value input) {
   IndexRange range;
   SmallVector<IndexRange> readers;
+  if (auto arg = dyn_cast<BlockArgument>(input))
+    if (auto function =
+            dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp()))
+      if (auto recorded = function.getArgAttrOfType<DenseI64ArrayAttr>(
+              arg.getArgNumber(), ds::DsDialect::kIndexRangeAttrName)) {
+        IndexRange reader;
+        reader.lo = recorded[0];
+        reader.hi = recorded[1];
+        if (recorded.size() > 2)
+          reader.ignore = recorded[2];
+        readers.push_back(reader);
+      }
   SmallVector<Value> work{input};
   while (!work.empty()) {
     Value value = work.pop_back_val();

@@ -116,6 +116,13 @@ def Ds_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kGridAxesAttrName = "ds.axes";
     /// #ds.tp_split on a parameter argument sharded by ds-tensor-parallel.
     static constexpr ::llvm::StringLiteral kTpSplitAttrName = "ds.tp_split";
+    /// Argument attribute set by ds-tensor-parallel on an integer input that
+    /// a vocabulary-parallel lookup or loss reads: the values the whole op
+    /// takes, `array<i64: lo, hi>` ([lo, hi)) or `array<i64: lo, hi,
+    /// ignore>`. The rank-local form no longer shows them, and the runners
+    /// check the data against them before step 1.
+    static constexpr ::llvm::StringLiteral kIndexRangeAttrName =
+        "ds.index_range";
     /// Unit attribute set by ds-tensor-parallel on a ds.dropout of a split
     /// activation: each tp rank draws its own mask (Megatron's
     /// model-parallel RNG; the kernel's seed is dsrt::tp_rank_seed(seed)).

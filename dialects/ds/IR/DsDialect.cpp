@@ -366,6 +366,18 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
              << " (or -1 on an input of a pipeline stage's function)";
     return success();
   }
+  if (attribute.getName() == kIndexRangeAttrName) {
+    auto range = dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
+    auto type = dyn_cast<RankedTensorType>(argType);
+    if (!range || (range.size() != 2 && range.size() != 3) ||
+        range[0] >= range[1] || !type ||
+        !isa<IntegerType>(type.getElementType()))
+      return op->emitOpError()
+             << "'" << kIndexRangeAttrName
+             << "' must be array<i64: lo, hi> or array<i64: lo, hi, ignore> "
+                "with lo < hi, on an integer tensor argument";
+    return success();
+  }
   if (attribute.getName() == kInputAttrName) {
     if (!isa<StringAttr>(attribute.getValue()))
       return op->emitOpError()

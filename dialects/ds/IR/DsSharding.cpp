@@ -28,6 +28,36 @@
 using namespace mlir;
 using namespace dsopt::ds;
 
+/// Records on the function argument that `indices` is (through reshapes)
+/// the values [lo, hi) (and `ignore`) the whole op takes: its rank-local
+/// form masks the others away, so only the data checks before step 1 can
+/// still refuse them (DsToEmitC reads the attribute). Several readers: the
+/// values every one takes.
+static void recordIndexRange(Value indices, int64_t lo, int64_t hi,
+                             std::optional<int64_t> ignore) {
+  while (auto reshape = indices.getDefiningOp<ReshapeOp>())
+    indices = reshape.getInput();
+  auto arg = dyn_cast<BlockArgument>(indices);
+  auto function =
+      arg ? dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp())
+          : nullptr;
+  if (!function)
+    return;
+  unsigned index = arg.getArgNumber();
+  if (auto old = function.getArgAttrOfType<DenseI64ArrayAttr>(
+          index, DsDialect::kIndexRangeAttrName)) {
+    lo = std::max(lo, old[0]);
+    hi = std::min(hi, old[1]);
+    if (old.size() < 3 || old[2] != ignore)
+      ignore.reset();
+  }
+  SmallVector<int64_t> range{lo, hi};
+  if (ignore)
+    range.push_back(*ignore);
+  function.setArgAttr(index, DsDialect::kIndexRangeAttrName,
+                      DenseI64ArrayAttr::get(indices.getContext(), range));
+}
+
 namespace {
 
 RankedTensorType tensorType(Value value) {
@@ -573,6 +603,7 @@ struct GatherRule : ShardingRuleOpInterface::ExternalModel<GatherRule, GatherOp>
     auto idType = tensorType(ids);
     Type idElement = idType.getElementType();
     int64_t rows = dataType.getDimSize(axis);
+    recordIndexRange(ids, -rows * ranks, rows * ranks, std::nullopt);
     // ONNX counts a negative index from the end of the whole table.
     Value zero = c.scalar(idElement, 0);
     ids = c.where(c.compare(ComparePredicate::lt, ids, zero),
@@ -644,8 +675,8 @@ struct SoftmaxCrossEntropyRule
   }
 
   FailureOr<SmallVector<Value>> buildOnPieces(Operation *op, OpBuilder &b,
-                                              ArrayRef<TensorSplit>, int64_t,
-                                              StringRef grid,
+                                              ArrayRef<TensorSplit>,
+                                              int64_t ranks, StringRef grid,
                                               int16_t gridAxis) const {
     auto loss = cast<SoftmaxCrossEntropyOp>(op);
     b.setInsertionPoint(op);
@@ -665,6 +696,7 @@ struct SoftmaxCrossEntropyRule
     Value z = loss.getScores();
     auto zType = tensorType(z);
     int64_t n = zType.getDimSize(0), piece = zType.getDimSize(1);
+    recordIndexRange(loss.getLabels(), 0, piece * ranks, loss.getIgnoreIndex());
     // Each row's maximum over the whole vocabulary, a constant shift.
     Value max = reduce(llvm::type_identity<ReduceMaxOp>(), z, {1}, true);
     max = StopGradientOp::create(b, loc,
