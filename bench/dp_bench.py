@@ -21,11 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_common import MPIRUN, gen_gpt
+
 ROOT = Path(__file__).resolve().parent.parent
 RANKS = (1, 2, 4)
 RANKS_MAX = max(RANKS)
 VOCAB, SEQ, MICRO = 4096, 64, 2
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 
 
 def main() -> int:
@@ -38,9 +39,7 @@ def main() -> int:
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     model = args.work / "gpt.onnx"
-    subprocess.run([sys.executable, str(ROOT / "test" / "oracles" / "gen_gpt.py"), "--layers", "4", "--d-model",
-                    "256", "--heads", "4", "--vocab", str(VOCAB), "--seq", str(SEQ), "--batch", str(MICRO),
-                    "--materialize", "--out", str(model)], check=True, capture_output=True)
+    gen_gpt(model, 4, 256, 4, VOCAB, SEQ, MICRO)
     import numpy as np
     rng = np.random.default_rng(0)
     (args.work / "data").mkdir()

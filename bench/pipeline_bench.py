@@ -23,15 +23,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_common import MPIRUN, gen_gpt, read_log
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS, VOCAB, SEQ, MICRO = 8, 2048, 64, 2
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
-
-def read_log(path: Path):
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    return [r for r in records if not r.get("summary")], next((r for r in records if r.get("summary")), None)
 
 
 def main() -> int:
@@ -45,10 +42,7 @@ def main() -> int:
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     model = args.work / "gpt.onnx"
-    subprocess.run([sys.executable, str(ROOT / "test" / "oracles" / "gen_gpt.py"), "--layers", str(LAYERS),
-                    "--d-model", "256", "--heads", "4", "--vocab", str(VOCAB), "--seq", str(SEQ),
-                    "--batch", str(MICRO), "--materialize", "--out", str(model)],
-                   check=True, capture_output=True)
+    gen_gpt(model, LAYERS, 256, 4, VOCAB, SEQ, MICRO)
     import numpy as np
     rng = np.random.default_rng(0)
     (args.work / "data").mkdir()

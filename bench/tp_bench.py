@@ -23,14 +23,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_common import MPIRUN, gen_gpt, read_log
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS, WIDTH, HEADS, VOCAB, SEQ, MICRO = 4, 256, 4, 4096, 64, 2
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 
-
-def read_log(path: Path):
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    return [r for r in records if not r.get("summary")], next((r for r in records if r.get("summary")), None)
 
 
 def main() -> int:
@@ -43,10 +40,7 @@ def main() -> int:
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     model = args.work / "gpt.onnx"
-    subprocess.run([sys.executable, str(ROOT / "test" / "oracles" / "gen_gpt.py"), "--layers", str(LAYERS),
-                    "--d-model", str(WIDTH), "--heads", str(HEADS), "--vocab", str(VOCAB), "--seq", str(SEQ),
-                    "--batch", str(MICRO), "--materialize", "--out", str(model)],
-                   check=True, capture_output=True)
+    gen_gpt(model, LAYERS, WIDTH, HEADS, VOCAB, SEQ, MICRO)
     import numpy as np
     rng = np.random.default_rng(0)
     (args.work / "data").mkdir()
