@@ -30,7 +30,6 @@ LAYERS, VOCAB, SEQ, MICRO = 8, 2048, 64, 2
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, required=True)

@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS, WIDTH, HEADS, VOCAB, SEQ, MICRO = 4, 256, 4, 4096, 64, 2
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, required=True)

@@ -121,11 +121,6 @@ echo "   (4 ranks: 2 pipeline stages x 2 data-parallel ranks, ZeRO-3 along dp, 1
 "$DSOPT" "$OUT/gpt2.onnx" --config "$OUT/ds_config_pp.json" --zero=3 --pp=2 --dp=2 -o "$OUT/pipeline"
 sed -n '/^  pipeline /,/^$/p' "$OUT/pipeline/plan.txt"
 echo
-echo "== mpirun -np 4 $OUT/pipeline/train --data $OUT/data-pp --steps 40 --trace $OUT/pipeline/trace.json"
-/usr/bin/python3 "$ROOT/test/oracles/make_train_data.py" --model gpt2 --gas 8 --n-batches 4 --out "$OUT/data-pp" >/dev/null
-mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 "$OUT/pipeline/train" \
-  --data "$OUT/data-pp" --steps 40 --threads 1 --log-json "$OUT/pipeline.jsonl" \
-  --trace "$OUT/pipeline/trace.json" --save-onnx "$OUT/trained/gpt2-pp.onnx"
 # Checks a multi-rank pipelined run: the loss fell, every rank's arena and
 # collective bytes (tp all-reduces, ZeRO's collectives, stage transfers)
 # equal the plan, and the saved model loads.
@@ -155,8 +150,20 @@ print(f"bubble: simulated {plan['pipeline']['bubble_fraction']:.3f}, "
 if not last < 0.9 * first or not exact:
     sys.exit("the pipelined run did not train, or its memory or traffic differs from the plan")
 PY
-/usr/bin/python3 "$OUT/check_pipeline_run.py" "$OUT/pipeline.jsonl" "$OUT/pipeline" \
-  "$OUT/trained/gpt2-pp.onnx"
+# Trains the 4-rank program NAME (in $OUT/NAME) for 40 steps on its own data
+# (GAS micro-batches a step), with a trace and the trained model saved as
+# SAVED, then checks the run.
+train_4_ranks() {
+  name=$1 data=$2 gas=$3 saved=$4
+  echo "== mpirun -np 4 $OUT/$name/train --data $OUT/$data --steps 40 --trace $OUT/$name/trace.json"
+  /usr/bin/python3 "$ROOT/test/oracles/make_train_data.py" --model gpt2 --gas "$gas" --n-batches 4 \
+    --out "$OUT/$data" >/dev/null
+  mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 "$OUT/$name/train" \
+    --data "$OUT/$data" --steps 40 --threads 1 --log-json "$OUT/$name.jsonl" \
+    --trace "$OUT/$name/trace.json" --save-onnx "$OUT/trained/$saved"
+  /usr/bin/python3 "$OUT/check_pipeline_run.py" "$OUT/$name.jsonl" "$OUT/$name" "$OUT/trained/$saved"
+}
+train_4_ranks pipeline data-pp 8 gpt2-pp.onnx
 echo
 echo "== dsopt $OUT/gpt2.onnx --config $OUT/ds_config_pp.json --zero=1 --tp=2 --pp=2 -o $OUT/tp-pipeline"
 echo "   (4 ranks: 2 pipeline stages x 2 tensor-parallel ranks, Megatron's column/row layout"
@@ -166,10 +173,4 @@ echo "    found in the graph, 1F1B over 4 micro-batches; grid (pp, dp, tp), tp f
 grep -v "stays replicated" "$OUT/tp-pipeline.log" || true
 sed -n '/^  pipeline /,/^$/p' "$OUT/tp-pipeline/plan.txt"
 echo
-echo "== mpirun -np 4 $OUT/tp-pipeline/train --data $OUT/data-tp --steps 40 --trace $OUT/tp-pipeline/trace.json"
-/usr/bin/python3 "$ROOT/test/oracles/make_train_data.py" --model gpt2 --gas 4 --n-batches 4 --out "$OUT/data-tp" >/dev/null
-mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 "$OUT/tp-pipeline/train" \
-  --data "$OUT/data-tp" --steps 40 --threads 1 --log-json "$OUT/tp-pipeline.jsonl" \
-  --trace "$OUT/tp-pipeline/trace.json" --save-onnx "$OUT/trained/gpt2-tp-pp.onnx"
-/usr/bin/python3 "$OUT/check_pipeline_run.py" "$OUT/tp-pipeline.jsonl" "$OUT/tp-pipeline" \
-  "$OUT/trained/gpt2-tp-pp.onnx"
+train_4_ranks tp-pipeline data-tp 4 gpt2-tp-pp.onnx
