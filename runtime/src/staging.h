@@ -1,7 +1,7 @@
 // Host copies through pinned host memory (backend.h's read_to_host and
 // write_from_host), with the backend and the staging buffers as parameters
 // so that the chunking is unit-tested with a fake backend
-// (runtime/tests/staging_test.cpp). Not installed.
+// (runtime/tests/device_staging_test.cpp). Not installed.
 //
 // On a backend whose memory the host cannot read (cuda), a copy between
 // pageable host memory and the backend's memory is split into chunks that
