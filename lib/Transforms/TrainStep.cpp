@@ -10,7 +10,9 @@
 //       norm = sqrt(sum of squares of acc) / k / s; g = acc * scale with
 //       scale = min(1, clip / (norm + 1e-6)) / k / s, s the loss scale
 //       (fp16; the gradients were seeded with it); one optimizer op per
-//       parameter; acc' = 0 when accumulating.
+//       parameter, reading acc with `scale` as its grad_scale operand (it
+//       multiplies each element as it reads it: no scaled copy of acc);
+//       acc' = 0 when accumulating.
 //
 // The math matches torch: loss.backward() per micro-batch of loss / k,
 // torch.nn.utils.clip_grad_norm_, then torch.optim. With a loss scale the
@@ -285,25 +287,22 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
     const Param &param = params[i];
     Location paramLoc = NameLoc::get(b.getStringAttr(param.name + ".update"),
                                      loc);
+    // The update reads the accumulator times `scale` an element at a time
+    // (its grad_scale operand): no scaled copy of the gradient is made.
     Value g = accArg(i);
-    if (scale) {
-      Type element = param.type.getElementType();
-      Value typedScale =
-          element == f32 ? scale
-                         : ds::CastOp::create(b, paramLoc,
-                                              RankedTensorType::get({}, element),
-                                              scale)
-                               .getResult();
-      g = ds::MulOp::create(b, paramLoc, ValueRange{g, typedScale});
-    }
+    auto withScale = [&](SmallVector<Value> operands) {
+      if (scale)
+        operands.push_back(scale);
+      return operands;
+    };
     ds::OptimizerOpInterface update;
     switch (kind) {
     case Kind::AdamW:
     case Kind::Adam:
       update = ds::AdamWOp::create(
           b, paramLoc,
-          ValueRange{lr, stepCount, paramArg(i), g, stateArg(0, i),
-                     stateArg(1, i)},
+          withScale({lr, stepCount, paramArg(i), g, stateArg(0, i),
+                     stateArg(1, i)}),
           {b.getNamedAttr("beta1", f(beta1)), b.getNamedAttr("beta2", f(beta2)),
            b.getNamedAttr("epsilon", f(epsilon)),
            b.getNamedAttr("weight_decay", f(weightDecay)),
@@ -318,12 +317,13 @@ OptimizerPass::buildOptimizerStep(ModuleOp module, ArrayRef<Param> params,
         sgdAttrs.push_back(b.getNamedAttr("nesterov", b.getUnitAttr()));
       update = ds::SgdOp::create(
           b, paramLoc,
-          ValueRange{lr, stepCount, paramArg(i), g, stateArg(0, i)}, sgdAttrs);
+          withScale({lr, stepCount, paramArg(i), g, stateArg(0, i)}),
+          sgdAttrs);
       break;
     }
     case Kind::Lion:
       update = ds::LionOp::create(
-          b, paramLoc, ValueRange{lr, paramArg(i), g, stateArg(0, i)},
+          b, paramLoc, withScale({lr, paramArg(i), g, stateArg(0, i)}),
           {b.getNamedAttr("beta1", f(beta1)), b.getNamedAttr("beta2", f(beta2)),
            b.getNamedAttr("weight_decay", f(weightDecay))});
       break;

@@ -429,6 +429,15 @@ void check_optimizer_args(const char *kernel, const Tensor &lr, const Tensor *st
   }
 }
 
+void check_grad_scale(const char *kernel, const Tensor *grad_scale) {
+  if (!grad_scale)
+    return;
+  check_data(kernel, "grad_scale", *grad_scale);
+  check_dtype(kernel, "grad_scale", *grad_scale, DType::F32);
+  if (grad_scale->numel() != 1 || grad_scale->shape.rank > 1)
+    fail(kernel, "grad_scale must be a scalar, got " + grad_scale->shape.str());
+}
+
 void check_adamw_multi_args(const char *kernel, const Tensor &lr, const Tensor &step, int count,
                             const Tensor *params, const Tensor *grads, const Tensor *ms,
                             const Tensor *vs, const Tensor *params_out, const Tensor *ms_out,

@@ -299,6 +299,8 @@ LossShape check_loss_shapes(const char *kernel, const Tensor &scores, const Tens
 void check_optimizer_args(const char *kernel, const Tensor &lr, const Tensor *step,
                           const Tensor &param, const Tensor *const *states,
                           const char *const *names, int count);
+// An optimizer's grad_scale, when present: an f32 scalar.
+void check_grad_scale(const char *kernel, const Tensor *grad_scale);
 // sgd's nesterov needs a positive momentum and no dampening.
 void check_sgd_modes(const char *kernel, float momentum, float dampening, bool nesterov);
 // adamw_multi's list: a count >= 0, the arrays present, every tensor i as

@@ -551,7 +551,7 @@ const std::map<std::string, KernelFn> &kernels() {
          adamw(c.stream(), c.in("lr"), c.in("step"), c.in("param"), c.in("grad"), c.in("m"),
                c.in("v"), c.out("param_out"), c.out("m_out"), c.out("v_out"), c.attr_float("beta1"),
                c.attr_float("beta2"), c.attr_float("epsilon"), c.attr_float("weight_decay"),
-               c.attr_bool("decoupled"));
+               c.attr_bool("decoupled"), c.opt("grad_scale"));
        }},
       {"adamw_multi",
        [](CaseRun &c) {
@@ -563,19 +563,20 @@ const std::map<std::string, KernelFn> &kernels() {
                      gs.data(), ms.data(), vs.data(), ps_out.data(), ms_out.data(),
                      vs_out.data(), c.attr_float("beta1"), c.attr_float("beta2"),
                      c.attr_float("epsilon"), c.attr_float("weight_decay"),
-                     c.attr_bool("decoupled"));
+                     c.attr_bool("decoupled"), c.opt("grad_scale"));
        }},
       {"sgd",
        [](CaseRun &c) {
          sgd(c.stream(), c.in("lr"), c.in("step"), c.in("param"), c.in("grad"), c.in("velocity"),
              c.out("param_out"), c.out("velocity_out"), c.attr_float("momentum"),
-             c.attr_float("dampening"), c.attr_float("weight_decay"), c.attr_bool("nesterov"));
+             c.attr_float("dampening"), c.attr_float("weight_decay"), c.attr_bool("nesterov"),
+             c.opt("grad_scale"));
        }},
       {"lion",
        [](CaseRun &c) {
          lion(c.stream(), c.in("lr"), c.in("param"), c.in("grad"), c.in("m"), c.out("param_out"),
               c.out("m_out"), c.attr_float("beta1"), c.attr_float("beta2"),
-              c.attr_float("weight_decay"));
+              c.attr_float("weight_decay"), c.opt("grad_scale"));
        }},
       {"sum_of_squares",
        [](CaseRun &c) {

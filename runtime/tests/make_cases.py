@@ -1601,6 +1601,17 @@ def torch_optim_step(make, param, grad, state):
     return p.detach(), opt.state[p]
 
 
+def scaled_grad(g, scale):
+    """The gradient an update with grad_scale `scale` ([] or [s]) reads:
+    g * s in f32, one rounding, as torch's in-place scaling of an f32
+    gradient."""
+    return (g.float() * torch.tensor(f32r(scale[0]))).float() if scale else g
+
+
+def with_grad_scale(case, scale):
+    return case.inp("grad_scale", torch.tensor(f32r(scale[0]))) if scale else case
+
+
 def gen_torch_optim(w):
     # Adam and AdamW: inputs of step t are the outputs of step t - 1, rounded
     # to the element type as the kernel would store them.
@@ -1617,9 +1628,15 @@ def gen_torch_optim(w):
         ("adamw_mixed_grad", torch.optim.AdamW, True, 1e-3, 0.01, ["f32/bf16", "f32/f16"],
          [4, 5]),
         ("adam_l2_mixed_grad", torch.optim.Adam, False, 1e-3, 0.01, ["f32/bf16"], [4, 5]),
+        # A grad_scale (clipping's coefficient times fp16's 1/loss-scale):
+        # torch scales the gradient in place (clip_grad_norm_, then the
+        # optimizer reads it), so the reference reads g * s rounded to f32.
+        ("adamw_scaled", torch.optim.AdamW, True, 1e-3, 0.01, ["f32", "f32/bf16", "f32/f16"],
+         [4, 5], 0.37),
+        ("adam_l2_scaled", torch.optim.Adam, False, 1e-3, 0.01, ["f32/bf16"], [4, 5], 1 / 1024),
     ]
     b1, b2, eps = f32r(0.9), f32r(0.999), f32r(1e-8)
-    for name, cls, decoupled, lr, wd, dtypes, shape in configs:
+    for name, cls, decoupled, lr, wd, dtypes, shape, *scale in configs:
         lr, wd = f32r(lr), f32r(wd)
         make = lambda ps: cls(ps, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
         for dtypes_of in dtypes:
@@ -1630,12 +1647,13 @@ def gen_torch_optim(w):
             state = None
             for t in (1, 2, 3):
                 g = rng.float(shape, gtype)
-                p1, st = torch_optim_step(make, p, g, state)
+                p1, st = torch_optim_step(make, p, scaled_grad(g, scale), state)
                 p1, m1, v1 = like(p1, dtype), like(st["exp_avg"], dtype), like(st["exp_avg_sq"], dtype)
-                w.case("adamw", "%s_step%d_%s" % (name, t, dtypes_of.replace("/", "_")), beta1=b1, beta2=b2, epsilon=eps,
-                       weight_decay=wd, decoupled=decoupled).inp("lr", torch.tensor(lr)).inp(
-                       "step", torch.tensor(t)).inp("param", p).inp("grad", g).inp("m", m).inp(
-                       "v", v).out("param_out", p1).out("m_out", m1).out("v_out", v1).save()
+                c = w.case("adamw", "%s_step%d_%s" % (name, t, dtypes_of.replace("/", "_")), beta1=b1, beta2=b2, epsilon=eps,
+                           weight_decay=wd, decoupled=decoupled).inp("lr", torch.tensor(lr)).inp(
+                           "step", torch.tensor(t)).inp("param", p).inp("grad", g).inp("m", m).inp(
+                           "v", v).out("param_out", p1).out("m_out", m1).out("v_out", v1)
+                with_grad_scale(c, scale).save()
                 p, m, v = p1, m1, v1
                 state = {"step": torch.tensor(float(t)), "exp_avg": m, "exp_avg_sq": v}
     # adamw_multi: a list of tensors updated in one call, each exactly as
@@ -1643,8 +1661,10 @@ def gen_torch_optim(w):
     # cuda backend.
     lr, wd = f32r(1e-3), f32r(0.01)
     make = lambda ps: torch.optim.AdamW(ps, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
-    for name, shapes, dtypes in (("mixed", [[4, 5], [2, 700], [1], [300]], ["f32", "bf16"]),
-                                 ("fifty", [[k] for k in range(1, 51)], ["f32"])):
+    for name, shapes, dtypes, *scale in (
+            ("mixed", [[4, 5], [2, 700], [1], [300]], ["f32", "bf16"]),
+            ("fifty", [[k] for k in range(1, 51)], ["f32"]),
+            ("scaled", [[4, 5], [2, 700], [1], [300]], ["f32"], 0.61)):
         for dtype in dtypes:
             rng = Rng("adamw_multi" + name + dtype)
             ps = [rng.float(shape, dtype) for shape in shapes]
@@ -1653,14 +1673,16 @@ def gen_torch_optim(w):
             states = [None] * len(shapes)
             for t in (1, 2):
                 gs = [rng.float(shape, dtype) for shape in shapes]
-                outs = [torch_optim_step(make, p, g, st) for p, g, st in zip(ps, gs, states)]
+                outs = [torch_optim_step(make, p, scaled_grad(g, scale), st)
+                        for p, g, st in zip(ps, gs, states)]
                 p1 = [like(p, dtype) for p, _ in outs]
                 m1 = [like(st["exp_avg"], dtype) for _, st in outs]
                 v1 = [like(st["exp_avg_sq"], dtype) for _, st in outs]
-                w.case("adamw_multi", "%s_step%d_%s" % (name, t, dtype), beta1=b1, beta2=b2,
-                       epsilon=eps, weight_decay=wd, decoupled=True).inp("lr", torch.tensor(lr)).inp(
-                       "step", torch.tensor(t)).inp("params", ps).inp("grads", gs).inp("ms", ms).inp(
-                       "vs", vs).out("params_out", p1).out("ms_out", m1).out("vs_out", v1).save()
+                c = w.case("adamw_multi", "%s_step%d_%s" % (name, t, dtype), beta1=b1, beta2=b2,
+                           epsilon=eps, weight_decay=wd, decoupled=True).inp("lr", torch.tensor(lr)).inp(
+                           "step", torch.tensor(t)).inp("params", ps).inp("grads", gs).inp("ms", ms).inp(
+                           "vs", vs).out("params_out", p1).out("ms_out", m1).out("vs_out", v1)
+                with_grad_scale(c, scale).save()
                 ps, ms, vs = p1, m1, v1
                 states = [{"step": torch.tensor(float(t)), "exp_avg": m, "exp_avg_sq": v}
                           for m, v in zip(m1, v1)]
@@ -1679,9 +1701,10 @@ def gen_torch_optim(w):
         ("momentum", 0.9, 0.1, 0.01, False, FLOATS),
         ("nesterov", 0.9, 0.0, 0.01, True, ["f32", "f16"]),
         ("plain", 0.0, 0.0, 0.01, False, ["f32"]),
+        ("momentum_scaled", 0.9, 0.1, 0.01, False, ["f32", "bf16"], 0.29),
     ]
     lr = f32r(0.05)
-    for name, mom, damp, wd, nesterov, dtypes in configs:
+    for name, mom, damp, wd, nesterov, dtypes, *scale in configs:
         mom, damp, wd = f32r(mom), f32r(damp), f32r(wd)
         make = lambda ps: torch.optim.SGD(ps, lr=lr, momentum=mom, dampening=damp, weight_decay=wd,
                                           nesterov=nesterov)
@@ -1691,13 +1714,14 @@ def gen_torch_optim(w):
             state = None
             for t in (1, 2, 3):
                 g = rng.float([3, 7], dtype)
-                p1, st = torch_optim_step(make, p, g, state)
+                p1, st = torch_optim_step(make, p, scaled_grad(g, scale), state)
                 p1 = like(p1, dtype)
                 vel1 = like(st["momentum_buffer"], dtype) if mom != 0 else vel
-                w.case("sgd", "%s_step%d_%s" % (name, t, dtype), momentum=mom, dampening=damp,
-                       weight_decay=wd, nesterov=nesterov).inp("lr", torch.tensor(lr)).inp(
-                       "step", torch.tensor(t)).inp("param", p).inp("grad", g).inp("velocity", vel).out(
-                       "param_out", p1).out("velocity_out", vel1).save()
+                c = w.case("sgd", "%s_step%d_%s" % (name, t, dtype), momentum=mom, dampening=damp,
+                           weight_decay=wd, nesterov=nesterov).inp("lr", torch.tensor(lr)).inp(
+                           "step", torch.tensor(t)).inp("param", p).inp("grad", g).inp("velocity", vel).out(
+                           "param_out", p1).out("velocity_out", vel1)
+                with_grad_scale(c, scale).save()
                 p, vel = p1, vel1
                 state = {"momentum_buffer": vel} if mom != 0 else None
 
@@ -1710,18 +1734,20 @@ def gen_torch_optim(w):
         return p - lr * (np.sign(c) + wd * p), b2 * m + (1 - b2) * g
 
     lr, b1, b2, wd = f32r(3e-4), f32r(0.9), f32r(0.99), f32r(0.1)
-    for dtype in FLOATS:
+    for dtype, *scale in [(d,) for d in FLOATS] + [("f32", 0.43)]:
         rng = Rng("lion" + dtype)
         p, m = rng.float([5, 6], dtype), torch.zeros(5, 6, dtype=DT[dtype])
         for t in (1, 2, 3):
             g = rng.float([5, 6], dtype)
             if t == 1:
                 g[0, :3] = 0.0  # c = 0 with m = 0: sign 0, only the decay applies
-            pn, mn = lion_ref(f64(p).numpy(), f64(g).numpy(), f64(m).numpy(), lr, b1, b2, wd)
+            gs = scaled_grad(g, scale)
+            pn, mn = lion_ref(f64(p).numpy(), f64(gs).numpy(), f64(m).numpy(), lr, b1, b2, wd)
             p1, m1 = like(torch.from_numpy(pn), dtype), like(torch.from_numpy(mn), dtype)
-            w.case("lion", "step%d_%s" % (t, dtype), beta1=b1, beta2=b2, weight_decay=wd).inp(
-                "lr", torch.tensor(lr)).inp("param", p).inp("grad", g).inp("m", m).out(
-                "param_out", p1).out("m_out", m1).save()
+            c = w.case("lion", "step%d_%s%s" % (t, dtype, "_scaled" if scale else ""), beta1=b1,
+                       beta2=b2, weight_decay=wd).inp("lr", torch.tensor(lr)).inp(
+                       "param", p).inp("grad", g).inp("m", m).out("param_out", p1).out("m_out", m1)
+            with_grad_scale(c, scale).save()
             p, m = p1, m1
 
 

@@ -83,6 +83,82 @@ TEST_P(InPlace, OptimizerStepsMatchOutOfPlace) {
   EXPECT_EQ(mi.bytes(), mo.bytes());
 }
 
+// adamw_multi updates each tensor of its list with adamw's bits, whatever
+// the thread count: its one parallel region cuts the concatenated elements
+// across tensors. With and without a grad_scale; a gradient scaled by 1 is
+// the gradient.
+TEST_P(InPlace, AdamWMultiMatchesPerTensorUpdates) {
+  const DType dt = GetParam();
+  const std::vector<Shape> shapes{{3}, {41000}, {5, 7}, {70000}, {1}, {300, 11}};
+  Owned lr = Owned::of(DType::F32, Shape{}, {1e-2});
+  Owned step = Owned::of(DType::I64, Shape{}, {2});
+  Owned scale = Owned::of(DType::F32, Shape{}, {0.3});
+  Owned one = Owned::of(DType::F32, Shape{}, {1.0});
+  for (const Owned *gs : std::initializer_list<const Owned *>{nullptr, &scale, &one}) {
+    const Tensor *grad_scale = gs ? &gs->t() : nullptr;
+    std::vector<Owned> ps, g, ms, vs, po, mo, vo;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const unsigned seed = static_cast<unsigned>(10 * i);
+      ps.push_back(random(dt, shapes[i], seed + 1));
+      // An f32 parameter's gradient may be bf16 (mixed precision); a 16-bit
+      // parameter's has its type.
+      g.push_back(random(dt == DType::F32 && i % 2 ? DType::BF16 : dt, shapes[i], seed + 2));
+      ms.push_back(random(dt, shapes[i], seed + 3, -0.1, 0.1));
+      vs.push_back(random(dt, shapes[i], seed + 4, 0.0, 0.01));
+    }
+    // The reference: adamw on each tensor.
+    std::vector<Owned> pr, mr, vr;
+    Stream one_thread(dsrt::Backend::Cpu, 1);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      pr.emplace_back(dt, shapes[i]);
+      mr.emplace_back(dt, shapes[i]);
+      vr.emplace_back(dt, shapes[i]);
+      dsrt::adamw(one_thread, lr, step, ps[i], g[i], ms[i], vs[i], pr[i], mr[i], vr[i], 0.9f,
+                  0.999f, 1e-8f, 0.1f, true, grad_scale);
+    }
+    if (gs == &one)
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        Owned plain(dt, shapes[i]), pm(dt, shapes[i]), pv(dt, shapes[i]);
+        dsrt::adamw(one_thread, lr, step, ps[i], g[i], ms[i], vs[i], plain, pm, pv, 0.9f, 0.999f,
+                    1e-8f, 0.1f, true);
+        EXPECT_EQ(plain.bytes(), pr[i].bytes()) << "grad_scale 1, tensor " << i;
+      }
+    for (int threads : {1, 2, 3}) {
+      Stream s(dsrt::Backend::Cpu, threads);
+      std::vector<Tensor> tp, tg, tm, tv, tpo, tmo, tvo;
+      std::vector<Owned> outs;
+      outs.reserve(3 * shapes.size());
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        tp.push_back(ps[i]);
+        tg.push_back(g[i]);
+        tm.push_back(ms[i]);
+        tv.push_back(vs[i]);
+        outs.emplace_back(dt, shapes[i]);
+        tpo.push_back(outs.back());
+        outs.emplace_back(dt, shapes[i]);
+        tmo.push_back(outs.back());
+        outs.emplace_back(dt, shapes[i]);
+        tvo.push_back(outs.back());
+      }
+      dsrt::adamw_multi(s, lr, step, static_cast<int>(shapes.size()), tp.data(), tg.data(),
+                        tm.data(), tv.data(), tpo.data(), tmo.data(), tvo.data(), 0.9f, 0.999f,
+                        1e-8f, 0.1f, true, grad_scale);
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        EXPECT_EQ(outs[3 * i].bytes(), pr[i].bytes())
+            << "param " << i << ", " << threads << " threads, scale " << (gs ? "yes" : "no");
+        EXPECT_EQ(outs[3 * i + 1].bytes(), mr[i].bytes()) << "m " << i;
+        EXPECT_EQ(outs[3 * i + 2].bytes(), vr[i].bytes()) << "v " << i;
+      }
+    }
+    if (gs == &scale) {  // the scale is applied: not the unscaled update
+      Owned plain(dt, shapes[1]), pm(dt, shapes[1]), pv(dt, shapes[1]);
+      dsrt::adamw(one_thread, lr, step, ps[1], g[1], ms[1], vs[1], plain, pm, pv, 0.9f, 0.999f,
+                  1e-8f, 0.1f, true);
+      EXPECT_NE(plain.bytes(), pr[1].bytes());
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, InPlace, testing::Values(DType::F32, DType::BF16),
                          [](const testing::TestParamInfo<DType> &info) {
                            return std::string(dsrt::dtype_name(info.param));

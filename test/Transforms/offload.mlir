@@ -10,28 +10,29 @@
 // host arena and take nothing of the device arena, which holds the
 // parameters and gradient accumulators (4 x 64 bytes). The host arena adds
 // the copies of one step.
-// CPU: module attributes {ds.memory = #ds.memory_plan<arena_bytes = {{[0-9]+}}, persistent_bytes = 256, peak_live_bytes = {{[0-9]+}}, alignment = 64, host_bytes = 576, host_persistent_bytes = 256>
+// CPU: module attributes {ds.memory = #ds.memory_plan<arena_bytes = {{[0-9]+}}, persistent_bytes = 256, peak_live_bytes = {{[0-9]+}}, alignment = 64, host_bytes = 640, host_persistent_bytes = 256>
 // CPU-LABEL: func.func @micro_step
 // CPU-NOT: ds.space
 // CPU-LABEL: func.func @optimizer_step
 // CPU-SAME: %arg2: tensor<3x2xf32> {ds.offset = 128 : i64, ds.state = #ds.state<accumulator, param = "w">}
 // CPU-SAME: %arg4: tensor<3xf32> {ds.offset = 0 : i64, ds.space = #ds.space<host>, ds.state = #ds.state<optimizer, role = "exp_avg", param = "w">}
 // CPU-SAME: %arg7: tensor<1xf32> {ds.offset = 192 : i64, ds.space = #ds.space<host>, ds.state = #ds.state<optimizer, role = "exp_avg_sq", param = "b">}
-// CPU-SAME: host_bytes = 576, host_persistent_bytes = 256
+// CPU-SAME: host_bytes = 640, host_persistent_bytes = 256
 // The learning rate and step go to the host once, for every update.
 // CPU-DAG: %[[STEP:.*]] = ds.transfer %arg9 {{{.*}}from = #ds.space<device>, to = #ds.space<host>} : tensor<i64>
 // CPU-DAG: %[[LR:.*]] = ds.transfer %arg8 {{{.*}}from = #ds.space<device>, to = #ds.space<host>} : tensor<f32>
-// The gradient shard goes to the host as soon as it is scaled, the
-// parameter shard as soon as it is sliced.
-// CPU: %[[G:.*]] = ds.mul %outputs#0
-// CPU-NEXT: %[[GH:.*]] = ds.transfer %[[G]] {{{.*}}from = #ds.space<device>, to = #ds.space<host>} : tensor<3xf32>
+// The gradient shard goes to the host as soon as it is reduced (the update
+// reads it times 1/k, its grad_scale operand, which goes to the host too),
+// the parameter shard as soon as it is sliced.
+// CPU: %[[GH:.*]] = ds.transfer %outputs#0 {{{.*}}from = #ds.space<device>, to = #ds.space<host>} : tensor<3xf32>
+// CPU: %[[SCALE:.*]] = ds.transfer %{{.*}} {{{.*}}from = #ds.space<device>, to = #ds.space<host>} : tensor<f32>
 // CPU: %[[W:.*]] = shard.all_slice
 // CPU-NEXT: %[[WH:.*]] = ds.transfer %[[W]] {{{.*}}from = #ds.space<device>, to = #ds.space<host>} : tensor<3xf32>
 // The update on the host, in place over the host states; the updated shard
 // back to the device right after it, for ZeRO's all-gather.
-// CPU-NEXT: %[[NEW:.*]], %[[M:.*]], %[[V:.*]] = ds.adamw %[[LR]], %[[STEP]], %[[WH]], %[[GH]], %arg4, %arg6 {ds.buffers = array<i64: {{[0-9]+}}, 0, 128>, {{.*}}ds.space = #ds.space<host>
+// CPU-NEXT: %[[NEW:.*]], %[[M:.*]], %[[V:.*]] = ds.adamw %[[LR]], %[[STEP]], %[[WH]], %[[GH]], %arg4, %arg6, %[[SCALE]] {ds.buffers = array<i64: {{[0-9]+}}, 0, 128>, {{.*}}ds.space = #ds.space<host>
 // CPU-NEXT: %[[BACK:.*]] = ds.transfer %[[NEW]] {{{.*}}from = #ds.space<host>, to = #ds.space<device>} : tensor<3xf32>
-// CPU: ds.adamw %[[LR]], %[[STEP]], {{.*}}, %arg5, %arg7 {{{.*}}ds.space = #ds.space<host>
+// CPU: ds.adamw %[[LR]], %[[STEP]], {{.*}}, %arg5, %arg7, %[[SCALE]] {{{.*}}ds.space = #ds.space<host>
 // CPU: ds.all_gather_bucket %[[BACK]], %{{.*}} on @grid
 // CPU: return %{{.*}}, %{{.*}}, %[[M]], %[[V]],
 

@@ -39,8 +39,11 @@
 // ADAMW: %[[LT:.*]] = ds.compare lt, %[[COEF]]
 // ADAMW: %[[CLIP:.*]] = ds.where %[[LT]], %[[COEF]]
 // ADAMW: %[[SCALE:.*]] = ds.mul %[[CLIP]], %{{.*}} : tensor<f32>, tensor<f32>
-// ADAMW: %[[G:.*]] = ds.mul %arg2, %[[SCALE]]
-// ADAMW: ds.adamw %arg{{[0-9]+}}, %arg{{[0-9]+}}, %arg0, %[[G]], %arg4, %arg6 {weight_decay = 0.00999999977 : f32}
+// The update reads the accumulator times the scale (its grad_scale): no
+// scaled copy of the gradient.
+// ADAMW-NOT: ds.mul %arg2
+// ADAMW: ds.adamw %arg{{[0-9]+}}, %arg{{[0-9]+}}, %arg0, %arg2, %arg4, %arg6, %[[SCALE]] {weight_decay = 0.00999999977 : f32}
+// ADAMW-SAME: tensor<3x2xf32>, tensor<3x2xf32>, tensor<f32>
 // ADAMW: ds.fill {value = 0.000000e+00 : f64} : tensor<3x2xf32>
 // ADAMW: ds.fill {value = 0.000000e+00 : f64} : tensor<2xf32>
 

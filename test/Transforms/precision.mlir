@@ -66,12 +66,15 @@
 // BF16-SAME: tensor<6x6xbf16> {ds.updates = 3 : i64}
 // BF16-SAME: tensor<6x6xf32> {ds.updates = 12 : i64}
 // The norm sums the bf16 accumulators' squares as they are (in double);
-// the update reads each in f32, cast right before it.
+// the update reads each as it is too, converting and scaling an element at
+// a time (the clipping coefficient and 1/k are its grad_scale): no f32
+// copy of a gradient, no scaled copy.
 // BF16: ds.sum_of_squares %arg3, %arg4, %arg5 : tensor<6x6xbf16>, tensor<6xbf16>, tensor<6xbf16>
-// BF16: %[[G:.*]] = ds.cast %arg3 : tensor<6x6xbf16> to tensor<6x6xf32>
-// BF16-NEXT: %[[SG:.*]] = ds.mul %[[G]], %{{.*}} : tensor<6x6xf32>, tensor<f32>
+// BF16: %[[SCALE:.*]] = ds.mul %{{.*}}, %{{.*}} : tensor<f32>, tensor<f32>
+// BF16-NOT: ds.cast %arg3
+// BF16-NOT: : tensor<6x6xf32>, tensor<f32>
 // The optimizer updates the master, then the working copy is refreshed.
-// BF16: %param_out, %first_moment_out, %second_moment_out = ds.adamw %arg15, %arg16, %arg12, %[[SG]], %arg6, %arg9
+// BF16: %param_out, %first_moment_out, %second_moment_out = ds.adamw %arg15, %arg16, %arg12, %arg3, %arg6, %arg9, %[[SCALE]] {{.*}}: tensor<f32>, tensor<i64>, tensor<6x6xf32>, tensor<6x6xbf16>, tensor<6x6xf32>, tensor<6x6xf32>, tensor<f32>
 // BF16: %[[RESET:.*]] = ds.fill {value = 0.000000e+00 : f64} : tensor<6x6xbf16>
 // BF16: %[[WORK:.*]] = ds.cast %param_out : tensor<6x6xf32> to tensor<6x6xbf16>
 // BF16: return %{{.*}}, %[[WORK]], %first_moment_out, %second_moment_out, {{.*}}, %[[RESET]], {{.*}}, %param_out,

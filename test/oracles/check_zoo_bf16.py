@@ -61,7 +61,7 @@ CONFIG = {
 
 # (model, flags, ranks, micro-batches per rank). The global batch is
 # ranks_dp * micro-batches micro-batches; PyTorch accumulates all of them.
-CASES = [(model, [], 1, 2) for model in ("gpt2", "llama", "bert", "mlp", "cnn")]
+CASES = [(model, [], 1, 2) for model in ("gpt2", "llama", "bert", "mlp", "cnn", "mobilenet")]
 CASES += [("gpt2", ["--dp", "2", "--zero", str(stage)], 2, 1) for stage in (0, 1, 2, 3)]
 CASES += [("gpt2", ["--pp", "2", "--schedule", "1f1b"], 2, 2)]
 

@@ -77,6 +77,23 @@ def _cast_float_inputs(dtype: torch.dtype):
     return hook
 
 
+# Activations PyTorch 1.13 cannot differentiate in bfloat16 on the CPU (no
+# bf16 Hardswish backward kernel there, nor Hardtanh's, which ReLU6 uses).
+# For Hardtanh and ReLU6 computing in f32 changes nothing (a clamp of bf16
+# values is exact).
+_F32_IN_BF16 = (torch.nn.Hardswish, torch.nn.Hardsigmoid, torch.nn.Hardtanh)
+
+
+def _compute_in_f32(sub: torch.nn.Module) -> None:
+    """Makes `sub`, an element-wise activation, compute in float32 on its
+    bfloat16 input and round its result to bfloat16 (to nearest even): what
+    a bf16 GPU kernel does (it loads each element to f32, computes, stores
+    bf16), and what dsopt's kernels do. Its gradient is computed the same
+    way: the f32 backward of the f32 function, rounded to bfloat16."""
+    forward = sub.forward
+    sub.forward = lambda x: forward(x.float()).to(x.dtype)
+
+
 def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int,
           frozen: Sequence[str] = (), dtype: torch.dtype = torch.float32,
           module: torch.nn.Module = None, bf16: bool = False) -> TrainRun:
@@ -93,7 +110,9 @@ def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int
     accumulated in bfloat16 across micro-batches; the optimizer updates fp32
     master copies of the trainable parameters from the gradients converted
     to fp32 (clipping and the norm on those), and the module's weights are
-    the masters rounded to bfloat16 (to nearest even) after each step. The
+    the masters rounded to bfloat16 (to nearest even) after each step.
+    Hardswish and Hardsigmoid compute in float32 on their bfloat16 inputs,
+    their results and gradients rounded to bfloat16 (_compute_in_f32). The
     returned params are the masters.
     """
     torch.set_num_threads(1)
@@ -113,6 +132,8 @@ def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int
         module.to(torch.bfloat16)
         for sub in module.modules():
             sub.register_forward_pre_hook(_cast_float_inputs(torch.bfloat16))
+            if isinstance(sub, _F32_IN_BF16):
+                _compute_in_f32(sub)
         dtype = torch.bfloat16
 
     micro, gas, global_batch = ds_reference.batch_sizes(config, model.config.batch)

@@ -140,11 +140,20 @@ def Ds_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
         return $_op.getGradMutable();
       }]>,
     InterfaceMethod<
+      "The f32 scalar the update multiplies the gradient by, element by "
+      "element, as it reads it (gradient clipping, 1/k of accumulation, "
+      "fp16's 1/loss-scale), or null: the gradient as it is. It follows "
+      "the states, last of the operands.",
+      "::mlir::OpOperand *", "getGradScaleOperand", (ins), [{}], [{
+        return nullptr;
+      }]>,
+    InterfaceMethod<
       "The per-parameter states, in the order of getStateRoles().",
       "::llvm::MutableArrayRef<::mlir::OpOperand>", "getStateOperands",
       (ins), [{}], [{
-        return $_op->getOpOperands().drop_front(
-            $_op.getGradMutable().getOperandNumber() + 1);
+        return $_op->getOpOperands()
+            .drop_front($_op.getGradMutable().getOperandNumber() + 1)
+            .drop_back($_op.getGradScaleOperand() ? 1 : 0);
       }]>,
     StaticInterfaceMethod<
       "The role of each state (torch's state names where the op has torch "
@@ -162,8 +171,7 @@ def Ds_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
       "Bytes of optimizer state the update keeps per parameter element.",
       "int64_t", "getStateBytesPerElement", (ins), [{}], [{
         int64_t bytes = 0;
-        for (::mlir::OpOperand &state : $_op->getOpOperands().drop_front(
-                 $_op.getGradMutable().getOperandNumber() + 1))
+        for (::mlir::OpOperand &state : $_op.getStateOperands())
           bytes += ::dsopt::ds::getElementByteSize(
               ::mlir::getElementTypeOrSelf(state.get().getType()));
         return bytes;

@@ -985,7 +985,7 @@ std::optional<unsigned> AdamWOp::getInPlaceOperand(unsigned result) {
 void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::adamw");
   call.stream();
-  for (Value value : getOperands())
+  for (Value value : getOperands().drop_back(getGradScale() ? 1 : 0))
     call.tensor(value);
   for (Value value : getResults())
     call.tensor(value);
@@ -994,6 +994,7 @@ void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
   call.real(getEpsilon().convertToFloat());
   call.real(getWeightDecay().convertToFloat());
   call.boolean(getDecoupled());
+  call.optionalTensor(getGradScale());
 }
 std::optional<unsigned> SgdOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4};
@@ -1002,7 +1003,7 @@ std::optional<unsigned> SgdOp::getInPlaceOperand(unsigned result) {
 void SgdOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::sgd");
   call.stream();
-  for (Value value : getOperands())
+  for (Value value : getOperands().drop_back(getGradScale() ? 1 : 0))
     call.tensor(value);
   for (Value value : getResults())
     call.tensor(value);
@@ -1010,6 +1011,7 @@ void SgdOp::buildKernelCall(KernelCallBuilder &call) {
   call.real(getDampening().convertToFloat());
   call.real(getWeightDecay().convertToFloat());
   call.boolean(getNesterov());
+  call.optionalTensor(getGradScale());
 }
 std::optional<unsigned> LionOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {1, 3};
@@ -1018,13 +1020,14 @@ std::optional<unsigned> LionOp::getInPlaceOperand(unsigned result) {
 void LionOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::lion");
   call.stream();
-  for (Value value : getOperands())
+  for (Value value : getOperands().drop_back(getGradScale() ? 1 : 0))
     call.tensor(value);
   for (Value value : getResults())
     call.tensor(value);
   call.real(getBeta1().convertToFloat());
   call.real(getBeta2().convertToFloat());
   call.real(getWeightDecay().convertToFloat());
+  call.optionalTensor(getGradScale());
 }
 // ONNX's preview optimizers update in place too: their kernels read every
 // element of every input before writing the outputs' element.

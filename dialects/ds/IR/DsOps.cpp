@@ -382,7 +382,16 @@ LogicalResult AvgPoolGradOp::verify() {
 }
 
 // Optimizers.
+/// A torch.optim update's grad_scale, when present, is a scalar.
+static LogicalResult verifyGradScale(Operation *op, Value scale) {
+  if (scale && cast<RankedTensorType>(scale.getType()).getRank() != 0)
+    return op->emitOpError() << "grad_scale must be an f32 scalar, got "
+                             << scale.getType();
+  return success();
+}
 LogicalResult AdamWOp::verify() {
+  if (failed(verifyGradScale(*this, getGradScale())))
+    return failure();
   if (!(getEpsilon().convertToFloat() >= 0.0f) ||
       !(getWeightDecay().convertToFloat() >= 0.0f))
     return emitOpError() << "epsilon and weight_decay must be non-negative";
@@ -390,6 +399,8 @@ LogicalResult AdamWOp::verify() {
                              {"beta2", getBeta2().convertToFloat()}});
 }
 LogicalResult SgdOp::verify() {
+  if (failed(verifyGradScale(*this, getGradScale())))
+    return failure();
   float momentum = getMomentum().convertToFloat();
   if (!(momentum >= 0.0f) || !(getWeightDecay().convertToFloat() >= 0.0f))
     return emitOpError() << "momentum and weight_decay must be non-negative";
@@ -400,6 +411,8 @@ LogicalResult SgdOp::verify() {
   return success();
 }
 LogicalResult LionOp::verify() {
+  if (failed(verifyGradScale(*this, getGradScale())))
+    return failure();
   if (!(getWeightDecay().convertToFloat() >= 0.0f))
     return emitOpError() << "weight_decay must be non-negative";
   return verifyBetas(*this, {{"beta1", getBeta1().convertToFloat()},

@@ -594,9 +594,11 @@ def Ds_AveragePoolOp : Ds_PoolOp<"avg_pool", "average", Ds_Accumulate32> {
 // Optimizer updates (ONNX ai.onnx.preview.training), one tensor per op
 //===----------------------------------------------------------------------===//
 
-class Ds_OptimizerOp<string mnemonic>
+// `scaled`: the op has an optional `grad_scale` operand, its last.
+class Ds_OptimizerOp<string mnemonic, bit scaled = 0>
     : Ds_Op<mnemonic, [Ds_ComputeF32, InferTypeOpAdaptor,
-                       DeclareOpInterfaceMethods<Ds_OptimizerOpInterface>],
+                       DeclareOpInterfaceMethods<Ds_OptimizerOpInterface,
+                           !if(scaled, ["getGradScaleOperand"], [])>],
             ["getInPlaceOperand"]> {
   let assemblyFormat = "operands attr-dict `:` type(operands)";
   let hasVerifier = 1;
@@ -820,14 +822,16 @@ def Ds_AvgPoolGradOp : Ds_Op<"avg_pool_grad", [Ds_Accumulate32], ["getWorkspaceB
 // The training step: optimizers, gradient norm, state initialization
 //===----------------------------------------------------------------------===//
 
-def Ds_AdamWOp : Ds_OptimizerOp<"adamw"> {
+def Ds_AdamWOp : Ds_OptimizerOp<"adamw", 1> {
   let summary = "one Adam / AdamW step for one tensor (torch.optim semantics)";
   let description = [{
     m' = beta1 m + (1 - beta1) g; v' = beta2 v + (1 - beta2) g^2;
     p' = p - lr (m' / (1 - beta1^step)) / (sqrt(v' / (1 - beta2^step)) + eps).
     `decoupled` (AdamW): p is first scaled by 1 - lr * weight_decay;
     otherwise (Adam) weight_decay * p is added to g. `lr` is an f32 scalar
-    tensor, `step` an i64 scalar (1 for the first update).
+    tensor, `step` an i64 scalar (1 for the first update). With
+    `grad_scale` (an f32 scalar) g is the gradient times it, an element at a
+    time: no scaled copy of the gradient exists.
   }];
   let arguments = (ins Ds_F32Tensor:$lr, Ds_I64Tensor:$step,
                    Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
@@ -836,6 +840,7 @@ def Ds_AdamWOp : Ds_OptimizerOp<"adamw"> {
                    DefaultValuedAttr<F32Attr, "0.9">:$beta1,
                    DefaultValuedAttr<F32Attr, "0.999">:$beta2,
                    DefaultValuedAttr<F32Attr, "1.0e-8">:$epsilon,
+                   Optional<Ds_F32Tensor>:$grad_scale,
                    DefaultValuedAttr<F32Attr, "0.0">:$weight_decay,
                    DefaultValuedAttr<BoolAttr, "true">:$decoupled);
   let results = (outs Ds_FloatTensor:$param_out,
@@ -843,32 +848,36 @@ def Ds_AdamWOp : Ds_OptimizerOp<"adamw"> {
                  Ds_FloatTensor:$second_moment_out);
 }
 
-def Ds_SgdOp : Ds_OptimizerOp<"sgd"> {
+def Ds_SgdOp : Ds_OptimizerOp<"sgd", 1> {
   let summary = "one torch.optim.SGD step for one tensor";
   let description = [{
     g += weight_decay * p; with momentum: buf = g at step 1, else
     momentum * buf + (1 - dampening) * g, and g = nesterov ? g + momentum *
-    buf : buf; p' = p - lr * g.
+    buf : buf; p' = p - lr * g. With `grad_scale` (an f32 scalar) g is the
+    gradient times it, an element at a time.
   }];
   let arguments = (ins Ds_F32Tensor:$lr, Ds_I64Tensor:$step,
                    Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
                    Ds_FloatTensor:$velocity,
                    DefaultValuedAttr<F32Attr, "0.0">:$momentum,
                    DefaultValuedAttr<F32Attr, "0.0">:$dampening,
+                   Optional<Ds_F32Tensor>:$grad_scale,
                    DefaultValuedAttr<F32Attr, "0.0">:$weight_decay,
                    UnitAttr:$nesterov);
   let results = (outs Ds_FloatTensor:$param_out,
                  Ds_FloatTensor:$velocity_out);
 }
 
-def Ds_LionOp : Ds_OptimizerOp<"lion"> {
+def Ds_LionOp : Ds_OptimizerOp<"lion", 1> {
   let summary = "one Lion step for one tensor";
   let description = [{
     c = beta1 m + (1 - beta1) g; p' = p (1 - lr weight_decay) - lr sign(c);
-    m' = beta2 m + (1 - beta2) g.
+    m' = beta2 m + (1 - beta2) g. With `grad_scale` (an f32 scalar) g is
+    the gradient times it, an element at a time.
   }];
   let arguments = (ins Ds_F32Tensor:$lr, Ds_FloatTensor:$param,
                    Ds_FloatTensor:$grad, Ds_FloatTensor:$momentum,
+                   Optional<Ds_F32Tensor>:$grad_scale,
                    DefaultValuedAttr<F32Attr, "0.9">:$beta1,
                    DefaultValuedAttr<F32Attr, "0.99">:$beta2,
                    DefaultValuedAttr<F32Attr, "0.0">:$weight_decay);

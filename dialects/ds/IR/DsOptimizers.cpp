@@ -24,6 +24,21 @@ ArrayRef<StringRef> LionOp::getStateRoles() {
   static constexpr StringRef roles[] = {"exp_avg"};
   return roles;
 }
+
+// The torch.optim updates' optional grad_scale, their last operand.
+static OpOperand *gradScaleOperand(Operation *op, Value scale) {
+  return scale ? &op->getOpOperand(op->getNumOperands() - 1) : nullptr;
+}
+OpOperand *AdamWOp::getGradScaleOperand() {
+  return gradScaleOperand(*this, getGradScale());
+}
+OpOperand *SgdOp::getGradScaleOperand() {
+  return gradScaleOperand(*this, getGradScale());
+}
+OpOperand *LionOp::getGradScaleOperand() {
+  return gradScaleOperand(*this, getGradScale());
+}
+
 // ONNX's preview optimizers name their states as ONNX does.
 ArrayRef<StringRef> AdamOp::getStateRoles() {
   static constexpr StringRef roles[] = {"first_moment", "second_moment"};

@@ -319,6 +319,12 @@ int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx);
 // (torch.optim), which DeepSpeed follows. The gradient has the parameter's
 // type, or is the bf16/f16 gradient of an f32 parameter (mixed precision's
 // f32 master weights), converted to f32 an element at a time.
+//
+// grad_scale (adamw, adamw_multi, sgd, lion): null, or an f32 scalar s in
+// the backend's memory; the update then reads g * s (one f32 product per
+// element) wherever it reads g. The training step passes the gradient
+// clipping coefficient, 1/k of accumulation and fp16's 1/loss-scale this
+// way, so no scaled copy of a gradient is ever made.
 //===----------------------------------------------------------------------===//
 
 // Adam / AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
@@ -328,7 +334,7 @@ int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx);
 void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
            const Tensor &grad, const Tensor &m, const Tensor &v, const Tensor &param_out,
            const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
-           float weight_decay, bool decoupled);
+           float weight_decay, bool decoupled, const Tensor *grad_scale = nullptr);
 
 // adamw over a list of tensors in one call: tensor i (params[i], grads[i],
 // ms[i], vs[i] -> params_out[i], ms_out[i], vs_out[i]) is updated exactly
@@ -336,12 +342,14 @@ void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
 // settings, all of one float type. The cuda backend updates the whole list
 // with one kernel launch per 48 tensors (a multi-tensor update: each block
 // row takes one tensor), instead of one launch per tensor; the cpu backend
-// runs adamw on each, the reference. Every tensor is checked before any is
-// written.
+// runs one parallel region over all the tensors' elements, balanced by
+// elements, with adamw's element code (adamw's bits for any thread count).
+// Every tensor is checked before any is written.
 void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensors,
                  const Tensor *params, const Tensor *grads, const Tensor *ms, const Tensor *vs,
                  const Tensor *params_out, const Tensor *ms_out, const Tensor *vs_out,
-                 float beta1, float beta2, float epsilon, float weight_decay, bool decoupled);
+                 float beta1, float beta2, float epsilon, float weight_decay, bool decoupled,
+                 const Tensor *grad_scale = nullptr);
 
 // SGD as torch.optim.SGD: g += weight_decay * p; with momentum:
 // buf = g at step 1 (the velocity input is not read), else
@@ -351,14 +359,14 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
 void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
          const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
          const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
-         bool nesterov);
+         bool nesterov, const Tensor *grad_scale = nullptr);
 
 // Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
 // c = b1 m + (1 - b1) g; p = p * (1 - lr * weight_decay) - lr * sign(c);
 // m = b2 m + (1 - b2) g; sign(0) = 0.
 void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
           const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
-          float weight_decay);
+          float weight_decay, const Tensor *grad_scale = nullptr);
 
 // sum over all tensors (any float types) of sum(g^2), accumulated in double
 // and written as an f32 scalar: the global gradient norm is its square root.

@@ -31,10 +31,23 @@ Scalars check_optimizer(const char *kernel, const Tensor &lr, const Tensor *step
 }
 
 // Input I of an update at element i in f32: input 1, the gradient, has
-// type G (the parameter's, or bf16/f16 for an f32 parameter), the others T.
-template <typename T, typename G, size_t I> inline float load_input(const void *p, int64_t i) {
+// type G (the parameter's, or bf16/f16 for an f32 parameter) and is read
+// times the update's gradient scale (1 when it has none: exact), the
+// others have type T.
+template <typename T, typename G, size_t I>
+inline float load_input(const void *p, int64_t i, float grad_scale) {
   using E = std::conditional_t<I == 1, G, T>;
-  return Elem<E>::load(static_cast<const E *>(p)[i]);
+  const float x = Elem<E>::load(static_cast<const E *>(p)[i]);
+  if constexpr (I == 1)
+    return x * grad_scale;
+  else
+    return x;
+}
+
+// The gradient scale an update reads: *grad_scale (checked), or 1.
+float grad_scale_of(const char *kernel, const Tensor *grad_scale) {
+  check_grad_scale(kernel, grad_scale);
+  return grad_scale ? grad_scale->as<float>()[0] : 1.0f;
 }
 
 // Elements [begin, end) of an update: f(in_0[i], ..., out_0[i], ...), inputs
@@ -43,34 +56,33 @@ template <typename T, typename G, size_t I> inline float load_input(const void *
 // stores. `omp simd` is sound although an output may be an input (in place):
 // element i of the outputs depends only on element i of the inputs.
 template <typename T, typename G, typename F, size_t In, size_t Out, size_t... I, size_t... O>
-void update_range(F &f, const void *const (&ip)[In], T *const (&op)[Out], int64_t begin,
-                  int64_t end, std::index_sequence<I...>, std::index_sequence<O...>) {
+void update_range(F &f, const void *const (&ip)[In], T *const (&op)[Out], float grad_scale,
+                  int64_t begin, int64_t end, std::index_sequence<I...>,
+                  std::index_sequence<O...>) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
     float out[Out];
-    f(load_input<T, G, I>(ip[I], i)..., out[O]...);
+    f(load_input<T, G, I>(ip[I], i, grad_scale)..., out[O]...);
     ((op[O][i] = Elem<T>::store(out[O])), ...);
   }
 }
 
-// Runs f(inputs..., outputs...) over every element in f32; inputs[1] is the
-// gradient (of type T, or bf16/f16 with T = float, checked).
+// Elements [begin, end) of one update's tensors: f(inputs..., outputs...) in
+// f32; inputs[1] is the gradient (of type T, or bf16/f16 with T = float,
+// checked), read times grad_scale.
 template <typename T, int In, int Out, typename F>
-void update(const Stream &s, const Tensor *const (&inputs)[In], const Tensor *const (&outputs)[Out],
-            F f) {
-  const int64_t n = inputs[0]->numel();
+void update_tensors(F &f, const Tensor *const (&inputs)[In], const Tensor *const (&outputs)[Out],
+                    float grad_scale, int64_t begin, int64_t end) {
+  const void *ip[In];
+  T *op[Out];
+  for (int k = 0; k < In; ++k)
+    ip[k] = inputs[k]->data;
+  for (int k = 0; k < Out; ++k)
+    op[k] = outputs[k]->template as<T>();
   auto run = [&](auto grad_tag) {
     using G = typename decltype(grad_tag)::type;
-    parallel_for(s, n, kGrainElementwise, [&](int64_t begin, int64_t end) {
-      const void *ip[In];
-      T *op[Out];
-      for (int k = 0; k < In; ++k)
-        ip[k] = inputs[k]->data;
-      for (int k = 0; k < Out; ++k)
-        op[k] = outputs[k]->template as<T>();
-      update_range<T, G>(f, ip, op, begin, end, std::make_index_sequence<In>(),
-                         std::make_index_sequence<Out>());
-    });
+    update_range<T, G>(f, ip, op, grad_scale, begin, end, std::make_index_sequence<In>(),
+                       std::make_index_sequence<Out>());
   };
   if constexpr (std::is_same_v<T, float>) {
     if (inputs[1]->dtype == DType::BF16)
@@ -79,6 +91,15 @@ void update(const Stream &s, const Tensor *const (&inputs)[In], const Tensor *co
       return run(TypeTag<half_t>{});
   }
   run(TypeTag<T>{});
+}
+
+// Runs f over every element of one update's tensors, in parallel.
+template <typename T, int In, int Out, typename F>
+void update(const Stream &s, const Tensor *const (&inputs)[In], const Tensor *const (&outputs)[Out],
+            F f, float grad_scale = 1.0f) {
+  parallel_for(s, inputs[0]->numel(), kGrainElementwise, [&](int64_t begin, int64_t end) {
+    update_tensors<T>(f, inputs, outputs, grad_scale, begin, end);
+  });
 }
 
 }  // namespace
@@ -183,6 +204,39 @@ void check_step(const char *kernel, int64_t step) {
     fail(kernel, "step " + std::to_string(step) + " is not a step count (the first update is 1)");
 }
 
+// One element of torch.optim.Adam(W), with the step's scalars as torch
+// computes them (in double), each rounded once to f32 where the tensor
+// arithmetic uses it. adamw and adamw_multi share it, so both give the
+// same bits.
+struct AdamStep {
+  float step_size, bc2_sqrt, decay, l2, b1, b2, c1, c2, epsilon;
+  AdamStep(const Scalars &sc, float beta1, float beta2, float eps, float weight_decay,
+           bool decoupled) {
+    const double t = static_cast<double>(sc.step);
+    const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), t);
+    const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), t);
+    step_size = static_cast<float>(sc.lr / bc1);
+    bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    decay = decoupled ? static_cast<float>(1.0 - sc.lr * weight_decay) : 1.0f;
+    l2 = decoupled ? 0.0f : weight_decay;
+    b1 = beta1;
+    b2 = beta2;
+    c1 = static_cast<float>(1.0 - beta1);
+    c2 = static_cast<float>(1.0 - beta2);
+    epsilon = eps;
+  }
+  void operator()(float p, float grad_in, float m0, float v0, float &p_new, float &m_new,
+                  float &v_new) const {
+    const float g = grad_in + l2 * p;
+    const float m1 = b1 * m0 + c1 * g;
+    const float v1 = b2 * v0 + c2 * g * g;
+    const float denom = std::sqrt(v1) / bc2_sqrt + epsilon;
+    p_new = p * decay - step_size * (m1 / denom);
+    m_new = m1;
+    v_new = v1;
+  }
+};
+
 struct SgdUpdate {
   float rate, momentum, one_minus_dampening, weight_decay;
 };
@@ -210,51 +264,33 @@ template <bool Momentum, bool First, bool Nesterov> struct SgdStep {
 void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
            const Tensor &grad, const Tensor &m, const Tensor &v, const Tensor &param_out,
            const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
-           float weight_decay, bool decoupled) {
+           float weight_decay, bool decoupled, const Tensor *grad_scale) {
   begin_kernel(s);
   const char *kernel = "adamw";
   const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
   const char *names[] = {"grad", "m", "v", "param_out", "m_out", "v_out"};
   Scalars sc = check_optimizer(kernel, lr, &step, param, states, names, 6);
+  const float gs = grad_scale_of(kernel, grad_scale);
   check_step(kernel, sc.step);
-  // The scalars as torch.optim.Adam(W) computes them (in double), each
-  // rounded once to f32 where the tensor arithmetic uses it.
-  const double t = static_cast<double>(sc.step);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), t);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), t);
-  const float step_size = static_cast<float>(sc.lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = decoupled ? static_cast<float>(1.0 - sc.lr * weight_decay) : 1.0f;
-  const float l2 = decoupled ? 0.0f : weight_decay;
-  const float b1 = beta1, b2 = beta2;
-  const float c1 = static_cast<float>(1.0 - beta1), c2 = static_cast<float>(1.0 - beta2);
+  const AdamStep a(sc, beta1, beta2, epsilon, weight_decay, decoupled);
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Tensor *const inputs[4] = {&param, &grad, &m, &v};
     const Tensor *const outputs[3] = {&param_out, &m_out, &v_out};
-    update<T>(s, inputs, outputs,
-              [=](float p, float grad_in, float m0, float v0, float &p_new, float &m_new,
-                  float &v_new) {
-                const float g = grad_in + l2 * p;
-                const float m1 = b1 * m0 + c1 * g;
-                const float v1 = b2 * v0 + c2 * g * g;
-                const float denom = std::sqrt(v1) / bc2_sqrt + epsilon;
-                p_new = p * decay - step_size * (m1 / denom);
-                m_new = m1;
-                v_new = v1;
-              });
+    update<T>(s, inputs, outputs, a, gs);
   });
 }
 
 void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
          const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
          const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
-         bool nesterov) {
+         bool nesterov, const Tensor *grad_scale) {
   begin_kernel(s);
   const char *kernel = "sgd";
   const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
   const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
   Scalars sc = check_optimizer(kernel, lr, &step, param, states, names, 4);
+  const float gs = grad_scale_of(kernel, grad_scale);
   check_step(kernel, sc.step);
   check_sgd_modes(kernel, momentum, dampening, nesterov);
   const SgdUpdate u{static_cast<float>(sc.lr), momentum, static_cast<float>(1.0 - dampening),
@@ -265,35 +301,65 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
     const Tensor *const inputs[3] = {&param, &grad, &velocity};
     const Tensor *const outputs[2] = {&param_out, &velocity_out};
     if (momentum == 0.0f)
-      update<T>(s, inputs, outputs, SgdStep<false, false, false>{u});
+      update<T>(s, inputs, outputs, SgdStep<false, false, false>{u}, gs);
     else if (first)
-      nesterov ? update<T>(s, inputs, outputs, SgdStep<true, true, true>{u})
-               : update<T>(s, inputs, outputs, SgdStep<true, true, false>{u});
+      nesterov ? update<T>(s, inputs, outputs, SgdStep<true, true, true>{u}, gs)
+               : update<T>(s, inputs, outputs, SgdStep<true, true, false>{u}, gs);
     else
-      nesterov ? update<T>(s, inputs, outputs, SgdStep<true, false, true>{u})
-               : update<T>(s, inputs, outputs, SgdStep<true, false, false>{u});
+      nesterov ? update<T>(s, inputs, outputs, SgdStep<true, false, true>{u}, gs)
+               : update<T>(s, inputs, outputs, SgdStep<true, false, false>{u}, gs);
   });
 }
 
 void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensors,
                  const Tensor *params, const Tensor *grads, const Tensor *ms, const Tensor *vs,
                  const Tensor *params_out, const Tensor *ms_out, const Tensor *vs_out,
-                 float beta1, float beta2, float epsilon, float weight_decay, bool decoupled) {
-  check_adamw_multi_args("adamw_multi", lr, step, num_tensors, params, grads, ms, vs, params_out,
-                         ms_out, vs_out);
+                 float beta1, float beta2, float epsilon, float weight_decay, bool decoupled,
+                 const Tensor *grad_scale) {
+  begin_kernel(s);
+  const char *kernel = "adamw_multi";
+  check_adamw_multi_args(kernel, lr, step, num_tensors, params, grads, ms, vs, params_out, ms_out,
+                         vs_out);
+  const float gs = grad_scale_of(kernel, grad_scale);
+  if (num_tensors == 0)
+    return;
+  const Scalars sc{float_value(kernel, "lr", lr), step.as<int64_t>()[0]};
+  check_step(kernel, sc.step);
+  const AdamStep a(sc, beta1, beta2, epsilon, weight_decay, decoupled);
+  // One parallel region over the concatenation of every tensor's elements:
+  // each thread takes an equal share of the elements (whatever the
+  // tensors' sizes) and updates the pieces of the tensors that fall in it,
+  // with adamw's element code. Nothing is allocated.
+  int64_t total = 0;
   for (int i = 0; i < num_tensors; ++i)
-    adamw(s, lr, step, params[i], grads[i], ms[i], vs[i], params_out[i], ms_out[i], vs_out[i],
-          beta1, beta2, epsilon, weight_decay, decoupled);
+    total += params[i].numel();
+  dispatch_float(kernel, params[0].dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    parallel_for(s, total, kGrainElementwise, [&](int64_t begin, int64_t end) {
+      int64_t offset = 0;  // of tensor i in the concatenation
+      for (int i = 0; i < num_tensors && offset < end; ++i) {
+        const int64_t n = params[i].numel();
+        const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
+        if (lo < hi) {
+          const Tensor *const inputs[4] = {&params[i], &grads[i], &ms[i], &vs[i]};
+          const Tensor *const outputs[3] = {&params_out[i], &ms_out[i], &vs_out[i]};
+          update_tensors<T>(a, inputs, outputs, gs, lo - offset, hi - offset);
+        }
+        offset += n;
+      }
+    });
+  });
 }
 
 void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
           const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
-          float weight_decay) {
+          float weight_decay, const Tensor *grad_scale) {
   begin_kernel(s);
   const char *kernel = "lion";
   const Tensor *states[] = {&grad, &m, &param_out, &m_out};
   const char *names[] = {"grad", "m", "param_out", "m_out"};
   Scalars sc = check_optimizer(kernel, lr, nullptr, param, states, names, 4);
+  const float gs = grad_scale_of(kernel, grad_scale);
   const float rate = static_cast<float>(sc.lr);
   const float decay = static_cast<float>(1.0 - sc.lr * weight_decay);
   const float b1 = beta1, b2 = beta2;
@@ -308,7 +374,7 @@ void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, 
       const float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c);
       p_new = p * decay - rate * sign;
       m_new = b2 * m0 + c2 * g;
-    });
+    }, gs);
   });
 }
 

@@ -16,12 +16,23 @@ using namespace detail;
 
 namespace {
 
-// The gradient as the kernels read it: element i in f32, whatever its type.
+// The gradient as the kernels read it: element i in f32, whatever its type,
+// times the update's gradient scale when it has one (an f32 scalar in
+// device memory). The product is rounded on its own (__fmul_rn is never
+// contracted into an fma), as the scaled copy of a gradient it replaces.
 struct GradIn {
   const void *data;
   DType dtype;
-  __device__ float operator[](int64_t i) const { return load_any(data, dtype, i); }
+  const float *scale = nullptr;
+  __device__ float operator[](int64_t i) const {
+    const float g = load_any(data, dtype, i);
+    return scale ? __fmul_rn(g, *scale) : g;
+  }
 };
+
+GradIn grad_in(const Tensor &grad, const Tensor *grad_scale) {
+  return GradIn{grad.data, grad.dtype, grad_scale ? grad_scale->as<float>() : nullptr};
+}
 
 // lr (any float type) and step (i64, may be absent) as the kernels read them.
 struct StepScalars {
@@ -226,17 +237,18 @@ __global__ void adagrad_kernel(StepScalars sc, const T *param, GradIn grad, cons
 void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
            const Tensor &grad, const Tensor &m, const Tensor &v, const Tensor &param_out,
            const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
-           float weight_decay, bool decoupled) {
+           float weight_decay, bool decoupled, const Tensor *grad_scale) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "adamw";
   const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
   const char *names[] = {"grad", "m", "v", "param_out", "m_out", "v_out"};
   check_optimizer_args(kernel, lr, &step, param, states, names, 6);
+  check_grad_scale(kernel, grad_scale);
   const int64_t n = param.numel();
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     adamw_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        scalars(lr, &step), param.as<T>(), GradIn{grad.data, grad.dtype}, m.as<T>(), v.as<T>(), param_out.as<T>(),
+        scalars(lr, &step), param.as<T>(), grad_in(grad, grad_scale), m.as<T>(), v.as<T>(), param_out.as<T>(),
         m_out.as<T>(), v_out.as<T>(), n, AdamSettings{beta1, beta2, epsilon, weight_decay, decoupled},
         device_error_word(), kernel_id(kernel));
   });
@@ -246,11 +258,13 @@ void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
 void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensors,
                  const Tensor *params, const Tensor *grads, const Tensor *ms, const Tensor *vs,
                  const Tensor *params_out, const Tensor *ms_out, const Tensor *vs_out,
-                 float beta1, float beta2, float epsilon, float weight_decay, bool decoupled) {
+                 float beta1, float beta2, float epsilon, float weight_decay, bool decoupled,
+                 const Tensor *grad_scale) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "adamw_multi";
   check_adamw_multi_args(kernel, lr, step, num_tensors, params, grads, ms, vs, params_out, ms_out,
                          vs_out);
+  check_grad_scale(kernel, grad_scale);
   if (num_tensors == 0)
     return;
   const AdamSettings settings{beta1, beta2, epsilon, weight_decay, decoupled};
@@ -263,7 +277,7 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
       for (int k = 0; k < count; ++k) {
         const int i = first + k;
         list.param[k] = params[i].as<T>();
-        list.grad[k] = GradIn{grads[i].data, grads[i].dtype};
+        list.grad[k] = grad_in(grads[i], grad_scale);
         list.m[k] = ms[i].as<T>();
         list.v[k] = vs[i].as<T>();
         list.param_out[k] = params_out[i].as<T>();
@@ -285,18 +299,19 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
 void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
          const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
          const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
-         bool nesterov) {
+         bool nesterov, const Tensor *grad_scale) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "sgd";
   const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
   const char *names[] = {"grad", "velocity", "param_out", "velocity_out"};
   check_optimizer_args(kernel, lr, &step, param, states, names, 4);
   check_sgd_modes(kernel, momentum, dampening, nesterov);
+  check_grad_scale(kernel, grad_scale);
   const int64_t n = param.numel();
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     sgd_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        scalars(lr, &step), param.as<T>(), GradIn{grad.data, grad.dtype}, velocity.as<T>(), param_out.as<T>(),
+        scalars(lr, &step), param.as<T>(), grad_in(grad, grad_scale), velocity.as<T>(), param_out.as<T>(),
         velocity_out.as<T>(), n, momentum, dampening, weight_decay, nesterov,
         device_error_word(), kernel_id(kernel));
   });
@@ -305,17 +320,18 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
 
 void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
           const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
-          float weight_decay) {
+          float weight_decay, const Tensor *grad_scale) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "lion";
   const Tensor *states[] = {&grad, &m, &param_out, &m_out};
   const char *names[] = {"grad", "m", "param_out", "m_out"};
   check_optimizer_args(kernel, lr, nullptr, param, states, names, 4);
+  check_grad_scale(kernel, grad_scale);
   const int64_t n = param.numel();
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     lion_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        scalars(lr, nullptr), param.as<T>(), GradIn{grad.data, grad.dtype}, m.as<T>(), param_out.as<T>(),
+        scalars(lr, nullptr), param.as<T>(), grad_in(grad, grad_scale), m.as<T>(), param_out.as<T>(),
         m_out.as<T>(), n, beta1, beta2, weight_decay);
   });
   check_launch(kernel);
