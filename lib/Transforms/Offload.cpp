@@ -8,6 +8,13 @@
 //   %p2, %m2, %v2 = ds.adamw %lrh, %sh, %ph, %gh, %m, %v {ds.space = host}
 //   %pd = ds.transfer %p2 {from = host, to = device}    right after the update
 //
+// With 16-bit training %p2 is the fp32 master, a host state; its 16-bit
+// working copy is cast on the host right after the update and that copy
+// goes to the device (ds::isHostParameterCopy):
+//
+//   %c  = ds.cast %p2 {ds.space = host} : f32 to bf16
+//   %cd = ds.transfer %c {from = host, to = device}
+//
 // %m and %v are arguments in the host space (ds.space), updated in place
 // there. With device=nvme they are in the file space: each update's states
 // are read into host buffers by transfers issued before the previous update
@@ -125,6 +132,24 @@ private:
     op->setAttr(ds::DsDialect::kSpaceAttrName,
                 ds::MemorySpaceAttr::get(function.getContext(),
                                          ds::MemorySpace::host));
+
+    // Mixed precision's working copy of the updated master is made on the
+    // host, right after the update, and goes back to the device in 16 bits:
+    // half the bytes of the master, and no rounding left on the device.
+    for (Operation *user :
+         llvm::make_early_inc_range(update.getUpdatedParam().getUsers())) {
+      if (!ds::isHostParameterCopy(user))
+        continue;
+      user->moveAfter(op);
+      user->setAttr(ds::DsDialect::kSpaceAttrName,
+                    ds::MemorySpaceAttr::get(function.getContext(),
+                                             ds::MemorySpace::host));
+      builder.setInsertionPointAfter(user);
+      Value copy = user->getResult(0);
+      Value copied =
+          transfer(copy, ds::MemorySpace::host, ds::MemorySpace::device);
+      copy.replaceAllUsesExcept(copied, copied.getDefiningOp());
+    }
 
     // Results go back where their old values live, right away: the
     // parameter before its next use, the states written behind.

@@ -40,7 +40,17 @@ struct Buffer {
   /// Persistent buffers lie in their argument's space (ds.space); every
   /// other buffer in the space its op writes (ds::getResultSpace).
   ds::MemorySpace space = ds::MemorySpace::device;
+  /// The offset's alignment, when above the pass's: a host buffer that a
+  /// file transfer reads or writes starts on a file block (kFileBlockBytes).
+  int64_t align = 0;
 };
+
+/// The file space's block: file slots start and end on it, and so do the
+/// host buffers file transfers read and write, so that direct I/O
+/// (O_DIRECT, dsrt::kDirectAlignment) moves whole tensors straight between
+/// the host arena and the file, with no bounce buffer but for a tensor's
+/// last block when its size is not a multiple of the block.
+constexpr int64_t kFileBlockBytes = 4096;
 
 /// The persistent state of a module: one slot per parameter or state name,
 /// shared by every function that takes it.
@@ -121,6 +131,9 @@ public:
 private:
   int newBuffer(Value value, int64_t start, bool persistent);
   int64_t lastUse(Value value) const;
+  /// Aligns the host end of a transfer to or from the file space to a file
+  /// block (kFileBlockBytes).
+  void alignFileTransfer(Operation *op);
   /// The last use of `value` or of any view of it.
   int64_t lastUseThroughViews(Value value) const;
   /// The first use of `value` or of any view of it (endIndex if none).
@@ -155,6 +168,21 @@ int Planner::newBuffer(Value value, int64_t start, bool persistent) {
   buffers.push_back(buffer);
   bufferOf[value] = buffers.size() - 1;
   return buffers.size() - 1;
+}
+
+void Planner::alignFileTransfer(Operation *op) {
+  auto transfer = dyn_cast<ds::TransferOp>(op);
+  if (!transfer || (transfer.getFrom() != ds::MemorySpace::file &&
+                    transfer.getTo() != ds::MemorySpace::file))
+    return;
+  // The host end: the value read (host to file) or the result (file to
+  // host).
+  Value host = transfer.getFrom() == ds::MemorySpace::host
+                   ? Value(transfer.getInput())
+                   : transfer->getResult(0);
+  auto it = bufferOf.find(host);
+  if (it != bufferOf.end() && !buffers[it->second].persistent)
+    buffers[it->second].align = std::max(alignment, kFileBlockBytes);
 }
 
 int64_t Planner::lastUse(Value value) const {
@@ -367,6 +395,7 @@ LogicalResult Planner::run() {
       int b = newBuffer(result, at, /*persistent=*/false);
       buffers[b].space = ds::getResultSpace(&op);
     }
+    alignFileTransfer(&op);
 
     // The kernel's scratch memory: a buffer live only while the op runs,
     // so the workspaces of different ops can share bytes.
@@ -508,11 +537,12 @@ void Planner::assignOffsets() {
         busy.emplace_back(o.offset, o.offset + o.size);
     }
     llvm::sort(busy);
-    int64_t offset = baseOf(buffer.space);
+    const int64_t align = std::max(alignment, buffer.align);
+    int64_t offset = llvm::alignTo(baseOf(buffer.space), align);
     for (auto [begin, end] : busy) {
       if (begin >= offset + buffer.size)
         break;
-      offset = std::max(offset, end);
+      offset = std::max(offset, static_cast<int64_t>(llvm::alignTo(end, align)));
     }
     buffer.offset = offset;
     placed.push_back(b);
@@ -541,9 +571,13 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
                                  << " is not a statically shaped tensor";
           return signalPassFailure();
         }
-        int64_t size =
-            llvm::alignTo(ds::getByteSize(type).value_or(0), alignment);
         ds::MemorySpace space = argumentSpace(function, a);
+        // File slots are whole file blocks: every one starts on a block.
+        int64_t size = llvm::alignTo(
+            ds::getByteSize(type).value_or(0),
+            space == ds::MemorySpace::file
+                ? std::max<int64_t>(alignment, kFileBlockBytes)
+                : static_cast<int64_t>(alignment));
         int64_t &spaceBytes = space == ds::MemorySpace::host ? layout.hostBytes
                               : space == ds::MemorySpace::file
                                   ? layout.fileBytes

@@ -56,7 +56,8 @@ struct Req {
   int64_t off = 0;
   char *ptr = nullptr;
   int64_t len = 0, need = 0, done = 0;
-  int bounce = -1;  // the bounce buffer holding it, if any
+  int bounce = -1;     // the bounce buffer holding it, if any
+  bool bounced = false;  // goes through a bounce buffer (not aligned for O_DIRECT)
 };
 
 // A queue of requests: an io_uring, or (where io_uring is unavailable) one
@@ -440,7 +441,7 @@ FileStore::Impl::Failure FileStore::Impl::run_requests(Ring &ring, const Op &op,
     int queued = 0;
     while (room-- > 0 && next < reqs.size() && !failure) {
       Req &r = reqs[next];
-      if (op.bounced) {
+      if (r.bounced) {
         r.bounce = free_bounce.back();
         free_bounce.pop_back();
         r.ptr = ring.bounce(r.bounce, io.block_size);
@@ -498,7 +499,7 @@ FileStore::Impl::Failure FileStore::Impl::run_requests(Ring &ring, const Op &op,
           ++in_flight;
           continue;
         }
-      } else if (op.bounced && !op.write) {
+      } else if (r.bounced && !op.write) {
         const int64_t lo = std::max(r.off, op.offset), hi = std::min(r.off + r.len, op.offset + op.n);
         std::memcpy(op.buffer + (lo - op.offset), r.ptr + (lo - r.off), static_cast<size_t>(hi - lo));
       }
@@ -512,22 +513,32 @@ void FileStore::Impl::run(const std::string &name, int64_t offset, char *buffer,
                           bool write) {
   if (n == 0) return;
   Op op{&name, offset, n, buffer, write, false, false};
-  // Direct I/O inside the file's blocks on disk; bounce buffers unless the
-  // buffer, offset and length are all aligned.
+  // Direct I/O inside the file's blocks on disk. A buffer and offset
+  // aligned to the block: straight from the buffer, but for the last block
+  // when the length ends inside one (that block alone goes through a bounce
+  // buffer); otherwise bounce buffers throughout.
   const int64_t lo = align_down(offset), hi = align_up(offset + n);
   op.direct = dfd >= 0 && hi <= disk_size;
-  op.bounced = op.direct && (lo != offset || hi != offset + n ||
-                             reinterpret_cast<uintptr_t>(buffer) % kDirectAlignment != 0);
+  const bool aligned_start =
+      lo == offset && reinterpret_cast<uintptr_t>(buffer) % kDirectAlignment == 0;
+  op.bounced = op.direct && (!aligned_start || hi != offset + n);
+  // [from, body) straight from the buffer, [body, to) bounced.
   const int64_t from = op.bounced ? lo : offset, to = op.bounced ? hi : offset + n;
+  const int64_t body = !op.bounced ? to : aligned_start ? align_down(offset + n) : from;
   std::vector<Req> reqs;
-  for (int64_t off = from; off < to; off += io.block_size) {
+  auto add = [&](int64_t off, int64_t len, bool bounced) {
     Req r;
     r.off = off;
-    r.len = std::min(io.block_size, to - off);
+    r.len = len;
     r.need = write ? r.len : std::min(r.len, offset + n - off);
-    r.ptr = op.bounced ? nullptr : buffer + (off - offset);
+    r.bounced = bounced;
+    r.ptr = bounced ? nullptr : buffer + (off - offset);
     reqs.push_back(r);
-  }
+  };
+  for (int64_t off = from; off < body; off += io.block_size)
+    add(off, std::min(io.block_size, body - off), false);
+  for (int64_t off = body; off < to; off += io.block_size)
+    add(off, std::min(io.block_size, to - off), true);
   // The injected failure: the first half of the requests, then EIO.
   int64_t injected_at = -1;
   if (write && fail_write > 0 && ++writes_run == fail_write) {
@@ -570,6 +581,8 @@ void FileStore::Impl::run(const std::string &name, int64_t offset, char *buffer,
     std::lock_guard<std::mutex> lock(mutex);
     stats.requests += static_cast<int64_t>(reqs.size());
     stats.bounced += op.bounced ? 1 : 0;
+    for (const Req &r : reqs)
+      stats.bounced_bytes += r.bounced ? r.len : 0;
     for (int64_t p : peaks) stats.max_in_flight = std::max(stats.max_in_flight, p);
   }
   if (failure.err != 0) {

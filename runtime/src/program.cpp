@@ -576,7 +576,10 @@ SpaceArenas::~SpaceArenas() {
 void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_dir, int rank) {
   const ProgramInfo &info = *p.info;
   if (const int64_t host = info.space(Space::Host).arena_bytes; host > 0) {
-    spaces.host = Arena(MemoryKind::PinnedHost, static_cast<size_t>(host));
+    // On a file block: the plan aligns the host buffers of file transfers
+    // to it, so direct I/O reads and writes them in place.
+    spaces.host = Arena(MemoryKind::PinnedHost, static_cast<size_t>(host),
+                        static_cast<size_t>(kDirectAlignment));
     p.host_arena = spaces.host.data();
   }
   const int64_t bytes = info.space(Space::File).arena_bytes;
@@ -611,7 +614,10 @@ void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_di
 
 void acquire_persistent(Program &p, const ValueInfo &value) {
   const ProgramInfo &info = *p.info;
-  const int64_t slot = slot_size(info, dtype_size(value.dtype) * value.shape.numel());
+  int64_t slot = slot_size(info, dtype_size(value.dtype) * value.shape.numel());
+  // The plan gives file slots whole direct-I/O blocks.
+  if (value.space == Space::File)
+    slot = (slot + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
   const int64_t arena = info.space(value.space).arena_bytes;
   if (value.offset < 0 || value.offset > arena - slot)
     throw Error("memory plan: '" + value.name + "' (" + std::to_string(slot) + " bytes at " +

@@ -44,8 +44,9 @@ bool exists(const std::string &path) {
 }
 
 // A program whose plan has a 64-byte device arena, a 128-byte host arena and
-// a 192-byte file arena, with parameter "h" (host) and states "s" (file,
-// 40 floats at offset 0) and "d" (device).
+// a 4096-byte file arena (file slots are whole 4096-byte blocks), with
+// parameter "h" (host) and states "s" (file, 40 floats at offset 0) and "d"
+// (device).
 struct SpacesProgram {
   ProgramInfo info;
   Program program;
@@ -54,7 +55,7 @@ struct SpacesProgram {
   SpacesProgram() {
     dsrt::set_memory_plan(info, 64, 64, 64, 64);
     dsrt::set_space_plan(info, Space::Host, 128, 128);
-    dsrt::set_space_plan(info, Space::File, 192, 192);
+    dsrt::set_space_plan(info, Space::File, 4096, 4096);
     dsrt::add_param_data(info, "h", Tensor{h_data.data(), DType::F32, Shape{24}}, 0, true);
     dsrt::add_state(info, "s", DType::F32, Shape{40}, 0, dsrt::ValueRole::OptimizerState, "h");
     dsrt::add_state(info, "d", DType::F32, Shape{4}, 0, dsrt::ValueRole::Accumulator, "h");
@@ -79,7 +80,7 @@ TEST(MemorySpaces, ValuesLiveInTheirSpacesArenas) {
     ASSERT_NE(p.host_arena, nullptr);
     ASSERT_NE(p.file_arena, nullptr);
     EXPECT_EQ(dsrt::memory_kind_of(p.host_arena), dsrt::MemoryKind::PinnedHost);
-    EXPECT_EQ(p.file_arena->size(), 192);
+    EXPECT_EQ(p.file_arena->size(), 4096);
     file = spaces.file_path;
     EXPECT_TRUE(exists(file));
     EXPECT_NE(file.find("-3.bin"), std::string::npos) << file;
@@ -91,7 +92,7 @@ TEST(MemorySpaces, ValuesLiveInTheirSpacesArenas) {
     }
     // Each space's monitor holds its own slots, rounded to the alignment.
     EXPECT_EQ(p.host_memory.high_water_mark(), 128);
-    EXPECT_EQ(p.file_memory.high_water_mark(), 192);
+    EXPECT_EQ(p.file_memory.high_water_mark(), 4096);  // s: 160 bytes in a whole block
     EXPECT_EQ(p.memory.high_water_mark(), 64);
 
     std::vector<std::vector<uint8_t>> keep;
@@ -125,7 +126,7 @@ TEST(MemorySpaces, RefusesWhatThePlanCannotHold) {
           dsrt::runner::acquire_persistent(p, outside);
         } catch (const dsrt::Error &e) {
           EXPECT_NE(std::string(e.what()).find("'far'"), std::string::npos) << e.what();
-          EXPECT_NE(std::string(e.what()).find("file arena of 192 bytes"), std::string::npos)
+          EXPECT_NE(std::string(e.what()).find("file arena of 4096 bytes"), std::string::npos)
               << e.what();
           throw;
         }
@@ -166,7 +167,7 @@ TEST(MemorySpaces, TheFileSpaceUsesTheAioSettings) {
     path = sp.program.file_arena->path();
     struct stat st;
     ASSERT_EQ(::stat(path.c_str(), &st), 0);
-    EXPECT_EQ(st.st_size, 2 * 4096);  // 192 bytes, one block, two copies
+    EXPECT_EQ(st.st_size, 2 * 4096);  // 4096 bytes, one block, two copies
   }
   struct stat st;
   EXPECT_NE(::stat(path.c_str(), &st), 0) << path << " outlived its spaces";

@@ -22,7 +22,7 @@ func.func @device_file(%x: tensor<4xf32> {ds.input = "x"}) -> (tensor<4xf32> {ds
 // -----
 
 func.func @not_an_update(%x: tensor<4xf32> {ds.input = "x"}) -> (tensor<4xf32> {ds.output = "y"}) {
-  // expected-error @below {{'ds.neg' op cannot run in host memory: only an optimizer update (the host optimizer) runs on the host, and nothing runs in the file space}}
+  // expected-error @below {{'ds.neg' op cannot run in host memory: only an optimizer update (the host optimizer) and the 16-bit copy of its updated parameter run on the host, and nothing runs in the file space}}
   %y = ds.neg %x {ds.space = #ds.space<host>} : tensor<4xf32>
   return %y : tensor<4xf32>
 }

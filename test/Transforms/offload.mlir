@@ -39,8 +39,9 @@
 // ZeRO-2 + nvme: the states in the file arena. Both updates' states are read
 // before the first update runs (read-ahead: the second update's reads
 // overlap the first), and each state is written back right after its
-// update (write-behind) into its file slot.
-// NVME: module attributes {ds.memory = #ds.memory_plan<{{.*}}, host_bytes = 576, file_bytes = 256, file_persistent_bytes = 256>
+// update (write-behind) into its file slot. File slots are whole 4096-byte
+// blocks, and the host buffers file transfers use start on blocks.
+// NVME: module attributes {ds.memory = #ds.memory_plan<{{.*}}, host_bytes = 16448, file_bytes = 16384, file_persistent_bytes = 16384>
 // NVME-LABEL: func.func @optimizer_step
 // NVME-SAME: %arg4: tensor<3xf32> {ds.offset = 0 : i64, ds.space = #ds.space<file>, ds.state = #ds.state<optimizer, role = "exp_avg", param = "w">}
 // NVME: %[[M0:.*]] = ds.transfer %arg4 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<3xf32>
@@ -50,7 +51,7 @@
 // NVME-NEXT: %[[P:.*]], %[[M:.*]], %[[V:.*]] = ds.adamw {{.*}}, %[[M0]], %[[V0]] {{{.*}}ds.space = #ds.space<host>
 // NVME-NEXT: ds.transfer %[[P]] {{{.*}}from = #ds.space<host>, to = #ds.space<device>} : tensor<3xf32>
 // NVME-NEXT: ds.transfer %[[M]] {ds.buffers = array<i64: 0>, from = #ds.space<host>, to = #ds.space<file>} : tensor<3xf32>
-// NVME-NEXT: ds.transfer %[[V]] {ds.buffers = array<i64: 128>, from = #ds.space<host>, to = #ds.space<file>} : tensor<3xf32>
+// NVME-NEXT: ds.transfer %[[V]] {ds.buffers = array<i64: 8192>, from = #ds.space<host>, to = #ds.space<file>} : tensor<3xf32>
 // NVME: ds.adamw {{.*}}, %[[M1]], %[[V1]] {{{.*}}ds.space = #ds.space<host>
 
 // One rank, SGD with momentum: the momentum buffers are offloaded (every

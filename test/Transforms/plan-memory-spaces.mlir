@@ -5,14 +5,15 @@
 // RUN: dsopt-opt %s -split-input-file --pass-pipeline='builtin.module(ds-plan-memory)' -verify-diagnostics | FileCheck %s
 
 // The parameter is on the device; the optimizer state in host memory, the
-// second one in the file-backed arena, each at the bottom of its arena.
-// CHECK: module attributes {ds.memory = #ds.memory_plan<arena_bytes = 128, persistent_bytes = 64, peak_live_bytes = 128, alignment = 64, host_bytes = 64, host_persistent_bytes = 64, file_bytes = 128, file_persistent_bytes = 128>}
+// second one in the file-backed arena, each at the bottom of its arena (file
+// slots are whole 4096-byte blocks, so the second file state starts at 4096).
+// CHECK: module attributes {ds.memory = #ds.memory_plan<arena_bytes = 128, persistent_bytes = 64, peak_live_bytes = 128, alignment = 64, host_bytes = 64, host_persistent_bytes = 64, file_bytes = 8192, file_persistent_bytes = 8192>}
 // CHECK-LABEL: func.func @step
 // CHECK-SAME: %arg0: tensor<4xf32> {ds.offset = 0 : i64, ds.param
 // CHECK-SAME: %arg1: tensor<4xf32> {ds.offset = 0 : i64, ds.space = #ds.space<host>, ds.state = #ds.state<optimizer, role = "exp_avg", param = "p">}
 // CHECK-SAME: %arg2: tensor<8xf32> {ds.offset = 0 : i64, ds.space = #ds.space<file>, ds.state = #ds.state<optimizer, role = "exp_avg_sq", param = "p">}
-// CHECK-SAME: %arg3: tensor<4xf32> {ds.offset = 64 : i64, ds.space = #ds.space<file>, ds.state = #ds.state<optimizer, role = "other", param = "p">}
-// CHECK-SAME: attributes {ds.memory = #ds.memory_plan<arena_bytes = 128, persistent_bytes = 64, peak_live_bytes = 128, alignment = 64, host_bytes = 64, host_persistent_bytes = 64, file_bytes = 128, file_persistent_bytes = 128>}
+// CHECK-SAME: %arg3: tensor<4xf32> {ds.offset = 4096 : i64, ds.space = #ds.space<file>, ds.state = #ds.state<optimizer, role = "other", param = "p">}
+// CHECK-SAME: attributes {ds.memory = #ds.memory_plan<arena_bytes = 128, persistent_bytes = 64, peak_live_bytes = 128, alignment = 64, host_bytes = 64, host_persistent_bytes = 64, file_bytes = 8192, file_persistent_bytes = 8192>}
 // CHECK: ds.neg %arg0 {ds.buffers = array<i64: 64>}
 module {
   func.func @step(%p: tensor<4xf32> {ds.param = #ds.param<name = "p", trainable = true, data = dense<1.0> : tensor<4xf32>>},

@@ -250,9 +250,15 @@ MemorySpace getResultSpace(mlir::Operation *op);
 /// without one), an op's result where the op writes (getResultSpace).
 MemorySpace getValueSpace(mlir::Value value);
 /// Fails with a diagnostic when `op` carries a `ds.space` it cannot run in:
-/// only an optimizer update (OptimizerOpInterface) runs on the host, and
-/// nothing runs in the file space.
+/// only an optimizer update (OptimizerOpInterface) and the 16-bit copy of
+/// its updated parameter (isHostParameterCopy) run on the host, and nothing
+/// runs in the file space.
 llvm::LogicalResult verifyExecutionSpace(mlir::Operation *op);
+/// Whether `op` is a ds.cast from f32 to bf16 or f16 of an optimizer
+/// update's updated parameter: mixed precision's working copy of an updated
+/// master weight, which an offloaded step makes on the host so that half
+/// the bytes go back to the device.
+bool isHostParameterCopy(mlir::Operation *op);
 
 /// The name a state or a pipeline stage value is shown under outside the
 /// IR (plan.json, plan.txt, the program's description, messages):

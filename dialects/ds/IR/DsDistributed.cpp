@@ -375,13 +375,26 @@ LogicalResult dsopt::ds::verifyExecutionSpace(Operation *op) {
                                 "`to`";
   if (space.getValue() == MemorySpace::device)
     return success();
-  if (space.getValue() != MemorySpace::host ||
-      !isa<OptimizerOpInterface>(op))
-    return op->emitOpError()
-           << "cannot run in " << stringifyMemorySpace(space.getValue())
-           << " memory: only an optimizer update (the host optimizer) runs "
-              "on the host, and nothing runs in the file space";
-  return success();
+  if (space.getValue() == MemorySpace::host &&
+      (isa<OptimizerOpInterface>(op) || isHostParameterCopy(op)))
+    return success();
+  return op->emitOpError()
+         << "cannot run in " << stringifyMemorySpace(space.getValue())
+         << " memory: only an optimizer update (the host optimizer) and the "
+            "16-bit copy of its updated parameter run on the host, and "
+            "nothing runs in the file space";
+}
+bool dsopt::ds::isHostParameterCopy(Operation *op) {
+  auto cast = dyn_cast<CastOp>(op);
+  if (!cast)
+    return false;
+  auto update = cast.getInput().getDefiningOp<OptimizerOpInterface>();
+  if (!update || update.getUpdatedParam() != cast.getInput())
+    return false;
+  auto from = dyn_cast<RankedTensorType>(cast.getInput().getType());
+  auto to = dyn_cast<RankedTensorType>(cast.getType());
+  return from && to && from.getElementType().isF32() &&
+         (to.getElementType().isBF16() || to.getElementType().isF16());
 }
 
 AsyncKind TransferOp::getAsyncKind() { return AsyncKind::transfer; }

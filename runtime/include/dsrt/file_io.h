@@ -83,8 +83,11 @@ struct FileStoreStats {
   // Requests the engine submitted (each at most block_size bytes), and the
   // most it had in flight at once on one ring.
   int64_t requests = 0, max_in_flight = 0;
-  // Operations that went through bounce buffers (not aligned for O_DIRECT).
-  int64_t bounced = 0;
+  // Operations that went through bounce buffers (not aligned for O_DIRECT),
+  // and the bytes of their blocks that did: an operation whose buffer and
+  // offset are aligned bounces only its last block, when its length ends
+  // inside one.
+  int64_t bounced = 0, bounced_bytes = 0;
 };
 
 // The bytes a store of `size` bytes takes on disk with `io`.
