@@ -466,7 +466,24 @@ void TensorParallel::runOnOperation() {
         if (region.splits.count(dropout.getResult()))
           dropout->setAttr(ds::DsDialect::kTpRankSeedAttrName,
                            b.getUnitAttr());
+  }
+  // g first: a region may enter on an earlier one's partial sum (a
+  // column-parallel product reading a row-parallel one's output directly),
+  // and then f must take the completed sum that g leaves, not the partial
+  // whose uses g has taken over.
+  llvm::DenseMap<Value, Value> completed;
+  for (Region &region : regions)
+    for (Value partial : region.partials) {
+      b.setInsertionPointAfterValue(partial);
+      auto reduce = shard::AllReduceOp::create(
+          b, partial.getLoc(), partial.getType(), kGrid, {tpAxis}, partial,
+          shard::ReductionKind::Sum);
+      partial.replaceAllUsesExcept(reduce, reduce);
+      completed[partial] = reduce;
+    }
+  for (Region &region : regions)
     for (Value entry : region.entries) {
+      entry = completed.lookup(entry) ? completed.lookup(entry) : entry;
       if (auto arg = dyn_cast<BlockArgument>(entry))
         b.setInsertionPointToStart(&body);
       else
@@ -477,14 +494,6 @@ void TensorParallel::runOnOperation() {
         return region.ops.contains(use.getOwner());
       });
     }
-    for (Value partial : region.partials) {
-      b.setInsertionPointAfterValue(partial);
-      auto reduce = shard::AllReduceOp::create(
-          b, partial.getLoc(), partial.getType(), kGrid, {tpAxis}, partial,
-          shard::ReductionKind::Sum);
-      partial.replaceAllUsesExcept(reduce, reduce);
-    }
-  }
   for (Region &region : regions)
     for (Value value : region.returned) {
       b.setInsertionPointAfterValue(value);
