@@ -45,7 +45,8 @@ CASES = {
     "tp": [(2, 1, 0, 2, 1, None), (2, 2, 1, 1, 1, None), (2, 2, 3, 1, 1, None),
            (4, 1, 0, 2, 1, None)],
     # 3D: the grid (pp, dp, tp) with tp fastest.
-    "pp": [(2, 1, 0, 2, 2, "1f1b"), (2, 1, 0, 2, 2, "zb-h1"), (2, 2, 1, 1, 2, "1f1b")],
+    "pp": [(2, 1, 0, 2, 2, "1f1b"), (2, 1, 0, 2, 2, "zb-h1"), (2, 2, 1, 1, 2, "1f1b"),
+           (4, 1, 0, 2, 2, "1f1b")],
     # A padded vocabulary (gpt2_v101): tp sizes that do not divide it.
     "pad": [(2, 1, 0, 2, 1, None), (4, 1, 0, 2, 1, None)],
 }
