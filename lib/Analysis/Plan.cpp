@@ -133,11 +133,17 @@ FunctionPlan planOf(func::FuncOp function) {
       entry["file"] = nullptr; // stored in the program
     }
     // A tensor-parallel piece: which of the whole tensor's (file's) pieces.
+    // A padded one (a vocabulary) adds the axis's model extent; its shape
+    // and bytes are the padded piece's.
     if (auto split = function.getArgAttrOfType<ds::TensorSplitAttr>(
-            i, ds::DsDialect::kTpSplitAttrName))
-      entry["tp_split"] = llvm::json::Object{{"dim", split.getDim()},
-                                             {"blocks", split.getBlocks()},
-                                             {"ranks", split.getRanks()}};
+            i, ds::DsDialect::kTpSplitAttrName)) {
+      llvm::json::Object tp{{"dim", split.getDim()},
+                            {"blocks", split.getBlocks()},
+                            {"ranks", split.getRanks()}};
+      if (split.getWhole())
+        tp["whole"] = split.getWhole();
+      entry["tp_split"] = std::move(tp);
+    }
     plan.params.push_back(std::move(entry));
   }
 

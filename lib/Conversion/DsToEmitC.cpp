@@ -1813,13 +1813,14 @@ void ProgramBuilder::flushTable(StringRef rowType, StringRef adder,
 void ProgramBuilder::emitShard(Value info, unsigned arg) {
   if (auto split = function.getArgAttrOfType<ds::TensorSplitAttr>(
           arg, ds::DsDialect::kTpSplitAttrName)) {
-    // The piece (the whole of a dp-sharded one), times the ranks along dim.
+    // The piece (the whole of a dp-sharded one), times the ranks along dim
+    // (a padded axis: its model extent).
     auto piece = cast<RankedTensorType>(function.getArgument(arg).getType());
     if (auto whole = function.getArgAttrOfType<TypeAttr>(
             arg, ds::DsDialect::kShardedAttrName))
       piece = cast<RankedTensorType>(whole.getValue());
     SmallVector<int64_t> model(piece.getShape());
-    model[split.getDim()] *= split.getRanks();
+    model[split.getDim()] = split.wholeExtent(model[split.getDim()]);
     callVoid("dsrt::set_param_tp_split", {info},
              {builder.getIndexAttr(0), builder.getI64IntegerAttr(split.getDim()),
               builder.getI64IntegerAttr(split.getBlocks()),

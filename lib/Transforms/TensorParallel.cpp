@@ -77,6 +77,11 @@ struct Region {
   llvm::SetVector<Value> entries;  // replicated activations entering (f)
   llvm::SetVector<Value> partials; // partial sums leaving (g)
   llvm::SetVector<Value> returned; // split results of the function
+  // Padding: an axis the ranks do not divide may be split unevenly (each
+  // rank ceil(V / ranks) entries, zeros past V), the model extent of each
+  // such value's split axis recorded (a vocabulary; see padOk).
+  bool pad = false;
+  llvm::DenseMap<Value, int64_t> wholes;
   // Ops that run on the pieces in another form (rule.rewrite), with the
   // layouts of their operands.
   llvm::MapVector<Operation *, SmallVector<ds::TensorSplit>> rewrites;
@@ -122,6 +127,7 @@ private:
             int64_t blocks);
   bool apply(Region &region, Operation *op, ArrayRef<ds::TensorSplit> given,
              const ds::ShardingRule &rule);
+  bool padOk(Region &region, Operation *op, const ds::ShardingRule &rule);
   void commit(Region &region);
   std::string paramName(BlockArgument arg) const {
     auto param = main.getArgAttrOfType<ds::ParamAttr>(
@@ -153,6 +159,10 @@ bool TensorParallel::apply(Region &region, Operation *op,
     int64_t extent = tensorType(value).getDimSize(split.dim);
     if (extent % (split.blocks * size) == 0)
       return false;
+    if (region.pad && split.blocks == 1) {
+      region.wholes[value] = extent;
+      return false;
+    }
     fail(region, op,
          llvm::formatv("axis {0} of size {1} of {2} does not split into {3} "
                        "x {4} equal pieces",
@@ -173,13 +183,16 @@ bool TensorParallel::apply(Region &region, Operation *op,
   for (auto [result, split] : llvm::zip(op->getResults(), rule.results))
     if (uneven(result, split))
       return false;
+  if (region.pad && !padOk(region, op, rule))
+    return false;
   for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
     ds::TensorSplit want = rule.operands[i];
     if (given[i] == want) {
       // A whole value read beside split ones gets a gradient summed over
       // this rank's piece only: f completes it (an activation; also a
-      // parameter broadcast along the split axis).
-      if (want.isReplicated() && splitsSomething &&
+      // parameter broadcast along the split axis). A rank-local form reads
+      // it whole and gives it its whole gradient (the loss's class weights).
+      if (want.isReplicated() && splitsSomething && !rule.rewrite &&
           isa<FloatType>(getElementTypeOrSelf(operand)) &&
           !operand.getDefiningOp<ds::ConstantOp>())
         region.entries.insert(operand);
@@ -204,6 +217,47 @@ bool TensorParallel::apply(Region &region, Operation *op,
       region.splits[result] = split;
   }
   region.ops.insert(op);
+  return true;
+}
+
+/// Padding is exact when the padded entries never reach a sum: an op that
+/// reads a padded value either keeps the padded axis as it is (elementwise,
+/// a transpose, a reshape that leaves the axis whole, a product along
+/// another axis: the padding stays in its own places) or masks it away in
+/// its rank-local form (the lookup reads only rows below V, the loss
+/// leaves logits past V out of its sums). Contracting or normalizing along
+/// a padded axis, which the rules would allow or a partial sum would make,
+/// is refused.
+bool TensorParallel::padOk(Region &region, Operation *op,
+                           const ds::ShardingRule &rule) {
+  std::optional<int64_t> whole;
+  for (Value operand : op->getOperands())
+    if (auto it = region.wholes.find(operand); it != region.wholes.end())
+      whole = it->second;
+  bool padsNew = false;
+  for (auto [result, split] : llvm::zip(op->getResults(), rule.results)) {
+    auto it = region.wholes.find(result);
+    padsNew |= it != region.wholes.end() && !whole;
+    if (!whole)
+      continue;
+    if (rule.rewrite)
+      continue;
+    if (split.partial)
+      return fail(region, op,
+                  llvm::formatv("it sums along an axis padded from {0}", *whole)
+                      .str(),
+                  /*uneven=*/true);
+    if (split.isSplit() &&
+        tensorType(result).getDimSize(split.dim) != *whole)
+      return fail(region, op,
+                  llvm::formatv("it reshapes an axis padded from {0}", *whole)
+                      .str(),
+                  /*uneven=*/true);
+  }
+  // Only a parameter's axis (the table's, the head's) may start a padding.
+  if (padsNew)
+    return fail(region, op, "it pads an axis no parameter pads",
+                /*uneven=*/true);
   return true;
 }
 
@@ -392,6 +446,14 @@ void TensorParallel::runOnOperation() {
       region = Region();
       ok = grow(region, group, blocks);
     }
+    // A size the ranks do not divide: padded, where the padding can be
+    // masked exactly (a vocabulary; padOk).
+    Region padded;
+    if (!ok && region.uneven) {
+      padded.pad = true;
+      if ((ok = grow(padded, group, 1)))
+        region = std::move(padded);
+    }
     for (auto &[user, w] : group)
       decided.insert(w);
     if (ok) {
@@ -403,8 +465,8 @@ void TensorParallel::runOnOperation() {
     std::string names;
     for (auto &[user, w] : group)
       names += (names.empty() ? "'" : ", '") + paramName(w) + "'";
-    // A table whose rows the ranks do not divide would need its vocabulary
-    // padded, which is not done: it stays whole, as a lookup with no rule.
+    // A table whose rows the ranks do not divide, and whose padding could
+    // not be masked: it stays whole, as a lookup with no rule.
     auto lookup = [&](std::pair<Operation *, BlockArgument> seed) {
       Region probe;
       std::optional<Seed> found = seedOf(probe, seed.first, seed.second, 1);
@@ -416,9 +478,8 @@ void TensorParallel::runOnOperation() {
           << "ds-tensor-parallel: parameter" << (group.size() > 1 ? "s " : " ")
           << names << " stay" << (group.size() > 1 ? "" : "s")
           << " replicated: " << describe(region.failedAt) << ": "
-          << region.reason
-          << " (padding a vocabulary to a multiple of the tp ranks is not "
-             "implemented)";
+          << region.reason << ", and padded: " << describe(padded.failedAt)
+          << ": " << padded.reason;
       continue;
     }
     if (region.uneven) {
@@ -446,7 +507,7 @@ void TensorParallel::runOnOperation() {
   auto localType = [&](Value value, ds::TensorSplit split) {
     RankedTensorType type = tensorType(value);
     SmallVector<int64_t> shape(type.getShape());
-    shape[split.dim] /= size;
+    shape[split.dim] = llvm::divideCeil(shape[split.dim], size);
     return type.clone(shape);
   };
   for (Region &region : regions) {
@@ -454,7 +515,8 @@ void TensorParallel::runOnOperation() {
       ds::TensorSplit split = region.splits[param];
       main.setArgAttr(param.getArgNumber(), ds::DsDialect::kTpSplitAttrName,
                       ds::TensorSplitAttr::get(module.getContext(), split.dim,
-                                               split.blocks, size));
+                                               split.blocks, size,
+                                               region.wholes.lookup(param)));
     }
     for (auto &[value, split] : region.splits)
       value.setType(localType(value, split));
@@ -466,7 +528,24 @@ void TensorParallel::runOnOperation() {
         if (region.splits.count(dropout.getResult()))
           dropout->setAttr(ds::DsDialect::kTpRankSeedAttrName,
                            b.getUnitAttr());
+  }
+  // g first: a region may enter on an earlier one's partial sum (a
+  // column-parallel product reading a row-parallel one's output directly),
+  // and then f must take the completed sum that g leaves, not the partial
+  // whose uses g has taken over.
+  llvm::DenseMap<Value, Value> completed;
+  for (Region &region : regions)
+    for (Value partial : region.partials) {
+      b.setInsertionPointAfterValue(partial);
+      auto reduce = shard::AllReduceOp::create(
+          b, partial.getLoc(), partial.getType(), kGrid, {tpAxis}, partial,
+          shard::ReductionKind::Sum);
+      partial.replaceAllUsesExcept(reduce, reduce);
+      completed[partial] = reduce;
+    }
+  for (Region &region : regions)
     for (Value entry : region.entries) {
+      entry = completed.lookup(entry) ? completed.lookup(entry) : entry;
       if (auto arg = dyn_cast<BlockArgument>(entry))
         b.setInsertionPointToStart(&body);
       else
@@ -477,14 +556,6 @@ void TensorParallel::runOnOperation() {
         return region.ops.contains(use.getOwner());
       });
     }
-    for (Value partial : region.partials) {
-      b.setInsertionPointAfterValue(partial);
-      auto reduce = shard::AllReduceOp::create(
-          b, partial.getLoc(), partial.getType(), kGrid, {tpAxis}, partial,
-          shard::ReductionKind::Sum);
-      partial.replaceAllUsesExcept(reduce, reduce);
-    }
-  }
   for (Region &region : regions)
     for (Value value : region.returned) {
       b.setInsertionPointAfterValue(value);
@@ -492,9 +563,17 @@ void TensorParallel::runOnOperation() {
       SmallVector<int64_t> shape(local.getShape());
       int64_t dim = region.splits[value].dim;
       shape[dim] *= size;
-      auto whole = shard::AllGatherOp::create(
+      Value whole = shard::AllGatherOp::create(
           b, value.getLoc(), local.clone(shape), kGrid, {tpAxis}, value,
           APInt(64, dim));
+      // A padded axis loses its padding: the caller sees the model's.
+      if (int64_t extent = region.wholes.lookup(value)) {
+        shape[dim] = extent;
+        whole = ds::SliceOp::create(
+            b, value.getLoc(), local.clone(shape), whole,
+            b.getDenseI64ArrayAttr(SmallVector<int64_t>(shape.size(), 0)),
+            b.getDenseI64ArrayAttr(SmallVector<int64_t>(shape.size(), 1)));
+      }
       value.replaceUsesWithIf(whole, [](OpOperand &use) {
         return isa<func::ReturnOp>(use.getOwner());
       });
@@ -504,6 +583,11 @@ void TensorParallel::runOnOperation() {
   for (Region &region : regions)
     for (auto &[op, layouts] : region.rewrites) {
       auto rule = cast<ds::ShardingRuleOpInterface>(op);
+      // A padded operand's model extent, for the form that masks past it.
+      for (Value operand : op->getOperands())
+        if (int64_t extent = region.wholes.lookup(operand))
+          op->setAttr(ds::DsDialect::kTpWholeAttrName,
+                      b.getI64IntegerAttr(extent));
       FailureOr<SmallVector<Value>> replacements =
           rule.buildOnPieces(b, layouts, size, kGrid, tpAxis);
       if (failed(replacements)) {

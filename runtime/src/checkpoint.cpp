@@ -517,7 +517,8 @@ std::vector<Record> tensors(const Checkpoint &c) {
 
 std::string tp_piece_key(const TpPiece &piece) {
   return piece.base + "@tp" + std::to_string(piece.rank) + "/" + std::to_string(piece.ranks) +
-         ",dim=" + std::to_string(piece.dim) + ",blocks=" + std::to_string(piece.blocks);
+         ",dim=" + std::to_string(piece.dim) + ",blocks=" + std::to_string(piece.blocks) +
+         (piece.whole ? ",whole=" + std::to_string(piece.whole) : "");
 }
 
 std::optional<TpPiece> parse_tp_piece_key(const std::string &key) {
@@ -538,8 +539,10 @@ std::optional<TpPiece> parse_tp_piece_key(const std::string &key) {
     return i > first;
   };
   if (!number("", piece.rank) || !number("/", piece.ranks) || !number(",dim=", piece.dim) ||
-      !number(",blocks=", piece.blocks) || i != key.size() || piece.ranks < 1 ||
-      piece.rank >= piece.ranks || piece.blocks < 1)
+      !number(",blocks=", piece.blocks) ||
+      (i != key.size() && (!number(",whole=", piece.whole) || piece.blocks != 1 ||
+                           piece.whole % piece.ranks == 0)) ||
+      i != key.size() || piece.ranks < 1 || piece.rank >= piece.ranks || piece.blocks < 1)
     return std::nullopt;
   return piece;
 }
@@ -547,7 +550,8 @@ std::optional<TpPiece> parse_tp_piece_key(const std::string &key) {
 namespace {
 // The whole shape of `piece`'s tensor, from the shape of one piece.
 Shape whole_of_piece(const TpPiece &piece, Shape shape) {
-  if (piece.dim < shape.rank) shape.dims[piece.dim] *= piece.ranks;
+  if (piece.dim < shape.rank)
+    shape.dims[piece.dim] = piece.whole ? piece.whole : shape.dims[piece.dim] * piece.ranks;
   return shape;
 }
 }  // namespace
@@ -583,7 +587,8 @@ WholeTensor read_whole(const Checkpoint &c, const std::string &base) {
     if (!piece || piece->base != base) continue;
     const std::string what = "checkpoint '" + c.dir + "': the tensor-parallel pieces of '" + base + "'";
     if (layout && (piece->ranks != layout->ranks || piece->dim != layout->dim ||
-                   piece->blocks != layout->blocks || r.dtype != pieces.begin()->second.dtype ||
+                   piece->blocks != layout->blocks || piece->whole != layout->whole ||
+                   r.dtype != pieces.begin()->second.dtype ||
                    r.shape != pieces.begin()->second.shape))
       throw Error(what + " disagree: '" + r.key + "' against '" +
                   tp_piece_key(*layout) + "' (" + pieces.begin()->second.shape.str() + ")");
@@ -603,7 +608,7 @@ WholeTensor read_whole(const Checkpoint &c, const std::string &base) {
   out.shape = whole_of_piece(*layout, first.shape);
   const size_t element = dtype_size(first.dtype);
   if (layout->dim >= first.shape.rank ||
-      out.shape[layout->dim] % (layout->blocks * layout->ranks) != 0)
+      !(tp_piece_shape(out.shape, layout->dim, layout->blocks, layout->ranks) == first.shape))
     throw Error("checkpoint '" + c.dir + "': '" + tp_piece_key(*layout) + "' of shape " +
                 first.shape.str() + " is not a piece along axis " + std::to_string(layout->dim));
   out.bytes.assign(static_cast<size_t>(out.shape.numel()) * element, 0);
@@ -623,7 +628,7 @@ std::vector<uint8_t> piece_range(const WholeTensor &tensor, const TpPiece *piece
   std::vector<uint8_t> cut;
   int64_t n = tensor.shape.numel();
   if (piece) {
-    n /= piece->ranks;
+    n = tp_piece_shape(tensor.shape, piece->dim, piece->blocks, piece->ranks).numel();
     cut.resize(static_cast<size_t>(n) * element);
     // Only read: tp_piece_copy takes both buffers mutable, for either way.
     std::vector<uint8_t> &whole = const_cast<std::vector<uint8_t> &>(tensor.bytes);

@@ -607,8 +607,8 @@ void set_param_shard(ProgramInfo &info, int64_t total_numel, Shape full_shape) {
     throw Error(what + ": total_numel " + std::to_string(total_numel) + " does not match " +
                 full_shape.str());
   if (param.tp_split()) {
-    Shape piece = param.tp_whole;
-    piece.dims[param.tp_dim] /= info.axis_size("tp");
+    const Shape piece =
+        tp_piece_shape(param.tp_whole, param.tp_dim, param.tp_blocks, info.axis_size("tp"));
     if (!(piece == full_shape))
       throw Error(what + ": full_shape " + full_shape.str() + " is not its tp piece " +
                   piece.str() + " of " + param.tp_whole.str());
@@ -639,12 +639,13 @@ void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape wh
     throw Error(what + ": call it before set_param_shard");
   if (ranks < 2)
     throw Error(what + ": the grid has no tp axis of 2 or more ranks (call set_grid first)");
-  if (dim < 0 || dim >= whole.rank || blocks < 1 || whole[dim] % (blocks * ranks) != 0)
+  // A plain split pads (a vocabulary); blocks split evenly.
+  if (dim < 0 || dim >= whole.rank || blocks < 1 ||
+      (blocks > 1 && whole[dim] % (blocks * ranks) != 0))
     throw Error(what + ": axis " + std::to_string(dim) + " of " + whole.str() +
                 " does not split into " + std::to_string(blocks) + " x " +
                 std::to_string(ranks) + " equal pieces");
-  Shape piece = whole;
-  piece.dims[dim] /= ranks;
+  const Shape piece = tp_piece_shape(whole, dim, blocks, ranks);
   if (param.data.data) {
     if (param.data.numel() != whole.numel())
       throw Error(what + ": its data holds " + std::to_string(param.data.numel()) +

@@ -4,34 +4,56 @@
 #include "dsrt/tensor.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 namespace dsrt {
 
+namespace {
+// Along the split axis: each piece's run per block, padded to ceil when a
+// plain split's ranks do not divide it.
+int64_t piece_run(const Shape &whole, int64_t dim, int64_t blocks, int64_t ranks, int64_t rank,
+                  const char *what) {
+  if (dim < 0 || dim >= whole.rank || blocks < 1 || ranks < 1 || rank < 0 || rank >= ranks ||
+      whole[dim] % blocks != 0 || (blocks > 1 && whole[dim] % (blocks * ranks) != 0))
+    throw Error(std::string(what) + ": piece " + std::to_string(rank) + " of " +
+                std::to_string(ranks) + " of " + whole.str() + " along axis " +
+                std::to_string(dim) + " in " + std::to_string(blocks) + " blocks");
+  return (whole[dim] / blocks + ranks - 1) / ranks;
+}
+}  // namespace
+
+Shape tp_piece_shape(const Shape &whole, int64_t dim, int64_t blocks, int64_t ranks) {
+  Shape piece = whole;
+  piece.dims[dim] = blocks * piece_run(whole, dim, blocks, ranks, 0, "tp_piece_shape");
+  return piece;
+}
+
 void tp_piece_copy(void *whole_bytes, void *piece_bytes, const Shape &whole, int64_t dim,
                    int64_t blocks, int64_t ranks, int64_t rank, size_t elem_size, bool to_piece) {
-  if (dim < 0 || dim >= whole.rank || blocks < 1 || ranks < 1 || rank < 0 || rank >= ranks ||
-      whole[dim] % (blocks * ranks) != 0)
-    throw Error("tp_piece_copy: piece " + std::to_string(rank) + " of " + std::to_string(ranks) +
-                " of " + whole.str() + " along axis " + std::to_string(dim) + " in " +
-                std::to_string(blocks) + " blocks");
+  const int64_t run = piece_run(whole, dim, blocks, ranks, rank, "tp_piece_copy");
   int64_t outer = 1, inner = 1;
   for (int64_t a = 0; a < dim; ++a) outer *= whole[a];
   for (int64_t a = dim + 1; a < whole.rank; ++a) inner *= whole[a];
-  // Per outer index and block, one run of the piece's rows along `dim`.
-  const int64_t block = whole[dim] / blocks, run = block / ranks;
+  // Per outer index and block, one run of the piece's rows along `dim`, of
+  // which the rows past a padded whole's end are not the whole's.
+  const int64_t block = whole[dim] / blocks;
+  const int64_t held = std::max<int64_t>(0, std::min(run, block - rank * run));
   const size_t run_bytes = static_cast<size_t>(run * inner) * elem_size;
+  const size_t held_bytes = static_cast<size_t>(held * inner) * elem_size;
   auto *w = static_cast<uint8_t *>(whole_bytes);
   auto *p = static_cast<uint8_t *>(piece_bytes);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t b = 0; b < blocks; ++b) {
       uint8_t *at = w + static_cast<size_t>((o * whole[dim] + b * block + rank * run) * inner) *
                             elem_size;
-      if (to_piece)
-        std::memcpy(p, at, run_bytes);
-      else
-        std::memcpy(at, p, run_bytes);
+      if (to_piece) {
+        if (held_bytes) std::memcpy(p, at, held_bytes);
+        std::memset(p + held_bytes, 0, run_bytes - held_bytes);
+      } else if (held_bytes) {
+        std::memcpy(at, p, held_bytes);
+      }
       p += run_bytes;
     }
 }

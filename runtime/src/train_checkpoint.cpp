@@ -72,6 +72,13 @@ void rename_into_place(const std::string &from, const std::string &to) {
   ck::remove_tree(from);
 }
 
+// This rank's tp piece of `param`'s tensor `base` (padded: its extent).
+ck::TpPiece own_piece(const ProgramInfo &info, const ParamInfo &param, const std::string &base) {
+  const int64_t ranks = info.axis_size("tp"), extent = param.tp_whole[param.tp_dim];
+  return {base, own_coordinate(info, "tp"), ranks, param.tp_dim, param.tp_blocks,
+          extent % ranks != 0 ? extent : 0};
+}
+
 const ck::Record *find_record(const ck::Checkpoint &c, const std::string &key) {
   for (const ck::ShardFile &file : c.files)
     for (const ck::Record &record : file.records)
@@ -131,8 +138,7 @@ std::vector<uint8_t> read_placement(const ck::Checkpoint &c, const ProgramInfo &
   }
   whole.dtype = p.dtype;
   if (!p.tp_param) return ck::piece_range(whole, nullptr, p.begin, p.count);
-  const ck::TpPiece piece{p.base, own_coordinate(info, "tp"), info.axis_size("tp"),
-                          p.tp_param->tp_dim, p.tp_param->tp_blocks};
+  const ck::TpPiece piece = own_piece(info, *p.tp_param, p.base);
   return ck::piece_range(whole, &piece, p.begin, p.count);
 }
 
@@ -173,8 +179,7 @@ std::vector<Placement> checkpoint_placements(const ProgramInfo &info, int64_t dp
     if (param.tp_split()) {
       p.tp_piece = true;
       p.tp_param = &param;
-      p.key = ck::tp_piece_key({base, own_coordinate(info, "tp"), info.axis_size("tp"),
-                                param.tp_dim, param.tp_blocks});
+      p.key = ck::tp_piece_key(own_piece(info, param, base));
     }
     return p;
   };

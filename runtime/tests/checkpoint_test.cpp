@@ -185,6 +185,40 @@ TEST_F(Checkpoint, TensorParallelPiecesReadWhole) {
             std::string::npos);
 }
 
+// A padded piece: "w" [3, 2] = 0..5 along axis 0 over 2 ranks, 2 rows each
+// (rank 1's second row padding): the key says the model's 3 rows, and the
+// whole tensor read back has them, without the padding.
+TEST_F(Checkpoint, TensorParallelPaddedPieces) {
+  const ck::TpPiece piece0{"param:w", 0, 2, 0, 1, 3}, piece1{"param:w", 1, 2, 0, 1, 3};
+  EXPECT_EQ(ck::tp_piece_key(piece1), "param:w@tp1/2,dim=0,blocks=1,whole=3");
+  const std::optional<ck::TpPiece> parsed = ck::parse_tp_piece_key(ck::tp_piece_key(piece1));
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->whole, 3);
+  for (const char *key : {"param:w@tp0/2,dim=0,blocks=1,whole=4",
+                          "param:w@tp0/2,dim=0,blocks=3,whole=3", "param:w@tp0/2,dim=0,blocks=1,"})
+    EXPECT_FALSE(ck::parse_tp_piece_key(key)) << key;
+  const float p0[4] = {0, 1, 2, 3}, p1[4] = {4, 5, 0, 0};
+  ck::ShardWriter first, second;
+  first.add(ck::tp_piece_key(piece0), DType::F32, Shape{2, 2}, 0, 4, p0);
+  second.add(ck::tp_piece_key(piece1), DType::F32, Shape{2, 2}, 0, 4, p1);
+  commit({&first, &second});
+  const ck::Checkpoint c = ck::open_checkpoint(step_dir());
+  const std::vector<ck::Record> wholes = ck::whole_tensors(c);
+  ASSERT_EQ(wholes.size(), 1u);
+  EXPECT_EQ(wholes[0].shape, (Shape{3, 2}));
+  const ck::WholeTensor whole = ck::read_whole(c, "param:w");
+  ASSERT_EQ(whole.shape, (Shape{3, 2}));
+  const auto *values = reinterpret_cast<const float *>(whole.bytes.data());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(values[i], static_cast<float>(i)) << i;
+  // Cut again for 3 ranks (one row each, none padded) and for 2 (padded).
+  const ck::TpPiece third{"param:w", 2, 3, 0, 1, 0};
+  const std::vector<uint8_t> row = ck::piece_range(whole, &third, 0, 2);
+  EXPECT_EQ(reinterpret_cast<const float *>(row.data())[1], 5.0f);
+  const std::vector<uint8_t> padded = ck::piece_range(whole, &piece1, 0, 4);
+  const auto *cut = reinterpret_cast<const float *>(padded.data());
+  EXPECT_EQ(std::vector<float>(cut, cut + 4), (std::vector<float>{4, 5, 0, 0}));
+}
+
 TEST_F(Checkpoint, TensorParallelPieceMissing) {
   const float p0[4] = {0, 2, 4, 6};
   ck::ShardWriter first;

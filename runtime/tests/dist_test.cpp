@@ -868,6 +868,34 @@ TEST(TpPiece, BlocksAndInverse) {
                     "tp_piece_copy", "[4, 6]", "2 blocks");
 }
 
+// A padded vocabulary: [5, 2] over 3 ranks along axis 0 holds ceil(5/3) = 2
+// rows per rank, rank 2 its row 4 and a row of zeros; putting the pieces
+// back writes only the 5 rows (the padding is dropped).
+TEST(TpPiece, PaddedRows) {
+  std::vector<float> whole(10), back(10, -1.0f);
+  for (int i = 0; i < 10; ++i) whole[static_cast<size_t>(i)] = static_cast<float>(i);
+  EXPECT_EQ(dsrt::tp_piece_shape({5, 2}, 0, 1, 3), (dsrt::Shape{2, 2}));
+  EXPECT_EQ(dsrt::tp_piece_shape({2, 5}, 1, 1, 2), (dsrt::Shape{2, 3}));
+  for (int64_t r = 0; r < 3; ++r) {
+    std::vector<float> piece(4, -7.0f);
+    dsrt::tp_piece_copy(whole.data(), piece.data(), {5, 2}, 0, 1, 3, r, sizeof(float), true);
+    for (int64_t k = 0; k < 4; ++k) {
+      const int64_t at = r * 4 + k;
+      EXPECT_EQ(piece[static_cast<size_t>(k)], at < 10 ? static_cast<float>(at) : 0.0f)
+          << "rank " << r << " element " << k;
+    }
+    if (r == 2) piece[2] = piece[3] = 99.0f;  // padding never reaches the whole
+    dsrt::tp_piece_copy(back.data(), piece.data(), {5, 2}, 0, 1, 3, r, sizeof(float), false);
+  }
+  EXPECT_EQ(back, whole);
+  // Padded columns: [2, 5] along axis 1 over 2 ranks, 3 columns each.
+  std::vector<float> cols(6);
+  dsrt::tp_piece_copy(whole.data(), cols.data(), {2, 5}, 1, 1, 2, 1, sizeof(float), true);
+  EXPECT_EQ(cols, (std::vector<float>{3, 4, 0, 8, 9, 0}));
+  // Blocks are never padded.
+  EXPECT_DSRT_ERROR(dsrt::tp_piece_shape({2, 6}, 1, 3, 4), "tp_piece_shape", "3 blocks");
+}
+
 TEST(TpPiece, DescribeErrors) {
   dsrt::ProgramInfo info;
   const int64_t sizes[] = {1, 2};
@@ -878,6 +906,12 @@ TEST(TpPiece, DescribeErrors) {
                     "2 x 2 equal pieces");
   EXPECT_DSRT_ERROR(dsrt::set_param_tp_split(info, 0, 1, {8, 6}), "its slot [4, 3]",
                     "is not the piece [4, 6] of [8, 6]");
+  // A padded split: [4, 7] gives pieces [4, 4]; [4, 5] pieces [4, 3].
+  EXPECT_DSRT_ERROR(dsrt::set_param_tp_split(info, 1, 1, {4, 7}), "its slot [4, 3]",
+                    "is not the piece [4, 4] of [4, 7]");
+  dsrt::set_param_tp_split(info, 1, 1, {4, 5});
+  EXPECT_EQ(info.params[0].model_shape(), (dsrt::Shape{4, 5}));
+  EXPECT_EQ(info.params[0].rank_shape(), (dsrt::Shape{4, 3}));
   dsrt::set_param_tp_split(info, 1, 1, {4, 6});
   EXPECT_TRUE(info.params[0].tp_split());
   EXPECT_EQ(info.params[0].model_shape(), (dsrt::Shape{4, 6}));

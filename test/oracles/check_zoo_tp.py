@@ -45,7 +45,10 @@ CASES = {
     "tp": [(2, 1, 0, 2, 1, None), (2, 2, 1, 1, 1, None), (2, 2, 3, 1, 1, None),
            (4, 1, 0, 2, 1, None)],
     # 3D: the grid (pp, dp, tp) with tp fastest.
-    "pp": [(2, 1, 0, 2, 2, "1f1b"), (2, 1, 0, 2, 2, "zb-h1"), (2, 2, 1, 1, 2, "1f1b")],
+    "pp": [(2, 1, 0, 2, 2, "1f1b"), (2, 1, 0, 2, 2, "zb-h1"), (2, 2, 1, 1, 2, "1f1b"),
+           (4, 1, 0, 2, 2, "1f1b")],
+    # A padded vocabulary (gpt2_v101): tp sizes that do not divide it.
+    "pad": [(2, 1, 0, 2, 1, None), (4, 1, 0, 2, 1, None)],
 }
 MICRO_BATCHES = 2
 
@@ -107,7 +110,8 @@ def main() -> int:
     parser.add_argument("--dsopt", default="dsopt", help="dsopt command (split like a shell would)")
     parser.add_argument("--only", default="gpt2,llama", help="comma-separated model names")
     parser.add_argument("--layouts", choices=sorted(CASES), default="tp",
-                        help="tp: tp with dp and ZeRO; pp: tp with pipeline stages")
+                        help="tp: tp with dp and ZeRO; pp: tp with pipeline stages; "
+                        "pad: tp 2 and 4 alone (a vocabulary they do not divide)")
     args = parser.parse_args()
     zoo = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
     names = [n for n in args.only.split(",") if n]

@@ -701,6 +701,15 @@ ZOO: Dict[str, ZooModel] = {
             exported_by_default=False,
             tied=("wte.weight",),
         ),
+        # A vocabulary no tp size of 2..4 divides (tensor parallelism pads
+        # it), with heads that 2, 3 and 4 all divide.
+        _lm_entry(
+            "gpt2_v101",
+            GPT2Config(vocab_size=101, d_model=48, n_heads=12, n_layers=1),
+            GPT2,
+            exported_by_default=False,
+            tied=("wte.weight",),
+        ),
         _lm_entry("llama", LlamaConfig(), Llama),
         _lm_entry("llama_rope", LlamaConfig(rope_in_graph=True), Llama, exported_by_default=False),
         ZooModel("bert", BertConfig(), Bert, _bert_inputs),

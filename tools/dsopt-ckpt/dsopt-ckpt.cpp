@@ -80,7 +80,9 @@ int list(const std::string &path) {
       if (const std::optional<ck::TpPiece> p = ck::parse_tp_piece_key(piece.second->key))
         tp = "tp piece " + std::to_string(p->rank) + "/" + std::to_string(p->ranks) + " (axis " +
              std::to_string(p->dim) + ", " + std::to_string(p->blocks) + " block" +
-             (p->blocks > 1 ? "s" : "") + ") " + piece.second->shape.str() + " ";
+             (p->blocks > 1 ? "s" : "") +
+             (p->whole ? ", padded from " + std::to_string(p->whole) : "") + ") " +
+             piece.second->shape.str() + " ";
       printf("    %s %s[%" PRId64 ", %" PRId64 ") crc32c %s\n", piece.first.c_str(), tp.c_str(),
              piece.second->begin, piece.second->begin + piece.second->count,
              ck::hex32(piece.second->crc).c_str());

@@ -116,6 +116,10 @@ def Ds_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kGridAxesAttrName = "ds.axes";
     /// #ds.tp_split on a parameter argument sharded by ds-tensor-parallel.
     static constexpr ::llvm::StringLiteral kTpSplitAttrName = "ds.tp_split";
+    /// Set by ds-tensor-parallel, for the rank-local form only, on an op
+    /// whose split operand is padded (a vocabulary the ranks do not divide):
+    /// the split axis's model extent; the padding past it is masked away.
+    static constexpr ::llvm::StringLiteral kTpWholeAttrName = "ds.tp_whole";
     /// Argument attribute set by ds-tensor-parallel on an integer input that
     /// a vocabulary-parallel lookup or loss reads: the values the whole op
     /// takes, `array<i64: lo, hi>` ([lo, hi)) or `array<i64: lo, hi,
@@ -362,8 +366,20 @@ def Ds_TensorSplitAttr : Ds_Attr<"TensorSplit", "tp_split"> {
     tensor's axis `dim` is `blocks` equal blocks (a fused Q/K/V projection's
     three), each cut into `ranks` equal pieces; tp rank r holds piece r of
     every block, in block order. `blocks = 1` is a plain even split.
+
+    `whole = V` (only with `blocks = 1`) pads an axis the ranks do not
+    divide (a vocabulary): each rank holds ceil(V / ranks) entries, rank r
+    the entries [r * ceil(V / ranks), ...) of the V, and zeros past the
+    last one. Omitted (0): the ranks divide the axis.
   }];
-  let parameters = (ins "int64_t":$dim, "int64_t":$blocks, "int64_t":$ranks);
+  let parameters = (ins "int64_t":$dim, "int64_t":$blocks, "int64_t":$ranks,
+                        DefaultValuedParameter<"int64_t", "0">:$whole);
+  let extraClassDeclaration = [{
+    /// The model's extent of the split axis, given one rank's.
+    int64_t wholeExtent(int64_t local) const {
+      return getWhole() ? getWhole() : local * getRanks();
+    }
+  }];
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

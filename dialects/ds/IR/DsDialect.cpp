@@ -179,13 +179,18 @@ ExternalDataAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 
 LogicalResult
 TensorSplitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                        int64_t dim, int64_t blocks, int64_t ranks) {
+                        int64_t dim, int64_t blocks, int64_t ranks,
+                        int64_t whole) {
   if (dim < 0)
     return emitError() << "tp_split dim must be non-negative, got " << dim;
   if (blocks < 1)
     return emitError() << "tp_split blocks must be at least 1, got " << blocks;
   if (ranks < 2)
     return emitError() << "tp_split ranks must be at least 2, got " << ranks;
+  if (whole < 0 || (whole > 0 && (blocks != 1 || whole % ranks == 0)))
+    return emitError() << "tp_split whole " << whole
+                       << " pads only a plain split (blocks = 1) of an axis "
+                          "the ranks do not divide";
   return success();
 }
 
@@ -298,7 +303,7 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
     auto local = dyn_cast<RankedTensorType>(argType);
     if (split && local && split.getDim() < local.getRank()) {
       SmallVector<int64_t> shape(local.getShape());
-      shape[split.getDim()] *= split.getRanks();
+      shape[split.getDim()] = split.wholeExtent(shape[split.getDim()]);
       argType = local.clone(shape);
     }
     return verifyParamMatchesType(op, argIndex, param, argType);
@@ -317,7 +322,11 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
       local = whole.getValue();
     auto localType = dyn_cast<RankedTensorType>(local);
     if (!localType || split.getDim() >= localType.getRank() ||
-        localType.getDimSize(split.getDim()) % split.getBlocks() != 0)
+        localType.getDimSize(split.getDim()) % split.getBlocks() != 0 ||
+        (split.getWhole() &&
+         localType.getDimSize(split.getDim()) !=
+             static_cast<int64_t>(
+                 llvm::divideCeil(split.getWhole(), split.getRanks()))))
       return op->emitOpError()
              << "'" << kTpSplitAttrName << "' of argument " << argIndex
              << " splits axis " << split.getDim() << " in "

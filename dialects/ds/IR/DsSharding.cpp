@@ -25,6 +25,8 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace dsopt::ds;
 
@@ -62,6 +64,14 @@ namespace {
 
 RankedTensorType tensorType(Value value) {
   return cast<RankedTensorType>(value.getType());
+}
+
+/// The model extent of an axis split into `piece` entries per rank: the
+/// padded vocabulary's (ds.tp_whole) when ds-tensor-parallel padded it.
+int64_t wholeExtent(Operation *op, int64_t piece, int64_t ranks) {
+  if (auto whole = op->getAttrOfType<IntegerAttr>(DsDialect::kTpWholeAttrName))
+    return whole.getInt();
+  return piece * ranks;
 }
 
 /// Rules see operands that are whole or split: ds-tensor-parallel completes
@@ -274,7 +284,12 @@ struct ReshapeRule
       size_t target = o0;
       while (target + 1 < o && out[target] == 1)
         ++target;
-      if (target >= out.size() || out[target] % (ranks * split.blocks) != 0) {
+      // An axis that passes through whole keeps its split as it is (its
+      // divisibility, or its padding, was settled where it was split).
+      bool unchanged = target < out.size() && out[target] == in[split.dim] &&
+                       pin == in[split.dim];
+      if (target >= out.size() ||
+          (!unchanged && out[target] % (ranks * split.blocks) != 0)) {
         rule.uneven = true;
         rule.reason =
             llvm::formatv("output axis {0} of size {1} does not split into "
@@ -603,11 +618,12 @@ struct GatherRule : ShardingRuleOpInterface::ExternalModel<GatherRule, GatherOp>
     auto idType = tensorType(ids);
     Type idElement = idType.getElementType();
     int64_t rows = dataType.getDimSize(axis);
-    recordIndexRange(ids, -rows * ranks, rows * ranks, std::nullopt);
+    int64_t whole = wholeExtent(op, rows, ranks);
+    recordIndexRange(ids, -whole, whole, std::nullopt);
     // ONNX counts a negative index from the end of the whole table.
     Value zero = c.scalar(idElement, 0);
     ids = c.where(c.compare(ComparePredicate::lt, ids, zero),
-                  c.add(ids, c.scalar(idElement, rows * ranks)), ids);
+                  c.add(ids, c.scalar(idElement, whole)), ids);
     Value first = TpOffsetOp::create(b, op->getLoc(),
                                      RankedTensorType::get({}, idElement),
                                      grid, gridAxis, rows);
@@ -643,7 +659,6 @@ struct SoftmaxCrossEntropyRule
                                              SoftmaxCrossEntropyOp> {
   LogicalResult getShardingRule(Operation *op, ArrayRef<TensorSplit> operands,
                                 int64_t, ShardingRule &rule) const {
-    auto loss = cast<SoftmaxCrossEntropyOp>(op);
     if (reachedByPartial(operands, rule))
       return failure();
     if (llvm::any_of(operands.drop_front(),
@@ -659,14 +674,6 @@ struct SoftmaxCrossEntropyRule
     }
     if (scores.dim != 1 || scores.blocks != 1) {
       rule.reason = "its scores are split along another axis than the classes";
-      return failure();
-    }
-    if (loss.getWeights()) {
-      rule.reason = "the vocabulary-parallel loss takes no class weights";
-      return failure();
-    }
-    if (tensorType(loss.getScores()).getRank() != 2) {
-      rule.reason = "the vocabulary-parallel loss takes [N, C] scores";
       return failure();
     }
     rule.results = {TensorSplit::replicated(), TensorSplit::along(1)};
@@ -695,8 +702,37 @@ struct SoftmaxCrossEntropyRule
     };
     Value z = loss.getScores();
     auto zType = tensorType(z);
-    int64_t n = zType.getDimSize(0), piece = zType.getDimSize(1);
-    recordIndexRange(loss.getLabels(), 0, piece * ranks, loss.getIgnoreIndex());
+    int64_t rank = zType.getRank(), piece = zType.getDimSize(1);
+    int64_t n = zType.getNumElements() / piece; // rows: N x d1 x ...
+    int64_t classes = wholeExtent(op, piece, ranks);
+    recordIndexRange(loss.getLabels(), 0, classes, loss.getIgnoreIndex());
+    // Scores [N, C, d1, ...] (the classes on axis 1) as rows [N*d1*..., C].
+    SmallVector<int64_t> toRows{0};
+    for (int64_t a = 2; a < rank; ++a)
+      toRows.push_back(a);
+    toRows.push_back(1);
+    if (rank > 2)
+      z = c.reshape(c.transpose(z, toRows), {n, piece});
+    Value labels = c.reshape(loss.getLabels(), {n, 1});
+    Type idElement = tensorType(labels).getElementType();
+    auto idsType = RankedTensorType::get({piece}, idElement);
+    SmallVector<APInt> iota;
+    for (int64_t k = 0; k < piece; ++k)
+      iota.push_back(APInt(idElement.getIntOrFloatBitWidth(), k));
+    Value first = TpOffsetOp::create(b, loc, RankedTensorType::get({}, idElement),
+                                     grid, gridAxis, piece);
+    // The classes of this rank's piece.
+    Value ids = c.add(ConstantOp::create(b, loc,
+                                         cast<ElementsAttr>(DenseElementsAttr::get(
+                                             idsType, iota))),
+                      first);
+    // A padded vocabulary's logits past the last class enter no sum: -inf
+    // (no gradient reaches them either).
+    if (classes != piece * ranks)
+      z = c.where(c.compare(ComparePredicate::lt, ids,
+                            c.scalar(idElement, static_cast<double>(classes))),
+                  z,
+                  c.scalarLike(z, -std::numeric_limits<double>::infinity()));
     // Each row's maximum over the whole vocabulary, a constant shift.
     Value max = reduce(llvm::type_identity<ReduceMaxOp>(), z, {1}, true);
     max = StopGradientOp::create(b, loc,
@@ -706,36 +742,37 @@ struct SoftmaxCrossEntropyRule
                        true);
     Value lse = c.log(allReduce(sum, shard::ReductionKind::Sum)); // [N, 1]
     // The target's shifted logit: on the rank whose rows hold the label.
-    Value labels = c.reshape(loss.getLabels(), {n, 1});
-    Type idElement = tensorType(labels).getElementType();
-    auto idsType = RankedTensorType::get({piece}, idElement);
-    SmallVector<APInt> iota;
-    for (int64_t k = 0; k < piece; ++k)
-      iota.push_back(APInt(idElement.getIntOrFloatBitWidth(), k));
-    Value first = TpOffsetOp::create(b, loc, RankedTensorType::get({}, idElement),
-                                     grid, gridAxis, piece);
-    Value ids = c.add(ConstantOp::create(b, loc,
-                                         cast<ElementsAttr>(DenseElementsAttr::get(
-                                             idsType, iota))),
-                      first);
     Value hit = c.compare(ComparePredicate::eq, ids, labels); // [N, piece]
     Value target = reduce(llvm::type_identity<ReduceSumOp>(),
                           c.where(hit, shifted, c.scalarLike(shifted, 0.0)),
                           {1}, true);
     Value perRow = c.sub(lse, allReduce(target, shard::ReductionKind::Sum));
     // ignore_index rows count for nothing, as in the whole op.
-    Value counted;
+    Value counted, ignored;
     if (std::optional<int64_t> ignore = loss.getIgnoreIndex()) {
-      Value ignored = c.compare(ComparePredicate::eq, labels,
-                                c.scalar(idElement, static_cast<double>(*ignore)));
+      ignored = c.compare(ComparePredicate::eq, labels,
+                          c.scalar(idElement, static_cast<double>(*ignore)));
       perRow = c.where(ignored, c.scalarLike(perRow, 0.0), perRow);
       counted = c.where(ignored, c.scalarLike(perRow, 0.0),
                         c.scalarLike(perRow, 1.0));
     }
+    // Class weights stay whole on every rank: each row's is looked up by
+    // its label (whole too), so the weighting needs no collective; the
+    // weighted mean divides by the rows' weights, as the whole op does.
+    if (Value weights = loss.getWeights()) {
+      Value at = ignored ? c.where(ignored, c.scalar(idElement, 0), labels)
+                         : labels;
+      Value w = c.infer<GatherOp>({weights, at},
+                                  {c.attr("axis", b.getI64IntegerAttr(0))});
+      if (getElementTypeOrSelf(w) != getElementTypeOrSelf(perRow))
+        w = c.convert(w, getElementTypeOrSelf(perRow));
+      perRow = c.mul(perRow, w);
+      counted = counted ? c.mul(counted, w) : w;
+    }
     Value result;
     switch (loss.getReduction()) {
     case LossReduction::none:
-      result = c.reshape(perRow, {n});
+      result = c.reshape(perRow, tensorType(loss.getLabels()).getShape());
       break;
     case LossReduction::sum:
       result = reduce(llvm::type_identity<ReduceSumOp>(), perRow, {0, 1}, false);
@@ -751,8 +788,19 @@ struct SoftmaxCrossEntropyRule
     }
     }
     Value logProb;
-    if (!loss.getLogProb().use_empty())
+    if (!loss.getLogProb().use_empty()) {
+      // Back from rows to the scores' layout.
       logProb = c.sub(shifted, lse);
+      if (rank > 2) {
+        SmallVector<int64_t> rowsShape{zType.getDimSize(0)};
+        for (int64_t a : ArrayRef<int64_t>(toRows).drop_front())
+          rowsShape.push_back(zType.getDimSize(a));
+        SmallVector<int64_t> back(rank);
+        for (auto [i, a] : llvm::enumerate(toRows))
+          back[a] = i;
+        logProb = c.transpose(c.reshape(logProb, rowsShape), back);
+      }
+    }
     // Under a 16-bit precision each row computes in f32, as the whole op's
     // kernel does: every float op built here (before `op`) is marked so.
     for (Operation *built = start ? start->getNextNode() : &op->getBlock()->front();

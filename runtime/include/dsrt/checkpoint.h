@@ -132,9 +132,12 @@ std::vector<Record> tensors(const Checkpoint &checkpoint);
 // A tensor-parallel piece's key: `base@tpR/T,dim=D,blocks=B`, piece R of
 // T of tensor `base` split along axis D in B blocks (dsrt::tp_piece_copy's
 // layout), so a reader of any tp size can put the pieces back together.
+// A padded piece (an axis of V entries T does not divide; B = 1) adds
+// `,whole=V`: the pieces hold ceil(V / T) entries each, zeros past V.
 struct TpPiece {
   std::string base;
   int64_t rank = 0, ranks = 1, dim = 0, blocks = 1;
+  int64_t whole = 0;  // the padded axis's extent; 0: not padded
 };
 std::string tp_piece_key(const TpPiece &piece);
 // The piece a key names; nullopt for a key of a whole tensor.

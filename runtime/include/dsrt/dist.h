@@ -234,14 +234,22 @@ void set_param_shard(ProgramInfo &info, int64_t total_numel, Shape full_shape);
 // (#ds.tp_split). The parameter's shape (add_param_file) is the piece's;
 // the file bytes and in-program data (add_param_data) are the whole
 // tensor's. Call it before set_param_shard, whose full_shape is then the
-// piece's.
+// piece's. A plain split (blocks 1) of an axis N does not divide is padded
+// (a vocabulary): each piece has ceil(whole[dim] / N) entries along it,
+// piece r those from r * ceil(whole[dim] / N) on, zeros past the end.
 void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape whole);
+
+// The shape of one of `ranks` pieces of `whole` split along `dim` in
+// `blocks` blocks (padded as set_param_tp_split says); throws naming the
+// split when it is none.
+Shape tp_piece_shape(const Shape &whole, int64_t dim, int64_t blocks, int64_t ranks);
 
 // Piece `rank` of `ranks` of a tensor split as set_param_tp_split says
 // (axis `dim` of `whole` in `blocks` blocks), between the whole tensor's
 // bytes and the piece's (both dense, row-major, `elem_size` bytes per
 // element): to_piece copies the piece out of `whole_bytes`, otherwise it
-// writes the piece into its place there.
+// writes the piece into its place there (a padded piece: its entries
+// past the whole's end are zeros, and are not written back).
 void tp_piece_copy(void *whole_bytes, void *piece_bytes, const Shape &whole, int64_t dim,
                    int64_t blocks, int64_t ranks, int64_t rank, size_t elem_size, bool to_piece);
 
