@@ -50,6 +50,7 @@ CASES = {
     # entry: tp 2 alone, and with dp 2 under ZeRO 1.
     "sp": [(2, 1, 0, 2, 1, None, True)],
     "sp-dp": [(2, 2, 1, 1, 1, None, True)],
+    "sp-pp": [(2, 1, 0, 2, 2, "1f1b", True), (2, 1, 0, 2, 2, "zb-h1", True)],
 }
 MICRO_BATCHES = 2
 
@@ -115,7 +116,8 @@ def main() -> int:
     parser.add_argument("--only", default="gpt2,llama", help="comma-separated model names")
     parser.add_argument("--layouts", choices=sorted(CASES), default="tp",
                         help="tp: tp with dp and ZeRO; pp: tp with pipeline stages; "
-                        "sp, sp-dp: sequence parallelism alone and with dp 2 and ZeRO 1")
+                        "sp, sp-dp, sp-pp: sequence parallelism alone, with dp 2 "
+                        "and ZeRO 1, with pipeline stages")
     args = parser.parse_args()
     zoo = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
     names = [n for n in args.only.split(",") if n]
