@@ -1193,6 +1193,11 @@ bool ConfigReader::readTensorParallel(const json::Value &value) {
       warn(path + " is not implemented by dsopt and is ignored");
     }
   }
+  // As Megatron, which turns it off without tensor parallelism.
+  if (config.sequenceParallel && config.tensorParallelSize == 1)
+    warn("tensor_parallel.sequence_parallel has no effect with "
+         "tensor_parallel.autotp_size 1 (--tp): there is no tp axis to "
+         "split the sequence over");
   return true;
 }
 
