@@ -68,7 +68,8 @@ bool TrainConfigOverrides::empty() const {
          !microBatchSize && !gradientAccumulationSteps && !stepsPerPrint &&
          !zeroStage && !dataParallelSize && !pipelineStages && !microbatches &&
          !pipelineChunks && !worldSize && !pipelineSchedule && !precision &&
-         !offloadOptimizer && !nvmePath && !tensorParallelSize;
+         !offloadOptimizer && !nvmePath && !tensorParallelSize &&
+         !sequenceParallel;
 }
 
 llvm::StringRef offloadDeviceName(OffloadDevice device) {
@@ -536,13 +537,18 @@ llvm::Error applyOverrides(json::Object &root,
     if (overrides.pipelineChunks)
       pipeline["chunks"] = *overrides.pipelineChunks;
   }
-  if (overrides.tensorParallelSize) {
+  if (overrides.tensorParallelSize || overrides.sequenceParallel) {
     json::Value *section = root.get("tensor_parallel");
     if (!section || !section->getAsObject()) {
       root["tensor_parallel"] = json::Object{};
       section = root.get("tensor_parallel");
     }
-    (*section->getAsObject())["autotp_size"] = *overrides.tensorParallelSize;
+    if (overrides.tensorParallelSize)
+      (*section->getAsObject())["autotp_size"] =
+          *overrides.tensorParallelSize;
+    if (overrides.sequenceParallel)
+      (*section->getAsObject())["sequence_parallel"] =
+          *overrides.sequenceParallel;
   }
   if (overrides.stepsPerPrint)
     root["steps_per_print"] = *overrides.stepsPerPrint;
@@ -1178,10 +1184,20 @@ bool ConfigReader::readTensorParallel(const json::Value &value) {
       if (!readInteger(*entry, path, 1, int64_t(1) << 20,
                        "a positive integer", config.tensorParallelSize))
         return false;
+    } else if (key == "sequence_parallel") {
+      // Megatron's name; DeepSpeed's section has no such key (its
+      // sequence_parallel_size is Ulysses, another technique).
+      if (!readBool(*entry, path, config.sequenceParallel))
+        return false;
     } else {
       warn(path + " is not implemented by dsopt and is ignored");
     }
   }
+  // As Megatron, which turns it off without tensor parallelism.
+  if (config.sequenceParallel && config.tensorParallelSize == 1)
+    warn("tensor_parallel.sequence_parallel has no effect with "
+         "tensor_parallel.autotp_size 1 (--tp): there is no tp axis to "
+         "split the sequence over");
   return true;
 }
 
@@ -1932,6 +1948,8 @@ std::string toJson(const TrainConfig &config) {
     if (config.tensorParallelSize > 1)
       out.attributeObject("tensor_parallel", [&] {
         out.attribute("autotp_size", config.tensorParallelSize);
+        if (config.sequenceParallel)
+          out.attribute("sequence_parallel", true);
       });
     // The loss scaler and the accumulation type are written where they
     // apply: with fp16, and with 16-bit training.

@@ -135,7 +135,12 @@ private:
     return param ? param.getName().str() : "";
   }
 
+  LogicalResult sequenceParallelize(int16_t tpAxis);
+
   mutable func::FuncOp main;
+  // The all-reduces completing the regions' partial sums (Megatron's g),
+  // which --sequence-parallel turns into reduce-scatters.
+  SmallVector<shard::AllReduceOp> regionReduces;
   llvm::DenseMap<Value, ds::TensorSplit> committed;
   llvm::DenseSet<Operation *> committedOps;
   llvm::DenseSet<Value> decided;
@@ -542,6 +547,7 @@ void TensorParallel::runOnOperation() {
           shard::ReductionKind::Sum);
       partial.replaceAllUsesExcept(reduce, reduce);
       completed[partial] = reduce;
+      regionReduces.push_back(reduce);
     }
   for (Region &region : regions)
     for (Value entry : region.entries) {
@@ -601,9 +607,227 @@ void TensorParallel::runOnOperation() {
           result.replaceAllUsesWith(replacement);
       op->erase();
     }
+  if (sequenceParallel && failed(sequenceParallelize(tpAxis)))
+    return signalPassFailure();
   main.setFunctionType(FunctionType::get(module.getContext(),
                                          body.getArgumentTypes(),
                                          main.getResultTypes()));
+}
+
+
+enum class SequenceCollective { gather, scatter, slice };
+
+/// `value` all-gathered, reduce-scattered (sum) or sliced along `axis` over
+/// the tp ranks. The runtime exchanges one flat chunk per rank, so an axis
+/// with larger axes before it (the sequence of [b, s, h] with b > 1) is
+/// moved to the front by a transpose, and back after.
+Value sequenceCollective(OpBuilder &b, Location loc, SequenceCollective kind,
+                         Value value, int64_t axis, int64_t ranks,
+                         int16_t tpAxis) {
+  RankedTensorType type = tensorType(value);
+  bool leading = llvm::all_of(type.getShape().take_front(axis),
+                              [](int64_t n) { return n == 1; });
+  SmallVector<int64_t> perm, inverse;
+  Value input = value;
+  int64_t at = axis;
+  if (!leading) {
+    perm.push_back(axis);
+    for (int64_t i = 0; i < type.getRank(); ++i)
+      if (i != axis)
+        perm.push_back(i);
+    inverse.assign(perm.size(), 0);
+    for (auto [i, p] : llvm::enumerate(perm))
+      inverse[p] = static_cast<int64_t>(i);
+    input = ds::TransposeOp::create(b, loc, value, perm);
+    at = 0;
+  }
+  SmallVector<int64_t> shape(tensorType(input).getShape());
+  shape[at] = kind == SequenceCollective::gather ? shape[at] * ranks
+                                                 : shape[at] / ranks;
+  RankedTensorType result = tensorType(input).clone(shape);
+  Value out;
+  switch (kind) {
+  case SequenceCollective::gather:
+    out = shard::AllGatherOp::create(b, loc, result, kGrid, {tpAxis}, input,
+                                     APInt(64, at));
+    break;
+  case SequenceCollective::scatter:
+    out = shard::ReduceScatterOp::create(b, loc, result, kGrid, {tpAxis},
+                                         input, shard::ReductionKind::Sum,
+                                         APInt(64, at));
+    break;
+  case SequenceCollective::slice:
+    out = shard::AllSliceOp::create(b, loc, result, input, kGrid, {tpAxis},
+                                    at);
+    break;
+  }
+  return leading ? out : ds::TransposeOp::create(b, loc, out, inverse);
+}
+
+/// Megatron's sequence parallelism (Korthikanti et al. 2022, 4.2.2): the
+/// activations between a region's end and the next region's entry are
+/// split along the sequence, the axis before the hidden one that the
+/// column-parallel products do not contract (axis rank - 2: s of [b, s, h],
+/// b * s of an exporter's flattened [b * s, h]). Each g all-reduce becomes
+/// a reduce-scatter along it, the split is carried forward through the
+/// ops' rules (norms, dropout, residual adds, elementwise ops), and each f
+/// (ds.tp_copy) of a split value becomes an all-gather; autodiff gives the
+/// backward's converse collectives. A whole parameter read beside the
+/// split values (a norm's scale) enters through ds.tp_copy, so its
+/// gradient, each rank's sum over its own rows, is all-reduced over tp; a
+/// whole activation or constant the rule wants split alike (a position
+/// table) is sliced to the rank's rows.
+LogicalResult TensorParallel::sequenceParallelize(int16_t tpAxis) {
+  Block &body = main.getBody().front();
+  // Analysis on the whole types: the split of every value, the rule of
+  // every op it reaches.
+  llvm::DenseMap<Value, ds::TensorSplit> seq;
+  llvm::DenseSet<Operation *> seeds;
+  auto unevenError = [&](Operation *op, Value value, int64_t axis) {
+    return op->emitError()
+           << "ds-tensor-parallel: --sequence-parallel cannot split "
+           << describe(op) << " along the sequence: axis " << axis
+           << " of size " << tensorType(value).getDimSize(axis) << " of "
+           << tensorType(value) << " does not split into "
+           << static_cast<int64_t>(size) << " equal pieces";
+  };
+  for (shard::AllReduceOp reduce : regionReduces) {
+    RankedTensorType type = tensorType(reduce.getResult());
+    Operation *producer = reduce.getInput().getDefiningOp();
+    Operation *named = producer ? producer : reduce.getOperation();
+    if (type.getRank() < 2)
+      return named->emitError()
+             << "ds-tensor-parallel: --sequence-parallel needs a sequence "
+                "axis before the hidden one, but "
+             << describe(named) << " gives " << type;
+    int64_t axis = type.getRank() - 2;
+    if (type.getDimSize(axis) % size)
+      return unevenError(named, reduce.getResult(), axis);
+    seq[reduce.getResult()] = ds::TensorSplit::along(axis);
+    seeds.insert(reduce);
+  }
+  llvm::MapVector<Operation *, ds::ShardingRule> ops;
+  SmallVector<std::pair<ds::TpCopyOp, int64_t>> entries;
+  for (Operation &op : body) {
+    if (seeds.contains(&op))
+      continue;
+    SmallVector<ds::TensorSplit> given;
+    bool touched = false;
+    for (Value operand : op.getOperands()) {
+      auto it = seq.find(operand);
+      given.push_back(it == seq.end() ? ds::TensorSplit::replicated()
+                                      : it->second);
+      touched |= it != seq.end();
+    }
+    if (!touched)
+      continue;
+    if (auto copy = dyn_cast<ds::TpCopyOp>(op)) {
+      entries.push_back({copy, given[0].dim});
+      continue;
+    }
+    auto rule = dyn_cast<ds::ShardingRuleOpInterface>(op);
+    ds::ShardingRule answer;
+    std::string why;
+    if (!rule)
+      why = "it has no sharding rule";
+    else if (failed(rule.getShardingRule(given, size, answer)))
+      why = answer.reason;
+    else if (answer.rewrite)
+      why = "it runs on tp pieces only in another form";
+    for (auto [g, want] : llvm::zip(given, answer.operands))
+      if (why.empty() && g.isSplit() && g != want)
+        why = "its operands' splits do not match";
+    if (!why.empty())
+      return op.emitError()
+             << "ds-tensor-parallel: --sequence-parallel cannot split "
+             << describe(&op) << " along the sequence: " << why
+             << " (gathering a sequence-split activation for such an op is "
+                "not implemented)";
+    for (auto [result, split] : llvm::zip(op.getResults(), answer.results)) {
+      if (!split.isSplit())
+        continue;
+      if (tensorType(result).getDimSize(split.dim) % (split.blocks * size))
+        return unevenError(&op, result, split.dim);
+      seq[result] = split;
+    }
+    ops[&op] = std::move(answer);
+  }
+
+  // Rewrite.
+  OpBuilder b(main.getContext());
+  auto localType = [&](Value value, ds::TensorSplit split) {
+    SmallVector<int64_t> shape(tensorType(value).getShape());
+    shape[split.dim] /= size;
+    return tensorType(value).clone(shape);
+  };
+  llvm::DenseMap<std::pair<Value, int64_t>, Value> slices;
+  llvm::DenseMap<Value, Value> copies;
+  for (auto &[op, rule] : ops) {
+    bool splitsSomething = false;
+    for (Value result : op->getResults())
+      splitsSomething |= seq.count(result) != 0;
+    for (auto [i, want] : llvm::enumerate(rule.operands)) {
+      Value operand = op->getOperand(i);
+      if (seq.count(operand))
+        continue;
+      b.setInsertionPoint(op);
+      if (want.isSplit()) {
+        Value &sliced = slices[{operand, want.dim}];
+        if (!sliced)
+          sliced = sequenceCollective(b, operand.getLoc(),
+                                      SequenceCollective::slice, operand,
+                                      want.dim, size, tpAxis);
+        op->setOperand(i, sliced);
+      } else if (splitsSomething &&
+                 isa<FloatType>(getElementTypeOrSelf(operand)) &&
+                 !operand.getDefiningOp<ds::ConstantOp>()) {
+        // Each rank's gradient of a whole value read beside split ones is
+        // the sum over its own rows: f completes it.
+        Value &copy = copies[operand];
+        if (!copy)
+          copy = ds::TpCopyOp::create(b, operand.getLoc(), operand.getType(),
+                                      operand, kGrid, tpAxis);
+        op->setOperand(i, copy);
+      }
+    }
+    for (Value result : op->getResults()) {
+      auto it = seq.find(result);
+      if (it != seq.end())
+        result.setType(localType(result, it->second));
+    }
+    // A sum over the sequence: each rank's over its rows, completed here.
+    for (auto [result, split] : llvm::zip(op->getResults(), rule.results))
+      if (split.partial) {
+        b.setInsertionPointAfter(op);
+        auto reduce = shard::AllReduceOp::create(
+            b, result.getLoc(), result.getType(), kGrid, {tpAxis}, result,
+            shard::ReductionKind::Sum);
+        result.replaceAllUsesExcept(reduce, reduce);
+      }
+    // Each rank draws its own mask for its rows (Megatron's RNG tracker).
+    if (auto dropout = dyn_cast<ds::DropoutOp>(op))
+      if (seq.count(dropout.getResult()))
+        dropout->setAttr(ds::DsDialect::kTpRankSeedAttrName, b.getUnitAttr());
+  }
+  for (Operation *op : seeds) {
+    auto reduce = cast<shard::AllReduceOp>(op);
+    b.setInsertionPoint(reduce);
+    Value scattered = sequenceCollective(
+        b, reduce.getLoc(), SequenceCollective::scatter, reduce.getInput(),
+        seq[reduce.getResult()].dim, size, tpAxis);
+    reduce.getResult().replaceAllUsesWith(scattered);
+    reduce.erase();
+  }
+  regionReduces.clear();
+  for (auto [copy, dim] : entries) {
+    b.setInsertionPoint(copy);
+    Value whole =
+        sequenceCollective(b, copy.getLoc(), SequenceCollective::gather,
+                           copy.getInput(), dim, size, tpAxis);
+    copy.getResult().replaceAllUsesWith(whole);
+    copy.erase();
+  }
+  return success();
 }
 
 } // namespace

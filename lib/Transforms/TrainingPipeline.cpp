@@ -45,6 +45,7 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
     DsTensorParallelOptions tensorParallel;
     tensorParallel.size = options.tp;
     tensorParallel.dp = options.dp;
+    tensorParallel.sequenceParallel = options.sequenceParallel;
     pm.addPass(createDsTensorParallel(tensorParallel));
   }
   DsAutodiffOptions autodiff;
@@ -169,6 +170,7 @@ void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {
   options.offloadOptimizer =
       offloadDeviceName(config.offloadOptimizer.device).str();
   options.tp = config.tensorParallelSize;
+  options.sequenceParallel = config.sequenceParallel;
   options.pp = config.pipelineStages;
   options.schedule = config.pipelineSchedule;
   options.chunks = config.pipelineChunks;

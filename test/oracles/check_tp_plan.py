@@ -66,6 +66,8 @@ LAYOUTS = {
     ],
 }
 SPLIT = []
+# The position table: whole on every rank, read at constant positions.
+POSITION_TABLE = r"^wpe(\.weight)?$"
 
 def megatron_split(name):
     for pattern, dim, blocks in SPLIT:
@@ -88,6 +90,34 @@ def ring_scalar_sent(ranks: int, rank: int) -> int:
     return 4 * (rank != 0) + 4 * (rank != ranks - 1)
 
 
+def check_sequence_parallel(check, tag, tp, params, layers, activation,
+                            position_bytes, small, ranks):
+    """Megatron's sequence parallelism: each of the 4L + 2 all-reduces of
+    b*s*h elements (per layer two g forward and two f backward, the
+    embedding's g, the head's f) is a reduce-scatter and an all-gather of
+    the same tensor, which send (N - 1)/N of it each, as much as the
+    all-reduce's 2 (N - 1)/N; on top, the gradients of the whole
+    parameters the sequence-split ops read (the norms' scales and biases,
+    the row-parallel biases: every parameter Megatron does not split but
+    the position table) are all-reduced over tp, and the position table,
+    read at the rank's rows, has its gradient all-gathered (s*h)."""
+    half = (ranks - 1) * activation // ranks
+    whole = [b for n, b in params.items()
+             if not megatron_split(n) and not re.search(POSITION_TABLE, n)]
+    check(f"{tag} tp reduce_scatter calls", tp["reduce_scatter"]["calls"],
+          4 * layers + 2)
+    check(f"{tag} tp reduce_scatter bytes sent", tp["reduce_scatter"]["sent"],
+          (4 * layers + 2) * half)
+    check(f"{tag} tp all_gather calls", tp["all_gather"]["calls"],
+          4 * layers + 2 + 1)
+    check(f"{tag} tp all_gather bytes sent", tp["all_gather"]["sent"],
+          (4 * layers + 2) * half + (ranks - 1) * position_bytes // ranks)
+    check(f"{tag} tp all_reduce calls", tp["all_reduce"]["calls"],
+          len(whole) + 3 + 1)
+    check(f"{tag} tp all_reduce bytes sent", tp["all_reduce"]["sent"],
+          sum(ring_all_reduce_sent(b, ranks) for b in whole) + small)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -97,6 +127,9 @@ def main() -> int:
     ap.add_argument("--layout", choices=sorted(LAYOUTS), default="gen-gpt")
     ap.add_argument("--layers", type=int, required=True)
     ap.add_argument("--hidden", type=int, required=True)
+    ap.add_argument("--sequence-parallel", action="store_true",
+                    help="the plan of --sequence-parallel (Korthikanti et al. "
+                    "2022, 4.2.2)")
     args = ap.parse_args()
     SPLIT.extend(LAYOUTS[args.layout])
 
@@ -139,12 +172,17 @@ def main() -> int:
         # vocabulary-parallel cross-entropy's max, sum of exponentials and
         # target logit, three of b*s; and, as in Megatron's clip_grad_norm,
         # the split parameters' share of the gradient norm (one f32).
+        small = 3 * ring_all_reduce_sent(rows, args.tp) + ring_scalar_sent(
+            args.tp, r.get("tp", 0))
+        if args.sequence_parallel:
+            check_sequence_parallel(check, tag, tp, params, layers, activation,
+                                    seq * d_model * 4, small, args.tp)
+            continue
         check(f"{tag} tp all_reduce calls", tp["all_reduce"]["calls"],
               4 * layers + 2 + 3 + 1)
         check(f"{tag} tp all_reduce bytes sent", tp["all_reduce"]["sent"],
               (4 * layers + 2) * ring_all_reduce_sent(activation, args.tp) +
-              3 * ring_all_reduce_sent(rows, args.tp) +
-              ring_scalar_sent(args.tp, r.get("tp", 0)))
+              small)
         for kind in ("all_gather", "reduce_scatter"):
             check(f"{tag} tp {kind} calls", tp[kind]["calls"], 0)
     # Every parameter of the training program: its piece's shape and split.

@@ -49,18 +49,25 @@ CASES = {
            (4, 1, 0, 2, 2, "1f1b")],
     # A padded vocabulary (gpt2_v101): tp sizes that do not divide it.
     "pad": [(2, 1, 0, 2, 1, None), (4, 1, 0, 2, 1, None)],
+    # Megatron's sequence parallelism (--sequence-parallel), the seventh
+    # entry: tp 2 alone, and with dp 2 under ZeRO 1.
+    "sp": [(2, 1, 0, 2, 1, None, True)],
+    "sp-dp": [(2, 2, 1, 1, 1, None, True)],
+    "sp-pp": [(2, 1, 0, 2, 2, "1f1b", True), (2, 1, 0, 2, 2, "zb-h1", True)],
 }
 MICRO_BATCHES = 2
 
 
 def label_of(name, case) -> str:
-    tp, n, stage, k, pp, schedule = case
+    tp, n, stage, k, pp, schedule = case[:6]
     grid = f" pp{pp} {schedule}" if pp > 1 else ""
-    return f"{name} tp{tp}{grid} dp{n} zero{stage} gas{k}"
+    sp = " sp" if case[6:] and case[6] else ""
+    return f"{name} tp{tp}{sp}{grid} dp{n} zero{stage} gas{k}"
 
 
 def check_case(args, entry, case, reference):
-    tp, n, stage, k, pp, schedule = case
+    tp, n, stage, k, pp, schedule = case[:6]
+    sequence_parallel = bool(case[6:] and case[6])
     label = label_of(entry["name"], case)
     world = n * tp * pp
     work = Path(args.work) / label.replace(" ", "-")
@@ -74,6 +81,7 @@ def check_case(args, entry, case, reference):
     why = dp.run([*shlex.split(args.dsopt), str(Path(args.zoo) / entry["file"]), "--config",
                   str(work / "ds_config.json"), "--tp", str(tp), "--dp", str(n),
                   *(["--pp", str(pp), "--schedule", schedule] if pp > 1 else []),
+                  *(["--sequence-parallel"] if sequence_parallel else []),
                   *reference["frozen"], "-o", str(work / "program")])
     if why:
         return f"{label}: FAIL dsopt: {why}", True
@@ -111,7 +119,9 @@ def main() -> int:
     parser.add_argument("--only", default="gpt2,llama", help="comma-separated model names")
     parser.add_argument("--layouts", choices=sorted(CASES), default="tp",
                         help="tp: tp with dp and ZeRO; pp: tp with pipeline stages; "
-                        "pad: tp 2 and 4 alone (a vocabulary they do not divide)")
+                        "pad: tp 2 and 4 alone (a vocabulary they do not divide); "
+                        "sp, sp-dp, sp-pp: sequence parallelism alone, with dp 2 "
+                        "and ZeRO 1, with pipeline stages")
     args = parser.parse_args()
     zoo = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
     names = [n for n in args.only.split(",") if n]

@@ -282,6 +282,14 @@ cl::opt<std::string> tpFlag(
              "1): Megatron's layout, found from the graph"),
     cl::value_desc("N"), cl::cat(trainingCategory));
 
+cl::opt<bool> sequenceParallelFlag(
+    "sequence-parallel",
+    cl::desc("Megatron's sequence parallelism with --tp "
+             "(tensor_parallel.sequence_parallel): norms, dropout and "
+             "residual adds split along the sequence, each tp all-reduce an "
+             "all-gather and a reduce-scatter"),
+    cl::cat(trainingCategory));
+
 cl::opt<std::string> ppFlag(
     "pp",
     cl::desc("Pipeline stages (default 1): ranks of the pp axis, each "
@@ -602,6 +610,8 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
   overrides.worldSize = world;
   overrides.pipelineStages = pp;
   overrides.tensorParallelSize = tp;
+  if (sequenceParallelFlag)
+    overrides.sequenceParallel = true;
   overrides.microbatches = microbatches;
   overrides.pipelineChunks = chunks;
   if (scheduleFlag.getNumOccurrences()) {

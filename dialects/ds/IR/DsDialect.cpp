@@ -94,8 +94,12 @@ dsopt::ds::getComputePrecision(OperationName name) {
     return ComputePrecision::KeepTypes;
   // Upstream's shard.all_reduce, as ds-tensor-parallel inserts it (the sum
   // of a row-parallel product's partial results, Megatron's g), reduces in
-  // the working type, as Megatron's does.
-  if (name.getStringRef() == "shard.all_reduce")
+  // the working type, as Megatron's does; so do the reduce-scatter and the
+  // all-gather that replace it under --sequence-parallel, and the local
+  // slice of a whole activation (ZeRO's come after ds-precision).
+  if (llvm::is_contained({"shard.all_reduce", "shard.reduce_scatter",
+                          "shard.all_gather", "shard.all_slice"},
+                         name.getStringRef()))
     return ComputePrecision::Compute16;
   return std::nullopt;
 }

@@ -514,6 +514,55 @@ struct AllReduceVJPModel
   }
 };
 
+/// The derivatives of the collectives that --sequence-parallel places
+/// (Megatron's sequence-parallel g and g-bar, Korthikanti et al. 2022,
+/// section 4.2.2): a reduce-scatter (a row-parallel product's partial sums,
+/// each rank keeping its rows of the sequence) has the all-gather of its
+/// gradient; an all-gather (a sequence-split activation entering a tp
+/// region, whose ranks each compute a partial gradient of it) has the
+/// reduce-scatter (sum) of its gradient; an all-slice (a whole value read by
+/// sequence-split ops, each rank taking its rows) has the all-gather. ZeRO's
+/// collectives come after autodiff and are never differentiated.
+template <typename Op>
+struct ShardVJPModel
+    : VJPOpInterface::ExternalModel<ShardVJPModel<Op>, Op> {
+  LogicalResult buildVJP(Operation *op, OpBuilder &builder,
+                         ArrayRef<Value> resultGrads, ArrayRef<bool> needed,
+                         SmallVectorImpl<Value> &operandGrads) const {
+    auto collective = cast<Op>(op);
+    Value dy = resultGrads[0];
+    if (!dy || !needed[0]) {
+      operandGrads.push_back(Value());
+      return success();
+    }
+    std::string node = getNodeName(op->getLoc());
+    Location loc = NameLoc::get(
+        builder.getStringAttr((node.empty() ? "tp_sequence" : node) + ".grad"),
+        op->getLoc());
+    Type type = op->getOperand(0).getType();
+    FlatSymbolRefAttr grid = collective.getGridAttr();
+    ArrayRef<int16_t> axes = collective.getGridAxes();
+    if constexpr (std::is_same_v<Op, shard::AllGatherOp>) {
+      operandGrads.push_back(shard::ReduceScatterOp::create(
+          builder, loc, type, grid.getValue(), axes, dy,
+          shard::ReductionKind::Sum, collective.getGatherAxis()));
+    } else if constexpr (std::is_same_v<Op, shard::ReduceScatterOp>) {
+      if (collective.getReduction() != shard::ReductionKind::Sum)
+        return op->emitOpError() << "has no derivative: only a sum "
+                                    "reduce-scatter (sequence parallelism) "
+                                    "has one";
+      operandGrads.push_back(shard::AllGatherOp::create(
+          builder, loc, type, grid.getValue(), axes, dy,
+          collective.getScatterAxis()));
+    } else {
+      operandGrads.push_back(shard::AllGatherOp::create(
+          builder, loc, type, grid.getValue(), axes, dy,
+          collective.getSliceAxis()));
+    }
+    return success();
+  }
+};
+
 template <typename... Ops> void attach(MLIRContext *context) {
   (Ops::template attachInterface<ShardKernelModel<Ops>>(*context), ...);
   (Ops::template attachInterface<ShardCostModel<Ops>>(*context), ...);
@@ -532,6 +581,12 @@ void dsopt::ds::registerShardModels(DialectRegistry &registry) {
         *context);
     shard::ReduceScatterOp::attachInterface<
         ShardAsyncModel<shard::ReduceScatterOp>>(*context);
+    shard::AllGatherOp::attachInterface<ShardVJPModel<shard::AllGatherOp>>(
+        *context);
+    shard::ReduceScatterOp::attachInterface<
+        ShardVJPModel<shard::ReduceScatterOp>>(*context);
+    shard::AllSliceOp::attachInterface<ShardVJPModel<shard::AllSliceOp>>(
+        *context);
   });
 }
 
@@ -655,12 +710,29 @@ LogicalResult dsopt::ds::checkShardKernel(Operation *op) {
     } else {
       axes = cast<shard::AllSliceOp>(op).getGridAxes();
     }
-    if (input.getRank() != 1 || result.getRank() != 1 ||
+    // The runtime exchanges flat chunks: an N-D tensor is one when every
+    // axis before the one gathered, scattered or sliced has size 1
+    // (sequence parallelism's activations).
+    int64_t axis = 0;
+    if (auto gather = dyn_cast<shard::AllGatherOp>(op))
+      axis = gather.getGatherAxis().getSExtValue();
+    else if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op))
+      axis = scatter.getScatterAxis().getSExtValue();
+    else
+      axis = cast<shard::AllSliceOp>(op).getSliceAxis().getSExtValue();
+    auto contiguous = [&](RankedTensorType type) {
+      return axis >= 0 && axis < type.getRank() &&
+             llvm::all_of(type.getShape().take_front(axis),
+                          [](int64_t n) { return n == 1; });
+    };
+    if (input.getRank() != result.getRank() || !contiguous(input) ||
+        !contiguous(result) ||
         input.getElementType() != result.getElementType())
       return op->emitOpError()
-             << "runs only on 1-D tensors of one element type (ZeRO's flat "
-                "partition), got "
-             << input << " -> " << result;
+             << "runs only on tensors of one element type whose axes before "
+                "axis "
+             << axis << " have size 1 (a flat chunk per rank), got " << input
+             << " -> " << result;
   }
   if (axes.size() > 1)
     return op->emitOpError() << "runs over one grid axis, not "

@@ -138,6 +138,9 @@ struct TrainConfig {
   // Tensor parallelism (--tp, DeepSpeed's tensor_parallel.autotp_size):
   // ranks of the tp axis, the grid's fastest.
   int64_t tensorParallelSize = 1;
+  // --sequence-parallel (tensor_parallel.sequence_parallel, Megatron's
+  // name): the activations between tp regions split along the sequence.
+  bool sequenceParallel = false;
   // The job's ranks (--world; 0: not given): dp * pp * tp.
   int64_t worldSize = 0;
   std::vector<std::string> warnings; // collected, printed by the driver
@@ -172,6 +175,8 @@ struct TrainConfigOverrides {
   std::optional<std::string> pipelineSchedule;
   /// --tp (tensor_parallel.autotp_size).
   std::optional<int64_t> tensorParallelSize;
+  /// --sequence-parallel (tensor_parallel.sequence_parallel).
+  std::optional<bool> sequenceParallel;
   /// --precision: enables fp16 or bf16 (and disables the other), or
   /// disables both for fp32, keeping the sections' other keys.
   std::optional<Precision> precision;

@@ -249,6 +249,12 @@ def DsTensorParallel : Pass<"ds-tensor-parallel", "mlir::ModuleOp"> {
            "Ranks of the tensor-parallel axis">,
     Option<"dp", "dp", "int64_t", /*default=*/"1",
            "Ranks of the data-parallel axis (the grid's other axis)">,
+    Option<"sequenceParallel", "sequence-parallel", "bool",
+           /*default=*/"false",
+           "Megatron's sequence parallelism: the activations between a "
+           "row-parallel product and the next column-parallel one split "
+           "along the sequence, each all-reduce an all-gather and a "
+           "reduce-scatter">,
   ];
   let dependentDialects = ["mlir::shard::ShardDialect"];
 }

@@ -186,6 +186,10 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
       *this, "tp",
       llvm::cl::desc("Ranks of the tensor-parallel axis (ds-tensor-parallel)"),
       llvm::cl::init(1)};
+  Option<bool> sequenceParallel{
+      *this, "sequence-parallel",
+      llvm::cl::desc("Megatron's sequence parallelism along the tp axis"),
+      llvm::cl::init(false)};
   Option<int64_t> pp{*this, "pp",
                      llvm::cl::desc("Pipeline stages (ranks of the pp axis)"),
                      llvm::cl::init(1)};
