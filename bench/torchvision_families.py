@@ -7,8 +7,11 @@ parameter its own initializer), then for each one's unfolded export runs
 test/oracles/check_zoo_train.py --forward: one dsopt build, whose forward
 program must reproduce PyTorch's loss and logits (rel 1e-5), and whose
 training program must follow PyTorch's trajectory over STEPS AdamW steps
-with clipping under docs/training.md's tolerance rule. Prints a Markdown
-table, one row per family, with the verdict and the worst errors.
+with clipping under docs/training.md's tolerance rule. The families with
+BatchNorm (models.BATCHNORM_FAMILIES) train and export in training mode:
+batch statistics, and their running statistics, updated by dsopt, must
+match PyTorch's final buffers (rel 1e-5). Prints a Markdown table, one row
+per family, with the verdict and the worst errors.
 
   bench/torchvision_families.py --work /tmp/tv [--only resnet,swin] [--jobs 2]
 
@@ -27,14 +30,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ORACLES = ROOT / "test" / "oracles"
 sys.path.insert(0, str(ORACLES))
-from models import CLASSIFICATION_FAMILIES, SEGMENTATION_FAMILIES  # noqa: E402
+from models import BATCHNORM_FAMILIES, CLASSIFICATION_FAMILIES, SEGMENTATION_FAMILIES  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 STEPS = 10
 LINE = re.compile(r"^(tv_\w+) (\S+) (\S+): (.*)$")
 STATS = re.compile(r"forward loss max\|d\| (?P<loss>\S+), logits max\|d\| (?P<logits>\S+); "
                    r"max loss rel err (?P<rel>\S+), max grad_norm rel err (?P<norm>\S+), "
-                   r"max weight abs err (?P<weight>\S+), widest weight tolerance (?P<tol>[^)\s]+)")
+                   r"max weight abs err (?P<weight>\S+), widest weight tolerance (?P<tol>[^,)\s]+)"
+                   r"(, (?P<stats>\d+) running statistics max rel err (?P<stats_err>[^)\s]+))?")
 
 
 def main() -> int:
@@ -67,19 +71,21 @@ def main() -> int:
         match = LINE.match(line)
         if match:
             rows[match.group(1)] = match.group(4)
-    print(f"| family | kind | dsopt vs PyTorch | forward: loss, logits max abs diff | {STEPS} steps: loss, "
-          "grad norm max rel err | final weights max abs err (widest tolerance) |")
-    print("|---|---|---|---|---|---|")
+    print(f"| family | kind | mode | dsopt vs PyTorch | forward: loss, logits max abs diff | {STEPS} steps: loss, "
+          "grad norm max rel err | final weights max abs err (widest tolerance) | running statistics max rel err |")
+    print("|---|---|---|---|---|---|---|---|")
     for family, name in zip(families, names):
         kind = "segmentation" if family in SEGMENTATION_FAMILIES else "classification"
+        mode = "train" if family in BATCHNORM_FAMILIES else "eval"
         verdict = rows.get(name, "FAIL no result: " + (result.stderr.strip().splitlines() or ["?"])[-1])
         numbers = STATS.search(verdict)
         if verdict.startswith("matches PyTorch") and numbers:
             n = numbers.groupdict()
-            print(f"| {family} | {kind} | matches | {n['loss']}, {n['logits']} | {n['rel']}, {n['norm']} | "
-                  f"{n['weight']} ({n['tol']}) |")
+            stats = f"{n['stats_err']} ({n['stats']} tensors)" if n["stats"] else "-"
+            print(f"| {family} | {kind} | {mode} | matches | {n['loss']}, {n['logits']} | {n['rel']}, {n['norm']} | "
+                  f"{n['weight']} ({n['tol']}) | {stats} |")
         else:
-            print(f"| {family} | {kind} | {verdict.replace('|', '/')} | | | |")
+            print(f"| {family} | {kind} | {mode} | {verdict.replace('|', '/')} | | | | |")
     failures = sum(not v.startswith("matches PyTorch") for v in rows.values()) + len(names) - len(rows)
     print(f"\n{len(names) - failures} of {len(names)} families match PyTorch "
           f"(export {exported:.0f}s, train and compare {time.perf_counter() - start - exported:.0f}s)")

@@ -873,9 +873,19 @@ LogicalResult convertBatchNorm(NodeContext &ctx) {
     return ctx.emit<ds::BatchNormOp>(
         0, operands, {ctx.named("epsilon", b.getF32FloatAttr(epsilon))});
   }
+  // ONNX's reference updates the running variance with the biased batch
+  // variance, PyTorch's BatchNorm in train() with the unbiased one; its
+  // exporter writes the same node for it, so a model PyTorch produced
+  // (producer_name "pytorch") keeps PyTorch's semantics.
+  bool unbiased = false;
+  if (auto module = b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>())
+    if (auto producer = module->getAttrOfType<StringAttr>("ds.producer"))
+      unbiased = producer.getValue() == "pytorch" ||
+                 producer.getValue().starts_with("pytorch ");
   FailureOr<Operation *> op = ctx.create<ds::BatchNormTrainOp>(
       operands, {ctx.named("epsilon", b.getF32FloatAttr(epsilon)),
-                 ctx.named("momentum", b.getF32FloatAttr(momentum))});
+                 ctx.named("momentum", b.getF32FloatAttr(momentum)),
+                 ctx.named("unbiased_running_var", b.getBoolAttr(unbiased))});
   if (failed(op))
     return failure();
   for (unsigned i = 0; i < 4; ++i)

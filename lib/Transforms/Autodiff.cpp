@@ -1,7 +1,14 @@
 //===- Autodiff.cpp - reverse-mode differentiation of the loss -------------===//
 //
 // @F (inputs, parameters) -> (loss, ...) becomes, in a clone @F_grad,
-// @F_grad (inputs, parameters) -> (loss, dloss/dp for every trainable p).
+// @F_grad (inputs, parameters) -> (loss, dloss/dp for every trainable p,
+//                                  new state...).
+//
+// State: the running statistics of training-mode batch norm held in
+// parameters are not trained; the forward pass computes their new values,
+// returned after the gradients and tied to their parameter (ds.updates), so
+// every run of the function (each micro-batch) writes them back, as
+// PyTorch's BatchNorm does in train().
 //
 // Activity analysis keeps the backward pass to what matters: a value is
 // active when it depends on a trainable parameter (forward) and the loss
@@ -115,10 +122,57 @@ struct AutodiffPass : dsopt::impl::DsAutodiffBase<AutodiffPass> {
 private:
   /// The index of the loss among the results of `function`.
   FailureOr<unsigned> findLoss(func::FuncOp function);
-  /// Decides which parameters train and records it on their #ds.param.
+  /// Decides which parameters train and records it on their #ds.param;
+  /// `state` never trains.
   LogicalResult markTrainable(func::FuncOp function, Value loss,
+                              const llvm::DenseSet<Value> &state,
                               SmallVectorImpl<BlockArgument> &trainable);
 };
+
+/// A parameter that the forward pass updates (not by gradient): the new
+/// value of a batch norm's running statistic.
+struct StateUpdate {
+  BlockArgument param;
+  Value updated;
+};
+
+/// The running statistics of training-mode batch norms that are parameters,
+/// each with its new value. A statistic that is a constant (no initializer)
+/// has nowhere to persist and stays as it is. A parameter that is a
+/// running statistic must be nothing else: two batch norms sharing one
+/// (an exporter that merged equal initializers) or another op reading it
+/// would see one update overwrite the other.
+FailureOr<SmallVector<StateUpdate>> findStateUpdates(func::FuncOp function) {
+  SmallVector<StateUpdate> updates;
+  llvm::DenseSet<Value> seen;
+  WalkResult walk = function.walk([&](ds::BatchNormTrainOp op) {
+    std::pair<OpOperand *, Value> stats[] = {
+        {&op.getRunningMeanMutable(), op.getRunningMeanOut()},
+        {&op.getRunningVarMutable(), op.getRunningVarOut()}};
+    for (auto [operand, updated] : stats) {
+      auto arg = dyn_cast<BlockArgument>(operand->get());
+      if (!arg || !function.getArgAttrOfType<ds::ParamAttr>(
+                      arg.getArgNumber(), ds::DsDialect::kParamAttrName))
+        continue;
+      auto param = function.getArgAttrOfType<ds::ParamAttr>(
+          arg.getArgNumber(), ds::DsDialect::kParamAttrName);
+      if (!seen.insert(arg).second || !arg.hasOneUse()) {
+        op.emitError() << "initializer '" << param.getName()
+                       << "' is a running statistic of " << describeOp(op)
+                       << " and is also read elsewhere; each training-mode "
+                          "BatchNormalization needs running statistics of its "
+                          "own (an exporter may have merged initializers of "
+                          "equal values: make them differ)";
+        return WalkResult::interrupt();
+      }
+      updates.push_back({arg, updated});
+    }
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+  return updates;
+}
 
 FailureOr<unsigned> AutodiffPass::findLoss(func::FuncOp function) {
   auto name = [&](unsigned i) -> std::string {
@@ -168,6 +222,7 @@ FailureOr<unsigned> AutodiffPass::findLoss(func::FuncOp function) {
 
 LogicalResult
 AutodiffPass::markTrainable(func::FuncOp function, Value loss,
+                            const llvm::DenseSet<Value> &state,
                             SmallVectorImpl<BlockArgument> &trainable) {
   SmallVector<llvm::GlobPattern> patterns;
   SmallVector<bool> used;
@@ -206,7 +261,7 @@ AutodiffPass::markTrainable(func::FuncOp function, Value loss,
     // The importer marks every float initializer trainable, or those that
     // ONNX's TrainingInfoProto updates when the model has one.
     bool trains = param.getTrainable() && !isFrozen && isFloatTensor(arg) &&
-                  reachesLoss.contains(arg);
+                  reachesLoss.contains(arg) && !state.contains(arg);
     if (trains)
       trainable.push_back(arg);
     function.setArgAttr(arg.getArgNumber(), ds::DsDialect::kParamAttrName,
@@ -258,8 +313,14 @@ void AutodiffPass::runOnOperation() {
   Operation *terminator = body.getTerminator();
   Value loss = terminator->getOperand(*lossIndex);
 
+  FailureOr<SmallVector<StateUpdate>> stateUpdates = findStateUpdates(grad);
+  if (failed(stateUpdates))
+    return signalPassFailure();
+  llvm::DenseSet<Value> state;
+  for (const StateUpdate &update : *stateUpdates)
+    state.insert(update.param);
   SmallVector<BlockArgument> trainable;
-  if (failed(markTrainable(grad, loss, trainable)))
+  if (failed(markTrainable(grad, loss, state, trainable)))
     return signalPassFailure();
   if (trainable.empty()) {
     grad.emitError() << "no parameter trains: none is a floating-point "
@@ -435,6 +496,13 @@ void AutodiffPass::runOnOperation() {
     results.push_back(g);
     resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
         ds::DsDialect::kGradAttrName, builder.getStringAttr(param.getName()))));
+  }
+  // Then the new state, each tied to its parameter.
+  for (const StateUpdate &update : *stateUpdates) {
+    results.push_back(update.updated);
+    resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
+        ds::DsDialect::kUpdatesAttrName,
+        builder.getI64IntegerAttr(update.param.getArgNumber()))));
   }
   auto ret = func::ReturnOp::create(builder, terminator->getLoc(), results);
   terminator->erase();

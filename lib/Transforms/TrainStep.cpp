@@ -2,9 +2,11 @@
 //
 // From @F_grad (inputs, params) -> (loss, grads...) build
 //
-//   @micro_step(inputs, params, acc...) -> (loss, acc'...)
+//   @micro_step(inputs, params, acc...) -> (loss, acc'..., state'...)
 //       acc' = acc + grad (or acc' = grad with one micro-batch per step);
-//       acc' is tied to acc (ds.updates), so it lands in acc's buffer.
+//       acc' is tied to acc (ds.updates), so it lands in acc's buffer;
+//       state' (batch norm running statistics) as @F_grad ties it to its
+//       parameter, written on every micro-batch as PyTorch's train() does.
 //   @optimizer_step(params, acc, states, lr, step[, loss_scale])
 //                                   -> (grad_norm, params', states', acc'...)
 //       norm = sqrt(sum of squares of acc) / k / s; g = acc * scale with
@@ -133,6 +135,11 @@ func::FuncOp OptimizerPass::buildMicroStep(func::FuncOp grad,
     }
     results.push_back(updated);
     resultAttrs.push_back(updatesAttr(b, firstAcc + i));
+  }
+  // The state updates, tied to their parameters as in @F_grad.
+  for (unsigned r = params.size() + 1; r < terminator->getNumOperands(); ++r) {
+    results.push_back(terminator->getOperand(r));
+    resultAttrs.push_back(micro.getResultAttrDict(r));
   }
   func::ReturnOp::create(b, terminator->getLoc(), results);
   terminator->erase();
@@ -397,9 +404,12 @@ void OptimizerPass::runOnOperation() {
       return signalPassFailure();
     }
 
-  // The trainable parameters, in the order of their gradients.
+  // The trainable parameters, in the order of their gradients (the state
+  // updates that follow them stay results of the micro step).
   SmallVector<Param> params;
   for (unsigned i = 1; i < grad.getNumResults(); ++i) {
+    if (grad.getResultAttr(i, ds::DsDialect::kUpdatesAttrName))
+      break;
     auto name = grad.getResultAttrOfType<StringAttr>(
         i, ds::DsDialect::kGradAttrName);
     if (!name) {

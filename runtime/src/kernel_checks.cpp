@@ -806,6 +806,16 @@ Channels check_batch_norm_train(const char *kernel, const Tensor &x, const Tenso
   return ch;
 }
 
+float running_var_factor(int64_t count, bool unbiased) {
+  if (!unbiased)
+    return 1.0f;
+  if (count < 2)
+    fail("batch_norm_train", "the unbiased variance of " + std::to_string(count) +
+                                 " value per channel is undefined (PyTorch refuses to train "
+                                 "BatchNorm on one value per channel)");
+  return static_cast<float>(static_cast<double>(count) / static_cast<double>(count - 1));
+}
+
 Channels check_batch_norm_grad(const char *kernel, const Tensor &dy, const Tensor &x,
                                const Tensor &scale, const Tensor &saved_mean,
                                const Tensor &saved_inv_std, const Tensor &dx,

@@ -267,6 +267,10 @@ Channels check_batch_norm_train(const char *kernel, const Tensor &x, const Tenso
                                 const Tensor &running_var, const Tensor &y,
                                 const Tensor &running_mean_out, const Tensor &running_var_out,
                                 const Tensor &saved_mean, const Tensor &saved_inv_std);
+// What batch_norm_train multiplies the biased batch variance by for the
+// running variance: 1, or count / (count - 1) for the unbiased variance
+// (refused for a single value per channel, as PyTorch refuses it).
+float running_var_factor(int64_t count, bool unbiased);
 Channels check_batch_norm_grad(const char *kernel, const Tensor &dy, const Tensor &x,
                                const Tensor &scale, const Tensor &saved_mean,
                                const Tensor &saved_inv_std, const Tensor &dx,

@@ -318,7 +318,7 @@ const std::map<std::string, KernelFn> &kernels() {
                           c.in("running_mean"), c.in("running_var"), c.out("y"),
                           c.out("running_mean_out"), c.out("running_var_out"),
                           c.out("saved_mean"), c.out("saved_inv_std"), c.attr_float("epsilon"),
-                          c.attr_float("momentum"));
+                          c.attr_float("momentum"), c.attr_bool("unbiased_running_var"));
        }},
       {"reduce",
        [](CaseRun &c) {

@@ -587,21 +587,28 @@ def gen_batch_norm(w):
             y = F.batch_norm(f64(x), f64(m), f64(v), f64(g), f64(b), training=False, eps=eps)
             w.case("batch_norm", name, epsilon=eps).inp("x", x).inp("scale", g).inp("bias", b).inp(
                 "mean", m).inp("var", v).out("y", like(y, dtype)).save()
-            # Training mode: batch statistics with the biased variance, also
-            # for the running variance (ONNX, unlike PyTorch's unbiased one).
+            # Training mode: batch statistics with the biased variance; the
+            # running variance takes the biased one (ONNX's reference) or the
+            # unbiased one (PyTorch's train(), whose running statistics
+            # F.batch_norm updates in place with its momentum 1 - ONNX's).
             momentum = 0.9
             dims = [0] + list(range(2, len(shape)))
             x64 = f64(x)
             bm = x64.mean(dim=dims)
             bv = x64.var(dim=dims, unbiased=False)
             inv = 1.0 / torch.sqrt(bv + eps)
-            y = F.batch_norm(x64, None, None, f64(g), f64(b), training=True, eps=eps)
-            w.case("batch_norm_train", name, epsilon=eps, momentum=momentum).inp("x", x).inp(
-                "scale", g).inp("bias", b).inp("running_mean", m).inp("running_var", v).out(
-                "y", like(y, dtype), atol=1e-5).out(
-                "running_mean_out", like(f64(m) * momentum + bm * (1 - momentum), dtype)).out(
-                "running_var_out", like(f64(v) * momentum + bv * (1 - momentum), dtype)).out(
-                "saved_mean", bm.float()).out("saved_inv_std", inv.float()).save()
+            for unbiased in (False, True):
+                rm, rv = f64(m), f64(v)
+                y = F.batch_norm(x64, rm, rv, f64(g), f64(b), training=True, momentum=1 - momentum, eps=eps)
+                if not unbiased:
+                    rv = f64(v) * momentum + bv * (1 - momentum)
+                w.case("batch_norm_train", name + ("_unbiased" if unbiased else ""), epsilon=eps,
+                       momentum=momentum, unbiased_running_var=unbiased).inp("x", x).inp(
+                    "scale", g).inp("bias", b).inp("running_mean", m).inp("running_var", v).out(
+                    "y", like(y, dtype), atol=1e-5).out(
+                    "running_mean_out", like(rm, dtype)).out(
+                    "running_var_out", like(rv, dtype)).out(
+                    "saved_mean", bm.float()).out("saved_inv_std", inv.float()).save()
 
 
 # --------------------------------------------------------------------------

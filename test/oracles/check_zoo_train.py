@@ -8,7 +8,9 @@ ACCUMULATION below), this:
     (make_train_data.py) into a fresh work directory;
   * maps the export's initializers to the PyTorch parameters
     (initializer_map.py); float initializers that hold no parameter (BatchNorm
-    running statistics, ...) are passed as --frozen;
+    running statistics, ...) are passed as --frozen, except, for a model
+    trained in train mode (models.py's train_mode), the module's float buffers
+    (BatchNorm's running statistics): dsopt keeps and updates those itself;
   * compiles `dsopt MODEL --config CFG [--frozen NAMES] -o OUT`; with
     --forward, runs the build's forward program OUT/run on the export's
     example inputs and compares loss and logits with PyTorch's eval-mode
@@ -19,7 +21,10 @@ ACCUMULATION below), this:
     lr (LR_RTOL) and pre-clipping gradient norm (GRAD_NORM_RTOL); every final
     parameter, read from TRAINED and transposed back where the export
     pre-transposed it (absolute WEIGHT_ATOL, widened by float32 noise, below);
-    frozen initializers must come back bit-identical; and each memory
+    frozen initializers must come back bit-identical; a train-mode model's
+    running statistics must match PyTorch's final buffers (BUFFER_RTOL of
+    the tensor's largest magnitude, widened by float32 noise as the weights
+    are); and each memory
     space's (device, host, file) measured high-water mark equals its arena
     in plan.json (memory_spaces).
 Prints one line per case and a final count; exits 1 on any failure (FAIL: a
@@ -64,6 +69,7 @@ LOSS_RTOL = 1e-4
 # --forward: the forward program's outputs (docs/training.md).
 FORWARD_RTOL = 1e-5
 GRAD_NORM_RTOL = 1e-3
+BUFFER_RTOL = 1e-5
 LR_RTOL = 1e-6
 WEIGHT_ATOL = 1e-4
 WEIGHT_NOISE_FACTOR = 4
@@ -259,6 +265,36 @@ def compare_weights(trained_path: Path, initial, imap, params: Dict[str, np.ndar
     return worst, first
 
 
+def compare_buffers(trained_path: Path, names: List[str], buffers: Dict[str, np.ndarray],
+                    buffers64: Dict[str, np.ndarray]) -> Tuple[float, Optional[str]]:
+    """The running statistics dsopt saved against PyTorch's final buffers:
+    each within BUFFER_RTOL of the tensor's largest magnitude, widened like
+    the weights' tolerance by WEIGHT_NOISE_FACTOR times PyTorch's own
+    float32 noise on it (|float32 - float64| of the reference runs): the
+    statistics are those of activations computed from weights that carry
+    that noise."""
+    import onnx
+    from initializer_map import initializer_arrays
+
+    trained = initializer_arrays(onnx.load(str(trained_path)))
+    worst = 0.0
+    for name in names:
+        got, want = trained[name].astype(np.float64), buffers[name].astype(np.float64)
+        if got.shape != want.shape:
+            return math.inf, f"buffer {name} has shape {list(got.shape)}, PyTorch {list(want.shape)}"
+        scale = max(float(np.abs(want).max(initial=0)), 1e-30)
+        diff = np.abs(got - want)
+        diff[np.isnan(diff)] = np.inf
+        noise = float(np.abs(want - buffers64[name].astype(np.float64)).max(initial=0)) / scale
+        err = float(diff.max(initial=0)) / scale
+        worst = max(worst, err)
+        if not err <= BUFFER_RTOL + WEIGHT_NOISE_FACTOR * noise:
+            i = np.unravel_index(np.argmax(diff), diff.shape)
+            return worst, (f"buffer {name} at {list(map(int, i))}: dsopt {got[i]!r}, PyTorch {want[i]!r} "
+                           f"(rel err {err:.2e} > {BUFFER_RTOL + WEIGHT_NOISE_FACTOR * noise:.2g})")
+    return worst, None
+
+
 def run_tool(command: List[str]) -> Tuple[Optional[subprocess.CompletedProcess], float, Optional[str]]:
     """(result, seconds, why it did not run to completion)."""
     start = time.perf_counter()
@@ -315,6 +351,14 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
 
     command = [*shlex.split(args.dsopt), str(model_path), "--config", str(work / "ds_config.json"),
                "-o", str(work / "program")]
+    # A train-mode model's running statistics are state dsopt updates.
+    state = []
+    if model.train_mode:
+        buffer_names = {n for n, b in model.build().named_buffers() if b.is_floating_point()}
+        state = [n for n in imap.frozen if n in buffer_names]
+        if not state:
+            return fail("FAIL", "a train-mode model whose export holds none of its buffers")
+        imap.frozen[:] = [n for n in imap.frozen if n not in buffer_names]
     if imap.frozen:
         command += ["--frozen", ",".join(imap.frozen)]
     compiled, seconds["dsopt"], why = run_tool(command)
@@ -342,7 +386,8 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
 
     reference = train(model, config, data, args.steps)
     seconds["torch"] = reference.seconds
-    bounds = weight_bounds(reference, train(model, config, data, args.steps, dtype=torch.float64))
+    reference64 = train(model, config, data, args.steps, dtype=torch.float64)
+    bounds = weight_bounds(reference, reference64)
     log, error = read_log(log_path, args.steps)
     if error:
         return fail("FAIL", error)
@@ -356,6 +401,10 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
                                                sign_flip_allowance(config, reference.log))
     stats = (f"max loss rel err {worst['loss']:.1e}, max grad_norm rel err {worst['grad_norm']:.1e}, "
              f"max weight abs err {weight_err:.1e}, widest weight tolerance {max(bounds.values()):.0e}")
+    if state and trained_path.exists():
+        buffer_err, buffer_error = compare_buffers(trained_path, state, reference.buffers, reference64.buffers)
+        weight_error = weight_error or buffer_error
+        stats += f", {len(state)} running statistics max rel err {buffer_err:.1e}"
     if args.forward:
         stats = f"forward {forward}; {stats}"
     timing = " ".join(f"{k} {v:.2f}s" for k, v in seconds.items())

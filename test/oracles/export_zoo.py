@@ -9,13 +9,21 @@ For every model NAME this writes into --out:
   NAME_dynbatch.onnx  (--dynamic-batch) folded export whose axis 0 of every
                       input and of `logits` is the dim_param "batch"
   NAME.inputs.npz     the example inputs, keyed by ONNX input name
-  NAME.outputs.npz    PyTorch eval-mode outputs, keyed by ONNX output name
+  NAME.outputs.npz    PyTorch's outputs (eval mode, or train mode for a model
+                      with train_mode), keyed by ONNX output name
 and a zoo.json index describing all of them.
 
 Exports use torch's TrainingMode.PRESERVE on a module in eval mode: the graph
 has eval semantics (BatchNormalization uses running statistics), but the
 exporter's eval-only peephole that fuses BatchNorm into the preceding Conv is
 skipped, so BatchNorm parameters stay separate, trainable initializers.
+A model with train_mode (models.py) is exported in TrainingMode.TRAINING:
+BatchNormalization-15 with training_mode=1 and its running statistics as
+outputs, Dropout with training_mode true. Running the module in train mode
+updates its running statistics, so the outputs come from a fresh copy; the
+exporter's trace runs it too and the file would hold the statistics after
+one batch, so the file's running statistics are set back to the module's
+initial ones (every BatchNormalization's must be a buffer of the module).
 
 Every file is re-loaded with onnx.load and checked with onnx.checker (with
 strict shape inference). Output is deterministic: the same command writes
@@ -45,6 +53,7 @@ from models import ZOO, ZooModel  # noqa: E402
 # Emitted for every PRESERVE export with folding on. Its premise (a module in
 # training mode) does not hold here: the module is in eval mode.
 _PRESERVE_FOLDING_WARNING = "It is recommended that constant folding be turned off"
+_BATCHES_TRACKED_WARNING = "ONNX Preprocess - Removing mutation from node aten::add_ on block input: '.*num_batches_tracked'"
 
 # Ops that only relay a tensor; the tied-weight check looks through them.
 _RELAY_OPS = ("Transpose", "Identity", "Cast")
@@ -71,11 +80,16 @@ def _export(
     opset: int,
     fold: bool,
     dynamic_axes: Dict[str, Dict[int, str]] = None,
+    train_mode: bool = False,
 ) -> List[str]:
     """Export one file; returns the distinct warnings torch raised."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", message=_PRESERVE_FOLDING_WARNING)
+        # Train mode: BatchNorm's num_batches_tracked counter does not reach
+        # the graph; PyTorch reads it only for momentum=None, which these
+        # models do not use.
+        warnings.filterwarnings("ignore", message=_BATCHES_TRACKED_WARNING)
         torch.onnx.export(
             module,
             tuple(inputs.values()),
@@ -86,7 +100,7 @@ def _export(
             input_names=list(inputs),
             output_names=list(output_names),
             dynamic_axes=dynamic_axes,
-            training=torch.onnx.TrainingMode.PRESERVE,
+            training=torch.onnx.TrainingMode.TRAINING if train_mode else torch.onnx.TrainingMode.PRESERVE,
         )
     return sorted({f"{w.category.__name__}: {w.message}" for w in caught})
 
@@ -170,6 +184,24 @@ def _check_distinct(proto: onnx.ModelProto, module: torch.nn.Module, file_name: 
         raise RuntimeError(f"{file_name}: {n_params} parameters, {len(imap.mapped)} initializers hold them")
 
 
+def _restore_buffers(path: Path, module: torch.nn.Module) -> None:
+    """Sets the running statistics of a train-mode export back to the
+    module's initial buffers: the exporter's trace ran one forward in train
+    mode, which updated them before they were written."""
+    proto = onnx.load(str(path))
+    buffers = {n: b.numpy() for n, b in module.named_buffers() if b.is_floating_point()}
+    inits = {i.name: i for i in proto.graph.initializer}
+    for node in proto.graph.node:
+        if node.op_type != "BatchNormalization":
+            continue
+        for name in node.input[3:5]:
+            if name not in buffers or name not in inits:
+                raise RuntimeError(f"{path.name}: running statistic {name} of {node.name} is not a buffer "
+                                   "of the module held in an initializer")
+            inits[name].CopyFrom(onnx.numpy_helper.from_array(buffers[name], name))
+    onnx.save(proto, str(path))
+
+
 def _file_summary(proto: onnx.ModelProto, path: Path) -> Dict[str, object]:
     return {
         "file": path.name,
@@ -187,7 +219,8 @@ def export_model(model: ZooModel, out: Path, opset: int, dynamic_batch: bool) ->
     module = model.build()
     inputs = model.inputs()
     with torch.no_grad():
-        outputs = {n: t.numpy() for n, t in zip(model.output_names, module(*inputs.values()))}
+        # A train-mode forward updates the running statistics: run a copy.
+        outputs = {n: t.numpy() for n, t in zip(model.output_names, model.build()(*inputs.values()))}
     _save_npz(out / f"{model.name}.inputs.npz", {n: t.numpy() for n, t in inputs.items()})
     _save_npz(out / f"{model.name}.outputs.npz", outputs)
 
@@ -201,8 +234,11 @@ def export_model(model: ZooModel, out: Path, opset: int, dynamic_batch: bool) ->
     for kind, file_name, fold, axes in variants:
         path = out / file_name
         start = time.perf_counter()
-        for message in _export(module, inputs, model.output_names, path, opset, fold, axes):
+        exported = model.build() if model.train_mode else module
+        for message in _export(exported, inputs, model.output_names, path, opset, fold, axes, model.train_mode):
             print(f"  torch warning ({file_name}): {message}", file=sys.stderr)
+        if model.train_mode:
+            _restore_buffers(path, module)
         seconds = time.perf_counter() - start
         proto = _load_and_check(path)
         if axes is None:

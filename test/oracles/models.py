@@ -623,6 +623,11 @@ def _classifier_inputs(x_shape: Tuple[int, ...], n_classes: int, seed: int) -> D
 CLASSIFICATION_FAMILIES = ("resnet", "resnext", "wide_resnet", "mobilenet_v2", "mobilenet_v3", "efficientnet",
                            "regnet", "convnext", "shufflenet_v2", "squeezenet", "densenet", "mnasnet", "swin", "vit")
 SEGMENTATION_FAMILIES = ("fcn", "deeplabv3", "lraspp")
+# The families with BatchNorm: they train and export in training mode
+# (batch statistics, running statistics updated; torchvision_models.build
+# checks the list against the modules).
+BATCHNORM_FAMILIES = ("resnet", "resnext", "wide_resnet", "mobilenet_v2", "mobilenet_v3", "efficientnet", "regnet",
+                      "shufflenet_v2", "densenet", "mnasnet", "fcn", "deeplabv3", "lraspp")
 
 
 @dataclass(frozen=True)
@@ -640,10 +645,14 @@ class VisionConfig:
 
 
 def _vision_config(family: str) -> VisionConfig:
+    # Training-mode BatchNorm over a batch of 2 normalises the last stages'
+    # 1 x 1 maps over two values each, where float32 rounding alone (PyTorch
+    # float32 against float64) moves the trajectory by percents: a batch of 8.
+    batch = 8 if family in BATCHNORM_FAMILIES else 2
     if family in SEGMENTATION_FAMILIES:
-        return VisionConfig(family, segmentation=True)
+        return VisionConfig(family, segmentation=True, batch=batch)
     # ViT's patches and Swin's windows on a 16-pixel image.
-    return VisionConfig(family, image_size=16 if family in ("vit", "swin") else 32)
+    return VisionConfig(family, image_size=16 if family in ("vit", "swin") else 32, batch=batch)
 
 
 def _torchvision_build(cfg: VisionConfig) -> nn.Module:
@@ -674,13 +683,18 @@ class ZooModel:
     exported_by_default: bool = True
     # Parameters used in more than one place (weight tying), by state_dict name.
     tied: Tuple[str, ...] = ()
+    # Trained and exported in training mode (torch.onnx.TrainingMode.TRAINING):
+    # BatchNorm normalises with the batch's statistics and updates its
+    # running statistics, as model.train() does. Otherwise eval mode.
+    train_mode: bool = False
 
     def build(self) -> nn.Module:
-        """The module in eval mode, with weights fixed by the config's seed."""
+        """The module in eval mode (train mode with train_mode), with weights
+        fixed by the config's seed."""
         torch.manual_seed(self.config.seed)
         module = self.module_cls(self.config)
         _init_params(module)
-        return module.eval()
+        return module.train() if self.train_mode else module.eval()
 
     def inputs(self) -> Dict[str, torch.Tensor]:
         return self.make_inputs(self.config)
@@ -738,7 +752,7 @@ ZOO: Dict[str, ZooModel] = {
             exported_by_default=False,
         ),
         *(ZooModel("tv_" + family, _vision_config(family), _torchvision_build, _torchvision_inputs,
-                   exported_by_default=False)
+                   exported_by_default=False, train_mode=family in BATCHNORM_FAMILIES)
           for family in CLASSIFICATION_FAMILIES + SEGMENTATION_FAMILIES),
         ZooModel(
             "cnn",

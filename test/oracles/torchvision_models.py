@@ -31,7 +31,7 @@ from torchvision.models import regnet, resnet, shufflenetv2, squeezenet, swin_tr
 from torchvision.models._utils import IntermediateLayerGetter
 from torchvision.models.segmentation import deeplabv3, fcn, lraspp
 
-from models import CLASSIFICATION_FAMILIES, SEGMENTATION_FAMILIES, VisionConfig
+from models import BATCHNORM_FAMILIES, CLASSIFICATION_FAMILIES, SEGMENTATION_FAMILIES, VisionConfig
 
 
 def distinct_parameters(module: nn.Module, generator: torch.Generator) -> None:
@@ -181,5 +181,16 @@ def build(c: VisionConfig) -> nn.Module:
         module = Segmenter(_segmenters(c)[c.family]())
     else:
         module = Classifier(_classifiers(c)[c.family]())
+    has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
+    if has_batchnorm != (c.family in BATCHNORM_FAMILIES):
+        raise AssertionError(f"{c.family}: the model {'has' if has_batchnorm else 'has no'} BatchNorm, "
+                             f"models.BATCHNORM_FAMILIES says otherwise")
+    # Dropout off: these families train in training mode, where dropout
+    # would draw PyTorch's random masks, which dsopt's generator does not
+    # reproduce (docs/models.md); the train-mode export still holds the
+    # Dropout nodes (ratio 0).
+    for m in module.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
     distinct_parameters(module, torch.Generator().manual_seed(c.seed))
     return module

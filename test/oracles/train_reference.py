@@ -2,9 +2,11 @@
 """PyTorch reference training of a zoo model under a DeepSpeed config.
 
 The module is built exactly as export_zoo.py builds it (models.py, same seed),
-so its initial weights are the exported initializers. It trains with eval-mode
-semantics, as the exported graph computes: BatchNorm normalizes with its
-running statistics, which are buffers and never change. float32, one thread.
+so its initial weights are the exported initializers. It trains with the
+semantics the exported graph computes: eval mode (BatchNorm normalizes with
+its running statistics, which never change), or for a model with train_mode
+train mode (BatchNorm normalizes with the batch's statistics and updates its
+running statistics on every micro-batch's forward). float32, one thread.
 
 One optimizer step s (1-based) on one rank, with DeepSpeed's semantics:
   the global batch (s - 1) mod n_batches of the data is split along its first
@@ -40,6 +42,7 @@ class TrainRun:
     log: List[Dict[str, float]]  # per step: step, loss, lr, grad_norm
     params: Dict[str, np.ndarray]  # final named_parameters (tied ones once)
     seconds: float
+    buffers: Dict[str, np.ndarray] = None  # final float named_buffers (running statistics)
 
 
 def check_data(model: ZooModel, data: Dict[str, np.ndarray], global_batch: int) -> int:
@@ -118,7 +121,7 @@ def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     start = time.perf_counter()
-    module = (module if module is not None else model.build()).to(dtype)  # eval mode
+    module = (module if module is not None else model.build()).to(dtype)  # eval or train mode
     named = dict(module.named_parameters())
     unknown = sorted(set(frozen) - set(named))
     if unknown:
@@ -175,7 +178,8 @@ def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int
     master_of = {id(p): m for p, m in zip(trainable, masters)}
     params = {n: master_of.get(id(p), p).detach() for n, p in module.named_parameters()}
     params = {n: (p.float() if bf16 else p).numpy().copy() for n, p in params.items()}
-    return TrainRun(log, params, time.perf_counter() - start)
+    buffers = {n: b.detach().float().numpy().copy() for n, b in module.named_buffers() if b.is_floating_point()}
+    return TrainRun(log, params, time.perf_counter() - start, buffers)
 
 
 def load_data(directory: Path, model: ZooModel) -> Dict[str, np.ndarray]:

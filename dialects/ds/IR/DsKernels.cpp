@@ -445,6 +445,7 @@ void BatchNormTrainOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getSavedInvStd());
   call.real(getEpsilon().convertToFloat());
   call.real(getMomentum().convertToFloat());
+  call.boolean(getUnbiasedRunningVar());
 }
 
 /// The accumulators of reduce's passes (runtime/src/cpu/reduce.cpp): the

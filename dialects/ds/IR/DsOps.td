@@ -327,16 +327,21 @@ def Ds_BatchNormOp : Ds_Op<"batch_norm", [Ds_ComputeF32, InferTypeOpAdaptor, Ds_
 def Ds_BatchNormTrainOp : Ds_Op<"batch_norm_train", [Ds_ComputeF32, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "batch normalization with batch statistics (training mode)";
   let description = [{
-    Normalizes with the statistics of this batch and returns the updated
-    running statistics, `running * momentum + batch * (1 - momentum)` (ONNX
-    semantics, biased variance as in ONNX), plus the batch mean and inverse
-    standard deviation that backward needs.
+    Normalizes with the statistics of this batch (biased variance) and
+    returns the updated running statistics, `running * momentum + batch *
+    (1 - momentum)` (ONNX's momentum, PyTorch's is 1 - it), plus the batch
+    mean and inverse standard deviation that backward needs. The running
+    variance takes the biased batch variance (ONNX's reference) or, with
+    `unbiased_running_var`, the unbiased one (PyTorch's train()). In a
+    training step, a running statistic that is a parameter is state: the
+    updated value is written back into it (ds-autodiff, ds-optimizer).
   }];
   let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$scale,
                    Ds_FloatTensor:$bias, Ds_FloatTensor:$running_mean,
                    Ds_FloatTensor:$running_var,
                    DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
-                   DefaultValuedAttr<F32Attr, "0.9">:$momentum);
+                   DefaultValuedAttr<F32Attr, "0.9">:$momentum,
+                   DefaultValuedAttr<BoolAttr, "false">:$unbiased_running_var);
   let results = (outs Ds_FloatTensor:$result,
                  Ds_FloatTensor:$running_mean_out,
                  Ds_FloatTensor:$running_var_out,

@@ -405,6 +405,14 @@ LogicalResult BatchNormTrainOp::inferReturnTypes(MLIRContext *context,
                              adaptor.getRunningMean(),
                              adaptor.getRunningVar()})))
     return failure();
+  // The attribute, not its getter: while parsing it may not be set yet.
+  BoolAttr unbiased = adaptor.getUnbiasedRunningVarAttr();
+  if (unbiased && unbiased.getValue() && input.hasStaticShape() &&
+      input.getNumElements() < 2 * input.getDimSize(1))
+    return fail(loc, "training-mode batch norm of " + Twine(input.getNumElements()) +
+                         " values over " + Twine(input.getDimSize(1)) +
+                         " channels: the unbiased running variance needs more "
+                         "than one value per channel (PyTorch refuses it too)");
   auto saved =
       RankedTensorType::get({input.getDimSize(1)}, Float32Type::get(context));
   types.append({input, adaptor.getRunningMean().getType(),

@@ -106,12 +106,15 @@ void batch_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &b
 
 // Training batch norm: batch statistics (biased variance), updated running
 // statistics running * momentum + batch * (1 - momentum), and the saved batch
-// mean and inverse standard deviation (f32) for backward.
+// mean and inverse standard deviation (f32) for backward. The running
+// variance takes the biased batch variance (ONNX's reference), or with
+// unbiased_running_var the unbiased one, times count / (count - 1) with count
+// = N * spatial (PyTorch's BatchNorm in train()).
 void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Tensor &bias,
                       const Tensor &running_mean, const Tensor &running_var, const Tensor &y,
                       const Tensor &running_mean_out, const Tensor &running_var_out,
                       const Tensor &saved_mean, const Tensor &saved_inv_std, float epsilon,
-                      float momentum);
+                      float momentum, bool unbiased_running_var);
 
 // Reduces x over the sorted axes[0..num_axes) into y (y's shape keeps or drops
 // the reduced axes; both layouts are the same elements in the same order).

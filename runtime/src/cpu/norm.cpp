@@ -330,13 +330,14 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
                       const Tensor &running_mean, const Tensor &running_var, const Tensor &y,
                       const Tensor &running_mean_out, const Tensor &running_var_out,
                       const Tensor &saved_mean, const Tensor &saved_inv_std, float epsilon,
-                      float momentum) {
+                      float momentum, bool unbiased_running_var) {
   begin_kernel(s);
   const char *kernel = "batch_norm_train";
   Channels ch = check_batch_norm_train(kernel, x, scale, bias, running_mean, running_var, y,
                                        running_mean_out, running_var_out, saved_mean,
                                        saved_inv_std);
   const int64_t count = ch.n * ch.spatial;
+  const float var_factor = running_var_factor(count, unbiased_running_var);
   // The batch mean goes straight to saved_mean, the inverse standard
   // deviation to saved_inv_std, the running statistics to their outputs.
   float *mu = saved_mean.as<float>(), *inv = saved_inv_std.as<float>();
@@ -371,7 +372,8 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
                      const float rm = channel_load(running_mean, c),
                                  rv = channel_load(running_var, c);
                      channel_store(running_mean_out, c, rm * momentum + mean_c * (1.0f - momentum));
-                     channel_store(running_var_out, c, rv * momentum + var_c * (1.0f - momentum));
+                     channel_store(running_var_out, c,
+                                   rv * momentum + var_c * var_factor * (1.0f - momentum));
                    }
                  });
   });

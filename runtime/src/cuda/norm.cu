@@ -365,7 +365,8 @@ __global__ void batch_norm_train_kernel(const T *x, T *y, Channels ch, ChannelTe
                                         ChannelTensor bias, ChannelTensor running_mean,
                                         ChannelTensor running_var, ChannelTensor mean_out,
                                         ChannelTensor var_out, float *saved_mean,
-                                        float *saved_inv, float epsilon, float momentum) {
+                                        float *saved_inv, float epsilon, float momentum,
+                                        float var_factor) {
   __shared__ double shared[32];
   const int64_t c = blockIdx.x, count = ch.n * ch.spatial;
   double sum = 0.0;
@@ -387,7 +388,7 @@ __global__ void batch_norm_train_kernel(const T *x, T *y, Channels ch, ChannelTe
     saved_inv[c] = inv;
     const float rm = running_mean.at(c), rv = running_var.at(c);
     mean_out.set(c, rm * momentum + mean_c * (1.0f - momentum));
-    var_out.set(c, rv * momentum + var_c * (1.0f - momentum));
+    var_out.set(c, rv * momentum + var_c * var_factor * (1.0f - momentum));
   }
   const float k = scale.at(c) * inv, b = bias.at(c);
   for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
@@ -454,7 +455,7 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
                       const Tensor &running_mean, const Tensor &running_var, const Tensor &y,
                       const Tensor &running_mean_out, const Tensor &running_var_out,
                       const Tensor &saved_mean, const Tensor &saved_inv_std, float epsilon,
-                      float momentum) {
+                      float momentum, bool unbiased_running_var) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "batch_norm_train";
   Channels ch = check_batch_norm_train(kernel, x, scale, bias, running_mean, running_var, y,
@@ -467,7 +468,8 @@ void batch_norm_train(Stream &s, const Tensor &x, const Tensor &scale, const Ten
     batch_norm_train_kernel<T><<<static_cast<unsigned>(ch.c), kRowThreads, 0, stream>>>(
         x.as<T>(), y.as<T>(), ch, channel(scale), channel(bias), channel(running_mean),
         channel(running_var), channel(running_mean_out), channel(running_var_out),
-        saved_mean.as<float>(), saved_inv_std.as<float>(), epsilon, momentum);
+        saved_mean.as<float>(), saved_inv_std.as<float>(), epsilon, momentum,
+        running_var_factor(ch.n * ch.spatial, unbiased_running_var));
   });
   check_launch(kernel);
 }
