@@ -1646,6 +1646,20 @@ FailureOr<bool> foldConstant(NodeContext &ctx) {
                        dtypeName(attr.t().data_type()) +
                        " is not supported (dsopt computes on numbers and "
                        "bool)");
+    // Too large to fold (a baked attention mask): data like an initializer,
+    // referenced where it is stored and loaded by the runtime.
+    if (attr.has_t() && (attr.type() == onnx::AttributeProto::TENSOR ||
+                         attr.type() == onnx::AttributeProto::UNDEFINED)) {
+      int64_t count = 1;
+      bool overflow = false;
+      for (int64_t dim : attr.t().dims())
+        overflow |= dim < 0 || llvm::MulOverflow(count, dim, count);
+      if (overflow || count > kMaxFoldElements) {
+        if (failed(ctx.setOutputData(0, attr.t())))
+          return failure();
+        return true;
+      }
+    }
     FailureOr<HostTensor> value = ctx.tensorAttr(attr);
     if (failed(value))
       return failure();
