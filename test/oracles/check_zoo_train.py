@@ -340,9 +340,15 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
     if why or ran.returncode != 0:
         return fail("FAIL", f"train failed: {why or f'exit {ran.returncode}: ' + one_line(ran.stderr)}")
 
-    reference = train(model, config, data, args.steps)
+    # A table the export folded into a gather of itself is frozen in both.
+    for m in imap.derived:
+        print(f"  warning ({label}): parameter {m.parameter} was folded into initializer "
+              f"{m.initializer} (a gather of itself): both are frozen; export with "
+              f"do_constant_folding=False to train it", file=sys.stderr)
+    frozen = imap.frozen_parameters
+    reference = train(model, config, data, args.steps, frozen)
     seconds["torch"] = reference.seconds
-    bounds = weight_bounds(reference, train(model, config, data, args.steps, dtype=torch.float64))
+    bounds = weight_bounds(reference, train(model, config, data, args.steps, frozen, dtype=torch.float64))
     log, error = read_log(log_path, args.steps)
     if error:
         return fail("FAIL", error)
@@ -358,6 +364,8 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
              f"max weight abs err {weight_err:.1e}, widest weight tolerance {max(bounds.values()):.0e}")
     if args.forward:
         stats = f"forward {forward}; {stats}"
+    if imap.derived:
+        stats += f"; {len(imap.derived)} parameter(s) folded into a gather of themselves, frozen in both"
     timing = " ".join(f"{k} {v:.2f}s" for k, v in seconds.items())
     if log_error or weight_error:
         return fail("MISMATCH", f"{log_error or weight_error} ({stats}) [{timing}]")
