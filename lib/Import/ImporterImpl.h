@@ -90,7 +90,8 @@ public:
   /// Defines output `i` as data too large to fold (a Constant's tensor of
   /// more than kMaxFoldElements elements): a frozen parameter referencing
   /// the tensor's bytes in the model file, as initializers do.
-  mlir::LogicalResult setOutputData(unsigned i, const onnx::TensorProto &tensor);
+  mlir::LogicalResult setOutputData(unsigned i,
+                                    const onnx::TensorProto &tensor);
 
   //===--- building -------------------------------------------------------===//
   /// Creates an op whose result types it infers; fails with the op's own

@@ -140,8 +140,8 @@ struct ValueEntry {
 class GraphImporter {
 public:
   GraphImporter(MLIRContext &context, const onnx::ModelProto &model,
-                const InlinePayloads &payloads, StringRef displayName, StringRef modelDir,
-                const OnnxImportOptions &options)
+                const InlinePayloads &payloads, StringRef displayName,
+                StringRef modelDir, const OnnxImportOptions &options)
       : builder(&context), context(context), model(model),
         graph(model.graph()), payloads(payloads), displayName(displayName),
         modelDir(modelDir), options(options),
@@ -805,9 +805,9 @@ FailureOr<Value> GraphImporter::parameter(NodeContext &ctx, StringRef name) {
                       trainable, initializerIndex[name]);
 }
 
-LogicalResult GraphImporter::defineConstantData(NodeContext &ctx,
-                                                StringRef name,
-                                                const onnx::TensorProto &tensor) {
+LogicalResult
+GraphImporter::defineConstantData(NodeContext &ctx, StringRef name,
+                                  const onnx::TensorProto &tensor) {
   auto payload = payloads.constants.find(currentNode);
   // A constant is not trained; it sorts after every initializer.
   FailureOr<Value> arg = dataArgument(
