@@ -145,9 +145,10 @@ void printModelSummary(ModuleOp module, llvm::raw_ostream &os) {
   ParameterStats stats = computeParameterStats(module);
   os << "parameters  " << stats.tensors << " tensors, "
      << withCommas(stats.elements) << " elements, " << humanBytes(stats.bytes)
-     << "; " << stats.trainableTensors << " floating-point ("
+     << "; " << stats.trainableTensors << " trainable ("
      << withCommas(stats.trainableElements) << " elements), "
-     << stats.tensors - stats.trainableTensors << " integer\n";
+     << stats.tensors - stats.trainableTensors
+     << " not (integer, constant data or excluded by the model)\n";
 
   struct Param {
     StringRef name;

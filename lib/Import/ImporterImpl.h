@@ -87,6 +87,11 @@ public:
   bool hasOutput(unsigned i) const;
   void setOutput(unsigned i, mlir::Value value);
   void setOutputConst(unsigned i, HostTensor value);
+  /// Defines output `i` as data too large to fold (a Constant's tensor of
+  /// more than kMaxFoldElements elements): a frozen parameter referencing
+  /// the tensor's bytes in the model file, as initializers do.
+  mlir::LogicalResult setOutputData(unsigned i,
+                                    const onnx::TensorProto &tensor);
 
   //===--- building -------------------------------------------------------===//
   /// Creates an op whose result types it infers; fails with the op's own

@@ -6,6 +6,7 @@
 #include "llvm/Support/FileSystem.h"
 
 #include <climits>
+#include <optional>
 
 using llvm::Error;
 using llvm::StringRef;
@@ -141,44 +142,97 @@ private:
 
 // Field numbers from onnx.proto.
 constexpr uint32_t kModelGraph = 7;
+constexpr uint32_t kGraphNode = 1;
 constexpr uint32_t kGraphInitializer = 5;
+constexpr uint32_t kNodeAttribute = 5;
+constexpr uint32_t kAttributeName = 1;
+constexpr uint32_t kAttributeTensor = 5;
 constexpr uint32_t kTensorFloatData = 4;
 constexpr uint32_t kTensorName = 8;
 constexpr uint32_t kTensorRawData = 9;
+
+/// The payload of one TensorProto message and its name; nothing when its
+/// values are not one contiguous run (unpacked or split float_data).
+std::optional<InlinePayload> tensorPayload(WireReader tensor,
+                                           std::string *name) {
+  uint32_t field, wireType;
+  const uint8_t *payload;
+  uint64_t length;
+  InlinePayload found;
+  int runs = 0;
+  while (!tensor.atEnd() && tensor.next(field, wireType, payload, length)) {
+    if (wireType != 2)
+      continue;
+    if (field == kTensorName && name) {
+      name->assign(reinterpret_cast<const char *>(payload), length);
+    } else if (field == kTensorRawData || field == kTensorFloatData) {
+      found = {tensor.offsetOf(payload), static_cast<int64_t>(length)};
+      ++runs;
+    }
+  }
+  if (runs != 1)
+    return std::nullopt;
+  return found;
+}
+
+/// The payload of a node's TENSOR attribute named 'value', if any.
+std::optional<InlinePayload> constantPayload(WireReader node,
+                                             const uint8_t *base) {
+  uint32_t field, wireType;
+  const uint8_t *payload;
+  uint64_t length;
+  std::optional<InlinePayload> result;
+  while (!node.atEnd() && node.next(field, wireType, payload, length)) {
+    if (field != kNodeAttribute || wireType != 2)
+      continue;
+    WireReader attribute(payload, payload + length, base);
+    bool isValue = false;
+    std::optional<WireReader> tensor;
+    while (!attribute.atEnd() &&
+           attribute.next(field, wireType, payload, length)) {
+      if (wireType != 2)
+        continue;
+      if (field == kAttributeName)
+        isValue = StringRef(reinterpret_cast<const char *>(payload), length) ==
+                  "value";
+      else if (field == kAttributeTensor)
+        tensor.emplace(payload, payload + length, base);
+    }
+    if (isValue && tensor)
+      result = tensorPayload(*tensor, nullptr);
+  }
+  return result;
+}
 } // namespace
 
-llvm::StringMap<InlinePayload> scanInlinePayloads(StringRef bytes) {
-  llvm::StringMap<InlinePayload> payloads;
+InlinePayloads scanInlinePayloads(StringRef bytes) {
+  InlinePayloads payloads;
   const auto *base = reinterpret_cast<const uint8_t *>(bytes.data());
   WireReader model(base, base + bytes.size(), base);
   uint32_t field, wireType;
   const uint8_t *payload;
   uint64_t length;
+  // Repeated graph fields merge, so node positions run on across them.
+  int nodeIndex = 0;
   while (!model.atEnd() && model.next(field, wireType, payload, length)) {
     if (field != kModelGraph || wireType != 2)
       continue;
     WireReader graph(payload, payload + length, base);
     while (!graph.atEnd() && graph.next(field, wireType, payload, length)) {
-      if (field != kGraphInitializer || wireType != 2)
+      if (wireType != 2)
         continue;
-      WireReader tensor(payload, payload + length, base);
-      std::string name;
-      InlinePayload found;
-      int runs = 0;
-      while (!tensor.atEnd() &&
-             tensor.next(field, wireType, payload, length)) {
-        if (wireType != 2)
-          continue;
-        if (field == kTensorName) {
-          name.assign(reinterpret_cast<const char *>(payload), length);
-        } else if (field == kTensorRawData || field == kTensorFloatData) {
-          found = {tensor.offsetOf(payload), static_cast<int64_t>(length)};
-          ++runs;
-        }
+      WireReader message(payload, payload + length, base);
+      if (field == kGraphNode) {
+        if (std::optional<InlinePayload> found =
+                constantPayload(message, base))
+          payloads.constants[nodeIndex] = *found;
+        ++nodeIndex;
+      } else if (field == kGraphInitializer) {
+        std::string name;
+        std::optional<InlinePayload> found = tensorPayload(message, &name);
+        if (found && !name.empty())
+          payloads.initializers[name] = *found;
       }
-      // Several runs (unpacked or split float_data) are not contiguous.
-      if (runs == 1 && !name.empty())
-        payloads[name] = found;
     }
   }
   return payloads;

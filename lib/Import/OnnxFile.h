@@ -2,8 +2,9 @@
 //
 // Loads a ModelProto from disk with the checks a compiler owes its users:
 // empty, truncated, oversized and non-protobuf files are clear errors, and the
-// byte offsets of inline initializer payloads are recovered so parameters can
-// reference their bytes in the model file instead of copying them into IR.
+// byte offsets of inline initializer payloads (and of Constant nodes' tensors)
+// are recovered so parameters and large constants can reference their bytes
+// in the model file instead of copying them into IR.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +13,7 @@
 
 #include "onnx/onnx.pb.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -27,13 +29,21 @@ struct InlinePayload {
   int64_t length = 0;
 };
 
+/// The contiguous payloads of a model file's main graph.
+struct InlinePayloads {
+  /// Graph initializer name -> payload position, for those stored inline as
+  /// one contiguous run.
+  llvm::StringMap<InlinePayload> initializers;
+  /// Position in graph.node -> payload of that node's TENSOR attribute
+  /// named 'value' (a Constant node's tensor), when it is one contiguous run.
+  llvm::DenseMap<int, InlinePayload> constants;
+};
+
 struct LoadedModel {
   onnx::ModelProto model;
   /// The file, mapped; payload offsets point into it.
   std::unique_ptr<llvm::MemoryBuffer> buffer;
-  /// Graph initializer name -> payload position, for those stored inline as
-  /// one contiguous run.
-  llvm::StringMap<InlinePayload> inlinePayloads;
+  InlinePayloads inlinePayloads;
 };
 
 /// Reads and parses `path`. Errors name the file and the problem.
@@ -44,8 +54,9 @@ llvm::Error parseModelBytes(llvm::StringRef displayName, llvm::StringRef bytes,
                             onnx::ModelProto &model);
 
 /// Walks the protobuf wire format of a ModelProto and records, for every
-/// initializer of the main graph, the position of a contiguous payload.
-llvm::StringMap<InlinePayload> scanInlinePayloads(llvm::StringRef bytes);
+/// initializer of the main graph and every 'value' tensor attribute of its
+/// nodes, the position of a contiguous payload.
+InlinePayloads scanInlinePayloads(llvm::StringRef bytes);
 
 } // namespace dsopt::onnx_import
 

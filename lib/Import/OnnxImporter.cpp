@@ -140,9 +140,8 @@ struct ValueEntry {
 class GraphImporter {
 public:
   GraphImporter(MLIRContext &context, const onnx::ModelProto &model,
-                const llvm::StringMap<InlinePayload> &payloads,
-                StringRef displayName, StringRef modelDir,
-                const OnnxImportOptions &options)
+                const InlinePayloads &payloads, StringRef displayName,
+                StringRef modelDir, const OnnxImportOptions &options)
       : builder(&context), context(context), model(model),
         graph(model.graph()), payloads(payloads), displayName(displayName),
         modelDir(modelDir), options(options),
@@ -178,6 +177,11 @@ public:
   void defineConstant(StringRef name, HostTensor value) {
     values[name].constant = std::move(value);
   }
+  /// Defines `name`, the output of the Constant node being imported, as
+  /// data: a frozen parameter whose value is `tensor`'s bytes in the model
+  /// file (or its external data), never copied into the IR.
+  LogicalResult defineConstantData(NodeContext &ctx, StringRef name,
+                                   const onnx::TensorProto &tensor);
   LogicalResult nodeError(const onnx::NodeProto &node, int64_t opset,
                           const Twine &message);
   std::string describeNode(const onnx::NodeProto &node, int64_t opset) const;
@@ -196,8 +200,18 @@ private:
   llvm::Error importNode(int index);
   llvm::Error createOutputs();
   FailureOr<Value> parameter(NodeContext &ctx, StringRef name);
+  /// A parameter argument holding `tensor` (`what` names it in errors;
+  /// `payload` is its contiguous run in the model file, if any; `order`
+  /// sorts the parameters).
+  FailureOr<Value> dataArgument(NodeContext &ctx, StringRef name,
+                                const onnx::TensorProto &tensor,
+                                const std::string &what,
+                                const InlinePayload *payload, bool trainable,
+                                int order);
   llvm::Expected<Attribute> parameterData(const onnx::TensorProto &tensor,
-                                          RankedTensorType type);
+                                          RankedTensorType type,
+                                          const std::string &what,
+                                          const InlinePayload *payload);
   llvm::Expected<RankedTensorType>
   resolveValueType(StringRef name, const onnx::TypeProto &type, bool isInput);
   llvm::Error checkDeclaredType(const onnx::NodeProto *node, int64_t opset,
@@ -228,7 +242,7 @@ private:
   MLIRContext &context;
   const onnx::ModelProto &model;
   const onnx::GraphProto &graph;
-  const llvm::StringMap<InlinePayload> &payloads;
+  const InlinePayloads &payloads;
   std::string displayName, modelDir;
   const OnnxImportOptions &options;
   ScopedDiagnosticHandler diagnosticHandler;
@@ -254,7 +268,9 @@ private:
   func::FuncOp function;
   Block *body = nullptr;
   unsigned numInputs = 0;
-  llvm::SmallVector<int> parameterInitializer; // per parameter argument
+  /// Per parameter argument: its initializer's position, or for a large
+  /// constant the number of initializers plus its node's position.
+  llvm::SmallVector<int> parameterInitializer;
   llvm::DenseMap<Value, ds::ParamAttr> paramAttrs;
   std::vector<std::string> inputNames, outputNames;
   llvm::DenseMap<Attribute, Value> constantCache;
@@ -462,6 +478,13 @@ void NodeContext::setOutput(unsigned i, Value value) {
 void NodeContext::setOutputConst(unsigned i, HostTensor value) {
   if (hasOutput(i))
     importer.defineConstant(node.output(i), std::move(value));
+}
+
+LogicalResult NodeContext::setOutputData(unsigned i,
+                                         const onnx::TensorProto &tensor) {
+  if (!hasOutput(i))
+    return success();
+  return importer.defineConstantData(*this, node.output(i), tensor);
 }
 
 FailureOr<Value> NodeContext::materialize(const HostTensor &value) {
@@ -725,9 +748,9 @@ FailureOr<RankedTensorType> GraphImporter::typeOf(NodeContext &ctx,
 
 llvm::Expected<Attribute>
 GraphImporter::parameterData(const onnx::TensorProto &tensor,
-                             RankedTensorType type) {
+                             RankedTensorType type, const std::string &what,
+                             const InlinePayload *payload) {
   int64_t bytes = *ds::getByteSize(type);
-  StringRef name = tensor.name();
   if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
     auto ref = resolveExternalData(modelDir, tensor, bytes);
     if (!ref)
@@ -739,16 +762,15 @@ GraphImporter::parameterData(const onnx::TensorProto &tensor,
     if (std::optional<std::string> problem =
             inlinePayloadProblem(tensor, type.getShape(),
                                  type.getNumElements()))
-      return makeError("initializer '" + name + "' " + *problem);
-    auto payload = payloads.find(name);
+      return makeError(what + " " + *problem);
     bool contiguous =
-        payload != payloads.end() && payload->second.length == bytes &&
+        payload && payload->length == bytes &&
         (tensor.has_raw_data() ||
          static_cast<DType>(tensor.data_type()) == DType::Float);
     if (contiguous && bytes > options.maxInlineParamBytes)
-      return ds::ExternalDataAttr::get(
-          &context, llvm::sys::path::filename(displayName),
-          payload->second.offset, payload->second.length);
+      return ds::ExternalDataAttr::get(&context,
+                                       llvm::sys::path::filename(displayName),
+                                       payload->offset, payload->length);
     // Otherwise (small, or typed fields that are not one run of raw bytes in
     // the file) the value goes into the IR.
   }
@@ -757,11 +779,10 @@ GraphImporter::parameterData(const onnx::TensorProto &tensor,
   nodeErrorMessage.clear();
   int64_t count = type.getNumElements();
   if (count > kMaxFoldElements)
-    return makeError("initializer '" + name +
-                     "' stores its values as typed protobuf fields and is too "
+    return makeError(what +
+                     " stores its values as typed protobuf fields and is too "
                      "large to embed; store it as raw_data or external data");
-  FailureOr<HostTensor> value =
-      readTensor(tensor, "initializer '" + name + "'");
+  FailureOr<HostTensor> value = readTensor(tensor, what);
   if (failed(value)) {
     std::string message = nodeErrorMessage;
     nodeErrorMessage = saved;
@@ -773,18 +794,46 @@ GraphImporter::parameterData(const onnx::TensorProto &tensor,
 
 FailureOr<Value> GraphImporter::parameter(NodeContext &ctx, StringRef name) {
   const onnx::TensorProto &tensor = *initializers[name];
+  auto payload = payloads.initializers.find(name);
+  bool trainable =
+      isFloatDType(static_cast<DType>(tensor.data_type())) &&
+      (!trainedInitializers || trainedInitializers->contains(name));
+  return dataArgument(ctx, name, tensor, "initializer '" + name.str() + "'",
+                      payload == payloads.initializers.end()
+                          ? nullptr
+                          : &payload->second,
+                      trainable, initializerIndex[name]);
+}
+
+LogicalResult
+GraphImporter::defineConstantData(NodeContext &ctx, StringRef name,
+                                  const onnx::TensorProto &tensor) {
+  auto payload = payloads.constants.find(currentNode);
+  // A constant is not trained; it sorts after every initializer.
+  FailureOr<Value> arg = dataArgument(
+      ctx, name, tensor, "attribute 'value'",
+      payload == payloads.constants.end() ? nullptr : &payload->second,
+      /*trainable=*/false,
+      static_cast<int>(initializerIndex.size()) + currentNode);
+  return failure(failed(arg));
+}
+
+FailureOr<Value> GraphImporter::dataArgument(NodeContext &ctx, StringRef name,
+                                             const onnx::TensorProto &tensor,
+                                             const std::string &what,
+                                             const InlinePayload *payload,
+                                             bool trainable, int order) {
   int32_t dtype = tensor.data_type();
   Type element = toMlirElementType(context, dtype);
   if (!element)
-    return ctx.error("initializer '" + name + "' has element type " +
-                     dtypeName(dtype) +
+    return ctx.error(what + " has element type " + dtypeName(dtype) +
                      ", which dsopt does not support (f32, f16, bf16, i64, "
                      "i32, bool)");
   SmallVector<int64_t> shape;
   int64_t count = 1;
   for (int64_t dim : tensor.dims()) {
     if (dim < 0 || llvm::MulOverflow(count, dim, count))
-      return ctx.error("initializer '" + name + "' has shape " +
+      return ctx.error(what + " has shape " +
                        shapeString(SmallVector<int64_t>(tensor.dims().begin(),
                                                         tensor.dims().end())) +
                        " whose size is negative or overflows 64 bits");
@@ -792,16 +841,14 @@ FailureOr<Value> GraphImporter::parameter(NodeContext &ctx, StringRef name) {
   }
   auto type = RankedTensorType::get(shape, element);
   if (!ds::getByteSize(type))
-    return ctx.error("initializer '" + name + "' of type " +
-                     Twine(dtypeName(dtype)) + " and shape " +
-                     shapeString(shape) + " overflows 64-bit byte sizes");
-  llvm::Expected<Attribute> data = parameterData(tensor, type);
+    return ctx.error(what + " of type " + Twine(dtypeName(dtype)) +
+                     " and shape " + shapeString(shape) +
+                     " overflows 64-bit byte sizes");
+  llvm::Expected<Attribute> data = parameterData(tensor, type, what, payload);
   if (!data)
     return ctx.error(llvm::toString(data.takeError()));
-  bool trainable = isFloatDType(static_cast<DType>(dtype)) &&
-                   (!trainedInitializers || trainedInitializers->contains(name));
   Value arg = body->addArgument(type, ctx.loc());
-  parameterInitializer.push_back(initializerIndex[name]);
+  parameterInitializer.push_back(order);
   auto param = ds::ParamAttr::get(&context, name, trainable, *data);
   // Argument attributes are set on the function once the signature is
   // final; keep them on the side until then.
@@ -1314,7 +1361,7 @@ importOnnxBytes(MLIRContext &context, StringRef bytes, StringRef displayName,
   if (llvm::Error err =
           onnx_import::parseModelBytes(displayName, bytes, model))
     return err;
-  llvm::StringMap<onnx_import::InlinePayload> payloads =
+  onnx_import::InlinePayloads payloads =
       onnx_import::scanInlinePayloads(bytes);
   onnx_import::GraphImporter importer(context, model, payloads, displayName,
                                       modelDir, options);

@@ -1656,6 +1656,20 @@ FailureOr<bool> foldConstant(NodeContext &ctx) {
                        dtypeName(attr.t().data_type()) +
                        " is not supported (dsopt computes on numbers and "
                        "bool)");
+    // Too large to fold (a baked attention mask): data like an initializer,
+    // referenced where it is stored and loaded by the runtime.
+    if (attr.has_t() && (attr.type() == onnx::AttributeProto::TENSOR ||
+                         attr.type() == onnx::AttributeProto::UNDEFINED)) {
+      int64_t count = 1;
+      bool overflow = false;
+      for (int64_t dim : attr.t().dims())
+        overflow |= dim < 0 || llvm::MulOverflow(count, dim, count);
+      if (overflow || count > kMaxFoldElements) {
+        if (failed(ctx.setOutputData(0, attr.t())))
+          return failure();
+        return true;
+      }
+    }
     FailureOr<HostTensor> value = ctx.tensorAttr(attr);
     if (failed(value))
       return failure();
@@ -3233,16 +3247,31 @@ LogicalResult convertGroupNorm(NodeContext &ctx) {
   return success();
 }
 
-/// Resize, modes nearest and linear (separable: one axis at a time), with
-/// the coordinate transformations half_pixel, pytorch_half_pixel,
-/// half_pixel_symmetric, align_corners and asymmetric. Output sizes and
-/// scales must be known at compile time. Nearest gathers one source per
-/// output element; linear gathers the two neighbours (clamped to the edge,
-/// as ONNX's reference and PyTorch) and blends them with constant weights.
+/// Keys' cubic convolution kernel with coefficient `a` at distance `d`.
+static double cubicWeight(double d, double a) {
+  d = std::abs(d);
+  if (d <= 1)
+    return ((a + 2) * d - (a + 3)) * d * d + 1;
+  if (d < 2)
+    return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;
+  return 0;
+}
+
+/// Resize, modes nearest, linear and cubic (separable: one axis at a time),
+/// with the coordinate transformations half_pixel, pytorch_half_pixel,
+/// half_pixel_symmetric, align_corners, asymmetric and tf_crop_and_resize.
+/// Output sizes, scales and the roi must be known at compile time. Nearest
+/// gathers one source per output element; linear and cubic gather the 2 or 4
+/// neighbours (clamped to the edge, as ONNX's reference and PyTorch) and
+/// blend them with constant weights (with exclude_outside, the neighbours
+/// outside the input get none and the others are renormalized).
+/// tf_crop_and_resize puts extrapolation_value where the source coordinate
+/// falls outside the input.
 LogicalResult convertResize(NodeContext &ctx) {
   FailureOr<Value> input = ctx.input(0);
   std::string mode, transform, nearestMode, aspect;
   int64_t antialias, excludeOutside;
+  float cubicA, extrapolation;
   if (failed(input) ||
       failed(ctx.stringAttr("mode", mode, StringRef("nearest"))) ||
       failed(ctx.stringAttr("coordinate_transformation_mode", transform,
@@ -3252,17 +3281,20 @@ LogicalResult convertResize(NodeContext &ctx) {
       failed(ctx.stringAttr("keep_aspect_ratio_policy", aspect,
                             StringRef("stretch"))) ||
       failed(ctx.intAttr("antialias", antialias, 0)) ||
-      failed(ctx.intAttr("exclude_outside", excludeOutside, 0)))
+      failed(ctx.intAttr("exclude_outside", excludeOutside, 0)) ||
+      failed(ctx.floatAttr("cubic_coeff_a", cubicA, -0.75f)) ||
+      failed(ctx.floatAttr("extrapolation_value", extrapolation, 0.0f)))
     return failure();
-  if (mode != "nearest" && mode != "linear")
-    return ctx.error("mode '" + mode + "' is not supported (only 'nearest' "
-                     "and 'linear')");
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    return ctx.error("mode '" + mode + "' is not supported (nearest, linear, "
+                     "cubic)");
   if (transform != "half_pixel" && transform != "pytorch_half_pixel" &&
       transform != "half_pixel_symmetric" && transform != "align_corners" &&
-      transform != "asymmetric")
+      transform != "asymmetric" && transform != "tf_crop_and_resize")
     return ctx.error("coordinate_transformation_mode '" + transform +
                      "' is not supported (half_pixel, pytorch_half_pixel, "
-                     "half_pixel_symmetric, align_corners, asymmetric)");
+                     "half_pixel_symmetric, align_corners, asymmetric, "
+                     "tf_crop_and_resize)");
   if (nearestMode != "round_prefer_floor" &&
       nearestMode != "round_prefer_ceil" && nearestMode != "floor" &&
       nearestMode != "ceil")
@@ -3275,8 +3307,11 @@ LogicalResult convertResize(NodeContext &ctx) {
                      "' is not stretch, not_larger or not_smaller");
   auto type = cast<RankedTensorType>(input->getType());
   int64_t rank = type.getRank();
-  if (mode == "linear" && !isa<FloatType>(type.getElementType()))
-    return ctx.error("linear mode needs a floating-point input");
+  if (mode != "nearest" && !isa<FloatType>(type.getElementType()))
+    return ctx.error(mode + " mode needs a floating-point input");
+  bool crop = transform == "tf_crop_and_resize";
+  if (crop && !isa<FloatType>(type.getElementType()))
+    return ctx.error("tf_crop_and_resize needs a floating-point input");
   std::optional<SmallVector<int64_t>> axesAttr;
   if (failed(ctx.intsAttr("axes", axesAttr)))
     return failure();
@@ -3311,6 +3346,24 @@ LogicalResult convertResize(NodeContext &ctx) {
   }
   if (!!scalesInput == !!sizesInput)
     return ctx.error("exactly one of scales and sizes must be given");
+  // tf_crop_and_resize's region: starts then ends, per resized axis, as
+  // fractions of the input.
+  SmallVector<double> roiStart(rank, 0.0), roiEnd(rank, 1.0);
+  if (crop) {
+    const HostTensor *roi =
+        ctx.hasInput(1) ? ctx.constInput(1, /*readParameters=*/true) : nullptr;
+    if (!roi || roi->numElements() == 0)
+      return ctx.error("tf_crop_and_resize needs roi (input 1), known at "
+                       "compile time");
+    if (static_cast<size_t>(roi->numElements()) != 2 * count)
+      return ctx.error("roi has " + Twine(roi->numElements()) +
+                       " entries; tf_crop_and_resize needs 2 per axis (" +
+                       Twine(2 * count) + ")");
+    for (size_t i = 0; i < count; ++i) {
+      roiStart[axes[i]] = roi->floatAt(i);
+      roiEnd[axes[i]] = roi->floatAt(count + i);
+    }
+  }
   SmallVector<double> scales(rank, 1.0);
   SmallVector<int64_t> outSizes(type.getShape());
   if (scalesInput) {
@@ -3351,7 +3404,8 @@ LogicalResult convertResize(NodeContext &ctx) {
   for (int64_t axis = 0; axis < rank; ++axis) {
     int64_t in = type.getDimSize(axis), out = outSizes[axis];
     double scale = scales[axis];
-    if (out == in && scale == 1.0)
+    if (out == in && scale == 1.0 &&
+        !(crop && (roiStart[axis] != 0.0 || roiEnd[axis] != 1.0)))
       continue;
     if (in == 0 || out == 0)
       return ctx.error("cannot resize axis " + Twine(axis) + " from " +
@@ -3368,6 +3422,11 @@ LogicalResult convertResize(NodeContext &ctx) {
                                     (resized - 1.0);
       if (transform == "asymmetric")
         return o / scale;
+      if (crop) {
+        double span = (roiEnd[axis] - roiStart[axis]) * (in - 1);
+        return out > 1 ? roiStart[axis] * (in - 1) + o * span / (resized - 1)
+                       : 0.5 * (roiStart[axis] + roiEnd[axis]) * (in - 1);
+      }
       if (transform == "pytorch_half_pixel")
         return resized > 1.0 ? (o + 0.5) / scale - 0.5 : 0.0;
       if (transform == "half_pixel_symmetric") {
@@ -3380,11 +3439,21 @@ LogicalResult convertResize(NodeContext &ctx) {
     auto clampIndex = [&](int64_t i) {
       return std::clamp<int64_t>(i, 0, in - 1);
     };
-    if (mode == "nearest") {
-      SmallVector<int64_t> indices;
-      for (int64_t i = 0; i < out; ++i) {
-        double s = source(i);
-        double f = std::floor(s);
+    // Each output element is a weighted sum of taps: one (nearest), two
+    // (linear) or four (cubic) source elements, clamped to the edge.
+    int64_t taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
+    SmallVector<SmallVector<int64_t>> index(taps);
+    SmallVector<SmallVector<double>> weight(taps);
+    // tf_crop_and_resize: 1 where the source is inside the input.
+    SmallVector<double> inside;
+    bool anyOutside = false;
+    for (int64_t i = 0; i < out; ++i) {
+      double s = source(i);
+      bool isInside = !crop || (s >= 0 && s <= static_cast<double>(in - 1));
+      anyOutside |= !isInside;
+      inside.push_back(isInside ? 1.0 : 0.0);
+      double f = std::floor(s);
+      if (mode == "nearest") {
         int64_t k;
         if (nearestMode == "floor")
           k = static_cast<int64_t>(f);
@@ -3395,38 +3464,68 @@ LogicalResult convertResize(NodeContext &ctx) {
                                                                       : f);
         else
           k = static_cast<int64_t>(std::round(s));
-        indices.push_back(clampIndex(k));
+        index[0].push_back(clampIndex(k));
+        weight[0].push_back(1.0);
+        continue;
       }
-      FailureOr<Value> gathered = emitGatherAt(ctx, x, axis, indices);
+      // Taps floor(s) - first ... floor(s) - first + taps - 1.
+      int64_t first = static_cast<int64_t>(f) - (taps == 4 ? 1 : 0);
+      double t = s - f, total = 0;
+      SmallVector<double> w(taps);
+      for (int64_t k = 0; k < taps; ++k) {
+        int64_t at = first + k;
+        double distance = s - static_cast<double>(at);
+        w[k] = taps == 2 ? (k == 0 ? 1.0 - t : t)
+                         : cubicWeight(distance, cubicA);
+        if (excludeOutside && (at < 0 || at >= in))
+          w[k] = 0;
+        total += w[k];
+      }
+      for (int64_t k = 0; k < taps; ++k) {
+        index[k].push_back(clampIndex(first + k));
+        weight[k].push_back(excludeOutside && total != 0 ? w[k] / total
+                                                         : w[k]);
+      }
+    }
+    SmallVector<Value> terms;
+    for (int64_t k = 0; k < taps; ++k) {
+      FailureOr<Value> gathered = emitGatherAt(ctx, x, axis, index[k]);
       if (failed(gathered))
         return failure();
-      x = *gathered;
-      continue;
+      terms.push_back(*gathered);
     }
-    SmallVector<int64_t> low, high;
-    SmallVector<double> lowWeight, highWeight;
-    for (int64_t i = 0; i < out; ++i) {
-      double s = source(i);
-      double f = std::floor(s);
-      low.push_back(clampIndex(static_cast<int64_t>(f)));
-      high.push_back(clampIndex(static_cast<int64_t>(f) + 1));
-      highWeight.push_back(s - f);
-      lowWeight.push_back(1.0 - (s - f));
+    Value sum;
+    for (int64_t k = 0; k < taps; ++k) {
+      FailureOr<Value> term = terms[k];
+      if (mode != "nearest") {
+        FailureOr<Value> w = axisVector(ctx, x, axis, rank, weight[k]);
+        if (failed(w))
+          return failure();
+        term = emitValue(ctx.create<ds::MulOp>({terms[k], *w}));
+      }
+      if (succeeded(term) && sum)
+        term = emitValue(ctx.create<ds::AddOp>({sum, *term}));
+      if (failed(term))
+        return failure();
+      sum = *term;
     }
-    FailureOr<Value> a = emitGatherAt(ctx, x, axis, low);
-    FailureOr<Value> b = emitGatherAt(ctx, x, axis, high);
-    FailureOr<Value> wa = axisVector(ctx, x, axis, rank, lowWeight);
-    FailureOr<Value> wb = axisVector(ctx, x, axis, rank, highWeight);
-    if (failed(a) || failed(b) || failed(wa) || failed(wb))
-      return failure();
-    FailureOr<Value> pa = emitValue(ctx.create<ds::MulOp>({*a, *wa}));
-    FailureOr<Value> pb = emitValue(ctx.create<ds::MulOp>({*b, *wb}));
-    if (failed(pa) || failed(pb))
-      return failure();
-    FailureOr<Value> sum = emitValue(ctx.create<ds::AddOp>({*pa, *pb}));
-    if (failed(sum))
-      return failure();
-    x = *sum;
+    if (anyOutside) {
+      // value * inside + extrapolation * (1 - inside)
+      SmallVector<double> fill;
+      for (double v : inside)
+        fill.push_back(v ? 0.0 : static_cast<double>(extrapolation));
+      FailureOr<Value> keep = axisVector(ctx, sum, axis, rank, inside);
+      FailureOr<Value> other = axisVector(ctx, sum, axis, rank, fill);
+      if (failed(keep) || failed(other))
+        return failure();
+      FailureOr<Value> kept = emitValue(ctx.create<ds::MulOp>({sum, *keep}));
+      if (succeeded(kept))
+        kept = emitValue(ctx.create<ds::AddOp>({*kept, *other}));
+      if (failed(kept))
+        return failure();
+      sum = *kept;
+    }
+    x = sum;
   }
   ctx.setOutput(0, x);
   return success();
@@ -4599,7 +4698,7 @@ struct Registry {
     add("", "GlobalMaxPool", op(convertGlobalMaxPool, nullptr, "ds.reduce_max over the spatial axes"));
     add("", "InstanceNormalization", op(convertInstanceNorm, nullptr, "ds.layer_norm per (sample, channel), ds.mul, ds.add"));
     add("", "GroupNormalization", op(convertGroupNorm, nullptr, "ds.layer_norm per (sample, group), ds.mul, ds.add (opset 18: per-group, 21: per-channel scale)"));
-    add("", "Resize", op(convertResize, nullptr, "ds.gather per axis (nearest), two ds.gather blended (linear)"));
+    add("", "Resize", op(convertResize, nullptr, "ds.gather per axis (nearest), 2 (linear) or 4 (cubic) ds.gather blended"));
     add("", "ConvTranspose", op(convertConvTranspose, nullptr, "ds.conv_grad_input (+ bias)"));
     // Indices, one-hot, norms and contractions, composed of ds ops
     add("", "ArgMax", op(convertArgExtremum<true>, nullptr, "ds.reduce_max, ds.compare, ds.where, ds.reduce_max of indices"));

@@ -76,7 +76,7 @@ COMPILE_TIME_OPERANDS = {
     "Unsqueeze": {1}, "ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1},
     "Slice": {1, 2, 3, 4}, "Trilu": {1}, "Dropout": {1, 2},
     "ConstantOfShape": {0}, "Range": {0, 1, 2},
-    "Pad": {1, 3}, "Tile": {1}, "Resize": {2, 3}, "OneHot": {1},
+    "Pad": {1, 3}, "Tile": {1}, "Resize": {1, 2, 3}, "OneHot": {1},
     "CumSum": {1}, "TopK": {1},
 }
 

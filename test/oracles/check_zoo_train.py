@@ -384,9 +384,15 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
     if why or ran.returncode != 0:
         return fail("FAIL", f"train failed: {why or f'exit {ran.returncode}: ' + one_line(ran.stderr)}")
 
-    reference = train(model, config, data, args.steps)
+    # A table the export folded into a gather of itself is frozen in both.
+    for m in imap.derived:
+        print(f"  warning ({label}): parameter {m.parameter} was folded into initializer "
+              f"{m.initializer} (a gather of itself): both are frozen; export with "
+              f"do_constant_folding=False to train it", file=sys.stderr)
+    frozen = imap.frozen_parameters
+    reference = train(model, config, data, args.steps, frozen)
     seconds["torch"] = reference.seconds
-    reference64 = train(model, config, data, args.steps, dtype=torch.float64)
+    reference64 = train(model, config, data, args.steps, frozen, dtype=torch.float64)
     bounds = weight_bounds(reference, reference64)
     log, error = read_log(log_path, args.steps)
     if error:
@@ -407,6 +413,8 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
         stats += f", {len(state)} running statistics max rel err {buffer_err:.1e}"
     if args.forward:
         stats = f"forward {forward}; {stats}"
+    if imap.derived:
+        stats += f"; {len(imap.derived)} parameter(s) folded into a gather of themselves, frozen in both"
     timing = " ".join(f"{k} {v:.2f}s" for k, v in seconds.items())
     if log_error or weight_error:
         return fail("MISMATCH", f"{log_error or weight_error} ({stats}) [{timing}]")

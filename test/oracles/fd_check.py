@@ -342,6 +342,17 @@ def cases() -> List[Case]:
     c.append(Case("resize_linear_align_corners", {"x": f(1, 2, 3, 4)},
                   lambda b: b.op("Resize", [b.p("x"), "", "", b.const(np.array([1, 2, 5, 3], np.int64))],
                                  mode="linear", coordinate_transformation_mode="align_corners")))
+    c.append(Case("resize_cubic_exclude_outside", {"x": f(1, 2, 3, 4)},
+                  lambda b: b.op("Resize", [b.p("x"), "", b.const(np.array([1, 1, 2, 1.5], np.float32))],
+                                 mode="cubic", cubic_coeff_a=-0.5, exclude_outside=1)))
+    c.append(Case("resize_cubic_align_corners", {"x": f(1, 2, 3, 4)},
+                  lambda b: b.op("Resize", [b.p("x"), "", "", b.const(np.array([1, 2, 5, 3], np.int64))],
+                                 mode="cubic", coordinate_transformation_mode="align_corners")))
+    c.append(Case("resize_tf_crop_and_resize", {"x": f(1, 2, 3, 4)},
+                  lambda b: b.op("Resize", [b.p("x"), b.const(np.array([0, 0, 0.2, -0.3, 1, 1, 0.9, 1.2], np.float32)),
+                                            "", b.const(np.array([1, 2, 4, 5], np.int64))],
+                                 mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+                                 extrapolation_value=0.5)))
     c.append(Case("conv_transpose", {"x": f(2, 4, 3, 3), "w": f(4, 2, 3, 2), "b": f(4)},
                   lambda b: b.op("ConvTranspose", [b.p("x"), b.p("w"), b.p("b")], strides=[2, 1],
                                  pads=[1, 0, 0, 1], output_padding=[1, 0], dilations=[1, 2], group=2)))

@@ -20,7 +20,9 @@ Conventions the importer can rely on:
   * float scalars (attention scale, GELU constants) are Constant nodes;
   * int64 shape constants (Reshape targets, Split sizes, Unsqueeze axes,
     Gather indices, Range bounds) are small inline initializers;
-  * the causal mask is built in-graph (ConstantOfShape -> Trilu), never stored.
+  * the causal mask is built in-graph (ConstantOfShape -> Trilu), never stored;
+    with --mask constant it is a [seq, seq] Constant node holding the values
+    as raw_data (as exporters bake masks), sliced to [T, T] with --dynamic.
 
 With --dynamic, B and T are the dim_params "batch" and "seq" and every
 Reshape target is computed from the reshaped tensor's shape (Shape -> Gather
@@ -80,6 +82,8 @@ class GPTConfig:
     # Training-mode Dropout on the attention probabilities and the attention
     # block's output (Megatron's attention and hidden dropout); 0: none.
     dropout: float = 0.0
+    # How the causal mask is built: "trilu" in-graph, "constant" baked.
+    mask: str = "trilu"
 
 
 class ExternalWeights:
@@ -259,13 +263,24 @@ class GraphBuilder:
             seq_len = self.i64(cfg.seq, scalar=True)
             mask_shape = self.i64([cfg.seq, cfg.seq])
         # [T, T]: 0 on and below the diagonal, MASK_VALUE above it.
-        fill = self.op(
-            "ConstantOfShape",
-            [mask_shape],
-            name="mask_fill",
-            value=helper.make_tensor("value", TensorProto.FLOAT, [1], [MASK_VALUE]),
-        )
-        mask = self.op("Trilu", [fill, self.i64(1, scalar=True)], name="causal_mask", upper=1)
+        if cfg.mask == "constant":
+            values = np.triu(np.full((cfg.seq, cfg.seq), MASK_VALUE, dtype=np.float32), 1)
+            mask = self.op(
+                "Constant",
+                [],
+                name="causal_mask",
+                value=helper.make_tensor("value", TensorProto.FLOAT, values.shape, values.tobytes(), raw=True),
+            )
+            if cfg.dynamic:
+                mask = self.op("Slice", [mask, self.i64([0, 0]), mask_shape], name="causal_mask/Slice")
+        else:
+            fill = self.op(
+                "ConstantOfShape",
+                [mask_shape],
+                name="mask_fill",
+                value=helper.make_tensor("value", TensorProto.FLOAT, [1], [MASK_VALUE]),
+            )
+            mask = self.op("Trilu", [fill, self.i64(1, scalar=True)], name="causal_mask", upper=1)
 
         wte = self.param("wte", [cfg.vocab, cfg.d_model])
         positions = self.op("Range", [self.i64(0, scalar=True), seq_len, self.i64(1, scalar=True)], name="positions")
@@ -309,6 +324,9 @@ def parse_args() -> argparse.Namespace:
                         help="training-mode Dropout of this ratio on the attention probabilities "
                              "and the attention output (default 0: none)")
     parser.add_argument("--dynamic", action="store_true", help='symbolic B and T ("batch", "seq")')
+    parser.add_argument("--mask", choices=("trilu", "constant"), default="trilu",
+                        help="the causal mask: built in-graph by Trilu (default), or a [seq, seq] "
+                             "Constant node with its values as raw_data, as exporters bake it")
     parser.add_argument("--materialize", action="store_true", help="write random weights instead of a sparse file")
     parser.add_argument("--seed", type=int, default=0, help="seed for --materialize (default 0)")
     parser.add_argument("--out", required=True, type=Path, help="output FILE.onnx; weights go to FILE.onnx.data")
@@ -328,7 +346,7 @@ def main() -> int:
     args = parse_args()
     start = time.perf_counter()
     cfg = GPTConfig(args.layers, args.d_model, args.heads, args.vocab, args.seq, args.batch, args.dynamic,
-                    args.dropout)
+                    args.dropout, args.mask)
     data_path = args.out.with_name(args.out.name + ".data")
     weights = ExternalWeights(data_path.name)
     graph = GraphBuilder(cfg, weights).build()

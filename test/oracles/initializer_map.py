@@ -12,6 +12,16 @@ initializer:
   2. otherwise by value: the one initializer, not claimed by name, that
      equals the parameter, or (2-D) its transpose.
 
+  3. otherwise, as a table folded into a gather of itself: Swin's relative
+     position bias table P, indexed by a constant index buffer, is folded by
+     the exporter into one initializer D = P[index] (reshaped, permuted)
+     that holds only P's values, more of them than P has. The graph then no
+     longer has P: its copies in D would train as independent numbers, which
+     is not PyTorch's computation. Such a pair is `derived`: D is frozen in
+     dsopt and P in PyTorch (a warning says so; export with
+     do_constant_folding=False to train the table, as PyTorch's own warning
+     about folding training exports advises).
+
 A parameter that matches nothing, several initializers, or an initializer
 another parameter also matches is an error: training would then not be the
 same computation in both worlds (a duplicated parameter trains as two). Float
@@ -56,6 +66,13 @@ class InitializerMap:
     mapped: List[Mapped]  # in the module's parameter order
     frozen: List[str]  # float initializers that hold no parameter, in file order
     counts: Dict[str, int] = field(default_factory=dict)
+    # Parameters folded into a gather of themselves (3. above): the
+    # parameter, frozen in PyTorch, and the derived initializer, in frozen.
+    derived: List[Mapped] = field(default_factory=list)
+
+    @property
+    def frozen_parameters(self) -> List[str]:
+        return [m.parameter for m in self.derived]
 
     def by_parameter(self) -> Dict[str, Mapped]:
         return {m.parameter: m for m in self.mapped}
@@ -80,6 +97,7 @@ def map_initializers(model: onnx.ModelProto, module) -> InitializerMap:
     params = {n: p.detach().numpy() for n, p in module.named_parameters()}
     claimed: Dict[str, str] = {}  # initializer -> parameter
     mapped: List[Mapped] = []
+    derived: List[Mapped] = []
 
     for name, value in params.items():
         if name in inits:
@@ -98,8 +116,13 @@ def map_initializers(model: onnx.ModelProto, module) -> InitializerMap:
             elif value.ndim == 2 and init.shape == value.T.shape and np.array_equal(init, value.T):
                 candidates.append(Mapped(name, init_name, "transpose"))
         if not candidates:
+            gathered = _gathered_from(value, inits, claimed)
+            if gathered is not None:
+                claimed[gathered] = name
+                derived.append(Mapped(name, gathered, "gather"))
+                continue
             raise MappingError(f"parameter {name} {list(value.shape)} is no initializer: none has its name, "
-                               f"its value or its transposed value")
+                               f"its value or its transposed value, nor is gathered from it")
         if len(candidates) > 1:
             listed = ", ".join(f"{c.initializer} ({c.how})" for c in candidates)
             raise MappingError(f"parameter {name} matches several initializers: {listed}")
@@ -109,9 +132,26 @@ def map_initializers(model: onnx.ModelProto, module) -> InitializerMap:
         claimed[m.initializer] = name
         mapped.append(m)
 
-    frozen = [i.name for i in model.graph.initializer if i.data_type in FLOAT_TYPES and i.name not in claimed]
+    derived_names = {m.initializer for m in derived}
+    frozen = [i.name for i in model.graph.initializer
+              if i.data_type in FLOAT_TYPES and (i.name not in claimed or i.name in derived_names)]
     counts = {how: sum(m.how == how for m in mapped) for how in ("name", "value", "transpose")}
-    return InitializerMap(mapped, frozen, counts)
+    counts["gather"] = len(derived)
+    return InitializerMap(mapped, frozen, counts, derived)
+
+
+def _gathered_from(value: np.ndarray, inits: Dict[str, np.ndarray], claimed: Dict[str, str]):
+    """The one unclaimed initializer that holds only `value`'s elements, more
+    of them than `value` has, and every one of them (a table gathered by an
+    index that reaches every row), or None. Random weights make a chance
+    match of every element impossible in practice."""
+    elements = set(value.reshape(-1).tolist())
+    if value.size < 2 or len(elements) != value.size:
+        return None
+    found = [n for n, init in inits.items()
+             if n not in claimed and init.dtype == value.dtype and init.size > value.size
+             and set(init.reshape(-1).tolist()) == elements]
+    return found[0] if len(found) == 1 else None
 
 
 def _error_cases() -> int:
@@ -138,6 +178,15 @@ def _error_cases() -> int:
     w = same[0].weight.detach().numpy()
     cases.append(("two equal parameters, folded", graph(onnx__MatMul_1=w.T, onnx__MatMul_2=w.T), same))
     failures = 0
+    # A table folded into a gather of itself (Swin's relative position bias)
+    # is found, and both sides are frozen; a gather that misses an entry is
+    # not the table.
+    table = torch.nn.ParameterDict({"t": torch.nn.Parameter(torch.randn(3, 2))})
+    t = table["t"].detach().numpy()
+    folded = map_initializers(graph(onnx__Add_1=t[[2, 0, 1, 0, 2, 1]].T.copy()), table)
+    print(f"gather case: {[(m.parameter, m.initializer, m.how) for m in folded.derived]}, frozen {folded.frozen}")
+    failures += [m.initializer for m in folded.derived] != ["onnx::Add_1"]
+    cases.append(("a gather that misses a table entry", graph(onnx__Add_1=t[[2, 0, 0]]), table))
     for what, model, module in cases:
         try:
             map_initializers(model, module)
@@ -172,11 +221,12 @@ def main() -> int:
                 failures += 1
                 continue
             c = result.counts
+            gathered = f", {c['gather']} folded into a gather (frozen)" if c["gather"] else ""
             print(f"{entry[key]}: {len(result.mapped)} of {n_params} parameters mapped "
-                  f"({c['name']} by name, {c['value']} by value, {c['transpose']} transposed); "
+                  f"({c['name']} by name, {c['value']} by value, {c['transpose']} transposed{gathered}); "
                   f"frozen [{','.join(result.frozen)}]")
             if args.verbose:
-                for m in result.mapped:
+                for m in result.mapped + result.derived:
                     if m.how != "name":
                         print(f"  {m.parameter} -> {m.initializer} ({m.how})")
     print(f"initializer map: {failures} failures")

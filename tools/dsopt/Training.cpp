@@ -153,8 +153,8 @@ std::string trainingSummary(ModuleOp module, ArrayRef<std::string> frozen) {
                      std::to_string(frozenCount) + " frozen";
   if (other)
     line += ", " + std::to_string(other) +
-            " not trained (integer, not reaching the loss, or not updated by "
-            "the model's TrainingInfoProto)";
+            " not trained (integer, not reaching the loss, a large Constant "
+            "node's data, or not updated by the model's TrainingInfoProto)";
   return line;
 }
 
