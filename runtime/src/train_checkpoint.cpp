@@ -278,6 +278,15 @@ std::vector<std::pair<Placement, int64_t>> saved_placements(const ProgramInfo &i
   return out;
 }
 
+// Every rank's `mine`, rank after rank.
+std::vector<int64_t> gather_all(RunnerComm &exchange, std::vector<int64_t> mine) {
+  const int64_t n = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> all(static_cast<size_t>(n * exchange.size()));
+  exchange.all_gather(Tensor{mine.data(), DType::I64, Shape{n}},
+                      Tensor{all.data(), DType::I64, Shape{n * exchange.size()}});
+  return all;
+}
+
 }  // namespace
 
 int64_t checkpoint_snapshot_bytes(const ProgramInfo &info, int64_t dp, int64_t dp_rank) {
@@ -332,10 +341,7 @@ void CheckpointSaver::save(Program &program, RunnerComm &exchange,
   if (!decided_) {
     // In the background only when every rank's snapshot fits: the ranks
     // take part in the same collectives.
-    int64_t mine = fits_ ? 1 : 0;
-    std::vector<int64_t> all(static_cast<size_t>(exchange.size()));
-    exchange.all_gather(Tensor{&mine, DType::I64, Shape{1}},
-                        Tensor{all.data(), DType::I64, Shape{exchange.size()}});
+    const std::vector<int64_t> all = gather_all(exchange, {fits_ ? 1 : 0});
     background_ = std::all_of(all.begin(), all.end(), [](int64_t fits) { return fits == 1; });
     decided_ = true;
   }
@@ -398,10 +404,8 @@ void CheckpointSaver::save(Program &program, RunnerComm &exchange,
 
 void CheckpointSaver::poll(RunnerComm &exchange) {
   if (!pending_) return;
-  int64_t mine = pending_->state.load(std::memory_order_acquire) != 0 ? 1 : 0;
-  std::vector<int64_t> all(static_cast<size_t>(exchange.size()));
-  exchange.all_gather(Tensor{&mine, DType::I64, Shape{1}},
-                      Tensor{all.data(), DType::I64, Shape{exchange.size()}});
+  const std::vector<int64_t> all =
+      gather_all(exchange, {pending_->state.load(std::memory_order_acquire) != 0 ? 1 : 0});
   if (std::all_of(all.begin(), all.end(), [](int64_t done) { return done == 1; })) commit(exchange);
 }
 
@@ -422,10 +426,8 @@ void CheckpointSaver::commit(RunnerComm &exchange) {
   const std::string when = "while saving checkpoint " + name;
   std::string error = pending->state.load() == 2 ? pending->error : "";
   exchange.agree(error, when);
-  int64_t mine[2] = {static_cast<int64_t>(pending->size), static_cast<int64_t>(pending->crc)};
-  std::vector<int64_t> all(static_cast<size_t>(2 * exchange.size()));
-  exchange.all_gather(Tensor{mine, DType::I64, Shape{2}},
-                      Tensor{all.data(), DType::I64, Shape{2 * exchange.size()}});
+  const std::vector<int64_t> all = gather_all(
+      exchange, {static_cast<int64_t>(pending->size), static_cast<int64_t>(pending->crc)});
   pending.reset();  // the staging buffer
   try {
     if (exchange.rank() == 0) {
@@ -475,10 +477,7 @@ void CheckpointSaver::commit(RunnerComm &exchange) {
 
 std::string checkpoint_staging_json(const CheckpointSaver &saver, RunnerComm &exchange) {
   if (!saver.enabled()) return "";
-  int64_t mine[2] = {saver.snapshot_bytes(), saver.staging_peak()};
-  std::vector<int64_t> all(static_cast<size_t>(2 * exchange.size()));
-  exchange.all_gather(Tensor{mine, DType::I64, Shape{2}},
-                      Tensor{all.data(), DType::I64, Shape{2 * exchange.size()}});
+  const std::vector<int64_t> all = gather_all(exchange, {saver.snapshot_bytes(), saver.staging_peak()});
   std::string text = std::string(", \"checkpoint_staging\": {\"background\": ") +
                      (saver.background() ? "true" : "false") + ", \"ranks\": [";
   for (int r = 0; r < exchange.size(); ++r)
