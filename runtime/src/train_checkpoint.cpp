@@ -369,16 +369,15 @@ void CheckpointSaver::save(Program &program, RunnerComm &exchange,
     std::vector<std::vector<uint8_t>> keep;
     for (const auto &[p, count] : saved_placements(*program.info, context_.dp, context_.dp_rank)) {
       const Tensor slot = persistent_tensor(program, *p.value, keep);
-      uint8_t *place = pending->writer.add_uninitialized(p.key, p.dtype, p.shape, p.begin, count);
-      const size_t bytes = static_cast<size_t>(count) * dtype_size(p.dtype);
-      if (p.value->space == Space::File || bytes == slot.nbytes()) {
-        if (p.value->space == Space::File) std::memcpy(place, slot.data, bytes);
-        else read_to_host(program.stream, place, slot);
+      if (p.value->space == Space::File) {
+        // Already a host copy (in `keep`).
+        pending->writer.add(p.key, p.dtype, p.shape, p.begin, count, slot.data);
       } else {
-        // A ZeRO slot's padding is not stored: read it whole, keep the rest.
-        std::vector<uint8_t> host(slot.nbytes());
-        read_to_host(program.stream, host.data(), slot);
-        std::memcpy(place, host.data(), bytes);
+        // The slot's first `count` elements: a ZeRO shard's padding past
+        // the tensor's end is not stored.
+        uint8_t *place =
+            pending->writer.add_uninitialized(p.key, p.dtype, p.shape, p.begin, count);
+        read_to_host(program.stream, place, Tensor{slot.data, p.dtype, Shape{count}});
       }
       keep.clear();
     }
