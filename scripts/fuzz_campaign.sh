@@ -7,7 +7,11 @@
 # or out-of-memory stops it with a reproducer (crash-*, leak-*, ...) in
 # WORK/<target>/ and this script exits non-zero.
 #
-#   scripts/fuzz_campaign.sh [BUILD_DIR [WORK [RUNS]]]
+#   scripts/fuzz_campaign.sh [BUILD_DIR [WORK [RUNS [TARGET...]]]]
+#
+# TARGETs are npy, checkpoint, config and import (default: all, in turn).
+# FUZZ_MAX_TIME=SECONDS stops each target after that long (libFuzzer's
+# -max_total_time) with its figures, for a campaign that cannot finish.
 #
 # Prints, per target, the executions, the time, the corpus and the
 # coverage reached (libFuzzer's final stats).
@@ -15,12 +19,16 @@ set -eu
 build=$(cd "${1:-build}" && pwd)
 work=${2:-/tmp/dsrt-fuzz-campaign}
 runs=${3:-1000000}
+if [ $# -gt 3 ]; then shift 3; targets="$*"; else targets="npy checkpoint config import"; fi
 src=$(cd "$(dirname "$0")/.." && pwd)
 python=${DSOPT_PYTHON:-/usr/bin/python3}
 status=0
-for exe_name in dsrt_npy_fuzz dsrt_checkpoint_fuzz dsopt_config_fuzz dsopt_import_fuzz; do
-  target=${exe_name%_fuzz}
-  target=${target#*_}
+for target in $targets; do
+  case $target in
+    npy|checkpoint) exe_name=dsrt_${target}_fuzz ;;
+    config|import) exe_name=dsopt_${target}_fuzz ;;
+    *) echo "fuzz_campaign: no target '$target' (npy, checkpoint, config, import)" >&2; exit 2 ;;
+  esac
   exe="$build/bin/$exe_name"
   if [ ! -x "$exe" ]; then
     echo "fuzz_campaign: $exe not built (needs clang-22 and libclang-rt-22-dev)" >&2
@@ -38,7 +46,7 @@ for exe_name in dsrt_npy_fuzz dsrt_checkpoint_fuzz dsopt_config_fuzz dsopt_impor
             cp "$dir"/zoo/*.onnx "$dir/corpus/" ;;
   esac
   start=$(date +%s)
-  if (cd "$dir" && "$exe" -runs="$runs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  if (cd "$dir" && "$exe" -runs="$runs" ${FUZZ_MAX_TIME:+-max_total_time="$FUZZ_MAX_TIME"} -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         corpus > log.txt 2>&1); then
     result=ok
   else

@@ -1,5 +1,7 @@
 // libFuzzer target: the checkpoint reader (dsrt::checkpoint::open_checkpoint,
-// tensors, read_range, verify_shard), which --resume and dsopt-ckpt use.
+// tensors, read_range, verify_shard, and the tensor-parallel pieces'
+// whole_tensors, read_whole and piece_range), which --resume and dsopt-ckpt
+// use.
 // An input is [u16 LE manifest length][manifest lines][shard file]; the
 // harness writes a checkpoint directory of one rank from it and, so that
 // mutations reach past the checksums, fixes them: the shard's CRC32C
@@ -7,8 +9,9 @@
 // manifest's own crc32c line. Every input must load or end in a
 // dsrt::Error; anything else is a finding.
 //
-// DSRT_FUZZ_WRITE_SEED=FILE writes a valid input (two tensors, one sharded
-// in two pieces) to FILE and exits: the seed corpus, made at test time.
+// DSRT_FUZZ_WRITE_SEED=FILE writes a valid input (a whole tensor, a ZeRO
+// shard, an i64 state and both tensor-parallel pieces of a 4x3 tensor cut
+// along axis 0) to FILE and exits: the seed corpus, made at test time.
 #include "dsrt/checkpoint.h"
 #include "fuzz_file.h"
 
@@ -26,6 +29,9 @@ std::vector<uint8_t> seed() {
   writer.add("param:w", dsrt::DType::F32, dsrt::Shape{2, 3}, 0, 6, w);
   writer.add("state:w.m", dsrt::DType::F32, dsrt::Shape{12}, 2, 6, w);
   writer.add("state:count", dsrt::DType::I64, dsrt::Shape{1}, 0, 1, step);
+  for (int64_t r = 0; r < 2; ++r)
+    writer.add(ck::tp_piece_key({"param:v", r, 2, 0, 1}), dsrt::DType::F32, dsrt::Shape{2, 3}, 0,
+               6, w);
   uint32_t crc = 0;
   const std::vector<uint8_t> shard = writer.finish(3, 0, "0123456789abcdef", crc);
   ck::Manifest m;
@@ -83,6 +89,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       // reader must refuse or read piecewise, not allocate whole.
       const int64_t count = std::min<int64_t>(r.count, 1 << 16);
       (void)ck::read_range(c, r.key, r.dtype, r.shape, r.begin, count);
+    }
+    // Whole tensors, tp pieces put back together, and a piece of each cut
+    // again (as a resume at another tp size does), for small ones only.
+    for (const ck::Record &r : ck::whole_tensors(c)) {
+      if (r.nbytes() > (1u << 20)) continue;
+      const ck::WholeTensor whole = ck::read_whole(c, r.key);
+      (void)ck::piece_range(whole, nullptr, 0, std::min<int64_t>(whole.shape.numel() + 1, 1 << 16));
+      if (whole.shape.rank > 0 && whole.shape[0] % 2 == 0) {
+        const ck::TpPiece half{r.key, 1, 2, 0, 1};
+        (void)ck::piece_range(whole, &half, 0, std::min<int64_t>(whole.shape.numel(), 1 << 16));
+      }
     }
   } catch (const dsrt::Error &) {
   }

@@ -87,14 +87,20 @@ std::string shape_text(const Shape &shape) {
   return text;
 }
 
+// A shape whose bytes could not be counted in 64 bits (its element count
+// times the widest dtype's 8 bytes) is refused: no file holds it, and
+// numel() and the byte counts below must not overflow.
 bool parse_shape(const std::string &text, Shape &out) {
   out = Shape{};
   if (text == "scalar") return true;
   std::stringstream in(text);
   std::string dim;
+  int64_t numel = 1;
   while (std::getline(in, dim, 'x')) {
     int64_t value = 0;
-    if (out.rank == kMaxRank || !parse_i64(dim, value) || value < 0) return false;
+    if (out.rank == kMaxRank || !parse_i64(dim, value) || value < 0 ||
+        __builtin_mul_overflow(numel, value, &numel) || numel > INT64_MAX / 8)
+      return false;
     out.dims[out.rank++] = value;
   }
   return out.rank > 0;
@@ -186,6 +192,14 @@ std::string join_path(const std::string &dir, const std::string &name) {
 
 void ShardWriter::add(const std::string &key, DType dtype, const Shape &shape, int64_t begin,
                       int64_t count, const void *bytes) {
+  uint8_t *place = add_uninitialized(key, dtype, shape, begin, count);
+  std::memcpy(place, bytes, records_.back().nbytes());
+  records_.back().crc = crc32c(place, records_.back().nbytes());
+  pending_.back() = false;
+}
+
+uint8_t *ShardWriter::add_uninitialized(const std::string &key, DType dtype, const Shape &shape,
+                                        int64_t begin, int64_t count) {
   if (key.empty() || key.find('\n') != std::string::npos || key.find('\r') != std::string::npos)
     throw Error("checkpoint: tensor name '" + key + "' cannot be stored (empty or a line break)");
   Record record;
@@ -195,28 +209,49 @@ void ShardWriter::add(const std::string &key, DType dtype, const Shape &shape, i
   record.begin = begin;
   record.count = count;
   record.offset = data_.size();
-  record.crc = crc32c(bytes, record.nbytes());
-  const uint8_t *p = static_cast<const uint8_t *>(bytes);
-  data_.insert(data_.end(), p, p + record.nbytes());
+  data_.resize(data_.size() + record.nbytes());
   records_.push_back(record);
+  pending_.push_back(true);
+  return data_.data() + record.offset;
+}
+
+std::string ShardWriter::header(int64_t step, int64_t rank, const std::string &model) const {
+  std::string text = "step " + std::to_string(step) + "\nrank " + std::to_string(rank) +
+                     "\nmodel " + model + "\n";
+  for (const Record &r : records_)
+    text += "tensor " + std::string(dtype_name(r.dtype)) + " " + shape_text(r.shape) + " " +
+            std::to_string(r.begin) + " " + std::to_string(r.count) + " " +
+            std::to_string(r.offset) + " " + hex32(r.crc) + " " + r.key + "\n";
+  std::string out(kMagic, kMagic + sizeof(kMagic));
+  std::vector<uint8_t> length;
+  put_u64(length, text.size() + 4);  // "end\n" follows
+  out.append(length.begin(), length.end());
+  return out + text + "end\n";
 }
 
 std::vector<uint8_t> ShardWriter::finish(int64_t step, int64_t rank, const std::string &model,
                                          uint32_t &crc) const {
-  std::string header = "step " + std::to_string(step) + "\nrank " + std::to_string(rank) +
-                       "\nmodel " + model + "\n";
-  for (const Record &r : records_)
-    header += "tensor " + std::string(dtype_name(r.dtype)) + " " + shape_text(r.shape) + " " +
-              std::to_string(r.begin) + " " + std::to_string(r.count) + " " +
-              std::to_string(r.offset) + " " + hex32(r.crc) + " " + r.key + "\n";
-  header += "end\n";
-  std::vector<uint8_t> out(kMagic, kMagic + sizeof(kMagic));
-  put_u64(out, header.size());
-  out.insert(out.end(), header.begin(), header.end());
+  const std::string prefix = header(step, rank, model);
+  std::vector<uint8_t> out(prefix.begin(), prefix.end());
   out.insert(out.end(), data_.begin(), data_.end());
   crc = crc32c(out.data(), out.size());
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(crc >> (8 * i)));
   return out;
+}
+
+void ShardWriter::write(const std::string &path, int64_t step, int64_t rank,
+                        const std::string &model, uint64_t &size, uint32_t &crc) {
+  for (size_t i = 0; i < records_.size(); ++i)
+    if (pending_[i]) {
+      records_[i].crc = crc32c(data_.data() + records_[i].offset, records_[i].nbytes());
+      pending_[i] = false;
+    }
+  const std::string prefix = header(step, rank, model);
+  crc = crc32c(data_.data(), data_.size(), crc32c(prefix.data(), prefix.size()));
+  uint8_t trailer[4];
+  for (int i = 0; i < 4; ++i) trailer[i] = static_cast<uint8_t>(crc >> (8 * i));
+  write_durable(path, {{prefix.data(), prefix.size()}, {data_.data(), data_.size()}, {trailer, 4}});
+  size = prefix.size() + data_.size() + 4;
 }
 
 ShardFile read_shard_header(const std::string &dir, const Manifest &manifest,
@@ -281,7 +316,7 @@ ShardFile read_shard_header(const std::string &dir, const Manifest &manifest,
       if (!parse_dtype(w[1], r.dtype) || !parse_shape(w[2], r.shape) ||
           !parse_i64(w[3], r.begin) || !parse_i64(w[4], r.count) || !parse_i64(w[5], offset) ||
           !parse_hex32(w[6], r.crc) || r.begin < 0 || r.count < 0 || offset < 0 ||
-          r.begin + r.count > r.shape.numel())
+          r.begin > r.shape.numel() || r.count > r.shape.numel() - r.begin)
         throw bad("bad tensor line '" + line + "'");
       r.offset = static_cast<uint64_t>(offset);
       if (r.offset + r.nbytes() > data_size) throw bad("tensor '" + r.key + "' exceeds the data");
@@ -469,10 +504,12 @@ Checkpoint open_checkpoint(const std::string &path) {
 std::vector<uint8_t> read_range(const Checkpoint &c, const std::string &key, DType dtype,
                                 const Shape &shape, int64_t begin, int64_t count) {
   const size_t element = dtype_size(dtype);
-  std::vector<uint8_t> out(static_cast<size_t>(count) * element, 0);
-  const int64_t end = std::min(begin + count, shape.numel());
-  // Which elements of [begin, end) a piece filled.
-  std::vector<uint8_t> filled(static_cast<size_t>(std::max<int64_t>(0, end - begin)), 0);
+  const int64_t end = begin + std::min(count, std::max<int64_t>(0, shape.numel() - begin));
+  // The pieces that overlap [begin, end), checked to cover it before
+  // anything is allocated: a header may claim any tensor, but only the
+  // pieces its files hold can be read.
+  std::vector<std::pair<const ShardFile *, const Record *>> pieces;
+  std::vector<std::pair<int64_t, int64_t>> spans;
   bool found = false;
   for (const ShardFile &file : c.files)
     for (const Record &r : file.records) {
@@ -484,20 +521,29 @@ std::vector<uint8_t> read_range(const Checkpoint &c, const std::string &key, DTy
                     dtype_name(dtype) + " " + shape.str());
       const int64_t from = std::max(begin, r.begin), to = std::min(end, r.begin + r.count);
       if (from >= to) continue;
-      const std::vector<uint8_t> bytes = read_record(file, r);
-      std::memcpy(out.data() + static_cast<size_t>(from - begin) * element,
-                  bytes.data() + static_cast<size_t>(from - r.begin) * element,
-                  static_cast<size_t>(to - from) * element);
-      std::fill(filled.begin() + (from - begin), filled.begin() + (to - begin), 1);
+      pieces.emplace_back(&file, &r);
+      spans.emplace_back(from, to);
     }
   if (!found)
     throw Error("checkpoint '" + c.dir + "' holds no tensor '" + key +
                 "' (written by another optimizer or model?)");
-  const auto hole = std::find(filled.begin(), filled.end(), 0);
-  if (hole != filled.end())
-    throw Error("checkpoint '" + c.dir + "' lacks element " +
-                std::to_string(begin + (hole - filled.begin())) + " of tensor '" + key +
-                "': a shard file is missing from it");
+  std::sort(spans.begin(), spans.end());
+  int64_t covered = begin;  // [begin, covered) is held
+  for (const auto &[from, to] : spans) {
+    if (from > covered) break;
+    covered = std::max(covered, to);
+  }
+  if (covered < end)
+    throw Error("checkpoint '" + c.dir + "' lacks element " + std::to_string(covered) +
+                " of tensor '" + key + "': a shard file is missing from it");
+  std::vector<uint8_t> out(static_cast<size_t>(count) * element, 0);
+  for (const auto &[file, r] : pieces) {
+    const int64_t from = std::max(begin, r->begin), to = std::min(end, r->begin + r->count);
+    const std::vector<uint8_t> bytes = read_record(*file, *r);
+    std::memcpy(out.data() + static_cast<size_t>(from - begin) * element,
+                bytes.data() + static_cast<size_t>(from - r->begin) * element,
+                static_cast<size_t>(to - from) * element);
+  }
   return out;
 }
 
@@ -548,10 +594,18 @@ std::optional<TpPiece> parse_tp_piece_key(const std::string &key) {
 }
 
 namespace {
-// The whole shape of `piece`'s tensor, from the shape of one piece.
-Shape whole_of_piece(const TpPiece &piece, Shape shape) {
-  if (piece.dim < shape.rank)
-    shape.dims[piece.dim] = piece.whole ? piece.whole : shape.dims[piece.dim] * piece.ranks;
+// The whole shape of `piece`'s tensor, from the shape of one piece (less
+// its padding where the key says so); a whole too large to count in bytes
+// (see parse_shape) is refused.
+Shape whole_of_piece(const std::string &dir, const TpPiece &piece, Shape shape) {
+  int64_t dim = 0, numel = 0;
+  if (piece.dim < shape.rank &&
+      (__builtin_mul_overflow(shape.dims[piece.dim], piece.ranks, &dim) ||
+       __builtin_mul_overflow(shape.numel(), piece.ranks, &numel) || numel > INT64_MAX / 8))
+    throw Error("checkpoint '" + dir + "': the tensor-parallel pieces of '" + piece.base +
+                "' (" + std::to_string(piece.ranks) + " of " + shape.str() +
+                ") make a tensor too large to hold");
+  if (piece.dim < shape.rank) shape.dims[piece.dim] = piece.whole ? piece.whole : dim;
   return shape;
 }
 }  // namespace
@@ -562,7 +616,7 @@ std::vector<Record> whole_tensors(const Checkpoint &c) {
     Record whole = r;
     if (std::optional<TpPiece> piece = parse_tp_piece_key(r.key)) {
       whole.key = piece->base;
-      whole.shape = whole_of_piece(*piece, r.shape);
+      whole.shape = whole_of_piece(c.dir, *piece, r.shape);
       whole.count = whole.shape.numel();
     }
     all.emplace(whole.key, whole);
@@ -605,19 +659,24 @@ WholeTensor read_whole(const Checkpoint &c, const std::string &base) {
                   "': a shard file is missing from it");
   const Record &first = pieces.begin()->second;
   out.dtype = first.dtype;
-  out.shape = whole_of_piece(*layout, first.shape);
+  out.shape = whole_of_piece(c.dir, *layout, first.shape);
   const size_t element = dtype_size(first.dtype);
+  int64_t cut = 0;  // the pieces' blocks along the axis
   if (layout->dim >= first.shape.rank ||
+      __builtin_mul_overflow(layout->blocks, layout->ranks, &cut) ||
       !(tp_piece_shape(out.shape, layout->dim, layout->blocks, layout->ranks) == first.shape))
     throw Error("checkpoint '" + c.dir + "': '" + tp_piece_key(*layout) + "' of shape " +
                 first.shape.str() + " is not a piece along axis " + std::to_string(layout->dim));
+  // Every piece is read (and so known to be held whole) before the whole
+  // tensor is allocated.
+  std::vector<std::vector<uint8_t>> bytes;
+  for (auto &[rank, record] : pieces)
+    bytes.push_back(read_range(c, record.key, record.dtype, record.shape, 0, record.shape.numel()));
   out.bytes.assign(static_cast<size_t>(out.shape.numel()) * element, 0);
-  for (auto &[rank, record] : pieces) {
-    std::vector<uint8_t> bytes =
-        read_range(c, record.key, record.dtype, record.shape, 0, record.shape.numel());
-    tp_piece_copy(out.bytes.data(), bytes.data(), out.shape, layout->dim, layout->blocks,
+  size_t i = 0;
+  for (auto &[rank, record] : pieces)
+    tp_piece_copy(out.bytes.data(), bytes[i++].data(), out.shape, layout->dim, layout->blocks,
                   layout->ranks, rank, element, /*to_piece=*/false);
-  }
   return out;
 }
 
@@ -658,19 +717,25 @@ std::string model_identity(std::vector<std::string> entries) {
 //===--- files -------------------------------------------------------------------===//
 
 void write_durable(const std::string &path, const void *bytes, size_t size) {
+  write_durable(path, {{bytes, size}});
+}
+
+void write_durable(const std::string &path, const std::vector<Span> &pieces) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error("cannot create '" + path + "': " + strerror(errno));
-  const uint8_t *p = static_cast<const uint8_t *>(bytes);
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = write(fd, p + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = strerror(errno);
-      close(fd);
-      throw Error("cannot write '" + path + "': " + why);
+  for (const Span &piece : pieces) {
+    const uint8_t *p = static_cast<const uint8_t *>(piece.data);
+    size_t done = 0;
+    while (done < piece.size) {
+      ssize_t n = ::write(fd, p + done, piece.size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const std::string why = strerror(errno);
+        close(fd);
+        throw Error("cannot write '" + path + "': " + why);
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
   }
   if (fsync(fd) != 0) {
     const std::string why = strerror(errno);

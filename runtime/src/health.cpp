@@ -151,6 +151,7 @@ void set_layout(const std::vector<std::string> &names, const std::vector<int64_t
     l.names = names;
     l.sizes = sizes;
   }
+  set_world_rank(world_rank);
   set_identity(identity_of(world_rank));
 }
 
@@ -171,13 +172,67 @@ std::string identity_of(int world_rank) {
   return s + " (" + coordinates + ")";
 }
 
+namespace {
+std::atomic<int> own_world_rank{0};
+
+struct FailPoint {
+  bool set = false;
+  int rank = -1;
+  int64_t step = -1;
+  std::string point;
+};
+
+// DSRT_TEST_FAIL_RANK, parsed once.
+const FailPoint &fail_point() {
+  static const FailPoint parsed = [] {
+    FailPoint f;
+    const char *text = std::getenv("DSRT_TEST_FAIL_RANK");
+    if (!text || !*text) return f;
+    char point[32] = {0};
+    long long rank = -1, step = -1;
+    int used = 0;
+    if (std::sscanf(text, "%lld:%lld:%31[a-z]%n", &rank, &step, point, &used) != 3 ||
+        text[used] != '\0' || rank < 0 || step < 1 ||
+        (std::strcmp(point, "compute") != 0 && std::strcmp(point, "collective") != 0 &&
+         std::strcmp(point, "save") != 0)) {
+      std::fprintf(stderr,
+                   "error: DSRT_TEST_FAIL_RANK='%s' is not RANK:STEP:POINT (a world rank, a "
+                   "step >= 1, and compute, collective or save)\n",
+                   text);
+      std::_Exit(2);
+    }
+    f.set = true;
+    f.rank = static_cast<int>(rank);
+    f.step = step;
+    f.point = point;
+    return f;
+  }();
+  return parsed;
+}
+}  // namespace
+
+void set_world_rank(int world_rank) { own_world_rank.store(world_rank); }
+int world_rank() { return own_world_rank.load(); }
+
+void test_fail_point(const char *point, int64_t step) {
+  const FailPoint &f = fail_point();
+  if (!f.set || f.rank != own_world_rank.load() || f.step != step || f.point != point) return;
+  std::fprintf(stderr, "dsrt: world rank %d killing itself at %s of step %lld (DSRT_TEST_FAIL_RANK)\n",
+               f.rank, point, static_cast<long long>(step));
+  std::fflush(stderr);
+  raise(SIGKILL);
+}
+
 void set_step(int64_t step) { current_step.store(step); }
 void set_phase(const std::string &text) {
   const int64_t step = current_step.load();
   phase_text().set(step > 0 ? "step " + std::to_string(step) + ": " + text : text);
 }
 std::string phase() { return phase_text().get(); }
-void set_operation(const std::string &text) { operation_text().set(text); }
+void set_operation(const std::string &text) {
+  operation_text().set(text);
+  if (!text.empty()) test_fail_point("collective", current_step.load());
+}
 std::string operation() { return operation_text().get(); }
 
 std::string activity() {

@@ -27,6 +27,9 @@ std::string identity();
 // rank's identity, and lets identity_of name any rank of the job.
 void set_layout(const std::vector<std::string> &names, const std::vector<int64_t> &sizes,
                 int world_rank);
+// This process's rank in the world (0 until the transport sets it).
+void set_world_rank(int world_rank);
+int world_rank();
 // "world rank 3 (pp=1, dp=1)" for any rank ("world rank 3" before a grid).
 std::string identity_of(int world_rank);
 // What the rank's main thread does: "step 4: micro_step", "step 6: saving
@@ -64,6 +67,16 @@ bool abort_on_comm_failure();
 // Prints "error: <message>" on stderr and stops the job: every rank exits
 // with a non-zero status. Never returns.
 [[noreturn]] void abort_job(const std::string &message);
+
+// The fault hook of the tests (docs/runtime.md, "The fault hook"):
+// DSRT_TEST_FAIL_RANK=R:S:POINT makes world rank R kill itself (SIGKILL,
+// as kill -9 would) when it reaches POINT of step S: "compute" (before
+// the step's first micro_step), "collective" (its communication thread
+// entering the step's first collective) or "save" (the write of step S's
+// checkpoint, before its file is complete). It says so on stderr first.
+// A malformed value is an error at the first call. Costs one load when
+// the variable is unset.
+void test_fail_point(const char *point, int64_t step);
 
 // SIGINT and SIGTERM (which mpirun forwards to every rank) end the process
 // at once with status 128 + signal, after "error: <identity>: stopped by

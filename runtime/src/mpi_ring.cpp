@@ -216,6 +216,7 @@ CommEngine::CommEngine() {
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     mpi = true;
+    health::set_world_rank(rank);
     health::set_identity("world rank " + std::to_string(rank));
     health::set_job_abort(mpi_abort);
     const double heartbeat = env_heartbeat_timeout();

@@ -241,6 +241,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     setup_error = error.what();
   }
   exchange.agree(setup_error, "before training");
+  CheckpointSaver saver(info, checkpoint, options);
 
   PipelineExecutor executor(program, functions, data, pp_axis);
   const int optimizer_index = find_function_index(info, "optimizer_step");
@@ -271,6 +272,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   const TrainOptions judged = verdict_options(options, scaler, info);
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
     health::set_step(step);
+    health::test_fail_point("compute", step);
     // The step's times count from a barrier all ranks leave together.
     exchange.barrier();
     const double start = now_us();
@@ -353,9 +355,12 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
                          entry);
     if (checkpoint_due(options, step))
-      save_checkpoint(program, exchange, checkpoint, options,
-                      checkpoint_position(step, applied, skipped, scaler));
+      saver.save(program, exchange, checkpoint_position(step, applied, skipped, scaler));
+    else
+      saver.poll(exchange);
   }
+  // The last checkpoint is durable and committed before the run reports.
+  saver.finish(exchange);
 
   // The measured schedule of every rank, to rank 0.
   std::vector<int64_t> all_times;
@@ -417,7 +422,8 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
                   ", \"bubble_measured\": " +
                   (bubble_steps > 0 ? json_number(bubble) : std::string("null")) + "}";
   close_log(options, outputs, true, options.steps, world, all,
-            skipped_json(skipped) + ", " + summary_extra);
+            skipped_json(skipped) + checkpoint_staging_json(saver, exchange) + ", " +
+                summary_extra);
   if (outputs.save_source)
     write_save_onnx(*outputs.save_source, whole, program.arena, options.save_onnx,
                     options.external_data, full_values);

@@ -188,6 +188,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     setup_error = error.what();
   }
   exchange.agree(setup_error, "before training");
+  CheckpointSaver saver(info, checkpoint, options);
 
   const int64_t k = train.accumulation_steps;
   const int64_t samples_per_step = train.micro_batch * k * dp;
@@ -207,6 +208,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   const TrainOptions judged = verdict_options(options, scaler, info);
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
     health::set_step(step);
+    health::test_fail_point("compute", step);
     double start = now_us();
     const int64_t batch = (step - 1) % batch_count(data);
     const double lr = scheduled_lr(train, applied + 1);
@@ -274,9 +276,12 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     total_us += log_step(options, program, rank0, outputs.log_json.get(), samples_per_step, start,
                          entry);
     if (checkpoint_due(options, step))
-      save_checkpoint(program, exchange, checkpoint, options,
-                      checkpoint_position(step, applied, skipped, scaler));
+      saver.save(program, exchange, checkpoint_position(step, applied, skipped, scaler));
+    else
+      saver.poll(exchange);
   }
+  // The last checkpoint is durable and committed before the run reports.
+  saver.finish(exchange);
 
   // The program's collectives over the whole run, and every rank's arena
   // peak, gathered to rank 0 for the log's summary line.
@@ -296,7 +301,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   }
 
   close_log(options, outputs, !info.grid_names.empty(), options.steps, comm.size(), all,
-            skipped_json(skipped));
+            skipped_json(skipped) + checkpoint_staging_json(saver, exchange));
   if (outputs.save_source)
     write_save_onnx(*outputs.save_source, info, program.arena, options.save_onnx,
                     options.external_data, full_values);

@@ -12,6 +12,7 @@
 #include "train_common.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include <optional>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 
 namespace dsrt {
@@ -262,74 +264,185 @@ bool checkpoint_due(const TrainOptions &options, int64_t step) {
          (options.save_interval > 0 && step % options.save_interval == 0);
 }
 
-void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointContext &context,
-                     const TrainOptions &options, const CheckpointPosition &position) {
-  const bool rank0 = exchange.rank() == 0;
+namespace {
+
+// What rank `dp_rank` saves: the sharded values' shards, the whole values
+// on dp coordinate 0 (the other coordinates hold copies), tp pieces on
+// every tp coordinate and replicated values on tp coordinate 0; each with
+// the number of elements it stores (the padding past the end is not).
+std::vector<std::pair<Placement, int64_t>> saved_placements(const ProgramInfo &info, int64_t dp,
+                                                            int64_t dp_rank) {
+  std::vector<std::pair<Placement, int64_t>> out;
+  const int64_t tp_rank = own_coordinate(info, "tp");
+  for (const Placement &p : checkpoint_placements(info, dp, dp_rank)) {
+    if (!p.sharded && dp_rank != 0) continue;
+    if (!p.tp_piece && tp_rank != 0) continue;
+    const int64_t count = std::min(p.count, p.shape.numel() - p.begin);
+    if (count > 0) out.emplace_back(p, count);
+  }
+  return out;
+}
+
+// Every rank's `mine`, rank after rank.
+std::vector<int64_t> gather_all(RunnerComm &exchange, std::vector<int64_t> mine) {
+  const int64_t n = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> all(static_cast<size_t>(n * exchange.size()));
+  exchange.all_gather(Tensor{mine.data(), DType::I64, Shape{n}},
+                      Tensor{all.data(), DType::I64, Shape{n * exchange.size()}});
+  return all;
+}
+
+}  // namespace
+
+int64_t checkpoint_snapshot_bytes(const ProgramInfo &info, int64_t dp, int64_t dp_rank) {
+  int64_t total = 0;
+  for (const auto &[p, count] : saved_placements(info, dp, dp_rank))
+    total += count * static_cast<int64_t>(dtype_size(p.dtype));
+  return total;
+}
+
+// A save in flight: the snapshot, the thread writing it, and what the
+// thread found (state: 0 writing, 1 durable, 2 failed; size, crc and error
+// are set before state, which the thread stores last).
+struct CheckpointSaver::Pending {
+  CheckpointPosition position;
+  std::string temporary;
+  ck::ShardWriter writer;
+  std::thread thread;
+  std::atomic<int> state{0};
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  std::string error;
+  void write(const std::string &path, int64_t rank, const std::string &model) {
+    try {
+      health::test_fail_point("save", position.step);
+      writer.write(path, position.step, rank, model, size, crc);
+      state.store(1, std::memory_order_release);
+    } catch (const std::exception &e) {
+      error = e.what();
+      state.store(2, std::memory_order_release);
+    }
+  }
+};
+
+CheckpointSaver::CheckpointSaver(const ProgramInfo &info, const CheckpointContext &context,
+                                 const TrainOptions &options)
+    : info_(info), context_(context), options_(options) {
+  if (options.save_dir.empty()) return;
+  snapshot_bytes_ = checkpoint_snapshot_bytes(info, context.dp, context.dp_rank);
+  fits_ = !options.sync_save &&
+          (options.save_staging_limit < 0 || snapshot_bytes_ <= options.save_staging_limit);
+}
+
+CheckpointSaver::~CheckpointSaver() {
+  // Only a failing run gets here with a write in flight: let it end (the
+  // checkpoint is not committed; the previous one stays latest).
+  if (pending_ && pending_->thread.joinable()) pending_->thread.join();
+}
+
+void CheckpointSaver::save(Program &program, RunnerComm &exchange,
+                           const CheckpointPosition &position) {
+  if (pending_) finish(exchange);
+  if (!decided_) {
+    // In the background only when every rank's snapshot fits: the ranks
+    // take part in the same collectives.
+    const std::vector<int64_t> all = gather_all(exchange, {fits_ ? 1 : 0});
+    background_ = std::all_of(all.begin(), all.end(), [](int64_t fits) { return fits == 1; });
+    decided_ = true;
+  }
   const std::string name = step_name(position.step);
   const std::string when = "while saving checkpoint " + name;
   health::set_phase("saving checkpoint " + name);
-  const std::string temporary = ck::join_path(options.save_dir, ".tmp-" + name);
+  auto pending = std::make_unique<Pending>();
+  pending->position = position;
+  pending->temporary = ck::join_path(options_.save_dir, ".tmp-" + name);
   std::string error;
   try {
-    if (rank0) {
-      ck::remove_tree(temporary);  // a save of this step that died
-      ck::make_directories(temporary);
+    if (exchange.rank() == 0) {
+      ck::remove_tree(pending->temporary);  // a save of this step that died
+      ck::make_directories(pending->temporary);
     }
   } catch (const std::exception &e) {
     error = e.what();
   }
   exchange.agree(error, when);
 
-  // This rank's shard file: the sharded values' shards, and the whole
-  // values on dp coordinate 0 (the other coordinates hold copies).
-  int64_t mine[2] = {0, 0};  // size, CRC32C
+  // The snapshot: each saved slot copied into the staging buffer, which is
+  // allocated once at snapshot_bytes().
   try {
-    ck::ShardWriter writer;
+    pending->writer.reserve_data(static_cast<size_t>(snapshot_bytes_));
     std::vector<std::vector<uint8_t>> keep;
-    std::vector<uint8_t> host;
-    const int64_t tp_rank = own_coordinate(*program.info, "tp");
-    for (const Placement &p : checkpoint_placements(*program.info, context.dp, context.dp_rank)) {
-      if (!p.sharded && context.dp_rank != 0) continue;
-      if (!p.tp_piece && tp_rank != 0) continue;  // the other tp ranks hold copies
+    for (const auto &[p, count] : saved_placements(*program.info, context_.dp, context_.dp_rank)) {
       const Tensor slot = persistent_tensor(program, *p.value, keep);
-      const uint8_t *bytes = static_cast<const uint8_t *>(slot.data);
-      if (p.value->space != Space::File) {
-        host.resize(slot.nbytes());
-        read_to_host(program.stream, host.data(), slot);
-        bytes = host.data();
+      if (p.value->space == Space::File) {
+        // Already a host copy (in `keep`).
+        pending->writer.add(p.key, p.dtype, p.shape, p.begin, count, slot.data);
+      } else {
+        // The slot's first `count` elements: a ZeRO shard's padding past
+        // the tensor's end is not stored.
+        uint8_t *place =
+            pending->writer.add_uninitialized(p.key, p.dtype, p.shape, p.begin, count);
+        read_to_host(program.stream, place, Tensor{slot.data, p.dtype, Shape{count}});
       }
-      // The padding past the tensor's end is not stored.
-      const int64_t count = std::min(p.count, p.shape.numel() - p.begin);
-      if (count > 0) writer.add(p.key, p.dtype, p.shape, p.begin, count, bytes);
       keep.clear();
     }
-    uint32_t crc = 0;
-    const std::vector<uint8_t> file =
-        writer.finish(position.step, exchange.rank(), context.model, crc);
-    ck::write_durable(ck::join_path(temporary, "rank_" + std::to_string(exchange.rank()) + ".bin"),
-                      file.data(), file.size());
-    mine[0] = static_cast<int64_t>(file.size());
-    mine[1] = crc;
+    staging_peak_ = std::max(staging_peak_, static_cast<int64_t>(pending->writer.data_capacity()));
   } catch (const std::exception &e) {
     error = e.what();
   }
   exchange.agree(error, when);
-  std::vector<int64_t> all(static_cast<size_t>(2 * exchange.size()));
-  exchange.all_gather(Tensor{mine, DType::I64, Shape{2}},
-                      Tensor{all.data(), DType::I64, Shape{2 * exchange.size()}});
+  const std::string path =
+      ck::join_path(pending->temporary, "rank_" + std::to_string(exchange.rank()) + ".bin");
+  Pending *raw = pending.get();
+  if (background_) {
+    pending->thread = std::thread([raw, path, rank = exchange.rank(), model = context_.model] {
+      raw->write(path, rank, model);
+    });
+    pending_ = std::move(pending);
+    return;
+  }
+  raw->write(path, exchange.rank(), context_.model);
+  pending_ = std::move(pending);
+  finish(exchange);
+}
 
-  // Rank 0 commits: manifest, directory synced, renamed into place, the
-  // pointer replaced, then the oldest beyond --keep removed.
+void CheckpointSaver::poll(RunnerComm &exchange) {
+  if (!pending_) return;
+  const std::vector<int64_t> all =
+      gather_all(exchange, {pending_->state.load(std::memory_order_acquire) != 0 ? 1 : 0});
+  if (std::all_of(all.begin(), all.end(), [](int64_t done) { return done == 1; })) commit(exchange);
+}
+
+void CheckpointSaver::finish(RunnerComm &exchange) {
+  if (!pending_) return;
+  if (pending_->thread.joinable()) pending_->thread.join();
+  commit(exchange);
+}
+
+// Every rank's write has ended: agree on failures, gather the files' sizes
+// and CRC32Cs, and rank 0 commits: manifest, directory synced, renamed
+// into place, the pointer replaced, then the oldest beyond --keep removed.
+void CheckpointSaver::commit(RunnerComm &exchange) {
+  std::unique_ptr<Pending> pending = std::move(pending_);
+  if (pending->thread.joinable()) pending->thread.join();
+  const CheckpointPosition position = pending->position;
+  const std::string name = step_name(position.step);
+  const std::string when = "while saving checkpoint " + name;
+  std::string error = pending->state.load() == 2 ? pending->error : "";
+  exchange.agree(error, when);
+  const std::vector<int64_t> all = gather_all(
+      exchange, {static_cast<int64_t>(pending->size), static_cast<int64_t>(pending->crc)});
+  pending.reset();  // the staging buffer
   try {
-    if (rank0) {
+    if (exchange.rank() == 0) {
       ck::Manifest m;
       m.step = position.step;
       m.applied = position.applied;
       m.skipped = position.skipped;
-      m.seed = options.seed;
-      m.data_batches = context.data_batches;
-      m.model = context.model;
-      m.layout = context.layout;
+      m.seed = options_.seed;
+      m.data_batches = context_.data_batches;
+      m.model = context_.model;
+      m.layout = context_.layout;
       m.world = exchange.size();
       m.has_loss_scaler = position.has_loss_scaler;
       m.loss_scaler = position.loss_scaler;
@@ -337,31 +450,45 @@ void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointCon
         m.files.push_back({"rank_" + std::to_string(r) + ".bin",
                            static_cast<uint64_t>(all[static_cast<size_t>(2 * r)]),
                            static_cast<uint32_t>(all[static_cast<size_t>(2 * r + 1)])});
+      const std::string temporary = ck::join_path(options_.save_dir, ".tmp-" + name);
       const std::string text = ck::manifest_text(m);
       ck::write_durable(ck::join_path(temporary, "manifest"), text.data(), text.size());
       ck::sync_directory(temporary);
       pause_in_save_for_tests(position.step);
-      const std::string final_dir = ck::join_path(options.save_dir, name);
+      const std::string final_dir = ck::join_path(options_.save_dir, name);
       rename_into_place(temporary, final_dir);
-      ck::sync_directory(options.save_dir);
-      const std::string pointer = ck::join_path(options.save_dir, "latest");
-      const std::string pointer_tmp = ck::join_path(options.save_dir, ".latest.tmp");
+      ck::sync_directory(options_.save_dir);
+      const std::string pointer = ck::join_path(options_.save_dir, "latest");
+      const std::string pointer_tmp = ck::join_path(options_.save_dir, ".latest.tmp");
       const std::string line = name + "\n";
       ck::write_durable(pointer_tmp, line.data(), line.size());
       if (std::rename(pointer_tmp.c_str(), pointer.c_str()) != 0)
         throw Error("cannot rename '" + pointer_tmp + "' to '" + pointer +
                     "': " + strerror(errno));
-      ck::sync_directory(options.save_dir);
-      if (options.keep > 0) {
-        auto saved = complete_checkpoints(options.save_dir);
-        for (size_t i = 0; i + static_cast<size_t>(options.keep) < saved.size(); ++i)
-          if (saved[i].second != name) ck::remove_tree(ck::join_path(options.save_dir, saved[i].second));
+      ck::sync_directory(options_.save_dir);
+      if (options_.keep > 0) {
+        auto saved = complete_checkpoints(options_.save_dir);
+        for (size_t i = 0; i + static_cast<size_t>(options_.keep) < saved.size(); ++i)
+          if (saved[i].second != name)
+            ck::remove_tree(ck::join_path(options_.save_dir, saved[i].second));
       }
     }
   } catch (const std::exception &e) {
     error = e.what();
   }
   exchange.agree(error, when);
+}
+
+std::string checkpoint_staging_json(const CheckpointSaver &saver, RunnerComm &exchange) {
+  if (!saver.enabled()) return "";
+  const std::vector<int64_t> all = gather_all(exchange, {saver.snapshot_bytes(), saver.staging_peak()});
+  std::string text = std::string(", \"checkpoint_staging\": {\"background\": ") +
+                     (saver.background() ? "true" : "false") + ", \"ranks\": [";
+  for (int r = 0; r < exchange.size(); ++r)
+    text += std::string(r ? ", " : "") + "{\"planned_bytes\": " +
+            std::to_string(all[static_cast<size_t>(2 * r)]) + ", \"peak_bytes\": " +
+            std::to_string(all[static_cast<size_t>(2 * r + 1)]) + "}";
+  return text + "]}";
 }
 
 CheckpointPosition resume_checkpoint(Program &program, const CheckpointContext &context,

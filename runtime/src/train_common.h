@@ -42,6 +42,10 @@ struct TrainOptions {
   // (0: all); `resume` is a checkpoint or a directory of them.
   std::string save_dir, resume;
   int64_t save_interval = 0, keep = 0;
+  // Checkpoint writes overlap training unless --sync-save is given or the
+  // snapshot exceeds --save-staging-limit bytes (-1: no limit).
+  bool sync_save = false;
+  int64_t save_staging_limit = -1;
   int threads = 0;
   bool external_data = false, quiet = false;
 };
@@ -308,11 +312,57 @@ struct CheckpointContext {
 void check_save_dir(const TrainOptions &options, int world_rank);
 // Whether a checkpoint is written after `step`.
 bool checkpoint_due(const TrainOptions &options, int64_t step);
-// Collective: every rank writes its shard file into a temporary directory,
-// rank 0 writes the manifest and commits (docs/checkpoints.md); any rank's
-// failure fails every rank, the previous checkpoints intact.
-void save_checkpoint(Program &program, RunnerComm &exchange, const CheckpointContext &context,
-                     const TrainOptions &options, const CheckpointPosition &position);
+// The checkpoints of a run (docs/checkpoints.md, "Background writes").
+// save() is collective: every rank snapshots its shards into a host
+// staging buffer of snapshot_bytes() (read from the device, the host or
+// the file space) and a thread of its own writes, checksums and fsyncs its
+// shard file into the temporary directory while training goes on. At every
+// step boundary poll() (collective: one all-gather of three integers while
+// a write is pending) learns whether every rank's file is durable; once it
+// is, rank 0 commits — the manifest, the rename into place, `latest`, the
+// pruning — and any rank's failure fails every rank. finish() (at the end
+// of training, collective) waits for the pending write and commits it; a
+// save while one is pending does the same first. With --sync-save, or a
+// snapshot larger than --save-staging-limit, the write and the commit
+// happen within save() instead (the staging buffer is then the same, freed
+// at once).
+class CheckpointSaver {
+public:
+  CheckpointSaver(const ProgramInfo &info, const CheckpointContext &context,
+                  const TrainOptions &options);
+  ~CheckpointSaver();
+  CheckpointSaver(const CheckpointSaver &) = delete;
+  CheckpointSaver &operator=(const CheckpointSaver &) = delete;
+  void save(Program &program, RunnerComm &exchange, const CheckpointPosition &position);
+  void poll(RunnerComm &exchange);
+  void finish(RunnerComm &exchange);
+  // The staging buffer's size (the bytes of this rank's shards) and its
+  // measured high-water mark over the run (0 before the first save).
+  int64_t snapshot_bytes() const { return snapshot_bytes_; }
+  int64_t staging_peak() const { return staging_peak_; }
+  // Whether writes overlap training (every rank's snapshot fits; known
+  // after the first save), and whether the run saves at all.
+  bool background() const { return background_; }
+  bool enabled() const { return !options_.save_dir.empty(); }
+
+private:
+  void commit(RunnerComm &exchange);
+  const ProgramInfo &info_;
+  const CheckpointContext &context_;
+  const TrainOptions &options_;
+  int64_t snapshot_bytes_ = 0, staging_peak_ = 0;
+  bool fits_ = false, background_ = false, decided_ = false;
+  struct Pending;
+  std::unique_ptr<Pending> pending_;
+};
+// Collective: `, "checkpoint_staging": {...}` for the log's summary
+// (docs/checkpoints.md): whether writes ran in the background and each
+// rank's planned staging bytes and measured high-water mark; "" without
+// --save-dir.
+std::string checkpoint_staging_json(const CheckpointSaver &saver, RunnerComm &exchange);
+// The bytes of the shards rank `dp_rank` of `info` writes (its staging
+// buffer): the placements it saves, without the padding past a tensor's end.
+int64_t checkpoint_snapshot_bytes(const ProgramInfo &info, int64_t dp, int64_t dp_rank);
 // Loads --resume's checkpoint into this rank's persistent values (any
 // layout that wrote it) and returns where training stands; sets
 // options.seed to the checkpoint's. Throws naming the file at fault.

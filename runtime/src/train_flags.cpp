@@ -23,7 +23,8 @@ void train_usage(const char *argv0, Launch launch) {
           "usage: %s --data DIR --steps N [--log-json FILE] [--save-onnx FILE]\n"
           "          [--external-data] [--seed S] [--weights DIR] [--threads N]\n"
           "          [--trace FILE] [--nvme-path DIR] [--on-nonfinite stop|skip] [--quiet]\n"
-          "          [--save-dir DIR [--save-interval N] [--keep K]] [--resume PATH]\n"
+          "          [--save-dir DIR [--save-interval N] [--keep K] [--sync-save]\n"
+          "          [--save-staging-limit BYTES]] [--resume PATH]\n"
           "  --data DIR        one <input name>.npy per input of micro_step, holding\n"
           "                    [n, ranks * accumulation_steps * S0, S1, ...] for an\n"
           "                    input of shape [S0, S1, ...]: n global batches, used in\n"
@@ -37,6 +38,11 @@ void train_usage(const char *argv0, Launch launch) {
           "                    (DIR/latest names the newest)\n"
           "  --save-interval N ...and after every N steps\n"
           "  --keep K          keep the newest K checkpoints (default: all)\n"
+          "  --sync-save       write each checkpoint before the next step starts\n"
+          "                    (default: a host snapshot written in the background)\n"
+          "  --save-staging-limit BYTES\n"
+          "                    write in the background only when this rank's\n"
+          "                    snapshot fits in BYTES of host memory\n"
           "  --resume PATH     continue from checkpoint PATH (DIR/step_<N>, or DIR for\n"
           "                    its latest), written under any dp, ZeRO or pp layout;\n"
           "                    --steps stays the total\n"
@@ -112,6 +118,13 @@ bool parse_train(int argc, char **argv, TrainOptions &options, Launch launch) {
         throw Error(arg + " expects a positive integer, got '" + text + "'");
       (arg == "--keep" ? options.keep : options.save_interval) = static_cast<int64_t>(number);
     }
+    else if (arg == "--save-staging-limit") {
+      value(text);
+      if (!parse_unsigned(text, number) || number > static_cast<uint64_t>(INT64_MAX))
+        throw Error("--save-staging-limit expects a number of bytes, got '" + text + "'");
+      options.save_staging_limit = static_cast<int64_t>(number);
+    }
+    else if (arg == "--sync-save") options.sync_save = true;
     else if (arg == "--on-nonfinite") {
       value(text);
       if (text != "stop" && text != "skip")
@@ -149,8 +162,10 @@ bool parse_train(int argc, char **argv, TrainOptions &options, Launch launch) {
   }
   if (options.data.empty() || !has_steps)
     throw Error("--data and --steps are required (see --help)");
-  if ((options.save_interval > 0 || options.keep > 0) && options.save_dir.empty())
-    throw Error("--save-interval and --keep need --save-dir DIR");
+  if ((options.save_interval > 0 || options.keep > 0 || options.sync_save ||
+       options.save_staging_limit >= 0) &&
+      options.save_dir.empty())
+    throw Error("--save-interval, --keep, --sync-save and --save-staging-limit need --save-dir DIR");
   if (options.external_data && options.save_onnx.empty())
     throw Error("--external-data only applies to --save-onnx FILE");
   return true;

@@ -231,3 +231,40 @@ TEST_F(Checkpoint, TensorParallelPieceMissing) {
 }
 
 }  // namespace
+
+namespace {
+// A file may claim any tensor: the reader refuses what no file could hold
+// and checks that the pieces cover a range before allocating it, so a
+// crafted header is a dsrt::Error, never an overflow or a huge allocation.
+TEST_F(Checkpoint, HugeClaimsRefused) {
+  const float two[2] = {1, 2};
+  {
+    // 2^58 elements (2^60 bytes) claimed, 2 held.
+    ck::ShardWriter first;
+    first.add("param:huge", DType::F32, Shape{1 << 20, 1 << 20, 1 << 18}, 0, 2, two);
+    commit({&first});
+    const ck::Checkpoint c = ck::open_checkpoint(step_dir());
+    EXPECT_NE(error_of([&] { ck::read_whole(c, "param:huge"); })
+                  .find("lacks element 2 of tensor 'param:huge'"),
+              std::string::npos);
+  }
+  {
+    // 2^96 elements: not a shape a file can describe.
+    ck::ShardWriter first;
+    first.add("param:over", DType::F32, Shape{1ll << 32, 1ll << 32, 1ll << 32}, 0, 2, two);
+    commit({&first});
+    EXPECT_NE(error_of([&] { ck::open_checkpoint(step_dir()); }).find("bad tensor line"),
+              std::string::npos);
+  }
+  {
+    // Tensor-parallel pieces whose whole would overflow.
+    ck::ShardWriter first;
+    first.add(ck::tp_piece_key({"param:w", 0, 999999999999, 0, 1}), DType::F32,
+              Shape{1ll << 40, 2}, 0, 2, two);
+    commit({&first});
+    const ck::Checkpoint c = ck::open_checkpoint(step_dir());
+    EXPECT_NE(error_of([&] { ck::whole_tensors(c); }).find("too large to hold"),
+              std::string::npos);
+  }
+}
+}  // namespace

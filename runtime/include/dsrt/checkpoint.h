@@ -58,7 +58,22 @@ public:
   std::vector<uint8_t> finish(int64_t step, int64_t rank, const std::string &model,
                               uint32_t &crc) const;
 
+  // A record whose bytes the caller copies into the returned place later
+  // (a snapshot taken piece by piece); its CRC32C is computed by write().
+  // reserve_data(total) first makes the data buffer exactly `total` bytes
+  // of capacity, so that it is allocated once.
+  void reserve_data(size_t total) { data_.reserve(total); }
+  uint8_t *add_uninitialized(const std::string &key, DType dtype, const Shape &shape,
+                             int64_t begin, int64_t count);
+  size_t data_capacity() const { return data_.capacity(); }
+  // Writes the file to `path` and fsyncs it, without a second copy of the
+  // data; computes the pending records' CRC32Cs; sets `size` and `crc`.
+  void write(const std::string &path, int64_t step, int64_t rank, const std::string &model,
+             uint64_t &size, uint32_t &crc);
+
 private:
+  std::string header(int64_t step, int64_t rank, const std::string &model) const;
+  std::vector<bool> pending_;  // records whose CRC32C write() computes
   std::vector<Record> records_;
   std::vector<uint8_t> data_;
 };
@@ -171,6 +186,12 @@ std::string hex32(uint32_t value);
 
 // Files: written whole to `path` and fsynced (throws naming it).
 void write_durable(const std::string &path, const void *bytes, size_t size);
+// The same for a file made of several pieces, written in order.
+struct Span {
+  const void *data;
+  size_t size;
+};
+void write_durable(const std::string &path, const std::vector<Span> &pieces);
 // fsync of a directory.
 void sync_directory(const std::string &dir);
 // Creates `dir` and its parents as needed.

@@ -16,6 +16,7 @@
                              step without one: a run that does not scale)
 """
 import json
+import os
 import struct
 import sys
 
@@ -104,6 +105,26 @@ def main():
     elif cmd == "same-losses":
         rel = float(args[3]) if len(args) > 3 and args[2] == "--rel" else 0.0
         same_losses(args[0], args[1], rel)
+    elif cmd == "staging":
+        # The log's checkpoint_staging against the checkpoint the run wrote:
+        # each rank's planned snapshot bytes, its measured high-water mark
+        # and the data its shard file holds (size less magic, header length,
+        # header and CRC trailer) must all be equal.
+        log, ckpt, mode = args[0], args[1], args[2]
+        with open(log) as f:
+            summary = [json.loads(l) for l in f if '"summary"' in l][-1]
+        staging = summary["checkpoint_staging"]
+        if staging["background"] != (mode == "background"):
+            sys.exit(f"{log}: background writes {staging['background']}, expected {mode}")
+        for r, entry in enumerate(staging["ranks"]):
+            with open(os.path.join(ckpt, f"rank_{r}.bin"), "rb") as f:
+                data = f.read()
+            header = int.from_bytes(data[8:16], "little")
+            held = len(data) - 16 - header - 4
+            if not (entry["planned_bytes"] == entry["peak_bytes"] == held) or held <= 0:
+                sys.exit(f"rank {r}: planned {entry['planned_bytes']}, peak "
+                         f"{entry['peak_bytes']}, file data {held}")
+        print(f"staging: {len(staging['ranks'])} ranks, {mode}: planned = peak = file data")
     elif cmd == "differ":
         a, b = losses(args[0]), losses(args[1])
         if not a or all(a[s] == b.get(s) for s in a):
