@@ -163,7 +163,7 @@ fi
 [ -n "$OUT" ] || { echo "$usage" >&2; exit 2; }
 for name in ${ONLY//,/ }; do
   case "$name" in
-    build|prepare|runtime|programs|kernels|nccl|forward|train|bf16|zero3|offload|ranks2|trace|bench) ;;
+    build|prepare|runtime|programs|nodevice|kernels|nccl|forward|train|bf16|zero3|offload|ranks2|trace|bench) ;;
     *) echo "gpu-check: --only: no stage '$name'" >&2; exit 2 ;;
   esac
 done

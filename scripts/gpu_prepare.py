@@ -142,6 +142,7 @@ class Prep:
             case = f"{Path(file).stem}-{CONFIG}"
             work = train_work / case
             data = self.copy_data(work / "data", case)
+            shutil.copy(work / "ds_config.json", self.out / "data" / case)  # how it was built
             ref = self.out / "ref" / "train" / case
             ref.mkdir(parents=True, exist_ok=True)
             shutil.copy(work / "log.jsonl", ref)
