@@ -2,21 +2,35 @@
 # The stage functions run through `stage`, which shellcheck cannot follow.
 # shellcheck disable=SC2317
 # The GPU check of dsopt's cuda target, on one NVIDIA GPU (sized for an H200,
-# about 8 minutes): builds dsopt and libdsrt_cuda with CUDA, then runs
+# about 8 minutes). It comes in two halves, so that the GPU machine needs
+# neither LLVM/MLIR nor dsopt:
 #
-#   kernels   the cuda kernel tests (dsrt_cuda_kernel_test)
-#   nccl      the NCCL transport on one GPU (dsrt_nccl_device_test, mpirun -np 1)
-#   forward   every zoo model's forward on cuda against PyTorch, the measured
-#             device arena against the plan, and cuda against cpu (rel 1e-4)
-#   train     20 training steps of every zoo model on cuda against PyTorch
-#             (loss rel 1e-4, memory spaces equal to the plan), and cuda
-#             against cpu (loss rel 1e-4)
-#   bf16      the same in bf16 (loss rel 2e-2), or a SKIP line while dsopt
-#             refuses --precision bf16
-#   zero3     a ZeRO-3 training program on one GPU, its collectives on a
-#             one-rank NCCL world (as every cuda program's; under mpirun -np 1
-#             where mpirun is installed), whose losses equal the plain
-#             program's
+#   --prepare DIR     where dsopt is built (no GPU needed): scripts/gpu_prepare.py
+#                     exports the zoo, generates every cuda program's source
+#                     tree (dsopt --target cuda --sources-only), runs the cpu
+#                     programs for reference (checked against PyTorch) and
+#                     writes DIR/manifest.json; DIR stays under 64 MiB
+#   --device DIR OUT  on the GPU machine, with only the source tree and DIR:
+#                     builds runtime/ standalone with CUDA (no OpenBLAS, no
+#                     LLVM), builds every program's src/CMakeLists.txt against
+#                     it in parallel, runs the stages below and writes
+#                     OUT/report.md
+#   OUT               both on one machine: builds dsopt with CUDA, prepares
+#                     OUT/prep, then runs the device half
+#
+# The device half's stages:
+#
+#   runtime   libdsrt_cuda and the kernel and NCCL tests, standalone
+#   programs  every program of DIR (cmake + ninja, in parallel)
+#   kernels   the cuda kernel tests (dsrt_cuda_kernel_test) on DIR's cases
+#   nccl      the NCCL transport on one GPU (dsrt_nccl_device_test)
+#   forward   every zoo model's forward on cuda against the cpu run (rel 1e-4)
+#   train     20 training steps of every zoo model on cuda against the cpu
+#             run (loss rel 1e-4); each run checks its memory spaces
+#             against the plan itself
+#   bf16      the same in bf16 (loss rel 2e-2)
+#   zero3     GPT-2's ZeRO-3 program on one GPU, its collectives on a
+#             one-rank NCCL world, whose losses equal the plain program's
 #   offload   GPT-2 with its optimizer offloaded (--offload-optimizer cpu:
 #             states in pinned host memory, copies on the communication
 #             stream, the update's kernels over the pinned arena), whose
@@ -28,23 +42,40 @@
 #             instead of hanging; a SKIP line without mpirun
 #   trace     one step's timeline (nsys when installed, else the runtime's
 #             cudaEvent-timed Chrome trace)
-#   bench     bench/gpu_bench.py: GPT-2 124M bf16 tokens/s and MFU
+#   bench     bench/gpu_bench.py --prepared: GPT-2 124M bf16 tokens/s and MFU
 #
-# Needs: the CUDA toolkit with NCCL (nccl.h and libnccl where CMake's
-# CUDAToolkit or the NCCL_ROOT/CPATH paths find them), LLVM/MLIR 22 (dsopt
-# links libMLIR and libLLVM), CMake, ninja, and a python3 with torch, onnx and
-# numpy (the first of python3 on PATH and /usr/bin/python3 that has them).
-# The build stage checks these first and names what is missing. mpirun is
+# --prepare needs dsopt built (--build, default build/) and a python3 with
+# torch, onnx and numpy. --device needs the CUDA toolkit (nvcc, cuBLASLt),
+# NCCL (under the toolkit, NCCL_ROOT, or python3's nvidia-nccl wheel), CMake,
+# ninja, a C++ compiler with OpenMP and python3 with numpy (and onnx for the
+# benchmark); it checks these first and names what is missing. mpirun is
 # optional (a program started without it is a world of one rank).
 #
-# Usage: scripts/gpu-check.sh [--dry-run] [--build DIR] [--skip-build]
-#                              [--only STAGE,...] OUT
-#   OUT          where report.md and one log per stage go (created)
-#   --build DIR  the CUDA build directory (default: build-gpu)
-#   --skip-build use DIR as it is
-#   --only       run only these stages (a rerun; later stages use what
-#                earlier ones left in OUT/work)
-#   --dry-run    print the stages and their commands, run nothing
+# Usage: scripts/gpu-check.sh --prepare DIR [--build BUILD] [--models M,...]
+#                              [--stages S,...]
+#                              [--no-bench] [--no-kernel-cases]
+#        scripts/gpu-check.sh --device DIR OUT [--build-only] [--only STAGE,...]
+#                              [--jobs N] [--runtime PREFIX] [--timeout-scale K]
+#                              [--dry-run]
+#        scripts/gpu-check.sh [--build DIR] [--skip-build] [--only STAGE,...]
+#                              [--dry-run] OUT
+#   --build DIR   dsopt's build (--prepare: default build/; the one-machine
+#                 form builds it with CUDA, default build-gpu)
+#   --build-only  --device: build everything, then run each executable without
+#                 a GPU (CUDA_VISIBLE_DEVICES='') expecting exit 1 and "no CUDA
+#                 device"; no stage runs on the GPU
+#   --runtime PREFIX  --device: use the libdsrt_cuda installed at PREFIX
+#                 (cmake --install of a runtime built with CUDA) instead of
+#                 building runtime/ (no kernels or nccl tests then)
+#   --timeout-scale K  every stage's timeout times K (a slower machine)
+#   --only        run only these stages (a rerun; later stages use what
+#                 earlier ones left in OUT/work)
+#   --models      --prepare: only these zoo models (default: all five)
+#   --stages      --prepare: only these stages' programs (forward, train,
+#                 bf16, zero3, offload, ranks2; default: all)
+#   --no-bench    --prepare: leave out the GPT-2 124M benchmark
+#   --no-kernel-cases  --prepare: leave out the kernel cases (no kernels stage)
+#   --dry-run     print the stages and their commands, run nothing
 #
 # Every stage has a timeout; a failing stage does not stop the next ones.
 # Exits 0 when every stage passed (or was skipped with a reason), else 1.
@@ -52,22 +83,45 @@ set -u
 set -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="$ROOT/build-gpu"
+MODE=all
+BUILD=""
 DRY_RUN=0
 SKIP_BUILD=0
+BUILD_ONLY=0
+NO_BENCH=0
+NO_CASES=0
+RUNTIME_PREFIX=""
+STAGES=""
+SCALE=1
+MODELS=""
 ONLY=""
+PREP=""
 OUT=""
+JOBS="$(nproc 2>/dev/null || echo 4)"
+usage="usage: scripts/gpu-check.sh --prepare DIR | --device DIR OUT | OUT (see --help)"
 while [ $# -gt 0 ]; do
   case "$1" in
+    --prepare|--device)
+      [ $# -ge 2 ] || { echo "gpu-check: $1 needs a directory" >&2; exit 2; }
+      MODE="${1#--}"; PREP="$2"; shift ;;
     --dry-run) DRY_RUN=1 ;;
     --skip-build) SKIP_BUILD=1 ;;
-    --build)
-      [ $# -ge 2 ] || { echo "gpu-check: --build needs a directory" >&2; exit 2; }
-      BUILD="$2"; shift ;;
-    --only)
-      [ $# -ge 2 ] || { echo "gpu-check: --only needs stage names" >&2; exit 2; }
-      ONLY=",$2,"; shift ;;
-    -h|--help) sed -n '4,48p' "$0"; exit 0 ;;
+    --build-only) BUILD_ONLY=1 ;;
+    --no-bench) NO_BENCH=1 ;;
+    --no-kernel-cases) NO_CASES=1 ;;
+    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale)
+      [ $# -ge 2 ] || { echo "gpu-check: $1 needs a value" >&2; exit 2; }
+      case "$1" in
+        --build) BUILD="$2" ;;
+        --only) ONLY=",$2," ;;
+        --models) MODELS="$2" ;;
+        --stages) STAGES="$2" ;;
+        --jobs) JOBS="$2" ;;
+        --runtime) RUNTIME_PREFIX="$2" ;;
+        --timeout-scale) SCALE="$2" ;;
+      esac
+      shift ;;
+    -h|--help) sed -n '4,81p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *)
       [ -z "$OUT" ] || { echo "gpu-check: one OUT directory, got '$OUT' and '$1'" >&2; exit 2; }
@@ -75,49 +129,73 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ -n "$OUT" ] || { echo "usage: scripts/gpu-check.sh [--dry-run] [--build DIR] [--skip-build] [--only STAGE,...] OUT" >&2; exit 2; }
+case "$JOBS" in ''|*[!0-9]*) echo "gpu-check: --jobs expects a number, got '$JOBS'" >&2; exit 2 ;; esac
+case "$SCALE" in ''|*[!0-9]*) echo "gpu-check: --timeout-scale expects a whole number, got '$SCALE'" >&2; exit 2 ;; esac
+
+# The first python3 that has what `imports` names.
+find_python() {
+  local candidate
+  for candidate in python3 /usr/bin/python3; do
+    if command -v "$candidate" > /dev/null && "$candidate" -c "import $1" > /dev/null 2>&1; then
+      command -v "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
+export PYTHONNOUSERSITE=1 OMP_NUM_THREADS=4
+
+if [ "$MODE" = prepare ]; then
+  [ -z "$OUT" ] || { echo "gpu-check: --prepare DIR takes no OUT (got '$OUT')" >&2; exit 2; }
+  BUILD="${BUILD:-$ROOT/build}"
+  [ -x "$BUILD/bin/dsopt" ] ||
+    { echo "gpu-check: --prepare: no dsopt at $BUILD/bin/dsopt (build dsopt, or pass --build)" >&2; exit 1; }
+  PY="$(find_python 'torch, onnx, numpy')" ||
+    { echo "gpu-check: --prepare: no python3 with torch, onnx and numpy (tried python3 and /usr/bin/python3)" >&2; exit 1; }
+  args=(--dsopt "$BUILD/bin/dsopt" --out "$PREP")
+  [ -z "$MODELS" ] || args+=(--only "$MODELS")
+  [ -z "$STAGES" ] || args+=(--stages "$STAGES")
+  [ "$NO_BENCH" = 0 ] || args+=(--no-bench)
+  [ "$NO_CASES" = 0 ] || args+=(--no-kernel-cases)
+  exec "$PY" "$ROOT/scripts/gpu_prepare.py" "${args[@]}"
+fi
+
+[ -n "$OUT" ] || { echo "$usage" >&2; exit 2; }
 for name in ${ONLY//,/ }; do
   case "$name" in
-    build|kernels|nccl|forward|train|bf16|zero3|offload|ranks2|trace|bench) ;;
+    build|prepare|runtime|programs|nodevice|kernels|nccl|forward|train|bf16|zero3|offload|ranks2|trace|bench) ;;
     *) echo "gpu-check: --only: no stage '$name'" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$OUT" || { echo "gpu-check: cannot create '$OUT'" >&2; exit 2; }
 OUT="$(cd "$OUT" && pwd)"
-case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
-
-# The first python3 that has what the oracles import.
-PY=""
-for candidate in python3 /usr/bin/python3; do
-  if command -v "$candidate" > /dev/null &&
-     "$candidate" -c 'import torch, onnx, numpy' > /dev/null 2>&1; then
-    PY="$(command -v "$candidate")"
-    break
-  fi
-done
-[ -n "$PY" ] || PY=python3  # the build stage reports it
-DSOPT="$BUILD/bin/dsopt"
+if [ "$MODE" = all ]; then
+  BUILD="${BUILD:-$ROOT/build-gpu}"
+  case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
+  PREP="$OUT/prep"
+else
+  [ -f "$PREP/manifest.json" ] ||
+    { echo "gpu-check: --device: no $PREP/manifest.json (run scripts/gpu-check.sh --prepare $PREP where dsopt is built, and carry it)" >&2; exit 1; }
+fi
+mkdir -p "$PREP"
+PREP="$(cd "$PREP" && pwd)"
+PY="$(find_python numpy)" || PY=python3  # the runtime stage reports it
 WORK="$OUT/work"
-JOBS="$(nproc 2>/dev/null || echo 4)"
-export PYTHONNOUSERSITE=1 OMP_NUM_THREADS=4
+RT="$WORK/runtime"          # the standalone libdsrt build
+PREFIX="$WORK/dsrt"         # ... installed: what the programs find_package
+BUILDS="$WORK/programs"     # one CMake build per program
+[ -z "$RUNTIME_PREFIX" ] || PREFIX="$(cd "$RUNTIME_PREFIX" && pwd)" ||
+  { echo "gpu-check: --runtime: no directory '$RUNTIME_PREFIX'" >&2; exit 2; }
 REPORT="$OUT/report.md"
 declare -a SUMMARY=()
 FAILED=0
-
-# dsopt for the cuda target, as one command the zoo oracles can run.
-mkdir -p "$OUT/bin" "$WORK"
-cat > "$OUT/bin/dsopt-cuda" <<EOF
-#!/bin/sh
-exec "$DSOPT" --target cuda "\$@"
-EOF
-chmod +x "$OUT/bin/dsopt-cuda"
-DSOPT_CUDA="$OUT/bin/dsopt-cuda"
+mkdir -p "$WORK"
 
 # stage NAME TIMEOUT_S: runs the function NAME in a shell of its own under
 # the timeout, its output in OUT/NAME.log; a stage that prints a line
 # starting with "SKIP" and returns 0 counts as skipped.
 stage() {
-  local name="$1" limit="$2"
+  local name="$1" limit="$(($2 * SCALE))"
   local log="$OUT/$name.log"
   if [ -n "$ONLY" ] && [ "${ONLY#*,"$name",}" = "$ONLY" ]; then
     return 0
@@ -138,10 +216,130 @@ stage() {
   elif [ "$status" = 124 ] || [ "$status" = 137 ]; then
     verdict="FAILED: timed out after ${limit}s"; FAILED=1
   else
-    verdict="FAILED (exit $status): $(grep -m1 -iE 'error|fail|mismatch' "$log" | cut -c1-200)"; FAILED=1
+    verdict="FAILED (exit $status): $(grep -m1 -iE 'error|fail|mismatch|missing' "$log" | cut -c1-200)"; FAILED=1
   fi
   printf '   %s (%ss)\n' "$verdict" "$((end - start))"
   SUMMARY+=("| $name | $verdict | $((end - start)) s | [$name.log]($name.log) |")
+}
+
+# The one-machine form: dsopt with CUDA, then the prepared directory.
+build() {
+  if [ "$SKIP_BUILD" = 0 ]; then
+    [ -d /usr/lib/llvm-22/lib/cmake/mlir ] || [ -n "${MLIR_DIR:-}" ] ||
+      { echo "error: LLVM/MLIR 22 is not installed (no /usr/lib/llvm-22/lib/cmake/mlir, MLIR_DIR unset): dsopt cannot be built here; run --prepare where it is, and --device here"; return 1; }
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release || return 1
+    ninja -C "$BUILD" -j "$JOBS" dsopt || return 1
+  fi
+  [ -x "$BUILD/bin/dsopt" ] || { echo "error: no dsopt at $BUILD/bin/dsopt"; return 1; }
+}
+
+prepare() {
+  "$ROOT/scripts/gpu-check.sh" --prepare "$PREP" --build "$BUILD"
+}
+
+# The toolkit's root: nvcc's, links followed.
+cuda_home() {
+  dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")"
+}
+
+# NCCL's root where the toolkit has none: NCCL_ROOT, else python3's
+# nvidia-nccl wheel (include/nccl.h, lib/libnccl.so.2).
+nccl_root() {
+  [ -n "${NCCL_ROOT:-}" ] && { echo "$NCCL_ROOT"; return 0; }
+  [ -f "$(cuda_home)/include/nccl.h" ] && return 0
+  [ -f /usr/include/nccl.h ] && return 0
+  "$PY" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2> /dev/null
+}
+
+# What the device half needs, each missing piece named.
+preflight() {
+  local missing=0
+  command -v nvcc > /dev/null ||
+    { echo "error: nvcc is not on PATH nor in /usr/local/cuda/bin"; missing=1; }
+  command -v cmake > /dev/null || { echo "error: cmake is not installed"; missing=1; }
+  command -v ninja > /dev/null || { echo "error: ninja is not installed"; missing=1; }
+  command -v "${CXX:-c++}" > /dev/null || { echo "error: no C++ compiler (${CXX:-c++})"; missing=1; }
+  "$PY" -c 'import numpy' > /dev/null 2>&1 ||
+    { echo "error: no python3 with numpy (tried python3 and /usr/bin/python3)"; missing=1; }
+  [ "$missing" = 0 ] || return 1
+  local root
+  root="$(nccl_root)"
+  if [ -n "$root" ]; then
+    echo "NCCL from $root"
+  elif ! find "$(cuda_home)/include" /usr/include -maxdepth 1 -name nccl.h 2> /dev/null | grep -q .; then
+    echo "warning: no nccl.h under the toolkit, /usr/include, NCCL_ROOT or python3's nvidia-nccl: no NCCL transport (the nccl, zero3 and ranks2 stages fail)"
+  fi
+  nvcc --version | tail -1
+  cmake --version | head -1
+}
+
+# libdsrt_cuda alone, from runtime/ (no LLVM, no OpenBLAS), installed for
+# the programs' find_package(dsrt); the kernel and NCCL tests with it.
+runtime() {
+  preflight || return 1
+  if [ -n "$RUNTIME_PREFIX" ]; then
+    [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] ||
+      { echo "error: --runtime $PREFIX: no lib/cmake/dsrt/dsrtConfig.cmake there (cmake --install a runtime build)"; return 1; }
+    echo "libdsrt from $PREFIX (--runtime): runtime/ not built"
+    return 0
+  fi
+  local root args=()
+  root="$(nccl_root)"
+  [ -z "$root" ] || args+=("-DNCCL_ROOT=$root")
+  [ ! -f "$PREP/gtest/CMakeLists.txt" ] || args+=("-DDSRT_GTEST_SOURCE=$PREP/gtest")
+  cmake -S "$ROOT/runtime" -B "$RT" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DDSRT_WITH_CPU=OFF -DDSRT_FUZZERS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_INSTALL_PREFIX="$PREFIX" "${args[@]}" || return 1
+  local targets=(dsrt_cuda) t all
+  all="$(ninja -C "$RT" -t targets all 2> /dev/null)"
+  grep -q '^dsrt_cuda:' <<< "$all" ||
+    { echo "error: the runtime was configured without the cuda backend (see cmake's 'dsrt:' lines above)"; return 1; }
+  for t in dsrt_cuda_kernel_test dsrt_nccl_device_test; do
+    if grep -q "^$t:" <<< "$all"; then targets+=("$t"); else echo "note: $t is not built (no GoogleTest or NCCL)"; fi
+  done
+  ninja -C "$RT" -j "$JOBS" "${targets[@]}" || return 1
+  cmake --install "$RT" > /dev/null || return 1
+  [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] || { echo "error: libdsrt was not installed under $PREFIX"; return 1; }
+  echo "libdsrt_cuda installed under $PREFIX (targets: ${targets[*]})"
+}
+
+# Every program's src/CMakeLists.txt against the installed libdsrt_cuda:
+# configured all at once, then built all at once, each with the
+# executables the manifest runs.
+programs() {
+  [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] || { echo "error: the runtime stage left no libdsrt under $PREFIX"; return 1; }
+  mkdir -p "$BUILDS"
+  "$PY" "$ROOT/scripts/gpu_device.py" targets "$PREP" > "$WORK/targets.txt" || return 1
+  # shellcheck disable=SC2016
+  local configure='cmake -S "$1/programs/$3/src" -B "$2/$3" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$4" -DCMAKE_CUDA_ARCHITECTURES=90 > "$2/$3.configure.log" 2>&1 || { echo "$3: cmake failed:"; tail -20 "$2/$3.configure.log"; exit 1; }'
+  # shellcheck disable=SC2016
+  local compile='b="$0" n="$1"; shift; ninja -C "$b/$n" -j 2 "$@" > "$b/$n.build.log" 2>&1 || { echo "$n: the build failed:"; grep -m5 -E "error|undefined" "$b/$n.build.log"; exit 1; }'
+  local status=0
+  cut -d' ' -f1 "$WORK/targets.txt" |
+    xargs -P "$JOBS" -I{} bash -c "$configure" _ "$PREP" "$BUILDS" {} "$PREFIX" || status=1
+  [ "$status" = 0 ] || return 1
+  sed "s|^|$BUILDS |" "$WORK/targets.txt" |
+    xargs -P "$(( (JOBS + 1) / 2 ))" -L1 bash -c "$compile" || status=1
+  echo "$(wc -l < "$WORK/targets.txt") programs built under $BUILDS"
+  return "$status"
+}
+
+# The build-only proof: every executable built, each refusing to run
+# without a GPU as it must.
+nodevice() {
+  "$PY" "$ROOT/scripts/gpu_device.py" no-device "$PREP" "$BUILDS" || return 1
+  local t
+  for t in dsrt_cuda_kernel_test dsrt_nccl_device_test; do
+    [ -x "$RT/tests/$t" ] && echo "$t: built"
+  done
+  return 0
+}
+
+kernels() {
+  local exe="$RT/tests/dsrt_cuda_kernel_test"
+  [ -x "$exe" ] || { echo "error: dsrt_cuda_kernel_test was not built under $RT (GoogleTest missing?)"; return 1; }
+  [ -d "$PREP/kernel-cases" ] || { echo "error: no kernel cases in $PREP (prepared without them)"; return 1; }
+  "$exe" --cases "$PREP/kernel-cases"
 }
 
 # Runs `$1` processes of the rest under mpirun where it is installed, else
@@ -159,193 +357,73 @@ launch() {
   fi
 }
 
-# What the build needs, each missing piece named.
-preflight() {
-  local missing=0
-  command -v cmake > /dev/null || { echo "error: cmake is not installed"; missing=1; }
-  command -v ninja > /dev/null || { echo "error: ninja is not installed"; missing=1; }
-  command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
-    { echo "error: nvcc is not on PATH nor in /usr/local/cuda/bin"; missing=1; }
-  [ -d /usr/lib/llvm-22/lib/cmake/mlir ] || [ -n "${MLIR_DIR:-}" ] ||
-    { echo "error: LLVM/MLIR 22 is not installed (no /usr/lib/llvm-22/lib/cmake/mlir, MLIR_DIR unset): dsopt cannot be built"; missing=1; }
-  find /usr/local/cuda/include /usr/include "${NCCL_ROOT:-/nonexistent}" -maxdepth 2 \
-    -name nccl.h 2> /dev/null | grep -q . ||
-    echo "warning: no nccl.h under /usr/local/cuda/include, /usr/include or NCCL_ROOT: no NCCL transport (the nccl, zero3 and ranks2 stages fail)"
-  "$PY" -c 'import torch, onnx, numpy' > /dev/null 2>&1 ||
-    { echo "error: no python3 with torch, onnx and numpy (tried python3 and /usr/bin/python3)"; missing=1; }
-  return "$missing"
-}
-
-# The stages, each a function so that a stage's commands stay together.
-build() {
-  if [ "$SKIP_BUILD" = 0 ]; then
-    preflight || return 1
-    export PATH="$PATH:/usr/local/cuda/bin"
-    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_CUDA_ARCHITECTURES=90 || return 1
-    # What the stages run, not the whole tree (no fuzzers, no cpu-only tests).
-    local targets=(dsopt dsrt dsrt_cuda dsrt_cuda_kernel_test)
-    ninja -C "$BUILD" -t targets all 2> /dev/null | grep -q '^dsrt_nccl_device_test:' &&
-      targets+=(dsrt_nccl_device_test)
-    ninja -C "$BUILD" -j "$JOBS" "${targets[@]}" || return 1
-  fi
-  [ -x "$DSOPT" ] || { echo "error: no dsopt at $DSOPT"; return 1; }
-  find "$BUILD" -name libdsrt_cuda.a | grep -q . ||
-    { echo "error: libdsrt_cuda.a was not built (is the CUDA toolkit found? see the cmake output above)"; return 1; }
-  "$DSOPT" --print-build-flags --target cuda
-}
-
-kernels() {
-  local exe
-  exe="$(find "$BUILD" -name dsrt_cuda_kernel_test -type f -perm -u+x | head -1)"
-  [ -n "$exe" ] || { echo "error: dsrt_cuda_kernel_test was not built under $BUILD"; return 1; }
-  "$exe"
-}
-
 nccl() {
-  local exe
-  exe="$(find "$BUILD" -name dsrt_nccl_device_test -type f -perm -u+x | head -1)"
-  [ -n "$exe" ] || { echo "error: dsrt_nccl_device_test was not built under $BUILD (NCCL not found?)"; return 1; }
+  local exe="$RT/tests/dsrt_nccl_device_test"
+  [ -x "$exe" ] || { echo "error: dsrt_nccl_device_test was not built under $RT (NCCL or GoogleTest not found?)"; return 1; }
   launch 1 "$exe"
 }
 
-zoo() {
-  [ -f "$WORK/zoo/zoo.json" ] || "$PY" "$ROOT/test/oracles/export_zoo.py" --out "$WORK/zoo"
-}
-
-forward() {
-  zoo || return 1
-  local status=0
-  # Against PyTorch and the plan (the cuda arena's measured peak).
-  "$PY" "$ROOT/test/oracles/check_zoo_forward.py" --zoo "$WORK/zoo" --work "$WORK/forward-cuda" \
-    --dsopt "$DSOPT_CUDA" --rtol 1e-4 --atol 1e-6 || status=1
-  "$PY" "$ROOT/test/oracles/check_zoo_forward.py" --zoo "$WORK/zoo" --work "$WORK/forward-cpu" \
-    --dsopt "$DSOPT" --rtol 1e-4 --atol 1e-6 || status=1
-  "$PY" "$ROOT/scripts/gpu_compare.py" forward "$WORK/forward-cpu" "$WORK/forward-cuda" --rtol 1e-4 || status=1
-  return "$status"
-}
-
-train() {
-  zoo || return 1
-  local status=0
-  "$PY" "$ROOT/test/oracles/check_zoo_train.py" --zoo "$WORK/zoo" --work "$WORK/train-cuda" \
-    --dsopt "$DSOPT_CUDA" --configs adamw-gas1 --steps 20 --jobs 4 || status=1
-  "$PY" "$ROOT/test/oracles/check_zoo_train.py" --zoo "$WORK/zoo" --work "$WORK/train-cpu" \
-    --dsopt "$DSOPT" --configs adamw-gas1 --steps 20 --jobs 8 || status=1
-  "$PY" "$ROOT/scripts/gpu_compare.py" train "$WORK/train-cpu" "$WORK/train-cuda" --rtol 1e-4 || status=1
-  return "$status"
-}
-
-bf16() {
-  zoo || return 1
-  local why
-  if ! why="$("$DSOPT" "$WORK/zoo/gpt2.onnx" --precision bf16 --emit=plan -o /dev/null 2>&1)"; then
-    echo "SKIP bf16: dsopt refuses --precision bf16: $(echo "$why" | grep -m1 error)"
-    return 0
-  fi
-  local case_dir data status=0
-  case_dir="$WORK/train-cuda/gpt2-adamw-gas1"
-  [ -d "$case_dir/data" ] || { echo "error: the train stage left no gpt2 case to take data from"; return 1; }
-  data="$case_dir/data"
-  for target in cpu cuda; do
-    "$DSOPT" "$WORK/zoo/gpt2.onnx" --config "$case_dir/ds_config.json" --precision bf16 \
-      --target "$target" -o "$WORK/bf16-$target/gpt2/program" || return 1
-    "$WORK/bf16-$target/gpt2/program/train" --data "$data" --steps 20 \
-      --log-json "$WORK/bf16-$target/gpt2/log.jsonl" || status=1
-  done
-  "$PY" "$ROOT/scripts/gpu_compare.py" train "$WORK/bf16-cpu" "$WORK/bf16-cuda" --rtol 2e-2 || status=1
-  return "$status"
-}
-
-zero3() {
-  local case_dir status=0
-  case_dir="$WORK/train-cuda/gpt2-adamw-gas1"
-  [ -f "$case_dir/log.jsonl" ] || { echo "error: the train stage left no gpt2 run to compare with"; return 1; }
-  "$DSOPT" "$WORK/zoo/gpt2.onnx" --config "$case_dir/ds_config.json" --zero=3 --target cuda \
-    -o "$WORK/zero3/gpt2/program" || return 1
-  grep -q '"stage": *3' "$WORK/zero3/gpt2/program/plan.json" ||
-    echo "note: plan.json does not spell the ZeRO stage as \"stage\": 3"
-  # NCCL_DEBUG=VERSION: NCCL prints its version when the program's world
-  # transport initializes it, which shows the run went through NCCL.
-  NCCL_DEBUG=VERSION launch 1 "$WORK/zero3/gpt2/program/train" \
-    --data "$case_dir/data" --steps 20 --log-json "$WORK/zero3/gpt2/log.jsonl" \
-    2>&1 | tee "$WORK/zero3/run.log" || return 1
-  grep -q "NCCL version" "$WORK/zero3/run.log" ||
-    { echo "error: the ZeRO-3 run did not initialize NCCL"; return 1; }
-  mkdir -p "$WORK/zero3-ref/gpt2"
-  cp "$case_dir/log.jsonl" "$WORK/zero3-ref/gpt2/log.jsonl"
-  "$PY" "$ROOT/scripts/gpu_compare.py" train "$WORK/zero3-ref" "$WORK/zero3" --rtol 1e-4 || status=1
-  return "$status"
-}
-
-offload() {
-  local case_dir="$WORK/train-cuda/gpt2-adamw-gas1"
-  [ -f "$case_dir/log.jsonl" ] || { echo "error: the train stage left no gpt2 run to compare with"; return 1; }
-  "$DSOPT" "$WORK/zoo/gpt2.onnx" --config "$case_dir/ds_config.json" --offload-optimizer=cpu \
-    --target cuda -o "$WORK/offload/gpt2/program" || return 1
-  "$WORK/offload/gpt2/program/train" --data "$case_dir/data" --steps 20 \
-    --log-json "$WORK/offload/gpt2/log.jsonl" || return 1
-  mkdir -p "$WORK/offload-ref/gpt2"
-  cp "$case_dir/log.jsonl" "$WORK/offload-ref/gpt2/log.jsonl"
-  "$PY" "$ROOT/scripts/gpu_compare.py" train "$WORK/offload-ref" "$WORK/offload" --rtol 1e-4
-}
-
-ranks2() {
-  command -v mpirun > /dev/null || { echo "SKIP ranks2: mpirun is not installed"; return 0; }
-  local case_dir="$WORK/train-cuda/mlp-adamw-gas1" status
-  [ -d "$case_dir/data" ] || { echo "error: the train stage left no mlp case to take data from"; return 1; }
-  "$DSOPT" "$WORK/zoo/mlp.onnx" --config "$case_dir/ds_config.json" --dp=2 --zero=3 \
-    --target cuda -o "$WORK/ranks2/mlp/program" || return 1
-  # The launcher's local ranks are 0 and 1; with one GPU visible rank 1 has
-  # none of its own, and must say so rather than wait for NCCL.
-  timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$WORK/ranks2/mlp/program/train" \
-    --data "$case_dir/data" --steps 2 > "$WORK/ranks2/run.log" 2>&1
-  status=$?
-  cat "$WORK/ranks2/run.log"
-  [ "$status" != 124 ] || { echo "error: the 2-rank job on one GPU hung"; return 1; }
-  [ "$status" != 0 ] || { echo "note: 2 ranks ran on one GPU (NCCL allowed it)"; return 0; }
-  grep -q "has no CUDA device of its own" "$WORK/ranks2/run.log" ||
-    { echo "error: the 2-rank job failed without dsrt's message for a rank without a GPU"; return 1; }
-  echo "2 ranks on one GPU: refused as expected (exit $status)"
-}
+forward() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" forward; }
+train() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" train; }
+bf16() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" bf16; }
+zero3() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" zero3; }
+offload() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" offload; }
+ranks2() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" ranks2; }
 
 trace() {
-  local case_dir="$WORK/train-cuda/gpt2-adamw-gas1"
-  [ -x "$case_dir/program/train" ] || { echo "error: the train stage left no gpt2 program"; return 1; }
+  local name program data
+  name="$(cut -d' ' -f1 "$WORK/targets.txt" | grep -m1 '^gpt2-adamw-gas1$')"
+  [ -n "$name" ] || { echo "SKIP trace: no gpt2 training program in $PREP"; return 0; }
+  program="$BUILDS/$name/train"
+  data="$PREP/data/$name"
+  [ -x "$program" ] || { echo "error: $program was not built"; return 1; }
   if command -v nsys > /dev/null; then
-    nsys profile --force-overwrite true -o "$OUT/step" "$case_dir/program/train" \
-      --data "$case_dir/data" --steps 2 || return 1
+    nsys profile --force-overwrite true -o "$OUT/step" "$program" \
+      --data "$data" --weights "$PREP/models" --steps 2 || return 1
     ls -l "$OUT"/step.nsys-rep
   else
     echo "nsys not found: the runtime's own trace (cudaEvent timestamps)"
   fi
-  "$case_dir/program/train" --data "$case_dir/data" --steps 1 --trace "$OUT/trace.json" || return 1
+  "$program" --data "$data" --weights "$PREP/models" --steps 1 --trace "$OUT/trace.json" || return 1
   "$PY" -c 'import json,sys; t=json.load(open(sys.argv[1])); e=t["traceEvents"] if isinstance(t,dict) else t; assert e, "empty trace"; print(len(e), "trace events")' "$OUT/trace.json"
 }
 
 bench() {
-  "$PY" "$ROOT/bench/gpu_bench.py" --build "$BUILD" --out "$OUT/bench"
+  [ -d "$BUILDS/bench-gpt2-124m" ] || { echo "SKIP bench: $PREP has no benchmark program (--no-bench)"; return 0; }
+  "$PY" "$ROOT/bench/gpu_bench.py" --prepared "$PREP" --program-build "$BUILDS/bench-gpt2-124m" \
+    --out "$OUT/bench"
 }
 
-export ROOT BUILD SKIP_BUILD PY DSOPT DSOPT_CUDA WORK OUT JOBS
-export -f launch preflight build kernels nccl zoo forward train bf16 zero3 offload ranks2 trace bench
-stage build 330
-stage kernels 90
-stage nccl 60
-stage forward 150
-stage train 240
-stage bf16 90
-stage zero3 90
-stage offload 60
-stage ranks2 60
-stage trace 60
-stage bench 180
+export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX
+export -f build prepare cuda_home nccl_root preflight runtime programs nodevice kernels launch nccl \
+  forward train bf16 zero3 offload ranks2 trace bench
+export PATH="$PATH:/usr/local/cuda/bin"
+if [ "$MODE" = all ]; then
+  stage build 330
+  stage prepare 600
+fi
+stage runtime 240
+stage programs 300
+if [ "$BUILD_ONLY" = 1 ]; then
+  stage nodevice 120
+else
+  stage kernels 90
+  stage nccl 60
+  stage forward 90
+  stage train 120
+  stage bf16 90
+  stage zero3 60
+  stage offload 60
+  stage ranks2 60
+  stage trace 60
+  stage bench 180
+fi
 
 [ "$DRY_RUN" = 1 ] && exit 0
 {
   echo "# dsopt GPU check"
   echo
-  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), prepared at $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("commit", "?"))' "$PREP/manifest.json" 2>/dev/null || echo '?')"
   echo
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
   echo

@@ -26,26 +26,21 @@ def losses(path: Path):
     return [s["loss"] for s in steps if "loss" in s]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["forward", "train"])
-    parser.add_argument("cpu", type=Path)
-    parser.add_argument("cuda", type=Path)
-    parser.add_argument("--rtol", type=float, required=True)
-    args = parser.parse_args()
-
-    pattern = "*.npy" if args.kind == "forward" else "log.jsonl"
-    cuda_files = sorted(p for p in args.cuda.rglob(pattern)
-                        if args.kind == "train" or p.parent.name == "outputs")
+def compare(kind: str, cpu: Path, cuda: Path, rtol: float) -> int:
+    """Every file of `kind` under `cuda` against `cpu`'s; prints one line per
+    file and a summary, returns the number of failures."""
+    pattern = "*.npy" if kind == "forward" else "log.jsonl"
+    cuda_files = sorted(p for p in cuda.rglob(pattern)
+                        if kind == "train" or p.parent.name == "outputs")
     failures = 0
     for cuda_file in cuda_files:
-        rel = cuda_file.relative_to(args.cuda)
-        cpu_file = args.cpu / rel
+        rel = cuda_file.relative_to(cuda)
+        cpu_file = cpu / rel
         if not cpu_file.exists():
             print(f"{rel}: MISSING in the cpu run")
             failures += 1
             continue
-        if args.kind == "forward":
+        if kind == "forward":
             a, b = np.load(cpu_file), np.load(cuda_file)
             if a.shape != b.shape:
                 print(f"{rel}: MISMATCH shapes {a.shape} (cpu) and {b.shape} (cuda)")
@@ -58,7 +53,7 @@ def main() -> int:
                 continue
             scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1e-30)
             err = float(np.max(np.abs(a.astype(np.float64) - b))) / scale if a.size else 0.0
-            ok = err <= args.rtol and np.isfinite(b).all() == np.isfinite(a).all()
+            ok = err <= rtol and np.isfinite(b).all() == np.isfinite(a).all()
         else:
             a, b = losses(cpu_file), losses(cuda_file)
             if len(a) != len(b) or not a:
@@ -66,14 +61,24 @@ def main() -> int:
                 failures += 1
                 continue
             err = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b))
-            ok = err <= args.rtol
-        print(f"{rel}: {'matches' if ok else 'MISMATCH'} (max rel err {err:.1e}, tolerance {args.rtol:.0e})")
+            ok = err <= rtol
+        print(f"{rel}: {'matches' if ok else 'MISMATCH'} (max rel err {err:.1e}, tolerance {rtol:.0e})")
         failures += not ok
     if not cuda_files:
-        print(f"nothing to compare: no {pattern} under {args.cuda}")
+        print(f"nothing to compare: no {pattern} under {cuda}")
         failures += 1
-    print(f"cuda vs cpu {args.kind}: {len(cuda_files)} files, {failures} failures")
-    return 1 if failures else 0
+    print(f"cuda vs cpu {kind}: {len(cuda_files)} files, {failures} failures")
+    return failures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["forward", "train"])
+    parser.add_argument("cpu", type=Path)
+    parser.add_argument("cuda", type=Path)
+    parser.add_argument("--rtol", type=float, required=True)
+    args = parser.parse_args()
+    return 1 if compare(args.kind, args.cpu, args.cuda, args.rtol) else 0
 
 
 if __name__ == "__main__":

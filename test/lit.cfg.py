@@ -72,6 +72,7 @@ config.substitutions.extend([
     # Every zoo model's programs compile (and link) for --target cuda.
     ("%cuda-zoo", f"{py} {src}/test/oracles/check_cuda_zoo.py"),
     ("%nvcc", config.dsopt_nvcc or "nvcc"),
+    ("%cuda-bin", os.path.dirname(config.dsopt_nvcc or "/usr/local/cuda/bin/nvcc")),
     ("%skip-model", f"{py} {src}/test/Pipeline/Inputs/skip_model.py"),
     ("%srcroot", src),
     ("%objroot", config.dsopt_obj_root),

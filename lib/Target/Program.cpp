@@ -390,8 +390,10 @@ static ToolRun compileRun(StringRef compiler, std::vector<std::string> flags,
   return run;
 }
 
-LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
-                            const HostCompiler &compiler, std::string &error) {
+LogicalResult writeProgramSources(StringRef outDir,
+                                  ArrayRef<ProgramSource> programs,
+                                  const HostCompiler &compiler,
+                                  std::string &error) {
   llvm::SmallString<256> srcDir(outDir);
   llvm::sys::path::append(srcDir, "src");
   if (std::error_code ec = llvm::sys::fs::create_directories(srcDir)) {
@@ -402,9 +404,16 @@ LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
     if (failed(writeFile((srcDir + "/" + program.file).str(), program.source,
                          error)))
       return failure();
-  if (failed(writeFile((srcDir + "/CMakeLists.txt").str(),
-                       generatedCMake(programs, compiler), error)))
+  return writeFile((srcDir + "/CMakeLists.txt").str(),
+                   generatedCMake(programs, compiler), error);
+}
+
+LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
+                            const HostCompiler &compiler, std::string &error) {
+  if (failed(writeProgramSources(outDir, programs, compiler, error)))
     return failure();
+  llvm::SmallString<256> srcDir(outDir);
+  llvm::sys::path::append(srcDir, "src");
 
   const RuntimeLocation &runtime = compiler.runtime;
   bool cuda = compiler.target == ProgramTarget::Cuda;

@@ -76,7 +76,9 @@ public:
   // task decides what that means (a collective still has to tell its peers).
   using Task = std::function<void(const std::string &dep_error)>;
 
-  Worker();
+  // `device`: the backend whose queue tasks wait for (default: each
+  // stream's own, backend(stream)); a test passes a fake one.
+  explicit Worker(BackendInterface *device = nullptr);
   ~Worker();  // runs what is queued, then joins
   Worker(const Worker &) = delete;
   Worker &operator=(const Worker &) = delete;
@@ -103,6 +105,7 @@ private:
   };
   void loop();
 
+  BackendInterface *device_;
   std::mutex mutex_;
   std::condition_variable cv_, idle_cv_;
   std::deque<Item> queue_;

@@ -76,7 +76,7 @@ void wait_host_work(Stream &stream) {
     throw Error(error);
 }
 
-Worker::Worker() : thread_([this] { loop(); }) {}
+Worker::Worker(BackendInterface *device) : device_(device), thread_([this] { loop(); }) {}
 
 Worker::~Worker() {
   {
@@ -92,7 +92,7 @@ Request Worker::submit(Stream *stream, Task task, bool after_device) {
   Item item{stream ? pending_work(*stream) : std::vector<CompletionPtr>{}, completion,
             std::move(task)};
   if (stream && after_device) {
-    item.backend = &backend(*stream);
+    item.backend = device_ ? device_ : &backend(*stream);
     item.device = item.backend->record(*stream);  // null on the cpu backend
   }
   if (stream)

@@ -9,8 +9,12 @@
 //   it, results come back, and the runner's own traffic is told apart
 //   from the program's per grid;
 // - the transport choice: with the cpu backend the program's world is the
-//   MPI world itself.
+//   MPI world itself;
+// - the stream worker (src/async.h): host work queued on a stream waits
+//   for the device work queued before it, with the fake's copies held in a
+//   device queue until the test lets them run.
 // Single process; runs in dsrt_async_tests.
+#include "async.h"
 #include "staging.h"
 #include "train_common.h"
 
@@ -22,11 +26,16 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -70,6 +79,11 @@ public:
   }
   void copy(dsrt::Stream &, void *dst, const void *src, size_t bytes) override {
     copies.push_back({dst, src, bytes});
+    if (queued) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back({dst, src, bytes});
+      return;
+    }
     std::memmove(dst, src, bytes);
   }
   void fill(dsrt::Stream &, const Tensor &, double) override {}
@@ -78,10 +92,41 @@ public:
   void synchronize(dsrt::Stream &) override {}
   dsrt::DeviceEvent record(dsrt::Stream &) override {
     ++records;
+    if (queued) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return std::make_shared<int>(ran_ + static_cast<int>(queue_.size()));
+    }
     return std::make_shared<int>(records);
   }
   void wait(dsrt::Stream &, const dsrt::DeviceEvent &) override {}
-  void synchronize(const dsrt::DeviceEvent &) override { ++event_waits; }
+  void synchronize(const dsrt::DeviceEvent &event) override {
+    ++event_waits;
+    if (!queued) return;
+    // The copies queued when the event was recorded, run (or a device error).
+    const int needed = *static_cast<const int *>(event.get());
+    std::unique_lock<std::mutex> lock(mutex_);
+    ran_cv_.wait(lock, [&] { return ran_ >= needed || !device_error_.empty(); });
+    if (!device_error_.empty()) throw dsrt::Error(device_error_);
+  }
+
+  // Queued mode: a copy waits in the device's queue, as a cudaMemcpyAsync
+  // does until the GPU gets to it, until run_queue() runs what is queued;
+  // an event stands for the copies queued when it was recorded, and
+  // synchronizing on it blocks until they have run, or throws the error
+  // fail_device() reports.
+  bool queued = false;
+  void run_queue() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Copy &c : queue_) std::memmove(c.dst, c.src, c.bytes);
+    ran_ += static_cast<int>(queue_.size());
+    queue_.clear();
+    ran_cv_.notify_all();
+  }
+  void fail_device(const std::string &error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    device_error_ = error;
+    ran_cv_.notify_all();
+  }
   bool query(const dsrt::DeviceEvent &) override { return true; }
 
   // The kind of the block holding [p, p + bytes); Host for memory it did not
@@ -116,6 +161,11 @@ private:
     bool freed = false;
   };
   std::vector<Block> blocks_;
+  std::mutex mutex_;
+  std::condition_variable ran_cv_;
+  std::vector<Copy> queue_;
+  int ran_ = 0;
+  std::string device_error_;
 };
 
 std::vector<uint8_t> pattern(size_t n, int seed) {
@@ -180,6 +230,78 @@ TEST(PinnedStaging, EmptyAndSingleChunkCopies) {
   staging.read(stream, back.data(), device, 8);
   EXPECT_EQ(back, source);
   EXPECT_EQ(fake.copies.size(), 2u);
+}
+
+// Host work queued on a stream (a file write of a state, a message from
+// pinned memory) runs on the worker's thread. On a backend with a queue of
+// its own it must first wait for the device copies and kernels queued on
+// that stream before it: here a device-to-pinned copy that has not run yet.
+struct QueuedCopy {
+  FakeDeviceBackend fake;
+  dsrt::Stream stream;
+  void *device, *pinned;
+  std::vector<uint8_t> source = pattern(64, 5);
+  std::vector<uint8_t> seen;
+  std::string dep_error;
+  std::atomic<bool> ran{false};
+
+  QueuedCopy() {
+    fake.queued = true;
+    device = fake.allocate(MemoryKind::Device, 64, 64);
+    pinned = fake.allocate(MemoryKind::PinnedHost, 64, 64);
+    std::memcpy(device, source.data(), 64);
+    fake.copy(stream, pinned, device, 64);  // queued on the device, not run
+  }
+  // The host task: reads the pinned buffer the copy fills.
+  dsrt::Request submit(dsrt::detail::Worker &worker, bool after_device = true) {
+    return worker.submit(
+        &stream,
+        [this](const std::string &error) {
+          dep_error = error;
+          const auto *p = static_cast<const uint8_t *>(pinned);
+          seen.assign(p, p + 64);
+          ran = true;
+        },
+        after_device);
+  }
+};
+
+TEST(StreamWorker, HostWorkWaitsForDeviceCopiesQueuedBeforeIt) {
+  QueuedCopy t;
+  dsrt::detail::Worker worker(&t.fake);
+  dsrt::Request request = t.submit(worker);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(t.ran) << "the host task ran before the device copy queued before it";
+  t.fake.run_queue();
+  request.wait();
+  ASSERT_TRUE(t.ran);
+  EXPECT_EQ(t.seen, t.source);
+  EXPECT_EQ(t.dep_error, "");
+  EXPECT_EQ(t.fake.event_waits, 1);
+}
+
+// What the test above guards against: a task that does not wait for the
+// device (as the NCCL transport's, which waits for its own event) runs at
+// once and reads the pinned buffer before the copy has landed.
+TEST(StreamWorker, ATaskThatOptsOutReadsBeforeTheDeviceCopy) {
+  QueuedCopy t;
+  dsrt::detail::Worker worker(&t.fake);
+  t.submit(worker, /*after_device=*/false).wait();
+  ASSERT_TRUE(t.ran);
+  EXPECT_EQ(t.seen, std::vector<uint8_t>(64, 0));
+  EXPECT_EQ(t.fake.event_waits, 0);
+  t.fake.run_queue();
+}
+
+// A device error found while waiting is the task's dependency error.
+TEST(StreamWorker, ADeviceErrorBeforeTheTaskIsItsDependencyError) {
+  QueuedCopy t;
+  dsrt::detail::Worker worker(&t.fake);
+  dsrt::Request request = t.submit(worker);
+  t.fake.fail_device("fake-cuda: an illegal memory access was encountered");
+  request.wait();
+  ASSERT_TRUE(t.ran);
+  EXPECT_NE(t.dep_error.find("illegal memory access"), std::string::npos) << t.dep_error;
 }
 
 // A transport of two ranks (this is rank 0) that, like NCCL, takes device

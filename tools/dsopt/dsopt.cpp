@@ -146,6 +146,13 @@ cl::opt<bool> noMain("no-main",
                               "is linked into another executable"),
                      cl::cat(outputCategory));
 
+cl::opt<bool> sourcesOnly(
+    "sources-only",
+    cl::desc("With -o: write the programs' source tree (src/, its "
+             "CMakeLists.txt), plan.json and plan.txt, and build nothing; "
+             "needs no compiler, toolkit or libdsrt"),
+    cl::cat(outputCategory));
+
 cl::opt<bool> flatCodegen(
     "flat-codegen",
     cl::desc("Emit one kernel call per op instead of one function per "
@@ -888,8 +895,11 @@ EXAMPLES:
                 "'");
   // Building for cuda needs the toolkit: said before any work is done.
   dsopt::CudaToolkit cudaToolkit;
+  cudaToolkit.arch = cudaArch;
+  if (sourcesOnly && emit != EmitKind::Build)
+    return fail("--sources-only goes with -o OUTDIR, not with --emit");
   if (*target == dsopt::ProgramTarget::Cuda && emit == EmitKind::Build &&
-      !printConfig) {
+      !printConfig && !sourcesOnly) {
     std::string error;
     FailureOr<dsopt::CudaToolkit> found = dsopt::findCudaToolkit(error);
     if (failed(found) ||
@@ -1258,7 +1268,10 @@ EXAMPLES:
   compiler.target = *target;
   compiler.cuda = cudaToolkit;
   std::string error;
-  if (failed(dsopt::buildPrograms(staged->path(), programs, compiler, error)))
+  if (failed(sourcesOnly ? dsopt::writeProgramSources(staged->path(), programs,
+                                                      compiler, error)
+                         : dsopt::buildPrograms(staged->path(), programs,
+                                                compiler, error)))
     return fail(staged->finalSpelling(error));
   if (llvm::Error error = staged->commit())
     return fail(llvm::toString(std::move(error)));

@@ -94,6 +94,14 @@ mlir::LogicalResult buildPrograms(llvm::StringRef outDir,
                                   const HostCompiler &compiler,
                                   std::string &error);
 
+/// Writes `outDir/src/<file>` for every program and `src/CMakeLists.txt`,
+/// and builds nothing: the source tree that rebuilds the programs without
+/// dsopt (dsopt --sources-only). Needs no compiler and no libdsrt.
+mlir::LogicalResult writeProgramSources(llvm::StringRef outDir,
+                                        llvm::ArrayRef<ProgramSource> programs,
+                                        const HostCompiler &compiler,
+                                        std::string &error);
+
 /// buildPrograms of one program, `outDir/<exeName>` from `src/model.cpp`
 /// (`src/model.cu` for the cuda target).
 mlir::LogicalResult buildProgram(llvm::StringRef outDir, llvm::StringRef source,

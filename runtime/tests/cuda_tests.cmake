@@ -1,0 +1,54 @@
+# The cuda backend's tests (included by CMakeLists.txt, also where the
+# runtime is built with DSRT_WITH_CPU=OFF).
+
+# The cuda backend's tests that run anywhere: every function of kernels.h
+# linked from libdsrt_cuda.a (a missing one fails the link) and defined by
+# both backends' sources; a program linked with it, run without a GPU,
+# failing with "no CUDA device" and exit status 1. dsrt_cuda_kernel_test,
+# the kernel cases on the GPU, is built here but run only where there is a
+# GPU (docs/runtime.md, "The cuda backend").
+set(DSRT_CUDA_TEST_TARGETS)
+if(DSRT_HAVE_CUDA)
+  add_executable(dsrt_cuda_kernel_table cuda/kernel_table.cpp)
+  target_link_libraries(dsrt_cuda_kernel_table PRIVATE dsrt_cuda)
+  add_executable(dsrt_cuda_no_device cuda/no_device.cpp)
+  target_link_libraries(dsrt_cuda_no_device PRIVATE dsrt_cuda)
+  target_compile_options(dsrt_cuda_no_device PRIVATE -fexceptions)
+  add_executable(dsrt_cuda_kernel_test main.cpp kernel_cases.cpp compare.cpp)
+  target_link_libraries(dsrt_cuda_kernel_test PRIVATE dsrt_cuda GTest::gtest)
+  target_compile_options(dsrt_cuda_kernel_test PRIVATE -fexceptions)
+  set(DSRT_CUDA_TEST_TARGETS dsrt_cuda_kernel_table dsrt_cuda_no_device dsrt_cuda_kernel_test)
+
+  add_test(NAME dsrt_cuda_kernel_table COMMAND dsrt_cuda_kernel_table)
+  set(_src "${CMAKE_CURRENT_SOURCE_DIR}/../src")
+  add_test(NAME dsrt_cuda_kernel_names
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/check_kernel_table.py"
+            --header "${CMAKE_CURRENT_SOURCE_DIR}/../include/dsrt/kernels.h"
+            --table "${CMAKE_CURRENT_SOURCE_DIR}/cuda/kernel_table.cpp"
+            --backend "cpu=${_src}/cpu,${_src}/workspace.cpp"
+            --backend "cuda=${_src}/cuda,${_src}/workspace.cpp")
+  # The check must also fail for a backend that lacks kernels.
+  add_test(NAME dsrt_cuda_kernel_names_rejects
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/check_kernel_table.py"
+            --header "${CMAKE_CURRENT_SOURCE_DIR}/../include/dsrt/kernels.h"
+            --backend "bad=${CMAKE_CURRENT_SOURCE_DIR}/backend_neutral_bad")
+  set_tests_properties(dsrt_cuda_kernel_names_rejects PROPERTIES
+                       PASS_REGULAR_EXPRESSION "backend bad: missing unary")
+  add_test(NAME dsrt_cuda_no_device
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
+            "error: dsrt: no CUDA device" --
+            $<TARGET_FILE:dsrt_cuda_no_device> --inputs "${CMAKE_CURRENT_BINARY_DIR}"
+            --outputs "${CMAKE_CURRENT_BINARY_DIR}")
+  set_tests_properties(dsrt_cuda_no_device PROPERTIES SKIP_RETURN_CODE 77)
+  set_tests_properties(dsrt_cuda_kernel_table dsrt_cuda_kernel_names
+                       dsrt_cuda_kernel_names_rejects dsrt_cuda_no_device
+                       PROPERTIES LABELS dsrt_cuda TIMEOUT 60)
+endif()
+
+# dsrt_nccl_device_test: the NCCL transport on GPUs (scripts/gpu-check.sh
+# runs it; it needs a GPU, so it is not part of check-runtime).
+if(DSRT_HAVE_NCCL AND TARGET dsrt_cuda)
+  add_executable(dsrt_nccl_device_test nccl_device_test.cpp)
+  target_link_libraries(dsrt_nccl_device_test PRIVATE dsrt_cuda GTest::gtest GTest::gtest_main)
+  target_compile_options(dsrt_nccl_device_test PRIVATE -fexceptions)
+endif()

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""The device half of the split GPU check (scripts/gpu-check.sh --device):
+the programs that gpu_prepare.py generated, built against a standalone
+libdsrt_cuda, run on the GPU and compared with the cpu runs' results.
+Needs python3 with numpy (gpu_compare.py), no dsopt and no PyTorch.
+
+  gpu_device.py targets PREP
+      one line per program: its name and the executables to build
+  gpu_device.py no-device PREP BUILDS
+      runs every built executable as a machine without a GPU must see it:
+      exit 1 saying "no CUDA device" (the build-only proof)
+  gpu_device.py run PREP OUT BUILDS STAGE [--timeout S]
+      runs STAGE's programs (BUILDS/NAME/EXE), their outputs under
+      OUT/work/STAGE/NAME, then compares them with PREP's cpu results
+
+BUILDS/NAME is the CMake build directory of PREP/programs/NAME/src.
+Exits 1 on any failure.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_compare  # noqa: E402
+
+
+def manifest(prep: Path) -> dict:
+    path = prep / "manifest.json"
+    if not path.exists():
+        sys.exit(f"gpu_device: no {path}: run scripts/gpu-check.sh --prepare {prep} where dsopt is built")
+    return json.loads(path.read_text())
+
+
+def targets(prep: Path) -> int:
+    exes = {}
+    for program in manifest(prep)["programs"]:
+        exes.setdefault(program["name"], set()).add(program["exe"])
+    for name, names in exes.items():
+        print(name, *sorted(names))
+    return 0
+
+
+def no_device(prep: Path, builds: Path) -> int:
+    failures = 0
+    seen = set()
+    for program in manifest(prep)["programs"]:
+        exe = builds / program["name"] / program["exe"]
+        if exe in seen:
+            continue
+        seen.add(exe)
+        if not exe.exists():
+            print(f"{program['name']}/{program['exe']}: NOT BUILT ({exe})")
+            failures += 1
+            continue
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+        done = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60)
+        said = (done.stdout + done.stderr).strip().splitlines()
+        ok = done.returncode == 1 and any("no CUDA device" in line for line in said)
+        print(f"{program['name']}/{program['exe']} without a GPU: exit {done.returncode}: "
+              f"{said[0] if said else ''}{'' if ok else ' (UNEXPECTED)'}")
+        failures += not ok
+    print(f"no-device: {len(seen)} executables, {failures} failures")
+    return 1 if failures else 0
+
+
+def expand(args, prep: Path, out: Path) -> list:
+    return [a.replace("{prep}", str(prep)).replace("{out}", str(out)) for a in args]
+
+
+def run_stage(prep: Path, out: Path, builds: Path, stage: str, timeout: int) -> int:
+    programs = [p for p in manifest(prep)["programs"] if p["stage"] == stage]
+    if not programs:
+        print(f"SKIP {stage}: no {stage} program in {prep}/manifest.json")
+        return 0
+    work = out / "work" / stage
+    shutil.rmtree(work, ignore_errors=True)
+    failures = 0
+    compares = {}
+    for program in programs:
+        name, exe = program["name"], builds / program["name"] / program["exe"]
+        target = work / name
+        target.mkdir(parents=True)
+        command = [str(exe), *expand(program["args"], prep, target)]
+        ranks = program.get("ranks", 1)
+        if ranks > 1:
+            failures += run_ranks(command, ranks, target)
+            continue
+        print("+", " ".join(command), flush=True)
+        env = dict(os.environ, **program.get("env", {}))
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            print(f"{name}: FAILED: timed out after {timeout} s")
+            failures += 1
+            continue
+        (target / "run.log").write_text(done.stdout + done.stderr)
+        if done.returncode != 0:
+            print(f"{name}: FAILED (exit {done.returncode}): "
+                  + " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:]))
+            failures += 1
+            continue
+        if program.get("expect") and program["expect"] not in done.stdout + done.stderr:
+            print(f"{name}: FAILED: its output does not say '{program['expect']}'")
+            failures += 1
+            continue
+        compare = program["compare"]
+        if compare and compare.get("ref"):
+            # Against another program's cpu log (ZeRO-3, offload: the plain run).
+            ref = out / "work" / f"{stage}-ref" / name / "log.jsonl"
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(expand([compare["ref"]], prep, target)[0], ref)
+        if compare:
+            compares[(compare["kind"], compare["rtol"], bool(compare.get("ref")))] = True
+    for kind, rtol, own_ref in compares:
+        cpu = out / "work" / f"{stage}-ref" if own_ref else prep / "ref" / stage
+        failures += gpu_compare.compare(kind, cpu, work, rtol)
+    print(f"{stage}: {len(programs)} programs, {failures} failures")
+    return 1 if failures else 0
+
+
+def run_ranks(command: list, ranks: int, target: Path) -> int:
+    """`ranks` processes of one program on the one GPU: NCCL cannot put two
+    ranks of a communicator on one device, so rank 1 must be refused at
+    once with dsrt's message and the job exit non-zero, not hang."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        print(f"SKIP {ranks} ranks: mpirun is not installed")
+        return 0
+    try:
+        done = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+                               *command], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        print(f"error: the {ranks}-rank job on one GPU hung")
+        return 1
+    text = done.stdout + done.stderr
+    (target / "run.log").write_text(text)
+    print(text)
+    if done.returncode == 0:
+        print(f"note: {ranks} ranks ran on one GPU (NCCL allowed it)")
+        return 0
+    if "has no CUDA device of its own" not in text:
+        print(f"error: the {ranks}-rank job failed without dsrt's message for a rank without a GPU")
+        return 1
+    print(f"{ranks} ranks on one GPU: refused as expected (exit {done.returncode})")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("targets")
+    t.add_argument("prep", type=Path)
+    n = sub.add_parser("no-device")
+    n.add_argument("prep", type=Path)
+    n.add_argument("builds", type=Path)
+    r = sub.add_parser("run")
+    r.add_argument("prep", type=Path)
+    r.add_argument("out", type=Path)
+    r.add_argument("builds", type=Path)
+    r.add_argument("stage")
+    r.add_argument("--timeout", type=int, default=300)
+    args = parser.parse_args()
+    prep = args.prep.resolve()
+    if args.command == "targets":
+        return targets(prep)
+    if args.command == "no-device":
+        return no_device(prep, args.builds.resolve())
+    return run_stage(prep, args.out.resolve(), args.builds.resolve(), args.stage, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

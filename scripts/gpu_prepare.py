@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""The half of the GPU check that needs dsopt (scripts/gpu-check.sh --prepare).
+
+  gpu_prepare.py --dsopt DSOPT --out DIR [--work W] [--only MODELS] [--steps N]
+                 [--no-bench] [--no-kernel-cases] [--limit-mib M]
+
+Runs where dsopt is built (LLVM/MLIR 22) and writes DIR, everything the
+device step (gpu-check.sh --device DIR OUT) needs on a machine with a GPU
+and the CUDA toolkit but no dsopt:
+
+  DIR/programs/NAME/   each cuda program's source tree (dsopt --target cuda
+                       --sources-only: src/*.cu, src/CMakeLists.txt,
+                       plan.json), built there against a standalone libdsrt
+  DIR/models/          the zoo's .onnx files: the programs read their
+                       weights from them (--weights)
+  DIR/data/NAME/       each training program's data, each forward
+                       program's inputs
+  DIR/ref/STAGE/NAME/  the cpu programs' results, run here (log.jsonl, or
+                       outputs/*.npy), which the cuda runs must match
+  DIR/kernel-cases/    runtime/tests' kernel cases (make_cases.py, PyTorch)
+  DIR/gtest/           GoogleTest's sources, to build the kernel tests
+  DIR/bench/           GPT-2 124M's graph (weights regenerated there)
+  DIR/manifest.json    what to build, run and compare, stage by stage
+
+The cpu references are checked against PyTorch here on the way
+(check_zoo_train.py --forward). DIR must stay under --limit-mib (64 MiB,
+what a device call carries): its size is printed, and a larger DIR is an
+error. Exits 1 on any failure.
+"""
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ORACLES = ROOT / "test" / "oracles"
+MODELS = ["gpt2", "llama", "bert", "mlp", "cnn"]
+CONFIG = "adamw-gas1"
+# GPT-2 124M (bench/gpu_bench.py): the micro-batches tried, largest first.
+BENCH_BATCHES = [64, 48, 32, 24, 16, 12, 8, 4, 2, 1]
+
+
+def log(message: str) -> None:
+    print(f"gpu-prepare: {message}", flush=True)
+
+
+def run(command, **kwargs) -> subprocess.CompletedProcess:
+    """Runs `command`; on failure raises with its last output lines."""
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"{' '.join(shlex.quote(str(c)) for c in command)} "
+                           f"failed (exit {done.returncode}):\n{tail}")
+    return done
+
+
+def twin(argv) -> int:
+    """`twin DSOPT PROGRAMS -- ARGS...`: runs `DSOPT ARGS` (the cpu build a
+    zoo oracle asked for), then the same command for the cuda target with
+    --sources-only, its -o PATH replaced by PROGRAMS/<case>, the case being
+    the name of PATH's parent (the oracle's case directory)."""
+    dsopt, programs, sep, *args = argv
+    assert sep == "--", "twin DSOPT PROGRAMS -- ARGS"
+    done = subprocess.run(shlex.split(dsopt) + args)
+    if done.returncode != 0 or "-o" not in args:
+        return done.returncode
+    at = args.index("-o") + 1
+    case = Path(args[at]).parent.name
+    cuda = list(args)
+    cuda[at] = str(Path(programs) / case)
+    shutil.rmtree(cuda[at], ignore_errors=True)
+    return subprocess.run(shlex.split(dsopt) + cuda + ["--target", "cuda", "--sources-only"]).returncode
+
+
+class Prep:
+    def __init__(self, args):
+        self.args = args
+        self.out = args.out
+        self.work = args.work
+        self.dsopt = shlex.split(args.dsopt)
+        self.programs = []
+
+    def wants(self, stage: str) -> bool:
+        return not self.args.stages or stage in self.args.stages.split(",")
+
+    def add(self, name, stage, exe, run_args, compare=None, **extra):
+        """One program for the device step: DIR/programs/NAME built, its
+        `exe` run with `run_args` ({prep}: DIR, {out}: its own output
+        directory there), compared as `compare` says."""
+        assert (self.out / "programs" / name / "src" / "CMakeLists.txt").exists(), name
+        self.programs.append({"name": name, "stage": stage, "exe": exe, "args": run_args,
+                              "compare": compare, **extra})
+
+    def copy_data(self, source: Path, name: str) -> str:
+        target = self.out / "data" / name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(source, target)
+        return "{prep}/data/" + name
+
+    def cuda_sources(self, model: Path, name: str, flags) -> None:
+        target = self.out / "programs" / name
+        shutil.rmtree(target, ignore_errors=True)
+        run([*self.dsopt, model, *flags, "--target", "cuda", "--sources-only", "-o", target])
+
+    def train_args(self, data: str, steps: int):
+        return ["--data", data, "--steps", str(steps), "--weights", "{prep}/models",
+                "--log-json", "{out}/log.jsonl"]
+
+    # The zoo: forward and 20 training steps of every model, fp32 and bf16.
+    def zoo(self) -> None:
+        zoo = self.work / "zoo"
+        if not (zoo / "zoo.json").exists():
+            log("exporting the zoo")
+            run([sys.executable, ORACLES / "export_zoo.py", "--out", zoo])
+        entries = {e["name"]: e for e in json.loads((zoo / "zoo.json").read_text())}
+        models = [m for m in self.args.only.split(",") if m] or MODELS
+        missing = [m for m in models if m not in entries]
+        if missing:
+            raise RuntimeError(f"--only: {', '.join(missing)} not in the zoo ({', '.join(entries)})")
+        (self.out / "models").mkdir(parents=True, exist_ok=True)
+        for m in models:
+            shutil.copy(zoo / entries[m]["file"], self.out / "models")
+        files = [entries[m]["file"] for m in models]
+
+        # fp32: the oracle compiles each case for the cpu (and its twin for
+        # cuda), runs forward and training and checks both against PyTorch.
+        log(f"cpu references of {', '.join(models)} ({self.args.steps} steps), checked against PyTorch")
+        twin_cmd = shlex.join([sys.executable, str(Path(__file__).resolve()), "twin",
+                               shlex.join(self.dsopt), str(self.out / "programs"), "--"])
+        train_work = self.work / "train"
+        done = subprocess.run([sys.executable, ORACLES / "check_zoo_train.py", "--zoo", zoo,
+                               "--work", train_work, "--dsopt", twin_cmd, "--only", ",".join(files),
+                               "--configs", CONFIG, "--steps", str(self.args.steps), "--forward",
+                               "--jobs", str(self.args.jobs)], text=True)
+        if done.returncode != 0:
+            raise RuntimeError("check_zoo_train.py failed: the cpu programs do not match PyTorch")
+        for m, file in zip(models, files):
+            case = f"{Path(file).stem}-{CONFIG}"
+            work = train_work / case
+            data = self.copy_data(work / "data", case)
+            shutil.copy(work / "ds_config.json", self.out / "data" / case)  # how it was built
+            ref = self.out / "ref" / "train" / case
+            ref.mkdir(parents=True, exist_ok=True)
+            shutil.copy(work / "log.jsonl", ref)
+            if self.wants("train"):
+                self.add(case, "train", "train", self.train_args(data, self.args.steps),
+                         {"kind": "train", "rtol": 1e-4})
+            if self.wants("bf16"):
+                self.bf16(zoo / file, case, work, data)
+            self.variants(m, zoo / file, case, work / "ds_config.json", data)
+            # The forward program of the same build, on the export's inputs.
+            if not self.wants("forward"):
+                continue
+            inputs = self.copy_data(work / "forward" / "inputs", case + "-inputs")
+            shutil.copytree(work / "forward" / "outputs", self.out / "ref" / "forward" / case / "outputs",
+                            dirs_exist_ok=True)
+            self.add(case, "forward", "run",
+                     ["--inputs", inputs, "--outputs", "{out}/outputs", "--weights", "{prep}/models"],
+                     {"kind": "forward", "rtol": 1e-4})
+
+    def bf16(self, model: Path, case: str, work: Path, data: str) -> None:
+        """The oracle's case `work` in bf16, the cpu program run here for
+        reference."""
+        bf16 = f"{case}-bf16"
+        cpu = self.work / "bf16" / bf16
+        shutil.rmtree(cpu, ignore_errors=True)
+        flags = ["--config", work / "ds_config.json", "--precision", "bf16"]
+        run([*self.dsopt, model, *flags, "-o", cpu / "program"])
+        ref = self.out / "ref" / "bf16" / bf16
+        ref.mkdir(parents=True, exist_ok=True)
+        run([cpu / "program" / "train", "--data", work / "data", "--steps", self.args.steps,
+             "--log-json", ref / "log.jsonl", "--quiet"])
+        self.cuda_sources(model, bf16, flags)
+        self.add(bf16, "bf16", "train", self.train_args(data, self.args.steps),
+                 {"kind": "train", "rtol": 2e-2})
+
+    def variants(self, model, path, case, config, data) -> None:
+        """ZeRO-3 and offload (gpt2) against the plain run's log; mlp's
+        2-rank program on one GPU (refused there)."""
+        plain = "{prep}/ref/train/" + case + "/log.jsonl"
+        if model == "gpt2" and (self.wants("zero3") or self.wants("offload")):
+            # NCCL_DEBUG=VERSION: NCCL prints its version when the program's
+            # world transport initializes it, which shows the run went through NCCL.
+            nccl = {"env": {"NCCL_DEBUG": "VERSION"}, "expect": "NCCL version"}
+            for stage, flags, extra in (("zero3", ["--zero=3"], nccl),
+                                        ("offload", ["--offload-optimizer=cpu"], {})):
+                if not self.wants(stage):
+                    continue
+                name = f"{case}-{stage}"
+                self.cuda_sources(path, name, ["--config", config, *flags])
+                self.add(name, stage, "train", self.train_args(data, self.args.steps),
+                         {"kind": "train", "rtol": 1e-4, "ref": plain}, **extra)
+        if model == "mlp" and self.wants("ranks2"):
+            # The same micro-batch on each of 2 ranks: a global batch of
+            # twice the data's, each batch repeated.
+            import numpy as np
+            dp2 = json.loads(config.read_text())
+            dp2["train_batch_size"] = 2 * dp2["train_batch_size"]
+            name = f"{case}-dp2-zero3"
+            dp2_config = self.work / f"{name}.json"
+            dp2_config.write_text(json.dumps(dp2, indent=2) + "\n")
+            target = self.out / "data" / name
+            target.mkdir(parents=True, exist_ok=True)
+            for array in (self.out / "data" / case).glob("*.npy"):
+                np.save(target / array.name, np.concatenate([np.load(array)] * 2, axis=1))
+            self.cuda_sources(path, name, ["--config", dp2_config, "--dp=2", "--zero=3"])
+            self.add(name, "ranks2", "train", ["--data", "{prep}/data/" + name, "--steps", "2",
+                                                "--weights", "{prep}/models"], None, ranks=2)
+
+    def kernel_cases(self) -> None:
+        target = self.out / "kernel-cases"
+        shutil.rmtree(target, ignore_errors=True)
+        log("kernel cases (runtime/tests/make_cases.py)")
+        run([sys.executable, ROOT / "runtime" / "tests" / "make_cases.py", "--out", target])
+
+    def gtest(self) -> None:
+        source = Path(self.args.gtest_source)
+        if not (source / "CMakeLists.txt").exists():
+            raise RuntimeError(f"no GoogleTest sources at {source} (install googletest or libgtest-dev, "
+                               "or pass --gtest-source DIR)")
+        shutil.rmtree(self.out / "gtest", ignore_errors=True)
+        shutil.copytree(source, self.out / "gtest",
+                        ignore=shutil.ignore_patterns("docs", "test", "samples", "*.md"))
+
+    def bench(self) -> None:
+        """GPT-2 124M in bf16 at the largest micro-batch whose planned device
+        memory fits 90% of the GPU (--gpu-memory-gib). The graph travels
+        (its weights file is sparse here); the device step writes random
+        weights at the same offsets with the same generator."""
+        sys.path.insert(0, str(ROOT / "bench"))
+        import gpu_bench
+        bench = self.out / "bench"
+        shutil.rmtree(bench, ignore_errors=True)
+        bench.mkdir(parents=True)
+        memory = self.args.gpu_memory_gib * 2**30
+        for batch in BENCH_BATCHES:
+            model = self.work / "bench" / f"gpt2-124m-b{batch}.onnx"
+            model.parent.mkdir(parents=True, exist_ok=True)
+            run([sys.executable, ORACLES / "gen_gpt.py", *gpu_bench.generator_args(batch), "--out", model])
+            plan = json.loads(run([*self.dsopt, model, "--target", "cuda", "--precision", "bf16",
+                                   "--emit=plan"]).stdout)
+            need = gpu_bench.planned_device_bytes(plan)
+            log(f"GPT-2 124M micro-batch {batch}: {need / 2**30:.1f} GiB planned")
+            if need <= gpu_bench.FIT * memory:
+                break
+            model.unlink()
+            Path(str(model) + ".data").unlink(missing_ok=True)
+        else:
+            raise RuntimeError("GPT-2 124M: not even micro-batch 1 fits")
+        shutil.copy(model, bench / model.name)
+        self.cuda_sources(model, "bench-gpt2-124m", ["--precision", "bf16"])
+        self.add("bench-gpt2-124m", "bench", "train", [], None,
+                 bench={"model": model.name, "micro_batch": batch, "planned_device_bytes": need,
+                        "generator": gpu_bench.generator_args(batch)})
+
+    def write(self) -> None:
+        manifest = {
+            "created_by": "scripts/gpu-check.sh --prepare",
+            "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip() or "?",
+            "steps": self.args.steps,
+            "kernel_cases": (self.out / "kernel-cases").is_dir(),
+            "gtest": (self.out / "gtest").is_dir(),
+            "programs": self.programs,
+        }
+        (self.out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def size_of(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "twin":
+        return twin(sys.argv[2:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsopt", required=True, help="the dsopt command (split like a shell would)")
+    parser.add_argument("--out", required=True, type=Path, help="the directory to write (replaced)")
+    parser.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--only", default="", help="comma-separated zoo models (default: all)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--stages", default="",
+                        help="comma-separated: only these stages' programs (forward, train, bf16, "
+                             "zero3, offload, ranks2; default: all)")
+    parser.add_argument("--jobs", type=int, default=2, help="oracle cases at once")
+    parser.add_argument("--no-bench", action="store_true", help="leave out the GPT-2 124M benchmark")
+    parser.add_argument("--no-kernel-cases", action="store_true", help="leave out the kernel cases")
+    parser.add_argument("--gtest-source", default="/usr/src/googletest")
+    parser.add_argument("--gpu-memory-gib", type=float, default=139.0,
+                        help="the device's memory, for the benchmark's micro-batch (default: an H200's)")
+    parser.add_argument("--limit-mib", type=float, default=64.0)
+    args = parser.parse_args()
+    if args.out.exists():
+        shutil.rmtree(args.out)
+    args.out.mkdir(parents=True)
+    args.out = args.out.resolve()
+    scratch = None
+    if args.work is None:
+        scratch = tempfile.TemporaryDirectory(prefix="gpu-prepare-")
+        args.work = Path(scratch.name)
+    args.work = args.work.resolve()
+    prep = Prep(args)
+    try:
+        prep.zoo()
+        if not args.no_kernel_cases:
+            prep.kernel_cases()
+        prep.gtest()
+        if not args.no_bench:
+            prep.bench()
+        prep.write()
+    except RuntimeError as e:
+        print(f"gpu-prepare: error: {e}", file=sys.stderr)
+        return 1
+    size = size_of(args.out)
+    log(f"{args.out}: {len(prep.programs)} programs, {size / 2**20:.1f} MiB "
+        f"(limit {args.limit_mib:.0f} MiB)")
+    if size > args.limit_mib * 2**20:
+        biggest = sorted(((size_of(p) if p.is_dir() else p.stat().st_size, p.name)
+                          for p in args.out.iterdir()), reverse=True)[:4]
+        print(f"gpu-prepare: error: {args.out} is {size / 2**20:.1f} MiB, over the "
+              f"{args.limit_mib:.0f} MiB a device call carries; largest: "
+              + ", ".join(f"{n} {s / 2**20:.1f} MiB" for s, n in biggest), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
