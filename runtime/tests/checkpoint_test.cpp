@@ -28,6 +28,35 @@ protected:
   void TearDown() override { fs::remove_all(dir_); }
   std::string step_dir() const { return (dir_ / "step_2").string(); }
 
+  // Two [2, 2] f32 pieces of "param:w", one per rank file, committed and
+  // opened.
+  ck::Checkpoint commit_pieces(const ck::TpPiece &piece0, const float *p0,
+                               const ck::TpPiece &piece1, const float *p1) {
+    ck::ShardWriter first, second;
+    first.add(ck::tp_piece_key(piece0), DType::F32, Shape{2, 2}, 0, 4, p0);
+    second.add(ck::tp_piece_key(piece1), DType::F32, Shape{2, 2}, 0, 4, p1);
+    commit({&first, &second});
+    return ck::open_checkpoint(step_dir());
+  }
+
+  // "param:w", the checkpoint's only whole tensor, read whole: `shape`,
+  // holding 0, 1, 2, ... in order.
+  static ck::WholeTensor read_whole_w(const ck::Checkpoint &c, const Shape &shape) {
+    const std::vector<ck::Record> wholes = ck::whole_tensors(c);
+    EXPECT_EQ(wholes.size(), 1u);
+    if (!wholes.empty()) {
+      EXPECT_EQ(wholes[0].key, "param:w");
+      EXPECT_EQ(wholes[0].shape, shape);
+    }
+    ck::WholeTensor whole = ck::read_whole(c, "param:w");
+    EXPECT_EQ(whole.shape, shape);
+    const auto *values = reinterpret_cast<const float *>(whole.bytes.data());
+    const size_t n = whole.bytes.size() / sizeof(float);
+    EXPECT_EQ(static_cast<int64_t>(n), shape.numel());
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(values[i], static_cast<float>(i)) << i;
+    return whole;
+  }
+
   // Tensor "w" [2, 3] = 0..5 split over two files ([0, 4) and [4, 6)), and
   // "b" [3] whole in the first; `holes` leaves element 5 out.
   void write(bool hole = false) {
@@ -168,19 +197,8 @@ TEST_F(Checkpoint, TensorParallelPiecesReadWhole) {
     EXPECT_FALSE(ck::parse_tp_piece_key(key)) << key;
 
   const float p0[4] = {0, 2, 4, 6}, p1[4] = {1, 3, 5, 7};
-  ck::ShardWriter first, second;
-  first.add(ck::tp_piece_key(piece0), DType::F32, Shape{2, 2}, 0, 4, p0);
-  second.add(ck::tp_piece_key(piece1), DType::F32, Shape{2, 2}, 0, 4, p1);
-  commit({&first, &second});
-  const ck::Checkpoint c = ck::open_checkpoint(step_dir());
-  const std::vector<ck::Record> wholes = ck::whole_tensors(c);
-  ASSERT_EQ(wholes.size(), 1u);
-  EXPECT_EQ(wholes[0].key, "param:w");
-  EXPECT_EQ(wholes[0].shape, (Shape{2, 4}));
-  const ck::WholeTensor whole = ck::read_whole(c, "param:w");
-  ASSERT_EQ(whole.shape, (Shape{2, 4}));
-  const auto *values = reinterpret_cast<const float *>(whole.bytes.data());
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(values[i], static_cast<float>(i)) << i;
+  const ck::Checkpoint c = commit_pieces(piece0, p0, piece1, p1);
+  read_whole_w(c, Shape{2, 4});
   EXPECT_NE(error_of([&] { ck::read_whole(c, "param:v"); }).find("holds no tensor 'param:v'"),
             std::string::npos);
 }
@@ -198,18 +216,8 @@ TEST_F(Checkpoint, TensorParallelPaddedPieces) {
                           "param:w@tp0/2,dim=0,blocks=3,whole=3", "param:w@tp0/2,dim=0,blocks=1,"})
     EXPECT_FALSE(ck::parse_tp_piece_key(key)) << key;
   const float p0[4] = {0, 1, 2, 3}, p1[4] = {4, 5, 0, 0};
-  ck::ShardWriter first, second;
-  first.add(ck::tp_piece_key(piece0), DType::F32, Shape{2, 2}, 0, 4, p0);
-  second.add(ck::tp_piece_key(piece1), DType::F32, Shape{2, 2}, 0, 4, p1);
-  commit({&first, &second});
-  const ck::Checkpoint c = ck::open_checkpoint(step_dir());
-  const std::vector<ck::Record> wholes = ck::whole_tensors(c);
-  ASSERT_EQ(wholes.size(), 1u);
-  EXPECT_EQ(wholes[0].shape, (Shape{3, 2}));
-  const ck::WholeTensor whole = ck::read_whole(c, "param:w");
-  ASSERT_EQ(whole.shape, (Shape{3, 2}));
-  const auto *values = reinterpret_cast<const float *>(whole.bytes.data());
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(values[i], static_cast<float>(i)) << i;
+  const ck::Checkpoint c = commit_pieces(piece0, p0, piece1, p1);
+  const ck::WholeTensor whole = read_whole_w(c, Shape{3, 2});
   // Cut again for 3 ranks (one row each, none padded) and for 2 (padded).
   const ck::TpPiece third{"param:w", 2, 3, 0, 1, 0};
   const std::vector<uint8_t> row = ck::piece_range(whole, &third, 0, 2);
