@@ -297,7 +297,7 @@ def single_rank(args, entry, n: int, k: int) -> Dict:
     log = train_single_rank(args, path, work, frozen)
     # PyTorch DDP keeps rank 0's buffers: those of its k micro-batches of
     # each step (train_reference.train's buffer_micro_batches).
-    kept = range(k) if n > 1 else None
+    kept = range(k) if state and n > 1 else None
     run32 = train(model, config, data, STEPS, buffer_micro_batches=kept)
     run64 = train(model, config, data, STEPS, dtype=torch.float64, buffer_micro_batches=kept)
     # Per initializer: PyTorch's float32-vs-float64 difference on its parameter.
