@@ -194,7 +194,8 @@ def compare_with_reference(log: List[Dict], trained: Path, reference: Dict, deta
         if details is not None:
             details["buffer_err"] = buffer_err
         if buffer_error:
-            return f"running statistics against PyTorch DDP: {buffer_error}", worst_loss, worst_weight
+            against = "PyTorch" if reference["state_is_one_rank"] else "PyTorch DDP"
+            return f"running statistics against {against}: {buffer_error}", worst_loss, worst_weight
     return None, worst_loss, worst_weight
 
 
