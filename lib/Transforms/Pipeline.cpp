@@ -172,20 +172,6 @@ void PipelinePass::runOnOperation() {
   Operation *terminator = body.getTerminator();
   if (terminator->getNumOperands() == 0)
     return fail(micro, "@micro_step returns no loss");
-  // State the forward pass updates (training-mode batch norm's running
-  // statistics) is not carried through the stages yet.
-  for (unsigned r = 1; r < terminator->getNumOperands(); ++r)
-    if (auto updates = micro.getResultAttrOfType<IntegerAttr>(
-            r, ds::DsDialect::kUpdatesAttrName))
-      if (auto param = micro.getArgAttrOfType<ds::ParamAttr>(
-              updates.getInt(), ds::DsDialect::kParamAttrName))
-        return fail(micro, "pipeline parallelism does not support state the "
-                           "forward pass updates yet: '" +
-                               param.getName() +
-                               "' is the running statistic of a "
-                               "training-mode BatchNormalization (train "
-                               "without --pp, or export the model in eval "
-                               "mode)");
   Operation *lossDef = terminator->getOperand(0).getDefiningOp();
   if (!lossDef)
     return fail(micro, "the loss of @micro_step is an argument; there is no "

@@ -485,6 +485,27 @@ void PipelineSplitPass::runOnOperation() {
         accResults[it->second.getArgNumber()] = op->getResult(0);
         microArgs.insert(it->second.getArgNumber());
       }
+    // State the part's ops update (training-mode batch norm's running
+    // statistics): the stage that holds the op holds the state, and the
+    // part returns its new value tied to it, so it is written back on every
+    // micro-batch in the schedule's order, as on one rank.
+    llvm::MapVector<unsigned, Value> stateResults;
+    {
+      llvm::DenseSet<Operation *> mine(plan.ops.begin(), plan.ops.end());
+      for (OpOperand &result : terminator->getOpOperands()) {
+        auto updates = micro.getResultAttrOfType<IntegerAttr>(
+            result.getOperandNumber(), ds::DsDialect::kUpdatesAttrName);
+        if (!updates || result.getOperandNumber() == 0 ||
+            chainAcc.count(result.get()) ||
+            !ds::getAccumulatedParam(micro, updates.getInt()).empty())
+          continue;
+        Operation *def = result.get().getDefiningOp();
+        if (!def || !mine.contains(def))
+          continue;
+        stateResults[updates.getInt()] = result.get();
+        microArgs.insert(updates.getInt());
+      }
+    }
     SmallVector<unsigned> argOrder(microArgs.begin(), microArgs.end());
     llvm::sort(argOrder);
 
@@ -580,6 +601,12 @@ void PipelineSplitPass::runOnOperation() {
         !addResults(plan.wstashOut, ds::ValueRole::wstash))
       return signalPassFailure();
     for (auto &[a, value] : accResults) {
+      results.push_back(map.lookup(value));
+      auto position = llvm::find(argOrder, a) - argOrder.begin();
+      resultAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
+          ds::DsDialect::kUpdatesAttrName, b.getI64IntegerAttr(position))));
+    }
+    for (auto &[a, value] : stateResults) {
       results.push_back(map.lookup(value));
       auto position = llvm::find(argOrder, a) - argOrder.begin();
       resultAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(

@@ -22,6 +22,13 @@ exports) and each case (DP ranks x ZeRO stage, CASES below), this:
     memory space's (device, host, file: memory_spaces), and the bytes
     each rank sent and received per collective kind over the run equal
     the plan's per-step collective_bytes times STEPS.
+A train-mode model (training-mode BatchNorm, e.g. tv_resnet) trains from
+its unfolded export, its running statistics state rather than frozen: with
+N > 1 they are rank 0's (PyTorch DDP without SyncBatchNorm, whose
+broadcast_buffers hands every forward rank 0's buffers), so they are not
+compared with the single rank's but with PyTorch's buffers from rank 0's
+micro-batches (train_reference.py's buffer_micro_batches), within
+check_zoo_train.py's BUFFER_RTOL rule.
 Prints one line per case and a final count; exits 1 on any failure.
 """
 import argparse
@@ -99,6 +106,14 @@ def weights(path: Path) -> Dict[str, np.ndarray]:
     return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
 
 
+def model_file(entry: Dict) -> str:
+    """The export a case trains: the constant-folded one, or for a
+    train-mode model (training-mode BatchNorm) the unfolded one, whose
+    running statistics are initializers of their own (docs/models.md)."""
+    from models import ZOO
+    return entry["nofold_file"] if ZOO[entry["name"]].train_mode else entry["file"]
+
+
 def compare_plan(plan: Dict, summary: Optional[Dict], n: int, steps: int = STEPS) -> Optional[str]:
     if summary is None:
         return "the log has no summary line"
@@ -126,9 +141,12 @@ def compare_plan(plan: Dict, summary: Optional[Dict], n: int, steps: int = STEPS
     return None
 
 
-def compare_with_reference(log: List[Dict], trained: Path, reference: Dict):
+def compare_with_reference(log: List[Dict], trained: Path, reference: Dict, details: Dict = None):
     """(error or None, worst loss rel err, worst weight abs err) of a run
-    against the single-rank run (and PyTorch, when the reference has it)."""
+    against the single-rank run (and PyTorch, when the reference has it).
+    A train-mode model's running statistics are compared with PyTorch's
+    buffers (DDP's with several dp ranks); `details` gets their worst
+    relative error as "buffer_err"."""
     worst_loss = max(rel(a["loss"], b["loss"]) for a, b in zip(log, reference["log"]))
     worst_norm = max(rel(a["grad_norm"], b["grad_norm"]) for a, b in zip(log, reference["log"]))
     if worst_loss > LOSS_RTOL:
@@ -144,7 +162,13 @@ def compare_with_reference(log: List[Dict], trained: Path, reference: Dict):
     if set(got) != set(want):
         return f"initializers differ: {sorted(set(got) ^ set(want))[:5]}", worst_loss, 0.0
     worst_weight = 0.0
+    state = reference.get("state", [])
     for name, value in want.items():
+        # Over dp ranks the running statistics are rank 0's micro-batches'
+        # alone, not the single rank's of all of them: checked against
+        # PyTorch DDP's below.
+        if name in state and not reference["state_is_one_rank"]:
+            continue
         if got[name].shape != value.shape:
             return f"{name}: shape {got[name].shape}, expected {value.shape}", worst_loss, 0.0
         if value.dtype.kind != "f":
@@ -163,11 +187,20 @@ def compare_with_reference(log: List[Dict], trained: Path, reference: Dict):
                                          reference["torch_params"], reference["torch_bounds"])
         if torch_error:
             return f"against PyTorch: {torch_error}", worst_loss, worst_weight
+    if state:
+        from check_zoo_train import compare_buffers
+        buffer_err, buffer_error = compare_buffers(trained, state, reference["torch_buffers"],
+                                                   reference["torch_buffers64"])
+        if details is not None:
+            details["buffer_err"] = buffer_err
+        if buffer_error:
+            against = "PyTorch" if reference["state_is_one_rank"] else "PyTorch DDP"
+            return f"running statistics against {against}: {buffer_error}", worst_loss, worst_weight
     return None, worst_loss, worst_weight
 
 
 def check_case(args, entry, n: int, stage: int, k: int, threshold: int, reference) -> Tuple[str, bool]:
-    model_path = Path(args.zoo) / entry["file"]
+    model_path = Path(args.zoo) / model_file(entry)
     label = f"{entry['name']} dp{n} zero{stage} gas{k}" + (f" threshold{threshold}" if stage == 3 else "")
     work = Path(args.work) / f"{entry['name']}-dp{n}-zero{stage}"
     shutil.rmtree(work, ignore_errors=True)
@@ -195,9 +228,13 @@ def check_case(args, entry, n: int, stage: int, k: int, threshold: int, referenc
     if len(log) != STEPS:
         return fail("FAIL", f"{len(log)} step lines in the log, expected {STEPS}")
 
-    error, worst_loss, worst_weight = compare_with_reference(log, trained, reference)
+    details = {}
+    error, worst_loss, worst_weight = compare_with_reference(log, trained, reference, details)
     if error:
         return fail("MISMATCH", error)
+    state = reference.get("state", [])
+    buffers = (f"; {len(state)} running statistics against PyTorch DDP's rank 0, max rel err "
+               f"{details['buffer_err']:.1e}" if state else "")
 
     plan = json.loads((work / "program" / "plan.json").read_text())
     plan_error = compare_plan(plan, summary, n)
@@ -206,7 +243,7 @@ def check_case(args, entry, n: int, stage: int, k: int, threshold: int, referenc
     sent = plan["ranks"][0]["collective_bytes"]
     traffic = ", ".join(f"{kind} {sent[kind]['sent']}" for kind in KINDS if sent[kind]["calls"])
     return (f"{label}: matches one rank and PyTorch (loss rel {worst_loss:.1e}, weight abs "
-            f"{worst_weight:.1e}); plan equals measured (arena {plan['ranks'][0]['arena_peak_bytes']}, "
+            f"{worst_weight:.1e}{buffers}); plan equals measured (arena {plan['ranks'][0]['arena_peak_bytes']}, "
             f"sent/step {traffic})"), False
 
 
@@ -248,11 +285,22 @@ def single_rank(args, entry, n: int, k: int) -> Dict:
     (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
     data = make_train_data(model, N_BATCHES, micro * n * k)
     write_train_data(data, work / "data")
-    imap = map_initializers(onnx.load(str(Path(args.zoo) / entry["file"])), model.build())
+    path = Path(args.zoo) / model_file(entry)
+    imap = map_initializers(onnx.load(str(path)), model.build())
+    # A train-mode model's running statistics are state dsopt updates, not
+    # frozen initializers.
+    state = []
+    if model.train_mode:
+        buffer_names = {name for name, b in model.build().named_buffers() if b.is_floating_point()}
+        state = [name for name in imap.frozen if name in buffer_names]
+        imap.frozen[:] = [name for name in imap.frozen if name not in buffer_names]
     frozen = ["--frozen", ",".join(imap.frozen)] if imap.frozen else []
-    log = train_single_rank(args, Path(args.zoo) / entry["file"], work, frozen)
-    run32 = train(model, config, data, STEPS)
-    run64 = train(model, config, data, STEPS, dtype=torch.float64)
+    log = train_single_rank(args, path, work, frozen)
+    # PyTorch DDP keeps rank 0's buffers: those of its k micro-batches of
+    # each step (train_reference.train's buffer_micro_batches).
+    kept = range(k) if state and n > 1 else None
+    run32 = train(model, config, data, STEPS, buffer_micro_batches=kept)
+    run64 = train(model, config, data, STEPS, dtype=torch.float64, buffer_micro_batches=kept)
     # Per initializer: PyTorch's float32-vs-float64 difference on its parameter.
     noise = {}
     for m in imap.mapped:
@@ -261,7 +309,9 @@ def single_rank(args, entry, n: int, k: int) -> Dict:
     return {"data": work / "data", "log": log, "torch_log": run32.log, "micro": micro,
             "frozen": frozen, "imap": imap, "torch_params": run32.params,
             "torch_bounds": weight_bounds(run32, run64),
-            "initial": initializer_arrays(onnx.load(str(Path(args.zoo) / entry["file"]))),
+            "initial": initializer_arrays(onnx.load(str(path))),
+            "state": state, "state_is_one_rank": n == 1,
+            "torch_buffers": run32.buffers, "torch_buffers64": run64.buffers,
             "weights": {name: value.astype(np.float64) if value.dtype.kind == "f" else value
                         for name, value in weights(work / "trained.onnx").items()},
             "noise": noise}

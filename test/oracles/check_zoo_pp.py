@@ -50,6 +50,11 @@ CASES = [(model, pp, schedule, stage, dp, pp)
          for schedule in SCHEDULES
          for stage in (0, 1, 3)
          for dp in (1, 2)]
+# Training-mode BatchNorm (ResNet): the stage holding a BatchNorm holds its
+# running statistics and updates them on every micro-batch in order: equal
+# to one rank and PyTorch with dp 1; with dp 2, dp rank 0's (PyTorch DDP's
+# buffers, check_zoo_dp.py).
+CASES += [("tv_resnet", 2, "1f1b", 0, 1, 2), ("tv_resnet", 2, "gpipe", 1, 2, 2)]
 
 
 def label_of(case) -> str:
@@ -131,7 +136,7 @@ def check_case(args, case, reference, zoo) -> Tuple[str, bool]:
     def fail(kind, message):
         return f"{label}: {kind} {message}", True
 
-    model_path = reference.get("path") or str(Path(args.zoo) / zoo[model]["file"])
+    model_path = reference.get("path") or str(Path(args.zoo) / dp_check.model_file(zoo[model]))
     config = dict(CONFIG, train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=m,
                   train_batch_size=micro * m * dp,
                   zero_optimization={"stage": stage, "stage3_param_persistence_threshold": 0})
@@ -151,7 +156,8 @@ def check_case(args, case, reference, zoo) -> Tuple[str, bool]:
     if len(log) != STEPS:
         return fail("FAIL", f"{len(log)} step lines in the log, expected {STEPS}")
 
-    error, worst_loss, worst_weight = dp_check.compare_with_reference(log, trained, reference)
+    details = {}
+    error, worst_loss, worst_weight = dp_check.compare_with_reference(log, trained, reference, details)
     if error:
         return fail("MISMATCH", error)
 
@@ -165,7 +171,10 @@ def check_case(args, case, reference, zoo) -> Tuple[str, bool]:
     peaks = ", ".join(str(r["arena_peak_bytes"]) for r in plan["ranks"][::dp])
     bubble = (summary or {}).get("pipeline", {}).get("bubble_measured")
     simulated = plan["pipeline"]["bubble_fraction"]
-    return (f"{label}: matches one rank (loss rel {worst_loss:.1e}, weight abs {worst_weight:.1e}); "
+    state = reference.get("state", [])
+    buffers = (f"; {len(state)} running statistics against PyTorch"
+               f"{' DDP' if dp > 1 else ''}, max rel err {details['buffer_err']:.1e}" if state else "")
+    return (f"{label}: matches one rank (loss rel {worst_loss:.1e}, weight abs {worst_weight:.1e}{buffers}); "
             f"plan equals measured (arena per stage {peaks}); bubble simulated {simulated:.3f}, "
             f"measured {bubble if bubble is None else format(bubble, '.3f')}"), False
 

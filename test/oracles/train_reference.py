@@ -99,7 +99,8 @@ def _compute_in_f32(sub: torch.nn.Module) -> None:
 
 def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int,
           frozen: Sequence[str] = (), dtype: torch.dtype = torch.float32,
-          module: torch.nn.Module = None, bf16: bool = False) -> TrainRun:
+          module: torch.nn.Module = None, bf16: bool = False,
+          buffer_micro_batches: Sequence[int] = None) -> TrainRun:
     """Train `model` from its exported weights; `frozen`: parameter names kept fixed.
 
     dtype float64 runs the same computation in double precision (parameters,
@@ -117,6 +118,17 @@ def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int
     Hardswish and Hardsigmoid compute in float32 on their bfloat16 inputs,
     their results and gradients rounded to bfloat16 (_compute_in_f32). The
     returned params are the masters.
+
+    buffer_micro_batches: the micro-batches of each step (indices into its
+    gradient accumulation) whose forward keeps its buffer updates; the
+    others' are undone. This is PyTorch DDP without SyncBatchNorm over
+    ranks that each take gas / ranks consecutive micro-batches: every rank
+    normalises with its own batch's statistics, the gradients are averaged
+    (the same as accumulating all micro-batches on one rank), and
+    broadcast_buffers=True hands every forward rank 0's buffers, so rank
+    0's are the buffers that persist: range(gas // ranks). Parameters and
+    losses do not depend on it (a training-mode forward does not read the
+    running statistics).
     """
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -154,8 +166,15 @@ def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int
             inputs = [torch.from_numpy(np.ascontiguousarray(data[n][batch, k * micro:(k + 1) * micro]))
                       for n in names]
             inputs = [x.to(dtype) if x.is_floating_point() else x for x in inputs]
+            kept = None
+            if buffer_micro_batches is not None and k not in buffer_micro_batches:
+                kept = [b.detach().clone() for b in module.buffers()]
             loss = module(*inputs)[0]
             (loss / gas).backward()
+            if kept is not None:  # after backward, which reads what forward saved
+                with torch.no_grad():
+                    for b, value in zip(module.buffers(), kept):
+                        b.copy_(value)
             losses.append(loss.item())
         if bf16:
             for master, p in zip(masters, trainable):
