@@ -114,6 +114,40 @@ void mergeDuplicatesUpToIds(Block &body) {
   }
 }
 
+/// Builds the ops marked ds.recompute_in_backward (the sequence-parallel
+/// all-gathers of column-parallel inputs, Korthikanti et al. 2022, 4.2.3)
+/// again for the backward ops that read their results, just before the
+/// first of them, so the forward keeps their operands (the rank's rows)
+/// rather than their results. Taken last to first, so the producer of a
+/// clone's operand, if marked too, is then built again for the clone. The
+/// clones belong to the backward of the first op reading them.
+void recomputeInBackward(Block &body) {
+  StringRef marker = ds::DsDialect::kRecomputeInBackwardAttrName;
+  StringRef gradOf = ds::DsDialect::kGradOfAttrName;
+  SmallVector<Operation *> marked;
+  for (Operation &op : body.without_terminator())
+    if (op.hasAttr(marker))
+      marked.push_back(&op);
+  for (Operation *op : llvm::reverse(marked)) {
+    op->removeAttr(marker);
+    Operation *first = nullptr;
+    for (Operation *user : op->getUsers())
+      if (user->hasAttr(gradOf) && (!first || user->isBeforeInBlock(first)))
+        first = user;
+    if (!first)
+      continue;
+    OpBuilder builder(first);
+    Operation *again = builder.clone(*op);
+    again->removeAttr(ds::DsDialect::kForwardIdAttrName);
+    again->setAttr(gradOf, first->getAttr(gradOf));
+    for (auto [result, recomputed] :
+         llvm::zip(op->getResults(), again->getResults()))
+      result.replaceUsesWithIf(recomputed, [&](OpOperand &use) {
+        return use.getOwner()->hasAttr(gradOf);
+      });
+  }
+}
+
 struct AutodiffPass : dsopt::impl::DsAutodiffBase<AutodiffPass> {
   using DsAutodiffBase::DsAutodiffBase;
 
@@ -507,6 +541,8 @@ void AutodiffPass::runOnOperation() {
   auto ret = func::ReturnOp::create(builder, terminator->getLoc(), results);
   terminator->erase();
   mergeDuplicatesUpToIds(body);
+  // After the merge, which would take a recomputed op for a duplicate.
+  recomputeInBackward(body);
   // Merging may have replaced (and erased) values in `results`: the types
   // are those of what the return holds now.
   SmallVector<Type> resultTypes;

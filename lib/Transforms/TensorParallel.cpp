@@ -615,15 +615,18 @@ void TensorParallel::runOnOperation() {
 }
 
 
-enum class SequenceCollective { gather, scatter, slice };
+/// gatherWhole: an all-gather for an op without a sharding rule for the
+/// split, after which the ranks compute alike (ds.tp_gather_whole).
+enum class SequenceCollective { gather, gatherWhole, scatter, slice };
 
 /// `value` all-gathered, reduce-scattered (sum) or sliced along `axis` over
 /// the tp ranks. The runtime exchanges one flat chunk per rank, so an axis
 /// with larger axes before it (the sequence of [b, s, h] with b > 1) is
-/// moved to the front by a transpose, and back after.
+/// moved to the front by a transpose, and back after. `recompute` marks
+/// the ops built ds.recompute_in_backward.
 Value sequenceCollective(OpBuilder &b, Location loc, SequenceCollective kind,
                          Value value, int64_t axis, int64_t ranks,
-                         int16_t tpAxis) {
+                         int16_t tpAxis, bool recompute = false) {
   RankedTensorType type = tensorType(value);
   bool leading = llvm::all_of(type.getShape().take_front(axis),
                               [](int64_t n) { return n == 1; });
@@ -642,14 +645,19 @@ Value sequenceCollective(OpBuilder &b, Location loc, SequenceCollective kind,
     at = 0;
   }
   SmallVector<int64_t> shape(tensorType(input).getShape());
-  shape[at] = kind == SequenceCollective::gather ? shape[at] * ranks
-                                                 : shape[at] / ranks;
+  bool gathers = kind == SequenceCollective::gather ||
+                 kind == SequenceCollective::gatherWhole;
+  shape[at] = gathers ? shape[at] * ranks : shape[at] / ranks;
   RankedTensorType result = tensorType(input).clone(shape);
   Value out;
   switch (kind) {
   case SequenceCollective::gather:
+  case SequenceCollective::gatherWhole:
     out = shard::AllGatherOp::create(b, loc, result, kGrid, {tpAxis}, input,
                                      APInt(64, at));
+    if (kind == SequenceCollective::gatherWhole)
+      out.getDefiningOp()->setAttr(ds::DsDialect::kTpGatherWholeAttrName,
+                                   b.getUnitAttr());
     break;
   case SequenceCollective::scatter:
     out = shard::ReduceScatterOp::create(b, loc, result, kGrid, {tpAxis},
@@ -661,7 +669,13 @@ Value sequenceCollective(OpBuilder &b, Location loc, SequenceCollective kind,
                                     at);
     break;
   }
-  return leading ? out : ds::TransposeOp::create(b, loc, out, inverse);
+  if (!leading)
+    out = ds::TransposeOp::create(b, loc, out, inverse);
+  if (recompute)
+    for (Value v = out; v != value; v = v.getDefiningOp()->getOperand(0))
+      v.getDefiningOp()->setAttr(ds::DsDialect::kRecomputeInBackwardAttrName,
+                                 b.getUnitAttr());
+  return out;
 }
 
 /// Megatron's sequence parallelism (Korthikanti et al. 2022, 4.2.2): the
@@ -708,6 +722,8 @@ LogicalResult TensorParallel::sequenceParallelize(int16_t tpAxis) {
   }
   llvm::MapVector<Operation *, ds::ShardingRule> ops;
   SmallVector<std::pair<ds::TpCopyOp, int64_t>> entries;
+  // (op, operand, axis): a split operand of an op that cannot take it.
+  SmallVector<std::tuple<Operation *, unsigned, int64_t>> wholes;
   for (Operation &op : body) {
     if (seeds.contains(&op))
       continue;
@@ -737,12 +753,19 @@ LogicalResult TensorParallel::sequenceParallelize(int16_t tpAxis) {
     for (auto [g, want] : llvm::zip(given, answer.operands))
       if (why.empty() && g.isSplit() && g != want)
         why = "its operands' splits do not match";
-    if (!why.empty())
-      return op.emitError()
-             << "ds-tensor-parallel: --sequence-parallel cannot split "
-             << describe(&op) << " along the sequence: " << why
-             << " (gathering a sequence-split activation for such an op is "
-                "not implemented)";
+    if (!why.empty()) {
+      // As Megatron would have to: the whole sequence for this op, which
+      // then runs alike on every tp rank.
+      op.emitWarning()
+          << "ds-tensor-parallel: --sequence-parallel cannot split "
+          << describe(&op) << " along the sequence (" << why
+          << "): its operands are all-gathered along the sequence and it "
+             "runs on the whole sequence on every tp rank";
+      for (auto [i, g] : llvm::enumerate(given))
+        if (g.isSplit())
+          wholes.push_back({&op, static_cast<unsigned>(i), g.dim});
+      continue;
+    }
     for (auto [result, split] : llvm::zip(op.getResults(), answer.results)) {
       if (!split.isSplit())
         continue;
@@ -821,11 +844,26 @@ LogicalResult TensorParallel::sequenceParallelize(int16_t tpAxis) {
   regionReduces.clear();
   for (auto [copy, dim] : entries) {
     b.setInsertionPoint(copy);
+    // Megatron keeps the rank's rows for the weight gradient and gathers
+    // them again in the backward (Korthikanti et al. 2022, 4.2.3).
     Value whole =
         sequenceCollective(b, copy.getLoc(), SequenceCollective::gather,
-                           copy.getInput(), dim, size, tpAxis);
+                           copy.getInput(), dim, size, tpAxis,
+                           /*recompute=*/true);
     copy.getResult().replaceAllUsesWith(whole);
     copy.erase();
+  }
+  llvm::DenseMap<std::pair<Value, int64_t>, Value> gathered;
+  for (auto [op, index, dim] : wholes) {
+    Value operand = op->getOperand(index);
+    Value &whole = gathered[{operand, dim}];
+    if (!whole) {
+      b.setInsertionPoint(op);
+      whole = sequenceCollective(b, op->getLoc(),
+                                 SequenceCollective::gatherWhole, operand, dim,
+                                 size, tpAxis);
+    }
+    op->setOperand(index, whole);
   }
   return success();
 }

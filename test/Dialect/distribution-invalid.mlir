@@ -53,3 +53,19 @@ func.func @grad_of_width(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = ds.exp %x {ds.grad_of = 3 : i32} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+func.func @recompute_not_unit(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'ds.recompute_in_backward' must be a unit attribute on an op without regions or memory effects}}
+  %0 = ds.exp %x {ds.recompute_in_backward = 1 : i64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @gather_whole_not_gather(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'ds.tp_gather_whole' must be a unit attribute on a shard.all_gather}}
+  %0 = ds.exp %x {ds.tp_gather_whole} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

@@ -19,11 +19,10 @@ formula after this adjustment, term by term (docs/tensor-parallel.md):
       t under sequence parallelism),
     - the erf-form GELU as exported (Div, Erf, Add, Mul, Mul) keeps two
       [b, s, 4h/t] values more than Megatron's fused GELU (8sbh/t),
-    - under sequence parallelism, the all-gathered input of each of the
-      two column-parallel products, where Megatron keeps the rank's rows
-      and gathers them again in the backward (2sbh instead of 2sbh/t),
-      and the two norms' scales as the tp_copy views their backward reads
-      (2h, no memory of their own: views of the parameters).
+    - under sequence parallelism, the two norms' scales as the tp_copy
+      views their backward reads (2h, no memory of their own: views of
+      the parameters). The inputs of the column-parallel products are the
+      rank's rows, all-gathered again in the backward, as in Megatron.
 The plan's per-layer figure: the pipeline's per-stage `activation_bytes`
 (the forward values each stage's backward reads) summed over both stages
 of --pp 2, for L+1 layers minus for L layers.
@@ -64,11 +63,10 @@ def dsopt_bytes(s, b, h, a, t, sp):
     f32 = 2 * no_dropout
     ln_stats = 4 * (2 * 2 * sb) / shared
     gelu = 4 * Fraction(8 * sbh, t)
-    gathered = 4 * (2 * sbh - Fraction(2 * sbh, t)) if sp else 0
     scales = 4 * 2 * h if sp else 0
-    return f32 + ln_stats + gelu + gathered + scales, {
+    return f32 + ln_stats + gelu + scales, {
         "paper": paper, "no dropout": no_dropout, "f32": f32, "norm statistics": ln_stats,
-        "erf GELU": gelu, "gathered inputs": gathered, "scale views": scales}
+        "erf GELU": gelu, "scale views": scales}
 
 
 def stash(args, s, b, h, a, layers, flags):

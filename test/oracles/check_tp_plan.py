@@ -100,7 +100,11 @@ def check_sequence_parallel(check, tag, tp, params, layers, activation,
     parameters the sequence-split ops read (the norms' scales and biases,
     the row-parallel biases: every parameter Megatron does not split but
     the position table) are all-reduced over tp, and the position table,
-    read at the rank's rows, has its gradient all-gathered (s*h)."""
+    read at the rank's rows, has its gradient all-gathered (s*h). As in
+    Megatron, the input of each column-parallel product (per layer the
+    attention's and the MLP's, and the head's: 2L + 1) is kept as the
+    rank's rows and all-gathered again in the backward for the weight
+    gradient (Korthikanti et al. 2022, 4.2.3)."""
     half = (ranks - 1) * activation // ranks
     whole = [b for n, b in params.items()
              if not megatron_split(n) and not re.search(POSITION_TABLE, n)]
@@ -108,10 +112,12 @@ def check_sequence_parallel(check, tag, tp, params, layers, activation,
           4 * layers + 2)
     check(f"{tag} tp reduce_scatter bytes sent", tp["reduce_scatter"]["sent"],
           (4 * layers + 2) * half)
+    regathers = 2 * layers + 1
     check(f"{tag} tp all_gather calls", tp["all_gather"]["calls"],
-          4 * layers + 2 + 1)
+          4 * layers + 2 + 1 + regathers)
     check(f"{tag} tp all_gather bytes sent", tp["all_gather"]["sent"],
-          (4 * layers + 2) * half + (ranks - 1) * position_bytes // ranks)
+          (4 * layers + 2 + regathers) * half
+          + (ranks - 1) * position_bytes // ranks)
     check(f"{tag} tp all_reduce calls", tp["all_reduce"]["calls"],
           len(whole) + 3 + 1)
     check(f"{tag} tp all_reduce bytes sent", tp["all_reduce"]["sent"],

@@ -2,7 +2,8 @@
 """bf16 training: dsopt's programs against PyTorch running DeepSpeed's bf16 regime.
 
 For each case (a zoo model on one rank, or the GPT model under data
-parallelism with ZeRO 0-3 or a pipeline schedule, CASES below) this
+parallelism with ZeRO 0-3, a pipeline schedule or tensor and sequence
+parallelism, CASES below) this
   * writes N_BATCHES global batches of data and a DeepSpeed config with
     "bf16": {"enabled": true} (AdamW, gradient clipping), compiles
     `dsopt MODEL --config CFG [--dp/--zero/--pp ...]` and trains STEPS steps,
@@ -15,7 +16,8 @@ parallelism with ZeRO 0-3 or a pipeline schedule, CASES below) this
     reference and within FP32_RTOL of the float32 run; for the models of
     DSOPT_FP32 on one rank, also within FP32_RTOL of dsopt's own fp32
     program (the same config without bf16), so the bf16 regime is checked
-    against dsopt's fp32 path as well as PyTorch's;
+    against dsopt's fp32 path as well as PyTorch's; a tensor-parallel
+    case's losses also within LOSS_RTOL of the one-rank bf16 run's;
   * checks the saved model: every initializer keeps its name and data type
     (the fp32 master weights are saved, not the bf16 working copies, so
     some trained weight holds bits a bfloat16 cannot), and the weights
@@ -64,6 +66,9 @@ CONFIG = {
 CASES = [(model, [], 1, 2) for model in ("gpt2", "llama", "bert", "mlp", "cnn", "mobilenet")]
 CASES += [("gpt2", ["--dp", "2", "--zero", str(stage)], 2, 1) for stage in (0, 1, 2, 3)]
 CASES += [("gpt2", ["--pp", "2", "--schedule", "1f1b"], 2, 2)]
+# Tensor parallelism with Megatron's sequence parallelism: also compared
+# step by step with the one-rank bf16 run of the same model (above).
+CASES += [("gpt2", ["--tp", "2", "--sequence-parallel"], 2, 2)]
 
 
 def label_of(case) -> str:
@@ -208,6 +213,17 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
         if e > FP32_RTOL:
             return fail("MISMATCH", f"step {entry['step']}: loss {entry['loss']:.6f}, dsopt fp32 "
                                     f"{want['loss']:.6f} (rel {e:.1e} > {FP32_RTOL})")
+    worst_one = None
+    if "--tp" in flags:
+        one_log = Path(args.work) / label_of((model, [], 1, m)).replace(" ", "-") / "log.jsonl"
+        if not one_log.exists():
+            return fail("FAIL", f"no one-rank bf16 log {one_log} to compare with")
+        for entry, want in zip(log, read_log(one_log)[0]):
+            e = rel(entry["loss"], want["loss"])
+            worst_one = max(worst_one or 0.0, e)
+            if e > LOSS_RTOL:
+                return fail("MISMATCH", f"step {entry['step']}: loss {entry['loss']:.6f}, one-rank "
+                                        f"bf16 {want['loss']:.6f} (rel {e:.1e} > {LOSS_RTOL})")
     error, agreement = check_weights(trained, ref)
     if error:
         return fail("MISMATCH", f"saved model: {error}")
@@ -226,6 +242,8 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
     if plan_error:
         return fail("MISMATCH", f"plan: {plan_error}")
     own = f"; dsopt fp32 rel {worst_own:.1e}" if worst_own is not None else ""
+    if worst_one is not None:
+        own += f"; one-rank bf16 rel {worst_one:.1e}"
     return (f"{label}: matches PyTorch bf16 (loss rel {worst16:.1e}; fp32 rel {worst32:.1e}{own}; "
             f"weights {agreement:.2f} of distance moved)"), False
 

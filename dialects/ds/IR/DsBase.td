@@ -132,6 +132,21 @@ def Ds_Dialect : Dialect {
     /// model-parallel RNG; the kernel's seed is dsrt::tp_rank_seed(seed)).
     static constexpr ::llvm::StringLiteral kTpRankSeedAttrName =
         "ds.tp_rank_seed";
+    /// Unit attribute set by ds-tensor-parallel under sequence parallelism
+    /// on the ops that all-gather a column-parallel product's input along
+    /// the sequence (the gather and the transposes around it): ds-autodiff
+    /// computes them again in the backward for the ops there that read
+    /// their results, so the forward keeps the rank's rows, not the whole
+    /// input (Korthikanti et al. 2022, 4.2.3).
+    static constexpr ::llvm::StringLiteral kRecomputeInBackwardAttrName =
+        "ds.recompute_in_backward";
+    /// Unit attribute set by ds-tensor-parallel on the shard.all_gather
+    /// that makes a sequence-split activation whole for an op without a
+    /// sharding rule for it: the ranks then compute alike and each holds
+    /// the whole gradient, so the derivative takes the rank's rows
+    /// (shard.all_slice) instead of summing the ranks' (reduce-scatter).
+    static constexpr ::llvm::StringLiteral kTpGatherWholeAttrName =
+        "ds.tp_gather_whole";
     /// Op attribute: the op computes in f32 under a 16-bit precision,
     /// whatever its own compute precision (the vocabulary-parallel
     /// cross-entropy's elementwise ops, which a whole loss computes per row

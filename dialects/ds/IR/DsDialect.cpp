@@ -6,6 +6,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -524,6 +525,22 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
     if (!isa<UnitAttr>(attribute.getValue()) || !isa<DropoutOp>(op))
       return op->emitOpError() << "'" << kTpRankSeedAttrName
                                << "' must be a unit attribute on a ds.dropout";
+    return success();
+  }
+  if (name == kRecomputeInBackwardAttrName) {
+    if (!isa<UnitAttr>(attribute.getValue()) || op->getNumRegions() != 0 ||
+        !isMemoryEffectFree(op))
+      return op->emitOpError()
+             << "'" << kRecomputeInBackwardAttrName
+             << "' must be a unit attribute on an op without regions or "
+                "memory effects";
+    return success();
+  }
+  if (name == kTpGatherWholeAttrName) {
+    if (!isa<UnitAttr>(attribute.getValue()) || !isa<shard::AllGatherOp>(op))
+      return op->emitOpError() << "'" << kTpGatherWholeAttrName
+                               << "' must be a unit attribute on a "
+                                  "shard.all_gather";
     return success();
   }
   if (name == kComputeF32AttrName) {

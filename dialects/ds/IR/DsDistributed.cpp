@@ -520,7 +520,10 @@ struct AllReduceVJPModel
 /// each rank keeping its rows of the sequence) has the all-gather of its
 /// gradient; an all-gather (a sequence-split activation entering a tp
 /// region, whose ranks each compute a partial gradient of it) has the
-/// reduce-scatter (sum) of its gradient; an all-slice (a whole value read by
+/// reduce-scatter (sum) of its gradient, but one made whole for an op
+/// without a sharding rule (ds.tp_gather_whole), after which the ranks
+/// compute alike and hold the whole gradient, has its rank's rows; an
+/// all-slice (a whole value read by
 /// sequence-split ops, each rank taking its rows) has the all-gather. ZeRO's
 /// collectives come after autodiff and are never differentiated.
 template <typename Op>
@@ -543,7 +546,12 @@ struct ShardVJPModel
     FlatSymbolRefAttr grid = collective.getGridAttr();
     ArrayRef<int16_t> axes = collective.getGridAxes();
     if constexpr (std::is_same_v<Op, shard::AllGatherOp>) {
-      operandGrads.push_back(shard::ReduceScatterOp::create(
+      if (op->hasAttr(DsDialect::kTpGatherWholeAttrName))
+        operandGrads.push_back(shard::AllSliceOp::create(
+            builder, loc, type, dy, grid.getValue(), axes,
+            collective.getGatherAxis().getSExtValue()));
+      else
+        operandGrads.push_back(shard::ReduceScatterOp::create(
           builder, loc, type, grid.getValue(), axes, dy,
           shard::ReductionKind::Sum, collective.getGatherAxis()));
     } else if constexpr (std::is_same_v<Op, shard::ReduceScatterOp>) {
