@@ -1363,10 +1363,6 @@ bool ConfigReader::readOffloadOptimizer(const json::Value &value) {
       return false;
     if (offload.ratio > 1)
       return fail(key, "expected a fraction in [0, 1], got " + describe(*v));
-    if (offload.ratio != 1)
-      return fail(key, "partial offload (a ratio below 1) is not "
-                       "implemented yet; dsopt offloads every optimizer "
-                       "state (ratio 1)");
   }
   if (!readNoEffect(*section, path,
                     {"pipeline_read", "pipeline_write", "fast_init"},
@@ -1985,20 +1981,18 @@ llvm::Error checkOffloadComposition(const TrainConfig &config, bool irOnly) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    message.str());
   };
-  if (config.offloadParam.device != OffloadDevice::None)
-    return notYet("zero_optimization.offload_param is not implemented yet; "
-                  "dsopt offloads optimizer states (offload_optimizer), "
-                  "parameters stay on the device");
-  OffloadDevice device = config.offloadOptimizer.device;
-  if (device == OffloadDevice::None)
-    return llvm::Error::success();
-  std::string what = ("zero_optimization.offload_optimizer.device \"" +
-                      offloadDeviceName(device) + "\"")
-                         .str();
-  if (config.pipelineStages > 1)
-    return notYet(what + " with pipeline stages (--pp " +
-                  Twine(config.pipelineStages) +
-                  ") is not implemented yet; use one pipeline stage");
+  // One file space per rank: both offloads to nvme share its directory.
+  const OffloadOptimizerConfig &optimizer = config.offloadOptimizer;
+  const OffloadParamConfig &param = config.offloadParam;
+  if (optimizer.device == OffloadDevice::NVMe &&
+      param.device == OffloadDevice::NVMe &&
+      optimizer.nvmePath != param.nvmePath)
+    return notYet("zero_optimization.offload_param.nvme_path \"" +
+                  param.nvmePath +
+                  "\" differs from offload_optimizer.nvme_path \"" +
+                  optimizer.nvmePath +
+                  "\"; dsopt keeps a rank's offloaded states and parameters "
+                  "in one file, in one directory");
   return llvm::Error::success();
 }
 

@@ -27,8 +27,13 @@ using namespace dsopt;
 
 namespace {
 
+/// An op placed in a memory space by ds-offload (`ds.space`, e.g. the host
+/// copy of an updated master weight) runs there and must stay its own op: a
+/// ds.fused runs on the device, and one loop cannot span two spaces.
 bool isFusable(Operation *op) {
-  return op && isa<ds::ElementwiseOpInterface>(op) && op->getNumResults() == 1;
+  return op && isa<ds::ElementwiseOpInterface>(op) &&
+         op->getNumResults() == 1 &&
+         !op->hasAttr(ds::DsDialect::kSpaceAttrName);
 }
 
 /// A splat constant with one element becomes a constant in the body.

@@ -1,4 +1,4 @@
-//===- Offload.cpp - ZeRO-Offload: optimizer states and updates on the host ===//
+//===- Offload.cpp - ZeRO-Offload: states and parameters off the device --===//
 //
 // After ds-zero, every rank's optimizer states (its shards) move out of
 // device memory and their updates run on the host:
@@ -21,6 +21,15 @@
 // (read-ahead, so two updates' states are in flight: double buffering) and
 // written back right after it (write-behind).
 //
+// With ratio < 1 only the last parameters' states go (partial offload).
+// With param-device (ZeRO-3's offload_param) the partitioned parameter
+// shards live in the host or file space too; every device op that reads one
+// gets a copy fetched ahead of it (at most param-buffer-count in flight),
+// and an updated shard goes back to its space:
+//
+//   %f = ds.transfer %w {from = host, to = device}
+//   %g = shard.all_gather %f ...
+//
 // Which ops may run on the host, and what each op may read, is the
 // dialect's rule (ds::verifyExecutionSpace, ds::getOperandSpace); the memory
 // planner checks it and gives the host and file spaces' transient buffers
@@ -35,6 +44,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace dsopt {
 #define GEN_PASS_DEF_DSOFFLOAD
@@ -52,6 +63,15 @@ namespace {
 bool isOffloadedState(func::FuncOp function, unsigned i) {
   ds::StateAttr state = ds::getArgumentState(function, i);
   return state && !state.isAccumulator();
+}
+
+/// A ds.transfer of `value` from space `from` to `to` at b's insertion point.
+Value createTransfer(OpBuilder &b, Value value, ds::MemorySpace from,
+                     ds::MemorySpace to) {
+  MLIRContext *context = b.getContext();
+  return ds::TransferOp::create(b, value.getLoc(), value,
+                                ds::MemorySpaceAttr::get(context, from),
+                                ds::MemorySpaceAttr::get(context, to));
 }
 
 class FunctionOffloader {
@@ -77,10 +97,7 @@ public:
 
 private:
   Value transfer(Value value, ds::MemorySpace from, ds::MemorySpace to) {
-    return ds::TransferOp::create(
-        builder, value.getLoc(), value,
-        ds::MemorySpaceAttr::get(function.getContext(), from),
-        ds::MemorySpaceAttr::get(function.getContext(), to));
+    return createTransfer(builder, value, from, to);
   }
 
   /// `value`'s copy in host memory, copied as soon as it is computed (one
@@ -194,33 +211,188 @@ private:
   llvm::DenseMap<Value, Value> hostCopies;
 };
 
+/// ZeRO-Infinity's parameter offload (offload_param, stage 3): parameter
+/// shards live in the host or file space; device ops read fetched copies.
+class ParamOffloader {
+public:
+  ParamOffloader(func::FuncOp function, int64_t bufferCount)
+      : function(function), builder(function.getContext()),
+        bufferCount(std::max<int64_t>(bufferCount, 1)) {}
+
+  void run() {
+    Block &body = function.getBody().front();
+    Operation *terminator = body.getTerminator();
+    // Every read of an offloaded parameter by an op that runs on the
+    // device gets its own fetched copy, freed after that op; a host op (an
+    // offloaded update) reads the host shard itself (a file shard is read
+    // ahead by FunctionOffloader).
+    SmallVector<OpOperand *> reads;
+    for (BlockArgument arg : body.getArguments())
+      if (ds::getValueSpace(arg) != ds::MemorySpace::device)
+        for (OpOperand &use : arg.getUses())
+          if (use.getOwner() != terminator &&
+              ds::getOperandSpace(use.getOwner()) == ds::MemorySpace::device)
+            reads.push_back(&use);
+    llvm::stable_sort(reads, [](OpOperand *a, OpOperand *b) {
+      return a->getOwner() != b->getOwner() &&
+             a->getOwner()->isBeforeInBlock(b->getOwner());
+    });
+    // Prefetch: fetch i is issued before the read of fetch
+    // i - (bufferCount - 1), so at most bufferCount are in flight.
+    for (auto [i, read] : llvm::enumerate(reads)) {
+      size_t ahead = std::min<size_t>(i, bufferCount - 1);
+      builder.setInsertionPoint(reads[i - ahead]->getOwner());
+      Value value = read->get();
+      if (ds::getValueSpace(value) == ds::MemorySpace::file)
+        value = transfer(value, ds::MemorySpace::file, ds::MemorySpace::host);
+      read->set(
+          transfer(value, ds::MemorySpace::host, ds::MemorySpace::device));
+    }
+    // An updated parameter goes back to its argument's space.
+    for (OpOperand &result : terminator->getOpOperands()) {
+      auto updates = function.getResultAttrOfType<IntegerAttr>(
+          result.getOperandNumber(), ds::DsDialect::kUpdatesAttrName);
+      if (!updates)
+        continue;
+      ds::MemorySpace home =
+          ds::getValueSpace(body.getArgument(updates.getInt()));
+      if (home == ds::MemorySpace::device ||
+          ds::getValueSpace(result.get()) == home)
+        continue;
+      Value value = result.get();
+      // A host update's 16-bit copy already went to the device: return its
+      // host value instead of copying it back.
+      if (auto copied = value.getDefiningOp<ds::TransferOp>())
+        if (copied.getFrom() == ds::MemorySpace::host &&
+            copied.getTo() == ds::MemorySpace::device) {
+          value = copied.getInput();
+          if (copied->hasOneUse()) {
+            result.set(value);
+            copied->erase();
+          }
+        }
+      if (Operation *def = value.getDefiningOp())
+        builder.setInsertionPointAfter(def);
+      else
+        builder.setInsertionPoint(terminator);
+      if (ds::getValueSpace(value) == ds::MemorySpace::device)
+        value = transfer(value, ds::MemorySpace::device, ds::MemorySpace::host);
+      if (home == ds::MemorySpace::file)
+        value = transfer(value, ds::MemorySpace::host, ds::MemorySpace::file);
+      result.set(value);
+    }
+  }
+
+private:
+  Value transfer(Value value, ds::MemorySpace from, ds::MemorySpace to) {
+    return createTransfer(builder, value, from, to);
+  }
+
+  func::FuncOp function;
+  OpBuilder builder;
+  size_t bufferCount;
+};
+
+/// "none", "cpu" or "nvme" as a space (the device for none).
+std::optional<ds::MemorySpace> parseDevice(StringRef device) {
+  if (device == "none")
+    return ds::MemorySpace::device;
+  if (device == "cpu")
+    return ds::MemorySpace::host;
+  if (device == "nvme")
+    return ds::MemorySpace::file;
+  return std::nullopt;
+}
+
+/// Whether parameter argument `i` of `function` is one ZeRO-3 partitions
+/// (`zero`): a trained parameter of at least the persistence threshold's
+/// elements. Smaller ones stay whole on the device, as in DeepSpeed.
+bool isPartitionedParam(func::FuncOp function, unsigned i,
+                        ds::ZeroAttr zero) {
+  auto param = function.getArgAttrOfType<ds::ParamAttr>(
+      i, ds::DsDialect::kParamAttrName);
+  if (!param || !param.getTrainable())
+    return false;
+  auto whole = function.getArgAttrOfType<TypeAttr>(
+      i, ds::DsDialect::kShardedAttrName);
+  auto type = cast<ShapedType>(whole ? whole.getValue()
+                                     : function.getArgumentTypes()[i]);
+  return type.getNumElements() >= zero.getParamPersistenceThreshold();
+}
+
 struct OffloadPass : dsopt::impl::DsOffloadBase<OffloadPass> {
   using DsOffloadBase::DsOffloadBase;
 
+  /// The parameters whose states the pass offloads. Partial offload
+  /// (ratio < 1) follows DeepSpeed's ZeRO-3, which keeps its first
+  /// int((1 - ratio) * sub-groups) sub-groups on the device and offloads
+  /// the rest; here a parameter's states are one group, in the order they
+  /// first appear among the module's function arguments.
+  llvm::StringSet<> offloadedParams(ModuleOp module) {
+    llvm::SetVector<StringRef> params;
+    for (auto function : module.getOps<func::FuncOp>())
+      if (!function.isDeclaration())
+        for (unsigned i = 0; i < function.getNumArguments(); ++i)
+          if (isOffloadedState(function, i))
+            params.insert(ds::getArgumentState(function, i).getParam());
+    size_t onDevice = static_cast<size_t>((1.0 - ratio) * params.size());
+    llvm::StringSet<> offloaded;
+    for (StringRef param : params.getArrayRef().drop_front(onDevice))
+      offloaded.insert(param);
+    return offloaded;
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    ds::MemorySpace space;
-    if (device == "cpu")
-      space = ds::MemorySpace::host;
-    else if (device == "nvme")
-      space = ds::MemorySpace::file;
-    else {
+    std::optional<ds::MemorySpace> parsed = parseDevice(device);
+    if (!parsed) {
       module.emitError() << "ds-offload: device '" << device
-                         << "' is not cpu or nvme";
+                         << "' is not none, cpu or nvme";
+      return signalPassFailure();
+    }
+    std::optional<ds::MemorySpace> paramSpace = parseDevice(paramDevice);
+    if (!paramSpace) {
+      module.emitError() << "ds-offload: param-device '" << paramDevice
+                         << "' is not none, cpu or nvme";
+      return signalPassFailure();
+    }
+    auto zero =
+        module->getAttrOfType<ds::ZeroAttr>(ds::DsDialect::kZeroAttrName);
+    if (*paramSpace != ds::MemorySpace::device &&
+        (!zero || zero.getStage() != 3)) {
+      module.emitError() << "ds-offload: param-device '" << paramDevice
+                         << "' needs ZeRO stage 3 (run ds-zero{stage=3} "
+                            "first): parameters are offloaded only when "
+                            "they are partitioned";
+      return signalPassFailure();
+    }
+    ds::MemorySpace space = *parsed;
+    if (!(ratio >= 0.0 && ratio <= 1.0)) {
+      module.emitError() << "ds-offload: ratio " << ratio
+                         << " is not a fraction in [0, 1]";
       return signalPassFailure();
     }
     MLIRContext *context = &getContext();
+    llvm::StringSet<> offloaded = offloadedParams(module);
     for (auto function : module.getOps<func::FuncOp>()) {
       if (function.isDeclaration())
         continue;
-      for (unsigned i = 0; i < function.getNumArguments(); ++i)
-        if (isOffloadedState(function, i))
+      for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+        if (space != ds::MemorySpace::device && isOffloadedState(function, i) &&
+            offloaded.contains(ds::getArgumentState(function, i).getParam()))
           function.setArgAttr(i, ds::DsDialect::kSpaceAttrName,
                               ds::MemorySpaceAttr::get(context, space));
+        if (*paramSpace != ds::MemorySpace::device &&
+            isPartitionedParam(function, i, zero))
+          function.setArgAttr(i, ds::DsDialect::kSpaceAttrName,
+                              ds::MemorySpaceAttr::get(context, *paramSpace));
+      }
     }
     for (auto function : module.getOps<func::FuncOp>())
-      if (!function.isDeclaration())
+      if (!function.isDeclaration()) {
         FunctionOffloader(function).run();
+        ParamOffloader(function, paramBufferCount).run();
+      }
   }
 };
 

@@ -23,9 +23,12 @@ void addZero(OpPassManager &pm, const TrainingOptions &options) {
   zero.allgatherBucketSize = options.allgatherBucketSize;
   zero.prefetchBucketSize = options.prefetchBucketSize;
   pm.addPass(createDsZero(zero));
-  if (options.offloadOptimizer != "none") {
+  if (options.offloadOptimizer != "none" || options.offloadParam != "none") {
     DsOffloadOptions offload;
     offload.device = options.offloadOptimizer;
+    offload.ratio = options.offloadRatio;
+    offload.paramDevice = options.offloadParam;
+    offload.paramBufferCount = options.offloadParamBufferCount;
     pm.addPass(createDsOffload(offload));
   }
 }
@@ -169,6 +172,9 @@ void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {
   options.prefetchBucketSize = config.prefetchBucketSize;
   options.offloadOptimizer =
       offloadDeviceName(config.offloadOptimizer.device).str();
+  options.offloadRatio = config.offloadOptimizer.ratio;
+  options.offloadParam = offloadDeviceName(config.offloadParam.device).str();
+  options.offloadParamBufferCount = config.offloadParam.bufferCount;
   options.tp = config.tensorParallelSize;
   options.sequenceParallel = config.sequenceParallel;
   options.pp = config.pipelineStages;

@@ -591,7 +591,7 @@ void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_di
   }
   struct stat st;
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw Error("the file space's directory '" + dir + "' is not a directory (train --nvme-path, else offload_optimizer.nvme_path)");
+    throw Error("the file space's directory '" + dir + "' is not a directory (train --nvme-path, else offload_optimizer.nvme_path or offload_param.nvme_path)");
   // Every state's write-behind goes to the copy that is not current and
   // becomes current once complete: a failed write never leaves a state half
   // old, half new (FileIOOptions::versioned; the file is twice the plan's
@@ -603,7 +603,7 @@ void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_di
   // only after allocating what room there is, and naming no sizes).
   check_room(dir, file_bytes_on_disk(bytes, io),
              "the file space of rank " + std::to_string(rank) +
-                 " (train --nvme-path, else offload_optimizer.nvme_path)");
+                 " (train --nvme-path, else offload_optimizer.nvme_path or offload_param.nvme_path)");
   const std::string path = dir + "/dsrt-file-space-" + std::to_string(getpid()) + "-" +
                            std::to_string(rank) + ".bin";
   spaces.file = std::make_unique<FileStore>(backend().create_file(path, bytes, io));

@@ -95,3 +95,37 @@ func.func @casts(%x: tensor<16xf32>, %y: tensor<16xi64>) -> tensor<16xi1> {
   %g = ds.compare gt, %c, %y : tensor<16xi64>, tensor<16xi64>
   return %g : tensor<16xi1>
 }
+
+// -----
+
+// An op placed in a memory space by ds-offload (the host copy of an
+// updated master weight, ds::isHostParameterCopy) runs there: it is never
+// fused with the device ops that read it, which still fuse among
+// themselves.
+// CHECK-LABEL: func.func @host_op_not_fused
+// CHECK: %[[C:.*]] = ds.cast %param_out {ds.space = #ds.space<host>} : tensor<16xf32> to tensor<16xbf16>
+// CHECK-NEXT: %[[F:.*]] = ds.fused(%[[C]]) : (tensor<16xbf16>) -> tensor<16xbf16>
+// CHECK: math.exp
+// CHECK: math.tanh
+// CHECK: return %[[F]]
+func.func @host_op_not_fused(%lr: tensor<f32>, %step: tensor<i64>, %p: tensor<16xf32>, %g: tensor<16xf32>, %buf: tensor<16xf32>) -> tensor<16xbf16> {
+  %u:2 = ds.sgd %lr, %step, %p, %g, %buf {ds.space = #ds.space<host>, momentum = 0.9 : f32} : tensor<f32>, tensor<i64>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
+  %c = ds.cast %u#0 {ds.space = #ds.space<host>} : tensor<16xf32> to tensor<16xbf16>
+  %e = ds.exp %c : tensor<16xbf16>
+  %t = ds.tanh %e : tensor<16xbf16>
+  return %t : tensor<16xbf16>
+}
+
+// -----
+
+// Nor is a lone device op fused with the host op it reads.
+// CHECK-LABEL: func.func @host_producer_not_fused
+// CHECK-NOT: ds.fused
+// CHECK: ds.cast %param_out {ds.space = #ds.space<host>}
+// CHECK-NEXT: ds.exp
+func.func @host_producer_not_fused(%lr: tensor<f32>, %step: tensor<i64>, %p: tensor<16xf32>, %g: tensor<16xf32>, %buf: tensor<16xf32>) -> tensor<16xbf16> {
+  %u:2 = ds.sgd %lr, %step, %p, %g, %buf {ds.space = #ds.space<host>, momentum = 0.9 : f32} : tensor<f32>, tensor<i64>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
+  %c = ds.cast %u#0 {ds.space = #ds.space<host>} : tensor<16xf32> to tensor<16xbf16>
+  %e = ds.exp %c : tensor<16xbf16>
+  return %e : tensor<16xbf16>
+}

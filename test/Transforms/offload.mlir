@@ -5,6 +5,11 @@
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-zero{stage=2 dp=2},ds-offload{device=nvme},ds-plan-memory)' | FileCheck %s --check-prefix=NVME
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer{optimizer=sgd momentum=0.9},ds-offload{device=cpu},ds-plan-memory)' | FileCheck %s --check-prefix=SGD
 // RUN: not dsopt-opt %s --pass-pipeline='builtin.module(ds-offload{device=gpu})' 2>&1 | FileCheck %s --check-prefix=DEVICE
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-offload{device=cpu ratio=0.5},ds-plan-memory)' | FileCheck %s --check-prefix=PARTIAL
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-offload{device=cpu ratio=0},ds-plan-memory)' | FileCheck %s --check-prefix=NONE
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer{accumulation=2},ds-zero{stage=3 dp=2 param-persistence-threshold=4},ds-offload{device=none param-device=cpu param-buffer-count=1},ds-plan-memory)' | FileCheck %s --check-prefix=PARAM
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-zero{stage=3 dp=2 param-persistence-threshold=1},ds-offload{device=nvme param-device=nvme},ds-plan-memory)' | FileCheck %s --check-prefix=PARAMNVME
+// RUN: not dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-zero{stage=2 dp=2},ds-offload{device=none param-device=cpu})' 2>&1 | FileCheck %s --check-prefix=PARAMSTAGE
 
 // ZeRO-1 + cpu: the four states (each rank's shards) lie at the bottom of the
 // host arena and take nothing of the device arena, which holds the
@@ -62,7 +67,56 @@
 // SGD: %[[P:.*]], %{{.*}} = ds.sgd {{.*}}, %arg4 {{{.*}}ds.space = #ds.space<host>
 // SGD-NEXT: ds.transfer %[[P]] {ds.buffers = array<i64: 0>, from = #ds.space<host>, to = #ds.space<device>} : tensor<3x2xf32>
 
-// DEVICE: ds-offload: device 'gpu' is not cpu or nvme
+// DEVICE: ds-offload: device 'gpu' is not none, cpu or nvme
+
+// Partial offload, ratio 0.5 of two parameters: the first (w) keeps its
+// states and update on the device, the last (b) is offloaded.
+// PARTIAL: host_persistent_bytes = 128
+// PARTIAL-LABEL: func.func @optimizer_step
+// PARTIAL-SAME: %arg4: tensor<3x2xf32> {ds.offset = 256 : i64, ds.state = #ds.state<optimizer, role = "exp_avg", param = "w">}
+// PARTIAL-SAME: %arg5: tensor<2xf32> {ds.offset = 0 : i64, ds.space = #ds.space<host>, ds.state = #ds.state<optimizer, role = "exp_avg", param = "b">}
+// PARTIAL: ds.adamw %arg8, %arg9, %arg0, %arg2, %arg4, %arg6 {ds.buffers = array<i64: {{[0-9, ]+}}>, weight_decay
+// PARTIAL: ds.adamw {{.*}}, %arg5, %arg7 {{{.*}}ds.space = #ds.space<host>
+
+// Ratio 0: nothing leaves the device.
+// NONE-NOT: ds.space
+
+// ZeRO-3's parameter offload to the host: w (6 elements, at the threshold
+// of 4) is partitioned and its shard lives on the host; b (2) stays whole
+// on the device. Each device read gets a fetched copy, freed after it; the
+// update on the device (the optimizer is not offloaded) writes a device
+// result that goes back to the host shard.
+// PARAM: host_bytes = 64, host_persistent_bytes = 64
+// PARAM-LABEL: func.func @micro_step
+// PARAM-SAME: %arg1: tensor<3xf32> {ds.offset = 0 : i64, ds.param = #ds.param<name = "w"{{.*}}>, ds.sharded = tensor<3x2xf32>, ds.space = #ds.space<host>}
+// PARAM-SAME: %arg2: tensor<2xf32> {ds.offset = 0 : i64, ds.param = #ds.param<name = "b"{{.*}}>}
+// PARAM: %[[F:.*]] = ds.transfer %arg1 {ds.buffers = array<i64: [[FB:[0-9]+]]>, from = #ds.space<host>, to = #ds.space<device>} : tensor<3xf32>
+// PARAM-NEXT: shard.all_gather %[[F]] on @grid
+// PARAM: ds.matmul {{.*}}ds.frees = array<i64: [[FB]],
+// PARAM-LABEL: func.func @optimizer_step
+// PARAM: %[[P:.*]] = ds.transfer %arg0 {{{.*}}from = #ds.space<host>, to = #ds.space<device>} : tensor<3xf32>
+// PARAM-NEXT: %[[NEW:.*]], %{{.*}}, %{{.*}} = ds.adamw %arg8, %arg9, %[[P]],
+// PARAM-NEXT: %[[BACK:.*]] = ds.transfer %[[NEW]] {{{.*}}from = #ds.space<device>, to = #ds.space<host>} : tensor<3xf32>
+// PARAM: return %{{.*}}, %[[BACK]],
+
+// Both offloads on nvme: every parameter is partitioned (threshold 1) and
+// lies in the file; a micro step reads each shard into a host buffer and
+// copies it to the device before its all-gather; the optimizer step reads
+// the shard and states ahead into host buffers, updates them on the host
+// and writes them behind.
+// PARAMNVME: file_persistent_bytes = 24576
+// PARAMNVME-LABEL: func.func @micro_step
+// PARAMNVME-SAME: ds.sharded = tensor<3x2xf32>, ds.space = #ds.space<file>}
+// PARAMNVME: %[[H:.*]] = ds.transfer %arg1 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<3xf32>
+// PARAMNVME-NEXT: %[[D:.*]] = ds.transfer %[[H]] {{{.*}}from = #ds.space<host>, to = #ds.space<device>} : tensor<3xf32>
+// PARAMNVME: shard.all_gather %[[D]] on @grid
+// PARAMNVME-LABEL: func.func @optimizer_step
+// PARAMNVME: %[[W:.*]] = ds.transfer %arg0 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<3xf32>
+// PARAMNVME: %[[NEW:.*]], %{{.*}}, %{{.*}} = ds.adamw %{{.*}}, %{{.*}}, %[[W]], {{.*}}ds.space = #ds.space<host>
+// PARAMNVME-NEXT: %[[BEHIND:.*]] = ds.transfer %[[NEW]] {{{.*}}from = #ds.space<host>, to = #ds.space<file>} : tensor<3xf32>
+// PARAMNVME: return %{{.*}}, %[[BEHIND]],
+
+// PARAMSTAGE: ds-offload: param-device 'cpu' needs ZeRO stage 3 (run ds-zero{stage=3} first): parameters are offloaded only when they are partitioned
 
 func.func @main(%x: tensor<4x3xf32> {ds.input = "x"},
                 %w: tensor<3x2xf32> {ds.param = #ds.param<name = "w", trainable = true, data = dense<0.5> : tensor<3x2xf32>>},

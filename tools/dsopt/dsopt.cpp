@@ -1184,7 +1184,12 @@ EXAMPLES:
     lowerOptions.symbolPrefix = prefix.empty() ? StringRef(symbolPrefix) : prefix;
     lowerOptions.target = dsopt::programTargetName(*target).str();
     if (trainConfig) {
-      lowerOptions.nvmePath = trainConfig->offloadOptimizer.nvmePath;
+      // One file space per rank, under the optimizer's directory, else the
+      // parameters' (checkOffloadComposition refuses two).
+      lowerOptions.nvmePath =
+          trainConfig->offloadOptimizer.device == dsopt::OffloadDevice::NVMe
+              ? trainConfig->offloadOptimizer.nvmePath
+              : trainConfig->offloadParam.nvmePath;
       const dsopt::AioConfig &aio = trainConfig->aio;
       lowerOptions.aioBlockSize = aio.blockSize;
       lowerOptions.aioQueueDepth = aio.queueDepth;

@@ -64,7 +64,7 @@ struct OffloadOptimizerConfig {
   std::string nvmePath;  // required with device nvme
   bool pinMemory = false;
   int64_t bufferCount = 4; // NVMe swap buffers
-  double ratio = 1.0;      // the offloaded fraction (only 1 is implemented)
+  double ratio = 1.0;      // the offloaded fraction of the states (partial offload)
 };
 
 /// zero_optimization.offload_param (stage 3 only, as in DeepSpeed).
@@ -228,8 +228,8 @@ llvm::Error checkPipelineSchedule(const TrainConfig &config,
 /// same config. For plan.json and --print-config.
 std::string toJson(const TrainConfig &config);
 
-/// Offloading's compositions that are not implemented yet (offload_param,
-/// offload with pipeline stages): an error naming them, else success.
+/// Offloading's compositions that are not implemented yet (offload_param):
+/// an error naming them, else success.
 /// `irOnly` says whether only the IR or plan is asked for; every
 /// composition that has an IR also compiles to a program today.
 llvm::Error checkOffloadComposition(const TrainConfig &config, bool irOnly);

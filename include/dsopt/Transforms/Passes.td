@@ -456,11 +456,39 @@ def DsOffload : Pass<"ds-offload", "mlir::ModuleOp"> {
     before its next use. With `device=nvme` each state is read from its
     file into a host buffer one update ahead (read-ahead) and written back
     right after its update (write-behind).
+
+    With `param-device` cpu or nvme (ZeRO stage 3 only) the parameter
+    shards that ZeRO-3 partitions (trained parameters of at least
+    `param_persistence_threshold` elements) live in that space too: each
+    device op that reads one gets its own device copy, fetched by a
+    `ds.transfer` (from the file through a host buffer with nvme) issued
+    ahead of it so that at most `param-buffer-count` fetched shards are in
+    flight, and freed after that op; an updated shard the optimizer step
+    returns goes back to the parameter's space.
+
+    With `ratio` below 1 only part of the states go (partial offload, as
+    DeepSpeed's ZeRO-3 assigns its sub-groups): the states of a parameter
+    move together, and the last parameters in argument order are the
+    offloaded ones; the others' states and updates stay on the device.
   }];
   let options = [
     Option<"device", "device", "std::string", /*default=*/"\"cpu\"",
-           "Where the optimizer states live: cpu (pinned host memory) or "
-           "nvme (files)">,
+           "Where the optimizer states live: none (the device), cpu "
+           "(pinned host memory) or nvme (files)">,
+    Option<"paramDevice", "param-device", "std::string",
+           /*default=*/"\"none\"",
+           "Where ZeRO-3's parameter shards live (offload_param.device): "
+           "none (the device), cpu (pinned host memory) or nvme (files)">,
+    Option<"paramBufferCount", "param-buffer-count", "int64_t",
+           /*default=*/"5",
+           "Parameter shards fetched to the device ahead of their use at "
+           "most (offload_param.buffer_count)">,
+    Option<"ratio", "ratio", "double", /*default=*/"1.0",
+           "The offloaded fraction of the parameters with optimizer states "
+           "(DeepSpeed's offload_optimizer.ratio): of N such parameters, in "
+           "the order their states first appear among the module's "
+           "function arguments, the first floor((1 - ratio) * N) keep "
+           "their states and update on the device">,
   ];
 }
 

@@ -180,6 +180,22 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
       llvm::cl::desc("Optimizer states and their update on the device "
                      "(none), in pinned host memory (cpu) or in files (nvme)"),
       llvm::cl::init("none")};
+  // ZeRO-Infinity's parameter offload (stage 3; ds-offload's param-device).
+  Option<std::string> offloadParam{
+      *this, "offload-param",
+      llvm::cl::desc("ZeRO-3's parameter shards on the device (none), in "
+                     "pinned host memory (cpu) or in files (nvme)"),
+      llvm::cl::init("none")};
+  Option<int64_t> offloadParamBufferCount{
+      *this, "offload-param-buffer-count",
+      llvm::cl::desc("Parameter shards fetched ahead at most "
+                     "(offload_param.buffer_count)"),
+      llvm::cl::init(5)};
+  Option<double> offloadRatio{
+      *this, "offload-ratio",
+      llvm::cl::desc("The offloaded fraction of the optimizer states "
+                     "(offload_optimizer.ratio; ds-offload's ratio)"),
+      llvm::cl::init(1.0)};
 
   // Pipeline parallelism (ds-pipeline, ds-pipeline-ranks).
   Option<int64_t> tp{

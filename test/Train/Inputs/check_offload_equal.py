@@ -5,8 +5,11 @@ For each case of CASES (precision x data-parallel ranks x ZeRO stage) this
 compiles the zoo's MLP without offload and with `--offload-optimizer cpu`
 (optimizer states and the optimizer step on the host) and, for some cases,
 `--offload-optimizer nvme` (the states in a file under --nvme-path, read
-and written around each update), trains each for STEPS steps on the same data (under mpirun for dp 2)
-and requires:
+and written around each update); with `--suite more`, the cases of
+MORE_CASES instead: ZeRO-3's parameter offload (offload_param cpu or nvme,
+the MLP and GPT-2), offload with two pipeline stages, and partial offload
+(offload_optimizer.ratio 0.5). It trains each for STEPS steps on the same
+data (under mpirun for several ranks) and requires:
   * every step's loss and gradient norm in the log to be the same float;
   * the saved models (--save-onnx) to be the same bytes;
   * the offloaded run's measured high-water mark of every memory space to
@@ -43,14 +46,33 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none
 # one stage stands for all three there. "nvme-fallback" runs the nvme
 # program again with the I/O engine's fallbacks (the page cache and
 # pread/pwrite, as where O_DIRECT and io_uring are refused).
-CASES = [(precision, dp, stage,
+CASES = [("mlp", precision, dp, stage, 1,
           ("cpu", "nvme") + (("nvme-fallback",) if dp == 1 else ())
           if precision == "fp32" and stage != 2 else
           ("cpu", "nvme") if dp == 1 else ("cpu",),
           precision == "fp32" and dp == 2 and stage == 2)
          for precision in ("fp32", "bf16")
          for dp, stage in ((1, 1), (2, 1), (2, 2), (2, 3))]
+# (model, precision, dp ranks, ZeRO stage, pipeline stages, variants,
+# checkpoint): "param-cpu"/"param-nvme" offload ZeRO-3's parameter shards
+# (offload_param), "ratio-cpu" half of the parameters' optimizer states.
+MORE_CASES = [
+    ("mlp", "fp32", 1, 3, 1, ("param-cpu", "param-nvme"), False),
+    ("mlp", "fp32", 2, 3, 1, ("param-cpu", "param-nvme", "param-both"), False),
+    ("mlp", "bf16", 2, 3, 1, ("param-cpu",), False),
+    ("gpt2", "fp32", 2, 3, 1, ("param-nvme",), False),
+    ("mlp", "fp32", 1, 1, 2, ("cpu",), False),
+    ("mlp", "fp32", 1, 1, 1, ("ratio-cpu",), False),
+]
 FALLBACK_ENV = {"DSRT_FILE_IO_REFUSE": "direct,uring"}
+# The config of each variant's offload beyond --offload-optimizer.
+VARIANT_CONFIG = {
+    "param-cpu": {"offload_param": {"device": "cpu"}},
+    "param-nvme": {"offload_param": {"device": "nvme", "nvme_path": "NVME"}},
+    "param-both": {"offload_param": {"device": "nvme", "nvme_path": "NVME"},
+                   "offload_optimizer": {"device": "nvme", "nvme_path": "NVME"}},
+    "ratio-cpu": {"offload_optimizer": {"device": "cpu", "ratio": 0.5}},
+}
 
 # Stage 3 shards every parameter of the tiny model (none stays whole).
 CONFIG = {"zero_optimization": {"stage3_param_persistence_threshold": 1}}
@@ -70,20 +92,41 @@ def run(command: List[str], cwd: Optional[Path] = None,
     return None
 
 
-def case_name(precision: str, dp: int, stage: int) -> str:
-    return f"mlp {precision} dp{dp} zero{stage}"
+def case_name(model: str, precision: str, dp: int, stage: int, pp: int) -> str:
+    return f"{model} {precision} dp{dp}" + (f" pp{pp}" if pp > 1 else "") + f" zero{stage}"
 
 
-def compile_command(args, precision: str, dp: int, stage: int, offload: str,
-                    out: Path) -> List[str]:
+def case_dir(args, model: str, precision: str, dp: int, stage: int, pp: int) -> Path:
+    prefix = "" if model == "mlp" else f"{model}-"
+    suffix = f"-pp{pp}" if pp > 1 else ""
+    return args.work / f"{prefix}{precision}-dp{dp}-z{stage}{suffix}"
+
+
+def variant_config(args, variant: str, nvme: Path) -> Path:
+    """The ds_config.json of `variant`: CONFIG and its offload keys."""
+    offload = json.loads(json.dumps(VARIANT_CONFIG.get(variant, {})).replace("NVME", str(nvme)))
+    config = json.loads(json.dumps(CONFIG))
+    config["zero_optimization"].update(offload)
+    path = nvme.parent / f"ds_config-{variant or 'base'}.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def compile_command(args, model: str, precision: str, dp: int, stage: int, pp: int,
+                    offload: str, out: Path) -> List[str]:
     # Four micro-batches per global batch: dp 1 accumulates 4, dp 2 two each.
-    command = [args.dsopt, str(args.model), "--config", str(args.config), "--dp", str(dp),
+    nvme = out.parent / "nvme-files"
+    nvme.mkdir(parents=True, exist_ok=True)
+    command = [args.dsopt, str(args.model.parent / f"{model}.onnx"),
+               "--config", str(variant_config(args, offload, nvme)), "--dp", str(dp),
                "--zero", str(stage), "--grad-accum", str(4 // dp), "--precision", precision,
                "-o", str(out)]
-    if offload:
+    if pp > 1:
+        command += ["--pp", str(pp)]
+    if offload in ("cpu", "nvme"):
         command += ["--offload-optimizer", offload]
     if offload == "nvme":
-        command += ["--nvme-path", str(out.parent / "nvme-files")]
+        command += ["--nvme-path", str(nvme)]
     return command
 
 
@@ -111,13 +154,15 @@ def same_files(a: Path, b: Path) -> Optional[str]:
     return None
 
 
-def check_case(args, precision: str, dp: int, stage: int, device: str,
+def check_case(args, model: str, precision: str, dp: int, stage: int, pp: int, device: str,
                checkpoint: bool) -> Optional[str]:
-    work = args.work / f"{precision}-dp{dp}-z{stage}"
+    work = case_dir(args, model, precision, dp, stage, pp)
     base, off = work / "base", work / device.replace("-fallback", "")
+    data = args.data if model == "mlp" else args.gpt2_data
+    ranks = dp * pp
     (work / "nvme-files").mkdir(exist_ok=True)
     if not (base / "done").exists():
-        why = run(train_command(dp, base, args.data, STEPS, work / "base.jsonl",
+        why = run(train_command(ranks, base, data, STEPS, work / "base.jsonl",
                                 work / "base.onnx", []))
         if why:
             return f"base run: {why}"
@@ -131,7 +176,7 @@ def check_case(args, precision: str, dp: int, stage: int, device: str,
             continue
         extra = ["--save-dir", str(work / f"ckpt-{label}"), "--save-interval", "2"] \
             if checkpoint else []
-        why = run(train_command(dp, out, args.data, STEPS, work / f"{label}.jsonl",
+        why = run(train_command(ranks, out, data, STEPS, work / f"{label}.jsonl",
                                 work / f"{label}.onnx", extra),
                   env=FALLBACK_ENV if device == "nvme-fallback" else None)
         if why:
@@ -149,16 +194,16 @@ def check_case(args, precision: str, dp: int, stage: int, device: str,
     summary = [r for r in map(json.loads, (work / "offload.jsonl").read_text().splitlines())
                if r.get("summary")]
     # Several ranks: the summary's line per rank; one: its last step's.
-    ranks = summary[-1]["ranks"] if summary else [dict(off_log[-1], rank=0)]
-    if len(ranks) != dp:
+    measured_ranks = summary[-1]["ranks"] if summary else [dict(off_log[-1], rank=0)]
+    if len(measured_ranks) != ranks:
         return "the offloaded run's log does not give every rank's memory"
-    for measured in ranks:
+    for measured in measured_ranks:
         planned = plan["ranks"][measured["rank"]]["memory_spaces"]
         for space, numbers in measured["memory_spaces"].items():
             if numbers["peak_bytes"] != planned[space]["peak_bytes"]:
                 return (f"rank {measured['rank']}: {space} space measured "
                         f"{numbers['peak_bytes']} bytes, plan.json {planned[space]['peak_bytes']}")
-        space = "host" if device == "cpu" else "file"
+        space = "file" if "nvme" in device or device == "param-both" else "host"
         if planned[space]["persistent_bytes"] <= 0:
             return f"rank {measured['rank']}: the {space} space holds no states"
     if device != "cpu" and any((work.parent / "nvme-files").iterdir()):
@@ -167,7 +212,7 @@ def check_case(args, precision: str, dp: int, stage: int, device: str,
         why = same_files(work / "ckpt-base", work / "ckpt-offload")
         if why:
             return why
-        why = run(train_command(dp, off, args.data, STEPS, work / "resumed.jsonl",
+        why = run(train_command(ranks, off, data, STEPS, work / "resumed.jsonl",
                                 work / "resumed.onnx",
                                 ["--resume", str(work / "ckpt-offload" / "step_2")]))
         if why:
@@ -182,19 +227,21 @@ def main() -> int:
     parser.add_argument("--model", type=Path, required=True, help="the zoo's mlp.onnx")
     parser.add_argument("--data", type=Path, required=True,
                         help="batches of 4 micro-batches (make_train_data.py --gas 4)")
+    parser.add_argument("--gpt2-data", type=Path,
+                        help="the same for the zoo's gpt2.onnx (--suite more)")
+    parser.add_argument("--suite", choices=("optimizer", "more"), default="optimizer")
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--dsopt", default="dsopt")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    args.config = args.work / "ds_config.json"
-    args.config.write_text(json.dumps(CONFIG))
+    cases = CASES if args.suite == "optimizer" else MORE_CASES
 
     compiles = []
-    for precision, dp, stage, devices, _ in CASES:
-        work = args.work / f"{precision}-dp{dp}-z{stage}"
+    for model, precision, dp, stage, pp, devices, _ in cases:
+        work = case_dir(args, model, precision, dp, stage, pp)
         for offload in ("",) + tuple(d for d in devices if d != "nvme-fallback"):
-            compiles.append(((precision, dp, stage),
-                             compile_command(args, precision, dp, stage, offload,
+            compiles.append(((model, precision, dp, stage, pp),
+                             compile_command(args, model, precision, dp, stage, pp, offload,
                                              work / (offload or "base"))))
     failed_compile = {}
     started = time.monotonic()
@@ -206,11 +253,12 @@ def main() -> int:
     print(f"compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     failures = 0
-    for precision, dp, stage, devices, checkpoint in CASES:
+    for model, precision, dp, stage, pp, devices, checkpoint in cases:
         for device in devices:
-            why = failed_compile.get((precision, dp, stage)) or \
-                check_case(args, precision, dp, stage, device, checkpoint)
-            name = f"{case_name(precision, dp, stage)} {device}"
+            key = (model, precision, dp, stage, pp)
+            why = failed_compile.get(key) or \
+                check_case(args, *key, device, checkpoint)
+            name = f"{case_name(*key)} {device}"
             if why:
                 failures += 1
                 print(f"{name}: FAILED: {why}")
