@@ -32,6 +32,7 @@ std::string dtypeName(Type element) {
 
 llvm::json::Array shapeOf(RankedTensorType type) {
   llvm::json::Array shape;
+  shape.reserve(type.getRank());
   for (int64_t d : type.getShape())
     shape.push_back(d);
   return shape;
@@ -91,6 +92,8 @@ FailureOr<PlanSummary> summarizePlan(func::FuncOp function) {
 
 namespace {
 /// The arguments, results and ops of one planned function.
+/// (Arrays of JSON values are reserved before they are filled: a value's
+/// move may throw, so a growing array copies every value it holds.)
 struct FunctionPlan {
   llvm::json::Array inputs, params, states, outputs, updates, ops;
   /// Buffers freed before the first kernel (arguments nobody reads).
@@ -99,6 +102,12 @@ struct FunctionPlan {
 
 FunctionPlan planOf(func::FuncOp function) {
   FunctionPlan plan;
+  Block &block = function.getBody().front();
+  for (llvm::json::Array *array : {&plan.inputs, &plan.params, &plan.states})
+    array->reserve(function.getNumArguments());
+  plan.ops.reserve(block.getOperations().size());
+  plan.outputs.reserve(function.getNumResults());
+  plan.updates.reserve(function.getNumResults());
   for (unsigned i = 0; i < function.getNumArguments(); ++i) {
     Type type = function.getArgument(i).getType();
     int64_t offset = function
@@ -154,7 +163,7 @@ FunctionPlan planOf(func::FuncOp function) {
                             arg.getArgNumber(), ds::DsDialect::kOffsetAttrName)
                         .getInt();
   int64_t index = 0;
-  for (Operation &op : function.getBody().front().without_terminator()) {
+  for (Operation &op : block.without_terminator()) {
     auto offsets =
         op.getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kBuffersAttrName);
     for (auto [i, result] : llvm::enumerate(op.getResults()))
@@ -175,6 +184,7 @@ FunctionPlan planOf(func::FuncOp function) {
       continue;
     }
     llvm::json::Array results, frees;
+    results.reserve(op.getNumResults());
     for (Value result : op.getResults())
       results.push_back(tensorInfo("", result.getType(), offsetOf[result]));
     if (freed)
@@ -197,7 +207,7 @@ FunctionPlan planOf(func::FuncOp function) {
                              {"bytes", kernel.getWorkspaceBytes()}};
     plan.ops.push_back(std::move(entry));
   }
-  Operation *terminator = function.getBody().front().getTerminator();
+  Operation *terminator = block.getTerminator();
   for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
     if (auto updates = function.getResultAttrOfType<IntegerAttr>(
             i, ds::DsDialect::kUpdatesAttrName)) {
@@ -723,8 +733,12 @@ llvm::json::Object trainingRank(ModuleOp train, int64_t rank = 0) {
   llvm::json::Array functions, params, states;
   int64_t paramBytes = 0, stateBytes = 0;
   llvm::StringSet<> seen;
-  for (auto [function, times] : stepFunctions(train)) {
+  SmallVector<std::pair<func::FuncOp, int64_t>> parts = stepFunctions(train);
+  functions.reserve(parts.size());
+  for (auto [function, times] : parts) {
     FunctionPlan plan = planOf(function);
+    params.reserve(params.size() + plan.params.size());
+    states.reserve(states.size() + plan.states.size());
     for (llvm::json::Value &param : plan.params) {
       const llvm::json::Object *object = param.getAsObject();
       if (seen.insert(("param:" + *object->getString("name")).str()).second) {
@@ -867,8 +881,10 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
     if (programs.empty())
       programs.push_back(train);
     llvm::json::Array perRank, trainRanks;
+    trainRanks.reserve(programs.size());
     for (auto [pr, program] : llvm::enumerate(programs)) {
       RankNumbers numbers(program);
+      perRank.reserve(perRank.size() + dataParallelSize(program) * tp);
       int64_t d = dataParallelSize(program);
       for (int64_t r = 0; r < d; ++r)
         for (int64_t t = 0; t < tp; ++t) {

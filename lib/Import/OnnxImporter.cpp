@@ -1298,12 +1298,18 @@ llvm::Expected<OwningOpRef<ModuleOp>> GraphImporter::run() {
 
   function.setFunctionType(builder.getFunctionType(
       body->getArgumentTypes(), body->getTerminator()->getOperandTypes()));
-  for (unsigned i = 0; i < numInputs; ++i)
-    function.setArgAttr(i, ds::DsDialect::kInputAttrName,
-                        builder.getStringAttr(inputNames[i]));
-  for (unsigned i = numInputs; i < body->getNumArguments(); ++i)
-    function.setArgAttr(i, ds::DsDialect::kParamAttrName,
-                        paramAttrs.lookup(body->getArgument(i)));
+  // All at once: setting one argument's attribute rebuilds the array of
+  // every argument's, quadratic in thousands of parameters.
+  SmallVector<DictionaryAttr> argAttrs;
+  argAttrs.reserve(body->getNumArguments());
+  for (unsigned i = 0; i < body->getNumArguments(); ++i)
+    argAttrs.push_back(builder.getDictionaryAttr(
+        i < numInputs
+            ? builder.getNamedAttr(ds::DsDialect::kInputAttrName,
+                                   builder.getStringAttr(inputNames[i]))
+            : builder.getNamedAttr(ds::DsDialect::kParamAttrName,
+                                   paramAttrs.lookup(body->getArgument(i)))));
+  function.setAllArgAttrs(argAttrs);
   for (auto [i, name] : llvm::enumerate(outputNames))
     function.setResultAttr(i, ds::DsDialect::kOutputAttrName,
                            builder.getStringAttr(name));

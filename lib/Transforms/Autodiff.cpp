@@ -281,6 +281,11 @@ AutodiffPass::markTrainable(func::FuncOp function, Value loss,
         reachesLoss.insert(operand);
 
   MLIRContext *context = function.getContext();
+  // Set at once below: setting one argument's attribute rebuilds the array
+  // of every argument's, quadratic in thousands of parameters.
+  SmallVector<DictionaryAttr> argAttrs;
+  function.getAllArgAttrs(argAttrs);
+  bool anyParam = false;
   for (BlockArgument arg : body.getArguments()) {
     auto param = function.getArgAttrOfType<ds::ParamAttr>(
         arg.getArgNumber(), ds::DsDialect::kParamAttrName);
@@ -298,10 +303,15 @@ AutodiffPass::markTrainable(func::FuncOp function, Value loss,
                   reachesLoss.contains(arg) && !state.contains(arg);
     if (trains)
       trainable.push_back(arg);
-    function.setArgAttr(arg.getArgNumber(), ds::DsDialect::kParamAttrName,
-                        ds::ParamAttr::get(context, param.getName(), trains,
-                                           param.getData()));
+    NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
+    attrs.set(ds::DsDialect::kParamAttrName,
+              ds::ParamAttr::get(context, param.getName(), trains,
+                                 param.getData()));
+    argAttrs[arg.getArgNumber()] = attrs.getDictionary(context);
+    anyParam = true;
   }
+  if (anyParam)
+    function.setAllArgAttrs(argAttrs);
   // Initializers import folded away (shapes, constants) never train, but
   // naming them is not a mistake.
   if (auto folded = function->getParentOfType<ModuleOp>()->getAttrOfType<ArrayAttr>(

@@ -22,6 +22,8 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <vector>
+
 namespace dsopt {
 #define GEN_PASS_DEF_DSPLANMEMORY
 #include "dsopt/Transforms/Passes.h.inc"
@@ -438,13 +440,19 @@ LogicalResult Planner::run() {
 
   // Record the plan.
   Builder builder(function.getContext());
+  // All at once: setting one argument's attribute rebuilds the array of
+  // every argument's, quadratic in a program of thousands of parameters.
+  SmallVector<DictionaryAttr> argAttrs;
+  argAttrs.reserve(body->getNumArguments());
   for (BlockArgument arg : body->getArguments()) {
     auto it = bufferOf.find(arg);
-    function.setArgAttr(arg.getArgNumber(), ds::DsDialect::kOffsetAttrName,
-                        builder.getI64IntegerAttr(
-                            it == bufferOf.end() ? -1
-                                                 : buffers[it->second].offset));
+    NamedAttrList attrs(function.getArgAttrDict(arg.getArgNumber()));
+    attrs.set(ds::DsDialect::kOffsetAttrName,
+              builder.getI64IntegerAttr(
+                  it == bufferOf.end() ? -1 : buffers[it->second].offset));
+    argAttrs.push_back(attrs.getDictionary(function.getContext()));
   }
+  function.setAllArgAttrs(argAttrs);
   // Buffers whose lifetime ends at an op are freed after it; the runtime
   // uses acquire/release to check that live buffers never overlap.
   llvm::DenseMap<int64_t, SmallVector<int64_t>> freedAt;
@@ -526,26 +534,40 @@ void Planner::assignOffsets() {
     return buffers[a].start < buffers[b].start;
   });
 
-  SmallVector<int> placed;
+  // The placed buffers of each space, in order of offset. A buffer goes at
+  // the lowest aligned offset where it overlaps no placed buffer of its
+  // space that is live at the same time: walking them by offset, each such
+  // buffer that begins below the candidate's end pushes the candidate past
+  // its own end, and the first placed buffer (live or not) that begins at
+  // or above the candidate's end ends the walk, as every later one begins
+  // higher still.
+  struct Placed {
+    int64_t begin, end;         // [begin, end) bytes
+    int64_t firstUse, lastUse;  // inclusive op indices
+  };
+  std::vector<Placed> placed[3]; // by ds::MemorySpace: device, host, file
   for (int b : order) {
     Buffer &buffer = buffers[b];
-    SmallVector<std::pair<int64_t, int64_t>> busy; // [offset, offset + size)
-    for (int other : placed) {
-      const Buffer &o = buffers[other];
-      if (o.start <= buffer.end && buffer.start <= o.end && o.size > 0 &&
-          o.space == buffer.space)
-        busy.emplace_back(o.offset, o.offset + o.size);
-    }
-    llvm::sort(busy);
+    std::vector<Placed> &others = placed[static_cast<unsigned>(buffer.space)];
     const int64_t align = std::max(alignment, buffer.align);
     int64_t offset = llvm::alignTo(baseOf(buffer.space), align);
-    for (auto [begin, end] : busy) {
-      if (begin >= offset + buffer.size)
+    for (const Placed &o : others) {
+      if (o.begin >= offset + buffer.size)
         break;
-      offset = std::max(offset, static_cast<int64_t>(llvm::alignTo(end, align)));
+      if (o.firstUse <= buffer.end && buffer.start <= o.lastUse)
+        offset =
+            std::max(offset, static_cast<int64_t>(llvm::alignTo(o.end, align)));
     }
     buffer.offset = offset;
-    placed.push_back(b);
+    // A buffer of no bytes is in nobody's way.
+    if (buffer.size > 0) {
+      Placed entry{offset, offset + buffer.size, buffer.start, buffer.end};
+      others.insert(llvm::upper_bound(others, entry,
+                                      [](const Placed &a, const Placed &b) {
+                                        return a.begin < b.begin;
+                                      }),
+                    entry);
+    }
   }
 }
 
