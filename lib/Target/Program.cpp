@@ -141,14 +141,16 @@ FailureOr<CudaToolkit> findCudaToolkit(std::string &error) {
 }
 
 std::vector<std::string> cudaCompileFlags(const RuntimeLocation &runtime,
-                                          const CudaToolkit &toolkit) {
+                                          const CudaToolkit &toolkit,
+                                          unsigned optLevel) {
   // As on the cpu: no FP contraction (--fmad=false on the device), so a
   // fused kernel computes what the unfused kernels compute. The host part
   // gets the cpu target's flags.
   std::string host = "-Xcompiler=-fopenmp,-ffp-contract=off,-fno-trapping-math";
   for (const char *flag : {DSOPT_RUNTIME_ARCH_FLAGS})
     host += std::string(",") + flag;
-  return {"-std=c++17", "-O3", "-arch=" + toolkit.arch, "--fmad=false",
+  return {"-std=c++17", "-O" + std::to_string(optLevel),
+          "-arch=" + toolkit.arch, "--fmad=false",
           // std::max and std::numeric_limits in device code.
           "--expt-relaxed-constexpr", host, "-I" + runtime.includeDir};
 }
@@ -166,8 +168,10 @@ std::vector<std::string> cudaLinkArguments(const RuntimeLocation &runtime,
 }
 
 // No FP contraction: a fused loop must compute what the unfused kernels do.
-std::vector<std::string> programCompileFlags(const RuntimeLocation &runtime) {
-  std::vector<std::string> flags{"-std=c++17", "-O3", "-ffp-contract=off",
+std::vector<std::string> programCompileFlags(const RuntimeLocation &runtime,
+                                             unsigned optLevel) {
+  std::vector<std::string> flags{"-std=c++17", "-O" + std::to_string(optLevel),
+                                 "-ffp-contract=off",
                                  "-fno-trapping-math", "-fopenmp",
                                  "-I" + runtime.includeDir};
   // Fused loops are vectorized for the CPU libdsrt was built for.
@@ -202,7 +206,8 @@ static std::string generatedCMake(ArrayRef<ProgramSource> programs,
      << "  set(CMAKE_BUILD_TYPE Release)\n"
      << "endif()\n";
   StringRef library = "dsrt::dsrt";
-  std::string options = "-O3 -ffp-contract=off -fno-trapping-math -fopenmp";
+  std::string level = "-O" + std::to_string(compiler.optLevel);
+  std::string options = level + " -ffp-contract=off -fno-trapping-math -fopenmp";
   for (const char *flag : {DSOPT_RUNTIME_ARCH_FLAGS})
     options += std::string(" ") + flag;
   if (cuda) {
@@ -222,7 +227,7 @@ static std::string generatedCMake(ArrayRef<ProgramSource> programs,
                        "-fno-trapping-math";
     for (const char *flag : {DSOPT_RUNTIME_ARCH_FLAGS})
       host += std::string(",") + flag;
-    options = "-O3 --fmad=false --expt-relaxed-constexpr " + host;
+    options = level + " --fmad=false --expt-relaxed-constexpr " + host;
   }
   os << "find_package(dsrt REQUIRED)\n";
   for (const ProgramSource &program : programs) {
@@ -441,8 +446,8 @@ LogicalResult buildPrograms(StringRef outDir, ArrayRef<ProgramSource> programs,
     llvm::SmallString<256> exePath(outDir);
     llvm::sys::path::append(exePath, program.exe);
     std::vector<std::string> flags =
-        cuda ? cudaCompileFlags(runtime, compiler.cuda)
-             : programCompileFlags(runtime);
+        cuda ? cudaCompileFlags(runtime, compiler.cuda, compiler.optLevel)
+             : programCompileFlags(runtime, compiler.optLevel);
     if (!cuda)
       llvm::append_range(flags, compiler.flags);
     compiles.push_back(compileRun(cuda ? compiler.cuda.nvcc : *cxxPath,

@@ -27,7 +27,12 @@ parallelism, CASES below) this
   * checks the plan against the run: every rank's measured arena
     high-water mark and memory spaces, its collective bytes (gradients
     reduced in bf16, parameters gathered in bf16) and pipeline transfers
-    equal plan.json's per step times STEPS.
+    equal plan.json's per step times STEPS;
+  * with --same-at-O3 MODELS, for those models' one-rank case, builds the
+    program again at --host-opt-level=3 and checks that it trains
+    bit-identically (every step's loss and gradient norm, the saved model
+    byte for byte): the suite builds its programs at a lower -O level to
+    compile faster, and this holds it to computing what -O3 computes.
 Prints one line per case and a final count; exits 1 on any failure.
 """
 import argparse
@@ -63,9 +68,15 @@ CONFIG = {
 
 # (model, flags, ranks, micro-batches per rank). The global batch is
 # ranks_dp * micro-batches micro-batches; PyTorch accumulates all of them.
-CASES = [(model, [], 1, 2) for model in ("gpt2", "llama", "bert", "mlp", "cnn", "mobilenet")]
-CASES += [("gpt2", ["--dp", "2", "--zero", str(stage)], 2, 1) for stage in (0, 1, 2, 3)]
-CASES += [("gpt2", ["--pp", "2", "--schedule", "1f1b"], 2, 2)]
+# Every zoo model on one rank, over two data-parallel ranks under ZeRO 0-3
+# and in a two-stage 1F1B pipeline: all with the same global batch of two
+# micro-batches, so one PyTorch reference serves a model's six cases.
+MODELS = ("gpt2", "llama", "bert", "mlp", "cnn", "mobilenet")
+CASES = []
+for _model in MODELS:
+    CASES += [(_model, [], 1, 2)]
+    CASES += [(_model, ["--dp", "2", "--zero", str(stage)], 2, 1) for stage in (0, 1, 2, 3)]
+    CASES += [(_model, ["--pp", "2", "--schedule", "1f1b"], 2, 2)]
 # Tensor parallelism with Megatron's sequence parallelism: also compared
 # step by step with the one-rank bf16 run of the same model (above).
 CASES += [("gpt2", ["--tp", "2", "--sequence-parallel"], 2, 2)]
@@ -143,6 +154,28 @@ def check_weights(trained: Path, ref: Dict) -> Tuple[Optional[str], float]:
         return (f"the weights moved unlike PyTorch's: mean |dsopt - PyTorch| is {ratio:.2f} of "
                 f"PyTorch's mean distance moved (at most {WEIGHT_AGREEMENT})"), ratio
     return None, ratio
+
+
+def same_at_o3(args, flags: List[str], ref: Dict, work: Path, log: List[Dict],
+               trained: Path) -> Optional[str]:
+    """Why the program built at -O3 does not train bit-identically to the
+    one args.dsopt built (None when it does)."""
+    why = run([*shlex.split(args.dsopt), str(ref["path"]), "--config", str(work / "ds_config.json"),
+               *flags, *ref["frozen"], "--host-opt-level=3", "-o", str(work / "o3_program")])
+    o3_log, o3_trained = work / "o3_log.jsonl", work / "o3_trained.onnx"
+    why = why or run([str(work / "o3_program" / "train"), "--data", str(ref["data"]), "--steps",
+                      str(STEPS), "--threads", "1", "--log-json", str(o3_log), "--save-onnx",
+                      str(o3_trained), "--quiet"])
+    if why:
+        return f"-O3 build: {why}"
+    for entry, want in zip(log, read_log(o3_log)[0]):
+        for key in ("loss", "grad_norm"):
+            if entry[key] != want[key]:
+                return (f"step {entry['step']}: {key} {entry[key]!r}, built at -O3 "
+                        f"{want[key]!r}: the -O level changed the numbers")
+    if trained.read_bytes() != o3_trained.read_bytes():
+        return "the saved model differs from the one the -O3 build saved"
+    return None
 
 
 def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
@@ -224,6 +257,11 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
             if e > LOSS_RTOL:
                 return fail("MISMATCH", f"step {entry['step']}: loss {entry['loss']:.6f}, one-rank "
                                         f"bf16 {want['loss']:.6f} (rel {e:.1e} > {LOSS_RTOL})")
+    o3 = ranks == 1 and model in args.same_at_o3
+    if o3:
+        error = same_at_o3(args, flags, ref, work, log, trained)
+        if error:
+            return fail("MISMATCH", error)
     error, agreement = check_weights(trained, ref)
     if error:
         return fail("MISMATCH", f"saved model: {error}")
@@ -244,6 +282,7 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
     own = f"; dsopt fp32 rel {worst_own:.1e}" if worst_own is not None else ""
     if worst_one is not None:
         own += f"; one-rank bf16 rel {worst_one:.1e}"
+    own += "; bit-identical at -O3" if o3 else ""
     return (f"{label}: matches PyTorch bf16 (loss rel {worst16:.1e}; fp32 rel {worst32:.1e}{own}; "
             f"weights {agreement:.2f} of distance moved)"), False
 
@@ -254,9 +293,13 @@ def main() -> int:
     parser.add_argument("--work", required=True, help="scratch directory")
     parser.add_argument("--dsopt", default="dsopt", help="dsopt command (split like a shell would)")
     parser.add_argument("--only", default="", help="comma-separated case labels' models (default: all)")
+    parser.add_argument("--same-at-O3", dest="same_at_o3", default="",
+                        help="comma-separated models whose one-rank program is also built at "
+                             "--host-opt-level=3 and must train bit-identically")
     args = parser.parse_args()
     args.entries = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
     names = set(filter(None, args.only.split(",")))
+    args.same_at_o3 = set(filter(None, args.same_at_o3.split(",")))
     cases = [c for c in CASES if not names or c[0] in names]
     missing = sorted({c[0] for c in cases} - set(args.entries))
     if missing:

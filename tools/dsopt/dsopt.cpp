@@ -135,6 +135,12 @@ cl::opt<std::string> hostCompiler(
                     "$CXX, else c++)"),
     cl::value_desc("path"), cl::cat(outputCategory));
 
+cl::opt<unsigned> hostOptLevel(
+    "host-opt-level",
+    cl::desc("The -O level the host compiler builds the generated programs "
+             "at, 0-3 (default: 3); the numbers do not depend on it"),
+    cl::value_desc("N"), cl::init(3), cl::cat(outputCategory));
+
 cl::opt<std::string> symbolPrefix(
     "symbol-prefix",
     cl::desc("Prefix of the generated program's functions and constants "
@@ -791,6 +797,9 @@ EXAMPLES:
 
   if (listOps)
     return listSupportedOps();
+  if (hostOptLevel > 3)
+    return fail("--host-opt-level expects 0, 1, 2 or 3, got " +
+                std::to_string(hostOptLevel));
   if (printBuildFlags) {
     dsopt::RuntimeLocation runtime = dsopt::findRuntime(argv[0]);
     if (targetFlag == "cuda") {
@@ -800,13 +809,14 @@ EXAMPLES:
         return fail(error);
       toolkit->arch = cudaArch;
       llvm::outs() << "nvcc: " << toolkit->nvcc << "\nnvccflags: "
-                   << llvm::join(dsopt::cudaCompileFlags(runtime, *toolkit), " ")
+                   << llvm::join(dsopt::cudaCompileFlags(runtime, *toolkit, hostOptLevel), " ")
                    << "\nlibs: "
                    << llvm::join(dsopt::cudaLinkArguments(runtime, *toolkit), " ")
                    << "\n";
       return 0;
     }
-    llvm::outs() << "cxxflags: " << llvm::join(dsopt::programCompileFlags(runtime), " ")
+    llvm::outs() << "cxxflags: "
+                 << llvm::join(dsopt::programCompileFlags(runtime, hostOptLevel), " ")
                  << "\nlibs: " << llvm::join(dsopt::programLinkArguments(runtime), " ")
                  << "\n";
     return 0;
@@ -1272,6 +1282,7 @@ EXAMPLES:
   compiler.runtime = dsopt::findRuntime(argv[0]);
   compiler.target = *target;
   compiler.cuda = cudaToolkit;
+  compiler.optLevel = hostOptLevel;
   std::string error;
   if (failed(sourcesOnly ? dsopt::writeProgramSources(staged->path(), programs,
                                                       compiler, error)

@@ -58,13 +58,18 @@ mlir::FailureOr<CudaToolkit> findCudaToolkit(std::string &error);
 /// nvcc flags that compile a generated `.cu` (to an object file), and what
 /// the host compiler links it with.
 std::vector<std::string> cudaCompileFlags(const RuntimeLocation &runtime,
-                                          const CudaToolkit &toolkit);
+                                          const CudaToolkit &toolkit,
+                                          unsigned optLevel = 3);
 std::vector<std::string> cudaLinkArguments(const RuntimeLocation &runtime,
                                            const CudaToolkit &toolkit);
 RuntimeLocation findRuntime(const char *argv0);
 
 /// Flags that compile a generated program's source, and what links it.
-std::vector<std::string> programCompileFlags(const RuntimeLocation &runtime);
+/// `optLevel` is the host compiler's -O level (3 unless asked otherwise):
+/// without FP contraction or fast math every level computes the same
+/// numbers, a lower one only compiles faster and runs slower.
+std::vector<std::string> programCompileFlags(const RuntimeLocation &runtime,
+                                             unsigned optLevel = 3);
 std::vector<std::string> programLinkArguments(const RuntimeLocation &runtime);
 
 struct HostCompiler {
@@ -75,6 +80,8 @@ struct HostCompiler {
   CudaToolkit cuda;
   /// Extra flags, appended.
   std::vector<std::string> flags;
+  /// The -O level generated sources compile at (--host-opt-level).
+  unsigned optLevel = 3;
   RuntimeLocation runtime;
 };
 
