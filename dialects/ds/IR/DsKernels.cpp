@@ -997,6 +997,38 @@ void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
   call.boolean(getDecoupled());
   call.optionalTensor(getGradScale());
 }
+// params_out[i], first_moments_out[i], second_moments_out[i] overwrite
+// params[i], first_moments[i], second_moments[i]: the operands are lr, step,
+// then the four lists of n.
+std::optional<unsigned> AdamWMultiOp::getInPlaceOperand(unsigned result) {
+  unsigned count = getCount();
+  if (result >= 3 * count)
+    return std::nullopt;
+  unsigned list = result / count, index = result % count;
+  static constexpr unsigned operandLists[] = {0, 2, 3};
+  return 2 + operandLists[list] * count + index;
+}
+// The runtime's list API is count-first: (n, params, grads, ...).
+void AdamWMultiOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::adamw_multi");
+  call.stream();
+  call.tensor(getLr());
+  call.tensor(getStep());
+  call.integer(getCount());
+  for (ValueRange list : {ValueRange(getParams()), ValueRange(getGrads()),
+                          ValueRange(getFirstMoments()),
+                          ValueRange(getSecondMoments()),
+                          ValueRange(getParamsOut()),
+                          ValueRange(getFirstMomentsOut()),
+                          ValueRange(getSecondMomentsOut())})
+    call.tensorArray(list);
+  call.real(getBeta1().convertToFloat());
+  call.real(getBeta2().convertToFloat());
+  call.real(getEpsilon().convertToFloat());
+  call.real(getWeightDecay().convertToFloat());
+  call.boolean(getDecoupled());
+  call.optionalTensor(getGradScale());
+}
 std::optional<unsigned> SgdOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4};
   return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
