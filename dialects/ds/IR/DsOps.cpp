@@ -389,14 +389,19 @@ static LogicalResult verifyGradScale(Operation *op, Value scale) {
                              << scale.getType();
   return success();
 }
+/// AdamW's settings, shared by ds.adamw and ds.adamw_multi.
+template <typename AdamW>
+static LogicalResult verifyAdamWSettings(AdamW op) {
+  if (!(op.getEpsilon().convertToFloat() >= 0.0f) ||
+      !(op.getWeightDecay().convertToFloat() >= 0.0f))
+    return op.emitOpError() << "epsilon and weight_decay must be non-negative";
+  return verifyBetas(op, {{"beta1", op.getBeta1().convertToFloat()},
+                          {"beta2", op.getBeta2().convertToFloat()}});
+}
 LogicalResult AdamWOp::verify() {
   if (failed(verifyGradScale(*this, getGradScale())))
     return failure();
-  if (!(getEpsilon().convertToFloat() >= 0.0f) ||
-      !(getWeightDecay().convertToFloat() >= 0.0f))
-    return emitOpError() << "epsilon and weight_decay must be non-negative";
-  return verifyBetas(*this, {{"beta1", getBeta1().convertToFloat()},
-                             {"beta2", getBeta2().convertToFloat()}});
+  return verifyAdamWSettings(*this);
 }
 LogicalResult AdamWMultiOp::verify() {
   size_t count = getCount();
@@ -431,11 +436,7 @@ LogicalResult AdamWMultiOp::verify() {
         return emitOpError() << "tensor " << i << ": " << state.getType()
                              << " is not the param's type " << param;
   }
-  if (!(getEpsilon().convertToFloat() >= 0.0f) ||
-      !(getWeightDecay().convertToFloat() >= 0.0f))
-    return emitOpError() << "epsilon and weight_decay must be non-negative";
-  return verifyBetas(*this, {{"beta1", getBeta1().convertToFloat()},
-                             {"beta2", getBeta2().convertToFloat()}});
+  return verifyAdamWSettings(*this);
 }
 LogicalResult SgdOp::verify() {
   if (failed(verifyGradScale(*this, getGradScale())))
