@@ -663,7 +663,7 @@ public:
     operand(p.call("dsrt::optional", p.tensorPointer(),
                    {lookup(value)}, {p.builder.getIndexAttr(0)}));
   }
-  void tensors(ValueRange values) override {
+  void tensorArray(ValueRange values) override {
     if (p.asTable(values.size())) {
       SmallVector<std::string> rows;
       for (Value value : values)
@@ -680,7 +680,6 @@ public:
                              p.builder.getI64IntegerAttr(rows.size())});
         operand(p.call("dsrt::data", p.tensorPointer(), {list},
                        {p.builder.getIndexAttr(0)}));
-        integer(values.size());
         return;
       }
     }
@@ -697,7 +696,6 @@ public:
         list, indices);
     operand(p.call("dsrt::data", p.tensorPointer(), {array},
                    {p.builder.getIndexAttr(0)}));
-    integer(values.size());
   }
   void integer(int64_t value) override {
     args.push_back(p.builder.getI64IntegerAttr(value));

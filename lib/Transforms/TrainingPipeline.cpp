@@ -38,6 +38,7 @@ void addZero(OpPassManager &pm, const TrainingOptions &options) {
 void buildPlanningPipeline(OpPassManager &pm, bool fuse) {
   if (fuse)
     pm.addNestedPass<func::FuncOp>(createDsFuseElementwise());
+  pm.addNestedPass<func::FuncOp>(createDsGroupOptimizer());
   pm.addPass(createDsPlanMemory());
 }
 

@@ -101,3 +101,19 @@ func.func @updates_type(%p: tensor<4xf32>) -> (tensor<5xf32> {ds.updates = 0 : i
 func.func @state_not_typed(%p: tensor<4xf32> {ds.state = "grad:p"}) {
   return
 }
+
+// -----
+
+func.func @adamw_multi_counts(%lr: tensor<f32>, %s: tensor<i64>, %p: tensor<4xf32>) {
+  // expected-error @+1 {{needs 4n tensors (params, grads, first and second moments) and an optional grad_scale for 2 results each, got 7}}
+  %0:6 = ds.adamw_multi %lr, %s, %p, %p, %p, %p, %p, %p, %p : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @adamw_multi_param_types(%lr: tensor<f32>, %s: tensor<i64>, %p: tensor<4xf32>, %h: tensor<4xbf16>) {
+  // expected-error @+1 {{tensor 1: every param must have one float type and every grad one float type}}
+  %0:6 = ds.adamw_multi %lr, %s, %p, %h, %p, %p, %p, %h, %p, %h : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>, tensor<4xf32>, tensor<4xbf16> -> tensor<4xf32>, tensor<4xbf16>, tensor<4xf32>, tensor<4xbf16>, tensor<4xf32>, tensor<4xbf16>
+  return
+}

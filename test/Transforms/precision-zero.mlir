@@ -10,9 +10,10 @@
 // Z1-SAME: %arg0: tensor<6x6xbf16> {{{.*}}ds.param = #ds.param<name = "w"
 // Z1-SAME: tensor<18xf32> {{{.*}}ds.state = #ds.state<optimizer, role = "master", param = "w">}
 // Z1: ds.reduce_scatter_bucket {{.*}} : tensor<36xbf16>, tensor<6xbf16> -> tensor<18xbf16>, tensor<3xbf16>,
-// The update reads the bf16 gradient shard as it is (no f32 copy).
-// Z1: %[[MASTER:.*]], %{{.*}}, %{{.*}} = ds.adamw {{.*}} : tensor<f32>, tensor<i64>, tensor<18xf32>, tensor<18xbf16>, tensor<18xf32>, tensor<18xf32>
-// Z1: %[[WORK:.*]] = ds.cast %[[MASTER]] {{.*}}: tensor<18xf32> to tensor<18xbf16>
+// The update reads the bf16 gradient shard as it is (no f32 copy); the
+// two updates are one ds.adamw_multi (ds-group-optimizer).
+// Z1: %[[MASTER:[0-9]+]]:6 = ds.adamw_multi {{.*}} : tensor<f32>, tensor<i64>, tensor<18xf32>, tensor<3xf32>, tensor<18xbf16>, tensor<3xbf16>, tensor<18xf32>, tensor<3xf32>, tensor<18xf32>, tensor<3xf32> ->
+// Z1: %[[WORK:.*]] = ds.cast %[[MASTER]]#0 {{.*}}: tensor<18xf32> to tensor<18xbf16>
 // Z1: ds.all_gather_bucket %[[WORK]], %{{.*}} : tensor<18xbf16>, tensor<3xbf16> -> tensor<36xbf16>, tensor<6xbf16>,
 
 // fp32 accumulation: the reduce-scatter in micro_step is in f32.
@@ -28,8 +29,8 @@
 // Z3: shard.all_gather %arg1 {{.*}} : tensor<18xbf16> -> tensor<36xbf16>
 // Z3-LABEL: func.func @optimizer_step
 // Z3-SAME: %arg0: tensor<18xbf16> {{{.*}}ds.sharded = tensor<6x6xbf16>}
-// Z3: %[[MASTER:.*]], %{{.*}}, %{{.*}} = ds.adamw {{.*}} tensor<18xf32>
-// Z3: %[[WORK:.*]] = ds.cast %[[MASTER]] {{.*}}: tensor<18xf32> to tensor<18xbf16>
+// Z3: %[[MASTER:[0-9]+]]:6 = ds.adamw_multi {{.*}} tensor<18xf32>
+// Z3: %[[WORK:.*]] = ds.cast %[[MASTER]]#0 {{.*}}: tensor<18xf32> to tensor<18xbf16>
 // Z3-NOT: all_gather
 // Z3: return %{{.*}}, %[[WORK]],
 

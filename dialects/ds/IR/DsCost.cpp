@@ -234,6 +234,12 @@ int64_t AvgPoolGradOp::getFlops() {
 
 // Optimizers.
 int64_t AdamWOp::getFlops() { return 14 * elements(getParam()); }
+int64_t AdamWMultiOp::getFlops() {
+  int64_t total = 0;
+  for (Value param : getParams())
+    total += 14 * elements(param);
+  return total;
+}
 int64_t SgdOp::getFlops() { return 6 * elements(getParam()); }
 int64_t LionOp::getFlops() { return 8 * elements(getParam()); }
 

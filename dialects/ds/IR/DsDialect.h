@@ -60,7 +60,13 @@ public:
   /// optional operand).
   virtual void optionalTensor(mlir::Value value) = 0;
   /// A pointer to an array of tensor views, then the array's length.
-  virtual void tensors(mlir::ValueRange values) = 0;
+  void tensors(mlir::ValueRange values) {
+    tensorArray(values);
+    integer(values.size());
+  }
+  /// A pointer to an array of tensor views, without its length: for kernels
+  /// that take several lists of one length, passed once before them.
+  virtual void tensorArray(mlir::ValueRange values) = 0;
   virtual void integer(int64_t value) = 0;
   virtual void real(double value) = 0;
   virtual void boolean(bool value) = 0;
@@ -250,14 +256,15 @@ MemorySpace getResultSpace(mlir::Operation *op);
 /// without one), an op's result where the op writes (getResultSpace).
 MemorySpace getValueSpace(mlir::Value value);
 /// Fails with a diagnostic when `op` carries a `ds.space` it cannot run in:
-/// only an optimizer update (OptimizerOpInterface) and the 16-bit copy of
-/// its updated parameter (isHostParameterCopy) run on the host, and nothing
-/// runs in the file space.
+/// only an optimizer update (OptimizerOpInterface, ds.adamw_multi) and the
+/// 16-bit copy of its updated parameter (isHostParameterCopy) run on the
+/// host, and nothing runs in the file space.
 llvm::LogicalResult verifyExecutionSpace(mlir::Operation *op);
 /// Whether `op` is a ds.cast from f32 to bf16 or f16 of an optimizer
-/// update's updated parameter: mixed precision's working copy of an updated
-/// master weight, which an offloaded step makes on the host so that half
-/// the bytes go back to the device.
+/// update's updated parameter (or of one of a ds.adamw_multi's updated
+/// parameters): mixed precision's working copy of an updated master
+/// weight, which an offloaded step makes on the host so that half the bytes
+/// go back to the device.
 bool isHostParameterCopy(mlir::Operation *op);
 
 /// The name a state or a pipeline stage value is shown under outside the

@@ -376,7 +376,7 @@ LogicalResult dsopt::ds::verifyExecutionSpace(Operation *op) {
   if (space.getValue() == MemorySpace::device)
     return success();
   if (space.getValue() == MemorySpace::host &&
-      (isa<OptimizerOpInterface>(op) || isHostParameterCopy(op)))
+      (isa<OptimizerOpInterface, AdamWMultiOp>(op) || isHostParameterCopy(op)))
     return success();
   return op->emitOpError()
          << "cannot run in " << stringifyMemorySpace(space.getValue())
@@ -388,8 +388,13 @@ bool dsopt::ds::isHostParameterCopy(Operation *op) {
   auto cast = dyn_cast<CastOp>(op);
   if (!cast)
     return false;
-  auto update = cast.getInput().getDefiningOp<OptimizerOpInterface>();
-  if (!update || update.getUpdatedParam() != cast.getInput())
+  Value input = cast.getInput();
+  auto update = input.getDefiningOp<OptimizerOpInterface>();
+  auto multi = input.getDefiningOp<AdamWMultiOp>();
+  bool updatedParam =
+      (update && update.getUpdatedParam() == input) ||
+      (multi && ::llvm::cast<OpResult>(input).getResultNumber() < multi.getCount());
+  if (!updatedParam)
     return false;
   auto from = dyn_cast<RankedTensorType>(cast.getInput().getType());
   auto to = dyn_cast<RankedTensorType>(cast.getType());

@@ -979,6 +979,17 @@ int64_t AvgPoolGradOp::getWorkspaceBytes() {
 }
 
 // Optimizers.
+/// The arguments after the tensors, shared by dsrt::adamw and
+/// dsrt::adamw_multi: betas, epsilon, weight decay, decoupled, grad_scale.
+template <typename AdamW>
+static void addAdamWSettings(KernelCallBuilder &call, AdamW op) {
+  call.real(op.getBeta1().convertToFloat());
+  call.real(op.getBeta2().convertToFloat());
+  call.real(op.getEpsilon().convertToFloat());
+  call.real(op.getWeightDecay().convertToFloat());
+  call.boolean(op.getDecoupled());
+  call.optionalTensor(op.getGradScale());
+}
 std::optional<unsigned> AdamWOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4, 5};
   return result < 3 ? std::optional<unsigned>(operands[result]) : std::nullopt;
@@ -990,12 +1001,34 @@ void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
     call.tensor(value);
   for (Value value : getResults())
     call.tensor(value);
-  call.real(getBeta1().convertToFloat());
-  call.real(getBeta2().convertToFloat());
-  call.real(getEpsilon().convertToFloat());
-  call.real(getWeightDecay().convertToFloat());
-  call.boolean(getDecoupled());
-  call.optionalTensor(getGradScale());
+  addAdamWSettings(call, *this);
+}
+// params_out[i], first_moments_out[i], second_moments_out[i] overwrite
+// params[i], first_moments[i], second_moments[i]: the operands are lr, step,
+// then the four lists of n.
+std::optional<unsigned> AdamWMultiOp::getInPlaceOperand(unsigned result) {
+  unsigned count = getCount();
+  if (result >= 3 * count)
+    return std::nullopt;
+  unsigned list = result / count, index = result % count;
+  static constexpr unsigned operandLists[] = {0, 2, 3};
+  return 2 + operandLists[list] * count + index;
+}
+// The runtime's list API is count-first: (n, params, grads, ...).
+void AdamWMultiOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::adamw_multi");
+  call.stream();
+  call.tensor(getLr());
+  call.tensor(getStep());
+  call.integer(getCount());
+  for (ValueRange list : {ValueRange(getParams()), ValueRange(getGrads()),
+                          ValueRange(getFirstMoments()),
+                          ValueRange(getSecondMoments()),
+                          ValueRange(getParamsOut()),
+                          ValueRange(getFirstMomentsOut()),
+                          ValueRange(getSecondMomentsOut())})
+    call.tensorArray(list);
+  addAdamWSettings(call, *this);
 }
 std::optional<unsigned> SgdOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4};

@@ -389,14 +389,54 @@ static LogicalResult verifyGradScale(Operation *op, Value scale) {
                              << scale.getType();
   return success();
 }
+/// AdamW's settings, shared by ds.adamw and ds.adamw_multi.
+template <typename AdamW>
+static LogicalResult verifyAdamWSettings(AdamW op) {
+  if (!(op.getEpsilon().convertToFloat() >= 0.0f) ||
+      !(op.getWeightDecay().convertToFloat() >= 0.0f))
+    return op.emitOpError() << "epsilon and weight_decay must be non-negative";
+  return verifyBetas(op, {{"beta1", op.getBeta1().convertToFloat()},
+                          {"beta2", op.getBeta2().convertToFloat()}});
+}
 LogicalResult AdamWOp::verify() {
   if (failed(verifyGradScale(*this, getGradScale())))
     return failure();
-  if (!(getEpsilon().convertToFloat() >= 0.0f) ||
-      !(getWeightDecay().convertToFloat() >= 0.0f))
-    return emitOpError() << "epsilon and weight_decay must be non-negative";
-  return verifyBetas(*this, {{"beta1", getBeta1().convertToFloat()},
-                             {"beta2", getBeta2().convertToFloat()}});
+  return verifyAdamWSettings(*this);
+}
+LogicalResult AdamWMultiOp::verify() {
+  size_t count = getCount();
+  if (count == 0 || getUpdated().size() != 3 * count)
+    return emitOpError() << "needs 3n results for n tensors (n > 0), got "
+                         << getUpdated().size();
+  if (getTensors().size() != 4 * count && getTensors().size() != 4 * count + 1)
+    return emitOpError() << "needs 4n tensors (params, grads, first and "
+                            "second moments) and an optional grad_scale for "
+                         << count << " results each, got "
+                         << getTensors().size();
+  if (failed(verifyGradScale(*this, getGradScale())))
+    return failure();
+  Type paramElement = getElementTypeOrSelf(getParams()[0].getType());
+  Type gradElement = getElementTypeOrSelf(getGrads()[0].getType());
+  for (size_t i = 0; i < count; ++i) {
+    auto param = cast<RankedTensorType>(getParams()[i].getType());
+    auto grad = cast<RankedTensorType>(getGrads()[i].getType());
+    if (param.getElementType() != paramElement ||
+        grad.getElementType() != gradElement)
+      return emitOpError() << "tensor " << i
+                           << ": every param must have one float type and "
+                              "every grad one float type";
+    if (grad.getShape() != param.getShape())
+      return emitOpError() << "tensor " << i << ": grad " << grad
+                           << " does not have the shape of param " << param;
+    for (Value state : {Value(getFirstMoments()[i]),
+                        Value(getSecondMoments()[i]), Value(getParamsOut()[i]),
+                        Value(getFirstMomentsOut()[i]),
+                        Value(getSecondMomentsOut()[i])})
+      if (state.getType() != param)
+        return emitOpError() << "tensor " << i << ": " << state.getType()
+                             << " is not the param's type " << param;
+  }
+  return verifyAdamWSettings(*this);
 }
 LogicalResult SgdOp::verify() {
   if (failed(verifyGradScale(*this, getGradScale())))

@@ -890,6 +890,53 @@ def Ds_LionOp : Ds_OptimizerOp<"lion", 1> {
                  Ds_FloatTensor:$momentum_out);
 }
 
+// Not an OptimizerOpInterface (that describes one tensor's update): built
+// by ds-group-optimizer from ds.adamw ops after every pass that rewrites
+// updates one parameter at a time has run.
+def Ds_AdamWMultiOp : Ds_Op<"adamw_multi", [Ds_ComputeF32],
+                            ["getInPlaceOperand"]> {
+  let summary = "ds.adamw over a list of tensors, in one kernel";
+  let description = [{
+    For n tensors, `tensors` is the n parameters, the n gradients, the n
+    first moments, the n second moments, then optionally the f32 scalar
+    `grad_scale`; the results are the n updated parameters, the n first
+    moments and the n second moments (the accessors `getParams()`,
+    `getGrads()`, ..., `getGradScale()`, `getParamsOut()`, ... name the
+    parts). Tensor i is updated exactly as `ds.adamw` with the same `lr`,
+    `step`, `grad_scale` and attributes would update it. Every parameter has
+    one float type, every gradient one float type. Lowered to one
+    `dsrt::adamw_multi` call: one parallel region (cpu) or one multi-tensor
+    launch (cuda) instead of one kernel per parameter.
+  }];
+  let arguments = (ins Ds_F32Tensor:$lr, Ds_I64Tensor:$step,
+                   Variadic<Ds_FloatTensor>:$tensors,
+                   DefaultValuedAttr<F32Attr, "0.9">:$beta1,
+                   DefaultValuedAttr<F32Attr, "0.999">:$beta2,
+                   DefaultValuedAttr<F32Attr, "1.0e-8">:$epsilon,
+                   DefaultValuedAttr<F32Attr, "0.0">:$weight_decay,
+                   DefaultValuedAttr<BoolAttr, "true">:$decoupled);
+  let results = (outs Variadic<Ds_FloatTensor>:$updated);
+  let assemblyFormat = [{
+    $lr `,` $step `,` $tensors attr-dict `:` type($lr) `,` type($step) `,`
+    type($tensors) `->` type($updated)
+  }];
+  let extraClassDeclaration = [{
+    /// n, the number of tensors updated.
+    unsigned getCount() { return getUpdated().size() / 3; }
+    ::mlir::OperandRange getParams() { return getTensors().slice(0, getCount()); }
+    ::mlir::OperandRange getGrads() { return getTensors().slice(getCount(), getCount()); }
+    ::mlir::OperandRange getFirstMoments() { return getTensors().slice(2 * getCount(), getCount()); }
+    ::mlir::OperandRange getSecondMoments() { return getTensors().slice(3 * getCount(), getCount()); }
+    ::mlir::Value getGradScale() {
+      return getTensors().size() > 4 * getCount() ? getTensors().back() : ::mlir::Value();
+    }
+    ::mlir::ResultRange getParamsOut() { return getUpdated().slice(0, getCount()); }
+    ::mlir::ResultRange getFirstMomentsOut() { return getUpdated().slice(getCount(), getCount()); }
+    ::mlir::ResultRange getSecondMomentsOut() { return getUpdated().slice(2 * getCount(), getCount()); }
+  }];
+  let hasVerifier = 1;
+}
+
 def Ds_SumOfSquaresOp : Ds_Op<"sum_of_squares", [Ds_Accumulate32, InferTypeOpAdaptor]> {
   let summary = "sum of the squares of every element of every input";
   let description = [{

@@ -492,6 +492,27 @@ def DsOffload : Pass<"ds-offload", "mlir::ModuleOp"> {
   ];
 }
 
+def DsGroupOptimizer : Pass<"ds-group-optimizer", "mlir::func::FuncOp"> {
+  let summary = "Group a step's ds.adamw updates into ds.adamw_multi ops";
+  let description = [{
+    Replaces the `ds.adamw` updates of one block that share `lr`, `step`,
+    `grad_scale`, every attribute (betas, epsilon, weight decay, decoupled,
+    `ds.space`), the parameters' element type and the gradients' element
+    type by one `ds.adamw_multi`: one kernel call over every tensor of the
+    group (one parallel region on the cpu, one multi-tensor launch on
+    cuda) instead of one per parameter. Each tensor is updated with the
+    same arithmetic, so training gives the same bits.
+
+    The group's op takes the place of its last update; the ops between
+    its updates that use their results (directly or not) move after it,
+    in their order. An update, or an op reading several groups, that reads
+    a group's results closes that group first. Updates whose states stream
+    from the file space (NVMe offload) are not grouped. A group of one
+    stays a `ds.adamw`. Runs after every pass that rewrites updates one
+    parameter at a time (ds-zero, ds-offload), just before memory planning.
+  }];
+}
+
 def DsPlanMemory : Pass<"ds-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assign every tensor a fixed offset in one arena by liveness";
   let description = [{

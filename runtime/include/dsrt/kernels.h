@@ -342,12 +342,14 @@ void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
 // adamw over a list of tensors in one call: tensor i (params[i], grads[i],
 // ms[i], vs[i] -> params_out[i], ms_out[i], vs_out[i]) is updated exactly
 // as adamw would update it, every tensor with the same lr, step and
-// settings, all of one float type. The cuda backend updates the whole list
-// with one kernel launch per 48 tensors (a multi-tensor update: each block
-// row takes one tensor), instead of one launch per tensor; the cpu backend
-// runs one parallel region over all the tensors' elements, balanced by
-// elements, with adamw's element code (adamw's bits for any thread count).
-// Every tensor is checked before any is written.
+// settings, all of one float type. Both backends balance the work by
+// elements, whatever the tensors' sizes: the cuda backend cuts the
+// concatenation of the tensors into chunks of 64Ki elements, one per block,
+// launching up to 320 chunks of up to 32 tensors at a time (the chunk table
+// of a list is built on its first call and kept); the cpu backend runs one
+// parallel region over all the tensors' elements. Both use adamw's element
+// code (adamw's bits, for any thread or block count). Every tensor is
+// checked before any is written.
 void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensors,
                  const Tensor *params, const Tensor *grads, const Tensor *ms, const Tensor *vs,
                  const Tensor *params_out, const Tensor *ms_out, const Tensor *vs_out,

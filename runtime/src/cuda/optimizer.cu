@@ -8,7 +8,14 @@
 // outputs may be the inputs. The gradient has the parameter's type, or is
 // the bf16/f16 gradient of an f32 parameter (mixed precision), converted an
 // element at a time.
+#include "cuda/chunk_table.h"
 #include "cuda/common.cuh"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 namespace dsrt {
 
@@ -109,27 +116,64 @@ __global__ void adamw_kernel(StepScalars sc, const T *param, GradIn grad, const 
   }
 }
 
-// One launch updates up to kMultiTensors tensors, passed by value in the
-// kernel's parameters (about 3 KiB): block row y takes tensor y, its blocks
-// striding over that tensor's elements.
-constexpr int kMultiTensors = 48;
-template <typename T> struct MultiTensorList {
-  const T *param[kMultiTensors], *m[kMultiTensors], *v[kMultiTensors];
-  GradIn grad[kMultiTensors];
-  T *param_out[kMultiTensors], *m_out[kMultiTensors], *v_out[kMultiTensors];
-  int64_t n[kMultiTensors];
+// adamw_multi: one block per chunk of the list's concatenation
+// (chunk_table.h). A launch's table is passed by value in the kernel's
+// parameters (about 9 KiB; sm_70+ with CUDA 12.1+ takes 32 KiB). The tables
+// of a list are built once, on its first call, and kept: the plan fixes
+// every tensor's address and size, so each step's call finds them again.
+// The chunk tables of each list met so far, by its addresses and sizes.
+std::shared_ptr<const std::vector<ChunkTable>> cached_chunk_tables(const Tensor *params, const Tensor *grads,
+                                             const Tensor *ms, const Tensor *vs,
+                                             const Tensor *params_out, const Tensor *ms_out,
+                                             const Tensor *vs_out, int num_tensors) {
+  static std::mutex mutex;
+  static std::map<std::vector<uintptr_t>, std::shared_ptr<const std::vector<ChunkTable>>> cache;
+  std::vector<uintptr_t> key;
+  std::vector<int64_t> sizes;
+  key.reserve(8 * num_tensors);
+  for (int i = 0; i < num_tensors; ++i) {
+    for (const Tensor *list : {params, grads, ms, vs, params_out, ms_out, vs_out})
+      key.push_back(reinterpret_cast<uintptr_t>(list[i].data));
+    sizes.push_back(params[i].numel());
+    key.push_back(static_cast<uintptr_t>(sizes.back()));
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    // A program calls with a few lists, the same every step; anything else
+    // (tests, lists in fresh memory) must not grow the cache without bound.
+    if (cache.size() >= 64)
+      cache.clear();
+    it = cache
+             .emplace(std::move(key), std::make_shared<const std::vector<ChunkTable>>(
+                                          chunk_tables(sizes.data(), num_tensors)))
+             .first;
+  }
+  return it->second;
+}
+
+template <typename T> struct ChunkLaunch {
+  const T *param[kChunkTensors], *m[kChunkTensors], *v[kChunkTensors];
+  GradIn grad[kChunkTensors];
+  T *param_out[kChunkTensors], *m_out[kChunkTensors], *v_out[kChunkTensors];
+  int first_piece[kChunkBlocks + 1];
+  ChunkPiece piece[kChunkPieces];
 };
+static_assert(sizeof(ChunkLaunch<float>) < 32000, "kernel parameters are limited to 32 KiB");
 
 template <typename T>
-__global__ void adamw_multi_kernel(StepScalars sc, MultiTensorList<T> list, AdamSettings settings,
+__global__ void adamw_multi_kernel(StepScalars sc, ChunkLaunch<T> launch, AdamSettings settings,
                                    DeviceErrorWord *err, int32_t kid) {
   const AdamScalars a(sc, settings, err, kid);
-  const int k = blockIdx.y;
-  const int64_t n = list.n[k];
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; a.ok && i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    a.update(list.param[k], list.grad[k], list.m[k], list.v[k], list.param_out[k], list.m_out[k],
-             list.v_out[k], i);
+  if (!a.ok)
+    return;
+  for (int p = launch.first_piece[blockIdx.x]; p < launch.first_piece[blockIdx.x + 1]; ++p) {
+    const ChunkPiece piece = launch.piece[p];
+    const int k = piece.tensor;
+    for (int64_t i = piece.start + threadIdx.x; i < piece.start + piece.len; i += blockDim.x)
+      a.update(launch.param[k], launch.grad[k], launch.m[k], launch.v[k], launch.param_out[k],
+               launch.m_out[k], launch.v_out[k], i);
+  }
 }
 
 template <typename T>
@@ -268,29 +312,26 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
   if (num_tensors == 0)
     return;
   const AdamSettings settings{beta1, beta2, epsilon, weight_decay, decoupled};
+  const std::shared_ptr<const std::vector<ChunkTable>> tables =
+      cached_chunk_tables(params, grads, ms, vs, params_out, ms_out, vs_out, num_tensors);
   dispatch_float(kernel, params[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    for (int first = 0; first < num_tensors; first += kMultiTensors) {
-      const int count = std::min(kMultiTensors, num_tensors - first);
-      MultiTensorList<T> list{};
-      int64_t largest = 0;
-      for (int k = 0; k < count; ++k) {
-        const int i = first + k;
-        list.param[k] = params[i].as<T>();
-        list.grad[k] = grad_in(grads[i], grad_scale);
-        list.m[k] = ms[i].as<T>();
-        list.v[k] = vs[i].as<T>();
-        list.param_out[k] = params_out[i].as<T>();
-        list.m_out[k] = ms_out[i].as<T>();
-        list.v_out[k] = vs_out[i].as<T>();
-        list.n[k] = params[i].numel();
-        largest = std::max(largest, list.n[k]);
+    for (const ChunkTable &table : *tables) {
+      ChunkLaunch<T> launch{};
+      for (int k = 0; k < table.num_tensors; ++k) {
+        const int i = table.tensor[k];
+        launch.param[k] = params[i].as<T>();
+        launch.grad[k] = grad_in(grads[i], grad_scale);
+        launch.m[k] = ms[i].as<T>();
+        launch.v[k] = vs[i].as<T>();
+        launch.param_out[k] = params_out[i].as<T>();
+        launch.m_out[k] = ms_out[i].as<T>();
+        launch.v_out[k] = vs_out[i].as<T>();
       }
-      const dim3 grid(static_cast<unsigned>(blocks_for(std::max<int64_t>(largest, 1))),
-                      static_cast<unsigned>(count));
-      adamw_multi_kernel<T><<<grid, kThreads, 0, stream>>>(scalars(lr, &step), list, settings,
-                                                           device_error_word(),
-                                                           kernel_id(kernel));
+      std::copy(table.first_piece, table.first_piece + table.num_blocks + 1, launch.first_piece);
+      std::copy(table.piece, table.piece + table.num_pieces, launch.piece);
+      adamw_multi_kernel<T><<<table.num_blocks, kThreads, 0, stream>>>(
+          scalars(lr, &step), launch, settings, device_error_word(), kernel_id(kernel));
       check_launch(kernel);
     }
   });

@@ -3,7 +3,8 @@
 
     check_no_grad_copy.py PLAN
 
-PLAN is plan.json of a 16-bit program (--precision bf16/fp16). In its
+PLAN is plan.json of a 16-bit program (--precision bf16/fp16). It counts
+the parameter tensors updated (a ds.adamw_multi updates several). In its
 @optimizer_step every op but the updates themselves must yield only 16-bit
 tensors or f32 scalars: the updates read each 16-bit gradient as it is and
 scale it (clipping, 1/k, fp16's 1/loss-scale) element by element through
@@ -14,7 +15,10 @@ the check fails, as it does when the step has no update at all.
 import json
 import sys
 
-UPDATES = {"ds.adamw", "ds.sgd", "ds.lion"}
+UPDATES = {"ds.adamw", "ds.sgd", "ds.lion", "ds.adamw_multi"}
+# Results per updated tensor: a list update (ds.adamw_multi) counts each of
+# its tensors.
+LIST_UPDATES = {"ds.adamw_multi": 3}
 
 
 def load(path):
@@ -42,7 +46,8 @@ def numel(shape):
 
 doc = load(sys.argv[1])
 ops = optimizer_ops(doc)
-updates = sum(op["op"] in UPDATES for op in ops)
+updates = sum(len(op["results"]) // LIST_UPDATES[op["op"]] if op["op"] in LIST_UPDATES else 1
+              for op in ops if op["op"] in UPDATES)
 copies = [(op["op"], op.get("node", ""), r["shape"]) for op in ops if op["op"] not in UPDATES
           for r in op["results"] if r["dtype"] == "f32" and numel(r["shape"]) > 1]
 for op, node, shape in copies:
