@@ -43,7 +43,7 @@ for target in $targets; do
     checkpoint) DSRT_FUZZ_WRITE_SEED="$dir/corpus/seed" "$exe" ;;
     config) cp "$src"/test/Train/Inputs/*.json "$dir/corpus/" ;;
     import) "$python" "$src/test/oracles/export_zoo.py" --out "$dir/zoo" > /dev/null
-            cp "$dir"/zoo/*.onnx "$dir/corpus/" ;;
+            "$python" "$src/test/Fuzz/Inputs/fuzz_seeds.py" --out "$dir/corpus" "$dir"/zoo/*.onnx > /dev/null ;;
   esac
   start=$(date +%s)
   if (cd "$dir" && "$exe" -runs="$runs" ${FUZZ_MAX_TIME:+-max_total_time="$FUZZ_MAX_TIME"} -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \

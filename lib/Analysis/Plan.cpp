@@ -14,6 +14,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/JSON.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -357,16 +358,51 @@ public:
         int64_t bytes =
             ds::getByteSize(cast<ShapedType>(function.getArgumentTypes()[i]))
                 .value_or(0);
+        auto type = cast<RankedTensorType>(function.getArgumentTypes()[i]);
         if (auto param = function.getArgAttrOfType<ds::ParamAttr>(
                 i, ds::DsDialect::kParamAttrName)) {
-          if (seen.insert(("param:" + param.getName()).str()).second)
+          if (seen.insert(("param:" + param.getName()).str()).second) {
             paramBytes += bytes;
+            // A ZeRO-3 shard's whole tensor is its ds.sharded type.
+            auto whole = function.getArgAttrOfType<TypeAttr>(
+                i, ds::DsDialect::kShardedAttrName);
+            Saved value{type.getNumElements(),
+                        whole ? cast<ShapedType>(whole.getValue())
+                                    .getNumElements()
+                              : type.getNumElements(),
+                        type.getElementTypeBitWidth() / 8, bool(whole),
+                        function.getArgAttr(
+                            i, ds::DsDialect::kTpSplitAttrName) != nullptr};
+            savedParams[param.getName()] = value;
+            saved.push_back(value);
+          }
         } else if (auto state = function.getArgAttrOfType<ds::StateAttr>(
                        i, ds::DsDialect::kStateAttrName)) {
-          if (seen.insert("state:" + ds::getDisplayName(state)).second)
+          if (seen.insert("state:" + ds::getDisplayName(state)).second) {
             (state.isAccumulator() ? gradBytes : optimizerBytes) += bytes;
+            // Accumulators are not saved: no gradient is pending between
+            // steps.
+            if (!state.isAccumulator())
+              savedStates.push_back(
+                  {state.getParam().str(),
+                   Saved{type.getNumElements(), 0,
+                         type.getElementTypeBitWidth() / 8, false, false}});
+          }
         }
       }
+    // A state is whole in its parameter's size, else a 1-D shard of
+    // ceil(n / dp) elements of it (ZeRO stages 1-3); it is a tp piece
+    // where its parameter is.
+    for (auto &[param, state] : savedStates) {
+      Saved of = savedParams.lookup(param);
+      state.whole = of.whole;
+      state.tpPiece = of.tpPiece;
+      state.sharded = ranks > 1 && state.count != of.whole &&
+                      state.count == (of.whole + ranks - 1) / ranks;
+      if (!state.sharded)
+        state.whole = state.count;
+      saved.push_back(state);
+    }
     for (auto [function, times] : functions)
       for (Operation &op : function.getBody().front()) {
         auto async = dyn_cast<ds::AsyncOpInterface>(&op);
@@ -488,6 +524,25 @@ public:
 
   int64_t world() const { return ranks; }
 
+  /// The bytes a checkpoint save copies into the host staging buffer on the
+  /// rank at dp coordinate `rank` and tp coordinate `tpRank`: what its
+  /// shard file holds (docs/checkpoints.md). Sharded values' shards without
+  /// their padding, whole values on dp coordinate 0, tp pieces on every tp
+  /// coordinate and replicated values on tp coordinate 0; the runtime's
+  /// checkpoint_snapshot_bytes, which measures its buffer against this.
+  int64_t checkpointStagingBytes(int64_t rank, int64_t tpRank) const {
+    int64_t total = 0;
+    for (const Saved &value : saved) {
+      if ((!value.sharded && rank != 0) || (!value.tpPiece && tpRank != 0))
+        continue;
+      int64_t begin = value.sharded ? rank * value.count : 0;
+      int64_t count = std::min(value.count, value.whole - begin);
+      if (count > 0)
+        total += count * value.elementBytes;
+    }
+    return total;
+  }
+
   /// The numbers of the rank whose dp coordinate is `rank`, whose tp
   /// coordinate is `tpRank` (and, for collectives along another axis, whose
   /// coordinate there is `other`).
@@ -537,6 +592,9 @@ public:
                               {"arena_peak_bytes", arenaBytes},
                               {"memory_spaces", memorySpaces(plan)},
                               {"collective_bytes", std::move(bytes)}};
+    // Host memory outside the arenas: a checkpoint save's staging buffer.
+    (*numbers.getObject("memory_spaces")->getObject("host"))
+        ["checkpoint_staging_bytes"] = checkpointStagingBytes(rank, tpRank);
     if (!spaceTransfers.empty())
       numbers["offload"] = offloadNumbers();
     // The part of the traffic that runs along tp (included above).
@@ -573,6 +631,15 @@ private:
   };
   int64_t ranks = 1, dpAxis = 0, tpAxis = -1;
   bool pipelined = false;
+  /// A value a checkpoint saves: `count` elements on a rank (a shard's s),
+  /// of `whole` (the tensor, or the tp piece, it is a shard of).
+  struct Saved {
+    int64_t count = 0, whole = 0, elementBytes = 0;
+    bool sharded = false, tpPiece = false;
+  };
+  std::vector<Saved> saved;
+  llvm::StringMap<Saved> savedParams;
+  std::vector<std::pair<std::string, Saved>> savedStates;
   Traffic sends, receives;
   int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
   int64_t activationBytes = 0, workspaceBytes = 0, persistentBytes = 0,

@@ -109,22 +109,29 @@ def main():
         # The log's checkpoint_staging against the checkpoint the run wrote:
         # each rank's planned snapshot bytes, its measured high-water mark
         # and the data its shard file holds (size less magic, header length,
-        # header and CRC trailer) must all be equal.
-        log, ckpt, mode = args[0], args[1], args[2]
+        # header and CRC trailer) must all be equal, and equal to the
+        # compiler's plan (plan.json: ranks[].memory_spaces.host's
+        # checkpoint_staging_bytes).
+        log, ckpt, mode, plan_path = args[0], args[1], args[2], args[3]
         with open(log) as f:
             summary = [json.loads(l) for l in f if '"summary"' in l][-1]
+        with open(plan_path) as f:
+            plan = {rank["rank"]: rank for rank in json.load(f)["ranks"]}
         staging = summary["checkpoint_staging"]
         if staging["background"] != (mode == "background"):
             sys.exit(f"{log}: background writes {staging['background']}, expected {mode}")
+        if sorted(plan) != list(range(len(staging["ranks"]))):
+            sys.exit(f"{plan_path} plans ranks {sorted(plan)}, the run had {len(staging['ranks'])}")
         for r, entry in enumerate(staging["ranks"]):
             with open(os.path.join(ckpt, f"rank_{r}.bin"), "rb") as f:
                 data = f.read()
             header = int.from_bytes(data[8:16], "little")
             held = len(data) - 16 - header - 4
-            if not (entry["planned_bytes"] == entry["peak_bytes"] == held) or held <= 0:
-                sys.exit(f"rank {r}: planned {entry['planned_bytes']}, peak "
-                         f"{entry['peak_bytes']}, file data {held}")
-        print(f"staging: {len(staging['ranks'])} ranks, {mode}: planned = peak = file data")
+            planned = plan[r]["memory_spaces"]["host"]["checkpoint_staging_bytes"]
+            if not (planned == entry["planned_bytes"] == entry["peak_bytes"] == held) or held <= 0:
+                sys.exit(f"rank {r}: plan.json {planned}, runtime's plan {entry['planned_bytes']}, "
+                         f"peak {entry['peak_bytes']}, file data {held}")
+        print(f"staging: {len(staging['ranks'])} ranks, {mode}: plan.json = planned = peak = file data")
     elif cmd == "differ":
         a, b = losses(args[0]), losses(args[1])
         if not a or all(a[s] == b.get(s) for s in a):
