@@ -35,10 +35,14 @@ from models import BATCHNORM_FAMILIES, CLASSIFICATION_FAMILIES, SEGMENTATION_FAM
 PYTHON = "/usr/bin/python3"
 STEPS = 10
 LINE = re.compile(r"^(tv_\w+) (\S+) (\S+): (.*)$")
-STATS = re.compile(r"forward loss max\|d\| (?P<loss>\S+), logits max\|d\| (?P<logits>\S+); "
-                   r"max loss rel err (?P<rel>\S+), max grad_norm rel err (?P<norm>\S+), "
+# Each error comes with dsopt's distance from PyTorch's float64 run and
+# PyTorch's own float32-vs-float64 drift: "X (f64 Y, f32 drift Z)".
+WITH_F64 = r"\S+ \(f64 [^,]+, f32 drift [^)]+\)"
+STATS = re.compile(rf"forward loss max\|d\| (?P<loss>{WITH_F64}), logits max\|d\| (?P<logits>{WITH_F64}); "
+                   rf"max loss rel err (?P<rel>{WITH_F64}), max grad_norm rel err (?P<norm>{WITH_F64}), "
                    r"max weight abs err (?P<weight>\S+), widest weight tolerance (?P<tol>[^,)\s]+)"
-                   r"(, (?P<stats>\d+) running statistics max rel err (?P<stats_err>[^)\s]+))?")
+                   r"(, (?P<stats>\d+) running statistics max rel err (?P<stats_err>[^);\s]+))?"
+                   r"(; loss and grad_norm compared over steps 1-(?P<compared>\d+) of)?")
 
 
 def main() -> int:
@@ -73,6 +77,7 @@ def main() -> int:
             rows[match.group(1)] = match.group(4)
     print(f"| family | kind | mode | dsopt vs PyTorch | forward: loss, logits max abs diff | {STEPS} steps: loss, "
           "grad norm max rel err | final weights max abs err (widest tolerance) | running statistics max rel err |")
+    short = lambda text: text.replace(" f32 drift ", " drift ")  # noqa: E731
     print("|---|---|---|---|---|---|---|---|")
     for family, name in zip(families, names):
         kind = "segmentation" if family in SEGMENTATION_FAMILIES else "classification"
@@ -82,7 +87,9 @@ def main() -> int:
         if verdict.startswith("matches PyTorch") and numbers:
             n = numbers.groupdict()
             stats = f"{n['stats_err']} ({n['stats']} tensors)" if n["stats"] else "-"
-            print(f"| {family} | {kind} | {mode} | matches | {n['loss']}, {n['logits']} | {n['rel']}, {n['norm']} | "
+            steps = f" (steps 1-{n['compared']} only)" if n["compared"] else ""
+            print(f"| {family} | {kind} | {mode} | matches | {short(n['loss'])}, {short(n['logits'])} | "
+                  f"{short(n['rel'])}, {short(n['norm'])}{steps} | "
                   f"{n['weight']} ({n['tol']}) | {stats} |")
         else:
             print(f"| {family} | {kind} | {mode} | {verdict.replace('|', '/')} | | | | |")
