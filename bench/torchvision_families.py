@@ -7,11 +7,14 @@ parameter its own initializer), then for each one's unfolded export runs
 test/oracles/check_zoo_train.py --forward: one dsopt build, whose forward
 program must reproduce PyTorch's loss and logits (rel 1e-5), and whose
 training program must follow PyTorch's trajectory over STEPS AdamW steps
-with clipping under docs/training.md's tolerance rule. The families with
-BatchNorm (models.BATCHNORM_FAMILIES) train and export in training mode:
-batch statistics, and their running statistics, updated by dsopt, must
-match PyTorch's final buffers (rel 1e-5). Prints a Markdown table, one row
-per family, with the verdict and the worst errors.
+with clipping under docs/training.md's tolerance rule (each tolerance
+widened by 4 x PyTorch's own float32-vs-float64 drift on that quantity).
+The families with BatchNorm (models.BATCHNORM_FAMILIES) train and export
+in training mode: batch statistics, and their running statistics, updated
+by dsopt, must match PyTorch's final buffers (rel 1e-5, widened the same
+way). Prints a Markdown table, one row per family, with the verdict and
+the worst errors, each with dsopt's distance from PyTorch's float64 run
+and PyTorch's drift.
 
   bench/torchvision_families.py --work /tmp/tv [--only resnet,swin] [--jobs 2]
 
