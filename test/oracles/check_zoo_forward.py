@@ -62,10 +62,12 @@ def run_forward(out, inputs, workdir, threads=1):
     return outputs, None
 
 
-def compare_outputs(outputs, expected, rtol=1e-5, atol=1e-7):
+def compare_outputs(outputs, expected, rtol=1e-5, atol=1e-7, expected64=None, noise_factor=0.0):
     """Every expected output against dsopt's, within atol + rtol * max(|torch|,
-    the output's largest magnitude) elementwise. Returns (summary of the
-    largest differences, [mismatches])."""
+    the output's largest magnitude) elementwise. With `expected64` (the same
+    forward in float64) each output's bound widens by noise_factor times the
+    largest |float32 - float64| of the reference over that output, and the
+    summary gives dsopt's distance from float64 and that drift too. Returns (summary of the largest differences, [mismatches])."""
     worst, errors = [], []
     for name, want in expected.items():
         got = outputs.get(name)
@@ -75,10 +77,18 @@ def compare_outputs(outputs, expected, rtol=1e-5, atol=1e-7):
         diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
         scale = float(np.abs(want).max()) if want.size else 0.0
         bound = atol + rtol * np.maximum(np.abs(want.astype(np.float64)), scale)
+        summary = f"{name} max|d| {diff.max(initial=0):.2e}"
+        if expected64 is not None:
+            want64 = expected64[name].astype(np.float64)
+            drift = float(np.abs(want.astype(np.float64) - want64).max(initial=0))
+            bound = bound + noise_factor * drift
+            summary += (f" (f64 {float(np.abs(got.astype(np.float64) - want64).max(initial=0)):.2e}, "
+                        f"f32 drift {drift:.2e})")
         if not np.all(diff <= bound):
             i = np.unravel_index(np.argmax(diff - bound), diff.shape)
-            errors.append(f"output {name} differs at {i}: dsopt {got[i]!r}, torch {want[i]!r}")
-        worst.append(f"{name} max|d| {diff.max():.2e}")
+            errors.append(f"output {name} differs at {i}: dsopt {got[i]!r}, torch {want[i]!r}"
+                          f" (bound {float(np.broadcast_to(bound, diff.shape)[i]):.2e})")
+        worst.append(summary)
     return ", ".join(worst), errors
 
 
