@@ -28,13 +28,13 @@ using namespace dsopt;
 
 namespace {
 
-/// What the updates of one group share: every operand but the tensors',
-/// every attribute, and the element types the kernel takes one of.
+/// What the updates of one group (within one block) share: every operand
+/// but the tensors', every attribute, and the element types the kernel
+/// takes one of.
 struct GroupKey {
   Value lr, step, gradScale;
   DictionaryAttr attrs;
   Type paramElement, gradElement;
-  Block *block;
 
   static GroupKey of(ds::AdamWOp op) {
     return {op.getLr(),
@@ -42,8 +42,7 @@ struct GroupKey {
             op.getGradScale(),
             op->getAttrDictionary(),
             getElementTypeOrSelf(op.getParam().getType()),
-            getElementTypeOrSelf(op.getGrad().getType()),
-            op->getBlock()};
+            getElementTypeOrSelf(op.getGrad().getType())};
   }
   bool operator<(const GroupKey &other) const {
     auto less = [](auto a, auto b) {
@@ -59,9 +58,7 @@ struct GroupKey {
       return less(attrs, other.attrs);
     if (paramElement != other.paramElement)
       return less(paramElement, other.paramElement);
-    if (gradElement != other.gradElement)
-      return less(gradElement, other.gradElement);
-    return block < other.block;
+    return less(gradElement, other.gradElement);
   }
 };
 
