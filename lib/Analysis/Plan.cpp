@@ -951,8 +951,8 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
     trainRanks.reserve(programs.size());
     for (auto [pr, program] : llvm::enumerate(programs)) {
       RankNumbers numbers(program);
-      perRank.reserve(perRank.size() + dataParallelSize(program) * tp);
       int64_t d = dataParallelSize(program);
+      perRank.reserve(perRank.size() + d * tp);
       for (int64_t r = 0; r < d; ++r)
         for (int64_t t = 0; t < tp; ++t) {
           llvm::json::Object entry =
