@@ -10,7 +10,8 @@ reads the same micro-batches), then, like check_zoo_dp.py:
   * every step's loss (relative 1e-5) and gradient norm equal the
     single-rank run's, and so does every weight of the saved model (the tp
     pieces gathered back under their original names), and the run matches
-    PyTorch;
+    PyTorch; with training-mode BatchNorm (layout "bn", dp 1) the saved
+    running statistics equal the single rank's within STATE_RTOL;
   * every rank's measured arena and memory-space peaks and collective bytes
     (the tp all-reduces included) equal plan.json's, and with pipeline
     stages so do the bytes and calls each rank sends to and receives from
