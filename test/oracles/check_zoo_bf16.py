@@ -127,13 +127,7 @@ def reference(args, model_name: str, microbatches: int, cache: Dict) -> Dict:
     path = Path(args.zoo) / dp_check.model_file(args.entries[model_name])
     source = onnx.load(str(path))
     imap = map_initializers(source, model.build())
-    # A train-mode model's running statistics are state dsopt updates, not
-    # frozen initializers.
-    state = []
-    if model.train_mode:
-        buffer_names = {name for name, b in model.build().named_buffers() if b.is_floating_point()}
-        state = [name for name in imap.frozen if name in buffer_names]
-        imap.frozen[:] = [name for name in imap.frozen if name not in buffer_names]
+    state = dp_check.running_statistics(model, imap)
     frozen = imap.frozen
     bf16 = train(model, config, data, STEPS, frozen=[], bf16=True)
     fp32 = train(model, config, data, STEPS)
