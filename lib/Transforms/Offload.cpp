@@ -377,16 +377,29 @@ struct OffloadPass : dsopt::impl::DsOffloadBase<OffloadPass> {
     for (auto function : module.getOps<func::FuncOp>()) {
       if (function.isDeclaration())
         continue;
+      // Set at once: setting one argument's attribute rebuilds the array of
+      // every argument's, quadratic in thousands of parameters and states.
+      SmallVector<DictionaryAttr> argAttrs;
+      function.getAllArgAttrs(argAttrs);
+      bool anySpace = false;
       for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+        std::optional<ds::MemorySpace> argSpace;
         if (space != ds::MemorySpace::device && isOffloadedState(function, i) &&
             offloaded.contains(ds::getArgumentState(function, i).getParam()))
-          function.setArgAttr(i, ds::DsDialect::kSpaceAttrName,
-                              ds::MemorySpaceAttr::get(context, space));
+          argSpace = space;
         if (*paramSpace != ds::MemorySpace::device &&
             isPartitionedParam(function, i, zero))
-          function.setArgAttr(i, ds::DsDialect::kSpaceAttrName,
-                              ds::MemorySpaceAttr::get(context, *paramSpace));
+          argSpace = *paramSpace;
+        if (!argSpace)
+          continue;
+        NamedAttrList attrs(argAttrs[i]);
+        attrs.set(ds::DsDialect::kSpaceAttrName,
+                  ds::MemorySpaceAttr::get(context, *argSpace));
+        argAttrs[i] = attrs.getDictionary(context);
+        anySpace = true;
       }
+      if (anySpace)
+        function.setAllArgAttrs(argAttrs);
     }
     for (auto function : module.getOps<func::FuncOp>())
       if (!function.isDeclaration()) {

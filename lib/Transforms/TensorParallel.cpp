@@ -515,13 +515,21 @@ void TensorParallel::runOnOperation() {
     shape[split.dim] = llvm::divideCeil(shape[split.dim], size);
     return type.clone(shape);
   };
+  // Set at once after the loop: setting one argument's attribute rebuilds
+  // the array of every argument's, quadratic in thousands of parameters.
+  SmallVector<DictionaryAttr> argAttrs;
+  main.getAllArgAttrs(argAttrs);
+  bool anySplit = false;
   for (Region &region : regions) {
     for (BlockArgument param : region.params) {
       ds::TensorSplit split = region.splits[param];
-      main.setArgAttr(param.getArgNumber(), ds::DsDialect::kTpSplitAttrName,
-                      ds::TensorSplitAttr::get(module.getContext(), split.dim,
-                                               split.blocks, size,
-                                               region.wholes.lookup(param)));
+      NamedAttrList attrs(argAttrs[param.getArgNumber()]);
+      attrs.set(ds::DsDialect::kTpSplitAttrName,
+                ds::TensorSplitAttr::get(module.getContext(), split.dim,
+                                         split.blocks, size,
+                                         region.wholes.lookup(param)));
+      argAttrs[param.getArgNumber()] = attrs.getDictionary(module.getContext());
+      anySplit = true;
     }
     for (auto &[value, split] : region.splits)
       value.setType(localType(value, split));
@@ -534,6 +542,8 @@ void TensorParallel::runOnOperation() {
           dropout->setAttr(ds::DsDialect::kTpRankSeedAttrName,
                            b.getUnitAttr());
   }
+  if (anySplit)
+    main.setAllArgAttrs(argAttrs);
   // g first: a region may enter on an earlier one's partial sum (a
   // column-parallel product reading a row-parallel one's output directly),
   // and then f must take the completed sum that g leaves, not the partial

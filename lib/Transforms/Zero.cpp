@@ -211,14 +211,20 @@ StringRef paramName(func::FuncOp function, unsigned i) {
 }
 
 
-/// Makes argument `arg` of `function` this rank's [s] shard.
-void shardArgument(func::FuncOp function, BlockArgument arg,
-                   RankedTensorType shardType, bool isParam) {
+/// Makes argument `arg` this rank's [s] shard; a parameter's whole type
+/// goes into `argAttrs`, its function's argument attributes, which the
+/// caller sets at once (setting one argument's attribute rebuilds the array
+/// of every argument's, quadratic in thousands of parameters).
+void shardArgument(SmallVectorImpl<DictionaryAttr> &argAttrs,
+                   BlockArgument arg, RankedTensorType shardType,
+                   bool isParam) {
   auto whole = cast<RankedTensorType>(arg.getType());
   arg.setType(shardType);
-  if (isParam)
-    function.setArgAttr(arg.getArgNumber(), ds::DsDialect::kShardedAttrName,
-                        TypeAttr::get(whole));
+  if (!isParam)
+    return;
+  NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
+  attrs.set(ds::DsDialect::kShardedAttrName, TypeAttr::get(whole));
+  argAttrs[arg.getArgNumber()] = attrs.getDictionary(whole.getContext());
 }
 
 LogicalResult
@@ -228,6 +234,8 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   Operation *terminator = body.getTerminator();
   OpBuilder b(step.getContext());
   Location loc = step.getLoc();
+  SmallVector<DictionaryAttr> argAttrs;
+  step.getAllArgAttrs(argAttrs);
 
   // The accumulator of each parameter.
   llvm::StringMap<BlockArgument> accOf;
@@ -287,7 +295,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
       accs.push_back(acc);
       flats.push_back(flatten(b, accLoc, acc));
     } else {
-      shardArgument(step, acc, flatType(type, partition(type).s), false);
+      shardArgument(argAttrs, acc, flatType(type, partition(type).s), false);
       shardOfAcc[acc] = acc;
     }
   }
@@ -408,7 +416,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
     if (working)
       param.setType(shardType); // the master: a state, a shard at rest
     else if (paramSharded)
-      shardArgument(step, param, shardType, true);
+      shardArgument(argAttrs, param, shardType, true);
 
     // The states are [s] shards.
     SmallVector<Value> operands(update->getOperands());
@@ -448,7 +456,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
       updated.replaceAllUsesWith(sharded.getUpdatedParam());
       refresh.getResult().setType(workingShard);
       if (paramSharded) {
-        shardArgument(step, working, workingShard, true);
+        shardArgument(argAttrs, working, workingShard, true);
       } else {
         ToGather item{refresh.getResult(), refresh, workingWhole, {}};
         for (OpOperand &use : refresh.getResult().getUses())
@@ -529,6 +537,7 @@ ZeroPass::rewriteOptimizerStep(func::FuncOp step,
   for (ds::CastOp c : llvm::reverse(casts))
     if (c->use_empty())
       c.erase();
+  step.setAllArgAttrs(argAttrs);
   syncFunctionType(step);
   return success();
 }
@@ -538,6 +547,8 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
   Block &body = micro.getBody().front();
   Operation *terminator = body.getTerminator();
   OpBuilder b(micro.getContext());
+  SmallVector<DictionaryAttr> argAttrs;
+  micro.getAllArgAttrs(argAttrs);
 
   // Stage 2 and 3: reduce-scatter the gradients as soon as they exist, in
   // buckets of reduce-bucket-size elements in the order backward produces
@@ -569,7 +580,7 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
     Location loc =
         NameLoc::get(b.getStringAttr(match->param + ".grad"), grad.getLoc());
     Value flat = flatten(b, loc, grad);
-    shardArgument(micro, acc, flatType(type, partition(type).s), false);
+    shardArgument(argAttrs, acc, flatType(type, partition(type).s), false);
     grads.push_back({&operand, acc, add, flat});
   }
   llvm::stable_sort(grads, [](const Grad &a, const Grad &c) {
@@ -649,7 +660,7 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
             use.first = operand->getOwner();
         passes[pass].push_back(std::move(use));
       }
-      shardArgument(micro, arg, flatType(whole, partition(whole).s), true);
+      shardArgument(argAttrs, arg, flatType(whole, partition(whole).s), true);
     }
     for (SmallVector<Use> &uses : passes) {
       llvm::stable_sort(uses, [&](const Use &a, const Use &c) {
@@ -672,6 +683,7 @@ LogicalResult ZeroPass::rewriteMicroStep(func::FuncOp micro,
       }
     }
   }
+  micro.setAllArgAttrs(argAttrs);
   syncFunctionType(micro);
   return success();
 }

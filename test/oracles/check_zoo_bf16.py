@@ -24,6 +24,11 @@ parallelism, CASES below) this
     moved from their initial values as PyTorch's did: the mean absolute
     difference to PyTorch's masters is at most WEIGHT_AGREEMENT times the
     mean distance PyTorch's moved;
+  * for a model with training-mode BatchNorm (BATCHNORM_CASES, one rank),
+    checks the saved running statistics against PyTorch's bf16 run, whose
+    BatchNorms keep float32 statistics and compute in float32
+    (check_running_stats), and reports the distance to DeepSpeed's
+    bfloat16 ones;
   * checks the plan against the run: every rank's measured arena
     high-water mark and memory spaces, its collective bytes (gradients
     reduced in bf16, parameters gathered in bf16) and pipeline transfers
@@ -56,6 +61,9 @@ N_BATCHES = 4
 LOSS_RTOL = 2e-2
 FP32_RTOL = 5e-2
 WEIGHT_AGREEMENT = 0.1
+# Saved running statistics against PyTorch's bf16 run, relative to each
+# tensor's largest magnitude.
+STATE_RTOL = 1e-2
 # One-rank cases whose bf16 losses are also compared with dsopt's own fp32
 # program (one more compile each, so one model).
 DSOPT_FP32 = ("gpt2",)
@@ -80,6 +88,9 @@ for _model in MODELS:
 # Tensor parallelism with Megatron's sequence parallelism: also compared
 # step by step with the one-rank bf16 run of the same model (above).
 CASES += [("gpt2", ["--tp", "2", "--sequence-parallel"], 2, 2)]
+# Training-mode BatchNorm (running statistics updated), on one rank: run
+# only when named in --only (the model is not in the default export).
+BATCHNORM_CASES = [("bn_mixer", [], 1, 2)]
 
 
 def label_of(case) -> str:
@@ -113,15 +124,21 @@ def reference(args, model_name: str, microbatches: int, cache: Dict) -> Dict:
     write_train_data(data, work / "data")
     config = dict(CONFIG, train_micro_batch_size_per_gpu=micro,
                   gradient_accumulation_steps=microbatches, train_batch_size=micro * microbatches)
-    path = Path(args.zoo) / args.entries[model_name]["file"]
+    path = Path(args.zoo) / dp_check.model_file(args.entries[model_name])
     source = onnx.load(str(path))
     imap = map_initializers(source, model.build())
+    state = dp_check.running_statistics(model, imap)
     frozen = imap.frozen
     bf16 = train(model, config, data, STEPS, frozen=[], bf16=True)
     fp32 = train(model, config, data, STEPS)
+    # DeepSpeed's own module.bfloat16(): BatchNorm's running statistics and
+    # arithmetic in bfloat16, which neither autocast nor dsopt does (the
+    # distance to it is reported, not bounded).
+    bf16_bn = train(model, config, data, STEPS, frozen=[], bf16=True, bf16_batch_norm=True) if state else None
     cache[key] = {"data": work / "data", "micro": micro, "path": path, "imap": imap,
                   "frozen": ["--frozen", ",".join(frozen)] if frozen else [],
-                  "initial": initializer_arrays(source), "bf16": bf16, "fp32": fp32}
+                  "initial": initializer_arrays(source), "bf16": bf16, "fp32": fp32,
+                  "state": state, "bf16_bn": bf16_bn}
     return cache[key]
 
 
@@ -154,6 +171,40 @@ def check_weights(trained: Path, ref: Dict) -> Tuple[Optional[str], float]:
         return (f"the weights moved unlike PyTorch's: mean |dsopt - PyTorch| is {ratio:.2f} of "
                 f"PyTorch's mean distance moved (at most {WEIGHT_AGREEMENT})"), ratio
     return None, ratio
+
+
+def check_running_stats(trained: Path, ref: Dict, log: List[Dict]) -> Tuple[Optional[str], str]:
+    """(error or None, a summary) of the saved running statistics against
+    PyTorch's bf16 run (float32 statistics): each within STATE_RTOL of the
+    tensor's largest magnitude, and together they moved from their initial
+    values as PyTorch's did (mean |dsopt - PyTorch| at most
+    WEIGHT_AGREEMENT of PyTorch's mean distance moved). The summary also
+    gives the distance to DeepSpeed's module.bfloat16() regime (bfloat16
+    statistics), losses and statistics."""
+    saved = weights(trained)
+    worst = diff = moved = worst16 = 0.0
+    for name in ref["state"]:
+        got = saved[name].astype(np.float64)
+        if saved[name].dtype != np.float32:
+            return f"'{name}' saved as {saved[name].dtype}, the model has float32", ""
+        want = ref["bf16"].buffers[name].astype(np.float64)
+        start = ref["initial"][name].astype(np.float64)
+        scale = max(float(np.abs(want).max(initial=0)), 1e-30)
+        err = float(np.abs(got - want).max(initial=0)) / scale
+        worst = max(worst, err)
+        if not err <= STATE_RTOL:
+            return f"'{name}': rel err {err:.1e} > {STATE_RTOL} against PyTorch bf16", ""
+        diff += float(np.abs(got - want).sum())
+        moved += float(np.abs(want - start).sum())
+        other = ref["bf16_bn"].buffers[name].astype(np.float64)
+        worst16 = max(worst16, float(np.abs(got - other).max(initial=0)) / scale)
+    ratio = diff / max(moved, 1e-30)
+    if ratio > WEIGHT_AGREEMENT:
+        return (f"mean |dsopt - PyTorch| is {ratio:.2f} of PyTorch's mean distance moved "
+                f"(at most {WEIGHT_AGREEMENT})"), ""
+    loss16 = max(rel(entry["loss"], want["loss"]) for entry, want in zip(log, ref["bf16_bn"].log))
+    return None, (f"; {len(ref['state'])} running statistics rel {worst:.1e}, {ratio:.1e} of distance "
+                  f"moved; against bf16 statistics: loss rel {loss16:.1e}, statistics rel {worst16:.1e}")
 
 
 def same_at_o3(args, flags: List[str], ref: Dict, work: Path, log: List[Dict],
@@ -265,6 +316,13 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
     error, agreement = check_weights(trained, ref)
     if error:
         return fail("MISMATCH", f"saved model: {error}")
+    stats = ""
+    if ref["state"]:
+        if ranks > 1:
+            return fail("FAIL", "running statistics are compared on one rank only")
+        error, stats = check_running_stats(trained, ref, log)
+        if error:
+            return fail("MISMATCH", f"running statistics: {error}")
 
     plan = json.loads((work / "program" / "plan.json").read_text())
     if plan.get("train", {}).get("precision", {}).get("dtype") != "bf16":
@@ -283,6 +341,7 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
     if worst_one is not None:
         own += f"; one-rank bf16 rel {worst_one:.1e}"
     own += "; bit-identical at -O3" if o3 else ""
+    own += stats
     return (f"{label}: matches PyTorch bf16 (loss rel {worst16:.1e}; fp32 rel {worst32:.1e}{own}; "
             f"weights {agreement:.2f} of distance moved)"), False
 
@@ -300,7 +359,7 @@ def main() -> int:
     args.entries = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
     names = set(filter(None, args.only.split(",")))
     args.same_at_o3 = set(filter(None, args.same_at_o3.split(",")))
-    cases = [c for c in CASES if not names or c[0] in names]
+    cases = [c for c in CASES + BATCHNORM_CASES if c[0] in names] if names else CASES
     missing = sorted({c[0] for c in cases} - set(args.entries))
     if missing:
         parser.error(f"{', '.join(missing)} not in {args.zoo}/zoo.json")

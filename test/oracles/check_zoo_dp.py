@@ -114,6 +114,17 @@ def model_file(entry: Dict) -> str:
     return entry["nofold_file"] if ZOO[entry["name"]].train_mode else entry["file"]
 
 
+def running_statistics(model, imap) -> List[str]:
+    """A train-mode model's running statistics, taken out of imap.frozen:
+    they are state dsopt updates, not frozen initializers."""
+    if not model.train_mode:
+        return []
+    buffer_names = {name for name, b in model.build().named_buffers() if b.is_floating_point()}
+    state = [name for name in imap.frozen if name in buffer_names]
+    imap.frozen[:] = [name for name in imap.frozen if name not in buffer_names]
+    return state
+
+
 def compare_plan(plan: Dict, summary: Optional[Dict], n: int, steps: int = STEPS) -> Optional[str]:
     if summary is None:
         return "the log has no summary line"
@@ -287,13 +298,7 @@ def single_rank(args, entry, n: int, k: int) -> Dict:
     write_train_data(data, work / "data")
     path = Path(args.zoo) / model_file(entry)
     imap = map_initializers(onnx.load(str(path)), model.build())
-    # A train-mode model's running statistics are state dsopt updates, not
-    # frozen initializers.
-    state = []
-    if model.train_mode:
-        buffer_names = {name for name, b in model.build().named_buffers() if b.is_floating_point()}
-        state = [name for name in imap.frozen if name in buffer_names]
-        imap.frozen[:] = [name for name in imap.frozen if name not in buffer_names]
+    state = running_statistics(model, imap)
     frozen = ["--frozen", ",".join(imap.frozen)] if imap.frozen else []
     log = train_single_rank(args, path, work, frozen)
     # PyTorch DDP keeps rank 0's buffers: those of its k micro-batches of

@@ -10,7 +10,8 @@ reads the same micro-batches), then, like check_zoo_dp.py:
   * every step's loss (relative 1e-5) and gradient norm equal the
     single-rank run's, and so does every weight of the saved model (the tp
     pieces gathered back under their original names), and the run matches
-    PyTorch;
+    PyTorch; with training-mode BatchNorm (layout "bn", dp 1) the saved
+    running statistics equal the single rank's within STATE_RTOL;
   * every rank's measured arena and memory-space peaks and collective bytes
     (the tp all-reduces included) equal plan.json's, and with pipeline
     stages so do the bytes and calls each rank sends to and receives from
@@ -23,6 +24,8 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -54,8 +57,14 @@ CASES = {
     "sp": [(2, 1, 0, 2, 1, None, True)],
     "sp-dp": [(2, 2, 1, 1, 1, None, True)],
     "sp-pp": [(2, 1, 0, 2, 2, "1f1b", True), (2, 1, 0, 2, 2, "zb-h1", True)],
+    # A model with training-mode BatchNorm (bn_mixer): tp 2 alone, so the
+    # running statistics are the single rank's over both micro-batches.
+    "bn": [(2, 1, 0, 2, 1, None)],
 }
 MICRO_BATCHES = 2
+# The saved running statistics against the single rank's, relative to each
+# tensor's largest magnitude.
+STATE_RTOL = 1e-5
 
 
 def label_of(name, case) -> str:
@@ -78,7 +87,7 @@ def check_case(args, entry, case, reference):
                   train_batch_size=micro * k * n,
                   zero_optimization={"stage": stage, "stage3_param_persistence_threshold": 0})
     (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    why = dp.run([*shlex.split(args.dsopt), str(Path(args.zoo) / entry["file"]), "--config",
+    why = dp.run([*shlex.split(args.dsopt), str(Path(args.zoo) / dp.model_file(entry)), "--config",
                   str(work / "ds_config.json"), "--tp", str(tp), "--dp", str(n),
                   *(["--pp", str(pp), "--schedule", schedule] if pp > 1 else []),
                   *(["--sequence-parallel"] if sequence_parallel else []),
@@ -97,6 +106,25 @@ def check_case(args, entry, case, reference):
     error, worst_loss, worst_weight = dp.compare_with_reference(log, trained, reference)
     if error:
         return f"{label}: MISMATCH {error}", True
+    buffers = ""
+    if reference["state"]:
+        # Replicated BatchNorms: every tp rank normalises the same whole
+        # activations, so the running statistics (rank 0's saved) are the
+        # single rank's.
+        if not reference["state_is_one_rank"] or n != 1:
+            return f"{label}: FAIL running statistics are compared only with dp 1", True
+        got = dp.weights(trained)
+        worst_state = 0.0
+        for name in reference["state"]:
+            want = reference["weights"][name]
+            scale = max(float(np.abs(want).max(initial=0)), 1e-30)
+            err = float(np.abs(got[name].astype(np.float64) - want).max(initial=0)) / scale
+            worst_state = max(worst_state, err)
+            if not err <= STATE_RTOL:
+                return (f"{label}: MISMATCH running statistic {name}: rel err {err:.1e} > {STATE_RTOL} "
+                        f"against one rank"), True
+        buffers = (f"; {len(reference['state'])} running statistics equal one rank's, max rel err "
+                   f"{worst_state:.1e}")
     plan = json.loads((work / "program" / "plan.json").read_text())
     plan_error = dp.compare_plan(plan, summary, world)
     if not plan_error and pp > 1:
@@ -106,7 +134,7 @@ def check_case(args, entry, case, reference):
     sent = plan["ranks"][0]["collective_bytes"]
     traffic = ", ".join(f"{kind} {sent[kind]['sent']}" for kind in dp.KINDS if sent[kind]["calls"])
     return (f"{label}: matches one rank and PyTorch (loss rel {worst_loss:.1e}, weight abs "
-            f"{worst_weight:.1e}); plan equals measured (arena "
+            f"{worst_weight:.1e}{buffers}); plan equals measured (arena "
             f"{plan['ranks'][0]['arena_peak_bytes']}, sent/step {traffic})"), False
 
 
@@ -121,7 +149,8 @@ def main() -> int:
                         help="tp: tp with dp and ZeRO; pp: tp with pipeline stages; "
                         "pad: tp 2 and 4 alone (a vocabulary they do not divide); "
                         "sp, sp-dp, sp-pp: sequence parallelism alone, with dp 2 "
-                        "and ZeRO 1, with pipeline stages")
+                        "and ZeRO 1, with pipeline stages; bn: tp 2 alone on a model with "
+                        "training-mode BatchNorm")
     args = parser.parse_args()
     zoo = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
     names = [n for n in args.only.split(",") if n]
@@ -133,7 +162,10 @@ def main() -> int:
         "zoo tp", cases,
         label=lambda c: label_of(*c),
         reference_key=lambda c: c[0],
-        make_reference=lambda c: dp.single_rank(args, zoo[c[0]], MICRO_BATCHES, 1),
+        # One single-rank run per model; "bn" (dp 1) takes its running
+        # statistics over every micro-batch, the others emulate DDP's.
+        make_reference=lambda c: dp.single_rank(
+            args, zoo[c[0]], *((1, MICRO_BATCHES) if args.layouts == "bn" else (MICRO_BATCHES, 1))),
         check=lambda c, reference: check_case(args, zoo[c[0]], c[1], reference))
 
 

@@ -16,6 +16,7 @@ with the dtype and per-sample shape of the model's example inputs
                elsewhere
   mlp, cnn,    x: standard normal features/images; y: random class labels
   mobilenet,
+  bn_mixer,
   tv_* (classification)
   unet, tv_fcn, x: standard normal images; y: a random class per pixel
   tv_deeplabv3,
@@ -37,7 +38,7 @@ from typing import Dict
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import ZOO, BertConfig, CNNConfig, EinsumConfig, GPT2Config, LlamaConfig, MLPConfig, MobileNetConfig, UNetConfig, VisionConfig, ZooModel  # noqa: E402
+from models import ZOO, BertConfig, BNMixerConfig, CNNConfig, EinsumConfig, GPT2Config, LlamaConfig, MLPConfig, MobileNetConfig, UNetConfig, VisionConfig, ZooModel  # noqa: E402
 
 IGNORE_INDEX = -100
 LM_IGNORED_FRACTION = 0.15
@@ -82,7 +83,7 @@ def make_train_data(model: ZooModel, n_batches: int, global_batch: int, seed: in
         data = _bert(cfg, rng, lead)
     elif isinstance(cfg, MLPConfig):
         data = _classifier(cfg, rng, lead, (cfg.in_dim,))
-    elif isinstance(cfg, (CNNConfig, MobileNetConfig)):
+    elif isinstance(cfg, (CNNConfig, MobileNetConfig, BNMixerConfig)):
         data = _classifier(cfg, rng, lead, (cfg.in_channels, cfg.image_size, cfg.image_size))
     elif isinstance(cfg, EinsumConfig):
         data = _classifier(cfg, rng, lead, (cfg.seq, cfg.d_model))

@@ -428,6 +428,46 @@ class CNN(nn.Module):
 
 
 @dataclass(frozen=True)
+class BNMixerConfig:
+    in_channels: int = 3
+    image_size: int = 4  # 16 pixels, the MLP's tokens
+    width: int = 16
+    hidden: int = 64
+    n_classes: int = 5
+    # Training-mode BatchNorm: 8 x 16 values per channel.
+    batch: int = 8
+    seed: int = 23
+
+
+class BNMixer(nn.Module):
+    """Training-mode BatchNorm around a transformer-like MLP: a convolution
+    and BatchNorm, the pixels as tokens through a residual MLP (Linear,
+    ReLU, Linear: Megatron's column- then row-parallel pair under tensor
+    parallelism), a second BatchNorm on its output, and a classifier."""
+
+    def __init__(self, cfg: BNMixerConfig):
+        super().__init__()
+        # No bias in front of a BatchNorm (its gradient is zero but for
+        # rounding, which Adam turns into steps of up to lr), as in ResNet.
+        self.stem = nn.Conv2d(cfg.in_channels, cfg.width, kernel_size=3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cfg.width)
+        self.fc = nn.Linear(cfg.width, cfg.hidden)
+        self.proj = nn.Linear(cfg.hidden, cfg.width, bias=False)
+        self.bn2 = nn.BatchNorm2d(cfg.width)
+        self.head = nn.Linear(cfg.width, cfg.n_classes)
+        self.size = cfg.image_size
+        self.width = cfg.width
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        h = F.relu(self.bn1(self.stem(x)))
+        t = h.flatten(2).transpose(1, 2)  # [B, pixels, width]
+        t = t + self.proj(F.relu(self.fc(t)))
+        h = self.bn2(t.transpose(1, 2).reshape(-1, self.width, self.size, self.size))
+        logits = self.head(h.mean(dim=(2, 3)))
+        return F.cross_entropy(logits, y), logits
+
+
+@dataclass(frozen=True)
 class MobileNetConfig:
     in_channels: int = 3
     image_size: int = 16
@@ -743,6 +783,16 @@ ZOO: Dict[str, ZooModel] = {
             exported_by_default=False,
         ),
         ZooModel("unet", UNetConfig(), UNet, _segmentation_inputs, exported_by_default=False),
+        ZooModel(
+            "bn_mixer",
+            BNMixerConfig(),
+            BNMixer,
+            lambda c: _classifier_inputs(
+                (c.batch, c.in_channels, c.image_size, c.image_size), c.n_classes, c.seed
+            ),
+            exported_by_default=False,
+            train_mode=True,
+        ),
         ZooModel(
             "einsum",
             EinsumConfig(),

@@ -31,6 +31,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ds_reference  # noqa: E402
@@ -97,10 +98,33 @@ def _compute_in_f32(sub: torch.nn.Module) -> None:
     sub.forward = lambda x: forward(x.float()).to(x.dtype)
 
 
+def _batch_norm_f32(bn: torch.nn.modules.batchnorm._BatchNorm) -> None:
+    """Makes `bn`, a training-mode BatchNorm of a bfloat16 module, keep its
+    running statistics in float32 and normalise in float32: its bfloat16
+    input and weights converted, the batch statistics and the running
+    update in float32, the result rounded to bfloat16 (its gradients
+    likewise: the f32 backward, rounded). This is CUDA autocast's BatchNorm
+    (batch_norm is on none of autocast's lists, so it runs on the 16-bit
+    activations with the module's float32 buffers, in float32 inside) and
+    dsopt's (ds-precision computes ds.batch_norm_train in f32 and keeps the
+    running statistics in the model's type)."""
+    bn.running_mean = bn.running_mean.float()
+    bn.running_var = bn.running_var.float()
+
+    def forward(x):
+        bn.num_batches_tracked.add_(1)  # as _BatchNorm.forward
+        momentum = bn.momentum
+        if momentum is None:  # a cumulative average
+            momentum = 1.0 / float(bn.num_batches_tracked)
+        return F.batch_norm(x.float(), bn.running_mean, bn.running_var, bn.weight.float(),
+                            bn.bias.float(), True, momentum, bn.eps).to(x.dtype)
+    bn.forward = forward
+
+
 def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int,
           frozen: Sequence[str] = (), dtype: torch.dtype = torch.float32,
           module: torch.nn.Module = None, bf16: bool = False,
-          buffer_micro_batches: Sequence[int] = None) -> TrainRun:
+          buffer_micro_batches: Sequence[int] = None, bf16_batch_norm: bool = False) -> TrainRun:
     """Train `model` from its exported weights; `frozen`: parameter names kept fixed.
 
     dtype float64 runs the same computation in double precision (parameters,
@@ -117,7 +141,10 @@ def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int
     the masters rounded to bfloat16 (to nearest even) after each step.
     Hardswish and Hardsigmoid compute in float32 on their bfloat16 inputs,
     their results and gradients rounded to bfloat16 (_compute_in_f32). The
-    returned params are the masters.
+    returned params are the masters. A training-mode BatchNorm keeps float32
+    running statistics and normalises in float32 (_batch_norm_f32), as
+    autocast and dsopt do; bf16_batch_norm instead leaves it to DeepSpeed's
+    module.bfloat16(): buffers and arithmetic in bfloat16.
 
     buffer_micro_batches: the micro-batches of each step (indices into its
     gradient accumulation) whose forward keeps its buffer updates; the
@@ -149,6 +176,9 @@ def train(model: ZooModel, config: Dict, data: Dict[str, np.ndarray], steps: int
             sub.register_forward_pre_hook(_cast_float_inputs(torch.bfloat16))
             if isinstance(sub, _F32_IN_BF16):
                 _compute_in_f32(sub)
+            if (isinstance(sub, torch.nn.modules.batchnorm._BatchNorm) and sub.training
+                    and sub.track_running_stats and not bf16_batch_norm):
+                _batch_norm_f32(sub)
         dtype = torch.bfloat16
 
     micro, gas, global_batch = ds_reference.batch_sizes(config, model.config.batch)
