@@ -282,23 +282,22 @@ cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int v
 
 //===--- Memory ------------------------------------------------------------===//
 
-cudaError_t cudaMalloc(void **p, size_t bytes) {
+namespace {
+// Zeroed memory, remembered as device or pinned memory with its size.
+cudaError_t allocate(const char *api, void **p, size_t bytes, bool device) {
   LOCKED;
-  st.count("cudaMalloc");
-  st.now().device_allocs.push_back(bytes);
-  *p = zeroed(bytes, 256);
+  st.count(api);
+  (device ? st.now().device_allocs : st.now().host_allocs).push_back(bytes);
+  *p = zeroed(bytes, device ? 256 : 4096);
   if (!*p) return cudaErrorMemoryAllocation;
-  st.device_mem[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  (device ? st.device_mem : st.host_mem)[reinterpret_cast<uintptr_t>(*p)] = bytes;
   return cudaSuccess;
 }
+}  // namespace
+
+cudaError_t cudaMalloc(void **p, size_t bytes) { return allocate("cudaMalloc", p, bytes, true); }
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int) {
-  LOCKED;
-  st.count("cudaHostAlloc");
-  st.now().host_allocs.push_back(bytes);
-  *p = zeroed(bytes, 4096);
-  if (!*p) return cudaErrorMemoryAllocation;
-  st.host_mem[reinterpret_cast<uintptr_t>(*p)] = bytes;
-  return cudaSuccess;
+  return allocate("cudaHostAlloc", p, bytes, false);
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 cudaError_t cudaHostGetDevicePointer(void **device, void *host, unsigned int) {
