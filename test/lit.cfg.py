@@ -41,6 +41,12 @@ else:
     lit_config.note("no CUDA toolkit (nvcc) found: the cuda target's compile tests are unsupported")
 if config.dsopt_have_dsrt_cuda:
     config.available_features.add("dsrt-cuda")
+# `REQUIRES: fake-cudart`: tests that run a cuda program's host side behind
+# the fake CUDA runtime (runtime/tests/cuda/fake_cudart.cpp, built with
+# libdsrt_cuda by check-runtime).
+fake_cudart = os.path.join(config.dsopt_obj_root, "lib", "libdsrt_fake_cudart.so")
+if os.path.exists(fake_cudart):
+    config.available_features.add("fake-cudart")
 # `REQUIRES: libfuzzer`: the in-process fuzz targets (runtime/fuzz,
 # tools/fuzz), built
 # when clang with libFuzzer was found (scripts/install-deps.sh installs it).
@@ -72,6 +78,8 @@ config.substitutions.extend([
     # Every zoo model's programs compile (and link) for --target cuda.
     ("%cuda-zoo", f"{py} {src}/test/oracles/check_cuda_zoo.py"),
     ("%nvcc", config.dsopt_nvcc or "nvcc"),
+    # A cuda training program's host side behind the fake CUDA runtime.
+    ("%fake-cuda", f"{py} {src}/test/oracles/check_fake_cuda.py --fake {fake_cudart}"),
     ("%cuda-bin", os.path.dirname(config.dsopt_nvcc or "/usr/local/cuda/bin/nvcc")),
     ("%skip-model", f"{py} {src}/test/Pipeline/Inputs/skip_model.py"),
     ("%srcroot", src),

@@ -220,6 +220,11 @@ static std::string generatedCMake(ArrayRef<ProgramSource> programs,
        << "endif()\n"
        << "enable_language(CUDA)\n"
        << "set(CMAKE_CUDA_STANDARD 17)\n"
+       << "# One CUDA runtime, the shared one libdsrt_cuda links "
+          "(CUDA::cudart):\n"
+       << "# CMake's default would link the static one into the program "
+          "too.\n"
+       << "set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)\n"
        << "find_package(CUDAToolkit REQUIRED)\n";
     library = "dsrt::dsrt_cuda";
     // The fused kernels' flags on the device, the cpu ones on the host.

@@ -17,6 +17,10 @@ namespace detail {
 
 bool stages_host_copies(const BackendInterface &b) { return b.kind() != Backend::Cpu; }
 
+void copy_host_bytes(void *dst, const void *src, size_t bytes) {
+  if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
 PinnedStaging::~PinnedStaging() {
   for (size_t i = 0; i < buffers_.size(); ++i)
     if (buffers_[i]) {

@@ -139,6 +139,33 @@ namespace {
 
 enum class BucketKind { AllReduce, ReduceScatter, AllGather };
 
+// The buckets' pack streams, reused: on cuda a Stream is a cudaStream_t,
+// which a step must not create or destroy (one per bucketed collective
+// would be two per ZeRO-3 step). A stream taken back may still have work
+// queued; the next bucket's copies are ordered after it. Never destroyed:
+// streams may outlive statics.
+struct PackStreams {
+  std::mutex mutex;
+  std::vector<Stream> idle;
+};
+PackStreams &pack_streams() {
+  static PackStreams *pool = new PackStreams;
+  return *pool;
+}
+Stream take_pack_stream() {
+  PackStreams &pool = pack_streams();
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  if (pool.idle.empty()) return Stream(backend().kind());
+  Stream s = pool.idle.back();
+  pool.idle.pop_back();
+  return s;
+}
+void give_back_pack_stream(const Stream &s) {
+  PackStreams &pool = pack_streams();
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  pool.idle.push_back(s);
+}
+
 // The checked arguments of a bucketed collective, shared with the hooks that
 // pack and unpack on the communication thread. sizes[i] is ins[i]'s element
 // count (all_reduce) or the shard size s_i; offsets[i] is tensor i's first
@@ -151,7 +178,24 @@ struct Bucket {
   uint8_t *staging = nullptr;
   // Packing and unpacking run on the communication thread, inside the
   // collective that the issuing stream waits for: on a stream of their own.
-  Stream pack{backend().kind()};
+  Stream pack = take_pack_stream();
+  // The stream that issued the collective. On a device backend nothing but
+  // these orders the pack stream's copies with the rest: packing (`before`,
+  // on the issuing thread) starts after the issuing stream's work so far,
+  // which wrote the inputs, and the issuing stream's later work, the
+  // collective itself, waits for it; unpacking (`after`, on the transport's
+  // thread once the collective is done) is complete before the collective's
+  // request is, which is what every reader of the outputs waits for (the
+  // issuing stream, or another one through an Event). No-ops on the cpu,
+  // whose copies are done when they return.
+  Stream issuing;
+  void start() { backend(pack).wait(pack, backend(issuing).record(issuing)); }
+  void packed() { backend(issuing).wait(issuing, backend(pack).record(pack)); }
+  void unpacked() { pack.synchronize(); }
+  Bucket() = default;
+  Bucket(const Bucket &) = delete;
+  Bucket &operator=(const Bucket &) = delete;
+  ~Bucket() { give_back_pack_stream(pack); }
   void copy(void *dst, const void *src, size_t bytes) { backend(pack).copy(pack, dst, src, bytes); }
 };
 
@@ -256,14 +300,18 @@ void all_reduce_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor
   Communicator &comm = axis_comm("all_reduce_bucket", axis, grid);
   std::shared_ptr<Bucket> b = check_bucket("all_reduce_bucket", BucketKind::AllReduce, ins,
                                            n_ins, outs, n_outs, staging, true, comm.size());
+  b->issuing = s;
   CommHooks hooks;
   hooks.before = [b] {
+    b->start();
     for (size_t i = 0; i < b->ins.size(); ++i)
       b->copy(b->staging + b->offsets[i] * b->esize, b->ins[i].data, b->ins[i].nbytes());
+    b->packed();
   };
   hooks.after = [b] {
     for (size_t i = 0; i < b->outs.size(); ++i)
       b->copy(b->outs[i].data, b->staging + b->offsets[i] * b->esize, b->outs[i].nbytes());
+    b->unpacked();
   };
   comm.all_reduce(s, staging, staging, op, hooks);
 }
@@ -275,19 +323,23 @@ void reduce_scatter_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Te
   const int ranks = comm.size(), rank = comm.rank();
   std::shared_ptr<Bucket> b = check_bucket("reduce_scatter_bucket", BucketKind::ReduceScatter,
                                            ins, n_ins, outs, n_outs, staging, true, ranks);
+  b->issuing = s;
   CommHooks hooks;
   hooks.before = [b, ranks] {
+    b->start();
     const size_t e = b->esize;
     for (int r = 0; r < ranks; ++r)
       for (size_t i = 0; i < b->ins.size(); ++i)
         b->copy(b->staging + (r * b->chunk + b->offsets[i]) * e,
                    static_cast<const uint8_t *>(b->ins[i].data) + r * b->sizes[i] * e,
                    b->sizes[i] * e);
+    b->packed();
   };
   hooks.after = [b, rank] {
     for (size_t i = 0; i < b->outs.size(); ++i)
       b->copy(b->outs[i].data, b->staging + (rank * b->chunk + b->offsets[i]) * b->esize,
                  b->outs[i].nbytes());
+    b->unpacked();
   };
   // In place: the ring chunks of ranks * chunk elements are the equal chunks,
   // and this rank's reduced chunk lands on its own chunk of staging.
@@ -302,11 +354,14 @@ void all_gather_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor
   const int ranks = comm.size(), rank = comm.rank();
   std::shared_ptr<Bucket> b = check_bucket("all_gather_bucket", BucketKind::AllGather, ins,
                                            n_ins, outs, n_outs, staging, false, ranks);
+  b->issuing = s;
   CommHooks hooks;
   hooks.before = [b, rank] {
+    b->start();
     for (size_t i = 0; i < b->ins.size(); ++i)
       b->copy(b->staging + (rank * b->chunk + b->offsets[i]) * b->esize, b->ins[i].data,
                  b->ins[i].nbytes());
+    b->packed();
   };
   hooks.after = [b, ranks] {
     const size_t e = b->esize;
@@ -314,6 +369,7 @@ void all_gather_bucket(Stream &s, const Tensor *ins, int64_t n_ins, const Tensor
       for (size_t i = 0; i < b->outs.size(); ++i)
         b->copy(static_cast<uint8_t *>(b->outs[i].data) + r * b->sizes[i] * e,
                    b->staging + (r * b->chunk + b->offsets[i]) * e, b->sizes[i] * e);
+    b->unpacked();
   };
   Tensor mine{b->staging + rank * b->chunk * b->esize, staging.dtype, Shape{b->chunk}};
   comm.all_gather(s, mine, staging, hooks);

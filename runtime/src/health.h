@@ -77,6 +77,12 @@ bool abort_on_comm_failure();
 // A malformed value is an error at the first call. Costs one load when
 // the variable is unset.
 void test_fail_point(const char *point, int64_t step);
+// The step marks of a tool that counts per training step: the runners call
+// it at the start of step S (>= 1) and with 0 after the last step. When the
+// process has a symbol dsrt_fake_cuda_step (the fake CUDA runtime of the
+// tests, preloaded: docs/runtime.md, "The fake CUDA runtime") it is called
+// with the step; otherwise nothing happens. Looked up once.
+void mark_step(int64_t step);
 
 // SIGINT and SIGTERM (which mpirun forwards to every rank) end the process
 // at once with status 128 + signal, after "error: <identity>: stopped by

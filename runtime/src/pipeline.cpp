@@ -273,6 +273,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
     health::set_step(step);
     health::test_fail_point("compute", step);
+    health::mark_step(step);
     // The step's times count from a barrier all ranks leave together.
     exchange.barrier();
     const double start = now_us();
@@ -360,6 +361,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       saver.poll(exchange);
   }
   // The last checkpoint is durable and committed before the run reports.
+  health::mark_step(0);
   saver.finish(exchange);
 
   // The measured schedule of every rank, to rank 0.

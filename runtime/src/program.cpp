@@ -16,6 +16,7 @@
 #include <limits>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <omp.h>
 #include <sstream>
 #include <sys/stat.h>
@@ -184,10 +185,14 @@ void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) c
 
 void fill(const Tensor &t, double value) {
   // Generated code fills constants outside any stream's order: on a stream
-  // of its own, which has nothing pending.
-  Stream s(backend().kind());
-  fill_async(s, t, value);
-  s.synchronize();
+  // of its own, which has nothing pending once a fill returns. One stream,
+  // made once and never destroyed (streams may outlive statics): on cuda a
+  // stream per call was a cudaStream_t created and destroyed inside a step.
+  static std::mutex mutex;
+  static Stream *own = new Stream(backend().kind());
+  std::lock_guard<std::mutex> lock(mutex);
+  fill_async(*own, t, value);
+  own->synchronize();
 }
 
 void set_output(Program &p, int64_t index, const Tensor &value) {

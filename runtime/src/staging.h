@@ -24,6 +24,11 @@ namespace detail {
 // Whether host reads and writes of `b`'s memory go through pinned staging.
 bool stages_host_copies(const BackendInterface &b);
 
+// Copies `bytes` between two host buffers, neither of them program memory
+// (the runners' host-side exchanges on a one-rank world): on the host, with
+// no stream, no device copy and no synchronization on any backend.
+void copy_host_bytes(void *dst, const void *src, size_t bytes);
+
 // Two pinned host buffers of `chunk` bytes, allocated from `b` on first use,
 // each with the event of the last device copy that used it. One per
 // process for the linked backend (staging_buffers()); tests make their own.

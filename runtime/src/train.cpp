@@ -209,6 +209,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
   for (int64_t step = position.step + 1; step <= options.steps; ++step) {
     health::set_step(step);
     health::test_fail_point("compute", step);
+    health::mark_step(step);
     double start = now_us();
     const int64_t batch = (step - 1) % batch_count(data);
     const double lr = scheduled_lr(train, applied + 1);
@@ -281,6 +282,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
       saver.poll(exchange);
   }
   // The last checkpoint is durable and committed before the run reports.
+  health::mark_step(0);
   saver.finish(exchange);
 
   // The program's collectives over the whole run, and every rank's arena

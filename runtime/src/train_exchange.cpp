@@ -3,6 +3,7 @@
 #include "train_common.h"
 
 #include "health.h"
+#include "staging.h"
 
 #include "dsrt/backend.h"
 #include "dsrt/memory.h"
@@ -109,7 +110,14 @@ void RunnerComm::tally(Communicator &comm, const std::function<void()> &exchange
 
 void RunnerComm::all_gather(Communicator &comm, const Tensor &in, const Tensor &out) {
   if (comm.size() == 1) {
-    read_to_host(stream_, out.data, in);
+    // The runner's exchanges take host buffers. On a device backend a
+    // read_to_host would send them through the pinned staging with a
+    // device copy from pageable memory and a synchronization, every step;
+    // on the cpu `in` may be the arena, read in stream order.
+    if (detail::stages_host_copies(backend(stream_)))
+      detail::copy_host_bytes(out.data, in.data, in.nbytes());
+    else
+      read_to_host(stream_, out.data, in);
     return;
   }
   tally(comm, [&] {

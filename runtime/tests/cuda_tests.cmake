@@ -18,6 +18,19 @@ if(DSRT_HAVE_CUDA)
   target_link_libraries(dsrt_cuda_kernel_test PRIVATE dsrt_cuda GTest::gtest)
   target_compile_options(dsrt_cuda_kernel_test PRIVATE -fexceptions)
   set(DSRT_CUDA_TEST_TARGETS dsrt_cuda_kernel_table dsrt_cuda_no_device dsrt_cuda_kernel_test)
+  # The fake CUDA runtime (cudart, cuBLASLt, NCCL) that test/Compile/
+  # cuda-fake-run.test preloads into a generated cuda program to run its
+  # host side without a GPU (docs/runtime.md, "The fake CUDA runtime").
+  add_library(dsrt_fake_cudart SHARED cuda/fake_cudart.cpp)
+  target_include_directories(dsrt_fake_cudart PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  if(DSRT_NCCL_INCLUDE_DIR)
+    target_include_directories(dsrt_fake_cudart PRIVATE "${DSRT_NCCL_INCLUDE_DIR}")
+  else()
+    target_compile_definitions(dsrt_fake_cudart PRIVATE DSRT_FAKE_NO_NCCL=1)
+  endif()
+  set_target_properties(dsrt_fake_cudart PROPERTIES CXX_STANDARD 17
+                        LIBRARY_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/lib")
+  list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_fake_cudart)
 
   add_test(NAME dsrt_cuda_kernel_table COMMAND dsrt_cuda_kernel_table)
   set(_src "${CMAKE_CURRENT_SOURCE_DIR}/../src")

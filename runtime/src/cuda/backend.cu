@@ -268,12 +268,17 @@ public:
   }
 
   void synchronize(Stream &s) override {
-    check_cuda(cudaStreamSynchronize(cuda_stream(s)), "cuda::synchronize",
-               "cudaStreamSynchronize");
+    if (has_cuda_stream(s))
+      check_cuda(cudaStreamSynchronize(cuda_stream(s)), "cuda::synchronize",
+                 "cudaStreamSynchronize");
     throw_device_error();
   }
 
   DeviceEvent record(Stream &s) override {
+    // Nothing was ever queued on a stream without a cudaStream_t: the null
+    // event, which every wait and synchronize passes at once.
+    if (!has_cuda_stream(s))
+      return DeviceEvent();
     cudaEvent_t event = nullptr;
     check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cuda::record",
                "cudaEventCreateWithFlags");

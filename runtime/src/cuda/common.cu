@@ -116,10 +116,56 @@ void throw_device_error() {
 
 namespace {
 
+// The streams' scratch: slots of kStreamScratchDoubles doubles carved from
+// one cudaMalloc made with the first stream, so that a stream first used
+// inside a step (a bucket's, the communication stream) allocates nothing.
+// A slot returns to the pool with its stream; beyond kScratchSlots live
+// streams each further one has a cudaMalloc of its own.
+constexpr int kScratchSlots = 256;
+struct ScratchPool {
+  std::mutex mutex;
+  double *base = nullptr;
+  std::vector<int> free_slots;
+
+  double *take() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!base) {
+      void *p = nullptr;
+      check_cuda(cudaMalloc(&p, size_t(kScratchSlots) * kStreamScratchDoubles * sizeof(double)),
+                 "cuda", "cudaMalloc of the streams' scratch");
+      base = static_cast<double *>(p);
+      for (int i = kScratchSlots - 1; i >= 0; --i)
+        free_slots.push_back(i);
+    }
+    if (!free_slots.empty()) {
+      const int slot = free_slots.back();
+      free_slots.pop_back();
+      return base + size_t(slot) * kStreamScratchDoubles;
+    }
+    void *p = nullptr;
+    check_cuda(cudaMalloc(&p, kStreamScratchDoubles * sizeof(double)), "cuda",
+               "cudaMalloc of a stream's scratch");
+    return static_cast<double *>(p);
+  }
+  void give_back(double *p) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const double *end = base + size_t(kScratchSlots) * kStreamScratchDoubles;
+    if (base && p >= base && p < end)
+      free_slots.push_back(static_cast<int>((p - base) / kStreamScratchDoubles));
+    else
+      cudaFree(p);
+  }
+};
+
+ScratchPool &scratch_pool() {
+  static ScratchPool *pool = new ScratchPool;  // never destroyed: streams may outlive statics
+  return *pool;
+}
+
 // The backend's state of one dsrt::Stream: its cudaStream_t and a few
 // doubles of device scratch for kernels that pass a scalar to the next
-// kernel on the stream (a loss's divisor). Allocated with the stream, once,
-// so no kernel allocates; kernels on one stream run in order, so they never
+// kernel on the stream (a loss's divisor), a slot of the scratch pool. So
+// no kernel allocates; kernels on one stream run in order, so they never
 // share the scratch with another.
 struct CudaStreamState {
   cudaStream_t stream = nullptr;
@@ -127,7 +173,7 @@ struct CudaStreamState {
   ~CudaStreamState() {
     // At process exit the runtime may be gone already: nothing to report.
     if (scratch)
-      cudaFree(scratch);
+      scratch_pool().give_back(scratch);
     if (stream)
       cudaStreamDestroy(stream);
   }
@@ -140,10 +186,7 @@ CudaStreamState &stream_state(Stream &s) {
     auto cs = std::make_shared<CudaStreamState>();
     check_cuda(cudaStreamCreateWithFlags(&cs->stream, cudaStreamNonBlocking), "cuda",
                "cudaStreamCreateWithFlags");
-    void *p = nullptr;
-    check_cuda(cudaMalloc(&p, kStreamScratchDoubles * sizeof(double)), "cuda",
-               "cudaMalloc of the stream's scratch");
-    cs->scratch = static_cast<double *>(p);
+    cs->scratch = scratch_pool().take();
     state.device = cs;
   }
   return *static_cast<CudaStreamState *>(state.device.get());
@@ -152,6 +195,12 @@ CudaStreamState &stream_state(Stream &s) {
 }  // namespace
 
 cudaStream_t cuda_stream(Stream &s) { return stream_state(s).stream; }
+
+bool has_cuda_stream(Stream &s) {
+  StreamState &state = *s.state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  return state.device != nullptr;
+}
 
 double *stream_scratch(Stream &s) { return stream_state(s).scratch; }
 

@@ -73,6 +73,10 @@ __device__ inline void report_fault(DeviceErrorWord *word, DeviceFault fault, in
 cudaStream_t begin_kernel(Stream &s);
 // The stream without waiting for host work (the backend's own calls).
 cudaStream_t cuda_stream(Stream &s);
+// Whether `s` has its cudaStream_t yet: one that has none has had no device
+// work queued, so synchronizing or recording it needs no CUDA call (and
+// creates nothing inside a step).
+bool has_cuda_stream(Stream &s);
 // kStreamScratchDoubles doubles of device memory owned by the stream, for a
 // scalar one kernel leaves for the next on the same stream.
 constexpr int kStreamScratchDoubles = 32;

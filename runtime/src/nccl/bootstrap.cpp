@@ -1,6 +1,7 @@
 // The NCCL transport's bootstrap (bootstrap.h): no NCCL, no CUDA.
 #include "bootstrap.h"
 
+#include "dsrt/backend.h"
 #include "dsrt/comm.h"
 #include "dsrt/tensor.h"
 
@@ -23,7 +24,10 @@ public:
   int size() const override { return comm_.size(); }
   void broadcast(void *data, size_t bytes, int root) override {
     Tensor buffer{data, DType::Bool, Shape{static_cast<int64_t>(bytes)}};
-    Stream host(Backend::Cpu);
+    // A stream of the program's backend (cuda, where this runs): the MPI
+    // ring moves the host bytes on its own thread either way, and a cuda
+    // program has no cpu backend to make a Backend::Cpu stream of.
+    Stream host(backend().kind());
     comm_.broadcast(host, buffer, root).wait();
   }
   std::unique_ptr<BootstrapGroup> split(int color, int key) override {

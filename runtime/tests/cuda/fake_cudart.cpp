@@ -1,0 +1,748 @@
+// A fake CUDA runtime, cuBLASLt and NCCL for running a cuda program's host
+// side on a machine without a GPU (docs/runtime.md, "The fake CUDA
+// runtime"). Preloaded (LD_PRELOAD) into a program linked against the
+// shared cudart, it takes the place of every call the program and
+// libdsrt_cuda make:
+//
+//   memory   cudaMalloc and cudaHostAlloc are zeroed host memory (so what a
+//            program reads back, a loss, is finite); copies and fills are
+//            done at once on the host, in call order
+//   streams, events  handles the fake checks: a stream or event used after
+//            it was destroyed, or a wait on an event never recorded, counts
+//            as an error
+//   kernels  launches are counted (by kernel name, from the registration
+//            calls nvcc generates) and their configurations checked; they
+//            compute nothing
+//   cuBLASLt, NCCL  handles and counted no-ops (NCCL's collectives leave
+//            their buffers as they are)
+//
+// Counts are kept per phase: "setup" until the runtime marks step 1, then
+// "step N" for each step the runtime marks (dsrt_fake_cuda_step, looked up
+// by the runtime, health::mark_step), then "end". At exit the fake writes
+// them as JSON to $DSRT_FAKE_CUDA_REPORT (".rankR" appended under mpirun).
+// $DSRT_FAKE_CUDA_DEVICES is the device count (default 1).
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#ifndef DSRT_FAKE_NO_NCCL
+#include <nccl.h>
+#endif
+
+#include <dlfcn.h>
+#include <execinfo.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Phase {
+  std::string name;
+  std::map<std::string, long long> calls;        // API name -> count
+  std::map<std::string, long long> kernels;      // kernel name -> launches
+  std::vector<unsigned long long> device_allocs; // cudaMalloc sizes
+  std::vector<unsigned long long> host_allocs;   // cudaHostAlloc / cudaMallocHost sizes
+  std::vector<std::string> errors;               // misuse found (first few)
+  long long error_count = 0;
+};
+
+struct FakeStream {
+  unsigned flags = 0;
+};
+struct FakeEvent {
+  bool recorded = false;
+};
+
+struct State {
+  std::mutex mutex;
+  std::vector<Phase> phases{Phase{"setup"}};
+  std::set<FakeStream *> streams;
+  std::set<FakeEvent *> events;
+  std::map<uintptr_t, size_t> device_mem, host_mem;  // base -> bytes
+  std::map<const void *, std::string> kernel_names;  // host stub -> device name
+  std::map<const void *, size_t> max_dynamic_shared; // cudaFuncSetAttribute
+  int device = 0;
+  // The launch configuration nvcc pushes before a kernel's stub pops it.
+  struct Config {
+    dim3 grid, block;
+    size_t shared;
+    void *stream;
+  };
+  std::vector<Config> configs;
+
+  Phase &now() { return phases.back(); }
+  void count(const char *api) {
+    ++now().calls[api];
+    if (where()) print_where(api);
+  }
+  // DSRT_FAKE_CUDA_WHERE=1: each call prints its callers
+  // (file and offset, for addr2line) on stderr.
+  static bool where() {
+    static const bool on = std::getenv("DSRT_FAKE_CUDA_WHERE") != nullptr;
+    return on;
+  }
+  void print_where(const char *api) {
+    void *frames[10];
+    const int n = backtrace(frames, 10);
+    std::fprintf(stderr, "fake cudart: %s: %s:", now().name.c_str(), api);
+    for (int i = 2; i < n; ++i) {
+      Dl_info info{};
+      if (dladdr(frames[i], &info) && info.dli_fname)
+        std::fprintf(stderr, " %s+0x%lx", info.dli_fname,
+                     static_cast<unsigned long>(reinterpret_cast<uintptr_t>(frames[i]) -
+                                                reinterpret_cast<uintptr_t>(info.dli_fbase)));
+    }
+    std::fputc('\n', stderr);
+  }
+  void error(const std::string &what) {
+    Phase &p = now();
+    ++p.error_count;
+    if (p.errors.size() < 20) p.errors.push_back(what);
+  }
+  bool stream_ok(cudaStream_t s) {
+    return !s || streams.count(reinterpret_cast<FakeStream *>(s)) != 0;
+  }
+  void check_stream(cudaStream_t s, const char *api) {
+    if (!stream_ok(s)) error(std::string(api) + ": a stream that is not live");
+    if (!s) ++now().calls[std::string(api) + " on the legacy default stream"];
+  }
+  // Whether [p, p + n) lies in memory the fake handed out, and which kind.
+  const char *kind_of(const void *p, size_t n) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    for (auto *m : {&device_mem, &host_mem}) {
+      auto it = m->upper_bound(a);
+      if (it == m->begin()) continue;
+      --it;
+      if (a >= it->first && a + n <= it->first + it->second)
+        return m == &device_mem ? "device" : "pinned";
+    }
+    return nullptr;
+  }
+};
+
+State &state() {
+  static State *s = new State;  // never destroyed: the report runs at exit
+  return *s;
+}
+
+void *zeroed(size_t bytes, size_t alignment) {
+  const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void *p = std::aligned_alloc(alignment, rounded ? rounded : alignment);
+  if (p) std::memset(p, 0, rounded ? rounded : alignment);
+  return p;
+}
+
+void json_string(FILE *f, const std::string &s) {
+  std::fputc('"', f);
+  for (char c : s) {
+    if (c == '"' || c == '\\') std::fputc('\\', f);
+    if (static_cast<unsigned char>(c) < 0x20) { std::fprintf(f, "\\u%04x", c); continue; }
+    std::fputc(c, f);
+  }
+  std::fputc('"', f);
+}
+
+template <typename Map> void json_map(FILE *f, const Map &m) {
+  std::fputc('{', f);
+  bool first = true;
+  for (const auto &[k, v] : m) {
+    if (!first) std::fputs(", ", f);
+    first = false;
+    json_string(f, k);
+    std::fprintf(f, ": %lld", static_cast<long long>(v));
+  }
+  std::fputc('}', f);
+}
+
+void json_list(FILE *f, const std::vector<unsigned long long> &v) {
+  std::fputc('[', f);
+  for (size_t i = 0; i < v.size(); ++i) std::fprintf(f, "%s%llu", i ? ", " : "", v[i]);
+  std::fputc(']', f);
+}
+
+__attribute__((destructor)) void write_report() {
+  const char *path = std::getenv("DSRT_FAKE_CUDA_REPORT");
+  if (!path || !*path) return;
+  std::string file = path;
+  if (const char *rank = std::getenv("OMPI_COMM_WORLD_RANK")) file += std::string(".rank") + rank;
+  State &st = state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  FILE *f = std::fopen(file.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "fake cudart: cannot write %s\n", file.c_str());
+    return;
+  }
+  std::fputs("{\"phases\": [\n", f);
+  for (size_t i = 0; i < st.phases.size(); ++i) {
+    const Phase &p = st.phases[i];
+    std::fputs("  {\"name\": ", f);
+    json_string(f, p.name);
+    std::fputs(", \"calls\": ", f);
+    json_map(f, p.calls);
+    std::fputs(", \"kernels\": ", f);
+    json_map(f, p.kernels);
+    std::fputs(", \"device_allocs\": ", f);
+    json_list(f, p.device_allocs);
+    std::fputs(", \"host_allocs\": ", f);
+    json_list(f, p.host_allocs);
+    std::fprintf(f, ", \"error_count\": %lld, \"errors\": [", p.error_count);
+    for (size_t j = 0; j < p.errors.size(); ++j) {
+      if (j) std::fputs(", ", f);
+      json_string(f, p.errors[j]);
+    }
+    std::fprintf(f, "]}%s\n", i + 1 < st.phases.size() ? "," : "");
+  }
+  std::fputs("]}\n", f);
+  std::fclose(f);
+}
+
+#define LOCKED State &st = state(); std::lock_guard<std::mutex> lock(st.mutex)
+
+}  // namespace
+
+extern "C" {
+
+// The runtime's step marks: step >= 1 starts that step, 0 ends the last one.
+__attribute__((visibility("default"))) void dsrt_fake_cuda_step(long long step) {
+  LOCKED;
+  st.phases.push_back(Phase{step > 0 ? "step " + std::to_string(step) : "end"});
+}
+
+//===--- Devices and errors ----------------------------------------------===//
+
+// DSRT_FAKE_CUDA_DEVICES devices (default 1): a multi-rank job on one host
+// needs one per local rank.
+int device_count() {
+  static const int n = [] {
+    const char *v = std::getenv("DSRT_FAKE_CUDA_DEVICES");
+    const int k = v ? std::atoi(v) : 1;
+    return k > 0 ? k : 1;
+  }();
+  return n;
+}
+cudaError_t cudaGetDeviceCount(int *count) {
+  LOCKED;
+  st.count("cudaGetDeviceCount");
+  *count = device_count();
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+  LOCKED;
+  st.count("cudaSetDevice");
+  if (device < 0 || device >= device_count()) {
+    st.error("cudaSetDevice(" + std::to_string(device) + "): the fake has " +
+             std::to_string(device_count()) + " devices (DSRT_FAKE_CUDA_DEVICES)");
+    return cudaErrorInvalidDevice;
+  }
+  st.device = device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *device) {
+  LOCKED;
+  *device = st.device;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
+  LOCKED;
+  st.count("cudaDeviceGetAttribute");
+  switch (attr) {
+  case cudaDevAttrMultiProcessorCount: *value = 132; break;
+  case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 * 1024; break;
+  case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
+  case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+  case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+  default: *value = 0; break;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t error) {
+  return error == cudaSuccess ? "no error (fake cudart)" : "error (fake cudart)";
+}
+const char *cudaGetErrorName(cudaError_t error) { return cudaGetErrorString(error); }
+cudaError_t cudaDeviceSynchronize(void) {
+  LOCKED;
+  st.count("cudaDeviceSynchronize");
+  return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
+  LOCKED;
+  st.count("cudaFuncSetAttribute");
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize)
+    st.max_dynamic_shared[func] = static_cast<size_t>(value);
+  return cudaSuccess;
+}
+
+//===--- Memory ------------------------------------------------------------===//
+
+namespace {
+// Zeroed memory, remembered as device or pinned memory with its size.
+cudaError_t allocate(const char *api, void **p, size_t bytes, bool device) {
+  LOCKED;
+  st.count(api);
+  (device ? st.now().device_allocs : st.now().host_allocs).push_back(bytes);
+  *p = zeroed(bytes, device ? 256 : 4096);
+  if (!*p) return cudaErrorMemoryAllocation;
+  (device ? st.device_mem : st.host_mem)[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  return cudaSuccess;
+}
+}  // namespace
+
+cudaError_t cudaMalloc(void **p, size_t bytes) { return allocate("cudaMalloc", p, bytes, true); }
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int) {
+  return allocate("cudaHostAlloc", p, bytes, false);
+}
+cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
+cudaError_t cudaHostGetDevicePointer(void **device, void *host, unsigned int) {
+  LOCKED;
+  st.count("cudaHostGetDevicePointer");
+  if (!st.kind_of(host, 1)) st.error("cudaHostGetDevicePointer of memory not pinned by cudaHostAlloc");
+  *device = host;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+  LOCKED;
+  st.count("cudaFree");
+  if (!p) return cudaSuccess;
+  if (!st.device_mem.erase(reinterpret_cast<uintptr_t>(p))) {
+    st.error("cudaFree of a pointer cudaMalloc did not return");
+    return cudaErrorInvalidValue;
+  }
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+  LOCKED;
+  st.count("cudaFreeHost");
+  if (!st.host_mem.erase(reinterpret_cast<uintptr_t>(p))) {
+    st.error("cudaFreeHost of a pointer cudaHostAlloc did not return");
+    return cudaErrorInvalidValue;
+  }
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *attr, const void *p) {
+  LOCKED;
+  st.count("cudaPointerGetAttributes");
+  *attr = cudaPointerAttributes{};
+  const char *kind = st.kind_of(p, 1);
+  attr->type = !kind ? cudaMemoryTypeUnregistered
+               : std::strcmp(kind, "device") == 0 ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
+  attr->devicePointer = kind ? const_cast<void *>(p) : nullptr;
+  attr->hostPointer = kind && std::strcmp(kind, "pinned") == 0 ? const_cast<void *>(p) : nullptr;
+  return cudaSuccess;
+}
+
+namespace {
+// An asynchronous copy with pageable host memory on one side is not
+// asynchronous on a GPU (the host waits); counted apart.
+void check_copy(State &st, const char *api, void *dst, const void *src, size_t bytes) {
+  const char *d = st.kind_of(dst, bytes), *s = st.kind_of(src, bytes);
+  if (!d || !s) st.count((std::string(api) + " with pageable host memory").c_str());
+  if (!d && !s) st.error(std::string(api) + " between two pageable host buffers");
+}
+}  // namespace
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
+  LOCKED;
+  st.count("cudaMemcpy");
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind,
+                            cudaStream_t stream) {
+  LOCKED;
+  st.count("cudaMemcpyAsync");
+  st.check_stream(stream, "cudaMemcpyAsync");
+  if (bytes) check_copy(st, "cudaMemcpyAsync", dst, src, bytes);
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind,
+                              cudaStream_t stream) {
+  LOCKED;
+  st.count("cudaMemcpy2DAsync");
+  st.check_stream(stream, "cudaMemcpy2DAsync");
+  if (width > dpitch || width > spitch) st.error("cudaMemcpy2DAsync: width above a pitch");
+  for (size_t r = 0; r < height; ++r)
+    std::memmove(static_cast<char *>(dst) + r * dpitch,
+                 static_cast<const char *>(src) + r * spitch, width);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
+  LOCKED;
+  st.count("cudaMemset");
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream) {
+  LOCKED;
+  st.count("cudaMemsetAsync");
+  st.check_stream(stream, "cudaMemsetAsync");
+  if (bytes && !st.kind_of(dst, bytes)) st.error("cudaMemsetAsync of memory the fake did not allocate");
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+
+//===--- Streams and events -----------------------------------------------===//
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+  LOCKED;
+  st.count("cudaStreamCreateWithFlags");
+  auto *s = new FakeStream{flags};
+  st.streams.insert(s);
+  *stream = reinterpret_cast<cudaStream_t>(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *stream) { return cudaStreamCreateWithFlags(stream, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  LOCKED;
+  st.count("cudaStreamDestroy");
+  if (!st.streams.erase(reinterpret_cast<FakeStream *>(stream))) {
+    st.error("cudaStreamDestroy of a stream that is not live");
+    return cudaErrorInvalidResourceHandle;
+  }
+  delete reinterpret_cast<FakeStream *>(stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  LOCKED;
+  st.count("cudaStreamSynchronize");
+  st.check_stream(stream, "cudaStreamSynchronize");
+  return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  LOCKED;
+  st.count("cudaStreamQuery");
+  st.check_stream(stream, "cudaStreamQuery");
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int) {
+  LOCKED;
+  st.count("cudaEventCreateWithFlags");
+  auto *e = new FakeEvent;
+  st.events.insert(e);
+  *event = reinterpret_cast<cudaEvent_t>(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
+namespace {
+FakeEvent *live_event(State &st, cudaEvent_t event, const char *api) {
+  auto *e = reinterpret_cast<FakeEvent *>(event);
+  if (!st.events.count(e)) {
+    st.error(std::string(api) + ": an event that is not live");
+    return nullptr;
+  }
+  return e;
+}
+}  // namespace
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  LOCKED;
+  st.count("cudaEventDestroy");
+  FakeEvent *e = live_event(st, event, "cudaEventDestroy");
+  if (!e) return cudaErrorInvalidResourceHandle;
+  st.events.erase(e);
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  LOCKED;
+  st.count("cudaEventRecord");
+  st.check_stream(stream, "cudaEventRecord");
+  FakeEvent *e = live_event(st, event, "cudaEventRecord");
+  if (!e) return cudaErrorInvalidResourceHandle;
+  e->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int) {
+  return cudaEventRecord(event, stream);
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  LOCKED;
+  st.count("cudaStreamWaitEvent");
+  st.check_stream(stream, "cudaStreamWaitEvent");
+  FakeEvent *e = live_event(st, event, "cudaStreamWaitEvent");
+  if (!e) return cudaErrorInvalidResourceHandle;
+  // On a GPU a wait for an event never recorded returns at once: an order
+  // the program meant to have is missing.
+  if (!e->recorded) st.error("cudaStreamWaitEvent on an event that was never recorded");
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  LOCKED;
+  st.count("cudaEventSynchronize");
+  return live_event(st, event, "cudaEventSynchronize") ? cudaSuccess
+                                                       : cudaErrorInvalidResourceHandle;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  LOCKED;
+  st.count("cudaEventQuery");
+  return live_event(st, event, "cudaEventQuery") ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+  LOCKED;
+  st.count("cudaEventElapsedTime");
+  if (!live_event(st, start, "cudaEventElapsedTime") || !live_event(st, end, "cudaEventElapsedTime"))
+    return cudaErrorInvalidResourceHandle;
+  *ms = 0;
+  return cudaSuccess;
+}
+
+//===--- Kernels: nvcc's registration and launch calls ---------------------===//
+
+void **__cudaRegisterFatBinary(void *fat) {
+  static void *handle;
+  (void)fat;
+  return &handle;
+}
+void __cudaRegisterFatBinaryEnd(void **) {}
+void __cudaUnregisterFatBinary(void **) {}
+void __cudaRegisterFunction(void **, const char *hostFun, char *, const char *deviceName, int,
+                            uint3 *, uint3 *, dim3 *, dim3 *, int *) {
+  LOCKED;
+  st.kernel_names[hostFun] = deviceName;
+}
+void __cudaRegisterVar(void **, char *, char *, const char *, int, size_t, int, int) {}
+void __cudaRegisterManagedVar(void **, void **, char *, const char *, int, size_t, int, int) {}
+char __cudaInitModule(void **) { return 1; }
+unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shared, struct CUstream_st *stream) {
+  LOCKED;
+  st.configs.push_back({grid, block, shared, stream});
+  return 0;
+}
+cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shared, void *stream) {
+  LOCKED;
+  if (st.configs.empty()) {
+    st.error("__cudaPopCallConfiguration without a pushed configuration");
+    return cudaErrorInvalidConfiguration;
+  }
+  const State::Config c = st.configs.back();
+  st.configs.pop_back();
+  *grid = c.grid;
+  *block = c.block;
+  *shared = c.shared;
+  *static_cast<void **>(stream) = c.stream;
+  return cudaSuccess;
+}
+cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *func) {
+  *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void *>(func));
+  return cudaSuccess;
+}
+
+namespace {
+cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t shared, cudaStream_t stream) {
+  LOCKED;
+  st.count("kernel launch");
+  st.check_stream(stream, "kernel launch");
+  auto it = st.kernel_names.find(func);
+  const std::string name = it == st.kernel_names.end() ? "?" : it->second;
+  if (it == st.kernel_names.end()) st.error("launch of a kernel nvcc did not register");
+  ++st.now().kernels[name];
+  const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  const auto limit = st.max_dynamic_shared.find(func);
+  const size_t shared_limit = limit == st.max_dynamic_shared.end() ? 48 * 1024 : limit->second;
+  if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 ||
+      grid.z == 0 || grid.y > 65535 || grid.z > 65535 || shared > shared_limit) {
+    st.error("launch of " + name + " with an invalid configuration: grid " +
+             std::to_string(grid.x) + "x" + std::to_string(grid.y) + "x" + std::to_string(grid.z) +
+             ", block " + std::to_string(block.x) + "x" + std::to_string(block.y) + "x" +
+             std::to_string(block.z) + ", " + std::to_string(shared) + " bytes of shared memory");
+    return cudaErrorInvalidConfiguration;
+  }
+  return cudaSuccess;
+}
+}  // namespace
+
+cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **, size_t shared,
+                             cudaStream_t stream) {
+  return launch(func, grid, block, shared, stream);
+}
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void **,
+                               size_t shared, cudaStream_t stream) {
+  return launch(reinterpret_cast<const void *>(kernel), grid, block, shared, stream);
+}
+
+//===--- cuBLASLt ----------------------------------------------------------===//
+
+namespace {
+int lt_dummy;
+void *lt_handle() { return &lt_dummy; }
+}  // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
+  LOCKED;
+  st.count("cublasLtCreate");
+  *handle = static_cast<cublasLtHandle_t>(lt_handle());
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t,
+                                        cudaDataType_t) {
+  LOCKED;
+  st.count("cublasLtMatmulDescCreate");
+  *desc = static_cast<cublasLtMatmulDesc_t>(std::calloc(1, 64));
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  std::free(desc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t,
+                                              const void *, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType, uint64_t,
+                                          uint64_t, int64_t) {
+  LOCKED;
+  st.count("cublasLtMatrixLayoutCreate");
+  *layout = static_cast<cublasLtMatrixLayout_t>(std::calloc(1, 64));
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(const cublasLtMatrixLayout_t layout) {
+  std::free(layout);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t,
+                                                cublasLtMatrixLayoutAttribute_t, const void *,
+                                                size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
+  *pref = static_cast<cublasLtMatmulPreference_t>(std::calloc(1, 64));
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(const cublasLtMatmulPreference_t pref) {
+  std::free(pref);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                                    cublasLtMatmulPreferenceAttributes_t,
+                                                    const void *, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int *returned) {
+  LOCKED;
+  st.count("cublasLtMatmulAlgoGetHeuristic");
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  results[0] = cublasLtMatmulHeuristicResult_t{};
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *,
+                              cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t,
+                              const void *, const void *, cublasLtMatrixLayout_t, void *,
+                              cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *workspace,
+                              size_t workspace_bytes, cudaStream_t stream) {
+  LOCKED;
+  st.count("cublasLtMatmul");
+  st.check_stream(stream, "cublasLtMatmul");
+  if (workspace_bytes && !st.kind_of(workspace, workspace_bytes))
+    st.error("cublasLtMatmul: a workspace outside device memory");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+//===--- NCCL --------------------------------------------------------------===//
+#ifndef DSRT_FAKE_NO_NCCL
+
+struct ncclComm {
+  int nranks, rank;
+};
+
+const char *ncclGetErrorString(ncclResult_t) { return "fake nccl"; }
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  LOCKED;
+  st.count("ncclGetUniqueId");
+  std::memset(id, 7, sizeof(*id));
+  return ncclSuccess;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId, int rank) {
+  LOCKED;
+  st.count("ncclCommInitRank");
+  *comm = new ncclComm{nranks, rank};
+  return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  delete comm;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  LOCKED;
+  st.count("ncclCommAbort");
+  delete comm;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *error) {
+  *error = ncclSuccess;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupStart() {
+  LOCKED;
+  st.count("ncclGroupStart");
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd() {
+  LOCKED;
+  st.count("ncclGroupEnd");
+  return ncclSuccess;
+}
+
+namespace {
+ncclResult_t collective(const char *api, cudaStream_t stream) {
+  LOCKED;
+  st.count(api);
+  st.check_stream(stream, api);
+  return ncclSuccess;
+}
+}  // namespace
+
+ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                           cudaStream_t stream) {
+  return collective("ncclAllReduce", stream);
+}
+ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
+                           cudaStream_t stream) {
+  return collective("ncclAllGather", stream);
+}
+ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                               ncclComm_t, cudaStream_t stream) {
+  return collective("ncclReduceScatter", stream);
+}
+ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
+                           cudaStream_t stream) {
+  return collective("ncclBroadcast", stream);
+}
+ncclResult_t ncclReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int,
+                        ncclComm_t, cudaStream_t stream) {
+  return collective("ncclReduce", stream);
+}
+ncclResult_t ncclSend(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t stream) {
+  return collective("ncclSend", stream);
+}
+ncclResult_t ncclRecv(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t stream) {
+  return collective("ncclRecv", stream);
+}
+#endif  // DSRT_FAKE_NO_NCCL
+
+}  // extern "C"

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Runs a cuda training program's host side behind the fake CUDA runtime.
+
+dsopt writes the program's sources and plan (--target cuda --sources-only),
+nvcc compiles src/train.cu with dsopt's flags and it is linked as dsopt links
+it (against the shared cudart); the program then trains --steps steps with
+the fake runtime (libdsrt_fake_cudart.so, docs/runtime.md "The fake CUDA
+runtime") preloaded, under mpirun -np N when --ranks N > 1. From each rank's
+report of the fake this checks:
+
+  * no misuse: no launch of an unregistered kernel or with a bad
+    configuration, no wait on an event never recorded, no stream or event
+    used after it was destroyed, no copy between pageable buffers
+  * device memory: exactly one cudaMalloc of the plan's device arena
+    (memory_spaces.device.peak_bytes of the rank, which holds the kernels'
+    workspaces); the other device allocations are printed
+  * steps 2..N: no allocation or free, no stream creation or destruction, no
+    cudaDeviceSynchronize, blocking cudaMemcpy/cudaMemset or asynchronous
+    copy with pageable memory; the host synchronizations of each step are
+    printed (the test lists the expected ones)
+  * the kernel launches (by kernel), cuBLASLt matmuls and NCCL calls of
+    steps 2..N are the same in every step
+
+Prints what it found, one line per fact, and "fake cuda: ok" or the
+failures; exits 1 on any failure. --inject-step-malloc adds a cudaMalloc at
+the start of the program's micro_step, which the check must reject.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+# Calls that must not happen inside steps 2..N.
+FORBIDDEN_IN_STEP = ["cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaMallocHost", "cudaFreeHost",
+                     "cudaStreamCreateWithFlags", "cudaStreamCreate", "cudaStreamDestroy",
+                     "cudaDeviceSynchronize", "cudaMemcpy", "cudaMemset",
+                     "cudaMemcpyAsync with pageable host memory"]
+SYNCS = ["cudaStreamSynchronize", "cudaEventSynchronize"]
+
+
+def run(command, **kw):
+    done = subprocess.run(command, capture_output=True, text=True, **kw)
+    if done.returncode != 0:
+        sys.stderr.write(" ".join(shlex.quote(str(c)) for c in command) + "\n" +
+                         done.stdout + done.stderr)
+        raise SystemExit(f"fake cuda: FAILED: {Path(str(command[0])).name} exited "
+                         f"{done.returncode}")
+    return done
+
+
+def build(args, prog: Path) -> Path:
+    run([args.dsopt, args.model, "--target", "cuda", "--sources-only", "-o", str(prog),
+         *args.dsopt_flag])
+    source = prog / "src" / "train.cu"
+    if args.inject_step_malloc:
+        text = source.read_text()
+        head = "void dsopt_micro_step(dsrt::Program& v1) {\n"
+        if head not in text:
+            raise SystemExit(f"fake cuda: no '{head.strip()}' in {source}")
+        source.write_text(text.replace(
+            head, head + "  { void *extra = nullptr; cudaMalloc(&extra, 256); }\n"))
+    flags = {}
+    out = run([args.dsopt, "--print-build-flags", "--target", "cuda"]).stdout
+    for line in out.splitlines():
+        key, _, value = line.partition(": ")
+        flags[key] = value
+    obj = prog / "train.o"
+    run([flags["nvcc"], *shlex.split(flags["nvccflags"]), "-c", str(source), "-o", str(obj)])
+    exe = prog / "train_fake"
+    run([args.cxx, str(obj), "-o", str(exe), *shlex.split(flags["libs"])])
+    return exe
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="the ONNX model")
+    parser.add_argument("--data", required=True, help="train --data DIR")
+    parser.add_argument("--work", required=True, type=Path)
+    parser.add_argument("--fake", required=True, help="libdsrt_fake_cudart.so")
+    parser.add_argument("--dsopt", default="dsopt")
+    parser.add_argument("--cxx", default="c++")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--ranks", type=int, default=1, help="mpirun -np N (1: no mpirun)")
+    parser.add_argument("--dsopt-flag", action="append", default=[],
+                        help="a flag for dsopt (--dp=2, --zero=3); repeat for more")
+    parser.add_argument("--inject-step-malloc", action="store_true")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    prog = args.work / "prog"
+    exe = build(args, prog)
+
+    report = args.work / "fake.json"
+    for old in args.work.glob("fake.json*"):
+        old.unlink()
+    # One fake device per rank (all ranks are on this host).
+    env = dict(os.environ, DSRT_FAKE_CUDA_REPORT=str(report), LD_PRELOAD=args.fake,
+               DSRT_FAKE_CUDA_DEVICES=str(args.ranks))
+    command = [str(exe), "--data", args.data, "--steps", str(args.steps), "--quiet"]
+    if args.ranks > 1:
+        command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                   "-np", str(args.ranks),
+                   "-x", "DSRT_FAKE_CUDA_REPORT", "-x", "DSRT_FAKE_CUDA_DEVICES", "-x", "LD_PRELOAD",
+                   *command]
+    run(command, env=env)
+
+    plan = json.loads((prog / "plan.json").read_text())
+    failures = []
+    for rank in range(args.ranks):
+        path = Path(f"{report}.rank{rank}") if args.ranks > 1 else report
+        if not path.exists():
+            failures.append(f"rank {rank}: the fake wrote no report {path}")
+            continue
+        phases = json.loads(path.read_text())["phases"]
+        who = f"rank {rank}"
+        names = [p["name"] for p in phases]
+        expected = ["setup"] + [f"step {s}" for s in range(1, args.steps + 1)] + ["end"]
+        if names != expected:
+            failures.append(f"{who}: phases {names}, expected {expected}")
+            continue
+        for p in phases:
+            if p["error_count"]:
+                failures.append(f"{who}: {p['name']}: {p['error_count']} misuses: " +
+                                "; ".join(p["errors"][:3]))
+        # Device memory: the arena once, at the plan's size.
+        # The plan lists a rank entry per distinct rank (dp ranks share one).
+        entries = plan["train"]["ranks"]
+        planned = next((e for e in entries if e["rank"] == rank), entries[0])
+        # The memory spaces are in the plan's top-level ranks[].
+        top = plan.get("ranks", [])
+        spaces = next((e for e in top if e.get("rank") == rank), top[0] if top else {}).get(
+            "memory_spaces", {})
+        space = spaces.get("device", {}).get("peak_bytes", planned["arena_bytes"])
+        workspace = max(f.get("kernel_workspace_bytes", 0) for f in planned["functions"])
+        allocs = [(p["name"], b) for p in phases for b in p["device_allocs"]]
+        # The backend over-allocates by an alignment above 256 bytes.
+        extra = planned.get("alignment", 0) if planned.get("alignment", 0) > 256 else 0
+        arena = [a for a in allocs if a[1] == space + extra]
+        print(f"{who}: device arena: {len(arena)} cudaMalloc of {space} bytes "
+              f"(plan: arena_bytes {planned['arena_bytes']}, holding the kernels' "
+              f"workspace of {workspace} bytes)")
+        if len(arena) != 1 or arena[0][0] != "setup":
+            failures.append(f"{who}: expected one cudaMalloc of the arena's {space} bytes before "
+                            f"step 1, found {arena}")
+        others = sorted(b for _, b in allocs if b != space + extra)
+        print(f"{who}: other device allocations: {others}")
+        host = spaces.get("host", {}).get("peak_bytes", 0)
+        if host:
+            # An alignment above 256 bytes (4096: file transfers read and
+            # write whole blocks) is had by over-allocating by it.
+            pinned = [(p["name"], b) for p in phases for b in p["host_allocs"]
+                      if b in (host, host + 4096)]
+            print(f"{who}: pinned host arena: {len(pinned)} cudaHostAlloc of {host} bytes "
+                  f"(plan: memory_spaces.host.peak_bytes, and its alignment)")
+            if len(pinned) != 1 or pinned[0][0] != "setup":
+                failures.append(f"{who}: expected one cudaHostAlloc of the host space's {host} "
+                                f"bytes before step 1, found {pinned}")
+        steps = phases[2:-1]  # steps 2..N
+        for p in steps:
+            bad = {c: p["calls"][c] for c in FORBIDDEN_IN_STEP if p["calls"].get(c)}
+            if bad:
+                failures.append(f"{who}: {p['name']}: " +
+                                ", ".join(f"{c} x{n}" for c, n in sorted(bad.items())))
+            syncs = ", ".join(f"{c} {p['calls'].get(c, 0)}" for c in SYNCS)
+            print(f"{who}: {p['name']}: host synchronizations: {syncs}")
+
+        def work(p):
+            return ({k: v for k, v in p["calls"].items()
+                     if k == "kernel launch" or k.startswith("nccl") or k == "cublasLtMatmul"},
+                    p["kernels"])
+        first = work(steps[0])
+        launches = first[0].get("kernel launch", 0)
+        print(f"{who}: kernel launches per step: {launches}, cuBLASLt matmuls: "
+              f"{first[0].get('cublasLtMatmul', 0)}, NCCL calls: "
+              f"{sum(v for k, v in first[0].items() if k.startswith('nccl'))}")
+        for p in steps[1:]:
+            if work(p) != first:
+                failures.append(f"{who}: {p['name']} launched other work than {steps[0]['name']}: "
+                                f"{work(p)[0]} vs {first[0]}")
+        waits = sum(p["calls"].get("cudaStreamWaitEvent", 0) for p in phases)
+        print(f"{who}: stream waits: {waits}, each on a recorded, live event")
+    for f in failures:
+        print(f"FAILED: {f}")
+    print("fake cuda: ok" if not failures else f"fake cuda: {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
