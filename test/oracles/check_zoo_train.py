@@ -400,7 +400,12 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
         return f"{label}: {kind} {message}", True, seconds
 
     config = ds_config(config_name, model.config.batch, gas)
-    (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    config["optimizer"]["params"].update(args.optimizer_params)
+    # --perturb changes what dsopt is told only: PyTorch keeps the stated
+    # configuration, so a check that can tell the two apart must fail.
+    dsopt_config = json.loads(json.dumps(config))
+    dsopt_config["optimizer"]["params"].update(args.perturb)
+    (work / "ds_config.json").write_text(json.dumps(dsopt_config, indent=2) + "\n")
     data = make_train_data(model, N_BATCHES, model.config.batch * gas)
     write_train_data(data, work / "data")
     onnx_model = onnx.load(str(model_path))
@@ -488,6 +493,17 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
     return f"{label}: matches PyTorch ({stats}) [{timing}]", False, seconds
 
 
+def optimizer_params(text: str) -> Dict:
+    """--optimizer-params / --perturb: a JSON object of optimizer params."""
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}")
+    if not isinstance(params, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object of optimizer params")
+    return params
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--zoo", required=True, help="directory of an export_zoo.py export")
@@ -499,6 +515,12 @@ def main() -> int:
                         f"{','.join(f'{c}-gas{g}' for c, g in case_names(''))})")
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--jobs", type=int, default=JOBS, help="cases run at once")
+    parser.add_argument("--optimizer-params", type=optimizer_params, default={}, metavar="JSON",
+                        help="optimizer params replacing the configuration's, in dsopt and PyTorch alike "
+                        "(e.g. '{\"lr\": 5e-4}')")
+    parser.add_argument("--perturb", type=optimizer_params, default={}, metavar="JSON",
+                        help="optimizer params given to dsopt only, PyTorch keeping the configuration's "
+                        "(e.g. '{\"betas\": [0.9, 0.99]}'): a check of the check, which must then fail")
     parser.add_argument("--forward", action="store_true",
                         help="also run the build's forward program on the export's example inputs: loss and "
                         f"logits within rel {FORWARD_RTOL:g} of PyTorch's (check_zoo_forward.py's rule), widened by "
