@@ -313,12 +313,11 @@ Traffic collectiveTraffic(StringRef kind, Type element, int64_t total,
   if (ranks == 1)
     return t;
   int64_t e = ds::getElementByteSize(element);
-  int64_t w = element.isF16() || element.isBF16() ? 4 : e; // reduced in f32
   dsrt::ring::Bytes bytes;
   if (kind == "all_reduce")
-    bytes = dsrt::ring::all_reduce(e, w, total, ranks, rank);
+    bytes = dsrt::ring::all_reduce(e, total, ranks, rank);
   else if (kind == "reduce_scatter")
-    bytes = dsrt::ring::reduce_scatter(w, total, ranks, rank);
+    bytes = dsrt::ring::reduce_scatter(e, total, ranks, rank);
   else if (kind == "all_gather")
     bytes = dsrt::ring::all_gather(e, total, ranks, rank);
   t.sent = bytes.sent;

@@ -10,7 +10,10 @@
 // the same id (ds.grad_of), and clones keep both. A backward op without one
 // (built by a later pass) follows its operands. The importer gives every
 // ONNX node its own location (its name and index), shared by the ds ops the
-// node becomes; cuts never separate those.
+// node becomes; cuts never separate those. Nor do they separate an
+// all-gather (a tensor-parallel entry's, with the transposes around it)
+// from the forward ops that read what it gathered: a cut before the gather
+// sends the rank's piece instead of the whole.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +24,7 @@
 #include "ds/IR/DsDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
@@ -198,12 +202,44 @@ void PipelinePass::runOnOperation() {
       it->second.second = i;
   }
   std::vector<int> spanning(n + 1, 0);
-  for (auto &entry : span) {
-    auto [first, last] = entry.second;
+  auto keepTogether = [&](size_t first, size_t last) {
     if (first < last) {
       spanning[first + 1] += 1;
       spanning[last + 1] -= 1;
     }
+  };
+  for (auto &entry : span)
+    keepTogether(entry.second.first, entry.second.second);
+  // Nor between an all-gather that grows its input and the forward ops that
+  // read the gathered value (through the transposes that move the gathered
+  // axis to the front and back): a cut before the gather, or before the
+  // transpose feeding it, sends the rank's piece, which a cut after it
+  // sends as well whenever a later op still reads it.
+  llvm::DenseMap<Operation *, size_t> position;
+  for (auto [i, op] : llvm::enumerate(sequence))
+    position[op] = i;
+  for (auto [i, op] : llvm::enumerate(sequence)) {
+    auto gather = dyn_cast<shard::AllGatherOp>(op);
+    if (!gather || bytesOf(gather.getResult()) <= bytesOf(gather.getInput()))
+      continue;
+    size_t first = i, last = i;
+    Value input = gather.getInput();
+    if (auto transpose = input.getDefiningOp<ds::TransposeOp>();
+        transpose && input.hasOneUse() && position.count(transpose))
+      first = position.lookup(transpose);
+    SmallVector<Value> gathered{gather.getResult()};
+    while (!gathered.empty()) {
+      Value value = gathered.pop_back_val();
+      for (Operation *user : value.getUsers()) {
+        auto it = position.find(user);
+        if (it == position.end())
+          continue;
+        last = std::max(last, it->second);
+        if (isa<ds::TransposeOp>(user))
+          gathered.push_back(user->getResult(0));
+      }
+    }
+    keepTogether(first, last);
   }
   std::vector<bool> cutBefore(n, false);
   std::vector<size_t> pieceStarts;

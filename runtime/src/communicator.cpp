@@ -21,12 +21,6 @@ namespace {
 
 int mod(int64_t a, int n) { return static_cast<int>(((a % n) + n) % n); }
 
-// Reduction partials travel in the accumulation type: f32 for the 16-bit
-// floats (so that they round once, at the end), the element type otherwise.
-size_t wire_size(DType dtype) {
-  return dtype == DType::F16 || dtype == DType::BF16 ? 4 : dtype_size(dtype);
-}
-
 }  // namespace
 
 const char *comm_op_name(CommOp op) {
@@ -50,24 +44,21 @@ Chunk ring_chunk(int64_t total, int ranks, int j) {
   return Chunk{j * base + std::min<int64_t>(j, extra), ring::chunk_size(total, ranks, j)};
 }
 
-
-
 CommVolume comm_volume(CommOp op, DType dtype, int64_t total, int ranks, int rank, int root) {
   if (ranks < 1 || rank < 0 || rank >= ranks || total < 0)
     throw Error("dsrt::comm_volume: rank " + std::to_string(rank) + " of " +
                 std::to_string(ranks) + " with " + std::to_string(total) +
                 " elements is out of range");
   const int64_t e = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t w = static_cast<int64_t>(wire_size(dtype));
   const int64_t bytes = total * e;
   CommVolume v;
   ring::Bytes b;
   switch (op) {
   case CommOp::AllReduce:
-    b = ring::all_reduce(e, w, total, ranks, rank);
+    b = ring::all_reduce(e, total, ranks, rank);
     return {b.sent, b.received};
   case CommOp::ReduceScatter:
-    b = ring::reduce_scatter(w, total, ranks, rank);
+    b = ring::reduce_scatter(e, total, ranks, rank);
     return {b.sent, b.received};
   case CommOp::AllGather:
     b = ring::all_gather(e, total, ranks, rank);

@@ -56,13 +56,6 @@ namespace detail {
 
 inline int mod(int64_t a, int n) { return static_cast<int>(((a % n) + n) % n); }
 
-// Reduction partials travel in the accumulation type: f32 for the 16-bit
-// floats (so that they round once, at the end), the element type otherwise.
-inline size_t wire_size(DType dtype) {
-  return dtype == DType::F16 || dtype == DType::BF16 ? 4 : dtype_size(dtype);
-}
-
-
 enum Tag : int {
   kTagCollHeader = 101,
   kTagCollData = 102,

@@ -3,6 +3,7 @@
 // the header exchange. Reduction order and byte counts: docs/runtime.md.
 #include "mpi_ring.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -79,8 +80,12 @@ void CommEngine::run_collective(Call &c, const std::string &local) {
   // Reduce-scatter: at step k rank r sends its partial of chunk r-1-k to
   // r+1 and receives r-1's partial of chunk r-2-k, adding its own value. So
   // chunk j is summed along the ring starting at rank j+1 and ending at rank
-  // j, which holds the result after N-1 steps. Returns this rank's result.
-  auto reduce_scatter = [&](auto tag) -> void * {
+  // j, which holds the result after N-1 steps. Partials travel in the
+  // element type, as NCCL's ring sends them: each hop adds in the
+  // accumulation type (f32 for 16-bit floats) and rounds once before
+  // sending on. Returns this rank's result, unrounded, in the accumulation
+  // type.
+  auto reduce_scatter = [&](auto tag) -> const void * {
     using T = typename decltype(tag)::type;
     using A = typename Accum<T>::type;
     const T *in = static_cast<const T *>(c.in.data);
@@ -88,24 +93,36 @@ void CommEngine::run_collective(Call &c, const std::string &local) {
     for (auto &s : stage_)
       if (s.size() < max_chunk * sizeof(A))
         s.resize(max_chunk * sizeof(A));
-    A *send = reinterpret_cast<A *>(stage_[0].data());
-    A *recv = reinterpret_cast<A *>(stage_[1].data());
+    if (N == 1) {
+      A *acc = reinterpret_cast<A *>(stage_[0].data());
+      for (int64_t i = 0, n = c.count; i < n; ++i)
+        acc[i] = load(in[i]);
+      return acc;
+    }
+    T *send = reinterpret_cast<T *>(stage_[0].data());
+    T *recv = reinterpret_cast<T *>(stage_[1].data());
     Chunk first = chunk(r - 1);
-    for (int64_t i = 0; i < first.size; ++i)
-      send[i] = load(in[first.begin + i]);
-    for (int k = 0; k < N - 1; ++k) {
+    std::copy(in + first.begin, in + first.begin + first.size, send);
+    for (int k = 0;; ++k) {
       Chunk cs = chunk(r - 1 - k), cr = chunk(r - 2 - k);
       if (cr.size)
-        t.recv(c.op, recv, cr.size * int64_t(sizeof(A)), prev, kTagCollData);
+        t.recv(c.op, recv, cr.size * int64_t(sizeof(T)), prev, kTagCollData);
       if (cs.size)
-        t.send(c.op, send, cs.size * int64_t(sizeof(A)), next, kTagCollData);
+        t.send(c.op, send, cs.size * int64_t(sizeof(T)), next, kTagCollData);
       t.wait();
       t.clear();
+      if (k == N - 2) {
+        // The last step: the chunk is this rank's own; its send buffer is
+        // free and holds the sum until store_result rounds it.
+        A *acc = reinterpret_cast<A *>(send);
+        for (int64_t i = 0; i < cr.size; ++i)
+          acc[i] = combine(load(recv[i]), load(in[cr.begin + i]), c.reduce);
+        return acc;
+      }
       for (int64_t i = 0; i < cr.size; ++i)
-        recv[i] = combine(recv[i], load(in[cr.begin + i]), c.reduce);
+        recv[i] = store<T>(combine(load(recv[i]), load(in[cr.begin + i]), c.reduce));
       std::swap(send, recv);
     }
-    return send;
   };
   // Rounds this rank's reduced chunk (f32 for 16-bit floats) into `out`.
   auto store_result = [&](auto tag, const void *acc, void *out) {

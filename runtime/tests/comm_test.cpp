@@ -101,13 +101,17 @@ float fmax_nan(float a, float b) {
 }
 
 // How the reference combines values: the documented ring order, or two
-// wrong ones that the bitwise checks must be able to tell apart from it.
-enum class Order { Ring, RankOrder, RoundEachHop };
+// wrong ones that the bitwise checks must be able to tell apart from it
+// (the ranks in rank order; 16-bit partials kept in f32 from hop to hop).
+enum class Order { Ring, RankOrder, F32Partials };
 
 // Elements [begin, begin + count) of the reduction of every rank's input,
 // combined in the documented order: element i of chunk j is the fold of
 // ranks j+1, j+2, ..., j+N (mod N), left to right, in f32 for the float
-// types (rounded once) and with wrap-around for the integers.
+// types and with wrap-around for the integers. The partial sums travel in
+// the element type, as NCCL's do: every hop but the last rounds its f32
+// sum to it before sending on (which changes 16-bit results from 3 ranks
+// on); the chunk's owner divides an average and rounds once.
 Owned reference(DType d, ReduceOp op, int64_t n, uint64_t seed, int64_t begin, int64_t count,
                 Order order = Order::Ring) {
   const int ranks = N();
@@ -124,7 +128,7 @@ Owned reference(DType d, ReduceOp op, int64_t n, uint64_t seed, int64_t begin, i
       for (int k = 2; k <= ranks; ++k) {
         float v = dsrt::load_float(x(k), i);
         acc = op == ReduceOp::Max ? fmax_nan(acc, v) : acc + v;
-        if (order == Order::RoundEachHop) {  // partials sent in the element type
+        if (order != Order::F32Partials && k < ranks) {  // sent on in the element type
           dsrt::store_float(out.t(), i - begin, acc);
           acc = dsrt::load_float(out.t(), i - begin);
         }
@@ -203,24 +207,23 @@ void expect_close_to_double_sum(const Owned &got, ReduceOp op, int64_t n, uint64
 }
 
 // The ring formulas of docs/runtime.md, written out again: per-rank payload
-// bytes in terms of the chunk sizes c(j); partials of 16-bit floats travel
-// as f32.
+// bytes in terms of the chunk sizes c(j); partials travel in the element
+// type, 16-bit floats too.
 dsrt::CommVolume formula(CommOp op, DType d, int64_t n, int root = 0) {
   const int ranks = N(), r = R();
   const int64_t e = static_cast<int64_t>(dsrt::dtype_size(d));
-  const int64_t w = (d == DType::F16 || d == DType::BF16) ? 4 : e;
   auto c = [&](int j) { return chunk_size(n, ranks, ((j % ranks) + ranks) % ranks); };
   dsrt::CommVolume v;
   if (ranks == 1)
     return v;
   switch (op) {
   case CommOp::AllReduce:
-    v.sent = w * (n - c(r)) + e * (n - c(r + 1));
-    v.received = w * (n - c(r - 1)) + e * (n - c(r));
+    v.sent = e * (n - c(r)) + e * (n - c(r + 1));
+    v.received = e * (n - c(r - 1)) + e * (n - c(r));
     break;
   case CommOp::ReduceScatter:
-    v.sent = w * (n - c(r));
-    v.received = w * (n - c(r - 1));
+    v.sent = e * (n - c(r));
+    v.received = e * (n - c(r - 1));
     break;
   case CommOp::AllGather:
     v.sent = e * (n - c(r + 1));
@@ -268,7 +271,7 @@ TEST(Comm, PartitionAndVolumesFollowTheFormulas) {
   EXPECT_EQ(dsrt::ring_chunk(2, 3, 2).size, 0);
   EXPECT_DSRT_ERROR(dsrt::ring_chunk(10, 3, 3), "chunk 3");
   // The library's formulas agree with the ones written out here.
-  for (DType d : {DType::F32, DType::BF16, DType::I64})
+  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::I64})
     for (int64_t n : {0, 1, 7, 960, 10001})
       for (CommOp op : {CommOp::AllReduce, CommOp::ReduceScatter, CommOp::AllGather,
                         CommOp::Broadcast}) {
@@ -299,16 +302,12 @@ TEST(Comm, AllReduceMatchesTheReferenceBitForBit) {
           expect_close_to_double_sum(out, op, n, seed, 0);
         expect_counters(CommOp::AllReduce, formula(CommOp::AllReduce, d, n));
         // The textbook volume where the chunks are equal: 2(N-1)/N of the
-        // tensor, the reduce-scatter half in f32 for 16-bit floats.
+        // tensor each way, for 16-bit floats too (NCCL's figure).
         if (n == 960) {
           int64_t S = n * static_cast<int64_t>(dsrt::dtype_size(d));
-          int64_t wire = dsrt::dtype_size(d) == 2 ? 2 * S : S;
-          int64_t textbook = (N() - 1) * wire / N() + (N() - 1) * S / N();
+          int64_t textbook = 2 * (N() - 1) * S / N();
           EXPECT_EQ(world().counters(CommOp::AllReduce).bytes_sent, textbook);
           EXPECT_EQ(world().counters(CommOp::AllReduce).bytes_received, textbook);
-          if (dsrt::dtype_size(d) != 2) {
-            EXPECT_EQ(textbook, 2 * (N() - 1) * S / N());
-          }
         }
         dsrt::CommCounters c = world().counters(CommOp::AllReduce);
         EXPECT_EQ(c.header_bytes_sent, (N() - 1) * dsrt::kCommHeaderBytes);
@@ -689,11 +688,21 @@ TEST(Comm, TheBitwiseCheckCanFail) {
   if (N() >= 3) {
     Owned rank_order = reference(DType::F32, ReduceOp::Sum, 1000, 41, 0, 1000, Order::RankOrder);
     EXPECT_NE(diff(rank_order, want), "");
-    // f16 partials rounded at every hop (instead of once) change results too.
-    Owned once = reference(DType::F16, ReduceOp::Sum, 1000, 41, 0, 1000);
-    Owned each_hop =
-        reference(DType::F16, ReduceOp::Sum, 1000, 41, 0, 1000, Order::RoundEachHop);
-    EXPECT_NE(diff(each_hop, once), "");
+    // 16-bit partials kept in f32 from hop to hop (rounded once, at the
+    // end) instead of sent in the element type change results too.
+    for (DType d : {DType::F16, DType::BF16})
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
+        Owned each_hop = reference(d, op, 1000, 41, 0, 1000);
+        Owned f32_partials = reference(d, op, 1000, 41, 0, 1000, Order::F32Partials);
+        EXPECT_NE(diff(f32_partials, each_hop), "") << dsrt::dtype_name(d);
+      }
+  } else {
+    // On 2 ranks the one partial sent is an input: nothing rounds on the way.
+    for (DType d : {DType::F16, DType::BF16})
+      EXPECT_EQ(diff(reference(d, ReduceOp::Mean, 1000, 41, 0, 1000, Order::F32Partials),
+                     reference(d, ReduceOp::Mean, 1000, 41, 0, 1000)),
+                "")
+          << dsrt::dtype_name(d);
   }
 }
 

@@ -288,13 +288,20 @@ std::string bits(const Tensor &a, const Tensor &b) {
 }
 
 // What the ring computes for an element of its chunk j: the partial starts
-// at rank j+1 and travels around the ring in f32, ending at rank j.
-float ring_order(const std::vector<float> &per_rank, int j, ReduceOp op) {
+// at rank j+1 and travels around the ring in the element type `d`, each hop
+// adding in f32 and rounding before it sends on, ending at rank j, which
+// rounds once.
+float ring_order(const std::vector<float> &per_rank, int j, ReduceOp op, DType d) {
   const int n = static_cast<int>(per_rank.size());
+  Owned wire(d, Shape{1});
   float acc = per_rank[(j + 1) % n];
   for (int k = 2; k <= n; ++k) {
     float x = per_rank[(j + k) % n];
     acc = op == ReduceOp::Max ? std::max(acc, x) : acc + x;
+    if (k < n) {
+      dsrt::store_float(wire.t(), 0, acc);
+      acc = dsrt::load_float(wire.t(), 0);
+    }
   }
   return op == ReduceOp::Mean ? acc / static_cast<float>(n) : acc;
 }
@@ -375,11 +382,17 @@ TEST(DistBuckets, AllReduceBucketMatchesThePerTensorResults) {
             for (int r = 0; r < N(); ++r)
               x.push_back(static_cast<float>(
                   bucket_input(c.d, sizes[t], r, static_cast<int>(t)).at(i)));
-            dsrt::store_float(want.t(), i, ring_order(x, ring_chunk_of(total, at + i), c.op));
+            dsrt::store_float(want.t(), i,
+                              ring_order(x, ring_chunk_of(total, at + i), c.op, c.d));
             dsrt::store_float(want_alone.t(), i,
-                              ring_order(x, ring_chunk_of(sizes[t], i), c.op));
+                              ring_order(x, ring_chunk_of(sizes[t], i), c.op, c.d));
+            // Another order rounds otherwise: an f32 sum in its last bits,
+            // a 16-bit one at each of its N - 1 roundings.
+            float magnitude = 1;
+            for (float v : x) magnitude += std::fabs(v);
             EXPECT_NEAR(dsrt::load_float(got, i), per_tensor[t].at(i),
-                        1e-5 * (1 + std::fabs(per_tensor[t].at(i))));
+                        c.d == DType::BF16 ? 0x1p-8 * (N() - 1) * magnitude
+                                           : 1e-5 * (1 + std::fabs(per_tensor[t].at(i))));
           }
           EXPECT_EQ(bits(got, want), "");
           // The written-out order is the communicator's: it also gives the

@@ -14,8 +14,14 @@ the embedding adds one of b*s*h forward, the head one backward, the
 cross-entropy three of b*s forward; the gradient norm sums the split
 parameters' squares over tp with one more (of one f32).
 
+Under --precision bf16 (--element-bytes 2) the parameters and the
+activations' collectives are 2 bytes per element, as Megatron's bf16
+all-reduces on NCCL send them; the cross-entropy's three stay f32 (Megatron
+casts the logits with output.float()), and so does the gradient norm's.
+
 Usage: check_tp_plan.py MODEL.onnx PLAN.json --tp N [--dp D]
            --layers L --hidden H [--layout gen-gpt|gpt2|llama]
+           [--element-bytes 4|2]
 (b and s from the model's first input.)
 Prints one line per check and 'tp plan: ok' when all hold; exits 1
 otherwise.
@@ -136,14 +142,17 @@ def main() -> int:
     ap.add_argument("--sequence-parallel", action="store_true",
                     help="the plan of --sequence-parallel (Korthikanti et al. "
                     "2022, 4.2.2)")
+    ap.add_argument("--element-bytes", type=int, choices=(2, 4), default=4,
+                    help="bytes of the working type: 2 for --precision bf16")
     args = ap.parse_args()
+    element = args.element_bytes
     SPLIT.extend(LAYOUTS[args.layout])
 
     model = onnx.load(args.model, load_external_data=False)
     params, shapes = {}, {}
     for init in model.graph.initializer:
         if init.data_type == onnx.TensorProto.FLOAT:
-            params[init.name] = int(np.prod(init.dims)) * 4
+            params[init.name] = int(np.prod(init.dims)) * element
             shapes[init.name] = list(init.dims)
     layers, d_model = args.layers, args.hidden
     batch, seq = (d.dim_value for d in
@@ -166,7 +175,7 @@ def main() -> int:
     check("ranks", [(r["rank"], r["dp"], r["tp"]) for r in ranks],
           [(d * args.tp + t, d, t) for d in range(args.dp)
            for t in range(args.tp)])
-    activation = batch * seq * d_model * 4
+    activation = batch * seq * d_model * element
     rows = batch * seq * 4
     for r in ranks:
         tag = f"rank {r['rank']}"
@@ -182,7 +191,7 @@ def main() -> int:
             args.tp, r.get("tp", 0))
         if args.sequence_parallel:
             check_sequence_parallel(check, tag, tp, params, layers, activation,
-                                    seq * d_model * 4, small, args.tp)
+                                    seq * d_model * element, small, args.tp)
             continue
         check(f"{tag} tp all_reduce calls", tp["all_reduce"]["calls"],
               4 * layers + 2 + 3 + 1)

@@ -21,8 +21,8 @@
 // in docs/runtime.md.
 //
 // Element types: f32, f16, bf16, i64, i32 for reductions (f16 and bf16
-// accumulate in f32 and round once), any type for all_gather, broadcast,
-// send and recv.
+// add in f32 and send their partials in 16 bits, as NCCL's ring does), any
+// type for all_gather, broadcast, send and recv.
 #ifndef DSRT_COMM_H
 #define DSRT_COMM_H
 

@@ -23,19 +23,19 @@ struct Bytes {
 };
 
 // Rank `rank` of `ranks` in one collective over `total` elements of
-// `element` bytes each; reductions move `wire` bytes per element (16-bit
-// floats are reduced in f32).
-inline Bytes all_reduce(int64_t element, int64_t wire, int64_t total, int64_t ranks,
-                        int64_t rank) {
+// `element` bytes each. Reductions send their partials in the element type
+// (16-bit floats too, as NCCL does), so every collective moves `element`
+// bytes per element on the wire.
+inline Bytes all_reduce(int64_t element, int64_t total, int64_t ranks, int64_t rank) {
   if (ranks == 1) return {};
   auto c = [&](int64_t j) { return chunk_size(total, ranks, j); };
-  return {wire * (total - c(rank)) + element * (total - c(rank + 1)),
-          wire * (total - c(rank - 1)) + element * (total - c(rank))};
+  return {element * (2 * total - c(rank) - c(rank + 1)),
+          element * (2 * total - c(rank - 1) - c(rank))};
 }
-inline Bytes reduce_scatter(int64_t wire, int64_t total, int64_t ranks, int64_t rank) {
+inline Bytes reduce_scatter(int64_t element, int64_t total, int64_t ranks, int64_t rank) {
   if (ranks == 1) return {};
   auto c = [&](int64_t j) { return chunk_size(total, ranks, j); };
-  return {wire * (total - c(rank)), wire * (total - c(rank - 1))};
+  return {element * (total - c(rank)), element * (total - c(rank - 1))};
 }
 inline Bytes all_gather(int64_t element, int64_t total, int64_t ranks, int64_t rank) {
   if (ranks == 1) return {};
