@@ -19,7 +19,9 @@
 // there. With device=nvme they are in the file space: each update's states
 // are read into host buffers by transfers issued before the previous update
 // (read-ahead, so two updates' states are in flight: double buffering) and
-// written back right after it (write-behind).
+// written back right after it (write-behind); a gradient accumulator's host
+// copy is made at the read-ahead too, so the host holds the gradients of
+// the two updates in flight, not all of them.
 //
 // With ratio < 1 only the last parameters' states go (partial offload).
 // With param-device (ZeRO-3's offload_param) the partitioned parameter
@@ -101,14 +103,20 @@ private:
   }
 
   /// `value`'s copy in host memory, copied as soon as it is computed (one
-  /// copy per value, however many updates read it).
-  Value deviceToHost(Value value) {
+  /// copy per value, however many updates read it). A function argument
+  /// (a gradient accumulator) is there from the start; its copy goes at
+  /// `readAhead` when the update reads its states ahead from the file, so
+  /// that the host holds the gradients of the updates in flight only, not
+  /// every gradient of the step at once.
+  Value deviceToHost(Value value, Operation *readAhead) {
     auto [it, inserted] = hostCopies.try_emplace(value);
     if (!inserted)
       return it->second;
     OpBuilder::InsertionGuard guard(builder);
     if (Operation *def = value.getDefiningOp())
       builder.setInsertionPointAfter(def);
+    else if (readAhead)
+      builder.setInsertionPoint(readAhead);
     else
       builder.setInsertionPointToStart(&function.getBody().front());
     it->second =
@@ -128,18 +136,24 @@ private:
       resultHome[cast<OpResult>(result).getResultNumber()] =
           ds::getValueSpace(state.get());
 
+    // Where the update's file operands are read ahead: before the previous
+    // update, so that they are in flight while it runs.
+    Operation *readAhead = nullptr;
+    if (llvm::any_of(op->getOperands(), [](Value value) {
+          return ds::getValueSpace(value) == ds::MemorySpace::file;
+        }))
+      readAhead = previous ? previous : op;
     for (OpOperand &operand : op->getOpOperands()) {
       Value value = operand.get();
       switch (ds::getValueSpace(value)) {
       case ds::MemorySpace::host:
         break;
       case ds::MemorySpace::device:
-        operand.set(deviceToHost(value));
+        operand.set(deviceToHost(value, readAhead));
         break;
       case ds::MemorySpace::file: {
-        // Read ahead: in flight while the previous update runs.
         OpBuilder::InsertionGuard guard(builder);
-        builder.setInsertionPoint(previous ? previous : op);
+        builder.setInsertionPoint(readAhead);
         operand.set(
             transfer(value, ds::MemorySpace::file, ds::MemorySpace::host));
         break;

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -48,6 +49,8 @@ bool refused_by_test(const char *what) {
 void notice(const std::string &line) { std::fprintf(stderr, "dsrt: note: %s\n", line.c_str()); }
 
 int64_t align_down(int64_t v) { return v / kDirectAlignment * kDirectAlignment; }
+// The zero buffer FileStore::zero_async writes a range from, piece by piece.
+constexpr int64_t kZeroChunk = 1 << 20;
 int64_t align_up(int64_t v) { return align_down(v + kDirectAlignment - 1); }
 
 // One request: `len` bytes at file offset `off` from or into `ptr`, of which
@@ -224,8 +227,10 @@ struct FileStore::Impl {
   // Opens the direct descriptor and the rings (after fd is open).
   void start_engine();
 
+  // With `zeros` (a write of zero bytes), the range is written from that
+  // buffer of kZeroChunk zero bytes, piece by piece, as one operation.
   Request issue(const char *what, Stream &stream, int64_t offset, void *buffer, size_t bytes,
-                bool write);
+                bool write, std::shared_ptr<char> zeros = nullptr);
   // A versioned range's current copy (0 for one never written), after
   // checking that [offset, offset + n) is a whole range written before or
   // overlaps none (a write), or lies inside one or none (a read).
@@ -597,7 +602,7 @@ void FileStore::Impl::run(const std::string &name, int64_t offset, char *buffer,
 }
 
 Request FileStore::Impl::issue(const char *what, Stream &stream, int64_t offset, void *buffer,
-                               size_t bytes, bool write) {
+                               size_t bytes, bool write, std::shared_ptr<char> zeros) {
   const std::string name = std::string("dsrt::FileStore::") + what;
   if (write && !writable)
     throw Error(name + ": " + path + " was opened read-only");
@@ -609,19 +614,24 @@ Request FileStore::Impl::issue(const char *what, Stream &stream, int64_t offset,
                   std::to_string(size) + " bytes" +
                   (write ? " (preallocate() grows it)" : ""));
   }
-  if (bytes > 0 && !buffer)
+  if (bytes > 0 && !buffer && !zeros)
     throw Error(name + ": " + range(offset, n) + ": the tensor has no memory");
-  auto task = [this, name, offset, buffer, n, write](const std::string &dep_error) {
+  auto task = [this, name, offset, buffer, n, write, zeros](const std::string &dep_error) {
     if (!dep_error.empty())
       throw Error(name + ": " + range(offset, n) +
                   ": not run: an earlier operation on its stream failed: " + dep_error);
+    auto run_range = [&](int64_t at) {
+      if (!zeros) return run(name, at, static_cast<char *>(buffer), n, write);
+      for (int64_t done = 0; done < n; done += kZeroChunk)
+        run(name, at + done, zeros.get(), std::min<int64_t>(kZeroChunk, n - done), true);
+    };
     if (!io.versioned) {
-      run(name, offset, static_cast<char *>(buffer), n, write);
+      run_range(offset);
     } else if (n > 0) {
       const int current = current_copy(name, offset, n, write);
       const int copy = write ? 1 - current : current;
       try {
-        run(name, offset + copy * half, static_cast<char *>(buffer), n, write);
+        run_range(offset + copy * half);
       } catch (const Error &e) {
         throw Error(std::string(e.what()) + " (versioned bytes [" + std::to_string(offset) +
                     ", " + std::to_string(offset + n) + "), copy " + std::to_string(copy) +
@@ -679,6 +689,15 @@ Request FileStore::read_async(Stream &stream, int64_t offset, void *dst, size_t 
 Request FileStore::write_async(Stream &stream, int64_t offset, const void *src, size_t bytes) {
   return checked(impl_, "write_async")
       .issue("write_async", stream, offset, const_cast<void *>(src), bytes, true);
+}
+
+Request FileStore::zero_async(Stream &stream, int64_t offset, size_t bytes) {
+  std::shared_ptr<char> zeros(static_cast<char *>(std::aligned_alloc(kDirectAlignment, kZeroChunk)),
+                              std::free);
+  if (!zeros) throw Error("dsrt::FileStore::zero_async: out of memory");
+  std::memset(zeros.get(), 0, kZeroChunk);
+  return checked(impl_, "zero_async")
+      .issue("zero_async", stream, offset, nullptr, bytes, true, std::move(zeros));
 }
 
 Request FileStore::read_async(Stream &stream, int64_t offset, const Tensor &dst) {

@@ -661,12 +661,12 @@ void zero_persistent(Program &p, const ValueInfo &value) {
                0.0);
     return;
   }
-  const std::vector<char> zeros(std::min<size_t>(size, size_t(1) << 20), 0);
-  ValueInfo part = value;
-  for (size_t done = 0; done < size; done += zeros.size()) {
-    part.offset = value.offset + static_cast<int64_t>(done);
-    store_persistent(p, part, zeros.data(), std::min(zeros.size(), size - done));
-  }
+  // One write of the whole state (the store is versioned: a later write
+  // replaces a range written before only whole), from a small zero buffer.
+  if (size == 0) return;
+  if (!p.file_arena)
+    throw Error("'" + value.name + "' is planned in the file space, which has no arena");
+  p.file_arena->zero_async(p.stream, value.offset, size).wait();
 }
 
 void print_space_arenas(const Program &p) {

@@ -142,6 +142,44 @@ TEST(MemorySpaces, RefusesWhatThePlanCannotHold) {
   EXPECT_THROW(dsrt::set_space_plan(sp.info, Space::Host, 64, 128), dsrt::Error);
 }
 
+// A file state larger than the zero buffer (1 MiB) is zeroed as one range of
+// the versioned store, so that its write-behinds, which write it whole,
+// replace it (zeroing it piece by piece made every later write of the state
+// fail: "must be a whole range written before or overlap none").
+TEST(MemorySpaces, ALargeFileStateIsZeroedAsOneRange) {
+  const std::string dir = temporary_directory();
+  const int64_t n = 700000;  // 2.8 MB: two whole zero buffers and a part
+  const int64_t slot = (4 * n + 4095) / 4096 * 4096;
+  ProgramInfo info;
+  dsrt::set_memory_plan(info, 64, 64, 64, 64);
+  dsrt::set_space_plan(info, Space::File, slot, slot);
+  dsrt::add_state(info, "m", DType::F32, Shape{n}, 0, dsrt::ValueRole::OptimizerState, "");
+  dsrt::place_in_space(info, "m", Space::File);
+  Program p;
+  p.info = &info;
+  p.stream = dsrt::Stream(dsrt::backend().kind());
+  p.comm = dsrt::Stream(dsrt::backend().kind());
+  {
+    dsrt::runner::SpaceArenas spaces;
+    dsrt::runner::allocate_spaces(p, spaces, dir, 0);
+    const ValueInfo &m = info.states[0];
+    dsrt::runner::acquire_persistent(p, m);
+    std::vector<float> values(n, 3.0f);
+    dsrt::runner::store_persistent(p, m, values.data(), 4 * n);  // not zero before
+    dsrt::runner::zero_persistent(p, m);
+    std::vector<std::vector<uint8_t>> keep;
+    const Tensor zero = dsrt::runner::persistent_tensor(p, m, keep);
+    for (int64_t i = 0; i < n; i += 997) ASSERT_EQ(static_cast<float *>(zero.data)[i], 0.0f) << i;
+    EXPECT_EQ(static_cast<float *>(zero.data)[n - 1], 0.0f);
+    for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 1000);
+    ASSERT_NO_THROW(p.file_arena->write_async(p.stream, m.offset, values.data(), 4 * n).wait());
+    const Tensor back = dsrt::runner::persistent_tensor(p, m, keep);
+    for (int64_t i = 0; i < n; i += 997) ASSERT_EQ(static_cast<float *>(back.data)[i], values[i]) << i;
+    EXPECT_EQ(static_cast<float *>(back.data)[n - 1], values[n - 1]);
+  }
+  rmdir(dir.c_str());
+}
+
 // The config's aio block reaches the file space's I/O engine, and the file
 // is versioned (two copies on disk) and removed with the spaces.
 TEST(MemorySpaces, TheFileSpaceUsesTheAioSettings) {

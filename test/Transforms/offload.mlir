@@ -45,19 +45,24 @@
 // before the first update runs (read-ahead: the second update's reads
 // overlap the first), and each state is written back right after its
 // update (write-behind) into its file slot. File slots are whole 4096-byte
-// blocks, and the host buffers file transfers use start on blocks.
+// blocks, and the host buffers file transfers use start on blocks. Each
+// gradient accumulator (%arg2, %arg3) goes to the host with its update's
+// read-ahead, not at the start of the step, so the host holds the gradients
+// of the two updates in flight only.
 // NVME: module attributes {ds.memory = #ds.memory_plan<{{.*}}, host_bytes = 16448, file_bytes = 16384, file_persistent_bytes = 16384>
 // NVME-LABEL: func.func @optimizer_step
 // NVME-SAME: %arg4: tensor<3xf32> {ds.offset = 0 : i64, ds.space = #ds.space<file>, ds.state = #ds.state<optimizer, role = "exp_avg", param = "w">}
-// NVME: %[[M0:.*]] = ds.transfer %arg4 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<3xf32>
+// NVME: %[[G0:.*]] = ds.transfer %arg2 {{{.*}}from = #ds.space<device>, to = #ds.space<host>} : tensor<3xf32>
+// NVME-NEXT: %[[M0:.*]] = ds.transfer %arg4 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<3xf32>
 // NVME-NEXT: %[[V0:.*]] = ds.transfer %arg6 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<3xf32>
+// NVME-NEXT: %[[G1:.*]] = ds.transfer %arg3 {{{.*}}from = #ds.space<device>, to = #ds.space<host>} : tensor<1xf32>
 // NVME-NEXT: %[[M1:.*]] = ds.transfer %arg5 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<1xf32>
 // NVME-NEXT: %[[V1:.*]] = ds.transfer %arg7 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<1xf32>
-// NVME-NEXT: %[[P:.*]], %[[M:.*]], %[[V:.*]] = ds.adamw {{.*}}, %[[M0]], %[[V0]] {{{.*}}ds.space = #ds.space<host>
+// NVME-NEXT: %[[P:.*]], %[[M:.*]], %[[V:.*]] = ds.adamw {{.*}}, %[[G0]], %[[M0]], %[[V0]] {{{.*}}ds.space = #ds.space<host>
 // NVME-NEXT: ds.transfer %[[P]] {{{.*}}from = #ds.space<host>, to = #ds.space<device>} : tensor<3xf32>
 // NVME-NEXT: ds.transfer %[[M]] {ds.buffers = array<i64: 0>, from = #ds.space<host>, to = #ds.space<file>} : tensor<3xf32>
 // NVME-NEXT: ds.transfer %[[V]] {ds.buffers = array<i64: 8192>, from = #ds.space<host>, to = #ds.space<file>} : tensor<3xf32>
-// NVME: ds.adamw {{.*}}, %[[M1]], %[[V1]] {{{.*}}ds.space = #ds.space<host>
+// NVME: ds.adamw {{.*}}, %[[G1]], %[[M1]], %[[V1]] {{{.*}}ds.space = #ds.space<host>
 
 // One rank, SGD with momentum: the momentum buffers are offloaded (every
 // optimizer state, whatever the optimizer), and the updated parameter goes

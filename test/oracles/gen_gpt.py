@@ -66,8 +66,11 @@ INIT_STD = 0.02
 LAYER_NORM_EPS = 1e-5
 # Additive mask for future positions; finite so no inf arithmetic can arise.
 MASK_VALUE = -1e9
-# --materialize refuses to write more weight bytes than this.
+# --materialize refuses to write more weight bytes than this unless
+# --materialize-limit-gib says otherwise (the weights are written a chunk of
+# MATERIALIZE_CHUNK values at a time, so the limit is about disk, not memory).
 MATERIALIZE_LIMIT_BYTES = 4 << 30
+MATERIALIZE_CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -114,10 +117,19 @@ class ExternalWeights:
         """Create the data file; without rng it is sparse (nothing written)."""
         with open(path, "wb") as f:
             if rng is not None:
+                # Tensor by tensor, a chunk of MATERIALIZE_CHUNK values at a
+                # time (the same values as drawing the whole tensor at once),
+                # so that writing a model of any size needs little memory.
                 for tensor, offset, mean in self.tensors:
-                    values = rng.standard_normal(tuple(tensor.dims), dtype=np.float32) * INIT_STD + mean
                     f.seek(offset)
-                    f.write(values.astype("<f4").tobytes())
+                    left = math.prod(tensor.dims)
+                    while left:
+                        n = min(left, MATERIALIZE_CHUNK)
+                        values = rng.standard_normal(n, dtype=np.float32)
+                        values *= np.float32(INIT_STD)
+                        values += np.float32(mean)
+                        f.write(values.astype("<f4", copy=False).tobytes())
+                        left -= n
             f.truncate(self.size)
 
 
@@ -329,6 +341,8 @@ def parse_args() -> argparse.Namespace:
                              "Constant node with its values as raw_data, as exporters bake it")
     parser.add_argument("--materialize", action="store_true", help="write random weights instead of a sparse file")
     parser.add_argument("--seed", type=int, default=0, help="seed for --materialize (default 0)")
+    parser.add_argument("--materialize-limit-gib", type=float, default=MATERIALIZE_LIMIT_BYTES / 2**30,
+                        help="the most GiB of weights --materialize writes (default 4)")
     parser.add_argument("--out", required=True, type=Path, help="output FILE.onnx; weights go to FILE.onnx.data")
     args = parser.parse_args()
     if args.size:
@@ -354,8 +368,9 @@ def main() -> int:
         graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="dsopt gen_gpt.py"
     )
     model.ir_version = IR_VERSION
-    if args.materialize and weights.size > MATERIALIZE_LIMIT_BYTES:
-        sys.exit(f"--materialize: {weights.size / 2**30:.1f} GiB of weights is over the {MATERIALIZE_LIMIT_BYTES >> 30} GiB limit")
+    if args.materialize and weights.size > args.materialize_limit_gib * 2**30:
+        sys.exit(f"--materialize: {weights.size / 2**30:.1f} GiB of weights is over the "
+                 f"{args.materialize_limit_gib:g} GiB limit (--materialize-limit-gib)")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(args.out))

@@ -134,6 +134,10 @@ public:
   // The same for raw byte ranges.
   Request read_async(Stream &stream, int64_t offset, void *dst, size_t bytes);
   Request write_async(Stream &stream, int64_t offset, const void *src, size_t bytes);
+  // Writes `bytes` zero bytes at `offset`: one write of the whole range (in
+  // a versioned store, one range that later writes may replace whole),
+  // made from a small buffer piece by piece.
+  Request zero_async(Stream &stream, int64_t offset, size_t bytes);
 
   // Blocks until the writes issued so far are on stable storage (fdatasync).
   void flush();
