@@ -10,6 +10,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/Format.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/JSON.h"
@@ -885,7 +886,7 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
                             ModuleOp train,
                             const llvm::json::Value *trainConfig,
                             ArrayRef<ModuleOp> pipelineRanks,
-                            StringRef target) {
+                            StringRef target, ArrayRef<std::string> built) {
   auto function = module.lookupSymbol<func::FuncOp>("main");
   if (!function)
     return module.emitError() << "no function @main";
@@ -923,6 +924,8 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
   if (auto source = module->getAttrOfType<StringAttr>(
           ds::DsDialect::kSourceAttrName))
     json["model"] = source.getValue();
+  if (!built.empty())
+    json["programs"] = llvm::json::Array(built);
   if (!train) {
     json["world"] = 1;
     json["grid"] = llvm::json::Object{{"dp", 1}, {"pp", 1}, {"tp", 1}};
@@ -1037,7 +1040,8 @@ LogicalResult writePipelineTrace(ModuleOp train, llvm::raw_ostream &os) {
 }
 
 LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
-                            ModuleOp train, ArrayRef<ModuleOp> pipelineRanks) {
+                            ModuleOp train, ArrayRef<ModuleOp> pipelineRanks,
+                            ArrayRef<std::string> built) {
   auto function = module.lookupSymbol<func::FuncOp>("main");
   if (!function)
     return module.emitError() << "no function @main";
@@ -1045,7 +1049,10 @@ LogicalResult writePlanText(ModuleOp module, llvm::raw_ostream &os,
   if (failed(summary))
     return failure();
   auto mib = [](int64_t bytes) { return bytes / (1024.0 * 1024.0); };
-  os << "dsopt plan: 1 rank\n\n";
+  os << "dsopt plan: 1 rank\n";
+  if (!built.empty())
+    os << "programs: " << llvm::join(built, " ") << "\n";
+  os << "\n";
   os << "rank 0\n";
   os << llvm::format("  arena           %14lld bytes  (%.2f MiB): the program's "
                      "peak memory\n",

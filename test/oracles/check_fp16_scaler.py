@@ -68,7 +68,7 @@ def compile_program(args, work: Path, name: str, config: Dict, model_path: Path,
     (work / f"{name}.json").write_text(json.dumps(config, indent=2) + "\n")
     out = work / name
     why = run([*shlex.split(args.dsopt), str(model_path), "--config", str(work / f"{name}.json"),
-               *flags, *args.frozen, "-o", str(out)])
+               *flags, *args.frozen, "--no-forward", "-o", str(out)])
     if why:
         raise RuntimeError(f"dsopt ({name}): {why}")
     return out

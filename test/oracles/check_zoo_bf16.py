@@ -212,7 +212,7 @@ def same_at_o3(args, flags: List[str], ref: Dict, work: Path, log: List[Dict],
     """Why the program built at -O3 does not train bit-identically to the
     one args.dsopt built (None when it does)."""
     why = run([*shlex.split(args.dsopt), str(ref["path"]), "--config", str(work / "ds_config.json"),
-               *flags, *ref["frozen"], "--host-opt-level=3", "-o", str(work / "o3_program")])
+               *flags, *ref["frozen"], "--host-opt-level=3", "--no-forward", "-o", str(work / "o3_program")])
     o3_log, o3_trained = work / "o3_log.jsonl", work / "o3_trained.onnx"
     why = why or run([str(work / "o3_program" / "train"), "--data", str(ref["data"]), "--steps",
                       str(STEPS), "--threads", "1", "--log-json", str(o3_log), "--save-onnx",
@@ -249,7 +249,7 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
                                        "stage3_param_persistence_threshold": 0}
     (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
     why = run([*shlex.split(args.dsopt), str(ref["path"]), "--config", str(work / "ds_config.json"),
-               *flags, *ref["frozen"], "-o", str(work / "program")])
+               *flags, *ref["frozen"], "--no-forward", "-o", str(work / "program")])
     if why:
         return fail("FAIL", f"dsopt: {why}")
     log_path, trained = work / "log.jsonl", work / "trained.onnx"
@@ -266,7 +266,7 @@ def check_case(args, case, cache: Dict) -> Tuple[str, bool]:
         fp32_config = {k: v for k, v in config.items() if k != "bf16"}
         (work / "fp32_config.json").write_text(json.dumps(fp32_config, indent=2) + "\n")
         why = run([*shlex.split(args.dsopt), str(ref["path"]), "--config",
-                   str(work / "fp32_config.json"), *flags, *ref["frozen"], "-o",
+                   str(work / "fp32_config.json"), *flags, *ref["frozen"], "--no-forward", "-o",
                    str(work / "fp32_program")])
         fp32_log = work / "fp32_log.jsonl"
         why = why or run([str(work / "fp32_program" / "train"), "--data", str(ref["data"]),

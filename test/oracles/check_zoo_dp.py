@@ -226,7 +226,7 @@ def check_case(args, entry, n: int, stage: int, k: int, threshold: int, referenc
                   zero_optimization={"stage": stage, "stage3_param_persistence_threshold": threshold})
     (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
     why = run([*shlex.split(args.dsopt), str(model_path), "--config", str(work / "ds_config.json"),
-               "--dp", str(n), *reference["frozen"], "-o", str(work / "program")])
+               "--dp", str(n), *reference["frozen"], "--no-forward", "-o", str(work / "program")])
     if why:
         return fail("FAIL", f"dsopt: {why}")
     log_path, trained = work / "log.jsonl", work / "trained.onnx"
@@ -263,7 +263,7 @@ def train_single_rank(args, model_path: Path, work: Path, flags: List[str]) -> L
     steps on WORK/data writing WORK/log.jsonl and WORK/trained.onnx, and
     returns the step log."""
     why = run([*shlex.split(args.dsopt), str(model_path), "--config", str(work / "ds_config.json"),
-               *flags, "-o", str(work / "program")])
+               *flags, "--no-forward", "-o", str(work / "program")])
     if why:
         raise RuntimeError(f"dsopt (single rank): {why}")
     why = run([str(work / "program" / "train"), "--data", str(work / "data"), "--steps", str(STEPS),

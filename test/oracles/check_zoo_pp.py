@@ -143,7 +143,7 @@ def check_case(args, case, reference, zoo) -> Tuple[str, bool]:
     (work / "ds_config.json").write_text(json.dumps(config, indent=2) + "\n")
     why = run([*shlex.split(args.dsopt), model_path, "--config", str(work / "ds_config.json"),
                "--pp", str(pp), "--schedule", schedule, "--dp", str(dp), *reference["frozen"],
-               "-o", str(work / "program")])
+               "--no-forward", "-o", str(work / "program")])
     if why:
         return fail("FAIL", f"dsopt: {why}")
     log_path, trained, trace = work / "log.jsonl", work / "trained.onnx", work / "trace.json"

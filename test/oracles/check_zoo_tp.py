@@ -91,7 +91,7 @@ def check_case(args, entry, case, reference):
                   str(work / "ds_config.json"), "--tp", str(tp), "--dp", str(n),
                   *(["--pp", str(pp), "--schedule", schedule] if pp > 1 else []),
                   *(["--sequence-parallel"] if sequence_parallel else []),
-                  *reference["frozen"], "-o", str(work / "program")])
+                  *reference["frozen"], "--no-forward", "-o", str(work / "program")])
     if why:
         return f"{label}: FAIL dsopt: {why}", True
     log_path, trained = work / "log.jsonl", work / "trained.onnx"

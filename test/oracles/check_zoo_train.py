@@ -416,7 +416,7 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
         return fail("FAIL", f"initializers: {e}")
 
     command = [*shlex.split(args.dsopt), str(model_path), "--config", str(work / "ds_config.json"),
-               "-o", str(work / "program")]
+               "--no-forward", "-o", str(work / "program")]
     # A train-mode model's running statistics are state dsopt updates.
     state = []
     if model.train_mode:

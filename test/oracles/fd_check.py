@@ -489,7 +489,7 @@ def check_group(args, group: List[Case], work: str, numeric: Dict[str, List]) ->
     onnx.save(build(group, params_as_inputs=True), fwd_model)
 
     gdir, fdir = os.path.join(work, "G"), os.path.join(work, "F")
-    run([args.dsopt, grad_model, "--loss", "loss", "--frozen", frozen_names(model), "--gradients", "--no-train", "-o", gdir], "dsopt (gradients)")
+    run([args.dsopt, grad_model, "--loss", "loss", "--frozen", frozen_names(model), "--gradients", "--no-train", "--no-forward", "-o", gdir], "dsopt (gradients)")
     run([args.dsopt, fwd_model, "-o", fdir], "dsopt (forward)")
     empty = os.path.join(work, "no_inputs")
     gout = os.path.join(work, "grads")

@@ -138,6 +138,8 @@ def main() -> int:
     parser.add_argument("model", type=Path)
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--frozen", default="")
+    # As dsopt's: the stand-in builds only `train` anyway.
+    parser.add_argument("--no-forward", action="store_true")
     parser.add_argument("-o", dest="out", type=Path, required=True)
     return build(parser.parse_args())
 

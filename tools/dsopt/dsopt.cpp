@@ -363,6 +363,12 @@ cl::opt<bool> noTrainFlag(
              "training graph"),
     cl::cat(trainingCategory));
 
+cl::opt<bool> noForwardFlag(
+    "no-forward",
+    cl::desc("Do not build the forward program (OUTDIR/run) of a training "
+             "graph: only train (and with --gradients, gradients)"),
+    cl::cat(trainingCategory));
+
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "dsopt") << message << "\n";
   return 1;
@@ -659,7 +665,8 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
 bool trainingRequested() {
   for (cl::Option *option : cl::getRegisteredOptions().values())
     if (llvm::is_contained(option->Categories, &trainingCategory) &&
-        option->getNumOccurrences() && option != &noTrainFlag)
+        option->getNumOccurrences() && option != &noTrainFlag &&
+        option != &noForwardFlag)
       return true;
   return false;
 }
@@ -1060,10 +1067,28 @@ EXAMPLES:
   if (noTrainFlag && wantsTrainProgram)
     return fail("--no-train contradicts --emit=train-mlir, "
                 "--emit=train-cpp and --emit=trace");
+  if (noForwardFlag && emit == EmitKind::Cpp)
+    return fail("--no-forward contradicts --emit=cpp (the forward program's "
+                "C++)");
   bool buildTrain =
       isTrainingGraph && !noTrainFlag &&
       (emit == EmitKind::Build || emit == EmitKind::Plan || wantsTrainProgram);
   bool buildGradients = gradientsFlag && emit == EmitKind::Build;
+  // The programs the build holds, as plan.json and plan.txt list them.
+  std::vector<std::string> programNames;
+  if (!noForwardFlag)
+    programNames.push_back("run");
+  if (buildTrain)
+    programNames.push_back("train");
+  if (gradientsFlag)
+    programNames.push_back("gradients");
+  if (programNames.empty()) {
+    if (!isTrainingGraph)
+      return fail("--no-forward leaves no program to build of " + inputFile +
+                  ", which is not a training graph: " + notTraining);
+    return fail("--no-forward and --no-train together leave no program to "
+                "build (add --gradients for the gradients program)");
+  }
 
   dsopt::TrainingPipelineOptions trainOptions;
   trainOptions.loss = lossFlag;
@@ -1160,7 +1185,8 @@ EXAMPLES:
                                 trainModule ? *trainModule : ModuleOp(),
                                 configJson ? &*configJson : nullptr,
                                 rankModules,
-                                dsopt::programTargetName(*target));
+                                dsopt::programTargetName(*target),
+                                programNames);
   };
   if (emit == EmitKind::Plan)
     return failed(writeTo(outputFile, writePlan)) ? 1 : 0;
@@ -1175,7 +1201,7 @@ EXAMPLES:
           return dsopt::writePlanText(*module, os,
                                       trainModule ? *trainModule
                                                   : ModuleOp(),
-                                      rankModules);
+                                      rankModules, programNames);
         })))
       return 1;
   }
@@ -1221,7 +1247,7 @@ EXAMPLES:
   auto sourceFile = [&](StringRef stem) {
     return (stem + sourceExtension).str();
   };
-  if (emit != EmitKind::TrainCpp) {
+  if (emit != EmitKind::TrainCpp && !noForwardFlag) {
     programs.push_back({"run", sourceFile("model"), ""});
     if (failed(lower(*module, programs.back().source)))
       return failPass("code generation failed on " + inputFile);

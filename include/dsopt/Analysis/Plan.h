@@ -33,13 +33,16 @@ mlir::FailureOr<PlanSummary> summarizePlan(mlir::func::FuncOp function);
 /// (a JSON object, or null).
 /// With pipeline parallelism `train` is the step cut into stages and
 /// `pipelineRanks` the program of each pipeline rank. `target` is the
-/// backend the programs are generated for ("cpu" or "cuda").
+/// backend the programs are generated for ("cpu" or "cuda"). `built`,
+/// when given, names the programs the build holds ("run", "train", ...);
+/// the plan lists them as `programs`.
 mlir::LogicalResult
 writePlanJson(mlir::ModuleOp module, llvm::raw_ostream &os,
               mlir::ModuleOp train = nullptr,
               const llvm::json::Value *trainConfig = nullptr,
               llvm::ArrayRef<mlir::ModuleOp> pipelineRanks = {},
-              llvm::StringRef target = "cpu");
+              llvm::StringRef target = "cpu",
+              llvm::ArrayRef<std::string> built = {});
 
 /// Chrome trace JSON of one training step of the pipelined training module
 /// `train` (ds-pipeline's `ds.pipeline`): the schedule simulated with the
@@ -47,11 +50,13 @@ writePlanJson(mlir::ModuleOp module, llvm::raw_ostream &os,
 mlir::LogicalResult writePipelineTrace(mlir::ModuleOp train,
                                        llvm::raw_ostream &os);
 
-/// plan.txt: the same facts for people.
+/// plan.txt: the same facts for people, with a `programs` line naming
+/// `built` when given.
 mlir::LogicalResult
 writePlanText(mlir::ModuleOp module, llvm::raw_ostream &os,
               mlir::ModuleOp train = nullptr,
-              llvm::ArrayRef<mlir::ModuleOp> pipelineRanks = {});
+              llvm::ArrayRef<mlir::ModuleOp> pipelineRanks = {},
+              llvm::ArrayRef<std::string> built = {});
 
 } // namespace dsopt
 

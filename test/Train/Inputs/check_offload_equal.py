@@ -120,7 +120,7 @@ def compile_command(args, model: str, precision: str, dp: int, stage: int, pp: i
     command = [args.dsopt, str(args.model.parent / f"{model}.onnx"),
                "--config", str(variant_config(args, offload, nvme)), "--dp", str(dp),
                "--zero", str(stage), "--grad-accum", str(4 // dp), "--precision", precision,
-               "-o", str(out)]
+               "--no-forward", "-o", str(out)]
     if pp > 1:
         command += ["--pp", str(pp)]
     if offload in ("cpu", "nvme"):
