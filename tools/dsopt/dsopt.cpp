@@ -599,21 +599,15 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
                    precisionFlag + "'");
     overrides.precision = precision;
   }
-  if (offloadOptimizerFlag.getNumOccurrences()) {
-    std::optional<dsopt::OffloadDevice> device =
-        dsopt::parseOffloadDevice(offloadOptimizerFlag);
-    if (!device)
-      return error("--offload-optimizer expects none, cpu or nvme, got '" +
-                   offloadOptimizerFlag + "'");
-    overrides.offloadOptimizer = device;
-  }
-  if (offloadParamFlag.getNumOccurrences()) {
-    std::optional<dsopt::OffloadDevice> device =
-        dsopt::parseOffloadDevice(offloadParamFlag);
-    if (!device)
-      return error("--offload-param expects none, cpu or nvme, got '" +
-                   offloadParamFlag + "'");
-    overrides.offloadParam = device;
+  for (auto [flag, out] :
+       {std::pair{&offloadOptimizerFlag, &overrides.offloadOptimizer},
+        {&offloadParamFlag, &overrides.offloadParam}}) {
+    if (!flag->getNumOccurrences())
+      continue;
+    *out = dsopt::parseOffloadDevice(*flag);
+    if (!*out)
+      return error("--" + flag->ArgStr.str() +
+                   " expects none, cpu or nvme, got '" + *flag + "'");
   }
   if (nvmePathFlag.getNumOccurrences()) {
     if (nvmePathFlag.empty())
