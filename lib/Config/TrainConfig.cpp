@@ -68,7 +68,8 @@ bool TrainConfigOverrides::empty() const {
          !microBatchSize && !gradientAccumulationSteps && !stepsPerPrint &&
          !zeroStage && !dataParallelSize && !pipelineStages && !microbatches &&
          !pipelineChunks && !worldSize && !pipelineSchedule && !precision &&
-         !offloadOptimizer && !nvmePath && !tensorParallelSize &&
+         !offloadOptimizer && !nvmePath && !offloadParam &&
+         !tensorParallelSize &&
          !sequenceParallel;
 }
 
@@ -573,7 +574,8 @@ llvm::Error applyOverrides(json::Object &root,
     else
       root["zero_optimization"] = json::Object{{"stage", *overrides.zeroStage}};
   }
-  if (overrides.offloadOptimizer || overrides.nvmePath) {
+  if (overrides.offloadOptimizer || overrides.nvmePath ||
+      overrides.offloadParam) {
     // DeepSpeed's deprecated `"zero_optimization": true` is stage 1.
     json::Value *zero = root.get("zero_optimization");
     if (!zero || !zero->getAsObject()) {
@@ -584,16 +586,32 @@ llvm::Error applyOverrides(json::Object &root,
       zero = root.get("zero_optimization");
     }
     json::Object &object = *zero->getAsObject();
-    json::Value *section = object.get("offload_optimizer");
-    if (!section || !section->getAsObject()) {
-      object["offload_optimizer"] = json::Object{};
-      section = object.get("offload_optimizer");
+    auto sectionOf = [&](StringRef key) -> json::Object & {
+      json::Value *section = object.get(key);
+      if (!section || !section->getAsObject()) {
+        object[key] = json::Object{};
+        section = object.get(key);
+      }
+      return *section->getAsObject();
+    };
+    if (overrides.offloadOptimizer || overrides.nvmePath) {
+      json::Object &offload = sectionOf("offload_optimizer");
+      if (overrides.offloadOptimizer)
+        offload["device"] = offloadDeviceName(*overrides.offloadOptimizer);
+      if (overrides.nvmePath)
+        offload["nvme_path"] = *overrides.nvmePath;
     }
-    json::Object &offload = *section->getAsObject();
-    if (overrides.offloadOptimizer)
-      offload["device"] = offloadDeviceName(*overrides.offloadOptimizer);
-    if (overrides.nvmePath)
-      offload["nvme_path"] = *overrides.nvmePath;
+    // --nvme-path is the parameters' directory too, where they are
+    // offloaded (one file space per rank).
+    const json::Value *paramSection = object.get("offload_param");
+    if (overrides.offloadParam ||
+        (overrides.nvmePath && paramSection && paramSection->getAsObject())) {
+      json::Object &offload = sectionOf("offload_param");
+      if (overrides.offloadParam)
+        offload["device"] = offloadDeviceName(*overrides.offloadParam);
+      if (overrides.nvmePath)
+        offload["nvme_path"] = *overrides.nvmePath;
+    }
   }
   return llvm::Error::success();
 }
@@ -618,6 +636,7 @@ private:
 public:
   bool dataParallelExplicit = false; // --dp given, not derived from --world
   bool irOnly = false;               // TrainConfigOverrides::irOnly
+  bool offloadParamFlag = false;     // --offload-param given
 
 private:
   std::optional<std::string> error;
@@ -1294,7 +1313,8 @@ bool ConfigReader::readZero(const json::Value &value) {
   // keeps its whole parameters on the device for the forward pass.
   if (config.offloadParam.device != OffloadDevice::None &&
       config.zeroStage != 3)
-    return fail("zero_optimization.offload_param.device",
+    return fail(offloadParamFlag ? "--offload-param"
+                                 : "zero_optimization.offload_param.device",
                 "\"" + offloadDeviceName(config.offloadParam.device) +
                     "\" needs ZeRO stage 3 (parameters are offloaded only "
                     "when they are partitioned), but the stage is " +
@@ -1675,6 +1695,7 @@ parseTrainConfig(StringRef text, StringRef fileNameForMessages,
   ConfigReader reader(prefix, config);
   reader.dataParallelExplicit = overrides.dataParallelSize.has_value();
   reader.irOnly = overrides.irOnly;
+  reader.offloadParamFlag = overrides.offloadParam.has_value();
   if (llvm::Error error = reader.read(*root))
     return error;
   return config;

@@ -29,6 +29,7 @@
 
 #include "dsopt/Conversion/Passes.h"
 #include "dsopt/Conversion/PipelineMain.h"
+#include "dsopt/Transforms/HostMemory.h"
 #include "dsopt/Transforms/WriteBehind.h"
 
 #include "ds/IR/DsDialect.h"
@@ -2079,6 +2080,11 @@ void ProgramBuilder::emitSpaces(Value info, ds::MemoryPlanAttr plan) {
       callVoid("dsrt::set_space_plan", {info},
                {index0, spaceLiteral(space), i64(plan.getSpaceBytes(space)),
                 i64(plan.getSpacePersistentBytes(space))});
+  // offload_param.pin_memory false (parameters alone in the host space).
+  if (plan.getSpaceBytes(ds::MemorySpace::host) > 0 && !functions.empty() &&
+      !isHostArenaPinned(functions.front()->getParentOfType<ModuleOp>()))
+    callVoid("dsrt::set_host_space_pinned", {info},
+             {index0, literal("false")});
   if (plan.getSpaceBytes(ds::MemorySpace::file) > 0 && !nvmePath.empty())
     callVoid("dsrt::set_file_space_dir", {info},
              {index0, literal(cppString(nvmePath))});

@@ -41,12 +41,15 @@
 
 #include "dsopt/Transforms/Passes.h"
 
+#include "dsopt/Transforms/HostMemory.h"
+
 #include "ds/IR/DsDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
 namespace dsopt {
@@ -334,6 +337,13 @@ bool isPartitionedParam(func::FuncOp function, unsigned i,
   return type.getNumElements() >= zero.getParamPersistenceThreshold();
 }
 
+/// The ONNX name of parameter argument `i` of `function`.
+StringRef paramName(func::FuncOp function, unsigned i) {
+  return function
+      .getArgAttrOfType<ds::ParamAttr>(i, ds::DsDialect::kParamAttrName)
+      .getName();
+}
+
 struct OffloadPass : dsopt::impl::DsOffloadBase<OffloadPass> {
   using DsOffloadBase::DsOffloadBase;
 
@@ -354,6 +364,52 @@ struct OffloadPass : dsopt::impl::DsOffloadBase<OffloadPass> {
     for (StringRef param : params.getArrayRef().drop_front(onDevice))
       offloaded.insert(param);
     return offloaded;
+  }
+
+  /// The space of each parameter ZeRO-3 partitions, by name. With the
+  /// file space (offload_param nvme), DeepSpeed's max_in_cpu: the first
+  /// shards in parameter order whose elements add up to at most
+  /// paramMaxInCpu stay in host memory; and its buffer_size: every shard
+  /// left in the file is read through a buffer of paramBufferSize
+  /// elements, so none may be larger.
+  LogicalResult placeParams(ModuleOp module, ds::ZeroAttr zero,
+                            ds::MemorySpace space,
+                            llvm::StringMap<ds::MemorySpace> &spaces) {
+    llvm::SetVector<StringRef> order;
+    llvm::StringMap<int64_t> elements;
+    for (auto function : module.getOps<func::FuncOp>())
+      if (!function.isDeclaration())
+        for (unsigned i = 0; i < function.getNumArguments(); ++i)
+          if (isPartitionedParam(function, i, zero) &&
+              order.insert(paramName(function, i)))
+            elements[paramName(function, i)] =
+                cast<ShapedType>(function.getArgumentTypes()[i])
+                    .getNumElements();
+    int64_t inCpu = 0;
+    bool cpuFull = space != ds::MemorySpace::file;
+    for (StringRef name : order) {
+      int64_t shard = elements.lookup(name);
+      if (!cpuFull && inCpu + shard <= paramMaxInCpu) {
+        inCpu += shard;
+        spaces[name] = ds::MemorySpace::host;
+        continue;
+      }
+      // The first shard that does not fit ends the host's share, so the
+      // split is a prefix of the parameter order.
+      cpuFull = true;
+      spaces[name] = space;
+      if (space == ds::MemorySpace::file && shard > paramBufferSize)
+        return module.emitError()
+               << "ds-offload: parameter '" << name << "' has " << shard
+               << " elements in a rank's shard, more than "
+                  "offload_param.buffer_size ("
+               << static_cast<int64_t>(paramBufferSize)
+               << "): each shard in the file is read through one buffer "
+                  "of buffer_size elements, which must hold the largest "
+                  "(as DeepSpeed asserts); raise buffer_size to at least "
+               << shard;
+    }
+    return success();
   }
 
   void runOnOperation() override {
@@ -388,6 +444,10 @@ struct OffloadPass : dsopt::impl::DsOffloadBase<OffloadPass> {
     }
     MLIRContext *context = &getContext();
     llvm::StringSet<> offloaded = offloadedParams(module);
+    llvm::StringMap<ds::MemorySpace> paramSpaces;
+    if (*paramSpace != ds::MemorySpace::device &&
+        failed(placeParams(module, zero, *paramSpace, paramSpaces)))
+      return signalPassFailure();
     for (auto function : module.getOps<func::FuncOp>()) {
       if (function.isDeclaration())
         continue;
@@ -403,7 +463,7 @@ struct OffloadPass : dsopt::impl::DsOffloadBase<OffloadPass> {
           argSpace = space;
         if (*paramSpace != ds::MemorySpace::device &&
             isPartitionedParam(function, i, zero))
-          argSpace = *paramSpace;
+          argSpace = paramSpaces.lookup(paramName(function, i));
         if (!argSpace)
           continue;
         NamedAttrList attrs(argAttrs[i]);
@@ -420,6 +480,13 @@ struct OffloadPass : dsopt::impl::DsOffloadBase<OffloadPass> {
         FunctionOffloader(function).run();
         ParamOffloader(function, paramBufferCount).run();
       }
+    // The host arena holds only parameters (and their file buffers):
+    // pinned as offload_param.pin_memory says. An offloaded optimizer's
+    // states keep it pinned (on cuda its update's kernels read the arena
+    // mapped into the GPU's address space).
+    if (*paramSpace != ds::MemorySpace::device &&
+        space == ds::MemorySpace::device && !paramPinMemory)
+      module->setAttr(kHostPageableAttrName, UnitAttr::get(context));
   }
 };
 

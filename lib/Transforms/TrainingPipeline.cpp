@@ -29,6 +29,9 @@ void addZero(OpPassManager &pm, const TrainingOptions &options) {
     offload.ratio = options.offloadRatio;
     offload.paramDevice = options.offloadParam;
     offload.paramBufferCount = options.offloadParamBufferCount;
+    offload.paramBufferSize = options.offloadParamBufferSize;
+    offload.paramMaxInCpu = options.offloadParamMaxInCpu;
+    offload.paramPinMemory = options.offloadParamPinMemory;
     pm.addPass(createDsOffload(offload));
   }
 }
@@ -176,6 +179,9 @@ void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {
   options.offloadRatio = config.offloadOptimizer.ratio;
   options.offloadParam = offloadDeviceName(config.offloadParam.device).str();
   options.offloadParamBufferCount = config.offloadParam.bufferCount;
+  options.offloadParamBufferSize = config.offloadParam.bufferSize;
+  options.offloadParamMaxInCpu = config.offloadParam.maxInCpu;
+  options.offloadParamPinMemory = config.offloadParam.pinMemory;
   options.tp = config.tensorParallelSize;
   options.sequenceParallel = config.sequenceParallel;
   options.pp = config.pipelineStages;

@@ -233,6 +233,8 @@ void set_space_plan(ProgramInfo &info, Space space, int64_t arena_bytes,
   info.spaces[index] = {arena_bytes, persistent_bytes};
 }
 
+void set_host_space_pinned(ProgramInfo &info, bool pinned) { info.host_pinned = pinned; }
+
 void place_in_space(ProgramInfo &info, const char *name, Space space) {
   if (static_cast<int>(space) >= kNumSpaces)
     throw Error("place_in_space: unknown space " + std::to_string(static_cast<int>(space)));
@@ -583,8 +585,8 @@ void allocate_spaces(Program &p, SpaceArenas &spaces, const std::string &file_di
   if (const int64_t host = info.space(Space::Host).arena_bytes; host > 0) {
     // On a file block: the plan aligns the host buffers of file transfers
     // to it, so direct I/O reads and writes them in place.
-    spaces.host = Arena(MemoryKind::PinnedHost, static_cast<size_t>(host),
-                        static_cast<size_t>(kDirectAlignment));
+    spaces.host = Arena(info.host_pinned ? MemoryKind::PinnedHost : MemoryKind::Host,
+                        static_cast<size_t>(host), static_cast<size_t>(kDirectAlignment));
     p.host_arena = spaces.host.data();
   }
   const int64_t bytes = info.space(Space::File).arena_bytes;

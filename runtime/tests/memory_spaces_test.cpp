@@ -115,6 +115,36 @@ TEST(MemorySpaces, ValuesLiveInTheirSpacesArenas) {
   rmdir(dir.c_str());
 }
 
+// offload_param.pin_memory false: the host arena is ordinary host memory,
+// counted under that kind, and nothing else about it changes.
+TEST(MemorySpaces, HostArenaPinnedOrNot) {
+  for (bool pinned : {true, false}) {
+    const std::string dir = temporary_directory();
+    SpacesProgram sp;
+    dsrt::set_host_space_pinned(sp.info, pinned);
+    Program &p = sp.program;
+    const dsrt::MemoryKind kind =
+        pinned ? dsrt::MemoryKind::PinnedHost : dsrt::MemoryKind::Host;
+    const dsrt::MemoryUsage before = dsrt::memory_usage(kind);
+    {
+      dsrt::runner::SpaceArenas spaces;
+      std::vector<uint8_t> device(64);
+      p.arena = device.data();
+      dsrt::runner::allocate_spaces(p, spaces, dir, 0);
+      ASSERT_NE(p.host_arena, nullptr);
+      EXPECT_EQ(dsrt::memory_kind_of(p.host_arena), kind) << "pinned " << pinned;
+      EXPECT_EQ(dsrt::memory_usage(kind).arenas, before.arenas + 1) << "pinned " << pinned;
+      dsrt::runner::load_params(p, "");
+      std::vector<std::vector<uint8_t>> keep;
+      const Tensor h = dsrt::runner::persistent_tensor(p, sp.info.params[0], keep);
+      EXPECT_EQ(h.data, p.host_arena);
+      EXPECT_EQ(static_cast<float *>(h.data)[23], 2.5f);
+    }
+    EXPECT_EQ(dsrt::memory_usage(kind).arenas, before.arenas);
+    rmdir(dir.c_str());
+  }
+}
+
 TEST(MemorySpaces, RefusesWhatThePlanCannotHold) {
   SpacesProgram sp;
   Program &p = sp.program;

@@ -8,8 +8,11 @@
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-offload{device=cpu ratio=0.5},ds-plan-memory)' | FileCheck %s --check-prefix=PARTIAL
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-offload{device=cpu ratio=0},ds-plan-memory)' | FileCheck %s --check-prefix=NONE
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer{accumulation=2},ds-zero{stage=3 dp=2 param-persistence-threshold=4},ds-offload{device=none param-device=cpu param-buffer-count=1},ds-plan-memory)' | FileCheck %s --check-prefix=PARAM
-// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-zero{stage=3 dp=2 param-persistence-threshold=1},ds-offload{device=nvme param-device=nvme},ds-plan-memory)' | FileCheck %s --check-prefix=PARAMNVME
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-zero{stage=3 dp=2 param-persistence-threshold=1},ds-offload{device=nvme param-device=nvme param-max-in-cpu=0},ds-plan-memory)' | FileCheck %s --check-prefix=PARAMNVME
 // RUN: not dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-zero{stage=2 dp=2},ds-offload{device=none param-device=cpu})' 2>&1 | FileCheck %s --check-prefix=PARAMSTAGE
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-zero{stage=3 dp=2 param-persistence-threshold=1},ds-offload{device=none param-device=nvme param-max-in-cpu=3},ds-plan-memory)' | FileCheck %s --check-prefix=PARAMSPLIT
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-zero{stage=3 dp=2 param-persistence-threshold=1},ds-offload{device=none param-device=cpu param-pin-memory=true},ds-plan-memory)' | FileCheck %s --check-prefix=PINNED
+// RUN: not dsopt-opt %s --pass-pipeline='builtin.module(ds-autodiff,canonicalize,cse,ds-optimizer,ds-zero{stage=3 dp=2 param-persistence-threshold=1},ds-offload{device=none param-device=nvme param-max-in-cpu=0 param-buffer-size=2})' 2>&1 | FileCheck %s --check-prefix=BUFSIZE
 
 // ZeRO-1 + cpu: the four states (each rank's shards) lie at the bottom of the
 // host arena and take nothing of the device arena, which holds the
@@ -122,6 +125,18 @@
 // PARAMNVME: return %{{.*}}, %[[BEHIND]],
 
 // PARAMSTAGE: ds-offload: param-device 'cpu' needs ZeRO stage 3 (run ds-zero{stage=3} first): parameters are offloaded only when they are partitioned
+
+// max_in_cpu 3: w's shard (3 elements) stays in host memory, b's (1) would
+// make 4 and goes to the file. Only parameters are offloaded and
+// pin_memory is false, so the host arena is pageable.
+// PARAMSPLIT: module attributes {{{.*}}host_persistent_bytes = 64, file_bytes = 4096, file_persistent_bytes = 4096>
+// PARAMSPLIT-SAME: dsopt.host_pageable
+// PARAMSPLIT-LABEL: func.func @micro_step
+// PARAMSPLIT-SAME: ds.param = #ds.param<name = "w"{{.*}}>, ds.sharded = tensor<3x2xf32>, ds.space = #ds.space<host>}
+// PARAMSPLIT-SAME: ds.param = #ds.param<name = "b"{{.*}}>, ds.sharded = tensor<2xf32>, ds.space = #ds.space<file>}
+// PINNED-NOT: dsopt.host_pageable
+// A shard in the file larger than the buffer it is read through.
+// BUFSIZE: error: ds-offload: parameter 'w' has 3 elements in a rank's shard, more than offload_param.buffer_size (2)
 
 func.func @main(%x: tensor<4x3xf32> {ds.input = "x"},
                 %w: tensor<3x2xf32> {ds.param = #ds.param<name = "w", trainable = true, data = dense<0.5> : tensor<3x2xf32>>},

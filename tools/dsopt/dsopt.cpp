@@ -271,10 +271,18 @@ cl::opt<std::string> offloadOptimizerFlag(
              "--nvme-path (nvme) (overrides the config's "
              "zero_optimization.offload_optimizer.device)"),
     cl::value_desc("none|cpu|nvme"), cl::cat(trainingCategory));
+cl::opt<std::string> offloadParamFlag(
+    "offload-param",
+    cl::desc("Where ZeRO-3's parameter shards live: on the device (none), "
+             "in host memory (cpu) or in files under --nvme-path (nvme); "
+             "needs --zero 3 (overrides the config's "
+             "zero_optimization.offload_param.device)"),
+    cl::value_desc("none|cpu|nvme"), cl::cat(trainingCategory));
 cl::opt<std::string> nvmePathFlag(
     "nvme-path",
     cl::desc("The directory of the NVMe files of offloaded optimizer states "
-             "(zero_optimization.offload_optimizer.nvme_path)"),
+             "and parameters (zero_optimization.offload_optimizer.nvme_path "
+             "and, where offload_param is given, its nvme_path)"),
     cl::value_desc("dir"), cl::cat(trainingCategory));
 
 cl::opt<std::string> dpFlag(
@@ -597,13 +605,15 @@ llvm::Expected<dsopt::TrainConfigOverrides> trainOverrides() {
                    precisionFlag + "'");
     overrides.precision = precision;
   }
-  if (offloadOptimizerFlag.getNumOccurrences()) {
-    std::optional<dsopt::OffloadDevice> device =
-        dsopt::parseOffloadDevice(offloadOptimizerFlag);
-    if (!device)
-      return error("--offload-optimizer expects none, cpu or nvme, got '" +
-                   offloadOptimizerFlag + "'");
-    overrides.offloadOptimizer = device;
+  for (auto [flag, out] :
+       {std::pair{&offloadOptimizerFlag, &overrides.offloadOptimizer},
+        {&offloadParamFlag, &overrides.offloadParam}}) {
+    if (!flag->getNumOccurrences())
+      continue;
+    *out = dsopt::parseOffloadDevice(*flag);
+    if (!*out)
+      return error("--" + flag->ArgStr.str() +
+                   " expects none, cpu or nvme, got '" + *flag + "'");
   }
   if (nvmePathFlag.getNumOccurrences()) {
     if (nvmePathFlag.empty())

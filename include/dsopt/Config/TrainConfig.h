@@ -184,6 +184,9 @@ struct TrainConfigOverrides {
   /// --nvme-path (its nvme_path).
   std::optional<OffloadDevice> offloadOptimizer;
   std::optional<std::string> nvmePath;
+  /// --offload-param (zero_optimization.offload_param.device); --nvme-path
+  /// is its nvme_path too.
+  std::optional<OffloadDevice> offloadParam;
   /// Not a flag: what is built stops at the training IR, its plan or the
   /// config (--emit=train-mlir, plan, --print-config). A tensor-parallel
   /// step, whose program the runtime cannot run yet, is accepted then.

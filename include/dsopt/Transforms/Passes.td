@@ -464,7 +464,14 @@ def DsOffload : Pass<"ds-offload", "mlir::ModuleOp"> {
     `ds.transfer` (from the file through a host buffer with nvme) issued
     ahead of it so that at most `param-buffer-count` fetched shards are in
     flight, and freed after that op; an updated shard the optimizer step
-    returns goes back to the parameter's space.
+    returns goes back to the parameter's space. With nvme, the first
+    shards in parameter order (the order parameters first appear among the
+    module's function arguments) whose elements add up to at most
+    `param-max-in-cpu` stay in host memory instead of the file
+    (DeepSpeed's max_in_cpu), and every shard left in the file must have at
+    most `param-buffer-size` elements, the size of the host buffer it is
+    read into (DeepSpeed's buffer_size; an error names the parameter
+    otherwise).
 
     With `ratio` below 1 only part of the states go (partial offload, as
     DeepSpeed's ZeRO-3 assigns its sub-groups): the states of a parameter
@@ -483,6 +490,20 @@ def DsOffload : Pass<"ds-offload", "mlir::ModuleOp"> {
            /*default=*/"5",
            "Parameter shards fetched to the device ahead of their use at "
            "most (offload_param.buffer_count)">,
+    Option<"paramBufferSize", "param-buffer-size", "int64_t",
+           /*default=*/"100000000",
+           "Elements of each buffer a parameter shard is read into from "
+           "the file space (offload_param.buffer_size): with param-device "
+           "nvme every shard in the file must fit in one">,
+    Option<"paramPinMemory", "param-pin-memory", "bool", /*default=*/"false",
+           "Whether the host memory of offloaded parameters is pinned "
+           "(offload_param.pin_memory); with the optimizer offloaded too "
+           "the host arena is pinned either way">,
+    Option<"paramMaxInCpu", "param-max-in-cpu", "int64_t",
+           /*default=*/"1000000000",
+           "With param-device nvme, the parameter elements kept in host "
+           "memory instead of the file (offload_param.max_in_cpu): the "
+           "first shards in parameter order whose elements fit">,
     Option<"ratio", "ratio", "double", /*default=*/"1.0",
            "The offloaded fraction of the parameters with optimizer states "
            "(DeepSpeed's offload_optimizer.ratio): of N such parameters, in "

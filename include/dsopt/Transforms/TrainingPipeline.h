@@ -191,6 +191,21 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
       llvm::cl::desc("Parameter shards fetched ahead at most "
                      "(offload_param.buffer_count)"),
       llvm::cl::init(5)};
+  Option<int64_t> offloadParamBufferSize{
+      *this, "offload-param-buffer-size",
+      llvm::cl::desc("Elements of each buffer a parameter shard is read "
+                     "into from its file (offload_param.buffer_size)"),
+      llvm::cl::init(100000000)};
+  Option<bool> offloadParamPinMemory{
+      *this, "offload-param-pin-memory",
+      llvm::cl::desc("Offloaded parameters in pinned host memory "
+                     "(offload_param.pin_memory)"),
+      llvm::cl::init(false)};
+  Option<int64_t> offloadParamMaxInCpu{
+      *this, "offload-param-max-in-cpu",
+      llvm::cl::desc("With nvme, parameter elements kept in host memory "
+                     "instead of the file (offload_param.max_in_cpu)"),
+      llvm::cl::init(1000000000)};
   Option<double> offloadRatio{
       *this, "offload-ratio",
       llvm::cl::desc("The offloaded fraction of the optimizer states "

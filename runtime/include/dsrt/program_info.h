@@ -206,6 +206,9 @@ struct ProgramInfo {
   int64_t alignment = 64;
   // Every space's arena (set_memory_plan, set_space_plan).
   SpacePlan spaces[kNumSpaces];
+  // Whether the host space's arena is pinned host memory (cudaHostAlloc on
+  // cuda) or ordinary host memory (set_host_space_pinned).
+  bool host_pinned = true;
   // The directory of the file space's file (set_file_space_dir: the
   // config's nvme_path); `train --nvme-path` overrides it.
   std::string file_space_dir;
@@ -255,6 +258,9 @@ void set_memory_plan(ProgramInfo &info, int64_t arena_bytes, int64_t persistent_
 // (set_memory_plan gives it) and for negative or inconsistent sizes.
 void set_space_plan(ProgramInfo &info, Space space, int64_t arena_bytes,
                     int64_t persistent_bytes);
+// Whether the host space's arena is pinned (the default) or ordinary host
+// memory: offload_param.pin_memory when only parameters are offloaded.
+void set_host_space_pinned(ProgramInfo &info, bool pinned);
 // The directory where the runner creates the file space's file unless
 // `train --nvme-path` names another.
 void set_file_space_dir(ProgramInfo &info, const char *dir);

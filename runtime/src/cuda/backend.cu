@@ -18,6 +18,7 @@
 #include "cuda/common.cuh"
 #include "nccl/bootstrap.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <cstring>
@@ -125,13 +126,22 @@ public:
     // pinned memory); a larger alignment is had by over-allocating.
     const size_t extra = alignment > 256 ? alignment : 0;
     void *base = nullptr;
-    cudaError_t status = kind == MemoryKind::Device
-                             ? cudaMalloc(&base, bytes + extra)
-                             : cudaHostAlloc(&base, bytes + extra,
-                                             cudaHostAllocPortable | cudaHostAllocMapped);
-    if (status != cudaSuccess) {
-      cudaGetLastError();
-      return nullptr;
+    if (kind == MemoryKind::Host) {
+      // Ordinary (pageable) host memory: copies to and from it go through
+      // the driver's staging; no kernel may read it.
+      base = std::malloc(bytes + extra + 256);
+      if (!base)
+        return nullptr;
+      alignment = std::max<size_t>(alignment, 256);
+    } else {
+      cudaError_t status = kind == MemoryKind::Device
+                               ? cudaMalloc(&base, bytes + extra)
+                               : cudaHostAlloc(&base, bytes + extra,
+                                               cudaHostAllocPortable | cudaHostAllocMapped);
+      if (status != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+      }
     }
     uintptr_t aligned = (reinterpret_cast<uintptr_t>(base) + alignment - 1) & ~(alignment - 1);
     std::lock_guard<std::mutex> lock(mutex_);
@@ -151,6 +161,8 @@ public:
     }
     if (kind == MemoryKind::Device)
       cudaFree(base);
+    else if (kind == MemoryKind::Host)
+      std::free(base);
     else
       cudaFreeHost(base);
   }

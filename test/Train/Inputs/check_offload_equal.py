@@ -7,7 +7,9 @@ compiles the zoo's MLP without offload and with `--offload-optimizer cpu`
 `--offload-optimizer nvme` (the states in a file under --nvme-path, read
 and written around each update); with `--suite more`, the cases of
 MORE_CASES instead: ZeRO-3's parameter offload (offload_param cpu or nvme,
-the MLP and GPT-2), offload with two pipeline stages, and partial offload
+the MLP and GPT-2, with two pipeline stages and with two tensor-parallel
+ranks, max_in_cpu splitting the shards between host memory and the file,
+--offload-param), offload with two pipeline stages, and partial offload
 (offload_optimizer.ratio 0.5). It trains each for STEPS steps on the same
 data (under mpirun for several ranks) and requires:
   * every step's loss and gradient norm in the log to be the same float;
@@ -54,22 +56,35 @@ CASES = [("mlp", precision, dp, stage, 1,
          for precision in ("fp32", "bf16")
          for dp, stage in ((1, 1), (2, 1), (2, 2), (2, 3))]
 # (model, precision, dp ranks, ZeRO stage, pipeline stages, variants,
-# checkpoint): "param-cpu"/"param-nvme" offload ZeRO-3's parameter shards
-# (offload_param), "ratio-cpu" half of the parameters' optimizer states.
+# checkpoint[, tensor-parallel ranks]): "param-cpu"/"param-nvme" offload
+# ZeRO-3's parameter shards (offload_param; with nvme, max_in_cpu 0 puts
+# every shard in the file), "param-split" keeps the first shards within
+# max_in_cpu in host memory and the rest in the file, "param-flag" is
+# param-nvme given by --offload-param and --nvme-path, "ratio-cpu" offloads
+# half of the parameters' optimizer states.
 MORE_CASES = [
-    ("mlp", "fp32", 1, 3, 1, ("param-cpu", "param-nvme"), False),
+    ("mlp", "fp32", 1, 3, 1, ("param-cpu", "param-nvme", "param-split", "param-flag"),
+     False),
     ("mlp", "fp32", 2, 3, 1, ("param-cpu", "param-nvme", "param-both"), False),
     ("mlp", "bf16", 2, 3, 1, ("param-cpu",), False),
     ("gpt2", "fp32", 2, 3, 1, ("param-nvme",), False),
     ("mlp", "fp32", 1, 1, 2, ("cpu",), False),
     ("mlp", "fp32", 1, 1, 1, ("ratio-cpu",), False),
+    ("mlp", "fp32", 1, 3, 2, ("param-cpu",), False),
+    ("gpt2", "fp32", 1, 3, 1, ("param-cpu",), False, 2),
 ]
+# The MLP's parameter shards in order are 2048, 64, 4096, 64, 640 and 10
+# elements (one rank): max_in_cpu 2200 keeps the first two in host memory.
+SPLIT_MAX_IN_CPU = 2200
 FALLBACK_ENV = {"DSRT_FILE_IO_REFUSE": "direct,uring"}
 # The config of each variant's offload beyond --offload-optimizer.
 VARIANT_CONFIG = {
     "param-cpu": {"offload_param": {"device": "cpu"}},
-    "param-nvme": {"offload_param": {"device": "nvme", "nvme_path": "NVME"}},
-    "param-both": {"offload_param": {"device": "nvme", "nvme_path": "NVME"},
+    "param-nvme": {"offload_param": {"device": "nvme", "nvme_path": "NVME", "max_in_cpu": 0}},
+    "param-split": {"offload_param": {"device": "nvme", "nvme_path": "NVME",
+                                      "max_in_cpu": SPLIT_MAX_IN_CPU}},
+    "param-flag": {"offload_param": {"max_in_cpu": 0}},
+    "param-both": {"offload_param": {"device": "nvme", "nvme_path": "NVME", "max_in_cpu": 0},
                    "offload_optimizer": {"device": "nvme", "nvme_path": "NVME"}},
     "ratio-cpu": {"offload_optimizer": {"device": "cpu", "ratio": 0.5}},
 }
@@ -92,13 +107,15 @@ def run(command: List[str], cwd: Optional[Path] = None,
     return None
 
 
-def case_name(model: str, precision: str, dp: int, stage: int, pp: int) -> str:
-    return f"{model} {precision} dp{dp}" + (f" pp{pp}" if pp > 1 else "") + f" zero{stage}"
+def case_name(model: str, precision: str, dp: int, stage: int, pp: int, tp: int = 1) -> str:
+    return (f"{model} {precision} dp{dp}" + (f" pp{pp}" if pp > 1 else "")
+            + (f" tp{tp}" if tp > 1 else "") + f" zero{stage}")
 
 
-def case_dir(args, model: str, precision: str, dp: int, stage: int, pp: int) -> Path:
+def case_dir(args, model: str, precision: str, dp: int, stage: int, pp: int,
+             tp: int = 1) -> Path:
     prefix = "" if model == "mlp" else f"{model}-"
-    suffix = f"-pp{pp}" if pp > 1 else ""
+    suffix = (f"-pp{pp}" if pp > 1 else "") + (f"-tp{tp}" if tp > 1 else "")
     return args.work / f"{prefix}{precision}-dp{dp}-z{stage}{suffix}"
 
 
@@ -112,7 +129,7 @@ def variant_config(args, variant: str, nvme: Path) -> Path:
     return path
 
 
-def compile_command(args, model: str, precision: str, dp: int, stage: int, pp: int,
+def compile_command(args, model: str, precision: str, dp: int, stage: int, pp: int, tp: int,
                     offload: str, out: Path) -> List[str]:
     # Four micro-batches per global batch: dp 1 accumulates 4, dp 2 two each.
     nvme = out.parent / "nvme-files"
@@ -123,9 +140,13 @@ def compile_command(args, model: str, precision: str, dp: int, stage: int, pp: i
                "--no-forward", "-o", str(out)]
     if pp > 1:
         command += ["--pp", str(pp)]
+    if tp > 1:
+        command += ["--tp", str(tp)]
     if offload in ("cpu", "nvme"):
         command += ["--offload-optimizer", offload]
-    if offload == "nvme":
+    if offload == "param-flag":
+        command += ["--offload-param", "nvme"]
+    if offload in ("nvme", "param-flag"):
         command += ["--nvme-path", str(nvme)]
     return command
 
@@ -154,12 +175,12 @@ def same_files(a: Path, b: Path) -> Optional[str]:
     return None
 
 
-def check_case(args, model: str, precision: str, dp: int, stage: int, pp: int, device: str,
-               checkpoint: bool) -> Optional[str]:
-    work = case_dir(args, model, precision, dp, stage, pp)
+def check_case(args, model: str, precision: str, dp: int, stage: int, pp: int, tp: int,
+               device: str, checkpoint: bool) -> Optional[str]:
+    work = case_dir(args, model, precision, dp, stage, pp, tp)
     base, off = work / "base", work / device.replace("-fallback", "")
     data = args.data if model == "mlp" else args.gpt2_data
-    ranks = dp * pp
+    ranks = dp * pp * tp
     (work / "nvme-files").mkdir(exist_ok=True)
     if not (base / "done").exists():
         why = run(train_command(ranks, base, data, STEPS, work / "base.jsonl",
@@ -203,9 +224,12 @@ def check_case(args, model: str, precision: str, dp: int, stage: int, pp: int, d
             if numbers["peak_bytes"] != planned[space]["peak_bytes"]:
                 return (f"rank {measured['rank']}: {space} space measured "
                         f"{numbers['peak_bytes']} bytes, plan.json {planned[space]['peak_bytes']}")
-        space = "file" if "nvme" in device or device == "param-both" else "host"
-        if planned[space]["persistent_bytes"] <= 0:
-            return f"rank {measured['rank']}: the {space} space holds no states"
+        spaces = {"param-split": ("host", "file"), "param-both": ("file",),
+                  "param-flag": ("file",)}.get(
+                      device, ("file",) if "nvme" in device else ("host",))
+        for space in spaces:
+            if planned[space]["persistent_bytes"] <= 0:
+                return f"rank {measured['rank']}: the {space} space holds no states"
     if device != "cpu" and any((work.parent / "nvme-files").iterdir()):
         return "the file space's file was not removed at exit"
     if checkpoint:
@@ -234,15 +258,17 @@ def main() -> int:
     parser.add_argument("--dsopt", default="dsopt")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    cases = CASES if args.suite == "optimizer" else MORE_CASES
+    # Every case with its tensor-parallel ranks (1 where it gives none).
+    cases = [case[:6] + (case[7] if len(case) > 7 else 1, case[6])
+             for case in (CASES if args.suite == "optimizer" else MORE_CASES)]
 
     compiles = []
-    for model, precision, dp, stage, pp, devices, _ in cases:
-        work = case_dir(args, model, precision, dp, stage, pp)
+    for model, precision, dp, stage, pp, devices, tp, _ in cases:
+        work = case_dir(args, model, precision, dp, stage, pp, tp)
         for offload in ("",) + tuple(d for d in devices if d != "nvme-fallback"):
-            compiles.append(((model, precision, dp, stage, pp),
-                             compile_command(args, model, precision, dp, stage, pp, offload,
-                                             work / (offload or "base"))))
+            compiles.append(((model, precision, dp, stage, pp, tp),
+                             compile_command(args, model, precision, dp, stage, pp, tp,
+                                             offload, work / (offload or "base"))))
     failed_compile = {}
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
@@ -253,9 +279,9 @@ def main() -> int:
     print(f"compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     failures = 0
-    for model, precision, dp, stage, pp, devices, checkpoint in cases:
+    for model, precision, dp, stage, pp, devices, tp, checkpoint in cases:
         for device in devices:
-            key = (model, precision, dp, stage, pp)
+            key = (model, precision, dp, stage, pp, tp)
             why = failed_compile.get(key) or \
                 check_case(args, *key, device, checkpoint)
             name = f"{case_name(*key)} {device}"
