@@ -999,9 +999,11 @@ void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
   call.stream();
   for (Value value : getOperands().drop_back(getGradScale() ? 1 : 0))
     call.tensor(value);
-  for (Value value : getResults())
+  for (Value value : getResults().take_front(3))
     call.tensor(value);
   addAdamWSettings(call, *this);
+  if (Value copy = getParamCopy()) // after grad_scale, absent when null
+    call.optionalTensor(copy);
 }
 // params_out[i], first_moments_out[i], second_moments_out[i] overwrite
 // params[i], first_moments[i], second_moments[i]: the operands are lr, step,
@@ -1029,6 +1031,9 @@ void AdamWMultiOp::buildKernelCall(KernelCallBuilder &call) {
                           ValueRange(getSecondMomentsOut())})
     call.tensorArray(list);
   addAdamWSettings(call, *this);
+  // The 16-bit copies, an array of n after grad_scale; absent without.
+  if (!getParamCopies().empty())
+    call.tensorArray(getParamCopies());
 }
 std::optional<unsigned> SgdOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4};
@@ -1039,13 +1044,15 @@ void SgdOp::buildKernelCall(KernelCallBuilder &call) {
   call.stream();
   for (Value value : getOperands().drop_back(getGradScale() ? 1 : 0))
     call.tensor(value);
-  for (Value value : getResults())
+  for (Value value : getResults().take_front(2))
     call.tensor(value);
   call.real(getMomentum().convertToFloat());
   call.real(getDampening().convertToFloat());
   call.real(getWeightDecay().convertToFloat());
   call.boolean(getNesterov());
   call.optionalTensor(getGradScale());
+  if (Value copy = getParamCopy()) // after grad_scale, absent when null
+    call.optionalTensor(copy);
 }
 std::optional<unsigned> LionOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {1, 3};
@@ -1056,12 +1063,14 @@ void LionOp::buildKernelCall(KernelCallBuilder &call) {
   call.stream();
   for (Value value : getOperands().drop_back(getGradScale() ? 1 : 0))
     call.tensor(value);
-  for (Value value : getResults())
+  for (Value value : getResults().take_front(2))
     call.tensor(value);
   call.real(getBeta1().convertToFloat());
   call.real(getBeta2().convertToFloat());
   call.real(getWeightDecay().convertToFloat());
   call.optionalTensor(getGradScale());
+  if (Value copy = getParamCopy()) // after grad_scale, absent when null
+    call.optionalTensor(copy);
 }
 // ONNX's preview optimizers update in place too: their kernels read every
 // element of every input before writing the outputs' element.
