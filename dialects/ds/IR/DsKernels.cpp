@@ -990,8 +990,20 @@ static void addAdamWSettings(KernelCallBuilder &call, AdamW op) {
   call.boolean(op.getDecoupled());
   call.optionalTensor(op.getGradScale());
 }
+/// The 16-bit parameter copy (param_copy) may overwrite the gradient when
+/// it has the copy's type: the kernels read an element's gradient before
+/// writing its copy. Under offload that is the host's copy of the 16-bit
+/// gradient shard, so the copies need no host bytes of their own.
+static std::optional<unsigned> copyOverGrad(Value copy, Value grad,
+                                            unsigned gradOperand) {
+  if (copy && copy.getType() == grad.getType())
+    return gradOperand;
+  return std::nullopt;
+}
 std::optional<unsigned> AdamWOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4, 5};
+  if (result == 3)
+    return copyOverGrad(getParamCopy(), getGrad(), 3);
   return result < 3 ? std::optional<unsigned>(operands[result]) : std::nullopt;
 }
 void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
@@ -1011,7 +1023,10 @@ void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
 std::optional<unsigned> AdamWMultiOp::getInPlaceOperand(unsigned result) {
   unsigned count = getCount();
   if (result >= 3 * count)
-    return std::nullopt;
+    return result < 4 * count
+               ? copyOverGrad(getUpdated()[result], getGrads()[result - 3 * count],
+                              2 + count + (result - 3 * count))
+               : std::nullopt;
   unsigned list = result / count, index = result % count;
   static constexpr unsigned operandLists[] = {0, 2, 3};
   return 2 + operandLists[list] * count + index;
@@ -1037,6 +1052,8 @@ void AdamWMultiOp::buildKernelCall(KernelCallBuilder &call) {
 }
 std::optional<unsigned> SgdOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4};
+  if (result == 2)
+    return copyOverGrad(getParamCopy(), getGrad(), 3);
   return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
 }
 void SgdOp::buildKernelCall(KernelCallBuilder &call) {
@@ -1056,6 +1073,8 @@ void SgdOp::buildKernelCall(KernelCallBuilder &call) {
 }
 std::optional<unsigned> LionOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {1, 3};
+  if (result == 2)
+    return copyOverGrad(getParamCopy(), getGrad(), 2);
   return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
 }
 void LionOp::buildKernelCall(KernelCallBuilder &call) {
