@@ -6,11 +6,11 @@
 // The offloaded step: the cast right after the host update, its copy sent
 // to the device. Without a space (the cast before the return) too.
 // CHECK-LABEL: func.func @adamw
-// CHECK: %[[U:[a-z_0-9]+]]:4 = ds.adamw %{{.*}} {copy_type = bf16, ds.space = #ds.space<host>}
-// CHECK-NEXT: ds.transfer %[[U]]#3 {from = #ds.space<host>, to = #ds.space<device>} : tensor<4xbf16>
-// CHECK: %[[V:[a-z_0-9]+]]:4 = ds.adamw %{{.*}} {copy_type = f16}
+// CHECK: %[[P:[a-z_0-9]+]], %[[M:[a-z_0-9]+]], %[[V:[a-z_0-9]+]], %[[C:[a-z_0-9]+]] = ds.adamw %{{.*}} {copy_type = bf16, ds.space = #ds.space<host>}
+// CHECK-NEXT: %[[D:[0-9]+]] = ds.transfer %[[C]] {from = #ds.space<host>, to = #ds.space<device>} : tensor<4xbf16>
+// CHECK: %[[P2:[a-z_0-9]+]], {{.*}}, %[[C2:[a-z_0-9]+]] = ds.adamw %{{.*}} {copy_type = f16}
 // CHECK-NOT: ds.cast
-// CHECK: return %{{.*}}, %[[U]]#0, %[[U]]#1, %[[U]]#2, %[[V]]#3, %[[V]]#0
+// CHECK: return %[[D]], %[[P]], %[[M]], %[[V]], %[[C2]], %[[P2]] :
 func.func @adamw(%lr: tensor<f32>, %step: tensor<i64>, %p: tensor<4xf32>, %g: tensor<4xbf16>, %m: tensor<4xf32>)
     -> (tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf16>, tensor<4xf32>) {
   %a:3 = ds.adamw %lr, %step, %p, %g, %m, %m {ds.space = #ds.space<host>} : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>
@@ -26,10 +26,10 @@ func.func @adamw(%lr: tensor<f32>, %step: tensor<i64>, %p: tensor<4xf32>, %g: te
 
 // SGD and Lion too.
 // CHECK-LABEL: func.func @sgd_lion
-// CHECK: %[[S:[a-z_0-9]+]]:3 = ds.sgd {{.*}}copy_type = bf16
-// CHECK: %[[L:[a-z_0-9]+]]:3 = ds.lion {{.*}}copy_type = bf16
+// CHECK: %{{[a-z_0-9]+}}, %[[SV:[a-z_0-9]+]], %[[SC:[a-z_0-9]+]] = ds.sgd {{.*}}copy_type = bf16
+// CHECK: %{{[a-z_0-9]+}}, %[[LM:[a-z_0-9]+]], %[[LC:[a-z_0-9]+]] = ds.lion {{.*}}copy_type = bf16
 // CHECK-NOT: ds.cast
-// CHECK: return %[[S]]#2, %[[L]]#2, %[[S]]#1, %[[L]]#1
+// CHECK: return %[[SC]], %[[LC]], %[[SV]], %[[LM]] :
 func.func @sgd_lion(%lr: tensor<f32>, %step: tensor<i64>, %p: tensor<4xf32>, %g: tensor<4xbf16>, %m: tensor<4xf32>)
     -> (tensor<4xbf16>, tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>) {
   %s:2 = ds.sgd %lr, %step, %p, %g, %m {momentum = 0.9 : f32} : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xbf16>, tensor<4xf32>
