@@ -165,7 +165,9 @@ struct DsGroupOptimizer
         if (dependsOn(&op, it->second))
           reads.push_back(it);
       auto update = dyn_cast<ds::AdamWOp>(&op);
-      if (update && !streamsStates(update)) {
+      // An update that writes its 16-bit copy already (ds-fuse-param-copy)
+      // stays as it is.
+      if (update && !streamsStates(update) && !update.getParamCopy()) {
         // An update that reads a group's results runs after that group.
         for (auto it : reads)
           close(it);

@@ -15,6 +15,8 @@
 //   %c  = ds.cast %p2 {ds.space = host} : f32 to bf16
 //   %cd = ds.transfer %c {from = host, to = device}
 //
+// (ds-fuse-param-copy later makes that cast the update's own result.)
+//
 // %m and %v are arguments in the host space (ds.space), updated in place
 // there. With device=nvme they are in the file space: each update's states
 // are read into host buffers by transfers issued before the previous update

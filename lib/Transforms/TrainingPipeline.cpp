@@ -38,10 +38,12 @@ void addZero(OpPassManager &pm, const TrainingOptions &options) {
 
 } // namespace
 
-void buildPlanningPipeline(OpPassManager &pm, bool fuse) {
+void buildPlanningPipeline(OpPassManager &pm, bool fuse, bool fuseParamCopy) {
   if (fuse)
     pm.addNestedPass<func::FuncOp>(createDsFuseElementwise());
   pm.addNestedPass<func::FuncOp>(createDsGroupOptimizer());
+  if (fuseParamCopy)
+    pm.addNestedPass<func::FuncOp>(createDsFuseParamCopy());
   pm.addPass(createDsPlanMemory());
 }
 
@@ -122,7 +124,7 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
     return;
   if (!pipelined) {
     addZero(pm, options);
-    buildPlanningPipeline(pm, options.fuse);
+    buildPlanningPipeline(pm, options.fuse, options.fuseParamCopy);
     return;
   }
   // Each rank's program is a nested module; ZeRO runs along its dp axis.
@@ -131,7 +133,7 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   pm.addPass(createDsPipelineRanks(ranks));
   OpPassManager &rank = pm.nest<ModuleOp>();
   addZero(rank, options);
-  buildPlanningPipeline(rank, options.fuse);
+  buildPlanningPipeline(rank, options.fuse, options.fuseParamCopy);
 }
 
 void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {

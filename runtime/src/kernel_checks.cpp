@@ -438,6 +438,17 @@ void check_grad_scale(const char *kernel, const Tensor *grad_scale) {
     fail(kernel, "grad_scale must be a scalar, got " + grad_scale->shape.str());
 }
 
+void check_param_copy(const char *kernel, const Tensor &param, const Tensor *copy) {
+  if (!copy)
+    return;
+  check_data(kernel, "param_copy", *copy);
+  if (param.dtype != DType::F32 || (copy->dtype != DType::BF16 && copy->dtype != DType::F16))
+    fail(kernel, "param_copy is the 16-bit (bf16 or f16) copy of an f32 param, got " +
+                     std::string(dtype_name(copy->dtype)) + " for a " +
+                     std::string(dtype_name(param.dtype)) + " param");
+  check_shape(kernel, "param_copy", *copy, param.shape);
+}
+
 void check_adamw_multi_args(const char *kernel, const Tensor &lr, const Tensor &step, int count,
                             const Tensor *params, const Tensor *grads, const Tensor *ms,
                             const Tensor *vs, const Tensor *params_out, const Tensor *ms_out,

@@ -305,6 +305,9 @@ void check_optimizer_args(const char *kernel, const Tensor &lr, const Tensor *st
                           const char *const *names, int count);
 // An optimizer's grad_scale, when present: an f32 scalar.
 void check_grad_scale(const char *kernel, const Tensor *grad_scale);
+// An optimizer's 16-bit parameter copy, when present: bf16 or f16, of an
+// f32 param's shape.
+void check_param_copy(const char *kernel, const Tensor &param, const Tensor *copy);
 // sgd's nesterov needs a positive momentum and no dampening.
 void check_sgd_modes(const char *kernel, float momentum, float dampening, bool nesterov);
 // adamw_multi's list: a count >= 0, the arrays present, every tensor i as

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <random>
 
@@ -157,6 +158,88 @@ TEST_P(InPlace, AdamWMultiMatchesPerTensorUpdates) {
       EXPECT_NE(plain.bytes(), pr[1].bytes());
     }
   }
+}
+
+// Mixed precision's 16-bit copy written by the update itself (param_copy)
+// is the updated f32 parameter rounded as dsrt::cast (ds.cast) rounds it,
+// and the update's other outputs are the bits of the update without a copy.
+// bf16's copy is also checked against round-to-nearest-even computed here
+// from the f32 bits, and the data has elements where truncating would give
+// another value, so a copy rounded by truncation fails.
+uint16_t bf16_nearest_even(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN stays NaN
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+TEST(ParamCopy, UpdateWritesTheRoundedParameterInItsLoop) {
+  const Shape shape{37, 1500}; // above the parallel grain
+  Stream s(dsrt::Backend::Cpu, 2);
+  Owned lr = Owned::of(DType::F32, Shape{}, {1e-2});
+  Owned step = Owned::of(DType::I64, Shape{}, {3});
+  Owned scale = Owned::of(DType::F32, Shape{}, {0.5});
+  Owned p = random(DType::F32, shape, 1), g = random(DType::BF16, shape, 2),
+        m = random(DType::F32, shape, 3, -0.1, 0.1), v = random(DType::F32, shape, 4, 0.0, 0.01);
+  // Each optimizer: run(param_out, state outputs, copy or null).
+  using Run = std::function<void(const Tensor &, const Tensor &, const Tensor &, const Tensor *)>;
+  const std::vector<std::pair<const char *, Run>> updates = {
+      {"adamw",
+       [&](const Tensor &po, const Tensor &o1, const Tensor &o2, const Tensor *copy) {
+         dsrt::adamw(s, lr, step, p, g, m, v, po, o1, o2, 0.9f, 0.999f, 1e-8f, 0.1f, true,
+                     &scale.t(), copy);
+       }},
+      {"adamw_multi",
+       [&](const Tensor &po, const Tensor &o1, const Tensor &o2, const Tensor *copy) {
+         const Tensor ps[] = {p}, gs[] = {g}, ms[] = {m}, vs[] = {v}, pos[] = {po}, mos[] = {o1},
+                      vos[] = {o2};
+         dsrt::adamw_multi(s, lr, step, 1, ps, gs, ms, vs, pos, mos, vos, 0.9f, 0.999f, 1e-8f,
+                           0.1f, true, &scale.t(), copy);
+       }},
+      {"sgd",
+       [&](const Tensor &po, const Tensor &o1, const Tensor &, const Tensor *copy) {
+         dsrt::sgd(s, lr, step, p, g, m, po, o1, 0.9f, 0.0f, 0.01f, true, &scale.t(), copy);
+       }},
+      {"lion",
+       [&](const Tensor &po, const Tensor &o1, const Tensor &, const Tensor *copy) {
+         dsrt::lion(s, lr, p, g, m, po, o1, 0.9f, 0.99f, 0.1f, &scale.t(), copy);
+       }},
+  };
+  for (const auto &[name, run] : updates) {
+    for (DType low : {DType::BF16, DType::F16}) {
+      SCOPED_TRACE(std::string(name) + " -> " + dsrt::dtype_name(low));
+      Owned po(DType::F32, shape), o1(DType::F32, shape), o2(DType::F32, shape);
+      run(po, o1, o2, nullptr);
+      Owned fo(DType::F32, shape), f1(DType::F32, shape), f2(DType::F32, shape);
+      Owned copy(low, shape);
+      run(fo, f1, f2, &copy.t());
+      EXPECT_EQ(fo.bytes(), po.bytes());
+      EXPECT_EQ(f1.bytes(), o1.bytes());
+      EXPECT_EQ(f2.bytes(), o2.bytes());
+      Owned cast(low, shape);
+      dsrt::cast(s, po, cast);
+      EXPECT_EQ(copy.bytes(), cast.bytes()) << "not the bits of cast";
+      if (low != DType::BF16)
+        continue;
+      const float *updated = po.t().as<float>();
+      const uint16_t *bits = copy.t().as<uint16_t>();
+      int64_t truncation_differs = 0, wrong = 0;
+      for (int64_t i = 0; i < shape.numel(); ++i) {
+        uint32_t f;
+        std::memcpy(&f, &updated[i], sizeof f);
+        truncation_differs += static_cast<uint16_t>(f >> 16) != bf16_nearest_even(updated[i]);
+        wrong += bits[i] != bf16_nearest_even(updated[i]);
+      }
+      EXPECT_EQ(wrong, 0) << "elements not rounded to nearest even";
+      EXPECT_GT(truncation_differs, shape.numel() / 4) << "the data cannot tell rounding modes";
+    }
+  }
+  // A copy that is not 16 bits, or not of the parameter's shape, is refused.
+  Owned po(DType::F32, shape), o1(DType::F32, shape), o2(DType::F32, shape);
+  Owned wide(DType::F32, shape), small(DType::BF16, Shape{37});
+  EXPECT_DSRT_ERROR(updates[0].second(po, o1, o2, &wide.t()), "dsrt::adamw", "param_copy");
+  EXPECT_DSRT_ERROR(updates[2].second(po, o1, o2, &small.t()), "dsrt::sgd", "param_copy");
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, InPlace, testing::Values(DType::F32, DType::BF16),

@@ -105,7 +105,7 @@ func.func @state_not_typed(%p: tensor<4xf32> {ds.state = "grad:p"}) {
 // -----
 
 func.func @adamw_multi_counts(%lr: tensor<f32>, %s: tensor<i64>, %p: tensor<4xf32>) {
-  // expected-error @+1 {{needs 4n tensors (params, grads, first and second moments) and an optional grad_scale for 2 results each, got 7}}
+  // expected-error @+1 {{needs 4n tensors (params, grads, first and second moments) and an optional grad_scale, and 3n results (4n with the 16-bit copies of the params) for n > 0 tensors, got 7 tensors and 6 results}}
   %0:6 = ds.adamw_multi %lr, %s, %p, %p, %p, %p, %p, %p, %p : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
   return
 }
@@ -115,5 +115,21 @@ func.func @adamw_multi_counts(%lr: tensor<f32>, %s: tensor<i64>, %p: tensor<4xf3
 func.func @adamw_multi_param_types(%lr: tensor<f32>, %s: tensor<i64>, %p: tensor<4xf32>, %h: tensor<4xbf16>) {
   // expected-error @+1 {{tensor 1: every param must have one float type and every grad one float type}}
   %0:6 = ds.adamw_multi %lr, %s, %p, %h, %p, %p, %p, %h, %p, %h : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>, tensor<4xf32>, tensor<4xbf16> -> tensor<4xf32>, tensor<4xbf16>, tensor<4xf32>, tensor<4xbf16>, tensor<4xf32>, tensor<4xbf16>
+  return
+}
+
+// -----
+
+func.func @adamw_copy_type(%lr: tensor<f32>, %s: tensor<i64>, %p: tensor<4xf32>) {
+  // expected-error @+1 {{adamw copy_type must be bf16 or f16, for an f32 param (the 16-bit copy of the updated param)}}
+  %0:4 = ds.adamw %lr, %s, %p, %p, %p, %p {copy_type = f32} : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @adamw_multi_copy_type(%lr: tensor<f32>, %s: tensor<i64>, %p: tensor<4xf32>, %h: tensor<2xbf16>) {
+  // expected-error @+1 {{tensor 0: the copy 'tensor<2xbf16>' is not a bf16 or f16 copy of the f32 param 'tensor<4xf32>'}}
+  %0:4 = ds.adamw_multi %lr, %s, %p, %p, %p, %p : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<2xbf16>
   return
 }

@@ -9,12 +9,14 @@
 // Z1-LABEL: func.func @optimizer_step
 // Z1-SAME: %arg0: tensor<6x6xbf16> {{{.*}}ds.param = #ds.param<name = "w"
 // Z1-SAME: tensor<18xf32> {{{.*}}ds.state = #ds.state<optimizer, role = "master", param = "w">}
-// Z1: ds.reduce_scatter_bucket {{.*}} : tensor<36xbf16>, tensor<6xbf16> -> tensor<18xbf16>, tensor<3xbf16>,
+// Z1: ds.reduce_scatter_bucket {{.*}}ds.buffers = array<i64: [[G0:[0-9]+]], [[G1:[0-9]+]], {{[0-9]+}}>{{.*}} : tensor<36xbf16>, tensor<6xbf16> -> tensor<18xbf16>, tensor<3xbf16>,
 // The update reads the bf16 gradient shard as it is (no f32 copy); the
-// two updates are one ds.adamw_multi (ds-group-optimizer).
-// Z1: %[[MASTER:[0-9]+]]:6 = ds.adamw_multi {{.*}} : tensor<f32>, tensor<i64>, tensor<18xf32>, tensor<3xf32>, tensor<18xbf16>, tensor<3xbf16>, tensor<18xf32>, tensor<3xf32>, tensor<18xf32>, tensor<3xf32> ->
-// Z1: %[[WORK:.*]] = ds.cast %[[MASTER]]#0 {{.*}}: tensor<18xf32> to tensor<18xbf16>
-// Z1: ds.all_gather_bucket %[[WORK]], %{{.*}} : tensor<18xbf16>, tensor<3xbf16> -> tensor<36xbf16>, tensor<6xbf16>,
+// two updates are one ds.adamw_multi (ds-group-optimizer), which also
+// writes the 16-bit working copies (its last two results,
+// ds-fuse-param-copy) over the gradient shards' buffers.
+// Z1: %[[MASTER:[0-9]+]]:8 = ds.adamw_multi {{.*}}ds.buffers = array<i64: {{([0-9]+, )+}}[[G0]], [[G1]]>{{.*}} : tensor<f32>, tensor<i64>, tensor<18xf32>, tensor<3xf32>, tensor<18xbf16>, tensor<3xbf16>, tensor<18xf32>, tensor<3xf32>, tensor<18xf32>, tensor<3xf32> -> {{.*}}, tensor<18xbf16>, tensor<3xbf16>{{$}}
+// Z1-NOT: ds.cast
+// Z1: ds.all_gather_bucket %[[MASTER]]#6, %[[MASTER]]#7 {{.*}} : tensor<18xbf16>, tensor<3xbf16> -> tensor<36xbf16>, tensor<6xbf16>,
 
 // fp32 accumulation: the reduce-scatter in micro_step is in f32.
 // Z2-LABEL: func.func @micro_step
@@ -29,10 +31,9 @@
 // Z3: shard.all_gather %arg1 {{.*}} : tensor<18xbf16> -> tensor<36xbf16>
 // Z3-LABEL: func.func @optimizer_step
 // Z3-SAME: %arg0: tensor<18xbf16> {{{.*}}ds.sharded = tensor<6x6xbf16>}
-// Z3: %[[MASTER:[0-9]+]]:6 = ds.adamw_multi {{.*}} tensor<18xf32>
-// Z3: %[[WORK:.*]] = ds.cast %[[MASTER]]#0 {{.*}}: tensor<18xf32> to tensor<18xbf16>
+// Z3: %[[MASTER:[0-9]+]]:8 = ds.adamw_multi {{.*}} tensor<18xf32>
 // Z3-NOT: all_gather
-// Z3: return %{{.*}}, %[[WORK]],
+// Z3: return %{{.*}}, %[[MASTER]]#6,
 
 func.func @main(%x: tensor<4x6xf32> {ds.input = "x"},
                 %w: tensor<6x6xf32> {ds.param = #ds.param<name = "w", trainable = true, data = dense<0.5> : tensor<6x6xf32>>},

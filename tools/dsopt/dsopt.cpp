@@ -177,6 +177,12 @@ cl::opt<bool> noFuse(
     cl::desc("Do not fuse elementwise chains into single loops"),
     cl::cat(outputCategory));
 
+cl::opt<bool> noFuseParamCopy(
+    "no-fuse-param-copy",
+    cl::desc("With bf16/fp16, make the 16-bit parameter copy a separate "
+             "cast after the optimizer update rather than in its loop"),
+    cl::cat(outputCategory));
+
 cl::opt<bool> listOps("list-ops",
                       cl::desc("List the supported ONNX operators and exit"),
                       cl::cat(outputCategory));
@@ -1126,6 +1132,7 @@ EXAMPLES:
     options.loss = lossFlag;
     options.frozen = trainOptions.frozen;
     options.fuse = !noFuse;
+    options.fuseParamCopy = !noFuseParamCopy;
     options.cutOnly = emit == EmitKind::Trace;
     trainModule = OwningOpRef<ModuleOp>(module->clone());
     PassManager trainPm(&context);

@@ -165,7 +165,18 @@ def Ds_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
       }]>,
     InterfaceMethod<"The updated states, in the order of the state operands.",
       "::mlir::ResultRange", "getUpdatedStates", (ins), [{}], [{
-        return $_op->getResults().drop_front();
+        return $_op->getResults().drop_front().take_front(
+            $_op.getStateOperands().size());
+      }]>,
+    InterfaceMethod<
+      "The 16-bit (bf16 or f16) copy of the updated f32 parameter that the "
+      "update writes in its own loop (mixed precision's working copy, the "
+      "result after the states), or null.",
+      "::mlir::Value", "getUpdatedParamCopy", (ins), [{}], [{
+        size_t states = $_op.getStateOperands().size();
+        return $_op->getNumResults() > 1 + states
+                   ? ::mlir::Value($_op->getResult(1 + states))
+                   : ::mlir::Value();
       }]>,
     InterfaceMethod<
       "Bytes of optimizer state the update keeps per parameter element.",

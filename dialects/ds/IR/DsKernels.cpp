@@ -990,8 +990,20 @@ static void addAdamWSettings(KernelCallBuilder &call, AdamW op) {
   call.boolean(op.getDecoupled());
   call.optionalTensor(op.getGradScale());
 }
+/// The 16-bit parameter copy (param_copy) may overwrite the gradient when
+/// it has the copy's type: the kernels read an element's gradient before
+/// writing its copy. Under offload that is the host's copy of the 16-bit
+/// gradient shard, so the copies need no host bytes of their own.
+static std::optional<unsigned> copyOverGrad(Value copy, Value grad,
+                                            unsigned gradOperand) {
+  if (copy && copy.getType() == grad.getType())
+    return gradOperand;
+  return std::nullopt;
+}
 std::optional<unsigned> AdamWOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4, 5};
+  if (result == 3)
+    return copyOverGrad(getParamCopy(), getGrad(), 3);
   return result < 3 ? std::optional<unsigned>(operands[result]) : std::nullopt;
 }
 void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
@@ -999,9 +1011,11 @@ void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
   call.stream();
   for (Value value : getOperands().drop_back(getGradScale() ? 1 : 0))
     call.tensor(value);
-  for (Value value : getResults())
+  for (Value value : getResults().take_front(3))
     call.tensor(value);
   addAdamWSettings(call, *this);
+  if (Value copy = getParamCopy()) // after grad_scale, absent when null
+    call.optionalTensor(copy);
 }
 // params_out[i], first_moments_out[i], second_moments_out[i] overwrite
 // params[i], first_moments[i], second_moments[i]: the operands are lr, step,
@@ -1009,7 +1023,10 @@ void AdamWOp::buildKernelCall(KernelCallBuilder &call) {
 std::optional<unsigned> AdamWMultiOp::getInPlaceOperand(unsigned result) {
   unsigned count = getCount();
   if (result >= 3 * count)
-    return std::nullopt;
+    return result < 4 * count
+               ? copyOverGrad(getUpdated()[result], getGrads()[result - 3 * count],
+                              2 + count + (result - 3 * count))
+               : std::nullopt;
   unsigned list = result / count, index = result % count;
   static constexpr unsigned operandLists[] = {0, 2, 3};
   return 2 + operandLists[list] * count + index;
@@ -1029,9 +1046,14 @@ void AdamWMultiOp::buildKernelCall(KernelCallBuilder &call) {
                           ValueRange(getSecondMomentsOut())})
     call.tensorArray(list);
   addAdamWSettings(call, *this);
+  // The 16-bit copies, an array of n after grad_scale; absent without.
+  if (!getParamCopies().empty())
+    call.tensorArray(getParamCopies());
 }
 std::optional<unsigned> SgdOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {2, 4};
+  if (result == 2)
+    return copyOverGrad(getParamCopy(), getGrad(), 3);
   return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
 }
 void SgdOp::buildKernelCall(KernelCallBuilder &call) {
@@ -1039,16 +1061,20 @@ void SgdOp::buildKernelCall(KernelCallBuilder &call) {
   call.stream();
   for (Value value : getOperands().drop_back(getGradScale() ? 1 : 0))
     call.tensor(value);
-  for (Value value : getResults())
+  for (Value value : getResults().take_front(2))
     call.tensor(value);
   call.real(getMomentum().convertToFloat());
   call.real(getDampening().convertToFloat());
   call.real(getWeightDecay().convertToFloat());
   call.boolean(getNesterov());
   call.optionalTensor(getGradScale());
+  if (Value copy = getParamCopy()) // after grad_scale, absent when null
+    call.optionalTensor(copy);
 }
 std::optional<unsigned> LionOp::getInPlaceOperand(unsigned result) {
   static constexpr unsigned operands[] = {1, 3};
+  if (result == 2)
+    return copyOverGrad(getParamCopy(), getGrad(), 2);
   return result < 2 ? std::optional<unsigned>(operands[result]) : std::nullopt;
 }
 void LionOp::buildKernelCall(KernelCallBuilder &call) {
@@ -1056,12 +1082,14 @@ void LionOp::buildKernelCall(KernelCallBuilder &call) {
   call.stream();
   for (Value value : getOperands().drop_back(getGradScale() ? 1 : 0))
     call.tensor(value);
-  for (Value value : getResults())
+  for (Value value : getResults().take_front(2))
     call.tensor(value);
   call.real(getBeta1().convertToFloat());
   call.real(getBeta2().convertToFloat());
   call.real(getWeightDecay().convertToFloat());
   call.optionalTensor(getGradScale());
+  if (Value copy = getParamCopy()) // after grad_scale, absent when null
+    call.optionalTensor(copy);
 }
 // ONNX's preview optimizers update in place too: their kernels read every
 // element of every input before writing the outputs' element.

@@ -404,15 +404,15 @@ LogicalResult AdamWOp::verify() {
   return verifyAdamWSettings(*this);
 }
 LogicalResult AdamWMultiOp::verify() {
-  size_t count = getCount();
-  if (count == 0 || getUpdated().size() != 3 * count)
-    return emitOpError() << "needs 3n results for n tensors (n > 0), got "
-                         << getUpdated().size();
-  if (getTensors().size() != 4 * count && getTensors().size() != 4 * count + 1)
-    return emitOpError() << "needs 4n tensors (params, grads, first and "
-                            "second moments) and an optional grad_scale for "
-                         << count << " results each, got "
-                         << getTensors().size();
+  size_t count = getCount(), tensors = getTensors().size(),
+         results = getUpdated().size();
+  if (count == 0 || tensors % 4 > 1 ||
+      (results != 3 * count && results != 4 * count))
+    return emitOpError()
+           << "needs 4n tensors (params, grads, first and second moments) "
+              "and an optional grad_scale, and 3n results (4n with the "
+              "16-bit copies of the params) for n > 0 tensors, got "
+           << tensors << " tensors and " << results << " results";
   if (failed(verifyGradScale(*this, getGradScale())))
     return failure();
   Type paramElement = getElementTypeOrSelf(getParams()[0].getType());
@@ -435,6 +435,15 @@ LogicalResult AdamWMultiOp::verify() {
       if (state.getType() != param)
         return emitOpError() << "tensor " << i << ": " << state.getType()
                              << " is not the param's type " << param;
+    if (!getParamCopies().empty()) {
+      auto copy = cast<RankedTensorType>(getParamCopies()[i].getType());
+      Type low = copy.getElementType();
+      if (!param.getElementType().isF32() || !(low.isBF16() || low.isF16()) ||
+          copy.getShape() != param.getShape())
+        return emitOpError() << "tensor " << i << ": the copy " << copy
+                             << " is not a bf16 or f16 copy of the f32 param "
+                             << param;
+    }
   }
   return verifyAdamWSettings(*this);
 }

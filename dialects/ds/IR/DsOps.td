@@ -836,7 +836,10 @@ def Ds_AdamWOp : Ds_OptimizerOp<"adamw", 1> {
     otherwise (Adam) weight_decay * p is added to g. `lr` is an f32 scalar
     tensor, `step` an i64 scalar (1 for the first update). With
     `grad_scale` (an f32 scalar) g is the gradient times it, an element at a
-    time: no scaled copy of the gradient exists.
+    time: no scaled copy of the gradient exists. With `copy_type` (bf16 or
+    f16, for an f32 param) the op has a fourth result, `param_copy`: p'
+    rounded to that type as `ds.cast` rounds it, written in the update's own
+    loop (mixed precision's 16-bit working copy; ds-fuse-param-copy).
   }];
   let arguments = (ins Ds_F32Tensor:$lr, Ds_I64Tensor:$step,
                    Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
@@ -847,10 +850,12 @@ def Ds_AdamWOp : Ds_OptimizerOp<"adamw", 1> {
                    DefaultValuedAttr<F32Attr, "1.0e-8">:$epsilon,
                    Optional<Ds_F32Tensor>:$grad_scale,
                    DefaultValuedAttr<F32Attr, "0.0">:$weight_decay,
-                   DefaultValuedAttr<BoolAttr, "true">:$decoupled);
+                   DefaultValuedAttr<BoolAttr, "true">:$decoupled,
+                   OptionalAttr<TypeAttr>:$copy_type);
   let results = (outs Ds_FloatTensor:$param_out,
                  Ds_FloatTensor:$first_moment_out,
-                 Ds_FloatTensor:$second_moment_out);
+                 Ds_FloatTensor:$second_moment_out,
+                 Optional<Ds_FloatTensor>:$param_copy);
 }
 
 def Ds_SgdOp : Ds_OptimizerOp<"sgd", 1> {
@@ -859,7 +864,8 @@ def Ds_SgdOp : Ds_OptimizerOp<"sgd", 1> {
     g += weight_decay * p; with momentum: buf = g at step 1, else
     momentum * buf + (1 - dampening) * g, and g = nesterov ? g + momentum *
     buf : buf; p' = p - lr * g. With `grad_scale` (an f32 scalar) g is the
-    gradient times it, an element at a time.
+    gradient times it, an element at a time. `copy_type` and `param_copy`
+    as for ds.adamw.
   }];
   let arguments = (ins Ds_F32Tensor:$lr, Ds_I64Tensor:$step,
                    Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
@@ -868,9 +874,11 @@ def Ds_SgdOp : Ds_OptimizerOp<"sgd", 1> {
                    DefaultValuedAttr<F32Attr, "0.0">:$dampening,
                    Optional<Ds_F32Tensor>:$grad_scale,
                    DefaultValuedAttr<F32Attr, "0.0">:$weight_decay,
-                   UnitAttr:$nesterov);
+                   UnitAttr:$nesterov,
+                   OptionalAttr<TypeAttr>:$copy_type);
   let results = (outs Ds_FloatTensor:$param_out,
-                 Ds_FloatTensor:$velocity_out);
+                 Ds_FloatTensor:$velocity_out,
+                 Optional<Ds_FloatTensor>:$param_copy);
 }
 
 def Ds_LionOp : Ds_OptimizerOp<"lion", 1> {
@@ -878,16 +886,19 @@ def Ds_LionOp : Ds_OptimizerOp<"lion", 1> {
   let description = [{
     c = beta1 m + (1 - beta1) g; p' = p (1 - lr weight_decay) - lr sign(c);
     m' = beta2 m + (1 - beta2) g. With `grad_scale` (an f32 scalar) g is
-    the gradient times it, an element at a time.
+    the gradient times it, an element at a time. `copy_type` and
+    `param_copy` as for ds.adamw.
   }];
   let arguments = (ins Ds_F32Tensor:$lr, Ds_FloatTensor:$param,
                    Ds_FloatTensor:$grad, Ds_FloatTensor:$momentum,
                    Optional<Ds_F32Tensor>:$grad_scale,
                    DefaultValuedAttr<F32Attr, "0.9">:$beta1,
                    DefaultValuedAttr<F32Attr, "0.99">:$beta2,
-                   DefaultValuedAttr<F32Attr, "0.0">:$weight_decay);
+                   DefaultValuedAttr<F32Attr, "0.0">:$weight_decay,
+                   OptionalAttr<TypeAttr>:$copy_type);
   let results = (outs Ds_FloatTensor:$param_out,
-                 Ds_FloatTensor:$momentum_out);
+                 Ds_FloatTensor:$momentum_out,
+                 Optional<Ds_FloatTensor>:$param_copy);
 }
 
 // Not an OptimizerOpInterface (that describes one tensor's update): built
@@ -900,9 +911,12 @@ def Ds_AdamWMultiOp : Ds_Op<"adamw_multi", [Ds_ComputeF32],
     For n tensors, `tensors` is the n parameters, the n gradients, the n
     first moments, the n second moments, then optionally the f32 scalar
     `grad_scale`; the results are the n updated parameters, the n first
-    moments and the n second moments (the accessors `getParams()`,
-    `getGrads()`, ..., `getGradScale()`, `getParamsOut()`, ... name the
-    parts). Tensor i is updated exactly as `ds.adamw` with the same `lr`,
+    moments and the n second moments, then optionally n 16-bit copies of the
+    updated parameters (bf16 or f16 of f32 parameters: each rounded as
+    `ds.cast` rounds it, written in the update's own loop, as ds.adamw's
+    `param_copy`). The accessors `getParams()`, `getGrads()`, ...,
+    `getGradScale()`, `getParamsOut()`, ..., `getParamCopies()` name the
+    parts. Tensor i is updated exactly as `ds.adamw` with the same `lr`,
     `step`, `grad_scale` and attributes would update it. Every parameter has
     one float type, every gradient one float type. Lowered to one
     `dsrt::adamw_multi` call: one parallel region (cpu) or one multi-tensor
@@ -921,8 +935,8 @@ def Ds_AdamWMultiOp : Ds_Op<"adamw_multi", [Ds_ComputeF32],
     type($tensors) `->` type($updated)
   }];
   let extraClassDeclaration = [{
-    /// n, the number of tensors updated.
-    unsigned getCount() { return getUpdated().size() / 3; }
+    /// n, the number of tensors updated: 4n or 4n + 1 tensors.
+    unsigned getCount() { return getTensors().size() / 4; }
     ::mlir::OperandRange getParams() { return getTensors().slice(0, getCount()); }
     ::mlir::OperandRange getGrads() { return getTensors().slice(getCount(), getCount()); }
     ::mlir::OperandRange getFirstMoments() { return getTensors().slice(2 * getCount(), getCount()); }
@@ -933,6 +947,8 @@ def Ds_AdamWMultiOp : Ds_Op<"adamw_multi", [Ds_ComputeF32],
     ::mlir::ResultRange getParamsOut() { return getUpdated().slice(0, getCount()); }
     ::mlir::ResultRange getFirstMomentsOut() { return getUpdated().slice(getCount(), getCount()); }
     ::mlir::ResultRange getSecondMomentsOut() { return getUpdated().slice(2 * getCount(), getCount()); }
+    /// The 16-bit copies of the updated parameters: n results, or none.
+    ::mlir::ResultRange getParamCopies() { return getUpdated().drop_front(3 * getCount()); }
   }];
   let hasVerifier = 1;
 }

@@ -743,6 +743,23 @@ LogicalResult inferUpdate(std::optional<Location> loc, StringRef what,
   types.append(states.size() - 2, param);
   return success();
 }
+
+/// The optional 16-bit copy of the updated parameter (`copy_type`): a
+/// bf16 or f16 tensor of an f32 parameter's shape.
+LogicalResult inferParamCopy(std::optional<Location> loc, StringRef what,
+                             Value param, TypeAttr copyType, Types &types) {
+  if (!copyType)
+    return success();
+  auto tensor = tensorType(param);
+  Type element = copyType.getValue();
+  if (!tensor || !tensor.getElementType().isF32() ||
+      !(element.isBF16() || element.isF16()))
+    return emitOptionalError(loc, what,
+                             " copy_type must be bf16 or f16, for an f32 "
+                             "param (the 16-bit copy of the updated param)");
+  types.push_back(tensor.clone(element));
+  return success();
+}
 } // namespace
 
 // Normalization.
@@ -805,26 +822,35 @@ LogicalResult MaxPoolGradOp::inferReturnTypes(MLIRContext *,
 LogicalResult AdamWOp::inferReturnTypes(MLIRContext *,
                                         std::optional<Location> loc,
                                         Adaptor adaptor, Types &types) {
-  return inferUpdate(loc, "adamw", adaptor.getLr(), adaptor.getStep(),
-                     {adaptor.getParam(), adaptor.getGrad(),
-                      adaptor.getFirstMoment(), adaptor.getSecondMoment()},
-                     types);
+  if (failed(inferUpdate(loc, "adamw", adaptor.getLr(), adaptor.getStep(),
+                         {adaptor.getParam(), adaptor.getGrad(),
+                          adaptor.getFirstMoment(), adaptor.getSecondMoment()},
+                         types)))
+    return failure();
+  return inferParamCopy(loc, "adamw", adaptor.getParam(), adaptor.getCopyTypeAttr(),
+                        types);
 }
 LogicalResult SgdOp::inferReturnTypes(MLIRContext *,
                                       std::optional<Location> loc,
                                       Adaptor adaptor, Types &types) {
-  return inferUpdate(loc, "sgd", adaptor.getLr(), adaptor.getStep(),
-                     {adaptor.getParam(), adaptor.getGrad(),
-                      adaptor.getVelocity()},
-                     types);
+  if (failed(inferUpdate(loc, "sgd", adaptor.getLr(), adaptor.getStep(),
+                         {adaptor.getParam(), adaptor.getGrad(),
+                          adaptor.getVelocity()},
+                         types)))
+    return failure();
+  return inferParamCopy(loc, "sgd", adaptor.getParam(), adaptor.getCopyTypeAttr(),
+                        types);
 }
 LogicalResult LionOp::inferReturnTypes(MLIRContext *,
                                        std::optional<Location> loc,
                                        Adaptor adaptor, Types &types) {
-  return inferUpdate(loc, "lion", adaptor.getLr(), Value(),
-                     {adaptor.getParam(), adaptor.getGrad(),
-                      adaptor.getMomentum()},
-                     types);
+  if (failed(inferUpdate(loc, "lion", adaptor.getLr(), Value(),
+                         {adaptor.getParam(), adaptor.getGrad(),
+                          adaptor.getMomentum()},
+                         types)))
+    return failure();
+  return inferParamCopy(loc, "lion", adaptor.getParam(), adaptor.getCopyTypeAttr(),
+                        types);
 }
 
 // Gradient norm and state initialization.

@@ -534,6 +534,23 @@ def DsGroupOptimizer : Pass<"ds-group-optimizer", "mlir::func::FuncOp"> {
   }];
 }
 
+def DsFuseParamCopy : Pass<"ds-fuse-param-copy", "mlir::func::FuncOp"> {
+  let summary = "Let optimizer updates write the 16-bit parameter copy";
+  let description = [{
+    Mixed precision's 16-bit working copy is a `ds.cast` (f32 to bf16 or
+    f16) of the updated master (ds-precision; on the host under
+    ZeRO-Offload, ds-offload). When such a cast is in the update's block
+    after it, runs where the update runs (`ds.space`), and no other op
+    reads the updated master between the two, the update writes the copy
+    itself, in the same loop over the elements: `ds.adamw`, `ds.sgd` and
+    `ds.lion` get `copy_type` and a `param_copy` result, `ds.adamw_multi`
+    n more results (only when every tensor of the group has such a cast).
+    The cast is erased. The kernels round as `ds.cast` does, so training
+    gives the same bits with one pass over the master instead of two.
+    Runs after ds-group-optimizer, just before memory planning.
+  }];
+}
+
 def DsPlanMemory : Pass<"ds-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assign every tensor a fixed offset in one arena by liveness";
   let description = [{

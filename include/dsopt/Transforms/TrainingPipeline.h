@@ -246,11 +246,19 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
   Option<bool> fuse{*this, "fuse",
                     llvm::cl::desc("Fuse elementwise chains before planning"),
                     llvm::cl::init(true)};
+  Option<bool> fuseParamCopy{
+      *this, "fuse-param-copy",
+      llvm::cl::desc("Let optimizer updates write mixed precision's 16-bit "
+                     "parameter copy in their own loop "
+                     "(ds-fuse-param-copy)"),
+      llvm::cl::init(true)};
 };
 
-/// Appends fusion (when `fuse`) and the memory plan, the last passes of
-/// every program the driver builds (forward, training, gradients).
-void buildPlanningPipeline(mlir::OpPassManager &pm, bool fuse);
+/// Appends fusion (when `fuse`), ds-group-optimizer, ds-fuse-param-copy
+/// (when `fuseParamCopy`) and the memory plan, the last passes of every
+/// program the driver builds (forward, training, gradients).
+void buildPlanningPipeline(mlir::OpPassManager &pm, bool fuse,
+                           bool fuseParamCopy = true);
 
 /// Appends the training pipeline for `options` to `pm` (anchored on
 /// builtin.module).

@@ -328,6 +328,13 @@ int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx);
 // element) wherever it reads g. The training step passes the gradient
 // clipping coefficient, 1/k of accumulation and fp16's 1/loss-scale this
 // way, so no scaled copy of a gradient is ever made.
+//
+// param_copy (adamw, sgd, lion; params_copy, an array of num_tensors, for
+// adamw_multi): null, or a bf16/f16 tensor of an f32 parameter's shape; the
+// update then also writes the updated parameter rounded to its type (as
+// cast rounds it: to nearest, ties to even) from the same loop over the
+// elements. Mixed precision's 16-bit working copy is made this way, without
+// a second pass over the f32 master.
 //===----------------------------------------------------------------------===//
 
 // Adam / AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
@@ -337,7 +344,8 @@ int64_t pool_grad_workspace_bytes(DType dtype, const Shape &dx);
 void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
            const Tensor &grad, const Tensor &m, const Tensor &v, const Tensor &param_out,
            const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
-           float weight_decay, bool decoupled, const Tensor *grad_scale = nullptr);
+           float weight_decay, bool decoupled, const Tensor *grad_scale = nullptr,
+           const Tensor *param_copy = nullptr);
 
 // adamw over a list of tensors in one call: tensor i (params[i], grads[i],
 // ms[i], vs[i] -> params_out[i], ms_out[i], vs_out[i]) is updated exactly
@@ -354,7 +362,7 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
                  const Tensor *params, const Tensor *grads, const Tensor *ms, const Tensor *vs,
                  const Tensor *params_out, const Tensor *ms_out, const Tensor *vs_out,
                  float beta1, float beta2, float epsilon, float weight_decay, bool decoupled,
-                 const Tensor *grad_scale = nullptr);
+                 const Tensor *grad_scale = nullptr, const Tensor *params_copy = nullptr);
 
 // SGD as torch.optim.SGD: g += weight_decay * p; with momentum:
 // buf = g at step 1 (the velocity input is not read), else
@@ -364,14 +372,15 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
 void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
          const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
          const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
-         bool nesterov, const Tensor *grad_scale = nullptr);
+         bool nesterov, const Tensor *grad_scale = nullptr, const Tensor *param_copy = nullptr);
 
 // Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
 // c = b1 m + (1 - b1) g; p = p * (1 - lr * weight_decay) - lr * sign(c);
 // m = b2 m + (1 - b2) g; sign(0) = 0.
 void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
           const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
-          float weight_decay, const Tensor *grad_scale = nullptr);
+          float weight_decay, const Tensor *grad_scale = nullptr,
+          const Tensor *param_copy = nullptr);
 
 // sum over all tensors (any float types) of sum(g^2), accumulated in double
 // and written as an f32 scalar: the global gradient norm is its square root.

@@ -54,51 +54,70 @@ float grad_scale_of(const char *kernel, const Tensor *grad_scale) {
 // by value and outputs by reference. The operand pointers are indexed by
 // compile-time constants only, so the loop vectorizes with plain loads and
 // stores. `omp simd` is sound although an output may be an input (in place):
-// element i of the outputs depends only on element i of the inputs.
-template <typename T, typename G, typename F, size_t In, size_t Out, size_t... I, size_t... O>
-void update_range(F &f, const void *const (&ip)[In], T *const (&op)[Out], float grad_scale,
-                  int64_t begin, int64_t end, std::index_sequence<I...>,
+// element i of the outputs depends only on element i of the inputs. With a
+// copy type C (bf16 or f16; void for none) the first output, the updated
+// f32 parameter, is also written to `copy` rounded to C as ds.cast rounds
+// it, in the same loop: mixed precision's 16-bit working copy.
+template <typename T, typename G, typename C, typename F, size_t In, size_t Out, size_t... I,
+          size_t... O>
+void update_range(F &f, const void *const (&ip)[In], T *const (&op)[Out], void *copy,
+                  float grad_scale, int64_t begin, int64_t end, std::index_sequence<I...>,
                   std::index_sequence<O...>) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
     float out[Out];
     f(load_input<T, G, I>(ip[I], i, grad_scale)..., out[O]...);
     ((op[O][i] = Elem<T>::store(out[O])), ...);
+    if constexpr (!std::is_void_v<C>)
+      static_cast<C *>(copy)[i] = Elem<C>::store(out[0]);
   }
 }
 
 // Elements [begin, end) of one update's tensors: f(inputs..., outputs...) in
 // f32; inputs[1] is the gradient (of type T, or bf16/f16 with T = float,
-// checked), read times grad_scale.
+// checked), read times grad_scale. `copy` (null for none; bf16 or f16 with
+// T = float, checked) gets the updated parameter rounded to its type.
 template <typename T, int In, int Out, typename F>
 void update_tensors(F &f, const Tensor *const (&inputs)[In], const Tensor *const (&outputs)[Out],
-                    float grad_scale, int64_t begin, int64_t end) {
+                    float grad_scale, int64_t begin, int64_t end,
+                    const Tensor *copy = nullptr) {
   const void *ip[In];
   T *op[Out];
   for (int k = 0; k < In; ++k)
     ip[k] = inputs[k]->data;
   for (int k = 0; k < Out; ++k)
     op[k] = outputs[k]->template as<T>();
-  auto run = [&](auto grad_tag) {
+  void *cp = copy ? copy->data : nullptr;
+  auto run = [&](auto grad_tag, auto copy_tag) {
     using G = typename decltype(grad_tag)::type;
-    update_range<T, G>(f, ip, op, grad_scale, begin, end, std::make_index_sequence<In>(),
-                       std::make_index_sequence<Out>());
+    using C = typename decltype(copy_tag)::type;
+    update_range<T, G, C>(f, ip, op, cp, grad_scale, begin, end, std::make_index_sequence<In>(),
+                          std::make_index_sequence<Out>());
+  };
+  auto with_copy = [&](auto grad_tag) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (copy && copy->dtype == DType::BF16)
+        return run(grad_tag, TypeTag<bfloat_t>{});
+      if (copy && copy->dtype == DType::F16)
+        return run(grad_tag, TypeTag<half_t>{});
+    }
+    run(grad_tag, TypeTag<void>{});
   };
   if constexpr (std::is_same_v<T, float>) {
     if (inputs[1]->dtype == DType::BF16)
-      return run(TypeTag<bfloat_t>{});
+      return with_copy(TypeTag<bfloat_t>{});
     if (inputs[1]->dtype == DType::F16)
-      return run(TypeTag<half_t>{});
+      return with_copy(TypeTag<half_t>{});
   }
-  run(TypeTag<T>{});
+  with_copy(TypeTag<T>{});
 }
 
 // Runs f over every element of one update's tensors, in parallel.
 template <typename T, int In, int Out, typename F>
 void update(const Stream &s, const Tensor *const (&inputs)[In], const Tensor *const (&outputs)[Out],
-            F f, float grad_scale = 1.0f) {
+            F f, float grad_scale = 1.0f, const Tensor *copy = nullptr) {
   parallel_for(s, inputs[0]->numel(), kGrainElementwise, [&](int64_t begin, int64_t end) {
-    update_tensors<T>(f, inputs, outputs, grad_scale, begin, end);
+    update_tensors<T>(f, inputs, outputs, grad_scale, begin, end, copy);
   });
 }
 
@@ -264,27 +283,29 @@ template <bool Momentum, bool First, bool Nesterov> struct SgdStep {
 void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
            const Tensor &grad, const Tensor &m, const Tensor &v, const Tensor &param_out,
            const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
-           float weight_decay, bool decoupled, const Tensor *grad_scale) {
+           float weight_decay, bool decoupled, const Tensor *grad_scale,
+           const Tensor *param_copy) {
   begin_kernel(s);
   const char *kernel = "adamw";
   const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
   const char *names[] = {"grad", "m", "v", "param_out", "m_out", "v_out"};
   Scalars sc = check_optimizer(kernel, lr, &step, param, states, names, 6);
   const float gs = grad_scale_of(kernel, grad_scale);
+  check_param_copy(kernel, param, param_copy);
   check_step(kernel, sc.step);
   const AdamStep a(sc, beta1, beta2, epsilon, weight_decay, decoupled);
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Tensor *const inputs[4] = {&param, &grad, &m, &v};
     const Tensor *const outputs[3] = {&param_out, &m_out, &v_out};
-    update<T>(s, inputs, outputs, a, gs);
+    update<T>(s, inputs, outputs, a, gs, param_copy);
   });
 }
 
 void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
          const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
          const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
-         bool nesterov, const Tensor *grad_scale) {
+         bool nesterov, const Tensor *grad_scale, const Tensor *param_copy) {
   begin_kernel(s);
   const char *kernel = "sgd";
   const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
@@ -293,6 +314,7 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
   const float gs = grad_scale_of(kernel, grad_scale);
   check_step(kernel, sc.step);
   check_sgd_modes(kernel, momentum, dampening, nesterov);
+  check_param_copy(kernel, param, param_copy);
   const SgdUpdate u{static_cast<float>(sc.lr), momentum, static_cast<float>(1.0 - dampening),
                     weight_decay};
   const bool first = sc.step == 1;
@@ -301,13 +323,13 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
     const Tensor *const inputs[3] = {&param, &grad, &velocity};
     const Tensor *const outputs[2] = {&param_out, &velocity_out};
     if (momentum == 0.0f)
-      update<T>(s, inputs, outputs, SgdStep<false, false, false>{u}, gs);
+      update<T>(s, inputs, outputs, SgdStep<false, false, false>{u}, gs, param_copy);
     else if (first)
-      nesterov ? update<T>(s, inputs, outputs, SgdStep<true, true, true>{u}, gs)
-               : update<T>(s, inputs, outputs, SgdStep<true, true, false>{u}, gs);
+      nesterov ? update<T>(s, inputs, outputs, SgdStep<true, true, true>{u}, gs, param_copy)
+               : update<T>(s, inputs, outputs, SgdStep<true, true, false>{u}, gs, param_copy);
     else
-      nesterov ? update<T>(s, inputs, outputs, SgdStep<true, false, true>{u}, gs)
-               : update<T>(s, inputs, outputs, SgdStep<true, false, false>{u}, gs);
+      nesterov ? update<T>(s, inputs, outputs, SgdStep<true, false, true>{u}, gs, param_copy)
+               : update<T>(s, inputs, outputs, SgdStep<true, false, false>{u}, gs, param_copy);
   });
 }
 
@@ -315,11 +337,14 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
                  const Tensor *params, const Tensor *grads, const Tensor *ms, const Tensor *vs,
                  const Tensor *params_out, const Tensor *ms_out, const Tensor *vs_out,
                  float beta1, float beta2, float epsilon, float weight_decay, bool decoupled,
-                 const Tensor *grad_scale) {
+                 const Tensor *grad_scale, const Tensor *params_copy) {
   begin_kernel(s);
   const char *kernel = "adamw_multi";
   check_adamw_multi_args(kernel, lr, step, num_tensors, params, grads, ms, vs, params_out, ms_out,
                          vs_out);
+  if (params_copy)
+    for (int i = 0; i < num_tensors; ++i)
+      check_param_copy(kernel, params[i], &params_copy[i]);
   const float gs = grad_scale_of(kernel, grad_scale);
   if (num_tensors == 0)
     return;
@@ -343,7 +368,8 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
         if (lo < hi) {
           const Tensor *const inputs[4] = {&params[i], &grads[i], &ms[i], &vs[i]};
           const Tensor *const outputs[3] = {&params_out[i], &ms_out[i], &vs_out[i]};
-          update_tensors<T>(a, inputs, outputs, gs, lo - offset, hi - offset);
+          update_tensors<T>(a, inputs, outputs, gs, lo - offset, hi - offset,
+                            params_copy ? &params_copy[i] : nullptr);
         }
         offset += n;
       }
@@ -353,13 +379,14 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
 
 void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
           const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
-          float weight_decay, const Tensor *grad_scale) {
+          float weight_decay, const Tensor *grad_scale, const Tensor *param_copy) {
   begin_kernel(s);
   const char *kernel = "lion";
   const Tensor *states[] = {&grad, &m, &param_out, &m_out};
   const char *names[] = {"grad", "m", "param_out", "m_out"};
   Scalars sc = check_optimizer(kernel, lr, nullptr, param, states, names, 4);
   const float gs = grad_scale_of(kernel, grad_scale);
+  check_param_copy(kernel, param, param_copy);
   const float rate = static_cast<float>(sc.lr);
   const float decay = static_cast<float>(1.0 - sc.lr * weight_decay);
   const float b1 = beta1, b2 = beta2;
@@ -374,7 +401,7 @@ void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, 
       const float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c);
       p_new = p * decay - rate * sign;
       m_new = b2 * m0 + c2 * g;
-    }, gs);
+    }, gs, param_copy);
   });
 }
 

@@ -41,6 +41,22 @@ GradIn grad_in(const Tensor &grad, const Tensor *grad_scale) {
   return GradIn{grad.data, grad.dtype, grad_scale ? grad_scale->as<float>() : nullptr};
 }
 
+// Mixed precision's 16-bit working copy of the updated f32 parameter, when
+// the update writes one (data null otherwise): element i rounded to bf16 or
+// f16 as cast rounds it (st<T>), from the update's own loop.
+struct CopyOut {
+  void *data = nullptr;
+  DType dtype = DType::BF16;
+  __device__ void put(int64_t i, float p) const {
+    if (data)
+      store_any(data, dtype, i, p);
+  }
+};
+
+CopyOut copy_out(const Tensor *copy) {
+  return copy ? CopyOut{copy->data, copy->dtype} : CopyOut{};
+}
+
 // lr (any float type) and step (i64, may be absent) as the kernels read them.
 struct StepScalars {
   const void *lr;
@@ -93,12 +109,14 @@ struct AdamScalars {
   // Element i of one tensor.
   template <typename T>
   __device__ void update(const T *param, GradIn grad, const T *m, const T *v, T *param_out,
-                         T *m_out, T *v_out, int64_t i) const {
+                         T *m_out, T *v_out, CopyOut copy, int64_t i) const {
     const float p = ld(param[i]), g = grad[i] + l2 * p;
     const float m1 = b1 * ld(m[i]) + c1 * g;
     const float v1 = b2 * ld(v[i]) + c2 * g * g;
     const float denom = sqrtf(v1) / bc2_sqrt + epsilon;
-    param_out[i] = st<T>(p * decay - step_size * (m1 / denom));
+    const float p1 = p * decay - step_size * (m1 / denom);
+    param_out[i] = st<T>(p1);
+    copy.put(i, p1);
     m_out[i] = st<T>(m1);
     v_out[i] = st<T>(v1);
   }
@@ -106,13 +124,14 @@ struct AdamScalars {
 
 template <typename T>
 __global__ void adamw_kernel(StepScalars sc, const T *param, GradIn grad, const T *m,
-                             const T *v, T *param_out, T *m_out, T *v_out, int64_t n,
-                             AdamSettings settings, DeviceErrorWord *err, int32_t kid) {
+                             const T *v, T *param_out, T *m_out, T *v_out, CopyOut copy,
+                             int64_t n, AdamSettings settings, DeviceErrorWord *err,
+                             int32_t kid) {
   const AdamScalars a(sc, settings, err, kid);
   DSRT_GRID_STRIDE(i, n) {
     if (!a.ok)
       break;
-    a.update(param, grad, m, v, param_out, m_out, v_out, i);
+    a.update(param, grad, m, v, param_out, m_out, v_out, copy, i);
   }
 }
 
@@ -156,6 +175,7 @@ template <typename T> struct ChunkLaunch {
   const T *param[kChunkTensors], *m[kChunkTensors], *v[kChunkTensors];
   GradIn grad[kChunkTensors];
   T *param_out[kChunkTensors], *m_out[kChunkTensors], *v_out[kChunkTensors];
+  CopyOut copy[kChunkTensors];
   int first_piece[kChunkBlocks + 1];
   ChunkPiece piece[kChunkPieces];
 };
@@ -172,13 +192,13 @@ __global__ void adamw_multi_kernel(StepScalars sc, ChunkLaunch<T> launch, AdamSe
     const int k = piece.tensor;
     for (int64_t i = piece.start + threadIdx.x; i < piece.start + piece.len; i += blockDim.x)
       a.update(launch.param[k], launch.grad[k], launch.m[k], launch.v[k], launch.param_out[k],
-               launch.m_out[k], launch.v_out[k], i);
+               launch.m_out[k], launch.v_out[k], launch.copy[k], i);
   }
 }
 
 template <typename T>
 __global__ void sgd_kernel(StepScalars sc, const T *param, GradIn grad, const T *velocity,
-                           T *param_out, T *velocity_out, int64_t n, float momentum,
+                           T *param_out, T *velocity_out, CopyOut copy, int64_t n, float momentum,
                            float dampening, float weight_decay, bool nesterov,
                            DeviceErrorWord *err, int32_t kid) {
   const int64_t t = sc.t();
@@ -190,13 +210,17 @@ __global__ void sgd_kernel(StepScalars sc, const T *param, GradIn grad, const T 
       break;
     const float p = ld(param[i]), g = grad[i] + weight_decay * p, v = ld(velocity[i]);
     if (momentum == 0.0f) {
-      param_out[i] = st<T>(p - rate * g);
+      const float p1 = p - rate * g;
+      param_out[i] = st<T>(p1);
+      copy.put(i, p1);
       velocity_out[i] = st<T>(v);  // without momentum the velocity passes through
     } else {
       // buf = g at step 1 (the velocity input is not read).
       const float buf = t == 1 ? g : momentum * v + one_minus_dampening * g;
       const float d = nesterov ? g + momentum * buf : buf;
-      param_out[i] = st<T>(p - rate * d);
+      const float p1 = p - rate * d;
+      param_out[i] = st<T>(p1);
+      copy.put(i, p1);
       velocity_out[i] = st<T>(buf);
     }
   }
@@ -204,7 +228,8 @@ __global__ void sgd_kernel(StepScalars sc, const T *param, GradIn grad, const T 
 
 template <typename T>
 __global__ void lion_kernel(StepScalars sc, const T *param, GradIn grad, const T *m,
-                            T *param_out, T *m_out, int64_t n, float beta1, float beta2,
+                            T *param_out, T *m_out, CopyOut copy, int64_t n, float beta1,
+                            float beta2,
                             float weight_decay) {
   const double lr = sc.rate();
   const float rate = static_cast<float>(lr);
@@ -215,7 +240,9 @@ __global__ void lion_kernel(StepScalars sc, const T *param, GradIn grad, const T
     const float c = beta1 * m0 + c1 * g;
     // sign(c) as torch.sign: 0 for 0, NaN for NaN.
     const float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c);
-    param_out[i] = st<T>(p * decay - rate * sign);
+    const float p1 = p * decay - rate * sign;
+    param_out[i] = st<T>(p1);
+    copy.put(i, p1);
     m_out[i] = st<T>(beta2 * m0 + c2 * g);
   }
 }
@@ -281,19 +308,21 @@ __global__ void adagrad_kernel(StepScalars sc, const T *param, GradIn grad, cons
 void adamw(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
            const Tensor &grad, const Tensor &m, const Tensor &v, const Tensor &param_out,
            const Tensor &m_out, const Tensor &v_out, float beta1, float beta2, float epsilon,
-           float weight_decay, bool decoupled, const Tensor *grad_scale) {
+           float weight_decay, bool decoupled, const Tensor *grad_scale,
+           const Tensor *param_copy) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "adamw";
   const Tensor *states[] = {&grad, &m, &v, &param_out, &m_out, &v_out};
   const char *names[] = {"grad", "m", "v", "param_out", "m_out", "v_out"};
   check_optimizer_args(kernel, lr, &step, param, states, names, 6);
   check_grad_scale(kernel, grad_scale);
+  check_param_copy(kernel, param, param_copy);
   const int64_t n = param.numel();
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     adamw_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
         scalars(lr, &step), param.as<T>(), grad_in(grad, grad_scale), m.as<T>(), v.as<T>(), param_out.as<T>(),
-        m_out.as<T>(), v_out.as<T>(), n, AdamSettings{beta1, beta2, epsilon, weight_decay, decoupled},
+        m_out.as<T>(), v_out.as<T>(), copy_out(param_copy), n, AdamSettings{beta1, beta2, epsilon, weight_decay, decoupled},
         device_error_word(), kernel_id(kernel));
   });
   check_launch(kernel);
@@ -303,12 +332,15 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
                  const Tensor *params, const Tensor *grads, const Tensor *ms, const Tensor *vs,
                  const Tensor *params_out, const Tensor *ms_out, const Tensor *vs_out,
                  float beta1, float beta2, float epsilon, float weight_decay, bool decoupled,
-                 const Tensor *grad_scale) {
+                 const Tensor *grad_scale, const Tensor *params_copy) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "adamw_multi";
   check_adamw_multi_args(kernel, lr, step, num_tensors, params, grads, ms, vs, params_out, ms_out,
                          vs_out);
   check_grad_scale(kernel, grad_scale);
+  if (params_copy)
+    for (int i = 0; i < num_tensors; ++i)
+      check_param_copy(kernel, params[i], &params_copy[i]);
   if (num_tensors == 0)
     return;
   const AdamSettings settings{beta1, beta2, epsilon, weight_decay, decoupled};
@@ -327,6 +359,7 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
         launch.param_out[k] = params_out[i].as<T>();
         launch.m_out[k] = ms_out[i].as<T>();
         launch.v_out[k] = vs_out[i].as<T>();
+        launch.copy[k] = copy_out(params_copy ? &params_copy[i] : nullptr);
       }
       std::copy(table.first_piece, table.first_piece + table.num_blocks + 1, launch.first_piece);
       std::copy(table.piece, table.piece + table.num_pieces, launch.piece);
@@ -340,7 +373,7 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
 void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
          const Tensor &grad, const Tensor &velocity, const Tensor &param_out,
          const Tensor &velocity_out, float momentum, float dampening, float weight_decay,
-         bool nesterov, const Tensor *grad_scale) {
+         bool nesterov, const Tensor *grad_scale, const Tensor *param_copy) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "sgd";
   const Tensor *states[] = {&grad, &velocity, &param_out, &velocity_out};
@@ -348,12 +381,13 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
   check_optimizer_args(kernel, lr, &step, param, states, names, 4);
   check_sgd_modes(kernel, momentum, dampening, nesterov);
   check_grad_scale(kernel, grad_scale);
+  check_param_copy(kernel, param, param_copy);
   const int64_t n = param.numel();
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     sgd_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
         scalars(lr, &step), param.as<T>(), grad_in(grad, grad_scale), velocity.as<T>(), param_out.as<T>(),
-        velocity_out.as<T>(), n, momentum, dampening, weight_decay, nesterov,
+        velocity_out.as<T>(), copy_out(param_copy), n, momentum, dampening, weight_decay, nesterov,
         device_error_word(), kernel_id(kernel));
   });
   check_launch(kernel);
@@ -361,19 +395,20 @@ void sgd(Stream &s, const Tensor &lr, const Tensor &step, const Tensor &param,
 
 void lion(Stream &s, const Tensor &lr, const Tensor &param, const Tensor &grad, const Tensor &m,
           const Tensor &param_out, const Tensor &m_out, float beta1, float beta2,
-          float weight_decay, const Tensor *grad_scale) {
+          float weight_decay, const Tensor *grad_scale, const Tensor *param_copy) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "lion";
   const Tensor *states[] = {&grad, &m, &param_out, &m_out};
   const char *names[] = {"grad", "m", "param_out", "m_out"};
   check_optimizer_args(kernel, lr, nullptr, param, states, names, 4);
   check_grad_scale(kernel, grad_scale);
+  check_param_copy(kernel, param, param_copy);
   const int64_t n = param.numel();
   dispatch_float(kernel, param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     lion_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
         scalars(lr, nullptr), param.as<T>(), grad_in(grad, grad_scale), m.as<T>(), param_out.as<T>(),
-        m_out.as<T>(), n, beta1, beta2, weight_decay);
+        m_out.as<T>(), copy_out(param_copy), n, beta1, beta2, weight_decay);
   });
   check_launch(kernel);
 }

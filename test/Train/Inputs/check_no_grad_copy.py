@@ -17,8 +17,17 @@ import sys
 
 UPDATES = {"ds.adamw", "ds.sgd", "ds.lion", "ds.adamw_multi"}
 # Results per updated tensor: a list update (ds.adamw_multi) counts each of
-# its tensors.
+# its tensors; with the 16-bit copies of its f32 parameters (the last
+# results, ds-fuse-param-copy) it has one more per tensor.
 LIST_UPDATES = {"ds.adamw_multi": 3}
+
+
+def tensors_updated(op):
+    per_tensor = LIST_UPDATES[op["op"]]
+    results = op["results"]
+    if results and results[0]["dtype"] != results[-1]["dtype"]:
+        per_tensor += 1
+    return len(op["results"]) // per_tensor
 
 
 def load(path):
@@ -46,7 +55,7 @@ def numel(shape):
 
 doc = load(sys.argv[1])
 ops = optimizer_ops(doc)
-updates = sum(len(op["results"]) // LIST_UPDATES[op["op"]] if op["op"] in LIST_UPDATES else 1
+updates = sum(tensors_updated(op) if op["op"] in LIST_UPDATES else 1
               for op in ops if op["op"] in UPDATES)
 copies = [(op["op"], op.get("node", ""), r["shape"]) for op in ops if op["op"] not in UPDATES
           for r in op["results"] if r["dtype"] == "f32" and numel(r["shape"]) > 1]

@@ -55,6 +55,11 @@ CASES = [("mlp", precision, dp, stage, 1,
           precision == "fp32" and dp == 2 and stage == 2)
          for precision in ("fp32", "bf16")
          for dp, stage in ((1, 1), (2, 1), (2, 2), (2, 3))]
+# "cpu-unfused": bf16's 16-bit parameter copy made by a separate host cast
+# after the update (--no-fuse-param-copy) instead of in the update's loop:
+# the same bits as the fused copy of the other two programs.
+CASES = [case[:5] + (case[5] + ("cpu-unfused",),) + case[6:]
+         if case[1:4] == ("bf16", 2, 2) else case for case in CASES]
 # (model, precision, dp ranks, ZeRO stage, pipeline stages, variants,
 # checkpoint[, tensor-parallel ranks]): "param-cpu"/"param-nvme" offload
 # ZeRO-3's parameter shards (offload_param; with nvme, max_in_cpu 0 puts
@@ -146,6 +151,8 @@ def compile_command(args, model: str, precision: str, dp: int, stage: int, pp: i
         command += ["--offload-optimizer", offload]
     if offload == "param-flag":
         command += ["--offload-param", "nvme"]
+    if offload == "cpu-unfused":
+        command += ["--offload-optimizer", "cpu", "--no-fuse-param-copy"]
     if offload in ("nvme", "param-flag"):
         command += ["--nvme-path", str(nvme)]
     return command
