@@ -591,6 +591,12 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void 
 namespace {
 int lt_dummy;
 void *lt_handle() { return &lt_dummy; }
+// A descriptor, layout or preference: 64 zeroed bytes, the creation counted.
+void *counted_handle(const char *api) {
+  LOCKED;
+  st.count(api);
+  return std::calloc(1, 64);
+}
 }  // namespace
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
@@ -602,9 +608,7 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t,
                                         cudaDataType_t) {
-  LOCKED;
-  st.count("cublasLtMatmulDescCreate");
-  *desc = static_cast<cublasLtMatmulDesc_t>(std::calloc(1, 64));
+  *desc = static_cast<cublasLtMatmulDesc_t>(counted_handle("cublasLtMatmulDescCreate"));
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
@@ -617,9 +621,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, cublasLtMatm
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType, uint64_t,
                                           uint64_t, int64_t) {
-  LOCKED;
-  st.count("cublasLtMatrixLayoutCreate");
-  *layout = static_cast<cublasLtMatrixLayout_t>(std::calloc(1, 64));
+  *layout = static_cast<cublasLtMatrixLayout_t>(counted_handle("cublasLtMatrixLayoutCreate"));
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(const cublasLtMatrixLayout_t layout) {
@@ -632,9 +634,8 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t,
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
-  LOCKED;
-  st.count("cublasLtMatmulPreferenceCreate");
-  *pref = static_cast<cublasLtMatmulPreference_t>(std::calloc(1, 64));
+  *pref =
+      static_cast<cublasLtMatmulPreference_t>(counted_handle("cublasLtMatmulPreferenceCreate"));
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(const cublasLtMatmulPreference_t pref) {
