@@ -587,7 +587,10 @@ FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
   auto arrayType = emitc::ArrayType::get({count}, storageElement);
   // A large splat is filled where it is viewed: every view fills it, since
   // the first view may be emitted into a scratch function (keyOps) that is
-  // thrown away.
+  // thrown away. In a program function the fill runs on the function's
+  // stream, in order with the kernels queued before and after it (which may
+  // read the constant); in the describe function, which has no stream, at
+  // once.
   auto fillSplat = [&](Value tensor) {
     if (!fillAtRunTime)
       return;
@@ -597,8 +600,13 @@ FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
             : static_cast<double>(value.getSplatValue<APInt>().getSExtValue());
     if (type.getElementType().isInteger(1))
       splat = value.getSplatValue<bool>() ? 1.0 : 0.0;
-    callVoid("dsrt::fill", {tensor},
-             {builder.getIndexAttr(0), builder.getF64FloatAttr(splat)});
+    if (builder.getInsertionBlock()->getParentOp() == describeFunction)
+      callVoid("dsrt::fill", {tensor},
+               {builder.getIndexAttr(0), builder.getF64FloatAttr(splat)});
+    else
+      callVoid("dsrt::fill", {stream, tensor},
+               {builder.getIndexAttr(0), builder.getIndexAttr(1),
+                builder.getF64FloatAttr(splat)});
   };
   // One global per distinct constant, however many parts view it.
   auto [cached, fresh] = constantGlobals.try_emplace(value, "");

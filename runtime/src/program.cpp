@@ -184,16 +184,17 @@ void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) c
 //===--- generated-code helpers -------------------------------------------===//
 
 void fill(const Tensor &t, double value) {
-  // Generated code fills constants outside any stream's order: on a stream
-  // of its own, which has nothing pending once a fill returns. One stream,
-  // made once and never destroyed (streams may outlive statics): on cuda a
-  // stream per call was a cudaStream_t created and destroyed inside a step.
+  // Outside any stream's order: on a stream of its own, which has nothing
+  // pending once a fill returns. One stream, made once and never destroyed
+  // (streams may outlive statics).
   static std::mutex mutex;
   static Stream *own = new Stream(backend().kind());
   std::lock_guard<std::mutex> lock(mutex);
   fill_async(*own, t, value);
   own->synchronize();
 }
+
+void fill(Stream &s, const Tensor &t, double value) { fill_async(s, t, value); }
 
 void set_output(Program &p, int64_t index, const Tensor &value) {
   if (index >= static_cast<int64_t>(p.outputs.size())) p.outputs.resize(index + 1);

@@ -18,6 +18,11 @@ report of the fake this checks:
     cudaDeviceSynchronize, blocking cudaMemcpy/cudaMemset or asynchronous
     copy with pageable memory; the host synchronizations of each step are
     printed (the test lists the expected ones)
+  * steps 2..N: no cuBLASLt descriptor, layout or preference created and
+    no algorithm heuristic asked (the backend keeps them per product)
+  * steps 1..N: every fill (a fill kernel launch or cudaMemsetAsync) on the
+    function's stream, the one the step's cuBLASLt matmuls run on, so that
+    it is ordered with the kernels before and after it
   * the kernel launches (by kernel), cuBLASLt matmuls and NCCL calls of
     steps 2..N are the same in every step
 
@@ -38,7 +43,12 @@ from pathlib import Path
 FORBIDDEN_IN_STEP = ["cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaMallocHost", "cudaFreeHost",
                      "cudaStreamCreateWithFlags", "cudaStreamCreate", "cudaStreamDestroy",
                      "cudaDeviceSynchronize", "cudaMemcpy", "cudaMemset",
-                     "cudaMemcpyAsync with pageable host memory"]
+                     "cudaMemcpyAsync with pageable host memory",
+                     # cuBLASLt's setup: the backend makes it on a product's
+                     # first call and reuses it
+                     "cublasLtCreate", "cublasLtMatmulDescCreate",
+                     "cublasLtMatrixLayoutCreate", "cublasLtMatmulPreferenceCreate",
+                     "cublasLtMatmulAlgoGetHeuristic"]
 SYNCS = ["cudaStreamSynchronize", "cudaEventSynchronize"]
 
 
@@ -73,6 +83,27 @@ def build(args, prog: Path) -> Path:
     exe = prog / "train_fake"
     run([args.cxx, str(obj), "-o", str(exe), *shlex.split(flags["libs"])])
     return exe
+
+
+def is_fill(work: str) -> bool:
+    return work == "cudaMemsetAsync" or "fill_kernel" in work
+
+
+def fill_streams(who, phase, failures):
+    """Requires every fill of a step on the stream its matmuls run on."""
+    by_stream = {}
+    for key, count in phase.get("stream_work", {}).items():
+        stream, _, work = key.partition(" ")
+        by_stream.setdefault(int(stream), {})[work] = count
+    matmuls = {s: w.get("cublasLtMatmul", 0) for s, w in by_stream.items()}
+    if not any(matmuls.values()):
+        return
+    function_stream = max(matmuls, key=matmuls.get)
+    for stream, work in sorted(by_stream.items()):
+        fills = sum(n for w, n in work.items() if is_fill(w))
+        if fills and stream != function_stream:
+            failures.append(f"{who}: {phase['name']}: {fills} fills on stream {stream}, not on "
+                            f"the function's stream {function_stream}")
 
 
 def main() -> int:
@@ -166,6 +197,9 @@ def main() -> int:
                                 ", ".join(f"{c} x{n}" for c, n in sorted(bad.items())))
             syncs = ", ".join(f"{c} {p['calls'].get(c, 0)}" for c in SYNCS)
             print(f"{who}: {p['name']}: host synchronizations: {syncs}")
+
+        for p in phases[1:-1]:
+            fill_streams(who, p, failures)
 
         def work(p):
             return ({k: v for k, v in p["calls"].items()

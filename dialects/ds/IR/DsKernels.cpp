@@ -1114,7 +1114,10 @@ void SumOfSquaresOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getResult());
 }
 void FillOp::buildKernelCall(KernelCallBuilder &call) {
+  // On the function's stream: the buffer (a gradient accumulator) may still
+  // be read by kernels queued before the fill.
   call.callee("dsrt::fill");
+  call.stream();
   call.tensor(getResult());
   call.real(getValue().convertToDouble());
 }

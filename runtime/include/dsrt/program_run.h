@@ -164,8 +164,13 @@ template <typename... Ts> std::array<Tensor, sizeof...(Ts)> tensor_array(const T
 template <size_t N> const Tensor *data(const std::array<Tensor, N> &tensors) {
   return tensors.data();
 }
-// Writes `value`, converted to the tensor's type, into every element.
+// Writes `value`, converted to the tensor's type, into every element, at
+// once (the describe function's constants, before any step).
 void fill(const Tensor &t, double value);
+// The same in `s`'s order: how a function fills a large splat constant
+// before the kernels that read it, after those queued before that may still
+// read its bytes.
+void fill(Stream &s, const Tensor &t, double value);
 
 inline void acquire(Program &p, int64_t offset, int64_t size) { p.memory.acquire(offset, size); }
 inline void release(Program &p, int64_t offset) { p.memory.release(offset); }

@@ -13,6 +13,10 @@
 #include "cuda/common.cuh"
 
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 
 namespace dsrt {
 
@@ -27,21 +31,6 @@ cudaDataType_t cuda_type(DType dtype) {
   default: return CUDA_R_32F;
   }
 }
-
-// RAII holders of the cuBLASLt descriptors of one call.
-struct LtCall {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtCall() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
 
 cublasLtMatrixLayout_t layout(const char *kernel, cudaDataType_t type, int64_t rows,
                               int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
@@ -71,30 +60,97 @@ struct Gemm {
   int64_t batch = 1, a_stride = 0, b_stride = 0, y_stride = 0;
 };
 
-void run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, const void *b,
-            float beta, const void *c, void *y, const Workspace &ws) {
-  const cudaDataType_t type = cuda_type(g.dtype);
-  const cublasComputeType_t compute =
-      g.dtype == DType::F32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  LtCall call;
-  check_cublas(cublasLtMatmulDescCreate(&call.op, compute, CUDA_R_32F), g.kernel,
+// The cuBLASLt descriptors, layouts and algorithm of one kind of product:
+// made on a product's first call and kept for the process's life, so that
+// the steps after the first create none and ask no heuristic (a program
+// runs the same products, on the same workspaces, every step).
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~LtPlan() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// What an LtPlan depends on: the shapes, strides, type, transposes, compute
+// type and workspace bytes (the products have no epilogue).
+using LtKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, int64_t, int64_t, size_t>;
+
+struct PreferenceHolder {
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~PreferenceHolder() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  }
+};
+
+std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
+                                  cublasComputeType_t compute, size_t ws_bytes) {
+  auto plan = std::make_unique<LtPlan>();
+  check_cublas(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F), g.kernel,
                "cublasLtMatmulDescCreate");
   // cuBLASLt's A is b's storage (op: trans_b), its B is a's (op: trans_a).
   const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check_cublas(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+  check_cublas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
                                               sizeof(op_a)),
                g.kernel, "transa");
-  check_cublas(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+  check_cublas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                               sizeof(op_b)),
                g.kernel, "transb");
   // Stored column-major shapes: b is (ldb x rows of b), a is (lda x rows of a).
   const int64_t b_rows = g.trans_b ? g.k : g.n, b_cols = g.trans_b ? g.n : g.k;
   const int64_t a_rows = g.trans_a ? g.m : g.k, a_cols = g.trans_a ? g.k : g.m;
-  call.a = layout(g.kernel, type, b_rows, b_cols, g.ldb, g.batch, g.b_stride);
-  call.b = layout(g.kernel, type, a_rows, a_cols, g.lda, g.batch, g.a_stride);
-  call.c = layout(g.kernel, type, g.n, g.m, g.n, g.batch, g.y_stride);
-  call.d = layout(g.kernel, type, g.n, g.m, g.n, g.batch, g.y_stride);
+  plan->a = layout(g.kernel, type, b_rows, b_cols, g.ldb, g.batch, g.b_stride);
+  plan->b = layout(g.kernel, type, a_rows, a_cols, g.lda, g.batch, g.a_stride);
+  plan->c = layout(g.kernel, type, g.n, g.m, g.n, g.batch, g.y_stride);
+  plan->d = layout(g.kernel, type, g.n, g.m, g.n, g.batch, g.y_stride);
+  PreferenceHolder pref;
+  check_cublas(cublasLtMatmulPreferenceCreate(&pref.pref), g.kernel,
+               "cublasLtMatmulPreferenceCreate");
+  check_cublas(cublasLtMatmulPreferenceSetAttribute(pref.pref,
+                                                    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &ws_bytes, sizeof(ws_bytes)),
+               g.kernel, "workspace preference");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  check_cublas(cublasLtMatmulAlgoGetHeuristic(cublaslt(), plan->op, plan->a, plan->b, plan->c,
+                                              plan->d, pref.pref, 1, &result, &found),
+               g.kernel, "cublasLtMatmulAlgoGetHeuristic");
+  if (found < 1)
+    fail(g.kernel, "cuBLASLt has no algorithm for this product (m " + std::to_string(g.m) +
+                       ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k) + ", " +
+                       dtype_name(g.dtype) + ")");
+  plan->algo = result.algo;
+  return plan;
+}
+
+// The plan of `g`'s kind of product, made on its first call.
+const LtPlan &lt_plan(const Gemm &g, cudaDataType_t type, cublasComputeType_t compute,
+                      size_t ws_bytes) {
+  // Never destroyed: products may run while statics are destroyed.
+  static std::mutex *mutex = new std::mutex;
+  static auto *plans = new std::map<LtKey, std::unique_ptr<LtPlan>>;
+  const LtKey key{static_cast<int>(type), static_cast<int>(compute), g.trans_a, g.trans_b,
+                  g.m, g.n, g.k, g.lda, g.ldb, g.batch, g.a_stride, g.b_stride, g.y_stride,
+                  ws_bytes};
+  std::lock_guard<std::mutex> lock(*mutex);
+  auto it = plans->find(key);
+  if (it == plans->end())
+    it = plans->emplace(key, make_plan(g, type, compute, ws_bytes)).first;
+  return *it->second;
+}
+
+void run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, const void *b,
+            float beta, const void *c, void *y, const Workspace &ws) {
+  const cudaDataType_t type = cuda_type(g.dtype);
+  const cublasComputeType_t compute =
+      g.dtype == DType::F32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // The workspace, aligned to 256 bytes as cuBLASLt prefers.
   uintptr_t base = reinterpret_cast<uintptr_t>(ws.data);
   uintptr_t aligned = (base + 255) & ~uintptr_t(255);
@@ -102,23 +158,9 @@ void run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, cons
                         ? static_cast<size_t>(ws.bytes - int64_t(aligned - base))
                         : 0;
   void *ws_data = ws_bytes ? reinterpret_cast<void *>(aligned) : nullptr;
-  check_cublas(cublasLtMatmulPreferenceCreate(&call.pref), g.kernel,
-               "cublasLtMatmulPreferenceCreate");
-  check_cublas(cublasLtMatmulPreferenceSetAttribute(call.pref,
-                                                    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &ws_bytes, sizeof(ws_bytes)),
-               g.kernel, "workspace preference");
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  check_cublas(cublasLtMatmulAlgoGetHeuristic(cublaslt(), call.op, call.a, call.b, call.c,
-                                              call.d, call.pref, 1, &result, &found),
-               g.kernel, "cublasLtMatmulAlgoGetHeuristic");
-  if (found < 1)
-    fail(g.kernel, "cuBLASLt has no algorithm for this product (m " + std::to_string(g.m) +
-                       ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k) + ", " +
-                       dtype_name(g.dtype) + ")");
-  check_cublas(cublasLtMatmul(cublaslt(), call.op, &alpha, b, call.a, a, call.b, &beta,
-                              c ? c : y, call.c, y, call.d, &result.algo, ws_data, ws_bytes,
+  const LtPlan &plan = lt_plan(g, type, compute, ws_bytes);
+  check_cublas(cublasLtMatmul(cublaslt(), plan.op, &alpha, b, plan.a, a, plan.b, &beta,
+                              c ? c : y, plan.c, y, plan.d, &plan.algo, ws_data, ws_bytes,
                               stream),
                g.kernel, "cublasLtMatmul");
 }

@@ -11,7 +11,8 @@
 //            it was destroyed, or a wait on an event never recorded, counts
 //            as an error
 //   kernels  launches are counted (by kernel name, from the registration
-//            calls nvcc generates) and their configurations checked; they
+//            calls nvcc generates, and by stream with cudaMemsetAsync and
+//            cublasLtMatmul) and their configurations checked; they
 //            compute nothing
 //   cuBLASLt, NCCL  handles and counted no-ops (NCCL's collectives leave
 //            their buffers as they are)
@@ -46,6 +47,10 @@ struct Phase {
   std::string name;
   std::map<std::string, long long> calls;        // API name -> count
   std::map<std::string, long long> kernels;      // kernel name -> launches
+  // "S NAME" -> count: the kernel launches, cudaMemsetAsync and
+  // cublasLtMatmul calls by stream (S: the stream's number, in creation
+  // order from 1; 0 the legacy default stream)
+  std::map<std::string, long long> stream_work;
   std::vector<unsigned long long> device_allocs; // cudaMalloc sizes
   std::vector<unsigned long long> host_allocs;   // cudaHostAlloc / cudaMallocHost sizes
   std::vector<std::string> errors;               // misuse found (first few)
@@ -54,6 +59,7 @@ struct Phase {
 
 struct FakeStream {
   unsigned flags = 0;
+  int number = 0;  // creation order, from 1
 };
 struct FakeEvent {
   bool recorded = false;
@@ -63,6 +69,7 @@ struct State {
   std::mutex mutex;
   std::vector<Phase> phases{Phase{"setup"}};
   std::set<FakeStream *> streams;
+  int streams_made = 0;
   std::set<FakeEvent *> events;
   std::map<uintptr_t, size_t> device_mem, host_mem;  // base -> bytes
   std::map<const void *, std::string> kernel_names;  // host stub -> device name
@@ -111,6 +118,11 @@ struct State {
   void check_stream(cudaStream_t s, const char *api) {
     if (!stream_ok(s)) error(std::string(api) + ": a stream that is not live");
     if (!s) ++now().calls[std::string(api) + " on the legacy default stream"];
+  }
+  // Counts `what` as work queued on stream `s`.
+  void on_stream(cudaStream_t s, const std::string &what) {
+    const int number = stream_ok(s) && s ? reinterpret_cast<FakeStream *>(s)->number : 0;
+    ++now().stream_work[std::to_string(number) + " " + what];
   }
   // Whether [p, p + n) lies in memory the fake handed out, and which kind.
   const char *kind_of(const void *p, size_t n) {
@@ -187,6 +199,8 @@ __attribute__((destructor)) void write_report() {
     json_map(f, p.calls);
     std::fputs(", \"kernels\": ", f);
     json_map(f, p.kernels);
+    std::fputs(", \"stream_work\": ", f);
+    json_map(f, p.stream_work);
     std::fputs(", \"device_allocs\": ", f);
     json_list(f, p.device_allocs);
     std::fputs(", \"host_allocs\": ", f);
@@ -387,6 +401,7 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t str
   LOCKED;
   st.count("cudaMemsetAsync");
   st.check_stream(stream, "cudaMemsetAsync");
+  st.on_stream(stream, "cudaMemsetAsync");
   if (bytes && !st.kind_of(dst, bytes)) st.error("cudaMemsetAsync of memory the fake did not allocate");
   std::memset(dst, value, bytes);
   return cudaSuccess;
@@ -397,7 +412,7 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t str
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
   LOCKED;
   st.count("cudaStreamCreateWithFlags");
-  auto *s = new FakeStream{flags};
+  auto *s = new FakeStream{flags, ++st.streams_made};
   st.streams.insert(s);
   *stream = reinterpret_cast<cudaStream_t>(s);
   return cudaSuccess;
@@ -546,6 +561,7 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t shared, cudaS
   const std::string name = it == st.kernel_names.end() ? "?" : it->second;
   if (it == st.kernel_names.end()) st.error("launch of a kernel nvcc did not register");
   ++st.now().kernels[name];
+  st.on_stream(stream, name);
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
   const auto limit = st.max_dynamic_shared.find(func);
   const size_t shared_limit = limit == st.max_dynamic_shared.end() ? 48 * 1024 : limit->second;
@@ -575,6 +591,12 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void 
 namespace {
 int lt_dummy;
 void *lt_handle() { return &lt_dummy; }
+// A descriptor, layout or preference: 64 zeroed bytes, the creation counted.
+void *counted_handle(const char *api) {
+  LOCKED;
+  st.count(api);
+  return std::calloc(1, 64);
+}
 }  // namespace
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
@@ -586,9 +608,7 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t,
                                         cudaDataType_t) {
-  LOCKED;
-  st.count("cublasLtMatmulDescCreate");
-  *desc = static_cast<cublasLtMatmulDesc_t>(std::calloc(1, 64));
+  *desc = static_cast<cublasLtMatmulDesc_t>(counted_handle("cublasLtMatmulDescCreate"));
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
@@ -601,9 +621,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, cublasLtMatm
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType, uint64_t,
                                           uint64_t, int64_t) {
-  LOCKED;
-  st.count("cublasLtMatrixLayoutCreate");
-  *layout = static_cast<cublasLtMatrixLayout_t>(std::calloc(1, 64));
+  *layout = static_cast<cublasLtMatrixLayout_t>(counted_handle("cublasLtMatrixLayoutCreate"));
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(const cublasLtMatrixLayout_t layout) {
@@ -616,7 +634,8 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t,
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
-  *pref = static_cast<cublasLtMatmulPreference_t>(std::calloc(1, 64));
+  *pref =
+      static_cast<cublasLtMatmulPreference_t>(counted_handle("cublasLtMatmulPreferenceCreate"));
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(const cublasLtMatmulPreference_t pref) {
@@ -650,6 +669,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t, const void
   LOCKED;
   st.count("cublasLtMatmul");
   st.check_stream(stream, "cublasLtMatmul");
+  st.on_stream(stream, "cublasLtMatmul");
   if (workspace_bytes && !st.kind_of(workspace, workspace_bytes))
     st.error("cublasLtMatmul: a workspace outside device memory");
   return CUBLAS_STATUS_SUCCESS;
