@@ -52,6 +52,13 @@ CASES = {
            (4, 1, 0, 2, 2, "1f1b")],
     # A padded vocabulary (gpt2_v101): tp sizes that do not divide it.
     "pad": [(2, 1, 0, 2, 1, None), (4, 1, 0, 2, 1, None)],
+    # The layouts the lists above leave out, one case each, for the model
+    # that lacks it: LLaMA under pp (pp-llama); ZeRO 3 under tp with pp and
+    # tp 4 with dp (mix, GPT-2); the padded vocabulary with pp and with dp
+    # under ZeRO 3 (pad-mix, gpt2_v101).
+    "pp-llama": [(2, 1, 0, 2, 2, "1f1b"), (2, 1, 0, 2, 2, "zb-h1")],
+    "mix": [(2, 2, 3, 1, 2, "1f1b"), (4, 2, 3, 1, 1, None)],
+    "pad-mix": [(2, 1, 0, 2, 2, "1f1b"), (2, 2, 3, 1, 1, None)],
     # Megatron's sequence parallelism (--sequence-parallel), the seventh
     # entry: tp 2 alone, and with dp 2 under ZeRO 1.
     "sp": [(2, 1, 0, 2, 1, None, True)],
@@ -145,19 +152,28 @@ def main() -> int:
     parser.add_argument("--work", required=True, help="scratch directory")
     parser.add_argument("--dsopt", default="dsopt", help="dsopt command (split like a shell would)")
     parser.add_argument("--only", default="gpt2,llama", help="comma-separated model names")
-    parser.add_argument("--layouts", choices=sorted(CASES), default="tp",
+    parser.add_argument("--layouts", default="tp",
                         help="tp: tp with dp and ZeRO; pp: tp with pipeline stages; "
                         "pad: tp 2 and 4 alone (a vocabulary they do not divide); "
+                        "pp-llama: tp 2 x pp 2 with 1f1b and zb-h1; mix: dp 2 x tp 2 x "
+                        "pp 2 under ZeRO 3 and dp 2 x tp 4 under ZeRO 3; pad-mix: "
+                        "tp 2 x pp 2 and dp 2 x tp 2 under ZeRO 3; "
                         "sp, sp-dp, sp-pp: sequence parallelism alone, with dp 2 "
                         "and ZeRO 1, with pipeline stages; bn: tp 2 alone on a model with "
-                        "training-mode BatchNorm")
+                        "training-mode BatchNorm; a comma-separated list "
+                        "runs several on one single-rank reference per model")
     args = parser.parse_args()
     zoo = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in zoo]
     if unknown:
         parser.error(f"--only: {', '.join(unknown)} not in {args.zoo}/zoo.json")
-    cases = [(name, case) for name in names for case in CASES[args.layouts]]
+    layouts = [layout for layout in args.layouts.split(",") if layout]
+    unknown = [layout for layout in layouts if layout not in CASES]
+    if unknown or not layouts:
+        parser.error(f"--layouts: {', '.join(unknown) or 'none given'}: expected a "
+                     f"comma-separated list of {', '.join(sorted(CASES))}")
+    cases = [(name, case) for name in names for layout in layouts for case in CASES[layout]]
     return dp.run_cases(
         "zoo tp", cases,
         label=lambda c: label_of(*c),
