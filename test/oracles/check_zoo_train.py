@@ -415,8 +415,9 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
     except MappingError as e:
         return fail("FAIL", f"initializers: {e}")
 
+    # The forward program is built only when --forward runs it.
     command = [*shlex.split(args.dsopt), str(model_path), "--config", str(work / "ds_config.json"),
-               "--no-forward", "-o", str(work / "program")]
+               *([] if args.forward else ["--no-forward"]), "-o", str(work / "program")]
     # A train-mode model's running statistics are state dsopt updates.
     state = []
     if model.train_mode:
