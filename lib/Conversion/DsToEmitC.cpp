@@ -236,7 +236,10 @@ private:
                 ArrayRef<Attribute> args);
   void callArgs(StringRef callee, ArrayRef<CallArg> args);
   Value view(Value arena, CallArg offset, RankedTensorType type);
-  FailureOr<Value> constantView(ds::ConstantOp constant);
+  /// A view of `constant`'s bytes. On the cuda target they are a
+  /// `__device__` array unless `onHost` (a constant the host reads: the
+  /// describe function's parameter values), which keeps a host array.
+  FailureOr<Value> constantView(ds::ConstantOp constant, bool onHost = false);
   void emitDescribe();
   void emitParams(Value info, llvm::StringSet<> &seen);
   void emitSpaces(Value info, ds::MemoryPlanAttr plan);
@@ -404,8 +407,9 @@ private:
   /// Results computed into memory the runtime binds (dsrt::bound_output):
   /// a pipeline stage's sends and stashes.
   llvm::DenseMap<Value, int64_t> boundOutput;
-  /// The global holding each distinct constant.
-  llvm::DenseMap<Attribute, std::string> constantGlobals;
+  /// The global holding each distinct constant: the host array, and on the
+  /// cuda target the `__device__` array the kernels read.
+  llvm::DenseMap<Attribute, std::string> constantGlobals, deviceConstantGlobals;
   unsigned globals = 0, fusedKernels = 0;
   /// Generated kernels go before this op (the run function).
   Operation *kernelsBefore = nullptr;
@@ -576,14 +580,20 @@ static std::pair<Type, DenseElementsAttr> cppStorage(DenseElementsAttr value) {
   return {element, value};
 }
 
-FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
+FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant,
+                                              bool onHost) {
   auto value = dyn_cast<DenseElementsAttr>(constant.getValue());
   if (!value)
     return constant.emitOpError() << "only dense constants can be emitted";
   auto type = cast<RankedTensorType>(value.getType());
   int64_t count = std::max<int64_t>(type.getNumElements(), 1);
   auto [storageElement, storage] = cppStorage(value);
-  bool fillAtRunTime = value.isSplat() && count > kSplatLiteralLimit;
+  // On the cuda target the kernels read a `__device__` array: a host array
+  // would be pageable memory the device cannot read. The host's copy has
+  // its whole initializer, since a run-time fill would run on the device.
+  bool onDevice = cudaTarget() && !onHost;
+  bool fillAtRunTime = value.isSplat() && count > kSplatLiteralLimit &&
+                       (onDevice || !cudaTarget());
   auto arrayType = emitc::ArrayType::get({count}, storageElement);
   // A large splat is filled where it is viewed: every view fills it, since
   // the first view may be emitted into a scratch function (keyOps) that is
@@ -608,18 +618,24 @@ FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
                {builder.getIndexAttr(0), builder.getIndexAttr(1),
                 builder.getF64FloatAttr(splat)});
   };
-  // One global per distinct constant, however many parts view it.
-  auto [cached, fresh] = constantGlobals.try_emplace(value, "");
-  if (!fresh) {
-    Value global =
-        emitc::GetGlobalOp::create(builder, loc, arrayType, cached->second);
-    Value tensor = call("dsrt::view_static", opaque("dsrt::Tensor"), {global},
-                        {builder.getIndexAttr(0),
-                         literal(dtypeName(type.getElementType())),
-                         literal(shapeLiteral(type.getShape()))});
+  // A device array is viewed at the address cudaGetSymbolAddress gives.
+  auto viewGlobal = [&](StringRef name) {
+    Value global = emitc::GetGlobalOp::create(builder, loc, arrayType, name);
+    Value tensor =
+        call(onDevice ? "dsrt::cuda::symbol_view" : "dsrt::view_static",
+             opaque("dsrt::Tensor"), {global},
+             {builder.getIndexAttr(0),
+              literal(dtypeName(type.getElementType())),
+              literal(shapeLiteral(type.getShape()))});
     fillSplat(tensor);
     return tensor;
-  }
+  };
+  // One global per distinct constant and side, however many parts view it.
+  auto [cached, fresh] =
+      (onDevice ? deviceConstantGlobals : constantGlobals)
+          .try_emplace(value, "");
+  if (!fresh)
+    return viewGlobal(cached->second);
   std::string name = prefix + "constant_" + std::to_string(globals++);
   cached->second = name;
   Attribute initial;
@@ -632,23 +648,25 @@ FailureOr<Value> ProgramBuilder::constantView(ds::ConstantOp constant) {
   {
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(module.getBody());
-    while (isa_and_nonnull<emitc::IncludeOp, emitc::GlobalOp>(
-        builder.getInsertionPoint() == module.getBody()->end()
-            ? nullptr
-            : &*builder.getInsertionPoint()))
+    // Past the includes and the globals (a device array's `__device__`
+    // is a verbatim op before its global).
+    auto atGlobal = [&] {
+      if (builder.getInsertionPoint() == module.getBody()->end())
+        return false;
+      Operation *at = &*builder.getInsertionPoint();
+      return isa<emitc::IncludeOp, emitc::GlobalOp>(at) ||
+             (cudaTarget() && isa<emitc::VerbatimOp>(at));
+    };
+    while (atGlobal())
       builder.setInsertionPointAfter(&*builder.getInsertionPoint());
+    if (onDevice)
+      emitc::VerbatimOp::create(builder, loc, "__device__");
     emitc::GlobalOp::create(builder, loc, name, arrayType, initial,
                             /*externSpecifier=*/false,
                             /*staticSpecifier=*/true,
                             /*constSpecifier=*/!fillAtRunTime);
   }
-  Value global = emitc::GetGlobalOp::create(builder, loc, arrayType, name);
-  Value tensor = call("dsrt::view_static", opaque("dsrt::Tensor"), {global},
-                      {builder.getIndexAttr(0),
-                       literal(dtypeName(type.getElementType())),
-                       literal(shapeLiteral(type.getShape()))});
-  fillSplat(tensor);
-  return tensor;
+  return viewGlobal(name);
 }
 
 /// Turns one KernelOpInterface description into an emitc.call_opaque.
@@ -1775,7 +1793,7 @@ void ProgramBuilder::emitParams(Value info, llvm::StringSet<> &seen) {
     OpBuilder::InsertionGuard guard(builder);
     auto value = cast<DenseElementsAttr>(param.getData());
     auto constant = ds::ConstantOp::create(builder, loc, value);
-    FailureOr<Value> data = constantView(constant);
+    FailureOr<Value> data = constantView(constant, /*onHost=*/true);
     constant.erase();
     callVoid("dsrt::add_param_data", {info, *data},
              {index0, str(param.getName()), builder.getIndexAttr(1),

@@ -41,6 +41,20 @@ inline void check_launch(const char *kernel) {
                 ": " + cudaGetErrorString(error));
 }
 
+// A view of the `__device__` array `symbol` (a constant of the generated
+// program the kernels read), at the device address the CUDA runtime gives
+// it. These arrays are the module's static device memory, loaded with its
+// code, outside any arena; looking up an address allocates and copies
+// nothing. Throws a dsrt::Error if the runtime has no such symbol.
+template <typename T> Tensor symbol_view(const T &symbol, DType dtype, Shape shape) {
+  void *address = nullptr;
+  cudaError_t error = cudaGetSymbolAddress(&address, symbol);
+  if (error != cudaSuccess)
+    throw Error(std::string("cannot find a constant's device address: ") +
+                cudaGetErrorString(error));
+  return Tensor{address, dtype, shape};
+}
+
 // The first thing a generated program's main does: without a usable CUDA
 // device it says so on stderr and exits with status 1, before reading any
 // flag or file.

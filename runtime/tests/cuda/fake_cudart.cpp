@@ -72,6 +72,7 @@ struct State {
   int streams_made = 0;
   std::set<FakeEvent *> events;
   std::map<uintptr_t, size_t> device_mem, host_mem;  // base -> bytes
+  std::map<const void *, void *> symbols;  // __device__ variable -> its device copy
   std::map<const void *, std::string> kernel_names;  // host stub -> device name
   std::map<const void *, size_t> max_dynamic_shared; // cudaFuncSetAttribute
   int device = 0;
@@ -525,7 +526,28 @@ void __cudaRegisterFunction(void **, const char *hostFun, char *, const char *de
   LOCKED;
   st.kernel_names[hostFun] = deviceName;
 }
-void __cudaRegisterVar(void **, char *, char *, const char *, int, size_t, int, int) {}
+// A `__device__` variable (a generated program's constant): its device
+// copy is made here, as a GPU loads the module, from the host shadow's
+// initial bytes; it is device memory to the checks but no allocation.
+void __cudaRegisterVar(void **, char *hostVar, char *, const char *, int, size_t size, int,
+                       int) {
+  LOCKED;
+  void *device = zeroed(size ? size : 1, 256);
+  std::memcpy(device, hostVar, size);
+  st.device_mem[reinterpret_cast<uintptr_t>(device)] = size ? size : 1;
+  st.symbols[hostVar] = device;
+}
+cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol) {
+  LOCKED;
+  st.count("cudaGetSymbolAddress");
+  auto it = st.symbols.find(symbol);
+  if (it == st.symbols.end()) {
+    st.error("cudaGetSymbolAddress of a symbol no module registered");
+    return cudaErrorInvalidSymbol;
+  }
+  *devPtr = it->second;
+  return cudaSuccess;
+}
 void __cudaRegisterManagedVar(void **, void **, char *, const char *, int, size_t, int, int) {}
 char __cudaInitModule(void **) { return 1; }
 unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shared, struct CUstream_st *stream) {
