@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
+#include "dsopt/Transforms/ArgAttrs.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -303,11 +304,9 @@ AutodiffPass::markTrainable(func::FuncOp function, Value loss,
                   reachesLoss.contains(arg) && !state.contains(arg);
     if (trains)
       trainable.push_back(arg);
-    NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
-    attrs.set(ds::DsDialect::kParamAttrName,
-              ds::ParamAttr::get(context, param.getName(), trains,
-                                 param.getData()));
-    argAttrs[arg.getArgNumber()] = attrs.getDictionary(context);
+    setArgAttrIn(argAttrs, arg.getArgNumber(), ds::DsDialect::kParamAttrName,
+                 ds::ParamAttr::get(context, param.getName(), trains,
+                                    param.getData()));
     anyParam = true;
   }
   if (anyParam)

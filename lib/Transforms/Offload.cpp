@@ -44,6 +44,7 @@
 #include "dsopt/Transforms/Passes.h"
 
 #include "dsopt/Transforms/HostMemory.h"
+#include "dsopt/Transforms/ArgAttrs.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -453,8 +454,7 @@ struct OffloadPass : dsopt::impl::DsOffloadBase<OffloadPass> {
     for (auto function : module.getOps<func::FuncOp>()) {
       if (function.isDeclaration())
         continue;
-      // Set at once: setting one argument's attribute rebuilds the array of
-      // every argument's, quadratic in thousands of parameters and states.
+      // Set at once (ArgAttrs.h).
       SmallVector<DictionaryAttr> argAttrs;
       function.getAllArgAttrs(argAttrs);
       bool anySpace = false;
@@ -468,10 +468,8 @@ struct OffloadPass : dsopt::impl::DsOffloadBase<OffloadPass> {
           argSpace = paramSpaces.lookup(paramName(function, i));
         if (!argSpace)
           continue;
-        NamedAttrList attrs(argAttrs[i]);
-        attrs.set(ds::DsDialect::kSpaceAttrName,
-                  ds::MemorySpaceAttr::get(context, *argSpace));
-        argAttrs[i] = attrs.getDictionary(context);
+        setArgAttrIn(argAttrs, i, ds::DsDialect::kSpaceAttrName,
+                     ds::MemorySpaceAttr::get(context, *argSpace));
         anySpace = true;
       }
       if (anySpace)

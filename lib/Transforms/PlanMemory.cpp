@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
+#include "dsopt/Transforms/ArgAttrs.h"
 #include "dsopt/Transforms/WriteBehind.h"
 
 #include "ds/IR/DsDialect.h"
@@ -440,17 +441,14 @@ LogicalResult Planner::run() {
 
   // Record the plan.
   Builder builder(function.getContext());
-  // All at once: setting one argument's attribute rebuilds the array of
-  // every argument's, quadratic in a program of thousands of parameters.
+  // All at once (ArgAttrs.h).
   SmallVector<DictionaryAttr> argAttrs;
-  argAttrs.reserve(body->getNumArguments());
+  function.getAllArgAttrs(argAttrs);
   for (BlockArgument arg : body->getArguments()) {
     auto it = bufferOf.find(arg);
-    NamedAttrList attrs(function.getArgAttrDict(arg.getArgNumber()));
-    attrs.set(ds::DsDialect::kOffsetAttrName,
-              builder.getI64IntegerAttr(
-                  it == bufferOf.end() ? -1 : buffers[it->second].offset));
-    argAttrs.push_back(attrs.getDictionary(function.getContext()));
+    setArgAttrIn(argAttrs, arg.getArgNumber(), ds::DsDialect::kOffsetAttrName,
+                 builder.getI64IntegerAttr(
+                     it == bufferOf.end() ? -1 : buffers[it->second].offset));
   }
   function.setAllArgAttrs(argAttrs);
   // Buffers whose lifetime ends at an op are freed after it; the runtime

@@ -34,6 +34,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
+#include "dsopt/Transforms/ArgAttrs.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -515,20 +516,18 @@ void TensorParallel::runOnOperation() {
     shape[split.dim] = llvm::divideCeil(shape[split.dim], size);
     return type.clone(shape);
   };
-  // Set at once after the loop: setting one argument's attribute rebuilds
-  // the array of every argument's, quadratic in thousands of parameters.
+  // Set at once after the loop (ArgAttrs.h).
   SmallVector<DictionaryAttr> argAttrs;
   main.getAllArgAttrs(argAttrs);
   bool anySplit = false;
   for (Region &region : regions) {
     for (BlockArgument param : region.params) {
       ds::TensorSplit split = region.splits[param];
-      NamedAttrList attrs(argAttrs[param.getArgNumber()]);
-      attrs.set(ds::DsDialect::kTpSplitAttrName,
-                ds::TensorSplitAttr::get(module.getContext(), split.dim,
-                                         split.blocks, size,
-                                         region.wholes.lookup(param)));
-      argAttrs[param.getArgNumber()] = attrs.getDictionary(module.getContext());
+      setArgAttrIn(argAttrs, param.getArgNumber(),
+                   ds::DsDialect::kTpSplitAttrName,
+                   ds::TensorSplitAttr::get(module.getContext(), split.dim,
+                                            split.blocks, size,
+                                            region.wholes.lookup(param)));
       anySplit = true;
     }
     for (auto &[value, split] : region.splits)

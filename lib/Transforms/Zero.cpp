@@ -30,6 +30,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
+#include "dsopt/Transforms/ArgAttrs.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -213,8 +214,7 @@ StringRef paramName(func::FuncOp function, unsigned i) {
 
 /// Makes argument `arg` this rank's [s] shard; a parameter's whole type
 /// goes into `argAttrs`, its function's argument attributes, which the
-/// caller sets at once (setting one argument's attribute rebuilds the array
-/// of every argument's, quadratic in thousands of parameters).
+/// caller sets at once (ArgAttrs.h).
 void shardArgument(SmallVectorImpl<DictionaryAttr> &argAttrs,
                    BlockArgument arg, RankedTensorType shardType,
                    bool isParam) {
@@ -222,9 +222,8 @@ void shardArgument(SmallVectorImpl<DictionaryAttr> &argAttrs,
   arg.setType(shardType);
   if (!isParam)
     return;
-  NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
-  attrs.set(ds::DsDialect::kShardedAttrName, TypeAttr::get(whole));
-  argAttrs[arg.getArgNumber()] = attrs.getDictionary(whole.getContext());
+  setArgAttrIn(argAttrs, arg.getArgNumber(), ds::DsDialect::kShardedAttrName,
+               TypeAttr::get(whole));
 }
 
 LogicalResult
