@@ -5,6 +5,7 @@
 #include "dsrt/ring.h"
 
 #include "dsopt/Pipeline/ScheduleAttrs.h"
+#include "dsopt/Transforms/HostMemory.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -50,14 +51,28 @@ llvm::json::Object tensorInfo(StringRef name, Type type, int64_t offset) {
                             {"offset", offset}};
 }
 
-/// Each memory space's arena: its peak bytes and its persistent part.
-llvm::json::Object memorySpaces(ds::MemoryPlanAttr plan) {
+/// Each memory space's arena: its peak bytes and its persistent part; for
+/// the host arena also whether it is pinned, and the parameter buffer pool
+/// in it (offload_param nvme) when `module` has one.
+llvm::json::Object memorySpaces(ds::MemoryPlanAttr plan, ModuleOp module) {
   llvm::json::Object spaces;
   for (ds::MemorySpace space : {ds::MemorySpace::device, ds::MemorySpace::host,
                                 ds::MemorySpace::file})
     spaces[ds::stringifyMemorySpace(space)] = llvm::json::Object{
         {"peak_bytes", plan ? plan.getSpaceBytes(space) : 0},
         {"persistent_bytes", plan ? plan.getSpacePersistentBytes(space) : 0}};
+  llvm::json::Object &host =
+      *spaces.getObject(ds::stringifyMemorySpace(ds::MemorySpace::host));
+  host["pinned"] = isHostArenaPinned(module);
+  if (auto pool = module->getAttrOfType<DictionaryAttr>(
+          kParamBufferPoolAttrName)) {
+    llvm::json::Object entry;
+    for (StringRef key : {"buffers", "buffer_bytes", "offset"})
+      entry[key] = pool.getAs<IntegerAttr>(key).getInt();
+    entry["bytes"] = pool.getAs<IntegerAttr>("buffers").getInt() *
+                     pool.getAs<IntegerAttr>("buffer_bytes").getInt();
+    host["param_buffers"] = std::move(entry);
+  }
   return spaces;
 }
 } // namespace
@@ -439,6 +454,7 @@ public:
     persistentBytes = memory.getPersistentBytes();
     arenaBytes = memory.getArenaBytes();
     plan = memory;
+    module = train;
     countTransfers(train);
   }
 
@@ -590,7 +606,7 @@ public:
                               {"workspace_bytes", workspaceBytes},
                               {"persistent_bytes", persistentBytes},
                               {"arena_peak_bytes", arenaBytes},
-                              {"memory_spaces", memorySpaces(plan)},
+                              {"memory_spaces", memorySpaces(plan, module)},
                               {"collective_bytes", std::move(bytes)}};
     // Host memory outside the arenas: a checkpoint save's staging buffer.
     (*numbers.getObject("memory_spaces")->getObject("host"))
@@ -645,6 +661,7 @@ private:
   int64_t activationBytes = 0, workspaceBytes = 0, persistentBytes = 0,
           arenaBytes = 0;
   ds::MemoryPlanAttr plan;
+  ModuleOp module;
   std::vector<Collective> collectives;
   /// ds.transfer bytes per step by direction ("device_to_host", ...).
   llvm::StringMap<int64_t> spaceTransfers;
@@ -905,7 +922,7 @@ LogicalResult writePlanJson(ModuleOp module, llvm::raw_ostream &os,
       {"arena_peak_bytes", summary->arenaBytes},
       {"persistent_bytes", summary->persistentBytes},
       {"peak_live_bytes", summary->peakLiveBytes},
-      {"memory_spaces", memorySpaces(memory)},
+      {"memory_spaces", memorySpaces(memory, module)},
       {"param_bytes", summary->paramBytes},
       {"input_bytes", summary->inputBytes},
       {"alignment", memory.getAlignment()},

@@ -65,11 +65,20 @@ struct GroupKey {
 /// Updates whose states stream from the file space one at a time (NVMe
 /// offload's read-ahead and write-behind, each update's states in host
 /// memory only around it) stay one per parameter: a group would hold every
-/// state of the shard in host memory at once.
+/// state of the shard in host memory at once. So do device updates of
+/// parameter shards fetched from the file (offload_param nvme): each shard
+/// passes through one buffer of the host's pool, and a group would need a
+/// buffer for every shard at once.
 bool streamsStates(ds::AdamWOp op) {
-  return llvm::any_of(op->getOperands(), [](Value operand) {
-    auto transfer = operand.getDefiningOp<ds::TransferOp>();
+  auto fromFile = [](Value value) {
+    auto transfer = value.getDefiningOp<ds::TransferOp>();
     return transfer && transfer.getFrom() == ds::MemorySpace::file;
+  };
+  return llvm::any_of(op->getOperands(), [&](Value operand) {
+    if (fromFile(operand))
+      return true;
+    auto transfer = operand.getDefiningOp<ds::TransferOp>();
+    return transfer && fromFile(transfer.getInput());
   });
 }
 

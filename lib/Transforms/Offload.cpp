@@ -28,8 +28,9 @@
 // With ratio < 1 only the last parameters' states go (partial offload).
 // With param-device (ZeRO-3's offload_param) the partitioned parameter
 // shards live in the host or file space too; every device op that reads one
-// gets a copy fetched ahead of it (at most param-buffer-count in flight),
-// and an updated shard goes back to its space:
+// gets a copy fetched ahead of it (at most param-buffer-count in flight;
+// a file shard is read through a pool of param-buffer-count host buffers,
+// reused in schedule order), and an updated shard goes back to its space:
 //
 //   %f = ds.transfer %w {from = host, to = device}
 //   %g = shard.all_gather %f ...
@@ -80,6 +81,28 @@ Value createTransfer(OpBuilder &b, Value value, ds::MemorySpace from,
   return ds::TransferOp::create(b, value.getLoc(), value,
                                 ds::MemorySpaceAttr::get(context, from),
                                 ds::MemorySpaceAttr::get(context, to));
+}
+
+/// The first op that reads `value` itself rather than through a view (an
+/// op whose result aliases its operand), or null if none does: ds-plan-memory
+/// keeps an asynchronous op's operands until then, so the host buffer a
+/// fetch was read into is free only after the first such reader of its
+/// device copy.
+Operation *firstUseThroughViews(Value value) {
+  Operation *first = nullptr;
+  for (Operation *user : value.getUsers()) {
+    Operation *at = user;
+    auto kernel = dyn_cast<ds::KernelOpInterface>(user);
+    std::optional<unsigned> aliased =
+        kernel && !user->hasTrait<OpTrait::IsTerminator>()
+            ? kernel.getAliasedOperand()
+            : std::nullopt;
+    if (aliased && user->getOperand(*aliased) == value)
+      at = firstUseThroughViews(user->getResult(0));
+    if (at && (!first || at->isBeforeInBlock(first)))
+      first = at;
+  }
+  return first;
 }
 
 class FunctionOffloader {
@@ -239,7 +262,7 @@ public:
       : function(function), builder(function.getContext()),
         bufferCount(std::max<int64_t>(bufferCount, 1)) {}
 
-  void run() {
+  LogicalResult run() {
     Block &body = function.getBody().front();
     Operation *terminator = body.getTerminator();
     // Every read of an offloaded parameter by an op that runs on the
@@ -258,15 +281,44 @@ public:
              a->getOwner()->isBeforeInBlock(b->getOwner());
     });
     // Prefetch: fetch i is issued before the read of fetch
-    // i - (bufferCount - 1), so at most bufferCount are in flight.
+    // i - (bufferCount - 1), so at most bufferCount are in flight. A shard
+    // in the file is read into a buffer of the host's pool (DeepSpeed's
+    // buffer_count buffers), the k-th file read into buffer k mod
+    // bufferCount: that buffer's previous read is over once the first op
+    // that reads its device copy has run, so the read goes after that op
+    // if the rule above would issue it sooner.
+    SmallVector<Value> fileCopies; // the device copy of each file fetch
     for (auto [i, read] : llvm::enumerate(reads)) {
       size_t ahead = std::min<size_t>(i, bufferCount - 1);
       builder.setInsertionPoint(reads[i - ahead]->getOwner());
       Value value = read->get();
-      if (ds::getValueSpace(value) == ds::MemorySpace::file)
+      bool fromFile = ds::getValueSpace(value) == ds::MemorySpace::file;
+      size_t k = fileCopies.size();
+      if (fromFile) {
+        if (k >= bufferCount) {
+          Operation *previous =
+              firstUseThroughViews(fileCopies[k - bufferCount]);
+          if (!previous || previous == read->getOwner() ||
+              !previous->isBeforeInBlock(read->getOwner()))
+            return read->getOwner()->emitOpError()
+                   << "reads more parameter shards from the file than "
+                      "offload_param.buffer_count ("
+                   << bufferCount
+                   << "): each is read through a buffer of the pool, and "
+                      "all of them are needed at once; raise buffer_count";
+          if (!previous->isBeforeInBlock(&*builder.getInsertionPoint()))
+            builder.setInsertionPointAfter(previous);
+        }
         value = transfer(value, ds::MemorySpace::file, ds::MemorySpace::host);
-      read->set(
-          transfer(value, ds::MemorySpace::host, ds::MemorySpace::device));
+        value.getDefiningOp()->setAttr(
+            kParamBufferAttrName,
+            builder.getI64IntegerAttr(static_cast<int64_t>(k % bufferCount)));
+      }
+      Value copy =
+          transfer(value, ds::MemorySpace::host, ds::MemorySpace::device);
+      read->set(copy);
+      if (fromFile)
+        fileCopies.push_back(copy);
     }
     // An updated parameter goes back to its argument's space.
     for (OpOperand &result : terminator->getOpOperands()) {
@@ -301,6 +353,7 @@ public:
         value = transfer(value, ds::MemorySpace::host, ds::MemorySpace::file);
       result.set(value);
     }
+    return success();
   }
 
 private:
@@ -478,7 +531,8 @@ struct OffloadPass : dsopt::impl::DsOffloadBase<OffloadPass> {
     for (auto function : module.getOps<func::FuncOp>())
       if (!function.isDeclaration()) {
         FunctionOffloader(function).run();
-        ParamOffloader(function, paramBufferCount).run();
+        if (failed(ParamOffloader(function, paramBufferCount).run()))
+          return signalPassFailure();
       }
     // The host arena holds only parameters (and their file buffers):
     // pinned as offload_param.pin_memory says. An offloaded optimizer's

@@ -13,6 +13,7 @@
 
 #include "dsopt/Transforms/Passes.h"
 #include "dsopt/Transforms/ArgAttrs.h"
+#include "dsopt/Transforms/HostMemory.h"
 #include "dsopt/Transforms/WriteBehind.h"
 
 #include "ds/IR/DsDialect.h"
@@ -46,6 +47,9 @@ struct Buffer {
   /// The offset's alignment, when above the pass's: a host buffer that a
   /// file transfer reads or writes starts on a file block (kFileBlockBytes).
   int64_t align = 0;
+  /// The buffer of the parameter buffer pool it is (kParamBufferAttrName),
+  /// or -1: its offset is that buffer's, fixed.
+  int64_t poolBuffer = -1;
 };
 
 /// The file space's block: file slots start and end on it, and so do the
@@ -64,6 +68,9 @@ struct PersistentLayout {
   /// the persistent bytes of the pinned-host and file-backed arenas.
   llvm::StringMap<ds::MemorySpace> spaces;
   int64_t hostBytes = 0, fileBytes = 0;
+  /// The parameter buffer pool in the host arena (offload_param nvme): its
+  /// first buffer's offset, and each buffer's bytes (0: no pool).
+  int64_t poolOffset = 0, poolBufferBytes = 0;
 
   ds::MemorySpace spaceOf(StringRef key) const {
     auto it = spaces.find(key);
@@ -142,7 +149,7 @@ private:
   /// The first use of `value` or of any view of it (endIndex if none).
   int64_t firstUseThroughViews(Value value) const;
   bool tryTie(Operation *op, unsigned resultIndex, int64_t at);
-  void assignOffsets();
+  LogicalResult assignOffsets();
 
   func::FuncOp function;
   int64_t alignment;
@@ -399,6 +406,15 @@ LogicalResult Planner::run() {
       buffers[b].space = ds::getResultSpace(&op);
     }
     alignFileTransfer(&op);
+    if (auto pool = op.getAttrOfType<IntegerAttr>(kParamBufferAttrName)) {
+      auto it = bufferOf.find(op.getResult(0));
+      if (it == bufferOf.end() || buffers[it->second].persistent ||
+          buffers[it->second].space != ds::MemorySpace::host)
+        return op.emitOpError()
+               << "reads into a buffer of the parameter pool, but its result "
+                  "is not a host buffer of its own";
+      buffers[it->second].poolBuffer = pool.getInt();
+    }
 
     // The kernel's scratch memory: a buffer live only while the op runs,
     // so the workspaces of different ops can share bytes.
@@ -437,7 +453,8 @@ LogicalResult Planner::run() {
       buffers[it->second].end = endIndex;
   }
 
-  assignOffsets();
+  if (failed(assignOffsets()))
+    return failure();
 
   // Record the plan.
   Builder builder(function.getContext());
@@ -514,7 +531,7 @@ LogicalResult Planner::run() {
   return success();
 }
 
-void Planner::assignOffsets() {
+LogicalResult Planner::assignOffsets() {
   // Persistent state has its module-wide slot already; everything else
   // goes above it, in the arena of its own space.
   auto baseOf = [&](ds::MemorySpace space) {
@@ -524,7 +541,7 @@ void Planner::assignOffsets() {
   };
   SmallVector<int> order;
   for (int b = 0, e = buffers.size(); b < e; ++b)
-    if (!buffers[b].persistent)
+    if (!buffers[b].persistent && buffers[b].poolBuffer < 0)
       order.push_back(b);
   llvm::stable_sort(order, [&](int a, int b) {
     if (buffers[a].size != buffers[b].size)
@@ -544,6 +561,36 @@ void Planner::assignOffsets() {
     int64_t firstUse, lastUse;  // inclusive op indices
   };
   std::vector<Placed> placed[3]; // by ds::MemorySpace: device, host, file
+  auto insertPlaced = [](std::vector<Placed> &others, Placed entry) {
+    others.insert(llvm::upper_bound(others, entry,
+                                    [](const Placed &a, const Placed &b) {
+                                      return a.begin < b.begin;
+                                    }),
+                  entry);
+  };
+  // The parameter pool's reads first, each at its buffer's fixed offset;
+  // ds-offload issued each after the previous read of its buffer was done
+  // with, which this checks.
+  std::vector<Placed> &host = placed[static_cast<unsigned>(ds::MemorySpace::host)];
+  for (Buffer &buffer : buffers) {
+    if (buffer.poolBuffer < 0)
+      continue;
+    buffer.offset =
+        layout.poolOffset + buffer.poolBuffer * layout.poolBufferBytes;
+    Placed entry{buffer.offset, buffer.offset + buffer.size, buffer.start,
+                 buffer.end};
+    for (const Placed &o : host)
+      if (o.begin == entry.begin && o.firstUse <= entry.lastUse &&
+          entry.firstUse <= o.lastUse)
+        return function.emitOpError()
+               << "reads two parameter shards into buffer "
+               << buffer.poolBuffer
+               << " of the parameter pool while both are in use (ops "
+               << o.firstUse << "-" << o.lastUse << " and " << entry.firstUse
+               << "-" << entry.lastUse << ")";
+    if (buffer.size > 0)
+      insertPlaced(host, entry);
+  }
   for (int b : order) {
     Buffer &buffer = buffers[b];
     std::vector<Placed> &others = placed[static_cast<unsigned>(buffer.space)];
@@ -558,15 +605,11 @@ void Planner::assignOffsets() {
     }
     buffer.offset = offset;
     // A buffer of no bytes is in nobody's way.
-    if (buffer.size > 0) {
-      Placed entry{offset, offset + buffer.size, buffer.start, buffer.end};
-      others.insert(llvm::upper_bound(others, entry,
-                                      [](const Placed &a, const Placed &b) {
-                                        return a.begin < b.begin;
-                                      }),
-                    entry);
-    }
+    if (buffer.size > 0)
+      insertPlaced(others, {offset, offset + buffer.size, buffer.start,
+                            buffer.end});
   }
+  return success();
 }
 
 struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
@@ -620,6 +663,25 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
         }
       }
 
+    // The parameter buffer pool (offload_param nvme, ds-offload's reads
+    // into kParamBufferAttrName): above the host's persistent bytes, each
+    // buffer as large as the largest shard read through the pool, on whole
+    // file blocks (the reads are direct I/O).
+    const int64_t fileBlock = std::max<int64_t>(alignment, kFileBlockBytes);
+    int64_t poolBuffers = 0;
+    module.walk([&](ds::TransferOp transfer) {
+      auto pool = transfer->getAttrOfType<IntegerAttr>(kParamBufferAttrName);
+      if (!pool)
+        return;
+      poolBuffers = std::max<int64_t>(poolBuffers, pool.getInt() + 1);
+      layout.poolBufferBytes = std::max<int64_t>(
+          layout.poolBufferBytes,
+          llvm::alignTo(
+              ds::getByteSize(cast<ShapedType>(transfer.getType())).value_or(0),
+              fileBlock));
+    });
+    layout.poolOffset = llvm::alignTo(layout.hostBytes, fileBlock);
+
     int64_t arena = layout.bytes, peakLive = layout.bytes,
             hostArena = layout.hostBytes, fileArena = layout.fileBytes;
     for (func::FuncOp function : functions) {
@@ -652,6 +714,17 @@ struct PlanMemoryPass : dsopt::impl::DsPlanMemoryBase<PlanMemoryPass> {
                         &getContext(), arena, layout.bytes, peakLive,
                         alignment, hostArena, layout.hostBytes, fileArena,
                         layout.fileBytes));
+    if (poolBuffers > 0) {
+      Builder b(&getContext());
+      module->setAttr(
+          kParamBufferPoolAttrName,
+          b.getDictionaryAttr(
+              {b.getNamedAttr("buffers", b.getI64IntegerAttr(poolBuffers)),
+               b.getNamedAttr("buffer_bytes",
+                              b.getI64IntegerAttr(layout.poolBufferBytes)),
+               b.getNamedAttr("offset",
+                              b.getI64IntegerAttr(layout.poolOffset))}));
+    }
   }
 
   /// The size of one slot of each pool (the aligned sizes of the values

@@ -79,3 +79,28 @@ func.func @kept(%lr: tensor<f32>, %step: tensor<i64>, %p: tensor<4xf32>, %q: ten
   %e = ds.cast %u#0 : tensor<4xf32> to tensor<4xbf16>
   return %n, %c, %d, %e : tensor<4xf32>, tensor<4xbf16>, tensor<4xbf16>, tensor<4xbf16>
 }
+
+// -----
+
+// The ONNX preview optimizers (ds.adam, ds.momentum, ds.adagrad) come only
+// from an imported ai.onnx.preview.training graph, never from ds-optimizer,
+// so mixed precision never makes their master's cast: a cast after one is
+// the graph's own and stays a cast (same bits either way).
+// CHECK-LABEL: func.func @preview
+// CHECK: ds.adam %{{.*}} : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>{{$}}
+// CHECK-NEXT: ds.cast
+// CHECK-NEXT: ds.momentum
+// CHECK-NEXT: ds.cast
+// CHECK-NEXT: ds.adagrad
+// CHECK-NEXT: ds.cast
+// CHECK-NOT: copy_type
+func.func @preview(%lr: tensor<f32>, %step: tensor<i64>, %p: tensor<4xf32>, %g: tensor<4xf32>)
+    -> (tensor<4xbf16>, tensor<4xbf16>, tensor<4xf16>) {
+  %a:3 = ds.adam %lr, %step, %p, %g, %p, %p : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  %c = ds.cast %a#0 : tensor<4xf32> to tensor<4xbf16>
+  %m:2 = ds.momentum %lr, %step, %p, %g, %p {alpha = 0.9 : f32, beta = 1.0 : f32, mode = #ds<momentum_mode standard>, norm_coefficient = 0.0 : f32} : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  %d = ds.cast %m#0 : tensor<4xf32> to tensor<4xbf16>
+  %h:2 = ds.adagrad %lr, %step, %p, %g, %p : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  %e = ds.cast %h#0 : tensor<4xf32> to tensor<4xf16>
+  return %c, %d, %e : tensor<4xbf16>, tensor<4xbf16>, tensor<4xf16>
+}

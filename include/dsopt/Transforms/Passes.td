@@ -471,7 +471,13 @@ def DsOffload : Pass<"ds-offload", "mlir::ModuleOp"> {
     (DeepSpeed's max_in_cpu), and every shard left in the file must have at
     most `param-buffer-size` elements, the size of the host buffer it is
     read into (DeepSpeed's buffer_size; an error names the parameter
-    otherwise).
+    otherwise). Those host buffers are DeepSpeed's pool of
+    `param-buffer-count` buffers: the k-th read from the file, in schedule
+    order, goes into buffer k mod `param-buffer-count` (its
+    `dsopt.param_buffer`), after the op that read that buffer's previous
+    shard; ds-plan-memory gives each buffer a fixed offset in the host
+    arena. An op reading more file shards at once than the pool has
+    buffers is an error.
 
     With `ratio` below 1 only part of the states go (partial offload, as
     DeepSpeed's ZeRO-3 assigns its sub-groups): the states of a parameter

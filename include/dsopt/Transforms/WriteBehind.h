@@ -8,7 +8,11 @@
 // the memory planner (which ends the buffer there) and the code generator
 // (which waits for the write there): a write-behind completes before the
 // second host update after it runs — double buffering, two updates' states
-// in flight.
+// in flight. An updated parameter shard that a device update computed
+// (offload_param nvme, the optimizer on the device) goes back to its file
+// the same way, through a copy to the host: such a copy counts as a host
+// update here, so the host holds the shards of two write-backs in flight,
+// not every updated shard of the step.
 //
 //===----------------------------------------------------------------------===//
 #ifndef DSOPT_TRANSFORMS_WRITEBEHIND_H
@@ -33,15 +37,25 @@ inline bool isWriteBehind(mlir::Operation *op) {
   return true;
 }
 
+/// Whether `op` starts a value on its way back to the file: a host update,
+/// or a copy from the device to the host that a write-behind writes.
+inline bool startsWriteBack(mlir::Operation *op) {
+  auto transfer = llvm::dyn_cast<ds::TransferOp>(op);
+  if (!transfer)
+    return ds::getResultSpace(op) == ds::MemorySpace::host;
+  return transfer.getFrom() == ds::MemorySpace::device &&
+         transfer.getTo() == ds::MemorySpace::host &&
+         llvm::any_of(transfer.getResult().getUsers(), isWriteBehind);
+}
+
 /// The op before which write-behind `op` must have completed: the second
-/// host update after it in its block, or null when there is none (it
-/// completes by the function's end).
+/// op after it in its block that starts a write-back (startsWriteBack), or
+/// null when there is none (it completes by the function's end).
 inline mlir::Operation *writeBehindDeadline(mlir::Operation *op) {
   int updates = 0;
   for (mlir::Operation *next = op->getNextNode(); next;
        next = next->getNextNode())
-    if (!llvm::isa<ds::TransferOp>(next) &&
-        ds::getResultSpace(next) == ds::MemorySpace::host && ++updates == 2)
+    if (startsWriteBack(next) && ++updates == 2)
       return next;
   return nullptr;
 }

@@ -65,7 +65,8 @@ CASES = [case[:5] + (case[5] + ("cpu-unfused",),) + case[6:]
 # ZeRO-3's parameter shards (offload_param; with nvme, max_in_cpu 0 puts
 # every shard in the file), "param-split" keeps the first shards within
 # max_in_cpu in host memory and the rest in the file, "param-flag" is
-# param-nvme given by --offload-param and --nvme-path, "ratio-cpu" offloads
+# param-nvme given by --offload-param and --nvme-path (param-nvme reads
+# through a pool of 2 buffers, param-flag through the default 5), "ratio-cpu" offloads
 # half of the parameters' optimizer states.
 MORE_CASES = [
     ("mlp", "fp32", 1, 3, 1, ("param-cpu", "param-nvme", "param-split", "param-flag"),
@@ -85,7 +86,8 @@ FALLBACK_ENV = {"DSRT_FILE_IO_REFUSE": "direct,uring"}
 # The config of each variant's offload beyond --offload-optimizer.
 VARIANT_CONFIG = {
     "param-cpu": {"offload_param": {"device": "cpu"}},
-    "param-nvme": {"offload_param": {"device": "nvme", "nvme_path": "NVME", "max_in_cpu": 0}},
+    "param-nvme": {"offload_param": {"device": "nvme", "nvme_path": "NVME", "max_in_cpu": 0,
+                                     "buffer_count": 2}},
     "param-split": {"offload_param": {"device": "nvme", "nvme_path": "NVME",
                                       "max_in_cpu": SPLIT_MAX_IN_CPU}},
     "param-flag": {"offload_param": {"max_in_cpu": 0}},
