@@ -9,10 +9,10 @@ program must reproduce PyTorch's loss and logits (rel 1e-5), and whose
 training program must follow PyTorch's trajectory over STEPS AdamW steps
 with clipping under docs/training.md's tolerance rule (each tolerance
 widened by 4 x PyTorch's own float32-vs-float64 drift on that quantity).
-The families with BatchNorm (models.BATCHNORM_FAMILIES) train and export
-in training mode: batch statistics, and their running statistics, updated
-by dsopt, must match PyTorch's final buffers (rel 1e-5, widened the same
-way). Prints a Markdown table, one row per family, with the verdict and
+The families in models.TRAIN_MODE_FAMILIES (those with BatchNorm but
+MNASNet) train and export in training mode: batch statistics, and their
+running statistics, updated by dsopt, must match PyTorch's final buffers
+(rel 1e-5, widened the same way). Prints a Markdown table, one row per family, with the verdict and
 the worst errors, each with dsopt's distance from PyTorch's float64 run
 and PyTorch's drift.
 
@@ -25,9 +25,15 @@ params than PyTorch trains with: every family must then MISMATCH.
 
   bench/torchvision_families.py --work /tmp/tv --only deeplabv3 --perturb '{"betas": [0.9, 0.99]}'
 
-It takes a few minutes on two cores (each family is one -O3 compile of its
-generated programs); `test/Zoo/train-torchvision.test` runs a representative
-subset of it in `make test`.
+--dsopt 'dsopt --host-opt-level=0' builds the programs at -O0, which
+compiles fast and changes no number; --same-at-O3 FAMILIES builds those
+families' programs at -O3 too, which must train bit-identically.
+
+  bench/torchvision_families.py --work /tmp/tv --dsopt 'build/bin/dsopt --host-opt-level=0' --same-at-O3 resnet
+
+It takes a few minutes on two cores (each family is one compile of its
+generated programs). `make test` runs every family, at -O0, with ResNet's
+program also built at -O3: test/Zoo/train-torchvision*.test.
 """
 import argparse
 import json
@@ -41,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ORACLES = ROOT / "test" / "oracles"
 sys.path.insert(0, str(ORACLES))
-from models import BATCHNORM_FAMILIES, CLASSIFICATION_FAMILIES, SEGMENTATION_FAMILIES  # noqa: E402
+from models import CLASSIFICATION_FAMILIES, SEGMENTATION_FAMILIES, TRAIN_MODE_FAMILIES  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 STEPS = 10
@@ -63,7 +69,7 @@ LINE = re.compile(r"^(tv_\w+) (\S+) (\S+): (.*)$")
 WITH_F64 = r"\S+ \(f64 [^,]+, f32 drift [^)]+\)"
 STATS = re.compile(rf"forward loss max\|d\| (?P<loss>{WITH_F64}), logits max\|d\| (?P<logits>{WITH_F64}); "
                    rf"max loss rel err (?P<rel>{WITH_F64}), max grad_norm rel err (?P<norm>{WITH_F64}), "
-                   r"max weight abs err (?P<weight>\S+), widest weight tolerance (?P<tol>[^,)\s]+)"
+                   r"max weight abs err (?P<weight>\S+), widest weight tolerance (?P<tol>[^,);\s]+)"
                    r"(, (?P<stats>\d+) running statistics max rel err (?P<stats_err>[^);\s]+))?"
                    r"(; loss and grad_norm compared over steps 1-(?P<compared>\d+) of)?")
 
@@ -71,20 +77,28 @@ STATS = re.compile(rf"forward loss max\|d\| (?P<loss>{WITH_F64}), logits max\|d\
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", required=True, type=Path, help="scratch directory")
-    parser.add_argument("--dsopt", default=str(ROOT / "build" / "bin" / "dsopt"))
+    parser.add_argument("--dsopt", default=str(ROOT / "build" / "bin" / "dsopt"),
+                        help="dsopt command, split like a shell would (e.g. 'dsopt --host-opt-level=0')")
     parser.add_argument("--only", default="", help="comma-separated families (default: all)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--perturb", default="", metavar="JSON",
                         help="optimizer params given to dsopt only (check_zoo_train.py --perturb), e.g. "
                         "'{\"betas\": [0.9, 0.99]}': every family must then MISMATCH")
+    parser.add_argument("--same-at-O3", dest="same_at_o3", default="", metavar="FAMILIES",
+                        help="comma-separated families whose program is also built at --host-opt-level=3 and "
+                        "must train bit-identically to the one --dsopt built (check_zoo_train.py --same-at-O3)")
     args = parser.parse_args()
 
     families = list(CLASSIFICATION_FAMILIES + SEGMENTATION_FAMILIES)
+    same_at_o3 = list(filter(None, args.same_at_o3.split(",")))
     if args.only:
-        unknown = set(args.only.split(",")) - set(families)
-        if unknown:
-            parser.error(f"unknown families {sorted(unknown)}; known: {', '.join(families)}")
         families = args.only.split(",")
+    unknown = set(families + same_at_o3) - set(CLASSIFICATION_FAMILIES + SEGMENTATION_FAMILIES)
+    if unknown:
+        parser.error(f"unknown families {sorted(unknown)}; known: "
+                     f"{', '.join(CLASSIFICATION_FAMILIES + SEGMENTATION_FAMILIES)}")
+    if set(same_at_o3) - set(families):
+        parser.error(f"--same-at-O3: {', '.join(sorted(set(same_at_o3) - set(families)))} not run (--only)")
     names = [f"tv_{f}" for f in families]
     env = dict(os.environ, PYTHONNOUSERSITE="1", OMP_NUM_THREADS="1")
     start = time.perf_counter()
@@ -107,6 +121,8 @@ def main() -> int:
             command += ["--optimizer-params", json.dumps(settings["params"])]
         if args.perturb:
             command += ["--perturb", args.perturb]
+        if same_at_o3:
+            command += ["--same-at-O3", ",".join(f"tv_{f}" for f in same_at_o3)]
         result = subprocess.run(command, env=env, capture_output=True, text=True)
         stderr += result.stderr.strip().splitlines()
         for line in result.stdout.splitlines():
@@ -119,7 +135,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for family, name in zip(families, names):
         kind = "segmentation" if family in SEGMENTATION_FAMILIES else "classification"
-        mode = "train" if family in BATCHNORM_FAMILIES else "eval"
+        mode = "train" if family in TRAIN_MODE_FAMILIES else "eval"
         settings = CONDITIONED.get(family, DEFAULT)
         conditioned = ", ".join([f"{k} {v:g}" for k, v in settings["params"].items()] + [f"{settings['steps']} steps"])
         verdict = rows.get(name, "FAIL no result: " + (stderr or ["?"])[-1])
@@ -128,7 +144,8 @@ def main() -> int:
             n = numbers.groupdict()
             stats = f"{n['stats_err']} ({n['stats']} tensors)" if n["stats"] else "-"
             steps = f" (steps 1-{n['compared']} only)" if n["compared"] else ""
-            print(f"| {family} | {kind} | {mode} | {conditioned} | matches | {short(n['loss'])}, {short(n['logits'])} | "
+            matches = "matches, bit-identical at -O3" if "; bit-identical at -O3" in verdict else "matches"
+            print(f"| {family} | {kind} | {mode} | {conditioned} | {matches} | {short(n['loss'])}, {short(n['logits'])} | "
                   f"{short(n['rel'])}, {short(n['norm'])}{steps} | "
                   f"{n['weight']} ({n['tol']}) | {stats} |")
         else:

@@ -53,7 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import check_zoo_dp as dp_check  # noqa: E402
-from check_zoo_dp import MPIRUN, read_log, rel, run, weights  # noqa: E402
+from check_zoo_dp import MPIRUN, read_log, rel, run, same_run, weights  # noqa: E402
 from check_zoo_pp import compare_transfers  # noqa: E402
 
 STEPS = 20
@@ -219,14 +219,7 @@ def same_at_o3(args, flags: List[str], ref: Dict, work: Path, log: List[Dict],
                       str(o3_trained), "--quiet"])
     if why:
         return f"-O3 build: {why}"
-    for entry, want in zip(log, read_log(o3_log)[0]):
-        for key in ("loss", "grad_norm"):
-            if entry[key] != want[key]:
-                return (f"step {entry['step']}: {key} {entry[key]!r}, built at -O3 "
-                        f"{want[key]!r}: the -O level changed the numbers")
-    if trained.read_bytes() != o3_trained.read_bytes():
-        return "the saved model differs from the one the -O3 build saved"
-    return None
+    return same_run(log, trained, read_log(o3_log)[0], o3_trained, "the -O3 build")
 
 
 def check_case(args, case, cache: Dict) -> Tuple[str, bool]:

@@ -95,6 +95,23 @@ def read_log(path: Path) -> Tuple[List[Dict], Optional[Dict]]:
     return steps, summary
 
 
+def same_run(log: List[Dict], trained: Path, other_log: List[Dict], other_trained: Path,
+             other: str) -> Optional[str]:
+    """Why `other` (a build of the same program at another -O level) did
+    not train bit-identically: every step's loss and gradient norm equal,
+    and the saved models equal byte for byte (None when it did)."""
+    if len(other_log) != len(log):
+        return f"{other} logged {len(other_log)} steps, not {len(log)}"
+    for entry, want in zip(log, other_log):
+        for key in ("loss", "grad_norm"):
+            if entry[key] != want[key]:
+                return (f"step {entry['step']}: {key} {entry[key]!r}, {other} {want[key]!r}: "
+                        f"the -O level changed the numbers")
+    if trained.read_bytes() != other_trained.read_bytes():
+        return f"the saved model differs from the one {other} saved"
+    return None
+
+
 def rel(got: float, want: float) -> float:
     return abs(got - want) / max(abs(want), 1e-12)
 

@@ -28,7 +28,12 @@ ACCUMULATION below), this:
     the tensor's largest magnitude, widened by float32 noise as the weights
     are); and each memory
     space's (device, host, file) measured high-water mark equals its arena
-    in plan.json (memory_spaces).
+    in plan.json (memory_spaces);
+  * for a model named in --same-at-O3, compiles the program again at
+    --host-opt-level=3 (--dsopt may build at another level, -O0 to compile
+    fast) and trains it: every step's loss and gradient norm and the saved
+    model must be the same bit for bit (docs/cli.md: the level changes no
+    number).
 Prints one line per case and a final count; exits 1 on any failure (FAIL: a
 tool failed or wrote something unreadable; MISMATCH: the numbers differ).
 
@@ -381,6 +386,7 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
     import onnx
     import torch
 
+    from check_zoo_dp import same_run
     from initializer_map import MappingError, initializer_arrays, map_initializers
     from make_train_data import make_train_data, write_train_data
     from models import ZOO
@@ -415,9 +421,7 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
     except MappingError as e:
         return fail("FAIL", f"initializers: {e}")
 
-    # The forward program is built only when --forward runs it.
-    command = [*shlex.split(args.dsopt), str(model_path), "--config", str(work / "ds_config.json"),
-               *([] if args.forward else ["--no-forward"]), "-o", str(work / "program")]
+    build = [*shlex.split(args.dsopt), str(model_path), "--config", str(work / "ds_config.json")]
     # A train-mode model's running statistics are state dsopt updates.
     state = []
     if model.train_mode:
@@ -427,8 +431,10 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
             return fail("FAIL", "a train-mode model whose export holds none of its buffers")
         imap.frozen[:] = [n for n in imap.frozen if n not in buffer_names]
     if imap.frozen:
-        command += ["--frozen", ",".join(imap.frozen)]
-    compiled, seconds["dsopt"], why = run_tool(command)
+        build += ["--frozen", ",".join(imap.frozen)]
+    # The forward program is built only when --forward runs it.
+    compiled, seconds["dsopt"], why = run_tool(
+        [*build, *([] if args.forward else ["--no-forward"]), "-o", str(work / "program")])
     if why or compiled.returncode != 0:
         return fail("FAIL", f"dsopt failed: {why or one_line(compiled.stderr)}")
     if args.forward:
@@ -447,11 +453,9 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
         if errors:
             return fail("MISMATCH", f"forward: {errors[0]} ({forward})")
     log_path, trained_path = work / "log.jsonl", work / "trained.onnx"
-    ran, seconds["train"], why = run_tool(
-        [str(work / "program" / "train"), "--data", str(work / "data"), "--steps", str(args.steps),
-         "--log-json", str(log_path), "--save-onnx", str(trained_path)])
-    if why or ran.returncode != 0:
-        return fail("FAIL", f"train failed: {why or f'exit {ran.returncode}: ' + one_line(ran.stderr)}")
+    why = train_program(work / "program", work / "data", args.steps, log_path, trained_path, seconds)
+    if why:
+        return fail("FAIL", f"train failed: {why}")
 
     # A table the export folded into a gather of itself is frozen in both.
     for m in imap.derived:
@@ -491,7 +495,36 @@ def check_case(args, entry, file_key, config_name, gas) -> Tuple[str, bool, Dict
     timing = " ".join(f"{k} {v:.2f}s" for k, v in seconds.items())
     if log_error or weight_error:
         return fail("MISMATCH", f"{log_error or weight_error} ({stats}) [{timing}]")
+    if model.name in args.same_at_o3:
+        # The same program built at -O3 must train bit for bit as this one.
+        o3_log, o3_trained = work / "o3_log.jsonl", work / "o3_trained.onnx"
+        compiled, seconds["dsopt_O3"], why = run_tool(
+            [*build, "--host-opt-level=3", "--no-forward", "-o", str(work / "o3_program")])
+        if why or compiled.returncode != 0:
+            return fail("FAIL", f"dsopt at -O3 failed: {why or one_line(compiled.stderr)}")
+        why = train_program(work / "o3_program", work / "data", args.steps, o3_log, o3_trained, seconds, "_O3")
+        if why:
+            return fail("FAIL", f"train built at -O3 failed: {why}")
+        entries, why = read_log(o3_log, args.steps)
+        why = why or same_run(log, trained_path, entries, o3_trained, "the -O3 build")
+        if why:
+            return fail("MISMATCH", f"-O3: {why}")
+        stats += "; bit-identical at -O3"
+    timing = " ".join(f"{k} {v:.2f}s" for k, v in seconds.items())
     return f"{label}: matches PyTorch ({stats}) [{timing}]", False, seconds
+
+
+def train_program(program: Path, data: Path, steps: int, log: Path, trained: Path, seconds: Dict[str, float],
+                  suffix: str = "") -> Optional[str]:
+    """Runs program/train for `steps` steps, logging to `log` and saving to
+    `trained`; its seconds go to seconds["train" + suffix]. Why it failed,
+    or None."""
+    ran, seconds["train" + suffix], why = run_tool(
+        [str(program / "train"), "--data", str(data), "--steps", str(steps), "--log-json", str(log),
+         "--save-onnx", str(trained)])
+    if why or ran.returncode != 0:
+        return why or f"exit {ran.returncode}: {one_line(ran.stderr)}"
+    return None
 
 
 def optimizer_params(text: str) -> Dict:
@@ -522,6 +555,9 @@ def main() -> int:
     parser.add_argument("--perturb", type=optimizer_params, default={}, metavar="JSON",
                         help="optimizer params given to dsopt only, PyTorch keeping the configuration's "
                         "(e.g. '{\"betas\": [0.9, 0.99]}'): a check of the check, which must then fail")
+    parser.add_argument("--same-at-O3", dest="same_at_o3", default="", metavar="NAMES",
+                        help="comma-separated model names whose program is also built at --host-opt-level=3 "
+                        "(with --no-forward) and must train bit-identically to the one --dsopt built")
     parser.add_argument("--forward", action="store_true",
                         help="also run the build's forward program on the export's example inputs: loss and "
                         f"logits within rel {FORWARD_RTOL:g} of PyTorch's (check_zoo_forward.py's rule), widened by "
@@ -535,6 +571,10 @@ def main() -> int:
     unknown = only - {e["name"] for e, _ in exports} - {e[k] for e, k in exports}
     if unknown:
         parser.error(f"--only: {', '.join(sorted(unknown))} not in {args.zoo}/zoo.json")
+    args.same_at_o3 = set(filter(None, args.same_at_o3.split(",")))
+    unknown = args.same_at_o3 - {e["name"] for e, _ in exports}
+    if unknown:
+        parser.error(f"--same-at-O3: {', '.join(sorted(unknown))} not in {args.zoo}/zoo.json")
     jobs = [(args, entry, key, config, gas)
             for entry, key in exports if not only or only & {entry["name"], entry[key]}
             for config, gas in case_names(args.configs)]

@@ -663,11 +663,17 @@ def _classifier_inputs(x_shape: Tuple[int, ...], n_classes: int, seed: int) -> D
 CLASSIFICATION_FAMILIES = ("resnet", "resnext", "wide_resnet", "mobilenet_v2", "mobilenet_v3", "efficientnet",
                            "regnet", "convnext", "shufflenet_v2", "squeezenet", "densenet", "mnasnet", "swin", "vit")
 SEGMENTATION_FAMILIES = ("fcn", "deeplabv3", "lraspp")
-# The families with BatchNorm: they train and export in training mode
-# (batch statistics, running statistics updated; torchvision_models.build
-# checks the list against the modules).
+# The families with BatchNorm (torchvision_models.build checks the list
+# against the modules).
 BATCHNORM_FAMILIES = ("resnet", "resnext", "wide_resnet", "mobilenet_v2", "mobilenet_v3", "efficientnet", "regnet",
                       "shufflenet_v2", "densenet", "mnasnet", "fcn", "deeplabv3", "lraspp")
+# Those that train and export in training mode (batch statistics, running
+# statistics updated): all but MNASNet, whose small model in training mode
+# is chaotic in float32 itself: PyTorch's float32 and float64 runs part
+# within 3 steps at every setting tried, so no comparison with PyTorch
+# decides anything there (docs/models.md). It trains in eval mode, like
+# ConvNeXt or Swin.
+TRAIN_MODE_FAMILIES = tuple(f for f in BATCHNORM_FAMILIES if f != "mnasnet")
 
 
 @dataclass(frozen=True)
@@ -688,7 +694,7 @@ def _vision_config(family: str) -> VisionConfig:
     # Training-mode BatchNorm over a batch of 2 normalises the last stages'
     # 1 x 1 maps over two values each, where float32 rounding alone (PyTorch
     # float32 against float64) moves the trajectory by percents: a batch of 8.
-    batch = 8 if family in BATCHNORM_FAMILIES else 2
+    batch = 8 if family in TRAIN_MODE_FAMILIES else 2
     if family in SEGMENTATION_FAMILIES:
         return VisionConfig(family, segmentation=True, batch=batch)
     # ViT's patches and Swin's windows on a 16-pixel image.
@@ -802,7 +808,7 @@ ZOO: Dict[str, ZooModel] = {
             exported_by_default=False,
         ),
         *(ZooModel("tv_" + family, _vision_config(family), _torchvision_build, _torchvision_inputs,
-                   exported_by_default=False, train_mode=family in BATCHNORM_FAMILIES)
+                   exported_by_default=False, train_mode=family in TRAIN_MODE_FAMILIES)
           for family in CLASSIFICATION_FAMILIES + SEGMENTATION_FAMILIES),
         ZooModel(
             "cnn",
