@@ -177,46 +177,22 @@ inline int __all_sync(unsigned mask, int pred) {
 
 // Atomics: the threads of a launch take turns on one host thread, so a
 // read-modify-write is atomic as it is.
-template <typename T, typename U> inline T atomicAdd(T *p, U v) {
-  const T old = *p;
-  *p = static_cast<T>(old + v);
-  return old;
-}
-template <typename T, typename U> inline T atomicSub(T *p, U v) {
-  const T old = *p;
-  *p = static_cast<T>(old - v);
-  return old;
-}
-template <typename T, typename U> inline T atomicExch(T *p, U v) {
-  const T old = *p;
-  *p = static_cast<T>(v);
-  return old;
-}
-template <typename T, typename U> inline T atomicMin(T *p, U v) {
-  const T old = *p;
-  *p = static_cast<T>(v) < old ? static_cast<T>(v) : old;
-  return old;
-}
-template <typename T, typename U> inline T atomicMax(T *p, U v) {
-  const T old = *p;
-  *p = old < static_cast<T>(v) ? static_cast<T>(v) : old;
-  return old;
-}
-template <typename T, typename U> inline T atomicAnd(T *p, U v) {
-  const T old = *p;
-  *p = static_cast<T>(old & v);
-  return old;
-}
-template <typename T, typename U> inline T atomicOr(T *p, U v) {
-  const T old = *p;
-  *p = static_cast<T>(old | v);
-  return old;
-}
-template <typename T, typename U> inline T atomicXor(T *p, U v) {
-  const T old = *p;
-  *p = static_cast<T>(old ^ v);
-  return old;
-}
+// atomicOP(p, v): *p = NEW (of old and v), returning old.
+#define DSEMU_ATOMIC(name, NEW)                                                             \
+  template <typename T, typename U> inline T name(T *p, U v) {                              \
+    const T old = *p;                                                                       \
+    *p = static_cast<T>(NEW);                                                               \
+    return old;                                                                             \
+  }
+DSEMU_ATOMIC(atomicAdd, old + v)
+DSEMU_ATOMIC(atomicSub, old - v)
+DSEMU_ATOMIC(atomicExch, v)
+DSEMU_ATOMIC(atomicMin, static_cast<T>(v) < old ? static_cast<T>(v) : old)
+DSEMU_ATOMIC(atomicMax, old < static_cast<T>(v) ? static_cast<T>(v) : old)
+DSEMU_ATOMIC(atomicAnd, old & v)
+DSEMU_ATOMIC(atomicOr, old | v)
+DSEMU_ATOMIC(atomicXor, old ^ v)
+#undef DSEMU_ATOMIC
 template <typename T, typename U, typename V> inline T atomicCAS(T *p, U compare, V v) {
   const T old = *p;
   if (old == static_cast<T>(compare))
