@@ -47,6 +47,12 @@ if config.dsopt_have_dsrt_cuda:
 fake_cudart = os.path.join(config.dsopt_obj_root, "lib", "libdsrt_fake_cudart.so")
 if os.path.exists(fake_cudart):
     config.available_features.add("fake-cudart")
+# `REQUIRES: cuda-emu`: tests that run a cuda program's kernels under the
+# CUDA emulation (runtime/tests/cuda/emu/, libdsrt_cuda_emu.a, built by
+# check-runtime).
+cuda_emu = os.path.join(config.dsopt_obj_root, "lib", "libdsrt_cuda_emu.a")
+if os.path.exists(cuda_emu):
+    config.available_features.add("cuda-emu")
 # `REQUIRES: libfuzzer`: the in-process fuzz targets (runtime/fuzz,
 # tools/fuzz), built
 # when clang with libFuzzer was found (scripts/install-deps.sh installs it).
@@ -80,6 +86,8 @@ config.substitutions.extend([
     ("%nvcc", config.dsopt_nvcc or "nvcc"),
     # A cuda training program's host side behind the fake CUDA runtime.
     ("%fake-cuda", f"{py} {src}/test/oracles/check_fake_cuda.py --fake {fake_cudart}"),
+    # A cuda training program's kernels under the CUDA emulation, against cpu.
+    ("%cuda-emu", f"{py} {src}/test/oracles/check_cuda_emu.py --emu-lib {cuda_emu}"),
     ("%cuda-bin", os.path.dirname(config.dsopt_nvcc or "/usr/local/cuda/bin/nvcc")),
     ("%skip-model", f"{py} {src}/test/Pipeline/Inputs/skip_model.py"),
     ("%srcroot", src),

@@ -58,6 +58,62 @@ if(DSRT_HAVE_CUDA)
                        PROPERTIES LABELS dsrt_cuda TIMEOUT 60)
 endif()
 
+# The CUDA emulation (cuda/emu/, docs/runtime.md "The CUDA emulation"): the
+# cuda backend's sources compiled as C++ with the emulation's prelude, their
+# launches rewritten, on the fake runtime built to compute (cuBLASLt on the
+# host), so that the kernel cases run on the cuda kernels without a GPU:
+# dsrt_cuda_emu_kernel_test, the same sources as dsrt_cuda_kernel_test.
+# Only the host compiler and the toolkit's headers are needed.
+if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
+  set(_emu_src "${CMAKE_CURRENT_SOURCE_DIR}/../src/cuda")
+  set(_emu_out "${CMAKE_CURRENT_BINARY_DIR}/cuda_emu")
+  set(_emu_script "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/rewrite_launches.py")
+  set(_emu_prelude "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/prelude.h")
+  set(_emu_sources)
+  foreach(name backend common elementwise linalg norm reduce movement loss conv optimizer
+               random)
+    add_custom_command(
+      OUTPUT "${_emu_out}/${name}.cpp"
+      COMMAND "${CMAKE_COMMAND}" -E make_directory "${_emu_out}"
+      COMMAND "${DSRT_PYTHON}" "${_emu_script}" "${_emu_src}/${name}.cu"
+              "${_emu_out}/${name}.cpp"
+      DEPENDS "${_emu_script}" "${_emu_src}/${name}.cu"
+      COMMENT "Rewriting the launches of src/cuda/${name}.cu for the CUDA emulation"
+      VERBATIM)
+    list(APPEND _emu_sources "${_emu_out}/${name}.cpp")
+  endforeach()
+  set_source_files_properties(${_emu_sources} PROPERTIES
+                              COMPILE_OPTIONS "-include;${_emu_prelude}"
+                              OBJECT_DEPENDS "${_emu_prelude}")
+  add_library(dsrt_cuda_emu STATIC ${_emu_sources} cuda/emu/emu.cpp cuda/fake_cudart.cpp
+                                   $<TARGET_OBJECTS:dsrt_core>)
+  set_target_properties(dsrt_cuda_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+  target_include_directories(dsrt_cuda_emu PUBLIC "${CMAKE_CURRENT_SOURCE_DIR}/../include"
+                             ${CUDAToolkit_INCLUDE_DIRS})
+  target_include_directories(dsrt_cuda_emu PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src"
+                             "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu")
+  # No NCCL: the emulation runs one process. No FMA contraction: a product
+  # and a sum round separately, as the cpu backend's do.
+  target_compile_definitions(dsrt_cuda_emu PRIVATE DSRT_FAKE_EMULATE=1 DSRT_FAKE_NO_NCCL=1)
+  # nvcc does not warn of the unsigned threadIdx compared with an int.
+  target_compile_options(dsrt_cuda_emu PRIVATE -O2 -fexceptions -ffp-contract=off -Wno-sign-compare)
+  target_link_libraries(dsrt_cuda_emu PUBLIC OpenMP::OpenMP_CXX)
+  if(DSRT_HAVE_URING)
+    target_link_libraries(dsrt_cuda_emu PUBLIC PkgConfig::DSRT_URING)
+  endif()
+  if(DSRT_HAVE_MPI)
+    target_link_libraries(dsrt_cuda_emu PUBLIC MPI::MPI_CXX)
+  endif()
+  add_executable(dsrt_cuda_emu_kernel_test main.cpp kernel_cases.cpp compare.cpp)
+  target_link_libraries(dsrt_cuda_emu_kernel_test PRIVATE dsrt_cuda_emu GTest::gtest)
+  target_compile_options(dsrt_cuda_emu_kernel_test PRIVATE -fexceptions)
+  list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_emu_kernel_test)
+  # The cases are written by check-runtime (dsrt_kernel_cases) before CTest runs.
+  add_test(NAME dsrt_cuda_emu_kernels
+    COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}")
+  set_tests_properties(dsrt_cuda_emu_kernels PROPERTIES LABELS dsrt_cuda TIMEOUT 120)
+endif()
+
 # dsrt_nccl_device_test: the NCCL transport on GPUs (scripts/gpu-check.sh
 # runs it; it needs a GPU, so it is not part of check-runtime).
 if(DSRT_HAVE_NCCL AND TARGET dsrt_cuda)

@@ -995,6 +995,9 @@ def mixed_loss_cases():
         ("f16_f32_loss", [16, 1000], "mean", False, None, "i64", "f16"),
         ("bf16_f32_loss_none_ignore", [6, 5], "none", False, 3, "i64", "bf16"),
         ("f16_f32_loss_weights_sum", [3, 7, 4], "sum", True, -100, "i32", "f16"),
+        # More rows than loss_blocks(rows) * C: the cuda loss recomputes
+        # each row's log-sum-exp instead of keeping it in the workspace.
+        ("bf16_f32_loss_many_rows", [200, 2], "mean", False, None, "i64", "bf16"),
     ]
 
 

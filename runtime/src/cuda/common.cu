@@ -94,6 +94,9 @@ void throw_device_error() {
     case DeviceFault::IndexOutOfRange:
       message += "index " + value + " is out of range for an axis of size " + bound;
       break;
+    case DeviceFault::PositionOutOfRange:
+      message += "position " + value + " is out of range for data of " + bound + " elements";
+      break;
     case DeviceFault::LabelOutOfRange:
       message += "label " + value + " is out of range [0, " + bound + ")";
       break;

@@ -35,6 +35,7 @@ void check_launch(const char *kernel);
 enum class DeviceFault : int32_t {
   None = 0,
   IndexOutOfRange,     // value = the index, bound = the axis size
+  PositionOutOfRange,  // value = the flat position, bound = the element count
   LabelOutOfRange,     // value = the label, bound = the class count
   IntegerDivByZero,    // value = the element of the divisor
   BadStep,             // value = the optimizer step (torch.optim counts from 1)

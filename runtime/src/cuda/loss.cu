@@ -9,10 +9,13 @@
 // weights (one block) into the stream's scratch, which the per-element
 // kernel then reads. Labels outside [0, C) that are not the ignored value
 // are reported through the device error word (thrown by the next
-// synchronize) and count as ignored. No workspace is used. bf16/fp16
-// scores are read and reduced in f32 a row at a time; their loss (and its
-// gradient) may be f32, and the NLL reads the 16-bit log_prob, as PyTorch's
-// cross-entropy on 16-bit scores does.
+// synchronize) and count as ignored. bf16/fp16 scores are read and reduced
+// in f32 a row at a time, and their loss (which may be f32) is the f32
+// log-probability at the label, not the rounded 16-bit log_prob: the row
+// kernel leaves each row's f32 log-sum-exp in the workspace, where it fits
+// (rows <= loss_blocks(rows) * C); otherwise (many rows of few classes) the
+// loss kernel recomputes the row's log-sum-exp. f32 scores use no
+// workspace.
 #include "cuda/common.cuh"
 
 namespace dsrt {
@@ -71,8 +74,10 @@ template <typename F> void dispatch_labels(const Tensor &labels, F &&f) {
 }
 
 // log_prob = log_softmax(scores) over the class axis, one block per sample.
+// With lse_out, row r's log-sum-exp (f32) goes to lse_out[r].
 template <typename T>
-__global__ void log_softmax_rows_kernel(const T *x, T *lp, int64_t rows, int64_t c, int64_t d) {
+__global__ void log_softmax_rows_kernel(const T *x, T *lp, float *lse_out, int64_t rows,
+                                        int64_t c, int64_t d) {
   __shared__ float shared[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = (r / d) * c * d + r % d;
@@ -85,41 +90,66 @@ __global__ void log_softmax_rows_kernel(const T *x, T *lp, int64_t rows, int64_t
       sum += expf(ld(x[base + k * d]) - m);
     sum = block_sum(sum, shared);
     const float lse = m + logf(sum);
+    if (lse_out && threadIdx.x == 0)
+      lse_out[r] = lse;
     for (int64_t k = threadIdx.x; k < c; k += blockDim.x)
       lp[base + k * d] = st<T>(ld(x[base + k * d]) - lse);
     __syncthreads();
   }
 }
 
-// The loss of sample r from log_prob: -w * log_prob[label].
+// The scores of 16-bit softmax_cross_entropy, whose loss is taken from
+// the f32 log-probabilities: x null for f32 scores and for nll_loss; lse
+// the rows' log-sum-exps, or null to recompute them.
+template <typename T> struct F32Rows {
+  const T *x = nullptr;
+  const float *lse = nullptr;
+};
+
+// The loss of sample r from log_prob: -w * log_prob[label] (in f32 from the
+// scores when f32.x is set).
 template <typename T, typename I>
 __device__ inline double sample_loss(const T *lp, const Labels<I> &lb, int64_t r, int64_t d,
-                                     double &w) {
+                                     const F32Rows<T> &f32, double &w) {
   w = lb.weight(r);
   if (w == 0.0)
     return 0.0;
-  const int64_t n = r / d, j = r % d;
-  return -w * static_cast<double>(ld(lp[(n * lb.c + lb.label(r)) * d + j]));
+  const int64_t n = r / d, j = r % d, at = (n * lb.c + lb.label(r)) * d + j;
+  if (!f32.x)
+    return -w * static_cast<double>(ld(lp[at]));
+  float lse;
+  if (f32.lse) {
+    lse = f32.lse[r];
+  } else {
+    const T *row = f32.x + n * lb.c * d + j;
+    float m = -INFINITY, sum = 0.0f;
+    for (int64_t k = 0; k < lb.c; ++k)
+      m = fmaxf(m, ld(row[k * d]));
+    for (int64_t k = 0; k < lb.c; ++k)
+      sum += expf(ld(row[k * d]) - m);
+    lse = m + logf(sum);
+  }
+  return -w * static_cast<double>(ld(f32.x[at]) - lse);
 }
 
 template <typename T, typename I>
-__global__ void nll_per_sample_kernel(const T *lp, Labels<I> lb, void *loss, DType loss_dtype,
-                                      int64_t rows, int64_t d) {
+__global__ void nll_per_sample_kernel(const T *lp, Labels<I> lb, F32Rows<T> f32, void *loss,
+                                      DType loss_dtype, int64_t rows, int64_t d) {
   DSRT_GRID_STRIDE(r, rows) {
     double w;
-    store_any(loss, loss_dtype, r, static_cast<float>(sample_loss(lp, lb, r, d, w)));
+    store_any(loss, loss_dtype, r, static_cast<float>(sample_loss(lp, lb, r, d, f32, w)));
   }
 }
 
 // One block: the sum (or weighted mean) of every sample's loss, in f64.
 template <typename T, typename I>
-__global__ void nll_total_kernel(const T *lp, Labels<I> lb, void *loss, DType loss_dtype,
-                                 int64_t rows, int64_t d, bool mean) {
+__global__ void nll_total_kernel(const T *lp, Labels<I> lb, F32Rows<T> f32, void *loss,
+                                 DType loss_dtype, int64_t rows, int64_t d, bool mean) {
   __shared__ double shared[32];
   double total = 0.0, weight_total = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     double w;
-    total += sample_loss(lp, lb, r, d, w);
+    total += sample_loss(lp, lb, r, d, f32, w);
     weight_total += w;
   }
   total = block_sum(total, shared);
@@ -131,15 +161,17 @@ __global__ void nll_total_kernel(const T *lp, Labels<I> lb, void *loss, DType lo
 
 template <typename T, typename I>
 void nll_forward(cudaStream_t stream, const Tensor &log_prob, const Labels<I> &lb,
-                 const Tensor &loss, const LossShape &ls, Reduction reduction) {
+                 const F32Rows<T> &f32, const Tensor &loss, const LossShape &ls,
+                 Reduction reduction) {
   const int64_t rows = ls.n * ls.d;
   if (reduction == Reduction::None) {
     if (rows > 0)
       nll_per_sample_kernel<T, I><<<blocks_for(rows), kThreads, 0, stream>>>(
-          log_prob.as<T>(), lb, loss.data, loss.dtype, rows, ls.d);
+          log_prob.as<T>(), lb, f32, loss.data, loss.dtype, rows, ls.d);
   } else {
-    nll_total_kernel<T, I><<<1, 1024, 0, stream>>>(log_prob.as<T>(), lb, loss.data, loss.dtype,
-                                                    rows, ls.d, reduction == Reduction::Mean);
+    nll_total_kernel<T, I><<<1, 1024, 0, stream>>>(log_prob.as<T>(), lb, f32, loss.data,
+                                                    loss.dtype, rows, ls.d,
+                                                    reduction == Reduction::Mean);
   }
 }
 
@@ -161,15 +193,21 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
   const int64_t rows = ls.n * ls.d;
   dispatch_float(kernel, scores.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    F32Rows<T> f32;
+    if (!std::is_same_v<T, float> && rows > 0 && ls.c > 0) {
+      f32.x = scores.as<T>();
+      if (rows <= loss_blocks(rows) * ls.c)
+        f32.lse = scratch.take(rows);
+    }
     if (rows > 0 && ls.c > 0)
       log_softmax_rows_kernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535 * 32)),
-                                   kLossThreads, 0, stream>>>(scores.as<T>(), log_prob.as<T>(),
-                                                              rows, ls.c, ls.d);
+                                   kLossThreads, 0, stream>>>(
+          scores.as<T>(), log_prob.as<T>(), const_cast<float *>(f32.lse), rows, ls.c, ls.d);
     dispatch_labels(labels, [&](auto itag) {
       using I = typename decltype(itag)::type;
       nll_forward<T, I>(stream, log_prob,
                         labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c),
-                        loss, ls, reduction);
+                        f32, loss, ls, reduction);
     });
   });
   check_launch(kernel);
@@ -188,7 +226,7 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
       using I = typename decltype(itag)::type;
       nll_forward<T, I>(stream, log_prob,
                         labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c),
-                        loss, ls, reduction);
+                        F32Rows<T>{}, loss, ls, reduction);
     });
   });
   check_launch(kernel);
@@ -245,6 +283,10 @@ __global__ void nll_loss_grad_kernel(const void *dloss, DType dloss_dtype, Label
                                      const double *divisor) {
   DSRT_GRID_STRIDE(e, total) {
     const int64_t j = e % d, k = (e / d) % lb.c, n = e / (d * lb.c), r = n * d + j;
+    // A label outside [0, C) matches no k: the sample's first element
+    // reports it (weight does) so that the next synchronize throws.
+    if (k == 0)
+      lb.weight(r);
     dlp[e] = st<T>(lb.label(r) == k
                        ? -coefficient(lb, dloss, dloss_dtype, per_sample, divisor, r)
                        : 0.0f);

@@ -434,7 +434,7 @@ __global__ void scatter_kernel(const I *positions, const T *updates, T *y, AxisL
       const int64_t e = (o * lines.extent + j) * lines.inner + i;
       const int64_t p = static_cast<int64_t>(positions[e]);
       if (p < 0 || p >= total) {
-        report_fault(err, DeviceFault::IndexOutOfRange, kid, p, total);
+        report_fault(err, DeviceFault::PositionOutOfRange, kid, p, total);
         continue;
       }
       y[p] = Dev<T>::store(scatter_combine<C>(reduction, Dev<T>::load(y[p]),

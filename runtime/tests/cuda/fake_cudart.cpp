@@ -22,8 +22,18 @@
 // by the runtime, health::mark_step), then "end". At exit the fake writes
 // them as JSON to $DSRT_FAKE_CUDA_REPORT (".rankR" appended under mpirun).
 // $DSRT_FAKE_CUDA_DEVICES is the device count (default 1).
+//
+// Built with DSRT_FAKE_EMULATE=1 it is the runtime half of the CUDA
+// emulation (emu/, docs/runtime.md "The CUDA emulation"): kernels are then
+// not nvcc's but run by emu/emu.cpp, cublasLtMatmul computes its product on
+// the host, a `__device__` variable is its own device copy, and
+// cudaGetLastError reports what the emulation found wrong with a launch.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#if DSRT_FAKE_EMULATE
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
 #ifndef DSRT_FAKE_NO_NCCL
 #include <nccl.h>
 #endif
@@ -276,8 +286,29 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
   }
   return cudaSuccess;
 }
+#if DSRT_FAKE_EMULATE
+namespace {
+cudaError_t last_error = cudaSuccess;  // set by the emulation's launches
+}
+// A launch the emulation rejected (emu/emu.cpp), as cudaGetLastError reports it.
+__attribute__((visibility("default"))) void dsrt_fake_cuda_set_error(cudaError_t error) {
+  LOCKED;
+  last_error = error;
+}
+cudaError_t cudaGetLastError(void) {
+  LOCKED;
+  const cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError(void) {
+  LOCKED;
+  return last_error;
+}
+#else
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
+#endif
 const char *cudaGetErrorString(cudaError_t error) {
   return error == cudaSuccess ? "no error (fake cudart)" : "error (fake cudart)";
 }
@@ -541,6 +572,13 @@ cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol) {
   LOCKED;
   st.count("cudaGetSymbolAddress");
   auto it = st.symbols.find(symbol);
+#if DSRT_FAKE_EMULATE
+  // Emulated kernels read the variable itself.
+  if (it == st.symbols.end()) {
+    *devPtr = const_cast<void *>(symbol);
+    return cudaSuccess;
+  }
+#endif
   if (it == st.symbols.end()) {
     st.error("cudaGetSymbolAddress of a symbol no module registered");
     return cudaErrorInvalidSymbol;
@@ -628,31 +666,70 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t,
-                                        cudaDataType_t) {
+namespace {
+// What the descriptors hold (in their 64 bytes): the product the
+// emulation computes.
+struct LtDesc {
+  int compute, scale;
+  int trans_a, trans_b;  // cublasOperation_t
+  int unsupported;       // an attribute the emulation does not model was set
+};
+struct LtLayout {
+  int type;  // cudaDataType
+  uint64_t rows, cols;
+  int64_t ld;
+  int32_t batch;
+  int64_t stride;
+  int unsupported;
+};
+static_assert(sizeof(LtDesc) <= 64 && sizeof(LtLayout) <= 64, "a descriptor holds 64 bytes");
+#define SET_ATTR(field, buf, bytes) \
+  do { if ((bytes) == sizeof(field)) std::memcpy(&(field), (buf), sizeof(field)); } while (0)
+}  // namespace
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
   *desc = static_cast<cublasLtMatmulDesc_t>(counted_handle("cublasLtMatmulDescCreate"));
+  auto *d = reinterpret_cast<LtDesc *>(*desc);
+  d->compute = compute;
+  d->scale = scale;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
   std::free(desc);
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t,
-                                              const void *, size_t) {
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t bytes) {
+  auto *d = reinterpret_cast<LtDesc *>(desc);
+  if (attr == CUBLASLT_MATMUL_DESC_TRANSA) SET_ATTR(d->trans_a, buf, bytes);
+  else if (attr == CUBLASLT_MATMUL_DESC_TRANSB) SET_ATTR(d->trans_b, buf, bytes);
+  else d->unsupported = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType, uint64_t,
-                                          uint64_t, int64_t) {
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
   *layout = static_cast<cublasLtMatrixLayout_t>(counted_handle("cublasLtMatrixLayoutCreate"));
+  auto *l = reinterpret_cast<LtLayout *>(*layout);
+  l->type = type;
+  l->rows = rows;
+  l->cols = cols;
+  l->ld = ld;
+  l->batch = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(const cublasLtMatrixLayout_t layout) {
   std::free(layout);
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t,
-                                                cublasLtMatrixLayoutAttribute_t, const void *,
-                                                size_t) {
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout,
+                                                cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t bytes) {
+  auto *l = reinterpret_cast<LtLayout *>(layout);
+  if (attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT) SET_ATTR(l->batch, buf, bytes);
+  else if (attr == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET) SET_ATTR(l->stride, buf, bytes);
+  else l->unsupported = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
@@ -683,18 +760,101 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   *returned = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *,
-                              cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t,
-                              const void *, const void *, cublasLtMatrixLayout_t, void *,
-                              cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *workspace,
-                              size_t workspace_bytes, cudaStream_t stream) {
+#if DSRT_FAKE_EMULATE
+namespace {
+float lt_load(int type, const void *p, int64_t i) {
+  switch (type) {
+  case CUDA_R_16F: return __half2float(static_cast<const __half *>(p)[i]);
+  case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+  default: return static_cast<const float *>(p)[i];
+  }
+}
+void lt_store(int type, void *p, int64_t i, float v) {
+  switch (type) {
+  case CUDA_R_16F: static_cast<__half *>(p)[i] = __float2half_rn(v); break;
+  case CUDA_R_16BF: static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); break;
+  default: static_cast<float *>(p)[i] = v; break;
+  }
+}
+bool lt_type_ok(int type) { return type == CUDA_R_32F || type == CUDA_R_16F || type == CUDA_R_16BF; }
+// Column-major D = alpha op(A) op(B) + beta C on the host, accumulating in
+// f32 in k order (cuBLASLt's f32 compute without TF32; alpha and beta f32).
+cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const void *A,
+                               const LtLayout *a, const void *B, const LtLayout *b,
+                               const void *beta_p, const void *C, const LtLayout *c, void *D,
+                               const LtLayout *d) {
+  const auto fail = [](const std::string &why) {
+    std::fprintf(stderr, "fake cudart: cublasLtMatmul: %s\n", why.c_str());
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  };
+  if (desc->unsupported || a->unsupported || b->unsupported || c->unsupported || d->unsupported)
+    return fail("an attribute the emulation does not model (only transposes, batch count and "
+                "stride)");
+  if (desc->scale != CUDA_R_32F ||
+      (desc->compute != CUBLAS_COMPUTE_32F && desc->compute != CUBLAS_COMPUTE_32F_FAST_TF32))
+    return fail("compute type " + std::to_string(desc->compute) + ", scale type " +
+                std::to_string(desc->scale) + " (only f32 compute and scale are emulated)");
+  if (!lt_type_ok(a->type) || !lt_type_ok(b->type) || !lt_type_ok(c->type) ||
+      !lt_type_ok(d->type))
+    return fail("a matrix type other than f32, f16, bf16");
+  const bool ta = desc->trans_a == CUBLAS_OP_T, tb = desc->trans_b == CUBLAS_OP_T;
+  const int64_t m = int64_t(ta ? a->cols : a->rows), k = int64_t(ta ? a->rows : a->cols);
+  const int64_t kb = int64_t(tb ? b->cols : b->rows), n = int64_t(tb ? b->rows : b->cols);
+  if (k != kb || int64_t(d->rows) != m || int64_t(d->cols) != n || c->rows != d->rows ||
+      c->cols != d->cols)
+    return fail("shapes do not agree: op(A) " + std::to_string(m) + "x" + std::to_string(k) +
+                ", op(B) " + std::to_string(kb) + "x" + std::to_string(n) + ", D " +
+                std::to_string(d->rows) + "x" + std::to_string(d->cols));
+  if (a->ld < int64_t(a->rows) || b->ld < int64_t(b->rows) || c->ld < int64_t(c->rows) ||
+      d->ld < int64_t(d->rows))
+    return fail("a leading dimension below its matrix's rows");
+  const int32_t batch = d->batch;
+  if (a->batch != batch || b->batch != batch || c->batch != batch)
+    return fail("batch counts differ");
+  float alpha, beta;
+  std::memcpy(&alpha, alpha_p, sizeof alpha);
+  std::memcpy(&beta, beta_p, sizeof beta);
+  for (int32_t i = 0; i < batch; ++i) {
+    const int64_t ao = i * a->stride, bo = i * b->stride, co = i * c->stride, dof = i * d->stride;
+    for (int64_t col = 0; col < n; ++col)
+      for (int64_t row = 0; row < m; ++row) {
+        float acc = 0.0f;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const float x = lt_load(a->type, A, ao + (ta ? kk + row * a->ld : row + kk * a->ld));
+          const float y = lt_load(b->type, B, bo + (tb ? col + kk * b->ld : kk + col * b->ld));
+          acc += x * y;
+        }
+        float v = alpha * acc;
+        if (beta != 0.0f) v += beta * lt_load(c->type, C, co + row + col * c->ld);
+        lt_store(d->type, D, dof + row + col * d->ld, v);
+      }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace
+#endif
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
+                              cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t Cdesc, void *D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *,
+                              void *workspace, size_t workspace_bytes, cudaStream_t stream) {
   LOCKED;
   st.count("cublasLtMatmul");
   st.check_stream(stream, "cublasLtMatmul");
   st.on_stream(stream, "cublasLtMatmul");
   if (workspace_bytes && !st.kind_of(workspace, workspace_bytes))
     st.error("cublasLtMatmul: a workspace outside device memory");
+#if DSRT_FAKE_EMULATE
+  return emulated_matmul(reinterpret_cast<const LtDesc *>(desc), alpha, A,
+                         reinterpret_cast<const LtLayout *>(Adesc), B,
+                         reinterpret_cast<const LtLayout *>(Bdesc), beta, C,
+                         reinterpret_cast<const LtLayout *>(Cdesc), D,
+                         reinterpret_cast<const LtLayout *>(Ddesc));
+#else
   return CUBLAS_STATUS_SUCCESS;
+#endif
 }
 
 //===--- NCCL --------------------------------------------------------------===//

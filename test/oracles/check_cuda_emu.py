@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""A generated cuda training program run under the CUDA emulation, its
+losses compared with the same model's cpu program (docs/runtime.md, "The
+CUDA emulation").
+
+dsopt writes the program's sources (--target cuda --sources-only);
+rewrite_launches.py turns src/train.cu into C++, which the host compiler
+builds with the emulation's prelude and links with libdsrt_cuda_emu.a in
+place of libdsrt_cuda.a and the CUDA libraries. dsopt also builds the cpu
+program; both train --steps steps on --data, and every step's loss must
+agree within --rtol (relative). Prints each step's two losses and
+"cuda emu: ok", or the failures and exits 1.
+"""
+import argparse
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run(command, **kw):
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kw)
+    if done.returncode != 0:
+        sys.stderr.write(" ".join(shlex.quote(str(c)) for c in command) + "\n" +
+                         done.stdout + done.stderr)
+        raise SystemExit(f"cuda emu: FAILED: {Path(str(command[0])).name} exited "
+                         f"{done.returncode}")
+    return done
+
+
+def build_flags(dsopt, target):
+    flags = {}
+    for line in run([dsopt, "--print-build-flags", "--target", target]).stdout.splitlines():
+        key, _, value = line.partition(": ")
+        flags[key] = value
+    return flags
+
+
+def emu_libs(libs, emu_lib):
+    """The cuda program's link line with the emulation for libdsrt_cuda.a and
+    without the CUDA libraries (the emulation defines what they would)."""
+    out = []
+    for item in shlex.split(libs):
+        name = Path(item).name
+        if name == "libdsrt_cuda.a":
+            out.append(emu_lib)
+        elif item in ("-lcublasLt", "-lcublas", "-lnccl", "-lcudart") or \
+                "cuda" in item and (item.startswith("-L") or item.startswith("-Wl,-rpath")):
+            continue
+        else:
+            out.append(item)
+    return out
+
+
+def losses(exe, data, steps, cwd):
+    out = run([exe, "--data", data, "--steps", steps], cwd=cwd).stdout
+    found = [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ \| loss (\S+)", out, re.M)]
+    if len(found) != int(steps):
+        raise SystemExit(f"cuda emu: FAILED: {exe} printed {len(found)} losses, not {steps}:\n"
+                         + out)
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsopt", required=True)
+    parser.add_argument("--emu-lib", required=True, help="libdsrt_cuda_emu.a")
+    parser.add_argument("--cxx", default="c++")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--steps", default="3")
+    parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--dsopt-flag", action="append", default=[],
+                        help="an extra dsopt flag for both programs")
+    args = parser.parse_args()
+    src_root = Path(__file__).resolve().parents[2]
+    emu = src_root / "runtime" / "tests" / "cuda" / "emu"
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+
+    cuda_prog = work / "cuda"
+    run([args.dsopt, args.model, "--target", "cuda", "--sources-only", "-o", cuda_prog,
+         *args.dsopt_flag])
+    source = cuda_prog / "src" / "train.cpp"
+    run([sys.executable, emu / "rewrite_launches.py", cuda_prog / "src" / "train.cu", source])
+    flags = build_flags(args.dsopt, "cuda")
+    cxxflags = build_flags(args.dsopt, "cpu")["cxxflags"]
+    cuda_include = Path(flags["nvcc"]).resolve().parent.parent / "include"
+    exe = cuda_prog / "train_emu"
+    run([args.cxx, *shlex.split(cxxflags), f"-I{cuda_include}", "-include", emu / "prelude.h",
+         source, "-o", exe, *emu_libs(flags["libs"], args.emu_lib)])
+
+    cpu_prog = work / "cpu"
+    run([args.dsopt, args.model, "--target", "cpu", "-o", cpu_prog, *args.dsopt_flag])
+
+    (work / "run_cuda").mkdir(exist_ok=True)
+    (work / "run_cpu").mkdir(exist_ok=True)
+    got = losses(exe, args.data, args.steps, work / "run_cuda")
+    want = losses(cpu_prog / "train", args.data, args.steps, work / "run_cpu")
+    failures = 0
+    for step, (g, w) in enumerate(zip(got, want), 1):
+        ok = abs(g - w) <= args.rtol * max(abs(w), 1e-30)
+        print(f"step {step}: cuda (emulated) loss {g:.6f}, cpu loss {w:.6f}"
+              + ("" if ok else f": FAILED (rtol {args.rtol})"))
+        failures += not ok
+    if failures:
+        print(f"cuda emu: {failures} failures")
+        return 1
+    print("cuda emu: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
