@@ -97,7 +97,7 @@ def compare_transfers(plan: Dict, summary: Dict, steps: int = STEPS) -> Optional
     a stage, what the pipeline section's transfers and tied parameters
     make of them (pipeline_traffic.py)."""
     measured = {r["rank"]: r for r in summary["ranks"]}
-    if pipeline_traffic.planned_sends(plan) is not None:
+    if "pipeline" in plan and pipeline_traffic.planned_sends(plan) is not None:
         error = pipeline_traffic.compare(
             plan, {r: m["collective_bytes"] for r, m in measured.items()}, steps)
         if error:
