@@ -55,32 +55,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 GEN_GPT = ROOT / "test" / "oracles" / "gen_gpt.py"
+sys.path.insert(0, str(ROOT / "scripts"))
+from proc_tree import tree_rss  # noqa: E402
 
 FULL = {"layers": 26, "d_model": 2560, "heads": 20, "vocab": 50257, "seq": 128, "batch": 1}
 DRY = {"layers": 2, "d_model": 64, "heads": 2, "vocab": 512, "seq": 32, "batch": 2}
 GIB = 1 << 30
-
-
-def tree_rss(root: int) -> int:
-    """Resident bytes of process `root` and all its descendants (/proc)."""
-    children, rss = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            pid = int(entry)
-            children.setdefault(int(fields[1]), []).append(pid)
-            rss[pid] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            continue
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo.extend(children.get(pid, []))
-    return total
 
 
 class Measured:

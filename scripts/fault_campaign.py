@@ -54,6 +54,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test",
                                 "Train", "Inputs"))
 from checkpoint_util import losses  # noqa: E402
+import proc_tree  # noqa: E402  (this directory)
 
 
 # WORK/campaign.log keeps every line the campaign says, also when a test
@@ -127,32 +128,15 @@ def world_rank(pid):
     return None
 
 
-def children(pid):
+def rank_processes(pid):
     """The rank processes: mpirun's children (Open MPI starts them directly
     on the local node), by world rank."""
     out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            rank = world_rank(int(entry))
-            if rank is not None:
-                out[rank] = int(entry)
+    for child in proc_tree.children(pid):
+        rank = world_rank(child)
+        if rank is not None:
+            out[rank] = child
     return out
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    except OSError:
-        return False
 
 
 # Where a survivor's message says it was: its phase, and the operation of
@@ -198,7 +182,7 @@ def one_fault(args, rng, index, reference, delay_max):
             time.sleep(0.01)
         if not paused:
             time.sleep(rng.uniform(0, delay_max))
-        ranks = children(job.pid)
+        ranks = rank_processes(job.pid)
         if job.poll() is not None:
             if job.returncode != 0:
                 fail(f"fault {index}: the job failed on its own (status {job.returncode}) "
@@ -222,9 +206,9 @@ def one_fault(args, rng, index, reference, delay_max):
         took = time.time() - sent
         # mpirun has returned; its ranks must be gone too.
         deadline = time.time() + 2
-        while any(alive(p) for p in ranks.values()) and time.time() < deadline:
+        while any(proc_tree.alive(p) for p in ranks.values()) and time.time() < deadline:
             time.sleep(0.05)
-        left = [p for p in ranks.values() if alive(p)]
+        left = [p for p in ranks.values() if proc_tree.alive(p)]
         if left:
             fail(f"fault {index}: ranks {left} outlived mpirun")
         with open(os.path.join(ckpt, "latest")) as f:

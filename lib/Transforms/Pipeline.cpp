@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
+#include "dsopt/Transforms/GradientContributions.h"
 
 #include "dsopt/Pipeline/ScheduleAttrs.h"
 
@@ -193,6 +194,8 @@ void PipelinePass::runOnOperation() {
       inForward = false;
   }
   size_t n = sequence.size();
+  llvm::DenseSet<Operation *> forwardSet(forwardOps.begin(),
+                                         forwardOps.end());
 
   // A stage may start at op k unless an ONNX node's ops lie on both sides.
   llvm::DenseMap<Location, std::pair<size_t, size_t>> span;
@@ -409,6 +412,31 @@ void PipelinePass::runOnOperation() {
   for (Operation *op : llvm::reverse(unresolved))
     stageOf[op] = userStage(op, /*lowest=*/true).value_or(lastStage);
 
+  // The ops that add up a gradient accumulation's contributions. Each stage
+  // adds its own contributions to its own copy of the accumulator
+  // (ds-pipeline-split), and the copies of a parameter read on several
+  // stages are summed once per step (`tied`), so a contribution never
+  // crosses a stage as a gradient, and nothing waits for it.
+  llvm::DenseSet<Operation *> accumulating;
+  for (OpOperand &result : terminator->getOpOperands()) {
+    std::optional<ds::GradientAccumulation> match =
+        ds::matchGradientAccumulation(micro, result);
+    if (!match)
+      continue;
+    GradientContributions contributions = collectGradientContributions(
+        *match, [&](Operation *op) { return forwardSet.contains(op); });
+    accumulating.insert(contributions.tree.begin(), contributions.tree.end());
+    if (contributions.widen)
+      accumulating.insert(contributions.widen);
+    if (match->add)
+      accumulating.insert(match->add);
+  }
+  // A value's readers on stages other than its own, accumulations aside.
+  auto readsElsewhere = [&](Operation *user, int64_t stage) {
+    return user != terminator && !accumulating.contains(user) &&
+           stageOf[user] != stage;
+  };
+
   // Weight-gradient ops, zb-h1's deferrable W: the backward ops of a stage
   // that no gradient leaving the stage depends on. The rest (B) is what the
   // previous stage waits for. The first stage sends no gradient, so all of
@@ -417,9 +445,11 @@ void PipelinePass::runOnOperation() {
   {
     SmallVector<Operation *> work;
     for (Operation *op : backwardOps)
-      if (llvm::any_of(op->getUsers(), [&](Operation *user) {
-            return user != terminator && stageOf[user] != stageOf[op];
-          }) && critical.insert(op).second)
+      if (llvm::any_of(op->getUsers(),
+                       [&](Operation *user) {
+                         return readsElsewhere(user, stageOf[op]);
+                       }) &&
+          critical.insert(op).second)
         work.push_back(op);
     llvm::DenseSet<Operation *> backwardSet(backwardOps.begin(),
                                             backwardOps.end());
@@ -436,8 +466,6 @@ void PipelinePass::runOnOperation() {
 
   // Per-stage facts.
   std::vector<StageFacts> facts(virtualStages);
-  llvm::DenseSet<Operation *> forwardSet(forwardOps.begin(),
-                                         forwardOps.end());
   for (auto [i, op] : llvm::enumerate(sequence)) {
     StageFacts &f = facts[sequenceStage[i]];
     ++f.forwardOps;
@@ -473,7 +501,8 @@ void PipelinePass::runOnOperation() {
           facts[stageOf[op]].activationBytes += bytesOf(operand);
   }
   // Transfers: a value computed on stage a and read on stage b != a goes
-  // from a to b once, however many cuts lie between.
+  // from a to b once, however many cuts lie between. Gradient
+  // contributions stay on their stage (`accumulating`).
   struct Transfer {
     int64_t bytes = 0, values = 0;
   };
@@ -486,7 +515,7 @@ void PipelinePass::runOnOperation() {
     for (Value result : op.getResults()) {
       std::set<int64_t> readers;
       for (Operation *user : result.getUsers())
-        if (user != terminator && stageOf[user] != from)
+        if (readsElsewhere(user, from))
           readers.insert(stageOf[user]);
       for (int64_t to : readers) {
         Transfer &t = transfers[{from, to, isForward}];

@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
+#include "dsopt/Transforms/GradientContributions.h"
 
 #include "dsopt/Pipeline/ScheduleAttrs.h"
 
@@ -198,31 +199,15 @@ void PipelineSplitPass::runOnOperation() {
     BlockArgument acc = match->acc;
     StringRef param = match->param;
     ds::AddOp add = match->add;
-    Value grad = match->grad;
+    GradientContributions contributions =
+        collectGradientContributions(
+            *match, [&](Operation *op) { return forwardSet.contains(op); });
     // Accumulating in a wider type than the gradient's (ds-precision's
     // grad_accum_dtype fp32), the sum is widened first: each stage's
     // partial sum is widened instead, so that it stays on its stage.
-    auto widen = grad.getDefiningOp<ds::CastOp>();
-    if (widen && widen->hasOneUse() && !forwardSet.contains(widen))
-      grad = widen.getInput();
-    else
-      widen = nullptr;
-    // The contributions: the leaves of the tree of single-use additions.
-    SmallVector<Value> leaves, work{grad};
-    SmallVector<Operation *> tree;
-    while (!work.empty()) {
-      Value value = work.pop_back_val();
-      auto sum = value.getDefiningOp<ds::AddOp>();
-      if (sum && !forwardSet.contains(sum) && sum->hasOneUse() &&
-          sum.getLhs().getType() == sum.getType() &&
-          sum.getRhs().getType() == sum.getType()) {
-        tree.push_back(sum);
-        work.push_back(sum.getRhs());
-        work.push_back(sum.getLhs());
-        continue;
-      }
-      leaves.push_back(value);
-    }
+    ds::CastOp widen = contributions.widen;
+    ArrayRef<Value> leaves = contributions.leaves;
+    ArrayRef<Operation *> tree = contributions.tree;
     std::map<int64_t, SmallVector<Value>> byStage;
     for (Value leaf : leaves) {
       Operation *def = leaf.getDefiningOp();

@@ -17,7 +17,10 @@ it, this
     mark equals plan.json's arena_peak_bytes for that rank, so does each
     memory space's (memory_spaces), and its
     collective bytes per kind, and the bytes and tensors it sends and
-    receives between stages, equal the plan's per step times STEPS;
+    receives between stages, equal the plan's per step times STEPS, and so
+    do the latter as the pipeline section's transfers per micro-batch and
+    tied parameters' sums per step make them (pipeline_traffic.py; not for
+    the skip model, whose skip connection is relayed);
   * checks the measured trace: one track per rank, and every forward and
     backward of every micro-batch of every stage of the rank in it.
 The skip model (--skip, test/Pipeline/Inputs/skip_model.py) has a value of
@@ -37,6 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import check_zoo_dp as dp_check  # noqa: E402
+import pipeline_traffic  # noqa: E402
 from check_zoo_dp import CONFIG, MPIRUN, STEPS, N_BATCHES, read_log, run, weights  # noqa: E402
 
 # (model, pp, schedule, ZeRO stage, dp, micro-batches per dp rank): the
@@ -88,8 +92,16 @@ def compare_trace(trace_path: Path, plan: Dict, world: int) -> Optional[str]:
 
 
 def compare_transfers(plan: Dict, summary: Dict, steps: int = STEPS) -> Optional[str]:
-    """The pipeline's sends and receives: the plan's per step times `steps`."""
+    """The pipeline's sends and receives: the plan's per step times `steps`,
+    both the ranks' (ranks[].collective_bytes) and, where no transfer skips
+    a stage, what the pipeline section's transfers and tied parameters
+    make of them (pipeline_traffic.py)."""
     measured = {r["rank"]: r for r in summary["ranks"]}
+    if "pipeline" in plan and pipeline_traffic.planned_sends(plan) is not None:
+        error = pipeline_traffic.compare(
+            plan, {r: m["collective_bytes"] for r, m in measured.items()}, steps)
+        if error:
+            return f"measured against the pipeline section: {error}"
     for planned in plan["ranks"]:
         r = planned["rank"]
         for kind, key in (("send", "sent"), ("recv", "received")):

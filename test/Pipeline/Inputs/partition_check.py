@@ -19,6 +19,11 @@ Independently of dsopt it recomputes, from the forward ops the plan lists
   * with --skip-transfer, some activation goes from a stage i to a stage
     j > i + 1 in one transfer; with --tied NAME, NAME is listed as used in at
     least two stages (--no-tied: nothing is);
+  * each rank's planned sends and receives between stages
+    (ranks[].collective_bytes) are the transfers of its stages times the
+    micro-batches plus the tied parameters' accumulators, summed across
+    their stages once per step (test/oracles/pipeline_traffic.py), unless
+    a transfer skips a stage ("sends relayed");
   * with --mlir, every op of @micro_step carries a ds.stage within range.
 Prints one summary line; exits 1 with the reason otherwise.
 """
@@ -26,6 +31,10 @@ import argparse
 import json
 import re
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "oracles"))
+import pipeline_traffic  # noqa: E402
 
 
 def fail(message):
@@ -138,6 +147,17 @@ def main():
         fail(f"{args.tied} is not reported in several stages: {tied}")
     if args.no_tied and tied:
         fail(f"unexpected tied parameters {tied}")
+    # What the ranks send and receive between stages (ranks[].collective_bytes,
+    # which check_zoo_pp.py shows equal to what the runtime moves): the
+    # transfers of every micro-batch and the tied accumulators' sums.
+    if pipeline_traffic.planned_sends(plan) is None:
+        sends = "relayed"
+    else:
+        error = pipeline_traffic.compare(
+            plan, {r["rank"]: r["collective_bytes"] for r in plan["ranks"]})
+        if error:
+            fail(f"pipeline sends: {error}")
+        sends = "= transfers + tied sums"
 
     checked = 0
     if args.mlir:
@@ -157,7 +177,7 @@ def main():
     print(f"partition ok: {len(ops)} forward ops in {vs} stages, largest "
           f"{worst} FLOPs (optimum {best}), bubble {pipe['bubble_fraction']:.4f} "
           f"(uniform {pipe['uniform_bubble_fraction']:.4f}, textbook {textbook}), "
-          f"skips {[(t['from'], t['to']) for t in skips]}, tied {tied}, "
+          f"skips {[(t['from'], t['to']) for t in skips]}, tied {tied}, sends {sends}, "
           f"{checked} ops with ds.stage")
 
 
