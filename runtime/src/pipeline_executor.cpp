@@ -103,7 +103,7 @@ void PipelineExecutor::sum_tied() {
   }
   issue(group);
   tied_issued_ = true;
-  program_.stream.synchronize();
+  // No host wait: the sums below run on the stream after the transfers.
   buffer = 0;
   for (const PipelineTied &tied : pipeline_.tied) {
     const ValueInfo &state = info_.states[find_accumulator(info_, tied.param, "tied")];
@@ -260,7 +260,9 @@ void PipelineExecutor::run_transfers(size_t begin, size_t end) {
   }
   issue(group);
   next_action_ = end;
-  program_.stream.synchronize();
+  // No host wait: whatever next writes a sent slot (a receive, a kernel)
+  // is queued on the same stream after the sends; a failed transfer is
+  // thrown by the stream's next kernel or read.
   for (const auto &slot : sent) slot.first->release(program_.memory, slot.second);
 }
 
