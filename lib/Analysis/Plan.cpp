@@ -856,6 +856,21 @@ llvm::json::Object hostSyncs(ModuleOp train) {
           "collective's unpacking copies before it completes the request",
           buckets * times);
   }
+  // A copy between the host and file spaces runs on the file I/O thread,
+  // which first waits for the device's work queued before it on the
+  // stream, so that it reads or writes the bytes the device left there.
+  for (auto [function, times] : stepFunctions(train)) {
+    int64_t files = 0;
+    function.walk([&](ds::TransferOp transfer) {
+      if (transfer.getFrom() == ds::MemorySpace::file ||
+          transfer.getTo() == ds::MemorySpace::file)
+        ++files;
+    });
+    point(function.getSymName(), "cudaEventSynchronize",
+          "file I/O: the I/O thread waits for the device's work queued "
+          "before a read or write of the file space",
+          files * times);
+  }
   // A host arena of ordinary (pageable) host memory: each copy to or from
   // it is synchronous, through the runtime's pinned staging, one host wait
   // per staging chunk.
