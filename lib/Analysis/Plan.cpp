@@ -879,8 +879,11 @@ llvm::json::Object hostSyncs(ModuleOp train) {
     for (auto [function, times] : stepFunctions(train)) {
       int64_t chunks = 0;
       function.walk([&](ds::TransferOp transfer) {
-        if (transfer.getFrom() != ds::MemorySpace::host &&
-            transfer.getTo() != ds::MemorySpace::host)
+        // Host and device; a file read or write is the I/O thread's.
+        if (transfer.getFrom() == ds::MemorySpace::file ||
+            transfer.getTo() == ds::MemorySpace::file ||
+            (transfer.getFrom() != ds::MemorySpace::host &&
+             transfer.getTo() != ds::MemorySpace::host))
           return;
         int64_t bytes =
             ds::getByteSize(cast<ShapedType>(transfer.getInput().getType()))
