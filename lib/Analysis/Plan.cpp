@@ -811,6 +811,112 @@ int64_t pipelineStagesOf(ModuleOp train) {
   return 1;
 }
 
+/// The host synchronizations of one optimizer step of a cuda training
+/// program's rank (docs/runtime.md, "Host synchronizations"): the points
+/// where the runner's host waits for the device, each with the CUDA call
+/// that waits, the function it follows, what the host needs and how many
+/// per step. Everything else in a step is ordered on the device (events,
+/// stream waits), so these are all of them; the fake CUDA runtime's counts
+/// must equal them (test/oracles/check_fake_cuda.py).
+llvm::json::Object hostSyncs(ModuleOp train) {
+  llvm::json::Array points;
+  int64_t total = 0;
+  auto point = [&](StringRef function, StringRef call, StringRef what,
+                   int64_t count) {
+    if (count <= 0)
+      return;
+    total += count;
+    points.push_back(llvm::json::Object{{"function", function},
+                                        {"call", call},
+                                        {"what", what},
+                                        {"count", count}});
+  };
+  int64_t k = accumulationOf(train);
+  if (auto rank = train->getAttrOfType<ds::PipelineRankAttr>(
+          ds::DsDialect::kPipelineRankAttrName)) {
+    // The rank of the last virtual stage reads each micro-batch's loss.
+    int64_t last = rank.getStages() * rank.getChunks() - 1;
+    for (ds::PipelineRankStageAttr stage : rank.getVirtualStages())
+      if (stage.getStage() == last && stage.getForward())
+        point(stage.getForward().getValue(), "cudaEventSynchronize",
+              "loss readback: each micro-batch's loss, read by the host for "
+              "the log and the step's verdict",
+              rank.getMicrobatches());
+  } else {
+    point("micro_step", "cudaEventSynchronize",
+          "loss readback: each micro-batch's loss, read by the host for the "
+          "log and the step's verdict",
+          k);
+  }
+  point("step", "cudaStreamSynchronize",
+        "non-finite check: the host learns whether a gradient holds a NaN "
+        "or an infinity before every rank agrees to update",
+        1);
+  point("optimizer_step", "cudaEventSynchronize",
+        "gradient norm readback: read by the host for the log; the step's "
+        "end",
+        1);
+  // A bucketed collective unpacks its result on a stream of its own once
+  // the collective is done; the transport's thread waits for the copies
+  // before it completes the collective's request, which the readers of the
+  // outputs wait for.
+  for (auto [function, times] : stepFunctions(train)) {
+    int64_t buckets = 0;
+    function.walk([&](Operation *op) {
+      if (isa<ds::AllReduceBucketOp, ds::ReduceScatterBucketOp,
+              ds::AllGatherBucketOp>(op))
+        ++buckets;
+    });
+    point(function.getSymName(), "cudaStreamSynchronize",
+          "bucket unpack: the transport's thread waits for a bucketed "
+          "collective's unpacking copies before it completes the request",
+          buckets * times);
+  }
+  // A copy between the host and file spaces runs on the file I/O thread,
+  // which first waits for the device's work queued before it on the
+  // stream, so that it reads or writes the bytes the device left there.
+  for (auto [function, times] : stepFunctions(train)) {
+    int64_t files = 0;
+    function.walk([&](ds::TransferOp transfer) {
+      if (transfer.getFrom() == ds::MemorySpace::file ||
+          transfer.getTo() == ds::MemorySpace::file)
+        ++files;
+    });
+    point(function.getSymName(), "cudaEventSynchronize",
+          "file I/O: the I/O thread waits for the device's work queued "
+          "before a read or write of the file space",
+          files * times);
+  }
+  // A host arena of ordinary (pageable) host memory: each copy to or from
+  // it is synchronous, through the runtime's pinned staging, one host wait
+  // per staging chunk.
+  if (!isHostArenaPinned(train)) {
+    constexpr int64_t kStagingChunkBytes = int64_t(4) << 20;  // staging.h
+    for (auto [function, times] : stepFunctions(train)) {
+      int64_t chunks = 0;
+      function.walk([&](ds::TransferOp transfer) {
+        // Host and device; a file read or write is the I/O thread's.
+        if (transfer.getFrom() == ds::MemorySpace::file ||
+            transfer.getTo() == ds::MemorySpace::file ||
+            (transfer.getFrom() != ds::MemorySpace::host &&
+             transfer.getTo() != ds::MemorySpace::host))
+          return;
+        int64_t bytes =
+            ds::getByteSize(cast<ShapedType>(transfer.getInput().getType()))
+                .value_or(0);
+        chunks += (bytes + kStagingChunkBytes - 1) / kStagingChunkBytes;
+      });
+      point(function.getSymName(), "cudaEventSynchronize",
+            "pageable host copy: a copy to or from the host arena of "
+            "ordinary memory (offload_param.pin_memory false) waits for "
+            "each staging chunk",
+            chunks * times);
+    }
+  }
+  return llvm::json::Object{{"per_step", total},
+                            {"points", std::move(points)}};
+}
+
 llvm::json::Object trainingRank(ModuleOp train, int64_t rank = 0) {
   auto memory = train->getAttrOfType<ds::MemoryPlanAttr>(
       ds::DsDialect::kMemoryPlanAttrName);
@@ -863,7 +969,8 @@ llvm::json::Object trainingRank(ModuleOp train, int64_t rank = 0) {
       {"alignment", memory.getAlignment()},
       {"params", std::move(params)},
       {"states", std::move(states)},
-      {"functions", std::move(functions)}};
+      {"functions", std::move(functions)},
+      {"host_syncs", hostSyncs(train)}};
   if (auto pipelineRank = train->getAttrOfType<ds::PipelineRankAttr>(
           ds::DsDialect::kPipelineRankAttrName)) {
     llvm::json::Array stages, pools;

@@ -67,6 +67,11 @@ void add_pending(Stream &stream, const CompletionPtr &work);
 // backend's queue is not waited for. Stream::synchronize is the backend's
 // synchronize followed by this.
 void wait_host_work(Stream &stream);
+// Orders `later` after everything queued on `earlier` so far, without a
+// host wait for the device: the host work pending on `earlier` is waited
+// for (its first error thrown), then `later`'s backend queue waits for an
+// event recorded on `earlier`'s (nothing on the cpu backend).
+void order_after(Stream &later, Stream &earlier);
 
 // One thread running queued tasks in order. A task first waits for the
 // stream work it depends on; a dsrt::Error it throws fails its request.

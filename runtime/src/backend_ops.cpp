@@ -29,7 +29,7 @@ PinnedStaging::~PinnedStaging() {
     }
 }
 
-void *PinnedStaging::buffer(size_t i) {
+void *PinnedStaging::host_buffer(size_t i) {
   if (!buffers_[i]) {
     buffers_[i] = backend_.allocate(MemoryKind::PinnedHost, chunk_, kArenaAlignment);
     if (!buffers_[i])
@@ -39,9 +39,40 @@ void *PinnedStaging::buffer(size_t i) {
   // Its last device copy must be done before the host touches it again.
   if (used_[i]) {
     backend_.synchronize(used_[i]);
-    used_[i].reset();
+    done(i);
   }
   return buffers_[i];
+}
+
+namespace {
+// Whether two weak references name the same stream state (or both none);
+// a stream destroyed since keeps its control block, so no later stream
+// compares equal to it.
+bool same_owner(const std::weak_ptr<StreamState> &a, const std::weak_ptr<StreamState> &b) {
+  return !a.owner_before(b) && !b.owner_before(a);
+}
+bool same_stream(const std::weak_ptr<StreamState> &a, Stream &stream) {
+  return same_owner(a, std::weak_ptr<StreamState>(stream.state()));
+}
+}  // namespace
+
+void *PinnedStaging::device_buffer(Stream &stream, size_t i) {
+  if (!buffers_[i]) return host_buffer(i);
+  if (used_[i] && !same_stream(used_on_[i], stream)) backend_.wait(stream, used_[i]);
+  return buffers_[i];
+}
+
+void PinnedStaging::used(Stream &stream, size_t i) {
+  used_[i] = backend_.record(stream);
+  used_on_[i] = stream.state();
+  used_seq_[i] = ++seq_;
+}
+
+void PinnedStaging::done(size_t i) {
+  for (size_t j = 0; j < used_.size(); ++j)
+    if (j != i && used_[j] && same_owner(used_on_[j], used_on_[i]) && used_seq_[j] < used_seq_[i])
+      used_[j].reset();
+  used_[i].reset();
 }
 
 void PinnedStaging::read(Stream &stream, void *host, const void *src, size_t bytes) {
@@ -52,42 +83,55 @@ void PinnedStaging::read(Stream &stream, void *host, const void *src, size_t byt
   struct Piece {
     size_t slot, at, bytes;
   };
+  // The one host wait per chunk: its bytes must be in pinned memory.
   auto copy_out = [&](const Piece &p) {
     backend_.synchronize(used_[p.slot]);
-    used_[p.slot].reset();
+    done(p.slot);
     std::memcpy(out + p.at, buffers_[p.slot], p.bytes);
   };
   // Chunk i + 1's device copy runs while the host copies chunk i out.
   std::optional<Piece> previous;
-  for (size_t done = 0, i = 0; done < bytes; ++i) {
-    const Piece piece{i % 2, done, std::min(chunk_, bytes - done)};
-    backend_.copy(stream, buffer(piece.slot), in + done, piece.bytes);
-    used_[piece.slot] = backend_.record(stream);
+  for (size_t at = 0; at < bytes; next_ = 1 - next_) {
+    const Piece piece{next_, at, std::min(chunk_, bytes - at)};
+    backend_.copy(stream, device_buffer(stream, piece.slot), in + at, piece.bytes);
+    used(stream, piece.slot);
     if (previous) copy_out(*previous);
     previous = piece;
-    done += piece.bytes;
+    at += piece.bytes;
   }
   if (previous) copy_out(*previous);
 }
 
-void PinnedStaging::write(Stream &stream, void *dst, const void *host, size_t bytes) {
+void PinnedStaging::write(Stream &stream, void *dst, const void *host, size_t bytes,
+                          bool synchronous) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto *out = static_cast<uint8_t *>(dst);
   const auto *in = static_cast<const uint8_t *>(host);
-  for (size_t done = 0, i = 0; done < bytes; ++i) {
-    const size_t n = std::min(chunk_, bytes - done);
-    const size_t slot = i % 2;
-    void *pinned = buffer(slot);  // waits for its previous copy
-    std::memcpy(pinned, in + done, n);
-    backend_.copy(stream, out + done, pinned, n);
-    used_[slot] = backend_.record(stream);
-    done += n;
+  // Consecutive writes alternate the buffers, so that a small write after
+  // another needs no host wait for the first one's copy.
+  for (size_t at = 0; at < bytes; next_ = 1 - next_) {
+    const size_t n = std::min(chunk_, bytes - at);
+    const size_t slot = next_;
+    void *pinned = host_buffer(slot);  // waits for its previous copy
+    std::memcpy(pinned, in + at, n);
+    backend_.copy(stream, out + at, pinned, n);
+    used(stream, slot);
+    if (synchronous) {
+      backend_.synchronize(used_[slot]);
+      done(slot);
+    }
+    at += n;
   }
 }
 
 PinnedStaging &staging_buffers() {
   // Never destroyed: streams and the backend may outlive statics.
-  static PinnedStaging *staging = new PinnedStaging(backend(), size_t(4) << 20);
+  static PinnedStaging *staging = new PinnedStaging(backend(), kStagingChunkBytes);
+  return *staging;
+}
+
+PinnedStaging &transfer_staging_buffers() {
+  static PinnedStaging *staging = new PinnedStaging(backend(), kStagingChunkBytes);
   return *staging;
 }
 

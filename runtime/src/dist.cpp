@@ -1,6 +1,8 @@
 // dsrt: the kernels and describe calls of data-parallel programs.
 #include "dsrt/dist.h"
 
+#include "async.h"
+
 #include "dsrt/backend.h"
 #include "dsrt/comm.h"
 #include "dsrt/program.h"
@@ -446,13 +448,15 @@ void collective_wait(Program &p, int64_t index) {
     throw Error("dsrt::collective_wait: collective " + std::to_string(index) +
                 " was not issued in this run (no collective_issued for it)");
   Event &event = p.collectives[static_cast<size_t>(index)];
+  // No host wait either way: a collective already done needs no order
+  // (its failure is thrown now), one in flight is waited for by p.stream.
   if (event.query())
-    event.synchronize();  // returns at once, or throws the failure
+    event.check();
   else
     event.wait(p.stream);
 }
 
-void collectives_done(Program &p) { p.comm.synchronize(); }
+void collectives_done(Program &p) { detail::order_after(p.stream, p.comm); }
 
 //===--- the grid ---------------------------------------------------------------===//
 

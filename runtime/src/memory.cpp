@@ -4,6 +4,7 @@
 #include "dsrt/memory.h"
 
 #include "dsrt/backend.h"
+#include "async.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -196,8 +197,9 @@ MemoryKind memory_kind_of(const void *p) {
 }
 
 void copy_async(Stream &stream, void *dst, const void *src, size_t bytes) {
-  // Runs after the stream's pending work, as a kernel does.
-  stream.synchronize();
+  // Runs after the stream's pending host work, as a kernel does; the
+  // backend queues it after the stream's device work.
+  detail::wait_host_work(stream);
   if (bytes == 0)
     return;
   if (!dst || !src)

@@ -3,6 +3,7 @@
 
 #include "dsrt/backend.h"
 #include "dsrt/comm.h"
+#include "async.h"
 
 #include <algorithm>
 #include <string>
@@ -103,7 +104,10 @@ void PipelineExecutor::sum_tied() {
   }
   issue(group);
   tied_issued_ = true;
-  program_.stream.synchronize();
+  // The transfers' host work is done (on the cpu backend, the transfers
+  // themselves); no host wait for the device: the sums below run on the
+  // stream after them.
+  detail::wait_host_work(program_.stream);
   buffer = 0;
   for (const PipelineTied &tied : pipeline_.tied) {
     const ValueInfo &state = info_.states[find_accumulator(info_, tied.param, "tied")];
@@ -260,7 +264,11 @@ void PipelineExecutor::run_transfers(size_t begin, size_t end) {
   }
   issue(group);
   next_action_ = end;
-  program_.stream.synchronize();
+  // The transfers' host work is done (on the cpu backend, the transfers
+  // themselves, which the host reads and writes next); no host wait for the
+  // device: whatever next reads a received slot or writes a sent one (a
+  // receive, a kernel) is queued on the same stream after them.
+  detail::wait_host_work(program_.stream);
   for (const auto &slot : sent) slot.first->release(program_.memory, slot.second);
 }
 

@@ -1,5 +1,7 @@
 // dsrt: the runner of generated programs.
 #include "dsrt/program.h"
+#include "async.h"
+#include "staging.h"
 #include "dsrt/backend.h"
 
 #include "dsrt/npy.h"
@@ -79,6 +81,18 @@ void run_to_completion(Program &p, RunFn run) {
   } catch (...) {
     first = std::current_exception();
   }
+  if (!first) {
+    // No host wait for the device: the host work of both streams is done,
+    // and p.stream's later work (the next function, a read of an output,
+    // which synchronizes) is ordered after p.comm's.
+    try {
+      detail::wait_host_work(p.stream);
+      detail::order_after(p.stream, p.comm);
+      return;
+    } catch (...) {
+      first = std::current_exception();
+    }
+  }
   // Both streams, whatever happened: an abandoned function may still have
   // collectives in flight that write the arena.
   for (Stream *s : {&p.stream, &p.comm}) {
@@ -88,7 +102,7 @@ void run_to_completion(Program &p, RunFn run) {
       if (!first) first = std::current_exception();
     }
   }
-  if (first) std::rethrow_exception(first);
+  std::rethrow_exception(first);
 }
 
 }  // namespace runner
@@ -904,7 +918,26 @@ void transfer(Stream &s, const Tensor &src, const Tensor &dst, Space from, Space
   if (from == to || from == Space::File || to == Space::File)
     throw Error(std::string("dsrt::transfer: cannot copy from ") + space_name(from) + " to " +
                 space_name(to) + " memory between two views");
-  copy_async(s, dst, src);
+  // The host space as ordinary (pageable) host memory on a backend whose
+  // memory the host cannot read (offload_param.pin_memory false on cuda): a
+  // synchronous copy through pinned staging, one host wait per chunk, as
+  // the plan counts them (host_syncs); an asynchronous device copy of
+  // pageable memory would block the host anyway, unplanned.
+  const void *host = from == Space::Host ? src.data : to == Space::Host ? dst.data : nullptr;
+  if (host && detail::stages_host_copies(backend(s)) &&
+      memory_kind_of(host) == MemoryKind::Host) {
+    if (dst.dtype != src.dtype || dst.numel() != src.numel())
+      throw Error(std::string("dsrt::transfer: destination ") + dtype_name(dst.dtype) +
+                  dst.shape.str() + " and source " + dtype_name(src.dtype) + src.shape.str() +
+                  " differ in element type or count");
+    detail::wait_host_work(s);
+    if (from == Space::Host)
+      detail::transfer_staging_buffers().write(s, dst.data, src.data, src.nbytes(), true);
+    else
+      detail::transfer_staging_buffers().read(s, dst.data, src.data, src.nbytes());
+  } else {
+    copy_async(s, dst, src);
+  }
   count_transfer(from, to, src.nbytes());
 }
 

@@ -89,10 +89,13 @@ void write_save_onnx(const OnnxSaveSource &source, const ProgramInfo &info, cons
                      const std::string &path, bool external_data,
                      const std::map<std::string, Tensor> &full_values = {});
 
-// Runs one generated function to completion: afterwards nothing it issued
-// is pending on p.stream or p.comm (so outputs can be read and memory
-// released), even when it throws. Throws the first error: the function's,
-// else one of its asynchronous work.
+// Runs one generated function: afterwards no host work it issued is
+// pending, and p.stream's later work is ordered after everything it queued
+// on either stream, with no host wait for the device (reading an output,
+// read_to_host, synchronizes). When it throws, both streams are
+// synchronized (an abandoned function may have collectives in flight).
+// Throws the first error: the function's, else one of its asynchronous
+// work.
 void run_to_completion(Program &p, RunFn run);
 
 // Sets what rng_counter() returns.

@@ -16,6 +16,8 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 
 namespace dsrt {
@@ -44,21 +46,46 @@ public:
   void read(Stream &stream, void *host, const void *src, size_t bytes);
   // `bytes` of pageable `host` to `dst` (any memory of the backend), in
   // `stream`'s order. `host` may change as soon as this returns; `dst` is
-  // written when the stream reaches the copy.
-  void write(Stream &stream, void *dst, const void *host, size_t bytes);
+  // written when the stream reaches the copy, or before this returns when
+  // `synchronous` (a host wait per chunk).
+  void write(Stream &stream, void *dst, const void *host, size_t bytes,
+             bool synchronous = false);
 
 private:
-  void *buffer(size_t i);
+  // Buffer i, allocated on first use, once its last device copy is done
+  // (a host wait when that copy may still run) before the host writes it.
+  void *host_buffer(size_t i);
+  // Buffer i for a device copy into it on `stream`: its last device copy
+  // is ordered before by the device (an event wait, no host wait; nothing
+  // when it ran on `stream` itself).
+  void *device_buffer(Stream &stream, size_t i);
+  // Records the device copy just queued on `stream` with buffer i.
+  void used(Stream &stream, size_t i);
+  // After a host wait for buffer i's copy: every copy recorded on the same
+  // stream before it is done too, so the host need not wait for it again.
+  void done(size_t i);
 
   BackendInterface &backend_;
   const size_t chunk_;
   std::mutex mutex_;
   std::array<void *, 2> buffers_{};
   std::array<DeviceEvent, 2> used_{};
+  // The stream (its state) and sequence number of each buffer's last copy.
+  std::array<std::weak_ptr<StreamState>, 2> used_on_{};
+  std::array<uint64_t, 2> used_seq_{};
+  uint64_t seq_ = 0;
+  size_t next_ = 0;  // the buffer the next transfer starts with
 };
 
+// The bytes of a staging chunk: a staged copy of n bytes is ceil(n / this)
+// device copies.
+constexpr size_t kStagingChunkBytes = size_t(4) << 20;
 // The process's staging buffers for the linked backend (4 MiB chunks).
 PinnedStaging &staging_buffers();
+// Those of the ds.transfer copies with ordinary (pageable) host memory on
+// one side (offload_param.pin_memory false), kept apart so that each such
+// copy, synchronous, waits once per chunk and for nothing else.
+PinnedStaging &transfer_staging_buffers();
 
 }  // namespace detail
 }  // namespace dsrt

@@ -76,6 +76,13 @@ void wait_host_work(Stream &stream) {
     throw Error(error);
 }
 
+void order_after(Stream &later, Stream &earlier) {
+  wait_host_work(earlier);
+  BackendInterface &device = *earlier.state()->backend;
+  if (DeviceEvent event = device.record(earlier))
+    device.wait(later, event);
+}
+
 Worker::Worker(BackendInterface *device) : device_(device), thread_([this] { loop(); }) {}
 
 Worker::~Worker() {
@@ -202,6 +209,14 @@ void Event::synchronize() {
     c->wait();
   for (const CompletionPtr &c : work_)
     if (c->failed()) {
+      c->reported = true;
+      throw Error(c->error());
+    }
+}
+
+void Event::check() {
+  for (const CompletionPtr &c : work_)
+    if (c->done() && c->failed()) {
       c->reported = true;
       throw Error(c->error());
     }

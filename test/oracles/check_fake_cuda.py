@@ -15,9 +15,12 @@ report of the fake this checks:
     (memory_spaces.device.peak_bytes of the rank, which holds the kernels'
     workspaces); the other device allocations are printed
   * steps 2..N: no allocation or free, no stream creation or destruction, no
-    cudaDeviceSynchronize, blocking cudaMemcpy/cudaMemset or asynchronous
-    copy with pageable memory; the host synchronizations of each step are
-    printed (the test lists the expected ones)
+    cudaDeviceSynchronize, blocking cudaMemcpy/cudaMemset, asynchronous
+    copy with pageable memory or constant address lookup
+    (cudaGetSymbolAddress)
+  * steps 2..N: the host synchronizations of each step, cudaStreamSynchronize
+    and cudaEventSynchronize, are the plan's (plan.json, the rank's
+    host_syncs: per step, by call, with what each is for), no more, no fewer
   * steps 2..N: no cuBLASLt descriptor, layout or preference created and
     no algorithm heuristic asked (the backend keeps them per product)
   * steps 1..N: every fill (a fill kernel launch or cudaMemsetAsync) on the
@@ -28,7 +31,8 @@ report of the fake this checks:
 
 Prints what it found, one line per fact, and "fake cuda: ok" or the
 failures; exits 1 on any failure. --inject-step-malloc adds a cudaMalloc at
-the start of the program's micro_step, which the check must reject.
+the start of the program's micro_step, and --inject-step-sync a
+cudaStreamSynchronize of its stream, which the check must reject.
 """
 
 import argparse
@@ -48,7 +52,9 @@ FORBIDDEN_IN_STEP = ["cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaMallocHost"
                      # first call and reuses it
                      "cublasLtCreate", "cublasLtMatmulDescCreate",
                      "cublasLtMatrixLayoutCreate", "cublasLtMatmulPreferenceCreate",
-                     "cublasLtMatmulAlgoGetHeuristic"]
+                     "cublasLtMatmulAlgoGetHeuristic",
+                     # a constant's device address is looked up once
+                     "cudaGetSymbolAddress"]
 SYNCS = ["cudaStreamSynchronize", "cudaEventSynchronize"]
 
 
@@ -66,20 +72,28 @@ def build(args, prog: Path) -> Path:
     run([args.dsopt, args.model, "--target", "cuda", "--sources-only", "-o", str(prog),
          *args.dsopt_flag])
     source = prog / "src" / "train.cu"
+    injected = ""
     if args.inject_step_malloc:
+        injected += "  { void *extra = nullptr; cudaMalloc(&extra, 256); }\n"
+    if args.inject_step_sync:
+        injected += "  cudaStreamSynchronize(dsrt::cuda::launch_stream(v1.stream));\n"
+    if injected:
         text = source.read_text()
         head = "void dsopt_micro_step(dsrt::Program& v1) {\n"
         if head not in text:
             raise SystemExit(f"fake cuda: no '{head.strip()}' in {source}")
-        source.write_text(text.replace(
-            head, head + "  { void *extra = nullptr; cudaMalloc(&extra, 256); }\n"))
+        source.write_text(text.replace(head, head + injected))
     flags = {}
     out = run([args.dsopt, "--print-build-flags", "--target", "cuda"]).stdout
     for line in out.splitlines():
         key, _, value = line.partition(": ")
         flags[key] = value
     obj = prog / "train.o"
-    run([flags["nvcc"], *shlex.split(flags["nvccflags"]), "-c", str(source), "-o", str(obj)])
+    # Through the compiler launcher the tests use (ccache), from the source's
+    # directory with a relative name, as dsopt compiles (docs/cli.md).
+    launcher = os.environ.get("DSOPT_HOST_LAUNCHER", "")
+    run([*([launcher] if launcher else []), flags["nvcc"], *shlex.split(flags["nvccflags"]),
+         "-c", source.name, "-o", str(obj.resolve())], cwd=source.parent)
     exe = prog / "train_fake"
     run([args.cxx, str(obj), "-o", str(exe), *shlex.split(flags["libs"])])
     return exe
@@ -119,6 +133,7 @@ def main() -> int:
     parser.add_argument("--dsopt-flag", action="append", default=[],
                         help="a flag for dsopt (--dp=2, --zero=3); repeat for more")
     parser.add_argument("--inject-step-malloc", action="store_true")
+    parser.add_argument("--inject-step-sync", action="store_true")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     prog = args.work / "prog"
@@ -179,7 +194,21 @@ def main() -> int:
         others = sorted(b for _, b in allocs if b != space + extra)
         print(f"{who}: other device allocations: {others}")
         host = spaces.get("host", {}).get("peak_bytes", 0)
-        if host:
+        # offload_param.pin_memory false with parameters alone offloaded:
+        # the host arena is ordinary host memory, no cudaHostAlloc.
+        zero = plan["train"].get("config", {}).get("zero_optimization", {})
+        pageable = (zero.get("offload_param", {}).get("device", "none") != "none" and
+                    not zero.get("offload_param", {}).get("pin_memory", False) and
+                    zero.get("offload_optimizer", {}).get("device", "none") == "none")
+        if host and pageable:
+            pinned = [(p["name"], b) for p in phases for b in p["host_allocs"]
+                      if b in (host, host + 4096)]
+            print(f"{who}: pageable host arena of {host} bytes: {len(pinned)} cudaHostAlloc "
+                  f"of it (offload_param.pin_memory false)")
+            if pinned:
+                failures.append(f"{who}: the host space is pageable, yet cudaHostAlloc'ed: "
+                                f"{pinned}")
+        elif host:
             # An alignment above 256 bytes (4096: file transfers read and
             # write whole blocks) is had by over-allocating by it.
             pinned = [(p["name"], b) for p in phases for b in p["host_allocs"]
@@ -195,8 +224,32 @@ def main() -> int:
             if bad:
                 failures.append(f"{who}: {p['name']}: " +
                                 ", ".join(f"{c} x{n}" for c, n in sorted(bad.items())))
-            syncs = ", ".join(f"{c} {p['calls'].get(c, 0)}" for c in SYNCS)
-            print(f"{who}: {p['name']}: host synchronizations: {syncs}")
+        # The host synchronizations of every step are the plan's.
+        planned_syncs = planned.get("host_syncs")
+        if planned_syncs is None:
+            failures.append(f"{who}: the plan lists no host_syncs for rank {planned['rank']}")
+        else:
+            want = {c: 0 for c in SYNCS}
+            for point in planned_syncs["points"]:
+                want[point["call"]] = want.get(point["call"], 0) + point["count"]
+            why = "; ".join(f"{pt['count']} {pt['call']} in {pt['function']}: {pt['what']}"
+                            for pt in planned_syncs["points"])
+            print(f"{who}: planned host synchronizations per step: "
+                  f"{planned_syncs['per_step']} ({why})")
+            if sum(want.values()) != planned_syncs["per_step"]:
+                failures.append(f"{who}: the plan's host_syncs points add up to "
+                                f"{sum(want.values())}, not its per_step "
+                                f"{planned_syncs['per_step']}")
+            for p in phases[1:-1]:
+                got = {c: p["calls"].get(c, 0) for c in want}
+                print(f"{who}: {p['name']}: host synchronizations: " +
+                      ", ".join(f"{c} {n}" for c, n in got.items()))
+                # Step 1 also waits for the setup's last uploads.
+                if p["name"] != "step 1" and got != want:
+                    failures.append(f"{who}: {p['name']}: host synchronizations " +
+                                    ", ".join(f"{c} {n}" for c, n in got.items()) +
+                                    ", the plan's are " +
+                                    ", ".join(f"{c} {n}" for c, n in want.items()))
 
         for p in phases[1:-1]:
             fill_streams(who, p, failures)

@@ -20,7 +20,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 namespace dsrt {
 namespace cuda {
@@ -41,18 +43,35 @@ inline void check_launch(const char *kernel) {
                 ": " + cudaGetErrorString(error));
 }
 
-// A view of the `__device__` array `symbol` (a constant of the generated
-// program the kernels read), at the device address the CUDA runtime gives
-// it. These arrays are the module's static device memory, loaded with its
-// code, outside any arena; looking up an address allocates and copies
-// nothing. Throws a dsrt::Error if the runtime has no such symbol.
-template <typename T> Tensor symbol_view(const T &symbol, DType dtype, Shape shape) {
+// The device address of the `__device__` variable whose host shadow is
+// `symbol`: cudaGetSymbolAddress on its first call for that symbol, then
+// from a table, so that after a function's first run (step 1) a step makes
+// no lookup (docs/runtime.md, "Constants"). Throws a dsrt::Error if the
+// runtime has no such symbol.
+inline void *symbol_address(const void *symbol) {
+  static std::mutex mutex;
+  static std::unordered_map<const void *, void *> *addresses =
+      new std::unordered_map<const void *, void *>;  // never destroyed
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = addresses->find(symbol);
+  if (found != addresses->end())
+    return found->second;
   void *address = nullptr;
   cudaError_t error = cudaGetSymbolAddress(&address, symbol);
   if (error != cudaSuccess)
     throw Error(std::string("cannot find a constant's device address: ") +
                 cudaGetErrorString(error));
-  return Tensor{address, dtype, shape};
+  addresses->emplace(symbol, address);
+  return address;
+}
+
+// A view of the `__device__` array `symbol` (a constant of the generated
+// program the kernels read), at the device address the CUDA runtime gives
+// it. These arrays are the module's static device memory, loaded with its
+// code, outside any arena; looking up an address allocates and copies
+// nothing, and is made once per array (symbol_address).
+template <typename T> Tensor symbol_view(const T &symbol, DType dtype, Shape shape) {
+  return Tensor{symbol_address(static_cast<const void *>(&symbol)), dtype, shape};
 }
 
 // The first thing a generated program's main does: without a usable CUDA

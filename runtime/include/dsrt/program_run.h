@@ -147,8 +147,10 @@ void collective_issued(Program &p, int64_t index);
 // is thrown by the next kernel or synchronize() of p.stream. Throws when
 // collective `index` was not issued in this run.
 void collective_wait(Program &p, int64_t index);
-// Blocks until everything issued on p.comm has completed; throws the first
-// failure not reported yet.
+// Orders p.stream's later work (the function's closing copies, the next
+// function) after everything issued on p.comm: waits for p.comm's host work
+// (throwing the first failure not reported yet) and makes p.stream's queue
+// wait for p.comm's, with no host wait for the device.
 void collectives_done(Program &p);
 
 // Generated kernels (fused loops) start as libdsrt's do: after the work

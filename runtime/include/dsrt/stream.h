@@ -65,6 +65,9 @@ public:
   bool recorded() const { return recorded_; }
   // True once the recorded point is reached (never throws).
   bool query() const;
+  // Throws the dsrt::Error of recorded host work that has failed; waits for
+  // nothing.
+  void check();
 
 private:
   bool recorded_ = false;
