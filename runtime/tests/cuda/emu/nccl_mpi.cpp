@@ -344,38 +344,33 @@ void broadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int
   });
 }
 
-void send(const void *buf, size_t count, ncclDataType_t t, int peer, Comm *c) {
+namespace {
+// Posts an MPI_Isend (to) or MPI_Irecv (from `peer`) in the current group,
+// or in a group of its own.
+void point_to_point(bool sending, void *buf, size_t count, ncclDataType_t t, int peer,
+                    Comm *c) {
   const int bytes = bytes_int(count, t);
   if (peer < 0 || peer >= c->nranks || peer == c->rank)
-    die("ncclSend to rank " + std::to_string(peer) + " of " + std::to_string(c->nranks));
+    die(std::string(sending ? "ncclSend to" : "ncclRecv from") + " rank " +
+        std::to_string(peer) + " of " + std::to_string(c->nranks));
   auto post = [=](std::vector<MPI_Request> &requests) {
     requests.emplace_back();
-    check(MPI_Isend(buf, bytes, MPI_BYTE, peer, kP2PTag, c->mpi, &requests.back()), "MPI_Isend");
+    check(sending ? MPI_Isend(buf, bytes, MPI_BYTE, peer, kP2PTag, c->mpi, &requests.back())
+                  : MPI_Irecv(buf, bytes, MPI_BYTE, peer, kP2PTag, c->mpi, &requests.back()),
+          sending ? "MPI_Isend" : "MPI_Irecv");
   };
-  if (group().depth > 0) {
-    group().p2p.push_back(post);
-    return;
-  }
   group_start();
   group().p2p.push_back(post);
   group_end();
 }
+}  // namespace
+
+void send(const void *buf, size_t count, ncclDataType_t t, int peer, Comm *c) {
+  point_to_point(true, const_cast<void *>(buf), count, t, peer, c);
+}
 
 void recv(void *buf, size_t count, ncclDataType_t t, int peer, Comm *c) {
-  const int bytes = bytes_int(count, t);
-  if (peer < 0 || peer >= c->nranks || peer == c->rank)
-    die("ncclRecv from rank " + std::to_string(peer) + " of " + std::to_string(c->nranks));
-  auto post = [=](std::vector<MPI_Request> &requests) {
-    requests.emplace_back();
-    check(MPI_Irecv(buf, bytes, MPI_BYTE, peer, kP2PTag, c->mpi, &requests.back()), "MPI_Irecv");
-  };
-  if (group().depth > 0) {
-    group().p2p.push_back(post);
-    return;
-  }
-  group_start();
-  group().p2p.push_back(post);
-  group_end();
+  point_to_point(false, buf, count, t, peer, c);
 }
 
 }  // namespace nccl
