@@ -36,7 +36,7 @@ py=/usr/bin/python3
 emu_lib=$build/lib/libdsrt_cuda_emu.a
 [ -f "$emu_lib" ] || { echo "error: $emu_lib not built (ninja -C $build dsrt_cuda_emu)" >&2; exit 2; }
 
-"$py" "$root/test/oracles/export_zoo.py" --out "$work/zoo" --only "$models" > "$work/export.log" ||
+"$py" "$root/test/oracles/export_zoo.py" --out "$work/zoo" --only "$models" > "$work/export.log" 2>&1 ||
   { echo "error: the zoo export failed (see $work/export.log)" >&2; exit 2; }
 
 # The model's batch (its first input's axis 0) from the export's index.

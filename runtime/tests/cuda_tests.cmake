@@ -123,6 +123,21 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   add_test(NAME dsrt_cuda_emu_kernels
     COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}")
   set_tests_properties(dsrt_cuda_emu_kernels PROPERTIES LABELS dsrt_cuda TIMEOUT 120)
+  # The NCCL transport's device test (nccl_device_test.cpp) on the
+  # emulation's NCCL over MPI, 3 ranks: uneven ring chunks (the grouped
+  # broadcasts and reductions), a split into communicators of 2 and 1 ranks.
+  if(DSRT_HAVE_MPI AND DSRT_NCCL_INCLUDE_DIR AND MPIEXEC_EXECUTABLE)
+    add_executable(dsrt_cuda_emu_nccl_test nccl_device_test.cpp)
+    target_link_libraries(dsrt_cuda_emu_nccl_test PRIVATE dsrt_cuda_emu GTest::gtest
+                                                          GTest::gtest_main)
+    target_compile_options(dsrt_cuda_emu_nccl_test PRIVATE -fexceptions)
+    list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_emu_nccl_test)
+    add_test(NAME dsrt_cuda_emu_nccl_np3
+      COMMAND "${MPIEXEC_EXECUTABLE}" ${MPIEXEC_NUMPROC_FLAG} 3 ${MPIEXEC_PREFLAGS}
+              $<TARGET_FILE:dsrt_cuda_emu_nccl_test> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(dsrt_cuda_emu_nccl_np3 PROPERTIES LABELS dsrt_cuda TIMEOUT 90
+                         ENVIRONMENT "${DSRT_COMM_ENV};DSRT_FAKE_CUDA_DEVICES=3")
+  endif()
 endif()
 
 # dsrt_nccl_device_test: the NCCL transport on GPUs (scripts/gpu-check.sh
