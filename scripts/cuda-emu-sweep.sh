@@ -4,23 +4,27 @@
 # program: fp32 (loss rel 1e-4) and bf16 (rel 2e-2, the GPU check's
 # bounds); gpt2 in fp16 and with its optimizer offloaded; and the
 # multi-rank programs under mpirun with NCCL over MPI: mlp's dp-2 ZeRO-3
-# and 2-stage pipeline, gpt2's dp-2 ZeRO-3 (fp32, bf16) and dp-2 x pp-2
-# ZeRO-1 bf16 (4 ranks), llama's tp-2 and dp-2 x tp-2 ZeRO-1 (4 ranks),
-# bert's dp-2 ZeRO-2 bf16, cnn's dp 2. No GPU needed; about 15 minutes of
+# and 2-stage pipeline, gpt2's dp-2 ZeRO-3 (fp32, bf16), dp-2 ZeRO-2 fp16
+# and dp-2 x pp-2 ZeRO-1 bf16 (4 ranks), llama's tp-2 and dp-2 x tp-2
+# ZeRO-1 (4 ranks),
+# bert's dp-2 ZeRO-2 bf16, cnn's dp 2. No GPU needed; about 20 minutes of
 # CPU on 2 cores (test/Compile/cuda-emu-run.test runs a cheap part of it
 # in `check`).
 #
 # Usage: scripts/cuda-emu-sweep.sh [--build DIR] [--steps N] [--models M,...] WORK
 #   --build   dsopt's build (default build/), with libdsrt_cuda_emu.a built
 #   --steps   training steps (default 3)
-#   --models  zoo models (default: gpt2,llama,bert,mlp,cnn,mobilenet,bn_mixer)
+#   --models  zoo models (default: gpt2,llama,bert,mlp,cnn,mobilenet,bn_mixer
+#             and the torchvision ones tv_vit,tv_swin,tv_convnext,tv_densenet,
+#             tv_shufflenet_v2,tv_mobilenet_v3,tv_squeezenet,tv_resnet)
 # Prints one line per case (ok or FAILED, with its log under WORK) and
 # exits 1 when any case failed.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=build
 steps=3
-models=gpt2,llama,bert,mlp,cnn,mobilenet,bn_mixer
+models=gpt2,llama,bert,mlp,cnn,mobilenet,bn_mixer,tv_vit,tv_swin,tv_convnext,tv_densenet
+models+=,tv_shufflenet_v2,tv_mobilenet_v3,tv_squeezenet,tv_resnet
 while [ $# -gt 1 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -29,7 +33,7 @@ while [ $# -gt 1 ]; do
     *) echo "error: unknown option $1" >&2; exit 2 ;;
   esac
 done
-[ $# -eq 1 ] || { sed -n 2,16p "$0"; exit 2; }
+[ $# -eq 1 ] || { sed -n 2,19p "$0"; exit 2; }
 work=$(mkdir -p "$1" && cd "$1" && pwd)
 build=$(cd "$build" && pwd)
 py=/usr/bin/python3
@@ -82,6 +86,7 @@ for m in "${list[@]}"; do
       case_ gpt2-offload gpt2 "$b" 1e-4 1 --offload-optimizer=cpu
       case_ gpt2-dp2-zero3 gpt2 $((2 * b)) 1e-4 2 --dp=2 --zero=3
       case_ gpt2-dp2-zero3-bf16 gpt2 $((2 * b)) 2e-2 2 --dp=2 --zero=3 --precision=bf16
+      case_ gpt2-dp2-zero2-fp16 gpt2 $((2 * b)) 2e-2 2 --dp=2 --zero=2 --precision=fp16
       case_ gpt2-dp2-pp2-zero1-bf16 gpt2 $((2 * b)) 2e-2 4 --dp=2 --pp=2 --zero=1 \
         --precision=bf16 ;;
     llama)

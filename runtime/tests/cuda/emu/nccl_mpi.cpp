@@ -161,6 +161,7 @@ void divide(void *acc, size_t n, ncclDataType_t t, int by) {
 // out = the reduction over ranks of blocks[r] (n elements each, rank order).
 void reduce_blocks(void *out, const std::vector<const char *> &blocks, size_t n,
                    ncclDataType_t t, ncclRedOp_t op) {
+  if (n == 0) return;
   std::vector<char> acc(blocks[0], blocks[0] + n * type_size(t));
   for (size_t r = 1; r < blocks.size(); ++r) combine(acc.data(), blocks[r], n, t, op);
   if (op == ncclAvg) divide(acc.data(), n, t, static_cast<int>(blocks.size()));
