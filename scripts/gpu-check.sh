@@ -44,6 +44,14 @@
 #             cudaEvent-timed Chrome trace)
 #   bench     bench/gpu_bench.py --prepared: GPT-2 124M bf16 tokens/s and MFU
 #
+# Without a GPU, scripts/cuda-emu-sweep.sh runs the train, bf16 and zero3
+# stages' programs (and dp-2/pp-2 programs under mpirun, NCCL over MPI) under
+# the CUDA emulation against the cpu programs (docs/runtime.md, "The CUDA
+# emulation"): that checks the kernels' and collectives' arithmetic. What only
+# this check shows: nvcc's device build, the device math and FMA contraction,
+# tensor cores/TF32, races and stream ordering on the device, real NCCL,
+# the offload's pinned copies, timing (trace, bench).
+#
 # --prepare needs dsopt built (--build, default build/) and a python3 with
 # torch, onnx and numpy. --device needs the CUDA toolkit (nvcc, cuBLASLt),
 # NCCL (under the toolkit, NCCL_ROOT, or python3's nvidia-nccl wheel), CMake,

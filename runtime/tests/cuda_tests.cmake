@@ -92,9 +92,20 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
                              ${CUDAToolkit_INCLUDE_DIRS})
   target_include_directories(dsrt_cuda_emu PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src"
                              "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu")
-  # No NCCL: the emulation runs one process. No FMA contraction: a product
-  # and a sum round separately, as the cpu backend's do.
-  target_compile_definitions(dsrt_cuda_emu PRIVATE DSRT_FAKE_EMULATE=1 DSRT_FAKE_NO_NCCL=1)
+  # With MPI and nccl.h the emulation has the NCCL transport
+  # (src/nccl/nccl_transport.cpp, plain C++) and the fake's NCCL moves data
+  # over MPI (cuda/emu/nccl_mpi.cpp), so that a program runs on several
+  # ranks under mpirun; otherwise it runs one process.
+  if(DSRT_HAVE_MPI AND DSRT_NCCL_INCLUDE_DIR)
+    target_sources(dsrt_cuda_emu PRIVATE ../src/nccl/nccl_transport.cpp cuda/emu/nccl_mpi.cpp)
+    target_include_directories(dsrt_cuda_emu PRIVATE "${DSRT_NCCL_INCLUDE_DIR}")
+    target_compile_definitions(dsrt_cuda_emu PRIVATE DSRT_FAKE_EMULATE=1 DSRT_FAKE_NCCL_MPI=1
+                                                     DSRT_HAVE_NCCL=1)
+  else()
+    target_compile_definitions(dsrt_cuda_emu PRIVATE DSRT_FAKE_EMULATE=1 DSRT_FAKE_NO_NCCL=1)
+  endif()
+  # No FMA contraction: a product and a sum round separately, as the cpu
+  # backend's do.
   # nvcc does not warn of the unsigned threadIdx compared with an int.
   target_compile_options(dsrt_cuda_emu PRIVATE -O2 -fexceptions -ffp-contract=off -Wno-sign-compare)
   target_link_libraries(dsrt_cuda_emu PUBLIC OpenMP::OpenMP_CXX)
@@ -112,6 +123,21 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   add_test(NAME dsrt_cuda_emu_kernels
     COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}")
   set_tests_properties(dsrt_cuda_emu_kernels PROPERTIES LABELS dsrt_cuda TIMEOUT 120)
+  # The NCCL transport's device test (nccl_device_test.cpp) on the
+  # emulation's NCCL over MPI, 3 ranks: uneven ring chunks (the grouped
+  # broadcasts and reductions), a split into communicators of 2 and 1 ranks.
+  if(DSRT_HAVE_MPI AND DSRT_NCCL_INCLUDE_DIR AND MPIEXEC_EXECUTABLE)
+    add_executable(dsrt_cuda_emu_nccl_test nccl_device_test.cpp)
+    target_link_libraries(dsrt_cuda_emu_nccl_test PRIVATE dsrt_cuda_emu GTest::gtest
+                                                          GTest::gtest_main)
+    target_compile_options(dsrt_cuda_emu_nccl_test PRIVATE -fexceptions)
+    list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_emu_nccl_test)
+    add_test(NAME dsrt_cuda_emu_nccl_np3
+      COMMAND "${MPIEXEC_EXECUTABLE}" ${MPIEXEC_NUMPROC_FLAG} 3 ${MPIEXEC_PREFLAGS}
+              $<TARGET_FILE:dsrt_cuda_emu_nccl_test> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(dsrt_cuda_emu_nccl_np3 PROPERTIES LABELS dsrt_cuda TIMEOUT 90
+                         ENVIRONMENT "${DSRT_COMM_ENV};DSRT_FAKE_CUDA_DEVICES=3")
+  endif()
 endif()
 
 # dsrt_nccl_device_test: the NCCL transport on GPUs (scripts/gpu-check.sh

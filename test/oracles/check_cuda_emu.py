@@ -10,8 +10,14 @@ place of libdsrt_cuda.a and the CUDA libraries. dsopt also builds the cpu
 program; both train --steps steps on --data, and every step's loss must
 agree within --rtol (relative). Prints each step's two losses and
 "cuda emu: ok", or the failures and exits 1.
+
+--ranks N runs both programs under mpirun -np N (a --dp, --zero or --pp
+program): the cuda program's NCCL calls move their data over MPI in the
+emulation (runtime/tests/cuda/emu/nccl_mpi.cpp), one emulated device per
+rank.
 """
 import argparse
+import os
 import re
 import shlex
 import subprocess
@@ -53,8 +59,13 @@ def emu_libs(libs, emu_lib):
     return out
 
 
-def losses(exe, data, steps, cwd):
-    out = run([exe, "--data", data, "--steps", steps], cwd=cwd).stdout
+def losses(exe, data, steps, cwd, ranks):
+    command = [exe, "--data", data, "--steps", steps]
+    env = dict(os.environ, DSRT_FAKE_CUDA_DEVICES=str(ranks))
+    if ranks > 1:
+        command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                   "-np", str(ranks), "-x", "DSRT_FAKE_CUDA_DEVICES", *command]
+    out = run(command, cwd=cwd, env=env).stdout
     found = [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ \| loss (\S+)", out, re.M)]
     if len(found) != int(steps):
         raise SystemExit(f"cuda emu: FAILED: {exe} printed {len(found)} losses, not {steps}:\n"
@@ -72,12 +83,13 @@ def main() -> int:
     parser.add_argument("--work", required=True)
     parser.add_argument("--steps", default="3")
     parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--ranks", type=int, default=1, help="mpirun -np N (1: no mpirun)")
     parser.add_argument("--dsopt-flag", action="append", default=[],
                         help="an extra dsopt flag for both programs")
     args = parser.parse_args()
     src_root = Path(__file__).resolve().parents[2]
     emu = src_root / "runtime" / "tests" / "cuda" / "emu"
-    work = Path(args.work)
+    work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
 
     cuda_prog = work / "cuda"
@@ -97,8 +109,8 @@ def main() -> int:
 
     (work / "run_cuda").mkdir(exist_ok=True)
     (work / "run_cpu").mkdir(exist_ok=True)
-    got = losses(exe, args.data, args.steps, work / "run_cuda")
-    want = losses(cpu_prog / "train", args.data, args.steps, work / "run_cpu")
+    got = losses(exe, args.data, args.steps, work / "run_cuda", args.ranks)
+    want = losses(cpu_prog / "train", args.data, args.steps, work / "run_cpu", args.ranks)
     failures = 0
     for step, (g, w) in enumerate(zip(got, want), 1):
         ok = abs(g - w) <= args.rtol * max(abs(w), 1e-30)

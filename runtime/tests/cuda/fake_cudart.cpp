@@ -37,6 +37,9 @@
 #ifndef DSRT_FAKE_NO_NCCL
 #include <nccl.h>
 #endif
+#if DSRT_FAKE_NCCL_MPI
+#include "nccl_mpi.h"  // emu/: the collectives over MPI
+#endif
 
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -862,30 +865,48 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
 
 struct ncclComm {
   int nranks, rank;
+#if DSRT_FAKE_NCCL_MPI
+  dsemu::nccl::Comm *emu;
+#endif
 };
 
 const char *ncclGetErrorString(ncclResult_t) { return "fake nccl"; }
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   LOCKED;
   st.count("ncclGetUniqueId");
+#if DSRT_FAKE_NCCL_MPI
+  dsemu::nccl::unique_id(id->internal);
+#else
   std::memset(id, 7, sizeof(*id));
+#endif
   return ncclSuccess;
 }
-ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId, int rank) {
-  LOCKED;
-  st.count("ncclCommInitRank");
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  {
+    LOCKED;
+    st.count("ncclCommInitRank");
+  }
+#if DSRT_FAKE_NCCL_MPI
+  *comm = new ncclComm{nranks, rank, dsemu::nccl::init(nranks, id.internal, rank)};
+#else
+  (void)id;
   *comm = new ncclComm{nranks, rank};
+#endif
   return ncclSuccess;
 }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+#if DSRT_FAKE_NCCL_MPI
+  if (comm) dsemu::nccl::destroy(comm->emu);
+#endif
   delete comm;
   return ncclSuccess;
 }
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  LOCKED;
-  st.count("ncclCommAbort");
-  delete comm;
-  return ncclSuccess;
+  {
+    LOCKED;
+    st.count("ncclCommAbort");
+  }
+  return ncclCommDestroy(comm);
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *error) {
   *error = ncclSuccess;
@@ -900,13 +921,23 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
   return ncclSuccess;
 }
 ncclResult_t ncclGroupStart() {
-  LOCKED;
-  st.count("ncclGroupStart");
+  {
+    LOCKED;
+    st.count("ncclGroupStart");
+  }
+#if DSRT_FAKE_NCCL_MPI
+  dsemu::nccl::group_start();
+#endif
   return ncclSuccess;
 }
 ncclResult_t ncclGroupEnd() {
-  LOCKED;
-  st.count("ncclGroupEnd");
+  {
+    LOCKED;
+    st.count("ncclGroupEnd");
+  }
+#if DSRT_FAKE_NCCL_MPI
+  dsemu::nccl::group_end();  // the group's calls move their data here
+#endif
   return ncclSuccess;
 }
 
@@ -919,32 +950,56 @@ ncclResult_t collective(const char *api, cudaStream_t stream) {
 }
 }  // namespace
 
-ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
-                           cudaStream_t stream) {
-  return collective("ncclAllReduce", stream);
+// Under the emulation with MPI (DSRT_FAKE_NCCL_MPI) each call also moves
+// its data (emu/nccl_mpi.cpp); otherwise the buffers stay as they are.
+#if DSRT_FAKE_NCCL_MPI
+#define EMULATED(call) dsemu::nccl::call
+#else
+#define EMULATED(call)
+#endif
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t r = collective("ncclAllReduce", stream);
+  EMULATED(all_reduce(send, recv, count, type, op, comm->emu));
+  return r;
 }
-ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
-                           cudaStream_t stream) {
-  return collective("ncclAllGather", stream);
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t r = collective("ncclAllGather", stream);
+  EMULATED(all_gather(send, recv, count, type, comm->emu));
+  return r;
 }
-ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
-                               ncclComm_t, cudaStream_t stream) {
-  return collective("ncclReduceScatter", stream);
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t r = collective("ncclReduceScatter", stream);
+  EMULATED(reduce_scatter(send, recv, count, type, op, comm->emu));
+  return r;
 }
-ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
-                           cudaStream_t stream) {
-  return collective("ncclBroadcast", stream);
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           int root, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t r = collective("ncclBroadcast", stream);
+  EMULATED(broadcast(send, recv, count, type, root, comm->emu));
+  return r;
 }
-ncclResult_t ncclReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int,
-                        ncclComm_t, cudaStream_t stream) {
-  return collective("ncclReduce", stream);
+ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t r = collective("ncclReduce", stream);
+  EMULATED(reduce(send, recv, count, type, op, root, comm->emu));
+  return r;
 }
-ncclResult_t ncclSend(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t stream) {
-  return collective("ncclSend", stream);
+ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t r = collective("ncclSend", stream);
+  EMULATED(send(buf, count, type, peer, comm->emu));
+  return r;
 }
-ncclResult_t ncclRecv(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t stream) {
-  return collective("ncclRecv", stream);
+ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  ncclResult_t r = collective("ncclRecv", stream);
+  EMULATED(recv(buf, count, type, peer, comm->emu));
+  return r;
 }
+#undef EMULATED
 #endif  // DSRT_FAKE_NO_NCCL
 
 }  // extern "C"
