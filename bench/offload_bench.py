@@ -26,7 +26,12 @@ what the ops in flight need), prints the plan's bytes per memory space
      (bytes / step time) against fio's (target >= 0.7).
 
 The throughput over the whole step is a lower bound of the engine's own:
-compute that does not overlap the I/O counts against it.
+compute that does not overlap the I/O counts against it. So, per step, from
+the log's file_io (the runtime's file engine counts it): the compute time
+(the step less the exposed I/O wait, the time the program was blocked on
+the file's operations), the exposed I/O wait, the time the engine had
+requests in flight (reads and writes), the bytes, and the engine's
+throughput = bytes / engine-busy time against fio's read and write speed.
 
 Every command runs under a watchdog that samples its process tree's
 resident memory and kills it past --mem-limit-gib (default 7), and prints
@@ -289,7 +294,47 @@ def main() -> int:
     print(f"file I/O throughput over the step: {achieved / 1e9:.3f} GB/s = "
           f"{achieved / disk:.2f} of the disk's ({disk / 1e9:.3f} GB/s for this read/write mix)"
           f"; losses {[round(s['loss'], 4) for s in steps]}")
+    print_engine_split(steps, read_bw, write_bw)
     return 0
+
+
+def engine_split(step: dict, read_bw: float, write_bw: float) -> dict:
+    """One step's split from its log line's file_io (the runtime's file
+    engine): compute = step time - exposed I/O wait (the time the program
+    was blocked on the file's operations); the engine's throughput = bytes /
+    the time it had requests in flight, against fio's for the same bytes."""
+    io = step["file_io"]
+    read, written = io["bytes_read"], io["bytes_written"]
+    busy = io["read_busy_s"] + io["write_busy_s"]
+    fio_s = read / read_bw + written / write_bw
+    out = {"step": step["step"], "step_s": step["step_time_s"], "wait_s": io["wait_s"],
+           "compute_s": step["step_time_s"] - io["wait_s"], "busy_s": busy,
+           "read": read, "written": written, "requests": io["requests"],
+           "read_gbs": read / io["read_busy_s"] / 1e9 if io["read_busy_s"] > 0 else 0.0,
+           "write_gbs": written / io["write_busy_s"] / 1e9 if io["write_busy_s"] > 0 else 0.0,
+           "gbs": (read + written) / busy / 1e9 if busy > 0 else 0.0}
+    out["read_ratio"] = out["read_gbs"] * 1e9 / read_bw
+    out["write_ratio"] = out["write_gbs"] * 1e9 / write_bw
+    out["ratio"] = busy and fio_s / busy
+    return out
+
+
+def print_engine_split(steps: list, read_bw: float, write_bw: float) -> None:
+    """Per step: compute, exposed I/O wait, engine-busy time, bytes and the
+    engine's throughput against fio's (the warm-up step is step 1)."""
+    if not all("file_io" in s for s in steps):
+        print("engine split: the log has no file_io (the program has no file space)")
+        return
+    print("engine split per step (train --log-json file_io; step 1 is the warm-up and counts the "
+          "file space's first writes):")
+    print("  step | step s | compute s | exposed I/O wait s | engine busy s | GB read | "
+          "GB written | requests | read GB/s (x fio) | write GB/s (x fio) | GB/s (x fio mix)")
+    for s in steps:
+        e = engine_split(s, read_bw, write_bw)
+        print(f"  {e['step']} | {e['step_s']:.2f} | {e['compute_s']:.2f} | {e['wait_s']:.2f} | "
+              f"{e['busy_s']:.2f} | {e['read'] / 1e9:.3f} | {e['written'] / 1e9:.3f} | "
+              f"{e['requests']} | {e['read_gbs']:.3f} ({e['read_ratio']:.2f}) | "
+              f"{e['write_gbs']:.3f} ({e['write_ratio']:.2f}) | {e['gbs']:.3f} ({e['ratio']:.2f})")
 
 
 if __name__ == "__main__":

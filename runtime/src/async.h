@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -25,7 +26,9 @@ namespace detail {
 struct Completion {
   // Marks the operation complete; a non-empty `error` means it failed.
   void finish(std::string error = {});
-  // Blocks until finish() (never throws).
+  // Blocks until finish() (never throws). With `blocked_ns` set, the time a
+  // thread other than a Worker's spends blocked here is added to it (the
+  // file store's exposed I/O wait).
   void wait();
   bool done() const { return done_.load(std::memory_order_acquire); }
   // Valid once done().
@@ -34,6 +37,8 @@ struct Completion {
   // Set when the error was thrown to someone through a stream, so that a
   // stream reports each failure once.
   std::atomic<bool> reported{false};
+  // Set before the completion is shared (Worker::submit); may be null.
+  std::shared_ptr<std::atomic<int64_t>> blocked_ns;
 
 private:
   std::mutex mutex_;
@@ -95,8 +100,10 @@ public:
   // pinned memory) reads what earlier device copies and kernels wrote; a
   // device error found there is the task's dependency error. A task that
   // waits for the device itself (the NCCL transport's, with its timeout)
-  // passes `after_device` false.
-  Request submit(Stream *stream, Task task, bool after_device = true);
+  // passes `after_device` false. `blocked_ns`: the completion's (see
+  // Completion::wait).
+  Request submit(Stream *stream, Task task, bool after_device = true,
+                 std::shared_ptr<std::atomic<int64_t>> blocked_ns = nullptr);
   // Blocks until everything queued so far has run.
   void drain();
 

@@ -15,7 +15,9 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -203,6 +205,8 @@ struct FileStore::Impl {
   std::mutex mutex;  // guards size, stats, issued
   int64_t size = 0;
   FileStoreStats stats;
+  // FileStoreStats::wait_ns, added to by the waiters (Completion::wait).
+  std::shared_ptr<std::atomic<int64_t>> wait_ns = std::make_shared<std::atomic<int64_t>>(0);
   // Operations whose failure nobody may have seen yet, for close().
   std::vector<CompletionPtr> issued;
   std::unique_ptr<detail::Worker> worker = std::make_unique<detail::Worker>();
@@ -564,10 +568,14 @@ void FileStore::Impl::run(const std::string &name, int64_t offset, char *buffer,
   std::vector<Failure> failures(parts);
   std::vector<int64_t> peaks(parts, 0);
   std::vector<std::thread> helpers;
+  const auto busy_from = std::chrono::steady_clock::now();
   for (size_t i = 1; i < parts; ++i)
     helpers.emplace_back([&, i] { failures[i] = run_requests(*rings[i], op, shares[i], peaks[i]); });
   failures[0] = run_requests(*rings[0], op, shares[0], peaks[0]);
   for (std::thread &t : helpers) t.join();
+  const int64_t busy = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - busy_from)
+                           .count();
   Failure failure;
   for (Failure &f : failures)
     if (f && !failure) failure = std::move(f);
@@ -585,6 +593,7 @@ void FileStore::Impl::run(const std::string &name, int64_t offset, char *buffer,
   {
     std::lock_guard<std::mutex> lock(mutex);
     stats.requests += static_cast<int64_t>(reqs.size());
+    (write ? stats.write_busy_ns : stats.read_busy_ns) += busy;
     stats.bounced += op.bounced ? 1 : 0;
     for (const Req &r : reqs)
       stats.bounced_bytes += r.bounced ? r.len : 0;
@@ -650,7 +659,7 @@ Request FileStore::Impl::issue(const char *what, Stream &stream, int64_t offset,
       stats.bytes_read += n;
     }
   };
-  Request request = worker->submit(&stream, std::move(task));
+  Request request = worker->submit(&stream, std::move(task), true, wait_ns);
   std::lock_guard<std::mutex> lock(mutex);
   std::vector<CompletionPtr> kept;
   for (CompletionPtr &c : issued)
@@ -767,7 +776,9 @@ FileStoreStats FileStore::stats() const {
   if (!impl_)
     return {};
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->stats;
+  FileStoreStats stats = impl_->stats;
+  stats.wait_ns = impl_->wait_ns->load();
+  return stats;
 }
 
 void check_room(const std::string &dir, int64_t needed, const std::string &what) {

@@ -8,6 +8,7 @@
 #include "dsrt/backend.h"
 #include "dsrt/tensor.h"
 
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -23,11 +24,24 @@ void Completion::finish(std::string error) {
   cv_.notify_all();
 }
 
+namespace {
+// Set on Worker threads: their waits for dependencies are not a program's.
+thread_local bool on_worker = false;
+}  // namespace
+
 void Completion::wait() {
   if (done())
     return;
-  std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [&] { return done(); });
+  const bool timed = blocked_ns && !on_worker;
+  const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return done(); });
+  }
+  if (timed)
+    *blocked_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
 }
 
 std::vector<CompletionPtr> pending_work(Stream &stream) {
@@ -94,8 +108,10 @@ Worker::~Worker() {
   thread_.join();
 }
 
-Request Worker::submit(Stream *stream, Task task, bool after_device) {
+Request Worker::submit(Stream *stream, Task task, bool after_device,
+                       std::shared_ptr<std::atomic<int64_t>> blocked_ns) {
   auto completion = std::make_shared<Completion>();
+  completion->blocked_ns = std::move(blocked_ns);
   Item item{stream ? pending_work(*stream) : std::vector<CompletionPtr>{}, completion,
             std::move(task)};
   if (stream && after_device) {
@@ -118,6 +134,7 @@ void Worker::drain() {
 }
 
 void Worker::loop() {
+  on_worker = true;
   for (;;) {
     Item item;
     {

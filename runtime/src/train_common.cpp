@@ -378,7 +378,7 @@ std::string exact_number(double value) {
 }
 }  // namespace
 
-double log_step(const TrainOptions &options, const Program &program, bool rank0, FILE *log_json,
+double log_step(const TrainOptions &options, Program &program, bool rank0, FILE *log_json,
                 int64_t samples, double start_us, const StepLog &entry) {
   const double step_us = now_us() - start_us;
   const double step_s = step_us / 1e6;
@@ -411,11 +411,23 @@ double log_step(const TrainOptions &options, const Program &program, bool rank0,
                 ", \"planned_bytes\": " +
                 std::to_string(program.info->space(space).arena_bytes) + "}";
     }
+    std::string file_io;
+    if (program.file_arena) {
+      const FileStoreStats now = program.file_arena->stats(), &last = program.file_io_logged;
+      file_io = ", \"file_io\": {\"bytes_read\": " + std::to_string(now.bytes_read - last.bytes_read) +
+                ", \"bytes_written\": " + std::to_string(now.bytes_written - last.bytes_written) +
+                ", \"requests\": " + std::to_string(now.requests - last.requests) +
+                ", \"read_busy_s\": " + json_number((now.read_busy_ns - last.read_busy_ns) / 1e9) +
+                ", \"write_busy_s\": " +
+                json_number((now.write_busy_ns - last.write_busy_ns) / 1e9) +
+                ", \"wait_s\": " + json_number((now.wait_ns - last.wait_ns) / 1e9) + "}";
+      program.file_io_logged = now;
+    }
     fprintf(log_json,
             "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, "
             "\"step_time_s\": %s, \"samples_per_s\": %s, \"skipped\": %s, %s"
             "\"arena_peak_bytes\": %lld, \"arena_planned_bytes\": %lld, "
-            "\"memory_spaces\": {%s}}\n",
+            "\"memory_spaces\": {%s}%s}\n",
             static_cast<long long>(entry.step), json_number(entry.loss).c_str(),
             json_number(entry.lr).c_str(), json_number(entry.grad_norm).c_str(),
             json_number(step_s).c_str(), json_number(samples_per_s).c_str(),
@@ -424,7 +436,7 @@ double log_step(const TrainOptions &options, const Program &program, bool rank0,
                 ? ("\"loss_scale\": " + exact_number(entry.loss_scale) + ", ").c_str()
                 : "",
             static_cast<long long>(arena_peak),
-            static_cast<long long>(program.info->arena_bytes), spaces.c_str());
+            static_cast<long long>(program.info->arena_bytes), spaces.c_str(), file_io.c_str());
     fflush(log_json);
     if (ferror(log_json)) throw Error("--log-json: cannot write '" + options.log_json + "'");
   }

@@ -435,8 +435,12 @@ struct StepLog {
 };
 // The step line on stdout (rank 0, every steps_per_print steps and the
 // last) and the JSON line; `samples` per step, the arena's from `program`.
-// Returns the step's time, from `start_us` (now_us()) to the call.
-double log_step(const TrainOptions &options, const Program &program, bool rank0, FILE *log_json,
+// With a file arena the JSON line has the step's file I/O ("file_io": bytes
+// read and written, requests, the engine's busy time and the program's
+// blocked waits since the previous line; the first line counts from the
+// store's creation). Returns the step's time, from `start_us` (now_us()) to
+// the call.
+double log_step(const TrainOptions &options, Program &program, bool rank0, FILE *log_json,
                 int64_t samples, double start_us, const StepLog &entry);
 
 // fp16 (TrainInfo::loss_scaled): the run's loss scaler, continued from

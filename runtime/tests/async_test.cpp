@@ -464,6 +464,52 @@ TEST(FileStore, WaitsForItsStreamBeforeRunning) {
   ::unlink(path.c_str());
 }
 
+// The engine's busy time counts while its requests are in flight, not while
+// an operation waits for its stream; the wait counts the time a program
+// thread is blocked on the store's operations, and nothing for one already
+// complete or for a wait on other work.
+TEST(FileStore, CountsBusyTimeAndBlockedWaits) {
+  const std::string path = temp_path("busy");
+  dsrt::Stream s;
+  dsrt::detail::Worker worker;
+  dsrt::FileStore store = dsrt::FileStore::create(path, 1 << 20);
+  std::vector<char> data(1 << 20, 'b');
+  Gate gate;
+  worker.submit(&s, [&](const std::string &) { gate.wait(); });
+  dsrt::Request w = store.write_async(s, 0, data.data(), data.size());
+  std::thread opener = open_later(gate, 200);
+  const auto start = std::chrono::steady_clock::now();
+  w.wait();
+  const int64_t blocked = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count();
+  opener.join();
+  dsrt::FileStoreStats st = store.stats();
+  EXPECT_GE(st.wait_ns, 150'000'000) << "the write was waited for 200 ms";
+  EXPECT_LE(st.wait_ns, blocked);
+  EXPECT_GT(st.write_busy_ns, 0);
+  EXPECT_EQ(st.read_busy_ns, 0);
+  w.wait();  // complete: no more waiting
+  EXPECT_EQ(store.stats().wait_ns, st.wait_ns);
+  // Blocked on other work (the gate's), not the store's.
+  Gate second;
+  dsrt::Request other = worker.submit(&s, [&](const std::string &) { second.wait(); });
+  std::thread opener2 = open_later(second, 50);
+  other.wait();
+  opener2.join();
+  EXPECT_EQ(store.stats().wait_ns, st.wait_ns);
+  std::vector<char> back(1 << 20);
+  store.read_async(s, 0, back.data(), back.size()).wait();
+  EXPECT_EQ(back, data);
+  st = store.stats();
+  EXPECT_GT(st.read_busy_ns, 0);
+  // The engine was busy for a small part of the 200 ms the write waited
+  // for its stream (1 MiB; the bound leaves room for a loaded machine).
+  EXPECT_LT(st.write_busy_ns, 150'000'000);
+  store.close();
+  ::unlink(path.c_str());
+}
+
 //===--- the I/O engine ------------------------------------------------------===//
 
 // Bytes that differ from offset to offset and from seed to seed.

@@ -88,6 +88,15 @@ struct FileStoreStats {
   // offset are aligned bounces only its last block, when its length ends
   // inside one.
   int64_t bounced = 0, bounced_bytes = 0;
+  // The time the engine had requests in flight: the operations run one
+  // after another on the store's I/O thread, and each counts from its first
+  // submit to its last completion, so the sum is the union of the busy
+  // intervals (bytes_read / read_busy_ns is the engine's read throughput,
+  // bytes_written / write_busy_ns its write throughput).
+  int64_t read_busy_ns = 0, write_busy_ns = 0;
+  // The time other threads (the program's) spent blocked waiting for the
+  // store's operations to complete: the I/O that compute did not hide.
+  int64_t wait_ns = 0;
 };
 
 // The bytes a store of `size` bytes takes on disk with `io`.

@@ -84,6 +84,9 @@ struct Program {
   uint8_t *host_arena = nullptr;
   FileStore *file_arena = nullptr;
   MemoryMonitor host_memory, file_memory;
+  // The file arena's counters when the last step was logged (train's
+  // --log-json reports each step's share).
+  FileStoreStats file_io_logged;
   Tracer *tracer = nullptr;
   std::vector<Tensor> outputs;
   // The memory of the running function's inputs that have no buffer in its

@@ -17,6 +17,9 @@ data (under mpirun for several ranks) and requires:
   * the offloaded run's measured high-water mark of every memory space to
     equal its plan (the log's memory_spaces against plan.json), with the
     optimizer states out of the device arena (host persistent bytes > 0);
+  * with a file space, the log's file_io of every step after the first to
+    read and write plan.json's bytes per step, the I/O engine busy when it
+    moved bytes and the program's wait for it inside the step;
 and, for the case marked `checkpoint`, that both runs' checkpoints are the
 same bytes and that the offloaded program resumed from its step-2
 checkpoint ends where the uninterrupted run does.
@@ -239,6 +242,27 @@ def check_case(args, model: str, precision: str, dp: int, stage: int, pp: int, t
         for space in spaces:
             if planned[space]["persistent_bytes"] <= 0:
                 return f"rank {measured['rank']}: the {space} space holds no states"
+    # The log's file_io (rank 0's file store): from step 2 on, each step
+    # reads and writes the plan's bytes per step, the engine was busy when
+    # it moved bytes, and the program waited at most the step.
+    moved = plan["ranks"][0].get("offload", {}).get("bytes_per_step", {})
+    for record in off_log[1:]:
+        io = record.get("file_io")
+        if plan["ranks"][0]["memory_spaces"]["file"]["persistent_bytes"] <= 0:
+            if io is not None:
+                return f"step {record['step']}: file_io logged without a file space"
+            continue
+        if io is None:
+            return f"step {record['step']}: the log has no file_io"
+        if (io["bytes_read"], io["bytes_written"]) != (moved.get("file_to_host", 0),
+                                                      moved.get("host_to_file", 0)):
+            return (f"step {record['step']}: file_io read {io['bytes_read']} and wrote "
+                    f"{io['bytes_written']} bytes, plan.json {moved}")
+        if io["bytes_read"] and io["read_busy_s"] <= 0 or \
+                io["bytes_written"] and io["write_busy_s"] <= 0:
+            return f"step {record['step']}: file_io moved bytes with no busy time: {io}"
+        if not 0 <= io["wait_s"] <= record["step_time_s"]:
+            return f"step {record['step']}: file_io wait_s {io['wait_s']} outside the step"
     if device != "cpu" and any((work.parent / "nvme-files").iterdir()):
         return "the file space's file was not removed at exit"
     if checkpoint:
