@@ -20,19 +20,16 @@ import argparse
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import check_fake_cuda  # noqa: E402
+
+
 def run(command, **kw):
-    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kw)
-    if done.returncode != 0:
-        sys.stderr.write(" ".join(shlex.quote(str(c)) for c in command) + "\n" +
-                         done.stdout + done.stderr)
-        raise SystemExit(f"cuda emu: FAILED: {Path(str(command[0])).name} exited "
-                         f"{done.returncode}")
-    return done
+    return check_fake_cuda.run(command, label="cuda emu", **kw)
 
 
 def build_flags(dsopt, target):

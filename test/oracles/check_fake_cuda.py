@@ -58,12 +58,14 @@ FORBIDDEN_IN_STEP = ["cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaMallocHost"
 SYNCS = ["cudaStreamSynchronize", "cudaEventSynchronize"]
 
 
-def run(command, **kw):
-    done = subprocess.run(command, capture_output=True, text=True, **kw)
+def run(command, label="fake cuda", **kw):
+    """Runs command; on a non-zero exit prints it with its output and exits
+    with "LABEL: FAILED: <program> exited N"."""
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kw)
     if done.returncode != 0:
         sys.stderr.write(" ".join(shlex.quote(str(c)) for c in command) + "\n" +
                          done.stdout + done.stderr)
-        raise SystemExit(f"fake cuda: FAILED: {Path(str(command[0])).name} exited "
+        raise SystemExit(f"{label}: FAILED: {Path(str(command[0])).name} exited "
                          f"{done.returncode}")
     return done
 
