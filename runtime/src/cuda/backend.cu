@@ -313,6 +313,31 @@ public:
     throw_device_error();
   }
 
+  DeviceEvent timing_mark() override {
+    cudaEvent_t event = nullptr;
+    check_cuda(cudaEventCreate(&event), "cuda::timing_mark", "cudaEventCreate");
+    return DeviceEvent(event, [](void *e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  }
+
+  void record_timing(Stream &s, const DeviceEvent &mark) override {
+    // After the host work pending on the stream, as a kernel would be.
+    check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(mark.get()), begin_kernel(s)),
+               "cuda::record_timing", "cudaEventRecord");
+  }
+
+  double elapsed_us(const DeviceEvent &from, const DeviceEvent &to) override {
+    float ms = 0;
+    const cudaError_t status = cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.get()),
+                                                    static_cast<cudaEvent_t>(to.get()));
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();
+      throw Error("dsrt::cuda::elapsed_us: a timing mark the stream has not reached yet (read "
+                  "marks after a host wait that covers them)");
+    }
+    check_cuda(status, "cuda::elapsed_us", "cudaEventElapsedTime");
+    return static_cast<double>(ms) * 1e3;
+  }
+
   std::unique_ptr<Transport> world_transport(Communicator &bootstrap) override {
 #if DSRT_HAVE_NCCL
     std::unique_ptr<Transport> transport = make_nccl_world(bootstrap);

@@ -9,7 +9,9 @@
 //            done at once on the host, in call order
 //   streams, events  handles the fake checks: a stream or event used after
 //            it was destroyed, or a wait on an event never recorded, counts
-//            as an error
+//            as an error. A fake device clock advances 1 ms per piece of
+//            work queued (launch, asynchronous copy or memset, matmul, NCCL
+//            call); an event records it, cudaEventElapsedTime subtracts
 //   kernels  launches are counted (by kernel name, from the registration
 //            calls nvcc generates, and by stream with cudaMemsetAsync and
 //            cublasLtMatmul) and their configurations checked; they
@@ -76,6 +78,8 @@ struct FakeStream {
 };
 struct FakeEvent {
   bool recorded = false;
+  bool timing = true;  // not created with cudaEventDisableTiming
+  double time_us = 0;  // the fake device clock when last recorded
 };
 
 struct State {
@@ -84,6 +88,10 @@ struct State {
   std::set<FakeStream *> streams;
   int streams_made = 0;
   std::set<FakeEvent *> events;
+  // The fake device clock: every piece of work queued (a kernel launch, an
+  // asynchronous copy or memset, a matmul, an NCCL call) takes 1 ms of it,
+  // whatever stream it is on; an event records the clock.
+  double clock_us = 0;
   std::map<uintptr_t, size_t> device_mem, host_mem;  // base -> bytes
   std::map<const void *, void *> symbols;  // __device__ variable -> its device copy
   std::map<const void *, std::string> kernel_names;  // host stub -> device name
@@ -135,6 +143,7 @@ struct State {
   }
   // Counts `what` as work queued on stream `s`.
   void on_stream(cudaStream_t s, const std::string &what) {
+    clock_us += 1000;
     const int number = stream_ok(s) && s ? reinterpret_cast<FakeStream *>(s)->number : 0;
     ++now().stream_work[std::to_string(number) + " " + what];
   }
@@ -411,6 +420,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
   st.count("cudaMemcpyAsync");
   st.check_stream(stream, "cudaMemcpyAsync");
   if (bytes) check_copy(st, "cudaMemcpyAsync", dst, src, bytes);
+  st.clock_us += 1000;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -421,6 +431,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
   st.count("cudaMemcpy2DAsync");
   st.check_stream(stream, "cudaMemcpy2DAsync");
   if (width > dpitch || width > spitch) st.error("cudaMemcpy2DAsync: width above a pitch");
+  st.clock_us += 1000;
   for (size_t r = 0; r < height; ++r)
     std::memmove(static_cast<char *>(dst) + r * dpitch,
                  static_cast<const char *>(src) + r * spitch, width);
@@ -475,10 +486,11 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   st.check_stream(stream, "cudaStreamQuery");
   return cudaSuccess;
 }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
   LOCKED;
   st.count("cudaEventCreateWithFlags");
   auto *e = new FakeEvent;
+  e->timing = (flags & cudaEventDisableTiming) == 0;
   st.events.insert(e);
   *event = reinterpret_cast<cudaEvent_t>(e);
   return cudaSuccess;
@@ -510,6 +522,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   FakeEvent *e = live_event(st, event, "cudaEventRecord");
   if (!e) return cudaErrorInvalidResourceHandle;
   e->recorded = true;
+  e->time_us = st.clock_us;
   return cudaSuccess;
 }
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int) {
@@ -537,12 +550,20 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   st.count("cudaEventQuery");
   return live_event(st, event, "cudaEventQuery") ? cudaSuccess : cudaErrorInvalidResourceHandle;
 }
+// The fake clock's time between the two records (every event is reached
+// at once); as on a GPU, an event never recorded or made without timing is
+// an invalid handle here, which the fake also counts as a misuse.
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
   LOCKED;
   st.count("cudaEventElapsedTime");
-  if (!live_event(st, start, "cudaEventElapsedTime") || !live_event(st, end, "cudaEventElapsedTime"))
+  FakeEvent *a = live_event(st, start, "cudaEventElapsedTime");
+  FakeEvent *b = live_event(st, end, "cudaEventElapsedTime");
+  if (!a || !b) return cudaErrorInvalidResourceHandle;
+  if (!a->recorded || !b->recorded || !a->timing || !b->timing) {
+    st.error("cudaEventElapsedTime of an event never recorded or made without timing");
     return cudaErrorInvalidResourceHandle;
-  *ms = 0;
+  }
+  *ms = static_cast<float>((b->time_us - a->time_us) / 1000.0);
   return cudaSuccess;
 }
 
@@ -946,6 +967,7 @@ ncclResult_t collective(const char *api, cudaStream_t stream) {
   LOCKED;
   st.count(api);
   st.check_stream(stream, api);
+  st.clock_us += 1000;
   return ncclSuccess;
 }
 }  // namespace
