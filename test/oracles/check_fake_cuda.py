@@ -40,6 +40,12 @@ Prints what it found, one line per fact, and "fake cuda: ok" or the
 failures; exits 1 on any failure. --inject-step-malloc adds a cudaMalloc at
 the start of the program's micro_step, and --inject-step-sync a
 cudaStreamSynchronize of its stream, which the check must reject.
+
+--fail-launch NAME[:K] then makes the fake fault the K-th launch of a
+kernel whose name contains NAME (DSRT_FAKE_CUDA_FAIL_LAUNCH) and runs the
+program (one rank) twice more, as is and with DSRT_CUDA_SYNC=1; each run
+must fail, and its error lines are printed for the caller to check.
+Repeated, each launch is faulted in runs of its own.
 """
 
 import argparse
@@ -129,6 +135,26 @@ def fill_streams(who, phase, failures):
                             f"the function's stream {function_stream}")
 
 
+def failing_runs(command, env, spec) -> int:
+    """Runs the program with launch `spec` faulting, without and with
+    DSRT_CUDA_SYNC=1; prints each run's exit and error lines."""
+    failed = True
+    for label, sync in (("as is", None), ("DSRT_CUDA_SYNC=1", "1")):
+        run_env = dict(env, DSRT_FAKE_CUDA_FAIL_LAUNCH=spec)
+        run_env.pop("DSRT_CUDA_SYNC", None)
+        if sync:
+            run_env["DSRT_CUDA_SYNC"] = sync
+        done = subprocess.run(command, capture_output=True, text=True, env=run_env)
+        print(f"{spec}, {label}: exit {done.returncode}")
+        for line in (done.stdout + done.stderr).splitlines():
+            if "error" in line or "fake cudart" in line:
+                print(f"{spec}, {label}: {line}")
+        failed = failed and done.returncode != 0
+    print(f"fake cuda: {spec}: both runs failed" if failed else
+          f"fake cuda: FAILED: {spec}: a run succeeded")
+    return 0 if failed else 1
+
+
 COMPUTE = ("forward", "backward", "weight-gradient")
 
 
@@ -190,7 +216,12 @@ def main() -> int:
     parser.add_argument("--inject-step-sync", action="store_true")
     parser.add_argument("--trace", action="store_true",
                         help="run with --trace and check a pipeline trace's times")
+    parser.add_argument("--fail-launch", metavar="NAME[:K]", action="append", default=[],
+                        help="fault that launch; run without and with DSRT_CUDA_SYNC=1 "
+                             "(repeat for more, each in runs of its own)")
     args = parser.parse_args()
+    if args.fail_launch and args.ranks > 1:
+        parser.error("--fail-launch runs one rank")
     args.work.mkdir(parents=True, exist_ok=True)
     prog = args.work / "prog"
     exe = build(args, prog)
@@ -333,7 +364,10 @@ def main() -> int:
     for f in failures:
         print(f"FAILED: {f}")
     print("fake cuda: ok" if not failures else f"fake cuda: {len(failures)} failures")
-    return 1 if failures else 0
+    status = 1 if failures else 0
+    for spec in args.fail_launch:
+        status = max(status, failing_runs(command, env, spec))
+    return status
 
 
 if __name__ == "__main__":

@@ -106,6 +106,13 @@ public:
   // when either has not been recorded or not been reached yet.
   virtual double elapsed_us(const DeviceEvent &from, const DeviceEvent &to);
 
+  //===--- debugging ---------------------------------------------------------===//
+
+  // Whether every op of a program is to be waited for when it ends, so that
+  // a device fault is reported by the op that caused it (cuda:
+  // DSRT_CUDA_SYNC=1). The cpu backend runs ops when they are called.
+  virtual bool synchronous_ops() const { return false; }
+
   //===--- the kernel table ---------------------------------------------===//
   //
   // The kernels are the functions of kernels.h, which every backend library
