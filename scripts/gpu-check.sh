@@ -40,8 +40,9 @@
 #             the check is that rank 1 is refused at once with dsrt's message
 #             (its local rank has no GPU of its own) and the job exits 1
 #             instead of hanging; a SKIP line without mpirun
-#   trace     one step's timeline (nsys when installed, else the runtime's
-#             cudaEvent-timed Chrome trace)
+#   trace     one step's timeline (nsys when installed) and the runtime's
+#             per-op Chrome trace, run with DSRT_CUDA_SYNC=1 so that each op
+#             is waited for at its end and its host-clock times are its run
 #   bench     bench/gpu_bench.py --prepared: GPT-2 124M bf16 tokens/s and MFU
 #
 # Without a GPU, scripts/cuda-emu-sweep.sh runs the train, bf16 and zero3
@@ -390,9 +391,10 @@ trace() {
       --data "$data" --weights "$PREP/models" --steps 2 || return 1
     ls -l "$OUT"/step.nsys-rep
   else
-    echo "nsys not found: the runtime's own trace (cudaEvent timestamps)"
+    echo "nsys not found: the runtime's own trace (each op waited for: DSRT_CUDA_SYNC=1)"
   fi
-  "$program" --data "$data" --weights "$PREP/models" --steps 1 --trace "$OUT/trace.json" || return 1
+  DSRT_CUDA_SYNC=1 "$program" --data "$data" --weights "$PREP/models" --steps 1 \
+    --trace "$OUT/trace.json" || return 1
   "$PY" -c 'import json,sys; t=json.load(open(sys.argv[1])); e=t["traceEvents"] if isinstance(t,dict) else t; assert e, "empty trace"; print(len(e), "trace events")' "$OUT/trace.json"
 }
 

@@ -4,11 +4,13 @@
 #include "dsrt/backend.h"
 
 #include "async.h"
+#include "runner.h"
 #include "staging.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -136,6 +138,31 @@ PinnedStaging &transfer_staging_buffers() {
 }
 
 }  // namespace detail
+
+// The default timing marks: the host clock when recorded.
+namespace {
+struct HostMark {
+  double us = 0;
+  bool recorded = false;
+};
+}  // namespace
+
+DeviceEvent BackendInterface::timing_mark() { return std::make_shared<HostMark>(); }
+
+void BackendInterface::record_timing(Stream &, const DeviceEvent &mark) {
+  HostMark &m = *static_cast<HostMark *>(mark.get());
+  m.us = runner::now_us();
+  m.recorded = true;
+}
+
+double BackendInterface::elapsed_us(const DeviceEvent &from, const DeviceEvent &to) {
+  const HostMark *a = static_cast<const HostMark *>(from.get());
+  const HostMark *b = static_cast<const HostMark *>(to.get());
+  if (!a || !b || !a->recorded || !b->recorded)
+    throw Error(std::string("dsrt: ") + name() + " backend: elapsed time of a timing mark "
+                "that was never recorded");
+  return b->us - a->us;
+}
 
 void read_to_host(Stream &stream, void *host, const Tensor &src) {
   BackendInterface &b = backend(stream);

@@ -283,6 +283,7 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
     bool skip = false;
     std::string step_error;
     losses.assign(losses.size(), 0.0f);
+    times = StepTimes();  // a failed step's stay unknown (0)
     int32_t found = kStepClean;
     try {
       // Micro-batch mb of this dp rank draws the masks of micro-batch
@@ -290,9 +291,12 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       const uint64_t first_counter =
           (options.seed << 32) + static_cast<uint64_t>((step - 1) * dp * k);
       if (scaler) executor.set_loss_scale(micro_step_loss_scale(scaler->scale(), k));
-      executor.run_actions(batch, first_counter, dp_rank, losses, times, start);
+      executor.run_actions(batch, first_counter, dp_rank, losses);
       executor.sum_tied();
       found = find_nonfinite(program, losses.data(), k);
+      // The step's work is done (the check waited for the stream): the
+      // actions' timing marks are reached.
+      executor.read_times(times);
     } catch (const std::exception &error) {
       step_error = step_context(options, step, batch, -1) + error.what();
       found = kStepFailed;
@@ -342,8 +346,10 @@ int run_pipeline(int argc, char **argv, const PipelineRankProgram *ranks, int64_
       bubble_sum += makespan > 0 ? 1.0 - compute / (static_cast<double>(stages) * makespan) : 0;
       ++bubble_steps;
     }
+    // Each step as long as its slowest rank's, and no shorter than its
+    // actions as the streams ran them.
     double span = 0;
-    for (int r = 0; r < world; ++r) span = std::max(span, field(r, k + 3));
+    for (int r = 0; r < world; ++r) span = std::max({span, field(r, k + 2), field(r, k + 3)});
     if (step < options.steps) step_origin_us[static_cast<size_t>(step)] =
         step_origin_us[static_cast<size_t>(step - 1)] + span;
     if (!trace_times.empty())

@@ -47,22 +47,26 @@ PipelineExecutor::PipelineExecutor(Program &program, const PipelineRankProgram &
         std::string(kPoolKinds[kind]) + " pool of stage " + std::to_string(pool.stage));
   }
   for (const InputData &item : data) data_[item.input->name] = &item;
+  const std::vector<PipelineAction> &actions = pipeline_.actions;
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (i == 0 || !is_transfer(actions[i].kind) || !is_transfer(actions[i - 1].kind))
+      group_starts_.push_back(i);
+  group_starts_.push_back(actions.size());
+  BackendInterface &b = backend(program_.stream);
+  for (size_t i = 0; i < 2 * group_starts_.size() - 1; ++i) marks_.push_back(b.timing_mark());
 }
 
 void PipelineExecutor::run_actions(int64_t batch, uint64_t first_counter, int64_t dp_rank,
-                                   std::vector<float> &losses, StepTimes &times,
-                                   double origin_us) {
+                                   std::vector<float> &losses) {
   const std::vector<PipelineAction> &actions = pipeline_.actions;
-  times.begin.assign(actions.size(), 0);
-  times.end.assign(actions.size(), 0);
-  times.compute_us = times.actions_end_us = 0;
+  BackendInterface &b = backend(program_.stream);
   next_action_ = 0;
   tied_issued_ = false;
-  for (size_t i = 0; i < actions.size();) {
-    size_t end = i + 1;
-    const double begin_us = now_us();
+  b.record_timing(program_.stream, marks_[0]);
+  for (size_t g = 0; g + 1 < group_starts_.size(); ++g) {
+    const size_t i = group_starts_[g], end = group_starts_[g + 1];
+    b.record_timing(program_.stream, marks_[2 * g + 1]);
     if (is_transfer(actions[i].kind)) {
-      while (end < actions.size() && is_transfer(actions[end].kind)) ++end;
       run_transfers(i, end);
     } else {
       next_action_ = end;
@@ -71,20 +75,33 @@ void PipelineExecutor::run_actions(int64_t batch, uint64_t first_counter, int64_
       run_compute(actions[i], batch, first_counter + static_cast<uint64_t>(dp_rank * k + mb),
                   dp_rank * k + mb, losses);
     }
-    const double end_us = now_us();
-    for (size_t j = i; j < end; ++j) {
-      times.begin[j] = begin_us - origin_us;
-      times.end[j] = end_us - origin_us;
-    }
-    if (!is_transfer(actions[i].kind)) times.compute_us += end_us - begin_us;
-    times.actions_end_us = end_us - origin_us;
-    i = end;
+    // A transfer group's end is reached once its transfers are done: the
+    // stream waits for them (run_transfers).
+    b.record_timing(program_.stream, marks_[2 * g + 2]);
   }
   for (const StageRun &stage : stages_)
     for (const auto &pool : stage.pools)
       if (pool && !pool->held().empty())
         throw Error("pipeline schedule: after the step's last action the " + pool->name() +
                     " still holds micro-batches " + pool->held());
+}
+
+void PipelineExecutor::read_times(StepTimes &times) const {
+  const std::vector<PipelineAction> &actions = pipeline_.actions;
+  BackendInterface &b = backend(program_.stream);
+  times.begin.assign(actions.size(), 0);
+  times.end.assign(actions.size(), 0);
+  times.compute_us = times.actions_end_us = 0;
+  for (size_t g = 0; g + 1 < group_starts_.size(); ++g) {
+    const double begin_us = b.elapsed_us(marks_[0], marks_[2 * g + 1]);
+    const double end_us = b.elapsed_us(marks_[0], marks_[2 * g + 2]);
+    for (size_t j = group_starts_[g]; j < group_starts_[g + 1]; ++j) {
+      times.begin[j] = begin_us;
+      times.end[j] = end_us;
+    }
+    if (!is_transfer(actions[group_starts_[g]].kind)) times.compute_us += end_us - begin_us;
+    times.actions_end_us = end_us;
+  }
 }
 
 void PipelineExecutor::sum_tied() {

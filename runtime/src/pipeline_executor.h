@@ -22,8 +22,10 @@ struct StageRun {
   std::unique_ptr<SlotPool> pools[kPoolKindCount];
 };
 
-// One step's measurements of one rank's actions (microseconds from the
-// barrier that starts the step).
+// One step's measurements of one rank's actions: when the program's stream
+// ran them, in microseconds from the point it reached when the step began
+// (BackendInterface's timing marks: the host clock on cpu, cudaEvents on
+// cuda).
 struct StepTimes {
   std::vector<double> begin, end;
   double compute_us = 0, actions_end_us = 0;
@@ -48,7 +50,12 @@ public:
   // Runs the action list of step `step` on global batch `batch`; losses[mb]
   // gets the loss of micro-batch mb where this rank has the last stage.
   void run_actions(int64_t batch, uint64_t first_counter, int64_t dp_rank,
-                   std::vector<float> &losses, StepTimes &times, double origin_us);
+                   std::vector<float> &losses);
+
+  // The times of the actions run_actions ran, read from the timing marks
+  // recorded around them on the program's stream: call it after a host
+  // wait for that stream (the step's non-finite check), which adds none.
+  void read_times(StepTimes &times) const;
 
   // Each tied state becomes the sum of its sharers' copies, in ascending
   // rank order.
@@ -94,6 +101,12 @@ private:
   size_t next_action_ = 0;
   bool tied_issued_ = false;
   double loss_scale_ = 1;
+  // The timing marks, made once: marks_[0] where the step began, then a
+  // begin and an end mark per group of actions (one computation, or one
+  // send_recv group), in action order; group_starts_ the groups' first
+  // actions, and the action count last.
+  std::vector<DeviceEvent> marks_;
+  std::vector<size_t> group_starts_;
 };
 
 }  // namespace pipeline

@@ -73,13 +73,44 @@ ProgramArena allocate_arena(int64_t arena_bytes) {
   return arena;
 }
 
+namespace {
+
+// With synchronous ops, an error thrown inside an op (a device fault its
+// end's wait found, a kernel's launch) prefixed with the op: its index and
+// name in its function's op list, its ONNX node, and the function.
+std::exception_ptr naming_running_op(Program &p, std::exception_ptr error) {
+  const int64_t op = p.running_op;
+  p.running_op = -1;
+  if (!p.synchronous_ops || op < 0 || !p.info) return error;
+  const std::vector<FunctionInfo> &functions = p.info->functions;
+  const bool in_function =
+      p.running_function >= 0 && p.running_function < static_cast<int>(functions.size());
+  const std::vector<OpInfo> &ops = in_function ? functions[p.running_function].ops : p.info->ops;
+  std::string where = "op " + std::to_string(op);
+  if (op < static_cast<int64_t>(ops.size())) {
+    where += " '" + ops[op].name + "'";
+    if (!ops[op].location.empty()) where += " (node " + ops[op].location + ")";
+  }
+  where += in_function ? " of function '" + functions[p.running_function].name + "'"
+                       : std::string(" of the program");
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception &e) {
+    return std::make_exception_ptr(Error(where + ": " + e.what()));
+  } catch (...) {
+    return error;
+  }
+}
+
+}  // namespace
+
 void run_to_completion(Program &p, RunFn run) {
   p.collectives.clear();
   std::exception_ptr first;
   try {
     run(p);
   } catch (...) {
-    first = std::current_exception();
+    first = naming_running_op(p, std::current_exception());
   }
   if (!first) {
     // No host wait for the device: the host work of both streams is done,
@@ -108,6 +139,8 @@ void run_to_completion(Program &p, RunFn run) {
 }  // namespace runner
 
 using namespace runner;
+
+void synchronize_op(Program &p) { backend(p.stream).synchronize(p.stream); }
 
 //===--- MemoryMonitor ----------------------------------------------------===//
 
@@ -817,6 +850,7 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     program.info = &info;
     program.stream = Stream(backend().kind(), options.threads);
     program.comm = Stream(backend().kind(), options.threads);
+    program.synchronous_ops = backend().synchronous_ops();
     // Generated fused loops use OpenMP's default team size.
     if (options.threads > 0) omp_set_num_threads(options.threads);
     ProgramArena arena = allocate_arena(info.arena_bytes);

@@ -35,6 +35,7 @@ void run_function(Program &program, RunFn run, int index) {
   const FunctionInfo &function = program.info->functions[static_cast<size_t>(index)];
   health::set_phase(function.name);
   program.outputs.clear();
+  program.running_function = index;
   if (program.tracer) program.tracer->set_function(index);
   int64_t before[kNumSpaces][kNumSpaces];
   for (int from = 0; from < kNumSpaces; ++from)
@@ -288,6 +289,7 @@ void init_program(Program &program, const ProgramInfo &info, int threads) {
   program.info = &info;
   program.stream = Stream(backend().kind(), threads);
   program.comm = Stream(backend().kind(), threads);
+  program.synchronous_ops = backend().synchronous_ops();
 }
 
 void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions &options,

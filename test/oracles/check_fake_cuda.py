@@ -29,10 +29,23 @@ report of the fake this checks:
   * the kernel launches (by kernel), cuBLASLt matmuls and NCCL calls of
     steps 2..N are the same in every step
 
+With --trace the program writes its Chrome trace, and a pipeline program's
+per-action entries must come from the timing marks (cudaEvents) the fake
+clock stamps, 1 ms per piece of work queued: in each step every rank's
+actions in schedule order, none before the previous one ended, every
+computation a whole, non-zero number of fake milliseconds, and every step
+reads its marks (cudaEventElapsedTime) with no more host synchronizations.
+
 Prints what it found, one line per fact, and "fake cuda: ok" or the
 failures; exits 1 on any failure. --inject-step-malloc adds a cudaMalloc at
 the start of the program's micro_step, and --inject-step-sync a
 cudaStreamSynchronize of its stream, which the check must reject.
+
+--fail-launch NAME[:K] then makes the fake fault the K-th launch of a
+kernel whose name contains NAME (DSRT_FAKE_CUDA_FAIL_LAUNCH) and runs the
+program (one rank) twice more, as is and with DSRT_CUDA_SYNC=1; each run
+must fail, and its error lines are printed for the caller to check.
+Repeated, each launch is faulted in runs of its own.
 """
 
 import argparse
@@ -122,6 +135,71 @@ def fill_streams(who, phase, failures):
                             f"the function's stream {function_stream}")
 
 
+def failing_runs(command, env, spec) -> int:
+    """Runs the program with launch `spec` faulting, without and with
+    DSRT_CUDA_SYNC=1; prints each run's exit and error lines."""
+    failed = True
+    for label, sync in (("as is", None), ("DSRT_CUDA_SYNC=1", "1")):
+        run_env = dict(env, DSRT_FAKE_CUDA_FAIL_LAUNCH=spec)
+        run_env.pop("DSRT_CUDA_SYNC", None)
+        if sync:
+            run_env["DSRT_CUDA_SYNC"] = sync
+        done = subprocess.run(command, capture_output=True, text=True, env=run_env)
+        print(f"{spec}, {label}: exit {done.returncode}")
+        for line in (done.stdout + done.stderr).splitlines():
+            if "error" in line or "fake cudart" in line:
+                print(f"{spec}, {label}: {line}")
+        failed = failed and done.returncode != 0
+    print(f"fake cuda: {spec}: both runs failed" if failed else
+          f"fake cuda: FAILED: {spec}: a run succeeded")
+    return 0 if failed else 1
+
+
+COMPUTE = ("forward", "backward", "weight-gradient")
+
+
+def check_trace(trace, report, args, failures):
+    """A pipeline trace's actions, timed by the fake's event clock."""
+    if not trace.exists():
+        failures.append(f"--trace wrote no {trace}")
+        return
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    by_track = {}
+    for e in events:
+        by_track.setdefault((e["tid"], e["args"]["step"]), []).append(e)
+    if not by_track:
+        failures.append("trace: no action entries")
+        return
+    durations = []
+    for (tid, step), actions in sorted(by_track.items()):
+        # Written in schedule order; each begins after the one before ended
+        # (1 ns of slack: the times are written to the nearest ns).
+        for before, after in zip(actions, actions[1:]):
+            if (after["ts"], after["dur"]) == (before["ts"], before["dur"]):
+                continue  # one send_recv group: its transfers share their times
+            if after["ts"] + 0.001 < before["ts"] + before["dur"]:
+                failures.append(f"trace: rank {tid} step {step}: {after['name']} at "
+                                f"{after['ts']} begins before {before['name']} ended")
+        for a in actions:
+            if a["cat"] not in COMPUTE:
+                continue
+            durations.append(a["dur"])
+            if a["dur"] < 1000 or abs(a["dur"] / 1000 - round(a["dur"] / 1000)) > 1e-6:
+                failures.append(f"trace: rank {tid} step {step}: {a['name']} lasts {a['dur']} us, "
+                                f"not a whole number of the fake clock's milliseconds")
+    steps = sorted({step for _, step in by_track})
+    print(f"trace: {len(events)} actions of {len({t for t, _ in by_track})} ranks over steps "
+          f"{steps[0]}..{steps[-1]}, in schedule order; computations last "
+          f"{min(durations) / 1000:g}..{max(durations) / 1000:g} fake ms")
+    for rank in range(args.ranks):
+        path = Path(f"{report}.rank{rank}") if args.ranks > 1 else report
+        phases = json.loads(path.read_text())["phases"]
+        reads = [p["calls"].get("cudaEventElapsedTime", 0) for p in phases[1:-1]]
+        print(f"rank {rank}: timing marks read per step (cudaEventElapsedTime): {reads}")
+        if not all(reads):
+            failures.append(f"rank {rank}: a step read no timing marks: {reads}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="the ONNX model")
@@ -136,7 +214,14 @@ def main() -> int:
                         help="a flag for dsopt (--dp=2, --zero=3); repeat for more")
     parser.add_argument("--inject-step-malloc", action="store_true")
     parser.add_argument("--inject-step-sync", action="store_true")
+    parser.add_argument("--trace", action="store_true",
+                        help="run with --trace and check a pipeline trace's times")
+    parser.add_argument("--fail-launch", metavar="NAME[:K]", action="append", default=[],
+                        help="fault that launch; run without and with DSRT_CUDA_SYNC=1 "
+                             "(repeat for more, each in runs of its own)")
     args = parser.parse_args()
+    if args.fail_launch and args.ranks > 1:
+        parser.error("--fail-launch runs one rank")
     args.work.mkdir(parents=True, exist_ok=True)
     prog = args.work / "prog"
     exe = build(args, prog)
@@ -148,6 +233,9 @@ def main() -> int:
     env = dict(os.environ, DSRT_FAKE_CUDA_REPORT=str(report), LD_PRELOAD=args.fake,
                DSRT_FAKE_CUDA_DEVICES=str(args.ranks))
     command = [str(exe), "--data", args.data, "--steps", str(args.steps), "--quiet"]
+    trace = args.work / "trace.json"
+    if args.trace:
+        command += ["--trace", str(trace)]
     if args.ranks > 1:
         command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                    "-np", str(args.ranks),
@@ -271,10 +359,15 @@ def main() -> int:
                                 f"{work(p)[0]} vs {first[0]}")
         waits = sum(p["calls"].get("cudaStreamWaitEvent", 0) for p in phases)
         print(f"{who}: stream waits: {waits}, each on a recorded, live event")
+    if args.trace:
+        check_trace(trace, report, args, failures)
     for f in failures:
         print(f"FAILED: {f}")
     print("fake cuda: ok" if not failures else f"fake cuda: {len(failures)} failures")
-    return 1 if failures else 0
+    status = 1 if failures else 0
+    for spec in args.fail_launch:
+        status = max(status, failing_runs(command, env, spec))
+    return status
 
 
 if __name__ == "__main__":

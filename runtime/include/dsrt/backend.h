@@ -91,6 +91,28 @@ public:
   virtual void synchronize(const DeviceEvent &event) = 0;
   virtual bool query(const DeviceEvent &event) = 0;
 
+  //===--- timing marks -----------------------------------------------------===//
+  //
+  // When a stream's work ran, not when it was queued: a timing mark is made
+  // once (outside a step: it may allocate), recorded on a stream as often as
+  // needed (each record replaces the last), and read once a host wait that
+  // covers its last record has returned. The defaults are the host clock at
+  // record time, right for a backend that runs work when it is queued (cpu);
+  // cuda's are cudaEvents with timing, stamped when the stream reaches them.
+
+  virtual DeviceEvent timing_mark();
+  virtual void record_timing(Stream &stream, const DeviceEvent &mark);
+  // Microseconds from `from`'s last record to `to`'s; throws a dsrt::Error
+  // when either has not been recorded or not been reached yet.
+  virtual double elapsed_us(const DeviceEvent &from, const DeviceEvent &to);
+
+  //===--- debugging ---------------------------------------------------------===//
+
+  // Whether every op of a program is to be waited for when it ends, so that
+  // a device fault is reported by the op that caused it (cuda:
+  // DSRT_CUDA_SYNC=1). The cpu backend runs ops when they are called.
+  virtual bool synchronous_ops() const { return false; }
+
   //===--- the kernel table ---------------------------------------------===//
   //
   // The kernels are the functions of kernels.h, which every backend library

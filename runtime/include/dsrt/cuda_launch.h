@@ -36,11 +36,15 @@ cudaStream_t launch_stream(Stream &stream);
 
 // Throws a dsrt::Error naming `kernel` if its launch failed (a bad launch
 // configuration, no kernel image for this device).
+// With DSRT_CUDA_SYNC=1 the backend then waits for the kernel (launched),
+// so that a device fault it causes is reported here, naming it.
+void launched(const char *kernel);
 inline void check_launch(const char *kernel) {
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess)
     throw Error(std::string("cannot launch the generated kernel ") + kernel +
                 ": " + cudaGetErrorString(error));
+  launched(kernel);
 }
 
 // The device address of the `__device__` variable whose host shadow is

@@ -88,6 +88,14 @@ struct Program {
   // --log-json reports each step's share).
   FileStoreStats file_io_logged;
   Tracer *tracer = nullptr;
+  // The backend waits for every op when it ends
+  // (BackendInterface::synchronous_ops, cuda's DSRT_CUDA_SYNC=1), and an
+  // error thrown inside an op names it: the running function's index into
+  // info->functions (-1: the top-level op list) and the op's index in its
+  // op list, between begin_op and end_op (-1 outside an op).
+  bool synchronous_ops = false;
+  int running_function = -1;
+  int64_t running_op = -1;
   std::vector<Tensor> outputs;
   // The memory of the running function's inputs that have no buffer in its
   // plan (a pipeline stage's received and stashed values, which it reads
@@ -210,11 +218,16 @@ void transfer(Stream &s, const Tensor &src, const FileSlot &dst, Space from, Spa
 // The bytes transfer() has moved from space `from` to space `to` so far in
 // this process.
 int64_t transferred_bytes(Space from, Space to);
+// Waits for the work `p.stream` has queued (Program::synchronous_ops).
+void synchronize_op(Program &p);
 inline void begin_op(Program &p, int64_t op) {
+  p.running_op = op;
   if (p.tracer) p.tracer->begin(op);
 }
 inline void end_op(Program &p, int64_t op) {
+  if (p.synchronous_ops) synchronize_op(p);
   if (p.tracer) p.tracer->end(op);
+  p.running_op = -1;
 }
 void set_output(Program &p, int64_t index, const Tensor &value);
 

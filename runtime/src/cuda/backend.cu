@@ -274,17 +274,12 @@ public:
       });
       check_launch("cuda::first_nonfinite");
     }
-    synchronize(s);  // the one sync: the answer is needed on the host now
+    wait_stream(s, "cuda::first_nonfinite");  // the one sync: the answer is needed now
     const int32_t first = *static_cast<volatile int32_t *>(flag_host_);
     return first == INT32_MAX ? -1 : first;
   }
 
-  void synchronize(Stream &s) override {
-    if (has_cuda_stream(s))
-      check_cuda(cudaStreamSynchronize(cuda_stream(s)), "cuda::synchronize",
-                 "cudaStreamSynchronize");
-    throw_device_error();
-  }
+  void synchronize(Stream &s) override { wait_stream(s, "cuda::synchronize"); }
 
   DeviceEvent record(Stream &s) override {
     // Nothing was ever queued on a stream without a cudaStream_t: the null
@@ -308,9 +303,36 @@ public:
   void synchronize(const DeviceEvent &event) override {
     if (!event)
       return;
-    check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event.get())),
-               "cuda::synchronize", "cudaEventSynchronize");
+    check_wait(cudaEventSynchronize(static_cast<cudaEvent_t>(event.get())), "cuda::synchronize",
+               "cudaEventSynchronize");
     throw_device_error();
+  }
+
+  bool synchronous_ops() const override { return detail::synchronous_ops(); }
+
+  DeviceEvent timing_mark() override {
+    cudaEvent_t event = nullptr;
+    check_cuda(cudaEventCreate(&event), "cuda::timing_mark", "cudaEventCreate");
+    return DeviceEvent(event, [](void *e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  }
+
+  void record_timing(Stream &s, const DeviceEvent &mark) override {
+    // After the host work pending on the stream, as a kernel would be.
+    check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(mark.get()), begin_kernel(s)),
+               "cuda::record_timing", "cudaEventRecord");
+  }
+
+  double elapsed_us(const DeviceEvent &from, const DeviceEvent &to) override {
+    float ms = 0;
+    const cudaError_t status = cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.get()),
+                                                    static_cast<cudaEvent_t>(to.get()));
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();
+      throw Error("dsrt::cuda::elapsed_us: a timing mark the stream has not reached yet (read "
+                  "marks after a host wait that covers them)");
+    }
+    check_cuda(status, "cuda::elapsed_us", "cudaEventElapsedTime");
+    return static_cast<double>(ms) * 1e3;
   }
 
   std::unique_ptr<Transport> world_transport(Communicator &bootstrap) override {
@@ -343,6 +365,26 @@ public:
   }
 
 private:
+  // A host wait for the device: a failure is a fault of work queued before
+  // it (its op is not known here) and names the wait that found it.
+  static void check_wait(cudaError_t status, const char *wait, const char *call) {
+    if (status == cudaSuccess)
+      return;
+    // With synchronous ops the wait is the end of the op that faulted.
+    check_cuda(status, wait,
+               detail::synchronous_ops()
+                   ? call
+                   : (std::string(call) + " (a device fault in work queued before this wait; "
+                                          "DSRT_CUDA_SYNC=1 reports it at the op that caused it)")
+                         .c_str());
+  }
+
+  void wait_stream(Stream &s, const char *wait) {
+    if (has_cuda_stream(s))
+      check_wait(cudaStreamSynchronize(cuda_stream(s)), wait, "cudaStreamSynchronize");
+    throw_device_error();
+  }
+
   int device_ = 0;
   std::string device_source_ = "no launcher's local rank: device 0";
   std::mutex mutex_;

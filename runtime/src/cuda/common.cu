@@ -27,7 +27,29 @@ void check_cublas(cublasStatus_t status, const char *kernel, const char *what) {
     fail(kernel, std::string(what) + ": cuBLASLt status " + std::to_string(int(status)));
 }
 
-void check_launch(const char *kernel) { check_cuda(cudaGetLastError(), kernel, "kernel launch"); }
+namespace {
+// The stream of the last kernel this thread queued (begin_kernel).
+thread_local cudaStream_t last_launch_stream = nullptr;
+}  // namespace
+
+bool synchronous_ops() {
+  static const bool on = [] {
+    const char *v = std::getenv("DSRT_CUDA_SYNC");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+void check_launch(const char *kernel) {
+  check_cuda(cudaGetLastError(), kernel, "kernel launch");
+  if (!synchronous_ops())
+    return;
+  // DSRT_CUDA_SYNC=1: the kernel has run before the host goes on, so that
+  // a device fault or bad data it found is reported here, naming it.
+  check_cuda(cudaStreamSynchronize(last_launch_stream), kernel,
+             "cudaStreamSynchronize after the kernel (DSRT_CUDA_SYNC=1)");
+  throw_device_error();
+}
 
 //===----------------------------------------------------------------------===//
 // The device error word
@@ -209,7 +231,8 @@ double *stream_scratch(Stream &s) { return stream_state(s).scratch; }
 
 cudaStream_t begin_kernel(Stream &s) {
   wait_host_work(s);
-  return cuda_stream(s);
+  last_launch_stream = cuda_stream(s);
+  return last_launch_stream;
 }
 
 //===----------------------------------------------------------------------===//
@@ -243,6 +266,12 @@ cudaStream_t launch_stream(Stream &stream) {
     throw Error("dsrt::cuda::launch_stream: a generated cuda kernel was given a stream of the " +
                 std::string(stream.backend() == Backend::Cpu ? "cpu" : "other") + " backend");
   return detail::begin_kernel(stream);
+}
+
+// dsrt/cuda_launch.h: after a generated kernel's launch was checked.
+void launched(const char *kernel) {
+  if (detail::synchronous_ops())
+    detail::check_launch(kernel);
 }
 
 }  // namespace cuda

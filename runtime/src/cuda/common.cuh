@@ -27,7 +27,13 @@ namespace detail {
 void check_cuda(cudaError_t status, const char *kernel, const char *what);
 void check_cublas(cublasStatus_t status, const char *kernel, const char *what);
 // After a launch: a launch error (bad configuration, no device) throws.
+// With synchronous ops it also waits for the kernel (on the stream of this
+// thread's last begin_kernel): a device fault, or bad data the kernel
+// reported in the error word, throws here, naming the kernel.
 void check_launch(const char *kernel);
+// DSRT_CUDA_SYNC=1: every kernel and every op is waited for when it ends
+// (BackendInterface::synchronous_ops).
+bool synchronous_ops();
 
 // What a kernel found wrong in the data; reported by the first kernel to
 // find an error, thrown by the next synchronize (stream, event or

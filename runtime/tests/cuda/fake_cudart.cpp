@@ -9,11 +9,15 @@
 //            done at once on the host, in call order
 //   streams, events  handles the fake checks: a stream or event used after
 //            it was destroyed, or a wait on an event never recorded, counts
-//            as an error
+//            as an error. A fake device clock advances 1 ms per piece of
+//            work queued (launch, asynchronous copy or memset, matmul, NCCL
+//            call); an event records it, cudaEventElapsedTime subtracts
 //   kernels  launches are counted (by kernel name, from the registration
 //            calls nvcc generates, and by stream with cudaMemsetAsync and
 //            cublasLtMatmul) and their configurations checked; they
-//            compute nothing
+//            compute nothing. $DSRT_FAKE_CUDA_FAIL_LAUNCH=NAME[:K] makes the
+//            K-th launch of a kernel whose name contains NAME fault: every
+//            synchronizing call from then on returns cudaErrorIllegalAddress
 //   cuBLASLt, NCCL  handles and counted no-ops (NCCL's collectives leave
 //            their buffers as they are)
 //
@@ -76,6 +80,8 @@ struct FakeStream {
 };
 struct FakeEvent {
   bool recorded = false;
+  bool timing = true;  // not created with cudaEventDisableTiming
+  double time_us = 0;  // the fake device clock when last recorded
 };
 
 struct State {
@@ -84,6 +90,14 @@ struct State {
   std::set<FakeStream *> streams;
   int streams_made = 0;
   std::set<FakeEvent *> events;
+  // The fake device clock: every piece of work queued (a kernel launch, an
+  // asynchronous copy or memset, a matmul, an NCCL call) takes 1 ms of it,
+  // whatever stream it is on; an event records the clock.
+  double clock_us = 0;
+  // DSRT_FAKE_CUDA_FAIL_LAUNCH: the launch that faults, and the fault every
+  // synchronizing call reports from then on (sticky, as on a GPU).
+  long long launches_matched = 0;
+  cudaError_t fault = cudaSuccess;
   std::map<uintptr_t, size_t> device_mem, host_mem;  // base -> bytes
   std::map<const void *, void *> symbols;  // __device__ variable -> its device copy
   std::map<const void *, std::string> kernel_names;  // host stub -> device name
@@ -135,6 +149,7 @@ struct State {
   }
   // Counts `what` as work queued on stream `s`.
   void on_stream(cudaStream_t s, const std::string &what) {
+    clock_us += 1000;
     const int number = stream_ok(s) && s ? reinterpret_cast<FakeStream *>(s)->number : 0;
     ++now().stream_work[std::to_string(number) + " " + what];
   }
@@ -313,13 +328,15 @@ cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
 #endif
 const char *cudaGetErrorString(cudaError_t error) {
+  if (error == cudaErrorIllegalAddress)  // CUDA's words: a launch the fake made fault
+    return "an illegal memory access was encountered (fake cudart)";
   return error == cudaSuccess ? "no error (fake cudart)" : "error (fake cudart)";
 }
 const char *cudaGetErrorName(cudaError_t error) { return cudaGetErrorString(error); }
 cudaError_t cudaDeviceSynchronize(void) {
   LOCKED;
   st.count("cudaDeviceSynchronize");
-  return cudaSuccess;
+  return st.fault;
 }
 cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
   LOCKED;
@@ -403,7 +420,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind)
   LOCKED;
   st.count("cudaMemcpy");
   std::memmove(dst, src, bytes);
-  return cudaSuccess;
+  return st.fault;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind,
                             cudaStream_t stream) {
@@ -411,6 +428,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
   st.count("cudaMemcpyAsync");
   st.check_stream(stream, "cudaMemcpyAsync");
   if (bytes) check_copy(st, "cudaMemcpyAsync", dst, src, bytes);
+  st.clock_us += 1000;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -421,6 +439,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
   st.count("cudaMemcpy2DAsync");
   st.check_stream(stream, "cudaMemcpy2DAsync");
   if (width > dpitch || width > spitch) st.error("cudaMemcpy2DAsync: width above a pitch");
+  st.clock_us += 1000;
   for (size_t r = 0; r < height; ++r)
     std::memmove(static_cast<char *>(dst) + r * dpitch,
                  static_cast<const char *>(src) + r * spitch, width);
@@ -467,18 +486,19 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   LOCKED;
   st.count("cudaStreamSynchronize");
   st.check_stream(stream, "cudaStreamSynchronize");
-  return cudaSuccess;
+  return st.fault;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   LOCKED;
   st.count("cudaStreamQuery");
   st.check_stream(stream, "cudaStreamQuery");
-  return cudaSuccess;
+  return st.fault;
 }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
   LOCKED;
   st.count("cudaEventCreateWithFlags");
   auto *e = new FakeEvent;
+  e->timing = (flags & cudaEventDisableTiming) == 0;
   st.events.insert(e);
   *event = reinterpret_cast<cudaEvent_t>(e);
   return cudaSuccess;
@@ -510,6 +530,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   FakeEvent *e = live_event(st, event, "cudaEventRecord");
   if (!e) return cudaErrorInvalidResourceHandle;
   e->recorded = true;
+  e->time_us = st.clock_us;
   return cudaSuccess;
 }
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int) {
@@ -529,20 +550,29 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   LOCKED;
   st.count("cudaEventSynchronize");
-  return live_event(st, event, "cudaEventSynchronize") ? cudaSuccess
+  return live_event(st, event, "cudaEventSynchronize") ? st.fault
                                                        : cudaErrorInvalidResourceHandle;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   LOCKED;
   st.count("cudaEventQuery");
-  return live_event(st, event, "cudaEventQuery") ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  return live_event(st, event, "cudaEventQuery") ? st.fault : cudaErrorInvalidResourceHandle;
 }
+// The fake clock's time between the two records (every event is reached
+// at once); as on a GPU, an event never recorded or made without timing is
+// an invalid handle here, which the fake also counts as a misuse.
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
   LOCKED;
   st.count("cudaEventElapsedTime");
-  if (!live_event(st, start, "cudaEventElapsedTime") || !live_event(st, end, "cudaEventElapsedTime"))
+  FakeEvent *a = live_event(st, start, "cudaEventElapsedTime");
+  FakeEvent *b = live_event(st, end, "cudaEventElapsedTime");
+  if (!a || !b) return cudaErrorInvalidResourceHandle;
+  if (!a->recorded || !b->recorded || !a->timing || !b->timing) {
+    st.error("cudaEventElapsedTime of an event never recorded or made without timing");
     return cudaErrorInvalidResourceHandle;
-  *ms = 0;
+  }
+  if (st.fault != cudaSuccess) return st.fault;
+  *ms = static_cast<float>((b->time_us - a->time_us) / 1000.0);
   return cudaSuccess;
 }
 
@@ -625,6 +655,21 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t shared, cudaS
   if (it == st.kernel_names.end()) st.error("launch of a kernel nvcc did not register");
   ++st.now().kernels[name];
   st.on_stream(stream, name);
+  // DSRT_FAKE_CUDA_FAIL_LAUNCH=NAME[:K]: the K-th launch (from 1; default 1)
+  // of a kernel whose name contains NAME faults, as an illegal address does
+  // on a GPU: the launch succeeds, the next synchronizing call fails.
+  static const char *fail = std::getenv("DSRT_FAKE_CUDA_FAIL_LAUNCH");
+  if (fail && *fail && st.fault == cudaSuccess) {
+    const std::string spec = fail;
+    const size_t colon = spec.rfind(':');
+    const std::string part = colon == std::string::npos ? spec : spec.substr(0, colon);
+    const long long nth = colon == std::string::npos ? 1 : std::atoll(spec.c_str() + colon + 1);
+    if (name.find(part) != std::string::npos && ++st.launches_matched == nth) {
+      st.fault = cudaErrorIllegalAddress;
+      std::fprintf(stderr, "fake cudart: launch %lld of %s faults (DSRT_FAKE_CUDA_FAIL_LAUNCH)\n",
+                   nth, name.c_str());
+    }
+  }
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
   const auto limit = st.max_dynamic_shared.find(func);
   const size_t shared_limit = limit == st.max_dynamic_shared.end() ? 48 * 1024 : limit->second;
@@ -946,6 +991,7 @@ ncclResult_t collective(const char *api, cudaStream_t stream) {
   LOCKED;
   st.count(api);
   st.check_stream(stream, api);
+  st.clock_us += 1000;
   return ncclSuccess;
 }
 }  // namespace
