@@ -102,8 +102,11 @@ def tensors(types):
 
 
 class Op:
-    def __init__(self, func, name, attrs, operands, results, body):
+    def __init__(self, func, name, attrs, operands, results, body, line=""):
         self.func, self.name, self.attrs = func, name, attrs
+        m = re.match(r'^\s*(?:(%[\w]+)(?::\d+)? = )?"[\w.]+"\(([^)]*)\)', line)
+        self.value = m.group(1) if m and m.group(1) else None
+        self.uses = [u.split("#")[0] for u in re.findall(r"%[\w#]+", m.group(2))] if m else []
         self.operands, self.results, self.body = operands, results, body
         self.kind = ""
         self.flops = 0
@@ -117,7 +120,7 @@ OP_START = re.compile(r'^    (?:%[\w#:]+ = )?"([\w.]+)"')
 
 def parse(text):
     """The top-level ops of @micro_step and @optimizer_step, in order."""
-    ops, func, pending, body = [], None, None, []
+    ops, func, pending, body, start = [], None, None, [], ""
     for line in text.splitlines():
         if line.startswith('  "func.func"'):
             m = re.search(r'sym_name = "(\w+)"', line)
@@ -127,7 +130,7 @@ def parse(text):
             if line.startswith("    })"):
                 sig = SIGNATURE.match(line)
                 ops.append(Op(func, pending, sig.group(1), split_types(sig.group(2)),
-                              split_types(sig.group(3)), body))
+                              split_types(sig.group(3)), body, start))
                 pending, body = None, []
             else:
                 m = re.match(r'^\s+(?:%[\w#:]+ = )?"([\w.]+)"', line)
@@ -138,12 +141,12 @@ def parse(text):
         if not m or func is None:
             continue
         if line.rstrip().endswith("({"):
-            pending, body = m.group(1), []
+            pending, body, start = m.group(1), [], line
             continue
         sig = SIGNATURE.match(line)
         if sig:
             ops.append(Op(func, m.group(1), sig.group(1), split_types(sig.group(2)),
-                          split_types(sig.group(3)), []))
+                          split_types(sig.group(3)), [], line))
         else:  # no results: "(args) -> ()" is still a signature
             ops.append(Op(func, m.group(1), line, [], [], []))
     return ops
@@ -241,7 +244,8 @@ def classify(op, seq):
         op.kind = "casts"
         op.launches["cast_kernel"] = 1
     elif name in ("add", "sub", "mul", "div"):
-        op.kind, op.flops = "bias, residual", n
+        op.kind = "attention softmax" if is_scores(out, seq) else "bias, residual"
+        op.flops = n
         op.launches["binary_kernel"] = 1
     elif name == "reduce_sum":
         op.kind, op.flops = "bias grads", ins[0].numel
@@ -411,6 +415,16 @@ def main():
     tokens = ids.numel if ids else (batch or 1) * args.seq
     for op in ops:
         classify(op, args.seq)
+    # The bias add and the scaling that feed GELU's fused loops are GELU's
+    # (unfused: each its own pass over the [B, T, 4d] activation).
+    by_value = {o.value: o for o in ops if o.value}
+    for _ in range(2):
+        for o in ops:
+            if o.kind == "gelu":
+                for u in o.uses:
+                    d = by_value.get(u)
+                    if d is not None and d.kind == "bias, residual" and d.name != "ds.fused":
+                        d.kind = "gelu"
     ops = [o for o in ops if o.kind] + runtime_ops(tensors(ret.operands), trainable)
 
     total = sum(roofline(o) for o in ops)
