@@ -61,7 +61,10 @@ H200_MEMORY_GIB = 139.0  # what nvidia-smi shows of its 141 GB
 DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "i8": 1, "i1": 1,
                "ui8": 1}
 KINDS = ["matmul", "attention softmax", "layernorm", "gelu", "bias, residual", "bias grads",
-         "adamw", "cross-entropy", "casts", "copies", "checks"]
+         "adamw", "cross-entropy", "casts", "copies", "checks", "other"]
+# Ops the runtime's unary() runs as one unary_float_kernel.
+UNARY = {"sqrt", "reciprocal", "exp", "log", "tanh", "erf", "sigmoid", "neg", "relu", "leaky_relu",
+         "gelu", "gelu_tanh", "softplus", "elu", "celu", "sin", "cos", "floor", "ceil", "round"}
 
 
 class Tensor:
@@ -211,9 +214,11 @@ def classify(op, seq):
     if name in ("reshape", "constant") or op.name == "func.return":
         op.kind, op.bytes = None, 0  # views and module constants: no work
         return
-    if name == "matmul":
+    if name in ("matmul", "gemm"):
         op.kind, op.flops = "matmul", matmul_flops(ins[0], out)
         op.launches["cublasLtMatmul"] = 1
+        if name == "gemm" and len(ins) > 2 and ins[2].shape != out.shape:
+            op.launches["expand_kernel"] = 1  # a broadcast C is expanded into Y first
     elif name == "fused":
         op.flops = n * sum(1 for b in op.body if b.startswith(("arith.", "math."))
                            and b != "arith.constant")
@@ -266,12 +271,15 @@ def classify(op, seq):
         masters = ins[2:2 + (len(ins) - 2) // 4]
         op.kind, op.flops = "adamw", 12 * sum(t.numel for t in masters)
         op.launches["adamw_multi_kernel"] = chunk_launches([t.numel for t in masters])
-    elif name in ("sum_of_squares", "sqrt"):
+    elif name == "sum_of_squares" or (name == "sqrt" and op.func == "optimizer_step"):
         op.kind, op.flops = "adamw", 2 * sum(t.numel for t in ins)
         op.launches["sum_of_squares_kernel" if name == "sum_of_squares"
                     else "unary_float_kernel"] = 1
+    elif name in UNARY:
+        op.kind, op.flops = "other", n
+        op.launches["unary_float_kernel"] = 1
     else:
-        op.kind = "copies"
+        op.kind = "other"
         op.launches[name + "_kernel"] = 1
 
 
@@ -447,9 +455,9 @@ def main():
     print("|---|---:|---:|---:|---:|---:|")
     for kind, (t, f, b, n) in by_kind.items():
         if n or t:
-            print(f"| {kind} | {t * 1e3:.2f} | {100 * t / total:.1f}% | {f / 1e9:,.1f} | "
+            print(f"| {kind} | {t * 1e3:.3f} | {100 * t / total:.1f}% | {f / 1e9:,.1f} | "
                   f"{b / 1e9:,.2f} | {n} |")
-    print(f"| **step** | **{total * 1e3:.2f}** | 100% | {sum(v[1] for v in by_kind.values()) / 1e9:,.1f} | "
+    print(f"| **step** | **{total * 1e3:.3f}** | 100% | {sum(v[1] for v in by_kind.values()) / 1e9:,.1f} | "
           f"{sum(v[2] for v in by_kind.values()) / 1e9:,.2f} | {sum(launches.values())} |")
     print()
     layers, seq, d = args.layers, args.seq, args.d_model
