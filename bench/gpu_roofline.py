@@ -379,7 +379,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsopt", default=str(ROOT / "build" / "bin" / "dsopt"))
     parser.add_argument("--mlir", type=Path, help="a saved --emit=train-mlir --mlir-print-op-generic")
-    parser.add_argument("--model", type=Path, help="an ONNX training graph instead of GPT-2 124M")
+    parser.add_argument("--model", type=Path, help="an ONNX training graph instead of a GPT "
+                        "(no MFU: that needs the GPT's shape)")
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--d-model", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
@@ -461,8 +462,9 @@ def main():
           f"{sum(v[2] for v in by_kind.values()) / 1e9:,.2f} | {sum(launches.values())} |")
     print()
     layers, seq, d = args.layers, args.seq, args.d_model
-    print(f"predicted step {total * 1e3:.2f} ms: {tokens / total:,.0f} tokens/s at the roofline")
-    if n_params:
+    print(f"predicted step {total * 1e3:.3f} ms" +
+          (f": {tokens / total:,.0f} tokens/s at the roofline" if args.model is None else ""))
+    if n_params and args.model is None:  # a GPT of --layers, --seq, --d-model
         palm = 6 * n_params + 12 * layers * seq * d
         mfu = tokens * palm / total / PEAK_BF16_TENSOR
         print(f"MFU ceiling {100 * mfu:.1f}% ({n_params:,} parameters; PaLM's 6 N + 12 L T d = "
