@@ -140,7 +140,10 @@ def failing_runs(command, env, spec) -> int:
     DSRT_CUDA_SYNC=1; prints each run's exit and error lines."""
     failed = True
     for label, sync in (("as is", None), ("DSRT_CUDA_SYNC=1", "1")):
-        run_env = dict(env, DSRT_FAKE_CUDA_FAIL_LAUNCH=spec)
+        # The faulting runs write their own report: fake.json stays the
+        # checked run's (other tools read it).
+        run_env = dict(env, DSRT_FAKE_CUDA_FAIL_LAUNCH=spec,
+                       DSRT_FAKE_CUDA_REPORT=env["DSRT_FAKE_CUDA_REPORT"] + ".fail")
         run_env.pop("DSRT_CUDA_SYNC", None)
         if sync:
             run_env["DSRT_CUDA_SYNC"] = sync

@@ -285,9 +285,14 @@ class Ds_PrecisionTrait<string name> : NativeOpTrait<name> {
 // data movement (the kernels compute each element in f32 and round it).
 def Ds_Compute16 : Ds_PrecisionTrait<"Compute16">;
 // 16-bit inputs and result, f32 accumulation inside the kernel: matmul,
-// convolution and the other products and sums over many 16-bit terms.
+// convolution and the other products and sums over many 16-bit terms; and
+// softmax and its gradient, whose kernels reduce each row in f32 and round
+// only what they write: an f32 result would be rounded to 16 bits by the
+// cast after it anyway, and the f32 copies of attention's [B, H, T, T]
+// scores before and after it cost more memory traffic than any other op of
+// a transformer's step (docs/benchmarks.md, "Where a GPU step's time goes").
 def Ds_Accumulate32 : Ds_PrecisionTrait<"Accumulate32">;
-// f32 throughout: softmax, normalisations, losses, reductions and the
+// f32 throughout: log-softmax, normalisations, losses, reductions and the
 // optimizer. 16-bit operands are cast to f32 before the op; a result that
 // a 16-bit op reads is cast to the 16-bit type after it.
 def Ds_ComputeF32 : Ds_PrecisionTrait<"ComputeF32">;

@@ -275,7 +275,7 @@ def Ds_GemmOp : Ds_Op<"gemm", [Ds_Accumulate32, InferTypeOpAdaptor, Ds_VJP],
 // Normalization and softmax
 //===----------------------------------------------------------------------===//
 
-def Ds_SoftmaxOp : Ds_Op<"softmax", [Ds_ComputeF32, SameOperandsAndResultType, Ds_VJP],
+def Ds_SoftmaxOp : Ds_Op<"softmax", [Ds_Accumulate32, SameOperandsAndResultType, Ds_VJP],
                          ["getInPlaceOperand", "getWorkspaceBytes"]> {
   let summary = "softmax along one axis";
   let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
@@ -659,7 +659,7 @@ def Ds_AdagradOp : Ds_OptimizerOp<"adagrad"> {
 // Gradients: the vector-Jacobian products that need their own kernel
 //===----------------------------------------------------------------------===//
 
-def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [Ds_ComputeF32, SameOperandsAndResultType],
+def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [Ds_Accumulate32, SameOperandsAndResultType],
                              ["getWorkspaceBytes"]> {
   let summary = "gradient of softmax: y * (dy - sum(dy * y)) along `axis`";
   let arguments = (ins Ds_FloatTensor:$output, Ds_FloatTensor:$result_grad,
