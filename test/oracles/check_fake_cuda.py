@@ -29,12 +29,18 @@ report of the fake this checks:
   * the kernel launches (by kernel), cuBLASLt matmuls and NCCL calls of
     steps 2..N are the same in every step
 
-With --trace the program writes its Chrome trace, and a pipeline program's
-per-action entries must come from the timing marks (cudaEvents) the fake
-clock stamps, 1 ms per piece of work queued: in each step every rank's
-actions in schedule order, none before the previous one ended, every
-computation a whole, non-zero number of fake milliseconds, and every step
-reads its marks (cudaEventElapsedTime) with no more host synchronizations.
+With --trace the program writes its Chrome trace, whose entries must come
+from the timing marks (cudaEvents) the fake clock stamps, 1 ms per piece
+of work queued, with no more host synchronizations. A pipeline program's
+per-action entries: in each step every rank's actions in schedule order,
+none before the previous one ended, every computation a whole, non-zero
+number of fake milliseconds, and every step reads its marks
+(cudaEventElapsedTime). Another program's per-op entries (each rank's
+file): every op begins and lasts a whole number of fake milliseconds, the
+ops of each track follow each other, the communication ops are on tracks
+of their own (named for the communication stream; their count per step is
+printed beside the plan's collectives), and each step reads two marks per
+op and, from step 2, one for its origin.
 
 Prints what it found, one line per fact, and "fake cuda: ok" or the
 failures; exits 1 on any failure. --inject-step-malloc adds a cudaMalloc at
