@@ -202,6 +202,9 @@ void Tracer::prepare(Stream &stream, int64_t ops_per_step) {
 
 void Tracer::begin(Program &p, int64_t op) {
   if (!backend_) throw Error("dsrt: --trace: the tracer's timing marks were not made");
+  if (open_)
+    throw Error("dsrt: --trace: op " + std::to_string(op) + " begins before op " +
+                std::to_string(pending_.back().op) + " ended");
   const size_t run = pending_.size();
   if (2 * run + 2 > marks_.size())
     throw Error("dsrt: --trace: step " + std::to_string(step_) + " ran more than the " +
@@ -225,7 +228,8 @@ void Tracer::on_comm(Program &p) {
 }
 
 void Tracer::end(Program &p, int64_t op) {
-  if (!open_ || pending_.back().op != op) return;
+  if (!open_ || pending_.back().op != op)
+    throw Error("dsrt: --trace: op " + std::to_string(op) + " ends but was not begun");
   // Right after the op's device work on its stream, never waiting for host
   // work it left pending.
   Slice &slice = pending_.back();
