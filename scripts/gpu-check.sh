@@ -41,8 +41,10 @@
 #             (its local rank has no GPU of its own) and the job exits 1
 #             instead of hanging; a SKIP line without mpirun
 #   trace     one step's timeline (nsys when installed) and the runtime's
-#             per-op Chrome trace, run with DSRT_CUDA_SYNC=1 so that each op
-#             is waited for at its end and its host-clock times are its run
+#             per-op Chrome trace, timed by cudaEvents on each op's stream,
+#             of the plain, ZeRO-3 and offload programs: gpu_device.py trace
+#             reports how long communication overlapped compute, and fails
+#             a trace with communication ops where none did
 #   bench     bench/gpu_bench.py --prepared: GPT-2 124M bf16 tokens/s and MFU
 #
 # Without a GPU, scripts/cuda-emu-sweep.sh runs the train, bf16 and zero3
@@ -380,7 +382,7 @@ offload() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" off
 ranks2() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" ranks2; }
 
 trace() {
-  local name program data
+  local name program data variant failed=0
   name="$(cut -d' ' -f1 "$WORK/targets.txt" | grep -m1 '^gpt2-adamw-gas1$')"
   [ -n "$name" ] || { echo "SKIP trace: no gpt2 training program in $PREP"; return 0; }
   program="$BUILDS/$name/train"
@@ -391,11 +393,21 @@ trace() {
       --data "$data" --weights "$PREP/models" --steps 2 || return 1
     ls -l "$OUT"/step.nsys-rep
   else
-    echo "nsys not found: the runtime's own trace (each op waited for: DSRT_CUDA_SYNC=1)"
+    echo "nsys not found: the runtime's own trace (cudaEvent-timed) only"
   fi
-  DSRT_CUDA_SYNC=1 "$program" --data "$data" --weights "$PREP/models" --steps 1 \
-    --trace "$OUT/trace.json" || return 1
-  "$PY" -c 'import json,sys; t=json.load(open(sys.argv[1])); e=t["traceEvents"] if isinstance(t,dict) else t; assert e, "empty trace"; print(len(e), "trace events")' "$OUT/trace.json"
+  "$program" --data "$data" --weights "$PREP/models" --steps 1 --trace "$OUT/trace.json" || return 1
+  "$PY" "$ROOT/scripts/gpu_device.py" trace "$OUT/trace.json" || return 1
+  # The programs with ops on the communication stream: their cudaEvent-timed
+  # traces must show communication overlapping compute.
+  for variant in zero3 offload; do
+    program="$BUILDS/$name-$variant/train"
+    [ -x "$program" ] || { echo "SKIP trace of $name-$variant: not built"; continue; }
+    "$program" --data "$data" --weights "$PREP/models" --steps 2 \
+      --trace "$OUT/trace-$variant.json" > "$OUT/trace-$variant.log" 2>&1 || {
+      echo "$name-$variant --trace: FAILED"; tail -3 "$OUT/trace-$variant.log"; failed=1; continue; }
+    "$PY" "$ROOT/scripts/gpu_device.py" trace --require-overlap "$OUT/trace-$variant.json" || failed=1
+  done
+  return "$failed"
 }
 
 bench() {
@@ -425,7 +437,7 @@ else
   stage zero3 60
   stage offload 60
   stage ranks2 60
-  stage trace 60
+  stage trace 90
   stage bench 180
 fi
 

@@ -13,6 +13,13 @@ Needs python3 with numpy (gpu_compare.py), no dsopt and no PyTorch.
       runs STAGE's programs (BUILDS/NAME/EXE), their outputs under
       OUT/work/STAGE/NAME, then compares them with PREP's cpu results
 
+  gpu_device.py trace TRACE [--require-overlap]
+      a per-op Chrome trace (train --trace, timed by cudaEvents): the ops
+      on the compute and on the communication stream's tracks, and how
+      long both ran at once (the union of the communication ops' intervals
+      intersected with the compute ops'); --require-overlap fails when a
+      trace with communication ops has none overlapping compute
+
 BUILDS/NAME is the CMake build directory of PREP/programs/NAME/src.
 Exits 1 on any failure.
 """
@@ -149,6 +156,57 @@ def run_ranks(command: list, ranks: int, target: Path) -> int:
     return 0
 
 
+def union(intervals: list) -> list:
+    """Sorted, disjoint (begin, end) pairs covering `intervals`."""
+    merged = []
+    for begin, end in sorted(intervals):
+        if merged and begin <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([begin, end])
+    return merged
+
+
+def overlap_us(a: list, b: list) -> float:
+    """The time two disjoint, sorted interval lists share."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def trace_overlap(path: Path, require: bool) -> int:
+    events = json.loads(path.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    ops = [e for e in events if e.get("ph") == "X"]
+    if not ops:
+        print(f"{path}: FAILED: no op entries")
+        return 1
+    failures = 0
+    for pid in sorted({e["pid"] for e in ops}):
+        mine = [e for e in ops if e["pid"] == pid]
+        spans = {cat: union([(e["ts"], e["ts"] + e["dur"]) for e in mine if e.get("cat") == cat])
+                 for cat in ("compute", "communication")}
+        counts = {cat: sum(e.get("cat") == cat for e in mine) for cat in spans}
+        busy = {cat: sum(end - begin for begin, end in spans[cat]) for cat in spans}
+        shared = overlap_us(spans["compute"], spans["communication"])
+        share = f" ({100 * shared / busy['communication']:.1f}% of the communication time)" \
+            if busy["communication"] else ""
+        print(f"{path.name}: pid {pid}: {counts['compute']} compute ops busy "
+              f"{busy['compute'] / 1e3:.3f} ms, {counts['communication']} communication ops busy "
+              f"{busy['communication'] / 1e3:.3f} ms; overlapped {shared / 1e3:.3f} ms{share}")
+        if require and counts["communication"] and shared <= 0:
+            print(f"{path.name}: pid {pid}: FAILED: no communication op overlaps compute")
+            failures += 1
+        elif not counts["communication"]:
+            print(f"{path.name}: pid {pid}: no communication ops (nothing to overlap)")
+    return 1 if failures else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -163,7 +221,12 @@ def main() -> int:
     r.add_argument("builds", type=Path)
     r.add_argument("stage")
     r.add_argument("--timeout", type=int, default=300)
+    o = sub.add_parser("trace")
+    o.add_argument("trace", type=Path)
+    o.add_argument("--require-overlap", action="store_true")
     args = parser.parse_args()
+    if args.command == "trace":
+        return trace_overlap(args.trace, args.require_overlap)
     prep = args.prep.resolve()
     if args.command == "targets":
         return targets(prep)

@@ -149,7 +149,7 @@ struct HostMark {
 
 DeviceEvent BackendInterface::timing_mark() { return std::make_shared<HostMark>(); }
 
-void BackendInterface::record_timing(Stream &, const DeviceEvent &mark) {
+void BackendInterface::record_timing(Stream &, const DeviceEvent &mark, bool) {
   HostMark &m = *static_cast<HostMark *>(mark.get());
   m.us = runner::now_us();
   m.recorded = true;

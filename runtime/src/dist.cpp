@@ -430,6 +430,8 @@ Stream &comm_stream(Program &p) {
   Event compute;
   compute.record(p.stream);
   compute.wait(p.comm);
+  // The running op communicates: its trace entry is timed on p.comm.
+  if (p.tracer) p.tracer->on_comm(p);
   return p.comm;
 }
 

@@ -17,8 +17,10 @@
 #include <exception>
 #include <limits>
 #include <fstream>
+#include <iomanip>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <omp.h>
 #include <sstream>
 #include <sys/stat.h>
@@ -189,20 +191,105 @@ void MemoryMonitor::release_range(int64_t from, int64_t to) {
 
 //===--- Tracer ------------------------------------------------------------===//
 
-void Tracer::begin(int64_t op) {
-  (void)op;
-  open_begin_ = now_us();
+void Tracer::prepare(Stream &stream, int64_t ops_per_step) {
+  backend_ = &backend(stream);
+  marks_.clear();
+  for (int64_t i = 0; i < 2 * ops_per_step; ++i) marks_.push_back(backend_->timing_mark());
+  for (std::shared_ptr<void> &origin : origins_) origin = backend_->timing_mark();
+  pending_.clear();
+  pending_.reserve(static_cast<size_t>(ops_per_step));
 }
 
-void Tracer::end(int64_t op) { slices_.push_back({op, function_, open_begin_, now_us()}); }
+void Tracer::begin(Program &p, int64_t op) {
+  if (!backend_) throw Error("dsrt: --trace: the tracer's timing marks were not made");
+  if (open_)
+    throw Error("dsrt: --trace: op " + std::to_string(op) + " begins before op " +
+                std::to_string(pending_.back().op) + " ended");
+  const size_t run = pending_.size();
+  if (2 * run + 2 > marks_.size())
+    throw Error("dsrt: --trace: step " + std::to_string(step_) + " ran more than the " +
+                std::to_string(marks_.size() / 2) + " ops its timing marks were made for");
+  // The step's origin, where its first op begins.
+  if (run == 0) backend_->record_timing(p.stream, origins_[origin_]);
+  // Where the op's first work would go: after the stream's pending host
+  // work, which its first kernel waits for on the host anyway.
+  backend_->record_timing(p.stream, marks_[2 * run]);
+  pending_.push_back({op, step_, function_, false, 0, 0});
+  open_ = true;
+}
+
+void Tracer::on_comm(Program &p) {
+  if (!open_ || pending_.back().comm) return;
+  // Right after comm_stream ordered the communication stream after the
+  // compute so far; never waiting (a bucketed collective's unpacking on
+  // the transport's thread stays pending, as without the trace).
+  backend_->record_timing(p.comm, marks_[2 * (pending_.size() - 1)], false);
+  pending_.back().comm = true;
+}
+
+void Tracer::end(Program &p, int64_t op) {
+  if (!open_ || pending_.back().op != op)
+    throw Error("dsrt: --trace: op " + std::to_string(op) + " ends but was not begun");
+  // Right after the op's device work on its stream, never waiting for host
+  // work it left pending.
+  Slice &slice = pending_.back();
+  backend_->record_timing(slice.comm ? p.comm : p.stream, marks_[2 * pending_.size() - 1], false);
+  open_ = false;
+}
+
+void Tracer::resolve() {
+  if (pending_.empty()) return;
+  const std::shared_ptr<void> &origin = origins_[origin_];
+  // Steps follow each other on the device clock: this step's origin from
+  // the last one's, which has not been recorded again since.
+  if (had_origin_) base_us_ += backend_->elapsed_us(origins_[1 - origin_], origin);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Slice slice = pending_[i];
+    if (i + 1 == pending_.size() && open_) break;  // never ended
+    slice.begin_us = base_us_ + backend_->elapsed_us(origin, marks_[2 * i]);
+    slice.end_us = base_us_ + backend_->elapsed_us(origin, marks_[2 * i + 1]);
+    slices_.push_back(slice);
+  }
+  had_origin_ = true;
+  origin_ = 1 - origin_;
+  pending_.clear();
+  open_ = false;
+}
+
+void Tracer::discard() {
+  pending_.clear();
+  open_ = false;
+}
 
 void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) const {
   std::ofstream out(path);
   if (!out) throw Error("cannot write trace file '" + path + "'");
+  // Microseconds to the nanosecond, however long the run.
+  out << std::fixed << std::setprecision(3);
   out << "{\"traceEvents\": [\n";
   out << "  {\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " << rank
       << ", \"args\": {\"name\": \"rank " << rank << "\"}}";
-  double origin = slices_.empty() ? 0 : slices_.front().begin_us;
+  // Two tracks per function of a training program (one for a forward
+  // program): its ops on the compute stream (tid: the function's index) and
+  // on the communication stream (tid: the function count plus that index),
+  // so that the overlap of the two shows.
+  const int functions = std::max<int>(1, static_cast<int>(info.functions.size()));
+  std::set<int> tracks;
+  for (const Slice &slice : slices_)
+    tracks.insert(std::max(0, slice.function) + (slice.comm ? functions : 0));
+  for (int track : tracks) {
+    const int f = track % functions;
+    const std::string function = f < static_cast<int>(info.functions.size())
+                                     ? info.functions[static_cast<size_t>(f)].name + ": "
+                                     : std::string();
+    const bool comm = track >= functions;
+    out << ",\n  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
+        << ", \"tid\": " << track << ", \"args\": {\"name\": \""
+        << json_escape(function + (comm ? "communication stream" : "compute stream")) << "\"}}";
+    out << ",\n  {\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": " << rank
+        << ", \"tid\": " << track << ", \"args\": {\"sort_index\": " << 2 * f + (comm ? 1 : 0)
+        << "}}";
+  }
   for (const Slice &slice : slices_) {
     const FunctionInfo *function =
         slice.function >= 0 && slice.function < static_cast<int>(info.functions.size())
@@ -212,12 +299,12 @@ void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) c
     const OpInfo *op = slice.op >= 0 && slice.op < static_cast<int64_t>(ops.size())
                            ? &ops[slice.op]
                            : nullptr;
-    // One track per function of a training program.
-    int track = function ? slice.function : 0;
-    out << ",\n  {\"name\": \"" << json_escape(op ? op->name : "op") << "\", \"cat\": \"compute\""
-        << ", \"ph\": \"X\", \"pid\": " << rank << ", \"tid\": " << track << ", \"ts\": "
-        << slice.begin_us - origin << ", \"dur\": " << slice.end_us - slice.begin_us
-        << ", \"args\": {\"op\": " << slice.op;
+    const int track = std::max(0, slice.function) + (slice.comm ? functions : 0);
+    out << ",\n  {\"name\": \"" << json_escape(op ? op->name : "op") << "\", \"cat\": \""
+        << (slice.comm ? "communication" : "compute") << "\", \"ph\": \"X\", \"pid\": " << rank
+        << ", \"tid\": " << track << ", \"ts\": " << slice.begin_us
+        << ", \"dur\": " << slice.end_us - slice.begin_us << ", \"args\": {\"op\": " << slice.op
+        << ", \"step\": " << slice.step;
     if (function) out << ", \"function\": \"" << json_escape(function->name) << "\"";
     if (op) {
       out << ", \"node\": \"" << json_escape(op->location) << "\", \"flops\": " << op->flops
@@ -858,7 +945,10 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     SpaceArenas spaces;
     allocate_spaces(program, spaces, "", 0);
     Tracer tracer;
-    if (!options.trace.empty()) program.tracer = &tracer;
+    if (!options.trace.empty()) {
+      program.tracer = &tracer;
+      tracer.prepare(program.stream, static_cast<int64_t>(info.ops.size()));
+    }
 
     load_params(program, options.weights);
     load_inputs(program, options.inputs);
@@ -876,7 +966,11 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
       write_npy(options.outputs + "/" + file_name_for(info.outputs[i].name) + ".npy",
                 Tensor{bytes.data(), output.dtype, output.shape});
     }
-    if (program.tracer) tracer.write(options.trace, info);
+    if (program.tracer) {
+      // The outputs' reads waited for the stream: every op's marks are reached.
+      tracer.resolve();
+      tracer.write(options.trace, info);
+    }
     if (!options.quiet)
       fprintf(stderr,
               "ran %zu ops in %.3f ms; arena: planned %lld bytes, measured high-water "

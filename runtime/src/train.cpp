@@ -179,7 +179,15 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
       if (!is_loss_scale(info, input)) inputs.push_back(&input);
     data = load_data(inputs, options.data, train.accumulation_steps, dp, dp_rank);
     open_outputs(options, info, rank0, outputs);
-    if (!options.trace.empty()) program.tracer = &tracer;
+    if (!options.trace.empty()) {
+      program.tracer = &tracer;
+      // A step runs micro_step once per micro-batch, then optimizer_step.
+      tracer.prepare(program.stream,
+                     train.accumulation_steps * static_cast<int64_t>(micro.ops.size()) +
+                         static_cast<int64_t>(
+                             info.functions[find_function_index(info, "optimizer_step")]
+                                 .ops.size()));
+    }
     prepare_program(program, memory, options, dp_rank, rank);
     checkpoint.data_batches = batch_count(data);
     position = start_checkpoints(program, checkpoint, options, rank, comm.size());
@@ -210,6 +218,7 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
     health::set_step(step);
     health::test_fail_point("compute", step);
     health::mark_step(step);
+    tracer.set_step(step);
     double start = now_us();
     const int64_t batch = (step - 1) % batch_count(data);
     const double lr = scheduled_lr(train, applied + 1);
@@ -260,6 +269,15 @@ int train(int argc, char **argv, DescribeFn describe, RunFn micro_step,
       } catch (const std::exception &error) {
         step_error = error.what();
       }
+    }
+    // The step's last host wait (the gradient norm's readback, or the
+    // non-finite check of a skipped step) followed all its ops: their trace
+    // marks are reached. A failed step's ops have no times.
+    if (program.tracer) {
+      if (step_error.empty())
+        tracer.resolve();
+      else
+        tracer.discard();
     }
     skipped += skip ? 1 : 0;
     StepLog entry{step, 0, lr, grad_norm, skip};

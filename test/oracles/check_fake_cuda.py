@@ -29,12 +29,18 @@ report of the fake this checks:
   * the kernel launches (by kernel), cuBLASLt matmuls and NCCL calls of
     steps 2..N are the same in every step
 
-With --trace the program writes its Chrome trace, and a pipeline program's
-per-action entries must come from the timing marks (cudaEvents) the fake
-clock stamps, 1 ms per piece of work queued: in each step every rank's
-actions in schedule order, none before the previous one ended, every
-computation a whole, non-zero number of fake milliseconds, and every step
-reads its marks (cudaEventElapsedTime) with no more host synchronizations.
+With --trace the program writes its Chrome trace, whose entries must come
+from the timing marks (cudaEvents) the fake clock stamps, 1 ms per piece
+of work queued, with no more host synchronizations. A pipeline program's
+per-action entries: in each step every rank's actions in schedule order,
+none before the previous one ended, every computation a whole, non-zero
+number of fake milliseconds, and every step reads its marks
+(cudaEventElapsedTime). Another program's per-op entries (each rank's
+file): every op begins and lasts a whole number of fake milliseconds, the
+ops of each track follow each other, the communication ops are on tracks
+of their own (named for the communication stream; their count per step is
+printed beside the plan's collectives), and each step reads two marks per
+op and, from step 2, one for its origin.
 
 Prints what it found, one line per fact, and "fake cuda: ok" or the
 failures; exits 1 on any failure. --inject-step-malloc adds a cudaMalloc at
@@ -161,12 +167,78 @@ def failing_runs(command, env, spec) -> int:
 COMPUTE = ("forward", "backward", "weight-gradient")
 
 
-def check_trace(trace, report, args, failures):
+def whole_ms(us: float) -> bool:
+    return abs(us / 1000 - round(us / 1000)) < 1e-6
+
+
+def check_op_trace(trace, report, plan, args, failures):
+    """A per-op trace (train --trace of a program without a pipeline),
+    timed by the fake's event clock: each rank's file."""
+    for rank in range(args.ranks):
+        path = trace if rank == 0 else Path(f"{trace}.rank{rank}")
+        if not path.exists():
+            failures.append(f"--trace wrote no {path}")
+            continue
+        data = json.loads(path.read_text())["traceEvents"]
+        names = {e["tid"]: e["args"]["name"] for e in data
+                 if e.get("ph") == "M" and e["name"] == "thread_name"}
+        events = [e for e in data if e.get("ph") == "X"]
+        who = f"rank {rank}"
+        by_track = {}
+        for e in events:
+            by_track.setdefault((e["tid"], e["args"]["step"]), []).append(e)
+            if not (whole_ms(e["ts"]) and whole_ms(e["dur"])):
+                failures.append(f"trace: {who} step {e['args']['step']}: {e['name']} at "
+                                f"{e['ts']} us lasting {e['dur']} us, not whole fake milliseconds")
+        for (tid, step), ops in sorted(by_track.items()):
+            # One stream each: ops follow each other.
+            for before, after in zip(ops, ops[1:]):
+                if after["ts"] < before["ts"] + before["dur"]:
+                    failures.append(f"trace: {who} step {step}: {after['name']} at "
+                                    f"{after['ts']} begins before {before['name']} ended")
+        steps = sorted({e["args"]["step"] for e in events})
+        comm = [e for e in events if e["cat"] == "communication"]
+        comm_tracks = sorted({e["tid"] for e in comm})
+        compute_tracks = sorted({e["tid"] for e in events if e["cat"] == "compute"})
+        if set(comm_tracks) & set(compute_tracks):
+            failures.append(f"trace: {who}: communication ops on compute tracks {comm_tracks}")
+        for tid in comm_tracks:
+            if "communication stream" not in names.get(tid, ""):
+                failures.append(f"trace: {who}: track {tid} is named {names.get(tid)!r}")
+        # The plan's collectives per step.
+        top = plan.get("ranks", [])
+        mine = next((e for e in top if e.get("rank") == rank), top[0] if top else {})
+        calls = sum(c["calls"] for c in mine.get("collective_bytes", {}).values())
+        per_step = [sum(e["args"]["step"] == s for e in comm) for s in steps]
+        print(f"trace: {who}: {len(events)} ops over steps {steps[0]}..{steps[-1]} on "
+              f"{len(compute_tracks)} compute and {len(comm_tracks)} communication tracks "
+              f"({', '.join(names.get(t, '?') for t in comm_tracks)}); whole fake ms, in order "
+              f"per track; ops last {min(e['dur'] for e in events) / 1000:g}.."
+              f"{max(e['dur'] for e in events) / 1000:g} fake ms")
+        print(f"trace: {who}: communication ops per step {per_step} "
+              f"({', '.join(sorted({e['name'] for e in comm}))}); the plan's collectives "
+              f"per step: {calls}")
+        rpath = Path(f"{report}.rank{rank}") if args.ranks > 1 else report
+        phases = json.loads(rpath.read_text())["phases"]
+        reads = [p["calls"].get("cudaEventElapsedTime", 0) for p in phases[1:-1]]
+        ops = [sum(e["args"]["step"] == s for e in events) for s in steps]
+        print(f"{who}: timing marks read per step (cudaEventElapsedTime): {reads}, "
+              f"ops traced per step: {ops}")
+        # Two per op, and from step 2 one more: the step's origin from the last.
+        want = [2 * n + (i > 0) for i, n in enumerate(ops)]
+        if reads != want:
+            failures.append(f"{who}: timing marks read per step {reads}, expected {want}")
+
+
+def check_trace(trace, report, args, failures, plan=None):
     """A pipeline trace's actions, timed by the fake's event clock."""
     if not trace.exists():
         failures.append(f"--trace wrote no {trace}")
         return
     events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    if events and "op" in events[0]["args"]:
+        check_op_trace(trace, report, plan, args, failures)
+        return
     by_track = {}
     for e in events:
         by_track.setdefault((e["tid"], e["args"]["step"]), []).append(e)
@@ -218,7 +290,7 @@ def main() -> int:
     parser.add_argument("--inject-step-malloc", action="store_true")
     parser.add_argument("--inject-step-sync", action="store_true")
     parser.add_argument("--trace", action="store_true",
-                        help="run with --trace and check a pipeline trace's times")
+                        help="run with --trace and check the trace's times")
     parser.add_argument("--fail-launch", metavar="NAME[:K]", action="append", default=[],
                         help="fault that launch; run without and with DSRT_CUDA_SYNC=1 "
                              "(repeat for more, each in runs of its own)")
@@ -363,7 +435,7 @@ def main() -> int:
         waits = sum(p["calls"].get("cudaStreamWaitEvent", 0) for p in phases)
         print(f"{who}: stream waits: {waits}, each on a recorded, live event")
     if args.trace:
-        check_trace(trace, report, args, failures)
+        check_trace(trace, report, args, failures, plan)
     for f in failures:
         print(f"FAILED: {f}")
     print("fake cuda: ok" if not failures else f"fake cuda: {len(failures)} failures")

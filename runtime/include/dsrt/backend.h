@@ -101,7 +101,12 @@ public:
   // cuda's are cudaEvents with timing, stamped when the stream reaches them.
 
   virtual DeviceEvent timing_mark();
-  virtual void record_timing(Stream &stream, const DeviceEvent &mark);
+  // `after_host_work`: the mark goes after the host work pending on the
+  // stream (a collective on a transport's thread, a file read), as a kernel
+  // would, waiting for it on the host; false records it at once, where the
+  // stream's device work has got to, and never waits.
+  virtual void record_timing(Stream &stream, const DeviceEvent &mark,
+                             bool after_host_work = true);
   // Microseconds from `from`'s last record to `to`'s; throws a dsrt::Error
   // when either has not been recorded or not been reached yet.
   virtual double elapsed_us(const DeviceEvent &from, const DeviceEvent &to);

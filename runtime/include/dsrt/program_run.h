@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,25 +45,57 @@ private:
   int64_t high_water_mark_ = 0, live_bytes_ = 0, peak_live_bytes_ = 0;
 };
 
-// Chrome trace events (chrome://tracing, ui.perfetto.dev).
-// In a training program op indices are per function: the runner says which
-// function runs with set_function (-1: the top-level op list).
+struct Program;
+
+// Chrome trace events (chrome://tracing, ui.perfetto.dev) of every op run,
+// timed by the backend's timing marks (BackendInterface::timing_mark): on
+// cuda cudaEvents recorded before and after each op on the stream it ran on
+// (a communication op, one that issued on comm_stream, on the communication
+// stream), so the times are when the device ran the op; on cpu the host
+// clock at those points. The marks are made once (prepare) and read after
+// a host wait that covers them (resolve), so tracing adds no wait for the
+// device. In a training program op indices are per function: the runner
+// says which function runs with set_function (-1: the top-level op list).
 class Tracer {
 public:
-  void begin(int64_t op);
-  void end(int64_t op);
+  // Makes the timing marks of `ops_per_step` op runs (a step's: each
+  // function's ops times its runs) on `stream`'s backend; before the first.
+  void prepare(Stream &stream, int64_t ops_per_step);
+  void begin(Program &p, int64_t op);
+  void end(Program &p, int64_t op);
+  // The open op issues on the communication stream (comm_stream): its
+  // begin is re-marked there, and its end will be.
+  void on_comm(Program &p);
   void set_function(int function) { function_ = function; }
+  void set_step(int64_t step) { step_ = step; }
+  // Reads the times of the ops run since the last resolve: call it after a
+  // host wait for the program's stream that follows them (the step's last
+  // planned one), which has then reached every mark.
+  void resolve();
+  // The ops run since the last resolve failed: their times stay unknown.
+  void discard();
   void write(const std::string &path, const ProgramInfo &info, int rank = 0) const;
 
 private:
   struct Slice {
-    int64_t op;
+    int64_t op, step;
     int function;
+    bool comm;
     double begin_us, end_us;
   };
   std::vector<Slice> slices_;
-  double open_begin_ = 0;
+  // marks_[2i], marks_[2i + 1]: the begin and end of the step's i-th op
+  // run; origins_: where the last two steps began (elapsed time between
+  // them carries the time base from step to step).
+  std::vector<std::shared_ptr<void>> marks_;  // BackendInterface's DeviceEvents
+  std::shared_ptr<void> origins_[2];
+  std::vector<Slice> pending_;  // the step's op runs, times not yet read
+  BackendInterface *backend_ = nullptr;
+  int origin_ = 0;
+  bool had_origin_ = false, open_ = false;
+  double base_us_ = 0;
   int function_ = -1;
+  int64_t step_ = 0;
 };
 
 struct Program {
@@ -222,11 +255,11 @@ int64_t transferred_bytes(Space from, Space to);
 void synchronize_op(Program &p);
 inline void begin_op(Program &p, int64_t op) {
   p.running_op = op;
-  if (p.tracer) p.tracer->begin(op);
+  if (p.tracer) p.tracer->begin(p, op);
 }
 inline void end_op(Program &p, int64_t op) {
   if (p.synchronous_ops) synchronize_op(p);
-  if (p.tracer) p.tracer->end(op);
+  if (p.tracer) p.tracer->end(p, op);
   p.running_op = -1;
 }
 void set_output(Program &p, int64_t index, const Tensor &value);

@@ -316,9 +316,11 @@ public:
     return DeviceEvent(event, [](void *e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
   }
 
-  void record_timing(Stream &s, const DeviceEvent &mark) override {
-    // After the host work pending on the stream, as a kernel would be.
-    check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(mark.get()), begin_kernel(s)),
+  void record_timing(Stream &s, const DeviceEvent &mark, bool after_host_work) override {
+    // After the host work pending on the stream, as a kernel would be, or
+    // at once where the stream's device work has got to.
+    check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(mark.get()),
+                               after_host_work ? begin_kernel(s) : cuda_stream(s)),
                "cuda::record_timing", "cudaEventRecord");
   }
 
