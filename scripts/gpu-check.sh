@@ -98,6 +98,9 @@ SKIP_BUILD=0
 BUILD_ONLY=0
 NO_BENCH=0
 NO_CASES=0
+EMULATE=0
+BENCH_SIZE=""
+STEPS=""
 RUNTIME_PREFIX=""
 STAGES=""
 SCALE=1
@@ -117,7 +120,8 @@ while [ $# -gt 0 ]; do
     --build-only) BUILD_ONLY=1 ;;
     --no-bench) NO_BENCH=1 ;;
     --no-kernel-cases) NO_CASES=1 ;;
-    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale)
+    --emulate) EMULATE=1 ;;
+    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale|--steps|--bench-size)
       [ $# -ge 2 ] || { echo "gpu-check: $1 needs a value" >&2; exit 2; }
       case "$1" in
         --build) BUILD="$2" ;;
@@ -127,6 +131,8 @@ while [ $# -gt 0 ]; do
         --jobs) JOBS="$2" ;;
         --runtime) RUNTIME_PREFIX="$2" ;;
         --timeout-scale) SCALE="$2" ;;
+        --steps) STEPS="$2" ;;
+        --bench-size) BENCH_SIZE="$2" ;;
       esac
       shift ;;
     -h|--help) sed -n '4,81p' "$0"; exit 0 ;;
@@ -155,6 +161,7 @@ export PYTHONNOUSERSITE=1 OMP_NUM_THREADS=4
 
 if [ "$MODE" = prepare ]; then
   [ -z "$OUT" ] || { echo "gpu-check: --prepare DIR takes no OUT (got '$OUT')" >&2; exit 2; }
+  [ "$EMULATE" = 0 ] || { echo "gpu-check: --emulate is for the device half (--device DIR OUT, or OUT)" >&2; exit 2; }
   BUILD="${BUILD:-$ROOT/build}"
   [ -x "$BUILD/bin/dsopt" ] ||
     { echo "gpu-check: --prepare: no dsopt at $BUILD/bin/dsopt (build dsopt, or pass --build)" >&2; exit 1; }
@@ -165,10 +172,15 @@ if [ "$MODE" = prepare ]; then
   [ -z "$STAGES" ] || args+=(--stages "$STAGES")
   [ "$NO_BENCH" = 0 ] || args+=(--no-bench)
   [ "$NO_CASES" = 0 ] || args+=(--no-kernel-cases)
+  [ -z "$STEPS" ] || args+=(--steps "$STEPS")
+  [ -z "$BENCH_SIZE" ] || args+=(--bench-size "$BENCH_SIZE")
   exec "$PY" "$ROOT/scripts/gpu_prepare.py" "${args[@]}"
 fi
 
 [ -n "$OUT" ] || { echo "$usage" >&2; exit 2; }
+if [ "$MODE" = device ] && { [ -n "$STEPS" ] || [ -n "$BENCH_SIZE" ]; }; then
+  echo "gpu-check: --steps and --bench-size size what --prepare writes, not --device" >&2; exit 2
+fi
 for name in ${ONLY//,/ }; do
   case "$name" in
     build|prepare|runtime|programs|nodevice|kernels|nccl|forward|train|bf16|zero3|offload|ranks2|trace|bench) ;;
@@ -192,6 +204,15 @@ WORK="$OUT/work"
 RT="$WORK/runtime"          # the standalone libdsrt build
 PREFIX="$WORK/dsrt"         # ... installed: what the programs find_package
 BUILDS="$WORK/programs"     # one CMake build per program
+KERNEL_TEST="$RT/tests/dsrt_cuda_kernel_test"
+NCCL_TEST="$RT/tests/dsrt_nccl_device_test"
+if [ "$EMULATE" = 1 ]; then
+  [ "$BUILD_ONLY" = 0 ] ||
+    { echo "gpu-check: --emulate runs the stages on the CUDA emulation; --build-only is for a machine whose missing GPU must be refused" >&2; exit 2; }
+  PREFIX="$RT/tests/cuda_emu_package"
+  KERNEL_TEST="$RT/tests/dsrt_cuda_emu_kernel_test"
+  NCCL_TEST="$RT/tests/dsrt_cuda_emu_nccl_test"
+fi
 [ -z "$RUNTIME_PREFIX" ] || PREFIX="$(cd "$RUNTIME_PREFIX" && pwd)" ||
   { echo "gpu-check: --runtime: no directory '$RUNTIME_PREFIX'" >&2; exit 2; }
 REPORT="$OUT/report.md"
@@ -226,6 +247,7 @@ stage() {
   else
     verdict="FAILED (exit $status): $(grep -m1 -iE 'error|fail|mismatch|missing' "$log" | cut -c1-200)"; FAILED=1
   fi
+  [ "$EMULATE" = 0 ] || verdict="$verdict (emulated)"
   printf '   %s (%ss)\n' "$verdict" "$((end - start))"
   SUMMARY+=("| $name | $verdict | $((end - start)) s | [$name.log]($name.log) |")
 }
@@ -242,7 +264,10 @@ build() {
 }
 
 prepare() {
-  "$ROOT/scripts/gpu-check.sh" --prepare "$PREP" --build "$BUILD"
+  local args=()
+  [ -z "$STEPS" ] || args+=(--steps "$STEPS")
+  [ -z "$BENCH_SIZE" ] || args+=(--bench-size "$BENCH_SIZE")
+  "$ROOT/scripts/gpu-check.sh" --prepare "$PREP" --build "$BUILD" "${args[@]}"
 }
 
 # The toolkit's root: nvcc's, links followed.
@@ -288,9 +313,16 @@ runtime() {
   if [ -n "$RUNTIME_PREFIX" ]; then
     [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] ||
       { echo "error: --runtime $PREFIX: no lib/cmake/dsrt/dsrtConfig.cmake there (cmake --install a runtime build)"; return 1; }
+    if grep -q DSRT_CUDA_EMULATION "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake"; then
+      [ "$EMULATE" = 1 ] ||
+        { echo "error: --runtime $PREFIX is the CUDA emulation's package: pass --emulate, or install a runtime built with CUDA"; return 1; }
+    elif [ "$EMULATE" = 1 ]; then
+      echo "error: --emulate --runtime $PREFIX: not the CUDA emulation's package (<runtime build>/tests/cuda_emu_package)"; return 1
+    fi
     echo "libdsrt from $PREFIX (--runtime): runtime/ not built"
     return 0
   fi
+  [ "$EMULATE" = 0 ] || { emulated_runtime; return; }
   local root args=()
   root="$(nccl_root)"
   [ -z "$root" ] || args+=("-DNCCL_ROOT=$root")
@@ -311,6 +343,29 @@ runtime() {
   echo "libdsrt_cuda installed under $PREFIX (targets: ${targets[*]})"
 }
 
+# --emulate: runtime/ built for the CUDA emulation (with the cpu backend,
+# which its tests' build needs): libdsrt_cuda_emu.a and its dsrt package
+# (tests/cuda_emu_package, where PREFIX points), the kernel and NCCL tests
+# linked with it.
+emulated_runtime() {
+  local root args=()
+  root="$(nccl_root)"
+  [ -z "$root" ] || args+=("-DNCCL_ROOT=$root")
+  [ ! -f "$PREP/gtest/CMakeLists.txt" ] || args+=("-DDSRT_GTEST_SOURCE=$PREP/gtest")
+  cmake -S "$ROOT/runtime" -B "$RT" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DDSRT_FUZZERS=OFF "${args[@]}" || return 1
+  local targets=(dsrt_cuda_emu) t all
+  all="$(ninja -C "$RT" -t targets all 2> /dev/null)"
+  grep -q '^dsrt_cuda_emu:' <<< "$all" ||
+    { echo "error: the runtime was configured without the CUDA emulation (no CUDA toolkit headers or GoogleTest: see cmake's 'dsrt:' lines above)"; return 1; }
+  for t in dsrt_cuda_emu_kernel_test dsrt_cuda_emu_nccl_test; do
+    if grep -q "^$t:" <<< "$all"; then targets+=("$t"); else echo "note: $t is not built (no MPI or nccl.h)"; fi
+  done
+  ninja -C "$RT" -j "$JOBS" "${targets[@]}" || return 1
+  [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] || { echo "error: no emulation package under $PREFIX"; return 1; }
+  echo "libdsrt_cuda_emu built, its package under $PREFIX (targets: ${targets[*]})"
+}
+
 # Every program's src/CMakeLists.txt against the installed libdsrt_cuda:
 # configured all at once, then built all at once, each with the
 # executables the manifest runs.
@@ -320,11 +375,16 @@ programs() {
   "$PY" "$ROOT/scripts/gpu_device.py" targets "$PREP" > "$WORK/targets.txt" || return 1
   # shellcheck disable=SC2016
   local configure='cmake -S "$1/programs/$3/src" -B "$2/$3" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$4" -DCMAKE_CUDA_ARCHITECTURES=90 > "$2/$3.configure.log" 2>&1 || { echo "$3: cmake failed:"; tail -20 "$2/$3.configure.log"; exit 1; }'
+  # --emulate: each program through runtime/tests/cuda/emu/program/, which
+  # reads its src/CMakeLists.txt and compiles its rewritten sources as C++.
+  # shellcheck disable=SC2016
+  [ "$EMULATE" = 0 ] || configure='cmake -S "$5" -B "$2/$3" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$4" -DDSRT_PROGRAM_SOURCE="$1/programs/$3/src" > "$2/$3.configure.log" 2>&1 || { echo "$3: cmake failed:"; tail -20 "$2/$3.configure.log"; exit 1; }'
   # shellcheck disable=SC2016
   local compile='b="$0" n="$1"; shift; ninja -C "$b/$n" -j 2 "$@" > "$b/$n.build.log" 2>&1 || { echo "$n: the build failed:"; grep -m5 -E "error|undefined" "$b/$n.build.log"; exit 1; }'
   local status=0
   cut -d' ' -f1 "$WORK/targets.txt" |
-    xargs -P "$JOBS" -I{} bash -c "$configure" _ "$PREP" "$BUILDS" {} "$PREFIX" || status=1
+    xargs -P "$JOBS" -I{} bash -c "$configure" _ "$PREP" "$BUILDS" {} "$PREFIX" \
+      "$ROOT/runtime/tests/cuda/emu/program" || status=1
   [ "$status" = 0 ] || return 1
   sed "s|^|$BUILDS |" "$WORK/targets.txt" |
     xargs -P "$(( (JOBS + 1) / 2 ))" -L1 bash -c "$compile" || status=1
@@ -337,15 +397,15 @@ programs() {
 nodevice() {
   "$PY" "$ROOT/scripts/gpu_device.py" no-device "$PREP" "$BUILDS" || return 1
   local t
-  for t in dsrt_cuda_kernel_test dsrt_nccl_device_test; do
-    [ -x "$RT/tests/$t" ] && echo "$t: built"
+  for t in "$KERNEL_TEST" "$NCCL_TEST"; do
+    [ -x "$t" ] && echo "$(basename "$t"): built"
   done
   return 0
 }
 
 kernels() {
-  local exe="$RT/tests/dsrt_cuda_kernel_test"
-  [ -x "$exe" ] || { echo "error: dsrt_cuda_kernel_test was not built under $RT (GoogleTest missing?)"; return 1; }
+  local exe="$KERNEL_TEST"
+  [ -x "$exe" ] || { echo "error: $(basename "$exe") was not built under $RT (GoogleTest missing?)"; return 1; }
   [ -d "$PREP/kernel-cases" ] || { echo "error: no kernel cases in $PREP (prepared without them)"; return 1; }
   "$exe" --cases "$PREP/kernel-cases"
 }
@@ -366,8 +426,8 @@ launch() {
 }
 
 nccl() {
-  local exe="$RT/tests/dsrt_nccl_device_test"
-  [ -x "$exe" ] || { echo "error: dsrt_nccl_device_test was not built under $RT (NCCL or GoogleTest not found?)"; return 1; }
+  local exe="$NCCL_TEST"
+  [ -x "$exe" ] || { echo "error: $(basename "$exe") was not built under $RT (NCCL or GoogleTest not found?)"; return 1; }
   launch 1 "$exe"
 }
 
@@ -397,14 +457,19 @@ trace() {
 }
 
 bench() {
-  [ -d "$BUILDS/bench-gpt2-124m" ] || { echo "SKIP bench: $PREP has no benchmark program (--no-bench)"; return 0; }
-  "$PY" "$ROOT/bench/gpu_bench.py" --prepared "$PREP" --program-build "$BUILDS/bench-gpt2-124m" \
-    --out "$OUT/bench"
+  local name args=()
+  rm -rf "$OUT/bench"
+  name="$(cut -d' ' -f1 "$WORK/targets.txt" | grep -m1 '^bench-')"
+  [ -n "$name" ] || { echo "SKIP bench: $PREP has no benchmark program (--no-bench)"; return 0; }
+  [ "$EMULATE" = 0 ] || args+=(--emulate)
+  "$PY" "$ROOT/bench/gpu_bench.py" --prepared "$PREP" --program-build "$BUILDS/$name" \
+    --out "$OUT/bench" "${args[@]}"
 }
 
-export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX
-export -f build prepare cuda_home nccl_root preflight runtime programs nodevice kernels launch nccl \
-  forward train bf16 zero3 offload ranks2 trace bench
+export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX EMULATE STEPS \
+  BENCH_SIZE KERNEL_TEST NCCL_TEST
+export -f build prepare cuda_home nccl_root preflight runtime emulated_runtime programs nodevice \
+  kernels launch nccl forward train bf16 zero3 offload ranks2 trace bench
 export PATH="$PATH:/usr/local/cuda/bin"
 if [ "$MODE" = all ]; then
   stage build 330
@@ -429,16 +494,28 @@ fi
 
 [ "$DRY_RUN" = 1 ] && exit 0
 {
-  echo "# dsopt GPU check"
+  if [ "$EMULATE" = 1 ]; then
+    echo "# dsopt GPU check: REHEARSAL under the CUDA emulation (no GPU)"
+  else
+    echo "# dsopt GPU check"
+  fi
   echo
   echo "$(date -u '+%Y-%m-%d %H:%M UTC'), prepared at $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("commit", "?"))' "$PREP/manifest.json" 2>/dev/null || echo '?')"
   echo
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+  if [ "$EMULATE" = 1 ]; then
+    echo "GPU: none. Every stage ran on the CUDA emulation (runtime/tests/cuda/emu: kernels"
+    echo "and cuBLASLt on the host CPU, NCCL over MPI), built with the host compiler, not nvcc."
+    echo "What passed here is the stages' logic and the emulated arithmetic; the trace's"
+    echo "timings, the benchmark's tokens/s, MFU and measured device peak are the"
+    echo "emulation's, not a GPU's figures."
+  else
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+  fi
   echo
   echo "| stage | result | time | log |"
   echo "|---|---|---|---|"
   printf '%s\n' "${SUMMARY[@]}"
-  if [ -f "$OUT/bench/bench.md" ]; then
+  if [ -f "$OUT/bench/bench.md" ] && printf '%s\n' "${SUMMARY[@]}" | grep -q '^| bench |'; then
     echo
     cat "$OUT/bench/bench.md"
   fi

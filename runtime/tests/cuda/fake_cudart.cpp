@@ -886,6 +886,21 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     LOCKED;
     st.count("ncclCommInitRank");
   }
+  // As NCCL does with NCCL_DEBUG set (VERSION, WARN, INFO, TRACE): its
+  // version line on the first initialization of rank 0, here naming the
+  // fake, so that a check that a run went through NCCL (scripts/gpu-check.sh's
+  // zero3 stage) sees which NCCL it was.
+  static bool said_version = false;
+  const char *debug = std::getenv("NCCL_DEBUG");
+  if (debug && *debug && rank == 0 && !said_version) {
+    said_version = true;
+#if DSRT_FAKE_NCCL_MPI
+    std::printf("NCCL version 0.0.0+dsrt-emulation (the CUDA emulation's NCCL over MPI)\n");
+#else
+    std::printf("NCCL version 0.0.0+dsrt-fake (the fake NCCL: collectives move nothing)\n");
+#endif
+    std::fflush(stdout);
+  }
 #if DSRT_FAKE_NCCL_MPI
   *comm = new ncclComm{nranks, rank, dsemu::nccl::init(nranks, id.internal, rank)};
 #else
