@@ -177,8 +177,11 @@ def train_and_report(program: Path, model: Path, batch: int, need: int, precisio
     }
     (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
     memory_line = (f"{measured_peak / 2**30:.2f} GiB measured, {need / 2**30:.2f} GiB planned"
-                   + ("" if measured_peak == need else " (DIFFERENT)")) if measured_peak is not None \
+                   + ("" if measured_peak == need else
+                      f" (DIFFERENT: {measured_peak} and {need} bytes)")) if measured_peak is not None \
         else f"{need / 2**30:.2f} GiB planned (the run reported no device peak)"
+    # Under 0.1% (the emulation's) in two significant digits, not "0.0%".
+    mfu_text = f"{mfu * 100:.1f}%" if mfu >= 1e-3 else f"{mfu * 100:.2g}%"
     # Under the emulation each figure is the host CPU's, and says so.
     emu = " (EMULATED: the host CPU, not a GPU)" if emulate else ""
     report = "\n".join([
@@ -192,13 +195,17 @@ def train_and_report(program: Path, model: Path, batch: int, need: int, precisio
         f"| tokens/s | {tokens_per_s:,.0f}{emu} |",
         (f"| bf16 GEMM peak (nominal H200 dense bf16, not measured: no GPU) | {peak_tflops:.1f} TFLOP/s |"
          if emulate else f"| bf16 GEMM peak (cuBLASLt, measured) | {peak_tflops:.1f} TFLOP/s |"),
-        f"| MFU | {mfu * 100:.1f}% ({flops_per_token / 1e9:.2f} GFLOP/token){emu} |",
+        f"| MFU | {mfu_text} ({flops_per_token / 1e9:.3g} GFLOP/token){emu} |",
         f"| device memory | {memory_line}{' (EMULATED device)' if emulate else ''} |",
         "",
     ])
     (out / "bench.md").write_text(report)
     print(report)
-    return 0 if measured_peak in (None, need) else 1
+    if measured_peak not in (None, need):
+        print(f"gpu_bench: error: the measured device peak ({measured_peak} bytes) differs from "
+              f"the planned one ({need} bytes)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def prepared(args, memory: int) -> int:

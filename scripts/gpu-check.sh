@@ -29,8 +29,9 @@
 #             run (loss rel 1e-4); each run checks its memory spaces
 #             against the plan itself
 #   bf16      the same in bf16 (loss rel 2e-2)
-#   zero3     GPT-2's ZeRO-3 program on one GPU, its collectives on a
-#             one-rank NCCL world, whose losses equal the plain program's
+#   zero3     GPT-2's ZeRO-3 program on one GPU, a one-rank NCCL world
+#             (NCCL initialized; one rank makes no collective: those are
+#             the nccl stage's), whose losses equal the plain program's
 #   offload   GPT-2 with its optimizer offloaded (--offload-optimizer cpu:
 #             states in pinned host memory, copies on the communication
 #             stream, the update's kernels over the pinned arena), whose
@@ -44,13 +45,25 @@
 #             cudaEvent-timed Chrome trace)
 #   bench     bench/gpu_bench.py --prepared: GPT-2 124M bf16 tokens/s and MFU
 #
-# Without a GPU, scripts/cuda-emu-sweep.sh runs the train, bf16 and zero3
-# stages' programs (and dp-2/pp-2 programs under mpirun, NCCL over MPI) under
-# the CUDA emulation against the cpu programs (docs/runtime.md, "The CUDA
-# emulation"): that checks the kernels' and collectives' arithmetic. What only
-# this check shows: nvcc's device build, the device math and FMA contraction,
-# tensor cores/TF32, races and stream ordering on the device, real NCCL,
-# the offload's pinned copies, timing (trace, bench).
+# --emulate rehearses the device half without a GPU, every stage through its
+# own code here, on the CUDA emulation (docs/runtime.md, "The CUDA
+# emulation"): the runtime stage builds runtime/ for it (libdsrt_cuda_emu.a
+# and its dsrt package, the emulated kernel and NCCL tests), the programs
+# stage rebuilds each program through runtime/tests/cuda/emu/program/ (its
+# src/CMakeLists.txt read, its sources' launches rewritten, compiled as C++
+# with the host compiler), and every later stage runs and compares exactly
+# as on the GPU. The report says it is a rehearsal and labels every stage
+# emulated; the trace's timings and the benchmark's tokens/s, MFU (against
+# the nominal H200 peak: gemm_peak.cu is built, not run) and device peak
+# are the emulation's. What only the GPU run shows: nvcc's device build of
+# the programs and runtime, the device math and FMA contraction, tensor
+# cores/TF32, races and stream ordering on the device, real NCCL (two ranks
+# refused on one device: under the emulation rank 1 is refused by dsrt's
+# own device count), the offload's pinned copies, and every timing.
+# Prepare the rehearsal small: --steps 3, --bench-size tiny (a 2-layer GPT),
+# --variants-model mlp (ZeRO-3 and offload on mlp); the defaults are the
+# GPU run's. scripts/cuda-emu-sweep.sh runs more programs (dp-2, pp-2,
+# tp-2 under mpirun) under the emulation against the cpu programs.
 #
 # --prepare needs dsopt built (--build, default build/) and a python3 with
 # torch, onnx and numpy. --device needs the CUDA toolkit (nvcc, cuBLASLt),
@@ -60,11 +73,11 @@
 # optional (a program started without it is a world of one rank).
 #
 # Usage: scripts/gpu-check.sh --prepare DIR [--build BUILD] [--models M,...]
-#                              [--stages S,...]
-#                              [--no-bench] [--no-kernel-cases]
+#                              [--stages S,...] [--steps N] [--variants-model M]
+#                              [--no-bench] [--bench-size 124m|tiny] [--no-kernel-cases]
 #        scripts/gpu-check.sh --device DIR OUT [--build-only] [--only STAGE,...]
 #                              [--jobs N] [--runtime PREFIX] [--timeout-scale K]
-#                              [--dry-run]
+#                              [--emulate] [--dry-run]
 #        scripts/gpu-check.sh [--build DIR] [--skip-build] [--only STAGE,...]
 #                              [--dry-run] OUT
 #   --build DIR   dsopt's build (--prepare: default build/; the one-machine
@@ -74,14 +87,23 @@
 #                 device"; no stage runs on the GPU
 #   --runtime PREFIX  --device: use the libdsrt_cuda installed at PREFIX
 #                 (cmake --install of a runtime built with CUDA) instead of
-#                 building runtime/ (no kernels or nccl tests then)
+#                 building runtime/ (no kernels or nccl tests then); with
+#                 --emulate, the emulation's package of a runtime build
+#                 (<build>/runtime/tests/cuda_emu_package in dsopt's build)
+#   --emulate     --device (or OUT): the stages on the CUDA emulation, no
+#                 GPU (above); not with --build-only
 #   --timeout-scale K  every stage's timeout times K (a slower machine)
 #   --only        run only these stages (a rerun; later stages use what
 #                 earlier ones left in OUT/work)
 #   --models      --prepare: only these zoo models (default: all five)
 #   --stages      --prepare: only these stages' programs (forward, train,
 #                 bf16, zero3, offload, ranks2; default: all)
+#   --steps N     --prepare: training steps of every program (default 20)
+#   --variants-model M  --prepare: the zoo model of the zero3 and offload
+#                 stages (default gpt2)
 #   --no-bench    --prepare: leave out the GPT-2 124M benchmark
+#   --bench-size  --prepare: the benchmark's model, 124m (GPT-2 124M, the
+#                 default) or tiny (2 layers of width 64, for --emulate)
 #   --no-kernel-cases  --prepare: leave out the kernel cases (no kernels stage)
 #   --dry-run     print the stages and their commands, run nothing
 #
@@ -101,6 +123,7 @@ NO_CASES=0
 EMULATE=0
 BENCH_SIZE=""
 STEPS=""
+VARIANTS=""
 RUNTIME_PREFIX=""
 STAGES=""
 SCALE=1
@@ -121,7 +144,7 @@ while [ $# -gt 0 ]; do
     --no-bench) NO_BENCH=1 ;;
     --no-kernel-cases) NO_CASES=1 ;;
     --emulate) EMULATE=1 ;;
-    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale|--steps|--bench-size)
+    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale|--steps|--bench-size|--variants-model)
       [ $# -ge 2 ] || { echo "gpu-check: $1 needs a value" >&2; exit 2; }
       case "$1" in
         --build) BUILD="$2" ;;
@@ -133,9 +156,10 @@ while [ $# -gt 0 ]; do
         --timeout-scale) SCALE="$2" ;;
         --steps) STEPS="$2" ;;
         --bench-size) BENCH_SIZE="$2" ;;
+        --variants-model) VARIANTS="$2" ;;
       esac
       shift ;;
-    -h|--help) sed -n '4,81p' "$0"; exit 0 ;;
+    -h|--help) sed -n '4,/^# Exits 0/p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *)
       [ -z "$OUT" ] || { echo "gpu-check: one OUT directory, got '$OUT' and '$1'" >&2; exit 2; }
@@ -174,12 +198,13 @@ if [ "$MODE" = prepare ]; then
   [ "$NO_CASES" = 0 ] || args+=(--no-kernel-cases)
   [ -z "$STEPS" ] || args+=(--steps "$STEPS")
   [ -z "$BENCH_SIZE" ] || args+=(--bench-size "$BENCH_SIZE")
+  [ -z "$VARIANTS" ] || args+=(--variants-model "$VARIANTS")
   exec "$PY" "$ROOT/scripts/gpu_prepare.py" "${args[@]}"
 fi
 
 [ -n "$OUT" ] || { echo "$usage" >&2; exit 2; }
-if [ "$MODE" = device ] && { [ -n "$STEPS" ] || [ -n "$BENCH_SIZE" ]; }; then
-  echo "gpu-check: --steps and --bench-size size what --prepare writes, not --device" >&2; exit 2
+if [ "$MODE" = device ] && { [ -n "$STEPS" ] || [ -n "$BENCH_SIZE" ] || [ -n "$VARIANTS" ]; }; then
+  echo "gpu-check: --steps, --bench-size and --variants-model shape what --prepare writes, not --device" >&2; exit 2
 fi
 for name in ${ONLY//,/ }; do
   case "$name" in
@@ -245,7 +270,10 @@ stage() {
   elif [ "$status" = 124 ] || [ "$status" = 137 ]; then
     verdict="FAILED: timed out after ${limit}s"; FAILED=1
   else
-    verdict="FAILED (exit $status): $(grep -m1 -iE 'error|fail|mismatch|missing' "$log" | cut -c1-200)"; FAILED=1
+    # The log's first line naming the failure, else its last line.
+    local why
+    why="$(grep -m1 -iE 'error|fail|mismatch|missing' "$log")" || why="$(grep -v '^\s*$' "$log" | tail -1)"
+    verdict="FAILED (exit $status): $(cut -c1-200 <<< "$why")"; FAILED=1
   fi
   [ "$EMULATE" = 0 ] || verdict="$verdict (emulated)"
   printf '   %s (%ss)\n' "$verdict" "$((end - start))"
@@ -267,6 +295,7 @@ prepare() {
   local args=()
   [ -z "$STEPS" ] || args+=(--steps "$STEPS")
   [ -z "$BENCH_SIZE" ] || args+=(--bench-size "$BENCH_SIZE")
+  [ -z "$VARIANTS" ] || args+=(--variants-model "$VARIANTS")
   "$ROOT/scripts/gpu-check.sh" --prepare "$PREP" --build "$BUILD" "${args[@]}"
 }
 
@@ -380,7 +409,7 @@ programs() {
   # shellcheck disable=SC2016
   [ "$EMULATE" = 0 ] || configure='cmake -S "$5" -B "$2/$3" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$4" -DDSRT_PROGRAM_SOURCE="$1/programs/$3/src" > "$2/$3.configure.log" 2>&1 || { echo "$3: cmake failed:"; tail -20 "$2/$3.configure.log"; exit 1; }'
   # shellcheck disable=SC2016
-  local compile='b="$0" n="$1"; shift; ninja -C "$b/$n" -j 2 "$@" > "$b/$n.build.log" 2>&1 || { echo "$n: the build failed:"; grep -m5 -E "error|undefined" "$b/$n.build.log"; exit 1; }'
+  local compile='b="$0" n="$1"; shift; ninja -C "$b/$n" -j 2 "$@" > "$b/$n.build.log" 2>&1 || { echo "$n: the build failed: $(grep -m1 -E "error|undefined" "$b/$n.build.log")"; grep -m5 -E "error|undefined" "$b/$n.build.log" | tail -n +2; exit 1; }'
   local status=0
   cut -d' ' -f1 "$WORK/targets.txt" |
     xargs -P "$JOBS" -I{} bash -c "$configure" _ "$PREP" "$BUILDS" {} "$PREFIX" \
@@ -388,7 +417,14 @@ programs() {
   [ "$status" = 0 ] || return 1
   sed "s|^|$BUILDS |" "$WORK/targets.txt" |
     xargs -P "$(( (JOBS + 1) / 2 ))" -L1 bash -c "$compile" || status=1
-  echo "$(wc -l < "$WORK/targets.txt") programs built under $BUILDS"
+  # Built: every executable the manifest runs is there.
+  local built=0 name exes exe ok
+  while read -r name exes; do
+    ok=1
+    for exe in $exes; do [ -x "$BUILDS/$name/$exe" ] || ok=0; done
+    built=$((built + ok))
+  done < "$WORK/targets.txt"
+  echo "$built of $(wc -l < "$WORK/targets.txt") programs built under $BUILDS"
   return "$status"
 }
 
@@ -452,7 +488,8 @@ trace() {
   else
     echo "nsys not found: the runtime's own trace (cudaEvent timestamps)"
   fi
-  "$program" --data "$data" --weights "$PREP/models" --steps 1 --trace "$OUT/trace.json" || return 1
+  "$program" --data "$data" --weights "$PREP/models" --steps 1 --trace "$OUT/trace.json" ||
+    { echo "error: the traced step failed (exit $?)"; return 1; }
   "$PY" -c 'import json,sys; t=json.load(open(sys.argv[1])); e=t["traceEvents"] if isinstance(t,dict) else t; assert e, "empty trace"; print(len(e), "trace events")' "$OUT/trace.json"
 }
 
@@ -467,7 +504,7 @@ bench() {
 }
 
 export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX EMULATE STEPS \
-  BENCH_SIZE KERNEL_TEST NCCL_TEST
+  BENCH_SIZE VARIANTS KERNEL_TEST NCCL_TEST
 export -f build prepare cuda_home nccl_root preflight runtime emulated_runtime programs nodevice \
   kernels launch nccl forward train bf16 zero3 offload ranks2 trace bench
 export PATH="$PATH:/usr/local/cuda/bin"

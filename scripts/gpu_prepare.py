@@ -3,6 +3,7 @@
 
   gpu_prepare.py --dsopt DSOPT --out DIR [--work W] [--only MODELS] [--steps N]
                  [--no-bench] [--bench-size 124m|tiny] [--no-kernel-cases] [--limit-mib M]
+                 [--variants-model M]
 
 Runs where dsopt is built (LLVM/MLIR 22) and writes DIR, everything the
 device step (gpu-check.sh --device DIR OUT) needs on a machine with a GPU
@@ -177,10 +178,10 @@ class Prep:
                  {"kind": "train", "rtol": 2e-2})
 
     def variants(self, model, path, case, config, data) -> None:
-        """ZeRO-3 and offload (gpt2) against the plain run's log; mlp's
-        2-rank program on one GPU (refused there)."""
+        """ZeRO-3 and offload (gpt2, or --variants-model's) against the
+        plain run's log; mlp's 2-rank program on one GPU (refused there)."""
         plain = "{prep}/ref/train/" + case + "/log.jsonl"
-        if model == "gpt2" and (self.wants("zero3") or self.wants("offload")):
+        if model == self.args.variants_model and (self.wants("zero3") or self.wants("offload")):
             # NCCL_DEBUG=VERSION: NCCL prints its version when the program's
             # world transport initializes it, which shows the run went through NCCL.
             nccl = {"env": {"NCCL_DEBUG": "VERSION"}, "expect": "NCCL version"}
@@ -291,6 +292,8 @@ def main() -> int:
                         help="comma-separated: only these stages' programs (forward, train, bf16, "
                              "zero3, offload, ranks2; default: all)")
     parser.add_argument("--jobs", type=int, default=2, help="oracle cases at once")
+    parser.add_argument("--variants-model", default="gpt2",
+                        help="the zoo model of the zero3 and offload stages (default gpt2)")
     parser.add_argument("--no-bench", action="store_true", help="leave out the GPT-2 124M benchmark")
     parser.add_argument("--bench-size", choices=["124m", "tiny"], default="124m",
                         help="the benchmark's model: GPT-2 124M (the GPU's), or a tiny GPT "

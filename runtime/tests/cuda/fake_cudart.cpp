@@ -33,6 +33,8 @@
 #if DSRT_FAKE_EMULATE
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include "fault.h"  // emu/: DSRT_EMU_FAULT
 #endif
 #ifndef DSRT_FAKE_NO_NCCL
 #include <nccl.h>
@@ -817,6 +819,7 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
   float alpha, beta;
   std::memcpy(&alpha, alpha_p, sizeof alpha);
   std::memcpy(&beta, beta_p, sizeof beta);
+  if (dsemu::fault("matmul-scale")) alpha *= 1.01f;
   for (int32_t i = 0; i < batch; ++i) {
     const int64_t ao = i * a->stride, bo = i * b->stride, co = i * c->stride, dof = i * d->stride;
     for (int64_t col = 0; col < n; ++col)
