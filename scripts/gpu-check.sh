@@ -351,48 +351,41 @@ runtime() {
     echo "libdsrt from $PREFIX (--runtime): runtime/ not built"
     return 0
   fi
-  [ "$EMULATE" = 0 ] || { emulated_runtime; return; }
-  local root args=()
-  root="$(nccl_root)"
-  [ -z "$root" ] || args+=("-DNCCL_ROOT=$root")
-  [ ! -f "$PREP/gtest/CMakeLists.txt" ] || args+=("-DDSRT_GTEST_SOURCE=$PREP/gtest")
-  cmake -S "$ROOT/runtime" -B "$RT" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DDSRT_WITH_CPU=OFF -DDSRT_FUZZERS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_INSTALL_PREFIX="$PREFIX" "${args[@]}" || return 1
-  local targets=(dsrt_cuda) t all
-  all="$(ninja -C "$RT" -t targets all 2> /dev/null)"
-  grep -q '^dsrt_cuda:' <<< "$all" ||
-    { echo "error: the runtime was configured without the cuda backend (see cmake's 'dsrt:' lines above)"; return 1; }
-  for t in dsrt_cuda_kernel_test dsrt_nccl_device_test; do
-    if grep -q "^$t:" <<< "$all"; then targets+=("$t"); else echo "note: $t is not built (no GoogleTest or NCCL)"; fi
-  done
-  ninja -C "$RT" -j "$JOBS" "${targets[@]}" || return 1
+  if [ "$EMULATE" = 1 ]; then
+    # The emulation's build needs its tests' setup, which needs the cpu
+    # backend; its dsrt package is written into the build (PREFIX).
+    build_runtime dsrt_cuda_emu "dsrt_cuda_emu_kernel_test dsrt_cuda_emu_nccl_test" || return 1
+    [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] || { echo "error: no emulation package under $PREFIX"; return 1; }
+    echo "libdsrt_cuda_emu built, its package under $PREFIX"
+    return 0
+  fi
+  build_runtime dsrt_cuda "dsrt_cuda_kernel_test dsrt_nccl_device_test" -DDSRT_WITH_CPU=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_INSTALL_PREFIX="$PREFIX" || return 1
   cmake --install "$RT" > /dev/null || return 1
   [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] || { echo "error: libdsrt was not installed under $PREFIX"; return 1; }
-  echo "libdsrt_cuda installed under $PREFIX (targets: ${targets[*]})"
+  echo "libdsrt_cuda installed under $PREFIX"
 }
 
-# --emulate: runtime/ built for the CUDA emulation (with the cpu backend,
-# which its tests' build needs): libdsrt_cuda_emu.a and its dsrt package
-# (tests/cuda_emu_package, where PREFIX points), the kernel and NCCL tests
-# linked with it.
-emulated_runtime() {
-  local root args=()
+# build_runtime LIB "TESTS" CMAKE_FLAGS...: runtime/ configured on its own
+# in RT with the flags, then LIB and those of TESTS the configuration has
+# (each missing one named) built.
+build_runtime() {
+  local lib="$1" tests="$2" root args=()
+  shift 2
   root="$(nccl_root)"
   [ -z "$root" ] || args+=("-DNCCL_ROOT=$root")
   [ ! -f "$PREP/gtest/CMakeLists.txt" ] || args+=("-DDSRT_GTEST_SOURCE=$PREP/gtest")
-  cmake -S "$ROOT/runtime" -B "$RT" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DDSRT_FUZZERS=OFF "${args[@]}" || return 1
-  local targets=(dsrt_cuda_emu) t all
+  cmake -S "$ROOT/runtime" -B "$RT" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSRT_FUZZERS=OFF \
+    "$@" "${args[@]}" || return 1
+  local targets=("$lib") t all
   all="$(ninja -C "$RT" -t targets all 2> /dev/null)"
-  grep -q '^dsrt_cuda_emu:' <<< "$all" ||
-    { echo "error: the runtime was configured without the CUDA emulation (no CUDA toolkit headers or GoogleTest: see cmake's 'dsrt:' lines above)"; return 1; }
-  for t in dsrt_cuda_emu_kernel_test dsrt_cuda_emu_nccl_test; do
-    if grep -q "^$t:" <<< "$all"; then targets+=("$t"); else echo "note: $t is not built (no MPI or nccl.h)"; fi
+  grep -q "^$lib:" <<< "$all" ||
+    { echo "error: the runtime was configured without $lib (see cmake's 'dsrt:' lines above)"; return 1; }
+  for t in $tests; do
+    if grep -q "^$t:" <<< "$all"; then targets+=("$t"); else echo "note: $t is not built (no GoogleTest, NCCL or MPI)"; fi
   done
   ninja -C "$RT" -j "$JOBS" "${targets[@]}" || return 1
-  [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] || { echo "error: no emulation package under $PREFIX"; return 1; }
-  echo "libdsrt_cuda_emu built, its package under $PREFIX (targets: ${targets[*]})"
+  echo "built: ${targets[*]}"
 }
 
 # Every program's src/CMakeLists.txt against the installed libdsrt_cuda:
@@ -505,7 +498,7 @@ bench() {
 
 export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX EMULATE STEPS \
   BENCH_SIZE VARIANTS KERNEL_TEST NCCL_TEST
-export -f build prepare cuda_home nccl_root preflight runtime emulated_runtime programs nodevice \
+export -f build prepare cuda_home nccl_root preflight runtime build_runtime programs nodevice \
   kernels launch nccl forward train bf16 zero3 offload ranks2 trace bench
 export PATH="$PATH:/usr/local/cuda/bin"
 if [ "$MODE" = all ]; then
