@@ -1,7 +1,7 @@
 """GPT-2 124M training throughput and MFU on one GPU, with dsopt --target cuda.
 
   gpu_bench.py [--build DIR] [--out DIR] [--steps N] [--precision bf16|fp32]
-  gpu_bench.py --prepared PREP --program-build B [--out DIR] [--steps N]
+  gpu_bench.py --prepared PREP --program-build B [--out DIR] [--steps N] [--emulate]
 
 GPT-2 small (d 768, 12 layers, 12 heads, T 1024, vocab 50257) from the GPT
 generator (test/oracles/gen_gpt.py, random weights), in bf16, at the largest
@@ -20,6 +20,15 @@ PREP/programs/bench-gpt2-124m), B holds that program built; this writes the
 weights file again with the same generator (the same offsets, checked) and
 runs it. It needs python3 with numpy and onnx, no dsopt.
 
+--emulate (scripts/gpu-check.sh --device --emulate): B was built for the
+CUDA emulation (docs/runtime.md, "The CUDA emulation") and there is no GPU.
+Everything runs as above except the GEMM peak, which is built with nvcc
+but not run: MFU is taken against the H200's nominal dense bf16 peak, and
+bench.md and bench.json label every figure as the emulation's (the host
+CPU's time, the emulated device's memory), not a GPU's. The prepared
+program may be the tiny GPT (gpu_prepare.py --bench-size tiny), whose
+dimensions the manifest gives.
+
 Writes OUT/bench.md and OUT/bench.json. Exits 2, with a clear message, when
 there is no GPU; 1 when a step fails.
 """
@@ -34,16 +43,36 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-D_MODEL, LAYERS, HEADS, SEQ, VOCAB = 768, 12, 12, 1024, 50257
-BATCHES = [64, 48, 32, 24, 16, 12, 8, 4, 2, 1]
+# The benchmark's model sizes: GPT-2 124M on the GPU, and a tiny GPT that
+# the CUDA emulation trains in seconds (the rehearsal's bench stage).
+SIZES = {
+    "124m": {"title": "GPT-2 124M", "layers": 12, "d_model": 768, "heads": 12, "vocab": 50257,
+             "seq": 1024, "batches": [64, 48, 32, 24, 16, 12, 8, 4, 2, 1]},
+    "tiny": {"title": "tiny GPT", "layers": 2, "d_model": 64, "heads": 2, "vocab": 512,
+             "seq": 64, "batches": [8, 4, 2, 1]},
+}
+D_MODEL, LAYERS, HEADS, SEQ, VOCAB = (SIZES["124m"][k] for k in
+                                      ("d_model", "layers", "heads", "seq", "vocab"))
+BATCHES = SIZES["124m"]["batches"]
 FIT = 0.9
+# The H200's dense bf16 tensor-core peak (NVIDIA's data sheet, TFLOP/s):
+# what --emulate, which measures nothing, takes MFU against.
+NOMINAL_BF16_TFLOPS = 989.4
 
 
-def generator_args(batch: int) -> list:
-    """gen_gpt.py's flags for GPT-2 124M at micro-batch `batch` (sparse
-    weights; add --materialize for random ones)."""
-    return ["--layers", str(LAYERS), "--d-model", str(D_MODEL), "--heads", str(HEADS),
-            "--vocab", str(VOCAB), "--seq", str(SEQ), "--batch", str(batch)]
+def generator_args(batch: int, size: str = "124m") -> list:
+    """gen_gpt.py's flags for the `size` model (SIZES) at micro-batch
+    `batch` (sparse weights; add --materialize for random ones)."""
+    d = SIZES[size]
+    return ["--layers", str(d["layers"]), "--d-model", str(d["d_model"]), "--heads", str(d["heads"]),
+            "--vocab", str(d["vocab"]), "--seq", str(d["seq"]), "--batch", str(batch)]
+
+
+def dims_of(generator: list) -> dict:
+    """The model's dimensions from its gen_gpt.py flags (generator_args)."""
+    flags = dict(zip(generator[::2], generator[1::2]))
+    return {"layers": int(flags["--layers"]), "d_model": int(flags["--d-model"]),
+            "vocab": int(flags["--vocab"]), "seq": int(flags["--seq"])}
 
 
 def gpu_memory_bytes():
@@ -85,15 +114,18 @@ def external_layout(model: Path) -> list:
                        ("location", "offset", "length"))) for t in graph.initializer]
 
 
-def gemm_peak(out: Path):
+def gemm_peak(out: Path, emulate: bool = False):
     """The bf16 GEMM peak in TFLOP/s (bench/gemm_peak.cu, built now), or an
-    error message."""
+    error message. `emulate`: built but not run (there is no GPU), the
+    nominal peak returned."""
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     peak_exe = out / "gemm_peak"
     built = run([nvcc, "-std=c++17", "-O3", "-arch=sm_90", ROOT / "bench" / "gemm_peak.cu",
                  "-o", peak_exe, "-lcublasLt"])
     if built.returncode != 0:
         return None, f"building gemm_peak failed:\n{built.stderr}"
+    if emulate:
+        return NOMINAL_BF16_TFLOPS, None
     measured = run([peak_exe])
     if measured.returncode != 0:
         return None, f"gemm_peak failed: {measured.stderr.strip()}"
@@ -102,13 +134,18 @@ def gemm_peak(out: Path):
 
 def train_and_report(program: Path, model: Path, batch: int, need: int, precision: str,
                      peak_tflops: float, memory: int, steps: int, work: Path, out: Path,
-                     weights: Path = None) -> int:
+                     weights: Path = None, dims: dict = None, title: str = "GPT-2 124M",
+                     emulate: bool = False) -> int:
     """Trains `steps` steps of `program` on random tokens, writes
-    OUT/bench.md and OUT/bench.json."""
+    OUT/bench.md and OUT/bench.json. `dims`: the model's (dims_of), GPT-2
+    124M's by default. `emulate`: the program runs on the CUDA emulation,
+    and every figure is labelled so."""
+    dims = dims or {"layers": LAYERS, "d_model": D_MODEL, "vocab": VOCAB, "seq": SEQ}
+    seq, layers, d_model = dims["seq"], dims["layers"], dims["d_model"]
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
-    tokens = rng.integers(0, VOCAB, size=(2, batch, SEQ + 1), dtype=np.int64)
+    tokens = rng.integers(0, dims["vocab"], size=(2, batch, seq + 1), dtype=np.int64)
     np.save(data / "input_ids.npy", tokens[:, :, :-1])
     np.save(data / "labels.npy", tokens[:, :, 1:])
     log = work / "log.jsonl"
@@ -124,39 +161,51 @@ def train_and_report(program: Path, model: Path, batch: int, need: int, precisio
     steps_log = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     timed = steps_log[1:] or steps_log
     step_s = sum(s["step_time_s"] for s in timed) / len(timed)
-    tokens_per_s = batch * SEQ / step_s
+    tokens_per_s = batch * seq / step_s
     params = parameter_count(model)
-    flops_per_token = 6 * params + 12 * LAYERS * SEQ * D_MODEL
+    flops_per_token = 6 * params + 12 * layers * seq * d_model
     mfu = tokens_per_s * flops_per_token / (peak_tflops * 1e12)
     measured_peak = steps_log[-1].get("memory_spaces", {}).get("device", {}).get("peak_bytes")
     result = {
-        "model": "GPT-2 124M", "parameters": params, "seq": SEQ, "micro_batch": batch,
+        "model": title, "parameters": params, "seq": seq, "micro_batch": batch,
         "precision": precision, "steps": steps, "mean_step_s": step_s,
         "tokens_per_s": tokens_per_s, "flops_per_token": flops_per_token,
         "gemm_peak_tflops": peak_tflops, "mfu": mfu, "planned_device_bytes": need,
         "measured_device_peak_bytes": measured_peak, "gpu_memory_bytes": memory, "wall_s": wall,
         "final_loss": steps_log[-1].get("loss"),
+        "emulated": emulate,
     }
     (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
     memory_line = (f"{measured_peak / 2**30:.2f} GiB measured, {need / 2**30:.2f} GiB planned"
-                   + ("" if measured_peak == need else " (DIFFERENT)")) if measured_peak is not None \
+                   + ("" if measured_peak == need else
+                      f" (DIFFERENT: {measured_peak} and {need} bytes)")) if measured_peak is not None \
         else f"{need / 2**30:.2f} GiB planned (the run reported no device peak)"
+    # Under 0.1% (the emulation's) in two significant digits, not "0.0%".
+    mfu_text = f"{mfu * 100:.1f}%" if mfu >= 1e-3 else f"{mfu * 100:.2g}%"
+    # Under the emulation each figure is the host CPU's, and says so.
+    emu = " (EMULATED: the host CPU, not a GPU)" if emulate else ""
     report = "\n".join([
-        "## GPT-2 124M training on one GPU (bench/gpu_bench.py)",
+        f"## {title} training on one GPU (bench/gpu_bench.py)"
+        + (": REHEARSAL under the CUDA emulation, no GPU figure" if emulate else ""),
         "",
         "| | |", "|---|---|",
         f"| precision | {precision} |",
-        f"| micro-batch x T | {batch} x {SEQ} (largest whose plan fits 90% of {memory / 2**30:.0f} GiB) |",
-        f"| step | {step_s * 1000:.1f} ms (mean of {len(timed)} steps after the first) |",
-        f"| tokens/s | {tokens_per_s:,.0f} |",
-        f"| bf16 GEMM peak (cuBLASLt, measured) | {peak_tflops:.1f} TFLOP/s |",
-        f"| MFU | {mfu * 100:.1f}% ({flops_per_token / 1e9:.2f} GFLOP/token) |",
-        f"| device memory | {memory_line} |",
+        f"| micro-batch x T | {batch} x {seq} (largest whose plan fits 90% of {memory / 2**30:.0f} GiB) |",
+        f"| step | {step_s * 1000:.1f} ms (mean of {len(timed)} steps after the first){emu} |",
+        f"| tokens/s | {tokens_per_s:,.0f}{emu} |",
+        (f"| bf16 GEMM peak (nominal H200 dense bf16, not measured: no GPU) | {peak_tflops:.1f} TFLOP/s |"
+         if emulate else f"| bf16 GEMM peak (cuBLASLt, measured) | {peak_tflops:.1f} TFLOP/s |"),
+        f"| MFU | {mfu_text} ({flops_per_token / 1e9:.3g} GFLOP/token){emu} |",
+        f"| device memory | {memory_line}{' (EMULATED device)' if emulate else ''} |",
         "",
     ])
     (out / "bench.md").write_text(report)
     print(report)
-    return 0 if measured_peak in (None, need) else 1
+    if measured_peak not in (None, need):
+        print(f"gpu_bench: error: the measured device peak ({measured_peak} bytes) differs from "
+              f"the planned one ({need} bytes)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def prepared(args, memory: int) -> int:
@@ -168,6 +217,10 @@ def prepared(args, memory: int) -> int:
               "(prepared with --no-bench?)", file=sys.stderr)
         return 1
     info = entry["bench"]
+    if memory is None:
+        # --emulate: the memory the micro-batch was chosen for stands in for
+        # the device's.
+        memory = int(info.get("gpu_memory_bytes", 139 * 2**30))
     if info["planned_device_bytes"] > FIT * memory:
         print(f"gpu_bench: the prepared micro-batch {info['micro_batch']} plans "
               f"{info['planned_device_bytes'] / 2**30:.1f} GiB, over 90% of this GPU's "
@@ -188,13 +241,14 @@ def prepared(args, memory: int) -> int:
               f"{carried} (different generator?): the program would read the wrong bytes",
               file=sys.stderr)
         return 1
-    peak_tflops, error = gemm_peak(args.out)
+    peak_tflops, error = gemm_peak(args.out, emulate=args.emulate)
     if error:
         print(f"gpu_bench: {error}", file=sys.stderr)
         return 1
     return train_and_report(args.program_build, model, info["micro_batch"],
                             info["planned_device_bytes"], "bf16", peak_tflops, memory, args.steps,
-                            work, args.out, weights=work)
+                            work, args.out, weights=work, dims=dims_of(info["generator"]),
+                            title=info.get("title", "GPT-2 124M"), emulate=args.emulate)
 
 
 def main() -> int:
@@ -205,12 +259,16 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("gpu-bench"))
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    parser.add_argument("--emulate", action="store_true",
+                        help="with --prepared: the program was built for the CUDA emulation (no GPU)")
     args = parser.parse_args()
     if args.prepared and not args.program_build:
         parser.error("--prepared needs --program-build")
+    if args.emulate and not args.prepared:
+        parser.error("--emulate needs --prepared")
 
-    memory = gpu_memory_bytes()
-    if memory is None:
+    memory = None if args.emulate else gpu_memory_bytes()
+    if memory is None and not args.emulate:
         print("gpu_bench: no GPU found (nvidia-smi is missing or lists none); "
               "this benchmark needs one NVIDIA GPU", file=sys.stderr)
         return 2

@@ -29,8 +29,9 @@
 #             run (loss rel 1e-4); each run checks its memory spaces
 #             against the plan itself
 #   bf16      the same in bf16 (loss rel 2e-2)
-#   zero3     GPT-2's ZeRO-3 program on one GPU, its collectives on a
-#             one-rank NCCL world, whose losses equal the plain program's
+#   zero3     GPT-2's ZeRO-3 program on one GPU, a one-rank NCCL world
+#             (NCCL initialized; one rank makes no collective: those are
+#             the nccl stage's), whose losses equal the plain program's
 #   offload   GPT-2 with its optimizer offloaded (--offload-optimizer cpu:
 #             states in pinned host memory, copies on the communication
 #             stream, the update's kernels over the pinned arena), whose
@@ -47,13 +48,25 @@
 #             a trace with communication ops where none did
 #   bench     bench/gpu_bench.py --prepared: GPT-2 124M bf16 tokens/s and MFU
 #
-# Without a GPU, scripts/cuda-emu-sweep.sh runs the train, bf16 and zero3
-# stages' programs (and dp-2/pp-2 programs under mpirun, NCCL over MPI) under
-# the CUDA emulation against the cpu programs (docs/runtime.md, "The CUDA
-# emulation"): that checks the kernels' and collectives' arithmetic. What only
-# this check shows: nvcc's device build, the device math and FMA contraction,
-# tensor cores/TF32, races and stream ordering on the device, real NCCL,
-# the offload's pinned copies, timing (trace, bench).
+# --emulate rehearses the device half without a GPU, every stage through its
+# own code here, on the CUDA emulation (docs/runtime.md, "The CUDA
+# emulation"): the runtime stage builds runtime/ for it (libdsrt_cuda_emu.a
+# and its dsrt package, the emulated kernel and NCCL tests), the programs
+# stage rebuilds each program through runtime/tests/cuda/emu/program/ (its
+# src/CMakeLists.txt read, its sources' launches rewritten, compiled as C++
+# with the host compiler), and every later stage runs and compares exactly
+# as on the GPU. The report says it is a rehearsal and labels every stage
+# emulated; the trace's timings and the benchmark's tokens/s, MFU (against
+# the nominal H200 peak: gemm_peak.cu is built, not run) and device peak
+# are the emulation's. What only the GPU run shows: nvcc's device build of
+# the programs and runtime, the device math and FMA contraction, tensor
+# cores/TF32, races and stream ordering on the device, real NCCL (two ranks
+# refused on one device: under the emulation rank 1 is refused by dsrt's
+# own device count), the offload's pinned copies, and every timing.
+# Prepare the rehearsal small: --steps 3, --bench-size tiny (a 2-layer GPT),
+# --variants-model mlp (ZeRO-3 and offload on mlp); the defaults are the
+# GPU run's. scripts/cuda-emu-sweep.sh runs more programs (dp-2, pp-2,
+# tp-2 under mpirun) under the emulation against the cpu programs.
 #
 # --prepare needs dsopt built (--build, default build/) and a python3 with
 # torch, onnx and numpy. --device needs the CUDA toolkit (nvcc, cuBLASLt),
@@ -63,11 +76,11 @@
 # optional (a program started without it is a world of one rank).
 #
 # Usage: scripts/gpu-check.sh --prepare DIR [--build BUILD] [--models M,...]
-#                              [--stages S,...]
-#                              [--no-bench] [--no-kernel-cases]
+#                              [--stages S,...] [--steps N] [--variants-model M]
+#                              [--no-bench] [--bench-size 124m|tiny] [--no-kernel-cases]
 #        scripts/gpu-check.sh --device DIR OUT [--build-only] [--only STAGE,...]
 #                              [--jobs N] [--runtime PREFIX] [--timeout-scale K]
-#                              [--dry-run]
+#                              [--emulate] [--dry-run]
 #        scripts/gpu-check.sh [--build DIR] [--skip-build] [--only STAGE,...]
 #                              [--dry-run] OUT
 #   --build DIR   dsopt's build (--prepare: default build/; the one-machine
@@ -77,14 +90,23 @@
 #                 device"; no stage runs on the GPU
 #   --runtime PREFIX  --device: use the libdsrt_cuda installed at PREFIX
 #                 (cmake --install of a runtime built with CUDA) instead of
-#                 building runtime/ (no kernels or nccl tests then)
+#                 building runtime/ (no kernels or nccl tests then); with
+#                 --emulate, the emulation's package of a runtime build
+#                 (<build>/runtime/tests/cuda_emu_package in dsopt's build)
+#   --emulate     --device (or OUT): the stages on the CUDA emulation, no
+#                 GPU (above); not with --build-only
 #   --timeout-scale K  every stage's timeout times K (a slower machine)
 #   --only        run only these stages (a rerun; later stages use what
 #                 earlier ones left in OUT/work)
 #   --models      --prepare: only these zoo models (default: all five)
 #   --stages      --prepare: only these stages' programs (forward, train,
 #                 bf16, zero3, offload, ranks2; default: all)
+#   --steps N     --prepare: training steps of every program (default 20)
+#   --variants-model M  --prepare: the zoo model of the zero3 and offload
+#                 stages (default gpt2)
 #   --no-bench    --prepare: leave out the GPT-2 124M benchmark
+#   --bench-size  --prepare: the benchmark's model, 124m (GPT-2 124M, the
+#                 default) or tiny (2 layers of width 64, for --emulate)
 #   --no-kernel-cases  --prepare: leave out the kernel cases (no kernels stage)
 #   --dry-run     print the stages and their commands, run nothing
 #
@@ -101,6 +123,10 @@ SKIP_BUILD=0
 BUILD_ONLY=0
 NO_BENCH=0
 NO_CASES=0
+EMULATE=0
+BENCH_SIZE=""
+STEPS=""
+VARIANTS=""
 RUNTIME_PREFIX=""
 STAGES=""
 SCALE=1
@@ -120,7 +146,8 @@ while [ $# -gt 0 ]; do
     --build-only) BUILD_ONLY=1 ;;
     --no-bench) NO_BENCH=1 ;;
     --no-kernel-cases) NO_CASES=1 ;;
-    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale)
+    --emulate) EMULATE=1 ;;
+    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale|--steps|--bench-size|--variants-model)
       [ $# -ge 2 ] || { echo "gpu-check: $1 needs a value" >&2; exit 2; }
       case "$1" in
         --build) BUILD="$2" ;;
@@ -130,9 +157,12 @@ while [ $# -gt 0 ]; do
         --jobs) JOBS="$2" ;;
         --runtime) RUNTIME_PREFIX="$2" ;;
         --timeout-scale) SCALE="$2" ;;
+        --steps) STEPS="$2" ;;
+        --bench-size) BENCH_SIZE="$2" ;;
+        --variants-model) VARIANTS="$2" ;;
       esac
       shift ;;
-    -h|--help) sed -n '4,81p' "$0"; exit 0 ;;
+    -h|--help) sed -n '4,/^# Exits 0/p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *)
       [ -z "$OUT" ] || { echo "gpu-check: one OUT directory, got '$OUT' and '$1'" >&2; exit 2; }
@@ -158,6 +188,7 @@ export PYTHONNOUSERSITE=1 OMP_NUM_THREADS=4
 
 if [ "$MODE" = prepare ]; then
   [ -z "$OUT" ] || { echo "gpu-check: --prepare DIR takes no OUT (got '$OUT')" >&2; exit 2; }
+  [ "$EMULATE" = 0 ] || { echo "gpu-check: --emulate is for the device half (--device DIR OUT, or OUT)" >&2; exit 2; }
   BUILD="${BUILD:-$ROOT/build}"
   [ -x "$BUILD/bin/dsopt" ] ||
     { echo "gpu-check: --prepare: no dsopt at $BUILD/bin/dsopt (build dsopt, or pass --build)" >&2; exit 1; }
@@ -168,10 +199,16 @@ if [ "$MODE" = prepare ]; then
   [ -z "$STAGES" ] || args+=(--stages "$STAGES")
   [ "$NO_BENCH" = 0 ] || args+=(--no-bench)
   [ "$NO_CASES" = 0 ] || args+=(--no-kernel-cases)
+  [ -z "$STEPS" ] || args+=(--steps "$STEPS")
+  [ -z "$BENCH_SIZE" ] || args+=(--bench-size "$BENCH_SIZE")
+  [ -z "$VARIANTS" ] || args+=(--variants-model "$VARIANTS")
   exec "$PY" "$ROOT/scripts/gpu_prepare.py" "${args[@]}"
 fi
 
 [ -n "$OUT" ] || { echo "$usage" >&2; exit 2; }
+if [ "$MODE" = device ] && { [ -n "$STEPS" ] || [ -n "$BENCH_SIZE" ] || [ -n "$VARIANTS" ]; }; then
+  echo "gpu-check: --steps, --bench-size and --variants-model shape what --prepare writes, not --device" >&2; exit 2
+fi
 for name in ${ONLY//,/ }; do
   case "$name" in
     build|prepare|runtime|programs|nodevice|kernels|nccl|forward|train|bf16|zero3|offload|ranks2|trace|bench) ;;
@@ -195,6 +232,15 @@ WORK="$OUT/work"
 RT="$WORK/runtime"          # the standalone libdsrt build
 PREFIX="$WORK/dsrt"         # ... installed: what the programs find_package
 BUILDS="$WORK/programs"     # one CMake build per program
+KERNEL_TEST="$RT/tests/dsrt_cuda_kernel_test"
+NCCL_TEST="$RT/tests/dsrt_nccl_device_test"
+if [ "$EMULATE" = 1 ]; then
+  [ "$BUILD_ONLY" = 0 ] ||
+    { echo "gpu-check: --emulate runs the stages on the CUDA emulation; --build-only is for a machine whose missing GPU must be refused" >&2; exit 2; }
+  PREFIX="$RT/tests/cuda_emu_package"
+  KERNEL_TEST="$RT/tests/dsrt_cuda_emu_kernel_test"
+  NCCL_TEST="$RT/tests/dsrt_cuda_emu_nccl_test"
+fi
 [ -z "$RUNTIME_PREFIX" ] || PREFIX="$(cd "$RUNTIME_PREFIX" && pwd)" ||
   { echo "gpu-check: --runtime: no directory '$RUNTIME_PREFIX'" >&2; exit 2; }
 REPORT="$OUT/report.md"
@@ -227,8 +273,12 @@ stage() {
   elif [ "$status" = 124 ] || [ "$status" = 137 ]; then
     verdict="FAILED: timed out after ${limit}s"; FAILED=1
   else
-    verdict="FAILED (exit $status): $(grep -m1 -iE 'error|fail|mismatch|missing' "$log" | cut -c1-200)"; FAILED=1
+    # The log's first line naming the failure, else its last line.
+    local why
+    why="$(grep -m1 -iE 'error|fail|mismatch|missing' "$log")" || why="$(grep -v '^\s*$' "$log" | tail -1)"
+    verdict="FAILED (exit $status): $(cut -c1-200 <<< "$why")"; FAILED=1
   fi
+  [ "$EMULATE" = 0 ] || verdict="$verdict (emulated)"
   printf '   %s (%ss)\n' "$verdict" "$((end - start))"
   SUMMARY+=("| $name | $verdict | $((end - start)) s | [$name.log]($name.log) |")
 }
@@ -245,7 +295,11 @@ build() {
 }
 
 prepare() {
-  "$ROOT/scripts/gpu-check.sh" --prepare "$PREP" --build "$BUILD"
+  local args=()
+  [ -z "$STEPS" ] || args+=(--steps "$STEPS")
+  [ -z "$BENCH_SIZE" ] || args+=(--bench-size "$BENCH_SIZE")
+  [ -z "$VARIANTS" ] || args+=(--variants-model "$VARIANTS")
+  "$ROOT/scripts/gpu-check.sh" --prepare "$PREP" --build "$BUILD" "${args[@]}"
 }
 
 # The toolkit's root: nvcc's, links followed.
@@ -291,27 +345,50 @@ runtime() {
   if [ -n "$RUNTIME_PREFIX" ]; then
     [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] ||
       { echo "error: --runtime $PREFIX: no lib/cmake/dsrt/dsrtConfig.cmake there (cmake --install a runtime build)"; return 1; }
+    if grep -q DSRT_CUDA_EMULATION "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake"; then
+      [ "$EMULATE" = 1 ] ||
+        { echo "error: --runtime $PREFIX is the CUDA emulation's package: pass --emulate, or install a runtime built with CUDA"; return 1; }
+    elif [ "$EMULATE" = 1 ]; then
+      echo "error: --emulate --runtime $PREFIX: not the CUDA emulation's package (<runtime build>/tests/cuda_emu_package)"; return 1
+    fi
     echo "libdsrt from $PREFIX (--runtime): runtime/ not built"
     return 0
   fi
-  local root args=()
+  if [ "$EMULATE" = 1 ]; then
+    # The emulation's build needs its tests' setup, which needs the cpu
+    # backend; its dsrt package is written into the build (PREFIX).
+    build_runtime dsrt_cuda_emu "dsrt_cuda_emu_kernel_test dsrt_cuda_emu_nccl_test" || return 1
+    [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] || { echo "error: no emulation package under $PREFIX"; return 1; }
+    echo "libdsrt_cuda_emu built, its package under $PREFIX"
+    return 0
+  fi
+  build_runtime dsrt_cuda "dsrt_cuda_kernel_test dsrt_nccl_device_test" -DDSRT_WITH_CPU=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_INSTALL_PREFIX="$PREFIX" || return 1
+  cmake --install "$RT" > /dev/null || return 1
+  [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] || { echo "error: libdsrt was not installed under $PREFIX"; return 1; }
+  echo "libdsrt_cuda installed under $PREFIX"
+}
+
+# build_runtime LIB "TESTS" CMAKE_FLAGS...: runtime/ configured on its own
+# in RT with the flags, then LIB and those of TESTS the configuration has
+# (each missing one named) built.
+build_runtime() {
+  local lib="$1" tests="$2" root args=()
+  shift 2
   root="$(nccl_root)"
   [ -z "$root" ] || args+=("-DNCCL_ROOT=$root")
   [ ! -f "$PREP/gtest/CMakeLists.txt" ] || args+=("-DDSRT_GTEST_SOURCE=$PREP/gtest")
-  cmake -S "$ROOT/runtime" -B "$RT" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DDSRT_WITH_CPU=OFF -DDSRT_FUZZERS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_INSTALL_PREFIX="$PREFIX" "${args[@]}" || return 1
-  local targets=(dsrt_cuda) t all
+  cmake -S "$ROOT/runtime" -B "$RT" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSRT_FUZZERS=OFF \
+    "$@" "${args[@]}" || return 1
+  local targets=("$lib") t all
   all="$(ninja -C "$RT" -t targets all 2> /dev/null)"
-  grep -q '^dsrt_cuda:' <<< "$all" ||
-    { echo "error: the runtime was configured without the cuda backend (see cmake's 'dsrt:' lines above)"; return 1; }
-  for t in dsrt_cuda_kernel_test dsrt_nccl_device_test; do
-    if grep -q "^$t:" <<< "$all"; then targets+=("$t"); else echo "note: $t is not built (no GoogleTest or NCCL)"; fi
+  grep -q "^$lib:" <<< "$all" ||
+    { echo "error: the runtime was configured without $lib (see cmake's 'dsrt:' lines above)"; return 1; }
+  for t in $tests; do
+    if grep -q "^$t:" <<< "$all"; then targets+=("$t"); else echo "note: $t is not built (no GoogleTest, NCCL or MPI)"; fi
   done
   ninja -C "$RT" -j "$JOBS" "${targets[@]}" || return 1
-  cmake --install "$RT" > /dev/null || return 1
-  [ -f "$PREFIX/lib/cmake/dsrt/dsrtConfig.cmake" ] || { echo "error: libdsrt was not installed under $PREFIX"; return 1; }
-  echo "libdsrt_cuda installed under $PREFIX (targets: ${targets[*]})"
+  echo "built: ${targets[*]}"
 }
 
 # Every program's src/CMakeLists.txt against the installed libdsrt_cuda:
@@ -323,15 +400,27 @@ programs() {
   "$PY" "$ROOT/scripts/gpu_device.py" targets "$PREP" > "$WORK/targets.txt" || return 1
   # shellcheck disable=SC2016
   local configure='cmake -S "$1/programs/$3/src" -B "$2/$3" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$4" -DCMAKE_CUDA_ARCHITECTURES=90 > "$2/$3.configure.log" 2>&1 || { echo "$3: cmake failed:"; tail -20 "$2/$3.configure.log"; exit 1; }'
+  # --emulate: each program through runtime/tests/cuda/emu/program/, which
+  # reads its src/CMakeLists.txt and compiles its rewritten sources as C++.
   # shellcheck disable=SC2016
-  local compile='b="$0" n="$1"; shift; ninja -C "$b/$n" -j 2 "$@" > "$b/$n.build.log" 2>&1 || { echo "$n: the build failed:"; grep -m5 -E "error|undefined" "$b/$n.build.log"; exit 1; }'
+  [ "$EMULATE" = 0 ] || configure='cmake -S "$5" -B "$2/$3" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$4" -DDSRT_PROGRAM_SOURCE="$1/programs/$3/src" > "$2/$3.configure.log" 2>&1 || { echo "$3: cmake failed:"; tail -20 "$2/$3.configure.log"; exit 1; }'
+  # shellcheck disable=SC2016
+  local compile='b="$0" n="$1"; shift; ninja -C "$b/$n" -j 2 "$@" > "$b/$n.build.log" 2>&1 || { echo "$n: the build failed: $(grep -m1 -E "error|undefined" "$b/$n.build.log")"; grep -m5 -E "error|undefined" "$b/$n.build.log" | tail -n +2; exit 1; }'
   local status=0
   cut -d' ' -f1 "$WORK/targets.txt" |
-    xargs -P "$JOBS" -I{} bash -c "$configure" _ "$PREP" "$BUILDS" {} "$PREFIX" || status=1
+    xargs -P "$JOBS" -I{} bash -c "$configure" _ "$PREP" "$BUILDS" {} "$PREFIX" \
+      "$ROOT/runtime/tests/cuda/emu/program" || status=1
   [ "$status" = 0 ] || return 1
   sed "s|^|$BUILDS |" "$WORK/targets.txt" |
     xargs -P "$(( (JOBS + 1) / 2 ))" -L1 bash -c "$compile" || status=1
-  echo "$(wc -l < "$WORK/targets.txt") programs built under $BUILDS"
+  # Built: every executable the manifest runs is there.
+  local built=0 name exes exe ok
+  while read -r name exes; do
+    ok=1
+    for exe in $exes; do [ -x "$BUILDS/$name/$exe" ] || ok=0; done
+    built=$((built + ok))
+  done < "$WORK/targets.txt"
+  echo "$built of $(wc -l < "$WORK/targets.txt") programs built under $BUILDS"
   return "$status"
 }
 
@@ -340,15 +429,15 @@ programs() {
 nodevice() {
   "$PY" "$ROOT/scripts/gpu_device.py" no-device "$PREP" "$BUILDS" || return 1
   local t
-  for t in dsrt_cuda_kernel_test dsrt_nccl_device_test; do
-    [ -x "$RT/tests/$t" ] && echo "$t: built"
+  for t in "$KERNEL_TEST" "$NCCL_TEST"; do
+    [ -x "$t" ] && echo "$(basename "$t"): built"
   done
   return 0
 }
 
 kernels() {
-  local exe="$RT/tests/dsrt_cuda_kernel_test"
-  [ -x "$exe" ] || { echo "error: dsrt_cuda_kernel_test was not built under $RT (GoogleTest missing?)"; return 1; }
+  local exe="$KERNEL_TEST"
+  [ -x "$exe" ] || { echo "error: $(basename "$exe") was not built under $RT (GoogleTest missing?)"; return 1; }
   [ -d "$PREP/kernel-cases" ] || { echo "error: no kernel cases in $PREP (prepared without them)"; return 1; }
   "$exe" --cases "$PREP/kernel-cases"
 }
@@ -369,8 +458,8 @@ launch() {
 }
 
 nccl() {
-  local exe="$RT/tests/dsrt_nccl_device_test"
-  [ -x "$exe" ] || { echo "error: dsrt_nccl_device_test was not built under $RT (NCCL or GoogleTest not found?)"; return 1; }
+  local exe="$NCCL_TEST"
+  [ -x "$exe" ] || { echo "error: $(basename "$exe") was not built under $RT (NCCL or GoogleTest not found?)"; return 1; }
   launch 1 "$exe"
 }
 
@@ -395,7 +484,8 @@ trace() {
   else
     echo "nsys not found: the runtime's own trace (cudaEvent-timed) only"
   fi
-  "$program" --data "$data" --weights "$PREP/models" --steps 1 --trace "$OUT/trace.json" || return 1
+  "$program" --data "$data" --weights "$PREP/models" --steps 1 --trace "$OUT/trace.json" ||
+    { echo "error: the traced step failed (exit $?)"; return 1; }
   "$PY" "$ROOT/scripts/gpu_device.py" trace "$OUT/trace.json" || return 1
   # The programs with ops on the communication stream: their cudaEvent-timed
   # traces must show communication overlapping compute.
@@ -411,14 +501,19 @@ trace() {
 }
 
 bench() {
-  [ -d "$BUILDS/bench-gpt2-124m" ] || { echo "SKIP bench: $PREP has no benchmark program (--no-bench)"; return 0; }
-  "$PY" "$ROOT/bench/gpu_bench.py" --prepared "$PREP" --program-build "$BUILDS/bench-gpt2-124m" \
-    --out "$OUT/bench"
+  local name args=()
+  rm -rf "$OUT/bench"
+  name="$(cut -d' ' -f1 "$WORK/targets.txt" | grep -m1 '^bench-')"
+  [ -n "$name" ] || { echo "SKIP bench: $PREP has no benchmark program (--no-bench)"; return 0; }
+  [ "$EMULATE" = 0 ] || args+=(--emulate)
+  "$PY" "$ROOT/bench/gpu_bench.py" --prepared "$PREP" --program-build "$BUILDS/$name" \
+    --out "$OUT/bench" "${args[@]}"
 }
 
-export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX
-export -f build prepare cuda_home nccl_root preflight runtime programs nodevice kernels launch nccl \
-  forward train bf16 zero3 offload ranks2 trace bench
+export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX EMULATE STEPS \
+  BENCH_SIZE VARIANTS KERNEL_TEST NCCL_TEST
+export -f build prepare cuda_home nccl_root preflight runtime build_runtime programs nodevice \
+  kernels launch nccl forward train bf16 zero3 offload ranks2 trace bench
 export PATH="$PATH:/usr/local/cuda/bin"
 if [ "$MODE" = all ]; then
   stage build 330
@@ -443,16 +538,28 @@ fi
 
 [ "$DRY_RUN" = 1 ] && exit 0
 {
-  echo "# dsopt GPU check"
+  if [ "$EMULATE" = 1 ]; then
+    echo "# dsopt GPU check: REHEARSAL under the CUDA emulation (no GPU)"
+  else
+    echo "# dsopt GPU check"
+  fi
   echo
   echo "$(date -u '+%Y-%m-%d %H:%M UTC'), prepared at $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("commit", "?"))' "$PREP/manifest.json" 2>/dev/null || echo '?')"
   echo
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+  if [ "$EMULATE" = 1 ]; then
+    echo "GPU: none. Every stage ran on the CUDA emulation (runtime/tests/cuda/emu: kernels"
+    echo "and cuBLASLt on the host CPU, NCCL over MPI), built with the host compiler, not nvcc."
+    echo "What passed here is the stages' logic and the emulated arithmetic; the trace's"
+    echo "timings, the benchmark's tokens/s, MFU and measured device peak are the"
+    echo "emulation's, not a GPU's figures."
+  else
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+  fi
   echo
   echo "| stage | result | time | log |"
   echo "|---|---|---|---|"
   printf '%s\n' "${SUMMARY[@]}"
-  if [ -f "$OUT/bench/bench.md" ]; then
+  if [ -f "$OUT/bench/bench.md" ] && printf '%s\n' "${SUMMARY[@]}" | grep -q '^| bench |'; then
     echo
     cat "$OUT/bench/bench.md"
   fi

@@ -30,9 +30,20 @@ def compare(kind: str, cpu: Path, cuda: Path, rtol: float) -> int:
     """Every file of `kind` under `cuda` against `cpu`'s; prints one line per
     file and a summary, returns the number of failures."""
     pattern = "*.npy" if kind == "forward" else "log.jsonl"
-    cuda_files = sorted(p for p in cuda.rglob(pattern)
-                        if kind == "train" or p.parent.name == "outputs")
+
+    def found(root: Path):
+        return sorted(p for p in root.rglob(pattern) if kind == "train" or p.parent.name == "outputs")
+
+    cuda_files = found(cuda)
     failures = 0
+    # A result the cpu run has and the cuda run did not write (a program
+    # that exited 0 without it) fails too: only the programs that ran.
+    ran = {p.relative_to(cuda).parts[0] for p in cuda.iterdir()} if cuda.is_dir() else set()
+    for cpu_file in found(cpu):
+        rel = cpu_file.relative_to(cpu)
+        if rel.parts[0] in ran and not (cuda / rel).exists():
+            print(f"{rel}: MISSING in the cuda run")
+            failures += 1
     for cuda_file in cuda_files:
         rel = cuda_file.relative_to(cuda)
         cpu_file = cpu / rel

@@ -145,12 +145,17 @@ def run_ranks(command: list, ranks: int, target: Path) -> int:
         return 1
     text = done.stdout + done.stderr
     (target / "run.log").write_text(text)
+    # The verdict first (gpu-check.sh's summary quotes the log's first
+    # error line), then the job's output.
+    failed = done.returncode != 0 and "has no CUDA device of its own" not in text
+    if failed:
+        print(f"error: the {ranks}-rank job failed (exit {done.returncode}) without dsrt's message "
+              "for a rank without a GPU; its output:")
     print(text)
     if done.returncode == 0:
         print(f"note: {ranks} ranks ran on one GPU (NCCL allowed it)")
         return 0
-    if "has no CUDA device of its own" not in text:
-        print(f"error: the {ranks}-rank job failed without dsrt's message for a rank without a GPU")
+    if failed:
         return 1
     print(f"{ranks} ranks on one GPU: refused as expected (exit {done.returncode})")
     return 0

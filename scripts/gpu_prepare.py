@@ -2,7 +2,8 @@
 """The half of the GPU check that needs dsopt (scripts/gpu-check.sh --prepare).
 
   gpu_prepare.py --dsopt DSOPT --out DIR [--work W] [--only MODELS] [--steps N]
-                 [--no-bench] [--no-kernel-cases] [--limit-mib M]
+                 [--no-bench] [--bench-size 124m|tiny] [--no-kernel-cases] [--limit-mib M]
+                 [--variants-model M]
 
 Runs where dsopt is built (LLVM/MLIR 22) and writes DIR, everything the
 device step (gpu-check.sh --device DIR OUT) needs on a machine with a GPU
@@ -40,8 +41,6 @@ ROOT = Path(__file__).resolve().parent.parent
 ORACLES = ROOT / "test" / "oracles"
 MODELS = ["gpt2", "llama", "bert", "mlp", "cnn"]
 CONFIG = "adamw-gas1"
-# GPT-2 124M (bench/gpu_bench.py): the micro-batches tried, largest first.
-BENCH_BATCHES = [64, 48, 32, 24, 16, 12, 8, 4, 2, 1]
 
 
 def log(message: str) -> None:
@@ -179,10 +178,10 @@ class Prep:
                  {"kind": "train", "rtol": 2e-2})
 
     def variants(self, model, path, case, config, data) -> None:
-        """ZeRO-3 and offload (gpt2) against the plain run's log; mlp's
-        2-rank program on one GPU (refused there)."""
+        """ZeRO-3 and offload (gpt2, or --variants-model's) against the
+        plain run's log; mlp's 2-rank program on one GPU (refused there)."""
         plain = "{prep}/ref/train/" + case + "/log.jsonl"
-        if model == "gpt2" and (self.wants("zero3") or self.wants("offload")):
+        if model == self.args.variants_model and (self.wants("zero3") or self.wants("offload")):
             # NCCL_DEBUG=VERSION: NCCL prints its version when the program's
             # world transport initializes it, which shows the run went through NCCL.
             nccl = {"env": {"NCCL_DEBUG": "VERSION"}, "expect": "NCCL version"}
@@ -230,32 +229,38 @@ class Prep:
         """GPT-2 124M in bf16 at the largest micro-batch whose planned device
         memory fits 90% of the GPU (--gpu-memory-gib). The graph travels
         (its weights file is sparse here); the device step writes random
-        weights at the same offsets with the same generator."""
+        weights at the same offsets with the same generator. --bench-size
+        tiny: a 2-layer GPT of width 64 instead (gpu_bench.SIZES), which
+        the CUDA emulation trains in seconds."""
         sys.path.insert(0, str(ROOT / "bench"))
         import gpu_bench
         bench = self.out / "bench"
         shutil.rmtree(bench, ignore_errors=True)
         bench.mkdir(parents=True)
         memory = self.args.gpu_memory_gib * 2**30
-        for batch in BENCH_BATCHES:
-            model = self.work / "bench" / f"gpt2-124m-b{batch}.onnx"
+        size = self.args.bench_size
+        title = gpu_bench.SIZES[size]["title"]
+        for batch in gpu_bench.SIZES[size]["batches"]:
+            model = self.work / "bench" / f"gpt2-{size}-b{batch}.onnx"
             model.parent.mkdir(parents=True, exist_ok=True)
-            run([sys.executable, ORACLES / "gen_gpt.py", *gpu_bench.generator_args(batch), "--out", model])
+            run([sys.executable, ORACLES / "gen_gpt.py", *gpu_bench.generator_args(batch, size),
+                 "--out", model])
             plan = json.loads(run([*self.dsopt, model, "--target", "cuda", "--precision", "bf16",
                                    "--emit=plan"]).stdout)
             need = gpu_bench.planned_device_bytes(plan)
-            log(f"GPT-2 124M micro-batch {batch}: {need / 2**30:.1f} GiB planned")
+            log(f"{title} micro-batch {batch}: {need / 2**30:.1f} GiB planned")
             if need <= gpu_bench.FIT * memory:
                 break
             model.unlink()
             Path(str(model) + ".data").unlink(missing_ok=True)
         else:
-            raise RuntimeError("GPT-2 124M: not even micro-batch 1 fits")
+            raise RuntimeError(f"{title}: not even micro-batch 1 fits")
         shutil.copy(model, bench / model.name)
-        self.cuda_sources(model, "bench-gpt2-124m", ["--precision", "bf16"])
-        self.add("bench-gpt2-124m", "bench", "train", [], None,
+        self.cuda_sources(model, f"bench-gpt2-{size}", ["--precision", "bf16"])
+        self.add(f"bench-gpt2-{size}", "bench", "train", [], None,
                  bench={"model": model.name, "micro_batch": batch, "planned_device_bytes": need,
-                        "generator": gpu_bench.generator_args(batch)})
+                        "generator": gpu_bench.generator_args(batch, size), "title": title,
+                        "gpu_memory_bytes": int(memory)})
 
     def write(self) -> None:
         manifest = {
@@ -287,7 +292,12 @@ def main() -> int:
                         help="comma-separated: only these stages' programs (forward, train, bf16, "
                              "zero3, offload, ranks2; default: all)")
     parser.add_argument("--jobs", type=int, default=2, help="oracle cases at once")
+    parser.add_argument("--variants-model", default="gpt2",
+                        help="the zoo model of the zero3 and offload stages (default gpt2)")
     parser.add_argument("--no-bench", action="store_true", help="leave out the GPT-2 124M benchmark")
+    parser.add_argument("--bench-size", choices=["124m", "tiny"], default="124m",
+                        help="the benchmark's model: GPT-2 124M (the GPU's), or a tiny GPT "
+                             "(the CUDA emulation's rehearsal)")
     parser.add_argument("--no-kernel-cases", action="store_true", help="leave out the kernel cases")
     parser.add_argument("--gtest-source", default="/usr/src/googletest")
     parser.add_argument("--gpu-memory-gib", type=float, default=139.0,

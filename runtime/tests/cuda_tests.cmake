@@ -115,6 +115,14 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   if(DSRT_HAVE_MPI)
     target_link_libraries(dsrt_cuda_emu PUBLIC MPI::MPI_CXX)
   endif()
+  # The emulation as a dsrt package (tests/cuda_emu_package/lib/cmake/dsrt, in the
+  # build tree only): dsrt::dsrt_cuda is libdsrt_cuda_emu.a, which generated
+  # programs rebuilt with cuda/emu/program/ link (scripts/gpu-check.sh
+  # --device --emulate).
+  set(_emu_includes "${CMAKE_CURRENT_SOURCE_DIR}/../include;${CUDAToolkit_INCLUDE_DIRS}")
+  configure_file(cuda/emu/dsrtConfig.cmake.in "${_emu_out}/dsrtConfig.cmake.in" @ONLY)
+  file(GENERATE OUTPUT "${CMAKE_CURRENT_BINARY_DIR}/cuda_emu_package/lib/cmake/dsrt/dsrtConfig.cmake"
+       INPUT "${_emu_out}/dsrtConfig.cmake.in")
   add_executable(dsrt_cuda_emu_kernel_test main.cpp kernel_cases.cpp compare.cpp)
   target_link_libraries(dsrt_cuda_emu_kernel_test PRIVATE dsrt_cuda_emu GTest::gtest)
   target_compile_options(dsrt_cuda_emu_kernel_test PRIVATE -fexceptions)

@@ -37,6 +37,8 @@
 #if DSRT_FAKE_EMULATE
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include "fault.h"  // emu/: DSRT_EMU_FAULT
 #endif
 #ifndef DSRT_FAKE_NO_NCCL
 #include <nccl.h>
@@ -862,6 +864,7 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
   float alpha, beta;
   std::memcpy(&alpha, alpha_p, sizeof alpha);
   std::memcpy(&beta, beta_p, sizeof beta);
+  if (dsemu::fault("matmul-scale")) alpha *= 1.01f;
   for (int32_t i = 0; i < batch; ++i) {
     const int64_t ao = i * a->stride, bo = i * b->stride, co = i * c->stride, dof = i * d->stride;
     for (int64_t col = 0; col < n; ++col)
@@ -930,6 +933,21 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
   {
     LOCKED;
     st.count("ncclCommInitRank");
+  }
+  // As NCCL does with NCCL_DEBUG set (VERSION, WARN, INFO, TRACE): its
+  // version line on the first initialization of rank 0, here naming the
+  // fake, so that a check that a run went through NCCL (scripts/gpu-check.sh's
+  // zero3 stage) sees which NCCL it was.
+  static bool said_version = false;
+  const char *debug = std::getenv("NCCL_DEBUG");
+  if (debug && *debug && rank == 0 && !said_version) {
+    said_version = true;
+#if DSRT_FAKE_NCCL_MPI
+    std::printf("NCCL version 0.0.0+dsrt-emulation (the CUDA emulation's NCCL over MPI)\n");
+#else
+    std::printf("NCCL version 0.0.0+dsrt-fake (the fake NCCL: collectives move nothing)\n");
+#endif
+    std::fflush(stdout);
   }
 #if DSRT_FAKE_NCCL_MPI
   *comm = new ncclComm{nranks, rank, dsemu::nccl::init(nranks, id.internal, rank)};

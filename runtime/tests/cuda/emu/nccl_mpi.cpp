@@ -25,11 +25,13 @@
 // group of sends and receives cannot deadlock), the collectives then in
 // call order.
 #include "nccl_mpi.h"
+#include "fault.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -163,7 +165,10 @@ void reduce_blocks(void *out, const std::vector<const char *> &blocks, size_t n,
                    ncclDataType_t t, ncclRedOp_t op) {
   if (n == 0) return;
   std::vector<char> acc(blocks[0], blocks[0] + n * type_size(t));
-  for (size_t r = 1; r < blocks.size(); ++r) combine(acc.data(), blocks[r], n, t, op);
+  // DSRT_EMU_FAULT=nccl-drop: the last rank's contribution left out.
+  const size_t kept = blocks.size() - (fault("nccl-drop") ? 1 : 0);
+  if (kept == 0) std::fill(acc.begin(), acc.end(), char(0));
+  for (size_t r = 1; r < kept; ++r) combine(acc.data(), blocks[r], n, t, op);
   if (op == ncclAvg) divide(acc.data(), n, t, static_cast<int>(blocks.size()));
   std::memcpy(out, acc.data(), acc.size());
 }
