@@ -30,9 +30,12 @@ PinnedStaging::~PinnedStaging() {
 }
 
 void *PinnedStaging::host_buffer(size_t i) {
-  if (!buffers_[i]) {
-    buffers_[i] = backend_.allocate(MemoryKind::PinnedHost, chunk_, kArenaAlignment);
-    if (!buffers_[i])
+  // Both at once: which one a copy takes depends on what the copies before
+  // it left, and a training step allocates nothing after the first.
+  for (size_t j = 0; j < buffers_.size(); ++j) {
+    if (buffers_[j]) continue;
+    buffers_[j] = backend_.allocate(MemoryKind::PinnedHost, chunk_, kArenaAlignment);
+    if (!buffers_[j])
       throw Error("dsrt: cannot allocate " + std::to_string(chunk_) + " bytes of pinned host "
                   "memory to stage host copies through (" + backend_.name() + " backend)");
   }

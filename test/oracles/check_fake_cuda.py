@@ -31,8 +31,10 @@ report of the fake this checks:
 
 Prints what it found, one line per fact, and "fake cuda: ok" or the
 failures; exits 1 on any failure. --inject-step-malloc adds a cudaMalloc at
-the start of the program's micro_step, and --inject-step-sync a
-cudaStreamSynchronize of its stream, which the check must reject.
+the start of the program's micro_step (or of the function --inject-into
+names: pp0_fwd_0, pipeline rank 0's forward of stage 0), and
+--inject-step-sync a cudaStreamSynchronize of its stream, which the check
+must reject on the ranks that run it.
 """
 
 import argparse
@@ -81,12 +83,15 @@ def build(args, prog: Path) -> Path:
         injected += "  cudaStreamSynchronize(dsrt::cuda::launch_stream(v1.stream));\n"
     if injected:
         text = source.read_text()
-        head = "void dsopt_micro_step(dsrt::Program& v1) {\n"
+        head = f"void dsopt_{args.inject_into}(dsrt::Program& v1) {{\n"
         if head not in text:
             raise SystemExit(f"fake cuda: no '{head.strip()}' in {source}")
         source.write_text(text.replace(head, head + injected))
     flags = {}
-    out = run([args.dsopt, "--print-build-flags", "--target", "cuda"]).stdout
+    # The host compiler's -O level as dsopt's flags give it (the fake runs
+    # no kernel, so it changes nothing the check sees).
+    opt = [f for f in args.dsopt_flag if f.startswith("--host-opt-level")]
+    out = run([args.dsopt, "--print-build-flags", "--target", "cuda", *opt]).stdout
     for line in out.splitlines():
         key, _, value = line.partition(": ")
         flags[key] = value
@@ -136,6 +141,8 @@ def main() -> int:
                         help="a flag for dsopt (--dp=2, --zero=3); repeat for more")
     parser.add_argument("--inject-step-malloc", action="store_true")
     parser.add_argument("--inject-step-sync", action="store_true")
+    parser.add_argument("--inject-into", default="micro_step",
+                        help="the generated function (dsopt_NAME) the injections go into")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     prog = args.work / "prog"
