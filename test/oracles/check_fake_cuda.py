@@ -31,10 +31,8 @@ report of the fake this checks:
 
 Prints what it found, one line per fact, and "fake cuda: ok" or the
 failures; exits 1 on any failure. --inject-step-malloc adds a cudaMalloc at
-the start of the program's micro_step (or of the function --inject-into
-names: pp0_fwd_0, pipeline rank 0's forward of stage 0), and
---inject-step-sync a cudaStreamSynchronize of its stream, which the check
-must reject on the ranks that run it.
+the start of the program's micro_step, and --inject-step-sync a
+cudaStreamSynchronize of its stream, which the check must reject.
 """
 
 import argparse
@@ -83,7 +81,7 @@ def build(args, prog: Path) -> Path:
         injected += "  cudaStreamSynchronize(dsrt::cuda::launch_stream(v1.stream));\n"
     if injected:
         text = source.read_text()
-        head = f"void dsopt_{args.inject_into}(dsrt::Program& v1) {{\n"
+        head = "void dsopt_micro_step(dsrt::Program& v1) {\n"
         if head not in text:
             raise SystemExit(f"fake cuda: no '{head.strip()}' in {source}")
         source.write_text(text.replace(head, head + injected))
@@ -141,8 +139,6 @@ def main() -> int:
                         help="a flag for dsopt (--dp=2, --zero=3); repeat for more")
     parser.add_argument("--inject-step-malloc", action="store_true")
     parser.add_argument("--inject-step-sync", action="store_true")
-    parser.add_argument("--inject-into", default="micro_step",
-                        help="the generated function (dsopt_NAME) the injections go into")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     prog = args.work / "prog"
