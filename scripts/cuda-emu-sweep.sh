@@ -7,8 +7,8 @@
 # and 2-stage pipeline, gpt2's dp-2 ZeRO-3 (fp32, bf16), dp-2 ZeRO-2 fp16
 # and dp-2 x pp-2 ZeRO-1 bf16 (4 ranks), llama's tp-2 and dp-2 x tp-2
 # ZeRO-1 (4 ranks), bert's dp-2 ZeRO-2 bf16, cnn's dp 2. No GPU needed;
-# 42 cases of about 10 s of CPU each (test/Compile/cuda-emu-run.test runs
-# a cheap part of it in `check`).
+# 42 cases of about 10 s of CPU each (test/Compile/cuda-emu-run.test and
+# cuda-ranks.test run a cheap part of it in `check`).
 #
 # Usage: scripts/cuda-emu-sweep.sh [--build DIR] [--steps N] [--models M,...] WORK
 #   --build   dsopt's build (default build/), with libdsrt_cuda_emu.a built

@@ -41,6 +41,18 @@ else:
     lit_config.note("no CUDA toolkit (nvcc) found: the cuda target's compile tests are unsupported")
 if config.dsopt_have_dsrt_cuda:
     config.available_features.add("dsrt-cuda")
+# `REQUIRES: nccl`: cuda programs on several ranks (mpirun), whose world is
+# NCCL's: libdsrt_cuda built with the NCCL transport, which MPI bootstraps
+# (and the CUDA emulation's NCCL over MPI).
+if config.dsopt_have_dsrt_cuda:
+    if config.dsopt_have_nccl and config.dsopt_have_mpi:
+        config.available_features.add("nccl")
+    elif not config.dsopt_have_nccl:
+        lit_config.note("libdsrt_cuda was built without NCCL (nccl.h and libnccl not found, "
+                        "or DSRT_WITH_NCCL=OFF): the multi-rank cuda tests are unsupported")
+    else:
+        lit_config.note("libdsrt was built without MPI, which bootstraps NCCL: the "
+                        "multi-rank cuda tests are unsupported")
 # `REQUIRES: fake-cudart`: tests that run a cuda program's host side behind
 # the fake CUDA runtime (runtime/tests/cuda/fake_cudart.cpp, built with
 # libdsrt_cuda by check-runtime).

@@ -162,8 +162,12 @@ std::vector<std::string> cudaLinkArguments(const RuntimeLocation &runtime,
   llvm::append_range(args, std::vector<std::string>{
                                "-L" + toolkit.libraryDir,
                                "-Wl,-rpath," + toolkit.libraryDir,
-                               "-lcublasLt", "-lcublas", "-lnccl", "-lcudart",
-                               "-fopenmp"});
+                               "-lcublasLt", "-lcublas"});
+  // NCCL where libdsrt_cuda was built with its transport (without it, a
+  // cuda program runs on one process).
+  if (DSOPT_RUNTIME_CUDA_HAS_NCCL)
+    args.push_back("-lnccl");
+  llvm::append_range(args, std::vector<std::string>{"-lcudart", "-fopenmp"});
   return args;
 }
 

@@ -32,9 +32,12 @@ PinnedStaging::~PinnedStaging() {
 }
 
 void *PinnedStaging::host_buffer(size_t i) {
-  if (!buffers_[i]) {
-    buffers_[i] = backend_.allocate(MemoryKind::PinnedHost, chunk_, kArenaAlignment);
-    if (!buffers_[i])
+  // Both at once: which one a copy takes depends on what the copies before
+  // it left, and a training step allocates nothing after the first.
+  for (size_t j = 0; j < buffers_.size(); ++j) {
+    if (buffers_[j]) continue;
+    buffers_[j] = backend_.allocate(MemoryKind::PinnedHost, chunk_, kArenaAlignment);
+    if (!buffers_[j])
       throw Error("dsrt: cannot allocate " + std::to_string(chunk_) + " bytes of pinned host "
                   "memory to stage host copies through (" + backend_.name() + " backend)");
   }
@@ -72,9 +75,21 @@ void PinnedStaging::used(Stream &stream, size_t i) {
 
 void PinnedStaging::done(size_t i) {
   for (size_t j = 0; j < used_.size(); ++j)
-    if (j != i && used_[j] && same_owner(used_on_[j], used_on_[i]) && used_seq_[j] < used_seq_[i])
+    if (j != i && used_[j] && same_owner(used_on_[j], used_on_[i]) && used_seq_[j] < used_seq_[i]) {
       used_[j].reset();
+      filled_[j] = 0;
+    }
   used_[i].reset();
+  filled_[i] = 0;
+}
+
+size_t PinnedStaging::free_offset(Stream &stream, size_t i, size_t bytes) const {
+  if (!used_[i]) return 0;
+  // The buffer's last event stands for all its pending copies only when
+  // they ran on one stream, the writer's.
+  if (!same_stream(used_on_[i], stream)) return static_cast<size_t>(-1);
+  const size_t at = (filled_[i] + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  return at <= chunk_ && bytes <= chunk_ - at ? at : static_cast<size_t>(-1);
 }
 
 void PinnedStaging::read(Stream &stream, void *host, const void *src, size_t bytes) {
@@ -97,6 +112,7 @@ void PinnedStaging::read(Stream &stream, void *host, const void *src, size_t byt
     const Piece piece{next_, at, std::min(chunk_, bytes - at)};
     backend_.copy(stream, device_buffer(stream, piece.slot), in + at, piece.bytes);
     used(stream, piece.slot);
+    filled_[piece.slot] = std::max(filled_[piece.slot], piece.bytes);
     if (previous) copy_out(*previous);
     previous = piece;
     at += piece.bytes;
@@ -109,15 +125,26 @@ void PinnedStaging::write(Stream &stream, void *dst, const void *host, size_t by
   std::lock_guard<std::mutex> lock(mutex_);
   auto *out = static_cast<uint8_t *>(dst);
   const auto *in = static_cast<const uint8_t *>(host);
-  // Consecutive writes alternate the buffers, so that a small write after
-  // another needs no host wait for the first one's copy.
-  for (size_t at = 0; at < bytes; next_ = 1 - next_) {
+  // A chunk goes after the pending copies of the current buffer, else of
+  // the other one, else the other one waits for its copies (host_buffer).
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  for (size_t at = 0; at < bytes;) {
     const size_t n = std::min(chunk_, bytes - at);
+    size_t offset = free_offset(stream, next_, n);
+    if (offset == kNone) {
+      next_ = 1 - next_;
+      offset = free_offset(stream, next_, n);
+    }
     const size_t slot = next_;
-    void *pinned = host_buffer(slot);  // waits for its previous copy
+    if (offset == kNone || !buffers_[slot]) {
+      host_buffer(slot);  // allocates it, or waits for its pending copies
+      offset = 0;
+    }
+    uint8_t *pinned = static_cast<uint8_t *>(buffers_[slot]) + offset;
     std::memcpy(pinned, in + at, n);
     backend_.copy(stream, out + at, pinned, n);
     used(stream, slot);
+    filled_[slot] = offset + n;
     if (synchronous) {
       backend_.synchronize(used_[slot]);
       done(slot);

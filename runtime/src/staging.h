@@ -34,6 +34,12 @@ void copy_host_bytes(void *dst, const void *src, size_t bytes);
 // Two pinned host buffers of `chunk` bytes, allocated from `b` on first use,
 // each with the event of the last device copy that used it. One per
 // process for the linked backend (staging_buffers()); tests make their own.
+// Writes on one stream fill a buffer from its start, each into bytes no
+// copy still pending reads, so that a run of small writes (a pipeline
+// stage's micro-batch inputs, the scalars) waits for nothing; the host
+// waits for a buffer's copies only when a write needs more room than is
+// left in both and those copies are not known done (a host wait on the
+// stream since: a read, a synchronous write).
 class PinnedStaging {
 public:
   PinnedStaging(BackendInterface &b, size_t chunk) : backend_(b), chunk_(chunk) {}
@@ -64,6 +70,10 @@ private:
   // After a host wait for buffer i's copy: every copy recorded on the same
   // stream before it is done too, so the host need not wait for it again.
   void done(size_t i);
+  // Where `bytes` of a write on `stream` can go in buffer i without a host
+  // wait: past the bytes its pending copies read, when those are on the
+  // same stream; npos when they do not fit.
+  size_t free_offset(Stream &stream, size_t i, size_t bytes) const;
 
   BackendInterface &backend_;
   const size_t chunk_;
@@ -73,6 +83,9 @@ private:
   // The stream (its state) and sequence number of each buffer's last copy.
   std::array<std::weak_ptr<StreamState>, 2> used_on_{};
   std::array<uint64_t, 2> used_seq_{};
+  // The bytes from each buffer's start that copies not known done read or
+  // write (0 once they are known done).
+  std::array<size_t, 2> filled_{};
   uint64_t seq_ = 0;
   size_t next_ = 0;  // the buffer the next transfer starts with
 };

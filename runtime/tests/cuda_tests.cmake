@@ -23,7 +23,7 @@ if(DSRT_HAVE_CUDA)
   # host side without a GPU (docs/runtime.md, "The fake CUDA runtime").
   add_library(dsrt_fake_cudart SHARED cuda/fake_cudart.cpp)
   target_include_directories(dsrt_fake_cudart PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-  if(DSRT_NCCL_INCLUDE_DIR)
+  if(DSRT_WITH_NCCL AND DSRT_NCCL_INCLUDE_DIR)
     target_include_directories(dsrt_fake_cudart PRIVATE "${DSRT_NCCL_INCLUDE_DIR}")
   else()
     target_compile_definitions(dsrt_fake_cudart PRIVATE DSRT_FAKE_NO_NCCL=1)
@@ -96,7 +96,7 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   # (src/nccl/nccl_transport.cpp, plain C++) and the fake's NCCL moves data
   # over MPI (cuda/emu/nccl_mpi.cpp), so that a program runs on several
   # ranks under mpirun; otherwise it runs one process.
-  if(DSRT_HAVE_MPI AND DSRT_NCCL_INCLUDE_DIR)
+  if(DSRT_HAVE_MPI AND DSRT_WITH_NCCL AND DSRT_NCCL_INCLUDE_DIR)
     target_sources(dsrt_cuda_emu PRIVATE ../src/nccl/nccl_transport.cpp cuda/emu/nccl_mpi.cpp)
     target_include_directories(dsrt_cuda_emu PRIVATE "${DSRT_NCCL_INCLUDE_DIR}")
     target_compile_definitions(dsrt_cuda_emu PRIVATE DSRT_FAKE_EMULATE=1 DSRT_FAKE_NCCL_MPI=1

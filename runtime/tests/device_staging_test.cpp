@@ -232,6 +232,84 @@ TEST(PinnedStaging, EmptyAndSingleChunkCopies) {
   EXPECT_EQ(fake.copies.size(), 2u);
 }
 
+// A device that starts running the queued copies 200 ms after it is made,
+// and keeps running them until stopped: a write that waits for a copy
+// blocks until then (and is counted) instead of forever.
+class LateDevice {
+public:
+  explicit LateDevice(FakeDeviceBackend &fake)
+      : thread_([this, &fake] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          while (!stop_) {
+            fake.run_queue();
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        }) {}
+  ~LateDevice() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Small writes on one stream (a pipeline stage's micro-batch inputs, the
+// optimizer's scalars) fill a staging buffer one after another, each into
+// bytes no pending copy reads: no host wait while they fit, although none
+// of their copies has run; a write that fits in neither buffer waits.
+TEST(PinnedStaging, SmallWritesOnOneStreamWaitForNothingWhileTheyFit) {
+  FakeDeviceBackend fake;
+  fake.queued = true;
+  dsrt::Stream stream;
+  dsrt::detail::PinnedStaging staging(fake, 256);
+  void *device = fake.allocate(MemoryKind::Device, 8 * 64, 64);
+  std::vector<std::vector<uint8_t>> sources;
+  for (int i = 0; i < 8; ++i) sources.push_back(pattern(40, i));
+  LateDevice late(fake);
+  for (int i = 0; i < 8; ++i)  // 64 bytes each, aligned: 4 per buffer
+    staging.write(stream, static_cast<uint8_t *>(device) + 64 * i, sources[i].data(), 40);
+  EXPECT_EQ(fake.event_waits, 0);
+  // The ninth finds both buffers full of copies not known done.
+  const std::vector<uint8_t> last = pattern(40, 8);
+  staging.write(stream, device, last.data(), 40);
+  EXPECT_EQ(fake.event_waits, 1);
+  late.stop();
+  fake.run_queue();
+  EXPECT_EQ(std::memcmp(device, last.data(), 40), 0);
+  for (int i = 1; i < 8; ++i)
+    EXPECT_EQ(std::memcmp(static_cast<uint8_t *>(device) + 64 * i, sources[i].data(), 40), 0)
+        << "write " << i;
+  EXPECT_EQ(fake.allocations(MemoryKind::PinnedHost), 2);
+}
+
+// Writes on another stream do not share a buffer with pending copies of
+// the first: the buffer's last event would not stand for them.
+TEST(PinnedStaging, WritesOnAnotherStreamTakeTheOtherBuffer) {
+  FakeDeviceBackend fake;
+  fake.queued = true;
+  dsrt::Stream first, second;
+  dsrt::detail::PinnedStaging staging(fake, 256);
+  void *device = fake.allocate(MemoryKind::Device, 3 * 64, 64);
+  const std::vector<uint8_t> a = pattern(16, 1), b = pattern(16, 2), c = pattern(16, 3);
+  LateDevice late(fake);
+  staging.write(first, device, a.data(), 16);
+  staging.write(second, static_cast<uint8_t *>(device) + 64, b.data(), 16);
+  EXPECT_EQ(fake.event_waits, 0);
+  EXPECT_EQ(fake.allocations(MemoryKind::PinnedHost), 2);
+  // A third on the first stream: the second's buffer is not its to fill;
+  // its own buffer still has room.
+  staging.write(first, static_cast<uint8_t *>(device) + 128, c.data(), 16);
+  EXPECT_EQ(fake.event_waits, 0);
+  late.stop();
+  fake.run_queue();
+  EXPECT_EQ(std::memcmp(device, a.data(), 16), 0);
+  EXPECT_EQ(std::memcmp(static_cast<uint8_t *>(device) + 64, b.data(), 16), 0);
+  EXPECT_EQ(std::memcmp(static_cast<uint8_t *>(device) + 128, c.data(), 16), 0);
+}
+
 // Host work queued on a stream (a file write of a state, a message from
 // pinned memory) runs on the worker's thread. On a backend with a queue of
 // its own it must first wait for the device copies and kernels queued on

@@ -105,7 +105,10 @@ def build(args, prog: Path) -> Path:
             raise SystemExit(f"fake cuda: no '{head.strip()}' in {source}")
         source.write_text(text.replace(head, head + injected))
     flags = {}
-    out = run([args.dsopt, "--print-build-flags", "--target", "cuda"]).stdout
+    # The host compiler's -O level as dsopt's flags give it (the fake runs
+    # no kernel, so it changes nothing the check sees).
+    opt = [f for f in args.dsopt_flag if f.startswith("--host-opt-level")]
+    out = run([args.dsopt, "--print-build-flags", "--target", "cuda", *opt]).stdout
     for line in out.splitlines():
         key, _, value = line.partition(": ")
         flags[key] = value
@@ -337,13 +340,18 @@ def main() -> int:
                 failures.append(f"{who}: {p['name']}: {p['error_count']} misuses: " +
                                 "; ".join(p["errors"][:3]))
         # Device memory: the arena once, at the plan's size.
-        # The plan lists a rank entry per distinct rank (dp ranks share one).
-        entries = plan["train"]["ranks"]
-        planned = next((e for e in entries if e["rank"] == rank), entries[0])
-        # The memory spaces are in the plan's top-level ranks[].
+        # The plan's top-level ranks[] has an entry per rank of the job, with
+        # its pipeline coordinate (pp) and its memory spaces; train.ranks[]
+        # one per pipeline rank (dp and tp ranks share it).
         top = plan.get("ranks", [])
-        spaces = next((e for e in top if e.get("rank") == rank), top[0] if top else {}).get(
-            "memory_spaces", {})
+        job = next((e for e in top if e.get("rank") == rank), top[0] if top else {})
+        entries = plan["train"]["ranks"]
+        pp = job.get("pp", 0)
+        planned = next((e for e in entries if e.get("pipeline", {}).get("pp", 0) == pp), None)
+        if planned is None:
+            failures.append(f"{who}: the plan's train.ranks has no entry of pipeline rank {pp}")
+            continue
+        spaces = job.get("memory_spaces", {})
         space = spaces.get("device", {}).get("peak_bytes", planned["arena_bytes"])
         workspace = max(f.get("kernel_workspace_bytes", 0) for f in planned["functions"])
         allocs = [(p["name"], b) for p in phases for b in p["device_allocs"]]
