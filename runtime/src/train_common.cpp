@@ -288,6 +288,7 @@ void init_program(Program &program, const ProgramInfo &info, int threads) {
   program.info = &info;
   program.stream = Stream(backend().kind(), threads);
   program.comm = Stream(backend().kind(), threads);
+  program.io = Stream(backend().kind(), threads);
 }
 
 void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions &options,
