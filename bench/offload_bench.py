@@ -31,7 +31,11 @@ the log's file_io (the runtime's file engine counts it): the compute time
 (the step less the exposed I/O wait, the time the program was blocked on
 the file's operations), the exposed I/O wait, the time the engine had
 requests in flight (reads and writes), the bytes, and the engine's
-throughput = bytes / engine-busy time against fio's read and write speed.
+throughput = bytes / engine-busy time against fio's read and write speed;
+and over the timed steps, the exposed I/O wait over the engine-busy time
+(the share of the I/O that compute did not hide). --max-in-cpu sets
+offload_param.max_in_cpu (0 puts every parameter shard in the file, so a
+small model's parameters are read from it too).
 
 Every command runs under a watchdog that samples its process tree's
 resident memory and kills it past --mem-limit-gib (default 7), and prints
