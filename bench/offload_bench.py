@@ -31,7 +31,11 @@ the log's file_io (the runtime's file engine counts it): the compute time
 (the step less the exposed I/O wait, the time the program was blocked on
 the file's operations), the exposed I/O wait, the time the engine had
 requests in flight (reads and writes), the bytes, and the engine's
-throughput = bytes / engine-busy time against fio's read and write speed.
+throughput = bytes / engine-busy time against fio's read and write speed;
+and over the timed steps, the exposed I/O wait over the engine-busy time
+(the share of the I/O that compute did not hide). --max-in-cpu sets
+offload_param.max_in_cpu (0 puts every parameter shard in the file, so a
+small model's parameters are read from it too).
 
 Every command runs under a watchdog that samples its process tree's
 resident memory and kills it past --mem-limit-gib (default 7), and prints
@@ -159,6 +163,9 @@ def main() -> int:
                              "needs --zero 3)")
     parser.add_argument("--param-buffer-count", type=int, default=5,
                         help="offload_param.buffer_count: fetched parameters in flight (default 5)")
+    parser.add_argument("--max-in-cpu", type=int, default=None,
+                        help="offload_param.max_in_cpu (DeepSpeed's default 1e9: every shard of a "
+                             "model under a billion parameters stays in host memory; 0: all in the file)")
     parser.add_argument("--zero", type=int, choices=(1, 2, 3), default=None,
                         help="ZeRO stage (default 3 with --offload-param, else 1)")
     parser.add_argument("--mem-limit-gib", type=float, default=7.0,
@@ -215,6 +222,8 @@ def main() -> int:
     if args.offload_param != "none":
         zero_config["offload_param"] = {"device": args.offload_param, "nvme_path": str(nvme),
                                         "buffer_count": args.param_buffer_count}
+        if args.max_in_cpu is not None:
+            zero_config["offload_param"]["max_in_cpu"] = args.max_in_cpu
     config_text = json.dumps({
         "train_micro_batch_size_per_gpu": shape["batch"],
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
@@ -316,6 +325,7 @@ def engine_split(step: dict, read_bw: float, write_bw: float) -> dict:
     out["read_ratio"] = out["read_gbs"] * 1e9 / read_bw
     out["write_ratio"] = out["write_gbs"] * 1e9 / write_bw
     out["ratio"] = busy and fio_s / busy
+    out["exposed"] = io["wait_s"] / busy if busy > 0 else 0.0
     return out
 
 
@@ -328,13 +338,19 @@ def print_engine_split(steps: list, read_bw: float, write_bw: float) -> None:
     print("engine split per step (train --log-json file_io; step 1 is the warm-up and counts the "
           "file space's first writes):")
     print("  step | step s | compute s | exposed I/O wait s | engine busy s | GB read | "
-          "GB written | requests | read GB/s (x fio) | write GB/s (x fio) | GB/s (x fio mix)")
+          "GB written | requests | read GB/s (x fio) | write GB/s (x fio) | GB/s (x fio mix) | "
+          "exposed wait / engine busy")
     for s in steps:
         e = engine_split(s, read_bw, write_bw)
         print(f"  {e['step']} | {e['step_s']:.2f} | {e['compute_s']:.2f} | {e['wait_s']:.2f} | "
               f"{e['busy_s']:.2f} | {e['read'] / 1e9:.3f} | {e['written'] / 1e9:.3f} | "
               f"{e['requests']} | {e['read_gbs']:.3f} ({e['read_ratio']:.2f}) | "
-              f"{e['write_gbs']:.3f} ({e['write_ratio']:.2f}) | {e['gbs']:.3f} ({e['ratio']:.2f})")
+              f"{e['write_gbs']:.3f} ({e['write_ratio']:.2f}) | {e['gbs']:.3f} ({e['ratio']:.2f}) | {e['exposed']:.2f}")
+    timed = [engine_split(s, read_bw, write_bw) for s in steps[1:]]
+    if timed:
+        wait, busy = sum(e["wait_s"] for e in timed), sum(e["busy_s"] for e in timed)
+        print(f"exposed I/O wait over the timed steps: {wait:.3f} s of {busy:.3f} s engine busy "
+              f"= {wait / busy if busy else 0:.2f}")
 
 
 if __name__ == "__main__":

@@ -681,6 +681,14 @@ public:
     operand(p.call("dsrt::comm_stream", p.opaque("dsrt::Stream&"),
                    {p.program}, {p.builder.getIndexAttr(0)}));
   }
+  void ioStream() override {
+    operand(p.call("dsrt::io_stream", p.opaque("dsrt::Stream&"),
+                   {p.program}, {p.builder.getIndexAttr(0)}));
+    onIoStream = true;
+  }
+  /// Whether the call was issued on the file I/O stream (marked issued
+  /// there by dsrt::io_issued).
+  bool onIoStream = false;
   void tensor(Value value) override { operand(lookup(value)); }
   void optionalTensor(Value value) override {
     if (!value) {
@@ -1317,7 +1325,8 @@ LogicalResult ProgramBuilder::emitOp(const PlannedOp &planned) {
   if (failed(callBuilder.finish()))
     return failure();
   if (planned.issuesCollective)
-    callArgs("dsrt::collective_issued",
+    callArgs(callBuilder.onIoStream ? "dsrt::io_issued"
+                                    : "dsrt::collective_issued",
              {program, collectiveArg(planned, planned.collectivesBefore)});
   releases();
   hostReleases();

@@ -286,7 +286,9 @@ public:
     // buffer_count buffers), the k-th file read into buffer k mod
     // bufferCount: that buffer's previous read is over once the first op
     // that reads its device copy has run, so the read goes after that op
-    // if the rule above would issue it sooner.
+    // if the rule above would issue it sooner. With the file, the read is
+    // what is issued ahead; its copy to the device follows right before
+    // the reader (below).
     SmallVector<Value> fileCopies; // the device copy of each file fetch
     for (auto [i, read] : llvm::enumerate(reads)) {
       size_t ahead = std::min<size_t>(i, bufferCount - 1);
@@ -320,6 +322,12 @@ public:
       if (fromFile)
         fileCopies.push_back(copy);
     }
+    // A file shard's copy to the device goes right before its reader,
+    // after the reads issued there: the copy waits for its read, so issued
+    // with it, it would wait for the disk at once and the read-ahead would
+    // hide nothing.
+    for (Value copy : fileCopies)
+      copy.getDefiningOp()->moveBefore(*copy.getUsers().begin());
     // An updated parameter goes back to its argument's space.
     for (OpOperand &result : terminator->getOpOperands()) {
       auto updates = function.getResultAttrOfType<IntegerAttr>(

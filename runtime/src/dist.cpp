@@ -435,14 +435,29 @@ Stream &comm_stream(Program &p) {
   return p.comm;
 }
 
-void collective_issued(Program &p, int64_t index) {
+Stream &io_stream(Program &p) {
+  Event compute;
+  compute.record(p.stream);
+  compute.wait(p.io);
+  return p.io;
+}
+
+namespace {
+void mark_issued(Program &p, Stream &stream, const char *what, int64_t index) {
   if (index < 0)
-    throw Error("dsrt::collective_issued: collective index " + std::to_string(index) +
+    throw Error(std::string("dsrt::") + what + ": collective index " + std::to_string(index) +
                 " is negative");
   if (static_cast<int64_t>(p.collectives.size()) <= index)
     p.collectives.resize(static_cast<size_t>(index) + 1);
-  p.collectives[static_cast<size_t>(index)].record(p.comm);
+  p.collectives[static_cast<size_t>(index)].record(stream);
 }
+}  // namespace
+
+void collective_issued(Program &p, int64_t index) {
+  mark_issued(p, p.comm, "collective_issued", index);
+}
+
+void io_issued(Program &p, int64_t index) { mark_issued(p, p.io, "io_issued", index); }
 
 void collective_wait(Program &p, int64_t index) {
   if (index < 0 || index >= static_cast<int64_t>(p.collectives.size()) ||
@@ -458,7 +473,10 @@ void collective_wait(Program &p, int64_t index) {
     event.wait(p.stream);
 }
 
-void collectives_done(Program &p) { detail::order_after(p.stream, p.comm); }
+void collectives_done(Program &p) {
+  detail::order_after(p.stream, p.comm);
+  detail::order_after(p.stream, p.io);
+}
 
 //===--- the grid ---------------------------------------------------------------===//
 

@@ -115,20 +115,21 @@ void run_to_completion(Program &p, RunFn run) {
     first = naming_running_op(p, std::current_exception());
   }
   if (!first) {
-    // No host wait for the device: the host work of both streams is done,
+    // No host wait for the device: the host work of every stream is done,
     // and p.stream's later work (the next function, a read of an output,
-    // which synchronizes) is ordered after p.comm's.
+    // which synchronizes) is ordered after p.comm's and p.io's.
     try {
       detail::wait_host_work(p.stream);
       detail::order_after(p.stream, p.comm);
+      detail::order_after(p.stream, p.io);
       return;
     } catch (...) {
       first = std::current_exception();
     }
   }
-  // Both streams, whatever happened: an abandoned function may still have
-  // collectives in flight that write the arena.
-  for (Stream *s : {&p.stream, &p.comm}) {
+  // Every stream, whatever happened: an abandoned function may still have
+  // collectives or file reads in flight that write the arena.
+  for (Stream *s : {&p.stream, &p.comm, &p.io}) {
     try {
       s->synchronize();
     } catch (...) {
@@ -938,6 +939,7 @@ int forward_main(int argc, char **argv, DescribeFn describe, RunFn run) {
     program.stream = Stream(backend().kind(), options.threads);
     program.comm = Stream(backend().kind(), options.threads);
     program.synchronous_ops = backend().synchronous_ops();
+    program.io = Stream(backend().kind(), options.threads);
     // Generated fused loops use OpenMP's default team size.
     if (options.threads > 0) omp_set_num_threads(options.threads);
     ProgramArena arena = allocate_arena(info.arena_bytes);

@@ -290,6 +290,7 @@ void init_program(Program &program, const ProgramInfo &info, int threads) {
   program.stream = Stream(backend().kind(), threads);
   program.comm = Stream(backend().kind(), threads);
   program.synchronous_ops = backend().synchronous_ops();
+  program.io = Stream(backend().kind(), threads);
 }
 
 void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions &options,

@@ -627,11 +627,53 @@ private:
   bool open_ = false;
 };
 
+// A small copy on `stream` runs at once, while `pending` (held back) has
+// not completed: the copy did not wait for it.
+void expect_copy_runs_at_once(dsrt::Stream &stream, const dsrt::Event &pending,
+                              const char *what) {
+  Owned a = Owned::of(DType::F32, Shape{3}, {1, 2, 3}), b(DType::F32, Shape{3});
+  auto start = Clock::now();
+  dsrt::copy(stream, a, b);
+  EXPECT_LT(seconds_since(start), 1.0);
+  EXPECT_EQ(b.at(2), 3.0);
+  EXPECT_FALSE(pending.query()) << what;
+}
+
 dsrt::Program program_with_streams() {
   dsrt::Program p;
   p.stream = dsrt::Stream(dsrt::Backend::Cpu, 1);
   p.comm = dsrt::Stream(dsrt::Backend::Cpu, 1);
+  p.io = dsrt::Stream(dsrt::Backend::Cpu, 1);
   return p;
+}
+
+TEST(IoStream, CopiesOnTheCommunicationStreamDoNotWaitForFileIoUntilCollectiveWait) {
+  dsrt::Program p = program_with_streams();
+  dsrt::detail::Worker worker;
+  Gate gate;
+  // A file read still in flight on the I/O stream (held back by a gate).
+  worker.submit(&dsrt::io_stream(p), [&](const std::string &) { gate.wait(); });
+  dsrt::io_issued(p, 0);
+  EXPECT_FALSE(p.collectives[0].query());
+
+  // A copy on the communication stream runs at once.
+  expect_copy_runs_at_once(dsrt::comm_stream(p), p.collectives[0],
+                           "the copy waited for the file read");
+
+  // Once an op waits for the read (collective_wait), the next copy on the
+  // communication stream is ordered after it.
+  dsrt::collective_wait(p, 0);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    gate.open();
+  });
+  Owned a = Owned::of(DType::F32, Shape{3}, {1, 2, 3}), c(DType::F32, Shape{3});
+  dsrt::copy(dsrt::comm_stream(p), a, c);
+  opener.join();
+  EXPECT_TRUE(p.collectives[0].query()) << "the copy did not wait for the file read";
+  EXPECT_EQ(c.at(2), 3.0);
+  dsrt::collectives_done(p);
+  EXPECT_DSRT_ERROR(dsrt::io_issued(p, -1), "io_issued", "negative");
 }
 
 TEST(CommStream, ComputeDoesNotWaitForCollectivesUntilCollectiveWait) {
@@ -647,15 +689,11 @@ TEST(CommStream, ComputeDoesNotWaitForCollectivesUntilCollectiveWait) {
   EXPECT_FALSE(p.collectives[0].query());
 
   // A kernel on the compute stream runs at once.
-  Owned a = Owned::of(DType::F32, Shape{3}, {1, 2, 3}), b(DType::F32, Shape{3});
-  auto start = Clock::now();
-  dsrt::copy(dsrt::stream(p), a, b);
-  EXPECT_LT(seconds_since(start), 1.0);
-  EXPECT_EQ(b.at(2), 3.0);
-  EXPECT_FALSE(p.collectives[0].query()) << "the kernel waited for the collective";
+  expect_copy_runs_at_once(dsrt::stream(p), p.collectives[0],
+                           "the kernel waited for the collective");
 
   // collective_wait does not block the host; the next kernel waits.
-  start = Clock::now();
+  auto start = Clock::now();
   dsrt::collective_wait(p, 0);
   EXPECT_LT(seconds_since(start), 1.0);
   EXPECT_FALSE(p.collectives[0].query());

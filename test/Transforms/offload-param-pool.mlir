@@ -10,14 +10,18 @@
 // persistent host bytes.
 // TWO: dsopt.param_buffer_pool = {buffer_bytes = 4096 : i64, buffers = 2 : i64, offset = 0 : i64}
 // TWO-LABEL: func.func @micro_step
-// a for the mul into buffer 0, a for the add into buffer 1, both ahead.
+// a for the mul into buffer 0, a for the add into buffer 1, both read
+// ahead; each read's copy to the device waits for it, so it goes right
+// before its reader, not with the read.
 // TWO: ds.transfer %arg1 {ds.buffers = array<i64: 0>, dsopt.param_buffer = 0 : i64, from = #ds.space<file>, to = #ds.space<host>} : tensor<2xf32>
-// TWO: ds.transfer %arg1 {ds.buffers = array<i64: 4096>, dsopt.param_buffer = 1 : i64, from = #ds.space<file>, to = #ds.space<host>} : tensor<2xf32>
+// TWO-NEXT: ds.transfer %arg1 {ds.buffers = array<i64: 4096>, dsopt.param_buffer = 1 : i64, from = #ds.space<file>, to = #ds.space<host>} : tensor<2xf32>
+// TWO-NEXT: ds.transfer {{.*}}from = #ds.space<host>, to = #ds.space<device>
+// TWO-NEXT: ds.mul
 // The third read, c for the add, reuses buffer 0 once the mul has read
-// the first.
-// TWO: ds.mul
+// the first, and is issued before the copies the add reads.
 // TWO-NEXT: ds.transfer %arg2 {ds.buffers = array<i64: 0>, dsopt.param_buffer = 0 : i64, from = #ds.space<file>, to = #ds.space<host>} : tensor<2x2xf32>
-// TWO-NEXT: ds.transfer
+// TWO-NEXT: ds.transfer {{.*}}from = #ds.space<host>, to = #ds.space<device>
+// TWO-NEXT: ds.transfer {{.*}}from = #ds.space<host>, to = #ds.space<device>
 // TWO-NEXT: ds.add
 
 // One op reading two shards of the file needs two buffers at once.

@@ -108,16 +108,18 @@
 // PARAM: return %{{.*}}, %[[BACK]],
 
 // Both offloads on nvme: every parameter is partitioned (threshold 1) and
-// lies in the file; a micro step reads each shard into a host buffer and
-// copies it to the device before its all-gather; the optimizer step reads
+// lies in the file; a micro step reads each shard into a host buffer
+// ahead (both reads first) and copies it to the device right before its
+// all-gather (the copy waits for the read); the optimizer step reads
 // the shard and states ahead into host buffers, updates them on the host
 // and writes them behind.
 // PARAMNVME: file_persistent_bytes = 24576
 // PARAMNVME-LABEL: func.func @micro_step
 // PARAMNVME-SAME: ds.sharded = tensor<3x2xf32>, ds.space = #ds.space<file>}
 // PARAMNVME: %[[H:.*]] = ds.transfer %arg1 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<3xf32>
+// PARAMNVME-NEXT: ds.transfer %arg2 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<1xf32>
 // PARAMNVME-NEXT: %[[D:.*]] = ds.transfer %[[H]] {{{.*}}from = #ds.space<host>, to = #ds.space<device>} : tensor<3xf32>
-// PARAMNVME: shard.all_gather %[[D]] on @grid
+// PARAMNVME-NEXT: shard.all_gather %[[D]] on @grid
 // PARAMNVME-LABEL: func.func @optimizer_step
 // PARAMNVME: %[[W:.*]] = ds.transfer %arg0 {{{.*}}from = #ds.space<file>, to = #ds.space<host>} : tensor<3xf32>
 // PARAMNVME: %[[NEW:.*]], %{{.*}}, %{{.*}} = ds.adamw %{{.*}}, %{{.*}}, %[[W]], {{.*}}ds.space = #ds.space<host>

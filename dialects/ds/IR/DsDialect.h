@@ -54,6 +54,11 @@ public:
   /// the kernels of `stream()`; the code generator makes the first kernel
   /// that touches a collective's buffers wait for it.
   virtual void commStream() = 0;
+  /// The file I/O stream: reads and writes of the file space run on it,
+  /// asynchronously with both others, so that a copy or collective issued
+  /// after a file transfer does not wait for the disk; the code generator
+  /// orders them by the buffers they touch, as for `commStream()`.
+  virtual void ioStream() = 0;
   /// A tensor view of an operand's or result's buffer.
   virtual void tensor(mlir::Value value) = 0;
   /// A pointer to a tensor view, or nullptr when `value` is null (absent

@@ -316,9 +316,13 @@ LogicalResult TransferOp::verify() {
 int64_t TransferOp::getFlops() { return 0; }
 void TransferOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::transfer");
-  // On the communication stream, beside the collectives: the code generator
-  // makes the first op that touches its buffers wait for it.
-  call.commStream();
+  // On the communication stream, beside the collectives, or a file
+  // transfer on the file I/O stream: the code generator makes the first op
+  // that touches its buffers wait for it.
+  if (getFrom() == MemorySpace::file || getTo() == MemorySpace::file)
+    call.ioStream();
+  else
+    call.commStream();
   call.tensor(getInput());
   call.tensor(getResult());
   auto runtimeSpace = [](MemorySpace space) {

@@ -104,6 +104,11 @@ struct Program {
   // Collectives issue here (comm_stream) so that compute on `stream` runs
   // while they progress; same backend and threads as `stream`.
   Stream comm;
+  // The file space's reads and writes (NVMe offload) issue here (io_stream),
+  // on a stream of their own: a copy or collective issued on `comm` waits
+  // for the host work pending there, so file I/O on `comm` would hold up
+  // every copy issued after it until the disk is done.
+  Stream io;
   // collectives[i]: the point of `comm` right after collective i of the
   // running function was issued (collective_issued), waited for with
   // collective_wait.
@@ -184,6 +189,16 @@ Tensor bound_output(Program &p, int64_t index, DType dtype, Shape shape);
 Stream &comm_stream(Program &p);
 // Marks the point of p.comm right after collective `index` was issued.
 void collective_issued(Program &p, int64_t index);
+// The stream the file space's transfers are issued on (p.io), ordered after
+// the work enqueued on p.stream so far, as comm_stream orders p.comm; a
+// transfer issued there is numbered with the collectives and marked with
+// io_issued(p, i) instead of collective_issued, then waited for by
+// collective_wait like any other. Work on p.comm does not wait for p.io's,
+// nor p.io's for p.comm's: an order between them goes through p.stream
+// (collective_wait, then the next comm_stream or io_stream).
+Stream &io_stream(Program &p);
+// Marks the point of p.io right after transfer `index` was issued.
+void io_issued(Program &p, int64_t index);
 // Makes later work on p.stream wait for collective `index` (and what was
 // issued on p.comm before it), without blocking the host; the next kernel on
 // p.stream blocks. Costs a few atomic loads when it has completed. Throws
@@ -192,7 +207,7 @@ void collective_issued(Program &p, int64_t index);
 // collective `index` was not issued in this run.
 void collective_wait(Program &p, int64_t index);
 // Orders p.stream's later work (the function's closing copies, the next
-// function) after everything issued on p.comm: waits for p.comm's host work
+// function) after everything issued on p.comm and p.io: waits for their host work
 // (throwing the first failure not reported yet) and makes p.stream's queue
 // wait for p.comm's, with no host wait for the device.
 void collectives_done(Program &p);
