@@ -17,8 +17,9 @@ Needs python3 with numpy (gpu_compare.py), no dsopt and no PyTorch.
       a per-op Chrome trace (train --trace, timed by cudaEvents): the ops
       on the compute and on the communication stream's tracks, and how
       long both ran at once (the union of the communication ops' intervals
-      intersected with the compute ops'); --require-overlap fails when a
-      trace with communication ops has none overlapping compute
+      intersected with the compute ops'), and the same for the file
+      space's reads and writes on the I/O stream's tracks; --require-overlap
+      fails when a trace with communication ops has none overlapping compute
 
 BUILDS/NAME is the CMake build directory of PREP/programs/NAME/src.
 Exits 1 on any failure.
@@ -195,7 +196,7 @@ def trace_overlap(path: Path, require: bool) -> int:
     for pid in sorted({e["pid"] for e in ops}):
         mine = [e for e in ops if e["pid"] == pid]
         spans = {cat: union([(e["ts"], e["ts"] + e["dur"]) for e in mine if e.get("cat") == cat])
-                 for cat in ("compute", "communication")}
+                 for cat in ("compute", "communication", "io")}
         counts = {cat: sum(e.get("cat") == cat for e in mine) for cat in spans}
         busy = {cat: sum(end - begin for begin, end in spans[cat]) for cat in spans}
         shared = overlap_us(spans["compute"], spans["communication"])
@@ -204,6 +205,11 @@ def trace_overlap(path: Path, require: bool) -> int:
         print(f"{path.name}: pid {pid}: {counts['compute']} compute ops busy "
               f"{busy['compute'] / 1e3:.3f} ms, {counts['communication']} communication ops busy "
               f"{busy['communication'] / 1e3:.3f} ms; overlapped {shared / 1e3:.3f} ms{share}")
+        if counts["io"]:
+            # The file space's reads and writes (NVMe offload) on the I/O stream.
+            io_shared = overlap_us(spans["compute"], spans["io"])
+            print(f"{path.name}: pid {pid}: {counts['io']} I/O ops busy {busy['io'] / 1e3:.3f} ms; "
+                  f"overlapped with compute {io_shared / 1e3:.3f} ms")
         if require and counts["communication"] and shared <= 0:
             print(f"{path.name}: pid {pid}: FAILED: no communication op overlaps compute")
             failures += 1

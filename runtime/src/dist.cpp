@@ -439,6 +439,9 @@ Stream &io_stream(Program &p) {
   Event compute;
   compute.record(p.stream);
   compute.wait(p.io);
+  // The running op reads or writes the file space: its trace entry is
+  // timed on p.io.
+  if (p.tracer) p.tracer->on_io(p);
   return p.io;
 }
 

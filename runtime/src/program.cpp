@@ -215,18 +215,22 @@ void Tracer::begin(Program &p, int64_t op) {
   // Where the op's first work would go: after the stream's pending host
   // work, which its first kernel waits for on the host anyway.
   backend_->record_timing(p.stream, marks_[2 * run]);
-  pending_.push_back({op, step_, function_, false, 0, 0});
+  pending_.push_back({op, step_, function_, 0, 0, 0});
   open_ = true;
 }
 
-void Tracer::on_comm(Program &p) {
-  if (!open_ || pending_.back().comm) return;
-  // Right after comm_stream ordered the communication stream after the
+void Tracer::on_lane(Program &p, Stream &stream, int lane) {
+  if (!open_ || pending_.back().lane != 0) return;
+  // Right after comm_stream or io_stream ordered that stream after the
   // compute so far; never waiting (a bucketed collective's unpacking on
   // the transport's thread stays pending, as without the trace).
-  backend_->record_timing(p.comm, marks_[2 * (pending_.size() - 1)], false);
-  pending_.back().comm = true;
+  backend_->record_timing(stream, marks_[2 * (pending_.size() - 1)], false);
+  pending_.back().lane = lane;
 }
+
+void Tracer::on_comm(Program &p) { on_lane(p, p.comm, 1); }
+
+void Tracer::on_io(Program &p) { on_lane(p, p.io, 2); }
 
 void Tracer::end(Program &p, int64_t op) {
   if (!open_ || pending_.back().op != op)
@@ -234,7 +238,8 @@ void Tracer::end(Program &p, int64_t op) {
   // Right after the op's device work on its stream, never waiting for host
   // work it left pending.
   Slice &slice = pending_.back();
-  backend_->record_timing(slice.comm ? p.comm : p.stream, marks_[2 * pending_.size() - 1], false);
+  Stream &stream = slice.lane == 1 ? p.comm : slice.lane == 2 ? p.io : p.stream;
+  backend_->record_timing(stream, marks_[2 * pending_.size() - 1], false);
   open_ = false;
 }
 
@@ -262,6 +267,13 @@ void Tracer::discard() {
   open_ = false;
 }
 
+namespace {
+// A trace entry's stream (Tracer::Slice::lane): its track's name and its
+// events' category.
+const char *const kLaneStream[] = {"compute stream", "communication stream", "I/O stream"};
+const char *const kLaneCategory[] = {"compute", "communication", "io"};
+}  // namespace
+
 void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) const {
   std::ofstream out(path);
   if (!out) throw Error("cannot write trace file '" + path + "'");
@@ -270,25 +282,26 @@ void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) c
   out << "{\"traceEvents\": [\n";
   out << "  {\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " << rank
       << ", \"args\": {\"name\": \"rank " << rank << "\"}}";
-  // Two tracks per function of a training program (one for a forward
-  // program): its ops on the compute stream (tid: the function's index) and
-  // on the communication stream (tid: the function count plus that index),
-  // so that the overlap of the two shows.
+  // Up to three tracks per function of a training program (one for a
+  // forward program): its ops on the compute stream (tid: the function's
+  // index), on the communication stream (tid: the function count plus that
+  // index) and on the I/O stream (tid: twice the function count plus it),
+  // so that their overlap shows.
   const int functions = std::max<int>(1, static_cast<int>(info.functions.size()));
   std::set<int> tracks;
   for (const Slice &slice : slices_)
-    tracks.insert(std::max(0, slice.function) + (slice.comm ? functions : 0));
+    tracks.insert(std::max(0, slice.function) + slice.lane * functions);
   for (int track : tracks) {
     const int f = track % functions;
     const std::string function = f < static_cast<int>(info.functions.size())
                                      ? info.functions[static_cast<size_t>(f)].name + ": "
                                      : std::string();
-    const bool comm = track >= functions;
+    const int lane = track / functions;
     out << ",\n  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
         << ", \"tid\": " << track << ", \"args\": {\"name\": \""
-        << json_escape(function + (comm ? "communication stream" : "compute stream")) << "\"}}";
+        << json_escape(function + kLaneStream[lane]) << "\"}}";
     out << ",\n  {\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": " << rank
-        << ", \"tid\": " << track << ", \"args\": {\"sort_index\": " << 2 * f + (comm ? 1 : 0)
+        << ", \"tid\": " << track << ", \"args\": {\"sort_index\": " << 3 * f + lane
         << "}}";
   }
   for (const Slice &slice : slices_) {
@@ -300,9 +313,9 @@ void Tracer::write(const std::string &path, const ProgramInfo &info, int rank) c
     const OpInfo *op = slice.op >= 0 && slice.op < static_cast<int64_t>(ops.size())
                            ? &ops[slice.op]
                            : nullptr;
-    const int track = std::max(0, slice.function) + (slice.comm ? functions : 0);
+    const int track = std::max(0, slice.function) + slice.lane * functions;
     out << ",\n  {\"name\": \"" << json_escape(op ? op->name : "op") << "\", \"cat\": \""
-        << (slice.comm ? "communication" : "compute") << "\", \"ph\": \"X\", \"pid\": " << rank
+        << kLaneCategory[slice.lane] << "\", \"ph\": \"X\", \"pid\": " << rank
         << ", \"tid\": " << track << ", \"ts\": " << slice.begin_us
         << ", \"dur\": " << slice.end_us - slice.begin_us << ", \"args\": {\"op\": " << slice.op
         << ", \"step\": " << slice.step;

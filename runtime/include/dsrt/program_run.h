@@ -66,6 +66,9 @@ public:
   // The open op issues on the communication stream (comm_stream): its
   // begin is re-marked there, and its end will be.
   void on_comm(Program &p);
+  // The open op issues on the I/O stream (io_stream: the file space's reads
+  // and writes): the same, on p.io.
+  void on_io(Program &p);
   void set_function(int function) { function_ = function; }
   void set_step(int64_t step) { step_ = step; }
   // Reads the times of the ops run since the last resolve: call it after a
@@ -80,7 +83,7 @@ private:
   struct Slice {
     int64_t op, step;
     int function;
-    bool comm;
+    int lane;  // the stream it ran on: 0 compute, 1 communication, 2 I/O
     double begin_us, end_us;
   };
   std::vector<Slice> slices_;
@@ -96,6 +99,7 @@ private:
   double base_us_ = 0;
   int function_ = -1;
   int64_t step_ = 0;
+  void on_lane(Program &p, Stream &stream, int lane);
 };
 
 struct Program {
