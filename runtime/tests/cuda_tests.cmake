@@ -70,7 +70,7 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set(_emu_script "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/rewrite_launches.py")
   set(_emu_prelude "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/prelude.h")
   set(_emu_sources)
-  foreach(name backend common elementwise linalg norm reduce movement loss conv optimizer
+  foreach(name backend common elementwise linalg norm attention reduce movement loss conv optimizer
                random)
     add_custom_command(
       OUTPUT "${_emu_out}/${name}.cpp"
