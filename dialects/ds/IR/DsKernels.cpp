@@ -390,7 +390,8 @@ std::optional<unsigned> LogSoftmaxOp::getInPlaceOperand(unsigned result) {
 void AttentionOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::attention");
   call.stream();
-  call.tensors({getQuery(), getKey(), getValue(), getResult(), getLse()});
+  for (Value value : {getQuery(), getKey(), getValue(), getResult(), getLse()})
+    call.tensor(value);
   call.real(getScale().convertToFloat());
   call.boolean(getCausal());
 }
@@ -818,8 +819,10 @@ int64_t LogSoftmaxGradOp::getWorkspaceBytes() {
 void AttentionGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::attention_grad");
   call.stream();
-  call.tensors({getQuery(), getKey(), getValue(), getResult(), getLse(),
-                getResultGrad(), getQueryGrad(), getKeyGrad(), getValueGrad()});
+  for (Value value : {getQuery(), getKey(), getValue(), getResult(), getLse(),
+                      getResultGrad(), getQueryGrad(), getKeyGrad(),
+                      getValueGrad()})
+    call.tensor(value);
   call.real(getScale().convertToFloat());
   call.boolean(getCausal());
   call.workspace();
