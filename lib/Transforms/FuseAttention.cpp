@@ -22,6 +22,7 @@
 #include "ds/IR/DsDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/SetVector.h"
 
 namespace dsopt {
 #define GEN_PASS_DEF_DSFUSEATTENTION
@@ -121,6 +122,23 @@ FailureOr<Match> match(ds::SoftmaxOp softmax, std::string &why) {
     s = add.getLhs();
     if (!constantOf(maskValue))
       std::swap(maskValue, s);
+    if (!constantOf(maskValue) && !constantOf(s))
+      if (auto trilu = maskValue.getDefiningOp<ds::TriluOp>(); !trilu)
+        std::swap(maskValue, s);
+    // A large T's mask is computed: trilu(splat c, upper, k = 1) is c
+    // above the diagonal and 0 on and below it.
+    if (auto trilu = maskValue.getDefiningOp<ds::TriluOp>()) {
+      std::optional<double> c = scalarOf(trilu.getInput());
+      auto type = cast<ShapedType>(trilu.getType());
+      if (!c || *c > kMaskedAtMost || !trilu.getUpper() || trilu.getK() != 1 ||
+          type.getRank() < 2 ||
+          type.getShape().take_back(2) != ArrayRef<int64_t>{t, t} ||
+          type.getNumElements() != t * t)
+        return fail("the add before the softmax is a trilu that is not a "
+                    "causal mask (a splat of at most -1e9, upper, k = 1)");
+      m.causal = true;
+      m.chain.push_back(add);
+    } else {
     DenseElementsAttr mask = constantOf(maskValue);
     if (!mask || !isa<FloatType>(mask.getElementType()))
       return fail("the add before the softmax is not a constant additive mask");
@@ -141,6 +159,7 @@ FailureOr<Match> match(ds::SoftmaxOp softmax, std::string &why) {
     }
     m.causal = true;
     m.chain.push_back(add);
+    }
   }
   // The scale.
   if (auto mul = s.getDefiningOp<ds::MulOp>(); mul && hasOneUse(s)) {
@@ -217,8 +236,28 @@ struct FuseAttentionPass : dsopt::impl::DsFuseAttentionBase<FuseAttentionPass> {
           b.getF32FloatAttr(static_cast<float>(m.scale)),
           m.causal ? b.getUnitAttr() : UnitAttr());
       pv.getResult().replaceAllUsesWith(attention.getResult());
+      // The chain, then what only it read (masks, scales, their inputs).
+      llvm::SetVector<Operation *> inputs;
+      for (Operation *op : m.chain)
+        for (Value operand : op->getOperands())
+          if (Operation *def = operand.getDefiningOp();
+              def && !llvm::is_contained(m.chain, def))
+            inputs.insert(def);
       for (Operation *op : m.chain)
         op->erase();
+      // Each op once: a trilu before its input (the set keeps their order).
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        Operation *op = inputs[i];
+        if (!op->use_empty() || !isa<ds::ConstantOp, ds::TriluOp>(op))
+          continue;
+        for (Value operand : op->getOperands())
+          if (Operation *def = operand.getDefiningOp())
+            inputs.insert(def);
+        op->dropAllReferences();
+      }
+      for (Operation *op : inputs)
+        if (op->use_empty() && isa<ds::ConstantOp, ds::TriluOp>(op))
+          op->erase();
     }
   }
 };
