@@ -242,7 +242,7 @@ class Prep:
             model.parent.mkdir(parents=True, exist_ok=True)
             run([sys.executable, ORACLES / "gen_gpt.py", *gpu_bench.generator_args(batch), "--out", model])
             plan = json.loads(run([*self.dsopt, model, "--target", "cuda", "--precision", "bf16",
-                                   "--emit=plan"]).stdout)
+                                   *gpu_bench.DSOPT_FLAGS, "--emit=plan"]).stdout)
             need = gpu_bench.planned_device_bytes(plan)
             log(f"GPT-2 124M micro-batch {batch}: {need / 2**30:.1f} GiB planned")
             if need <= gpu_bench.FIT * memory:
@@ -252,7 +252,7 @@ class Prep:
         else:
             raise RuntimeError("GPT-2 124M: not even micro-batch 1 fits")
         shutil.copy(model, bench / model.name)
-        self.cuda_sources(model, "bench-gpt2-124m", ["--precision", "bf16"])
+        self.cuda_sources(model, "bench-gpt2-124m", ["--precision", "bf16", *gpu_bench.DSOPT_FLAGS])
         self.add("bench-gpt2-124m", "bench", "train", [], None,
                  bench={"model": model.name, "micro_batch": batch, "planned_device_bytes": need,
                         "generator": gpu_bench.generator_args(batch)})
