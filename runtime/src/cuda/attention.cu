@@ -36,32 +36,61 @@ __device__ void load_tile(float *dst, const T *src, int64_t row0, int64_t t, int
   }
 }
 
+// The block's rows (blockIdx.x is a head and a tile of kRows rows of it)
+// and this thread's.
+struct Rows {
+  int64_t head, row0, row, offset;
+  bool active;
+};
+__device__ inline Rows block_rows(int64_t t, int dh) {
+  const int64_t tiles = (t + kRows - 1) / kRows;
+  Rows r;
+  r.head = blockIdx.x / tiles;
+  r.row0 = (blockIdx.x % tiles) * kRows;
+  r.row = r.row0 + threadIdx.x;
+  r.offset = r.head * t * dh;
+  r.active = r.row < t;
+  return r;
+}
+
+// Row `r.row` of a [t, dh] matrix of the block's head as f32 (zeros for a
+// thread past t).
+template <typename T>
+__device__ void load_row(float *dst, const T *src, const Rows &r, int dh) {
+  for (int d = 0; d < dh; ++d)
+    dst[d] = r.active ? ld(src[r.offset + r.row * dh + d]) : 0.0f;
+}
+
+// The key tiles a block of query rows sees: each loaded, keys into ks and
+// values into vs (f32); then, on the threads of real rows, f(n) with the
+// tile's first n keys, those the thread's row sees.
+template <typename T, typename F>
+__device__ void for_key_tiles(const Rows &r, const T *k, const T *v, float *ks, float *vs,
+                              int64_t t, int dh, bool causal, F &&f) {
+  const int64_t keys = causal ? std::min<int64_t>(t, r.row0 + kRows) : t;
+  for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
+    __syncthreads();
+    load_tile(ks, k + r.offset, j0, t, dh);
+    load_tile(vs, v + r.offset, j0, t, dh);
+    __syncthreads();
+    if (r.active)
+      f(std::min<int64_t>(kTile, (causal ? r.row + 1 : t) - j0));
+  }
+}
+
 template <typename T>
 __global__ void attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse,
                                  int64_t t, int dh, float scale, bool causal) {
   __shared__ float ks[kTile * kHead];
   __shared__ float vs[kTile * kHead];
-  const int64_t tiles = (t + kRows - 1) / kRows;
-  const int64_t head = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * kRows;
-  const int64_t i = row0 + threadIdx.x;
-  const int64_t offset = head * t * dh;
-  const bool active = i < t;
+  const Rows r = block_rows(t, dh);
   float qi[kHead], acc[kHead];
-  for (int d = 0; d < dh; ++d) {
-    qi[d] = active ? ld(q[offset + i * dh + d]) : 0.0f;
+  load_row(qi, q, r, dh);
+  for (int d = 0; d < dh; ++d)
     acc[d] = 0.0f;
-  }
   float m = -INFINITY, l = 0.0f;
-  const int64_t keys = causal ? std::min<int64_t>(t, row0 + kRows) : t;
-  for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
-    __syncthreads();
-    load_tile(ks, k + offset, j0, t, dh);
-    load_tile(vs, v + offset, j0, t, dh);
-    __syncthreads();
-    if (!active)
-      continue;
-    const int64_t last = std::min<int64_t>(kTile, (causal ? i + 1 : t) - j0);
-    for (int64_t j = 0; j < last; ++j) {
+  for_key_tiles(r, k, v, ks, vs, t, dh, causal, [&](int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
       float sc = 0.0f;
       for (int d = 0; d < dh; ++d)
         sc += qi[d] * ks[j * dh + d];
@@ -74,13 +103,13 @@ __global__ void attention_kernel(const T *q, const T *k, const T *v, T *o, float
         acc[d] = acc[d] * rescale + p * vs[j * dh + d];
       m = m_new;
     }
-  }
-  if (!active)
+  });
+  if (!r.active)
     return;
   const float inv = 1.0f / l;
   for (int d = 0; d < dh; ++d)
-    o[offset + i * dh + d] = st<T>(acc[d] * inv);
-  lse[head * t + i] = m + logf(l);
+    o[r.offset + r.row * dh + d] = st<T>(acc[d] * inv);
+  lse[r.head * t + r.row] = m + logf(l);
 }
 
 template <typename T>
@@ -102,17 +131,14 @@ __global__ void attention_dkv_kernel(const T *q, const T *k, const T *v, const T
                                      int64_t t, int dh, float scale, bool causal) {
   __shared__ float qs[kTile * kHead];
   __shared__ float dos[kTile * kHead];
-  const int64_t tiles = (t + kRows - 1) / kRows;
-  const int64_t head = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * kRows;
-  const int64_t j = row0 + threadIdx.x;
-  const int64_t offset = head * t * dh;
-  const bool active = j < t;
+  const Rows r = block_rows(t, dh);  // key rows
+  const int64_t head = r.head, row0 = r.row0, j = r.row, offset = r.offset;
+  const bool active = r.active;
   float kj[kHead], vj[kHead], acc_k[kHead], acc_v[kHead];
-  for (int d = 0; d < dh; ++d) {
-    kj[d] = active ? ld(k[offset + j * dh + d]) : 0.0f;
-    vj[d] = active ? ld(v[offset + j * dh + d]) : 0.0f;
+  load_row(kj, k, r, dh);
+  load_row(vj, v, r, dh);
+  for (int d = 0; d < dh; ++d)
     acc_k[d] = acc_v[d] = 0.0f;
-  }
   for (int64_t i0 = causal ? row0 / kTile * kTile : 0; i0 < t; i0 += kTile) {
     __syncthreads();
     load_tile(qs, q + offset, i0, t, dh);
@@ -152,29 +178,16 @@ __global__ void attention_dq_kernel(const T *q, const T *k, const T *v, const T 
                                     int dh, float scale, bool causal) {
   __shared__ float ks[kTile * kHead];
   __shared__ float vs[kTile * kHead];
-  const int64_t tiles = (t + kRows - 1) / kRows;
-  const int64_t head = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * kRows;
-  const int64_t i = row0 + threadIdx.x;
-  const int64_t offset = head * t * dh;
-  const bool active = i < t;
+  const Rows r = block_rows(t, dh);
   float qi[kHead], doi[kHead], acc[kHead];
-  for (int d = 0; d < dh; ++d) {
-    qi[d] = active ? ld(q[offset + i * dh + d]) : 0.0f;
-    doi[d] = active ? ld(do_[offset + i * dh + d]) : 0.0f;
+  load_row(qi, q, r, dh);
+  load_row(doi, do_, r, dh);
+  for (int d = 0; d < dh; ++d)
     acc[d] = 0.0f;
-  }
-  const float lse_i = active ? lse[head * t + i] : 0.0f;
-  const float delta_i = active ? delta[head * t + i] : 0.0f;
-  const int64_t keys = causal ? std::min<int64_t>(t, row0 + kRows) : t;
-  for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
-    __syncthreads();
-    load_tile(ks, k + offset, j0, t, dh);
-    load_tile(vs, v + offset, j0, t, dh);
-    __syncthreads();
-    if (!active)
-      continue;
-    const int64_t last = std::min<int64_t>(kTile, (causal ? i + 1 : t) - j0);
-    for (int64_t j = 0; j < last; ++j) {
+  const float lse_i = r.active ? lse[r.head * t + r.row] : 0.0f;
+  const float delta_i = r.active ? delta[r.head * t + r.row] : 0.0f;
+  for_key_tiles(r, k, v, ks, vs, t, dh, causal, [&](int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
       float sc = 0.0f, dp = 0.0f;
       for (int d = 0; d < dh; ++d) {
         sc += qi[d] * ks[j * dh + d];
@@ -185,11 +198,11 @@ __global__ void attention_dq_kernel(const T *q, const T *k, const T *v, const T 
       for (int d = 0; d < dh; ++d)
         acc[d] += g * ks[j * dh + d];
     }
-  }
-  if (!active)
+  });
+  if (!r.active)
     return;
   for (int d = 0; d < dh; ++d)
-    dq[offset + i * dh + d] = st<T>(scale * acc[d]);
+    dq[r.offset + r.row * dh + d] = st<T>(scale * acc[d]);
 }
 
 } // namespace
