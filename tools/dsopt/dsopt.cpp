@@ -1117,6 +1117,7 @@ EXAMPLES:
   trainOptions.loss = lossFlag;
   trainOptions.frozen.assign(frozenFlag.begin(), frozenFlag.end());
   trainOptions.fuse = !noFuse;
+  trainOptions.fuseAttention = fuseAttention;
   trainOptions.configure = [&](PassManager &trainPm) -> LogicalResult {
     return applyPassManagerCLOptions(trainPm);
   };
