@@ -36,6 +36,9 @@ namespace {
 
 /// Masked entries at most this: exp(masked - row maximum) is 0 in f32.
 constexpr double kMaskedAtMost = -1e9;
+/// The largest head the kernels take (kMaxAttentionHead in
+/// runtime/src/kernel_common.h).
+constexpr int64_t kMaxHeadDim = 128;
 
 DenseElementsAttr constantOf(Value value) {
   auto constant = value.getDefiningOp<ds::ConstantOp>();
@@ -200,6 +203,9 @@ FailureOr<Match> match(ds::SoftmaxOp softmax, std::string &why) {
           qType.getShape().back() ||
       pv.getResult().getType() != qType)
     return fail("q, k and v do not all have one shape [..., T, Dh]");
+  if (qType.getShape().back() > kMaxHeadDim)
+    return fail("head dimension " + Twine(qType.getShape().back()) +
+                " exceeds the kernels' " + Twine(kMaxHeadDim));
   return m;
 }
 

@@ -1317,6 +1317,15 @@ def gen_attention(w):
                     a *= 4  # o rounded to 16 bits feeds delta = rowsum(do * o)
                 gc.out(gname, like(g, dtype), rtol=r, atol=a)
             gc.save()
+    # Bad input: a head wider than the kernels take, an lse that is not f32.
+    rng = Rng("attention bad")
+    wide = rng.float([1, 2, 130])
+    w.case("attention", "head_too_wide", scale=1.0, causal=True).inp("q", wide).inp("k", wide).inp(
+        "v", wide).fails("head dimension 130 exceeds the supported 128", o=("f32", [1, 2, 130]),
+                         lse=("f32", [1, 2])).save()
+    x = rng.float([1, 2, 4])
+    w.case("attention", "lse_not_f32", scale=1.0, causal=False).inp("q", x).inp("k", x).inp(
+        "v", x).fails("lse must be f32", o=("f32", [1, 2, 4]), lse=("f16", [1, 2])).save()
 
 
 def layer_norm_ref(x, g, b, axis, eps):

@@ -1,8 +1,9 @@
 // ds-fuse-attention: the GPT-2 export's spelling (kᵀ a transpose, a scale
 // multiplied, a where with a causal boolean mask), the Llama export's (kᵀ a
 // product flag, an additive causal mask), a divided scale without a mask;
-// chains whose mask is not causal, or whose scores are read elsewhere, stay
-// as they are, the first with a warning.
+// chains whose mask is not causal, whose head is wider than the kernels
+// take, or whose probabilities are read elsewhere, stay as they are, the
+// first two with a warning.
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-attention))' -verify-diagnostics | FileCheck %s
 
 // CHECK-LABEL: func.func @gpt2
@@ -73,4 +74,16 @@ func.func @probabilities_used(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>, %v: 
   %p = ds.softmax %s {axis = 2 : i64} : tensor<2x4x4xf32>
   %o = ds.matmul %p, %v : tensor<2x4x4xf32>, tensor<2x4x8xf32>
   return %o, %p : tensor<2x4x8xf32>, tensor<2x4x4xf32>
+}
+
+// A head of 256: wider than the kernels' 128.
+// CHECK-LABEL: func.func @wide_head
+// CHECK-NOT: ds.attention
+// CHECK: ds.softmax
+func.func @wide_head(%q: tensor<1x4x256xf32>, %k: tensor<1x4x256xf32>, %v: tensor<1x4x256xf32>) -> tensor<1x4x256xf32> {
+  %s = ds.matmul %q, %k {transpose_rhs} : tensor<1x4x256xf32>, tensor<1x4x256xf32>
+  // expected-warning @+1 {{attention not fused: head dimension 256 exceeds the kernels' 128}}
+  %p = ds.softmax %s {axis = 2 : i64} : tensor<1x4x4xf32>
+  %o = ds.matmul %p, %v : tensor<1x4x4xf32>, tensor<1x4x256xf32>
+  return %o : tensor<1x4x256xf32>
 }
