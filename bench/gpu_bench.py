@@ -6,7 +6,8 @@
 GPT-2 small (d 768, 12 layers, 12 heads, T 1024, vocab 50257) from the GPT
 generator (test/oracles/gen_gpt.py, random weights), in bf16, at the largest
 micro-batch whose planned device memory fits in 90% of the GPU (dsopt's plan
-decides, before anything runs). Reports tokens/s over the steps after the
+decides, before anything runs), compiled with DSOPT_FLAGS (--fuse-attention).
+Reports tokens/s over the steps after the
 first, MFU against a bf16 GEMM peak measured in the same run by
 bench/gemm_peak.cu (cuBLASLt, built here with nvcc), and the measured
 device-memory peak against the plan. Model FLOPs per token are PaLM's
@@ -54,6 +55,9 @@ SIZES = {
 D_MODEL, LAYERS, HEADS, SEQ, VOCAB = (SIZES["124m"][k] for k in
                                       ("d_model", "layers", "heads", "seq", "vocab"))
 BATCHES = SIZES["124m"]["batches"]
+# How the benchmark program is compiled (here and by scripts/gpu_prepare.py):
+# fused attention, no [T, T] scores (docs/benchmarks.md).
+DSOPT_FLAGS = ["--fuse-attention"]
 FIT = 0.9
 # The H200's dense bf16 tensor-core peak (NVIDIA's data sheet, TFLOP/s):
 # what --emulate, which measures nothing, takes MFU against.
@@ -299,12 +303,14 @@ def main() -> int:
             if gen.returncode != 0:
                 print(f"gpu_bench: the GPT generator failed: {gen.stderr.strip()}", file=sys.stderr)
                 return 1
-        planned = run([dsopt, model, "--target", "cuda", "--precision", precision, "--emit=plan"])
+        planned = run([dsopt, model, "--target", "cuda", "--precision", precision, "--emit=plan",
+                       *DSOPT_FLAGS])
         if planned.returncode != 0 and precision == "bf16" and "precision" in planned.stderr:
             print(f"gpu_bench: dsopt refuses --precision bf16 ({planned.stderr.strip()}); "
                   "measuring fp32 instead, MFU still against the bf16 GEMM peak")
             precision = "fp32"
-            planned = run([dsopt, model, "--target", "cuda", "--precision", precision, "--emit=plan"])
+            planned = run([dsopt, model, "--target", "cuda", "--precision", precision, "--emit=plan",
+                       *DSOPT_FLAGS])
         if planned.returncode != 0:
             print(f"gpu_bench: dsopt --emit=plan failed: {planned.stderr.strip()}", file=sys.stderr)
             return 1
@@ -320,7 +326,8 @@ def main() -> int:
     batch, model, need = chosen
 
     program = work / "program"
-    compiled = run([dsopt, model, "--target", "cuda", "--precision", precision, "-o", program])
+    compiled = run([dsopt, model, "--target", "cuda", "--precision", precision, *DSOPT_FLAGS,
+                    "-o", program])
     if compiled.returncode != 0:
         print(f"gpu_bench: dsopt failed: {compiled.stderr.strip()}", file=sys.stderr)
         return 1

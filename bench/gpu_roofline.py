@@ -60,7 +60,7 @@ H200_MEMORY_GIB = 139.0  # what nvidia-smi shows of its 141 GB
 
 DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "i8": 1, "i1": 1,
                "ui8": 1}
-KINDS = ["matmul", "attention softmax", "layernorm", "gelu", "bias, residual", "bias grads",
+KINDS = ["matmul", "attention softmax", "fused attention", "layernorm", "gelu", "bias, residual", "bias grads",
          "adamw", "cross-entropy", "casts", "copies", "checks", "other"]
 # Ops the runtime's unary() runs as one unary_float_kernel.
 UNARY = {"sqrt", "reciprocal", "exp", "log", "tanh", "erf", "sigmoid", "neg", "relu", "leaky_relu",
@@ -113,6 +113,7 @@ class Op:
         self.operands, self.results, self.body = operands, results, body
         self.kind = ""
         self.flops = 0
+        self.dense_flops = 0  # fused attention's products, as Megatron counts them
         self.bytes = 0
         self.launches = Counter()
 
@@ -229,6 +230,25 @@ def classify(op, seq):
         else:
             op.kind = "bias, residual"
         op.launches["dsopt_fused_kernel"] = 1
+    elif name in ("attention", "attention_grad"):
+        # --fuse-attention: q, k, v [..., T, Dh] in, nothing [T, T] out. The
+        # products of the (query, key) pairs it computes (T (T + 1) / 2 per
+        # head when causal): q kᵀ and p v forward (4 Dh per pair); the
+        # backward recomputes q kᵀ and forms do vᵀ, dq, dk, dv (10 Dh), as a
+        # tensor-core kernel would (FlashAttention-2); the exponentials.
+        q = ins[0]
+        t, dh = q.shape[-2], q.shape[-1]
+        heads = q.numel // (t * dh)
+        pairs = heads * (t * (t + 1) // 2 if "causal" in op.attrs else t * t)
+        op.kind = "fused attention"
+        op.flops = pairs * ((4 * dh + 3) if name == "attention" else (10 * dh + 5))
+        # Megatron's formula counts the full [T, T] products: 2 forward, 4 backward.
+        op.dense_flops = heads * t * t * 2 * dh * (2 if name == "attention" else 4)
+        if name == "attention":
+            op.launches["attention_kernel"] = 1
+        else:
+            op.launches.update(["attention_delta_kernel", "attention_dkv_kernel",
+                                "attention_dq_kernel"])
     elif name in ("softmax", "softmax_grad"):
         op.kind, op.flops = "attention softmax", 5 * n
         op.launches[name + "_kernel"] = 1
@@ -296,8 +316,13 @@ def runtime_ops(micro_results, trainable):
 
 
 def roofline(op):
-    tensor_core = op.kind == "matmul" and all(
-        t.dtype in ("bf16", "f16") for t in tensors(op.operands))
+    # Fused attention's products read q, k, v (and do) in 16 bits; its f32
+    # log-sum-exp is not a product operand.
+    operands = tensors(op.operands)
+    if op.kind == "fused attention":
+        operands = [t for t in operands if len(t.shape) == len(operands[0].shape)]
+    tensor_core = op.kind in ("matmul", "fused attention") and all(
+        t.dtype in ("bf16", "f16") for t in operands)
     peak = PEAK_BF16_TENSOR if tensor_core else PEAK_FP32
     return max(op.flops / peak, op.bytes / HBM_BYTES_PER_S)
 
@@ -328,7 +353,8 @@ def bench_batch(dsopt, work, args):
     for batch in gpu_bench.BATCHES:
         model = gpt_model(work, args.layers, args.d_model, args.heads, args.vocab, args.seq, batch)
         done = subprocess.run([dsopt, str(model), "--target", "cuda", "--precision",
-                               args.precision, "--emit=plan"], capture_output=True, text=True)
+                               args.precision, "--emit=plan", *args.dsopt_flag],
+                              capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"gpu_roofline: dsopt --emit=plan failed: {done.stderr.strip()}")
         need = gpu_bench.planned_device_bytes(json.loads(done.stdout))
@@ -447,7 +473,7 @@ def main():
         k[3] += sum(o.launches.values())
         launches.update(o.launches)
 
-    matmul_flops_total = by_kind["matmul"][1]
+    matmul_flops_total = by_kind["matmul"][1] + sum(o.dense_flops for o in ops)
     print(f"## Roofline model of one training step ({'micro-batch ' + str(batch) + ', ' if batch else ''}"
           f"{tokens} tokens; H200 SXM datasheet peaks: {PEAK_BF16_TENSOR / 1e12:.1f} TFLOP/s bf16 dense "
           f"tensor core, {PEAK_FP32 / 1e12:.0f} TFLOP/s f32, {HBM_BYTES_PER_S / 1e12:.1f} TB/s HBM3e)")

@@ -246,7 +246,7 @@ class Prep:
             run([sys.executable, ORACLES / "gen_gpt.py", *gpu_bench.generator_args(batch, size),
                  "--out", model])
             plan = json.loads(run([*self.dsopt, model, "--target", "cuda", "--precision", "bf16",
-                                   "--emit=plan"]).stdout)
+                                   *gpu_bench.DSOPT_FLAGS, "--emit=plan"]).stdout)
             need = gpu_bench.planned_device_bytes(plan)
             log(f"{title} micro-batch {batch}: {need / 2**30:.1f} GiB planned")
             if need <= gpu_bench.FIT * memory:
@@ -256,7 +256,7 @@ class Prep:
         else:
             raise RuntimeError(f"{title}: not even micro-batch 1 fits")
         shutil.copy(model, bench / model.name)
-        self.cuda_sources(model, f"bench-gpt2-{size}", ["--precision", "bf16"])
+        self.cuda_sources(model, f"bench-gpt2-{size}", ["--precision", "bf16", *gpu_bench.DSOPT_FLAGS])
         self.add(f"bench-gpt2-{size}", "bench", "train", [], None,
                  bench={"model": model.name, "micro_batch": batch, "planned_device_bytes": need,
                         "generator": gpu_bench.generator_args(batch, size), "title": title,

@@ -161,6 +161,13 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
       accumulations.insert(def);
   }
 
+  // Attention's saved log-sum-exp stays f32 between the op that makes it
+  // and the gradient that reads it (docs/training.md).
+  auto isF32Statistic = [](Value v) {
+    return isa_and_nonnull<ds::AttentionOp>(v.getDefiningOp()) &&
+           cast<OpResult>(v).getResultNumber() == 1;
+  };
+
   // Uses that read an f32 value as it is: f32 ops, a loss's f32 operands,
   // the return (it casts), fp32 accumulation.
   auto isF32Use = [&](OpOperand &use) {
@@ -218,10 +225,11 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
     case ds::ComputePrecision::Compute16:
     case ds::ComputePrecision::Accumulate32:
       for (OpOperand &operand : op->getOpOperands())
-        if (hasElement(operand.get().getType(), f32))
+        if (hasElement(operand.get().getType(), f32) &&
+            !isF32Statistic(operand.get()))
           operand.set(toLow(operand.get()));
       for (OpResult result : op->getResults())
-        if (hasElement(result.getType(), f32))
+        if (hasElement(result.getType(), f32) && !isF32Statistic(result))
           result.setType(withElement(result.getType(), low));
       break;
     case ds::ComputePrecision::ComputeF32:

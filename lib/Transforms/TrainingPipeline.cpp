@@ -57,6 +57,10 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
     tensorParallel.sequenceParallel = options.sequenceParallel;
     pm.addPass(createDsTensorParallel(tensorParallel));
   }
+  // After tensor parallelism, which splits the heads: each rank fuses its
+  // own.
+  if (options.fuseAttention)
+    pm.addNestedPass<func::FuncOp>(createDsFuseAttention());
   DsAutodiffOptions autodiff;
   autodiff.loss = options.loss;
   autodiff.frozen.assign(options.frozen.begin(), options.frozen.end());

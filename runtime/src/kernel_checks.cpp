@@ -866,6 +866,38 @@ void check_softmax_grad(const char *kernel, const Tensor &y, const Tensor &dy, c
   check_axis(kernel, axis, y.shape.rank);
 }
 
+int64_t check_attention(const char *kernel, const Tensor &q, const Tensor &k, const Tensor &v,
+                        const Tensor &o, const Tensor &lse, const Tensor *do_,
+                        const Tensor *dq, const Tensor *dk, const Tensor *dv, int64_t &t,
+                        int64_t &dh) {
+  check_data(kernel, "q", q);
+  check_float(kernel, "q", q);
+  if (q.shape.rank < 2)
+    fail(kernel, "q must have rank >= 2 ([..., T, Dh]), got rank " + std::to_string(q.shape.rank));
+  t = q.shape.dims[q.shape.rank - 2];
+  dh = q.shape.dims[q.shape.rank - 1];
+  if (dh > kMaxAttentionHead)
+    fail(kernel, "head dimension " + std::to_string(dh) + " exceeds the supported " +
+                     std::to_string(kMaxAttentionHead));
+  const std::pair<const char *, const Tensor *> same[] = {
+      {"k", &k}, {"v", &v}, {"o", &o}, {"do", do_}, {"dq", dq}, {"dk", dk}, {"dv", dv}};
+  for (const auto &[name, tensor] : same) {
+    if (!tensor)
+      continue;
+    check_data(kernel, name, *tensor);
+    check_same_dtype(kernel, "q", q, name, *tensor);
+    check_shape(kernel, name, *tensor, q.shape);
+  }
+  check_data(kernel, "lse", lse);
+  if (lse.dtype != DType::F32)
+    fail(kernel, std::string("lse must be f32, got ") + dtype_name(lse.dtype));
+  Shape rows_shape = q.shape;
+  rows_shape.rank -= 1;
+  rows_shape.dims[rows_shape.rank] = 0;
+  check_shape(kernel, "lse", lse, rows_shape);
+  return dh > 0 ? q.numel() / dh : 0;
+}
+
 MatmulPlan check_matmul(const char *kernel, const Tensor &a, const Tensor &b, const Tensor &y,
                         bool transpose_a, bool transpose_b) {
   check_data(kernel, "a", a);

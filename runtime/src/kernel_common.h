@@ -229,6 +229,16 @@ void check_softmax(const char *kernel, const Tensor &x, const Tensor &y, int axi
 void check_softmax_grad(const char *kernel, const Tensor &y, const Tensor &dy, const Tensor &dx,
                         int axis);
 
+// attention's operands: q, k, v, o of one float type and shape [..., T, Dh]
+// (Dh at most kMaxAttentionHead), lse f32 of q's shape without Dh; the
+// gradients (when given) of q's type and shape. Returns the rows (q's
+// elements / Dh) and sets t and dh.
+constexpr int64_t kMaxAttentionHead = 128;
+int64_t check_attention(const char *kernel, const Tensor &q, const Tensor &k, const Tensor &v,
+                        const Tensor &o, const Tensor &lse, const Tensor *do_,
+                        const Tensor *dq, const Tensor *dk, const Tensor *dv, int64_t &t,
+                        int64_t &dh);
+
 // A layer norm's rows and normalized shape (axes [axis, rank) of x), and
 // whether scale and bias broadcast (fewer elements than the shape).
 struct NormRows {

@@ -84,6 +84,12 @@ int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis) {
   return 2 * softmax_workspace_bytes(dtype, y, axis);
 }
 
+int64_t attention_grad_workspace_bytes(DType, const Shape &q) {
+  if (q.rank < 2 || q.dims[q.rank - 1] == 0)
+    return 0;
+  return static_cast<int64_t>(sizeof(float)) * (q.numel() / q.dims[q.rank - 1]);
+}
+
 int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
                                    const Shape *bias, int axis) {
   if (axis < 0 || axis >= x.rank || x.numel() == 0)

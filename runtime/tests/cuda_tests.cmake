@@ -70,7 +70,7 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set(_emu_script "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/rewrite_launches.py")
   set(_emu_prelude "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/prelude.h")
   set(_emu_sources)
-  foreach(name backend common elementwise linalg norm reduce movement loss conv optimizer
+  foreach(name backend common elementwise linalg norm attention reduce movement loss conv optimizer
                random)
     add_custom_command(
       OUTPUT "${_emu_out}/${name}.cpp"
@@ -127,10 +127,13 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   target_link_libraries(dsrt_cuda_emu_kernel_test PRIVATE dsrt_cuda_emu GTest::gtest)
   target_compile_options(dsrt_cuda_emu_kernel_test PRIVATE -fexceptions)
   list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_emu_kernel_test)
-  # The cases are written by check-runtime (dsrt_kernel_cases) before CTest runs.
+  # The cases are written by check-runtime (dsrt_kernel_cases) before CTest
+  # runs, and again by the dsrt_make_cases test: run after it, never while
+  # it rewrites them.
   add_test(NAME dsrt_cuda_emu_kernels
     COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}")
-  set_tests_properties(dsrt_cuda_emu_kernels PROPERTIES LABELS dsrt_cuda TIMEOUT 120)
+  set_tests_properties(dsrt_cuda_emu_kernels PROPERTIES LABELS dsrt_cuda TIMEOUT 120
+                       FIXTURES_REQUIRED dsrt_cases)
   # The NCCL transport's device test (nccl_device_test.cpp) on the
   # emulation's NCCL over MPI, 3 ranks: uneven ring chunks (the grouped
   # broadcasts and reductions), a split into communicators of 2 and 1 ranks.

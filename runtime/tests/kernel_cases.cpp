@@ -457,6 +457,19 @@ const std::map<std::string, KernelFn> &kernels() {
          log_softmax_grad(c.stream(), y, c.in("dy"), c.out("dx"), axis,
                           c.workspace(softmax_grad_workspace_bytes(y.dtype, y.shape, axis)));
        }},
+      {"attention",
+       [](CaseRun &c) {
+         attention(c.stream(), c.in("q"), c.in("k"), c.in("v"), c.out("o"), c.out("lse"),
+                   c.attr_float("scale"), c.attr_bool("causal"));
+       }},
+      {"attention_grad",
+       [](CaseRun &c) {
+         Tensor q = c.in("q");
+         attention_grad(c.stream(), q, c.in("k"), c.in("v"), c.in("o"), c.in("lse"), c.in("do"),
+                        c.out("dq"), c.out("dk"), c.out("dv"), c.attr_float("scale"),
+                        c.attr_bool("causal"),
+                        c.workspace(attention_grad_workspace_bytes(q.dtype, q.shape)));
+       }},
       {"layer_norm_grad",
        [](CaseRun &c) {
          const bool has_bias = c.attr_bool("has_bias");

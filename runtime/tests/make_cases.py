@@ -1269,6 +1269,65 @@ def gen_softmax_grad(w):
             "dy", dy).out("dx", like(dx, "f32")).save()
 
 
+def gen_attention(w):
+    """attention and attention_grad against the unfused product, softmax
+    and product in float64 (torch autograd for the gradients); lse is the
+    log-sum-exp of each row's scaled (masked) scores."""
+    cases = [
+        ("causal", [2, 3, 20, 8], True, 0.35),
+        ("full", [1, 2, 37, 16], False, 0.25),
+        ("tiles", [1, 1, 130, 4], True, 0.5),  # several query and key tiles
+        ("head64", [1, 2, 9, 64], True, 0.125),
+    ]
+    for sname, shape, causal, scale in cases:
+        for dtype in ("f32", "bf16", "f16") if sname in ("causal", "full") else ("f32",):
+            name = "%s_%s" % (sname, dtype)
+            rng = Rng("attention" + name)
+            q, k, v = (rng.float(shape, dtype, -2, 2) for _ in range(3))
+            do = rng.float(shape, dtype)
+
+            def scores_of(a, b):
+                scores = scale * a @ b.transpose(-1, -2)
+                if causal:
+                    t = shape[-2]
+                    scores = scores.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), -INF)
+                return scores
+
+            def sdpa(a, b, c):
+                return torch.softmax(scores_of(a, b), -1) @ c
+
+            lse = torch.logsumexp(scores_of(f64(q), f64(k)), -1)
+            o = sdpa(f64(q), f64(k), f64(v))
+            grads = vjp(sdpa, [q, k, v], do)
+            attrs = dict(scale=scale, causal=causal)
+            if dtype == "f32":
+                r, a = 1e-5, 1e-5
+            else:
+                r, a = row_tol(dtype, o)
+            w.case("attention", name, **attrs).inp("q", q).inp("k", k).inp("v", v).out(
+                "o", like(o, dtype), rtol=r, atol=a).out("lse", like(lse, "f32"), rtol=1e-5, atol=1e-5).save()
+            # The gradient from the rounded forward results, as training runs it.
+            gc = w.case("attention_grad", name, **attrs).inp("q", q).inp("k", k).inp("v", v).inp(
+                "o", like(o, dtype)).inp("lse", like(lse, "f32")).inp("do", do)
+            for gname, g in zip(("dq", "dk", "dv"), grads):
+                if dtype == "f32":
+                    r, a = 1e-4, 1e-5 * float(g.abs().max())
+                else:
+                    r, a = row_tol(dtype, g)
+                    a *= 4  # o rounded to 16 bits feeds delta = rowsum(do * o)
+                gc.out(gname, like(g, dtype), rtol=r, atol=a)
+            gc.save()
+    # Bad input: a head wider than the kernels take, an lse that is not f32.
+    rng = Rng("attention bad")
+    wide = rng.float([1, 2, 130])
+    w.case("attention", "head_too_wide", scale=1.0, causal=True).inp("q", wide).inp("k", wide).inp(
+        "v", wide).fails("head dimension 130 exceeds the supported 128", o=("f32", [1, 2, 130]),
+                         lse=("f32", [1, 2])).save()
+    x = rng.float([1, 2, 4])
+    w.case("attention", "lse_not_f32", scale=1.0, causal=False).inp("q", x).inp("k", x).inp(
+        "v", x).fails("lse must be f32", o=("f32", [1, 2, 4]), lse=("f16", [1, 2])).save()
+
+
 def layer_norm_ref(x, g, b, axis, eps):
     dims = tuple(range(axis, x.dim()))
     mean = x.mean(dim=dims, keepdim=True)
@@ -1857,7 +1916,7 @@ def gen_reduce_prod(w):
 GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy, gen_matmul, gen_gemm,
               gen_softmax, gen_layer_norm, gen_batch_norm, gen_reduce, gen_transpose, gen_broadcast_to,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
-              gen_pool, gen_optimizers, gen_softmax_grad, gen_layer_norm_grad, gen_batch_norm_grad,
+              gen_pool, gen_optimizers, gen_softmax_grad, gen_attention, gen_layer_norm_grad, gen_batch_norm_grad,
               gen_loss_grads, gen_gather_grad, gen_slice_grad, gen_conv_grad, gen_pool_grad,
               gen_torch_optim, gen_sum_of_squares, gen_mod, gen_reduce_prod, gen_scatter, gen_top_k]
 

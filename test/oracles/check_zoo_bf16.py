@@ -348,11 +348,15 @@ def main() -> int:
     parser.add_argument("--same-at-O3", dest="same_at_o3", default="",
                         help="comma-separated models whose one-rank program is also built at "
                              "--host-opt-level=3 and must train bit-identically")
+    parser.add_argument("--one-rank", action="store_true",
+                        help="only the one-rank cases (no dp, pp or tp)")
     args = parser.parse_args()
     args.entries = {e["name"]: e for e in json.loads((Path(args.zoo) / "zoo.json").read_text())}
     names = set(filter(None, args.only.split(",")))
     args.same_at_o3 = set(filter(None, args.same_at_o3.split(",")))
     cases = [c for c in CASES + BATCHNORM_CASES if c[0] in names] if names else CASES
+    if args.one_rank:
+        cases = [c for c in cases if c[2] == 1]
     missing = sorted({c[0] for c in cases} - set(args.entries))
     if missing:
         parser.error(f"{', '.join(missing)} not in {args.zoo}/zoo.json")

@@ -90,6 +90,8 @@ FailureOr<OwningOpRef<ModuleOp>>
 buildGradientModule(ModuleOp module, const TrainingPipelineOptions &options) {
   OwningOpRef<ModuleOp> grad(module.clone());
   if (failed(runPipeline(*grad, options, [&](PassManager &pm) {
+        if (options.fuseAttention)
+          pm.addNestedPass<func::FuncOp>(createDsFuseAttention());
         pm.addPass(createDsAutodiff(autodiffOptions(options)));
         addCleanup(pm);
       })))

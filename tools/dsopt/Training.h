@@ -28,6 +28,8 @@ struct TrainingPipelineOptions {
   std::vector<std::string> frozen;
   /// Fuse elementwise chains before planning.
   bool fuse = true;
+  /// Fuse attention before autodiff (ds-fuse-attention).
+  bool fuseAttention = false;
   /// Applies the command line's pass-manager options (IR printing,
   /// timing) to each pass manager the pipeline creates; fails on bad ones.
   std::function<mlir::LogicalResult(mlir::PassManager &)> configure;

@@ -177,6 +177,13 @@ cl::opt<bool> noFuse(
     cl::desc("Do not fuse elementwise chains into single loops"),
     cl::cat(outputCategory));
 
+cl::opt<bool> fuseAttention(
+    "fuse-attention",
+    cl::desc("Fuse scaled-dot-product attention (q kᵀ, scale, causal mask, "
+             "softmax, times v) into one op whose kernels never materialise "
+             "the [T, T] scores (ds-fuse-attention)"),
+    cl::cat(outputCategory));
+
 cl::opt<bool> noFuseParamCopy(
     "no-fuse-param-copy",
     cl::desc("With bf16/fp16, make the 16-bit parameter copy a separate "
@@ -1110,6 +1117,7 @@ EXAMPLES:
   trainOptions.loss = lossFlag;
   trainOptions.frozen.assign(frozenFlag.begin(), frozenFlag.end());
   trainOptions.fuse = !noFuse;
+  trainOptions.fuseAttention = fuseAttention;
   trainOptions.configure = [&](PassManager &trainPm) -> LogicalResult {
     return applyPassManagerCLOptions(trainPm);
   };
@@ -1133,6 +1141,7 @@ EXAMPLES:
     options.frozen = trainOptions.frozen;
     options.fuse = !noFuse;
     options.fuseParamCopy = !noFuseParamCopy;
+    options.fuseAttention = fuseAttention;
     options.cutOnly = emit == EmitKind::Trace;
     trainModule = OwningOpRef<ModuleOp>(module->clone());
     PassManager trainPm(&context);
@@ -1183,6 +1192,8 @@ EXAMPLES:
     return fail("invalid pass manager options");
   TimingScope planTiming = rootTiming.nest("memory planning");
   planPm.enableTiming(planTiming);
+  if (fuseAttention)
+    planPm.addNestedPass<func::FuncOp>(dsopt::createDsFuseAttention());
   dsopt::buildPlanningPipeline(planPm, !noFuse);
   if (failed(planPm.run(*module)))
     return failPass("memory planning failed on " + inputFile);

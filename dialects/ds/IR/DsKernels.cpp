@@ -386,6 +386,16 @@ std::optional<unsigned> LogSoftmaxOp::getInPlaceOperand(unsigned result) {
   return result == 0 ? std::optional<unsigned>(0) : std::nullopt;
 }
 
+// Attention.
+void AttentionOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::attention");
+  call.stream();
+  for (Value value : {getQuery(), getKey(), getValue(), getResult(), getLse()})
+    call.tensor(value);
+  call.real(getScale().convertToFloat());
+  call.boolean(getCausal());
+}
+
 void LayerNormOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::layer_norm");
   call.stream();
@@ -803,6 +813,22 @@ void LogSoftmaxGradOp::buildKernelCall(KernelCallBuilder &call) {
 }
 int64_t LogSoftmaxGradOp::getWorkspaceBytes() {
   return softmaxWorkspaceBytes(getOutput(), getAxis(), 2);
+}
+
+// Attention: one f32 per query row (runtime/src/workspace.cpp).
+void AttentionGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::attention_grad");
+  call.stream();
+  for (Value value : {getQuery(), getKey(), getValue(), getResult(), getLse(),
+                      getResultGrad(), getQueryGrad(), getKeyGrad(),
+                      getValueGrad()})
+    call.tensor(value);
+  call.real(getScale().convertToFloat());
+  call.boolean(getCausal());
+  call.workspace();
+}
+int64_t AttentionGradOp::getWorkspaceBytes() {
+  return kFloatBytes * numElements(getLse());
 }
 
 // Normalization.

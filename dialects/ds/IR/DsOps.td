@@ -293,6 +293,24 @@ def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [Ds_ComputeF32, SameOperandsAndResult
   let hasVerifier = 1;
 }
 
+def Ds_AttentionOp : Ds_Op<"attention", [Ds_Accumulate32, InferTypeOpAdaptor, Ds_VJP]> {
+  let summary = "fused scaled-dot-product attention";
+  let description = [{
+    softmax(scale * q kᵀ, masked) v over the last two axes of q, k and v
+    ([..., T, Dh], one shape), computed without the [..., T, T] scores (a
+    tiled online softmax with f32 accumulation). `causal`: query i sees the
+    keys j <= i. `lse` (f32, q's shape without Dh) is each row's
+    log-sum-exp of the scaled scores, what `attention_grad` recomputes the
+    probabilities from; under mixed precision q, k, v and the result are
+    16-bit and `lse` stays f32. Built by ds-fuse-attention.
+  }];
+  let arguments = (ins Ds_FloatTensor:$query, Ds_FloatTensor:$key,
+                   Ds_FloatTensor:$value, F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs Ds_FloatTensor:$result, Ds_F32Tensor:$lse);
+  let assemblyFormat = "$query `,` $key `,` $value attr-dict `:` type($query) `,` "
+                       "type($key) `,` type($value)";
+}
+
 def Ds_LayerNormOp : Ds_Op<"layer_norm", [Ds_ComputeF32, InferTypeOpAdaptor, Ds_VJP],
                            ["getWorkspaceBytes"]> {
   let summary = "layer normalization over the axes from `axis` on";
@@ -678,6 +696,24 @@ def Ds_LogSoftmaxGradOp : Ds_Op<"log_softmax_grad",
   let results = (outs Ds_FloatTensor:$input_grad);
   let assemblyFormat = "$output `,` $result_grad attr-dict `:` type($output)";
   let hasVerifier = 1;
+}
+
+def Ds_AttentionGradOp : Ds_Op<"attention_grad", [Ds_Accumulate32, InferTypeOpAdaptor],
+                               ["getWorkspaceBytes"]> {
+  let summary = "gradients of fused attention";
+  let description = [{
+    dq, dk and dv of `attention` from its operands, its result, its saved
+    f32 `lse` and the result's gradient, FlashAttention-2 style: the
+    probabilities are recomputed from `lse` tile by tile, nothing
+    [..., T, T] is read or written.
+  }];
+  let arguments = (ins Ds_FloatTensor:$query, Ds_FloatTensor:$key,
+                   Ds_FloatTensor:$value, Ds_FloatTensor:$result,
+                   Ds_F32Tensor:$lse, Ds_FloatTensor:$result_grad,
+                   F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs Ds_FloatTensor:$query_grad, Ds_FloatTensor:$key_grad,
+                 Ds_FloatTensor:$value_grad);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
 def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [Ds_ComputeF32, InferTypeOpAdaptor],

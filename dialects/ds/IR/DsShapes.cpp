@@ -326,6 +326,34 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+/// attention's q, k and v: one float type, one shape [..., T, Dh].
+static LogicalResult checkAttentionOperands(std::optional<Location> loc, StringRef op,
+                                            ArrayRef<Value> values,
+                                            RankedTensorType &query) {
+  query = tensorType(values[0]);
+  if (!query || query.getRank() < 2)
+    return fail(loc, op + " query must be a ranked tensor [..., T, Dh]");
+  for (Value value : values.drop_front())
+    if (tensorType(value) != query)
+      return fail(loc, op + " operands must all have the query's type " +
+                           shapeString(query.getShape()));
+  return success();
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor, Types &types) {
+  RankedTensorType query;
+  if (failed(checkAttentionOperands(
+          loc, "attention",
+          {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()}, query)))
+    return failure();
+  types.push_back(query);
+  types.push_back(RankedTensorType::get(query.getShape().drop_back(),
+                                        Float32Type::get(context)));
+  return success();
+}
+
 LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *context,
                                             std::optional<Location> loc,
                                             Adaptor adaptor, Types &types) {
@@ -763,6 +791,23 @@ LogicalResult inferParamCopy(std::optional<Location> loc, StringRef what,
 } // namespace
 
 // Normalization.
+LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *,
+                                                std::optional<Location> loc,
+                                                Adaptor adaptor, Types &types) {
+  RankedTensorType query;
+  if (failed(checkAttentionOperands(
+          loc, "attention_grad",
+          {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue(),
+           adaptor.getResult(), adaptor.getResultGrad()},
+          query)))
+    return failure();
+  auto lse = tensorType(adaptor.getLse());
+  if (!lse || lse.getShape() != query.getShape().drop_back())
+    return fail(loc, "attention_grad lse must have the query's shape without "
+                     "its last axis");
+  types.append({query, query, query});
+  return success();
+}
 LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *,
                                                 std::optional<Location> loc,
                                                 Adaptor adaptor, Types &types) {

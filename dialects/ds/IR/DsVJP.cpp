@@ -476,6 +476,27 @@ LogicalResult LogSoftmaxOp::buildVJP(OpBuilder &builder,
   return success();
 }
 
+LogicalResult AttentionOp::buildVJP(OpBuilder &builder,
+                                    ArrayRef<Value> resultGrads,
+                                    ArrayRef<bool> needed,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Grads grads(needed, operandGrads);
+  Value dy = resultGrads[0];
+  if (resultGrads[1])
+    return emitOpError() << "has no derivative through its log-sum-exp result";
+  if (!dy)
+    return success();
+  Grad g(builder, *this);
+  SmallVector<NamedAttribute> attrs{g.attr("scale", getScaleAttr())};
+  if (getCausal())
+    attrs.push_back(g.attr("causal", builder.getUnitAttr()));
+  Operation *grad = g.inferOp<AttentionGradOp>(
+      {getQuery(), getKey(), getValue(), getResult(), getLse(), dy}, attrs);
+  for (unsigned i = 0; i < 3; ++i)
+    grads.set(i, grad->getResult(i));
+  return success();
+}
+
 LogicalResult LayerNormOp::buildVJP(OpBuilder &builder,
                                     ArrayRef<Value> resultGrads,
                                     ArrayRef<bool> needed,

@@ -66,6 +66,20 @@ def DsPrecision : Pass<"ds-precision", "mlir::ModuleOp"> {
   ];
 }
 
+def DsFuseAttention : Pass<"ds-fuse-attention", "mlir::func::FuncOp"> {
+  let summary = "Fuse scaled-dot-product attention into ds.attention";
+  let description = [{
+    matmul(q, kᵀ), a scalar scale, a constant causal mask (a where or an
+    additive mask) or none, a softmax over the last axis and the product
+    with v become one `ds.attention`, whose kernels never materialise the
+    [..., T, T] scores. Runs on the imported forward, before ds-autodiff,
+    which differentiates it with `ds.attention_grad` (FlashAttention-2:
+    the probabilities recomputed from the saved f32 log-sum-exp). A
+    softmax between two products that does not match is a warning saying
+    why.
+  }];
+}
+
 def DsFuseElementwise : Pass<"ds-fuse-elementwise", "mlir::func::FuncOp"> {
   let summary = "Fuse chains of elementwise ops into ds.fused loops";
   let description = [{

@@ -242,6 +242,12 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
                      "and stop there: what a trace of the schedule needs"),
       llvm::cl::init(false)};
 
+  Option<bool> fuseAttention{
+      *this, "fuse-attention",
+      llvm::cl::desc("Fuse scaled-dot-product attention into ds.attention "
+                     "before autodiff (ds-fuse-attention)"),
+      llvm::cl::init(false)};
+
   // Planning.
   Option<bool> fuse{*this, "fuse",
                     llvm::cl::desc("Fuse elementwise chains before planning"),

@@ -241,6 +241,26 @@ void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor
 // f16/bf16: y and dy rows in f32, at most 64 of each (twice softmax's).
 int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis);
 
+// Scaled-dot-product attention, fused: o = softmax(scale * q kᵀ [+ causal
+// mask]) v over the last two axes of q, k, v ([..., T, Dh], one shape, any
+// float type; Dh at most 128), without the [..., T, T] scores: each query row
+// streams the keys with an online softmax in f32. lse (f32, q's shape without
+// its last axis) receives each row's log-sum-exp of the scaled scores, which
+// attention_grad reads to recompute the probabilities. causal: key j is seen
+// by query i only when j <= i.
+void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
+               const Tensor &lse, float scale, bool causal);
+// dq, dk, dv of attention from its operands, its output o, its lse and do_
+// (the output's gradient), FlashAttention-2 style: the probabilities are
+// recomputed from lse, nothing [T, T] is stored; each row's rowsum(do_ * o)
+// in the workspace.
+void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v,
+                    const Tensor &o, const Tensor &lse, const Tensor &do_, const Tensor &dq,
+                    const Tensor &dk, const Tensor &dv, float scale, bool causal,
+                    const Workspace &ws);
+// One f32 per query row (q's elements over its last axis), in every type.
+int64_t attention_grad_workspace_bytes(DType dtype, const Shape &q);
+
 // Layer norm over axes [axis, rank) with the forward's f32 mean and
 // inv_std_dev. dx has x's shape; dscale has scale's shape and dbias the
 // forward bias's shape, which may differ (each the gradient reduced over the

@@ -1,0 +1,89 @@
+// ds-fuse-attention: the GPT-2 export's spelling (kᵀ a transpose, a scale
+// multiplied, a where with a causal boolean mask), the Llama export's (kᵀ a
+// product flag, an additive causal mask), a divided scale without a mask;
+// chains whose mask is not causal, whose head is wider than the kernels
+// take, or whose probabilities are read elsewhere, stay as they are, the
+// first two with a warning.
+// RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-attention))' -verify-diagnostics | FileCheck %s
+
+// CHECK-LABEL: func.func @gpt2
+// CHECK-SAME: (%[[Q:.*]]: tensor<1x2x4x8xf32>, %[[KT:.*]]: tensor<1x2x8x4xf32>, %[[V:.*]]: tensor<1x2x4x8xf32>)
+// CHECK: %[[K:.*]] = ds.transpose %[[KT]] {perm = array<i64: 0, 1, 3, 2>}
+// CHECK: %[[O:.*]], %{{.*}} = ds.attention %[[Q]], %[[K]], %[[V]] {causal, scale = 2.500000e-01 : f32} : tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>
+// CHECK-NOT: ds.softmax
+// CHECK: return %[[O]]
+func.func @gpt2(%q: tensor<1x2x4x8xf32>, %kt: tensor<1x2x8x4xf32>, %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %fill = ds.constant dense<-1.000000e+09> : tensor<f32>
+  // true above the diagonal: 0b1110, 0b1100, 0b1000, 0 per row (j > i)
+  %mask = ds.constant dense<[[[[false, true, true, true], [false, false, true, true], [false, false, false, true], [false, false, false, false]]]]> : tensor<1x1x4x4xi1>
+  %scale = ds.constant dense<2.500000e-01> : tensor<f32>
+  %s = ds.matmul %q, %kt : tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>
+  %scaled = ds.mul %s, %scale : tensor<1x2x4x4xf32>, tensor<f32>
+  %masked = ds.where %mask, %fill, %scaled : tensor<1x1x4x4xi1>, tensor<f32>, tensor<1x2x4x4xf32>
+  %p = ds.softmax %masked {axis = 3 : i64} : tensor<1x2x4x4xf32>
+  %o = ds.matmul %p, %v : tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// CHECK-LABEL: func.func @llama
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x4x8xf32>, %[[K:.*]]: tensor<2x4x8xf32>, %[[V:.*]]: tensor<2x4x8xf32>)
+// CHECK: ds.attention %[[Q]], %[[K]], %[[V]] {causal, scale = 5.000000e-01 : f32}
+// CHECK-NOT: ds.softmax
+func.func @llama(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %mask = ds.constant dense<[[0.0, -1.0e+09, -1.0e+09, -1.0e+09], [0.0, 0.0, -1.0e+09, -1.0e+09], [0.0, 0.0, 0.0, -3.0e+38], [0.0, 0.0, 0.0, 0.0]]> : tensor<4x4xf32>
+  %scale = ds.constant dense<5.000000e-01> : tensor<f32>
+  %s = ds.matmul %q, %k {transpose_rhs} : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %scaled = ds.mul %scale, %s : tensor<f32>, tensor<2x4x4xf32>
+  %masked = ds.add %scaled, %mask : tensor<2x4x4xf32>, tensor<4x4xf32>
+  %p = ds.softmax %masked {axis = 2 : i64} : tensor<2x4x4xf32>
+  %o = ds.matmul %p, %v : tensor<2x4x4xf32>, tensor<2x4x8xf32>
+  return %o : tensor<2x4x8xf32>
+}
+
+// CHECK-LABEL: func.func @unmasked
+// CHECK: ds.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.250000e-01 : f32}
+func.func @unmasked(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %c = ds.constant dense<8.000000e+00> : tensor<f32>
+  %s = ds.matmul %q, %k {transpose_rhs} : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %scaled = ds.div %s, %c : tensor<2x4x4xf32>, tensor<f32>
+  %p = ds.softmax %scaled {axis = 2 : i64} : tensor<2x4x4xf32>
+  %o = ds.matmul %p, %v : tensor<2x4x4xf32>, tensor<2x4x8xf32>
+  return %o : tensor<2x4x8xf32>
+}
+
+// An anti-causal mask (query i sees keys j >= i).
+// CHECK-LABEL: func.func @not_causal
+// CHECK-NOT: ds.attention
+// CHECK: ds.softmax
+func.func @not_causal(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %mask = ds.constant dense<[[0.0, 0.0, 0.0, 0.0], [-1.0e+09, 0.0, 0.0, 0.0], [-1.0e+09, -1.0e+09, 0.0, 0.0], [-1.0e+09, -1.0e+09, -1.0e+09, 0.0]]> : tensor<4x4xf32>
+  %s = ds.matmul %q, %k {transpose_rhs} : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %masked = ds.add %s, %mask : tensor<2x4x4xf32>, tensor<4x4xf32>
+  // expected-warning @+1 {{attention not fused: the additive mask is not causal}}
+  %p = ds.softmax %masked {axis = 2 : i64} : tensor<2x4x4xf32>
+  %o = ds.matmul %p, %v : tensor<2x4x4xf32>, tensor<2x4x8xf32>
+  return %o : tensor<2x4x8xf32>
+}
+
+// The probabilities are also returned: nothing is fused.
+// CHECK-LABEL: func.func @probabilities_used
+// CHECK-NOT: ds.attention
+// CHECK: ds.softmax
+func.func @probabilities_used(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x4xf32>) {
+  %s = ds.matmul %q, %k {transpose_rhs} : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %p = ds.softmax %s {axis = 2 : i64} : tensor<2x4x4xf32>
+  %o = ds.matmul %p, %v : tensor<2x4x4xf32>, tensor<2x4x8xf32>
+  return %o, %p : tensor<2x4x8xf32>, tensor<2x4x4xf32>
+}
+
+// A head of 256: wider than the kernels' 128.
+// CHECK-LABEL: func.func @wide_head
+// CHECK-NOT: ds.attention
+// CHECK: ds.softmax
+func.func @wide_head(%q: tensor<1x4x256xf32>, %k: tensor<1x4x256xf32>, %v: tensor<1x4x256xf32>) -> tensor<1x4x256xf32> {
+  %s = ds.matmul %q, %k {transpose_rhs} : tensor<1x4x256xf32>, tensor<1x4x256xf32>
+  // expected-warning @+1 {{attention not fused: head dimension 256 exceeds the kernels' 128}}
+  %p = ds.softmax %s {axis = 2 : i64} : tensor<1x4x4xf32>
+  %o = ds.matmul %p, %v : tensor<1x4x4xf32>, tensor<1x4x256xf32>
+  return %o : tensor<1x4x256xf32>
+}
