@@ -162,6 +162,31 @@ Stream take_pack_stream() {
   pool.idle.pop_back();
   return s;
 }
+}  // namespace
+
+void reserve_pack_streams(const ProgramInfo &info) {
+  size_t buckets = 0;
+  auto bucketed = [](const std::string &name) {
+    static const std::string suffix = "_bucket";
+    return name.size() > suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  for (const FunctionInfo &function : info.functions)
+    for (const OpInfo &op : function.ops) buckets += bucketed(op.name);
+  for (const OpInfo &op : info.ops) buckets += bucketed(op.name);
+  PackStreams &pool = pack_streams();
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  while (pool.idle.size() < 2 * buckets) {
+    Stream s(backend().kind());
+    // A timing mark recorded where the stream's device work is: the one
+    // call that makes its device stream (cudaStream_t) now, not in a step.
+    BackendInterface &b = backend(s);
+    b.record_timing(s, b.timing_mark(), false);
+    pool.idle.push_back(s);
+  }
+}
+
+namespace {
 void give_back_pack_stream(const Stream &s) {
   PackStreams &pool = pack_streams();
   std::lock_guard<std::mutex> lock(pool.mutex);

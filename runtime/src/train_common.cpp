@@ -8,6 +8,7 @@
 #include "staging.h"
 
 #include "dsrt/backend.h"
+#include "dsrt/dist.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -309,6 +310,7 @@ void prepare_program(Program &program, ProgramMemory &memory, const TrainOptions
     zero_persistent(program, state);
   }
   load_masters(program, options.weights, dp_rank);
+  reserve_pack_streams(info);
 }
 
 std::optional<LossScaler> start_loss_scaler(const ProgramInfo &info,

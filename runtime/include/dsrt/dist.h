@@ -154,6 +154,13 @@ void flat_pad(Stream &s, const Tensor &in, const Tensor &out);
 // element type (in and out the same).
 void copy_prefix(Stream &s, const Tensor &in, const Tensor &out);
 
+// Makes, before a program's first step, the pack streams its bucketed
+// collectives (the *_bucket ops of `info`'s functions) will take: on cuda a
+// stream is a cudaStream_t, which no step may create. A bucket holds its
+// stream until the transport's thread has unpacked it, which may be after
+// the next bucket is issued, so twice the program's count.
+void reserve_pack_streams(const ProgramInfo &info);
+
 //===--- bucketed collectives --------------------------------------------------===//
 // Several tensors in ONE ring operation of the communicator over `staging`, a
 // 1-D buffer the caller plans (in the arena) and must not touch until the
