@@ -448,22 +448,28 @@ void send_recv(Stream &s, const Tensor *sends, const int64_t *send_peers, int64_
 
 //===--- overlapping collectives with compute --------------------------------===//
 
-Stream &comm_stream(Program &p) {
-  // On the cpu backend compute kernels have completed when they return, so
-  // this orders p.comm only after asynchronous work pending on p.stream (a
-  // file read, a collective issued there); on cuda it is a stream wait.
+namespace {
+// Orders `side` (p.comm or p.io) after the work issued on p.stream so far.
+// On the cpu backend compute kernels have completed when they return, so
+// this orders it only after asynchronous work pending on p.stream (a file
+// read, a collective issued there); on cuda it is a stream wait.
+Stream &after_compute(Program &p, Stream &side) {
   Event compute;
   compute.record(p.stream);
-  compute.wait(p.comm);
+  compute.wait(side);
+  return side;
+}
+}  // namespace
+
+Stream &comm_stream(Program &p) {
+  after_compute(p, p.comm);
   // The running op communicates: its trace entry is timed on p.comm.
   if (p.tracer) p.tracer->on_comm(p);
   return p.comm;
 }
 
 Stream &io_stream(Program &p) {
-  Event compute;
-  compute.record(p.stream);
-  compute.wait(p.io);
+  after_compute(p, p.io);
   // The running op reads or writes the file space: its trace entry is
   // timed on p.io.
   if (p.tracer) p.tracer->on_io(p);
