@@ -14,9 +14,14 @@ if(DSRT_HAVE_CUDA)
   add_executable(dsrt_cuda_no_device cuda/no_device.cpp)
   target_link_libraries(dsrt_cuda_no_device PRIVATE dsrt_cuda)
   target_compile_options(dsrt_cuda_no_device PRIVATE -fexceptions)
-  add_executable(dsrt_cuda_kernel_test main.cpp kernel_cases.cpp compare.cpp)
+  # With cuda/mma_test.cu (nvcc): on a GPU the tensor-core instruction
+  # itself against the PTX ISA's fragment layouts.
+  add_executable(dsrt_cuda_kernel_test main.cpp kernel_cases.cpp compare.cpp cuda/mma_test.cu)
   target_link_libraries(dsrt_cuda_kernel_test PRIVATE dsrt_cuda GTest::gtest)
-  target_compile_options(dsrt_cuda_kernel_test PRIVATE -fexceptions)
+  target_include_directories(dsrt_cuda_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
+  target_compile_options(dsrt_cuda_kernel_test PRIVATE
+                         $<$<COMPILE_LANGUAGE:CXX>:-fexceptions>
+                         $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fexceptions>)
   set(DSRT_CUDA_TEST_TARGETS dsrt_cuda_kernel_table dsrt_cuda_no_device dsrt_cuda_kernel_test)
   # The fake CUDA runtime (cudart, cuBLASLt, NCCL) that test/Compile/
   # cuda-fake-run.test preloads into a generated cuda program to run its
@@ -136,7 +141,8 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
     COMMENT "Rewriting the launches of tests/cuda/mma_test.cu for the CUDA emulation"
     VERBATIM)
   set_source_files_properties("${_emu_out}/mma_test.cpp" PROPERTIES
-                              COMPILE_OPTIONS "-include;${_emu_prelude};-ffp-contract=off;-Wno-sign-compare;-Wno-unknown-pragmas"
+                              COMPILE_OPTIONS
+                              "-include;${_emu_prelude};-ffp-contract=off;-Wno-sign-compare;-Wno-unknown-pragmas"
                               OBJECT_DEPENDS "${_emu_prelude}")
   add_executable(dsrt_cuda_emu_kernel_test main.cpp kernel_cases.cpp compare.cpp
                                            "${_emu_out}/mma_test.cpp")
