@@ -371,6 +371,21 @@ __device__ inline bool visible(const WarpRows &w, int n, int i, int64_t col0, in
   return !causal || (keys_are_rows ? row <= col : col <= row);
 }
 
+// The key tiles the block's query rows see (causal: up to the diagonal
+// tile), each staged, keys into ks and values into vs, then f(first key).
+template <typename T, int D, typename F>
+__device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, uint16_t *ks,
+                                  uint16_t *vs, int64_t t, int dh, bool causal, F &&f) {
+  const int64_t keys = causal ? std::min<int64_t>(t, w.row0 + kMmaRows) : t;
+  for (int64_t j0 = 0; j0 < keys; j0 += kMmaTile) {
+    __syncthreads();
+    stage_tile<T, D>(ks, k + w.offset, j0, t, dh);
+    stage_tile<T, D>(vs, v + w.offset, j0, t, dh);
+    __syncthreads();
+    f(j0);
+  }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse, int64_t t, int dh,
@@ -386,12 +401,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   // lane's part of the running sum (its columns; the 4 lanes of a row add
   // theirs at the end).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int64_t keys = causal ? std::min<int64_t>(t, w.row0 + kMmaRows) : t;
-  for (int64_t j0 = 0; j0 < keys; j0 += kMmaTile) {
-    __syncthreads();
-    stage_tile<T, D>(ks, k + w.offset, j0, t, dh);
-    stage_tile<T, D>(vs, v + w.offset, j0, t, dh);
-    __syncthreads();
+  for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal, [&](int64_t j0) {
     FragC s[kMmaN];
     zero(s);
     mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, ks, dh);
@@ -428,7 +438,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         l[i / 2] += s[n].x[i];
       }
     mma_p_tile<T, D>(acc, s, vs, dh);
-  }
+  });
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -531,12 +541,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     lse_i[h] = real ? lse[i] : 0.0f;
     delta_i[h] = real ? delta[i] : 0.0f;
   }
-  const int64_t keys = causal ? std::min<int64_t>(t, w.row0 + kMmaRows) : t;
-  for (int64_t j0 = 0; j0 < keys; j0 += kMmaTile) {
-    __syncthreads();
-    stage_tile<T, D>(ks, k + w.offset, j0, t, dh);
-    stage_tile<T, D>(vs, v + w.offset, j0, t, dh);
-    __syncthreads();
+  for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal, [&](int64_t j0) {
     FragC s[kMmaN], dp[kMmaN];
     zero(s);
     zero(dp);
@@ -552,7 +557,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         s[n].x[i] = p * (dp[n].x[i] - delta_i[i / 2]);
       }
     mma_p_tile<T, D>(acc, s, ks, dh);
-  }
+  });
   store_rows<T, D>(dq, acc, w, dh, [&](int) { return scale; });
 }
 
