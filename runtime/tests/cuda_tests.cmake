@@ -14,9 +14,14 @@ if(DSRT_HAVE_CUDA)
   add_executable(dsrt_cuda_no_device cuda/no_device.cpp)
   target_link_libraries(dsrt_cuda_no_device PRIVATE dsrt_cuda)
   target_compile_options(dsrt_cuda_no_device PRIVATE -fexceptions)
-  add_executable(dsrt_cuda_kernel_test main.cpp kernel_cases.cpp compare.cpp)
+  # With cuda/mma_test.cu (nvcc): on a GPU the tensor-core instruction
+  # itself against the PTX ISA's fragment layouts.
+  add_executable(dsrt_cuda_kernel_test main.cpp kernel_cases.cpp compare.cpp cuda/mma_test.cu)
   target_link_libraries(dsrt_cuda_kernel_test PRIVATE dsrt_cuda GTest::gtest)
-  target_compile_options(dsrt_cuda_kernel_test PRIVATE -fexceptions)
+  target_include_directories(dsrt_cuda_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
+  target_compile_options(dsrt_cuda_kernel_test PRIVATE
+                         $<$<COMPILE_LANGUAGE:CXX>:-fexceptions>
+                         $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fexceptions>)
   set(DSRT_CUDA_TEST_TARGETS dsrt_cuda_kernel_table dsrt_cuda_no_device dsrt_cuda_kernel_test)
   # The fake CUDA runtime (cudart, cuBLASLt, NCCL) that test/Compile/
   # cuda-fake-run.test preloads into a generated cuda program to run its
@@ -106,8 +111,10 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   endif()
   # No FMA contraction: a product and a sum round separately, as the cpu
   # backend's do.
-  # nvcc does not warn of the unsigned threadIdx compared with an int.
-  target_compile_options(dsrt_cuda_emu PRIVATE -O2 -fexceptions -ffp-contract=off -Wno-sign-compare)
+  # nvcc does not warn of the unsigned threadIdx compared with an int; the
+  # host compiler ignores nvcc's `#pragma unroll`.
+  target_compile_options(dsrt_cuda_emu PRIVATE -O2 -fexceptions -ffp-contract=off -Wno-sign-compare
+                                               -Wno-unknown-pragmas)
   target_link_libraries(dsrt_cuda_emu PUBLIC OpenMP::OpenMP_CXX)
   if(DSRT_HAVE_URING)
     target_link_libraries(dsrt_cuda_emu PUBLIC PkgConfig::DSRT_URING)
@@ -123,8 +130,24 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   configure_file(cuda/emu/dsrtConfig.cmake.in "${_emu_out}/dsrtConfig.cmake.in" @ONLY)
   file(GENERATE OUTPUT "${CMAKE_CURRENT_BINARY_DIR}/cuda_emu_package/lib/cmake/dsrt/dsrtConfig.cmake"
        INPUT "${_emu_out}/dsrtConfig.cmake.in")
-  add_executable(dsrt_cuda_emu_kernel_test main.cpp kernel_cases.cpp compare.cpp)
+  # The unit test of the tensor-core product (cuda/mma_test.cu), rewritten
+  # as the backend's sources are, runs in the same binary.
+  add_custom_command(
+    OUTPUT "${_emu_out}/mma_test.cpp"
+    COMMAND "${CMAKE_COMMAND}" -E make_directory "${_emu_out}"
+    COMMAND "${DSRT_PYTHON}" "${_emu_script}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/mma_test.cu"
+            "${_emu_out}/mma_test.cpp"
+    DEPENDS "${_emu_script}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/mma_test.cu"
+    COMMENT "Rewriting the launches of tests/cuda/mma_test.cu for the CUDA emulation"
+    VERBATIM)
+  set_source_files_properties("${_emu_out}/mma_test.cpp" PROPERTIES
+                              COMPILE_OPTIONS
+                              "-include;${_emu_prelude};-ffp-contract=off;-Wno-sign-compare;-Wno-unknown-pragmas"
+                              OBJECT_DEPENDS "${_emu_prelude}")
+  add_executable(dsrt_cuda_emu_kernel_test main.cpp kernel_cases.cpp compare.cpp
+                                           "${_emu_out}/mma_test.cpp")
   target_link_libraries(dsrt_cuda_emu_kernel_test PRIVATE dsrt_cuda_emu GTest::gtest)
+  target_include_directories(dsrt_cuda_emu_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
   target_compile_options(dsrt_cuda_emu_kernel_test PRIVATE -fexceptions)
   list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_emu_kernel_test)
   # The cases are written by check-runtime (dsrt_kernel_cases) before CTest

@@ -1278,9 +1278,21 @@ def gen_attention(w):
         ("full", [1, 2, 37, 16], False, 0.25),
         ("tiles", [1, 1, 130, 4], True, 0.5),  # several query and key tiles
         ("head64", [1, 2, 9, 64], True, 0.125),
+        # f16 and bf16 with Dh a multiple of 16 run on the cuda backend's
+        # tensor-core kernels (tiles of 64 queries and 64 keys): T not a
+        # multiple of the tile, several query and key tiles, several heads.
+        ("mma_causal", [1, 2, 130, 64], True, 0.125),
+        ("mma_full", [2, 1, 70, 32], False, 0.18),
+        ("mma_head128", [1, 2, 100, 128], True, 0.09),
     ]
     for sname, shape, causal, scale in cases:
-        for dtype in ("f32", "bf16", "f16") if sname in ("causal", "full") else ("f32",):
+        if sname.startswith("mma_"):
+            dtypes = ("bf16", "f16")
+        elif sname in ("causal", "full"):
+            dtypes = ("f32", "bf16", "f16")
+        else:
+            dtypes = ("f32",)
+        for dtype in dtypes:
             name = "%s_%s" % (sname, dtype)
             rng = Rng("attention" + name)
             q, k, v = (rng.float(shape, dtype, -2, 2) for _ in range(3))

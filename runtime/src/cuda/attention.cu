@@ -1,16 +1,34 @@
 // Fused scaled-dot-product attention and its gradient on the cuda backend:
-// no [T, T] scores. The forward is one block per (batch-head, tile of
-// kRows query rows), a thread per query row: the block loads tiles of
-// kTile keys and values into shared memory (f32), each thread scores its
-// row against them and keeps an online softmax (running maximum and sum)
-// and an f32 accumulator of its output row, then writes the row and its
-// log-sum-exp. The backward recomputes the probabilities from the
-// log-sum-exp (FlashAttention-2): one kernel computes each row's
-// delta = rowsum(do * o) (the workspace), one per (batch-head, key tile)
-// accumulates dk and dv over tiles of queries, and one per (batch-head,
-// query tile) accumulates dq over tiles of keys; no atomics, so the result
-// is the same on every run.
+// no [T, T] scores. Two implementations, chosen at launch:
+//
+// Tensor cores (f16 and bf16 with a head width Dh a multiple of 16,
+// FlashAttention-2's organisation): a block of 4 warps per (batch-head,
+// tile of 64 query rows), each warp owning 16 of the rows. The warp holds
+// its rows of q as mma A fragments; the block stages tiles of 64 keys and
+// values in shared memory in 16 bits; per key tile the warp computes its
+// 16x64 scores S = q k^T with mma_16x8x16 (cuda/mma.cuh), keeps an online
+// softmax in registers (f32 row maximum and sum), rounds P = exp(S - max)
+// to 16 bits as the A operand of P v and accumulates the output in f32
+// accumulator fragments. Causal blocks stop at the diagonal tile. The
+// backward recomputes P from the saved log-sum-exp: one kernel computes
+// each row's delta = rowsum(do * o) (the workspace); one per (batch-head,
+// tile of 64 keys), each warp owning 16 keys, computes S^T = k q^T and
+// dP^T = v do^T per tile of 64 queries and accumulates dv += P^T do and
+// dk += dS^T q; one per (batch-head, tile of 64 queries) computes S and dP
+// again per key tile and accumulates dq += dS k. dS = P (dP - delta) is
+// rounded to 16 bits as an mma operand, as P is.
+//
+// Scalar (f32, and a head width that is not a multiple of 16): a thread
+// per query row: the block loads tiles of kTile keys and values into
+// shared memory (f32), each thread scores its row against them and keeps
+// an online softmax and an f32 accumulator of its output row. The backward
+// has the same three kernels with a thread per key (dk, dv) or query (dq)
+// row.
+//
+// Neither uses atomics: every sum runs in a fixed order, so the result is
+// the same on every run.
 #include "cuda/common.cuh"
+#include "cuda/mma.cuh"
 
 namespace dsrt {
 
@@ -205,6 +223,344 @@ __global__ void attention_dq_kernel(const T *q, const T *k, const T *v, const T 
     dq[r.offset + r.row * dh + d] = st<T>(scale * acc[d]);
 }
 
+//===----------------------------------------------------------------------===//
+// Tensor cores (f16, bf16; Dh a multiple of 16)
+//===----------------------------------------------------------------------===//
+
+constexpr int kMmaWarps = 4;
+constexpr int kMmaThreads = 32 * kMmaWarps;
+constexpr int kMmaRows = 16 * kMmaWarps;  // query (or key) rows per block
+constexpr int kMmaTile = 64;              // keys (or queries) per shared-memory tile
+constexpr int kMmaN = kMmaTile / 8;       // accumulator tiles across a tile's keys
+static_assert(kMmaRows == kMmaTile, "the causal loops start and stop at block boundaries");
+
+bool use_mma(DType dtype, int64_t dh) {
+  return (dtype == DType::F16 || dtype == DType::BF16) && dh % 16 == 0;
+}
+
+// Calls f(std::integral_constant<int, D>{}) with D the head width the mma
+// kernels are instantiated for that covers dh (64 or 128).
+template <typename F> void with_mma_width(int64_t dh, F &&f) {
+  if (dh <= 64)
+    f(std::integral_constant<int, 64>{});
+  else
+    f(std::integral_constant<int, 128>{});
+}
+
+// Shared-memory tiles hold kMmaTile rows of D (the head width rounded up to
+// 64 or 128) 16-bit elements, padded by 8 so that the rows of a fragment
+// load start on different banks.
+template <int D> constexpr int mma_ld() { return D + 8; }
+
+// Rows [row0, row0 + kMmaTile) of a [t, dh] matrix into dst, as their 16
+// bits (rows past t as zeros).
+template <typename T, int D>
+__device__ void stage_tile(uint16_t *dst, const T *src, int64_t row0, int64_t t, int dh) {
+  for (int e = threadIdx.x; e < kMmaTile * dh; e += blockDim.x) {
+    const int r = e / dh, d = e % dh;
+    dst[r * mma_ld<D>() + d] = row0 + r < t ? src[(row0 + r) * dh + d].bits : uint16_t(0);
+  }
+}
+
+// The block (a head and a tile of kMmaRows rows of it) and the warp's 16 rows.
+struct WarpRows {
+  int64_t head, row0, offset;  // the block's head, first row, [t, dh] matrix offset
+  int64_t wrow0;               // the warp's first row
+  int rows;                    // of the warp's 16 rows, those before t
+  int g, c;                    // the lane's group (row) and column pair in a fragment
+};
+__device__ inline WarpRows warp_rows(int64_t t, int dh) {
+  const int64_t tiles = (t + kMmaRows - 1) / kMmaRows;
+  WarpRows w;
+  w.head = blockIdx.x / tiles;
+  w.row0 = blockIdx.x % tiles * kMmaRows;
+  w.offset = w.head * t * dh;
+  w.wrow0 = w.row0 + 16 * (threadIdx.x / 32);
+  w.rows = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(16, t - w.wrow0)));
+  w.g = threadIdx.x % 32 / 4;
+  w.c = threadIdx.x % 4;
+  return w;
+}
+
+// The warp's 16 rows of a [t, dh] matrix of the block's head, columns
+// [16 kk, 16 kk + 16), as an A fragment (rows past t as zeros).
+template <typename T>
+__device__ inline FragA row_frag(const T *m, const WarpRows &w, int dh, int kk) {
+  const uint16_t *base = reinterpret_cast<const uint16_t *>(m + w.offset) + w.wrow0 * dh;
+  return load_frag_a(base + 16 * kk, dh, 1, w.rows);
+}
+// All of them, held in registers.
+template <typename T, int D>
+__device__ void load_rows(FragA (&a)[D / 16], const T *m, const WarpRows &w, int dh) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    if (16 * kk < dh)
+      a[kk] = row_frag(m, w, dh, kk);
+}
+
+template <int N> __device__ inline void zero(FragC (&f)[N]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+    f[n] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+}
+
+// s[n] += a b^T for the kMmaTile rows of a shared tile (b^T's columns):
+// scores of the warp's 16 rows against the tile's rows; a(kk) is the A
+// fragment of the warp's columns [16 kk, 16 kk + 16).
+template <typename T, int D, typename A>
+__device__ void mma_rows_tile(FragC (&s)[kMmaN], A &&a, const uint16_t *tile, int dh) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    if (16 * kk >= dh)
+      break;
+    const FragA frag = a(kk);
+#pragma unroll
+    for (int n = 0; n < kMmaN; ++n)
+      mma_16x8x16<T>(s[n], frag, load_frag_b(tile + 8 * n * mma_ld<D>() + 16 * kk, 1,
+                                             mma_ld<D>()));
+  }
+}
+
+// acc[n] += p tile: p (16 x kMmaTile, accumulator tiles rounded to 16
+// bits) times the shared tile's rows (kMmaTile x dh).
+template <typename T, int D>
+__device__ void mma_p_tile(FragC (&acc)[D / 8], const FragC (&p)[kMmaN], const uint16_t *tile,
+                           int dh) {
+#pragma unroll
+  for (int kk = 0; kk < kMmaTile / 16; ++kk) {
+    const FragA a = frag_a_of<T>(p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      if (8 * n < dh)
+        mma_16x8x16<T>(acc[n], a, load_frag_b(tile + 16 * kk * mma_ld<D>() + 8 * n,
+                                              mma_ld<D>(), 1));
+  }
+}
+
+// Stores the warp's rows of acc * factor(h) (h: the lane's row g or g + 8)
+// into a [t, dh] matrix of the block's head.
+template <typename T, int D, typename F>
+__device__ void store_rows(T *dst, const FragC (&acc)[D / 8], const WarpRows &w, int dh,
+                           F &&factor) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = w.g + 8 * h;
+    if (r >= w.rows)
+      continue;
+    const float f = factor(h);
+    T *row = dst + w.offset + (w.wrow0 + r) * dh;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      if (8 * n < dh) {
+        row[8 * n + 2 * w.c] = st<T>(acc[n].x[2 * h] * f);
+        row[8 * n + 2 * w.c + 1] = st<T>(acc[n].x[2 * h + 1] * f);
+      }
+  }
+}
+
+// Whether element i of accumulator tile n (rows of the warp, columns of a
+// tile from col0) is a real, unmasked pair: row and column before t, and
+// for causal attention the key (column or row, `keys_are_rows`) not after
+// the query.
+__device__ inline bool visible(const WarpRows &w, int n, int i, int64_t col0, int64_t t,
+                               bool causal, bool keys_are_rows) {
+  const int64_t row = w.wrow0 + w.g + 8 * (i / 2);
+  const int64_t col = col0 + 8 * n + 2 * w.c + i % 2;
+  if (row >= t || col >= t)
+    return false;
+  return !causal || (keys_are_rows ? row <= col : col <= row);
+}
+
+// The key tiles the block's query rows see (causal: up to the diagonal
+// tile), each staged, keys into ks and values into vs, then f(first key).
+template <typename T, int D, typename F>
+__device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, uint16_t *ks,
+                                  uint16_t *vs, int64_t t, int dh, bool causal, F &&f) {
+  const int64_t keys = causal ? std::min<int64_t>(t, w.row0 + kMmaRows) : t;
+  for (int64_t j0 = 0; j0 < keys; j0 += kMmaTile) {
+    __syncthreads();
+    stage_tile<T, D>(ks, k + w.offset, j0, t, dh);
+    stage_tile<T, D>(vs, v + w.offset, j0, t, dh);
+    __syncthreads();
+    f(j0);
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaThreads)
+    attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse, int64_t t, int dh,
+                     float scale, bool causal) {
+  __shared__ uint16_t ks[kMmaTile * mma_ld<D>()];
+  __shared__ uint16_t vs[kMmaTile * mma_ld<D>()];
+  const WarpRows w = warp_rows(t, dh);
+  FragA qa[D / 16];
+  load_rows<T, D>(qa, q, w, dh);
+  FragC acc[D / 8];
+  zero(acc);
+  // Row g (h = 0) and g + 8 (h = 1) of the warp: running maximum, and this
+  // lane's part of the running sum (its columns; the 4 lanes of a row add
+  // theirs at the end).
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal, [&](int64_t j0) {
+    FragC s[kMmaN];
+    zero(s);
+    mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, ks, dh);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kMmaN; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[n].x[i] = visible(w, n, i, j0, t, causal, false) ? scale * s[n].x[i] : -INFINITY;
+        mx[i / 2] = fmaxf(mx[i / 2], s[n].x[i]);
+      }
+    float base[2], rescale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m[h], mx[h]);
+      // A row with no key yet keeps zeros (exp(-inf) = 0, never inf - inf).
+      base[h] = m_new == -INFINITY ? 0.0f : m_new;
+      rescale[h] = expf(m[h] - base[h]);
+      m[h] = m_new;
+      l[h] *= rescale[h];
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        acc[n].x[i] *= rescale[i / 2];
+#pragma unroll
+    for (int n = 0; n < kMmaN; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[n].x[i] = expf(s[n].x[i] - base[i / 2]);
+        l[i / 2] += s[n].x[i];
+      }
+    mma_p_tile<T, D>(acc, s, vs, dh);
+  });
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  store_rows<T, D>(o, acc, w, dh, [&](int h) { return 1.0f / l[h]; });
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (w.c == 0 && w.g + 8 * h < w.rows)
+      lse[w.head * t + w.wrow0 + w.g + 8 * h] = m[h] + logf(l[h]);
+}
+
+// dk = scale dS^T q and dv = P^T do for the warp's 16 key rows, over tiles
+// of kMmaTile queries.
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaThreads)
+    attention_dkv_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
+                         const float *delta, T *dk, T *dv, int64_t t, int dh, float scale,
+                         bool causal) {
+  __shared__ uint16_t qs[kMmaTile * mma_ld<D>()];
+  __shared__ uint16_t dos[kMmaTile * mma_ld<D>()];
+  __shared__ float lse_s[kMmaTile], delta_s[kMmaTile];
+  const WarpRows w = warp_rows(t, dh);  // key rows
+  // The warp's rows of k and v as A fragments: held in registers up to
+  // D = 64; at 128 there is no room beside the two accumulators (ptxas
+  // spills), so each query tile loads them again (from L1 or L2).
+  constexpr bool kHold = D <= 64;
+  FragA ka[D / 16], va[D / 16];
+  if constexpr (kHold) {
+    load_rows<T, D>(ka, k, w, dh);
+    load_rows<T, D>(va, v, w, dh);
+  }
+  auto k_frag = [&](int kk) {
+    if constexpr (kHold)
+      return ka[kk];
+    else
+      return row_frag(k, w, dh, kk);
+  };
+  auto v_frag = [&](int kk) {
+    if constexpr (kHold)
+      return va[kk];
+    else
+      return row_frag(v, w, dh, kk);
+  };
+  FragC acc_k[D / 8], acc_v[D / 8];
+  zero(acc_k);
+  zero(acc_v);
+  for (int64_t i0 = causal ? w.row0 : 0; i0 < t; i0 += kMmaTile) {
+    __syncthreads();
+    stage_tile<T, D>(qs, q + w.offset, i0, t, dh);
+    stage_tile<T, D>(dos, do_ + w.offset, i0, t, dh);
+    for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
+      const bool real = i0 + r < t;
+      lse_s[r] = real ? lse[w.head * t + i0 + r] : 0.0f;
+      delta_s[r] = real ? delta[w.head * t + i0 + r] : 0.0f;
+    }
+    __syncthreads();
+    FragC s[kMmaN], dp[kMmaN];  // S^T and dP^T: the warp's keys x the tile's queries
+    zero(s);
+    zero(dp);
+    mma_rows_tile<T, D>(s, k_frag, qs, dh);
+    mma_rows_tile<T, D>(dp, v_frag, dos, dh);
+#pragma unroll
+    for (int n = 0; n < kMmaN; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = 8 * n + 2 * w.c + i % 2;
+        const float p = visible(w, n, i, i0, t, causal, true)
+                            ? expf(scale * s[n].x[i] - lse_s[col])
+                            : 0.0f;
+        s[n].x[i] = p;
+        dp[n].x[i] = p * (dp[n].x[i] - delta_s[col]);
+      }
+    mma_p_tile<T, D>(acc_v, s, dos, dh);
+    mma_p_tile<T, D>(acc_k, dp, qs, dh);
+  }
+  store_rows<T, D>(dk, acc_k, w, dh, [&](int) { return scale; });
+  store_rows<T, D>(dv, acc_v, w, dh, [](int) { return 1.0f; });
+}
+
+// dq = scale dS k for the warp's 16 query rows, over tiles of kMmaTile keys.
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaThreads)
+    attention_dq_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
+                        const float *delta, T *dq, int64_t t, int dh, float scale,
+                        bool causal) {
+  __shared__ uint16_t ks[kMmaTile * mma_ld<D>()];
+  __shared__ uint16_t vs[kMmaTile * mma_ld<D>()];
+  const WarpRows w = warp_rows(t, dh);
+  FragA qa[D / 16], da[D / 16];
+  load_rows<T, D>(qa, q, w, dh);
+  load_rows<T, D>(da, do_, w, dh);
+  FragC acc[D / 8];
+  zero(acc);
+  float lse_i[2], delta_i[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool real = w.g + 8 * h < w.rows;
+    const int64_t i = w.head * t + w.wrow0 + w.g + 8 * h;
+    lse_i[h] = real ? lse[i] : 0.0f;
+    delta_i[h] = real ? delta[i] : 0.0f;
+  }
+  for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal, [&](int64_t j0) {
+    FragC s[kMmaN], dp[kMmaN];
+    zero(s);
+    zero(dp);
+    mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, ks, dh);
+    mma_rows_tile<T, D>(dp, [&](int kk) { return da[kk]; }, vs, dh);
+#pragma unroll
+    for (int n = 0; n < kMmaN; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float p = visible(w, n, i, j0, t, causal, false)
+                            ? expf(scale * s[n].x[i] - lse_i[i / 2])
+                            : 0.0f;
+        s[n].x[i] = p * (dp[n].x[i] - delta_i[i / 2]);
+      }
+    mma_p_tile<T, D>(acc, s, ks, dh);
+  });
+  store_rows<T, D>(dq, acc, w, dh, [&](int) { return scale; });
+}
+
 } // namespace
 
 void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
@@ -216,11 +572,25 @@ void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, con
                                        nullptr, t, dh);
   if (rows == 0)
     return;
+  const unsigned blocks = tile_blocks(rows / t, t);
+  const int head_dim = static_cast<int>(dh);
   dispatch_float(kernel, q.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    attention_kernel<T><<<tile_blocks(rows / t, t), kRows, 0, stream>>>(
-        q.as<T>(), k.as<T>(), v.as<T>(), o.as<T>(), lse.as<float>(), t, static_cast<int>(dh),
-        scale, causal);
+    if constexpr (MmaType<T>::value) {
+      if (use_mma(q.dtype, dh)) {
+        auto launch = [&](auto width) {
+          constexpr int D = decltype(width)::value;
+          attention_kernel<T, D><<<blocks, kMmaThreads, 0, stream>>>(
+              q.as<T>(), k.as<T>(), v.as<T>(), o.as<T>(), lse.as<float>(), t, head_dim, scale,
+              causal);
+        };
+        with_mma_width(dh, launch);
+        return;
+      }
+    }
+    attention_kernel<T><<<blocks, kRows, 0, stream>>>(q.as<T>(), k.as<T>(), v.as<T>(),
+                                                      o.as<T>(), lse.as<float>(), t, head_dim,
+                                                      scale, causal);
   });
   check_launch(kernel);
 }
@@ -242,10 +612,26 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
     using T = typename decltype(tag)::type;
     attention_delta_kernel<T><<<blocks_for(rows), kThreads, 0, stream>>>(
         o.as<T>(), do_.as<T>(), delta, rows, head_dim);
-    attention_dkv_kernel<T><<<tile_blocks(rows / t, t), kRows, 0, stream>>>(
+    const unsigned blocks = tile_blocks(rows / t, t);
+    if constexpr (MmaType<T>::value) {
+      if (use_mma(q.dtype, dh)) {
+        auto launch = [&](auto width) {
+          constexpr int D = decltype(width)::value;
+          attention_dkv_kernel<T, D><<<blocks, kMmaThreads, 0, stream>>>(
+              q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dk.as<T>(),
+              dv.as<T>(), t, head_dim, scale, causal);
+          attention_dq_kernel<T, D><<<blocks, kMmaThreads, 0, stream>>>(
+              q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dq.as<T>(),
+              t, head_dim, scale, causal);
+        };
+        with_mma_width(dh, launch);
+        return;
+      }
+    }
+    attention_dkv_kernel<T><<<blocks, kRows, 0, stream>>>(
         q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dk.as<T>(),
         dv.as<T>(), t, head_dim, scale, causal);
-    attention_dq_kernel<T><<<tile_blocks(rows / t, t), kRows, 0, stream>>>(
+    attention_dq_kernel<T><<<blocks, kRows, 0, stream>>>(
         q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dq.as<T>(), t,
         head_dim, scale, causal);
   });

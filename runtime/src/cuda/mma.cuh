@@ -1,0 +1,151 @@
+// Warp-level tensor-core products for the cuda backend's kernels: one
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, D = A B + C
+// with A 16x16 and B 16x8 in 16 bits and C, D 16x8 in f32, and the loads of
+// its fragments. The fragment layouts are the PTX ISA's ("Matrix Fragments
+// for mma.m16n8k16 with floating point type"): with g = lane / 4 and
+// c = lane % 4 a lane holds
+//   A: a[0] = (g, 2c..2c+1), a[1] = (g+8, 2c..), a[2] = (g, 2c+8..),
+//      a[3] = (g+8, 2c+8..), each register two 16-bit elements, the lower
+//      column in the low half;
+//   B: b[0] = (2c..2c+1, g), b[1] = (2c+8..2c+9, g) as (k, n), the lower k
+//      in the low half;
+//   C, D: d[0], d[1] = (g, 2c), (g, 2c+1); d[2], d[3] = (g+8, 2c), (g+8, 2c+1).
+// On sm_80 and later the product is the instruction (inline PTX); elsewhere
+// (the host pass, older devices and the CUDA emulation, which cannot run
+// PTX) it is the same product computed by warp shuffles over that layout,
+// so the emulation runs the very kernels a GPU does, fragment loads and
+// stores included. Not installed.
+#ifndef DSRT_SRC_CUDA_MMA_CUH
+#define DSRT_SRC_CUDA_MMA_CUH
+
+#include "cuda/common.cuh"
+
+#include <cstdint>
+
+namespace dsrt {
+namespace detail {
+
+// The 16-bit element types the instruction takes (f16 and bf16).
+template <typename T> struct MmaType : std::false_type {};
+template <> struct MmaType<half_t> : std::true_type {};
+template <> struct MmaType<bfloat_t> : std::true_type {};
+
+struct FragA {
+  uint32_t x[4];
+};
+struct FragB {
+  uint32_t x[2];
+};
+// An f32 accumulator tile of 16x8.
+struct FragC {
+  float x[4];
+};
+
+__device__ inline uint32_t pack16(uint16_t lo, uint16_t hi) {
+  return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+}
+// The 16 bits of v rounded to T.
+template <typename T> __device__ inline uint16_t bits16(float v) { return st<T>(v).bits; }
+// The value of 16 bits of type T.
+template <typename T> __device__ inline float value16(uint16_t bits) { return ld(T{bits}); }
+
+// The A fragment of the 16x16 matrix whose element (r, k) is
+// m[r * row_stride + k * col_stride], rows from `rows` on read as zeros.
+__device__ inline FragA load_frag_a(const uint16_t *m, int64_t row_stride, int64_t col_stride,
+                                    int rows = 16) {
+  const int g = threadIdx.x % 32 / 4, c = threadIdx.x % 4;
+  auto at = [&](int r, int k) -> uint16_t {
+    return r < rows ? m[r * row_stride + k * col_stride] : uint16_t(0);
+  };
+  FragA a;
+  a.x[0] = pack16(at(g, 2 * c), at(g, 2 * c + 1));
+  a.x[1] = pack16(at(g + 8, 2 * c), at(g + 8, 2 * c + 1));
+  a.x[2] = pack16(at(g, 2 * c + 8), at(g, 2 * c + 9));
+  a.x[3] = pack16(at(g + 8, 2 * c + 8), at(g + 8, 2 * c + 9));
+  return a;
+}
+
+// The B fragment of the 16x8 matrix whose element (k, n) is
+// m[k * k_stride + n * n_stride].
+__device__ inline FragB load_frag_b(const uint16_t *m, int64_t k_stride, int64_t n_stride) {
+  const int g = threadIdx.x % 32 / 4, c = threadIdx.x % 4;
+  auto at = [&](int k, int n) { return m[k * k_stride + n * n_stride]; };
+  FragB b;
+  b.x[0] = pack16(at(2 * c, g), at(2 * c + 1, g));
+  b.x[1] = pack16(at(2 * c + 8, g), at(2 * c + 9, g));
+  return b;
+}
+
+// The A fragment of a 16x16 block of columns [16 j, 16 j + 16) held as two
+// accumulator tiles (columns 16 j.. and 16 j + 8..), rounded to T: a row of
+// products fed into the next product (FlashAttention's P V).
+template <typename T> __device__ inline FragA frag_a_of(const FragC &lo, const FragC &hi) {
+  FragA a;
+  a.x[0] = pack16(bits16<T>(lo.x[0]), bits16<T>(lo.x[1]));
+  a.x[1] = pack16(bits16<T>(lo.x[2]), bits16<T>(lo.x[3]));
+  a.x[2] = pack16(bits16<T>(hi.x[0]), bits16<T>(hi.x[1]));
+  a.x[3] = pack16(bits16<T>(hi.x[2]), bits16<T>(hi.x[3]));
+  return a;
+}
+
+// d += a b on the warp's tensor cores, every lane of the warp taking part.
+template <typename T> __device__ inline void mma_16x8x16(FragC &d, const FragA &a, const FragB &b) {
+  static_assert(MmaType<T>::value, "mma_16x8x16 takes f16 or bf16");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, bfloat_t>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d.x[0]), "+f"(d.x[1]), "+f"(d.x[2]), "+f"(d.x[3])
+                 : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]),
+                   "r"(b.x[1]));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d.x[0]), "+f"(d.x[1]), "+f"(d.x[2]), "+f"(d.x[3])
+                 : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]),
+                   "r"(b.x[1]));
+  }
+#else
+  // Lane (g, c) needs rows g and g + 8 of A, which lanes 4 g .. 4 g + 3 hold
+  // (each columns 2 q, 2 q + 1, 2 q + 8, 2 q + 9), and columns 2 c and
+  // 2 c + 1 of B, which lanes 4 (2 c) + q and 4 (2 c + 1) + q hold (rows
+  // 2 q, 2 q + 1, 2 q + 8, 2 q + 9). Products of 16-bit values are exact in
+  // f32; the sum runs over k in order.
+  const unsigned all = 0xffffffffu;
+  const int g = threadIdx.x % 32 / 4, c = threadIdx.x % 4;
+  float arow[2][16], bcol[2][16];
+  for (int q = 0; q < 4; ++q) {
+    const uint64_t a01 = a.x[0] | static_cast<uint64_t>(a.x[1]) << 32;
+    const uint64_t a23 = a.x[2] | static_cast<uint64_t>(a.x[3]) << 32;
+    const uint64_t bb = b.x[0] | static_cast<uint64_t>(b.x[1]) << 32;
+    const uint64_t s01 = __shfl_sync(all, a01, 4 * g + q);
+    const uint64_t s23 = __shfl_sync(all, a23, 4 * g + q);
+    const uint64_t b0 = __shfl_sync(all, bb, 4 * (2 * c) + q);
+    const uint64_t b1 = __shfl_sync(all, bb, 4 * (2 * c + 1) + q);
+    for (int h = 0; h < 2; ++h) {  // the element in the low (0) or high (1) half
+      const int shift = 16 * h;
+      // (a.x[0], a.x[1]) are rows g and g + 8 at k = 2 q + h; a.x[2], a.x[3] at k + 8.
+      arow[0][2 * q + h] = value16<T>(static_cast<uint16_t>(s01 >> shift));
+      arow[1][2 * q + h] = value16<T>(static_cast<uint16_t>(s01 >> (32 + shift)));
+      arow[0][2 * q + h + 8] = value16<T>(static_cast<uint16_t>(s23 >> shift));
+      arow[1][2 * q + h + 8] = value16<T>(static_cast<uint16_t>(s23 >> (32 + shift)));
+      // b.x[0] is k = 2 q + h of the lane's column, b.x[1] k + 8.
+      bcol[0][2 * q + h] = value16<T>(static_cast<uint16_t>(b0 >> shift));
+      bcol[0][2 * q + h + 8] = value16<T>(static_cast<uint16_t>(b0 >> (32 + shift)));
+      bcol[1][2 * q + h] = value16<T>(static_cast<uint16_t>(b1 >> shift));
+      bcol[1][2 * q + h + 8] = value16<T>(static_cast<uint16_t>(b1 >> (32 + shift)));
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    float sum = d.x[i];
+    for (int k = 0; k < 16; ++k)
+      sum += arow[i / 2][k] * bcol[i % 2][k];
+    d.x[i] = sum;
+  }
+#endif
+}
+
+} // namespace detail
+} // namespace dsrt
+
+#endif // DSRT_SRC_CUDA_MMA_CUH

@@ -1,0 +1,132 @@
+// mma_16x8x16 (src/cuda/mma.cuh) by itself: one warp computes D = A B + C
+// for known 16x16, 16x8 and 16x8 matrices, against the product in double.
+// The fragments are built here from the PTX ISA's formulas for the
+// m16n8k16 .f16/.bf16 layouts, written per element (a_i, b_i, c_i) rather
+// than as the loaders in mma.cuh write them, so that a layout error in the
+// product (its portable body in the CUDA emulation, the instruction on a
+// GPU) fails this test by itself; a second test checks the loaders
+// (load_frag_a, load_frag_b, frag_a_of) against the same layouts.
+#include "cuda/mma.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using namespace dsrt;
+using namespace dsrt::detail;
+
+// PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type":
+// groupID = lane >> 2, threadID_in_group = lane % 4.
+__device__ int a_row(int lane, int i) { return lane / 4 + ((i < 2 || (i >= 4 && i < 6)) ? 0 : 8); }
+__device__ int a_col(int lane, int i) { return lane % 4 * 2 + (i & 1) + (i >= 4 ? 8 : 0); }
+__device__ int b_row(int lane, int i) { return lane % 4 * 2 + (i & 1) + (i >= 2 ? 8 : 0); }
+__device__ int b_col(int lane, int) { return lane / 4; }
+__device__ int c_row(int lane, int i) { return lane / 4 + (i >= 2 ? 8 : 0); }
+__device__ int c_col(int lane, int i) { return lane % 4 * 2 + (i & 1); }
+
+// a: 16x16 row-major, b: 16x8 row-major (k, n), c and d: 16x8 row-major.
+// by_loaders: the fragments from mma.cuh's loaders instead of the formulas.
+template <typename T>
+__global__ void mma_once(const uint16_t *a, const uint16_t *b, const float *c, float *d,
+                         bool by_loaders) {
+  const int lane = threadIdx.x;
+  FragA fa;
+  FragB fb;
+  FragC fc;
+  if (by_loaders) {
+    fa = load_frag_a(a, 16, 1);
+    fb = load_frag_b(b, 8, 1);
+  } else {
+    uint16_t ea[8], eb[4];
+    for (int i = 0; i < 8; ++i)
+      ea[i] = a[a_row(lane, i) * 16 + a_col(lane, i)];
+    for (int i = 0; i < 4; ++i)
+      eb[i] = b[b_row(lane, i) * 8 + b_col(lane, i)];
+    // Elements low to high: a0 in the low half of the first register.
+    for (int r = 0; r < 4; ++r)
+      fa.x[r] = static_cast<uint32_t>(ea[2 * r]) | static_cast<uint32_t>(ea[2 * r + 1]) << 16;
+    for (int r = 0; r < 2; ++r)
+      fb.x[r] = static_cast<uint32_t>(eb[2 * r]) | static_cast<uint32_t>(eb[2 * r + 1]) << 16;
+  }
+  for (int i = 0; i < 4; ++i)
+    fc.x[i] = c[c_row(lane, i) * 8 + c_col(lane, i)];
+  if (by_loaders) {
+    // A 16x16 A operand made of two accumulator tiles: D += (C | C) B,
+    // C's columns as A's k 0..7 and again as k 8..15, rounded to T.
+    const FragA cc = frag_a_of<T>(fc, fc);
+    mma_16x8x16<T>(fc, cc, fb);
+  }
+  mma_16x8x16<T>(fc, fa, fb);
+  for (int i = 0; i < 4; ++i)
+    d[c_row(lane, i) * 8 + c_col(lane, i)] = fc.x[i];
+}
+
+template <typename T> struct Bits;
+template <> struct Bits<half_t> {
+  static uint16_t of(float v) { return __half_as_ushort(__float2half_rn(v)); }
+  static float value(uint16_t b) { return __half2float(__ushort_as_half(b)); }
+};
+template <> struct Bits<bfloat_t> {
+  static uint16_t of(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+  static float value(uint16_t b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
+};
+
+template <typename T> void check_mma(bool by_loaders) {
+  // Distinct values everywhere (a misplaced element changes the sums):
+  // small integers and halves, exact in both 16-bit types, so that every
+  // product and sum is exact in f32 and the reference is exact.
+  std::vector<uint16_t> a(16 * 16), b(16 * 8);
+  std::vector<float> c(16 * 8), d(16 * 8, NAN);
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k)
+      a[r * 16 + k] = Bits<T>::of(static_cast<float>((r * 7 + k * 3) % 17 - 8));
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 8; ++n)
+      b[k * 8 + n] = Bits<T>::of(0.5f * static_cast<float>((k * 5 + n * 11) % 13 - 6));
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n)
+      c[r * 8 + n] = static_cast<float>(r * 8 + n) - 60.0f;
+  std::vector<double> want(16 * 8);
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      double sum = c[r * 8 + n];
+      for (int k = 0; k < 16; ++k)
+        sum += static_cast<double>(Bits<T>::value(a[r * 16 + k])) * Bits<T>::value(b[k * 8 + n]);
+      if (by_loaders)
+        for (int k = 0; k < 16; ++k)  // (C | C) B, C rounded to T (exact: small integers)
+          sum += static_cast<double>(Bits<T>::value(Bits<T>::of(c[r * 8 + k % 8]))) *
+                 Bits<T>::value(b[k * 8 + n]);
+      want[r * 8 + n] = sum;
+    }
+
+  uint16_t *da = nullptr, *db = nullptr;
+  float *dc = nullptr, *dd = nullptr;
+  ASSERT_EQ(cudaMalloc(&da, a.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&db, b.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dc, c.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dd, d.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  mma_once<T><<<1, 32>>>(da, db, dc, dd, by_loaders);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+  cudaFree(dd);
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n)
+      EXPECT_EQ(d[r * 8 + n], want[r * 8 + n]) << "D(" << r << ", " << n << ")";
+}
+
+TEST(Mma16x8x16, Bf16FromPtxLayout) { check_mma<bfloat_t>(false); }
+TEST(Mma16x8x16, F16FromPtxLayout) { check_mma<half_t>(false); }
+TEST(Mma16x8x16, Bf16Loaders) { check_mma<bfloat_t>(true); }
+TEST(Mma16x8x16, F16Loaders) { check_mma<half_t>(true); }
+
+} // namespace
