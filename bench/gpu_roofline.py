@@ -261,10 +261,18 @@ def classify(op, seq):
         op.launches["layer_norm_param_grad_kernel"] = len(outs) - 1
     elif name in ("softmax_cross_entropy", "softmax_cross_entropy_grad"):
         op.kind, op.flops = "cross-entropy", 4 * max(t.numel for t in ins)
+        m = re.search(r"#ds<reduction (\w+)>", op.attrs)
+        reduction = m.group(1) if m else "mean"
+        # runtime/src/cuda/loss.cu: the row kernel writes a reduction none's
+        # losses itself; a mean's gradient first totals the weights.
         if name == "softmax_cross_entropy":
-            op.launches.update(["log_softmax_rows_kernel", "nll_total_kernel"])
+            op.launches["log_softmax_rows_kernel"] = 1
+            if reduction != "none":
+                op.launches["nll_total_kernel"] = 1
         else:
-            op.launches.update(["weight_total_kernel", "softmax_cross_entropy_grad_kernel"])
+            if reduction == "mean":
+                op.launches["weight_total_kernel"] = 1
+            op.launches["softmax_cross_entropy_grad_kernel"] = 1
     elif name == "cast":
         op.kind = "casts"
         op.launches["cast_kernel"] = 1

@@ -984,6 +984,12 @@ def loss_cases():
         ("bf16", [6, 5], "none", False, 3, "i64", "bf16"),
         ("all_ignored", [4, 3], "mean", False, 1, "i64", "f32"),
         ("vocab", [64, 1000], "mean", False, None, "i64", "f32"),
+        # Classes not a multiple of the cuda kernels' 256 threads, several
+        # rows, every third row ignored (-100 is outside [0, C)).
+        ("rows_ragged_vocab_ignore", [40, 1500], "mean", False, -100, "i64", "f32"),
+        ("bf16_ragged_vocab_ignore", [24, 1500], "sum", True, 7, "i32", "bf16"),
+        # Rows spread over all 15 blocks of the cuda totals.
+        ("many_rows_ignore", [1000, 3], "mean", True, 1, "i32", "f32"),
     ]
 
 
@@ -998,6 +1004,8 @@ def mixed_loss_cases():
         # More rows than loss_blocks(rows) * C: the cuda loss recomputes
         # each row's log-sum-exp instead of keeping it in the workspace.
         ("bf16_f32_loss_many_rows", [200, 2], "mean", False, None, "i64", "bf16"),
+        ("bf16_f32_loss_ragged_ignore", [24, 777], "mean", False, -100, "i64", "bf16"),
+        ("bf16_f32_loss_spatial_none", [2, 300, 5], "none", False, 0, "i64", "bf16"),
     ]
 
 
