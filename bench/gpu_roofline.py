@@ -312,15 +312,18 @@ def classify(op, seq):
 
 
 def runtime_ops(micro_results, trainable):
-    """Work the runtime adds around the ops: the non-finite check of every
-    gradient the micro step returns (one launch each, reading it)."""
-    checks = []
-    for t in micro_results[1:1 + trainable]:
-        op = Op("micro_step", "runtime.nonfinite_check", "", [str(t)], [], [])
-        op.kind, op.bytes = "checks", t.bytes
-        op.launches["nonfinite_kernel"] = 1
-        checks.append(op)
-    return checks
+    """Work the runtime adds around the ops: the non-finite check of the
+    gradients the micro step returns, reading each once, in one launch per
+    kNonfiniteTensors of them (runtime/src/cuda/backend.cu)."""
+    grads = [t for t in micro_results[1:1 + trainable] if t.numel > 0]
+    if not grads:
+        return []
+    backend = (ROOT / "runtime" / "src" / "cuda" / "backend.cu").read_text()
+    per_launch = int(re.search(r"constexpr int kNonfiniteTensors = (\d+);", backend).group(1))
+    op = Op("micro_step", "runtime.nonfinite_check", "", [str(t) for t in grads], [], [])
+    op.kind, op.bytes = "checks", sum(t.bytes for t in grads)
+    op.launches["nonfinite_multi_kernel"] = -(-len(grads) // per_launch)
+    return [op]
 
 
 def roofline(op):
