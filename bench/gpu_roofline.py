@@ -261,10 +261,18 @@ def classify(op, seq):
         op.launches["layer_norm_param_grad_kernel"] = len(outs) - 1
     elif name in ("softmax_cross_entropy", "softmax_cross_entropy_grad"):
         op.kind, op.flops = "cross-entropy", 4 * max(t.numel for t in ins)
+        m = re.search(r"#ds<reduction (\w+)>", op.attrs)
+        reduction = m.group(1) if m else "mean"
+        # runtime/src/cuda/loss.cu: the row kernel writes a reduction none's
+        # losses itself; a mean's gradient first totals the weights.
         if name == "softmax_cross_entropy":
-            op.launches.update(["log_softmax_rows_kernel", "nll_total_kernel"])
+            op.launches["log_softmax_rows_kernel"] = 1
+            if reduction != "none":
+                op.launches["nll_total_kernel"] = 1
         else:
-            op.launches.update(["weight_total_kernel", "softmax_cross_entropy_grad_kernel"])
+            if reduction == "mean":
+                op.launches["weight_total_kernel"] = 1
+            op.launches["softmax_cross_entropy_grad_kernel"] = 1
     elif name == "cast":
         op.kind = "casts"
         op.launches["cast_kernel"] = 1
@@ -304,15 +312,18 @@ def classify(op, seq):
 
 
 def runtime_ops(micro_results, trainable):
-    """Work the runtime adds around the ops: the non-finite check of every
-    gradient the micro step returns (one launch each, reading it)."""
-    checks = []
-    for t in micro_results[1:1 + trainable]:
-        op = Op("micro_step", "runtime.nonfinite_check", "", [str(t)], [], [])
-        op.kind, op.bytes = "checks", t.bytes
-        op.launches["nonfinite_kernel"] = 1
-        checks.append(op)
-    return checks
+    """Work the runtime adds around the ops: the non-finite check of the
+    gradients the micro step returns, reading each once, in one launch per
+    kNonfiniteTensors of them (runtime/src/cuda/backend.cu)."""
+    grads = [t for t in micro_results[1:1 + trainable] if t.numel > 0]
+    if not grads:
+        return []
+    backend = (ROOT / "runtime" / "src" / "cuda" / "backend.cu").read_text()
+    per_launch = int(re.search(r"constexpr int kNonfiniteTensors = (\d+);", backend).group(1))
+    op = Op("micro_step", "runtime.nonfinite_check", "", [str(t) for t in grads], [], [])
+    op.kind, op.bytes = "checks", sum(t.bytes for t in grads)
+    op.launches["nonfinite_multi_kernel"] = -(-len(grads) // per_launch)
+    return [op]
 
 
 def roofline(op):

@@ -106,6 +106,17 @@ public:
     return list;
   }
 
+  // An int64 scalar output the runner computes on the host (what a backend
+  // call returns rather than writes).
+  void put_i64(const std::string &name, int64_t value) {
+    make_output(name, manifest_.at("outputs").at(name));
+    Output &slot = outputs_.at(name);
+    if (slot.actual.dtype != DType::I64 || slot.actual.numel() != 1)
+      throw std::runtime_error("output '" + name + "' is not an i64 scalar");
+    slot.device = nullptr;  // nothing to copy back: the value is written here
+    std::memcpy(slot.actual.bytes.data(), &value, sizeof value);
+  }
+
   // Attributes.
   const Json &attr(const std::string &name) const { return manifest_.at("attrs").at(name); }
   int64_t attr_int(const std::string &name) const { return attr(name).as_int(); }
@@ -595,6 +606,14 @@ const std::map<std::string, KernelFn> &kernels() {
        [](CaseRun &c) {
          std::vector<Tensor> ts = c.in_list("tensors");
          sum_of_squares(c.stream(), ts.data(), static_cast<int>(ts.size()), c.out("out"));
+       }},
+      // The backend's non-finite check of a step's gradients (not a
+      // kernels.h function): the first tensor holding a NaN or an infinity.
+      {"first_nonfinite",
+       [](CaseRun &c) {
+         std::vector<Tensor> ts = c.in_list("tensors");
+         c.put_i64("first", backend(c.stream()).first_nonfinite(c.stream(), ts.data(),
+                                                                 static_cast<int64_t>(ts.size())));
        }},
   };
   return table;

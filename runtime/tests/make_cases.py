@@ -984,6 +984,12 @@ def loss_cases():
         ("bf16", [6, 5], "none", False, 3, "i64", "bf16"),
         ("all_ignored", [4, 3], "mean", False, 1, "i64", "f32"),
         ("vocab", [64, 1000], "mean", False, None, "i64", "f32"),
+        # Classes not a multiple of the cuda kernels' 256 threads, several
+        # rows, every third row ignored (-100 is outside [0, C)).
+        ("rows_ragged_vocab_ignore", [40, 1500], "mean", False, -100, "i64", "f32"),
+        ("bf16_ragged_vocab_ignore", [24, 1500], "sum", True, 7, "i32", "bf16"),
+        # Rows spread over all 15 blocks of the cuda totals.
+        ("many_rows_ignore", [300, 3], "mean", True, 1, "i32", "f32"),
     ]
 
 
@@ -998,6 +1004,8 @@ def mixed_loss_cases():
         # More rows than loss_blocks(rows) * C: the cuda loss recomputes
         # each row's log-sum-exp instead of keeping it in the workspace.
         ("bf16_f32_loss_many_rows", [200, 2], "mean", False, None, "i64", "bf16"),
+        ("bf16_f32_loss_ragged_ignore", [24, 777], "mean", False, -100, "i64", "bf16"),
+        ("bf16_f32_loss_spatial_none", [2, 300, 5], "none", False, 0, "i64", "bf16"),
     ]
 
 
@@ -1851,6 +1859,41 @@ def gen_sum_of_squares(w):
     w.case("sum_of_squares", "nan").inp("tensors", ts).out("out", torch.tensor(NAN), rtol=0.0, atol=0.0).save()
 
 
+def gen_first_nonfinite(w):
+    """The backend's non-finite check of a list of gradients: the index of
+    the first tensor holding a NaN or an infinity (torch.isfinite), -1 when
+    all are finite. Tensors of several chunks (65536 elements) and more
+    tensors than one cuda launch takes (256)."""
+    def shapes():
+        return [("f32", [5, 7]), ("bf16", [300]), ("f16", [70000]), ("f32", [0]),
+                ("f32", [2, 65536 + 3])]
+    # name, {tensor: (row or None, column, value)}
+    cases = [("all_finite", {}),
+             ("inf_last", {4: (1, 65538, INF)}),
+             ("nan_last", {4: (0, 0, NAN)}),
+             ("nan_second_chunk_and_inf_last", {2: (None, 65600, NAN), 4: (1, 5, -INF)}),
+             ("inf_bf16_nan_last", {1: (None, 299, INF), 4: (1, 65538, NAN)})]
+    for name, bad in cases:
+        rng = Rng("nonfinite" + name)
+        ts = [rng.float(shape, dtype, -3, 3) for dtype, shape in shapes()]
+        for k, (row, col, value) in bad.items():
+            if row is None:
+                ts[k][col] = value
+            else:
+                ts[k][row, col] = value
+        first = next((k for k, t in enumerate(ts) if not bool(torch.isfinite(f64(t)).all())), -1)
+        w.case("first_nonfinite", name).inp("tensors", ts).out("first", torch.tensor(first)).save()
+    # 260 tensors: two launches on cuda; the only infinity in the second.
+    rng = Rng("nonfinite_many")
+    ts = [rng.float([3], "f32") for _ in range(260)]
+    ts[258][1] = -INF
+    w.case("first_nonfinite", "many_tensors_inf_in_second_launch").inp("tensors", ts).out(
+        "first", torch.tensor(258)).save()
+    ts[258][1] = 0.5
+    w.case("first_nonfinite", "many_tensors_finite").inp("tensors", ts).out(
+        "first", torch.tensor(-1)).save()
+
+
 def mod_ref(op, a, b, dtype):
     """Remainder with the sign of b (mod) or of a (fmod), from the exact
     truncated remainder."""
@@ -1930,7 +1973,7 @@ GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
               gen_pool, gen_optimizers, gen_softmax_grad, gen_attention, gen_layer_norm_grad, gen_batch_norm_grad,
               gen_loss_grads, gen_gather_grad, gen_slice_grad, gen_conv_grad, gen_pool_grad,
-              gen_torch_optim, gen_sum_of_squares, gen_mod, gen_reduce_prod, gen_scatter, gen_top_k]
+              gen_torch_optim, gen_sum_of_squares, gen_first_nonfinite, gen_mod, gen_reduce_prod, gen_scatter, gen_top_k]
 
 
 def main():

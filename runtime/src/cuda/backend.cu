@@ -15,6 +15,7 @@
 #include "dsrt/nccl.h"
 #endif
 
+#include "cuda/chunk_table.h"
 #include "cuda/common.cuh"
 #include "nccl/bootstrap.h"
 
@@ -74,16 +75,68 @@ __global__ void add_kernel(T *dst, AddSources srcs, int count, int64_t n) {
   }
 }
 
-// Lowers *first to j when tensor j holds a NaN or an infinity.
+// first_nonfinite checks a list of tensors in one launch per
+// kNonfiniteTensors float tensors: each tensor is cut into chunks of
+// kChunkElements (chunk_table.h; a tensor's last chunk may be shorter), and
+// a grid of at most kNonfiniteBlocks blocks walks the launch's chunks,
+// block b taking chunks b, b + G, ... Only a pointer, a size and a type per
+// tensor travel, by value in the kernel's parameters (about 7 KiB; sm_70+
+// with CUDA 12.1+ takes 32 KiB), so one launch covers a model's gradients
+// where adamw_multi's tables of kChunkTensors tensors take several.
+constexpr int kNonfiniteTensors = 256;
+constexpr int kNonfiniteBlocks = 1024;
+struct NonfiniteLaunch {
+  const void *data[kNonfiniteTensors];
+  int64_t numel[kNonfiniteTensors];
+  int32_t first_chunk[kNonfiniteTensors + 1];  // tensor t: chunks [first_chunk[t], first_chunk[t + 1])
+  int32_t index[kNonfiniteTensors];            // its index in the call's list
+  DType dtype[kNonfiniteTensors];
+  int32_t count;
+};
+static_assert(sizeof(NonfiniteLaunch) < 32000, "kernel parameters are limited to 32 KiB");
+
+// Whether x[begin, end) holds a NaN or an infinity (this thread's share).
 template <typename T>
-__global__ void nonfinite_kernel(const T *x, int64_t n, int32_t j, int32_t *first) {
+__device__ inline bool any_nonfinite(const void *x, int64_t begin, int64_t end) {
   bool bad = false;
-  DSRT_GRID_STRIDE(i, n) {
-    const float v = ld(x[i]);
-    bad = bad || !isfinite(v);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    bad = bad || !isfinite(ld(static_cast<const T *>(x)[i]));
+  return bad;
+}
+
+// Lowers *first to the list index of every tensor holding a NaN or an
+// infinity.
+__global__ void nonfinite_multi_kernel(NonfiniteLaunch launch, int32_t *first) {
+  const int32_t chunks = launch.first_chunk[launch.count];
+  int32_t lowest = INT32_MAX;
+  for (int32_t q = blockIdx.x; q < chunks; q += gridDim.x) {
+    // The tensor of chunk q: the last t with first_chunk[t] <= q.
+    int lo = 0, hi = launch.count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (launch.first_chunk[mid] <= q)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int64_t begin = static_cast<int64_t>(q - launch.first_chunk[lo]) * kChunkElements;
+    const int64_t end = begin + kChunkElements < launch.numel[lo] ? begin + kChunkElements
+                                                                   : launch.numel[lo];
+    bool bad;
+    switch (launch.dtype[lo]) {
+    case DType::F16: bad = any_nonfinite<half_t>(launch.data[lo], begin, end); break;
+    case DType::BF16: bad = any_nonfinite<bfloat_t>(launch.data[lo], begin, end); break;
+    default: bad = any_nonfinite<float>(launch.data[lo], begin, end); break;
+    }
+    if (bad && launch.index[lo] < lowest)
+      lowest = launch.index[lo];
   }
-  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0)
-    atomicMin(first, j);
+  for (int o = 16; o > 0; o >>= 1) {
+    const int32_t other = __shfl_xor_sync(0xffffffffu, lowest, o);
+    lowest = other < lowest ? other : lowest;
+  }
+  if ((threadIdx.x & 31) == 0 && lowest != INT32_MAX)
+    atomicMin(first, lowest);
 }
 
 class CudaBackend final : public BackendInterface {
@@ -262,18 +315,36 @@ public:
     cudaStream_t stream = begin_kernel(s);
     std::lock_guard<std::mutex> lock(flag_mutex_);
     *flag_host_ = INT32_MAX;
+    NonfiniteLaunch launch;
+    launch.count = 0;
+    int64_t chunks = 0;
+    auto flush = [&]() {
+      if (launch.count == 0)
+        return;
+      launch.first_chunk[launch.count] = static_cast<int32_t>(chunks);
+      nonfinite_multi_kernel<<<static_cast<unsigned>(std::min<int64_t>(chunks, kNonfiniteBlocks)),
+                               kThreads, 0, stream>>>(launch, flag_device_);
+      check_launch("cuda::first_nonfinite");
+      launch.count = 0;
+      chunks = 0;
+    };
     for (int64_t j = 0; j < count; ++j) {
       const Tensor &t = tensors[j];
       if (!is_float(t.dtype) || t.numel() == 0)
         continue;
       check_data("cuda::first_nonfinite", "tensor", t);
-      dispatch_float("cuda::first_nonfinite", t.dtype, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        nonfinite_kernel<T><<<blocks_for(t.numel()), kThreads, 0, stream>>>(
-            t.as<T>(), t.numel(), static_cast<int32_t>(j), flag_device_);
-      });
-      check_launch("cuda::first_nonfinite");
+      const int64_t tensor_chunks = (t.numel() + kChunkElements - 1) / kChunkElements;
+      if (launch.count == kNonfiniteTensors || chunks + tensor_chunks > INT32_MAX)
+        flush();
+      const int k = launch.count++;
+      launch.data[k] = t.data;
+      launch.numel[k] = t.numel();
+      launch.first_chunk[k] = static_cast<int32_t>(chunks);
+      launch.index[k] = static_cast<int32_t>(j);
+      launch.dtype[k] = t.dtype;
+      chunks += tensor_chunks;
     }
+    flush();
     wait_stream(s, "cuda::first_nonfinite");  // the one sync: the answer is needed now
     const int32_t first = *static_cast<volatile int32_t *>(flag_host_);
     return first == INT32_MAX ? -1 : first;

@@ -141,8 +141,9 @@ void throw_device_error() {
 
 namespace {
 
-// The streams' scratch: slots of kStreamScratchDoubles doubles carved from
-// one cudaMalloc made with the first stream, so that a stream first used
+// The streams' scratch: slots of kStreamScratchDoubles doubles (zeros to
+// begin with: a kernel may keep a counter there that it leaves at 0) carved
+// from one cudaMalloc made with the first stream, so that a stream first used
 // inside a step (a bucket's, the communication stream) allocates nothing.
 // A slot returns to the pool with its stream; beyond kScratchSlots live
 // streams each further one has a cudaMalloc of its own.
@@ -158,6 +159,8 @@ struct ScratchPool {
       void *p = nullptr;
       check_cuda(cudaMalloc(&p, size_t(kScratchSlots) * kStreamScratchDoubles * sizeof(double)),
                  "cuda", "cudaMalloc of the streams' scratch");
+      check_cuda(cudaMemset(p, 0, size_t(kScratchSlots) * kStreamScratchDoubles * sizeof(double)),
+                 "cuda", "cudaMemset of the streams' scratch");
       base = static_cast<double *>(p);
       for (int i = kScratchSlots - 1; i >= 0; --i)
         free_slots.push_back(i);
@@ -170,6 +173,8 @@ struct ScratchPool {
     void *p = nullptr;
     check_cuda(cudaMalloc(&p, kStreamScratchDoubles * sizeof(double)), "cuda",
                "cudaMalloc of a stream's scratch");
+    check_cuda(cudaMemset(p, 0, kStreamScratchDoubles * sizeof(double)), "cuda",
+               "cudaMemset of a stream's scratch");
     return static_cast<double *>(p);
   }
   void give_back(double *p) {

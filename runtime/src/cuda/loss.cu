@@ -1,21 +1,33 @@
 // Losses on the cuda backend: softmax cross-entropy, NLL and their
 // gradients, with the cpu kernels' semantics (kernels.h). Scores are
-// [N, C, D] (D the product of the trailing axes); sample r = n * D + j.
+// [N, C, D] (D the product of the trailing axes); sample (row) r = n * D + j
+// has its C classes at (n * C + k) * D + j. Every kernel finds a row's first
+// element once (one 64-bit division per row, none per element) and walks
+// its classes with stride D.
 //
-// softmax_cross_entropy writes log_prob with one block per sample (the
-// log-softmax over C), then the loss is the NLL of log_prob: per sample for
-// reduction none, otherwise one block sums the samples' losses and weights
-// in f64 in a fixed order. A gradient with a mean reduction first sums the
-// weights (one block) into the stream's scratch, which the per-element
-// kernel then reads. Labels outside [0, C) that are not the ignored value
-// are reported through the device error word (thrown by the next
-// synchronize) and count as ignored. bf16/fp16 scores are read and reduced
-// in f32 a row at a time, and their loss (which may be f32) is the f32
-// log-probability at the label, not the rounded 16-bit log_prob: the row
-// kernel leaves each row's f32 log-sum-exp in the workspace, where it fits
-// (rows <= loss_blocks(rows) * C); otherwise (many rows of few classes) the
-// loss kernel recomputes the row's log-sum-exp. f32 scores use no
-// workspace.
+// softmax_cross_entropy: one block per row reads the row once for its max
+// and exp-sum together (the sum rescaled when the max grows) and once more
+// to write log_prob; with reduction none the same block writes the row's
+// loss. A sum or mean is then the total of the rows' losses and weights in
+// f64 (row_totals): kTotalBlocks blocks each sum a fixed range of rows, and
+// the last block to finish adds the blocks' sums in block order, so the
+// result does not depend on which block ends first. The blocks' sums pass
+// through the stream's scratch, whose counter word every kernel using it
+// leaves at 0. A gradient with a mean reduction first totals the weights
+// the same way into the scratch; the gradient kernels then compute each
+// row's coefficient (dloss times the weight over the divisor, in f64) once
+// per row, and each element is an f32 expression of its log_prob: one
+// block per row where the classes are contiguous (D = 1), one thread per
+// row otherwise (adjacent threads' rows are adjacent in memory).
+//
+// Labels outside [0, C) that are not the ignored value are reported
+// through the device error word (thrown by the next synchronize) and count
+// as ignored. bf16/fp16 scores are read and reduced in f32 a row at a
+// time, and their loss (which may be f32) is the f32 log-probability at the
+// label, not the rounded 16-bit log_prob: the row kernel leaves each row's
+// f32 log-sum-exp in the workspace, where it fits (rows <= loss_blocks(rows)
+// * C); otherwise (many rows of few classes) the total recomputes the row's
+// log-sum-exp. f32 scores use no workspace.
 #include "cuda/common.cuh"
 
 namespace dsrt {
@@ -23,8 +35,6 @@ namespace dsrt {
 using namespace detail;
 
 namespace {
-
-constexpr int kLossThreads = 256;
 
 // Labels, weights and the ignored value as the kernels see them.
 template <typename I> struct Labels {
@@ -73,28 +83,127 @@ template <typename F> void dispatch_labels(const Tensor &labels, F &&f) {
     f(TypeTag<int32_t>{});
 }
 
-// log_prob = log_softmax(scores) over the class axis, one block per sample.
-// With lse_out, row r's log-sum-exp (f32) goes to lse_out[r].
-template <typename T>
-__global__ void log_softmax_rows_kernel(const T *x, T *lp, float *lse_out, int64_t rows,
-                                        int64_t c, int64_t d) {
-  __shared__ float shared[32];
+// The stream's scratch as the loss kernels use it: the blocks' partial
+// sums (2 doubles each) of row_totals, a mean's divisor, and the counter
+// of the blocks that have finished (an unsigned in the last double; 0
+// between kernels).
+constexpr int kTotalBlocks = 15;
+constexpr int kDivisorSlot = 2 * kTotalBlocks;
+constexpr int kCounterSlot = kStreamScratchDoubles - 1;
+static_assert(kDivisorSlot < kCounterSlot, "the stream scratch holds the loss totals");
+
+// Sums two f64 values of each of `rows` rows over a grid of kTotalBlocks
+// blocks: block b takes rows [b * rows / G, (b + 1) * rows / G), its threads
+// every blockDim.x-th of them; the last block to finish adds the blocks'
+// sums in block order and calls done(a, b) on its thread 0. row(r, a, b)
+// sets row r's values.
+template <typename Row, typename Done>
+__device__ inline void row_totals(int64_t rows, double *scratch, const Row &row,
+                                  const Done &done) {
+  __shared__ double shared[32];
+  __shared__ bool last;
+  const int64_t begin = blockIdx.x * rows / gridDim.x;
+  const int64_t end = (blockIdx.x + 1) * rows / gridDim.x;
+  double a = 0.0, b = 0.0;
+  for (int64_t r = begin + threadIdx.x; r < end; r += blockDim.x) {
+    double ra = 0.0, rb = 0.0;
+    row(r, ra, rb);
+    a += ra;
+    b += rb;
+  }
+  a = block_sum(a, shared);
+  b = block_sum(b, shared);
+  unsigned *counter = reinterpret_cast<unsigned *>(scratch + kCounterSlot);
+  if (threadIdx.x == 0) {
+    scratch[2 * blockIdx.x] = a;
+    scratch[2 * blockIdx.x + 1] = b;
+    __threadfence();  // the sums are seen before the count
+    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {
+    __threadfence();
+    const volatile double *sums = scratch;
+    double total_a = 0.0, total_b = 0.0;
+    for (unsigned k = 0; k < gridDim.x; ++k) {
+      total_a += sums[2 * k];
+      total_b += sums[2 * k + 1];
+    }
+    *counter = 0;
+    done(total_a, total_b);
+  }
+}
+
+// A row's max and sum of exp(x - max), merged across threads.
+struct MaxSum {
+  float m = -INFINITY, s = 0.0f;
+  __device__ void add(float v) {
+    if (v > m) {
+      s = s * expf(m - v) + 1.0f;
+      m = v;
+    } else {
+      s += expf(v - m);
+    }
+  }
+  __device__ void merge(float om, float os) {
+    const float nm = fmaxf(m, om);
+    s = nm == -INFINITY ? s + os : s * expf(m - nm) + os * expf(om - nm);
+    m = nm;
+  }
+};
+// The block's MaxSum; every thread gets it. `shared` holds 64.
+__device__ inline MaxSum block_max_sum(MaxSum v, float *shared) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, v.m, o);
+    const float os = __shfl_xor_sync(0xffffffffu, v.s, o);
+    v.merge(om, os);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) {
+    shared[warp] = v.m;
+    shared[32 + warp] = v.s;
+  }
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = MaxSum{};
+  if (lane < warps)
+    v = MaxSum{shared[lane], shared[32 + lane]};
+  for (int o = 16; o > 0; o >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, v.m, o);
+    const float os = __shfl_xor_sync(0xffffffffu, v.s, o);
+    v.merge(om, os);
+  }
+  return v;
+}
+
+// log_prob = log_softmax(scores) over the class axis, one block per row.
+// With lse_out, row r's log-sum-exp (f32) goes to lse_out[r]; with loss
+// (reduction none), row r's loss to loss[r].
+template <typename T, typename I>
+__global__ void log_softmax_rows_kernel(const T *x, T *lp, float *lse_out, Labels<I> lb,
+                                        void *loss, DType loss_dtype, int64_t rows, int64_t d) {
+  __shared__ float shared[64];
+  const int64_t c = lb.c;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = (r / d) * c * d + r % d;
-    float m = -INFINITY;
+    MaxSum ms;
     for (int64_t k = threadIdx.x; k < c; k += blockDim.x)
-      m = fmaxf(m, ld(x[base + k * d]));
-    m = block_max(m, shared);
-    float sum = 0.0f;
-    for (int64_t k = threadIdx.x; k < c; k += blockDim.x)
-      sum += expf(ld(x[base + k * d]) - m);
-    sum = block_sum(sum, shared);
-    const float lse = m + logf(sum);
-    if (lse_out && threadIdx.x == 0)
-      lse_out[r] = lse;
+      ms.add(ld(x[base + k * d]));
+    ms = block_max_sum(ms, shared);
+    const float lse = ms.m + logf(ms.s);
+    if (threadIdx.x == 0) {
+      if (lse_out)
+        lse_out[r] = lse;
+      if (loss) {
+        const double w = lb.weight(r);
+        const double sample =
+            w == 0.0 ? 0.0 : -w * static_cast<double>(ld(x[base + lb.label(r) * d]) - lse);
+        store_any(loss, loss_dtype, r, static_cast<float>(sample));
+      }
+    }
     for (int64_t k = threadIdx.x; k < c; k += blockDim.x)
       lp[base + k * d] = st<T>(ld(x[base + k * d]) - lse);
-    __syncthreads();
   }
 }
 
@@ -141,26 +250,23 @@ __global__ void nll_per_sample_kernel(const T *lp, Labels<I> lb, F32Rows<T> f32,
   }
 }
 
-// One block: the sum (or weighted mean) of every sample's loss, in f64.
+// The sum (or weighted mean) of every sample's loss, in f64 (row_totals).
 template <typename T, typename I>
 __global__ void nll_total_kernel(const T *lp, Labels<I> lb, F32Rows<T> f32, void *loss,
-                                 DType loss_dtype, int64_t rows, int64_t d, bool mean) {
-  __shared__ double shared[32];
-  double total = 0.0, weight_total = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    double w;
-    total += sample_loss(lp, lb, r, d, f32, w);
-    weight_total += w;
-  }
-  total = block_sum(total, shared);
-  weight_total = block_sum(weight_total, shared);
-  // A mean over no counted sample is 0 / 0 = NaN, as in ONNX and PyTorch.
-  if (threadIdx.x == 0)
-    store_any(loss, loss_dtype, 0, static_cast<float>(mean ? total / weight_total : total));
+                                 DType loss_dtype, int64_t rows, int64_t d, bool mean,
+                                 double *scratch) {
+  row_totals(
+      rows, scratch,
+      [&](int64_t r, double &sample, double &w) { sample = sample_loss(lp, lb, r, d, f32, w); },
+      // A mean over no counted sample is 0 / 0 = NaN, as in ONNX and PyTorch.
+      [&](double total, double weight_total) {
+        store_any(loss, loss_dtype, 0,
+                  static_cast<float>(mean ? total / weight_total : total));
+      });
 }
 
 template <typename T, typename I>
-void nll_forward(cudaStream_t stream, const Tensor &log_prob, const Labels<I> &lb,
+void nll_forward(Stream &s, cudaStream_t stream, const Tensor &log_prob, const Labels<I> &lb,
                  const F32Rows<T> &f32, const Tensor &loss, const LossShape &ls,
                  Reduction reduction) {
   const int64_t rows = ls.n * ls.d;
@@ -169,10 +275,15 @@ void nll_forward(cudaStream_t stream, const Tensor &log_prob, const Labels<I> &l
       nll_per_sample_kernel<T, I><<<blocks_for(rows), kThreads, 0, stream>>>(
           log_prob.as<T>(), lb, f32, loss.data, loss.dtype, rows, ls.d);
   } else {
-    nll_total_kernel<T, I><<<1, 1024, 0, stream>>>(log_prob.as<T>(), lb, f32, loss.data,
-                                                    loss.dtype, rows, ls.d,
-                                                    reduction == Reduction::Mean);
+    nll_total_kernel<T, I><<<kTotalBlocks, 1024, 0, stream>>>(
+        log_prob.as<T>(), lb, f32, loss.data, loss.dtype, rows, ls.d,
+        reduction == Reduction::Mean, stream_scratch(s));
   }
+}
+
+// Blocks for a loop of one block per row.
+inline unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535 * 32));
 }
 
 }  // namespace
@@ -199,15 +310,17 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
       if (rows <= loss_blocks(rows) * ls.c)
         f32.lse = scratch.take(rows);
     }
-    if (rows > 0 && ls.c > 0)
-      log_softmax_rows_kernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535 * 32)),
-                                   kLossThreads, 0, stream>>>(
-          scores.as<T>(), log_prob.as<T>(), const_cast<float *>(f32.lse), rows, ls.c, ls.d);
     dispatch_labels(labels, [&](auto itag) {
       using I = typename decltype(itag)::type;
-      nll_forward<T, I>(stream, log_prob,
-                        labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c),
-                        f32, loss, ls, reduction);
+      const Labels<I> lb =
+          labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c);
+      const bool rows_write_loss = reduction == Reduction::None && ls.c > 0;
+      if (rows > 0 && ls.c > 0)
+        log_softmax_rows_kernel<T, I><<<row_blocks(rows), kThreads, 0, stream>>>(
+            scores.as<T>(), log_prob.as<T>(), const_cast<float *>(f32.lse), lb,
+            rows_write_loss ? loss.data : nullptr, loss.dtype, rows, ls.d);
+      if (!rows_write_loss)
+        nll_forward<T, I>(s, stream, log_prob, lb, f32, loss, ls, reduction);
     });
   });
   check_launch(kernel);
@@ -224,7 +337,7 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
     using T = typename decltype(tag)::type;
     dispatch_labels(labels, [&](auto itag) {
       using I = typename decltype(itag)::type;
-      nll_forward<T, I>(stream, log_prob,
+      nll_forward<T, I>(s, stream, log_prob,
                         labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c),
                         F32Rows<T>{}, loss, ls, reduction);
     });
@@ -238,16 +351,13 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
 
 namespace {
 
-// One block: the summed weights of a mean reduction, into *divisor.
+// The summed weights of a mean reduction (row_totals), into the scratch's
+// divisor slot.
 template <typename I>
-__global__ void weight_total_kernel(Labels<I> lb, int64_t rows, double *divisor) {
-  __shared__ double shared[32];
-  double total = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
-    total += lb.weight(r);
-  total = block_sum(total, shared);
-  if (threadIdx.x == 0)
-    *divisor = total;
+__global__ void weight_total_kernel(Labels<I> lb, int64_t rows, double *scratch) {
+  row_totals(
+      rows, scratch, [&](int64_t r, double &w, double &) { w = lb.weight(r); },
+      [&](double total, double) { scratch[kDivisorSlot] = total; });
 }
 
 // The gradient coefficient of sample r: dloss (per sample, or the scalar)
@@ -262,47 +372,84 @@ __device__ inline float coefficient(const Labels<I> &lb, const void *dloss, DTyp
   return static_cast<float>(dl * lb.weight(r) / (divisor ? *divisor : 1.0));
 }
 
-// dscores = coef * (exp(log_prob) - onehot(label)), one thread per element.
-template <typename T, typename I>
-__global__ void softmax_cross_entropy_grad_kernel(const void *dloss, DType dloss_dtype,
-                                                  const T *lp, Labels<I> lb, T *dscores,
-                                                  int64_t total, int64_t d, bool per_sample,
-                                                  const double *divisor) {
-  DSRT_GRID_STRIDE(e, total) {
-    const int64_t j = e % d, k = (e / d) % lb.c, n = e / (d * lb.c), r = n * d + j;
-    const float hot = lb.label(r) == k ? 1.0f : 0.0f;
-    dscores[e] = st<T>(coefficient(lb, dloss, dloss_dtype, per_sample, divisor, r) *
-                       (expf(ld(lp[e])) - hot));
+// What the gradient kernels read: the loss gradient, the labels, log_prob
+// (softmax cross-entropy only) and the output.
+template <typename T, typename I> struct GradRows {
+  const void *dloss;
+  DType dloss_dtype;
+  bool per_sample;
+  const double *divisor;  // null unless a mean
+  Labels<I> lb;
+  const T *lp;
+  T *out;
+  int64_t rows, d;
+};
+
+// Element k of a row of coefficient `coef` and label `label`:
+// softmax cross-entropy's coef * (exp(log_prob) - onehot(label)), NLL's
+// -coef at the label and 0 elsewhere.
+template <bool kSoftmax, typename T>
+__device__ inline T grad_element(const T *lp, int64_t at, int64_t k, int64_t label, float coef) {
+  if constexpr (kSoftmax)
+    return st<T>(coef * (expf(ld(lp[at])) - (k == label ? 1.0f : 0.0f)));
+  else
+    return st<T>(k == label ? -coef : 0.0f);
+}
+
+// The gradient, rows as the file's header says: one block per row when D
+// is 1 (a grid of row_blocks), else one thread per row (blocks_for).
+template <bool kSoftmax, typename T, typename I>
+__device__ inline void loss_grad_rows(const GradRows<T, I> &g) {
+  const int64_t c = g.lb.c, d = g.d;
+  if (d == 1) {
+    for (int64_t r = blockIdx.x; r < g.rows; r += gridDim.x) {
+      const float coef =
+          coefficient(g.lb, g.dloss, g.dloss_dtype, g.per_sample, g.divisor, r);
+      const int64_t label = g.lb.label(r), base = r * c;
+      for (int64_t k = threadIdx.x; k < c; k += blockDim.x)
+        g.out[base + k] = grad_element<kSoftmax>(g.lp, base + k, k, label, coef);
+    }
+  } else {
+    DSRT_GRID_STRIDE(r, g.rows) {
+      const float coef =
+          coefficient(g.lb, g.dloss, g.dloss_dtype, g.per_sample, g.divisor, r);
+      const int64_t label = g.lb.label(r), base = (r / d) * c * d + r % d;
+      for (int64_t k = 0; k < c; ++k)
+        g.out[base + k * d] = grad_element<kSoftmax>(g.lp, base + k * d, k, label, coef);
+    }
   }
 }
 
-// dlog_prob = -coef at each counted label, 0 elsewhere.
 template <typename T, typename I>
-__global__ void nll_loss_grad_kernel(const void *dloss, DType dloss_dtype, Labels<I> lb, T *dlp,
-                                     int64_t total, int64_t d, bool per_sample,
-                                     const double *divisor) {
-  DSRT_GRID_STRIDE(e, total) {
-    const int64_t j = e % d, k = (e / d) % lb.c, n = e / (d * lb.c), r = n * d + j;
-    // A label outside [0, C) matches no k: the sample's first element
-    // reports it (weight does) so that the next synchronize throws.
-    if (k == 0)
-      lb.weight(r);
-    dlp[e] = st<T>(lb.label(r) == k
-                       ? -coefficient(lb, dloss, dloss_dtype, per_sample, divisor, r)
-                       : 0.0f);
-  }
+__global__ void softmax_cross_entropy_grad_kernel(GradRows<T, I> g) {
+  loss_grad_rows<true>(g);
 }
 
-// Runs launch(labels, divisor) after summing the weights for a mean.
-template <typename I, typename F>
-void with_divisor(Stream &s, cudaStream_t stream, const Labels<I> &lb, int64_t rows,
-                  Reduction reduction, F &&launch) {
+// A label outside [0, C) matches no class: coefficient (weight) reports it
+// so that the next synchronize throws.
+template <typename T, typename I> __global__ void nll_loss_grad_kernel(GradRows<T, I> g) {
+  loss_grad_rows<false>(g);
+}
+
+// Launches the gradient kernel of `out` [N, C, D...] (softmax
+// cross-entropy's or NLL's), after totalling the weights for a mean.
+template <bool kSoftmax, typename T, typename I>
+void launch_loss_grad(Stream &s, cudaStream_t stream, const Tensor &dloss, const Labels<I> &lb,
+                      const T *lp, const Tensor &out, const LossShape &ls, Reduction reduction) {
+  const int64_t rows = ls.n * ls.d;
   double *divisor = nullptr;
   if (reduction == Reduction::Mean) {
-    divisor = stream_scratch(s);
-    weight_total_kernel<I><<<1, 1024, 0, stream>>>(lb, rows, divisor);
+    double *scratch = stream_scratch(s);
+    weight_total_kernel<I><<<kTotalBlocks, 1024, 0, stream>>>(lb, rows, scratch);
+    divisor = scratch + kDivisorSlot;
   }
-  launch(divisor);
+  const GradRows<T, I> g{dloss.data, dloss.dtype, reduction == Reduction::None, divisor, lb,
+                         lp, out.as<T>(), rows, ls.d};
+  const unsigned grid = ls.d == 1 ? row_blocks(rows) : blocks_for(rows);
+  if constexpr (kSoftmax)
+    softmax_cross_entropy_grad_kernel<T, I><<<grid, kThreads, 0, stream>>>(g);
+  else
+    nll_loss_grad_kernel<T, I><<<grid, kThreads, 0, stream>>>(g);
 }
 
 }  // namespace
@@ -327,11 +474,8 @@ void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &lo
       using I = typename decltype(itag)::type;
       const Labels<I> lb =
           labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c);
-      with_divisor(s, stream, lb, ls.n * ls.d, reduction, [&](const double *divisor) {
-        softmax_cross_entropy_grad_kernel<T, I><<<blocks_for(total), kThreads, 0, stream>>>(
-            dloss.data, dloss.dtype, log_prob.as<T>(), lb, dscores.as<T>(), total, ls.d,
-            reduction == Reduction::None, divisor);
-      });
+      launch_loss_grad<true, T, I>(s, stream, dloss, lb, log_prob.as<T>(), dscores, ls,
+                                   reduction);
     });
   });
   check_launch(kernel);
@@ -353,12 +497,8 @@ void nll_loss_grad(Stream &s, const Tensor &dloss, const Tensor &labels, const T
       using I = typename decltype(itag)::type;
       const Labels<I> lb =
           labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c);
-      with_divisor(s, stream, lb, ls.n * ls.d, reduction, [&](const double *divisor) {
-        nll_loss_grad_kernel<T, I><<<blocks_for(total), kThreads, 0, stream>>>(
-            dloss.data, dloss.dtype, lb, dlog_prob.as<T>(), total, ls.d,
-            reduction == Reduction::None,
-            divisor);
-      });
+      launch_loss_grad<false, T, I>(s, stream, dloss, lb, static_cast<const T *>(nullptr),
+                                    dlog_prob, ls, reduction);
     });
   });
   check_launch(kernel);
