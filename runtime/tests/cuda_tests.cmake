@@ -16,7 +16,7 @@ if(DSRT_HAVE_CUDA)
   target_compile_options(dsrt_cuda_no_device PRIVATE -fexceptions)
   # With cuda/mma_test.cu (nvcc): on a GPU the tensor-core instruction
   # itself against the PTX ISA's fragment layouts.
-  add_executable(dsrt_cuda_kernel_test main.cpp kernel_cases.cpp compare.cpp cuda/mma_test.cu)
+  add_executable(dsrt_cuda_kernel_test $<TARGET_OBJECTS:dsrt_kernel_case_objects> cuda/mma_test.cu)
   target_link_libraries(dsrt_cuda_kernel_test PRIVATE dsrt_cuda GTest::gtest)
   target_include_directories(dsrt_cuda_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
   target_compile_options(dsrt_cuda_kernel_test PRIVATE
@@ -144,7 +144,7 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
                               COMPILE_OPTIONS
                               "-include;${_emu_prelude};-ffp-contract=off;-Wno-sign-compare;-Wno-unknown-pragmas"
                               OBJECT_DEPENDS "${_emu_prelude}")
-  add_executable(dsrt_cuda_emu_kernel_test main.cpp kernel_cases.cpp compare.cpp
+  add_executable(dsrt_cuda_emu_kernel_test $<TARGET_OBJECTS:dsrt_kernel_case_objects>
                                            "${_emu_out}/mma_test.cpp")
   target_link_libraries(dsrt_cuda_emu_kernel_test PRIVATE dsrt_cuda_emu GTest::gtest)
   target_include_directories(dsrt_cuda_emu_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")

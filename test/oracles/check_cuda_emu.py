@@ -32,9 +32,9 @@ def run(command, **kw):
     return check_fake_cuda.run(command, label="cuda emu", **kw)
 
 
-def build_flags(dsopt, target):
+def build_flags(dsopt, target, extra=()):
     flags = {}
-    for line in run([dsopt, "--print-build-flags", "--target", target]).stdout.splitlines():
+    for line in run([dsopt, "--print-build-flags", "--target", target, *extra]).stdout.splitlines():
         key, _, value = line.partition(": ")
         flags[key] = value
     return flags
@@ -94,15 +94,19 @@ def main() -> int:
          *args.dsopt_flag])
     source = cuda_prog / "src" / "train.cpp"
     run([sys.executable, emu / "rewrite_launches.py", cuda_prog / "src" / "train.cu", source])
-    flags = build_flags(args.dsopt, "cuda")
-    cxxflags = build_flags(args.dsopt, "cpu")["cxxflags"]
+    # The emulated program compiles at the -O level the dsopt flags name, as
+    # dsopt would build the program it wrote.
+    level = [f for f in args.dsopt_flag if f.startswith("--host-opt-level")]
+    flags = build_flags(args.dsopt, "cuda", level)
+    cxxflags = build_flags(args.dsopt, "cpu", level)["cxxflags"]
     cuda_include = Path(flags["nvcc"]).resolve().parent.parent / "include"
     exe = cuda_prog / "train_emu"
     run([args.cxx, *shlex.split(cxxflags), f"-I{cuda_include}", "-include", emu / "prelude.h",
          source, "-o", exe, *emu_libs(flags["libs"], args.emu_lib)])
 
     cpu_prog = work / "cpu"
-    run([args.dsopt, args.model, "--target", "cpu", "-o", cpu_prog, *args.dsopt_flag])
+    # Only its train runs: no forward program beside it.
+    run([args.dsopt, args.model, "--target", "cpu", "--no-forward", "-o", cpu_prog, *args.dsopt_flag])
 
     (work / "run_cuda").mkdir(exist_ok=True)
     (work / "run_cpu").mkdir(exist_ok=True)

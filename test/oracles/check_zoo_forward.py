@@ -2,7 +2,8 @@
 """Compiles every zoo model with dsopt, runs it, and compares with PyTorch.
 
 For each model of an exported zoo (export_zoo.py), and each of its exports
-(constant-folded and not), this compiles `dsopt MODEL -o OUT`, writes the
+(constant-folded and not), this compiles `dsopt MODEL --no-train -o OUT`
+(the forward program only), writes the
 example inputs as .npy files, runs `OUT/run`, and compares every output with
 PyTorch's eval-mode forward saved at export time (MODEL.outputs.npz):
 |dsopt - torch| <= atol + rtol * max(|torch|, scale) elementwise, where scale
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -26,7 +28,8 @@ import numpy as np
 
 def compile_and_run(args, model_path, inputs, workdir):
     out = os.path.join(workdir, "program")
-    compiled = subprocess.run([args.dsopt, model_path, "-o", out], capture_output=True,
+    # Only `run` is run: no training program beside it (--no-train).
+    compiled = subprocess.run([*shlex.split(args.dsopt), model_path, "--no-train", "-o", out], capture_output=True,
                               text=True, timeout=600)
     if compiled.returncode != 0:
         return None, f"dsopt failed: {compiled.stderr.strip()}"
@@ -96,7 +99,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zoo", required=True)
     parser.add_argument("--work", required=True, help="scratch directory")
-    parser.add_argument("--dsopt", default="dsopt")
+    parser.add_argument("--dsopt", default="dsopt", help="dsopt command (split like a shell would)")
     parser.add_argument("--rtol", type=float, default=1e-5)
     parser.add_argument("--atol", type=float, default=1e-7)
     parser.add_argument("--threads", type=int, default=1)

@@ -21,6 +21,7 @@ max) by construction. Prints one line per case and exits 1 on any failure.
 """
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import zlib
@@ -489,8 +490,9 @@ def check_group(args, group: List[Case], work: str, numeric: Dict[str, List]) ->
     onnx.save(build(group, params_as_inputs=True), fwd_model)
 
     gdir, fdir = os.path.join(work, "G"), os.path.join(work, "F")
-    run([args.dsopt, grad_model, "--loss", "loss", "--frozen", frozen_names(model), "--gradients", "--no-train", "--no-forward", "-o", gdir], "dsopt (gradients)")
-    run([args.dsopt, fwd_model, "-o", fdir], "dsopt (forward)")
+    dsopt = shlex.split(args.dsopt)
+    run([*dsopt, grad_model, "--loss", "loss", "--frozen", frozen_names(model), "--gradients", "--no-train", "--no-forward", "-o", gdir], "dsopt (gradients)")
+    run([*dsopt, fwd_model, "-o", fdir], "dsopt (forward)")
     empty = os.path.join(work, "no_inputs")
     gout = os.path.join(work, "grads")
     os.makedirs(empty, exist_ok=True)
@@ -534,7 +536,7 @@ def check_group(args, group: List[Case], work: str, numeric: Dict[str, List]) ->
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", required=True)
-    parser.add_argument("--dsopt", default="dsopt")
+    parser.add_argument("--dsopt", default="dsopt", help="dsopt command (split like a shell would)")
     parser.add_argument("--only", default="", help="comma-separated case names")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)

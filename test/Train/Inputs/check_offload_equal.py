@@ -36,6 +36,7 @@ import concurrent.futures
 import filecmp
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -144,7 +145,7 @@ def compile_command(args, model: str, precision: str, dp: int, stage: int, pp: i
     # Four micro-batches per global batch: dp 1 accumulates 4, dp 2 two each.
     nvme = out.parent / "nvme-files"
     nvme.mkdir(parents=True, exist_ok=True)
-    command = [args.dsopt, str(args.model.parent / f"{model}.onnx"),
+    command = [*shlex.split(args.dsopt), str(args.model.parent / f"{model}.onnx"),
                "--config", str(variant_config(args, offload, nvme)), "--dp", str(dp),
                "--zero", str(stage), "--grad-accum", str(4 // dp), "--precision", precision,
                "--no-forward", "-o", str(out)]
@@ -288,7 +289,7 @@ def main() -> int:
                         help="the same for the zoo's gpt2.onnx (--suite more)")
     parser.add_argument("--suite", choices=("optimizer", "more"), default="optimizer")
     parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--dsopt", default="dsopt")
+    parser.add_argument("--dsopt", default="dsopt", help="dsopt command (split like a shell would)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     # Every case with its tensor-parallel ranks (1 where it gives none).
