@@ -2788,8 +2788,12 @@ LogicalResult ProgramBuilder::emitFusedElement(
       kind = Access::Modulo;
     } else if (prefix && (count / inCount) % inner == 0) {
       kind = Access::RowConstant;
-      hoisted = load(i, emitc::DivOp::create(builder, opLoc, i64, row,
-                                             constant(count / inCount / inner)));
+      int64_t rowsPerElement = count / inCount / inner;
+      hoisted = load(i, rowsPerElement == 1
+                            ? row
+                            : Value(emitc::DivOp::create(
+                                  builder, opLoc, i64, row,
+                                  constant(rowsPerElement))));
     } else {
       kind = Access::General;
     }
@@ -2861,22 +2865,28 @@ LogicalResult ProgramBuilder::emitFusedElement(
       SmallVector<int64_t> inStrides(inShape.size(), 1);
       for (int64_t d = static_cast<int64_t>(inShape.size()) - 2; d >= 0; --d)
         inStrides[d] = inStrides[d + 1] * inShape[d + 1];
-      Value sum = zero;
+      // (no division or product by 1, no remainder on the first axis)
+      Value sum;
       for (size_t d = 0; d < inShape.size(); ++d) {
         if (inShape[d] == 1)
           continue;
         size_t outAxis = lead + d;
-        Value coordinate = emitc::RemOp::create(
-            builder, opLoc, i64,
-            emitc::DivOp::create(builder, opLoc, i64, index,
-                                 constant(outStrides[outAxis])),
-            constant(outShape[outAxis]));
-        sum = emitc::AddOp::create(
-            builder, opLoc, i64, sum,
-            emitc::MulOp::create(builder, opLoc, i64, coordinate,
-                                 constant(inStrides[d])));
+        Value coordinate = index;
+        if (outStrides[outAxis] != 1)
+          coordinate = emitc::DivOp::create(builder, opLoc, i64, coordinate,
+                                            constant(outStrides[outAxis]));
+        if (outAxis != 0)
+          coordinate = emitc::RemOp::create(builder, opLoc, i64, coordinate,
+                                            constant(outShape[outAxis]));
+        Value term = inStrides[d] == 1
+                         ? coordinate
+                         : Value(emitc::MulOp::create(builder, opLoc, i64,
+                                                      coordinate,
+                                                      constant(inStrides[d])));
+        sum = sum ? Value(emitc::AddOp::create(builder, opLoc, i64, sum, term))
+                  : term;
       }
-      inputIndex = sum;
+      inputIndex = sum ? sum : zero;
       break;
     }
     }
