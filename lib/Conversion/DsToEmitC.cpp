@@ -312,10 +312,14 @@ private:
   /// The loads, scalar ops and store of one element of `op`: what is the
   /// same for every element of row `row` is emitted where the builder is,
   /// then `enterElement` moves the builder to the element's code and
-  /// returns its (column, flat index).
+  /// returns its (column, flat index). Index arithmetic is in `indexType`.
+  /// With `lanes` > 1 the element is the first of `lanes` consecutive ones
+  /// of one row: the inputs of the result's shape are read and the result
+  /// written as vectors (dsrt::math::load_vector, store_vector) around an
+  /// unrolled loop over the lanes.
   LogicalResult
   emitFusedElement(ds::FusedOp op, ArrayRef<Value> inputPointers,
-                   Value outPointer, Value row,
+                   Value outPointer, Value row, Type indexType, int64_t lanes,
                    llvm::function_ref<std::pair<Value, Value>()> enterElement);
   bool cudaTarget() const { return target == "cuda"; }
   FailureOr<Value> emitScalar(Operation &op, ArrayRef<Value> operands);
@@ -2521,7 +2525,8 @@ FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedLoop(ds::FusedOp op,
   Value rowStart = emitc::MulOp::create(builder, opLoc, i64, row,
                                         constant(inner));
   if (failed(emitFusedElement(
-          op, inputPointers, outPointer, row, [&]() -> std::pair<Value, Value> {
+          op, inputPointers, outPointer, row, i64, /*lanes=*/1,
+          [&]() -> std::pair<Value, Value> {
             auto columns = emitc::ForOp::create(builder, opLoc, zero,
                                                 constant(inner), one);
             builder.setInsertionPointToStart(columns.getBody());
@@ -2539,6 +2544,45 @@ FailureOr<emitc::FuncOp> ProgramBuilder::buildFusedLoop(ds::FusedOp op,
 /// launch uses: a grid-stride loop covers larger results.
 constexpr int64_t kCudaThreads = 256;
 constexpr int64_t kCudaMaxBlocks = 1 << 16;
+/// Bytes a thread of a generated CUDA kernel reads or writes at once per
+/// tensor of the result's shape: one 128-bit access.
+constexpr int64_t kCudaVectorBytes = 16;
+
+/// The elements a thread of `op`'s CUDA kernel computes at once: as many of
+/// the widest element among the result and the inputs of its shape as fit
+/// one 128-bit access, when the result's rows are a multiple of that (a
+/// vector never spans two rows, whose broadcast inputs differ); 1
+/// otherwise.
+static int64_t fusedLanes(ds::FusedOp op) {
+  auto result = cast<RankedTensorType>(op.getResult().getType());
+  int64_t widest = 0;
+  auto widen = [&](RankedTensorType type) {
+    Type element = storageOf(type.getElementType()).type;
+    widest = std::max<int64_t>(
+        widest, std::max<unsigned>(element.getIntOrFloatBitWidth(), 8) / 8);
+  };
+  widen(result);
+  for (Value input : op.getInputs()) {
+    auto type = cast<RankedTensorType>(input.getType());
+    if (type.getShape() == result.getShape())
+      widen(type);
+  }
+  int64_t lanes = kCudaVectorBytes / widest;
+  int64_t inner = result.getShape().empty() ? 1 : result.getShape().back();
+  return lanes > 1 && inner % lanes == 0 ? lanes : 1;
+}
+
+/// The integer type of a generated CUDA kernel's index arithmetic: 32-bit
+/// unsigned where every flat index fits (its divisions and remainders by
+/// the shapes' constants become a multiply and a shift), else 64-bit.
+static Type fusedIndexType(ds::FusedOp op) {
+  MLIRContext *context = op.getContext();
+  int64_t count =
+      cast<RankedTensorType>(op.getResult().getType()).getNumElements();
+  if (count < (int64_t(1) << 31))
+    return IntegerType::get(context, 32, IntegerType::Unsigned);
+  return IntegerType::get(context, 64);
+}
 
 FailureOr<emitc::FuncOp>
 ProgramBuilder::buildFusedCudaKernel(ds::FusedOp op, StringRef name) {
@@ -2560,43 +2604,54 @@ ProgramBuilder::buildFusedCudaKernel(ds::FusedOp op, StringRef name) {
   ArrayRef<int64_t> outShape = result.getShape();
   int64_t count = result.getNumElements();
   int64_t inner = outShape.empty() ? 1 : outShape.back();
-  auto i64 = builder.getI64Type();
+  int64_t lanes = fusedLanes(op);
+  Type index = fusedIndexType(op);
   auto literal = [&](StringRef text) -> Value {
-    return emitc::LiteralOp::create(builder, opLoc, i64, text);
+    return emitc::LiteralOp::create(builder, opLoc, index, text);
   };
   auto constant = [&](int64_t value) {
     return literal(std::to_string(value));
   };
-  // A grid-stride loop over the flat index, in 64 bits.
+  // A grid-stride loop over the vectors of `lanes` elements (a grid of at
+  // most kCudaMaxBlocks blocks never overflows the 32-bit index).
   auto product = [&](StringRef a, StringRef b) -> Value {
     return emitc::MulOp::create(
-        builder, opLoc, i64,
-        emitc::CastOp::create(builder, opLoc, i64, literal(a)), literal(b));
+        builder, opLoc, index,
+        emitc::CastOp::create(builder, opLoc, index, literal(a)), literal(b));
   };
-  Value first = emitc::AddOp::create(builder, opLoc, i64,
+  Value first = emitc::AddOp::create(builder, opLoc, index,
                                      product("blockIdx.x", "blockDim.x"),
                                      literal("threadIdx.x"));
   Value stride = product("gridDim.x", "blockDim.x");
-  auto elements =
-      emitc::ForOp::create(builder, opLoc, first, constant(count), stride);
-  builder.setInsertionPointToStart(elements.getBody());
-  Value index = elements.getInductionVar();
-  Value row = emitc::DivOp::create(builder, opLoc, i64, index, constant(inner));
+  auto vectors = emitc::ForOp::create(builder, opLoc, first,
+                                      constant(count / lanes), stride);
+  builder.setInsertionPointToStart(vectors.getBody());
+  Value base = vectors.getInductionVar();
+  if (lanes > 1)
+    base = emitc::MulOp::create(builder, opLoc, index, base, constant(lanes));
+  Value row = emitc::DivOp::create(builder, opLoc, index, base, constant(inner));
   SmallVector<Value> inputPointers(entry->getArguments().drop_back());
   Value column;
   if (failed(emitFusedElement(
-          op, inputPointers, entry->getArguments().back(), row,
+          op, inputPointers, entry->getArguments().back(), row, index, lanes,
           [&]() -> std::pair<Value, Value> {
-            column = emitc::RemOp::create(builder, opLoc, i64, index,
-                                          constant(inner));
-            return {column, index};
+            column = emitc::SubOp::create(
+                builder, opLoc, index, base,
+                emitc::MulOp::create(builder, opLoc, index, row,
+                                     constant(inner)));
+            return {column, base};
           })))
     return failure();
   // Most inputs need neither: left out, the kernel reads better.
-  for (Value unused : {column, row})
-    if (unused.use_empty())
-      unused.getDefiningOp()->erase();
-  builder.setInsertionPointAfter(elements);
+  if (column.use_empty()) {
+    Operation *rowTimesInner = column.getDefiningOp()->getOperand(1)
+                                   .getDefiningOp();
+    column.getDefiningOp()->erase();
+    rowTimesInner->erase();
+  }
+  if (row.use_empty())
+    row.getDefiningOp()->erase();
+  builder.setInsertionPointAfter(vectors);
   emitc::ReturnOp::create(builder, opLoc, Value());
   return kernel;
 }
@@ -2624,8 +2679,9 @@ void ProgramBuilder::buildFusedLaunch(ds::FusedOp op, emitc::FuncOp kernel,
                  kernel.getFunctionType().getInputs()))
     operands.push_back(
         elementsOf(tensor, cast<emitc::PointerType>(type).getPointee()));
+  int64_t vectors = count / fusedLanes(op);
   int64_t blocks =
-      std::min((count + kCudaThreads - 1) / kCudaThreads, kCudaMaxBlocks);
+      std::min((vectors + kCudaThreads - 1) / kCudaThreads, kCudaMaxBlocks);
   std::string launchText = kernel.getSymName().str() + "<<<" +
                            std::to_string(blocks) + ", " +
                            std::to_string(kCudaThreads) + ", 0, {}>>>(";
@@ -2643,13 +2699,14 @@ void ProgramBuilder::buildFusedLaunch(ds::FusedOp op, emitc::FuncOp kernel,
 
 LogicalResult ProgramBuilder::emitFusedElement(
     ds::FusedOp op, ArrayRef<Value> inputPointers, Value outPointer, Value row,
+    Type indexType, int64_t lanes,
     llvm::function_ref<std::pair<Value, Value>()> enterElement) {
   Location opLoc = op.getLoc();
   auto result = cast<RankedTensorType>(op.getResult().getType());
   ArrayRef<int64_t> outShape = result.getShape();
   int64_t count = result.getNumElements();
   int64_t inner = outShape.empty() ? 1 : outShape.back();
-  auto i64 = builder.getI64Type();
+  Type i64 = indexType;
   auto constant = [&](int64_t value) -> Value {
     return emitc::LiteralOp::create(builder, opLoc, i64,
                                     std::to_string(value));
@@ -2662,15 +2719,22 @@ LogicalResult ProgramBuilder::emitFusedElement(
   for (int64_t d = static_cast<int64_t>(outShape.size()) - 2; d >= 0; --d)
     outStrides[d] = outStrides[d + 1] * outShape[d + 1];
 
-  auto load = [&](unsigned input, Value index) -> Value {
+  // Input `input`'s element at `index` of its pointer, or of `lanesOf`, the
+  // array its vector was read into.
+  auto load = [&](unsigned input, Value index,
+                  Value lanesOf = Value()) -> Value {
     auto type = cast<RankedTensorType>(op.getInputs()[input].getType());
     Storage storage = storageOf(type.getElementType());
-    Value element = emitc::LoadOp::create(
-        builder, opLoc, storage.type,
-        emitc::SubscriptOp::create(
-            builder, opLoc,
-            cast<TypedValue<emitc::PointerType>>(inputPointers[input]),
-            index));
+    Value at = lanesOf
+                   ? emitc::SubscriptOp::create(
+                         builder, opLoc,
+                         cast<TypedValue<emitc::ArrayType>>(lanesOf), index)
+                   : emitc::SubscriptOp::create(
+                         builder, opLoc,
+                         cast<TypedValue<emitc::PointerType>>(
+                             inputPointers[input]),
+                         index);
+    Value element = emitc::LoadOp::create(builder, opLoc, storage.type, at);
     if (!storage.load.empty())
       element = call(storage.load, builder.getF32Type(), {element},
                      {builder.getIndexAttr(0)});
@@ -2724,8 +2788,12 @@ LogicalResult ProgramBuilder::emitFusedElement(
       kind = Access::Modulo;
     } else if (prefix && (count / inCount) % inner == 0) {
       kind = Access::RowConstant;
-      hoisted = load(i, emitc::DivOp::create(builder, opLoc, i64, row,
-                                             constant(count / inCount / inner)));
+      int64_t rowsPerElement = count / inCount / inner;
+      hoisted = load(i, rowsPerElement == 1
+                            ? row
+                            : Value(emitc::DivOp::create(
+                                  builder, opLoc, i64, row,
+                                  constant(rowsPerElement))));
     } else {
       kind = Access::General;
     }
@@ -2736,6 +2804,35 @@ LogicalResult ProgramBuilder::emitFusedElement(
   }
 
   auto [column, index] = enterElement();
+  // Vectors: the inputs of the result's shape read at once, the result
+  // gathered in an array, then a loop over the lanes.
+  SmallVector<Value> vectorOf(op.getInputs().size());
+  Value resultLanes;
+  emitc::ForOp laneLoop;
+  Value vectorStart = index;
+  auto laneArray = [&](Value tensor) -> Value {
+    return emitc::VariableOp::create(
+        builder, opLoc, emitc::ArrayType::get({lanes}, storageType(tensor)),
+        emitc::OpaqueAttr::get(context, ""));
+  };
+  if (lanes > 1) {
+    for (auto [i, input] : llvm::enumerate(op.getInputs())) {
+      if (access[i] != Access::Same)
+        continue;
+      vectorOf[i] = laneArray(input);
+      emitc::CallOpaqueOp::create(
+          builder, opLoc, TypeRange{}, "dsrt::math::load_vector",
+          ValueRange{vectorOf[i], inputPointers[i], vectorStart});
+    }
+    resultLanes = laneArray(op.getResult());
+    emitc::VerbatimOp::create(builder, opLoc, "#pragma unroll");
+    laneLoop = emitc::ForOp::create(builder, opLoc, constant(0),
+                                    constant(lanes), constant(1));
+    builder.setInsertionPointToStart(laneLoop.getBody());
+    Value lane = laneLoop.getInductionVar();
+    column = emitc::AddOp::create(builder, opLoc, i64, column, lane);
+    index = emitc::AddOp::create(builder, opLoc, i64, vectorStart, lane);
+  }
   for (auto [i, input] : llvm::enumerate(op.getInputs())) {
     auto type = cast<RankedTensorType>(input.getType());
     ArrayRef<int64_t> inShape = type.getShape();
@@ -2745,11 +2842,19 @@ LogicalResult ProgramBuilder::emitFusedElement(
     case Access::RowConstant:
       continue;
     case Access::Same:
+      if (vectorOf[i]) {
+        scalars[body.getArgument(i)] =
+            load(i, laneLoop.getInductionVar(), vectorOf[i]);
+        continue;
+      }
       inputIndex = index;
       break;
     case Access::RowBase:
-      inputIndex =
-          emitc::AddOp::create(builder, opLoc, i64, rowValues[i], column);
+      // A bias of the row's length is read at the column.
+      inputIndex = type.getNumElements() == inner
+                       ? column
+                       : Value(emitc::AddOp::create(builder, opLoc, i64,
+                                                    rowValues[i], column));
       break;
     case Access::Modulo:
       inputIndex = emitc::RemOp::create(builder, opLoc, i64, column,
@@ -2760,22 +2865,28 @@ LogicalResult ProgramBuilder::emitFusedElement(
       SmallVector<int64_t> inStrides(inShape.size(), 1);
       for (int64_t d = static_cast<int64_t>(inShape.size()) - 2; d >= 0; --d)
         inStrides[d] = inStrides[d + 1] * inShape[d + 1];
-      Value sum = zero;
+      // (no division or product by 1, no remainder on the first axis)
+      Value sum;
       for (size_t d = 0; d < inShape.size(); ++d) {
         if (inShape[d] == 1)
           continue;
         size_t outAxis = lead + d;
-        Value coordinate = emitc::RemOp::create(
-            builder, opLoc, i64,
-            emitc::DivOp::create(builder, opLoc, i64, index,
-                                 constant(outStrides[outAxis])),
-            constant(outShape[outAxis]));
-        sum = emitc::AddOp::create(
-            builder, opLoc, i64, sum,
-            emitc::MulOp::create(builder, opLoc, i64, coordinate,
-                                 constant(inStrides[d])));
+        Value coordinate = index;
+        if (outStrides[outAxis] != 1)
+          coordinate = emitc::DivOp::create(builder, opLoc, i64, coordinate,
+                                            constant(outStrides[outAxis]));
+        if (outAxis != 0)
+          coordinate = emitc::RemOp::create(builder, opLoc, i64, coordinate,
+                                            constant(outShape[outAxis]));
+        Value term = inStrides[d] == 1
+                         ? coordinate
+                         : Value(emitc::MulOp::create(builder, opLoc, i64,
+                                                      coordinate,
+                                                      constant(inStrides[d])));
+        sum = sum ? Value(emitc::AddOp::create(builder, opLoc, i64, sum, term))
+                  : term;
       }
-      inputIndex = sum;
+      inputIndex = sum ? sum : zero;
       break;
     }
     }
@@ -2797,6 +2908,24 @@ LogicalResult ProgramBuilder::emitFusedElement(
   if (!storage.store.empty())
     yielded = call(storage.store, storage.type, {yielded},
                    {builder.getIndexAttr(0)});
+  if (laneLoop) {
+    // The lane's column and index, where no input reads them.
+    for (Value unused : {column, index})
+      if (unused.use_empty() &&
+          unused.getDefiningOp()->getParentOp() == laneLoop)
+        unused.getDefiningOp()->erase();
+    emitc::AssignOp::create(
+        builder, opLoc,
+        emitc::SubscriptOp::create(
+            builder, opLoc, cast<TypedValue<emitc::ArrayType>>(resultLanes),
+            laneLoop.getInductionVar()),
+        yielded);
+    builder.setInsertionPointAfter(laneLoop);
+    emitc::CallOpaqueOp::create(builder, opLoc, TypeRange{},
+                                "dsrt::math::store_vector",
+                                ValueRange{outPointer, vectorStart, resultLanes});
+    return success();
+  }
   Value target = emitc::SubscriptOp::create(
       builder, opLoc, cast<TypedValue<emitc::PointerType>>(outPointer), index);
   emitc::AssignOp::create(builder, opLoc, target, yielded);

@@ -36,6 +36,37 @@ bool isFusable(Operation *op) {
          !op->hasAttr(ds::DsDialect::kSpaceAttrName);
 }
 
+/// The one operand of `op` with the shape of its result, if the others are
+/// broadcast (smaller) or scalar constants: recomputing `op` then reads no
+/// more of the full shape than reading its result would.
+bool hasOneFullOperand(Operation *op) {
+  auto shape = cast<ShapedType>(op->getResult(0).getType()).getShape();
+  return llvm::count_if(op->getOperands(), [&](Value operand) {
+           return cast<ShapedType>(operand.getType()).getShape() == shape;
+         }) <= 1;
+}
+
+/// An elementwise value used by several elementwise ops of its shape is
+/// computed again in each of their loops instead of being written once and
+/// read by each (as XLA duplicates cheap producers into their consumers): in
+/// a training step the backward reads the forward's intermediates (GELU's
+/// bias add, its x / sqrt(2), its erf + 1), and keeping each of them
+/// would split the forward chain into a pass per saved value. Only where
+/// every user can take it into its loop, and only when it reads one tensor
+/// of the full shape (the rest broadcast or constant): each loop then reads
+/// that tensor where it would have read the value, no more bytes, and the
+/// value's own pass is gone once every user has fused.
+bool isRecomputable(Operation *producer) {
+  auto shape =
+      cast<ShapedType>(producer->getResult(0).getType()).getShape();
+  if (!hasOneFullOperand(producer))
+    return false;
+  return llvm::all_of(producer->getUsers(), [&](Operation *user) {
+    return isFusable(user) &&
+           cast<ShapedType>(user->getResult(0).getType()).getShape() == shape;
+  });
+}
+
 /// A splat constant with one element becomes a constant in the body.
 DenseElementsAttr scalarConstant(Value value) {
   auto constant = value.getDefiningOp<ds::ConstantOp>();
@@ -112,8 +143,10 @@ void fuseGroup(ArrayRef<Operation *> group, Operation *root) {
     for (Value operand : op->getOperands())
       if (scalarConstant(operand))
         constants.insert(operand.getDefiningOp());
+  // A recomputed member stays while users outside the group still read it.
   for (Operation *op : llvm::reverse(group))
-    op->erase();
+    if (op->use_empty())
+      op->erase();
   // Constants now inside the body are dead outside it.
   for (Operation *constant : constants)
     if (constant->use_empty())
@@ -151,10 +184,13 @@ struct FuseElementwisePass
                 cast<ShapedType>(producer->getResult(0).getType()).getShape() !=
                     shape)
               continue;
-            // Fusing a value used outside the group would recompute it.
-            if (!llvm::all_of(producer->getUsers(), [&](Operation *user) {
-                  return group.contains(user);
-                }))
+            // A value also used outside the group is recomputed inside it
+            // only where that saves its own pass (isRecomputable).
+            if (!llvm::all_of(producer->getUsers(),
+                              [&](Operation *user) {
+                                return group.contains(user);
+                              }) &&
+                !isRecomputable(producer))
               continue;
             group.insert(producer);
             changed = true;
@@ -166,8 +202,17 @@ struct FuseElementwisePass
       llvm::sort(ordered, [](Operation *a, Operation *b) {
         return a->isBeforeInBlock(b);
       });
+      // A member still read outside the group (recomputed here), and the
+      // members it reads, stay for their other users and can fuse again.
+      llvm::SmallPtrSet<Operation *, 8> kept;
+      for (Operation *op : llvm::reverse(ordered))
+        if (op != root && llvm::any_of(op->getUsers(), [&](Operation *user) {
+              return !group.contains(user) || kept.contains(user);
+            }))
+          kept.insert(op);
       for (Operation *op : ordered)
-        taken.insert(op);
+        if (!kept.contains(op))
+          taken.insert(op);
       fuseGroup(ordered, root);
     }
   }

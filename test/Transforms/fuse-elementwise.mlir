@@ -1,6 +1,7 @@
 // ds-fuse-elementwise: chains of full-shape elementwise ops become one
 // ds.fused loop; broadcast inputs and scalar constants are read inside it;
-// values used outside a group are never recomputed.
+// a value used outside a group is recomputed in it only when all its users
+// are elementwise ops of its shape and it reads one full-shape tensor.
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-elementwise))' -split-input-file | FileCheck %s
 
 // The exact GELU of a bias add (as PyTorch exports it): five ops, one loop.
@@ -40,6 +41,73 @@ func.func @shared_value_not_recomputed(%x: tensor<16xf32>) -> (tensor<16xf32>, t
   %e = ds.exp %s : tensor<16xf32>
   %t = ds.tanh %e : tensor<16xf32>
   return %s, %t : tensor<16xf32>, tensor<16xf32>
+}
+
+// -----
+
+// GELU in a training step: the backward reads the bias add %s, %d = s / sqrt 2
+// and %p = erf(d) + 1 (DsVJP's rules for mul, erf and div). Each of them
+// reads one full-shape tensor, so both loops recompute them from %x and %b:
+// one loop forward, one backward, no intermediate written.
+// CHECK-LABEL: func.func @bias_gelu_training
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xbf16>, %[[B:.*]]: tensor<8xbf16>, %[[G:.*]]: tensor<4x8xbf16>)
+// CHECK-NEXT: %[[Y:.*]] = ds.fused(%[[X]], %[[B]]) : (tensor<4x8xbf16>, tensor<8xbf16>) -> tensor<4x8xbf16> {
+// CHECK:        math.erf
+// CHECK:        ds.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[DX:.*]] = ds.fused(%[[X]], %[[B]], %[[G]]) : (tensor<4x8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>) -> tensor<4x8xbf16> {
+// CHECK:        math.erf
+// CHECK:        math.exp
+// CHECK:        ds.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[Y]], %[[DX]]
+func.func @bias_gelu_training(%x: tensor<4x8xbf16>, %b: tensor<8xbf16>, %g: tensor<4x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>) {
+  %sqrt2 = ds.constant dense<1.41421354> : tensor<bf16>
+  %one = ds.constant dense<1.0> : tensor<bf16>
+  %half = ds.constant dense<0.5> : tensor<bf16>
+  %c = ds.constant dense<1.12837911> : tensor<bf16>
+  %s = ds.add %x, %b : tensor<4x8xbf16>, tensor<8xbf16>
+  %d = ds.div %s, %sqrt2 : tensor<4x8xbf16>, tensor<bf16>
+  %e = ds.erf %d : tensor<4x8xbf16>
+  %p = ds.add %e, %one : tensor<4x8xbf16>, tensor<bf16>
+  %m = ds.mul %s, %p : tensor<4x8xbf16>, tensor<4x8xbf16>
+  %y = ds.mul %m, %half : tensor<4x8xbf16>, tensor<bf16>
+  // backward of y = m * 0.5, m = s * p, p = e + 1, e = erf(d), d = s / sqrt 2
+  %gm = ds.mul %g, %half : tensor<4x8xbf16>, tensor<bf16>
+  %gs1 = ds.mul %gm, %p : tensor<4x8xbf16>, tensor<4x8xbf16>
+  %gp = ds.mul %gm, %s : tensor<4x8xbf16>, tensor<4x8xbf16>
+  %dd = ds.mul %d, %d : tensor<4x8xbf16>, tensor<4x8xbf16>
+  %nd = ds.neg %dd : tensor<4x8xbf16>
+  %ex = ds.exp %nd : tensor<4x8xbf16>
+  %de = ds.mul %ex, %c : tensor<4x8xbf16>, tensor<bf16>
+  %gd = ds.mul %gp, %de : tensor<4x8xbf16>, tensor<4x8xbf16>
+  %gs2 = ds.div %gd, %sqrt2 : tensor<4x8xbf16>, tensor<bf16>
+  %gs = ds.add %gs1, %gs2 : tensor<4x8xbf16>, tensor<4x8xbf16>
+  return %y, %gs : tensor<4x8xbf16>, tensor<4x8xbf16>
+}
+
+// -----
+
+// A value that reads two full-shape tensors is not recomputed (each loop
+// would read both where it reads the one value), nor is one that a
+// non-elementwise op also reads.
+// CHECK-LABEL: func.func @recompute_refused
+// CHECK: %[[S:.*]] = ds.add %{{.*}}, %{{.*}} : tensor<16xf32>, tensor<16xf32>
+// CHECK-NEXT: %[[E:.*]] = ds.exp %{{.*}} : tensor<16xf32>
+// CHECK-NEXT: ds.fused(%[[S]])
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: math.tanh
+// CHECK: ds.fused(%[[S]], %[[E]])
+// CHECK: ds.reduce_sum %[[E]]
+func.func @recompute_refused(%x: tensor<16xf32>, %y: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<f32>) {
+  %s = ds.add %x, %y : tensor<16xf32>, tensor<16xf32>
+  %e = ds.exp %x : tensor<16xf32>
+  %t = ds.tanh %s : tensor<16xf32>
+  %u = ds.neg %t : tensor<16xf32>
+  %v = ds.mul %s, %e : tensor<16xf32>, tensor<16xf32>
+  %w = ds.neg %v : tensor<16xf32>
+  %r = ds.reduce_sum %e {axes = array<i64: 0>, keepdims = false} : tensor<16xf32>
+  return %u, %w, %r : tensor<16xf32>, tensor<16xf32>, tensor<f32>
 }
 
 // -----

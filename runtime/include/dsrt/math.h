@@ -232,6 +232,45 @@ template <typename I> DSRT_HOST_DEVICE I float_to_int(float v) {
   return static_cast<I>(v);
 }
 
+// N consecutive elements as one aligned access (64 or 128 bits): the
+// vectors of a generated CUDA kernel's loop (dsopt --target cuda), whose
+// thread reads each input of the result's shape and writes the result N
+// elements at a time.
+template <typename T, int N> struct alignas(sizeof(T) * N) Vector {
+  T lane[N];
+};
+
+// dst = src[index .. index + N): one vector load where src + index is
+// aligned to the vector (every arena buffer is; a view may not be), else
+// element by element.
+template <typename T, int N, typename I>
+DSRT_HOST_DEVICE inline void load_vector(T (&dst)[N], const T *src, I index) {
+  src += index;
+  if (reinterpret_cast<uintptr_t>(src) % sizeof(Vector<T, N>) == 0) {
+    Vector<T, N> v = *reinterpret_cast<const Vector<T, N> *>(src);
+    for (int k = 0; k < N; ++k)
+      dst[k] = v.lane[k];
+  } else {
+    for (int k = 0; k < N; ++k)
+      dst[k] = src[k];
+  }
+}
+
+// dst[index .. index + N) = src, as load_vector reads.
+template <typename T, int N, typename I>
+DSRT_HOST_DEVICE inline void store_vector(T *dst, I index, const T (&src)[N]) {
+  dst += index;
+  if (reinterpret_cast<uintptr_t>(dst) % sizeof(Vector<T, N>) == 0) {
+    Vector<T, N> v;
+    for (int k = 0; k < N; ++k)
+      v.lane[k] = src[k];
+    *reinterpret_cast<Vector<T, N> *>(dst) = v;
+  } else {
+    for (int k = 0; k < N; ++k)
+      dst[k] = src[k];
+  }
+}
+
 }  // namespace math
 }  // namespace dsrt
 
