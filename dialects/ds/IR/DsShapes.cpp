@@ -925,10 +925,17 @@ bool isSameOrWidened(Type inferred, Type actual) {
          have.getElementType().isF32();
 }
 
-/// The result types after an optional `-> types` (what the op infers when
-/// there is none); each must be the inferred type or, for a 16-bit one, f32.
-ParseResult parseWidenedResults(OpAsmParser &parser, OperationState &result,
-                                ArrayRef<Type> inferred) {
+/// The result types of an OpTy whose operands and attributes are parsed:
+/// after an optional `-> types`, each the type OpTy infers or, for a 16-bit
+/// one, f32; without the arrow, the inferred ones.
+template <typename OpTy>
+ParseResult parseWidenedResults(OpAsmParser &parser, OperationState &result) {
+  SmallVector<Type> inferred;
+  if (failed(OpTy::inferReturnTypes(
+          parser.getContext(), result.location, result.operands,
+          result.attributes.getDictionary(parser.getContext()),
+          result.getRawProperties(), result.regions, inferred)))
+    return failure();
   if (failed(parser.parseOptionalArrow())) {
     result.addTypes(inferred);
     return success();
@@ -964,15 +971,7 @@ ParseResult ReduceSumOp::parse(OpAsmParser &parser, OperationState &result) {
       parser.parseType(type) ||
       parser.resolveOperand(input, type, result.operands))
     return failure();
-  SmallVector<Type> inferred;
-  if (failed(inferReturnTypes(parser.getContext(), result.location,
-                              result.operands,
-                              result.attributes.getDictionary(
-                                  parser.getContext()),
-                              result.getRawProperties(), result.regions,
-                              inferred)))
-    return failure();
-  return parseWidenedResults(parser, result, inferred);
+  return parseWidenedResults<ReduceSumOp>(parser, result);
 }
 
 void ReduceSumOp::print(OpAsmPrinter &p) {
@@ -1005,15 +1004,7 @@ ParseResult LayerNormGradOp::parse(OpAsmParser &parser,
       parser.parseTypeList(types) ||
       parser.resolveOperands(operands, types, loc, result.operands))
     return failure();
-  SmallVector<Type> inferred;
-  if (failed(inferReturnTypes(parser.getContext(), result.location,
-                              result.operands,
-                              result.attributes.getDictionary(
-                                  parser.getContext()),
-                              result.getRawProperties(), result.regions,
-                              inferred)))
-    return failure();
-  return parseWidenedResults(parser, result, inferred);
+  return parseWidenedResults<LayerNormGradOp>(parser, result);
 }
 
 void LayerNormGradOp::print(OpAsmPrinter &p) {
