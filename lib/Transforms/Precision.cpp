@@ -161,15 +161,29 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
       accumulations.insert(def);
   }
 
-  // Attention's saved log-sum-exp stays f32 between the op that makes it
-  // and the gradient that reads it (docs/training.md).
+  // Attention's saved log-sum-exp and layer norm's mean and inverse
+  // standard deviation stay f32 between the op that makes them and the
+  // gradient that reads them (docs/training.md).
   auto isF32Statistic = [](Value v) {
-    return isa_and_nonnull<ds::AttentionOp>(v.getDefiningOp()) &&
-           cast<OpResult>(v).getResultNumber() == 1;
+    Operation *def = v.getDefiningOp();
+    if (!def)
+      return false;
+    unsigned r = cast<OpResult>(v).getResultNumber();
+    return (isa<ds::AttentionOp>(def) && r == 1) ||
+           (isa<ds::LayerNormOp>(def) && r >= 1);
+  };
+  // The statistics a gradient reads: f32 whatever made them.
+  auto isF32StatisticOperand = [&](OpOperand &operand) {
+    Operation *op = operand.getOwner();
+    unsigned i = operand.getOperandNumber();
+    return isF32Statistic(operand.get()) ||
+           (isa<ds::AttentionGradOp>(op) && i == 4) ||
+           (isa<ds::LayerNormGradOp>(op) && (i == 2 || i == 3));
   };
 
   // Uses that read an f32 value as it is: f32 ops, a loss's f32 operands,
-  // the return (it casts), fp32 accumulation.
+  // a sum (it reads its operand as it is), the return (it casts), fp32
+  // accumulation.
   auto isF32Use = [&](OpOperand &use) {
     Operation *user = use.getOwner();
     if (isa<func::ReturnOp>(user) ||
@@ -177,7 +191,25 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
       return true;
     std::optional<ds::ComputePrecision> p = ds::getComputePrecision(user);
     return p == ds::ComputePrecision::ComputeF32 ||
+           p == ds::ComputePrecision::Sum32 ||
            (p == ds::ComputePrecision::Loss16 && !isLoss16Value(user, use.get()));
+  };
+
+  // The element type a use reads a value in: the return, its result's
+  // type (an accumulator's, f32 for the loss and other outputs); an
+  // accumulation, accum; else f32 for f32 uses and the 16-bit type for the
+  // others.
+  auto readType = [&](OpOperand &use) -> Type {
+    Operation *user = use.getOwner();
+    if (isa<func::ReturnOp>(user)) {
+      if (std::optional<unsigned> arg =
+              updatedArgument(micro, use.getOperandNumber()))
+        return getElementTypeOrSelf(body.getArgument(*arg).getType());
+      return f32;
+    }
+    if (accumulations.contains(user))
+      return accum;
+    return isF32Use(use) ? Type(f32) : Type(low);
   };
 
   // f32 values read in 16 bits, by the value: one cast each.
@@ -191,13 +223,33 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
 
   // An f32 result that a 16-bit op reads is cast to 16 bits (an
   // activation); one only f32 uses read stays f32 (statistics, the loss).
+  auto keepF32Result = [&](OpResult result) {
+    if (hasElement(result.getType(), f32) &&
+        !llvm::all_of(result.getUses(), isF32Use)) {
+      Value cast = toLow(result);
+      result.replaceAllUsesExcept(cast, cast.getDefiningOp());
+    }
+  };
   auto keepF32Results = [&](Operation *op) {
     for (OpResult result : op->getResults())
-      if (hasElement(result.getType(), f32) &&
-          !llvm::all_of(result.getUses(), isF32Use)) {
-        Value cast = toLow(result);
-        result.replaceAllUsesExcept(cast, cast.getDefiningOp());
-      }
+      keepF32Result(result);
+  };
+
+  // A sum over many rows (Ds_Sum32; layer norm's scale and bias gradients)
+  // is written in the type its readers read: 16 bits where every reader
+  // reads 16 bits (and `canBeLow`: the op can write them), else f32, cast
+  // for any 16-bit reader. So no f32 copy of a 16-bit result is made, and
+  // an f32 accumulator gets the f32 sum unrounded.
+  auto placeSum = [&](OpResult result, bool canBeLow) {
+    if (!hasElement(result.getType(), f32))
+      return;
+    bool allLow = canBeLow && !result.use_empty();
+    for (OpOperand &use : result.getUses())
+      allLow = allLow && readType(use) == low;
+    if (allLow)
+      result.setType(withElement(result.getType(), low));
+    else
+      keepF32Result(result);
   };
 
   SmallVector<Operation *> ops;
@@ -217,7 +269,8 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
     if (!precision)
       return op->emitOpError()
              << "declares no compute precision (Ds_Compute16, "
-                "Ds_Accumulate32, Ds_ComputeF32, Ds_Loss16 or Ds_KeepTypes); "
+                "Ds_Accumulate32, Ds_Sum32, Ds_ComputeF32, Ds_Loss16 or "
+                "Ds_KeepTypes); "
                 "ds-precision cannot place it";
     switch (*precision) {
     case ds::ComputePrecision::KeepTypes:
@@ -226,11 +279,22 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
     case ds::ComputePrecision::Accumulate32:
       for (OpOperand &operand : op->getOpOperands())
         if (hasElement(operand.get().getType(), f32) &&
-            !isF32Statistic(operand.get()))
+            !isF32StatisticOperand(operand))
           operand.set(toLow(operand.get()));
-      for (OpResult result : op->getResults())
-        if (hasElement(result.getType(), f32) && !isF32Statistic(result))
+      for (OpResult result : op->getResults()) {
+        if (isa<ds::LayerNormGradOp>(op) && result.getResultNumber() >= 1)
+          placeSum(result, /*canBeLow=*/true); // the scale and bias sums
+        else if (hasElement(result.getType(), f32) && !isF32Statistic(result))
           result.setType(withElement(result.getType(), low));
+      }
+      break;
+    case ds::ComputePrecision::Sum32:
+      // The operand as it is (no f32 copy of a 16-bit one); the sum in the
+      // type its readers read, 16 bits only from a 16-bit operand.
+      for (OpResult result : op->getResults())
+        placeSum(result, llvm::any_of(op->getOperands(), [&](Value v) {
+                   return hasElement(v.getType(), low);
+                 }));
       break;
     case ds::ComputePrecision::ComputeF32:
       for (OpOperand &operand : op->getOpOperands())

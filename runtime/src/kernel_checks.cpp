@@ -529,6 +529,12 @@ int64_t check_reduce(const char *kernel, const Tensor &x, const Tensor &y, const
   return count;
 }
 
+void check_reduce_dtypes(const char *kernel, ReduceOp op, const Tensor &x, const Tensor &y) {
+  if (op == ReduceOp::Sum && is_16bit(x.dtype) && y.dtype == DType::F32)
+    return;
+  check_same_dtype(kernel, "x", x, "y", y);
+}
+
 const char *reduce_name(ReduceOp op) {
   switch (op) {
   case ReduceOp::Sum: return "reduce(sum)";
@@ -774,12 +780,16 @@ NormRows check_layer_norm_grad(const char *kernel, const Tensor &dy, const Tenso
   check_shape(kernel, "dx", dx, x.shape);
   NormRows nr = check_norm_stats(kernel, x, mean, inv_std_dev, axis);
   nr.expand_scale = check_param(kernel, "scale", scale, x, nr.normalized);
+  // dscale and dbias: the scale's type, or f32 (sums over every row that
+  // an f32 accumulator reads unrounded).
   check_data(kernel, "dscale", dscale);
-  check_same_dtype(kernel, "scale", scale, "dscale", dscale);
+  if (dscale.dtype != DType::F32)
+    check_same_dtype(kernel, "scale", scale, "dscale", dscale);
   check_shape(kernel, "dscale", dscale, scale.shape);
   if (dbias) {
     check_data(kernel, "dbias", *dbias);
-    check_same_dtype(kernel, "x", x, "dbias", *dbias);
+    if (dbias->dtype != DType::F32)
+      check_same_dtype(kernel, "x", x, "dbias", *dbias);
     check_param_grad(kernel, "dbias", *dbias, nr.normalized);
   }
   return nr;

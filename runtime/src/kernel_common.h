@@ -147,6 +147,9 @@ int64_t check_reduce(const char *kernel, const Tensor &x, const Tensor &y, const
 // Kernel names in messages: "unary(sqrt)", "binary(add)", "compare(eq)",
 // "reduce(sum)".
 const char *reduce_name(ReduceOp op);
+// y's type is x's; or, for a sum of f16/bf16 x, f32 (mixed precision's sums
+// over many 16-bit rows, accumulated wider and written unrounded).
+void check_reduce_dtypes(const char *kernel, ReduceOp op, const Tensor &x, const Tensor &y);
 const char *unary_name(UnaryOp op);
 const char *binary_name(BinaryOp op);
 const char *compare_name(ComparePredicate pred);

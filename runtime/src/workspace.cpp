@@ -27,7 +27,8 @@ void layer_norm_grad_blocks(int64_t rows, int64_t n, int64_t &blocks, int64_t &b
   blocks = 0;
   block_rows = 0;
   if (rows > 0 && n > 0) {
-    blocks = std::min<int64_t>({rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
+    blocks = std::min<int64_t>({rows, std::max<int64_t>(64, rows / 32), 1024,
+                                std::max<int64_t>(1, (int64_t(1) << 22) / n)});
     block_rows = (rows + blocks - 1) / blocks;
     blocks = (rows + block_rows - 1) / block_rows;
   }

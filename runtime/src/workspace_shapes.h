@@ -30,8 +30,10 @@ int64_t unit_stride_rows(const Shape &x, int axis, int64_t &n);
 inline int64_t param_floats(const Shape &param, int64_t n) { return param.numel() < n ? n : 0; }
 
 // Blocks of rows whose dscale/dbias partial sums layer_norm_grad keeps, and
-// their size: at most 64 blocks, fewer when their partial sums would pass
-// 2^22 values per parameter. Depends on the shape only.
+// their size: up to 64 blocks, more (at least 32 rows each, at most 1024
+// blocks) for many rows, so that the cuda kernel's blocks fill a GPU (a
+// GPT-2 step's 65536 rows: 1024 blocks of 64); fewer when their partial
+// sums would pass 2^22 values per parameter. Depends on the shape only.
 void layer_norm_grad_blocks(int64_t rows, int64_t n, int64_t &blocks, int64_t &block_rows);
 
 // Per-sample losses are summed in blocks fixed by the number of rows alone

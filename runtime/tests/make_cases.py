@@ -662,6 +662,19 @@ def gen_reduce(w):
             x = Rng(name).float([300, 700])
             w.case("reduce", name, op=op, axes=axes).inp("x", x).out(
                 "y", reduce_ref(op, x, axes, True, "f32"), scale=20.0).save()
+    # Mixed precision's bias gradients: a sum of 16-bit rows written in f32
+    # (no f32 copy of x, no rounding of the sum to 16 bits); only a sum
+    # may widen.
+    for dtype in ("f16", "bf16"):
+        for axes, shape in (([0, 1], [4, 16, 24]), ([0], [300, 70])):
+            name = "sum_%s_%s_to_f32" % ("-".join(map(str, axes)), dtype)
+            x = Rng(name).float(shape, dtype)
+            y = torch.sum(f64(x), axes, keepdim=False).float()
+            w.case("reduce", name, op="sum", axes=axes).inp("x", x).out(
+                "y", y, scale=float(x.numel() // y.numel())).save()
+    x = Rng("mean_wide").float([4, 6], "bf16")
+    w.case("reduce", "mean_bf16_to_f32", op="mean", axes=[1]).inp("x", x).fails(
+        "x is bf16 but y is f32", y=("f32", [4, 1])).save()
     x = Rng("nanmax").float([4, 6])
     x[1, 2] = NAN
     w.case("reduce", "max_nan_f32", op="max", axes=[1]).inp("x", x).out(
@@ -1370,10 +1383,18 @@ def gen_layer_norm_grad(w):
         ("offset_1000", [6, 40], 1, [40], [40], None),
     ]
     eps = 1e-5
+    # (dtype, the type of dscale and dbias): mixed precision writes the sums
+    # over all rows of 16-bit rows in f32 for an f32 accumulator.
     for name, shape, axis, sshape, bshape, span in cases:
-        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes", "many_rows") else [])
-        for dtype in dtypes:
-            cname = "%s_%s" % (name, dtype)
+        dtypes = [("f32", "f32")]
+        if name in ("last", "two_axes", "many_rows"):
+            dtypes += [("f16", "f16"), ("bf16", "bf16")]
+        if name in ("last", "scale_col"):
+            dtypes += [("f16", "f32"), ("bf16", "f32")]
+        if name == "many_rows":  # 91 blocks of 33 rows: past the old 64
+            dtypes += [("bf16", "f32")]
+        for dtype, sums in dtypes:
+            cname = "%s_%s" % (name, dtype) + ("" if sums == dtype else "_%s_sums" % sums)
             rng = Rng("lngrad" + cname)
             # offset_1000: a large mean against the spread, where the saved
             # f32 mean alone would shift every normalized value.
@@ -1394,9 +1415,9 @@ def gen_layer_norm_grad(w):
                 "dy", dy).inp("x", x).inp("scale", g).inp("mean", mean.float()).inp(
                 "inv_std_dev", inv.float())
             c.out("dx", like(dx, dtype), scale=4.0)
-            c.out("dscale", like(dg, dtype), scale=max(1.0, rows / 8.0))
+            c.out("dscale", like(dg, sums), scale=max(1.0, rows / 8.0))
             if b is not None:
-                c.out("dbias", like(db, dtype), scale=max(1.0, rows / 8.0))
+                c.out("dbias", like(db, sums), scale=max(1.0, rows / 8.0))
             c.save()
 
 

@@ -31,24 +31,22 @@
 // BF16: %[[MM:.*]] = ds.matmul %[[X]], %arg2 {{.*}}: tensor<4x6xbf16>, tensor<6x6xbf16>
 // BF16: %[[ADD:.*]] = ds.add %[[MM]], %[[FROZEN]] {{.*}}: tensor<4x6xbf16>, tensor<6xbf16>
 // BF16: %[[GELU:.*]] = ds.gelu %[[ADD]] {{.*}}: tensor<4x6xbf16>
-// Layer norm computes in f32: casts around it, its statistics stay f32.
-// BF16: %[[LNX:.*]] = ds.cast %[[GELU]] : tensor<4x6xbf16> to tensor<4x6xf32>
-// BF16: %[[LNW:.*]] = ds.cast %arg4 : tensor<6xbf16> to tensor<6xf32>
-// BF16: %[[LNB:.*]] = ds.cast %arg5 : tensor<6xbf16> to tensor<6xf32>
-// BF16: %result, %mean, %inv_std_dev = ds.layer_norm %[[LNX]], %[[LNW]], %[[LNB]] {{.*}}: tensor<4x6xf32>, tensor<6xf32>, tensor<6xf32>
-// The loss reads the 16-bit scores (Ds_Loss16): the layer norm's result is
-// rounded once; the loss is f32, the saved log-probabilities bf16.
-// BF16: %[[SCORES:.*]] = ds.cast %result : tensor<4x6xf32> to tensor<4x6xbf16>
-// BF16: %loss, %log_prob = ds.softmax_cross_entropy %[[SCORES]], %arg1 {{.*}}: tensor<4x6xbf16>, tensor<4xi64>
+// Layer norm reads and writes bf16 (f32 statistics inside its kernel): no
+// cast around it; its saved statistics stay f32.
+// BF16-NOT: ds.cast
+// BF16: %result, %mean, %inv_std_dev = ds.layer_norm %[[GELU]], %arg4, %arg5 {{.*}}: tensor<4x6xbf16>, tensor<6xbf16>, tensor<6xbf16>
+// The loss reads the 16-bit scores (Ds_Loss16) the layer norm wrote; the
+// loss is f32, the saved log-probabilities bf16.
+// BF16-NEXT: %loss, %log_prob = ds.softmax_cross_entropy %result, %arg1 {{.*}}: tensor<4x6xbf16>, tensor<4xi64>
 // Its gradient reads the bf16 log-probabilities and the f32 loss gradient
 // and writes a bf16 scores gradient.
 // BF16: %[[DSC:.*]] = ds.softmax_cross_entropy_grad %{{.*}}, %log_prob, %arg1 {{.*}}: tensor<f32>, tensor<4x6xbf16>, tensor<4xi64>
-// The backward casts the bf16 activation again where it reads it, so no
-// f32 copy lives from forward to backward.
-// BF16: %[[LNX2:.*]] = ds.cast %[[GELU]] : tensor<4x6xbf16> to tensor<4x6xf32>
-// BF16: %[[DSC32:.*]] = ds.cast %[[DSC]] : tensor<4x6xbf16> to tensor<4x6xf32>
-// BF16: %input_grad, %scale_grad, %bias_grad = ds.layer_norm_grad %[[LNX2]], {{.*}}, %mean, %inv_std_dev, %[[DSC32]]
-// BF16: %[[DX:.*]] = ds.cast %input_grad : tensor<4x6xf32> to tensor<4x6xbf16>
+// The backward reads the bf16 activation, the f32 statistics and the bf16
+// gradient as they are; the scale and bias sums go into the bf16
+// accumulators as bf16.
+// BF16-NOT: ds.cast
+// BF16: %input_grad, %scale_grad, %bias_grad = ds.layer_norm_grad %[[GELU]], %arg4, %mean, %inv_std_dev, %[[DSC]] {{.*}}: tensor<4x6xbf16>, tensor<6xbf16>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x6xbf16>{{$}}
+// BF16-NOT: ds.cast
 // BF16: ds.add %arg{{[78]}}, %{{.*}} : tensor<6xbf16>, tensor<6xbf16>
 // BF16: %[[DW:.*]] = ds.matmul %[[X]], %{{.*}} {{{.*}}transpose_lhs} : tensor<4x6xbf16>, tensor<4x6xbf16>
 // BF16: %[[ACC:.*]] = ds.add %arg6, %[[DW]] : tensor<6x6xbf16>, tensor<6x6xbf16>
@@ -85,8 +83,9 @@
 // FP32ACC-LABEL: func.func @micro_step
 // FP32ACC-SAME: %arg2: tensor<6x6xf16>
 // FP32ACC-SAME: %arg6: tensor<6x6xf32> {ds.state = #ds.state<accumulator, param = "fc.weight">}
-// The layer norm's weight gradient goes into its f32 accumulator as it is.
-// FP32ACC: %input_grad, %scale_grad, %bias_grad = ds.layer_norm_grad
+// The layer norm's weight gradient goes into its f32 accumulator as it is:
+// the kernel writes the sums over the rows in f32 from fp16 rows.
+// FP32ACC: %input_grad, %scale_grad, %bias_grad = ds.layer_norm_grad {{.*}} : tensor<4x6xf16>, tensor<6xf16>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x6xf16> -> tensor<4x6xf16>, tensor<6xf32>, tensor<6xf32>
 // FP32ACC-NOT: ds.cast %scale_grad
 // FP32ACC: %[[DW:.*]] = ds.matmul {{.*}} : tensor<4x6xf16>, tensor<4x6xf16>
 // FP32ACC: %[[WIDE:.*]] = ds.cast %[[DW]] : tensor<6x6xf16> to tensor<6x6xf32>

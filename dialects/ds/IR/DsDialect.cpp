@@ -74,6 +74,8 @@ StringRef dsopt::ds::getComputePrecisionName(ComputePrecision precision) {
   switch (precision) {
   case ComputePrecision::Compute16: return "16-bit";
   case ComputePrecision::Accumulate32: return "16-bit, f32 accumulation";
+  case ComputePrecision::Sum32:
+    return "16-bit operand, f32 sum in its readers' type";
   case ComputePrecision::ComputeF32: return "f32";
   case ComputePrecision::Loss16: return "16-bit scores, f32 rows and loss";
   case ComputePrecision::KeepTypes: return "types kept";
@@ -87,6 +89,8 @@ dsopt::ds::getComputePrecision(OperationName name) {
     return ComputePrecision::Compute16;
   if (name.hasTrait<PrecisionTrait::Accumulate32>())
     return ComputePrecision::Accumulate32;
+  if (name.hasTrait<PrecisionTrait::Sum32>())
+    return ComputePrecision::Sum32;
   if (name.hasTrait<PrecisionTrait::ComputeF32>())
     return ComputePrecision::ComputeF32;
   if (name.hasTrait<PrecisionTrait::Loss16>())

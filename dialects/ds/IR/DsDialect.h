@@ -168,11 +168,12 @@ std::optional<int64_t> getDeviceGridAxis(mlir::Operation *grid,
 
 namespace dsopt::ds {
 /// Where an op computes in mixed-precision training (the traits
-/// Ds_Compute16, Ds_Accumulate32, Ds_ComputeF32, Ds_Loss16, Ds_KeepTypes of
-/// DsInterfaces.td).
+/// Ds_Compute16, Ds_Accumulate32, Ds_Sum32, Ds_ComputeF32, Ds_Loss16,
+/// Ds_KeepTypes of DsInterfaces.td).
 enum class ComputePrecision {
   Compute16,
   Accumulate32,
+  Sum32,
   ComputeF32,
   Loss16,
   KeepTypes
@@ -193,6 +194,8 @@ class Compute16 : public mlir::OpTrait::TraitBase<ConcreteType, Compute16> {};
 template <typename ConcreteType>
 class Accumulate32
     : public mlir::OpTrait::TraitBase<ConcreteType, Accumulate32> {};
+template <typename ConcreteType>
+class Sum32 : public mlir::OpTrait::TraitBase<ConcreteType, Sum32> {};
 template <typename ConcreteType>
 class ComputeF32 : public mlir::OpTrait::TraitBase<ConcreteType, ComputeF32> {
 };

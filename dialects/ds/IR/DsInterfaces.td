@@ -291,9 +291,21 @@ def Ds_Compute16 : Ds_PrecisionTrait<"Compute16">;
 // cast after it anyway, and the f32 copies of attention's [B, H, T, T]
 // scores before and after it cost more memory traffic than any other op of
 // a transformer's step (docs/benchmarks.md, "Where a GPU step's time goes").
+// Layer norm and its gradient too: 16-bit rows in and out, the row
+// statistics in f32 (the saved mean and inverse standard deviation stay
+// f32, as attention's log-sum-exp does), and the gradient's scale and bias
+// sums over all rows written in the type their readers need (Ds_Sum32's
+// rule), not rounded to 16 bits before an f32 accumulator.
 def Ds_Accumulate32 : Ds_PrecisionTrait<"Accumulate32">;
-// f32 throughout: log-softmax, normalisations, losses, reductions and the
-// optimizer. 16-bit operands are cast to f32 before the op; a result that
+// A sum over many rows (reduce_sum: the bias gradients): the operand is
+// read as it is (16-bit or f32, never an f32 copy of a 16-bit one), the
+// kernel accumulates in f32 or wider, and the result is written in the type
+// its readers need: f32 where they all read f32 (an f32 accumulator, an f32
+// op), the 16-bit type where they all read that (a 16-bit accumulator, a
+// 16-bit op) and the operand is 16-bit, else f32 with a cast after it.
+def Ds_Sum32 : Ds_PrecisionTrait<"Sum32">;
+// f32 throughout: log-softmax, batch normalisation, losses, the other
+// reductions and the optimizer. 16-bit operands are cast to f32 before the op; a result that
 // a 16-bit op reads is cast to the 16-bit type after it.
 def Ds_ComputeF32 : Ds_PrecisionTrait<"ComputeF32">;
 // A loss over class scores: the float operands of the op's highest rank (the

@@ -847,15 +847,17 @@ void LayerNormGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.workspace();
 }
 // f16/bf16: x, dy and dx rows in f32 for each block of rows whose partial
-// dscale/dbias sums the kernel keeps (at most 64, fewer when they would
-// pass 2^22 values per parameter; runtime/src/cpu/norm.cpp); a broadcast
-// scale in f32; in every type the partial sums and their f64 totals.
+// dscale/dbias sums the kernel keeps (up to 64, more of at least 32 rows
+// for many rows, at most 1024, fewer when they would pass 2^22 values per
+// parameter: the runtime's layer_norm_grad_blocks); a broadcast scale in
+// f32; in every type the partial sums and their f64 totals.
 int64_t LayerNormGradOp::getWorkspaceBytes() {
   int64_t rows = 0, n = 0;
   if (!splitAt(getInput(), getAxis(), rows, n))
     return 0;
   int64_t blocks = std::min<int64_t>(
-      {rows, 64, std::max<int64_t>(1, (int64_t(1) << 22) / n)});
+      {rows, std::max<int64_t>(64, rows / 32), 1024,
+       std::max<int64_t>(1, (int64_t(1) << 22) / n)});
   int64_t blockRows = (rows + blocks - 1) / blocks;
   blocks = (rows + blockRows - 1) / blockRows;
   // f64 totals of dscale and dbias and a parameter accumulator (3 n

@@ -311,7 +311,7 @@ def Ds_AttentionOp : Ds_Op<"attention", [Ds_Accumulate32, InferTypeOpAdaptor, Ds
                        "type($key) `,` type($value)";
 }
 
-def Ds_LayerNormOp : Ds_Op<"layer_norm", [Ds_ComputeF32, InferTypeOpAdaptor, Ds_VJP],
+def Ds_LayerNormOp : Ds_Op<"layer_norm", [Ds_Accumulate32, InferTypeOpAdaptor, Ds_VJP],
                            ["getWorkspaceBytes"]> {
   let summary = "layer normalization over the axes from `axis` on";
   let description = [{
@@ -371,8 +371,8 @@ def Ds_BatchNormTrainOp : Ds_Op<"batch_norm_train", [Ds_ComputeF32, InferTypeOpA
 // Reductions
 //===----------------------------------------------------------------------===//
 
-class Ds_ReduceOp<string mnemonic, string what>
-    : Ds_Op<mnemonic, [Ds_ComputeF32, SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP],
+class Ds_ReduceOp<string mnemonic, string what, Trait precision = Ds_ComputeF32>
+    : Ds_Op<mnemonic, [precision, SameOperandsElementType, InferTypeOpAdaptor, Ds_VJP],
             ["getWorkspaceBytes"]> {
   let summary = what # " over `axes` (sorted, non-negative)";
   let arguments = (ins Ds_NumericTensor:$input, DenseI64ArrayAttr:$axes,
@@ -382,7 +382,16 @@ class Ds_ReduceOp<string mnemonic, string what>
   let hasFolder = 1;
 }
 
-def Ds_ReduceSumOp : Ds_ReduceOp<"reduce_sum", "sum">;
+// Under mixed precision a sum of a 16-bit operand may be f32 (Ds_Sum32):
+// the result type is then printed after `->`.
+def Ds_ReduceSumOp : Ds_ReduceOp<"reduce_sum", "sum", Ds_Sum32> {
+  let assemblyFormat = ?;
+  let hasCustomAssemblyFormat = 1;
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+}
 def Ds_ReduceMeanOp : Ds_ReduceOp<"reduce_mean", "mean">;
 def Ds_ReduceMaxOp : Ds_ReduceOp<"reduce_max", "maximum">;
 def Ds_ReduceProdOp : Ds_ReduceOp<"reduce_prod", "product">;
@@ -716,21 +725,28 @@ def Ds_AttentionGradOp : Ds_Op<"attention_grad", [Ds_Accumulate32, InferTypeOpAd
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
-def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [Ds_ComputeF32, InferTypeOpAdaptor],
+def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [Ds_Accumulate32, InferTypeOpAdaptor],
                                ["getWorkspaceBytes"]> {
   let summary = "gradients of layer normalization";
   let description = [{
     From the forward's input, scale and saved f32 statistics (`mean`,
     `inv_std_dev`, normalized axes kept as 1) and the gradient of the
     output: the gradients of the input, of the scale and of the bias (the
-    output gradient summed over everything but the scale's axes).
+    output gradient summed over everything but the scale's axes). Under
+    mixed precision the scale and bias gradients of a 16-bit scale may be
+    f32 (sums over all rows, written in the type their readers need); their
+    types are then printed after `->`.
   }];
   let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$scale,
                    Ds_F32Tensor:$mean, Ds_F32Tensor:$inv_std_dev,
                    Ds_FloatTensor:$result_grad, I64Attr:$axis);
   let results = (outs Ds_FloatTensor:$input_grad, Ds_FloatTensor:$scale_grad,
                  Ds_FloatTensor:$bias_grad);
-  let assemblyFormat = "operands attr-dict `:` type(operands)";
+  let hasCustomAssemblyFormat = 1;
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
 }
 
 def Ds_BatchNormGradOp : Ds_Op<"batch_norm_grad", [Ds_ComputeF32, InferTypeOpAdaptor]> {

@@ -905,3 +905,113 @@ LogicalResult SumOfSquaresOp::inferReturnTypes(MLIRContext *context,
   types.push_back(RankedTensorType::get({}, Float32Type::get(context)));
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Sums written wider than their 16-bit operands (mixed precision)
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Whether `actual` is `inferred` or, for a 16-bit float `inferred`, the
+/// same shape in f32: a sum over many 16-bit rows written in f32
+/// (docs/passes.md, Ds_Sum32).
+bool isSameOrWidened(Type inferred, Type actual) {
+  if (inferred == actual)
+    return true;
+  auto want = dyn_cast<RankedTensorType>(inferred);
+  auto have = dyn_cast<RankedTensorType>(actual);
+  return want && have && want.getShape() == have.getShape() &&
+         isa<FloatType>(want.getElementType()) &&
+         want.getElementType().getIntOrFloatBitWidth() == 16 &&
+         have.getElementType().isF32();
+}
+
+/// The result types of an OpTy whose operands and attributes are parsed:
+/// after an optional `-> types`, each the type OpTy infers or, for a 16-bit
+/// one, f32; without the arrow, the inferred ones.
+template <typename OpTy>
+ParseResult parseWidenedResults(OpAsmParser &parser, OperationState &result) {
+  SmallVector<Type> inferred;
+  if (failed(OpTy::inferReturnTypes(
+          parser.getContext(), result.location, result.operands,
+          result.attributes.getDictionary(parser.getContext()),
+          result.getRawProperties(), result.regions, inferred)))
+    return failure();
+  if (failed(parser.parseOptionalArrow())) {
+    result.addTypes(inferred);
+    return success();
+  }
+  SMLoc loc = parser.getCurrentLocation();
+  SmallVector<Type> types;
+  if (parser.parseTypeList(types))
+    return failure();
+  if (types.size() != inferred.size())
+    return parser.emitError(loc) << "expected " << inferred.size()
+                                 << " result types after '->'";
+  for (auto [want, have] : llvm::zip(inferred, types))
+    if (!isSameOrWidened(want, have))
+      return parser.emitError(loc)
+             << "result type " << have << " is neither " << want
+             << " nor its f32 widening";
+  result.addTypes(types);
+  return success();
+}
+} // namespace
+
+bool ReduceSumOp::isCompatibleReturnTypes(TypeRange inferred,
+                                          TypeRange actual) {
+  return inferred.size() == 1 && actual.size() == 1 &&
+         isSameOrWidened(inferred[0], actual[0]);
+}
+
+ParseResult ReduceSumOp::parse(OpAsmParser &parser, OperationState &result) {
+  OpAsmParser::UnresolvedOperand input;
+  RankedTensorType type;
+  if (parser.parseOperand(input) ||
+      parser.parseOptionalAttrDict(result.attributes) || parser.parseColon() ||
+      parser.parseType(type) ||
+      parser.resolveOperand(input, type, result.operands))
+    return failure();
+  return parseWidenedResults<ReduceSumOp>(parser, result);
+}
+
+void ReduceSumOp::print(OpAsmPrinter &p) {
+  p << ' ' << getInput();
+  SmallVector<StringRef> elided;
+  if (getKeepdims())
+    elided.push_back("keepdims");
+  p.printOptionalAttrDict((*this)->getAttrs(), elided);
+  p << " : " << getInput().getType();
+  if (getElementTypeOrSelf(getType()) !=
+      getElementTypeOrSelf(getInput().getType()))
+    p << " -> " << getType();
+}
+
+bool LayerNormGradOp::isCompatibleReturnTypes(TypeRange inferred,
+                                              TypeRange actual) {
+  if (inferred.size() != 3 || actual.size() != 3 || inferred[0] != actual[0])
+    return false;
+  return isSameOrWidened(inferred[1], actual[1]) &&
+         isSameOrWidened(inferred[2], actual[2]);
+}
+
+ParseResult LayerNormGradOp::parse(OpAsmParser &parser,
+                                   OperationState &result) {
+  SmallVector<OpAsmParser::UnresolvedOperand, 5> operands;
+  SmallVector<Type, 5> types;
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseOperandList(operands) ||
+      parser.parseOptionalAttrDict(result.attributes) || parser.parseColon() ||
+      parser.parseTypeList(types) ||
+      parser.resolveOperands(operands, types, loc, result.operands))
+    return failure();
+  return parseWidenedResults<LayerNormGradOp>(parser, result);
+}
+
+void LayerNormGradOp::print(OpAsmPrinter &p) {
+  p << ' ' << getOperands();
+  p.printOptionalAttrDict((*this)->getAttrs());
+  p << " : " << getOperandTypes();
+  if (getScaleGrad().getType() != getScale().getType() ||
+      getBiasGrad().getType() != getScale().getType())
+    p << " -> " << getResultTypes();
+}

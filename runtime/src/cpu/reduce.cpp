@@ -80,8 +80,9 @@ void reduce_pass(const Stream &s, const S *src, A *dst, int64_t outer, int64_t r
                });
 }
 
-template <typename T, typename A, typename Op>
-void reduce_typed(const Stream &s, const ReduceGroups &groups, const T *x, T *y,
+// Y is T, or f32 for a sum of 16-bit x (check_reduce_dtypes).
+template <typename T, typename A, typename Op, typename Y = T>
+void reduce_typed(const Stream &s, const ReduceGroups &groups, const T *x, Y *y,
                   int64_t out_count, int64_t count, bool mean, A *current, A *next) {
   // Passes from the last reduced group to the first; `dims` tracks the shape
   // of the intermediate result, which alternates between the workspace's two
@@ -117,12 +118,12 @@ void reduce_typed(const Stream &s, const ReduceGroups &groups, const T *x, T *y,
       int64_t value = static_cast<int64_t>(v);
       if (mean)
         value /= count;  // truncates toward zero
-      y[i] = static_cast<T>(value);
+      y[i] = static_cast<Y>(value);
     } else {
       double value = static_cast<double>(v);
       if (mean)
         value /= static_cast<double>(count);
-      y[i] = from_float<T>(static_cast<float>(value));
+      y[i] = from_float<Y>(static_cast<float>(value));
     }
   }
 }
@@ -135,7 +136,7 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
   const char *kernel = reduce_name(op);
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
-  check_same_dtype(kernel, "x", x, "y", y);
+  check_reduce_dtypes(kernel, op, x, y);
   bool reduced[kMaxRank] = {};
   const int64_t count = check_reduce(kernel, x, y, axes, num_axes, reduced);
   const int64_t out_count = y.numel();
@@ -160,6 +161,14 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
   dispatch_numeric(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *px = x.as<T>();
+    if constexpr (!std::is_integral_v<T> && !std::is_same_v<T, float>) {
+      if (y.dtype == DType::F32) {  // a sum of 16-bit x written in f32
+        auto [a, b] = buffers(static_cast<double *>(nullptr));
+        reduce_typed<T, double, SumOp<double>, float>(s, groups, px, y.as<float>(), out_count,
+                                                      count, false, a, b);
+        return;
+      }
+    }
     T *py = y.as<T>();
     if constexpr (std::is_integral_v<T>) {
       if (op == ReduceOp::Max) {

@@ -264,16 +264,55 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
   }
 }
 
-// A parameter's gradient: element p sums, over the normalized elements i
-// that read p (in order), the blocks' partial sums of i (in order) in f64.
+// The sum over the blocks of normalized element i's partial sums, in f64:
+// kParamLanes lanes (threadIdx.y) each add the blocks lane, lane + lanes,
+// ... in order, then lane 0 adds the lanes in order. A fixed order, so the
+// result does not depend on scheduling; the lanes read a row of partial
+// sums together (threadIdx.x runs along i).
+constexpr int kParamColumns = 32, kParamLanes = 8;
+
+__device__ double sum_blocks(const float *part, int64_t blocks, int64_t n, int64_t i,
+                             double (*shared)[kParamColumns]) {
+  double sum = 0.0;
+  if (i < n)
+    for (int64_t blk = threadIdx.y; blk < blocks; blk += kParamLanes)
+      sum += part[blk * n + i];
+  shared[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  double total = 0.0;
+  if (threadIdx.y == 0)
+    for (int lane = 0; lane < kParamLanes; ++lane)
+      total += shared[lane][threadIdx.x];
+  __syncthreads();
+  return total;
+}
+
+// A parameter's gradient with the normalized shape: element i is the sum
+// of the blocks' partial sums of i (sum_blocks), rounded once to T.
 template <typename T>
 __global__ void layer_norm_param_grad_kernel(const float *part, int64_t blocks, int64_t n,
-                                             BroadcastPlan plan, bool identity, T *out,
-                                             int64_t count) {
+                                             T *out) {
+  __shared__ double shared[kParamLanes][kParamColumns];
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * kParamColumns; i0 < n;
+       i0 += static_cast<int64_t>(gridDim.x) * kParamColumns) {
+    const int64_t i = i0 + threadIdx.x;
+    const double total = sum_blocks(part, blocks, n, i, shared);
+    if (threadIdx.y == 0 && i < n)
+      out[i] = st<T>(static_cast<float>(total));
+  }
+}
+
+// A broadcast parameter's gradient (fewer elements than the normalized
+// shape, rare): element p sums, over the normalized elements i that read p
+// (in order), the blocks' partial sums of i (in order) in f64.
+template <typename T>
+__global__ void layer_norm_param_grad_broadcast_kernel(const float *part, int64_t blocks,
+                                                       int64_t n, BroadcastPlan plan, T *out,
+                                                       int64_t count) {
   DSRT_GRID_STRIDE(p, count) {
     double acc = 0.0;
-    for (int64_t i = identity ? p : 0; i < (identity ? p + 1 : n); ++i) {
-      if (!identity && plan_offset(plan, 0, i) != p)
+    for (int64_t i = 0; i < n; ++i) {
+      if (plan_offset(plan, 0, i) != p)
         continue;
       double sum = 0.0;
       for (int64_t blk = 0; blk < blocks; ++blk)
@@ -284,15 +323,26 @@ __global__ void layer_norm_param_grad_kernel(const float *part, int64_t blocks, 
   }
 }
 
-template <typename T>
-void launch_param_grad(cudaStream_t stream, const float *part, int64_t blocks,
-                       const Shape &normalized, const Tensor &out) {
+// dscale or dbias in its own type: the scale's (x's for dbias) or f32.
+void launch_param_grad(const char *kernel, cudaStream_t stream, const float *part,
+                       int64_t blocks, const Shape &normalized, const Tensor &out) {
   BroadcastPlan plan;
   plan_broadcast(normalized, &out.shape, 1, plan);
-  const int64_t count = out.numel();
-  if (count > 0)
-    layer_norm_param_grad_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(
-        part, blocks, normalized.numel(), plan, count == normalized.numel(), out.as<T>(), count);
+  const int64_t count = out.numel(), n = normalized.numel();
+  if (count == 0)
+    return;
+  dispatch_float(kernel, out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (count == n) {
+      const unsigned grid = static_cast<unsigned>(
+          std::min<int64_t>((n + kParamColumns - 1) / kParamColumns, 65535));
+      layer_norm_param_grad_kernel<T><<<grid, dim3(kParamColumns, kParamLanes), 0, stream>>>(
+          part, blocks, n, out.as<T>());
+    } else {
+      layer_norm_param_grad_broadcast_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(
+          part, blocks, n, plan, out.as<T>(), count);
+    }
+  });
 }
 
 }  // namespace
@@ -322,12 +372,12 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
       layer_norm_grad_rows_kernel<T><<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(
           x.as<T>(), dy.as<T>(), param_of<T>(&scale, normalized), dx.as<T>(), mean.as<float>(),
           inv_std_dev.as<float>(), part_g, part_b, rows, n, block_rows);
-    // With no rows the parameter gradients are 0 (no blocks to sum).
-    const int64_t used = x.numel() > 0 ? blocks : 0;
-    launch_param_grad<T>(stream, part_g, used, normalized, dscale);
-    if (dbias)
-      launch_param_grad<T>(stream, part_b, used, normalized, *dbias);
   });
+  // With no rows the parameter gradients are 0 (no blocks to sum).
+  const int64_t used = x.numel() > 0 ? blocks : 0;
+  launch_param_grad(kernel, stream, part_g, used, normalized, dscale);
+  if (dbias)
+    launch_param_grad(kernel, stream, part_b, used, normalized, *dbias);
   check_launch(kernel);
 }
 

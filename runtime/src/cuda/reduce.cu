@@ -60,8 +60,9 @@ template <typename A, Combine C> __device__ inline A combine(A acc, A v) {
     return v > acc ? v : acc;
 }
 
-template <typename T, typename A, Combine C>
-__global__ void reduce_kernel(const T *x, T *y, ReduceAxes ax, int64_t outputs, int64_t count,
+// Y is T, or f32 for a sum of 16-bit x (check_reduce_dtypes).
+template <typename T, typename A, Combine C, typename Y = T>
+__global__ void reduce_kernel(const T *x, Y *y, ReduceAxes ax, int64_t outputs, int64_t count,
                               bool mean) {
   __shared__ A partial[kReduceThreads];
   for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
@@ -84,25 +85,25 @@ __global__ void reduce_kernel(const T *x, T *y, ReduceAxes ax, int64_t outputs, 
         int64_t value = static_cast<int64_t>(v);
         if (mean)
           value /= count;  // truncates toward zero
-        y[o] = static_cast<T>(value);
+        y[o] = static_cast<Y>(value);
       } else {
         double value = static_cast<double>(v);
         if (mean)
           value /= static_cast<double>(count);
-        y[o] = st<T>(static_cast<float>(value));
+        y[o] = st<Y>(static_cast<float>(value));
       }
     }
     __syncthreads();
   }
 }
 
-template <typename T, typename A, Combine C>
+template <typename T, typename A, Combine C, typename Y = T>
 void launch_reduce(cudaStream_t stream, const Tensor &x, const Tensor &y, const ReduceAxes &ax,
                    int64_t count, bool mean) {
   const int64_t outputs = y.numel();
-  reduce_kernel<T, A, C>
+  reduce_kernel<T, A, C, Y>
       <<<static_cast<unsigned>(std::min<int64_t>(outputs, 65535 * 32)), kReduceThreads, 0,
-         stream>>>(x.as<T>(), y.as<T>(), ax, outputs, count, mean);
+         stream>>>(x.as<T>(), y.as<Y>(), ax, outputs, count, mean);
 }
 
 }  // namespace
@@ -116,7 +117,7 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
   const char *kernel = reduce_name(op);
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);
-  check_same_dtype(kernel, "x", x, "y", y);
+  check_reduce_dtypes(kernel, op, x, y);
   bool reduced[kMaxRank] = {};
   const int64_t count = check_reduce(kernel, x, y, axes, num_axes, reduced);
   if (y.numel() == 0)
@@ -145,6 +146,8 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
         launch_reduce<T, uint64_t, Combine::Prod>(stream, x, y, ax, count, false);
       else
         launch_reduce<T, uint64_t, Combine::Sum>(stream, x, y, ax, count, mean);
+    } else if (y.dtype != x.dtype) {  // a sum of 16-bit x written in f32
+      launch_reduce<T, double, Combine::Sum, float>(stream, x, y, ax, count, false);
     } else {
       if (op == ReduceOp::Max)
         launch_reduce<T, float, Combine::Max>(stream, x, y, ax, count, false);
