@@ -117,7 +117,7 @@ __global__ void reduce_kernel(const T *x, Y *y, ReduceAxes ax, int64_t outputs, 
 // k + kReduceThreads, ..., and a tree halves the slices. Thread y
 // (kColumnSlices of them) holds slices y and y + kColumnSlices, whose sum is
 // the tree's first level; the rest of the tree runs in shared memory.
-constexpr int kColumnLanes = 8, kColumnSlices = kReduceThreads / 2;
+constexpr int kColumnLanes = 8, kColumnSlices = kReduceThreads / 2, kColumnUnroll = 4;
 
 template <typename T> constexpr int column_vector() { return sizeof(T) == 2 ? 2 : 1; }
 
@@ -125,9 +125,23 @@ template <typename T, int V> struct alignas(sizeof(T) * V) Columns {
   T v[V];
 };
 
+// V consecutive elements of a row from `row` on (`left` of them in the
+// row): one access when `vector` (x's columns a multiple of V, aligned),
+// else one at a time, zeros past the row's end (never stored).
+template <typename T, int V>
+__device__ inline Columns<T, V> load_columns(const T *row, int64_t left, bool vector) {
+  if (vector)
+    return *reinterpret_cast<const Columns<T, V> *>(row);
+  Columns<T, V> pack = {};
+  for (int j = 0; j < V && j < left; ++j)
+    pack.v[j] = row[j];
+  return pack;
+}
+
 template <typename T, typename A, Combine C, typename Y = T>
-__global__ void reduce_columns_kernel(const T *x, Y *y, int64_t rows, int64_t columns,
-                                      bool vector, bool mean) {
+__global__ void __launch_bounds__(kColumnLanes * kColumnSlices)
+    reduce_columns_kernel(const T *x, Y *y, int64_t rows, int64_t columns, bool vector,
+                          bool mean) {
   constexpr int V = column_vector<T>(), kTile = kColumnLanes * V;
   __shared__ A partial[kColumnSlices][kTile];
   const int lane = threadIdx.x, slice = threadIdx.y;
@@ -139,21 +153,22 @@ __global__ void reduce_columns_kernel(const T *x, Y *y, int64_t rows, int64_t co
       for (int j = 0; j < V; ++j)
         acc[h][j] = combine_init<A, C>();
     if (c0 < columns) {
-      for (int64_t r0 = slice; r0 < rows; r0 += kReduceThreads) {
-        for (int h = 0; h < 2; ++h) {
-          const int64_t r = r0 + h * kColumnSlices;
-          if (r >= rows)
-            break;
-          const T *row = x + r * columns + c0;
-          if (vector) {  // c0 + V <= columns: columns is a multiple of V
-            const Columns<T, V> pack = *reinterpret_cast<const Columns<T, V> *>(row);
-            for (int j = 0; j < V; ++j)
-              acc[h][j] = combine<A, C>(acc[h][j], static_cast<A>(Dev<T>::load(pack.v[j])));
-          } else {
-            for (int j = 0; j < V && c0 + j < columns; ++j)
-              acc[h][j] = combine<A, C>(acc[h][j], static_cast<A>(Dev<T>::load(row[j])));
+      // kColumnUnroll rows of each slice at a time: their loads first, so
+      // that several are in flight, then the combines in row order.
+      for (int64_t r0 = slice; r0 < rows; r0 += kColumnUnroll * kReduceThreads) {
+        Columns<T, V> pack[kColumnUnroll][2] = {};
+        for (int u = 0; u < kColumnUnroll; ++u)
+          for (int h = 0; h < 2; ++h) {
+            const int64_t r = r0 + u * kReduceThreads + h * kColumnSlices;
+            if (r < rows)
+              pack[u][h] = load_columns<T, V>(x + r * columns + c0, columns - c0, vector);
           }
-        }
+        for (int h = 0; h < 2; ++h)
+          for (int u = 0; u < kColumnUnroll; ++u)
+            if (r0 + u * kReduceThreads + h * kColumnSlices < rows)
+              for (int j = 0; j < V; ++j)
+                acc[h][j] =
+                    combine<A, C>(acc[h][j], static_cast<A>(Dev<T>::load(pack[u][h].v[j])));
       }
     }
     for (int j = 0; j < V; ++j)
