@@ -3,9 +3,10 @@
 // reduce: one thread block per output element; its threads stride over the
 // reduced elements and combine in a fixed tree, so results do not depend on
 // scheduling. Over leading axes with the kept ones innermost (x a matrix
-// [rows, columns] summed over its rows: bias gradients), a block per tile of
-// consecutive columns, so that a warp's loads coalesce, adding each column
-// in the same order as the block per output does (the same bytes). Float
+// [rows, columns] reduced over its rows, as the bias gradients' sums), a
+// block per tile of consecutive columns, so that a warp's loads coalesce,
+// combining each column in the same order as the block per output does
+// (the same bytes), for every op. Float
 // sums and products accumulate in f64 (one rounding at the end), max
 // propagates NaN like PyTorch's amax, integer sums and products wrap.
 // sum_of_squares: one block over every tensor, in f64.
