@@ -282,7 +282,16 @@ def classify(op, seq):
         op.launches["binary_kernel"] = 1
     elif name == "reduce_sum":
         op.kind, op.flops = "bias grads", ins[0].numel
-        op.launches["reduce_kernel"] = 1
+        m = re.search(r"axes = array<i64(?::\s*([0-9, ]*))?>", op.attrs)
+        axes = {int(a) for a in m.group(1).split(",")} if m and m.group(1) else set()
+        # runtime/src/cuda/reduce.cu: reduced axes leading and kept ones
+        # innermost (size-1 axes ignored) is the column kernel's case.
+        groups = []
+        for d, size in enumerate(ins[0].shape):
+            if size != 1 and (not groups or groups[-1] != (d in axes)):
+                groups.append(d in axes)
+        columns = groups == [True, False]
+        op.launches["reduce_columns_kernel" if columns else "reduce_kernel"] = 1
     elif name == "transpose":
         op.kind = "copies"
         op.launches["transpose_kernel"] = 1

@@ -15,8 +15,10 @@ if(DSRT_HAVE_CUDA)
   target_link_libraries(dsrt_cuda_no_device PRIVATE dsrt_cuda)
   target_compile_options(dsrt_cuda_no_device PRIVATE -fexceptions)
   # With cuda/mma_test.cu (nvcc): on a GPU the tensor-core instruction
-  # itself against the PTX ISA's fragment layouts.
-  add_executable(dsrt_cuda_kernel_test $<TARGET_OBJECTS:dsrt_kernel_case_objects> cuda/mma_test.cu)
+  # itself against the PTX ISA's fragment layouts; cuda/reduce_order_test.cpp:
+  # reduce's column kernel sums in the backend's fixed order, to the bit.
+  add_executable(dsrt_cuda_kernel_test $<TARGET_OBJECTS:dsrt_kernel_case_objects> cuda/mma_test.cu
+                                       cuda/reduce_order_test.cpp)
   target_link_libraries(dsrt_cuda_kernel_test PRIVATE dsrt_cuda GTest::gtest)
   target_include_directories(dsrt_cuda_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
   target_compile_options(dsrt_cuda_kernel_test PRIVATE
@@ -131,7 +133,8 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   file(GENERATE OUTPUT "${CMAKE_CURRENT_BINARY_DIR}/cuda_emu_package/lib/cmake/dsrt/dsrtConfig.cmake"
        INPUT "${_emu_out}/dsrtConfig.cmake.in")
   # The unit test of the tensor-core product (cuda/mma_test.cu), rewritten
-  # as the backend's sources are, runs in the same binary.
+  # as the backend's sources are, and the reduce order test run in the same
+  # binary.
   add_custom_command(
     OUTPUT "${_emu_out}/mma_test.cpp"
     COMMAND "${CMAKE_COMMAND}" -E make_directory "${_emu_out}"
@@ -145,7 +148,7 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
                               "-include;${_emu_prelude};-ffp-contract=off;-Wno-sign-compare;-Wno-unknown-pragmas"
                               OBJECT_DEPENDS "${_emu_prelude}")
   add_executable(dsrt_cuda_emu_kernel_test $<TARGET_OBJECTS:dsrt_kernel_case_objects>
-                                           "${_emu_out}/mma_test.cpp")
+                                           "${_emu_out}/mma_test.cpp" cuda/reduce_order_test.cpp)
   target_link_libraries(dsrt_cuda_emu_kernel_test PRIVATE dsrt_cuda_emu GTest::gtest)
   target_include_directories(dsrt_cuda_emu_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
   target_compile_options(dsrt_cuda_emu_kernel_test PRIVATE -fexceptions)

@@ -672,6 +672,33 @@ def gen_reduce(w):
             y = torch.sum(f64(x), axes, keepdim=False).float()
             w.case("reduce", name, op="sum", axes=axes).inp("x", x).out(
                 "y", y, scale=float(x.numel() // y.numel())).save()
+    # The column case (leading axes reduced, the kept ones innermost: the
+    # bias gradients), which the cuda backend reduces by tiles of columns:
+    # more rows than the cuda kernel's 256 row slices, column counts that
+    # are not a multiple of its tile (8 f32, 16 16-bit columns), odd ones
+    # (16-bit x read one element at a time).
+    for op, dtype, ydtype, shape, axes in (
+            ("sum", "f32", "f32", [2, 300, 170], [0, 1]),
+            ("mean", "f32", "f32", [3, 200, 97], [0, 1]),
+            ("max", "f32", "f32", [600, 100], [0]),
+            ("sum", "bf16", "f32", [600, 150], [0]),
+            ("sum", "bf16", "f32", [520, 75], [0]),
+            ("sum", "f16", "f16", [700, 130], [0]),
+            ("mean", "f16", "f16", [300, 2, 81], [0, 1]),
+            ("sum", "i64", "i64", [600, 40], [0]),
+            ("mean", "i32", "i32", [600, 33], [0])):
+        name = "%s_columns_%s_%s_%s" % (op, "x".join(map(str, shape)), dtype, ydtype)
+        x = Rng(name).tensor(shape, dtype, -100 if dtype in ("i64", "i32") else -2,
+                             100 if dtype in ("i64", "i32") else 2)
+        if op == "max":
+            x[417, 33] = NAN
+        if ydtype != dtype:
+            y = torch.sum(f64(x), axes, keepdim=False).float()
+        else:
+            y = reduce_ref(op, x, axes, False, dtype)
+        rows = x.numel() // y.numel()
+        w.case("reduce", name, op=op, axes=axes).inp("x", x).out(
+            "y", y, scale=float(rows) if op == "sum" and dtype in FLOATS else 4.0).save()
     x = Rng("mean_wide").float([4, 6], "bf16")
     w.case("reduce", "mean_bf16_to_f32", op="mean", axes=[1]).inp("x", x).fails(
         "x is bf16 but y is f32", y=("f32", [4, 1])).save()

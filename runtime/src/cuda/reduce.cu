@@ -2,11 +2,18 @@
 //
 // reduce: one thread block per output element; its threads stride over the
 // reduced elements and combine in a fixed tree, so results do not depend on
-// scheduling. Float sums and products accumulate in f64 (one rounding at
-// the end), max propagates NaN like PyTorch's amax, integer sums and
-// products wrap. sum_of_squares: one block over every tensor, in f64.
+// scheduling. Over leading axes with the kept ones innermost (x a matrix
+// [rows, columns] reduced over its rows, as the bias gradients' sums), a
+// block per tile of consecutive columns, so that a warp's loads coalesce,
+// combining each column in the same order as the block per output does
+// (the same bytes), for every op. Float
+// sums and products accumulate in f64 (one rounding at the end), max
+// propagates NaN like PyTorch's amax, integer sums and products wrap.
+// sum_of_squares: one block over every tensor, in f64.
 #include "cuda/common.cuh"
+#include "workspace_shapes.h"
 
+#include <cstdint>
 #include <limits>
 
 namespace dsrt {
@@ -60,6 +67,23 @@ template <typename A, Combine C> __device__ inline A combine(A acc, A v) {
     return v > acc ? v : acc;
 }
 
+// The final value of an output from its accumulator: integer means
+// truncate, float results are rounded once to Y.
+template <typename T, typename A, typename Y>
+__device__ inline void store_result(Y *y, int64_t o, A v, int64_t count, bool mean) {
+  if constexpr (std::is_integral_v<T>) {
+    int64_t value = static_cast<int64_t>(v);
+    if (mean)
+      value /= count;  // truncates toward zero
+    y[o] = static_cast<Y>(value);
+  } else {
+    double value = static_cast<double>(v);
+    if (mean)
+      value /= static_cast<double>(count);
+    y[o] = st<Y>(static_cast<float>(value));
+  }
+}
+
 // Y is T, or f32 for a sum of 16-bit x (check_reduce_dtypes).
 template <typename T, typename A, Combine C, typename Y = T>
 __global__ void reduce_kernel(const T *x, Y *y, ReduceAxes ax, int64_t outputs, int64_t count,
@@ -79,28 +103,119 @@ __global__ void reduce_kernel(const T *x, Y *y, ReduceAxes ax, int64_t outputs, 
         partial[threadIdx.x] = combine<A, C>(partial[threadIdx.x], partial[threadIdx.x + half]);
       __syncthreads();
     }
-    if (threadIdx.x == 0) {
-      const A v = partial[0];
-      if constexpr (std::is_integral_v<T>) {
-        int64_t value = static_cast<int64_t>(v);
-        if (mean)
-          value /= count;  // truncates toward zero
-        y[o] = static_cast<Y>(value);
-      } else {
-        double value = static_cast<double>(v);
-        if (mean)
-          value /= static_cast<double>(count);
-        y[o] = st<Y>(static_cast<float>(value));
-      }
-    }
+    if (threadIdx.x == 0)
+      store_result<T, A, Y>(y, o, partial[0], count, mean);
     __syncthreads();
   }
 }
 
+// The column case: x is [rows, columns] (contiguous), y[c] combines column
+// c. A block covers kColumnLanes * V consecutive columns, V per lane
+// (threadIdx.x) read in one access (two 16-bit elements: 4 bytes, as one
+// f32), so a warp reads kColumnLanes * 4 = 32 consecutive bytes of each of
+// 4 rows. Each column is combined in exactly the order of reduce_kernel
+// with kReduceThreads threads: slice k (< kReduceThreads) takes rows k,
+// k + kReduceThreads, ..., and a tree halves the slices. Thread y
+// (kColumnSlices of them) holds slices y and y + kColumnSlices, whose sum is
+// the tree's first level; the rest of the tree runs in shared memory.
+constexpr int kColumnLanes = 8, kColumnSlices = kReduceThreads / 2, kColumnUnroll = 4;
+
+template <typename T> constexpr int column_vector() { return sizeof(T) == 2 ? 2 : 1; }
+
+template <typename T, int V> struct alignas(sizeof(T) * V) Columns {
+  T v[V];
+};
+
+// V consecutive elements of a row from `row` on (`left` of them in the
+// row): one access when `vector` (x's columns a multiple of V, aligned),
+// else one at a time, zeros past the row's end (never stored).
+template <typename T, int V>
+__device__ inline Columns<T, V> load_columns(const T *row, int64_t left, bool vector) {
+  if (vector)
+    return *reinterpret_cast<const Columns<T, V> *>(row);
+  Columns<T, V> pack = {};
+  for (int j = 0; j < V && j < left; ++j)
+    pack.v[j] = row[j];
+  return pack;
+}
+
+template <typename T, typename A, Combine C, typename Y = T>
+__global__ void __launch_bounds__(kColumnLanes * kColumnSlices)
+    reduce_columns_kernel(const T *x, Y *y, int64_t rows, int64_t columns, bool vector,
+                          bool mean) {
+  constexpr int V = column_vector<T>(), kTile = kColumnLanes * V;
+  __shared__ A partial[kColumnSlices][kTile];
+  const int lane = threadIdx.x, slice = threadIdx.y;
+  const int64_t tiles = (columns + kTile - 1) / kTile;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t c0 = tile * kTile + static_cast<int64_t>(lane) * V;
+    A acc[2][V];
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < V; ++j)
+        acc[h][j] = combine_init<A, C>();
+    if (c0 < columns) {
+      // kColumnUnroll rows of each slice at a time: their loads first, so
+      // that several are in flight, then the combines in row order.
+      for (int64_t r0 = slice; r0 < rows; r0 += kColumnUnroll * kReduceThreads) {
+        Columns<T, V> pack[kColumnUnroll][2] = {};
+        for (int u = 0; u < kColumnUnroll; ++u)
+          for (int h = 0; h < 2; ++h) {
+            const int64_t r = r0 + u * kReduceThreads + h * kColumnSlices;
+            if (r < rows)
+              pack[u][h] = load_columns<T, V>(x + r * columns + c0, columns - c0, vector);
+          }
+        for (int h = 0; h < 2; ++h)
+          for (int u = 0; u < kColumnUnroll; ++u)
+            if (r0 + u * kReduceThreads + h * kColumnSlices < rows)
+              for (int j = 0; j < V; ++j)
+                acc[h][j] =
+                    combine<A, C>(acc[h][j], static_cast<A>(Dev<T>::load(pack[u][h].v[j])));
+      }
+    }
+    for (int j = 0; j < V; ++j)
+      partial[slice][lane * V + j] = combine<A, C>(acc[0][j], acc[1][j]);
+    __syncthreads();
+    for (int half = kColumnSlices / 2; half > 0; half /= 2) {
+      if (slice < half)
+        for (int j = 0; j < V; ++j)
+          partial[slice][lane * V + j] =
+              combine<A, C>(partial[slice][lane * V + j], partial[slice + half][lane * V + j]);
+      __syncthreads();
+    }
+    if (slice == 0)
+      for (int j = 0; j < V && c0 + j < columns; ++j)
+        store_result<T, A, Y>(y, c0 + j, partial[0][lane * V + j], rows, mean);
+    __syncthreads();
+  }
+}
+
+// x as [rows, columns] when the reduced axes lead and the kept ones are
+// innermost (axes of size 1 ignored): the column case.
+bool column_case(const Shape &x, const bool *reduced, int64_t &rows, int64_t &columns) {
+  const ReduceGroups groups = collapse_reduce_groups(x, reduced);
+  if (groups.count != 2 || !groups.group[0].reduced)
+    return false;
+  rows = groups.group[0].size;
+  columns = groups.group[1].size;
+  return true;
+}
+
 template <typename T, typename A, Combine C, typename Y = T>
 void launch_reduce(cudaStream_t stream, const Tensor &x, const Tensor &y, const ReduceAxes &ax,
-                   int64_t count, bool mean) {
+                   const bool *reduced, int64_t count, bool mean) {
   const int64_t outputs = y.numel();
+  int64_t rows = 0, columns = 0;
+  if (column_case(x.shape, reduced, rows, columns)) {
+    constexpr int V = column_vector<T>();
+    const bool vector =
+        columns % V == 0 && reinterpret_cast<uintptr_t>(x.data) % (sizeof(T) * V) == 0;
+    const int64_t tiles = (columns + kColumnLanes * V - 1) / (kColumnLanes * V);
+    reduce_columns_kernel<T, A, C, Y>
+        <<<static_cast<unsigned>(std::min<int64_t>(tiles, 65535)),
+           dim3(kColumnLanes, kColumnSlices), 0, stream>>>(x.as<T>(), y.as<Y>(), rows, columns,
+                                                           vector, mean);
+    return;
+  }
   reduce_kernel<T, A, C, Y>
       <<<static_cast<unsigned>(std::min<int64_t>(outputs, 65535 * 32)), kReduceThreads, 0,
          stream>>>(x.as<T>(), y.as<Y>(), ax, outputs, count, mean);
@@ -141,20 +256,20 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
     using T = typename decltype(tag)::type;
     if constexpr (std::is_integral_v<T>) {
       if (op == ReduceOp::Max)
-        launch_reduce<T, int64_t, Combine::Max>(stream, x, y, ax, count, false);
+        launch_reduce<T, int64_t, Combine::Max>(stream, x, y, ax, reduced, count, false);
       else if (op == ReduceOp::Prod)  // wraps, like integer sums
-        launch_reduce<T, uint64_t, Combine::Prod>(stream, x, y, ax, count, false);
+        launch_reduce<T, uint64_t, Combine::Prod>(stream, x, y, ax, reduced, count, false);
       else
-        launch_reduce<T, uint64_t, Combine::Sum>(stream, x, y, ax, count, mean);
+        launch_reduce<T, uint64_t, Combine::Sum>(stream, x, y, ax, reduced, count, mean);
     } else if (y.dtype != x.dtype) {  // a sum of 16-bit x written in f32
-      launch_reduce<T, double, Combine::Sum, float>(stream, x, y, ax, count, false);
+      launch_reduce<T, double, Combine::Sum, float>(stream, x, y, ax, reduced, count, false);
     } else {
       if (op == ReduceOp::Max)
-        launch_reduce<T, float, Combine::Max>(stream, x, y, ax, count, false);
+        launch_reduce<T, float, Combine::Max>(stream, x, y, ax, reduced, count, false);
       else if (op == ReduceOp::Prod)
-        launch_reduce<T, double, Combine::Prod>(stream, x, y, ax, count, false);
+        launch_reduce<T, double, Combine::Prod>(stream, x, y, ax, reduced, count, false);
       else
-        launch_reduce<T, double, Combine::Sum>(stream, x, y, ax, count, mean);
+        launch_reduce<T, double, Combine::Sum>(stream, x, y, ax, reduced, count, mean);
     }
   });
   check_launch(kernel);

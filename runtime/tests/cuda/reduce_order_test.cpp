@@ -1,0 +1,109 @@
+// The cuda backend's reduce sums each output in a fixed order, whatever
+// the kernel: 256 slices (slice k: reduced elements k, k + 256, ... in
+// order, in f64), then a tree halving the slices (slice k + h added to
+// slice k, h = 128, 64, ..., 1), rounded once. The column kernel (x
+// [rows, columns] summed over its rows: src/cuda/reduce.cu) must give
+// exactly these bytes. The data make the order visible: each column holds
+// pairs of +2^55 and -2^55 among small values, so which small values f64
+// loses depends on the order; a sequential sum (the cpu backend's) differs
+// from the expected result in some columns, which the test checks first.
+#include "dsrt/backend.h"
+#include "dsrt/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+using namespace dsrt;
+
+// The order above, in f64, for column c of a [rows, columns] matrix.
+float tree_order_sum(const std::vector<float> &x, int64_t rows, int64_t columns, int64_t c) {
+  double slice[256];
+  for (int k = 0; k < 256; ++k) {
+    double acc = 0.0;
+    for (int64_t r = k; r < rows; r += 256)
+      acc += x[r * columns + c];
+    slice[k] = acc;
+  }
+  for (int half = 128; half > 0; half /= 2)
+    for (int k = 0; k < half; ++k)
+      slice[k] += slice[k + half];
+  return static_cast<float>(slice[0]);
+}
+
+float sequential_sum(const std::vector<float> &x, int64_t rows, int64_t columns, int64_t c) {
+  double acc = 0.0;
+  for (int64_t r = 0; r < rows; ++r)
+    acc += x[r * columns + c];
+  return static_cast<float>(acc);
+}
+
+// Small values k/64 (exact in bf16) and, per column, eight pairs of +-2^55
+// at rows chosen by a fixed linear congruential sequence.
+std::vector<float> cancelling_columns(int64_t rows, int64_t columns) {
+  std::vector<float> x(rows * columns);
+  uint64_t state = 12345;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 33;
+  };
+  for (float &v : x)
+    v = static_cast<float>(static_cast<int64_t>(next() % 129) - 64) / 64.0f;
+  for (int64_t c = 0; c < columns; ++c)
+    for (int pair = 0; pair < 8; ++pair) {
+      x[(next() % rows) * columns + c] = 0x1p55f;
+      x[(next() % rows) * columns + c] = -0x1p55f;
+    }
+  return x;
+}
+
+// x summed over its rows by dsrt::reduce into f32.
+std::vector<float> reduce_rows(const std::vector<float> &x, DType dtype, int64_t rows,
+                               int64_t columns) {
+  std::vector<uint8_t> bytes(x.size() * dtype_size(dtype));
+  if (dtype == DType::F32) {
+    std::memcpy(bytes.data(), x.data(), bytes.size());
+  } else {  // bf16: the upper half of f32 (the values are exact in bf16)
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &x[i], 4);
+      const uint16_t half = static_cast<uint16_t>(bits >> 16);
+      std::memcpy(bytes.data() + 2 * i, &half, 2);
+    }
+  }
+  Stream stream(backend().kind(), 1);
+  BackendInterface &b = backend(stream);
+  void *dx = b.allocate(MemoryKind::Device, bytes.size(), 256);
+  void *dy = b.allocate(MemoryKind::Device, columns * sizeof(float), 256);
+  b.copy(stream, dx, bytes.data(), bytes.size());
+  const int64_t axes[] = {0};
+  reduce(stream, ReduceOp::Sum, Tensor{dx, dtype, Shape{rows, columns}},
+         Tensor{dy, DType::F32, Shape{columns}}, axes, 1, Workspace{});
+  std::vector<float> y(columns);
+  b.copy(stream, y.data(), dy, y.size() * sizeof(float));
+  stream.synchronize();
+  b.deallocate(MemoryKind::Device, dx);
+  b.deallocate(MemoryKind::Device, dy);
+  return y;
+}
+
+void check_order(DType dtype, int64_t rows, int64_t columns) {
+  const std::vector<float> x = cancelling_columns(rows, columns);
+  int order_visible = 0;
+  for (int64_t c = 0; c < columns; ++c)
+    order_visible += tree_order_sum(x, rows, columns, c) != sequential_sum(x, rows, columns, c);
+  ASSERT_GT(order_visible, 0) << "the data do not tell the orders apart";
+  const std::vector<float> y = reduce_rows(x, dtype, rows, columns);
+  for (int64_t c = 0; c < columns; ++c)
+    EXPECT_EQ(y[c], tree_order_sum(x, rows, columns, c)) << "column " << c;
+}
+
+TEST(CudaReduceOrder, ColumnsF32) { check_order(DType::F32, 1000, 37); }
+TEST(CudaReduceOrder, ColumnsBf16ToF32) { check_order(DType::BF16, 1000, 38); }
+TEST(CudaReduceOrder, ColumnsBf16OddToF32) { check_order(DType::BF16, 900, 35); }
+
+}  // namespace
