@@ -84,6 +84,20 @@ __device__ inline void store_row(T *p, int64_t i, const float (&v)[W]) {
   math::store_vector(p, i, raw);
 }
 
+// for_row over rows p and q whose element c is at offset c * stride, with
+// this thread's elements loaded: body(c, w, pv, qv), pv and qv float[W].
+template <typename T, typename Body>
+__device__ inline void for_row_pair(bool vec, int64_t n, int64_t stride, const T *p, const T *q,
+                                    Body body) {
+  for_row<T>(vec, n, [&](int64_t c, auto w) {
+    constexpr int W = decltype(w)::value;
+    float pv[W], qv[W];
+    load_row(pv, p, c * stride);
+    load_row(qv, q, c * stride);
+    body(c, w, pv, qv);
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // softmax, log_softmax and their gradients
 //===----------------------------------------------------------------------===//
@@ -146,12 +160,8 @@ __global__ void softmax_grad_kernel(const T *y, const T *dy, T *dx, int64_t rows
         sum += log ? g[k] : g[k] * yv[k];
     });
     sum = block_sum(sum, shared);
-    for_row<T>(vec, n, [&](int64_t c, auto w) {
-      constexpr int W = decltype(w)::value;
-      float g[W], yv[W];
-      load_row(g, dy, base + c * inner);
-      load_row(yv, y, base + c * inner);
-      for (int k = 0; k < W; ++k)
+    for_row_pair(vec, n, inner, dy + base, y + base, [&](int64_t c, auto w, auto &g, auto &yv) {
+      for (int k = 0; k < decltype(w)::value; ++k)
         g[k] = log ? g[k] - expf(yv[k]) * sum : yv[k] * (g[k] - sum);
       store_row(dx, base + c * inner, g);
     });
@@ -343,12 +353,8 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
     const T *xr = x + r * n, *gr = dy + r * n;
     const float mu = mean[r], inv = inv_std[r];
     float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
-    for_row<T>(vec, n, [&](int64_t i, auto w) {
-      constexpr int W = decltype(w)::value;
-      float xv[W], gv[W];
-      load_row(xv, xr, i);
-      load_row(gv, gr, i);
-      for (int k = 0; k < W; ++k) {
+    for_row_pair(vec, n, 1, xr, gr, [&](int64_t i, auto w, auto &xv, auto &gv) {
+      for (int k = 0; k < decltype(w)::value; ++k) {
         const float d = xv[k] - mu, dxh = gv[k] * g.at(i + k);
         s0 += d;
         a += dxh;
@@ -360,12 +366,8 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
     b0 = block_sum(b0, shared);
     const float mu_lo = s0 * inv_n;
     const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
-    for_row<T>(vec, n, [&](int64_t i, auto w) {
-      constexpr int W = decltype(w)::value;
-      float xv[W], gv[W];
-      load_row(xv, xr, i);
-      load_row(gv, gr, i);
-      for (int k = 0; k < W; ++k) {
+    for_row_pair(vec, n, 1, xr, gr, [&](int64_t i, auto w, auto &xv, auto &gv) {
+      for (int k = 0; k < decltype(w)::value; ++k) {
         const float xh = ((xv[k] - mu) - mu_lo) * inv, grad = gv[k];
         acc_g[i + k] += grad * xh;
         acc_b[i + k] += grad;
