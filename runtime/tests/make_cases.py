@@ -538,10 +538,13 @@ def gen_layer_norm(w):
         ("scale_col", [2, 3, 8], 1, [3, 1], None),
         ("no_bias", [5, 12], 1, [12], None),
         ("gpt2_row", [64, 768], 1, [768], [768]),
+        # Not a multiple of the 128-bit vector: the cuda kernel's element path.
+        ("odd_row", [3, 37], 1, [37], [37]),
     ]
     eps = 1e-5
     for name, shape, axis, sshape, bshape in cases:
-        dtypes = ["f32"] + (["f16", "bf16"] if name in ("last", "two_axes", "gpt2_row") else [])
+        wide = ("last", "two_axes", "gpt2_row", "odd_row")
+        dtypes = ["f32"] + (["f16", "bf16"] if name in wide else [])
         for dtype in dtypes:
             cname = "%s_%s" % (name, dtype)
             rng = Rng(cname)
@@ -1408,13 +1411,15 @@ def gen_layer_norm_grad(w):
         ("gpt2_rows", [256, 768], 1, [768], [768], 2),
         ("many_rows", [3000, 8], 1, [8], [8], 2),
         ("offset_1000", [6, 40], 1, [40], [40], None),
+        # Not a multiple of the 128-bit vector: the cuda kernel's element path.
+        ("odd_row", [3, 37], 1, [37], [37], 2),
     ]
     eps = 1e-5
     # (dtype, the type of dscale and dbias): mixed precision writes the sums
     # over all rows of 16-bit rows in f32 for an f32 accumulator.
     for name, shape, axis, sshape, bshape, span in cases:
         dtypes = [("f32", "f32")]
-        if name in ("last", "two_axes", "many_rows"):
+        if name in ("last", "two_axes", "many_rows", "odd_row"):
             dtypes += [("f16", "f16"), ("bf16", "bf16")]
         if name in ("last", "scale_col"):
             dtypes += [("f16", "f32"), ("bf16", "f32")]

@@ -2,10 +2,17 @@
 // cuda backend. A row (the softmax axis, a layer-norm row, a batch-norm
 // channel) is one thread block: its threads read the row with a block
 // stride, reduce in registers and shared memory (f32; layer- and batch-norm
-// statistics in f64, as the cpu kernels), then write. f16/bf16 elements are
+// statistics in f64, as the cpu kernels), then write. A contiguous row of
+// softmax or layer norm whose length is a multiple of the 128-bit vector
+// (8 f16/bf16, 4 f32 elements) is read and written a vector per thread at a
+// time (math.h's load_vector / store_vector, element-wise where a view is
+// not aligned), each thread adding its vector's elements in order. f16/bf16
+// elements are
 // converted where they are read, so these kernels need no workspace; the
 // cpu kernels' workspace sizes (kernels.h) are accepted and left unused.
 #include "cuda/common.cuh"
+
+#include "dsrt/math.h"
 
 namespace dsrt {
 
@@ -30,32 +37,107 @@ unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535 * 32));
 }
 
+// Elements of T in one 128-bit access.
+template <typename T> constexpr int kVector = 16 / static_cast<int>(sizeof(T));
+
+// Whether rows of n elements, `stride` apart, are read and written as whole
+// vectors.
+template <typename T> bool vector_rows(int64_t n, int64_t stride) {
+  return stride == 1 && n % kVector<T> == 0;
+}
+
+template <int W> using Width = std::integral_constant<int, W>;
+
+// Calls body(c, Width<W>()) for this thread's part of a row of n elements:
+// with vec, the vectors c = W * (threadIdx.x + k * blockDim.x) of W =
+// kVector<T> elements; else the elements c = threadIdx.x + k * blockDim.x
+// (W = 1). body reads and writes elements c .. c + W - 1 (load_row,
+// store_row), so both paths share it.
+template <typename T, typename Body>
+__device__ inline void for_row(bool vec, int64_t n, Body body) {
+  constexpr int N = kVector<T>;
+  if (vec) {
+    for (int64_t c = static_cast<int64_t>(threadIdx.x) * N; c < n;
+         c += static_cast<int64_t>(blockDim.x) * N)
+      body(c, Width<N>());
+  } else {
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+      body(c, Width<1>());
+  }
+}
+
+// v = p[i .. i + W) in f32.
+template <int W, typename T>
+__device__ inline void load_row(float (&v)[W], const T *p, int64_t i) {
+  T raw[W];
+  math::load_vector(raw, p, i);
+  for (int k = 0; k < W; ++k)
+    v[k] = ld(raw[k]);
+}
+
+// p[i .. i + W) = v rounded to T.
+template <int W, typename T>
+__device__ inline void store_row(T *p, int64_t i, const float (&v)[W]) {
+  T raw[W];
+  for (int k = 0; k < W; ++k)
+    raw[k] = st<T>(v[k]);
+  math::store_vector(p, i, raw);
+}
+
+// for_row over rows p and q whose element c is at offset c * stride, with
+// this thread's elements loaded: body(c, w, pv, qv), pv and qv float[W].
+template <typename T, typename Body>
+__device__ inline void for_row_pair(bool vec, int64_t n, int64_t stride, const T *p, const T *q,
+                                    Body body) {
+  for_row<T>(vec, n, [&](int64_t c, auto w) {
+    constexpr int W = decltype(w)::value;
+    float pv[W], qv[W];
+    load_row(pv, p, c * stride);
+    load_row(qv, q, c * stride);
+    body(c, w, pv, qv);
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // softmax, log_softmax and their gradients
 //===----------------------------------------------------------------------===//
 
 // Row r of [outer, n, inner] (r = o * inner + j) starts at o * n * inner + j
-// with stride inner.
+// with stride inner; with vec (inner == 1) threads take whole vectors.
 template <typename T>
 __global__ void softmax_kernel(const T *x, T *y, int64_t rows, int64_t n, int64_t inner,
-                               bool log) {
+                               bool log, bool vec) {
   __shared__ float shared[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = (r / inner) * n * inner + r % inner;
     float m = -INFINITY;
-    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
-      m = fmaxf(m, ld(x[base + c * inner]));
+    for_row<T>(vec, n, [&](int64_t c, auto w) {
+      constexpr int W = decltype(w)::value;
+      float v[W];
+      load_row(v, x, base + c * inner);
+      for (int k = 0; k < W; ++k)
+        m = fmaxf(m, v[k]);
+    });
     m = block_max(m, shared);
     // A NaN anywhere makes the whole row NaN through the sum, as on the cpu.
     float sum = 0.0f;
-    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
-      sum += expf(ld(x[base + c * inner]) - m);
+    for_row<T>(vec, n, [&](int64_t c, auto w) {
+      constexpr int W = decltype(w)::value;
+      float v[W];
+      load_row(v, x, base + c * inner);
+      for (int k = 0; k < W; ++k)
+        sum += expf(v[k] - m);
+    });
     sum = block_sum(sum, shared);
     const float shift = m + logf(sum), inv = 1.0f / sum;
-    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-      const float v = ld(x[base + c * inner]);
-      y[base + c * inner] = st<T>(log ? v - shift : expf(v - m) * inv);
-    }
+    for_row<T>(vec, n, [&](int64_t c, auto w) {
+      constexpr int W = decltype(w)::value;
+      float v[W];
+      load_row(v, x, base + c * inner);
+      for (int k = 0; k < W; ++k)
+        v[k] = log ? v[k] - shift : expf(v[k] - m) * inv;
+      store_row(y, base + c * inner, v);
+    });
     __syncthreads();
   }
 }
@@ -63,21 +145,26 @@ __global__ void softmax_kernel(const T *x, T *y, int64_t rows, int64_t n, int64_
 // softmax: dx = y (dy - sum(dy y)); log-softmax: dx = dy - exp(y) sum(dy).
 template <typename T>
 __global__ void softmax_grad_kernel(const T *y, const T *dy, T *dx, int64_t rows, int64_t n,
-                                    int64_t inner, bool log) {
+                                    int64_t inner, bool log, bool vec) {
   __shared__ float shared[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = (r / inner) * n * inner + r % inner;
     float sum = 0.0f;
-    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-      const int64_t i = base + c * inner;
-      sum += log ? ld(dy[i]) : ld(dy[i]) * ld(y[i]);
-    }
+    for_row<T>(vec, n, [&](int64_t c, auto w) {
+      constexpr int W = decltype(w)::value;
+      float g[W], yv[W];
+      load_row(g, dy, base + c * inner);
+      if (!log)
+        load_row(yv, y, base + c * inner);
+      for (int k = 0; k < W; ++k)
+        sum += log ? g[k] : g[k] * yv[k];
+    });
     sum = block_sum(sum, shared);
-    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-      const int64_t i = base + c * inner;
-      const float yv = ld(y[i]), g = ld(dy[i]);
-      dx[i] = st<T>(log ? g - expf(yv) * sum : yv * (g - sum));
-    }
+    for_row_pair(vec, n, inner, dy + base, y + base, [&](int64_t c, auto w, auto &g, auto &yv) {
+      for (int k = 0; k < decltype(w)::value; ++k)
+        g[k] = log ? g[k] - expf(yv[k]) * sum : yv[k] * (g[k] - sum);
+      store_row(dx, base + c * inner, g);
+    });
     __syncthreads();
   }
 }
@@ -94,7 +181,7 @@ void softmax_common(const char *kernel, Stream &s, const Tensor &x, const Tensor
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     softmax_kernel<T><<<row_blocks(outer * inner), kRowThreads, 0, stream>>>(
-        x.as<T>(), y.as<T>(), outer * inner, n, inner, log);
+        x.as<T>(), y.as<T>(), outer * inner, n, inner, log, vector_rows<T>(n, inner));
   });
   check_launch(kernel);
 }
@@ -111,7 +198,8 @@ void softmax_grad_common(const char *kernel, Stream &s, const Tensor &y, const T
   dispatch_float(kernel, y.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     softmax_grad_kernel<T><<<row_blocks(outer * inner), kRowThreads, 0, stream>>>(
-        y.as<T>(), dy.as<T>(), dx.as<T>(), outer * inner, n, inner, log);
+        y.as<T>(), dy.as<T>(), dx.as<T>(), outer * inner, n, inner, log,
+        vector_rows<T>(n, inner));
   });
   check_launch(kernel);
 }
@@ -160,7 +248,8 @@ Param<T> param_of(const Tensor *t, const Shape &normalized) {
 
 template <typename T>
 __global__ void layer_norm_kernel(const T *x, Param<T> g, Param<T> b, T *y, float *mean,
-                                  float *inv_std, int64_t rows, int64_t n, float epsilon) {
+                                  float *inv_std, int64_t rows, int64_t n, float epsilon,
+                                  bool vec) {
   __shared__ double dshared[32];
   __shared__ float shared[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -168,21 +257,37 @@ __global__ void layer_norm_kernel(const T *x, Param<T> g, Param<T> b, T *y, floa
     // Two passes, as the cpu kernel: the mean in f64 kept as a float pair
     // (mu + mu_lo), then the centred sum of squares.
     double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-      sum += ld(in[i]);
+    for_row<T>(vec, n, [&](int64_t i, auto w) {
+      constexpr int W = decltype(w)::value;
+      float v[W];
+      load_row(v, in, i);
+      for (int k = 0; k < W; ++k)
+        sum += v[k];
+    });
     sum = block_sum(sum, dshared);
     const double mean_d = sum / static_cast<double>(n);
     const float mu = static_cast<float>(mean_d), mu_lo = static_cast<float>(mean_d - mu);
     float sq = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float d = (ld(in[i]) - mu) - mu_lo;
-      sq += d * d;
-    }
+    for_row<T>(vec, n, [&](int64_t i, auto w) {
+      constexpr int W = decltype(w)::value;
+      float v[W];
+      load_row(v, in, i);
+      for (int k = 0; k < W; ++k) {
+        const float d = (v[k] - mu) - mu_lo;
+        sq += d * d;
+      }
+    });
     sq = block_sum(sq, shared);
     const float inv_n = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
     const float inv = 1.0f / sqrtf(sq * inv_n + epsilon);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-      y[r * n + i] = st<T>(((ld(in[i]) - mu) - mu_lo) * inv * g.at(i) + b.at(i));
+    for_row<T>(vec, n, [&](int64_t i, auto w) {
+      constexpr int W = decltype(w)::value;
+      float v[W];
+      load_row(v, in, i);
+      for (int k = 0; k < W; ++k)
+        v[k] = ((v[k] - mu) - mu_lo) * inv * g.at(i + k) + b.at(i + k);
+      store_row(y, r * n + i, v);
+    });
     if (threadIdx.x == 0) {
       mean[r] = mu;
       inv_std[r] = inv;
@@ -211,7 +316,7 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
     using T = typename decltype(tag)::type;
     layer_norm_kernel<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(
         x.as<T>(), param_of<T>(&scale, normalized), param_of<T>(bias, normalized), y.as<T>(),
-        mean.as<float>(), inv_std_dev.as<float>(), rows, n, epsilon);
+        mean.as<float>(), inv_std_dev.as<float>(), rows, n, epsilon, vector_rows<T>(n, 1));
   });
   check_launch(kernel);
 }
@@ -230,37 +335,46 @@ template <typename T>
 __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g, T *dx,
                                             const float *mean, const float *inv_std,
                                             float *part_g, float *part_b, int64_t rows,
-                                            int64_t n, int64_t block_rows) {
+                                            int64_t n, int64_t block_rows, bool vec) {
   __shared__ float shared[32];
   const int64_t blk = blockIdx.x;
   float *acc_g = part_g + blk * n, *acc_b = part_b + blk * n;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    acc_g[i] = 0.0f;
-    acc_b[i] = 0.0f;
-  }
+  // The thread that owns element i (for_row) clears and adds to its partial
+  // sums, so they need no barrier.
+  for_row<T>(vec, n, [&](int64_t i, auto w) {
+    for (int k = 0; k < decltype(w)::value; ++k) {
+      acc_g[i + k] = 0.0f;
+      acc_b[i + k] = 0.0f;
+    }
+  });
   const float inv_n = 1.0f / static_cast<float>(n);
   const int64_t r_end = (blk + 1) * block_rows < rows ? (blk + 1) * block_rows : rows;
   for (int64_t r = blk * block_rows; r < r_end; ++r) {
     const T *xr = x + r * n, *gr = dy + r * n;
     const float mu = mean[r], inv = inv_std[r];
     float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float d = ld(xr[i]) - mu, dxh = ld(gr[i]) * g.at(i);
-      s0 += d;
-      a += dxh;
-      b0 += dxh * d;
-    }
+    for_row_pair(vec, n, 1, xr, gr, [&](int64_t i, auto w, auto &xv, auto &gv) {
+      for (int k = 0; k < decltype(w)::value; ++k) {
+        const float d = xv[k] - mu, dxh = gv[k] * g.at(i + k);
+        s0 += d;
+        a += dxh;
+        b0 += dxh * d;
+      }
+    });
     s0 = block_sum(s0, shared);
     a = block_sum(a, shared);
     b0 = block_sum(b0, shared);
     const float mu_lo = s0 * inv_n;
     const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float xh = ((ld(xr[i]) - mu) - mu_lo) * inv, grad = ld(gr[i]);
-      acc_g[i] += grad * xh;
-      acc_b[i] += grad;
-      dx[r * n + i] = st<T>(inv * (grad * g.at(i) - mean_a - xh * mean_b));
-    }
+    for_row_pair(vec, n, 1, xr, gr, [&](int64_t i, auto w, auto &xv, auto &gv) {
+      for (int k = 0; k < decltype(w)::value; ++k) {
+        const float xh = ((xv[k] - mu) - mu_lo) * inv, grad = gv[k];
+        acc_g[i + k] += grad * xh;
+        acc_b[i + k] += grad;
+        xv[k] = inv * (grad * g.at(i + k) - mean_a - xh * mean_b);
+      }
+      store_row(dx, r * n + i, xv);
+    });
   }
 }
 
@@ -371,7 +485,7 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
     if (x.numel() > 0 && blocks > 0)
       layer_norm_grad_rows_kernel<T><<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(
           x.as<T>(), dy.as<T>(), param_of<T>(&scale, normalized), dx.as<T>(), mean.as<float>(),
-          inv_std_dev.as<float>(), part_g, part_b, rows, n, block_rows);
+          inv_std_dev.as<float>(), part_g, part_b, rows, n, block_rows, vector_rows<T>(n, 1));
   });
   // With no rows the parameter gradients are 0 (no blocks to sum).
   const int64_t used = x.numel() > 0 ? blocks : 0;
