@@ -11,6 +11,7 @@
 // propagates NaN like PyTorch's amax, integer sums and products wrap.
 // sum_of_squares: one block over every tensor, in f64.
 #include "cuda/common.cuh"
+#include "dsrt/math.h"
 #include "workspace_shapes.h"
 
 #include <cstdint>
@@ -122,20 +123,16 @@ constexpr int kColumnLanes = 8, kColumnSlices = kReduceThreads / 2, kColumnUnrol
 
 template <typename T> constexpr int column_vector() { return sizeof(T) == 2 ? 2 : 1; }
 
-template <typename T, int V> struct alignas(sizeof(T) * V) Columns {
-  T v[V];
-};
-
 // V consecutive elements of a row from `row` on (`left` of them in the
 // row): one access when `vector` (x's columns a multiple of V, aligned),
 // else one at a time, zeros past the row's end (never stored).
 template <typename T, int V>
-__device__ inline Columns<T, V> load_columns(const T *row, int64_t left, bool vector) {
+__device__ inline math::Vector<T, V> load_columns(const T *row, int64_t left, bool vector) {
   if (vector)
-    return *reinterpret_cast<const Columns<T, V> *>(row);
-  Columns<T, V> pack = {};
+    return *reinterpret_cast<const math::Vector<T, V> *>(row);
+  math::Vector<T, V> pack = {};
   for (int j = 0; j < V && j < left; ++j)
-    pack.v[j] = row[j];
+    pack.lane[j] = row[j];
   return pack;
 }
 
@@ -157,7 +154,7 @@ __global__ void __launch_bounds__(kColumnLanes * kColumnSlices)
       // kColumnUnroll rows of each slice at a time: their loads first, so
       // that several are in flight, then the combines in row order.
       for (int64_t r0 = slice; r0 < rows; r0 += kColumnUnroll * kReduceThreads) {
-        Columns<T, V> pack[kColumnUnroll][2] = {};
+        math::Vector<T, V> pack[kColumnUnroll][2] = {};
         for (int u = 0; u < kColumnUnroll; ++u)
           for (int h = 0; h < 2; ++h) {
             const int64_t r = r0 + u * kReduceThreads + h * kColumnSlices;
@@ -169,7 +166,7 @@ __global__ void __launch_bounds__(kColumnLanes * kColumnSlices)
             if (r0 + u * kReduceThreads + h * kColumnSlices < rows)
               for (int j = 0; j < V; ++j)
                 acc[h][j] =
-                    combine<A, C>(acc[h][j], static_cast<A>(Dev<T>::load(pack[u][h].v[j])));
+                    combine<A, C>(acc[h][j], static_cast<A>(Dev<T>::load(pack[u][h].lane[j])));
       }
     }
     for (int j = 0; j < V; ++j)
