@@ -248,17 +248,78 @@ template <typename F> void with_mma_width(int64_t dh, F &&f) {
 }
 
 // Shared-memory tiles hold kMmaTile rows of D (the head width rounded up to
-// 64 or 128) 16-bit elements, padded by 8 so that the rows of a fragment
-// load start on different banks.
+// 64 or 128) 16-bit elements, each row padded by 8 elements (16 bytes): a
+// row is D + 8 elements, 16 (mod 128) bytes, so the 8 rows an ldmatrix
+// phase reads (16 bytes each, at the same column) start 4 banks apart and
+// cover the 32 banks once (no bank conflict), and every row and every
+// 8-column block of it starts 16-byte aligned, as ldmatrix's row addresses
+// and cp.async's 16-byte copies need. Padding, not an XOR swizzle, keeps
+// the tile a plain (pointer, row stride) matrix for the fragment loads.
 template <int D> constexpr int mma_ld() { return D + 8; }
+// Shared-memory stages of the tiles a kernel streams: two (double
+// buffering: the copy of the next tile overlaps the products of this one)
+// where two stages of its two tiles fit the 48 KiB of static shared memory
+// (D = 64: 36 KiB), one at D = 128 (two would be 68 KiB).
+template <int D> constexpr int mma_stages() { return D <= 64 ? 2 : 1; }
 
-// Rows [row0, row0 + kMmaTile) of a [t, dh] matrix into dst, as their 16
-// bits (rows past t as zeros).
+// Starts copying rows [row0, row0 + kMmaTile) of a matrix with `cols`
+// columns (a multiple of 16) and row r at src + r * ld into dst, as their
+// 16 bits (rows past t as zeros): cp.async, 16 bytes a copy, where src and
+// ld keep every row 16-byte aligned, else element by element. The copies
+// are complete after cp_async_commit, cp_async_wait and a barrier.
 template <typename T, int D>
-__device__ void stage_tile(uint16_t *dst, const T *src, int64_t row0, int64_t t, int dh) {
-  for (int e = threadIdx.x; e < kMmaTile * dh; e += blockDim.x) {
-    const int r = e / dh, d = e % dh;
-    dst[r * mma_ld<D>() + d] = row0 + r < t ? src[(row0 + r) * dh + d].bits : uint16_t(0);
+__device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0, int64_t t,
+                           int cols) {
+  const uint16_t *from = reinterpret_cast<const uint16_t *>(src);
+  if ((reinterpret_cast<uintptr_t>(from) | static_cast<uintptr_t>(ld) * 2) % 16 == 0) {
+    const int chunks = cols / 8;
+    for (int e = threadIdx.x; e < kMmaTile * chunks; e += blockDim.x) {
+      const int r = e / chunks, d = e % chunks * 8;
+      uint16_t *to = dst + r * mma_ld<D>() + d;
+      if (row0 + r < t)
+        cp_async_16(to, from + (row0 + r) * ld + d);
+      else
+        *reinterpret_cast<uint4 *>(to) = uint4{0, 0, 0, 0};
+    }
+    return;
+  }
+  for (int e = threadIdx.x; e < kMmaTile * cols; e += blockDim.x) {
+    const int r = e / cols, d = e % cols;
+    dst[r * mma_ld<D>() + d] = row0 + r < t ? from[(row0 + r) * ld + d] : uint16_t(0);
+  }
+}
+
+// f(first row, stage) for the tiles of kMmaTile rows from `first` before
+// `end`, stage(first row, s) having started the copies of the tile into
+// stage s (stage_tile). With two stages the next tile's copies are started
+// before this tile is waited for and used; with one, after it is used.
+template <int Stages, typename S, typename F>
+__device__ void for_staged_tiles(int64_t first, int64_t end, S &&stage, F &&f) {
+  static_assert(Stages == 1 || Stages == 2, "one or two stages");
+  if (first >= end)
+    return;
+  stage(first, 0);
+  cp_async_commit();
+  int s = 0;
+  for (int64_t j0 = first; j0 < end; j0 += kMmaTile) {
+    const bool next = j0 + kMmaTile < end;
+    if constexpr (Stages == 2) {
+      if (next)  // into the other stage, free since the barrier ending the last tile
+        stage(j0 + kMmaTile, s ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // all but the group just committed: this tile
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    f(j0, s);
+    __syncthreads();
+    if constexpr (Stages == 2) {
+      s ^= 1;
+    } else if (next) {
+      stage(j0 + kMmaTile, 0);
+      cp_async_commit();
+    }
   }
 }
 
@@ -315,9 +376,12 @@ __device__ void mma_rows_tile(FragC (&s)[kMmaN], A &&a, const uint16_t *tile, in
       break;
     const FragA frag = a(kk);
 #pragma unroll
-    for (int n = 0; n < kMmaN; ++n)
-      mma_16x8x16<T>(s[n], frag, load_frag_b(tile + 8 * n * mma_ld<D>() + 16 * kk, 1,
-                                             mma_ld<D>()));
+    for (int n = 0; n < kMmaN; n += 2) {
+      FragB b[2];
+      load_frag_b_nk(b, tile + 8 * n * mma_ld<D>() + 16 * kk, mma_ld<D>());
+      mma_16x8x16<T>(s[n], frag, b[0]);
+      mma_16x8x16<T>(s[n + 1], frag, b[1]);
+    }
   }
 }
 
@@ -330,10 +394,13 @@ __device__ void mma_p_tile(FragC (&acc)[D / 8], const FragC (&p)[kMmaN], const u
   for (int kk = 0; kk < kMmaTile / 16; ++kk) {
     const FragA a = frag_a_of<T>(p[2 * kk], p[2 * kk + 1]);
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      if (8 * n < dh)
-        mma_16x8x16<T>(acc[n], a, load_frag_b(tile + 16 * kk * mma_ld<D>() + 8 * n,
-                                              mma_ld<D>(), 1));
+    for (int n = 0; n < D / 8; n += 2)
+      if (8 * n < dh) {  // and 8 (n + 1) < dh: dh is a multiple of 16
+        FragB b[2];
+        load_frag_b_kn(b, tile + 16 * kk * mma_ld<D>() + 8 * n, mma_ld<D>());
+        mma_16x8x16<T>(acc[n], a, b[0]);
+        mma_16x8x16<T>(acc[n + 1], a, b[1]);
+      }
   }
 }
 
@@ -371,27 +438,30 @@ __device__ inline bool visible(const WarpRows &w, int n, int i, int64_t col0, in
   return !causal || (keys_are_rows ? row <= col : col <= row);
 }
 
+// A kernel's shared-memory stages of a tile.
+template <int D> using MmaStages = uint16_t[mma_stages<D>()][kMmaTile * mma_ld<D>()];
+
 // The key tiles the block's query rows see (causal: up to the diagonal
-// tile), each staged, keys into ks and values into vs, then f(first key).
+// tile), each staged, keys into ks and values into vs, then f(first key,
+// key tile, value tile).
 template <typename T, int D, typename F>
-__device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, uint16_t *ks,
-                                  uint16_t *vs, int64_t t, int dh, bool causal, F &&f) {
+__device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, MmaStages<D> &ks,
+                                  MmaStages<D> &vs, int64_t t, int dh, bool causal, F &&f) {
   const int64_t keys = causal ? std::min<int64_t>(t, w.row0 + kMmaRows) : t;
-  for (int64_t j0 = 0; j0 < keys; j0 += kMmaTile) {
-    __syncthreads();
-    stage_tile<T, D>(ks, k + w.offset, j0, t, dh);
-    stage_tile<T, D>(vs, v + w.offset, j0, t, dh);
-    __syncthreads();
-    f(j0);
-  }
+  for_staged_tiles<mma_stages<D>()>(
+      0, keys,
+      [&](int64_t j0, int s) {
+        stage_tile<T, D>(ks[s], k + w.offset, dh, j0, t, dh);
+        stage_tile<T, D>(vs[s], v + w.offset, dh, j0, t, dh);
+      },
+      [&](int64_t j0, int s) { f(j0, ks[s], vs[s]); });
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse, int64_t t, int dh,
                      float scale, bool causal) {
-  __shared__ uint16_t ks[kMmaTile * mma_ld<D>()];
-  __shared__ uint16_t vs[kMmaTile * mma_ld<D>()];
+  __shared__ __align__(16) MmaStages<D> ks, vs;
   const WarpRows w = warp_rows(t, dh);
   FragA qa[D / 16];
   load_rows<T, D>(qa, q, w, dh);
@@ -401,10 +471,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   // lane's part of the running sum (its columns; the 4 lanes of a row add
   // theirs at the end).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal, [&](int64_t j0) {
+  for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal,
+                          [&](int64_t j0, const uint16_t *kt, const uint16_t *vt) {
     FragC s[kMmaN];
     zero(s);
-    mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, ks, dh);
+    mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, kt, dh);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < kMmaN; ++n)
@@ -437,7 +508,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         s[n].x[i] = expf(s[n].x[i] - base[i / 2]);
         l[i / 2] += s[n].x[i];
       }
-    mma_p_tile<T, D>(acc, s, vs, dh);
+    mma_p_tile<T, D>(acc, s, vt, dh);
   });
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -458,9 +529,9 @@ __global__ void __launch_bounds__(kMmaThreads)
     attention_dkv_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
                          const float *delta, T *dk, T *dv, int64_t t, int dh, float scale,
                          bool causal) {
-  __shared__ uint16_t qs[kMmaTile * mma_ld<D>()];
-  __shared__ uint16_t dos[kMmaTile * mma_ld<D>()];
-  __shared__ float lse_s[kMmaTile], delta_s[kMmaTile];
+  constexpr int kStages = mma_stages<D>();
+  __shared__ __align__(16) MmaStages<D> qs, dos;
+  __shared__ float lse_s[kStages][kMmaTile], delta_s[kStages][kMmaTile];
   const WarpRows w = warp_rows(t, dh);  // key rows
   // The warp's rows of k and v as A fragments: held in registers up to
   // D = 64; at 128 there is no room beside the two accumulators (ptxas
@@ -486,35 +557,37 @@ __global__ void __launch_bounds__(kMmaThreads)
   FragC acc_k[D / 8], acc_v[D / 8];
   zero(acc_k);
   zero(acc_v);
-  for (int64_t i0 = causal ? w.row0 : 0; i0 < t; i0 += kMmaTile) {
-    __syncthreads();
-    stage_tile<T, D>(qs, q + w.offset, i0, t, dh);
-    stage_tile<T, D>(dos, do_ + w.offset, i0, t, dh);
+  auto stage = [&](int64_t i0, int st) {
+    stage_tile<T, D>(qs[st], q + w.offset, dh, i0, t, dh);
+    stage_tile<T, D>(dos[st], do_ + w.offset, dh, i0, t, dh);
     for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
       const bool real = i0 + r < t;
-      lse_s[r] = real ? lse[w.head * t + i0 + r] : 0.0f;
-      delta_s[r] = real ? delta[w.head * t + i0 + r] : 0.0f;
+      lse_s[st][r] = real ? lse[w.head * t + i0 + r] : 0.0f;
+      delta_s[st][r] = real ? delta[w.head * t + i0 + r] : 0.0f;
     }
-    __syncthreads();
+  };
+  for_staged_tiles<kStages>(causal ? w.row0 : 0, t, stage, [&](int64_t i0, int st) {
+    const uint16_t *qt = qs[st], *dot = dos[st];
+    const float *lse_t = lse_s[st], *delta_t = delta_s[st];
     FragC s[kMmaN], dp[kMmaN];  // S^T and dP^T: the warp's keys x the tile's queries
     zero(s);
     zero(dp);
-    mma_rows_tile<T, D>(s, k_frag, qs, dh);
-    mma_rows_tile<T, D>(dp, v_frag, dos, dh);
+    mma_rows_tile<T, D>(s, k_frag, qt, dh);
+    mma_rows_tile<T, D>(dp, v_frag, dot, dh);
 #pragma unroll
     for (int n = 0; n < kMmaN; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int col = 8 * n + 2 * w.c + i % 2;
         const float p = visible(w, n, i, i0, t, causal, true)
-                            ? expf(scale * s[n].x[i] - lse_s[col])
+                            ? expf(scale * s[n].x[i] - lse_t[col])
                             : 0.0f;
         s[n].x[i] = p;
-        dp[n].x[i] = p * (dp[n].x[i] - delta_s[col]);
+        dp[n].x[i] = p * (dp[n].x[i] - delta_t[col]);
       }
-    mma_p_tile<T, D>(acc_v, s, dos, dh);
-    mma_p_tile<T, D>(acc_k, dp, qs, dh);
-  }
+    mma_p_tile<T, D>(acc_v, s, dot, dh);
+    mma_p_tile<T, D>(acc_k, dp, qt, dh);
+  });
   store_rows<T, D>(dk, acc_k, w, dh, [&](int) { return scale; });
   store_rows<T, D>(dv, acc_v, w, dh, [](int) { return 1.0f; });
 }
@@ -525,8 +598,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     attention_dq_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
                         const float *delta, T *dq, int64_t t, int dh, float scale,
                         bool causal) {
-  __shared__ uint16_t ks[kMmaTile * mma_ld<D>()];
-  __shared__ uint16_t vs[kMmaTile * mma_ld<D>()];
+  __shared__ __align__(16) MmaStages<D> ks, vs;
   const WarpRows w = warp_rows(t, dh);
   FragA qa[D / 16], da[D / 16];
   load_rows<T, D>(qa, q, w, dh);
@@ -541,12 +613,13 @@ __global__ void __launch_bounds__(kMmaThreads)
     lse_i[h] = real ? lse[i] : 0.0f;
     delta_i[h] = real ? delta[i] : 0.0f;
   }
-  for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal, [&](int64_t j0) {
+  for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal,
+                          [&](int64_t j0, const uint16_t *kt, const uint16_t *vt) {
     FragC s[kMmaN], dp[kMmaN];
     zero(s);
     zero(dp);
-    mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, ks, dh);
-    mma_rows_tile<T, D>(dp, [&](int kk) { return da[kk]; }, vs, dh);
+    mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, kt, dh);
+    mma_rows_tile<T, D>(dp, [&](int kk) { return da[kk]; }, vt, dh);
 #pragma unroll
     for (int n = 0; n < kMmaN; ++n)
 #pragma unroll
@@ -556,7 +629,7 @@ __global__ void __launch_bounds__(kMmaThreads)
                             : 0.0f;
         s[n].x[i] = p * (dp[n].x[i] - delta_i[i / 2]);
       }
-    mma_p_tile<T, D>(acc, s, ks, dh);
+    mma_p_tile<T, D>(acc, s, kt, dh);
   });
   store_rows<T, D>(dq, acc, w, dh, [&](int) { return scale; });
 }

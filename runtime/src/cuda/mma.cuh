@@ -14,7 +14,20 @@
 // (the host pass, older devices and the CUDA emulation, which cannot run
 // PTX) it is the same product computed by warp shuffles over that layout,
 // so the emulation runs the very kernels a GPU does, fragment loads and
-// stores included. Not installed.
+// stores included.
+//
+// The B fragments of shared-memory tiles are loaded by
+// ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (PTX ISA, "Warp-level
+// matrix load instruction: ldmatrix"): lanes 8 i .. 8 i + 7 supply the
+// addresses of rows 0..7 of 8x8 matrix i (16 bytes each, 16-byte aligned),
+// and register i of lane l receives two elements of matrix i: without
+// .trans row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1; with .trans (the
+// matrix read column-major) rows 2 (l % 4) and 2 (l % 4) + 1 of column
+// l / 4; the lower column (row) in the low half. Tiles reach shared memory
+// by cp.async.cg.shared.global (16 bytes a thread) with commit_group and
+// wait_group. Elsewhere ldmatrix is warp shuffles of the row addresses
+// from the lanes that supply them, each lane then reading its elements,
+// and cp.async is a synchronous copy. Not installed.
 #ifndef DSRT_SRC_CUDA_MMA_CUH
 #define DSRT_SRC_CUDA_MMA_CUH
 
@@ -74,6 +87,97 @@ __device__ inline FragB load_frag_b(const uint16_t *m, int64_t k_stride, int64_t
   b.x[0] = pack16(at(2 * c, g), at(2 * c + 1, g));
   b.x[1] = pack16(at(2 * c + 8, g), at(2 * c + 9, g));
   return b;
+}
+
+// The four 32-bit registers ldmatrix.sync.aligned.m8n8.x4.shared.b16
+// (Trans: .trans) gives the calling lane, `row` being the address this
+// lane supplies (row lane % 8 of matrix lane / 8, in shared memory, 16-byte
+// aligned); every lane of the warp takes part.
+template <bool Trans> __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const uint16_t *row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+#else
+  // Register i of lane (g, c) (g = lane / 4, c = lane % 4) is row g of
+  // matrix i, whose address lane 8 i + g supplies, elements 2 c and 2 c + 1;
+  // transposed, element g of rows 2 c and 2 c + 1, from lanes 8 i + 2 c and
+  // 8 i + 2 c + 1.
+  const unsigned all = 0xffffffffu;
+  const int g = threadIdx.x % 32 / 4, c = threadIdx.x % 4;
+  const unsigned long long mine = reinterpret_cast<uintptr_t>(row);
+  auto from = [&](int lane) {
+    return reinterpret_cast<const uint16_t *>(
+        static_cast<uintptr_t>(__shfl_sync(all, mine, lane)));
+  };
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (Trans) {
+      const uint16_t *r0 = from(8 * i + 2 * c), *r1 = from(8 * i + 2 * c + 1);
+      r[i] = pack16(r0[g], r1[g]);
+    } else {
+      const uint16_t *p = from(8 * i + g);
+      r[i] = pack16(p[2 * c], p[2 * c + 1]);
+    }
+  }
+#endif
+}
+
+// The B fragments of two adjacent 16x8 blocks (n from 0 and from 8) of a
+// (k, n) matrix held in shared memory with its n index along rows:
+// element (k, n) is m[n * ld + k] (k, v^T or q^T as a tile of keys or
+// queries by head columns). One ldmatrix.x4: matrices (n 0..7, k 0..7),
+// (n 0..7, k 8..15), (n 8..15, k 0..7), (n 8..15, k 8..15), each row n
+// holding b's columns 2 c, 2 c + 1 at lane (n % 8) * 4 + c. m and ld * 2
+// bytes must be multiples of 16.
+__device__ inline void load_frag_b_nk(FragB (&b)[2], const uint16_t *m, int ld) {
+  const int lane = threadIdx.x % 32, i = lane / 8;
+  uint32_t r[4];
+  ldmatrix_x4<false>(r, m + (8 * (i / 2) + lane % 8) * ld + 8 * (i % 2));
+  b[0] = FragB{{r[0], r[1]}};
+  b[1] = FragB{{r[2], r[3]}};
+}
+
+// The same for a (k, n) matrix with its k index along rows: element (k, n)
+// is m[k * ld + n] (v or q as the right operand of P v or dS^T q). One
+// ldmatrix.x4.trans: matrices (k 0..7, n 0..7), (k 8..15, n 0..7),
+// (k 0..7, n 8..15), (k 8..15, n 8..15), read column-major.
+__device__ inline void load_frag_b_kn(FragB (&b)[2], const uint16_t *m, int ld) {
+  const int lane = threadIdx.x % 32, i = lane / 8;
+  uint32_t r[4];
+  ldmatrix_x4<true>(r, m + (8 * (i % 2) + lane % 8) * ld + 8 * (i / 2));
+  b[0] = FragB{{r[0], r[1]}};
+  b[1] = FragB{{r[2], r[3]}};
+}
+
+// cp.async.cg.shared.global of 16 bytes from src (global) to dst (shared),
+// both 16-byte aligned, completed by cp_async_wait after a
+// cp_async_commit; elsewhere a synchronous copy.
+__device__ inline void cp_async_16(void *dst, const void *src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src) : "memory");
+#else
+  *static_cast<uint4 *>(dst) = *static_cast<const uint4 *>(src);
+#endif
+}
+// Closes the thread's group of cp.async copies issued since the last.
+__device__ inline void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most N of the thread's committed groups are pending (the
+// other threads' copies are seen after a barrier).
+template <int N> __device__ inline void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
 }
 
 // The A fragment of a 16x16 block of columns [16 j, 16 j + 16) held as two

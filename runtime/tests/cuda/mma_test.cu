@@ -5,7 +5,11 @@
 // than as the loaders in mma.cuh write them, so that a layout error in the
 // product (its portable body in the CUDA emulation, the instruction on a
 // GPU) fails this test by itself; a second test checks the loaders
-// (load_frag_a, load_frag_b, frag_a_of) against the same layouts.
+// (load_frag_a, load_frag_b, frag_a_of) against the same layouts. The
+// ldmatrix tests check ldmatrix_x4 (and .trans) against the PTX ISA's
+// per-lane formulas for ldmatrix.sync.aligned.m8n8.x4 on scrambled row
+// addresses, and the B-fragment loaders built on it against the m16n8k16
+// layout, on a tile staged in shared memory by cp_async_16.
 #include "cuda/mma.cuh"
 
 #include <gtest/gtest.h>
@@ -23,8 +27,10 @@ using namespace dsrt::detail;
 // groupID = lane >> 2, threadID_in_group = lane % 4.
 __device__ int a_row(int lane, int i) { return lane / 4 + ((i < 2 || (i >= 4 && i < 6)) ? 0 : 8); }
 __device__ int a_col(int lane, int i) { return lane % 4 * 2 + (i & 1) + (i >= 4 ? 8 : 0); }
-__device__ int b_row(int lane, int i) { return lane % 4 * 2 + (i & 1) + (i >= 2 ? 8 : 0); }
-__device__ int b_col(int lane, int) { return lane / 4; }
+__host__ __device__ int b_row(int lane, int i) {
+  return lane % 4 * 2 + (i & 1) + (i >= 2 ? 8 : 0);
+}
+__host__ __device__ int b_col(int lane, int) { return lane / 4; }
 __device__ int c_row(int lane, int i) { return lane / 4 + (i >= 2 ? 8 : 0); }
 __device__ int c_col(int lane, int i) { return lane % 4 * 2 + (i & 1); }
 
@@ -128,5 +134,112 @@ TEST(Mma16x8x16, Bf16FromPtxLayout) { check_mma<bfloat_t>(false); }
 TEST(Mma16x8x16, F16FromPtxLayout) { check_mma<half_t>(false); }
 TEST(Mma16x8x16, Bf16Loaders) { check_mma<bfloat_t>(true); }
 TEST(Mma16x8x16, F16Loaders) { check_mma<half_t>(true); }
+
+// ldmatrix on a 32 x kLd tile of 16-bit values (element e is e, all
+// distinct): lane l supplies the address of row ld_row(l), columns
+// ld_col(l) .. ld_col(l) + 7 (a scrambled row and 8-column block, each
+// 16-byte aligned).
+constexpr int kLd = 24;
+constexpr int kLdRows = 32;
+int ld_row(int lane) { return (lane * 7 + 3) % kLdRows; }
+int ld_col(int lane) { return 8 * (lane % 3); }
+// Where the loaders' 16x16 blocks start in the tile: nk (n along rows) at
+// row 3, column 8; kn (k along rows) at row 5, column 0.
+constexpr int kNkAt = 3 * kLd + 8;
+constexpr int kKnAt = 5 * kLd;
+
+// out[(v * 32 + lane) * 4 + i]: v = 0 ldmatrix_x4, 1 ldmatrix_x4 .trans,
+// 2 load_frag_b_nk and 3 load_frag_b_kn (b[0].x[0], b[0].x[1], b[1].x[0],
+// b[1].x[1]).
+__global__ void ldmatrix_once(const uint16_t *m, const int *rows, const int *cols,
+                              uint32_t *out) {
+  __shared__ __align__(16) uint16_t tile[kLdRows * kLd];
+  const int lane = threadIdx.x;
+  for (int e = lane; e < kLdRows * kLd / 8; e += 32)
+    cp_async_16(tile + 8 * e, m + 8 * e);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  uint32_t r[4];
+  const uint16_t *row = tile + rows[lane] * kLd + cols[lane];
+  ldmatrix_x4<false>(r, row);
+  for (int i = 0; i < 4; ++i)
+    out[(0 * 32 + lane) * 4 + i] = r[i];
+  ldmatrix_x4<true>(r, row);
+  for (int i = 0; i < 4; ++i)
+    out[(1 * 32 + lane) * 4 + i] = r[i];
+  FragB b[2];
+  for (int v = 2; v < 4; ++v) {
+    if (v == 2)
+      load_frag_b_nk(b, tile + kNkAt, kLd);
+    else
+      load_frag_b_kn(b, tile + kKnAt, kLd);
+    const uint32_t x[4] = {b[0].x[0], b[0].x[1], b[1].x[0], b[1].x[1]};
+    for (int i = 0; i < 4; ++i)
+      out[(v * 32 + lane) * 4 + i] = x[i];
+  }
+}
+
+uint32_t pack(int lo, int hi) {
+  return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+}
+
+TEST(Ldmatrix, X4FromPtxLayout) {
+  std::vector<uint16_t> m(kLdRows * kLd);
+  for (size_t e = 0; e < m.size(); ++e)
+    m[e] = static_cast<uint16_t>(e);
+  std::vector<int> rows(32), cols(32);
+  for (int l = 0; l < 32; ++l) {
+    rows[l] = ld_row(l);
+    cols[l] = ld_col(l);
+  }
+  std::vector<uint32_t> out(4 * 32 * 4, 0xdeadbeefu);
+  uint16_t *dm = nullptr;
+  int *drows = nullptr, *dcols = nullptr;
+  uint32_t *dout = nullptr;
+  ASSERT_EQ(cudaMalloc(&dm, m.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&drows, 32 * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dcols, 32 * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dout, out.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dm, m.data(), m.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(drows, rows.data(), 32 * sizeof(int), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dcols, cols.data(), 32 * sizeof(int), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ldmatrix_once<<<1, 32>>>(dm, drows, dcols, dout);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(dm);
+  cudaFree(drows);
+  cudaFree(dcols);
+  cudaFree(dout);
+  // PTX ISA, ldmatrix: threads 8 i .. 8 i + 7 give addr of rows 0..7 of
+  // matrix i; in register i, lane l holds row l / 4, elements 2 (l % 4)
+  // and 2 (l % 4) + 1 (.trans: the matrix column-major, so column l / 4,
+  // rows 2 (l % 4) and 2 (l % 4) + 1).
+  auto at = [&](int addr_lane, int col) { return m[rows[addr_lane] * kLd + cols[addr_lane] + col]; };
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int g = l / 4, c = l % 4;
+      EXPECT_EQ(out[(0 * 32 + l) * 4 + i], pack(at(8 * i + g, 2 * c), at(8 * i + g, 2 * c + 1)))
+          << "x4, lane " << l << ", register " << i;
+      EXPECT_EQ(out[(1 * 32 + l) * 4 + i], pack(at(8 * i + 2 * c, g), at(8 * i + 2 * c + 1, g)))
+          << "x4.trans, lane " << l << ", register " << i;
+    }
+  // The loaders against the m16n8k16 B layout: register x[r] of the
+  // fragment of columns 8 j.. holds b(b_row(l, 2 r), 8 j + b_col) low and
+  // b(b_row(l, 2 r + 1), ..) high.
+  auto nk = [&](int k, int n) { return m[kNkAt + n * kLd + k]; };
+  auto kn = [&](int k, int n) { return m[kKnAt + k * kLd + n]; };
+  for (int l = 0; l < 32; ++l)
+    for (int j = 0; j < 2; ++j)
+      for (int r = 0; r < 2; ++r) {
+        const int n = 8 * j + b_col(l, 0), k0 = b_row(l, 2 * r), k1 = b_row(l, 2 * r + 1);
+        EXPECT_EQ(out[(2 * 32 + l) * 4 + 2 * j + r], pack(nk(k0, n), nk(k1, n)))
+            << "load_frag_b_nk, lane " << l << ", fragment " << j << ", register " << r;
+        EXPECT_EQ(out[(3 * 32 + l) * 4 + 2 * j + r], pack(kn(k0, n), kn(k1, n)))
+            << "load_frag_b_kn, lane " << l << ", fragment " << j << ", register " << r;
+      }
+}
 
 } // namespace
