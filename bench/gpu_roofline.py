@@ -174,6 +174,21 @@ def matmul_flops(a, out):
     return 2 * out.numel * k
 
 
+def column_parts(x, axes):
+    """runtime/src/workspace_shapes.h's reduce_column_parts for x, as
+    [rows, columns], summed over its rows (`axes`, the leading ones): the
+    blocks a tile of 8 columns (16 of 2-byte elements) is split into, 1
+    (one launch) or more (a second launch over the parts)."""
+    rows = math.prod(n for d, n in enumerate(x.shape) if d in axes)
+    columns = math.prod(n for d, n in enumerate(x.shape) if d not in axes)
+    tile = 16 if DTYPE_BYTES[x.dtype] == 2 else 8
+    tiles, parts = -(-columns // tile), 1
+    if rows >= 2048:
+        while parts < 32 and tiles * parts < 128:
+            parts *= 2
+    return parts
+
+
 def chunk_launches(sizes):
     """adamw_multi's launches: the tables of chunk_table.h's chunk_tables()
     (its constants read from the header), one launch each."""
@@ -292,6 +307,8 @@ def classify(op, seq):
                 groups.append(d in axes)
         columns = groups == [True, False]
         op.launches["reduce_columns_kernel" if columns else "reduce_kernel"] = 1
+        if columns and column_parts(ins[0], axes) > 1:
+            op.launches["reduce_column_parts_kernel"] = 1
     elif name == "transpose":
         op.kind = "copies"
         op.launches["transpose_kernel"] = 1

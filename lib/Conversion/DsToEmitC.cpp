@@ -316,7 +316,9 @@ private:
   /// With `lanes` > 1 the element is the first of `lanes` consecutive ones
   /// of one row: the inputs of the result's shape are read and the result
   /// written as vectors (dsrt::math::load_vector, store_vector) around an
-  /// unrolled loop over the lanes.
+  /// unrolled loop over the lanes. Without `row` (lanes > 1 only) the
+  /// vector may span rows: each lane finds its row and column from its
+  /// index, and what is the same for a row is read per lane.
   LogicalResult
   emitFusedElement(ds::FusedOp op, ArrayRef<Value> inputPointers,
                    Value outPointer, Value row, Type indexType, int64_t lanes,
@@ -2550,9 +2552,10 @@ constexpr int64_t kCudaVectorBytes = 16;
 
 /// The elements a thread of `op`'s CUDA kernel computes at once: as many of
 /// the widest element among the result and the inputs of its shape as fit
-/// one 128-bit access, when the result's rows are a multiple of that (a
-/// vector never spans two rows, whose broadcast inputs differ); 1
-/// otherwise.
+/// one 128-bit access (1 for a result smaller than that). Where the
+/// result's rows are not a multiple of it, a vector may span rows (each lane
+/// then finds its row) and the elements after the last whole vector are
+/// computed one a thread.
 static int64_t fusedLanes(ds::FusedOp op) {
   auto result = cast<RankedTensorType>(op.getResult().getType());
   int64_t widest = 0;
@@ -2568,8 +2571,7 @@ static int64_t fusedLanes(ds::FusedOp op) {
       widen(type);
   }
   int64_t lanes = kCudaVectorBytes / widest;
-  int64_t inner = result.getShape().empty() ? 1 : result.getShape().back();
-  return lanes > 1 && inner % lanes == 0 ? lanes : 1;
+  return lanes > 1 && result.getNumElements() >= lanes ? lanes : 1;
 }
 
 /// The integer type of a generated CUDA kernel's index arithmetic: 32-bit
@@ -2623,35 +2625,61 @@ ProgramBuilder::buildFusedCudaKernel(ds::FusedOp op, StringRef name) {
                                      product("blockIdx.x", "blockDim.x"),
                                      literal("threadIdx.x"));
   Value stride = product("gridDim.x", "blockDim.x");
-  auto vectors = emitc::ForOp::create(builder, opLoc, first,
-                                      constant(count / lanes), stride);
-  builder.setInsertionPointToStart(vectors.getBody());
-  Value base = vectors.getInductionVar();
-  if (lanes > 1)
-    base = emitc::MulOp::create(builder, opLoc, index, base, constant(lanes));
-  Value row = emitc::DivOp::create(builder, opLoc, index, base, constant(inner));
   SmallVector<Value> inputPointers(entry->getArguments().drop_back());
-  Value column;
-  if (failed(emitFusedElement(
-          op, inputPointers, entry->getArguments().back(), row, index, lanes,
-          [&]() -> std::pair<Value, Value> {
-            column = emitc::SubOp::create(
-                builder, opLoc, index, base,
-                emitc::MulOp::create(builder, opLoc, index, row,
-                                     constant(inner)));
-            return {column, base};
-          })))
+  Value outPointer = entry->getArguments().back();
+  // A vector of `lanes` > 1 elements spans rows unless the rows are a
+  // multiple of it: its lanes find their rows themselves.
+  bool rowPerLane = lanes > 1 && inner % lanes != 0;
+  // Elements (lanes 1) or vectors `from` .. `to` of the grid-stride loop.
+  auto gridLoop = [&](int64_t from, int64_t to,
+                      int64_t loopLanes) -> LogicalResult {
+    Value start = from == 0 ? first
+                            : Value(emitc::AddOp::create(builder, opLoc, index,
+                                                         first,
+                                                         constant(from)));
+    auto loop =
+        emitc::ForOp::create(builder, opLoc, start, constant(to), stride);
+    OpBuilder::InsertionGuard inLoop(builder);
+    builder.setInsertionPointToStart(loop.getBody());
+    Value base = loop.getInductionVar();
+    if (loopLanes > 1)
+      base = emitc::MulOp::create(builder, opLoc, index, base,
+                                  constant(loopLanes));
+    if (loopLanes > 1 && rowPerLane)
+      return emitFusedElement(op, inputPointers, outPointer, Value(), index,
+                              loopLanes, [&]() -> std::pair<Value, Value> {
+                                return {Value(), base};
+                              });
+    Value row =
+        emitc::DivOp::create(builder, opLoc, index, base, constant(inner));
+    Value column;
+    if (failed(emitFusedElement(
+            op, inputPointers, outPointer, row, index, loopLanes,
+            [&]() -> std::pair<Value, Value> {
+              column = emitc::SubOp::create(
+                  builder, opLoc, index, base,
+                  emitc::MulOp::create(builder, opLoc, index, row,
+                                       constant(inner)));
+              return {column, base};
+            })))
+      return failure();
+    // Most inputs need neither: left out, the kernel reads better.
+    if (column.use_empty()) {
+      Operation *rowTimesInner =
+          column.getDefiningOp()->getOperand(1).getDefiningOp();
+      column.getDefiningOp()->erase();
+      rowTimesInner->erase();
+    }
+    if (row.use_empty())
+      row.getDefiningOp()->erase();
+    return success();
+  };
+  // The vectors, then the elements after the last whole vector (fewer than
+  // `lanes`, one a thread).
+  int64_t vectorCount = count / lanes;
+  if (failed(gridLoop(0, vectorCount, lanes)) ||
+      (count % lanes && failed(gridLoop(vectorCount * lanes, count, 1))))
     return failure();
-  // Most inputs need neither: left out, the kernel reads better.
-  if (column.use_empty()) {
-    Operation *rowTimesInner = column.getDefiningOp()->getOperand(1)
-                                   .getDefiningOp();
-    column.getDefiningOp()->erase();
-    rowTimesInner->erase();
-  }
-  if (row.use_empty())
-    row.getDefiningOp()->erase();
-  builder.setInsertionPointAfter(vectors);
   emitc::ReturnOp::create(builder, opLoc, Value());
   return kernel;
 }
@@ -2744,9 +2772,7 @@ LogicalResult ProgramBuilder::emitFusedElement(
   // How each input is indexed: per row (hoisted), or per element.
   enum class Access { Same, RowConstant, RowBase, Modulo, General };
   SmallVector<Access> access;
-  SmallVector<Value> rowValues; // RowConstant: the element; RowBase: base
-  llvm::DenseMap<Value, Value> scalars;
-  for (auto [i, input] : llvm::enumerate(op.getInputs())) {
+  for (Value input : op.getInputs()) {
     auto type = cast<RankedTensorType>(input.getType());
     ArrayRef<int64_t> inShape = type.getShape();
     int64_t inCount = type.getNumElements();
@@ -2767,41 +2793,52 @@ LogicalResult ProgramBuilder::emitFusedElement(
     for (size_t d = 0; d < firstOne; ++d)
       if (inShape[d] != outShape[d])
         prefix = false;
-
-    Value hoisted;
-    Access kind;
-    if (inShape == outShape) {
-      kind = Access::Same;
-    } else if (inCount == 1) {
-      kind = Access::RowConstant;
-      hoisted = load(i, zero);
-    } else if (suffix && inCount % inner == 0) {
-      kind = Access::RowBase;
-      hoisted = inCount == inner
-                    ? zero
-                    : Value(emitc::MulOp::create(
-                          builder, opLoc, i64,
-                          emitc::RemOp::create(builder, opLoc, i64, row,
-                                               constant(inCount / inner)),
-                          constant(inner)));
-    } else if (suffix && inner % inCount == 0) {
-      kind = Access::Modulo;
-    } else if (prefix && (count / inCount) % inner == 0) {
-      kind = Access::RowConstant;
-      int64_t rowsPerElement = count / inCount / inner;
-      hoisted = load(i, rowsPerElement == 1
-                            ? row
-                            : Value(emitc::DivOp::create(
-                                  builder, opLoc, i64, row,
-                                  constant(rowsPerElement))));
-    } else {
-      kind = Access::General;
-    }
-    access.push_back(kind);
-    rowValues.push_back(hoisted);
-    if (kind == Access::RowConstant)
-      scalars[body.getArgument(i)] = hoisted;
+    if (inShape == outShape)
+      access.push_back(Access::Same);
+    else if (inCount == 1)
+      access.push_back(Access::RowConstant);
+    else if (suffix && inCount % inner == 0)
+      access.push_back(Access::RowBase);
+    else if (suffix && inner % inCount == 0)
+      access.push_back(Access::Modulo);
+    else if (prefix && (count / inCount) % inner == 0)
+      access.push_back(Access::RowConstant);
+    else
+      access.push_back(Access::General);
   }
+  // What is the same for every element of row `row`: a RowConstant input's
+  // element, a RowBase input's row start.
+  SmallVector<Value> rowValues(op.getInputs().size());
+  llvm::DenseMap<Value, Value> scalars;
+  auto hoist = [&](Value row) {
+    for (auto [i, input] : llvm::enumerate(op.getInputs())) {
+      auto type = cast<RankedTensorType>(input.getType());
+      int64_t inCount = type.getNumElements();
+      if (access[i] == Access::RowConstant) {
+        int64_t rowsPerElement = count / inCount / inner;
+        rowValues[i] = load(
+            i, inCount == 1           ? zero
+               : rowsPerElement == 1 ? row
+                                     : Value(emitc::DivOp::create(
+                                           builder, opLoc, i64, row,
+                                           constant(rowsPerElement))));
+        scalars[body.getArgument(i)] = rowValues[i];
+      } else if (access[i] == Access::RowBase) {
+        rowValues[i] =
+            inCount == inner
+                ? zero
+                : Value(emitc::MulOp::create(
+                      builder, opLoc, i64,
+                      emitc::RemOp::create(builder, opLoc, i64, row,
+                                           constant(inCount / inner)),
+                      constant(inner)));
+      }
+    }
+  };
+  // A vector that may span rows (no `row`) finds each lane's row.
+  bool rowPerLane = !row;
+  if (!rowPerLane)
+    hoist(row);
 
   auto [column, index] = enterElement();
   // Vectors: the inputs of the result's shape read at once, the result
@@ -2830,8 +2867,16 @@ LogicalResult ProgramBuilder::emitFusedElement(
                                     constant(lanes), constant(1));
     builder.setInsertionPointToStart(laneLoop.getBody());
     Value lane = laneLoop.getInductionVar();
-    column = emitc::AddOp::create(builder, opLoc, i64, column, lane);
     index = emitc::AddOp::create(builder, opLoc, i64, vectorStart, lane);
+    if (rowPerLane) {
+      row = emitc::DivOp::create(builder, opLoc, i64, index, constant(inner));
+      column = emitc::SubOp::create(
+          builder, opLoc, i64, index,
+          emitc::MulOp::create(builder, opLoc, i64, row, constant(inner)));
+      hoist(row);
+    } else {
+      column = emitc::AddOp::create(builder, opLoc, i64, column, lane);
+    }
   }
   for (auto [i, input] : llvm::enumerate(op.getInputs())) {
     auto type = cast<RankedTensorType>(input.getType());
@@ -2909,8 +2954,12 @@ LogicalResult ProgramBuilder::emitFusedElement(
     yielded = call(storage.store, storage.type, {yielded},
                    {builder.getIndexAttr(0)});
   if (laneLoop) {
-    // The lane's column and index, where no input reads them.
-    for (Value unused : {column, index})
+    // The lane's column, row and index, where no input reads them.
+    SmallVector<Value> laneValues{column};
+    if (rowPerLane)
+      laneValues.append({column.getDefiningOp()->getOperand(1), row});
+    laneValues.push_back(index);
+    for (Value unused : laneValues)
       if (unused.use_empty() &&
           unused.getDefiningOp()->getParentOp() == laneLoop)
         unused.getDefiningOp()->erase();

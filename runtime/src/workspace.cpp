@@ -230,8 +230,16 @@ int64_t reduce_workspace_bytes(ReduceOp op, DType dtype, const Shape &x, const i
   if (out_count == 0)
     return 0;
   int64_t first = 0, second = 0;
-  reduce_intermediate_sizes(collapse_reduce_groups(x, reduced), out_count, first, second);
-  return (first + second) * reduce_accumulator_bytes(op, dtype);
+  const ReduceGroups groups = collapse_reduce_groups(x, reduced);
+  reduce_intermediate_sizes(groups, out_count, first, second);
+  // The cpu kernel's pass buffers, or the cuda column case's parts.
+  int64_t accumulators = first + second, rows = 0, columns = 0;
+  if (reduce_column_case(groups, rows, columns)) {
+    const int64_t parts = reduce_column_parts(dtype, rows, columns);
+    if (parts > 1)
+      accumulators = std::max(accumulators, parts * columns);
+  }
+  return accumulators * reduce_accumulator_bytes(op, dtype);
 }
 
 }  // namespace dsrt

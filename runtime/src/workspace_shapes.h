@@ -99,6 +99,36 @@ inline int64_t reduce_accumulator_bytes(ReduceOp op, DType dtype) {
   return is_float(dtype) && op == ReduceOp::Max ? 4 : 8;
 }
 
+// reduce's column case: x [rows, columns] reduced over its rows (the
+// reduced axes lead, the kept ones are innermost; size-1 axes ignored).
+inline bool reduce_column_case(const ReduceGroups &groups, int64_t &rows, int64_t &columns) {
+  if (groups.count != 2 || !groups.group[0].reduced)
+    return false;
+  rows = groups.group[0].size;
+  columns = groups.group[1].size;
+  return true;
+}
+
+// The cuda backend reduces the column case by tiles of kColumnTileLanes
+// columns (twice that for 2-byte elements), a tile's 256 slices of rows in
+// one block, or split among P "parts" (blocks; slices k = b mod P to block
+// b) whose results a second pass combines from a P x columns workspace of
+// accumulators (src/cuda/reduce.cu). P doubles, up to kMaxColumnParts, while
+// the grid has fewer than kColumnPartsBlocks blocks and x has at least
+// kColumnPartsMinRows rows. The compiler sizes the plan's workspace by the
+// same rule (reduceWorkspaceBytes in dialects/ds/IR/DsKernels.cpp).
+constexpr int64_t kColumnTileLanes = 8, kMaxColumnParts = 32, kColumnPartsBlocks = 128,
+                  kColumnPartsMinRows = 2048;
+inline int64_t reduce_column_parts(DType dtype, int64_t rows, int64_t columns) {
+  const int64_t tile = kColumnTileLanes * (dtype_size(dtype) == 2 ? 2 : 1);
+  const int64_t tiles = (columns + tile - 1) / tile;
+  int64_t parts = 1;
+  if (rows >= kColumnPartsMinRows)
+    while (parts < kMaxColumnParts && tiles * parts < kColumnPartsBlocks)
+      parts *= 2;
+  return parts;
+}
+
 }  // namespace detail
 }  // namespace dsrt
 

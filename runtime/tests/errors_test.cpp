@@ -126,6 +126,19 @@ TEST_F(Errors, ShapesAndTypesThatDisagree) {
                                          axes13, 2), 256);
   EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Mean, DType::I64, Shape{2, 3, 4}, axis1, 1),
             64);
+  // Column sums of at least 2048 rows whose tiles of columns (8, 16 of
+  // 16-bit x) are fewer than 128 take P x columns accumulators for the cuda
+  // backend's parts (P = 4 for 48 tiles, 2 for 75; none for 144), as the
+  // compiler plans (test/Transforms/plan-workspace.mlir).
+  const int64_t axis0[] = {0};
+  EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Sum, DType::BF16, Shape{4096, 768}, axis0,
+                                         1), 4 * 768 * 8);
+  EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Max, DType::F32, Shape{2048, 600}, axis0,
+                                         1), 2 * 600 * 4);
+  EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Sum, DType::BF16, Shape{4096, 2304}, axis0,
+                                         1), 2304 * 8);
+  EXPECT_EQ(dsrt::reduce_workspace_bytes(dsrt::ReduceOp::Sum, DType::BF16, Shape{2047, 768}, axis0,
+                                         1), 768 * 8);
   std::vector<double> acc(8);
   dsrt::Workspace small{acc.data(), 63};
   EXPECT_DSRT_ERROR(dsrt::reduce(s, dsrt::ReduceOp::Sum, x, r1, axis1, 1, small), "reduce(sum)",

@@ -540,10 +540,14 @@ def gen_layer_norm(w):
         ("gpt2_row", [64, 768], 1, [768], [768]),
         # Not a multiple of the 128-bit vector: the cuda kernel's element path.
         ("odd_row", [3, 37], 1, [37], [37]),
+        # The same with a broadcast scale; and 100-wide rows, vectors in f32
+        # (scale and bias read as vectors too) but not in 16 bits.
+        ("odd_row_broadcast", [5, 3, 13], 1, [13], [3, 13]),
+        ("row_100", [7, 100], 1, [100], [100]),
     ]
     eps = 1e-5
     for name, shape, axis, sshape, bshape in cases:
-        wide = ("last", "two_axes", "gpt2_row", "odd_row")
+        wide = ("last", "two_axes", "gpt2_row", "odd_row", "odd_row_broadcast", "row_100")
         dtypes = ["f32"] + (["f16", "bf16"] if name in wide else [])
         for dtype in dtypes:
             cname = "%s_%s" % (name, dtype)
@@ -1413,13 +1417,15 @@ def gen_layer_norm_grad(w):
         ("offset_1000", [6, 40], 1, [40], [40], None),
         # Not a multiple of the 128-bit vector: the cuda kernel's element path.
         ("odd_row", [3, 37], 1, [37], [37], 2),
+        ("odd_row_broadcast", [5, 3, 13], 1, [13], [3, 13], 2),
+        ("row_100", [7, 100], 1, [100], [100], 2),
     ]
     eps = 1e-5
     # (dtype, the type of dscale and dbias): mixed precision writes the sums
     # over all rows of 16-bit rows in f32 for an f32 accumulator.
     for name, shape, axis, sshape, bshape, span in cases:
         dtypes = [("f32", "f32")]
-        if name in ("last", "two_axes", "many_rows", "odd_row"):
+        if name in ("last", "two_axes", "many_rows", "odd_row", "odd_row_broadcast", "row_100"):
             dtypes += [("f16", "f16"), ("bf16", "bf16")]
         if name in ("last", "scale_col"):
             dtypes += [("f16", "f32"), ("bf16", "f32")]

@@ -228,3 +228,37 @@ func.func @reduce_integer_mean(%x: tensor<2x3x4xi64> {ds.input = "x"}) -> (tenso
   %y = ds.reduce_mean %x {axes = array<i64: 1>, keepdims = false} : tensor<2x3x4xi64>
   return %y : tensor<2x4xi64>
 }
+
+// -----
+
+// The cuda backend splits a column sum of at least 2048 rows whose tiles of
+// 16 bf16 columns are fewer than 128 into parts (runtime/src/
+// workspace_shapes.h): 4096x768 bf16 over axis 0 is 48 tiles, 4 parts of
+// 768 f64 accumulators (24576 bytes, more than the cpu's 6144): x
+// (6291456) + y (1536) + 24576 = 6317568. A float max of 2048x600 f32 is
+// 75 tiles, 2 parts of 600 f32 (4800): x (4915200) + y (2400, 2432
+// aligned) + 4800 = 4922432. With 2047 rows there are no parts: 6144.
+// CHECK-LABEL: func.func @reduce_column_parts
+// CHECK-SAME: arena_bytes = 6317568
+func.func @reduce_column_parts(%x: tensor<4096x768xbf16> {ds.input = "x"}) -> (tensor<768xbf16> {ds.output = "y"}) {
+  %y = ds.reduce_sum %x {axes = array<i64: 0>, keepdims = false} : tensor<4096x768xbf16>
+  return %y : tensor<768xbf16>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @reduce_column_parts_max
+// CHECK-SAME: arena_bytes = 4922432
+func.func @reduce_column_parts_max(%x: tensor<2048x600xf32> {ds.input = "x"}) -> (tensor<600xf32> {ds.output = "y"}) {
+  %y = ds.reduce_max %x {axes = array<i64: 0>, keepdims = false} : tensor<2048x600xf32>
+  return %y : tensor<600xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @reduce_column_no_parts
+// CHECK-SAME: arena_bytes = 3151872
+func.func @reduce_column_no_parts(%x: tensor<2047x768xbf16> {ds.input = "x"}) -> (tensor<768xbf16> {ds.output = "y"}) {
+  %y = ds.reduce_sum %x {axes = array<i64: 0>, keepdims = false} : tensor<2047x768xbf16>
+  return %y : tensor<768xbf16>
+}

@@ -465,6 +465,8 @@ void BatchNormTrainOp::buildKernelCall(KernelCallBuilder &call) {
 /// values themselves when every reduced axis has size 1). Elements are f64
 /// for float sums, means and products, f32 for a float max, 64-bit integers
 /// for integers.
+/// The cuda backend's column case may need more (below): the larger of the
+/// two, as the runtime's reduce_workspace_bytes.
 static int64_t reduceWorkspaceBytes(Value input, ArrayRef<int64_t> axes,
                                     bool isMax) {
   auto type = dyn_cast<ShapedType>(input.getType());
@@ -489,6 +491,26 @@ static int64_t reduceWorkspaceBytes(Value input, ArrayRef<int64_t> axes,
   }
   if (outCount == 0)
     return 0;
+  Type element = getElementTypeOrSelf(type);
+  int64_t accumulator = isa<FloatType>(element) && isMax ? 4 : 8;
+  // The cuda column case split into parts (runtime/src/workspace_shapes.h,
+  // reduce_column_parts): x [rows, columns] summed over its rows by tiles
+  // of 8 columns (16 of 2-byte elements), the parts doubling up to 32 while
+  // there are fewer than 128 blocks and at least 2048 rows; P > 1 parts
+  // need P x columns accumulators.
+  int64_t columnAccumulators = 0;
+  if (groups.size() == 2 && groups[0].second) {
+    int64_t rows = groups[0].first, columns = groups[1].first;
+    int64_t tile = element.isIntOrFloat() && element.getIntOrFloatBitWidth() == 16
+                       ? 16
+                       : 8;
+    int64_t tiles = (columns + tile - 1) / tile, parts = 1;
+    if (rows >= 2048)
+      while (parts < 32 && tiles * parts < 128)
+        parts *= 2;
+    if (parts > 1)
+      columnAccumulators = parts * columns;
+  }
   int64_t sizes[2] = {0, 0};
   int pass = 0;
   for (int64_t g = static_cast<int64_t>(groups.size()) - 1; g >= 0 && pass < 2;
@@ -504,9 +526,7 @@ static int64_t reduceWorkspaceBytes(Value input, ArrayRef<int64_t> axes,
   }
   if (pass == 0)
     sizes[0] = outCount;
-  Type element = getElementTypeOrSelf(type);
-  int64_t accumulator = isa<FloatType>(element) && isMax ? 4 : 8;
-  return (sizes[0] + sizes[1]) * accumulator;
+  return std::max(sizes[0] + sizes[1], columnAccumulators) * accumulator;
 }
 
 void ReduceSumOp::buildKernelCall(KernelCallBuilder &call) {

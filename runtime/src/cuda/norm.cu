@@ -231,18 +231,32 @@ void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor
 namespace {
 
 // A scale or bias read at normalized index i through its broadcast plan
-// (the identity for one of the normalized shape).
+// (the identity for one of the normalized shape: `dense`).
 template <typename T> struct Param {
   const T *data;
   BroadcastPlan plan;
+  bool dense;
   __device__ float at(int64_t i) const { return data ? ld(data[plan_offset(plan, 0, i)]) : 0.0f; }
+  // v = elements i .. i + W in f32: one 128-bit access where the row's
+  // vectors are (for_row's W > 1) and the parameter has the normalized
+  // shape, as the row itself is read.
+  template <int W> __device__ void load(float (&v)[W], int64_t i) const {
+    if (W > 1 && dense) {
+      load_row(v, data, i);
+      return;
+    }
+    for (int k = 0; k < W; ++k)
+      v[k] = at(i + k);
+  }
 };
 
 template <typename T>
 Param<T> param_of(const Tensor *t, const Shape &normalized) {
-  Param<T> p{t ? t->as<T>() : nullptr, BroadcastPlan()};
-  if (t)
+  Param<T> p{t ? t->as<T>() : nullptr, BroadcastPlan(), false};
+  if (t) {
     plan_broadcast(normalized, &t->shape, 1, p.plan);
+    p.dense = t->numel() == normalized.numel();
+  }
   return p;
 }
 
@@ -282,10 +296,12 @@ __global__ void layer_norm_kernel(const T *x, Param<T> g, Param<T> b, T *y, floa
     const float inv = 1.0f / sqrtf(sq * inv_n + epsilon);
     for_row<T>(vec, n, [&](int64_t i, auto w) {
       constexpr int W = decltype(w)::value;
-      float v[W];
+      float v[W], gv[W], bv[W];
       load_row(v, in, i);
+      g.load(gv, i);
+      b.load(bv, i);
       for (int k = 0; k < W; ++k)
-        v[k] = ((v[k] - mu) - mu_lo) * inv * g.at(i + k) + b.at(i + k);
+        v[k] = ((v[k] - mu) - mu_lo) * inv * gv[k] + bv[k];
       store_row(y, r * n + i, v);
     });
     if (threadIdx.x == 0) {
@@ -354,8 +370,10 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
     const float mu = mean[r], inv = inv_std[r];
     float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
     for_row_pair(vec, n, 1, xr, gr, [&](int64_t i, auto w, auto &xv, auto &gv) {
+      float sv[decltype(w)::value];
+      g.load(sv, i);
       for (int k = 0; k < decltype(w)::value; ++k) {
-        const float d = xv[k] - mu, dxh = gv[k] * g.at(i + k);
+        const float d = xv[k] - mu, dxh = gv[k] * sv[k];
         s0 += d;
         a += dxh;
         b0 += dxh * d;
@@ -367,11 +385,13 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
     const float mu_lo = s0 * inv_n;
     const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
     for_row_pair(vec, n, 1, xr, gr, [&](int64_t i, auto w, auto &xv, auto &gv) {
+      float sv[decltype(w)::value];
+      g.load(sv, i);
       for (int k = 0; k < decltype(w)::value; ++k) {
         const float xh = ((xv[k] - mu) - mu_lo) * inv, grad = gv[k];
         acc_g[i + k] += grad * xh;
         acc_b[i + k] += grad;
-        xv[k] = inv * (grad * g.at(i + k) - mean_a - xh * mean_b);
+        xv[k] = inv * (grad * sv[k] - mean_a - xh * mean_b);
       }
       store_row(dx, r * n + i, xv);
     });
@@ -381,9 +401,10 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
 // The sum over the blocks of normalized element i's partial sums, in f64:
 // kParamLanes lanes (threadIdx.y) each add the blocks lane, lane + lanes,
 // ... in order, then lane 0 adds the lanes in order. A fixed order, so the
-// result does not depend on scheduling; the lanes read a row of partial
-// sums together (threadIdx.x runs along i).
-constexpr int kParamColumns = 32, kParamLanes = 8;
+// result does not depend on scheduling; threadIdx.x runs along i, so a
+// warp reads 32 consecutive bytes (a sector) of each of 4 blocks' partial
+// sums, and a 768-wide parameter takes 96 blocks of threads.
+constexpr int kParamColumns = 8, kParamLanes = 32;
 
 __device__ double sum_blocks(const float *part, int64_t blocks, int64_t n, int64_t i,
                              double (*shared)[kParamColumns]) {

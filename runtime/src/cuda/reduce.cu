@@ -119,7 +119,18 @@ __global__ void reduce_kernel(const T *x, Y *y, ReduceAxes ax, int64_t outputs, 
 // k + kReduceThreads, ..., and a tree halves the slices. Thread y
 // (kColumnSlices of them) holds slices y and y + kColumnSlices, whose sum is
 // the tree's first level; the rest of the tree runs in shared memory.
-constexpr int kColumnLanes = 8, kColumnSlices = kReduceThreads / 2, kColumnUnroll = 4;
+//
+// Split into P parts (reduce_column_parts: P > 1 where the tiles alone
+// would leave SMs idle), block b of a tile takes the slices k = b mod P, its
+// kColumnSlices / P threads y holding slices b + P y and b + P y +
+// kColumnSlices: its own tree (halves kColumnSlices / (2 P), ..., 1) runs the
+// 256-slice tree's levels down to half P for the slices = b mod P, leaving
+// the tree's value of slice b, which it writes to row b of the P x columns
+// workspace; reduce_column_parts_kernel then runs the last log2 P levels
+// (halves P / 2, ..., 1) per column. The same combines in the same order,
+// so the same bytes.
+constexpr int kColumnLanes = static_cast<int>(kColumnTileLanes), kColumnSlices = kReduceThreads / 2,
+              kColumnUnroll = 4;
 
 template <typename T> constexpr int column_vector() { return sizeof(T) == 2 ? 2 : 1; }
 
@@ -136,15 +147,18 @@ __device__ inline math::Vector<T, V> load_columns(const T *row, int64_t left, bo
   return pack;
 }
 
+// With parts > 1, `part` is the P x columns workspace (else unused).
 template <typename T, typename A, Combine C, typename Y = T>
 __global__ void __launch_bounds__(kColumnLanes * kColumnSlices)
-    reduce_columns_kernel(const T *x, Y *y, int64_t rows, int64_t columns, bool vector,
-                          bool mean) {
+    reduce_columns_kernel(const T *x, Y *y, A *part, int64_t rows, int64_t columns, int parts,
+                          bool vector, bool mean) {
   constexpr int V = column_vector<T>(), kTile = kColumnLanes * V;
   __shared__ A partial[kColumnSlices][kTile];
-  const int lane = threadIdx.x, slice = threadIdx.y;
+  const int lane = threadIdx.x, t = threadIdx.y;
   const int64_t tiles = (columns + kTile - 1) / kTile;
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (int64_t work = blockIdx.x; work < tiles * parts; work += gridDim.x) {
+    const int64_t tile = work / parts;
+    const int b = static_cast<int>(work - tile * parts), slice = b + parts * t;
     const int64_t c0 = tile * kTile + static_cast<int64_t>(lane) * V;
     A acc[2][V];
     for (int h = 0; h < 2; ++h)
@@ -170,47 +184,65 @@ __global__ void __launch_bounds__(kColumnLanes * kColumnSlices)
       }
     }
     for (int j = 0; j < V; ++j)
-      partial[slice][lane * V + j] = combine<A, C>(acc[0][j], acc[1][j]);
+      partial[t][lane * V + j] = combine<A, C>(acc[0][j], acc[1][j]);
     __syncthreads();
-    for (int half = kColumnSlices / 2; half > 0; half /= 2) {
-      if (slice < half)
+    for (int half = blockDim.y / 2; half > 0; half /= 2) {
+      if (t < half)
         for (int j = 0; j < V; ++j)
-          partial[slice][lane * V + j] =
-              combine<A, C>(partial[slice][lane * V + j], partial[slice + half][lane * V + j]);
+          partial[t][lane * V + j] =
+              combine<A, C>(partial[t][lane * V + j], partial[t + half][lane * V + j]);
       __syncthreads();
     }
-    if (slice == 0)
-      for (int j = 0; j < V && c0 + j < columns; ++j)
-        store_result<T, A, Y>(y, c0 + j, partial[0][lane * V + j], rows, mean);
+    if (t == 0)
+      for (int j = 0; j < V && c0 + j < columns; ++j) {
+        if (parts == 1)
+          store_result<T, A, Y>(y, c0 + j, partial[0][lane * V + j], rows, mean);
+        else
+          part[b * columns + c0 + j] = partial[0][lane * V + j];
+      }
     __syncthreads();
   }
 }
 
-// x as [rows, columns] when the reduced axes lead and the kept ones are
-// innermost (axes of size 1 ignored): the column case.
-bool column_case(const Shape &x, const bool *reduced, int64_t &rows, int64_t &columns) {
-  const ReduceGroups groups = collapse_reduce_groups(x, reduced);
-  if (groups.count != 2 || !groups.group[0].reduced)
-    return false;
-  rows = groups.group[0].size;
-  columns = groups.group[1].size;
-  return true;
+// The last log2 P levels of each column's tree over the parts' values
+// (reduce_columns_kernel with parts > 1), then the result.
+template <typename T, typename A, Combine C, typename Y = T>
+__global__ void reduce_column_parts_kernel(const A *part, Y *y, int64_t rows, int64_t columns,
+                                           int parts, bool mean) {
+  DSRT_GRID_STRIDE(c, columns) {
+    A value[kMaxColumnParts];
+    for (int b = 0; b < parts; ++b)
+      value[b] = part[b * columns + c];
+    for (int half = parts / 2; half > 0; half /= 2)
+      for (int b = 0; b < half; ++b)
+        value[b] = combine<A, C>(value[b], value[b + half]);
+    store_result<T, A, Y>(y, c, value[0], rows, mean);
+  }
 }
 
 template <typename T, typename A, Combine C, typename Y = T>
-void launch_reduce(cudaStream_t stream, const Tensor &x, const Tensor &y, const ReduceAxes &ax,
-                   const bool *reduced, int64_t count, bool mean) {
+void launch_reduce(const char *kernel, cudaStream_t stream, const Tensor &x, const Tensor &y,
+                   const ReduceAxes &ax, const bool *reduced, int64_t count, bool mean,
+                   const Workspace &ws) {
   const int64_t outputs = y.numel();
   int64_t rows = 0, columns = 0;
-  if (column_case(x.shape, reduced, rows, columns)) {
+  if (reduce_column_case(collapse_reduce_groups(x.shape, reduced), rows, columns)) {
     constexpr int V = column_vector<T>();
     const bool vector =
         columns % V == 0 && reinterpret_cast<uintptr_t>(x.data) % (sizeof(T) * V) == 0;
     const int64_t tiles = (columns + kColumnLanes * V - 1) / (kColumnLanes * V);
+    const int parts = static_cast<int>(reduce_column_parts(x.dtype, rows, columns));
+    // The parts' values: the start of the plan's workspace (reduce_workspace_bytes).
+    if (parts > 1)
+      check_workspace(kernel, ws, parts * columns * static_cast<int64_t>(sizeof(A)));
+    A *part = parts > 1 ? static_cast<A *>(ws.data) : nullptr;
     reduce_columns_kernel<T, A, C, Y>
-        <<<static_cast<unsigned>(std::min<int64_t>(tiles, 65535)),
-           dim3(kColumnLanes, kColumnSlices), 0, stream>>>(x.as<T>(), y.as<Y>(), rows, columns,
-                                                           vector, mean);
+        <<<static_cast<unsigned>(std::min<int64_t>(tiles * parts, 65535)),
+           dim3(kColumnLanes, kColumnSlices / parts), 0, stream>>>(
+            x.as<T>(), y.as<Y>(), part, rows, columns, parts, vector, mean);
+    if (parts > 1)
+      reduce_column_parts_kernel<T, A, C, Y><<<blocks_for(columns), kThreads, 0, stream>>>(
+          part, y.as<Y>(), rows, columns, parts, mean);
     return;
   }
   reduce_kernel<T, A, C, Y>
@@ -220,11 +252,11 @@ void launch_reduce(cudaStream_t stream, const Tensor &x, const Tensor &y, const 
 
 }  // namespace
 
-// Each output is reduced by one block straight from x, so the workspace the
-// plan gives (reduce_workspace_bytes, the cpu kernel's pass buffers) is not
-// needed here.
+// Each output is reduced by one block straight from x; of the workspace the
+// plan gives (reduce_workspace_bytes) only the column case split into parts
+// uses any.
 void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int64_t *axes,
-            int num_axes, const Workspace &) {
+            int num_axes, const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = reduce_name(op);
   check_data(kernel, "x", x);
@@ -253,20 +285,20 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
     using T = typename decltype(tag)::type;
     if constexpr (std::is_integral_v<T>) {
       if (op == ReduceOp::Max)
-        launch_reduce<T, int64_t, Combine::Max>(stream, x, y, ax, reduced, count, false);
+        launch_reduce<T, int64_t, Combine::Max>(kernel, stream, x, y, ax, reduced, count, false, ws);
       else if (op == ReduceOp::Prod)  // wraps, like integer sums
-        launch_reduce<T, uint64_t, Combine::Prod>(stream, x, y, ax, reduced, count, false);
+        launch_reduce<T, uint64_t, Combine::Prod>(kernel, stream, x, y, ax, reduced, count, false, ws);
       else
-        launch_reduce<T, uint64_t, Combine::Sum>(stream, x, y, ax, reduced, count, mean);
+        launch_reduce<T, uint64_t, Combine::Sum>(kernel, stream, x, y, ax, reduced, count, mean, ws);
     } else if (y.dtype != x.dtype) {  // a sum of 16-bit x written in f32
-      launch_reduce<T, double, Combine::Sum, float>(stream, x, y, ax, reduced, count, false);
+      launch_reduce<T, double, Combine::Sum, float>(kernel, stream, x, y, ax, reduced, count, false, ws);
     } else {
       if (op == ReduceOp::Max)
-        launch_reduce<T, float, Combine::Max>(stream, x, y, ax, reduced, count, false);
+        launch_reduce<T, float, Combine::Max>(kernel, stream, x, y, ax, reduced, count, false, ws);
       else if (op == ReduceOp::Prod)
-        launch_reduce<T, double, Combine::Prod>(stream, x, y, ax, reduced, count, false);
+        launch_reduce<T, double, Combine::Prod>(kernel, stream, x, y, ax, reduced, count, false, ws);
       else
-        launch_reduce<T, double, Combine::Sum>(stream, x, y, ax, reduced, count, mean);
+        launch_reduce<T, double, Combine::Sum>(kernel, stream, x, y, ax, reduced, count, mean, ws);
     }
   });
   check_launch(kernel);

@@ -7,6 +7,9 @@
 // pairs of +2^55 and -2^55 among small values, so which small values f64
 // loses depends on the order; a sequential sum (the cpu backend's) differs
 // from the expected result in some columns, which the test checks first.
+// With at least 2048 rows and few tiles of columns the kernel splits each
+// tile's slices among P blocks and a second pass runs the tree's last
+// log2 P levels (reduce_column_parts): the same bytes again.
 #include "dsrt/backend.h"
 #include "dsrt/kernels.h"
 
@@ -14,6 +17,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -79,15 +83,19 @@ std::vector<float> reduce_rows(const std::vector<float> &x, DType dtype, int64_t
   BackendInterface &b = backend(stream);
   void *dx = b.allocate(MemoryKind::Device, bytes.size(), 256);
   void *dy = b.allocate(MemoryKind::Device, columns * sizeof(float), 256);
-  b.copy(stream, dx, bytes.data(), bytes.size());
   const int64_t axes[] = {0};
+  const int64_t ws_bytes =
+      reduce_workspace_bytes(ReduceOp::Sum, dtype, Shape{rows, columns}, axes, 1);
+  void *ws = b.allocate(MemoryKind::Device, static_cast<size_t>(ws_bytes), 256);
+  b.copy(stream, dx, bytes.data(), bytes.size());
   reduce(stream, ReduceOp::Sum, Tensor{dx, dtype, Shape{rows, columns}},
-         Tensor{dy, DType::F32, Shape{columns}}, axes, 1, Workspace{});
+         Tensor{dy, DType::F32, Shape{columns}}, axes, 1, Workspace{ws, ws_bytes});
   std::vector<float> y(columns);
   b.copy(stream, y.data(), dy, y.size() * sizeof(float));
   stream.synchronize();
   b.deallocate(MemoryKind::Device, dx);
   b.deallocate(MemoryKind::Device, dy);
+  b.deallocate(MemoryKind::Device, ws);
   return y;
 }
 
@@ -105,5 +113,29 @@ void check_order(DType dtype, int64_t rows, int64_t columns) {
 TEST(CudaReduceOrder, ColumnsF32) { check_order(DType::F32, 1000, 37); }
 TEST(CudaReduceOrder, ColumnsBf16ToF32) { check_order(DType::BF16, 1000, 38); }
 TEST(CudaReduceOrder, ColumnsBf16OddToF32) { check_order(DType::BF16, 900, 35); }
+// Split into parts: 38 tiles of 8 f32 columns, 4 parts; 3 tiles of 16 bf16
+// columns (the last partial), 32 parts.
+TEST(CudaReduceOrder, PartsF32) { check_order(DType::F32, 4096, 300); }
+TEST(CudaReduceOrder, PartsBf16OddToF32) { check_order(DType::BF16, 2100, 45); }
+
+// The parts' accumulators come from the plan's workspace: without it the
+// split column sum is refused, naming the bytes it needs (4 x 300 f64).
+TEST(CudaReduceOrder, PartsNeedTheWorkspace) {
+  Stream stream(backend().kind(), 1);
+  BackendInterface &b = backend(stream);
+  void *dx = b.allocate(MemoryKind::Device, 4096 * 300 * sizeof(float), 256);
+  void *dy = b.allocate(MemoryKind::Device, 300 * sizeof(float), 256);
+  const int64_t axes[] = {0};
+  try {
+    reduce(stream, ReduceOp::Sum, Tensor{dx, DType::F32, Shape{4096, 300}},
+           Tensor{dy, DType::F32, Shape{300}}, axes, 1, Workspace{});
+    ADD_FAILURE() << "no error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("9600 bytes"), std::string::npos) << e.what();
+  }
+  stream.synchronize();
+  b.deallocate(MemoryKind::Device, dx);
+  b.deallocate(MemoryKind::Device, dy);
+}
 
 }  // namespace
