@@ -1343,7 +1343,7 @@ def gen_attention(w):
         ("tokens_causal", [2, 37, 3, 8], True, 0.35),
         ("tokens_full", [1, 70, 2, 8], False, 0.3),
         ("mma_tokens_causal", [1, 130, 2, 64], True, 0.125),
-        ("mma_tokens_full", [2, 70, 3, 32], False, 0.18),
+        ("mma_tokens_full", [1, 70, 2, 32], False, 0.18),
     ]
     for sname, shape, causal, scale in cases:
         if sname.startswith("mma_tokens"):
