@@ -246,13 +246,15 @@ def classify(op, seq):
             op.kind = "bias, residual"
         op.launches["dsopt_fused_kernel"] = 1
     elif name in ("attention", "attention_grad"):
-        # --fuse-attention: q, k, v [..., T, Dh] in, nothing [T, T] out. The
-        # products of the (query, key) pairs it computes (T (T + 1) / 2 per
-        # head when causal): q kᵀ and p v forward (4 Dh per pair); the
-        # backward recomputes q kᵀ and forms do vᵀ, dq, dk, dv (10 Dh), as a
-        # tensor-core kernel would (FlashAttention-2); the exponentials.
+        # --fuse-attention: q, k, v [..., T, Dh] (tokens_major: [..., T, H,
+        # Dh]) in, nothing [T, T] out. The products of the (query, key)
+        # pairs it computes (T (T + 1) / 2 per head when causal): q kᵀ and
+        # p v forward (4 Dh per pair); the backward recomputes q kᵀ and
+        # forms do vᵀ, dq, dk, dv (10 Dh), as a tensor-core kernel would
+        # (FlashAttention-2); the exponentials.
         q = ins[0]
-        t, dh = q.shape[-2], q.shape[-1]
+        t = q.shape[-3] if "tokens_major" in op.attrs else q.shape[-2]
+        dh = q.shape[-1]
         heads = q.numel // (t * dh)
         pairs = heads * (t * (t + 1) // 2 if "causal" in op.attrs else t * t)
         op.kind = "fused attention"

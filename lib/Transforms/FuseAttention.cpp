@@ -15,6 +15,13 @@
 // Every intermediate must have only the chain's use. Chains that end in a
 // softmax between two products but do not match are reported as warnings.
 //
+// When q, k (or kᵀ) and v are transposes of tokens-major [..., T, H, Dh]
+// tensors (the projections' [B, T, H, Dh] read as [B, H, T, Dh]), the op
+// reads those tensors instead (`tokens_major`) and its result replaces the
+// transposes back to [..., T, H, Dh] that read it: no copies around the
+// kernels, forward or (through the gradient, which keeps the layout)
+// backward.
+//
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
@@ -209,6 +216,69 @@ FailureOr<Match> match(ds::SoftmaxOp softmax, std::string &why) {
   return m;
 }
 
+/// The permutation that swaps axes -3 and -2 of rank `rank` (its own
+/// inverse): tokens-major [..., T, H, Dh] <-> heads-major [..., H, T, Dh].
+SmallVector<int64_t> swapHeadsPerm(int64_t rank) {
+  SmallVector<int64_t> perm = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+  std::swap(perm[rank - 3], perm[rank - 2]);
+  return perm;
+}
+
+/// x when `value` is ds.transpose(x, perm) of a tokens-major x
+/// [..., T, H, Dh]: perm is swapHeadsPerm (`value` heads-major
+/// [..., H, T, Dh]), or, `transposedKey`, the one that makes kᵀ
+/// [..., H, Dh, T] of it.
+Value tokensMajorSource(Value value, bool transposedKey) {
+  auto transpose = value.getDefiningOp<ds::TransposeOp>();
+  if (!transpose)
+    return {};
+  ArrayRef<int64_t> perm = transpose.getPerm();
+  int64_t rank = static_cast<int64_t>(perm.size());
+  if (rank < 3)
+    return {};
+  SmallVector<int64_t> want = swapHeadsPerm(rank);
+  if (transposedKey)
+    std::rotate(want.end() - 2, want.end() - 1,
+                want.end()); // [.., r-2, r-1, r-3]
+  return perm == ArrayRef<int64_t>(want) ? transpose.getInput() : Value();
+}
+
+/// The tokens-major fold: ds.attention on the sources of q, k and v when
+/// all three are tokens-major transposes (tokensMajorSource); the
+/// transposes of its result back to tokens-major read the new result
+/// instead, any other reader a transpose of it. Null when q, k and v are
+/// not all such transposes.
+ds::AttentionOp buildTokensMajor(OpBuilder &b, Location loc, const Match &m,
+                                 Value result) {
+  Value query = tokensMajorSource(m.query, false);
+  Value key = m.keyIsTransposed ? tokensMajorSource(m.keyTransposed, true)
+                                : tokensMajorSource(m.key, false);
+  Value value = tokensMajorSource(m.value, false);
+  if (!query || !key || !value || key.getType() != query.getType() ||
+      value.getType() != query.getType())
+    return {};
+  auto attention = ds::AttentionOp::create(
+      b, loc, query, key, value, b.getF32FloatAttr(static_cast<float>(m.scale)),
+      m.causal ? b.getUnitAttr() : UnitAttr(), b.getUnitAttr());
+  int64_t rank = cast<ShapedType>(query.getType()).getRank();
+  SmallVector<int64_t> swap = swapHeadsPerm(rank);
+  Value headsMajor;
+  for (OpOperand &use : llvm::make_early_inc_range(result.getUses())) {
+    auto transpose = dyn_cast<ds::TransposeOp>(use.getOwner());
+    if (transpose && transpose.getPerm() == ArrayRef<int64_t>(swap)) {
+      transpose.getResult().replaceAllUsesWith(attention.getResult());
+      transpose->erase();
+      continue;
+    }
+    if (!headsMajor)
+      headsMajor = ds::TransposeOp::create(b, loc, attention.getResult(),
+                                           b.getDenseI64ArrayAttr(swap))
+                       .getResult();
+    use.set(headsMajor);
+  }
+  return attention;
+}
+
 struct FuseAttentionPass : dsopt::impl::DsFuseAttentionBase<FuseAttentionPass> {
   void runOnOperation() override {
     func::FuncOp function = getOperation();
@@ -226,6 +296,19 @@ struct FuseAttentionPass : dsopt::impl::DsFuseAttentionBase<FuseAttentionPass> {
       auto pv = cast<ds::MatMulOp>(m.chain.front());
       OpBuilder b(pv);
       Location loc = pv.getLoc();
+      // The chain's inputs, erased below when the fold leaves them unread.
+      llvm::SetVector<Value> operands;
+      operands.insert(m.query);
+      operands.insert(m.value);
+      operands.insert(m.keyIsTransposed ? m.keyTransposed : m.key);
+      if (buildTokensMajor(b, loc, m, pv.getResult())) {
+        eraseChain(m);
+        for (Value operand : operands)
+          if (auto transpose = operand.getDefiningOp<ds::TransposeOp>();
+              transpose && transpose->use_empty())
+            transpose->erase();
+        continue;
+      }
       Value key = m.key;
       if (m.keyIsTransposed) {
         int64_t rank = cast<ShapedType>(m.keyTransposed.getType()).getRank();
@@ -240,31 +323,36 @@ struct FuseAttentionPass : dsopt::impl::DsFuseAttentionBase<FuseAttentionPass> {
       auto attention = ds::AttentionOp::create(
           b, loc, m.query, key, m.value,
           b.getF32FloatAttr(static_cast<float>(m.scale)),
-          m.causal ? b.getUnitAttr() : UnitAttr());
+          m.causal ? b.getUnitAttr() : UnitAttr(), UnitAttr());
       pv.getResult().replaceAllUsesWith(attention.getResult());
-      // The chain, then what only it read (masks, scales, their inputs).
-      llvm::SetVector<Operation *> inputs;
-      for (Operation *op : m.chain)
-        for (Value operand : op->getOperands())
-          if (Operation *def = operand.getDefiningOp();
-              def && !llvm::is_contained(m.chain, def))
-            inputs.insert(def);
-      for (Operation *op : m.chain)
-        op->erase();
-      // Each op once: a trilu before its input (the set keeps their order).
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        Operation *op = inputs[i];
-        if (!op->use_empty() || !isa<ds::ConstantOp, ds::TriluOp>(op))
-          continue;
-        for (Value operand : op->getOperands())
-          if (Operation *def = operand.getDefiningOp())
-            inputs.insert(def);
-        op->dropAllReferences();
-      }
-      for (Operation *op : inputs)
-        if (op->use_empty() && isa<ds::ConstantOp, ds::TriluOp>(op))
-          op->erase();
+      eraseChain(m);
     }
+  }
+
+  /// The chain (its result no longer read), then what only it read (masks,
+  /// scales, their inputs).
+  static void eraseChain(const Match &m) {
+    llvm::SetVector<Operation *> inputs;
+    for (Operation *op : m.chain)
+      for (Value operand : op->getOperands())
+        if (Operation *def = operand.getDefiningOp();
+            def && !llvm::is_contained(m.chain, def))
+          inputs.insert(def);
+    for (Operation *op : m.chain)
+      op->erase();
+    // Each op once: a trilu before its input (the set keeps their order).
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      Operation *op = inputs[i];
+      if (!op->use_empty() || !isa<ds::ConstantOp, ds::TriluOp>(op))
+        continue;
+      for (Value operand : op->getOperands())
+        if (Operation *def = operand.getDefiningOp())
+          inputs.insert(def);
+      op->dropAllReferences();
+    }
+    for (Operation *op : inputs)
+      if (op->use_empty() && isa<ds::ConstantOp, ds::TriluOp>(op))
+        op->erase();
   }
 };
 

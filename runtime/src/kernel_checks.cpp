@@ -877,15 +877,20 @@ void check_softmax_grad(const char *kernel, const Tensor &y, const Tensor &dy, c
 }
 
 int64_t check_attention(const char *kernel, const Tensor &q, const Tensor &k, const Tensor &v,
-                        const Tensor &o, const Tensor &lse, const Tensor *do_,
-                        const Tensor *dq, const Tensor *dk, const Tensor *dv, int64_t &t,
-                        int64_t &dh) {
+                        const Tensor &o, const Tensor &lse, const Tensor *do_, const Tensor *dq,
+                        const Tensor *dk, const Tensor *dv, bool tokens_major, int64_t &t,
+                        int64_t &heads, int64_t &dh) {
   check_data(kernel, "q", q);
   check_float(kernel, "q", q);
-  if (q.shape.rank < 2)
-    fail(kernel, "q must have rank >= 2 ([..., T, Dh]), got rank " + std::to_string(q.shape.rank));
-  t = q.shape.dims[q.shape.rank - 2];
-  dh = q.shape.dims[q.shape.rank - 1];
+  const int rank = q.shape.rank;
+  if (tokens_major && rank < 3)
+    fail(kernel,
+         "tokens-major q must have rank >= 3 ([..., T, H, Dh]), got rank " + std::to_string(rank));
+  if (rank < 2)
+    fail(kernel, "q must have rank >= 2 ([..., T, Dh]), got rank " + std::to_string(rank));
+  t = q.shape.dims[rank - (tokens_major ? 3 : 2)];
+  heads = tokens_major ? q.shape.dims[rank - 2] : 1;
+  dh = q.shape.dims[rank - 1];
   if (dh > kMaxAttentionHead)
     fail(kernel, "head dimension " + std::to_string(dh) + " exceeds the supported " +
                      std::to_string(kMaxAttentionHead));

@@ -233,14 +233,42 @@ void check_softmax_grad(const char *kernel, const Tensor &y, const Tensor &dy, c
                         int axis);
 
 // attention's operands: q, k, v, o of one float type and shape [..., T, Dh]
-// (Dh at most kMaxAttentionHead), lse f32 of q's shape without Dh; the
-// gradients (when given) of q's type and shape. Returns the rows (q's
-// elements / Dh) and sets t and dh.
+// (heads-major) or [..., T, H, Dh] (tokens_major) (Dh at most
+// kMaxAttentionHead), lse f32 of q's shape without Dh; the gradients (when
+// given) of q's type and shape. Returns the rows (q's elements / Dh) and
+// sets t, heads (H, or 1 heads-major: the heads are then among the leading
+// axes) and dh.
 constexpr int64_t kMaxAttentionHead = 128;
 int64_t check_attention(const char *kernel, const Tensor &q, const Tensor &k, const Tensor &v,
-                        const Tensor &o, const Tensor &lse, const Tensor *do_,
-                        const Tensor *dq, const Tensor *dk, const Tensor *dv, int64_t &t,
-                        int64_t &dh);
+                        const Tensor &o, const Tensor &lse, const Tensor *do_, const Tensor *dq,
+                        const Tensor *dk, const Tensor *dv, bool tokens_major, int64_t &t,
+                        int64_t &heads, int64_t &dh);
+
+#ifdef __CUDACC__
+#define DSRT_ATTENTION_HD __host__ __device__
+#else
+#define DSRT_ATTENTION_HD
+#endif
+// Where the attention kernels' rows lie: row i (a position of the
+// sequence) of batch-head bh = b * heads + h starts at element
+// at(bh, i) = b * batch + h * head + i * row of its tensor (a base pointer
+// and a row stride per batch-head, as the kernels address their tiles).
+struct AttentionLayout {
+  int64_t heads, batch, head, row;
+  DSRT_ATTENTION_HD int64_t at(int64_t bh, int64_t i) const {
+    return bh / heads * batch + bh % heads * head + i * row;
+  }
+};
+// The layout of rows of `width` elements (Dh for q, k, v, o and their
+// gradients, 1 for lse): heads-major [..., T, width], the heads among the
+// leading axes (heads 1); tokens-major [..., T, H, width], each position's
+// heads side by side as the projections write them.
+inline AttentionLayout attention_layout(int64_t t, int64_t heads, int64_t width,
+                                        bool tokens_major) {
+  if (!tokens_major)
+    return {1, t * width, 0, width};
+  return {heads, t * heads * width, width, heads * width};
+}
 
 // A layer norm's rows and normalized shape (axes [axis, rank) of x), and
 // whether scale and bias broadcast (fewer elements than the shape).

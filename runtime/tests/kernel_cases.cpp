@@ -471,14 +471,14 @@ const std::map<std::string, KernelFn> &kernels() {
       {"attention",
        [](CaseRun &c) {
          attention(c.stream(), c.in("q"), c.in("k"), c.in("v"), c.out("o"), c.out("lse"),
-                   c.attr_float("scale"), c.attr_bool("causal"));
+                   c.attr_float("scale"), c.attr_bool("causal"), c.attr_bool("tokens_major"));
        }},
       {"attention_grad",
        [](CaseRun &c) {
          Tensor q = c.in("q");
          attention_grad(c.stream(), q, c.in("k"), c.in("v"), c.in("o"), c.in("lse"), c.in("do"),
                         c.out("dq"), c.out("dk"), c.out("dv"), c.attr_float("scale"),
-                        c.attr_bool("causal"),
+                        c.attr_bool("causal"), c.attr_bool("tokens_major"),
                         c.workspace(attention_grad_workspace_bytes(q.dtype, q.shape)));
        }},
       {"layer_norm_grad",

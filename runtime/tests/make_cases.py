@@ -1327,7 +1327,9 @@ def gen_softmax_grad(w):
 def gen_attention(w):
     """attention and attention_grad against the unfused product, softmax
     and product in float64 (torch autograd for the gradients); lse is the
-    log-sum-exp of each row's scaled (masked) scores."""
+    log-sum-exp of each row's scaled (masked) scores. The tokens_ cases
+    lay q, k, v, o and the gradients out [B, T, H, Dh] (lse [B, T, H]),
+    the reference permuting them to [B, H, T, Dh] and back."""
     cases = [
         ("causal", [2, 3, 20, 8], True, 0.35),
         ("full", [1, 2, 37, 16], False, 0.25),
@@ -1339,14 +1341,29 @@ def gen_attention(w):
         ("mma_causal", [1, 2, 130, 64], True, 0.125),
         ("mma_full", [2, 1, 70, 32], False, 0.18),
         ("mma_head128", [1, 2, 100, 128], True, 0.09),
+        # Tokens-major [B, T, H, Dh]: Dh 8 on the cuda scalar kernels in
+        # every type, Dh 32 and 64 on the tensor-core ones; T not a multiple
+        # of either's tile.
+        ("tokens_causal", [2, 37, 3, 8], True, 0.35),
+        ("tokens_full", [1, 70, 2, 8], False, 0.3),
+        ("mma_tokens_causal", [1, 130, 2, 64], True, 0.125),
+        ("mma_tokens_full", [1, 70, 2, 32], False, 0.18),
     ]
     for sname, shape, causal, scale in cases:
-        if sname.startswith("mma_"):
+        if sname.startswith("mma_tokens"):
+            dtypes = ("bf16",)
+        elif sname.startswith("mma_"):
             dtypes = ("bf16", "f16")
         elif sname in ("causal", "full"):
             dtypes = ("f32", "bf16", "f16")
+        elif sname.startswith("tokens_"):
+            dtypes = ("f32", "bf16")
         else:
             dtypes = ("f32",)
+        tokens_major = "tokens_" in sname
+        # [B, T, H, Dh] <-> [B, H, T, Dh] (the identity heads-major).
+        heads = (lambda x: x.transpose(1, 2)) if tokens_major else (lambda x: x)
+        t = shape[1] if tokens_major else shape[-2]
         for dtype in dtypes:
             name = "%s_%s" % (sname, dtype)
             rng = Rng("attention" + name)
@@ -1354,19 +1371,20 @@ def gen_attention(w):
             do = rng.float(shape, dtype)
 
             def scores_of(a, b):
-                scores = scale * a @ b.transpose(-1, -2)
+                scores = scale * heads(a) @ heads(b).transpose(-1, -2)
                 if causal:
-                    t = shape[-2]
                     scores = scores.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), -INF)
                 return scores
 
             def sdpa(a, b, c):
-                return torch.softmax(scores_of(a, b), -1) @ c
+                return heads(torch.softmax(scores_of(a, b), -1) @ heads(c))
 
             lse = torch.logsumexp(scores_of(f64(q), f64(k)), -1)
-            o = sdpa(f64(q), f64(k), f64(v))
-            grads = vjp(sdpa, [q, k, v], do)
-            attrs = dict(scale=scale, causal=causal)
+            if tokens_major:
+                lse = lse.transpose(1, 2).contiguous()
+            o = sdpa(f64(q), f64(k), f64(v)).contiguous()
+            grads = [g.contiguous() for g in vjp(sdpa, [q, k, v], do)]
+            attrs = dict(scale=scale, causal=causal, tokens_major=tokens_major)
             if dtype == "f32":
                 r, a = 1e-5, 1e-5
             else:
@@ -1387,12 +1405,15 @@ def gen_attention(w):
     # Bad input: a head wider than the kernels take, an lse that is not f32.
     rng = Rng("attention bad")
     wide = rng.float([1, 2, 130])
-    w.case("attention", "head_too_wide", scale=1.0, causal=True).inp("q", wide).inp("k", wide).inp(
+    w.case("attention", "head_too_wide", scale=1.0, causal=True, tokens_major=False).inp("q", wide).inp("k", wide).inp(
         "v", wide).fails("head dimension 130 exceeds the supported 128", o=("f32", [1, 2, 130]),
                          lse=("f32", [1, 2])).save()
     x = rng.float([1, 2, 4])
-    w.case("attention", "lse_not_f32", scale=1.0, causal=False).inp("q", x).inp("k", x).inp(
+    w.case("attention", "lse_not_f32", scale=1.0, causal=False, tokens_major=False).inp("q", x).inp("k", x).inp(
         "v", x).fails("lse must be f32", o=("f32", [1, 2, 4]), lse=("f16", [1, 2])).save()
+    w.case("attention", "tokens_major_rank2", scale=1.0, causal=False, tokens_major=True).inp(
+        "q", x[0]).inp("k", x[0]).inp("v", x[0]).fails(
+            "tokens-major q must have rank >= 3", o=("f32", [2, 4]), lse=("f32", [2])).save()
 
 
 def layer_norm_ref(x, g, b, axis, eps):

@@ -556,3 +556,20 @@ func.func @fused_body_ops(%a: tensor<4xf32>) {
   }
   return
 }
+
+// -----
+
+func.func @attention_tokens_major_rank(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{attention tokens_major query must be a ranked tensor [..., T, H, Dh] (rank at least 3)}}
+  %0, %1 = ds.attention %a, %a, %a {scale = 1.0 : f32, tokens_major} : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// A tokens-major gradient reads lse [B, T, H], not the heads-major [B, H, T].
+func.func @attention_grad_tokens_major_lse(%a: tensor<1x5x2x8xf32>, %lse: tensor<1x2x5xf32>) {
+  // expected-error @+1 {{attention_grad lse must have the query's shape without its last axis}}
+  %0:3 = ds.attention_grad %a, %a, %a, %a, %lse, %a {scale = 1.0 : f32, tokens_major} : tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>, tensor<1x2x5xf32>, tensor<1x5x2x8xf32>
+  return
+}

@@ -3,7 +3,10 @@
 // product flag, an additive causal mask), a divided scale without a mask;
 // chains whose mask is not causal, whose head is wider than the kernels
 // take, or whose probabilities are read elsewhere, stay as they are, the
-// first two with a warning.
+// first two with a warning. q, k and v transposed from tokens-major
+// [B, T, H, Dh] fold into a tokens_major ds.attention, which replaces the
+// transpose of its result back; operands that are not all such transposes
+// keep the heads-major form.
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-attention))' -verify-diagnostics | FileCheck %s
 
 // CHECK-LABEL: func.func @gpt2
@@ -86,4 +89,68 @@ func.func @wide_head(%q: tensor<1x4x256xf32>, %k: tensor<1x4x256xf32>, %v: tenso
   %p = ds.softmax %s {axis = 2 : i64} : tensor<1x4x4xf32>
   %o = ds.matmul %p, %v : tensor<1x4x4xf32>, tensor<1x4x256xf32>
   return %o : tensor<1x4x256xf32>
+}
+
+// GPT-2's heads as the projections write them, [B, T, H, Dh] = 1x5x2x8:
+// q and v transposed to [B, H, T, Dh], k to kᵀ [B, H, Dh, T], the result
+// back to [B, T, H, Dh]. The op reads and writes [B, T, H, Dh]; no
+// transpose is left.
+// CHECK-LABEL: func.func @gpt2_tokens_major
+// CHECK-SAME: (%[[Q:.*]]: tensor<1x5x2x8xf32>, %[[K:.*]]: tensor<1x5x2x8xf32>, %[[V:.*]]: tensor<1x5x2x8xf32>)
+// CHECK-NOT: ds.transpose
+// CHECK: %[[O:.*]], %[[LSE:.*]] = ds.attention %[[Q]], %[[K]], %[[V]] {causal, scale = 2.500000e-01 : f32, tokens_major} : tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>
+// CHECK-NOT: ds.transpose
+// CHECK: return %[[O]] : tensor<1x5x2x8xf32>
+func.func @gpt2_tokens_major(%qt: tensor<1x5x2x8xf32>, %kt: tensor<1x5x2x8xf32>, %vt: tensor<1x5x2x8xf32>) -> tensor<1x5x2x8xf32> {
+  %q = ds.transpose %qt {perm = array<i64: 0, 2, 1, 3>} : tensor<1x5x2x8xf32>
+  %k = ds.transpose %kt {perm = array<i64: 0, 2, 3, 1>} : tensor<1x5x2x8xf32>
+  %v = ds.transpose %vt {perm = array<i64: 0, 2, 1, 3>} : tensor<1x5x2x8xf32>
+  %fill = ds.constant dense<-1.000000e+09> : tensor<f32>
+  %mask = ds.constant dense<[[false, true, true, true, true], [false, false, true, true, true], [false, false, false, true, true], [false, false, false, false, true], [false, false, false, false, false]]> : tensor<5x5xi1>
+  %scale = ds.constant dense<2.500000e-01> : tensor<f32>
+  %s = ds.matmul %q, %k : tensor<1x2x5x8xf32>, tensor<1x2x8x5xf32>
+  %scaled = ds.mul %s, %scale : tensor<1x2x5x5xf32>, tensor<f32>
+  %masked = ds.where %mask, %fill, %scaled : tensor<5x5xi1>, tensor<f32>, tensor<1x2x5x5xf32>
+  %p = ds.softmax %masked {axis = 3 : i64} : tensor<1x2x5x5xf32>
+  %o = ds.matmul %p, %v : tensor<1x2x5x5xf32>, tensor<1x2x5x8xf32>
+  %ot = ds.transpose %o {perm = array<i64: 0, 2, 1, 3>} : tensor<1x2x5x8xf32>
+  return %ot : tensor<1x5x2x8xf32>
+}
+
+// k as a product flag (Llama's spelling) and a result also read
+// heads-major: the op is tokens-major, and that reader gets a transpose of
+// its result.
+// CHECK-LABEL: func.func @result_also_heads_major
+// CHECK-SAME: (%[[Q:.*]]: tensor<5x2x8xf32>, %[[K:.*]]: tensor<5x2x8xf32>, %[[V:.*]]: tensor<5x2x8xf32>)
+// CHECK: %[[O:.*]], %{{.*}} = ds.attention %[[Q]], %[[K]], %[[V]] {scale = 5.000000e-01 : f32, tokens_major}
+// CHECK: %[[H:.*]] = ds.transpose %[[O]] {perm = array<i64: 1, 0, 2>}
+// CHECK: return %[[O]], %[[H]] : tensor<5x2x8xf32>, tensor<2x5x8xf32>
+func.func @result_also_heads_major(%qt: tensor<5x2x8xf32>, %kt: tensor<5x2x8xf32>, %vt: tensor<5x2x8xf32>) -> (tensor<5x2x8xf32>, tensor<2x5x8xf32>) {
+  %q = ds.transpose %qt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %k = ds.transpose %kt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %v = ds.transpose %vt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %scale = ds.constant dense<5.000000e-01> : tensor<f32>
+  %s = ds.matmul %q, %k {transpose_rhs} : tensor<2x5x8xf32>, tensor<2x5x8xf32>
+  %scaled = ds.mul %s, %scale : tensor<2x5x5xf32>, tensor<f32>
+  %p = ds.softmax %scaled {axis = 2 : i64} : tensor<2x5x5xf32>
+  %o = ds.matmul %p, %v : tensor<2x5x5xf32>, tensor<2x5x8xf32>
+  %ot = ds.transpose %o {perm = array<i64: 1, 0, 2>} : tensor<2x5x8xf32>
+  return %ot, %o : tensor<5x2x8xf32>, tensor<2x5x8xf32>
+}
+
+// v is not a transpose: the heads-major form, the transposes kept.
+// CHECK-LABEL: func.func @not_all_transposed
+// CHECK: ds.transpose
+// CHECK: %[[O:.*]], %{{.*}} = ds.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 5.000000e-01 : f32} : tensor<2x5x8xf32>
+// CHECK: ds.transpose %[[O]] {perm = array<i64: 1, 0, 2>}
+func.func @not_all_transposed(%qt: tensor<5x2x8xf32>, %kt: tensor<5x2x8xf32>, %v: tensor<2x5x8xf32>) -> tensor<5x2x8xf32> {
+  %q = ds.transpose %qt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %k = ds.transpose %kt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %scale = ds.constant dense<5.000000e-01> : tensor<f32>
+  %s = ds.matmul %q, %k {transpose_rhs} : tensor<2x5x8xf32>, tensor<2x5x8xf32>
+  %scaled = ds.mul %s, %scale : tensor<2x5x5xf32>, tensor<f32>
+  %p = ds.softmax %scaled {axis = 2 : i64} : tensor<2x5x5xf32>
+  %o = ds.matmul %p, %v : tensor<2x5x5xf32>, tensor<2x5x8xf32>
+  %ot = ds.transpose %o {perm = array<i64: 1, 0, 2>} : tensor<2x5x8xf32>
+  return %ot : tensor<5x2x8xf32>
 }

@@ -192,23 +192,26 @@ RankedTensorType tensorType(Value value) {
 
 // Softmax and log-softmax.
 /// The (query, key) pairs attention scores: all of them, or with a causal
-/// mask the T (T + 1) / 2 of each head.
-static int64_t attentionPairs(Value query, bool causal) {
+/// mask the T (T + 1) / 2 of each head. T is axis -2 of [..., T, Dh], or
+/// -3 of tokens-major [..., T, H, Dh].
+static int64_t attentionPairs(Value query, bool causal, bool tokensMajor) {
   auto type = cast<ShapedType>(query.getType());
-  int64_t t = type.getShape()[type.getRank() - 2];
+  int64_t t = type.getShape()[type.getRank() - (tokensMajor ? 3 : 2)];
   int64_t heads = type.getNumElements() / std::max<int64_t>(1, t * type.getShape().back());
   return heads * (causal ? t * (t + 1) / 2 : t * t);
 }
 // Per pair: q.k and p v (2 Dh each), the scale, the exponential, the sum.
 int64_t AttentionOp::getFlops() {
   int64_t dh = cast<ShapedType>(getQuery().getType()).getShape().back();
-  return attentionPairs(getQuery(), getCausal()) * (4 * dh + 3);
+  return attentionPairs(getQuery(), getCausal(), getTokensMajor()) *
+         (4 * dh + 3);
 }
 // Per pair: q.k recomputed, do.v, and the dq, dk, dv products (2 Dh each);
 // p, ds.
 int64_t AttentionGradOp::getFlops() {
   int64_t dh = cast<ShapedType>(getQuery().getType()).getShape().back();
-  return attentionPairs(getQuery(), getCausal()) * (10 * dh + 5);
+  return attentionPairs(getQuery(), getCausal(), getTokensMajor()) *
+         (10 * dh + 5);
 }
 int64_t SoftmaxGradOp::getFlops() { return 4 * elements(getOutput()); }
 int64_t LogSoftmaxGradOp::getFlops() { return 4 * elements(getOutput()); }

@@ -394,6 +394,7 @@ void AttentionOp::buildKernelCall(KernelCallBuilder &call) {
     call.tensor(value);
   call.real(getScale().convertToFloat());
   call.boolean(getCausal());
+  call.boolean(getTokensMajor());
 }
 
 void LayerNormOp::buildKernelCall(KernelCallBuilder &call) {
@@ -845,6 +846,7 @@ void AttentionGradOp::buildKernelCall(KernelCallBuilder &call) {
     call.tensor(value);
   call.real(getScale().convertToFloat());
   call.boolean(getCausal());
+  call.boolean(getTokensMajor());
   call.workspace();
 }
 int64_t AttentionGradOp::getWorkspaceBytes() {

@@ -296,16 +296,21 @@ def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [Ds_ComputeF32, SameOperandsAndResult
 def Ds_AttentionOp : Ds_Op<"attention", [Ds_Accumulate32, InferTypeOpAdaptor, Ds_VJP]> {
   let summary = "fused scaled-dot-product attention";
   let description = [{
-    softmax(scale * q kᵀ, masked) v over the last two axes of q, k and v
-    ([..., T, Dh], one shape), computed without the [..., T, T] scores (a
-    tiled online softmax with f32 accumulation). `causal`: query i sees the
-    keys j <= i. `lse` (f32, q's shape without Dh) is each row's
-    log-sum-exp of the scaled scores, what `attention_grad` recomputes the
-    probabilities from; under mixed precision q, k, v and the result are
-    16-bit and `lse` stays f32. Built by ds-fuse-attention.
+    softmax(scale * q kᵀ, masked) v over the sequence of q, k and v (one
+    shape), computed without the [..., T, T] scores (a tiled online softmax
+    with f32 accumulation). Heads-major, q, k, v and the result are
+    [..., T, Dh] (the heads among the leading axes); `tokens_major`, they
+    are [..., T, H, Dh] (rank at least 3), each position's heads side by
+    side as the projections write them, so that no transposes surround the
+    op. `causal`: query i sees the keys j <= i. `lse` (f32, q's shape
+    without Dh: [..., T] or [..., T, H]) is each row's log-sum-exp of the
+    scaled scores, what `attention_grad` recomputes the probabilities from;
+    under mixed precision q, k, v and the result are 16-bit and `lse` stays
+    f32. Built by ds-fuse-attention.
   }];
   let arguments = (ins Ds_FloatTensor:$query, Ds_FloatTensor:$key,
-                   Ds_FloatTensor:$value, F32Attr:$scale, UnitAttr:$causal);
+                   Ds_FloatTensor:$value, F32Attr:$scale, UnitAttr:$causal,
+                   UnitAttr:$tokens_major);
   let results = (outs Ds_FloatTensor:$result, Ds_F32Tensor:$lse);
   let assemblyFormat = "$query `,` $key `,` $value attr-dict `:` type($query) `,` "
                        "type($key) `,` type($value)";
@@ -714,12 +719,13 @@ def Ds_AttentionGradOp : Ds_Op<"attention_grad", [Ds_Accumulate32, InferTypeOpAd
     dq, dk and dv of `attention` from its operands, its result, its saved
     f32 `lse` and the result's gradient, FlashAttention-2 style: the
     probabilities are recomputed from `lse` tile by tile, nothing
-    [..., T, T] is read or written.
+    [..., T, T] is read or written. Operands and gradients in the
+    forward's layout (`tokens_major` as `attention`'s).
   }];
   let arguments = (ins Ds_FloatTensor:$query, Ds_FloatTensor:$key,
                    Ds_FloatTensor:$value, Ds_FloatTensor:$result,
                    Ds_F32Tensor:$lse, Ds_FloatTensor:$result_grad,
-                   F32Attr:$scale, UnitAttr:$causal);
+                   F32Attr:$scale, UnitAttr:$causal, UnitAttr:$tokens_major);
   let results = (outs Ds_FloatTensor:$query_grad, Ds_FloatTensor:$key_grad,
                  Ds_FloatTensor:$value_grad);
   let assemblyFormat = "operands attr-dict `:` type(operands)";

@@ -327,10 +327,15 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
 }
 
 /// attention's q, k and v: one float type, one shape [..., T, Dh].
-static LogicalResult checkAttentionOperands(std::optional<Location> loc, StringRef op,
+static LogicalResult checkAttentionOperands(std::optional<Location> loc,
+                                            StringRef op,
                                             ArrayRef<Value> values,
+                                            bool tokensMajor,
                                             RankedTensorType &query) {
   query = tensorType(values[0]);
+  if (tokensMajor && (!query || query.getRank() < 3))
+    return fail(loc, op + " tokens_major query must be a ranked tensor "
+                          "[..., T, H, Dh] (rank at least 3)");
   if (!query || query.getRank() < 2)
     return fail(loc, op + " query must be a ranked tensor [..., T, Dh]");
   for (Value value : values.drop_front())
@@ -346,7 +351,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
   RankedTensorType query;
   if (failed(checkAttentionOperands(
           loc, "attention",
-          {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()}, query)))
+          {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()},
+          adaptor.getTokensMajor(), query)))
     return failure();
   types.push_back(query);
   types.push_back(RankedTensorType::get(query.getShape().drop_back(),
@@ -795,11 +801,11 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *,
                                                 std::optional<Location> loc,
                                                 Adaptor adaptor, Types &types) {
   RankedTensorType query;
-  if (failed(checkAttentionOperands(
-          loc, "attention_grad",
-          {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue(),
-           adaptor.getResult(), adaptor.getResultGrad()},
-          query)))
+  if (failed(checkAttentionOperands(loc, "attention_grad",
+                                    {adaptor.getQuery(), adaptor.getKey(),
+                                     adaptor.getValue(), adaptor.getResult(),
+                                     adaptor.getResultGrad()},
+                                    adaptor.getTokensMajor(), query)))
     return failure();
   auto lse = tensorType(adaptor.getLse());
   if (!lse || lse.getShape() != query.getShape().drop_back())

@@ -490,6 +490,8 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder,
   SmallVector<NamedAttribute> attrs{g.attr("scale", getScaleAttr())};
   if (getCausal())
     attrs.push_back(g.attr("causal", builder.getUnitAttr()));
+  if (getTokensMajor())
+    attrs.push_back(g.attr("tokens_major", builder.getUnitAttr()));
   Operation *grad = g.inferOp<AttentionGradOp>(
       {getQuery(), getKey(), getValue(), getResult(), getLse(), dy}, attrs);
   for (unsigned i = 0; i < 3; ++i)

@@ -242,21 +242,24 @@ void log_softmax_grad(Stream &s, const Tensor &y, const Tensor &dy, const Tensor
 int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis);
 
 // Scaled-dot-product attention, fused: o = softmax(scale * q kᵀ [+ causal
-// mask]) v over the last two axes of q, k, v ([..., T, Dh], one shape, any
-// float type; Dh at most 128), without the [..., T, T] scores: each query row
-// streams the keys with an online softmax in f32. lse (f32, q's shape without
-// its last axis) receives each row's log-sum-exp of the scaled scores, which
-// attention_grad reads to recompute the probabilities. causal: key j is seen
-// by query i only when j <= i.
+// mask]) v over the sequence, without the [..., T, T] scores: each query
+// row streams the keys with an online softmax in f32. q, k, v and o have
+// one shape, any float type, Dh at most 128: [..., T, Dh] (the heads among
+// the leading axes) or, tokens_major, [..., T, H, Dh] (each position's
+// heads side by side, as the projections write them: no transposes around
+// the kernel). lse (f32, q's shape without its last axis) receives each
+// row's log-sum-exp of the scaled scores, which attention_grad reads to
+// recompute the probabilities. causal: key j is seen by query i only when
+// j <= i.
 void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
-               const Tensor &lse, float scale, bool causal);
+               const Tensor &lse, float scale, bool causal, bool tokens_major);
 // dq, dk, dv of attention from its operands, its output o, its lse and do_
-// (the output's gradient), FlashAttention-2 style: the probabilities are
-// recomputed from lse, nothing [T, T] is stored; each row's rowsum(do_ * o)
-// in the workspace.
-void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v,
-                    const Tensor &o, const Tensor &lse, const Tensor &do_, const Tensor &dq,
-                    const Tensor &dk, const Tensor &dv, float scale, bool causal,
+// (the output's gradient), all in attention's layout, FlashAttention-2
+// style: the probabilities are recomputed from lse, nothing [T, T] is
+// stored; each row's rowsum(do_ * o) in the workspace.
+void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
+                    const Tensor &lse, const Tensor &do_, const Tensor &dq, const Tensor &dk,
+                    const Tensor &dv, float scale, bool causal, bool tokens_major,
                     const Workspace &ws);
 // One f32 per query row (q's elements over its last axis), in every type.
 int64_t attention_grad_workspace_bytes(DType dtype, const Shape &q);

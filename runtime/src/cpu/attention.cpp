@@ -4,7 +4,10 @@
 // output row) and saves the row's log-sum-exp; the backward recomputes each
 // probability from it (FlashAttention-2): dq row by row over the keys, dk
 // and dv key by key over the queries, each sum in one thread in a fixed
-// order, so the result does not depend on the thread count.
+// order, so the result does not depend on the thread count. Rows are
+// numbered heads-major (r = batch-head * T + position) and found through
+// the layout (kernel_common.h's AttentionLayout), so [..., T, H, Dh]
+// operands are read and written where they lie.
 #include "internal.h"
 
 #include <cmath>
@@ -31,14 +34,16 @@ inline int64_t keys_end(int64_t i, int64_t t, bool causal) { return causal ? i +
 } // namespace
 
 void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
-               const Tensor &lse, float scale, bool causal) {
+               const Tensor &lse, float scale, bool causal, bool tokens_major) {
   begin_kernel(s);
   const char *kernel = "attention";
-  int64_t t = 0, dh = 0;
-  const int64_t rows = check_attention(kernel, q, k, v, o, lse, nullptr, nullptr, nullptr,
-                                       nullptr, t, dh);
+  int64_t t = 0, heads = 0, dh = 0;
+  const int64_t rows = check_attention(kernel, q, k, v, o, lse, nullptr, nullptr, nullptr, nullptr,
+                                       tokens_major, t, heads, dh);
   if (rows == 0)
     return;
+  const AttentionLayout at = attention_layout(t, heads, dh, tokens_major);
+  const AttentionLayout at_lse = attention_layout(t, heads, 1, tokens_major);
   dispatch_float(kernel, q.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *pq = q.as<T>(), *pk = k.as<T>(), *pv = v.as<T>();
@@ -48,8 +53,8 @@ void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, con
                  [&](int64_t begin, int64_t end) {
                    float acc[kMaxAttentionHead], scores[kKeyTile];
                    for (int64_t r = begin; r < end; ++r) {
-                     const int64_t i = r % t, base = (r - i) * dh;
-                     const T *qi = pq + r * dh;
+                     const int64_t bh = r / t, i = r % t;
+                     const T *qi = pq + at.at(bh, i);
                      float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
                      for (int64_t d = 0; d < dh; ++d)
                        acc[d] = 0.0f;
@@ -58,7 +63,7 @@ void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, con
                        const int64_t n = std::min(kKeyTile, last - j0);
                        float tile_max = -std::numeric_limits<float>::infinity();
                        for (int64_t j = 0; j < n; ++j) {
-                         scores[j] = scale * dot(qi, pk + base + (j0 + j) * dh, dh);
+                         scores[j] = scale * dot(qi, pk + at.at(bh, j0 + j), dh);
                          tile_max = std::max(tile_max, scores[j]);
                        }
                        const float m_new = std::max(m, tile_max);
@@ -69,33 +74,40 @@ void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, con
                        for (int64_t j = 0; j < n; ++j) {
                          const float p = std::exp(scores[j] - m_new);
                          l += p;
-                         const T *vj = pv + base + (j0 + j) * dh;
+                         const T *vj = pv + at.at(bh, j0 + j);
                          for (int64_t d = 0; d < dh; ++d)
                            acc[d] += p * to_float(vj[d]);
                        }
                        m = m_new;
                      }
                      const float inv = 1.0f / l;
+                     T *oi = po + at.at(bh, i);
                      for (int64_t d = 0; d < dh; ++d)
-                       po[r * dh + d] = from_float<T>(acc[d] * inv);
-                     plse[r] = m + std::log(l);
+                       oi[d] = from_float<T>(acc[d] * inv);
+                     plse[at_lse.at(bh, i)] = m + std::log(l);
                    }
                  });
   });
 }
 
-void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v,
-                    const Tensor &o, const Tensor &lse, const Tensor &do_, const Tensor &dq,
-                    const Tensor &dk, const Tensor &dv, float scale, bool causal,
+void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
+                    const Tensor &lse, const Tensor &do_, const Tensor &dq, const Tensor &dk,
+                    const Tensor &dv, float scale, bool causal, bool tokens_major,
                     const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "attention_grad";
-  int64_t t = 0, dh = 0;
-  const int64_t rows = check_attention(kernel, q, k, v, o, lse, &do_, &dq, &dk, &dv, t, dh);
+  int64_t t = 0, heads = 0, dh = 0;
+  const int64_t rows =
+      check_attention(kernel, q, k, v, o, lse, &do_, &dq, &dk, &dv, tokens_major, t, heads, dh);
   WorkspaceFloats scratch(kernel, ws, attention_grad_workspace_bytes(q.dtype, q.shape));
   if (rows == 0)
     return;
-  float *delta = scratch.take(rows);
+  float *delta = scratch.take(rows); // by row r, heads-major
+  const AttentionLayout at = attention_layout(t, heads, dh, tokens_major);
+  const AttentionLayout at_lse = attention_layout(t, heads, 1, tokens_major);
+  // Row r's offset in q, k, v, o and their gradients, and in lse.
+  auto row = [&](int64_t r) { return at.at(r / t, r % t); };
+  auto lse_row = [&](int64_t r) { return at_lse.at(r / t, r % t); };
   const int64_t grain = std::max<int64_t>(1, kGrainElementwise / (t * dh));
   dispatch_float(kernel, q.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -106,12 +118,12 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
     parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / dh),
                  [&](int64_t begin, int64_t end) {
                    for (int64_t r = begin; r < end; ++r)
-                     delta[r] = dot(pdo + r * dh, po + r * dh, dh);
+                     delta[r] = dot(pdo + row(r), po + row(r), dh);
                  });
     // ds_ij = p_ij (do_i . v_j - delta_i), p_ij = exp(scale q_i . k_j - lse_i).
     auto ds = [&](int64_t qi, int64_t kj, float &p) {
-      p = std::exp(scale * dot(pq + qi * dh, pk + kj * dh, dh) - plse[qi]);
-      return p * (dot(pdo + qi * dh, pv + kj * dh, dh) - delta[qi]);
+      p = std::exp(scale * dot(pq + row(qi), pk + row(kj), dh) - plse[lse_row(qi)]);
+      return p * (dot(pdo + row(qi), pv + row(kj), dh) - delta[qi]);
     };
     // dq_i = scale sum_j ds_ij k_j.
     T *pdq = dq.as<T>();
@@ -125,12 +137,13 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
         for (int64_t j = 0; j < last; ++j) {
           float p;
           const float g = ds(r, base + j, p);
-          const T *kj = pk + (base + j) * dh;
+          const T *kj = pk + row(base + j);
           for (int64_t d = 0; d < dh; ++d)
             acc[d] += g * to_float(kj[d]);
         }
+        T *dqi = pdq + row(r);
         for (int64_t d = 0; d < dh; ++d)
-          pdq[r * dh + d] = from_float<T>(scale * acc[d]);
+          dqi[d] = from_float<T>(scale * acc[d]);
       }
     });
     // dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij do_i.
@@ -144,15 +157,16 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
         for (int64_t i = causal ? j : 0; i < t; ++i) {
           float p;
           const float g = ds(base + i, r, p);
-          const T *qi = pq + (base + i) * dh, *doi = pdo + (base + i) * dh;
+          const T *qi = pq + row(base + i), *doi = pdo + row(base + i);
           for (int64_t d = 0; d < dh; ++d) {
             acc_k[d] += g * to_float(qi[d]);
             acc_v[d] += p * to_float(doi[d]);
           }
         }
+        T *dkj = pdk + row(r), *dvj = pdv + row(r);
         for (int64_t d = 0; d < dh; ++d) {
-          pdk[r * dh + d] = from_float<T>(scale * acc_k[d]);
-          pdv[r * dh + d] = from_float<T>(acc_v[d]);
+          dkj[d] = from_float<T>(scale * acc_k[d]);
+          dvj[d] = from_float<T>(acc_v[d]);
         }
       }
     });

@@ -26,7 +26,11 @@
 // row.
 //
 // Neither uses atomics: every sum runs in a fixed order, so the result is
-// the same on every run.
+// the same on every run. Both address a head's rows as (the head's first
+// row, a row stride) from the operands' layout (kernel_common.h's
+// AttentionLayout): heads-major [..., T, Dh] or tokens-major [..., T, H, Dh]
+// operands are read and written where they lie. The backward's delta
+// workspace is heads-major whatever the operands' layout.
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 
@@ -44,29 +48,44 @@ unsigned tile_blocks(int64_t heads, int64_t t) {
   return static_cast<unsigned>(heads * ((t + kRows - 1) / kRows));
 }
 
-// Loads rows [row0, row0 + kTile) of a [t, dh] matrix into dst as f32
-// (rows past t as zeros).
+// Where the rows of q, k, v, o and their gradients (at) and of lse lie.
+struct Layouts {
+  AttentionLayout at, lse;
+};
+Layouts layouts(int64_t t, int64_t heads, int64_t dh, bool tokens_major) {
+  return {attention_layout(t, heads, dh, tokens_major),
+          attention_layout(t, heads, 1, tokens_major)};
+}
+
+// Loads rows [row0, row0 + kTile) of a [t, dh] matrix (rows `stride`
+// elements apart) into dst as f32 (rows past t as zeros).
 template <typename T>
-__device__ void load_tile(float *dst, const T *src, int64_t row0, int64_t t, int dh) {
+__device__ void load_tile(float *dst, const T *src, int64_t row0, int64_t t, int dh,
+                          int64_t stride) {
   for (int e = threadIdx.x; e < kTile * dh; e += blockDim.x) {
     const int64_t row = row0 + e / dh;
-    dst[e] = row < t ? ld(src[row * dh + e % dh]) : 0.0f;
+    dst[e] = row < t ? ld(src[row * stride + e % dh]) : 0.0f;
   }
 }
 
 // The block's rows (blockIdx.x is a head and a tile of kRows rows of it)
 // and this thread's.
 struct Rows {
-  int64_t head, row0, row, offset;
+  int64_t head, row0, row;
+  int64_t offset, stride;          // the head's first row of a [t, dh] matrix, the row stride
+  int64_t lse_offset, lse_stride;  // the same in lse
   bool active;
 };
-__device__ inline Rows block_rows(int64_t t, int dh) {
+__device__ inline Rows block_rows(int64_t t, const Layouts &l) {
   const int64_t tiles = (t + kRows - 1) / kRows;
   Rows r;
   r.head = blockIdx.x / tiles;
   r.row0 = (blockIdx.x % tiles) * kRows;
   r.row = r.row0 + threadIdx.x;
-  r.offset = r.head * t * dh;
+  r.offset = l.at.at(r.head, 0);
+  r.stride = l.at.row;
+  r.lse_offset = l.lse.at(r.head, 0);
+  r.lse_stride = l.lse.row;
   r.active = r.row < t;
   return r;
 }
@@ -76,7 +95,7 @@ __device__ inline Rows block_rows(int64_t t, int dh) {
 template <typename T>
 __device__ void load_row(float *dst, const T *src, const Rows &r, int dh) {
   for (int d = 0; d < dh; ++d)
-    dst[d] = r.active ? ld(src[r.offset + r.row * dh + d]) : 0.0f;
+    dst[d] = r.active ? ld(src[r.offset + r.row * r.stride + d]) : 0.0f;
 }
 
 // The key tiles a block of query rows sees: each loaded, keys into ks and
@@ -88,8 +107,8 @@ __device__ void for_key_tiles(const Rows &r, const T *k, const T *v, float *ks, 
   const int64_t keys = causal ? std::min<int64_t>(t, r.row0 + kRows) : t;
   for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
     __syncthreads();
-    load_tile(ks, k + r.offset, j0, t, dh);
-    load_tile(vs, v + r.offset, j0, t, dh);
+    load_tile(ks, k + r.offset, j0, t, dh, r.stride);
+    load_tile(vs, v + r.offset, j0, t, dh, r.stride);
     __syncthreads();
     if (r.active)
       f(std::min<int64_t>(kTile, (causal ? r.row + 1 : t) - j0));
@@ -98,10 +117,10 @@ __device__ void for_key_tiles(const Rows &r, const T *k, const T *v, float *ks, 
 
 template <typename T>
 __global__ void attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse,
-                                 int64_t t, int dh, float scale, bool causal) {
+                                 Layouts layout, int64_t t, int dh, float scale, bool causal) {
   __shared__ float ks[kTile * kHead];
   __shared__ float vs[kTile * kHead];
-  const Rows r = block_rows(t, dh);
+  const Rows r = block_rows(t, layout);
   float qi[kHead], acc[kHead];
   load_row(qi, q, r, dh);
   for (int d = 0; d < dh; ++d)
@@ -126,17 +145,18 @@ __global__ void attention_kernel(const T *q, const T *k, const T *v, T *o, float
     return;
   const float inv = 1.0f / l;
   for (int d = 0; d < dh; ++d)
-    o[r.offset + r.row * dh + d] = st<T>(acc[d] * inv);
-  lse[r.head * t + r.row] = m + logf(l);
+    o[r.offset + r.row * r.stride + d] = st<T>(acc[d] * inv);
+  lse[r.lse_offset + r.row * r.lse_stride] = m + logf(l);
 }
 
 template <typename T>
 __global__ void attention_delta_kernel(const T *o, const T *do_, float *delta, int64_t rows,
-                                       int dh) {
+                                       AttentionLayout at, int64_t t, int dh) {
   DSRT_GRID_STRIDE(r, rows) {
+    const int64_t offset = at.at(r / t, r % t);
     float sum = 0.0f;
     for (int d = 0; d < dh; ++d)
-      sum += ld(do_[r * dh + d]) * ld(o[r * dh + d]);
+      sum += ld(do_[offset + d]) * ld(o[offset + d]);
     delta[r] = sum;
   }
 }
@@ -146,11 +166,11 @@ __global__ void attention_delta_kernel(const T *o, const T *do_, float *delta, i
 template <typename T>
 __global__ void attention_dkv_kernel(const T *q, const T *k, const T *v, const T *do_,
                                      const float *lse, const float *delta, T *dk, T *dv,
-                                     int64_t t, int dh, float scale, bool causal) {
+                                     Layouts layout, int64_t t, int dh, float scale, bool causal) {
   __shared__ float qs[kTile * kHead];
   __shared__ float dos[kTile * kHead];
-  const Rows r = block_rows(t, dh);  // key rows
-  const int64_t head = r.head, row0 = r.row0, j = r.row, offset = r.offset;
+  const Rows r = block_rows(t, layout);  // key rows
+  const int64_t head = r.head, row0 = r.row0, j = r.row, offset = r.offset, stride = r.stride;
   const bool active = r.active;
   float kj[kHead], vj[kHead], acc_k[kHead], acc_v[kHead];
   load_row(kj, k, r, dh);
@@ -159,21 +179,21 @@ __global__ void attention_dkv_kernel(const T *q, const T *k, const T *v, const T
     acc_k[d] = acc_v[d] = 0.0f;
   for (int64_t i0 = causal ? row0 / kTile * kTile : 0; i0 < t; i0 += kTile) {
     __syncthreads();
-    load_tile(qs, q + offset, i0, t, dh);
-    load_tile(dos, do_ + offset, i0, t, dh);
+    load_tile(qs, q + offset, i0, t, dh, stride);
+    load_tile(dos, do_ + offset, i0, t, dh, stride);
     __syncthreads();
     if (!active)
       continue;
     const int64_t last = std::min<int64_t>(kTile, t - i0);
     for (int64_t ii = causal ? std::max<int64_t>(0, j - i0) : 0; ii < last; ++ii) {
-      const int64_t i = head * t + i0 + ii;
+      const int64_t i = i0 + ii;
       float sc = 0.0f, dp = 0.0f;
       for (int d = 0; d < dh; ++d) {
         sc += qs[ii * dh + d] * kj[d];
         dp += dos[ii * dh + d] * vj[d];
       }
-      const float p = expf(scale * sc - lse[i]);
-      const float g = p * (dp - delta[i]);
+      const float p = expf(scale * sc - lse[r.lse_offset + i * r.lse_stride]);
+      const float g = p * (dp - delta[head * t + i]);
       for (int d = 0; d < dh; ++d) {
         acc_k[d] += g * qs[ii * dh + d];
         acc_v[d] += p * dos[ii * dh + d];
@@ -183,8 +203,8 @@ __global__ void attention_dkv_kernel(const T *q, const T *k, const T *v, const T
   if (!active)
     return;
   for (int d = 0; d < dh; ++d) {
-    dk[offset + j * dh + d] = st<T>(scale * acc_k[d]);
-    dv[offset + j * dh + d] = st<T>(acc_v[d]);
+    dk[offset + j * stride + d] = st<T>(scale * acc_k[d]);
+    dv[offset + j * stride + d] = st<T>(acc_v[d]);
   }
 }
 
@@ -192,17 +212,17 @@ __global__ void attention_dkv_kernel(const T *q, const T *k, const T *v, const T
 // of key rows.
 template <typename T>
 __global__ void attention_dq_kernel(const T *q, const T *k, const T *v, const T *do_,
-                                    const float *lse, const float *delta, T *dq, int64_t t,
-                                    int dh, float scale, bool causal) {
+                                    const float *lse, const float *delta, T *dq, Layouts layout,
+                                    int64_t t, int dh, float scale, bool causal) {
   __shared__ float ks[kTile * kHead];
   __shared__ float vs[kTile * kHead];
-  const Rows r = block_rows(t, dh);
+  const Rows r = block_rows(t, layout);
   float qi[kHead], doi[kHead], acc[kHead];
   load_row(qi, q, r, dh);
   load_row(doi, do_, r, dh);
   for (int d = 0; d < dh; ++d)
     acc[d] = 0.0f;
-  const float lse_i = r.active ? lse[r.head * t + r.row] : 0.0f;
+  const float lse_i = r.active ? lse[r.lse_offset + r.row * r.lse_stride] : 0.0f;
   const float delta_i = r.active ? delta[r.head * t + r.row] : 0.0f;
   for_key_tiles(r, k, v, ks, vs, t, dh, causal, [&](int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
@@ -220,7 +240,7 @@ __global__ void attention_dq_kernel(const T *q, const T *k, const T *v, const T 
   if (!r.active)
     return;
   for (int d = 0; d < dh; ++d)
-    dq[r.offset + r.row * dh + d] = st<T>(scale * acc[d]);
+    dq[r.offset + r.row * r.stride + d] = st<T>(scale * acc[d]);
 }
 
 //===----------------------------------------------------------------------===//
@@ -325,17 +345,22 @@ __device__ void for_staged_tiles(int64_t first, int64_t end, S &&stage, F &&f) {
 
 // The block (a head and a tile of kMmaRows rows of it) and the warp's 16 rows.
 struct WarpRows {
-  int64_t head, row0, offset;  // the block's head, first row, [t, dh] matrix offset
-  int64_t wrow0;               // the warp's first row
-  int rows;                    // of the warp's 16 rows, those before t
-  int g, c;                    // the lane's group (row) and column pair in a fragment
+  int64_t head, row0;              // the block's head and first row
+  int64_t offset, stride;          // the head's first row of a [t, dh] matrix, the row stride
+  int64_t lse_offset, lse_stride;  // the same in lse
+  int64_t wrow0;                   // the warp's first row
+  int rows;                        // of the warp's 16 rows, those before t
+  int g, c;                        // the lane's group (row) and column pair in a fragment
 };
-__device__ inline WarpRows warp_rows(int64_t t, int dh) {
+__device__ inline WarpRows warp_rows(int64_t t, const Layouts &l) {
   const int64_t tiles = (t + kMmaRows - 1) / kMmaRows;
   WarpRows w;
   w.head = blockIdx.x / tiles;
   w.row0 = blockIdx.x % tiles * kMmaRows;
-  w.offset = w.head * t * dh;
+  w.offset = l.at.at(w.head, 0);
+  w.stride = l.at.row;
+  w.lse_offset = l.lse.at(w.head, 0);
+  w.lse_stride = l.lse.row;
   w.wrow0 = w.row0 + 16 * (threadIdx.x / 32);
   w.rows = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(16, t - w.wrow0)));
   w.g = threadIdx.x % 32 / 4;
@@ -347,8 +372,8 @@ __device__ inline WarpRows warp_rows(int64_t t, int dh) {
 // [16 kk, 16 kk + 16), as an A fragment (rows past t as zeros).
 template <typename T>
 __device__ inline FragA row_frag(const T *m, const WarpRows &w, int dh, int kk) {
-  const uint16_t *base = reinterpret_cast<const uint16_t *>(m + w.offset) + w.wrow0 * dh;
-  return load_frag_a(base + 16 * kk, dh, 1, w.rows);
+  const uint16_t *base = reinterpret_cast<const uint16_t *>(m + w.offset) + w.wrow0 * w.stride;
+  return load_frag_a(base + 16 * kk, w.stride, 1, w.rows);
 }
 // All of them, held in registers.
 template <typename T, int D>
@@ -415,7 +440,7 @@ __device__ void store_rows(T *dst, const FragC (&acc)[D / 8], const WarpRows &w,
     if (r >= w.rows)
       continue;
     const float f = factor(h);
-    T *row = dst + w.offset + (w.wrow0 + r) * dh;
+    T *row = dst + w.offset + (w.wrow0 + r) * w.stride;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
       if (8 * n < dh) {
@@ -451,18 +476,18 @@ __device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, Mma
   for_staged_tiles<mma_stages<D>()>(
       0, keys,
       [&](int64_t j0, int s) {
-        stage_tile<T, D>(ks[s], k + w.offset, dh, j0, t, dh);
-        stage_tile<T, D>(vs[s], v + w.offset, dh, j0, t, dh);
+        stage_tile<T, D>(ks[s], k + w.offset, w.stride, j0, t, dh);
+        stage_tile<T, D>(vs[s], v + w.offset, w.stride, j0, t, dh);
       },
       [&](int64_t j0, int s) { f(j0, ks[s], vs[s]); });
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads)
-    attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse, int64_t t, int dh,
-                     float scale, bool causal) {
+    attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse, Layouts layout,
+                     int64_t t, int dh, float scale, bool causal) {
   __shared__ __align__(16) MmaStages<D> ks, vs;
-  const WarpRows w = warp_rows(t, dh);
+  const WarpRows w = warp_rows(t, layout);
   FragA qa[D / 16];
   load_rows<T, D>(qa, q, w, dh);
   FragC acc[D / 8];
@@ -519,7 +544,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     if (w.c == 0 && w.g + 8 * h < w.rows)
-      lse[w.head * t + w.wrow0 + w.g + 8 * h] = m[h] + logf(l[h]);
+      lse[w.lse_offset + (w.wrow0 + w.g + 8 * h) * w.lse_stride] = m[h] + logf(l[h]);
 }
 
 // dk = scale dS^T q and dv = P^T do for the warp's 16 key rows, over tiles
@@ -527,12 +552,12 @@ __global__ void __launch_bounds__(kMmaThreads)
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_dkv_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
-                         const float *delta, T *dk, T *dv, int64_t t, int dh, float scale,
-                         bool causal) {
+                         const float *delta, T *dk, T *dv, Layouts layout, int64_t t, int dh,
+                         float scale, bool causal) {
   constexpr int kStages = mma_stages<D>();
   __shared__ __align__(16) MmaStages<D> qs, dos;
   __shared__ float lse_s[kStages][kMmaTile], delta_s[kStages][kMmaTile];
-  const WarpRows w = warp_rows(t, dh);  // key rows
+  const WarpRows w = warp_rows(t, layout);  // key rows
   // The warp's rows of k and v as A fragments: held in registers up to
   // D = 64; at 128 there is no room beside the two accumulators (ptxas
   // spills), so each query tile loads them again (from L1 or L2).
@@ -558,11 +583,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   zero(acc_k);
   zero(acc_v);
   auto stage = [&](int64_t i0, int st) {
-    stage_tile<T, D>(qs[st], q + w.offset, dh, i0, t, dh);
-    stage_tile<T, D>(dos[st], do_ + w.offset, dh, i0, t, dh);
+    stage_tile<T, D>(qs[st], q + w.offset, w.stride, i0, t, dh);
+    stage_tile<T, D>(dos[st], do_ + w.offset, w.stride, i0, t, dh);
     for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
       const bool real = i0 + r < t;
-      lse_s[st][r] = real ? lse[w.head * t + i0 + r] : 0.0f;
+      lse_s[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] : 0.0f;
       delta_s[st][r] = real ? delta[w.head * t + i0 + r] : 0.0f;
     }
   };
@@ -596,10 +621,10 @@ __global__ void __launch_bounds__(kMmaThreads)
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_dq_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
-                        const float *delta, T *dq, int64_t t, int dh, float scale,
+                        const float *delta, T *dq, Layouts layout, int64_t t, int dh, float scale,
                         bool causal) {
   __shared__ __align__(16) MmaStages<D> ks, vs;
-  const WarpRows w = warp_rows(t, dh);
+  const WarpRows w = warp_rows(t, layout);
   FragA qa[D / 16], da[D / 16];
   load_rows<T, D>(qa, q, w, dh);
   load_rows<T, D>(da, do_, w, dh);
@@ -609,9 +634,9 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const bool real = w.g + 8 * h < w.rows;
-    const int64_t i = w.head * t + w.wrow0 + w.g + 8 * h;
-    lse_i[h] = real ? lse[i] : 0.0f;
-    delta_i[h] = real ? delta[i] : 0.0f;
+    const int64_t i = w.wrow0 + w.g + 8 * h;
+    lse_i[h] = real ? lse[w.lse_offset + i * w.lse_stride] : 0.0f;
+    delta_i[h] = real ? delta[w.head * t + i] : 0.0f;
   }
   for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal,
                           [&](int64_t j0, const uint16_t *kt, const uint16_t *vt) {
@@ -637,16 +662,17 @@ __global__ void __launch_bounds__(kMmaThreads)
 } // namespace
 
 void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
-               const Tensor &lse, float scale, bool causal) {
+               const Tensor &lse, float scale, bool causal, bool tokens_major) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "attention";
-  int64_t t = 0, dh = 0;
-  const int64_t rows = check_attention(kernel, q, k, v, o, lse, nullptr, nullptr, nullptr,
-                                       nullptr, t, dh);
+  int64_t t = 0, heads = 0, dh = 0;
+  const int64_t rows = check_attention(kernel, q, k, v, o, lse, nullptr, nullptr, nullptr, nullptr,
+                                       tokens_major, t, heads, dh);
   if (rows == 0)
     return;
   const unsigned blocks = tile_blocks(rows / t, t);
   const int head_dim = static_cast<int>(dh);
+  const Layouts layout = layouts(t, heads, dh, tokens_major);
   dispatch_float(kernel, q.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (MmaType<T>::value) {
@@ -654,37 +680,39 @@ void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, con
         auto launch = [&](auto width) {
           constexpr int D = decltype(width)::value;
           attention_kernel<T, D><<<blocks, kMmaThreads, 0, stream>>>(
-              q.as<T>(), k.as<T>(), v.as<T>(), o.as<T>(), lse.as<float>(), t, head_dim, scale,
-              causal);
+              q.as<T>(), k.as<T>(), v.as<T>(), o.as<T>(), lse.as<float>(), layout, t, head_dim,
+              scale, causal);
         };
         with_mma_width(dh, launch);
         return;
       }
     }
-    attention_kernel<T><<<blocks, kRows, 0, stream>>>(q.as<T>(), k.as<T>(), v.as<T>(),
-                                                      o.as<T>(), lse.as<float>(), t, head_dim,
-                                                      scale, causal);
+    attention_kernel<T><<<blocks, kRows, 0, stream>>>(q.as<T>(), k.as<T>(), v.as<T>(), o.as<T>(),
+                                                      lse.as<float>(), layout, t, head_dim, scale,
+                                                      causal);
   });
   check_launch(kernel);
 }
 
-void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v,
-                    const Tensor &o, const Tensor &lse, const Tensor &do_, const Tensor &dq,
-                    const Tensor &dk, const Tensor &dv, float scale, bool causal,
+void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
+                    const Tensor &lse, const Tensor &do_, const Tensor &dq, const Tensor &dk,
+                    const Tensor &dv, float scale, bool causal, bool tokens_major,
                     const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "attention_grad";
-  int64_t t = 0, dh = 0;
-  const int64_t rows = check_attention(kernel, q, k, v, o, lse, &do_, &dq, &dk, &dv, t, dh);
+  int64_t t = 0, heads = 0, dh = 0;
+  const int64_t rows =
+      check_attention(kernel, q, k, v, o, lse, &do_, &dq, &dk, &dv, tokens_major, t, heads, dh);
   WorkspaceFloats scratch(kernel, ws, attention_grad_workspace_bytes(q.dtype, q.shape));
   if (rows == 0)
     return;
   float *delta = scratch.take(rows);
   const int head_dim = static_cast<int>(dh);
+  const Layouts layout = layouts(t, heads, dh, tokens_major);
   dispatch_float(kernel, q.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     attention_delta_kernel<T><<<blocks_for(rows), kThreads, 0, stream>>>(
-        o.as<T>(), do_.as<T>(), delta, rows, head_dim);
+        o.as<T>(), do_.as<T>(), delta, rows, layout.at, t, head_dim);
     const unsigned blocks = tile_blocks(rows / t, t);
     if constexpr (MmaType<T>::value) {
       if (use_mma(q.dtype, dh)) {
@@ -692,10 +720,10 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
           constexpr int D = decltype(width)::value;
           attention_dkv_kernel<T, D><<<blocks, kMmaThreads, 0, stream>>>(
               q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dk.as<T>(),
-              dv.as<T>(), t, head_dim, scale, causal);
+              dv.as<T>(), layout, t, head_dim, scale, causal);
           attention_dq_kernel<T, D><<<blocks, kMmaThreads, 0, stream>>>(
               q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dq.as<T>(),
-              t, head_dim, scale, causal);
+              layout, t, head_dim, scale, causal);
         };
         with_mma_width(dh, launch);
         return;
@@ -703,9 +731,9 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
     }
     attention_dkv_kernel<T><<<blocks, kRows, 0, stream>>>(
         q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dk.as<T>(),
-        dv.as<T>(), t, head_dim, scale, causal);
+        dv.as<T>(), layout, t, head_dim, scale, causal);
     attention_dq_kernel<T><<<blocks, kRows, 0, stream>>>(
-        q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dq.as<T>(), t,
+        q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dq.as<T>(), layout, t,
         head_dim, scale, causal);
   });
   check_launch(kernel);
