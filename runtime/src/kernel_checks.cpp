@@ -939,6 +939,14 @@ MatmulPlan check_gemm(const char *kernel, const Tensor &a, const Tensor &b, cons
   return p;
 }
 
+// A bias (or its gradient): [n] of `like`'s element type.
+static void check_row_vector(const char *kernel, const char *name, const Tensor &v,
+                             const char *like_name, const Tensor &like, int64_t n) {
+  check_data(kernel, name, v);
+  check_same_dtype(kernel, like_name, like, name, v);
+  check_shape(kernel, name, v, Shape{n});
+}
+
 MatmulPlan check_matmul_bias(const char *kernel, const Tensor &a, const Tensor &b,
                              const Tensor &bias, const Tensor *addend, const Tensor &y,
                              bool transpose_b) {
@@ -948,12 +956,7 @@ MatmulPlan check_matmul_bias(const char *kernel, const Tensor &a, const Tensor &
     fail(kernel, "a must be [..., M, K] and b 2-D, got " + a.shape.str() + " and " +
                      b.shape.str());
   MatmulPlan p = check_matmul(kernel, a, b, y, false, transpose_b);
-  check_data(kernel, "bias", bias);
-  check_same_dtype(kernel, "a", a, "bias", bias);
-  Shape row;
-  row.rank = 1;
-  row.dims[0] = p.n;
-  check_shape(kernel, "bias", bias, row);
+  check_row_vector(kernel, "bias", bias, "a", a, p.n);
   if (addend != nullptr) {
     check_data(kernel, "addend", *addend);
     check_same_dtype(kernel, "a", a, "addend", *addend);
@@ -973,12 +976,7 @@ MatmulPlan check_matmul_bias_grad(const char *kernel, const Tensor &a, const Ten
   if (a.shape.rank != 2 || b.shape.rank != 2)
     fail(kernel, "a and b must be 2-D, got " + a.shape.str() + " and " + b.shape.str());
   MatmulPlan p = check_matmul(kernel, a, b, y, transpose_a, false);
-  check_data(kernel, "bias_grad", bias_grad);
-  check_same_dtype(kernel, "b", b, "bias_grad", bias_grad);
-  Shape row;
-  row.rank = 1;
-  row.dims[0] = p.n;
-  check_shape(kernel, "bias_grad", bias_grad, row);
+  check_row_vector(kernel, "bias_grad", bias_grad, "b", b, p.n);
   return p;
 }
 
