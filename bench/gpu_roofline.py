@@ -230,7 +230,11 @@ def classify(op, seq):
     if name in ("reshape", "constant") or op.name == "func.return":
         op.kind, op.bytes = None, 0  # views and module constants: no work
         return
-    if name in ("matmul", "gemm"):
+    if name in ("matmul", "gemm", "matmul_bias", "matmul_bias_grad"):
+        # matmul_bias(_grad): the bias, residual or bias gradient ride in
+        # the product's cuBLASLt epilogue: their bytes are the op's, their
+        # adds (a few per output element) are not counted as matmul FLOPs,
+        # which Megatron-LM's formula checks.
         op.kind, op.flops = "matmul", matmul_flops(ins[0], out)
         op.launches["cublasLtMatmul"] = 1
         if name == "gemm" and len(ins) > 2 and ins[2].shape != out.shape:

@@ -39,8 +39,12 @@ void addZero(OpPassManager &pm, const TrainingOptions &options) {
 } // namespace
 
 void buildPlanningPipeline(OpPassManager &pm, bool fuse, bool fuseParamCopy) {
-  if (fuse)
+  if (fuse) {
+    // Before the elementwise fusion, which would take the bias and
+    // residual adds into its loops.
+    pm.addNestedPass<func::FuncOp>(createDsFuseMatMulEpilogue());
     pm.addNestedPass<func::FuncOp>(createDsFuseElementwise());
+  }
   pm.addNestedPass<func::FuncOp>(createDsGroupOptimizer());
   if (fuseParamCopy)
     pm.addNestedPass<func::FuncOp>(createDsFuseParamCopy());

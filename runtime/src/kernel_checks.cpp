@@ -944,6 +944,47 @@ MatmulPlan check_gemm(const char *kernel, const Tensor &a, const Tensor &b, cons
   return p;
 }
 
+// A bias (or its gradient): [n] of `like`'s element type.
+static void check_row_vector(const char *kernel, const char *name, const Tensor &v,
+                             const char *like_name, const Tensor &like, int64_t n) {
+  check_data(kernel, name, v);
+  check_same_dtype(kernel, like_name, like, name, v);
+  check_shape(kernel, name, v, Shape{n});
+}
+
+MatmulPlan check_matmul_bias(const char *kernel, const Tensor &a, const Tensor &b,
+                             const Tensor &bias, const Tensor *addend, const Tensor &y,
+                             bool transpose_b) {
+  check_data(kernel, "a", a);
+  check_float(kernel, "a", a);
+  if (a.shape.rank < 2 || b.shape.rank != 2)
+    fail(kernel, "a must be [..., M, K] and b 2-D, got " + a.shape.str() + " and " +
+                     b.shape.str());
+  MatmulPlan p = check_matmul(kernel, a, b, y, false, transpose_b);
+  check_row_vector(kernel, "bias", bias, "a", a, p.n);
+  if (addend != nullptr) {
+    check_data(kernel, "addend", *addend);
+    check_same_dtype(kernel, "a", a, "addend", *addend);
+    check_shape(kernel, "addend", *addend, y.shape);
+  }
+  // One product of batch * M rows.
+  p.m *= p.batch;
+  p.batch = 1;
+  p.batch_rank = 0;
+  return p;
+}
+
+MatmulPlan check_matmul_bias_grad(const char *kernel, const Tensor &a, const Tensor &b,
+                                  const Tensor &y, const Tensor &bias_grad, bool transpose_a) {
+  check_data(kernel, "a", a);
+  check_float(kernel, "a", a);
+  if (a.shape.rank != 2 || b.shape.rank != 2)
+    fail(kernel, "a and b must be 2-D, got " + a.shape.str() + " and " + b.shape.str());
+  MatmulPlan p = check_matmul(kernel, a, b, y, transpose_a, false);
+  check_row_vector(kernel, "bias_grad", bias_grad, "b", b, p.n);
+  return p;
+}
+
 void check_copy(const char *kernel, const Tensor &x, const Tensor &y) {
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);

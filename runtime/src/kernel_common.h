@@ -401,6 +401,15 @@ MatmulPlan check_gemm(const char *kernel, const Tensor &a, const Tensor &b, cons
                       const Tensor &y, bool transpose_a, bool transpose_b,
                       BroadcastPlan &c_plan);
 
+// matmul_bias: a [..., M, K] (folded into M rows), b 2-D, bias [N],
+// addend (may be null) of y's shape, one float type.
+MatmulPlan check_matmul_bias(const char *kernel, const Tensor &a, const Tensor &b,
+                             const Tensor &bias, const Tensor *addend, const Tensor &y,
+                             bool transpose_b);
+// matmul_bias_grad: 2-D a and b, bias_grad [N] of b's type.
+MatmulPlan check_matmul_bias_grad(const char *kernel, const Tensor &a, const Tensor &b,
+                                  const Tensor &y, const Tensor &bias_grad, bool transpose_a);
+
 template <typename F> void for_each_batch(const MatmulPlan &p, F &&f) {
   int64_t index[kMaxRank] = {};
   int64_t a_off = 0, b_off = 0;

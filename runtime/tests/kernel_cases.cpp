@@ -293,6 +293,20 @@ const std::map<std::string, KernelFn> &kernels() {
               c.attr_bool("transpose_a"), c.attr_bool("transpose_b"),
               c.workspace(gemm_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
        }},
+      {"matmul_bias",
+       [](CaseRun &c) {
+         Tensor a = c.in("a"), b = c.in("b"), y = c.out("y");
+         matmul_bias(c.stream(), a, b, c.in("bias"), c.opt("addend"), y,
+                     c.attr_bool("transpose_b"),
+                     c.workspace(matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
+       }},
+      {"matmul_bias_grad",
+       [](CaseRun &c) {
+         Tensor a = c.in("a"), b = c.in("b"), y = c.out("y");
+         matmul_bias_grad(
+             c.stream(), a, b, y, c.out("bias_grad"), c.attr_bool("transpose_a"),
+             c.workspace(matmul_bias_grad_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
+       }},
       {"softmax",
        [](CaseRun &c) {
          Tensor x = c.in("x");
@@ -694,7 +708,8 @@ public:
     // OpenBLAS blocks differently for different thread counts, so only the
     // kernels that do not call it must reproduce the same bytes.
     const std::string kernel = manifest.at("kernel").as_string();
-    if (kernel == "matmul" || kernel == "gemm" || kernel == "conv" ||
+    if (kernel == "matmul" || kernel == "gemm" || kernel == "matmul_bias" ||
+        kernel == "matmul_bias_grad" || kernel == "conv" ||
         kernel == "conv_grad_input" || kernel == "conv_grad_weight")
       return;
     for (auto &[name, array] : two)

@@ -500,6 +500,43 @@ def gen_gemm(w):
         "a", a).inp("b", b).inp("c", c).out("y", like(f64(a) @ f64(b) + f64(c), "f32"), scale=8.0).save()
 
 
+def gen_matmul_bias(w):
+    # y = x w + bias (+ addend): the forward of a linear layer, its batch
+    # folded into the rows, the weight as stored or transposed.
+    cases = [("bias", [2, 3, 8], [8, 6], False, False), ("residual", [2, 3, 8], [8, 6], False, True),
+             ("bias_t", [5, 8], [6, 8], True, False), ("residual_t", [5, 8], [6, 8], True, True)]
+    for name, sx, sw, tb, with_addend in cases:
+        for dtype in ("f32", "bf16"):
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng(cname)
+            x, wt, bias = rng.float(sx, dtype), rng.float(sw, dtype), rng.float([6], dtype)
+            y = f64(x) @ (t_last(f64(wt)) if tb else f64(wt)) + f64(bias)
+            addend = rng.float(list(y.shape), dtype) if with_addend else None
+            if addend is not None:
+                y = y + f64(addend)
+            w.case("matmul_bias", cname, transpose_b=tb).inp("a", x).inp("b", wt).inp(
+                "bias", bias).inp("addend", addend).out("y", like(y, dtype), scale=2.0).save()
+    # A bias that is not one value per column of y is an error naming it.
+    rng = Rng("bias_wrong")
+    w.case("matmul_bias", "bias_wrong", transpose_b=False).inp("a", rng.float([5, 8])).inp(
+        "b", rng.float([8, 6])).inp("bias", rng.float([5])).inp("addend", None).fails(
+        "bias", y=("f32", [5, 6])).save()
+
+
+def gen_matmul_bias_grad(w):
+    # The weight gradient x^T dy (x stored [K, M] or [M, K]... transposed)
+    # and the bias gradient, dy's column sums.
+    for name, sx, ta in (("xt_dy", [12, 4], True), ("x_dy", [4, 12], False)):
+        for dtype in ("f32", "bf16"):
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng(cname)
+            x, dy = rng.float(sx, dtype), rng.float([12, 6], dtype)
+            y = (t_last(f64(x)) if ta else f64(x)) @ f64(dy)
+            w.case("matmul_bias_grad", cname, transpose_a=ta).inp("a", x).inp("b", dy).out(
+                "y", like(y, dtype), scale=2.0).out("bias_grad", like(f64(dy).sum(0), dtype),
+                                                    scale=4.0).save()
+
+
 # --------------------------------------------------------------------------
 # Normalization and softmax
 # --------------------------------------------------------------------------
@@ -2049,6 +2086,7 @@ def gen_reduce_prod(w):
 
 
 GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy, gen_matmul, gen_gemm,
+              gen_matmul_bias, gen_matmul_bias_grad,
               gen_softmax, gen_layer_norm, gen_batch_norm, gen_reduce, gen_transpose, gen_broadcast_to,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
               gen_pool, gen_optimizers, gen_softmax_grad, gen_attention, gen_layer_norm_grad, gen_batch_norm_grad,

@@ -95,6 +95,19 @@ int64_t MatMulOp::getFlops() {
   return 2 * elements(getResult()) * k;
 }
 
+// The product's 2 m n k, and one add per element for the bias and for the
+// addend (or per summed element for the bias gradient).
+int64_t MatMulBiasOp::getFlops() {
+  int64_t k = cast<ShapedType>(getLhs().getType()).getShape().back();
+  return (2 * k + 1 + (getAddend() ? 1 : 0)) * elements(getResult());
+}
+
+int64_t MatMulBiasGradOp::getFlops() {
+  auto lhs = cast<ShapedType>(getLhs().getType());
+  int64_t k = lhs.getDimSize(getTransposeLhs() ? 0 : 1);
+  return 2 * elements(getResult()) * k + elements(getRhs());
+}
+
 int64_t GemmOp::getFlops() {
   auto a = cast<ShapedType>(getA().getType());
   int64_t k = a.getDimSize(getTransposeA() ? 0 : 1);

@@ -555,6 +555,38 @@ int64_t ReduceProdOp::getWorkspaceBytes() {
   return reduceWorkspaceBytes(getInput(), getAxes(), false);
 }
 
+void MatMulBiasOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::matmul_bias");
+  call.stream();
+  call.tensor(getLhs());
+  call.tensor(getRhs());
+  call.tensor(getBias());
+  call.optionalTensor(getAddend());
+  call.tensor(getResult());
+  call.boolean(getTransposeRhs());
+  call.workspace();
+}
+int64_t MatMulBiasOp::getWorkspaceBytes() {
+  return matmulWorkspaceBytes(getLhs(), getRhs(), getResult());
+}
+
+void MatMulBiasGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::matmul_bias_grad");
+  call.stream();
+  call.tensor(getLhs());
+  call.tensor(getRhs());
+  call.tensor(getResult());
+  call.tensor(getBiasGrad());
+  call.boolean(getTransposeLhs());
+  call.workspace();
+}
+/// The cpu kernel runs the product, then the column sums as reduce_sum
+/// over axis 0 would, one after the other in the one workspace.
+int64_t MatMulBiasGradOp::getWorkspaceBytes() {
+  return std::max(matmulWorkspaceBytes(getLhs(), getRhs(), getResult()),
+                  reduceWorkspaceBytes(getRhs(), {0}, false));
+}
+
 //===----------------------------------------------------------------------===//
 // Data movement
 //===----------------------------------------------------------------------===//

@@ -271,6 +271,44 @@ def Ds_GemmOp : Ds_Op<"gemm", [Ds_Accumulate32, InferTypeOpAdaptor, Ds_VJP],
   let hasCanonicalizer = 1;
 }
 
+def Ds_MatMulBiasOp : Ds_Op<"matmul_bias", [Ds_Accumulate32, InferTypeOpAdaptor],
+                             ["getWorkspaceBytes"]> {
+  let summary = "matrix product with a bias and an addend in its epilogue";
+  let description = [{
+    `lhs` [..., M, K] times `rhs` [K, N] (`transpose_rhs`: [N, K]), plus
+    `bias` [N] broadcast along every row, plus `addend` (optional, the
+    result's type: a residual). ds-fuse-matmul-epilogue forms it from
+    `add(add(matmul, bias), addend)` and `add(matmul, bias)` after the
+    optimizer and precision passes; cuda runs it as one cuBLASLt call
+    (CUBLASLT_EPILOGUE_BIAS, the addend as C with beta 1). Under mixed
+    precision the product, bias and addend are summed in f32 and rounded
+    once into the 16-bit result.
+  }];
+  let arguments = (ins Ds_FloatTensor:$lhs, Ds_FloatTensor:$rhs,
+                   Ds_FloatTensor:$bias, Optional<Ds_FloatTensor>:$addend,
+                   UnitAttr:$transpose_rhs);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs `,` $bias (`,` $addend^)? attr-dict `:` "
+                       "type($lhs) `,` type($rhs) `,` type($bias) (`,` type($addend)^)?";
+}
+
+def Ds_MatMulBiasGradOp : Ds_Op<"matmul_bias_grad", [Ds_Accumulate32, InferTypeOpAdaptor],
+                                ["getWorkspaceBytes"]> {
+  let summary = "weight gradient with the bias gradient in its epilogue";
+  let description = [{
+    `result` = op(`lhs`) `rhs` for 2-D operands (`transpose_lhs`: `lhs` is
+    [K, M]), `rhs` [K, N] the output gradient, and `bias_grad` [N] its
+    column sums (over K). ds-fuse-matmul-epilogue forms it from a weight
+    gradient's matmul and the `reduce_sum` of the same output gradient over
+    its leading axes; cuda runs it as one cuBLASLt call
+    (CUBLASLT_EPILOGUE_BGRADA).
+  }];
+  let arguments = (ins Ds_FloatTensor:$lhs, Ds_FloatTensor:$rhs,
+                   UnitAttr:$transpose_lhs);
+  let results = (outs Ds_FloatTensor:$result, Ds_FloatTensor:$bias_grad);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
+}
+
 //===----------------------------------------------------------------------===//
 // Normalization and softmax
 //===----------------------------------------------------------------------===//

@@ -326,6 +326,59 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult MatMulBiasOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor, Types &types) {
+  auto lhs = tensorType(adaptor.getLhs()), rhs = tensorType(adaptor.getRhs()),
+       bias = tensorType(adaptor.getBias());
+  if (!lhs || !rhs || !bias || lhs.getRank() < 2 || rhs.getRank() != 2)
+    return fail(loc, "matmul_bias needs lhs [..., M, K] and a 2-D rhs");
+  Type element = lhs.getElementType();
+  if (rhs.getElementType() != element || bias.getElementType() != element)
+    return fail(loc, "matmul_bias operands must have one element type");
+  int64_t k = lhs.getShape().back();
+  int64_t kRhs = rhs.getDimSize(adaptor.getTransposeRhs() ? 1 : 0);
+  int64_t n = rhs.getDimSize(adaptor.getTransposeRhs() ? 0 : 1);
+  if (k != kRhs)
+    return fail(loc, "matmul_bias contraction sizes differ: " +
+                         shapeString(lhs.getShape()) + " x " +
+                         shapeString(rhs.getShape()));
+  if (bias.getRank() != 1 || bias.getDimSize(0) != n)
+    return fail(loc, "matmul_bias bias " + shapeString(bias.getShape()) +
+                         " is not [" + Twine(n) + "]");
+  SmallVector<int64_t> shape(lhs.getShape());
+  shape.back() = n;
+  auto result = RankedTensorType::get(shape, element);
+  if (Value addend = adaptor.getAddend())
+    if (addend.getType() != result)
+      return fail(loc, "matmul_bias addend " +
+                           shapeString(tensorType(addend).getShape()) +
+                           " does not have the result's type");
+  types.push_back(result);
+  return success();
+}
+
+LogicalResult MatMulBiasGradOp::inferReturnTypes(MLIRContext *,
+                                                 std::optional<Location> loc,
+                                                 Adaptor adaptor,
+                                                 Types &types) {
+  auto lhs = tensorType(adaptor.getLhs()), rhs = tensorType(adaptor.getRhs());
+  if (!lhs || !rhs || lhs.getRank() != 2 || rhs.getRank() != 2)
+    return fail(loc, "matmul_bias_grad operands must be 2-D");
+  if (lhs.getElementType() != rhs.getElementType())
+    return fail(loc, "matmul_bias_grad operands must have one element type");
+  int64_t m = lhs.getDimSize(adaptor.getTransposeLhs() ? 1 : 0);
+  int64_t k = lhs.getDimSize(adaptor.getTransposeLhs() ? 0 : 1);
+  if (k != rhs.getDimSize(0))
+    return fail(loc, "matmul_bias_grad contraction sizes differ: " +
+                         shapeString(lhs.getShape()) + " x " +
+                         shapeString(rhs.getShape()));
+  int64_t n = rhs.getDimSize(1);
+  types.push_back(RankedTensorType::get({m, n}, lhs.getElementType()));
+  types.push_back(RankedTensorType::get({n}, lhs.getElementType()));
+  return success();
+}
+
 /// attention's q, k and v: one float type, one shape [..., T, Dh].
 static LogicalResult checkAttentionOperands(std::optional<Location> loc,
                                             StringRef op,

@@ -80,6 +80,20 @@ def DsFuseAttention : Pass<"ds-fuse-attention", "mlir::func::FuncOp"> {
   }];
 }
 
+def DsFuseMatMulEpilogue : Pass<"ds-fuse-matmul-epilogue", "mlir::func::FuncOp"> {
+  let summary = "Fold bias adds, residual adds and bias gradients into matmuls";
+  let description = [{
+    `add(add(matmul(x, w), bias), addend)` and `add(matmul(x, w), bias)`
+    become `ds.matmul_bias` (x [..., M, K], w 2-D, bias [N] of the result's
+    element type, the addend of the result's type, each intermediate used
+    once); a weight gradient `matmul(xᵀ, dy)` (dy reshaped to [K, N]) and
+    `reduce_sum(dy)` over all of dy's leading axes become one
+    `ds.matmul_bias_grad`. Anything else is left as it is. Runs after
+    precision and ZeRO and before ds-fuse-elementwise, which would fuse the
+    adds into loops; cuda runs the new ops as cuBLASLt epilogues.
+  }];
+}
+
 def DsFuseElementwise : Pass<"ds-fuse-elementwise", "mlir::func::FuncOp"> {
   let summary = "Fuse chains of elementwise ops into ds.fused loops";
   let description = [{

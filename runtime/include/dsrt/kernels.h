@@ -77,6 +77,24 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,
           float alpha, float beta, bool transpose_a, bool transpose_b, const Workspace &ws);
 
+// y = a op(b) + bias + addend: a [..., M, K], b [K, N] (transpose_b:
+// [N, K]), bias [N] broadcast along the rows, addend (may be null) of y's
+// shape, one float type. f16/bf16 sum the product, bias and addend in f32
+// and round once into y. Workspace: matmul_workspace_bytes. The cuda
+// backend runs it as one cuBLASLt call (CUBLASLT_EPILOGUE_BIAS, the addend
+// as C with beta 1).
+void matmul_bias(Stream &s, const Tensor &a, const Tensor &b, const Tensor &bias,
+                 const Tensor *addend, const Tensor &y, bool transpose_b, const Workspace &ws);
+
+// y = op(a) b for 2-D a ([M, K], transpose_a: [K, M]) and b [K, N], and
+// bias_grad [N] = b's column sums (over K), as reduce(Sum) over axis 0.
+// The cuda backend runs it as one cuBLASLt call (CUBLASLT_EPILOGUE_BGRADA).
+void matmul_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y,
+                      const Tensor &bias_grad, bool transpose_a, const Workspace &ws);
+// max(matmul_workspace_bytes, reduce_workspace_bytes of b's axis-0 sum).
+int64_t matmul_bias_grad_workspace_bytes(DType dtype, const Shape &a, const Shape &b,
+                                         const Shape &y);
+
 // Workspace bytes of matmul and gemm: 4 * (|a| + |b| + |y|) elements for f16
 // and bf16, 0 otherwise.
 int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y);

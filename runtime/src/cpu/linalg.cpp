@@ -174,6 +174,72 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
   });
 }
 
+void matmul_bias(Stream &s, const Tensor &a, const Tensor &b, const Tensor &bias,
+                 const Tensor *addend, const Tensor &y, bool transpose_b, const Workspace &ws) {
+  begin_kernel(s);
+  const char *kernel = "matmul_bias";
+  MatmulPlan p = check_matmul_bias(kernel, a, b, bias, addend, y, transpose_b);
+  WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+  if (y.numel() == 0)
+    return;
+  check_blas_size(kernel, p);
+  dispatch_float(kernel, a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *fb = bias.as<T>();
+    const T *fr = addend ? addend->as<T>() : nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      // The product, then (product + bias) + addend in f32: the unfused
+      // adds' order, so the f32 result is theirs bit for bit.
+      matmul_f32(s, p, a.as<float>(), b.as<float>(), y.as<float>());
+      float *fy = y.as<float>();
+      parallel_for(s, p.m, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, p.n)),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t i = begin; i < end; ++i)
+                       for (int64_t j = 0; j < p.n; ++j) {
+                         float v = fy[i * p.n + j] + fb[j];
+                         fy[i * p.n + j] = fr ? v + fr[i * p.n + j] : v;
+                       }
+                   });
+    } else {
+      // Each f32 tile starts at bias + addend; sgemm adds the product on
+      // top and the tile is rounded once. One matrix of the batch at a
+      // time: the workspace holds the panels of one matrix's tiles, as
+      // matmul's does.
+      MatmulPlan one = p;
+      one.m = y.shape.dims[y.shape.rank - 2];
+      for (int64_t m0 = 0; m0 < p.m; m0 += one.m) {
+        WorkspaceFloats panels(kernel, ws,
+                               matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+        const T *fr0 = fr ? fr + m0 * p.n : nullptr;
+        matmul_tiled(s, one, a.as<T>() + m0 * p.k, b.as<T>(), y.as<T>() + m0 * p.n, panels, 1.0f,
+                     [&](int64_t i0, int64_t j0, int64_t rows, int64_t cols, float *tile) {
+                       for (int64_t r = 0; r < rows; ++r)
+                         for (int64_t c = 0; c < cols; ++c) {
+                           float v = Elem<T>::load(fb[j0 + c]);
+                           if (fr0)
+                             v += Elem<T>::load(fr0[(i0 + r) * p.n + j0 + c]);
+                           tile[r * cols + c] = v;
+                         }
+                       return true;
+                     });
+      }
+    }
+  });
+}
+
+void matmul_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y,
+                      const Tensor &bias_grad, bool transpose_a, const Workspace &ws) {
+  const char *kernel = "matmul_bias_grad";
+  check_matmul_bias_grad(kernel, a, b, y, bias_grad, transpose_a);
+  WorkspaceFloats scratch(kernel, ws,
+                          matmul_bias_grad_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+  // The reference: the product, then the column sums as reduce_sum over
+  // axis 0 computes them (both use the workspace, one after the other).
+  matmul(s, a, b, y, transpose_a, false, ws);
+  const int64_t axis0 = 0;
+  reduce(s, ReduceOp::Sum, b, bias_grad, &axis0, 1, ws);
+}
+
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,
           float alpha, float beta, bool transpose_a, bool transpose_b, const Workspace &ws) {
   begin_kernel(s);

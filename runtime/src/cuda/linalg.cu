@@ -10,6 +10,14 @@
 // either whole-batch contiguous or broadcast run as one strided-batched
 // call, others one call per matrix. Integers use an explicit kernel with
 // wrapping arithmetic.
+//
+// matmul_bias and matmul_bias_grad are one call each with a cuBLASLt
+// epilogue: CUBLASLT_EPILOGUE_BIAS adds the bias vector (y's type, one
+// value per row of cuBLASLt's column-major D, i.e. per column of y) and the
+// addend comes in as C with beta 1; CUBLASLT_EPILOGUE_BGRADA writes the sums
+// of cuBLASLt's A (b's storage, the output gradient) over k, one per row of
+// D, in y's type. cuBLASLt's GELU epilogues compute the tanh approximation,
+// not the exact erf GELU of the models here, so GELU stays a loop of its own.
 #include "cuda/common.cuh"
 
 #include <limits>
@@ -58,6 +66,9 @@ struct Gemm {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb;
   int64_t batch = 1, a_stride = 0, b_stride = 0, y_stride = 0;
+  // CUBLASLT_EPILOGUE_BIAS / BGRADA with their vector, or the default.
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  void *bias = nullptr;
 };
 
 // The cuBLASLt descriptors, layouts and algorithm of one kind of product:
@@ -68,6 +79,8 @@ struct LtPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  // The bias pointer is an attribute of `op`, set before each call.
+  std::mutex bias_mutex;
   ~LtPlan() {
     if (d) cublasLtMatrixLayoutDestroy(d);
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -78,9 +91,12 @@ struct LtPlan {
 };
 
 // What an LtPlan depends on: the shapes, strides, type, transposes, compute
-// type and workspace bytes (the products have no epilogue).
+// type, workspace bytes, epilogue and the bias vector's alignment (which
+// the heuristic reads from the pointer: 16 bytes or less).
 using LtKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int64_t, size_t>;
+                         int64_t, int64_t, int64_t, int64_t, size_t, int, bool>;
+
+bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 struct PreferenceHolder {
   cublasLtMatmulPreference_t pref = nullptr;
@@ -103,6 +119,18 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
   check_cublas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                               sizeof(op_b)),
                g.kernel, "transb");
+  if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    const int32_t bias_type = type;
+    check_cublas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                &g.epilogue, sizeof(g.epilogue)),
+                 g.kernel, "epilogue");
+    check_cublas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                &bias_type, sizeof(bias_type)),
+                 g.kernel, "bias type");
+    check_cublas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &g.bias, sizeof(g.bias)),
+                 g.kernel, "bias pointer");
+  }
   // Stored column-major shapes: b is (ldb x rows of b), a is (lda x rows of a).
   const int64_t b_rows = g.trans_b ? g.k : g.n, b_cols = g.trans_b ? g.n : g.k;
   const int64_t a_rows = g.trans_a ? g.m : g.k, a_cols = g.trans_a ? g.k : g.m;
@@ -125,20 +153,20 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
   if (found < 1)
     fail(g.kernel, "cuBLASLt has no algorithm for this product (m " + std::to_string(g.m) +
                        ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k) + ", " +
-                       dtype_name(g.dtype) + ")");
+                       dtype_name(g.dtype) + ", epilogue " + std::to_string(g.epilogue) + ")");
   plan->algo = result.algo;
   return plan;
 }
 
 // The plan of `g`'s kind of product, made on its first call.
-const LtPlan &lt_plan(const Gemm &g, cudaDataType_t type, cublasComputeType_t compute,
+LtPlan &lt_plan(const Gemm &g, cudaDataType_t type, cublasComputeType_t compute,
                       size_t ws_bytes) {
   // Never destroyed: products may run while statics are destroyed.
   static std::mutex *mutex = new std::mutex;
   static auto *plans = new std::map<LtKey, std::unique_ptr<LtPlan>>;
   const LtKey key{static_cast<int>(type), static_cast<int>(compute), g.trans_a, g.trans_b,
                   g.m, g.n, g.k, g.lda, g.ldb, g.batch, g.a_stride, g.b_stride, g.y_stride,
-                  ws_bytes};
+                  ws_bytes, static_cast<int>(g.epilogue), aligned16(g.bias)};
   std::lock_guard<std::mutex> lock(*mutex);
   auto it = plans->find(key);
   if (it == plans->end())
@@ -158,7 +186,15 @@ void run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, cons
                         ? static_cast<size_t>(ws.bytes - int64_t(aligned - base))
                         : 0;
   void *ws_data = ws_bytes ? reinterpret_cast<void *>(aligned) : nullptr;
-  const LtPlan &plan = lt_plan(g, type, compute, ws_bytes);
+  LtPlan &plan = lt_plan(g, type, compute, ws_bytes);
+  std::unique_lock<std::mutex> bias_lock;
+  if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    // This call's vector; held until cuBLASLt has read the descriptor.
+    bias_lock = std::unique_lock<std::mutex>(plan.bias_mutex);
+    check_cublas(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &g.bias, sizeof(g.bias)),
+                 g.kernel, "bias pointer");
+  }
   check_cublas(cublasLtMatmul(cublaslt(), plan.op, &alpha, b, plan.a, a, plan.b, &beta,
                               c ? c : y, plan.c, y, plan.d, &plan.algo, ws_data, ws_bytes,
                               stream),
@@ -249,6 +285,17 @@ __global__ void scale_kernel(float beta, const T *c, T *y, int64_t n) {
   DSRT_GRID_STRIDE(i, n) y[i] = st<T>(beta * ld(c[i]));
 }
 
+// matmul_bias of an empty contraction: y = bias + addend, in f32.
+template <typename T>
+__global__ void bias_rows_kernel(const T *bias, const T *addend, T *y, int64_t cols,
+                                 int64_t n) {
+  DSRT_GRID_STRIDE(i, n) {
+    float v = ld(bias[i % cols]);
+    if (addend) v += ld(addend[i]);
+    y[i] = st<T>(v);
+  }
+}
+
 }  // namespace
 
 void detail::lt_gemm_f32(cudaStream_t stream, const char *kernel, bool trans_a, bool trans_b,
@@ -281,6 +328,60 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
       matmul_float(stream, kernel, p, a.dtype, a.data, b.data, y.data, ws);
     }
   });
+}
+
+void matmul_bias(Stream &s, const Tensor &a, const Tensor &b, const Tensor &bias,
+                 const Tensor *addend, const Tensor &y, bool transpose_b, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "matmul_bias";
+  MatmulPlan p = check_matmul_bias(kernel, a, b, bias, addend, y, transpose_b);
+  WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+  const int64_t n = y.numel();
+  if (n == 0)
+    return;
+  check_lt_size(kernel, p);
+  if (p.k == 0) {
+    dispatch_float(kernel, y.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      bias_rows_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+          bias.as<T>(), addend ? addend->as<T>() : nullptr, y.as<T>(), p.n, n);
+    });
+    check_launch(kernel);
+    return;
+  }
+  Gemm g{kernel, a.dtype, false, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
+  g.epilogue = CUBLASLT_EPILOGUE_BIAS;
+  g.bias = bias.data;
+  run_lt(stream, g, 1.0f, a.data, b.data, addend ? 1.0f : 0.0f,
+         addend ? addend->data : nullptr, y.data, ws);
+}
+
+void matmul_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y,
+                      const Tensor &bias_grad, bool transpose_a, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "matmul_bias_grad";
+  MatmulPlan p = check_matmul_bias_grad(kernel, a, b, y, bias_grad, transpose_a);
+  WorkspaceFloats scratch(kernel, ws,
+                          matmul_bias_grad_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+  check_lt_size(kernel, p);
+  if (p.k == 0 || y.numel() == 0) {
+    // An empty sum, or an empty product whose bias gradient cuBLASLt
+    // would not write: zeros, and b's sums by the reduce kernel.
+    if (y.numel() != 0)
+      check_cuda(cudaMemsetAsync(y.data, 0, y.nbytes(), stream), kernel, "cudaMemsetAsync");
+    if (bias_grad.numel() != 0 && p.k == 0)
+      check_cuda(cudaMemsetAsync(bias_grad.data, 0, bias_grad.nbytes(), stream), kernel,
+                 "cudaMemsetAsync");
+    if (bias_grad.numel() != 0 && p.k != 0) {
+      const int64_t axis0 = 0;
+      reduce(s, ReduceOp::Sum, b, bias_grad, &axis0, 1, ws);
+    }
+    return;
+  }
+  Gemm g{kernel, a.dtype, p.trans_a, false, p.m, p.n, p.k, p.lda, p.ldb};
+  g.epilogue = CUBLASLT_EPILOGUE_BGRADA;
+  g.bias = bias_grad.data;
+  run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
 }
 
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,

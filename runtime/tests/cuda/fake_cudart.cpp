@@ -723,6 +723,11 @@ struct LtDesc {
   int compute, scale;
   int trans_a, trans_b;  // cublasOperation_t
   int unsupported;       // an attribute the emulation does not model was set
+  // The epilogue (cublasLtEpilogue_t: DEFAULT, BIAS or BGRADA modelled),
+  // the bias (or bias gradient) vector and its cudaDataType (-1: D's).
+  uint32_t epilogue;
+  int32_t bias_type;
+  void *bias;
 };
 struct LtLayout {
   int type;  // cudaDataType
@@ -743,6 +748,8 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComput
   auto *d = reinterpret_cast<LtDesc *>(*desc);
   d->compute = compute;
   d->scale = scale;
+  d->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  d->bias_type = -1;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
@@ -755,6 +762,9 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
   auto *d = reinterpret_cast<LtDesc *>(desc);
   if (attr == CUBLASLT_MATMUL_DESC_TRANSA) SET_ATTR(d->trans_a, buf, bytes);
   else if (attr == CUBLASLT_MATMUL_DESC_TRANSB) SET_ATTR(d->trans_b, buf, bytes);
+  else if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE) SET_ATTR(d->epilogue, buf, bytes);
+  else if (attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER) SET_ATTR(d->bias, buf, bytes);
+  else if (attr == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) SET_ATTR(d->bias_type, buf, bytes);
   else d->unsupported = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -838,8 +848,17 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
     return CUBLAS_STATUS_NOT_SUPPORTED;
   };
   if (desc->unsupported || a->unsupported || b->unsupported || c->unsupported || d->unsupported)
-    return fail("an attribute the emulation does not model (only transposes, batch count and "
-                "stride)");
+    return fail("an attribute the emulation does not model (only transposes, the epilogue, "
+                "bias pointer and type, batch count and stride)");
+  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  const bool bgrad_a = desc->epilogue == CUBLASLT_EPILOGUE_BGRADA;
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrad_a)
+    return fail("epilogue " + std::to_string(desc->epilogue) +
+                " (only DEFAULT, BIAS and BGRADA are emulated)");
+  const int bias_type = desc->bias_type == -1 ? d->type : desc->bias_type;
+  if ((bias || bgrad_a) && (!desc->bias || !lt_type_ok(bias_type) || d->batch != 1))
+    return fail("a bias epilogue without a bias pointer, with a bias type other than f32, "
+                "f16, bf16, or on a batch");
   if (desc->scale != CUDA_R_32F ||
       (desc->compute != CUBLAS_COMPUTE_32F && desc->compute != CUBLAS_COMPUTE_32F_FAST_TF32))
     return fail("compute type " + std::to_string(desc->compute) + ", scale type " +
@@ -877,9 +896,18 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
         }
         float v = alpha * acc;
         if (beta != 0.0f) v += beta * lt_load(c->type, C, co + row + col * c->ld);
+        if (bias) v += lt_load(bias_type, desc->bias, row);  // one per row of D
         lt_store(d->type, D, dof + row + col * d->ld, v);
       }
   }
+  // BGRADA: op(A) summed over k, one per row of D, in f32 in k order.
+  if (bgrad_a)
+    for (int64_t row = 0; row < m; ++row) {
+      float sum = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk)
+        sum += lt_load(a->type, A, ta ? kk + row * a->ld : row + kk * a->ld);
+      lt_store(bias_type, desc->bias, row, sum);
+    }
   return CUBLAS_STATUS_SUCCESS;
 }
 }  // namespace

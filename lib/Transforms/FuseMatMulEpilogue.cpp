@@ -1,0 +1,207 @@
+//===- FuseMatMulEpilogue.cpp - bias, residual, bias grad into matmuls -----===//
+//
+// A linear layer's forward is matmul, + bias, + residual; its backward sums
+// the output gradient over the rows for the bias and multiplies it with the
+// input for the weight. Unfused, each add is a pass over the product's
+// output and the bias gradient one more over the output gradient: this pass
+// gives them to the matmul, whose cuda kernel (cuBLASLt) applies them in its
+// epilogue while the tile is still in registers. Only exact matches fold:
+// the bias a vector of the product's last axis and its element type, the
+// residual the product's own type, every intermediate used only by the next
+// op, nothing placed in another memory space.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dsopt/Transforms/Passes.h"
+
+#include "ds/IR/DsDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/PatternMatch.h"
+
+namespace dsopt {
+#define GEN_PASS_DEF_DSFUSEMATMULEPILOGUE
+#include "dsopt/Transforms/Passes.h.inc"
+} // namespace dsopt
+
+using namespace mlir;
+using namespace dsopt;
+
+namespace {
+
+/// Ops ds-offload placed in a memory space run there, as they are.
+bool placed(Operation *op) {
+  return op->hasAttr(ds::DsDialect::kSpaceAttrName);
+}
+
+/// The matmul's ds.* attributes (forward id, gradient of) on its
+/// replacement, next to the replacement's own.
+void copyAttrs(Operation *from, Operation *to) {
+  for (NamedAttribute attr : from->getDiscardableAttrs())
+    to->setAttr(attr.getName(), attr.getValue());
+}
+
+/// A matmul a bias can join: x [..., M, K] (not transposed: the batch folds
+/// into M, one product) times a 2-D w, read by nothing else.
+ds::MatMulOp biasableMatMul(Value value) {
+  auto matmul = value.getDefiningOp<ds::MatMulOp>();
+  if (!matmul || placed(matmul) || !matmul->hasOneUse() ||
+      matmul.getTransposeLhs() ||
+      cast<ShapedType>(matmul.getLhs().getType()).getRank() < 2 ||
+      cast<ShapedType>(matmul.getRhs().getType()).getRank() != 2 ||
+      !isa<FloatType>(getElementTypeOrSelf(matmul.getType())))
+    return {};
+  return matmul;
+}
+
+/// `value` is a bias of `product`: [N] of its last axis and element type.
+bool isBiasOf(Value value, Value product) {
+  auto bias = cast<ShapedType>(value.getType());
+  auto type = cast<ShapedType>(product.getType());
+  return bias.getRank() == 1 && bias.getElementType() == type.getElementType() &&
+         bias.getDimSize(0) == type.getShape().back();
+}
+
+/// add(matmul, bias) and add(add(matmul, bias), addend) -> matmul_bias.
+/// Returns the residual add it erased, if any.
+Operation *foldBiasAdd(ds::AddOp add, IRRewriter &rewriter) {
+  if (placed(add))
+    return nullptr;
+  ds::MatMulOp matmul;
+  Value bias;
+  for (auto [mine, other] : {std::pair(add.getLhs(), add.getRhs()),
+                             std::pair(add.getRhs(), add.getLhs())})
+    if (auto candidate = biasableMatMul(mine))
+      if (isBiasOf(other, mine) && add.getType() == mine.getType()) {
+        matmul = candidate;
+        bias = other;
+        break;
+      }
+  if (!matmul)
+    return nullptr;
+  // The residual: the sum's one reader adds a value of the product's type.
+  Operation *last = add;
+  Value addend;
+  if (add->hasOneUse())
+    if (auto next = dyn_cast<ds::AddOp>(*add->getUsers().begin()))
+      if (!placed(next) && next.getLhs() != next.getRhs()) {
+        Value other = next.getLhs() == add.getResult() ? next.getRhs()
+                                                       : next.getLhs();
+        if (other.getType() == add.getType() &&
+            next.getType() == add.getType()) {
+          addend = other;
+          last = next;
+        }
+      }
+  rewriter.setInsertionPoint(last);
+  auto fused = ds::MatMulBiasOp::create(
+      rewriter, matmul.getLoc(), matmul.getLhs(), matmul.getRhs(), bias,
+      addend, matmul.getTransposeRhsAttr());
+  copyAttrs(matmul, fused);
+  rewriter.replaceOp(last, fused.getResult());
+  if (last != add.getOperation())
+    rewriter.eraseOp(add);
+  rewriter.eraseOp(matmul);
+  return last != add.getOperation() ? last : nullptr;
+}
+
+/// `op`'s ancestor in `block`.
+Operation *inBlock(Operation *op, Block *block) {
+  while (op && op->getBlock() != block)
+    op = op->getParentOp();
+  return op;
+}
+
+/// Every reader of `op`'s results comes after `point`.
+bool readAfter(Operation *op, Operation *point) {
+  for (Operation *user : op->getUsers()) {
+    Operation *at = inBlock(user, point->getBlock());
+    if (!at || at == point || !point->isBeforeInBlock(at))
+      return false;
+  }
+  return true;
+}
+
+/// reduce_sum(dy over all leading axes) and a weight gradient's
+/// matmul(x, dy as [K, N]) -> matmul_bias_grad.
+bool foldBiasGrad(ds::ReduceSumOp sum, IRRewriter &rewriter) {
+  Value dy = sum.getInput();
+  auto dyType = cast<ShapedType>(dy.getType());
+  auto sumType = cast<ShapedType>(sum.getType());
+  const int64_t rank = dyType.getRank();
+  if (placed(sum) || sum.getKeepdims() || rank < 2 ||
+      !isa<FloatType>(dyType.getElementType()) ||
+      sumType.getElementType() != dyType.getElementType() ||
+      sumType.getRank() != 1 ||
+      sumType.getDimSize(0) != dyType.getShape().back())
+    return false;
+  ArrayRef<int64_t> axes = sum.getAxes();
+  if (static_cast<int64_t>(axes.size()) != rank - 1)
+    return false;
+  for (int64_t i = 0; i < rank - 1; ++i)
+    if (axes[i] != i)
+      return false;
+  // dy itself when 2-D, else its reshape to [K, N].
+  SmallVector<Value> asMatrix;
+  if (rank == 2)
+    asMatrix.push_back(dy);
+  for (Operation *user : dy.getUsers())
+    if (auto reshape = dyn_cast<ds::ReshapeOp>(user)) {
+      auto type = cast<ShapedType>(reshape.getType());
+      if (type.getRank() == 2 && type.getDimSize(1) == dyType.getShape().back())
+        asMatrix.push_back(reshape.getResult());
+    }
+  Block *block = sum->getBlock();
+  for (Value rhs : asMatrix)
+    for (Operation *user : rhs.getUsers()) {
+      auto matmul = dyn_cast<ds::MatMulOp>(user);
+      if (!matmul || placed(matmul) || matmul.getRhs() != rhs ||
+          matmul.getLhs() == rhs || matmul.getTransposeRhs() ||
+          matmul->getBlock() != block ||
+          cast<ShapedType>(matmul.getLhs().getType()).getRank() != 2)
+        continue;
+      // At the later of the two; the earlier one's readers must follow it.
+      Operation *later = sum->isBeforeInBlock(matmul) ? matmul.getOperation()
+                                                      : sum.getOperation();
+      Operation *earlier =
+          later == sum.getOperation() ? matmul.getOperation() : sum;
+      if (!readAfter(earlier, later))
+        continue;
+      rewriter.setInsertionPoint(later);
+      auto fused = ds::MatMulBiasGradOp::create(
+          rewriter, matmul.getLoc(), matmul.getLhs(), rhs,
+          matmul.getTransposeLhsAttr());
+      copyAttrs(matmul, fused);
+      rewriter.replaceOp(matmul, fused.getResult());
+      rewriter.replaceOp(sum, fused.getBiasGrad());
+      return true;
+    }
+  return false;
+}
+
+struct FuseMatMulEpiloguePass
+    : dsopt::impl::DsFuseMatMulEpilogueBase<FuseMatMulEpiloguePass> {
+  void runOnOperation() override {
+    func::FuncOp function = getOperation();
+    if (function.isDeclaration())
+      return;
+    IRRewriter rewriter(function.getContext());
+    SmallVector<ds::AddOp> adds;
+    SmallVector<ds::ReduceSumOp> sums;
+    function.walk([&](Operation *op) {
+      if (auto add = dyn_cast<ds::AddOp>(op))
+        adds.push_back(add);
+      else if (auto sum = dyn_cast<ds::ReduceSumOp>(op))
+        sums.push_back(sum);
+    });
+    // An add erased as the residual add of an earlier fold is not visited.
+    llvm::SmallPtrSet<Operation *, 16> erased;
+    for (ds::AddOp add : adds)
+      if (!erased.contains(add))
+        if (Operation *residual = foldBiasAdd(add, rewriter))
+          erased.insert(residual);
+    for (ds::ReduceSumOp sum : sums)
+      foldBiasGrad(sum, rewriter);
+  }
+};
+} // namespace
