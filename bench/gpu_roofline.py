@@ -280,7 +280,8 @@ def classify(op, seq):
         op.kind, op.flops = "layernorm", 12 * ins[0].numel
         op.launches["layer_norm_grad_rows_kernel"] = 1
         op.launches["layer_norm_param_grad_kernel"] = len(outs) - 1
-    elif name in ("softmax_cross_entropy", "softmax_cross_entropy_grad"):
+    elif name in ("softmax_cross_entropy", "softmax_cross_entropy_grad",
+                  "softmax_cross_entropy_with_grad"):
         op.kind, op.flops = "cross-entropy", 4 * max(t.numel for t in ins)
         m = re.search(r"#ds<reduction (\w+)>", op.attrs)
         reduction = m.group(1) if m else "mean"
@@ -290,6 +291,14 @@ def classify(op, seq):
             op.launches["log_softmax_rows_kernel"] = 1
             if reduction != "none":
                 op.launches["nll_total_kernel"] = 1
+        elif name == "softmax_cross_entropy_with_grad":
+            # The loss's pass writes the gradient: the weights' total for
+            # a mean, the rows, the loss's total.
+            if reduction == "mean":
+                op.launches["weight_total_kernel"] = 1
+            op.launches["cross_entropy_grad_rows_kernel"] = 1
+            if reduction != "none":
+                op.launches["sample_total_kernel"] = 1
         else:
             if reduction == "mean":
                 op.launches["weight_total_kernel"] = 1

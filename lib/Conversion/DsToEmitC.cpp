@@ -521,6 +521,8 @@ static IndexRange indexRange(Value input) {
       std::optional<int64_t> ignore;
       if (auto op = dyn_cast<ds::SoftmaxCrossEntropyOp>(user)) {
         indices = op.getLabels(), indexed = op.getScores(), ignore = op.getIgnoreIndex();
+      } else if (auto op = dyn_cast<ds::SoftmaxCrossEntropyWithGradOp>(user)) {
+        indices = op.getLabels(), indexed = op.getScores(), ignore = op.getIgnoreIndex();
       } else if (auto op = dyn_cast<ds::SoftmaxCrossEntropyGradOp>(user)) {
         indices = op.getLabels(), indexed = op.getLogProb(), ignore = op.getIgnoreIndex();
       } else if (auto op = dyn_cast<ds::NllLossOp>(user)) {

@@ -38,7 +38,12 @@ void addZero(OpPassManager &pm, const TrainingOptions &options) {
 
 } // namespace
 
-void buildPlanningPipeline(OpPassManager &pm, bool fuse, bool fuseParamCopy) {
+void buildPlanningPipeline(OpPassManager &pm, bool fuse, bool fuseParamCopy,
+                           bool fuseLossGrad) {
+  // The loss's pass writes the scores' gradient (after autodiff, precision,
+  // the pipeline cut and ZeRO; cpu and cuda alike).
+  if (fuseLossGrad)
+    pm.addNestedPass<func::FuncOp>(createDsFuseLossGrad());
   if (fuse) {
     // Before the elementwise fusion, which would take the bias and
     // residual adds into its loops.
@@ -132,7 +137,8 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
     return;
   if (!pipelined) {
     addZero(pm, options);
-    buildPlanningPipeline(pm, options.fuse, options.fuseParamCopy);
+    buildPlanningPipeline(pm, options.fuse, options.fuseParamCopy,
+                          options.fuseLossGrad);
     return;
   }
   // Each rank's program is a nested module; ZeRO runs along its dp axis.
@@ -141,7 +147,8 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   pm.addPass(createDsPipelineRanks(ranks));
   OpPassManager &rank = pm.nest<ModuleOp>();
   addZero(rank, options);
-  buildPlanningPipeline(rank, options.fuse, options.fuseParamCopy);
+  buildPlanningPipeline(rank, options.fuse, options.fuseParamCopy,
+                        options.fuseLossGrad);
 }
 
 void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {

@@ -138,6 +138,14 @@ int64_t softmax_cross_entropy_workspace_bytes(DType dtype, const Shape &scores) 
   return static_cast<int64_t>(sizeof(float)) * loss_blocks(rows) * c;
 }
 
+int64_t softmax_cross_entropy_with_grad_workspace_bytes(DType dtype, const Shape &scores) {
+  if (scores.rank < 2 || scores.numel() == 0)
+    return 0;
+  const int64_t rows = scores.numel() / scores.dims[1];
+  return std::max<int64_t>(softmax_cross_entropy_workspace_bytes(dtype, scores),
+                           static_cast<int64_t>(sizeof(double)) * rows);
+}
+
 int64_t gather_grad_workspace_bytes(DType dtype, const Shape &ddata) {
   if (dtype != DType::F16 && dtype != DType::BF16)
     return 0;

@@ -412,6 +412,18 @@ const std::map<std::string, KernelFn> &kernels() {
              c.out("log_prob"), reduction(c.attr_str("reduction")), has, ignore,
              c.workspace(softmax_cross_entropy_workspace_bytes(scores.dtype, scores.shape)));
        }},
+      {"softmax_cross_entropy_with_grad",
+       [](CaseRun &c) {
+         bool has;
+         int64_t ignore;
+         ignore_attr(c, has, ignore);
+         Tensor scores = c.in("scores");
+         softmax_cross_entropy_with_grad(
+             c.stream(), scores, c.in("labels"), c.in("dloss"), c.opt("weights"), c.out("loss"),
+             c.out("dscores"), reduction(c.attr_str("reduction")), has, ignore,
+             c.workspace(
+                 softmax_cross_entropy_with_grad_workspace_bytes(scores.dtype, scores.shape)));
+       }},
       {"nll_loss",
        [](CaseRun &c) {
          bool has;

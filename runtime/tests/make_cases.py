@@ -1540,6 +1540,40 @@ def gen_batch_norm_grad(w):
                 "dbias", like(db, dtype), scale=max(1.0, count / 8.0)).save()
 
 
+def gen_fused_loss_grads(w):
+    """softmax_cross_entropy_with_grad: the loss and d(loss * dloss)/dscores
+    from one pass over the scores, against PyTorch in f64 (the gradient of
+    the scores themselves: no rounded log_prob in between)."""
+    extra = [
+        ("spatial_sum_weights_ignore", [2, 3, 4, 3], "sum", True, 0, "i64", "f32"),
+        ("weights_ignore_mean", [8, 5], "mean", True, 4, "i64", "f32"),
+        # Rows over several of the cuda kernel's blocks and all 15 of the
+        # totals', classes not a multiple of its 256 threads.
+        ("large_rows_ragged", [600, 333], "mean", True, -100, "i64", "f32"),
+    ]
+    # (cases, loss and seed dtype: None for the scores')
+    for cases, loss_dtype in ((loss_cases() + extra, None), (mixed_loss_cases(), "f32")):
+        for name, shape, red, weights, ignore, ltype, dtype in cases:
+            scores, labels, wts = loss_inputs(name, shape, weights, ignore, ltype, dtype)
+            lshape = [shape[0]] + shape[2:]
+            ld = loss_dtype or dtype
+            dloss = Rng("fusedgrad" + name).float(lshape if red == "none" else [], ld, 0.5, 1.5)
+            kw = loss_kwargs(wts, red, ignore)
+            lab = labels.to(torch.int64)
+            s64 = f64(scores)
+            loss = F.cross_entropy(s64, lab, **kw)
+            (ds,) = vjp(lambda t: F.cross_entropy(t, lab, **kw), [s64], dloss)
+            w.case("softmax_cross_entropy_with_grad", name, reduction=red, ignore_index=ignore).inp(
+                "scores", scores).inp("labels", labels).inp("dloss", dloss).inp("weights", wts).out(
+                "loss", like(loss, ld), scale=4.0).out("dscores", like(ds, dtype)).save()
+    scores = Rng("badfused").float([4, 3])
+    labels = torch.tensor([0, 2, 7, 1], dtype=torch.int64)
+    w.case("softmax_cross_entropy_with_grad", "label_out_of_range", reduction="mean",
+           ignore_index=None).inp("scores", scores).inp("labels", labels).inp(
+        "dloss", torch.tensor(1.0)).inp("weights", None).fails(
+        "label 7", loss=("f32", []), dscores=("f32", [4, 3])).save()
+
+
 def gen_loss_grads(w):
     extra = [
         ("spatial_sum_weights_ignore", [2, 3, 4, 3], "sum", True, 0, "i64", "f32"),
@@ -2090,7 +2124,7 @@ GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy,
               gen_softmax, gen_layer_norm, gen_batch_norm, gen_reduce, gen_transpose, gen_broadcast_to,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
               gen_pool, gen_optimizers, gen_softmax_grad, gen_attention, gen_layer_norm_grad, gen_batch_norm_grad,
-              gen_loss_grads, gen_gather_grad, gen_slice_grad, gen_conv_grad, gen_pool_grad,
+              gen_loss_grads, gen_fused_loss_grads, gen_gather_grad, gen_slice_grad, gen_conv_grad, gen_pool_grad,
               gen_torch_optim, gen_sum_of_squares, gen_first_nonfinite, gen_mod, gen_reduce_prod, gen_scatter, gen_top_k]
 
 

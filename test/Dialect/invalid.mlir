@@ -340,6 +340,22 @@ func.func @loss_scalar_scores(%s: tensor<6xf32>, %l: tensor<6xi64>) {
 
 // -----
 
+func.func @loss_with_grad_seed(%s: tensor<6x10xbf16>, %l: tensor<6xi64>, %g: tensor<6xf32>) {
+  // expected-error @+1 {{softmax_cross_entropy_with_grad loss_grad (the gradient's seed) must have the loss's shape []}}
+  %0:2 = ds.softmax_cross_entropy_with_grad %s, %l, %g : tensor<6x10xbf16>, tensor<6xi64>, tensor<6xf32>
+  return
+}
+
+// -----
+
+func.func @loss_with_grad_labels(%s: tensor<6x10xf32>, %l: tensor<5xi64>, %g: tensor<f32>) {
+  // expected-error @+1 {{softmax_cross_entropy_with_grad labels must have shape [6] for scores [6, 10], got [5]}}
+  %0:2 = ds.softmax_cross_entropy_with_grad %s, %l, %g : tensor<6x10xf32>, tensor<5xi64>, tensor<f32>
+  return
+}
+
+// -----
+
 func.func @conv_groups(%x: tensor<1x4x8x8xf32>, %w: tensor<6x2x3x3xf32>) {
   // expected-error @+1 {{conv group 3 must divide the input channels (4) and output channels (6)}}
   %0 = ds.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 3 : i64} : tensor<1x4x8x8xf32>, tensor<6x2x3x3xf32>

@@ -110,7 +110,9 @@ buildGradientModule(ModuleOp module, const TrainingPipelineOptions &options) {
     }
   if (failed(runPipeline(*grad, options,
                          [&](PassManager &pm) {
-                           buildPlanningPipeline(pm, options.fuse);
+                           buildPlanningPipeline(pm, options.fuse,
+                                                 /*fuseParamCopy=*/true,
+                                                 options.fuseLossGrad);
                          })))
     return failure();
   return grad;

@@ -30,6 +30,9 @@ struct TrainingPipelineOptions {
   bool fuse = true;
   /// Fuse attention before autodiff (ds-fuse-attention).
   bool fuseAttention = false;
+  /// Compute softmax cross-entropy and its gradient in one op
+  /// (ds-fuse-loss-grad).
+  bool fuseLossGrad = true;
   /// Applies the command line's pass-manager options (IR printing,
   /// timing) to each pass manager the pipeline creates; fails on bad ones.
   std::function<mlir::LogicalResult(mlir::PassManager &)> configure;

@@ -190,6 +190,12 @@ cl::opt<bool> noFuseParamCopy(
              "cast after the optimizer update rather than in its loop"),
     cl::cat(outputCategory));
 
+cl::opt<bool> noFuseLossGrad(
+    "no-fuse-loss-grad",
+    cl::desc("Keep softmax cross-entropy and its gradient two ops, the "
+             "log-probabilities stored between them (ds-fuse-loss-grad)"),
+    cl::cat(outputCategory));
+
 cl::opt<bool> listOps("list-ops",
                       cl::desc("List the supported ONNX operators and exit"),
                       cl::cat(outputCategory));
@@ -1118,6 +1124,7 @@ EXAMPLES:
   trainOptions.frozen.assign(frozenFlag.begin(), frozenFlag.end());
   trainOptions.fuse = !noFuse;
   trainOptions.fuseAttention = fuseAttention;
+  trainOptions.fuseLossGrad = !noFuseLossGrad;
   trainOptions.configure = [&](PassManager &trainPm) -> LogicalResult {
     return applyPassManagerCLOptions(trainPm);
   };
@@ -1141,6 +1148,7 @@ EXAMPLES:
     options.frozen = trainOptions.frozen;
     options.fuse = !noFuse;
     options.fuseParamCopy = !noFuseParamCopy;
+    options.fuseLossGrad = !noFuseLossGrad;
     options.fuseAttention = fuseAttention;
     options.cutOnly = emit == EmitKind::Trace;
     trainModule = OwningOpRef<ModuleOp>(module->clone());

@@ -237,6 +237,11 @@ int64_t BatchNormGradOp::getFlops() { return 12 * elements(getInput()); }
 int64_t SoftmaxCrossEntropyGradOp::getFlops() {
   return 3 * elements(getLogProb());
 }
+int64_t SoftmaxCrossEntropyWithGradOp::getFlops() {
+  // The forward's log-softmax and pick, then the gradient's exp, subtract
+  // and scale (the softmax is recomputed, not read back).
+  return 8 * elements(getScores()) + elements(getLabels());
+}
 int64_t NllLossGradOp::getFlops() { return 2 * elements(getLabels()); }
 
 // Data movement.

@@ -712,18 +712,55 @@ void SoftmaxCrossEntropyOp::buildKernelCall(KernelCallBuilder &call) {
   lossArguments(call, *this);
   call.workspace();
 }
-// A row of the class axis in f32 for each of the kernel's (at most 64)
-// blocks of samples, unless the rows are f32 and contiguous (no spatial
-// axes) and are read in place (runtime/src/cpu/loss.cpp).
-int64_t SoftmaxCrossEntropyOp::getWorkspaceBytes() {
-  auto type = cast<ShapedType>(getScores().getType());
+namespace {
+// Floats of softmax cross-entropy's workspace: a row of the class axis in
+// f32 for each of the kernel's (at most 64) blocks of samples, unless the
+// rows are f32 and contiguous (no spatial axes) and are read in place
+// (runtime/src/cpu/loss.cpp); -1 for an empty or unranked shape.
+int64_t lossRowFloats(Value scores, int64_t &rows) {
+  auto type = cast<ShapedType>(scores.getType());
   if (!type.hasStaticShape() || type.getRank() < 2 || type.getNumElements() == 0)
-    return 0;
+    return -1;
   const int64_t c = type.getDimSize(1);
-  const int64_t rows = type.getNumElements() / c;
+  rows = type.getNumElements() / c;
   if (type.getElementType().isF32() && rows == type.getDimSize(0))
     return 0;
-  return kFloatBytes * std::min<int64_t>(64, rows) * c;
+  return std::min<int64_t>(64, rows) * c;
+}
+} // namespace
+
+int64_t SoftmaxCrossEntropyOp::getWorkspaceBytes() {
+  int64_t rows = 0;
+  return kFloatBytes * std::max<int64_t>(0, lossRowFloats(getScores(), rows));
+}
+
+void SoftmaxCrossEntropyWithGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::softmax_cross_entropy_with_grad");
+  call.stream();
+  call.tensor(getScores());
+  call.tensor(getLabels());
+  call.tensor(getLossGrad());
+  call.optionalTensor(getWeights());
+  call.tensor(getLoss());
+  call.tensor(getScoresGrad());
+  lossArguments(call, *this);
+  call.workspace();
+}
+// softmax_cross_entropy's rows on the cpu, or each row's f64 loss on
+// cuda, whichever is larger
+// (softmax_cross_entropy_with_grad_workspace_bytes).
+int64_t SoftmaxCrossEntropyWithGradOp::getWorkspaceBytes() {
+  int64_t rows = 0;
+  const int64_t floats = lossRowFloats(getScores(), rows);
+  return floats < 0 ? 0 : kFloatBytes * std::max(floats, 2 * rows);
+}
+// The gradient may take the scores' buffer: each kernel reads an element
+// (and first the row's label score) before it writes it.
+std::optional<unsigned>
+SoftmaxCrossEntropyWithGradOp::getInPlaceOperand(unsigned result) {
+  if (result == 1 && getScores().getType() == getScoresGrad().getType())
+    return 0;
+  return std::nullopt;
 }
 
 void NllLossOp::buildKernelCall(KernelCallBuilder &call) {

@@ -825,6 +825,30 @@ def Ds_SoftmaxCrossEntropyGradOp : Ds_Op<"softmax_cross_entropy_grad",
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 
+def Ds_SoftmaxCrossEntropyWithGradOp : Ds_Op<"softmax_cross_entropy_with_grad",
+    [Ds_Loss16, InferTypeOpAdaptor], ["getWorkspaceBytes", "getInPlaceOperand"]> {
+  let summary = "softmax cross-entropy and its scores' gradient in one pass";
+  let description = [{
+    `softmax_cross_entropy` followed by `softmax_cross_entropy_grad` of its
+    loss, in one op: `loss` is the forward's loss and `scores_grad` is
+    `loss_grad` * (softmax - onehot(label)), weighted, zero for ignored
+    labels, divided by the (weighted) count for `mean`. `loss_grad` is the
+    gradient's seed (1, or the loss scale: a runtime value), with the
+    loss's shape. No log-probabilities are stored: each row's softmax is
+    recomputed from the scores in f32 (ds-fuse-loss-grad builds this op
+    after autodiff). With bf16/fp16 scores the loss is f32 and
+    `scores_grad` has the scores' type; it may reuse the scores' buffer
+    where the scores end here.
+  }];
+  let arguments = (ins Ds_FloatTensor:$scores, Ds_IndexTensor:$labels,
+                   Ds_FloatTensor:$loss_grad, Optional<Ds_FloatTensor>:$weights,
+                   DefaultValuedAttr<Ds_LossReductionAttr,
+                                     "LossReduction::mean">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Ds_FloatTensor:$loss, Ds_FloatTensor:$scores_grad);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
 def Ds_NllLossGradOp : Ds_Op<"nll_loss_grad", [Ds_ComputeF32]> {
   let summary = "gradient of NLL with respect to the log-probabilities";
   let description = [{

@@ -685,6 +685,28 @@ LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
   return success();
 }
 
+LogicalResult SoftmaxCrossEntropyWithGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    Types &types) {
+  const char *what = "softmax_cross_entropy_with_grad";
+  auto scores = tensorType(adaptor.getScores());
+  auto weights =
+      adaptor.getWeights() ? tensorType(adaptor.getWeights()) : nullptr;
+  if (failed(inferLoss(loc, what, scores, tensorType(adaptor.getLabels()),
+                       weights, reductionOf(adaptor.getReductionAttr()),
+                       types, /*f32LossOf16Bit=*/true)))
+    return failure();
+  // The seed is the loss's gradient: the loss's shape, any float type.
+  auto seed = tensorType(adaptor.getLossGrad());
+  auto loss = cast<RankedTensorType>(types.back());
+  if (!seed || seed.getShape() != loss.getShape())
+    return fail(loc, Twine(what) + " loss_grad (the gradient's seed) must "
+                         "have the loss's shape " +
+                         shapeString(loss.getShape()));
+  types.push_back(scores);
+  return success();
+}
+
 LogicalResult NllLossOp::inferReturnTypes(MLIRContext *,
                                           std::optional<Location> loc,
                                           Adaptor adaptor, Types &types) {

@@ -568,6 +568,24 @@ def DsGroupOptimizer : Pass<"ds-group-optimizer", "mlir::func::FuncOp"> {
   }];
 }
 
+def DsFuseLossGrad : Pass<"ds-fuse-loss-grad", "mlir::func::FuncOp"> {
+  let summary = "Compute the loss and its scores' gradient in one op";
+  let description = [{
+    Replaces a `ds.softmax_cross_entropy` and the
+    `ds.softmax_cross_entropy_grad` that reads its log-probabilities with
+    one `ds.softmax_cross_entropy_with_grad` at the loss's place, which
+    reads the scores once and writes the loss and the scores' gradient; the
+    log-probabilities are never stored. It applies when both ops are in the
+    same block, with the same labels, weights, reduction and ignore_index,
+    the gradient is the log-probabilities' only reader, and the gradient's
+    seed (`loss_grad`: autodiff's constant 1, or the loss-scale input) is
+    available at the loss: defined before it, or by a side-effect-free op
+    whose operands are, which then moves up to the loss. Otherwise nothing
+    changes. Runs after autodiff, precision, the pipeline cut and ZeRO, on
+    cpu and cuda programs alike, before memory planning.
+  }];
+}
+
 def DsFuseParamCopy : Pass<"ds-fuse-param-copy", "mlir::func::FuncOp"> {
   let summary = "Let optimizer updates write the 16-bit parameter copy";
   let description = [{

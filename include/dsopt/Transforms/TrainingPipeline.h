@@ -258,13 +258,19 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
                      "parameter copy in their own loop "
                      "(ds-fuse-param-copy)"),
       llvm::cl::init(true)};
+  Option<bool> fuseLossGrad{
+      *this, "fuse-loss-grad",
+      llvm::cl::desc("Compute softmax cross-entropy and its gradient in one "
+                     "op (ds-fuse-loss-grad)"),
+      llvm::cl::init(true)};
 };
 
-/// Appends fusion (when `fuse`), ds-group-optimizer, ds-fuse-param-copy
-/// (when `fuseParamCopy`) and the memory plan, the last passes of every
-/// program the driver builds (forward, training, gradients).
+/// Appends ds-fuse-loss-grad (when `fuseLossGrad`), fusion (when `fuse`),
+/// ds-group-optimizer, ds-fuse-param-copy (when `fuseParamCopy`) and the
+/// memory plan, the last passes of every program the driver builds
+/// (forward, training, gradients).
 void buildPlanningPipeline(mlir::OpPassManager &pm, bool fuse,
-                           bool fuseParamCopy = true);
+                           bool fuseParamCopy = true, bool fuseLossGrad = true);
 
 /// Appends the training pipeline for `options` to `pm` (anchored on
 /// builtin.module).

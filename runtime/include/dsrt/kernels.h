@@ -202,6 +202,21 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
               const Tensor &loss, Reduction reduction, bool has_ignore_index,
               int64_t ignore_index);
 
+// softmax_cross_entropy and softmax_cross_entropy_grad of its loss in one
+// pass over the scores: loss as the former computes it, dscores as the
+// latter does from dloss (the gradient's seed, the loss's shape) but with
+// each row's softmax recomputed in f32 instead of read from a stored
+// log_prob. dscores may be scores (each element is read before it is
+// written). The workspace (softmax_cross_entropy_with_grad_workspace_bytes)
+// is the larger of softmax_cross_entropy's (the cpu's) and one f64 loss per
+// row (cuda's).
+void softmax_cross_entropy_with_grad(Stream &s, const Tensor &scores, const Tensor &labels,
+                                     const Tensor &dloss, const Tensor *weights,
+                                     const Tensor &loss, const Tensor &dscores,
+                                     Reduction reduction, bool has_ignore_index,
+                                     int64_t ignore_index, const Workspace &ws);
+int64_t softmax_cross_entropy_with_grad_workspace_bytes(DType dtype, const Shape &scores);
+
 // N-d grouped convolution, NC... layout. pads: begins of every spatial axis,
 // then ends. bias may be null. The workspace holds one group's im2col matrix
 // (none for a 1x1, stride-1, unpadded window) and, for f16/bf16, x, w, y and

@@ -72,32 +72,68 @@ void write_total(const Tensor &loss, double total, double weight_total, Reductio
   store_loss(loss, 0, reduction == Reduction::Mean ? total / weight_total : total);
 }
 
+// Gradient coefficient of each sample: dloss (per sample, or the scalar)
+// times its class weight, over the summed weights for a mean; 0 for an
+// ignored label. A mean over no counted sample stays 0 / 0 = NaN for counted
+// samples of weight 0, as in PyTorch, but ignored samples get exactly 0.
+// Computed per sample from the labels, with no per-sample storage.
+struct Coefficients {
+  const Tensor &labels, *weights, &dloss;
+  Reduction reduction;
+  bool has_ignore_index;
+  int64_t ignore_index;
+  double divisor = 1.0;
+
+  Coefficients(const LossShape &ls, const Tensor &labels, const Tensor *weights,
+               const Tensor &dloss, Reduction reduction, bool has_ignore_index,
+               int64_t ignore_index)
+      : labels(labels), weights(weights), dloss(dloss), reduction(reduction),
+        has_ignore_index(has_ignore_index), ignore_index(ignore_index) {
+    if (reduction == Reduction::Mean) {
+      divisor = 0.0;
+      for (int64_t r = 0, rows = ls.n * ls.d; r < rows; ++r)
+        divisor += sample_weight(labels, weights, r, has_ignore_index, ignore_index);
+    }
+  }
+  float operator()(int64_t r) const {
+    if (has_ignore_index && index_at(labels, r) == ignore_index)
+      return 0.0f;
+    float dl = 0.0f;
+    const int64_t at = reduction == Reduction::None ? r : 0;
+    dispatch_float("loss", dloss.dtype,
+                   [&](auto tag) { dl = to_float(dloss.as<typename decltype(tag)::type>()[at]); });
+    const double w = sample_weight(labels, weights, r, has_ignore_index, ignore_index);
+    return static_cast<float>(static_cast<double>(dl) * w / divisor);
+  }
+};
 
 }  // namespace
 
 
-void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels,
-                           const Tensor *weights, const Tensor &loss, const Tensor &log_prob,
-                           Reduction reduction, bool has_ignore_index, int64_t ignore_index,
-                           const Workspace &ws) {
-  begin_kernel(s);
-  const char *kernel = "softmax_cross_entropy";
-  LossShape ls = check_loss(kernel, scores, labels, weights, loss, reduction, has_ignore_index,
-                            ignore_index);
-  check_data(kernel, "log_prob", log_prob);
-  check_same_dtype(kernel, "scores", scores, "log_prob", log_prob);
-  check_shape(kernel, "log_prob", log_prob, scores.shape);
+namespace {
+
+// Softmax cross-entropy over the rows of `scores`, writing their
+// log-probabilities into log_prob and/or, with coef, the scores' gradient
+// coef(r) * (softmax - onehot(label)) into dscores. ws_bytes is the
+// workspace's size as its kernel declares it.
+void cross_entropy_rows(Stream &s, const char *kernel, const Tensor &scores,
+                        const Tensor &labels, const Tensor *weights, const Tensor &loss,
+                        const Tensor *log_prob, const Tensor *dscores, const Coefficients *coef,
+                        const LossShape &ls, Reduction reduction, bool has_ignore_index,
+                        int64_t ignore_index, const Workspace &ws, int64_t ws_bytes) {
   const int64_t rows = ls.n * ls.d, c = ls.c, d = ls.d;
   const int64_t blocks = loss_blocks(rows);
-  const int64_t ws_bytes = softmax_cross_entropy_workspace_bytes(scores.dtype, scores.shape);
   WorkspaceFloats scratch(kernel, ws, ws_bytes);
   // Block blk converts its rows to f32 in rows_f32 + blk * c.
-  float *rows_f32 = ws_bytes > 0 ? scratch.take(blocks * c) : nullptr;
+  const bool in_place =
+      scores.dtype == DType::F32 && d == 1;  // f32 rows with unit stride are read in place
+  float *rows_f32 = !in_place && ws_bytes > 0 ? scratch.take(blocks * c) : nullptr;
   double block_total[kLossBlocks] = {}, block_weight[kLossBlocks] = {};
   dispatch_float(kernel, scores.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *x = scores.as<T>();
-    T *lp = log_prob.as<T>();
+    T *lp = log_prob ? log_prob->as<T>() : nullptr;
+    T *dx = dscores ? dscores->as<T>() : nullptr;
     const Tensor *per_sample = reduction == Reduction::None ? &loss : nullptr;
     const int64_t rows_per_block = (rows + blocks - 1) / blocks;
     parallel_for(
@@ -138,23 +174,46 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
           for (int64_t k = 0; k < c; ++k)
             sum += fast_exp(in[k] - m);
           const float lse = m + std::log(sum);
-          if constexpr (std::is_same_v<T, float>) {
-            if (d == 1) {
-              float *out = lp + base;
+          // The loss, and the label's score, before dx (which may be x)
+          // is written.
+          const int64_t label = index_at(labels, r);
+          const float x_label = label >= 0 && label < c ? in[label] : 0.0f;
+          if (w != 0.0)
+            sample = -w * (static_cast<double>(x_label) - static_cast<double>(lse));
+          if (lp) {
+            if constexpr (std::is_same_v<T, float>) {
+              if (d == 1) {
+                float *out = lp + base;
 #pragma omp simd
-              for (int64_t k = 0; k < c; ++k)
-                out[k] = in[k] - lse;
+                for (int64_t k = 0; k < c; ++k)
+                  out[k] = in[k] - lse;
+              } else {
+                for (int64_t k = 0; k < c; ++k)
+                  lp[base + k * d] = in[k] - lse;
+              }
             } else {
               for (int64_t k = 0; k < c; ++k)
-                lp[base + k * d] = in[k] - lse;
+                lp[base + k * d] = from_float<T>(in[k] - lse);
             }
-          } else {
-            for (int64_t k = 0; k < c; ++k)
-              lp[base + k * d] = from_float<T>(in[k] - lse);
           }
-          if (w != 0.0) {
-            int64_t label = index_at(labels, r);
-            sample = -w * (static_cast<double>(in[label]) - static_cast<double>(lse));
+          if (dx) {
+            // As softmax_cross_entropy_grad computes it from an f32 log_prob;
+            // dx may be x (f32 rows read in place: each element is read
+            // before it is written, the label's saved above).
+            const float k_r = (*coef)(r);
+            if (d == 1) {
+              T *out = dx + base;
+#pragma omp simd
+              for (int64_t k = 0; k < c; ++k)
+                out[k] = from_float<T>(k_r * fast_exp(in[k] - lse));
+            } else {
+              for (int64_t k = 0; k < c; ++k)
+                dx[base + k * d] = from_float<T>(k_r * fast_exp(in[k] - lse));
+            }
+            // An ignored label may be outside [0, C); its row's
+            // coefficient is 0, so the row is 0 already.
+            if (label >= 0 && label < c)
+              dx[base + label * d] = from_float<T>(k_r * (fast_exp(x_label - lse) - 1.0f));
           }
           total += sample;
           if (per_sample)
@@ -173,6 +232,43 @@ void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels
     }
     write_total(loss, total, weight_total, reduction);
   }
+}
+
+}  // namespace
+
+void softmax_cross_entropy(Stream &s, const Tensor &scores, const Tensor &labels,
+                           const Tensor *weights, const Tensor &loss, const Tensor &log_prob,
+                           Reduction reduction, bool has_ignore_index, int64_t ignore_index,
+                           const Workspace &ws) {
+  begin_kernel(s);
+  const char *kernel = "softmax_cross_entropy";
+  LossShape ls = check_loss(kernel, scores, labels, weights, loss, reduction, has_ignore_index,
+                            ignore_index);
+  check_data(kernel, "log_prob", log_prob);
+  check_same_dtype(kernel, "scores", scores, "log_prob", log_prob);
+  check_shape(kernel, "log_prob", log_prob, scores.shape);
+  cross_entropy_rows(s, kernel, scores, labels, weights, loss, &log_prob, nullptr, nullptr, ls,
+                     reduction, has_ignore_index, ignore_index, ws,
+                     softmax_cross_entropy_workspace_bytes(scores.dtype, scores.shape));
+}
+
+void softmax_cross_entropy_with_grad(Stream &s, const Tensor &scores, const Tensor &labels,
+                                     const Tensor &dloss, const Tensor *weights,
+                                     const Tensor &loss, const Tensor &dscores,
+                                     Reduction reduction, bool has_ignore_index,
+                                     int64_t ignore_index, const Workspace &ws) {
+  begin_kernel(s);
+  const char *kernel = "softmax_cross_entropy_with_grad";
+  LossShape ls = check_loss(kernel, scores, labels, weights, loss, reduction, has_ignore_index,
+                            ignore_index);
+  check_loss_shapes(kernel, scores, labels, weights, dloss, reduction, "scores", "dloss");
+  check_data(kernel, "dscores", dscores);
+  check_same_dtype(kernel, "scores", scores, "dscores", dscores);
+  check_shape(kernel, "dscores", dscores, scores.shape);
+  const Coefficients coef(ls, labels, weights, dloss, reduction, has_ignore_index, ignore_index);
+  cross_entropy_rows(s, kernel, scores, labels, weights, loss, nullptr, &dscores, &coef, ls,
+                     reduction, has_ignore_index, ignore_index, ws,
+                     softmax_cross_entropy_with_grad_workspace_bytes(scores.dtype, scores.shape));
 }
 
 void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Tensor *weights,
@@ -208,45 +304,6 @@ void nll_loss(Stream &s, const Tensor &log_prob, const Tensor &labels, const Ten
 //===----------------------------------------------------------------------===//
 // Gradients
 //===----------------------------------------------------------------------===//
-
-namespace {
-
-// Gradient coefficient of each sample: dloss (per sample, or the scalar)
-// times its class weight, over the summed weights for a mean; 0 for an
-// ignored label. A mean over no counted sample stays 0 / 0 = NaN for counted
-// samples of weight 0, as in PyTorch, but ignored samples get exactly 0.
-// Computed per sample from the labels, with no per-sample storage.
-struct Coefficients {
-  const Tensor &labels, *weights, &dloss;
-  Reduction reduction;
-  bool has_ignore_index;
-  int64_t ignore_index;
-  double divisor = 1.0;
-
-  Coefficients(const LossShape &ls, const Tensor &labels, const Tensor *weights,
-               const Tensor &dloss, Reduction reduction, bool has_ignore_index,
-               int64_t ignore_index)
-      : labels(labels), weights(weights), dloss(dloss), reduction(reduction),
-        has_ignore_index(has_ignore_index), ignore_index(ignore_index) {
-    if (reduction == Reduction::Mean) {
-      divisor = 0.0;
-      for (int64_t r = 0, rows = ls.n * ls.d; r < rows; ++r)
-        divisor += sample_weight(labels, weights, r, has_ignore_index, ignore_index);
-    }
-  }
-  float operator()(int64_t r) const {
-    if (has_ignore_index && index_at(labels, r) == ignore_index)
-      return 0.0f;
-    float dl = 0.0f;
-    const int64_t at = reduction == Reduction::None ? r : 0;
-    dispatch_float("loss", dloss.dtype,
-                   [&](auto tag) { dl = to_float(dloss.as<typename decltype(tag)::type>()[at]); });
-    const double w = sample_weight(labels, weights, r, has_ignore_index, ignore_index);
-    return static_cast<float>(static_cast<double>(dl) * w / divisor);
-  }
-};
-
-}  // namespace
 
 void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &log_prob,
                                 const Tensor &labels, const Tensor *weights,

@@ -177,6 +177,32 @@ __device__ inline MaxSum block_max_sum(MaxSum v, float *shared) {
   return v;
 }
 
+// Row r's log-sum-exp from one read of its classes (max and exp-sum
+// together), for every thread of the block; thread 0 writes it to
+// lse_out[r] (when set) and, with loss (reduction none), row r's loss to
+// loss[r].
+template <typename T, typename I>
+__device__ inline float row_log_sum_exp(const T *x, int64_t base, int64_t d, float *shared,
+                                        float *lse_out, const Labels<I> &lb, void *loss,
+                                        DType loss_dtype, int64_t r) {
+  MaxSum ms;
+  for (int64_t k = threadIdx.x; k < lb.c; k += blockDim.x)
+    ms.add(ld(x[base + k * d]));
+  ms = block_max_sum(ms, shared);
+  const float lse = ms.m + logf(ms.s);
+  if (threadIdx.x == 0) {
+    if (lse_out)
+      lse_out[r] = lse;
+    if (loss) {
+      const double w = lb.weight(r);
+      const double sample =
+          w == 0.0 ? 0.0 : -w * static_cast<double>(ld(x[base + lb.label(r) * d]) - lse);
+      store_any(loss, loss_dtype, r, static_cast<float>(sample));
+    }
+  }
+  return lse;
+}
+
 // log_prob = log_softmax(scores) over the class axis, one block per row.
 // With lse_out, row r's log-sum-exp (f32) goes to lse_out[r]; with loss
 // (reduction none), row r's loss to loss[r].
@@ -187,21 +213,7 @@ __global__ void log_softmax_rows_kernel(const T *x, T *lp, float *lse_out, Label
   const int64_t c = lb.c;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = (r / d) * c * d + r % d;
-    MaxSum ms;
-    for (int64_t k = threadIdx.x; k < c; k += blockDim.x)
-      ms.add(ld(x[base + k * d]));
-    ms = block_max_sum(ms, shared);
-    const float lse = ms.m + logf(ms.s);
-    if (threadIdx.x == 0) {
-      if (lse_out)
-        lse_out[r] = lse;
-      if (loss) {
-        const double w = lb.weight(r);
-        const double sample =
-            w == 0.0 ? 0.0 : -w * static_cast<double>(ld(x[base + lb.label(r) * d]) - lse);
-        store_any(loss, loss_dtype, r, static_cast<float>(sample));
-      }
-    }
+    const float lse = row_log_sum_exp(x, base, d, shared, lse_out, lb, loss, loss_dtype, r);
     for (int64_t k = threadIdx.x; k < c; k += blockDim.x)
       lp[base + k * d] = st<T>(ld(x[base + k * d]) - lse);
   }
@@ -372,6 +384,55 @@ __device__ inline float coefficient(const Labels<I> &lb, const void *dloss, DTyp
   return static_cast<float>(dl * lb.weight(r) / (divisor ? *divisor : 1.0));
 }
 
+// softmax_cross_entropy_with_grad: one block per row finds its log-sum-exp
+// as log_softmax_rows_kernel does; thread 0 takes the row's loss from the
+// scores (into loss[r] for reduction none, else samples[r] for
+// sample_total_kernel) before any thread writes; then each thread writes
+// its elements' gradient coef * (exp(x - lse) - onehot(label)), the
+// softmax in f32 (no log_prob is stored). Each element is read before the
+// same thread writes it, so dx may be x (the plan's in-place reuse).
+template <typename T, typename I>
+__global__ void cross_entropy_grad_rows_kernel(const T *x, T *dx, double *samples, Labels<I> lb,
+                                               const void *dloss, DType dloss_dtype,
+                                               bool per_sample, const double *divisor,
+                                               void *loss, DType loss_dtype, int64_t rows,
+                                               int64_t d) {
+  __shared__ float shared[64];
+  const int64_t c = lb.c;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = (r / d) * c * d + r % d;
+    const float lse = row_log_sum_exp(x, base, d, shared, static_cast<float *>(nullptr), lb,
+                                      per_sample ? loss : nullptr, loss_dtype, r);
+    if (threadIdx.x == 0 && !per_sample) {
+      const double w = lb.weight(r);
+      samples[r] = w == 0.0 ? 0.0 : -w * static_cast<double>(ld(x[base + lb.label(r) * d]) - lse);
+    }
+    __syncthreads();  // the row's loss is read before its elements are written
+    const float coef = coefficient(lb, dloss, dloss_dtype, per_sample, divisor, r);
+    const int64_t label = lb.label(r);
+    for (int64_t k = threadIdx.x; k < c; k += blockDim.x)
+      dx[base + k * d] =
+          st<T>(coef * (expf(ld(x[base + k * d]) - lse) - (k == label ? 1.0f : 0.0f)));
+  }
+}
+
+// The sum (or weighted mean) of the rows' losses that
+// cross_entropy_grad_rows_kernel left in samples, in f64 (row_totals).
+template <typename I>
+__global__ void sample_total_kernel(const double *samples, Labels<I> lb, void *loss,
+                                    DType loss_dtype, int64_t rows, bool mean, double *scratch) {
+  row_totals(
+      rows, scratch,
+      [&](int64_t r, double &sample, double &w) {
+        w = lb.weight(r);
+        sample = samples[r];
+      },
+      [&](double total, double weight_total) {
+        store_any(loss, loss_dtype, 0,
+                  static_cast<float>(mean ? total / weight_total : total));
+      });
+}
+
 // What the gradient kernels read: the loss gradient, the labels, log_prob
 // (softmax cross-entropy only) and the output.
 template <typename T, typename I> struct GradRows {
@@ -431,18 +492,25 @@ template <typename T, typename I> __global__ void nll_loss_grad_kernel(GradRows<
   loss_grad_rows<false>(g);
 }
 
+// A mean's divisor: the summed weights (weight_total_kernel) in the
+// stream's scratch; null for other reductions.
+template <typename I>
+const double *mean_divisor(Stream &s, cudaStream_t stream, const Labels<I> &lb, int64_t rows,
+                           Reduction reduction) {
+  if (reduction != Reduction::Mean)
+    return nullptr;
+  double *scratch = stream_scratch(s);
+  weight_total_kernel<I><<<kTotalBlocks, 1024, 0, stream>>>(lb, rows, scratch);
+  return scratch + kDivisorSlot;
+}
+
 // Launches the gradient kernel of `out` [N, C, D...] (softmax
 // cross-entropy's or NLL's), after totalling the weights for a mean.
 template <bool kSoftmax, typename T, typename I>
 void launch_loss_grad(Stream &s, cudaStream_t stream, const Tensor &dloss, const Labels<I> &lb,
                       const T *lp, const Tensor &out, const LossShape &ls, Reduction reduction) {
   const int64_t rows = ls.n * ls.d;
-  double *divisor = nullptr;
-  if (reduction == Reduction::Mean) {
-    double *scratch = stream_scratch(s);
-    weight_total_kernel<I><<<kTotalBlocks, 1024, 0, stream>>>(lb, rows, scratch);
-    divisor = scratch + kDivisorSlot;
-  }
+  const double *divisor = mean_divisor(s, stream, lb, rows, reduction);
   const GradRows<T, I> g{dloss.data, dloss.dtype, reduction == Reduction::None, divisor, lb,
                          lp, out.as<T>(), rows, ls.d};
   const unsigned grid = ls.d == 1 ? row_blocks(rows) : blocks_for(rows);
@@ -476,6 +544,50 @@ void softmax_cross_entropy_grad(Stream &s, const Tensor &dloss, const Tensor &lo
           labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c);
       launch_loss_grad<true, T, I>(s, stream, dloss, lb, log_prob.as<T>(), dscores, ls,
                                    reduction);
+    });
+  });
+  check_launch(kernel);
+}
+
+void softmax_cross_entropy_with_grad(Stream &s, const Tensor &scores, const Tensor &labels,
+                                     const Tensor &dloss, const Tensor *weights,
+                                     const Tensor &loss, const Tensor &dscores,
+                                     Reduction reduction, bool has_ignore_index,
+                                     int64_t ignore_index, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "softmax_cross_entropy_with_grad";
+  LossShape ls = check_loss_shapes(kernel, scores, labels, weights, loss, reduction, "scores",
+                                   "loss");
+  check_loss_shapes(kernel, scores, labels, weights, dloss, reduction, "scores", "dloss");
+  check_data(kernel, "dscores", dscores);
+  check_same_dtype(kernel, "scores", scores, "dscores", dscores);
+  check_shape(kernel, "dscores", dscores, scores.shape);
+  WorkspaceFloats scratch(
+      kernel, ws, softmax_cross_entropy_with_grad_workspace_bytes(scores.dtype, scores.shape));
+  const int64_t rows = ls.n * ls.d;
+  dispatch_float(kernel, scores.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dispatch_labels(labels, [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      const Labels<I> lb =
+          labels_of<I>(kernel, labels, weights, has_ignore_index, ignore_index, ls.c);
+      const bool none = reduction == Reduction::None;
+      if (rows == 0 || ls.c == 0) {
+        // No class to write: the loss alone (0 per sample, or an empty
+        // total).
+        nll_forward<T, I>(s, stream, scores, lb, F32Rows<T>{}, loss, ls, reduction);
+        return;
+      }
+      // The rows' losses (f64), which the total adds.
+      double *samples = none ? nullptr : reinterpret_cast<double *>(scratch.take(2 * rows));
+      const double *divisor = mean_divisor(s, stream, lb, rows, reduction);
+      cross_entropy_grad_rows_kernel<T, I><<<row_blocks(rows), kThreads, 0, stream>>>(
+          scores.as<T>(), dscores.as<T>(), samples, lb, dloss.data, dloss.dtype, none, divisor,
+          none ? loss.data : nullptr, loss.dtype, rows, ls.d);
+      if (!none)
+        sample_total_kernel<I><<<kTotalBlocks, 1024, 0, stream>>>(
+            samples, lb, loss.data, loss.dtype, rows, reduction == Reduction::Mean,
+            stream_scratch(s));
     });
   });
   check_launch(kernel);

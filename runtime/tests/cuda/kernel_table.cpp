@@ -47,6 +47,8 @@ const Entry kTable[] = {
     DSRT_KERNEL(dropout),
     DSRT_KERNEL(softmax_cross_entropy),
     DSRT_KERNEL(softmax_cross_entropy_workspace_bytes),
+    DSRT_KERNEL(softmax_cross_entropy_with_grad),
+    DSRT_KERNEL(softmax_cross_entropy_with_grad_workspace_bytes),
     DSRT_KERNEL(nll_loss),
     DSRT_KERNEL(conv),
     DSRT_KERNEL(conv_workspace_bytes),
