@@ -293,12 +293,25 @@ cudaError_t cudaGetDevice(int *device) {
   *device = st.device;
   return cudaSuccess;
 }
+// The per-block shared memory a kernel may opt in to
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin): sm_90's 227 KiB, or
+// DSRT_FAKE_CUDA_SHARED_OPTIN bytes (a smaller device).
+namespace {
+size_t shared_optin() {
+  static const size_t n = [] {
+    const char *v = std::getenv("DSRT_FAKE_CUDA_SHARED_OPTIN");
+    const long long k = v ? std::atoll(v) : 0;
+    return k > 0 ? static_cast<size_t>(k) : size_t(227 * 1024);
+  }();
+  return n;
+}
+}  // namespace
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
   LOCKED;
   st.count("cudaDeviceGetAttribute");
   switch (attr) {
   case cudaDevAttrMultiProcessorCount: *value = 132; break;
-  case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 * 1024; break;
+  case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(shared_optin()); break;
   case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
   case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
   case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
@@ -343,10 +356,21 @@ cudaError_t cudaDeviceSynchronize(void) {
 cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
   LOCKED;
   st.count("cudaFuncSetAttribute");
-  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize)
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    // CUDA: the value may not pass the device's opt-in limit.
+    if (value < 0 || static_cast<size_t>(value) > shared_optin())
+      return cudaErrorInvalidValue;
     st.max_dynamic_shared[func] = static_cast<size_t>(value);
+  }
   return cudaSuccess;
 }
+#if DSRT_FAKE_EMULATE
+__attribute__((visibility("default"))) size_t dsrt_fake_cuda_max_dynamic_shared(const void *func) {
+  LOCKED;
+  const auto it = st.max_dynamic_shared.find(func);
+  return it == st.max_dynamic_shared.end() ? 48 * 1024 : it->second;
+}
+#endif
 
 //===--- Memory ------------------------------------------------------------===//
 

@@ -9,7 +9,11 @@
 // ldmatrix tests check ldmatrix_x4 (and .trans) against the PTX ISA's
 // per-lane formulas for ldmatrix.sync.aligned.m8n8.x4 on scrambled row
 // addresses, and the B-fragment loaders built on it against the m16n8k16
-// layout, on a tile staged in shared memory by cp_async_16.
+// layout, on a tile staged in shared memory by cp_async_16. DynamicShared
+// checks the rule the tensor-core attention kernels' two-stage tiles at
+// head width 128 rely on: a launch with more than 48 KiB of dynamic shared
+// memory fails until its kernel opts in with cudaFuncSetAttribute, which
+// takes no more than the device's per-block opt-in limit.
 #include "cuda/mma.cuh"
 
 #include <gtest/gtest.h>
@@ -240,6 +244,53 @@ TEST(Ldmatrix, X4FromPtxLayout) {
         EXPECT_EQ(out[(3 * 32 + l) * 4 + 2 * j + r], pack(kn(k0, n), kn(k1, n)))
             << "load_frag_b_kn, lane " << l << ", fragment " << j << ", register " << r;
       }
+}
+
+// Block b writes 2^14 floats (64 KiB) of dynamic shared memory, each
+// thread its own, then each reads another thread's back: out[i] =
+// (b, i reversed) as written.
+constexpr int kSharedFloats = 16 * 1024;
+__global__ void dynamic_shared_reverse(float *out) {
+  extern __shared__ __align__(16) float dynamic_floats[];
+  for (int i = threadIdx.x; i < kSharedFloats; i += blockDim.x)
+    dynamic_floats[i] = static_cast<float>(blockIdx.x * kSharedFloats + i);
+  __syncthreads();
+  for (int i = threadIdx.x; i < kSharedFloats; i += blockDim.x)
+    out[blockIdx.x * kSharedFloats + i] = dynamic_floats[kSharedFloats - 1 - i];
+}
+
+TEST(DynamicShared, OptInBeyond48KiB) {
+  const size_t bytes = kSharedFloats * sizeof(float);
+  float *dout = nullptr;
+  ASSERT_EQ(cudaMalloc(&dout, 2 * bytes), cudaSuccess);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  // Without the attribute a launch past 48 KiB is refused.
+  dynamic_shared_reverse<<<2, 128, bytes>>>(dout);
+  EXPECT_NE(cudaGetLastError(), cudaSuccess);
+  // The attribute may not pass the device's opt-in limit.
+  int device = 0, limit = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+            cudaSuccess);
+  ASSERT_GE(static_cast<size_t>(limit), bytes);
+  EXPECT_NE(cudaFuncSetAttribute(reinterpret_cast<const void *>(&dynamic_shared_reverse),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, limit + 1),
+            cudaSuccess);
+  cudaGetLastError();
+  ASSERT_EQ(cudaFuncSetAttribute(reinterpret_cast<const void *>(&dynamic_shared_reverse),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(bytes)),
+            cudaSuccess);
+  dynamic_shared_reverse<<<2, 128, bytes>>>(dout);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<float> out(2 * kSharedFloats);
+  ASSERT_EQ(cudaMemcpy(out.data(), dout, 2 * bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(dout);
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < kSharedFloats; ++i)
+      ASSERT_EQ(out[b * kSharedFloats + i],
+                static_cast<float>(b * kSharedFloats + kSharedFloats - 1 - i))
+          << "block " << b << ", element " << i;
 }
 
 } // namespace

@@ -24,6 +24,9 @@
 extern "C" {
 // The fake runtime's last error (fake_cudart.cpp, built for the emulation).
 void dsrt_fake_cuda_set_error(cudaError_t error);
+// The dynamic shared memory a launch of `kernel` may have: its
+// cudaFuncAttributeMaxDynamicSharedMemorySize, 48 KiB if it has none.
+size_t dsrt_fake_cuda_max_dynamic_shared(const void *kernel);
 // The `__shared__` section's bounds (the linker defines them).
 extern char __start_dsemu_shared[] __attribute__((weak));
 extern char __stop_dsemu_shared[] __attribute__((weak));
@@ -385,6 +388,17 @@ void run(const char *kernel, const Config &c, void (*body)(void *), void *arg) {
                  "%ux%ux%u, %zu bytes of dynamic shared memory\n",
                  kernel, c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z, c.shared);
     dsrt_fake_cuda_set_error(cudaErrorInvalidConfiguration);
+    return;
+  }
+  // Past 48 KiB only as far as the kernel opted in (cudaFuncSetAttribute);
+  // a launch that does not name its kernel has no attribute.
+  const size_t opted = c.kernel ? dsrt_fake_cuda_max_dynamic_shared(c.kernel) : 48 * 1024;
+  if (c.shared > opted) {
+    std::fprintf(stderr,
+                 "dsemu: launch of %s with %zu bytes of dynamic shared memory, more than the "
+                 "%zu its cudaFuncAttributeMaxDynamicSharedMemorySize allows\n",
+                 kernel, c.shared, opted);
+    dsrt_fake_cuda_set_error(cudaErrorInvalidValue);
     return;
   }
   e.kernel = kernel;

@@ -64,6 +64,14 @@ struct Config {
   dim3 grid, block;
   size_t shared;
   cudaStream_t stream;
+  // The kernel, where the launch has dynamic shared memory: more than
+  // 48 KiB of it needs the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize.
+  const void *kernel = nullptr;
+  Config of(const void *k) const {
+    Config c = *this;
+    c.kernel = k;
+    return c;
+  }
 };
 inline Config config(dim3 grid, dim3 block, size_t shared = 0, cudaStream_t stream = nullptr) {
   return Config{grid, block, shared, stream};

@@ -8,7 +8,10 @@ becomes
                   [&](auto &...dsemu_a) { callee(dsemu_a...); }, args...);
 
 (the arguments are evaluated once, each emulated thread calls the kernel with
-copies), and `extern __shared__ T name[];` becomes a pointer to the launch's
+copies; a launch whose `shared` is not the literal 0 also passes the kernel's
+address, `::dsemu::config(...).of(&callee)`, so that the emulation checks
+its dynamic shared memory against what the kernel opted in to with
+cudaFuncSetAttribute), and `extern __shared__ T name[];` becomes a pointer to the launch's
 dynamic shared memory. Everything else is left as it is; a `#line` keeps the
 compiler's messages on the original file's lines.
 
@@ -84,6 +87,22 @@ def balanced(text, start, open_ch, close_ch):
     raise RewriteError("unbalanced " + open_ch + close_ch)
 
 
+def top_level_args(text):
+    """The comma-separated arguments of `text` outside parentheses,
+    brackets and braces."""
+    args, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(text[start:i].strip())
+            start = i + 1
+    args.append(text[start:].strip())
+    return args
+
+
 def rewrite(text):
     out = []
     pos = 0
@@ -110,9 +129,12 @@ def rewrite(text):
         end = balanced(text, p, "(", ")")
         args = text[p + 1:end - 1].strip()
         name = re.sub(r"\s+", "", callee)
-        call = ('::dsemu::launch("%s", ::dsemu::config(%s), '
+        parts = top_level_args(config)
+        of = (".of(reinterpret_cast<const void *>(&%s))" % callee
+              if len(parts) >= 3 and parts[2] != "0" else "")
+        call = ('::dsemu::launch("%s", ::dsemu::config(%s)%s, '
                 "[&](auto &...dsemu_a) { %s(dsemu_a...); }%s)"
-                % (name, config, callee, (", " + args) if args else ""))
+                % (name, config, of, callee, (", " + args) if args else ""))
         # Keep the line count: the newlines of the launch follow it.
         newlines = text.count("\n", start, end) - call.count("\n")
         out.append(text[pos:start])
