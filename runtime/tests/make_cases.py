@@ -1378,6 +1378,9 @@ def gen_attention(w):
         ("mma_causal", [1, 2, 130, 64], True, 0.125),
         ("mma_full", [2, 1, 70, 32], False, 0.18),
         ("mma_head128", [1, 2, 100, 128], True, 0.09),
+        # Dh 128 (Llama's): two-stage K/V (Q/dO) tiles in dynamic shared
+        # memory on the cuda backend; full attention over two key tiles.
+        ("mma_head128_full", [1, 1, 70, 128], False, 0.09),
         # Tokens-major [B, T, H, Dh]: Dh 8 on the cuda scalar kernels in
         # every type, Dh 32 and 64 on the tensor-core ones; T not a multiple
         # of either's tile.

@@ -276,11 +276,44 @@ template <typename F> void with_mma_width(int64_t dh, F &&f) {
 // and cp.async's 16-byte copies need. Padding, not an XOR swizzle, keeps
 // the tile a plain (pointer, row stride) matrix for the fragment loads.
 template <int D> constexpr int mma_ld() { return D + 8; }
-// Shared-memory stages of the tiles a kernel streams: two (double
-// buffering: the copy of the next tile overlaps the products of this one)
-// where two stages of its two tiles fit the 48 KiB of static shared memory
-// (D = 64: 36 KiB), one at D = 128 (two would be 68 KiB).
-template <int D> constexpr int mma_stages() { return D <= 64 ? 2 : 1; }
+// A kernel streams its two tiles through S shared-memory stages each: two
+// (double buffering: the copy of the next tile overlaps the products of
+// this one) wherever the device gives the room, else one. At D = 64 two
+// stages of the two tiles are 36 KiB, static shared memory (at most 48 KiB
+// a block); at D = 128 they are 68 KiB (70 KiB with dK·dV's lse and
+// delta), dynamic shared memory that the kernel opts in to
+// (opt_in_dynamic_shared: once per kernel, up to the device's per-block
+// opt-in limit, 227 KiB on sm_90); a device whose limit is lower gets the
+// one-stage form (34 KiB, static).
+template <int D, int S> using MmaStages = uint16_t[S][kMmaTile * mma_ld<D>()];
+// The shared memory of the forward and dQ kernels (K and V tiles) ...
+template <int D, int S> struct MmaKeyTiles {
+  MmaStages<D, S> a, b;
+};
+// ... and of dK·dV's (Q and dO tiles, and the lse and delta of their rows).
+template <int D, int S> struct MmaQueryTiles {
+  MmaStages<D, S> a, b;
+  float lse[S][kMmaTile], delta[S][kMmaTile];
+};
+// Whether a kernel's shared memory `Shared` is dynamic: more than a block's
+// static shared memory may be.
+template <typename Shared> constexpr bool in_dynamic_shared() {
+  return sizeof(Shared) > kStaticSharedBytes;
+}
+// The kernel's shared memory: dynamic (extern, the launch's third
+// argument, launch_shared_bytes) or static.
+template <typename Shared> __device__ inline Shared &mma_shared() {
+  if constexpr (in_dynamic_shared<Shared>()) {
+    extern __shared__ __align__(16) uint16_t mma_dynamic_shared[];
+    return *reinterpret_cast<Shared *>(mma_dynamic_shared);
+  } else {
+    __shared__ __align__(16) Shared shared;
+    return shared;
+  }
+}
+template <typename Shared> constexpr size_t launch_shared_bytes() {
+  return in_dynamic_shared<Shared>() ? sizeof(Shared) : 0;
+}
 
 // Starts copying rows [row0, row0 + kMmaTile) of a matrix with `cols`
 // columns (a multiple of 16) and row r at src + r * ld into dst, as their
@@ -463,17 +496,14 @@ __device__ inline bool visible(const WarpRows &w, int n, int i, int64_t col0, in
   return !causal || (keys_are_rows ? row <= col : col <= row);
 }
 
-// A kernel's shared-memory stages of a tile.
-template <int D> using MmaStages = uint16_t[mma_stages<D>()][kMmaTile * mma_ld<D>()];
-
 // The key tiles the block's query rows see (causal: up to the diagonal
 // tile), each staged, keys into ks and values into vs, then f(first key,
 // key tile, value tile).
-template <typename T, int D, typename F>
-__device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, MmaStages<D> &ks,
-                                  MmaStages<D> &vs, int64_t t, int dh, bool causal, F &&f) {
+template <typename T, int D, int S, typename F>
+__device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, MmaStages<D, S> &ks,
+                                  MmaStages<D, S> &vs, int64_t t, int dh, bool causal, F &&f) {
   const int64_t keys = causal ? std::min<int64_t>(t, w.row0 + kMmaRows) : t;
-  for_staged_tiles<mma_stages<D>()>(
+  for_staged_tiles<S>(
       0, keys,
       [&](int64_t j0, int s) {
         stage_tile<T, D>(ks[s], k + w.offset, w.stride, j0, t, dh);
@@ -482,11 +512,12 @@ __device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, Mma
       [&](int64_t j0, int s) { f(j0, ks[s], vs[s]); });
 }
 
-template <typename T, int D>
+template <typename T, int D, int S>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse, Layouts layout,
                      int64_t t, int dh, float scale, bool causal) {
-  __shared__ __align__(16) MmaStages<D> ks, vs;
+  MmaKeyTiles<D, S> &tiles = mma_shared<MmaKeyTiles<D, S>>();
+  MmaStages<D, S> &ks = tiles.a, &vs = tiles.b;
   const WarpRows w = warp_rows(t, layout);
   FragA qa[D / 16];
   load_rows<T, D>(qa, q, w, dh);
@@ -496,8 +527,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   // lane's part of the running sum (its columns; the 4 lanes of a row add
   // theirs at the end).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal,
-                          [&](int64_t j0, const uint16_t *kt, const uint16_t *vt) {
+  for_mma_key_tiles<T, D, S>(w, k, v, ks, vs, t, dh, causal,
+                             [&](int64_t j0, const uint16_t *kt, const uint16_t *vt) {
     FragC s[kMmaN];
     zero(s);
     mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, kt, dh);
@@ -549,14 +580,15 @@ __global__ void __launch_bounds__(kMmaThreads)
 
 // dk = scale dS^T q and dv = P^T do for the warp's 16 key rows, over tiles
 // of kMmaTile queries.
-template <typename T, int D>
+template <typename T, int D, int S>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_dkv_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
                          const float *delta, T *dk, T *dv, Layouts layout, int64_t t, int dh,
                          float scale, bool causal) {
-  constexpr int kStages = mma_stages<D>();
-  __shared__ __align__(16) MmaStages<D> qs, dos;
-  __shared__ float lse_s[kStages][kMmaTile], delta_s[kStages][kMmaTile];
+  MmaQueryTiles<D, S> &tiles = mma_shared<MmaQueryTiles<D, S>>();
+  MmaStages<D, S> &qs = tiles.a, &dos = tiles.b;
+  float(&lse_s)[S][kMmaTile] = tiles.lse;
+  float(&delta_s)[S][kMmaTile] = tiles.delta;
   const WarpRows w = warp_rows(t, layout);  // key rows
   // The warp's rows of k and v as A fragments: held in registers up to
   // D = 64; at 128 there is no room beside the two accumulators (ptxas
@@ -591,7 +623,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       delta_s[st][r] = real ? delta[w.head * t + i0 + r] : 0.0f;
     }
   };
-  for_staged_tiles<kStages>(causal ? w.row0 : 0, t, stage, [&](int64_t i0, int st) {
+  for_staged_tiles<S>(causal ? w.row0 : 0, t, stage, [&](int64_t i0, int st) {
     const uint16_t *qt = qs[st], *dot = dos[st];
     const float *lse_t = lse_s[st], *delta_t = delta_s[st];
     FragC s[kMmaN], dp[kMmaN];  // S^T and dP^T: the warp's keys x the tile's queries
@@ -618,12 +650,13 @@ __global__ void __launch_bounds__(kMmaThreads)
 }
 
 // dq = scale dS k for the warp's 16 query rows, over tiles of kMmaTile keys.
-template <typename T, int D>
+template <typename T, int D, int S>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_dq_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
                         const float *delta, T *dq, Layouts layout, int64_t t, int dh, float scale,
                         bool causal) {
-  __shared__ __align__(16) MmaStages<D> ks, vs;
+  MmaKeyTiles<D, S> &tiles = mma_shared<MmaKeyTiles<D, S>>();
+  MmaStages<D, S> &ks = tiles.a, &vs = tiles.b;
   const WarpRows w = warp_rows(t, layout);
   FragA qa[D / 16], da[D / 16];
   load_rows<T, D>(qa, q, w, dh);
@@ -638,8 +671,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     lse_i[h] = real ? lse[w.lse_offset + i * w.lse_stride] : 0.0f;
     delta_i[h] = real ? delta[w.head * t + i] : 0.0f;
   }
-  for_mma_key_tiles<T, D>(w, k, v, ks, vs, t, dh, causal,
-                          [&](int64_t j0, const uint16_t *kt, const uint16_t *vt) {
+  for_mma_key_tiles<T, D, S>(w, k, v, ks, vs, t, dh, causal,
+                             [&](int64_t j0, const uint16_t *kt, const uint16_t *vt) {
     FragC s[kMmaN], dp[kMmaN];
     zero(s);
     zero(dp);
@@ -657,6 +690,24 @@ __global__ void __launch_bounds__(kMmaThreads)
     mma_p_tile<T, D>(acc, s, kt, dh);
   });
   store_rows<T, D>(dq, acc, w, dh, [&](int) { return scale; });
+}
+
+// Calls launch(std::integral_constant<int, S>{}) with S the stages a
+// tensor-core kernel at head width D runs with: two where its two-stage
+// form (the kernel Kernel2, shared memory Shared<D, 2>) has static shared
+// memory or the device gives it the dynamic shared memory it opts in to,
+// else one (static shared memory). `op` and `name` (the kernel's) name the
+// failing call, if one does.
+template <template <int, int> class Shared, int D, auto Kernel2, typename F>
+void with_mma_stages(const char *op, const char *name, F &&launch) {
+  if constexpr (in_dynamic_shared<Shared<D, 2>>()) {
+    static_assert(!in_dynamic_shared<Shared<D, 1>>(), "one stage fits static shared memory");
+    if (!opt_in_dynamic_shared<Kernel2>(op, name, sizeof(Shared<D, 2>))) {
+      launch(std::integral_constant<int, 1>{});
+      return;
+    }
+  }
+  launch(std::integral_constant<int, 2>{});
 }
 
 } // namespace
@@ -679,9 +730,14 @@ void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, con
       if (use_mma(q.dtype, dh)) {
         auto launch = [&](auto width) {
           constexpr int D = decltype(width)::value;
-          attention_kernel<T, D><<<blocks, kMmaThreads, 0, stream>>>(
-              q.as<T>(), k.as<T>(), v.as<T>(), o.as<T>(), lse.as<float>(), layout, t, head_dim,
-              scale, causal);
+          with_mma_stages<MmaKeyTiles, D, attention_kernel<T, D, 2>>(
+              kernel, "attention_kernel", [&](auto stages) {
+            constexpr int S = decltype(stages)::value;
+            const size_t shared = launch_shared_bytes<MmaKeyTiles<D, S>>();
+            attention_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
+                q.as<T>(), k.as<T>(), v.as<T>(), o.as<T>(), lse.as<float>(), layout, t, head_dim,
+                scale, causal);
+          });
         };
         with_mma_width(dh, launch);
         return;
@@ -718,12 +774,22 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
       if (use_mma(q.dtype, dh)) {
         auto launch = [&](auto width) {
           constexpr int D = decltype(width)::value;
-          attention_dkv_kernel<T, D><<<blocks, kMmaThreads, 0, stream>>>(
-              q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dk.as<T>(),
-              dv.as<T>(), layout, t, head_dim, scale, causal);
-          attention_dq_kernel<T, D><<<blocks, kMmaThreads, 0, stream>>>(
-              q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dq.as<T>(),
-              layout, t, head_dim, scale, causal);
+          with_mma_stages<MmaQueryTiles, D, attention_dkv_kernel<T, D, 2>>(
+              kernel, "attention_dkv_kernel", [&](auto stages) {
+            constexpr int S = decltype(stages)::value;
+            const size_t shared = launch_shared_bytes<MmaQueryTiles<D, S>>();
+            attention_dkv_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
+                q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dk.as<T>(),
+                dv.as<T>(), layout, t, head_dim, scale, causal);
+          });
+          with_mma_stages<MmaKeyTiles, D, attention_dq_kernel<T, D, 2>>(
+              kernel, "attention_dq_kernel", [&](auto stages) {
+            constexpr int S = decltype(stages)::value;
+            const size_t shared = launch_shared_bytes<MmaKeyTiles<D, S>>();
+            attention_dq_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
+                q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dq.as<T>(),
+                layout, t, head_dim, scale, causal);
+          });
         };
         with_mma_width(dh, launch);
         return;

@@ -150,6 +150,40 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);    \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// The shared memory a block gets without opting in to more: all of its
+// static shared memory (__shared__) must fit it.
+constexpr size_t kStaticSharedBytes = 48 * 1024;
+// Whether `Kernel` (a __global__ function with no static shared memory) may
+// be launched with `bytes` of dynamic shared memory. A launch gets at most
+// 48 KiB unless the kernel opts in to more: its
+// cudaFuncAttributeMaxDynamicSharedMemorySize, which may not pass the
+// device's cudaDevAttrMaxSharedMemoryPerBlockOptin. The first call per
+// kernel decides, once (the process's one device; no synchronization):
+// true with the attribute set, false where the device's limit is lower
+// (the caller launches a form that needs less). A CUDA call that fails
+// throws "dsrt::<op>: ...", naming the kernel (`name`) and the size.
+template <auto Kernel> bool opt_in_dynamic_shared(const char *op, const char *name, size_t bytes) {
+  static const bool ok = [&] {
+    if (bytes <= kStaticSharedBytes)
+      return true;
+    int device = 0, limit = 0;
+    check_cuda(cudaGetDevice(&device), op, "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
+               "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
+    if (bytes > static_cast<size_t>(limit))
+      return false;
+    const std::string what = std::string("cudaFuncSetAttribute(") + name +
+                             ", cudaFuncAttributeMaxDynamicSharedMemorySize, " +
+                             std::to_string(bytes) + " bytes)";
+    check_cuda(cudaFuncSetAttribute(reinterpret_cast<const void *>(Kernel),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)),
+               op, what.c_str());
+    return true;
+  }();
+  return ok;
+}
+
 // Sum of one value per thread over a block of blockDim.x (a multiple of 32,
 // at most 1024) threads; every thread gets the total. `shared` holds 32.
 template <typename T> __device__ inline T block_sum(T v, T *shared) {
