@@ -5,7 +5,9 @@
 // FlashAttention-2's organisation): a block of 4 warps per (batch-head,
 // tile of 64 query rows), each warp owning 16 of the rows. The warp holds
 // its rows of q as mma A fragments; the block stages tiles of 64 keys and
-// values in shared memory in 16 bits; per key tile the warp computes its
+// values in shared memory in 16 bits, two stages of each (the next tile's
+// copy overlapping this one's products; dynamic shared memory at Dh 128,
+// one stage where the device cannot give it); per key tile the warp computes its
 // 16x64 scores S = q k^T with mma_16x8x16 (cuda/mma.cuh), keeps an online
 // softmax in registers (f32 row maximum and sum), rounds P = exp(S - max)
 // to 16 bits as the A operand of P v and accumulates the output in f32
@@ -692,22 +694,22 @@ __global__ void __launch_bounds__(kMmaThreads)
   store_rows<T, D>(dq, acc, w, dh, [&](int) { return scale; });
 }
 
-// Calls launch(std::integral_constant<int, S>{}) with S the stages a
-// tensor-core kernel at head width D runs with: two where its two-stage
-// form (the kernel Kernel2, shared memory Shared<D, 2>) has static shared
-// memory or the device gives it the dynamic shared memory it opts in to,
-// else one (static shared memory). `op` and `name` (the kernel's) name the
-// failing call, if one does.
+// Calls launch(std::integral_constant<int, S>{}, dynamic shared bytes)
+// with S the stages a tensor-core kernel at head width D runs with: two
+// where its two-stage form (the kernel Kernel2, shared memory
+// Shared<D, 2>) has static shared memory or the device gives it the
+// dynamic shared memory it opts in to, else one (static shared memory).
+// `op` and `name` (the kernel's) name the failing call, if one does.
 template <template <int, int> class Shared, int D, auto Kernel2, typename F>
 void with_mma_stages(const char *op, const char *name, F &&launch) {
   if constexpr (in_dynamic_shared<Shared<D, 2>>()) {
     static_assert(!in_dynamic_shared<Shared<D, 1>>(), "one stage fits static shared memory");
     if (!opt_in_dynamic_shared<Kernel2>(op, name, sizeof(Shared<D, 2>))) {
-      launch(std::integral_constant<int, 1>{});
+      launch(std::integral_constant<int, 1>{}, launch_shared_bytes<Shared<D, 1>>());
       return;
     }
   }
-  launch(std::integral_constant<int, 2>{});
+  launch(std::integral_constant<int, 2>{}, launch_shared_bytes<Shared<D, 2>>());
 }
 
 } // namespace
@@ -731,9 +733,8 @@ void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, con
         auto launch = [&](auto width) {
           constexpr int D = decltype(width)::value;
           with_mma_stages<MmaKeyTiles, D, attention_kernel<T, D, 2>>(
-              kernel, "attention_kernel", [&](auto stages) {
+              kernel, "attention_kernel", [&](auto stages, size_t shared) {
             constexpr int S = decltype(stages)::value;
-            const size_t shared = launch_shared_bytes<MmaKeyTiles<D, S>>();
             attention_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
                 q.as<T>(), k.as<T>(), v.as<T>(), o.as<T>(), lse.as<float>(), layout, t, head_dim,
                 scale, causal);
@@ -775,17 +776,15 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
         auto launch = [&](auto width) {
           constexpr int D = decltype(width)::value;
           with_mma_stages<MmaQueryTiles, D, attention_dkv_kernel<T, D, 2>>(
-              kernel, "attention_dkv_kernel", [&](auto stages) {
+              kernel, "attention_dkv_kernel", [&](auto stages, size_t shared) {
             constexpr int S = decltype(stages)::value;
-            const size_t shared = launch_shared_bytes<MmaQueryTiles<D, S>>();
             attention_dkv_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
                 q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dk.as<T>(),
                 dv.as<T>(), layout, t, head_dim, scale, causal);
           });
           with_mma_stages<MmaKeyTiles, D, attention_dq_kernel<T, D, 2>>(
-              kernel, "attention_dq_kernel", [&](auto stages) {
+              kernel, "attention_dq_kernel", [&](auto stages, size_t shared) {
             constexpr int S = decltype(stages)::value;
-            const size_t shared = launch_shared_bytes<MmaKeyTiles<D, S>>();
             attention_dq_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
                 q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dq.as<T>(),
                 layout, t, head_dim, scale, causal);
