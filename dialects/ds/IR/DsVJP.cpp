@@ -499,6 +499,25 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder,
   return success();
 }
 
+LogicalResult AttentionPackedOp::buildVJP(OpBuilder &builder,
+                                          ArrayRef<Value> resultGrads,
+                                          ArrayRef<bool> needed,
+                                          SmallVectorImpl<Value> &operandGrads) {
+  Grads grads(needed, operandGrads);
+  Value dy = resultGrads[0];
+  if (resultGrads[1])
+    return emitOpError() << "has no derivative through its log-sum-exp result";
+  if (!dy)
+    return success();
+  Grad g(builder, *this);
+  SmallVector<NamedAttribute> attrs{g.attr("scale", getScaleAttr())};
+  if (getCausal())
+    attrs.push_back(g.attr("causal", builder.getUnitAttr()));
+  grads.set(0, g.infer<AttentionPackedGradOp>(
+                   {getQkv(), getResult(), getLse(), dy}, attrs));
+  return success();
+}
+
 LogicalResult LayerNormOp::buildVJP(OpBuilder &builder,
                                     ArrayRef<Value> resultGrads,
                                     ArrayRef<bool> needed,
