@@ -314,7 +314,8 @@ ds::SplitOp packedSplit(ds::AttentionOp attention) {
       return {};
   }
   auto input = cast<RankedTensorType>(split.getInput().getType());
-  if (split.getNumResults() != 3 || split.getAxis() != input.getRank() - 1)
+  if (split.getNumResults() != 3 ||
+      static_cast<int64_t>(split.getAxis()) != input.getRank() - 1)
     return {};
   return split;
 }
