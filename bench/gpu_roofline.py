@@ -249,17 +249,19 @@ def classify(op, seq):
         else:
             op.kind = "bias, residual"
         op.launches["dsopt_fused_kernel"] = 1
-    elif name in ("attention", "attention_grad"):
+    elif name in ("attention", "attention_grad", "attention_packed", "attention_packed_grad"):
         # --fuse-attention: q, k, v [..., T, Dh] (tokens_major: [..., T, H,
-        # Dh]) in, nothing [T, T] out. The products of the (query, key)
-        # pairs it computes (T (T + 1) / 2 per head when causal): q kᵀ and
-        # p v forward (4 Dh per pair); the backward recomputes q kᵀ and
-        # forms do vᵀ, dq, dk, dv (10 Dh), as a tensor-core kernel would
-        # (FlashAttention-2); the exponentials.
+        # Dh]; packed: one [..., T, 3, H, Dh]) in, nothing [T, T] out. The
+        # products of the (query, key) pairs it computes (T (T + 1) / 2 per
+        # head when causal): q kᵀ and p v forward (4 Dh per pair); the
+        # backward recomputes q kᵀ and forms do vᵀ, dq, dk, dv (10 Dh), as a
+        # tensor-core kernel would (FlashAttention-2); the exponentials.
         q = ins[0]
-        t = q.shape[-3] if "tokens_major" in op.attrs else q.shape[-2]
+        packed = name.startswith("attention_packed")
+        name = name.replace("_packed", "")
+        t = q.shape[-4] if packed else q.shape[-3] if "tokens_major" in op.attrs else q.shape[-2]
         dh = q.shape[-1]
-        heads = q.numel // (t * dh)
+        heads = q.numel // (t * dh * (3 if packed else 1))
         pairs = heads * (t * (t + 1) // 2 if "causal" in op.attrs else t * t)
         op.kind = "fused attention"
         op.flops = pairs * ((4 * dh + 3) if name == "attention" else (10 * dh + 5))

@@ -22,6 +22,15 @@
 // kernels, forward or (through the gradient, which keeps the layout)
 // backward.
 //
+// When those tokens-major q, k and v are results 0, 1 and 2 of one split
+// of x [..., T, 3 D] along its last axis into equal thirds (the fused
+// q, k, v projection), each reshaped to [..., T, H, Dh] (D = H Dh) and
+// read only there, the op becomes ds.attention_packed on x reshaped to
+// [..., T, 3, H, Dh]: the kernels read q, k and v where the projection
+// wrote them, and the split is gone. Its gradient (ds.attention_packed_grad,
+// from autodiff, which runs after this pass) writes dq, dk and dv into one
+// packed tensor, so the projection's gradient needs no concat.
+//
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
@@ -279,6 +288,67 @@ ds::AttentionOp buildTokensMajor(OpBuilder &b, Location loc, const Match &m,
   return attention;
 }
 
+/// The split whose results 0, 1, 2 are `attention`'s q, k, v (as
+/// ds.reshape of each to [..., T, H, Dh], read only by it) when it splits
+/// [..., T, 3 H Dh] along its last axis into equal thirds; null otherwise.
+ds::SplitOp packedSplit(ds::AttentionOp attention) {
+  auto type = cast<RankedTensorType>(attention.getQuery().getType());
+  ArrayRef<int64_t> shape = type.getShape();
+  int64_t width = shape[shape.size() - 2] * shape.back(); // D = H Dh
+  ds::SplitOp split;
+  Value operands[] = {attention.getQuery(), attention.getKey(),
+                      attention.getValue()};
+  for (auto [i, operand] : llvm::enumerate(operands)) {
+    auto reshape = operand.getDefiningOp<ds::ReshapeOp>();
+    if (!reshape || !operand.hasOneUse())
+      return {};
+    auto part = dyn_cast<OpResult>(reshape.getInput());
+    auto owner = part ? dyn_cast<ds::SplitOp>(part.getOwner()) : ds::SplitOp();
+    if (!owner || part.getResultNumber() != i || !part.hasOneUse() ||
+        (split && owner != split))
+      return {};
+    split = owner;
+    auto partType = cast<RankedTensorType>(part.getType());
+    if (partType.getShape().drop_back() != shape.drop_back(2) ||
+        partType.getShape().back() != width)
+      return {};
+  }
+  auto input = cast<RankedTensorType>(split.getInput().getType());
+  if (split.getNumResults() != 3 ||
+      static_cast<int64_t>(split.getAxis()) != input.getRank() - 1)
+    return {};
+  return split;
+}
+
+/// ds.attention_packed in place of a tokens-major `attention` whose q, k, v
+/// packedSplit finds; the reshapes and the split erased.
+void foldPacked(ds::AttentionOp attention) {
+  ds::SplitOp split = packedSplit(attention);
+  if (!split)
+    return;
+  auto type = cast<RankedTensorType>(attention.getQuery().getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape.insert(shape.end() - 2, 3); // [..., T, 3, H, Dh]
+  OpBuilder b(attention);
+  Location loc = attention.getLoc();
+  Value qkv = ds::ReshapeOp::create(
+      b, loc, RankedTensorType::get(shape, type.getElementType()),
+      split.getInput());
+  auto packed = ds::AttentionPackedOp::create(
+      b, loc, qkv, attention.getScaleAttr(),
+      attention.getCausal() ? b.getUnitAttr() : UnitAttr());
+  SmallVector<Operation *> reshapes;
+  for (Value operand :
+       {attention.getQuery(), attention.getKey(), attention.getValue()})
+    reshapes.push_back(operand.getDefiningOp());
+  attention.getResult().replaceAllUsesWith(packed.getResult());
+  attention.getLse().replaceAllUsesWith(packed.getLse());
+  attention->erase();
+  for (Operation *reshape : reshapes)
+    reshape->erase();
+  split->erase();
+}
+
 struct FuseAttentionPass : dsopt::impl::DsFuseAttentionBase<FuseAttentionPass> {
   void runOnOperation() override {
     func::FuncOp function = getOperation();
@@ -301,12 +371,14 @@ struct FuseAttentionPass : dsopt::impl::DsFuseAttentionBase<FuseAttentionPass> {
       operands.insert(m.query);
       operands.insert(m.value);
       operands.insert(m.keyIsTransposed ? m.keyTransposed : m.key);
-      if (buildTokensMajor(b, loc, m, pv.getResult())) {
+      if (ds::AttentionOp attention =
+              buildTokensMajor(b, loc, m, pv.getResult())) {
         eraseChain(m);
         for (Value operand : operands)
           if (auto transpose = operand.getDefiningOp<ds::TransposeOp>();
               transpose && transpose->use_empty())
             transpose->erase();
+        foldPacked(attention);
         continue;
       }
       Value key = m.key;

@@ -141,16 +141,24 @@ bool foldBiasGrad(ds::ReduceSumOp sum, IRRewriter &rewriter) {
   for (int64_t i = 0; i < rank - 1; ++i)
     if (axes[i] != i)
       return false;
-  // dy itself when 2-D, else its reshape to [K, N].
+  // dy itself when 2-D, else its reshape to [K, N], or a reshape to
+  // [K, N] of what dy reshapes (the canonicalizer's fold of a reshape of a
+  // reshape, as a packed attention gradient's reaches the q, k, v
+  // projection): the same elements in the same order.
   SmallVector<Value> asMatrix;
   if (rank == 2)
     asMatrix.push_back(dy);
-  for (Operation *user : dy.getUsers())
-    if (auto reshape = dyn_cast<ds::ReshapeOp>(user)) {
-      auto type = cast<ShapedType>(reshape.getType());
-      if (type.getRank() == 2 && type.getDimSize(1) == dyType.getShape().back())
-        asMatrix.push_back(reshape.getResult());
-    }
+  SmallVector<Value, 2> views{dy};
+  if (auto reshape = dy.getDefiningOp<ds::ReshapeOp>())
+    views.push_back(reshape.getInput());
+  for (Value view : views)
+    for (Operation *user : view.getUsers())
+      if (auto reshape = dyn_cast<ds::ReshapeOp>(user)) {
+        auto type = cast<ShapedType>(reshape.getType());
+        if (type.getRank() == 2 &&
+            type.getDimSize(1) == dyType.getShape().back())
+          asMatrix.push_back(reshape.getResult());
+      }
   Block *block = sum->getBlock();
   for (Value rhs : asMatrix)
     for (Operation *user : rhs.getUsers()) {

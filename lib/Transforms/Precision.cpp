@@ -169,7 +169,7 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
     if (!def)
       return false;
     unsigned r = cast<OpResult>(v).getResultNumber();
-    return (isa<ds::AttentionOp>(def) && r == 1) ||
+    return (isa<ds::AttentionOp, ds::AttentionPackedOp>(def) && r == 1) ||
            (isa<ds::LayerNormOp>(def) && r >= 1);
   };
   // The statistics a gradient reads: f32 whatever made them.
@@ -178,6 +178,7 @@ PrecisionPass::convertMicroStep(func::FuncOp micro,
     unsigned i = operand.getOperandNumber();
     return isF32Statistic(operand.get()) ||
            (isa<ds::AttentionGradOp>(op) && i == 4) ||
+           (isa<ds::AttentionPackedGradOp>(op) && i == 2) ||
            (isa<ds::LayerNormGradOp>(op) && (i == 2 || i == 3));
   };
 

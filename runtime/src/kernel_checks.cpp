@@ -913,6 +913,50 @@ int64_t check_attention(const char *kernel, const Tensor &q, const Tensor &k, co
   return dh > 0 ? q.numel() / dh : 0;
 }
 
+int64_t check_attention_packed(const char *kernel, const Tensor &qkv, const Tensor &o,
+                               const Tensor &lse, const Tensor *do_, const Tensor *dqkv,
+                               int64_t &t, int64_t &heads, int64_t &dh) {
+  check_data(kernel, "qkv", qkv);
+  check_float(kernel, "qkv", qkv);
+  const int rank = qkv.shape.rank;
+  if (rank < 4 || qkv.shape.dims[rank - 3] != 3)
+    fail(kernel, "qkv must be [..., T, 3, H, Dh] (q, k, v packed on axis -3), got " +
+                     qkv.shape.str());
+  t = qkv.shape.dims[rank - 4];
+  heads = qkv.shape.dims[rank - 2];
+  dh = qkv.shape.dims[rank - 1];
+  if (dh > kMaxAttentionHead)
+    fail(kernel, "head dimension " + std::to_string(dh) + " exceeds the supported " +
+                     std::to_string(kMaxAttentionHead));
+  // o: qkv's shape without the packing axis.
+  Shape o_shape;
+  o_shape.rank = rank - 1;
+  for (int i = 0, j = 0; i < rank; ++i)
+    if (i != rank - 3)
+      o_shape.dims[j++] = qkv.shape.dims[i];
+  const std::pair<const char *, const Tensor *> like_o[] = {{"o", &o}, {"do", do_}};
+  for (const auto &[name, tensor] : like_o) {
+    if (!tensor)
+      continue;
+    check_data(kernel, name, *tensor);
+    check_same_dtype(kernel, "qkv", qkv, name, *tensor);
+    check_shape(kernel, name, *tensor, o_shape);
+  }
+  if (dqkv) {
+    check_data(kernel, "dqkv", *dqkv);
+    check_same_dtype(kernel, "qkv", qkv, "dqkv", *dqkv);
+    check_shape(kernel, "dqkv", *dqkv, qkv.shape);
+  }
+  check_data(kernel, "lse", lse);
+  if (lse.dtype != DType::F32)
+    fail(kernel, std::string("lse must be f32, got ") + dtype_name(lse.dtype));
+  Shape rows_shape = o_shape;
+  rows_shape.rank -= 1;
+  rows_shape.dims[rows_shape.rank] = 0;
+  check_shape(kernel, "lse", lse, rows_shape);
+  return dh > 0 ? o.numel() / dh : 0;
+}
+
 MatmulPlan check_matmul(const char *kernel, const Tensor &a, const Tensor &b, const Tensor &y,
                         bool transpose_a, bool transpose_b) {
   check_data(kernel, "a", a);

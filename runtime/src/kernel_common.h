@@ -243,6 +243,13 @@ int64_t check_attention(const char *kernel, const Tensor &q, const Tensor &k, co
                         const Tensor &o, const Tensor &lse, const Tensor *do_, const Tensor *dq,
                         const Tensor *dk, const Tensor *dv, bool tokens_major, int64_t &t,
                         int64_t &heads, int64_t &dh);
+// packed attention's operands: qkv [..., T, 3, H, Dh] of a float type
+// (Dh at most kMaxAttentionHead), o (and do) [..., T, H, Dh] of its type,
+// lse f32 [..., T, H], dqkv (when given) of qkv's type and shape. Returns
+// the rows (o's elements / Dh) and sets t, heads and dh.
+int64_t check_attention_packed(const char *kernel, const Tensor &qkv, const Tensor &o,
+                               const Tensor &lse, const Tensor *do_, const Tensor *dqkv,
+                               int64_t &t, int64_t &heads, int64_t &dh);
 
 #ifdef __CUDACC__
 #define DSRT_ATTENTION_HD __host__ __device__
@@ -268,6 +275,28 @@ inline AttentionLayout attention_layout(int64_t t, int64_t heads, int64_t width,
   if (!tokens_major)
     return {1, t * width, 0, width};
   return {heads, t * heads * width, width, heads * width};
+}
+// Where the rows of q, k, v and their gradients (qkv), of o and its
+// gradient (o) and of lse lie, and the first elements of q, k and v in
+// their tensors (q_at, k_at, v_at). Unpacked, q, k and v are tensors of
+// o's layout, each from element 0; packed, they are one tokens-major
+// [..., T, 3, H, Dh] tensor (the q, k, v projection as it writes them),
+// rows 3 H Dh apart, q, k and v from elements 0, H Dh and 2 H Dh.
+struct AttentionLayouts {
+  AttentionLayout qkv, o, lse;
+  int64_t q_at, k_at, v_at;
+};
+inline AttentionLayouts attention_layouts(int64_t t, int64_t heads, int64_t dh,
+                                          bool tokens_major, bool packed) {
+  AttentionLayouts l{attention_layout(t, heads, dh, tokens_major),
+                     attention_layout(t, heads, dh, tokens_major),
+                     attention_layout(t, heads, 1, tokens_major), 0, 0, 0};
+  if (packed) {
+    l.qkv = {heads, t * 3 * heads * dh, dh, 3 * heads * dh};
+    l.k_at = heads * dh;
+    l.v_at = 2 * heads * dh;
+  }
+  return l;
 }
 
 // A layer norm's rows and normalized shape (axes [axis, rank) of x), and

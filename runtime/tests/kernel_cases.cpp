@@ -507,6 +507,18 @@ const std::map<std::string, KernelFn> &kernels() {
                         c.attr_bool("causal"), c.attr_bool("tokens_major"),
                         c.workspace(attention_grad_workspace_bytes(q.dtype, q.shape)));
        }},
+      {"attention_packed",
+       [](CaseRun &c) {
+         attention_packed(c.stream(), c.in("qkv"), c.out("o"), c.out("lse"),
+                          c.attr_float("scale"), c.attr_bool("causal"));
+       }},
+      {"attention_packed_grad",
+       [](CaseRun &c) {
+         Tensor o = c.in("o");
+         attention_packed_grad(c.stream(), c.in("qkv"), o, c.in("lse"), c.in("do"), c.out("dqkv"),
+                               c.attr_float("scale"), c.attr_bool("causal"),
+                               c.workspace(attention_grad_workspace_bytes(o.dtype, o.shape)));
+       }},
       {"layer_norm_grad",
        [](CaseRun &c) {
          const bool has_bias = c.attr_bool("has_bias");

@@ -1361,6 +1361,16 @@ def gen_softmax_grad(w):
             "dy", dy).out("dx", like(dx, "f32")).save()
 
 
+def attention_scores(q, k, scale, causal):
+    """scale q kᵀ of heads-major [..., T, Dh] q and k, the keys after each
+    query masked to -inf when causal."""
+    scores = scale * q @ k.transpose(-1, -2)
+    if causal:
+        t = q.shape[-2]
+        scores = scores.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), -INF)
+    return scores
+
+
 def gen_attention(w):
     """attention and attention_grad against the unfused product, softmax
     and product in float64 (torch autograd for the gradients); lse is the
@@ -1403,7 +1413,6 @@ def gen_attention(w):
         tokens_major = "tokens_" in sname
         # [B, T, H, Dh] <-> [B, H, T, Dh] (the identity heads-major).
         heads = (lambda x: x.transpose(1, 2)) if tokens_major else (lambda x: x)
-        t = shape[1] if tokens_major else shape[-2]
         for dtype in dtypes:
             name = "%s_%s" % (sname, dtype)
             rng = Rng("attention" + name)
@@ -1411,10 +1420,7 @@ def gen_attention(w):
             do = rng.float(shape, dtype)
 
             def scores_of(a, b):
-                scores = scale * heads(a) @ heads(b).transpose(-1, -2)
-                if causal:
-                    scores = scores.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), -INF)
-                return scores
+                return attention_scores(heads(a), heads(b), scale, causal)
 
             def sdpa(a, b, c):
                 return heads(torch.softmax(scores_of(a, b), -1) @ heads(c))
@@ -1442,6 +1448,53 @@ def gen_attention(w):
                     a *= 4  # o rounded to 16 bits feeds delta = rowsum(do * o)
                 gc.out(gname, like(g, dtype), rtol=r, atol=a)
             gc.save()
+    # Packed: q, k, v (and dq, dk, dv) stacked on axis 2 of one
+    # [B, T, 3, H, Dh] tensor, o and do [B, T, H, Dh], lse [B, T, H]; the
+    # reference is the tokens-major one above. Dh 32 and 64, T not a
+    # multiple of either kernel's tile; bf16 runs on the tensor cores.
+    packed = [
+        ("packed_causal", [2, 37, 2, 32], True, 0.18, ("f32", "bf16")),
+        ("packed_causal64", [1, 130, 2, 64], True, 0.125, ("f32", "bf16")),
+        ("packed_full", [1, 70, 3, 32], False, 0.18, ("bf16",)),
+    ]
+    for sname, shape, causal, scale, dtypes in packed:
+        heads = lambda x: x.transpose(1, 2)
+        for dtype in dtypes:
+            name = "%s_%s" % (sname, dtype)
+            rng = Rng("attention" + name)
+            qkv = rng.float(shape[:2] + [3] + shape[2:], dtype, -2, 2)
+            do = rng.float(shape, dtype)
+
+            def scores_of(a, b):
+                return attention_scores(heads(a), heads(b), scale, causal)
+
+            def sdpa_packed(x):
+                q, k, v = x.unbind(2)
+                return heads(torch.softmax(scores_of(q, k), -1) @ heads(v))
+
+            q64, k64 = f64(qkv).unbind(2)[:2]
+            lse = torch.logsumexp(scores_of(q64, k64), -1).transpose(1, 2).contiguous()
+            o = sdpa_packed(f64(qkv)).contiguous()
+            (dqkv,) = vjp(sdpa_packed, [qkv], do)
+            dqkv = dqkv.contiguous()
+            attrs = dict(scale=scale, causal=causal)
+            if dtype == "f32":
+                r, a = 1e-5, 1e-5
+            else:
+                r, a = row_tol(dtype, o)
+            w.case("attention_packed", name, **attrs).inp("qkv", qkv).out(
+                "o", like(o, dtype), rtol=r, atol=a).out("lse", like(lse, "f32"), rtol=1e-5, atol=1e-5).save()
+            if dtype == "f32":
+                r, a = 1e-4, 1e-5 * float(dqkv.abs().max())
+            else:
+                r, a = row_tol(dtype, dqkv)
+                a *= 4  # o rounded to 16 bits feeds delta = rowsum(do * o)
+            w.case("attention_packed_grad", name, **attrs).inp("qkv", qkv).inp("o", like(o, dtype)).inp(
+                "lse", like(lse, "f32")).inp("do", do).out("dqkv", like(dqkv, dtype), rtol=r, atol=a).save()
+    # A qkv whose axis -3 is not 3.
+    x = Rng("attention packed bad").float([1, 4, 2, 2, 8])
+    w.case("attention_packed", "not_three", scale=1.0, causal=True).inp("qkv", x).fails(
+        "qkv must be [..., T, 3, H, Dh]", o=("f32", [1, 4, 2, 8]), lse=("f32", [1, 4, 2])).save()
     # Bad input: a head wider than the kernels take, an lse that is not f32.
     rng = Rng("attention bad")
     wide = rng.float([1, 2, 130])

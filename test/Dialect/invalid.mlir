@@ -589,3 +589,37 @@ func.func @attention_grad_tokens_major_lse(%a: tensor<1x5x2x8xf32>, %lse: tensor
   %0:3 = ds.attention_grad %a, %a, %a, %a, %lse, %a {scale = 1.0 : f32, tokens_major} : tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>, tensor<1x2x5xf32>, tensor<1x5x2x8xf32>
   return
 }
+
+// -----
+
+// Packed q, k, v lie on axis -3, which must have 3 entries.
+func.func @attention_packed_not_three(%qkv: tensor<1x5x2x2x8xf32>) {
+  // expected-error @+1 {{attention_packed qkv must be a ranked tensor [..., T, 3, H, Dh] (q, k, v on axis -3), got [1, 5, 2, 2, 8]}}
+  %0, %1 = ds.attention_packed %qkv {scale = 1.0 : f32} : tensor<1x5x2x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_packed_rank(%qkv: tensor<5x3x8xf32>) {
+  // expected-error @+1 {{attention_packed qkv must be a ranked tensor [..., T, 3, H, Dh] (q, k, v on axis -3), got [5, 3, 8]}}
+  %0, %1 = ds.attention_packed %qkv {scale = 1.0 : f32} : tensor<5x3x8xf32>
+  return
+}
+
+// -----
+
+// The packed gradient's result and result gradient are [..., T, H, Dh].
+func.func @attention_packed_grad_result(%qkv: tensor<1x5x3x2x8xf32>, %o: tensor<1x5x2x8xf32>, %lse: tensor<1x5x2xf32>, %do: tensor<1x5x3x2x8xf32>) {
+  // expected-error @+1 {{attention_packed_grad result gradient must have type [1, 5, 2, 8] (qkv's without axis -3)}}
+  %0 = ds.attention_packed_grad %qkv, %o, %lse, %do {scale = 1.0 : f32} : tensor<1x5x3x2x8xf32>, tensor<1x5x2x8xf32>, tensor<1x5x2xf32>, tensor<1x5x3x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_packed_grad_lse(%qkv: tensor<1x5x3x2x8xf32>, %o: tensor<1x5x2x8xf32>, %lse: tensor<1x2x5xf32>) {
+  // expected-error @+1 {{attention_packed_grad lse must have the result's shape without its last axis}}
+  %0 = ds.attention_packed_grad %qkv, %o, %lse, %o {scale = 1.0 : f32} : tensor<1x5x3x2x8xf32>, tensor<1x5x2x8xf32>, tensor<1x2x5xf32>, tensor<1x5x2x8xf32>
+  return
+}

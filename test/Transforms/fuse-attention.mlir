@@ -6,7 +6,9 @@
 // first two with a warning. q, k and v transposed from tokens-major
 // [B, T, H, Dh] fold into a tokens_major ds.attention, which replaces the
 // transpose of its result back; operands that are not all such transposes
-// keep the heads-major form.
+// keep the heads-major form. Tokens-major q, k and v that are the thirds of
+// one split of the q, k, v projection, in that order, fold into one
+// ds.attention_packed on the projection; other splits stay as they are.
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(func.func(ds-fuse-attention))' -verify-diagnostics | FileCheck %s
 
 // CHECK-LABEL: func.func @gpt2
@@ -153,4 +155,81 @@ func.func @not_all_transposed(%qt: tensor<5x2x8xf32>, %kt: tensor<5x2x8xf32>, %v
   %o = ds.matmul %p, %v : tensor<2x5x5xf32>, tensor<2x5x8xf32>
   %ot = ds.transpose %o {perm = array<i64: 1, 0, 2>} : tensor<2x5x8xf32>
   return %ot : tensor<5x2x8xf32>
+}
+
+// GPT-2's fused projection [B, T, 3 D] split along its last axis into
+// q, k, v, each reshaped to [B, T, H, Dh]: one attention_packed on the
+// projection read as [B, T, 3, H, Dh]; no split, no reshape of a third.
+// CHECK-LABEL: func.func @gpt2_packed
+// CHECK-SAME: (%[[X:.*]]: tensor<1x5x48xf32>)
+// CHECK-NOT: ds.split
+// CHECK: %[[QKV:.*]] = ds.reshape %[[X]] : tensor<1x5x48xf32> -> tensor<1x5x3x2x8xf32>
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = ds.attention_packed %[[QKV]] {causal, scale = 2.500000e-01 : f32} : tensor<1x5x3x2x8xf32>
+// CHECK-NOT: ds.split
+// CHECK-NOT: ds.transpose
+// CHECK: return %[[O]] : tensor<1x5x2x8xf32>
+func.func @gpt2_packed(%x: tensor<1x5x48xf32>) -> tensor<1x5x2x8xf32> {
+  %q3, %k3, %v3 = ds.split %x {axis = 2 : i64} : tensor<1x5x48xf32> -> tensor<1x5x16xf32>, tensor<1x5x16xf32>, tensor<1x5x16xf32>
+  %qt = ds.reshape %q3 : tensor<1x5x16xf32> -> tensor<1x5x2x8xf32>
+  %kt = ds.reshape %k3 : tensor<1x5x16xf32> -> tensor<1x5x2x8xf32>
+  %vt = ds.reshape %v3 : tensor<1x5x16xf32> -> tensor<1x5x2x8xf32>
+  %q = ds.transpose %qt {perm = array<i64: 0, 2, 1, 3>} : tensor<1x5x2x8xf32>
+  %k = ds.transpose %kt {perm = array<i64: 0, 2, 3, 1>} : tensor<1x5x2x8xf32>
+  %v = ds.transpose %vt {perm = array<i64: 0, 2, 1, 3>} : tensor<1x5x2x8xf32>
+  %fill = ds.constant dense<-1.000000e+09> : tensor<f32>
+  %mask = ds.constant dense<[[false, true, true, true, true], [false, false, true, true, true], [false, false, false, true, true], [false, false, false, false, true], [false, false, false, false, false]]> : tensor<5x5xi1>
+  %scale = ds.constant dense<2.500000e-01> : tensor<f32>
+  %s = ds.matmul %q, %k : tensor<1x2x5x8xf32>, tensor<1x2x8x5xf32>
+  %scaled = ds.mul %s, %scale : tensor<1x2x5x5xf32>, tensor<f32>
+  %masked = ds.where %mask, %fill, %scaled : tensor<5x5xi1>, tensor<f32>, tensor<1x2x5x5xf32>
+  %p = ds.softmax %masked {axis = 3 : i64} : tensor<1x2x5x5xf32>
+  %o = ds.matmul %p, %v : tensor<1x2x5x5xf32>, tensor<1x2x5x8xf32>
+  %ot = ds.transpose %o {perm = array<i64: 0, 2, 1, 3>} : tensor<1x2x5x8xf32>
+  return %ot : tensor<1x5x2x8xf32>
+}
+
+// The split's first third is k, not q: packing would swap them, so the
+// tokens-major form on the split's results stays.
+// CHECK-LABEL: func.func @split_out_of_order
+// CHECK: ds.split
+// CHECK-NOT: ds.attention_packed
+// CHECK: ds.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 5.000000e-01 : f32, tokens_major}
+func.func @split_out_of_order(%x: tensor<5x48xf32>) -> tensor<5x2x8xf32> {
+  %k3, %q3, %v3 = ds.split %x {axis = 1 : i64} : tensor<5x48xf32> -> tensor<5x16xf32>, tensor<5x16xf32>, tensor<5x16xf32>
+  %qt = ds.reshape %q3 : tensor<5x16xf32> -> tensor<5x2x8xf32>
+  %kt = ds.reshape %k3 : tensor<5x16xf32> -> tensor<5x2x8xf32>
+  %vt = ds.reshape %v3 : tensor<5x16xf32> -> tensor<5x2x8xf32>
+  %q = ds.transpose %qt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %k = ds.transpose %kt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %v = ds.transpose %vt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %scale = ds.constant dense<5.000000e-01> : tensor<f32>
+  %s = ds.matmul %q, %k {transpose_rhs} : tensor<2x5x8xf32>, tensor<2x5x8xf32>
+  %scaled = ds.mul %s, %scale : tensor<2x5x5xf32>, tensor<f32>
+  %p = ds.softmax %scaled {axis = 2 : i64} : tensor<2x5x5xf32>
+  %o = ds.matmul %p, %v : tensor<2x5x5xf32>, tensor<2x5x8xf32>
+  %ot = ds.transpose %o {perm = array<i64: 1, 0, 2>} : tensor<2x5x8xf32>
+  return %ot : tensor<5x2x8xf32>
+}
+
+// v's third is also read elsewhere (a returned cache): the split stays,
+// and so does the tokens-major form.
+// CHECK-LABEL: func.func @split_third_read_elsewhere
+// CHECK: ds.split
+// CHECK-NOT: ds.attention_packed
+// CHECK: ds.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 5.000000e-01 : f32, tokens_major}
+func.func @split_third_read_elsewhere(%x: tensor<5x48xf32>) -> (tensor<5x2x8xf32>, tensor<5x16xf32>) {
+  %q3, %k3, %v3 = ds.split %x {axis = 1 : i64} : tensor<5x48xf32> -> tensor<5x16xf32>, tensor<5x16xf32>, tensor<5x16xf32>
+  %qt = ds.reshape %q3 : tensor<5x16xf32> -> tensor<5x2x8xf32>
+  %kt = ds.reshape %k3 : tensor<5x16xf32> -> tensor<5x2x8xf32>
+  %vt = ds.reshape %v3 : tensor<5x16xf32> -> tensor<5x2x8xf32>
+  %q = ds.transpose %qt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %k = ds.transpose %kt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %v = ds.transpose %vt {perm = array<i64: 1, 0, 2>} : tensor<5x2x8xf32>
+  %scale = ds.constant dense<5.000000e-01> : tensor<f32>
+  %s = ds.matmul %q, %k {transpose_rhs} : tensor<2x5x8xf32>, tensor<2x5x8xf32>
+  %scaled = ds.mul %s, %scale : tensor<2x5x5xf32>, tensor<f32>
+  %p = ds.softmax %scaled {axis = 2 : i64} : tensor<2x5x5xf32>
+  %o = ds.matmul %p, %v : tensor<2x5x5xf32>, tensor<2x5x8xf32>
+  %ot = ds.transpose %o {perm = array<i64: 1, 0, 2>} : tensor<2x5x8xf32>
+  return %ot, %v3 : tensor<5x2x8xf32>, tensor<5x16xf32>
 }

@@ -78,6 +78,26 @@ func.func @bias_grad(%dy: tensor<2x3x5xf32>, %x: tensor<2x3x4xf32>, %w: tensor<4
 
 // -----
 
+// dy a reshape of a packed attention gradient [2, 3, 3, 1, 2] to [2, 3, 6],
+// the weight gradient reading the canonicalizer's one reshape of that
+// gradient to [6, 6]: the same matrix, so the bias gradient rides in it.
+// CHECK-LABEL: func.func @bias_grad_of_reshape
+// CHECK: %[[DYM:.*]] = ds.reshape %arg0 : tensor<2x3x3x1x2xf32> -> tensor<6x6xf32>
+// CHECK-NEXT: %[[DW:.*]], %[[DB:.*]] = ds.matmul_bias_grad %{{.*}}, %[[DYM]] {transpose_lhs} : tensor<6x4xf32>, tensor<6x6xf32>
+// CHECK-NOT: ds.reduce_sum
+// CHECK: return %[[DW]], %[[DB]]
+func.func @bias_grad_of_reshape(%g: tensor<2x3x3x1x2xf32>, %x: tensor<2x3x4xf32>)
+    -> (tensor<4x6xf32>, tensor<6xf32>) {
+  %dy = ds.reshape %g : tensor<2x3x3x1x2xf32> -> tensor<2x3x6xf32>
+  %db = ds.reduce_sum %dy {axes = array<i64: 0, 1>, keepdims = false} : tensor<2x3x6xf32>
+  %xm = ds.reshape %x : tensor<2x3x4xf32> -> tensor<6x4xf32>
+  %dym = ds.reshape %g : tensor<2x3x3x1x2xf32> -> tensor<6x6xf32>
+  %dw = ds.matmul %xm, %dym {transpose_lhs} : tensor<6x4xf32>, tensor<6x6xf32>
+  return %dw, %db : tensor<4x6xf32>, tensor<6xf32>
+}
+
+// -----
+
 // Not matching: a sum over some leading axes only, a sum kept as [1, 5],
 // an f32 sum of a bf16 gradient (cuBLASLt writes the gradient's type).
 // CHECK-LABEL: func.func @no_bias_grad

@@ -226,6 +226,14 @@ int64_t AttentionGradOp::getFlops() {
   return attentionPairs(getQuery(), getCausal(), getTokensMajor()) *
          (10 * dh + 5);
 }
+int64_t AttentionPackedOp::getFlops() {
+  int64_t dh = cast<ShapedType>(getResult().getType()).getShape().back();
+  return attentionPairs(getResult(), getCausal(), true) * (4 * dh + 3);
+}
+int64_t AttentionPackedGradOp::getFlops() {
+  int64_t dh = cast<ShapedType>(getResult().getType()).getShape().back();
+  return attentionPairs(getResult(), getCausal(), true) * (10 * dh + 5);
+}
 int64_t SoftmaxGradOp::getFlops() { return 4 * elements(getOutput()); }
 int64_t LogSoftmaxGradOp::getFlops() { return 4 * elements(getOutput()); }
 

@@ -397,6 +397,15 @@ void AttentionOp::buildKernelCall(KernelCallBuilder &call) {
   call.boolean(getTokensMajor());
 }
 
+void AttentionPackedOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::attention_packed");
+  call.stream();
+  for (Value value : {getQkv(), getResult(), getLse()})
+    call.tensor(value);
+  call.real(getScale().convertToFloat());
+  call.boolean(getCausal());
+}
+
 void LayerNormOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::layer_norm");
   call.stream();
@@ -919,6 +928,20 @@ void AttentionGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.workspace();
 }
 int64_t AttentionGradOp::getWorkspaceBytes() {
+  return kFloatBytes * numElements(getLse());
+}
+
+void AttentionPackedGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::attention_packed_grad");
+  call.stream();
+  for (Value value : {getQkv(), getResult(), getLse(), getResultGrad(),
+                      getQkvGrad()})
+    call.tensor(value);
+  call.real(getScale().convertToFloat());
+  call.boolean(getCausal());
+  call.workspace();
+}
+int64_t AttentionPackedGradOp::getWorkspaceBytes() {
   return kFloatBytes * numElements(getLse());
 }
 

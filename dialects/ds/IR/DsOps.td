@@ -354,6 +354,22 @@ def Ds_AttentionOp : Ds_Op<"attention", [Ds_Accumulate32, InferTypeOpAdaptor, Ds
                        "type($key) `,` type($value)";
 }
 
+def Ds_AttentionPackedOp : Ds_Op<"attention_packed",
+                                 [Ds_Accumulate32, InferTypeOpAdaptor, Ds_VJP]> {
+  let summary = "fused attention on q, k and v packed in one tensor";
+  let description = [{
+    `attention` (tokens-major) whose q, k and v are one `qkv`
+    [..., T, 3, H, Dh] (rank at least 4): q, k and v at index 0, 1 and 2 of
+    axis -3, as a q, k, v projection's [..., T, 3 H Dh] reads reshaped, so
+    the kernels read the three where the projection wrote them (rows
+    3 H Dh elements apart) and no split copies them out. The result is
+    [..., T, H, Dh], `lse` (f32) [..., T, H]. Built by ds-fuse-attention.
+  }];
+  let arguments = (ins Ds_FloatTensor:$qkv, F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs Ds_FloatTensor:$result, Ds_F32Tensor:$lse);
+  let assemblyFormat = "$qkv attr-dict `:` type($qkv)";
+}
+
 def Ds_LayerNormOp : Ds_Op<"layer_norm", [Ds_Accumulate32, InferTypeOpAdaptor, Ds_VJP],
                            ["getWorkspaceBytes"]> {
   let summary = "layer normalization over the axes from `axis` on";
@@ -766,6 +782,22 @@ def Ds_AttentionGradOp : Ds_Op<"attention_grad", [Ds_Accumulate32, InferTypeOpAd
                    F32Attr:$scale, UnitAttr:$causal, UnitAttr:$tokens_major);
   let results = (outs Ds_FloatTensor:$query_grad, Ds_FloatTensor:$key_grad,
                  Ds_FloatTensor:$value_grad);
+  let assemblyFormat = "operands attr-dict `:` type(operands)";
+}
+
+def Ds_AttentionPackedGradOp : Ds_Op<"attention_packed_grad",
+                                     [Ds_Accumulate32, InferTypeOpAdaptor],
+                                     ["getWorkspaceBytes"]> {
+  let summary = "gradients of packed fused attention, packed";
+  let description = [{
+    `attention_grad` of `attention_packed`: dq, dk and dv written into one
+    `qkv_grad` of `qkv`'s type, packed as `qkv` is ([..., T, 3, H, Dh]), so
+    the projection's gradient reads it as [..., T, 3 H Dh] without a concat.
+  }];
+  let arguments = (ins Ds_FloatTensor:$qkv, Ds_FloatTensor:$result,
+                   Ds_F32Tensor:$lse, Ds_FloatTensor:$result_grad,
+                   F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs Ds_FloatTensor:$qkv_grad);
   let assemblyFormat = "operands attr-dict `:` type(operands)";
 }
 

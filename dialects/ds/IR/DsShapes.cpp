@@ -413,6 +413,34 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
   return success();
 }
 
+/// attention_packed's qkv: a ranked float tensor [..., T, 3, H, Dh]; sets
+/// the result's type [..., T, H, Dh].
+static LogicalResult checkPackedQkv(std::optional<Location> loc, StringRef op,
+                                    Value qkv, RankedTensorType &result) {
+  auto type = tensorType(qkv);
+  if (!type || type.getRank() < 4 || type.getDimSize(type.getRank() - 3) != 3)
+    return fail(loc, op + " qkv must be a ranked tensor [..., T, 3, H, Dh] "
+                          "(q, k, v on axis -3), got " +
+                          (type ? shapeString(type.getShape()) : "unranked"));
+  SmallVector<int64_t> shape(type.getShape());
+  shape.erase(shape.end() - 3);
+  result = RankedTensorType::get(shape, type.getElementType());
+  return success();
+}
+
+LogicalResult AttentionPackedOp::inferReturnTypes(MLIRContext *context,
+                                                  std::optional<Location> loc,
+                                                  Adaptor adaptor,
+                                                  Types &types) {
+  RankedTensorType result;
+  if (failed(checkPackedQkv(loc, "attention_packed", adaptor.getQkv(), result)))
+    return failure();
+  types.push_back(result);
+  types.push_back(RankedTensorType::get(result.getShape().drop_back(),
+                                        Float32Type::get(context)));
+  return success();
+}
+
 LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *context,
                                             std::optional<Location> loc,
                                             Adaptor adaptor, Types &types) {
@@ -887,6 +915,26 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *,
     return fail(loc, "attention_grad lse must have the query's shape without "
                      "its last axis");
   types.append({query, query, query});
+  return success();
+}
+LogicalResult AttentionPackedGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor, Types &types) {
+  RankedTensorType result;
+  if (failed(checkPackedQkv(loc, "attention_packed_grad", adaptor.getQkv(),
+                            result)))
+    return failure();
+  for (auto [name, value] :
+       {std::pair<StringRef, Value>{"result", adaptor.getResult()},
+        {"result gradient", adaptor.getResultGrad()}})
+    if (tensorType(value) != result)
+      return fail(loc, "attention_packed_grad " + name + " must have type " +
+                           shapeString(result.getShape()) +
+                           " (qkv's without axis -3)");
+  auto lse = tensorType(adaptor.getLse());
+  if (!lse || lse.getShape() != result.getShape().drop_back())
+    return fail(loc, "attention_packed_grad lse must have the result's "
+                     "shape without its last axis");
+  types.push_back(tensorType(adaptor.getQkv()));
   return success();
 }
 LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *,

@@ -476,26 +476,57 @@ LogicalResult LogSoftmaxOp::buildVJP(OpBuilder &builder,
   return success();
 }
 
+/// The gradient op of an attention op (ds.attention_grad of ds.attention,
+/// ds.attention_packed_grad of ds.attention_packed) from its operands, its
+/// result, its lse and the result's gradient, with its scale and flags;
+/// null when the result has no gradient. The lse has no derivative.
+template <typename GradOp, typename Op>
+static FailureOr<Operation *> attentionGrad(Op op, OpBuilder &builder,
+                                            ArrayRef<Value> resultGrads,
+                                            ValueRange operands) {
+  Value dy = resultGrads[0];
+  if (resultGrads[1]) {
+    op.emitOpError() << "has no derivative through its log-sum-exp result";
+    return failure();
+  }
+  if (!dy)
+    return static_cast<Operation *>(nullptr);
+  Grad g(builder, op);
+  SmallVector<NamedAttribute> attrs{g.attr("scale", op.getScaleAttr())};
+  for (StringRef flag : {"causal", "tokens_major"})
+    if (op->hasAttr(flag))
+      attrs.push_back(g.attr(flag, builder.getUnitAttr()));
+  SmallVector<Value> inputs(operands);
+  inputs.append({op.getResult(), op.getLse(), dy});
+  return g.inferOp<GradOp>(inputs, attrs);
+}
+
 LogicalResult AttentionOp::buildVJP(OpBuilder &builder,
                                     ArrayRef<Value> resultGrads,
                                     ArrayRef<bool> needed,
                                     SmallVectorImpl<Value> &operandGrads) {
   Grads grads(needed, operandGrads);
-  Value dy = resultGrads[0];
-  if (resultGrads[1])
-    return emitOpError() << "has no derivative through its log-sum-exp result";
-  if (!dy)
-    return success();
-  Grad g(builder, *this);
-  SmallVector<NamedAttribute> attrs{g.attr("scale", getScaleAttr())};
-  if (getCausal())
-    attrs.push_back(g.attr("causal", builder.getUnitAttr()));
-  if (getTokensMajor())
-    attrs.push_back(g.attr("tokens_major", builder.getUnitAttr()));
-  Operation *grad = g.inferOp<AttentionGradOp>(
-      {getQuery(), getKey(), getValue(), getResult(), getLse(), dy}, attrs);
-  for (unsigned i = 0; i < 3; ++i)
-    grads.set(i, grad->getResult(i));
+  FailureOr<Operation *> grad = attentionGrad<AttentionGradOp>(
+      *this, builder, resultGrads, {getQuery(), getKey(), getValue()});
+  if (failed(grad))
+    return failure();
+  if (*grad)
+    for (unsigned i = 0; i < 3; ++i)
+      grads.set(i, (*grad)->getResult(i));
+  return success();
+}
+
+LogicalResult AttentionPackedOp::buildVJP(OpBuilder &builder,
+                                          ArrayRef<Value> resultGrads,
+                                          ArrayRef<bool> needed,
+                                          SmallVectorImpl<Value> &operandGrads) {
+  Grads grads(needed, operandGrads);
+  FailureOr<Operation *> grad = attentionGrad<AttentionPackedGradOp>(
+      *this, builder, resultGrads, getQkv());
+  if (failed(grad))
+    return failure();
+  if (*grad)
+    grads.set(0, (*grad)->getResult(0));
   return success();
 }
 

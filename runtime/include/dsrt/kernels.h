@@ -296,6 +296,18 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
                     const Workspace &ws);
 // One f32 per query row (q's elements over its last axis), in every type.
 int64_t attention_grad_workspace_bytes(DType dtype, const Shape &q);
+// attention with q, k and v packed in one tokens-major tensor
+// qkv [..., T, 3, H, Dh] (the q, k, v projection's [..., T, 3 H Dh] as it
+// writes them; q, k, v at index 0, 1, 2 of axis -3), read where they lie:
+// rows 3 H Dh elements apart. o is [..., T, H, Dh], lse [..., T, H].
+void attention_packed(Stream &s, const Tensor &qkv, const Tensor &o, const Tensor &lse,
+                      float scale, bool causal);
+// Its gradient: dq, dk, dv written into one dqkv of qkv's shape (packed
+// like qkv), o, lse and do_ as attention_packed's; the workspace is
+// attention_grad_workspace_bytes(dtype, o's shape).
+void attention_packed_grad(Stream &s, const Tensor &qkv, const Tensor &o, const Tensor &lse,
+                           const Tensor &do_, const Tensor &dqkv, float scale, bool causal,
+                           const Workspace &ws);
 
 // Layer norm over axes [axis, rank) with the forward's f32 mean and
 // inv_std_dev. dx has x's shape; dscale has scale's shape and dbias the

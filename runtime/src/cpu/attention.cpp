@@ -6,8 +6,9 @@
 // and dv key by key over the queries, each sum in one thread in a fixed
 // order, so the result does not depend on the thread count. Rows are
 // numbered heads-major (r = batch-head * T + position) and found through
-// the layout (kernel_common.h's AttentionLayout), so [..., T, H, Dh]
-// operands are read and written where they lie.
+// the layouts (kernel_common.h's AttentionLayouts), so [..., T, H, Dh]
+// operands, and q, k, v packed in one [..., T, 3, H, Dh] (and their
+// gradients in one such dqkv), are read and written where they lie.
 #include "internal.h"
 
 #include <cmath>
@@ -31,22 +32,16 @@ template <typename T> inline float dot(const T *a, const T *b, int64_t n) {
 // Key rows [first, last) that query row i sees.
 inline int64_t keys_end(int64_t i, int64_t t, bool causal) { return causal ? i + 1 : t; }
 
-} // namespace
-
-void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
-               const Tensor &lse, float scale, bool causal, bool tokens_major) {
-  begin_kernel(s);
-  const char *kernel = "attention";
-  int64_t t = 0, heads = 0, dh = 0;
-  const int64_t rows = check_attention(kernel, q, k, v, o, lse, nullptr, nullptr, nullptr, nullptr,
-                                       tokens_major, t, heads, dh);
-  if (rows == 0)
-    return;
-  const AttentionLayout at = attention_layout(t, heads, dh, tokens_major);
-  const AttentionLayout at_lse = attention_layout(t, heads, 1, tokens_major);
+// q, k, v within their tensors (one packed tensor thrice, or three) at
+// the layouts' offsets, rows where the layouts say.
+void attention_rows(Stream &s, const char *kernel, const Tensor &q, const Tensor &k,
+                    const Tensor &v, const Tensor &o, const Tensor &lse, float scale, bool causal,
+                    int64_t rows, int64_t t, int64_t dh, const AttentionLayouts &layouts) {
+  const AttentionLayout &at = layouts.qkv, &at_o = layouts.o, &at_lse = layouts.lse;
   dispatch_float(kernel, q.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T *pq = q.as<T>(), *pk = k.as<T>(), *pv = v.as<T>();
+    const T *pq = q.as<T>() + layouts.q_at, *pk = k.as<T>() + layouts.k_at,
+            *pv = v.as<T>() + layouts.v_at;
     T *po = o.as<T>();
     float *plse = lse.as<float>();
     parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / (t * dh)),
@@ -81,7 +76,7 @@ void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, con
                        m = m_new;
                      }
                      const float inv = 1.0f / l;
-                     T *oi = po + at.at(bh, i);
+                     T *oi = po + at_o.at(bh, i);
                      for (int64_t d = 0; d < dh; ++d)
                        oi[d] = from_float<T>(acc[d] * inv);
                      plse[at_lse.at(bh, i)] = m + std::log(l);
@@ -90,43 +85,34 @@ void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, con
   });
 }
 
-void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
-                    const Tensor &lse, const Tensor &do_, const Tensor &dq, const Tensor &dk,
-                    const Tensor &dv, float scale, bool causal, bool tokens_major,
-                    const Workspace &ws) {
-  begin_kernel(s);
-  const char *kernel = "attention_grad";
-  int64_t t = 0, heads = 0, dh = 0;
-  const int64_t rows =
-      check_attention(kernel, q, k, v, o, lse, &do_, &dq, &dk, &dv, tokens_major, t, heads, dh);
-  WorkspaceFloats scratch(kernel, ws, attention_grad_workspace_bytes(q.dtype, q.shape));
-  if (rows == 0)
-    return;
-  float *delta = scratch.take(rows); // by row r, heads-major
-  const AttentionLayout at = attention_layout(t, heads, dh, tokens_major);
-  const AttentionLayout at_lse = attention_layout(t, heads, 1, tokens_major);
-  // Row r's offset in q, k, v, o and their gradients, and in lse.
-  auto row = [&](int64_t r) { return at.at(r / t, r % t); };
-  auto lse_row = [&](int64_t r) { return at_lse.at(r / t, r % t); };
+void attention_grad_rows(Stream &s, const char *kernel, const Tensor &q, const Tensor &k,
+                         const Tensor &v, const Tensor &o, const Tensor &lse, const Tensor &do_,
+                         const Tensor &dq, const Tensor &dk, const Tensor &dv, float scale,
+                         bool causal, int64_t rows, int64_t t, int64_t dh,
+                         const AttentionLayouts &l, float *delta) {
+  // Row r's offset in q, k, v and their gradients, in o and do, and in lse.
+  auto row = [&](int64_t r) { return l.qkv.at(r / t, r % t); };
+  auto o_row = [&](int64_t r) { return l.o.at(r / t, r % t); };
+  auto lse_row = [&](int64_t r) { return l.lse.at(r / t, r % t); };
   const int64_t grain = std::max<int64_t>(1, kGrainElementwise / (t * dh));
   dispatch_float(kernel, q.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T *pq = q.as<T>(), *pk = k.as<T>(), *pv = v.as<T>(), *po = o.as<T>(),
-            *pdo = do_.as<T>();
+    const T *pq = q.as<T>() + l.q_at, *pk = k.as<T>() + l.k_at, *pv = v.as<T>() + l.v_at,
+            *po = o.as<T>(), *pdo = do_.as<T>();
     const float *plse = lse.as<float>();
     // delta_i = rowsum(do_i * o_i).
     parallel_for(s, rows, std::max<int64_t>(1, kGrainElementwise / dh),
                  [&](int64_t begin, int64_t end) {
                    for (int64_t r = begin; r < end; ++r)
-                     delta[r] = dot(pdo + row(r), po + row(r), dh);
+                     delta[r] = dot(pdo + o_row(r), po + o_row(r), dh);
                  });
     // ds_ij = p_ij (do_i . v_j - delta_i), p_ij = exp(scale q_i . k_j - lse_i).
     auto ds = [&](int64_t qi, int64_t kj, float &p) {
       p = std::exp(scale * dot(pq + row(qi), pk + row(kj), dh) - plse[lse_row(qi)]);
-      return p * (dot(pdo + row(qi), pv + row(kj), dh) - delta[qi]);
+      return p * (dot(pdo + o_row(qi), pv + row(kj), dh) - delta[qi]);
     };
     // dq_i = scale sum_j ds_ij k_j.
-    T *pdq = dq.as<T>();
+    T *pdq = dq.as<T>() + l.q_at;
     parallel_for(s, rows, grain, [&](int64_t begin, int64_t end) {
       float acc[kMaxAttentionHead];
       for (int64_t r = begin; r < end; ++r) {
@@ -147,7 +133,7 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
       }
     });
     // dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij do_i.
-    T *pdk = dk.as<T>(), *pdv = dv.as<T>();
+    T *pdk = dk.as<T>() + l.k_at, *pdv = dv.as<T>() + l.v_at;
     parallel_for(s, rows, grain, [&](int64_t begin, int64_t end) {
       float acc_k[kMaxAttentionHead], acc_v[kMaxAttentionHead];
       for (int64_t r = begin; r < end; ++r) {
@@ -157,7 +143,7 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
         for (int64_t i = causal ? j : 0; i < t; ++i) {
           float p;
           const float g = ds(base + i, r, p);
-          const T *qi = pq + row(base + i), *doi = pdo + row(base + i);
+          const T *qi = pq + row(base + i), *doi = pdo + o_row(base + i);
           for (int64_t d = 0; d < dh; ++d) {
             acc_k[d] += g * to_float(qi[d]);
             acc_v[d] += p * to_float(doi[d]);
@@ -171,6 +157,65 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
       }
     });
   });
+}
+
+} // namespace
+
+void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
+               const Tensor &lse, float scale, bool causal, bool tokens_major) {
+  begin_kernel(s);
+  const char *kernel = "attention";
+  int64_t t = 0, heads = 0, dh = 0;
+  const int64_t rows = check_attention(kernel, q, k, v, o, lse, nullptr, nullptr, nullptr, nullptr,
+                                       tokens_major, t, heads, dh);
+  if (rows == 0)
+    return;
+  attention_rows(s, kernel, q, k, v, o, lse, scale, causal, rows, t, dh,
+                 attention_layouts(t, heads, dh, tokens_major, false));
+}
+
+void attention_packed(Stream &s, const Tensor &qkv, const Tensor &o, const Tensor &lse,
+                      float scale, bool causal) {
+  begin_kernel(s);
+  const char *kernel = "attention_packed";
+  int64_t t = 0, heads = 0, dh = 0;
+  const int64_t rows =
+      check_attention_packed(kernel, qkv, o, lse, nullptr, nullptr, t, heads, dh);
+  if (rows == 0)
+    return;
+  attention_rows(s, kernel, qkv, qkv, qkv, o, lse, scale, causal, rows, t, dh,
+                 attention_layouts(t, heads, dh, true, true));
+}
+
+void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
+                    const Tensor &lse, const Tensor &do_, const Tensor &dq, const Tensor &dk,
+                    const Tensor &dv, float scale, bool causal, bool tokens_major,
+                    const Workspace &ws) {
+  begin_kernel(s);
+  const char *kernel = "attention_grad";
+  int64_t t = 0, heads = 0, dh = 0;
+  const int64_t rows =
+      check_attention(kernel, q, k, v, o, lse, &do_, &dq, &dk, &dv, tokens_major, t, heads, dh);
+  WorkspaceFloats scratch(kernel, ws, attention_grad_workspace_bytes(q.dtype, q.shape));
+  if (rows == 0)
+    return;
+  attention_grad_rows(s, kernel, q, k, v, o, lse, do_, dq, dk, dv, scale, causal, rows, t, dh,
+                      attention_layouts(t, heads, dh, tokens_major, false), scratch.take(rows));
+}
+
+void attention_packed_grad(Stream &s, const Tensor &qkv, const Tensor &o, const Tensor &lse,
+                           const Tensor &do_, const Tensor &dqkv, float scale, bool causal,
+                           const Workspace &ws) {
+  begin_kernel(s);
+  const char *kernel = "attention_packed_grad";
+  int64_t t = 0, heads = 0, dh = 0;
+  const int64_t rows = check_attention_packed(kernel, qkv, o, lse, &do_, &dqkv, t, heads, dh);
+  WorkspaceFloats scratch(kernel, ws, attention_grad_workspace_bytes(o.dtype, o.shape));
+  if (rows == 0)
+    return;
+  attention_grad_rows(s, kernel, qkv, qkv, qkv, o, lse, do_, dqkv, dqkv, dqkv, scale, causal,
+                      rows, t, dh, attention_layouts(t, heads, dh, true, true),
+                      scratch.take(rows));
 }
 
 } // namespace dsrt

@@ -29,9 +29,11 @@
 //
 // Neither uses atomics: every sum runs in a fixed order, so the result is
 // the same on every run. Both address a head's rows as (the head's first
-// row, a row stride) from the operands' layout (kernel_common.h's
-// AttentionLayout): heads-major [..., T, Dh] or tokens-major [..., T, H, Dh]
-// operands are read and written where they lie. The backward's delta
+// row, a row stride) from the operands' layouts (kernel_common.h's
+// AttentionLayouts): heads-major [..., T, Dh] or tokens-major [..., T, H, Dh]
+// operands, or q, k, v packed in one [..., T, 3, H, Dh] (rows 3 H Dh apart,
+// q, k, v and their gradients from offsets 0, H Dh, 2 H Dh), are read and
+// written where they lie. The backward's delta
 // workspace is heads-major whatever the operands' layout.
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
@@ -50,14 +52,9 @@ unsigned tile_blocks(int64_t heads, int64_t t) {
   return static_cast<unsigned>(heads * ((t + kRows - 1) / kRows));
 }
 
-// Where the rows of q, k, v, o and their gradients (at) and of lse lie.
-struct Layouts {
-  AttentionLayout at, lse;
-};
-Layouts layouts(int64_t t, int64_t heads, int64_t dh, bool tokens_major) {
-  return {attention_layout(t, heads, dh, tokens_major),
-          attention_layout(t, heads, 1, tokens_major)};
-}
+// Where the rows of q, k, v and their gradients (qkv), of o and do (o) and
+// of lse lie; q, k and v are passed at their offsets.
+using Layouts = AttentionLayouts;
 
 // Loads rows [row0, row0 + kTile) of a [t, dh] matrix (rows `stride`
 // elements apart) into dst as f32 (rows past t as zeros).
@@ -75,8 +72,16 @@ __device__ void load_tile(float *dst, const T *src, int64_t row0, int64_t t, int
 struct Rows {
   int64_t head, row0, row;
   int64_t offset, stride;          // the head's first row of a [t, dh] matrix, the row stride
+  int64_t o_offset, o_stride;      // the same in o and do
   int64_t lse_offset, lse_stride;  // the same in lse
   bool active;
+  // These rows addressed as o's (for o and do).
+  __device__ Rows of_o() const {
+    Rows r = *this;
+    r.offset = o_offset;
+    r.stride = o_stride;
+    return r;
+  }
 };
 __device__ inline Rows block_rows(int64_t t, const Layouts &l) {
   const int64_t tiles = (t + kRows - 1) / kRows;
@@ -84,8 +89,10 @@ __device__ inline Rows block_rows(int64_t t, const Layouts &l) {
   r.head = blockIdx.x / tiles;
   r.row0 = (blockIdx.x % tiles) * kRows;
   r.row = r.row0 + threadIdx.x;
-  r.offset = l.at.at(r.head, 0);
-  r.stride = l.at.row;
+  r.offset = l.qkv.at(r.head, 0);
+  r.stride = l.qkv.row;
+  r.o_offset = l.o.at(r.head, 0);
+  r.o_stride = l.o.row;
   r.lse_offset = l.lse.at(r.head, 0);
   r.lse_stride = l.lse.row;
   r.active = r.row < t;
@@ -147,7 +154,7 @@ __global__ void attention_kernel(const T *q, const T *k, const T *v, T *o, float
     return;
   const float inv = 1.0f / l;
   for (int d = 0; d < dh; ++d)
-    o[r.offset + r.row * r.stride + d] = st<T>(acc[d] * inv);
+    o[r.o_offset + r.row * r.o_stride + d] = st<T>(acc[d] * inv);
   lse[r.lse_offset + r.row * r.lse_stride] = m + logf(l);
 }
 
@@ -182,7 +189,7 @@ __global__ void attention_dkv_kernel(const T *q, const T *k, const T *v, const T
   for (int64_t i0 = causal ? row0 / kTile * kTile : 0; i0 < t; i0 += kTile) {
     __syncthreads();
     load_tile(qs, q + offset, i0, t, dh, stride);
-    load_tile(dos, do_ + offset, i0, t, dh, stride);
+    load_tile(dos, do_ + r.o_offset, i0, t, dh, r.o_stride);
     __syncthreads();
     if (!active)
       continue;
@@ -221,7 +228,7 @@ __global__ void attention_dq_kernel(const T *q, const T *k, const T *v, const T 
   const Rows r = block_rows(t, layout);
   float qi[kHead], doi[kHead], acc[kHead];
   load_row(qi, q, r, dh);
-  load_row(doi, do_, r, dh);
+  load_row(doi, do_, r.of_o(), dh);
   for (int d = 0; d < dh; ++d)
     acc[d] = 0.0f;
   const float lse_i = r.active ? lse[r.lse_offset + r.row * r.lse_stride] : 0.0f;
@@ -382,18 +389,28 @@ __device__ void for_staged_tiles(int64_t first, int64_t end, S &&stage, F &&f) {
 struct WarpRows {
   int64_t head, row0;              // the block's head and first row
   int64_t offset, stride;          // the head's first row of a [t, dh] matrix, the row stride
+  int64_t o_offset, o_stride;      // the same in o and do
   int64_t lse_offset, lse_stride;  // the same in lse
   int64_t wrow0;                   // the warp's first row
   int rows;                        // of the warp's 16 rows, those before t
   int g, c;                        // the lane's group (row) and column pair in a fragment
+  // These rows addressed as o's (for o and do).
+  __device__ WarpRows of_o() const {
+    WarpRows w = *this;
+    w.offset = o_offset;
+    w.stride = o_stride;
+    return w;
+  }
 };
 __device__ inline WarpRows warp_rows(int64_t t, const Layouts &l) {
   const int64_t tiles = (t + kMmaRows - 1) / kMmaRows;
   WarpRows w;
   w.head = blockIdx.x / tiles;
   w.row0 = blockIdx.x % tiles * kMmaRows;
-  w.offset = l.at.at(w.head, 0);
-  w.stride = l.at.row;
+  w.offset = l.qkv.at(w.head, 0);
+  w.stride = l.qkv.row;
+  w.o_offset = l.o.at(w.head, 0);
+  w.o_stride = l.o.row;
   w.lse_offset = l.lse.at(w.head, 0);
   w.lse_stride = l.lse.row;
   w.wrow0 = w.row0 + 16 * (threadIdx.x / 32);
@@ -573,7 +590,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
   }
-  store_rows<T, D>(o, acc, w, dh, [&](int h) { return 1.0f / l[h]; });
+  store_rows<T, D>(o, acc, w.of_o(), dh, [&](int h) { return 1.0f / l[h]; });
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     if (w.c == 0 && w.g + 8 * h < w.rows)
@@ -618,7 +635,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   zero(acc_v);
   auto stage = [&](int64_t i0, int st) {
     stage_tile<T, D>(qs[st], q + w.offset, w.stride, i0, t, dh);
-    stage_tile<T, D>(dos[st], do_ + w.offset, w.stride, i0, t, dh);
+    stage_tile<T, D>(dos[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
     for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
       const bool real = i0 + r < t;
       lse_s[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] : 0.0f;
@@ -662,7 +679,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const WarpRows w = warp_rows(t, layout);
   FragA qa[D / 16], da[D / 16];
   load_rows<T, D>(qa, q, w, dh);
-  load_rows<T, D>(da, do_, w, dh);
+  load_rows<T, D>(da, do_, w.of_o(), dh);
   FragC acc[D / 8];
   zero(acc);
   float lse_i[2], delta_i[2];
@@ -712,6 +729,86 @@ void with_mma_stages(const char *op, const char *name, F &&launch) {
   launch(std::integral_constant<int, 2>{}, launch_shared_bytes<Shared<D, 2>>());
 }
 
+// The launches on q, k, v (and dq, dk, dv) at the layouts' offsets of
+// their tensors (one packed tensor thrice, or three).
+void launch_attention(cudaStream_t stream, const char *kernel, const Tensor &q, const Tensor &k,
+                      const Tensor &v, const Tensor &o, const Tensor &lse, float scale,
+                      bool causal, int64_t rows, int64_t t, int64_t dh, const Layouts &layout) {
+  const unsigned blocks = tile_blocks(rows / t, t);
+  const int head_dim = static_cast<int>(dh);
+  dispatch_float(kernel, q.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *pq = q.as<T>() + layout.q_at, *pk = k.as<T>() + layout.k_at,
+            *pv = v.as<T>() + layout.v_at;
+    if constexpr (MmaType<T>::value) {
+      if (use_mma(q.dtype, dh)) {
+        auto launch = [&](auto width) {
+          constexpr int D = decltype(width)::value;
+          with_mma_stages<MmaKeyTiles, D, attention_kernel<T, D, 2>>(
+              kernel, "attention_kernel", [&](auto stages, size_t shared) {
+            constexpr int S = decltype(stages)::value;
+            attention_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
+                pq, pk, pv, o.as<T>(), lse.as<float>(), layout, t, head_dim, scale, causal);
+          });
+        };
+        with_mma_width(dh, launch);
+        return;
+      }
+    }
+    attention_kernel<T><<<blocks, kRows, 0, stream>>>(pq, pk, pv, o.as<T>(), lse.as<float>(),
+                                                      layout, t, head_dim, scale, causal);
+  });
+  check_launch(kernel);
+}
+
+void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor &q,
+                           const Tensor &k, const Tensor &v, const Tensor &o, const Tensor &lse,
+                           const Tensor &do_, const Tensor &dq, const Tensor &dk, const Tensor &dv,
+                           float scale, bool causal, int64_t rows, int64_t t, int64_t dh,
+                           const Layouts &layout, float *delta) {
+  const int head_dim = static_cast<int>(dh);
+  dispatch_float(kernel, q.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *pq = q.as<T>() + layout.q_at, *pk = k.as<T>() + layout.k_at,
+            *pv = v.as<T>() + layout.v_at;
+    T *pdq = dq.as<T>() + layout.q_at, *pdk = dk.as<T>() + layout.k_at,
+      *pdv = dv.as<T>() + layout.v_at;
+    attention_delta_kernel<T><<<blocks_for(rows), kThreads, 0, stream>>>(
+        o.as<T>(), do_.as<T>(), delta, rows, layout.o, t, head_dim);
+    const unsigned blocks = tile_blocks(rows / t, t);
+    if constexpr (MmaType<T>::value) {
+      if (use_mma(q.dtype, dh)) {
+        auto launch = [&](auto width) {
+          constexpr int D = decltype(width)::value;
+          with_mma_stages<MmaQueryTiles, D, attention_dkv_kernel<T, D, 2>>(
+              kernel, "attention_dkv_kernel", [&](auto stages, size_t shared) {
+            constexpr int S = decltype(stages)::value;
+            attention_dkv_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
+                pq, pk, pv, do_.as<T>(), lse.as<float>(), delta, pdk, pdv, layout, t, head_dim,
+                scale, causal);
+          });
+          with_mma_stages<MmaKeyTiles, D, attention_dq_kernel<T, D, 2>>(
+              kernel, "attention_dq_kernel", [&](auto stages, size_t shared) {
+            constexpr int S = decltype(stages)::value;
+            attention_dq_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
+                pq, pk, pv, do_.as<T>(), lse.as<float>(), delta, pdq, layout, t, head_dim, scale,
+                causal);
+          });
+        };
+        with_mma_width(dh, launch);
+        return;
+      }
+    }
+    attention_dkv_kernel<T><<<blocks, kRows, 0, stream>>>(pq, pk, pv, do_.as<T>(),
+                                                          lse.as<float>(), delta, pdk, pdv,
+                                                          layout, t, head_dim, scale, causal);
+    attention_dq_kernel<T><<<blocks, kRows, 0, stream>>>(pq, pk, pv, do_.as<T>(), lse.as<float>(),
+                                                         delta, pdq, layout, t, head_dim, scale,
+                                                         causal);
+  });
+  check_launch(kernel);
+}
+
 } // namespace
 
 void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
@@ -723,32 +820,21 @@ void attention(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, con
                                        tokens_major, t, heads, dh);
   if (rows == 0)
     return;
-  const unsigned blocks = tile_blocks(rows / t, t);
-  const int head_dim = static_cast<int>(dh);
-  const Layouts layout = layouts(t, heads, dh, tokens_major);
-  dispatch_float(kernel, q.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (MmaType<T>::value) {
-      if (use_mma(q.dtype, dh)) {
-        auto launch = [&](auto width) {
-          constexpr int D = decltype(width)::value;
-          with_mma_stages<MmaKeyTiles, D, attention_kernel<T, D, 2>>(
-              kernel, "attention_kernel", [&](auto stages, size_t shared) {
-            constexpr int S = decltype(stages)::value;
-            attention_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
-                q.as<T>(), k.as<T>(), v.as<T>(), o.as<T>(), lse.as<float>(), layout, t, head_dim,
-                scale, causal);
-          });
-        };
-        with_mma_width(dh, launch);
-        return;
-      }
-    }
-    attention_kernel<T><<<blocks, kRows, 0, stream>>>(q.as<T>(), k.as<T>(), v.as<T>(), o.as<T>(),
-                                                      lse.as<float>(), layout, t, head_dim, scale,
-                                                      causal);
-  });
-  check_launch(kernel);
+  launch_attention(stream, kernel, q, k, v, o, lse, scale, causal, rows, t, dh,
+                   attention_layouts(t, heads, dh, tokens_major, false));
+}
+
+void attention_packed(Stream &s, const Tensor &qkv, const Tensor &o, const Tensor &lse,
+                      float scale, bool causal) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "attention_packed";
+  int64_t t = 0, heads = 0, dh = 0;
+  const int64_t rows =
+      check_attention_packed(kernel, qkv, o, lse, nullptr, nullptr, t, heads, dh);
+  if (rows == 0)
+    return;
+  launch_attention(stream, kernel, qkv, qkv, qkv, o, lse, scale, causal, rows, t, dh,
+                   attention_layouts(t, heads, dh, true, true));
 }
 
 void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &o,
@@ -763,45 +849,24 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
   WorkspaceFloats scratch(kernel, ws, attention_grad_workspace_bytes(q.dtype, q.shape));
   if (rows == 0)
     return;
-  float *delta = scratch.take(rows);
-  const int head_dim = static_cast<int>(dh);
-  const Layouts layout = layouts(t, heads, dh, tokens_major);
-  dispatch_float(kernel, q.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    attention_delta_kernel<T><<<blocks_for(rows), kThreads, 0, stream>>>(
-        o.as<T>(), do_.as<T>(), delta, rows, layout.at, t, head_dim);
-    const unsigned blocks = tile_blocks(rows / t, t);
-    if constexpr (MmaType<T>::value) {
-      if (use_mma(q.dtype, dh)) {
-        auto launch = [&](auto width) {
-          constexpr int D = decltype(width)::value;
-          with_mma_stages<MmaQueryTiles, D, attention_dkv_kernel<T, D, 2>>(
-              kernel, "attention_dkv_kernel", [&](auto stages, size_t shared) {
-            constexpr int S = decltype(stages)::value;
-            attention_dkv_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
-                q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dk.as<T>(),
-                dv.as<T>(), layout, t, head_dim, scale, causal);
-          });
-          with_mma_stages<MmaKeyTiles, D, attention_dq_kernel<T, D, 2>>(
-              kernel, "attention_dq_kernel", [&](auto stages, size_t shared) {
-            constexpr int S = decltype(stages)::value;
-            attention_dq_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
-                q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dq.as<T>(),
-                layout, t, head_dim, scale, causal);
-          });
-        };
-        with_mma_width(dh, launch);
-        return;
-      }
-    }
-    attention_dkv_kernel<T><<<blocks, kRows, 0, stream>>>(
-        q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dk.as<T>(),
-        dv.as<T>(), layout, t, head_dim, scale, causal);
-    attention_dq_kernel<T><<<blocks, kRows, 0, stream>>>(
-        q.as<T>(), k.as<T>(), v.as<T>(), do_.as<T>(), lse.as<float>(), delta, dq.as<T>(), layout, t,
-        head_dim, scale, causal);
-  });
-  check_launch(kernel);
+  launch_attention_grad(stream, kernel, q, k, v, o, lse, do_, dq, dk, dv, scale, causal, rows, t,
+                        dh, attention_layouts(t, heads, dh, tokens_major, false),
+                        scratch.take(rows));
+}
+
+void attention_packed_grad(Stream &s, const Tensor &qkv, const Tensor &o, const Tensor &lse,
+                           const Tensor &do_, const Tensor &dqkv, float scale, bool causal,
+                           const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "attention_packed_grad";
+  int64_t t = 0, heads = 0, dh = 0;
+  const int64_t rows = check_attention_packed(kernel, qkv, o, lse, &do_, &dqkv, t, heads, dh);
+  WorkspaceFloats scratch(kernel, ws, attention_grad_workspace_bytes(o.dtype, o.shape));
+  if (rows == 0)
+    return;
+  launch_attention_grad(stream, kernel, qkv, qkv, qkv, o, lse, do_, dqkv, dqkv, dqkv, scale,
+                        causal, rows, t, dh, attention_layouts(t, heads, dh, true, true),
+                        scratch.take(rows));
 }
 
 } // namespace dsrt
