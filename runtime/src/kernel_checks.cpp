@@ -974,6 +974,26 @@ MatmulPlan check_matmul_bias(const char *kernel, const Tensor &a, const Tensor &
   return p;
 }
 
+MatmulPlan check_matmul_gelu(const char *kernel, const Tensor &a, const Tensor &b,
+                             const Tensor *bias, const Tensor &aux, const Tensor &y,
+                             bool transpose_b) {
+  check_data(kernel, "a", a);
+  check_float(kernel, "a", a);
+  if (a.shape.rank < 2 || b.shape.rank != 2)
+    fail(kernel, "a must be [..., M, K] and b 2-D, got " + a.shape.str() + " and " +
+                     b.shape.str());
+  MatmulPlan p = check_matmul(kernel, a, b, y, false, transpose_b);
+  if (bias != nullptr)
+    check_row_vector(kernel, "bias", *bias, "a", a, p.n);
+  check_data(kernel, "pre", aux);
+  check_same_dtype(kernel, "a", a, "pre", aux);
+  check_shape(kernel, "pre", aux, y.shape);
+  p.m *= p.batch;
+  p.batch = 1;
+  p.batch_rank = 0;
+  return p;
+}
+
 MatmulPlan check_matmul_bias_grad(const char *kernel, const Tensor &a, const Tensor &b,
                                   const Tensor &y, const Tensor &bias_grad, bool transpose_a) {
   check_data(kernel, "a", a);
