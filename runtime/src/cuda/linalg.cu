@@ -348,6 +348,21 @@ void gelu_tanh_pointwise(cudaStream_t stream, const char *kernel, const Tensor &
   check_launch(kernel);
 }
 
+// matmul_bias_gelu's and matmul_dgelu's one cuBLASLt call: y = a op(b)
+// through `epilogue`, with its bias (or none) and aux matrix.
+void gelu_epilogue(Stream &s, const char *kernel, const MatmulPlan &p, const Tensor &a,
+                   const Tensor &b, const Tensor &y, cublasLtEpilogue_t epilogue, void *bias,
+                   void *aux, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+  check_lt_size(kernel, p);
+  Gemm g{kernel, a.dtype, false, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
+  g.epilogue = epilogue;
+  g.bias = bias;
+  g.aux = aux;
+  run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
+}
+
 }  // namespace
 
 void detail::lt_gemm_f32(cudaStream_t stream, const char *kernel, bool trans_a, bool trans_b,
@@ -448,14 +463,7 @@ void matmul_bias_gelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor 
     gelu_tanh_pointwise(begin_kernel(s), kernel, pre, y, false);
     return;
   }
-  cudaStream_t stream = begin_kernel(s);
-  WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
-  check_lt_size(kernel, p);
-  Gemm g{kernel, a.dtype, false, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
-  g.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  g.bias = bias.data;
-  g.aux = pre.data;
-  run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
+  gelu_epilogue(s, kernel, p, a, b, y, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias.data, pre.data, ws);
 }
 
 void matmul_dgelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &pre,
@@ -470,13 +478,7 @@ void matmul_dgelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &pre
     gelu_tanh_pointwise(begin_kernel(s), kernel, pre, y, true);
     return;
   }
-  cudaStream_t stream = begin_kernel(s);
-  WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
-  check_lt_size(kernel, p);
-  Gemm g{kernel, a.dtype, false, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
-  g.epilogue = CUBLASLT_EPILOGUE_DGELU;
-  g.aux = pre.data;
-  run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
+  gelu_epilogue(s, kernel, p, a, b, y, CUBLASLT_EPILOGUE_DGELU, nullptr, pre.data, ws);
 }
 
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,
