@@ -40,8 +40,7 @@ inline bool isScalar(mlir::Value value, double expected) {
   return actual.bitwiseIsEqual(want);
 }
 
-/// `value` is made by an `Op` (binary) with one use at most `uses`;
-/// returns its operands.
+/// The operands of the binary `Op` that makes `value`, if one does.
 template <typename Op>
 std::optional<std::pair<mlir::Value, mlir::Value>> operands(mlir::Value value) {
   auto op = value ? value.getDefiningOp<Op>() : Op();

@@ -61,8 +61,7 @@ func.func @hf_form(%x: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
 
 // -----
 
-// Not the tanh GELU: kappa 0.044716, and a tanh whose sum is read twice
-// (recognised, the shared sum kept).
+// Not the tanh GELU: kappa 0.044716 instead of 0.044715.
 // RECOGNIZE-LABEL: func.func @wrong_constant
 // RECOGNIZE-NOT: ds.gelu
 // RECOGNIZE: ds.tanh
