@@ -64,12 +64,14 @@ FIT = 0.9
 NOMINAL_BF16_TFLOPS = 989.4
 
 
-def generator_args(batch: int, size: str = "124m") -> list:
+def generator_args(batch: int, size: str = "124m", gelu: str = "erf") -> list:
     """gen_gpt.py's flags for the `size` model (SIZES) at micro-batch
-    `batch` (sparse weights; add --materialize for random ones)."""
+    `batch` (sparse weights; add --materialize for random ones); `gelu`
+    "tanh" is GPT-2's own activation (gen_gpt.py --gelu)."""
     d = SIZES[size]
     return ["--layers", str(d["layers"]), "--d-model", str(d["d_model"]), "--heads", str(d["heads"]),
-            "--vocab", str(d["vocab"]), "--seq", str(d["seq"]), "--batch", str(batch)]
+            "--vocab", str(d["vocab"]), "--seq", str(d["seq"]), "--batch", str(batch)] + (
+                ["--gelu", gelu] if gelu != "erf" else [])
 
 
 def dims_of(generator: list) -> dict:
@@ -263,6 +265,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("gpu-bench"))
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    parser.add_argument("--gelu", choices=["erf", "tanh"], default="erf",
+                        help="the MLP's GELU: exact erf (default) or GPT-2's tanh approximation, "
+                             "which the matmuls' cuBLASLt epilogues compute (docs/benchmarks.md)")
     parser.add_argument("--emulate", action="store_true",
                         help="with --prepared: the program was built for the CUDA emulation (no GPU)")
     args = parser.parse_args()
@@ -296,9 +301,10 @@ def main() -> int:
     precision = args.precision
     chosen = None
     for batch in BATCHES:
-        model = work / f"gpt2-124m-b{batch}.onnx"
+        model = work / f"gpt2-124m-b{batch}{'-tanh' if args.gelu == 'tanh' else ''}.onnx"
         if not model.exists():
-            gen = run([sys.executable, ROOT / "test" / "oracles" / "gen_gpt.py", *generator_args(batch),
+            gen = run([sys.executable, ROOT / "test" / "oracles" / "gen_gpt.py",
+                       *generator_args(batch, gelu=args.gelu),
                        "--materialize", "--out", model])
             if gen.returncode != 0:
                 print(f"gpu_bench: the GPT generator failed: {gen.stderr.strip()}", file=sys.stderr)

@@ -230,13 +230,18 @@ def classify(op, seq):
     if name in ("reshape", "constant") or op.name == "func.return":
         op.kind, op.bytes = None, 0  # views and module constants: no work
         return
-    if name in ("matmul", "gemm", "matmul_bias", "matmul_bias_grad"):
+    if name in ("matmul", "gemm", "matmul_bias", "matmul_bias_grad", "matmul_bias_gelu",
+                "matmul_dgelu"):
         # matmul_bias(_grad): the bias, residual or bias gradient ride in
         # the product's cuBLASLt epilogue: their bytes are the op's, their
         # adds (a few per output element) are not counted as matmul FLOPs,
         # which Megatron-LM's formula checks.
         op.kind, op.flops = "matmul", matmul_flops(ins[0], out)
         op.launches["cublasLtMatmul"] = 1
+        if name in ("matmul_bias_gelu", "matmul_dgelu") and out.shape[-1] % 8:
+            # The tanh GELU (or its derivative) rides in the epilogue only
+            # where cuBLASLt's aux ld, the product's n, is a multiple of 8.
+            op.launches["gelu_tanh_kernel"] = 1
         if name == "gemm" and len(ins) > 2 and ins[2].shape != out.shape:
             op.launches["expand_kernel"] = 1  # a broadcast C is expanded into Y first
     elif name == "fused":
@@ -244,7 +249,8 @@ def classify(op, seq):
                            and b != "arith.constant")
         if any(is_scores(t, seq) for t in ins + outs):
             op.kind = "attention softmax"  # the scores' scale and mask, the gradient's scale
-        elif "math.erf" in op.body or ("math.exp" in op.body and "arith.negf" in op.body):
+        elif ("math.erf" in op.body or "math.tanh" in op.body
+              or ("math.exp" in op.body and "arith.negf" in op.body)):
             op.kind = "gelu"
         else:
             op.kind = "bias, residual"
@@ -389,10 +395,10 @@ def dsopt_step(dsopt, model, flags):
     return done.stdout
 
 
-def gpt_model(work, layers, d, heads, vocab, seq, batch):
-    model = Path(work) / f"gpt-l{layers}-d{d}-b{batch}.onnx"
+def gpt_model(work, layers, d, heads, vocab, seq, batch, gelu="erf"):
+    model = Path(work) / f"gpt-l{layers}-d{d}-b{batch}-{gelu}.onnx"
     args = ["--layers", str(layers), "--d-model", str(d), "--heads", str(heads),
-            "--vocab", str(vocab), "--seq", str(seq), "--batch", str(batch)]
+            "--vocab", str(vocab), "--seq", str(seq), "--batch", str(batch), "--gelu", gelu]
     done = subprocess.run([sys.executable, str(ROOT / "test" / "oracles" / "gen_gpt.py"), *args,
                            "--out", str(model)], capture_output=True, text=True)
     if done.returncode != 0:
@@ -405,7 +411,8 @@ def bench_batch(dsopt, work, args):
     memory fits 90% of the GPU's."""
     import gpu_bench
     for batch in gpu_bench.BATCHES:
-        model = gpt_model(work, args.layers, args.d_model, args.heads, args.vocab, args.seq, batch)
+        model = gpt_model(work, args.layers, args.d_model, args.heads, args.vocab, args.seq, batch,
+                          args.gelu)
         done = subprocess.run([dsopt, str(model), "--target", "cuda", "--precision",
                                args.precision, "--emit=plan", *args.dsopt_flag],
                               capture_output=True, text=True)
@@ -470,6 +477,9 @@ def main():
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"])
     parser.add_argument("--gpu-memory-gib", type=float, default=H200_MEMORY_GIB)
     parser.add_argument("--dsopt-flag", action="append", default=[])
+    parser.add_argument("--gelu", choices=["erf", "tanh"], default="erf",
+                        help="the GPT's MLP activation (gen_gpt.py --gelu): exact erf (default) or "
+                             "GPT-2's tanh approximation")
     parser.add_argument("--ops", action="store_true", help="print every op")
     parser.add_argument("--json", type=Path, help="write the per-op table as JSON")
     parser.add_argument("--fake-report", type=Path)
@@ -487,7 +497,7 @@ def main():
                     batch, model = bench_batch(args.dsopt, work, args)
                 else:
                     model = gpt_model(work, args.layers, args.d_model, args.heads, args.vocab,
-                                      args.seq, batch)
+                                      args.seq, batch, args.gelu)
             text = dsopt_step(args.dsopt, model,
                               ["--precision", args.precision, *args.dsopt_flag])
     ops = parse(text)

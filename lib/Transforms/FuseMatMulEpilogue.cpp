@@ -10,9 +10,18 @@
 // residual the product's own type, every intermediate used only by the next
 // op, nothing placed in another memory space.
 //
+// The tanh-approximated GELU (ds.gelu {approximate = tanh}) of a bias
+// product without a residual folds into it too (ds.matmul_bias_gelu, which
+// also writes the pre-activation the backward reads), and the derivative
+// autodiff writes for it, when the incoming gradient is a product used
+// nowhere else, into that product (ds.matmul_dgelu): cuBLASLt's GELU
+// epilogues are the tanh form. The exact erf GELU never folds.
+//
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
+
+#include "GeluMatch.h"
 
 #include "ds/IR/DsDialect.h"
 
@@ -187,6 +196,48 @@ bool foldBiasGrad(ds::ReduceSumOp sum, IRRewriter &rewriter) {
   return false;
 }
 
+/// gelu_tanh(matmul_bias(x, w, bias)) -> matmul_bias_gelu, whose
+/// pre-activation replaces the product's other readers.
+bool foldGelu(ds::GeluOp gelu, IRRewriter &rewriter) {
+  auto product = gelu.getInput().getDefiningOp<ds::MatMulBiasOp>();
+  if (gelu.getApproximate() != ds::GeluApproximation::tanh || placed(gelu) ||
+      !product || placed(product) || product.getAddend() ||
+      gelu.getType() != product.getType())
+    return false;
+  rewriter.setInsertionPoint(product);
+  auto fused = ds::MatMulBiasGeluOp::create(
+      rewriter, product.getLoc(), product.getLhs(), product.getRhs(),
+      product.getBias(), product.getTransposeRhsAttr());
+  copyAttrs(product, fused);
+  rewriter.replaceOp(gelu, fused.getResult());
+  rewriter.replaceOp(product, fused.getPreActivation());
+  return true;
+}
+
+/// dy * gelu_tanh'(x), dy = matmul(g, w) read only here -> matmul_dgelu.
+bool foldGeluGrad(ds::MulOp mul, IRRewriter &rewriter) {
+  if (placed(mul))
+    return false;
+  for (auto [dy, derivative] : {std::pair(mul.getLhs(), mul.getRhs()),
+                                std::pair(mul.getRhs(), mul.getLhs())}) {
+    Value x = gelu::tanhGeluDerivativeOf(derivative);
+    ds::MatMulOp matmul = x ? biasableMatMul(dy) : ds::MatMulOp();
+    if (!matmul || dy.getType() != x.getType() || mul.getType() != x.getType())
+      continue;
+    SmallVector<Operation *> chain = gelu::chainBelow(mul, x);
+    rewriter.setInsertionPoint(mul);
+    auto fused = ds::MatMulDGeluOp::create(rewriter, matmul.getLoc(),
+                                           matmul.getLhs(), matmul.getRhs(), x,
+                                           matmul.getTransposeRhsAttr());
+    copyAttrs(matmul, fused);
+    rewriter.replaceOp(mul, fused.getResult());
+    rewriter.eraseOp(matmul);
+    gelu::eraseUnused(rewriter, chain);
+    return true;
+  }
+  return false;
+}
+
 struct FuseMatMulEpiloguePass
     : dsopt::impl::DsFuseMatMulEpilogueBase<FuseMatMulEpiloguePass> {
   void runOnOperation() override {
@@ -210,6 +261,26 @@ struct FuseMatMulEpiloguePass
           erased.insert(residual);
     for (ds::ReduceSumOp sum : sums)
       foldBiasGrad(sum, rewriter);
+    // The tanh GELU and its derivative, around the bias products just made.
+    SmallVector<ds::GeluOp> gelus;
+    SmallVector<ds::MulOp> muls;
+    function.walk([&](Operation *op) {
+      if (auto gelu = dyn_cast<ds::GeluOp>(op))
+        gelus.push_back(gelu);
+      else if (auto mul = dyn_cast<ds::MulOp>(op))
+        muls.push_back(mul);
+    });
+    for (ds::GeluOp gelu : gelus)
+      foldGelu(gelu, rewriter);
+    // A mul erased as part of an earlier fold's chain is not visited.
+    llvm::SmallPtrSet<Operation *, 16> gone;
+    for (ds::MulOp mul : muls) {
+      if (gone.contains(mul))
+        continue;
+      SmallVector<Operation *> before = gelu::chainBelow(mul, Value());
+      if (foldGeluGrad(mul, rewriter))
+        gone.insert(before.begin(), before.end());
+    }
   }
 };
 } // namespace

@@ -57,6 +57,9 @@ void buildPlanningPipeline(OpPassManager &pm, bool fuse, bool fuseParamCopy,
 }
 
 void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
+  // The tanh GELU exported as primitive ops becomes one ds.gelu, whose
+  // derivative and matmul epilogues the later passes know.
+  pm.addNestedPass<func::FuncOp>(createDsRecognizeGelu());
   // Tensor parallelism shards the forward; autodiff then derives the
   // backward's collectives (docs/tensor-parallel.md).
   if (options.tp > 1) {

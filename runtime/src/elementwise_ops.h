@@ -15,6 +15,22 @@
 namespace dsrt {
 namespace detail {
 
+// The tanh-approximated GELU, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+// and its derivative as PyTorch's gelu_backward(approximate='tanh') writes
+// it, in f32: the cpu reference of the matmul GELU epilogues and the cuda
+// fallback when cuBLASLt's aux layout does not allow them.
+DSRT_HD inline float gelu_tanh_f32(float x) {
+  const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+DSRT_HD inline float gelu_tanh_grad_f32(float x) {
+  const float beta = 0.7978845608028654f, kappa = 0.044715f;
+  const float x2 = x * x;
+  const float t = tanhf(beta * (x + kappa * x2 * x));
+  const float left = 0.5f * x, right = 1.0f + t;
+  return 0.5f * right + left * (1.0f - t * t) * (beta * (1.0f + 3.0f * kappa * x2));
+}
+
 // Integer arithmetic wraps (two's complement) instead of being undefined.
 template <typename T> DSRT_HD T wrap_add(T a, T b) {
   using U = std::make_unsigned_t<T>;

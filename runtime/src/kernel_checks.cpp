@@ -996,25 +996,43 @@ static void check_row_vector(const char *kernel, const char *name, const Tensor 
   check_shape(kernel, name, v, Shape{n});
 }
 
-MatmulPlan check_matmul_bias(const char *kernel, const Tensor &a, const Tensor &b,
-                             const Tensor &bias, const Tensor *addend, const Tensor &y,
-                             bool transpose_b) {
+// A float a [..., M, K] times a 2-D b as one product of batch * M rows.
+static MatmulPlan check_rows_product(const char *kernel, const Tensor &a, const Tensor &b,
+                                     const Tensor &y, bool transpose_b) {
   check_data(kernel, "a", a);
   check_float(kernel, "a", a);
   if (a.shape.rank < 2 || b.shape.rank != 2)
     fail(kernel, "a must be [..., M, K] and b 2-D, got " + a.shape.str() + " and " +
                      b.shape.str());
   MatmulPlan p = check_matmul(kernel, a, b, y, false, transpose_b);
+  p.m *= p.batch;
+  p.batch = 1;
+  p.batch_rank = 0;
+  return p;
+}
+
+MatmulPlan check_matmul_bias(const char *kernel, const Tensor &a, const Tensor &b,
+                             const Tensor &bias, const Tensor *addend, const Tensor &y,
+                             bool transpose_b) {
+  MatmulPlan p = check_rows_product(kernel, a, b, y, transpose_b);
   check_row_vector(kernel, "bias", bias, "a", a, p.n);
   if (addend != nullptr) {
     check_data(kernel, "addend", *addend);
     check_same_dtype(kernel, "a", a, "addend", *addend);
     check_shape(kernel, "addend", *addend, y.shape);
   }
-  // One product of batch * M rows.
-  p.m *= p.batch;
-  p.batch = 1;
-  p.batch_rank = 0;
+  return p;
+}
+
+MatmulPlan check_matmul_gelu(const char *kernel, const Tensor &a, const Tensor &b,
+                             const Tensor *bias, const Tensor &aux, const Tensor &y,
+                             bool transpose_b) {
+  MatmulPlan p = check_rows_product(kernel, a, b, y, transpose_b);
+  if (bias != nullptr)
+    check_row_vector(kernel, "bias", *bias, "a", a, p.n);
+  check_data(kernel, "pre", aux);
+  check_same_dtype(kernel, "a", a, "pre", aux);
+  check_shape(kernel, "pre", aux, y.shape);
   return p;
 }
 

@@ -435,6 +435,12 @@ MatmulPlan check_gemm(const char *kernel, const Tensor &a, const Tensor &b, cons
 MatmulPlan check_matmul_bias(const char *kernel, const Tensor &a, const Tensor &b,
                              const Tensor &bias, const Tensor *addend, const Tensor &y,
                              bool transpose_b);
+// matmul_bias_gelu and matmul_dgelu: a [..., M, K] (folded into M rows), b
+// 2-D, `aux` (the pre-activation) of y's shape and a's type; bias [N] of
+// a's type when given.
+MatmulPlan check_matmul_gelu(const char *kernel, const Tensor &a, const Tensor &b,
+                             const Tensor *bias, const Tensor &aux, const Tensor &y,
+                             bool transpose_b);
 // matmul_bias_grad: 2-D a and b, bias_grad [N] of b's type.
 MatmulPlan check_matmul_bias_grad(const char *kernel, const Tensor &a, const Tensor &b,
                                   const Tensor &y, const Tensor &bias_grad, bool transpose_a);

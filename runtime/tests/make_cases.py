@@ -537,6 +537,45 @@ def gen_matmul_bias_grad(w):
                                                     scale=4.0).save()
 
 
+def gelu_tanh64(x):
+    """The tanh GELU and its derivative in f64 (PyTorch's approximate='tanh')."""
+    beta, kappa = math.sqrt(2.0 / math.pi), 0.044715
+    t = np.tanh(beta * (x + kappa * x ** 3))
+    return 0.5 * x * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * beta * (1.0 + 3.0 * kappa * x * x)
+
+
+def gen_matmul_gelu(w):
+    # matmul_bias_gelu: pre = x w + bias, y = gelu_tanh(pre); matmul_dgelu:
+    # y = (dy w^T) * gelu_tanh'(pre). n = 8 takes the cuBLASLt epilogue
+    # (its aux ld must be a multiple of 8), n = 6 the fallback. The cpu
+    # reference takes the GELU of the rounded pre-activation (cuBLASLt of
+    # the f32 sum): y may be off by |gelu'| <= 1.13 times pre's rounding,
+    # which in the negative tail is large next to y itself.
+    def y_atol(pre, dtype):
+        return default_tol(dtype, 1.0)[1] + (1.13 * 2.0 ** -9 * float(np.abs(pre).max())
+                                             if dtype == "bf16" else 0.0)
+    cases = [("n8", [2, 3, 8], [8, 8], False), ("n8_t", [5, 12], [8, 12], True),
+             ("n6", [2, 3, 8], [8, 6], False)]
+    for name, sx, sw, tb in cases:
+        n = sw[0] if tb else sw[1]
+        for dtype in ("f32", "bf16"):
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng("gelu_" + cname)
+            x, wt, bias = rng.float(sx, dtype), rng.float(sw, dtype), rng.float([n], dtype)
+            product = f64(x) @ (t_last(f64(wt)) if tb else f64(wt))
+            pre = product + f64(bias)
+            w.case("matmul_bias_gelu", cname, transpose_b=tb).inp("a", x).inp("b", wt).inp(
+                "bias", bias).out("y", like(gelu_tanh64(pre)[0], dtype), atol=y_atol(pre, dtype)).out(
+                "pre", like(pre, dtype), scale=2.0).save()
+            aux = rng.float(list(product.shape), dtype)
+            w.case("matmul_dgelu", cname, transpose_b=tb).inp("a", x).inp("b", wt).inp(
+                "pre", aux).out("y", like(product * gelu_tanh64(f64(aux))[1], dtype), scale=2.0).save()
+    # A pre-activation not of the product's shape is an error naming it.
+    rng = Rng("gelu_pre_wrong")
+    w.case("matmul_dgelu", "pre_wrong", transpose_b=False).inp("a", rng.float([5, 8])).inp(
+        "b", rng.float([8, 8])).inp("pre", rng.float([5, 6])).fails("pre", y=("f32", [5, 8])).save()
+
+
 # --------------------------------------------------------------------------
 # Normalization and softmax
 # --------------------------------------------------------------------------
@@ -2176,7 +2215,7 @@ def gen_reduce_prod(w):
 
 
 GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy, gen_matmul, gen_gemm,
-              gen_matmul_bias, gen_matmul_bias_grad,
+              gen_matmul_bias, gen_matmul_bias_grad, gen_matmul_gelu,
               gen_softmax, gen_layer_norm, gen_batch_norm, gen_reduce, gen_transpose, gen_broadcast_to,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
               gen_pool, gen_optimizers, gen_softmax_grad, gen_attention, gen_layer_norm_grad, gen_batch_norm_grad,

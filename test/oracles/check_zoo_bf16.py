@@ -91,6 +91,9 @@ CASES += [("gpt2", ["--tp", "2", "--sequence-parallel"], 2, 2)]
 # Training-mode BatchNorm (running statistics updated), on one rank: run
 # only when named in --only (the model is not in the default export).
 BATCHNORM_CASES = [("bn_mixer", [], 1, 2)]
+# GPT-2 with its tanh GELU (the matmuls' GELU epilogues), on one rank: run
+# only when named in --only.
+BATCHNORM_CASES += [("gpt2_tanh", [], 1, 2)]
 
 
 def label_of(case) -> str:

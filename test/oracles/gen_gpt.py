@@ -8,7 +8,8 @@ token cross-entropy `loss`; inputs are `input_ids` and `labels`, int64 [B, T].
   per layer:  LayerNormalization -> MatMul/Add qkv -> Split -> Reshape/Transpose
               -> MatMul q.k^T -> Mul scale -> Add causal mask -> Softmax
               -> MatMul v -> Transpose/Reshape -> MatMul/Add proj -> residual Add
-              -> LayerNormalization -> MatMul/Add [D,4D] -> GELU (erf form)
+              -> LayerNormalization -> MatMul/Add [D,4D] -> GELU (erf form;
+                 --gelu tanh: the tanh approximation)
               -> MatMul/Add [4D,D] -> residual Add
   LayerNormalization -> MatMul(Transpose(wte)) (tied head)
   -> SoftmaxCrossEntropyLoss on [B*T, V] logits and [B*T] labels
@@ -28,6 +29,13 @@ With --dynamic, B and T are the dim_params "batch" and "seq" and every
 Reshape target is computed from the reshaped tensor's shape (Shape -> Gather
 -> Unsqueeze -> Concat), as PyTorch exports do with dynamic axes. The position
 table then has --seq rows and T may be anything up to that.
+
+--gelu tanh builds GPT-2's own activation (OpenAI's code, HF gelu_new,
+llm.c): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as the primitive
+ops PyTorch exports F.gelu(approximate='tanh') to at this opset (ONNX's Gelu
+op needs opset 20, which the onnx package here does not know); dsopt
+recognises the pattern as one tanh GELU. The default stays the exact erf
+form.
 
 --materialize writes real weights (N(0, 0.02); LayerNorm scales 1 + N(0, 0.02)
 so that activations do not vanish through the stack), for tests that need
@@ -87,6 +95,8 @@ class GPTConfig:
     dropout: float = 0.0
     # How the causal mask is built: "trilu" in-graph, "constant" baked.
     mask: str = "trilu"
+    # The MLP's activation: "erf" (exact) or "tanh" (GPT-2's approximation).
+    gelu: str = "erf"
 
 
 class ExternalWeights:
@@ -221,7 +231,15 @@ class GraphBuilder:
         )
 
     def gelu(self, x: str) -> str:
-        """x * (1 + erf(x / sqrt(2))) * 0.5, the exact form PyTorch exports."""
+        """x * (1 + erf(x / sqrt(2))) * 0.5, the exact form PyTorch exports;
+        with cfg.gelu "tanh" the tanh approximation, node for node as
+        torch.onnx exports F.gelu(approximate='tanh') at opset 17."""
+        if self.cfg.gelu == "tanh":
+            cube = self.op("Mul", [x, self.op("Mul", [x, x])])
+            inner = self.op("Mul", [self.f32(math.sqrt(2.0 / math.pi)),
+                                    self.op("Add", [x, self.op("Mul", [self.f32(0.044715), cube])])])
+            return self.op("Mul", [self.f32(0.5), self.op("Mul", [x, self.op("Add", [
+                self.f32(1.0), self.op("Tanh", [inner])])])])
         erf = self.op("Erf", [self.op("Div", [x, self.f32(math.sqrt(2.0))])])
         return self.op("Mul", [self.op("Mul", [x, self.op("Add", [erf, self.f32(1.0)])]), self.f32(0.5)])
 
@@ -339,6 +357,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--mask", choices=("trilu", "constant"), default="trilu",
                         help="the causal mask: built in-graph by Trilu (default), or a [seq, seq] "
                              "Constant node with its values as raw_data, as exporters bake it")
+    parser.add_argument("--gelu", choices=("erf", "tanh"), default="erf",
+                        help="the MLP's GELU: exact erf (default) or GPT-2's tanh approximation")
     parser.add_argument("--materialize", action="store_true", help="write random weights instead of a sparse file")
     parser.add_argument("--seed", type=int, default=0, help="seed for --materialize (default 0)")
     parser.add_argument("--materialize-limit-gib", type=float, default=MATERIALIZE_LIMIT_BYTES / 2**30,
@@ -360,7 +380,7 @@ def main() -> int:
     args = parse_args()
     start = time.perf_counter()
     cfg = GPTConfig(args.layers, args.d_model, args.heads, args.vocab, args.seq, args.batch, args.dynamic,
-                    args.dropout, args.mask)
+                    args.dropout, args.mask, args.gelu)
     data_path = args.out.with_name(args.out.name + ".data")
     weights = ExternalWeights(data_path.name)
     graph = GraphBuilder(cfg, weights).build()

@@ -85,6 +85,8 @@ class GPT2Config:
     batch: int = 2
     seq: int = 16
     seed: int = 0
+    # F.gelu's approximate: "none" (exact erf) or "tanh" (GPT-2's own).
+    gelu: str = "none"
 
 
 class GPT2Attention(nn.Module):
@@ -121,11 +123,13 @@ class GPT2Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
         self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
         self.fc_out = nn.Linear(4 * cfg.d_model, cfg.d_model)
+        self.gelu = cfg.gelu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        # Exact (erf) GELU: exports as Div, Erf, Add, Mul, Mul.
-        return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
+        # Exact (erf) GELU: exports as Div, Erf, Add, Mul, Mul; the tanh
+        # form as Mul, Mul, Mul, Add, Mul, Tanh, Add, Mul, Mul (opset 17).
+        return x + self.fc_out(F.gelu(self.fc(self.ln2(x)), approximate=self.gelu))
 
 
 class GPT2(nn.Module):
@@ -775,6 +779,10 @@ ZOO: Dict[str, ZooModel] = {
             exported_by_default=False,
             tied=("wte.weight",),
         ),
+        # GPT-2's own activation, the tanh GELU (ds-recognize-gelu; the
+        # matmuls' GELU epilogues).
+        _lm_entry("gpt2_tanh", GPT2Config(gelu="tanh"), GPT2, exported_by_default=False,
+                  tied=("wte.weight",)),
         _lm_entry("llama", LlamaConfig(), Llama),
         _lm_entry("llama_rope", LlamaConfig(rope_in_graph=True), Llama, exported_by_default=False),
         ZooModel("bert", BertConfig(), Bert, _bert_inputs),

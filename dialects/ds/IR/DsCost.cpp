@@ -108,6 +108,18 @@ int64_t MatMulBiasGradOp::getFlops() {
   return 2 * elements(getResult()) * k + elements(getRhs());
 }
 
+// The product's 2 m n k, the bias add and the tanh GELU's 9 per element.
+int64_t MatMulBiasGeluOp::getFlops() {
+  int64_t k = cast<ShapedType>(getLhs().getType()).getShape().back();
+  return (2 * k + 1 + 9) * elements(getResult());
+}
+
+// The product's 2 m n k and the tanh GELU's derivative, 14 per element.
+int64_t MatMulDGeluOp::getFlops() {
+  int64_t k = cast<ShapedType>(getLhs().getType()).getShape().back();
+  return (2 * k + 14) * elements(getResult());
+}
+
 int64_t GemmOp::getFlops() {
   auto a = cast<ShapedType>(getA().getType());
   int64_t k = a.getDimSize(getTransposeA() ? 0 : 1);

@@ -596,6 +596,35 @@ int64_t MatMulBiasGradOp::getWorkspaceBytes() {
                   reduceWorkspaceBytes(getRhs(), {0}, false));
 }
 
+void MatMulBiasGeluOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::matmul_bias_gelu");
+  call.stream();
+  call.tensor(getLhs());
+  call.tensor(getRhs());
+  call.tensor(getBias());
+  call.tensor(getResult());
+  call.tensor(getPreActivation());
+  call.boolean(getTransposeRhs());
+  call.workspace();
+}
+int64_t MatMulBiasGeluOp::getWorkspaceBytes() {
+  return matmulWorkspaceBytes(getLhs(), getRhs(), getResult());
+}
+
+void MatMulDGeluOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::matmul_dgelu");
+  call.stream();
+  call.tensor(getLhs());
+  call.tensor(getRhs());
+  call.tensor(getPreActivation());
+  call.tensor(getResult());
+  call.boolean(getTransposeRhs());
+  call.workspace();
+}
+int64_t MatMulDGeluOp::getWorkspaceBytes() {
+  return matmulWorkspaceBytes(getLhs(), getRhs(), getResult());
+}
+
 //===----------------------------------------------------------------------===//
 // Data movement
 //===----------------------------------------------------------------------===//

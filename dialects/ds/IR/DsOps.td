@@ -309,6 +309,49 @@ def Ds_MatMulBiasGradOp : Ds_Op<"matmul_bias_grad", [Ds_Accumulate32, InferTypeO
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
 }
 
+def Ds_MatMulBiasGeluOp : Ds_Op<"matmul_bias_gelu", [Ds_Accumulate32, InferTypeOpAdaptor],
+                                ["getWorkspaceBytes"]> {
+  let summary = "matrix product, bias and tanh GELU in its epilogue";
+  let description = [{
+    `pre_activation` = `lhs` [..., M, K] times `rhs` [K, N] (`transpose_rhs`:
+    [N, K]) plus `bias` [N]; `result` = the tanh-approximated GELU of it,
+    0.5 p (1 + tanh(sqrt(2/pi) (p + 0.044715 p^3))). Both results have the
+    product's type: the pre-activation is what the GELU's derivative reads
+    in the backward (`ds.matmul_dgelu`). ds-fuse-matmul-epilogue forms it
+    from `ds.gelu {approximate = tanh}` of a `ds.matmul_bias` without an
+    addend, never from the exact erf GELU; cuda runs it as one cuBLASLt
+    call (CUBLASLT_EPILOGUE_GELU_AUX_BIAS, the pre-activation as its aux
+    matrix). Under mixed precision the GELU is taken of the f32 sum, and
+    both results are rounded once.
+  }];
+  let arguments = (ins Ds_FloatTensor:$lhs, Ds_FloatTensor:$rhs,
+                   Ds_FloatTensor:$bias, UnitAttr:$transpose_rhs);
+  let results = (outs Ds_FloatTensor:$result, Ds_FloatTensor:$pre_activation);
+  let assemblyFormat = "$lhs `,` $rhs `,` $bias attr-dict `:` "
+                       "type($lhs) `,` type($rhs) `,` type($bias)";
+}
+
+def Ds_MatMulDGeluOp : Ds_Op<"matmul_dgelu", [Ds_Accumulate32, InferTypeOpAdaptor],
+                             ["getWorkspaceBytes"]> {
+  let summary = "input gradient times the tanh GELU's derivative in its epilogue";
+  let description = [{
+    `result` = (`lhs` [..., M, K] times `rhs` [K, N], `transpose_rhs`:
+    [N, K]) * gelu'(`pre_activation`), elementwise, `pre_activation` of the
+    result's type and gelu' the derivative of the tanh-approximated GELU:
+    the gradient of a GELU's input from the gradient of its output, when
+    that gradient is a product. ds-fuse-matmul-epilogue forms it from the
+    product and the derivative autodiff writes for `ds.gelu {approximate =
+    tanh}`; cuda runs it as one cuBLASLt call (CUBLASLT_EPILOGUE_DGELU, the
+    pre-activation as its aux input). Under mixed precision the product is
+    multiplied by the derivative in f32 and rounded once.
+  }];
+  let arguments = (ins Ds_FloatTensor:$lhs, Ds_FloatTensor:$rhs,
+                   Ds_FloatTensor:$pre_activation, UnitAttr:$transpose_rhs);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs `,` $pre_activation attr-dict `:` "
+                       "type($lhs) `,` type($rhs) `,` type($pre_activation)";
+}
+
 //===----------------------------------------------------------------------===//
 // Normalization and softmax
 //===----------------------------------------------------------------------===//

@@ -379,6 +379,70 @@ LogicalResult MatMulBiasGradOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+/// The [..., M, N] result of lhs [..., M, K] times a 2-D rhs (transposed:
+/// [N, K]), all of one element type; errors name `op`.
+static LogicalResult inferEpilogueProduct(std::optional<Location> loc,
+                                          StringRef op, Value lhsValue,
+                                          Value rhsValue, bool transposeRhs,
+                                          RankedTensorType &result) {
+  auto lhs = tensorType(lhsValue), rhs = tensorType(rhsValue);
+  if (!lhs || !rhs || lhs.getRank() < 2 || rhs.getRank() != 2)
+    return fail(loc, op + " needs lhs [..., M, K] and a 2-D rhs");
+  if (rhs.getElementType() != lhs.getElementType())
+    return fail(loc, op + " operands must have one element type");
+  int64_t k = lhs.getShape().back();
+  int64_t kRhs = rhs.getDimSize(transposeRhs ? 1 : 0);
+  int64_t n = rhs.getDimSize(transposeRhs ? 0 : 1);
+  if (k != kRhs)
+    return fail(loc, op + " contraction sizes differ: " +
+                         shapeString(lhs.getShape()) + " x " +
+                         shapeString(rhs.getShape()));
+  SmallVector<int64_t> shape(lhs.getShape());
+  shape.back() = n;
+  result = RankedTensorType::get(shape, lhs.getElementType());
+  return success();
+}
+
+LogicalResult MatMulBiasGeluOp::inferReturnTypes(MLIRContext *,
+                                                 std::optional<Location> loc,
+                                                 Adaptor adaptor,
+                                                 Types &types) {
+  RankedTensorType result;
+  if (failed(inferEpilogueProduct(loc, "matmul_bias_gelu", adaptor.getLhs(),
+                                  adaptor.getRhs(), adaptor.getTransposeRhs(),
+                                  result)))
+    return failure();
+  auto bias = tensorType(adaptor.getBias());
+  if (!bias || bias.getRank() != 1 ||
+      bias.getDimSize(0) != result.getShape().back() ||
+      bias.getElementType() != result.getElementType())
+    return fail(loc, "matmul_bias_gelu bias must be [" +
+                         Twine(result.getShape().back()) +
+                         "] of the operands' element type");
+  types.push_back(result);
+  types.push_back(result);
+  return success();
+}
+
+LogicalResult MatMulDGeluOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor, Types &types) {
+  RankedTensorType result;
+  if (failed(inferEpilogueProduct(loc, "matmul_dgelu", adaptor.getLhs(),
+                                  adaptor.getRhs(), adaptor.getTransposeRhs(),
+                                  result)))
+    return failure();
+  if (adaptor.getPreActivation().getType() != result)
+    return fail(loc, "matmul_dgelu pre_activation " +
+                         shapeString(tensorType(adaptor.getPreActivation())
+                                         ? tensorType(adaptor.getPreActivation())
+                                               .getShape()
+                                         : ArrayRef<int64_t>{}) +
+                         " does not have the product's type");
+  types.push_back(result);
+  return success();
+}
+
 /// attention's q, k and v: one float type, one shape [..., T, Dh].
 static LogicalResult checkAttentionOperands(std::optional<Location> loc,
                                             StringRef op,

@@ -80,6 +80,19 @@ def DsFuseAttention : Pass<"ds-fuse-attention", "mlir::func::FuncOp"> {
   }];
 }
 
+def DsRecognizeGelu : Pass<"ds-recognize-gelu", "mlir::func::FuncOp"> {
+  let summary = "Make the tanh GELU written as primitive ops one ds.gelu";
+  let description = [{
+    `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))` (x³ as
+    `x * (x * x)`, `(x * x) * x` or `pow(x, 3)`; the products in torch.onnx's
+    or HF gelu_new's association; operands of adds and muls in either
+    order) becomes `ds.gelu {approximate = tanh}`, the form ONNX's `Gelu`
+    (opset 20) imports to. The constants must equal those values rounded to
+    their element type and every intermediate must have x's type; anything
+    else is left as it is. Runs first in ds-train, before autodiff.
+  }];
+}
+
 def DsFuseMatMulEpilogue : Pass<"ds-fuse-matmul-epilogue", "mlir::func::FuncOp"> {
   let summary = "Fold bias adds, residual adds and bias gradients into matmuls";
   let description = [{

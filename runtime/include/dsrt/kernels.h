@@ -95,6 +95,24 @@ void matmul_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor 
 int64_t matmul_bias_grad_workspace_bytes(DType dtype, const Shape &a, const Shape &b,
                                          const Shape &y);
 
+// pre = a op(b) + bias and y = gelu_tanh(pre) (the tanh approximation,
+// never the erf GELU): a [..., M, K], b [K, N] (transpose_b: [N, K]), bias
+// [N], y and pre of one shape and float type. The cpu reference runs
+// matmul_bias into pre and the GELU of the stored pre into y; the cuda
+// backend one cuBLASLt call (CUBLASLT_EPILOGUE_GELU_AUX_BIAS, pre as the aux
+// matrix), the GELU taken of the f32 sum. Workspace: matmul_workspace_bytes.
+void matmul_bias_gelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &bias,
+                      const Tensor &y, const Tensor &pre, bool transpose_b, const Workspace &ws);
+
+// y = (a op(b)) * gelu_tanh'(pre), elementwise: the gradient of a tanh
+// GELU's input from its output's gradient a op(b). a [..., M, K], b [K, N]
+// (transpose_b: [N, K]), pre and y of one shape and float type. The cpu
+// reference runs matmul into y and multiplies in f32; the cuda backend one
+// cuBLASLt call (CUBLASLT_EPILOGUE_DGELU, pre as the aux input).
+// Workspace: matmul_workspace_bytes.
+void matmul_dgelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &pre,
+                  const Tensor &y, bool transpose_b, const Workspace &ws);
+
 // Workspace bytes of matmul and gemm: 4 * (|a| + |b| + |y|) elements for f16
 // and bf16, 0 otherwise.
 int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y);

@@ -4,6 +4,7 @@
 // op's workspace (workspace_shapes.h: kMatmulTile*), sgemm accumulating each
 // output tile in f32 and rounding it once; integers use a plain triple loop
 // with wrapping arithmetic.
+#include "elementwise_ops.h"
 #include "internal.h"
 
 #include <cblas.h>
@@ -174,6 +175,24 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
   });
 }
 
+// y[i] = f(pre[i]) (scale null) or scale[i] * f(pre[i]), in f32 and
+// rounded once: the GELU epilogues' pointwise step.
+template <typename F>
+void map_gelu(Stream &s, const Tensor &pre, const Tensor *scale, const Tensor &y, F f) {
+  dispatch_float("matmul_gelu", y.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *in = pre.as<T>();
+    const T *by = scale ? scale->as<T>() : nullptr;
+    T *out = y.as<T>();
+    parallel_for(s, y.numel(), kGrainElementwise, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float v = f(Elem<T>::load(in[i]));
+        out[i] = Elem<T>::store(by ? Elem<T>::load(by[i]) * v : v);
+      }
+    });
+  });
+}
+
 void matmul_bias(Stream &s, const Tensor &a, const Tensor &b, const Tensor &bias,
                  const Tensor *addend, const Tensor &y, bool transpose_b, const Workspace &ws) {
   begin_kernel(s);
@@ -238,6 +257,25 @@ void matmul_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor 
   matmul(s, a, b, y, transpose_a, false, ws);
   const int64_t axis0 = 0;
   reduce(s, ReduceOp::Sum, b, bias_grad, &axis0, 1, ws);
+}
+
+void matmul_bias_gelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &bias,
+                      const Tensor &y, const Tensor &pre, bool transpose_b, const Workspace &ws) {
+  const char *kernel = "matmul_bias_gelu";
+  check_matmul_gelu(kernel, a, b, &bias, pre, y, transpose_b);
+  // The reference: the biased product into pre, then the GELU of pre as
+  // stored, rounded once into y.
+  matmul_bias(s, a, b, bias, nullptr, pre, transpose_b, ws);
+  map_gelu(s, pre, nullptr, y, [](float v) { return detail::gelu_tanh_f32(v); });
+}
+
+void matmul_dgelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &pre,
+                  const Tensor &y, bool transpose_b, const Workspace &ws) {
+  const char *kernel = "matmul_dgelu";
+  check_matmul_gelu(kernel, a, b, nullptr, pre, y, transpose_b);
+  // The reference: the product into y, then y * gelu'(pre) in f32.
+  matmul(s, a, b, y, false, transpose_b, ws);
+  map_gelu(s, pre, &y, y, [](float v) { return detail::gelu_tanh_grad_f32(v); });
 }
 
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,

@@ -17,8 +17,15 @@
 // addend comes in as C with beta 1; CUBLASLT_EPILOGUE_BGRADA writes the sums
 // of cuBLASLt's A (b's storage, the output gradient) over k, one per row of
 // D, in y's type. cuBLASLt's GELU epilogues compute the tanh approximation,
-// not the exact erf GELU of the models here, so GELU stays a loop of its own.
+// so only matmul_bias_gelu and matmul_dgelu (formed from ds.gelu {approximate
+// = tanh}) use them: CUBLASLT_EPILOGUE_GELU_AUX_BIAS writes the biased
+// product before the GELU as the aux matrix, which CUBLASLT_EPILOGUE_DGELU
+// reads back to multiply the product by the GELU's derivative. The aux
+// matrix is laid out like D (column-major, ld n); cuBLASLt needs its ld
+// divisible by 8, so a product with n % 8 != 0 runs as the plain product
+// and a pointwise kernel instead. The exact erf GELU never uses them.
 #include "cuda/common.cuh"
+#include "elementwise_ops.h"
 
 #include <limits>
 #include <map>
@@ -69,6 +76,8 @@ struct Gemm {
   // CUBLASLT_EPILOGUE_BIAS / BGRADA with their vector, or the default.
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   void *bias = nullptr;
+  // GELU_AUX_BIAS / DGELU: the aux matrix (D's layout and type), or none.
+  void *aux = nullptr;
 };
 
 // The cuBLASLt descriptors, layouts and algorithm of one kind of product:
@@ -94,7 +103,7 @@ struct LtPlan {
 // type, workspace bytes, epilogue and the bias vector's alignment (which
 // the heuristic reads from the pointer: 16 bytes or less).
 using LtKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int64_t, size_t, int, bool>;
+                         int64_t, int64_t, int64_t, int64_t, size_t, int, bool, bool>;
 
 bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -104,6 +113,24 @@ struct PreferenceHolder {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
   }
 };
+
+// The GELU epilogues' aux matrix: D's type, D's leading dimension (n, a
+// multiple of 8 as cuBLASLt requires), its pointer (set again per call).
+void set_aux(cublasLtMatmulDesc_t op, const Gemm &g, cudaDataType_t type) {
+  if (!g.aux)
+    return;
+  const int64_t ld = g.n;
+  const int32_t aux_type = type;
+  check_cublas(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                              &g.aux, sizeof(g.aux)),
+               g.kernel, "aux pointer");
+  check_cublas(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                              sizeof(ld)),
+               g.kernel, "aux ld");
+  check_cublas(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                              &aux_type, sizeof(aux_type)),
+               g.kernel, "aux type");
+}
 
 std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
                                   cublasComputeType_t compute, size_t ws_bytes) {
@@ -131,6 +158,7 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
                                                 &g.bias, sizeof(g.bias)),
                  g.kernel, "bias pointer");
   }
+  set_aux(plan->op, g, type);
   // Stored column-major shapes: b is (ldb x rows of b), a is (lda x rows of a).
   const int64_t b_rows = g.trans_b ? g.k : g.n, b_cols = g.trans_b ? g.n : g.k;
   const int64_t a_rows = g.trans_a ? g.m : g.k, a_cols = g.trans_a ? g.k : g.m;
@@ -166,7 +194,7 @@ LtPlan &lt_plan(const Gemm &g, cudaDataType_t type, cublasComputeType_t compute,
   static auto *plans = new std::map<LtKey, std::unique_ptr<LtPlan>>;
   const LtKey key{static_cast<int>(type), static_cast<int>(compute), g.trans_a, g.trans_b,
                   g.m, g.n, g.k, g.lda, g.ldb, g.batch, g.a_stride, g.b_stride, g.y_stride,
-                  ws_bytes, static_cast<int>(g.epilogue), aligned16(g.bias)};
+                  ws_bytes, static_cast<int>(g.epilogue), aligned16(g.bias), aligned16(g.aux)};
   std::lock_guard<std::mutex> lock(*mutex);
   auto it = plans->find(key);
   if (it == plans->end())
@@ -194,6 +222,10 @@ void run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, cons
     check_cublas(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                 &g.bias, sizeof(g.bias)),
                  g.kernel, "bias pointer");
+    if (g.aux)
+      check_cublas(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                  &g.aux, sizeof(g.aux)),
+                   g.kernel, "aux pointer");
   }
   check_cublas(cublasLtMatmul(cublaslt(), plan.op, &alpha, b, plan.a, a, plan.b, &beta,
                               c ? c : y, plan.c, y, plan.d, &plan.algo, ws_data, ws_bytes,
@@ -296,6 +328,41 @@ __global__ void bias_rows_kernel(const T *bias, const T *addend, T *y, int64_t c
   }
 }
 
+// The GELU epilogues' pointwise step where cuBLASLt cannot take it:
+// y = gelu(pre) (forward) or y = y * gelu'(pre) (backward), in f32.
+template <typename T>
+__global__ void gelu_tanh_kernel(const T *pre, T *y, bool grad, int64_t n) {
+  DSRT_GRID_STRIDE(i, n) {
+    const float x = ld(pre[i]);
+    y[i] = grad ? st<T>(ld(y[i]) * gelu_tanh_grad_f32(x)) : st<T>(gelu_tanh_f32(x));
+  }
+}
+
+void gelu_tanh_pointwise(cudaStream_t stream, const char *kernel, const Tensor &pre,
+                         const Tensor &y, bool grad) {
+  const int64_t n = y.numel();
+  dispatch_float(kernel, y.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    gelu_tanh_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(pre.as<T>(), y.as<T>(), grad, n);
+  });
+  check_launch(kernel);
+}
+
+// matmul_bias_gelu's and matmul_dgelu's one cuBLASLt call: y = a op(b)
+// through `epilogue`, with its bias (or none) and aux matrix.
+void gelu_epilogue(Stream &s, const char *kernel, const MatmulPlan &p, const Tensor &a,
+                   const Tensor &b, const Tensor &y, cublasLtEpilogue_t epilogue, void *bias,
+                   void *aux, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  WorkspaceFloats scratch(kernel, ws, matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+  check_lt_size(kernel, p);
+  Gemm g{kernel, a.dtype, false, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
+  g.epilogue = epilogue;
+  g.bias = bias;
+  g.aux = aux;
+  run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
+}
+
 }  // namespace
 
 void detail::lt_gemm_f32(cudaStream_t stream, const char *kernel, bool trans_a, bool trans_b,
@@ -382,6 +449,36 @@ void matmul_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor 
   g.epilogue = CUBLASLT_EPILOGUE_BGRADA;
   g.bias = bias_grad.data;
   run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
+}
+
+void matmul_bias_gelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &bias,
+                      const Tensor &y, const Tensor &pre, bool transpose_b, const Workspace &ws) {
+  const char *kernel = "matmul_bias_gelu";
+  MatmulPlan p = check_matmul_gelu(kernel, a, b, &bias, pre, y, transpose_b);
+  if (y.numel() == 0)
+    return;
+  if (p.k == 0 || p.n % 8 != 0) {
+    // No epilogue: the biased product into pre, the GELU into y.
+    matmul_bias(s, a, b, bias, nullptr, pre, transpose_b, ws);
+    gelu_tanh_pointwise(begin_kernel(s), kernel, pre, y, false);
+    return;
+  }
+  gelu_epilogue(s, kernel, p, a, b, y, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias.data, pre.data, ws);
+}
+
+void matmul_dgelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &pre,
+                  const Tensor &y, bool transpose_b, const Workspace &ws) {
+  const char *kernel = "matmul_dgelu";
+  MatmulPlan p = check_matmul_gelu(kernel, a, b, nullptr, pre, y, transpose_b);
+  if (y.numel() == 0)
+    return;
+  if (p.k == 0 || p.n % 8 != 0) {
+    // No epilogue: the product into y, then y * gelu'(pre).
+    matmul(s, a, b, y, false, transpose_b, ws);
+    gelu_tanh_pointwise(begin_kernel(s), kernel, pre, y, true);
+    return;
+  }
+  gelu_epilogue(s, kernel, p, a, b, y, CUBLASLT_EPILOGUE_DGELU, nullptr, pre.data, ws);
 }
 
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,

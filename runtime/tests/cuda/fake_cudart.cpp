@@ -51,6 +51,7 @@
 #include <execinfo.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -747,11 +748,16 @@ struct LtDesc {
   int compute, scale;
   int trans_a, trans_b;  // cublasOperation_t
   int unsupported;       // an attribute the emulation does not model was set
-  // The epilogue (cublasLtEpilogue_t: DEFAULT, BIAS or BGRADA modelled),
-  // the bias (or bias gradient) vector and its cudaDataType (-1: D's).
+  // The epilogue (cublasLtEpilogue_t: DEFAULT, BIAS, BGRADA, GELU_AUX_BIAS
+  // and DGELU modelled), the bias (or bias gradient) vector and its
+  // cudaDataType (-1: D's).
   uint32_t epilogue;
   int32_t bias_type;
   void *bias;
+  // The GELU epilogues' aux matrix, its leading dimension and type (-1: D's).
+  void *aux;
+  int64_t aux_ld;
+  int32_t aux_type;
 };
 struct LtLayout {
   int type;  // cudaDataType
@@ -774,6 +780,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComput
   d->scale = scale;
   d->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   d->bias_type = -1;
+  d->aux_type = -1;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
@@ -789,6 +796,9 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
   else if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE) SET_ATTR(d->epilogue, buf, bytes);
   else if (attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER) SET_ATTR(d->bias, buf, bytes);
   else if (attr == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) SET_ATTR(d->bias_type, buf, bytes);
+  else if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER) SET_ATTR(d->aux, buf, bytes);
+  else if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD) SET_ATTR(d->aux_ld, buf, bytes);
+  else if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE) SET_ATTR(d->aux_type, buf, bytes);
   else d->unsupported = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -830,7 +840,7 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
                                                     const void *, size_t) {
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t,
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatmulPreference_t, int requested,
@@ -839,6 +849,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   LOCKED;
   st.count("cublasLtMatmulAlgoGetHeuristic");
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+#if DSRT_FAKE_EMULATE
+  if (dsemu::fault("lt-no-epilogue-algo") &&
+      reinterpret_cast<const LtDesc *>(desc)->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    *returned = 0;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+#else
+  (void)desc;
+#endif
   results[0] = cublasLtMatmulHeuristicResult_t{};
   results[0].state = CUBLAS_STATUS_SUCCESS;
   *returned = 1;
@@ -873,12 +892,23 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
   };
   if (desc->unsupported || a->unsupported || b->unsupported || c->unsupported || d->unsupported)
     return fail("an attribute the emulation does not model (only transposes, the epilogue, "
-                "bias pointer and type, batch count and stride)");
-  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+                "bias pointer and type, aux pointer, ld and type, batch count and stride)");
+  const bool gelu_aux_bias = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool dgelu = desc->epilogue == CUBLASLT_EPILOGUE_DGELU;
+  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS || gelu_aux_bias;
   const bool bgrad_a = desc->epilogue == CUBLASLT_EPILOGUE_BGRADA;
-  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrad_a)
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrad_a && !dgelu)
     return fail("epilogue " + std::to_string(desc->epilogue) +
-                " (only DEFAULT, BIAS and BGRADA are emulated)");
+                " (only DEFAULT, BIAS, BGRADA, GELU_AUX_BIAS and DGELU are emulated)");
+  // The aux matrix: D's shape, its own ld (in elements, a multiple of 8 and
+  // at least D's rows, as cuBLASLt requires) and type (D's by default).
+  const int aux_type = desc->aux_type == -1 ? d->type : desc->aux_type;
+  if ((gelu_aux_bias || dgelu) &&
+      (!desc->aux || desc->aux_ld % 8 != 0 || desc->aux_ld < int64_t(d->rows) ||
+       aux_type != d->type || d->batch != 1))
+    return fail("a GELU epilogue without an aux pointer, with an aux ld " +
+                std::to_string(desc->aux_ld) + " not a multiple of 8 at least D's " +
+                std::to_string(d->rows) + " rows, an aux type other than D's, or on a batch");
   const int bias_type = desc->bias_type == -1 ? d->type : desc->bias_type;
   if ((bias || bgrad_a) && (!desc->bias || !lt_type_ok(bias_type) || d->batch != 1))
     return fail("a bias epilogue without a bias pointer, with a bias type other than f32, "
@@ -921,6 +951,17 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
         float v = alpha * acc;
         if (beta != 0.0f) v += beta * lt_load(c->type, C, co + row + col * c->ld);
         if (bias) v += lt_load(bias_type, desc->bias, row);  // one per row of D
+        if (gelu_aux_bias) {
+          // The GELU's input to aux, the tanh GELU of the f32 value to D.
+          lt_store(aux_type, desc->aux, row + col * desc->aux_ld, v);
+          v = 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        } else if (dgelu) {
+          // The product times the tanh GELU's derivative at aux.
+          const float x = lt_load(aux_type, desc->aux, row + col * desc->aux_ld);
+          const float t = std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x));
+          v *= 0.5f * (1.0f + t) +
+               0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 0.134145f * x * x);
+        }
         lt_store(d->type, D, dof + row + col * d->ld, v);
       }
   }

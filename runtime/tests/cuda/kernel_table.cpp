@@ -26,6 +26,8 @@ const Entry kTable[] = {
     DSRT_KERNEL(gemm),
     DSRT_KERNEL(matmul_bias),
     DSRT_KERNEL(matmul_bias_grad),
+    DSRT_KERNEL(matmul_bias_gelu),
+    DSRT_KERNEL(matmul_dgelu),
     DSRT_KERNEL(matmul_workspace_bytes),
     DSRT_KERNEL(gemm_workspace_bytes),
     DSRT_KERNEL(matmul_bias_grad_workspace_bytes),
