@@ -985,6 +985,17 @@ MatmulPlan check_matmul_bias_grad(const char *kernel, const Tensor &a, const Ten
   return p;
 }
 
+MatmulPlan check_matmul_lhs_bias_grad(const char *kernel, const Tensor &a, const Tensor &b,
+                                      const Tensor &y, const Tensor &bias_grad) {
+  check_data(kernel, "a", a);
+  check_float(kernel, "a", a);
+  if (a.shape.rank != 2 || b.shape.rank != 2)
+    fail(kernel, "a and b must be 2-D, got " + a.shape.str() + " and " + b.shape.str());
+  MatmulPlan p = check_matmul(kernel, a, b, y, true, false);
+  check_row_vector(kernel, "bias_grad", bias_grad, "a", a, p.m);
+  return p;
+}
+
 void check_copy(const char *kernel, const Tensor &x, const Tensor &y) {
   check_data(kernel, "x", x);
   check_data(kernel, "y", y);

@@ -160,6 +160,14 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
     COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}")
   set_tests_properties(dsrt_cuda_emu_kernels PROPERTIES LABELS dsrt_cuda TIMEOUT 120
                        FIXTURES_REQUIRED dsrt_cases)
+  # The same epilogue cases when cuBLASLt's heuristic has no algorithm for
+  # an epilogue: the fallback (plain product, then the bias add or the
+  # column sums) against the same references.
+  add_test(NAME dsrt_cuda_emu_epilogue_fallback
+    COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_matmul_bias.*:Kernel_matmul_bias_grad.*:Kernel_matmul_lhs_bias_grad.*")
+  set_tests_properties(dsrt_cuda_emu_epilogue_fallback PROPERTIES LABELS dsrt_cuda TIMEOUT 60
+                       FIXTURES_REQUIRED dsrt_cases ENVIRONMENT "DSRT_EMU_NO_EPILOGUE_ALGO=1")
   # The NCCL transport's device test (nccl_device_test.cpp) on the
   # emulation's NCCL over MPI, 3 ranks: uneven ring chunks (the grouped
   # broadcasts and reductions), a split into communicators of 2 and 1 ranks.

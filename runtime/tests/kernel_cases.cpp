@@ -307,6 +307,13 @@ const std::map<std::string, KernelFn> &kernels() {
              c.stream(), a, b, y, c.out("bias_grad"), c.attr_bool("transpose_a"),
              c.workspace(matmul_bias_grad_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
        }},
+      {"matmul_lhs_bias_grad",
+       [](CaseRun &c) {
+         Tensor a = c.in("a"), b = c.in("b"), y = c.out("y");
+         matmul_lhs_bias_grad(
+             c.stream(), a, b, y, c.out("bias_grad"),
+             c.workspace(matmul_lhs_bias_grad_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
+       }},
       {"softmax",
        [](CaseRun &c) {
          Tensor x = c.in("x");
@@ -721,7 +728,8 @@ public:
     // kernels that do not call it must reproduce the same bytes.
     const std::string kernel = manifest.at("kernel").as_string();
     if (kernel == "matmul" || kernel == "gemm" || kernel == "matmul_bias" ||
-        kernel == "matmul_bias_grad" || kernel == "conv" ||
+        kernel == "matmul_bias_grad" || kernel == "matmul_lhs_bias_grad" ||
+        kernel == "conv" ||
         kernel == "conv_grad_input" || kernel == "conv_grad_weight")
       return;
     for (auto &[name, array] : two)

@@ -723,7 +723,8 @@ struct LtDesc {
   int compute, scale;
   int trans_a, trans_b;  // cublasOperation_t
   int unsupported;       // an attribute the emulation does not model was set
-  // The epilogue (cublasLtEpilogue_t: DEFAULT, BIAS or BGRADA modelled),
+  // The epilogue (cublasLtEpilogue_t: DEFAULT, BIAS, BGRADA or BGRADB
+  // modelled),
   // the bias (or bias gradient) vector and its cudaDataType (-1: D's).
   uint32_t epilogue;
   int32_t bias_type;
@@ -806,7 +807,17 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
                                                     const void *, size_t) {
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t,
+// DSRT_EMU_NO_EPILOGUE_ALGO=1: the heuristic finds no algorithm for any
+// product with an epilogue (as cuBLASLt may for some shape or type), so
+// that the runtime's fallback runs, and a product run with one anyway fails.
+static bool no_epilogue_algo() {
+  static const bool set = [] {
+    const char *v = std::getenv("DSRT_EMU_NO_EPILOGUE_ALGO");
+    return v && std::string(v) == "1";
+  }();
+  return set;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatmulPreference_t, int requested,
@@ -815,6 +826,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   LOCKED;
   st.count("cublasLtMatmulAlgoGetHeuristic");
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  if (no_epilogue_algo() &&
+      reinterpret_cast<const LtDesc *>(desc)->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    *returned = 0;
+    return CUBLAS_STATUS_SUCCESS;
+  }
   results[0] = cublasLtMatmulHeuristicResult_t{};
   results[0].state = CUBLAS_STATUS_SUCCESS;
   *returned = 1;
@@ -852,11 +868,15 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
                 "bias pointer and type, batch count and stride)");
   const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
   const bool bgrad_a = desc->epilogue == CUBLASLT_EPILOGUE_BGRADA;
-  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrad_a)
+  const bool bgrad_b = desc->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrad_a && !bgrad_b)
     return fail("epilogue " + std::to_string(desc->epilogue) +
-                " (only DEFAULT, BIAS and BGRADA are emulated)");
+                " (only DEFAULT, BIAS, BGRADA and BGRADB are emulated)");
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && no_epilogue_algo())
+    return fail("epilogue " + std::to_string(desc->epilogue) +
+                " without an algorithm (DSRT_EMU_NO_EPILOGUE_ALGO=1)");
   const int bias_type = desc->bias_type == -1 ? d->type : desc->bias_type;
-  if ((bias || bgrad_a) && (!desc->bias || !lt_type_ok(bias_type) || d->batch != 1))
+  if ((bias || bgrad_a || bgrad_b) && (!desc->bias || !lt_type_ok(bias_type) || d->batch != 1))
     return fail("a bias epilogue without a bias pointer, with a bias type other than f32, "
                 "f16, bf16, or on a batch");
   if (desc->scale != CUDA_R_32F ||
@@ -907,6 +927,14 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
       for (int64_t kk = 0; kk < k; ++kk)
         sum += lt_load(a->type, A, ta ? kk + row * a->ld : row + kk * a->ld);
       lt_store(bias_type, desc->bias, row, sum);
+    }
+  // BGRADB: op(B) summed over k, one per column of D, in f32 in k order.
+  if (bgrad_b)
+    for (int64_t col = 0; col < n; ++col) {
+      float sum = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk)
+        sum += lt_load(b->type, B, tb ? col + kk * b->ld : kk + col * b->ld);
+      lt_store(bias_type, desc->bias, col, sum);
     }
   return CUBLAS_STATUS_SUCCESS;
 }
