@@ -920,22 +920,23 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
         lt_store(d->type, D, dof + row + col * d->ld, v);
       }
   }
-  // BGRADA: op(A) summed over k, one per row of D, in f32 in k order.
+  // BGRADA: op(A) summed over k, one per row of D; BGRADB: op(B) summed
+  // over k, one per column of D; in f32 in k order.
+  const auto bias_grad = [&](int64_t count, auto at) {
+    for (int64_t i = 0; i < count; ++i) {
+      float sum = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk) sum += at(i, kk);
+      lt_store(bias_type, desc->bias, i, sum);
+    }
+  };
   if (bgrad_a)
-    for (int64_t row = 0; row < m; ++row) {
-      float sum = 0.0f;
-      for (int64_t kk = 0; kk < k; ++kk)
-        sum += lt_load(a->type, A, ta ? kk + row * a->ld : row + kk * a->ld);
-      lt_store(bias_type, desc->bias, row, sum);
-    }
-  // BGRADB: op(B) summed over k, one per column of D, in f32 in k order.
+    bias_grad(m, [&](int64_t row, int64_t kk) {
+      return lt_load(a->type, A, ta ? kk + row * a->ld : row + kk * a->ld);
+    });
   if (bgrad_b)
-    for (int64_t col = 0; col < n; ++col) {
-      float sum = 0.0f;
-      for (int64_t kk = 0; kk < k; ++kk)
-        sum += lt_load(b->type, B, tb ? col + kk * b->ld : kk + col * b->ld);
-      lt_store(bias_type, desc->bias, col, sum);
-    }
+    bias_grad(n, [&](int64_t col, int64_t kk) {
+      return lt_load(b->type, B, tb ? col + kk * b->ld : kk + col * b->ld);
+    });
   return CUBLAS_STATUS_SUCCESS;
 }
 }  // namespace
