@@ -230,9 +230,9 @@ def classify(op, seq):
     if name in ("reshape", "constant") or op.name == "func.return":
         op.kind, op.bytes = None, 0  # views and module constants: no work
         return
-    if name in ("matmul", "gemm", "matmul_bias", "matmul_bias_grad", "matmul_bias_gelu",
-                "matmul_dgelu"):
-        # matmul_bias(_grad): the bias, residual or bias gradient ride in
+    if name in ("matmul", "gemm", "matmul_bias", "matmul_bias_grad", "matmul_lhs_bias_grad",
+                "matmul_bias_gelu", "matmul_dgelu"):
+        # matmul_bias(_grad), matmul_lhs_bias_grad: the bias, residual or bias gradient ride in
         # the product's cuBLASLt epilogue: their bytes are the op's, their
         # adds (a few per output element) are not counted as matmul FLOPs,
         # which Megatron-LM's formula checks.

@@ -27,6 +27,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/SetVector.h"
 
 namespace dsopt {
 #define GEN_PASS_DEF_DSFUSEMATMULEPILOGUE
@@ -114,6 +115,47 @@ Operation *foldBiasAdd(ds::AddOp add, IRRewriter &rewriter) {
   return last != add.getOperation() ? last : nullptr;
 }
 
+/// The one add reading `value` that adds it a value of its own type: a
+/// residual to take into the epilogue as its addend.
+ds::AddOp residualAdd(Value value) {
+  if (!value.hasOneUse())
+    return {};
+  auto next = dyn_cast<ds::AddOp>(*value.getUsers().begin());
+  if (!next || placed(next) || next.getLhs() == next.getRhs() ||
+      next.getType() != value.getType())
+    return {};
+  Value other = next.getLhs() == value ? next.getRhs() : next.getLhs();
+  return other.getType() == value.getType() ? next : ds::AddOp();
+}
+
+/// gemm(a, b, c) with c a bias vector [N] of the result's type, alpha and
+/// beta 1 and `a` not transposed (ONNX Gemm as nn.Linear exports it:
+/// transB, the weight [out, in]), and its residual add if any ->
+/// matmul_bias.
+void foldGemmBias(ds::GemmOp gemm, IRRewriter &rewriter) {
+  Value bias = gemm.getC();
+  if (placed(gemm) || !bias || gemm.getTransposeA() ||
+      !gemm.getAlpha().isExactlyValue(1.0) ||
+      !gemm.getBeta().isExactlyValue(1.0) ||
+      !isa<FloatType>(getElementTypeOrSelf(gemm.getType())) ||
+      !isBiasOf(bias, gemm.getResult()))
+    return;
+  Operation *last = gemm;
+  Value addend;
+  if (ds::AddOp next = residualAdd(gemm.getResult())) {
+    addend = next.getLhs() == gemm.getResult() ? next.getRhs() : next.getLhs();
+    last = next;
+  }
+  rewriter.setInsertionPoint(last);
+  auto fused = ds::MatMulBiasOp::create(rewriter, gemm.getLoc(), gemm.getA(),
+                                        gemm.getB(), bias, addend,
+                                        gemm.getTransposeBAttr());
+  copyAttrs(gemm, fused);
+  rewriter.replaceOp(last, fused.getResult());
+  if (last != gemm.getOperation())
+    rewriter.eraseOp(gemm);
+}
+
 /// `op`'s ancestor in `block`.
 Operation *inBlock(Operation *op, Block *block) {
   while (op && op->getBlock() != block)
@@ -128,6 +170,46 @@ bool readAfter(Operation *op, Operation *point) {
     if (!at || at == point || !point->isBeforeInBlock(at))
       return false;
   }
+  return true;
+}
+
+/// `value` and its reshapes that are matrices [K, `columns`] (the last
+/// axis of `value` by default).
+SetVector<Value> matrixViews(Value value, int64_t columns = -1) {
+  auto type = cast<ShapedType>(value.getType());
+  if (columns < 0)
+    columns = type.getShape().back();
+  SetVector<Value> views;
+  auto isMatrix = [&](Type t) {
+    auto shaped = cast<ShapedType>(t);
+    return shaped.getRank() == 2 && shaped.getDimSize(1) == columns;
+  };
+  if (isMatrix(type))
+    views.insert(value);
+  for (Operation *user : value.getUsers())
+    if (auto reshape = dyn_cast<ds::ReshapeOp>(user))
+      if (isMatrix(reshape.getType()))
+        views.insert(reshape.getResult());
+  return views;
+}
+
+/// The weight gradient of a weight stored [out, in]: matmul(dy as [K, M],
+/// x [K, N], transpose_lhs) -> matmul_lhs_bias_grad, its bias gradient
+/// `sum`'s result (dy's column sums). Placed at the later of the two.
+bool foldLhsBiasGrad(ds::ReduceSumOp sum, ds::MatMulOp matmul,
+                     IRRewriter &rewriter) {
+  Operation *later = sum->isBeforeInBlock(matmul) ? matmul.getOperation()
+                                                  : sum.getOperation();
+  Operation *earlier =
+      later == sum.getOperation() ? matmul.getOperation() : sum;
+  if (!readAfter(earlier, later))
+    return false;
+  rewriter.setInsertionPoint(later);
+  auto fused = ds::MatMulLhsBiasGradOp::create(
+      rewriter, matmul.getLoc(), matmul.getLhs(), matmul.getRhs());
+  copyAttrs(matmul, fused);
+  rewriter.replaceOp(matmul, fused.getResult());
+  rewriter.replaceOp(sum, fused.getBiasGrad());
   return true;
 }
 
@@ -150,28 +232,23 @@ bool foldBiasGrad(ds::ReduceSumOp sum, IRRewriter &rewriter) {
   for (int64_t i = 0; i < rank - 1; ++i)
     if (axes[i] != i)
       return false;
-  // dy itself when 2-D, else its reshape to [K, N], or a reshape to
-  // [K, N] of what dy reshapes (the canonicalizer's fold of a reshape of a
-  // reshape, as a packed attention gradient's reaches the q, k, v
-  // projection): the same elements in the same order.
-  SmallVector<Value> asMatrix;
-  if (rank == 2)
-    asMatrix.push_back(dy);
-  SmallVector<Value, 2> views{dy};
-  if (auto reshape = dy.getDefiningOp<ds::ReshapeOp>())
-    views.push_back(reshape.getInput());
-  for (Value view : views)
-    for (Operation *user : view.getUsers())
-      if (auto reshape = dyn_cast<ds::ReshapeOp>(user)) {
-        auto type = cast<ShapedType>(reshape.getType());
-        if (type.getRank() == 2 &&
-            type.getDimSize(1) == dyType.getShape().back())
-          asMatrix.push_back(reshape.getResult());
-      }
+  // dy as [K, N]: dy itself when 2-D, its reshapes, and when dy is a
+  // reshape, its source and the source's reshapes (the same elements in the
+  // same order).
+  SetVector<Value> asMatrix = matrixViews(dy);
+  if (auto view = dy.getDefiningOp<ds::ReshapeOp>())
+    asMatrix.insert_range(matrixViews(view.getInput(), dyType.getShape().back()));
   Block *block = sum->getBlock();
   for (Value rhs : asMatrix)
     for (Operation *user : rhs.getUsers()) {
       auto matmul = dyn_cast<ds::MatMulOp>(user);
+      // dy on the left, transposed: the [out, in] weight's gradient.
+      if (matmul && !placed(matmul) && matmul.getLhs() == rhs &&
+          matmul.getRhs() != rhs && matmul.getTransposeLhs() &&
+          !matmul.getTransposeRhs() && matmul->getBlock() == block &&
+          cast<ShapedType>(matmul.getRhs().getType()).getRank() == 2 &&
+          foldLhsBiasGrad(sum, matmul, rewriter))
+        return true;
       if (!matmul || placed(matmul) || matmul.getRhs() != rhs ||
           matmul.getLhs() == rhs || matmul.getTransposeRhs() ||
           matmul->getBlock() != block ||
@@ -245,6 +322,10 @@ struct FuseMatMulEpiloguePass
     if (function.isDeclaration())
       return;
     IRRewriter rewriter(function.getContext());
+    SmallVector<ds::GemmOp> gemms;
+    function.walk([&](ds::GemmOp gemm) { gemms.push_back(gemm); });
+    for (ds::GemmOp gemm : gemms)
+      foldGemmBias(gemm, rewriter);
     SmallVector<ds::AddOp> adds;
     SmallVector<ds::ReduceSumOp> sums;
     function.walk([&](Operation *op) {

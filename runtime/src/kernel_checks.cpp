@@ -1036,14 +1036,27 @@ MatmulPlan check_matmul_gelu(const char *kernel, const Tensor &a, const Tensor &
   return p;
 }
 
-MatmulPlan check_matmul_bias_grad(const char *kernel, const Tensor &a, const Tensor &b,
-                                  const Tensor &y, const Tensor &bias_grad, bool transpose_a) {
+// The operands of a weight gradient with its bias gradient: 2-D floats.
+static void check_bias_grad_operands(const char *kernel, const Tensor &a, const Tensor &b) {
   check_data(kernel, "a", a);
   check_float(kernel, "a", a);
   if (a.shape.rank != 2 || b.shape.rank != 2)
     fail(kernel, "a and b must be 2-D, got " + a.shape.str() + " and " + b.shape.str());
+}
+
+MatmulPlan check_matmul_bias_grad(const char *kernel, const Tensor &a, const Tensor &b,
+                                  const Tensor &y, const Tensor &bias_grad, bool transpose_a) {
+  check_bias_grad_operands(kernel, a, b);
   MatmulPlan p = check_matmul(kernel, a, b, y, transpose_a, false);
   check_row_vector(kernel, "bias_grad", bias_grad, "b", b, p.n);
+  return p;
+}
+
+MatmulPlan check_matmul_lhs_bias_grad(const char *kernel, const Tensor &a, const Tensor &b,
+                                      const Tensor &y, const Tensor &bias_grad) {
+  check_bias_grad_operands(kernel, a, b);
+  MatmulPlan p = check_matmul(kernel, a, b, y, true, false);
+  check_row_vector(kernel, "bias_grad", bias_grad, "a", a, p.m);
   return p;
 }
 

@@ -444,6 +444,9 @@ MatmulPlan check_matmul_gelu(const char *kernel, const Tensor &a, const Tensor &
 // matmul_bias_grad: 2-D a and b, bias_grad [N] of b's type.
 MatmulPlan check_matmul_bias_grad(const char *kernel, const Tensor &a, const Tensor &b,
                                   const Tensor &y, const Tensor &bias_grad, bool transpose_a);
+// matmul_lhs_bias_grad: 2-D a [K, M] and b, bias_grad [M] of a's type.
+MatmulPlan check_matmul_lhs_bias_grad(const char *kernel, const Tensor &a, const Tensor &b,
+                                      const Tensor &y, const Tensor &bias_grad);
 
 template <typename F> void for_each_batch(const MatmulPlan &p, F &&f) {
   int64_t index[kMaxRank] = {};

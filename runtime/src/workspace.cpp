@@ -77,6 +77,13 @@ int64_t matmul_bias_grad_workspace_bytes(DType dtype, const Shape &a, const Shap
                   reduce_workspace_bytes(ReduceOp::Sum, dtype, b, &axis0, 1));
 }
 
+int64_t matmul_lhs_bias_grad_workspace_bytes(DType dtype, const Shape &a, const Shape &b,
+                                             const Shape &y) {
+  const int64_t axis0 = 0;
+  return std::max(matmul_workspace_bytes(dtype, a, b, y),
+                  reduce_workspace_bytes(ReduceOp::Sum, dtype, a, &axis0, 1));
+}
+
 int64_t gemm_workspace_bytes(DType dtype, const Shape &a, const Shape &b, const Shape &y) {
   return matmul_workspace_bytes(dtype, a, b, y);
 }

@@ -171,16 +171,14 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_attention_optin_48k PROPERTIES LABELS dsrt_cuda TIMEOUT 60
                        FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_FAKE_CUDA_SHARED_OPTIN=49152")
-  # A heuristic with no algorithm for an epilogue (the GELU's here) fails
-  # the launch naming the kernel and the epilogue, never silently.
-  add_test(NAME dsrt_cuda_emu_no_epilogue_algo
+  # The same epilogue cases when cuBLASLt's heuristic has no algorithm for
+  # an epilogue: the fallback (plain product, then the bias add, the
+  # column sums or the pointwise GELU) against the same references.
+  add_test(NAME dsrt_cuda_emu_epilogue_fallback
     COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
-            "--gtest_filter=*matmul_bias_gelu*n8_f32*")
-  set_tests_properties(dsrt_cuda_emu_no_epilogue_algo PROPERTIES
-                       LABELS dsrt_cuda TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
-                       ENVIRONMENT DSRT_EMU_FAULT=lt-no-epilogue-algo
-                       PASS_REGULAR_EXPRESSION
-                       "matmul_bias_gelu: cuBLASLt has no algorithm for this product \\(m 6, n 8, k 8, f32, epilogue 164\\)")
+            "--gtest_filter=Kernel_matmul_bias.*:Kernel_matmul_bias_grad.*:Kernel_matmul_lhs_bias_grad.*:Kernel_matmul_bias_gelu.*:Kernel_matmul_dgelu.*")
+  set_tests_properties(dsrt_cuda_emu_epilogue_fallback PROPERTIES LABELS dsrt_cuda TIMEOUT 60
+                       FIXTURES_REQUIRED dsrt_cases ENVIRONMENT "DSRT_EMU_NO_EPILOGUE_ALGO=1")
   # The NCCL transport's device test (nccl_device_test.cpp) on the
   # emulation's NCCL over MPI, 3 ranks: uneven ring chunks (the grouped
   # broadcasts and reductions), a split into communicators of 2 and 1 ranks.

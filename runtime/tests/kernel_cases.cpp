@@ -320,6 +320,13 @@ const std::map<std::string, KernelFn> &kernels() {
          matmul_dgelu(c.stream(), a, b, c.in("pre"), y, c.attr_bool("transpose_b"),
                       c.workspace(matmul_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
        }},
+      {"matmul_lhs_bias_grad",
+       [](CaseRun &c) {
+         Tensor a = c.in("a"), b = c.in("b"), y = c.out("y");
+         matmul_lhs_bias_grad(
+             c.stream(), a, b, y, c.out("bias_grad"),
+             c.workspace(matmul_lhs_bias_grad_workspace_bytes(a.dtype, a.shape, b.shape, y.shape)));
+       }},
       {"softmax",
        [](CaseRun &c) {
          Tensor x = c.in("x");
@@ -746,8 +753,8 @@ public:
     // kernels that do not call it must reproduce the same bytes.
     const std::string kernel = manifest.at("kernel").as_string();
     if (kernel == "matmul" || kernel == "gemm" || kernel == "matmul_bias" ||
-        kernel == "matmul_bias_grad" || kernel == "matmul_bias_gelu" ||
-        kernel == "matmul_dgelu" || kernel == "conv" ||
+        kernel == "matmul_bias_grad" || kernel == "matmul_lhs_bias_grad" ||
+        kernel == "matmul_bias_gelu" || kernel == "matmul_dgelu" || kernel == "conv" ||
         kernel == "conv_grad_input" || kernel == "conv_grad_weight")
       return;
     for (auto &[name, array] : two)

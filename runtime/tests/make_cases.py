@@ -576,6 +576,24 @@ def gen_matmul_gelu(w):
         "b", rng.float([8, 8])).inp("pre", rng.float([5, 6])).fails("pre", y=("f32", [5, 8])).save()
 
 
+def gen_matmul_lhs_bias_grad(w):
+    # The gradients of a weight stored [out, in]: dy^T x, and the bias
+    # gradient, dy's column sums (dy [K, M] the lhs, x [K, N]).
+    for name, sdy, sx in (("dy_x", [12, 6], [12, 4]), ("wide", [20, 33], [20, 17])):
+        for dtype in ("f32", "bf16"):
+            cname = "%s_%s" % (name, dtype)
+            rng = Rng("lhs" + cname)
+            dy, x = rng.float(sdy, dtype), rng.float(sx, dtype)
+            y = t_last(f64(dy)) @ f64(x)
+            w.case("matmul_lhs_bias_grad", cname).inp("a", dy).inp("b", x).out(
+                "y", like(y, dtype), scale=2.0).out("bias_grad", like(f64(dy).sum(0), dtype),
+                                                    scale=4.0).save()
+    # A bias gradient that is not one value per column of dy is an error naming it.
+    rng = Rng("lhs_bias_grad_wrong")
+    w.case("matmul_lhs_bias_grad", "bias_grad_wrong").inp("a", rng.float([12, 6])).inp(
+        "b", rng.float([12, 4])).fails("bias_grad", y=("f32", [6, 4]), bias_grad=("f32", [4])).save()
+
+
 # --------------------------------------------------------------------------
 # Normalization and softmax
 # --------------------------------------------------------------------------
@@ -2215,7 +2233,7 @@ def gen_reduce_prod(w):
 
 
 GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy, gen_matmul, gen_gemm,
-              gen_matmul_bias, gen_matmul_bias_grad, gen_matmul_gelu,
+              gen_matmul_bias, gen_matmul_bias_grad, gen_matmul_gelu, gen_matmul_lhs_bias_grad,
               gen_softmax, gen_layer_norm, gen_batch_norm, gen_reduce, gen_transpose, gen_broadcast_to,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
               gen_pool, gen_optimizers, gen_softmax_grad, gen_attention, gen_layer_norm_grad, gen_batch_norm_grad,

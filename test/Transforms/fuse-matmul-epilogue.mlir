@@ -115,3 +115,105 @@ func.func @no_bias_grad(%dy: tensor<2x3x5xf32>, %x: tensor<6x4xf32>, %dy2: tenso
   %5 = ds.matmul %x16, %dy16 {transpose_lhs} : tensor<6x4xbf16>, tensor<6x5xbf16>
   return %0, %1, %2, %3, %4, %5 : tensor<3x5xf32>, tensor<4x5xf32>, tensor<1x5xf32>, tensor<4x5xf32>, tensor<5xf32>, tensor<4x5xbf16>
 }
+
+// -----
+
+// ONNX Gemm as nn.Linear exports it (the weight [out, in], transB) with its
+// bias as C: the gemm is the product and the bias add in one, a
+// ds.matmul_bias of the transposed weight; a residual add reading it (its
+// only reader) joins as the addend.
+// CHECK-LABEL: func.func @gemm_bias
+// CHECK-NEXT: %[[Y:.*]] = ds.matmul_bias %arg0, %arg1, %arg2 {ds.forward_id = 5 : i64, transpose_rhs} : tensor<6x4xf32>, tensor<5x4xf32>, tensor<5xf32>
+// CHECK-NEXT: %[[Z:.*]] = ds.matmul_bias %[[Y]], %arg3, %arg4, %[[Y]] {transpose_rhs} : tensor<6x5xf32>, tensor<5x5xf32>, tensor<5xf32>, tensor<6x5xf32>
+// CHECK-NEXT: %[[T:.*]] = ds.tanh %[[Z]]
+// CHECK-NEXT: return %[[T]], %[[Y]]
+func.func @gemm_bias(%x: tensor<6x4xf32>, %w: tensor<5x4xf32>, %b: tensor<5xf32>,
+                     %w2: tensor<5x5xf32>, %b2: tensor<5xf32>) -> (tensor<6x5xf32>, tensor<6x5xf32>) {
+  %0 = ds.gemm %x, %w, %b {ds.forward_id = 5 : i64, transpose_b} : tensor<6x4xf32>, tensor<5x4xf32>, tensor<5xf32>
+  %1 = ds.gemm %0, %w2, %b2 {transpose_b} : tensor<6x5xf32>, tensor<5x5xf32>, tensor<5xf32>
+  %2 = ds.add %1, %0 : tensor<6x5xf32>, tensor<6x5xf32>
+  %3 = ds.tanh %2 : tensor<6x5xf32>
+  return %3, %0 : tensor<6x5xf32>, tensor<6x5xf32>
+}
+
+// -----
+
+// Not matching: alpha or beta not 1, a transposed a, a C of the result's
+// shape or [1, N] (not a bias vector), no C.
+// CHECK-LABEL: func.func @gemm_no_match
+// CHECK-NOT: ds.matmul_bias
+// CHECK: return
+func.func @gemm_no_match(%x: tensor<6x4xf32>, %xt: tensor<4x6xf32>, %w: tensor<5x4xf32>,
+                         %b: tensor<5xf32>, %c: tensor<6x5xf32>, %row: tensor<1x5xf32>)
+    -> (tensor<6x5xf32>, tensor<6x5xf32>, tensor<6x5xf32>, tensor<6x5xf32>, tensor<6x5xf32>, tensor<6x5xf32>) {
+  %0 = ds.gemm %x, %w, %b {alpha = 2.0 : f32, transpose_b} : tensor<6x4xf32>, tensor<5x4xf32>, tensor<5xf32>
+  %1 = ds.gemm %x, %w, %b {beta = 0.5 : f32, transpose_b} : tensor<6x4xf32>, tensor<5x4xf32>, tensor<5xf32>
+  %2 = ds.gemm %xt, %w, %b {transpose_a, transpose_b} : tensor<4x6xf32>, tensor<5x4xf32>, tensor<5xf32>
+  %3 = ds.gemm %x, %w, %c {transpose_b} : tensor<6x4xf32>, tensor<5x4xf32>, tensor<6x5xf32>
+  %4 = ds.gemm %x, %w, %row {transpose_b} : tensor<6x4xf32>, tensor<5x4xf32>, tensor<1x5xf32>
+  %5 = ds.gemm %x, %w {transpose_b} : tensor<6x4xf32>, tensor<5x4xf32>
+  return %0, %1, %2, %3, %4, %5 : tensor<6x5xf32>, tensor<6x5xf32>, tensor<6x5xf32>, tensor<6x5xf32>, tensor<6x5xf32>, tensor<6x5xf32>
+}
+
+// -----
+
+// The backward of a layer whose weight is stored [out, in] (nn.Linear):
+// the weight gradient is dyᵀ x, dy on the left, and the bias gradient (dy's
+// column sums) rides with it as ds.matmul_lhs_bias_grad, in bf16 too.
+// CHECK-LABEL: func.func @lhs_bias_grad
+// CHECK: %[[DYM:.*]] = ds.reshape %arg0 : tensor<2x3x5xbf16> -> tensor<6x5xbf16>
+// CHECK-NEXT: %[[XM:.*]] = ds.reshape %arg1 : tensor<2x3x4xbf16> -> tensor<6x4xbf16>
+// CHECK-NEXT: %[[DW:.*]], %[[DB:.*]] = ds.matmul_lhs_bias_grad %[[DYM]], %[[XM]] {ds.grad_of = 1 : i64} : tensor<6x5xbf16>, tensor<6x4xbf16>
+// CHECK-NEXT: return %[[DW]], %[[DB]]
+func.func @lhs_bias_grad(%dy: tensor<2x3x5xbf16>, %x: tensor<2x3x4xbf16>)
+    -> (tensor<5x4xbf16>, tensor<5xbf16>) {
+  %db = ds.reduce_sum %dy {axes = array<i64: 0, 1>, keepdims = false} : tensor<2x3x5xbf16>
+  %dym = ds.reshape %dy : tensor<2x3x5xbf16> -> tensor<6x5xbf16>
+  %xm = ds.reshape %x : tensor<2x3x4xbf16> -> tensor<6x4xbf16>
+  %dw = ds.matmul %dym, %xm {ds.grad_of = 1 : i64, transpose_lhs} : tensor<6x5xbf16>, tensor<6x4xbf16>
+  return %dw, %db : tensor<5x4xbf16>, tensor<5xbf16>
+}
+
+// -----
+
+// The summed gradient a reshape of the product's operand (a loss's [N, C]
+// gradient viewed as [B, T, C]), or both reshapes of one value (heads
+// merged): the same elements in the same order, so they fold.
+// CHECK-LABEL: func.func @views
+// CHECK: ds.matmul_bias_grad %arg1, %arg0 {transpose_lhs} : tensor<6x4xf32>, tensor<6x5xf32>
+// CHECK: %[[H2:.*]] = ds.reshape %arg2 : tensor<2x3x1x5xf32> -> tensor<6x5xf32>
+// CHECK-NEXT: ds.matmul_lhs_bias_grad %[[H2]], %arg1 : tensor<6x5xf32>, tensor<6x4xf32>
+// CHECK-NOT: ds.reduce_sum
+// CHECK: return
+func.func @views(%g: tensor<6x5xf32>, %x: tensor<6x4xf32>, %h: tensor<2x3x1x5xf32>)
+    -> (tensor<5xf32>, tensor<4x5xf32>, tensor<5xf32>, tensor<5x4xf32>) {
+  %g3 = ds.reshape %g : tensor<6x5xf32> -> tensor<2x3x5xf32>
+  %0 = ds.reduce_sum %g3 {axes = array<i64: 0, 1>, keepdims = false} : tensor<2x3x5xf32>
+  %1 = ds.matmul %x, %g {transpose_lhs} : tensor<6x4xf32>, tensor<6x5xf32>
+  %h3 = ds.reshape %h : tensor<2x3x1x5xf32> -> tensor<2x3x5xf32>
+  %2 = ds.reduce_sum %h3 {axes = array<i64: 0, 1>, keepdims = false} : tensor<2x3x5xf32>
+  %h2 = ds.reshape %h : tensor<2x3x1x5xf32> -> tensor<6x5xf32>
+  %3 = ds.matmul %h2, %x {transpose_lhs} : tensor<6x5xf32>, tensor<6x4xf32>
+  return %0, %1, %2, %3 : tensor<5xf32>, tensor<4x5xf32>, tensor<5xf32>, tensor<5x4xf32>
+}
+
+// -----
+
+// Not matching on the left: dy not transposed (its sums would run along
+// the contraction's other axis), the rhs transposed too, the lhs's sum
+// over some leading axes only.
+// CHECK-LABEL: func.func @no_lhs_bias_grad
+// CHECK-NOT: ds.matmul_lhs_bias_grad
+// CHECK-NOT: ds.matmul_bias_grad
+// CHECK: return
+func.func @no_lhs_bias_grad(%dy: tensor<6x5xf32>, %x: tensor<5x4xf32>, %xt: tensor<4x6xf32>,
+                            %dy3: tensor<2x3x5xf32>, %x6: tensor<6x4xf32>)
+    -> (tensor<5xf32>, tensor<6x4xf32>, tensor<5x4xf32>, tensor<3x5xf32>, tensor<5x4xf32>) {
+  %0 = ds.reduce_sum %dy {axes = array<i64: 0>, keepdims = false} : tensor<6x5xf32>
+  %1 = ds.matmul %dy, %x : tensor<6x5xf32>, tensor<5x4xf32>
+  %2 = ds.matmul %dy, %xt {transpose_lhs, transpose_rhs} : tensor<6x5xf32>, tensor<4x6xf32>
+  %3 = ds.reduce_sum %dy3 {axes = array<i64: 0>, keepdims = false} : tensor<2x3x5xf32>
+  %dym = ds.reshape %dy3 : tensor<2x3x5xf32> -> tensor<6x5xf32>
+  %4 = ds.matmul %dym, %x6 {transpose_lhs} : tensor<6x5xf32>, tensor<6x4xf32>
+  return %0, %1, %2, %3, %4 : tensor<5xf32>, tensor<6x4xf32>, tensor<5x4xf32>, tensor<3x5xf32>, tensor<5x4xf32>
+}

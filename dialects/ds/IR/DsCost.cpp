@@ -120,6 +120,11 @@ int64_t MatMulDGeluOp::getFlops() {
   return (2 * k + 14) * elements(getResult());
 }
 
+int64_t MatMulLhsBiasGradOp::getFlops() {
+  int64_t k = cast<ShapedType>(getLhs().getType()).getDimSize(0);
+  return 2 * elements(getResult()) * k + elements(getLhs());
+}
+
 int64_t GemmOp::getFlops() {
   auto a = cast<ShapedType>(getA().getType());
   int64_t k = a.getDimSize(getTransposeA() ? 0 : 1);

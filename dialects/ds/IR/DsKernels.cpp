@@ -625,6 +625,22 @@ int64_t MatMulDGeluOp::getWorkspaceBytes() {
   return matmulWorkspaceBytes(getLhs(), getRhs(), getResult());
 }
 
+void MatMulLhsBiasGradOp::buildKernelCall(KernelCallBuilder &call) {
+  call.callee("dsrt::matmul_lhs_bias_grad");
+  call.stream();
+  call.tensor(getLhs());
+  call.tensor(getRhs());
+  call.tensor(getResult());
+  call.tensor(getBiasGrad());
+  call.workspace();
+}
+/// The cpu kernel runs the product, then lhs's column sums as reduce_sum
+/// over axis 0 would, one after the other in the one workspace.
+int64_t MatMulLhsBiasGradOp::getWorkspaceBytes() {
+  return std::max(matmulWorkspaceBytes(getLhs(), getRhs(), getResult()),
+                  reduceWorkspaceBytes(getLhs(), {0}, false));
+}
+
 //===----------------------------------------------------------------------===//
 // Data movement
 //===----------------------------------------------------------------------===//

@@ -352,6 +352,24 @@ def Ds_MatMulDGeluOp : Ds_Op<"matmul_dgelu", [Ds_Accumulate32, InferTypeOpAdapto
                        "type($lhs) `,` type($rhs) `,` type($pre_activation)";
 }
 
+def Ds_MatMulLhsBiasGradOp : Ds_Op<"matmul_lhs_bias_grad",
+    [Ds_Accumulate32, InferTypeOpAdaptor], ["getWorkspaceBytes"]> {
+  let summary = "weight gradient of a [out, in] weight with the bias gradient";
+  let description = [{
+    `result` = `lhs`ᵀ `rhs` for `lhs` [K, M] the output gradient and `rhs`
+    [K, N] the layer's input, and `bias_grad` [M] the column sums of `lhs`
+    (over K): the weight and bias gradients of a layer whose weight is
+    stored [out, in] (PyTorch's nn.Linear, ONNX Gemm with transB).
+    ds-fuse-matmul-epilogue forms it from such a weight gradient's matmul
+    (`transpose_lhs`) and the `reduce_sum` of the same output gradient over
+    its leading axes; cuda runs it as one cuBLASLt call
+    (CUBLASLT_EPILOGUE_BGRADB).
+  }];
+  let arguments = (ins Ds_FloatTensor:$lhs, Ds_FloatTensor:$rhs);
+  let results = (outs Ds_FloatTensor:$result, Ds_FloatTensor:$bias_grad);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
+}
+
 //===----------------------------------------------------------------------===//
 // Normalization and softmax
 //===----------------------------------------------------------------------===//

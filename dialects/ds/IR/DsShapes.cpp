@@ -443,6 +443,25 @@ LogicalResult MatMulDGeluOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult MatMulLhsBiasGradOp::inferReturnTypes(MLIRContext *,
+                                                    std::optional<Location> loc,
+                                                    Adaptor adaptor,
+                                                    Types &types) {
+  auto lhs = tensorType(adaptor.getLhs()), rhs = tensorType(adaptor.getRhs());
+  if (!lhs || !rhs || lhs.getRank() != 2 || rhs.getRank() != 2)
+    return fail(loc, "matmul_lhs_bias_grad operands must be 2-D");
+  if (lhs.getElementType() != rhs.getElementType())
+    return fail(loc, "matmul_lhs_bias_grad operands must have one element type");
+  if (lhs.getDimSize(0) != rhs.getDimSize(0))
+    return fail(loc, "matmul_lhs_bias_grad contraction sizes differ: " +
+                         shapeString(lhs.getShape()) + "ᵀ x " +
+                         shapeString(rhs.getShape()));
+  int64_t m = lhs.getDimSize(1), n = rhs.getDimSize(1);
+  types.push_back(RankedTensorType::get({m, n}, lhs.getElementType()));
+  types.push_back(RankedTensorType::get({m}, lhs.getElementType()));
+  return success();
+}
+
 /// attention's q, k and v: one float type, one shape [..., T, Dh].
 static LogicalResult checkAttentionOperands(std::optional<Location> loc,
                                             StringRef op,

@@ -101,7 +101,10 @@ def DsFuseMatMulEpilogue : Pass<"ds-fuse-matmul-epilogue", "mlir::func::FuncOp">
     element type, the addend of the result's type, each intermediate used
     once); a weight gradient `matmul(xᵀ, dy)` (dy reshaped to [K, N]) and
     `reduce_sum(dy)` over all of dy's leading axes become one
-    `ds.matmul_bias_grad`. Anything else is left as it is. Runs after
+    `ds.matmul_bias_grad`, and `matmul(dyᵀ, x)` (a weight stored [out,
+    in]) with it one `ds.matmul_lhs_bias_grad`; `ds.gemm` with a bias
+    vector as C (alpha, beta 1, `a` not transposed) becomes
+    `ds.matmul_bias`. Anything else is left as it is. Runs after
     precision and ZeRO and before ds-fuse-elementwise, which would fuse the
     adds into loops; cuda runs the new ops as cuBLASLt epilogues.
   }];

@@ -94,6 +94,15 @@ void matmul_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor 
 // max(matmul_workspace_bytes, reduce_workspace_bytes of b's axis-0 sum).
 int64_t matmul_bias_grad_workspace_bytes(DType dtype, const Shape &a, const Shape &b,
                                          const Shape &y);
+// The gradients of a weight stored [out, in] (nn.Linear): y = aᵀ b for 2-D
+// a [K, M] (the output gradient) and b [K, N], and bias_grad [M] = a's
+// column sums (over K), as reduce(Sum) over axis 0. The cuda backend runs
+// it as one cuBLASLt call (CUBLASLT_EPILOGUE_BGRADB).
+void matmul_lhs_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y,
+                          const Tensor &bias_grad, const Workspace &ws);
+// max(matmul_workspace_bytes, reduce_workspace_bytes of a's axis-0 sum).
+int64_t matmul_lhs_bias_grad_workspace_bytes(DType dtype, const Shape &a, const Shape &b,
+                                             const Shape &y);
 
 // pre = a op(b) + bias and y = gelu_tanh(pre) (the tanh approximation,
 // never the erf GELU): a [..., M, K], b [K, N] (transpose_b: [N, K]), bias

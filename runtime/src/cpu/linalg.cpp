@@ -278,6 +278,19 @@ void matmul_dgelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &pre
   map_gelu(s, pre, &y, y, [](float v) { return detail::gelu_tanh_grad_f32(v); });
 }
 
+void matmul_lhs_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y,
+                          const Tensor &bias_grad, const Workspace &ws) {
+  const char *kernel = "matmul_lhs_bias_grad";
+  check_matmul_lhs_bias_grad(kernel, a, b, y, bias_grad);
+  WorkspaceFloats scratch(
+      kernel, ws, matmul_lhs_bias_grad_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+  // The reference: the product, then a's column sums as reduce_sum over
+  // axis 0 computes them (both use the workspace, one after the other).
+  matmul(s, a, b, y, true, false, ws);
+  const int64_t axis0 = 0;
+  reduce(s, ReduceOp::Sum, a, bias_grad, &axis0, 1, ws);
+}
+
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,
           float alpha, float beta, bool transpose_a, bool transpose_b, const Workspace &ws) {
   begin_kernel(s);

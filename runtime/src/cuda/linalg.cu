@@ -16,7 +16,15 @@
 // value per row of cuBLASLt's column-major D, i.e. per column of y) and the
 // addend comes in as C with beta 1; CUBLASLT_EPILOGUE_BGRADA writes the sums
 // of cuBLASLt's A (b's storage, the output gradient) over k, one per row of
-// D, in y's type. cuBLASLt's GELU epilogues compute the tanh approximation,
+// D, in y's type; CUBLASLT_EPILOGUE_BGRADB (matmul_lhs_bias_grad, y = aᵀ b)
+// writes the sums of cuBLASLt's B (a's storage, the output gradient) over
+// k, one per column of D. When cuBLASLt's heuristic has no algorithm for
+// an epilogue (NOT_SUPPORTED, or no result), the plan remembers it and
+// every call runs the plain product (the addend as C with beta 1) and then
+// the bias add or the column sums with the kernels of their own (the
+// reduce's workspace is the planned one): two launches instead of one, and
+// under mixed precision the bias added to the rounded product.
+// cuBLASLt's GELU epilogues compute the tanh approximation,
 // so only matmul_bias_gelu and matmul_dgelu (formed from ds.gelu {approximate
 // = tanh}) use them: CUBLASLT_EPILOGUE_GELU_AUX_BIAS writes the biased
 // product before the GELU as the aux matrix, which CUBLASLT_EPILOGUE_DGELU
@@ -90,6 +98,9 @@ struct LtPlan {
   cublasLtMatmulAlgo_t algo{};
   // The bias pointer is an attribute of `op`, set before each call.
   std::mutex bias_mutex;
+  // False when the heuristic found no algorithm for the epilogue: the
+  // caller runs the fallback.
+  bool has_algo = true;
   ~LtPlan() {
     if (d) cublasLtMatrixLayoutDestroy(d);
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -175,9 +186,15 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
                g.kernel, "workspace preference");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  check_cublas(cublasLtMatmulAlgoGetHeuristic(cublaslt(), plan->op, plan->a, plan->b, plan->c,
-                                              plan->d, pref.pref, 1, &result, &found),
-               g.kernel, "cublasLtMatmulAlgoGetHeuristic");
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      cublaslt(), plan->op, plan->a, plan->b, plan->c, plan->d, pref.pref, 1, &result, &found);
+  // An epilogue cuBLASLt has no algorithm for on this shape and type.
+  if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+      (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found < 1))) {
+    plan->has_algo = false;
+    return plan;
+  }
+  check_cublas(status, g.kernel, "cublasLtMatmulAlgoGetHeuristic");
   if (found < 1)
     fail(g.kernel, "cuBLASLt has no algorithm for this product (m " + std::to_string(g.m) +
                        ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k) + ", " +
@@ -202,7 +219,9 @@ LtPlan &lt_plan(const Gemm &g, cudaDataType_t type, cublasComputeType_t compute,
   return *it->second;
 }
 
-void run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, const void *b,
+// False (and nothing run) when `g` has an epilogue cuBLASLt has no
+// algorithm for: the caller falls back.
+bool run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, const void *b,
             float beta, const void *c, void *y, const Workspace &ws) {
   const cudaDataType_t type = cuda_type(g.dtype);
   const cublasComputeType_t compute =
@@ -215,6 +234,8 @@ void run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, cons
                         : 0;
   void *ws_data = ws_bytes ? reinterpret_cast<void *>(aligned) : nullptr;
   LtPlan &plan = lt_plan(g, type, compute, ws_bytes);
+  if (!plan.has_algo)
+    return false;
   std::unique_lock<std::mutex> bias_lock;
   if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     // This call's vector; held until cuBLASLt has read the descriptor.
@@ -231,6 +252,7 @@ void run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, cons
                               c ? c : y, plan.c, y, plan.d, &plan.algo, ws_data, ws_bytes,
                               stream),
                g.kernel, "cublasLtMatmul");
+  return true;
 }
 
 // The uniform stride of an operand over the flattened batch, or -1: 0 when
@@ -328,6 +350,44 @@ __global__ void bias_rows_kernel(const T *bias, const T *addend, T *y, int64_t c
   }
 }
 
+// matmul_bias's fallback: y += bias along every row, in f32.
+template <typename T>
+__global__ void add_bias_rows_kernel(const T *bias, T *y, int64_t cols, int64_t n) {
+  DSRT_GRID_STRIDE(i, n) y[i] = st<T>(ld(y[i]) + ld(bias[i % cols]));
+}
+
+// A weight gradient with a bias gradient: y = op(a) op(b) and bias_grad
+// the column sums of `summed` (b, or a for the [out, in] layout), in one
+// cuBLASLt call with `epilogue` (BGRADA or BGRADB), else the product and
+// the reduce kernel.
+void run_bias_grad(Stream &s, cudaStream_t stream, const char *kernel, const MatmulPlan &p,
+                   const Tensor &a, const Tensor &b, const Tensor &y, const Tensor &bias_grad,
+                   const Tensor &summed, cublasLtEpilogue_t epilogue, const Workspace &ws) {
+  check_lt_size(kernel, p);
+  const int64_t axis0 = 0;
+  if (p.k == 0 || y.numel() == 0) {
+    // An empty sum, or an empty product whose bias gradient cuBLASLt
+    // would not write: zeros, and the sums by the reduce kernel.
+    if (y.numel() != 0)
+      check_cuda(cudaMemsetAsync(y.data, 0, y.nbytes(), stream), kernel, "cudaMemsetAsync");
+    if (bias_grad.numel() != 0 && p.k == 0)
+      check_cuda(cudaMemsetAsync(bias_grad.data, 0, bias_grad.nbytes(), stream), kernel,
+                 "cudaMemsetAsync");
+    if (bias_grad.numel() != 0 && p.k != 0)
+      reduce(s, ReduceOp::Sum, summed, bias_grad, &axis0, 1, ws);
+    return;
+  }
+  Gemm g{kernel, a.dtype, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
+  g.epilogue = epilogue;
+  g.bias = bias_grad.data;
+  if (run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws))
+    return;
+  g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  g.bias = nullptr;
+  run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
+  reduce(s, ReduceOp::Sum, summed, bias_grad, &axis0, 1, ws);
+}
+
 // The GELU epilogues' pointwise step where cuBLASLt cannot take it:
 // y = gelu(pre) (forward) or y = y * gelu'(pre) (backward), in f32.
 template <typename T>
@@ -349,8 +409,9 @@ void gelu_tanh_pointwise(cudaStream_t stream, const char *kernel, const Tensor &
 }
 
 // matmul_bias_gelu's and matmul_dgelu's one cuBLASLt call: y = a op(b)
-// through `epilogue`, with its bias (or none) and aux matrix.
-void gelu_epilogue(Stream &s, const char *kernel, const MatmulPlan &p, const Tensor &a,
+// through `epilogue`, with its bias (or none) and aux matrix. False (and
+// nothing run) when cuBLASLt has no algorithm for it: the caller falls back.
+bool gelu_epilogue(Stream &s, const char *kernel, const MatmulPlan &p, const Tensor &a,
                    const Tensor &b, const Tensor &y, cublasLtEpilogue_t epilogue, void *bias,
                    void *aux, const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
@@ -360,7 +421,7 @@ void gelu_epilogue(Stream &s, const char *kernel, const MatmulPlan &p, const Ten
   g.epilogue = epilogue;
   g.bias = bias;
   g.aux = aux;
-  run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
+  return run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
 }
 
 }  // namespace
@@ -419,8 +480,20 @@ void matmul_bias(Stream &s, const Tensor &a, const Tensor &b, const Tensor &bias
   Gemm g{kernel, a.dtype, false, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
   g.epilogue = CUBLASLT_EPILOGUE_BIAS;
   g.bias = bias.data;
+  if (run_lt(stream, g, 1.0f, a.data, b.data, addend ? 1.0f : 0.0f,
+             addend ? addend->data : nullptr, y.data, ws))
+    return;
+  // No algorithm for the epilogue: the product (and addend), then the bias.
+  g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  g.bias = nullptr;
   run_lt(stream, g, 1.0f, a.data, b.data, addend ? 1.0f : 0.0f,
          addend ? addend->data : nullptr, y.data, ws);
+  dispatch_float(kernel, y.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    add_bias_rows_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(bias.as<T>(), y.as<T>(),
+                                                                    p.n, n);
+  });
+  check_launch(kernel);
 }
 
 void matmul_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y,
@@ -430,25 +503,17 @@ void matmul_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor 
   MatmulPlan p = check_matmul_bias_grad(kernel, a, b, y, bias_grad, transpose_a);
   WorkspaceFloats scratch(kernel, ws,
                           matmul_bias_grad_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
-  check_lt_size(kernel, p);
-  if (p.k == 0 || y.numel() == 0) {
-    // An empty sum, or an empty product whose bias gradient cuBLASLt
-    // would not write: zeros, and b's sums by the reduce kernel.
-    if (y.numel() != 0)
-      check_cuda(cudaMemsetAsync(y.data, 0, y.nbytes(), stream), kernel, "cudaMemsetAsync");
-    if (bias_grad.numel() != 0 && p.k == 0)
-      check_cuda(cudaMemsetAsync(bias_grad.data, 0, bias_grad.nbytes(), stream), kernel,
-                 "cudaMemsetAsync");
-    if (bias_grad.numel() != 0 && p.k != 0) {
-      const int64_t axis0 = 0;
-      reduce(s, ReduceOp::Sum, b, bias_grad, &axis0, 1, ws);
-    }
-    return;
-  }
-  Gemm g{kernel, a.dtype, p.trans_a, false, p.m, p.n, p.k, p.lda, p.ldb};
-  g.epilogue = CUBLASLT_EPILOGUE_BGRADA;
-  g.bias = bias_grad.data;
-  run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
+  run_bias_grad(s, stream, kernel, p, a, b, y, bias_grad, b, CUBLASLT_EPILOGUE_BGRADA, ws);
+}
+
+void matmul_lhs_bias_grad(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y,
+                          const Tensor &bias_grad, const Workspace &ws) {
+  cudaStream_t stream = begin_kernel(s);
+  const char *kernel = "matmul_lhs_bias_grad";
+  MatmulPlan p = check_matmul_lhs_bias_grad(kernel, a, b, y, bias_grad);
+  WorkspaceFloats scratch(
+      kernel, ws, matmul_lhs_bias_grad_workspace_bytes(a.dtype, a.shape, b.shape, y.shape));
+  run_bias_grad(s, stream, kernel, p, a, b, y, bias_grad, a, CUBLASLT_EPILOGUE_BGRADB, ws);
 }
 
 void matmul_bias_gelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &bias,
@@ -457,13 +522,14 @@ void matmul_bias_gelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor 
   MatmulPlan p = check_matmul_gelu(kernel, a, b, &bias, pre, y, transpose_b);
   if (y.numel() == 0)
     return;
-  if (p.k == 0 || p.n % 8 != 0) {
-    // No epilogue: the biased product into pre, the GELU into y.
-    matmul_bias(s, a, b, bias, nullptr, pre, transpose_b, ws);
-    gelu_tanh_pointwise(begin_kernel(s), kernel, pre, y, false);
+  if (p.k != 0 && p.n % 8 == 0 &&
+      gelu_epilogue(s, kernel, p, a, b, y, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias.data, pre.data,
+                    ws))
     return;
-  }
-  gelu_epilogue(s, kernel, p, a, b, y, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias.data, pre.data, ws);
+  // No epilogue (an empty sum, n % 8 != 0, or no algorithm for it): the
+  // biased product into pre, the GELU into y.
+  matmul_bias(s, a, b, bias, nullptr, pre, transpose_b, ws);
+  gelu_tanh_pointwise(begin_kernel(s), kernel, pre, y, false);
 }
 
 void matmul_dgelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &pre,
@@ -472,13 +538,13 @@ void matmul_dgelu(Stream &s, const Tensor &a, const Tensor &b, const Tensor &pre
   MatmulPlan p = check_matmul_gelu(kernel, a, b, nullptr, pre, y, transpose_b);
   if (y.numel() == 0)
     return;
-  if (p.k == 0 || p.n % 8 != 0) {
-    // No epilogue: the product into y, then y * gelu'(pre).
-    matmul(s, a, b, y, false, transpose_b, ws);
-    gelu_tanh_pointwise(begin_kernel(s), kernel, pre, y, true);
+  if (p.k != 0 && p.n % 8 == 0 &&
+      gelu_epilogue(s, kernel, p, a, b, y, CUBLASLT_EPILOGUE_DGELU, nullptr, pre.data, ws))
     return;
-  }
-  gelu_epilogue(s, kernel, p, a, b, y, CUBLASLT_EPILOGUE_DGELU, nullptr, pre.data, ws);
+  // No epilogue (an empty sum, n % 8 != 0, or no algorithm for it): the
+  // product into y, then y * gelu'(pre).
+  matmul(s, a, b, y, false, transpose_b, ws);
+  gelu_tanh_pointwise(begin_kernel(s), kernel, pre, y, true);
 }
 
 void gemm(Stream &s, const Tensor &a, const Tensor &b, const Tensor *c, const Tensor &y,

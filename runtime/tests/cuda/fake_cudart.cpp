@@ -748,9 +748,9 @@ struct LtDesc {
   int compute, scale;
   int trans_a, trans_b;  // cublasOperation_t
   int unsupported;       // an attribute the emulation does not model was set
-  // The epilogue (cublasLtEpilogue_t: DEFAULT, BIAS, BGRADA, GELU_AUX_BIAS
-  // and DGELU modelled), the bias (or bias gradient) vector and its
-  // cudaDataType (-1: D's).
+  // The epilogue (cublasLtEpilogue_t: DEFAULT, BIAS, BGRADA, BGRADB,
+  // GELU_AUX_BIAS and DGELU modelled), the bias (or bias gradient) vector
+  // and its cudaDataType (-1: D's).
   uint32_t epilogue;
   int32_t bias_type;
   void *bias;
@@ -840,6 +840,16 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
                                                     const void *, size_t) {
   return CUBLAS_STATUS_SUCCESS;
 }
+// DSRT_EMU_NO_EPILOGUE_ALGO=1: the heuristic finds no algorithm for any
+// product with an epilogue (as cuBLASLt may for some shape or type), so
+// that the runtime's fallback runs, and a product run with one anyway fails.
+static bool no_epilogue_algo() {
+  static const bool set = [] {
+    const char *v = std::getenv("DSRT_EMU_NO_EPILOGUE_ALGO");
+    return v && std::string(v) == "1";
+  }();
+  return set;
+}
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
@@ -849,15 +859,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   LOCKED;
   st.count("cublasLtMatmulAlgoGetHeuristic");
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
-#if DSRT_FAKE_EMULATE
-  if (dsemu::fault("lt-no-epilogue-algo") &&
+  if (no_epilogue_algo() &&
       reinterpret_cast<const LtDesc *>(desc)->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     *returned = 0;
     return CUBLAS_STATUS_SUCCESS;
   }
-#else
-  (void)desc;
-#endif
   results[0] = cublasLtMatmulHeuristicResult_t{};
   results[0].state = CUBLAS_STATUS_SUCCESS;
   *returned = 1;
@@ -897,9 +903,13 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
   const bool dgelu = desc->epilogue == CUBLASLT_EPILOGUE_DGELU;
   const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS || gelu_aux_bias;
   const bool bgrad_a = desc->epilogue == CUBLASLT_EPILOGUE_BGRADA;
-  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrad_a && !dgelu)
+  const bool bgrad_b = desc->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrad_a && !bgrad_b && !dgelu)
     return fail("epilogue " + std::to_string(desc->epilogue) +
-                " (only DEFAULT, BIAS, BGRADA, GELU_AUX_BIAS and DGELU are emulated)");
+                " (only DEFAULT, BIAS, BGRADA, BGRADB, GELU_AUX_BIAS and DGELU are emulated)");
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && no_epilogue_algo())
+    return fail("epilogue " + std::to_string(desc->epilogue) +
+                " without an algorithm (DSRT_EMU_NO_EPILOGUE_ALGO=1)");
   // The aux matrix: D's shape, its own ld (in elements, a multiple of 8 and
   // at least D's rows, as cuBLASLt requires) and type (D's by default).
   const int aux_type = desc->aux_type == -1 ? d->type : desc->aux_type;
@@ -910,7 +920,7 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
                 std::to_string(desc->aux_ld) + " not a multiple of 8 at least D's " +
                 std::to_string(d->rows) + " rows, an aux type other than D's, or on a batch");
   const int bias_type = desc->bias_type == -1 ? d->type : desc->bias_type;
-  if ((bias || bgrad_a) && (!desc->bias || !lt_type_ok(bias_type) || d->batch != 1))
+  if ((bias || bgrad_a || bgrad_b) && (!desc->bias || !lt_type_ok(bias_type) || d->batch != 1))
     return fail("a bias epilogue without a bias pointer, with a bias type other than f32, "
                 "f16, bf16, or on a batch");
   if (desc->scale != CUDA_R_32F ||
@@ -965,14 +975,23 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
         lt_store(d->type, D, dof + row + col * d->ld, v);
       }
   }
-  // BGRADA: op(A) summed over k, one per row of D, in f32 in k order.
-  if (bgrad_a)
-    for (int64_t row = 0; row < m; ++row) {
+  // BGRADA: op(A) summed over k, one per row of D; BGRADB: op(B) summed
+  // over k, one per column of D; in f32 in k order.
+  const auto bias_grad = [&](int64_t count, auto at) {
+    for (int64_t i = 0; i < count; ++i) {
       float sum = 0.0f;
-      for (int64_t kk = 0; kk < k; ++kk)
-        sum += lt_load(a->type, A, ta ? kk + row * a->ld : row + kk * a->ld);
-      lt_store(bias_type, desc->bias, row, sum);
+      for (int64_t kk = 0; kk < k; ++kk) sum += at(i, kk);
+      lt_store(bias_type, desc->bias, i, sum);
     }
+  };
+  if (bgrad_a)
+    bias_grad(m, [&](int64_t row, int64_t kk) {
+      return lt_load(a->type, A, ta ? kk + row * a->ld : row + kk * a->ld);
+    });
+  if (bgrad_b)
+    bias_grad(n, [&](int64_t col, int64_t kk) {
+      return lt_load(b->type, B, tb ? col + kk * b->ld : kk + col * b->ld);
+    });
   return CUBLAS_STATUS_SUCCESS;
 }
 }  // namespace

@@ -31,6 +31,8 @@ const Entry kTable[] = {
     DSRT_KERNEL(matmul_workspace_bytes),
     DSRT_KERNEL(gemm_workspace_bytes),
     DSRT_KERNEL(matmul_bias_grad_workspace_bytes),
+    DSRT_KERNEL(matmul_lhs_bias_grad),
+    DSRT_KERNEL(matmul_lhs_bias_grad_workspace_bytes),
     DSRT_KERNEL(softmax),
     DSRT_KERNEL(log_softmax),
     DSRT_KERNEL(softmax_workspace_bytes),

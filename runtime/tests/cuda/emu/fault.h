@@ -4,8 +4,6 @@
 //   matmul-scale  every emulated cublasLtMatmul's result times 1.01
 //   nccl-drop     every NCCL reduction leaves out the last rank's
 //                 contribution (with one rank, the result is zero)
-//   lt-no-epilogue-algo  cublasLtMatmulAlgoGetHeuristic finds no algorithm
-//                 for a descriptor with an epilogue (as a GPU may)
 // Any other value aborts naming it.
 #pragma once
 
@@ -20,9 +18,9 @@ inline bool fault(const char *name) {
   static const std::string chosen = [] {
     const char *v = std::getenv("DSRT_EMU_FAULT");
     std::string s = v ? v : "";
-    if (!s.empty() && s != "matmul-scale" && s != "nccl-drop" && s != "lt-no-epilogue-algo") {
+    if (!s.empty() && s != "matmul-scale" && s != "nccl-drop") {
       std::fprintf(stderr, "cuda emulation: DSRT_EMU_FAULT='%s' is no fault (matmul-scale, "
-                           "nccl-drop, lt-no-epilogue-algo)\n", s.c_str());
+                           "nccl-drop)\n", s.c_str());
       std::abort();
     }
     if (!s.empty()) std::fprintf(stderr, "cuda emulation: injecting the fault %s\n", s.c_str());
