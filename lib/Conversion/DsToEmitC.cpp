@@ -1502,6 +1502,21 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
           offsets[opResult.getResultNumber()] < 0)
         boundOutput.try_emplace(result, at);
     }
+    // A value such an output overwrites in place and that the plan gave no
+    // buffer either (ds-plan-memory) is computed into the same slot.
+    for (auto [result, at] : SmallVector<std::pair<Value, int64_t>>(
+             boundOutput.begin(), boundOutput.end())) {
+      auto opResult = cast<OpResult>(result);
+      Value root =
+          ds::getInPlaceRoot(opResult.getOwner(), opResult.getResultNumber());
+      if (!root)
+        continue;
+      auto rootResult = cast<OpResult>(root);
+      auto offsets = rootResult.getOwner()->getAttrOfType<DenseI64ArrayAttr>(
+          ds::DsDialect::kBuffersAttrName);
+      if (offsets && offsets[rootResult.getResultNumber()] < 0)
+        boundOutput.try_emplace(root, at);
+    }
   }
   int64_t bound = 0;
   spaceOf.clear();

@@ -149,6 +149,7 @@ private:
   /// The first use of `value` or of any view of it (endIndex if none).
   int64_t firstUseThroughViews(Value value) const;
   bool tryTie(Operation *op, unsigned resultIndex, int64_t at);
+  Value boundInPlaceRoot(Value result) const;
   LogicalResult assignOffsets();
 
   func::FuncOp function;
@@ -262,6 +263,39 @@ bool Planner::tryTie(Operation *op, unsigned resultIndex, int64_t at) {
   return true;
 }
 
+/// The scores whose storage a loss-and-gradient op's bound gradient
+/// `result` takes over in place, if the runtime's slot can hold both: a
+/// kernel result of the same size, element type and memory space that no
+/// later op reads (through views) and that the op reads through its
+/// in-place operand only; else null.
+Value Planner::boundInPlaceRoot(Value result) const {
+  auto opResult = cast<OpResult>(result);
+  Operation *op = opResult.getOwner();
+  if (!isa<ds::SoftmaxCrossEntropyWithGradOp>(op))
+    return {};
+  Value root = ds::getInPlaceRoot(op, opResult.getResultNumber());
+  if (!root || boundResults.contains(root))
+    return {};
+  unsigned inPlace =
+      *cast<ds::KernelOpInterface>(op).getInPlaceOperand(opResult.getResultNumber());
+  auto rootType = cast<ShapedType>(root.getType());
+  auto resultType = cast<ShapedType>(result.getType());
+  if (op->getOperand(inPlace).getType() != resultType ||
+      rootType.getElementType() != resultType.getElementType() ||
+      ds::getByteSize(rootType) != ds::getByteSize(resultType))
+    return {};
+  Operation *def = root.getDefiningOp();
+  if (isa<ds::AsyncOpInterface>(def) || def->getBlock() != body ||
+      ds::getResultSpace(def) != ds::getResultSpace(op) ||
+      lastUseThroughViews(root) != index.lookup(op))
+    return {};
+  for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+    if (i != inPlace && ds::getViewSource(operand) == root)
+      return {};
+  }
+  return root;
+}
+
 LogicalResult Planner::run() {
   if (!function.getBody().hasOneBlock())
     return function.emitOpError()
@@ -299,6 +333,17 @@ LogicalResult Planner::run() {
          llvm::enumerate(body->getTerminator()->getOperands()))
       if (isBoundOutput(function, r, result))
         boundResults.insert(result);
+  // The loss-and-gradient op's stashed scores' gradient, computed in place
+  // over scores no later op reads: the scores are computed into the slot
+  // too, so the last stage holds one buffer for both instead of two. Only
+  // that op so far: rooting other in-place outputs of stage functions (a
+  // middle stage's sent residual gradient) in their slots changed one
+  // rank's losses with 3 and 4 stages, for a reason not found yet.
+  if (allowInPlace)
+    for (Value result : SmallVector<Value>(boundResults.begin(),
+                                           boundResults.end()))
+      if (Value root = boundInPlaceRoot(result))
+        boundResults.insert(root);
 
   // Each argument is updated by the first result that names it.
   llvm::DenseSet<unsigned> tiedArgs;

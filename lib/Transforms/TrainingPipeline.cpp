@@ -127,7 +127,15 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   }
 
   bool pipelined = options.pp > 1;
-  if (pipelined || options.cutOnly) {
+  bool cut = pipelined || options.cutOnly;
+  // Before the cut, the loss and its gradient are in one function: fused
+  // there, the loss's op is the last stage's forward and its gradient
+  // result one of the stage's stashed activations, so the last stage
+  // stashes the scores' gradient instead of the log-probabilities and its
+  // backward no longer computes it (docs/passes.md#ds-fuse-loss-grad).
+  if (cut && options.fuseLossGrad)
+    pm.addNestedPass<func::FuncOp>(createDsFuseLossGrad());
+  if (cut) {
     DsPipelineOptions pipeline;
     pipeline.stages = options.pp;
     pipeline.microbatches = options.accumulation;
@@ -150,8 +158,9 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   pm.addPass(createDsPipelineRanks(ranks));
   OpPassManager &rank = pm.nest<ModuleOp>();
   addZero(rank, options);
+  // The loss and its gradient were fused before the cut.
   buildPlanningPipeline(rank, options.fuse, options.fuseParamCopy,
-                        options.fuseLossGrad);
+                        /*fuseLossGrad=*/false);
 }
 
 void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {

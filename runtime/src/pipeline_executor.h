@@ -61,8 +61,9 @@ public:
   // rank order.
   void sum_tied();
 
-  // fp16: the loss scale the next steps' backward functions bind (their
-  // input "loss_scale", the last stage's).
+  // fp16: the loss scale the next steps' stage functions bind (their
+  // input "loss_scale": the last stage's forward, whose loss-and-gradient
+  // op it seeds, or its backward with --no-fuse-loss-grad).
   void set_loss_scale(double scale) { loss_scale_ = scale; }
 
 private:

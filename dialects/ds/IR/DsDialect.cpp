@@ -142,6 +142,32 @@ std::optional<ValueRole> dsopt::ds::getResultRole(FunctionOpInterface function,
   return std::nullopt;
 }
 
+Value dsopt::ds::getViewSource(Value value) {
+  while (Operation *def = value.getDefiningOp()) {
+    auto kernel = dyn_cast<KernelOpInterface>(def);
+    std::optional<unsigned> aliased =
+        kernel ? kernel.getAliasedOperand() : std::nullopt;
+    if (!aliased)
+      break;
+    value = def->getOperand(*aliased);
+  }
+  return value;
+}
+
+Value dsopt::ds::getInPlaceRoot(Operation *op, unsigned r) {
+  auto kernel = dyn_cast<KernelOpInterface>(op);
+  std::optional<unsigned> inPlace =
+      kernel ? kernel.getInPlaceOperand(r) : std::nullopt;
+  if (!inPlace)
+    return {};
+  Value root = getViewSource(op->getOperand(*inPlace));
+  Operation *def = root.getDefiningOp();
+  if (!def || !isa<KernelOpInterface>(def) ||
+      def->hasTrait<OpTrait::ConstantLike>())
+    return {};
+  return root;
+}
+
 int64_t MemoryPlanAttr::getSpaceBytes(MemorySpace space) const {
   switch (space) {
   case MemorySpace::device: return getArenaBytes();

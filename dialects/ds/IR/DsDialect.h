@@ -296,6 +296,16 @@ std::optional<ValueRole> getArgumentRole(mlir::FunctionOpInterface function,
 std::optional<ValueRole> getResultRole(mlir::FunctionOpInterface function,
                                        unsigned i);
 
+/// The value whose storage `value` shares: `value` itself, or through
+/// views (kernels with an aliased operand) the value they view.
+mlir::Value getViewSource(mlir::Value value);
+
+/// The value whose storage result `r` of `op` overwrites when its kernel
+/// computes it in place (KernelOpInterface::getInPlaceOperand): the root of
+/// that operand through views (ops with an aliased operand), when it is the
+/// result of a kernel that is neither a view nor a constant; else null.
+mlir::Value getInPlaceRoot(mlir::Operation *op, unsigned r);
+
 /// A gradient accumulation of a training-step function (ds-optimizer's
 /// @micro_step, a pipeline stage's backward): the returned value `result`
 /// updates (ds.updates) the accumulator `acc` of parameter `param` (its
