@@ -158,7 +158,7 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   # it rewrites them.
   add_test(NAME dsrt_cuda_emu_kernels
     COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}")
-  set_tests_properties(dsrt_cuda_emu_kernels PROPERTIES LABELS dsrt_cuda TIMEOUT 120
+  set_tests_properties(dsrt_cuda_emu_kernels PROPERTIES LABELS dsrt_cuda TIMEOUT 300
                        FIXTURES_REQUIRED dsrt_cases)
   # The tensor-core attention kernels at head width 128 (the full-attention
   # cases) on a device that lets a block opt in to no more than 48 KiB of
