@@ -72,6 +72,19 @@ bool isBiasOf(Value value, Value product) {
          bias.getDimSize(0) == type.getShape().back();
 }
 
+/// The one add reading `value` that adds it a value of its own type: a
+/// residual to take into the epilogue as its addend.
+ds::AddOp residualAdd(Value value) {
+  if (!value.hasOneUse())
+    return {};
+  auto next = dyn_cast<ds::AddOp>(*value.getUsers().begin());
+  if (!next || placed(next) || next.getLhs() == next.getRhs() ||
+      next.getType() != value.getType())
+    return {};
+  Value other = next.getLhs() == value ? next.getRhs() : next.getLhs();
+  return other.getType() == value.getType() ? next : ds::AddOp();
+}
+
 /// add(matmul, bias) and add(add(matmul, bias), addend) -> matmul_bias.
 /// Returns the residual add it erased, if any.
 Operation *foldBiasAdd(ds::AddOp add, IRRewriter &rewriter) {
@@ -92,17 +105,10 @@ Operation *foldBiasAdd(ds::AddOp add, IRRewriter &rewriter) {
   // The residual: the sum's one reader adds a value of the product's type.
   Operation *last = add;
   Value addend;
-  if (add->hasOneUse())
-    if (auto next = dyn_cast<ds::AddOp>(*add->getUsers().begin()))
-      if (!placed(next) && next.getLhs() != next.getRhs()) {
-        Value other = next.getLhs() == add.getResult() ? next.getRhs()
-                                                       : next.getLhs();
-        if (other.getType() == add.getType() &&
-            next.getType() == add.getType()) {
-          addend = other;
-          last = next;
-        }
-      }
+  if (ds::AddOp next = residualAdd(add.getResult())) {
+    addend = next.getLhs() == add.getResult() ? next.getRhs() : next.getLhs();
+    last = next;
+  }
   rewriter.setInsertionPoint(last);
   auto fused = ds::MatMulBiasOp::create(
       rewriter, matmul.getLoc(), matmul.getLhs(), matmul.getRhs(), bias,
@@ -113,19 +119,6 @@ Operation *foldBiasAdd(ds::AddOp add, IRRewriter &rewriter) {
     rewriter.eraseOp(add);
   rewriter.eraseOp(matmul);
   return last != add.getOperation() ? last : nullptr;
-}
-
-/// The one add reading `value` that adds it a value of its own type: a
-/// residual to take into the epilogue as its addend.
-ds::AddOp residualAdd(Value value) {
-  if (!value.hasOneUse())
-    return {};
-  auto next = dyn_cast<ds::AddOp>(*value.getUsers().begin());
-  if (!next || placed(next) || next.getLhs() == next.getRhs() ||
-      next.getType() != value.getType())
-    return {};
-  Value other = next.getLhs() == value ? next.getRhs() : next.getLhs();
-  return other.getType() == value.getType() ? next : ds::AddOp();
 }
 
 /// gemm(a, b, c) with c a bias vector [N] of the result's type, alpha and
