@@ -1479,45 +1479,18 @@ LogicalResult ProgramBuilder::emitRun(func::FuncOp emitted, StringRef name) {
   boundIndex.clear();
   boundOutput.clear();
   // What a pipeline stage sends or stashes, computed straight into the slot
-  // the runtime binds (no buffer in the plan): the k-th output with a role
-  // (send, stash or wstash), for the first output naming the value.
-  {
-    Operation *terminator = function.getBody().front().getTerminator();
-    int64_t k = 0;
-    for (auto [i, result] : llvm::enumerate(terminator->getOperands())) {
-      if (!ds::getResultRole(function, i))
-        continue;
-      int64_t at = k++;
-      auto opResult = dyn_cast<OpResult>(result);
-      if (!opResult)
-        continue;
-      // A kernel's result without a buffer (a view's or a constant's has
-      // none either, but lies where its source does).
-      Operation *owner = opResult.getOwner();
-      auto kernel = dyn_cast<ds::KernelOpInterface>(owner);
-      auto offsets =
-          owner->getAttrOfType<DenseI64ArrayAttr>(ds::DsDialect::kBuffersAttrName);
-      if (kernel && !kernel.getAliasedOperand() &&
-          !owner->hasTrait<OpTrait::ConstantLike>() && offsets &&
-          offsets[opResult.getResultNumber()] < 0)
-        boundOutput.try_emplace(result, at);
-    }
-    // A value such an output overwrites in place and that the plan gave no
-    // buffer either (ds-plan-memory) is computed into the same slot.
-    for (auto [result, at] : SmallVector<std::pair<Value, int64_t>>(
-             boundOutput.begin(), boundOutput.end())) {
-      auto opResult = cast<OpResult>(result);
-      Value root =
-          ds::getInPlaceRoot(opResult.getOwner(), opResult.getResultNumber());
-      if (!root)
-        continue;
-      auto rootResult = cast<OpResult>(root);
-      auto offsets = rootResult.getOwner()->getAttrOfType<DenseI64ArrayAttr>(
-          ds::DsDialect::kBuffersAttrName);
-      if (offsets && offsets[rootResult.getResultNumber()] < 0)
-        boundOutput.try_emplace(root, at);
-    }
-  }
+  // the runtime binds (no buffer in the plan), and a value such an output
+  // overwrites in place there: ds-plan-memory names each one's slot
+  // (ds.bound_slots; slot k is the k-th output with a role). Taken from
+  // the plan, not worked out again here: which value may share a slot is
+  // the planner's decision (a value two outputs overwrite in place goes
+  // into the slot of the last one only).
+  for (Operation &op : body.without_terminator())
+    if (auto slots = op.getAttrOfType<DenseI64ArrayAttr>(
+            ds::DsDialect::kBoundSlotsAttrName))
+      for (auto [result, slot] : llvm::zip(op.getResults(), slots.asArrayRef()))
+        if (slot >= 0)
+          boundOutput[result] = slot;
   int64_t bound = 0;
   spaceOf.clear();
   for (BlockArgument arg : body.getArguments()) {

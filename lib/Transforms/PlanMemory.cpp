@@ -150,6 +150,8 @@ private:
   int64_t firstUseThroughViews(Value value) const;
   bool tryTie(Operation *op, unsigned resultIndex, int64_t at);
   Value boundInPlaceRoot(Value result) const;
+  /// Whether an asynchronous op reads `value` or a view of it.
+  bool readAsynchronously(Value value) const;
   LogicalResult assignOffsets();
 
   func::FuncOp function;
@@ -163,8 +165,13 @@ private:
   SmallVector<Buffer> buffers;
   /// Results that are the new value of a persistent argument (ds.updates).
   llvm::DenseMap<Value, unsigned> tiedArg;
-  /// Results computed into memory the runtime binds (isBoundOutput).
-  llvm::DenseSet<Value> boundResults;
+  /// Results computed into memory the runtime binds, each with its slot:
+  /// the bound outputs (isBoundOutput) and the values they overwrite there
+  /// in place (boundInPlaceRoot). The slot is k for the function's k-th
+  /// output with a ds.role, as dsrt::bound_output numbers them; the plan
+  /// records it on the op (ds.bound_slots) and code generation takes it
+  /// from there.
+  llvm::DenseMap<Value, int64_t> boundSlot;
   /// The workspace buffer of each op whose kernel needs one.
   llvm::DenseMap<Operation *, int> workspaceOf;
 };
@@ -263,18 +270,34 @@ bool Planner::tryTie(Operation *op, unsigned resultIndex, int64_t at) {
   return true;
 }
 
-/// The scores whose storage a loss-and-gradient op's bound gradient
-/// `result` takes over in place, if the runtime's slot can hold both: a
-/// kernel result of the same size, element type and memory space that no
-/// later op reads (through views) and that the op reads through its
-/// in-place operand only; else null.
+/// The value whose storage bound output `result` takes over in place, to
+/// be computed into the output's slot as well (the stage then holds one
+/// buffer for both instead of two), or null. Its op `op` writes `result`
+/// over operand `getInPlaceOperand`, whose root through views is `root`
+/// (ds::getInPlaceRoot). Sharing the slot is safe when
+///  - `root` is a kernel's result in this function (not an argument, not a
+///    constant, not an asynchronous op's result), of the same element type,
+///    byte size and memory space as `result`, and the in-place operand has
+///    `result`'s type: the kernel sees the same bytes as when it runs in
+///    place over an arena buffer;
+///  - nothing reads `root` after `op` (through views): `op` destroys it.
+///    A second in-place reader of `root` (a GELU's backward, whose two
+///    products both read the fc output's gradient) therefore cannot take
+///    it: only the last reader may, and each root goes into one slot;
+///  - `op` reads `root` only through the in-place operand: another operand
+///    viewing it would read bytes `op` is overwriting;
+///  - no asynchronous op reads `root` (through views): a collective reads
+///    its operands until the first use of its results, which may come
+///    after `op`, and no wait orders it before a write into a slot (the
+///    code generator orders kernels after pending collectives by arena
+///    ranges, and a slot has none);
+///  - `root` is not bound already (an output of its own, or the root of
+///    another output).
 Value Planner::boundInPlaceRoot(Value result) const {
   auto opResult = cast<OpResult>(result);
   Operation *op = opResult.getOwner();
-  if (!isa<ds::SoftmaxCrossEntropyWithGradOp>(op))
-    return {};
   Value root = ds::getInPlaceRoot(op, opResult.getResultNumber());
-  if (!root || boundResults.contains(root))
+  if (!root || boundSlot.contains(root))
     return {};
   unsigned inPlace =
       *cast<ds::KernelOpInterface>(op).getInPlaceOperand(opResult.getResultNumber());
@@ -293,7 +316,25 @@ Value Planner::boundInPlaceRoot(Value result) const {
     if (i != inPlace && ds::getViewSource(operand) == root)
       return {};
   }
+  if (readAsynchronously(root))
+    return {};
   return root;
+}
+
+bool Planner::readAsynchronously(Value value) const {
+  for (Operation *user : value.getUsers()) {
+    if (user == body->getTerminator())
+      continue;
+    if (isa<ds::AsyncOpInterface>(user))
+      return true;
+    auto kernel = dyn_cast<ds::KernelOpInterface>(user);
+    if (std::optional<unsigned> aliased =
+            kernel ? kernel.getAliasedOperand() : std::nullopt;
+        aliased && user->getOperand(*aliased) == value &&
+        readAsynchronously(user->getResult(0)))
+      return true;
+  }
+  return false;
 }
 
 LogicalResult Planner::run() {
@@ -327,23 +368,32 @@ LogicalResult Planner::run() {
 
   // What a pipeline stage sends or stashes is computed straight into the
   // pool slot the runtime binds for it (no buffer here, and nothing
-  // written over it): each such output computed by a kernel, once.
-  if (function->hasAttr(ds::DsDialect::kPipelinePartAttrName))
+  // written over it): each such output computed by a kernel, once. Slot k
+  // is the k-th output with a role.
+  SmallVector<Value> boundOutputs;
+  if (function->hasAttr(ds::DsDialect::kPipelinePartAttrName)) {
+    int64_t k = 0;
     for (auto [r, result] :
-         llvm::enumerate(body->getTerminator()->getOperands()))
-      if (isBoundOutput(function, r, result))
-        boundResults.insert(result);
-  // The loss-and-gradient op's stashed scores' gradient, computed in place
-  // over scores no later op reads: the scores are computed into the slot
-  // too, so the last stage holds one buffer for both instead of two. Only
-  // that op so far: rooting other in-place outputs of stage functions (a
-  // middle stage's sent residual gradient) in their slots changed one
-  // rank's losses with 3 and 4 stages, for a reason not found yet.
+         llvm::enumerate(body->getTerminator()->getOperands())) {
+      if (!ds::getResultRole(function, r))
+        continue;
+      int64_t slot = k++;
+      if (isBoundOutput(function, r, result)) {
+        boundSlot[result] = slot;
+        boundOutputs.push_back(result);
+      }
+    }
+  }
+  // A bound output its kernel computes in place over a value no later op
+  // reads (the loss-and-gradient op's scores' gradient over the scores, a
+  // middle stage's sent residual gradient over the sum before it): that
+  // value is computed into the same slot, under the conditions of
+  // boundInPlaceRoot. In output order, so that the plan is the same on
+  // every build.
   if (allowInPlace)
-    for (Value result : SmallVector<Value>(boundResults.begin(),
-                                           boundResults.end()))
+    for (Value result : boundOutputs)
       if (Value root = boundInPlaceRoot(result))
-        boundResults.insert(root);
+        boundSlot[root] = boundSlot.lookup(result);
 
   // Each argument is updated by the first result that names it.
   llvm::DenseSet<unsigned> tiedArgs;
@@ -418,7 +468,7 @@ LogicalResult Planner::run() {
 
     llvm::SmallDenseSet<int> reused;
     for (auto [r, result] : llvm::enumerate(op.getResults())) {
-      if (boundResults.contains(result))
+      if (boundSlot.contains(result))
         continue;
       if (tryTie(&op, r, at))
         continue;
@@ -541,6 +591,14 @@ LogicalResult Planner::run() {
     }
     op.setAttr(ds::DsDialect::kBuffersAttrName,
                builder.getDenseI64ArrayAttr(offsets));
+    // Which results lie in a slot the runtime binds, and whose: code
+    // generation computes them there (dsrt::bound_output).
+    SmallVector<int64_t> slots;
+    for (Value result : op.getResults())
+      slots.push_back(boundSlot.lookup_or(result, -1));
+    if (llvm::any_of(slots, [](int64_t slot) { return slot >= 0; }))
+      op.setAttr(ds::DsDialect::kBoundSlotsAttrName,
+                 builder.getDenseI64ArrayAttr(slots));
     if (auto it = workspaceOf.find(&op); it != workspaceOf.end())
       op.setAttr(ds::DsDialect::kWorkspaceAttrName,
                  builder.getI64IntegerAttr(buffers[it->second].offset));

@@ -70,6 +70,12 @@ def Ds_Dialect : Dialect {
     /// scratch memory (KernelOpInterface::getWorkspaceBytes): the arena
     /// offset of its workspace, a buffer live only while the op runs.
     static constexpr ::llvm::StringLiteral kWorkspaceAttrName = "ds.workspace";
+    /// Op attribute set by the memory planner in a pipeline stage's
+    /// function: for each result, the slot the runtime binds that it is
+    /// computed into (k: the slot of the function's k-th output with a
+    /// ds.role, dsrt::bound_output), or -1. The output itself, or a value
+    /// the output's kernel then overwrites in place in that slot.
+    static constexpr ::llvm::StringLiteral kBoundSlotsAttrName = "ds.bound_slots";
     /// Result attribute set by ds-autodiff: the gradient of the loss with
     /// respect to the named parameter, `{ds.grad = "fc.weight"}`.
     static constexpr ::llvm::StringLiteral kGradAttrName = "ds.grad";

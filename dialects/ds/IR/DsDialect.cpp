@@ -500,6 +500,17 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                << "'" << kBuffersAttrName << "' offsets must be >= -1";
     return success();
   }
+  if (name == kBoundSlotsAttrName) {
+    auto slots = dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
+    if (!slots || slots.size() != static_cast<int64_t>(op->getNumResults()))
+      return op->emitOpError() << "'" << kBoundSlotsAttrName
+                               << "' must hold one slot per result";
+    for (int64_t slot : slots.asArrayRef())
+      if (slot < -1)
+        return op->emitOpError()
+               << "'" << kBoundSlotsAttrName << "' slots must be >= -1";
+    return success();
+  }
   if (name == kWorkspaceAttrName) {
     auto offset = dyn_cast<IntegerAttr>(attribute.getValue());
     if (!offset || offset.getInt() < 0)
