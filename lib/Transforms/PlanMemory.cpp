@@ -281,9 +281,9 @@ bool Planner::tryTie(Operation *op, unsigned resultIndex, int64_t at) {
 ///    `result`'s type: the kernel sees the same bytes as when it runs in
 ///    place over an arena buffer;
 ///  - nothing reads `root` after `op` (through views): `op` destroys it.
-///    A second in-place reader of `root` (a GELU's backward, whose two
-///    products both read the fc output's gradient) therefore cannot take
-///    it: only the last reader may, and each root goes into one slot;
+///    A second in-place reader of `root` (in a GELU's backward two
+///    products both read the gradient of its output) therefore cannot
+///    take it: only the last reader may, and each root goes into one slot;
 ///  - `op` reads `root` only through the in-place operand: another operand
 ///    viewing it would read bytes `op` is overwriting;
 ///  - no asynchronous op reads `root` (through views): a collective reads

@@ -6,8 +6,8 @@
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-plan-memory)' -split-input-file | FileCheck %s
 // RUN: dsopt-opt %s --pass-pipeline='builtin.module(ds-plan-memory{in-place=false})' -split-input-file | FileCheck %s --check-prefix=NOINPLACE
 
-// GELU's backward in a middle stage: both sent products read the fc
-// output's gradient %x in place. Only the last reader may overwrite it, so
+// GELU's backward in a middle stage: both sent products read the gradient
+// %x of the GELU's output in place. Only the last reader may overwrite it, so
 // %x goes into the slot of %db (1); %da, which would destroy %x before %db
 // reads it, keeps its own slot (0) and writes there out of place.
 // CHECK-LABEL: func.func @two_readers
