@@ -488,29 +488,23 @@ LogicalResult DsDialect::verifyRegionResultAttribute(Operation *op,
 LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
                                                   NamedAttribute attribute) {
   StringRef name = attribute.getName().getValue();
-  if (name == kBuffersAttrName) {
-    auto offsets = dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
-    if (!offsets ||
-        offsets.size() != static_cast<int64_t>(op->getNumResults()))
-      return op->emitOpError() << "'" << kBuffersAttrName
-                               << "' must hold one offset per result";
-    for (int64_t offset : offsets.asArrayRef())
-      if (offset < -1)
+  // One entry per result, -1 for none: the planner's offsets and slots.
+  auto verifyPerResult = [&](StringRef entry) -> LogicalResult {
+    auto entries = dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
+    if (!entries ||
+        entries.size() != static_cast<int64_t>(op->getNumResults()))
+      return op->emitOpError() << "'" << name << "' must hold one " << entry
+                               << " per result";
+    for (int64_t value : entries.asArrayRef())
+      if (value < -1)
         return op->emitOpError()
-               << "'" << kBuffersAttrName << "' offsets must be >= -1";
+               << "'" << name << "' " << entry << "s must be >= -1";
     return success();
-  }
-  if (name == kBoundSlotsAttrName) {
-    auto slots = dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
-    if (!slots || slots.size() != static_cast<int64_t>(op->getNumResults()))
-      return op->emitOpError() << "'" << kBoundSlotsAttrName
-                               << "' must hold one slot per result";
-    for (int64_t slot : slots.asArrayRef())
-      if (slot < -1)
-        return op->emitOpError()
-               << "'" << kBoundSlotsAttrName << "' slots must be >= -1";
-    return success();
-  }
+  };
+  if (name == kBuffersAttrName)
+    return verifyPerResult("offset");
+  if (name == kBoundSlotsAttrName)
+    return verifyPerResult("slot");
   if (name == kWorkspaceAttrName) {
     auto offset = dyn_cast<IntegerAttr>(attribute.getValue());
     if (!offset || offset.getInt() < 0)
