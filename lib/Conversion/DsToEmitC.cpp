@@ -410,8 +410,9 @@ private:
   /// Values in memory the runtime binds (dsrt::bound_input): inputs without
   /// a buffer in the plan, and views of them.
   llvm::DenseMap<Value, int64_t> boundIndex;
-  /// Results computed into memory the runtime binds (dsrt::bound_output):
-  /// a pipeline stage's sends and stashes.
+  /// Results computed into memory the runtime binds (dsrt::bound_output),
+  /// with their slot (ds.bound_slots): a pipeline stage's sends and stashes
+  /// and the values they overwrite in place there.
   llvm::DenseMap<Value, int64_t> boundOutput;
   /// The global holding each distinct constant: the host array, and on the
   /// cuda target the `__device__` array the kernels read.
