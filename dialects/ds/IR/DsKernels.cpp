@@ -1020,8 +1020,12 @@ int64_t LayerNormGradOp::getWorkspaceBytes() {
   int64_t blockRows = (rows + blocks - 1) / blocks;
   blocks = (rows + blockRows - 1) / blockRows;
   // f64 totals of dscale and dbias and a parameter accumulator (3 n
-  // doubles), each block's f32 partial sums of both (2 n per block).
+  // doubles), each block's f32 partial sums of both (2 n per block); past
+  // 32 blocks, the f64 sums of dscale and dbias of each of 32 lanes of
+  // blocks (2 n doubles per lane), which cuda's kernel adds in lane order.
   int64_t floats = 2 * 3 * n + 2 * blocks * n;
+  if (blocks > 32)
+    floats += 2 * 2 * 32 * n;
   if (convertsToF32(getInput()))
     floats += 3 * blocks * n;
   floats += layerNormParamFloats(getScale(), n);

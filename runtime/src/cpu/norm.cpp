@@ -543,10 +543,13 @@ void reduce_to_param(const char *kernel, const char *name, const Tensor &out,
 // is small, so f32 suffices). With dxhat = dy g and xhat = (x - mu - mu_lo) inv:
 //   dx = inv (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
 //   sum(dxhat xhat) = inv (sum(dxhat (x - mu)) - mu_lo sum(dxhat)).
-// g is the scale in place (G = the element type) or expanded to f32.
+// g is the scale in place (G = the element type) or expanded to f32. With
+// `add` (may be dx itself: each element is read before it is written),
+// dx = add + the row's dx in f32.
 template <typename G>
-inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, float *dx,
-                                float *acc_g, float *acc_b, int64_t n, float mu, float inv) {
+inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, const float *add,
+                                float *dx, float *acc_g, float *acc_b, int64_t n, float mu,
+                                float inv) {
   const float inv_n = 1.0f / static_cast<float>(n);
   float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
 #pragma omp simd reduction(+ : s0, a, b0)
@@ -563,7 +566,8 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, flo
     const float xh = ((x[i] - mu) - mu_lo) * inv, grad = dy[i];
     acc_g[i] += grad * xh;
     acc_b[i] += grad;
-    dx[i] = inv * (grad * Elem<G>::load(g[i]) - mean_a - xh * mean_b);
+    const float v = inv * (grad * Elem<G>::load(g[i]) - mean_a - xh * mean_b);
+    dx[i] = add ? add[i] + v : v;
   }
 }
 
@@ -572,10 +576,18 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, flo
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws) {
+  layer_norm_grad(s, dy, x, scale, mean, inv_std_dev, nullptr, dx, dscale, dbias, axis, ws);
+}
+
+void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                     const Tensor &mean, const Tensor &inv_std_dev, const Tensor *addend,
+                     const Tensor &dx, const Tensor &dscale, const Tensor *dbias, int axis,
+                     const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "layer_norm_grad";
   const NormRows nr = check_layer_norm_grad(kernel, dy, x, scale, mean, inv_std_dev, dx, dscale,
                                              dbias, axis);
+  check_layer_norm_grad_addend(kernel, addend, x);
   const Shape &normalized = nr.normalized;
   const bool expand_g = nr.expand_scale;
   const int64_t rows = nr.rows, n = nr.n;
@@ -614,6 +626,7 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
       using T = typename decltype(tag)::type;
       const T *sg = scale.as<T>();
       const T *px = x.as<T>(), *pdy = dy.as<T>();
+      const T *padd = addend ? addend->as<T>() : nullptr;
       T *pdx = dx.as<T>();
       parallel_for(
           s, blocks, std::max<int64_t>(1, 8192 / (block_rows * n)), [&](int64_t b0, int64_t b1) {
@@ -623,13 +636,16 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
               std::fill(acc_b, acc_b + n, 0.0f);
               for (int64_t r = blk * block_rows, r_end = std::min(rows, r + block_rows); r < r_end;
                    ++r) {
-                const float *in, *grad;
+                const float *in, *grad, *add = nullptr;
                 float *out;
                 if constexpr (std::is_same_v<T, float>) {
                   in = px + r * n;
                   grad = pdy + r * n;
                   out = pdx + r * n;
+                  add = padd ? padd + r * n : nullptr;
                 } else {
+                  // A 16-bit addend is read into the dx row, which the row
+                  // then adds to and writes over (one rounding at the end).
                   float *xr = row_sets + blk * 3 * n, *gr = xr + n;
                   for (int64_t i = 0; i < n; ++i) {
                     xr[i] = Elem<T>::load(px[r * n + i]);
@@ -638,12 +654,18 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
                   in = xr;
                   grad = gr;
                   out = xr + 2 * n;
+                  if (padd) {
+                    for (int64_t i = 0; i < n; ++i)
+                      out[i] = Elem<T>::load(padd[r * n + i]);
+                    add = out;
+                  }
                 }
                 if (g_full)
-                  layer_norm_grad_row(in, grad, static_cast<const float *>(g_full), out, acc_g,
-                                      acc_b, n, mean_in[r], inv_in[r]);
+                  layer_norm_grad_row(in, grad, static_cast<const float *>(g_full), add, out,
+                                      acc_g, acc_b, n, mean_in[r], inv_in[r]);
                 else
-                  layer_norm_grad_row(in, grad, sg, out, acc_g, acc_b, n, mean_in[r], inv_in[r]);
+                  layer_norm_grad_row(in, grad, sg, add, out, acc_g, acc_b, n, mean_in[r],
+                                      inv_in[r]);
                 if constexpr (!std::is_same_v<T, float>)
                   for (int64_t i = 0; i < n; ++i)
                     pdx[r * n + i] = Elem<T>::store(out[i]);
