@@ -999,11 +999,22 @@ void LayerNormGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.tensor(getScale());
   call.tensor(getMean());
   call.tensor(getInvStdDev());
+  // The runtime's overload with an addend (null never passed: without one
+  // the call is the five-tensor form).
+  if (getAddend())
+    call.optionalTensor(getAddend());
   call.tensor(getInputGrad());
   call.tensor(getScaleGrad());
   call.optionalTensor(getBiasGrad());
   call.integer(getAxis());
   call.workspace();
+}
+// The input gradient over the addend: each element of the addend is read
+// before the kernel writes the same element of dx (cpu and cuda alike).
+std::optional<unsigned> LayerNormGradOp::getInPlaceOperand(unsigned result) {
+  if (result != 0 || !getAddend())
+    return std::nullopt;
+  return 5u; // after input, scale, mean, inv_std_dev, result_grad
 }
 // f16/bf16: x, dy and dx rows in f32 for each block of rows whose partial
 // dscale/dbias sums the kernel keeps (up to 64, more of at least 32 rows
