@@ -561,13 +561,31 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, con
   }
   const float mu_lo = s0 * inv_n;
   const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
+  // dx (and the parameter terms) for elements [i0, i1), written to out.
+  auto grads = [&](int64_t i0, int64_t i1, float *out) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float xh = ((x[i] - mu) - mu_lo) * inv, grad = dy[i];
-    acc_g[i] += grad * xh;
-    acc_b[i] += grad;
-    const float v = inv * (grad * Elem<G>::load(g[i]) - mean_a - xh * mean_b);
-    dx[i] = add ? add[i] + v : v;
+    for (int64_t i = i0; i < i1; ++i) {
+      const float xh = ((x[i] - mu) - mu_lo) * inv, grad = dy[i];
+      acc_g[i] += grad * xh;
+      acc_b[i] += grad;
+      out[i - i0] = inv * (grad * Elem<G>::load(g[i]) - mean_a - xh * mean_b);
+    }
+  };
+  if (!add) {
+    grads(0, n, dx);
+    return;
+  }
+  // With the addend: a chunk of dx in f32, then the addend plus it in a
+  // loop of its own, so that the sum is rounded on its own (never fused
+  // with the product above into one multiply-add): the unfused add's bits.
+  constexpr int64_t kChunk = 256;
+  float chunk[kChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t i1 = std::min(n, i0 + kChunk);
+    grads(i0, i1, chunk);
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i)
+      dx[i] = add[i] + chunk[i - i0];
   }
 }
 

@@ -490,7 +490,9 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
         acc_g[i + k] += grad * xh;
         acc_b[i + k] += grad;
         const float v = inv * (grad * sv[k] - mean_a - xh * mean_b);
-        xv[k] = add ? av[k] + v : v;
+        // The addend's sum rounded on its own (never a multiply-add with
+        // the product above): in f32 the unfused add's bits.
+        xv[k] = add ? __fadd_rn(av[k], v) : v;
       }
       store_row(dx, r * n + i, xv);
     });
