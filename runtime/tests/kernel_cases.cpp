@@ -555,7 +555,7 @@ const std::map<std::string, KernelFn> &kernels() {
            backend(c.stream()).copy(c.stream(), dx.data, addend->data, dx.nbytes());
            addend = &dx;
          }
-         layer_norm_grad(
+         layer_norm_grad_add(
              c.stream(), c.in("dy"), x, scale, c.in("mean"), c.in("inv_std_dev"), addend, dx,
              c.out("dscale"), has_bias ? &dbias : nullptr, axis,
              c.workspace(layer_norm_grad_workspace_bytes(x.dtype, x.shape, scale.shape, axis)));

@@ -992,15 +992,14 @@ int64_t AttentionPackedGradOp::getWorkspaceBytes() {
 
 // Normalization.
 void LayerNormGradOp::buildKernelCall(KernelCallBuilder &call) {
-  call.callee("dsrt::layer_norm_grad");
+  call.callee(getAddend() ? "dsrt::layer_norm_grad_add" : "dsrt::layer_norm_grad");
   call.stream();
   call.tensor(getResultGrad());
   call.tensor(getInput());
   call.tensor(getScale());
   call.tensor(getMean());
   call.tensor(getInvStdDev());
-  // The runtime's overload with an addend (null never passed: without one
-  // the call is the five-tensor form).
+  // dsrt::layer_norm_grad_add's addend (without one, dsrt::layer_norm_grad).
   if (getAddend())
     call.optionalTensor(getAddend());
   call.tensor(getInputGrad());

@@ -348,7 +348,7 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
 // gradient: dx = addend + the layer norm's dx, summed in f32 and rounded
 // once (a residual stream's gradient, which the backward adds it to). dx may
 // be the addend's storage (each element is read before it is written).
-void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+void layer_norm_grad_add(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor *addend,
                      const Tensor &dx, const Tensor &dscale, const Tensor *dbias, int axis,
                      const Workspace &ws);

@@ -594,13 +594,13 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, con
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws) {
-  layer_norm_grad(s, dy, x, scale, mean, inv_std_dev, nullptr, dx, dscale, dbias, axis, ws);
+  layer_norm_grad_add(s, dy, x, scale, mean, inv_std_dev, nullptr, dx, dscale, dbias, axis, ws);
 }
 
-void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
-                     const Tensor &mean, const Tensor &inv_std_dev, const Tensor *addend,
-                     const Tensor &dx, const Tensor &dscale, const Tensor *dbias, int axis,
-                     const Workspace &ws) {
+void layer_norm_grad_add(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                         const Tensor &mean, const Tensor &inv_std_dev, const Tensor *addend,
+                         const Tensor &dx, const Tensor &dscale, const Tensor *dbias, int axis,
+                         const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "layer_norm_grad";
   const NormRows nr = check_layer_norm_grad(kernel, dy, x, scale, mean, inv_std_dev, dx, dscale,

@@ -587,16 +587,16 @@ void launch_param_grad(const char *kernel, cudaStream_t stream, const float *par
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws) {
-  layer_norm_grad(s, dy, x, scale, mean, inv_std_dev, nullptr, dx, dscale, dbias, axis, ws);
+  layer_norm_grad_add(s, dy, x, scale, mean, inv_std_dev, nullptr, dx, dscale, dbias, axis, ws);
 }
 
 // One launch: the rows kernel, whose last blocks finish dscale and dbias
 // (finish_param_grads). A broadcast parameter (fewer elements than the
 // normalized shape, rare) is summed by launch_param_grad's kernels after it.
-void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
-                     const Tensor &mean, const Tensor &inv_std_dev, const Tensor *addend,
-                     const Tensor &dx, const Tensor &dscale, const Tensor *dbias, int axis,
-                     const Workspace &ws) {
+void layer_norm_grad_add(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                         const Tensor &mean, const Tensor &inv_std_dev, const Tensor *addend,
+                         const Tensor &dx, const Tensor &dscale, const Tensor *dbias, int axis,
+                         const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "layer_norm_grad";
   const NormRows nr = check_layer_norm_grad(kernel, dy, x, scale, mean, inv_std_dev, dx, dscale,
