@@ -286,8 +286,16 @@ def classify(op, seq):
         op.launches["layer_norm_kernel"] = 1
     elif name == "layer_norm_grad":
         op.kind, op.flops = "layernorm", 12 * ins[0].numel
+        # One launch: the rows kernel's last blocks finish dscale and dbias
+        # (runtime/src/cuda/norm.cu); a broadcast scale or bias (fewer
+        # elements than the normalized shape) leaves both to a kernel each
+        # after it. An addend (the residual gradient) rides in the rows.
         op.launches["layer_norm_grad_rows_kernel"] = 1
-        op.launches["layer_norm_param_grad_kernel"] = len(outs) - 1
+        normalized = ins[0].numel // max(1, ins[2].numel)
+        if any(t.numel != normalized for t in outs[1:]):
+            for t in outs[1:]:
+                op.launches["layer_norm_param_grad_kernel" if t.numel == normalized
+                            else "layer_norm_param_grad_broadcast_kernel"] += 1
     elif name in ("softmax_cross_entropy", "softmax_cross_entropy_grad",
                   "softmax_cross_entropy_with_grad"):
         op.kind, op.flops = "cross-entropy", 4 * max(t.numel for t in ins)

@@ -17,6 +17,10 @@
 // nowhere else, into that product (ds.matmul_dgelu): cuBLASLt's GELU
 // epilogues are the tanh form. The exact erf GELU never folds.
 //
+// The backward's residual-gradient sum add(g, layer_norm_grad's input
+// gradient) folds into the layer norm gradient as its addend, which its
+// kernel adds to each row as it writes it.
+//
 //===----------------------------------------------------------------------===//
 
 #include "dsopt/Transforms/Passes.h"
@@ -308,6 +312,34 @@ bool foldGeluGrad(ds::MulOp mul, IRRewriter &rewriter) {
   return false;
 }
 
+/// add(g, layer_norm_grad.input_grad) (either order), the input gradient
+/// read only by the add, g of its type (no broadcast) -> the layer norm
+/// gradient with g as its addend, which its kernel adds in the same pass
+/// over the rows (and whose result may take g's storage).
+bool foldLayerNormGradAddend(ds::AddOp add, IRRewriter &rewriter) {
+  if (placed(add) || add.getLhs() == add.getRhs())
+    return false;
+  for (auto [mine, other] : {std::pair(add.getLhs(), add.getRhs()),
+                             std::pair(add.getRhs(), add.getLhs())}) {
+    auto grad = mine.getDefiningOp<ds::LayerNormGradOp>();
+    if (!grad || placed(grad) || grad.getAddend() ||
+        mine != grad.getInputGrad() || !mine.hasOneUse() ||
+        other.getType() != mine.getType() || add.getType() != mine.getType())
+      continue;
+    // The addend must exist where the layer norm gradient runs.
+    if (Operation *def = other.getDefiningOp())
+      if (def->getBlock() != grad->getBlock() || !def->isBeforeInBlock(grad))
+        continue;
+    if (auto arg = dyn_cast<BlockArgument>(other))
+      if (arg.getOwner() != grad->getBlock())
+        continue;
+    rewriter.modifyOpInPlace(grad, [&] { grad.getAddendMutable().assign(other); });
+    rewriter.replaceOp(add, grad.getInputGrad());
+    return true;
+  }
+  return false;
+}
+
 struct FuseMatMulEpiloguePass
     : dsopt::impl::DsFuseMatMulEpilogueBase<FuseMatMulEpiloguePass> {
   void runOnOperation() override {
@@ -335,6 +367,12 @@ struct FuseMatMulEpiloguePass
           erased.insert(residual);
     for (ds::ReduceSumOp sum : sums)
       foldBiasGrad(sum, rewriter);
+    // The residual gradient into the layer norm gradient that feeds it (the
+    // adds that are left).
+    SmallVector<ds::AddOp> residualGrads;
+    function.walk([&](ds::AddOp add) { residualGrads.push_back(add); });
+    for (ds::AddOp add : residualGrads)
+      foldLayerNormGradAddend(add, rewriter);
     // The tanh GELU and its derivative, around the bias products just made.
     SmallVector<ds::GeluOp> gelus;
     SmallVector<ds::MulOp> muls;

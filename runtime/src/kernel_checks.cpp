@@ -795,6 +795,14 @@ NormRows check_layer_norm_grad(const char *kernel, const Tensor &dy, const Tenso
   return nr;
 }
 
+void check_layer_norm_grad_addend(const char *kernel, const Tensor *addend, const Tensor &x) {
+  if (!addend)
+    return;
+  check_data(kernel, "addend", *addend);
+  check_same_dtype(kernel, "x", x, "addend", *addend);
+  check_shape(kernel, "addend", *addend, x.shape);
+}
+
 Channels check_batch_norm(const char *kernel, const Tensor &x, const Tensor &scale,
                           const Tensor &bias, const Tensor &mean, const Tensor &var,
                           const Tensor &y) {

@@ -315,6 +315,8 @@ NormRows check_layer_norm_grad(const char *kernel, const Tensor &dy, const Tenso
                                const Tensor &scale, const Tensor &mean,
                                const Tensor &inv_std_dev, const Tensor &dx, const Tensor &dscale,
                                const Tensor *dbias, int axis);
+// layer_norm_grad's addend (may be null): x's type and shape.
+void check_layer_norm_grad_addend(const char *kernel, const Tensor *addend, const Tensor &x);
 
 struct Channels {
   int64_t n = 0, c = 0, spatial = 1;

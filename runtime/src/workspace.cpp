@@ -129,8 +129,9 @@ int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, const Shape
   // accumulator of one broadcast parameter (3 n doubles, first, so they are
   // aligned); each block's f32 partial sums of both (2 n per block);
   // f16/bf16: x, dy and dx rows in f32, one set per block; a broadcast
-  // scale expanded to the normalized shape in f32.
-  int64_t floats = 2 * 3 * n + 2 * blocks * n;
+  // scale expanded to the normalized shape in f32; past 32 blocks, the f64
+  // sums of the lanes of blocks (layer_norm_grad_lane_floats).
+  int64_t floats = 2 * 3 * n + 2 * blocks * n + layer_norm_grad_lane_floats(blocks, n);
   floats += is_16bit(dtype) ? 3 * blocks * n : 0;
   floats += param_floats(scale, n);
   return static_cast<int64_t>(sizeof(float)) * floats;

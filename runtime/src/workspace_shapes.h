@@ -36,6 +36,16 @@ inline int64_t param_floats(const Shape &param, int64_t n) { return param.numel(
 // sums would pass 2^22 values per parameter. Depends on the shape only.
 void layer_norm_grad_blocks(int64_t rows, int64_t n, int64_t &blocks, int64_t &block_rows);
 
+// The lanes of blocks whose dscale/dbias partial sums layer_norm_grad adds
+// separately in f64 (lane l: blocks l, l + lanes, ... in order), then adds
+// in lane order. Past kLayerNormGradLanes blocks the cuda kernel keeps each
+// lane's sums (dscale's and dbias's: 2 n doubles per lane) in the
+// workspace: the floats this returns, after the partial sums.
+constexpr int64_t kLayerNormGradLanes = 32;
+inline int64_t layer_norm_grad_lane_floats(int64_t blocks, int64_t n) {
+  return blocks > kLayerNormGradLanes ? 2 * 2 * kLayerNormGradLanes * n : 0;
+}
+
 // Per-sample losses are summed in blocks fixed by the number of rows alone
 // (each block in order, then the blocks in order), so the total does not
 // depend on the thread count and needs no per-sample storage.

@@ -265,6 +265,11 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
   EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{2, 3, 8}, row8, 2),
             4 * (6 * 8 + 2 * 6 * 8));
   EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{0, 8}, row8, 1), 0);
+  // Past 32 blocks (200 rows: 50 blocks of 4) also the f64 dscale and dbias
+  // sums of each of 32 lanes of blocks, 2 * 2 * 32 * n floats (the cuda
+  // kernel's); the compiler's LayerNormGradOp::getWorkspaceBytes is the same.
+  EXPECT_EQ(dsrt::layer_norm_grad_workspace_bytes(DType::F32, Shape{200, 8}, row8, 1),
+            4 * (6 * 8 + 2 * 50 * 8 + 2 * 2 * 32 * 8));
   // A scale or bias with the normalized shape is read in place; one that
   // broadcasts to it is expanded to f32.
   EXPECT_EQ(dsrt::layer_norm_workspace_bytes(DType::F32, Shape{2, 3, 8}, rows3x8, &rows3x8, 1), 0);

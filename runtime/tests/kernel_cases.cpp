@@ -548,8 +548,15 @@ const std::map<std::string, KernelFn> &kernels() {
          Tensor x = c.in("x");
          const int axis = static_cast<int>(c.attr_int("axis"));
          Tensor scale = c.in("scale");
-         layer_norm_grad(
-             c.stream(), c.in("dy"), x, scale, c.in("mean"), c.in("inv_std_dev"), c.out("dx"),
+         Tensor dx = c.out("dx");
+         const Tensor *addend = c.opt("addend");
+         if (addend && c.attr_bool("in_place")) {
+           // dx written over the addend: dx's buffer holds it first.
+           backend(c.stream()).copy(c.stream(), dx.data, addend->data, dx.nbytes());
+           addend = &dx;
+         }
+         layer_norm_grad_add(
+             c.stream(), c.in("dy"), x, scale, c.in("mean"), c.in("inv_std_dev"), addend, dx,
              c.out("dscale"), has_bias ? &dbias : nullptr, axis,
              c.workspace(layer_norm_grad_workspace_bytes(x.dtype, x.shape, scale.shape, axis)));
        }},

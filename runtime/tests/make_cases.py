@@ -1594,6 +1594,7 @@ def gen_layer_norm_grad(w):
     eps = 1e-5
     # (dtype, the type of dscale and dbias): mixed precision writes the sums
     # over all rows of 16-bit rows in f32 for an f32 accumulator.
+    variants = []
     for name, shape, axis, sshape, bshape, span in cases:
         dtypes = [("f32", "f32")]
         if name in ("last", "two_axes", "many_rows", "odd_row", "odd_row_broadcast", "row_100"):
@@ -1602,8 +1603,26 @@ def gen_layer_norm_grad(w):
             dtypes += [("f16", "f32"), ("bf16", "f32")]
         if name == "many_rows":  # 91 blocks of 33 rows: past the old 64
             dtypes += [("bf16", "f32")]
-        for dtype, sums in dtypes:
+        variants += [(name, shape, axis, sshape, bshape, span, dtype, sums, None)
+                     for dtype, sums in dtypes]
+    # With an addend (the residual stream's gradient) added to dx in f32 and
+    # rounded once: a few blocks (4 of 1 row: the last block adds them), 64
+    # blocks of 4 rows and 91 of 33 (the last 30: lanes of 3 and of 2 blocks
+    # summed by each lane's last block, then the lanes), rows of 100
+    # (element path), a broadcast scale and bias (the parameter kernels after
+    # the rows), and dx written over the addend (in place).
+    for name, shape, axis, sshape, bshape, span in cases:
+        if name in ("last", "gpt2_rows", "many_rows", "row_100", "scale_col",
+                    "odd_row_broadcast"):
+            for dtype, sums in ([("f32", "f32"), ("bf16", "bf16")] if name != "scale_col"
+                                else [("f32", "f32"), ("bf16", "f32")]):
+                variants.append((name, shape, axis, sshape, bshape, span, dtype, sums, "addend"))
+        if name in ("gpt2_rows", "last"):
+            variants.append((name, shape, axis, sshape, bshape, span, "bf16", "bf16", "in_place"))
+    for name, shape, axis, sshape, bshape, span, dtype, sums, add in variants:
+        if True:
             cname = "%s_%s" % (name, dtype) + ("" if sums == dtype else "_%s_sums" % sums)
+            cname += "_" + add if add else ""
             rng = Rng("lngrad" + cname)
             # offset_1000: a large mean against the spread, where the saved
             # f32 mean alone would shift every normalized value.
@@ -1620,14 +1639,28 @@ def gen_layer_norm_grad(w):
             else:
                 dx, dg = vjp(lambda t, u: layer_norm_ref(t, u, None, axis, eps), [x, g], dy)
             rows = x.numel() // g.numel()
-            c = w.case("layer_norm_grad", cname, axis=axis, has_bias=b is not None).inp(
+            attrs = dict(axis=axis, has_bias=b is not None)
+            if add:
+                attrs["in_place"] = add == "in_place"
+            c = w.case("layer_norm_grad", cname, **attrs).inp(
                 "dy", dy).inp("x", x).inp("scale", g).inp("mean", mean.float()).inp(
                 "inv_std_dev", inv.float())
+            if add:
+                addend = rng.float(shape, dtype, -4, 4)
+                c.inp("addend", addend)
+                dx = f64(addend) + dx
             c.out("dx", like(dx, dtype), scale=4.0)
             c.out("dscale", like(dg, sums), scale=max(1.0, rows / 8.0))
             if b is not None:
                 c.out("dbias", like(db, sums), scale=max(1.0, rows / 8.0))
             c.save()
+    # An addend that is not x's shape is an error naming it.
+    rng = Rng("lngrad_addend_wrong")
+    x = rng.float([4, 16])
+    w.case("layer_norm_grad", "addend_wrong", axis=1, has_bias=True, in_place=False).inp("dy", x).inp(
+        "x", x).inp("scale", rng.float([16])).inp("mean", rng.float([4, 1])).inp(
+        "inv_std_dev", rng.float([4, 1])).inp("addend", rng.float([4, 8])).fails(
+        "addend", dx=("f32", [4, 16]), dscale=("f32", [16]), dbias=("f32", [16])).save()
 
 
 def gen_batch_norm_grad(w):

@@ -133,3 +133,21 @@ func.func @adamw_multi_copy_type(%lr: tensor<f32>, %s: tensor<i64>, %p: tensor<4
   %0:4 = ds.adamw_multi %lr, %s, %p, %p, %p, %p : tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<2xbf16>
   return
 }
+
+// -----
+
+func.func @layer_norm_grad_addend(%x: tensor<2x3x4xf32>, %s: tensor<4xf32>,
+                                  %m: tensor<2x3x1xf32>, %a: tensor<3x4xf32>) {
+  // expected-error @+1 {{layer_norm_grad addend must have the input's type}}
+  %0:3 = ds.layer_norm_grad %x, %s, %m, %m, %x, %a {axis = 2} : tensor<2x3x4xf32>, tensor<4xf32>, tensor<2x3x1xf32>, tensor<2x3x1xf32>, tensor<2x3x4xf32>, tensor<3x4xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_grad_addend_type(%x: tensor<2x3x4xbf16>, %s: tensor<4xbf16>,
+                                       %m: tensor<2x3x1xf32>, %a: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{layer_norm_grad addend must have the input's type}}
+  %0:3 = ds.layer_norm_grad %x, %s, %m, %m, %x, %a {axis = 2} : tensor<2x3x4xbf16>, tensor<4xbf16>, tensor<2x3x1xf32>, tensor<2x3x1xf32>, tensor<2x3x4xbf16>, tensor<2x3x4xf32>
+  return
+}

@@ -106,7 +106,8 @@ func.func @pool_gradients(%dy: tensor<2x3x2x2xbf16> {ds.input = "dy"}, %x: tenso
 // softmax over the last axis of 2x100x8 bf16 takes 64 rows of 8 (2048 bytes),
 // its gradient two such sets (4096), layer norm 64 rows (2048) and its
 // gradient x, dy and dx rows for each of its 50 blocks of 4 rows (4800) beside
-// its partial sums (3200) and their f64 totals (192).
+// its partial sums (3200), their f64 totals (192) and, past 32 blocks, the
+// f64 sums of 32 lanes of blocks (2048).
 // Along a strided axis softmax reads the rows in place, and f32 needs none.
 // CHECK-LABEL: func.func @rows
 // CHECK: ds.softmax {{.*}}ds.workspace =

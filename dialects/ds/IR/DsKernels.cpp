@@ -992,18 +992,28 @@ int64_t AttentionPackedGradOp::getWorkspaceBytes() {
 
 // Normalization.
 void LayerNormGradOp::buildKernelCall(KernelCallBuilder &call) {
-  call.callee("dsrt::layer_norm_grad");
+  call.callee(getAddend() ? "dsrt::layer_norm_grad_add" : "dsrt::layer_norm_grad");
   call.stream();
   call.tensor(getResultGrad());
   call.tensor(getInput());
   call.tensor(getScale());
   call.tensor(getMean());
   call.tensor(getInvStdDev());
+  // dsrt::layer_norm_grad_add's addend (without one, dsrt::layer_norm_grad).
+  if (getAddend())
+    call.optionalTensor(getAddend());
   call.tensor(getInputGrad());
   call.tensor(getScaleGrad());
   call.optionalTensor(getBiasGrad());
   call.integer(getAxis());
   call.workspace();
+}
+// The input gradient over the addend: each element of the addend is read
+// before the kernel writes the same element of dx (cpu and cuda alike).
+std::optional<unsigned> LayerNormGradOp::getInPlaceOperand(unsigned result) {
+  if (result != 0 || !getAddend())
+    return std::nullopt;
+  return 5u; // after input, scale, mean, inv_std_dev, result_grad
 }
 // f16/bf16: x, dy and dx rows in f32 for each block of rows whose partial
 // dscale/dbias sums the kernel keeps (up to 64, more of at least 32 rows
@@ -1020,8 +1030,12 @@ int64_t LayerNormGradOp::getWorkspaceBytes() {
   int64_t blockRows = (rows + blocks - 1) / blocks;
   blocks = (rows + blockRows - 1) / blockRows;
   // f64 totals of dscale and dbias and a parameter accumulator (3 n
-  // doubles), each block's f32 partial sums of both (2 n per block).
+  // doubles), each block's f32 partial sums of both (2 n per block); past
+  // 32 blocks, the f64 sums of dscale and dbias of each of 32 lanes of
+  // blocks (2 n doubles per lane), which cuda's kernel adds in lane order.
   int64_t floats = 2 * 3 * n + 2 * blocks * n;
+  if (blocks > 32)
+    floats += 2 * 2 * 32 * n;
   if (convertsToF32(getInput()))
     floats += 3 * blocks * n;
   floats += layerNormParamFloats(getScale(), n);

@@ -863,7 +863,7 @@ def Ds_AttentionPackedGradOp : Ds_Op<"attention_packed_grad",
 }
 
 def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [Ds_Accumulate32, InferTypeOpAdaptor],
-                               ["getWorkspaceBytes"]> {
+                               ["getWorkspaceBytes", "getInPlaceOperand"]> {
   let summary = "gradients of layer normalization";
   let description = [{
     From the forward's input, scale and saved f32 statistics (`mean`,
@@ -872,11 +872,16 @@ def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [Ds_Accumulate32, InferTypeOpA
     output gradient summed over everything but the scale's axes). Under
     mixed precision the scale and bias gradients of a 16-bit scale may be
     f32 (sums over all rows, written in the type their readers need); their
-    types are then printed after `->`.
+    types are then printed after `->`. With `addend` (optional, the input's
+    type: the residual stream's gradient) the input gradient is `addend`
+    plus the layer norm's, summed in f32 and rounded once;
+    ds-fuse-matmul-epilogue forms it from `add(g, input_grad)`, and the
+    input gradient may reuse the addend's storage.
   }];
   let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$scale,
                    Ds_F32Tensor:$mean, Ds_F32Tensor:$inv_std_dev,
-                   Ds_FloatTensor:$result_grad, I64Attr:$axis);
+                   Ds_FloatTensor:$result_grad, Optional<Ds_FloatTensor>:$addend,
+                   I64Attr:$axis);
   let results = (outs Ds_FloatTensor:$input_grad, Ds_FloatTensor:$scale_grad,
                  Ds_FloatTensor:$bias_grad);
   let hasCustomAssemblyFormat = 1;

@@ -1034,6 +1034,9 @@ LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *,
   int64_t axis = adaptor.getAxis();
   if (axis < 0 || axis >= input.getRank())
     return emitOptionalError(loc, "layer_norm_grad axis out of range");
+  if (Value addend = adaptor.getAddend(); addend && tensorType(addend) != input)
+    return emitOptionalError(loc, "layer_norm_grad addend must have the "
+                                  "input's type");
   types.append({input, scale, scale});
   return success();
 }
@@ -1208,8 +1211,9 @@ bool LayerNormGradOp::isCompatibleReturnTypes(TypeRange inferred,
 
 ParseResult LayerNormGradOp::parse(OpAsmParser &parser,
                                    OperationState &result) {
-  SmallVector<OpAsmParser::UnresolvedOperand, 5> operands;
-  SmallVector<Type, 5> types;
+  // Five operands, or six with the addend.
+  SmallVector<OpAsmParser::UnresolvedOperand, 6> operands;
+  SmallVector<Type, 6> types;
   SMLoc loc = parser.getCurrentLocation();
   if (parser.parseOperandList(operands) ||
       parser.parseOptionalAttrDict(result.attributes) || parser.parseColon() ||

@@ -344,8 +344,17 @@ void attention_packed_grad(Stream &s, const Tensor &qkv, const Tensor &o, const 
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws);
+// The same with `addend` (x's type and shape; null: none) added to the input
+// gradient: dx = addend + the layer norm's dx, summed in f32 and rounded
+// once (a residual stream's gradient, which the backward adds it to). dx may
+// be the addend's storage (each element is read before it is written).
+void layer_norm_grad_add(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                     const Tensor &mean, const Tensor &inv_std_dev, const Tensor *addend,
+                     const Tensor &dx, const Tensor &dscale, const Tensor *dbias, int axis,
+                     const Workspace &ws);
 // Workspace: f64 totals and per-block f32 partial sums of dscale/dbias, f16/bf16
-// x/dy/dx rows per block (at most 64 blocks), a broadcast scale in f32.
+// x/dy/dx rows per block (at most 64 blocks), a broadcast scale in f32; past 32
+// blocks, the f64 sums of each of 32 lanes of blocks (the cuda kernel's).
 int64_t layer_norm_grad_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,
                                         int axis);
 

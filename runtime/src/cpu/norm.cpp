@@ -543,10 +543,13 @@ void reduce_to_param(const char *kernel, const char *name, const Tensor &out,
 // is small, so f32 suffices). With dxhat = dy g and xhat = (x - mu - mu_lo) inv:
 //   dx = inv (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
 //   sum(dxhat xhat) = inv (sum(dxhat (x - mu)) - mu_lo sum(dxhat)).
-// g is the scale in place (G = the element type) or expanded to f32.
+// g is the scale in place (G = the element type) or expanded to f32. With
+// `add` (may be dx itself: each element is read before it is written),
+// dx = add + the row's dx in f32.
 template <typename G>
-inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, float *dx,
-                                float *acc_g, float *acc_b, int64_t n, float mu, float inv) {
+inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, const float *add,
+                                float *dx, float *acc_g, float *acc_b, int64_t n, float mu,
+                                float inv) {
   const float inv_n = 1.0f / static_cast<float>(n);
   float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
 #pragma omp simd reduction(+ : s0, a, b0)
@@ -558,12 +561,31 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, flo
   }
   const float mu_lo = s0 * inv_n;
   const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
+  // dx (and the parameter terms) for elements [i0, i1), written to out.
+  auto grads = [&](int64_t i0, int64_t i1, float *out) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float xh = ((x[i] - mu) - mu_lo) * inv, grad = dy[i];
-    acc_g[i] += grad * xh;
-    acc_b[i] += grad;
-    dx[i] = inv * (grad * Elem<G>::load(g[i]) - mean_a - xh * mean_b);
+    for (int64_t i = i0; i < i1; ++i) {
+      const float xh = ((x[i] - mu) - mu_lo) * inv, grad = dy[i];
+      acc_g[i] += grad * xh;
+      acc_b[i] += grad;
+      out[i - i0] = inv * (grad * Elem<G>::load(g[i]) - mean_a - xh * mean_b);
+    }
+  };
+  if (!add) {
+    grads(0, n, dx);
+    return;
+  }
+  // With the addend: a chunk of dx in f32, then the addend plus it in a
+  // loop of its own, so that the sum is rounded on its own (never fused
+  // with the product above into one multiply-add): the unfused add's bits.
+  constexpr int64_t kChunk = 256;
+  float chunk[kChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t i1 = std::min(n, i0 + kChunk);
+    grads(i0, i1, chunk);
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i)
+      dx[i] = add[i] + chunk[i - i0];
   }
 }
 
@@ -572,10 +594,18 @@ inline void layer_norm_grad_row(const float *x, const float *dy, const G *g, flo
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws) {
+  layer_norm_grad_add(s, dy, x, scale, mean, inv_std_dev, nullptr, dx, dscale, dbias, axis, ws);
+}
+
+void layer_norm_grad_add(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                         const Tensor &mean, const Tensor &inv_std_dev, const Tensor *addend,
+                         const Tensor &dx, const Tensor &dscale, const Tensor *dbias, int axis,
+                         const Workspace &ws) {
   begin_kernel(s);
   const char *kernel = "layer_norm_grad";
   const NormRows nr = check_layer_norm_grad(kernel, dy, x, scale, mean, inv_std_dev, dx, dscale,
                                              dbias, axis);
+  check_layer_norm_grad_addend(kernel, addend, x);
   const Shape &normalized = nr.normalized;
   const bool expand_g = nr.expand_scale;
   const int64_t rows = nr.rows, n = nr.n;
@@ -614,6 +644,7 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
       using T = typename decltype(tag)::type;
       const T *sg = scale.as<T>();
       const T *px = x.as<T>(), *pdy = dy.as<T>();
+      const T *padd = addend ? addend->as<T>() : nullptr;
       T *pdx = dx.as<T>();
       parallel_for(
           s, blocks, std::max<int64_t>(1, 8192 / (block_rows * n)), [&](int64_t b0, int64_t b1) {
@@ -623,13 +654,16 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
               std::fill(acc_b, acc_b + n, 0.0f);
               for (int64_t r = blk * block_rows, r_end = std::min(rows, r + block_rows); r < r_end;
                    ++r) {
-                const float *in, *grad;
+                const float *in, *grad, *add = nullptr;
                 float *out;
                 if constexpr (std::is_same_v<T, float>) {
                   in = px + r * n;
                   grad = pdy + r * n;
                   out = pdx + r * n;
+                  add = padd ? padd + r * n : nullptr;
                 } else {
+                  // A 16-bit addend is read into the dx row, which the row
+                  // then adds to and writes over (one rounding at the end).
                   float *xr = row_sets + blk * 3 * n, *gr = xr + n;
                   for (int64_t i = 0; i < n; ++i) {
                     xr[i] = Elem<T>::load(px[r * n + i]);
@@ -638,12 +672,18 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
                   in = xr;
                   grad = gr;
                   out = xr + 2 * n;
+                  if (padd) {
+                    for (int64_t i = 0; i < n; ++i)
+                      out[i] = Elem<T>::load(padd[r * n + i]);
+                    add = out;
+                  }
                 }
                 if (g_full)
-                  layer_norm_grad_row(in, grad, static_cast<const float *>(g_full), out, acc_g,
-                                      acc_b, n, mean_in[r], inv_in[r]);
+                  layer_norm_grad_row(in, grad, static_cast<const float *>(g_full), add, out,
+                                      acc_g, acc_b, n, mean_in[r], inv_in[r]);
                 else
-                  layer_norm_grad_row(in, grad, sg, out, acc_g, acc_b, n, mean_in[r], inv_in[r]);
+                  layer_norm_grad_row(in, grad, sg, add, out, acc_g, acc_b, n, mean_in[r],
+                                      inv_in[r]);
                 if constexpr (!std::is_same_v<T, float>)
                   for (int64_t i = 0; i < n; ++i)
                     pdx[r * n + i] = Elem<T>::store(out[i]);

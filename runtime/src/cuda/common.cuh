@@ -87,8 +87,9 @@ bool has_cuda_stream(Stream &s);
 // kStreamScratchDoubles doubles of device memory owned by the stream, for a
 // scalar one kernel leaves for the next on the same stream; all 0 when the
 // stream takes them, so that a kernel may count finished blocks in a word
-// of it that it leaves at 0 (loss.cu).
-constexpr int kStreamScratchDoubles = 32;
+// of it that it leaves at 0 (loss.cu's totals; norm.cu's layer_norm_grad,
+// from double 32 on).
+constexpr int kStreamScratchDoubles = 64;
 double *stream_scratch(Stream &s);
 
 //===----------------------------------------------------------------------===//

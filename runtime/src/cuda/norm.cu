@@ -13,6 +13,7 @@
 #include "cuda/common.cuh"
 
 #include "dsrt/math.h"
+#include "workspace_shapes.h"
 
 namespace dsrt {
 
@@ -21,6 +22,13 @@ using namespace detail;
 namespace {
 
 constexpr int kRowThreads = 256;
+
+// layer_norm_grad's finished-block counters in the stream's scratch (33
+// unsigned words from this double on), after the loss totals' slots and
+// before their counter (loss.cu).
+constexpr int kLayerNormCounterSlot = 32;
+static_assert(kLayerNormCounterSlot + 17 < kStreamScratchDoubles - 1,
+              "the stream scratch holds layer_norm_grad's counters");
 
 // The [outer, n, inner] view of x around `axis`.
 void axis_view(const Shape &shape, int axis, int64_t &outer, int64_t &n, int64_t &inner) {
@@ -339,19 +347,106 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
 
 namespace {
 
+constexpr int kParamColumns = 8, kParamLanes = 32;
+static_assert(kParamLanes == kLayerNormGradLanes, "the lanes the workspace holds sums of");
+
+// Lane `lane`'s f64 sum of normalized element i's partial sums: the blocks
+// lane, lane + kParamLanes, ... in order. Volatile: other blocks wrote them
+// during the same launch.
+__device__ inline double lane_sum(const volatile float *part, int64_t blocks, int64_t n,
+                                  int64_t i, int64_t lane) {
+  double sum = 0.0;
+  for (int64_t blk = lane; blk < blocks; blk += kParamLanes)
+    sum += part[blk * n + i];
+  return sum;
+}
+
+// dscale and dbias of the normalized shape, finished by the rows kernel's
+// last blocks (on: the launch's only work after the rows). Past
+// kParamLanes blocks, the last block of each lane of blocks (blockIdx.x
+// modulo kParamLanes) writes the lane's f64 sums into `lanes` (2 n per
+// lane: dscale's, then dbias's), and the last of those adds the lanes in
+// order; with fewer blocks each lane is one block and the last block adds
+// their partial sums directly. The order and precision are
+// layer_norm_param_grad_kernel's (sum_blocks). `counters` (kParamLanes + 1
+// in the stream's scratch: the lanes', then the launch's) are 0 before the
+// launch and left 0 after it, as the loss totals' counter.
+struct ParamFinish {
+  bool on = false;
+  void *dscale = nullptr, *dbias = nullptr;  // dbias null: no bias
+  DType dscale_dtype = DType::F32, dbias_dtype = DType::F32;
+  double *lanes = nullptr;  // null: at most kParamLanes blocks
+  unsigned *counters = nullptr;
+};
+
+__device__ void finish_param_grads(const float *part_g, const float *part_b, int64_t blocks,
+                                   int64_t n, const ParamFinish &fin) {
+  __shared__ bool last;
+  const int64_t lanes = blocks < kParamLanes ? blocks : kParamLanes;
+  // Every thread's partial sums are seen before its block counts itself.
+  __threadfence();
+  __syncthreads();
+  if (fin.lanes) {
+    const int64_t lane = blockIdx.x % kParamLanes;
+    if (threadIdx.x == 0) {
+      const unsigned lane_blocks =
+          static_cast<unsigned>((blocks - lane + kParamLanes - 1) / kParamLanes);
+      last = atomicAdd(&fin.counters[lane], 1u) == lane_blocks - 1;
+    }
+    __syncthreads();
+    if (!last)
+      return;
+    __threadfence();
+    double *out_g = fin.lanes + lane * 2 * n, *out_b = out_g + n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      out_g[i] = lane_sum(part_g, blocks, n, i, lane);
+      out_b[i] = lane_sum(part_b, blocks, n, i, lane);
+    }
+    if (threadIdx.x == 0)
+      fin.counters[lane] = 0;
+    __threadfence();
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    last = atomicAdd(&fin.counters[kParamLanes], 1u) ==
+           static_cast<unsigned>(fin.lanes ? lanes : blocks) - 1;
+  __syncthreads();
+  if (!last)
+    return;
+  __threadfence();
+  const volatile double *lane_sums = fin.lanes;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    // Lanes without blocks add 0.0, which changes no sum: they are skipped.
+    double total_g = 0.0, total_b = 0.0;
+    for (int64_t lane = 0; lane < lanes; ++lane) {
+      total_g += lane_sums ? lane_sums[lane * 2 * n + i] : lane_sum(part_g, blocks, n, i, lane);
+      total_b += lane_sums ? lane_sums[lane * 2 * n + n + i]
+                           : lane_sum(part_b, blocks, n, i, lane);
+    }
+    store_any(fin.dscale, fin.dscale_dtype, i, static_cast<float>(total_g));
+    if (fin.dbias)
+      store_any(fin.dbias, fin.dbias_dtype, i, static_cast<float>(total_b));
+  }
+  if (threadIdx.x == 0)
+    fin.counters[kParamLanes] = 0;
+}
+
 // One thread block per block of rows (layer_norm_grad_blocks, as the cpu
-// kernel): row by row, the row's sums (block-reduced in f32), dx, and the
-// row's dscale/dbias terms added to the block's partial sums (each thread
-// owning its strided normalized elements, rows in order).
+// kernel): row by row, the row's sums (block-reduced in f32), dx (plus the
+// addend, when there is one, in f32: one rounding), and the row's
+// dscale/dbias terms added to the block's partial sums (each thread owning
+// its strided normalized elements, rows in order); then, with fin.on, the
+// parameter gradients from all blocks' partial sums (finish_param_grads).
 //
 // With dxhat = dy g and xhat = (x - mu - mu_lo) inv, mu_lo = mean(x - mu):
 //   dx = inv (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
 //   sum(dxhat xhat) = inv (sum(dxhat (x - mu)) - mu_lo sum(dxhat)).
 template <typename T>
-__global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g, T *dx,
-                                            const float *mean, const float *inv_std,
+__global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g, const T *add,
+                                            T *dx, const float *mean, const float *inv_std,
                                             float *part_g, float *part_b, int64_t rows,
-                                            int64_t n, int64_t block_rows, bool vec) {
+                                            int64_t n, int64_t block_rows, bool vec,
+                                            ParamFinish fin) {
   __shared__ float shared[32];
   const int64_t blk = blockIdx.x;
   float *acc_g = part_g + blk * n, *acc_b = part_b + blk * n;
@@ -385,17 +480,25 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
     const float mu_lo = s0 * inv_n;
     const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
     for_row_pair(vec, n, 1, xr, gr, [&](int64_t i, auto w, auto &xv, auto &gv) {
-      float sv[decltype(w)::value];
+      constexpr int W = decltype(w)::value;
+      float sv[W], av[W];
       g.load(sv, i);
-      for (int k = 0; k < decltype(w)::value; ++k) {
+      if (add)
+        load_row(av, add, r * n + i);
+      for (int k = 0; k < W; ++k) {
         const float xh = ((xv[k] - mu) - mu_lo) * inv, grad = gv[k];
         acc_g[i + k] += grad * xh;
         acc_b[i + k] += grad;
-        xv[k] = inv * (grad * sv[k] - mean_a - xh * mean_b);
+        const float v = inv * (grad * sv[k] - mean_a - xh * mean_b);
+        // The addend's sum rounded on its own (never a multiply-add with
+        // the product above): in f32 the unfused add's bits.
+        xv[k] = add ? __fadd_rn(av[k], v) : v;
       }
       store_row(dx, r * n + i, xv);
     });
   }
+  if (fin.on)
+    finish_param_grads(part_g, part_b, gridDim.x, n, fin);
 }
 
 // The sum over the blocks of normalized element i's partial sums, in f64:
@@ -404,7 +507,6 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
 // result does not depend on scheduling; threadIdx.x runs along i, so a
 // warp reads 32 consecutive bytes (a sector) of each of 4 blocks' partial
 // sums, and a 768-wide parameter takes 96 blocks of threads.
-constexpr int kParamColumns = 8, kParamLanes = 32;
 
 __device__ double sum_blocks(const float *part, int64_t blocks, int64_t n, int64_t i,
                              double (*shared)[kParamColumns]) {
@@ -485,10 +587,21 @@ void launch_param_grad(const char *kernel, cudaStream_t stream, const float *par
 void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
                      const Tensor &mean, const Tensor &inv_std_dev, const Tensor &dx,
                      const Tensor &dscale, const Tensor *dbias, int axis, const Workspace &ws) {
+  layer_norm_grad_add(s, dy, x, scale, mean, inv_std_dev, nullptr, dx, dscale, dbias, axis, ws);
+}
+
+// One launch: the rows kernel, whose last blocks finish dscale and dbias
+// (finish_param_grads). A broadcast parameter (fewer elements than the
+// normalized shape, rare) is summed by launch_param_grad's kernels after it.
+void layer_norm_grad_add(Stream &s, const Tensor &dy, const Tensor &x, const Tensor &scale,
+                         const Tensor &mean, const Tensor &inv_std_dev, const Tensor *addend,
+                         const Tensor &dx, const Tensor &dscale, const Tensor *dbias, int axis,
+                         const Workspace &ws) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "layer_norm_grad";
   const NormRows nr = check_layer_norm_grad(kernel, dy, x, scale, mean, inv_std_dev, dx, dscale,
                                              dbias, axis);
+  check_layer_norm_grad_addend(kernel, addend, x);
   const Shape &normalized = nr.normalized;
   const int64_t rows = nr.rows, n = nr.n;
   int64_t blocks = 0, block_rows = 0;
@@ -496,23 +609,40 @@ void layer_norm_grad(Stream &s, const Tensor &dy, const Tensor &x, const Tensor 
   WorkspaceFloats scratch(kernel, ws,
                           layer_norm_grad_workspace_bytes(x.dtype, x.shape, scale.shape, axis));
   // The workspace's layout is the cpu kernel's: f64 totals first (unused
-  // here: the parameter kernel sums the blocks itself), then the blocks'
-  // partial sums.
-  scratch.take(x.numel() == 0 ? 0 : 2 * 3 * n);
-  float *part_g = scratch.take(x.numel() == 0 ? 0 : 2 * blocks * n);
+  // here: the last blocks sum the blocks themselves), then the blocks'
+  // partial sums; then (past kParamLanes blocks) the lanes' f64 sums, 8-byte
+  // aligned (an even number of floats before them).
+  const bool rows_run = x.numel() > 0 && blocks > 0;
+  scratch.take(rows_run ? 2 * 3 * n : 0);
+  float *part_g = scratch.take(rows_run ? 2 * blocks * n : 0);
   float *part_b = part_g + blocks * n;
+  ParamFinish fin;
+  fin.on = rows_run && dscale.numel() == n && (!dbias || dbias->numel() == n);
+  if (fin.on) {
+    fin.dscale = dscale.data;
+    fin.dscale_dtype = dscale.dtype;
+    fin.dbias = dbias ? dbias->data : nullptr;
+    fin.dbias_dtype = dbias ? dbias->dtype : DType::F32;
+    const int64_t lane_floats = layer_norm_grad_lane_floats(blocks, n);
+    fin.lanes = lane_floats ? reinterpret_cast<double *>(scratch.take(lane_floats)) : nullptr;
+    fin.counters = reinterpret_cast<unsigned *>(stream_scratch(s) + kLayerNormCounterSlot);
+  }
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (x.numel() > 0 && blocks > 0)
+    if (rows_run)
       layer_norm_grad_rows_kernel<T><<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(
-          x.as<T>(), dy.as<T>(), param_of<T>(&scale, normalized), dx.as<T>(), mean.as<float>(),
-          inv_std_dev.as<float>(), part_g, part_b, rows, n, block_rows, vector_rows<T>(n, 1));
+          x.as<T>(), dy.as<T>(), param_of<T>(&scale, normalized),
+          addend ? addend->as<T>() : nullptr, dx.as<T>(), mean.as<float>(),
+          inv_std_dev.as<float>(), part_g, part_b, rows, n, block_rows, vector_rows<T>(n, 1),
+          fin);
   });
-  // With no rows the parameter gradients are 0 (no blocks to sum).
-  const int64_t used = x.numel() > 0 ? blocks : 0;
-  launch_param_grad(kernel, stream, part_g, used, normalized, dscale);
-  if (dbias)
-    launch_param_grad(kernel, stream, part_b, used, normalized, *dbias);
+  if (!fin.on) {
+    // With no rows the parameter gradients are 0 (no blocks to sum).
+    const int64_t used = rows_run ? blocks : 0;
+    launch_param_grad(kernel, stream, part_g, used, normalized, dscale);
+    if (dbias)
+      launch_param_grad(kernel, stream, part_b, used, normalized, *dbias);
+  }
   check_launch(kernel);
 }
 

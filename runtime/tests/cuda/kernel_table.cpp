@@ -75,6 +75,7 @@ const Entry kTable[] = {
     DSRT_KERNEL(attention_packed),
     DSRT_KERNEL(attention_packed_grad),
     DSRT_KERNEL(layer_norm_grad),
+    DSRT_KERNEL(layer_norm_grad_add),
     DSRT_KERNEL(layer_norm_grad_workspace_bytes),
     DSRT_KERNEL(batch_norm_grad),
     DSRT_KERNEL(softmax_cross_entropy_grad),
