@@ -153,6 +153,21 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   target_include_directories(dsrt_cuda_emu_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
   target_compile_options(dsrt_cuda_emu_kernel_test PRIVATE -fexceptions)
   list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_emu_kernel_test)
+  # The emulation's own checks (cuda/emu/emu_test.cu: the thread and block
+  # orders of DSRT_EMU_SCHEDULE show a missing barrier, DSRT_FAKE_CUDA_FILL
+  # fills fresh memory), in the emulated kernel test only.
+  add_custom_command(
+    OUTPUT "${_emu_out}/emu_test.cpp"
+    COMMAND "${CMAKE_COMMAND}" -E make_directory "${_emu_out}"
+    COMMAND "${DSRT_PYTHON}" "${_emu_script}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/emu_test.cu"
+            "${_emu_out}/emu_test.cpp"
+    DEPENDS "${_emu_script}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/emu_test.cu"
+    COMMENT "Rewriting the launches of tests/cuda/emu/emu_test.cu for the CUDA emulation"
+    VERBATIM)
+  set_source_files_properties("${_emu_out}/emu_test.cpp" PROPERTIES
+                              COMPILE_OPTIONS "-include;${_emu_prelude};-Wno-unknown-pragmas"
+                              OBJECT_DEPENDS "${_emu_prelude}")
+  target_sources(dsrt_cuda_emu_kernel_test PRIVATE "${_emu_out}/emu_test.cpp")
   # The cases are written by check-runtime (dsrt_kernel_cases) before CTest
   # runs, and again by the dsrt_make_cases test: run after it, never while
   # it rewrites them.

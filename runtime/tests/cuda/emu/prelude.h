@@ -59,6 +59,16 @@ void sync_block();
 const uint64_t *warp_exchange(unsigned mask, uint64_t value, unsigned *took_part);
 // Dynamic shared memory of the running launch (extern __shared__).
 void *dynamic_shared();
+// A static `__shared__` variable's declaration passed by a thread
+// (rewrite_launches.py adds the call): the block's first thread to pass it
+// fills it with all-ones bytes. The section does that at the block's start
+// for the statics it holds; GCC puts those of function templates elsewhere.
+void fresh_shared(void *p, size_t bytes);
+// Sets the order in which the following launches resume their threads and
+// run their blocks, as $DSRT_EMU_SCHEDULE does ("ascending", "reverse",
+// "random:SEED"; null or "" is ascending); false, changing nothing, for
+// any other value. For the emulation's own tests.
+bool set_schedule(const char *order);
 
 struct Config {
   dim3 grid, block;

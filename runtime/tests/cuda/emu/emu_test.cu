@@ -1,0 +1,213 @@
+// The CUDA emulation's own checks (docs/runtime.md, "The CUDA emulation"),
+// in dsrt_cuda_emu_kernel_test only: they need the emulation's switches,
+// and on a GPU the racy kernels below would give any answer.
+//
+// EmuSchedule: the thread orders of $DSRT_EMU_SCHEDULE (set here through
+// dsemu::set_schedule) make a missing __syncthreads show. Threads switch
+// only at barriers and warp operations, so without a barrier between a
+// shared-memory write and another thread's read the reader sees the write
+// only if the writer ran first: in the ascending order a thread reading
+// what a lower one wrote reads it (the race goes unseen), in the reverse
+// order it reads the block's fresh shared memory (all-ones bytes: NaN) or
+// the value before the write. With the barrier every order gives the
+// right answer. The same for blocks: a block reading what the block before
+// it wrote (no grid-wide barrier) sees it only when blocks run in order.
+//
+// EmuFill: fresh device and pinned memory is zeros, or all-ones bytes under
+// $DSRT_FAKE_CUDA_FILL=nan (set here through dsrt_fake_cuda_set_fill).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+extern "C" bool dsrt_fake_cuda_set_fill(const char *fill);
+
+namespace {
+
+constexpr int kThreads = 64;
+
+// Each thread writes its slot, then reads the slot of the thread below it
+// (thread 0 its own): out[t] = max(t, 1).
+template <bool Barrier> __global__ void read_lower(float *out) {
+  __shared__ float s[kThreads];
+  const int t = threadIdx.x;
+  s[t] = t + 1.0f;
+  if (Barrier)
+    __syncthreads();
+  out[t] = s[t == 0 ? 0 : t - 1];
+}
+
+// The slot of the thread above (the last thread its own): out[t] =
+// min(t + 2, kThreads).
+template <bool Barrier> __global__ void read_higher(float *out) {
+  __shared__ float s[kThreads];
+  const int t = threadIdx.x;
+  s[t] = t + 1.0f;
+  if (Barrier)
+    __syncthreads();
+  out[t] = s[t == kThreads - 1 ? t : t + 1];
+}
+
+// read_lower after a first barrier that every thread passes, the slots
+// zeroed before it: a reader that runs before its writer reads 0.
+template <bool Barrier> __global__ void read_lower_after_barrier(float *out) {
+  __shared__ float s[kThreads];
+  const int t = threadIdx.x;
+  s[t] = 0.0f;
+  __syncthreads();
+  s[t] = t + 1.0f;
+  if (Barrier)
+    __syncthreads();
+  out[t] = s[t == 0 ? 0 : t - 1];
+}
+
+// Block b sets flags[b], then reads the flag of block b - 1 (block 0 its
+// own): a race between blocks.
+__global__ void read_previous_block(int *flags, int *out) {
+  if (threadIdx.x == 0) {
+    flags[blockIdx.x] = 1;
+    out[blockIdx.x] = flags[blockIdx.x == 0 ? 0 : blockIdx.x - 1];
+  }
+}
+
+// Restores the environment's order when a test ends.
+struct ScheduleGuard {
+  ~ScheduleGuard() { dsemu::set_schedule(std::getenv("DSRT_EMU_SCHEDULE")); }
+};
+
+template <typename Kernel> std::vector<float> run_threads(const char *order, Kernel kernel) {
+  EXPECT_TRUE(dsemu::set_schedule(order)) << order;
+  float *d = nullptr;
+  EXPECT_EQ(cudaMalloc(&d, kThreads * sizeof(float)), cudaSuccess);
+  kernel<<<1, kThreads>>>(d);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<float> out(kThreads);
+  EXPECT_EQ(cudaMemcpy(out.data(), d, kThreads * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  cudaFree(d);
+  return out;
+}
+
+// The threads whose result is not `want(t)`; those reading NaN in *nan.
+template <typename Want> int wrong(const std::vector<float> &out, Want want, int *nan = nullptr) {
+  int n = 0, nans = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    n += out[t] != want(t);
+    nans += std::isnan(out[t]);
+  }
+  if (nan)
+    *nan = nans;
+  return n;
+}
+
+const char *const kOrders[] = {"ascending", "reverse", "random:1", "random:2"};
+
+TEST(EmuSchedule, MissingBarrierShowsInReverse) {
+  ScheduleGuard guard;
+  auto want = [](int t) { return t == 0 ? 1.0f : static_cast<float>(t); };
+  // The ascending order cannot see this race.
+  EXPECT_EQ(wrong(run_threads("ascending", read_lower<false>), want), 0);
+  // Reversed, every reader runs before its writer: NaN.
+  int nan = 0;
+  EXPECT_EQ(wrong(run_threads("reverse", read_lower<false>), want, &nan), kThreads - 1);
+  EXPECT_EQ(nan, kThreads - 1);
+  for (const char *order : kOrders)
+    EXPECT_EQ(wrong(run_threads(order, read_lower<true>), want), 0) << order;
+}
+
+TEST(EmuSchedule, MissingBarrierShowsInAscendingAndRandom) {
+  ScheduleGuard guard;
+  auto want = [](int t) { return static_cast<float>(t == kThreads - 1 ? kThreads : t + 2); };
+  int nan = 0;
+  EXPECT_EQ(wrong(run_threads("ascending", read_higher<false>), want, &nan), kThreads - 1);
+  EXPECT_EQ(nan, kThreads - 1);
+  EXPECT_EQ(wrong(run_threads("reverse", read_higher<false>), want), 0);
+  // A random order puts some readers before their writers.
+  EXPECT_GT(wrong(run_threads("random:1", read_higher<false>), want), 0);
+  EXPECT_GT(wrong(run_threads("random:1", read_lower<false>),
+                  [](int t) { return t == 0 ? 1.0f : static_cast<float>(t); }),
+            0);
+  for (const char *order : kOrders)
+    EXPECT_EQ(wrong(run_threads(order, read_higher<true>), want), 0) << order;
+}
+
+// After a barrier: in the ascending order the thread that completes it
+// (the last, 63) goes on first, and only it reads the 0 of the first
+// phase; in the reverse order the thread that completes it (0) waits its
+// turn, so every reader runs before its writer again.
+TEST(EmuSchedule, MissingBarrierAfterABarrier) {
+  ScheduleGuard guard;
+  auto want = [](int t) { return t == 0 ? 1.0f : static_cast<float>(t); };
+  std::vector<float> out = run_threads("ascending", read_lower_after_barrier<false>);
+  EXPECT_EQ(wrong(out, want), 1);
+  EXPECT_EQ(out[kThreads - 1], 0.0f);
+  out = run_threads("reverse", read_lower_after_barrier<false>);
+  EXPECT_EQ(wrong(out, want), kThreads - 1);
+  EXPECT_EQ(out[1], 0.0f);
+  for (const char *order : kOrders)
+    EXPECT_EQ(wrong(run_threads(order, read_lower_after_barrier<true>), want), 0) << order;
+}
+
+TEST(EmuSchedule, BlockOrder) {
+  ScheduleGuard guard;
+  constexpr int kBlocks = 8;
+  int *flags = nullptr, *dout = nullptr;
+  ASSERT_EQ(cudaMalloc(&flags, kBlocks * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dout, kBlocks * sizeof(int)), cudaSuccess);
+  auto unset = [&](const char *order) {
+    EXPECT_TRUE(dsemu::set_schedule(order));
+    EXPECT_EQ(cudaMemset(flags, 0, kBlocks * sizeof(int)), cudaSuccess);
+    read_previous_block<<<kBlocks, 32>>>(flags, dout);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    int out[kBlocks];
+    EXPECT_EQ(cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost), cudaSuccess);
+    int n = 0;
+    for (int b = 0; b < kBlocks; ++b)
+      n += out[b] != 1;
+    return n;
+  };
+  EXPECT_EQ(unset("ascending"), 0);
+  EXPECT_EQ(unset("reverse"), kBlocks - 1);
+  EXPECT_GT(unset("random:1"), 0);
+  cudaFree(flags);
+  cudaFree(dout);
+}
+
+TEST(EmuSchedule, RejectsOtherOrders) {
+  ScheduleGuard guard;
+  for (const char *bad : {"descending", "random:", "random:x", "random:1x", "reverse "})
+    EXPECT_FALSE(dsemu::set_schedule(bad)) << bad;
+  EXPECT_TRUE(dsemu::set_schedule(""));
+  EXPECT_TRUE(dsemu::set_schedule(nullptr));
+}
+
+// The bytes of fresh device and pinned memory under a fill.
+std::vector<unsigned char> fresh(bool device) {
+  constexpr size_t kBytes = 1000;
+  void *p = nullptr;
+  EXPECT_EQ(device ? cudaMalloc(&p, kBytes) : cudaHostAlloc(&p, kBytes, cudaHostAllocMapped),
+            cudaSuccess);
+  std::vector<unsigned char> bytes(kBytes);
+  EXPECT_EQ(cudaMemcpy(bytes.data(), p, kBytes, cudaMemcpyDefault), cudaSuccess);
+  device ? cudaFree(p) : cudaFreeHost(p);
+  return bytes;
+}
+
+TEST(EmuFill, FreshMemory) {
+  struct Restore {
+    ~Restore() { dsrt_fake_cuda_set_fill(nullptr); }
+  } restore;
+  for (bool device : {true, false}) {
+    ASSERT_TRUE(dsrt_fake_cuda_set_fill("nan"));
+    for (unsigned char b : fresh(device))
+      ASSERT_EQ(b, 0xff) << (device ? "cudaMalloc" : "cudaHostAlloc");
+    ASSERT_TRUE(dsrt_fake_cuda_set_fill("zero"));
+    for (unsigned char b : fresh(device))
+      ASSERT_EQ(b, 0) << (device ? "cudaMalloc" : "cudaHostAlloc");
+  }
+  EXPECT_FALSE(dsrt_fake_cuda_set_fill("ones"));
+}
+
+}  // namespace
