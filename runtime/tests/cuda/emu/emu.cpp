@@ -518,6 +518,15 @@ const uint64_t *warp_exchange(unsigned mask, uint64_t value, unsigned *took_part
 
 void *dynamic_shared() { return emu().dynamic.data(); }
 
+void require_aligned(const void *p, size_t alignment, const char *what) {
+  if (reinterpret_cast<uintptr_t>(p) % alignment == 0)
+    return;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "thread (%u, %u, %u): %s %p is not %zu-byte aligned",
+                thread_idx.x, thread_idx.y, thread_idx.z, what, p, alignment);
+  die(std::string(buf) + " (a GPU faults: misaligned address)");
+}
+
 void fresh_shared(void *p, size_t bytes) {
   Emulator &e = emu();
   for (void *q : e.fresh)

@@ -15,6 +15,15 @@
 //
 // EmuFill: fresh device and pinned memory is zeros, or all-ones bytes under
 // $DSRT_FAKE_CUDA_FILL=nan (set here through dsrt_fake_cuda_set_fill).
+//
+// EmuAlign: an access a GPU faults on as a misaligned address stops the
+// kernel: cp.async's 16 bytes and ldmatrix's row addresses in every
+// emulated build (mma.cuh's emulated bodies check them), a uint4 load in
+// the alignment variant (DSEMU_ALIGNMENT_CHECK: UBSan's alignment check,
+// dsrt_cuda_emu_align_kernel_test), where the plain emulation does what the
+// host compiler made of it (a fault without a location, or a load).
+#include "cuda/mma.cuh"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -208,6 +217,62 @@ TEST(EmuFill, FreshMemory) {
       ASSERT_EQ(b, 0) << (device ? "cudaMalloc" : "cudaHostAlloc");
   }
   EXPECT_FALSE(dsrt_fake_cuda_set_fill("ones"));
+}
+
+__global__ void load_uint4(const unsigned char *p, uint4 *out) {
+  *out = *reinterpret_cast<const uint4 *>(p);
+}
+__global__ void copy_async(unsigned char *dst, const unsigned char *src) {
+  dsrt::detail::cp_async_16(dst, src);
+  dsrt::detail::cp_async_commit();
+  dsrt::detail::cp_async_wait<0>();
+}
+// Every lane supplies the row address base + 16 lane + offset.
+__global__ void ldmatrix_rows(const uint16_t *base, int offset, uint32_t *out) {
+  uint32_t r[4];
+  dsrt::detail::ldmatrix_x4<false>(r, base + 8 * threadIdx.x + offset);
+  out[threadIdx.x] = r[0];
+}
+
+// 1 KiB of device memory, 256-byte aligned as cudaMalloc's.
+struct DeviceBytes {
+  unsigned char *p = nullptr;
+  DeviceBytes() {
+    EXPECT_EQ(cudaMalloc(&p, 1024), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p, 0, 1024), cudaSuccess);
+  }
+  ~DeviceBytes() { cudaFree(p); }
+};
+
+TEST(EmuAlign, CpAsyncAndLdmatrix) {
+  DeviceBytes a, b;
+  copy_async<<<1, 1>>>(b.p + 16, a.p + 32);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_DEATH(copy_async<<<1, 1>>>(b.p + 16, a.p + 40),
+               "copy_async.*cp\\.async source 0x[0-9a-f]+ is not 16-byte aligned");
+  EXPECT_DEATH(copy_async<<<1, 1>>>(b.p + 4, a.p + 32),
+               "cp\\.async destination 0x[0-9a-f]+ is not 16-byte aligned");
+  const uint16_t *rows = reinterpret_cast<const uint16_t *>(a.p);
+  uint32_t *out = reinterpret_cast<uint32_t *>(b.p);
+  ldmatrix_rows<<<1, 32>>>(rows, 0, out);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_DEATH(ldmatrix_rows<<<1, 32>>>(rows, 4, out),
+               "ldmatrix_rows.*ldmatrix row address 0x[0-9a-f]+ is not 16-byte aligned");
+}
+
+TEST(EmuAlign, Uint4Load) {
+  DeviceBytes a, b;
+  uint4 *out = reinterpret_cast<uint4 *>(b.p);
+  load_uint4<<<1, 1>>>(a.p + 16, out);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+#if DSEMU_ALIGNMENT_CHECK
+  EXPECT_DEATH(load_uint4<<<1, 1>>>(a.p + 8, out),
+               "emu_test\\.cu:[0-9]+:.*misaligned address 0x[0-9a-f]+ for type 'const (struct )?uint4'");
+#else
+  // Without the check the load is what the host compiler made of it: an
+  // aligned SSE load faults with no location, an unaligned one succeeds.
+  GTEST_SKIP() << "the misaligned load is checked by dsrt_cuda_emu_align_kernel_test";
+#endif
 }
 
 }  // namespace

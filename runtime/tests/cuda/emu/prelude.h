@@ -64,6 +64,12 @@ void *dynamic_shared();
 // fills it with all-ones bytes. The section does that at the block's start
 // for the statics it holds; GCC puts those of function templates elsewhere.
 void fresh_shared(void *p, size_t bytes);
+// Aborts, naming the kernel, the block and the thread, unless `p` is a
+// multiple of `alignment`: what a GPU requires of the address of an access
+// that the emulation makes in smaller pieces (ldmatrix's row addresses,
+// cp.async's 16 bytes). DSEMU_ALIGNED(p, n, what) in kernel code.
+void require_aligned(const void *p, size_t alignment, const char *what);
+#define DSEMU_ALIGNED(p, n, what) ::dsemu::require_aligned((p), (n), (what))
 // Sets the order in which the following launches resume their threads and
 // run their blocks, as $DSRT_EMU_SCHEDULE does ("ascending", "reverse",
 // "random:SEED"; null or "" is ascending); false, changing nothing, for
