@@ -168,37 +168,35 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
                               COMPILE_OPTIONS "-include;${_emu_prelude};-Wno-unknown-pragmas"
                               OBJECT_DEPENDS "${_emu_prelude}")
   target_sources(dsrt_cuda_emu_kernel_test PRIVATE "${_emu_out}/emu_test.cpp")
-  # The alignment variant: the same emulated kernels, the emulation and the
-  # emulated kernel test's own sources compiled with UBSan's alignment check
+  # The alignment variant: copies of the emulation and of its kernel test
+  # (sources, include directories, definitions, options, libraries; the
+  # test linked with the copy), compiled with UBSan's alignment check
   # (-fsanitize=alignment, aborting with the file and line), so that a load
   # or store a GPU would fault on as a misaligned address (a uint4 or float4
   # cast of a pointer that is not 16-byte aligned) stops the case. UBSan's
   # alignment check needs no shadow memory, so the fibers' stacks are fine.
   set(_emu_align -fsanitize=alignment -fno-sanitize-recover=alignment)
-  add_library(dsrt_cuda_emu_align STATIC ${_emu_sources} cuda/emu/emu.cpp cuda/fake_cudart.cpp
-                                         $<TARGET_OBJECTS:dsrt_core>)
-  set_target_properties(dsrt_cuda_emu_align PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
-  target_include_directories(dsrt_cuda_emu_align PUBLIC "${CMAKE_CURRENT_SOURCE_DIR}/../include"
-                             ${CUDAToolkit_INCLUDE_DIRS})
-  target_include_directories(dsrt_cuda_emu_align PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src"
-                             "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu")
-  target_compile_definitions(dsrt_cuda_emu_align PRIVATE DSRT_FAKE_EMULATE=1 DSRT_FAKE_NO_NCCL=1)
-  target_compile_options(dsrt_cuda_emu_align PRIVATE -O2 -fexceptions -ffp-contract=off
-                         -Wno-sign-compare -Wno-unknown-pragmas ${_emu_align})
-  target_link_libraries(dsrt_cuda_emu_align PUBLIC OpenMP::OpenMP_CXX ${_emu_align})
-  if(DSRT_HAVE_URING)
-    target_link_libraries(dsrt_cuda_emu_align PUBLIC PkgConfig::DSRT_URING)
-  endif()
-  if(DSRT_HAVE_MPI)
-    target_link_libraries(dsrt_cuda_emu_align PUBLIC MPI::MPI_CXX)
-  endif()
-  add_executable(dsrt_cuda_emu_align_kernel_test $<TARGET_OBJECTS:dsrt_kernel_case_objects>
-                 "${_emu_out}/mma_test.cpp" "${_emu_out}/emu_test.cpp" cuda/reduce_order_test.cpp)
-  target_link_libraries(dsrt_cuda_emu_align_kernel_test PRIVATE dsrt_cuda_emu_align GTest::gtest)
-  target_include_directories(dsrt_cuda_emu_align_kernel_test PRIVATE
-                             "${CMAKE_CURRENT_SOURCE_DIR}/../src")
-  target_compile_options(dsrt_cuda_emu_align_kernel_test PRIVATE -fexceptions ${_emu_align})
+  add_library(dsrt_cuda_emu_align STATIC)
+  add_executable(dsrt_cuda_emu_align_kernel_test)
+  foreach(_pair "dsrt_cuda_emu;dsrt_cuda_emu_align"
+                "dsrt_cuda_emu_kernel_test;dsrt_cuda_emu_align_kernel_test")
+    list(GET _pair 0 _from)
+    list(GET _pair 1 _to)
+    foreach(_prop SOURCES INCLUDE_DIRECTORIES COMPILE_DEFINITIONS COMPILE_OPTIONS LINK_LIBRARIES
+                  INTERFACE_INCLUDE_DIRECTORIES INTERFACE_LINK_LIBRARIES CXX_STANDARD
+                  CXX_STANDARD_REQUIRED)
+      get_target_property(_value ${_from} ${_prop})
+      if(_value)
+        list(TRANSFORM _value REPLACE "^dsrt_cuda_emu$" "dsrt_cuda_emu_align")
+        set_property(TARGET ${_to} PROPERTY ${_prop} "${_value}")
+      endif()
+    endforeach()
+  endforeach()
+  target_compile_options(dsrt_cuda_emu_align PRIVATE ${_emu_align})
+  target_link_options(dsrt_cuda_emu_align INTERFACE ${_emu_align})
+  target_compile_options(dsrt_cuda_emu_align_kernel_test PRIVATE ${_emu_align})
   target_compile_definitions(dsrt_cuda_emu_align_kernel_test PRIVATE DSEMU_ALIGNMENT_CHECK=1)
+  list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_emu_align_kernel_test)
   # Every kernel case again on the alignment variant, the block's threads
   # resumed in reverse order and fresh device memory all-ones bytes: a
   # missing barrier before a higher thread reads what a lower one wrote, a
@@ -209,7 +207,6 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_kernels_reverse_nan_align PROPERTIES LABELS dsrt_cuda
                        TIMEOUT 300 FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_EMU_SCHEDULE=reverse;DSRT_FAKE_CUDA_FILL=nan")
-  list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_emu_align_kernel_test)
   # The cases are written by check-runtime (dsrt_kernel_cases) before CTest
   # runs, and again by the dsrt_make_cases test: run after it, never while
   # it rewrites them.

@@ -30,8 +30,9 @@
 // Built with DSRT_FAKE_EMULATE=1 it is the runtime half of the CUDA
 // emulation (emu/, docs/runtime.md "The CUDA emulation"): kernels are then
 // not nvcc's but run by emu/emu.cpp, cublasLtMatmul computes its product on
-// the host, a `__device__` variable is its own device copy, and
-// cudaGetLastError reports what the emulation found wrong with a launch.
+// the host, a `__device__` variable is its own device copy,
+// cudaGetLastError reports what the emulation found wrong with a launch,
+// and $DSRT_FAKE_CUDA_FILL=nan makes fresh memory all-ones bytes.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #if DSRT_FAKE_EMULATE

@@ -161,11 +161,11 @@ Emulator &emu() {
 // every barrier, resuming the first runnable one after the thread that
 // stops in it, and runs the blocks in a random permutation, all drawn from
 // SEED, the kernel's name and the block, so that a run repeats (and a case
-// run by itself fails as it did among the others). In both other orders a thread that
-// completes a barrier or a warp operation also switches away (its
-// successor chosen as at any switch), so that no thread keeps its place
-// across a barrier: which thread reads shared memory before another has
-// written it changes with the order.
+// run by itself fails as it did among the others). In both other orders a
+// thread that completes a barrier or a warp operation also switches away
+// (its successor chosen as at any switch), so that no thread keeps its
+// place across a barrier: which thread reads shared memory before another
+// has written it changes with the order.
 enum class Order { Ascending, Reverse, Random };
 struct Schedule {
   Order order = Order::Ascending;
@@ -183,7 +183,7 @@ bool parse_schedule(const char *text, Schedule &s) {
     s.order = Order::Reverse;
     return true;
   }
-  if (v.rfind("random:", 0) == 0 && v.size() > 7) {
+  if (v.rfind("random:", 0) == 0 && v.size() > 7 && v[7] >= '0' && v[7] <= '9') {
     char *end = nullptr;
     s.seed = std::strtoull(v.c_str() + 7, &end, 10);
     s.order = Order::Random;

@@ -37,39 +37,24 @@ namespace {
 
 constexpr int kThreads = 64;
 
-// Each thread writes its slot, then reads the slot of the thread below it
-// (thread 0 its own): out[t] = max(t, 1).
-template <bool Barrier> __global__ void read_lower(float *out) {
-  __shared__ float s[kThreads];
-  const int t = threadIdx.x;
-  s[t] = t + 1.0f;
-  if (Barrier)
-    __syncthreads();
-  out[t] = s[t == 0 ? 0 : t - 1];
+// Each thread writes its slot, then reads the slot of thread t + d (its
+// own past the ends): the lower thread's with d = -1, the higher one's with
+// d = 1. ZeroFirst: the slots zeroed before a first barrier that every
+// thread passes, so that a reader that runs before its writer reads 0.
+__host__ __device__ int neighbour(int t, int d) {
+  return t + d >= 0 && t + d < kThreads ? t + d : t;
 }
-
-// The slot of the thread above (the last thread its own): out[t] =
-// min(t + 2, kThreads).
-template <bool Barrier> __global__ void read_higher(float *out) {
+template <bool Barrier, bool ZeroFirst = false> __global__ void read_neighbour(float *out, int d) {
   __shared__ float s[kThreads];
   const int t = threadIdx.x;
+  if (ZeroFirst) {
+    s[t] = 0.0f;
+    __syncthreads();
+  }
   s[t] = t + 1.0f;
   if (Barrier)
     __syncthreads();
-  out[t] = s[t == kThreads - 1 ? t : t + 1];
-}
-
-// read_lower after a first barrier that every thread passes, the slots
-// zeroed before it: a reader that runs before its writer reads 0.
-template <bool Barrier> __global__ void read_lower_after_barrier(float *out) {
-  __shared__ float s[kThreads];
-  const int t = threadIdx.x;
-  s[t] = 0.0f;
-  __syncthreads();
-  s[t] = t + 1.0f;
-  if (Barrier)
-    __syncthreads();
-  out[t] = s[t == 0 ? 0 : t - 1];
+  out[t] = s[neighbour(t, d)];
 }
 
 // Block b sets flags[b], then reads the flag of block b - 1 (block 0 its
@@ -86,24 +71,27 @@ struct ScheduleGuard {
   ~ScheduleGuard() { dsemu::set_schedule(std::getenv("DSRT_EMU_SCHEDULE")); }
 };
 
-template <typename Kernel> std::vector<float> run_threads(const char *order, Kernel kernel) {
+// One block of `kernel(out, d)` in the given order.
+template <typename Kernel>
+std::vector<float> run_threads(const char *order, Kernel kernel, int d) {
   EXPECT_TRUE(dsemu::set_schedule(order)) << order;
-  float *d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, kThreads * sizeof(float)), cudaSuccess);
-  kernel<<<1, kThreads>>>(d);
+  float *dout = nullptr;
+  EXPECT_EQ(cudaMalloc(&dout, kThreads * sizeof(float)), cudaSuccess);
+  kernel<<<1, kThreads>>>(dout, d);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<float> out(kThreads);
-  EXPECT_EQ(cudaMemcpy(out.data(), d, kThreads * sizeof(float), cudaMemcpyDeviceToHost),
+  EXPECT_EQ(cudaMemcpy(out.data(), dout, kThreads * sizeof(float), cudaMemcpyDeviceToHost),
             cudaSuccess);
-  cudaFree(d);
+  cudaFree(dout);
   return out;
 }
 
-// The threads whose result is not `want(t)`; those reading NaN in *nan.
-template <typename Want> int wrong(const std::vector<float> &out, Want want, int *nan = nullptr) {
+// The threads whose result is not their neighbour's slot; those reading
+// NaN in *nan.
+int wrong(const std::vector<float> &out, int d, int *nan = nullptr) {
   int n = 0, nans = 0;
   for (int t = 0; t < kThreads; ++t) {
-    n += out[t] != want(t);
+    n += out[t] != neighbour(t, d) + 1.0f;
     nans += std::isnan(out[t]);
   }
   if (nan)
@@ -115,31 +103,27 @@ const char *const kOrders[] = {"ascending", "reverse", "random:1", "random:2"};
 
 TEST(EmuSchedule, MissingBarrierShowsInReverse) {
   ScheduleGuard guard;
-  auto want = [](int t) { return t == 0 ? 1.0f : static_cast<float>(t); };
   // The ascending order cannot see this race.
-  EXPECT_EQ(wrong(run_threads("ascending", read_lower<false>), want), 0);
+  EXPECT_EQ(wrong(run_threads("ascending", read_neighbour<false>, -1), -1), 0);
   // Reversed, every reader runs before its writer: NaN.
   int nan = 0;
-  EXPECT_EQ(wrong(run_threads("reverse", read_lower<false>), want, &nan), kThreads - 1);
+  EXPECT_EQ(wrong(run_threads("reverse", read_neighbour<false>, -1), -1, &nan), kThreads - 1);
   EXPECT_EQ(nan, kThreads - 1);
   for (const char *order : kOrders)
-    EXPECT_EQ(wrong(run_threads(order, read_lower<true>), want), 0) << order;
+    EXPECT_EQ(wrong(run_threads(order, read_neighbour<true>, -1), -1), 0) << order;
 }
 
 TEST(EmuSchedule, MissingBarrierShowsInAscendingAndRandom) {
   ScheduleGuard guard;
-  auto want = [](int t) { return static_cast<float>(t == kThreads - 1 ? kThreads : t + 2); };
   int nan = 0;
-  EXPECT_EQ(wrong(run_threads("ascending", read_higher<false>), want, &nan), kThreads - 1);
+  EXPECT_EQ(wrong(run_threads("ascending", read_neighbour<false>, 1), 1, &nan), kThreads - 1);
   EXPECT_EQ(nan, kThreads - 1);
-  EXPECT_EQ(wrong(run_threads("reverse", read_higher<false>), want), 0);
-  // A random order puts some readers before their writers.
-  EXPECT_GT(wrong(run_threads("random:1", read_higher<false>), want), 0);
-  EXPECT_GT(wrong(run_threads("random:1", read_lower<false>),
-                  [](int t) { return t == 0 ? 1.0f : static_cast<float>(t); }),
-            0);
+  EXPECT_EQ(wrong(run_threads("reverse", read_neighbour<false>, 1), 1), 0);
+  // A random order puts some readers before their writers, either way.
+  EXPECT_GT(wrong(run_threads("random:1", read_neighbour<false>, 1), 1), 0);
+  EXPECT_GT(wrong(run_threads("random:1", read_neighbour<false>, -1), -1), 0);
   for (const char *order : kOrders)
-    EXPECT_EQ(wrong(run_threads(order, read_higher<true>), want), 0) << order;
+    EXPECT_EQ(wrong(run_threads(order, read_neighbour<true>, 1), 1), 0) << order;
 }
 
 // After a barrier: in the ascending order the thread that completes it
@@ -148,15 +132,14 @@ TEST(EmuSchedule, MissingBarrierShowsInAscendingAndRandom) {
 // turn, so every reader runs before its writer again.
 TEST(EmuSchedule, MissingBarrierAfterABarrier) {
   ScheduleGuard guard;
-  auto want = [](int t) { return t == 0 ? 1.0f : static_cast<float>(t); };
-  std::vector<float> out = run_threads("ascending", read_lower_after_barrier<false>);
-  EXPECT_EQ(wrong(out, want), 1);
+  std::vector<float> out = run_threads("ascending", read_neighbour<false, true>, -1);
+  EXPECT_EQ(wrong(out, -1), 1);
   EXPECT_EQ(out[kThreads - 1], 0.0f);
-  out = run_threads("reverse", read_lower_after_barrier<false>);
-  EXPECT_EQ(wrong(out, want), kThreads - 1);
+  out = run_threads("reverse", read_neighbour<false, true>, -1);
+  EXPECT_EQ(wrong(out, -1), kThreads - 1);
   EXPECT_EQ(out[1], 0.0f);
   for (const char *order : kOrders)
-    EXPECT_EQ(wrong(run_threads(order, read_lower_after_barrier<true>), want), 0) << order;
+    EXPECT_EQ(wrong(run_threads(order, read_neighbour<true, true>, -1), -1), 0) << order;
 }
 
 TEST(EmuSchedule, BlockOrder) {
@@ -186,7 +169,7 @@ TEST(EmuSchedule, BlockOrder) {
 
 TEST(EmuSchedule, RejectsOtherOrders) {
   ScheduleGuard guard;
-  for (const char *bad : {"descending", "random:", "random:x", "random:1x", "reverse "})
+  for (const char *bad : {"descending", "random:", "random:x", "random:1x", "random:-1", "random: 1", "reverse "})
     EXPECT_FALSE(dsemu::set_schedule(bad)) << bad;
   EXPECT_TRUE(dsemu::set_schedule(""));
   EXPECT_TRUE(dsemu::set_schedule(nullptr));

@@ -7,7 +7,9 @@
 // math intrinsics; `__shared__` variables are statics (blocks run one after
 // another), placed in one section that each block starts with filled with
 // 0xff bytes (NaN in a float, -1 in an integer) so that a kernel reading
-// shared memory it did not write shows it. The CUDA headers are included
+// shared memory it did not write shows it; GCC leaves the statics of
+// function templates out of the section, so each declaration also fills
+// its variable when a block first passes it (fresh_shared). The CUDA headers are included
 // first and compile their host paths (the f16/bf16 conversions are the
 // toolkit's own).
 #ifndef DSRT_TESTS_CUDA_EMU_PRELUDE_H
