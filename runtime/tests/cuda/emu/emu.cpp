@@ -162,10 +162,12 @@ Emulator &emu() {
 // stops in it, and runs the blocks in a random permutation, all drawn from
 // SEED, the kernel's name and the block, so that a run repeats (and a case
 // run by itself fails as it did among the others). In both other orders a
-// thread that completes a barrier or a warp operation also switches away
-// (its successor chosen as at any switch), so that no thread keeps its
-// place across a barrier: which thread reads shared memory before another
-// has written it changes with the order.
+// thread that completes a barrier also switches away (its successor chosen
+// as at any switch), so that no thread keeps its place across a barrier:
+// which thread reads shared memory before another has written it changes
+// with the order. The lane that completes a warp operation goes on in
+// every order: were it to wait, every other warp would run to its next
+// warp operation first, which, like a barrier, would hide a missing one.
 enum class Order { Ascending, Reverse, Random };
 struct Schedule {
   Order order = Order::Ascending;
@@ -509,8 +511,6 @@ const uint64_t *warp_exchange(unsigned mask, uint64_t value, unsigned *took_part
   f->state = State::AtWarp;
   if (!try_release_warp(w, b))
     yield();
-  else if (schedule().order != Order::Ascending)
-    yield();  // released, so runnable: resumed in its turn
   f->state = State::Runnable;
   *took_part = warp.took[b];
   return warp.values[b];
