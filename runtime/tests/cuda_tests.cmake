@@ -153,6 +153,60 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   target_include_directories(dsrt_cuda_emu_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
   target_compile_options(dsrt_cuda_emu_kernel_test PRIVATE -fexceptions)
   list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_emu_kernel_test)
+  # The emulation's own checks (cuda/emu/emu_test.cu: the thread and block
+  # orders of DSRT_EMU_SCHEDULE show a missing barrier, DSRT_FAKE_CUDA_FILL
+  # fills fresh memory), in the emulated kernel test only.
+  add_custom_command(
+    OUTPUT "${_emu_out}/emu_test.cpp"
+    COMMAND "${CMAKE_COMMAND}" -E make_directory "${_emu_out}"
+    COMMAND "${DSRT_PYTHON}" "${_emu_script}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/emu_test.cu"
+            "${_emu_out}/emu_test.cpp"
+    DEPENDS "${_emu_script}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/emu_test.cu"
+    COMMENT "Rewriting the launches of tests/cuda/emu/emu_test.cu for the CUDA emulation"
+    VERBATIM)
+  set_source_files_properties("${_emu_out}/emu_test.cpp" PROPERTIES
+                              COMPILE_OPTIONS "-include;${_emu_prelude};-Wno-unknown-pragmas"
+                              OBJECT_DEPENDS "${_emu_prelude}")
+  target_sources(dsrt_cuda_emu_kernel_test PRIVATE "${_emu_out}/emu_test.cpp")
+  # The alignment variant: copies of the emulation and of its kernel test
+  # (sources, include directories, definitions, options, libraries; the
+  # test linked with the copy), compiled with UBSan's alignment check
+  # (-fsanitize=alignment, aborting with the file and line), so that a load
+  # or store a GPU would fault on as a misaligned address (a uint4 or float4
+  # cast of a pointer that is not 16-byte aligned) stops the case. UBSan's
+  # alignment check needs no shadow memory, so the fibers' stacks are fine.
+  set(_emu_align -fsanitize=alignment -fno-sanitize-recover=alignment)
+  add_library(dsrt_cuda_emu_align STATIC)
+  add_executable(dsrt_cuda_emu_align_kernel_test)
+  foreach(_pair "dsrt_cuda_emu;dsrt_cuda_emu_align"
+                "dsrt_cuda_emu_kernel_test;dsrt_cuda_emu_align_kernel_test")
+    list(GET _pair 0 _from)
+    list(GET _pair 1 _to)
+    foreach(_prop SOURCES INCLUDE_DIRECTORIES COMPILE_DEFINITIONS COMPILE_OPTIONS LINK_LIBRARIES
+                  INTERFACE_INCLUDE_DIRECTORIES INTERFACE_LINK_LIBRARIES CXX_STANDARD
+                  CXX_STANDARD_REQUIRED)
+      get_target_property(_value ${_from} ${_prop})
+      if(_value)
+        list(TRANSFORM _value REPLACE "^dsrt_cuda_emu$" "dsrt_cuda_emu_align")
+        set_property(TARGET ${_to} PROPERTY ${_prop} "${_value}")
+      endif()
+    endforeach()
+  endforeach()
+  target_compile_options(dsrt_cuda_emu_align PRIVATE ${_emu_align})
+  target_link_options(dsrt_cuda_emu_align INTERFACE ${_emu_align})
+  target_compile_options(dsrt_cuda_emu_align_kernel_test PRIVATE ${_emu_align})
+  target_compile_definitions(dsrt_cuda_emu_align_kernel_test PRIVATE DSEMU_ALIGNMENT_CHECK=1)
+  list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_emu_align_kernel_test)
+  # Every kernel case again on the alignment variant, the block's threads
+  # resumed in reverse order and fresh device memory all-ones bytes: a
+  # missing barrier before a higher thread reads what a lower one wrote, a
+  # read of a workspace or arena range nothing wrote and a misaligned
+  # vector access fail here as they would on a GPU.
+  add_test(NAME dsrt_cuda_emu_kernels_reverse_nan_align
+    COMMAND dsrt_cuda_emu_align_kernel_test --cases "${DSRT_CASES_DIR}")
+  set_tests_properties(dsrt_cuda_emu_kernels_reverse_nan_align PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 300 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_EMU_SCHEDULE=reverse;DSRT_FAKE_CUDA_FILL=nan")
   # The cases are written by check-runtime (dsrt_kernel_cases) before CTest
   # runs, and again by the dsrt_make_cases test: run after it, never while
   # it rewrites them.

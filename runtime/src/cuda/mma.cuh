@@ -109,6 +109,9 @@ template <bool Trans> __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const
   // matrix i, whose address lane 8 i + g supplies, elements 2 c and 2 c + 1;
   // transposed, element g of rows 2 c and 2 c + 1, from lanes 8 i + 2 c and
   // 8 i + 2 c + 1.
+#ifdef DSEMU_ALIGNED
+  DSEMU_ALIGNED(row, 16, "ldmatrix row address");
+#endif
   const unsigned all = 0xffffffffu;
   const int g = threadIdx.x % 32 / 4, c = threadIdx.x % 4;
   const unsigned long long mine = reinterpret_cast<uintptr_t>(row);
@@ -163,6 +166,10 @@ __device__ inline void cp_async_16(void *dst, const void *src) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src) : "memory");
 #else
+#ifdef DSEMU_ALIGNED
+  DSEMU_ALIGNED(dst, 16, "cp.async destination");
+  DSEMU_ALIGNED(src, 16, "cp.async source");
+#endif
   *static_cast<uint4 *>(dst) = *static_cast<const uint4 *>(src);
 #endif
 }

@@ -30,8 +30,9 @@
 // Built with DSRT_FAKE_EMULATE=1 it is the runtime half of the CUDA
 // emulation (emu/, docs/runtime.md "The CUDA emulation"): kernels are then
 // not nvcc's but run by emu/emu.cpp, cublasLtMatmul computes its product on
-// the host, a `__device__` variable is its own device copy, and
-// cudaGetLastError reports what the emulation found wrong with a launch.
+// the host, a `__device__` variable is its own device copy,
+// cudaGetLastError reports what the emulation found wrong with a launch,
+// and $DSRT_FAKE_CUDA_FILL=nan makes fresh memory all-ones bytes.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #if DSRT_FAKE_EMULATE
@@ -375,6 +376,46 @@ __attribute__((visibility("default"))) size_t dsrt_fake_cuda_max_dynamic_shared(
 
 //===--- Memory ------------------------------------------------------------===//
 
+#if DSRT_FAKE_EMULATE
+namespace {
+// What fresh device and pinned memory holds in the emulation
+// ($DSRT_FAKE_CUDA_FILL): zero bytes (unset or "zero"), or all-ones bytes
+// ("nan": NaN in a float, -1 in an integer), as the emulated shared memory
+// starts, so that a kernel that reads a workspace or arena range nothing
+// wrote (garbage on a GPU) shows it. The runtime sets every word it reads
+// (the device error word, the streams' scratch, the first_nonfinite flag)
+// itself.
+int fresh_fill_byte = -1;  // -1: not read yet
+bool parse_fill(const char *v, int &byte) {
+  if (!v || !*v || std::strcmp(v, "zero") == 0) { byte = 0; return true; }
+  if (std::strcmp(v, "nan") == 0) { byte = 0xff; return true; }
+  return false;
+}
+void fill_fresh(void *p, size_t bytes) {
+  if (fresh_fill_byte < 0) {
+    const char *v = std::getenv("DSRT_FAKE_CUDA_FILL");
+    if (!parse_fill(v, fresh_fill_byte)) {
+      std::fprintf(stderr, "fake cudart: DSRT_FAKE_CUDA_FILL=%s: expected zero or nan\n", v);
+      std::abort();
+    }
+  }
+  if (fresh_fill_byte) std::memset(p, fresh_fill_byte, bytes);
+}
+}  // namespace
+// Sets the fill of the allocations that follow as $DSRT_FAKE_CUDA_FILL
+// does (null: the environment's again); false, changing nothing, for
+// another value. For the emulation's own tests.
+extern "C" __attribute__((visibility("default"))) bool dsrt_fake_cuda_set_fill(const char *fill) {
+  LOCKED;
+  (void)st;
+  int byte = 0;
+  if (!fill) { fresh_fill_byte = -1; return true; }
+  if (!parse_fill(fill, byte)) return false;
+  fresh_fill_byte = byte;
+  return true;
+}
+#endif
+
 namespace {
 // Zeroed memory, remembered as device or pinned memory with its size.
 cudaError_t allocate(const char *api, void **p, size_t bytes, bool device) {
@@ -383,6 +424,9 @@ cudaError_t allocate(const char *api, void **p, size_t bytes, bool device) {
   (device ? st.now().device_allocs : st.now().host_allocs).push_back(bytes);
   *p = zeroed(bytes, device ? 256 : 4096);
   if (!*p) return cudaErrorMemoryAllocation;
+#if DSRT_FAKE_EMULATE
+  fill_fresh(*p, bytes);
+#endif
   (device ? st.device_mem : st.host_mem)[reinterpret_cast<uintptr_t>(*p)] = bytes;
   return cudaSuccess;
 }

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,7 @@ struct Emulator {
   void (*body)(void *) = nullptr;
   void *arg = nullptr;
   std::vector<unsigned char> dynamic;  // extern __shared__
+  std::vector<void *> fresh;           // static __shared__ filled in this block
 
   Emulator() {
     fibers.resize(kMaxThreads);
@@ -150,13 +152,114 @@ Emulator &emu() {
   std::abort();
 }
 
-// The first runnable fiber after `from` (all of them from 0 when null),
-// other than `from`; null when there is none.
+// The order in which runnable threads resume and blocks run
+// ($DSRT_EMU_SCHEDULE): ascending (the default) resumes the first runnable
+// thread after the one that stops (from thread 0 at a block's start) and
+// runs the blocks in order; reverse resumes the first before it (from the
+// last thread) and runs the blocks last first; random:SEED takes the
+// threads in a random permutation, drawn anew at a block's start and at
+// every barrier, resuming the first runnable one after the thread that
+// stops in it, and runs the blocks in a random permutation, all drawn from
+// SEED, the kernel's name and the block, so that a run repeats (and a case
+// run by itself fails as it did among the others). In both other orders a
+// thread that completes a barrier also switches away (its successor chosen
+// as at any switch), so that no thread keeps its place across a barrier:
+// which thread reads shared memory before another has written it changes
+// with the order. The lane that completes a warp operation goes on in
+// every order: were it to wait, every other warp would run to its next
+// warp operation first, which, like a barrier, would hide a missing one.
+enum class Order { Ascending, Reverse, Random };
+struct Schedule {
+  Order order = Order::Ascending;
+  uint64_t seed = 0;
+  uint64_t state = 0;  // the random order's generator, per block
+  std::vector<int> perm, pos;  // the random order of the block's threads, and its inverse
+};
+
+bool parse_schedule(const char *text, Schedule &s) {
+  const std::string v = text ? text : "";
+  s = Schedule{};
+  if (v.empty() || v == "ascending")
+    return true;
+  if (v == "reverse") {
+    s.order = Order::Reverse;
+    return true;
+  }
+  if (v.rfind("random:", 0) == 0 && v.size() > 7 && v[7] >= '0' && v[7] <= '9') {
+    char *end = nullptr;
+    s.seed = std::strtoull(v.c_str() + 7, &end, 10);
+    s.order = Order::Random;
+    return *end == '\0';
+  }
+  return false;
+}
+
+Schedule &schedule() {
+  static Schedule s = [] {
+    Schedule r;
+    const char *v = std::getenv("DSRT_EMU_SCHEDULE");
+    if (!parse_schedule(v, r)) {
+      std::fprintf(stderr,
+                   "dsemu: DSRT_EMU_SCHEDULE=%s: expected ascending, reverse or random:SEED "
+                   "(SEED a decimal integer)\n",
+                   v);
+      std::abort();
+    }
+    return r;
+  }();
+  return s;
+}
+
+// splitmix64: the random order's generator.
+uint64_t mix(uint64_t &state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+uint64_t kernel_hash(const char *name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (; *name; ++name)
+    h = (h ^ static_cast<unsigned char>(*name)) * 0x100000001b3ull;
+  return h;
+}
+
+// A new random order of the block's threads (Fisher-Yates), drawn at a
+// block's start and whenever a barrier releases its threads.
+void shuffle_threads(Schedule &s, int n) {
+  s.perm.resize(n);
+  s.pos.resize(n);
+  for (int i = 0; i < n; ++i)
+    s.perm[i] = i;
+  for (int i = n - 1; i > 0; --i)
+    std::swap(s.perm[i], s.perm[mix(s.state) % uint64_t(i + 1)]);
+  for (int i = 0; i < n; ++i)
+    s.pos[s.perm[i]] = i;
+}
+
+// The next runnable fiber other than `from` in the schedule's order, after
+// `from` (when null: the first of a block or after every thread stopped);
+// null when there is none.
 Fiber *next_runnable(const Fiber *from) {
   Emulator &e = emu();
-  const int start = from ? static_cast<int>(from->linear) + 1 : 0;
-  for (int k = 0; k < e.threads; ++k) {
-    Fiber &f = e.fibers[(start + k) % e.threads];
+  Schedule &s = schedule();
+  const int n = e.threads;
+  int start = 0, step = 1;
+  switch (s.order) {
+  case Order::Ascending:
+    start = from ? static_cast<int>(from->linear) + 1 : 0;
+    break;
+  case Order::Reverse:
+    start = from ? static_cast<int>(from->linear) - 1 + n : n - 1;
+    step = n - 1;  // -1 modulo n
+    break;
+  case Order::Random:
+    start = from ? s.pos[from->linear] + 1 : 0;
+    break;
+  }
+  for (int k = 0; k < n; ++k) {
+    const int i = static_cast<int>((start + int64_t(k) * step) % n);
+    Fiber &f = e.fibers[s.order == Order::Random ? s.perm[i] : i];
     if (f.state == State::Runnable && &f != from)
       return &f;
   }
@@ -207,6 +310,8 @@ void release_barrier() {
     if (e.fibers[i].state == State::AtBarrier)
       e.fibers[i].state = State::Runnable;
   e.at_barrier = 0;
+  if (schedule().order == Order::Random)
+    shuffle_threads(schedule(), e.threads);
 }
 
 // Completes warp operation `b` of warp `w` if every lane it waits for has
@@ -279,6 +384,34 @@ void start_fiber(Fiber &f) {
 #endif
 }
 
+// The i-th block a launch of `blocks` runs (linear: x + gridDim.x (y +
+// gridDim.y z)) in the schedule's order; in the random order an affine
+// permutation a i + c modulo blocks, a prime to blocks, both drawn from the
+// seed and the kernel's name.
+struct BlockOrder {
+  Order order;
+  uint64_t blocks, a = 1, c = 0;
+  BlockOrder(uint64_t n, const char *kernel) : order(schedule().order), blocks(n) {
+    if (order != Order::Random || n < 2)
+      return;
+    uint64_t state = schedule().seed ^ kernel_hash(kernel);
+    a = 1 + mix(state) % (n - 1);
+    while (std::gcd(a, n) != 1)
+      a = a % (n - 1) + 1;
+    c = mix(state) % n;
+  }
+  uint64_t operator()(uint64_t i) const {
+    switch (order) {
+    case Order::Reverse:
+      return blocks - 1 - i;
+    case Order::Random:
+      return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * i + c) % blocks);
+    default:
+      return i;
+    }
+  }
+};
+
 std::string where_threads_wait() {
   Emulator &e = emu();
   int barrier = 0;
@@ -297,8 +430,13 @@ std::string where_threads_wait() {
          "] at a warp operation, " + std::to_string(e.live) + " have not exited";
 }
 
-void run_block() {
+void run_block(uint64_t block) {
   Emulator &e = emu();
+  Schedule &s = schedule();
+  if (s.order == Order::Random) {
+    s.state = s.seed ^ kernel_hash(e.kernel) ^ (block * 0xd1342543de82ef95ull);
+    shuffle_threads(s, e.threads);
+  }
   e.live = e.threads;
   e.at_barrier = 0;
   for (auto &w : e.warps)
@@ -320,6 +458,7 @@ void run_block() {
     std::memset(__start_dsemu_shared, 0xff, shared_end - shared_begin);
   if (!e.dynamic.empty())
     std::memset(e.dynamic.data(), 0xff, e.dynamic.size());
+  e.fresh.clear();
   while (e.live > 0) {
     Fiber *f = next_runnable(nullptr);
     if (!f)
@@ -342,6 +481,8 @@ void sync_block() {
   ++e.at_barrier;
   if (e.at_barrier == e.live) {
     release_barrier();
+    if (schedule().order != Order::Ascending)
+      yield();  // runnable: resumed in its turn
     return;
   }
   yield();
@@ -377,6 +518,34 @@ const uint64_t *warp_exchange(unsigned mask, uint64_t value, unsigned *took_part
 
 void *dynamic_shared() { return emu().dynamic.data(); }
 
+void require_aligned(const void *p, size_t alignment, const char *what) {
+  if (reinterpret_cast<uintptr_t>(p) % alignment == 0)
+    return;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "thread (%u, %u, %u): %s %p is not %zu-byte aligned",
+                thread_idx.x, thread_idx.y, thread_idx.z, what, p, alignment);
+  die(std::string(buf) + " (a GPU faults: misaligned address)");
+}
+
+void fresh_shared(void *p, size_t bytes) {
+  Emulator &e = emu();
+  for (void *q : e.fresh)
+    if (q == p)
+      return;
+  e.fresh.push_back(p);
+  std::memset(p, 0xff, bytes);
+}
+
+bool set_schedule(const char *order) {
+  Emulator &e = emu();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  Schedule s;
+  if (!parse_schedule(order, s))
+    return false;
+  schedule() = s;
+  return true;
+}
+
 void run(const char *kernel, const Config &c, void (*body)(void *), void *arg) {
   Emulator &e = emu();
   std::lock_guard<std::mutex> lock(e.mutex);
@@ -409,12 +578,15 @@ void run(const char *kernel, const Config &c, void (*body)(void *), void *arg) {
   e.dynamic.assign(c.shared, 0xff);
   grid_dim = c.grid;
   block_dim = c.block;
-  for (unsigned z = 0; z < c.grid.z; ++z)
-    for (unsigned y = 0; y < c.grid.y; ++y)
-      for (unsigned x = 0; x < c.grid.x; ++x) {
-        block_idx = uint3{x, y, z};
-        run_block();
-      }
+  const uint64_t blocks = uint64_t(c.grid.x) * c.grid.y * c.grid.z;
+  const BlockOrder order(blocks, kernel);
+  for (uint64_t i = 0; i < blocks; ++i) {
+    const uint64_t b = order(i);
+    block_idx = uint3{static_cast<unsigned>(b % c.grid.x),
+                      static_cast<unsigned>(b / c.grid.x % c.grid.y),
+                      static_cast<unsigned>(b / (uint64_t(c.grid.x) * c.grid.y))};
+    run_block(b);
+  }
 }
 
 }  // namespace dsemu

@@ -7,7 +7,9 @@
 // math intrinsics; `__shared__` variables are statics (blocks run one after
 // another), placed in one section that each block starts with filled with
 // 0xff bytes (NaN in a float, -1 in an integer) so that a kernel reading
-// shared memory it did not write shows it. The CUDA headers are included
+// shared memory it did not write shows it; GCC leaves the statics of
+// function templates out of the section, so each declaration also fills
+// its variable when a block first passes it (fresh_shared). The CUDA headers are included
 // first and compile their host paths (the f16/bf16 conversions are the
 // toolkit's own).
 #ifndef DSRT_TESTS_CUDA_EMU_PRELUDE_H
@@ -59,6 +61,22 @@ void sync_block();
 const uint64_t *warp_exchange(unsigned mask, uint64_t value, unsigned *took_part);
 // Dynamic shared memory of the running launch (extern __shared__).
 void *dynamic_shared();
+// A static `__shared__` variable's declaration passed by a thread
+// (rewrite_launches.py adds the call): the block's first thread to pass it
+// fills it with all-ones bytes. The section does that at the block's start
+// for the statics it holds; GCC puts those of function templates elsewhere.
+void fresh_shared(void *p, size_t bytes);
+// Aborts, naming the kernel, the block and the thread, unless `p` is a
+// multiple of `alignment`: what a GPU requires of the address of an access
+// that the emulation makes in smaller pieces (ldmatrix's row addresses,
+// cp.async's 16 bytes). DSEMU_ALIGNED(p, n, what) in kernel code.
+void require_aligned(const void *p, size_t alignment, const char *what);
+#define DSEMU_ALIGNED(p, n, what) ::dsemu::require_aligned((p), (n), (what))
+// Sets the order in which the following launches resume their threads and
+// run their blocks, as $DSRT_EMU_SCHEDULE does ("ascending", "reverse",
+// "random:SEED"; null or "" is ascending); false, changing nothing, for
+// any other value. For the emulation's own tests.
+bool set_schedule(const char *order);
 
 struct Config {
   dim3 grid, block;

@@ -12,7 +12,11 @@ copies; a launch whose `shared` is not the literal 0 also passes the kernel's
 address, `::dsemu::config(...).of(&callee)`, so that the emulation checks
 its dynamic shared memory against what the kernel opted in to with
 cudaFuncSetAttribute), and `extern __shared__ T name[];` becomes a pointer to the launch's
-dynamic shared memory. Everything else is left as it is; a `#line` keeps the
+dynamic shared memory. A static `__shared__ T name...;` is followed, on its
+line, by `::dsemu::fresh_shared(&name, sizeof(name));`: the first thread of
+a block to pass the declaration fills the variable with all-ones bytes, as
+the section of `__shared__` statics is at the block's start (GCC leaves a
+static of a function template out of that section). Everything else is left as it is; a `#line` keeps the
 compiler's messages on the original file's lines.
 
 usage: rewrite_launches.py IN.cu OUT.cpp
@@ -148,7 +152,27 @@ def rewrite(text):
         lambda m: "%s *%s = static_cast<%s *>(::dsemu::dynamic_shared());"
         % (m.group(1), m.group(2), m.group(1)),
         result)
+    result = SHARED.sub(fresh_shared, result)
     return result, count
+
+
+SHARED = re.compile(r"(\bextern\s+)?\b__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([^;{}()=]+?)\s*;")
+
+
+def fresh_shared(m):
+    """A static `__shared__` declaration followed by its fill."""
+    text = m.string
+    line_start = text.rfind("\n", 0, m.start()) + 1
+    if m.group(1) or "//" in text[line_start:m.start()]:
+        return m.group(0)
+    decl = m.group(2)
+    if "," in re.sub(r"<[^<>]*>", "", decl):
+        raise RewriteError("line %d: a __shared__ declaration of several variables"
+                           % line_of(text, m.start()))
+    name = re.search(r"(\w+)\s*(?:\[[^\]]*\]\s*)*$", decl)
+    if not name:
+        raise RewriteError("line %d: no name in the __shared__ declaration" % line_of(text, m.start()))
+    return "%s ::dsemu::fresh_shared(&%s, sizeof(%s));" % (m.group(0), name.group(1), name.group(1))
 
 
 def main():
