@@ -207,11 +207,69 @@ def train_and_report(program: Path, model: Path, batch: int, need: int, precisio
     ])
     (out / "bench.md").write_text(report)
     print(report)
+    op_profile(command, work, out, emulate)
     if measured_peak not in (None, need):
         print(f"gpu_bench: error: the measured device peak ({measured_peak} bytes) differs from "
               f"the planned one ({need} bytes)", file=sys.stderr)
         return 1
     return 0
+
+
+def op_table(trace: dict, emulate: bool = False) -> str:
+    """Markdown: the last traced step's time per op kind (the trace's
+    `name`), sorted by time, with the FLOP/s and bytes/s the ops' own
+    counts (`args.flops`, `args.bytes`) give over their measured time."""
+    ops = [e for e in (trace["traceEvents"] if isinstance(trace, dict) else trace)
+           if e.get("ph") == "X"]
+    if not ops:
+        return "The traced run wrote no op entries.\n"
+    last = max(e.get("args", {}).get("step", 0) for e in ops)
+    ops = [e for e in ops if e.get("args", {}).get("step", 0) == last]
+    begin = min(e["ts"] for e in ops)
+    span = max(e["ts"] + e["dur"] for e in ops) - begin
+    kinds = {}
+    for e in ops:
+        k = kinds.setdefault((e["name"], e.get("cat", "compute")), [0, 0.0, 0.0, 0.0])
+        k[0] += 1
+        k[1] += e["dur"]
+        k[2] += e.get("args", {}).get("flops", 0) or 0
+        k[3] += e.get("args", {}).get("bytes", 0) or 0
+    compute = sum(v[1] for (name, cat), v in kinds.items() if cat == "compute")
+    emu = " (EMULATED: the host CPU's times)" if emulate else ""
+    lines = [f"Step {last} of the traced run{emu}: {len(ops)} ops, {span / 1e3:.2f} ms from the "
+             f"first op's start to the last one's end; compute ops busy {compute / 1e3:.2f} ms "
+             "(cudaEvents on each op's stream: an op lasts from when its stream reached it "
+             "to when it finished).", "",
+             "| op | stream | runs | total ms | share of compute | mean us | TFLOP/s | GB/s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (name, cat), (runs, dur, flops, nbytes) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+        seconds = dur / 1e6
+        rate = lambda v, unit, digits: f"{v / seconds / unit:.{digits}f}" if v and seconds > 0 else ""
+        share = f"{100 * dur / compute:.1f}%" if cat == "compute" and compute else ""
+        lines.append(f"| {name} | {cat} | {runs} | {dur / 1e3:.3f} | {share} | {dur / runs:.1f} | "
+                     f"{rate(flops, 1e12, 2)} | {rate(nbytes, 1e9, 1)} |")
+    return "\n".join(lines) + "\n"
+
+
+def op_profile(command: list, work: Path, out: Path, emulate: bool) -> None:
+    """Runs the benchmark's program again for 2 steps with --trace and
+    writes OUT/ops.md (op_table) and OUT/trace.json: where the step's time
+    goes, op by op. A failure here is reported, not fatal: the timed run
+    above is the benchmark."""
+    trace = out / "trace.json"
+    traced = list(command)
+    traced[traced.index("--steps") + 1] = 2
+    log_at = traced.index("--log-json")
+    del traced[log_at:log_at + 2]
+    done = run([*traced, "--trace", trace])
+    if done.returncode != 0 or not trace.is_file():
+        print(f"gpu_bench: the traced run failed (exit {done.returncode}): "
+              f"{done.stderr.strip()[-500:]}", file=sys.stderr)
+        return
+    table = op_table(json.loads(trace.read_text()), emulate)
+    (out / "ops.md").write_text("## Where the benchmark's step goes, op by op "
+                                "(bench/gpu_bench.py, train --trace)\n\n" + table)
+    print(table)
 
 
 def prepared(args, memory: int) -> int:

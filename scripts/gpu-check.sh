@@ -23,12 +23,13 @@
 #   runtime   libdsrt_cuda and the kernel and NCCL tests, standalone
 #   programs  every program of DIR (cmake + ninja, in parallel)
 #   kernels   the cuda kernel tests (dsrt_cuda_kernel_test) on DIR's cases
-#   nccl      the NCCL transport on one GPU (dsrt_nccl_device_test)
 #   forward   every zoo model's forward on cuda against the cpu run (rel 1e-4)
 #   train     20 training steps of every zoo model on cuda against the cpu
 #             run (loss rel 1e-4); each run checks its memory spaces
 #             against the plan itself
 #   bf16      the same in bf16 (loss rel 2e-2)
+#   bench     bench/gpu_bench.py --prepared: GPT-2 124M bf16 tokens/s, MFU and
+#             the per-op times of one traced step (OUT/bench/ops.md)
 #   zero3     GPT-2's ZeRO-3 program on one GPU, a one-rank NCCL world
 #             (NCCL initialized; one rank makes no collective: those are
 #             the nccl stage's), whose losses equal the plain program's
@@ -36,17 +37,17 @@
 #             states in pinned host memory, copies on the communication
 #             stream, the update's kernels over the pinned arena), whose
 #             losses equal the plain program's
-#   ranks2    mlp's dp-2 ZeRO-3 program under mpirun -np 2 on the one GPU:
-#             NCCL cannot put two ranks of a communicator on one device, so
-#             the check is that rank 1 is refused at once with dsrt's message
-#             (its local rank has no GPU of its own) and the job exits 1
-#             instead of hanging; a SKIP line without mpirun
 #   trace     one step's timeline (nsys when installed) and the runtime's
 #             per-op Chrome trace, timed by cudaEvents on each op's stream,
 #             of the plain, ZeRO-3 and offload programs: gpu_device.py trace
 #             reports how long communication overlapped compute, and fails
 #             a trace with communication ops where none did
-#   bench     bench/gpu_bench.py --prepared: GPT-2 124M bf16 tokens/s and MFU
+#   nccl      the NCCL transport on one GPU (dsrt_nccl_device_test)
+#   ranks2    mlp's dp-2 ZeRO-3 program under mpirun -np 2 on the one GPU:
+#             NCCL cannot put two ranks of a communicator on one device, so
+#             the check is that rank 1 is refused at once with dsrt's message
+#             (its local rank has no GPU of its own) and the job exits 1
+#             instead of hanging; a SKIP line without mpirun
 #
 # --emulate rehearses the device half without a GPU, every stage through its
 # own code here, on the CUDA emulation (docs/runtime.md, "The CUDA
@@ -80,7 +81,7 @@
 #                              [--no-bench] [--bench-size 124m|tiny] [--no-kernel-cases]
 #        scripts/gpu-check.sh --device DIR OUT [--build-only] [--only STAGE,...]
 #                              [--jobs N] [--runtime PREFIX] [--timeout-scale K]
-#                              [--emulate] [--dry-run]
+#                              [--emulate] [--deadline S] [--dry-run]
 #        scripts/gpu-check.sh [--build DIR] [--skip-build] [--only STAGE,...]
 #                              [--dry-run] OUT
 #   --build DIR   dsopt's build (--prepare: default build/; the one-machine
@@ -96,6 +97,10 @@
 #   --emulate     --device (or OUT): the stages on the CUDA emulation, no
 #                 GPU (above); not with --build-only
 #   --timeout-scale K  every stage's timeout times K (a slower machine)
+#   --deadline S  end within S seconds of the start: each stage's timeout is
+#                 cut to what is left, and a stage with under 20 s left is
+#                 not run (reported FAILED: not run), so the report is
+#                 written even when a device lease ends the run
 #   --only        run only these stages (a rerun; later stages use what
 #                 earlier ones left in OUT/work)
 #   --models      --prepare: only these zoo models (default: all five)
@@ -130,6 +135,7 @@ VARIANTS=""
 RUNTIME_PREFIX=""
 STAGES=""
 SCALE=1
+DEADLINE=""
 MODELS=""
 ONLY=""
 PREP=""
@@ -147,7 +153,7 @@ while [ $# -gt 0 ]; do
     --no-bench) NO_BENCH=1 ;;
     --no-kernel-cases) NO_CASES=1 ;;
     --emulate) EMULATE=1 ;;
-    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale|--steps|--bench-size|--variants-model)
+    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale|--deadline|--steps|--bench-size|--variants-model)
       [ $# -ge 2 ] || { echo "gpu-check: $1 needs a value" >&2; exit 2; }
       case "$1" in
         --build) BUILD="$2" ;;
@@ -157,6 +163,7 @@ while [ $# -gt 0 ]; do
         --jobs) JOBS="$2" ;;
         --runtime) RUNTIME_PREFIX="$2" ;;
         --timeout-scale) SCALE="$2" ;;
+        --deadline) DEADLINE="$2" ;;
         --steps) STEPS="$2" ;;
         --bench-size) BENCH_SIZE="$2" ;;
         --variants-model) VARIANTS="$2" ;;
@@ -172,6 +179,7 @@ while [ $# -gt 0 ]; do
 done
 case "$JOBS" in ''|*[!0-9]*) echo "gpu-check: --jobs expects a number, got '$JOBS'" >&2; exit 2 ;; esac
 case "$SCALE" in ''|*[!0-9]*) echo "gpu-check: --timeout-scale expects a whole number, got '$SCALE'" >&2; exit 2 ;; esac
+case "$DEADLINE" in *[!0-9]*) echo "gpu-check: --deadline expects seconds, got '$DEADLINE'" >&2; exit 2 ;; esac
 
 # The first python3 that has what `imports` names.
 find_python() {
@@ -261,6 +269,17 @@ stage() {
     printf '[%s] timeout %ss:\n' "$name" "$limit"
     declare -f "$name" | sed -e '1,2d' -e '$d'
     return 0
+  fi
+  if [ -n "$DEADLINE" ]; then
+    # What is left of --deadline bounds the stage; under 20 s it is not run.
+    local left="$((DEADLINE - SECONDS))"
+    if [ "$left" -lt 20 ]; then
+      printf '== %s: not run, %ss left of the %ss deadline\n' "$name" "$left" "$DEADLINE"
+      SUMMARY+=("| $name | FAILED: not run, the --deadline of ${DEADLINE}s was reached | 0 s | |")
+      FAILED=1
+      return 0
+    fi
+    [ "$limit" -le "$((left - 10))" ] || limit="$((left - 10))"
   fi
   printf '== %s (timeout %ss)\n' "$name" "$limit"
   local start end status verdict
@@ -438,8 +457,16 @@ nodevice() {
 kernels() {
   local exe="$KERNEL_TEST"
   [ -x "$exe" ] || { echo "error: $(basename "$exe") was not built under $RT (GoogleTest missing?)"; return 1; }
-  [ -d "$PREP/kernel-cases" ] || { echo "error: no kernel cases in $PREP (prepared without them)"; return 1; }
-  "$exe" --cases "$PREP/kernel-cases"
+  [ -f "$PREP/kernel-cases.tar.xz" ] || { echo "error: no kernel cases in $PREP (prepared without them)"; return 1; }
+  rm -rf "$WORK/kernel-cases"
+  "$PY" -c 'import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    try:
+        t.extractall(sys.argv[2], filter="data")
+    except TypeError:  # before Python 3.11.4
+        t.extractall(sys.argv[2])' "$PREP/kernel-cases.tar.xz" "$WORK" ||
+    { echo "error: could not unpack $PREP/kernel-cases.tar.xz"; return 1; }
+  "$exe" --cases "$WORK/kernel-cases"
 }
 
 # Runs `$1` processes of the rest under mpirun where it is installed, else
@@ -524,16 +551,18 @@ stage programs 300
 if [ "$BUILD_ONLY" = 1 ]; then
   stage nodevice 120
 else
+  # The benchmark right after the model checks, and the one-GPU NCCL
+  # stages last: a --deadline cuts the run from the end.
   stage kernels 90
-  stage nccl 60
   stage forward 90
   stage train 120
   stage bf16 90
+  stage bench 180
   stage zero3 60
   stage offload 60
-  stage ranks2 60
   stage trace 90
-  stage bench 180
+  stage nccl 60
+  stage ranks2 60
 fi
 
 [ "$DRY_RUN" = 1 ] && exit 0

@@ -18,18 +18,21 @@ and the CUDA toolkit but no dsopt:
                        program's inputs
   DIR/ref/STAGE/NAME/  the cpu programs' results, run here (log.jsonl, or
                        outputs/*.npy), which the cuda runs must match
-  DIR/kernel-cases/    runtime/tests' kernel cases (make_cases.py, PyTorch)
+  DIR/kernel-cases.tar.xz  runtime/tests' kernel cases (make_cases.py,
+                       PyTorch), packed
   DIR/gtest/           GoogleTest's sources, to build the kernel tests
   DIR/bench/           GPT-2 124M's graph (weights regenerated there)
   DIR/manifest.json    what to build, run and compare, stage by stage
 
 The cpu references are checked against PyTorch here on the way
-(check_zoo_train.py --forward). DIR must stay under --limit-mib (64 MiB,
-what a device call carries): its size is printed, and a larger DIR is an
-error. Exits 1 on any failure.
+(check_zoo_train.py --forward). DIR and the checkout's files that travel
+with it (tracked, and untracked but not ignored) must stay under
+--limit-mib (64 MiB, what a device call carries): the sizes are printed,
+and more is an error. Exits 1 on any failure.
 """
 import argparse
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -211,10 +214,16 @@ class Prep:
                                                 "--weights", "{prep}/models"], None, ranks=2)
 
     def kernel_cases(self) -> None:
-        target = self.out / "kernel-cases"
+        """The cases, packed: 1267 directories of .npy files are about 58 MiB,
+        kernel-cases.tar.xz about 45 (the device half unpacks it)."""
+        target = self.work / "kernel-cases"
         shutil.rmtree(target, ignore_errors=True)
         log("kernel cases (runtime/tests/make_cases.py)")
         run([sys.executable, ROOT / "runtime" / "tests" / "make_cases.py", "--out", target])
+        packed = self.out / "kernel-cases.tar.xz"
+        subprocess.run(["tar", "-C", self.work, "-cJf", packed, "kernel-cases"], check=True,
+                       env={**os.environ, "XZ_OPT": "-6 -T0"})
+        shutil.rmtree(target)
 
     def gtest(self) -> None:
         source = Path(self.args.gtest_source)
@@ -240,11 +249,14 @@ class Prep:
         memory = self.args.gpu_memory_gib * 2**30
         size = self.args.bench_size
         title = gpu_bench.SIZES[size]["title"]
+        gelu = self.args.bench_gelu
+        if gelu != "erf":
+            title += f" ({gelu} GELU)"
         for batch in gpu_bench.SIZES[size]["batches"]:
+            generator = gpu_bench.generator_args(batch, size, gelu)
             model = self.work / "bench" / f"gpt2-{size}-b{batch}.onnx"
             model.parent.mkdir(parents=True, exist_ok=True)
-            run([sys.executable, ORACLES / "gen_gpt.py", *gpu_bench.generator_args(batch, size),
-                 "--out", model])
+            run([sys.executable, ORACLES / "gen_gpt.py", *generator, "--out", model])
             plan = json.loads(run([*self.dsopt, model, "--target", "cuda", "--precision", "bf16",
                                    *gpu_bench.DSOPT_FLAGS, "--emit=plan"]).stdout)
             need = gpu_bench.planned_device_bytes(plan)
@@ -259,7 +271,7 @@ class Prep:
         self.cuda_sources(model, f"bench-gpt2-{size}", ["--precision", "bf16", *gpu_bench.DSOPT_FLAGS])
         self.add(f"bench-gpt2-{size}", "bench", "train", [], None,
                  bench={"model": model.name, "micro_batch": batch, "planned_device_bytes": need,
-                        "generator": gpu_bench.generator_args(batch, size), "title": title,
+                        "generator": generator, "title": title,
                         "gpu_memory_bytes": int(memory)})
 
     def write(self) -> None:
@@ -268,7 +280,7 @@ class Prep:
             "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                                      capture_output=True, text=True).stdout.strip() or "?",
             "steps": self.args.steps,
-            "kernel_cases": (self.out / "kernel-cases").is_dir(),
+            "kernel_cases": (self.out / "kernel-cases.tar.xz").is_file(),
             "gtest": (self.out / "gtest").is_dir(),
             "programs": self.programs,
         }
@@ -277,6 +289,17 @@ class Prep:
 
 def size_of(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def tree_size() -> int:
+    """The bytes of the checkout's files that travel with DIR: tracked, and
+    untracked but not ignored (0 outside a git checkout)."""
+    listed = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], capture_output=True)
+    if listed.returncode != 0:
+        return 0
+    files = (ROOT / name for name in listed.stdout.decode().split("\0") if name)
+    return sum(f.stat().st_size for f in files if f.is_file())
 
 
 def main() -> int:
@@ -298,6 +321,8 @@ def main() -> int:
     parser.add_argument("--bench-size", choices=["124m", "tiny"], default="124m",
                         help="the benchmark's model: GPT-2 124M (the GPU's), or a tiny GPT "
                              "(the CUDA emulation's rehearsal)")
+    parser.add_argument("--bench-gelu", choices=["erf", "tanh"], default="tanh",
+                        help="the benchmark GPT's GELU: tanh, GPT-2's own (default), or the exact erf")
     parser.add_argument("--no-kernel-cases", action="store_true", help="leave out the kernel cases")
     parser.add_argument("--gtest-source", default="/usr/src/googletest")
     parser.add_argument("--gpu-memory-gib", type=float, default=139.0,
@@ -326,13 +351,14 @@ def main() -> int:
         print(f"gpu-prepare: error: {e}", file=sys.stderr)
         return 1
     size = size_of(args.out)
-    log(f"{args.out}: {len(prep.programs)} programs, {size / 2**20:.1f} MiB "
-        f"(limit {args.limit_mib:.0f} MiB)")
-    if size > args.limit_mib * 2**20:
+    tree = tree_size()
+    log(f"{args.out}: {len(prep.programs)} programs, {size / 2**20:.1f} MiB, with the checkout's "
+        f"{tree / 2**20:.1f} MiB {(size + tree) / 2**20:.1f} MiB (limit {args.limit_mib:.0f} MiB)")
+    if size + tree > args.limit_mib * 2**20:
         biggest = sorted(((size_of(p) if p.is_dir() else p.stat().st_size, p.name)
                           for p in args.out.iterdir()), reverse=True)[:4]
-        print(f"gpu-prepare: error: {args.out} is {size / 2**20:.1f} MiB, over the "
-              f"{args.limit_mib:.0f} MiB a device call carries; largest: "
+        print(f"gpu-prepare: error: {args.out} is {size / 2**20:.1f} MiB, and with the checkout's "
+              f"{tree / 2**20:.1f} MiB over the {args.limit_mib:.0f} MiB a device call carries; largest: "
               + ", ".join(f"{n} {s / 2**20:.1f} MiB" for s, n in biggest), file=sys.stderr)
         return 1
     return 0
