@@ -457,15 +457,27 @@ nodevice() {
 kernels() {
   local exe="$KERNEL_TEST"
   [ -x "$exe" ] || { echo "error: $(basename "$exe") was not built under $RT (GoogleTest missing?)"; return 1; }
-  [ -f "$PREP/kernel-cases.tar.xz" ] || { echo "error: no kernel cases in $PREP (prepared without them)"; return 1; }
+  local how torch_py
+  how="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("kernel_cases"))' "$PREP/manifest.json")"
   rm -rf "$WORK/kernel-cases"
-  "$PY" -c 'import sys, tarfile
+  case "$how" in
+    packed|True)
+      "$PY" -c 'import sys, tarfile
 with tarfile.open(sys.argv[1]) as t:
     try:
         t.extractall(sys.argv[2], filter="data")
     except TypeError:  # before Python 3.11.4
         t.extractall(sys.argv[2])' "$PREP/kernel-cases.tar.xz" "$WORK" ||
-    { echo "error: could not unpack $PREP/kernel-cases.tar.xz"; return 1; }
+        { echo "error: could not unpack $PREP/kernel-cases.tar.xz"; return 1; } ;;
+    generate)
+      # Too large to carry: written here (make_cases.py, PyTorch as the oracle).
+      torch_py="$(find_python 'torch, numpy')" ||
+        { echo "error: $PREP left its kernel cases to this machine, and no python3 here has torch and numpy (prepare with fewer, or install them)"; return 1; }
+      echo "kernel cases: runtime/tests/make_cases.py with $torch_py ($("$torch_py" -c 'import torch; print(torch.__version__)'))"
+      "$torch_py" "$ROOT/runtime/tests/make_cases.py" --out "$WORK/kernel-cases" > "$WORK/make_cases.log" 2>&1 ||
+        { echo "error: make_cases.py failed:"; tail -5 "$WORK/make_cases.log"; return 1; } ;;
+    *) echo "error: no kernel cases in $PREP (prepared without them)"; return 1 ;;
+  esac
   "$exe" --cases "$WORK/kernel-cases"
 }
 
@@ -539,7 +551,7 @@ bench() {
 
 export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX EMULATE STEPS \
   BENCH_SIZE VARIANTS KERNEL_TEST NCCL_TEST
-export -f build prepare cuda_home nccl_root preflight runtime build_runtime programs nodevice \
+export -f find_python build prepare cuda_home nccl_root preflight runtime build_runtime programs nodevice \
   kernels launch nccl forward train bf16 zero3 offload ranks2 trace bench
 export PATH="$PATH:/usr/local/cuda/bin"
 if [ "$MODE" = all ]; then

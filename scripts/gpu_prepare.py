@@ -19,7 +19,9 @@ and the CUDA toolkit but no dsopt:
   DIR/ref/STAGE/NAME/  the cpu programs' results, run here (log.jsonl, or
                        outputs/*.npy), which the cuda runs must match
   DIR/kernel-cases.tar.xz  runtime/tests' kernel cases (make_cases.py,
-                       PyTorch), packed
+                       PyTorch), packed; left out when DIR would not fit
+                       a device call (the device half then runs
+                       make_cases.py itself, with PyTorch there)
   DIR/gtest/           GoogleTest's sources, to build the kernel tests
   DIR/bench/           GPT-2 124M's graph (weights regenerated there)
   DIR/manifest.json    what to build, run and compare, stage by stage
@@ -85,6 +87,9 @@ class Prep:
         self.work = args.work
         self.dsopt = shlex.split(args.dsopt)
         self.programs = []
+        # The kernel cases: "packed" (kernel-cases.tar.xz), "generate" (the
+        # device half writes them) or False (--no-kernel-cases).
+        self.cases = False
 
     def wants(self, stage: str) -> bool:
         return not self.args.stages or stage in self.args.stages.split(",")
@@ -215,7 +220,9 @@ class Prep:
 
     def kernel_cases(self) -> None:
         """The cases, packed: 1267 directories of .npy files are about 58 MiB,
-        kernel-cases.tar.xz about 45 (the device half unpacks it)."""
+        kernel-cases.tar.xz about 45 (the device half unpacks it). main()
+        leaves them out when DIR would not fit a device call: the manifest
+        then says "generate"."""
         target = self.work / "kernel-cases"
         shutil.rmtree(target, ignore_errors=True)
         log("kernel cases (runtime/tests/make_cases.py)")
@@ -224,6 +231,7 @@ class Prep:
         subprocess.run(["tar", "-C", self.work, "-cJf", packed, "kernel-cases"], check=True,
                        env={**os.environ, "XZ_OPT": "-6 -T0"})
         shutil.rmtree(target)
+        self.cases = "packed"
 
     def gtest(self) -> None:
         source = Path(self.args.gtest_source)
@@ -280,7 +288,7 @@ class Prep:
             "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                                      capture_output=True, text=True).stdout.strip() or "?",
             "steps": self.args.steps,
-            "kernel_cases": (self.out / "kernel-cases.tar.xz").is_file(),
+            "kernel_cases": self.cases,
             "gtest": (self.out / "gtest").is_dir(),
             "programs": self.programs,
         }
@@ -346,12 +354,20 @@ def main() -> int:
         prep.gtest()
         if not args.no_bench:
             prep.bench()
+        tree = tree_size()
+        packed = args.out / "kernel-cases.tar.xz"
+        if packed.is_file() and size_of(args.out) + tree > args.limit_mib * 2**20:
+            # Over what a device call carries: the device half writes the
+            # cases itself (make_cases.py, with PyTorch there), in seconds.
+            log(f"kernel cases left out ({packed.stat().st_size / 2**20:.1f} MiB packed): "
+                "the device half generates them (runtime/tests/make_cases.py, needs PyTorch)")
+            packed.unlink()
+            prep.cases = "generate"
         prep.write()
     except RuntimeError as e:
         print(f"gpu-prepare: error: {e}", file=sys.stderr)
         return 1
     size = size_of(args.out)
-    tree = tree_size()
     log(f"{args.out}: {len(prep.programs)} programs, {size / 2**20:.1f} MiB, with the checkout's "
         f"{tree / 2**20:.1f} MiB {(size + tree) / 2**20:.1f} MiB (limit {args.limit_mib:.0f} MiB)")
     if size + tree > args.limit_mib * 2**20:
