@@ -67,7 +67,10 @@ int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, cons
     m = y.rank >= (b_vector ? 1 : 2) ? y.dims[y.rank - (b_vector ? 1 : 2)] : 1;
   const int64_t a_matrix = a_vector ? a.dims[0] : a.dims[a.rank - 2] * a.dims[a.rank - 1];
   const int64_t k = m > 0 ? a_matrix / m : 0;
-  return static_cast<int64_t>(sizeof(float)) * matmul_tile_floats(m, n, k);
+  const int64_t m_total = n > 0 && !a_vector && !b_vector ? y.numel() / n : 0;
+  const MatmulStage stage = matmul_stage(m_total, m, n, k);
+  return static_cast<int64_t>(sizeof(float)) * matmul_tile_floats(m, n, k) + stage.y_bytes +
+         stage.a_bytes;
 }
 
 int64_t matmul_bias_grad_workspace_bytes(DType dtype, const Shape &a, const Shape &b,

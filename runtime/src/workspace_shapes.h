@@ -73,6 +73,58 @@ inline int64_t matmul_tile_floats(int64_t m, int64_t n, int64_t k) {
   return tm * tk + tk * tn + tm * tn;
 }
 
+// f16/bf16 products on cuda whose leading dimensions are not multiples of
+// 8 elements (16 bytes: GPT-2's 50257-word vocabulary) reach only cuBLASLt's
+// unaligned kernels, several times slower than its tensor-core ones. Above
+// kMatmulStageMinMacs multiply-adds (over every batch) the cuda backend
+// stages such a product through aligned copies (runtime/src/cuda/linalg.cu):
+// chunks of y's rows are computed with y's rows padded to 8 and copied out,
+// and chunks of op(a)'s rows are copied in padded first (a [m, k] a block
+// of rows, a transposed [k, m] a block of columns). A staged buffer holds
+// an eighth of its whole padded matrix, at least kMatmulStageMinBytes and
+// at most kMatmulStageMaxBytes (and at least 8 rows), so that chunks stay
+// large enough for the tensor cores and the workspace small beside the
+// matrix. The workspace holds both buffers whichever transposes the call
+// has, each 256-byte aligned; the cpu backend leaves them unused.
+constexpr int64_t kMatmulStageMinMacs = int64_t(1) << 27;
+constexpr int64_t kMatmulStageMinBytes = int64_t(16) << 20;
+constexpr int64_t kMatmulStageMaxBytes = int64_t(256) << 20;
+inline int64_t round_up8(int64_t v) { return (v + 7) / 8 * 8; }
+// Rows of a chunk of a staged [rows, row] 16-bit matrix (row already padded).
+inline int64_t matmul_stage_rows(int64_t row, int64_t rows) {
+  row = std::max<int64_t>(row, 1);
+  const int64_t whole = 2 * row * round_up8(rows);
+  const int64_t budget =
+      std::min(kMatmulStageMaxBytes, std::max(kMatmulStageMinBytes, whole / 8));
+  const int64_t fit = std::max<int64_t>(8, budget / 2 / row / 8 * 8);
+  return std::min(fit, round_up8(rows));
+}
+struct MatmulStage {
+  int64_t y_rows = 0;   // rows of a y chunk, 0: y not staged (n % 8 == 0)
+  int64_t a_rows = 0;   // rows of an a [m, k] chunk, 0: not staged (k % 8 == 0)
+  int64_t at_cols = 0;  // columns of a transposed a [k, m] chunk, 0: m % 8 == 0
+  int64_t y_bytes = 0, a_bytes = 0;
+};
+// m_total: y's rows over every batch (its elements / n); m: one matrix's.
+inline MatmulStage matmul_stage(int64_t m_total, int64_t m, int64_t n, int64_t k) {
+  MatmulStage st;
+  if (m_total <= 0 || n <= 0 || k <= 0 ||
+      static_cast<double>(m_total) * static_cast<double>(n) * static_cast<double>(k) <
+          static_cast<double>(kMatmulStageMinMacs))
+    return st;
+  auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  if (n % 8 != 0) {
+    st.y_rows = matmul_stage_rows(round_up8(n), m_total);
+    st.y_bytes = aligned(2 * st.y_rows * round_up8(n));
+  }
+  if (k % 8 != 0)
+    st.a_rows = matmul_stage_rows(round_up8(k), m_total);
+  if (m % 8 != 0)
+    st.at_cols = matmul_stage_rows(k, m);
+  st.a_bytes = aligned(2 * std::max(st.a_rows * round_up8(k), k * st.at_cols));
+  return st;
+}
+
 // f16/bf16 pooling gradients sum each plane in f32 in one of at most this
 // many planes of the workspace ("lanes"), each lane taking a fixed range of
 // planes: the workspace is bounded, and the sums do not depend on threads.

@@ -201,12 +201,14 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   # resumed in reverse order and fresh device memory all-ones bytes: a
   # missing barrier before a higher thread reads what a lower one wrote, a
   # read of a workspace or arena range nothing wrote and a misaligned
-  # vector access fail here as they would on a GPU.
+  # vector access fail here as they would on a GPU. Large f16/bf16 products
+  # with an unaligned leading dimension must reach cuBLASLt staged (aligned),
+  # in chunks of 64 rows, so that the staged cases run several chunks.
   add_test(NAME dsrt_cuda_emu_kernels_reverse_nan_align
     COMMAND dsrt_cuda_emu_align_kernel_test --cases "${DSRT_CASES_DIR}")
   set_tests_properties(dsrt_cuda_emu_kernels_reverse_nan_align PROPERTIES LABELS dsrt_cuda
                        TIMEOUT 300 FIXTURES_REQUIRED dsrt_cases
-                       ENVIRONMENT "DSRT_EMU_SCHEDULE=reverse;DSRT_FAKE_CUDA_FILL=nan")
+                       ENVIRONMENT "DSRT_EMU_SCHEDULE=reverse;DSRT_FAKE_CUDA_FILL=nan;DSRT_MATMUL_STAGE_ROWS=64;DSRT_EMU_REQUIRE_ALIGNED_LD=1")
   # The cases are written by check-runtime (dsrt_kernel_cases) before CTest
   # runs, and again by the dsrt_make_cases test: run after it, never while
   # it rewrites them.

@@ -245,6 +245,19 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
             4 * 2 * 9 * 25);
   EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::F16, Shape{4, 8}, Shape{8, 16}, Shape{4, 16}),
             4 * (32 + 128 + 64));
+  // Large 16-bit products with an unaligned leading dimension add their
+  // staging buffers (workspace_shapes.h, test/Transforms/plan-workspace.mlir):
+  // y's rows padded (n 513), a transposed's columns (m 513).
+  EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, Shape{2, 520, 520}, Shape{513, 520},
+                                         Shape{2, 520, 513}),
+            4 * 3 * 512 * 512 + 2 * 1040 * 520);
+  EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, Shape{1040, 513}, Shape{1040, 520},
+                                         Shape{513, 520}),
+            4 * 3 * 512 * 512 + 2 * 1040 * 520);
+  // Under 2^27 multiply-adds: none.
+  EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, Shape{520, 520}, Shape{520, 257},
+                                         Shape{520, 257}),
+            4 * (512 * 512 + 512 * 257 + 512 * 257));
   EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::BF16, Shape{10, 4}), 160);
   EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::F32, Shape{10, 4}), 0);
   // At most 64 planes of f32 for a 16-bit pooling gradient.

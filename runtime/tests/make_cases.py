@@ -463,6 +463,27 @@ def gen_matmul(w):
                 "y", y, scale=scale).save()
 
 
+def gen_matmul_staged(w):
+    """f16/bf16 products of 2^27 multiply-adds and more whose leading
+    dimension is not a multiple of 8: the cuda backend stages them through
+    aligned buffers (workspace_shapes.h, matmul_stage): y's rows (n 513),
+    a's rows (k 513), a transposed's columns (m 513); b's leading dimension
+    stays aligned (b is not staged)."""
+    cases = [
+        ("y_bf16", [2, 260, 520], [513, 520], False, True, "bf16"),
+        ("a_bf16", [520, 513], [513, 520], False, False, "bf16"),
+        ("at_bf16", [520, 513], [520, 520], True, False, "bf16"),
+    ]
+    for name, sa, sb, ta, tb, dtype in cases:
+        cname = "staged_" + name
+        rng = Rng(cname)
+        a, b = rng.tensor(sa, dtype, -1, 1), rng.tensor(sb, dtype, -1, 1)
+        y = like(torch.matmul(t_last(f64(a)) if ta else f64(a), t_last(f64(b)) if tb else f64(b)), dtype)
+        k = sa[-2] if ta else sa[-1]
+        w.case("matmul", cname, transpose_a=ta, transpose_b=tb).inp("a", a).inp("b", b).out(
+            "y", y, scale=max(1.0, k / 4.0)).save()
+
+
 def gen_gemm(w):
     m, n, k = 5, 7, 6
     c_shapes = [("none", None), ("row", [n]), ("row2d", [1, n]), ("col", [m, 1]), ("full", [m, n]),
@@ -2265,7 +2286,7 @@ def gen_reduce_prod(w):
                     "y", prod_ref(x, axes, keepdims, dtype), scale=4.0).save()
 
 
-GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy, gen_matmul, gen_gemm,
+GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy, gen_matmul, gen_matmul_staged, gen_gemm,
               gen_matmul_bias, gen_matmul_bias_grad, gen_matmul_gelu, gen_matmul_lhs_bias_grad,
               gen_softmax, gen_layer_norm, gen_batch_norm, gen_reduce, gen_transpose, gen_broadcast_to,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,

@@ -121,6 +121,37 @@ int64_t poolGradWorkspaceBytes(Value dx) {
          (type.getNumElements() / planes);
 }
 
+/// The staging buffers of a large f16/bf16 product whose leading dimensions
+/// are not multiples of 8 (runtime/src/workspace_shapes.h, matmul_stage):
+/// y's rows padded to 8 in chunks when n % 8 != 0, op(a)'s rows padded in
+/// chunks when k % 8 != 0 or (a transposed) m % 8 != 0, each chunk an
+/// eighth of its whole padded matrix, between 16 and 256 MiB, at least 8
+/// rows, each buffer 256-byte aligned; none under 2^27 multiply-adds.
+int64_t matmulStageBytes(int64_t mTotal, int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kMinMacs = int64_t(1) << 27, kMinBytes = int64_t(16) << 20,
+                    kMaxBytes = int64_t(256) << 20;
+  if (mTotal <= 0 || n <= 0 || k <= 0 ||
+      static_cast<double>(mTotal) * static_cast<double>(n) * static_cast<double>(k) <
+          static_cast<double>(kMinMacs))
+    return 0;
+  auto roundUp8 = [](int64_t v) { return (v + 7) / 8 * 8; };
+  auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  auto chunkRows = [&](int64_t row, int64_t rows) {
+    row = std::max<int64_t>(row, 1);
+    const int64_t budget = std::min(kMaxBytes, std::max(kMinBytes, 2 * row * roundUp8(rows) / 8));
+    const int64_t fit = std::max<int64_t>(8, budget / 2 / row / 8 * 8);
+    return std::min(fit, roundUp8(rows));
+  };
+  int64_t yBytes = 0, aRows = 0, atCols = 0;
+  if (n % 8 != 0)
+    yBytes = aligned(2 * chunkRows(roundUp8(n), mTotal) * roundUp8(n));
+  if (k % 8 != 0)
+    aRows = chunkRows(roundUp8(k), mTotal);
+  if (m % 8 != 0)
+    atCols = chunkRows(k, m);
+  return yBytes + aligned(2 * std::max(aRows * roundUp8(k), k * atCols));
+}
+
 /// f16/bf16 matmul and gemm convert tile by tile (runtime/src/cpu/linalg.cpp,
 /// workspace_shapes.h): one f32 panel each of op(a) (tile_m x tile_k), op(b)
 /// (tile_k x tile_n) and the output tile (tile_m x tile_n), each side at most
@@ -148,7 +179,8 @@ int64_t matmulWorkspaceBytes(Value lhs, Value rhs, Value result) {
     return 0;
   const int64_t tm = std::min(m, kTileM), tn = std::min(n, kTileN),
                 tk = std::min(std::max<int64_t>(k, 0), kTileK);
-  return kFloatBytes * (tm * tk + tk * tn + tm * tn);
+  const int64_t mTotal = !aVector && !bVector ? y.getNumElements() / n : 0;
+  return kFloatBytes * (tm * tk + tk * tn + tm * tn) + matmulStageBytes(mTotal, m, n, k);
 }
 
 /// f16/bf16 row kernels convert rows to f32 in at most kRowLanes rows of

@@ -35,6 +35,7 @@
 #include "cuda/common.cuh"
 #include "elementwise_ops.h"
 
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -81,6 +82,8 @@ struct Gemm {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb;
   int64_t batch = 1, a_stride = 0, b_stride = 0, y_stride = 0;
+  // y's leading dimension: n unless y is a staged buffer (run_staged).
+  int64_t ldy = 0;
   // CUBLASLT_EPILOGUE_BIAS / BGRADA with their vector, or the default.
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   void *bias = nullptr;
@@ -114,7 +117,8 @@ struct LtPlan {
 // type, workspace bytes, epilogue and the bias vector's alignment (which
 // the heuristic reads from the pointer: 16 bytes or less).
 using LtKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int64_t, size_t, int, bool, bool>;
+                         int64_t, int64_t, int64_t, int64_t, size_t, int, bool, bool,
+                         int64_t>;
 
 bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -175,8 +179,9 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
   const int64_t a_rows = g.trans_a ? g.m : g.k, a_cols = g.trans_a ? g.k : g.m;
   plan->a = layout(g.kernel, type, b_rows, b_cols, g.ldb, g.batch, g.b_stride);
   plan->b = layout(g.kernel, type, a_rows, a_cols, g.lda, g.batch, g.a_stride);
-  plan->c = layout(g.kernel, type, g.n, g.m, g.n, g.batch, g.y_stride);
-  plan->d = layout(g.kernel, type, g.n, g.m, g.n, g.batch, g.y_stride);
+  const int64_t ldy = g.ldy ? g.ldy : g.n;
+  plan->c = layout(g.kernel, type, g.n, g.m, ldy, g.batch, g.y_stride);
+  plan->d = layout(g.kernel, type, g.n, g.m, ldy, g.batch, g.y_stride);
   PreferenceHolder pref;
   check_cublas(cublasLtMatmulPreferenceCreate(&pref.pref), g.kernel,
                "cublasLtMatmulPreferenceCreate");
@@ -211,7 +216,8 @@ LtPlan &lt_plan(const Gemm &g, cudaDataType_t type, cublasComputeType_t compute,
   static auto *plans = new std::map<LtKey, std::unique_ptr<LtPlan>>;
   const LtKey key{static_cast<int>(type), static_cast<int>(compute), g.trans_a, g.trans_b,
                   g.m, g.n, g.k, g.lda, g.ldb, g.batch, g.a_stride, g.b_stride, g.y_stride,
-                  ws_bytes, static_cast<int>(g.epilogue), aligned16(g.bias), aligned16(g.aux)};
+                  ws_bytes, static_cast<int>(g.epilogue), aligned16(g.bias), aligned16(g.aux),
+                  g.ldy};
   std::lock_guard<std::mutex> lock(*mutex);
   auto it = plans->find(key);
   if (it == plans->end())
@@ -271,8 +277,88 @@ int64_t uniform_stride(const MatmulPlan &p, const int64_t *strides, int64_t matr
   return all_zero ? 0 : contiguous ? matrix : -1;
 }
 
+// DSRT_MATMUL_STAGE_ROWS=N (tests): chunks of at most N rows (a multiple of
+// 8), so that a small staged product runs several chunks.
+int64_t stage_rows_cap() {
+  static const int64_t cap = [] {
+    const char *v = std::getenv("DSRT_MATMUL_STAGE_ROWS");
+    const long long n = v ? std::atoll(v) : 0;
+    return n >= 8 ? static_cast<int64_t>(n / 8 * 8) : std::numeric_limits<int64_t>::max();
+  }();
+  return cap;
+}
+
+// A single f16/bf16 product y = op(a) op(b) (g: m the rows over every
+// batch) whose y or a leading dimension is not a multiple of 8, through
+// the aligned buffers of workspace_shapes.h's matmul_stage: per chunk of
+// y's rows, op(a)'s rows copied in with padded rows (or columns, a
+// transposed), the product into padded rows of y (or straight into y),
+// which are copied out. The copies are 2D memcpys on the stream. False
+// (nothing run) when the product is not staged: under the size, or b's
+// leading dimension unaligned (b is not staged).
+bool run_staged(cudaStream_t stream, const Gemm &g, int64_t m_matrix, const void *a,
+                const void *b, void *y, const Workspace &ws) {
+  const MatmulStage st = matmul_stage(g.m, m_matrix, g.n, g.k);
+  const bool stage_y = st.y_rows > 0;
+  const bool stage_a = g.trans_a ? st.at_cols > 0 : st.a_rows > 0;
+  if ((!stage_y && !stage_a) || g.ldb % 8 != 0 || g.batch != 1)
+    return false;
+  int64_t chunk = std::numeric_limits<int64_t>::max();
+  if (stage_y)
+    chunk = st.y_rows;
+  if (stage_a)
+    chunk = std::min(chunk, g.trans_a ? st.at_cols : st.a_rows);
+  chunk = std::max<int64_t>(8, std::min(chunk, stage_rows_cap()));
+  // The buffers at the workspace's start (its base is 256-byte aligned in
+  // the plan; realigned here all the same), cuBLASLt's workspace after them.
+  const uintptr_t base = (reinterpret_cast<uintptr_t>(ws.data) + 255) & ~uintptr_t(255);
+  const int64_t used = static_cast<int64_t>(base - reinterpret_cast<uintptr_t>(ws.data)) +
+                       st.y_bytes + st.a_bytes;
+  if (!ws.data || ws.bytes < used)
+    fail(g.kernel, "the workspace holds " + std::to_string(ws.bytes) + " bytes, the staged " +
+                       "product needs " + std::to_string(used));
+  uint8_t *y_buf = reinterpret_cast<uint8_t *>(base);
+  uint8_t *a_buf = y_buf + st.y_bytes;
+  const Workspace rest{reinterpret_cast<uint8_t *>(ws.data) + used, ws.bytes - used};
+  const int64_t ldy = stage_y ? round_up8(g.n) : g.n;
+  const int64_t ld_staged_a = g.trans_a ? chunk : round_up8(g.k);
+  const size_t e = dtype_size(g.dtype);
+  for (int64_t r0 = 0; r0 < g.m; r0 += chunk) {
+    const int64_t rows = std::min(chunk, g.m - r0);
+    Gemm c = g;
+    c.m = rows;
+    const uint8_t *a_chunk;
+    if (stage_a) {
+      if (g.trans_a)  // a is [k, m]: columns r0.. of every row
+        check_cuda(cudaMemcpy2DAsync(a_buf, ld_staged_a * e,
+                                     static_cast<const uint8_t *>(a) + r0 * e, g.lda * e,
+                                     rows * e, g.k, cudaMemcpyDeviceToDevice, stream),
+                   g.kernel, "cudaMemcpy2DAsync");
+      else  // a is [m, k]: rows r0..
+        check_cuda(cudaMemcpy2DAsync(a_buf, ld_staged_a * e,
+                                     static_cast<const uint8_t *>(a) + r0 * g.lda * e,
+                                     g.lda * e, g.k * e, rows, cudaMemcpyDeviceToDevice, stream),
+                   g.kernel, "cudaMemcpy2DAsync");
+      a_chunk = a_buf;
+      c.lda = ld_staged_a;
+    } else {
+      a_chunk = static_cast<const uint8_t *>(a) + (g.trans_a ? r0 : r0 * g.lda) * e;
+    }
+    uint8_t *y_chunk = stage_y ? y_buf : static_cast<uint8_t *>(y) + r0 * g.n * e;
+    c.ldy = ldy;
+    run_lt(stream, c, 1.0f, a_chunk, b, 0.0f, nullptr, y_chunk, rest);
+    if (stage_y)
+      check_cuda(cudaMemcpy2DAsync(static_cast<uint8_t *>(y) + r0 * g.n * e, g.n * e, y_buf,
+                                   ldy * e, g.n * e, rows, cudaMemcpyDeviceToDevice, stream),
+                 g.kernel, "cudaMemcpy2DAsync");
+  }
+  return true;
+}
+
+// `stage`: a large f16/bf16 product with an unaligned leading dimension
+// may run through run_staged (neither operand a vector: workspace_shapes.h).
 void matmul_float(cudaStream_t stream, const char *kernel, const MatmulPlan &p, DType dtype,
-                  const void *a, const void *b, void *y, const Workspace &ws) {
+                  const void *a, const void *b, void *y, const Workspace &ws, bool stage) {
   const size_t esize = dtype_size(dtype);
   Gemm g{kernel, dtype, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
   const int64_t a_matrix = p.m * p.k, b_matrix = p.k * p.n, y_matrix = p.m * p.n;
@@ -281,9 +367,13 @@ void matmul_float(cudaStream_t stream, const char *kernel, const MatmulPlan &p, 
   // [B..., M, K] x [K, N]: the batch folds into M, one call.
   if (!p.b_has_batch && !p.trans_a && (p.batch == 1 || sa == a_matrix)) {
     g.m = p.m * p.batch;
+    if (stage && run_staged(stream, g, p.m, a, b, y, ws))
+      return;
     run_lt(stream, g, 1.0f, a, b, 0.0f, nullptr, y, ws);
     return;
   }
+  if (p.batch == 1 && stage && run_staged(stream, g, p.m, a, b, y, ws))
+    return;
   if (p.batch == 1 || (sa >= 0 && sb >= 0 && p.batch <= std::numeric_limits<int32_t>::max())) {
     g.batch = p.batch;
     g.a_stride = sa;
@@ -453,7 +543,8 @@ void matmul(Stream &s, const Tensor &a, const Tensor &b, const Tensor &y, bool t
           p, a.as<T>(), b.as<T>(), y.as<T>(), y.numel());
       check_launch(kernel);
     } else {
-      matmul_float(stream, kernel, p, a.dtype, a.data, b.data, y.data, ws);
+      matmul_float(stream, kernel, p, a.dtype, a.data, b.data, y.data, ws,
+                   is_16bit(a.dtype) && a.shape.rank >= 2 && b.shape.rank >= 2);
     }
   });
 }

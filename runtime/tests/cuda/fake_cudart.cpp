@@ -985,6 +985,21 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
   if (a->ld < int64_t(a->rows) || b->ld < int64_t(b->rows) || c->ld < int64_t(c->rows) ||
       d->ld < int64_t(d->rows))
     return fail("a leading dimension below its matrix's rows");
+  // DSRT_EMU_REQUIRE_ALIGNED_LD=1: a large f16/bf16 product (2^27
+  // multiply-adds and more) with a leading dimension not a multiple of 8
+  // fails, as the runtime stages such products (workspace_shapes.h).
+  static const bool require_aligned = [] {
+    const char *v = std::getenv("DSRT_EMU_REQUIRE_ALIGNED_LD");
+    return v && std::string(v) == "1";
+  }();
+  if (require_aligned && (a->type == CUDA_R_16F || a->type == CUDA_R_16BF) &&
+      static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >=
+          static_cast<double>(int64_t(1) << 27) &&
+      (a->ld % 8 != 0 || b->ld % 8 != 0 || c->ld % 8 != 0 || d->ld % 8 != 0))
+    return fail("a large 16-bit product with a leading dimension not a multiple of 8 (lds " +
+                std::to_string(a->ld) + ", " + std::to_string(b->ld) + ", " +
+                std::to_string(c->ld) + ", " + std::to_string(d->ld) +
+                ", DSRT_EMU_REQUIRE_ALIGNED_LD=1)");
   const int32_t batch = d->batch;
   if (a->batch != batch || b->batch != batch || c->batch != batch)
     return fail("batch counts differ");
