@@ -189,6 +189,17 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
                                                     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &ws_bytes, sizeof(ws_bytes)),
                g.kernel, "workspace preference");
+  // A split-k algorithm sums its parts in f32 in the workspace or not at
+  // all: the in-place and output-type schemes would round f16/bf16 partial
+  // sums to y's type several times (on an H200 they took 1% of a bf16
+  // product's elements several ulps of its magnitude away).
+  if (g.dtype != DType::F32) {
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(
+                     pref.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                     sizeof(schemes)),
+                 g.kernel, "reduction scheme preference");
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
@@ -288,12 +299,64 @@ int64_t stage_rows_cap() {
   return cap;
 }
 
+// Copies `rows` rows of `width` 16-bit elements from src to dst (pitches
+// in elements), 4 bytes at a time whatever each row's alignment: a block
+// per row. A dst row starting between two 4-byte words takes its first
+// element alone; a src row then starting between words is read as aligned
+// words, each output pair the high half of one and the low half of the
+// next (the last pair of an even row reads its last element alone, never
+// past the row).
+__global__ void copy_rows16_kernel(const uint16_t *src, int64_t spitch, uint16_t *dst,
+                                   int64_t dpitch, int64_t width, int64_t rows) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const uint16_t *s = src + r * spitch;
+    uint16_t *d = dst + r * dpitch;
+    int64_t w = width;
+    if (w > 0 && (reinterpret_cast<uintptr_t>(d) & 2) != 0) {
+      if (threadIdx.x == 0)
+        d[0] = s[0];
+      ++d;
+      ++s;
+      --w;
+    }
+    const int64_t pairs = w / 2;
+    uint32_t *d32 = reinterpret_cast<uint32_t *>(d);
+    if ((reinterpret_cast<uintptr_t>(s) & 2) == 0) {
+      const uint32_t *s32 = reinterpret_cast<const uint32_t *>(s);
+      for (int64_t j = threadIdx.x; j < pairs; j += blockDim.x)
+        d32[j] = s32[j];
+    } else {
+      const uint32_t *base = reinterpret_cast<const uint32_t *>(s - 1);
+      for (int64_t j = threadIdx.x; j < pairs; j += blockDim.x) {
+        const uint32_t lo = base[j];
+        const uint32_t hi = j + 1 < pairs || (w & 1) ? base[j + 1] : uint32_t(s[w - 1]);
+        d32[j] = (lo >> 16) | (hi << 16);
+      }
+    }
+    if ((w & 1) != 0 && threadIdx.x == 0)
+      d[w - 1] = s[w - 1];
+  }
+}
+
+void copy_rows16(cudaStream_t stream, const char *kernel, const void *src, int64_t spitch,
+                 void *dst, int64_t dpitch, int64_t width, int64_t rows) {
+  if (rows <= 0 || width <= 0)
+    return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, int64_t(1) << 20));
+  copy_rows16_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint16_t *>(src), spitch,
+                                                 static_cast<uint16_t *>(dst), dpitch, width,
+                                                 rows);
+  check_launch(kernel);
+}
+
 // A single f16/bf16 product y = op(a) op(b) (g: m the rows over every
 // batch) whose y or a leading dimension is not a multiple of 8, through
 // the aligned buffers of workspace_shapes.h's matmul_stage: per chunk of
 // y's rows, op(a)'s rows copied in with padded rows (or columns, a
 // transposed), the product into padded rows of y (or straight into y),
-// which are copied out. The copies are 2D memcpys on the stream. False
+// which are copied out. The copies are copy_rows16_kernel launches on the
+// stream (cudaMemcpy2DAsync ran at about 250 GB/s on an H200 with these
+// unaligned pitches). False
 // (nothing run) when the product is not staged: under the size, or b's
 // leading dimension unaligned (b is not staged).
 bool run_staged(cudaStream_t stream, const Gemm &g, int64_t m_matrix, const void *a,
@@ -330,15 +393,11 @@ bool run_staged(cudaStream_t stream, const Gemm &g, int64_t m_matrix, const void
     const uint8_t *a_chunk;
     if (stage_a) {
       if (g.trans_a)  // a is [k, m]: columns r0.. of every row
-        check_cuda(cudaMemcpy2DAsync(a_buf, ld_staged_a * e,
-                                     static_cast<const uint8_t *>(a) + r0 * e, g.lda * e,
-                                     rows * e, g.k, cudaMemcpyDeviceToDevice, stream),
-                   g.kernel, "cudaMemcpy2DAsync");
+        copy_rows16(stream, g.kernel, static_cast<const uint8_t *>(a) + r0 * e, g.lda, a_buf,
+                    ld_staged_a, rows, g.k);
       else  // a is [m, k]: rows r0..
-        check_cuda(cudaMemcpy2DAsync(a_buf, ld_staged_a * e,
-                                     static_cast<const uint8_t *>(a) + r0 * g.lda * e,
-                                     g.lda * e, g.k * e, rows, cudaMemcpyDeviceToDevice, stream),
-                   g.kernel, "cudaMemcpy2DAsync");
+        copy_rows16(stream, g.kernel, static_cast<const uint8_t *>(a) + r0 * g.lda * e, g.lda,
+                    a_buf, ld_staged_a, g.k, rows);
       a_chunk = a_buf;
       c.lda = ld_staged_a;
     } else {
@@ -348,9 +407,8 @@ bool run_staged(cudaStream_t stream, const Gemm &g, int64_t m_matrix, const void
     c.ldy = ldy;
     run_lt(stream, c, 1.0f, a_chunk, b, 0.0f, nullptr, y_chunk, rest);
     if (stage_y)
-      check_cuda(cudaMemcpy2DAsync(static_cast<uint8_t *>(y) + r0 * g.n * e, g.n * e, y_buf,
-                                   ldy * e, g.n * e, rows, cudaMemcpyDeviceToDevice, stream),
-                 g.kernel, "cudaMemcpy2DAsync");
+      copy_rows16(stream, g.kernel, y_buf, ldy, static_cast<uint8_t *>(y) + r0 * g.n * e, g.n,
+                  g.n, rows);
   }
   return true;
 }
