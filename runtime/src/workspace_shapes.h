@@ -80,12 +80,15 @@ inline int64_t matmul_tile_floats(int64_t m, int64_t n, int64_t k) {
 // stages such a product through aligned copies (runtime/src/cuda/linalg.cu):
 // chunks of y's rows are computed with y's rows padded to 8 and copied out,
 // and chunks of op(a)'s rows are copied in padded first (a [m, k] a block
-// of rows, a transposed [k, m] a block of columns). A staged buffer holds
+// of rows, a transposed [k, m] a block of columns); b transposed [n, k]
+// is copied whole with zero rows up to n rounded to 8, so that every
+// dimension of the product but k is a multiple of 8. A staged buffer holds
 // an eighth of its whole padded matrix, at least kMatmulStageMinBytes and
 // at most kMatmulStageMaxBytes (and at least 8 rows), so that chunks stay
 // large enough for the tensor cores and the workspace small beside the
-// matrix. The workspace holds both buffers whichever transposes the call
-// has, each 256-byte aligned; the cpu backend leaves them unused.
+// matrix (b's buffer holds all of b). The workspace holds the three
+// buffers whichever transposes the call has, each 256-byte aligned; the
+// cpu backend leaves them unused.
 constexpr int64_t kMatmulStageMinMacs = int64_t(1) << 27;
 constexpr int64_t kMatmulStageMinBytes = int64_t(16) << 20;
 constexpr int64_t kMatmulStageMaxBytes = int64_t(256) << 20;
@@ -104,6 +107,8 @@ struct MatmulStage {
   int64_t a_rows = 0;   // rows of an a [m, k] chunk, 0: not staged (k % 8 == 0)
   int64_t at_cols = 0;  // columns of a transposed a [k, m] chunk, 0: m % 8 == 0
   int64_t y_bytes = 0, a_bytes = 0;
+  // b [n, k] with zero rows up to n rounded to 8 (used when b is transposed).
+  int64_t b_bytes = 0;
 };
 // m_total: y's rows over every batch (its elements / n); m: one matrix's.
 inline MatmulStage matmul_stage(int64_t m_total, int64_t m, int64_t n, int64_t k) {
@@ -116,6 +121,7 @@ inline MatmulStage matmul_stage(int64_t m_total, int64_t m, int64_t n, int64_t k
   if (n % 8 != 0) {
     st.y_rows = matmul_stage_rows(round_up8(n), m_total);
     st.y_bytes = aligned(2 * st.y_rows * round_up8(n));
+    st.b_bytes = aligned(2 * round_up8(n) * k);
   }
   if (k % 8 != 0)
     st.a_rows = matmul_stage_rows(round_up8(k), m_total);

@@ -247,10 +247,11 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
             4 * (32 + 128 + 64));
   // Large 16-bit products with an unaligned leading dimension add their
   // staging buffers (workspace_shapes.h, test/Transforms/plan-workspace.mlir):
-  // y's rows padded (n 513), a transposed's columns (m 513).
+  // y's rows padded and b with zero rows (n 513), a transposed's columns
+  // (m 513).
   EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, Shape{2, 520, 520}, Shape{513, 520},
                                          Shape{2, 520, 513}),
-            4 * 3 * 512 * 512 + 2 * 1040 * 520);
+            4 * 3 * 512 * 512 + 2 * 1040 * 520 + 540928);  // b: 2 * 520 * 520, 256-aligned
   EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, Shape{1040, 513}, Shape{1040, 520},
                                          Shape{513, 520}),
             4 * 3 * 512 * 512 + 2 * 1040 * 520);

@@ -46,14 +46,15 @@ func.func @bf16_matmuls(%a: tensor<2x3xbf16> {ds.input = "a"}, %b: tensor<3x2xbf
 // dimension not a multiple of 8 add staging buffers to the tile panels'
 // 3 * 512 * 512 * 4 bytes (workspace_shapes.h, matmul_stage): GPT-2's LM
 // head in small. y [2, 520, 513] (n = 513): 1040 rows of y padded to 520
-// columns, 1,081,600 bytes; a transposed [1040, 513] (m = 513): 520 columns
-// of a's 1040 rows, the same 1,081,600. 4,227,328 bytes each, as
+// columns, 1,081,600 bytes, and b [513, 520] with zero rows to 520,
+// 540,800 bytes (540,928 aligned to 256): 4,768,256 in all; a transposed [1040, 513] (m = 513): 520
+// columns of a's 1040 rows, 1,081,600: 4,227,328 in all, as
 // dsrt::matmul_workspace_bytes gives (runtime/tests/errors_test.cpp). The
 // arena peaks at the first product: the four inputs (1,081,600 + 533,568 +
-// 1,067,072 + 1,081,600), y (1,067,072) and that workspace: 9,058,240
+// 1,067,072 + 1,081,600), y (1,067,072) and its workspace: 9,599,168
 // bytes (7,976,640 with the tile panels alone).
 // CHECK-LABEL: func.func @bf16_staged
-// CHECK-SAME: ds.memory = #ds.memory_plan<arena_bytes = 9058240,
+// CHECK-SAME: ds.memory = #ds.memory_plan<arena_bytes = 9599168,
 func.func @bf16_staged(%x: tensor<2x520x520xbf16> {ds.input = "x"},
                        %w: tensor<513x520xbf16> {ds.input = "w"},
                        %g: tensor<1040x513xbf16> {ds.input = "g"},

@@ -123,7 +123,8 @@ int64_t poolGradWorkspaceBytes(Value dx) {
 
 /// The staging buffers of a large f16/bf16 product whose leading dimensions
 /// are not multiples of 8 (runtime/src/workspace_shapes.h, matmul_stage):
-/// y's rows padded to 8 in chunks when n % 8 != 0, op(a)'s rows padded in
+/// y's rows padded to 8 in chunks and b (transposed [n, k]) with zero rows up
+/// to n rounded to 8 when n % 8 != 0, op(a)'s rows padded in
 /// chunks when k % 8 != 0 or (a transposed) m % 8 != 0, each chunk an
 /// eighth of its whole padded matrix, between 16 and 256 MiB, at least 8
 /// rows, each buffer 256-byte aligned; none under 2^27 multiply-adds.
@@ -142,14 +143,16 @@ int64_t matmulStageBytes(int64_t mTotal, int64_t m, int64_t n, int64_t k) {
     const int64_t fit = std::max<int64_t>(8, budget / 2 / row / 8 * 8);
     return std::min(fit, roundUp8(rows));
   };
-  int64_t yBytes = 0, aRows = 0, atCols = 0;
-  if (n % 8 != 0)
+  int64_t yBytes = 0, bBytes = 0, aRows = 0, atCols = 0;
+  if (n % 8 != 0) {
     yBytes = aligned(2 * chunkRows(roundUp8(n), mTotal) * roundUp8(n));
+    bBytes = aligned(2 * roundUp8(n) * k);
+  }
   if (k % 8 != 0)
     aRows = chunkRows(roundUp8(k), mTotal);
   if (m % 8 != 0)
     atCols = chunkRows(k, m);
-  return yBytes + aligned(2 * std::max(aRows * roundUp8(k), k * atCols));
+  return yBytes + bBytes + aligned(2 * std::max(aRows * roundUp8(k), k * atCols));
 }
 
 /// f16/bf16 matmul and gemm convert tile by tile (runtime/src/cpu/linalg.cpp,

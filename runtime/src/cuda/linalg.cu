@@ -189,17 +189,6 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
                                                     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &ws_bytes, sizeof(ws_bytes)),
                g.kernel, "workspace preference");
-  // A split-k algorithm sums its parts in f32 in the workspace or not at
-  // all: the in-place and output-type schemes would round f16/bf16 partial
-  // sums to y's type several times (on an H200 they took 1% of a bf16
-  // product's elements several ulps of its magnitude away).
-  if (g.dtype != DType::F32) {
-    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    check_cublas(cublasLtMatmulPreferenceSetAttribute(
-                     pref.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                     sizeof(schemes)),
-                 g.kernel, "reduction scheme preference");
-  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
@@ -364,6 +353,11 @@ bool run_staged(cudaStream_t stream, const Gemm &g, int64_t m_matrix, const void
   const MatmulStage st = matmul_stage(g.m, m_matrix, g.n, g.k);
   const bool stage_y = st.y_rows > 0;
   const bool stage_a = g.trans_a ? st.at_cols > 0 : st.a_rows > 0;
+  // b [n, k] (transposed) with n % 8 != 0 is copied with zero rows up to
+  // n rounded to 8, so that the product's every dimension but k is a
+  // multiple of 8 (with n = 50257 cuBLASLt ran the LM head at 85 TFLOP/s
+  // even into an aligned y); b [k, n] with n % 8 != 0 is not staged.
+  const bool stage_b = stage_y && g.trans_b;
   if ((!stage_y && !stage_a) || g.ldb % 8 != 0 || g.batch != 1)
     return false;
   int64_t chunk = std::numeric_limits<int64_t>::max();
@@ -376,20 +370,31 @@ bool run_staged(cudaStream_t stream, const Gemm &g, int64_t m_matrix, const void
   // the plan; realigned here all the same), cuBLASLt's workspace after them.
   const uintptr_t base = (reinterpret_cast<uintptr_t>(ws.data) + 255) & ~uintptr_t(255);
   const int64_t used = static_cast<int64_t>(base - reinterpret_cast<uintptr_t>(ws.data)) +
-                       st.y_bytes + st.a_bytes;
+                       st.y_bytes + st.a_bytes + st.b_bytes;
   if (!ws.data || ws.bytes < used)
     fail(g.kernel, "the workspace holds " + std::to_string(ws.bytes) + " bytes, the staged " +
                        "product needs " + std::to_string(used));
   uint8_t *y_buf = reinterpret_cast<uint8_t *>(base);
   uint8_t *a_buf = y_buf + st.y_bytes;
+  uint8_t *b_buf = a_buf + st.a_bytes;
   const Workspace rest{reinterpret_cast<uint8_t *>(ws.data) + used, ws.bytes - used};
   const int64_t ldy = stage_y ? round_up8(g.n) : g.n;
   const int64_t ld_staged_a = g.trans_a ? chunk : round_up8(g.k);
   const size_t e = dtype_size(g.dtype);
+  if (stage_b) {
+    // b is contiguous [n, k] (ldb = k): one copy, then the zero rows.
+    const size_t b_bytes = static_cast<size_t>(g.n * g.k) * e;
+    check_cuda(cudaMemcpyAsync(b_buf, b, b_bytes, cudaMemcpyDeviceToDevice, stream), g.kernel,
+               "cudaMemcpyAsync");
+    check_cuda(cudaMemsetAsync(b_buf + b_bytes, 0, (round_up8(g.n) - g.n) * g.k * e, stream),
+               g.kernel, "cudaMemsetAsync");
+  }
   for (int64_t r0 = 0; r0 < g.m; r0 += chunk) {
     const int64_t rows = std::min(chunk, g.m - r0);
     Gemm c = g;
     c.m = rows;
+    if (stage_b)
+      c.n = round_up8(g.n);  // y's padding columns: products with b's zero rows
     const uint8_t *a_chunk;
     if (stage_a) {
       if (g.trans_a)  // a is [k, m]: columns r0.. of every row
@@ -405,7 +410,7 @@ bool run_staged(cudaStream_t stream, const Gemm &g, int64_t m_matrix, const void
     }
     uint8_t *y_chunk = stage_y ? y_buf : static_cast<uint8_t *>(y) + r0 * g.n * e;
     c.ldy = ldy;
-    run_lt(stream, c, 1.0f, a_chunk, b, 0.0f, nullptr, y_chunk, rest);
+    run_lt(stream, c, 1.0f, a_chunk, stage_b ? b_buf : b, 0.0f, nullptr, y_chunk, rest);
     if (stage_y)
       copy_rows16(stream, g.kernel, y_buf, ldy, static_cast<uint8_t *>(y) + r0 * g.n * e, g.n,
                   g.n, rows);
