@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <random>
 #include <vector>
 
@@ -62,7 +63,7 @@ template <typename F> double time_ms(dsrt::Stream &s, int iterations, F &&f) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   const int64_t b = argc > 4 ? std::atoll(argv[1]) : 64, h = argc > 4 ? std::atoll(argv[2]) : 12,
                 t = argc > 4 ? std::atoll(argv[3]) : 1024, dh = argc > 4 ? std::atoll(argv[4]) : 64;
   const int iterations = argc > 5 ? std::atoi(argv[5]) : 20;
@@ -93,4 +94,13 @@ int main(int argc, char **argv) {
               static_cast<long long>(dh), causal ? "causal" : "full", fwd,
               pairs * (4 * dh + 3) / fwd * 1e-9, bwd, pairs * (10 * dh + 5) / bwd * 1e-9);
   return 0;
+}
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) {  // no GPU, a kernel's failure
+    std::fprintf(stderr, "attention_bench: %s\n", e.what());
+    return 2;
+  }
 }
