@@ -1537,6 +1537,13 @@ def gen_attention(w):
         ("packed_causal", [2, 37, 2, 32], True, 0.18, ("f32", "bf16")),
         ("packed_causal64", [1, 130, 2, 64], True, 0.125, ("f32", "bf16")),
         ("packed_full", [1, 70, 3, 32], False, 0.18, ("bf16",)),
+        # Several tiles of 64 on the tensor cores, T not a multiple of 64:
+        # causal, the tiles below the diagonal unmasked, the diagonal and
+        # the last (keys past T) masked, the double-buffered copies
+        # pipelined over 6 key (query) tiles, the heaviest query tiles
+        # launched first; full, every tile but the last unmasked.
+        ("packed_causal_long", [1, 333, 2, 64], True, 0.125, ("bf16",)),
+        ("packed_full_long", [1, 200, 1, 64], False, 0.125, ("bf16",)),
     ]
     for sname, shape, causal, scale, dtypes in packed:
         heads = lambda x: x.transpose(1, 2)

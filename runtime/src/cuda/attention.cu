@@ -11,7 +11,13 @@
 // 16x64 scores S = q k^T with mma_16x8x16 (cuda/mma.cuh), keeps an online
 // softmax in registers (f32 row maximum and sum), rounds P = exp(S - max)
 // to 16 bits as the A operand of P v and accumulates the output in f32
-// accumulator fragments. Causal blocks stop at the diagonal tile. The
+// accumulator fragments. Causal blocks stop at the diagonal tile, and
+// only the tiles that have a masked element for some row of the warp (the
+// diagonal tile, the last tile when T is not a multiple of 64) test each
+// element (tile_masked, with_mask); the exponentials are exp2f of the
+// scores scaled by scale log2(e) (a multiply-add and the hardware's ex2,
+// the saved lse converted back to natural log). A causal forward (and dQ)
+// launches a head's last, heaviest tile of queries first. The
 // backward recomputes P from the saved log-sum-exp: one kernel computes
 // each row's delta = rowsum(do * o) (the workspace); one per (batch-head,
 // tile of 64 keys), each warp owning 16 keys, computes S^T = k q^T and
@@ -161,11 +167,34 @@ __global__ void attention_kernel(const T *q, const T *k, const T *v, T *o, float
 template <typename T>
 __global__ void attention_delta_kernel(const T *o, const T *do_, float *delta, int64_t rows,
                                        AttentionLayout at, int64_t t, int dh) {
+  // 16-bit rows whose every start is 16-byte aligned are read 16 bytes (8
+  // elements) a load instead of one element a load; the sum runs over d in
+  // order either way.
+  constexpr bool k16 = sizeof(T) == 2;
+  const bool vector = k16 && dh % 8 == 0 && at.row % 8 == 0 &&
+                      (reinterpret_cast<uintptr_t>(o) | reinterpret_cast<uintptr_t>(do_)) % 16 == 0;
   DSRT_GRID_STRIDE(r, rows) {
     const int64_t offset = at.at(r / t, r % t);
     float sum = 0.0f;
-    for (int d = 0; d < dh; ++d)
-      sum += ld(do_[offset + d]) * ld(o[offset + d]);
+    bool done = false;
+    if constexpr (k16) {
+      if (vector && offset % 8 == 0) {
+        done = true;
+        for (int d = 0; d < dh; d += 8) {
+          const uint4 a = *reinterpret_cast<const uint4 *>(do_ + offset + d);
+          const uint4 b = *reinterpret_cast<const uint4 *>(o + offset + d);
+          const uint32_t x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+          for (int j = 0; j < 8; ++j) {  // element j: the low (even j) or high half of word j / 2
+            const int shift = 16 * (j % 2);
+            sum += ld(T{static_cast<uint16_t>(x[j / 2] >> shift)}) *
+                   ld(T{static_cast<uint16_t>(y[j / 2] >> shift)});
+          }
+        }
+      }
+    }
+    if (!done)
+      for (int d = 0; d < dh; ++d)
+        sum += ld(do_[offset + d]) * ld(o[offset + d]);
     delta[r] = sum;
   }
 }
@@ -334,12 +363,23 @@ __device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0
                            int cols) {
   const uint16_t *from = reinterpret_cast<const uint16_t *>(src);
   if ((reinterpret_cast<uintptr_t>(from) | static_cast<uintptr_t>(ld) * 2) % 16 == 0) {
-    const int chunks = cols / 8;
-    for (int e = threadIdx.x; e < kMmaTile * chunks; e += blockDim.x) {
-      const int r = e / chunks, d = e % chunks * 8;
+    // D / 8 chunks a row (a power of two: shifts, not divisions); those
+    // past cols are left alone (never read). Not unrolled: unrolled, the
+    // copies' addresses are hoisted out of the tile loop into registers
+    // (ptxas: the D = 128 forward 55 registers more, dK·dV and dQ spilling).
+    constexpr int kChunks = D / 8;
+    static_assert(kMmaTile * kChunks % kMmaThreads == 0, "whole rounds of the block's threads");
+    const uint16_t *first = from + row0 * ld;
+    const int rows = static_cast<int>(std::min<int64_t>(kMmaTile, t - row0));
+#pragma unroll 1
+    for (int e0 = 0; e0 < kMmaTile * kChunks; e0 += kMmaThreads) {
+      const int e = e0 + static_cast<int>(threadIdx.x);
+      const int r = e / kChunks, d = e % kChunks * 8;
+      if (d >= cols)
+        continue;
       uint16_t *to = dst + r * mma_ld<D>() + d;
-      if (row0 + r < t)
-        cp_async_16(to, from + (row0 + r) * ld + d);
+      if (r < rows)
+        cp_async_16(to, first + r * ld + d);
       else
         *reinterpret_cast<uint4 *>(to) = uint4{0, 0, 0, 0};
     }
@@ -402,11 +442,15 @@ struct WarpRows {
     return w;
   }
 };
-__device__ inline WarpRows warp_rows(int64_t t, const Layouts &l) {
+// last_first: the block order takes a head's last tile of rows first (a
+// causal forward's or dQ's heaviest: it sees the most keys), so that the
+// light tiles fill the grid's tail; otherwise the first (dK·dV's heaviest).
+__device__ inline WarpRows warp_rows(int64_t t, const Layouts &l, bool last_first) {
   const int64_t tiles = (t + kMmaRows - 1) / kMmaRows;
   WarpRows w;
   w.head = blockIdx.x / tiles;
-  w.row0 = blockIdx.x % tiles * kMmaRows;
+  const int64_t tile = blockIdx.x % tiles;
+  w.row0 = (last_first ? tiles - 1 - tile : tile) * kMmaRows;
   w.offset = l.qkv.at(w.head, 0);
   w.stride = l.qkv.row;
   w.o_offset = l.o.at(w.head, 0);
@@ -442,24 +486,37 @@ template <int N> __device__ inline void zero(FragC (&f)[N]) {
     f[n] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
 }
 
+// f(std::true_type{}) when the head width dh is the kernel's D (every
+// column block taken: the products' loops without a test per block, the
+// common case), else f(std::false_type{}) (the loops stop at dh).
+template <int D, typename F> __device__ inline void with_width(int dh, F &&f) {
+  if (dh == D)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
 // s[n] += a b^T for the kMmaTile rows of a shared tile (b^T's columns):
 // scores of the warp's 16 rows against the tile's rows; a(kk) is the A
 // fragment of the warp's columns [16 kk, 16 kk + 16).
 template <typename T, int D, typename A>
 __device__ void mma_rows_tile(FragC (&s)[kMmaN], A &&a, const uint16_t *tile, int dh) {
+  const uint16_t *lane_tile = tile + frag_b_nk_offset(mma_ld<D>());
+  with_width<D>(dh, [&](auto full) {
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    if (16 * kk >= dh)
-      break;
-    const FragA frag = a(kk);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      if (!full && 16 * kk >= dh)
+        break;
+      const FragA frag = a(kk);
 #pragma unroll
-    for (int n = 0; n < kMmaN; n += 2) {
-      FragB b[2];
-      load_frag_b_nk(b, tile + 8 * n * mma_ld<D>() + 16 * kk, mma_ld<D>());
-      mma_16x8x16<T>(s[n], frag, b[0]);
-      mma_16x8x16<T>(s[n + 1], frag, b[1]);
+      for (int n = 0; n < kMmaN; n += 2) {
+        FragB b[2];
+        load_frag_b_at<false>(b, lane_tile + 8 * n * mma_ld<D>() + 16 * kk);
+        mma_16x8x16<T>(s[n], frag, b[0]);
+        mma_16x8x16<T>(s[n + 1], frag, b[1]);
+      }
     }
-  }
+  });
 }
 
 // acc[n] += p tile: p (16 x kMmaTile, accumulator tiles rounded to 16
@@ -467,18 +524,21 @@ __device__ void mma_rows_tile(FragC (&s)[kMmaN], A &&a, const uint16_t *tile, in
 template <typename T, int D>
 __device__ void mma_p_tile(FragC (&acc)[D / 8], const FragC (&p)[kMmaN], const uint16_t *tile,
                            int dh) {
+  const uint16_t *lane_tile = tile + frag_b_kn_offset(mma_ld<D>());
+  with_width<D>(dh, [&](auto full) {
 #pragma unroll
-  for (int kk = 0; kk < kMmaTile / 16; ++kk) {
-    const FragA a = frag_a_of<T>(p[2 * kk], p[2 * kk + 1]);
+    for (int kk = 0; kk < kMmaTile / 16; ++kk) {
+      const FragA a = frag_a_of<T>(p[2 * kk], p[2 * kk + 1]);
 #pragma unroll
-    for (int n = 0; n < D / 8; n += 2)
-      if (8 * n < dh) {  // and 8 (n + 1) < dh: dh is a multiple of 16
-        FragB b[2];
-        load_frag_b_kn(b, tile + 16 * kk * mma_ld<D>() + 8 * n, mma_ld<D>());
-        mma_16x8x16<T>(acc[n], a, b[0]);
-        mma_16x8x16<T>(acc[n + 1], a, b[1]);
-      }
-  }
+      for (int n = 0; n < D / 8; n += 2)
+        if (full || 8 * n < dh) {  // and 8 (n + 1) < dh: dh is a multiple of 16
+          FragB b[2];
+          load_frag_b_at<true>(b, lane_tile + 16 * kk * mma_ld<D>() + 8 * n);
+          mma_16x8x16<T>(acc[n], a, b[0]);
+          mma_16x8x16<T>(acc[n + 1], a, b[1]);
+        }
+    }
+  });
 }
 
 // Stores the warp's rows of acc * factor(h) (h: the lane's row g or g + 8)
@@ -515,6 +575,38 @@ __device__ inline bool visible(const WarpRows &w, int n, int i, int64_t col0, in
   return !causal || (keys_are_rows ? row <= col : col <= row);
 }
 
+// Whether the tile of kMmaTile columns from col0 has, for some real row of
+// the warp, a masked element (visible false): a column past t, or for
+// causal attention one the row does not see. Rows past t need no mask
+// (their results are not stored, and their operands are zeros). Warp-
+// uniform: the tiles that need none (all but the diagonal ones and the
+// last) skip visible's per-element test.
+__device__ inline bool tile_masked(const WarpRows &w, int64_t col0, int64_t t, bool causal,
+                                   bool keys_are_rows) {
+  if (col0 + kMmaTile > t)
+    return true;
+  if (!causal)
+    return false;
+  // Rows wrow0 .. wrow0 + 15 against columns col0 .. col0 + kMmaTile - 1.
+  return keys_are_rows ? w.wrow0 + 15 > col0 : col0 + kMmaTile - 1 > w.wrow0;
+}
+
+// f(std::true_type{}) where a tile needs its masks (tile_masked), else
+// f(std::false_type{}): two copies of the tile's elementwise work, the
+// per-element test compiled only into the first.
+template <typename F> __device__ inline void with_mask(bool masked, F &&f) {
+  if (masked)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
+// log2(e): the kernels' exponentials are exp2f of scores scaled by
+// scale * log2(e) (one multiply-add and the hardware's ex2), their
+// maximum and the saved lse (natural log) converted at the ends.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
 // The key tiles the block's query rows see (causal: up to the diagonal
 // tile), each staged, keys into ks and values into vs, then f(first key,
 // key tile, value tile).
@@ -537,28 +629,35 @@ __global__ void __launch_bounds__(kMmaThreads)
                      int64_t t, int dh, float scale, bool causal) {
   MmaKeyTiles<D, S> &tiles = mma_shared<MmaKeyTiles<D, S>>();
   MmaStages<D, S> &ks = tiles.a, &vs = tiles.b;
-  const WarpRows w = warp_rows(t, layout);
+  const WarpRows w = warp_rows(t, layout, causal);
   FragA qa[D / 16];
   load_rows<T, D>(qa, q, w, dh);
   FragC acc[D / 8];
   zero(acc);
-  // Row g (h = 0) and g + 8 (h = 1) of the warp: running maximum, and this
-  // lane's part of the running sum (its columns; the 4 lanes of a row add
-  // theirs at the end).
+  // Row g (h = 0) and g + 8 (h = 1) of the warp: running maximum (of the
+  // scores times scale log2(e)), and this lane's part of the running sum
+  // (its columns; the 4 lanes of a row add theirs at the end).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float scale2 = scale * kLog2e;
   for_mma_key_tiles<T, D, S>(w, k, v, ks, vs, t, dh, causal,
                              [&](int64_t j0, const uint16_t *kt, const uint16_t *vt) {
     FragC s[kMmaN];
     zero(s);
     mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, kt, dh);
     float mx[2] = {-INFINITY, -INFINITY};
+    with_mask(tile_masked(w, j0, t, causal, false), [&](auto masked) {
+#pragma unroll
+      for (int n = 0; n < kMmaN; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          s[n].x[i] = !masked || visible(w, n, i, j0, t, causal, false) ? scale2 * s[n].x[i]
+                                                                         : -INFINITY;
+    });
 #pragma unroll
     for (int n = 0; n < kMmaN; ++n)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        s[n].x[i] = visible(w, n, i, j0, t, causal, false) ? scale * s[n].x[i] : -INFINITY;
+      for (int i = 0; i < 4; ++i)
         mx[i / 2] = fmaxf(mx[i / 2], s[n].x[i]);
-      }
     float base[2], rescale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -567,7 +666,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       const float m_new = fmaxf(m[h], mx[h]);
       // A row with no key yet keeps zeros (exp(-inf) = 0, never inf - inf).
       base[h] = m_new == -INFINITY ? 0.0f : m_new;
-      rescale[h] = expf(m[h] - base[h]);
+      rescale[h] = exp2f(m[h] - base[h]);
       m[h] = m_new;
       l[h] *= rescale[h];
     }
@@ -580,7 +679,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     for (int n = 0; n < kMmaN; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        s[n].x[i] = expf(s[n].x[i] - base[i / 2]);
+        s[n].x[i] = exp2f(s[n].x[i] - base[i / 2]);
         l[i / 2] += s[n].x[i];
       }
     mma_p_tile<T, D>(acc, s, vt, dh);
@@ -594,7 +693,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     if (w.c == 0 && w.g + 8 * h < w.rows)
-      lse[w.lse_offset + (w.wrow0 + w.g + 8 * h) * w.lse_stride] = m[h] + logf(l[h]);
+      lse[w.lse_offset + (w.wrow0 + w.g + 8 * h) * w.lse_stride] = m[h] * kLn2 + logf(l[h]);
 }
 
 // dk = scale dS^T q and dv = P^T do for the warp's 16 key rows, over tiles
@@ -608,7 +707,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   MmaStages<D, S> &qs = tiles.a, &dos = tiles.b;
   float(&lse_s)[S][kMmaTile] = tiles.lse;
   float(&delta_s)[S][kMmaTile] = tiles.delta;
-  const WarpRows w = warp_rows(t, layout);  // key rows
+  const WarpRows w = warp_rows(t, layout, false);  // key rows
+  const float scale2 = scale * kLog2e;
   // The warp's rows of k and v as A fragments: held in registers up to
   // D = 64; at 128 there is no room beside the two accumulators (ptxas
   // spills), so each query tile loads them again (from L1 or L2).
@@ -638,7 +738,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     stage_tile<T, D>(dos[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
     for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
       const bool real = i0 + r < t;
-      lse_s[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] : 0.0f;
+      lse_s[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] * kLog2e : 0.0f;
       delta_s[st][r] = real ? delta[w.head * t + i0 + r] : 0.0f;
     }
   };
@@ -650,17 +750,26 @@ __global__ void __launch_bounds__(kMmaThreads)
     zero(dp);
     mma_rows_tile<T, D>(s, k_frag, qt, dh);
     mma_rows_tile<T, D>(dp, v_frag, dot, dh);
+    // P^T = exp2(S^T scale log2(e) - lse log2(e)) (lse_t is scaled so),
+    // masked to zeros where the tile needs it.
+    with_mask(tile_masked(w, i0, t, causal, true), [&](auto masked) {
 #pragma unroll
-    for (int n = 0; n < kMmaN; ++n)
+      for (int n = 0; n < kMmaN; ++n) {
+        const float2 lse2 = *reinterpret_cast<const float2 *>(lse_t + 8 * n + 2 * w.c);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int col = 8 * n + 2 * w.c + i % 2;
-        const float p = visible(w, n, i, i0, t, causal, true)
-                            ? expf(scale * s[n].x[i] - lse_t[col])
-                            : 0.0f;
-        s[n].x[i] = p;
-        dp[n].x[i] = p * (dp[n].x[i] - delta_t[col]);
+        for (int i = 0; i < 4; ++i) {
+          const float p = exp2f(fmaf(scale2, s[n].x[i], -(i % 2 ? lse2.y : lse2.x)));
+          s[n].x[i] = !masked || visible(w, n, i, i0, t, causal, true) ? p : 0.0f;
+        }
       }
+    });
+#pragma unroll
+    for (int n = 0; n < kMmaN; ++n) {
+      const float2 delta2 = *reinterpret_cast<const float2 *>(delta_t + 8 * n + 2 * w.c);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        dp[n].x[i] = s[n].x[i] * (dp[n].x[i] - (i % 2 ? delta2.y : delta2.x));
+    }
     mma_p_tile<T, D>(acc_v, s, dot, dh);
     mma_p_tile<T, D>(acc_k, dp, qt, dh);
   });
@@ -676,7 +785,8 @@ __global__ void __launch_bounds__(kMmaThreads)
                         bool causal) {
   MmaKeyTiles<D, S> &tiles = mma_shared<MmaKeyTiles<D, S>>();
   MmaStages<D, S> &ks = tiles.a, &vs = tiles.b;
-  const WarpRows w = warp_rows(t, layout);
+  const WarpRows w = warp_rows(t, layout, causal);
+  const float scale2 = scale * kLog2e;
   FragA qa[D / 16], da[D / 16];
   load_rows<T, D>(qa, q, w, dh);
   load_rows<T, D>(da, do_, w.of_o(), dh);
@@ -687,7 +797,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   for (int h = 0; h < 2; ++h) {
     const bool real = w.g + 8 * h < w.rows;
     const int64_t i = w.wrow0 + w.g + 8 * h;
-    lse_i[h] = real ? lse[w.lse_offset + i * w.lse_stride] : 0.0f;
+    lse_i[h] = real ? lse[w.lse_offset + i * w.lse_stride] * kLog2e : 0.0f;
     delta_i[h] = real ? delta[w.head * t + i] : 0.0f;
   }
   for_mma_key_tiles<T, D, S>(w, k, v, ks, vs, t, dh, causal,
@@ -697,15 +807,20 @@ __global__ void __launch_bounds__(kMmaThreads)
     zero(dp);
     mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, kt, dh);
     mma_rows_tile<T, D>(dp, [&](int kk) { return da[kk]; }, vt, dh);
+    with_mask(tile_masked(w, j0, t, causal, false), [&](auto masked) {
+#pragma unroll
+      for (int n = 0; n < kMmaN; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float p = exp2f(fmaf(scale2, s[n].x[i], -lse_i[i / 2]));
+          s[n].x[i] = !masked || visible(w, n, i, j0, t, causal, false) ? p : 0.0f;
+        }
+    });
 #pragma unroll
     for (int n = 0; n < kMmaN; ++n)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float p = visible(w, n, i, j0, t, causal, false)
-                            ? expf(scale * s[n].x[i] - lse_i[i / 2])
-                            : 0.0f;
-        s[n].x[i] = p * (dp[n].x[i] - delta_i[i / 2]);
-      }
+      for (int i = 0; i < 4; ++i)
+        s[n].x[i] *= dp[n].x[i] - delta_i[i / 2];
     mma_p_tile<T, D>(acc, s, kt, dh);
   });
   store_rows<T, D>(dq, acc, w, dh, [&](int) { return scale; });

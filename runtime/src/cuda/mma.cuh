@@ -59,6 +59,21 @@ __device__ inline uint32_t pack16(uint16_t lo, uint16_t hi) {
 }
 // The 16 bits of v rounded to T.
 template <typename T> __device__ inline uint16_t bits16(float v) { return st<T>(v).bits; }
+// lo and hi rounded to T (to nearest even) in one register, lo in the low
+// half: one cvt.rn.{bf16x2,f16x2}.f32 on sm_80 and later.
+template <typename T> __device__ inline uint32_t pack_rn(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, bfloat_t>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+  }
+#else
+  return pack16(bits16<T>(lo), bits16<T>(hi));
+#endif
+}
 // The value of 16 bits of type T.
 template <typename T> __device__ inline float value16(uint16_t bits) { return ld(T{bits}); }
 
@@ -138,24 +153,33 @@ template <bool Trans> __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const
 // (n 0..7, k 8..15), (n 8..15, k 0..7), (n 8..15, k 8..15), each row n
 // holding b's columns 2 c, 2 c + 1 at lane (n % 8) * 4 + c. m and ld * 2
 // bytes must be multiples of 16.
-__device__ inline void load_frag_b_nk(FragB (&b)[2], const uint16_t *m, int ld) {
+__device__ inline int frag_b_nk_offset(int ld) {
   const int lane = threadIdx.x % 32, i = lane / 8;
+  return (8 * (i / 2) + lane % 8) * ld + 8 * (i % 2);
+}
+// The two fragments from `row`, the calling lane's row address: m plus
+// frag_b_nk_offset(ld) (Trans false) or frag_b_kn_offset(ld) (Trans true).
+// A loop over a tile computes the lane's offset once and adds constants.
+template <bool Trans> __device__ inline void load_frag_b_at(FragB (&b)[2], const uint16_t *row) {
   uint32_t r[4];
-  ldmatrix_x4<false>(r, m + (8 * (i / 2) + lane % 8) * ld + 8 * (i % 2));
+  ldmatrix_x4<Trans>(r, row);
   b[0] = FragB{{r[0], r[1]}};
   b[1] = FragB{{r[2], r[3]}};
+}
+__device__ inline void load_frag_b_nk(FragB (&b)[2], const uint16_t *m, int ld) {
+  load_frag_b_at<false>(b, m + frag_b_nk_offset(ld));
 }
 
 // The same for a (k, n) matrix with its k index along rows: element (k, n)
 // is m[k * ld + n] (v or q as the right operand of P v or dS^T q). One
 // ldmatrix.x4.trans: matrices (k 0..7, n 0..7), (k 8..15, n 0..7),
 // (k 0..7, n 8..15), (k 8..15, n 8..15), read column-major.
-__device__ inline void load_frag_b_kn(FragB (&b)[2], const uint16_t *m, int ld) {
+__device__ inline int frag_b_kn_offset(int ld) {
   const int lane = threadIdx.x % 32, i = lane / 8;
-  uint32_t r[4];
-  ldmatrix_x4<true>(r, m + (8 * (i % 2) + lane % 8) * ld + 8 * (i / 2));
-  b[0] = FragB{{r[0], r[1]}};
-  b[1] = FragB{{r[2], r[3]}};
+  return (8 * (i % 2) + lane % 8) * ld + 8 * (i / 2);
+}
+__device__ inline void load_frag_b_kn(FragB (&b)[2], const uint16_t *m, int ld) {
+  load_frag_b_at<true>(b, m + frag_b_kn_offset(ld));
 }
 
 // cp.async.cg.shared.global of 16 bytes from src (global) to dst (shared),
@@ -192,10 +216,10 @@ template <int N> __device__ inline void cp_async_wait() {
 // products fed into the next product (FlashAttention's P V).
 template <typename T> __device__ inline FragA frag_a_of(const FragC &lo, const FragC &hi) {
   FragA a;
-  a.x[0] = pack16(bits16<T>(lo.x[0]), bits16<T>(lo.x[1]));
-  a.x[1] = pack16(bits16<T>(lo.x[2]), bits16<T>(lo.x[3]));
-  a.x[2] = pack16(bits16<T>(hi.x[0]), bits16<T>(hi.x[1]));
-  a.x[3] = pack16(bits16<T>(hi.x[2]), bits16<T>(hi.x[3]));
+  a.x[0] = pack_rn<T>(lo.x[0], lo.x[1]);
+  a.x[1] = pack_rn<T>(lo.x[2], lo.x[3]);
+  a.x[2] = pack_rn<T>(hi.x[0], hi.x[1]);
+  a.x[3] = pack_rn<T>(hi.x[2], hi.x[3]);
   return a;
 }
 
