@@ -1846,13 +1846,18 @@ def gen_gather_grad_sorted(w):
         ("one_row", [1, 9], [300], 0, "i64", "f32", (-1, 1), None),
         ("three_passes", [70000, 2], [3000], 0, "i64", "f32", (-70000, 70000), None),
         ("uniform_many_tiles_bf16", [500, 64], [5000], 0, "i64", "bf16", (-500, 500), None),
+        # Two long rows next to each other in the sorted order: a tile holds
+        # a later segment of the first and the first segment of the second.
+        ("two_long_rows", [30, 8], [1100], 0, "i64", "f32", (0, 30), (4, 5)),
     ]
     for name, dshape, ishape, axis, itype, dtype, (lo, hi), hot in cases:
         rng = Rng("gathergradsorted" + name)
         idx = rng.int(ishape, itype, lo, hi)
-        if hot is not None:  # about 3 in 4 positions on one row
+        if hot is not None:  # about 3 in 4 positions on one row (or on two)
             pick = rng.int(ishape, "i64", 0, 4) != 0
-            idx = torch.where(pick, torch.tensor(hot, dtype=idx.dtype), idx)
+            hots = torch.tensor(hot if isinstance(hot, tuple) else (hot,), dtype=idx.dtype)
+            which = hots[rng.int(ishape, "i64", 0, len(hots))]
+            idx = torch.where(pick, which, idx)
         yshape = dshape[:axis] + ishape + dshape[axis + 1:]
         n = dshape[axis]
         norm = torch.where(idx < 0, idx.to(torch.int64) + n, idx.to(torch.int64)).flatten()
