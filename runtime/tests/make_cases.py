@@ -1789,6 +1789,21 @@ def gen_loss_grads(w):
         "label -1", dlog_prob=("f32", [4, 3])).save()
 
 
+def gather_grad_data(rng, idx, dshape, axis, dtype):
+    """A gather_grad case's dy (drawn from rng) and the expected ddata."""
+    ishape = list(idx.shape)
+    yshape = dshape[:axis] + ishape + dshape[axis + 1:]
+    n = dshape[axis]
+    norm = torch.where(idx < 0, idx.to(torch.int64) + n, idx.to(torch.int64)).flatten()
+    if dtype in FLOATS:
+        dy = rng.float(yshape, dtype)
+        (dd,) = vjp(lambda t: gather_ref(t, idx, axis), [torch.zeros(dshape)], dy)
+        return dy, like(dd, dtype)
+    dy = rng.int(yshape, dtype, -1000, 1000)
+    flat = dy.to(torch.int64).reshape(dshape[:axis] + [norm.numel()] + dshape[axis + 1:])
+    return dy, torch.zeros(dshape, dtype=torch.int64).index_add_(axis, norm, flat).to(DT[dtype])
+
+
 def gen_gather_grad(w):
     cases = [
         # name, data shape, indices shape, axis, index dtype, dtype, index range
@@ -1809,17 +1824,7 @@ def gen_gather_grad(w):
     for name, dshape, ishape, axis, itype, dtype, (lo, hi) in cases:
         rng = Rng("gathergrad" + name)
         idx = rng.int(ishape, itype, lo, hi)
-        yshape = dshape[:axis] + ishape + dshape[axis + 1:]
-        n = dshape[axis]
-        norm = torch.where(idx < 0, idx.to(torch.int64) + n, idx.to(torch.int64)).flatten()
-        if dtype in FLOATS:
-            dy = rng.float(yshape, dtype)
-            (dd,) = vjp(lambda t: gather_ref(t, idx, axis), [torch.zeros(dshape)], dy)
-            dd = like(dd, dtype)
-        else:
-            dy = rng.int(yshape, dtype, -1000, 1000)
-            flat = dy.to(torch.int64).reshape(dshape[:axis] + [norm.numel()] + dshape[axis + 1:])
-            dd = torch.zeros(dshape, dtype=torch.int64).index_add_(axis, norm, flat).to(DT[dtype])
+        dy, dd = gather_grad_data(rng, idx, dshape, axis, dtype)
         w.case("gather_grad", name, axis=axis).inp("dy", dy).inp("indices", idx).out(
             "ddata", dd, scale=4.0).save()
     idx = torch.tensor([0, 4, 5, 1], dtype=torch.int64)
@@ -1858,17 +1863,7 @@ def gen_gather_grad_sorted(w):
             hots = torch.tensor(hot if isinstance(hot, tuple) else (hot,), dtype=idx.dtype)
             which = hots[rng.int(ishape, "i64", 0, len(hots))]
             idx = torch.where(pick, which, idx)
-        yshape = dshape[:axis] + ishape + dshape[axis + 1:]
-        n = dshape[axis]
-        norm = torch.where(idx < 0, idx.to(torch.int64) + n, idx.to(torch.int64)).flatten()
-        if dtype in FLOATS:
-            dy = rng.float(yshape, dtype)
-            (dd,) = vjp(lambda t: gather_ref(t, idx, axis), [torch.zeros(dshape)], dy)
-            dd = like(dd, dtype)
-        else:
-            dy = rng.int(yshape, dtype, -1000, 1000)
-            flat = dy.to(torch.int64).reshape(dshape[:axis] + [norm.numel()] + dshape[axis + 1:])
-            dd = torch.zeros(dshape, dtype=torch.int64).index_add_(axis, norm, flat).to(DT[dtype])
+        dy, dd = gather_grad_data(rng, idx, dshape, axis, dtype)
         w.case("gather_grad", name, axis=axis).inp("dy", dy).inp("indices", idx).out(
             "ddata", dd, scale=16.0).save()
     # f32 rows of at most 256 positions are summed in ascending position
