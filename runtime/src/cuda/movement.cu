@@ -334,21 +334,25 @@ __global__ void gather_kernel(const T *data, const I *indices, T *y, int64_t out
 // thread those of one digit in tile order: stable. Then row v's positions
 // are sorted[start[v], start[v + 1]).
 //
-// The sum: a block per tile of kGatherSegment sorted positions and column
+// The sum: a block per tile of kGatherWalkTile sorted positions and column
 // range (16 bytes of dy per thread where aligned) walks the "units" that
 // start in its tile, in order: a row of at most kGatherSegment positions
 // whole (the sum goes to ddata, rounded once), or one segment of
-// kGatherSegment positions of a longer row (its sum goes to a partial slot:
-// 2 per tile, the row's first segment's or a later one's). A tile's units
-// end before the next tile's end, so a block reads at most 2 tiles'
-// positions however skewed the rows are. gather_grad_finish_kernel writes
-// the rows that have no positions (zeros) and adds the long rows' segment
-// sums in order.
+// kGatherSegment positions of a longer row, cut at fixed places from the
+// row's start (its sum goes to a partial slot: 2 per kGatherSegment sorted
+// positions, for the row's first segment or a later one, never two
+// segments in one). A unit is at most kGatherSegment positions, so a block
+// reads at most kGatherWalkTile + kGatherSegment positions however skewed
+// the rows are. gather_grad_finish_kernel writes the rows that have no
+// positions (zeros) and adds the long rows' segment sums in order.
 
 constexpr int kGatherDigits = 1 << kGatherRadixBits;
 constexpr int kGatherSortThreads = kGatherDigits;  // one per digit in the scatter
 constexpr int kGatherScanThreads = 1024;
 constexpr int kGatherWalkThreads = 128;
+// Sorted positions whose units one block of the sum walks (any size up to
+// kGatherSegment: the partial slots depend on kGatherSegment alone).
+constexpr int kGatherWalkTile = 32;
 
 // Position p of the sorted order so far (null: identity, before any pass).
 __device__ inline int32_t sorted_at(const int32_t *perm, int64_t p) {
@@ -479,8 +483,10 @@ __device__ inline int64_t segment_slot(int64_t p, bool first) {
 
 // dy [outer, count, inner], ddata [outer, extent, inner]; V elements per
 // thread (V > 1: inner a multiple of V, dy and ddata aligned to V
-// elements). blockIdx.x: the tile; blockIdx.y strides over (o, column
-// range).
+// elements). blockIdx.x: the walk tile of kGatherWalkTile sorted positions;
+// blockIdx.y strides over (o, column range). The tile's positions and those
+// a unit starting in it may reach are staged in shared memory with each
+// unit's end, found by the threads at once, so the walk waits on no index.
 template <typename T, typename I, int V>
 __global__ void gather_grad_sum_kernel(const T *dy, const I *indices, const int32_t *perm,
                                        const int32_t *start, int64_t count, int64_t extent,
@@ -488,39 +494,43 @@ __global__ void gather_grad_sum_kernel(const T *dy, const I *indices, const int3
                                        typename GatherAcc<T>::type *partial) {
   using A = typename GatherAcc<T>::type;
   using Pack = math::Vector<T, V>;
-  __shared__ int32_t pos[2 * kGatherSegment];
-  __shared__ int32_t row[2 * kGatherSegment];
-  const int64_t tile_begin = blockIdx.x * kGatherSegment;
-  const int64_t tile_end = tile_begin + kGatherSegment < count ? tile_begin + kGatherSegment : count;
-  const int64_t loaded_end = tile_begin + 2 * kGatherSegment < count ? tile_begin + 2 * kGatherSegment : count;
-  for (int64_t i = threadIdx.x; i < loaded_end - tile_begin; i += blockDim.x) {
+  constexpr int kStaged = kGatherWalkTile + kGatherSegment;
+  __shared__ int32_t pos[kStaged];
+  __shared__ int32_t row[kStaged];
+  // Per position of the tile: the end of the unit it starts (0: none), and
+  // the unit's kind: a whole row (0), a long row's first segment (1) or a
+  // later one (2).
+  __shared__ int32_t unit_end[kGatherWalkTile];
+  __shared__ uint8_t unit_kind[kGatherWalkTile];
+  const int64_t tile_begin = blockIdx.x * static_cast<int64_t>(kGatherWalkTile);
+  const int tile_len = static_cast<int>(count - tile_begin < kGatherWalkTile ? count - tile_begin
+                                                                             : kGatherWalkTile);
+  const int staged = static_cast<int>(count - tile_begin < kStaged ? count - tile_begin : kStaged);
+  for (int i = threadIdx.x; i < staged; i += blockDim.x) {
     const int32_t j = sorted_at(perm, tile_begin + i);
     pos[i] = j;
     row[i] = static_cast<int32_t>(row_of(indices, j, extent));
   }
   __syncthreads();
-  // The first unit that starts in the tile.
-  int64_t first_unit;
-  {
-    const int64_t v = row[0], s = start[v], c = start[v + 1] - s;
-    if (tile_begin == s)
-      first_unit = s;
-    else if (c > kGatherSegment) {
-      const int64_t q = s + (tile_begin - s + kGatherSegment - 1) / kGatherSegment * kGatherSegment;
-      first_unit = q < s + c ? q : s + c;
-    } else {
-      first_unit = s + c;
-    }
+  for (int i = threadIdx.x; i < tile_len; i += blockDim.x) {
+    const int64_t p = tile_begin + i, v = row[i], s = start[v], c = start[v + 1] - s;
+    const bool whole = c <= kGatherSegment;
+    const bool starts = p == s || (!whole && (p - s) % kGatherSegment == 0);
+    const int64_t end = whole ? s + c : (p + kGatherSegment < s + c ? p + kGatherSegment : s + c);
+    unit_end[i] = starts ? static_cast<int32_t>(end) : 0;
+    unit_kind[i] = whole ? 0 : (p == s ? 1 : 2);
   }
+  __syncthreads();
   for (int64_t w = blockIdx.y; w < outer * ranges; w += gridDim.y) {
     const int64_t o = w / ranges, col = ((w % ranges) * blockDim.x + threadIdx.x) * V;
     if (col >= inner)
       continue;
     const T *src = dy + o * count * inner + col;
-    for (int64_t p = first_unit; p < tile_end;) {
-      const int64_t v = row[p - tile_begin], s = start[v], c = start[v + 1] - s;
-      const bool whole = c <= kGatherSegment;
-      const int64_t end = whole ? s + c : (p + kGatherSegment < s + c ? p + kGatherSegment : s + c);
+    for (int i = 0; i < tile_len; ++i) {
+      const int64_t end = unit_end[i];
+      if (end == 0)
+        continue;
+      const int64_t p = tile_begin + i, v = row[i];
       A acc[V];
       for (int k = 0; k < V; ++k)
         acc[k] = A(0);
@@ -539,17 +549,16 @@ __global__ void gather_grad_sum_kernel(const T *dy, const I *indices, const int3
         for (int k = 0; k < V; ++k)
           acc[k] += gather_load(pack.lane[k]);
       }
-      if (whole) {
+      if (unit_kind[i] == 0) {
         Pack out;
         for (int k = 0; k < V; ++k)
           out.lane[k] = gather_store<T>(acc[k]);
         *reinterpret_cast<Pack *>(ddata + (o * extent + v) * inner + col) = out;
       } else {
-        A *dst = partial + (segment_slot(p, p == s) * outer + o) * inner + col;
+        A *dst = partial + (segment_slot(p, unit_kind[i] == 1) * outer + o) * inner + col;
         for (int k = 0; k < V; ++k)
           dst[k] = acc[k];
       }
-      p = end;
     }
   }
 }
@@ -694,7 +703,8 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
         const int64_t ranges = (vectors + threads - 1) / threads;
         const unsigned grid_y = static_cast<unsigned>(std::min<int64_t>(65535, outer * ranges));
         gather_grad_sum_kernel<T, I, V>
-            <<<dim3(static_cast<unsigned>(segment_tiles), grid_y), threads, 0, stream>>>(
+            <<<dim3(static_cast<unsigned>((count + kGatherWalkTile - 1) / kGatherWalkTile), grid_y),
+                threads, 0, stream>>>(
                 dy.as<T>(), idx, perm, start, count, extent, outer, inner, ranges, ddata.as<T>(),
                 static_cast<A *>(partial));
         gather_grad_finish_kernel<T, V><<<blocks_for(outer * extent * vectors), kThreads, 0,
