@@ -346,7 +346,21 @@ def classify(op, seq):
     elif name in ("concat", "split"):
         op.kind = "copies"
         op.launches["cudaMemcpy2DAsync"] = len(ins) if name == "concat" else len(outs)
-    elif name in ("gather", "gather_grad", "trilu"):
+    elif name == "gather_grad":
+        # runtime/src/cuda/movement.cu: a radix sort of the positions by row
+        # (3 launches a pass of 8 bits, at least one pass), the rows' starts,
+        # the sums by tiles of sorted positions, the long and empty rows.
+        op.kind = "copies"
+        m = re.search(r"axis = (-?\d+)", op.attrs)
+        axis = int(m.group(1)) if m else 0
+        extent = out.shape[axis] if out.shape else 1
+        if ins[1].numel and out.numel:  # else a fill at most
+            passes = max(1, -(-(extent - 1).bit_length() // 8))
+            for k in ("gather_sort_count_kernel", "gather_sort_scan_kernel", "gather_sort_place_kernel"):
+                op.launches[k] = passes
+            for k in ("gather_row_starts_kernel", "gather_grad_sum_kernel", "gather_grad_finish_kernel"):
+                op.launches[k] = 1
+    elif name in ("gather", "trilu"):
         op.kind = "copies"
         op.launches[name + "_kernel"] = 1
         if name == "gather":  # the table is read at the indexed rows only
@@ -356,10 +370,15 @@ def classify(op, seq):
         masters = ins[2:2 + (len(ins) - 2) // 4]
         op.kind, op.flops = "adamw", 12 * sum(t.numel for t in masters)
         op.launches["adamw_multi_kernel"] = chunk_launches([t.numel for t in masters])
-    elif name == "sum_of_squares" or (name == "sqrt" and op.func == "optimizer_step"):
+    elif name == "sum_of_squares":
+        # A block per chunk, the chunk tables' launches (as adamw_multi's).
         op.kind, op.flops = "adamw", 2 * sum(t.numel for t in ins)
-        op.launches["sum_of_squares_kernel" if name == "sum_of_squares"
-                    else "unary_float_kernel"] = 1
+        launches = chunk_launches([t.numel for t in ins])
+        if launches:  # else a fill
+            op.launches["sum_of_squares_kernel"] = launches
+    elif name == "sqrt" and op.func == "optimizer_step":
+        op.kind, op.flops = "adamw", 2 * sum(t.numel for t in ins)
+        op.launches["unary_float_kernel"] = 1
     elif name in UNARY:
         op.kind, op.flops = "other", n
         op.launches["unary_float_kernel"] = 1

@@ -157,10 +157,14 @@ int64_t softmax_cross_entropy_with_grad_workspace_bytes(DType dtype, const Shape
                            static_cast<int64_t>(sizeof(double)) * rows);
 }
 
-int64_t gather_grad_workspace_bytes(DType dtype, const Shape &ddata) {
-  if (dtype != DType::F16 && dtype != DType::BF16)
-    return 0;
-  return static_cast<int64_t>(sizeof(float)) * ddata.numel();
+int64_t gather_grad_workspace_bytes(DType dtype, const Shape &ddata, const Shape &indices,
+                                    int axis) {
+  const int64_t cpu = is_16bit(dtype) ? static_cast<int64_t>(sizeof(float)) * ddata.numel() : 0;
+  if (axis < 0 || axis >= ddata.rank || ddata.dims[axis] <= 0)
+    return cpu;
+  const int64_t extent = ddata.dims[axis];
+  return std::max(cpu, gather_grad_cuda_bytes(dtype, indices.numel(), extent,
+                                              ddata.numel() / extent));
 }
 
 int64_t conv_workspace_bytes(DType dtype, const Shape &x, const Shape &w, const Shape &y,

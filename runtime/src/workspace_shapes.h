@@ -131,6 +131,27 @@ inline MatmulStage matmul_stage(int64_t m_total, int64_t m, int64_t n, int64_t k
   return st;
 }
 
+// gather_grad on the cuda backend sorts the positions j of the indices by
+// their row (a stable LSD radix sort of kGatherRadixBits-bit digits over
+// tiles of kGatherSortTile positions: two arrays of positions, a digit
+// count per digit and tile, and each row's first sorted position), then
+// sums each row's dy rows in ascending j. A row of at most kGatherSegment
+// positions is summed whole by one block; a longer one in segments of
+// kGatherSegment positions, whose partial sums (at most 2 per tile of
+// kGatherSegment sorted positions, one per column of [outer, inner]) a
+// second kernel adds in order. The cpu backend sums f16/bf16 in f32, one
+// per element of ddata. The workspace is the larger of the two.
+constexpr int64_t kGatherRadixBits = 8, kGatherSortTile = 1024, kGatherSegment = 256;
+inline int64_t gather_grad_cuda_bytes(DType dtype, int64_t count, int64_t extent, int64_t columns) {
+  if (count <= 0 || extent <= 0 || columns <= 0)
+    return 0;
+  const int64_t sort_tiles = (count + kGatherSortTile - 1) / kGatherSortTile;
+  const int64_t segment_tiles = (count + kGatherSegment - 1) / kGatherSegment;
+  const int64_t partial_bytes = std::max<int64_t>(4, dtype_size(dtype));
+  return 2 * segment_tiles * columns * partial_bytes +
+         4 * (2 * count + (int64_t(1) << kGatherRadixBits) * sort_tiles + extent + 1);
+}
+
 // f16/bf16 pooling gradients sum each plane in f32 in one of at most this
 // many planes of the workspace ("lanes"), each lane taking a fixed range of
 // planes: the workspace is bounded, and the sums do not depend on threads.

@@ -259,8 +259,12 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
   EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, Shape{520, 520}, Shape{520, 257},
                                          Shape{520, 257}),
             4 * (512 * 512 + 512 * 257 + 512 * 257));
-  EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::BF16, Shape{10, 4}), 160);
-  EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::F32, Shape{10, 4}), 0);
+  // The cpu's f32 sums (160 bytes) or the cuda's sort of 3 positions
+  // (partial slots 2 * 1 * 4 columns * 4 bytes, 2 arrays of positions, 256
+  // digit counts, 11 row starts: 32 + 4 * (6 + 256 + 11) = 1124 bytes).
+  EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::BF16, Shape{10, 4}, Shape{3}, 0), 1124);
+  EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::BF16, Shape{1000, 4}, Shape{3}, 0), 16000);
+  EXPECT_EQ(dsrt::gather_grad_workspace_bytes(DType::F32, Shape{10, 4}, Shape{0}, 0), 0);
   // At most 64 planes of f32 for a 16-bit pooling gradient.
   EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::BF16, Shape{2, 3, 4, 4}), 4 * 6 * 16);
   EXPECT_EQ(dsrt::pool_grad_workspace_bytes(DType::F16, Shape{8, 16, 2, 2}), 4 * 64 * 4);

@@ -587,7 +587,9 @@ const std::map<std::string, KernelFn> &kernels() {
          Tensor ddata = c.out("ddata");
          gather_grad(c.stream(), c.in("dy"), c.in("indices"), ddata,
                      static_cast<int>(c.attr_int("axis")),
-                     c.workspace(gather_grad_workspace_bytes(ddata.dtype, ddata.shape)));
+                     c.workspace(gather_grad_workspace_bytes(
+                         ddata.dtype, ddata.shape, c.in("indices").shape,
+                         static_cast<int>(c.attr_int("axis")))));
        }},
       {"slice_grad",
        [](CaseRun &c) {

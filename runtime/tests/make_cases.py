@@ -1799,6 +1799,21 @@ def gen_loss_grads(w):
         "label -1", dlog_prob=("f32", [4, 3])).save()
 
 
+def gather_grad_data(rng, idx, dshape, axis, dtype):
+    """A gather_grad case's dy (drawn from rng) and the expected ddata."""
+    ishape = list(idx.shape)
+    yshape = dshape[:axis] + ishape + dshape[axis + 1:]
+    n = dshape[axis]
+    norm = torch.where(idx < 0, idx.to(torch.int64) + n, idx.to(torch.int64)).flatten()
+    if dtype in FLOATS:
+        dy = rng.float(yshape, dtype)
+        (dd,) = vjp(lambda t: gather_ref(t, idx, axis), [torch.zeros(dshape)], dy)
+        return dy, like(dd, dtype)
+    dy = rng.int(yshape, dtype, -1000, 1000)
+    flat = dy.to(torch.int64).reshape(dshape[:axis] + [norm.numel()] + dshape[axis + 1:])
+    return dy, torch.zeros(dshape, dtype=torch.int64).index_add_(axis, norm, flat).to(DT[dtype])
+
+
 def gen_gather_grad(w):
     cases = [
         # name, data shape, indices shape, axis, index dtype, dtype, index range
@@ -1819,17 +1834,7 @@ def gen_gather_grad(w):
     for name, dshape, ishape, axis, itype, dtype, (lo, hi) in cases:
         rng = Rng("gathergrad" + name)
         idx = rng.int(ishape, itype, lo, hi)
-        yshape = dshape[:axis] + ishape + dshape[axis + 1:]
-        n = dshape[axis]
-        norm = torch.where(idx < 0, idx.to(torch.int64) + n, idx.to(torch.int64)).flatten()
-        if dtype in FLOATS:
-            dy = rng.float(yshape, dtype)
-            (dd,) = vjp(lambda t: gather_ref(t, idx, axis), [torch.zeros(dshape)], dy)
-            dd = like(dd, dtype)
-        else:
-            dy = rng.int(yshape, dtype, -1000, 1000)
-            flat = dy.to(torch.int64).reshape(dshape[:axis] + [norm.numel()] + dshape[axis + 1:])
-            dd = torch.zeros(dshape, dtype=torch.int64).index_add_(axis, norm, flat).to(DT[dtype])
+        dy, dd = gather_grad_data(rng, idx, dshape, axis, dtype)
         w.case("gather_grad", name, axis=axis).inp("dy", dy).inp("indices", idx).out(
             "ddata", dd, scale=4.0).save()
     idx = torch.tensor([0, 4, 5, 1], dtype=torch.int64)
@@ -1838,6 +1843,57 @@ def gen_gather_grad(w):
     idx = torch.tensor([[1], [-6]], dtype=torch.int32)
     w.case("gather_grad", "negative_out_of_range", axis=0).inp("dy", torch.ones(2, 1, 3)).inp(
         "indices", idx).fails("index -6", ddata=("f32", [5, 3])).save()
+
+
+def gen_gather_grad_sorted(w):
+    """The cuda kernel sorts the positions by row (radix passes of 8 bits
+    over tiles of 1024 positions) and sums rows of more than 256 positions
+    in segments: many tiles, several radix passes, one row at most of the
+    positions (padding tokens), negative indices, outer > 1, inner not a
+    multiple of the 16-byte vector, integer data."""
+    cases = [
+        # name, data shape, indices shape, axis, index dtype, dtype, index range, skewed index
+        ("skewed_f32", [300, 40], [4, 700], 0, "i64", "f32", (-300, 300), 7),
+        ("skewed_negative_bf16", [70, 24], [1500], 0, "i32", "bf16", (-70, 70), -1),
+        ("skewed_outer_f16_odd_inner", [2, 33, 5], [600], 1, "i64", "f16", (-33, 33), 3),
+        ("skewed_outer_i32", [3, 20, 6], [500], 1, "i32", "i32", (0, 20), -20),
+        ("skewed_i64", [40, 4], [900], 0, "i64", "i64", (-40, 40), 39),
+        ("one_row", [1, 9], [300], 0, "i64", "f32", (-1, 1), None),
+        ("three_passes", [70000, 2], [3000], 0, "i64", "f32", (-70000, 70000), None),
+        ("uniform_many_tiles_bf16", [500, 64], [5000], 0, "i64", "bf16", (-500, 500), None),
+        # Two long rows next to each other in the sorted order: a tile holds
+        # a later segment of the first and the first segment of the second.
+        ("two_long_rows", [30, 8], [1100], 0, "i64", "f32", (0, 30), (4, 5)),
+    ]
+    for name, dshape, ishape, axis, itype, dtype, (lo, hi), hot in cases:
+        rng = Rng("gathergradsorted" + name)
+        idx = rng.int(ishape, itype, lo, hi)
+        if hot is not None:  # about 3 in 4 positions on one row (or on two)
+            pick = rng.int(ishape, "i64", 0, 4) != 0
+            hots = torch.tensor(hot if isinstance(hot, tuple) else (hot,), dtype=idx.dtype)
+            which = hots[rng.int(ishape, "i64", 0, len(hots))]
+            idx = torch.where(pick, which, idx)
+        dy, dd = gather_grad_data(rng, idx, dshape, axis, dtype)
+        # The hot rows sum about 2000 terms in f32 (the cpu in order: 5e-5 off).
+        w.case("gather_grad", name, axis=axis).inp("dy", dy).inp("indices", idx).out(
+            "ddata", dd, scale=256.0).save()
+    # f32 rows of at most 256 positions are summed in ascending position
+    # from 0, as the cpu does: the same bits. Terms of 2^24 and 1 make the
+    # order show (1 + 2^24 - 2^24 is 0 in f32, 2^24 - 2^24 + 1 is 1).
+    rng = Rng("gathergradsortedorder")
+    idx = rng.int([3000], "i64", -40, 40)
+    dy = rng.float([3000, 12], "f32")
+    big = rng.int([3000, 12], "i64", 0, 3)
+    dy = torch.where(big == 0, dy.sign() * 2.0**24, dy.round())
+    acc = np.zeros((40, 12), dtype=np.float32)
+    for j, v in enumerate(idx.tolist()):
+        acc[v % 40] = acc[v % 40] + dy[j].numpy()
+    w.case("gather_grad", "f32_ascending_order", axis=0).inp("dy", dy).inp("indices", idx).out(
+        "ddata", torch.from_numpy(acc), rtol=0.0, atol=0.0).save()
+    idx = torch.zeros(3000, dtype=torch.int64)
+    idx[2500] = 40
+    w.case("gather_grad", "out_of_range_late", axis=0).inp("dy", torch.ones(3000, 3)).inp(
+        "indices", idx).fails("index 40", ddata=("f32", [40, 3])).save()
 
 
 def gen_slice_grad(w):
@@ -2175,6 +2231,13 @@ def gen_sum_of_squares(w):
         ("single_f16", [("f16", [40, 3])]),
         ("empty_list", []),
     ]
+    # More tensors than one launch takes (32) and than blocks, most smaller
+    # than a chunk (65536 elements), of odd sizes, so that chunks start at
+    # odd offsets inside tensors; and tensors of several chunks.
+    sizes = Rng("sumsqmany").int([150], "i64", 0, 3000).tolist()
+    sizes[10], sizes[77], sizes[140] = 70001, 65537, 200003
+    cases.append(("many_tensors", [(("f32", "bf16", "f16")[i % 3], [n]) for i, n in enumerate(sizes)]))
+    cases.append(("tiny_tensors", [("bf16", [1 + i % 5]) for i in range(70)]))
     for name, specs in cases:
         rng = Rng("sumsq" + name)
         ts = [rng.float(shape, dtype, -3, 3) for dtype, shape in specs]
@@ -2301,7 +2364,7 @@ GENERATORS = [gen_unary, gen_binary, gen_compare, gen_where, gen_cast, gen_copy,
               gen_softmax, gen_layer_norm, gen_batch_norm, gen_reduce, gen_transpose, gen_broadcast_to,
               gen_concat_split, gen_slice, gen_gather, gen_trilu, gen_dropout, gen_losses, gen_conv,
               gen_pool, gen_optimizers, gen_softmax_grad, gen_attention, gen_layer_norm_grad, gen_batch_norm_grad,
-              gen_loss_grads, gen_fused_loss_grads, gen_gather_grad, gen_slice_grad, gen_conv_grad, gen_pool_grad,
+              gen_loss_grads, gen_fused_loss_grads, gen_gather_grad, gen_gather_grad_sorted, gen_slice_grad, gen_conv_grad, gen_pool_grad,
               gen_torch_optim, gen_sum_of_squares, gen_first_nonfinite, gen_mod, gen_reduce_prod, gen_scatter, gen_top_k]
 
 

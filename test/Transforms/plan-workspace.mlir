@@ -87,8 +87,9 @@ func.func @no_workspace(%a: tensor<2x3xf32> {ds.input = "a"}, %b: tensor<3x2xf32
 
 // The gradient ops: conv_grad_input holds every group's W^T dy matrix,
 // 4 * 9 rows by 25 positions of f32 (3600 bytes); conv_grad_weight one
-// group's im2col matrix, 2 * 9 by 25 (1800); a bf16 gather_grad sums in f32,
-// 4 bytes per element of its 10x4 result (160). The three reuse the same
+// group's im2col matrix, 2 * 9 by 25 (1800); a bf16 gather_grad the larger
+// of the cpu's f32 sums, 4 bytes per element of its 10x4 result (160), and
+// the cuda's sort of its 6 positions (1148). The three reuse the same
 // bytes at the bottom of the arena, the largest (3648 aligned) first.
 // CHECK-LABEL: func.func @gradients
 // CHECK-SAME: arena_bytes = 5760

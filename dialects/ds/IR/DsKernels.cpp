@@ -1120,10 +1120,34 @@ void GatherGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.integer(getAxis());
   call.workspace();
 }
-// f16/bf16 sum in f32, rounded once.
+// The cpu backend's f32 sums of f16/bf16, or the cuda backend's sort of the
+// positions by row and partial sums of long rows, whichever is larger
+// (runtime/src/workspace_shapes.h, gather_grad_cuda_bytes): LSD radix
+// passes of 8-bit digits over tiles of 1024 positions (two int32 arrays of
+// positions, 256 digit counts per tile, extent + 1 row starts), and 2
+// partial sums per tile of 256 sorted positions and column of
+// [outer, inner], f32 (8 bytes for 64-bit elements).
 int64_t GatherGradOp::getWorkspaceBytes() {
-  return convertsToF32(getDataGrad()) ? kFloatBytes * numElements(getDataGrad())
-                                      : 0;
+  int64_t cpu = convertsToF32(getDataGrad())
+                    ? kFloatBytes * numElements(getDataGrad())
+                    : 0;
+  auto data = dyn_cast<ShapedType>(getDataGrad().getType());
+  int64_t count = numElements(getIndices()), total = numElements(getDataGrad());
+  int64_t axis = getAxis();
+  if (!data || !data.hasStaticShape() || axis < 0 || axis >= data.getRank() ||
+      !cast<ShapedType>(getIndices().getType()).hasStaticShape() || count <= 0 ||
+      total <= 0)
+    return cpu;
+  constexpr int64_t kRadixBits = 8, kSortTile = 1024, kSegment = 256;
+  int64_t extent = data.getDimSize(axis), columns = total / extent;
+  int64_t sortTiles = (count + kSortTile - 1) / kSortTile;
+  int64_t segmentTiles = (count + kSegment - 1) / kSegment;
+  int64_t partialBytes =
+      std::max<int64_t>(4, data.getElementTypeBitWidth() / 8);
+  int64_t cuda =
+      2 * segmentTiles * columns * partialBytes +
+      4 * (2 * count + (int64_t(1) << kRadixBits) * sortTiles + extent + 1);
+  return std::max(cpu, cuda);
 }
 void SliceGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::slice_grad");

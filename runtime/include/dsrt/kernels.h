@@ -382,10 +382,13 @@ void nll_loss_grad(Stream &s, const Tensor &dloss, const Tensor &labels, const T
 // along `axis` (scatter-add; repeated indices accumulate, in index order so
 // the result is deterministic). Negative indices count from the end. Float
 // (f16/bf16 summed in f32, rounded once) and integer (wrapping) types.
-// f16/bf16 sum in f32 in the workspace (4 bytes per element of ddata).
+// The workspace: the cpu's f32 sums of f16/bf16 (4 bytes per element of
+// ddata) or the cuda's sort of the positions by row and partial sums of
+// long rows, whichever is larger (src/workspace_shapes.h).
 void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tensor &ddata,
                  int axis, const Workspace &ws);
-int64_t gather_grad_workspace_bytes(DType dtype, const Shape &ddata);
+int64_t gather_grad_workspace_bytes(DType dtype, const Shape &ddata, const Shape &indices,
+                                    int axis);
 
 // Slice's gradient: dx = 0 except dx[offsets + i * strides] = dy[i]. Any
 // element type (bool: false).

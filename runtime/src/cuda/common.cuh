@@ -88,8 +88,10 @@ bool has_cuda_stream(Stream &s);
 // scalar one kernel leaves for the next on the same stream; all 0 when the
 // stream takes them, so that a kernel may count finished blocks in a word
 // of it that it leaves at 0 (loss.cu's totals; norm.cu's layer_norm_grad,
-// from double 32 on).
-constexpr int kStreamScratchDoubles = 64;
+// from double 32 on; reduce.cu's sum_of_squares, its blocks' partial sums,
+// from double kSquareScratchSlot on).
+constexpr int kStreamScratchDoubles = 512;
+constexpr int kSquareScratchSlot = 64;
 double *stream_scratch(Stream &s);
 
 //===----------------------------------------------------------------------===//

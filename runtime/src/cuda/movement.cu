@@ -5,7 +5,9 @@
 // are checked on the device: one out of range is reported through the
 // device error word and thrown by the next synchronize.
 #include "cuda/common.cuh"
+#include "dsrt/math.h"
 #include "elementwise_ops.h"
+#include "workspace_shapes.h"
 
 namespace dsrt {
 
@@ -319,35 +321,274 @@ __global__ void gather_kernel(const T *data, const I *indices, T *y, int64_t out
   }
 }
 
-// One thread per (outer, inner column): zeroes its column of ddata, then
-// adds dy's rows in index order, so sums are deterministic and no two
-// threads share an element. f16/bf16 sum in f32 in `acc` and round once.
-template <typename T, typename I>
-__global__ void gather_grad_kernel(const T *dy, const I *indices, T *ddata, float *acc,
-                                   int64_t outer, int64_t count, int64_t inner, int64_t extent,
-                                   DeviceErrorWord *err, int32_t kid) {
-  DSRT_GRID_STRIDE(e, outer * inner) {
-    const int64_t i = e % inner, o = e / inner;
-    const T *src = dy + o * count * inner + i;
-    const int64_t base = o * extent * inner + i;
-    if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;  // sums wrap
-      for (int64_t v = 0; v < extent; ++v)
-        ddata[base + v * inner] = 0;
-      for (int64_t j = 0; j < count; ++j) {
-        T &d = ddata[base + checked_index(indices, j, extent, err, kid) * inner];
-        d = static_cast<T>(static_cast<U>(d) + static_cast<U>(src[j * inner]));
-      }
-    } else {
-      float *sum = std::is_same_v<T, float> ? reinterpret_cast<float *>(ddata) : acc;
-      for (int64_t v = 0; v < extent; ++v)
-        sum[base + v * inner] = 0.0f;
-      for (int64_t j = 0; j < count; ++j)
-        sum[base + checked_index(indices, j, extent, err, kid) * inner] += ld(src[j * inner]);
-      if constexpr (!std::is_same_v<T, float>)
-        for (int64_t v = 0; v < extent; ++v)
-          ddata[base + v * inner] = st<T>(sum[base + v * inner]);
+// gather_grad: a stable counting sort of the positions j of the indices by
+// their row v (normalized, an out-of-range index reported and read as 0),
+// then each row's sum over its positions in ascending j, the cpu backend's
+// order (so f32 rows of at most kGatherSegment positions are the cpu's bits).
+//
+// The sort: an LSD radix sort of kGatherRadixBits-bit digits of v, as many
+// passes as v's bits need (at least one: its counts check the indices). A pass histograms each tile
+// of kGatherSortTile positions (integer counts: exact), scans the counts
+// digit-major (so a digit's positions follow the smaller digits' and, per
+// digit, the tiles are in order), and each tile places its positions, each
+// thread those of one digit in tile order: stable. Then row v's positions
+// are sorted[start[v], start[v + 1]).
+//
+// The sum: a block per tile of kGatherWalkTile sorted positions and column
+// range (16 bytes of dy per thread where aligned) walks the "units" that
+// start in its tile, in order: a row of at most kGatherSegment positions
+// whole (the sum goes to ddata, rounded once), or one segment of
+// kGatherSegment positions of a longer row, cut at fixed places from the
+// row's start (its sum goes to a partial slot: 2 per kGatherSegment sorted
+// positions, for the row's first segment or a later one, never two
+// segments in one). A unit is at most kGatherSegment positions, so a block
+// reads at most kGatherWalkTile + kGatherSegment positions however skewed
+// the rows are. gather_grad_finish_kernel writes the rows that have no
+// positions (zeros) and adds the long rows' segment sums in order.
+
+constexpr int kGatherDigits = 1 << kGatherRadixBits;
+constexpr int kGatherSortThreads = kGatherDigits;  // one per digit in the scatter
+constexpr int kGatherScanThreads = 1024;
+constexpr int kGatherWalkThreads = 128;
+// Sorted positions whose units one block of the sum walks (any size up to
+// kGatherSegment: the partial slots depend on kGatherSegment alone).
+constexpr int kGatherWalkTile = 32;
+
+// Position p of the sorted order so far (null: identity, before any pass).
+__device__ inline int32_t sorted_at(const int32_t *perm, int64_t p) {
+  return perm ? perm[p] : static_cast<int32_t>(p);
+}
+
+// Per tile: the counts of its positions' digits, at hist[digit * tiles + tile].
+template <typename I>
+__global__ void gather_sort_count_kernel(const I *indices, int64_t count, int64_t extent,
+                                         const int32_t *perm, int shift, int32_t *hist,
+                                         int64_t tiles, DeviceErrorWord *err, int32_t kid) {
+  __shared__ int32_t counts[kGatherDigits];
+  const int64_t tile = blockIdx.x, begin = tile * kGatherSortTile,
+                end = begin + kGatherSortTile < count ? begin + kGatherSortTile : count;
+  counts[threadIdx.x] = 0;
+  __syncthreads();
+  for (int64_t p = begin + threadIdx.x; p < end; p += blockDim.x) {
+    const int64_t v = checked_index(indices, sorted_at(perm, p), extent, err, kid);
+    atomicAdd(&counts[(v >> shift) & (kGatherDigits - 1)], 1);
+  }
+  __syncthreads();
+  hist[threadIdx.x * tiles + tile] = counts[threadIdx.x];
+}
+
+// In-place exclusive scan of n ints in one block: thread t sums its range
+// of consecutive elements, a scan of the threads' sums in shared memory,
+// then each thread writes its range's prefixes.
+__global__ void gather_sort_scan_kernel(int32_t *a, int64_t n) {
+  __shared__ int32_t sums[kGatherScanThreads];
+  const int64_t per = (n + kGatherScanThreads - 1) / kGatherScanThreads;
+  const int64_t begin = threadIdx.x * per, end = begin + per < n ? begin + per : n;
+  int32_t sum = 0;
+  for (int64_t i = begin; i < end; ++i)
+    sum += a[i];
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (int step = 1; step < kGatherScanThreads; step *= 2) {
+    const int32_t add = threadIdx.x >= step ? sums[threadIdx.x - step] : 0;
+    __syncthreads();
+    sums[threadIdx.x] += add;
+    __syncthreads();
+  }
+  int32_t run = sums[threadIdx.x] - sum;  // exclusive
+  for (int64_t i = begin; i < end; ++i) {
+    const int32_t here = a[i];
+    a[i] = run;
+    run += here;
+  }
+}
+
+// Per tile: thread d places the tile's positions of digit d, in tile order,
+// from the digit's scanned offset on.
+template <typename I>
+__global__ void gather_sort_place_kernel(const I *indices, int64_t count, int64_t extent,
+                                         const int32_t *perm, int shift, const int32_t *hist,
+                                         int64_t tiles, int32_t *out, DeviceErrorWord *err,
+                                         int32_t kid) {
+  __shared__ int32_t pos[kGatherSortTile];
+  __shared__ uint8_t digit[kGatherSortTile];
+  static_assert(kGatherDigits <= 256, "a digit is stored in a byte");
+  const int64_t tile = blockIdx.x, begin = tile * kGatherSortTile,
+                end = begin + kGatherSortTile < count ? begin + kGatherSortTile : count;
+  const int n = static_cast<int>(end - begin);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int32_t j = sorted_at(perm, begin + i);
+    pos[i] = j;
+    digit[i] = static_cast<uint8_t>((checked_index(indices, j, extent, err, kid) >> shift) &
+                                    (kGatherDigits - 1));
+  }
+  __syncthreads();
+  int32_t next = hist[threadIdx.x * tiles + tile];
+  for (int i = 0; i < n; ++i)
+    if (digit[i] == threadIdx.x)
+      out[next++] = pos[i];
+}
+
+// Row of index j, normalized; an out-of-range index (reported by the sort's
+// first pass) reads as 0.
+template <typename I> __device__ inline int64_t row_of(const I *indices, int64_t j, int64_t extent) {
+  const int64_t v = static_cast<int64_t>(indices[j]);
+  return v < -extent || v >= extent ? 0 : (v < 0 ? v + extent : v);
+}
+
+// start[v] = the first sorted position of row v or a later row (so
+// start[extent] = count): a binary search per row, whatever the gaps
+// between the rows that occur.
+template <typename I>
+__global__ void gather_row_starts_kernel(const I *indices, int64_t count, int64_t extent,
+                                         const int32_t *perm, int32_t *start) {
+  DSRT_GRID_STRIDE(v, extent + 1) {
+    int64_t lo = 0, hi = count;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (row_of(indices, sorted_at(perm, mid), extent) < v)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
+    start[v] = static_cast<int32_t>(lo);
+  }
+}
+
+// Floats sum in f32, integers wrap in their unsigned type.
+template <typename T, bool = std::is_integral_v<T>> struct GatherAcc {
+  using type = float;
+};
+template <typename T> struct GatherAcc<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+template <typename T> __device__ inline typename GatherAcc<T>::type gather_load(T v) {
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<typename GatherAcc<T>::type>(v);
+  else
+    return ld(v);
+}
+template <typename T> __device__ inline T gather_store(typename GatherAcc<T>::type v) {
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(v);
+  else
+    return st<T>(v);
+}
+
+// The partial slot of the long row's segment that starts at sorted position
+// p (`first`: the row's first segment).
+__device__ inline int64_t segment_slot(int64_t p, bool first) {
+  return 2 * (p / kGatherSegment) + (first ? 1 : 0);
+}
+
+// dy [outer, count, inner], ddata [outer, extent, inner]; V elements per
+// thread (V > 1: inner a multiple of V, dy and ddata aligned to V
+// elements). blockIdx.x: the walk tile of kGatherWalkTile sorted positions;
+// blockIdx.y strides over (o, column range). The tile's positions and those
+// a unit starting in it may reach are staged in shared memory with each
+// unit's end, found by the threads at once, so the walk waits on no index.
+template <typename T, typename I, int V>
+__global__ void gather_grad_sum_kernel(const T *dy, const I *indices, const int32_t *perm,
+                                       const int32_t *start, int64_t count, int64_t extent,
+                                       int64_t outer, int64_t inner, int64_t ranges, T *ddata,
+                                       typename GatherAcc<T>::type *partial) {
+  using A = typename GatherAcc<T>::type;
+  using Pack = math::Vector<T, V>;
+  constexpr int kStaged = kGatherWalkTile + kGatherSegment;
+  __shared__ int32_t pos[kStaged];
+  __shared__ int32_t row[kStaged];
+  // Per position of the tile: the end of the unit it starts (0: none), and
+  // the unit's kind: a whole row (0), a long row's first segment (1) or a
+  // later one (2).
+  __shared__ int32_t unit_end[kGatherWalkTile];
+  __shared__ uint8_t unit_kind[kGatherWalkTile];
+  const int64_t tile_begin = blockIdx.x * static_cast<int64_t>(kGatherWalkTile);
+  const int tile_len = static_cast<int>(count - tile_begin < kGatherWalkTile ? count - tile_begin
+                                                                             : kGatherWalkTile);
+  const int staged = static_cast<int>(count - tile_begin < kStaged ? count - tile_begin : kStaged);
+  for (int i = threadIdx.x; i < staged; i += blockDim.x) {
+    const int32_t j = sorted_at(perm, tile_begin + i);
+    pos[i] = j;
+    row[i] = static_cast<int32_t>(row_of(indices, j, extent));
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < tile_len; i += blockDim.x) {
+    const int64_t p = tile_begin + i, v = row[i], s = start[v], c = start[v + 1] - s;
+    const bool whole = c <= kGatherSegment;
+    const bool starts = p == s || (!whole && (p - s) % kGatherSegment == 0);
+    const int64_t end = whole ? s + c : (p + kGatherSegment < s + c ? p + kGatherSegment : s + c);
+    unit_end[i] = starts ? static_cast<int32_t>(end) : 0;
+    unit_kind[i] = whole ? 0 : (p == s ? 1 : 2);
+  }
+  __syncthreads();
+  for (int64_t w = blockIdx.y; w < outer * ranges; w += gridDim.y) {
+    const int64_t o = w / ranges, col = ((w % ranges) * blockDim.x + threadIdx.x) * V;
+    if (col >= inner)
+      continue;
+    const T *src = dy + o * count * inner + col;
+    for (int i = 0; i < tile_len; ++i) {
+      const int64_t end = unit_end[i];
+      if (end == 0)
+        continue;
+      const int64_t p = tile_begin + i, v = row[i];
+      A acc[V];
+      for (int k = 0; k < V; ++k)
+        acc[k] = A(0);
+      int64_t q = p;
+      // Four rows' loads in flight, added in order.
+      for (; q + 4 <= end; q += 4) {
+        Pack pack[4];
+        for (int u = 0; u < 4; ++u)
+          pack[u] = *reinterpret_cast<const Pack *>(src + pos[q + u - tile_begin] * inner);
+        for (int u = 0; u < 4; ++u)
+          for (int k = 0; k < V; ++k)
+            acc[k] += gather_load(pack[u].lane[k]);
+      }
+      for (; q < end; ++q) {
+        const Pack pack = *reinterpret_cast<const Pack *>(src + pos[q - tile_begin] * inner);
+        for (int k = 0; k < V; ++k)
+          acc[k] += gather_load(pack.lane[k]);
+      }
+      if (unit_kind[i] == 0) {
+        Pack out;
+        for (int k = 0; k < V; ++k)
+          out.lane[k] = gather_store<T>(acc[k]);
+        *reinterpret_cast<Pack *>(ddata + (o * extent + v) * inner + col) = out;
+      } else {
+        A *dst = partial + (segment_slot(p, unit_kind[i] == 1) * outer + o) * inner + col;
+        for (int k = 0; k < V; ++k)
+          dst[k] = acc[k];
+      }
+    }
+  }
+}
+
+// One thread per (o, row, V columns): zeros for a row without positions,
+// the segment sums in order for a long row; other rows are written already.
+template <typename T, int V>
+__global__ void gather_grad_finish_kernel(const int32_t *start, int64_t extent, int64_t outer,
+                                          int64_t inner, T *ddata,
+                                          const typename GatherAcc<T>::type *partial) {
+  using A = typename GatherAcc<T>::type;
+  using Pack = math::Vector<T, V>;
+  const int64_t vectors = inner / V;
+  DSRT_GRID_STRIDE(e, outer * extent * vectors) {
+    const int64_t col = (e % vectors) * V, r = e / vectors, v = r % extent, o = r / extent;
+    const int64_t s = start[v], c = start[v + 1] - s;
+    if (c > 0 && c <= kGatherSegment)
+      continue;
+    A acc[V];
+    for (int k = 0; k < V; ++k)
+      acc[k] = A(0);
+    for (int64_t p = s; p < s + c; p += kGatherSegment) {
+      const A *src = partial + (segment_slot(p, p == s) * outer + o) * inner + col;
+      for (int k = 0; k < V; ++k)
+        acc[k] += src[k];
+    }
+    Pack out;
+    for (int k = 0; k < V; ++k)
+      out.lane[k] = gather_store<T>(acc[k]);
+    *reinterpret_cast<Pack *>(ddata + r * inner + col) = out;
   }
 }
 
@@ -397,19 +638,83 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
   const char *kernel = "gather_grad";
   check_gather_grad(kernel, dy, indices, ddata, axis);
   const int64_t extent = ddata.shape.dims[axis], count = indices.numel();
-  WorkspaceFloats scratch(kernel, ws, gather_grad_workspace_bytes(ddata.dtype, ddata.shape));
+  WorkspaceFloats scratch(
+      kernel, ws, gather_grad_workspace_bytes(ddata.dtype, ddata.shape, indices.shape, axis));
   if (ddata.numel() == 0)
     return;
-  float *acc = scratch.take(is_16bit(ddata.dtype) ? ddata.numel() : 0);
+  if (count == 0) {
+    check_cuda(cudaMemsetAsync(ddata.data, 0, ddata.nbytes(), stream), kernel, "cudaMemsetAsync");
+    return;
+  }
+  if (count > INT32_MAX || extent >= INT32_MAX)
+    fail(kernel, "sorts at most 2^31 - 1 indices into at most 2^31 - 2 rows, got " +
+                     std::to_string(count) + " indices and " + std::to_string(extent) + " rows");
   int64_t outer, inner;
   outer_inner(ddata.shape, axis, outer, inner);
-  dispatch_numeric(kernel, ddata.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    dispatch_index(indices, [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      gather_grad_kernel<T, I><<<blocks_for(outer * inner), kThreads, 0, stream>>>(
-          dy.as<T>(), indices.as<I>(), ddata.as<T>(), acc, outer, count, inner, extent,
-          device_error_word(), kernel_id(kernel));
+  const int64_t sort_tiles = (count + kGatherSortTile - 1) / kGatherSortTile;
+  const int64_t segment_tiles = (count + kGatherSegment - 1) / kGatherSegment;
+  const int64_t partial_bytes = std::max<int64_t>(4, dtype_size(ddata.dtype));
+  // The workspace (gather_grad_cuda_bytes): partial sums first (8-byte
+  // aligned), then the sort's int32 arrays.
+  void *partial = scratch.take(2 * segment_tiles * outer * inner * partial_bytes / 4);
+  int32_t *perm_a = reinterpret_cast<int32_t *>(scratch.take(count));
+  int32_t *perm_b = reinterpret_cast<int32_t *>(scratch.take(count));
+  int32_t *hist = reinterpret_cast<int32_t *>(scratch.take(kGatherDigits * sort_tiles));
+  int32_t *start = reinterpret_cast<int32_t *>(scratch.take(extent + 1));
+  int bits = 0;
+  while (bits < 63 && ((extent - 1) >> bits) != 0)
+    ++bits;
+  // At least one pass: its counts check every index.
+  const int passes = std::max(1, (bits + static_cast<int>(kGatherRadixBits) - 1) /
+                                     static_cast<int>(kGatherRadixBits));
+  DeviceErrorWord *err = device_error_word();
+  const int32_t kid = kernel_id(kernel);
+  dispatch_index(indices, [&](auto itag) {
+    using I = typename decltype(itag)::type;
+    const I *idx = indices.as<I>();
+    const int32_t *perm = nullptr;  // identity
+    for (int pass = 0; pass < passes; ++pass) {
+      int32_t *out = pass % 2 == 0 ? perm_a : perm_b;
+      const int shift = pass * static_cast<int>(kGatherRadixBits);
+      gather_sort_count_kernel<I><<<static_cast<unsigned>(sort_tiles), kGatherSortThreads, 0,
+                                    stream>>>(idx, count, extent, perm, shift, hist, sort_tiles,
+                                              err, kid);
+      gather_sort_scan_kernel<<<1, kGatherScanThreads, 0, stream>>>(hist,
+                                                                   kGatherDigits * sort_tiles);
+      gather_sort_place_kernel<I><<<static_cast<unsigned>(sort_tiles), kGatherSortThreads, 0,
+                                    stream>>>(idx, count, extent, perm, shift, hist, sort_tiles,
+                                              out, err, kid);
+      perm = out;
+    }
+    gather_row_starts_kernel<I><<<blocks_for(extent + 1), kThreads, 0, stream>>>(
+        idx, count, extent, perm, start);
+    dispatch_numeric(kernel, ddata.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using A = typename GatherAcc<T>::type;
+      constexpr int kV = 16 / sizeof(T);
+      const bool vector = inner % kV == 0 &&
+                          reinterpret_cast<uintptr_t>(dy.data) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(ddata.data) % 16 == 0;
+      auto launch = [&](auto vtag) {
+        constexpr int V = decltype(vtag)::value;
+        const int64_t vectors = inner / V;
+        const int threads = static_cast<int>(
+            std::min<int64_t>(kGatherWalkThreads, (vectors + 31) / 32 * 32));
+        const int64_t ranges = (vectors + threads - 1) / threads;
+        const unsigned grid_y = static_cast<unsigned>(std::min<int64_t>(65535, outer * ranges));
+        gather_grad_sum_kernel<T, I, V>
+            <<<dim3(static_cast<unsigned>((count + kGatherWalkTile - 1) / kGatherWalkTile), grid_y),
+                threads, 0, stream>>>(
+                dy.as<T>(), idx, perm, start, count, extent, outer, inner, ranges, ddata.as<T>(),
+                static_cast<A *>(partial));
+        gather_grad_finish_kernel<T, V><<<blocks_for(outer * extent * vectors), kThreads, 0,
+                                          stream>>>(start, extent, outer, inner, ddata.as<T>(),
+                                                    static_cast<const A *>(partial));
+      };
+      if (vector)
+        launch(std::integral_constant<int, kV>{});
+      else
+        launch(std::integral_constant<int, 1>{});
     });
   });
   check_launch(kernel);

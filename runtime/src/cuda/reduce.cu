@@ -9,13 +9,19 @@
 // (the same bytes), for every op. Float
 // sums and products accumulate in f64 (one rounding at the end), max
 // propagates NaN like PyTorch's amax, integer sums and products wrap.
-// sum_of_squares: one block over every tensor, in f64.
+// sum_of_squares: a block per chunk of 65536 elements of the tensors'
+// concatenation (chunk_table.h, as adamw_multi), each summed in f64; the
+// last block of a launch adds the blocks' sums in a fixed tree and the
+// launches' totals in order.
+#include "cuda/chunk_table.h"
 #include "cuda/common.cuh"
 #include "dsrt/math.h"
 #include "workspace_shapes.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 namespace dsrt {
 
@@ -310,37 +316,116 @@ void reduce(Stream &s, ReduceOp op, const Tensor &x, const Tensor &y, const int6
 
 namespace {
 
-// The tensors of one call, by value: at most this many.
-constexpr int kMaxSquareTensors = 1024;
-struct SquareTensors {
-  const void *data[kMaxSquareTensors];
-  int64_t numel[kMaxSquareTensors];
-  DType dtype[kMaxSquareTensors];
+// A launch of sum_of_squares: one chunk table of the list (chunk_table.h)
+// and its tensors' addresses and types, by value in the kernel's
+// parameters (about 7 KiB).
+struct SquareLaunch {
+  const void *data[kChunkTensors];
+  DType dtype[kChunkTensors];
+  int first_piece[kChunkBlocks + 1];
+  ChunkPiece piece[kChunkPieces];
 };
+static_assert(sizeof(SquareLaunch) < 32000, "kernel parameters are limited to 32 KiB");
 
-constexpr int kSquareThreads = 1024;
+constexpr int kSquareThreads = 512;
+// The stream scratch as sum_of_squares uses it: a launch's blocks' partial
+// sums, the running total of the launches so far, and the launch's counter
+// of finished blocks (an unsigned; 0 between launches).
+constexpr int kSquareTotalSlot = kSquareScratchSlot + kChunkBlocks;
+constexpr int kSquareCounterSlot = kSquareTotalSlot + 1;
+static_assert(kSquareScratchSlot >= 49 && kSquareCounterSlot < kStreamScratchDoubles - 1,
+              "the stream scratch holds sum_of_squares' partial sums after layer_norm_grad's "
+              "counters and before the loss counter");
 
-// One block: every thread sums the squares of its strided elements of every
-// tensor in f64 (exact: a 24-bit significand squared fits in 53 bits), then
-// a fixed tree adds the threads' sums.
-__global__ void sum_of_squares_kernel(SquareTensors t, int count, float *out) {
-  __shared__ double partial[kSquareThreads];
-  double acc = 0.0;
-  for (int k = 0; k < count; ++k)
-    for (int64_t i = threadIdx.x; i < t.numel[k]; i += blockDim.x) {
-      const double v = load_any(t.data[k], t.dtype[k], i);
+// Adds the squares of p[0, len) to acc in f64 (exact: a 24-bit significand
+// squared fits in 53 bits): thread t takes the elements before the first
+// 16-byte boundary with index t, t + blockDim.x, ..., then the 16-byte
+// vectors, then the tail, the same way. A fixed order for fixed addresses.
+template <typename T> __device__ inline void add_squares(const T *p, int64_t len, double &acc) {
+  constexpr int V = 16 / sizeof(T);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  const int64_t head =
+      addr % sizeof(T) ? len
+                       : std::min<int64_t>(len, static_cast<int64_t>((16 - addr % 16) % 16 / sizeof(T)));
+  for (int64_t i = threadIdx.x; i < head; i += blockDim.x) {
+    const double v = ld(p[i]);
+    acc += v * v;
+  }
+  const int64_t vectors = (len - head) / V;
+  const auto *vp = reinterpret_cast<const math::Vector<T, V> *>(p + head);
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+    const math::Vector<T, V> pack = vp[i];
+    for (int k = 0; k < V; ++k) {
+      const double v = ld(pack.lane[k]);
       acc += v * v;
     }
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+  }
+  for (int64_t i = head + vectors * V + threadIdx.x; i < len; i += blockDim.x) {
+    const double v = ld(p[i]);
+    acc += v * v;
+  }
+}
+
+// Sums `n` doubles of shared memory (n <= kSquareThreads, the rest of the
+// array set to 0) in a fixed halving tree; the result in sums[0].
+__device__ inline void tree_sum(double *sums) {
+  for (int half = kSquareThreads / 2; half > 0; half /= 2) {
     if (threadIdx.x < half)
-      partial[threadIdx.x] += partial[threadIdx.x + half];
+      sums[threadIdx.x] += sums[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0)
-    *out = static_cast<float>(partial[0]);
 }
+
+// One block per chunk of the launch: the chunk's squares summed in f64 by
+// its threads (add_squares, piece by piece), the threads' sums by a fixed
+// tree; the block's sum goes to its slot of the scratch. The last block to
+// finish adds the launch's block sums by the same tree (block order), adds
+// that to the running total of the earlier launches (`first`: none) and,
+// in the last launch, writes the total to `out`; it leaves the counter at 0.
+// The chunks are fixed by the tensors' sizes alone, so the sum does not
+// depend on the scheduling.
+__global__ void sum_of_squares_kernel(SquareLaunch launch, int blocks, double *scratch, bool first,
+                                      float *out) {
+  __shared__ double sums[kSquareThreads];
+  __shared__ bool last;
+  double acc = 0.0;
+  for (int p = launch.first_piece[blockIdx.x]; p < launch.first_piece[blockIdx.x + 1]; ++p) {
+    const ChunkPiece piece = launch.piece[p];
+    const void *data = launch.data[piece.tensor];
+    switch (launch.dtype[piece.tensor]) {  // float types only (check_sum_of_squares)
+    case DType::F32: add_squares(static_cast<const float *>(data) + piece.start, piece.len, acc); break;
+    case DType::F16: add_squares(static_cast<const half_t *>(data) + piece.start, piece.len, acc); break;
+    default: add_squares(static_cast<const bfloat_t *>(data) + piece.start, piece.len, acc); break;
+    }
+  }
+  sums[threadIdx.x] = acc;
+  __syncthreads();
+  tree_sum(sums);
+  unsigned *counter = reinterpret_cast<unsigned *>(scratch + kSquareCounterSlot);
+  if (threadIdx.x == 0) {
+    scratch[kSquareScratchSlot + blockIdx.x] = sums[0];
+    __threadfence();  // the block's sum is seen before it counts itself
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(blocks) - 1;
+  }
+  __syncthreads();
+  if (!last)
+    return;
+  __threadfence();
+  const volatile double *partial = scratch + kSquareScratchSlot;
+  sums[threadIdx.x] = threadIdx.x < blocks ? partial[threadIdx.x] : 0.0;
+  __syncthreads();
+  tree_sum(sums);
+  if (threadIdx.x == 0) {
+    const double total = (first ? 0.0 : scratch[kSquareTotalSlot]) + sums[0];
+    if (out)
+      *out = static_cast<float>(total);
+    else
+      scratch[kSquareTotalSlot] = total;
+    *counter = 0;
+  }
+}
+static_assert(kChunkBlocks <= kSquareThreads, "the last block adds one block sum per thread");
 
 }  // namespace
 
@@ -348,19 +433,29 @@ void sum_of_squares(Stream &s, const Tensor *tensors, int num_tensors, const Ten
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = "sum_of_squares";
   check_sum_of_squares(kernel, tensors, num_tensors, out);
-  if (num_tensors > kMaxSquareTensors)
-    fail(kernel, std::to_string(num_tensors) + " tensors, at most " +
-                     std::to_string(kMaxSquareTensors) + " are summed in one call");
-  // The kernel parameter block is 32 KiB at most; the table takes 17 KiB.
-  static_assert(sizeof(SquareTensors) < 32000, "kernel parameters too large");
-  SquareTensors table{};
-  for (int k = 0; k < num_tensors; ++k) {
-    table.data[k] = tensors[k].data;
-    table.numel[k] = tensors[k].numel();
-    table.dtype[k] = tensors[k].dtype;
+  std::vector<int64_t> sizes(static_cast<size_t>(num_tensors));
+  for (int k = 0; k < num_tensors; ++k)
+    sizes[k] = tensors[k].numel();
+  const std::vector<ChunkTable> tables = chunk_tables(sizes.data(), num_tensors);
+  if (tables.empty()) {
+    check_cuda(cudaMemsetAsync(out.data, 0, sizeof(float), stream), kernel, "cudaMemsetAsync");
+    return;
   }
-  sum_of_squares_kernel<<<1, kSquareThreads, 0, stream>>>(table, num_tensors, out.as<float>());
-  check_launch(kernel);
+  double *scratch = stream_scratch(s);
+  for (size_t l = 0; l < tables.size(); ++l) {
+    const ChunkTable &table = tables[l];
+    SquareLaunch launch{};
+    for (int k = 0; k < table.num_tensors; ++k) {
+      launch.data[k] = tensors[table.tensor[k]].data;
+      launch.dtype[k] = tensors[table.tensor[k]].dtype;
+    }
+    std::copy(table.first_piece, table.first_piece + table.num_blocks + 1, launch.first_piece);
+    std::copy(table.piece, table.piece + table.num_pieces, launch.piece);
+    sum_of_squares_kernel<<<table.num_blocks, kSquareThreads, 0, stream>>>(
+        launch, table.num_blocks, scratch, l == 0,
+        l + 1 == tables.size() ? out.as<float>() : nullptr);
+    check_launch(kernel);
+  }
 }
 
 }  // namespace dsrt
