@@ -225,6 +225,16 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_attention_optin_48k PROPERTIES LABELS dsrt_cuda TIMEOUT 60
                        FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_FAKE_CUDA_SHARED_OPTIN=49152")
+  # softmax_cross_entropy_with_grad's cases on a device that lets a block
+  # opt in to no more shared memory than its static part: no row fits, so
+  # every case takes the two-read kernel instead of the row in shared
+  # memory, against the same references.
+  add_test(NAME dsrt_cuda_emu_cross_entropy_no_shared_row
+    COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_softmax_cross_entropy_with_grad.*")
+  set_tests_properties(dsrt_cuda_emu_cross_entropy_no_shared_row PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_FAKE_CUDA_SHARED_OPTIN=1024")
   # The same epilogue cases when cuBLASLt's heuristic has no algorithm for
   # an epilogue: the fallback (plain product, then the bias add, the
   # column sums or the pointwise GELU) against the same references.
