@@ -19,6 +19,9 @@
 // per row, and each element is an f32 expression of its log_prob: one
 // block per row where the classes are contiguous (D = 1), one thread per
 // row otherwise (adjacent threads' rows are adjacent in memory).
+// softmax_cross_entropy_with_grad keeps a row of contiguous classes in
+// shared memory where it fits a block's (cross_entropy_grad_shared_kernel:
+// the scores read from HBM once), else reads the row twice.
 //
 // Labels outside [0, C) that are not the ignored value are reported
 // through the device error word (thrown by the next synchronize) and count

@@ -6,10 +6,15 @@
 // softmax or layer norm whose length is a multiple of the 128-bit vector
 // (8 f16/bf16, 4 f32 elements) is read and written a vector per thread at a
 // time (math.h's load_vector / store_vector, element-wise where a view is
-// not aligned), each thread adding its vector's elements in order. f16/bf16
-// elements are
-// converted where they are read, so these kernels need no workspace; the
-// cpu kernels' workspace sizes (kernels.h) are accepted and left unused.
+// not aligned), each thread adding its vector's elements in order. Layer
+// norm and its gradient take rows of vectors that fit a warp's registers
+// (at most 64 elements a lane forward, 32 backward), whose tensors are
+// 16-byte aligned and whose scale (and bias) has the normalized shape, a
+// warp per row instead (layer_norm_warp_kernel,
+// layer_norm_grad_warp_kernel): no block barrier per row, the row read once.
+// f16/bf16 elements are converted where they are read, so these kernels
+// need no workspace beyond layer_norm_grad's partial sums; the cpu kernels'
+// workspace sizes (kernels.h) are accepted and left unused.
 #include "cuda/common.cuh"
 
 #include "dsrt/math.h"
