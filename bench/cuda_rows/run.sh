@@ -1,3 +1,9 @@
+#!/bin/bash
+# Builds libdsrt_cuda standalone (runtime/, sm_90, no cpu backend) and
+# bench/cuda_rows against it, then times the row kernels (cuda_rows_bench).
+# Run from the source tree's root on a machine with a GPU; logs and the
+# table go to $OUT (a new temporary folder when unset).
+OUT=${OUT:-$(mktemp -d)}
 set -o pipefail
 t0=$(date +%s)
 NR=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)

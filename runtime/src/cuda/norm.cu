@@ -308,6 +308,18 @@ template <typename V> __device__ inline V warp_sum(V v) {
   return v;
 }
 
+// Calls body(j, c) for each of lane `lane`'s K vectors j of a row of n
+// elements that lies in the row (c: its first element, (lane + 32 j) N).
+template <int K, int N, typename Body>
+__device__ inline void for_lane_vectors(int lane, int64_t n, Body body) {
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const int64_t c = static_cast<int64_t>(lane + 32 * j) * N;
+    if (c < n)
+      body(j, c);
+  }
+}
+
 // Lane `lane`'s K vectors of a row of n elements: vector j at element
 // (lane + 32 j) N, loaded raw (all K in flight before any is used); those
 // past the row are left alone. The row is 16-byte aligned (warp_rows).
@@ -456,31 +468,25 @@ __global__ void __launch_bounds__(kRowThreads)
     T raw[K][N];
     load_lane_row<K>(raw, x + r * n, n, lane);
     double sum = 0.0;
+    for_lane_vectors<K, N>(lane, n, [&](int j, int64_t) {
 #pragma unroll
-    for (int j = 0; j < K; ++j)
-      if ((lane + 32 * j) * N < n)
-#pragma unroll
-        for (int k = 0; k < N; ++k)
-          sum += ld(raw[j][k]);
+      for (int k = 0; k < N; ++k)
+        sum += ld(raw[j][k]);
+    });
     sum = warp_sum(sum);
     const double mean_d = sum / static_cast<double>(n);
     const float mu = static_cast<float>(mean_d), mu_lo = static_cast<float>(mean_d - mu);
     float sq = 0.0f;
+    for_lane_vectors<K, N>(lane, n, [&](int j, int64_t) {
 #pragma unroll
-    for (int j = 0; j < K; ++j)
-      if ((lane + 32 * j) * N < n)
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          const float d = (ld(raw[j][k]) - mu) - mu_lo;
-          sq += d * d;
-        }
+      for (int k = 0; k < N; ++k) {
+        const float d = (ld(raw[j][k]) - mu) - mu_lo;
+        sq += d * d;
+      }
+    });
     sq = warp_sum(sq);
     const float inv = 1.0f / sqrtf(sq * inv_n + epsilon);
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      const int64_t c = static_cast<int64_t>(lane + 32 * j) * N;
-      if (c >= n)
-        continue;
+    for_lane_vectors<K, N>(lane, n, [&](int j, int64_t c) {
       float v[N], gv[N], bv[N];
       load_aligned(gv, g, c);
       load_aligned(bv, b, c);
@@ -488,7 +494,7 @@ __global__ void __launch_bounds__(kRowThreads)
       for (int k = 0; k < N; ++k)
         v[k] = ((ld(raw[j][k]) - mu) - mu_lo) * inv * gv[k] + bv[k];
       store_aligned(y, r * n + c, v);
-    }
+    });
     if (lane == 0) {
       mean[r] = mu;
       inv_std[r] = inv;
@@ -759,11 +765,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
     load_lane_row<K>(gr, dy + r * n, n, lane);
     const float mu = mean[r], inv = inv_std[r];
     float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      const int64_t c = static_cast<int64_t>(lane + 32 * j) * N;
-      if (c >= n)
-        continue;
+    for_lane_vectors<K, N>(lane, n, [&](int j, int64_t c) {
       float sv[N];
       load_aligned(sv, g, c);
 #pragma unroll
@@ -773,17 +775,13 @@ __global__ void __launch_bounds__(kRowThreads, 2)
         a += dxh;
         b0 += dxh * d;
       }
-    }
+    });
     s0 = warp_sum(s0);
     a = warp_sum(a);
     b0 = warp_sum(b0);
     const float mu_lo = s0 * inv_n;
     const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      const int64_t c = static_cast<int64_t>(lane + 32 * j) * N;
-      if (c >= n)
-        continue;
+    for_lane_vectors<K, N>(lane, n, [&](int j, int64_t c) {
       float sv[N], av[N], v[N];
       load_aligned(sv, g, c);
       load_aligned(av, add ? add + r * n : nullptr, c);
@@ -797,18 +795,14 @@ __global__ void __launch_bounds__(kRowThreads, 2)
         v[k] = add ? __fadd_rn(av[k], d) : d;
       }
       store_aligned(dx, r * n + c, v);
-    }
+    });
   }
   // The warps' sums in warp order: warp 0's, plus warp 1's, ...; the last
   // warp writes the block's partial sums.
 #pragma unroll
   for (int w = 0; w < kWarpRows; ++w) {
     if (warp == w)
-#pragma unroll
-      for (int j = 0; j < K; ++j) {
-        const int64_t c = static_cast<int64_t>(lane + 32 * j) * N;
-        if (c >= n)
-          continue;
+      for_lane_vectors<K, N>(lane, n, [&](int j, int64_t c) {
 #pragma unroll
         for (int k = 0; k < N; ++k) {
           float sg = acc_g[j][k], sb = acc_b[j][k];
@@ -824,7 +818,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
             warp_sums[1][c + k] = sb;
           }
         }
-      }
+      });
     __syncthreads();
   }
   if (fin.on)
