@@ -16,9 +16,11 @@ if(DSRT_HAVE_CUDA)
   target_compile_options(dsrt_cuda_no_device PRIVATE -fexceptions)
   # With cuda/mma_test.cu (nvcc): on a GPU the tensor-core instruction
   # itself against the PTX ISA's fragment layouts; cuda/reduce_order_test.cpp:
-  # reduce's column kernel sums in the backend's fixed order, to the bit.
+  # reduce's column kernel sums in the backend's fixed order, to the bit;
+  # cuda/row_align_test.cpp: layer norm rows that start off a 16-byte
+  # boundary take the block kernels and agree with aligned ones.
   add_executable(dsrt_cuda_kernel_test $<TARGET_OBJECTS:dsrt_kernel_case_objects> cuda/mma_test.cu
-                                       cuda/reduce_order_test.cpp)
+                                       cuda/reduce_order_test.cpp cuda/row_align_test.cpp)
   target_link_libraries(dsrt_cuda_kernel_test PRIVATE dsrt_cuda GTest::gtest)
   target_include_directories(dsrt_cuda_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
   target_compile_options(dsrt_cuda_kernel_test PRIVATE
@@ -148,7 +150,8 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
                               "-include;${_emu_prelude};-ffp-contract=off;-Wno-sign-compare;-Wno-unknown-pragmas"
                               OBJECT_DEPENDS "${_emu_prelude}")
   add_executable(dsrt_cuda_emu_kernel_test $<TARGET_OBJECTS:dsrt_kernel_case_objects>
-                                           "${_emu_out}/mma_test.cpp" cuda/reduce_order_test.cpp)
+                                           "${_emu_out}/mma_test.cpp" cuda/reduce_order_test.cpp
+                                           cuda/row_align_test.cpp)
   target_link_libraries(dsrt_cuda_emu_kernel_test PRIVATE dsrt_cuda_emu GTest::gtest)
   target_include_directories(dsrt_cuda_emu_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
   target_compile_options(dsrt_cuda_emu_kernel_test PRIVATE -fexceptions)
