@@ -104,6 +104,20 @@ def tensors(types):
     return [Tensor(t) for t in types if t.startswith("tensor<")]
 
 
+def warp_rows(x, params, lane_elems):
+    """Whether runtime/src/cuda/norm.cu takes layer norm rows of x (normalized
+    over the trailing dims its scale covers) a warp per row: whole 16-byte
+    vectors, at most lane_elems elements a lane in one of its lane widths
+    (1, 2, 3, 4, 6 or 8 vectors), every parameter of the normalized shape
+    (the arena's tensors are 16-byte aligned)."""
+    n = params[0].numel if params else 0
+    vec = 16 // DTYPE_BYTES[x.dtype]
+    if n == 0 or n % vec or any(p.numel != n for p in params):
+        return False
+    k = -(-(n // vec) // 32)
+    return any(k <= w and w * vec <= lane_elems for w in (1, 2, 3, 4, 6, 8))
+
+
 class Op:
     def __init__(self, func, name, attrs, operands, results, body, line=""):
         self.func, self.name, self.attrs = func, name, attrs
@@ -283,14 +297,16 @@ def classify(op, seq):
         op.launches[name + "_kernel"] = 1
     elif name == "layer_norm":
         op.kind, op.flops = "layernorm", 8 * ins[0].numel
-        op.launches["layer_norm_kernel"] = 1
+        op.launches["layer_norm_warp_kernel" if warp_rows(ins[0], ins[1:], 64)
+                    else "layer_norm_kernel"] = 1
     elif name == "layer_norm_grad":
         op.kind, op.flops = "layernorm", 12 * ins[0].numel
         # One launch: the rows kernel's last blocks finish dscale and dbias
         # (runtime/src/cuda/norm.cu); a broadcast scale or bias (fewer
         # elements than the normalized shape) leaves both to a kernel each
         # after it. An addend (the residual gradient) rides in the rows.
-        op.launches["layer_norm_grad_rows_kernel"] = 1
+        op.launches["layer_norm_grad_warp_kernel" if warp_rows(ins[1], ins[2:3], 32)
+                    else "layer_norm_grad_rows_kernel"] = 1
         normalized = ins[0].numel // max(1, ins[2].numel)
         if any(t.numel != normalized for t in outs[1:]):
             for t in outs[1:]:
@@ -310,9 +326,15 @@ def classify(op, seq):
         elif name == "softmax_cross_entropy_with_grad":
             # The loss's pass writes the gradient: the weights' total for
             # a mean, the rows, the loss's total.
+            # Contiguous classes whose row fits a block's shared memory
+            # (sm_90's 227 KiB opt-in less 1 KiB) are read once into it.
+            scores = ins[0]
+            vec = 16 // DTYPE_BYTES[scores.dtype]
+            fits = (scores.shape[1] + vec) * DTYPE_BYTES[scores.dtype] <= 227 * 1024 - 1024
             if reduction == "mean":
                 op.launches["weight_total_kernel"] = 1
-            op.launches["cross_entropy_grad_rows_kernel"] = 1
+            op.launches["cross_entropy_grad_shared_kernel"
+                        if len(scores.shape) == 2 and fits else "cross_entropy_grad_rows_kernel"] = 1
             if reduction != "none":
                 op.launches["sample_total_kernel"] = 1
         else:

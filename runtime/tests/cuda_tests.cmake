@@ -16,9 +16,11 @@ if(DSRT_HAVE_CUDA)
   target_compile_options(dsrt_cuda_no_device PRIVATE -fexceptions)
   # With cuda/mma_test.cu (nvcc): on a GPU the tensor-core instruction
   # itself against the PTX ISA's fragment layouts; cuda/reduce_order_test.cpp:
-  # reduce's column kernel sums in the backend's fixed order, to the bit.
+  # reduce's column kernel sums in the backend's fixed order, to the bit;
+  # cuda/row_align_test.cpp: layer norm rows that start off a 16-byte
+  # boundary take the block kernels and agree with aligned ones.
   add_executable(dsrt_cuda_kernel_test $<TARGET_OBJECTS:dsrt_kernel_case_objects> cuda/mma_test.cu
-                                       cuda/reduce_order_test.cpp)
+                                       cuda/reduce_order_test.cpp cuda/row_align_test.cpp)
   target_link_libraries(dsrt_cuda_kernel_test PRIVATE dsrt_cuda GTest::gtest)
   target_include_directories(dsrt_cuda_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
   target_compile_options(dsrt_cuda_kernel_test PRIVATE
@@ -148,7 +150,8 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
                               "-include;${_emu_prelude};-ffp-contract=off;-Wno-sign-compare;-Wno-unknown-pragmas"
                               OBJECT_DEPENDS "${_emu_prelude}")
   add_executable(dsrt_cuda_emu_kernel_test $<TARGET_OBJECTS:dsrt_kernel_case_objects>
-                                           "${_emu_out}/mma_test.cpp" cuda/reduce_order_test.cpp)
+                                           "${_emu_out}/mma_test.cpp" cuda/reduce_order_test.cpp
+                                           cuda/row_align_test.cpp)
   target_link_libraries(dsrt_cuda_emu_kernel_test PRIVATE dsrt_cuda_emu GTest::gtest)
   target_include_directories(dsrt_cuda_emu_kernel_test PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/../src")
   target_compile_options(dsrt_cuda_emu_kernel_test PRIVATE -fexceptions)
@@ -227,6 +230,16 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_attention_optin_48k PROPERTIES LABELS dsrt_cuda TIMEOUT 60
                        FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_FAKE_CUDA_SHARED_OPTIN=49152")
+  # softmax_cross_entropy_with_grad's cases on a device that lets a block
+  # opt in to no more shared memory than its static part: no row fits, so
+  # every case takes the two-read kernel instead of the row in shared
+  # memory, against the same references.
+  add_test(NAME dsrt_cuda_emu_cross_entropy_no_shared_row
+    COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_softmax_cross_entropy_with_grad.*")
+  set_tests_properties(dsrt_cuda_emu_cross_entropy_no_shared_row PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_FAKE_CUDA_SHARED_OPTIN=1024")
   # The same epilogue cases when cuBLASLt's heuristic has no algorithm for
   # an epilogue: the fallback (plain product, then the bias add, the
   # column sums or the pointwise GELU) against the same references.

@@ -662,10 +662,20 @@ def gen_layer_norm(w):
         # (scale and bias read as vectors too) but not in 16 bits.
         ("odd_row_broadcast", [5, 3, 13], 1, [13], [3, 13]),
         ("row_100", [7, 100], 1, [100], [100]),
+        # The cuda kernel's warp per row takes rows of up to 64 elements a
+        # lane: 2048 in 16 bits (8 vectors a lane) is its widest, 2056 goes
+        # to the block per row, as does f32 past 1024; rows of 776 leave
+        # some lanes' last vector past the row; 300 rows of 40 fill several
+        # blocks of 8 warps with most lanes idle.
+        ("warp_bound", [3, 2048], 1, [2048], [2048]),
+        ("past_warp_bound", [3, 2056], 1, [2056], [2056]),
+        ("warp_partial", [9, 776], 1, [776], [776]),
+        ("warp_rows_many", [300, 40], 1, [40], None),
     ]
     eps = 1e-5
     for name, shape, axis, sshape, bshape in cases:
-        wide = ("last", "two_axes", "gpt2_row", "odd_row", "odd_row_broadcast", "row_100")
+        wide = ("last", "two_axes", "gpt2_row", "odd_row", "odd_row_broadcast", "row_100",
+                "warp_bound", "past_warp_bound", "warp_partial", "warp_rows_many")
         dtypes = ["f32"] + (["f16", "bf16"] if name in wide else [])
         for dtype in dtypes:
             cname = "%s_%s" % (name, dtype)
@@ -1621,6 +1631,14 @@ def gen_layer_norm_grad(w):
         ("odd_row", [3, 37], 1, [37], [37], 2),
         ("odd_row_broadcast", [5, 3, 13], 1, [13], [3, 13], 2),
         ("row_100", [7, 100], 1, [100], [100], 2),
+        # The cuda kernel's warp per row takes rows of up to 32 elements a
+        # lane: 1024 (4 vectors of 16 bits, 8 of f32) is its widest, 1032
+        # goes to the block per row (40 blocks of 1 row: 7 of each block's 8
+        # warps have none); rows of 776 leave some lanes' last vector past
+        # the row (35 blocks of 2 rows).
+        ("warp_bound", [40, 1024], 1, [1024], [1024], 2),
+        ("past_warp_bound", [40, 1032], 1, [1032], [1032], 2),
+        ("warp_partial", [70, 776], 1, [776], [776], 2),
     ]
     eps = 1e-5
     # (dtype, the type of dscale and dbias): mixed precision writes the sums
@@ -1628,7 +1646,8 @@ def gen_layer_norm_grad(w):
     variants = []
     for name, shape, axis, sshape, bshape, span in cases:
         dtypes = [("f32", "f32")]
-        if name in ("last", "two_axes", "many_rows", "odd_row", "odd_row_broadcast", "row_100"):
+        if name in ("last", "two_axes", "many_rows", "odd_row", "odd_row_broadcast", "row_100",
+                    "warp_bound", "past_warp_bound", "warp_partial"):
             dtypes += [("f16", "f16"), ("bf16", "bf16")]
         if name in ("last", "scale_col"):
             dtypes += [("f16", "f32"), ("bf16", "f32")]
@@ -1644,7 +1663,7 @@ def gen_layer_norm_grad(w):
     # the rows), and dx written over the addend (in place).
     for name, shape, axis, sshape, bshape, span in cases:
         if name in ("last", "gpt2_rows", "many_rows", "row_100", "scale_col",
-                    "odd_row_broadcast"):
+                    "odd_row_broadcast", "warp_partial"):
             for dtype, sums in ([("f32", "f32"), ("bf16", "bf16")] if name != "scale_col"
                                 else [("f32", "f32"), ("bf16", "f32")]):
                 variants.append((name, shape, axis, sshape, bshape, span, dtype, sums, "addend"))
@@ -1727,6 +1746,14 @@ def gen_fused_loss_grads(w):
         # Rows over several of the cuda kernel's blocks and all 15 of the
         # totals', classes not a multiple of its 256 threads.
         ("large_rows_ragged", [600, 333], "mean", True, -100, "i64", "f32"),
+        # The cuda kernel's row in shared memory: 16-bit rows whose first
+        # element is at every offset modulo 16 bytes (1001 classes), rows
+        # shorter than a vector (9), and rows too wide for a block's shared
+        # memory on an sm_90 (60000 f32: 240 KB), which take the two-read
+        # kernel.
+        ("rows_ragged_bf16", [300, 1001], "none", True, 3, "i32", "bf16"),
+        ("rows_short_f16", [37, 9], "sum", False, None, "i64", "f16"),
+        ("too_wide_for_shared", [2, 60000], "mean", True, -100, "i64", "f32"),
     ]
     # (cases, loss and seed dtype: None for the scores')
     for cases, loss_dtype in ((loss_cases() + extra, None), (mixed_loss_cases(), "f32")):

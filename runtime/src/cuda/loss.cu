@@ -19,6 +19,9 @@
 // per row, and each element is an f32 expression of its log_prob: one
 // block per row where the classes are contiguous (D = 1), one thread per
 // row otherwise (adjacent threads' rows are adjacent in memory).
+// softmax_cross_entropy_with_grad keeps a row of contiguous classes in
+// shared memory where it fits a block's (cross_entropy_grad_shared_kernel:
+// the scores read from HBM once), else reads the row twice.
 //
 // Labels outside [0, C) that are not the ignored value are reported
 // through the device error word (thrown by the next synchronize) and count
@@ -29,6 +32,8 @@
 // * C); otherwise (many rows of few classes) the total recomputes the row's
 // log-sum-exp. f32 scores use no workspace.
 #include "cuda/common.cuh"
+
+#include "dsrt/math.h"
 
 namespace dsrt {
 
@@ -416,6 +421,157 @@ __global__ void cross_entropy_grad_rows_kernel(const T *x, T *dx, double *sample
   }
 }
 
+// cross_entropy_grad_rows_kernel for contiguous classes (D = 1) whose row
+// fits shared memory: one block of kSharedRowThreads per row copies the
+// row there as it reads it (HBM read once), 16-byte vectors where the row
+// is aligned (the few elements before its first aligned vector and after
+// its last one element by element, kept at the same offsets modulo 16
+// bytes in shared memory so its vectors stay aligned there), each thread
+// folding its vectors into its max and exp-sum (the sum rescaled once a
+// vector when the max grows), then the block's fixed tree (block_max_sum);
+// thread 0 takes the row's loss from the shared copy, and the gradient is
+// written from it (dx may be x: the row is read in full before any write).
+// kSharedRowLoads vectors a thread are in flight at a time.
+constexpr int kSharedRowThreads = 512, kSharedRowLoads = 4;
+// What the kernel's static shared memory may take, left out of the
+// dynamic shared memory it opts in to.
+constexpr size_t kSharedRowStatic = 1024;
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(kSharedRowThreads, 2)
+    cross_entropy_grad_shared_kernel(const T *x, T *dx, double *samples, Labels<I> lb,
+                                     const void *dloss, DType dloss_dtype, bool per_sample,
+                                     const double *divisor, void *loss, DType loss_dtype,
+                                     int64_t rows) {
+  constexpr int N = 16 / static_cast<int>(sizeof(T));
+  using V = math::Vector<T, N>;
+  extern __shared__ __align__(16) uint16_t ce_shared_row[];
+  __shared__ float shared[64];
+  T *row = reinterpret_cast<T *>(ce_shared_row);
+  const int64_t c = lb.c;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *xr = x + r * c;
+    T *dr = dx + r * c;
+    // Elements before the row's first 16-byte aligned one, its vectors
+    // from there, and the element where the rest begins.
+    const int64_t head = std::min<int64_t>(
+        c, static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(xr) % 16) % 16 / sizeof(T)));
+    const int64_t vecs = (c - head) / N, rest = head + vecs * N;
+    T *srow = row + (N - head % N) % N;  // srow + head is 16-byte aligned
+    MaxSum ms;
+    for (int64_t v0 = threadIdx.x; v0 < vecs; v0 += kSharedRowLoads * blockDim.x) {
+      V buf[kSharedRowLoads];
+#pragma unroll
+      for (int u = 0; u < kSharedRowLoads; ++u) {
+        const int64_t v = v0 + u * static_cast<int64_t>(blockDim.x);
+        if (v < vecs)
+          buf[u] = *reinterpret_cast<const V *>(xr + head + v * N);
+      }
+#pragma unroll
+      for (int u = 0; u < kSharedRowLoads; ++u) {
+        const int64_t v = v0 + u * static_cast<int64_t>(blockDim.x);
+        if (v >= vecs)
+          continue;
+        *reinterpret_cast<V *>(srow + head + v * N) = buf[u];
+        float f[N];
+        float vm = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          f[k] = ld(buf[u].lane[k]);
+          vm = fmaxf(vm, f[k]);
+        }
+        if (vm > ms.m) {
+          ms.s *= expf(ms.m - vm);
+          ms.m = vm;
+        }
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          ms.s += expf(f[k] - ms.m);
+      }
+    }
+    for (int64_t k = threadIdx.x; k < c - vecs * N; k += blockDim.x) {
+      const int64_t e = k < head ? k : rest + (k - head);
+      srow[e] = xr[e];
+      ms.add(ld(xr[e]));
+    }
+    ms = block_max_sum(ms, shared);  // its barriers also publish the shared row
+    const float lse = ms.m + logf(ms.s);
+    const int64_t label = lb.label(r);
+    if (threadIdx.x == 0) {
+      const double w = lb.weight(r);
+      const double sample =
+          w == 0.0 ? 0.0 : -w * static_cast<double>(ld(srow[label]) - lse);
+      if (per_sample)
+        store_any(loss, loss_dtype, r, static_cast<float>(sample));
+      else
+        samples[r] = sample;
+    }
+    const float coef = coefficient(lb, dloss, dloss_dtype, per_sample, divisor, r);
+    for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
+      const V in = *reinterpret_cast<const V *>(srow + head + v * N);
+      T out[N];
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int64_t e = head + v * N + k;
+        out[k] = st<T>(coef * (expf(ld(in.lane[k]) - lse) - (e == label ? 1.0f : 0.0f)));
+      }
+      math::store_vector(dr, head + v * N, out);
+    }
+    for (int64_t k = threadIdx.x; k < c - vecs * N; k += blockDim.x) {
+      const int64_t e = k < head ? k : rest + (k - head);
+      dr[e] = st<T>(coef * (expf(ld(srow[e]) - lse) - (e == label ? 1.0f : 0.0f)));
+    }
+    __syncthreads();  // the shared row is read before the next row's copy
+  }
+}
+
+// The shared-memory bytes cross_entropy_grad_shared_kernel<T, I> holds a
+// row of c classes in: the row plus a vector (its alignment offset).
+template <typename T> size_t shared_row_bytes(int64_t c) {
+  return static_cast<size_t>((c + 16 / sizeof(T)) * sizeof(T) + 15) / 16 * 16;
+}
+
+// The device as cross_entropy_grad_shared_kernel's launches see it: the
+// dynamic shared memory Kernel may take (the per-block opt-in limit less
+// kSharedRowStatic, opted in to once per kernel at its first call, no
+// synchronization) and the SMs.
+struct SharedRowDevice {
+  size_t limit = 0;
+  int sms = 1;
+};
+template <auto Kernel> SharedRowDevice shared_row_device(const char *op, const char *name) {
+  static const SharedRowDevice dev = [&] {
+    SharedRowDevice d;
+    int device = 0, optin = 0;
+    check_cuda(cudaGetDevice(&device), op, "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
+               "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
+    check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device), op,
+               "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)");
+    d.limit = static_cast<size_t>(optin) > kSharedRowStatic ? optin - kSharedRowStatic : 0;
+    if (d.limit > kStaticSharedBytes) {
+      const std::string what = std::string("cudaFuncSetAttribute(") + name +
+                               ", cudaFuncAttributeMaxDynamicSharedMemorySize, " +
+                               std::to_string(d.limit) + " bytes)";
+      check_cuda(cudaFuncSetAttribute(reinterpret_cast<const void *>(Kernel),
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(d.limit)),
+                 op, what.c_str());
+    }
+    return d;
+  }();
+  return dev;
+}
+
+// The grid of cross_entropy_grad_shared_kernel: as many blocks as are
+// resident at once (2 an SM where two rows fit the SM's shared memory,
+// about the opt-in limit, else 1), each looping over every grid-th row, so
+// the rows are spread evenly with no second wave.
+inline unsigned shared_row_grid(const SharedRowDevice &dev, size_t row_bytes, int64_t rows) {
+  const int64_t per_sm = 2 * (row_bytes + kSharedRowStatic) <= dev.limit ? 2 : 1;
+  return static_cast<unsigned>(std::min<int64_t>(rows, per_sm * std::max(dev.sms, 1)));
+}
+
 // The sum (or weighted mean) of the rows' losses that
 // cross_entropy_grad_rows_kernel left in samples, in f64 (row_totals).
 template <typename I>
@@ -581,9 +737,19 @@ void softmax_cross_entropy_with_grad(Stream &s, const Tensor &scores, const Tens
       // The rows' losses (f64), which the total adds.
       double *samples = none ? nullptr : reinterpret_cast<double *>(scratch.take(2 * rows));
       const double *divisor = mean_divisor(s, stream, lb, rows, reduction);
-      cross_entropy_grad_rows_kernel<T, I><<<row_blocks(rows), kThreads, 0, stream>>>(
-          scores.as<T>(), dscores.as<T>(), samples, lb, dloss.data, dloss.dtype, none, divisor,
-          none ? loss.data : nullptr, loss.dtype, rows, ls.d);
+      constexpr auto shared_kernel = cross_entropy_grad_shared_kernel<T, I>;
+      const size_t row_bytes = shared_row_bytes<T>(ls.c);
+      const SharedRowDevice dev =
+          shared_row_device<shared_kernel>(kernel, "cross_entropy_grad_shared_kernel");
+      if (ls.d == 1 && row_bytes <= dev.limit)
+        cross_entropy_grad_shared_kernel<T, I>
+            <<<shared_row_grid(dev, row_bytes, rows), kSharedRowThreads, row_bytes, stream>>>(
+                scores.as<T>(), dscores.as<T>(), samples, lb, dloss.data, dloss.dtype, none,
+                divisor, none ? loss.data : nullptr, loss.dtype, rows);
+      else
+        cross_entropy_grad_rows_kernel<T, I><<<row_blocks(rows), kThreads, 0, stream>>>(
+            scores.as<T>(), dscores.as<T>(), samples, lb, dloss.data, dloss.dtype, none,
+            divisor, none ? loss.data : nullptr, loss.dtype, rows, ls.d);
       if (!none)
         sample_total_kernel<I><<<kTotalBlocks, 1024, 0, stream>>>(
             samples, lb, loss.data, loss.dtype, rows, reduction == Reduction::Mean,

@@ -6,10 +6,15 @@
 // softmax or layer norm whose length is a multiple of the 128-bit vector
 // (8 f16/bf16, 4 f32 elements) is read and written a vector per thread at a
 // time (math.h's load_vector / store_vector, element-wise where a view is
-// not aligned), each thread adding its vector's elements in order. f16/bf16
-// elements are
-// converted where they are read, so these kernels need no workspace; the
-// cpu kernels' workspace sizes (kernels.h) are accepted and left unused.
+// not aligned), each thread adding its vector's elements in order. Layer
+// norm and its gradient take rows of vectors that fit a warp's registers
+// (at most 64 elements a lane forward, 32 backward), whose tensors are
+// 16-byte aligned and whose scale (and bias) has the normalized shape, a
+// warp per row instead (layer_norm_warp_kernel,
+// layer_norm_grad_warp_kernel): no block barrier per row, the row read once.
+// f16/bf16 elements are converted where they are read, so these kernels
+// need no workspace beyond layer_norm_grad's partial sums; the cpu kernels'
+// workspace sizes (kernels.h) are accepted and left unused.
 #include "cuda/common.cuh"
 
 #include "dsrt/math.h"
@@ -79,6 +84,7 @@ template <int W, typename T>
 __device__ inline void load_row(float (&v)[W], const T *p, int64_t i) {
   T raw[W];
   math::load_vector(raw, p, i);
+#pragma unroll
   for (int k = 0; k < W; ++k)
     v[k] = ld(raw[k]);
 }
@@ -87,6 +93,7 @@ __device__ inline void load_row(float (&v)[W], const T *p, int64_t i) {
 template <int W, typename T>
 __device__ inline void store_row(T *p, int64_t i, const float (&v)[W]) {
   T raw[W];
+#pragma unroll
   for (int k = 0; k < W; ++k)
     raw[k] = st<T>(v[k]);
   math::store_vector(p, i, raw);
@@ -123,6 +130,7 @@ __global__ void softmax_kernel(const T *x, T *y, int64_t rows, int64_t n, int64_
       constexpr int W = decltype(w)::value;
       float v[W];
       load_row(v, x, base + c * inner);
+#pragma unroll
       for (int k = 0; k < W; ++k)
         m = fmaxf(m, v[k]);
     });
@@ -133,6 +141,7 @@ __global__ void softmax_kernel(const T *x, T *y, int64_t rows, int64_t n, int64_
       constexpr int W = decltype(w)::value;
       float v[W];
       load_row(v, x, base + c * inner);
+#pragma unroll
       for (int k = 0; k < W; ++k)
         sum += expf(v[k] - m);
     });
@@ -142,6 +151,7 @@ __global__ void softmax_kernel(const T *x, T *y, int64_t rows, int64_t n, int64_
       constexpr int W = decltype(w)::value;
       float v[W];
       load_row(v, x, base + c * inner);
+#pragma unroll
       for (int k = 0; k < W; ++k)
         v[k] = log ? v[k] - shift : expf(v[k] - m) * inv;
       store_row(y, base + c * inner, v);
@@ -164,11 +174,13 @@ __global__ void softmax_grad_kernel(const T *y, const T *dy, T *dx, int64_t rows
       load_row(g, dy, base + c * inner);
       if (!log)
         load_row(yv, y, base + c * inner);
+#pragma unroll
       for (int k = 0; k < W; ++k)
         sum += log ? g[k] : g[k] * yv[k];
     });
     sum = block_sum(sum, shared);
     for_row_pair(vec, n, inner, dy + base, y + base, [&](int64_t c, auto w, auto &g, auto &yv) {
+#pragma unroll
       for (int k = 0; k < decltype(w)::value; ++k)
         g[k] = log ? g[k] - expf(yv[k]) * sum : yv[k] * (g[k] - sum);
       store_row(dx, base + c * inner, g);
@@ -253,10 +265,127 @@ template <typename T> struct Param {
       load_row(v, data, i);
       return;
     }
+#pragma unroll
     for (int k = 0; k < W; ++k)
       v[k] = at(i + k);
   }
 };
+
+// A warp per row: rows of up to 32 K vectors (K per lane) held in registers
+// and reduced by warp shuffles, no block barrier; 8 rows a block.
+constexpr int kWarpRows = kRowThreads / 32;
+
+template <int K> using Vectors = std::integral_constant<int, K>;
+
+// Calls f(Vectors<K>()) for the smallest K of 1, 2, 3, 4, 6, 8 that holds
+// `vectors` vectors a lane with K * kVector<T> <= kMaxElems elements a lane;
+// false (f not called) when none does.
+template <typename T, int kMaxElems, typename F> bool with_lane_vectors(int64_t vectors, F &&f) {
+  constexpr int N = kVector<T>;
+  const int64_t k = (vectors + 31) / 32;
+  bool done = false;
+  auto try_k = [&](auto kk) {
+    constexpr int K = decltype(kk)::value;
+    if constexpr (K * N <= kMaxElems) {
+      if (!done && k <= K) {
+        f(kk);
+        done = true;
+      }
+    }
+  };
+  try_k(Vectors<1>());
+  try_k(Vectors<2>());
+  try_k(Vectors<3>());
+  try_k(Vectors<4>());
+  try_k(Vectors<6>());
+  try_k(Vectors<8>());
+  return done;
+}
+
+template <typename V> __device__ inline V warp_sum(V v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Calls body(j, c) for each of lane `lane`'s K vectors j of a row of n
+// elements that lies in the row (c: its first element, (lane + 32 j) N).
+template <int K, int N, typename Body>
+__device__ inline void for_lane_vectors(int lane, int64_t n, Body body) {
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const int64_t c = static_cast<int64_t>(lane + 32 * j) * N;
+    if (c < n)
+      body(j, c);
+  }
+}
+
+// Lane `lane`'s K vectors of a row of n elements: vector j at element
+// (lane + 32 j) N, loaded raw (all K in flight before any is used); those
+// past the row are left alone. The row is 16-byte aligned (warp_rows).
+template <int K, typename T>
+__device__ inline void load_lane_row(T (&raw)[K][kVector<T>], const T *p, int64_t n, int lane) {
+  constexpr int N = kVector<T>;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const int64_t c = static_cast<int64_t>(lane + 32 * j) * N;
+    if (c < n) {
+      const math::Vector<T, N> v = *reinterpret_cast<const math::Vector<T, N> *>(p + c);
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        raw[j][k] = v.lane[k];
+    } else {
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        raw[j][k] = st<T>(0.0f);
+    }
+  }
+}
+
+// v = p[c .. c + N) in f32 from an aligned vector; 0 where p is null.
+template <typename T>
+__device__ inline void load_aligned(float (&v)[kVector<T>], const T *p, int64_t c) {
+  constexpr int N = kVector<T>;
+  if (!p) {
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      v[k] = 0.0f;
+    return;
+  }
+  const math::Vector<T, N> raw = *reinterpret_cast<const math::Vector<T, N> *>(p + c);
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    v[k] = ld(raw.lane[k]);
+}
+
+// p[c .. c + N) = v rounded to T, one aligned vector store.
+template <typename T>
+__device__ inline void store_aligned(T *p, int64_t c, const float (&v)[kVector<T>]) {
+  constexpr int N = kVector<T>;
+  math::Vector<T, N> raw;
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    raw.lane[k] = st<T>(v[k]);
+  *reinterpret_cast<math::Vector<T, N> *>(p + c) = raw;
+}
+
+// Whether the warp-per-row kernels take rows of n elements of T: vectors
+// (n a multiple of kVector<T>) and every tensor's first element (null
+// ones aside) 16-byte aligned, so every row's vectors are; and a scale or
+// bias (nullable) with the normalized shape, read as vectors too. Others
+// take the block-per-row kernels.
+template <typename T> bool warp_rows(int64_t n, std::initializer_list<const void *> rows,
+                                     std::initializer_list<const Tensor *> params) {
+  if (n % kVector<T> != 0)
+    return false;
+  for (const void *p : rows)
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      return false;
+  for (const Tensor *t : params)
+    if (t && (t->numel() != n || reinterpret_cast<uintptr_t>(t->data) % 16 != 0))
+      return false;
+  return true;
+}
 
 template <typename T>
 Param<T> param_of(const Tensor *t, const Shape &normalized) {
@@ -283,6 +412,7 @@ __global__ void layer_norm_kernel(const T *x, Param<T> g, Param<T> b, T *y, floa
       constexpr int W = decltype(w)::value;
       float v[W];
       load_row(v, in, i);
+#pragma unroll
       for (int k = 0; k < W; ++k)
         sum += v[k];
     });
@@ -294,6 +424,7 @@ __global__ void layer_norm_kernel(const T *x, Param<T> g, Param<T> b, T *y, floa
       constexpr int W = decltype(w)::value;
       float v[W];
       load_row(v, in, i);
+#pragma unroll
       for (int k = 0; k < W; ++k) {
         const float d = (v[k] - mu) - mu_lo;
         sq += d * d;
@@ -308,6 +439,7 @@ __global__ void layer_norm_kernel(const T *x, Param<T> g, Param<T> b, T *y, floa
       load_row(v, in, i);
       g.load(gv, i);
       b.load(bv, i);
+#pragma unroll
       for (int k = 0; k < W; ++k)
         v[k] = ((v[k] - mu) - mu_lo) * inv * gv[k] + bv[k];
       store_row(y, r * n + i, v);
@@ -317,6 +449,56 @@ __global__ void layer_norm_kernel(const T *x, Param<T> g, Param<T> b, T *y, floa
       inv_std[r] = inv;
     }
     __syncthreads();
+  }
+}
+
+// layer_norm_kernel's arithmetic with a warp per row (rows of vectors, at
+// most 64 elements a lane): the f64 sum, the f32 centred sum of squares and
+// the output from the row held in registers, the sums by warp shuffles.
+template <typename T, int K>
+__global__ void __launch_bounds__(kRowThreads)
+    layer_norm_warp_kernel(const T *x, const T *g, const T *b, T *y, float *mean,
+                           float *inv_std, int64_t rows, int64_t n, float epsilon) {
+  constexpr int N = kVector<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarpRows;
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5); r < rows;
+       r += step) {
+    T raw[K][N];
+    load_lane_row<K>(raw, x + r * n, n, lane);
+    double sum = 0.0;
+    for_lane_vectors<K, N>(lane, n, [&](int j, int64_t) {
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        sum += ld(raw[j][k]);
+    });
+    sum = warp_sum(sum);
+    const double mean_d = sum / static_cast<double>(n);
+    const float mu = static_cast<float>(mean_d), mu_lo = static_cast<float>(mean_d - mu);
+    float sq = 0.0f;
+    for_lane_vectors<K, N>(lane, n, [&](int j, int64_t) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float d = (ld(raw[j][k]) - mu) - mu_lo;
+        sq += d * d;
+      }
+    });
+    sq = warp_sum(sq);
+    const float inv = 1.0f / sqrtf(sq * inv_n + epsilon);
+    for_lane_vectors<K, N>(lane, n, [&](int j, int64_t c) {
+      float v[N], gv[N], bv[N];
+      load_aligned(gv, g, c);
+      load_aligned(bv, b, c);
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        v[k] = ((ld(raw[j][k]) - mu) - mu_lo) * inv * gv[k] + bv[k];
+      store_aligned(y, r * n + c, v);
+    });
+    if (lane == 0) {
+      mean[r] = mu;
+      inv_std[r] = inv;
+    }
   }
 }
 
@@ -338,9 +520,18 @@ void layer_norm(Stream &s, const Tensor &x, const Tensor &scale, const Tensor *b
     return;
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const Param<T> g = param_of<T>(&scale, normalized), b = param_of<T>(bias, normalized);
+    if (warp_rows<T>(n, {x.data, y.data}, {&scale, bias}) &&
+        with_lane_vectors<T, 64>(n / kVector<T>, [&](auto kk) {
+          layer_norm_warp_kernel<T, decltype(kk)::value>
+              <<<row_blocks((rows + kWarpRows - 1) / kWarpRows), kRowThreads, 0, stream>>>(
+                  x.as<T>(), scale.as<T>(), bias ? bias->as<T>() : nullptr, y.as<T>(),
+                  mean.as<float>(), inv_std_dev.as<float>(), rows, n, epsilon);
+        }))
+      return;
     layer_norm_kernel<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(
-        x.as<T>(), param_of<T>(&scale, normalized), param_of<T>(bias, normalized), y.as<T>(),
-        mean.as<float>(), inv_std_dev.as<float>(), rows, n, epsilon, vector_rows<T>(n, 1));
+        x.as<T>(), g, b, y.as<T>(), mean.as<float>(), inv_std_dev.as<float>(), rows, n, epsilon,
+        vector_rows<T>(n, 1));
   });
   check_launch(kernel);
 }
@@ -349,15 +540,30 @@ namespace {
 
 constexpr int kParamColumns = 8, kParamLanes = 32;
 static_assert(kParamLanes == kLayerNormGradLanes, "the lanes the workspace holds sums of");
+static_assert(kParamLanes % 4 == 0, "finish_param_grads reads the lanes four at a time");
 
 // Lane `lane`'s f64 sum of normalized element i's partial sums: the blocks
 // lane, lane + kParamLanes, ... in order. Volatile: other blocks wrote them
 // during the same launch.
+// Four loads are issued before their adds (volatile loads are not moved
+// past each other's uses), added in the same order.
 __device__ inline double lane_sum(const volatile float *part, int64_t blocks, int64_t n,
                                   int64_t i, int64_t lane) {
+  const volatile float *p = part + i;
+  const int64_t step = kParamLanes * n;
   double sum = 0.0;
-  for (int64_t blk = lane; blk < blocks; blk += kParamLanes)
-    sum += part[blk * n + i];
+  int64_t blk = lane;
+#pragma unroll 1
+  for (; blk + 3 * kParamLanes < blocks; blk += 4 * kParamLanes) {
+    const volatile float *q = p + blk * n;
+    const float v0 = q[0], v1 = q[step], v2 = q[2 * step], v3 = q[3 * step];
+    sum += v0;
+    sum += v1;
+    sum += v2;
+    sum += v3;
+  }
+  for (; blk < blocks; blk += kParamLanes)
+    sum += p[blk * n];
   return sum;
 }
 
@@ -418,10 +624,28 @@ __device__ void finish_param_grads(const float *part_g, const float *part_b, int
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     // Lanes without blocks add 0.0, which changes no sum: they are skipped.
     double total_g = 0.0, total_b = 0.0;
-    for (int64_t lane = 0; lane < lanes; ++lane) {
-      total_g += lane_sums ? lane_sums[lane * 2 * n + i] : lane_sum(part_g, blocks, n, i, lane);
-      total_b += lane_sums ? lane_sums[lane * 2 * n + n + i]
-                           : lane_sum(part_b, blocks, n, i, lane);
+    if (lane_sums) {
+      // kParamLanes lanes, four of each sum's loads in flight at a time.
+#pragma unroll 1
+      for (int64_t lane = 0; lane < kParamLanes; lane += 4) {
+        const volatile double *q = lane_sums + lane * 2 * n + i;
+        double vg[4], vb[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          vg[k] = q[k * 2 * n];
+          vb[k] = q[k * 2 * n + n];
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          total_g += vg[k];
+          total_b += vb[k];
+        }
+      }
+    } else {
+      for (int64_t lane = 0; lane < lanes; ++lane) {
+        total_g += lane_sum(part_g, blocks, n, i, lane);
+        total_b += lane_sum(part_b, blocks, n, i, lane);
+      }
     }
     store_any(fin.dscale, fin.dscale_dtype, i, static_cast<float>(total_g));
     if (fin.dbias)
@@ -453,6 +677,7 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
   // The thread that owns element i (for_row) clears and adds to its partial
   // sums, so they need no barrier.
   for_row<T>(vec, n, [&](int64_t i, auto w) {
+#pragma unroll
     for (int k = 0; k < decltype(w)::value; ++k) {
       acc_g[i + k] = 0.0f;
       acc_b[i + k] = 0.0f;
@@ -467,6 +692,7 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
     for_row_pair(vec, n, 1, xr, gr, [&](int64_t i, auto w, auto &xv, auto &gv) {
       float sv[decltype(w)::value];
       g.load(sv, i);
+#pragma unroll
       for (int k = 0; k < decltype(w)::value; ++k) {
         const float d = xv[k] - mu, dxh = gv[k] * sv[k];
         s0 += d;
@@ -485,6 +711,7 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
       g.load(sv, i);
       if (add)
         load_row(av, add, r * n + i);
+#pragma unroll
       for (int k = 0; k < W; ++k) {
         const float xh = ((xv[k] - mu) - mu_lo) * inv, grad = gv[k];
         acc_g[i + k] += grad * xh;
@@ -496,6 +723,103 @@ __global__ void layer_norm_grad_rows_kernel(const T *x, const T *dy, Param<T> g,
       }
       store_row(dx, r * n + i, xv);
     });
+  }
+  if (fin.on)
+    finish_param_grads(part_g, part_b, gridDim.x, n, fin);
+}
+
+// layer_norm_grad_rows_kernel's arithmetic with a warp per row (rows of
+// vectors, at most 32 elements a lane): the block's rows are dealt to its 8
+// warps (warp w: rows w, w + 8, ... of the block, in order), each row read
+// once into registers (x and dy; the addend where dx is written) and its sums reduced
+// by warp shuffles; a lane owns the same normalized elements in every row,
+// so each warp keeps its dscale/dbias terms in registers, and at the end
+// the block's partial sums are the warps' added in warp order (f32, through
+// shared memory), written once; then finish_param_grads as there.
+constexpr int kGradLaneElems = 32;
+constexpr int kGradWarpMaxN = 32 * kGradLaneElems;
+
+template <typename T, int K>
+__global__ void __launch_bounds__(kRowThreads, 2)
+    layer_norm_grad_warp_kernel(const T *x, const T *dy, const T *g, const T *add, T *dx,
+                                const float *mean, const float *inv_std, float *part_g,
+                                float *part_b, int64_t rows, int64_t n, int64_t block_rows,
+                                ParamFinish fin) {
+  constexpr int N = kVector<T>;
+  __shared__ float warp_sums[2][kGradWarpMaxN];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t blk = blockIdx.x;
+  float acc_g[K][N], acc_b[K][N];
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      acc_g[j][k] = 0.0f;
+      acc_b[j][k] = 0.0f;
+    }
+  const float inv_n = 1.0f / static_cast<float>(n);
+  const int64_t r_end = (blk + 1) * block_rows < rows ? (blk + 1) * block_rows : rows;
+  for (int64_t r = blk * block_rows + warp; r < r_end; r += kWarpRows) {
+    T xr[K][N], gr[K][N];
+    load_lane_row<K>(xr, x + r * n, n, lane);
+    load_lane_row<K>(gr, dy + r * n, n, lane);
+    const float mu = mean[r], inv = inv_std[r];
+    float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
+    for_lane_vectors<K, N>(lane, n, [&](int j, int64_t c) {
+      float sv[N];
+      load_aligned(sv, g, c);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float d = ld(xr[j][k]) - mu, dxh = ld(gr[j][k]) * sv[k];
+        s0 += d;
+        a += dxh;
+        b0 += dxh * d;
+      }
+    });
+    s0 = warp_sum(s0);
+    a = warp_sum(a);
+    b0 = warp_sum(b0);
+    const float mu_lo = s0 * inv_n;
+    const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
+    for_lane_vectors<K, N>(lane, n, [&](int j, int64_t c) {
+      float sv[N], av[N], v[N];
+      load_aligned(sv, g, c);
+      load_aligned(av, add ? add + r * n : nullptr, c);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float xh = ((ld(xr[j][k]) - mu) - mu_lo) * inv, grad = ld(gr[j][k]);
+        acc_g[j][k] += grad * xh;
+        acc_b[j][k] += grad;
+        const float d = inv * (grad * sv[k] - mean_a - xh * mean_b);
+        // The addend's sum rounded on its own, as layer_norm_grad_rows_kernel.
+        v[k] = add ? __fadd_rn(av[k], d) : d;
+      }
+      store_aligned(dx, r * n + c, v);
+    });
+  }
+  // The warps' sums in warp order: warp 0's, plus warp 1's, ...; the last
+  // warp writes the block's partial sums.
+#pragma unroll
+  for (int w = 0; w < kWarpRows; ++w) {
+    if (warp == w)
+      for_lane_vectors<K, N>(lane, n, [&](int j, int64_t c) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          float sg = acc_g[j][k], sb = acc_b[j][k];
+          if (w > 0) {
+            sg = warp_sums[0][c + k] + sg;
+            sb = warp_sums[1][c + k] + sb;
+          }
+          if (w == kWarpRows - 1) {
+            part_g[blk * n + c + k] = sg;
+            part_b[blk * n + c + k] = sb;
+          } else {
+            warp_sums[0][c + k] = sg;
+            warp_sums[1][c + k] = sb;
+          }
+        }
+      });
+    __syncthreads();
   }
   if (fin.on)
     finish_param_grads(part_g, part_b, gridDim.x, n, fin);
@@ -629,6 +953,17 @@ void layer_norm_grad_add(Stream &s, const Tensor &dy, const Tensor &x, const Ten
   }
   dispatch_float(kernel, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (rows_run &&
+        warp_rows<T>(n, {x.data, dy.data, dx.data, addend ? addend->data : nullptr},
+                     {&scale}) &&
+        with_lane_vectors<T, kGradLaneElems>(n / kVector<T>, [&](auto kk) {
+          layer_norm_grad_warp_kernel<T, decltype(kk)::value>
+              <<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(
+                  x.as<T>(), dy.as<T>(), scale.as<T>(),
+                  addend ? addend->as<T>() : nullptr, dx.as<T>(), mean.as<float>(),
+                  inv_std_dev.as<float>(), part_g, part_b, rows, n, block_rows, fin);
+        }))
+      return;
     if (rows_run)
       layer_norm_grad_rows_kernel<T><<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(
           x.as<T>(), dy.as<T>(), param_of<T>(&scale, normalized),
