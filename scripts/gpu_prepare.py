@@ -368,8 +368,8 @@ def main() -> int:
         print(f"gpu-prepare: error: {e}", file=sys.stderr)
         return 1
     size = size_of(args.out)
-    log(f"{args.out}: {len(prep.programs)} programs, {size / 2**20:.1f} MiB, with the checkout's "
-        f"{tree / 2**20:.1f} MiB {(size + tree) / 2**20:.1f} MiB (limit {args.limit_mib:.0f} MiB)")
+    log(f"{args.out}: {len(prep.programs)} programs, {size / 2**20:.1f} MiB; with the checkout's "
+        f"{tree / 2**20:.1f} MiB, {(size + tree) / 2**20:.1f} MiB (limit {args.limit_mib:.0f} MiB)")
     if size + tree > args.limit_mib * 2**20:
         biggest = sorted(((size_of(p) if p.is_dir() else p.stat().st_size, p.name)
                           for p in args.out.iterdir()), reverse=True)[:4]
