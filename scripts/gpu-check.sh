@@ -603,6 +603,12 @@ fi
   if [ -f "$OUT/bench/bench.md" ] && printf '%s\n' "${SUMMARY[@]}" | grep -q '^| bench |'; then
     echo
     cat "$OUT/bench/bench.md"
+    # The step's op kinds by time (the first 20), so that the report alone
+    # says where the step went; bench/ops.md has them all.
+    if [ -f "$OUT/bench/ops.md" ]; then
+      echo
+      head -n 26 "$OUT/bench/ops.md"
+    fi
   fi
 } > "$REPORT"
 cat "$REPORT"
