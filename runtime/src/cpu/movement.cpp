@@ -408,7 +408,8 @@ void gather_grad(Stream &s, const Tensor &dy, const Tensor &indices, const Tenso
   const int64_t extent = ddata.shape.dims[axis];
   const int64_t count = indices.numel();
   check_indices(kernel, indices, axis, extent);
-  WorkspaceFloats scratch(kernel, ws, gather_grad_workspace_bytes(ddata.dtype, ddata.shape, indices.shape, axis));
+  WorkspaceFloats scratch(
+      kernel, ws, gather_grad_workspace_bytes(ddata.dtype, ddata.shape, indices.shape, axis));
   if (ddata.numel() == 0)
     return;
   int64_t outer = 1, inner = 1;

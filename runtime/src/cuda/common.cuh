@@ -165,15 +165,23 @@ constexpr size_t kStaticSharedBytes = 48 * 1024;
 // true with the attribute set, false where the device's limit is lower
 // (the caller launches a form that needs less). A CUDA call that fails
 // throws "dsrt::<op>: ...", naming the kernel (`name`) and the size.
+// The most dynamic shared memory a block may opt in to on the process's
+// one device (cudaDevAttrMaxSharedMemoryPerBlockOptin), read once.
+inline size_t shared_optin_limit(const char *op) {
+  static const size_t limit = [&] {
+    int device = 0, bytes = 0;
+    check_cuda(cudaGetDevice(&device), op, "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
+               "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
+    return static_cast<size_t>(bytes);
+  }();
+  return limit;
+}
 template <auto Kernel> bool opt_in_dynamic_shared(const char *op, const char *name, size_t bytes) {
   static const bool ok = [&] {
     if (bytes <= kStaticSharedBytes)
       return true;
-    int device = 0, limit = 0;
-    check_cuda(cudaGetDevice(&device), op, "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
-               "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
-    if (bytes > static_cast<size_t>(limit))
+    if (bytes > shared_optin_limit(op))
       return false;
     const std::string what = std::string("cudaFuncSetAttribute(") + name +
                              ", cudaFuncAttributeMaxDynamicSharedMemorySize, " +
@@ -187,11 +195,18 @@ template <auto Kernel> bool opt_in_dynamic_shared(const char *op, const char *na
   return ok;
 }
 
+// Sum of one value per lane over a warp, in a fixed butterfly; every lane
+// gets the total.
+template <typename T> __device__ inline T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 // Sum of one value per thread over a block of blockDim.x (a multiple of 32,
 // at most 1024) threads; every thread gets the total. `shared` holds 32.
 template <typename T> __device__ inline T block_sum(T v, T *shared) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
+  v = warp_sum(v);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();
   if (lane == 0)
@@ -199,9 +214,7 @@ template <typename T> __device__ inline T block_sum(T v, T *shared) {
   __syncthreads();
   const int warps = blockDim.x >> 5;
   v = lane < warps ? shared[lane] : T(0);
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
+  return warp_sum(v);
 }
 template <typename T> __device__ inline T block_max(T v, T *shared) {
   for (int o = 16; o > 0; o >>= 1)

@@ -345,9 +345,8 @@ void copy_rows16(cudaStream_t stream, const char *kernel, const void *src, int64
 // transposed), the product into padded rows of y (or straight into y),
 // which are copied out. The copies are copy_rows16_kernel launches on the
 // stream (cudaMemcpy2DAsync ran at about 250 GB/s on an H200 with these
-// unaligned pitches). False
-// (nothing run) when the product is not staged: under the size, or b's
-// leading dimension unaligned (b is not staged).
+// unaligned pitches). False (nothing run) when the product is not staged:
+// under the size, or b's leading dimension unaligned.
 bool run_staged(cudaStream_t stream, const Gemm &g, int64_t m_matrix, const void *a,
                 const void *b, void *y, const Workspace &ws) {
   const MatmulStage st = matmul_stage(g.m, m_matrix, g.n, g.k);

@@ -542,22 +542,15 @@ struct SharedRowDevice {
 template <auto Kernel> SharedRowDevice shared_row_device(const char *op, const char *name) {
   static const SharedRowDevice dev = [&] {
     SharedRowDevice d;
-    int device = 0, optin = 0;
+    int device = 0;
     check_cuda(cudaGetDevice(&device), op, "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
-               "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
     check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device), op,
                "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)");
-    d.limit = static_cast<size_t>(optin) > kSharedRowStatic ? optin - kSharedRowStatic : 0;
-    if (d.limit > kStaticSharedBytes) {
-      const std::string what = std::string("cudaFuncSetAttribute(") + name +
-                               ", cudaFuncAttributeMaxDynamicSharedMemorySize, " +
-                               std::to_string(d.limit) + " bytes)";
-      check_cuda(cudaFuncSetAttribute(reinterpret_cast<const void *>(Kernel),
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(d.limit)),
-                 op, what.c_str());
-    }
+    const size_t optin = shared_optin_limit(op);
+    d.limit = optin > kSharedRowStatic ? optin - kSharedRowStatic : 0;
+    // Within the device's limit: the opt-in succeeds (it throws if the
+    // CUDA call fails).
+    opt_in_dynamic_shared<Kernel>(op, name, d.limit);
     return d;
   }();
   return dev;

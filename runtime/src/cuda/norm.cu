@@ -302,12 +302,6 @@ template <typename T, int kMaxElems, typename F> bool with_lane_vectors(int64_t 
   return done;
 }
 
-template <typename V> __device__ inline V warp_sum(V v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // Calls body(j, c) for each of lane `lane`'s K vectors j of a row of n
 // elements that lies in the row (c: its first element, (lane + 32 j) N).
 template <int K, int N, typename Body>

@@ -367,8 +367,8 @@ template <typename T> __device__ inline void add_squares(const T *p, int64_t len
   }
 }
 
-// Sums `n` doubles of shared memory (n <= kSquareThreads, the rest of the
-// array set to 0) in a fixed halving tree; the result in sums[0].
+// Sums the kSquareThreads doubles of `sums` (shared memory; unused ones
+// set to 0) in a fixed halving tree; the result in sums[0].
 __device__ inline void tree_sum(double *sums) {
   for (int half = kSquareThreads / 2; half > 0; half /= 2) {
     if (threadIdx.x < half)
