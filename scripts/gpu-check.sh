@@ -461,7 +461,7 @@ kernels() {
   how="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("kernel_cases"))' "$PREP/manifest.json")"
   rm -rf "$WORK/kernel-cases"
   case "$how" in
-    packed|True)
+    packed)
       "$PY" -c 'import sys, tarfile
 with tarfile.open(sys.argv[1]) as t:
     try:

@@ -219,8 +219,8 @@ class Prep:
                                                 "--weights", "{prep}/models"], None, ranks=2)
 
     def kernel_cases(self) -> None:
-        """The cases, packed: 1267 directories of .npy files are about 58 MiB,
-        kernel-cases.tar.xz about 45 (the device half unpacks it). main()
+        """The cases, packed: their directories of .npy files, about 58 MiB,
+        are about 45 as kernel-cases.tar.xz (the device half unpacks it). main()
         leaves them out when DIR would not fit a device call: the manifest
         then says "generate"."""
         target = self.work / "kernel-cases"
