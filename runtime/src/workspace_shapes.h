@@ -78,37 +78,54 @@ inline int64_t matmul_tile_floats(int64_t m, int64_t n, int64_t k) {
 // unaligned kernels, several times slower than its tensor-core ones. Above
 // kMatmulStageMinMacs multiply-adds (over every batch) the cuda backend
 // stages such a product through aligned copies (runtime/src/cuda/linalg.cu):
-// chunks of y's rows are computed with y's rows padded to 8 and copied out,
-// and chunks of op(a)'s rows are copied in padded first (a [m, k] a block
-// of rows, a transposed [k, m] a block of columns); b transposed [n, k]
-// is copied whole with zero rows up to n rounded to 8, so that every
-// dimension of the product but k is a multiple of 8. A staged buffer holds
-// an eighth of its whole padded matrix, at least kMatmulStageMinBytes and
-// at most kMatmulStageMaxBytes (and at least 8 rows), so that chunks stay
-// large enough for the tensor cores and the workspace small beside the
-// matrix (b's buffer holds all of b). The workspace holds the three
-// buffers whichever transposes the call has, each 256-byte aligned; the
-// cpu backend leaves them unused.
+// - y [m, n] with n % 8 != 0: chunks of y's rows are computed with rows
+//   padded to 8 and copied out; b transposed [n, k] is copied whole with
+//   zero rows up to n rounded to 8, so that every dimension of the product
+//   but k is a multiple of 8;
+// - a transposed [k, m] with m % 8 != 0: blocks of its columns are copied
+//   in, each a chunk of y's rows;
+// - a [m, k] with k % 8 != 0: the contraction is split instead, so that
+//   every product keeps many output tiles and a moderate k (a chunk of rows
+//   over the whole of k left a few tiles each summing 50257 terms: 109
+//   TFLOP/s on an H200). Blocks of a_rows rows of y (their f32 sums, y32,
+//   rows padded to 8, at most kMatmulStageSumBytes; at least 128 rows) take a's columns a_cols at a time (a
+//   multiple of 64), copied in with zero columns up to 8; each block of b's
+//   rows is read in place but the last, copied with zero rows up to 8
+//   (b_last rows); the products add into y32 in f32 (beta 1 after the
+//   first), which is rounded once into y.
+// A staged chunk of a or y holds an eighth of its whole padded matrix, at
+// least kMatmulStageMinBytes and at most kMatmulStageMaxBytes (and at least
+// 8 rows), so that chunks stay large enough for the tensor cores and the
+// workspace small beside the matrix. The workspace holds the buffers
+// whichever transposes the call has, each 256-byte aligned; the cpu
+// backend leaves them unused.
 constexpr int64_t kMatmulStageMinMacs = int64_t(1) << 27;
 constexpr int64_t kMatmulStageMinBytes = int64_t(16) << 20;
 constexpr int64_t kMatmulStageMaxBytes = int64_t(256) << 20;
+constexpr int64_t kMatmulStageSumBytes = int64_t(32) << 20;
 inline int64_t round_up8(int64_t v) { return (v + 7) / 8 * 8; }
+// The budget of a staged buffer for a padded [rows, row] 16-bit matrix.
+inline int64_t matmul_stage_budget(int64_t row, int64_t rows) {
+  const int64_t whole = 2 * std::max<int64_t>(row, 1) * round_up8(rows);
+  return std::min(kMatmulStageMaxBytes, std::max(kMatmulStageMinBytes, whole / 8));
+}
 // Rows of a chunk of a staged [rows, row] 16-bit matrix (row already padded).
 inline int64_t matmul_stage_rows(int64_t row, int64_t rows) {
   row = std::max<int64_t>(row, 1);
-  const int64_t whole = 2 * row * round_up8(rows);
-  const int64_t budget =
-      std::min(kMatmulStageMaxBytes, std::max(kMatmulStageMinBytes, whole / 8));
-  const int64_t fit = std::max<int64_t>(8, budget / 2 / row / 8 * 8);
+  const int64_t fit = std::max<int64_t>(8, matmul_stage_budget(row, rows) / 2 / row / 8 * 8);
   return std::min(fit, round_up8(rows));
 }
 struct MatmulStage {
   int64_t y_rows = 0;   // rows of a y chunk, 0: y not staged (n % 8 == 0)
-  int64_t a_rows = 0;   // rows of an a [m, k] chunk, 0: not staged (k % 8 == 0)
   int64_t at_cols = 0;  // columns of a transposed a [k, m] chunk, 0: m % 8 == 0
-  int64_t y_bytes = 0, a_bytes = 0;
-  // b [n, k] with zero rows up to n rounded to 8 (used when b is transposed).
+  // a [m, k] with k % 8 != 0 (0: k % 8 == 0): rows of y per block, columns
+  // of a per chunk of the contraction, rows of b's last chunk (padded).
+  int64_t a_rows = 0, a_cols = 0, b_last = 0;
+  int64_t y_bytes = 0, a_bytes = 0, y32_bytes = 0;
+  // b [n, k] with zero rows up to n rounded to 8 (b transposed, n % 8 != 0),
+  // or b's last chunk [b_last, n] (a [m, k], k % 8 != 0): the larger.
   int64_t b_bytes = 0;
+  int64_t bytes() const { return y_bytes + a_bytes + y32_bytes + b_bytes; }
 };
 // m_total: y's rows over every batch (its elements / n); m: one matrix's.
 inline MatmulStage matmul_stage(int64_t m_total, int64_t m, int64_t n, int64_t k) {
@@ -123,11 +140,20 @@ inline MatmulStage matmul_stage(int64_t m_total, int64_t m, int64_t n, int64_t k
     st.y_bytes = aligned(2 * st.y_rows * round_up8(n));
     st.b_bytes = aligned(2 * round_up8(n) * k);
   }
-  if (k % 8 != 0)
-    st.a_rows = matmul_stage_rows(round_up8(k), m_total);
+  if (k % 8 != 0) {
+    const int64_t k8 = round_up8(k);
+    st.a_rows = std::min(round_up8(m_total), std::max<int64_t>(128, kMatmulStageSumBytes /
+                                                                         (4 * round_up8(n)) /
+                                                                         128 * 128));
+    st.a_cols = std::min(
+        k8, std::max<int64_t>(64, matmul_stage_budget(k8, m_total) / 2 / st.a_rows / 64 * 64));
+    st.b_last = k8 - (k8 - 1) / st.a_cols * st.a_cols;
+    st.y32_bytes = aligned(4 * st.a_rows * round_up8(n));
+    st.b_bytes = std::max(st.b_bytes, aligned(2 * st.b_last * n));
+  }
   if (m % 8 != 0)
     st.at_cols = matmul_stage_rows(k, m);
-  st.a_bytes = aligned(2 * std::max(st.a_rows * round_up8(k), k * st.at_cols));
+  st.a_bytes = aligned(2 * std::max(st.a_rows * st.a_cols, k * st.at_cols));
   return st;
 }
 

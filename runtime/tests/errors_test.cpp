@@ -255,6 +255,14 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
   EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, Shape{1040, 513}, Shape{1040, 520},
                                          Shape{513, 520}),
             4 * 3 * 512 * 512 + 2 * 1040 * 520);
+  // k 50257 (GPT-2's LM head, input gradient): the contraction split, blocks
+  // of 10880 rows of y (33,423,360 bytes of f32 sums, 32 MiB / (4 * 768)
+  // rounded down to 128) taking a's columns 12288 at a time (256 MiB over
+  // the block's rows, rounded down to 64), b's last chunk 50264 - 4 * 12288
+  // = 1112 rows.
+  EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, Shape{64, 1024, 50257}, Shape{50257, 768},
+                                         Shape{64, 1024, 768}),
+            4 * 3 * 512 * 512 + 2 * 10880 * 12288 + 4 * 10880 * 768 + 2 * 1112 * 768);
   // Under 2^27 multiply-adds: none.
   EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, Shape{520, 520}, Shape{520, 257},
                                          Shape{520, 257}),

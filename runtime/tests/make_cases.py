@@ -467,14 +467,19 @@ def gen_matmul_staged(w):
     """f16/bf16 products of 2^27 multiply-adds and more whose leading
     dimension is not a multiple of 8: the cuda backend stages them through
     aligned buffers (workspace_shapes.h, matmul_stage): y's rows (n 513, b
-    transposed padded with zero rows), a's rows (k 137), a transposed's
+    transposed padded with zero rows), a's columns in chunks of the
+    contraction summed in f32 (k 137, padded to 144), a transposed's
     columns (m 513); b's leading dimension stays aligned. The contraction is
     short (136-137), so that cuBLASLt has no reason to split it: its
     in-place split-k sums partial products in y's type, a rounding the f64
-    reference does not make (PyTorch allows it too, by default)."""
+    reference does not make (PyTorch allows it too, by default). a_chunks
+    (k 4100: 16 MiB of a's columns for its 2048 rows hold 4096) splits the
+    contraction in two chunks, the second of 4 columns padded to 8; its
+    sums are f32 (y32), whatever cuBLASLt does inside a chunk."""
     cases = [
         ("y_bf16", [2, 1000, 136], [513, 136], False, True, "bf16"),
         ("a_bf16", [2000, 137], [137, 512], False, False, "bf16"),
+        ("a_chunks_bf16", [2048, 4100], [4100, 16], False, False, "bf16"),
         ("at_bf16", [136, 513], [136, 2000], True, False, "bf16"),
     ]
     for name, sa, sb, ta, tb, dtype in cases:

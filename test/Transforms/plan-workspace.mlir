@@ -67,6 +67,25 @@ func.func @bf16_staged(%x: tensor<2x520x520xbf16> {ds.input = "x"},
 
 // -----
 
+// A large bf16 product whose a [m, k] has k % 8 != 0 splits the
+// contraction (workspace_shapes.h, matmul_stage): y [2048, 512], k 137.
+// The f32 sums of a block of y's rows, min(2048, 32 MiB / (4 * 512)) =
+// 2048 rows: 4,194,304 bytes; a's columns for them, all 137 padded to
+// 144 (16 MiB would hold 4096): 589,824; b's last chunk, all of it with
+// zero rows to 144: 147,456; with the tile panels ((512 * 137 * 2 + 512
+// * 512) * 4 = 1,609,728), 6,541,312. The arena: a (561,152), b
+// (140,288), y (2,097,152) and the workspace, 9,339,904 bytes.
+// CHECK-LABEL: func.func @bf16_staged_k
+// CHECK-SAME: ds.memory = #ds.memory_plan<arena_bytes = 9339904,
+func.func @bf16_staged_k(%a: tensor<2048x137xbf16> {ds.input = "a"},
+                         %b: tensor<137x512xbf16> {ds.input = "b"})
+    -> (tensor<2048x512xbf16> {ds.output = "y"}) {
+  %y = ds.matmul %a, %b : tensor<2048x137xbf16>, tensor<137x512xbf16>
+  return %y : tensor<2048x512xbf16>
+}
+
+// -----
+
 // f32 products, integer products and 1x1 stride-1 unpadded convolutions
 // need no scratch memory: their plans are what they were without
 // workspaces.

@@ -124,35 +124,48 @@ int64_t poolGradWorkspaceBytes(Value dx) {
 /// The staging buffers of a large f16/bf16 product whose leading dimensions
 /// are not multiples of 8 (runtime/src/workspace_shapes.h, matmul_stage):
 /// y's rows padded to 8 in chunks and b (transposed [n, k]) with zero rows up
-/// to n rounded to 8 when n % 8 != 0, op(a)'s rows padded in
-/// chunks when k % 8 != 0 or (a transposed) m % 8 != 0, each chunk an
-/// eighth of its whole padded matrix, between 16 and 256 MiB, at least 8
-/// rows, each buffer 256-byte aligned; none under 2^27 multiply-adds.
+/// to n rounded to 8 when n % 8 != 0; a transposed's columns in chunks when
+/// m % 8 != 0; when k % 8 != 0, the contraction split: f32 sums of blocks
+/// of y's rows (at most 32 MiB, rows padded to 8, at least 128 rows, a
+/// multiple of 128), chunks of a's columns for them (a multiple of 64) and
+/// b's last chunk of rows padded to 8. Each chunk of a or y is an eighth of
+/// its whole padded matrix, between 16 and 256 MiB, at least 8 rows; each
+/// buffer 256-byte aligned; none under 2^27 multiply-adds.
 int64_t matmulStageBytes(int64_t mTotal, int64_t m, int64_t n, int64_t k) {
   constexpr int64_t kMinMacs = int64_t(1) << 27, kMinBytes = int64_t(16) << 20,
-                    kMaxBytes = int64_t(256) << 20;
+                    kMaxBytes = int64_t(256) << 20, kSumBytes = int64_t(32) << 20;
   if (mTotal <= 0 || n <= 0 || k <= 0 ||
       static_cast<double>(mTotal) * static_cast<double>(n) * static_cast<double>(k) <
           static_cast<double>(kMinMacs))
     return 0;
   auto roundUp8 = [](int64_t v) { return (v + 7) / 8 * 8; };
   auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  auto budget = [&](int64_t row, int64_t rows) {
+    const int64_t whole = 2 * std::max<int64_t>(row, 1) * roundUp8(rows);
+    return std::min(kMaxBytes, std::max(kMinBytes, whole / 8));
+  };
   auto chunkRows = [&](int64_t row, int64_t rows) {
     row = std::max<int64_t>(row, 1);
-    const int64_t budget = std::min(kMaxBytes, std::max(kMinBytes, 2 * row * roundUp8(rows) / 8));
-    const int64_t fit = std::max<int64_t>(8, budget / 2 / row / 8 * 8);
+    const int64_t fit = std::max<int64_t>(8, budget(row, rows) / 2 / row / 8 * 8);
     return std::min(fit, roundUp8(rows));
   };
-  int64_t yBytes = 0, bBytes = 0, aRows = 0, atCols = 0;
+  int64_t yBytes = 0, bBytes = 0, sumBytes = 0, aRows = 0, aCols = 0, atCols = 0;
   if (n % 8 != 0) {
     yBytes = aligned(2 * chunkRows(roundUp8(n), mTotal) * roundUp8(n));
     bBytes = aligned(2 * roundUp8(n) * k);
   }
-  if (k % 8 != 0)
-    aRows = chunkRows(roundUp8(k), mTotal);
+  if (k % 8 != 0) {
+    const int64_t k8 = roundUp8(k);
+    aRows = std::min(roundUp8(mTotal),
+                     std::max<int64_t>(128, kSumBytes / (4 * roundUp8(n)) / 128 * 128));
+    aCols = std::min(k8, std::max<int64_t>(64, budget(k8, mTotal) / 2 / aRows / 64 * 64));
+    const int64_t bLast = k8 - (k8 - 1) / aCols * aCols;
+    sumBytes = aligned(4 * aRows * roundUp8(n));
+    bBytes = std::max(bBytes, aligned(2 * bLast * n));
+  }
   if (m % 8 != 0)
     atCols = chunkRows(k, m);
-  return yBytes + bBytes + aligned(2 * std::max(aRows * roundUp8(k), k * atCols));
+  return yBytes + bBytes + sumBytes + aligned(2 * std::max(aRows * aCols, k * atCols));
 }
 
 /// f16/bf16 matmul and gemm convert tile by tile (runtime/src/cpu/linalg.cpp,

@@ -84,6 +84,8 @@ struct Gemm {
   int64_t batch = 1, a_stride = 0, b_stride = 0, y_stride = 0;
   // y's leading dimension: n unless y is a staged buffer (run_staged).
   int64_t ldy = 0;
+  // y (C and D) in f32 whatever a's and b's type: run_split_k's sums.
+  bool y_f32 = false;
   // CUBLASLT_EPILOGUE_BIAS / BGRADA with their vector, or the default.
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   void *bias = nullptr;
@@ -113,12 +115,12 @@ struct LtPlan {
   }
 };
 
-// What an LtPlan depends on: the shapes, strides, type, transposes, compute
-// type, workspace bytes, epilogue and the bias vector's alignment (which
-// the heuristic reads from the pointer: 16 bytes or less).
+// What an LtPlan depends on: the shapes, strides, types, transposes,
+// compute type, workspace bytes, epilogue and the bias vector's alignment
+// (which the heuristic reads from the pointer: 16 bytes or less).
 using LtKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
                          int64_t, int64_t, int64_t, int64_t, size_t, int, bool, bool,
-                         int64_t>;
+                         int64_t, bool>;
 
 bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -180,8 +182,9 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
   plan->a = layout(g.kernel, type, b_rows, b_cols, g.ldb, g.batch, g.b_stride);
   plan->b = layout(g.kernel, type, a_rows, a_cols, g.lda, g.batch, g.a_stride);
   const int64_t ldy = g.ldy ? g.ldy : g.n;
-  plan->c = layout(g.kernel, type, g.n, g.m, ldy, g.batch, g.y_stride);
-  plan->d = layout(g.kernel, type, g.n, g.m, ldy, g.batch, g.y_stride);
+  const cudaDataType_t y_type = g.y_f32 ? CUDA_R_32F : type;
+  plan->c = layout(g.kernel, y_type, g.n, g.m, ldy, g.batch, g.y_stride);
+  plan->d = layout(g.kernel, y_type, g.n, g.m, ldy, g.batch, g.y_stride);
   PreferenceHolder pref;
   check_cublas(cublasLtMatmulPreferenceCreate(&pref.pref), g.kernel,
                "cublasLtMatmulPreferenceCreate");
@@ -217,7 +220,7 @@ LtPlan &lt_plan(const Gemm &g, cudaDataType_t type, cublasComputeType_t compute,
   const LtKey key{static_cast<int>(type), static_cast<int>(compute), g.trans_a, g.trans_b,
                   g.m, g.n, g.k, g.lda, g.ldb, g.batch, g.a_stride, g.b_stride, g.y_stride,
                   ws_bytes, static_cast<int>(g.epilogue), aligned16(g.bias), aligned16(g.aux),
-                  g.ldy};
+                  g.ldy, g.y_f32};
   std::lock_guard<std::mutex> lock(*mutex);
   auto it = plans->find(key);
   if (it == plans->end())
@@ -289,17 +292,19 @@ int64_t stage_rows_cap() {
 }
 
 // Copies `rows` rows of `width` 16-bit elements from src to dst (pitches
-// in elements), 4 bytes at a time whatever each row's alignment: a block
-// per row. A dst row starting between two 4-byte words takes its first
+// in elements), 4 bytes at a time whatever each row's alignment, and
+// writes `pad` zeros after each dst row's width: a block per row. A dst row starting between two 4-byte words takes its first
 // element alone; a src row then starting between words is read as aligned
 // words, each output pair the high half of one and the low half of the
 // next (the last pair of an even row reads its last element alone, never
 // past the row).
 __global__ void copy_rows16_kernel(const uint16_t *src, int64_t spitch, uint16_t *dst,
-                                   int64_t dpitch, int64_t width, int64_t rows) {
+                                   int64_t dpitch, int64_t width, int64_t rows, int64_t pad) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const uint16_t *s = src + r * spitch;
     uint16_t *d = dst + r * dpitch;
+    for (int64_t j = threadIdx.x; j < pad; j += blockDim.x)
+      d[width + j] = 0;
     int64_t w = width;
     if (w > 0 && (reinterpret_cast<uintptr_t>(d) & 2) != 0) {
       if (threadIdx.x == 0)
@@ -328,57 +333,131 @@ __global__ void copy_rows16_kernel(const uint16_t *src, int64_t spitch, uint16_t
 }
 
 void copy_rows16(cudaStream_t stream, const char *kernel, const void *src, int64_t spitch,
-                 void *dst, int64_t dpitch, int64_t width, int64_t rows) {
-  if (rows <= 0 || width <= 0)
+                 void *dst, int64_t dpitch, int64_t width, int64_t rows, int64_t pad = 0) {
+  if (rows <= 0 || width + pad <= 0)
     return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, int64_t(1) << 20));
   copy_rows16_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint16_t *>(src), spitch,
                                                  static_cast<uint16_t *>(dst), dpitch, width,
-                                                 rows);
+                                                 rows, pad);
   check_launch(kernel);
+}
+
+// y (ld n) = the f32 sums y32 (ld ld32) rounded, `rows` rows of n.
+template <typename T>
+__global__ void round_rows_kernel(const float *y32, int64_t ld32, T *y, int64_t n, int64_t count) {
+  DSRT_GRID_STRIDE(i, count) y[i] = st<T>(y32[i / n * ld32 + i % n]);
+}
+
+// a [m, k] with k % 8 != 0 and b [k, n] (workspace_shapes.h, matmul_stage:
+// a_rows, a_cols, b_last): per block of a_rows rows of y, the contraction
+// in chunks of a_cols columns of a, each copied into a_buf with zero
+// columns up to 8; b's matching rows read in place but the last chunk's,
+// copied into b_buf with zero rows up to 8;
+// the products summed in f32 in y32 (ld n rounded to 8), beta 0 then 1,
+// and rounded once into y. Every leading dimension and k is a multiple of
+// 8, and each product has a block's rows of output tiles.
+void run_split_k(cudaStream_t stream, const Gemm &g, const MatmulStage &st, const void *a,
+                 const void *b, void *y, uint8_t *a_buf, uint8_t *b_buf, float *y32,
+                 const Workspace &rest) {
+  const size_t e = dtype_size(g.dtype);
+  const int64_t cap = stage_rows_cap();
+  const int64_t block_rows = std::min(st.a_rows, cap);
+  const int64_t kc = std::min(st.a_cols, std::max<int64_t>(8, cap));
+  const int64_t ld32 = round_up8(g.n);
+  const int64_t k_last = (g.k - 1) / kc * kc;  // the last chunk's first row of b
+  const int64_t w_last = g.k - k_last, w_last8 = round_up8(w_last);
+  if (w_last8 * g.n * static_cast<int64_t>(e) > st.b_bytes)
+    fail(g.kernel, "DSRT_MATMUL_STAGE_ROWS=" + std::to_string(cap) + " leaves a last chunk of " +
+                       std::to_string(w_last8) + " rows of b, more than the workspace's " +
+                       std::to_string(st.b_last));
+  // b [k, n]'s last chunk of rows, then zero rows up to w_last8 (ld n):
+  // copied once for every block of rows.
+  copy_rows16(stream, g.kernel, static_cast<const uint8_t *>(b) + k_last * g.ldb * e, g.ldb,
+              b_buf, g.n, g.n, w_last);
+  check_cuda(cudaMemsetAsync(b_buf + w_last * g.n * e, 0, (w_last8 - w_last) * g.n * e, stream),
+             g.kernel, "cudaMemsetAsync");
+  for (int64_t r0 = 0; r0 < g.m; r0 += block_rows) {
+    const int64_t rows = std::min(block_rows, g.m - r0);
+    const uint8_t *a_rows = static_cast<const uint8_t *>(a) + r0 * g.lda * e;
+    for (int64_t k0 = 0; k0 < g.k; k0 += kc) {
+      const bool last = k0 == k_last;
+      const int64_t w = last ? w_last : kc, w8 = round_up8(w);
+      copy_rows16(stream, g.kernel, a_rows + k0 * e, g.lda, a_buf, w8, w, rows, w8 - w);
+      Gemm c = g;
+      c.m = rows;
+      c.k = w8;
+      c.lda = w8;
+      c.ldy = ld32;
+      c.y_f32 = true;
+      const void *b_chunk = static_cast<const uint8_t *>(b) + k0 * g.ldb * e;
+      if (last) {
+        b_chunk = b_buf;
+        c.ldb = g.n;
+      }
+      run_lt(stream, c, 1.0f, a_buf, b_chunk, k0 == 0 ? 0.0f : 1.0f, y32, y32, rest);
+    }
+    const int64_t count = rows * g.n;
+    uint8_t *y_rows = static_cast<uint8_t *>(y) + r0 * g.n * e;
+    if (g.dtype == DType::F16)
+      round_rows_kernel<half_t><<<blocks_for(count), kThreads, 0, stream>>>(
+          y32, ld32, reinterpret_cast<half_t *>(y_rows), g.n, count);
+    else
+      round_rows_kernel<bfloat_t><<<blocks_for(count), kThreads, 0, stream>>>(
+          y32, ld32, reinterpret_cast<bfloat_t *>(y_rows), g.n, count);
+    check_launch(g.kernel);
+  }
 }
 
 // A single f16/bf16 product y = op(a) op(b) (g: m the rows over every
 // batch) whose y or a leading dimension is not a multiple of 8, through
-// the aligned buffers of workspace_shapes.h's matmul_stage: per chunk of
-// y's rows, op(a)'s rows copied in with padded rows (or columns, a
-// transposed), the product into padded rows of y (or straight into y),
-// which are copied out. The copies are copy_rows16_kernel launches on the
-// stream (cudaMemcpy2DAsync ran at about 250 GB/s on an H200 with these
-// unaligned pitches). False (nothing run) when the product is not staged:
-// under the size, or b's leading dimension unaligned.
+// the aligned buffers of workspace_shapes.h's matmul_stage: a [m, k] with
+// k % 8 != 0 by run_split_k; otherwise per chunk of y's rows, a
+// transposed's columns copied in (m % 8 != 0), the product into padded
+// rows of y (or straight into y), which are copied out. The copies are
+// copy_rows16_kernel launches on the stream (cudaMemcpy2DAsync ran at
+// about 250 GB/s on an H200 with these unaligned pitches). False (nothing
+// run) when the product is not staged: under the size, or b's leading
+// dimension unaligned.
 bool run_staged(cudaStream_t stream, const Gemm &g, int64_t m_matrix, const void *a,
                 const void *b, void *y, const Workspace &ws) {
   const MatmulStage st = matmul_stage(g.m, m_matrix, g.n, g.k);
-  const bool stage_y = st.y_rows > 0;
-  const bool stage_a = g.trans_a ? st.at_cols > 0 : st.a_rows > 0;
+  // (b transposed [n, k] with k % 8 != 0 has an unaligned ldb unless a
+  // strided view: not staged.)
+  const bool split_k = !g.trans_a && !g.trans_b && st.a_rows > 0;
+  const bool stage_y = st.y_rows > 0 && !split_k;
+  const bool stage_a = g.trans_a && st.at_cols > 0;
   // b [n, k] (transposed) with n % 8 != 0 is copied with zero rows up to
   // n rounded to 8, so that the product's every dimension but k is a
   // multiple of 8 (with n = 50257 cuBLASLt ran the LM head at 85 TFLOP/s
   // even into an aligned y); b [k, n] with n % 8 != 0 is not staged.
   const bool stage_b = stage_y && g.trans_b;
-  if ((!stage_y && !stage_a) || g.ldb % 8 != 0 || g.batch != 1)
+  if ((!stage_y && !stage_a && !split_k) || g.ldb % 8 != 0 || g.batch != 1)
     return false;
-  int64_t chunk = std::numeric_limits<int64_t>::max();
-  if (stage_y)
-    chunk = st.y_rows;
-  if (stage_a)
-    chunk = std::min(chunk, g.trans_a ? st.at_cols : st.a_rows);
-  chunk = std::max<int64_t>(8, std::min(chunk, stage_rows_cap()));
   // The buffers at the workspace's start (its base is 256-byte aligned in
   // the plan; realigned here all the same), cuBLASLt's workspace after them.
   const uintptr_t base = (reinterpret_cast<uintptr_t>(ws.data) + 255) & ~uintptr_t(255);
-  const int64_t used = static_cast<int64_t>(base - reinterpret_cast<uintptr_t>(ws.data)) +
-                       st.y_bytes + st.a_bytes + st.b_bytes;
+  const int64_t used =
+      static_cast<int64_t>(base - reinterpret_cast<uintptr_t>(ws.data)) + st.bytes();
   if (!ws.data || ws.bytes < used)
     fail(g.kernel, "the workspace holds " + std::to_string(ws.bytes) + " bytes, the staged " +
                        "product needs " + std::to_string(used));
   uint8_t *y_buf = reinterpret_cast<uint8_t *>(base);
   uint8_t *a_buf = y_buf + st.y_bytes;
   uint8_t *b_buf = a_buf + st.a_bytes;
+  float *y32 = reinterpret_cast<float *>(b_buf + st.b_bytes);
   const Workspace rest{reinterpret_cast<uint8_t *>(ws.data) + used, ws.bytes - used};
+  if (split_k) {
+    run_split_k(stream, g, st, a, b, y, a_buf, b_buf, y32, rest);
+    return true;
+  }
+  int64_t chunk = std::numeric_limits<int64_t>::max();
+  if (stage_y)
+    chunk = st.y_rows;
+  if (stage_a)
+    chunk = std::min(chunk, st.at_cols);
+  chunk = std::max<int64_t>(8, std::min(chunk, stage_rows_cap()));
   const int64_t ldy = stage_y ? round_up8(g.n) : g.n;
-  const int64_t ld_staged_a = g.trans_a ? chunk : round_up8(g.k);
   const size_t e = dtype_size(g.dtype);
   if (stage_b) {
     // b is contiguous [n, k] (ldb = k): one copy, then the zero rows.
@@ -395,15 +474,11 @@ bool run_staged(cudaStream_t stream, const Gemm &g, int64_t m_matrix, const void
     if (stage_b)
       c.n = round_up8(g.n);  // y's padding columns: products with b's zero rows
     const uint8_t *a_chunk;
-    if (stage_a) {
-      if (g.trans_a)  // a is [k, m]: columns r0.. of every row
-        copy_rows16(stream, g.kernel, static_cast<const uint8_t *>(a) + r0 * e, g.lda, a_buf,
-                    ld_staged_a, rows, g.k);
-      else  // a is [m, k]: rows r0..
-        copy_rows16(stream, g.kernel, static_cast<const uint8_t *>(a) + r0 * g.lda * e, g.lda,
-                    a_buf, ld_staged_a, g.k, rows);
+    if (stage_a) {  // a is [k, m]: columns r0.. of every row
+      copy_rows16(stream, g.kernel, static_cast<const uint8_t *>(a) + r0 * e, g.lda, a_buf,
+                  chunk, rows, g.k);
       a_chunk = a_buf;
-      c.lda = ld_staged_a;
+      c.lda = chunk;
     } else {
       a_chunk = static_cast<const uint8_t *>(a) + (g.trans_a ? r0 : r0 * g.lda) * e;
     }

@@ -986,8 +986,9 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
       d->ld < int64_t(d->rows))
     return fail("a leading dimension below its matrix's rows");
   // DSRT_EMU_REQUIRE_ALIGNED_LD=1: a large f16/bf16 product (2^27
-  // multiply-adds and more) with a leading dimension not a multiple of 8
-  // fails, as the runtime stages such products (workspace_shapes.h).
+  // multiply-adds and more) with a leading dimension, or (a not
+  // transposed) a contraction, not a multiple of 8 fails, as the runtime
+  // stages such products (workspace_shapes.h).
   static const bool require_aligned = [] {
     const char *v = std::getenv("DSRT_EMU_REQUIRE_ALIGNED_LD");
     return v && std::string(v) == "1";
@@ -995,11 +996,13 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
   if (require_aligned && (a->type == CUDA_R_16F || a->type == CUDA_R_16BF) &&
       static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >=
           static_cast<double>(int64_t(1) << 27) &&
-      (a->ld % 8 != 0 || b->ld % 8 != 0 || c->ld % 8 != 0 || d->ld % 8 != 0))
-    return fail("a large 16-bit product with a leading dimension not a multiple of 8 (lds " +
+      (a->ld % 8 != 0 || b->ld % 8 != 0 || c->ld % 8 != 0 || d->ld % 8 != 0 ||
+       (!tb && k % 8 != 0)))
+    return fail("a large 16-bit product with a leading dimension or contraction not a "
+                "multiple of 8 (lds " +
                 std::to_string(a->ld) + ", " + std::to_string(b->ld) + ", " +
-                std::to_string(c->ld) + ", " + std::to_string(d->ld) +
-                ", DSRT_EMU_REQUIRE_ALIGNED_LD=1)");
+                std::to_string(c->ld) + ", " + std::to_string(d->ld) + ", k " +
+                std::to_string(k) + ", DSRT_EMU_REQUIRE_ALIGNED_LD=1)");
   const int32_t batch = d->batch;
   if (a->batch != batch || b->batch != batch || c->batch != batch)
     return fail("batch counts differ");
