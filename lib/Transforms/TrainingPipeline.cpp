@@ -39,11 +39,14 @@ void addZero(OpPassManager &pm, const TrainingOptions &options) {
 } // namespace
 
 void buildPlanningPipeline(OpPassManager &pm, bool fuse, bool fuseParamCopy,
-                           bool fuseLossGrad) {
+                           bool fuseLossGrad, bool padVocab) {
   // The loss's pass writes the scores' gradient (after autodiff, precision,
   // the pipeline cut and ZeRO; cpu and cuda alike).
   if (fuseLossGrad)
     pm.addNestedPass<func::FuncOp>(createDsFuseLossGrad());
+  // On the fused loss, before the epilogue fusion.
+  if (padVocab)
+    pm.addNestedPass<func::FuncOp>(createDsPadVocab());
   if (fuse) {
     // Before the elementwise fusion, which would take the bias and
     // residual adds into its loops.
@@ -149,7 +152,7 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   if (!pipelined) {
     addZero(pm, options);
     buildPlanningPipeline(pm, options.fuse, options.fuseParamCopy,
-                          options.fuseLossGrad);
+                          options.fuseLossGrad, options.padVocab);
     return;
   }
   // Each rank's program is a nested module; ZeRO runs along its dp axis.
@@ -160,7 +163,7 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   addZero(rank, options);
   // The loss and its gradient were fused before the cut.
   buildPlanningPipeline(rank, options.fuse, options.fuseParamCopy,
-                        /*fuseLossGrad=*/false);
+                        /*fuseLossGrad=*/false, options.padVocab);
 }
 
 void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {

@@ -196,6 +196,12 @@ cl::opt<bool> noFuseLossGrad(
              "log-probabilities stored between them (ds-fuse-loss-grad)"),
     cl::cat(outputCategory));
 
+cl::opt<bool> noPadVocab(
+    "no-pad-vocab",
+    cl::desc("With --target cuda, keep a 16-bit LM head's vocabulary as it "
+             "is rather than padded to a multiple of 8 (ds-pad-vocab)"),
+    cl::cat(outputCategory));
+
 cl::opt<bool> listOps("list-ops",
                       cl::desc("List the supported ONNX operators and exit"),
                       cl::cat(outputCategory));
@@ -1149,6 +1155,7 @@ EXAMPLES:
     options.fuse = !noFuse;
     options.fuseParamCopy = !noFuseParamCopy;
     options.fuseLossGrad = !noFuseLossGrad;
+    options.padVocab = *target == dsopt::ProgramTarget::Cuda && !noPadVocab;
     options.fuseAttention = fuseAttention;
     options.cutOnly = emit == EmitKind::Trace;
     trainModule = OwningOpRef<ModuleOp>(module->clone());

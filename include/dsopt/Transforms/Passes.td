@@ -602,6 +602,34 @@ def DsFuseLossGrad : Pass<"ds-fuse-loss-grad", "mlir::func::FuncOp"> {
   }];
 }
 
+def DsPadVocab : Pass<"ds-pad-vocab", "mlir::func::FuncOp"> {
+  let summary = "Pad a language model's head to a vocabulary that is a multiple of 8";
+  let description = [{
+    A 16-bit LM head whose vocabulary V is not a multiple of `multiple`
+    (GPT-2's 50257): `ds.matmul %x, %w {transpose_rhs}` (w [V, d]), at most
+    a reshape that keeps V last, a `ds.softmax_cross_entropy_with_grad`
+    without class weights, and the scores' gradient read (through such
+    reshapes) only by the input gradient `matmul(g, w)` and the weight
+    gradient `matmul(gᵀ, h)`. The ops are rebuilt on V8 = V rounded up:
+    w padded with zero rows (`ds.concat` with a `ds.fill`), the head a
+    `ds.matmul_bias` whose bias is 0 for the V classes and -65504 for the
+    padding ones (their softmax underflows to 0 and their gradient is 0),
+    the loss and the gradients on [.., V8], the weight gradient sliced back
+    to [V, d]. Loss, dx and dw are the unpadded head's; every leading
+    dimension of the three products is then a multiple of 8, which
+    cuBLASLt's fast kernels need. The labels must come from an input
+    (through reshapes): its `ds.index_range` records [0, V) (and the
+    ignore_index), which the runners check before step 1, since the loss's
+    own check now allows V8 classes. Anything else is left as it is.
+    dsopt runs it for `--target cuda` (`--no-pad-vocab` leaves it out),
+    after ds-fuse-loss-grad.
+  }];
+  let options = [
+    Option<"multiple", "multiple", "int64_t", "8",
+           "Round the vocabulary up to a multiple of this">
+  ];
+}
+
 def DsFuseParamCopy : Pass<"ds-fuse-param-copy", "mlir::func::FuncOp"> {
   let summary = "Let optimizer updates write the 16-bit parameter copy";
   let description = [{

@@ -263,14 +263,21 @@ struct TrainingOptions : public mlir::PassPipelineOptions<TrainingOptions> {
       llvm::cl::desc("Compute softmax cross-entropy and its gradient in one "
                      "op (ds-fuse-loss-grad)"),
       llvm::cl::init(true)};
+  Option<bool> padVocab{
+      *this, "pad-vocab",
+      llvm::cl::desc("Pad a 16-bit LM head's vocabulary to a multiple of 8 "
+                     "(ds-pad-vocab; dsopt sets it for --target cuda)"),
+      llvm::cl::init(false)};
 };
 
-/// Appends ds-fuse-loss-grad (when `fuseLossGrad`), fusion (when `fuse`),
+/// Appends ds-fuse-loss-grad (when `fuseLossGrad`), ds-pad-vocab (when
+/// `padVocab`), fusion (when `fuse`),
 /// ds-group-optimizer, ds-fuse-param-copy (when `fuseParamCopy`) and the
 /// memory plan, the last passes of every program the driver builds
 /// (forward, training, gradients).
 void buildPlanningPipeline(mlir::OpPassManager &pm, bool fuse,
-                           bool fuseParamCopy = true, bool fuseLossGrad = true);
+                           bool fuseParamCopy = true, bool fuseLossGrad = true,
+                           bool padVocab = false);
 
 /// Appends the training pipeline for `options` to `pm` (anchored on
 /// builtin.module).
