@@ -300,12 +300,18 @@ constexpr int kMmaN = kMmaTile / 8;  // accumulator tiles across a tile's keys
 // A warp holds M blocks of 16 query (or key) rows, the A fragments of each
 // product: M = 1 (rows16) or, in the forward and dQ kernels at Dh <= 64
 // when DSRT_ATTENTION_KERNEL=rows32, M = 2, each B fragment loaded from a
-// shared tile then feeding both row blocks' products. The block's rows:
-template <int M> constexpr int mma_block_rows() { return 16 * M * kMmaWarps; }
-static_assert(mma_block_rows<1>() % kMmaTile == 0 && mma_block_rows<2>() % kMmaTile == 0,
+// shared tile then feeding both row blocks' products. A block has W warps:
+// kMmaWarps, or with rows32 at Dh <= 64 8 in dK·dV (whose warps keep one
+// row block: the key rows' A fragments and two accumulators leave no
+// registers for a second), so that each Q and dO tile staged serves 128
+// keys. The block's rows:
+template <int M, int W = kMmaWarps> constexpr int mma_block_rows() { return 16 * M * W; }
+static_assert(mma_block_rows<1>() % kMmaTile == 0 && mma_block_rows<2>() % kMmaTile == 0 &&
+                  mma_block_rows<1, 8>() % kMmaTile == 0,
               "the causal loops start and stop at block boundaries");
-template <int M> unsigned mma_blocks(int64_t heads, int64_t t) {
-  return static_cast<unsigned>(heads * ((t + mma_block_rows<M>() - 1) / mma_block_rows<M>()));
+template <int M, int W = kMmaWarps> unsigned mma_blocks(int64_t heads, int64_t t) {
+  constexpr int kRowsPerBlock = mma_block_rows<M, W>();
+  return static_cast<unsigned>(heads * ((t + kRowsPerBlock - 1) / kRowsPerBlock));
 }
 
 // DSRT_ATTENTION_KERNEL, read once: rows16 (unset or empty: the default)
@@ -402,7 +408,7 @@ template <typename Shared> constexpr size_t launch_shared_bytes() {
 // 16 bits (rows past t as zeros): cp.async, 16 bytes a copy, where src and
 // ld keep every row 16-byte aligned, else element by element. The copies
 // are complete after cp_async_commit, cp_async_wait and a barrier.
-template <typename T, int D>
+template <typename T, int D, int Threads = kMmaThreads>
 __device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0, int64_t t,
                            int cols) {
   const uint16_t *from = reinterpret_cast<const uint16_t *>(src);
@@ -412,11 +418,11 @@ __device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0
     // copies' addresses are hoisted out of the tile loop into registers
     // (ptxas: the D = 128 forward 55 registers more, dK·dV and dQ spilling).
     constexpr int kChunks = D / 8;
-    static_assert(kMmaTile * kChunks % kMmaThreads == 0, "whole rounds of the block's threads");
+    static_assert(kMmaTile * kChunks % Threads == 0, "whole rounds of the block's threads");
     const uint16_t *first = from + row0 * ld;
     const int rows = static_cast<int>(std::min<int64_t>(kMmaTile, t - row0));
 #pragma unroll 1
-    for (int e0 = 0; e0 < kMmaTile * kChunks; e0 += kMmaThreads) {
+    for (int e0 = 0; e0 < kMmaTile * kChunks; e0 += Threads) {
       const int e = e0 + static_cast<int>(threadIdx.x);
       const int r = e / kChunks, d = e % kChunks * 8;
       if (d >= cols)
@@ -491,9 +497,9 @@ struct WarpRows {
 // last_first: the block order takes a head's last tile of rows first (a
 // causal forward's or dQ's heaviest: it sees the most keys), so that the
 // light tiles fill the grid's tail; otherwise the first (dK·dV's heaviest).
-template <int M>
+template <int M, int W = kMmaWarps>
 __device__ inline WarpRows warp_rows(int64_t t, const Layouts &l, bool last_first) {
-  constexpr int kRowsPerBlock = mma_block_rows<M>();
+  constexpr int kRowsPerBlock = mma_block_rows<M, W>();
   const int64_t tiles = (t + kRowsPerBlock - 1) / kRowsPerBlock;
   WarpRows w;
   w.head = blockIdx.x / tiles;
@@ -803,9 +809,9 @@ __global__ void __launch_bounds__(kMmaThreads)
 }
 
 // dk = scale dS^T q and dv = P^T do for the warp's 16 key rows, over tiles
-// of kMmaTile queries.
-template <typename T, int D, int S>
-__global__ void __launch_bounds__(kMmaThreads)
+// of kMmaTile queries; W warps a block.
+template <typename T, int D, int S, int W>
+__global__ void __launch_bounds__(32 * W)
     attention_dkv_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
                          const float *delta, T *dk, T *dv, Layouts layout, int64_t t, int dh,
                          float scale, bool causal) {
@@ -813,7 +819,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   MmaStages<D, S> &qs = tiles.a, &dos = tiles.b;
   float(&lse_s)[S][kMmaTile] = tiles.lse;
   float(&delta_s)[S][kMmaTile] = tiles.delta;
-  const WarpRows w = warp_rows<1>(t, layout, false);  // key rows
+  const WarpRows w = warp_rows<1, W>(t, layout, false);  // key rows
   const float scale2 = scale * kLog2e;
   // The warp's rows of k and v as A fragments: held in registers up to
   // D = 64; at 128 there is no room beside the two accumulators (ptxas
@@ -840,8 +846,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   zero(acc_k);
   zero(acc_v);
   auto stage = [&](int64_t i0, int st) {
-    stage_tile<T, D>(qs[st], q + w.offset, w.stride, i0, t, dh);
-    stage_tile<T, D>(dos[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
+    stage_tile<T, D, 32 * W>(qs[st], q + w.offset, w.stride, i0, t, dh);
+    stage_tile<T, D, 32 * W>(dos[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
     for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
       const bool real = i0 + r < t;
       lse_s[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] * kLog2e : 0.0f;
@@ -849,6 +855,12 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
   };
   for_staged_tiles<S>(causal ? w.row0 : 0, t, stage, [&](int64_t i0, int st) {
+    // With 8 warps (128 keys) a causal block's first query tile lies
+    // before the last 4 warps' keys: they skip it (every probability
+    // zero), as warps with no key before t skip every tile. With 4, every
+    // warp with a real key sees some query of every tile.
+    if (W > kMmaWarps && (w.rows == 0 || (causal && i0 + kMmaTile - 1 < w.wrow0)))
+      return;
     const uint16_t *qt = qs[st], *dot = dos[st];
     const float *lse_t = lse_s[st], *delta_t = delta_s[st];
     FragC s1[1][kMmaN], dp1[1][kMmaN];  // S^T and dP^T: the warp's keys x the tile's queries
@@ -1028,16 +1040,17 @@ void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor
       if (use_mma(q.dtype, dh)) {
         auto launch = [&](auto width) {
           constexpr int D = decltype(width)::value;
-          with_mma_stages<MmaQueryTiles, D, attention_dkv_kernel<T, D, 2>>(
-              kernel, "attention_dkv_kernel", [&](auto stages, size_t shared) {
-            constexpr int S = decltype(stages)::value;
-            attention_dkv_kernel<T, D, S><<<mma_blocks<1>(rows / t, t), kMmaThreads, shared,
-                                            stream>>>(pq, pk, pv, do_.as<T>(), lse.as<float>(),
-                                                      delta, pdk, pdv, layout, t, head_dim,
-                                                      scale, causal);
-          });
           with_mma_warp_blocks<D>([&](auto warp_blocks) {
             constexpr int M = decltype(warp_blocks)::value;
+            constexpr int W = M == 1 ? kMmaWarps : 8;  // dK·dV's warps
+            with_mma_stages<MmaQueryTiles, D, attention_dkv_kernel<T, D, 2, W>>(
+                kernel, "attention_dkv_kernel", [&](auto stages, size_t shared) {
+              constexpr int S = decltype(stages)::value;
+              attention_dkv_kernel<T, D, S, W><<<mma_blocks<1, W>(rows / t, t), 32 * W, shared,
+                                                 stream>>>(pq, pk, pv, do_.as<T>(),
+                                                           lse.as<float>(), delta, pdk, pdv,
+                                                           layout, t, head_dim, scale, causal);
+            });
             with_mma_stages<MmaKeyTiles, D, attention_dq_kernel<T, D, 2, M>>(
                 kernel, "attention_dq_kernel", [&](auto stages, size_t shared) {
               constexpr int S = decltype(stages)::value;
