@@ -28,8 +28,9 @@
 // DSRT_ATTENTION_KERNEL=rows32 (read once; the default rows16 is the
 // above) the forward and dQ kernels at Dh <= 64 hold 32 rows a warp, two
 // blocks of 16 (a block of 128 query rows), each B fragment read from a
-// shared tile feeding both blocks' products: the same products summed in
-// the same order, so the same bytes as rows16.
+// shared tile feeding both blocks' products, and dK·dV runs 8 warps of 16
+// key rows a block (128 keys a staged Q/dO tile): the same products summed
+// in the same order, so the same bytes as rows16.
 //
 // Scalar (f32, and a head width that is not a multiple of 16): a thread
 // per query row: the block loads tiles of kTile keys and values into
