@@ -230,6 +230,26 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_attention_optin_48k PROPERTIES LABELS dsrt_cuda TIMEOUT 60
                        FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_FAKE_CUDA_SHARED_OPTIN=49152")
+  # The attention cases on the tensor-core kernels' rows32 tiling
+  # (DSRT_ATTENTION_KERNEL=rows32: a warp's 32 query rows in the forward and
+  # dQ, dK·dV blocks of 128 keys, at Dh <= 64), on the alignment variant
+  # with the threads resumed in reverse and fresh memory NaN bytes, as
+  # dsrt_cuda_emu_kernels_reverse_nan_align runs them with rows16 (the
+  # default); and an unknown DSRT_ATTENTION_KERNEL failing with its name.
+  add_test(NAME dsrt_cuda_emu_attention_rows32
+    COMMAND dsrt_cuda_emu_align_kernel_test --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_attention*")
+  set_tests_properties(dsrt_cuda_emu_attention_rows32 PROPERTIES LABELS dsrt_cuda TIMEOUT 120
+                       FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_ATTENTION_KERNEL=rows32;DSRT_EMU_SCHEDULE=reverse;DSRT_FAKE_CUDA_FILL=nan;DSRT_EMU_REQUIRE_ALIGNED_LD=1")
+  add_test(NAME dsrt_cuda_emu_attention_kernel_unknown
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
+            "DSRT_ATTENTION_KERNEL must be rows16 or rows32, not 'rows64'" --
+            $<TARGET_FILE:dsrt_cuda_emu_kernel_test> --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_attention.mma_causal_bf16")
+  set_tests_properties(dsrt_cuda_emu_attention_kernel_unknown PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_ATTENTION_KERNEL=rows64")
   # softmax_cross_entropy_with_grad's cases on a device that lets a block
   # opt in to no more shared memory than its static part: no row fits, so
   # every case takes the two-read kernel instead of the row in shared

@@ -1494,6 +1494,16 @@ def gen_attention(w):
         ("tokens_full", [1, 70, 2, 8], False, 0.3),
         ("mma_tokens_causal", [1, 130, 2, 64], True, 0.125),
         ("mma_tokens_full", [1, 70, 2, 32], False, 0.18),
+        # The edges of the cuda backend's DSRT_ATTENTION_KERNEL=rows32
+        # tiling (blocks of 128 query rows, a warp's 32 rows two blocks of
+        # 16; dK·dV blocks of 128 keys): T a multiple of 64, not of 128 (the
+        # last block's last two warps past T, its first two skipping the
+        # diagonal key tile); T 149 (a warp whose second 16 rows are 5
+        # real ones, dQ's second half of the last key tile past T) at Dh 48,
+        # narrower than the kernels' 64.
+        ("mma_rows32_causal", [1, 2, 192, 64], True, 0.125),
+        ("mma_rows32_full", [1, 2, 149, 48], False, 0.15),
+        ("mma_tokens_rows32_causal", [1, 149, 2, 64], True, 0.125),
     ]
     for sname, shape, causal, scale in cases:
         if sname.startswith("mma_tokens"):
@@ -1559,6 +1569,9 @@ def gen_attention(w):
         # launched first; full, every tile but the last unmasked.
         ("packed_causal_long", [1, 333, 2, 64], True, 0.125, ("bf16",)),
         ("packed_full_long", [1, 200, 1, 64], False, 0.125, ("bf16",)),
+        # The rows32 tiling's edges (the cases above): T 149 and 192.
+        ("packed_causal_rows32", [1, 149, 2, 64], True, 0.125, ("bf16", "f16")),
+        ("packed_full_rows32", [1, 192, 1, 64], False, 0.125, ("bf16",)),
     ]
     for sname, shape, causal, scale, dtypes in packed:
         heads = lambda x: x.transpose(1, 2)

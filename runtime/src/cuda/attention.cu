@@ -24,7 +24,13 @@
 // dP^T = v do^T per tile of 64 queries and accumulates dv += P^T do and
 // dk += dS^T q; one per (batch-head, tile of 64 queries) computes S and dP
 // again per key tile and accumulates dq += dS k. dS = P (dP - delta) is
-// rounded to 16 bits as an mma operand, as P is.
+// rounded to 16 bits as an mma operand, as P is. With
+// DSRT_ATTENTION_KERNEL=rows32 (read once; the default rows16 is the
+// above) the forward and dQ kernels at Dh <= 64 hold 32 rows a warp, two
+// blocks of 16 (a block of 128 query rows), each B fragment read from a
+// shared tile feeding both blocks' products, and dK·dV runs 8 warps of 16
+// key rows a block (128 keys a staged Q/dO tile): the same products summed
+// in the same order, so the same bytes as rows16.
 //
 // Scalar (f32, and a head width that is not a multiple of 16): a thread
 // per query row: the block loads tiles of kTile keys and values into
@@ -43,6 +49,9 @@
 // workspace is heads-major whatever the operands' layout.
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
+
+#include <cstdlib>
+#include <cstring>
 
 namespace dsrt {
 
@@ -287,10 +296,52 @@ __global__ void attention_dq_kernel(const T *q, const T *k, const T *v, const T 
 
 constexpr int kMmaWarps = 4;
 constexpr int kMmaThreads = 32 * kMmaWarps;
-constexpr int kMmaRows = 16 * kMmaWarps;  // query (or key) rows per block
-constexpr int kMmaTile = 64;              // keys (or queries) per shared-memory tile
-constexpr int kMmaN = kMmaTile / 8;       // accumulator tiles across a tile's keys
-static_assert(kMmaRows == kMmaTile, "the causal loops start and stop at block boundaries");
+constexpr int kMmaTile = 64;         // keys (or queries) per shared-memory tile
+constexpr int kMmaN = kMmaTile / 8;  // accumulator tiles across a tile's keys
+// A warp holds M blocks of 16 query (or key) rows, the A fragments of each
+// product: M = 1 (rows16) or, in the forward and dQ kernels at Dh <= 64
+// when DSRT_ATTENTION_KERNEL=rows32, M = 2, each B fragment loaded from a
+// shared tile then feeding both row blocks' products. A block has W warps:
+// kMmaWarps, or with rows32 at Dh <= 64 8 in dK·dV (whose warps keep one
+// row block: the key rows' A fragments and two accumulators leave no
+// registers for a second), so that each Q and dO tile staged serves 128
+// keys. The block's rows:
+template <int M, int W = kMmaWarps> constexpr int mma_block_rows() { return 16 * M * W; }
+static_assert(mma_block_rows<1>() % kMmaTile == 0 && mma_block_rows<2>() % kMmaTile == 0 &&
+                  mma_block_rows<1, 8>() % kMmaTile == 0,
+              "the causal loops start and stop at block boundaries");
+template <int M, int W = kMmaWarps> unsigned mma_blocks(int64_t heads, int64_t t) {
+  constexpr int kRowsPerBlock = mma_block_rows<M, W>();
+  return static_cast<unsigned>(heads * ((t + kRowsPerBlock - 1) / kRowsPerBlock));
+}
+
+// DSRT_ATTENTION_KERNEL, read once: rows16 (unset or empty: the default)
+// or rows32, the row blocks a warp of the forward and dQ kernels holds at
+// Dh <= 64 (1 or 2); anything else is an error.
+int mma_warp_blocks() {
+  static const int m = [] {
+    const char *v = std::getenv("DSRT_ATTENTION_KERNEL");
+    if (!v || !*v || std::strcmp(v, "rows16") == 0)
+      return 1;
+    if (std::strcmp(v, "rows32") == 0)
+      return 2;
+    throw Error(std::string("dsrt: DSRT_ATTENTION_KERNEL must be rows16 or rows32, not '") + v +
+                "'");
+  }();
+  return m;
+}
+// f(std::integral_constant<int, M>{}) with M the row blocks a warp of the
+// forward and dQ kernels holds at head width D: DSRT_ATTENTION_KERNEL's at
+// D = 64, one at 128 (two would not fit the registers).
+template <int D, typename F> void with_mma_warp_blocks(F &&f) {
+  if constexpr (D == 64) {
+    if (mma_warp_blocks() == 2) {
+      f(std::integral_constant<int, 2>{});
+      return;
+    }
+  }
+  f(std::integral_constant<int, 1>{});
+}
 
 bool use_mma(DType dtype, int64_t dh) {
   return (dtype == DType::F16 || dtype == DType::BF16) && dh % 16 == 0;
@@ -358,7 +409,7 @@ template <typename Shared> constexpr size_t launch_shared_bytes() {
 // 16 bits (rows past t as zeros): cp.async, 16 bytes a copy, where src and
 // ld keep every row 16-byte aligned, else element by element. The copies
 // are complete after cp_async_commit, cp_async_wait and a barrier.
-template <typename T, int D>
+template <typename T, int D, int Threads = kMmaThreads>
 __device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0, int64_t t,
                            int cols) {
   const uint16_t *from = reinterpret_cast<const uint16_t *>(src);
@@ -368,11 +419,11 @@ __device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0
     // copies' addresses are hoisted out of the tile loop into registers
     // (ptxas: the D = 128 forward 55 registers more, dK·dV and dQ spilling).
     constexpr int kChunks = D / 8;
-    static_assert(kMmaTile * kChunks % kMmaThreads == 0, "whole rounds of the block's threads");
+    static_assert(kMmaTile * kChunks % Threads == 0, "whole rounds of the block's threads");
     const uint16_t *first = from + row0 * ld;
     const int rows = static_cast<int>(std::min<int64_t>(kMmaTile, t - row0));
 #pragma unroll 1
-    for (int e0 = 0; e0 < kMmaTile * kChunks; e0 += kMmaThreads) {
+    for (int e0 = 0; e0 < kMmaTile * kChunks; e0 += Threads) {
       const int e = e0 + static_cast<int>(threadIdx.x);
       const int r = e / kChunks, d = e % kChunks * 8;
       if (d >= cols)
@@ -425,14 +476,16 @@ __device__ void for_staged_tiles(int64_t first, int64_t end, S &&stage, F &&f) {
   }
 }
 
-// The block (a head and a tile of kMmaRows rows of it) and the warp's 16 rows.
+// The block (a head and a tile of mma_block_rows<M>() rows of it) and the
+// warp's 16 M rows: M row blocks of 16, block mb from wrow0 + 16 mb.
 struct WarpRows {
-  int64_t head, row0;              // the block's head and first row
+  int64_t head, row0, end;         // the block's head, first row and end (row0 + its rows)
   int64_t offset, stride;          // the head's first row of a [t, dh] matrix, the row stride
   int64_t o_offset, o_stride;      // the same in o and do
   int64_t lse_offset, lse_stride;  // the same in lse
   int64_t wrow0;                   // the warp's first row
-  int rows;                        // of the warp's 16 rows, those before t
+  int span;                        // the warp's rows, 16 M
+  int rows;                        // of those, the ones before t
   int g, c;                        // the lane's group (row) and column pair in a fragment
   // These rows addressed as o's (for o and do).
   __device__ WarpRows of_o() const {
@@ -445,45 +498,54 @@ struct WarpRows {
 // last_first: the block order takes a head's last tile of rows first (a
 // causal forward's or dQ's heaviest: it sees the most keys), so that the
 // light tiles fill the grid's tail; otherwise the first (dK·dV's heaviest).
+template <int M, int W = kMmaWarps>
 __device__ inline WarpRows warp_rows(int64_t t, const Layouts &l, bool last_first) {
-  const int64_t tiles = (t + kMmaRows - 1) / kMmaRows;
+  constexpr int kRowsPerBlock = mma_block_rows<M, W>();
+  const int64_t tiles = (t + kRowsPerBlock - 1) / kRowsPerBlock;
   WarpRows w;
   w.head = blockIdx.x / tiles;
   const int64_t tile = blockIdx.x % tiles;
-  w.row0 = (last_first ? tiles - 1 - tile : tile) * kMmaRows;
+  w.row0 = (last_first ? tiles - 1 - tile : tile) * kRowsPerBlock;
+  w.end = w.row0 + kRowsPerBlock;
   w.offset = l.qkv.at(w.head, 0);
   w.stride = l.qkv.row;
   w.o_offset = l.o.at(w.head, 0);
   w.o_stride = l.o.row;
   w.lse_offset = l.lse.at(w.head, 0);
   w.lse_stride = l.lse.row;
-  w.wrow0 = w.row0 + 16 * (threadIdx.x / 32);
-  w.rows = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(16, t - w.wrow0)));
+  w.span = 16 * M;
+  w.wrow0 = w.row0 + w.span * (threadIdx.x / 32);
+  w.rows = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(w.span, t - w.wrow0)));
   w.g = threadIdx.x % 32 / 4;
   w.c = threadIdx.x % 4;
   return w;
 }
 
-// The warp's 16 rows of a [t, dh] matrix of the block's head, columns
-// [16 kk, 16 kk + 16), as an A fragment (rows past t as zeros).
+// The warp's row block mb (16 rows) of a [t, dh] matrix of the block's
+// head, columns [16 kk, 16 kk + 16), as an A fragment (rows past t as zeros).
 template <typename T>
-__device__ inline FragA row_frag(const T *m, const WarpRows &w, int dh, int kk) {
-  const uint16_t *base = reinterpret_cast<const uint16_t *>(m + w.offset) + w.wrow0 * w.stride;
-  return load_frag_a(base + 16 * kk, w.stride, 1, w.rows);
+__device__ inline FragA row_frag(const T *m, const WarpRows &w, int dh, int kk, int mb = 0) {
+  const uint16_t *base =
+      reinterpret_cast<const uint16_t *>(m + w.offset) + (w.wrow0 + 16 * mb) * w.stride;
+  return load_frag_a(base + 16 * kk, w.stride, 1, w.rows - 16 * mb);
 }
 // All of them, held in registers.
-template <typename T, int D>
-__device__ void load_rows(FragA (&a)[D / 16], const T *m, const WarpRows &w, int dh) {
+template <typename T, int D, int M>
+__device__ void load_rows(FragA (&a)[M][D / 16], const T *m, const WarpRows &w, int dh) {
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    if (16 * kk < dh)
-      a[kk] = row_frag(m, w, dh, kk);
+  for (int mb = 0; mb < M; ++mb)
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      if (16 * kk < dh)
+        a[mb][kk] = row_frag(m, w, dh, kk, mb);
 }
 
-template <int N> __device__ inline void zero(FragC (&f)[N]) {
+template <int M, int N> __device__ inline void zero(FragC (&f)[M][N]) {
 #pragma unroll
-  for (int n = 0; n < N; ++n)
-    f[n] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+  for (int mb = 0; mb < M; ++mb)
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+      f[mb][n] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
 }
 
 // f(std::true_type{}) when the head width dh is the kernel's D (every
@@ -496,99 +558,128 @@ template <int D, typename F> __device__ inline void with_width(int dh, F &&f) {
     f(std::false_type{});
 }
 
-// s[n] += a b^T for the kMmaTile rows of a shared tile (b^T's columns):
-// scores of the warp's 16 rows against the tile's rows; a(kk) is the A
-// fragment of the warp's columns [16 kk, 16 kk + 16).
-template <typename T, int D, typename A>
-__device__ void mma_rows_tile(FragC (&s)[kMmaN], A &&a, const uint16_t *tile, int dh) {
+// s[mb][n] += a b^T for the N rows of a shared tile from `tile` (b^T's
+// columns): scores of the warp's row blocks against those rows; a(mb, kk)
+// is the A fragment of row block mb's columns [16 kk, 16 kk + 16). Each B
+// fragment, loaded once, feeds the M row blocks' products.
+template <typename T, int D, int M, int N, typename A>
+__device__ void mma_rows_tile(FragC (&s)[M][N / 8], A &&a, const uint16_t *tile, int dh) {
   const uint16_t *lane_tile = tile + frag_b_nk_offset(mma_ld<D>());
   with_width<D>(dh, [&](auto full) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       if (!full && 16 * kk >= dh)
         break;
-      const FragA frag = a(kk);
+      FragA frag[M];
 #pragma unroll
-      for (int n = 0; n < kMmaN; n += 2) {
+      for (int mb = 0; mb < M; ++mb)
+        frag[mb] = a(mb, kk);
+#pragma unroll
+      for (int n = 0; n < N / 8; n += 2) {
         FragB b[2];
         load_frag_b_at<false>(b, lane_tile + 8 * n * mma_ld<D>() + 16 * kk);
-        mma_16x8x16<T>(s[n], frag, b[0]);
-        mma_16x8x16<T>(s[n + 1], frag, b[1]);
+#pragma unroll
+        for (int mb = 0; mb < M; ++mb) {
+          mma_16x8x16<T>(s[mb][n], frag[mb], b[0]);
+          mma_16x8x16<T>(s[mb][n + 1], frag[mb], b[1]);
+        }
       }
     }
   });
 }
 
-// acc[n] += p tile: p (16 x kMmaTile, accumulator tiles rounded to 16
-// bits) times the shared tile's rows (kMmaTile x dh).
-template <typename T, int D>
-__device__ void mma_p_tile(FragC (&acc)[D / 8], const FragC (&p)[kMmaN], const uint16_t *tile,
-                           int dh) {
+// acc[mb][n] += p[mb] tile: p (the warp's rows x N, accumulator tiles
+// rounded to 16 bits) times the shared tile's N rows from `tile` (N x dh),
+// each B fragment feeding the M row blocks' products.
+template <typename T, int D, int M, int N>
+__device__ void mma_p_tile(FragC (&acc)[M][D / 8], const FragC (&p)[M][N / 8],
+                           const uint16_t *tile, int dh) {
   const uint16_t *lane_tile = tile + frag_b_kn_offset(mma_ld<D>());
   with_width<D>(dh, [&](auto full) {
 #pragma unroll
-    for (int kk = 0; kk < kMmaTile / 16; ++kk) {
-      const FragA a = frag_a_of<T>(p[2 * kk], p[2 * kk + 1]);
+    for (int kk = 0; kk < N / 16; ++kk) {
+      FragA a[M];
+#pragma unroll
+      for (int mb = 0; mb < M; ++mb)
+        a[mb] = frag_a_of<T>(p[mb][2 * kk], p[mb][2 * kk + 1]);
 #pragma unroll
       for (int n = 0; n < D / 8; n += 2)
         if (full || 8 * n < dh) {  // and 8 (n + 1) < dh: dh is a multiple of 16
           FragB b[2];
           load_frag_b_at<true>(b, lane_tile + 16 * kk * mma_ld<D>() + 8 * n);
-          mma_16x8x16<T>(acc[n], a, b[0]);
-          mma_16x8x16<T>(acc[n + 1], a, b[1]);
+#pragma unroll
+          for (int mb = 0; mb < M; ++mb) {
+            mma_16x8x16<T>(acc[mb][n], a[mb], b[0]);
+            mma_16x8x16<T>(acc[mb][n + 1], a[mb], b[1]);
+          }
         }
     }
   });
 }
 
-// Stores the warp's rows of acc * factor(h) (h: the lane's row g or g + 8)
-// into a [t, dh] matrix of the block's head.
-template <typename T, int D, typename F>
-__device__ void store_rows(T *dst, const FragC (&acc)[D / 8], const WarpRows &w, int dh,
+// Stores the warp's rows of acc * factor(mb, h) (mb: the row block; h: the
+// lane's row g or g + 8 of it) into a [t, dh] matrix of the block's head.
+template <typename T, int D, int M, typename F>
+__device__ void store_rows(T *dst, const FragC (&acc)[M][D / 8], const WarpRows &w, int dh,
                            F &&factor) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = w.g + 8 * h;
-    if (r >= w.rows)
-      continue;
-    const float f = factor(h);
-    T *row = dst + w.offset + (w.wrow0 + r) * w.stride;
+  for (int mb = 0; mb < M; ++mb)
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      if (8 * n < dh) {
-        row[8 * n + 2 * w.c] = st<T>(acc[n].x[2 * h] * f);
-        row[8 * n + 2 * w.c + 1] = st<T>(acc[n].x[2 * h + 1] * f);
-      }
-  }
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * mb + w.g + 8 * h;
+      if (r >= w.rows)
+        continue;
+      const float f = factor(mb, h);
+      T *row = dst + w.offset + (w.wrow0 + r) * w.stride;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        if (8 * n < dh) {
+          row[8 * n + 2 * w.c] = st<T>(acc[mb][n].x[2 * h] * f);
+          row[8 * n + 2 * w.c + 1] = st<T>(acc[mb][n].x[2 * h + 1] * f);
+        }
+    }
 }
 
-// Whether element i of accumulator tile n (rows of the warp, columns of a
-// tile from col0) is a real, unmasked pair: row and column before t, and
-// for causal attention the key (column or row, `keys_are_rows`) not after
-// the query.
-__device__ inline bool visible(const WarpRows &w, int n, int i, int64_t col0, int64_t t,
+// Whether element i of accumulator tile n (rows of the warp's row block mb,
+// columns of a tile from col0) is a real, unmasked pair: row and column
+// before t, and for causal attention the key (column or row,
+// `keys_are_rows`) not after the query.
+__device__ inline bool visible(const WarpRows &w, int mb, int n, int i, int64_t col0, int64_t t,
                                bool causal, bool keys_are_rows) {
-  const int64_t row = w.wrow0 + w.g + 8 * (i / 2);
+  const int64_t row = w.wrow0 + 16 * mb + w.g + 8 * (i / 2);
   const int64_t col = col0 + 8 * n + 2 * w.c + i % 2;
   if (row >= t || col >= t)
     return false;
   return !causal || (keys_are_rows ? row <= col : col <= row);
 }
 
-// Whether the tile of kMmaTile columns from col0 has, for some real row of
-// the warp, a masked element (visible false): a column past t, or for
-// causal attention one the row does not see. Rows past t need no mask
-// (their results are not stored, and their operands are zeros). Warp-
-// uniform: the tiles that need none (all but the diagonal ones and the
-// last) skip visible's per-element test.
-__device__ inline bool tile_masked(const WarpRows &w, int64_t col0, int64_t t, bool causal,
-                                   bool keys_are_rows) {
-  if (col0 + kMmaTile > t)
+// Whether the `cols` columns from col0 have, for some real row of the
+// warp, a masked element (visible false): a column past t, or for causal
+// attention one the row does not see. Rows past t need no mask (their
+// results are not stored, and their operands are zeros). Warp-uniform: the
+// tiles that need none (all but the diagonal ones and the last) skip
+// visible's per-element test.
+__device__ inline bool tile_masked(const WarpRows &w, int64_t col0, int cols, int64_t t,
+                                   bool causal, bool keys_are_rows) {
+  if (col0 + cols > t)
     return true;
   if (!causal)
     return false;
-  // Rows wrow0 .. wrow0 + 15 against columns col0 .. col0 + kMmaTile - 1.
-  return keys_are_rows ? w.wrow0 + 15 > col0 : col0 + kMmaTile - 1 > w.wrow0;
+  // Rows wrow0 .. wrow0 + span - 1 against columns col0 .. col0 + cols - 1.
+  return keys_are_rows ? w.wrow0 + w.span - 1 > col0 : col0 + cols - 1 > w.wrow0;
+}
+
+// Whether no real query row of the warp (rows are queries, columns keys)
+// sees a key from col0 on: the warp has none before t, or the keys lie
+// past t or, causal, after all its rows. Warp-uniform: the warp skips
+// those keys' products (every probability would be zero). Tested with two
+// row blocks a warp only: a causal block's first warps see none of its
+// last tile, and dQ's halves of 32 keys may lie past t. With one, every
+// tile a block streams has a key each warp with a real row sees, and the
+// test cost the kernels registers (ptxas: the one-stage Dh 128 forward 19
+// more).
+__device__ inline bool warp_sees_none(const WarpRows &w, int64_t col0, int64_t t, bool causal) {
+  return w.rows == 0 || col0 >= t || (causal && col0 > w.wrow0 + w.span - 1);
 }
 
 // f(std::true_type{}) where a tile needs its masks (tile_masked), else
@@ -613,7 +704,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 template <typename T, int D, int S, typename F>
 __device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, MmaStages<D, S> &ks,
                                   MmaStages<D, S> &vs, int64_t t, int dh, bool causal, F &&f) {
-  const int64_t keys = causal ? std::min<int64_t>(t, w.row0 + kMmaRows) : t;
+  const int64_t keys = causal ? std::min<int64_t>(t, w.end) : t;
   for_staged_tiles<S>(
       0, keys,
       [&](int64_t j0, int s) {
@@ -623,83 +714,105 @@ __device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, Mma
       [&](int64_t j0, int s) { f(j0, ks[s], vs[s]); });
 }
 
-template <typename T, int D, int S>
+template <typename T, int D, int S, int M>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse, Layouts layout,
                      int64_t t, int dh, float scale, bool causal) {
   MmaKeyTiles<D, S> &tiles = mma_shared<MmaKeyTiles<D, S>>();
   MmaStages<D, S> &ks = tiles.a, &vs = tiles.b;
-  const WarpRows w = warp_rows(t, layout, causal);
-  FragA qa[D / 16];
-  load_rows<T, D>(qa, q, w, dh);
-  FragC acc[D / 8];
+  const WarpRows w = warp_rows<M>(t, layout, causal);
+  FragA qa[M][D / 16];
+  load_rows<T, D, M>(qa, q, w, dh);
+  FragC acc[M][D / 8];
   zero(acc);
-  // Row g (h = 0) and g + 8 (h = 1) of the warp: running maximum (of the
-  // scores times scale log2(e)), and this lane's part of the running sum
-  // (its columns; the 4 lanes of a row add theirs at the end).
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  // Row g (h = 0) and g + 8 (h = 1) of each row block mb of the warp:
+  // running maximum (of the scores times scale log2(e)), and this lane's
+  // part of the running sum (its columns; the 4 lanes of a row add theirs
+  // at the end).
+  float m[M][2], l[M][2];
+#pragma unroll
+  for (int mb = 0; mb < M; ++mb)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m[mb][h] = -INFINITY;
+      l[mb][h] = 0.0f;
+    }
   const float scale2 = scale * kLog2e;
   for_mma_key_tiles<T, D, S>(w, k, v, ks, vs, t, dh, causal,
                              [&](int64_t j0, const uint16_t *kt, const uint16_t *vt) {
-    FragC s[kMmaN];
+    if (M > 1 && warp_sees_none(w, j0, t, causal))
+      return;
+    FragC s[M][kMmaN];
     zero(s);
-    mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, kt, dh);
-    float mx[2] = {-INFINITY, -INFINITY};
-    with_mask(tile_masked(w, j0, t, causal, false), [&](auto masked) {
+    mma_rows_tile<T, D, M, kMmaTile>(s, [&](int mb, int kk) { return qa[mb][kk]; }, kt, dh);
+    with_mask(tile_masked(w, j0, kMmaTile, t, causal, false), [&](auto masked) {
+#pragma unroll
+      for (int mb = 0; mb < M; ++mb)
+#pragma unroll
+        for (int n = 0; n < kMmaN; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            s[mb][n].x[i] = !masked || visible(w, mb, n, i, j0, t, causal, false)
+                                ? scale2 * s[mb][n].x[i]
+                                : -INFINITY;
+    });
+#pragma unroll
+    for (int mb = 0; mb < M; ++mb) {
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int n = 0; n < kMmaN; ++n)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          s[n].x[i] = !masked || visible(w, n, i, j0, t, causal, false) ? scale2 * s[n].x[i]
-                                                                         : -INFINITY;
-    });
+          mx[i / 2] = fmaxf(mx[i / 2], s[mb][n].x[i]);
+      float base[2], rescale[2];
 #pragma unroll
-    for (int n = 0; n < kMmaN; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        mx[i / 2] = fmaxf(mx[i / 2], s[n].x[i]);
-    float base[2], rescale[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float m_new = fmaxf(m[h], mx[h]);
-      // A row with no key yet keeps zeros (exp(-inf) = 0, never inf - inf).
-      base[h] = m_new == -INFINITY ? 0.0f : m_new;
-      rescale[h] = exp2f(m[h] - base[h]);
-      m[h] = m_new;
-      l[h] *= rescale[h];
-    }
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        acc[n].x[i] *= rescale[i / 2];
-#pragma unroll
-    for (int n = 0; n < kMmaN; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        s[n].x[i] = exp2f(s[n].x[i] - base[i / 2]);
-        l[i / 2] += s[n].x[i];
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float m_new = fmaxf(m[mb][h], mx[h]);
+        // A row with no key yet keeps zeros (exp(-inf) = 0, never inf - inf).
+        base[h] = m_new == -INFINITY ? 0.0f : m_new;
+        rescale[h] = exp2f(m[mb][h] - base[h]);
+        m[mb][h] = m_new;
+        l[mb][h] *= rescale[h];
       }
-    mma_p_tile<T, D>(acc, s, vt, dh);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          acc[mb][n].x[i] *= rescale[i / 2];
+#pragma unroll
+      for (int n = 0; n < kMmaN; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          s[mb][n].x[i] = exp2f(s[mb][n].x[i] - base[i / 2]);
+          l[mb][i / 2] += s[mb][n].x[i];
+        }
+    }
+    mma_p_tile<T, D, M, kMmaTile>(acc, s, vt, dh);
   });
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-  }
-  store_rows<T, D>(o, acc, w.of_o(), dh, [&](int h) { return 1.0f / l[h]; });
+  for (int mb = 0; mb < M; ++mb)
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
-    if (w.c == 0 && w.g + 8 * h < w.rows)
-      lse[w.lse_offset + (w.wrow0 + w.g + 8 * h) * w.lse_stride] = m[h] * kLn2 + logf(l[h]);
+    for (int h = 0; h < 2; ++h) {
+      l[mb][h] += __shfl_xor_sync(0xffffffffu, l[mb][h], 1);
+      l[mb][h] += __shfl_xor_sync(0xffffffffu, l[mb][h], 2);
+    }
+  store_rows<T, D, M>(o, acc, w.of_o(), dh, [&](int mb, int h) { return 1.0f / l[mb][h]; });
+#pragma unroll
+  for (int mb = 0; mb < M; ++mb)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * mb + w.g + 8 * h;
+      if (w.c == 0 && r < w.rows)
+        lse[w.lse_offset + (w.wrow0 + r) * w.lse_stride] = m[mb][h] * kLn2 + logf(l[mb][h]);
+    }
 }
 
 // dk = scale dS^T q and dv = P^T do for the warp's 16 key rows, over tiles
-// of kMmaTile queries.
-template <typename T, int D, int S>
-__global__ void __launch_bounds__(kMmaThreads)
+// of kMmaTile queries; W warps a block.
+template <typename T, int D, int S, int W>
+__global__ void __launch_bounds__(32 * W)
     attention_dkv_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
                          const float *delta, T *dk, T *dv, Layouts layout, int64_t t, int dh,
                          float scale, bool causal) {
@@ -707,35 +820,35 @@ __global__ void __launch_bounds__(kMmaThreads)
   MmaStages<D, S> &qs = tiles.a, &dos = tiles.b;
   float(&lse_s)[S][kMmaTile] = tiles.lse;
   float(&delta_s)[S][kMmaTile] = tiles.delta;
-  const WarpRows w = warp_rows(t, layout, false);  // key rows
+  const WarpRows w = warp_rows<1, W>(t, layout, false);  // key rows
   const float scale2 = scale * kLog2e;
   // The warp's rows of k and v as A fragments: held in registers up to
   // D = 64; at 128 there is no room beside the two accumulators (ptxas
   // spills), so each query tile loads them again (from L1 or L2).
   constexpr bool kHold = D <= 64;
-  FragA ka[D / 16], va[D / 16];
+  FragA ka[1][D / 16], va[1][D / 16];
   if constexpr (kHold) {
-    load_rows<T, D>(ka, k, w, dh);
-    load_rows<T, D>(va, v, w, dh);
+    load_rows<T, D, 1>(ka, k, w, dh);
+    load_rows<T, D, 1>(va, v, w, dh);
   }
-  auto k_frag = [&](int kk) {
+  auto k_frag = [&](int, int kk) {
     if constexpr (kHold)
-      return ka[kk];
+      return ka[0][kk];
     else
       return row_frag(k, w, dh, kk);
   };
-  auto v_frag = [&](int kk) {
+  auto v_frag = [&](int, int kk) {
     if constexpr (kHold)
-      return va[kk];
+      return va[0][kk];
     else
       return row_frag(v, w, dh, kk);
   };
-  FragC acc_k[D / 8], acc_v[D / 8];
+  FragC acc_k[1][D / 8], acc_v[1][D / 8];
   zero(acc_k);
   zero(acc_v);
   auto stage = [&](int64_t i0, int st) {
-    stage_tile<T, D>(qs[st], q + w.offset, w.stride, i0, t, dh);
-    stage_tile<T, D>(dos[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
+    stage_tile<T, D, 32 * W>(qs[st], q + w.offset, w.stride, i0, t, dh);
+    stage_tile<T, D, 32 * W>(dos[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
     for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
       const bool real = i0 + r < t;
       lse_s[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] * kLog2e : 0.0f;
@@ -743,23 +856,31 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
   };
   for_staged_tiles<S>(causal ? w.row0 : 0, t, stage, [&](int64_t i0, int st) {
+    // With 8 warps (128 keys) a causal block's first query tile lies
+    // before the last 4 warps' keys: they skip it (every probability
+    // zero), as warps with no key before t skip every tile. With 4, every
+    // warp with a real key sees some query of every tile.
+    if (W > kMmaWarps && (w.rows == 0 || (causal && i0 + kMmaTile - 1 < w.wrow0)))
+      return;
     const uint16_t *qt = qs[st], *dot = dos[st];
     const float *lse_t = lse_s[st], *delta_t = delta_s[st];
-    FragC s[kMmaN], dp[kMmaN];  // S^T and dP^T: the warp's keys x the tile's queries
-    zero(s);
-    zero(dp);
-    mma_rows_tile<T, D>(s, k_frag, qt, dh);
-    mma_rows_tile<T, D>(dp, v_frag, dot, dh);
+    FragC s1[1][kMmaN], dp1[1][kMmaN];  // S^T and dP^T: the warp's keys x the tile's queries
+    FragC(&s)[kMmaN] = s1[0];
+    FragC(&dp)[kMmaN] = dp1[0];
+    zero(s1);
+    zero(dp1);
+    mma_rows_tile<T, D, 1, kMmaTile>(s1, k_frag, qt, dh);
+    mma_rows_tile<T, D, 1, kMmaTile>(dp1, v_frag, dot, dh);
     // P^T = exp2(S^T scale log2(e) - lse log2(e)) (lse_t is scaled so),
     // masked to zeros where the tile needs it.
-    with_mask(tile_masked(w, i0, t, causal, true), [&](auto masked) {
+    with_mask(tile_masked(w, i0, kMmaTile, t, causal, true), [&](auto masked) {
 #pragma unroll
       for (int n = 0; n < kMmaN; ++n) {
         const float2 lse2 = *reinterpret_cast<const float2 *>(lse_t + 8 * n + 2 * w.c);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float p = exp2f(fmaf(scale2, s[n].x[i], -(i % 2 ? lse2.y : lse2.x)));
-          s[n].x[i] = !masked || visible(w, n, i, i0, t, causal, true) ? p : 0.0f;
+          s[n].x[i] = !masked || visible(w, 0, n, i, i0, t, causal, true) ? p : 0.0f;
         }
       }
     });
@@ -770,60 +891,81 @@ __global__ void __launch_bounds__(kMmaThreads)
       for (int i = 0; i < 4; ++i)
         dp[n].x[i] = s[n].x[i] * (dp[n].x[i] - (i % 2 ? delta2.y : delta2.x));
     }
-    mma_p_tile<T, D>(acc_v, s, dot, dh);
-    mma_p_tile<T, D>(acc_k, dp, qt, dh);
+    mma_p_tile<T, D, 1, kMmaTile>(acc_v, s1, dot, dh);
+    mma_p_tile<T, D, 1, kMmaTile>(acc_k, dp1, qt, dh);
   });
-  store_rows<T, D>(dk, acc_k, w, dh, [&](int) { return scale; });
-  store_rows<T, D>(dv, acc_v, w, dh, [](int) { return 1.0f; });
+  store_rows<T, D, 1>(dk, acc_k, w, dh, [&](int, int) { return scale; });
+  store_rows<T, D, 1>(dv, acc_v, w, dh, [](int, int) { return 1.0f; });
 }
 
-// dq = scale dS k for the warp's 16 query rows, over tiles of kMmaTile keys.
-template <typename T, int D, int S>
+// dq = scale dS k for the warp's 16 M query rows, over tiles of kMmaTile
+// keys. With one row block a tile's products take its 64 keys at once; with
+// two, the scores and dP of two row blocks across 64 keys would not fit the
+// registers beside the A fragments of q and do and the accumulator, so each
+// tile is taken in two halves of 32 keys: every accumulator still sums the
+// tile's keys in order, the same sums as in one.
+template <typename T, int D, int S, int M>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_dq_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
                         const float *delta, T *dq, Layouts layout, int64_t t, int dh, float scale,
                         bool causal) {
   MmaKeyTiles<D, S> &tiles = mma_shared<MmaKeyTiles<D, S>>();
   MmaStages<D, S> &ks = tiles.a, &vs = tiles.b;
-  const WarpRows w = warp_rows(t, layout, causal);
+  const WarpRows w = warp_rows<M>(t, layout, causal);
   const float scale2 = scale * kLog2e;
-  FragA qa[D / 16], da[D / 16];
-  load_rows<T, D>(qa, q, w, dh);
-  load_rows<T, D>(da, do_, w.of_o(), dh);
-  FragC acc[D / 8];
+  constexpr int N = M == 1 ? kMmaTile : kMmaTile / 2;  // keys per product
+  FragA qa[M][D / 16], da[M][D / 16];
+  load_rows<T, D, M>(qa, q, w, dh);
+  load_rows<T, D, M>(da, do_, w.of_o(), dh);
+  FragC acc[M][D / 8];
   zero(acc);
-  float lse_i[2], delta_i[2];
+  float lse_i[M][2], delta_i[M][2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const bool real = w.g + 8 * h < w.rows;
-    const int64_t i = w.wrow0 + w.g + 8 * h;
-    lse_i[h] = real ? lse[w.lse_offset + i * w.lse_stride] * kLog2e : 0.0f;
-    delta_i[h] = real ? delta[w.head * t + i] : 0.0f;
-  }
+  for (int mb = 0; mb < M; ++mb)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * mb + w.g + 8 * h;
+      const bool real = r < w.rows;
+      const int64_t i = w.wrow0 + r;
+      lse_i[mb][h] = real ? lse[w.lse_offset + i * w.lse_stride] * kLog2e : 0.0f;
+      delta_i[mb][h] = real ? delta[w.head * t + i] : 0.0f;
+    }
   for_mma_key_tiles<T, D, S>(w, k, v, ks, vs, t, dh, causal,
                              [&](int64_t j0, const uint16_t *kt, const uint16_t *vt) {
-    FragC s[kMmaN], dp[kMmaN];
-    zero(s);
-    zero(dp);
-    mma_rows_tile<T, D>(s, [&](int kk) { return qa[kk]; }, kt, dh);
-    mma_rows_tile<T, D>(dp, [&](int kk) { return da[kk]; }, vt, dh);
-    with_mask(tile_masked(w, j0, t, causal, false), [&](auto masked) {
 #pragma unroll
-      for (int n = 0; n < kMmaN; ++n)
+    for (int c0 = 0; c0 < kMmaTile; c0 += N) {
+      const int64_t col0 = j0 + c0;
+      if (M > 1 && warp_sees_none(w, col0, t, causal))
+        break;  // nor the keys after these
+      const uint16_t *kc = kt + c0 * mma_ld<D>(), *vc = vt + c0 * mma_ld<D>();
+      FragC s[M][N / 8], dp[M][N / 8];
+      zero(s);
+      zero(dp);
+      mma_rows_tile<T, D, M, N>(s, [&](int mb, int kk) { return qa[mb][kk]; }, kc, dh);
+      mma_rows_tile<T, D, M, N>(dp, [&](int mb, int kk) { return da[mb][kk]; }, vc, dh);
+      with_mask(tile_masked(w, col0, N, t, causal, false), [&](auto masked) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float p = exp2f(fmaf(scale2, s[n].x[i], -lse_i[i / 2]));
-          s[n].x[i] = !masked || visible(w, n, i, j0, t, causal, false) ? p : 0.0f;
-        }
-    });
+        for (int mb = 0; mb < M; ++mb)
 #pragma unroll
-    for (int n = 0; n < kMmaN; ++n)
+          for (int n = 0; n < N / 8; ++n)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        s[n].x[i] *= dp[n].x[i] - delta_i[i / 2];
-    mma_p_tile<T, D>(acc, s, kt, dh);
+            for (int i = 0; i < 4; ++i) {
+              const float p = exp2f(fmaf(scale2, s[mb][n].x[i], -lse_i[mb][i / 2]));
+              s[mb][n].x[i] =
+                  !masked || visible(w, mb, n, i, col0, t, causal, false) ? p : 0.0f;
+            }
+      });
+#pragma unroll
+      for (int mb = 0; mb < M; ++mb)
+#pragma unroll
+        for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            s[mb][n].x[i] *= dp[mb][n].x[i] - delta_i[mb][i / 2];
+      mma_p_tile<T, D, M, N>(acc, s, kc, dh);
+    }
   });
-  store_rows<T, D>(dq, acc, w, dh, [&](int) { return scale; });
+  store_rows<T, D, M>(dq, acc, w, dh, [&](int, int) { return scale; });
 }
 
 // Calls launch(std::integral_constant<int, S>{}, dynamic shared bytes)
@@ -859,11 +1001,15 @@ void launch_attention(cudaStream_t stream, const char *kernel, const Tensor &q, 
       if (use_mma(q.dtype, dh)) {
         auto launch = [&](auto width) {
           constexpr int D = decltype(width)::value;
-          with_mma_stages<MmaKeyTiles, D, attention_kernel<T, D, 2>>(
-              kernel, "attention_kernel", [&](auto stages, size_t shared) {
-            constexpr int S = decltype(stages)::value;
-            attention_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
-                pq, pk, pv, o.as<T>(), lse.as<float>(), layout, t, head_dim, scale, causal);
+          with_mma_warp_blocks<D>([&](auto warp_blocks) {
+            constexpr int M = decltype(warp_blocks)::value;
+            with_mma_stages<MmaKeyTiles, D, attention_kernel<T, D, 2, M>>(
+                kernel, "attention_kernel", [&](auto stages, size_t shared) {
+              constexpr int S = decltype(stages)::value;
+              attention_kernel<T, D, S, M><<<mma_blocks<M>(rows / t, t), kMmaThreads, shared,
+                                             stream>>>(pq, pk, pv, o.as<T>(), lse.as<float>(),
+                                                       layout, t, head_dim, scale, causal);
+            });
           });
         };
         with_mma_width(dh, launch);
@@ -895,19 +1041,25 @@ void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor
       if (use_mma(q.dtype, dh)) {
         auto launch = [&](auto width) {
           constexpr int D = decltype(width)::value;
-          with_mma_stages<MmaQueryTiles, D, attention_dkv_kernel<T, D, 2>>(
-              kernel, "attention_dkv_kernel", [&](auto stages, size_t shared) {
-            constexpr int S = decltype(stages)::value;
-            attention_dkv_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
-                pq, pk, pv, do_.as<T>(), lse.as<float>(), delta, pdk, pdv, layout, t, head_dim,
-                scale, causal);
-          });
-          with_mma_stages<MmaKeyTiles, D, attention_dq_kernel<T, D, 2>>(
-              kernel, "attention_dq_kernel", [&](auto stages, size_t shared) {
-            constexpr int S = decltype(stages)::value;
-            attention_dq_kernel<T, D, S><<<blocks, kMmaThreads, shared, stream>>>(
-                pq, pk, pv, do_.as<T>(), lse.as<float>(), delta, pdq, layout, t, head_dim, scale,
-                causal);
+          with_mma_warp_blocks<D>([&](auto warp_blocks) {
+            constexpr int M = decltype(warp_blocks)::value;
+            constexpr int W = M == 1 ? kMmaWarps : 8;  // dK·dV's warps
+            with_mma_stages<MmaQueryTiles, D, attention_dkv_kernel<T, D, 2, W>>(
+                kernel, "attention_dkv_kernel", [&](auto stages, size_t shared) {
+              constexpr int S = decltype(stages)::value;
+              attention_dkv_kernel<T, D, S, W><<<mma_blocks<1, W>(rows / t, t), 32 * W, shared,
+                                                 stream>>>(pq, pk, pv, do_.as<T>(),
+                                                           lse.as<float>(), delta, pdk, pdv,
+                                                           layout, t, head_dim, scale, causal);
+            });
+            with_mma_stages<MmaKeyTiles, D, attention_dq_kernel<T, D, 2, M>>(
+                kernel, "attention_dq_kernel", [&](auto stages, size_t shared) {
+              constexpr int S = decltype(stages)::value;
+              attention_dq_kernel<T, D, S, M><<<mma_blocks<M>(rows / t, t), kMmaThreads, shared,
+                                                stream>>>(pq, pk, pv, do_.as<T>(),
+                                                          lse.as<float>(), delta, pdq, layout, t,
+                                                          head_dim, scale, causal);
+            });
           });
         };
         with_mma_width(dh, launch);
