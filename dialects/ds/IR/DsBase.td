@@ -127,10 +127,11 @@ def Ds_Dialect : Dialect {
     /// the split axis's model extent; the padding past it is masked away.
     static constexpr ::llvm::StringLiteral kTpWholeAttrName = "ds.tp_whole";
     /// Argument attribute set by ds-tensor-parallel on an integer input that
-    /// a vocabulary-parallel lookup or loss reads: the values the whole op
-    /// takes, `array<i64: lo, hi>` ([lo, hi)) or `array<i64: lo, hi,
-    /// ignore>`. The rank-local form no longer shows them, and the runners
-    /// check the data against them before step 1.
+    /// a vocabulary-parallel lookup or loss reads, and by ds-pad-vocab on a
+    /// padded loss's labels: the values the whole op takes, `array<i64: lo,
+    /// hi>` ([lo, hi)) or `array<i64: lo, hi, ignore>`. The rank-local (or
+    /// padded) form no longer shows them, and the runners check the data
+    /// against them before step 1.
     static constexpr ::llvm::StringLiteral kIndexRangeAttrName =
         "ds.index_range";
     /// Unit attribute set by ds-tensor-parallel on a ds.dropout of a split
