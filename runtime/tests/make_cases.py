@@ -16,7 +16,10 @@ Every case is a directory holding manifest.json and one .npy file per tensor:
 An input may be null (an absent optional operand) or a list of files
 (concat). A case with "error" expects the kernel to throw dsrt::Error with
 that text in its message; its outputs give "dtype" and "shape" instead of a
-file. bf16 tensors are stored as '<u2' raw bits, as dsrt's npy code does.
+file. An optional "shift": {name: k} places that input or output (each
+tensor of a list) k elements past an aligned allocation, for the kernels'
+paths for misaligned tensors. bf16 tensors are stored as '<u2' raw bits,
+as dsrt's npy code does.
 
 Expected values are computed in float64 from the (already rounded) inputs
 and rounded once to the output type, so they are the correctly rounded
@@ -86,6 +89,7 @@ class Case:
         self.outputs = {}
         self.tensors = {}
         self.error = None
+        self.shift = {}  # name: elements past an aligned allocation
 
     def inp(self, name, value):
         if value is None:
@@ -153,6 +157,8 @@ class Writer:
                     "inputs": case.inputs, "outputs": case.outputs}
         if case.error is not None:
             manifest["error"] = case.error
+        if case.shift:
+            manifest["shift"] = case.shift
         with open(os.path.join(path, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=1, allow_nan=False)
         self.count += 1
@@ -327,6 +333,35 @@ def gen_binary(w):
         a, b = rng.float([512, 300]), rng.float(sb)
         w.case("binary", name, op=op).inp("a", a).inp("b", b).out(
             "y", binary_ref(op, a, b, "f32")).save()
+    # The cuda fast path (an operand of y's shape, a scalar, or broadcast
+    # along leading axes): 16-byte vectors where aligned, with elements
+    # past the last whole vector; element by element for a row length not
+    # a multiple of the vector or a tensor shifted off 16 bytes (the
+    # manifest's "shift": elements past an aligned allocation).
+    fast = [
+        ("flat_odd", [7, 37], [7, 37], {}),
+        ("lead", [6, 8, 24], [8, 24], {}),
+        ("lead_lhs", [8, 24], [6, 8, 24], {}),
+        ("lead_long", [40, 8, 24], [8, 24], {}),
+        ("lead_rank4", [3, 2, 5, 16], [5, 16], {}),
+        ("lead_odd_row", [5, 3, 7], [3, 7], {}),
+        ("lead_scalar", [1, 16], [9, 4, 16], {}),
+        ("flat_shift_a", [7, 37], [7, 37], {"a": 1}),
+        ("lead_shift_b", [6, 8, 24], [8, 24], {"b": 3}),
+        ("lead_shift_y", [6, 8, 24], [8, 24], {"y": 1}),
+        ("scalar_shift_y", [], [5, 13], {"y": 1}),
+    ]
+    for pname, sa, sb, shift in fast:
+        for op in ("add", "mul", "div"):
+            for dtype in ("f32", "f16", "bf16", "i64", "i32"):
+                name = "%s_%s_fast_%s" % (op, dtype, pname)
+                a, b = binary_inputs(Rng(name), op, dtype, sa, sb)
+                if dtype not in FLOATS:
+                    b = torch.where(b == 0, torch.ones_like(b), b)  # binary_ref divides too
+                c = w.case("binary", name, op=op).inp("a", a).inp("b", b).out(
+                    "y", binary_ref(op, a, b, dtype))
+                c.shift = shift
+                c.save()
     # Data-dependent error: integer division by zero.
     a = torch.tensor([1, 2, 3], dtype=torch.int64)
     b = torch.tensor([1, 0, 3], dtype=torch.int64)
