@@ -847,6 +847,31 @@ def gen_reduce(w):
     # more rows than the cuda kernel's 256 row slices, column counts that
     # are not a multiple of its tile (8 f32, 16 16-bit columns), odd ones
     # (16-bit x read one element at a time).
+    # At most 256 rows: the cuda backend's sums in registers (1 to 8 lanes a
+    # column), x shifted off 4 bytes read one element at a time.
+    few = [("sum", "bf16", "f32", [64, 48, 16], [0], {}),
+           ("sum", "bf16", "bf16", [64, 770], [0], {}),
+           ("sum", "bf16", "f32", [64, 75], [0], {"x": 1}),
+           ("sum", "f16", "f16", [256, 18], [0], {}),
+           ("mean", "f16", "f16", [5, 3, 36], [0], {}),
+           ("sum", "f32", "f32", [2, 100, 33], [0, 1], {}),
+           ("sum", "f32", "f32", [7, 9], [0], {"x": 1}),
+           ("sum", "i64", "i64", [40, 19], [0], {}),
+           ("mean", "i32", "i32", [129, 21], [0], {})]
+    for op, dtype, ydtype, shape, axes, shift in few:
+        name = "%s_few_rows_%s_%s_%s%s" % (op, "x".join(map(str, shape)), dtype, ydtype,
+                                           "_shifted" if shift else "")
+        x = Rng(name).tensor(shape, dtype, -100 if dtype in ("i64", "i32") else -2,
+                             100 if dtype in ("i64", "i32") else 2)
+        if ydtype != dtype:
+            y = torch.sum(f64(x), axes, keepdim=False).float()
+        else:
+            y = reduce_ref(op, x, axes, False, dtype)
+        rows = x.numel() // y.numel()
+        c = w.case("reduce", name, op=op, axes=axes).inp("x", x).out(
+            "y", y, scale=float(rows) if op == "sum" and dtype in FLOATS else 4.0)
+        c.shift = shift
+        c.save()
     for op, dtype, ydtype, shape, axes in (
             ("sum", "f32", "f32", [2, 300, 170], [0, 1]),
             ("mean", "f32", "f32", [3, 200, 97], [0, 1]),
