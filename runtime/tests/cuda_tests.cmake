@@ -246,7 +246,7 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   # the stepping of a thread's position from one to the next is checked.
   add_test(NAME dsrt_cuda_emu_one_block
     COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
-            "--gtest_filter=Kernel_binary.*")
+            "--gtest_filter=Kernel_binary.*:Kernel_gather.*")
   set_tests_properties(dsrt_cuda_emu_one_block PROPERTIES LABELS dsrt_cuda TIMEOUT 60
                        FIXTURES_REQUIRED dsrt_cases ENVIRONMENT "DSRT_CUDA_MAX_BLOCKS=1")
   # The same epilogue cases when cuBLASLt's heuristic has no algorithm for

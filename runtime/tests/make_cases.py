@@ -1003,6 +1003,33 @@ def gen_gather(w):
         idx = rng.int(ishape, itype, -n if name == "negative" else 0, n)
         w.case("gather", name, axis=axis).inp("data", data).inp("indices", idx).out(
             "y", gather_ref(data, idx, axis)).save()
+    # Rows of at least 32 elements: the cuda backend's warp per row, in
+    # 16-byte vectors where the rows' bytes and the tensors allow, else by
+    # element (odd widths, data or y shifted off 16 bytes); more rows than
+    # a one-block grid's warps.
+    rows_cases = [
+        ("rows_bf16", [50, 64], [3, 7], 0, "i64", "bf16", {}),
+        ("rows_bf16_long", [40, 48], [300], 0, "i32", "bf16", {}),
+        ("rows_bf16_wide", [6, 520], [9], 0, "i64", "bf16", {}),
+        ("rows_f32_odd", [20, 33], [4, 5], 0, "i64", "f32", {}),
+        ("rows_f16_axis1", [3, 10, 40], [6], 1, "i32", "f16", {}),
+        ("rows_i64_negative", [9, 2, 32], [5], 0, "i64", "i64", {}),
+        ("rows_bf16_shift_data", [50, 64], [3, 7], 0, "i64", "bf16", {"data": 1}),
+        ("rows_f32_shift_y", [12, 36], [10], 0, "i64", "f32", {"y": 3}),
+    ]
+    for name, dshape, ishape, axis, itype, dtype, shift in rows_cases:
+        rng = Rng("gather" + name)
+        data = rng.tensor(dshape, dtype, -9, 9)
+        n = dshape[axis]
+        idx = rng.int(ishape, itype, -n if "negative" in name else 0, n)
+        c = w.case("gather", name, axis=axis).inp("data", data).inp("indices", idx).out(
+            "y", gather_ref(data, idx, axis))
+        c.shift = shift
+        c.save()
+    data = Rng("gather_rows_oob").float([5, 40])
+    idx = torch.tensor([0, 4, 7, 1], dtype=torch.int64)
+    w.case("gather", "rows_out_of_range", axis=0).inp("data", data).inp("indices", idx).fails(
+        "index 7", y=("f32", [4, 40])).save()
     data = Rng("gather_oob").float([5, 3])
     idx = torch.tensor([0, 4, 5, 1], dtype=torch.int64)
     w.case("gather", "out_of_range", axis=0).inp("data", data).inp("indices", idx).fails(
