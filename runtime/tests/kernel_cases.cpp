@@ -108,6 +108,10 @@ public:
     return list;
   }
 
+  bool has_output(const std::string &name) const {
+    return manifest_.at("outputs").find(name) != nullptr;
+  }
+
   // An int64 scalar output the runner computes on the host (what a backend
   // call returns rather than writes).
   void put_i64(const std::string &name, int64_t value) {
@@ -687,11 +691,17 @@ const std::map<std::string, KernelFn> &kernels() {
                              ms = c.in_list("ms"), vs = c.in_list("vs"),
                              ps_out = c.out_list("params_out"), ms_out = c.out_list("ms_out"),
                              vs_out = c.out_list("vs_out");
+         // Mixed precision's 16-bit copies of the updated parameters, when
+         // the case has them.
+         std::vector<Tensor> copies;
+         if (c.has_output("params_copy"))
+           copies = c.out_list("params_copy");
          adamw_multi(c.stream(), c.in("lr"), c.in("step"), static_cast<int>(ps.size()), ps.data(),
                      gs.data(), ms.data(), vs.data(), ps_out.data(), ms_out.data(),
                      vs_out.data(), c.attr_float("beta1"), c.attr_float("beta2"),
                      c.attr_float("epsilon"), c.attr_float("weight_decay"),
-                     c.attr_bool("decoupled"), c.opt("grad_scale"));
+                     c.attr_bool("decoupled"), c.opt("grad_scale"),
+                     copies.empty() ? nullptr : copies.data());
        }},
       {"sgd",
        [](CaseRun &c) {

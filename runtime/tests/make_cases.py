@@ -2273,6 +2273,35 @@ def gen_torch_optim(w):
                 ps, ms, vs = p1, m1, v1
                 states = [{"step": torch.tensor(float(t)), "exp_avg": m, "exp_avg_sq": v}
                           for m, v in zip(m1, v1)]
+    # The cuda backend's blocks of 4096 elements of a chunk, in 16-byte
+    # vectors with the elements around them one by one: tensors that cross
+    # chunks and blocks at odd offsets; mixed precision (f32 parameters,
+    # bf16 gradients and the parameters' bf16 copy); parameters shifted off
+    # 16 bytes (element by element).
+    for name, shapes, dtype, gtype, copy, shift, *scale in (
+            ("blocks_mixed", [[70001], [5, 3], [4099], [1], [8200]], "f32", "bf16", True, {}),
+            ("blocks_mixed_scaled", [[9000], [33]], "f32", "bf16", True, {}, 0.61),
+            ("blocks_bf16", [[9001], [3], [4100]], "bf16", "bf16", False, {}),
+            ("blocks_f32_scaled", [[5000], [17]], "f32", "f32", False, {}, 0.61),
+            ("blocks_f32_shifted", [[5000], [17]], "f32", "f32", False, {"params": 1})):
+        rng = Rng("adamw_multi" + name)
+        ps = [rng.float(shape, dtype) for shape in shapes]
+        ms = [rng.float(shape, dtype, -0.1, 0.1) for shape in shapes]
+        vs = [rng.float(shape, dtype, 0.0, 0.01) for shape in shapes]
+        gs = [rng.float(shape, gtype) for shape in shapes]
+        states = [{"step": torch.tensor(2.0), "exp_avg": m, "exp_avg_sq": v} for m, v in zip(ms, vs)]
+        outs = [torch_optim_step(make, p, scaled_grad(g, scale), st)
+                for p, g, st in zip(ps, gs, states)]
+        p1 = [like(p, dtype) for p, _ in outs]
+        c = w.case("adamw_multi", name, beta1=b1, beta2=b2, epsilon=eps, weight_decay=wd,
+                   decoupled=True).inp("lr", torch.tensor(lr)).inp("step", torch.tensor(3)).inp(
+                   "params", ps).inp("grads", gs).inp("ms", ms).inp("vs", vs).out(
+                   "params_out", p1).out("ms_out", [like(st["exp_avg"], dtype) for _, st in outs]).out(
+                   "vs_out", [like(st["exp_avg_sq"], dtype) for _, st in outs])
+        if copy:
+            c.out("params_copy", [p.to(torch.bfloat16) for p in p1])
+        c.shift = shift
+        with_grad_scale(c, scale).save()
 
     lr = f32r(1e-3)
     w.case("adamw", "step_zero", beta1=b1, beta2=b2, epsilon=eps, weight_decay=0.0, decoupled=True).inp(
