@@ -203,33 +203,32 @@ static_assert(sizeof(ChunkLaunch<float>) < 32000, "kernel parameters are limited
 constexpr int kAdamSplit = 16;
 constexpr int64_t kAdamSplitElements = kChunkElements / kAdamSplit;
 
+// V consecutive elements of type U from element i (aligned to V), in f32.
+template <typename U, int V>
+__device__ inline void load_f32(const void *data, int64_t i, float (&out)[V]) {
+  const auto pack = *reinterpret_cast<const math::Vector<U, V> *>(static_cast<const U *>(data) + i);
+  for (int j = 0; j < V; ++j)
+    out[j] = ld(pack.lane[j]);
+}
+// p's V values rounded to U, stored at element i (aligned to V).
+template <typename U, int V>
+__device__ inline void store_rounded(void *data, int64_t i, const float (&p)[V]) {
+  math::Vector<U, V> pack;
+  for (int j = 0; j < V; ++j)
+    pack.lane[j] = st<U>(p[j]);
+  *reinterpret_cast<math::Vector<U, V> *>(static_cast<U *>(data) + i) = pack;
+}
+
 // V consecutive elements of the gradient from element i (aligned to V), in
 // f32, scaled as GradIn's operator[] scales one.
 template <int V>
 __device__ inline void load_grad(const GradIn &grad, int64_t i, float (&g)[V]) {
-  switch (grad.dtype) {
-  case DType::F16: {
-    const auto pack = *reinterpret_cast<const math::Vector<half_t, V> *>(
-        static_cast<const half_t *>(grad.data) + i);
-    for (int j = 0; j < V; ++j)
-      g[j] = ld(pack.lane[j]);
-    break;
-  }
-  case DType::BF16: {
-    const auto pack = *reinterpret_cast<const math::Vector<bfloat_t, V> *>(
-        static_cast<const bfloat_t *>(grad.data) + i);
-    for (int j = 0; j < V; ++j)
-      g[j] = ld(pack.lane[j]);
-    break;
-  }
-  default: {
-    const auto pack =
-        *reinterpret_cast<const math::Vector<float, V> *>(static_cast<const float *>(grad.data) + i);
-    for (int j = 0; j < V; ++j)
-      g[j] = pack.lane[j];
-    break;
-  }
-  }
+  if (grad.dtype == DType::F16)
+    load_f32<half_t, V>(grad.data, i, g);
+  else if (grad.dtype == DType::BF16)
+    load_f32<bfloat_t, V>(grad.data, i, g);
+  else
+    load_f32<float, V>(grad.data, i, g);
   if (grad.scale) {
     const float scale = *grad.scale;
     for (int j = 0; j < V; ++j)
@@ -241,20 +240,13 @@ __device__ inline void load_grad(const GradIn &grad, int64_t i, float (&g)[V]) {
 template <int V> __device__ inline void store_copy(const CopyOut &copy, int64_t i, const float (&p)[V]) {
   if (!copy.data)
     return;
-  if (copy.dtype == DType::F16) {
-    math::Vector<half_t, V> pack;
-    for (int j = 0; j < V; ++j)
-      pack.lane[j] = st<half_t>(p[j]);
-    *reinterpret_cast<math::Vector<half_t, V> *>(static_cast<half_t *>(copy.data) + i) = pack;
-  } else if (copy.dtype == DType::BF16) {
-    math::Vector<bfloat_t, V> pack;
-    for (int j = 0; j < V; ++j)
-      pack.lane[j] = st<bfloat_t>(p[j]);
-    *reinterpret_cast<math::Vector<bfloat_t, V> *>(static_cast<bfloat_t *>(copy.data) + i) = pack;
-  } else {
+  if (copy.dtype == DType::F16)
+    store_rounded<half_t, V>(copy.data, i, p);
+  else if (copy.dtype == DType::BF16)
+    store_rounded<bfloat_t, V>(copy.data, i, p);
+  else
     for (int j = 0; j < V; ++j)
       copy.put(i + j, p[j]);
-  }
 }
 
 template <typename T>
