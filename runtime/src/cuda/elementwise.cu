@@ -169,7 +169,7 @@ __global__ void binary_kernel(BinaryOp op, BroadcastPlan plan, const T *a, const
 // i mod L, L the size of its trailing axes, the same L for both operands
 // where both are rows). A thread takes V consecutive elements (a unit: one
 // 16-byte vector where every pointer is aligned and L is a multiple of V,
-// else V = 1), grid-stride over the n / V units; a row operand's unit
+// else V = 1), grid-stride over the n / V units, two at a time; a row operand's unit
 // column is found with one division when the thread starts and then moved
 // on by the stride modulo the row (one compare and subtract a unit), so the
 // loop has no division. The n % V elements after the last whole vector
@@ -199,16 +199,33 @@ __global__ void binary_fast_kernel(BinaryOp op, const T *a, const T *b, T *y, Op
   // Where there is no row operand, row_units is 0 and the column unused.
   int64_t column = row_units > 0 ? first % row_units : 0;
   const int64_t column_step = row_units > 0 ? stride % row_units : 0;
-  for (int64_t u = first; u < units; u += stride) {
-    const math::Vector<T, V> x = load_unit<T, V>(a, ka, u, column);
-    const math::Vector<T, V> z = load_unit<T, V>(b, kb, u, column);
-    const int64_t ib = (kb == Operand::Row ? column : u) * V;
+  // Two units an iteration (u and u + stride), both loaded before either
+  // is computed, so that each thread has two of each operand in flight.
+  auto put = [&](int64_t u, int64_t col, const math::Vector<T, V> &x,
+                 const math::Vector<T, V> &z) {
+    const int64_t ib = (kb == Operand::Row ? col : u) * V;
     math::Vector<T, V> r;
     for (int j = 0; j < V; ++j)
       r.lane[j] = binary_value(op, x.lane[j], z.lane[j], err, kid,
                                kb == Operand::Scalar ? 0 : ib + j);
     reinterpret_cast<math::Vector<T, V> *>(y)[u] = r;
-    column += column_step;
+  };
+  for (int64_t u0 = first; u0 < units; u0 += 2 * stride) {
+    const int64_t u1 = u0 + stride;
+    int64_t col1 = column + column_step;
+    if (col1 >= row_units)
+      col1 -= row_units;
+    const math::Vector<T, V> x0 = load_unit<T, V>(a, ka, u0, column);
+    const math::Vector<T, V> z0 = load_unit<T, V>(b, kb, u0, column);
+    math::Vector<T, V> x1 = x0, z1 = z0;
+    if (u1 < units) {
+      x1 = load_unit<T, V>(a, ka, u1, col1);
+      z1 = load_unit<T, V>(b, kb, u1, col1);
+    }
+    put(u0, column, x0, z0);
+    if (u1 < units)
+      put(u1, col1, x1, z1);
+    column = col1 + column_step;
     if (column >= row_units)
       column -= row_units;
   }
