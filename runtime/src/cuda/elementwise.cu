@@ -2,7 +2,9 @@
 // cast. One thread per output element (grid-stride); float types compute in
 // f32 and round once to the output type; broadcasting follows the same
 // BroadcastPlan as the cpu kernels, each thread finding its operands'
-// offsets from its output index.
+// offsets from its output index; binary's operands of y's shape, scalars
+// and broadcasts along leading axes go 16-byte vectors at a time without
+// division (binary_fast_kernel).
 #include "cuda/common.cuh"
 #include "dsrt/math.h"
 #include "elementwise_ops.h"

@@ -3,7 +3,9 @@
 // shape checks and plans are the cpu kernels' (kernel_common.h); moving
 // elements only needs their size, so most kernels dispatch on it. Indices
 // are checked on the device: one out of range is reported through the
-// device error word and thrown by the next synchronize.
+// device error word and thrown by the next synchronize. gather copies
+// rows of 32 elements and more a warp per row, 16 bytes at a time where
+// aligned (gather_rows_kernel).
 #include "cuda/common.cuh"
 #include "dsrt/math.h"
 #include "elementwise_ops.h"

@@ -5,7 +5,8 @@
 // in f64, as torch.optim) itself, so nothing is read back to the host. A
 // step below 1 for adamw and sgd is reported through the device error word.
 // Every element's inputs are read before its outputs are written, so the
-// outputs may be the inputs. The gradient has the parameter's type, or is
+// outputs may be the inputs. adamw_multi takes 16-byte vectors of aligned
+// tensors, 16 blocks a chunk of the list's concatenation. The gradient has the parameter's type, or is
 // the bf16/f16 gradient of an f32 parameter (mixed precision), converted an
 // element at a time.
 #include "cuda/chunk_table.h"

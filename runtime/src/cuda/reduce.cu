@@ -6,7 +6,8 @@
 // [rows, columns] reduced over its rows, as the bias gradients' sums), a
 // block per tile of consecutive columns, so that a warp's loads coalesce,
 // combining each column in the same order as the block per output does
-// (the same bytes), for every op. Float
+// (the same bytes), for every op; a sum over at most 256 such rows in a
+// thread's registers and its warp's shuffles (the same bytes again). Float
 // sums and products accumulate in f64 (one rounding at the end), max
 // propagates NaN like PyTorch's amax, integer sums and products wrap.
 // sum_of_squares: a block per chunk of 65536 elements of the tensors'
