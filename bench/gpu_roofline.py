@@ -203,6 +203,23 @@ def column_parts(x, axes):
     return parts
 
 
+def binary_fast(out, operands):
+    """runtime/src/cuda/elementwise.cu's binary_fast_kernel case: each
+    operand, over y's axes of size > 1, has all of them (y's shape), none
+    (a scalar) or only trailing ones (broadcast along leading axes), and
+    operands of the last kind have the same trailing size."""
+    rows = set()
+    for t in operands:
+        shape = [1] * (len(out.shape) - len(t.shape)) + list(t.shape)
+        present = [s != 1 for s, o in zip(shape, out.shape) if o != 1]
+        first = present.index(True) if True in present else len(present)
+        if not all(present[first:]):
+            return False
+        if 0 < first < len(present):
+            rows.add(math.prod(s for s, o in zip(shape, out.shape) if o != 1 and s != 1))
+    return len(rows) <= 1
+
+
 def chunk_launches(sizes):
     """adamw_multi's launches: the tables of chunk_table.h's chunk_tables()
     (its constants read from the header), one launch each."""
@@ -347,7 +364,7 @@ def classify(op, seq):
     elif name in ("add", "sub", "mul", "div"):
         op.kind = "attention softmax" if is_scores(out, seq) else "bias, residual"
         op.flops = n
-        op.launches["binary_kernel"] = 1
+        op.launches["binary_fast_kernel" if binary_fast(out, ins[:2]) else "binary_kernel"] = 1
     elif name == "reduce_sum":
         op.kind, op.flops = "bias grads", ins[0].numel
         m = re.search(r"axes = array<i64(?::\s*([0-9, ]*))?>", op.attrs)
@@ -359,8 +376,11 @@ def classify(op, seq):
             if size != 1 and (not groups or groups[-1] != (d in axes)):
                 groups.append(d in axes)
         columns = groups == [True, False]
-        op.launches["reduce_columns_kernel" if columns else "reduce_kernel"] = 1
-        if columns and column_parts(ins[0], axes) > 1:
+        # At most 256 rows: a sum in registers (reduce_few_rows_kernel).
+        few = columns and math.prod(n for d, n in enumerate(ins[0].shape) if d in axes) <= 256
+        op.launches["reduce_few_rows_kernel" if few else
+                    "reduce_columns_kernel" if columns else "reduce_kernel"] = 1
+        if columns and not few and column_parts(ins[0], axes) > 1:
             op.launches["reduce_column_parts_kernel"] = 1
     elif name == "transpose":
         op.kind = "copies"
@@ -384,7 +404,14 @@ def classify(op, seq):
                 op.launches[k] = 1
     elif name in ("gather", "trilu"):
         op.kind = "copies"
-        op.launches[name + "_kernel"] = 1
+        kernel = name + "_kernel"
+        if name == "gather":  # rows of 32 elements and more: a warp a row
+            m = re.search(r"axis = (-?\d+)", op.attrs)
+            axis = int(m.group(1)) if m else 0
+            axis = axis + len(ins[0].shape) if axis < 0 else axis
+            if math.prod(ins[0].shape[axis + 1:]) >= 32:
+                kernel = "gather_rows_kernel"
+        op.launches[kernel] = 1
         if name == "gather":  # the table is read at the indexed rows only
             op.bytes = ins[1].bytes + 2 * out.bytes
     elif name == "adamw_multi":

@@ -260,6 +260,15 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_cross_entropy_no_shared_row PROPERTIES LABELS dsrt_cuda
                        TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_FAKE_CUDA_SHARED_OPTIN=1024")
+  # The memory-bound kernels' cases on a grid of one block
+  # (DSRT_CUDA_MAX_BLOCKS=1, stream_blocks in common.cuh): every thread
+  # loops over many vectors or rows, as on a GPU with large tensors, so
+  # the stepping of a thread's position from one to the next is checked.
+  add_test(NAME dsrt_cuda_emu_one_block
+    COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_binary.*:Kernel_gather.*")
+  set_tests_properties(dsrt_cuda_emu_one_block PROPERTIES LABELS dsrt_cuda TIMEOUT 60
+                       FIXTURES_REQUIRED dsrt_cases ENVIRONMENT "DSRT_CUDA_MAX_BLOCKS=1")
   # The same epilogue cases when cuBLASLt's heuristic has no algorithm for
   # an epilogue: the fallback (plain product, then the bias add, the
   # column sums or the pointwise GELU) against the same references.

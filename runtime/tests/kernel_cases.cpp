@@ -77,7 +77,7 @@ public:
     const Json &entry = manifest_.at("inputs").at(name);
     if (entry.is_null())
       throw std::runtime_error("input '" + name + "' is required but null");
-    return load(entry.as_string());
+    return load(entry.as_string(), shift(name));
   }
   // An optional input: null when absent.
   const Tensor *opt(const std::string &name) {
@@ -90,20 +90,26 @@ public:
   std::vector<Tensor> in_list(const std::string &name) {
     std::vector<Tensor> list;
     for (const Json &f : manifest_.at("inputs").at(name).items())
-      list.push_back(load(f.as_string()));
+      list.push_back(load(f.as_string(), shift(name)));
     return list;
   }
 
   // Outputs: buffers of the expected type and shape, filled with 0xFF bytes
   // (NaN for floats, -1 for integers, an invalid bool) so that an element
   // the kernel forgets to write is caught.
-  Tensor out(const std::string &name) { return make_output(name, manifest_.at("outputs").at(name)); }
+  Tensor out(const std::string &name) {
+    return make_output(name, manifest_.at("outputs").at(name), shift(name));
+  }
   std::vector<Tensor> out_list(const std::string &name) {
     std::vector<Tensor> list;
     const auto &items = manifest_.at("outputs").at(name).items();
     for (size_t i = 0; i < items.size(); ++i)
-      list.push_back(make_output(name + std::to_string(i), items[i]));
+      list.push_back(make_output(name + std::to_string(i), items[i], shift(name)));
     return list;
+  }
+
+  bool has_output(const std::string &name) const {
+    return manifest_.at("outputs").find(name) != nullptr;
   }
 
   // An int64 scalar output the runner computes on the host (what a backend
@@ -153,16 +159,48 @@ public:
   const std::string &dir() const { return dir_; }
 
 private:
-  Tensor load(const std::string &file) {
+  // The manifest's optional "shift": {name: k} places the named input or
+  // output (each tensor of a list) k elements past an aligned allocation,
+  // so that a case reaches the kernels' paths for misaligned tensors.
+  int64_t shift(const std::string &name) const {
+    const Json *shifts = manifest_.find("shift");
+    const Json *k = shifts ? shifts->find(name) : nullptr;
+    return k ? k->as_int() : 0;
+  }
+  Tensor load(const std::string &file, int64_t shift) {
     auto it = arrays_.find(file);
     if (it == arrays_.end())
       it = arrays_.emplace(file, read_npy(dir_ + "/" + file)).first;
     Tensor t = it->second.tensor();
-    t.data = staged(t.data, it->second.bytes.size());
+    t.data = staged(t.data, it->second.bytes.size(), shift * dtype_size(t.dtype));
     return t;
+  }
+  // `bytes` host bytes `shift_bytes` past a 256-byte aligned buffer: on a
+  // device backend a device copy, on the cpu a host copy.
+  void *shifted(void *host, size_t bytes, size_t shift_bytes) {
+    if (!on_device_) {
+      shifted_.emplace_back(bytes + shift_bytes + 256);
+      char *base = shifted_.back().data();
+      base += (256 - reinterpret_cast<uintptr_t>(base) % 256) % 256;
+      std::memcpy(base + shift_bytes, host, bytes);
+      return base + shift_bytes;
+    }
+    void *base = backend(stream_).allocate(MemoryKind::Device, bytes + shift_bytes, 256);
+    if (!base)
+      throw std::runtime_error("cannot allocate " + std::to_string(bytes + shift_bytes) +
+                               " bytes of device memory for a case");
+    device_buffers_.push_back(base);
+    char *device = static_cast<char *>(base) + shift_bytes;
+    backend(stream_).copy(stream_, device, host, bytes);
+    return device;
   }
   // Host bytes as the kernel sees them: themselves on the cpu backend, a
   // device copy otherwise.
+  void *staged(void *host, size_t bytes, size_t shift_bytes) {
+    if (shift_bytes > 0 && bytes > 0)
+      return shifted(host, bytes, shift_bytes);
+    return staged(host, bytes);
+  }
   void *staged(void *host, size_t bytes) {
     if (!on_device_ || bytes == 0)
       return host;
@@ -174,7 +212,7 @@ private:
     backend(stream_).copy(stream_, device, host, bytes);
     return device;
   }
-  Tensor make_output(const std::string &key, const Json &entry) {
+  Tensor make_output(const std::string &key, const Json &entry, int64_t shift = 0) {
     NpyArray buffer;
     if (const Json *file = entry.find("file")) {
       NpyArray expected = read_npy(dir_ + "/" + file->as_string());
@@ -192,7 +230,9 @@ private:
     slot.actual = std::move(buffer);
     slot.entry = &entry;
     Tensor t = slot.actual.tensor();
-    if (on_device_ && t.data)
+    if (t.data && shift > 0)  // copied back by finish() on the cpu too
+      slot.device = t.data = staged(t.data, slot.actual.bytes.size(), shift * dtype_size(t.dtype));
+    else if (on_device_ && t.data)
       slot.device = t.data = staged(t.data, slot.actual.bytes.size());
     return t;
   }
@@ -204,6 +244,7 @@ private:
   std::map<std::string, Tensor> views_;
   std::map<std::string, Output> outputs_;
   std::vector<std::vector<float>> workspaces_;
+  std::vector<std::vector<char>> shifted_;  // the cpu's shifted copies
   bool on_device_;
   std::vector<void *> device_buffers_;
 };
@@ -650,11 +691,17 @@ const std::map<std::string, KernelFn> &kernels() {
                              ms = c.in_list("ms"), vs = c.in_list("vs"),
                              ps_out = c.out_list("params_out"), ms_out = c.out_list("ms_out"),
                              vs_out = c.out_list("vs_out");
+         // Mixed precision's 16-bit copies of the updated parameters, when
+         // the case has them.
+         std::vector<Tensor> copies;
+         if (c.has_output("params_copy"))
+           copies = c.out_list("params_copy");
          adamw_multi(c.stream(), c.in("lr"), c.in("step"), static_cast<int>(ps.size()), ps.data(),
                      gs.data(), ms.data(), vs.data(), ps_out.data(), ms_out.data(),
                      vs_out.data(), c.attr_float("beta1"), c.attr_float("beta2"),
                      c.attr_float("epsilon"), c.attr_float("weight_decay"),
-                     c.attr_bool("decoupled"), c.opt("grad_scale"));
+                     c.attr_bool("decoupled"), c.opt("grad_scale"),
+                     copies.empty() ? nullptr : copies.data());
        }},
       {"sgd",
        [](CaseRun &c) {

@@ -16,7 +16,10 @@ Every case is a directory holding manifest.json and one .npy file per tensor:
 An input may be null (an absent optional operand) or a list of files
 (concat). A case with "error" expects the kernel to throw dsrt::Error with
 that text in its message; its outputs give "dtype" and "shape" instead of a
-file. bf16 tensors are stored as '<u2' raw bits, as dsrt's npy code does.
+file. An optional "shift": {name: k} places that input or output (each
+tensor of a list) k elements past an aligned allocation, for the kernels'
+paths for misaligned tensors. bf16 tensors are stored as '<u2' raw bits,
+as dsrt's npy code does.
 
 Expected values are computed in float64 from the (already rounded) inputs
 and rounded once to the output type, so they are the correctly rounded
@@ -86,6 +89,7 @@ class Case:
         self.outputs = {}
         self.tensors = {}
         self.error = None
+        self.shift = {}  # name: elements past an aligned allocation
 
     def inp(self, name, value):
         if value is None:
@@ -153,6 +157,8 @@ class Writer:
                     "inputs": case.inputs, "outputs": case.outputs}
         if case.error is not None:
             manifest["error"] = case.error
+        if case.shift:
+            manifest["shift"] = case.shift
         with open(os.path.join(path, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=1, allow_nan=False)
         self.count += 1
@@ -327,6 +333,35 @@ def gen_binary(w):
         a, b = rng.float([512, 300]), rng.float(sb)
         w.case("binary", name, op=op).inp("a", a).inp("b", b).out(
             "y", binary_ref(op, a, b, "f32")).save()
+    # The cuda fast path (an operand of y's shape, a scalar, or broadcast
+    # along leading axes): 16-byte vectors where aligned, with elements
+    # past the last whole vector; element by element for a row length not
+    # a multiple of the vector or a tensor shifted off 16 bytes (the
+    # manifest's "shift": elements past an aligned allocation).
+    fast = [
+        ("flat_odd", [7, 37], [7, 37], {}),
+        ("lead", [6, 8, 24], [8, 24], {}),
+        ("lead_lhs", [8, 24], [6, 8, 24], {}),
+        ("lead_long", [40, 8, 24], [8, 24], {}),
+        ("lead_rank4", [3, 2, 5, 16], [5, 16], {}),
+        ("lead_odd_row", [5, 3, 7], [3, 7], {}),
+        ("lead_scalar", [1, 16], [9, 4, 16], {}),
+        ("flat_shift_a", [7, 37], [7, 37], {"a": 1}),
+        ("lead_shift_b", [6, 8, 24], [8, 24], {"b": 3}),
+        ("lead_shift_y", [6, 8, 24], [8, 24], {"y": 1}),
+        ("scalar_shift_y", [], [5, 13], {"y": 1}),
+    ]
+    for pname, sa, sb, shift in fast:
+        for op in ("add", "mul", "div"):
+            for dtype in ("f32", "f16", "bf16", "i64", "i32"):
+                name = "%s_%s_fast_%s" % (op, dtype, pname)
+                a, b = binary_inputs(Rng(name), op, dtype, sa, sb)
+                if dtype not in FLOATS:
+                    b = torch.where(b == 0, torch.ones_like(b), b)  # binary_ref divides too
+                c = w.case("binary", name, op=op).inp("a", a).inp("b", b).out(
+                    "y", binary_ref(op, a, b, dtype))
+                c.shift = shift
+                c.save()
     # Data-dependent error: integer division by zero.
     a = torch.tensor([1, 2, 3], dtype=torch.int64)
     b = torch.tensor([1, 0, 3], dtype=torch.int64)
@@ -817,6 +852,31 @@ def gen_reduce(w):
     # more rows than the cuda kernel's 256 row slices, column counts that
     # are not a multiple of its tile (8 f32, 16 16-bit columns), odd ones
     # (16-bit x read one element at a time).
+    # At most 256 rows: the cuda backend's sums in registers (1 to 8 lanes a
+    # column), x shifted off 4 bytes read one element at a time.
+    few = [("sum", "bf16", "f32", [64, 48, 16], [0], {}),
+           ("sum", "bf16", "bf16", [64, 770], [0], {}),
+           ("sum", "bf16", "f32", [64, 75], [0], {"x": 1}),
+           ("sum", "f16", "f16", [256, 18], [0], {}),
+           ("mean", "f16", "f16", [5, 3, 36], [0], {}),
+           ("sum", "f32", "f32", [2, 100, 33], [0, 1], {}),
+           ("sum", "f32", "f32", [7, 9], [0], {"x": 1}),
+           ("sum", "i64", "i64", [40, 19], [0], {}),
+           ("mean", "i32", "i32", [129, 21], [0], {})]
+    for op, dtype, ydtype, shape, axes, shift in few:
+        name = "%s_few_rows_%s_%s_%s%s" % (op, "x".join(map(str, shape)), dtype, ydtype,
+                                           "_shifted" if shift else "")
+        x = Rng(name).tensor(shape, dtype, -100 if dtype in ("i64", "i32") else -2,
+                             100 if dtype in ("i64", "i32") else 2)
+        if ydtype != dtype:
+            y = torch.sum(f64(x), axes, keepdim=False).float()
+        else:
+            y = reduce_ref(op, x, axes, False, dtype)
+        rows = x.numel() // y.numel()
+        c = w.case("reduce", name, op=op, axes=axes).inp("x", x).out(
+            "y", y, scale=float(rows) if op == "sum" and dtype in FLOATS else 4.0)
+        c.shift = shift
+        c.save()
     for op, dtype, ydtype, shape, axes in (
             ("sum", "f32", "f32", [2, 300, 170], [0, 1]),
             ("mean", "f32", "f32", [3, 200, 97], [0, 1]),
@@ -948,6 +1008,33 @@ def gen_gather(w):
         idx = rng.int(ishape, itype, -n if name == "negative" else 0, n)
         w.case("gather", name, axis=axis).inp("data", data).inp("indices", idx).out(
             "y", gather_ref(data, idx, axis)).save()
+    # Rows of at least 32 elements: the cuda backend's warp per row, in
+    # 16-byte vectors where the rows' bytes and the tensors allow, else by
+    # element (odd widths, data or y shifted off 16 bytes); more rows than
+    # a one-block grid's warps.
+    rows_cases = [
+        ("rows_bf16", [50, 64], [3, 7], 0, "i64", "bf16", {}),
+        ("rows_bf16_long", [40, 48], [300], 0, "i32", "bf16", {}),
+        ("rows_bf16_wide", [6, 520], [9], 0, "i64", "bf16", {}),
+        ("rows_f32_odd", [20, 33], [4, 5], 0, "i64", "f32", {}),
+        ("rows_f16_axis1", [3, 10, 40], [6], 1, "i32", "f16", {}),
+        ("rows_i64_negative", [9, 2, 32], [5], 0, "i64", "i64", {}),
+        ("rows_bf16_shift_data", [50, 64], [3, 7], 0, "i64", "bf16", {"data": 1}),
+        ("rows_f32_shift_y", [12, 36], [10], 0, "i64", "f32", {"y": 3}),
+    ]
+    for name, dshape, ishape, axis, itype, dtype, shift in rows_cases:
+        rng = Rng("gather" + name)
+        data = rng.tensor(dshape, dtype, -9, 9)
+        n = dshape[axis]
+        idx = rng.int(ishape, itype, -n if "negative" in name else 0, n)
+        c = w.case("gather", name, axis=axis).inp("data", data).inp("indices", idx).out(
+            "y", gather_ref(data, idx, axis))
+        c.shift = shift
+        c.save()
+    data = Rng("gather_rows_oob").float([5, 40])
+    idx = torch.tensor([0, 4, 7, 1], dtype=torch.int64)
+    w.case("gather", "rows_out_of_range", axis=0).inp("data", data).inp("indices", idx).fails(
+        "index 7", y=("f32", [4, 40])).save()
     data = Rng("gather_oob").float([5, 3])
     idx = torch.tensor([0, 4, 5, 1], dtype=torch.int64)
     w.case("gather", "out_of_range", axis=0).inp("data", data).inp("indices", idx).fails(
@@ -2204,6 +2291,35 @@ def gen_torch_optim(w):
                 ps, ms, vs = p1, m1, v1
                 states = [{"step": torch.tensor(float(t)), "exp_avg": m, "exp_avg_sq": v}
                           for m, v in zip(m1, v1)]
+    # The cuda backend's blocks of 4096 elements of a chunk, in 16-byte
+    # vectors with the elements around them one by one: tensors that cross
+    # chunks and blocks at odd offsets; mixed precision (f32 parameters,
+    # bf16 gradients and the parameters' bf16 copy); parameters shifted off
+    # 16 bytes (element by element).
+    for name, shapes, dtype, gtype, copy, shift, *scale in (
+            ("blocks_mixed", [[70001], [5, 3], [4099], [1], [8200]], "f32", "bf16", True, {}),
+            ("blocks_mixed_scaled", [[9000], [33]], "f32", "bf16", True, {}, 0.61),
+            ("blocks_bf16", [[9001], [3], [4100]], "bf16", "bf16", False, {}),
+            ("blocks_f32_scaled", [[5000], [17]], "f32", "f32", False, {}, 0.61),
+            ("blocks_f32_shifted", [[5000], [17]], "f32", "f32", False, {"params": 1})):
+        rng = Rng("adamw_multi" + name)
+        ps = [rng.float(shape, dtype) for shape in shapes]
+        ms = [rng.float(shape, dtype, -0.1, 0.1) for shape in shapes]
+        vs = [rng.float(shape, dtype, 0.0, 0.01) for shape in shapes]
+        gs = [rng.float(shape, gtype) for shape in shapes]
+        states = [{"step": torch.tensor(2.0), "exp_avg": m, "exp_avg_sq": v} for m, v in zip(ms, vs)]
+        outs = [torch_optim_step(make, p, scaled_grad(g, scale), st)
+                for p, g, st in zip(ps, gs, states)]
+        p1 = [like(p, dtype) for p, _ in outs]
+        c = w.case("adamw_multi", name, beta1=b1, beta2=b2, epsilon=eps, weight_decay=wd,
+                   decoupled=True).inp("lr", torch.tensor(lr)).inp("step", torch.tensor(3)).inp(
+                   "params", ps).inp("grads", gs).inp("ms", ms).inp("vs", vs).out(
+                   "params_out", p1).out("ms_out", [like(st["exp_avg"], dtype) for _, st in outs]).out(
+                   "vs_out", [like(st["exp_avg_sq"], dtype) for _, st in outs])
+        if copy:
+            c.out("params_copy", [p.to(torch.bfloat16) for p in p1])
+        c.shift = shift
+        with_grad_scale(c, scale).save()
 
     lr = f32r(1e-3)
     w.case("adamw", "step_zero", beta1=b1, beta2=b2, epsilon=eps, weight_decay=0.0, decoupled=True).inp(

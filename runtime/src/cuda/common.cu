@@ -5,6 +5,7 @@
 #include "async.h"
 #include "dsrt/cuda_launch.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -38,6 +39,16 @@ bool synchronous_ops() {
     return v && std::strcmp(v, "1") == 0;
   }();
   return on;
+}
+
+unsigned stream_blocks(int64_t units, int threads) {
+  static const int64_t cap = [] {
+    const char *v = std::getenv("DSRT_CUDA_MAX_BLOCKS");
+    const long long n = v ? std::atoll(v) : 0;
+    return n >= 1 ? static_cast<int64_t>(std::min<long long>(n, 2048)) : int64_t(2048);
+  }();
+  const int64_t b = (units + threads - 1) / threads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > cap ? cap : b));
 }
 
 void check_launch(const char *kernel) {

@@ -149,6 +149,13 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   int64_t b = (n + threads - 1) / threads;
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 32 ? 65535 * 32 : b));
 }
+// Blocks of `threads` for a memory-bound grid-stride loop over `units`
+// (vectors, rows): one block per `threads` units up to 2048 blocks, about
+// two waves of 8 blocks of 256 threads an SM on a 132-SM GPU, so that each
+// thread's setup (a division) is shared by several units.
+// DSRT_CUDA_MAX_BLOCKS=N caps the grid lower (tests: every thread then
+// loops, as on a GPU with large tensors).
+unsigned stream_blocks(int64_t units, int threads = kThreads);
 #define DSRT_GRID_STRIDE(i, n)                                                              \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);    \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)

@@ -2,10 +2,15 @@
 // cast. One thread per output element (grid-stride); float types compute in
 // f32 and round once to the output type; broadcasting follows the same
 // BroadcastPlan as the cpu kernels, each thread finding its operands'
-// offsets from its output index.
+// offsets from its output index; binary's operands of y's shape, scalars
+// and broadcasts along leading axes go 16-byte vectors at a time without
+// division (binary_fast_kernel).
 #include "cuda/common.cuh"
+#include "dsrt/math.h"
 #include "elementwise_ops.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <limits>
 
 namespace dsrt {
@@ -113,44 +118,124 @@ void unary(Stream &s, UnaryOp op, const Tensor &x, const Tensor &y, float alpha)
 
 namespace {
 
+// One element of a binary op: integers wrap (a division by zero is
+// reported, with ib the divisor's offset in b, and gives 0); floats compute
+// in f32 and round once.
+template <typename T>
+__device__ inline T binary_value(BinaryOp op, T x, T z, DeviceErrorWord *err, int32_t kid,
+                                 int64_t ib) {
+  if constexpr (std::is_integral_v<T>) {
+    T r = 0;
+    const bool divides = op == BinaryOp::Div || op == BinaryOp::Mod || op == BinaryOp::Fmod;
+    if (divides && z == 0) {
+      report_fault(err, DeviceFault::IntegerDivByZero, kid, ib, 0);
+      return 0;
+    }
+    switch (op) {
+    case BinaryOp::Add: r = wrap_add(x, z); break;
+    case BinaryOp::Sub: r = wrap_sub(x, z); break;
+    case BinaryOp::Mul: r = wrap_mul(x, z); break;
+    case BinaryOp::Div: r = trunc_div(x, z); break;
+    case BinaryOp::Mod: r = floor_rem(x, z); break;
+    case BinaryOp::Fmod: r = trunc_rem(x, z); break;
+    case BinaryOp::Pow: break;  // rejected on the host
+    }
+    return r;
+  } else {
+    const float u = ld(x), w = ld(z);
+    float r = 0.0f;
+    switch (op) {
+    case BinaryOp::Add: r = u + w; break;
+    case BinaryOp::Sub: r = u - w; break;
+    case BinaryOp::Mul: r = u * w; break;
+    case BinaryOp::Div: r = u / w; break;
+    case BinaryOp::Pow: r = powf(u, w); break;
+    case BinaryOp::Mod: r = floor_remf(u, w); break;
+    case BinaryOp::Fmod: r = fmodf(u, w); break;
+    }
+    return st<T>(r);
+  }
+}
+
 template <typename T>
 __global__ void binary_kernel(BinaryOp op, BroadcastPlan plan, const T *a, const T *b, T *y,
                               int64_t n, DeviceErrorWord *err, int32_t kid) {
   DSRT_GRID_STRIDE(i, n) {
     const int64_t ia = plan_offset(plan, 0, i), ib = plan_offset(plan, 1, i);
-    if constexpr (std::is_integral_v<T>) {
-      const T x = a[ia], z = b[ib];
-      T r = 0;
-      const bool divides = op == BinaryOp::Div || op == BinaryOp::Mod || op == BinaryOp::Fmod;
-      if (divides && z == 0) {
-        report_fault(err, DeviceFault::IntegerDivByZero, kid, ib, 0);
-        y[i] = 0;
-        continue;
-      }
-      switch (op) {
-      case BinaryOp::Add: r = wrap_add(x, z); break;
-      case BinaryOp::Sub: r = wrap_sub(x, z); break;
-      case BinaryOp::Mul: r = wrap_mul(x, z); break;
-      case BinaryOp::Div: r = trunc_div(x, z); break;
-      case BinaryOp::Mod: r = floor_rem(x, z); break;
-      case BinaryOp::Fmod: r = trunc_rem(x, z); break;
-      case BinaryOp::Pow: break;  // rejected on the host
-      }
-      y[i] = r;
-    } else {
-      const float x = ld(a[ia]), z = ld(b[ib]);
-      float r = 0.0f;
-      switch (op) {
-      case BinaryOp::Add: r = x + z; break;
-      case BinaryOp::Sub: r = x - z; break;
-      case BinaryOp::Mul: r = x * z; break;
-      case BinaryOp::Div: r = x / z; break;
-      case BinaryOp::Pow: r = powf(x, z); break;
-      case BinaryOp::Mod: r = floor_remf(x, z); break;
-      case BinaryOp::Fmod: r = fmodf(x, z); break;
-      }
-      y[i] = st<T>(r);
+    y[i] = binary_value(op, a[ia], b[ib], err, kid, ib);
+  }
+}
+
+// The fast path of binary: each operand is y's shape (Flat: offset i), a
+// scalar (offset 0) or broadcast along leading axes only (Row: offset
+// i mod L, L the size of its trailing axes, the same L for both operands
+// where both are rows). A thread takes V consecutive elements (a unit: one
+// 16-byte vector where every pointer is aligned and L is a multiple of V,
+// else V = 1), grid-stride over the n / V units, two at a time; a row operand's unit
+// column is found with one division when the thread starts and then moved
+// on by the stride modulo the row (one compare and subtract a unit), so the
+// loop has no division. The n % V elements after the last whole vector
+// (flat operands only) go one to a thread. The same binary_value per
+// element as binary_kernel: the same bytes.
+enum class Operand : int { Flat, Row, Scalar };
+
+template <typename T, int V>
+__device__ inline math::Vector<T, V> load_unit(const T *p, Operand kind, int64_t unit,
+                                               int64_t column) {
+  math::Vector<T, V> v;
+  if (kind == Operand::Scalar) {
+    for (int j = 0; j < V; ++j)
+      v.lane[j] = p[0];
+  } else {
+    v = reinterpret_cast<const math::Vector<T, V> *>(p)[kind == Operand::Row ? column : unit];
+  }
+  return v;
+}
+
+template <typename T, int V>
+__global__ void binary_fast_kernel(BinaryOp op, const T *a, const T *b, T *y, Operand ka,
+                                   Operand kb, int64_t units, int64_t row_units, int64_t n,
+                                   DeviceErrorWord *err, int32_t kid) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  // Where there is no row operand, row_units is 0 and the column unused.
+  int64_t column = row_units > 0 ? first % row_units : 0;
+  const int64_t column_step = row_units > 0 ? stride % row_units : 0;
+  // Two units an iteration (u and u + stride), both loaded before either
+  // is computed, so that each thread has two of each operand in flight.
+  auto put = [&](int64_t u, int64_t col, const math::Vector<T, V> &x,
+                 const math::Vector<T, V> &z) {
+    const int64_t ib = (kb == Operand::Row ? col : u) * V;
+    math::Vector<T, V> r;
+    for (int j = 0; j < V; ++j)
+      r.lane[j] = binary_value(op, x.lane[j], z.lane[j], err, kid,
+                               kb == Operand::Scalar ? 0 : ib + j);
+    reinterpret_cast<math::Vector<T, V> *>(y)[u] = r;
+  };
+  for (int64_t u0 = first; u0 < units; u0 += 2 * stride) {
+    const int64_t u1 = u0 + stride;
+    int64_t col1 = column + column_step;
+    if (col1 >= row_units)
+      col1 -= row_units;
+    const math::Vector<T, V> x0 = load_unit<T, V>(a, ka, u0, column);
+    const math::Vector<T, V> z0 = load_unit<T, V>(b, kb, u0, column);
+    math::Vector<T, V> x1 = x0, z1 = z0;
+    if (u1 < units) {
+      x1 = load_unit<T, V>(a, ka, u1, col1);
+      z1 = load_unit<T, V>(b, kb, u1, col1);
     }
+    put(u0, column, x0, z0);
+    if (u1 < units)
+      put(u1, col1, x1, z1);
+    column = col1 + column_step;
+    if (column >= row_units)
+      column -= row_units;
+  }
+  // The elements past the last whole vector (no row operand then).
+  const int64_t e = units * V + first;
+  if (e < n) {
+    const int64_t ia = ka == Operand::Scalar ? 0 : e, ib = kb == Operand::Scalar ? 0 : e;
+    y[e] = binary_value(op, a[ia], b[ib], err, kid, ib);
   }
 }
 
@@ -182,6 +267,59 @@ __global__ void where_kernel(BroadcastPlan plan, const uint8_t *c, const T *a, c
 
 }  // namespace
 
+namespace {
+
+// How operand k of a broadcast plan is read (binary_fast_kernel): Flat
+// where its strides are y's, Scalar where all are 0, Row where the leading
+// s > 0 axes have stride 0 and the rest y's (`row` its size); false
+// otherwise.
+bool classify_operand(const BroadcastPlan &plan, int k, Operand &kind, int64_t &row) {
+  int64_t size = 1;
+  int d = plan.rank - 1;
+  for (; d >= 0 && plan.strides[k][d] == size; --d)
+    size *= plan.dims[d];
+  const int split = d + 1;  // axes [split, rank) contiguous
+  for (; d >= 0; --d)
+    if (plan.strides[k][d] != 0)
+      return false;
+  if (split == 0) {
+    kind = Operand::Flat;
+  } else if (split == plan.rank) {
+    kind = Operand::Scalar;
+  } else {
+    kind = Operand::Row;
+    row = size;
+  }
+  return true;
+}
+
+template <typename T>
+bool launch_binary_fast(cudaStream_t stream, BinaryOp op, const BroadcastPlan &plan, const T *a,
+                        const T *b, T *y, int64_t n, DeviceErrorWord *err, int32_t kid) {
+  Operand ka, kb;
+  int64_t row_a = 0, row_b = 0;
+  if (!classify_operand(plan, 0, ka, row_a) || !classify_operand(plan, 1, kb, row_b))
+    return false;
+  if (row_a > 0 && row_b > 0 && row_a != row_b)
+    return false;
+  const int64_t row = std::max(row_a, row_b);  // 0: no row operand
+  constexpr int V = 16 / sizeof(T);
+  auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vector = aligned(y) && (ka == Operand::Scalar || aligned(a)) &&
+                      (kb == Operand::Scalar || aligned(b)) && row % V == 0;
+  if (vector) {
+    const int64_t units = n / V;
+    binary_fast_kernel<T, V><<<stream_blocks(units), kThreads, 0, stream>>>(
+        op, a, b, y, ka, kb, units, row / V, n, err, kid);
+  } else {
+    binary_fast_kernel<T, 1><<<stream_blocks(n), kThreads, 0, stream>>>(op, a, b, y, ka, kb, n,
+                                                                         row, n, err, kid);
+  }
+  return true;
+}
+
+}  // namespace
+
 void binary(Stream &s, BinaryOp op, const Tensor &a, const Tensor &b, const Tensor &y) {
   cudaStream_t stream = begin_kernel(s);
   const char *kernel = binary_name(op);
@@ -192,9 +330,13 @@ void binary(Stream &s, BinaryOp op, const Tensor &a, const Tensor &b, const Tens
     if constexpr (std::is_integral_v<T>)
       if (op == BinaryOp::Pow)
         fail(kernel, std::string("needs float operands, got ") + dtype_name(a.dtype));
-    if (n > 0)
-      binary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-          op, plan, a.as<T>(), b.as<T>(), y.as<T>(), n, device_error_word(), kernel_id(kernel));
+    if (n == 0)
+      return;
+    if (launch_binary_fast<T>(stream, op, plan, a.as<T>(), b.as<T>(), y.as<T>(), n,
+                              device_error_word(), kernel_id(kernel)))
+      return;
+    binary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        op, plan, a.as<T>(), b.as<T>(), y.as<T>(), n, device_error_word(), kernel_id(kernel));
   });
   check_launch(kernel);
 }

@@ -32,6 +32,7 @@
 // * C); otherwise (many rows of few classes) the total recomputes the row's
 // log-sum-exp. f32 scores use no workspace.
 #include "cuda/common.cuh"
+#include "cuda/mma.cuh"
 
 #include "dsrt/math.h"
 
@@ -423,16 +424,16 @@ __global__ void cross_entropy_grad_rows_kernel(const T *x, T *dx, double *sample
 
 // cross_entropy_grad_rows_kernel for contiguous classes (D = 1) whose row
 // fits shared memory: one block of kSharedRowThreads per row copies the
-// row there as it reads it (HBM read once), 16-byte vectors where the row
-// is aligned (the few elements before its first aligned vector and after
+// row there (HBM read once): its 16-byte vectors by cp.async, all of a
+// thread's in flight at once, which the thread then folds from shared
+// memory in order (the few elements before its first aligned vector and after
 // its last one element by element, kept at the same offsets modulo 16
 // bytes in shared memory so its vectors stay aligned there), each thread
 // folding its vectors into its max and exp-sum (the sum rescaled once a
 // vector when the max grows), then the block's fixed tree (block_max_sum);
 // thread 0 takes the row's loss from the shared copy, and the gradient is
 // written from it (dx may be x: the row is read in full before any write).
-// kSharedRowLoads vectors a thread are in flight at a time.
-constexpr int kSharedRowThreads = 512, kSharedRowLoads = 4;
+constexpr int kSharedRowThreads = 512;
 // What the kernel's static shared memory may take, left out of the
 // dynamic shared memory it opts in to.
 constexpr size_t kSharedRowStatic = 1024;
@@ -459,35 +460,28 @@ __global__ void __launch_bounds__(kSharedRowThreads, 2)
     const int64_t vecs = (c - head) / N, rest = head + vecs * N;
     T *srow = row + (N - head % N) % N;  // srow + head is 16-byte aligned
     MaxSum ms;
-    for (int64_t v0 = threadIdx.x; v0 < vecs; v0 += kSharedRowLoads * blockDim.x) {
-      V buf[kSharedRowLoads];
+    // The thread's vectors of the row, all copied at once by cp.async
+    // (no registers held), then folded from shared memory in order.
+    for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x)
+      cp_async_16(srow + head + v * N, xr + head + v * N);
+    cp_async_commit();
+    cp_async_wait<0>();  // this thread's copies: the only ones it folds
+    for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
+      const V in = *reinterpret_cast<const V *>(srow + head + v * N);
+      float f[N];
+      float vm = -INFINITY;
 #pragma unroll
-      for (int u = 0; u < kSharedRowLoads; ++u) {
-        const int64_t v = v0 + u * static_cast<int64_t>(blockDim.x);
-        if (v < vecs)
-          buf[u] = *reinterpret_cast<const V *>(xr + head + v * N);
+      for (int k = 0; k < N; ++k) {
+        f[k] = ld(in.lane[k]);
+        vm = fmaxf(vm, f[k]);
+      }
+      if (vm > ms.m) {
+        ms.s *= expf(ms.m - vm);
+        ms.m = vm;
       }
 #pragma unroll
-      for (int u = 0; u < kSharedRowLoads; ++u) {
-        const int64_t v = v0 + u * static_cast<int64_t>(blockDim.x);
-        if (v >= vecs)
-          continue;
-        *reinterpret_cast<V *>(srow + head + v * N) = buf[u];
-        float f[N];
-        float vm = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          f[k] = ld(buf[u].lane[k]);
-          vm = fmaxf(vm, f[k]);
-        }
-        if (vm > ms.m) {
-          ms.s *= expf(ms.m - vm);
-          ms.m = vm;
-        }
-#pragma unroll
-        for (int k = 0; k < N; ++k)
-          ms.s += expf(f[k] - ms.m);
-      }
+      for (int k = 0; k < N; ++k)
+        ms.s += expf(f[k] - ms.m);
     }
     for (int64_t k = threadIdx.x; k < c - vecs * N; k += blockDim.x) {
       const int64_t e = k < head ? k : rest + (k - head);

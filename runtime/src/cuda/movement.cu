@@ -3,7 +3,9 @@
 // shape checks and plans are the cpu kernels' (kernel_common.h); moving
 // elements only needs their size, so most kernels dispatch on it. Indices
 // are checked on the device: one out of range is reported through the
-// device error word and thrown by the next synchronize.
+// device error word and thrown by the next synchronize. gather copies
+// rows of 32 elements and more a warp per row, 16 bytes at a time where
+// aligned (gather_rows_kernel).
 #include "cuda/common.cuh"
 #include "dsrt/math.h"
 #include "elementwise_ops.h"
@@ -321,6 +323,40 @@ __global__ void gather_kernel(const T *data, const I *indices, T *y, int64_t out
   }
 }
 
+// Rows of at least kGatherRowMin elements (an embedding's rows): a warp per
+// row of y = [outer * count, inner] (grid-stride over the rows), its index
+// read and its (o, j) found once, the row copied in units U (16-byte
+// vectors where inner's bytes are a multiple of 16 and data and y are
+// aligned, else elements), each lane four units in flight: no division per
+// element. The same bytes as gather_kernel (a copy), the same report of an
+// index out of range (each lane of the warp reports it; the first wins).
+constexpr int64_t kGatherRowMin = 32;
+
+template <typename T, typename U, typename I>
+__global__ void gather_rows_kernel(const T *data, const I *indices, T *y, int64_t rows,
+                                   int64_t count, int64_t inner, int64_t extent,
+                                   DeviceErrorWord *err, int32_t kid) {
+  const int64_t units = inner * static_cast<int64_t>(sizeof(T)) / static_cast<int64_t>(sizeof(U));
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+       r < rows; r += warps) {
+    const int64_t o = r / count, j = r - o * count;
+    const int64_t v = checked_index(indices, j, extent, err, kid);
+    const U *src = reinterpret_cast<const U *>(data + (o * extent + v) * inner);
+    U *dst = reinterpret_cast<U *>(y + r * inner);
+    for (int64_t c = lane; c < units; c += 4 * 32) {
+      U pack[4];
+      for (int u = 0; u < 4; ++u)
+        if (c + u * 32 < units)
+          pack[u] = src[c + u * 32];
+      for (int u = 0; u < 4; ++u)
+        if (c + u * 32 < units)
+          dst[c + u * 32] = pack[u];
+    }
+  }
+}
+
 // gather_grad: a stable counting sort of the positions j of the indices by
 // their row v (normalized, an out-of-range index reported and read as 0),
 // then each row's sum over its positions in ascending j, the cpu backend's
@@ -624,6 +660,22 @@ void gather(Stream &s, const Tensor &data, const Tensor &indices, const Tensor &
     using T = typename decltype(tag)::type;
     dispatch_index(indices, [&](auto itag) {
       using I = typename decltype(itag)::type;
+      if (inner >= kGatherRowMin) {
+        const int64_t rows = outer * count;
+        const unsigned blocks = stream_blocks(rows, kThreads / 32);
+        const bool vector = inner * sizeof(T) % 16 == 0 &&
+                            reinterpret_cast<uintptr_t>(data.data) % 16 == 0 &&
+                            reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
+        if (vector)
+          gather_rows_kernel<T, uint4, I><<<blocks, kThreads, 0, stream>>>(
+              data.as<T>(), indices.as<I>(), y.as<T>(), rows, count, inner, extent,
+              device_error_word(), kernel_id(kernel));
+        else
+          gather_rows_kernel<T, T, I><<<blocks, kThreads, 0, stream>>>(
+              data.as<T>(), indices.as<I>(), y.as<T>(), rows, count, inner, extent,
+              device_error_word(), kernel_id(kernel));
+        return;
+      }
       gather_kernel<T, I><<<blocks_for(y.numel()), kThreads, 0, stream>>>(
           data.as<T>(), indices.as<I>(), y.as<T>(), outer, count, inner, extent,
           device_error_word(), kernel_id(kernel));

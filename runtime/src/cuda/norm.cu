@@ -16,6 +16,7 @@
 // need no workspace beyond layer_norm_grad's partial sums; the cpu kernels'
 // workspace sizes (kernels.h) are accepted and left unused.
 #include "cuda/common.cuh"
+#include "cuda/mma.cuh"
 
 #include "dsrt/math.h"
 #include "workspace_shapes.h"
@@ -741,6 +742,9 @@ __global__ void __launch_bounds__(kRowThreads, 2)
                                 ParamFinish fin) {
   constexpr int N = kVector<T>;
   __shared__ float warp_sums[2][kGradWarpMaxN];
+  // Each warp's row of the addend, copied by cp.async as x and dy load:
+  // lane l's vectors at their own offsets, read back by lane l alone.
+  __shared__ __align__(16) T warp_add[kWarpRows][kGradWarpMaxN];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t blk = blockIdx.x;
   float acc_g[K][N], acc_b[K][N];
@@ -757,6 +761,12 @@ __global__ void __launch_bounds__(kRowThreads, 2)
     T xr[K][N], gr[K][N];
     load_lane_row<K>(xr, x + r * n, n, lane);
     load_lane_row<K>(gr, dy + r * n, n, lane);
+    if (add) {
+      for_lane_vectors<K, N>(lane, n, [&](int, int64_t c) {
+        cp_async_16(&warp_add[warp][c], add + r * n + c);
+      });
+      cp_async_commit();
+    }
     const float mu = mean[r], inv = inv_std[r];
     float s0 = 0.0f, a = 0.0f, b0 = 0.0f;
     for_lane_vectors<K, N>(lane, n, [&](int j, int64_t c) {
@@ -775,10 +785,12 @@ __global__ void __launch_bounds__(kRowThreads, 2)
     b0 = warp_sum(b0);
     const float mu_lo = s0 * inv_n;
     const float mean_a = a * inv_n, mean_b = (b0 - mu_lo * a) * inv * inv_n;
+    if (add)
+      cp_async_wait<0>();  // this lane's copies: the only ones it reads
     for_lane_vectors<K, N>(lane, n, [&](int j, int64_t c) {
       float sv[N], av[N], v[N];
       load_aligned(sv, g, c);
-      load_aligned(av, add ? add + r * n : nullptr, c);
+      load_aligned(av, add ? &warp_add[warp][0] : nullptr, c);
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const float xh = ((ld(xr[j][k]) - mu) - mu_lo) * inv, grad = ld(gr[j][k]);

@@ -5,11 +5,13 @@
 // in f64, as torch.optim) itself, so nothing is read back to the host. A
 // step below 1 for adamw and sgd is reported through the device error word.
 // Every element's inputs are read before its outputs are written, so the
-// outputs may be the inputs. The gradient has the parameter's type, or is
+// outputs may be the inputs. adamw_multi takes 16-byte vectors of aligned
+// tensors, 16 blocks a chunk of the list's concatenation. The gradient has the parameter's type, or is
 // the bf16/f16 gradient of an f32 parameter (mixed precision), converted an
 // element at a time.
 #include "cuda/chunk_table.h"
 #include "cuda/common.cuh"
+#include "dsrt/math.h"
 
 #include <algorithm>
 #include <map>
@@ -106,15 +108,22 @@ struct AdamScalars {
     c2 = static_cast<float>(1.0 - a.beta2);
     epsilon = a.epsilon;
   }
+  // One element's update in f32 from its parameter p, (scaled) gradient
+  // g0 and states m0, v0: the new p1, m1, v1 (every path's arithmetic).
+  __device__ void step(float p, float g0, float m0, float v0, float &p1, float &m1,
+                       float &v1) const {
+    const float g = g0 + l2 * p;
+    m1 = b1 * m0 + c1 * g;
+    v1 = b2 * v0 + c2 * g * g;
+    const float denom = sqrtf(v1) / bc2_sqrt + epsilon;
+    p1 = p * decay - step_size * (m1 / denom);
+  }
   // Element i of one tensor.
   template <typename T>
   __device__ void update(const T *param, GradIn grad, const T *m, const T *v, T *param_out,
                          T *m_out, T *v_out, CopyOut copy, int64_t i) const {
-    const float p = ld(param[i]), g = grad[i] + l2 * p;
-    const float m1 = b1 * ld(m[i]) + c1 * g;
-    const float v1 = b2 * ld(v[i]) + c2 * g * g;
-    const float denom = sqrtf(v1) / bc2_sqrt + epsilon;
-    const float p1 = p * decay - step_size * (m1 / denom);
+    float p1, m1, v1;
+    step(ld(param[i]), grad[i], ld(m[i]), ld(v[i]), p1, m1, v1);
     param_out[i] = st<T>(p1);
     copy.put(i, p1);
     m_out[i] = st<T>(m1);
@@ -176,23 +185,132 @@ template <typename T> struct ChunkLaunch {
   GradIn grad[kChunkTensors];
   T *param_out[kChunkTensors], *m_out[kChunkTensors], *v_out[kChunkTensors];
   CopyOut copy[kChunkTensors];
+  // Every pointer of slot k 16-byte aligned: its pieces go in vectors.
+  bool aligned[kChunkTensors];
   int first_piece[kChunkBlocks + 1];
   ChunkPiece piece[kChunkPieces];
 };
 static_assert(sizeof(ChunkLaunch<float>) < 32000, "kernel parameters are limited to 32 KiB");
 
+// Each chunk of kChunkElements goes to kAdamSplit blocks, block s of a
+// chunk taking its elements [s, s + 1) * kAdamSplitElements (in the pieces'
+// order): 16 blocks of 4096 elements a chunk, so that a launch's up to 5120
+// blocks fill the GPU in several waves rather than 320 blocks in one
+// uneven one. In a piece of an aligned slot a thread takes units of V
+// elements (16 bytes of T: 4 f32, 8 f16/bf16; the gradient and the copy
+// the same V elements in their types), the elements before the first
+// whole unit and after the last one a thread each. The same step() per
+// element as adamw: the same bytes.
+constexpr int kAdamSplit = 16;
+constexpr int64_t kAdamSplitElements = kChunkElements / kAdamSplit;
+
+// V consecutive elements of type U from element i (aligned to V), in f32.
+template <typename U, int V>
+__device__ inline void load_f32(const void *data, int64_t i, float (&out)[V]) {
+  const auto pack = *reinterpret_cast<const math::Vector<U, V> *>(static_cast<const U *>(data) + i);
+  for (int j = 0; j < V; ++j)
+    out[j] = ld(pack.lane[j]);
+}
+// p's V values rounded to U, stored at element i (aligned to V).
+template <typename U, int V>
+__device__ inline void store_rounded(void *data, int64_t i, const float (&p)[V]) {
+  math::Vector<U, V> pack;
+  for (int j = 0; j < V; ++j)
+    pack.lane[j] = st<U>(p[j]);
+  *reinterpret_cast<math::Vector<U, V> *>(static_cast<U *>(data) + i) = pack;
+}
+
+// V consecutive elements of the gradient from element i (aligned to V), in
+// f32, scaled as GradIn's operator[] scales one.
+template <int V>
+__device__ inline void load_grad(const GradIn &grad, int64_t i, float (&g)[V]) {
+  if (grad.dtype == DType::F16)
+    load_f32<half_t, V>(grad.data, i, g);
+  else if (grad.dtype == DType::BF16)
+    load_f32<bfloat_t, V>(grad.data, i, g);
+  else
+    load_f32<float, V>(grad.data, i, g);
+  if (grad.scale) {
+    const float scale = *grad.scale;
+    for (int j = 0; j < V; ++j)
+      g[j] = __fmul_rn(g[j], scale);
+  }
+}
+
+// The copy's V elements from element i (aligned to V), rounded as put().
+template <int V> __device__ inline void store_copy(const CopyOut &copy, int64_t i, const float (&p)[V]) {
+  if (!copy.data)
+    return;
+  if (copy.dtype == DType::F16)
+    store_rounded<half_t, V>(copy.data, i, p);
+  else if (copy.dtype == DType::BF16)
+    store_rounded<bfloat_t, V>(copy.data, i, p);
+  else
+    for (int j = 0; j < V; ++j)
+      copy.put(i + j, p[j]);
+}
+
+template <typename T>
+__device__ inline void adamw_units(const AdamScalars &a, const ChunkLaunch<T> &launch, int k,
+                                   int64_t i) {
+  constexpr int V = 16 / sizeof(T);
+  using Vec = math::Vector<T, V>;
+  const Vec p0 = *reinterpret_cast<const Vec *>(launch.param[k] + i);
+  const Vec m0 = *reinterpret_cast<const Vec *>(launch.m[k] + i);
+  const Vec v0 = *reinterpret_cast<const Vec *>(launch.v[k] + i);
+  float g[V];
+  load_grad<V>(launch.grad[k], i, g);
+  Vec p1, m1, v1;
+  float pf[V];
+  for (int j = 0; j < V; ++j) {
+    float pj, mj, vj;
+    a.step(ld(p0.lane[j]), g[j], ld(m0.lane[j]), ld(v0.lane[j]), pj, mj, vj);
+    pf[j] = pj;
+    p1.lane[j] = st<T>(pj);
+    m1.lane[j] = st<T>(mj);
+    v1.lane[j] = st<T>(vj);
+  }
+  *reinterpret_cast<Vec *>(launch.param_out[k] + i) = p1;
+  store_copy<V>(launch.copy[k], i, pf);
+  *reinterpret_cast<Vec *>(launch.m_out[k] + i) = m1;
+  *reinterpret_cast<Vec *>(launch.v_out[k] + i) = v1;
+}
+
 template <typename T>
 __global__ void adamw_multi_kernel(StepScalars sc, ChunkLaunch<T> launch, AdamSettings settings,
                                    DeviceErrorWord *err, int32_t kid) {
+  constexpr int V = 16 / sizeof(T);
   const AdamScalars a(sc, settings, err, kid);
   if (!a.ok)
     return;
-  for (int p = launch.first_piece[blockIdx.x]; p < launch.first_piece[blockIdx.x + 1]; ++p) {
+  const int chunk = blockIdx.x / kAdamSplit;
+  const int64_t lo = (blockIdx.x % kAdamSplit) * kAdamSplitElements, hi = lo + kAdamSplitElements;
+  int64_t offset = 0;  // of the piece in its chunk
+  for (int p = launch.first_piece[chunk]; p < launch.first_piece[chunk + 1]; ++p) {
     const ChunkPiece piece = launch.piece[p];
     const int k = piece.tensor;
-    for (int64_t i = piece.start + threadIdx.x; i < piece.start + piece.len; i += blockDim.x)
+    // This block's part of the piece: elements [s0, s1) of tensor k.
+    const int64_t s0 = piece.start + (lo > offset ? lo - offset : 0);
+    const int64_t s1 = piece.start + (hi - offset < piece.len ? hi - offset : piece.len);
+    offset += piece.len;
+    if (s0 >= s1)
+      continue;
+    int64_t u0 = s1, u1 = s1;  // the whole units [u0, u1)
+    if (launch.aligned[k]) {
+      u0 = (s0 + V - 1) / V * V;
+      u0 = u0 < s1 ? u0 : s1;
+      u1 = u0 + (s1 - u0) / V * V;
+    }
+    for (int64_t i = u0 + static_cast<int64_t>(threadIdx.x) * V; i < u1;
+         i += static_cast<int64_t>(blockDim.x) * V)
+      adamw_units(a, launch, k, i);
+    // The elements outside whole units: before u0, and from u1 on.
+    const int64_t before = u0 - s0;
+    for (int64_t e = threadIdx.x; e < before + (s1 - u1); e += blockDim.x) {
+      const int64_t i = e < before ? s0 + e : u1 + (e - before);
       a.update(launch.param[k], launch.grad[k], launch.m[k], launch.v[k], launch.param_out[k],
                launch.m_out[k], launch.v_out[k], launch.copy[k], i);
+    }
   }
 }
 
@@ -361,9 +479,19 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
         launch.v_out[k] = vs_out[i].as<T>();
         launch.copy[k] = copy_out(params_copy ? &params_copy[i] : nullptr);
       }
+      for (int k = 0; k < table.num_tensors; ++k) {
+        const int i = table.tensor[k];
+        const Tensor *copy = params_copy ? &params_copy[i] : nullptr;
+        bool aligned = true;
+        for (const void *p : {params[i].data, grads[i].data, ms[i].data, vs[i].data,
+                              params_out[i].data, ms_out[i].data, vs_out[i].data,
+                              copy ? copy->data : nullptr})
+          aligned = aligned && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+        launch.aligned[k] = aligned;
+      }
       std::copy(table.first_piece, table.first_piece + table.num_blocks + 1, launch.first_piece);
       std::copy(table.piece, table.piece + table.num_pieces, launch.piece);
-      adamw_multi_kernel<T><<<table.num_blocks, kThreads, 0, stream>>>(
+      adamw_multi_kernel<T><<<table.num_blocks * kAdamSplit, kThreads, 0, stream>>>(
           scalars(lr, &step), launch, settings, device_error_word(), kernel_id(kernel));
       check_launch(kernel);
     }

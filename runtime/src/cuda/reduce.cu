@@ -6,7 +6,8 @@
 // [rows, columns] reduced over its rows, as the bias gradients' sums), a
 // block per tile of consecutive columns, so that a warp's loads coalesce,
 // combining each column in the same order as the block per output does
-// (the same bytes), for every op. Float
+// (the same bytes), for every op; a sum over at most 256 such rows in a
+// thread's registers and its warp's shuffles (the same bytes again). Float
 // sums and products accumulate in f64 (one rounding at the end), max
 // propagates NaN like PyTorch's amax, integer sums and products wrap.
 // sum_of_squares: a block per chunk of 65536 elements of the tensors'
@@ -226,6 +227,75 @@ __global__ void reduce_column_parts_kernel(const A *part, Y *y, int64_t rows, in
   }
 }
 
+// The column case's sums over at most kFewRows rows (GPT-2's position
+// embedding gradient: [64, 1024·768] summed over its 64 rows), in registers
+// instead of a block's shared tree. With R rows and P the power of two at
+// or above R, slice k of the block per output holds row k alone (k < R) or
+// nothing (the sum's 0, +0.0: no slice is ever -0.0, so adding it changes
+// no value), and the tree's levels above P/2 only add such empty slices:
+// the result is the halving tree over P leaves (level h: leaf k += leaf
+// k + h, h = P/2, ..., 1). A thread of a group of G = max(1, P/32) lanes
+// takes the leaves k = g + G m (m < 32, g its place in the group; empty
+// past R) of V columns: its 32 loads in flight at once, it runs the tree's
+// levels h >= G on them in registers (a depth-first recursion over m, 6
+// partial sums live), and warp shuffles run the levels h < G across the
+// group (lane g < h adds lane g + h's value to its own, in that order).
+// The same additions in the same order as reduce_kernel's: the same bytes.
+constexpr int64_t kFewRows = 256;
+constexpr int kFewLeaves = 32;
+
+// Node (M, Q) of a thread's tree over its kFewLeaves leaves: leaves m = M
+// mod Q combined, as the halving tree has them once its half reaches Q. A
+// leaf is its row's value added to the sum's 0 (`live`: bit m set where
+// leaf m has a row), or 0.
+template <int Q, int M, typename T, typename A, int V>
+__device__ inline void few_rows_node(const math::Vector<T, V> (&pack)[kFewLeaves], uint32_t live,
+                                     A (&out)[V]) {
+  if constexpr (Q == kFewLeaves) {
+    for (int j = 0; j < V; ++j)
+      out[j] = (live >> M) & 1u ? combine<A, Combine::Sum>(combine_init<A, Combine::Sum>(),
+                                                          static_cast<A>(Dev<T>::load(pack[M].lane[j])))
+                                : combine_init<A, Combine::Sum>();
+  } else {
+    A left[V], right[V];
+    few_rows_node<2 * Q, M>(pack, live, left);
+    few_rows_node<2 * Q, M + Q>(pack, live, right);
+    for (int j = 0; j < V; ++j)
+      out[j] = combine<A, Combine::Sum>(left[j], right[j]);
+  }
+}
+
+template <typename T, typename A, typename Y>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_few_rows_kernel(const T *x, Y *y, int64_t rows, int64_t columns, int group,
+                           bool vector, bool mean) {
+  constexpr int V = column_vector<T>();
+  const int lanes = 32 / group;  // column groups a warp
+  const int lane = threadIdx.x & 31, g = lane / lanes;
+  const int64_t column_group = (blockIdx.x * static_cast<int64_t>(blockDim.x / 32) +
+                                (threadIdx.x >> 5)) * lanes + lane % lanes;
+  const int64_t c0 = column_group * V;
+  const bool active = c0 < columns;  // others still take part in the shuffles
+  math::Vector<T, V> pack[kFewLeaves];
+  uint32_t live = 0;
+  for (int m = 0; m < kFewLeaves; ++m) {
+    const int64_t r = g + static_cast<int64_t>(group) * m;
+    pack[m] = math::Vector<T, V>{};
+    if (active && r < rows) {
+      pack[m] = load_columns<T, V>(x + r * columns + c0, columns - c0, vector);
+      live |= 1u << m;
+    }
+  }
+  A acc[V];
+  few_rows_node<1, 0>(pack, live, acc);
+  for (int h = group / 2; h > 0; h /= 2)
+    for (int j = 0; j < V; ++j)
+      acc[j] = combine<A, Combine::Sum>(acc[j], __shfl_xor_sync(0xffffffffu, acc[j], h * lanes));
+  if (g == 0 && active)
+    for (int j = 0; j < V && c0 + j < columns; ++j)
+      store_result<T, A, Y>(y, c0 + j, acc[j], rows, mean);
+}
+
 template <typename T, typename A, Combine C, typename Y = T>
 void launch_reduce(const char *kernel, cudaStream_t stream, const Tensor &x, const Tensor &y,
                    const ReduceAxes &ax, const bool *reduced, int64_t count, bool mean,
@@ -237,6 +307,19 @@ void launch_reduce(const char *kernel, cudaStream_t stream, const Tensor &x, con
     const bool vector =
         columns % V == 0 && reinterpret_cast<uintptr_t>(x.data) % (sizeof(T) * V) == 0;
     const int64_t tiles = (columns + kColumnLanes * V - 1) / (kColumnLanes * V);
+    if constexpr (C == Combine::Sum) {
+      if (rows <= kFewRows) {
+        int group = 1;
+        while (group * kFewLeaves < rows)
+          group *= 2;
+        const int64_t threads = (columns + V - 1) / V * group;
+        reduce_few_rows_kernel<T, A, Y>
+            <<<static_cast<unsigned>((threads + kReduceThreads - 1) / kReduceThreads),
+               kReduceThreads, 0, stream>>>(x.as<T>(), y.as<Y>(), rows, columns, group, vector,
+                                            mean);
+        return;
+      }
+    }
     const int parts = static_cast<int>(reduce_column_parts(x.dtype, rows, columns));
     // The parts' values: the start of the plan's workspace (reduce_workspace_bytes).
     if (parts > 1)

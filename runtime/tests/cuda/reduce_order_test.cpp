@@ -9,7 +9,8 @@
 // from the expected result in some columns, which the test checks first.
 // With at least 2048 rows and few tiles of columns the kernel splits each
 // tile's slices among P blocks and a second pass runs the tree's last
-// log2 P levels (reduce_column_parts): the same bytes again.
+// log2 P levels (reduce_column_parts): the same bytes again. With at most
+// 256 rows, a thread's registers and warp shuffles: the same bytes too.
 #include "dsrt/backend.h"
 #include "dsrt/kernels.h"
 
@@ -117,6 +118,14 @@ TEST(CudaReduceOrder, ColumnsBf16OddToF32) { check_order(DType::BF16, 900, 35); 
 // columns (the last partial), 32 parts.
 TEST(CudaReduceOrder, PartsF32) { check_order(DType::F32, 4096, 300); }
 TEST(CudaReduceOrder, PartsBf16OddToF32) { check_order(DType::BF16, 2100, 45); }
+// At most 256 rows (reduce_few_rows_kernel): the halving tree over the
+// power of two at or above the rows, in registers and warp shuffles, 1 to
+// 8 lanes a column.
+TEST(CudaReduceOrder, FewRowsBf16ToF32) { check_order(DType::BF16, 64, 770); }
+TEST(CudaReduceOrder, FewRowsF32) { check_order(DType::F32, 200, 37); }
+TEST(CudaReduceOrder, FewRowsBf16OddToF32) { check_order(DType::BF16, 33, 35); }
+TEST(CudaReduceOrder, FewRowsF32Full) { check_order(DType::F32, 256, 41); }
+TEST(CudaReduceOrder, FewRowsF32Short) { check_order(DType::F32, 24, 50); }
 
 // The parts' accumulators come from the plan's workspace: without it the
 // split column sum is refused, naming the bytes it needs (4 x 300 f64).
