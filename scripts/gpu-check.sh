@@ -527,14 +527,21 @@ trace() {
     { echo "error: the traced step failed (exit $?)"; return 1; }
   "$PY" "$ROOT/scripts/gpu_device.py" trace "$OUT/trace.json" || return 1
   # The programs with ops on the communication stream: their cudaEvent-timed
-  # traces must show communication overlapping compute.
+  # traces, with how long communication overlapped compute. Reported, not
+  # required: on one GPU nothing is scheduled to overlap. ZeRO-3 on one rank
+  # has no collectives. The offload program issues its gradients' copies
+  # before the optimizer step's only device work, the gradient norm, and a
+  # copy waits for the compute issued before it, so the norm meets only the
+  # tail of the copy queue: 2.1% of the copy time in one H200 run, none in
+  # the next. Overlap by design (ZeRO's bucketed collectives during the
+  # backward) needs dp >= 2, two GPUs.
   for variant in zero3 offload; do
     program="$BUILDS/$name-$variant/train"
     [ -x "$program" ] || { echo "SKIP trace of $name-$variant: not built"; continue; }
     "$program" --data "$data" --weights "$PREP/models" --steps 2 \
       --trace "$OUT/trace-$variant.json" > "$OUT/trace-$variant.log" 2>&1 || {
       echo "$name-$variant --trace: FAILED"; tail -3 "$OUT/trace-$variant.log"; failed=1; continue; }
-    "$PY" "$ROOT/scripts/gpu_device.py" trace --require-overlap "$OUT/trace-$variant.json" || failed=1
+    "$PY" "$ROOT/scripts/gpu_device.py" trace "$OUT/trace-$variant.json" || failed=1
   done
   return "$failed"
 }

@@ -974,9 +974,19 @@ def gen_slice(w):
         ("inner_contiguous", [6, 7, 8], [2, 1, 0], [1, 2, 1], [3, 3, 8]),
         ("rank1", [10], [9], [-3], [4]),
         ("single", [4, 5], [3, 4], [1, 1], [1, 1]),
+        # One contiguous range of x (cuda: a device copy): a padded
+        # matrix's leading rows, rows from the middle, a size-1 leading
+        # axis at an offset before a partial axis and a whole one.
+        ("rows", [13, 6], [0, 0], [1, 1], [11, 6]),
+        ("middle_rows", [10, 3, 4], [3, 0, 0], [1, 1, 1], [4, 3, 4]),
+        ("leading_one", [5, 6, 4], [2, 1, 0], [1, 1, 1], [1, 3, 4]),
+        # Not one range: a partial inner axis under a whole outer one.
+        ("partial_inner", [5, 6, 4], [0, 0, 1], [1, 1, 1], [5, 6, 2]),
     ]
     for i, (name, shape, offsets, strides, sizes) in enumerate(cases):
-        for dtype in (["f32", "i64", "bool", "f16"] if i == 3 else ["f32"]):
+        for dtype in (["f32", "i64", "bool", "f16"] if i == 3 else
+                      ["f32", "bf16"] if name in ("rows", "middle_rows", "leading_one",
+                                                  "partial_inner") else ["f32"]):
             cname = "%s_%s" % (name, dtype)
             x = Rng(cname).tensor(shape, dtype, -9, 9)
             w.case("slice", cname, offsets=offsets, strides=strides).inp("x", x).out(

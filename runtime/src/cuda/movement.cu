@@ -254,6 +254,36 @@ void slice(Stream &s, const Tensor &x, const Tensor &y, const int64_t *offsets,
     return;
   }
   const SliceWalk walk = plan_slice(kernel, x, y, offsets, strides, "reads");
+  // A slice whose elements are one contiguous range of x (unit strides;
+  // leading axes of size 1 in y, then one partial axis, then whole axes:
+  // the rows of a padded matrix) is one device copy at copy bandwidth
+  // (the element kernel's index arithmetic ran the LM head's [50264, 768]
+  // -> [50257, 768] bf16 slice at 132 GB/s on an H200).
+  {
+    // p: the last axis y does not take whole (0 if none); every axis after
+    // it is whole (so its offset is 0), every axis before it of size 1 in y.
+    const int rank = x.shape.rank;
+    int p = 0;
+    bool contiguous = true;
+    for (int d = 0; d < rank; ++d) {
+      contiguous = contiguous && strides[d] == 1;
+      if (y.shape.dims[d] != x.shape.dims[d])
+        p = d;
+    }
+    for (int d = 0; contiguous && d < p; ++d)
+      contiguous = y.shape.dims[d] == 1;
+    if (contiguous) {
+      int64_t start = 0, pitch = 1;
+      for (int d = rank - 1; d >= 0; --d) {
+        start += offsets[d] * pitch;
+        pitch *= x.shape.dims[d];
+      }
+      const size_t e = dtype_size(x.dtype);
+      copy_bytes(stream, kernel, y.data, static_cast<const uint8_t *>(x.data) + start * e,
+                 static_cast<size_t>(n) * e);
+      return;
+    }
+  }
   dispatch_bytes(dtype_size(x.dtype), [&](auto tag) {
     using T = typename decltype(tag)::type;
     slice_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(walk, y.shape, x.as<T>(), y.as<T>(),
