@@ -1,10 +1,12 @@
 // The bf16 GEMM peak of this GPU, measured: what bench/gpu_bench.py takes
 // MFU against. A square bf16 x bf16 -> bf16 GEMM with fp32 accumulation
 // (what a bf16 training step's matmuls are) through cuBLASLt, its best
-// heuristic algorithm, timed with cudaEvents over repeated calls after a
-// warm-up.
+// heuristic algorithm, timed with cudaEvents after a warm-up of 20 calls:
+// the fastest of 5 batches of ITERATIONS calls (on an H200 the mean of one
+// batch of 50 after 5 warm-up calls read 807 and 882 TFLOP/s in two runs a
+// minute apart; a peak is the best the clocks sustain for a batch).
 //
-//   gemm_peak [SIZE [ITERATIONS]]      default 8192, 50
+//   gemm_peak [SIZE [ITERATIONS]]      default 8192, 20
 //
 // Prints "bf16 gemm SIZE: X TFLOP/s" (2 * SIZE^3 flops per GEMM). Exits 2
 // when there is no CUDA device, 1 on any other CUDA or cuBLASLt error.
@@ -41,7 +43,7 @@ __global__ void fill(__nv_bfloat16 *p, size_t n) {
 
 int main(int argc, char **argv) {
   const long n = argc > 1 ? std::atol(argv[1]) : 8192;
-  const int iterations = argc > 2 ? std::atoi(argv[2]) : 50;
+  const int iterations = argc > 2 ? std::atoi(argv[2]) : 20;
   if (n < 256 || iterations < 1) {
     std::fprintf(stderr, "usage: gemm_peak [SIZE >= 256 [ITERATIONS >= 1]]\n");
     return 1;
@@ -93,18 +95,23 @@ int main(int argc, char **argv) {
     LT_OK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &heuristic.algo,
                          workspace, workspace_bytes, stream));
   };
-  for (int i = 0; i < 5; ++i)
+  for (int i = 0; i < 20; ++i)
     gemm();
   cudaEvent_t start, stop;
   CUDA_OK(cudaEventCreate(&start));
   CUDA_OK(cudaEventCreate(&stop));
-  CUDA_OK(cudaEventRecord(start, stream));
-  for (int i = 0; i < iterations; ++i)
-    gemm();
-  CUDA_OK(cudaEventRecord(stop, stream));
-  CUDA_OK(cudaEventSynchronize(stop));
   float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
+  for (int batch = 0; batch < 5; ++batch) {
+    CUDA_OK(cudaEventRecord(start, stream));
+    for (int i = 0; i < iterations; ++i)
+      gemm();
+    CUDA_OK(cudaEventRecord(stop, stream));
+    CUDA_OK(cudaEventSynchronize(stop));
+    float batch_ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&batch_ms, start, stop));
+    if (batch == 0 || batch_ms < ms)
+      ms = batch_ms;
+  }
   const double flops = 2.0 * n * n * n * iterations;
   std::printf("bf16 gemm %ld: %.1f TFLOP/s\n", n, flops / (ms * 1e-3) / 1e12);
   return 0;
