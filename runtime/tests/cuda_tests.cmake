@@ -242,25 +242,6 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_attention_rows32 PROPERTIES LABELS dsrt_cuda TIMEOUT 120
                        FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_ATTENTION_KERNEL=rows32;DSRT_EMU_SCHEDULE=reverse;DSRT_FAKE_CUDA_FILL=nan;DSRT_EMU_REQUIRE_ALIGNED_LD=1")
-  # The same cases with the rows16 kernels' three-stage pipeline at
-  # Dh <= 64 (DSRT_ATTENTION_STAGES=3: one barrier a tile, 54-55.5 KiB of
-  # dynamic shared memory), in reverse thread order on NaN-filled memory:
-  # a stage refilled while a warp still reads it, or a missing barrier,
-  # fails cases. An unknown value fails with its name.
-  add_test(NAME dsrt_cuda_emu_attention_stages3
-    COMMAND dsrt_cuda_emu_align_kernel_test --cases "${DSRT_CASES_DIR}"
-            "--gtest_filter=Kernel_attention*")
-  set_tests_properties(dsrt_cuda_emu_attention_stages3 PROPERTIES LABELS dsrt_cuda TIMEOUT 120
-                       FIXTURES_REQUIRED dsrt_cases
-                       ENVIRONMENT "DSRT_ATTENTION_STAGES=3;DSRT_EMU_SCHEDULE=reverse;DSRT_FAKE_CUDA_FILL=nan;DSRT_EMU_REQUIRE_ALIGNED_LD=1")
-  add_test(NAME dsrt_cuda_emu_attention_stages_unknown
-    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
-            "DSRT_ATTENTION_STAGES must be 2 or 3, not '4'" --
-            $<TARGET_FILE:dsrt_cuda_emu_kernel_test> --cases "${DSRT_CASES_DIR}"
-            "--gtest_filter=Kernel_attention.mma_causal_bf16")
-  set_tests_properties(dsrt_cuda_emu_attention_stages_unknown PROPERTIES LABELS dsrt_cuda
-                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
-                       ENVIRONMENT "DSRT_ATTENTION_STAGES=4")
   add_test(NAME dsrt_cuda_emu_attention_kernel_unknown
     COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
             "DSRT_ATTENTION_KERNEL must be rows16 or rows32, not 'rows64'" --

@@ -330,21 +330,6 @@ int mma_warp_blocks() {
   }();
   return m;
 }
-// DSRT_ATTENTION_STAGES, read once: 2 (unset or empty: the default) or 3,
-// the shared-memory stages the rows16 tensor-core kernels stream their
-// tiles through at Dh <= 64 (three: 54-55.5 KiB of dynamic shared memory,
-// opted in to; a device that gives less runs the two-stage form).
-int mma_stages_wanted() {
-  static const int stages = [] {
-    const char *v = std::getenv("DSRT_ATTENTION_STAGES");
-    if (!v || !*v || std::strcmp(v, "2") == 0)
-      return 2;
-    if (std::strcmp(v, "3") == 0)
-      return 3;
-    throw Error(std::string("dsrt: DSRT_ATTENTION_STAGES must be 2 or 3, not '") + v + "'");
-  }();
-  return stages;
-}
 // f(std::integral_constant<int, M>{}) with M the row blocks a warp of the
 // forward and dQ kernels holds at head width D: DSRT_ATTENTION_KERNEL's at
 // D = 64, one at 128 (two would not fit the registers).
@@ -461,33 +446,11 @@ __device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0
 // `end`, stage(first row, s) having started the copies of the tile into
 // stage s (stage_tile). With two stages the next tile's copies are started
 // before this tile is waited for and used; with one, after it is used.
-// With three the tile after next is started once this one has landed, and
-// one barrier a tile does both jobs: it makes this tile's copies visible
-// and it follows every warp's use of the last tile, whose stage the new
-// copies fill (two stages need a second barrier after the use).
 template <int Stages, typename S, typename F>
 __device__ void for_staged_tiles(int64_t first, int64_t end, S &&stage, F &&f) {
-  static_assert(Stages >= 1 && Stages <= 3, "one to three stages");
+  static_assert(Stages == 1 || Stages == 2, "one or two stages");
   if (first >= end)
     return;
-  if constexpr (Stages == 3) {
-    stage(first, 0);
-    cp_async_commit();
-    if (first + kMmaTile < end)
-      stage(first + kMmaTile, 1);
-    cp_async_commit();
-    int s = 0;
-    for (int64_t j0 = first; j0 < end; j0 += kMmaTile) {
-      cp_async_wait<1>();  // all but the latest group (the next tile's): this tile
-      __syncthreads();
-      if (j0 + 2 * kMmaTile < end)
-        stage(j0 + 2 * kMmaTile, s == 0 ? 2 : s - 1);  // the last tile's stage
-      cp_async_commit();
-      f(j0, s);
-      s = s == 2 ? 0 : s + 1;
-    }
-    return;
-  }
   stage(first, 0);
   cp_async_commit();
   int s = 0;
@@ -1011,19 +974,8 @@ __global__ void __launch_bounds__(kMmaThreads)
 // Shared<D, 2>) has static shared memory or the device gives it the
 // dynamic shared memory it opts in to, else one (static shared memory).
 // `op` and `name` (the kernel's) name the failing call, if one does.
-// Kernel3 (the three-stage form, Shared<D, 3>) is taken at D = 64 when
-// `three` (rows16's kernels) and DSRT_ATTENTION_STAGES=3, if the device
-// gives it the dynamic shared memory.
-template <template <int, int> class Shared, int D, auto Kernel2, auto Kernel3, bool three,
-          typename F>
+template <template <int, int> class Shared, int D, auto Kernel2, typename F>
 void with_mma_stages(const char *op, const char *name, F &&launch) {
-  if constexpr (D == 64 && three) {
-    static_assert(in_dynamic_shared<Shared<D, 3>>(), "three stages take dynamic shared memory");
-    if (mma_stages_wanted() == 3 && opt_in_dynamic_shared<Kernel3>(op, name, sizeof(Shared<D, 3>))) {
-      launch(std::integral_constant<int, 3>{}, launch_shared_bytes<Shared<D, 3>>());
-      return;
-    }
-  }
   if constexpr (in_dynamic_shared<Shared<D, 2>>()) {
     static_assert(!in_dynamic_shared<Shared<D, 1>>(), "one stage fits static shared memory");
     if (!opt_in_dynamic_shared<Kernel2>(op, name, sizeof(Shared<D, 2>))) {
@@ -1051,8 +1003,7 @@ void launch_attention(cudaStream_t stream, const char *kernel, const Tensor &q, 
           constexpr int D = decltype(width)::value;
           with_mma_warp_blocks<D>([&](auto warp_blocks) {
             constexpr int M = decltype(warp_blocks)::value;
-            with_mma_stages<MmaKeyTiles, D, attention_kernel<T, D, 2, M>,
-                            attention_kernel<T, 64, 3, 1>, M == 1>(
+            with_mma_stages<MmaKeyTiles, D, attention_kernel<T, D, 2, M>>(
                 kernel, "attention_kernel", [&](auto stages, size_t shared) {
               constexpr int S = decltype(stages)::value;
               attention_kernel<T, D, S, M><<<mma_blocks<M>(rows / t, t), kMmaThreads, shared,
@@ -1093,8 +1044,7 @@ void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor
           with_mma_warp_blocks<D>([&](auto warp_blocks) {
             constexpr int M = decltype(warp_blocks)::value;
             constexpr int W = M == 1 ? kMmaWarps : 8;  // dK·dV's warps
-            with_mma_stages<MmaQueryTiles, D, attention_dkv_kernel<T, D, 2, W>,
-                            attention_dkv_kernel<T, 64, 3, kMmaWarps>, W == kMmaWarps>(
+            with_mma_stages<MmaQueryTiles, D, attention_dkv_kernel<T, D, 2, W>>(
                 kernel, "attention_dkv_kernel", [&](auto stages, size_t shared) {
               constexpr int S = decltype(stages)::value;
               attention_dkv_kernel<T, D, S, W><<<mma_blocks<1, W>(rows / t, t), 32 * W, shared,
@@ -1102,8 +1052,7 @@ void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor
                                                            lse.as<float>(), delta, pdk, pdv,
                                                            layout, t, head_dim, scale, causal);
             });
-            with_mma_stages<MmaKeyTiles, D, attention_dq_kernel<T, D, 2, M>,
-                            attention_dq_kernel<T, 64, 3, 1>, M == 1>(
+            with_mma_stages<MmaKeyTiles, D, attention_dq_kernel<T, D, 2, M>>(
                 kernel, "attention_dq_kernel", [&](auto stages, size_t shared) {
               constexpr int S = decltype(stages)::value;
               attention_dq_kernel<T, D, S, M><<<mma_blocks<M>(rows / t, t), kMmaThreads, shared,
