@@ -144,8 +144,7 @@ struct PadVocabPass : dsopt::impl::DsPadVocabBase<PadVocabPass> {
     auto logitsType = dyn_cast<RankedTensorType>(logits.getType());
     if (!weightType || weightType.getRank() != 2 || !weightType.hasStaticShape() ||
         weightType.getShape()[0] != vocab || !logitsType ||
-        logitsType.getShape().back() != vocab ||
-        (scoresView && cast<RankedTensorType>(logits.getType()).getShape().back() != vocab))
+        logitsType.getShape().back() != vocab)
       return;
     const int64_t width = weightType.getShape()[1];
 
@@ -210,25 +209,19 @@ struct PadVocabPass : dsopt::impl::DsPadVocabBase<PadVocabPass> {
     for (OpOperand *use : leaves) {
       auto matmul = cast<ds::MatMulOp>(use->getOwner());
       b.setInsertionPoint(matmul);
-      Value lhs = map.lookup(matmul.getLhs());
-      Value replacement;
-      if (!matmul.getTransposeLhs()) {
-        auto product = ds::MatMulOp::create(b, matmul.getLoc(), lhs, paddedWeight,
-                                            matmul.getTransposeLhsAttr(),
-                                            matmul.getTransposeRhsAttr());
-        copyAttrs(matmul, product);
-        replacement = product;
-      } else {
-        auto product = ds::MatMulOp::create(b, matmul.getLoc(), lhs, matmul.getRhs(),
-                                            matmul.getTransposeLhsAttr(),
-                                            matmul.getTransposeRhsAttr());
-        copyAttrs(matmul, product);
-        auto resultType = cast<RankedTensorType>(matmul.getType());
-        auto slice = ds::SliceOp::create(b, matmul.getLoc(), resultType, product,
-                                         b.getDenseI64ArrayAttr({0, 0}),
-                                         b.getDenseI64ArrayAttr({1, 1}));
-        copyAttrs(matmul, slice);
-        replacement = slice;
+      // The input gradient reads the padded w; the weight gradient's
+      // [V8, d] is sliced back to [V, d].
+      const bool weightGrad = matmul.getTransposeLhs();
+      Value replacement = ds::MatMulOp::create(
+          b, matmul.getLoc(), map.lookup(matmul.getLhs()),
+          weightGrad ? matmul.getRhs() : paddedWeight, matmul.getTransposeLhsAttr(),
+          matmul.getTransposeRhsAttr());
+      copyAttrs(matmul, replacement.getDefiningOp());
+      if (weightGrad) {
+        replacement = ds::SliceOp::create(b, matmul.getLoc(), matmul.getType(), replacement,
+                                          b.getDenseI64ArrayAttr({0, 0}),
+                                          b.getDenseI64ArrayAttr({1, 1}));
+        copyAttrs(matmul, replacement.getDefiningOp());
       }
       matmul.getResult().replaceAllUsesWith(replacement);
       dead.push_back(matmul);

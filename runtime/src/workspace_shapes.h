@@ -88,8 +88,9 @@ inline int64_t matmul_tile_floats(int64_t m, int64_t n, int64_t k) {
 //   every product keeps many output tiles and a moderate k (a chunk of rows
 //   over the whole of k left a few tiles each summing 50257 terms: 109
 //   TFLOP/s on an H200). Blocks of a_rows rows of y (their f32 sums, y32,
-//   rows padded to 8, at most kMatmulStageSumBytes; at least 128 rows) take a's columns a_cols at a time (a
-//   multiple of 64), copied in with zero columns up to 8; each block of b's
+//   rows padded to 8, at most kMatmulStageSumBytes; at least 128 rows)
+//   take a's columns a_cols at a time (a multiple of 64), copied in with
+//   zero columns up to 8; each block of b's
 //   rows is read in place but the last, copied with zero rows up to 8
 //   (b_last rows); the products add into y32 in f32 (beta 1 after the
 //   first), which is rounded once into y.

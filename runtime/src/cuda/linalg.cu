@@ -291,13 +291,13 @@ int64_t stage_rows_cap() {
   return cap;
 }
 
-// Copies `rows` rows of `width` 16-bit elements from src to dst (pitches
-// in elements), 4 bytes at a time whatever each row's alignment, and
-// writes `pad` zeros after each dst row's width: a block per row. A dst row starting between two 4-byte words takes its first
-// element alone; a src row then starting between words is read as aligned
-// words, each output pair the high half of one and the low half of the
-// next (the last pair of an even row reads its last element alone, never
-// past the row).
+// Copies `rows` rows of `width` 16-bit elements from src to dst (pitches in
+// elements), 4 bytes at a time whatever each row's alignment, and writes
+// `pad` zeros after each dst row's width: a block per row. A dst row
+// starting between two 4-byte words takes its first element alone; a src
+// row then starting between words is read as aligned words, each output
+// pair the high half of one and the low half of the next (the last pair of
+// an even row reads its last element alone, never past the row).
 __global__ void copy_rows16_kernel(const uint16_t *src, int64_t spitch, uint16_t *dst,
                                    int64_t dpitch, int64_t width, int64_t rows, int64_t pad) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -353,10 +353,10 @@ __global__ void round_rows_kernel(const float *y32, int64_t ld32, T *y, int64_t 
 // a_rows, a_cols, b_last): per block of a_rows rows of y, the contraction
 // in chunks of a_cols columns of a, each copied into a_buf with zero
 // columns up to 8; b's matching rows read in place but the last chunk's,
-// copied into b_buf with zero rows up to 8;
-// the products summed in f32 in y32 (ld n rounded to 8), beta 0 then 1,
-// and rounded once into y. Every leading dimension and k is a multiple of
-// 8, and each product has a block's rows of output tiles.
+// copied into b_buf with zero rows up to 8; the products summed in f32 in
+// y32 (ld n rounded to 8), beta 0 then 1, and rounded once into y. Every
+// leading dimension and k is a multiple of 8, and each product has a
+// block's rows of output tiles.
 void run_split_k(cudaStream_t stream, const Gemm &g, const MatmulStage &st, const void *a,
                  const void *b, void *y, uint8_t *a_buf, uint8_t *b_buf, float *y32,
                  const Workspace &rest) {

@@ -272,14 +272,9 @@ void slice(Stream &s, const Tensor &x, const Tensor &y, const int64_t *offsets,
     }
     for (int d = 0; contiguous && d < p; ++d)
       contiguous = y.shape.dims[d] == 1;
-    if (contiguous) {
-      int64_t start = 0, pitch = 1;
-      for (int d = rank - 1; d >= 0; --d) {
-        start += offsets[d] * pitch;
-        pitch *= x.shape.dims[d];
-      }
+    if (contiguous) {  // the range starts at the walk's base
       const size_t e = dtype_size(x.dtype);
-      copy_bytes(stream, kernel, y.data, static_cast<const uint8_t *>(x.data) + start * e,
+      copy_bytes(stream, kernel, y.data, static_cast<const uint8_t *>(x.data) + walk.base * e,
                  static_cast<size_t>(n) * e);
       return;
     }

@@ -6,9 +6,9 @@
 // step below 1 for adamw and sgd is reported through the device error word.
 // Every element's inputs are read before its outputs are written, so the
 // outputs may be the inputs. adamw_multi takes 16-byte vectors of aligned
-// tensors, 16 blocks a chunk of the list's concatenation. The gradient has the parameter's type, or is
-// the bf16/f16 gradient of an f32 parameter (mixed precision), converted an
-// element at a time.
+// tensors, 16 blocks a chunk of the list's concatenation. The gradient has
+// the parameter's type, or is the bf16/f16 gradient of an f32 parameter
+// (mixed precision), converted an element at a time.
 #include "cuda/chunk_table.h"
 #include "cuda/common.cuh"
 #include "dsrt/math.h"
@@ -477,11 +477,8 @@ void adamw_multi(Stream &s, const Tensor &lr, const Tensor &step, int num_tensor
         launch.param_out[k] = params_out[i].as<T>();
         launch.m_out[k] = ms_out[i].as<T>();
         launch.v_out[k] = vs_out[i].as<T>();
-        launch.copy[k] = copy_out(params_copy ? &params_copy[i] : nullptr);
-      }
-      for (int k = 0; k < table.num_tensors; ++k) {
-        const int i = table.tensor[k];
         const Tensor *copy = params_copy ? &params_copy[i] : nullptr;
+        launch.copy[k] = copy_out(copy);
         bool aligned = true;
         for (const void *p : {params[i].data, grads[i].data, ms[i].data, vs[i].data,
                               params_out[i].data, ms_out[i].data, vs_out[i].data,
