@@ -30,6 +30,12 @@ CPU's time, the emulated device's memory), not a GPU's. The prepared
 program may be the tiny GPT (gpu_prepare.py --bench-size tiny), whose
 dimensions the manifest gives.
 
+Then each runtime setting of SETTINGS (environment variables of the cuda
+backend whose defaults await a GPU's measurement) runs against the default
+on the same program and data, a pair of short runs each: their ratio goes
+into bench.md's settings table and bench.json's "settings" (--no-settings
+leaves them out).
+
 Writes OUT/bench.md and OUT/bench.json. Exits 2, with a clear message, when
 there is no GPU; 1 when a step fails.
 """
@@ -59,6 +65,17 @@ BATCHES = SIZES["124m"]["batches"]
 # fused attention, no [T, T] scores (docs/benchmarks.md).
 DSOPT_FLAGS = ["--fuse-attention"]
 FIT = 0.9
+# Runtime settings the benchmark compares with the default on the same
+# program, plan and data, each run right after a default run of the same
+# length (the ratio of the pair): switches of the cuda backend whose
+# default awaits such a measurement (docs/runtime.md, "Kernels").
+SETTINGS = [
+    ("bias gradients as product + column sums", {"DSRT_BIAS_GRAD": "separate"}),
+    ("cuBLASLt workspace capped at 3 MiB (the tile panels')",
+     {"DSRT_CUBLASLT_WORKSPACE": str(3 * 512 * 512 * 4)}),
+    ("attention rows32 tiling", {"DSRT_ATTENTION_KERNEL": "rows32"}),
+]
+SETTING_STEPS = 4
 # The H200's dense bf16 tensor-core peak (NVIDIA's data sheet, TFLOP/s):
 # what --emulate, which measures nothing, takes MFU against.
 NOMINAL_BF16_TFLOPS = 989.4
@@ -141,11 +158,12 @@ def gemm_peak(out: Path, emulate: bool = False):
 def train_and_report(program: Path, model: Path, batch: int, need: int, precision: str,
                      peak_tflops: float, memory: int, steps: int, work: Path, out: Path,
                      weights: Path = None, dims: dict = None, title: str = "GPT-2 124M",
-                     emulate: bool = False) -> int:
+                     emulate: bool = False, settings: bool = False) -> int:
     """Trains `steps` steps of `program` on random tokens, writes
     OUT/bench.md and OUT/bench.json. `dims`: the model's (dims_of), GPT-2
     124M's by default. `emulate`: the program runs on the CUDA emulation,
-    and every figure is labelled so."""
+    and every figure is labelled so. `settings`: then compare SETTINGS
+    (compare_settings) and add their table."""
     dims = dims or {"layers": LAYERS, "d_model": D_MODEL, "vocab": VOCAB, "seq": SEQ}
     seq, layers, d_model = dims["seq"], dims["layers"], dims["d_model"]
     data = work / "data"
@@ -207,12 +225,74 @@ def train_and_report(program: Path, model: Path, batch: int, need: int, precisio
     ])
     (out / "bench.md").write_text(report)
     print(report)
+    if settings:
+        table, rows = compare_settings(command, work, emulate)
+        result["settings"] = rows
+        (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+        report += "\n" + table
+        (out / "bench.md").write_text(report)
+        print(table)
     op_profile(command, work, out, emulate)
     if measured_peak not in (None, need):
         print(f"gpu_bench: error: the measured device peak ({measured_peak} bytes) differs from "
               f"the planned one ({need} bytes)", file=sys.stderr)
         return 1
     return 0
+
+
+def timed_run(command: list, work: Path, name: str, env: dict):
+    """`command` (train's, as train_and_report runs it) for SETTING_STEPS
+    steps with `env` added: (mean step seconds after the first, final loss),
+    or (None, the error)."""
+    import os
+    log = work / f"settings-{name}.jsonl"
+    log.unlink(missing_ok=True)
+    run_command = list(command)
+    run_command[run_command.index("--steps") + 1] = SETTING_STEPS
+    run_command[run_command.index("--log-json") + 1] = log
+    done = run(run_command, env={**os.environ, **env})
+    if done.returncode != 0:
+        return None, f"exit {done.returncode}: {done.stderr.strip()[-400:]}"
+    steps = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    timed = steps[1:] or steps
+    return sum(x["step_time_s"] for x in timed) / len(timed), steps[-1].get("loss")
+
+
+def compare_settings(command: list, work: Path, emulate: bool = False):
+    """Each of SETTINGS against the default: a default run, then the
+    setting's, SETTING_STEPS steps each on the same data; the ratio of
+    their mean steps after the first. Returns the markdown table and the
+    rows (for bench.json). A setting whose run fails is reported, not
+    fatal; one whose final loss differs from the default's by more than
+    2e-2 (bf16's tolerance in the model checks) is marked."""
+    emu = " (EMULATED: the host CPU's times)" if emulate else ""
+    lines = [f"### Runtime settings against the default, same program and data{emu}", "",
+             f"Each pair: a default run, then the setting's, {SETTING_STEPS} steps each "
+             "(the mean of the steps after the first).", "",
+             "| setting | environment | default ms | setting ms | setting / default | final loss (default, setting) |",
+             "|---|---|---|---|---|---|"]
+    rows = []
+    for i, (title, env) in enumerate(SETTINGS):
+        env_text = " ".join(f"{k}={v}" for k, v in env.items())
+        base, base_loss = timed_run(command, work, f"default-{i}", {})
+        step, loss = timed_run(command, work, f"setting-{i}", env)
+        row = {"setting": title, "env": env, "default_step_s": base, "step_s": step,
+               "default_loss": base_loss, "loss": loss}
+        if base is None or step is None:
+            row["error"] = base_loss if base is None else loss
+            lines.append(f"| {title} | `{env_text}` | FAILED: {row['error']} | | | |")
+        else:
+            ratio = step / base
+            row["ratio"] = ratio
+            mark = ""
+            if base_loss is not None and loss is not None and \
+                    abs(loss - base_loss) > 2e-2 * max(abs(base_loss), 1e-12):
+                mark = " LOSS DIFFERS"
+                row["loss_differs"] = True
+            lines.append(f"| {title} | `{env_text}` | {base * 1000:.1f} | {step * 1000:.1f} | "
+                         f"{ratio:.3f} | {base_loss:.6g}, {loss:.6g}{mark} |")
+        rows.append(row)
+    return "\n".join(lines) + "\n", rows
 
 
 def op_table(trace: dict, emulate: bool = False) -> str:
@@ -312,7 +392,8 @@ def prepared(args, memory: int) -> int:
     return train_and_report(args.program_build, model, info["micro_batch"],
                             info["planned_device_bytes"], "bf16", peak_tflops, memory, args.steps,
                             work, args.out, weights=work, dims=dims_of(info["generator"]),
-                            title=info.get("title", "GPT-2 124M"), emulate=args.emulate)
+                            title=info.get("title", "GPT-2 124M"), emulate=args.emulate,
+                            settings=args.settings)
 
 
 def main() -> int:
@@ -326,6 +407,8 @@ def main() -> int:
     parser.add_argument("--gelu", choices=["erf", "tanh"], default="erf",
                         help="the MLP's GELU: exact erf (default) or GPT-2's tanh approximation, "
                              "which the matmuls' cuBLASLt epilogues compute (docs/benchmarks.md)")
+    parser.add_argument("--no-settings", dest="settings", action="store_false",
+                        help="leave out the runtime settings' comparison (SETTINGS)")
     parser.add_argument("--emulate", action="store_true",
                         help="with --prepared: the program was built for the CUDA emulation (no GPU)")
     args = parser.parse_args()
@@ -396,7 +479,7 @@ def main() -> int:
         print(f"gpu_bench: dsopt failed: {compiled.stderr.strip()}", file=sys.stderr)
         return 1
     return train_and_report(program, model, batch, need, precision, peak_tflops, memory,
-                            args.steps, work, args.out)
+                            args.steps, work, args.out, settings=args.settings)
 
 
 if __name__ == "__main__":

@@ -277,6 +277,43 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
             "--gtest_filter=Kernel_matmul_bias.*:Kernel_matmul_bias_grad.*:Kernel_matmul_lhs_bias_grad.*:Kernel_matmul_bias_gelu.*:Kernel_matmul_dgelu.*")
   set_tests_properties(dsrt_cuda_emu_epilogue_fallback PROPERTIES LABELS dsrt_cuda TIMEOUT 60
                        FIXTURES_REQUIRED dsrt_cases ENVIRONMENT "DSRT_EMU_NO_EPILOGUE_ALGO=1")
+  # DSRT_BIAS_GRAD=separate: the weight gradients' cases with their bias
+  # gradients as the plain product and the column sums, on a cuBLASLt that
+  # fails any request for a bias-gradient epilogue (so the run shows none
+  # was made), against the same references; the same fake failing the
+  # default run (the epilogue asked for, the run stopped with cuBLASLt's
+  # error); an unknown DSRT_BIAS_GRAD and a DSRT_CUBLASLT_WORKSPACE that is
+  # no byte count failing with their values named.
+  add_test(NAME dsrt_cuda_emu_bias_grad_separate
+    COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_matmul_bias_grad.*:Kernel_matmul_lhs_bias_grad.*")
+  set_tests_properties(dsrt_cuda_emu_bias_grad_separate PROPERTIES LABELS dsrt_cuda TIMEOUT 60
+                       FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_BIAS_GRAD=separate;DSRT_EMU_FAIL_BIAS_GRAD_EPILOGUE=1")
+  add_test(NAME dsrt_cuda_emu_bias_grad_epilogue_asked
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
+            "DSRT_EMU_FAIL_BIAS_GRAD_EPILOGUE=1" --
+            $<TARGET_FILE:dsrt_cuda_emu_kernel_test> --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_matmul_bias_grad.*")
+  set_tests_properties(dsrt_cuda_emu_bias_grad_epilogue_asked PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_EMU_FAIL_BIAS_GRAD_EPILOGUE=1")
+  add_test(NAME dsrt_cuda_emu_bias_grad_unknown
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
+            "DSRT_BIAS_GRAD must be epilogue or separate, not 'fused'" --
+            $<TARGET_FILE:dsrt_cuda_emu_kernel_test> --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_matmul_bias_grad.*")
+  set_tests_properties(dsrt_cuda_emu_bias_grad_unknown PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_BIAS_GRAD=fused")
+  add_test(NAME dsrt_cuda_emu_cublaslt_workspace_bad
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
+            "DSRT_CUBLASLT_WORKSPACE must be a byte count (a non-negative integer), not '32MiB'" --
+            $<TARGET_FILE:dsrt_cuda_emu_kernel_test> --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_matmul.*")
+  set_tests_properties(dsrt_cuda_emu_cublaslt_workspace_bad PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_CUBLASLT_WORKSPACE=32MiB")
   # The NCCL transport's device test (nccl_device_test.cpp) on the
   # emulation's NCCL over MPI, 3 ranks: uneven ring chunks (the grouped
   # broadcasts and reductions), a split into communicators of 2 and 1 ranks.

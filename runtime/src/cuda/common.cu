@@ -6,8 +6,10 @@
 #include "dsrt/cuda_launch.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -270,6 +272,36 @@ bool allow_tf32() {
     return v && std::strcmp(v, "1") == 0;
   }();
   return allowed;
+}
+
+int64_t cublaslt_workspace_cap() {
+  static const int64_t cap = [] {
+    const char *v = std::getenv("DSRT_CUBLASLT_WORKSPACE");
+    if (!v || !*v)
+      return std::numeric_limits<int64_t>::max();
+    char *end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || n < 0)
+      throw Error(std::string("dsrt: DSRT_CUBLASLT_WORKSPACE must be a byte count (a "
+                              "non-negative integer), not '") +
+                  v + "'");
+    return static_cast<int64_t>(n);
+  }();
+  return cap;
+}
+
+bool bias_grad_epilogue() {
+  static const bool epilogue = [] {
+    const char *v = std::getenv("DSRT_BIAS_GRAD");
+    if (!v || !*v || std::strcmp(v, "epilogue") == 0)
+      return true;
+    if (std::strcmp(v, "separate") == 0)
+      return false;
+    throw Error(std::string("dsrt: DSRT_BIAS_GRAD must be epilogue or separate, not '") + v +
+                "'");
+  }();
+  return epilogue;
 }
 
 }  // namespace detail

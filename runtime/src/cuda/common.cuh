@@ -262,6 +262,15 @@ void lt_gemm_f32(cudaStream_t stream, const char *kernel, bool trans_a, bool tra
                  float *c);
 // True when DSRT_ALLOW_TF32=1: f32 GEMMs may use TF32 tensor cores.
 bool allow_tf32();
+// DSRT_CUBLASLT_WORKSPACE=N (bytes, read once): at most N of a product's
+// planned workspace bytes go to cuBLASLt (unset: all of them), to compare
+// algorithms on one plan; anything but a byte count is an error.
+int64_t cublaslt_workspace_cap();
+// DSRT_BIAS_GRAD (read once): epilogue (unset: the default) runs a weight
+// gradient with its bias gradient as one cuBLASLt call with the BGRADA or
+// BGRADB epilogue; separate runs the plain product and then the column sums
+// (the epilogue's fallback); anything else is an error.
+bool bias_grad_epilogue();
 
 }  // namespace detail
 }  // namespace dsrt

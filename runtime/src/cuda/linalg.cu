@@ -24,6 +24,10 @@
 // the bias add or the column sums with the kernels of their own (the
 // reduce's workspace is the planned one): two launches instead of one, and
 // under mixed precision the bias added to the rounded product.
+// DSRT_BIAS_GRAD=separate runs the bias gradients so always (the product
+// may then take cuBLASLt's split-k algorithms, which the epilogues may not).
+// A large product's workspace (workspace_shapes.h, matmul_lt_bytes) gives
+// cuBLASLt 32 MiB; DSRT_CUBLASLT_WORKSPACE caps it, to compare.
 // cuBLASLt's GELU epilogues compute the tanh approximation,
 // so only matmul_bias_gelu and matmul_dgelu (formed from ds.gelu {approximate
 // = tanh}) use them: CUBLASLT_EPILOGUE_GELU_AUX_BIAS writes the biased
@@ -239,7 +243,8 @@ bool run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, cons
   uintptr_t base = reinterpret_cast<uintptr_t>(ws.data);
   uintptr_t aligned = (base + 255) & ~uintptr_t(255);
   size_t ws_bytes = ws.data && ws.bytes > int64_t(aligned - base)
-                        ? static_cast<size_t>(ws.bytes - int64_t(aligned - base))
+                        ? static_cast<size_t>(std::min(ws.bytes - int64_t(aligned - base),
+                                                       cublaslt_workspace_cap()))
                         : 0;
   void *ws_data = ws_bytes ? reinterpret_cast<void *>(aligned) : nullptr;
   LtPlan &plan = lt_plan(g, type, compute, ws_bytes);
@@ -605,12 +610,14 @@ void run_bias_grad(Stream &s, cudaStream_t stream, const char *kernel, const Mat
     return;
   }
   Gemm g{kernel, a.dtype, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb};
-  g.epilogue = epilogue;
-  g.bias = bias_grad.data;
-  if (run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws))
-    return;
-  g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  g.bias = nullptr;
+  if (bias_grad_epilogue()) {
+    g.epilogue = epilogue;
+    g.bias = bias_grad.data;
+    if (run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws))
+      return;
+    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    g.bias = nullptr;
+  }
   run_lt(stream, g, 1.0f, a.data, b.data, 0.0f, nullptr, y.data, ws);
   reduce(s, ReduceOp::Sum, summed, bias_grad, &axis0, 1, ws);
 }

@@ -894,6 +894,17 @@ static bool no_epilogue_algo() {
   }();
   return set;
 }
+// DSRT_EMU_FAIL_BIAS_GRAD_EPILOGUE=1: asking for an algorithm with the
+// BGRADA or BGRADB epilogue is an error (not the NOT_SUPPORTED the runtime
+// falls back on), so that a run with DSRT_BIAS_GRAD=separate shows it never
+// asks (cuda_tests.cmake, dsrt_cuda_emu_bias_grad_separate).
+static bool fail_bias_grad_epilogue() {
+  static const bool set = [] {
+    const char *v = std::getenv("DSRT_EMU_FAIL_BIAS_GRAD_EPILOGUE");
+    return v && std::string(v) == "1";
+  }();
+  return set;
+}
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
@@ -903,6 +914,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   LOCKED;
   st.count("cublasLtMatmulAlgoGetHeuristic");
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  const uint32_t epilogue = reinterpret_cast<const LtDesc *>(desc)->epilogue;
+  if (fail_bias_grad_epilogue() &&
+      (epilogue == CUBLASLT_EPILOGUE_BGRADA || epilogue == CUBLASLT_EPILOGUE_BGRADB)) {
+    std::fprintf(stderr, "fake cudart: cublasLtMatmulAlgoGetHeuristic: a bias-gradient "
+                         "epilogue asked for (DSRT_EMU_FAIL_BIAS_GRAD_EPILOGUE=1)\n");
+    return CUBLAS_STATUS_INTERNAL_ERROR;
+  }
   if (no_epilogue_algo() &&
       reinterpret_cast<const LtDesc *>(desc)->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     *returned = 0;
