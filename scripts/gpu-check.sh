@@ -28,8 +28,10 @@
 #             run (loss rel 1e-4); each run checks its memory spaces
 #             against the plan itself
 #   bf16      the same in bf16 (loss rel 2e-2)
-#   bench     bench/gpu_bench.py --prepared: GPT-2 124M bf16 tokens/s, MFU and
-#             the per-op times of one traced step (OUT/bench/ops.md)
+#   bench     bench/gpu_bench.py --prepared: GPT-2 124M bf16 tokens/s, MFU,
+#             the runtime settings (gpu_bench.py's SETTINGS) against the
+#             default in pairs of short runs, and the per-op times of one
+#             traced step (OUT/bench/ops.md)
 #   zero3     GPT-2's ZeRO-3 program on one GPU, a one-rank NCCL world
 #             (NCCL initialized; one rank makes no collective: those are
 #             the nccl stage's), whose losses equal the plain program's
