@@ -73,6 +73,7 @@ SETTINGS = [
     ("bias gradients as product + column sums", {"DSRT_BIAS_GRAD": "separate"}),
     ("cuBLASLt workspace capped at 3 MiB (the tile panels')",
      {"DSRT_CUBLASLT_WORKSPACE": str(3 * 512 * 512 * 4)}),
+    ("cuBLASLt's first 8 algorithms timed, the fastest kept", {"DSRT_CUBLASLT_TUNE": "8"}),
     ("attention rows32 tiling", {"DSRT_ATTENTION_KERNEL": "rows32"}),
 ]
 SETTING_STEPS = 4

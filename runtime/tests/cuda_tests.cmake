@@ -314,6 +314,28 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_cublaslt_workspace_bad PROPERTIES LABELS dsrt_cuda
                        TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_CUBLASLT_WORKSPACE=32MiB")
+  # DSRT_CUBLASLT_TUNE=4: the products' cases (the staged ones, seconds
+  # each on the host, left out) with each product's first
+  # call timing the emulated heuristic's 4 algorithms (the fake's last is
+  # the fastest, fake_cudart.cpp) against the same references; the fake's
+  # report shows the fastest kept (check_tune_report.py); an out-of-range
+  # count fails with its value named.
+  add_test(NAME dsrt_cuda_emu_cublaslt_tune
+    COMMAND sh -c "\"$1\" --cases \"$2\" --gtest_filter='Kernel_matmul*.*:Kernel_gemm.*:-Kernel_matmul.staged_*' && \"$3\" \"$4\" 4 \"$5\""
+            sh $<TARGET_FILE:dsrt_cuda_emu_kernel_test> "${DSRT_CASES_DIR}" "${DSRT_PYTHON}"
+            "${CMAKE_CURRENT_SOURCE_DIR}/cuda/check_tune_report.py"
+            "${CMAKE_CURRENT_BINARY_DIR}/cublaslt_tune_report.json")
+  set_tests_properties(dsrt_cuda_emu_cublaslt_tune PROPERTIES LABELS dsrt_cuda TIMEOUT 120
+                       FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_CUBLASLT_TUNE=4;DSRT_FAKE_CUDA_REPORT=${CMAKE_CURRENT_BINARY_DIR}/cublaslt_tune_report.json")
+  add_test(NAME dsrt_cuda_emu_cublaslt_tune_bad
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
+            "DSRT_CUBLASLT_TUNE must be a count of algorithms from 0 to 16, not '17'" --
+            $<TARGET_FILE:dsrt_cuda_emu_kernel_test> --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_matmul.*")
+  set_tests_properties(dsrt_cuda_emu_cublaslt_tune_bad PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_CUBLASLT_TUNE=17")
   # The NCCL transport's device test (nccl_device_test.cpp) on the
   # emulation's NCCL over MPI, 3 ranks: uneven ring chunks (the grouped
   # broadcasts and reductions), a split into communicators of 2 and 1 ranks.

@@ -291,6 +291,23 @@ int64_t cublaslt_workspace_cap() {
   return cap;
 }
 
+int cublaslt_tune() {
+  static const int count = [] {
+    const char *v = std::getenv("DSRT_CUBLASLT_TUNE");
+    if (!v || !*v)
+      return 0;
+    char *end = nullptr;
+    errno = 0;
+    const long n = std::strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || n < 0 || n > 16)
+      throw Error(std::string("dsrt: DSRT_CUBLASLT_TUNE must be a count of algorithms from 0 "
+                              "to 16, not '") +
+                  v + "'");
+    return n > 1 ? static_cast<int>(n) : 0;
+  }();
+  return count;
+}
+
 bool bias_grad_epilogue() {
   static const bool epilogue = [] {
     const char *v = std::getenv("DSRT_BIAS_GRAD");

@@ -266,6 +266,11 @@ bool allow_tf32();
 // planned workspace bytes go to cuBLASLt (unset: all of them), to compare
 // algorithms on one plan; anything but a byte count is an error.
 int64_t cublaslt_workspace_cap();
+// DSRT_CUBLASLT_TUNE=N (read once; unset, 0 or 1: off): each f16/bf16 or
+// f32 product's first call times up to N of cuBLASLt's heuristic
+// algorithms and keeps the fastest (linalg.cu, tune_algo); more than 16,
+// or not a count, is an error.
+int cublaslt_tune();
 // DSRT_BIAS_GRAD (read once): epilogue (unset: the default) runs a weight
 // gradient with its bias gradient as one cuBLASLt call with the BGRADA or
 // BGRADB epilogue; separate runs the plain product and then the column sums

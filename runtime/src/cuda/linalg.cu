@@ -45,6 +45,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 namespace dsrt {
 
@@ -110,6 +111,11 @@ struct LtPlan {
   // False when the heuristic found no algorithm for the epilogue: the
   // caller runs the fallback.
   bool has_algo = true;
+  // With DSRT_CUBLASLT_TUNE=N: the heuristic's first N algorithms, timed
+  // on the first call (tune_algo), which sets `algo` to the fastest.
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  std::mutex tune_mutex;
+  bool tuned = false;
   ~LtPlan() {
     if (d) cublasLtMatrixLayoutDestroy(d);
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -196,10 +202,13 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
                                                     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &ws_bytes, sizeof(ws_bytes)),
                g.kernel, "workspace preference");
-  cublasLtMatmulHeuristicResult_t result{};
+  // The heuristic's best, or with DSRT_CUBLASLT_TUNE=N its first N to time.
+  const int requested = std::max(1, cublaslt_tune());
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(requested));
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      cublaslt(), plan->op, plan->a, plan->b, plan->c, plan->d, pref.pref, 1, &result, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(cublaslt(), plan->op, plan->a, plan->b, plan->c, plan->d,
+                                     pref.pref, requested, results.data(), &found);
   // An epilogue cuBLASLt has no algorithm for on this shape and type.
   if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
       (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found < 1))) {
@@ -211,8 +220,56 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
     fail(g.kernel, "cuBLASLt has no algorithm for this product (m " + std::to_string(g.m) +
                        ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k) + ", " +
                        dtype_name(g.dtype) + ", epilogue " + std::to_string(g.epilogue) + ")");
-  plan->algo = result.algo;
+  plan->algo = results[0].algo;
+  for (int i = 0; i < found && requested > 1; ++i)
+    if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+      plan->candidates.push_back(results[static_cast<size_t>(i)].algo);
   return plan;
+}
+
+// DSRT_CUBLASLT_TUNE: times each candidate algorithm of `plan` on this
+// call's operands (one call to warm it, then kTuneCalls between two
+// events, the host waiting for the second) and keeps the fastest in
+// plan.algo; a candidate cuBLASLt refuses is skipped. Only where running
+// the product again gives the same y (beta 0, or C not y): else the
+// heuristic's first stays. Once per plan, on its first call (the first
+// step); the results may then differ by the algorithm chosen, run to run.
+void tune_algo(cudaStream_t stream, LtPlan &plan, const Gemm &g, float alpha, const void *a,
+               const void *b, float beta, const void *c, void *y, void *ws_data,
+               size_t ws_bytes) {
+  plan.tuned = true;
+  if (beta != 0.0f && (c == nullptr || c == y))
+    return;
+  constexpr int kTuneCalls = 3;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_cuda(cudaEventCreate(&start), g.kernel, "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), g.kernel, "cudaEventCreate");
+  float best = std::numeric_limits<float>::infinity();
+  size_t chosen = 0;
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    auto call = [&] {
+      return cublasLtMatmul(cublaslt(), plan.op, &alpha, b, plan.a, a, plan.b, &beta,
+                            c ? c : y, plan.c, y, plan.d, &plan.candidates[i], ws_data,
+                            ws_bytes, stream);
+    };
+    if (call() != CUBLAS_STATUS_SUCCESS)
+      continue;
+    check_cuda(cudaEventRecord(start, stream), g.kernel, "cudaEventRecord");
+    bool ok = true;
+    for (int r = 0; r < kTuneCalls && ok; ++r)
+      ok = call() == CUBLAS_STATUS_SUCCESS;
+    check_cuda(cudaEventRecord(stop, stream), g.kernel, "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), g.kernel, "cudaEventSynchronize");
+    float ms = 0.0f;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), g.kernel, "cudaEventElapsedTime");
+    if (ok && ms < best) {
+      best = ms;
+      chosen = i;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  plan.algo = plan.candidates[chosen];
 }
 
 // The plan of `g`'s kind of product, made on its first call.
@@ -261,6 +318,11 @@ bool run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, cons
       check_cublas(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                   &g.aux, sizeof(g.aux)),
                    g.kernel, "aux pointer");
+  }
+  if (plan.candidates.size() > 1) {
+    std::lock_guard<std::mutex> tune_lock(plan.tune_mutex);
+    if (!plan.tuned)
+      tune_algo(stream, plan, g, alpha, a, b, beta, c, y, ws_data, ws_bytes);
   }
   check_cublas(cublasLtMatmul(cublaslt(), plan.op, &alpha, b, plan.a, a, plan.b, &beta,
                               c ? c : y, plan.c, y, plan.d, &plan.algo, ws_data, ws_bytes,

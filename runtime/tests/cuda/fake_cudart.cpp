@@ -926,9 +926,19 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     *returned = 0;
     return CUBLAS_STATUS_SUCCESS;
   }
-  results[0] = cublasLtMatmulHeuristicResult_t{};
-  results[0].state = CUBLAS_STATUS_SUCCESS;
-  *returned = 1;
+  // Up to kFakeAlgos algorithms when more than one is asked for (the
+  // runtime's DSRT_CUBLASLT_TUNE), numbered in data[0] from the last: the
+  // first returned is number n - 1, the last 0. cublasLtMatmul takes
+  // 1 + number ms of the fake clock, so the last is the fastest a tuner
+  // can find; asked for one, the heuristic returns number 0 (1 ms) as ever.
+  constexpr int kFakeAlgos = 4;
+  const int n = std::min(requested, kFakeAlgos);
+  for (int i = 0; i < n; ++i) {
+    results[i] = cublasLtMatmulHeuristicResult_t{};
+    results[i].algo.data[0] = static_cast<uint64_t>(n - 1 - i);
+    results[i].state = CUBLAS_STATUS_SUCCESS;
+  }
+  *returned = n;
   return CUBLAS_STATUS_SUCCESS;
 }
 #if DSRT_FAKE_EMULATE
@@ -1081,12 +1091,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
                               cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
                               cublasLtMatrixLayout_t Cdesc, void *D,
-                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
                               void *workspace, size_t workspace_bytes, cudaStream_t stream) {
   LOCKED;
   st.count("cublasLtMatmul");
   st.check_stream(stream, "cublasLtMatmul");
   st.on_stream(stream, "cublasLtMatmul");
+  // The heuristic's algorithm number (cublasLtMatmulAlgoGetHeuristic):
+  // number k takes k ms more; counted by number when more than one may be.
+  const uint64_t number = algo ? algo->data[0] : 0;
+  st.clock_us += 1000.0 * static_cast<double>(number);
+  static const bool by_number = std::getenv("DSRT_CUBLASLT_TUNE") != nullptr;
+  if (by_number)
+    ++st.now().calls["cublasLtMatmul algorithm " + std::to_string(number)];
   if (workspace_bytes && !st.kind_of(workspace, workspace_bytes))
     st.error("cublasLtMatmul: a workspace outside device memory");
 #if DSRT_FAKE_EMULATE
