@@ -438,6 +438,22 @@ constexpr int kSharedRowThreads = 512;
 // dynamic shared memory it opts in to.
 constexpr size_t kSharedRowStatic = 1024;
 
+// exp(v - m) in the shared-row kernel: for 16-bit scores exp2f of
+// v log2(e) - m log2(e), a multiply-add and the hardware's ex2 where expf's
+// range reduction takes several more instructions, twice a class (the
+// kernel's arithmetic is most of an HBM read's time: docs/runtime.md). The
+// exponent's rounding (|m| 2^-24 relative, about 1e-6 at the scores' usual
+// range) is far below a 16-bit gradient's precision and the loss's f32
+// tolerance; f32 scores keep expf.
+template <typename T> __device__ inline float row_exp(float v, float m) {
+  if constexpr (sizeof(T) == 2) {
+    constexpr float kLog2e = 1.4426950408889634f;
+    return exp2f(fmaf(v, kLog2e, -m * kLog2e));
+  } else {
+    return expf(v - m);
+  }
+}
+
 template <typename T, typename I>
 __global__ void __launch_bounds__(kSharedRowThreads, 2)
     cross_entropy_grad_shared_kernel(const T *x, T *dx, double *samples, Labels<I> lb,
@@ -476,12 +492,12 @@ __global__ void __launch_bounds__(kSharedRowThreads, 2)
         vm = fmaxf(vm, f[k]);
       }
       if (vm > ms.m) {
-        ms.s *= expf(ms.m - vm);
+        ms.s *= row_exp<T>(ms.m, vm);
         ms.m = vm;
       }
 #pragma unroll
       for (int k = 0; k < N; ++k)
-        ms.s += expf(f[k] - ms.m);
+        ms.s += row_exp<T>(f[k], ms.m);
     }
     for (int64_t k = threadIdx.x; k < c - vecs * N; k += blockDim.x) {
       const int64_t e = k < head ? k : rest + (k - head);
@@ -507,13 +523,13 @@ __global__ void __launch_bounds__(kSharedRowThreads, 2)
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const int64_t e = head + v * N + k;
-        out[k] = st<T>(coef * (expf(ld(in.lane[k]) - lse) - (e == label ? 1.0f : 0.0f)));
+        out[k] = st<T>(coef * (row_exp<T>(ld(in.lane[k]), lse) - (e == label ? 1.0f : 0.0f)));
       }
       math::store_vector(dr, head + v * N, out);
     }
     for (int64_t k = threadIdx.x; k < c - vecs * N; k += blockDim.x) {
       const int64_t e = k < head ? k : rest + (k - head);
-      dr[e] = st<T>(coef * (expf(ld(srow[e]) - lse) - (e == label ? 1.0f : 0.0f)));
+      dr[e] = st<T>(coef * (row_exp<T>(ld(srow[e]), lse) - (e == label ? 1.0f : 0.0f)));
     }
     __syncthreads();  // the shared row is read before the next row's copy
   }
