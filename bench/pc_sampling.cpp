@@ -185,7 +185,10 @@ void absorb(const Context &context, const CUpti_PCSamplingData &data) {
     // CUPTI allocates the names, shared between records; they are kept
     // (not freed) for the life of the process.
     std::string function = pc.functionName ? pc.functionName : "(unnamed)";
-    for (size_t k = 0; k < pc.stallReasonCount; ++k) {
+    size_t reasons = pc.stallReasonCount;
+    if (reasons > context.reason_indices.size())
+      reasons = context.reason_indices.size(); // no more than the buffer has room for
+    for (size_t k = 0; k < reasons; ++k) {
       const CUpti_PCSamplingStallReason &stall = pc.stallReason[k];
       auto name = context.reasons.find(stall.pcSamplingStallReasonIndex);
       g_aggregate.add(function, pc.pcOffset,
@@ -335,26 +338,7 @@ void finish(Context &context) {
   context.configured.data.totalNumPcs = 0;
 }
 
-bool is_launch(CUpti_CallbackId id) {
-  switch (id) {
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunch:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice:
-  case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
-  case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
-    return true;
-  default:
-    return false;
-  }
-}
-
+// The driver's launches, whose exits end a kernel's range in serialized mode.
 const CUpti_CallbackId kLaunches[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunch,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
@@ -369,6 +353,13 @@ const CUpti_CallbackId kLaunches[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
     CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
 };
+
+bool is_launch(CUpti_CallbackId id) {
+  for (CUpti_CallbackId launch : kLaunches)
+    if (id == launch)
+      return true;
+  return false;
+}
 
 void CUPTIAPI on_callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId id,
                           const void *data) {
