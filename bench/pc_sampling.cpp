@@ -10,7 +10,7 @@
 // stalls stage runs the GPT-2 benchmark's program under it.
 //
 //   g++ -std=c++17 -O2 -shared -fPIC bench/pc_sampling.cpp -I$CUDA/include
-//       -L$CUDA/lib64 -lcupti -o libdsrt_pc_sampling.so
+//       -L$CUDA/lib64 -lcupti -ldl -o libdsrt_pc_sampling.so
 //   CUDA_INJECTION64_PATH=$PWD/libdsrt_pc_sampling.so DSRT_PCSAMPLE_OUT=stalls.json PROGRAM
 //
 // DSRT_PCSAMPLE_OUT       the JSON's path (unset: nothing is sampled)
