@@ -32,6 +32,14 @@
 #             the runtime settings (gpu_bench.py's SETTINGS) against the
 #             default in pairs of short runs, and the per-op times of one
 #             traced step (OUT/bench/ops.md)
+#   stalls    why the step's kernels wait: bench/pc_sampling.cpp (a CUPTI
+#             injection library, built here) samples the warps of every
+#             kernel of 2 steps of the bench stage's program, each sample
+#             with its stall reason (CUPTI's PC Sampling API; no Nsight
+#             Compute needed), and OUT/stalls.md tables the kernels with the
+#             most samples and the attention kernels by reason
+#             (bench/pc_stalls.py); SKIP where CUPTI says this GPU, driver or
+#             user may not sample, and under --emulate
 #   zero3     GPT-2's ZeRO-3 program on one GPU, a one-rank NCCL world
 #             (NCCL initialized; one rank makes no collective: those are
 #             the nccl stage's), whose losses equal the plain program's
@@ -222,6 +230,7 @@ fi
 for name in ${ONLY//,/ }; do
   case "$name" in
     build|prepare|runtime|programs|nodevice|kernels|nccl|forward|train|bf16|zero3|offload|ranks2|trace|bench) ;;
+    stalls) ;;
     *) echo "gpu-check: --only: no stage '$name'" >&2; exit 2 ;;
   esac
 done
@@ -558,10 +567,49 @@ bench() {
     --out "$OUT/bench" "${args[@]}"
 }
 
+# The warp stalls of the benchmark's step (bench/pc_sampling.cpp): the CUDA
+# driver loads the sampler, named by CUDA_INJECTION64_PATH, into the bench
+# stage's program, run for 2 steps on the data and weights that stage left
+# in OUT/bench/work; every kernel's samples by stall reason in
+# OUT/stalls.json, bench/pc_stalls.py's table of them in OUT/stalls.md.
+# Skipped (not failed) where CUPTI says PC sampling is not available (the
+# GPU, the driver, a profiling permission, a virtualized GPU), and under
+# --emulate, where no driver loads the sampler (it is only built).
+stalls() {
+  local name program cuda lib
+  cuda="$(cuda_home)"
+  lib="$WORK/libdsrt_pc_sampling.so"
+  rm -f "$OUT/stalls.json" "$OUT/stalls.md"
+  build_sampler() {
+    "${CXX:-c++}" -std=c++17 -O2 -shared -fPIC "$ROOT/bench/pc_sampling.cpp" -o "$lib" \
+      -I"$cuda/include" -I"$cuda/extras/CUPTI/include" -L"$cuda/lib64" -L"$cuda/extras/CUPTI/lib64" \
+      -Wl,-rpath,"$cuda/lib64" -Wl,-rpath,"$cuda/extras/CUPTI/lib64" -lcupti -ldl
+  }
+  if [ "$EMULATE" = 1 ]; then
+    if build_sampler > "$WORK/pc_sampling.build.log" 2>&1; then
+      echo "SKIP stalls: CUPTI's PC sampling needs a GPU and its driver, which the emulation has not (bench/pc_sampling.cpp built)"
+    else
+      echo "SKIP stalls: CUPTI's PC sampling needs a GPU and its driver, which the emulation has not (bench/pc_sampling.cpp did not build: $(grep -m1 -E 'error|cannot' "$WORK/pc_sampling.build.log"))"
+    fi
+    return 0
+  fi
+  name="$(cut -d' ' -f1 "$WORK/targets.txt" | grep -m1 '^bench-')"
+  [ -n "$name" ] || { echo "SKIP stalls: $PREP has no benchmark program (--no-bench)"; return 0; }
+  program="$BUILDS/$name/train"
+  [ -x "$program" ] || { echo "error: $program was not built"; return 1; }
+  [ -f "$OUT/bench/work/data/input_ids.npy" ] ||
+    { echo "error: no $OUT/bench/work/data: the bench stage writes the benchmark's data and weights (run it first)"; return 1; }
+  build_sampler || { echo "error: building bench/pc_sampling.cpp against $cuda failed"; return 1; }
+  CUDA_INJECTION64_PATH="$lib" DSRT_PCSAMPLE_OUT="$OUT/stalls.json" \
+    "$program" --data "$OUT/bench/work/data" --weights "$OUT/bench/work" --steps 2 --quiet ||
+    { echo "error: the benchmark's program failed under PC sampling (exit $?)"; return 1; }
+  "$PY" "$ROOT/bench/pc_stalls.py" "$OUT/stalls.json" --out "$OUT/stalls.md"
+}
+
 export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX EMULATE STEPS \
   BENCH_SIZE VARIANTS KERNEL_TEST NCCL_TEST
 export -f find_python build prepare cuda_home nccl_root preflight runtime build_runtime programs nodevice \
-  kernels launch nccl forward train bf16 zero3 offload ranks2 trace bench
+  kernels launch nccl forward train bf16 zero3 offload ranks2 trace bench stalls
 export PATH="$PATH:/usr/local/cuda/bin"
 if [ "$MODE" = all ]; then
   stage build 330
@@ -579,6 +627,7 @@ else
   stage train 120
   stage bf16 90
   stage bench 180
+  stage stalls 90
   stage zero3 60
   stage offload 60
   stage trace 90
@@ -618,6 +667,11 @@ fi
       echo
       head -n 26 "$OUT/bench/ops.md"
     fi
+  fi
+  # Why the step's kernels wait (the stalls stage).
+  if [ -f "$OUT/stalls.md" ] && printf '%s\n' "${SUMMARY[@]}" | grep -q '^| stalls |'; then
+    echo
+    cat "$OUT/stalls.md"
   fi
 } > "$REPORT"
 cat "$REPORT"

@@ -360,3 +360,43 @@ if(DSRT_HAVE_NCCL AND TARGET dsrt_cuda)
   target_link_libraries(dsrt_nccl_device_test PRIVATE dsrt_cuda GTest::gtest GTest::gtest_main)
   target_compile_options(dsrt_nccl_device_test PRIVATE -fexceptions)
 endif()
+
+# Warp-stall sampling (bench/pc_sampling.cpp, a CUPTI injection library that
+# scripts/gpu-check.sh's stalls stage loads into the GPT-2 benchmark's
+# program on a GPU): its aggregation and JSON (bench/pc_sampling_aggregate.h,
+# fed records of the test's own by cuda/pc_sampling_records.cpp) and
+# bench/pc_stalls.py's table of them, everywhere; the library itself built
+# where the toolkit has CUPTI and, with no GPU here, loaded by hand: it must
+# say why it samples nothing and return (skipped where libcupti cannot load).
+set(_pcs_bench "${CMAKE_CURRENT_SOURCE_DIR}/../../bench")
+if(EXISTS "${_pcs_bench}/pc_sampling_aggregate.h")
+  add_executable(dsrt_pc_sampling_records cuda/pc_sampling_records.cpp)
+  target_include_directories(dsrt_pc_sampling_records PRIVATE "${_pcs_bench}")
+  target_compile_options(dsrt_pc_sampling_records PRIVATE -fexceptions)
+  set_target_properties(dsrt_pc_sampling_records PROPERTIES CXX_STANDARD 17)
+  list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_pc_sampling_records)
+  add_test(NAME dsrt_pc_sampling_report
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/pc_sampling_test.py" report
+            --records $<TARGET_FILE:dsrt_pc_sampling_records>
+            --formatter "${_pcs_bench}/pc_stalls.py"
+            --work "${CMAKE_CURRENT_BINARY_DIR}/pc_sampling_report")
+  set_tests_properties(dsrt_pc_sampling_report PROPERTIES LABELS dsrt_cuda TIMEOUT 60)
+  if(CUDAToolkit_FOUND AND TARGET CUDA::cupti)
+    add_library(dsrt_pc_sampling SHARED "${_pcs_bench}/pc_sampling.cpp")
+    target_include_directories(dsrt_pc_sampling PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+    target_link_libraries(dsrt_pc_sampling PRIVATE CUDA::cupti ${CMAKE_DL_LIBS})
+    set_target_properties(dsrt_pc_sampling PROPERTIES CXX_STANDARD 17)
+    list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_pc_sampling)
+    add_test(NAME dsrt_pc_sampling_no_driver
+      COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/pc_sampling_test.py" no-driver
+              --library $<TARGET_FILE:dsrt_pc_sampling>
+              --work "${CMAKE_CURRENT_BINARY_DIR}/pc_sampling_no_driver")
+    set_tests_properties(dsrt_pc_sampling_no_driver PROPERTIES LABELS dsrt_cuda TIMEOUT 60
+                         SKIP_RETURN_CODE 77)
+  elseif(CUDAToolkit_FOUND)
+    message(STATUS "dsrt: the CUDA toolkit has no CUPTI: bench/pc_sampling.cpp (warp-stall "
+                   "sampling) is not built")
+  else()
+    message(STATUS "dsrt: no CUDA toolkit: bench/pc_sampling.cpp (warp-stall sampling) is not built")
+  endif()
+endif()
