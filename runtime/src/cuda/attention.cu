@@ -30,7 +30,12 @@
 // blocks of 16 (a block of 128 query rows), each B fragment read from a
 // shared tile feeding both blocks' products, and dK·dV runs 8 warps of 16
 // key rows a block (128 keys a staged Q/dO tile): the same products summed
-// in the same order, so the same bytes as rows16.
+// in the same order, so the same bytes as rows16. With
+// DSRT_ATTENTION_GRAD=atomic (read once; the default split is the above)
+// the tensor-core backward is one kernel after delta's, FlashAttention-2's:
+// dK·dV's blocks of 64 keys also add each query tile's dq += dS k over
+// their keys to an f32 accumulator in the workspace by atomics, S^T and
+// dP^T computed once; a last kernel rounds scale * the accumulator into dq.
 //
 // Scalar (f32, and a head width that is not a multiple of 16): a thread
 // per query row: the block loads tiles of kTile keys and values into
@@ -39,14 +44,17 @@
 // has the same three kernels with a thread per key (dk, dv) or query (dq)
 // row.
 //
-// Neither uses atomics: every sum runs in a fixed order, so the result is
-// the same on every run. Both address a head's rows as (the head's first
-// row, a row stride) from the operands' layouts (kernel_common.h's
-// AttentionLayouts): heads-major [..., T, Dh] or tokens-major [..., T, H, Dh]
-// operands, or q, k, v packed in one [..., T, 3, H, Dh] (rows 3 H Dh apart,
-// q, k, v and their gradients from offsets 0, H Dh, 2 H Dh), are read and
-// written where they lie. The backward's delta
-// workspace is heads-major whatever the operands' layout.
+// Neither uses atomics but for DSRT_ATTENTION_GRAD=atomic's dq: every
+// other sum runs in a fixed order, so the result is the same on every run
+// (under atomic dk and dv still are; dq's additions from a head's key
+// blocks land in the order the GPU runs them). Both address a head's rows
+// as (the head's first row, a row stride) from the operands' layouts
+// (kernel_common.h's AttentionLayouts): heads-major [..., T, Dh] or
+// tokens-major [..., T, H, Dh] operands, or q, k, v packed in one
+// [..., T, 3, H, Dh] (rows 3 H Dh apart, q, k, v and their gradients from
+// offsets 0, H Dh, 2 H Dh), are read and written where they lie. The
+// backward's delta and dq accumulator workspaces are heads-major whatever
+// the operands' layout.
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 
@@ -836,6 +844,75 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
 }
 
+// The warp's rows of k (or v) in dK·dV's products as mma_rows_tile takes
+// them, f(row block, kk): A fragments held in registers (`held`, loaded
+// here) up to D = 64; at 128 there is no room beside the two accumulators
+// (ptxas spills), so each query tile loads them again (from L1 or L2).
+template <typename T, int D>
+__device__ inline auto key_row_frags(FragA (&held)[1][D / 16], const T *m, const WarpRows &w,
+                                     int dh) {
+  if constexpr (D <= 64)
+    load_rows<T, D, 1>(held, m, w, dh);
+  return [&held, m, &w, dh](int, int kk) {
+    if constexpr (D <= 64)
+      return held[0][kk];
+    else
+      return row_frag(m, w, dh, kk);
+  };
+}
+
+// Starts staging dK·dV's query tile from i0 into stage st: its rows of q
+// and do (stage_tile, Threads a block) and their lse (times log2(e)) and
+// delta (zeros past t).
+template <typename T, int D, int S, int Threads>
+__device__ void stage_query_tile(MmaQueryTiles<D, S> &tiles, int st, int64_t i0, const T *q,
+                                 const T *do_, const float *lse, const float *delta,
+                                 const WarpRows &w, int64_t t, int dh) {
+  stage_tile<T, D, Threads>(tiles.a[st], q + w.offset, w.stride, i0, t, dh);
+  stage_tile<T, D, Threads>(tiles.b[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
+  for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
+    const bool real = i0 + r < t;
+    tiles.lse[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] * kLog2e : 0.0f;
+    tiles.delta[st][r] = real ? delta[w.head * t + i0 + r] : 0.0f;
+  }
+}
+
+// dK·dV's products with stage st's query tile (from i0) for the warp's 16
+// keys: S^T = k q^T and dP^T = v do^T, then P^T into s1 and dS^T into dp1
+// (the warp's keys x the tile's queries, f32).
+template <typename T, int D, typename KF, typename VF>
+__device__ inline void dkv_tile(FragC (&s1)[1][kMmaN], FragC (&dp1)[1][kMmaN], KF &&k_frag,
+                                VF &&v_frag, const uint16_t *qt, const uint16_t *dot,
+                                const float *lse_t, const float *delta_t, const WarpRows &w,
+                                int64_t i0, int64_t t, int dh, float scale2, bool causal) {
+  FragC(&s)[kMmaN] = s1[0];
+  FragC(&dp)[kMmaN] = dp1[0];
+  zero(s1);
+  zero(dp1);
+  mma_rows_tile<T, D, 1, kMmaTile>(s1, k_frag, qt, dh);
+  mma_rows_tile<T, D, 1, kMmaTile>(dp1, v_frag, dot, dh);
+  // P^T = exp2(S^T scale log2(e) - lse log2(e)) (lse_t is scaled so),
+  // masked to zeros where the tile needs it.
+  with_mask(tile_masked(w, i0, kMmaTile, t, causal, true), [&](auto masked) {
+#pragma unroll
+    for (int n = 0; n < kMmaN; ++n) {
+      const float2 lse2 = *reinterpret_cast<const float2 *>(lse_t + 8 * n + 2 * w.c);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float p = exp2f(fmaf(scale2, s[n].x[i], -(i % 2 ? lse2.y : lse2.x)));
+        s[n].x[i] = !masked || visible(w, 0, n, i, i0, t, causal, true) ? p : 0.0f;
+      }
+    }
+  });
+#pragma unroll
+  for (int n = 0; n < kMmaN; ++n) {
+    const float2 delta2 = *reinterpret_cast<const float2 *>(delta_t + 8 * n + 2 * w.c);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      dp[n].x[i] = s[n].x[i] * (dp[n].x[i] - (i % 2 ? delta2.y : delta2.x));
+  }
+}
+
 // dk = scale dS^T q and dv = P^T do for the warp's 16 key rows, over tiles
 // of kMmaTile queries; W warps a block.
 template <typename T, int D, int S, int W>
@@ -844,14 +921,12 @@ __global__ void __launch_bounds__(32 * W)
                          const float *delta, T *dk, T *dv, Layouts layout, int64_t t, int dh,
                          float scale, bool causal) {
   MmaQueryTiles<D, S> &tiles = mma_shared<MmaQueryTiles<D, S>>();
-  MmaStages<D, S> &qs = tiles.a, &dos = tiles.b;
-  float(&lse_s)[S][kMmaTile] = tiles.lse;
-  float(&delta_s)[S][kMmaTile] = tiles.delta;
   const WarpRows w = warp_rows<1, W>(t, layout, false);  // key rows
   const float scale2 = scale * kLog2e;
-  // The warp's rows of k and v as A fragments: held in registers up to
-  // D = 64; at 128 there is no room beside the two accumulators (ptxas
-  // spills), so each query tile loads them again (from L1 or L2).
+  // The warp's rows of k and v as A fragments, as key_row_frags gives them
+  // (held up to D = 64, loaded again per query tile at 128), written out:
+  // through the helper ptxas spilled more at D = 128 (60 -> 72 bytes of
+  // spill loads in the two-stage form).
   constexpr bool kHold = D <= 64;
   FragA ka[1][D / 16], va[1][D / 16];
   if constexpr (kHold) {
@@ -874,13 +949,7 @@ __global__ void __launch_bounds__(32 * W)
   zero(acc_k);
   zero(acc_v);
   auto stage = [&](int64_t i0, int st) {
-    stage_tile<T, D, 32 * W>(qs[st], q + w.offset, w.stride, i0, t, dh);
-    stage_tile<T, D, 32 * W>(dos[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
-    for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
-      const bool real = i0 + r < t;
-      lse_s[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] * kLog2e : 0.0f;
-      delta_s[st][r] = real ? delta[w.head * t + i0 + r] : 0.0f;
-    }
+    stage_query_tile<T, D, S, 32 * W>(tiles, st, i0, q, do_, lse, delta, w, t, dh);
   };
   for_staged_tiles<S>(causal ? w.row0 : 0, t, stage, [&](int64_t i0, int st) {
     // With 8 warps (128 keys) a causal block's first query tile lies
@@ -889,35 +958,10 @@ __global__ void __launch_bounds__(32 * W)
     // warp with a real key sees some query of every tile.
     if (W > kMmaWarps && (w.rows == 0 || (causal && i0 + kMmaTile - 1 < w.wrow0)))
       return;
-    const uint16_t *qt = qs[st], *dot = dos[st];
-    const float *lse_t = lse_s[st], *delta_t = delta_s[st];
-    FragC s1[1][kMmaN], dp1[1][kMmaN];  // S^T and dP^T: the warp's keys x the tile's queries
-    FragC(&s)[kMmaN] = s1[0];
-    FragC(&dp)[kMmaN] = dp1[0];
-    zero(s1);
-    zero(dp1);
-    mma_rows_tile<T, D, 1, kMmaTile>(s1, k_frag, qt, dh);
-    mma_rows_tile<T, D, 1, kMmaTile>(dp1, v_frag, dot, dh);
-    // P^T = exp2(S^T scale log2(e) - lse log2(e)) (lse_t is scaled so),
-    // masked to zeros where the tile needs it.
-    with_mask(tile_masked(w, i0, kMmaTile, t, causal, true), [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < kMmaN; ++n) {
-        const float2 lse2 = *reinterpret_cast<const float2 *>(lse_t + 8 * n + 2 * w.c);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float p = exp2f(fmaf(scale2, s[n].x[i], -(i % 2 ? lse2.y : lse2.x)));
-          s[n].x[i] = !masked || visible(w, 0, n, i, i0, t, causal, true) ? p : 0.0f;
-        }
-      }
-    });
-#pragma unroll
-    for (int n = 0; n < kMmaN; ++n) {
-      const float2 delta2 = *reinterpret_cast<const float2 *>(delta_t + 8 * n + 2 * w.c);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        dp[n].x[i] = s[n].x[i] * (dp[n].x[i] - (i % 2 ? delta2.y : delta2.x));
-    }
+    const uint16_t *qt = tiles.a[st], *dot = tiles.b[st];
+    FragC s1[1][kMmaN], dp1[1][kMmaN];  // P^T and dS^T: the warp's keys x the tile's queries
+    dkv_tile<T, D>(s1, dp1, k_frag, v_frag, qt, dot, tiles.lse[st], tiles.delta[st], w, i0, t,
+                   dh, scale2, causal);
     mma_p_tile<T, D, 1, kMmaTile>(acc_v, s1, dot, dh);
     mma_p_tile<T, D, 1, kMmaTile>(acc_k, dp1, qt, dh);
   });
@@ -1026,32 +1070,13 @@ __global__ void __launch_bounds__(kMmaThreads)
                           const float *delta, T *dk, T *dv, float *dq_acc, Layouts layout,
                           int64_t t, int dh, float scale, bool causal) {
   MmaQueryKeyTiles<D, S> &tiles = mma_shared<MmaQueryKeyTiles<D, S>>();
-  MmaStages<D, S> &qs = tiles.query.a, &dos = tiles.query.b;
-  float(&lse_s)[S][kMmaTile] = tiles.query.lse;
-  float(&delta_s)[S][kMmaTile] = tiles.query.delta;
   uint16_t *ks = tiles.k, *ds = tiles.ds;
   const WarpRows w = warp_rows<1>(t, layout, false);  // key rows
   const int warp = static_cast<int>(threadIdx.x / 32);
   const float scale2 = scale * kLog2e;
-  // As in attention_dkv_kernel: k's and v's rows held up to D = 64.
-  constexpr bool kHold = D <= 64;
   FragA ka[1][D / 16], va[1][D / 16];
-  if constexpr (kHold) {
-    load_rows<T, D, 1>(ka, k, w, dh);
-    load_rows<T, D, 1>(va, v, w, dh);
-  }
-  auto k_frag = [&](int, int kk) {
-    if constexpr (kHold)
-      return ka[0][kk];
-    else
-      return row_frag(k, w, dh, kk);
-  };
-  auto v_frag = [&](int, int kk) {
-    if constexpr (kHold)
-      return va[0][kk];
-    else
-      return row_frag(v, w, dh, kk);
-  };
+  auto k_frag = key_row_frags<T, D>(ka, k, w, dh);
+  auto v_frag = key_row_frags<T, D>(va, v, w, dh);
   FragC acc_k[1][D / 8], acc_v[1][D / 8];
   zero(acc_k);
   zero(acc_v);
@@ -1060,13 +1085,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   stage_tile<T, D>(ks, k + w.offset, w.stride, w.row0, t, dh);
   cp_async_commit();
   auto stage = [&](int64_t i0, int st) {
-    stage_tile<T, D>(qs[st], q + w.offset, w.stride, i0, t, dh);
-    stage_tile<T, D>(dos[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
-    for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
-      const bool real = i0 + r < t;
-      lse_s[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] * kLog2e : 0.0f;
-      delta_s[st][r] = real ? delta[w.head * t + i0 + r] : 0.0f;
-    }
+    stage_query_tile<T, D, S, kMmaThreads>(tiles.query, st, i0, q, do_, lse, delta, w, t, dh);
   };
   // The lane's row addresses of dS^T (A fragments: ldmatrix.trans of the
   // 8x8 blocks (keys, queries), the warp's 16 queries from column 16 warp)
@@ -1074,33 +1093,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   const uint16_t *ds_lane = ds + frag_b_nk_offset(kDsLd) + 16 * warp;
   const uint16_t *k_lane = ks + frag_b_kn_offset(mma_ld<D>());
   for_staged_tiles<S>(causal ? w.row0 : 0, t, stage, [&](int64_t i0, int st) {
-    const uint16_t *qt = qs[st], *dot = dos[st];
-    const float *lse_t = lse_s[st], *delta_t = delta_s[st];
-    FragC s1[1][kMmaN], dp1[1][kMmaN];  // S^T and dP^T: the warp's keys x the tile's queries
-    FragC(&s)[kMmaN] = s1[0];
+    const uint16_t *qt = tiles.query.a[st], *dot = tiles.query.b[st];
+    FragC s1[1][kMmaN], dp1[1][kMmaN];  // P^T and dS^T: the warp's keys x the tile's queries
     FragC(&dp)[kMmaN] = dp1[0];
-    zero(s1);
-    zero(dp1);
-    mma_rows_tile<T, D, 1, kMmaTile>(s1, k_frag, qt, dh);
-    mma_rows_tile<T, D, 1, kMmaTile>(dp1, v_frag, dot, dh);
-    with_mask(tile_masked(w, i0, kMmaTile, t, causal, true), [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < kMmaN; ++n) {
-        const float2 lse2 = *reinterpret_cast<const float2 *>(lse_t + 8 * n + 2 * w.c);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float p = exp2f(fmaf(scale2, s[n].x[i], -(i % 2 ? lse2.y : lse2.x)));
-          s[n].x[i] = !masked || visible(w, 0, n, i, i0, t, causal, true) ? p : 0.0f;
-        }
-      }
-    });
-#pragma unroll
-    for (int n = 0; n < kMmaN; ++n) {
-      const float2 delta2 = *reinterpret_cast<const float2 *>(delta_t + 8 * n + 2 * w.c);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        dp[n].x[i] = s[n].x[i] * (dp[n].x[i] - (i % 2 ? delta2.y : delta2.x));
-    }
+    dkv_tile<T, D>(s1, dp1, k_frag, v_frag, qt, dot, tiles.query.lse[st], tiles.query.delta[st],
+                   w, i0, t, dh, scale2, causal);
     // The warp's rows of dS^T, rounded as frag_a_of rounds them for dK;
     // keys past t (whose P need not be finite: their k rows are zeros, not
     // their lse's queries') as zeros.
@@ -1249,7 +1246,7 @@ void launch_attention(cudaStream_t stream, const char *kernel, const Tensor &q, 
 // The one-pass tensor-core backward at head width D after the delta
 // kernel: dq_acc zeroed, attention_dkvq_kernel, attention_dq_store_kernel.
 // False, launching nothing, where it cannot run: the device does not give
-// its two-stage shared memory (56 KiB at D = 64, 95 KiB at 128; it has no
+// its two-stage shared memory (55 KiB at D = 64, 95 KiB at 128; it has no
 // one-stage form) or dq_acc is not 16-byte aligned (a plan's workspace
 // always is).
 template <typename T, int D>
