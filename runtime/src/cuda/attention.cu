@@ -1075,7 +1075,21 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int warp = static_cast<int>(threadIdx.x / 32);
   const float scale2 = scale * kLog2e;
   FragA ka[1][D / 16], va[1][D / 16];
-  auto k_frag = key_row_frags<T, D>(ka, k, w, dh);
+  // k's rows held up to D = 64 as in dK·dV; at 128 read from the block's K
+  // tile (ldmatrix: the warp's 16 rows, 8x8 blocks as an A fragment takes
+  // them) rather than again from global memory.
+  if constexpr (D <= 64)
+    load_rows<T, D, 1>(ka, k, w, dh);
+  auto k_frag = [&](int, int kk) {
+    if constexpr (D <= 64) {
+      return ka[0][kk];
+    } else {
+      FragA a;
+      ldmatrix_x4<false>(a.x, ks + frag_b_kn_offset(mma_ld<D>()) + 16 * warp * mma_ld<D>() +
+                                  16 * kk);
+      return a;
+    }
+  };
   auto v_frag = key_row_frags<T, D>(va, v, w, dh);
   FragC acc_k[1][D / 8], acc_v[1][D / 8];
   zero(acc_k);
