@@ -1113,8 +1113,9 @@ __global__ void __launch_bounds__(kMmaThreads)
     dkv_tile<T, D>(s1, dp1, k_frag, v_frag, qt, dot, tiles.query.lse[st], tiles.query.delta[st],
                    w, i0, t, dh, scale2, causal);
     // The warp's rows of dS^T, rounded as frag_a_of rounds them for dK;
-    // keys past t (whose P need not be finite: their k rows are zeros, not
-    // their lse's queries') as zeros.
+    // keys past t as zeros: their k and v rows are zeros, so their
+    // "probabilities" exp2(-lse) need not be finite (dK never stores those
+    // rows; here they would meet the K tile's zero rows, inf times 0).
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = w.g + 8 * h;
