@@ -103,10 +103,13 @@ int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis) {
   return 2 * softmax_workspace_bytes(dtype, y, axis);
 }
 
-int64_t attention_grad_workspace_bytes(DType, const Shape &q) {
+int64_t attention_grad_workspace_bytes(DType dtype, const Shape &q) {
   if (q.rank < 2 || q.dims[q.rank - 1] == 0)
     return 0;
-  return static_cast<int64_t>(sizeof(float)) * (q.numel() / q.dims[q.rank - 1]);
+  const int64_t dh = q.dims[q.rank - 1], rows = q.numel() / dh;
+  if (rows == 0 || !attention_grad_has_dq_acc(dtype, dh))
+    return static_cast<int64_t>(sizeof(float)) * rows;
+  return attention_grad_dq_acc_offset(rows) + static_cast<int64_t>(sizeof(float)) * rows * dh;
 }
 
 int64_t layer_norm_workspace_bytes(DType dtype, const Shape &x, const Shape &scale,

@@ -267,6 +267,18 @@ inline int64_t reduce_column_parts(DType dtype, int64_t rows, int64_t columns) {
   return parts;
 }
 
+// attention_grad's workspace: delta, one f32 per query row; then, where the
+// cuda backend runs the tensor-core kernels (f16 and bf16 with a head width
+// Dh a multiple of 16), the f32 dq accumulator of its one-pass backward
+// (DSRT_ATTENTION_GRAD=atomic: rows x Dh, heads-major) from the first
+// multiple of 256 bytes after delta, whichever backward runs, so that one
+// plan serves both. The compiler sizes it by the same rule
+// (AttentionGradOp::getWorkspaceBytes in dialects/ds/IR/DsKernels.cpp).
+inline bool attention_grad_has_dq_acc(DType dtype, int64_t dh) {
+  return is_16bit(dtype) && dh > 0 && dh % 16 == 0;
+}
+inline int64_t attention_grad_dq_acc_offset(int64_t rows) { return (4 * rows + 255) / 256 * 256; }
+
 }  // namespace detail
 }  // namespace dsrt
 

@@ -250,6 +250,33 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_attention_kernel_unknown PROPERTIES LABELS dsrt_cuda
                        TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_ATTENTION_KERNEL=rows64")
+  # The attention gradient cases on the one-pass tensor-core backward
+  # (DSRT_ATTENTION_GRAD=atomic: dK, dV and dQ's f32 atomics in one kernel
+  # per 64 keys, then dq from the accumulator), on the alignment variant
+  # with the threads resumed in reverse and fresh memory NaN bytes; the
+  # same on a device that lets a block opt in to only 48 KiB, where it does
+  # not fit and the split kernels run instead; and an unknown
+  # DSRT_ATTENTION_GRAD failing with its name.
+  add_test(NAME dsrt_cuda_emu_attention_grad_atomic
+    COMMAND dsrt_cuda_emu_align_kernel_test --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_attention*grad.*")
+  set_tests_properties(dsrt_cuda_emu_attention_grad_atomic PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 120 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_ATTENTION_GRAD=atomic;DSRT_EMU_SCHEDULE=reverse;DSRT_FAKE_CUDA_FILL=nan;DSRT_EMU_REQUIRE_ALIGNED_LD=1")
+  add_test(NAME dsrt_cuda_emu_attention_grad_atomic_optin_48k
+    COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_attention*grad.mma_*:Kernel_attention_packed_grad.*")
+  set_tests_properties(dsrt_cuda_emu_attention_grad_atomic_optin_48k PROPERTIES
+                       LABELS dsrt_cuda TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_ATTENTION_GRAD=atomic;DSRT_FAKE_CUDA_SHARED_OPTIN=49152")
+  add_test(NAME dsrt_cuda_emu_attention_grad_unknown
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
+            "DSRT_ATTENTION_GRAD must be split or atomic, not 'atomics'" --
+            $<TARGET_FILE:dsrt_cuda_emu_kernel_test> --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_attention_grad.mma_causal_bf16")
+  set_tests_properties(dsrt_cuda_emu_attention_grad_unknown PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_ATTENTION_GRAD=atomics")
   # softmax_cross_entropy_with_grad's cases on a device that lets a block
   # opt in to no more shared memory than its static part: no row fits, so
   # every case takes the two-read kernel instead of the row in shared

@@ -1584,6 +1584,10 @@ def gen_attention(w):
         # Dh 128 (Llama's): two-stage K/V (Q/dO) tiles in dynamic shared
         # memory on the cuda backend; full attention over two key tiles.
         ("mma_head128_full", [1, 1, 70, 128], False, 0.09),
+        # Dh 96 on the Dh-128 kernels: the products' column blocks stop at
+        # Dh (with_width's partial case), and the one-pass backward's dq
+        # (DSRT_ATTENTION_GRAD=atomic) takes its second 64 columns in part.
+        ("mma_head96", [1, 2, 100, 96], True, 0.1),
         # Tokens-major [B, T, H, Dh]: Dh 8 on the cuda scalar kernels in
         # every type, Dh 32 and 64 on the tensor-core ones; T not a multiple
         # of either's tile.

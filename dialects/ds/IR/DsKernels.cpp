@@ -1023,7 +1023,22 @@ int64_t LogSoftmaxGradOp::getWorkspaceBytes() {
   return softmaxWorkspaceBytes(getOutput(), getAxis(), 2);
 }
 
-// Attention: one f32 per query row (runtime/src/workspace.cpp).
+// Attention: one f32 per query row (delta); f16/bf16 with a head width Dh
+// a multiple of 16 also, from the next multiple of 256 bytes, rows x Dh f32
+// (the cuda backend's dq accumulator under DSRT_ATTENTION_GRAD=atomic),
+// whichever backward runs (runtime/src/workspace_shapes.h,
+// attention_grad_has_dq_acc).
+static int64_t attentionGradWorkspaceBytes(Value rowsOf, Value lse) {
+  const int64_t rows = numElements(lse);
+  auto type = cast<ShapedType>(rowsOf.getType());
+  const int64_t dh = type.hasRank() && type.getRank() >= 1
+                         ? type.getDimSize(type.getRank() - 1)
+                         : ShapedType::kDynamic;
+  if (rows == 0 || !convertsToF32(rowsOf) || ShapedType::isDynamic(dh) ||
+      dh <= 0 || dh % 16 != 0)
+    return kFloatBytes * rows;
+  return llvm::alignTo(kFloatBytes * rows, 256) + kFloatBytes * rows * dh;
+}
 void AttentionGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.callee("dsrt::attention_grad");
   call.stream();
@@ -1037,7 +1052,7 @@ void AttentionGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.workspace();
 }
 int64_t AttentionGradOp::getWorkspaceBytes() {
-  return kFloatBytes * numElements(getLse());
+  return attentionGradWorkspaceBytes(getQuery(), getLse());
 }
 
 void AttentionPackedGradOp::buildKernelCall(KernelCallBuilder &call) {
@@ -1051,7 +1066,7 @@ void AttentionPackedGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.workspace();
 }
 int64_t AttentionPackedGradOp::getWorkspaceBytes() {
-  return kFloatBytes * numElements(getLse());
+  return attentionGradWorkspaceBytes(getResult(), getLse());
 }
 
 // Normalization.

@@ -30,7 +30,12 @@
 // blocks of 16 (a block of 128 query rows), each B fragment read from a
 // shared tile feeding both blocks' products, and dK·dV runs 8 warps of 16
 // key rows a block (128 keys a staged Q/dO tile): the same products summed
-// in the same order, so the same bytes as rows16.
+// in the same order, so the same bytes as rows16. With
+// DSRT_ATTENTION_GRAD=atomic (read once; the default split is the above)
+// the tensor-core backward is one kernel after delta's, FlashAttention-2's:
+// dK·dV's blocks of 64 keys also add each query tile's dq += dS k over
+// their keys to an f32 accumulator in the workspace by atomics, S^T and
+// dP^T computed once; a last kernel rounds scale * the accumulator into dq.
 //
 // Scalar (f32, and a head width that is not a multiple of 16): a thread
 // per query row: the block loads tiles of kTile keys and values into
@@ -39,14 +44,17 @@
 // has the same three kernels with a thread per key (dk, dv) or query (dq)
 // row.
 //
-// Neither uses atomics: every sum runs in a fixed order, so the result is
-// the same on every run. Both address a head's rows as (the head's first
-// row, a row stride) from the operands' layouts (kernel_common.h's
-// AttentionLayouts): heads-major [..., T, Dh] or tokens-major [..., T, H, Dh]
-// operands, or q, k, v packed in one [..., T, 3, H, Dh] (rows 3 H Dh apart,
-// q, k, v and their gradients from offsets 0, H Dh, 2 H Dh), are read and
-// written where they lie. The backward's delta
-// workspace is heads-major whatever the operands' layout.
+// Neither uses atomics but for DSRT_ATTENTION_GRAD=atomic's dq: every
+// other sum runs in a fixed order, so the result is the same on every run
+// (under atomic dk and dv still are; dq's additions from a head's key
+// blocks land in the order the GPU runs them). Both address a head's rows
+// as (the head's first row, a row stride) from the operands' layouts
+// (kernel_common.h's AttentionLayouts): heads-major [..., T, Dh] or
+// tokens-major [..., T, H, Dh] operands, or q, k, v packed in one
+// [..., T, 3, H, Dh] (rows 3 H Dh apart, q, k, v and their gradients from
+// offsets 0, H Dh, 2 H Dh), are read and written where they lie. The
+// backward's delta and dq accumulator workspaces are heads-major whatever
+// the operands' layout.
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 
@@ -343,6 +351,23 @@ template <int D, typename F> void with_mma_warp_blocks(F &&f) {
   f(std::integral_constant<int, 1>{});
 }
 
+// DSRT_ATTENTION_GRAD, read once: split (unset or empty: the default;
+// attention_dkv_kernel then attention_dq_kernel) or atomic
+// (attention_dkvq_kernel, dq by f32 atomics: not the same bytes every run
+// on a GPU), the tensor-core backward; anything else is an error.
+bool attention_grad_atomic() {
+  static const bool atomic = [] {
+    const char *v = std::getenv("DSRT_ATTENTION_GRAD");
+    if (!v || !*v || std::strcmp(v, "split") == 0)
+      return false;
+    if (std::strcmp(v, "atomic") == 0)
+      return true;
+    throw Error(std::string("dsrt: DSRT_ATTENTION_GRAD must be split or atomic, not '") + v +
+                "'");
+  }();
+  return atomic;
+}
+
 bool use_mma(DType dtype, int64_t dh) {
   return (dtype == DType::F16 || dtype == DType::BF16) && dh % 16 == 0;
 }
@@ -383,6 +408,16 @@ template <int D, int S> struct MmaKeyTiles {
 template <int D, int S> struct MmaQueryTiles {
   MmaStages<D, S> a, b;
   float lse[S][kMmaTile], delta[S][kMmaTile];
+};
+// ... and of the one-pass dK·dV·dQ's (DSRT_ATTENTION_GRAD=atomic):
+// dK·dV's, the block's tile of keys (staged once: the B operand of dS k)
+// and the block's dS^T (its 64 keys x a tile's 64 queries, rounded to 16
+// bits: the A operand of dS k, each warp writing its 16 keys' rows).
+constexpr int kDsLd = mma_ld<kMmaTile>();  // dS^T's row: 64 queries and the padding
+template <int D, int S> struct MmaQueryKeyTiles {
+  MmaQueryTiles<D, S> query;
+  uint16_t k[kMmaTile * mma_ld<D>()];
+  uint16_t ds[kMmaTile * kDsLd];
 };
 // Whether a kernel's shared memory `Shared` is dynamic: more than a block's
 // static shared memory may be.
@@ -809,6 +844,75 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
 }
 
+// The warp's rows of k (or v) in dK·dV's products as mma_rows_tile takes
+// them, f(row block, kk): A fragments held in registers (`held`, loaded
+// here) up to D = 64; at 128 there is no room beside the two accumulators
+// (ptxas spills), so each query tile loads them again (from L1 or L2).
+template <typename T, int D>
+__device__ inline auto key_row_frags(FragA (&held)[1][D / 16], const T *m, const WarpRows &w,
+                                     int dh) {
+  if constexpr (D <= 64)
+    load_rows<T, D, 1>(held, m, w, dh);
+  return [&held, m, &w, dh](int, int kk) {
+    if constexpr (D <= 64)
+      return held[0][kk];
+    else
+      return row_frag(m, w, dh, kk);
+  };
+}
+
+// Starts staging dK·dV's query tile from i0 into stage st: its rows of q
+// and do (stage_tile, Threads a block) and their lse (times log2(e)) and
+// delta (zeros past t).
+template <typename T, int D, int S, int Threads>
+__device__ void stage_query_tile(MmaQueryTiles<D, S> &tiles, int st, int64_t i0, const T *q,
+                                 const T *do_, const float *lse, const float *delta,
+                                 const WarpRows &w, int64_t t, int dh) {
+  stage_tile<T, D, Threads>(tiles.a[st], q + w.offset, w.stride, i0, t, dh);
+  stage_tile<T, D, Threads>(tiles.b[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
+  for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
+    const bool real = i0 + r < t;
+    tiles.lse[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] * kLog2e : 0.0f;
+    tiles.delta[st][r] = real ? delta[w.head * t + i0 + r] : 0.0f;
+  }
+}
+
+// dK·dV's products with stage st's query tile (from i0) for the warp's 16
+// keys: S^T = k q^T and dP^T = v do^T, then P^T into s1 and dS^T into dp1
+// (the warp's keys x the tile's queries, f32).
+template <typename T, int D, typename KF, typename VF>
+__device__ inline void dkv_tile(FragC (&s1)[1][kMmaN], FragC (&dp1)[1][kMmaN], KF &&k_frag,
+                                VF &&v_frag, const uint16_t *qt, const uint16_t *dot,
+                                const float *lse_t, const float *delta_t, const WarpRows &w,
+                                int64_t i0, int64_t t, int dh, float scale2, bool causal) {
+  FragC(&s)[kMmaN] = s1[0];
+  FragC(&dp)[kMmaN] = dp1[0];
+  zero(s1);
+  zero(dp1);
+  mma_rows_tile<T, D, 1, kMmaTile>(s1, k_frag, qt, dh);
+  mma_rows_tile<T, D, 1, kMmaTile>(dp1, v_frag, dot, dh);
+  // P^T = exp2(S^T scale log2(e) - lse log2(e)) (lse_t is scaled so),
+  // masked to zeros where the tile needs it.
+  with_mask(tile_masked(w, i0, kMmaTile, t, causal, true), [&](auto masked) {
+#pragma unroll
+    for (int n = 0; n < kMmaN; ++n) {
+      const float2 lse2 = *reinterpret_cast<const float2 *>(lse_t + 8 * n + 2 * w.c);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float p = exp2f(fmaf(scale2, s[n].x[i], -(i % 2 ? lse2.y : lse2.x)));
+        s[n].x[i] = !masked || visible(w, 0, n, i, i0, t, causal, true) ? p : 0.0f;
+      }
+    }
+  });
+#pragma unroll
+  for (int n = 0; n < kMmaN; ++n) {
+    const float2 delta2 = *reinterpret_cast<const float2 *>(delta_t + 8 * n + 2 * w.c);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      dp[n].x[i] = s[n].x[i] * (dp[n].x[i] - (i % 2 ? delta2.y : delta2.x));
+  }
+}
+
 // dk = scale dS^T q and dv = P^T do for the warp's 16 key rows, over tiles
 // of kMmaTile queries; W warps a block.
 template <typename T, int D, int S, int W>
@@ -817,14 +921,12 @@ __global__ void __launch_bounds__(32 * W)
                          const float *delta, T *dk, T *dv, Layouts layout, int64_t t, int dh,
                          float scale, bool causal) {
   MmaQueryTiles<D, S> &tiles = mma_shared<MmaQueryTiles<D, S>>();
-  MmaStages<D, S> &qs = tiles.a, &dos = tiles.b;
-  float(&lse_s)[S][kMmaTile] = tiles.lse;
-  float(&delta_s)[S][kMmaTile] = tiles.delta;
   const WarpRows w = warp_rows<1, W>(t, layout, false);  // key rows
   const float scale2 = scale * kLog2e;
-  // The warp's rows of k and v as A fragments: held in registers up to
-  // D = 64; at 128 there is no room beside the two accumulators (ptxas
-  // spills), so each query tile loads them again (from L1 or L2).
+  // The warp's rows of k and v as A fragments, as key_row_frags gives them
+  // (held up to D = 64, loaded again per query tile at 128), written out:
+  // through the helper ptxas spilled more at D = 128 (60 -> 72 bytes of
+  // spill loads in the two-stage form).
   constexpr bool kHold = D <= 64;
   FragA ka[1][D / 16], va[1][D / 16];
   if constexpr (kHold) {
@@ -847,13 +949,7 @@ __global__ void __launch_bounds__(32 * W)
   zero(acc_k);
   zero(acc_v);
   auto stage = [&](int64_t i0, int st) {
-    stage_tile<T, D, 32 * W>(qs[st], q + w.offset, w.stride, i0, t, dh);
-    stage_tile<T, D, 32 * W>(dos[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
-    for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
-      const bool real = i0 + r < t;
-      lse_s[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] * kLog2e : 0.0f;
-      delta_s[st][r] = real ? delta[w.head * t + i0 + r] : 0.0f;
-    }
+    stage_query_tile<T, D, S, 32 * W>(tiles, st, i0, q, do_, lse, delta, w, t, dh);
   };
   for_staged_tiles<S>(causal ? w.row0 : 0, t, stage, [&](int64_t i0, int st) {
     // With 8 warps (128 keys) a causal block's first query tile lies
@@ -862,35 +958,10 @@ __global__ void __launch_bounds__(32 * W)
     // warp with a real key sees some query of every tile.
     if (W > kMmaWarps && (w.rows == 0 || (causal && i0 + kMmaTile - 1 < w.wrow0)))
       return;
-    const uint16_t *qt = qs[st], *dot = dos[st];
-    const float *lse_t = lse_s[st], *delta_t = delta_s[st];
-    FragC s1[1][kMmaN], dp1[1][kMmaN];  // S^T and dP^T: the warp's keys x the tile's queries
-    FragC(&s)[kMmaN] = s1[0];
-    FragC(&dp)[kMmaN] = dp1[0];
-    zero(s1);
-    zero(dp1);
-    mma_rows_tile<T, D, 1, kMmaTile>(s1, k_frag, qt, dh);
-    mma_rows_tile<T, D, 1, kMmaTile>(dp1, v_frag, dot, dh);
-    // P^T = exp2(S^T scale log2(e) - lse log2(e)) (lse_t is scaled so),
-    // masked to zeros where the tile needs it.
-    with_mask(tile_masked(w, i0, kMmaTile, t, causal, true), [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < kMmaN; ++n) {
-        const float2 lse2 = *reinterpret_cast<const float2 *>(lse_t + 8 * n + 2 * w.c);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float p = exp2f(fmaf(scale2, s[n].x[i], -(i % 2 ? lse2.y : lse2.x)));
-          s[n].x[i] = !masked || visible(w, 0, n, i, i0, t, causal, true) ? p : 0.0f;
-        }
-      }
-    });
-#pragma unroll
-    for (int n = 0; n < kMmaN; ++n) {
-      const float2 delta2 = *reinterpret_cast<const float2 *>(delta_t + 8 * n + 2 * w.c);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        dp[n].x[i] = s[n].x[i] * (dp[n].x[i] - (i % 2 ? delta2.y : delta2.x));
-    }
+    const uint16_t *qt = tiles.a[st], *dot = tiles.b[st];
+    FragC s1[1][kMmaN], dp1[1][kMmaN];  // P^T and dS^T: the warp's keys x the tile's queries
+    dkv_tile<T, D>(s1, dp1, k_frag, v_frag, qt, dot, tiles.lse[st], tiles.delta[st], w, i0, t,
+                   dh, scale2, causal);
     mma_p_tile<T, D, 1, kMmaTile>(acc_v, s1, dot, dh);
     mma_p_tile<T, D, 1, kMmaTile>(acc_k, dp1, qt, dh);
   });
@@ -968,6 +1039,171 @@ __global__ void __launch_bounds__(kMmaThreads)
   store_rows<T, D, M>(dq, acc, w, dh, [&](int, int) { return scale; });
 }
 
+// p[0] += x, p[1] += y atomically: one vector atomic (red.global.add.v2.f32)
+// on sm_90 and in the CUDA emulation (its prelude's), two elsewhere. p is
+// global memory, 8-byte aligned.
+__device__ inline void atomic_add2(float *p, float x, float y) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2 *>(p), make_float2(x, y));
+#else
+  atomicAdd(p, x);
+  atomicAdd(p + 1, y);
+#endif
+}
+
+// dk = scale dS^T q, dv = P^T do and the block's part of dq = scale dS k in
+// one pass (FlashAttention-2's backward): attention_dkv_kernel's blocks of
+// 64 keys, 4 warps of 16 keys, over the tiles of 64 queries, each warp
+// also writing its rows of dS^T (rounded to T, as the dK product rounds
+// them) to shared memory; after a barrier warp w takes the tile's queries
+// 16 w .. 16 w + 15 and computes their dS k over the block's 64 keys (A
+// fragments from dS^T by ldmatrix.trans, B from the block's K tile staged
+// once) 64 columns at a time, adding the f32 results to dq_acc (heads-major
+// [rows, dh], zeroed before the launch) by atomics: the blocks of a head's
+// keys add to the same rows in an order a GPU does not fix, so dq is not
+// the same bytes every run. dq_acc is scaled and rounded into dq by
+// attention_dq_store_kernel. S^T and dP^T are computed once (5 tile
+// products where the split kernels take 7).
+template <typename T, int D, int S>
+__global__ void __launch_bounds__(kMmaThreads)
+    attention_dkvq_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
+                          const float *delta, T *dk, T *dv, float *dq_acc, Layouts layout,
+                          int64_t t, int dh, float scale, bool causal) {
+  MmaQueryKeyTiles<D, S> &tiles = mma_shared<MmaQueryKeyTiles<D, S>>();
+  uint16_t *ks = tiles.k, *ds = tiles.ds;
+  const WarpRows w = warp_rows<1>(t, layout, false);  // key rows
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const float scale2 = scale * kLog2e;
+  FragA ka[1][D / 16], va[1][D / 16];
+  // k's rows held up to D = 64 as in dK·dV; at 128 read from the block's K
+  // tile (ldmatrix: the warp's 16 rows, 8x8 blocks as an A fragment takes
+  // them) rather than again from global memory.
+  if constexpr (D <= 64)
+    load_rows<T, D, 1>(ka, k, w, dh);
+  auto k_frag = [&](int, int kk) {
+    if constexpr (D <= 64) {
+      return ka[0][kk];
+    } else {
+      FragA a;
+      ldmatrix_x4<false>(a.x, ks + frag_b_kn_offset(mma_ld<D>()) + 16 * warp * mma_ld<D>() +
+                                  16 * kk);
+      return a;
+    }
+  };
+  auto v_frag = key_row_frags<T, D>(va, v, w, dh);
+  FragC acc_k[1][D / 8], acc_v[1][D / 8];
+  zero(acc_k);
+  zero(acc_v);
+  // The block's keys, a group of copies of their own (complete with the
+  // first query tile's).
+  stage_tile<T, D>(ks, k + w.offset, w.stride, w.row0, t, dh);
+  cp_async_commit();
+  auto stage = [&](int64_t i0, int st) {
+    stage_query_tile<T, D, S, kMmaThreads>(tiles.query, st, i0, q, do_, lse, delta, w, t, dh);
+  };
+  // The lane's row addresses of dS^T (A fragments: ldmatrix.trans of the
+  // 8x8 blocks (keys, queries), the warp's 16 queries from column 16 warp)
+  // and of the K tile (B fragments, keys along rows).
+  const uint16_t *ds_lane = ds + frag_b_nk_offset(kDsLd) + 16 * warp;
+  const uint16_t *k_lane = ks + frag_b_kn_offset(mma_ld<D>());
+  for_staged_tiles<S>(causal ? w.row0 : 0, t, stage, [&](int64_t i0, int st) {
+    const uint16_t *qt = tiles.query.a[st], *dot = tiles.query.b[st];
+    FragC s1[1][kMmaN], dp1[1][kMmaN];  // P^T and dS^T: the warp's keys x the tile's queries
+    FragC(&dp)[kMmaN] = dp1[0];
+    dkv_tile<T, D>(s1, dp1, k_frag, v_frag, qt, dot, tiles.query.lse[st], tiles.query.delta[st],
+                   w, i0, t, dh, scale2, causal);
+    // The warp's rows of dS^T, rounded as frag_a_of rounds them for dK;
+    // keys past t as zeros: their k and v rows are zeros, so their
+    // "probabilities" exp2(-lse) need not be finite (dK never stores those
+    // rows; here they would meet the K tile's zero rows, inf times 0).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = w.g + 8 * h;
+      uint16_t *row = ds + (16 * warp + r) * kDsLd + 2 * w.c;
+#pragma unroll
+      for (int n = 0; n < kMmaN; ++n)
+        *reinterpret_cast<uint32_t *>(row + 8 * n) =
+            r < w.rows ? pack_rn<T>(dp[n].x[2 * h], dp[n].x[2 * h + 1]) : 0u;
+    }
+    mma_p_tile<T, D, 1, kMmaTile>(acc_v, s1, dot, dh);
+    mma_p_tile<T, D, 1, kMmaTile>(acc_k, dp1, qt, dh);
+    __syncthreads();  // every warp's dS^T written
+    // The warp's 16 queries of the tile: their dS k over the block's keys,
+    // 64 columns of dq at a time (the accumulator is the only live one).
+    const int64_t qrow0 = i0 + 16 * warp;
+    const int qrows = static_cast<int>(std::min<int64_t>(16, t - qrow0));
+    if (qrows <= 0)
+      return;
+    with_width<D>(dh, [&](auto full) {
+#pragma unroll
+      for (int c0 = 0; c0 < D; c0 += 64) {
+        if (!full && c0 >= dh)
+          break;
+        FragC acc[kMmaN];
+#pragma unroll
+        for (int n = 0; n < kMmaN; ++n)
+          acc[n] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int kk = 0; kk < kMmaTile / 16; ++kk) {
+          FragA a;
+          ldmatrix_x4<true>(a.x, ds_lane + 16 * kk * kDsLd);
+#pragma unroll
+          for (int n = 0; n < kMmaN; n += 2)
+            if (full || c0 + 8 * n < dh) {
+              FragB b[2];
+              load_frag_b_at<true>(b, k_lane + 16 * kk * mma_ld<D>() + c0 + 8 * n);
+              mma_16x8x16<T>(acc[n], a, b[0]);
+              mma_16x8x16<T>(acc[n + 1], a, b[1]);
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = w.g + 8 * h;
+          if (r >= qrows)
+            continue;
+          float *row = dq_acc + (w.head * t + qrow0 + r) * dh + c0 + 2 * w.c;
+#pragma unroll
+          for (int n = 0; n < kMmaN; ++n)
+            if (full || c0 + 8 * n < dh)
+              atomic_add2(row + 8 * n, acc[n].x[2 * h], acc[n].x[2 * h + 1]);
+        }
+      }
+    });
+  });
+  store_rows<T, D, 1>(dk, acc_k, w, dh, [&](int, int) { return scale; });
+  store_rows<T, D, 1>(dv, acc_v, w, dh, [](int, int) { return 1.0f; });
+}
+
+// dq = scale dq_acc rounded to T, dq_acc heads-major [rows, dh] f32
+// (16-byte aligned, dh a multiple of 8) and dq at the layout `at`: a thread
+// per 8 elements of a row, 16-byte stores where dq's rows allow them.
+template <typename T>
+__global__ void attention_dq_store_kernel(const float *dq_acc, T *dq, int64_t rows,
+                                          AttentionLayout at, int64_t t, int dh, float scale) {
+  const int chunks = dh / 8;
+  const bool vector = (reinterpret_cast<uintptr_t>(dq) % 16 == 0 && at.row % 8 == 0 &&
+                       at.head % 8 == 0 && at.batch % 8 == 0);
+  DSRT_GRID_STRIDE(e, rows * chunks) {
+    const int64_t r = e / chunks;
+    const int d = static_cast<int>(e % chunks) * 8;
+    const float4 lo = *reinterpret_cast<const float4 *>(dq_acc + r * dh + d);
+    const float4 hi = *reinterpret_cast<const float4 *>(dq_acc + r * dh + d + 4);
+    const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    T *out = dq + at.at(r / t, r % t) + d;
+    if (vector) {
+      uint32_t u[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        u[j] = pack16(bits16<T>(scale * x[2 * j]), bits16<T>(scale * x[2 * j + 1]));
+      *reinterpret_cast<uint4 *>(out) = uint4{u[0], u[1], u[2], u[3]};
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        out[j] = st<T>(scale * x[j]);
+    }
+  }
+}
+
 // Calls launch(std::integral_constant<int, S>{}, dynamic shared bytes)
 // with S the stages a tensor-core kernel at head width D runs with: two
 // where its two-stage form (the kernel Kernel2, shared memory
@@ -1022,11 +1258,39 @@ void launch_attention(cudaStream_t stream, const char *kernel, const Tensor &q, 
   check_launch(kernel);
 }
 
+// The one-pass tensor-core backward at head width D after the delta
+// kernel: dq_acc zeroed, attention_dkvq_kernel, attention_dq_store_kernel.
+// False, launching nothing, where it cannot run: the device does not give
+// its two-stage shared memory (55 KiB at D = 64, 95 KiB at 128; it has no
+// one-stage form) or dq_acc is not 16-byte aligned (a plan's workspace
+// always is).
+template <typename T, int D>
+bool launch_attention_dkvq(cudaStream_t stream, const char *kernel, const T *q, const T *k,
+                           const T *v, const T *o_grad, const float *lse, const float *delta,
+                           T *dq, T *dk, T *dv, float *dq_acc, float scale, bool causal,
+                           int64_t rows, int64_t t, int head_dim, const Layouts &layout) {
+  using Shared = MmaQueryKeyTiles<D, 2>;
+  if (reinterpret_cast<uintptr_t>(dq_acc) % 16 != 0 ||
+      !opt_in_dynamic_shared<attention_dkvq_kernel<T, D, 2>>(kernel, "attention_dkvq_kernel",
+                                                             sizeof(Shared)))
+    return false;
+  check_cuda(cudaMemsetAsync(dq_acc, 0, sizeof(float) * rows * head_dim, stream), kernel,
+             "cudaMemsetAsync");
+  attention_dkvq_kernel<T, D, 2><<<mma_blocks<1>(rows / t, t), kMmaThreads,
+                                   launch_shared_bytes<Shared>(), stream>>>(
+      q, k, v, o_grad, lse, delta, dk, dv, dq_acc, layout, t, head_dim, scale, causal);
+  attention_dq_store_kernel<T><<<blocks_for(rows * (head_dim / 8)), kThreads, 0, stream>>>(
+      dq_acc, dq, rows, layout.qkv, t, head_dim, scale);
+  return true;
+}
+
+// dq_acc: the workspace's dq accumulator (null where it has none: not the
+// tensor-core path).
 void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor &q,
                            const Tensor &k, const Tensor &v, const Tensor &o, const Tensor &lse,
                            const Tensor &do_, const Tensor &dq, const Tensor &dk, const Tensor &dv,
                            float scale, bool causal, int64_t rows, int64_t t, int64_t dh,
-                           const Layouts &layout, float *delta) {
+                           const Layouts &layout, float *delta, float *dq_acc) {
   const int head_dim = static_cast<int>(dh);
   dispatch_float(kernel, q.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -1041,6 +1305,11 @@ void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor
       if (use_mma(q.dtype, dh)) {
         auto launch = [&](auto width) {
           constexpr int D = decltype(width)::value;
+          if (attention_grad_atomic() && dq_acc &&
+              launch_attention_dkvq<T, D>(stream, kernel, pq, pk, pv, do_.as<T>(),
+                                          lse.as<float>(), delta, pdq, pdk, pdv, dq_acc, scale,
+                                          causal, rows, t, head_dim, layout))
+            return;
           with_mma_warp_blocks<D>([&](auto warp_blocks) {
             constexpr int M = decltype(warp_blocks)::value;
             constexpr int W = M == 1 ? kMmaWarps : 8;  // dK·dV's warps
@@ -1074,6 +1343,15 @@ void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor
                                                          causal);
   });
   check_launch(kernel);
+}
+
+// The workspace's dq accumulator (attention_grad_workspace_bytes, checked
+// by the caller), or null where it has none.
+float *dq_accumulator(const Workspace &ws, DType dtype, int64_t rows, int64_t dh) {
+  if (!attention_grad_has_dq_acc(dtype, dh))
+    return nullptr;
+  return reinterpret_cast<float *>(static_cast<char *>(ws.data) +
+                                   attention_grad_dq_acc_offset(rows));
 }
 
 } // namespace
@@ -1118,7 +1396,7 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
     return;
   launch_attention_grad(stream, kernel, q, k, v, o, lse, do_, dq, dk, dv, scale, causal, rows, t,
                         dh, attention_layouts(t, heads, dh, tokens_major, false),
-                        scratch.take(rows));
+                        scratch.take(rows), dq_accumulator(ws, q.dtype, rows, dh));
 }
 
 void attention_packed_grad(Stream &s, const Tensor &qkv, const Tensor &o, const Tensor &lse,
@@ -1133,7 +1411,7 @@ void attention_packed_grad(Stream &s, const Tensor &qkv, const Tensor &o, const 
     return;
   launch_attention_grad(stream, kernel, qkv, qkv, qkv, o, lse, do_, dqkv, dqkv, dqkv, scale,
                         causal, rows, t, dh, attention_layouts(t, heads, dh, true, true),
-                        scratch.take(rows));
+                        scratch.take(rows), dq_accumulator(ws, o.dtype, rows, dh));
 }
 
 } // namespace dsrt

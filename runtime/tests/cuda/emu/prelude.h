@@ -219,6 +219,14 @@ DSEMU_ATOMIC(atomicAnd, old & v)
 DSEMU_ATOMIC(atomicOr, old | v)
 DSEMU_ATOMIC(atomicXor, old ^ v)
 #undef DSEMU_ATOMIC
+// sm_90's vector addition of f32 pairs (global memory, the address 8-byte
+// aligned): each element added as atomicAdd adds it.
+inline float2 atomicAdd(float2 *p, float2 v) {
+  ::dsemu::require_aligned(p, sizeof(float2), "atomicAdd(float2)");
+  const float2 old = *p;
+  *p = make_float2(old.x + v.x, old.y + v.y);
+  return old;
+}
 template <typename T, typename U, typename V> inline T atomicCAS(T *p, U compare, V v) {
   const T old = *p;
   if (old == static_cast<T>(compare))
