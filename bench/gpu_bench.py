@@ -75,6 +75,7 @@ SETTINGS = [
      {"DSRT_CUBLASLT_WORKSPACE": str(3 * 512 * 512 * 4)}),
     ("cuBLASLt's first 8 algorithms timed, the fastest kept", {"DSRT_CUBLASLT_TUNE": "8"}),
     ("attention rows32 tiling", {"DSRT_ATTENTION_KERNEL": "rows32"}),
+    ("attention backward in one pass, dq by f32 atomics", {"DSRT_ATTENTION_GRAD": "atomic"}),
 ]
 SETTING_STEPS = 4
 # The H200's dense bf16 tensor-core peak (NVIDIA's data sheet, TFLOP/s):
