@@ -626,7 +626,7 @@ else
   stage forward 90
   stage train 120
   stage bf16 90
-  stage bench 180
+  stage bench 240
   stage stalls 90
   stage zero3 60
   stage offload 60

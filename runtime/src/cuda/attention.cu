@@ -59,7 +59,6 @@
 #include "cuda/mma.cuh"
 
 #include <cstdlib>
-#include <cstring>
 
 namespace dsrt {
 
@@ -327,15 +326,7 @@ template <int M, int W = kMmaWarps> unsigned mma_blocks(int64_t heads, int64_t t
 // or rows32, the row blocks a warp of the forward and dQ kernels holds at
 // Dh <= 64 (1 or 2); anything else is an error.
 int mma_warp_blocks() {
-  static const int m = [] {
-    const char *v = std::getenv("DSRT_ATTENTION_KERNEL");
-    if (!v || !*v || std::strcmp(v, "rows16") == 0)
-      return 1;
-    if (std::strcmp(v, "rows32") == 0)
-      return 2;
-    throw Error(std::string("dsrt: DSRT_ATTENTION_KERNEL must be rows16 or rows32, not '") + v +
-                "'");
-  }();
+  static const int m = env_second("DSRT_ATTENTION_KERNEL", "rows16", "rows32") ? 2 : 1;
   return m;
 }
 // f(std::integral_constant<int, M>{}) with M the row blocks a warp of the
@@ -356,15 +347,7 @@ template <int D, typename F> void with_mma_warp_blocks(F &&f) {
 // (attention_dkvq_kernel, dq by f32 atomics: not the same bytes every run
 // on a GPU), the tensor-core backward; anything else is an error.
 bool attention_grad_atomic() {
-  static const bool atomic = [] {
-    const char *v = std::getenv("DSRT_ATTENTION_GRAD");
-    if (!v || !*v || std::strcmp(v, "split") == 0)
-      return false;
-    if (std::strcmp(v, "atomic") == 0)
-      return true;
-    throw Error(std::string("dsrt: DSRT_ATTENTION_GRAD must be split or atomic, not '") + v +
-                "'");
-  }();
+  static const bool atomic = env_second("DSRT_ATTENTION_GRAD", "split", "atomic");
   return atomic;
 }
 

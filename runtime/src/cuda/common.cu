@@ -308,16 +308,18 @@ int cublaslt_tune() {
   return count;
 }
 
+bool env_second(const char *name, const char *first, const char *second) {
+  const char *v = std::getenv(name);
+  if (!v || !*v || std::strcmp(v, first) == 0)
+    return false;
+  if (std::strcmp(v, second) == 0)
+    return true;
+  throw Error(std::string("dsrt: ") + name + " must be " + first + " or " + second + ", not '" +
+              v + "'");
+}
+
 bool bias_grad_epilogue() {
-  static const bool epilogue = [] {
-    const char *v = std::getenv("DSRT_BIAS_GRAD");
-    if (!v || !*v || std::strcmp(v, "epilogue") == 0)
-      return true;
-    if (std::strcmp(v, "separate") == 0)
-      return false;
-    throw Error(std::string("dsrt: DSRT_BIAS_GRAD must be epilogue or separate, not '") + v +
-                "'");
-  }();
+  static const bool epilogue = !env_second("DSRT_BIAS_GRAD", "epilogue", "separate");
   return epilogue;
 }
 

@@ -262,6 +262,11 @@ void lt_gemm_f32(cudaStream_t stream, const char *kernel, bool trans_a, bool tra
                  float *c);
 // True when DSRT_ALLOW_TF32=1: f32 GEMMs may use TF32 tensor cores.
 bool allow_tf32();
+// A switch of the environment: `name`'s value as the index of
+// `first` (also unset or empty, the default) or `second`; any other value
+// is an Error saying "dsrt: NAME must be FIRST or SECOND, not 'VALUE'".
+// Callers read it once (a function-local static).
+bool env_second(const char *name, const char *first, const char *second);
 // DSRT_CUBLASLT_WORKSPACE=N (bytes, read once): at most N of a product's
 // planned workspace bytes go to cuBLASLt (unset: all of them), to compare
 // algorithms on one plan; anything but a byte count is an error.
