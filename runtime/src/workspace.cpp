@@ -69,9 +69,7 @@ int64_t matmul_workspace_bytes(DType dtype, const Shape &a, const Shape &b, cons
   const int64_t k = m > 0 ? a_matrix / m : 0;
   const int64_t m_total = n > 0 && !a_vector && !b_vector ? y.numel() / n : 0;
   const MatmulStage stage = matmul_stage(m_total, m, n, k);
-  return std::max(static_cast<int64_t>(sizeof(float)) * matmul_tile_floats(m, n, k),
-                  matmul_lt_bytes(m_total, n, k)) +
-         stage.bytes();
+  return static_cast<int64_t>(sizeof(float)) * matmul_tile_floats(m, n, k) + stage.bytes();
 }
 
 int64_t matmul_bias_grad_workspace_bytes(DType dtype, const Shape &a, const Shape &b,

@@ -73,27 +73,13 @@ inline int64_t matmul_tile_floats(int64_t m, int64_t n, int64_t k) {
   return tm * tk + tk * tn + tm * tn;
 }
 
-// cuBLASLt's workspace for the large f16/bf16 products on cuda: at least
-// kMatmulLtBytes (32 MiB, the cuBLAS reference's recommended workspace on
-// Hopper; PyTorch and llm.c give cuBLASLt the same) for a product of
-// kMatmulLtMinMacs multiply-adds and more over every batch. The weight
-// gradients of a large step (y [768, 2304] = x^T dy over k = 65536 tokens)
-// have few output tiles for the GPU's multiprocessors and a long
-// contraction: only split-k and stream-k algorithms, whose partial sums
-// live in the workspace, fill the GPU, and the tile panels' 3 MiB hold
-// not even one f32 copy of such a y. The workspace is the larger of this
-// and the tile panels (the cpu backend's), so small products and the cpu's
-// plans keep the panels alone; every op of a step reuses the same bytes.
-constexpr int64_t kMatmulLtMinMacs = int64_t(1) << 30;
-constexpr int64_t kMatmulLtBytes = int64_t(32) << 20;
-inline int64_t matmul_lt_bytes(int64_t m_total, int64_t n, int64_t k) {
-  return m_total > 0 && n > 0 && k > 0 &&
-                 static_cast<double>(m_total) * static_cast<double>(n) *
-                         static_cast<double>(k) >=
-                     static_cast<double>(kMatmulLtMinMacs)
-             ? kMatmulLtBytes
-             : 0;
-}
+// The cuda backend gives cuBLASLt whatever a product's planned workspace
+// holds past its staging buffers (below). These functions give the least
+// a kernel needs on any backend; for --target cuda the compiler plans more
+// for the large products (dialects/ds/IR/DsKernels.cpp, matmulLtBytes: 32
+// MiB, the cuBLAS reference's recommendation on Hopper, from 2^30
+// multiply-adds), room for the split-k partial sums of the weight
+// gradients' few output tiles.
 
 // f16/bf16 products on cuda whose leading dimensions are not multiples of
 // 8 elements (16 bytes: GPT-2's 50257-word vocabulary) reach only cuBLASLt's

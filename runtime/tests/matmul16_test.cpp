@@ -102,14 +102,12 @@ TEST(Matmul16, EmptyContractionWritesZeros) {
 TEST(Matmul16, WorkspaceIsOneSetOfTilePanels) {
   // GPT-2's tied head weight gradient, [1024, 50257]^T x [1024, 768]: three
   // 512 x 512 f32 panels (3 MiB) instead of f32 copies of every operand,
-  // or, the product being large (2^30 multiply-adds and more), cuBLASLt's
-  // 32 MiB on the cuda backend where that is more; plus, m = 50257 not a
-  // multiple of 8, the cuda backend's staging buffer of a's columns (an
-  // eighth of the padded 1024 x 50264 is under 16 MiB: 16 MiB, chunks of
-  // 8192 columns).
+  // plus, the product being large and m = 50257 not a multiple of 8, the
+  // cuda backend's staging buffer of a's columns (an eighth of the padded
+  // 1024 x 50264 is under 16 MiB: 16 MiB, chunks of 8192 columns).
   EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::BF16, Shape{1024, 50257}, Shape{1024, 768},
                                          Shape{50257, 768}),
-            (int64_t(32) << 20) + 2 * 1024 * 8192);
+            4 * 3 * 512 * 512 + 2 * 1024 * 8192);
   // Small operands: the whole matrices (m k + k n + m n); one matrix of a
   // batch. Transposition does not change the count.
   EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::F16, Shape{4, 8}, Shape{8, 16}, Shape{4, 16}),

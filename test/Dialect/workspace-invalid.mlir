@@ -39,3 +39,18 @@ func.func @bf16_matmul(%a: tensor<2x3xbf16>, %b: tensor<3x2xbf16>) -> tensor<2x2
   %y = ds.matmul %a, %b {ds.workspace = 128 : i64} : tensor<2x3xbf16>, tensor<3x2xbf16>
   return %y : tensor<2x2xbf16>
 }
+
+// -----
+
+// ds.target, which a large product's cuda workspace depends on: "cpu" or
+// "cuda", on a module.
+// expected-error @+1 {{'ds.target' must be "cpu" or "cuda", on a module}}
+module attributes {ds.target = "gpu"} {
+}
+
+// -----
+
+func.func @target_on_a_function() attributes {ds.target = "cuda"} {
+  // expected-error @-1 {{'ds.target' must be "cpu" or "cuda", on a module}}
+  return
+}

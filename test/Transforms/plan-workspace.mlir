@@ -86,21 +86,38 @@ func.func @bf16_staged_k(%a: tensor<2048x137xbf16> {ds.input = "a"},
 
 // -----
 
-// From 2^30 multiply-adds over every batch a bf16 product's workspace is
-// at least cuBLASLt's 32 MiB (workspace_shapes.h, matmul_lt_bytes: the
-// cuBLAS reference's recommendation on Hopper), in place of the tile
-// panels' 3 MiB: a [2, 512, 1024] x [1024, 1024] product, 2^30; one output
-// column in 8 fewer ([1024, 1016]) keeps the panels. dsrt::matmul_workspace_bytes
-// gives the same (runtime/tests/errors_test.cpp). The arena peaks at the
-// first product: the inputs (2,097,152 + 2,097,152 + 2,080,768), y
-// (2,097,152) and its 33,554,432 bytes of workspace, at offset 0 (the
-// second product's 3,145,728 reuse them): 41,926,656 bytes.
+// On --target cuda (ds.target on the module) a bf16 product of 2^30
+// multiply-adds and more over every batch plans at least cuBLASLt's 32 MiB
+// (DsKernels.cpp, matmulLtBytes: the cuBLAS reference's recommendation on
+// Hopper) in place of the tile panels' 3 MiB: a [2, 512, 1024] x
+// [1024, 1024] product, 2^30; one output column in 8 fewer ([1024, 1016])
+// keeps the panels. The arena peaks at the first product: the inputs
+// (2,097,152 + 2,097,152 + 2,080,768), y (2,097,152) and its 33,554,432
+// bytes of workspace at offset 0 (the second product's 3,145,728 reuse
+// them): 41,926,656 bytes. The kernels need only the panels
+// (dsrt::matmul_workspace_bytes), so on the cpu (the next function, the
+// same products) the arena is 8,372,224 + 3,145,728 = 11,517,952.
 // CHECK-LABEL: func.func @bf16_cublaslt
 // CHECK-SAME: ds.memory = #ds.memory_plan<arena_bytes = 41926656,
 // CHECK: ds.matmul {{.*}}ds.buffers = array<i64: 37748736>, {{.*}}ds.workspace = 0 : i64
+module attributes {ds.target = "cuda"} {
 func.func @bf16_cublaslt(%a: tensor<2x512x1024xbf16> {ds.input = "a"},
                          %b: tensor<1024x1024xbf16> {ds.input = "b"},
                          %c: tensor<1024x1016xbf16> {ds.input = "c"})
+    -> (tensor<2x512x1024xbf16> {ds.output = "y"}, tensor<2x512x1016xbf16> {ds.output = "z"}) {
+  %y = ds.matmul %a, %b : tensor<2x512x1024xbf16>, tensor<1024x1024xbf16>
+  %z = ds.matmul %a, %c : tensor<2x512x1024xbf16>, tensor<1024x1016xbf16>
+  return %y, %z : tensor<2x512x1024xbf16>, tensor<2x512x1016xbf16>
+}
+}
+
+// -----
+
+// CHECK-LABEL: func.func @bf16_cublaslt_cpu
+// CHECK-SAME: ds.memory = #ds.memory_plan<arena_bytes = 11517952,
+func.func @bf16_cublaslt_cpu(%a: tensor<2x512x1024xbf16> {ds.input = "a"},
+                             %b: tensor<1024x1024xbf16> {ds.input = "b"},
+                             %c: tensor<1024x1016xbf16> {ds.input = "c"})
     -> (tensor<2x512x1024xbf16> {ds.output = "y"}, tensor<2x512x1016xbf16> {ds.output = "z"}) {
   %y = ds.matmul %a, %b : tensor<2x512x1024xbf16>, tensor<1024x1024xbf16>
   %z = ds.matmul %a, %c : tensor<2x512x1024xbf16>, tensor<1024x1016xbf16>

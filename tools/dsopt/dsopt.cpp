@@ -1019,6 +1019,11 @@ EXAMPLES:
       return fail(printable(llvm::toString(imported.takeError())));
     module = std::move(*imported);
   }
+  // The target, for the kernels whose workspaces depend on it (a large
+  // product's cuBLASLt workspace on cuda); the programs built from this
+  // module (forward, training step, gradients) are its clones.
+  if (*target == dsopt::ProgramTarget::Cuda)
+    (*module)->setAttr(dsopt::ds::DsDialect::kTargetAttrName, StringAttr::get(&context, "cuda"));
   if (printConfig)
     return printTrainConfig(modelBatchOf(*module));
   // A training config given on the command line is resolved against the

@@ -54,6 +54,9 @@ def Ds_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kSourceAttrName = "ds.source";
     /// Function attribute set by the memory planner: #ds.memory_plan<...>.
     static constexpr ::llvm::StringLiteral kMemoryPlanAttrName = "ds.memory";
+    /// On a module: the program's target, "cpu" or "cuda" (absent: cpu),
+    /// which some kernels' workspaces depend on.
+    static constexpr ::llvm::StringLiteral kTargetAttrName = "ds.target";
     /// Argument attribute set by the memory planner: the byte offset of the
     /// argument's buffer in the arena.
     static constexpr ::llvm::StringLiteral kOffsetAttrName = "ds.offset";

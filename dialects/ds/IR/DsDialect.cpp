@@ -535,6 +535,14 @@ LogicalResult DsDialect::verifyOperationAttribute(Operation *op,
   // Module-level facts recorded by the importer.
   if (name == kSourceAttrName || name == "ds.producer" || name == "ds.opset")
     return success();
+  if (name == kTargetAttrName) {
+    auto target = dyn_cast<StringAttr>(attribute.getValue());
+    if (!isa<ModuleOp>(op) || !target ||
+        (target.getValue() != "cpu" && target.getValue() != "cuda"))
+      return op->emitOpError() << "'" << kTargetAttrName
+                               << "' must be \"cpu\" or \"cuda\", on a module";
+    return success();
+  }
   if (name == kFoldedInitializersAttrName) {
     auto names = dyn_cast<ArrayAttr>(attribute.getValue());
     if (!names || !llvm::all_of(names, [](Attribute a) {

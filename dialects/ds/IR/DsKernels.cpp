@@ -168,13 +168,27 @@ int64_t matmulStageBytes(int64_t mTotal, int64_t m, int64_t n, int64_t k) {
   return yBytes + bBytes + sumBytes + aligned(2 * std::max(aRows * aCols, k * atCols));
 }
 
-/// cuBLASLt's workspace for a product of 2^30 multiply-adds and more over
-/// every batch (runtime/src/workspace_shapes.h, matmul_lt_bytes): 32 MiB,
-/// the cuBLAS reference's recommendation on Hopper, room for the split-k
-/// partial sums of the weight gradients' few output tiles.
-int64_t matmulLtBytes(int64_t mTotal, int64_t n, int64_t k) {
+/// Whether `op` is in a program for --target cuda: ds.target on its module
+/// or an enclosing one (a pipeline rank's program is a nested module).
+bool onCudaTarget(Operation *op) {
+  for (auto module = op ? op->getParentOfType<ModuleOp>() : ModuleOp(); module;
+       module = module->getParentOfType<ModuleOp>())
+    if (auto target = module->getAttrOfType<StringAttr>(DsDialect::kTargetAttrName))
+      return target.getValue() == "cuda";
+  return false;
+}
+
+/// cuBLASLt's workspace on --target cuda for a product of 2^30
+/// multiply-adds and more over every batch: 32 MiB, the cuBLAS reference's
+/// recommendation on Hopper, room for the split-k partial sums of the weight
+/// gradients' few output tiles (a step's [768, 2304] over 65536 tokens: 108
+/// output tiles for 132 multiprocessors); the cuda backend gives cuBLASLt
+/// what the planned workspace holds past the staging buffers. The kernels
+/// need only the tile panels (runtime/src/workspace_shapes.h), so a cpu
+/// program plans none of it.
+int64_t matmulLtBytes(bool cuda, int64_t mTotal, int64_t n, int64_t k) {
   constexpr int64_t kMinMacs = int64_t(1) << 30, kBytes = int64_t(32) << 20;
-  return mTotal > 0 && n > 0 && k > 0 &&
+  return cuda && mTotal > 0 && n > 0 && k > 0 &&
                  static_cast<double>(mTotal) * static_cast<double>(n) *
                          static_cast<double>(k) >=
                      static_cast<double>(kMinMacs)
@@ -185,8 +199,8 @@ int64_t matmulLtBytes(int64_t mTotal, int64_t n, int64_t k) {
 /// f16/bf16 matmul and gemm convert tile by tile (runtime/src/cpu/linalg.cpp,
 /// workspace_shapes.h): one f32 panel each of op(a) (tile_m x tile_k), op(b)
 /// (tile_k x tile_n) and the output tile (tile_m x tile_n), each side at most
-/// 512; a large product's cuBLASLt workspace where it is larger
-/// (matmulLtBytes). m and n come from the result's matrix (a vector operand
+/// 512; on --target cuda a large product's cuBLASLt workspace where it is
+/// larger (matmulLtBytes). m and n come from the result's matrix (a vector operand
 /// has no axis there), k from the lhs matrix of m x k elements.
 int64_t matmulWorkspaceBytes(Value lhs, Value rhs, Value result) {
   constexpr int64_t kTileM = 512, kTileN = 512, kTileK = 512;
@@ -211,7 +225,8 @@ int64_t matmulWorkspaceBytes(Value lhs, Value rhs, Value result) {
   const int64_t tm = std::min(m, kTileM), tn = std::min(n, kTileN),
                 tk = std::min(std::max<int64_t>(k, 0), kTileK);
   const int64_t mTotal = !aVector && !bVector ? y.getNumElements() / n : 0;
-  return std::max(kFloatBytes * (tm * tk + tk * tn + tm * tn), matmulLtBytes(mTotal, n, k)) +
+  return std::max(kFloatBytes * (tm * tk + tk * tn + tm * tn),
+                  matmulLtBytes(onCudaTarget(result.getDefiningOp()), mTotal, n, k)) +
          matmulStageBytes(mTotal, m, n, k);
 }
 

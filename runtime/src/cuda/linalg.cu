@@ -26,8 +26,9 @@
 // under mixed precision the bias added to the rounded product.
 // DSRT_BIAS_GRAD=separate runs the bias gradients so always (the product
 // may then take cuBLASLt's split-k algorithms, which the epilogues may not).
-// A large product's workspace (workspace_shapes.h, matmul_lt_bytes) gives
-// cuBLASLt 32 MiB; DSRT_CUBLASLT_WORKSPACE caps it, to compare.
+// cuBLASLt gets the planned workspace past the staging buffers: for
+// --target cuda at least 32 MiB for a large product (DsKernels.cpp,
+// matmulLtBytes); DSRT_CUBLASLT_WORKSPACE caps it, to compare.
 // cuBLASLt's GELU epilogues compute the tanh approximation,
 // so only matmul_bias_gelu and matmul_dgelu (formed from ds.gelu {approximate
 // = tanh}) use them: CUBLASLT_EPILOGUE_GELU_AUX_BIAS writes the biased
