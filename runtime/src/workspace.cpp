@@ -101,7 +101,13 @@ int64_t softmax_grad_workspace_bytes(DType dtype, const Shape &y, int axis) {
   return 2 * softmax_workspace_bytes(dtype, y, axis);
 }
 
-int64_t attention_grad_workspace_bytes(DType dtype, const Shape &q) {
+int64_t attention_grad_workspace_bytes(DType, const Shape &q) {
+  if (q.rank < 2 || q.dims[q.rank - 1] == 0)
+    return 0;
+  return static_cast<int64_t>(sizeof(float)) * (q.numel() / q.dims[q.rank - 1]);
+}
+
+int64_t attention_grad_cuda_workspace_bytes(DType dtype, const Shape &q) {
   if (q.rank < 2 || q.dims[q.rank - 1] == 0)
     return 0;
   const int64_t dh = q.dims[q.rank - 1], rows = q.numel() / dh;

@@ -253,13 +253,15 @@ inline int64_t reduce_column_parts(DType dtype, int64_t rows, int64_t columns) {
   return parts;
 }
 
-// attention_grad's workspace: delta, one f32 per query row; then, where the
-// cuda backend runs the tensor-core kernels (f16 and bf16 with a head width
-// Dh a multiple of 16), the f32 dq accumulator of its one-pass backward
-// (DSRT_ATTENTION_GRAD=atomic: rows x Dh, heads-major) from the first
-// multiple of 256 bytes after delta, whichever backward runs, so that one
-// plan serves both. The compiler sizes it by the same rule
-// (AttentionGradOp::getWorkspaceBytes in dialects/ds/IR/DsKernels.cpp).
+// attention_grad's workspace: delta, one f32 per query row; then, in a
+// --target cuda plan where the cuda backend runs the tensor-core kernels
+// (f16 and bf16 with a head width Dh a multiple of 16), the f32 dq
+// accumulator of its one-pass backward (DSRT_ATTENTION_GRAD=atomic: rows x
+// Dh, heads-major) from the first multiple of 256 bytes after delta,
+// whichever backward runs, so that one plan serves both
+// (attention_grad_cuda_workspace_bytes). The compiler sizes it by the same
+// rule (AttentionGradOp::getWorkspaceBytes in dialects/ds/IR/DsKernels.cpp,
+// on a module marked ds.target = "cuda").
 inline bool attention_grad_has_dq_acc(DType dtype, int64_t dh) {
   return is_16bit(dtype) && dh > 0 && dh % 16 == 0;
 }

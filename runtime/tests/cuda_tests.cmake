@@ -259,7 +259,7 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   # DSRT_ATTENTION_GRAD failing with its name.
   add_test(NAME dsrt_cuda_emu_attention_grad_atomic
     COMMAND dsrt_cuda_emu_align_kernel_test --cases "${DSRT_CASES_DIR}"
-            "--gtest_filter=Kernel_attention*grad.*")
+            "--gtest_filter=Kernel_attention*grad.*:CudaAttentionWorkspace.*")
   set_tests_properties(dsrt_cuda_emu_attention_grad_atomic PROPERTIES LABELS dsrt_cuda
                        TIMEOUT 120 FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_ATTENTION_GRAD=atomic;DSRT_EMU_SCHEDULE=reverse;DSRT_FAKE_CUDA_FILL=nan;DSRT_EMU_REQUIRE_ALIGNED_LD=1")

@@ -245,13 +245,15 @@ TEST(WorkspaceBytes, AgreeWithTheCompiler) {
             4 * 2 * 9 * 25);
   EXPECT_EQ(dsrt::matmul_workspace_bytes(DType::F16, Shape{4, 8}, Shape{8, 16}, Shape{4, 16}),
             4 * (32 + 128 + 64));
-  // Attention gradients: delta (one f32 per query row) and, for f16/bf16
-  // with Dh a multiple of 16, the dq accumulator from the next 256 bytes.
-  EXPECT_EQ(dsrt::attention_grad_workspace_bytes(DType::BF16, Shape{1, 5, 2, 16}), 256 + 640);
-  EXPECT_EQ(dsrt::attention_grad_workspace_bytes(DType::F32, Shape{1, 5, 2, 16}), 40);
-  EXPECT_EQ(dsrt::attention_grad_workspace_bytes(DType::BF16, Shape{1, 2, 5, 8}), 40);
-  EXPECT_EQ(dsrt::attention_grad_workspace_bytes(DType::F16, Shape{1, 2, 5, 16}), 256 + 640);
-  EXPECT_EQ(dsrt::attention_grad_workspace_bytes(DType::BF16, Shape{64, 12, 1024, 64}),
+  // Attention gradients: delta (one f32 per query row), all any backend's
+  // kernels need; a --target cuda plan adds, for f16/bf16 with Dh a
+  // multiple of 16, the dq accumulator from the next 256 bytes.
+  EXPECT_EQ(dsrt::attention_grad_workspace_bytes(DType::BF16, Shape{1, 5, 2, 16}), 40);
+  EXPECT_EQ(dsrt::attention_grad_cuda_workspace_bytes(DType::BF16, Shape{1, 5, 2, 16}), 256 + 640);
+  EXPECT_EQ(dsrt::attention_grad_cuda_workspace_bytes(DType::F32, Shape{1, 5, 2, 16}), 40);
+  EXPECT_EQ(dsrt::attention_grad_cuda_workspace_bytes(DType::BF16, Shape{1, 2, 5, 8}), 40);
+  EXPECT_EQ(dsrt::attention_grad_cuda_workspace_bytes(DType::F16, Shape{1, 2, 5, 16}), 256 + 640);
+  EXPECT_EQ(dsrt::attention_grad_cuda_workspace_bytes(DType::BF16, Shape{64, 12, 1024, 64}),
             4 * 786432 + 4 * 786432 * 64);
   // Large 16-bit products with an unaligned leading dimension add their
   // staging buffers (workspace_shapes.h, test/Transforms/plan-workspace.mlir):

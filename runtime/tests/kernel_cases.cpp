@@ -566,7 +566,7 @@ const std::map<std::string, KernelFn> &kernels() {
          attention_grad(c.stream(), q, c.in("k"), c.in("v"), c.in("o"), c.in("lse"), c.in("do"),
                         c.out("dq"), c.out("dk"), c.out("dv"), c.attr_float("scale"),
                         c.attr_bool("causal"), c.attr_bool("tokens_major"),
-                        c.workspace(attention_grad_workspace_bytes(q.dtype, q.shape)));
+                        c.workspace(attention_grad_cuda_workspace_bytes(q.dtype, q.shape)));
        }},
       {"attention_packed",
        [](CaseRun &c) {
@@ -578,7 +578,7 @@ const std::map<std::string, KernelFn> &kernels() {
          Tensor o = c.in("o");
          attention_packed_grad(c.stream(), c.in("qkv"), o, c.in("lse"), c.in("do"), c.out("dqkv"),
                                c.attr_float("scale"), c.attr_bool("causal"),
-                               c.workspace(attention_grad_workspace_bytes(o.dtype, o.shape)));
+                               c.workspace(attention_grad_cuda_workspace_bytes(o.dtype, o.shape)));
        }},
       {"layer_norm_grad",
        [](CaseRun &c) {

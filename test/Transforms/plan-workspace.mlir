@@ -351,15 +351,29 @@ func.func @reduce_column_no_parts(%x: tensor<2047x768xbf16> {ds.input = "x"}) ->
 
 // -----
 
-// Attention gradients: one f32 per query row (delta) and, in f16/bf16 with
-// a head width a multiple of 16, rows x Dh f32 from the next multiple of
-// 256 bytes (the cuda backend's dq accumulator, runtime/src/
-// workspace_shapes.h). Packed bf16, 10 rows of Dh 16: 256 + 640 = 896
-// bytes; with qkv (960), o (320), lse (40, 64 aligned), do (320) and dqkv
-// (960): 3520.
-// CHECK-LABEL: func.func @attention_packed_grad_bf16
+// Attention gradients: one f32 per query row (delta) and, on --target
+// cuda (ds.target) in f16/bf16 with a head width a multiple of 16, rows x
+// Dh f32 from the next multiple of 256 bytes (the cuda backend's dq
+// accumulator, runtime/src/workspace_shapes.h). Packed bf16, 10 rows of Dh
+// 16: 256 + 640 = 896 bytes; with qkv (960), o (320), lse (40, 64
+// aligned), do (320) and dqkv (960): 3520. On the cpu (the next function)
+// delta alone, 64 bytes aligned: 2688.
+// CHECK-LABEL: func.func @attention_packed_grad_bf16(
 // CHECK-SAME: arena_bytes = 3520,
+module attributes {ds.target = "cuda"} {
 func.func @attention_packed_grad_bf16(%qkv: tensor<1x5x3x2x16xbf16> {ds.input = "qkv"}, %o: tensor<1x5x2x16xbf16> {ds.input = "o"},
+                                      %lse: tensor<1x5x2xf32> {ds.input = "lse"}, %do: tensor<1x5x2x16xbf16> {ds.input = "do"})
+    -> (tensor<1x5x3x2x16xbf16> {ds.output = "dqkv"}) {
+  %0 = ds.attention_packed_grad %qkv, %o, %lse, %do {scale = 0.25 : f32} : tensor<1x5x3x2x16xbf16>, tensor<1x5x2x16xbf16>, tensor<1x5x2xf32>, tensor<1x5x2x16xbf16>
+  return %0 : tensor<1x5x3x2x16xbf16>
+}
+}
+
+// -----
+
+// CHECK-LABEL: func.func @attention_packed_grad_bf16_cpu
+// CHECK-SAME: arena_bytes = 2688,
+func.func @attention_packed_grad_bf16_cpu(%qkv: tensor<1x5x3x2x16xbf16> {ds.input = "qkv"}, %o: tensor<1x5x2x16xbf16> {ds.input = "o"},
                                       %lse: tensor<1x5x2xf32> {ds.input = "lse"}, %do: tensor<1x5x2x16xbf16> {ds.input = "do"})
     -> (tensor<1x5x3x2x16xbf16> {ds.output = "dqkv"}) {
   %0 = ds.attention_packed_grad %qkv, %o, %lse, %do {scale = 0.25 : f32} : tensor<1x5x3x2x16xbf16>, tensor<1x5x2x16xbf16>, tensor<1x5x2xf32>, tensor<1x5x2x16xbf16>
@@ -381,15 +395,16 @@ func.func @attention_packed_grad_f32(%qkv: tensor<1x5x3x2x16xf32> {ds.input = "q
 
 // -----
 
-// Heads-major bf16 with Dh 8 (not a multiple of 16): delta alone, 40
-// bytes (64 aligned), with the operands' 5 x 160 (192 aligned), lse's 64
+// On --target cuda, heads-major bf16 with Dh 8 (not a multiple of 16):
+// delta alone, 40 bytes (64 aligned), with the operands' 5 x 160 (192 aligned), lse's 64
 // and the gradients' 3 x 192: 1664. At Dh 16 the dq accumulator again:
 // 5 x 320 + 64 + 3 x 320 + 896 = 3520 (runtime/tests/errors_test.cpp
-// checks dsrt::attention_grad_workspace_bytes gives these).
+// checks dsrt::attention_grad_cuda_workspace_bytes gives these).
 // CHECK-LABEL: func.func @attention_grad_bf16_dh8
 // CHECK-SAME: arena_bytes = 1664,
 // CHECK-LABEL: func.func @attention_grad_bf16_dh16
 // CHECK-SAME: arena_bytes = 3520,
+module attributes {ds.target = "cuda"} {
 func.func @attention_grad_bf16_dh8(%q: tensor<1x2x5x8xbf16> {ds.input = "q"}, %k: tensor<1x2x5x8xbf16> {ds.input = "k"},
                                    %v: tensor<1x2x5x8xbf16> {ds.input = "v"}, %o: tensor<1x2x5x8xbf16> {ds.input = "o"},
                                    %lse: tensor<1x2x5xf32> {ds.input = "lse"}, %do: tensor<1x2x5x8xbf16> {ds.input = "do"})
@@ -403,4 +418,5 @@ func.func @attention_grad_bf16_dh16(%q: tensor<1x2x5x16xbf16> {ds.input = "q"}, 
     -> (tensor<1x2x5x16xbf16> {ds.output = "dq"}, tensor<1x2x5x16xbf16> {ds.output = "dk"}, tensor<1x2x5x16xbf16> {ds.output = "dv"}) {
   %0:3 = ds.attention_grad %q, %k, %v, %o, %lse, %do {scale = 0.25 : f32} : tensor<1x2x5x16xbf16>, tensor<1x2x5x16xbf16>, tensor<1x2x5x16xbf16>, tensor<1x2x5x16xbf16>, tensor<1x2x5xf32>, tensor<1x2x5x16xbf16>
   return %0#0, %0#1, %0#2 : tensor<1x2x5x16xbf16>, tensor<1x2x5x16xbf16>, tensor<1x2x5x16xbf16>
+}
 }

@@ -1038,18 +1038,19 @@ int64_t LogSoftmaxGradOp::getWorkspaceBytes() {
   return softmaxWorkspaceBytes(getOutput(), getAxis(), 2);
 }
 
-// Attention: one f32 per query row (delta); f16/bf16 with a head width Dh
-// a multiple of 16 also, from the next multiple of 256 bytes, rows x Dh f32
-// (the cuda backend's dq accumulator under DSRT_ATTENTION_GRAD=atomic),
-// whichever backward runs (runtime/src/workspace_shapes.h,
-// attention_grad_has_dq_acc).
-static int64_t attentionGradWorkspaceBytes(Value rowsOf, Value lse) {
+// Attention: one f32 per query row (delta); on --target cuda (ds.target),
+// f16/bf16 with a head width Dh a multiple of 16 also, from the next
+// multiple of 256 bytes, rows x Dh f32 (the cuda backend's dq accumulator
+// under DSRT_ATTENTION_GRAD=atomic), whichever backward runs
+// (runtime/src/workspace_shapes.h, attention_grad_has_dq_acc; the kernels'
+// least, attention_grad_workspace_bytes, is delta alone).
+static int64_t attentionGradWorkspaceBytes(Operation *op, Value rowsOf, Value lse) {
   const int64_t rows = numElements(lse);
   auto type = cast<ShapedType>(rowsOf.getType());
   const int64_t dh = type.hasRank() && type.getRank() >= 1
                          ? type.getDimSize(type.getRank() - 1)
                          : ShapedType::kDynamic;
-  if (rows == 0 || !convertsToF32(rowsOf) || ShapedType::isDynamic(dh) ||
+  if (rows == 0 || !onCudaTarget(op) || !convertsToF32(rowsOf) || ShapedType::isDynamic(dh) ||
       dh <= 0 || dh % 16 != 0)
     return kFloatBytes * rows;
   return llvm::alignTo(kFloatBytes * rows, 256) + kFloatBytes * rows * dh;
@@ -1067,7 +1068,7 @@ void AttentionGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.workspace();
 }
 int64_t AttentionGradOp::getWorkspaceBytes() {
-  return attentionGradWorkspaceBytes(getQuery(), getLse());
+  return attentionGradWorkspaceBytes(getOperation(), getQuery(), getLse());
 }
 
 void AttentionPackedGradOp::buildKernelCall(KernelCallBuilder &call) {
@@ -1081,7 +1082,7 @@ void AttentionPackedGradOp::buildKernelCall(KernelCallBuilder &call) {
   call.workspace();
 }
 int64_t AttentionPackedGradOp::getWorkspaceBytes() {
-  return attentionGradWorkspaceBytes(getResult(), getLse());
+  return attentionGradWorkspaceBytes(getOperation(), getResult(), getLse());
 }
 
 // Normalization.

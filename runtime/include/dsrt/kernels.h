@@ -321,11 +321,14 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
                     const Tensor &lse, const Tensor &do_, const Tensor &dq, const Tensor &dk,
                     const Tensor &dv, float scale, bool causal, bool tokens_major,
                     const Workspace &ws);
-// One f32 per query row (q's elements over its last axis), in every type;
-// for f16 and bf16 with Dh a multiple of 16 also, from the next multiple of
-// 256 bytes, rows x Dh f32 (the cuda backend's dq accumulator under
-// DSRT_ATTENTION_GRAD=atomic; unused otherwise).
+// The least workspace any backend needs: one f32 per query row (q's
+// elements over its last axis).
 int64_t attention_grad_workspace_bytes(DType dtype, const Shape &q);
+// What a --target cuda program plans: that, and for f16 and bf16 with Dh a
+// multiple of 16 also, from the next multiple of 256 bytes, rows x Dh f32
+// (the cuda backend's dq accumulator under DSRT_ATTENTION_GRAD=atomic,
+// which refuses a workspace without it; unused otherwise).
+int64_t attention_grad_cuda_workspace_bytes(DType dtype, const Shape &q);
 // attention with q, k and v packed in one tokens-major tensor
 // qkv [..., T, 3, H, Dh] (the q, k, v projection's [..., T, 3 H Dh] as it
 // writes them; q, k, v at index 0, 1, 2 of axis -3), read where they lie:

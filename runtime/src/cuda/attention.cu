@@ -1328,11 +1328,23 @@ void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor
   check_launch(kernel);
 }
 
-// The workspace's dq accumulator (attention_grad_workspace_bytes, checked
-// by the caller), or null where it has none.
-float *dq_accumulator(const Workspace &ws, DType dtype, int64_t rows, int64_t dh) {
+// The workspace's dq accumulator (attention_grad_cuda_workspace_bytes:
+// what a --target cuda plan gives), or null where the kernels have none.
+// DSRT_ATTENTION_GRAD=atomic refuses a workspace without it (a plan made
+// for the cpu, a caller's own workspace of the least size).
+float *dq_accumulator(const char *kernel, const Workspace &ws, DType dtype, const Shape &q,
+                      int64_t rows, int64_t dh) {
   if (!attention_grad_has_dq_acc(dtype, dh))
     return nullptr;
+  const int64_t need = attention_grad_cuda_workspace_bytes(dtype, q);
+  if (ws.bytes < need) {
+    if (attention_grad_atomic())
+      throw Error(std::string("dsrt::") + kernel +
+                  ": DSRT_ATTENTION_GRAD=atomic needs the dq accumulator in the workspace, " +
+                  std::to_string(need) + " bytes, and was given " + std::to_string(ws.bytes) +
+                  " (a --target cuda program plans them)");
+    return nullptr;
+  }
   return reinterpret_cast<float *>(static_cast<char *>(ws.data) +
                                    attention_grad_dq_acc_offset(rows));
 }
@@ -1379,7 +1391,7 @@ void attention_grad(Stream &s, const Tensor &q, const Tensor &k, const Tensor &v
     return;
   launch_attention_grad(stream, kernel, q, k, v, o, lse, do_, dq, dk, dv, scale, causal, rows, t,
                         dh, attention_layouts(t, heads, dh, tokens_major, false),
-                        scratch.take(rows), dq_accumulator(ws, q.dtype, rows, dh));
+                        scratch.take(rows), dq_accumulator(kernel, ws, q.dtype, q.shape, rows, dh));
 }
 
 void attention_packed_grad(Stream &s, const Tensor &qkv, const Tensor &o, const Tensor &lse,
@@ -1394,7 +1406,7 @@ void attention_packed_grad(Stream &s, const Tensor &qkv, const Tensor &o, const 
     return;
   launch_attention_grad(stream, kernel, qkv, qkv, qkv, o, lse, do_, dqkv, dqkv, dqkv, scale,
                         causal, rows, t, dh, attention_layouts(t, heads, dh, true, true),
-                        scratch.take(rows), dq_accumulator(ws, o.dtype, rows, dh));
+                        scratch.take(rows), dq_accumulator(kernel, ws, o.dtype, o.shape, rows, dh));
 }
 
 } // namespace dsrt

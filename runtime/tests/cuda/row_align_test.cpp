@@ -5,7 +5,8 @@
 // aligned allocation, must give what the aligned ones give (the warp
 // kernels) up to the sums' order; under the emulation's alignment check
 // (dsrt_cuda_emu_align_kernel_test) a vector load from a misaligned row
-// would abort the test.
+// would abort the test. Last, attention_grad given only the least workspace
+// (CudaAttentionWorkspace).
 #include "dsrt/backend.h"
 #include "dsrt/kernels.h"
 
@@ -13,7 +14,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -148,6 +151,53 @@ TEST(CudaRowAlign, LayerNormGradMisalignedRowsMatchAligned) {
   expect_close(shifted.dx, aligned.dx, 1.0f / 64, "dx");
   expect_close(shifted.dscale, aligned.dscale, 1.0f / 64, "dscale");
   expect_close(shifted.dbias, aligned.dbias, 1.0f / 64, "dbias");
+}
+
+// attention_grad given only the least workspace (delta, one f32 per query
+// row: attention_grad_workspace_bytes), as a plan made for the cpu gives:
+// the split backward (the default) needs no more and runs; under
+// DSRT_ATTENTION_GRAD=atomic (the dsrt_cuda_emu_attention_grad_atomic
+// test) the one-pass backward has no room for its dq accumulator
+// (attention_grad_cuda_workspace_bytes) and refuses, naming both sizes.
+TEST(CudaAttentionWorkspace, LeastWorkspaceRunsSplitOrRefusesAtomic) {
+  Rows r;
+  const Shape qs{1, 2, 64, 16}, ls{1, 2, 64};
+  const size_t n = 2 * 64 * 16;
+  Tensor q{r.put(values(n, -1, 1, 11), 0), DType::BF16, qs};
+  Tensor k{r.put(values(n, -1, 1, 12), 0), DType::BF16, qs};
+  Tensor v{r.put(values(n, -1, 1, 13), 0), DType::BF16, qs};
+  Tensor o{r.put(values(n, -1, 1, 14), 0), DType::BF16, qs};
+  Tensor d{r.put(values(n, -1, 1, 15), 0), DType::BF16, qs};
+  Tensor lse{r.put(std::vector<uint16_t>(2 * 64 * 2, 0), 0), DType::F32, ls};
+  Tensor dq{r.zeros(n * 2, 0), DType::BF16, qs}, dk{r.zeros(n * 2, 0), DType::BF16, qs},
+      dv{r.zeros(n * 2, 0), DType::BF16, qs};
+  const int64_t least = attention_grad_workspace_bytes(DType::BF16, qs);
+  ASSERT_EQ(least, 4 * 2 * 64);
+  ASSERT_GT(attention_grad_cuda_workspace_bytes(DType::BF16, qs), least);
+  void *ws = r.b.allocate(MemoryKind::Device, static_cast<size_t>(least), 256);
+  r.allocations.push_back(ws);
+  const char *grad = std::getenv("DSRT_ATTENTION_GRAD");
+  auto run = [&] {
+    attention_grad(r.stream, q, k, v, o, lse, d, dq, dk, dv, 0.25f, true, false,
+                   Workspace{ws, least});
+    r.stream.synchronize();
+  };
+  if (grad && std::strcmp(grad, "atomic") == 0) {
+    try {
+      run();
+      ADD_FAILURE() << "DSRT_ATTENTION_GRAD=atomic ran without room for dq's accumulator";
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find("DSRT_ATTENTION_GRAD=atomic needs the dq "
+                                           "accumulator in the workspace, 8704 bytes, and was "
+                                           "given 512"),
+                std::string::npos)
+          << e.what();
+    }
+  } else {
+    run();
+    for (uint16_t x : r.get<uint16_t>(dk.data, n))
+      ASSERT_TRUE(std::isfinite(from_bf16(x)));
+  }
 }
 
 }  // namespace
