@@ -72,6 +72,7 @@ const Entry kTable[] = {
     DSRT_KERNEL(attention),
     DSRT_KERNEL(attention_grad),
     DSRT_KERNEL(attention_grad_workspace_bytes),
+    DSRT_KERNEL(attention_grad_cuda_workspace_bytes),
     DSRT_KERNEL(attention_packed),
     DSRT_KERNEL(attention_packed_grad),
     DSRT_KERNEL(layer_norm_grad),
