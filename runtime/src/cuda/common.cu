@@ -274,35 +274,32 @@ bool allow_tf32() {
   return allowed;
 }
 
+// `name`'s value as an integer from 0 to `max`, or `unset` where it is
+// unset or empty; anything else is an Error saying "dsrt: NAME must be
+// WHAT, not 'VALUE'".
+int64_t env_integer(const char *name, int64_t max, int64_t unset, const char *what) {
+  const char *v = std::getenv(name);
+  if (!v || !*v)
+    return unset;
+  char *end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || n < 0 || n > max)
+    throw Error(std::string("dsrt: ") + name + " must be " + what + ", not '" + v + "'");
+  return static_cast<int64_t>(n);
+}
+
 int64_t cublaslt_workspace_cap() {
-  static const int64_t cap = [] {
-    const char *v = std::getenv("DSRT_CUBLASLT_WORKSPACE");
-    if (!v || !*v)
-      return std::numeric_limits<int64_t>::max();
-    char *end = nullptr;
-    errno = 0;
-    const long long n = std::strtoll(v, &end, 10);
-    if (errno != 0 || end == v || *end != '\0' || n < 0)
-      throw Error(std::string("dsrt: DSRT_CUBLASLT_WORKSPACE must be a byte count (a "
-                              "non-negative integer), not '") +
-                  v + "'");
-    return static_cast<int64_t>(n);
-  }();
+  static const int64_t cap =
+      env_integer("DSRT_CUBLASLT_WORKSPACE", std::numeric_limits<int64_t>::max(),
+                  std::numeric_limits<int64_t>::max(), "a byte count (a non-negative integer)");
   return cap;
 }
 
 int cublaslt_tune() {
   static const int count = [] {
-    const char *v = std::getenv("DSRT_CUBLASLT_TUNE");
-    if (!v || !*v)
-      return 0;
-    char *end = nullptr;
-    errno = 0;
-    const long n = std::strtol(v, &end, 10);
-    if (errno != 0 || end == v || *end != '\0' || n < 0 || n > 16)
-      throw Error(std::string("dsrt: DSRT_CUBLASLT_TUNE must be a count of algorithms from 0 "
-                              "to 16, not '") +
-                  v + "'");
+    const int64_t n =
+        env_integer("DSRT_CUBLASLT_TUNE", 16, 0, "a count of algorithms from 0 to 16");
     return n > 1 ? static_cast<int>(n) : 0;
   }();
   return count;

@@ -228,6 +228,16 @@ std::unique_ptr<LtPlan> make_plan(const Gemm &g, cudaDataType_t type,
   return plan;
 }
 
+// One cublasLtMatmul of `plan`'s product with `algo` (C = y where c is
+// null, as cuBLASLt takes it for beta 0).
+cublasStatus_t lt_matmul(cudaStream_t stream, const LtPlan &plan,
+                         const cublasLtMatmulAlgo_t &algo, float alpha, const void *a,
+                         const void *b, float beta, const void *c, void *y, void *ws_data,
+                         size_t ws_bytes) {
+  return cublasLtMatmul(cublaslt(), plan.op, &alpha, b, plan.a, a, plan.b, &beta, c ? c : y,
+                        plan.c, y, plan.d, &algo, ws_data, ws_bytes, stream);
+}
+
 // DSRT_CUBLASLT_TUNE: times each candidate algorithm of `plan` on this
 // call's operands (one call to warm it, then kTuneCalls between two
 // events, the host waiting for the second) and keeps the fastest in
@@ -249,9 +259,8 @@ void tune_algo(cudaStream_t stream, LtPlan &plan, const Gemm &g, float alpha, co
   size_t chosen = 0;
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     auto call = [&] {
-      return cublasLtMatmul(cublaslt(), plan.op, &alpha, b, plan.a, a, plan.b, &beta,
-                            c ? c : y, plan.c, y, plan.d, &plan.candidates[i], ws_data,
-                            ws_bytes, stream);
+      return lt_matmul(stream, plan, plan.candidates[i], alpha, a, b, beta, c, y, ws_data,
+                       ws_bytes);
     };
     if (call() != CUBLAS_STATUS_SUCCESS)
       continue;
@@ -325,9 +334,7 @@ bool run_lt(cudaStream_t stream, const Gemm &g, float alpha, const void *a, cons
     if (!plan.tuned)
       tune_algo(stream, plan, g, alpha, a, b, beta, c, y, ws_data, ws_bytes);
   }
-  check_cublas(cublasLtMatmul(cublaslt(), plan.op, &alpha, b, plan.a, a, plan.b, &beta,
-                              c ? c : y, plan.c, y, plan.d, &plan.algo, ws_data, ws_bytes,
-                              stream),
+  check_cublas(lt_matmul(stream, plan, plan.algo, alpha, a, b, beta, c, y, ws_data, ws_bytes),
                g.kernel, "cublasLtMatmul");
   return true;
 }
