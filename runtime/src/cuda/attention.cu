@@ -14,7 +14,7 @@
 // accumulator fragments. Causal blocks stop at the diagonal tile, and
 // only the tiles that have a masked element for some row of the warp (the
 // diagonal tile, the last tile when T is not a multiple of 64) test each
-// element (tile_masked, with_mask); the exponentials are exp2f of the
+// element (tile_masked, with_mask); the exponentials are exp2_ftz of the
 // scores scaled by scale log2(e) (a multiply-add and the hardware's ex2,
 // the saved lse converted back to natural log). A causal forward (and dQ)
 // launches a head's last, heaviest tile of queries first. The
@@ -432,25 +432,35 @@ __device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0
                            int cols) {
   const uint16_t *from = reinterpret_cast<const uint16_t *>(src);
   if ((reinterpret_cast<uintptr_t>(from) | static_cast<uintptr_t>(ld) * 2) % 16 == 0) {
-    // D / 8 chunks a row (a power of two: shifts, not divisions); those
-    // past cols are left alone (never read). Not unrolled: unrolled, the
-    // copies' addresses are hoisted out of the tile loop into registers
-    // (ptxas: the D = 128 forward 55 registers more, dK·dV and dQ spilling).
+    // D / 8 chunks a row; thread x copies chunk x % (D / 8) of rows
+    // x / (D / 8) + i kRowStep: one column for all its copies, so a thread
+    // whose chunk lies past cols has none (those are never read), and the
+    // source advances by a constant. Each copy is one cp.async, zero-filled
+    // for rows past t (src-size 0, from the tile's first row: a real one),
+    // with no branch. Not unrolled: unrolled, the copies' addresses are
+    // hoisted out of the tile loop into registers (ptxas: the D = 128
+    // forward 55 registers more, dK·dV and dQ spilling). Each copy costs
+    // about ten instructions; the form before this one, a chunk index
+    // divided into row and column per copy, about 34 (sm_90 SASS).
     constexpr int kChunks = D / 8;
-    static_assert(kMmaTile * kChunks % Threads == 0, "whole rounds of the block's threads");
-    const uint16_t *first = from + row0 * ld;
+    constexpr int kRowStep = Threads / kChunks;
+    static_assert(Threads % kChunks == 0 && kMmaTile % kRowStep == 0,
+                  "whole rounds of the block's threads");
+    const int r0 = static_cast<int>(threadIdx.x) / kChunks;
+    const int d = static_cast<int>(threadIdx.x) % kChunks * 8;
+    if (d >= cols)
+      return;
     const int rows = static_cast<int>(std::min<int64_t>(kMmaTile, t - row0));
+    const uint16_t *first = from + row0 * ld + d;  // row0 < t: a real row
+    const uint16_t *p = first + r0 * ld;
+    const int64_t step = kRowStep * ld;
+    uint16_t *to = dst + r0 * mma_ld<D>() + d;
 #pragma unroll 1
-    for (int e0 = 0; e0 < kMmaTile * kChunks; e0 += Threads) {
-      const int e = e0 + static_cast<int>(threadIdx.x);
-      const int r = e / kChunks, d = e % kChunks * 8;
-      if (d >= cols)
-        continue;
-      uint16_t *to = dst + r * mma_ld<D>() + d;
-      if (r < rows)
-        cp_async_16(to, first + r * ld + d);
-      else
-        *reinterpret_cast<uint4 *>(to) = uint4{0, 0, 0, 0};
+    for (int r = r0; r < kMmaTile; r += kRowStep) {
+      const bool real = r < rows;
+      cp_async_16_zfill(to, real ? p : first, real);
+      p += step;
+      to += kRowStep * mma_ld<D>();
     }
     return;
   }
@@ -710,9 +720,10 @@ template <typename F> __device__ inline void with_mask(bool masked, F &&f) {
     f(std::false_type{});
 }
 
-// log2(e): the kernels' exponentials are exp2f of scores scaled by
-// scale * log2(e) (one multiply-add and the hardware's ex2), their
-// maximum and the saved lse (natural log) converted at the ends.
+// log2(e): the kernels' exponentials are exp2_ftz (cuda/common.cuh) of
+// scores scaled by scale * log2(e) (one multiply-add and the hardware's
+// ex2), their maximum and the saved lse (natural log) converted at the
+// ends.
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -790,7 +801,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         const float m_new = fmaxf(m[mb][h], mx[h]);
         // A row with no key yet keeps zeros (exp(-inf) = 0, never inf - inf).
         base[h] = m_new == -INFINITY ? 0.0f : m_new;
-        rescale[h] = exp2f(m[mb][h] - base[h]);
+        rescale[h] = exp2_ftz(m[mb][h] - base[h]);
         m[mb][h] = m_new;
         l[mb][h] *= rescale[h];
       }
@@ -803,7 +814,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       for (int n = 0; n < kMmaN; ++n)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          s[mb][n].x[i] = exp2f(s[mb][n].x[i] - base[i / 2]);
+          s[mb][n].x[i] = exp2_ftz(s[mb][n].x[i] - base[i / 2]);
           l[mb][i / 2] += s[mb][n].x[i];
         }
     }
@@ -882,7 +893,7 @@ __device__ inline void dkv_tile(FragC (&s1)[1][kMmaN], FragC (&dp1)[1][kMmaN], K
       const float2 lse2 = *reinterpret_cast<const float2 *>(lse_t + 8 * n + 2 * w.c);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float p = exp2f(fmaf(scale2, s[n].x[i], -(i % 2 ? lse2.y : lse2.x)));
+        const float p = exp2_ftz(fmaf(scale2, s[n].x[i], -(i % 2 ? lse2.y : lse2.x)));
         s[n].x[i] = !masked || visible(w, 0, n, i, i0, t, causal, true) ? p : 0.0f;
       }
     }
@@ -1004,7 +1015,7 @@ __global__ void __launch_bounds__(kMmaThreads)
           for (int n = 0; n < N / 8; ++n)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const float p = exp2f(fmaf(scale2, s[mb][n].x[i], -lse_i[mb][i / 2]));
+              const float p = exp2_ftz(fmaf(scale2, s[mb][n].x[i], -lse_i[mb][i / 2]));
               s[mb][n].x[i] =
                   !masked || visible(w, mb, n, i, col0, t, causal, false) ? p : 0.0f;
             }

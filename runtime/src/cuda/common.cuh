@@ -122,6 +122,26 @@ template <typename T> __device__ inline float ld(const T &v) {
 }
 template <typename T> __device__ inline T st(float v) { return Dev<T>::store(v); }
 
+// 2^x as the hardware's ex2 alone: ex2.approx.ftz.f32, one MUFU.EX2 on
+// sm_90. exp2f is the same MUFU.EX2 (the same approximation for normal
+// results) inside a range test and two predicated multiplies that keep
+// subnormal results (FSETP.GEU and 2 x @!P FMUL beside each MUFU.EX2 in
+// the sm_90 SASS): four instructions where this is one. Subnormal results
+// (x < -126) are zeros here: for the softmax kernels, whose exponentials
+// are at most 1 and are summed with a largest term of 1, they count for
+// nothing. ex2(-inf) is +0. Elsewhere (the host pass, the CUDA emulation)
+// exp2f with its subnormal results flushed, the same zeros.
+__device__ inline float exp2_ftz(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  const float y = exp2f(x);
+  return y < 1.17549435e-38f ? 0.0f : y;  // FLT_MIN
+#endif
+}
+
 // Element i of a float tensor whose type is known at run time only (a
 // per-channel parameter, a scalar such as lr), and the inverse.
 __device__ inline float load_any(const void *p, DType dtype, int64_t i) {

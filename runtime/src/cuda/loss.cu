@@ -438,7 +438,7 @@ constexpr int kSharedRowThreads = 512;
 // dynamic shared memory it opts in to.
 constexpr size_t kSharedRowStatic = 1024;
 
-// exp(v - m) in the shared-row kernel: for 16-bit scores exp2f of
+// exp(v - m) in the shared-row kernel: for 16-bit scores exp2_ftz of
 // v log2(e) - m log2(e), a multiply-add and the hardware's ex2 where expf's
 // range reduction takes several more instructions, twice a class (the
 // kernel's arithmetic is most of an HBM read's time: docs/runtime.md). The
@@ -448,7 +448,7 @@ constexpr size_t kSharedRowStatic = 1024;
 template <typename T> __device__ inline float row_exp(float v, float m) {
   if constexpr (sizeof(T) == 2) {
     constexpr float kLog2e = 1.4426950408889634f;
-    return exp2f(fmaf(v, kLog2e, -m * kLog2e));
+    return exp2_ftz(fmaf(v, kLog2e, -m * kLog2e));
   } else {
     return expf(v - m);
   }

@@ -197,6 +197,24 @@ __device__ inline void cp_async_16(void *dst, const void *src) {
   *static_cast<uint4 *>(dst) = *static_cast<const uint4 *>(src);
 #endif
 }
+// The same copy when `real`, else 16 zero bytes into dst and nothing read
+// (cp.async's src-size operand 0: the copy fills the bytes past src-size
+// with zeros), so that a tile's rows past the matrix are staged without a
+// branch. src must still be a valid address.
+__device__ inline void cp_async_16_zfill(void *dst, const void *src, bool real) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const unsigned bytes = real ? 16u : 0u;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(bytes)
+               : "memory");
+#else
+#ifdef DSEMU_ALIGNED
+  DSEMU_ALIGNED(dst, 16, "cp.async destination");
+  DSEMU_ALIGNED(src, 16, "cp.async source");
+#endif
+  *static_cast<uint4 *>(dst) = real ? *static_cast<const uint4 *>(src) : uint4{0, 0, 0, 0};
+#endif
+}
 // Closes the thread's group of cp.async copies issued since the last.
 __device__ inline void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
