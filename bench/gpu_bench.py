@@ -76,6 +76,8 @@ SETTINGS = [
     ("cuBLASLt's first 8 algorithms timed, the fastest kept", {"DSRT_CUBLASLT_TUNE": "8"}),
     ("attention rows32 tiling", {"DSRT_ATTENTION_KERNEL": "rows32"}),
     ("attention backward in one pass, dq by f32 atomics", {"DSRT_ATTENTION_GRAD": "atomic"}),
+    ("attention forward at the compiler's registers (3 blocks a multiprocessor, not 4)",
+     {"DSRT_ATTENTION_FORWARD_BLOCKS": "3"}),
 ]
 SETTING_STEPS = 4
 # The H200's dense bf16 tensor-core peak (NVIDIA's data sheet, TFLOP/s):

@@ -250,6 +250,24 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_attention_kernel_unknown PROPERTIES LABELS dsrt_cuda
                        TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_ATTENTION_KERNEL=rows64")
+  # The forward cases with DSRT_ATTENTION_FORWARD_BLOCKS=3 (the rows16
+  # forward at Dh <= 64 compiled without the 128-register cap of the
+  # default 4; the emulation ignores __launch_bounds__, so this runs the
+  # other instantiation's code), and an unknown value failing with its name.
+  add_test(NAME dsrt_cuda_emu_attention_forward_blocks3
+    COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_attention.mma_*:Kernel_attention_packed.*")
+  set_tests_properties(dsrt_cuda_emu_attention_forward_blocks3 PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_ATTENTION_FORWARD_BLOCKS=3")
+  add_test(NAME dsrt_cuda_emu_attention_forward_blocks_unknown
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
+            "DSRT_ATTENTION_FORWARD_BLOCKS must be 4 or 3, not '5'" --
+            $<TARGET_FILE:dsrt_cuda_emu_kernel_test> --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_attention.mma_causal_bf16")
+  set_tests_properties(dsrt_cuda_emu_attention_forward_blocks_unknown PROPERTIES
+                       LABELS dsrt_cuda TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_ATTENTION_FORWARD_BLOCKS=5")
   # The attention gradient cases on the one-pass tensor-core backward
   # (DSRT_ATTENTION_GRAD=atomic: dK, dV and dQ's f32 atomics in one kernel
   # per 64 keys, then dq from the accumulator), on the alignment variant

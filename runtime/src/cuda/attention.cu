@@ -342,6 +342,20 @@ template <int D, typename F> void with_mma_warp_blocks(F &&f) {
   f(std::integral_constant<int, 1>{});
 }
 
+// DSRT_ATTENTION_FORWARD_BLOCKS, read once: 4 (unset or empty: the
+// default) or 3, the blocks of 4 warps a multiprocessor holds in the
+// rows16 forward at Dh <= 64. With 4 the kernel is compiled for 4
+// (__launch_bounds__: at most 128 registers a thread, where the compiler
+// takes 141 and gets 3; ptxas: two values spilled, reloaded from L1 about
+// twice a key tile): 16 warps to hide the waits between a tile's products
+// and its softmax, where 3 blocks give 12 (docs/benchmarks.md: with 8,
+// rows32, the forward was slower). 3: the compiler's registers. Anything
+// else is an error.
+int forward_blocks() {
+  static const int b = env_second("DSRT_ATTENTION_FORWARD_BLOCKS", "4", "3") ? 3 : 4;
+  return b;
+}
+
 // DSRT_ATTENTION_GRAD, read once: split (unset or empty: the default;
 // attention_dkv_kernel then attention_dq_kernel) or atomic
 // (attention_dkvq_kernel, dq by f32 atomics: not the same bytes every run
@@ -743,10 +757,15 @@ __device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, Mma
       [&](int64_t j0, int s) { f(j0, ks[s], vs[s]); });
 }
 
+// The forward's body, in two kernels: attention_kernel (the compiler's
+// registers) and attention_capped_kernel (B blocks a multiprocessor:
+// __launch_bounds__'s minimum caps a thread's registers at 65536 / (128 B);
+// forward_blocks). A minimum of 1 is not the same as none: ptxas then
+// takes more registers (the D = 64 kernel 166 where it takes 141 without).
 template <typename T, int D, int S, int M>
-__global__ void __launch_bounds__(kMmaThreads)
-    attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse, Layouts layout,
-                     int64_t t, int dh, float scale, bool causal) {
+__device__ __forceinline__ void attention_body(const T *q, const T *k, const T *v, T *o,
+                                               float *lse, const Layouts &layout, int64_t t,
+                                               int dh, float scale, bool causal) {
   MmaKeyTiles<D, S> &tiles = mma_shared<MmaKeyTiles<D, S>>();
   MmaStages<D, S> &ks = tiles.a, &vs = tiles.b;
   const WarpRows w = warp_rows<M>(t, layout, causal);
@@ -836,6 +855,19 @@ __global__ void __launch_bounds__(kMmaThreads)
       if (w.c == 0 && r < w.rows)
         lse[w.lse_offset + (w.wrow0 + r) * w.lse_stride] = m[mb][h] * kLn2 + logf(l[mb][h]);
     }
+}
+
+template <typename T, int D, int S, int M>
+__global__ void __launch_bounds__(kMmaThreads)
+    attention_kernel(const T *q, const T *k, const T *v, T *o, float *lse, Layouts layout,
+                     int64_t t, int dh, float scale, bool causal) {
+  attention_body<T, D, S, M>(q, k, v, o, lse, layout, t, dh, scale, causal);
+}
+template <typename T, int D, int S, int M, int B>
+__global__ void __launch_bounds__(kMmaThreads, B)
+    attention_capped_kernel(const T *q, const T *k, const T *v, T *o, float *lse,
+                            Layouts layout, int64_t t, int dh, float scale, bool causal) {
+  attention_body<T, D, S, M>(q, k, v, o, lse, layout, t, dh, scale, causal);
 }
 
 // The warp's rows of k (or v) in dK·dV's products as mma_rows_tile takes
@@ -1216,6 +1248,15 @@ void with_mma_stages(const char *op, const char *name, F &&launch) {
   launch(std::integral_constant<int, 2>{}, launch_shared_bytes<Shared<D, 2>>());
 }
 
+// The forward kernel with S stages: attention_capped_kernel for 4 blocks
+// a multiprocessor, or attention_kernel.
+template <typename T, int D, int S, int M, bool Capped> constexpr auto forward_kernel() {
+  if constexpr (Capped)
+    return &attention_capped_kernel<T, D, S, M, 4>;
+  else
+    return &attention_kernel<T, D, S, M>;
+}
+
 // The launches on q, k, v (and dq, dk, dv) at the layouts' offsets of
 // their tensors (one packed tensor thrice, or three).
 void launch_attention(cudaStream_t stream, const char *kernel, const Tensor &q, const Tensor &k,
@@ -1233,13 +1274,32 @@ void launch_attention(cudaStream_t stream, const char *kernel, const Tensor &q, 
           constexpr int D = decltype(width)::value;
           with_mma_warp_blocks<D>([&](auto warp_blocks) {
             constexpr int M = decltype(warp_blocks)::value;
-            with_mma_stages<MmaKeyTiles, D, attention_kernel<T, D, 2, M>>(
-                kernel, "attention_kernel", [&](auto stages, size_t shared) {
-              constexpr int S = decltype(stages)::value;
-              attention_kernel<T, D, S, M><<<mma_blocks<M>(rows / t, t), kMmaThreads, shared,
-                                             stream>>>(pq, pk, pv, o.as<T>(), lse.as<float>(),
-                                                       layout, t, head_dim, scale, causal);
-            });
+            auto run = [&](auto capped) {
+              constexpr bool kCapped = decltype(capped)::value;
+              with_mma_stages<MmaKeyTiles, D, forward_kernel<T, D, 2, M, kCapped>()>(
+                  kernel, "attention_kernel", [&](auto stages, size_t shared) {
+                constexpr int S = decltype(stages)::value;
+                const unsigned grid = mma_blocks<M>(rows / t, t);
+                if constexpr (kCapped)
+                  attention_capped_kernel<T, D, S, M, 4><<<grid, kMmaThreads, shared, stream>>>(
+                      pq, pk, pv, o.as<T>(), lse.as<float>(), layout, t, head_dim, scale,
+                      causal);
+                else
+                  attention_kernel<T, D, S, M><<<grid, kMmaThreads, shared, stream>>>(
+                      pq, pk, pv, o.as<T>(), lse.as<float>(), layout, t, head_dim, scale,
+                      causal);
+              });
+            };
+            // The rows16 kernel at D = 64 is capped when forward_blocks()
+            // says 4; rows32 and D = 128 keep the compiler's registers (a
+            // cap spills them: ptxas 0.6-3.3 KB a thread).
+            if constexpr (D == 64 && M == 1) {
+              if (forward_blocks() == 4) {
+                run(std::true_type{});
+                return;
+              }
+            }
+            run(std::false_type{});
           });
         };
         with_mma_width(dh, launch);
