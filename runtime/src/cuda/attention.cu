@@ -460,6 +460,23 @@ __device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0
     constexpr int kRowStep = Threads / kChunks;
     static_assert(Threads % kChunks == 0 && kMmaTile % kRowStep == 0,
                   "whole rounds of the block's threads");
+    if constexpr (D > 64) {
+      // At D = 128 the kernels have no registers for the thread's hoisted
+      // column and source (ptxas: dQ's spill loads 24 -> 80 bytes, dK·dV's
+      // 60 -> 76), so each copy divides its chunk index again.
+      const uint16_t *first = from + row0 * ld;
+      const int rows = static_cast<int>(std::min<int64_t>(kMmaTile, t - row0));
+#pragma unroll 1
+      for (int e0 = 0; e0 < kMmaTile * kChunks; e0 += Threads) {
+        const int e = e0 + static_cast<int>(threadIdx.x);
+        const int r = e / kChunks, d = e % kChunks * 8;
+        if (d >= cols)
+          continue;
+        cp_async_16_zfill(dst + r * mma_ld<D>() + d, first + (r < rows ? r : 0) * ld + d,
+                          r < rows);
+      }
+      return;
+    }
     const int r0 = static_cast<int>(threadIdx.x) / kChunks;
     const int d = static_cast<int>(threadIdx.x) % kChunks * 8;
     if (d >= cols)
