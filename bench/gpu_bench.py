@@ -78,6 +78,8 @@ SETTINGS = [
     ("attention backward in one pass, dq by f32 atomics", {"DSRT_ATTENTION_GRAD": "atomic"}),
     ("attention forward at the compiler's registers (3 blocks a multiprocessor, not 4)",
      {"DSRT_ATTENTION_FORWARD_BLOCKS": "3"}),
+    ("attention dQ at the compiler's registers (2 blocks a multiprocessor, not 3)",
+     {"DSRT_ATTENTION_DQ_BLOCKS": "2"}),
 ]
 SETTING_STEPS = 4
 # The H200's dense bf16 tensor-core peak (NVIDIA's data sheet, TFLOP/s):

@@ -512,9 +512,11 @@ def kernel_family(mangled):
             if re.fullmatch(r"[A-Za-z_]+_kernel", ident) and name == mangled:
                 name = ident
     # Variants of one kernel the model counts as one: the tiled transpose,
-    # the register-capped attention forward (DSRT_ATTENTION_FORWARD_BLOCKS).
+    # the register-capped attention forward and dQ
+    # (DSRT_ATTENTION_FORWARD_BLOCKS, DSRT_ATTENTION_DQ_BLOCKS).
     return {"transpose_tiled_kernel": "transpose_kernel",
-            "attention_capped_kernel": "attention_kernel"}.get(name, name)
+            "attention_capped_kernel": "attention_kernel",
+            "attention_dq_capped_kernel": "attention_dq_kernel"}.get(name, name)
 
 
 def check_fake(report_path, predicted):

@@ -268,6 +268,23 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_attention_forward_blocks_unknown PROPERTIES
                        LABELS dsrt_cuda TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_ATTENTION_FORWARD_BLOCKS=5")
+  # The same for the split backward's dQ kernel: the gradient cases with
+  # DSRT_ATTENTION_DQ_BLOCKS=2 (the compiler's registers; 3, the default,
+  # caps them), and an unknown value failing with its name.
+  add_test(NAME dsrt_cuda_emu_attention_dq_blocks2
+    COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_attention_grad.mma_*:Kernel_attention_packed_grad.*")
+  set_tests_properties(dsrt_cuda_emu_attention_dq_blocks2 PROPERTIES LABELS dsrt_cuda
+                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_ATTENTION_DQ_BLOCKS=2")
+  add_test(NAME dsrt_cuda_emu_attention_dq_blocks_unknown
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
+            "DSRT_ATTENTION_DQ_BLOCKS must be 3 or 2, not '4'" --
+            $<TARGET_FILE:dsrt_cuda_emu_kernel_test> --cases "${DSRT_CASES_DIR}"
+            "--gtest_filter=Kernel_attention_grad.mma_causal_bf16")
+  set_tests_properties(dsrt_cuda_emu_attention_dq_blocks_unknown PROPERTIES
+                       LABELS dsrt_cuda TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
+                       ENVIRONMENT "DSRT_ATTENTION_DQ_BLOCKS=4")
   # The attention gradient cases on the one-pass tensor-core backward
   # (DSRT_ATTENTION_GRAD=atomic: dK, dV and dQ's f32 atomics in one kernel
   # per 64 keys, then dq from the accumulator), on the alignment variant

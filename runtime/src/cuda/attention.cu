@@ -356,6 +356,19 @@ int forward_blocks() {
   return b;
 }
 
+// DSRT_ATTENTION_DQ_BLOCKS, read once: 3 (unset or empty: the default)
+// or 2, the blocks of 4 warps a multiprocessor holds in the split
+// backward's rows16 dQ kernel at Dh <= 64, as DSRT_ATTENTION_FORWARD_BLOCKS
+// for the forward: 3 compiles it for 3 (at most 168 registers a thread,
+// where the compiler takes 205 and gets 2; ptxas: two values spilled,
+// reloaded from L1 about once a key tile), 12 warps where 2 blocks give 8;
+// 2: the compiler's registers. (dK·dV capped so would spill 0.5 KB.)
+// Anything else is an error.
+int dq_blocks() {
+  static const int b = env_second("DSRT_ATTENTION_DQ_BLOCKS", "3", "2") ? 2 : 3;
+  return b;
+}
+
 // DSRT_ATTENTION_GRAD, read once: split (unset or empty: the default;
 // attention_dkv_kernel then attention_dq_kernel) or atomic
 // (attention_dkvq_kernel, dq by f32 atomics: not the same bytes every run
@@ -1017,12 +1030,15 @@ __global__ void __launch_bounds__(32 * W)
 // two, the scores and dP of two row blocks across 64 keys would not fit the
 // registers beside the A fragments of q and do and the accumulator, so each
 // tile is taken in two halves of 32 keys: every accumulator still sums the
-// tile's keys in order, the same sums as in one.
+// tile's keys in order, the same sums as in one. In two kernels, as the
+// forward's body: attention_dq_kernel (the compiler's registers) and
+// attention_dq_capped_kernel (B blocks a multiprocessor; dq_blocks).
 template <typename T, int D, int S, int M>
-__global__ void __launch_bounds__(kMmaThreads)
-    attention_dq_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
-                        const float *delta, T *dq, Layouts layout, int64_t t, int dh, float scale,
-                        bool causal) {
+__device__ __forceinline__ void attention_dq_body(const T *q, const T *k, const T *v,
+                                                  const T *do_, const float *lse,
+                                                  const float *delta, T *dq,
+                                                  const Layouts &layout, int64_t t, int dh,
+                                                  float scale, bool causal) {
   MmaKeyTiles<D, S> &tiles = mma_shared<MmaKeyTiles<D, S>>();
   MmaStages<D, S> &ks = tiles.a, &vs = tiles.b;
   const WarpRows w = warp_rows<M>(t, layout, causal);
@@ -1080,6 +1096,21 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
   });
   store_rows<T, D, M>(dq, acc, w, dh, [&](int, int) { return scale; });
+}
+
+template <typename T, int D, int S, int M>
+__global__ void __launch_bounds__(kMmaThreads)
+    attention_dq_kernel(const T *q, const T *k, const T *v, const T *do_, const float *lse,
+                        const float *delta, T *dq, Layouts layout, int64_t t, int dh, float scale,
+                        bool causal) {
+  attention_dq_body<T, D, S, M>(q, k, v, do_, lse, delta, dq, layout, t, dh, scale, causal);
+}
+template <typename T, int D, int S, int M, int B>
+__global__ void __launch_bounds__(kMmaThreads, B)
+    attention_dq_capped_kernel(const T *q, const T *k, const T *v, const T *do_,
+                               const float *lse, const float *delta, T *dq, Layouts layout,
+                               int64_t t, int dh, float scale, bool causal) {
+  attention_dq_body<T, D, S, M>(q, k, v, do_, lse, delta, dq, layout, t, dh, scale, causal);
 }
 
 // p[0] += x, p[1] += y atomically: one vector atomic (red.global.add.v2.f32)
@@ -1265,6 +1296,14 @@ void with_mma_stages(const char *op, const char *name, F &&launch) {
   launch(std::integral_constant<int, 2>{}, launch_shared_bytes<Shared<D, 2>>());
 }
 
+// The dQ kernel with S stages: attention_dq_capped_kernel for 3 blocks a
+// multiprocessor, or attention_dq_kernel.
+template <typename T, int D, int S, int M, bool Capped> constexpr auto dq_kernel() {
+  if constexpr (Capped)
+    return &attention_dq_capped_kernel<T, D, S, M, 3>;
+  else
+    return &attention_dq_kernel<T, D, S, M>;
+}
 // The forward kernel with S stages: attention_capped_kernel for 4 blocks
 // a multiprocessor, or attention_kernel.
 template <typename T, int D, int S, int M, bool Capped> constexpr auto forward_kernel() {
@@ -1392,14 +1431,32 @@ void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor
                                                            lse.as<float>(), delta, pdk, pdv,
                                                            layout, t, head_dim, scale, causal);
             });
-            with_mma_stages<MmaKeyTiles, D, attention_dq_kernel<T, D, 2, M>>(
-                kernel, "attention_dq_kernel", [&](auto stages, size_t shared) {
-              constexpr int S = decltype(stages)::value;
-              attention_dq_kernel<T, D, S, M><<<mma_blocks<M>(rows / t, t), kMmaThreads, shared,
-                                                stream>>>(pq, pk, pv, do_.as<T>(),
-                                                          lse.as<float>(), delta, pdq, layout, t,
-                                                          head_dim, scale, causal);
-            });
+            auto run_dq = [&](auto capped) {
+              constexpr bool kCapped = decltype(capped)::value;
+              with_mma_stages<MmaKeyTiles, D, dq_kernel<T, D, 2, M, kCapped>()>(
+                  kernel, "attention_dq_kernel", [&](auto stages, size_t shared) {
+                constexpr int S = decltype(stages)::value;
+                const unsigned grid = mma_blocks<M>(rows / t, t);
+                if constexpr (kCapped)
+                  attention_dq_capped_kernel<T, D, S, M, 3><<<grid, kMmaThreads, shared,
+                                                              stream>>>(
+                      pq, pk, pv, do_.as<T>(), lse.as<float>(), delta, pdq, layout, t,
+                      head_dim, scale, causal);
+                else
+                  attention_dq_kernel<T, D, S, M><<<grid, kMmaThreads, shared, stream>>>(
+                      pq, pk, pv, do_.as<T>(), lse.as<float>(), delta, pdq, layout, t,
+                      head_dim, scale, causal);
+              });
+            };
+            // As the forward's: the rows16 dQ at D = 64 capped when
+            // dq_blocks() says 3 (rows32's dQ would spill 1.6 KB).
+            if constexpr (D == 64 && M == 1) {
+              if (dq_blocks() == 3) {
+                run_dq(std::true_type{});
+                return;
+              }
+            }
+            run_dq(std::false_type{});
           });
         };
         with_mma_width(dh, launch);
