@@ -918,8 +918,11 @@ __device__ inline auto key_row_frags(FragA (&held)[1][D / 16], const T *m, const
 }
 
 // Starts staging dK·dV's query tile from i0 into stage st: its rows of q
-// and do (stage_tile, Threads a block) and their lse (times log2(e)) and
-// delta (zeros past t).
+// and do (stage_tile, Threads a block) and their lse and delta (zeros past
+// t), these too by cp.async (4 bytes a copy): loaded into registers and
+// stored, each store waited for its load, so that the warps staging them
+// came late to the tile's barrier by a load's latency every tile, and the
+// others waited for them (sm_90 SASS: LDG, then STS of its register).
 template <typename T, int D, int S, int Threads>
 __device__ void stage_query_tile(MmaQueryTiles<D, S> &tiles, int st, int64_t i0, const T *q,
                                  const T *do_, const float *lse, const float *delta,
@@ -928,8 +931,9 @@ __device__ void stage_query_tile(MmaQueryTiles<D, S> &tiles, int st, int64_t i0,
   stage_tile<T, D, Threads>(tiles.b[st], do_ + w.o_offset, w.o_stride, i0, t, dh);
   for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
     const bool real = i0 + r < t;
-    tiles.lse[st][r] = real ? lse[w.lse_offset + (i0 + r) * w.lse_stride] * kLog2e : 0.0f;
-    tiles.delta[st][r] = real ? delta[w.head * t + i0 + r] : 0.0f;
+    const int64_t i = real ? i0 + r : i0;  // a real row's address either way
+    cp_async_4_zfill(&tiles.lse[st][r], lse + w.lse_offset + i * w.lse_stride, real);
+    cp_async_4_zfill(&tiles.delta[st][r], delta + w.head * t + i, real);
   }
 }
 
@@ -947,15 +951,16 @@ __device__ inline void dkv_tile(FragC (&s1)[1][kMmaN], FragC (&dp1)[1][kMmaN], K
   zero(dp1);
   mma_rows_tile<T, D, 1, kMmaTile>(s1, k_frag, qt, dh);
   mma_rows_tile<T, D, 1, kMmaTile>(dp1, v_frag, dot, dh);
-  // P^T = exp2(S^T scale log2(e) - lse log2(e)) (lse_t is scaled so),
-  // masked to zeros where the tile needs it.
+  // P^T = exp2(S^T scale log2(e) - lse log2(e)), masked to zeros where
+  // the tile needs it.
   with_mask(tile_masked(w, i0, kMmaTile, t, causal, true), [&](auto masked) {
 #pragma unroll
     for (int n = 0; n < kMmaN; ++n) {
       const float2 lse2 = *reinterpret_cast<const float2 *>(lse_t + 8 * n + 2 * w.c);
+      const float lse_x = lse2.x * kLog2e, lse_y = lse2.y * kLog2e;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float p = exp2_ftz(fmaf(scale2, s[n].x[i], -(i % 2 ? lse2.y : lse2.x)));
+        const float p = exp2_ftz(fmaf(scale2, s[n].x[i], -(i % 2 ? lse_y : lse_x)));
         s[n].x[i] = !masked || visible(w, 0, n, i, i0, t, causal, true) ? p : 0.0f;
       }
     }

@@ -215,6 +215,22 @@ __device__ inline void cp_async_16_zfill(void *dst, const void *src, bool real) 
   *static_cast<uint4 *>(dst) = real ? *static_cast<const uint4 *>(src) : uint4{0, 0, 0, 0};
 #endif
 }
+// The same for 4 bytes (cp.async.ca: the 16-byte .cg form has no smaller
+// size), dst and src 4-byte aligned: a float staged without waiting for it.
+__device__ inline void cp_async_4_zfill(void *dst, const void *src, bool real) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const unsigned bytes = real ? 4u : 0u;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(addr), "l"(src), "r"(bytes)
+               : "memory");
+#else
+#ifdef DSEMU_ALIGNED
+  DSEMU_ALIGNED(dst, 4, "cp.async destination");
+  DSEMU_ALIGNED(src, 4, "cp.async source");
+#endif
+  *static_cast<uint32_t *>(dst) = real ? *static_cast<const uint32_t *>(src) : 0u;
+#endif
+}
 // Closes the thread's group of cp.async copies issued since the last.
 __device__ inline void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
