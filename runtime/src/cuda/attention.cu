@@ -346,7 +346,7 @@ template <int D, typename F> void with_mma_warp_blocks(F &&f) {
 // default) or 3, the blocks of 4 warps a multiprocessor holds in the
 // rows16 forward at Dh <= 64. With 4 the kernel is compiled for 4
 // (__launch_bounds__: at most 128 registers a thread, where the compiler
-// takes 141 and gets 3; ptxas: two values spilled, reloaded from L1 about
+// takes 139 and gets 3; ptxas: two values spilled, reloaded from L1 about
 // twice a key tile): 16 warps to hide the waits between a tile's products
 // and its softmax, where 3 blocks give 12 (docs/benchmarks.md: with 8,
 // rows32, the forward was slower). 3: the compiler's registers. Anything
@@ -360,10 +360,10 @@ int forward_blocks() {
 // or 2, the blocks of 4 warps a multiprocessor holds in the split
 // backward's rows16 dQ kernel at Dh <= 64, as DSRT_ATTENTION_FORWARD_BLOCKS
 // for the forward: 3 compiles it for 3 (at most 168 registers a thread,
-// where the compiler takes 205 and gets 2; ptxas: two values spilled,
-// reloaded from L1 about once a key tile), 12 warps where 2 blocks give 8;
-// 2: the compiler's registers. (dK·dV capped so would spill 0.5 KB.)
-// Anything else is an error.
+// where the compiler takes 174 and gets 2; ptxas: five values spilled,
+// about ten local loads and stores a key tile, from L1), 12 warps where 2
+// blocks give 8; 2: the compiler's registers. (dK·dV capped so would
+// spill 0.5 KB.) Anything else is an error.
 int dq_blocks() {
   static const int b = env_second("DSRT_ATTENTION_DQ_BLOCKS", "3", "2") ? 2 : 3;
   return b;
@@ -449,16 +449,24 @@ template <typename Shared> constexpr size_t launch_shared_bytes() {
   return in_dynamic_shared<Shared>() ? sizeof(Shared) : 0;
 }
 
-// Starts copying rows [row0, row0 + kMmaTile) of a matrix with `cols`
-// columns (a multiple of 16) and row r at src + r * ld into dst, as their
-// 16 bits (rows past t as zeros): cp.async, 16 bytes a copy, where src and
-// ld keep every row 16-byte aligned, else element by element. The copies
-// are complete after cp_async_commit, cp_async_wait and a barrier.
-template <typename T, int D, int Threads = kMmaThreads>
-__device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0, int64_t t,
-                           int cols) {
-  const uint16_t *from = reinterpret_cast<const uint16_t *>(src);
-  if ((reinterpret_cast<uintptr_t>(from) | static_cast<uintptr_t>(ld) * 2) % 16 == 0) {
+// Starts copying rows [row0, row0 + kMmaTile) of N matrices with `cols`
+// columns (a multiple of 16) and the same row stride, row r of matrix i
+// at src[i] + r * ld, into dst[i], as their 16 bits (rows past t as
+// zeros): cp.async, 16 bytes a copy, where every src[i] and ld keep the
+// rows 16-byte aligned, else element by element. The copies are complete
+// after cp_async_commit, cp_async_wait and a barrier. N = 2 stages a K and
+// a V tile with one thread's index arithmetic for both.
+template <typename T, int D, int Threads = kMmaThreads, int N = 1>
+__device__ void stage_tiles(uint16_t *const (&dst)[N], const T *const (&src)[N], int64_t ld,
+                            int64_t row0, int64_t t, int cols) {
+  const uint16_t *from[N];
+  uintptr_t bits = static_cast<uintptr_t>(ld) * 2;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    from[i] = reinterpret_cast<const uint16_t *>(src[i]);
+    bits |= reinterpret_cast<uintptr_t>(from[i]);
+  }
+  if (bits % 16 == 0) {
     // D / 8 chunks a row; thread x copies chunk x % (D / 8) of rows
     // x / (D / 8) + i kRowStep: one column for all its copies, so a thread
     // whose chunk lies past cols has none (those are never read), and the
@@ -473,20 +481,21 @@ __device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0
     constexpr int kRowStep = Threads / kChunks;
     static_assert(Threads % kChunks == 0 && kMmaTile % kRowStep == 0,
                   "whole rounds of the block's threads");
+    const int rows = static_cast<int>(std::min<int64_t>(kMmaTile, t - row0));
     if constexpr (D > 64) {
       // At D = 128 the kernels have no registers for the thread's hoisted
       // column and source (ptxas: dQ's spill loads 24 -> 80 bytes, dK·dV's
       // 60 -> 76), so each copy divides its chunk index again.
-      const uint16_t *first = from + row0 * ld;
-      const int rows = static_cast<int>(std::min<int64_t>(kMmaTile, t - row0));
 #pragma unroll 1
       for (int e0 = 0; e0 < kMmaTile * kChunks; e0 += Threads) {
         const int e = e0 + static_cast<int>(threadIdx.x);
         const int r = e / kChunks, d = e % kChunks * 8;
         if (d >= cols)
           continue;
-        cp_async_16_zfill(dst + r * mma_ld<D>() + d, first + (r < rows ? r : 0) * ld + d,
-                          r < rows);
+        const int64_t at = (row0 + (r < rows ? r : 0)) * ld + d;
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+          cp_async_16_zfill(dst[i] + r * mma_ld<D>() + d, from[i] + at, r < rows);
       }
       return;
     }
@@ -494,24 +503,36 @@ __device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0
     const int d = static_cast<int>(threadIdx.x) % kChunks * 8;
     if (d >= cols)
       return;
-    const int rows = static_cast<int>(std::min<int64_t>(kMmaTile, t - row0));
-    const uint16_t *first = from + row0 * ld + d;  // row0 < t: a real row
-    const uint16_t *p = first + r0 * ld;
+    const int64_t first = row0 * ld + d;  // row0 < t: a real row
     const int64_t step = kRowStep * ld;
-    uint16_t *to = dst + r0 * mma_ld<D>() + d;
+    int64_t at = first + r0 * ld;
+    int to = r0 * mma_ld<D>() + d;
 #pragma unroll 1
     for (int r = r0; r < kMmaTile; r += kRowStep) {
       const bool real = r < rows;
-      cp_async_16_zfill(to, real ? p : first, real);
-      p += step;
+      const int64_t from_at = real ? at : first;
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        cp_async_16_zfill(dst[i] + to, from[i] + from_at, real);
+      at += step;
       to += kRowStep * mma_ld<D>();
     }
     return;
   }
   for (int e = threadIdx.x; e < kMmaTile * cols; e += blockDim.x) {
     const int r = e / cols, d = e % cols;
-    dst[r * mma_ld<D>() + d] = row0 + r < t ? from[(row0 + r) * ld + d] : uint16_t(0);
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      dst[i][r * mma_ld<D>() + d] = row0 + r < t ? from[i][(row0 + r) * ld + d] : uint16_t(0);
   }
+}
+// One matrix.
+template <typename T, int D, int Threads = kMmaThreads>
+__device__ void stage_tile(uint16_t *dst, const T *src, int64_t ld, int64_t row0, int64_t t,
+                           int cols) {
+  uint16_t *const dsts[1] = {dst};
+  const T *const srcs[1] = {src};
+  stage_tiles<T, D, Threads, 1>(dsts, srcs, ld, row0, t, cols);
 }
 
 // f(first row, stage) for the tiles of kMmaTile rows from `first` before
@@ -781,8 +802,9 @@ __device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, Mma
   for_staged_tiles<S>(
       0, keys,
       [&](int64_t j0, int s) {
-        stage_tile<T, D>(ks[s], k + w.offset, w.stride, j0, t, dh);
-        stage_tile<T, D>(vs[s], v + w.offset, w.stride, j0, t, dh);
+        uint16_t *const dst[2] = {ks[s], vs[s]};
+        const T *const src[2] = {k + w.offset, v + w.offset};
+        stage_tiles<T, D, kMmaThreads, 2>(dst, src, w.stride, j0, t, dh);
       },
       [&](int64_t j0, int s) { f(j0, ks[s], vs[s]); });
 }
@@ -791,7 +813,7 @@ __device__ void for_mma_key_tiles(const WarpRows &w, const T *k, const T *v, Mma
 // registers) and attention_capped_kernel (B blocks a multiprocessor:
 // __launch_bounds__'s minimum caps a thread's registers at 65536 / (128 B);
 // forward_blocks). A minimum of 1 is not the same as none: ptxas then
-// takes more registers (the D = 64 kernel 166 where it takes 141 without).
+// takes more registers (the D = 64 kernel 166 where it took 141 without).
 template <typename T, int D, int S, int M>
 __device__ __forceinline__ void attention_body(const T *q, const T *k, const T *v, T *o,
                                                float *lse, const Layouts &layout, int64_t t,
