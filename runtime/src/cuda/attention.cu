@@ -876,11 +876,16 @@ __device__ __forceinline__ void attention_body(const T *q, const T *k, const T *
         m[mb][h] = m_new;
         l[mb][h] *= rescale[h];
       }
+      // Where no row of the warp's block has a new maximum every factor is
+      // exp2(0) = 1 and the warp skips the D / 2 multiplies (after a
+      // block's first key tiles, most tiles); the results are the same.
+      if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n)
+        for (int n = 0; n < D / 8; ++n)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          acc[mb][n].x[i] *= rescale[i / 2];
+          for (int i = 0; i < 4; ++i)
+            acc[mb][n].x[i] *= rescale[i / 2];
+      }
 #pragma unroll
       for (int n = 0; n < kMmaN; ++n)
 #pragma unroll
