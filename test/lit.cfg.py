@@ -12,9 +12,12 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.dsopt_obj_root, "test")
 
 # Tools first on PATH: dsopt, dsopt-opt, dsopt-pipeline, then FileCheck, not,
-# split-file.
+# split-file; and before them an mpirun that gives each launch its own
+# session directory (lit/mpirun-shim/mpirun: Open MPI's launches in one
+# TMPDIR race on its shared session directory, and a test failed so).
 config.environment["PATH"] = os.pathsep.join(
-    [config.dsopt_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+    [os.path.join(config.test_source_root, "lit", "mpirun-shim"), config.dsopt_tools_dir,
+     config.llvm_tools_dir, config.environment.get("PATH", "")])
 # Torch and onnx live in Debian's system Python; keep user site-packages out.
 config.environment["PYTHONNOUSERSITE"] = "1"
 config.environment["OMP_NUM_THREADS"] = "1"
