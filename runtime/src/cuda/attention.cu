@@ -495,7 +495,7 @@ __device__ void stage_tiles(uint16_t *const (&dst)[N], const T *const (&src)[N],
         const int64_t at = (row0 + (r < rows ? r : 0)) * ld + d;
 #pragma unroll
         for (int i = 0; i < N; ++i)
-          cp_async_16_zfill(dst[i] + r * mma_ld<D>() + d, from[i] + at, r < rows);
+          cp_async_zfill<16>(dst[i] + r * mma_ld<D>() + d, from[i] + at, r < rows);
       }
       return;
     }
@@ -513,7 +513,7 @@ __device__ void stage_tiles(uint16_t *const (&dst)[N], const T *const (&src)[N],
       const int64_t from_at = real ? at : first;
 #pragma unroll
       for (int i = 0; i < N; ++i)
-        cp_async_16_zfill(dst[i] + to, from[i] + from_at, real);
+        cp_async_zfill<16>(dst[i] + to, from[i] + from_at, real);
       at += step;
       to += kRowStep * mma_ld<D>();
     }
@@ -959,8 +959,8 @@ __device__ void stage_query_tile(MmaQueryTiles<D, S> &tiles, int st, int64_t i0,
   for (int r = threadIdx.x; r < kMmaTile; r += blockDim.x) {
     const bool real = i0 + r < t;
     const int64_t i = real ? i0 + r : i0;  // a real row's address either way
-    cp_async_4_zfill(&tiles.lse[st][r], lse + w.lse_offset + i * w.lse_stride, real);
-    cp_async_4_zfill(&tiles.delta[st][r], delta + w.head * t + i, real);
+    cp_async_zfill<4>(&tiles.lse[st][r], lse + w.lse_offset + i * w.lse_stride, real);
+    cp_async_zfill<4>(&tiles.delta[st][r], delta + w.head * t + i, real);
   }
 }
 
@@ -1328,6 +1328,20 @@ void with_mma_stages(const char *op, const char *name, F &&launch) {
   launch(std::integral_constant<int, 2>{}, launch_shared_bytes<Shared<D, 2>>());
 }
 
+// run(std::true_type{}) for the register-capped kernel where `capped` asks
+// for it and the kernel is the rows16 one at D = 64, else
+// run(std::false_type{}): rows32 and D = 128 keep the compiler's
+// registers (a cap spills them: ptxas 0.6-3.3 KB a thread in the forward,
+// 1.6 KB in rows32's dQ). The forward's and dQ's launches.
+template <int D, int M, typename F> void with_register_cap(bool capped, F &&run) {
+  if constexpr (D == 64 && M == 1) {
+    if (capped) {
+      run(std::true_type{});
+      return;
+    }
+  }
+  run(std::false_type{});
+}
 // The dQ kernel with S stages: attention_dq_capped_kernel for 3 blocks a
 // multiprocessor, or attention_dq_kernel.
 template <typename T, int D, int S, int M, bool Capped> constexpr auto dq_kernel() {
@@ -1378,16 +1392,7 @@ void launch_attention(cudaStream_t stream, const char *kernel, const Tensor &q, 
                       causal);
               });
             };
-            // The rows16 kernel at D = 64 is capped when forward_blocks()
-            // says 4; rows32 and D = 128 keep the compiler's registers (a
-            // cap spills them: ptxas 0.6-3.3 KB a thread).
-            if constexpr (D == 64 && M == 1) {
-              if (forward_blocks() == 4) {
-                run(std::true_type{});
-                return;
-              }
-            }
-            run(std::false_type{});
+            with_register_cap<D, M>(forward_blocks() == 4, run);
           });
         };
         with_mma_width(dh, launch);
@@ -1480,15 +1485,7 @@ void launch_attention_grad(cudaStream_t stream, const char *kernel, const Tensor
                       head_dim, scale, causal);
               });
             };
-            // As the forward's: the rows16 dQ at D = 64 capped when
-            // dq_blocks() says 3 (rows32's dQ would spill 1.6 KB).
-            if constexpr (D == 64 && M == 1) {
-              if (dq_blocks() == 3) {
-                run_dq(std::true_type{});
-                return;
-              }
-            }
-            run_dq(std::false_type{});
+            with_register_cap<D, M>(dq_blocks() == 3, run_dq);
           });
         };
         with_mma_width(dh, launch);

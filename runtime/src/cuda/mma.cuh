@@ -34,6 +34,7 @@
 #include "cuda/common.cuh"
 
 #include <cstdint>
+#include <cstring>
 
 namespace dsrt {
 namespace detail {
@@ -182,53 +183,46 @@ __device__ inline void load_frag_b_kn(FragB (&b)[2], const uint16_t *m, int ld) 
   load_frag_b_at<true>(b, m + frag_b_kn_offset(ld));
 }
 
-// cp.async.cg.shared.global of 16 bytes from src (global) to dst (shared),
-// both 16-byte aligned, completed by cp_async_wait after a
-// cp_async_commit; elsewhere a synchronous copy.
+// cp.async of Bytes (4, 8 or 16) from src (global) to dst (shared), both
+// Bytes-aligned, when `real`, else Bytes zeros into dst and nothing read
+// (the src-size operand 0: the copy fills the bytes past src-size with
+// zeros), so that a tile's rows past the matrix are staged without a
+// branch; src must still be a valid address. 16 bytes go by
+// cp.async.cg (L2 only), fewer by cp.async.ca, the only form with them.
+// Completed by cp_async_wait after a cp_async_commit; elsewhere a
+// synchronous copy.
+template <int Bytes>
+__device__ inline void cp_async_zfill(void *dst, const void *src, bool real) {
+  static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const unsigned bytes = real ? Bytes : 0u;
+  if constexpr (Bytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
+                 "r"(bytes)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(addr), "l"(src),
+                 "n"(Bytes), "r"(bytes)
+                 : "memory");
+#else
+#ifdef DSEMU_ALIGNED
+  DSEMU_ALIGNED(dst, Bytes, "cp.async destination");
+  DSEMU_ALIGNED(src, Bytes, "cp.async source");
+#endif
+  if (real)
+    std::memcpy(dst, src, Bytes);
+  else
+    std::memset(dst, 0, Bytes);
+#endif
+}
+// The copy of 16 bytes that always reads src.
 __device__ inline void cp_async_16(void *dst, const void *src) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src) : "memory");
 #else
-#ifdef DSEMU_ALIGNED
-  DSEMU_ALIGNED(dst, 16, "cp.async destination");
-  DSEMU_ALIGNED(src, 16, "cp.async source");
-#endif
-  *static_cast<uint4 *>(dst) = *static_cast<const uint4 *>(src);
-#endif
-}
-// The same copy when `real`, else 16 zero bytes into dst and nothing read
-// (cp.async's src-size operand 0: the copy fills the bytes past src-size
-// with zeros), so that a tile's rows past the matrix are staged without a
-// branch. src must still be a valid address.
-__device__ inline void cp_async_16_zfill(void *dst, const void *src, bool real) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  const unsigned bytes = real ? 16u : 0u;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(bytes)
-               : "memory");
-#else
-#ifdef DSEMU_ALIGNED
-  DSEMU_ALIGNED(dst, 16, "cp.async destination");
-  DSEMU_ALIGNED(src, 16, "cp.async source");
-#endif
-  *static_cast<uint4 *>(dst) = real ? *static_cast<const uint4 *>(src) : uint4{0, 0, 0, 0};
-#endif
-}
-// The same for 4 bytes (cp.async.ca: the 16-byte .cg form has no smaller
-// size), dst and src 4-byte aligned: a float staged without waiting for it.
-__device__ inline void cp_async_4_zfill(void *dst, const void *src, bool real) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  const unsigned bytes = real ? 4u : 0u;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(addr), "l"(src), "r"(bytes)
-               : "memory");
-#else
-#ifdef DSEMU_ALIGNED
-  DSEMU_ALIGNED(dst, 4, "cp.async destination");
-  DSEMU_ALIGNED(src, 4, "cp.async source");
-#endif
-  *static_cast<uint32_t *>(dst) = real ? *static_cast<const uint32_t *>(src) : 0u;
+  cp_async_zfill<16>(dst, src, true);
 #endif
 }
 // Closes the thread's group of cp.async copies issued since the last.
