@@ -250,16 +250,18 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_attention_kernel_unknown PROPERTIES LABELS dsrt_cuda
                        TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_ATTENTION_KERNEL=rows64")
-  # The forward cases with DSRT_ATTENTION_FORWARD_BLOCKS=3 (the rows16
-  # forward at Dh <= 64 compiled without the 128-register cap of the
-  # default 4; the emulation ignores __launch_bounds__, so this runs the
-  # other instantiation's code), and an unknown value failing with its name.
-  add_test(NAME dsrt_cuda_emu_attention_forward_blocks3
+  # The tensor-core attention cases on the kernels at the compiler's
+  # registers, DSRT_ATTENTION_FORWARD_BLOCKS=3 and DSRT_ATTENTION_DQ_BLOCKS=2
+  # (the defaults, 4 and 3, cap the rows16 forward's and dQ's registers at
+  # Dh <= 64; the emulation ignores __launch_bounds__, so this runs the
+  # other instantiations' code), and an unknown value of each failing with
+  # its name.
+  add_test(NAME dsrt_cuda_emu_attention_uncapped
     COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
-            "--gtest_filter=Kernel_attention.mma_*:Kernel_attention_packed.*")
-  set_tests_properties(dsrt_cuda_emu_attention_forward_blocks3 PROPERTIES LABELS dsrt_cuda
+            "--gtest_filter=Kernel_attention*.mma_*:Kernel_attention_packed*")
+  set_tests_properties(dsrt_cuda_emu_attention_uncapped PROPERTIES LABELS dsrt_cuda
                        TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
-                       ENVIRONMENT "DSRT_ATTENTION_FORWARD_BLOCKS=3")
+                       ENVIRONMENT "DSRT_ATTENTION_FORWARD_BLOCKS=3;DSRT_ATTENTION_DQ_BLOCKS=2")
   add_test(NAME dsrt_cuda_emu_attention_forward_blocks_unknown
     COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
             "DSRT_ATTENTION_FORWARD_BLOCKS must be 4 or 3, not '5'" --
@@ -268,15 +270,6 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   set_tests_properties(dsrt_cuda_emu_attention_forward_blocks_unknown PROPERTIES
                        LABELS dsrt_cuda TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
                        ENVIRONMENT "DSRT_ATTENTION_FORWARD_BLOCKS=5")
-  # The same for the split backward's dQ kernel: the gradient cases with
-  # DSRT_ATTENTION_DQ_BLOCKS=2 (the compiler's registers; 3, the default,
-  # caps them), and an unknown value failing with its name.
-  add_test(NAME dsrt_cuda_emu_attention_dq_blocks2
-    COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
-            "--gtest_filter=Kernel_attention_grad.mma_*:Kernel_attention_packed_grad.*")
-  set_tests_properties(dsrt_cuda_emu_attention_dq_blocks2 PROPERTIES LABELS dsrt_cuda
-                       TIMEOUT 60 FIXTURES_REQUIRED dsrt_cases
-                       ENVIRONMENT "DSRT_ATTENTION_DQ_BLOCKS=2")
   add_test(NAME dsrt_cuda_emu_attention_dq_blocks_unknown
     COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
             "DSRT_ATTENTION_DQ_BLOCKS must be 3 or 2, not '4'" --
