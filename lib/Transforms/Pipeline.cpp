@@ -19,6 +19,7 @@
 
 #include "dsopt/Transforms/Passes.h"
 #include "dsopt/Transforms/GradientContributions.h"
+#include "dsopt/Transforms/WeightViews.h"
 
 #include "dsopt/Pipeline/ScheduleAttrs.h"
 
@@ -483,7 +484,8 @@ void PipelinePass::runOnOperation() {
     for (int64_t s : used)
       facts[s].paramBytes += bytesOf(param);
   // Stashed activations: forward values (op results and graph inputs) the
-  // stage's backward reads.
+  // stage's backward reads, but for weight views, which the backward
+  // recomputes (WeightViews.h).
   auto isForwardValue = [&](Value value) {
     if (auto arg = dyn_cast<BlockArgument>(value))
       return arg.getOwner() == &body &&
@@ -496,7 +498,7 @@ void PipelinePass::runOnOperation() {
     std::vector<llvm::DenseSet<Value>> stashed(virtualStages);
     for (Operation *op : backwardOps)
       for (Value operand : op->getOperands())
-        if (isForwardValue(operand) &&
+        if (isForwardValue(operand) && !isWeightView(operand) &&
             stashed[stageOf[op]].insert(operand).second)
           facts[stageOf[op]].activationBytes += bytesOf(operand);
   }

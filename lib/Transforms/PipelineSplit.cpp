@@ -26,6 +26,7 @@
 
 #include "dsopt/Transforms/Passes.h"
 #include "dsopt/Transforms/GradientContributions.h"
+#include "dsopt/Transforms/WeightViews.h"
 
 #include "dsopt/Pipeline/ScheduleAttrs.h"
 
@@ -42,6 +43,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <array>
 #include <map>
 #include <set>
 
@@ -323,6 +325,18 @@ void PipelineSplitPass::runOnOperation() {
   std::vector<std::set<Value, decltype(before)>> backwardCut = forwardCut;
   std::vector<std::set<Value, decltype(before)>> stash = forwardCut,
                                                  wstash = forwardCut;
+  // recompute[s][q]: the forward ops of stage s that part q recomputes
+  // rather than reading their results from the stash (weight views,
+  // WeightViews.h: the same bytes for every micro-batch).
+  std::vector<std::array<llvm::DenseSet<Operation *>, 3>> recompute(numStages);
+  std::function<void(int64_t, Part, Operation *)> recomputeIn =
+      [&](int64_t s, Part q, Operation *op) {
+        if (isConstant(op) || !recompute[s][q].insert(op).second)
+          return;
+        for (Value operand : op->getOperands())
+          if (Operation *def = operand.getDefiningOp())
+            recomputeIn(s, q, def);
+      };
   std::string error;
   // Records that part `q` of stage `s` reads `value`.
   std::function<void(int64_t, Part, Value)> need = [&](int64_t s, Part q,
@@ -335,7 +349,9 @@ void PipelineSplitPass::runOnOperation() {
     if (a == s) {
       if (from == q)
         return;
-      if (from == Forward)
+      if (from == Forward && isWeightView(value))
+        recomputeIn(s, q, def);
+      else if (from == Forward)
         stash[s].insert(value);
       else if (from == Backward && q == Weight)
         wstash[s].insert(value);
@@ -400,7 +416,8 @@ void PipelineSplitPass::runOnOperation() {
                                              : "bwdw_",
                             s);
       for (Operation &op : body.without_terminator())
-        if (!isConstant(&op) && stageOf(&op) == s && partOf(&op) == q)
+        if (!isConstant(&op) && ((stageOf(&op) == s && partOf(&op) == q) ||
+                                 recompute[s][q].contains(&op)))
           plan.ops.push_back(&op);
       if (q == Forward) {
         if (s > 0)

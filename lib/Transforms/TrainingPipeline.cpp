@@ -138,6 +138,11 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   // backward no longer computes it (docs/passes.md#ds-fuse-loss-grad).
   if (cut && options.fuseLossGrad)
     pm.addNestedPass<func::FuncOp>(createDsFuseLossGrad());
+  // The LM head's padding, too: after the cut the loss is in the last
+  // stage's forward and its two products in the stage's backward, where
+  // the pass's pattern (one function) no longer sees them.
+  if (cut && options.padVocab)
+    pm.addNestedPass<func::FuncOp>(createDsPadVocab());
   if (cut) {
     DsPipelineOptions pipeline;
     pipeline.stages = options.pp;
@@ -161,9 +166,10 @@ void buildTrainingPipeline(OpPassManager &pm, const TrainingOptions &options) {
   pm.addPass(createDsPipelineRanks(ranks));
   OpPassManager &rank = pm.nest<ModuleOp>();
   addZero(rank, options);
-  // The loss and its gradient were fused before the cut.
+  // The loss and its gradient were fused, and the head padded, before the
+  // cut.
   buildPlanningPipeline(rank, options.fuse, options.fuseParamCopy,
-                        /*fuseLossGrad=*/false, options.padVocab);
+                        /*fuseLossGrad=*/false, /*padVocab=*/false);
 }
 
 void setTrainingOptions(TrainingOptions &options, const TrainConfig &config) {

@@ -435,8 +435,10 @@ def DsPipelineSplit : Pass<"ds-pipeline-split", "mlir::ModuleOp"> {
     forward value read by a later stage is sent stage by stage
     (`#ds.role<send>` results, `#ds.role<recv>` arguments) through every
     stage in between; a gradient likewise backwards; a forward value the
-    stage's backward reads is stashed (`#ds.role<stash>`), and zb-h1's
-    weight part gets what it needs from the input part as
+    stage's backward reads is stashed (`#ds.role<stash>`), but for a weight
+    view (WeightViews.h: parameters and constants through data movement
+    alone, such as the padded LM head), whose ops the backward recomputes;
+    zb-h1's weight part gets what it needs from the input part as
     `#ds.role<wstash>`. Constants are cloned where they are used.
 
     A parameter read by several stages has its gradient contributions
