@@ -318,10 +318,13 @@ if(CUDAToolkit_FOUND AND DEFINED DSRT_CASES_DIR)
   # The memory-bound kernels' cases on a grid of one block
   # (DSRT_CUDA_MAX_BLOCKS=1, stream_blocks in common.cuh): every thread
   # loops over many vectors or rows, as on a GPU with large tensors, so
-  # the stepping of a thread's position from one to the next is checked.
+  # the stepping of a thread's position from one to the next is checked;
+  # and the fused loss's shared-row kernel, whose one block then takes
+  # every row (its next row copied while it writes the last where the rows
+  # share their alignment, else after it).
   add_test(NAME dsrt_cuda_emu_one_block
     COMMAND dsrt_cuda_emu_kernel_test --cases "${DSRT_CASES_DIR}"
-            "--gtest_filter=Kernel_binary.*:Kernel_gather.*")
+            "--gtest_filter=Kernel_binary.*:Kernel_gather.*:Kernel_softmax_cross_entropy_with_grad.*")
   set_tests_properties(dsrt_cuda_emu_one_block PROPERTIES LABELS dsrt_cuda TIMEOUT 60
                        FIXTURES_REQUIRED dsrt_cases ENVIRONMENT "DSRT_CUDA_MAX_BLOCKS=1")
   # The same epilogue cases when cuBLASLt's heuristic has no algorithm for

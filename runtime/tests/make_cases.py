@@ -1873,6 +1873,11 @@ def gen_fused_loss_grads(w):
         ("rows_ragged_bf16", [300, 1001], "none", True, 3, "i32", "bf16"),
         ("rows_short_f16", [37, 9], "sum", False, None, "i64", "f16"),
         ("too_wide_for_shared", [2, 60000], "mean", True, -100, "i64", "f32"),
+        # Rows of whole 16-byte vectors (4104 bf16, as a padded vocabulary's),
+        # more rows than the shared-row kernel's 264 blocks on 132 SMs: each
+        # block copies its next row into a thread's slots as it writes the
+        # gradient from them.
+        ("rows_overlap_bf16", [600, 4104], "none", True, -100, "i64", "bf16"),
     ]
     # (cases, loss and seed dtype: None for the scores')
     for cases, loss_dtype in ((loss_cases() + extra, None), (mixed_loss_cases(), "f32")):

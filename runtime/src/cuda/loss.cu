@@ -466,6 +466,16 @@ __global__ void __launch_bounds__(kSharedRowThreads, 2)
   __shared__ float shared[64];
   T *row = reinterpret_cast<T *>(ce_shared_row);
   const int64_t c = lb.c;
+  // Where a block's rows (gridDim.x apart) start at the same offset modulo
+  // 16 bytes (always where a row is whole 16-byte vectors, or the grid's
+  // 2 blocks an SM times the row's bytes is a multiple of 16, as with 132
+  // or 108 SMs and 16-bit scores), a thread's vectors sit in the same
+  // shared-memory slots in every row of its block, and only that thread
+  // reads them: each thread then copies its next row's vector into a slot
+  // as soon as it has written the gradient from it, and the next row's
+  // read overlaps this row's writes. Otherwise each row's copy waits for
+  // the block to finish the last.
+  const bool overlap = static_cast<int64_t>(gridDim.x) * c * static_cast<int64_t>(sizeof(T)) % 16 == 0;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *xr = x + r * c;
     T *dr = dx + r * c;
@@ -477,10 +487,13 @@ __global__ void __launch_bounds__(kSharedRowThreads, 2)
     T *srow = row + (N - head % N) % N;  // srow + head is 16-byte aligned
     MaxSum ms;
     // The thread's vectors of the row, all copied at once by cp.async
-    // (no registers held), then folded from shared memory in order.
-    for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x)
-      cp_async_16(srow + head + v * N, xr + head + v * N);
-    cp_async_commit();
+    // (no registers held), then folded from shared memory in order: here,
+    // or (overlap) by the previous row's gradient loop.
+    if (!overlap || r == blockIdx.x) {
+      for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x)
+        cp_async_16(srow + head + v * N, xr + head + v * N);
+      cp_async_commit();
+    }
     cp_async_wait<0>();  // this thread's copies: the only ones it folds
     for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
       const V in = *reinterpret_cast<const V *>(srow + head + v * N);
@@ -516,7 +529,12 @@ __global__ void __launch_bounds__(kSharedRowThreads, 2)
       else
         samples[r] = sample;
     }
+    // The label's score (in another thread's slot) is read before that
+    // thread copies the next row over it.
+    if (overlap)
+      __syncthreads();
     const float coef = coefficient(lb, dloss, dloss_dtype, per_sample, divisor, r);
+    const T *xn = r + gridDim.x < rows ? x + (r + gridDim.x) * c : nullptr;
     for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
       const V in = *reinterpret_cast<const V *>(srow + head + v * N);
       T out[N];
@@ -526,12 +544,18 @@ __global__ void __launch_bounds__(kSharedRowThreads, 2)
         out[k] = st<T>(coef * (row_exp<T>(ld(in.lane[k]), lse) - (e == label ? 1.0f : 0.0f)));
       }
       math::store_vector(dr, head + v * N, out);
+      // The slot's bytes are in `out`, stored: the next row's may land.
+      if (overlap && xn != nullptr)
+        cp_async_16(srow + head + v * N, xn + head + v * N);
     }
+    if (overlap)
+      cp_async_commit();
     for (int64_t k = threadIdx.x; k < c - vecs * N; k += blockDim.x) {
       const int64_t e = k < head ? k : rest + (k - head);
       dr[e] = st<T>(coef * (row_exp<T>(ld(srow[e]), lse) - (e == label ? 1.0f : 0.0f)));
     }
-    __syncthreads();  // the shared row is read before the next row's copy
+    if (!overlap)
+      __syncthreads();  // the shared row is read before the next row's copy
   }
 }
 
@@ -569,10 +593,12 @@ template <auto Kernel> SharedRowDevice shared_row_device(const char *op, const c
 // The grid of cross_entropy_grad_shared_kernel: as many blocks as are
 // resident at once (2 an SM where two rows fit the SM's shared memory,
 // about the opt-in limit, else 1), each looping over every grid-th row, so
-// the rows are spread evenly with no second wave.
+// the rows are spread evenly with no second wave; DSRT_CUDA_MAX_BLOCKS
+// caps it as it does stream_blocks' (tests: one block takes every row).
 inline unsigned shared_row_grid(const SharedRowDevice &dev, size_t row_bytes, int64_t rows) {
   const int64_t per_sm = 2 * (row_bytes + kSharedRowStatic) <= dev.limit ? 2 : 1;
-  return static_cast<unsigned>(std::min<int64_t>(rows, per_sm * std::max(dev.sms, 1)));
+  const int64_t blocks = std::min<int64_t>(rows, per_sm * std::max(dev.sms, 1));
+  return std::min(static_cast<unsigned>(blocks), stream_blocks(blocks, 1));
 }
 
 // The sum (or weighted mean) of the rows' losses that
