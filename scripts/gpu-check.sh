@@ -47,6 +47,10 @@
 #             states in pinned host memory, copies on the communication
 #             stream, the update's kernels over the pinned arena), whose
 #             losses equal the plain program's
+#   checkpoint  GPT-2's plain program saving a checkpoint after step 2
+#             (its losses the cpu's), resuming it (steps 3.. equal to the
+#             saving run's, loss and gradient norm to the bit), and resuming
+#             the cpu program's checkpoint of step 2 (the cpu's losses)
 #   trace     one step's timeline (nsys when installed) and the runtime's
 #             per-op Chrome trace, timed by cudaEvents on each op's stream,
 #             of the plain, ZeRO-3 and offload programs: gpu_device.py trace
@@ -115,10 +119,10 @@
 #                 earlier ones left in OUT/work)
 #   --models      --prepare: only these zoo models (default: all five)
 #   --stages      --prepare: only these stages' programs (forward, train,
-#                 bf16, zero3, offload, ranks2; default: all)
+#                 bf16, zero3, offload, checkpoint, ranks2; default: all)
 #   --steps N     --prepare: training steps of every program (default 20)
-#   --variants-model M  --prepare: the zoo model of the zero3 and offload
-#                 stages (default gpt2)
+#   --variants-model M  --prepare: the zoo model of the zero3, offload and
+#                 checkpoint stages (default gpt2)
 #   --no-bench    --prepare: leave out the GPT-2 124M benchmark
 #   --bench-size  --prepare: the benchmark's model, 124m (GPT-2 124M, the
 #                 default) or tiny (2 layers of width 64, for --emulate)
@@ -229,7 +233,7 @@ if [ "$MODE" = device ] && { [ -n "$STEPS" ] || [ -n "$BENCH_SIZE" ] || [ -n "$V
 fi
 for name in ${ONLY//,/ }; do
   case "$name" in
-    build|prepare|runtime|programs|nodevice|kernels|nccl|forward|train|bf16|zero3|offload|ranks2|trace|bench) ;;
+    build|prepare|runtime|programs|nodevice|kernels|nccl|forward|train|bf16|zero3|offload|checkpoint|ranks2|trace|bench) ;;
     stalls) ;;
     *) echo "gpu-check: --only: no stage '$name'" >&2; exit 2 ;;
   esac
@@ -518,6 +522,7 @@ train() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" train
 bf16() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" bf16; }
 zero3() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" zero3; }
 offload() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" offload; }
+checkpoint() { "$PY" "$ROOT/scripts/gpu_device.py" checkpoint "$PREP" "$OUT" "$BUILDS"; }
 ranks2() { "$PY" "$ROOT/scripts/gpu_device.py" run "$PREP" "$OUT" "$BUILDS" ranks2; }
 
 trace() {
@@ -609,7 +614,7 @@ stalls() {
 export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX EMULATE STEPS \
   BENCH_SIZE VARIANTS KERNEL_TEST NCCL_TEST
 export -f find_python build prepare cuda_home nccl_root preflight runtime build_runtime programs nodevice \
-  kernels launch nccl forward train bf16 zero3 offload ranks2 trace bench stalls
+  kernels launch nccl forward train bf16 zero3 offload checkpoint ranks2 trace bench stalls
 export PATH="$PATH:/usr/local/cuda/bin"
 if [ "$MODE" = all ]; then
   stage build 330
@@ -630,6 +635,7 @@ else
   stage stalls 90
   stage zero3 60
   stage offload 60
+  stage checkpoint 60
   stage trace 90
   stage nccl 60
   stage ranks2 60

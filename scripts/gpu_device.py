@@ -13,6 +13,13 @@ Needs python3 with numpy (gpu_compare.py), no dsopt and no PyTorch.
       runs STAGE's programs (BUILDS/NAME/EXE), their outputs under
       OUT/work/STAGE/NAME, then compares them with PREP's cpu results
 
+  gpu_device.py checkpoint PREP OUT BUILDS [--timeout S]
+      the checkpoint stage's programs (each the plain training program of
+      a model): a run saving a checkpoint after step K (its losses those of
+      the cpu run), a run resuming that checkpoint (steps K+1.. equal to
+      the saving run's, loss and gradient norm to the bit), and a run
+      resuming the cpu program's checkpoint of step K (the cpu's losses)
+
   gpu_device.py trace TRACE [--require-overlap]
       a per-op Chrome trace (train --trace, timed by cudaEvents): the ops
       on the compute and on the communication stream's tracks, and how
@@ -130,6 +137,92 @@ def run_stage(prep: Path, out: Path, builds: Path, stage: str, timeout: int) -> 
     return 1 if failures else 0
 
 
+def steps_of(path: Path) -> list:
+    """The step entries of a --log-json log."""
+    if not path.exists():
+        return []
+    return [s for s in (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+            if "loss" in s]
+
+
+def checkpoint_stage(prep: Path, out: Path, builds: Path, timeout: int) -> int:
+    programs = [p for p in manifest(prep)["programs"] if p["stage"] == "checkpoint"]
+    if not programs:
+        print(f"SKIP checkpoint: no checkpoint program in {prep}/manifest.json")
+        return 0
+    work = out / "work" / "checkpoint"
+    shutil.rmtree(work, ignore_errors=True)
+    failures = 0
+    for program in programs:
+        name, exe, spec = program["name"], builds / program["name"] / program["exe"], \
+            program["checkpoint"]
+        k, rtol = spec["step"], spec["rtol"]
+        cpu = steps_of(Path(expand([spec["ref"]], prep, work)[0]))
+
+        def train(run: str, extra: list) -> list:
+            target = work / name / run
+            target.mkdir(parents=True)
+            command = [str(exe), *expand(program["args"], prep, target), *extra]
+            print("+", " ".join(command), flush=True)
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                print(f"{name} {run}: FAILED: timed out after {timeout} s")
+                return None
+            (target / "run.log").write_text(done.stdout + done.stderr)
+            if done.returncode != 0:
+                print(f"{name} {run}: FAILED (exit {done.returncode}): "
+                      + " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:]))
+                return None
+            return steps_of(target / "log.jsonl")
+
+        def near(run: str, got: list, want: list) -> int:
+            if not want or [s["step"] for s in got] != [s["step"] for s in want]:
+                print(f"{name} {run}: MISMATCH steps {[s['step'] for s in got]}, "
+                      f"the cpu's {[s['step'] for s in want]}")
+                return 1
+            err = max(abs(a["loss"] - b["loss"]) / max(abs(b["loss"]), 1e-30)
+                      for a, b in zip(got, want))
+            ok = err <= rtol
+            print(f"{name} {run}: losses of steps {got[0]['step']}-{got[-1]['step']} "
+                  f"{'match' if ok else 'MISMATCH'} the cpu's (max rel err {err:.1e}, "
+                  f"tolerance {rtol:.0e})")
+            return 0 if ok else 1
+
+        saved_dir = work / name / "save" / "ckpt"
+        saving = train("save", ["--save-dir", str(saved_dir), "--save-interval", str(k)])
+        if saving is None:
+            failures += 1
+            continue
+        failures += near("save", saving, cpu)
+        if not (saved_dir / f"step_{k}").is_dir():
+            print(f"{name} save: FAILED: no checkpoint {saved_dir}/step_{k}")
+            failures += 1
+            continue
+        later = [s for s in saving if s["step"] > k]
+        own = train("resume", ["--resume", str(saved_dir / f"step_{k}")])
+        if own is None:
+            failures += 1
+        else:
+            fields = ("step", "loss", "grad_norm")
+            same = [tuple(s.get(f) for f in fields) for s in own] == \
+                [tuple(s.get(f) for f in fields) for s in later]
+            print(f"{name} resume: steps {k + 1}-{later[-1]['step'] if later else k} "
+                  + ("equal the saving run's, loss and gradient norm to the bit" if same and later
+                     else "MISMATCH the saving run's: "
+                     + "; ".join(f"step {a.get('step')}: {a.get('loss')!r} / {a.get('grad_norm')!r} "
+                                 f"against {b.get('loss')!r} / {b.get('grad_norm')!r}"
+                                 for a, b in zip(own, later)) + f" ({len(own)} and {len(later)} steps)"))
+            failures += not (same and later)
+        from_cpu = train("resume-cpu", ["--resume", expand([spec["cpu"]], prep, work)[0]])
+        if from_cpu is None:
+            failures += 1
+        else:
+            failures += near("resume-cpu", from_cpu, [s for s in cpu if s["step"] > k])
+    print(f"checkpoint: {len(programs)} programs, {failures} failures")
+    return 1 if failures else 0
+
+
 def run_ranks(command: list, ranks: int, target: Path) -> int:
     """`ranks` processes of one program on the one GPU: NCCL cannot put two
     ranks of a communicator on one device, so rank 1 must be refused at
@@ -232,6 +325,11 @@ def main() -> int:
     r.add_argument("builds", type=Path)
     r.add_argument("stage")
     r.add_argument("--timeout", type=int, default=300)
+    c = sub.add_parser("checkpoint")
+    c.add_argument("prep", type=Path)
+    c.add_argument("out", type=Path)
+    c.add_argument("builds", type=Path)
+    c.add_argument("--timeout", type=int, default=300)
     o = sub.add_parser("trace")
     o.add_argument("trace", type=Path)
     o.add_argument("--require-overlap", action="store_true")
@@ -243,6 +341,8 @@ def main() -> int:
         return targets(prep)
     if args.command == "no-device":
         return no_device(prep, args.builds.resolve())
+    if args.command == "checkpoint":
+        return checkpoint_stage(prep, args.out.resolve(), args.builds.resolve(), args.timeout)
     return run_stage(prep, args.out.resolve(), args.builds.resolve(), args.stage, args.timeout)
 
 

@@ -46,6 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ORACLES = ROOT / "test" / "oracles"
 MODELS = ["gpt2", "llama", "bert", "mlp", "cnn"]
 CONFIG = "adamw-gas1"
+# The step whose checkpoint the checkpoint stage saves and resumes.
+CHECKPOINT_STEP = 2
 
 
 def log(message: str) -> None:
@@ -187,8 +189,26 @@ class Prep:
 
     def variants(self, model, path, case, config, data) -> None:
         """ZeRO-3 and offload (gpt2, or --variants-model's) against the
-        plain run's log; mlp's 2-rank program on one GPU (refused there)."""
+        plain run's log; its checkpoints (the plain program saving and
+        resuming, and resuming the cpu program's); mlp's 2-rank program on
+        one GPU (refused there)."""
         plain = "{prep}/ref/train/" + case + "/log.jsonl"
+        if model == self.args.variants_model and self.wants("checkpoint"):
+            # The cpu program's checkpoint after step CHECKPOINT_STEP of the
+            # same run as the plain log (its weights where the oracle left
+            # them), which the cuda program resumes on the device.
+            cpu = self.work / "train" / case / "program" / "train"
+            saved = self.work / "checkpoint" / case
+            shutil.rmtree(saved, ignore_errors=True)
+            steps = min(CHECKPOINT_STEP, self.args.steps)
+            run([cpu, "--data", self.work / "train" / case / "data", "--steps", steps,
+                 "--save-dir", saved, "--quiet"])
+            target = self.out / "ckpt" / case
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(saved / f"step_{steps}", target / f"step_{steps}")
+            self.add(case, "checkpoint", "train", self.train_args(data, self.args.steps), None,
+                     checkpoint={"step": steps, "cpu": "{prep}/ckpt/" + f"{case}/step_{steps}",
+                                 "ref": plain, "rtol": 1e-4})
         if model == self.args.variants_model and (self.wants("zero3") or self.wants("offload")):
             # NCCL_DEBUG=VERSION: NCCL prints its version when the program's
             # world transport initializes it, which shows the run went through NCCL.
@@ -321,7 +341,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--stages", default="",
                         help="comma-separated: only these stages' programs (forward, train, bf16, "
-                             "zero3, offload, ranks2; default: all)")
+                             "zero3, offload, checkpoint, ranks2; default: all)")
     parser.add_argument("--jobs", type=int, default=2, help="oracle cases at once")
     parser.add_argument("--variants-model", default="gpt2",
                         help="the zoo model of the zero3 and offload stages (default gpt2)")
