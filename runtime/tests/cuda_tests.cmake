@@ -26,7 +26,11 @@ if(DSRT_HAVE_CUDA)
   target_compile_options(dsrt_cuda_kernel_test PRIVATE
                          $<$<COMPILE_LANGUAGE:CXX>:-fexceptions>
                          $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fexceptions>)
-  set(DSRT_CUDA_TEST_TARGETS dsrt_cuda_kernel_table dsrt_cuda_no_device dsrt_cuda_kernel_test)
+  add_executable(dsrt_cuda_start cuda/start.cpp)
+  target_link_libraries(dsrt_cuda_start PRIVATE dsrt_cuda)
+  target_compile_options(dsrt_cuda_start PRIVATE -fexceptions)
+  set(DSRT_CUDA_TEST_TARGETS dsrt_cuda_kernel_table dsrt_cuda_no_device dsrt_cuda_start
+                             dsrt_cuda_kernel_test)
   # The fake CUDA runtime (cudart, cuBLASLt, NCCL) that test/Compile/
   # cuda-fake-run.test preloads into a generated cuda program to run its
   # host side without a GPU (docs/runtime.md, "The fake CUDA runtime").
@@ -62,8 +66,25 @@ if(DSRT_HAVE_CUDA)
             $<TARGET_FILE:dsrt_cuda_no_device> --inputs "${CMAKE_CURRENT_BINARY_DIR}"
             --outputs "${CMAKE_CURRENT_BINARY_DIR}")
   set_tests_properties(dsrt_cuda_no_device PROPERTIES SKIP_RETURN_CODE 77)
+  # On a GPU none of the library's kernel images runs on (the fake's A100,
+  # DSRT_FAKE_CUDA_CC=80, with DSRT_FAKE_CUDA_NO_KERNEL_IMAGE=1), the
+  # backend refuses it at the start, naming the architectures and what to
+  # rebuild; on the fake's usual GPU the same program starts.
+  add_test(NAME dsrt_cuda_no_kernel_image
+    COMMAND "${DSRT_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/expect_failure.py" 1
+            "error: dsrt: CUDA device 0 is sm_80, and libdsrt_cuda has no kernels that run on it (built for CUDA architectures ${_dsrt_cuda_archs}; cudaFuncGetAttributes: no kernel image is available for execution on the device (fake cudart)): rebuild dsopt with -DCMAKE_CUDA_ARCHITECTURES=\"80;${_dsrt_cuda_archs}\""
+            -- $<TARGET_FILE:dsrt_cuda_start> --inputs "${CMAKE_CURRENT_BINARY_DIR}"
+            --outputs "${CMAKE_CURRENT_BINARY_DIR}")
+  add_test(NAME dsrt_cuda_start
+    COMMAND $<TARGET_FILE:dsrt_cuda_start> --inputs "${CMAKE_CURRENT_BINARY_DIR}"
+            --outputs "${CMAKE_CURRENT_BINARY_DIR}")
+  set_tests_properties(dsrt_cuda_no_kernel_image PROPERTIES ENVIRONMENT
+    "LD_PRELOAD=$<TARGET_FILE:dsrt_fake_cudart>;DSRT_FAKE_CUDA_NO_KERNEL_IMAGE=1;DSRT_FAKE_CUDA_CC=80")
+  set_tests_properties(dsrt_cuda_start PROPERTIES ENVIRONMENT
+    "LD_PRELOAD=$<TARGET_FILE:dsrt_fake_cudart>")
   set_tests_properties(dsrt_cuda_kernel_table dsrt_cuda_kernel_names
                        dsrt_cuda_kernel_names_rejects dsrt_cuda_no_device
+                       dsrt_cuda_no_kernel_image dsrt_cuda_start
                        PROPERTIES LABELS dsrt_cuda TIMEOUT 60)
 endif()
 

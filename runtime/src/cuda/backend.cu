@@ -139,6 +139,34 @@ __global__ void nonfinite_multi_kernel(NonfiniteLaunch launch, int32_t *first) {
     atomicMin(first, lowest);
 }
 
+#ifndef DSRT_CUDA_ARCHITECTURES
+#define DSRT_CUDA_ARCHITECTURES "unknown"
+#endif
+
+// A GPU that none of the library's kernel images runs on (libdsrt_cuda
+// built for other architectures: CMAKE_CUDA_ARCHITECTURES, sm_90 by
+// default, where an A100 is sm_80) is refused when the backend is made,
+// naming the GPU's architecture, the library's and what to rebuild, rather
+// than by the first kernel launch's "no kernel image" error mid-step.
+void check_kernel_image(int device) {
+  cudaFuncAttributes attributes{};
+  const cudaError_t status =
+      cudaFuncGetAttributes(&attributes, reinterpret_cast<const void *>(&memmove_kernel));
+  if (status == cudaSuccess)
+    return;
+  cudaGetLastError();
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  cudaGetLastError();
+  const std::string arch = std::to_string(major) + std::to_string(minor);
+  throw Error("dsrt: CUDA device " + std::to_string(device) + " is sm_" + arch +
+              ", and libdsrt_cuda has no kernels that run on it (built for CUDA architectures " +
+              DSRT_CUDA_ARCHITECTURES + "; cudaFuncGetAttributes: " + cudaGetErrorString(status) +
+              "): rebuild dsopt with -DCMAKE_CUDA_ARCHITECTURES=\"" + arch + ";" +
+              DSRT_CUDA_ARCHITECTURES + "\" (and compile with --cuda-arch sm_" + arch + ")");
+}
+
 class CudaBackend final : public BackendInterface {
 public:
   CudaBackend() {
@@ -158,6 +186,7 @@ public:
       device_source_ = "local rank " + std::to_string(local->rank) + " from " + local->source;
     }
     check_cuda(cudaSetDevice(device_), "cuda", "cudaSetDevice");
+    check_kernel_image(device_);
     device_error_word();
     void *p = nullptr;
     check_cuda(cudaHostAlloc(&p, sizeof(int32_t), cudaHostAllocMapped), "cuda",

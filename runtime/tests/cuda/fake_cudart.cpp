@@ -307,7 +307,31 @@ size_t shared_optin() {
   }();
   return n;
 }
+// The device's compute capability, 10 major + minor: sm_90's, or
+// DSRT_FAKE_CUDA_CC (80: an A100).
+int compute_capability() {
+  static const int cc = [] {
+    const char *v = std::getenv("DSRT_FAKE_CUDA_CC");
+    const int k = v ? std::atoi(v) : 0;
+    return k >= 10 ? k : 90;
+  }();
+  return cc;
+}
 }  // namespace
+// A kernel's attributes: zeros, or with DSRT_FAKE_CUDA_NO_KERNEL_IMAGE=1 the
+// error of a GPU the program has no kernel image for.
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attributes, const void *) {
+  LOCKED;
+  st.count("cudaFuncGetAttributes");
+  static const bool none = [] {
+    const char *v = std::getenv("DSRT_FAKE_CUDA_NO_KERNEL_IMAGE");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  if (none)
+    return cudaErrorNoKernelImageForDevice;
+  *attributes = cudaFuncAttributes{};
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
   LOCKED;
   st.count("cudaDeviceGetAttribute");
@@ -315,8 +339,8 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
   case cudaDevAttrMultiProcessorCount: *value = 132; break;
   case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(shared_optin()); break;
   case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
-  case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-  case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+  case cudaDevAttrComputeCapabilityMajor: *value = compute_capability() / 10; break;
+  case cudaDevAttrComputeCapabilityMinor: *value = compute_capability() % 10; break;
   default: *value = 0; break;
   }
   return cudaSuccess;
@@ -347,6 +371,8 @@ cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t error) {
   if (error == cudaErrorIllegalAddress)  // CUDA's words: a launch the fake made fault
     return "an illegal memory access was encountered (fake cudart)";
+  if (error == cudaErrorNoKernelImageForDevice)
+    return "no kernel image is available for execution on the device (fake cudart)";
   return error == cudaSuccess ? "no error (fake cudart)" : "error (fake cudart)";
 }
 const char *cudaGetErrorName(cudaError_t error) { return cudaGetErrorString(error); }
