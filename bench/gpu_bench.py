@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the CUDA emulation trains in seconds (the rehearsal's bench stage).
 SIZES = {
     "124m": {"title": "GPT-2 124M", "layers": 12, "d_model": 768, "heads": 12, "vocab": 50257,
-             "seq": 1024, "batches": [64, 48, 32, 24, 16, 12, 8, 4, 2, 1]},
+             "seq": 1024, "batches": [256, 192, 128, 96, 64, 48, 32, 24, 16, 12, 8, 4, 2, 1]},
     "tiny": {"title": "tiny GPT", "layers": 2, "d_model": 64, "heads": 2, "vocab": 512,
              "seq": 64, "batches": [8, 4, 2, 1]},
 }
@@ -170,12 +170,15 @@ def gemm_peak(out: Path, emulate: bool = False):
 def train_and_report(program: Path, model: Path, batch: int, need: int, precision: str,
                      peak_tflops: float, memory: int, steps: int, work: Path, out: Path,
                      weights: Path = None, dims: dict = None, title: str = "GPT-2 124M",
-                     emulate: bool = False, settings: bool = False) -> int:
+                     emulate: bool = False, settings: bool = False, batches: list = None,
+                     chosen_batch: bool = False) -> int:
     """Trains `steps` steps of `program` on random tokens, writes
     OUT/bench.md and OUT/bench.json. `dims`: the model's (dims_of), GPT-2
     124M's by default. `emulate`: the program runs on the CUDA emulation,
     and every figure is labelled so. `settings`: then compare SETTINGS
-    (compare_settings) and add their table."""
+    (compare_settings) and add their table. `batches`: the micro-batches
+    the largest fitting was chosen from (BATCHES by default);
+    `chosen_batch`: `batch` was given (--bench-batch) instead."""
     dims = dims or {"layers": LAYERS, "d_model": D_MODEL, "vocab": VOCAB, "seq": SEQ}
     seq, layers, d_model = dims["seq"], dims["layers"], dims["d_model"]
     data = work / "data"
@@ -226,7 +229,10 @@ def train_and_report(program: Path, model: Path, batch: int, need: int, precisio
         "",
         "| | |", "|---|---|",
         f"| precision | {precision} |",
-        f"| micro-batch x T | {batch} x {seq} (largest whose plan fits 90% of {memory / 2**30:.0f} GiB) |",
+        f"| micro-batch x T | {batch} x {seq} ("
+        + (f"--bench-batch; its plan fits 90% of {memory / 2**30:.0f} GiB" if chosen_batch else
+           f"the largest of {', '.join(map(str, batches or BATCHES))} whose plan fits 90% of "
+           f"{memory / 2**30:.0f} GiB") + ") |",
         f"| step | {step_s * 1000:.1f} ms (mean of {len(timed)} steps after the first){emu} |",
         f"| tokens/s | {tokens_per_s:,.0f}{emu} |",
         (f"| bf16 GEMM peak (nominal H200 dense bf16, not measured: no GPU) | {peak_tflops:.1f} TFLOP/s |"
@@ -448,7 +454,8 @@ def prepared(args, memory: int) -> int:
                             info["planned_device_bytes"], "bf16", peak_tflops, memory, args.steps,
                             work, args.out, weights=work, dims=dims_of(info["generator"]),
                             title=info.get("title", "GPT-2 124M"), emulate=args.emulate,
-                            settings=args.settings)
+                            settings=args.settings, batches=info.get("batches"),
+                            chosen_batch=bool(info.get("chosen_batch")))
 
 
 def main() -> int:

@@ -92,7 +92,8 @@
 #
 # Usage: scripts/gpu-check.sh --prepare DIR [--build BUILD] [--models M,...]
 #                              [--stages S,...] [--steps N] [--variants-model M]
-#                              [--no-bench] [--bench-size 124m|tiny] [--no-kernel-cases]
+#                              [--no-bench] [--bench-size 124m|tiny] [--bench-batch N]
+#                              [--no-kernel-cases]
 #        scripts/gpu-check.sh --device DIR OUT [--build-only] [--only STAGE,...]
 #                              [--jobs N] [--runtime PREFIX] [--timeout-scale K]
 #                              [--emulate] [--deadline S] [--dry-run]
@@ -124,6 +125,10 @@
 #   --variants-model M  --prepare: the zoo model of the zero3, offload and
 #                 checkpoint stages (default gpt2)
 #   --no-bench    --prepare: leave out the GPT-2 124M benchmark
+#   --bench-batch N  --prepare: the benchmark's micro-batch (default: the
+#                 largest of 256, 192, 128, 96, 64, ... whose plan fits 90%
+#                 of the GPU; 64 is llm.c's per GPU and the runs' before
+#                 this list grew)
 #   --bench-size  --prepare: the benchmark's model, 124m (GPT-2 124M, the
 #                 default) or tiny (2 layers of width 64, for --emulate)
 #   --no-kernel-cases  --prepare: leave out the kernel cases (no kernels stage)
@@ -144,6 +149,7 @@ NO_BENCH=0
 NO_CASES=0
 EMULATE=0
 BENCH_SIZE=""
+BENCH_BATCH=""
 STEPS=""
 VARIANTS=""
 RUNTIME_PREFIX=""
@@ -167,7 +173,7 @@ while [ $# -gt 0 ]; do
     --no-bench) NO_BENCH=1 ;;
     --no-kernel-cases) NO_CASES=1 ;;
     --emulate) EMULATE=1 ;;
-    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale|--deadline|--steps|--bench-size|--variants-model)
+    --build|--only|--models|--stages|--jobs|--runtime|--timeout-scale|--deadline|--steps|--bench-size|--bench-batch|--variants-model)
       [ $# -ge 2 ] || { echo "gpu-check: $1 needs a value" >&2; exit 2; }
       case "$1" in
         --build) BUILD="$2" ;;
@@ -180,6 +186,7 @@ while [ $# -gt 0 ]; do
         --deadline) DEADLINE="$2" ;;
         --steps) STEPS="$2" ;;
         --bench-size) BENCH_SIZE="$2" ;;
+        --bench-batch) BENCH_BATCH="$2" ;;
         --variants-model) VARIANTS="$2" ;;
       esac
       shift ;;
@@ -223,13 +230,14 @@ if [ "$MODE" = prepare ]; then
   [ "$NO_CASES" = 0 ] || args+=(--no-kernel-cases)
   [ -z "$STEPS" ] || args+=(--steps "$STEPS")
   [ -z "$BENCH_SIZE" ] || args+=(--bench-size "$BENCH_SIZE")
+  [ -z "$BENCH_BATCH" ] || args+=(--bench-batch "$BENCH_BATCH")
   [ -z "$VARIANTS" ] || args+=(--variants-model "$VARIANTS")
   exec "$PY" "$ROOT/scripts/gpu_prepare.py" "${args[@]}"
 fi
 
 [ -n "$OUT" ] || { echo "$usage" >&2; exit 2; }
-if [ "$MODE" = device ] && { [ -n "$STEPS" ] || [ -n "$BENCH_SIZE" ] || [ -n "$VARIANTS" ]; }; then
-  echo "gpu-check: --steps, --bench-size and --variants-model shape what --prepare writes, not --device" >&2; exit 2
+if [ "$MODE" = device ] && { [ -n "$STEPS" ] || [ -n "$BENCH_SIZE" ] || [ -n "$BENCH_BATCH" ] || [ -n "$VARIANTS" ]; }; then
+  echo "gpu-check: --steps, --bench-size, --bench-batch and --variants-model shape what --prepare writes, not --device" >&2; exit 2
 fi
 for name in ${ONLY//,/ }; do
   case "$name" in
@@ -332,6 +340,7 @@ prepare() {
   local args=()
   [ -z "$STEPS" ] || args+=(--steps "$STEPS")
   [ -z "$BENCH_SIZE" ] || args+=(--bench-size "$BENCH_SIZE")
+  [ -z "$BENCH_BATCH" ] || args+=(--bench-batch "$BENCH_BATCH")
   [ -z "$VARIANTS" ] || args+=(--variants-model "$VARIANTS")
   "$ROOT/scripts/gpu-check.sh" --prepare "$PREP" --build "$BUILD" "${args[@]}"
 }
@@ -612,7 +621,7 @@ stalls() {
 }
 
 export ROOT BUILD SKIP_BUILD PY PREP OUT WORK RT PREFIX BUILDS JOBS RUNTIME_PREFIX EMULATE STEPS \
-  BENCH_SIZE VARIANTS KERNEL_TEST NCCL_TEST
+  BENCH_SIZE BENCH_BATCH VARIANTS KERNEL_TEST NCCL_TEST
 export -f find_python build prepare cuda_home nccl_root preflight runtime build_runtime programs nodevice \
   kernels launch nccl forward train bf16 zero3 offload checkpoint ranks2 trace bench stalls
 export PATH="$PATH:/usr/local/cuda/bin"

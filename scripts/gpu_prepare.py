@@ -263,8 +263,9 @@ class Prep:
                         ignore=shutil.ignore_patterns("docs", "test", "samples", "*.md"))
 
     def bench(self) -> None:
-        """GPT-2 124M in bf16 at the largest micro-batch whose planned device
-        memory fits 90% of the GPU (--gpu-memory-gib). The graph travels
+        """GPT-2 124M in bf16 at the largest micro-batch of gpu_bench.SIZES'
+        list whose planned device memory fits 90% of the GPU
+        (--gpu-memory-gib), or at --bench-batch's if it fits. The graph travels
         (its weights file is sparse here); the device step writes random
         weights at the same offsets with the same generator. --bench-size
         tiny: a 2-layer GPT of width 64 instead (gpu_bench.SIZES), which
@@ -280,7 +281,9 @@ class Prep:
         gelu = self.args.bench_gelu
         if gelu != "erf":
             title += f" ({gelu} GELU)"
-        for batch in gpu_bench.SIZES[size]["batches"]:
+        batches = gpu_bench.SIZES[size]["batches"]
+        chosen = self.args.bench_batch is not None
+        for batch in [self.args.bench_batch] if chosen else batches:
             generator = gpu_bench.generator_args(batch, size, gelu)
             model = self.work / "bench" / f"gpt2-{size}-b{batch}.onnx"
             model.parent.mkdir(parents=True, exist_ok=True)
@@ -294,13 +297,16 @@ class Prep:
             model.unlink()
             Path(str(model) + ".data").unlink(missing_ok=True)
         else:
-            raise RuntimeError(f"{title}: not even micro-batch 1 fits")
+            raise RuntimeError(f"{title}: --bench-batch {batch} plans more than 90% of "
+                               f"{self.args.gpu_memory_gib:g} GiB" if chosen else
+                               f"{title}: not even micro-batch 1 fits")
         shutil.copy(model, bench / model.name)
         self.cuda_sources(model, f"bench-gpt2-{size}", ["--precision", "bf16", *gpu_bench.DSOPT_FLAGS])
         self.add(f"bench-gpt2-{size}", "bench", "train", [], None,
                  bench={"model": model.name, "micro_batch": batch, "planned_device_bytes": need,
                         "generator": generator, "title": title,
-                        "gpu_memory_bytes": int(memory)})
+                        "gpu_memory_bytes": int(memory), "batches": batches,
+                        "chosen_batch": chosen})
 
     def write(self) -> None:
         manifest = {
@@ -349,6 +355,9 @@ def main() -> int:
     parser.add_argument("--bench-size", choices=["124m", "tiny"], default="124m",
                         help="the benchmark's model: GPT-2 124M (the GPU's), or a tiny GPT "
                              "(the CUDA emulation's rehearsal)")
+    parser.add_argument("--bench-batch", type=int, default=None,
+                        help="the benchmark's micro-batch (default: the largest of gpu_bench.py's "
+                             "list whose plan fits 90%% of --gpu-memory-gib; 64 is llm.c's per GPU)")
     parser.add_argument("--bench-gelu", choices=["erf", "tanh"], default="tanh",
                         help="the benchmark GPT's GELU: tanh, GPT-2's own (default), or the exact erf")
     parser.add_argument("--no-kernel-cases", action="store_true", help="leave out the kernel cases")
