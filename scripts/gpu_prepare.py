@@ -213,12 +213,25 @@ class Prep:
             # NCCL_DEBUG=VERSION: NCCL prints its version when the program's
             # world transport initializes it, which shows the run went through NCCL.
             nccl = {"env": {"NCCL_DEBUG": "VERSION"}, "expect": "NCCL version"}
-            for stage, flags, extra in (("zero3", ["--zero=3"], nccl),
-                                        ("offload", ["--offload-optimizer=cpu"], {})):
+            # ZeRO-3's parameter offload with every trained parameter in
+            # pinned host memory (a persistence threshold of 0): each read
+            # fetched to the device on the communication stream ahead of
+            # its op (offload_param's buffer_count), one GPU's program whose
+            # communication overlaps compute by design (the trace stage
+            # requires it).
+            param_config = self.work / f"{case}-offload-param.json"
+            offload_param = json.loads(config.read_text())
+            offload_param["zero_optimization"] = {
+                **offload_param.get("zero_optimization", {}), "stage": 3,
+                "stage3_param_persistence_threshold": 0, "offload_param": {"device": "cpu"}}
+            param_config.write_text(json.dumps(offload_param, indent=2) + "\n")
+            for stage, name, flags, extra in (
+                    ("zero3", f"{case}-zero3", ["--config", config, "--zero=3"], nccl),
+                    ("offload", f"{case}-offload", ["--config", config, "--offload-optimizer=cpu"], {}),
+                    ("offload", f"{case}-offload-param", ["--config", param_config], {})):
                 if not self.wants(stage):
                     continue
-                name = f"{case}-{stage}"
-                self.cuda_sources(path, name, ["--config", config, *flags])
+                self.cuda_sources(path, name, flags)
                 self.add(name, stage, "train", self.train_args(data, self.args.steps),
                          {"kind": "train", "rtol": 1e-4, "ref": plain}, **extra)
         if model == "mlp" and self.wants("ranks2"):
