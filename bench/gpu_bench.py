@@ -219,8 +219,7 @@ def train_and_report(program: Path, model: Path, batch: int, need: int, precisio
                    + ("" if measured_peak == need else
                       f" (DIFFERENT: {measured_peak} and {need} bytes)")) if measured_peak is not None \
         else f"{need / 2**30:.2f} GiB planned (the run reported no device peak)"
-    # Under 0.1% (the emulation's) in two significant digits, not "0.0%".
-    mfu_text = f"{mfu * 100:.1f}%" if mfu >= 1e-3 else f"{mfu * 100:.2g}%"
+    mfu_text = percent(mfu)
     # Under the emulation each figure is the host CPU's, and says so.
     emu = " (EMULATED: the host CPU, not a GPU)" if emulate else ""
     report = "\n".join([
@@ -260,6 +259,12 @@ def train_and_report(program: Path, model: Path, batch: int, need: int, precisio
               f"the planned one ({need} bytes)", file=sys.stderr)
         return 1
     return 0
+
+
+def percent(fraction: float) -> str:
+    """A fraction as a percentage: one decimal, or under 0.1% (the
+    emulation's MFU) two significant digits, not "0.0%"."""
+    return f"{fraction * 100:.1f}%" if fraction >= 1e-3 else f"{fraction * 100:.2g}%"
 
 
 def timed_run(command: list, work: Path, name: str, env: dict):
@@ -352,7 +357,7 @@ def compare_settings(command: list, work: Path, emulate: bool = False, mfu_of=No
               f"| final loss | {base_loss:.6g} | {loss:.6g} |"]
     if mfu_of is not None:
         together["default_mfu"], together["mfu"] = mfu_of(base), mfu_of(step)
-        lines.append(f"| MFU | {together['default_mfu'] * 100:.1f}% | {together['mfu'] * 100:.1f}% |")
+        lines.append(f"| MFU | {percent(together['default_mfu'])} | {percent(together['mfu'])} |")
     return "\n".join(lines) + "\n", rows, together
 
 
