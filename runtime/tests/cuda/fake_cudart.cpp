@@ -64,6 +64,17 @@
 
 namespace {
 
+// The fake's switches: an environment variable's number (0 when unset)...
+long long env_number(const char *name) {
+  const char *v = std::getenv(name);
+  return v ? std::atoll(v) : 0;
+}
+// ... or whether it is "1".
+bool env_flag(const char *name) {
+  const char *v = std::getenv(name);
+  return v && std::strcmp(v, "1") == 0;
+}
+
 struct Phase {
   std::string name;
   std::map<std::string, long long> calls;        // API name -> count
@@ -267,9 +278,8 @@ __attribute__((visibility("default"))) void dsrt_fake_cuda_step(long long step) 
 // needs one per local rank.
 int device_count() {
   static const int n = [] {
-    const char *v = std::getenv("DSRT_FAKE_CUDA_DEVICES");
-    const int k = v ? std::atoi(v) : 1;
-    return k > 0 ? k : 1;
+    const long long k = env_number("DSRT_FAKE_CUDA_DEVICES");
+    return k > 0 ? static_cast<int>(k) : 1;
   }();
   return n;
 }
@@ -301,8 +311,7 @@ cudaError_t cudaGetDevice(int *device) {
 namespace {
 size_t shared_optin() {
   static const size_t n = [] {
-    const char *v = std::getenv("DSRT_FAKE_CUDA_SHARED_OPTIN");
-    const long long k = v ? std::atoll(v) : 0;
+    const long long k = env_number("DSRT_FAKE_CUDA_SHARED_OPTIN");
     return k > 0 ? static_cast<size_t>(k) : size_t(227 * 1024);
   }();
   return n;
@@ -311,9 +320,8 @@ size_t shared_optin() {
 // DSRT_FAKE_CUDA_CC (80: an A100).
 int compute_capability() {
   static const int cc = [] {
-    const char *v = std::getenv("DSRT_FAKE_CUDA_CC");
-    const int k = v ? std::atoi(v) : 0;
-    return k >= 10 ? k : 90;
+    const long long k = env_number("DSRT_FAKE_CUDA_CC");
+    return k >= 10 ? static_cast<int>(k) : 90;
   }();
   return cc;
 }
@@ -323,10 +331,7 @@ int compute_capability() {
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attributes, const void *) {
   LOCKED;
   st.count("cudaFuncGetAttributes");
-  static const bool none = [] {
-    const char *v = std::getenv("DSRT_FAKE_CUDA_NO_KERNEL_IMAGE");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  static const bool none = env_flag("DSRT_FAKE_CUDA_NO_KERNEL_IMAGE");
   if (none)
     return cudaErrorNoKernelImageForDevice;
   *attributes = cudaFuncAttributes{};
@@ -914,10 +919,7 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
 // product with an epilogue (as cuBLASLt may for some shape or type), so
 // that the runtime's fallback runs, and a product run with one anyway fails.
 static bool no_epilogue_algo() {
-  static const bool set = [] {
-    const char *v = std::getenv("DSRT_EMU_NO_EPILOGUE_ALGO");
-    return v && std::string(v) == "1";
-  }();
+  static const bool set = env_flag("DSRT_EMU_NO_EPILOGUE_ALGO");
   return set;
 }
 // DSRT_EMU_FAIL_BIAS_GRAD_EPILOGUE=1: asking for an algorithm with the
@@ -925,10 +927,7 @@ static bool no_epilogue_algo() {
 // falls back on), so that a run with DSRT_BIAS_GRAD=separate shows it never
 // asks (cuda_tests.cmake, dsrt_cuda_emu_bias_grad_separate).
 static bool fail_bias_grad_epilogue() {
-  static const bool set = [] {
-    const char *v = std::getenv("DSRT_EMU_FAIL_BIAS_GRAD_EPILOGUE");
-    return v && std::string(v) == "1";
-  }();
+  static const bool set = env_flag("DSRT_EMU_FAIL_BIAS_GRAD_EPILOGUE");
   return set;
 }
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
@@ -1043,10 +1042,7 @@ cublasStatus_t emulated_matmul(const LtDesc *desc, const void *alpha_p, const vo
   // multiply-adds and more) with a leading dimension, or (a not
   // transposed) a contraction, not a multiple of 8 fails, as the runtime
   // stages such products (workspace_shapes.h).
-  static const bool require_aligned = [] {
-    const char *v = std::getenv("DSRT_EMU_REQUIRE_ALIGNED_LD");
-    return v && std::string(v) == "1";
-  }();
+  static const bool require_aligned = env_flag("DSRT_EMU_REQUIRE_ALIGNED_LD");
   if (require_aligned && (a->type == CUDA_R_16F || a->type == CUDA_R_16BF) &&
       static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >=
           static_cast<double>(int64_t(1) << 27) &&
