@@ -21,9 +21,23 @@ from pathlib import Path
 import numpy as np
 
 
+def steps(path: Path) -> list:
+    """The step entries (with a loss) of a --log-json log; none where the
+    file is missing."""
+    if not path.exists():
+        return []
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [s for s in entries if "loss" in s]
+
+
 def losses(path: Path):
-    steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [s["loss"] for s in steps if "loss" in s]
+    return [s["loss"] for s in steps(path)]
+
+
+def loss_rel_err(cpu: list, cuda: list) -> float:
+    """The largest relative difference of two runs' losses, step by step,
+    relative to the cpu's."""
+    return max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(cpu, cuda))
 
 
 def compare(kind: str, cpu: Path, cuda: Path, rtol: float) -> int:
@@ -71,7 +85,7 @@ def compare(kind: str, cpu: Path, cuda: Path, rtol: float) -> int:
                 print(f"{rel}: MISMATCH {len(a)} cpu steps, {len(b)} cuda steps")
                 failures += 1
                 continue
-            err = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b))
+            err = loss_rel_err(a, b)
             ok = err <= rtol
         print(f"{rel}: {'matches' if ok else 'MISMATCH'} (max rel err {err:.1e}, tolerance {rtol:.0e})")
         failures += not ok

@@ -86,6 +86,24 @@ def expand(args, prep: Path, out: Path) -> list:
     return [a.replace("{prep}", str(prep)).replace("{out}", str(out)) for a in args]
 
 
+def run_logged(label: str, command: list, target: Path, timeout: int, env: dict = None):
+    """Runs `command` (echoed), its output into TARGET/run.log: the
+    completed process, or None after printing why `label` failed (a
+    timeout, or a non-zero exit with its last lines)."""
+    print("+", " ".join(command), flush=True)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        print(f"{label}: FAILED: timed out after {timeout} s")
+        return None
+    (target / "run.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        print(f"{label}: FAILED (exit {done.returncode}): "
+              + " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:]))
+        return None
+    return done
+
+
 def run_stage(prep: Path, out: Path, builds: Path, stage: str, timeout: int) -> int:
     programs = [p for p in manifest(prep)["programs"] if p["stage"] == stage]
     if not programs:
@@ -104,18 +122,9 @@ def run_stage(prep: Path, out: Path, builds: Path, stage: str, timeout: int) -> 
         if ranks > 1:
             failures += run_ranks(command, ranks, target)
             continue
-        print("+", " ".join(command), flush=True)
         env = dict(os.environ, **program.get("env", {}))
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            print(f"{name}: FAILED: timed out after {timeout} s")
-            failures += 1
-            continue
-        (target / "run.log").write_text(done.stdout + done.stderr)
-        if done.returncode != 0:
-            print(f"{name}: FAILED (exit {done.returncode}): "
-                  + " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:]))
+        done = run_logged(name, command, target, timeout, env)
+        if done is None:
             failures += 1
             continue
         if program.get("expect") and program["expect"] not in done.stdout + done.stderr:
@@ -137,14 +146,6 @@ def run_stage(prep: Path, out: Path, builds: Path, stage: str, timeout: int) -> 
     return 1 if failures else 0
 
 
-def steps_of(path: Path) -> list:
-    """The step entries of a --log-json log."""
-    if not path.exists():
-        return []
-    return [s for s in (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-            if "loss" in s]
-
-
 def checkpoint_stage(prep: Path, out: Path, builds: Path, timeout: int) -> int:
     programs = [p for p in manifest(prep)["programs"] if p["stage"] == "checkpoint"]
     if not programs:
@@ -157,32 +158,21 @@ def checkpoint_stage(prep: Path, out: Path, builds: Path, timeout: int) -> int:
         name, exe, spec = program["name"], builds / program["name"] / program["exe"], \
             program["checkpoint"]
         k, rtol = spec["step"], spec["rtol"]
-        cpu = steps_of(Path(expand([spec["ref"]], prep, work)[0]))
+        cpu = gpu_compare.steps(Path(expand([spec["ref"]], prep, work)[0]))
 
         def train(run: str, extra: list) -> list:
             target = work / name / run
             target.mkdir(parents=True)
             command = [str(exe), *expand(program["args"], prep, target), *extra]
-            print("+", " ".join(command), flush=True)
-            try:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                print(f"{name} {run}: FAILED: timed out after {timeout} s")
-                return None
-            (target / "run.log").write_text(done.stdout + done.stderr)
-            if done.returncode != 0:
-                print(f"{name} {run}: FAILED (exit {done.returncode}): "
-                      + " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:]))
-                return None
-            return steps_of(target / "log.jsonl")
+            done = run_logged(f"{name} {run}", command, target, timeout)
+            return None if done is None else gpu_compare.steps(target / "log.jsonl")
 
         def near(run: str, got: list, want: list) -> int:
             if not want or [s["step"] for s in got] != [s["step"] for s in want]:
                 print(f"{name} {run}: MISMATCH steps {[s['step'] for s in got]}, "
                       f"the cpu's {[s['step'] for s in want]}")
                 return 1
-            err = max(abs(a["loss"] - b["loss"]) / max(abs(b["loss"]), 1e-30)
-                      for a, b in zip(got, want))
+            err = gpu_compare.loss_rel_err([s["loss"] for s in want], [s["loss"] for s in got])
             ok = err <= rtol
             print(f"{name} {run}: losses of steps {got[0]['step']}-{got[-1]['step']} "
                   f"{'match' if ok else 'MISMATCH'} the cpu's (max rel err {err:.1e}, "
