@@ -79,8 +79,9 @@ struct Region {
   llvm::SetVector<Value> partials; // partial sums leaving (g)
   llvm::SetVector<Value> returned; // split results of the function
   // Padding: an axis the ranks do not divide may be split unevenly (each
-  // rank ceil(V / ranks) entries, zeros past V), the model extent of each
-  // such value's split axis recorded (a vocabulary; see padOk).
+  // rank ds::TensorSplitAttr::paddedPiece entries, zeros past V), the
+  // model extent of each such value's split axis recorded (a vocabulary;
+  // see padOk).
   bool pad = false;
   llvm::DenseMap<Value, int64_t> wholes;
   // Ops that run on the pieces in another form (rule.rewrite), with the
@@ -510,10 +511,15 @@ void TensorParallel::runOnOperation() {
                                       {ds::GridAxis::tp, size}});
   int16_t tpAxis = static_cast<int16_t>(
       *ds::getDeviceGridAxis(grid, ds::GridAxis::tp));
-  auto localType = [&](Value value, ds::TensorSplit split) {
+  // A padded axis's pieces are ds::TensorSplitAttr::paddedPiece entries.
+  auto localType = [&](const Region &region, Value value,
+                       ds::TensorSplit split) {
     RankedTensorType type = tensorType(value);
     SmallVector<int64_t> shape(type.getShape());
-    shape[split.dim] = llvm::divideCeil(shape[split.dim], size);
+    shape[split.dim] =
+        region.wholes.lookup(value)
+            ? ds::TensorSplitAttr::paddedPiece(shape[split.dim], size)
+            : llvm::divideCeil(shape[split.dim], size);
     return type.clone(shape);
   };
   // Set at once after the loop (ArgAttrs.h).
@@ -531,7 +537,7 @@ void TensorParallel::runOnOperation() {
       anySplit = true;
     }
     for (auto &[value, split] : region.splits)
-      value.setType(localType(value, split));
+      value.setType(localType(region, value, split));
     // A dropout of a split activation draws each rank's own mask
     // (Megatron's model-parallel RNG); one of a replicated activation, the
     // same mask on every rank, as it draws its seed's.

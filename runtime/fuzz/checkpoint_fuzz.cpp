@@ -10,8 +10,9 @@
 // dsrt::Error; anything else is a finding.
 //
 // DSRT_FUZZ_WRITE_SEED=FILE writes a valid input (a whole tensor, a ZeRO
-// shard, an i64 state and both tensor-parallel pieces of a 4x3 tensor cut
-// along axis 0) to FILE and exits: the seed corpus, made at test time.
+// shard, an i64 state, both tensor-parallel pieces of a 4x3 tensor cut
+// along axis 0 and both padded pieces of a 5x2 one) to FILE and exits: the
+// seed corpus, made at test time.
 #include "dsrt/checkpoint.h"
 #include "fuzz_file.h"
 
@@ -32,6 +33,11 @@ std::vector<uint8_t> seed() {
   for (int64_t r = 0; r < 2; ++r)
     writer.add(ck::tp_piece_key({"param:v", r, 2, 0, 1}), dsrt::DType::F32, dsrt::Shape{2, 3}, 0,
                6, w);
+  // A padded vocabulary: 5 rows over 2 ranks, 8 rows a piece.
+  const std::vector<float> rows(16, 0.5f);
+  for (int64_t r = 0; r < 2; ++r)
+    writer.add(ck::tp_piece_key({"param:u", r, 2, 0, 1, 5}), dsrt::DType::F32, dsrt::Shape{8, 2},
+               0, 16, rows.data());
   uint32_t crc = 0;
   const std::vector<uint8_t> shard = writer.finish(3, 0, "0123456789abcdef", crc);
   ck::Manifest m;
@@ -96,8 +102,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (r.nbytes() > (1u << 20)) continue;
       const ck::WholeTensor whole = ck::read_whole(c, r.key);
       (void)ck::piece_range(whole, nullptr, 0, std::min<int64_t>(whole.shape.numel() + 1, 1 << 16));
-      if (whole.shape.rank > 0 && whole.shape[0] % 2 == 0) {
-        const ck::TpPiece half{r.key, 1, 2, 0, 1};
+      if (whole.shape.rank > 0 && whole.shape[0] > 0) {
+        // An even cut, or a padded one (whole= the rows) for an odd count.
+        const ck::TpPiece half{r.key, 1, 2, 0, 1, whole.shape[0] % 2 ? whole.shape[0] : 0};
         (void)ck::piece_range(whole, &half, 0, std::min<int64_t>(whole.shape.numel(), 1 << 16));
       }
     }

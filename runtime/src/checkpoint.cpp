@@ -662,9 +662,19 @@ WholeTensor read_whole(const Checkpoint &c, const std::string &base) {
   out.shape = whole_of_piece(c.dir, *layout, first.shape);
   const size_t element = dtype_size(first.dtype);
   int64_t cut = 0;  // the pieces' blocks along the axis
-  if (layout->dim >= first.shape.rank ||
-      __builtin_mul_overflow(layout->blocks, layout->ranks, &cut) ||
-      !(tp_piece_shape(out.shape, layout->dim, layout->blocks, layout->ranks) == first.shape))
+  // A padded piece holds the run its writer cut: this runtime's
+  // (tp_padded_piece) or an older one's, ceil(whole / ranks).
+  int64_t run = 0;
+  bool piece_ok = layout->dim < first.shape.rank &&
+                  !__builtin_mul_overflow(layout->blocks, layout->ranks, &cut);
+  if (piece_ok && layout->whole) {
+    run = first.shape[layout->dim];
+    piece_ok = tp_piece_run_ok(layout->whole, layout->ranks, run);
+  } else if (piece_ok) {
+    piece_ok = tp_piece_shape(out.shape, layout->dim, layout->blocks, layout->ranks) ==
+               first.shape;
+  }
+  if (!piece_ok)
     throw Error("checkpoint '" + c.dir + "': '" + tp_piece_key(*layout) + "' of shape " +
                 first.shape.str() + " is not a piece along axis " + std::to_string(layout->dim));
   // Every piece is read (and so known to be held whole) before the whole
@@ -676,7 +686,7 @@ WholeTensor read_whole(const Checkpoint &c, const std::string &base) {
   size_t i = 0;
   for (auto &[rank, record] : pieces)
     tp_piece_copy(out.bytes.data(), bytes[i++].data(), out.shape, layout->dim, layout->blocks,
-                  layout->ranks, rank, element, /*to_piece=*/false);
+                  layout->ranks, rank, element, /*to_piece=*/false, run);
   return out;
 }
 

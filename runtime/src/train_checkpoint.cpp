@@ -96,8 +96,8 @@ std::optional<DType> whole_dtype(const std::vector<ck::Record> &wholes, const st
   return std::nullopt;
 }
 
-// Placement p's elements from checkpoint `c`. A record of p's own key and
-// dtype (the same tp layout and precision) is read as it is. Otherwise the
+// Placement p's elements from checkpoint `c`. A record of p's own key,
+// dtype and shape (the same tp layout and precision) is read as it is. Otherwise the
 // whole tensor is read (tp pieces of any tp size put back together),
 // converted, cut into this rank's tp piece and its range taken, so a
 // checkpoint resumes at another tp size and at another precision: the
@@ -109,7 +109,10 @@ std::optional<DType> whole_dtype(const std::vector<ck::Record> &wholes, const st
 // and both dtypes.
 std::vector<uint8_t> read_placement(const ck::Checkpoint &c, const ProgramInfo &info,
                                     const Placement &p) {
-  if (const ck::Record *own = find_record(c, p.key); own && own->dtype == p.dtype)
+  // (A padded tp piece an older runtime wrote under the same key has
+  // fewer entries: it is put back together and cut again.)
+  if (const ck::Record *own = find_record(c, p.key);
+      own && own->dtype == p.dtype && own->shape == p.shape)
     return ck::read_range(c, p.key, p.dtype, p.shape, p.begin, p.count);
   const std::vector<ck::Record> wholes = ck::whole_tensors(c);
   const std::optional<DType> own = whole_dtype(wholes, p.base);

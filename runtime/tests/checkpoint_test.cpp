@@ -203,9 +203,11 @@ TEST_F(Checkpoint, TensorParallelPiecesReadWhole) {
             std::string::npos);
 }
 
-// A padded piece: "w" [3, 2] = 0..5 along axis 0 over 2 ranks, 2 rows each
-// (rank 1's second row padding): the key says the model's 3 rows, and the
-// whole tensor read back has them, without the padding.
+// A padded piece as runtimes before the multiple of 8 wrote it: "w" [3, 2]
+// = 0..5 along axis 0 over 2 ranks, ceil(3 / 2) = 2 rows each (rank 1's
+// second row padding): the key says the model's 3 rows, and the whole
+// tensor read back has them, without the padding. Cut again, the pieces
+// are this runtime's: 8 rows each.
 TEST_F(Checkpoint, TensorParallelPaddedPieces) {
   const ck::TpPiece piece0{"param:w", 0, 2, 0, 1, 3}, piece1{"param:w", 1, 2, 0, 1, 3};
   EXPECT_EQ(ck::tp_piece_key(piece1), "param:w@tp1/2,dim=0,blocks=1,whole=3");
@@ -222,9 +224,41 @@ TEST_F(Checkpoint, TensorParallelPaddedPieces) {
   const ck::TpPiece third{"param:w", 2, 3, 0, 1, 0};
   const std::vector<uint8_t> row = ck::piece_range(whole, &third, 0, 2);
   EXPECT_EQ(reinterpret_cast<const float *>(row.data())[1], 5.0f);
-  const std::vector<uint8_t> padded = ck::piece_range(whole, &piece1, 0, 4);
+  const std::vector<uint8_t> padded = ck::piece_range(whole, &piece0, 0, 16);
   const auto *cut = reinterpret_cast<const float *>(padded.data());
-  EXPECT_EQ(std::vector<float>(cut, cut + 4), (std::vector<float>{4, 5, 0, 0}));
+  std::vector<float> rows(16, 0.0f);
+  for (int i = 0; i < 6; ++i) rows[static_cast<size_t>(i)] = static_cast<float>(i);
+  EXPECT_EQ(std::vector<float>(cut, cut + 16), rows);
+}
+
+// This runtime's padded pieces: "w" [11, 2] over 2 ranks holds 8 rows a
+// piece (ceil(11 / 2) = 6 rounded up to 8), rank 1's rows 8..10 and five
+// rows of zeros; read whole, they are the 11 rows. A piece whose rows are
+// neither layout's (9) is refused, naming it.
+TEST_F(Checkpoint, TensorParallelPaddedPiecesOfEight) {
+  const ck::TpPiece piece0{"param:w", 0, 2, 0, 1, 11}, piece1{"param:w", 1, 2, 0, 1, 11};
+  std::vector<float> p0(16), p1(16, 0.0f);
+  for (int i = 0; i < 16; ++i) p0[static_cast<size_t>(i)] = static_cast<float>(i);
+  for (int i = 0; i < 6; ++i) p1[static_cast<size_t>(i)] = static_cast<float>(16 + i);
+  ck::ShardWriter first, second;
+  first.add(ck::tp_piece_key(piece0), DType::F32, Shape{8, 2}, 0, 16, p0.data());
+  second.add(ck::tp_piece_key(piece1), DType::F32, Shape{8, 2}, 0, 16, p1.data());
+  commit({&first, &second});
+  const ck::Checkpoint c = ck::open_checkpoint(step_dir());
+  const ck::WholeTensor whole = read_whole_w(c, Shape{11, 2});
+  const std::vector<uint8_t> again = ck::piece_range(whole, &piece1, 0, 16);
+  const auto *cut = reinterpret_cast<const float *>(again.data());
+  EXPECT_EQ(std::vector<float>(cut, cut + 16), p1);
+  fs::remove_all(step_dir());
+  fs::create_directories(step_dir());
+  ck::ShardWriter odd0, odd1;
+  std::vector<float> nine(18, 0.0f);
+  odd0.add(ck::tp_piece_key(piece0), DType::F32, Shape{9, 2}, 0, 18, nine.data());
+  odd1.add(ck::tp_piece_key(piece1), DType::F32, Shape{9, 2}, 0, 18, nine.data());
+  commit({&odd0, &odd1});
+  const ck::Checkpoint bad = ck::open_checkpoint(step_dir());
+  EXPECT_NE(error_of([&] { ck::read_whole(bad, "param:w"); }).find("of shape [9, 2] is not a piece"),
+            std::string::npos);
 }
 
 TEST_F(Checkpoint, TensorParallelPieceMissing) {

@@ -1,46 +1,47 @@
-// A vocabulary the tp ranks do not divide (7 over 2) is padded, as
-// Megatron pads it: each rank holds ceil(7 / 2) = 4 rows of the table and 4
-// columns of the untied head (and of its bias), rank 1's last one padding
-// that stays zero; #ds.tp_split records the model's 7. The lookup takes the
-// whole table's ids [-7, 7); the loss masks the padded logits to -inf
-// before its max and sum, so that they enter neither, and takes labels
-// [0, 7).
+// A vocabulary the tp ranks do not divide (13 over 2) is padded, as
+// Megatron pads it: each rank holds ceil(13 / 2) = 7 rows rounded up to 8
+// (so that a 16-bit piece's rows stay 16-byte aligned) of the table and 8
+// columns of the untied head (and of its bias), rank 1's last three
+// padding that stays zero; #ds.tp_split records the model's 13. The lookup
+// takes the whole table's ids [-13, 13); the loss masks the padded logits
+// to -inf before its max and sum, so that they enter neither, and takes
+// labels [0, 13).
 // RUN: dsopt-opt %s -split-input-file --ds-tensor-parallel='size=2' -verify-diagnostics | FileCheck %s
 
 // CHECK-LABEL: func.func @main
-// CHECK-SAME: %arg0: tensor<4xi64> {ds.index_range = array<i64: -7, 7>, ds.input = "ids"}
-// CHECK-SAME: %arg1: tensor<4xi64> {ds.index_range = array<i64: 0, 7>, ds.input = "labels"}
-// CHECK-SAME: %arg2: tensor<4x4xf32> {{[^}]*}}ds.tp_split = #ds.tp_split<dim = 0, blocks = 1, ranks = 2, whole = 7>}
-// CHECK-SAME: %arg3: tensor<4x4xf32> {{[^}]*}}ds.tp_split = #ds.tp_split<dim = 1, blocks = 1, ranks = 2, whole = 7>}
-// CHECK-SAME: %arg4: tensor<4xf32> {{[^}]*}}ds.tp_split = #ds.tp_split<dim = 0, blocks = 1, ranks = 2, whole = 7>}
-// Negative ids count from the model's end (7), the rows from 4 per rank.
-// CHECK: %[[SEVEN:.*]] = ds.constant dense<7> : tensor<i64>
-// CHECK: ds.add %arg0, %[[SEVEN]]
-// CHECK: ds.tp_offset on @grid {grid_axis = 1 : i64, stride = 4 : i64} : tensor<i64>
-// CHECK: ds.gather %arg2, %{{.*}} {axis = 0 : i64} : tensor<4x4xf32>, tensor<4xi64>
+// CHECK-SAME: %arg0: tensor<4xi64> {ds.index_range = array<i64: -13, 13>, ds.input = "ids"}
+// CHECK-SAME: %arg1: tensor<4xi64> {ds.index_range = array<i64: 0, 13>, ds.input = "labels"}
+// CHECK-SAME: %arg2: tensor<8x4xf32> {{[^}]*}}ds.tp_split = #ds.tp_split<dim = 0, blocks = 1, ranks = 2, whole = 13>}
+// CHECK-SAME: %arg3: tensor<4x8xf32> {{[^}]*}}ds.tp_split = #ds.tp_split<dim = 1, blocks = 1, ranks = 2, whole = 13>}
+// CHECK-SAME: %arg4: tensor<8xf32> {{[^}]*}}ds.tp_split = #ds.tp_split<dim = 0, blocks = 1, ranks = 2, whole = 13>}
+// Negative ids count from the model's end (13), the rows from 8 per rank.
+// CHECK: %[[END:.*]] = ds.constant dense<13> : tensor<i64>
+// CHECK: ds.add %arg0, %[[END]]
+// CHECK: ds.tp_offset on @grid {grid_axis = 1 : i64, stride = 8 : i64} : tensor<i64>
+// CHECK: ds.gather %arg2, %{{.*}} {axis = 0 : i64} : tensor<8x4xf32>, tensor<4xi64>
 // CHECK: shard.all_reduce
-// CHECK: %[[Z0:.*]] = ds.matmul %{{.*}}, %arg3 : tensor<4x4xf32>, tensor<4x4xf32>
-// CHECK: %[[Z1:.*]] = ds.add %[[Z0]], %arg4 : tensor<4x4xf32>, tensor<4xf32>
-// The classes this rank holds, below the model's 7 or masked.
-// CHECK: %[[FIRST:.*]] = ds.tp_offset on @grid {grid_axis = 1 : i64, stride = 4 : i64} : tensor<i64>
-// CHECK: %[[IDS:.*]] = ds.add %{{.*}}, %[[FIRST]] : tensor<4xi64>, tensor<i64>
+// CHECK: %[[Z0:.*]] = ds.matmul %{{.*}}, %arg3 : tensor<4x4xf32>, tensor<4x8xf32>
+// CHECK: %[[Z1:.*]] = ds.add %[[Z0]], %arg4 : tensor<4x8xf32>, tensor<8xf32>
+// The classes this rank holds, below the model's 13 or masked.
+// CHECK: %[[FIRST:.*]] = ds.tp_offset on @grid {grid_axis = 1 : i64, stride = 8 : i64} : tensor<i64>
+// CHECK: %[[IDS:.*]] = ds.add %{{.*}}, %[[FIRST]] : tensor<8xi64>, tensor<i64>
 // CHECK: %[[NEGINF:.*]] = ds.constant dense<0xFF800000> : tensor<f32>
-// CHECK: %[[VOCAB:.*]] = ds.constant dense<7> : tensor<i64>
+// CHECK: %[[VOCAB:.*]] = ds.constant dense<13> : tensor<i64>
 // CHECK: %[[VALID:.*]] = ds.compare lt, %[[IDS]], %[[VOCAB]]
 // CHECK: %[[Z:.*]] = ds.where %[[VALID]], %[[Z1]], %[[NEGINF]]
-// CHECK: ds.reduce_max %[[Z]] {axes = array<i64: 1>, ds.compute_f32} : tensor<4x4xf32>
+// CHECK: ds.reduce_max %[[Z]] {axes = array<i64: 1>, ds.compute_f32} : tensor<4x8xf32>
 // CHECK-NOT: ds.softmax_cross_entropy
 // CHECK: return
 func.func @main(%arg0: tensor<4xi64> {ds.input = "ids"}, %arg1: tensor<4xi64> {ds.input = "labels"},
-    %arg2: tensor<7x4xf32> {ds.param = #ds.param<name = "embed.weight", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 112>>},
-    %arg3: tensor<4x7xf32> {ds.param = #ds.param<name = "head.weight", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 112>>},
-    %arg4: tensor<7xf32> {ds.param = #ds.param<name = "head.bias", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 28>>})
+    %arg2: tensor<13x4xf32> {ds.param = #ds.param<name = "embed.weight", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 208>>},
+    %arg3: tensor<4x13xf32> {ds.param = #ds.param<name = "head.weight", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 208>>},
+    %arg4: tensor<13xf32> {ds.param = #ds.param<name = "head.bias", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 52>>})
     -> (tensor<f32> {ds.output = "loss"}) {
-  %0 = ds.gather %arg2, %arg0 {axis = 0 : i64} : tensor<7x4xf32>, tensor<4xi64>
+  %0 = ds.gather %arg2, %arg0 {axis = 0 : i64} : tensor<13x4xf32>, tensor<4xi64>
   %1 = ds.tanh %0 : tensor<4x4xf32>
-  %2 = ds.matmul %1, %arg3 : tensor<4x4xf32>, tensor<4x7xf32>
-  %3 = ds.add %2, %arg4 : tensor<4x7xf32>, tensor<7xf32>
-  %loss, %lp = ds.softmax_cross_entropy %3, %arg1 {reduction = #ds<reduction sum>} : tensor<4x7xf32>, tensor<4xi64>
+  %2 = ds.matmul %1, %arg3 : tensor<4x4xf32>, tensor<4x13xf32>
+  %3 = ds.add %2, %arg4 : tensor<4x13xf32>, tensor<13xf32>
+  %loss, %lp = ds.softmax_cross_entropy %3, %arg1 {reduction = #ds<reduction sum>} : tensor<4x13xf32>, tensor<4xi64>
   return %loss : tensor<f32>
 }
 
@@ -63,7 +64,8 @@ func.func @main(%arg0: tensor<2x4xf32> {ds.input = "x"},
 // -----
 
 // A padded split is verified: only a plain split pads, of an axis the ranks
-// do not divide; the piece is ceil(whole / ranks); the data hold the whole.
+// do not divide; the piece is ceil(whole / ranks) rounded up to a multiple
+// of 8; the data hold the whole.
 // expected-error @below {{tp_split whole 8 pads only a plain split (blocks = 1) of an axis the ranks do not divide}}
 func.func @even(%arg0: tensor<4x4xf32> {ds.param = #ds.param<name = "w", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 128>>, ds.tp_split = #ds.tp_split<dim = 0, blocks = 1, ranks = 2, whole = 8>}) {
   return
@@ -78,7 +80,15 @@ func.func @piece(%arg0: tensor<3x4xf32> {ds.param = #ds.param<name = "w", traina
 
 // -----
 
+// ceil(7 / 2) = 4 rows is not a piece: 8 is.
+// expected-error @below {{'ds.tp_split' of argument 0 splits axis 0 in 1 blocks, which 'tensor<4x4xf32>' does not have}}
+func.func @unaligned_piece(%arg0: tensor<4x4xf32> {ds.param = #ds.param<name = "w", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 112>>, ds.tp_split = #ds.tp_split<dim = 0, blocks = 1, ranks = 2, whole = 7>}) {
+  return
+}
+
+// -----
+
 // expected-error @below {{parameter 'w' of type 'tensor<7x4xf32>' needs 112 bytes but its external data holds 128}}
-func.func @padded_bytes(%arg0: tensor<4x4xf32> {ds.param = #ds.param<name = "w", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 128>>, ds.tp_split = #ds.tp_split<dim = 0, blocks = 1, ranks = 2, whole = 7>}) {
+func.func @padded_bytes(%arg0: tensor<8x4xf32> {ds.param = #ds.param<name = "w", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 128>>, ds.tp_split = #ds.tp_split<dim = 0, blocks = 1, ranks = 2, whole = 7>}) {
   return
 }

@@ -393,9 +393,11 @@ def Ds_TensorSplitAttr : Ds_Attr<"TensorSplit", "tp_split"> {
     every block, in block order. `blocks = 1` is a plain even split.
 
     `whole = V` (only with `blocks = 1`) pads an axis the ranks do not
-    divide (a vocabulary): each rank holds ceil(V / ranks) entries, rank r
-    the entries [r * ceil(V / ranks), ...) of the V, and zeros past the
-    last one. Omitted (0): the ranks divide the axis.
+    divide (a vocabulary): each rank holds P = ceil(V / ranks) rounded up
+    to a multiple of 8 entries (paddedPiece), rank r the entries
+    [r * P, ...) of the V, and zeros past the last one. The multiple of 8
+    keeps a 16-bit piece's rows 16-byte aligned, as the GPU's matrix
+    products want. Omitted (0): the ranks divide the axis.
   }];
   let parameters = (ins "int64_t":$dim, "int64_t":$blocks, "int64_t":$ranks,
                         DefaultValuedParameter<"int64_t", "0">:$whole);
@@ -403,6 +405,13 @@ def Ds_TensorSplitAttr : Ds_Attr<"TensorSplit", "tp_split"> {
     /// The model's extent of the split axis, given one rank's.
     int64_t wholeExtent(int64_t local) const {
       return getWhole() ? getWhole() : local * getRanks();
+    }
+    /// The entries each of `ranks` pieces of a padded axis of `whole`
+    /// holds: ceil(whole / ranks) rounded up to a multiple of 8. The
+    /// runtime cuts pieces by the same rule (dsrt::tp_piece_shape).
+    static int64_t paddedPiece(int64_t whole, int64_t ranks) {
+      int64_t piece = (whole + ranks - 1) / ranks;
+      return (piece + 7) / 8 * 8;
     }
   }];
   let assemblyFormat = "`<` struct(params) `>`";

@@ -360,8 +360,8 @@ LogicalResult DsDialect::verifyRegionArgAttribute(Operation *op,
         localType.getDimSize(split.getDim()) % split.getBlocks() != 0 ||
         (split.getWhole() &&
          localType.getDimSize(split.getDim()) !=
-             static_cast<int64_t>(
-                 llvm::divideCeil(split.getWhole(), split.getRanks()))))
+             TensorSplitAttr::paddedPiece(split.getWhole(),
+                                          split.getRanks())))
       return op->emitOpError()
              << "'" << kTpSplitAttrName << "' of argument " << argIndex
              << " splits axis " << split.getDim() << " in "

@@ -242,9 +242,22 @@ void set_param_shard(ProgramInfo &info, int64_t total_numel, Shape full_shape);
 // the file bytes and in-program data (add_param_data) are the whole
 // tensor's. Call it before set_param_shard, whose full_shape is then the
 // piece's. A plain split (blocks 1) of an axis N does not divide is padded
-// (a vocabulary): each piece has ceil(whole[dim] / N) entries along it,
-// piece r those from r * ceil(whole[dim] / N) on, zeros past the end.
+// (a vocabulary): each piece has P = tp_padded_piece(whole[dim], N)
+// entries along it, piece r those from r * P on, zeros past the end.
 void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape whole);
+
+// The entries each of `ranks` pieces of an axis of `extent` holds: an even
+// split's extent / ranks; a padded one's ceil(extent / ranks) rounded up
+// to a multiple of kTpPadMultiple, so that a 16-bit piece's rows stay
+// 16-byte aligned for the GPU's matrix products (the compiler's
+// ds::TensorSplitAttr::paddedPiece is the same rule).
+constexpr int64_t kTpPadMultiple = 8;
+int64_t tp_padded_piece(int64_t extent, int64_t ranks);
+// Whether pieces of `run` entries are a layout of an axis of `extent` over
+// `ranks`: the even split's, or, padded, any run from ceil(extent / ranks)
+// to tp_padded_piece's (checkpoints written before the multiple of 8 hold
+// ceil(extent / ranks)).
+bool tp_piece_run_ok(int64_t extent, int64_t ranks, int64_t run);
 
 // The shape of one of `ranks` pieces of `whole` split along `dim` in
 // `blocks` blocks (padded as set_param_tp_split says); throws naming the
@@ -256,9 +269,13 @@ Shape tp_piece_shape(const Shape &whole, int64_t dim, int64_t blocks, int64_t ra
 // bytes and the piece's (both dense, row-major, `elem_size` bytes per
 // element): to_piece copies the piece out of `whole_bytes`, otherwise it
 // writes the piece into its place there (a padded piece: its entries
-// past the whole's end are zeros, and are not written back).
+// past the whole's end are zeros, and are not written back). `run`, where
+// not 0, is the piece's entries per block along `dim` when they are not
+// the rule's (a padded piece read from an older checkpoint; see
+// tp_piece_run_ok).
 void tp_piece_copy(void *whole_bytes, void *piece_bytes, const Shape &whole, int64_t dim,
-                   int64_t blocks, int64_t ranks, int64_t rank, size_t elem_size, bool to_piece);
+                   int64_t blocks, int64_t ranks, int64_t rank, size_t elem_size, bool to_piece,
+                   int64_t run = 0);
 
 }  // namespace dsrt
 
