@@ -1855,7 +1855,8 @@ void ProgramBuilder::emitShard(Value info, unsigned arg) {
     callVoid("dsrt::set_param_tp_split", {info},
              {builder.getIndexAttr(0), builder.getI64IntegerAttr(split.getDim()),
               builder.getI64IntegerAttr(split.getBlocks()),
-              literal(shapeLiteral(model))});
+              literal(shapeLiteral(model)),
+              builder.getBoolAttr(split.getWhole() != 0)});
   }
   auto whole = function.getArgAttrOfType<TypeAttr>(
       arg, ds::DsDialect::kShardedAttrName);

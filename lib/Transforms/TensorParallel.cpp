@@ -108,6 +108,14 @@ private:
     return done == committed.end() ? ds::TensorSplit::replicated()
                                    : done->second;
   }
+  /// A plain split into equal pieces that are not multiples of 8 (16
+  /// bytes of a 16-bit value; see ds::TensorSplitAttr::paddedPiece).
+  bool unaligned(Value value, ds::TensorSplit split) const {
+    if (!split.isSplit() || split.blocks != 1)
+      return false;
+    int64_t extent = tensorType(value).getDimSize(split.dim);
+    return extent % size == 0 && (extent / size) % 8 != 0;
+  }
   bool isParam(Value value) const {
     auto arg = dyn_cast<BlockArgument>(value);
     return arg && main.getArgAttr(arg.getArgNumber(),
@@ -159,12 +167,15 @@ bool TensorParallel::apply(Region &region, Operation *op,
     return !s.isReplicated();
   });
   // Every piece is the same size: widths the ranks do not divide are the
-  // user's to fix (or to leave replicated).
+  // user's to fix (or to leave replicated). A padded region pads every
+  // plain split whose equal pieces would not be whole multiples of 8
+  // (unaligned(): a vocabulary the ranks divide, as 30522 at tp 2).
   auto uneven = [&](Value value, ds::TensorSplit split) {
     if (!split.isSplit())
       return false;
     int64_t extent = tensorType(value).getDimSize(split.dim);
-    if (extent % (split.blocks * size) == 0)
+    bool divides = extent % (split.blocks * size) == 0;
+    if (divides && !(region.pad && unaligned(value, split)))
       return false;
     if (region.pad && split.blocks == 1) {
       region.wholes[value] = extent;
@@ -453,13 +464,19 @@ void TensorParallel::runOnOperation() {
       region = Region();
       ok = grow(region, group, blocks);
     }
-    // A size the ranks do not divide: padded, where the padding can be
-    // masked exactly (a vocabulary; padOk).
+    // A size the ranks do not divide, or whose equal pieces would not be
+    // multiples of 8: padded, where the padding can be masked exactly (a
+    // vocabulary; padOk). Else an unaligned region stays as it split.
     Region padded;
-    if (!ok && region.uneven) {
+    bool misaligned = ok && llvm::any_of(region.splits, [&](auto &entry) {
+                        return unaligned(entry.first, entry.second);
+                      });
+    if ((!ok && region.uneven) || misaligned) {
       padded.pad = true;
-      if ((ok = grow(padded, group, 1)))
+      if (grow(padded, group, 1)) {
         region = std::move(padded);
+        ok = true;
+      }
     }
     for (auto &[user, w] : group)
       decided.insert(w);

@@ -587,7 +587,9 @@ std::optional<TpPiece> parse_tp_piece_key(const std::string &key) {
   if (!number("", piece.rank) || !number("/", piece.ranks) || !number(",dim=", piece.dim) ||
       !number(",blocks=", piece.blocks) ||
       (i != key.size() && (!number(",whole=", piece.whole) || piece.blocks != 1 ||
-                           piece.whole % piece.ranks == 0)) ||
+                           piece.whole < 1 ||
+                           tp_padded_piece(piece.whole, piece.ranks) * piece.ranks ==
+                               piece.whole)) ||
       i != key.size() || piece.ranks < 1 || piece.rank >= piece.ranks || piece.blocks < 1)
     return std::nullopt;
   return piece;
@@ -697,12 +699,18 @@ std::vector<uint8_t> piece_range(const WholeTensor &tensor, const TpPiece *piece
   std::vector<uint8_t> cut;
   int64_t n = tensor.shape.numel();
   if (piece) {
-    n = tp_piece_shape(tensor.shape, piece->dim, piece->blocks, piece->ranks).numel();
+    // A padded piece (its key's whole=) of this runtime's layout.
+    if (piece->whole && (piece->dim >= tensor.shape.rank ||
+                         tensor.shape[piece->dim] != piece->whole))
+      throw Error("piece_range: '" + tp_piece_key(*piece) + "' is no piece of " +
+                  tensor.shape.str());
+    const int64_t run = piece->whole ? tp_padded_piece(piece->whole, piece->ranks) : 0;
+    n = tp_piece_shape(tensor.shape, piece->dim, piece->blocks, piece->ranks, run).numel();
     cut.resize(static_cast<size_t>(n) * element);
     // Only read: tp_piece_copy takes both buffers mutable, for either way.
     std::vector<uint8_t> &whole = const_cast<std::vector<uint8_t> &>(tensor.bytes);
     tp_piece_copy(whole.data(), cut.data(), tensor.shape, piece->dim, piece->blocks, piece->ranks,
-                  piece->rank, element, /*to_piece=*/true);
+                  piece->rank, element, /*to_piece=*/true, run);
     values = &cut;
   }
   std::vector<uint8_t> out(static_cast<size_t>(count) * element, 0);

@@ -721,8 +721,8 @@ void set_param_shard(ProgramInfo &info, int64_t total_numel, Shape full_shape) {
     throw Error(what + ": total_numel " + std::to_string(total_numel) + " does not match " +
                 full_shape.str());
   if (param.tp_split()) {
-    const Shape piece =
-        tp_piece_shape(param.tp_whole, param.tp_dim, param.tp_blocks, info.axis_size("tp"));
+    const Shape piece = tp_piece_shape(param.tp_whole, param.tp_dim, param.tp_blocks,
+                                       info.axis_size("tp"), param.tp_run);
     if (!(piece == full_shape))
       throw Error(what + ": full_shape " + full_shape.str() + " is not its tp piece " +
                   piece.str() + " of " + param.tp_whole.str());
@@ -744,7 +744,8 @@ void set_param_shard(ProgramInfo &info, int64_t total_numel, Shape full_shape) {
   param.full_shape = full_shape;
 }
 
-void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape whole) {
+void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape whole,
+                        bool padded) {
   if (info.params.empty()) throw Error("set_param_tp_split: no parameter was added before it");
   ParamInfo &param = info.params.back();
   const std::string what = "set_param_tp_split: parameter '" + param.name + "'";
@@ -753,13 +754,19 @@ void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape wh
     throw Error(what + ": call it before set_param_shard");
   if (ranks < 2)
     throw Error(what + ": the grid has no tp axis of 2 or more ranks (call set_grid first)");
-  // A plain split pads (a vocabulary); blocks split evenly.
-  if (dim < 0 || dim >= whole.rank || blocks < 1 ||
-      (blocks > 1 && whole[dim] % (blocks * ranks) != 0))
+  // A padded split (a vocabulary) is a plain one whose padding is real;
+  // any other splits evenly.
+  const int64_t run = padded && dim >= 0 && dim < whole.rank ? tp_padded_piece(whole[dim], ranks) : 0;
+  if (padded && (dim < 0 || dim >= whole.rank || blocks != 1 || whole[dim] < 1 ||
+                 run * ranks == whole[dim]))
+    throw Error(what + ": axis " + std::to_string(dim) + " of " + whole.str() +
+                " is not padded when split in " + std::to_string(blocks) + " block(s) over " +
+                std::to_string(ranks) + " ranks");
+  if (!padded && (dim < 0 || dim >= whole.rank || blocks < 1 || whole[dim] % (blocks * ranks) != 0))
     throw Error(what + ": axis " + std::to_string(dim) + " of " + whole.str() +
                 " does not split into " + std::to_string(blocks) + " x " +
                 std::to_string(ranks) + " equal pieces");
-  const Shape piece = tp_piece_shape(whole, dim, blocks, ranks);
+  const Shape piece = tp_piece_shape(whole, dim, blocks, ranks, run);
   if (param.data.data) {
     if (param.data.numel() != whole.numel())
       throw Error(what + ": its data holds " + std::to_string(param.data.numel()) +
@@ -773,6 +780,7 @@ void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape wh
                 std::to_string(ranks) + " ranks");
   param.tp_dim = dim;
   param.tp_blocks = blocks;
+  param.tp_run = run;
   param.tp_whole = whole;
 }
 

@@ -687,7 +687,7 @@ void read_stored(const ProgramInfo &info, const ParamInfo &param, int64_t s, int
   std::vector<char> piece(static_cast<size_t>(n * elem));
   tp_piece_copy(model.data(), piece.data(), whole, param.tp_dim, param.tp_blocks,
                 info.axis_size("tp"), own_coordinate(info, "tp"), static_cast<size_t>(elem),
-                /*to_piece=*/true);
+                /*to_piece=*/true, param.tp_run);
   host.assign(piece.begin() + begin * elem, piece.begin() + end * elem);
   host.resize(size, 0);
 }

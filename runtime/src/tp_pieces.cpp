@@ -11,45 +11,43 @@
 namespace dsrt {
 
 int64_t tp_padded_piece(int64_t extent, int64_t ranks) {
-  if (ranks < 1 || extent % ranks == 0) return ranks < 1 ? extent : extent / ranks;
+  if (ranks < 1) return extent;
   const int64_t piece = (extent + ranks - 1) / ranks;
   return (piece + kTpPadMultiple - 1) / kTpPadMultiple * kTpPadMultiple;
 }
 
+bool tp_piece_run_ok(int64_t extent, int64_t ranks, int64_t run) {
+  return ranks >= 1 && extent >= 1 && run >= (extent + ranks - 1) / ranks &&
+         run <= tp_padded_piece(extent, ranks);
+}
+
 namespace {
-// Along the split axis: each piece's run per block; a plain split the
-// ranks do not divide is padded (tp_padded_piece), or holds `run` entries
-// where a caller gives the run it found (0: the rule's).
+// Along the split axis: each piece's run per block, equal pieces (run 0)
+// or a padded split's `run`.
 int64_t piece_run(const Shape &whole, int64_t dim, int64_t blocks, int64_t ranks, int64_t rank,
                   int64_t run, const char *what) {
   if (dim < 0 || dim >= whole.rank || blocks < 1 || ranks < 1 || rank < 0 || rank >= ranks ||
-      whole[dim] % blocks != 0 || (blocks > 1 && whole[dim] % (blocks * ranks) != 0) ||
-      (run != 0 && !tp_piece_run_ok(whole[dim] / blocks, ranks, run)))
+      (run == 0 && whole[dim] % (blocks * ranks) != 0) ||
+      (run != 0 && (blocks != 1 || !tp_piece_run_ok(whole[dim], ranks, run))))
     throw Error(std::string(what) + ": piece " + std::to_string(rank) + " of " +
                 std::to_string(ranks) + " of " + whole.str() + " along axis " +
                 std::to_string(dim) + " in " + std::to_string(blocks) + " blocks" +
-                (run != 0 ? " of " + std::to_string(run) + " entries" : ""));
-  return run != 0 ? run : tp_padded_piece(whole[dim] / blocks, ranks);
+                (run != 0 ? " padded to " + std::to_string(run) + " entries" : ""));
+  return run != 0 ? run : whole[dim] / (blocks * ranks);
 }
 }  // namespace
 
-bool tp_piece_run_ok(int64_t extent, int64_t ranks, int64_t run) {
-  if (ranks < 1) return false;
-  if (extent % ranks == 0) return run == extent / ranks;
-  return run >= (extent + ranks - 1) / ranks && run <= tp_padded_piece(extent, ranks);
-}
-
-Shape tp_piece_shape(const Shape &whole, int64_t dim, int64_t blocks, int64_t ranks) {
+Shape tp_piece_shape(const Shape &whole, int64_t dim, int64_t blocks, int64_t ranks,
+                     int64_t run) {
   Shape piece = whole;
-  piece.dims[dim] = blocks * piece_run(whole, dim, blocks, ranks, 0, 0, "tp_piece_shape");
+  piece.dims[dim] = blocks * piece_run(whole, dim, blocks, ranks, 0, run, "tp_piece_shape");
   return piece;
 }
 
 void tp_piece_copy(void *whole_bytes, void *piece_bytes, const Shape &whole, int64_t dim,
                    int64_t blocks, int64_t ranks, int64_t rank, size_t elem_size, bool to_piece,
-                   int64_t piece_run_given) {
-  const int64_t run =
-      piece_run(whole, dim, blocks, ranks, rank, piece_run_given, "tp_piece_copy");
+                   int64_t padded_run) {
+  const int64_t run = piece_run(whole, dim, blocks, ranks, rank, padded_run, "tp_piece_copy");
   int64_t outer = 1, inner = 1;
   for (int64_t a = 0; a < dim; ++a) outer *= whole[a];
   for (int64_t a = dim + 1; a < whole.rank; ++a) inner *= whole[a];

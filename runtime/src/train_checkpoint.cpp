@@ -78,7 +78,7 @@ void rename_into_place(const std::string &from, const std::string &to) {
 ck::TpPiece own_piece(const ProgramInfo &info, const ParamInfo &param, const std::string &base) {
   const int64_t ranks = info.axis_size("tp"), extent = param.tp_whole[param.tp_dim];
   return {base, own_coordinate(info, "tp"), ranks, param.tp_dim, param.tp_blocks,
-          extent % ranks != 0 ? extent : 0};
+          param.tp_run != 0 ? extent : 0};
 }
 
 const ck::Record *find_record(const ck::Checkpoint &c, const std::string &key) {

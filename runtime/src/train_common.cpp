@@ -282,7 +282,7 @@ Tensor whole_saved_value(Program &program, const ParamInfo &param, const AxisGat
   for (int64_t r = 0; r < ranks; ++r)
     tp_piece_copy(bytes, pieces + static_cast<size_t>(r) * piece.nbytes(), param.tp_whole,
                   param.tp_dim, param.tp_blocks, ranks, r, dtype_size(piece.dtype),
-                  /*to_piece=*/false);
+                  /*to_piece=*/false, param.tp_run);
   return Tensor{bytes, piece.dtype, param.tp_whole};
 }
 

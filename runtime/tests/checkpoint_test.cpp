@@ -214,7 +214,10 @@ TEST_F(Checkpoint, TensorParallelPaddedPieces) {
   const std::optional<ck::TpPiece> parsed = ck::parse_tp_piece_key(ck::tp_piece_key(piece1));
   ASSERT_TRUE(parsed);
   EXPECT_EQ(parsed->whole, 3);
-  for (const char *key : {"param:w@tp0/2,dim=0,blocks=1,whole=4",
+  // whole=16 over 2 pads nothing (8 a piece), whole=0 nothing at all.
+  EXPECT_TRUE(ck::parse_tp_piece_key("param:w@tp0/2,dim=0,blocks=1,whole=4"));
+  for (const char *key : {"param:w@tp0/2,dim=0,blocks=1,whole=16",
+                          "param:w@tp0/2,dim=0,blocks=1,whole=0",
                           "param:w@tp0/2,dim=0,blocks=3,whole=3", "param:w@tp0/2,dim=0,blocks=1,"})
     EXPECT_FALSE(ck::parse_tp_piece_key(key)) << key;
   const float p0[4] = {0, 1, 2, 3}, p1[4] = {4, 5, 0, 0};

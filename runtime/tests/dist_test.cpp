@@ -923,58 +923,63 @@ TEST(TpPiece, BlocksAndInverse) {
 // = 7 rows rounded up to 8 per rank, rank 2 rows 16..19 and 4 rows of
 // zeros; putting the pieces back writes only the 20 rows (the padding is
 // dropped). A checkpoint written before the multiple of 8 holds pieces of
-// 7 rows: tp_piece_copy takes that run when told it.
+// 7 rows: tp_piece_copy takes that run too. An axis the ranks divide may
+// be padded as well ([2, 12] over 2: 6 columns rounded up to 8).
 TEST(TpPiece, PaddedRows) {
   std::vector<float> whole(40), back(40, -1.0f), legacy(40, -1.0f);
   for (int i = 0; i < 40; ++i) whole[static_cast<size_t>(i)] = static_cast<float>(i);
   EXPECT_EQ(dsrt::tp_padded_piece(20, 3), 8);
   EXPECT_EQ(dsrt::tp_padded_piece(24, 3), 8);
   EXPECT_EQ(dsrt::tp_padded_piece(50257, 2), 25136);
-  EXPECT_EQ(dsrt::tp_piece_shape({20, 2}, 0, 1, 3), (dsrt::Shape{8, 2}));
-  EXPECT_EQ(dsrt::tp_piece_shape({2, 13}, 1, 1, 2), (dsrt::Shape{2, 8}));
-  EXPECT_EQ(dsrt::tp_piece_shape({2, 12}, 1, 1, 2), (dsrt::Shape{2, 6}));  // even: not padded
+  EXPECT_EQ(dsrt::tp_padded_piece(30522, 2), 15264);
+  EXPECT_EQ(dsrt::tp_piece_shape({20, 2}, 0, 1, 3, 8), (dsrt::Shape{8, 2}));
+  EXPECT_EQ(dsrt::tp_piece_shape({2, 13}, 1, 1, 2, 8), (dsrt::Shape{2, 8}));
+  EXPECT_EQ(dsrt::tp_piece_shape({2, 12}, 1, 1, 2), (dsrt::Shape{2, 6}));
+  EXPECT_EQ(dsrt::tp_piece_shape({2, 12}, 1, 1, 2, 8), (dsrt::Shape{2, 8}));
   for (int64_t r = 0; r < 3; ++r) {
     std::vector<float> piece(16, -7.0f);
-    dsrt::tp_piece_copy(whole.data(), piece.data(), {20, 2}, 0, 1, 3, r, sizeof(float), true);
+    dsrt::tp_piece_copy(whole.data(), piece.data(), {20, 2}, 0, 1, 3, r, sizeof(float), true, 8);
     for (int64_t k = 0; k < 16; ++k) {
       const int64_t at = r * 16 + k;
       EXPECT_EQ(piece[static_cast<size_t>(k)], at < 40 ? static_cast<float>(at) : 0.0f)
           << "rank " << r << " element " << k;
     }
     if (r == 2) std::fill(piece.begin() + 8, piece.end(), 99.0f);  // padding never reaches the whole
-    dsrt::tp_piece_copy(back.data(), piece.data(), {20, 2}, 0, 1, 3, r, sizeof(float), false);
+    dsrt::tp_piece_copy(back.data(), piece.data(), {20, 2}, 0, 1, 3, r, sizeof(float), false, 8);
     // The older layout: 7 rows per piece, rank r's from 7 r.
     std::vector<float> old(14, 99.0f);
     for (int64_t k = 0; k < 14 && r * 14 + k < 40; ++k)
       old[static_cast<size_t>(k)] = static_cast<float>(r * 14 + k);
-    dsrt::tp_piece_copy(legacy.data(), old.data(), {20, 2}, 0, 1, 3, r, sizeof(float), false,
-                        /*run=*/7);
+    dsrt::tp_piece_copy(legacy.data(), old.data(), {20, 2}, 0, 1, 3, r, sizeof(float), false, 7);
   }
   EXPECT_EQ(back, whole);
   EXPECT_EQ(legacy, whole);
-  // Runs between ceil and the rule's are layouts; others are not.
+  // Padded runs lie between ceil and the rule's; equal pieces need a
+  // divisor.
   EXPECT_TRUE(dsrt::tp_piece_run_ok(20, 3, 7));
   EXPECT_TRUE(dsrt::tp_piece_run_ok(20, 3, 8));
   EXPECT_FALSE(dsrt::tp_piece_run_ok(20, 3, 6));
   EXPECT_FALSE(dsrt::tp_piece_run_ok(20, 3, 9));
-  EXPECT_FALSE(dsrt::tp_piece_run_ok(24, 3, 9));
+  EXPECT_TRUE(dsrt::tp_piece_run_ok(12, 2, 8));
   EXPECT_DSRT_ERROR(dsrt::tp_piece_copy(whole.data(), back.data(), {20, 2}, 0, 1, 3, 0,
-                                        sizeof(float), true, /*run=*/6),
-                    "tp_piece_copy", "[20, 2]", "of 6 entries");
+                                        sizeof(float), true, 6),
+                    "tp_piece_copy", "[20, 2]", "padded to 6 entries");
+  EXPECT_DSRT_ERROR(dsrt::tp_piece_shape({20, 2}, 0, 1, 3), "tp_piece_shape", "[20, 2]");
   // Padded columns: [2, 13] along axis 1 over 2 ranks, 8 columns each.
   std::vector<float> cols(16);
-  dsrt::tp_piece_copy(whole.data(), cols.data(), {2, 13}, 1, 1, 2, 1, sizeof(float), true);
+  dsrt::tp_piece_copy(whole.data(), cols.data(), {2, 13}, 1, 1, 2, 1, sizeof(float), true, 8);
   EXPECT_EQ(cols, (std::vector<float>{8, 9, 10, 11, 12, 0, 0, 0, 21, 22, 23, 24, 25, 0, 0, 0}));
   // A small axis leaves a rank nothing but padding: [5, 2] over 3 ranks,
   // 8 rows each, ranks 1 and 2 all zeros, and nothing of theirs written back.
   std::vector<float> empty(16, -7.0f), small(10, -1.0f);
-  dsrt::tp_piece_copy(whole.data(), empty.data(), {5, 2}, 0, 1, 3, 2, sizeof(float), true);
+  dsrt::tp_piece_copy(whole.data(), empty.data(), {5, 2}, 0, 1, 3, 2, sizeof(float), true, 8);
   EXPECT_EQ(empty, std::vector<float>(16, 0.0f));
   std::fill(empty.begin(), empty.end(), 99.0f);
-  dsrt::tp_piece_copy(small.data(), empty.data(), {5, 2}, 0, 1, 3, 2, sizeof(float), false);
+  dsrt::tp_piece_copy(small.data(), empty.data(), {5, 2}, 0, 1, 3, 2, sizeof(float), false, 8);
   EXPECT_EQ(small, std::vector<float>(10, -1.0f));
   // Blocks are never padded.
   EXPECT_DSRT_ERROR(dsrt::tp_piece_shape({2, 6}, 1, 3, 4), "tp_piece_shape", "3 blocks");
+  EXPECT_DSRT_ERROR(dsrt::tp_piece_shape({2, 6}, 1, 3, 2, 8), "tp_piece_shape", "3 blocks");
 }
 
 TEST(TpPiece, DescribeErrors) {
@@ -988,17 +993,23 @@ TEST(TpPiece, DescribeErrors) {
   EXPECT_DSRT_ERROR(dsrt::set_param_tp_split(info, 0, 1, {8, 6}), "its slot [4, 3]",
                     "is not the piece [4, 6] of [8, 6]");
   // A padded split: [4, 5] gives pieces [4, 8] (ceil(5 / 2) rounded up to
-  // 8), not the older layout's [4, 3].
-  EXPECT_DSRT_ERROR(dsrt::set_param_tp_split(info, 1, 1, {4, 5}), "its slot [4, 3]",
+  // 8), not the older layout's [4, 3]; unpadded, 5 is no split.
+  EXPECT_DSRT_ERROR(dsrt::set_param_tp_split(info, 1, 1, {4, 5}, true), "its slot [4, 3]",
                     "is not the piece [4, 8] of [4, 5]");
+  EXPECT_DSRT_ERROR(dsrt::set_param_tp_split(info, 1, 1, {4, 5}), "axis 1 of [4, 5]",
+                    "1 x 2 equal pieces");
+  // Padding that pads nothing (16 over 2: 8 each) is refused.
+  EXPECT_DSRT_ERROR(dsrt::set_param_tp_split(info, 1, 1, {4, 16}, true), "axis 1 of [4, 16]",
+                    "is not padded");
   dsrt::set_param_tp_split(info, 1, 1, {4, 6});
   EXPECT_TRUE(info.params[0].tp_split());
   EXPECT_EQ(info.params[0].model_shape(), (dsrt::Shape{4, 6}));
   EXPECT_EQ(info.params[0].rank_shape(), (dsrt::Shape{4, 3}));
   dsrt::add_param_file(info, "v", DType::F32, {4, 8}, 64, true, "v.bin", 0, 208);
-  dsrt::set_param_tp_split(info, 1, 1, {4, 13});
+  dsrt::set_param_tp_split(info, 1, 1, {4, 13}, true);
   EXPECT_EQ(info.params[1].model_shape(), (dsrt::Shape{4, 13}));
   EXPECT_EQ(info.params[1].rank_shape(), (dsrt::Shape{4, 8}));
+  EXPECT_EQ(info.params[1].tp_run, 8);
 }
 
 //===--- train_main on a data-parallel program -----------------------------------===//

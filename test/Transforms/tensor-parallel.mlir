@@ -240,18 +240,19 @@ func.func @whole_bytes(%arg0: tensor<4x4xf32> {ds.param = #ds.param<name = "w", 
 // parallel on the vocabulary, and the loss from the split logits: the
 // max (no derivative), the sum of exponentials and the target logit
 // all-reduced over tp, one value per row each; the logits never gathered.
+// (16 words: 8 a rank, a multiple of 8, so not padded.)
 // CHECK-LABEL: func.func @main
-// CHECK-SAME: %arg2: tensor<4x4xf32> {{[^}]*}}ds.tp_split = #ds.tp_split<dim = 0, blocks = 1, ranks = 2>}
-// CHECK-SAME: %arg3: tensor<4x4xf32> {{[^}]*}}ds.tp_split = #ds.tp_split<dim = 1, blocks = 1, ranks = 2>}
-// CHECK: %[[FIRST:.*]] = ds.tp_offset on @grid {grid_axis = 1 : i64, stride = 4 : i64} : tensor<i64>
+// CHECK-SAME: %arg2: tensor<8x4xf32> {{[^}]*}}ds.tp_split = #ds.tp_split<dim = 0, blocks = 1, ranks = 2>}
+// CHECK-SAME: %arg3: tensor<4x8xf32> {{[^}]*}}ds.tp_split = #ds.tp_split<dim = 1, blocks = 1, ranks = 2>}
+// CHECK: %[[FIRST:.*]] = ds.tp_offset on @grid {grid_axis = 1 : i64, stride = 8 : i64} : tensor<i64>
 // CHECK: ds.sub %{{.*}}, %[[FIRST]] : tensor<4xi64>, tensor<i64>
-// CHECK: %[[ROWS:.*]] = ds.gather %arg2, %{{.*}} {axis = 0 : i64} : tensor<4x4xf32>, tensor<4xi64>
+// CHECK: %[[ROWS:.*]] = ds.gather %arg2, %{{.*}} {axis = 0 : i64} : tensor<8x4xf32>, tensor<4xi64>
 // CHECK: %[[MASKED:.*]] = ds.where %{{.*}}, %{{.*}}, %[[ROWS]]
 // CHECK-NEXT: shard.all_reduce %[[MASKED]] on @grid grid_axes = [1] : tensor<4x4xf32>
 // CHECK: ds.tp_copy
-// CHECK: %[[Z:.*]] = ds.matmul %{{.*}}, %arg3 : tensor<4x4xf32>, tensor<4x4xf32>
+// CHECK: %[[Z:.*]] = ds.matmul %{{.*}}, %arg3 : tensor<4x4xf32>, tensor<4x8xf32>
 // The loss's float ops compute in f32 under a 16-bit precision.
-// CHECK: ds.reduce_max %[[Z]] {axes = array<i64: 1>, ds.compute_f32} : tensor<4x4xf32>
+// CHECK: ds.reduce_max %[[Z]] {axes = array<i64: 1>, ds.compute_f32} : tensor<4x8xf32>
 // CHECK-NEXT: shard.all_reduce {{.*}} reduction = {{ *}}max {ds.compute_f32} : tensor<4x1xf32>
 // CHECK-NEXT: ds.stop_gradient
 // CHECK: shard.all_reduce {{.*}} : tensor<4x1xf32>
@@ -261,12 +262,12 @@ func.func @whole_bytes(%arg0: tensor<4x4xf32> {ds.param = #ds.param<name = "w", 
 // CHECK: ds.reduce_sum {{.*}} {axes = array<i64: 0, 1>, ds.compute_f32, keepdims = false} : tensor<4x1xf32>
 // CHECK-NEXT: return
 func.func @main(%arg0: tensor<4xi64> {ds.input = "ids"}, %arg1: tensor<4xi64> {ds.input = "labels"},
-    %arg2: tensor<8x4xf32> {ds.param = #ds.param<name = "embed.weight", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 128>>},
-    %arg3: tensor<4x8xf32> {ds.param = #ds.param<name = "head.weight", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 128>>})
+    %arg2: tensor<16x4xf32> {ds.param = #ds.param<name = "embed.weight", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 256>>},
+    %arg3: tensor<4x16xf32> {ds.param = #ds.param<name = "head.weight", trainable = true, data = #ds.extern<location = "w.bin", offset = 0, length = 256>>})
     -> (tensor<f32> {ds.output = "loss"}) {
-  %0 = ds.gather %arg2, %arg0 {axis = 0 : i64} : tensor<8x4xf32>, tensor<4xi64>
+  %0 = ds.gather %arg2, %arg0 {axis = 0 : i64} : tensor<16x4xf32>, tensor<4xi64>
   %1 = ds.tanh %0 : tensor<4x4xf32>
-  %2 = ds.matmul %1, %arg3 : tensor<4x4xf32>, tensor<4x8xf32>
-  %loss, %lp = ds.softmax_cross_entropy %2, %arg1 {reduction = #ds<reduction sum>} : tensor<4x8xf32>, tensor<4xi64>
+  %2 = ds.matmul %1, %arg3 : tensor<4x4xf32>, tensor<4x16xf32>
+  %loss, %lp = ds.softmax_cross_entropy %2, %arg1 {reduction = #ds<reduction sum>} : tensor<4x16xf32>, tensor<4xi64>
   return %loss : tensor<f32>
 }

@@ -392,12 +392,12 @@ def Ds_TensorSplitAttr : Ds_Attr<"TensorSplit", "tp_split"> {
     three), each cut into `ranks` equal pieces; tp rank r holds piece r of
     every block, in block order. `blocks = 1` is a plain even split.
 
-    `whole = V` (only with `blocks = 1`) pads an axis the ranks do not
-    divide (a vocabulary): each rank holds P = ceil(V / ranks) rounded up
-    to a multiple of 8 entries (paddedPiece), rank r the entries
-    [r * P, ...) of the V, and zeros past the last one. The multiple of 8
-    keeps a 16-bit piece's rows 16-byte aligned, as the GPU's matrix
-    products want. Omitted (0): the ranks divide the axis.
+    `whole = V` (only with `blocks = 1`) pads the axis (a vocabulary):
+    each rank holds P = ceil(V / ranks) rounded up to a multiple of 8
+    entries (paddedPiece), rank r the entries [r * P, ...) of the V, and
+    zeros past the last one; P * ranks > V. The multiple of 8 keeps a
+    16-bit piece's rows 16-byte aligned, as the GPU's matrix products
+    want. Omitted (0): equal pieces.
   }];
   let parameters = (ins "int64_t":$dim, "int64_t":$blocks, "int64_t":$ranks,
                         DefaultValuedParameter<"int64_t", "0">:$whole);

@@ -147,10 +147,10 @@ std::vector<Record> tensors(const Checkpoint &checkpoint);
 // A tensor-parallel piece's key: `base@tpR/T,dim=D,blocks=B`, piece R of
 // T of tensor `base` split along axis D in B blocks (dsrt::tp_piece_copy's
 // layout), so a reader of any tp size can put the pieces back together.
-// A padded piece (an axis of V entries T does not divide; B = 1) adds
-// `,whole=V`: the pieces hold tp_padded_piece(V, T) entries each (or, as
-// older runtimes wrote them, ceil(V / T); see tp_piece_run_ok), zeros
-// past V.
+// A padded piece (B = 1; an axis of V entries that T pieces of
+// tp_padded_piece(V, T) entries more than cover) adds `,whole=V`: the
+// pieces hold tp_padded_piece(V, T) entries each (or, as older runtimes
+// wrote them, ceil(V / T); see tp_piece_run_ok), zeros past V.
 struct TpPiece {
   std::string base;
   int64_t rank = 0, ranks = 1, dim = 0, blocks = 1;

@@ -241,38 +241,39 @@ void set_param_shard(ProgramInfo &info, int64_t total_numel, Shape full_shape);
 // (#ds.tp_split). The parameter's shape (add_param_file) is the piece's;
 // the file bytes and in-program data (add_param_data) are the whole
 // tensor's. Call it before set_param_shard, whose full_shape is then the
-// piece's. A plain split (blocks 1) of an axis N does not divide is padded
-// (a vocabulary): each piece has P = tp_padded_piece(whole[dim], N)
-// entries along it, piece r those from r * P on, zeros past the end.
-void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape whole);
+// piece's. Unless `padded`, the N pieces of each block are equal. A padded
+// split (a vocabulary, #ds.tp_split's `whole`; blocks 1) has pieces of
+// P = tp_padded_piece(whole[dim], N) entries along the axis, piece r those
+// from r * P on, zeros past the end.
+void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape whole,
+                        bool padded = false);
 
-// The entries each of `ranks` pieces of an axis of `extent` holds: an even
-// split's extent / ranks; a padded one's ceil(extent / ranks) rounded up
-// to a multiple of kTpPadMultiple, so that a 16-bit piece's rows stay
-// 16-byte aligned for the GPU's matrix products (the compiler's
-// ds::TensorSplitAttr::paddedPiece is the same rule).
+// The entries each of `ranks` pieces of a padded axis of `extent` holds:
+// ceil(extent / ranks) rounded up to a multiple of kTpPadMultiple, so that
+// a 16-bit piece's rows stay 16-byte aligned for the GPU's matrix products
+// (the compiler's ds::TensorSplitAttr::paddedPiece is the same rule).
 constexpr int64_t kTpPadMultiple = 8;
 int64_t tp_padded_piece(int64_t extent, int64_t ranks);
-// Whether pieces of `run` entries are a layout of an axis of `extent` over
-// `ranks`: the even split's, or, padded, any run from ceil(extent / ranks)
-// to tp_padded_piece's (checkpoints written before the multiple of 8 hold
+// Whether padded pieces of `run` entries are a layout of an axis of
+// `extent` over `ranks`: any run from ceil(extent / ranks) to
+// tp_padded_piece's (checkpoints written before the multiple of 8 hold
 // ceil(extent / ranks)).
 bool tp_piece_run_ok(int64_t extent, int64_t ranks, int64_t run);
 
 // The shape of one of `ranks` pieces of `whole` split along `dim` in
-// `blocks` blocks (padded as set_param_tp_split says); throws naming the
-// split when it is none.
-Shape tp_piece_shape(const Shape &whole, int64_t dim, int64_t blocks, int64_t ranks);
+// `blocks` equal blocks, each into `ranks` equal pieces (run 0), or padded
+// (blocks 1) into pieces of `run` entries along `dim` (tp_piece_run_ok);
+// throws naming the split when it is none.
+Shape tp_piece_shape(const Shape &whole, int64_t dim, int64_t blocks, int64_t ranks,
+                     int64_t run = 0);
 
 // Piece `rank` of `ranks` of a tensor split as set_param_tp_split says
 // (axis `dim` of `whole` in `blocks` blocks), between the whole tensor's
 // bytes and the piece's (both dense, row-major, `elem_size` bytes per
 // element): to_piece copies the piece out of `whole_bytes`, otherwise it
 // writes the piece into its place there (a padded piece: its entries
-// past the whole's end are zeros, and are not written back). `run`, where
-// not 0, is the piece's entries per block along `dim` when they are not
-// the rule's (a padded piece read from an older checkpoint; see
-// tp_piece_run_ok).
+// past the whole's end are zeros, and are not written back). `run` is
+// tp_piece_shape's: 0 for equal pieces, a padded piece's entries else.
 void tp_piece_copy(void *whole_bytes, void *piece_bytes, const Shape &whole, int64_t dim,
                    int64_t blocks, int64_t ranks, int64_t rank, size_t elem_size, bool to_piece,
                    int64_t run = 0);

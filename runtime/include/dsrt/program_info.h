@@ -94,8 +94,9 @@ struct ParamInfo : ValueInfo {
   // dp too, else `shape`) is, along axis `tp_dim` cut into `tp_blocks`
   // equal blocks, piece r (the rank's tp coordinate) of tp ranks of every
   // block. The file bytes and `data` are the model's whole tensor.
-  // tp_blocks 0: not split.
-  int64_t tp_dim = 0, tp_blocks = 0;
+  // tp_blocks 0: not split. tp_run: a padded split's entries per piece
+  // along tp_dim (tp_padded_piece), 0 for equal pieces.
+  int64_t tp_dim = 0, tp_blocks = 0, tp_run = 0;
   Shape tp_whole;
 
   bool sharded() const { return shard_total > 0; }
