@@ -44,6 +44,14 @@ if(DSRT_HAVE_CUDA)
   set_target_properties(dsrt_fake_cudart PROPERTIES CXX_STANDARD 17
                         LIBRARY_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/lib")
   list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_fake_cudart)
+  # The fake's per-stream device clocks (cuda/fake_clock.cpp).
+  add_executable(dsrt_cuda_fake_clock cuda/fake_clock.cpp)
+  target_link_libraries(dsrt_cuda_fake_clock PRIVATE CUDA::cudart)
+  list(APPEND DSRT_CUDA_TEST_TARGETS dsrt_cuda_fake_clock)
+  add_test(NAME dsrt_cuda_fake_clock COMMAND dsrt_cuda_fake_clock)
+  set_tests_properties(dsrt_cuda_fake_clock PROPERTIES LABELS dsrt_cuda TIMEOUT 60
+                       PASS_REGULAR_EXPRESSION "fake clock: ok"
+                       ENVIRONMENT "LD_PRELOAD=$<TARGET_FILE:dsrt_fake_cudart>")
 
   add_test(NAME dsrt_cuda_kernel_table COMMAND dsrt_cuda_kernel_table)
   set(_src "${CMAKE_CURRENT_SOURCE_DIR}/../src")

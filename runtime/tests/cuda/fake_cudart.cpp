@@ -9,9 +9,14 @@
 //            done at once on the host, in call order
 //   streams, events  handles the fake checks: a stream or event used after
 //            it was destroyed, or a wait on an event never recorded, counts
-//            as an error. A fake device clock advances 1 ms per piece of
+//            as an error. A fake device clock per stream: each piece of
 //            work queued (launch, asynchronous copy or memset, matmul, NCCL
-//            call); an event records it, cudaEventElapsedTime subtracts
+//            call) takes 1 ms of its stream's, from when the stream's work
+//            before it ended, an event it waits on was reached and the
+//            host thread queued it (after that thread's last wait); so work
+//            on two streams that nothing orders overlaps, as on a GPU. An
+//            event records its stream's clock, cudaEventElapsedTime
+//            subtracts
 //   kernels  launches are counted (by kernel name, from the registration
 //            calls nvcc generates, and by stream with cudaMemsetAsync and
 //            cublasLtMatmul) and their configurations checked; they
@@ -92,6 +97,7 @@ struct Phase {
 struct FakeStream {
   unsigned flags = 0;
   int number = 0;  // creation order, from 1
+  double clock_us = 0;  // when the work queued on it so far ends
 };
 struct FakeEvent {
   bool recorded = false;
@@ -105,10 +111,17 @@ struct State {
   std::set<FakeStream *> streams;
   int streams_made = 0;
   std::set<FakeEvent *> events;
-  // The fake device clock: every piece of work queued (a kernel launch, an
-  // asynchronous copy or memset, a matmul, an NCCL call) takes 1 ms of it,
-  // whatever stream it is on; an event records the clock.
-  double clock_us = 0;
+  // The fake device clocks: every piece of work queued (a kernel launch,
+  // an asynchronous copy or memset, a matmul, an NCCL call) takes 1 ms of
+  // its stream's (FakeStream::clock_us; the legacy default stream's here),
+  // starting no earlier than host_us(), the fake time the queuing host
+  // thread last waited for (a synchronizing call returns when what it
+  // waits for ends; another thread, a transport's, goes on meanwhile).
+  double legacy_clock_us = 0;
+  static double &host_us() {
+    static thread_local double us = 0;
+    return us;
+  }
   // DSRT_FAKE_CUDA_FAIL_LAUNCH: the launch that faults, and the fault every
   // synchronizing call reports from then on (sticky, as on a GPU).
   long long launches_matched = 0;
@@ -162,11 +175,39 @@ struct State {
     if (!stream_ok(s)) error(std::string(api) + ": a stream that is not live");
     if (!s) ++now().calls[std::string(api) + " on the legacy default stream"];
   }
-  // Counts `what` as work queued on stream `s`.
+  // Counts `what` as work queued on stream `s`, 1 ms of it.
   void on_stream(cudaStream_t s, const std::string &what) {
-    clock_us += 1000;
+    advance(s, 1000);
     const int number = stream_ok(s) && s ? reinterpret_cast<FakeStream *>(s)->number : 0;
     ++now().stream_work[std::to_string(number) + " " + what];
+  }
+  // The legacy default stream (s null, or not live) and the blocking
+  // streams (not cudaStreamNonBlocking) wait for each other's work.
+  static bool blocking(const FakeStream *f) { return (f->flags & cudaStreamNonBlocking) == 0; }
+  // When work queued on `s` now may start.
+  double ready(cudaStream_t s) {
+    auto *f = stream_ok(s) && s ? reinterpret_cast<FakeStream *>(s) : nullptr;
+    double at = std::max(host_us(), f ? f->clock_us : legacy_clock_us);
+    if (!f || blocking(f)) at = std::max(at, legacy_clock_us);
+    if (!f)
+      for (FakeStream *other : streams)
+        if (blocking(other)) at = std::max(at, other->clock_us);
+    return at;
+  }
+  // Queues `us` of work on `s`.
+  void advance(cudaStream_t s, double us) {
+    const double end = ready(s) + us;
+    if (stream_ok(s) && s)
+      reinterpret_cast<FakeStream *>(s)->clock_us = end;
+    else
+      legacy_clock_us = end;
+  }
+  // Everything queued on `s` (every stream: null with all) has ended when
+  // a synchronizing call returns.
+  void host_waits(cudaStream_t s, bool all = false) {
+    host_us() = std::max(host_us(), ready(s));
+    if (all)
+      for (FakeStream *f : streams) host_us() = std::max(host_us(), f->clock_us);
   }
   // Whether [p, p + n) lies in memory the fake handed out, and which kind.
   const char *kind_of(const void *p, size_t n) {
@@ -384,6 +425,7 @@ const char *cudaGetErrorName(cudaError_t error) { return cudaGetErrorString(erro
 cudaError_t cudaDeviceSynchronize(void) {
   LOCKED;
   st.count("cudaDeviceSynchronize");
+  st.host_waits(nullptr, /*all=*/true);
   return st.fault;
 }
 cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
@@ -521,6 +563,8 @@ void check_copy(State &st, const char *api, void *dst, const void *src, size_t b
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
   LOCKED;
   st.count("cudaMemcpy");
+  // On the legacy default stream, and the host waits for it.
+  st.host_waits(nullptr);
   std::memmove(dst, src, bytes);
   return st.fault;
 }
@@ -530,7 +574,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
   st.count("cudaMemcpyAsync");
   st.check_stream(stream, "cudaMemcpyAsync");
   if (bytes) check_copy(st, "cudaMemcpyAsync", dst, src, bytes);
-  st.clock_us += 1000;
+  st.advance(stream, 1000);
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -541,7 +585,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
   st.count("cudaMemcpy2DAsync");
   st.check_stream(stream, "cudaMemcpy2DAsync");
   if (width > dpitch || width > spitch) st.error("cudaMemcpy2DAsync: width above a pitch");
-  st.clock_us += 1000;
+  st.advance(stream, 1000);
   for (size_t r = 0; r < height; ++r)
     std::memmove(static_cast<char *>(dst) + r * dpitch,
                  static_cast<const char *>(src) + r * spitch, width);
@@ -550,6 +594,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
 cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
   LOCKED;
   st.count("cudaMemset");
+  st.host_waits(nullptr);
   std::memset(dst, value, bytes);
   return cudaSuccess;
 }
@@ -588,12 +633,14 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   LOCKED;
   st.count("cudaStreamSynchronize");
   st.check_stream(stream, "cudaStreamSynchronize");
+  st.host_waits(stream);
   return st.fault;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   LOCKED;
   st.count("cudaStreamQuery");
   st.check_stream(stream, "cudaStreamQuery");
+  st.host_waits(stream);
   return st.fault;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
@@ -632,7 +679,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   FakeEvent *e = live_event(st, event, "cudaEventRecord");
   if (!e) return cudaErrorInvalidResourceHandle;
   e->recorded = true;
-  e->time_us = st.clock_us;
+  e->time_us = st.ready(stream);
   return cudaSuccess;
 }
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int) {
@@ -647,18 +694,31 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   // On a GPU a wait for an event never recorded returns at once: an order
   // the program meant to have is missing.
   if (!e->recorded) st.error("cudaStreamWaitEvent on an event that was never recorded");
+  // The stream's later work starts when the event is reached.
+  if (st.stream_ok(stream) && stream) {
+    auto *f = reinterpret_cast<FakeStream *>(stream);
+    f->clock_us = std::max(f->clock_us, e->time_us);
+  } else {
+    st.legacy_clock_us = std::max(st.legacy_clock_us, e->time_us);
+  }
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   LOCKED;
   st.count("cudaEventSynchronize");
-  return live_event(st, event, "cudaEventSynchronize") ? st.fault
-                                                       : cudaErrorInvalidResourceHandle;
+  FakeEvent *e = live_event(st, event, "cudaEventSynchronize");
+  if (!e) return cudaErrorInvalidResourceHandle;
+  st.host_us() = std::max(st.host_us(), e->time_us);
+  return st.fault;
 }
+// Every event is reached at once: a query finds it done, as a wait would.
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   LOCKED;
   st.count("cudaEventQuery");
-  return live_event(st, event, "cudaEventQuery") ? st.fault : cudaErrorInvalidResourceHandle;
+  FakeEvent *e = live_event(st, event, "cudaEventQuery");
+  if (!e) return cudaErrorInvalidResourceHandle;
+  st.host_us() = std::max(st.host_us(), e->time_us);
+  return st.fault;
 }
 // The fake clock's time between the two records (every event is reached
 // at once); as on a GPU, an event never recorded or made without timing is
@@ -1122,7 +1182,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   // The heuristic's algorithm number (cublasLtMatmulAlgoGetHeuristic):
   // number k takes k ms more; counted by number when more than one may be.
   const uint64_t number = algo ? algo->data[0] : 0;
-  st.clock_us += 1000.0 * static_cast<double>(number);
+  st.advance(stream, 1000.0 * static_cast<double>(number));
   static const bool by_number = std::getenv("DSRT_CUBLASLT_TUNE") != nullptr;
   if (by_number)
     ++st.now().calls["cublasLtMatmul algorithm " + std::to_string(number)];
@@ -1240,7 +1300,7 @@ ncclResult_t collective(const char *api, cudaStream_t stream) {
   LOCKED;
   st.count(api);
   st.check_stream(stream, api);
-  st.clock_us += 1000;
+  st.advance(stream, 1000);
   return ncclSuccess;
 }
 }  // namespace
