@@ -260,7 +260,8 @@ TEST_F(Checkpoint, TensorParallelPaddedPiecesOfEight) {
   odd1.add(ck::tp_piece_key(piece1), DType::F32, Shape{9, 2}, 0, 18, nine.data());
   commit({&odd0, &odd1});
   const ck::Checkpoint bad = ck::open_checkpoint(step_dir());
-  EXPECT_NE(error_of([&] { ck::read_whole(bad, "param:w"); }).find("of shape [9, 2] is not a piece"),
+  EXPECT_NE(error_of([&] { ck::read_whole(bad, "param:w"); })
+                .find("of shape [9, 2] is not a piece"),
             std::string::npos);
 }
 

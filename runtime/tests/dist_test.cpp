@@ -944,7 +944,8 @@ TEST(TpPiece, PaddedRows) {
       EXPECT_EQ(piece[static_cast<size_t>(k)], at < 40 ? static_cast<float>(at) : 0.0f)
           << "rank " << r << " element " << k;
     }
-    if (r == 2) std::fill(piece.begin() + 8, piece.end(), 99.0f);  // padding never reaches the whole
+    // Padding never reaches the whole.
+    if (r == 2) std::fill(piece.begin() + 8, piece.end(), 99.0f);
     dsrt::tp_piece_copy(back.data(), piece.data(), {20, 2}, 0, 1, 3, r, sizeof(float), false, 8);
     // The older layout: 7 rows per piece, rank r's from 7 r.
     std::vector<float> old(14, 99.0f);
