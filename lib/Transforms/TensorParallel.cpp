@@ -108,13 +108,14 @@ private:
     return done == committed.end() ? ds::TensorSplit::replicated()
                                    : done->second;
   }
-  /// A plain split into equal pieces that are not multiples of 8 (16
-  /// bytes of a 16-bit value; see ds::TensorSplitAttr::paddedPiece).
+  /// A plain split into equal pieces that are not multiples of
+  /// ds::TensorSplitAttr::kPadMultiple (see paddedPiece).
   bool unaligned(Value value, ds::TensorSplit split) const {
     if (!split.isSplit() || split.blocks != 1)
       return false;
     int64_t extent = tensorType(value).getDimSize(split.dim);
-    return extent % size == 0 && (extent / size) % 8 != 0;
+    return extent % size == 0 &&
+           (extent / size) % ds::TensorSplitAttr::kPadMultiple != 0;
   }
   bool isParam(Value value) const {
     auto arg = dyn_cast<BlockArgument>(value);

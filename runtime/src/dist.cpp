@@ -756,15 +756,13 @@ void set_param_tp_split(ProgramInfo &info, int64_t dim, int64_t blocks, Shape wh
     throw Error(what + ": the grid has no tp axis of 2 or more ranks (call set_grid first)");
   // A padded split (a vocabulary) is a plain one whose padding is real;
   // any other splits evenly.
-  const int64_t run =
-      padded && dim >= 0 && dim < whole.rank ? tp_padded_piece(whole[dim], ranks) : 0;
-  if (padded && (dim < 0 || dim >= whole.rank || blocks != 1 || whole[dim] < 1 ||
-                 run * ranks == whole[dim]))
+  const bool axis_ok = dim >= 0 && dim < whole.rank;
+  const int64_t run = padded && axis_ok ? tp_padded_piece(whole[dim], ranks) : 0;
+  if (padded && (!axis_ok || blocks != 1 || run * ranks == whole[dim]))
     throw Error(what + ": axis " + std::to_string(dim) + " of " + whole.str() +
                 " is not padded when split in " + std::to_string(blocks) + " block(s) over " +
                 std::to_string(ranks) + " ranks");
-  if (!padded &&
-      (dim < 0 || dim >= whole.rank || blocks < 1 || whole[dim] % (blocks * ranks) != 0))
+  if (!padded && (!axis_ok || blocks < 1 || whole[dim] % (blocks * ranks) != 0))
     throw Error(what + ": axis " + std::to_string(dim) + " of " + whole.str() +
                 " does not split into " + std::to_string(blocks) + " x " +
                 std::to_string(ranks) + " equal pieces");

@@ -406,12 +406,15 @@ def Ds_TensorSplitAttr : Ds_Attr<"TensorSplit", "tp_split"> {
     int64_t wholeExtent(int64_t local) const {
       return getWhole() ? getWhole() : local * getRanks();
     }
+    /// The multiple a padded axis's pieces are rounded up to: 16 bytes of
+    /// a 16-bit value (dsrt::kTpPadMultiple).
+    static constexpr int64_t kPadMultiple = 8;
     /// The entries each of `ranks` pieces of a padded axis of `whole`
-    /// holds: ceil(whole / ranks) rounded up to a multiple of 8. The
-    /// runtime cuts pieces by the same rule (dsrt::tp_piece_shape).
+    /// holds: ceil(whole / ranks) rounded up to kPadMultiple. The runtime
+    /// cuts pieces by the same rule (dsrt::tp_padded_piece).
     static int64_t paddedPiece(int64_t whole, int64_t ranks) {
       int64_t piece = (whole + ranks - 1) / ranks;
-      return (piece + 7) / 8 * 8;
+      return (piece + kPadMultiple - 1) / kPadMultiple * kPadMultiple;
     }
   }];
   let assemblyFormat = "`<` struct(params) `>`";

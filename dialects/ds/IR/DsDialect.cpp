@@ -222,14 +222,12 @@ TensorSplitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tp_split blocks must be at least 1, got " << blocks;
   if (ranks < 2)
     return emitError() << "tp_split ranks must be at least 2, got " << ranks;
-  if (whole < 0 ||
-      (whole > 0 && (blocks != 1 ||
-                     TensorSplitAttr::paddedPiece(whole, ranks) * ranks == whole)))
+  const int64_t piece = whole > 0 ? TensorSplitAttr::paddedPiece(whole, ranks) : 0;
+  if (whole < 0 || (whole > 0 && (blocks != 1 || piece * ranks == whole)))
     return emitError() << "tp_split whole " << whole
                        << " pads only a plain split (blocks = 1) of an axis "
                           "whose padded pieces ("
-                       << (whole > 0 ? TensorSplitAttr::paddedPiece(whole, ranks) : 0)
-                       << " entries each) exceed it";
+                       << piece << " entries each) exceed it";
   return success();
 }
 

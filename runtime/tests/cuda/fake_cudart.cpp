@@ -178,16 +178,26 @@ struct State {
   // Counts `what` as work queued on stream `s`, 1 ms of it.
   void on_stream(cudaStream_t s, const std::string &what) {
     advance(s, 1000);
-    const int number = stream_ok(s) && s ? reinterpret_cast<FakeStream *>(s)->number : 0;
-    ++now().stream_work[std::to_string(number) + " " + what];
+    const FakeStream *f = live(s);
+    ++now().stream_work[std::to_string(f ? f->number : 0) + " " + what];
   }
-  // The legacy default stream (s null, or not live) and the blocking
-  // streams (not cudaStreamNonBlocking) wait for each other's work.
+  // `s` as the fake's stream; null for the legacy default stream (or a
+  // stream that is not live, which check_stream counts).
+  FakeStream *live(cudaStream_t s) {
+    return stream_ok(s) && s ? reinterpret_cast<FakeStream *>(s) : nullptr;
+  }
+  // The clock of `s`: when the work queued on it so far ends.
+  double &clock_of(cudaStream_t s) {
+    FakeStream *f = live(s);
+    return f ? f->clock_us : legacy_clock_us;
+  }
+  // The legacy default stream and the blocking streams (not
+  // cudaStreamNonBlocking) wait for each other's work.
   static bool blocking(const FakeStream *f) { return (f->flags & cudaStreamNonBlocking) == 0; }
   // When work queued on `s` now may start.
   double ready(cudaStream_t s) {
-    auto *f = stream_ok(s) && s ? reinterpret_cast<FakeStream *>(s) : nullptr;
-    double at = std::max(host_us(), f ? f->clock_us : legacy_clock_us);
+    const FakeStream *f = live(s);
+    double at = std::max(host_us(), clock_of(s));
     if (!f || blocking(f)) at = std::max(at, legacy_clock_us);
     if (!f)
       for (FakeStream *other : streams)
@@ -195,19 +205,15 @@ struct State {
     return at;
   }
   // Queues `us` of work on `s`.
-  void advance(cudaStream_t s, double us) {
-    const double end = ready(s) + us;
-    if (stream_ok(s) && s)
-      reinterpret_cast<FakeStream *>(s)->clock_us = end;
-    else
-      legacy_clock_us = end;
-  }
+  void advance(cudaStream_t s, double us) { clock_of(s) = ready(s) + us; }
+  // The queuing host thread has waited until fake time `us`.
+  static void host_until(double us) { host_us() = std::max(host_us(), us); }
   // Everything queued on `s` (every stream: null with all) has ended when
   // a synchronizing call returns.
   void host_waits(cudaStream_t s, bool all = false) {
-    host_us() = std::max(host_us(), ready(s));
+    host_until(ready(s));
     if (all)
-      for (FakeStream *f : streams) host_us() = std::max(host_us(), f->clock_us);
+      for (FakeStream *f : streams) host_until(f->clock_us);
   }
   // Whether [p, p + n) lies in memory the fake handed out, and which kind.
   const char *kind_of(const void *p, size_t n) {
@@ -695,12 +701,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   // the program meant to have is missing.
   if (!e->recorded) st.error("cudaStreamWaitEvent on an event that was never recorded");
   // The stream's later work starts when the event is reached.
-  if (st.stream_ok(stream) && stream) {
-    auto *f = reinterpret_cast<FakeStream *>(stream);
-    f->clock_us = std::max(f->clock_us, e->time_us);
-  } else {
-    st.legacy_clock_us = std::max(st.legacy_clock_us, e->time_us);
-  }
+  double &clock = st.clock_of(stream);
+  clock = std::max(clock, e->time_us);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -708,7 +710,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   st.count("cudaEventSynchronize");
   FakeEvent *e = live_event(st, event, "cudaEventSynchronize");
   if (!e) return cudaErrorInvalidResourceHandle;
-  st.host_us() = std::max(st.host_us(), e->time_us);
+  st.host_until(e->time_us);
   return st.fault;
 }
 // Every event is reached at once: a query finds it done, as a wait would.
@@ -717,7 +719,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   st.count("cudaEventQuery");
   FakeEvent *e = live_event(st, event, "cudaEventQuery");
   if (!e) return cudaErrorInvalidResourceHandle;
-  st.host_us() = std::max(st.host_us(), e->time_us);
+  st.host_until(e->time_us);
   return st.fault;
 }
 // The fake clock's time between the two records (every event is reached
