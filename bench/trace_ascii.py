@@ -7,8 +7,11 @@ Reads the Chrome trace JSON of `OUT/train --trace` (measured) or of
 `dsopt --emit=trace` (simulated, one step). Forward passes are drawn with
 `=`, backward passes with `#` (zb-h1: its input part `#`, its weight part
 `w`), each labelled with its name where it fits; time a rank spends in a
-send or receive is `.`, idle time blank. Below the lanes: the step's
-makespan and its bubble, 1 - compute / (ranks x makespan).
+send or receive is `.`, idle time blank. A rank's transfers on a track of
+their own (the runtime's transfer stream, the simulation's streamed sends)
+are drawn on a lane below it, `~` while a send_recv group is in flight.
+Below the lanes: the step's makespan and its bubble,
+1 - compute / (ranks x makespan).
 """
 import argparse
 import json
@@ -45,6 +48,14 @@ def main() -> int:
     span = end - start
     scale = args.width / span
     lanes = sorted({e["tid"] for e in slices})
+    # A lane of transfers only is a transfer stream's: drawn after its
+    # rank's (the lane of the same rank, or tid - ranks), not counted as a
+    # rank.
+    transfer_lanes = {t for t in lanes
+                      if all(not kind_of(e["name"]) for e in slices if e["tid"] == t)}
+    ranks = len(lanes) - len(transfer_lanes)
+    if transfer_lanes:
+        lanes.sort(key=lambda t: (t - ranks, 1) if t in transfer_lanes else (t, 0))
     label_width = max(len(names.get(t, f"rank {t}")) for t in lanes)
     compute = 0.0
     for tid in lanes:
@@ -56,7 +67,7 @@ def main() -> int:
             kind = kind_of(e["name"])
             if kind:
                 compute += e["dur"]
-            fill = FILL.get(kind, ".")
+            fill = FILL.get(kind, "~" if tid in transfer_lanes else ".")
             for c in range(c0, min(c1, args.width)):
                 if row[c] == " " or kind:
                     row[c] = fill
@@ -65,7 +76,7 @@ def main() -> int:
                 row[at:at + len(e["name"])] = list(e["name"])
         print(f"{names.get(tid, f'rank {tid}'):>{label_width}} |{''.join(row)}|")
     print(f"step {step}: makespan {span / 1000:.2f} ms, bubble "
-          f"{1 - compute / (len(lanes) * span):.3f}")
+          f"{1 - compute / (ranks * span):.3f}")
     return 0
 
 

@@ -268,36 +268,67 @@ def overlap_us(a: list, b: list) -> float:
     return total
 
 
+PIPELINE_COMPUTE = ("forward", "backward", "weight-gradient")
+
+
 def trace_overlap(path: Path, require: bool) -> int:
+    """Per rank: how long compute and communication entries overlap. An op
+    trace (train --trace) has one process per rank, each of which must
+    overlap with --require-overlap where it communicates. A pipeline trace
+    (train --trace of a --pp program) has one process whose entries name
+    their rank (args.rank), computations in the categories forward,
+    backward and weight-gradient and send_recv groups on each rank's
+    transfer stream; there the schedule decides which ranks can overlap
+    (1F1B's last stage receives each input in the group that sends the
+    previous gradient, so it cannot), and --require-overlap asks it of one
+    rank at least."""
     events = json.loads(path.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     ops = [e for e in events if e.get("ph") == "X"]
     if not ops:
         print(f"{path}: FAILED: no op entries")
         return 1
-    failures = 0
-    for pid in sorted({e["pid"] for e in ops}):
-        mine = [e for e in ops if e["pid"] == pid]
-        spans = {cat: union([(e["ts"], e["ts"] + e["dur"]) for e in mine if e.get("cat") == cat])
+    pipeline = any("rank" in e.get("args", {}) for e in ops)
+    label = "rank" if pipeline else "pid"
+
+    def owner(e):
+        return e["args"]["rank"] if pipeline else e["pid"]
+
+    def category(e):
+        return "compute" if e.get("cat") in PIPELINE_COMPUTE else e.get("cat")
+
+    failures, overlapping, communicating = 0, 0, 0
+    for who in sorted({owner(e) for e in ops}):
+        mine = [e for e in ops if owner(e) == who]
+        spans = {cat: union([(e["ts"], e["ts"] + e["dur"]) for e in mine if category(e) == cat])
                  for cat in ("compute", "communication", "io")}
-        counts = {cat: sum(e.get("cat") == cat for e in mine) for cat in spans}
+        counts = {cat: sum(category(e) == cat for e in mine) for cat in spans}
         busy = {cat: sum(end - begin for begin, end in spans[cat]) for cat in spans}
         shared = overlap_us(spans["compute"], spans["communication"])
         share = f" ({100 * shared / busy['communication']:.1f}% of the communication time)" \
             if busy["communication"] else ""
-        print(f"{path.name}: pid {pid}: {counts['compute']} compute ops busy "
+        print(f"{path.name}: {label} {who}: {counts['compute']} compute ops busy "
               f"{busy['compute'] / 1e3:.3f} ms, {counts['communication']} communication ops busy "
               f"{busy['communication'] / 1e3:.3f} ms; overlapped {shared / 1e3:.3f} ms{share}")
         if counts["io"]:
             # The file space's reads and writes (NVMe offload) on the I/O stream.
             io_shared = overlap_us(spans["compute"], spans["io"])
-            print(f"{path.name}: pid {pid}: {counts['io']} I/O ops busy {busy['io'] / 1e3:.3f} ms; "
-                  f"overlapped with compute {io_shared / 1e3:.3f} ms")
-        if require and counts["communication"] and shared <= 0:
-            print(f"{path.name}: pid {pid}: FAILED: no communication op overlaps compute")
+            print(f"{path.name}: {label} {who}: {counts['io']} I/O ops busy "
+                  f"{busy['io'] / 1e3:.3f} ms; overlapped with compute {io_shared / 1e3:.3f} ms")
+        communicating += counts["communication"] > 0
+        overlapping += shared > 0
+        if not counts["communication"]:
+            print(f"{path.name}: {label} {who}: no communication ops (nothing to overlap)")
+        elif require and not pipeline and shared <= 0:
+            print(f"{path.name}: {label} {who}: FAILED: no communication op overlaps compute")
             failures += 1
-        elif not counts["communication"]:
-            print(f"{path.name}: pid {pid}: no communication ops (nothing to overlap)")
+    if require and pipeline and communicating:
+        if overlapping:
+            print(f"{path.name}: {overlapping} of {communicating} ranks overlap transfers "
+                  f"with compute")
+        else:
+            print(f"{path.name}: FAILED: no rank's transfers overlap its compute")
+            failures += 1
     return 1 if failures else 0
 
 

@@ -714,9 +714,11 @@ FailureOr<PipelineFacts> pipelineOf(ModuleOp train) {
   for (auto [costs, out] :
        {std::pair{&facts.costs, &facts.simulation},
         {&facts.uniform, &facts.uniformSimulation}}) {
-    // Rendezvous transfers, as the runtime's send_recv (and NCCL) make them.
+    // Rendezvous groups (the runtime's send_recv, NCCL's grouped calls) on
+    // a transfer stream of each rank's own, as the runtime's pipeline
+    // executor runs them.
     llvm::Expected<pipeline::Simulation> simulation = pipeline::simulate(
-        facts.schedule, *costs, pipeline::SendSemantics::Rendezvous);
+        facts.schedule, *costs, pipeline::SendSemantics::Streamed);
     if (!simulation)
       return train.emitError() << "pipeline simulation: "
                                << llvm::toString(simulation.takeError());

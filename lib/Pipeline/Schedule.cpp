@@ -16,7 +16,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
+#include <optional>
 
 using namespace dsopt::pipeline;
 using llvm::Twine;
@@ -63,6 +65,8 @@ llvm::StringRef dsopt::pipeline::getSendSemanticsName(SendSemantics semantics) {
     return "buffered";
   case SendSemantics::Rendezvous:
     return "rendezvous";
+  case SendSemantics::Streamed:
+    return "streamed";
   }
   llvm_unreachable("unknown send semantics");
 }
@@ -70,7 +74,8 @@ llvm::StringRef dsopt::pipeline::getSendSemanticsName(SendSemantics semantics) {
 std::optional<SendSemantics>
 dsopt::pipeline::parseSendSemantics(llvm::StringRef name) {
   for (SendSemantics semantics :
-       {SendSemantics::Buffered, SendSemantics::Rendezvous})
+       {SendSemantics::Buffered, SendSemantics::Rendezvous,
+        SendSemantics::Streamed})
     if (name == getSendSemanticsName(semantics))
       return semantics;
   return std::nullopt;
@@ -494,6 +499,11 @@ struct StageMicrobatch {
   bool backwardWeight = false; // a BackwardWeight
   bool input = false;          // the forward's input is on the rank
   bool outputGradient = false; // the backward's input is on the rank
+  // When the input and the output gradient arrived (their receive ended).
+  double inputAt = 0, outputGradientAt = 0;
+  // Streamed: the receive of the input, of the output gradient, is queued
+  // on the rank's transfer stream (and may not have ended yet).
+  bool inputQueued = false, outputGradientQueued = false;
 };
 
 class Simulator {
@@ -517,13 +527,23 @@ private:
   struct Group {
     size_t begin, end;
     double start = -1; // when its rank reached it; -1 before
+    // Streamed: when the computations queued before it end (its transfer
+    // stream waits for them). Its start is the later of that and the end
+    // of the group before it on the stream.
+    double ready = 0;
   };
 
   llvm::Error checkShape();
   void buildGroups();
   llvm::Error step(int rank, bool &blocked);
   llvm::Error stepGroup(int rank, bool &blocked);
-  llvm::Error transferCompleted(int rank, int index);
+  llvm::Error transferCompleted(int rank, int index, double end);
+  std::optional<double> groupEnd(int rank, const Group &group) const;
+  llvm::Error completeGroup(int rank, const Group &group, double end);
+  void queueGroup(int rank);
+  llvm::Error advanceStream(int rank, bool &progressed);
+  llvm::Error reportStreamedDeadlock();
+  void record(int rank, int index, double start, double end);
   llvm::Error checkComplete();
   llvm::Error reportRendezvousDeadlock();
   std::string describeGroup(int rank, int group) const;
@@ -569,6 +589,10 @@ private:
   std::vector<std::vector<int>> groupOf;
   std::vector<std::vector<Partner>> partners;
   bool startedGroup = false;
+  // Streamed only: per rank, the groups queued on its transfer stream and
+  // not ended yet, in order, and when the last one that ended ended.
+  std::vector<std::deque<int>> queued;
+  std::vector<double> streamClock;
   std::vector<StageMicrobatch> states;
   std::vector<size_t> next;   // per rank: the next action
   std::vector<double> clock;  // per rank: when its next action may start
@@ -661,6 +685,10 @@ llvm::Error Simulator::step(int rank, bool &blocked) {
   const Action &action = schedule.ranks[rank][index];
   if (semantics == SendSemantics::Rendezvous && !isCompute(action.kind))
     return stepGroup(rank, blocked);
+  if (semantics == SendSemantics::Streamed && !isCompute(action.kind)) {
+    queueGroup(rank);
+    return llvm::Error::success();
+  }
   int stage = schedule.stageOf(rank, action.chunk);
   int mb = action.microbatch;
   StageMicrobatch &here = state(stage, mb);
@@ -674,6 +702,10 @@ llvm::Error Simulator::step(int rank, bool &blocked) {
                        " runs a second time: the forward of micro-batch " +
                        Twine(mb) + " on stage " + Twine(stage) +
                        " already ran");
+    if (stage > 0 && !here.input && here.inputQueued) {
+      blocked = true; // its receive has not ended
+      return llvm::Error::success();
+    }
     if (stage > 0 && !here.input)
       return makeError(
           describe(rank, index) + " has no input: " +
@@ -685,6 +717,7 @@ llvm::Error Simulator::step(int rank, bool &blocked) {
                      Twine(name(ActionKind::RecvActivation, mb, action.chunk,
                                 schedule.rankOf(stage - 1))) +
                      " before it on rank " + Twine(rank)));
+    start = std::max(start, here.inputAt);
     here.forward = true;
     if (!lastStage && schedule.rankOf(stage + 1) == rank)
       state(stage + 1, mb).input = true;
@@ -708,6 +741,10 @@ llvm::Error Simulator::step(int rank, bool &blocked) {
                        " runs before its forward " +
                        name(ActionKind::Forward, mb, action.chunk) +
                        " on rank " + Twine(rank));
+    if (!lastStage && !here.outputGradient && here.outputGradientQueued) {
+      blocked = true; // its receive has not ended
+      return llvm::Error::success();
+    }
     if (!lastStage && !here.outputGradient)
       return makeError(
           describe(rank, index) + " has no output gradient: " +
@@ -718,6 +755,7 @@ llvm::Error Simulator::step(int rank, bool &blocked) {
                      Twine(name(ActionKind::RecvGradient, mb, action.chunk,
                                 schedule.rankOf(stage + 1))) +
                      " before it on rank " + Twine(rank)));
+    start = std::max(start, here.outputGradientAt);
     (action.kind == ActionKind::Backward ? here.backward
                                          : here.backwardInput) = true;
     if (stage > 0 && schedule.rankOf(stage - 1) == rank)
@@ -788,6 +826,7 @@ llvm::Error Simulator::step(int rank, bool &blocked) {
     ++count;
     end = std::max(start, message.time + costs.latency);
     (activation ? here.input : here.outputGradient) = true;
+    (activation ? here.inputAt : here.outputGradientAt) = end;
     break;
   }
   }
@@ -796,10 +835,101 @@ llvm::Error Simulator::step(int rank, bool &blocked) {
     end = start + computeCost(action, stage);
     result.busy[rank] += end - start;
   }
-  result.timeline[rank].push_back({action, start, end});
+  record(rank, index, start, end);
   clock[rank] = end;
   ++next[rank];
   return llvm::Error::success();
+}
+
+void Simulator::record(int rank, int index, double start, double end) {
+  const Action &action = schedule.ranks[rank][index];
+  // Streamed: transfers end after computations that follow them; the
+  // timeline was sized up front and stays in program order.
+  if (semantics == SendSemantics::Streamed)
+    result.timeline[rank][index] = {action, start, end};
+  else
+    result.timeline[rank].push_back({action, start, end});
+}
+
+/// Streamed: queues the group at the rank's next action on its transfer
+/// stream, behind the computations so far, and goes on at once.
+void Simulator::queueGroup(int rank) {
+  int index = groupOf[rank][next[rank]];
+  Group &group = groups[rank][index];
+  group.ready = clock[rank];
+  queued[rank].push_back(index);
+  for (size_t i = group.begin; i < group.end; ++i) {
+    const Action &action = schedule.ranks[rank][i];
+    if (isSend(action.kind))
+      continue;
+    StageMicrobatch &here =
+        state(schedule.stageOf(rank, action.chunk), action.microbatch);
+    (action.kind == ActionKind::RecvActivation ? here.inputQueued
+                                               : here.outputGradientQueued) =
+        true;
+  }
+  next[rank] = group.end;
+}
+
+/// Streamed: runs the rank's transfer stream as far as it can. The group at
+/// its head starts once the stream reaches it and ends, as a rendezvous
+/// group does, once every peer's stream has started the matching group
+/// (plus the latency).
+llvm::Error Simulator::advanceStream(int rank, bool &progressed) {
+  while (!queued[rank].empty()) {
+    Group &group = groups[rank][queued[rank].front()];
+    if (group.start < 0) {
+      group.start = std::max(group.ready, streamClock[rank]);
+      progressed = true;
+    }
+    std::optional<double> end = groupEnd(rank, group);
+    if (!end)
+      return llvm::Error::success();
+    if (llvm::Error error = completeGroup(rank, group, *end))
+      return error;
+    streamClock[rank] = *end;
+    queued[rank].pop_front();
+    progressed = true;
+  }
+  return llvm::Error::success();
+}
+
+/// Streamed: nothing moves. Each rank's stream waits at its head group for
+/// a peer's stream, or its computations wait for a receive.
+llvm::Error Simulator::reportStreamedDeadlock() {
+  std::vector<std::string> waiting;
+  for (int rank = 0; rank < p; ++rank) {
+    if (!queued[rank].empty()) {
+      int index = queued[rank].front();
+      const Group &group = groups[rank][index];
+      for (size_t i = group.begin; i < group.end; ++i) {
+        const Partner &partner = partners[rank][i];
+        if (partner.rank < 0) {
+          waiting.push_back(describe(rank, i) + " has no counterpart on rank " +
+                            Twine(schedule.ranks[rank][i].peer).str());
+          break;
+        }
+        int other = groupOf[partner.rank][partner.index];
+        if (groups[partner.rank][other].start < 0) {
+          waiting.push_back(
+              describeGroup(rank, index) + " on its transfer stream: its " +
+              formatAction(schedule.ranks[rank][i], v) + " waits for " +
+              describe(partner.rank, partner.index) + " in rank " +
+              Twine(partner.rank).str() + "'s group " + Twine(other).str());
+          break;
+        }
+      }
+    }
+    if (next[rank] < schedule.ranks[rank].size())
+      waiting.push_back(describe(rank, next[rank]) +
+                        " waits for its receive from t = " +
+                        number(clock[rank]));
+  }
+  std::string list;
+  for (auto [i, line] : llvm::enumerate(waiting))
+    list += (i ? "; " : "") + line;
+  return makeError("deadlock: no rank or transfer stream can progress: " +
+                   list);
 }
 
 void Simulator::buildGroups() {
@@ -855,7 +985,7 @@ std::string Simulator::describeGroup(int rank, int group) const {
 
 /// The data of a transfer whose group has completed: a send must follow its
 /// compute, a receive must pair with the send it meets.
-llvm::Error Simulator::transferCompleted(int rank, int index) {
+llvm::Error Simulator::transferCompleted(int rank, int index, double end) {
   const Action &action = schedule.ranks[rank][index];
   const Partner &partner = partners[rank][index];
   int stage = schedule.stageOf(rank, action.chunk);
@@ -895,6 +1025,7 @@ llvm::Error Simulator::transferCompleted(int rank, int index) {
                        Twine(stage) + " computed it");
   } else {
     (activation ? here.input : here.outputGradient) = true;
+    (activation ? here.inputAt : here.outputGradientAt) = end;
   }
   return llvm::Error::success();
 }
@@ -907,30 +1038,43 @@ llvm::Error Simulator::stepGroup(int rank, bool &blocked) {
     group.start = clock[rank];
     startedGroup = true; // peers blocked on it may go on
   }
+  std::optional<double> end = groupEnd(rank, group);
+  if (!end) {
+    blocked = true;
+    return llvm::Error::success();
+  }
+  if (llvm::Error error = completeGroup(rank, group, *end))
+    return error;
+  clock[rank] = *end;
+  next[rank] = group.end;
+  return llvm::Error::success();
+}
+
+/// When a started group completes: once every transfer's partner group has
+/// started, at the latest start plus the latency; none before that.
+std::optional<double> Simulator::groupEnd(int rank, const Group &group) const {
   double ready = group.start;
   for (size_t i = group.begin; i < group.end; ++i) {
     const Partner &partner = partners[rank][i];
-    if (partner.rank < 0) {
-      blocked = true;
-      return llvm::Error::success();
-    }
+    if (partner.rank < 0)
+      return std::nullopt;
     const Group &other =
         groups[partner.rank][groupOf[partner.rank][partner.index]];
-    if (other.start < 0) {
-      blocked = true;
-      return llvm::Error::success();
-    }
+    if (other.start < 0)
+      return std::nullopt;
     ready = std::max(ready, other.start);
   }
-  double end = ready + costs.latency;
+  return ready + costs.latency;
+}
+
+/// Completes every transfer of the group at `end`.
+llvm::Error Simulator::completeGroup(int rank, const Group &group,
+                                     double end) {
   for (size_t i = group.begin; i < group.end; ++i) {
-    if (llvm::Error error = transferCompleted(rank, i))
+    if (llvm::Error error = transferCompleted(rank, i, end))
       return error;
-    result.timeline[rank].push_back(
-        {schedule.ranks[rank][i], group.start, end});
+    record(rank, i, group.start, end);
   }
-  clock[rank] = end;
-  next[rank] = group.end;
   return llvm::Error::success();
 }
 
@@ -1069,23 +1213,29 @@ llvm::Expected<Simulation> Simulator::run() {
   clock.assign(p, 0);
   inFlight.assign(stages, 0);
   inFlightPerRank.assign(p, 0);
-  if (semantics == SendSemantics::Rendezvous)
+  if (semantics != SendSemantics::Buffered)
     buildGroups();
+  queued.assign(p, {});
+  streamClock.assign(p, 0);
   result.kind = schedule.kind;
   result.semantics = semantics;
   result.stages = p;
   result.microbatches = m;
   result.chunks = v;
   result.timeline.resize(p);
+  if (semantics == SendSemantics::Streamed)
+    for (int rank = 0; rank < p; ++rank)
+      result.timeline[rank].resize(schedule.ranks[rank].size());
   result.busy.assign(p, 0);
   result.peakInFlight.assign(stages, 0);
   result.peakInFlightPerRank.assign(p, 0);
 
   // A rank's times depend only on its own program order and on when its
   // messages were sent (with rendezvous: when its peers reached their
-  // groups), so running each rank as far as it can, round after round,
-  // computes the same times as a global event queue. A round in which no
-  // rank moves and no group starts is a deadlock.
+  // groups; streamed: when its peers' transfer streams started them), so
+  // running each rank, and its transfer stream, as far as it can, round
+  // after round, computes the same times as a global event queue. A round
+  // in which nothing moves and no group starts is a deadlock.
   for (bool moved = true; moved;) {
     moved = false;
     for (int rank = 0; rank < p; ++rank) {
@@ -1099,14 +1249,19 @@ llvm::Expected<Simulation> Simulator::run() {
           break;
         moved = true;
       }
+      if (semantics == SendSemantics::Streamed)
+        if (llvm::Error error = advanceStream(rank, moved))
+          return error;
     }
   }
 
   bool stuck = false;
   for (int rank = 0; rank < p; ++rank)
-    stuck |= next[rank] < schedule.ranks[rank].size();
+    stuck |= next[rank] < schedule.ranks[rank].size() || !queued[rank].empty();
   if (stuck && semantics == SendSemantics::Rendezvous)
     return reportRendezvousDeadlock();
+  if (stuck && semantics == SendSemantics::Streamed)
+    return reportStreamedDeadlock();
   std::vector<std::string> waiting;
   for (int rank = 0; rank < p; ++rank)
     if (next[rank] < schedule.ranks[rank].size())
@@ -1124,9 +1279,9 @@ llvm::Expected<Simulation> Simulator::run() {
     return error;
 
   for (int rank = 0; rank < p; ++rank) {
-    if (!result.timeline[rank].empty())
-      result.makespan =
-          std::max(result.makespan, result.timeline[rank].back().end);
+    // Streamed: a rank's last transfer may end after its last computation.
+    for (const TimedAction &timed : result.timeline[rank])
+      result.makespan = std::max(result.makespan, timed.end);
     result.totalCompute += result.busy[rank];
   }
   result.bubbleFraction =
@@ -1169,24 +1324,29 @@ void dsopt::pipeline::writeChromeTrace(const Simulation &simulation,
                   .str());
         });
       });
-      for (int rank = 0; rank < simulation.stages; ++rank) {
+      // Streamed: each rank's transfers on a track of their own.
+      const bool streamed = simulation.semantics == SendSemantics::Streamed;
+      const int lanes = streamed ? 2 : 1;
+      // A track's metadata entry `name` with its one argument.
+      auto metadata = [&](llvm::StringRef name, int tid, llvm::StringRef key,
+                          llvm::json::Value value) {
         json.object([&] {
-          json.attribute("name", "thread_name");
+          json.attribute("name", name);
           json.attribute("ph", "M");
           json.attribute("pid", 0);
-          json.attribute("tid", rank);
-          json.attributeObject("args", [&] {
-            json.attribute("name", "rank " + std::to_string(rank));
-          });
-        });
-        json.object([&] {
-          json.attribute("name", "thread_sort_index");
-          json.attribute("ph", "M");
-          json.attribute("pid", 0);
-          json.attribute("tid", rank);
+          json.attribute("tid", tid);
           json.attributeObject("args",
-                               [&] { json.attribute("sort_index", rank); });
+                               [&] { json.attribute(key, std::move(value)); });
         });
+      };
+      for (int rank = 0; rank < simulation.stages; ++rank) {
+        for (int lane = 0; lane < lanes; ++lane) {
+          const int tid = lane * simulation.stages + rank;
+          metadata("thread_name", tid, "name",
+                   "rank " + std::to_string(rank) + (lane ? " transfers" : ""));
+          metadata("thread_sort_index", tid, "sort_index",
+                   lanes * rank + lane);
+        }
       }
       for (int rank = 0; rank < simulation.stages; ++rank) {
         for (const TimedAction &timed : simulation.timeline[rank]) {
@@ -1222,10 +1382,13 @@ void dsopt::pipeline::writeChromeTrace(const Simulation &simulation,
             json.attribute("cat", category);
             json.attribute("ph", "X");
             json.attribute("pid", 0);
-            json.attribute("tid", rank);
+            json.attribute("tid", streamed && !isCompute(action.kind)
+                                      ? simulation.stages + rank
+                                      : rank);
             json.attribute("ts", timed.start * scale);
             json.attribute("dur", (timed.end - timed.start) * scale);
             json.attributeObject("args", [&] {
+              json.attribute("rank", rank);
               json.attribute("action", formatAction(action, simulation.chunks));
               json.attribute("stage",
                              action.chunk * simulation.stages + rank);

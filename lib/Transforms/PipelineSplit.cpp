@@ -764,7 +764,10 @@ void PipelineSplitPass::runOnOperation() {
                                           /*stage=*/-1));
 
   // 7. The rank's action list and the slots its buffer pools need: walking
-  // the list in order, the most slots of each pool held at once.
+  // the list in order, the most slots of each pool held at once. A sent
+  // slot is held until the rank's next group of transfers: the runtime
+  // sends on a stream of its own, and the computations between the two
+  // groups write other slots while the send is in flight.
   const std::vector<pipeline::Action> &actions =
       schedule->ranks[static_cast<size_t>(rank)];
   std::map<std::pair<std::string, int64_t>, std::pair<int64_t, int64_t>>
@@ -774,9 +777,17 @@ void PipelineSplitPass::runOnOperation() {
     most = std::max(most, ++held);
   };
   auto give = [&](const std::string &kind, int64_t s) { --pools[{kind, s}].first; };
+  // The slots the previous group sent from.
+  SmallVector<std::pair<std::string, int64_t>> sending;
   SmallVector<ds::PipelineActionAttr> actionAttrs;
-  for (const pipeline::Action &action : actions) {
+  for (auto [i, action] : llvm::enumerate(actions)) {
     int64_t s = action.chunk * p + rank;
+    if (!pipeline::isCompute(action.kind) &&
+        (i == 0 || pipeline::isCompute(actions[i - 1].kind))) {
+      for (auto &[kind, stage] : sending)
+        give(kind, stage);
+      sending.clear();
+    }
     switch (action.kind) {
     case pipeline::ActionKind::Forward:
       if (s > 0) give("act_in", s);
@@ -797,9 +808,13 @@ void PipelineSplitPass::runOnOperation() {
       give("stash", s);
       give("wstash", s);
       break;
-    case pipeline::ActionKind::SendActivation: give("act_out", s); break;
+    case pipeline::ActionKind::SendActivation:
+      sending.push_back({"act_out", s});
+      break;
     case pipeline::ActionKind::RecvActivation: take("act_in", s); break;
-    case pipeline::ActionKind::SendGradient: give("grad_out", s); break;
+    case pipeline::ActionKind::SendGradient:
+      sending.push_back({"grad_out", s});
+      break;
     case pipeline::ActionKind::RecvGradient: take("grad_in", s); break;
     }
     actionAttrs.push_back(ds::PipelineActionAttr::get(

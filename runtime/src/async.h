@@ -34,6 +34,10 @@ struct Completion {
   // Valid once done().
   bool failed() const { return done() && !error_.empty(); }
   const std::string &error() const { return error_; }
+  // When finish() was called, on the steady clock in microseconds (the
+  // clock of runner::now_us); valid once done(). The cpu backend's timing
+  // marks recorded after host work end no earlier.
+  double finished_us() const { return finished_us_; }
   // Set when the error was thrown to someone through a stream, so that a
   // stream reports each failure once.
   std::atomic<bool> reported{false};
@@ -45,6 +49,7 @@ private:
   std::condition_variable cv_;
   std::atomic<bool> done_{false};
   std::string error_;
+  double finished_us_ = 0;
 };
 
 using CompletionPtr = std::shared_ptr<Completion>;

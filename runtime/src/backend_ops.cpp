@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dsrt {
 namespace detail {
@@ -166,28 +167,44 @@ PinnedStaging &transfer_staging_buffers() {
 
 }  // namespace detail
 
-// The default timing marks: the host clock when recorded.
+// The default timing marks: the host clock when recorded, or, recorded
+// after a stream's pending host work (a transfer on a transport's thread),
+// when the last of that work finished, whichever is later: the host does
+// not wait for it here, so the stream's host work overlaps what the host
+// queues next, as a device stream's would.
 namespace {
 struct HostMark {
   double us = 0;
   bool recorded = false;
+  std::vector<detail::CompletionPtr> after;
 };
 }  // namespace
 
 DeviceEvent BackendInterface::timing_mark() { return std::make_shared<HostMark>(); }
 
-void BackendInterface::record_timing(Stream &, const DeviceEvent &mark, bool) {
+void BackendInterface::record_timing(Stream &stream, const DeviceEvent &mark,
+                                     bool after_host_work) {
   HostMark &m = *static_cast<HostMark *>(mark.get());
   m.us = runner::now_us();
+  m.after = after_host_work ? detail::pending_work(stream) : std::vector<detail::CompletionPtr>{};
   m.recorded = true;
 }
 
 double BackendInterface::elapsed_us(const DeviceEvent &from, const DeviceEvent &to) {
-  const HostMark *a = static_cast<const HostMark *>(from.get());
-  const HostMark *b = static_cast<const HostMark *>(to.get());
+  HostMark *a = static_cast<HostMark *>(from.get());
+  HostMark *b = static_cast<HostMark *>(to.get());
   if (!a || !b || !a->recorded || !b->recorded)
     throw Error(std::string("dsrt: ") + name() + " backend: elapsed time of a timing mark "
                 "that was never recorded");
+  // Read after a host wait that covers the marks: their host work is done
+  // (waited for here all the same; a failure was reported by that wait).
+  for (HostMark *m : {a, b}) {
+    for (const detail::CompletionPtr &work : m->after) {
+      work->wait();
+      m->us = std::max(m->us, work->finished_us());
+    }
+    m->after.clear();
+  }
   return b->us - a->us;
 }
 

@@ -122,13 +122,20 @@ void write_trace(const std::string &path, const std::vector<ProgramInfo> &infos,
   out << "  {\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": "
          "\"pipeline " << json_escape(p.schedule) << " (measured): p = " << p.stages
       << ", m = " << p.microbatches << ", v = " << p.chunks << "\"}}";
+  // Two tracks per rank w: its computations (tid w, the program's stream)
+  // and its send_recv groups (tid world + w, the transfer stream), so that
+  // their overlap shows.
   for (int w = 0; w < first.world; ++w) {
     const int64_t pp = grid_coordinate(first, w, pp_axis);
     const int64_t dp = dp_axis < 0 ? 0 : grid_coordinate(first, w, dp_axis);
-    out << ",\n  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " << w
-        << ", \"args\": {\"name\": \"pp " << pp << " dp " << dp << "\"}}";
-    out << ",\n  {\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": " << w
-        << ", \"args\": {\"sort_index\": " << w << "}}";
+    for (int lane = 0; lane < 2; ++lane) {
+      const int tid = lane * first.world + w;
+      out << ",\n  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " << tid
+          << ", \"args\": {\"name\": \"pp " << pp << " dp " << dp
+          << (lane ? " transfers" : "") << "\"}}";
+      out << ",\n  {\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": " << tid
+          << ", \"args\": {\"sort_index\": " << 2 * w + lane << "}}";
+    }
   }
   static const char *const categories[kPipelineActionKinds] = {
       "forward", "backward", "backward", "weight-gradient",
@@ -142,10 +149,11 @@ void write_trace(const std::string &path, const std::vector<ProgramInfo> &infos,
         const PipelineAction &a = actions[i];
         const double begin = step_origin_us[step] + t[2 * i] / 1e3;
         const double duration = (t[2 * i + 1] - t[2 * i]) / 1e3;
+        const int tid = is_transfer(a.kind) ? first.world + w : w;
         out << ",\n  {\"name\": \"" << action_name(a, p.chunks) << "\", \"cat\": \""
-            << categories[kind_index(a.kind)] << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << w
+            << categories[kind_index(a.kind)] << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << tid
             << ", \"ts\": " << json_text(begin) << ", \"dur\": " << json_text(duration)
-            << ", \"args\": {\"step\": " << step + 1 << ", \"stage\": "
+            << ", \"args\": {\"rank\": " << w << ", \"step\": " << step + 1 << ", \"stage\": "
             << a.chunk * p.stages + pp << ", \"chunk\": " << a.chunk
             << ", \"microbatch\": " << a.microbatch;
         if (a.peer >= 0) out << ", \"peer\": " << a.peer;

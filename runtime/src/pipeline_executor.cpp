@@ -29,7 +29,8 @@ int transfer_pool(Kind kind) {
 PipelineExecutor::PipelineExecutor(Program &program, const PipelineRankProgram &functions,
                                    const std::vector<InputData> &data, int64_t pp_axis)
     : program_(program), info_(*program.info), pipeline_(info_.pipeline),
-      functions_(functions), pp_axis_(pp_axis) {
+      functions_(functions), pp_axis_(pp_axis),
+      transfers_(program.stream.backend(), program.stream.threads()) {
   for (StagePlan &plan : stage_plans(info_)) {
     StageRun run;
     run.plan = std::move(plan);
@@ -62,23 +63,26 @@ void PipelineExecutor::run_actions(int64_t batch, uint64_t first_counter, int64_
   BackendInterface &b = backend(program_.stream);
   next_action_ = 0;
   tied_issued_ = false;
+  release_sending();  // what a failed step left
   b.record_timing(program_.stream, marks_[0]);
   for (size_t g = 0; g + 1 < group_starts_.size(); ++g) {
     const size_t i = group_starts_[g], end = group_starts_[g + 1];
-    b.record_timing(program_.stream, marks_[2 * g + 1]);
     if (is_transfer(actions[i].kind)) {
-      run_transfers(i, end);
-    } else {
-      next_action_ = end;
-      const int64_t k = pipeline_.microbatches;
-      const int64_t mb = actions[i].microbatch;
-      run_compute(actions[i], batch, first_counter + static_cast<uint64_t>(dp_rank * k + mb),
-                  dp_rank * k + mb, losses);
+      run_transfers(i, end, marks_[2 * g + 1], marks_[2 * g + 2]);
+      continue;
     }
-    // A transfer group's end is reached once its transfers are done: the
-    // stream waits for them (run_transfers).
+    next_action_ = end;
+    const int64_t k = pipeline_.microbatches;
+    const int64_t mb = actions[i].microbatch;
+    run_compute(actions[i], batch, first_counter + static_cast<uint64_t>(dp_rank * k + mb),
+                dp_rank * k + mb, losses, marks_[2 * g + 1]);
     b.record_timing(program_.stream, marks_[2 * g + 2]);
   }
+  // What follows the actions (the tied sums, the non-finite check, the
+  // optimizer step) runs after the last transfer; no host wait for the
+  // device.
+  release_sending();
+  detail::order_after(program_.stream, transfers_);
   for (const StageRun &stage : stages_)
     for (const auto &pool : stage.pools)
       if (pool && !pool->held().empty())
@@ -100,7 +104,8 @@ void PipelineExecutor::read_times(StepTimes &times) const {
       times.end[j] = end_us;
     }
     if (!is_transfer(actions[group_starts_[g]].kind)) times.compute_us += end_us - begin_us;
-    times.actions_end_us = end_us;
+    // The two streams' last actions may end in either order.
+    times.actions_end_us = std::max(times.actions_end_us, end_us);
   }
 }
 
@@ -119,7 +124,7 @@ void PipelineExecutor::sum_tied() {
       group.add(false, tied_->tensor(arena, slot, buffer++), r);
     }
   }
-  issue(group);
+  issue(group, program_.stream);
   tied_issued_ = true;
   // The transfers' host work is done (on the cpu backend, the transfers
   // themselves); no host wait for the device: the sums below run on the
@@ -150,7 +155,7 @@ StageRun &PipelineExecutor::stage_of(const PipelineAction &action) {
 
 void PipelineExecutor::run_compute(const PipelineAction &action, int64_t batch,
                                    uint64_t counter, int64_t global_micro,
-                                   std::vector<float> &losses) {
+                                   std::vector<float> &losses, const DeviceEvent &first) {
   StageRun &stage = stage_of(action);
   const StagePlan &plan = stage.plan;
   const int64_t mb = action.microbatch;
@@ -173,6 +178,28 @@ void PipelineExecutor::run_compute(const PipelineAction &action, int64_t batch,
   const int64_t received_slot = reads_received ? received->find(mb, why) : -1;
   const int64_t stash_slot = stash ? stash->find(mb, why) : -1;
   const int64_t wstash_slot = wstash ? wstash->find(mb, why) : -1;
+  // The slots of what the computation sends and keeps, taken before it
+  // runs: it computes those outputs straight into them
+  // (dsrt::bound_output), in the order of its sent, stashed and
+  // weight-stashed outputs. Only pools with something to hold get a slot (an empty one
+  // would never be sent or read, so never freed).
+  auto holding = [&](int kind, bool applies) {
+    SlotPool *pool = applies ? stage.pools[kind].get() : nullptr;
+    return pool && !pool->layout().empty() ? pool : nullptr;
+  };
+  SlotPool *sent = holding(forward ? ActOut : GradOut, action.kind != Kind::BackwardWeight);
+  SlotPool *kept = holding(Stash, forward);
+  SlotPool *wkept = holding(WStash, action.kind == Kind::BackwardInput);
+  const int64_t sent_slot = sent ? sent->allocate(program_.memory, mb) : -1;
+  const int64_t kept_slot = kept ? kept->allocate(program_.memory, mb) : -1;
+  const int64_t wkept_slot = wkept ? wkept->allocate(program_.memory, mb) : -1;
+  // The device waits for the transfer that received what the computation
+  // reads, and for the send that last read the slot it sends from; then
+  // the computation begins.
+  if (reads_received) received->wait_transfer(received_slot, program_.stream);
+  if (sent) sent->wait_transfer(sent_slot, program_.stream);
+  backend(program_.stream).record_timing(program_.stream, first);
+
   // Data inputs are copied into their buffers; what the stage received or
   // stashed is read in place (dsrt::bound_input), in input order.
   size_t next_received = 0;
@@ -193,21 +220,6 @@ void PipelineExecutor::run_compute(const PipelineAction &action, int64_t batch,
     }
   }
 
-  // The slots of what the computation sends and keeps, taken before it
-  // runs: it computes those outputs straight into them
-  // (dsrt::bound_output), in the order of its sent, stashed and
-  // weight-stashed outputs. Only pools with something to hold get a slot (an empty one
-  // would never be sent or read, so never freed).
-  auto holding = [&](int kind, bool applies) {
-    SlotPool *pool = applies ? stage.pools[kind].get() : nullptr;
-    return pool && !pool->layout().empty() ? pool : nullptr;
-  };
-  SlotPool *sent = holding(forward ? ActOut : GradOut, action.kind != Kind::BackwardWeight);
-  SlotPool *kept = holding(Stash, forward);
-  SlotPool *wkept = holding(WStash, action.kind == Kind::BackwardInput);
-  const int64_t sent_slot = sent ? sent->allocate(program_.memory, mb) : -1;
-  const int64_t kept_slot = kept ? kept->allocate(program_.memory, mb) : -1;
-  const int64_t wkept_slot = wkept ? wkept->allocate(program_.memory, mb) : -1;
   std::vector<Tensor> targets(function.outputs.size());
   program_.bound_outputs.clear();
   {
@@ -258,16 +270,20 @@ void PipelineExecutor::run_compute(const PipelineAction &action, int64_t batch,
   program_.memory.release_range(info_.persistent_bytes, pipeline_.buffers_offset);
 }
 
-void PipelineExecutor::issue(const TransferGroup &group) {
-  send_recv(program_.stream, group.sends.data(), group.send_peers.data(),
+void PipelineExecutor::issue(const TransferGroup &group, Stream &stream) {
+  send_recv(stream, group.sends.data(), group.send_peers.data(),
             static_cast<int64_t>(group.sends.size()), group.recvs.data(),
             group.recv_peers.data(), static_cast<int64_t>(group.recvs.size()), pp_axis_);
 }
 
-void PipelineExecutor::run_transfers(size_t begin, size_t end) {
+void PipelineExecutor::run_transfers(size_t begin, size_t end, const DeviceEvent &first,
+                                     const DeviceEvent &last) {
   uint8_t *arena = program_.arena;
   TransferGroup group;
-  std::vector<std::pair<SlotPool *, int64_t>> sent;
+  std::vector<std::pair<SlotPool *, int64_t>> slots;
+  // The previous group's sent slots are free from here on (a computation
+  // that takes one waits for that group on the device).
+  release_sending();
   for (size_t i = begin; i < end; ++i) {
     const PipelineAction &action = pipeline_.actions[i];
     SlotPool &pool = *stage_of(action).pools[transfer_pool(action.kind)];
@@ -277,16 +293,28 @@ void PipelineExecutor::run_transfers(size_t begin, size_t end) {
              : pool.allocate(program_.memory, action.microbatch);
     for (size_t t = 0; t < pool.layout().tensors.size(); ++t)
       group.add(send, pool.tensor(arena, slot, t), action.peer);
-    if (send) sent.push_back({&pool, slot});
+    if (send) sending_.push_back({&pool, slot});
+    slots.push_back({&pool, slot});
   }
-  issue(group);
+  // After the computations queued so far: the sends read what they
+  // computed, the receives overwrite slots they have read. Earlier groups
+  // are ahead on the same stream.
+  Event computed;
+  computed.record(program_.stream);
+  computed.wait(transfers_);
+  BackendInterface &b = backend(transfers_);
+  b.record_timing(transfers_, first);
+  issue(group, transfers_);
   next_action_ = end;
-  // The transfers' host work is done (on the cpu backend, the transfers
-  // themselves, which the host reads and writes next); no host wait for the
-  // device: whatever next reads a received slot or writes a sent one (a
-  // receive, a kernel) is queued on the same stream after them.
-  detail::wait_host_work(program_.stream);
-  for (const auto &slot : sent) slot.first->release(program_.memory, slot.second);
+  b.record_timing(transfers_, last);
+  Event done;
+  done.record(transfers_);
+  for (const auto &slot : slots) slot.first->transferred(slot.second, done);
+}
+
+void PipelineExecutor::release_sending() {
+  for (const auto &slot : sending_) slot.first->release(program_.memory, slot.second);
+  sending_.clear();
 }
 
 void PipelineExecutor::finish_transfers_after_failure() {
@@ -309,8 +337,8 @@ void PipelineExecutor::finish_transfers_after_failure() {
         for (const SlotTensor &t : layout.tensors)
           group.add(is_send(action.kind), scratch_tensor(t.value), action.peer);
       }
-      issue(group);
-      program_.stream.synchronize();
+      issue(group, transfers_);
+      transfers_.synchronize();
       scratch.clear();
     }
     if (tied_issued_ || pipeline_.tied.empty()) return;
@@ -323,8 +351,8 @@ void PipelineExecutor::finish_transfers_after_failure() {
         group.add(false, scratch_tensor(state), r);
       }
     }
-    issue(group);
-    program_.stream.synchronize();
+    issue(group, transfers_);
+    transfers_.synchronize();
   } catch (const std::exception &) {
     // The step has failed already; its error is the one reported.
   }

@@ -2,6 +2,13 @@
 // rank's static action list every step (forwards, backwards, weight
 // gradients, send/recv groups along pp), keeping in-flight values in the
 // pools' slots, then sums the tied gradients (pipeline_executor.cpp).
+//
+// Computations run on the program's stream, send/recv groups in action
+// order on a transfer stream of their own, each after the computations
+// queued before it. A computation waits (on the device, not the host) only
+// for the group that received what it reads and for the one that last sent
+// from the slot it writes; so a send overlaps the computations after it,
+// and a receive those before the one that reads it.
 #ifndef DSRT_SRC_PIPELINE_EXECUTOR_H
 #define DSRT_SRC_PIPELINE_EXECUTOR_H
 
@@ -12,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dsrt {
@@ -70,14 +78,21 @@ private:
   StageRun &stage_run(int64_t stage);
   StageRun &stage_of(const PipelineAction &action);
 
+  // Records `first` on the program's stream once it has waited for the
+  // transfers the computation needs.
   void run_compute(const PipelineAction &action, int64_t batch, uint64_t counter,
-                   int64_t global_micro, std::vector<float> &losses);
+                   int64_t global_micro, std::vector<float> &losses, const DeviceEvent &first);
 
-  void issue(const TransferGroup &group);
+  void issue(const TransferGroup &group, Stream &stream);
 
-  // Actions [begin, end): one send_recv group along pp, waited for. Every
-  // tensor of a slot is one transfer, in slot order.
-  void run_transfers(size_t begin, size_t end);
+  // Actions [begin, end): one send_recv group along pp, queued on the
+  // transfer stream after the computations queued so far, between timing
+  // marks `first` and `last` recorded there; the host does not wait for it.
+  // Every tensor of a slot is one transfer, in slot order.
+  void run_transfers(size_t begin, size_t end, const DeviceEvent &first,
+                     const DeviceEvent &last);
+  // Frees the slots the last group sent from (sending_).
+  void release_sending();
 
 public:
   // After this rank failed during the step: issues the step's transfers it
@@ -94,6 +109,13 @@ private:
   const PipelineInfo &pipeline_;
   const PipelineRankProgram &functions_;
   const int64_t pp_axis_;
+  // The send_recv groups', in action order.
+  Stream transfers_;
+  // The slots the last group sends from: held until the next group is
+  // queued (or the step's actions end), so that the computations between
+  // write other slots while the sends are in flight. The compiler's pool
+  // sizes count them so (ds-pipeline-split).
+  std::vector<std::pair<SlotPool *, int64_t>> sending_;
   std::vector<StageRun> stages_;
   std::unique_ptr<SlotPool> tied_;
   std::map<std::string, const InputData *> data_;
@@ -103,8 +125,8 @@ private:
   bool tied_issued_ = false;
   double loss_scale_ = 1;
   // The timing marks, made once: marks_[0] where the step began, then a
-  // begin and an end mark per group of actions (one computation, or one
-  // send_recv group), in action order; group_starts_ the groups' first
+  // begin and an end mark per group of actions (one computation, on the
+  // program's stream, or one send_recv group, on transfers_), in action order; group_starts_ the groups' first
   // actions, and the action count last.
   std::vector<DeviceEvent> marks_;
   std::vector<size_t> group_starts_;

@@ -5,6 +5,7 @@
 #ifndef DSRT_SRC_PIPELINE_POOLS_H
 #define DSRT_SRC_PIPELINE_POOLS_H
 
+#include "dsrt/stream.h"
 #include "pipeline_plan.h"
 
 #include <cstdint>
@@ -19,7 +20,8 @@ class SlotPool {
 public:
   SlotPool(const PipelinePool &plan, SlotLayout layout, std::string name)
       : plan_(plan), layout_(std::move(layout)), name_(std::move(name)),
-        owner_(static_cast<size_t>(plan.slots), -1) {}
+        owner_(static_cast<size_t>(plan.slots), -1),
+        transfer_(static_cast<size_t>(plan.slots)) {}
 
   const SlotLayout &layout() const { return layout_; }
   int64_t offset(int64_t slot) const { return plan_.offset + slot * plan_.slot_bytes; }
@@ -58,6 +60,18 @@ public:
     const ValueInfo &value = layout_.tensors[i].value;
     return Tensor{arena + offset(slot) + value.offset, value.dtype, value.shape};
   }
+  // The transfers run on a stream of their own (PipelineExecutor): `done`
+  // marks the end of the last one that read or wrote `slot` there.
+  void transferred(int64_t slot, const Event &done) {
+    transfer_[static_cast<size_t>(slot)] = done;
+  }
+  // Makes later work on `stream` wait for the slot's last transfer: a
+  // computation that reads what it received, or writes what it will send
+  // into the slot a send may still be reading. No host wait.
+  void wait_transfer(int64_t slot, Stream &stream) {
+    Event &done = transfer_[static_cast<size_t>(slot)];
+    if (done.recorded()) done.wait(stream);
+  }
   // Micro-batches still held (none at the end of a step).
   std::string held() const {
     std::string out;
@@ -72,6 +86,7 @@ private:
   SlotLayout layout_;
   std::string name_;
   std::vector<int64_t> owner_;
+  std::vector<Event> transfer_;
 };
 
 }  // namespace pipeline

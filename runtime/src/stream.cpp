@@ -19,6 +19,9 @@ void Completion::finish(std::string error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     error_ = std::move(error);
+    finished_us_ = std::chrono::duration<double, std::micro>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
     done_.store(true, std::memory_order_release);
   }
   cv_.notify_all();

@@ -295,6 +295,8 @@ int64_t slot_bytes(const std::vector<Value> &values, ValueRole role) {
 }
 
 // The most slots each pool of (kind, stage) holds at once over the schedule.
+// A group's sent slots are held until the next group (the executor sends
+// on its transfer stream while the computations between run).
 std::map<std::pair<std::string, int64_t>, int64_t> peak_slots(int64_t rank) {
   std::map<std::pair<std::string, int64_t>, int64_t> held, peak;
   auto change = [&](const std::string &kind, int64_t stage, int64_t by) {
@@ -303,6 +305,7 @@ std::map<std::pair<std::string, int64_t>, int64_t> peak_slots(int64_t rank) {
     peak[{kind, stage}] = std::max(peak[{kind, stage}], n);
   };
   const std::vector<PipelineAction> &actions = config.actions[static_cast<size_t>(rank)];
+  std::vector<std::pair<std::string, int64_t>> sending;
   for (size_t i = 0; i < actions.size(); ++i) {
     const PipelineAction &a = actions[i];
     const int64_t s = a.chunk * config.stages + rank;
@@ -327,7 +330,10 @@ std::map<std::pair<std::string, int64_t>, int64_t> peak_slots(int64_t rank) {
       change("wstash", s, -1);
       break;
     default: {
-      // A group: its receives take slots before its sends free theirs.
+      // A group: the previous group's sent slots are freed, then its
+      // receives take slots; its sends keep theirs until the next group.
+      for (const auto &[kind, stage] : sending) change(kind, stage, -1);
+      sending.clear();
       size_t end = i;
       while (end < actions.size() &&
              static_cast<int64_t>(actions[end].kind) >=
@@ -342,7 +348,7 @@ std::map<std::pair<std::string, int64_t>, int64_t> peak_slots(int64_t rank) {
           const bool act = t.kind == PipelineActionKind::SendActivation ||
                            t.kind == PipelineActionKind::RecvActivation;
           if (pass == 0 && !send) change(act ? "act_in" : "grad_in", ts, +1);
-          if (pass == 1 && send) change(act ? "act_out" : "grad_out", ts, -1);
+          if (pass == 1 && send) sending.push_back({act ? "act_out" : "grad_out", ts});
         }
       i = end - 1;
     }
@@ -537,7 +543,14 @@ void output(dsrt::Program &p, int64_t index, int64_t offset, const dsrt::Shape &
   dsrt::set_output(p, index, dsrt::view(dsrt::arena(p), offset, DType::F32, shape));
 }
 
+// The functions compute on the host, as a generated fused loop does:
+// after the work pending on the program's stream (begin_generated_kernel),
+// which includes the transfers the executor made it wait for (a received
+// slot's, and the last send from a slot it computes into).
+void begin_host_loops(dsrt::Program &p) { dsrt::begin_generated_kernel(dsrt::stream(p)); }
+
 void forward(dsrt::Program &p, int64_t s) {
+  begin_host_loops(p);
   const RankPlan &rp = rank_plan(p);
   const FunctionPlan &fp = rp.functions.at("forward_" + std::to_string(s));
   const int64_t n = width(s), m = width(s + 1);
@@ -606,6 +619,7 @@ void input_gradient(dsrt::Program &p, const FunctionPlan &fp, int64_t s, const f
 }
 
 void backward(dsrt::Program &p, int64_t s) {
+  begin_host_loops(p);
   const FunctionPlan &fp = rank_plan(p).functions.at("backward_" + std::to_string(s));
   const float *g = output_gradient(p, fp, s, "g");
   accumulate_weight(p, s, data(input(p, fp, "stash:" + h(s), h_shape(s))), g);
@@ -613,6 +627,7 @@ void backward(dsrt::Program &p, int64_t s) {
 }
 
 void backward_input(dsrt::Program &p, int64_t s) {
+  begin_host_loops(p);
   const FunctionPlan &fp = rank_plan(p).functions.at("backward_input_" + std::to_string(s));
   // W gets the output gradient: computed into a temporary on the last
   // stage, passed on as it was received (a view of recv:g<s+1>) otherwise.
@@ -626,6 +641,7 @@ void backward_input(dsrt::Program &p, int64_t s) {
 }
 
 void backward_weight(dsrt::Program &p, int64_t s) {
+  begin_host_loops(p);
   const FunctionPlan &fp = rank_plan(p).functions.at("backward_weight_" + std::to_string(s));
   accumulate_weight(p, s, data(input(p, fp, "stash:" + h(s), h_shape(s))),
                     data(input(p, fp, "wstash:g", h_shape(s + 1))));

@@ -119,13 +119,17 @@ ONE_STAGE = "F0 F1 F2 F3 B0 B1 B2 B3"
 # function on pp 0 and, under ZB-H1, on pp 1 either way.)
 # Slots, counted on the action lists above: 1F1B stashes at most 2
 # micro-batches on pp 0 and 1 on pp 1, GPipe all 4, ZB-H1 2 on both (W
-# frees the stash) and 1 wstash on pp 0 (W right after Bi), 2 on pp 1;
-# every other pool holds one slot at a time.
+# frees the stash) and 1 wstash on pp 0 (W right after Bi), 2 on pp 1.
+# A sent slot stays held until the rank's next group of transfers (the
+# send is in flight on the transfer stream while the computations between
+# run), and every schedule here computes the next value to send before
+# that group: act_out (pp 0) and grad_out (pp 1) hold 2 slots. The
+# receiving pools hold one slot at a time.
 HAND_ARENAS = {
-    ("1f1b", 2): [640 + 64 + 2 * 64 + 64 + 64, 512 + 64 + 1 * 128 + 64 + 64],
-    ("gpipe", 2): [640 + 64 + 4 * 64 + 64 + 64, 512 + 64 + 4 * 128 + 64 + 64],
-    ("zb-h1", 2): [640 + 64 + 2 * 64 + 64 + 64 + 1 * 64,
-                   512 + 64 + 2 * 128 + 64 + 64 + 2 * 64],
+    ("1f1b", 2): [640 + 64 + 2 * 64 + 2 * 64 + 64, 512 + 64 + 1 * 128 + 64 + 2 * 64],
+    ("gpipe", 2): [640 + 64 + 4 * 64 + 2 * 64 + 64, 512 + 64 + 4 * 128 + 64 + 2 * 64],
+    ("zb-h1", 2): [640 + 64 + 2 * 64 + 2 * 64 + 64 + 1 * 64,
+                   512 + 64 + 2 * 128 + 64 + 2 * 64 + 2 * 64],
 }
 
 failures = []
@@ -254,16 +258,37 @@ def config_env(schedule, stages, chunks, dp, actions, breaks=None):
     return env
 
 
+# The trace writes each start and duration to the nearest ns, so a start
+# plus a duration can pass the true end by up to 1 ns.
+SLACK_US = 2e-3
+
+
+def transfer_parts(name):
+    """('recv', 'act', '0.1') of recv-act0.1<1; None for a computation."""
+    for kind in ("send", "recv"):
+        for what in ("act", "grad"):
+            prefix = f"{kind}-{what}"
+            if name.startswith(prefix):
+                return kind, what, name[len(prefix):].split("<")[0].split(">")[0]
+    return None
+
+
 def check_trace(path, label, stages, dp, actions):
+    """The measured schedule: each rank's computations on its track (tid
+    r), its send_recv groups on its transfer stream's (tid world + r), in
+    action order, step after step; each stream runs one action (one group)
+    at a time, a receive ends before the computation that reads it begins,
+    and a send begins after the computation that produced it ended."""
     if not check(os.path.exists(path), f"{label}: no trace written"):
         return
     events = json.load(open(path))["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     world = stages * dp
-    check(names == {w: f"pp {w // dp} dp {w % dp}" for w in range(world)},
-          f"{label}: trace thread names {names}")
+    want_names = {w: f"pp {w // dp} dp {w % dp}" for w in range(world)}
+    want_names.update({world + w: f"pp {w // dp} dp {w % dp} transfers" for w in range(world)})
+    check(names == want_names, f"{label}: trace thread names {names}")
     for w in range(world):
-        slices = [e for e in events if e.get("ph") == "X" and e["tid"] == w]
+        slices = [e for e in events if e.get("ph") == "X" and e["args"]["rank"] == w]
         want = actions[w // dp].split() * STEPS
         got = [e["name"] for e in slices]
         if not check(got == want, f"{label}: trace of rank {w} has {got[:12]}..., "
@@ -272,16 +297,43 @@ def check_trace(path, label, stages, dp, actions):
         steps = [e["args"]["step"] for e in slices]
         check(steps == sorted(steps) and steps[0] == 1 and steps[-1] == STEPS,
               f"{label}: rank {w}'s slices are not step after step")
-        for a, b in zip(slices, slices[1:]):
-            transfer = a["name"][0] not in "FBW" and b["name"][0] not in "FBW"
-            if transfer and a["args"]["step"] == b["args"]["step"]:
-                # A group's transfers share its start and end.
-                check(a["ts"] == b["ts"] and a["dur"] == b["dur"],
-                      f"{label}: rank {w}: {a['name']} and {b['name']} are one group but "
-                      f"have different times")
+        for e in slices:
+            track = world + w if transfer_parts(e["name"]) else w
+            check(e["tid"] == track, f"{label}: rank {w}: {e['name']} on track {e['tid']}, "
+                                     f"expected {track}")
+        for tid in (w, world + w):
+            mine = [e for e in slices if e["tid"] == tid]
+            for a, b in zip(mine, mine[1:]):
+                # Consecutive transfers of one step in action order are one
+                # group: they share its start and end.
+                group = (tid != w and a["args"]["step"] == b["args"]["step"]
+                         and slices.index(b) == slices.index(a) + 1)
+                if group:
+                    check(a["ts"] == b["ts"] and a["dur"] == b["dur"],
+                          f"{label}: rank {w}: {a['name']} and {b['name']} are one group but "
+                          f"have different times")
+                else:
+                    check(b["ts"] >= a["ts"] + a["dur"] - SLACK_US,
+                          f"{label}: rank {w}: {b['name']} starts before {a['name']} ends")
+        for i, e in enumerate(slices):
+            parts = transfer_parts(e["name"])
+            if not parts:
+                continue
+            kind, what, mb = parts
+            computes = ("F",) if what == "act" else ("B", "Bi")
+            wanted = {c + mb for c in computes}
+            same_step = [x for x in slices if x["args"]["step"] == e["args"]["step"]]
+            j = same_step.index(e)
+            if kind == "recv":
+                reader = next((x for x in same_step[j:] if x["name"] in wanted), None)
+                if check(reader is not None, f"{label}: rank {w}: nothing reads {e['name']}"):
+                    check(reader["ts"] >= e["ts"] + e["dur"] - SLACK_US,
+                          f"{label}: rank {w}: {reader['name']} begins before {e['name']} ended")
             else:
-                check(b["ts"] >= a["ts"] + a["dur"] - 1e-3,
-                      f"{label}: rank {w}: {b['name']} starts before {a['name']} ends")
+                producer = next((x for x in reversed(same_step[:j]) if x["name"] in wanted), None)
+                if check(producer is not None, f"{label}: rank {w}: nothing computes {e['name']}"):
+                    check(e["ts"] >= producer["ts"] + producer["dur"] - SLACK_US,
+                          f"{label}: rank {w}: {e['name']} begins before {producer['name']} ended")
         check(all(e["ts"] >= 0 and e["dur"] >= 0 for e in slices),
               f"{label}: rank {w}: negative times")
 

@@ -266,7 +266,8 @@ def check_trace(trace, report, args, failures, plan=None):
                 failures.append(f"trace: rank {tid} step {step}: {a['name']} lasts {a['dur']} us, "
                                 f"not a whole number of the fake clock's milliseconds")
     steps = sorted({step for _, step in by_track})
-    print(f"trace: {len(events)} actions of {len({t for t, _ in by_track})} ranks over steps "
+    ranks = {e["args"].get("rank", e["tid"]) for e in events}
+    print(f"trace: {len(events)} actions of {len(ranks)} ranks over steps "
           f"{steps[0]}..{steps[-1]}, in schedule order; computations last "
           f"{min(durations) / 1000:g}..{max(durations) / 1000:g} fake ms")
     for rank in range(args.ranks):

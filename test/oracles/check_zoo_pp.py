@@ -70,14 +70,20 @@ def compare_trace(trace_path: Path, plan: Dict, world: int) -> Optional[str]:
     trace = json.loads(trace_path.read_text())
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     slices = [e for e in events if e.get("ph") == "X"]
-    tracks = {e["tid"] for e in slices}
-    if tracks != set(range(world)):
-        return f"trace tracks {sorted(tracks)}, expected ranks 0..{world - 1}"
+    # Each rank's computations on track r, its transfers on track world + r.
+    for e in slices:
+        rank = e["args"]["rank"]
+        want = rank + (world if e["cat"] == "communication" else 0)
+        if e["tid"] != want:
+            return f"trace: rank {rank}'s {e['name']} is on track {e['tid']}, expected {want}"
+    ranks = {e["args"]["rank"] for e in slices}
+    if ranks != set(range(world)):
+        return f"trace ranks {sorted(ranks)}, expected 0..{world - 1}"
     pipeline = plan["pipeline"]
     p, v, m = pipeline["stages"], pipeline["chunks"], pipeline["microbatches"]
     split = pipeline["schedule"] == "zb-h1"
     for rank in range(world):
-        names = [e["name"] for e in slices if e["tid"] == rank]
+        names = [e["name"] for e in slices if e["args"]["rank"] == rank]
         pp = rank // (world // p)
         for chunk in range(v):
             for mb in range(m):

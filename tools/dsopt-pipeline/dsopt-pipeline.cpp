@@ -2,7 +2,7 @@
 //
 //   dsopt-pipeline --schedule 1f1b --stages 4 --microbatches 8
 //       [--chunks V] [--forward F --backward B --weight W --latency L]
-//       [--semantics buffered|rendezvous]
+//       [--semantics streamed|rendezvous|buffered]
 //       [--trace trace.json] [--print-actions] [--json]
 //
 // Builds the schedule, runs it in the simulator and prints the makespan, the
@@ -70,10 +70,12 @@ cl::opt<std::string>
                 cl::value_desc("L"), cl::init("0"), cl::cat(category));
 cl::opt<std::string> semanticsFlag(
     "semantics",
-    cl::desc("How sends complete: rendezvous (default; each run of "
-             "consecutive transfers is one group that waits for its peers, as "
-             "dsrt::send_recv) or buffered (a send never blocks)"),
-    cl::value_desc("S"), cl::init("rendezvous"), cl::cat(category));
+    cl::desc("How sends complete: streamed (default; rendezvous groups on "
+             "a transfer stream of the rank's own, as the runtime's pipeline "
+             "executor runs them), rendezvous (each run of consecutive "
+             "transfers is one group that the rank waits in for its peers, "
+             "as one dsrt::send_recv) or buffered (a send never blocks)"),
+    cl::value_desc("S"), cl::init("streamed"), cl::cat(category));
 cl::opt<std::string>
     traceFlag("trace",
               cl::desc("Write the simulated timeline as Chrome trace JSON"),
@@ -302,7 +304,7 @@ int main(int argc, char **argv) {
 
   std::optional<SendSemantics> semantics = parseSendSemantics(semanticsFlag);
   if (!semantics)
-    return fail("--semantics expects buffered or rendezvous, got '" +
+    return fail("--semantics expects streamed, rendezvous or buffered, got '" +
                 semanticsFlag + "'");
 
   llvm::Expected<Schedule> schedule =
@@ -394,12 +396,15 @@ int main(int argc, char **argv) {
        << ", backward " << formatNumber(*backward) << " (weight gradient "
        << formatNumber(*weight) << "), latency " << formatNumber(*latency)
        << "\n";
-    os << "sends: " << getSendSemanticsName(*semantics)
-       << (*semantics == SendSemantics::Rendezvous
-               ? " (each run of consecutive transfers is one group that "
-                 "completes when its peers have reached theirs)"
-               : " (a send never blocks)")
-       << "\n";
+    const char *how = " (a send never blocks)";
+    if (*semantics == SendSemantics::Rendezvous)
+      how = " (each run of consecutive transfers is one group that completes "
+            "when its peers have reached theirs)";
+    else if (*semantics == SendSemantics::Streamed)
+      how = " (each run of consecutive transfers is one group, run in order "
+            "on the rank's transfer stream while the rank computes; it "
+            "completes when its peers' streams have reached theirs)";
+    os << "sends: " << getSendSemanticsName(*semantics) << how << "\n";
     os << "makespan: " << formatNumber(simulation->makespan) << "\n";
     os << "compute per rank: " << formatNumber(simulation->totalCompute / p)
        << "\n";

@@ -132,10 +132,18 @@ enum class SendSemantics {
   /// receives of a rank is one group, started when the rank reaches it and
   /// complete, all of its transfers together, once every peer has started
   /// the group holding the matching transfer (plus the latency).
-  Rendezvous
+  Rendezvous,
+  /// The runtime's (libdsrt's pipeline executor): rendezvous groups, run in
+  /// order on a transfer stream of the rank's own. The rank queues a group
+  /// and goes on at once; the stream starts it once the computations
+  /// queued before it have ended and its previous group has, and ends it
+  /// as a rendezvous group ends, when every peer's stream has started the
+  /// matching group (plus the latency). A computation waits only for the
+  /// receive of its own input.
+  Streamed
 };
 
-/// `buffered`, `rendezvous`.
+/// `buffered`, `rendezvous`, `streamed`.
 llvm::StringRef getSendSemanticsName(SendSemantics semantics);
 std::optional<SendSemantics> parseSendSemantics(llvm::StringRef name);
 
@@ -143,7 +151,9 @@ std::optional<SendSemantics> parseSendSemantics(llvm::StringRef name);
 /// takes no time on its rank; a receive lasts from the moment its rank
 /// reaches it until its message has arrived (the wait). Rendezvous: every
 /// transfer of a group lasts from the moment its rank reaches the group
-/// until the group completes.
+/// until the group completes. Streamed: from the moment the rank's
+/// transfer stream starts the group until it completes, overlapping the
+/// rank's computations.
 struct TimedAction {
   Action action;
   double start = 0, end = 0;
@@ -177,7 +187,8 @@ struct Simulation {
 };
 
 /// Runs every rank's actions in order, under these semantics (with
-/// SendSemantics::Buffered; Rendezvous replaces the third and fourth):
+/// SendSemantics::Buffered; Rendezvous and Streamed replace the third and
+/// fourth):
 ///  - a rank executes one action at a time, in its program order;
 ///  - compute takes its cost; a compute of (stage s, micro-batch i) needs
 ///    its input: for a forward of s > 0, the activation of i received
@@ -196,6 +207,8 @@ struct Simulation {
 /// on the wrong rank, and a message nobody receives. Under Rendezvous a
 /// deadlock is a cycle of groups each waiting for a peer to reach the next
 /// group; the error names each rank, group and waiting transfer of it.
+/// Under Streamed it names each transfer stream's waiting group and each
+/// rank's computation waiting for a receive.
 llvm::Expected<Simulation>
 simulate(const Schedule &schedule, const Costs &costs,
          SendSemantics semantics = SendSemantics::Buffered);
@@ -220,7 +233,8 @@ std::optional<double> textbookBubbleFraction(ScheduleKind kind, int stages,
 std::string formatAction(const Action &action, int chunks = 1);
 
 /// Chrome trace JSON (chrome://tracing, Perfetto): one "ph":"X" slice per
-/// action on one track per rank, one cost unit shown as one millisecond.
+/// action on one track per rank (Streamed: the transfers on a second track
+/// per rank, p + rank), one cost unit shown as one millisecond.
 void writeChromeTrace(const Simulation &simulation, llvm::raw_ostream &os);
 
 } // namespace pipeline

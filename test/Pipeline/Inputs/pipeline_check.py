@@ -22,13 +22,14 @@ GRID_STAGES = (2, 3, 4, 8)
 GRID_MICROBATCHES = (1, 4, 8, 16)
 
 
-# The checks run under both of the simulator's send semantics: grouping
-# the transfers for rendezvous must not change a schedule's times.
-SEMANTICS = ("rendezvous", "buffered")
+# The checks run under the simulator's three send semantics: grouping the
+# transfers for rendezvous, and running the groups on a transfer stream of
+# their own (the runtime's), must not change a schedule's times.
+SEMANTICS = ("streamed", "rendezvous", "buffered")
 
 
 def run(tool, schedule, p, m, v=None, forward=1, backward=2, weight=None,
-        semantics="rendezvous"):
+        semantics="streamed"):
     command = [tool, "--schedule", schedule, "--stages", str(p),
                "--microbatches", str(m), "--forward", str(forward),
                "--backward", str(backward), "--semantics", semantics,
@@ -47,22 +48,24 @@ SAME = {"runs": 0}
 
 
 def both(tool, *args, **kwargs):
-    """The summary under rendezvous sends, after checking that buffered
-    sends give the same makespan, compute and peaks: the builders group the
-    transfers so that rendezvous costs no time without latency."""
-    rendezvous = run(tool, *args, **kwargs, semantics="rendezvous")
-    buffered = run(tool, *args, **kwargs, semantics="buffered")
+    """The summary under streamed sends, after checking that rendezvous and
+    buffered sends give the same makespan, compute and peaks: the builders
+    group the transfers so that rendezvous costs no time without latency."""
+    summaries = {s: run(tool, *args, **kwargs, semantics=s) for s in SEMANTICS}
+    first = summaries[SEMANTICS[0]]
     for key in ("makespan", "total_compute", "busy", "peak_in_flight",
                 "peak_in_flight_per_rank"):
-        if rendezvous[key] != buffered[key]:
-            sys.exit(f"FAIL: {args}: {key} {rendezvous[key]} with rendezvous "
-                     f"sends, {buffered[key]} with buffered sends")
+        for other in SEMANTICS[1:]:
+            if first[key] != summaries[other][key]:
+                sys.exit(f"FAIL: {args}: {key} {first[key]} with "
+                         f"{SEMANTICS[0]} sends, {summaries[other][key]} with "
+                         f"{other} sends")
     SAME["runs"] += 1
-    return rendezvous
+    return first
 
 
 def same_line():
-    print(f"rendezvous and buffered sends: the same times in "
+    print(f"streamed, rendezvous and buffered sends: the same times in "
           f"{SAME['runs']} runs")
 
 
@@ -172,12 +175,23 @@ def trace(path, p, m, v):
     with open(path) as file:
         events = json.load(file)["traceEvents"]
     slices = [e for e in events if e["ph"] == "X"]
+    # Each rank's computations on track r; with streamed sends its
+    # transfers on a track of their own, p + r.
+    streamed = any(e["tid"] >= p for e in slices)
+    want = {(0, r) for r in range(p)}
+    want |= {(0, p + r) for r in range(p)} if streamed else set()
     tracks = sorted({(e["pid"], e["tid"]) for e in slices})
-    if len(tracks) != p:
-        sys.exit(f"FAIL: {len(tracks)} tracks for {p} ranks: {tracks}")
+    if set(tracks) != want:
+        sys.exit(f"FAIL: tracks {tracks} for {p} ranks")
+    for e in slices:
+        on_transfers = e["tid"] >= p
+        if on_transfers != (streamed and e["cat"] == "communication"):
+            sys.exit(f"FAIL: {e['name']} on track {e['tid']}")
     names = {e["args"]["name"] for e in events
              if e["ph"] == "M" and e["name"] == "thread_name"}
-    if names != {f"rank {r}" for r in range(p)}:
+    want_names = {f"rank {r}" for r in range(p)}
+    want_names |= {f"rank {r} transfers" for r in range(p)} if streamed else set()
+    if names != want_names:
         sys.exit(f"FAIL: track names {sorted(names)}")
     categories = {e["cat"] for e in slices}
     for track in tracks:
@@ -185,14 +199,14 @@ def trace(path, p, m, v):
         count = {kind: sum(1 for e in mine if e["name"].startswith(kind)
                            and e["name"][1:].isdigit())
                  for kind in "FBW"}
-        if count["F"] != m * v or count["B"] != m * v:
+        if track[1] < p and (count["F"] != m * v or count["B"] != m * v):
             sys.exit(f"FAIL: track {track}: {count['F']} F and {count['B']} "
                      f"B slices, expected {m * v} of each")
         for e in mine:
             if e["dur"] < 0 or e["ts"] < 0:
                 sys.exit(f"FAIL: negative time in {e}")
-        # A rank runs one action at a time; the transfers of one rendezvous
-        # group run together, over the same span.
+        # A rank, and its transfer stream, runs one action at a time; the
+        # transfers of one rendezvous group run together, over the same span.
         mine.sort(key=lambda e: (e["ts"], e["ts"] + e["dur"]))
         for a, b in zip(mine, mine[1:]):
             together = (a["cat"] == b["cat"] == "communication"
@@ -200,8 +214,11 @@ def trace(path, p, m, v):
             if b["ts"] < a["ts"] + a["dur"] - 1e-9 and not together:
                 sys.exit(f"FAIL: {a['name']} and {b['name']} overlap on "
                          f"track {track}")
-        print(f"track {track[1]}: {count['F']} F, {count['B']} B, "
-              f"{count['W']} W slices")
+        if track[1] < p:
+            print(f"track {track[1]}: {count['F']} F, {count['B']} B, "
+                  f"{count['W']} W slices")
+        else:
+            print(f"track {track[1]}: {len(mine)} transfers")
     print(f"{len(tracks)} tracks; categories {', '.join(sorted(categories))}")
 
 
