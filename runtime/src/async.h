@@ -34,9 +34,8 @@ struct Completion {
   // Valid once done().
   bool failed() const { return done() && !error_.empty(); }
   const std::string &error() const { return error_; }
-  // When finish() was called, on the steady clock in microseconds (the
-  // clock of runner::now_us); valid once done(). The cpu backend's timing
-  // marks recorded after host work end no earlier.
+  // When finish() was called (steady_now_us); valid once done(). The cpu
+  // backend's timing marks recorded after host work end no earlier.
   double finished_us() const { return finished_us_; }
   // Set when the error was thrown to someone through a stream, so that a
   // stream reports each failure once.
@@ -53,6 +52,10 @@ private:
 };
 
 using CompletionPtr = std::shared_ptr<Completion>;
+
+// The steady clock in microseconds: the host's one clock for timing
+// (runner::now_us, completions, the cpu backend's timing marks).
+double steady_now_us();
 
 // Asynchronous work enqueued on a stream and not yet known to be complete.
 struct StreamState {

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,10 +28,7 @@
 namespace dsrt {
 namespace runner {
 
-double now_us() {
-  using namespace std::chrono;
-  return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
-}
+double now_us() { return detail::steady_now_us(); }
 
 std::string directory_of(const std::string &path) {
   size_t slash = path.find_last_of('/');

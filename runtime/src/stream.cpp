@@ -15,13 +15,16 @@
 namespace dsrt {
 namespace detail {
 
+double steady_now_us() {
+  using namespace std::chrono;
+  return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
 void Completion::finish(std::string error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     error_ = std::move(error);
-    finished_us_ = std::chrono::duration<double, std::micro>(
-                       std::chrono::steady_clock::now().time_since_epoch())
-                       .count();
+    finished_us_ = steady_now_us();
     done_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
